@@ -1,0 +1,242 @@
+//! Plain data types shared by every layer: identifiers, persisted records, backoff state and
+//! the runtime's view of images, containers and the image filesystem.
+//!
+//! Invariants: persisted times are [`UnixNanos`] (i64 nanoseconds since the Unix epoch), never
+//! `Instant`; `UnixNanos::NEVER` (0) means "never used" and sorts before every real time, as in
+//! the kubelet. Nothing here talks to redb, tonic or the clock: these are values only.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A point in time as i64 nanoseconds since the Unix epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct UnixNanos(pub i64);
+
+impl UnixNanos {
+    /// "Never used": sorts before every real time.
+    pub const NEVER: UnixNanos = UnixNanos(0);
+
+    pub fn from_secs(secs: i64) -> UnixNanos {
+        UnixNanos(secs.saturating_mul(1_000_000_000))
+    }
+
+    pub fn as_secs(self) -> i64 {
+        self.0.div_euclid(1_000_000_000)
+    }
+
+    /// `self + d`, saturating at the ends of the i64 range.
+    pub fn saturating_add(self, d: Duration) -> UnixNanos {
+        UnixNanos(self.0.saturating_add(duration_nanos(d)))
+    }
+
+    /// `self - d`, saturating at the ends of the i64 range.
+    pub fn saturating_sub(self, d: Duration) -> UnixNanos {
+        UnixNanos(self.0.saturating_sub(duration_nanos(d)))
+    }
+
+    /// The time from `earlier` to `self`, zero when `earlier` is later.
+    pub fn since(self, earlier: UnixNanos) -> Duration {
+        let nanos = self.0.saturating_sub(earlier.0);
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
+    }
+}
+
+/// A `Duration` as i64 nanoseconds, saturating at `i64::MAX`.
+pub fn duration_nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// An image id as the runtime reports it (`sha256:<config digest>` for containerd).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ImageId(pub String);
+
+impl ImageId {
+    pub fn new(id: impl Into<String>) -> ImageId {
+        ImageId(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The id without its `sha256:` prefix, cut to 13 characters, as `crictl images` shows it.
+    pub fn short(&self) -> &str {
+        let hex = self.0.strip_prefix("sha256:").unwrap_or(&self.0);
+        hex.get(..13).unwrap_or(hex)
+    }
+}
+
+impl fmt::Display for ImageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The key of an image record: the image id and the runtime handler it was pulled for
+/// (KEP-4216). The empty handler is the runtime's default.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RecordKey {
+    pub image_id: ImageId,
+    pub runtime_handler: String,
+}
+
+impl RecordKey {
+    pub fn new(image_id: impl Into<String>, runtime_handler: impl Into<String>) -> RecordKey {
+        RecordKey {
+            image_id: ImageId::new(image_id),
+            runtime_handler: runtime_handler.into(),
+        }
+    }
+}
+
+impl fmt::Display for RecordKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.runtime_handler.is_empty() {
+            write!(f, "{}", self.image_id)
+        } else {
+            write!(f, "{} ({})", self.image_id, self.runtime_handler)
+        }
+    }
+}
+
+/// What the store keeps of one image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRecord {
+    /// When imagekeeper first saw the image.
+    pub first_detected: UnixNanos,
+    /// When a container last used the image; `UnixNanos::NEVER` when never.
+    pub last_used: UnixNanos,
+    /// Size as the runtime reports it, in bytes.
+    pub size: u64,
+    /// The runtime (or a pin pattern) says this image must never be collected.
+    pub pinned: bool,
+}
+
+/// The image-pull backoff state of one key (`<pod uid>_<image>`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackoffEntry {
+    /// The current backoff period.
+    pub backoff: Duration,
+    /// When the entry was last updated (the last failure).
+    pub last_update: UnixNanos,
+    /// The message of the failure that started this period.
+    pub last_error: String,
+}
+
+/// One image as the runtime lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RuntimeImage {
+    pub id: ImageId,
+    pub repo_tags: Vec<String>,
+    pub repo_digests: Vec<String>,
+    pub size: u64,
+    pub pinned: bool,
+    /// The runtime handler the image was pulled for; empty for the default.
+    pub runtime_handler: String,
+}
+
+impl RuntimeImage {
+    pub fn record_key(&self) -> RecordKey {
+        RecordKey {
+            image_id: self.id.clone(),
+            runtime_handler: self.runtime_handler.clone(),
+        }
+    }
+}
+
+/// The state of a container as CRI reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+/// One container as the runtime lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeContainer {
+    pub id: String,
+    pub pod_sandbox_id: String,
+    /// The image as the container spec named it.
+    pub image: String,
+    /// The image id the container runs (CRI `image_ref`).
+    pub image_id: ImageId,
+    pub state: ContainerState,
+    /// The runtime handler of the container's image; empty for the default.
+    pub runtime_handler: String,
+}
+
+/// The image filesystem: what the runtime reports plus statvfs of its mountpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageFsStats {
+    pub mountpoint: String,
+    /// Bytes used by images, as the runtime reports it.
+    pub used_bytes: u64,
+    /// Filesystem size in bytes (statvfs).
+    pub capacity: u64,
+    /// Bytes available to unprivileged users (statvfs).
+    pub available: u64,
+}
+
+/// Registry credentials for one pull. They pass through to the runtime and are never logged or
+/// stored: `Debug` prints only which fields are set.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct PullCredentials {
+    pub username: String,
+    pub password: String,
+    pub auth: String,
+    pub server_address: String,
+    pub identity_token: String,
+    pub registry_token: String,
+}
+
+impl fmt::Debug for PullCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |s: &str| if s.is_empty() { "<empty>" } else { "<redacted>" };
+        f.debug_struct("PullCredentials")
+            .field("username", &set(&self.username))
+            .field("password", &set(&self.password))
+            .field("auth", &set(&self.auth))
+            .field("server_address", &self.server_address)
+            .field("identity_token", &set(&self.identity_token))
+            .field("registry_token", &set(&self.registry_token))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_debug_never_shows_secrets() {
+        let creds = PullCredentials {
+            username: "alice".into(),
+            password: "hunter2".into(),
+            ..Default::default()
+        };
+        let shown = format!("{creds:?}");
+        assert!(!shown.contains("alice"));
+        assert!(!shown.contains("hunter2"));
+        assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn short_id_strips_prefix_and_cuts_to_13() {
+        let id = ImageId::new("sha256:0410e513415e62ba17f2362099aa7f44c71c379344c08ff9a565f145be9dfa26");
+        assert_eq!(id.short(), "0410e513415e6");
+        assert_eq!(ImageId::new("abc").short(), "abc");
+    }
+
+    #[test]
+    fn since_is_zero_when_earlier_is_later() {
+        assert_eq!(UnixNanos(5).since(UnixNanos(10)), Duration::ZERO);
+        assert_eq!(UnixNanos::from_secs(10).since(UnixNanos::from_secs(4)), Duration::from_secs(6));
+    }
+}
