@@ -371,7 +371,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
 fn model_key(i: u8) -> RecordKey {
     RecordKey::new(
         format!("sha256:{i:02}"),
-        if i % 3 == 0 { "gpu" } else { "" },
+        if i.is_multiple_of(3) { "gpu" } else { "" },
     )
 }
 
