@@ -7,4 +7,5 @@
 //! takes `now` as an argument), `agent` (wiring and loops), `cli` (parse and print).
 
 pub mod clock;
+pub mod cri;
 pub mod model;
