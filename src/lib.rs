@@ -7,5 +7,6 @@
 //! takes `now` as an argument), `agent` (wiring and loops), `cli` (parse and print).
 
 pub mod clock;
+pub mod cri;
 pub mod model;
 pub mod store;
