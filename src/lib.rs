@@ -8,5 +8,7 @@
 
 pub mod clock;
 pub mod cri;
+pub mod gc;
 pub mod model;
+pub mod replay;
 pub mod store;

@@ -156,26 +156,41 @@ impl Store {
     /// Records in eviction order (last_used, then first_detected, then key), oldest first,
     /// read lazily from the index.
     pub fn eviction_order(&self) -> Result<EvictionIter, StoreError> {
-        self.eviction_scan(None)
+        self.eviction_scan(None, None)
     }
 
     /// Records whose last_used is before `bound`, in eviction order, read lazily.
     pub fn eviction_order_before(&self, bound: UnixNanos) -> Result<EvictionIter, StoreError> {
-        self.eviction_scan(Some(bound))
+        self.eviction_scan(None, Some(bound))
     }
 
-    fn eviction_scan(&self, bound: Option<UnixNanos>) -> Result<EvictionIter, StoreError> {
+    /// Records after `after` in eviction order (exclusive), read lazily: resumes a walk.
+    pub fn eviction_order_after(&self, after: &EvictionKey) -> Result<EvictionIter, StoreError> {
+        self.eviction_scan(Some(after), None)
+    }
+
+    fn eviction_scan(
+        &self,
+        after: Option<&EvictionKey>,
+        before: Option<UnixNanos>,
+    ) -> Result<EvictionIter, StoreError> {
+        use std::ops::Bound;
         let txn = self.begin_read()?;
         let images = self.open_read_table(&txn, IMAGES)?;
         let index = txn.open_table(EVICTION).map_err(|e| self.redb_err(e))?;
-        let range = match bound {
-            None => index.range::<Encoded<EvictionKey>>(..),
-            Some(bound) => {
-                let upper = EvictionKey::last_used_prefix(bound);
-                index.range(..Encoded::<EvictionKey>::new(&upper))
-            }
-        }
-        .map_err(|e| self.redb_err(e))?;
+        let lower_bytes = after.map(Codec::encode);
+        let upper_bytes = before.map(EvictionKey::last_used_prefix);
+        let lower = match &lower_bytes {
+            Some(b) => Bound::Excluded(Encoded::<EvictionKey>::new(b)),
+            None => Bound::Unbounded,
+        };
+        let upper = match &upper_bytes {
+            Some(b) => Bound::Excluded(Encoded::<EvictionKey>::new(b)),
+            None => Bound::Unbounded,
+        };
+        let range = index
+            .range::<Encoded<EvictionKey>>((lower, upper))
+            .map_err(|e| self.redb_err(e))?;
         Ok(EvictionIter {
             range,
             images,

@@ -1,0 +1,61 @@
+//! The GC layer's one error type, with the kubelet's messages.
+
+use std::time::Duration;
+
+use crate::cri::CriError;
+use crate::store::StoreError;
+
+use super::format::{format_size, go_duration};
+
+/// What can go wrong in detect, GarbageCollect or DeleteUnusedImages.
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error("{message}")]
+    InvalidPolicy { message: String },
+    #[error("failed to {op}: {source}")]
+    Runtime {
+        op: &'static str,
+        #[source]
+        source: CriError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("invalid capacity 0 on image filesystem")]
+    InvalidCapacity,
+    #[error(
+        "Insufficient free disk space on the node's image filesystem ({usage_percent}% of {} used). Failed to free sufficient space by deleting unused images (freed {freed} bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data.",
+        format_size(*capacity)
+    )]
+    InsufficientSpace {
+        usage_percent: i64,
+        capacity: u64,
+        freed: i64,
+    },
+    #[error(
+        "wanted to free {wanted} bytes, but freed {freed} bytes space with errors in image deletion: {}",
+        aggregate(errors)
+    )]
+    SpaceDeletion {
+        wanted: i64,
+        freed: i64,
+        errors: Vec<String>,
+    },
+    #[error(
+        "wanted to free images older than {}, encountered errors in image deletion: {}",
+        go_duration(*max_age),
+        aggregate(errors)
+    )]
+    AgeDeletion {
+        max_age: Duration,
+        errors: Vec<String>,
+    },
+}
+
+/// Formats several errors as Kubernetes' `errors.NewAggregate` does: one alone, else
+/// `[a, b]`.
+pub fn aggregate(errors: &[String]) -> String {
+    match errors {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}

@@ -1,0 +1,71 @@
+//! Which images a GC walk may remove, and why not: the rules the manager applies while it
+//! walks the eviction index, shared with `explain` so both always agree.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::model::{ImageRecord, RecordKey, UnixNanos};
+
+/// Why the space walk keeps or may remove an image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// A container uses it (at the last detect).
+    InUse,
+    /// The runtime or a pin pattern pins it.
+    Pinned,
+    /// Its last use is not before the GC's start.
+    UsedTooRecently,
+    /// It was first detected less than MinAge ago.
+    YoungerThanMinAge,
+    /// The walk may remove it.
+    Eligible,
+}
+
+/// The space walk's rule for one record (kubelet's imagesInEvictionOrder + freeSpace).
+pub fn space_verdict(
+    key: &RecordKey,
+    record: &ImageRecord,
+    in_use: &BTreeSet<RecordKey>,
+    free_time: UnixNanos,
+    min_age: Duration,
+) -> Verdict {
+    if in_use.contains(key) {
+        Verdict::InUse
+    } else if record.pinned {
+        Verdict::Pinned
+    } else if record.last_used >= free_time {
+        Verdict::UsedTooRecently
+    } else if free_time.since(record.first_detected) < min_age {
+        Verdict::YoungerThanMinAge
+    } else {
+        Verdict::Eligible
+    }
+}
+
+/// The time an image has been unused from: its last use, or, if it was never used, when it
+/// was first detected (it has not been unused for longer than it has been known).
+pub fn unused_since(record: &ImageRecord) -> UnixNanos {
+    if record.last_used == UnixNanos::NEVER {
+        record.first_detected
+    } else {
+        record.last_used
+    }
+}
+
+/// Whether MaxAge removes this record at `free_time` (unused for longer than `max_age`;
+/// no MinAge check, as in the kubelet). In-use and pinned images are never removed.
+pub fn past_max_age(
+    key: &RecordKey,
+    record: &ImageRecord,
+    in_use: &BTreeSet<RecordKey>,
+    free_time: UnixNanos,
+    max_age: Duration,
+) -> bool {
+    !max_age.is_zero()
+        && !in_use.contains(key)
+        && !record.pinned
+        && free_time.since(unused_since(record)) > max_age
+}

@@ -1,0 +1,409 @@
+//! The image GC manager: kubelet's ImageGCManager over the persisted records.
+//!
+//! Invariants: detect, GarbageCollect and DeleteUnusedImages never run at once (one async
+//! lock); a record is deleted only after the runtime confirms the removal; no write
+//! transaction is open across an await (each store call is synchronous and complete); the
+//! eviction walk reads the store's index lazily, in chunks, resuming after the last entry it
+//! saw, so it never loads every record to sort.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::cri::ImageRuntime;
+use crate::model::{ImageRecord, RecordKey, RuntimeImage, UnixNanos};
+use crate::store::{Batch, EvictionKey, Store, StoredRecord};
+
+use super::detect::{images_in_use, plan_detect};
+use super::evict::{Verdict, past_max_age, space_verdict};
+use super::metrics::{GcMetrics, RemovalReason};
+use super::pins::PinPatterns;
+use super::{GcError, GcPolicy};
+
+/// How many eligible images one synchronous step of the walk picks before removing them.
+const WALK_CHUNK: usize = 64;
+
+/// Everything the GC manager is configured with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcConfig {
+    pub policy: GcPolicy,
+    /// The sandbox (pause) image name; always in use.
+    pub sandbox_image: Option<String>,
+    pub pins: PinPatterns,
+}
+
+/// One image removed by GC.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Removal {
+    pub key: RecordKey,
+    pub size: u64,
+    pub reason: RemovalReason,
+}
+
+/// What one detect cycle did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DetectReport {
+    pub records: usize,
+    pub added: usize,
+    pub removed: usize,
+    pub in_use: usize,
+    pub committed: bool,
+}
+
+/// What one GarbageCollect or DeleteUnusedImages did. `error` is set when the cycle failed;
+/// the removals before the failure stand.
+#[derive(Debug, Default)]
+pub struct GcReport {
+    pub removed: Vec<Removal>,
+    pub freed: u64,
+    pub error: Option<GcError>,
+}
+
+/// kubelet's ImageGCManager with history in a [`Store`].
+pub struct ImageGcManager<R> {
+    runtime: R,
+    store: Arc<Store>,
+    config: GcConfig,
+    cycle: tokio::sync::Mutex<()>,
+    cache: RwLock<Vec<RuntimeImage>>,
+    metrics: Arc<GcMetrics>,
+}
+
+impl<R: ImageRuntime> ImageGcManager<R> {
+    /// A manager over `runtime` and `store`; refuses an invalid policy.
+    pub fn new(runtime: R, store: Arc<Store>, config: GcConfig) -> Result<Self, GcError> {
+        config.policy.validate()?;
+        Ok(ImageGcManager {
+            runtime,
+            store,
+            config,
+            cycle: tokio::sync::Mutex::new(()),
+            cache: RwLock::new(Vec::new()),
+            metrics: Arc::new(GcMetrics::default()),
+        })
+    }
+
+    pub fn runtime(&self) -> &R {
+        &self.runtime
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn config(&self) -> &GcConfig {
+        &self.config
+    }
+
+    pub fn metrics(&self) -> &Arc<GcMetrics> {
+        &self.metrics
+    }
+
+    /// Lists images and containers and records what changed, in one write transaction (none
+    /// when nothing changed).
+    pub async fn detect(&self, now: UnixNanos) -> Result<DetectReport, GcError> {
+        let _cycle = self.cycle.lock().await;
+        self.detect_locked(now).await.map(|(report, _)| report)
+    }
+
+    async fn detect_locked(
+        &self,
+        now: UnixNanos,
+    ) -> Result<(DetectReport, BTreeSet<RecordKey>), GcError> {
+        let images = self
+            .runtime
+            .list_images()
+            .await
+            .map_err(|source| GcError::Runtime {
+                op: "list images",
+                source,
+            })?;
+        let containers =
+            self.runtime
+                .list_containers()
+                .await
+                .map_err(|source| GcError::Runtime {
+                    op: "list containers",
+                    source,
+                })?;
+        let in_use = images_in_use(&images, &containers, self.config.sandbox_image.as_deref());
+        let existing: BTreeMap<RecordKey, ImageRecord> = self
+            .store
+            .records()?
+            .into_iter()
+            .map(|r| (r.key, r.record))
+            .collect();
+        let plan = plan_detect(&existing, &images, &in_use, &self.config.pins, now);
+        let committed = self.store.apply(&plan.batch)?;
+        let report = DetectReport {
+            records: plan.records,
+            added: plan.added,
+            removed: plan.removed,
+            in_use: in_use.len(),
+            committed,
+        };
+        Ok((report, in_use))
+    }
+
+    /// kubelet's GarbageCollect at `now`: detect, MaxAge, then free space down to the low
+    /// threshold if usage is at or above the high one.
+    pub async fn garbage_collect(&self, now: UnixNanos) -> GcReport {
+        let _cycle = self.cycle.lock().await;
+        let mut report = GcReport::default();
+        if let Err(e) = self.garbage_collect_locked(now, &mut report).await {
+            report.error = Some(e);
+        }
+        report
+    }
+
+    async fn garbage_collect_locked(
+        &self,
+        free_time: UnixNanos,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        let (_, in_use) = self.detect_locked(free_time).await?;
+        if self.config.policy.disabled() {
+            return Ok(());
+        }
+        self.free_old_images(free_time, &in_use, report).await?;
+
+        let stats = self
+            .runtime
+            .image_fs_stats()
+            .await
+            .map_err(|source| GcError::Runtime {
+                op: "get image filesystem stats",
+                source,
+            })?;
+        let capacity = stats.capacity;
+        let mut available = stats.available;
+        if available > capacity {
+            info!(available, capacity, "Availability is larger than capacity");
+            available = capacity;
+        }
+        if capacity == 0 {
+            let err = GcError::InvalidCapacity;
+            warn!(reason = "InvalidDiskCapacity", "{err}");
+            return Err(err);
+        }
+        let (capacity_i, available_i) = (to_i64(capacity), to_i64(available));
+        let usage_percent = 100 - available_i.saturating_mul(100) / capacity_i;
+        let policy = &self.config.policy;
+        if usage_percent >= policy.high_threshold_percent {
+            let amount_to_free =
+                capacity_i.saturating_mul(100 - policy.low_threshold_percent) / 100 - available_i;
+            info!(
+                usage = usage_percent,
+                high_threshold = policy.high_threshold_percent,
+                amount_to_free,
+                low_threshold = policy.low_threshold_percent,
+                "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
+            );
+            let freed = self
+                .free_space(
+                    amount_to_free,
+                    free_time,
+                    &in_use,
+                    RemovalReason::Space,
+                    report,
+                )
+                .await?;
+            if freed < amount_to_free {
+                let err = GcError::InsufficientSpace {
+                    usage_percent,
+                    capacity,
+                    freed,
+                };
+                warn!(reason = "FreeDiskSpaceFailed", "{err}");
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// kubelet's DeleteUnusedImages: the space walk with no byte limit.
+    pub async fn delete_unused_images(&self, now: UnixNanos) -> GcReport {
+        let _cycle = self.cycle.lock().await;
+        let mut report = GcReport::default();
+        info!("Attempting to delete unused images");
+        let result = async {
+            let (_, in_use) = self.detect_locked(now).await?;
+            self.free_space(i64::MAX, now, &in_use, RemovalReason::Unused, &mut report)
+                .await
+        }
+        .await;
+        if let Err(e) = result {
+            report.error = Some(e);
+        }
+        report
+    }
+
+    /// Removes every image unused for longer than MaxAge, reading only the index range of
+    /// last_used before `free_time - max_age`.
+    async fn free_old_images(
+        &self,
+        free_time: UnixNanos,
+        in_use: &BTreeSet<RecordKey>,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        let max_age = self.config.policy.max_age;
+        if max_age.is_zero() {
+            return Ok(());
+        }
+        let bound = free_time.saturating_sub(max_age);
+        let mut victims: Vec<StoredRecord> = Vec::new();
+        for entry in self.store.eviction_order_before(bound)? {
+            let entry = entry?;
+            if past_max_age(&entry.key, &entry.record, in_use, free_time, max_age) {
+                victims.push(entry);
+            }
+        }
+        let mut errors = Vec::new();
+        for victim in victims {
+            if let Err(e) = self.remove(&victim, RemovalReason::Age, report).await {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(GcError::AgeDeletion { max_age, errors })
+        }
+    }
+
+    /// kubelet's freeSpace: walks the eviction order, removing eligible images until
+    /// `bytes_to_free` are freed. Returns the bytes freed.
+    async fn free_space(
+        &self,
+        bytes_to_free: i64,
+        free_time: UnixNanos,
+        in_use: &BTreeSet<RecordKey>,
+        reason: RemovalReason,
+        report: &mut GcReport,
+    ) -> Result<i64, GcError> {
+        let min_age = self.config.policy.min_age;
+        let mut freed: i64 = 0;
+        let mut errors = Vec::new();
+        let mut resume: Option<EvictionKey> = None;
+        'walk: loop {
+            // One synchronous step: read the index from where the last step stopped and pick
+            // the next eligible images. The read transaction ends before any await.
+            let mut chunk: Vec<StoredRecord> = Vec::new();
+            {
+                let scan = match &resume {
+                    None => self.store.eviction_order()?,
+                    Some(after) => self.store.eviction_order_after(after)?,
+                };
+                let mut planned = freed;
+                for entry in scan {
+                    let entry = entry?;
+                    resume = Some(EvictionKey::of(&entry.key, &entry.record));
+                    let verdict =
+                        space_verdict(&entry.key, &entry.record, in_use, free_time, min_age);
+                    if verdict != Verdict::Eligible {
+                        continue;
+                    }
+                    planned = planned.saturating_add(to_i64(entry.record.size));
+                    chunk.push(entry);
+                    if planned >= bytes_to_free || chunk.len() >= WALK_CHUNK {
+                        break;
+                    }
+                }
+            }
+            if chunk.is_empty() {
+                break;
+            }
+            for victim in chunk {
+                match self.remove(&victim, reason, report).await {
+                    Ok(()) => {
+                        freed = freed.saturating_add(to_i64(victim.record.size));
+                        if freed >= bytes_to_free {
+                            break 'walk;
+                        }
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(freed)
+        } else {
+            Err(GcError::SpaceDeletion {
+                wanted: bytes_to_free,
+                freed,
+                errors,
+            })
+        }
+    }
+
+    /// Removes one image through the runtime, then its record. A failure is logged and
+    /// counted and returned as its message.
+    async fn remove(
+        &self,
+        victim: &StoredRecord,
+        reason: RemovalReason,
+        report: &mut GcReport,
+    ) -> Result<(), String> {
+        let id = victim.key.image_id.as_str();
+        let handler = victim.key.runtime_handler.as_str();
+        info!(
+            image_id = id,
+            size = victim.record.size,
+            runtime_handler = handler,
+            reason = reason.as_str(),
+            "Removing image to free bytes"
+        );
+        if let Err(e) = self.runtime.remove_image(id, handler).await {
+            self.metrics.record_remove_failure();
+            warn!(image_id = id, error = %e, "Failed to remove image");
+            return Err(e.to_string());
+        }
+        let mut batch = Batch::new();
+        batch.remove(victim.key.clone());
+        if let Err(e) = self.store.apply(&batch) {
+            // The image is gone; the next detect removes its record.
+            warn!(image_id = id, error = %e, "Removed image but could not delete its record");
+        }
+        self.metrics.record_removal(reason);
+        report.freed = report.freed.saturating_add(victim.record.size);
+        report.removed.push(Removal {
+            key: victim.key.clone(),
+            size: victim.record.size,
+            reason,
+        });
+        Ok(())
+    }
+
+    /// Refreshes the image cache from the runtime: sorted by size descending, ties by id
+    /// descending (kubelet's GetImageList order).
+    pub async fn refresh_image_cache(&self) -> Result<(), GcError> {
+        let mut images = self
+            .runtime
+            .list_images()
+            .await
+            .map_err(|source| GcError::Runtime {
+                op: "list images",
+                source,
+            })?;
+        images.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| b.id.cmp(&a.id)));
+        match self.cache.write() {
+            Ok(mut cache) => *cache = images,
+            Err(poisoned) => *poisoned.into_inner() = images,
+        }
+        Ok(())
+    }
+
+    /// The cached image list (kubelet's GetImageList).
+    pub fn image_list(&self) -> Vec<RuntimeImage> {
+        match self.cache.read() {
+            Ok(cache) => cache.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}

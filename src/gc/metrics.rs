@@ -1,0 +1,68 @@
+//! Counters of the GC layer: `image_garbage_collected_total{reason}` and removal failures.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why an image was removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemovalReason {
+    /// Unused for longer than MaxAge.
+    Age,
+    /// Freed for disk space.
+    Space,
+    /// DeleteUnusedImages.
+    Unused,
+}
+
+impl RemovalReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemovalReason::Age => "age",
+            RemovalReason::Space => "space",
+            RemovalReason::Unused => "unused",
+        }
+    }
+
+    /// The `reason` label of `image_garbage_collected_total`: the kubelet counts
+    /// DeleteUnusedImages under "space".
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            RemovalReason::Age => "age",
+            RemovalReason::Space | RemovalReason::Unused => "space",
+        }
+    }
+}
+
+/// GC counters, shared by the manager and the metrics endpoint.
+#[derive(Debug, Default)]
+pub struct GcMetrics {
+    collected_age: AtomicU64,
+    collected_space: AtomicU64,
+    remove_failures: AtomicU64,
+}
+
+impl GcMetrics {
+    pub fn record_removal(&self, reason: RemovalReason) {
+        let counter = match reason.metric_label() {
+            "age" => &self.collected_age,
+            _ => &self.collected_space,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn record_remove_failure(&self) {
+        self.remove_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `image_garbage_collected_total` by reason label.
+    pub fn collected(&self) -> [(&'static str, u64); 2] {
+        [
+            ("age", self.collected_age.load(Ordering::Relaxed)),
+            ("space", self.collected_space.load(Ordering::Relaxed)),
+        ]
+    }
+
+    pub fn remove_failures(&self) -> u64 {
+        self.remove_failures.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,21 @@
+//! Image garbage collection: kubelet's ImageGCManager with history in the store.
+//!
+//! `detect` turns the runtime's lists into record changes; `evict` holds the rules of the
+//! eviction walk (shared with explain); `manager` runs detect, GarbageCollect and
+//! DeleteUnusedImages against an [`crate::cri::ImageRuntime`] and the store. Everything takes
+//! `now` as an argument; nothing here reads a clock or sleeps.
+
+pub mod detect;
+mod error;
+pub mod evict;
+pub mod format;
+pub mod manager;
+pub mod metrics;
+mod pins;
+mod policy;
+
+pub use error::{GcError, aggregate};
+pub use manager::{DetectReport, GcConfig, GcReport, ImageGcManager, Removal};
+pub use metrics::{GcMetrics, RemovalReason};
+pub use pins::PinPatterns;
+pub use policy::GcPolicy;

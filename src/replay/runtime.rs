@@ -1,0 +1,142 @@
+//! A scripted container runtime: images, containers and the image filesystem as a trace (or a
+//! test) sets them. Removing an image drops it from the list and adds its size to the
+//! available bytes. Used by replay and by fast tests of the GC layer.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::cri::{CriError, ImageRuntime, RpcCode};
+use crate::model::{ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage};
+
+/// The scripted runtime's state.
+#[derive(Clone, Debug, Default)]
+pub struct ScriptState {
+    pub images: Vec<RuntimeImage>,
+    pub containers: Vec<RuntimeContainer>,
+    /// (capacity, available); `None` reports capacity 0.
+    pub fs: Option<(u64, u64)>,
+    /// Image ids whose removal fails.
+    pub remove_fails: BTreeSet<String>,
+    /// Image ids removed, in order.
+    pub removed: Vec<String>,
+    /// When set, every call fails with this message (a runtime that is down).
+    pub down: Option<String>,
+}
+
+/// A runtime driven by a script. Cloning shares the state.
+#[derive(Clone, Debug, Default)]
+pub struct ScriptedRuntime {
+    state: Arc<Mutex<ScriptState>>,
+}
+
+impl ScriptedRuntime {
+    pub fn new() -> ScriptedRuntime {
+        ScriptedRuntime::default()
+    }
+
+    /// The state, to read or change.
+    pub fn state(&self) -> MutexGuard<'_, ScriptState> {
+        match self.state.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn check_up(&self, method: &'static str) -> Result<(), CriError> {
+        match &self.state().down {
+            Some(message) => Err(CriError::Rpc {
+                method,
+                code: RpcCode::Unavailable,
+                message: message.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl ImageRuntime for ScriptedRuntime {
+    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+        self.check_up("ListImages")?;
+        Ok(self.state().images.clone())
+    }
+
+    async fn image_status(
+        &self,
+        image: &str,
+        _runtime_handler: &str,
+    ) -> Result<Option<RuntimeImage>, CriError> {
+        self.check_up("ImageStatus")?;
+        Ok(self
+            .state()
+            .images
+            .iter()
+            .find(|i| i.id.as_str() == image || i.repo_tags.iter().any(|t| t == image))
+            .cloned())
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        _runtime_handler: &str,
+        _credentials: Option<&PullCredentials>,
+    ) -> Result<String, CriError> {
+        self.check_up("PullImage")?;
+        let state = self.state();
+        match state
+            .images
+            .iter()
+            .find(|i| i.repo_tags.iter().any(|t| t == image))
+        {
+            Some(found) => Ok(found.id.0.clone()),
+            None => Err(CriError::Rpc {
+                method: "PullImage",
+                code: RpcCode::NotFound,
+                message: format!("failed to pull and unpack image {image:?}: not found"),
+            }),
+        }
+    }
+
+    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
+        self.check_up("RemoveImage")?;
+        let mut state = self.state();
+        if state.remove_fails.contains(image) {
+            return Err(CriError::Rpc {
+                method: "RemoveImage",
+                code: RpcCode::Unknown,
+                message: format!("failed to remove image {image:?}: scripted failure"),
+            });
+        }
+        let mut freed = 0u64;
+        state.images.retain(|i| {
+            let hit = i.id.as_str() == image && i.runtime_handler == runtime_handler;
+            if hit {
+                freed = freed.saturating_add(i.size);
+            }
+            !hit
+        });
+        if let Some((capacity, available)) = state.fs.as_mut() {
+            *available = available
+                .saturating_add(freed)
+                .min(*capacity)
+                .max(*available);
+        }
+        state.removed.push(image.to_owned());
+        Ok(())
+    }
+
+    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+        self.check_up("ImageFsInfo")?;
+        let (capacity, available) = self.state().fs.unwrap_or((0, 0));
+        Ok(ImageFsStats {
+            mountpoint: "/scripted".to_owned(),
+            used_bytes: capacity.saturating_sub(available),
+            capacity,
+            available,
+        })
+    }
+
+    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
+        self.check_up("ListContainers")?;
+        Ok(self.state().containers.clone())
+    }
+}
