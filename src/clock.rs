@@ -46,7 +46,9 @@ impl ManualClock {
         let by = duration_nanos(by);
         let _ = self
             .nanos
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_add(by)));
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_add(by))
+            });
     }
 }
 

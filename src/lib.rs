@@ -9,3 +9,4 @@
 pub mod clock;
 pub mod model;
 pub mod pull;
+pub mod store;

@@ -11,7 +11,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// A point in time as i64 nanoseconds since the Unix epoch.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct UnixNanos(pub i64);
 
@@ -50,7 +52,7 @@ pub fn duration_nanos(d: Duration) -> i64 {
 }
 
 /// An image id as the runtime reports it (`sha256:<config digest>` for containerd).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ImageId(pub String);
 
@@ -198,7 +200,13 @@ pub struct PullCredentials {
 
 impl fmt::Debug for PullCredentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let set = |s: &str| if s.is_empty() { "<empty>" } else { "<redacted>" };
+        let set = |s: &str| {
+            if s.is_empty() {
+                "<empty>"
+            } else {
+                "<redacted>"
+            }
+        };
         f.debug_struct("PullCredentials")
             .field("username", &set(&self.username))
             .field("password", &set(&self.password))
@@ -229,7 +237,8 @@ mod tests {
 
     #[test]
     fn short_id_strips_prefix_and_cuts_to_13() {
-        let id = ImageId::new("sha256:0410e513415e62ba17f2362099aa7f44c71c379344c08ff9a565f145be9dfa26");
+        let id =
+            ImageId::new("sha256:0410e513415e62ba17f2362099aa7f44c71c379344c08ff9a565f145be9dfa26");
         assert_eq!(id.short(), "0410e513415e6");
         assert_eq!(ImageId::new("abc").short(), "abc");
     }
@@ -237,6 +246,9 @@ mod tests {
     #[test]
     fn since_is_zero_when_earlier_is_later() {
         assert_eq!(UnixNanos(5).since(UnixNanos(10)), Duration::ZERO);
-        assert_eq!(UnixNanos::from_secs(10).since(UnixNanos::from_secs(4)), Duration::from_secs(6));
+        assert_eq!(
+            UnixNanos::from_secs(10).since(UnixNanos::from_secs(4)),
+            Duration::from_secs(6)
+        );
     }
 }

@@ -1,0 +1,198 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn key(id: &str, handler: &str) -> RecordKey {
+    RecordKey::new(id, handler)
+}
+
+#[test]
+fn golden_bytes_of_every_layout() {
+    let cases: Vec<(&str, Vec<u8>, Vec<u8>)> = vec![
+        (
+            "record key",
+            key("sha256:ab", "").encode(),
+            vec![
+                1, 0, 9, b's', b'h', b'a', b'2', b'5', b'6', b':', b'a', b'b',
+            ],
+        ),
+        (
+            "record key with handler",
+            key("x", "gpu").encode(),
+            vec![1, 0, 1, b'x', b'g', b'p', b'u'],
+        ),
+        (
+            "image record",
+            ImageRecord {
+                first_detected: UnixNanos(1),
+                last_used: UnixNanos(0x0102),
+                size: 0x0a0b0c,
+                pinned: true,
+            }
+            .encode(),
+            vec![
+                1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0x0a, 0x0b, 0x0c,
+                1,
+            ],
+        ),
+        (
+            "eviction key",
+            EvictionKey {
+                last_used: UnixNanos(0),
+                first_detected: UnixNanos(-1),
+                key: key("x", ""),
+            }
+            .encode(),
+            vec![
+                1, 0x80, 0, 0, 0, 0, 0, 0, 0, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 0,
+                1, b'x',
+            ],
+        ),
+        (
+            "backoff entry",
+            BackoffEntry {
+                backoff: Duration::from_nanos(10),
+                last_update: UnixNanos(2),
+                last_error: "no".into(),
+            }
+            .encode(),
+            vec![
+                1, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 2, b'n', b'o',
+            ],
+        ),
+        (
+            "backoff key",
+            BackoffKey("u_i".into()).encode(),
+            vec![1, b'u', b'_', b'i'],
+        ),
+        ("meta key", MetaKey("v".into()).encode(), vec![1, b'v']),
+        (
+            "meta value",
+            MetaValue(258).encode(),
+            vec![1, 0, 0, 0, 0, 0, 0, 1, 2],
+        ),
+    ];
+    for (name, got, want) in cases {
+        assert_eq!(
+            got, want,
+            "layout of {name} changed: that is a schema change"
+        );
+    }
+}
+
+#[test]
+fn bad_bytes_give_errors_naming_the_problem() {
+    let cases: Vec<(&str, Result<ImageRecord, DecodeError>, DecodeError)> = vec![
+        (
+            "empty",
+            ImageRecord::decode(&[]),
+            DecodeError::Empty {
+                what: "image record",
+            },
+        ),
+        (
+            "future version",
+            ImageRecord::decode(&[2; 26]),
+            DecodeError::UnknownVersion {
+                what: "image record",
+                version: 2,
+            },
+        ),
+        (
+            "short",
+            ImageRecord::decode(&[1, 0, 0]),
+            DecodeError::Length {
+                what: "image record",
+                expected: 26,
+                found: 3,
+            },
+        ),
+        (
+            "bad flags",
+            ImageRecord::decode(&{
+                let mut b = [0u8; 26];
+                b[0] = 1;
+                b[25] = 2;
+                b
+            }),
+            DecodeError::Invalid {
+                what: "image record",
+                field: "flags",
+            },
+        ),
+    ];
+    for (name, got, want) in cases {
+        assert_eq!(got, Err(want), "case {name}");
+    }
+    assert!(
+        RecordKey::decode(&[1, 0, 5, b'a']).is_err(),
+        "id longer than input"
+    );
+    assert!(RecordKey::decode(&[1, 0, 0]).is_err(), "empty id");
+    assert!(RecordKey::decode(&[1, 0, 1, 0xff]).is_err(), "id not UTF-8");
+    assert!(
+        BackoffEntry::decode(&[1; 20]).is_err(),
+        "short backoff entry"
+    );
+}
+
+#[test]
+fn long_error_messages_are_cut_on_a_char_boundary() {
+    let entry = BackoffEntry {
+        backoff: Duration::from_secs(10),
+        last_update: UnixNanos(1),
+        last_error: "é".repeat(MAX_ERROR_BYTES),
+    };
+    let back = BackoffEntry::decode(&entry.encode()).expect("encoded entry decodes");
+    assert!(back.last_error.len() <= MAX_ERROR_BYTES);
+    assert!(entry.last_error.starts_with(&back.last_error));
+}
+
+/// decode(bytes) is either an error or the one value that encodes to exactly `bytes`.
+fn canonical<T: Codec>(bytes: &[u8]) -> Result<(), TestCaseError> {
+    if let Ok(value) = T::decode(bytes) {
+        prop_assert_eq!(value.encode(), bytes.to_vec(), "{:?}", value);
+    }
+    Ok(())
+}
+
+fn arb_key() -> impl Strategy<Value = RecordKey> {
+    ("[a-z0-9:]{1,20}", "[a-z]{0,5}").prop_map(|(id, h)| RecordKey::new(id, h))
+}
+
+fn arb_time() -> impl Strategy<Value = UnixNanos> {
+    prop_oneof![Just(UnixNanos(0)), any::<i64>().prop_map(UnixNanos)]
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_decode_to_a_wrong_value(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        canonical::<RecordKey>(&bytes)?;
+        canonical::<ImageRecord>(&bytes)?;
+        canonical::<EvictionKey>(&bytes)?;
+        canonical::<BackoffEntry>(&bytes)?;
+        canonical::<BackoffKey>(&bytes)?;
+        canonical::<MetaKey>(&bytes)?;
+        canonical::<MetaValue>(&bytes)?;
+    }
+
+    #[test]
+    fn values_round_trip(k in arb_key(), fd in arb_time(), lu in arb_time(), size in any::<u64>(), pinned in any::<bool>()) {
+        let record = ImageRecord { first_detected: fd, last_used: lu, size, pinned };
+        prop_assert_eq!(ImageRecord::decode(&record.encode()), Ok(record));
+        prop_assert_eq!(RecordKey::decode(&k.encode()), Ok(k.clone()));
+        let ek = EvictionKey::of(&k, &record);
+        prop_assert_eq!(EvictionKey::decode(&ek.encode()), Ok(ek));
+    }
+
+    #[test]
+    fn eviction_key_bytes_sort_like_the_values(a in (arb_time(), arb_time(), arb_key()), b in (arb_time(), arb_time(), arb_key())) {
+        let ka = EvictionKey { last_used: a.0, first_detected: a.1, key: a.2 };
+        let kb = EvictionKey { last_used: b.0, first_detected: b.1, key: b.2 };
+        let by_value = (ka.last_used, ka.first_detected).cmp(&(kb.last_used, kb.first_detected));
+        let by_bytes = ka.encode().cmp(&kb.encode());
+        if by_value.is_ne() {
+            prop_assert_eq!(by_bytes, by_value);
+        }
+    }
+}

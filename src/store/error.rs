@@ -1,0 +1,61 @@
+//! The store's one error type. Every variant that concerns the file names its path and, where
+//! the operator has something to do, says what.
+
+use std::path::PathBuf;
+
+use super::codec::DecodeError;
+
+/// What can go wrong opening, reading or writing the record database.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "database {path} is already open by another process (is an imagekeeper agent running? \
+         `imagekeeper inspect` can read it alongside the agent)"
+    )]
+    AlreadyOpen { path: PathBuf },
+    #[error("database {path} does not exist")]
+    Missing { path: PathBuf },
+    #[error(
+        "database {path} is corrupt or is not an imagekeeper database: {detail}; it was left \
+         as it is: inspect it with `imagekeeper inspect check --db {path}` or restore a backup"
+    )]
+    Corrupt { path: PathBuf, detail: String },
+    #[error(
+        "database {path} has schema version {found}, newer than version {supported} that this \
+         imagekeeper understands; run a newer imagekeeper or restore an older backup"
+    )]
+    SchemaTooNew {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    #[error(
+        "database {path} needs recovery after a crash and was opened read-only; open it \
+         read-write once (start the agent) or inspect a repaired copy"
+    )]
+    NeedsRecovery { path: PathBuf },
+    #[error("database {path} is open read-only; it cannot be written")]
+    ReadOnly { path: PathBuf },
+    #[error("record key {key:?} is invalid: {reason}")]
+    InvalidKey { key: String, reason: &'static str },
+    #[error("database {path}: a stored value does not decode: {source}")]
+    Decode {
+        path: PathBuf,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("database {path}: the eviction index disagrees with the records: {detail}")]
+    IndexMismatch { path: PathBuf, detail: String },
+    #[error("database {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("database {path}: {source}")]
+    Redb {
+        path: PathBuf,
+        #[source]
+        source: redb::Error,
+    },
+}

@@ -1,0 +1,504 @@
+//! The record store: the only module that imports redb.
+//!
+//! It owns one redb file with four tables (see `tables.rs`): `images` (RecordKey →
+//! ImageRecord), `eviction` ((last_used, first_detected, RecordKey) → ()), `backoff` and
+//! `meta`. Invariants:
+//! - every record has exactly one eviction-index entry matching its current fields, and the
+//!   index holds nothing else; every mutation keeps this inside its own write transaction;
+//! - a [`Batch`] is one durable (`Durability::Immediate`) write transaction, and a batch that
+//!   changes nothing commits nothing ([`Store::commits`] counts real commits);
+//! - eviction order is read as a lazy range scan over the index, never by loading and sorting;
+//! - every byte read from the file is decoded through `codec`, which fails instead of
+//!   panicking; a file that is not ours, corrupt or from a newer schema is refused, never
+//!   wiped.
+
+mod batch;
+mod check;
+pub mod codec;
+mod error;
+mod open;
+mod tables;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use redb::{
+    Database, Durability, ReadOnlyDatabase, ReadOnlyTable, ReadTransaction, ReadableDatabase,
+    ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
+};
+
+pub use batch::{Batch, BatchOp};
+pub use check::Violation;
+pub use codec::{DecodeError, EvictionKey};
+pub use error::StoreError;
+pub use open::{CURRENT_SCHEMA_VERSION, meta_keys};
+
+use codec::{BackoffKey, Codec, MAX_ID_BYTES, MetaKey, MetaValue};
+use tables::{BACKOFF, EVICTION, Encoded, IMAGES, META, Stored};
+
+use crate::model::{BackoffEntry, ImageRecord, RecordKey, UnixNanos};
+
+enum Handle {
+    Write(Database),
+    Read(ReadOnlyDatabase),
+}
+
+/// The record database. `Send + Sync`: share it as `Arc<Store>`. Every call blocks on disk.
+pub struct Store {
+    handle: Handle,
+    path: PathBuf,
+    commits: AtomicU64,
+    commit_nanos_total: AtomicU64,
+}
+
+/// One image record, as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub key: RecordKey,
+    pub record: ImageRecord,
+}
+
+impl Store {
+    /// The file this store reads and writes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether this handle was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.handle, Handle::Read(_))
+    }
+
+    /// How many write transactions this handle has committed.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::SeqCst)
+    }
+
+    /// The total time spent in commits by this handle, in nanoseconds.
+    pub fn commit_nanos_total(&self) -> u64 {
+        self.commit_nanos_total.load(Ordering::SeqCst)
+    }
+
+    fn redb_err(&self, e: impl Into<redb::Error>) -> StoreError {
+        StoreError::Redb {
+            path: self.path.clone(),
+            source: e.into(),
+        }
+    }
+
+    fn decode_err(&self, e: DecodeError) -> StoreError {
+        StoreError::Decode {
+            path: self.path.clone(),
+            source: e,
+        }
+    }
+
+    fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
+        let txn = match &self.handle {
+            Handle::Write(db) => db.begin_read(),
+            Handle::Read(db) => db.begin_read(),
+        };
+        txn.map_err(|e| self.redb_err(e))
+    }
+
+    fn open_read_table<K: codec::OrderedCodec + 'static, V: Codec + 'static>(
+        &self,
+        txn: &ReadTransaction,
+        def: TableDefinition<Stored<K>, Stored<V>>,
+    ) -> Result<ReadOnlyTable<Stored<K>, Stored<V>>, StoreError> {
+        txn.open_table(def).map_err(|e| self.redb_err(e))
+    }
+
+    /// The record of `key`, if any.
+    pub fn get(&self, key: &RecordKey) -> Result<Option<ImageRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let images = self.open_read_table(&txn, IMAGES)?;
+        let encoded = key.encode();
+        let found = images
+            .get(Encoded::new(&encoded))
+            .map_err(|e| self.redb_err(e))?;
+        match found {
+            None => Ok(None),
+            Some(guard) => guard
+                .value()
+                .decode()
+                .map(Some)
+                .map_err(|e| self.decode_err(e)),
+        }
+    }
+
+    /// How many image records there are.
+    pub fn len(&self) -> Result<u64, StoreError> {
+        let txn = self.begin_read()?;
+        let images = self.open_read_table(&txn, IMAGES)?;
+        images.len().map_err(|e| self.redb_err(e))
+    }
+
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Every record, ordered by key.
+    pub fn records(&self) -> Result<Vec<StoredRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let images = self.open_read_table(&txn, IMAGES)?;
+        let mut out = Vec::new();
+        for entry in images.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            let key = k.value().decode().map_err(|e| self.decode_err(e))?;
+            let record = v.value().decode().map_err(|e| self.decode_err(e))?;
+            out.push(StoredRecord { key, record });
+        }
+        Ok(out)
+    }
+
+    /// Records in eviction order (last_used, then first_detected, then key), oldest first,
+    /// read lazily from the index.
+    pub fn eviction_order(&self) -> Result<EvictionIter, StoreError> {
+        self.eviction_scan(None)
+    }
+
+    /// Records whose last_used is before `bound`, in eviction order, read lazily.
+    pub fn eviction_order_before(&self, bound: UnixNanos) -> Result<EvictionIter, StoreError> {
+        self.eviction_scan(Some(bound))
+    }
+
+    fn eviction_scan(&self, bound: Option<UnixNanos>) -> Result<EvictionIter, StoreError> {
+        let txn = self.begin_read()?;
+        let images = self.open_read_table(&txn, IMAGES)?;
+        let index = txn.open_table(EVICTION).map_err(|e| self.redb_err(e))?;
+        let range = match bound {
+            None => index.range::<Encoded<EvictionKey>>(..),
+            Some(bound) => {
+                let upper = EvictionKey::last_used_prefix(bound);
+                index.range(..Encoded::<EvictionKey>::new(&upper))
+            }
+        }
+        .map_err(|e| self.redb_err(e))?;
+        Ok(EvictionIter {
+            range,
+            images,
+            path: self.path.clone(),
+            _txn: txn,
+        })
+    }
+
+    /// The backoff entry of `key` (`<pod uid>_<image>`), if any.
+    pub fn backoff(&self, key: &str) -> Result<Option<BackoffEntry>, StoreError> {
+        let txn = self.begin_read()?;
+        let table = self.open_read_table(&txn, BACKOFF)?;
+        let encoded = BackoffKey(key.to_owned()).encode();
+        let found = table
+            .get(Encoded::new(&encoded))
+            .map_err(|e| self.redb_err(e))?;
+        match found {
+            None => Ok(None),
+            Some(guard) => guard
+                .value()
+                .decode()
+                .map(Some)
+                .map_err(|e| self.decode_err(e)),
+        }
+    }
+
+    /// Every backoff entry, ordered by key.
+    pub fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, StoreError> {
+        let txn = self.begin_read()?;
+        let table = self.open_read_table(&txn, BACKOFF)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            let key = k.value().decode().map_err(|e| self.decode_err(e))?;
+            let value = v.value().decode().map_err(|e| self.decode_err(e))?;
+            out.push((key.0, value));
+        }
+        Ok(out)
+    }
+
+    /// A meta value, if set.
+    pub fn meta(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        let txn = self.begin_read()?;
+        let table = self.open_read_table(&txn, META)?;
+        read_meta(&table, name).map_err(|e| self.wrap(e))
+    }
+
+    /// Every meta value, ordered by name.
+    pub fn meta_entries(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let txn = self.begin_read()?;
+        let table = self.open_read_table(&txn, META)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            let key = k.value().decode().map_err(|e| self.decode_err(e))?;
+            let value = v.value().decode().map_err(|e| self.decode_err(e))?;
+            out.push((key.0, value.0));
+        }
+        Ok(out)
+    }
+
+    fn wrap(&self, e: TxnError) -> StoreError {
+        match e {
+            TxnError::Redb(e) => self.redb_err(e),
+            TxnError::Decode(e) => self.decode_err(e),
+            TxnError::Mismatch(detail) => StoreError::IndexMismatch {
+                path: self.path.clone(),
+                detail,
+            },
+        }
+    }
+
+    /// Applies `batch` as one durable write transaction. Returns whether it committed: a batch
+    /// that changes nothing commits nothing.
+    pub fn apply(&self, batch: &Batch) -> Result<bool, StoreError> {
+        let Handle::Write(db) = &self.handle else {
+            return Err(StoreError::ReadOnly {
+                path: self.path.clone(),
+            });
+        };
+        for op in &batch.ops {
+            validate_op(op)?;
+        }
+        let mut txn = db.begin_write().map_err(|e| self.redb_err(e))?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| self.redb_err(e))?;
+        txn.set_quick_repair(true);
+        let changed = apply_ops(&txn, batch).map_err(|e| self.wrap(e))?;
+        if !changed {
+            txn.abort().map_err(|e| self.redb_err(e))?;
+            return Ok(false);
+        }
+        let started = Instant::now();
+        txn.commit().map_err(|e| self.redb_err(e))?;
+        let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.commit_nanos_total.fetch_add(took, Ordering::SeqCst);
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        Ok(true)
+    }
+}
+
+/// Errors inside a transaction, before the path is attached.
+enum TxnError {
+    Redb(redb::Error),
+    Decode(DecodeError),
+    Mismatch(String),
+}
+
+impl<E: Into<redb::Error>> From<E> for TxnError {
+    fn from(e: E) -> TxnError {
+        TxnError::Redb(e.into())
+    }
+}
+
+fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
+    let key = match op {
+        BatchOp::Upsert { key, .. } | BatchOp::MarkUsed { key, .. } | BatchOp::Remove { key } => {
+            key
+        }
+        _ => return Ok(()),
+    };
+    let id = key.image_id.as_str();
+    let reason = if id.is_empty() {
+        "the image id is empty"
+    } else if id.len() > MAX_ID_BYTES {
+        "the image id is longer than 65535 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::InvalidKey {
+        key: id.chars().take(80).collect(),
+        reason,
+    })
+}
+
+fn read_meta<T: ReadableTable<Stored<MetaKey>, Stored<MetaValue>>>(
+    table: &T,
+    name: &str,
+) -> Result<Option<i64>, TxnError> {
+    let encoded = MetaKey(name.to_owned()).encode();
+    match table.get(Encoded::new(&encoded))? {
+        None => Ok(None),
+        Some(guard) => guard
+            .value()
+            .decode()
+            .map(|v| Some(v.0))
+            .map_err(TxnError::Decode),
+    }
+}
+
+/// Applies every operation; returns whether anything changed.
+fn apply_ops(txn: &WriteTransaction, batch: &Batch) -> Result<bool, TxnError> {
+    let mut images = txn.open_table(IMAGES)?;
+    let mut index = txn.open_table(EVICTION)?;
+    let mut backoff = txn.open_table(BACKOFF)?;
+    let mut meta = txn.open_table(META)?;
+    let mut changed = false;
+    for op in &batch.ops {
+        changed |= match op {
+            BatchOp::Upsert { key, record } => {
+                put_record(&mut images, &mut index, key, Some(*record))?
+            }
+            BatchOp::MarkUsed { key, now, size } => {
+                let next = match get_record(&images, key)? {
+                    Some(old) => ImageRecord {
+                        last_used: *now,
+                        size: size.unwrap_or(old.size),
+                        ..old
+                    },
+                    None => ImageRecord {
+                        first_detected: *now,
+                        last_used: *now,
+                        size: size.unwrap_or(0),
+                        pinned: false,
+                    },
+                };
+                put_record(&mut images, &mut index, key, Some(next))?
+            }
+            BatchOp::Remove { key } => put_record(&mut images, &mut index, key, None)?,
+            BatchOp::PutBackoff { key, entry } => {
+                let k = BackoffKey(key.clone()).encode();
+                let old = match backoff.get(Encoded::new(&k))? {
+                    Some(g) => Some(g.value().decode().map_err(TxnError::Decode)?),
+                    None => None,
+                };
+                if old.as_ref() == Some(entry) {
+                    false
+                } else {
+                    backoff.insert(Encoded::new(&k), Encoded::new(&entry.encode()))?;
+                    true
+                }
+            }
+            BatchOp::RemoveBackoff { key } => {
+                let k = BackoffKey(key.clone()).encode();
+                backoff.remove(Encoded::new(&k))?.is_some()
+            }
+            BatchOp::SetMeta { name, value } => put_meta(&mut meta, name, *value)?,
+        };
+    }
+    if changed {
+        for (name, value) in &batch.stamps {
+            put_meta(&mut meta, name, *value)?;
+        }
+    }
+    Ok(changed)
+}
+
+type ImagesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageRecord>>;
+type IndexTable<'t> = redb::Table<'t, Stored<EvictionKey>, ()>;
+type MetaTable<'t> = redb::Table<'t, Stored<MetaKey>, Stored<MetaValue>>;
+
+fn get_record(images: &ImagesTable<'_>, key: &RecordKey) -> Result<Option<ImageRecord>, TxnError> {
+    let k = key.encode();
+    match images.get(Encoded::new(&k))? {
+        Some(g) => Ok(Some(g.value().decode().map_err(TxnError::Decode)?)),
+        None => Ok(None),
+    }
+}
+
+/// Sets (or, with `None`, removes) one record and keeps its index entry in step. Returns
+/// whether anything changed.
+fn put_record(
+    images: &mut ImagesTable<'_>,
+    index: &mut IndexTable<'_>,
+    key: &RecordKey,
+    next: Option<ImageRecord>,
+) -> Result<bool, TxnError> {
+    let old = get_record(images, key)?;
+    if old == next {
+        return Ok(false);
+    }
+    let k = key.encode();
+    if let Some(old) = old {
+        let old_index = EvictionKey::of(key, &old).encode();
+        if index.remove(Encoded::new(&old_index))?.is_none() {
+            return Err(TxnError::Mismatch(format!(
+                "record {key} has no eviction-index entry"
+            )));
+        }
+    }
+    match next {
+        Some(record) => {
+            images.insert(Encoded::new(&k), Encoded::new(&record.encode()))?;
+            let new_index = EvictionKey::of(key, &record).encode();
+            index.insert(Encoded::new(&new_index), ())?;
+        }
+        None => {
+            images.remove(Encoded::new(&k))?;
+        }
+    }
+    Ok(true)
+}
+
+fn put_meta(meta: &mut MetaTable<'_>, name: &str, value: i64) -> Result<bool, TxnError> {
+    if read_meta(meta, name)? == Some(value) {
+        return Ok(false);
+    }
+    let k = MetaKey(name.to_owned()).encode();
+    meta.insert(Encoded::new(&k), Encoded::new(&MetaValue(value).encode()))?;
+    Ok(true)
+}
+
+/// A lazy walk over the eviction index, oldest first, joined with each record.
+pub struct EvictionIter {
+    range: redb::Range<'static, Stored<EvictionKey>, ()>,
+    images: ReadOnlyTable<Stored<RecordKey>, Stored<ImageRecord>>,
+    path: PathBuf,
+    _txn: ReadTransaction,
+}
+
+impl EvictionIter {
+    fn next_entry(&mut self) -> Option<Result<StoredRecord, StoreError>> {
+        let path = &self.path;
+        let redb_err = |e: redb::Error| StoreError::Redb {
+            path: path.clone(),
+            source: e,
+        };
+        let decode_err = |e| StoreError::Decode {
+            path: path.clone(),
+            source: e,
+        };
+        let (k, _) = match self.range.next()? {
+            Ok(entry) => entry,
+            Err(e) => return Some(Err(redb_err(e.into()))),
+        };
+        let entry = match k.value().decode() {
+            Ok(entry) => entry,
+            Err(e) => return Some(Err(decode_err(e))),
+        };
+        let encoded = entry.key.encode();
+        let record = match self.images.get(Encoded::new(&encoded)) {
+            Ok(Some(g)) => match g.value().decode() {
+                Ok(record) => record,
+                Err(e) => return Some(Err(decode_err(e))),
+            },
+            Ok(None) => {
+                return Some(Err(StoreError::IndexMismatch {
+                    path: path.clone(),
+                    detail: format!("index entry for {} has no record", entry.key),
+                }));
+            }
+            Err(e) => return Some(Err(redb_err(e.into()))),
+        };
+        if record.last_used != entry.last_used || record.first_detected != entry.first_detected {
+            return Some(Err(StoreError::IndexMismatch {
+                path: path.clone(),
+                detail: format!("index entry for {} does not match its record", entry.key),
+            }));
+        }
+        Some(Ok(StoredRecord {
+            key: entry.key,
+            record,
+        }))
+    }
+}
+
+impl Iterator for EvictionIter {
+    type Item = Result<StoredRecord, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_entry()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,338 @@
+//! Opening the database: file and directory permissions, redb's concurrency mode, mapping
+//! redb's open errors to ours, and the schema version (create, refuse newer, migrate older
+//! after a backup copy).
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+
+use redb::{
+    Builder, ConcurrencyMode, DatabaseError, Durability, StorageError, TableHandle,
+    WriteTransaction,
+};
+
+use super::tables::{BACKOFF, EVICTION, IMAGES, META};
+use super::{Handle, Store, StoreError, TxnError, put_meta};
+use crate::model::UnixNanos;
+
+/// The schema version this build writes and reads.
+pub const CURRENT_SCHEMA_VERSION: i64 = 1;
+
+/// Names of the entries of the `meta` table.
+pub mod meta_keys {
+    /// The schema version of the file.
+    pub const SCHEMA_VERSION: &str = "schema_version";
+    /// When the file was created (unix nanoseconds).
+    pub const CREATED_AT: &str = "created_at";
+    /// When an agent last started on this file (unix nanoseconds).
+    pub const AGENT_STARTED_AT: &str = "agent_started_at";
+    /// The time of the last detect cycle that changed something (unix nanoseconds).
+    pub const LAST_DETECT: &str = "last_detect";
+}
+
+/// One schema upgrade step, from `from` to `from + 1`. See `migrations/`.
+struct Migration {
+    from: i64,
+    apply: fn(&WriteTransaction) -> Result<(), TxnError>,
+}
+
+/// Registered upgrade steps, in order. Schema 1 is the first: nothing to upgrade yet.
+const MIGRATIONS: &[Migration] = &[];
+
+fn builder() -> Builder {
+    let mut b = Builder::new();
+    b.set_concurrency_mode(ConcurrencyMode::SingleWriter);
+    // The agent keeps at most a few hundred thousand small records: a modest cache is plenty
+    // and keeps the process small.
+    b.set_cache_size(64 * 1024 * 1024);
+    b
+}
+
+impl Store {
+    /// Opens (creating if missing) the database at `path` for reading and writing. A new file
+    /// is created 0600 in a directory created 0700. `now` stamps a new file's creation time.
+    pub fn open(path: &Path, now: UnixNanos) -> Result<Store, StoreError> {
+        prepare_file(path)?;
+        let store = open_writable(path)?;
+        let version = store.meta(super::meta_keys::SCHEMA_VERSION)?;
+        match version {
+            None => store.initialize(now)?,
+            Some(v) if v == CURRENT_SCHEMA_VERSION => {}
+            Some(v) if v > CURRENT_SCHEMA_VERSION => {
+                return Err(StoreError::SchemaTooNew {
+                    path: path.to_owned(),
+                    found: v,
+                    supported: CURRENT_SCHEMA_VERSION,
+                });
+            }
+            Some(v) => {
+                drop(store);
+                backup(path, v)?;
+                let store = open_writable(path)?;
+                store.migrate(v)?;
+                return Ok(store);
+            }
+        }
+        Ok(store)
+    }
+
+    /// Opens an existing database read-only, alongside a running agent. It never writes the
+    /// file; a file that needs crash recovery is refused with [`StoreError::NeedsRecovery`].
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        let file = fs::File::open(path).map_err(|e| open_io_error(path, e))?;
+        check_not_empty(path, &file)?;
+        drop(file);
+        let db = builder()
+            .open_read_only(path)
+            .map_err(|e| map_open_error(path, e, true))?;
+        let store = Store {
+            handle: Handle::Read(db),
+            path: path.to_owned(),
+            commits: AtomicU64::new(0),
+            commit_nanos_total: AtomicU64::new(0),
+        };
+        store.check_schema_read_only()?;
+        Ok(store)
+    }
+
+    fn check_schema_read_only(&self) -> Result<(), StoreError> {
+        let txn = self.begin_read()?;
+        let has_meta = txn
+            .list_tables()
+            .map_err(|e| self.redb_err(e))?
+            .any(|t| t.name() == META.name());
+        if !has_meta {
+            return Err(self.not_ours("it has no meta table"));
+        }
+        drop(txn);
+        match self.meta(super::meta_keys::SCHEMA_VERSION)? {
+            Some(CURRENT_SCHEMA_VERSION) => Ok(()),
+            Some(v) if v > CURRENT_SCHEMA_VERSION => Err(StoreError::SchemaTooNew {
+                path: self.path.clone(),
+                found: v,
+                supported: CURRENT_SCHEMA_VERSION,
+            }),
+            Some(v) => Err(self.not_ours(&format!(
+                "schema version {v} must be upgraded by opening it read-write first"
+            ))),
+            None => Err(self.not_ours("it has no schema version")),
+        }
+    }
+
+    fn not_ours(&self, detail: &str) -> StoreError {
+        StoreError::Corrupt {
+            path: self.path.clone(),
+            detail: detail.to_owned(),
+        }
+    }
+
+    /// Writes the tables and meta entries of a new file, or refuses a redb file that holds
+    /// other tables.
+    fn initialize(&self, now: UnixNanos) -> Result<(), StoreError> {
+        let Handle::Write(db) = &self.handle else {
+            return Err(StoreError::ReadOnly {
+                path: self.path.clone(),
+            });
+        };
+        let txn = db.begin_write().map_err(|e| self.redb_err(e))?;
+        let foreign: Vec<String> = txn
+            .list_tables()
+            .map_err(|e| self.redb_err(e))?
+            .map(|t| t.name().to_owned())
+            .filter(|n| n != META.name())
+            .collect();
+        if !foreign.is_empty() {
+            return Err(self.not_ours(&format!("it has tables {foreign:?} but no schema version")));
+        }
+        let init = || -> Result<(), TxnError> {
+            txn.open_table(IMAGES)?;
+            txn.open_table(EVICTION)?;
+            txn.open_table(BACKOFF)?;
+            let mut meta = txn.open_table(META)?;
+            put_meta(
+                &mut meta,
+                super::meta_keys::SCHEMA_VERSION,
+                CURRENT_SCHEMA_VERSION,
+            )?;
+            put_meta(&mut meta, super::meta_keys::CREATED_AT, now.0)?;
+            Ok(())
+        };
+        init().map_err(|e| self.wrap(e))?;
+        self.commit(txn)
+    }
+
+    fn migrate(&self, mut version: i64) -> Result<(), StoreError> {
+        let Handle::Write(db) = &self.handle else {
+            return Err(StoreError::ReadOnly {
+                path: self.path.clone(),
+            });
+        };
+        while version < CURRENT_SCHEMA_VERSION {
+            let step = MIGRATIONS
+                .iter()
+                .find(|m| m.from == version)
+                .ok_or_else(|| {
+                    self.not_ours(&format!("no upgrade from schema version {version}"))
+                })?;
+            let txn = db.begin_write().map_err(|e| self.redb_err(e))?;
+            (step.apply)(&txn).map_err(|e| self.wrap(e))?;
+            {
+                let mut meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
+                put_meta(&mut meta, super::meta_keys::SCHEMA_VERSION, version + 1)
+                    .map_err(|e| self.wrap(e))?;
+            }
+            self.commit(txn)?;
+            version += 1;
+        }
+        Ok(())
+    }
+
+    fn commit(&self, mut txn: WriteTransaction) -> Result<(), StoreError> {
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| self.redb_err(e))?;
+        txn.set_quick_repair(true);
+        txn.commit().map_err(|e| self.redb_err(e))?;
+        self.commits
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+fn open_writable(path: &Path) -> Result<Store, StoreError> {
+    let db = builder()
+        .create(path)
+        .map_err(|e| map_open_error(path, e, false))?;
+    Ok(Store {
+        handle: Handle::Write(db),
+        path: path.to_owned(),
+        commits: AtomicU64::new(0),
+        commit_nanos_total: AtomicU64::new(0),
+    })
+}
+
+/// Creates the directory (0700) and the file (0600) if they do not exist yet, and refuses a
+/// non-empty file too short to be a database.
+fn prepare_file(path: &Path) -> Result<(), StoreError> {
+    let io_err = |source| StoreError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io_err)?;
+        }
+    }
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| open_io_error(path, e))?;
+    let meta = file.metadata().map_err(io_err)?;
+    if meta.len() == 0 {
+        // A file we just created (or an empty one): make sure of its mode whatever the umask.
+        file.set_permissions(fs::Permissions::from_mode(0o600))
+            .map_err(io_err)?;
+    }
+    check_not_empty_or_plausible(path, meta.len())
+}
+
+/// redb's header is one page; anything shorter but non-empty is a truncated or foreign file.
+const MIN_DATABASE_BYTES: u64 = 512;
+
+fn check_not_empty_or_plausible(path: &Path, len: u64) -> Result<(), StoreError> {
+    if len > 0 && len < MIN_DATABASE_BYTES {
+        return Err(StoreError::Corrupt {
+            path: path.to_owned(),
+            detail: format!("the file is only {len} bytes long (truncated, or not a database)"),
+        });
+    }
+    Ok(())
+}
+
+fn check_not_empty(path: &Path, file: &fs::File) -> Result<(), StoreError> {
+    let len = file
+        .metadata()
+        .map_err(|e| StoreError::Io {
+            path: path.to_owned(),
+            source: e,
+        })?
+        .len();
+    if len == 0 {
+        return Err(StoreError::Corrupt {
+            path: path.to_owned(),
+            detail: "the file is empty".to_owned(),
+        });
+    }
+    check_not_empty_or_plausible(path, len)
+}
+
+fn open_io_error(path: &Path, e: io::Error) -> StoreError {
+    if e.kind() == io::ErrorKind::NotFound {
+        StoreError::Missing {
+            path: path.to_owned(),
+        }
+    } else {
+        StoreError::Io {
+            path: path.to_owned(),
+            source: e,
+        }
+    }
+}
+
+fn map_open_error(path: &Path, e: DatabaseError, read_only: bool) -> StoreError {
+    let path_buf = path.to_owned();
+    match e {
+        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
+            StoreError::AlreadyOpen { path: path_buf }
+        }
+        DatabaseError::RepairAborted if read_only => StoreError::NeedsRecovery { path: path_buf },
+        DatabaseError::UpgradeRequired(v) => StoreError::Corrupt {
+            path: path_buf,
+            detail: format!("redb file format {v} is not supported"),
+        },
+        DatabaseError::Storage(StorageError::Corrupted(detail)) => StoreError::Corrupt {
+            path: path_buf,
+            detail,
+        },
+        DatabaseError::Storage(StorageError::Io(io))
+            if matches!(
+                io.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::InvalidData
+            ) =>
+        {
+            StoreError::Corrupt {
+                path: path_buf,
+                detail: io.to_string(),
+            }
+        }
+        other => StoreError::Redb {
+            path: path_buf,
+            source: other.into(),
+        },
+    }
+}
+
+/// Copies the file to `<path>.bak-v<version>` before an upgrade.
+fn backup(path: &Path, version: i64) -> Result<PathBuf, StoreError> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".bak-v{version}"));
+    let dest = PathBuf::from(name);
+    fs::copy(path, &dest).map_err(|e| StoreError::Io {
+        path: dest.clone(),
+        source: e,
+    })?;
+    fs::set_permissions(&dest, fs::Permissions::from_mode(0o600)).map_err(|e| StoreError::Io {
+        path: dest.clone(),
+        source: e,
+    })?;
+    Ok(dest)
+}

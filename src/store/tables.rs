@@ -1,0 +1,98 @@
+//! redb table definitions and the adapter from our [`Codec`] layouts to redb's `Key`/`Value`
+//! traits. redb's `from_bytes` cannot fail, so tables hand out the raw bytes ([`Encoded`]) and
+//! every read decodes them through [`Encoded::decode`], which can.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::marker::PhantomData;
+
+use redb::{Key, TableDefinition, TypeName, Value};
+
+use super::codec::{BackoffKey, Codec, DecodeError, EvictionKey, MetaKey, MetaValue, OrderedCodec};
+use crate::model::{BackoffEntry, ImageRecord, RecordKey};
+
+/// Image records: RecordKey → ImageRecord.
+pub(super) const IMAGES: TableDefinition<Stored<RecordKey>, Stored<ImageRecord>> =
+    TableDefinition::new("images");
+/// The eviction index: (last_used, first_detected, RecordKey) → ().
+pub(super) const EVICTION: TableDefinition<Stored<EvictionKey>, ()> =
+    TableDefinition::new("eviction");
+/// Image-pull backoff: `<pod uid>_<image>` → BackoffEntry.
+pub(super) const BACKOFF: TableDefinition<Stored<BackoffKey>, Stored<BackoffEntry>> =
+    TableDefinition::new("backoff");
+/// Named integers: schema version, creation time, markers.
+pub(super) const META: TableDefinition<Stored<MetaKey>, Stored<MetaValue>> =
+    TableDefinition::new("meta");
+
+/// A redb column type whose bytes are the [`Codec`] layout of `T`.
+pub(super) struct Stored<T>(PhantomData<T>);
+
+impl<T> fmt::Debug for Stored<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Stored")
+    }
+}
+
+/// The undecoded bytes of a stored `T`.
+pub(super) struct Encoded<'a, T> {
+    bytes: &'a [u8],
+    kind: PhantomData<T>,
+}
+
+impl<'a, T: Codec> Encoded<'a, T> {
+    pub(super) fn new(bytes: &'a [u8]) -> Encoded<'a, T> {
+        Encoded {
+            bytes,
+            kind: PhantomData,
+        }
+    }
+
+    pub(super) fn decode(&self) -> Result<T, DecodeError> {
+        T::decode(self.bytes)
+    }
+}
+
+impl<T> fmt::Debug for Encoded<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Encoded({:02x?})", self.bytes)
+    }
+}
+
+impl<T: Codec + 'static> Value for Stored<T> {
+    type SelfType<'a>
+        = Encoded<'a, T>
+    where
+        Self: 'a;
+    type AsBytes<'a>
+        = &'a [u8]
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        T::FIXED_WIDTH
+    }
+
+    fn from_bytes<'a>(data: &'a [u8]) -> Encoded<'a, T>
+    where
+        Self: 'a,
+    {
+        Encoded::new(data)
+    }
+
+    fn as_bytes<'a, 'b: 'a>(value: &'a Encoded<'b, T>) -> &'a [u8]
+    where
+        Self: 'b,
+    {
+        value.bytes
+    }
+
+    fn type_name() -> TypeName {
+        TypeName::new(T::TYPE_NAME)
+    }
+}
+
+impl<T: OrderedCodec + 'static> Key for Stored<T> {
+    fn compare(data1: &[u8], data2: &[u8]) -> Ordering {
+        data1.cmp(data2)
+    }
+}
