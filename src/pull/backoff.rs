@@ -52,7 +52,12 @@ impl BackoffPolicy {
     }
 
     /// `Next`: the entry after a failure at `now`, carrying `last_error`.
-    pub fn next(&self, entry: Option<&BackoffEntry>, now: UnixNanos, last_error: String) -> BackoffEntry {
+    pub fn next(
+        &self,
+        entry: Option<&BackoffEntry>,
+        now: UnixNanos,
+        last_error: String,
+    ) -> BackoffEntry {
         let backoff = match entry {
             Some(e) if !self.has_expired(e, now) => e.backoff.saturating_mul(2).min(self.max),
             _ => self.initial,
@@ -206,7 +211,11 @@ mod tests {
         let e = p.next(None, secs(100), "e".into());
         // (seconds after the failure, in backoff?)
         for (after, want) in [(0, true), (9, true), (10, false), (11, false)] {
-            assert_eq!(p.is_in_backoff(Some(&e), secs(100 + after)), want, "after {after}s");
+            assert_eq!(
+                p.is_in_backoff(Some(&e), secs(100 + after)),
+                want,
+                "after {after}s"
+            );
         }
         assert!(!p.is_in_backoff(None, secs(100)));
     }
@@ -219,8 +228,14 @@ mod tests {
         assert_eq!(e.backoff, Duration::from_secs(20));
         assert!(!p.has_expired(&e, secs(601)));
         assert!(p.has_expired(&e, secs(602)));
-        assert_eq!(p.next(Some(&e), secs(601), "e".into()).backoff, Duration::from_secs(40));
-        assert_eq!(p.next(Some(&e), secs(602), "e".into()).backoff, Duration::from_secs(10));
+        assert_eq!(
+            p.next(Some(&e), secs(601), "e".into()).backoff,
+            Duration::from_secs(40)
+        );
+        assert_eq!(
+            p.next(Some(&e), secs(602), "e".into()).backoff,
+            Duration::from_secs(10)
+        );
     }
 
     #[test]

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 /// Kubelet's `imagePullDurationBuckets`, in seconds.
 pub const IMAGE_PULL_DURATION_BUCKETS: [f64; 18] = [
-    1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0, 600.0, 900.0, 1200.0,
-    1800.0, 2700.0, 3600.0,
+    1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0, 600.0, 900.0,
+    1200.0, 1800.0, 2700.0, 3600.0,
 ];
 
 const MIB: u64 = 1024 * 1024;
@@ -64,7 +64,11 @@ impl Histogram {
     }
 
     pub fn observe(&mut self, v: f64) {
-        let i = self.bounds.iter().position(|b| v <= *b).unwrap_or(self.bounds.len());
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| v <= *b)
+            .unwrap_or(self.bounds.len());
         if let Some(c) = self.counts.get_mut(i) {
             *c += 1;
         }
@@ -75,7 +79,11 @@ impl Histogram {
     /// (upper bound, cumulative count) per bucket, ending with +Inf.
     pub fn cumulative(&self) -> Vec<(f64, u64)> {
         let mut acc = 0;
-        let bounds = self.bounds.iter().copied().chain(std::iter::once(f64::INFINITY));
+        let bounds = self
+            .bounds
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY));
         bounds
             .zip(&self.counts)
             .map(|(b, c)| {
@@ -110,7 +118,10 @@ impl PullMetrics {
 
     /// A copy of the histograms by size label.
     pub fn snapshot(&self) -> BTreeMap<&'static str, Histogram> {
-        self.by_size.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.by_size
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 

@@ -214,7 +214,11 @@ impl PullConfig {
                 errs.push("invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false".to_owned());
             }
         }
-        if errs.is_empty() { Ok(()) } else { Err(ConfigError(errs)) }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError(errs))
+        }
     }
 }
 
@@ -241,8 +245,8 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         clock: Arc<dyn Clock>,
     ) -> Result<ImageManager<R, S>, ConfigError> {
         config.validate()?;
-        let throttle =
-            (config.registry_pull_qps != 0.0).then_some((config.registry_pull_qps, config.registry_burst));
+        let throttle = (config.registry_pull_qps != 0.0)
+            .then_some((config.registry_pull_qps, config.registry_burst));
         let max_parallel = config
             .max_parallel_image_pulls
             .and_then(|n| usize::try_from(n).ok());
@@ -295,7 +299,11 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         };
 
         if pull_policy != PullPolicy::Always {
-            match self.runtime.image_status(&spec_image, runtime_handler).await {
+            match self
+                .runtime
+                .image_status(&spec_image, runtime_handler)
+                .await
+            {
                 Err(e) => {
                     let msg = format!("Failed to inspect image {q}: {e}");
                     self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
@@ -307,7 +315,8 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                     return Ok(present.id.0);
                 }
                 Ok(None) if pull_policy == PullPolicy::Never => {
-                    let msg = format!("Container image {q} is not present with pull policy of Never");
+                    let msg =
+                        format!("Container image {q} is not present with pull policy of Never");
                     self.warn(pod, reasons::ERR_IMAGE_NEVER_PULL_POLICY, &msg);
                     return Err(PullError::ErrImageNeverPull(msg));
                 }
@@ -317,12 +326,13 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
 
         let key = format!("{}_{}", pod.uid, image);
         let now = self.clock.now();
-        let entry = match self.blocking({
-            let store = self.store.clone();
-            let key = key.clone();
-            move || store.backoff(&key)
-        })
-        .await
+        let entry = match self
+            .blocking({
+                let store = self.store.clone();
+                let key = key.clone();
+                move || store.backoff(&key)
+            })
+            .await
         {
             Ok(e) => e,
             Err(e) => {

@@ -94,7 +94,10 @@ impl<R: PullRuntime> Shared<R> {
     async fn pull(&self, req: &PullRequest) -> Result<PullOutcome, RuntimeError> {
         let start = self.clock.now();
         if let Some(t) = &self.throttle {
-            let accepted = t.lock().unwrap_or_else(|p| p.into_inner()).try_accept(start);
+            let accepted = t
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .try_accept(start);
             if !accepted {
                 return Err(RuntimeError(PULL_QPS_EXCEEDED.to_owned()));
             }

@@ -191,7 +191,9 @@ pub fn go_quote(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -201,13 +203,18 @@ pub fn go_quote(s: &str) -> String {
 
 /// `^[a-f0-9]{64}$`.
 fn is_identifier(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// distribution/reference `splitDockerDomain`.
 fn split_docker_domain(name: &str) -> (String, String) {
     let Some((maybe_domain, maybe_remote)) = name.split_once('/') else {
-        return (DEFAULT_DOMAIN.to_owned(), format!("{OFFICIAL_REPO_PREFIX}{name}"));
+        return (
+            DEFAULT_DOMAIN.to_owned(),
+            format!("{OFFICIAL_REPO_PREFIX}{name}"),
+        );
     };
     let (domain, mut remote) = if maybe_domain == LOCALHOST {
         (maybe_domain.to_owned(), maybe_remote.to_owned())
@@ -313,17 +320,36 @@ mod tests {
     fn parse_normalized_matches_distribution_reference() {
         type Want<'a> = Result<(&'a str, Option<&'a str>, Option<&'a str>), &'a str>;
         let long_ok = format!("{}a", "a/".repeat(127));
+        let long_ok_name = format!("docker.io/{long_ok}");
         let long_bad = format!("{}a:tag", "a/".repeat(128));
         let d256 = format!("sha256:{HEX64}");
         let d512 = format!("sha512:{HEX64}{HEX64}");
         let cases: Vec<(String, Want)> = vec![
-            ("test_com".into(), Ok(("docker.io/library/test_com", None, None))),
-            ("test.com:tag".into(), Ok(("docker.io/library/test.com", Some("tag"), None))),
-            ("test.com:5000".into(), Ok(("docker.io/library/test.com", Some("5000"), None))),
-            ("test.com/repo:tag".into(), Ok(("test.com/repo", Some("tag"), None))),
+            (
+                "test_com".into(),
+                Ok(("docker.io/library/test_com", None, None)),
+            ),
+            (
+                "test.com:tag".into(),
+                Ok(("docker.io/library/test.com", Some("tag"), None)),
+            ),
+            (
+                "test.com:5000".into(),
+                Ok(("docker.io/library/test.com", Some("5000"), None)),
+            ),
+            (
+                "test.com/repo:tag".into(),
+                Ok(("test.com/repo", Some("tag"), None)),
+            ),
             ("test:5000/repo".into(), Ok(("test:5000/repo", None, None))),
-            ("test:5000/repo:tag".into(), Ok(("test:5000/repo", Some("tag"), None))),
-            (format!("test:5000/repo@{d256}"), Ok(("test:5000/repo", None, Some(&d256)))),
+            (
+                "test:5000/repo:tag".into(),
+                Ok(("test:5000/repo", Some("tag"), None)),
+            ),
+            (
+                format!("test:5000/repo@{d256}"),
+                Ok(("test:5000/repo", None, Some(&d256))),
+            ),
             (
                 format!("test:5000/repo:tag@{d256}"),
                 Ok(("test:5000/repo", Some("tag"), Some(&d256))),
@@ -331,59 +357,136 @@ mod tests {
             ("".into(), Err("invalid reference format")),
             (":justtag".into(), Err("invalid reference format")),
             (format!("@{d256}"), Err("invalid reference format")),
-            ("repo@sha256:ffffffffffffffffffffffffffffffffff".into(), Err("invalid checksum digest length")),
-            (format!("validname@invaliddigest:{HEX64}"), Err("unsupported digest algorithm")),
+            (
+                "repo@sha256:ffffffffffffffffffffffffffffffffff".into(),
+                Err("invalid checksum digest length"),
+            ),
+            (
+                format!("validname@invaliddigest:{HEX64}"),
+                Err("unsupported digest algorithm"),
+            ),
             (
                 "Uppercase:tag".into(),
-                Err("invalid reference format: repository name (library/Uppercase) must be lowercase"),
+                Err(
+                    "invalid reference format: repository name (library/Uppercase) must be lowercase",
+                ),
             ),
             // "Uppercase" is a domain here: an uppercase first component is a registry.
-            ("Uppercase/lowercase:tag".into(), Ok(("Uppercase/lowercase", Some("tag"), None))),
+            (
+                "Uppercase/lowercase:tag".into(),
+                Ok(("Uppercase/lowercase", Some("tag"), None)),
+            ),
             (
                 "test:5000/Uppercase/lowercase:tag".into(),
-                Err("invalid reference format: repository name (Uppercase/lowercase) must be lowercase"),
+                Err(
+                    "invalid reference format: repository name (Uppercase/lowercase) must be lowercase",
+                ),
             ),
-            ("lowercase:Uppercase".into(), Ok(("docker.io/library/lowercase", Some("Uppercase"), None))),
-            (long_bad, Err("repository name must not be more than 255 characters")),
+            (
+                "lowercase:Uppercase".into(),
+                Ok(("docker.io/library/lowercase", Some("Uppercase"), None)),
+            ),
+            (
+                long_bad,
+                Err("repository name must not be more than 255 characters"),
+            ),
             (
                 format!("{long_ok}:tag-puts-this-over-max"),
-                Ok((&format!("docker.io/{long_ok}"), Some("tag-puts-this-over-max"), None)),
+                Ok((&long_ok_name, Some("tag-puts-this-over-max"), None)),
             ),
             ("aa/asdf$$^/aa".into(), Err("invalid reference format")),
-            ("sub-dom1.foo.com/bar/baz/quux".into(), Ok(("sub-dom1.foo.com/bar/baz/quux", None, None))),
+            (
+                "sub-dom1.foo.com/bar/baz/quux".into(),
+                Ok(("sub-dom1.foo.com/bar/baz/quux", None, None)),
+            ),
             (
                 "b.gcr.io/test.example.com/my-app:test.example.com".into(),
-                Ok(("b.gcr.io/test.example.com/my-app", Some("test.example.com"), None)),
+                Ok((
+                    "b.gcr.io/test.example.com/my-app",
+                    Some("test.example.com"),
+                    None,
+                )),
             ),
             (
                 format!("xn--7o8h.com/myimage:xn--7o8h.com@{d512}"),
                 Ok(("xn--7o8h.com/myimage", Some("xn--7o8h.com"), Some(&d512))),
             ),
-            ("foo_bar.com:8080".into(), Ok(("docker.io/library/foo_bar.com", Some("8080"), None))),
-            ("foo/foo_bar.com:8080".into(), Ok(("docker.io/foo/foo_bar.com", Some("8080"), None))),
-            ("192.168.1.1".into(), Ok(("docker.io/library/192.168.1.1", None, None))),
-            ("192.168.1.1:5000/repo:5050".into(), Ok(("192.168.1.1:5000/repo", Some("5050"), None))),
+            (
+                "foo_bar.com:8080".into(),
+                Ok(("docker.io/library/foo_bar.com", Some("8080"), None)),
+            ),
+            (
+                "foo/foo_bar.com:8080".into(),
+                Ok(("docker.io/foo/foo_bar.com", Some("8080"), None)),
+            ),
+            (
+                "192.168.1.1".into(),
+                Ok(("docker.io/library/192.168.1.1", None, None)),
+            ),
+            (
+                "192.168.1.1:5000/repo:5050".into(),
+                Ok(("192.168.1.1:5000/repo", Some("5050"), None)),
+            ),
             ("[2001:db8::1]".into(), Err("invalid reference format")),
             ("[2001:db8::1]:5000".into(), Err("invalid reference format")),
-            ("[2001:db8::1]/repo".into(), Ok(("[2001:db8::1]/repo", None, None))),
-            ("[2001:db8:1:2:3:4:5:6]/repo:tag".into(), Ok(("[2001:db8:1:2:3:4:5:6]/repo", Some("tag"), None))),
+            (
+                "[2001:db8::1]/repo".into(),
+                Ok(("[2001:db8::1]/repo", None, None)),
+            ),
+            (
+                "[2001:db8:1:2:3:4:5:6]/repo:tag".into(),
+                Ok(("[2001:db8:1:2:3:4:5:6]/repo", Some("tag"), None)),
+            ),
             (
                 format!("[2001:db8::1]:5000/repo:tag@{d256}"),
                 Ok(("[2001:db8::1]:5000/repo", Some("tag"), Some(&d256))),
             ),
-            ("[::1]:5000/repo".into(), Ok(("[::1]:5000/repo", None, None))),
-            ("[fe80::1]:5000/foo:bar".into(), Ok(("[fe80::1]:5000/foo", Some("bar"), None))),
-            ("[fe80::1%eth0]:5000/repo".into(), Err("invalid reference format")),
-            ("[fe80::1%@invalidzone]:5000/repo".into(), Err("invalid reference format")),
+            (
+                "[::1]:5000/repo".into(),
+                Ok(("[::1]:5000/repo", None, None)),
+            ),
+            (
+                "[fe80::1]:5000/foo:bar".into(),
+                Ok(("[fe80::1]:5000/foo", Some("bar"), None)),
+            ),
+            (
+                "[fe80::1%eth0]:5000/repo".into(),
+                Err("invalid reference format"),
+            ),
+            (
+                "[fe80::1%@invalidzone]:5000/repo".into(),
+                Err("invalid reference format"),
+            ),
             // normalize_test.go
-            ("busybox".into(), Ok(("docker.io/library/busybox", None, None))),
-            ("docker.io/busybox".into(), Ok(("docker.io/library/busybox", None, None))),
-            ("index.docker.io/busybox:1".into(), Ok(("docker.io/library/busybox", Some("1"), None))),
+            (
+                "busybox".into(),
+                Ok(("docker.io/library/busybox", None, None)),
+            ),
+            (
+                "docker.io/busybox".into(),
+                Ok(("docker.io/library/busybox", None, None)),
+            ),
+            (
+                "index.docker.io/busybox:1".into(),
+                Ok(("docker.io/library/busybox", Some("1"), None)),
+            ),
             ("localhost/foo".into(), Ok(("localhost/foo", None, None))),
-            ("localhost:5000/foo/bar".into(), Ok(("localhost:5000/foo/bar", None, None))),
-            ("library/ubuntu".into(), Ok(("docker.io/library/ubuntu", None, None))),
-            ("dmcgowan/myapp:1.0".into(), Ok(("docker.io/dmcgowan/myapp", Some("1.0"), None))),
-            ("a__b/c--d/e.f".into(), Ok(("docker.io/a__b/c--d/e.f", None, None))),
+            (
+                "localhost:5000/foo/bar".into(),
+                Ok(("localhost:5000/foo/bar", None, None)),
+            ),
+            (
+                "library/ubuntu".into(),
+                Ok(("docker.io/library/ubuntu", None, None)),
+            ),
+            (
+                "dmcgowan/myapp:1.0".into(),
+                Ok(("docker.io/dmcgowan/myapp", Some("1.0"), None)),
+            ),
+            (
+                "a__b/c--d/e.f".into(),
+                Ok(("docker.io/a__b/c--d/e.f", None, None)),
+            ),
             ("a___b".into(), Err("invalid reference format")),
             ("-foo".into(), Err("invalid reference format")),
             ("foo-".into(), Err("invalid reference format")),
@@ -391,15 +494,23 @@ mod tests {
             ("http://url".into(), Err("invalid reference format")),
             (
                 "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into(),
-                Err("invalid repository name (ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad), cannot specify 64-byte hexadecimal strings"),
+                Err(
+                    "invalid repository name (ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad), cannot specify 64-byte hexadecimal strings",
+                ),
             ),
             (
                 format!("foo@sha256:{}", HEX64.to_uppercase()),
                 Err("invalid checksum digest format"),
             ),
             ("foo:t\u{e4}g".into(), Err("invalid reference format")),
-            ("Foo_bar/baz".into(), Err("repository name must be lowercase")),
-            ("foo_bar.com/baz".into(), Ok(("foo_bar.com/baz", None, None))),
+            (
+                "Foo_bar/baz".into(),
+                Err("repository name must be lowercase"),
+            ),
+            (
+                "foo_bar.com/baz".into(),
+                Ok(("foo_bar.com/baz", None, None)),
+            ),
         ];
         for (input, want) in cases {
             let got = ImageReference::parse_normalized(&input);
@@ -425,7 +536,10 @@ mod tests {
             (format!("root:latest@{d}"), format!("root:latest@{d}")),
             ("root:latest".to_owned(), "root:latest".to_owned()),
             ("quay.io/a/b".to_owned(), "quay.io/a/b:latest".to_owned()),
-            ("[fe80::1]:5000/foo".to_owned(), "[fe80::1]:5000/foo:latest".to_owned()),
+            (
+                "[fe80::1]:5000/foo".to_owned(),
+                "[fe80::1]:5000/foo:latest".to_owned(),
+            ),
         ];
         for (input, want) in cases {
             assert_eq!(apply_default_image_tag(&input), Ok(want), "{input}");

@@ -375,12 +375,14 @@ fn cases() -> Vec<Case> {
 
 async fn run_puller_table(serialize: bool) {
     for c in cases() {
-        let runtime = Arc::new(FakeRuntime {
-            pull_err: c.pull_err.map(str::to_owned),
-            inspect_err: c.inspect_err.map(str::to_owned),
-            ..Default::default()
-        }
-        .with_image("present_image:latest", "sha256:present", 42));
+        let runtime = Arc::new(
+            FakeRuntime {
+                pull_err: c.pull_err.map(str::to_owned),
+                inspect_err: c.inspect_err.map(str::to_owned),
+                ..Default::default()
+            }
+            .with_image("present_image:latest", "sha256:present", 42),
+        );
         let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
         let recorder = Arc::new(Recorder::default());
         let config = PullConfig {
@@ -408,10 +410,19 @@ async fn run_puller_table(serialize: bool) {
                 .await;
             let at = format!("{} (serialize={serialize}), call {i}", c.name);
             assert_eq!(runtime.take_calls(), want.calls, "calls of {at}");
-            assert_eq!(got.as_ref().map(|_| ()).map_err(PullError::reason), want.outcome, "{at}: {got:?}");
+            assert_eq!(
+                got.as_ref().map(|_| ()).map_err(PullError::reason),
+                want.outcome,
+                "{at}: {got:?}"
+            );
             assert_eq!(recorder.take_reasons(), want.events, "events of {at}");
             if let Err(err) = &got {
-                assert!(err.message().contains(want.msg), "{at}: {:?} lacks {:?}", err.message(), want.msg);
+                assert!(
+                    err.message().contains(want.msg),
+                    "{at}: {:?} lacks {:?}",
+                    err.message(),
+                    want.msg
+                );
             }
         }
     }
@@ -433,9 +444,14 @@ async fn success_reports_size_and_durations_and_records_the_image() {
     let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
     let store = Arc::new(MemoryBackoffStore::new());
     let recorder = Arc::new(Recorder::default());
-    let manager = ImageManager::new(&PullConfig::default(), runtime.clone(), store.clone(), clock.clone())
-        .expect("valid config")
-        .with_recorder(recorder.clone());
+    let manager = ImageManager::new(
+        &PullConfig::default(),
+        runtime.clone(),
+        store.clone(),
+        clock.clone(),
+    )
+    .expect("valid config")
+    .with_recorder(recorder.clone());
     let got = manager
         .ensure_image_exists(&pod(), "busybox", PullPolicy::IfNotPresent, None, "kata")
         .await;
@@ -443,7 +459,9 @@ async fn success_reports_size_and_durations_and_records_the_image() {
     let events = recorder.0.lock().unwrap().clone();
     assert_eq!(
         events.last().map(|(_, _, m)| m.as_str()),
-        Some("Successfully pulled image \"busybox\" in 0s (0s including waiting). Image size: 1234 bytes.")
+        Some(
+            "Successfully pulled image \"busybox\" in 0s (0s including waiting). Image size: 1234 bytes."
+        )
     );
     let key = RecordKey::new("sha256:busybox:latest", "kata");
     let now = UnixNanos::from_secs(T0);
@@ -461,25 +479,42 @@ async fn credentials_reach_the_runtime_and_no_event_or_store() {
     let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
     let store = Arc::new(MemoryBackoffStore::new());
     let recorder = Arc::new(Recorder::default());
-    let manager = ImageManager::new(&PullConfig::default(), runtime.clone(), store.clone(), clock)
-        .expect("valid config")
-        .with_recorder(recorder.clone());
+    let manager = ImageManager::new(
+        &PullConfig::default(),
+        runtime.clone(),
+        store.clone(),
+        clock,
+    )
+    .expect("valid config")
+    .with_recorder(recorder.clone());
     let creds = PullCredentials {
         username: "alice".into(),
         password: "hunter2".into(),
         ..Default::default()
     };
     let got = manager
-        .ensure_image_exists(&pod(), "private/app:1", PullPolicy::Always, Some(&creds), "")
+        .ensure_image_exists(
+            &pod(),
+            "private/app:1",
+            PullPolicy::Always,
+            Some(&creds),
+            "",
+        )
         .await;
     assert_eq!(got.map_err(|e| e.reason()), Err("ErrImagePull"));
-    assert_eq!(runtime.creds_seen.lock().unwrap().as_slice(), &[Some(creds)]);
+    assert_eq!(
+        runtime.creds_seen.lock().unwrap().as_slice(),
+        &[Some(creds)]
+    );
     let everything = format!(
         "{:?}{:?}",
         recorder.0.lock().unwrap(),
         store.backoff_entries().expect("memory store")
     );
-    assert!(!everything.contains("hunter2") && !everything.contains("alice"), "{everything}");
+    assert!(
+        !everything.contains("hunter2") && !everything.contains("alice"),
+        "{everything}"
+    );
 }
 
 #[tokio::test]
@@ -499,8 +534,13 @@ async fn parallel_pulls_stop_at_max_in_flight_and_the_rest_wait_for_a_slot() {
     };
     let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
     let manager = Arc::new(
-        ImageManager::new(&config, runtime.clone(), Arc::new(MemoryBackoffStore::new()), clock)
-            .expect("valid config"),
+        ImageManager::new(
+            &config,
+            runtime.clone(),
+            Arc::new(MemoryBackoffStore::new()),
+            clock,
+        )
+        .expect("valid config"),
     );
     let mut tasks = Vec::new();
     for i in 0..8 {
@@ -514,7 +554,11 @@ async fn parallel_pulls_stop_at_max_in_flight_and_the_rest_wait_for_a_slot() {
     for _ in 0..100 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(*started.borrow(), 5, "a sixth pull started while five were in flight");
+    assert_eq!(
+        *started.borrow(),
+        5,
+        "a sixth pull started while five were in flight"
+    );
     assert_eq!(runtime.in_flight.load(Ordering::SeqCst), 5);
 
     gate.add_permits(1);
@@ -522,7 +566,11 @@ async fn parallel_pulls_stop_at_max_in_flight_and_the_rest_wait_for_a_slot() {
     for _ in 0..100 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(*started.borrow(), 6, "one finished pull frees exactly one slot");
+    assert_eq!(
+        *started.borrow(),
+        6,
+        "one finished pull frees exactly one slot"
+    );
 
     gate.add_permits(7);
     for t in tasks {
@@ -546,8 +594,13 @@ async fn serial_puller_runs_one_pull_at_a_time() {
     };
     let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
     let manager = Arc::new(
-        ImageManager::new(&config, runtime.clone(), Arc::new(MemoryBackoffStore::new()), clock)
-            .expect("valid config"),
+        ImageManager::new(
+            &config,
+            runtime.clone(),
+            Arc::new(MemoryBackoffStore::new()),
+            clock,
+        )
+        .expect("valid config"),
     );
     // More callers than the queue holds: the extra ones wait to enqueue.
     let n = MAX_QUEUE_PLUS;
@@ -585,7 +638,8 @@ async fn backoff_survives_restart<S: BackoffStore>(open: impl Fn() -> Arc<S>) {
     };
     let config = PullConfig::default();
     {
-        let manager = ImageManager::new(&config, failing(), open(), clock.clone()).expect("valid config");
+        let manager =
+            ImageManager::new(&config, failing(), open(), clock.clone()).expect("valid config");
         let got = manager
             .ensure_image_exists(&pod(), "quay.io/x/y:1", PullPolicy::IfNotPresent, None, "")
             .await;
@@ -601,7 +655,8 @@ async fn backoff_survives_restart<S: BackoffStore>(open: impl Fn() -> Arc<S>) {
     for (after, calls, reason) in steps {
         clock.set(UnixNanos::from_secs(T0 + after));
         let runtime = failing();
-        let manager = ImageManager::new(&config, runtime.clone(), open(), clock.clone()).expect("valid config");
+        let manager = ImageManager::new(&config, runtime.clone(), open(), clock.clone())
+            .expect("valid config");
         let got = manager
             .ensure_image_exists(&pod(), "quay.io/x/y:1", PullPolicy::IfNotPresent, None, "")
             .await;
@@ -617,7 +672,8 @@ async fn backoff_survives_restart<S: BackoffStore>(open: impl Fn() -> Arc<S>) {
     }
     // Another pod's key is not in backoff.
     let runtime = failing();
-    let manager = ImageManager::new(&config, runtime.clone(), open(), clock.clone()).expect("valid config");
+    let manager =
+        ImageManager::new(&config, runtime.clone(), open(), clock.clone()).expect("valid config");
     let other = PodRef {
         uid: "other".into(),
         ..pod()
@@ -643,7 +699,8 @@ async fn success_keeps_live_backoff_entries_and_collects_expired_ones() {
         ..Default::default()
     });
     let config = PullConfig::default();
-    let m = ImageManager::new(&config, failing, store.clone(), clock.clone()).expect("valid config");
+    let m =
+        ImageManager::new(&config, failing, store.clone(), clock.clone()).expect("valid config");
     let got = m
         .ensure_image_exists(&pod(), "a", PullPolicy::Always, None, "")
         .await;
@@ -654,7 +711,9 @@ async fn success_keeps_live_backoff_entries_and_collects_expired_ones() {
     // (seconds after the failure, is the entry still there after a success?)
     for (after, kept) in [(20, true), (600, true), (601, false)] {
         clock.set(UnixNanos::from_secs(T0 + after));
-        let got = m.ensure_image_exists(&pod(), "b", PullPolicy::Always, None, "").await;
+        let got = m
+            .ensure_image_exists(&pod(), "b", PullPolicy::Always, None, "")
+            .await;
         assert!(got.is_ok());
         let present = store.backoff("bar_a").expect("memory store").is_some();
         assert_eq!(present, kept, "at +{after}s");
@@ -663,7 +722,8 @@ async fn success_keeps_live_backoff_entries_and_collects_expired_ones() {
 
 #[test]
 fn config_validation_uses_kubelets_messages() {
-    let cases: [(bool, Option<i32>, f64, Result<(), &str>); 6] = [
+    type Case = (bool, Option<i32>, f64, Result<(), &'static str>);
+    let cases: [Case; 6] = [
         (true, None, 5.0, Ok(())),
         (true, Some(1), 5.0, Ok(())),
         (false, Some(5), 5.0, Ok(())),
@@ -677,13 +737,17 @@ fn config_validation_uses_kubelets_messages() {
             true,
             Some(2),
             5.0,
-            Err("invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false"),
+            Err(
+                "invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
+            ),
         ),
         (
             false,
             None,
             -1.0,
-            Err("invalid configuration: registryPullQPS (--registry-qps) -1 must not be a negative number"),
+            Err(
+                "invalid configuration: registryPullQPS (--registry-qps) -1 must not be a negative number",
+            ),
         ),
     ];
     for (serialize, max, qps, want) in cases {
@@ -694,18 +758,38 @@ fn config_validation_uses_kubelets_messages() {
             ..PullConfig::default()
         };
         let got = c.validate().map_err(|e| e.to_string());
-        assert_eq!(got, want.map_err(str::to_owned), "{serialize} {max:?} {qps}");
+        assert_eq!(
+            got,
+            want.map_err(str::to_owned),
+            "{serialize} {max:?} {qps}"
+        );
     }
 }
 
 #[test]
 fn eval_cri_pull_err_classifies_by_prefix() {
     let cases = [
-        ("RegistryUnavailable", "RegistryUnavailable", "image pull failed for img because the registry is unavailable"),
-        ("RegistryUnavailable: x", "RegistryUnavailable", "image pull failed for img because the registry is unavailable: x"),
-        ("SignatureValidationFailed: y", "SignatureValidationFailed", "image pull failed for img because the signature validation failed: y"),
+        (
+            "RegistryUnavailable",
+            "RegistryUnavailable",
+            "image pull failed for img because the registry is unavailable",
+        ),
+        (
+            "RegistryUnavailable: x",
+            "RegistryUnavailable",
+            "image pull failed for img because the registry is unavailable: x",
+        ),
+        (
+            "SignatureValidationFailed: y",
+            "SignatureValidationFailed",
+            "image pull failed for img because the signature validation failed: y",
+        ),
         ("not found", "ErrImagePull", "not found"),
-        ("rpc error: RegistryUnavailable", "ErrImagePull", "rpc error: RegistryUnavailable"),
+        (
+            "rpc error: RegistryUnavailable",
+            "ErrImagePull",
+            "rpc error: RegistryUnavailable",
+        ),
     ];
     for (err, reason, msg) in cases {
         let got = eval_cri_pull_err("img", err);
