@@ -180,6 +180,34 @@ impl<T: BackoffStore> BackoffStore for std::sync::Arc<T> {
     }
 }
 
+/// The record store: a [`PullWrite`] is one [`Batch`](crate::store::Batch), so a failure's
+/// backoff and a success's record each commit in one durable transaction.
+impl BackoffStore for crate::store::Store {
+    fn backoff(&self, key: &str) -> Result<Option<BackoffEntry>, StoreFailure> {
+        crate::store::Store::backoff(self, key).map_err(|e| StoreFailure(e.to_string()))
+    }
+
+    fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, StoreFailure> {
+        crate::store::Store::backoff_entries(self).map_err(|e| StoreFailure(e.to_string()))
+    }
+
+    fn apply(&self, write: &PullWrite) -> Result<(), StoreFailure> {
+        let mut batch = crate::store::Batch::new();
+        if let Some((key, now, size)) = &write.mark_used {
+            batch.mark_used(key.clone(), *now, *size);
+        }
+        for (k, e) in &write.put_backoff {
+            batch.put_backoff(k.clone(), e.clone());
+        }
+        for k in &write.remove_backoff {
+            batch.remove_backoff(k.clone());
+        }
+        crate::store::Store::apply(self, &batch)
+            .map(|_| ())
+            .map_err(|e| StoreFailure(e.to_string()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

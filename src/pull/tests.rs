@@ -691,6 +691,58 @@ async fn backoff_survives_a_restart_of_the_manager() {
 }
 
 #[tokio::test]
+async fn backoff_survives_a_restart_with_the_real_store_reopened() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("images.redb");
+    let now = UnixNanos::from_secs(T0);
+    // Each manager gets the store freshly opened; the previous one is dropped first, as a
+    // restarted agent would find it.
+    let slot: Mutex<Option<Arc<crate::store::Store>>> = Mutex::new(None);
+    backoff_survives_restart(|| {
+        let mut slot = slot.lock().unwrap();
+        *slot = None;
+        let store = Arc::new(crate::store::Store::open(&path, now).expect("open store"));
+        *slot = Some(store.clone());
+        store
+    })
+    .await;
+    let store = crate::store::Store::open(&path, now);
+    let entries = store.map(|s| s.backoff_entries());
+    assert!(
+        matches!(entries, Ok(Ok(ref v)) if v.len() == 2),
+        "{entries:?}"
+    );
+}
+
+#[tokio::test]
+async fn success_marks_the_image_used_in_the_real_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("images.redb");
+    let now = UnixNanos::from_secs(T0);
+    let store = Arc::new(crate::store::Store::open(&path, now).expect("open store"));
+    let clock = Arc::new(ManualClock::new(now));
+    let m = ImageManager::new(
+        &PullConfig::default(),
+        Arc::new(FakeRuntime::default()),
+        store.clone(),
+        clock,
+    )
+    .expect("valid config");
+    let got = m
+        .ensure_image_exists(&pod(), "busybox:1", PullPolicy::Always, None, "")
+        .await;
+    assert_eq!(got, Ok("sha256:busybox:1".to_owned()));
+    let record = store
+        .get(&RecordKey::new("sha256:busybox:1", ""))
+        .expect("read store")
+        .expect("record written at once");
+    assert_eq!(
+        (record.first_detected, record.last_used, record.size),
+        (now, now, 1234)
+    );
+}
+
+#[tokio::test]
 async fn success_keeps_live_backoff_entries_and_collects_expired_ones() {
     let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
     let store = Arc::new(MemoryBackoffStore::new());
