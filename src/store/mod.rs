@@ -499,6 +499,3 @@ impl Iterator for EvictionIter {
         self.next_entry()
     }
 }
-
-#[cfg(test)]
-mod tests;

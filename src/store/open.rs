@@ -54,9 +54,15 @@ impl Store {
     /// Opens (creating if missing) the database at `path` for reading and writing. A new file
     /// is created 0600 in a directory created 0700. `now` stamps a new file's creation time.
     pub fn open(path: &Path, now: UnixNanos) -> Result<Store, StoreError> {
-        prepare_file(path)?;
+        if prepare_file(path)? > 0 {
+            refuse_newer_schema(path)?;
+        }
         let store = open_writable(path)?;
-        let version = store.meta(super::meta_keys::SCHEMA_VERSION)?;
+        let version = if store.has_meta_table()? {
+            store.meta(super::meta_keys::SCHEMA_VERSION)?
+        } else {
+            None
+        };
         match version {
             None => store.initialize(now)?,
             Some(v) if v == CURRENT_SCHEMA_VERSION => {}
@@ -97,16 +103,19 @@ impl Store {
         Ok(store)
     }
 
-    fn check_schema_read_only(&self) -> Result<(), StoreError> {
+    fn has_meta_table(&self) -> Result<bool, StoreError> {
         let txn = self.begin_read()?;
-        let has_meta = txn
+        let found = txn
             .list_tables()
             .map_err(|e| self.redb_err(e))?
             .any(|t| t.name() == META.name());
-        if !has_meta {
+        Ok(found)
+    }
+
+    fn check_schema_read_only(&self) -> Result<(), StoreError> {
+        if !self.has_meta_table()? {
             return Err(self.not_ours("it has no meta table"));
         }
-        drop(txn);
         match self.meta(super::meta_keys::SCHEMA_VERSION)? {
             Some(CURRENT_SCHEMA_VERSION) => Ok(()),
             Some(v) if v > CURRENT_SCHEMA_VERSION => Err(StoreError::SchemaTooNew {
@@ -200,6 +209,15 @@ impl Store {
     }
 }
 
+/// Refuses a file of a newer schema before a read-write open can touch it. A file that needs
+/// crash recovery cannot be peeked at read-only; the check after the read-write open covers it.
+fn refuse_newer_schema(path: &Path) -> Result<(), StoreError> {
+    match Store::open_read_only(path) {
+        Err(e @ StoreError::SchemaTooNew { .. }) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 fn open_writable(path: &Path) -> Result<Store, StoreError> {
     let db = builder()
         .create(path)
@@ -213,20 +231,21 @@ fn open_writable(path: &Path) -> Result<Store, StoreError> {
 }
 
 /// Creates the directory (0700) and the file (0600) if they do not exist yet, and refuses a
-/// non-empty file too short to be a database.
-fn prepare_file(path: &Path) -> Result<(), StoreError> {
+/// non-empty file too short to be a database. Returns the file's length.
+fn prepare_file(path: &Path) -> Result<u64, StoreError> {
     let io_err = |source| StoreError::Io {
         path: path.to_owned(),
         source,
     };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if !dir.exists() {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(io_err)?;
-        }
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io_err)?;
     }
     let file = fs::OpenOptions::new()
         .read(true)
@@ -242,7 +261,8 @@ fn prepare_file(path: &Path) -> Result<(), StoreError> {
         file.set_permissions(fs::Permissions::from_mode(0o600))
             .map_err(io_err)?;
     }
-    check_not_empty_or_plausible(path, meta.len())
+    check_not_empty_or_plausible(path, meta.len())?;
+    Ok(meta.len())
 }
 
 /// redb's header is one page; anything shorter but non-empty is a truncated or foreign file.

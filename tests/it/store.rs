@@ -1,0 +1,453 @@
+//! The record store on real files in temp dirs.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use imagekeeper::model::{BackoffEntry, ImageRecord, RecordKey, UnixNanos};
+use imagekeeper::store::{Batch, CURRENT_SCHEMA_VERSION, Store, StoreError, meta_keys};
+use proptest::prelude::*;
+
+fn temp_db() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("records.redb");
+    (dir, path)
+}
+
+fn open(path: &Path) -> Store {
+    Store::open(path, UnixNanos::from_secs(1_000)).expect("open store")
+}
+
+fn record(first: i64, last: i64, size: u64, pinned: bool) -> ImageRecord {
+    ImageRecord {
+        first_detected: UnixNanos::from_secs(first),
+        last_used: UnixNanos::from_secs(last),
+        size,
+        pinned,
+    }
+}
+
+fn key(id: &str) -> RecordKey {
+    RecordKey::new(format!("sha256:{id}"), "")
+}
+
+fn eviction_ids(store: &Store) -> Vec<String> {
+    store
+        .eviction_order()
+        .expect("scan")
+        .map(|r| r.expect("entry").key.image_id.0)
+        .collect()
+}
+
+#[test]
+fn new_file_is_0600_in_a_0700_directory_with_schema_version() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("nested/records.redb");
+    let store = open(&path);
+    let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(path.parent().expect("parent")), 0o700);
+    assert_eq!(
+        store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(CURRENT_SCHEMA_VERSION)
+    );
+    assert_eq!(
+        store.meta(meta_keys::CREATED_AT).expect("meta"),
+        Some(UnixNanos::from_secs(1_000).0)
+    );
+}
+
+#[test]
+fn eviction_order_is_last_used_then_first_detected_then_key() {
+    let (_dir, path) = temp_db();
+    let store = open(&path);
+    let mut batch = Batch::new();
+    batch.upsert(key("c"), record(10, 50, 1, false));
+    batch.upsert(key("b"), record(20, 0, 1, false)); // never used sorts first
+    batch.upsert(key("a"), record(30, 50, 1, false)); // tie on last_used: first_detected
+    batch.upsert(key("d"), record(10, 50, 1, true)); // tie on both: key
+    batch.upsert(key("e"), record(5, 40, 1, false));
+    store.apply(&batch).expect("apply");
+    assert_eq!(
+        eviction_ids(&store),
+        ["sha256:b", "sha256:e", "sha256:c", "sha256:d", "sha256:a"]
+    );
+    let before: Vec<String> = store
+        .eviction_order_before(UnixNanos::from_secs(50))
+        .expect("scan")
+        .map(|r| r.expect("entry").key.image_id.0)
+        .collect();
+    assert_eq!(before, ["sha256:b", "sha256:e"]);
+}
+
+#[test]
+fn unchanged_batch_commits_nothing_and_a_changed_one_commits_once() {
+    let (_dir, path) = temp_db();
+    let store = open(&path);
+    let start = store.commits();
+    let mut batch = Batch::new();
+    batch.upsert(key("a"), record(1, 2, 3, false));
+    batch.mark_used(key("b"), UnixNanos::from_secs(5), Some(7));
+    batch.put_backoff("uid_img".into(), backoff(10, 1, "boom"));
+    batch.stamp_if_changed(meta_keys::LAST_DETECT, 5);
+    assert!(store.apply(&batch).expect("apply"));
+    assert_eq!(store.commits(), start + 1);
+    assert!(
+        !store.apply(&batch).expect("apply again"),
+        "same batch again changes nothing"
+    );
+    assert!(!store.apply(&Batch::new()).expect("empty"), "empty batch");
+    let mut removal_of_absent = Batch::new();
+    removal_of_absent.remove(key("zzz"));
+    removal_of_absent.remove_backoff("nope".into());
+    assert!(!store.apply(&removal_of_absent).expect("apply"));
+    assert_eq!(store.commits(), start + 1);
+    assert_eq!(store.meta(meta_keys::LAST_DETECT).expect("meta"), Some(5));
+}
+
+#[test]
+fn mark_used_creates_or_bumps_last_used() {
+    let (_dir, path) = temp_db();
+    let store = open(&path);
+    let mut batch = Batch::new();
+    batch.mark_used(key("new"), UnixNanos::from_secs(100), Some(42));
+    batch.upsert(key("old"), record(10, 20, 5, true));
+    store.apply(&batch).expect("apply");
+    let mut bump = Batch::new();
+    bump.mark_used(key("old"), UnixNanos::from_secs(200), None);
+    store.apply(&bump).expect("apply");
+    assert_eq!(
+        store.get(&key("new")).expect("get"),
+        Some(record(100, 100, 42, false))
+    );
+    assert_eq!(
+        store.get(&key("old")).expect("get"),
+        Some(record(10, 200, 5, true))
+    );
+    assert!(store.check_invariants().expect("check").is_empty());
+}
+
+fn backoff(secs: u64, at: i64, msg: &str) -> BackoffEntry {
+    BackoffEntry {
+        backoff: Duration::from_secs(secs),
+        last_update: UnixNanos::from_secs(at),
+        last_error: msg.into(),
+    }
+}
+
+#[test]
+fn drop_and_reopen_keeps_records_backoff_and_meta() {
+    let (_dir, path) = temp_db();
+    {
+        let store = open(&path);
+        let mut batch = Batch::new();
+        batch.upsert(key("a"), record(1, 2, 3, false));
+        batch.upsert(RecordKey::new("sha256:a", "gpu"), record(4, 5, 6, true));
+        batch.put_backoff("uid_img".into(), backoff(20, 9, "rpc error"));
+        batch.set_meta(meta_keys::AGENT_STARTED_AT, 77);
+        store.apply(&batch).expect("apply");
+    }
+    let store = open(&path);
+    assert_eq!(store.len().expect("len"), 2);
+    assert_eq!(
+        store.get(&key("a")).expect("get"),
+        Some(record(1, 2, 3, false))
+    );
+    assert_eq!(
+        store.get(&RecordKey::new("sha256:a", "gpu")).expect("get"),
+        Some(record(4, 5, 6, true))
+    );
+    assert_eq!(
+        store.backoff("uid_img").expect("backoff"),
+        Some(backoff(20, 9, "rpc error"))
+    );
+    assert_eq!(
+        store.meta(meta_keys::AGENT_STARTED_AT).expect("meta"),
+        Some(77)
+    );
+    assert_eq!(
+        store.meta(meta_keys::CREATED_AT).expect("meta"),
+        Some(UnixNanos::from_secs(1_000).0),
+        "reopening does not re-stamp creation"
+    );
+}
+
+#[test]
+fn newer_schema_is_refused_naming_both_versions() {
+    let (_dir, path) = temp_db();
+    {
+        let store = open(&path);
+        let mut batch = Batch::new();
+        batch.set_meta(meta_keys::SCHEMA_VERSION, CURRENT_SCHEMA_VERSION + 1);
+        store.apply(&batch).expect("apply");
+    }
+    let before = std::fs::read(&path).expect("read");
+    for result in [
+        Store::open(&path, UnixNanos(1)),
+        Store::open_read_only(&path),
+    ] {
+        let err = result.err().expect("newer schema must be refused");
+        assert!(
+            matches!(
+                err,
+                StoreError::SchemaTooNew {
+                    found: 2,
+                    supported: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("schema version 2") && msg.contains("version 1"),
+            "{msg}"
+        );
+    }
+    assert!(
+        std::fs::read(&path).expect("read") == before,
+        "refusal leaves the file alone"
+    );
+}
+
+#[test]
+fn bad_files_give_documented_errors_and_are_left_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A real database, to truncate.
+    let good = dir.path().join("good.redb");
+    {
+        let store = open(&good);
+        let mut batch = Batch::new();
+        for i in 0..200 {
+            batch.upsert(key(&format!("{i:064}")), record(i, i, 1, false));
+        }
+        store.apply(&batch).expect("apply");
+    }
+    let good_bytes = std::fs::read(&good).expect("read");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "garbage",
+            b"this is not a database at all, just some text\n".repeat(200),
+        ),
+        ("tiny", b"x".to_vec()),
+        ("truncated header", good_bytes[..300].to_vec()),
+        ("truncated", good_bytes[..good_bytes.len() / 3].to_vec()),
+        ("zeroed header", {
+            let mut b = good_bytes.clone();
+            b[..64].fill(0);
+            b
+        }),
+    ];
+    for (name, bytes) in cases {
+        let path = dir.path().join(format!("{}.redb", name.replace(' ', "-")));
+        std::fs::write(&path, &bytes).expect("write");
+        for (mode, result) in [
+            ("read-write", Store::open(&path, UnixNanos(1))),
+            ("read-only", Store::open_read_only(&path)),
+        ] {
+            match result {
+                Err(StoreError::Corrupt { path: p, .. }) => assert_eq!(p, path),
+                Err(StoreError::NeedsRecovery { .. }) if mode == "read-only" => {}
+                Err(other) => {
+                    let msg = other.to_string();
+                    assert!(
+                        msg.contains(path.to_str().expect("utf8")),
+                        "{name} {mode}: {msg}"
+                    );
+                }
+                Ok(mut store) => {
+                    // redb may repair a truncated tail; then what is left must be consistent.
+                    let violations = store.check().expect("check");
+                    assert!(violations.is_empty(), "{name} {mode}: {violations:?}");
+                }
+            }
+        }
+        if name == "garbage" || name == "tiny" {
+            assert!(
+                std::fs::read(&path).expect("read") == bytes,
+                "{name} left alone"
+            );
+        }
+    }
+}
+
+#[test]
+fn missing_file_read_only_is_a_clear_error() {
+    let (_dir, path) = temp_db();
+    let err = Store::open_read_only(&path).err().expect("missing");
+    assert!(matches!(err, StoreError::Missing { .. }), "{err}");
+    assert!(err.to_string().contains("does not exist"));
+}
+
+#[test]
+fn foreign_redb_file_is_not_adopted() {
+    let (_dir, path) = temp_db();
+    {
+        let store = open(&path);
+        drop(store);
+    }
+    // A file with our tables but no schema version looks foreign.
+    {
+        let store = open(&path);
+        let mut batch = Batch::new();
+        batch.set_meta(meta_keys::SCHEMA_VERSION, 0);
+        store.apply(&batch).expect("apply");
+    }
+    let err = Store::open(&path, UnixNanos(1))
+        .err()
+        .expect("old schema with no upgrade");
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert!(
+        path.with_extension("redb.bak-v0").exists(),
+        "backup made before upgrading"
+    );
+}
+
+#[test]
+fn reader_opens_alongside_a_writer_and_sees_its_commits() {
+    let (_dir, path) = temp_db();
+    let writer = open(&path);
+    let reader = Store::open_read_only(&path).expect("read-only alongside the writer");
+    let mut batch = Batch::new();
+    batch.upsert(key("a"), record(1, 2, 3, false));
+    writer.apply(&batch).expect("apply");
+    assert_eq!(
+        reader.get(&key("a")).expect("get"),
+        Some(record(1, 2, 3, false))
+    );
+    assert!(matches!(
+        reader.apply(&batch),
+        Err(StoreError::ReadOnly { .. })
+    ));
+}
+
+#[test]
+fn second_writer_is_refused_as_already_open() {
+    let (_dir, path) = temp_db();
+    let _writer = open(&path);
+    let err = Store::open(&path, UnixNanos(1))
+        .err()
+        .expect("second writer");
+    assert!(matches!(err, StoreError::AlreadyOpen { .. }), "{err}");
+    assert!(err.to_string().contains("already open by another process"));
+}
+
+#[test]
+fn invalid_keys_are_refused_before_writing() {
+    let (_dir, path) = temp_db();
+    let store = open(&path);
+    let mut batch = Batch::new();
+    batch.upsert(RecordKey::new("", ""), record(1, 1, 1, false));
+    assert!(matches!(
+        store.apply(&batch),
+        Err(StoreError::InvalidKey { .. })
+    ));
+    assert_eq!(store.len().expect("len"), 0);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Upsert(u8, i64, i64, u64, bool),
+    MarkUsed(u8, i64),
+    Remove(u8),
+    Backoff(u8, u64),
+    ClearBackoff(u8),
+}
+
+fn arb_op() -> impl Strategy<Value = Op> {
+    let id = 0u8..12;
+    let t = 0i64..20;
+    prop_oneof![
+        (id.clone(), t.clone(), t.clone(), 0u64..5, any::<bool>())
+            .prop_map(|(i, a, b, s, p)| Op::Upsert(i, a, b, s, p)),
+        (id.clone(), t).prop_map(|(i, n)| Op::MarkUsed(i, n)),
+        id.clone().prop_map(Op::Remove),
+        (id.clone(), 1u64..5).prop_map(|(i, s)| Op::Backoff(i, s)),
+        id.prop_map(Op::ClearBackoff),
+    ]
+}
+
+fn model_key(i: u8) -> RecordKey {
+    RecordKey::new(
+        format!("sha256:{i:02}"),
+        if i.is_multiple_of(3) { "gpu" } else { "" },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Random batches against a BTreeMap model: after every batch the records, the backoff
+    /// table and the eviction order match the model, the invariant holds, and the commit
+    /// counter moves exactly when the model changed.
+    #[test]
+    fn random_batches_match_a_btreemap_model(batches in proptest::collection::vec(proptest::collection::vec(arb_op(), 0..6), 1..8)) {
+        let (_dir, path) = temp_db();
+        let store = open(&path);
+        let mut records: BTreeMap<RecordKey, ImageRecord> = BTreeMap::new();
+        let mut backoffs: BTreeMap<String, BackoffEntry> = BTreeMap::new();
+        for ops in batches {
+            // A batch commits when any of its operations changed the state as it was then,
+            // even if a later one in the same batch changed it back.
+            let mut changed = false;
+            let mut batch = Batch::new();
+            for op in ops {
+                let before_op = (records.clone(), backoffs.clone());
+                match op {
+                    Op::Upsert(i, a, b, s, p) => {
+                        let r = record(a, b, s, p);
+                        records.insert(model_key(i), r);
+                        batch.upsert(model_key(i), r);
+                    }
+                    Op::MarkUsed(i, n) => {
+                        let now = UnixNanos::from_secs(n);
+                        let next = match records.get(&model_key(i)) {
+                            Some(old) => ImageRecord { last_used: now, ..*old },
+                            None => ImageRecord { first_detected: now, last_used: now, size: 0, pinned: false },
+                        };
+                        records.insert(model_key(i), next);
+                        batch.mark_used(model_key(i), now, None);
+                    }
+                    Op::Remove(i) => {
+                        records.remove(&model_key(i));
+                        batch.remove(model_key(i));
+                    }
+                    Op::Backoff(i, s) => {
+                        let e = backoff(s, i64::from(i), "err");
+                        backoffs.insert(format!("pod_{i}"), e.clone());
+                        batch.put_backoff(format!("pod_{i}"), e);
+                    }
+                    Op::ClearBackoff(i) => {
+                        backoffs.remove(&format!("pod_{i}"));
+                        batch.remove_backoff(format!("pod_{i}"));
+                    }
+                }
+                changed |= before_op != (records.clone(), backoffs.clone());
+            }
+            let commits = store.commits();
+            let committed = store.apply(&batch).expect("apply");
+            prop_assert_eq!(committed, changed);
+            prop_assert_eq!(store.commits(), commits + u64::from(changed));
+
+            let stored: BTreeMap<RecordKey, ImageRecord> = store.records().expect("records")
+                .into_iter().map(|r| (r.key, r.record)).collect();
+            prop_assert_eq!(&stored, &records);
+            let stored_backoff: BTreeMap<String, BackoffEntry> = store.backoff_entries().expect("backoff").into_iter().collect();
+            prop_assert_eq!(&stored_backoff, &backoffs);
+
+            let mut expected_order: Vec<(UnixNanos, UnixNanos, RecordKey)> = records.iter()
+                .map(|(k, r)| (r.last_used, r.first_detected, k.clone())).collect();
+            expected_order.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then_with(|| imagekeeper::store::codec::Codec::encode(&a.2).cmp(&imagekeeper::store::codec::Codec::encode(&b.2))));
+            let order: Vec<RecordKey> = store.eviction_order().expect("scan").map(|r| r.expect("entry").key).collect();
+            prop_assert_eq!(order, expected_order.into_iter().map(|e| e.2).collect::<Vec<_>>());
+            prop_assert!(store.check_invariants().expect("check").is_empty());
+        }
+        drop(store);
+        let mut reopened = open(&path);
+        let stored: BTreeMap<RecordKey, ImageRecord> = reopened.records().expect("records")
+            .into_iter().map(|r| (r.key, r.record)).collect();
+        prop_assert_eq!(stored, records);
+        prop_assert!(reopened.check().expect("check").is_empty());
+    }
+}
