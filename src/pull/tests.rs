@@ -706,6 +706,7 @@ async fn backoff_survives_a_restart_with_the_real_store_reopened() {
         store
     })
     .await;
+    drop(slot.lock().unwrap().take());
     let store = crate::store::Store::open(&path, now);
     let entries = store.map(|s| s.backoff_entries());
     assert!(
