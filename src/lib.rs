@@ -7,6 +7,7 @@
 //! takes `now` as an argument), `agent` (wiring and loops), `cli` (parse and print).
 
 pub mod clock;
+pub mod cri;
 pub mod model;
 pub mod pull;
 pub mod store;

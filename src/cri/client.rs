@@ -1,0 +1,594 @@
+//! [`CriClient`]: the tonic client of a CRI runtime over a unix socket, and [`CriConfig`].
+//!
+//! Invariants: the connection is lazy and re-dialed after a failure, so a runtime restart costs
+//! at most the calls made while it is down; no call outlives its deadline (the deadline is sent
+//! as `grpc-timeout` and also enforced locally, and dialing has its own timeout); request bodies
+//! are never logged, so pull credentials never reach a log.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::ImageRuntime;
+use super::convert;
+use super::error::CriError;
+use super::proto;
+use super::proto::image_service_client::ImageServiceClient;
+use super::proto::runtime_service_client::RuntimeServiceClient;
+use super::statvfs;
+use crate::model::{
+    ContainerState, ImageFsStats, ImageId, PullCredentials, RuntimeContainer, RuntimeImage,
+};
+
+/// containerd's default socket, as the kubelet's default `--container-runtime-endpoint`.
+pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+/// Largest message the client accepts, as the kubelet (16 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Where the runtime is and how long to wait for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CriConfig {
+    /// `unix:///path/to.sock` (or a bare absolute path).
+    pub runtime_endpoint: String,
+    /// The image service's endpoint when it differs (kubelet's `--image-service-endpoint`);
+    /// `None` means the runtime endpoint.
+    pub image_endpoint: Option<String>,
+    /// Longest time to dial the socket.
+    pub connect_timeout: Duration,
+    /// Deadline of every call but PullImage (the kubelet uses 2 minutes).
+    pub call_timeout: Duration,
+    /// Deadline of PullImage.
+    pub pull_timeout: Duration,
+}
+
+impl Default for CriConfig {
+    fn default() -> CriConfig {
+        CriConfig {
+            runtime_endpoint: DEFAULT_RUNTIME_ENDPOINT.to_string(),
+            image_endpoint: None,
+            connect_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(120),
+            pull_timeout: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// Name and version of the runtime (RuntimeService.Version).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RuntimeVersion {
+    pub version: String,
+    pub runtime_name: String,
+    pub runtime_version: String,
+    pub runtime_api_version: String,
+}
+
+/// A pod sandbox to run (tests and tools only: imagekeeper itself never runs pods).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxSpec {
+    pub name: String,
+    pub uid: String,
+    pub namespace: String,
+    /// Absolute directory for the containers' logs.
+    pub log_directory: String,
+    /// Share the node's network namespace (and have no hostname).
+    pub host_network: bool,
+}
+
+/// A container to create in a sandbox; its log goes to `<log_directory>/<name>.log`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+}
+
+/// One pod sandbox as ListPodSandbox reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSandboxSummary {
+    pub id: String,
+    pub name: String,
+    pub uid: String,
+    pub namespace: String,
+    pub ready: bool,
+}
+
+/// One container as ContainerStatus reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerStatusReport {
+    pub id: String,
+    pub state: ContainerState,
+    pub image: String,
+    pub image_id: ImageId,
+    pub exit_code: i32,
+    pub reason: String,
+}
+
+/// A CRI client over unix sockets. Cheap to clone; clones share the connections.
+#[derive(Clone, Debug)]
+pub struct CriClient {
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+    runtime_endpoint: String,
+    image_endpoint: String,
+    call_timeout: Duration,
+    pull_timeout: Duration,
+}
+
+/// The socket path of a `unix://` endpoint (or of a bare absolute path).
+pub fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
+    let invalid = |reason: &str| CriError::InvalidEndpoint {
+        endpoint: endpoint.to_string(),
+        reason: reason.to_string(),
+    };
+    let path = match endpoint.strip_prefix("unix://") {
+        Some(path) => path,
+        None if endpoint.contains("://") => {
+            return Err(invalid("only unix:// endpoints are supported"));
+        }
+        None => endpoint,
+    };
+    if !path.starts_with('/') {
+        return Err(invalid("the socket path must be absolute"));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// A lazy channel that dials `path` on first use and again after the connection breaks.
+fn lazy_unix_channel(path: PathBuf, connect_timeout: Duration) -> Channel {
+    // The URI is required by tonic but unused: the connector below ignores it.
+    let endpoint = Endpoint::from_static("http://cri.invalid").connect_timeout(connect_timeout);
+    endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        async move {
+            let stream = tokio::time::timeout(connect_timeout, UnixStream::connect(&path))
+                .await
+                .map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("dial {} timed out", path.display()),
+                    )
+                })?
+                .map_err(|err| {
+                    std::io::Error::new(err.kind(), format!("dial unix {}: {err}", path.display()))
+                })?;
+            Ok::<_, std::io::Error>(TokioIo::new(stream))
+        }
+    }))
+}
+
+impl CriClient {
+    /// A client for `config`. Nothing is dialed yet: the first call connects, so this succeeds
+    /// while the runtime is down (only a malformed endpoint fails). Must run inside a tokio
+    /// runtime.
+    pub async fn connect(config: CriConfig) -> Result<CriClient, CriError> {
+        let runtime_path = socket_path(&config.runtime_endpoint)?;
+        let image_endpoint = config
+            .image_endpoint
+            .clone()
+            .filter(|endpoint| !endpoint.is_empty())
+            .unwrap_or_else(|| config.runtime_endpoint.clone());
+        let image_path = socket_path(&image_endpoint)?;
+        let runtime_channel = lazy_unix_channel(runtime_path.clone(), config.connect_timeout);
+        let image_channel = if image_path == runtime_path {
+            runtime_channel.clone()
+        } else {
+            lazy_unix_channel(image_path, config.connect_timeout)
+        };
+        Ok(CriClient {
+            runtime: RuntimeServiceClient::new(runtime_channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            images: ImageServiceClient::new(image_channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            runtime_endpoint: config.runtime_endpoint,
+            image_endpoint,
+            call_timeout: config.call_timeout,
+            pull_timeout: config.pull_timeout,
+        })
+    }
+
+    pub fn runtime_endpoint(&self) -> &str {
+        &self.runtime_endpoint
+    }
+
+    pub fn image_endpoint(&self) -> &str {
+        &self.image_endpoint
+    }
+
+    /// The runtime's name and version.
+    pub async fn version(&self) -> Result<RuntimeVersion, CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::VersionRequest {
+            version: "v1".to_string(),
+        };
+        let response = runtime_call(
+            "Version",
+            &self.runtime_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.version(r).await },
+        )
+        .await?;
+        Ok(convert::version_from_proto(response))
+    }
+
+    /// Runs a pod sandbox; returns its id.
+    pub async fn run_pod_sandbox(&self, spec: &SandboxSpec) -> Result<String, CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::RunPodSandboxRequest {
+            config: Some(convert::sandbox_config(spec)),
+            runtime_handler: String::new(),
+        };
+        let response = runtime_call(
+            "RunPodSandbox",
+            &self.runtime_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.run_pod_sandbox(r).await },
+        )
+        .await?;
+        Ok(response.pod_sandbox_id)
+    }
+
+    pub async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::StopPodSandboxRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+        };
+        runtime_call(
+            "StopPodSandbox",
+            &self.runtime_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.stop_pod_sandbox(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::RemovePodSandboxRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+        };
+        runtime_call(
+            "RemovePodSandbox",
+            &self.runtime_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.remove_pod_sandbox(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Every pod sandbox, ready or not.
+    pub async fn list_pod_sandbox(&self) -> Result<Vec<PodSandboxSummary>, CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::ListPodSandboxRequest { filter: None };
+        let response = runtime_call(
+            "ListPodSandbox",
+            &self.runtime_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.list_pod_sandbox(r).await },
+        )
+        .await?;
+        Ok(response
+            .items
+            .into_iter()
+            .map(convert::pod_sandbox_from_proto)
+            .collect())
+    }
+
+    /// Creates a container in a sandbox that was run with `sandbox`; returns its id.
+    pub async fn create_container(
+        &self,
+        pod_sandbox_id: &str,
+        sandbox: &SandboxSpec,
+        container: &ContainerSpec,
+    ) -> Result<String, CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::CreateContainerRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+            config: Some(convert::container_config(container)),
+            sandbox_config: Some(convert::sandbox_config(sandbox)),
+        };
+        let response = runtime_call(
+            "CreateContainer",
+            &self.runtime_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.create_container(r).await },
+        )
+        .await?;
+        Ok(response.container_id)
+    }
+
+    pub async fn start_container(&self, container_id: &str) -> Result<(), CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::StartContainerRequest {
+            container_id: container_id.to_string(),
+        };
+        runtime_call(
+            "StartContainer",
+            &self.runtime_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.start_container(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Stops a container, killing it after `grace` (whole seconds).
+    pub async fn stop_container(
+        &self,
+        container_id: &str,
+        grace: Duration,
+    ) -> Result<(), CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::StopContainerRequest {
+            container_id: container_id.to_string(),
+            timeout: i64::try_from(grace.as_secs()).unwrap_or(i64::MAX),
+        };
+        // The runtime may use the whole grace period before it answers.
+        let deadline = self.call_timeout.saturating_add(grace);
+        runtime_call(
+            "StopContainer",
+            &self.runtime_endpoint,
+            deadline,
+            request,
+            |r| async move { client.stop_container(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::RemoveContainerRequest {
+            container_id: container_id.to_string(),
+        };
+        runtime_call(
+            "RemoveContainer",
+            &self.runtime_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.remove_container(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The status of one container; a container the runtime does not know is an error
+    /// (containerd: NotFound).
+    pub async fn container_status(
+        &self,
+        container_id: &str,
+    ) -> Result<ContainerStatusReport, CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::ContainerStatusRequest {
+            container_id: container_id.to_string(),
+            verbose: false,
+        };
+        let response = runtime_call(
+            "ContainerStatus",
+            &self.runtime_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.container_status(r).await },
+        )
+        .await?;
+        let status = response.status.ok_or_else(|| CriError::Rpc {
+            method: "ContainerStatus",
+            code: super::RpcCode::Unknown,
+            message: format!("runtime returned no status for container {container_id}"),
+        })?;
+        Ok(convert::container_status_from_proto(status))
+    }
+}
+
+/// One unary call with a deadline: sent as `grpc-timeout` and enforced here too, so a runtime
+/// that never answers (or a stuck connection) cannot hold the caller past `deadline`.
+async fn runtime_call<Req, Resp, F, Fut>(
+    method: &'static str,
+    endpoint: &str,
+    deadline: Duration,
+    request: Req,
+    call: F,
+) -> Result<Resp, CriError>
+where
+    F: FnOnce(tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+{
+    let mut request = tonic::Request::new(request);
+    request.set_timeout(deadline);
+    tracing::trace!(method, endpoint, "CRI call");
+    match tokio::time::timeout(deadline, call(request)).await {
+        Ok(Ok(response)) => Ok(response.into_inner()),
+        Ok(Err(status)) => {
+            let err = convert::error_from_status(method, endpoint, status);
+            tracing::debug!(method, endpoint, error = %err, "CRI call failed");
+            Err(err)
+        }
+        Err(_) => {
+            tracing::debug!(method, endpoint, ?deadline, "CRI call timed out");
+            Err(CriError::Timeout {
+                method,
+                after: deadline,
+            })
+        }
+    }
+}
+
+impl ImageRuntime for CriClient {
+    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+        let mut client = self.images.clone();
+        let request = proto::ListImagesRequest { filter: None };
+        let response = runtime_call(
+            "ListImages",
+            &self.image_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.list_images(r).await },
+        )
+        .await?;
+        Ok(response
+            .images
+            .into_iter()
+            .map(convert::image_from_proto)
+            .collect())
+    }
+
+    async fn image_status(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+    ) -> Result<Option<RuntimeImage>, CriError> {
+        let mut client = self.images.clone();
+        let request = proto::ImageStatusRequest {
+            image: Some(convert::image_spec(image, runtime_handler)),
+            verbose: false,
+        };
+        let response = runtime_call(
+            "ImageStatus",
+            &self.image_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.image_status(r).await },
+        )
+        .await?;
+        Ok(response.image.map(convert::image_from_proto))
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<String, CriError> {
+        let mut client = self.images.clone();
+        let request = proto::PullImageRequest {
+            image: Some(convert::image_spec(image, runtime_handler)),
+            auth: credentials.map(convert::auth_config_from_credentials),
+            sandbox_config: None,
+        };
+        tracing::debug!(
+            image,
+            runtime_handler,
+            with_credentials = credentials.is_some(),
+            "pulling image"
+        );
+        let response = runtime_call(
+            "PullImage",
+            &self.image_endpoint,
+            self.pull_timeout,
+            request,
+            |r| async move { client.pull_image(r).await },
+        )
+        .await?;
+        Ok(response.image_ref)
+    }
+
+    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
+        let mut client = self.images.clone();
+        let request = proto::RemoveImageRequest {
+            image: Some(convert::image_spec(image, runtime_handler)),
+        };
+        runtime_call(
+            "RemoveImage",
+            &self.image_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.remove_image(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+        let mut client = self.images.clone();
+        let response = runtime_call(
+            "ImageFsInfo",
+            &self.image_endpoint,
+            self.call_timeout,
+            proto::ImageFsInfoRequest {},
+            |r| async move { client.image_fs_info(r).await },
+        )
+        .await?;
+        let mut stats = convert::image_fs_from_proto(response)?;
+        let path = PathBuf::from(&stats.mountpoint);
+        let space =
+            statvfs::fs_space(&path).map_err(|source| CriError::Statvfs { path, source })?;
+        stats.capacity = space.capacity;
+        stats.available = space.available;
+        Ok(stats)
+    }
+
+    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
+        let mut client = self.runtime.clone();
+        let request = proto::ListContainersRequest { filter: None };
+        let response = runtime_call(
+            "ListContainers",
+            &self.runtime_endpoint,
+            self.call_timeout,
+            request,
+            |r| async move { client.list_containers(r).await },
+        )
+        .await?;
+        Ok(response
+            .containers
+            .into_iter()
+            .map(convert::container_from_proto)
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_endpoint_and_bare_absolute_path_give_the_socket_path() {
+        assert_eq!(
+            socket_path("unix:///run/containerd/containerd.sock")
+                .expect("a unix:// endpoint is valid"),
+            PathBuf::from("/run/containerd/containerd.sock")
+        );
+        assert_eq!(
+            socket_path("/run/x.sock").expect("an absolute path is valid"),
+            PathBuf::from("/run/x.sock")
+        );
+    }
+
+    #[test]
+    fn tcp_and_relative_endpoints_are_invalid() {
+        assert!(matches!(
+            socket_path("tcp://127.0.0.1:1234"),
+            Err(CriError::InvalidEndpoint { .. })
+        ));
+        assert!(matches!(
+            socket_path("unix://relative.sock"),
+            Err(CriError::InvalidEndpoint { .. })
+        ));
+        assert!(matches!(
+            socket_path("x.sock"),
+            Err(CriError::InvalidEndpoint { .. })
+        ));
+    }
+
+    #[test]
+    fn default_config_is_containerd_with_kubelet_deadline() {
+        let config = CriConfig::default();
+        assert_eq!(config.runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+        assert_eq!(config.call_timeout, Duration::from_secs(120));
+        assert!(config.pull_timeout > config.call_timeout);
+    }
+}

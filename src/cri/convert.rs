@@ -1,0 +1,549 @@
+//! Every conversion between the generated runtime.v1 types (and tonic's status) and imagekeeper's
+//! own types lives here, in both directions: the client reads runtime answers with the
+//! `*_from_proto` functions, and the fake server builds its answers with the `*_to_proto` ones,
+//! so a fake round trip exercises each pair.
+//!
+//! Invariants: no field is silently reinterpreted (an unknown enum value becomes `Unknown`, a
+//! missing optional message becomes the documented default); credentials are copied field by
+//! field and the generated `AuthConfig` gets a `Debug` that never prints a secret.
+
+use std::fmt;
+use std::io;
+
+use super::client::{
+    ContainerSpec, ContainerStatusReport, PodSandboxSummary, RuntimeVersion, SandboxSpec,
+};
+use super::error::{CriError, RpcCode};
+use super::proto;
+use crate::model::{
+    ContainerState, ImageFsStats, ImageId, PullCredentials, RuntimeContainer, RuntimeImage,
+};
+
+// ---------------------------------------------------------------- status codes and errors
+
+pub(super) fn rpc_code_from_tonic(code: tonic::Code) -> RpcCode {
+    match code {
+        tonic::Code::Ok => RpcCode::Ok,
+        tonic::Code::Cancelled => RpcCode::Canceled,
+        tonic::Code::Unknown => RpcCode::Unknown,
+        tonic::Code::InvalidArgument => RpcCode::InvalidArgument,
+        tonic::Code::DeadlineExceeded => RpcCode::DeadlineExceeded,
+        tonic::Code::NotFound => RpcCode::NotFound,
+        tonic::Code::AlreadyExists => RpcCode::AlreadyExists,
+        tonic::Code::PermissionDenied => RpcCode::PermissionDenied,
+        tonic::Code::ResourceExhausted => RpcCode::ResourceExhausted,
+        tonic::Code::FailedPrecondition => RpcCode::FailedPrecondition,
+        tonic::Code::Aborted => RpcCode::Aborted,
+        tonic::Code::OutOfRange => RpcCode::OutOfRange,
+        tonic::Code::Unimplemented => RpcCode::Unimplemented,
+        tonic::Code::Internal => RpcCode::Internal,
+        tonic::Code::Unavailable => RpcCode::Unavailable,
+        tonic::Code::DataLoss => RpcCode::DataLoss,
+        tonic::Code::Unauthenticated => RpcCode::Unauthenticated,
+    }
+}
+
+pub(super) fn rpc_code_to_tonic(code: RpcCode) -> tonic::Code {
+    match code {
+        RpcCode::Ok => tonic::Code::Ok,
+        RpcCode::Canceled => tonic::Code::Cancelled,
+        RpcCode::Unknown => tonic::Code::Unknown,
+        RpcCode::InvalidArgument => tonic::Code::InvalidArgument,
+        RpcCode::DeadlineExceeded => tonic::Code::DeadlineExceeded,
+        RpcCode::NotFound => tonic::Code::NotFound,
+        RpcCode::AlreadyExists => tonic::Code::AlreadyExists,
+        RpcCode::PermissionDenied => tonic::Code::PermissionDenied,
+        RpcCode::ResourceExhausted => tonic::Code::ResourceExhausted,
+        RpcCode::FailedPrecondition => tonic::Code::FailedPrecondition,
+        RpcCode::Aborted => tonic::Code::Aborted,
+        RpcCode::OutOfRange => tonic::Code::OutOfRange,
+        RpcCode::Unimplemented => tonic::Code::Unimplemented,
+        RpcCode::Internal => tonic::Code::Internal,
+        RpcCode::Unavailable => tonic::Code::Unavailable,
+        RpcCode::DataLoss => tonic::Code::DataLoss,
+        RpcCode::Unauthenticated => tonic::Code::Unauthenticated,
+    }
+}
+
+/// A failed call as a [`CriError`]: a dial failure (tonic's `ConnectError` somewhere in the
+/// status's source chain) becomes `Connect` with the underlying io error; anything else keeps
+/// the runtime's code and message as they are.
+pub(super) fn error_from_status(
+    method: &'static str,
+    endpoint: &str,
+    status: tonic::Status,
+) -> CriError {
+    if let Some(source) = dial_failure(&status) {
+        return CriError::Connect {
+            endpoint: endpoint.to_string(),
+            source,
+        };
+    }
+    CriError::Rpc {
+        method,
+        code: rpc_code_from_tonic(status.code()),
+        message: status.message().to_string(),
+    }
+}
+
+fn dial_failure(status: &tonic::Status) -> Option<io::Error> {
+    let mut next = std::error::Error::source(status);
+    let mut in_connect = false;
+    let mut message = None;
+    while let Some(err) = next {
+        if err.downcast_ref::<tonic::ConnectError>().is_some() {
+            in_connect = true;
+            message.get_or_insert_with(|| err.to_string());
+        }
+        if in_connect && let Some(io_err) = err.downcast_ref::<io::Error>() {
+            return Some(io::Error::new(io_err.kind(), io_err.to_string()));
+        }
+        next = err.source();
+    }
+    message.map(io::Error::other)
+}
+
+// ---------------------------------------------------------------- images
+
+pub(super) fn image_spec(image: &str, runtime_handler: &str) -> proto::ImageSpec {
+    proto::ImageSpec {
+        image: image.to_string(),
+        runtime_handler: runtime_handler.to_string(),
+        ..Default::default()
+    }
+}
+
+/// The runtime handler is read from the image's spec; a runtime that predates KEP-4216 sends
+/// none, which means the default handler (empty).
+pub(super) fn image_from_proto(image: proto::Image) -> RuntimeImage {
+    RuntimeImage {
+        id: ImageId::new(image.id),
+        repo_tags: image.repo_tags,
+        repo_digests: image.repo_digests,
+        size: image.size,
+        pinned: image.pinned,
+        runtime_handler: image
+            .spec
+            .map(|spec| spec.runtime_handler)
+            .unwrap_or_default(),
+    }
+}
+
+pub(super) fn image_to_proto(image: &RuntimeImage) -> proto::Image {
+    proto::Image {
+        id: image.id.as_str().to_string(),
+        repo_tags: image.repo_tags.clone(),
+        repo_digests: image.repo_digests.clone(),
+        size: image.size,
+        pinned: image.pinned,
+        spec: Some(image_spec(image.id.as_str(), &image.runtime_handler)),
+        ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------- credentials
+
+pub(super) fn auth_config_from_credentials(credentials: &PullCredentials) -> proto::AuthConfig {
+    proto::AuthConfig {
+        username: credentials.username.clone(),
+        password: credentials.password.clone(),
+        auth: credentials.auth.clone(),
+        server_address: credentials.server_address.clone(),
+        identity_token: credentials.identity_token.clone(),
+        registry_token: credentials.registry_token.clone(),
+    }
+}
+
+pub(super) fn credentials_from_auth_config(auth: proto::AuthConfig) -> PullCredentials {
+    PullCredentials {
+        username: auth.username,
+        password: auth.password,
+        auth: auth.auth,
+        server_address: auth.server_address,
+        identity_token: auth.identity_token,
+        registry_token: auth.registry_token,
+    }
+}
+
+/// Secrets shown only as set or empty, like `PullCredentials`' `Debug`.
+impl fmt::Debug for proto::AuthConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |s: &str| {
+            if s.is_empty() {
+                "<empty>"
+            } else {
+                "<redacted>"
+            }
+        };
+        f.debug_struct("AuthConfig")
+            .field("username", &set(&self.username))
+            .field("password", &set(&self.password))
+            .field("auth", &set(&self.auth))
+            .field("server_address", &self.server_address)
+            .field("identity_token", &set(&self.identity_token))
+            .field("registry_token", &set(&self.registry_token))
+            .finish()
+    }
+}
+
+// ---------------------------------------------------------------- containers
+
+pub(super) fn container_state_from_proto(state: i32) -> ContainerState {
+    match proto::ContainerState::try_from(state) {
+        Ok(proto::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(proto::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(proto::ContainerState::ContainerExited) => ContainerState::Exited,
+        Ok(proto::ContainerState::ContainerUnknown) | Err(_) => ContainerState::Unknown,
+    }
+}
+
+pub(super) fn container_state_to_proto(state: ContainerState) -> proto::ContainerState {
+    match state {
+        ContainerState::Created => proto::ContainerState::ContainerCreated,
+        ContainerState::Running => proto::ContainerState::ContainerRunning,
+        ContainerState::Exited => proto::ContainerState::ContainerExited,
+        ContainerState::Unknown => proto::ContainerState::ContainerUnknown,
+    }
+}
+
+/// The image id a container runs: the CRI `image_id` field when the runtime fills it (newer
+/// runtimes, where `image_ref` may be a digest), else `image_ref` (containerd 1.6 puts the
+/// image id there).
+fn container_image_id(image_id: String, image_ref: String) -> ImageId {
+    if image_id.is_empty() {
+        ImageId::new(image_ref)
+    } else {
+        ImageId::new(image_id)
+    }
+}
+
+pub(super) fn container_from_proto(container: proto::Container) -> RuntimeContainer {
+    let spec = container.image.unwrap_or_default();
+    RuntimeContainer {
+        id: container.id,
+        pod_sandbox_id: container.pod_sandbox_id,
+        image: spec.image,
+        image_id: container_image_id(container.image_id, container.image_ref),
+        state: container_state_from_proto(container.state),
+        runtime_handler: spec.runtime_handler,
+    }
+}
+
+pub(super) fn container_to_proto(container: &RuntimeContainer) -> proto::Container {
+    proto::Container {
+        id: container.id.clone(),
+        pod_sandbox_id: container.pod_sandbox_id.clone(),
+        image: Some(image_spec(&container.image, &container.runtime_handler)),
+        image_ref: container.image_id.as_str().to_string(),
+        image_id: container.image_id.as_str().to_string(),
+        state: container_state_to_proto(container.state).into(),
+        ..Default::default()
+    }
+}
+
+pub(super) fn container_status_from_proto(status: proto::ContainerStatus) -> ContainerStatusReport {
+    let spec = status.image.unwrap_or_default();
+    ContainerStatusReport {
+        id: status.id,
+        state: container_state_from_proto(status.state),
+        image: spec.image,
+        image_id: container_image_id(status.image_id, status.image_ref),
+        exit_code: status.exit_code,
+        reason: status.reason,
+    }
+}
+
+// ---------------------------------------------------------------- pod sandboxes
+
+/// A sandbox config; with `host_network` the pod shares the node's network namespace and has no
+/// hostname of its own (a runtime cannot set one without a private UTS namespace).
+pub(super) fn sandbox_config(spec: &SandboxSpec) -> proto::PodSandboxConfig {
+    let network = if spec.host_network {
+        proto::NamespaceMode::Node
+    } else {
+        proto::NamespaceMode::Pod
+    };
+    proto::PodSandboxConfig {
+        metadata: Some(proto::PodSandboxMetadata {
+            name: spec.name.clone(),
+            uid: spec.uid.clone(),
+            namespace: spec.namespace.clone(),
+            attempt: 0,
+        }),
+        hostname: if spec.host_network {
+            String::new()
+        } else {
+            spec.name.clone()
+        },
+        log_directory: spec.log_directory.clone(),
+        linux: Some(proto::LinuxPodSandboxConfig {
+            cgroup_parent: String::new(),
+            security_context: Some(proto::LinuxSandboxSecurityContext {
+                namespace_options: Some(proto::NamespaceOption {
+                    network: network.into(),
+                    pid: proto::NamespaceMode::Container.into(),
+                    ipc: proto::NamespaceMode::Pod.into(),
+                }),
+            }),
+        }),
+        ..Default::default()
+    }
+}
+
+pub(super) fn container_config(spec: &ContainerSpec) -> proto::ContainerConfig {
+    proto::ContainerConfig {
+        metadata: Some(proto::ContainerMetadata {
+            name: spec.name.clone(),
+            attempt: 0,
+        }),
+        image: Some(image_spec(&spec.image, "")),
+        command: spec.command.clone(),
+        args: spec.args.clone(),
+        log_path: format!("{}.log", spec.name),
+        ..Default::default()
+    }
+}
+
+pub(super) fn pod_sandbox_from_proto(sandbox: proto::PodSandbox) -> PodSandboxSummary {
+    let metadata = sandbox.metadata.unwrap_or_default();
+    PodSandboxSummary {
+        id: sandbox.id,
+        name: metadata.name,
+        uid: metadata.uid,
+        namespace: metadata.namespace,
+        ready: sandbox.state == i32::from(proto::PodSandboxState::SandboxReady),
+    }
+}
+
+// ---------------------------------------------------------------- version and image filesystem
+
+pub(super) fn version_from_proto(version: proto::VersionResponse) -> RuntimeVersion {
+    RuntimeVersion {
+        version: version.version,
+        runtime_name: version.runtime_name,
+        runtime_version: version.runtime_version,
+        runtime_api_version: version.runtime_api_version,
+    }
+}
+
+pub(super) fn version_to_proto(version: &RuntimeVersion) -> proto::VersionResponse {
+    proto::VersionResponse {
+        version: version.version.clone(),
+        runtime_name: version.runtime_name.clone(),
+        runtime_version: version.runtime_version.clone(),
+        runtime_api_version: version.runtime_api_version.clone(),
+    }
+}
+
+/// What ImageFsInfo says about the first image filesystem: its mountpoint and the bytes images
+/// use there. Capacity and available are left at 0 for the caller to fill from statvfs.
+pub(super) fn image_fs_from_proto(
+    info: proto::ImageFsInfoResponse,
+) -> Result<ImageFsStats, CriError> {
+    let first = info
+        .image_filesystems
+        .into_iter()
+        .next()
+        .ok_or(CriError::NoImageFilesystem)?;
+    Ok(ImageFsStats {
+        mountpoint: first.fs_id.map(|id| id.mountpoint).unwrap_or_default(),
+        used_bytes: first.used_bytes.map(|used| used.value).unwrap_or(0),
+        capacity: 0,
+        available: 0,
+    })
+}
+
+pub(super) fn image_fs_to_proto(
+    mountpoint: &str,
+    used_bytes: u64,
+    timestamp: i64,
+) -> proto::ImageFsInfoResponse {
+    proto::ImageFsInfoResponse {
+        image_filesystems: vec![proto::FilesystemUsage {
+            timestamp,
+            fs_id: Some(proto::FilesystemIdentifier {
+                mountpoint: mountpoint.to_string(),
+            }),
+            used_bytes: Some(proto::UInt64Value { value: used_bytes }),
+            inodes_used: None,
+        }],
+        container_filesystems: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_image() -> RuntimeImage {
+        RuntimeImage {
+            id: ImageId::new(
+                "sha256:0410e513415e62ba17f2362099aa7f44c71c379344c08ff9a565f145be9dfa26",
+            ),
+            repo_tags: vec!["registry.local/pause:1.0".into()],
+            repo_digests: vec!["registry.local/pause@sha256:937f".into()],
+            size: 1_088_964,
+            pinned: true,
+            runtime_handler: "kata".into(),
+        }
+    }
+
+    #[test]
+    fn image_round_trips_through_proto() {
+        let image = sample_image();
+        assert_eq!(image_from_proto(image_to_proto(&image)), image);
+    }
+
+    #[test]
+    fn image_without_spec_has_the_default_runtime_handler() {
+        let mut proto_image = image_to_proto(&sample_image());
+        proto_image.spec = None;
+        assert_eq!(image_from_proto(proto_image).runtime_handler, "");
+    }
+
+    #[test]
+    fn container_round_trips_through_proto_in_every_state() {
+        for state in [
+            ContainerState::Created,
+            ContainerState::Running,
+            ContainerState::Exited,
+            ContainerState::Unknown,
+        ] {
+            let container = RuntimeContainer {
+                id: "c1".into(),
+                pod_sandbox_id: "p1".into(),
+                image: "registry.local/busybox:1.35".into(),
+                image_id: ImageId::new("sha256:ee91"),
+                state,
+                runtime_handler: "".into(),
+            };
+            assert_eq!(
+                container_from_proto(container_to_proto(&container)),
+                container
+            );
+        }
+    }
+
+    #[test]
+    fn container_image_id_falls_back_to_image_ref() {
+        let container = proto::Container {
+            image_ref: "sha256:aaaa".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            container_from_proto(container).image_id.as_str(),
+            "sha256:aaaa"
+        );
+        let container = proto::Container {
+            image_ref: "registry.local/x@sha256:bbbb".into(),
+            image_id: "sha256:cccc".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            container_from_proto(container).image_id.as_str(),
+            "sha256:cccc"
+        );
+    }
+
+    #[test]
+    fn unknown_container_state_value_is_unknown() {
+        assert_eq!(container_state_from_proto(42), ContainerState::Unknown);
+    }
+
+    #[test]
+    fn credentials_round_trip_and_auth_config_debug_is_redacted() {
+        let credentials = PullCredentials {
+            username: "alice".into(),
+            password: "hunter2".into(),
+            auth: "YWxpY2U6aHVudGVyMg==".into(),
+            server_address: "registry.local".into(),
+            identity_token: "id-token-secret".into(),
+            registry_token: "registry-token-secret".into(),
+        };
+        let auth = auth_config_from_credentials(&credentials);
+        let shown = format!("{auth:?}");
+        for secret in [
+            "alice",
+            "hunter2",
+            "YWxpY2U6aHVudGVyMg==",
+            "id-token-secret",
+            "registry-token-secret",
+        ] {
+            assert!(!shown.contains(secret), "{secret} leaked in {shown}");
+        }
+        let request = proto::PullImageRequest {
+            image: Some(image_spec("registry.local/x:1", "")),
+            auth: Some(auth.clone()),
+            sandbox_config: None,
+        };
+        assert!(!format!("{request:?}").contains("hunter2"));
+        assert_eq!(credentials_from_auth_config(auth), credentials);
+    }
+
+    #[test]
+    fn every_rpc_code_round_trips_through_tonic() {
+        for code in 0..=16 {
+            let tonic_code = tonic::Code::from_i32(code);
+            assert_eq!(
+                rpc_code_to_tonic(rpc_code_from_tonic(tonic_code)),
+                tonic_code
+            );
+        }
+    }
+
+    #[test]
+    fn status_keeps_code_and_message() {
+        let err = error_from_status(
+            "PullImage",
+            "unix:///x",
+            tonic::Status::not_found("image \"x\" not found"),
+        );
+        assert_eq!(err.code(), Some(RpcCode::NotFound));
+        assert_eq!(
+            err.to_string(),
+            "rpc error: code = NotFound desc = image \"x\" not found"
+        );
+    }
+
+    #[test]
+    fn image_fs_round_trips_and_empty_info_is_an_error() {
+        let stats = image_fs_from_proto(image_fs_to_proto("/var/lib/x", 1234, 1))
+            .expect("one image fs was given");
+        assert_eq!(stats.mountpoint, "/var/lib/x");
+        assert_eq!(stats.used_bytes, 1234);
+        let empty = proto::ImageFsInfoResponse::default();
+        assert!(matches!(
+            image_fs_from_proto(empty),
+            Err(CriError::NoImageFilesystem)
+        ));
+    }
+
+    #[test]
+    fn version_round_trips() {
+        let version = RuntimeVersion {
+            version: "0.1.0".into(),
+            runtime_name: "containerd".into(),
+            runtime_version: "1.6.20".into(),
+            runtime_api_version: "v1".into(),
+        };
+        assert_eq!(version_from_proto(version_to_proto(&version)), version);
+    }
+
+    #[test]
+    fn host_network_sandbox_has_node_network_and_no_hostname() {
+        let config = sandbox_config(&SandboxSpec {
+            name: "pod".into(),
+            uid: "uid".into(),
+            namespace: "ns".into(),
+            log_directory: "/tmp/logs".into(),
+            host_network: true,
+        });
+        assert_eq!(config.hostname, "");
+        let options = config
+            .linux
+            .and_then(|l| l.security_context)
+            .and_then(|s| s.namespace_options)
+            .expect("sandbox_config always sets namespace options");
+        assert_eq!(options.network, i32::from(proto::NamespaceMode::Node));
+    }
+}

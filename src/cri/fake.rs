@@ -1,0 +1,481 @@
+//! [`FakeRuntime`]: an in-process CRI runtime for tests. A tonic server on a unix socket in its
+//! own temp dir serves the ImageService and RuntimeService subset from a state the test sets
+//! (images, pullable references, containers, the image filesystem, failures and hangs), and
+//! records the pulls it was asked for.
+//!
+//! Invariants: it answers like containerd 1.6 where imagekeeper depends on it (an unknown image
+//! in ImageStatus is OK with no image; RemoveImage of an unknown image is OK; removing by one
+//! tag removes the whole image; a pull of an unknown reference is NotFound). Its answers are
+//! built with the `convert` module's `*_to_proto` functions, so a test through [`CriClient`]
+//! round-trips every conversion. It runs pods and containers not at all: those calls answer
+//! Unimplemented. The server stops when the `FakeRuntime` is dropped.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::net::UnixListener;
+use tokio::sync::oneshot;
+use tonic::codegen::http;
+use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+use tower::ServiceExt;
+
+use super::client::{CriConfig, RuntimeVersion};
+use super::convert;
+use super::error::RpcCode;
+use super::proto;
+use super::proto::image_service_server::{ImageService, ImageServiceServer};
+use super::proto::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use crate::model::{ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage};
+
+/// A failure the fake answers a method with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FakeFailure {
+    pub code: RpcCode,
+    pub message: String,
+}
+
+/// One PullImage request as the fake received it (credentials included, for tests to check
+/// that they passed through unchanged).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FakePull {
+    pub image: String,
+    pub runtime_handler: String,
+    pub credentials: Option<PullCredentials>,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    images: Vec<RuntimeImage>,
+    /// Reference -> the image a pull of it yields.
+    pullable: HashMap<String, RuntimeImage>,
+    containers: Vec<RuntimeContainer>,
+    image_fs: Option<ImageFsStats>,
+    version: RuntimeVersion,
+    failures: HashMap<String, FakeFailure>,
+    hangs: HashSet<String>,
+    pulls: Vec<FakePull>,
+}
+
+impl FakeState {
+    /// Fails or hangs if the test asked for it; otherwise lets the call go on.
+    fn injected(&self, method: &str) -> Injected {
+        if self.hangs.contains(method) {
+            return Injected::Hang;
+        }
+        match self.failures.get(method) {
+            Some(failure) => Injected::Fail(Status::new(
+                convert::rpc_code_to_tonic(failure.code),
+                failure.message.clone(),
+            )),
+            None => Injected::Nothing,
+        }
+    }
+
+    fn find_image(&self, reference: &str) -> Option<&RuntimeImage> {
+        self.images
+            .iter()
+            .find(|image| image_is_named(image, reference))
+    }
+}
+
+enum Injected {
+    Nothing,
+    Fail(Status),
+    Hang,
+}
+
+fn image_is_named(image: &RuntimeImage, reference: &str) -> bool {
+    image.id.as_str() == reference
+        || image.repo_tags.iter().any(|tag| tag == reference)
+        || image.repo_digests.iter().any(|digest| digest == reference)
+}
+
+#[derive(Clone)]
+struct FakeService {
+    state: Arc<Mutex<FakeState>>,
+}
+
+impl FakeService {
+    fn lock(&self) -> MutexGuard<'_, FakeState> {
+        lock_state(&self.state)
+    }
+
+    /// Applies the injected failure or hang of `method`.
+    async fn enter(&self, method: &str) -> Result<(), Status> {
+        let injected = self.lock().injected(method);
+        match injected {
+            Injected::Nothing => Ok(()),
+            Injected::Fail(status) => Err(status),
+            Injected::Hang => std::future::pending().await,
+        }
+    }
+}
+
+/// The state stays usable after a test thread panicked while holding the lock.
+fn lock_state(state: &Mutex<FakeState>) -> MutexGuard<'_, FakeState> {
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn spec_image(spec: Option<proto::ImageSpec>) -> (String, String) {
+    let spec = spec.unwrap_or_default();
+    (spec.image, spec.runtime_handler)
+}
+
+#[tonic::async_trait]
+impl ImageService for FakeService {
+    async fn list_images(
+        &self,
+        _request: Request<proto::ListImagesRequest>,
+    ) -> Result<Response<proto::ListImagesResponse>, Status> {
+        self.enter("ListImages").await?;
+        let images = self
+            .lock()
+            .images
+            .iter()
+            .map(convert::image_to_proto)
+            .collect();
+        Ok(Response::new(proto::ListImagesResponse { images }))
+    }
+
+    async fn image_status(
+        &self,
+        request: Request<proto::ImageStatusRequest>,
+    ) -> Result<Response<proto::ImageStatusResponse>, Status> {
+        self.enter("ImageStatus").await?;
+        let (image, _handler) = spec_image(request.into_inner().image);
+        let found = self.lock().find_image(&image).map(convert::image_to_proto);
+        Ok(Response::new(proto::ImageStatusResponse { image: found }))
+    }
+
+    async fn pull_image(
+        &self,
+        request: Request<proto::PullImageRequest>,
+    ) -> Result<Response<proto::PullImageResponse>, Status> {
+        self.enter("PullImage").await?;
+        let request = request.into_inner();
+        let (image, runtime_handler) = spec_image(request.image);
+        let mut state = self.lock();
+        state.pulls.push(FakePull {
+            image: image.clone(),
+            runtime_handler,
+            credentials: request.auth.map(convert::credentials_from_auth_config),
+        });
+        if let Some(present) = state.find_image(&image) {
+            let image_ref = present.id.as_str().to_string();
+            return Ok(Response::new(proto::PullImageResponse { image_ref }));
+        }
+        let Some(pulled) = state.pullable.get(&image).cloned() else {
+            return Err(Status::not_found(format!(
+                "failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": {image}: not found"
+            )));
+        };
+        let image_ref = pulled.id.as_str().to_string();
+        match state.images.iter_mut().find(|known| known.id == pulled.id) {
+            Some(known) => {
+                for tag in pulled.repo_tags {
+                    if !known.repo_tags.contains(&tag) {
+                        known.repo_tags.push(tag);
+                    }
+                }
+            }
+            None => state.images.push(pulled),
+        }
+        Ok(Response::new(proto::PullImageResponse { image_ref }))
+    }
+
+    async fn remove_image(
+        &self,
+        request: Request<proto::RemoveImageRequest>,
+    ) -> Result<Response<proto::RemoveImageResponse>, Status> {
+        self.enter("RemoveImage").await?;
+        let (image, _handler) = spec_image(request.into_inner().image);
+        self.lock()
+            .images
+            .retain(|known| !image_is_named(known, &image));
+        Ok(Response::new(proto::RemoveImageResponse {}))
+    }
+
+    async fn image_fs_info(
+        &self,
+        _request: Request<proto::ImageFsInfoRequest>,
+    ) -> Result<Response<proto::ImageFsInfoResponse>, Status> {
+        self.enter("ImageFsInfo").await?;
+        let fs = self.lock().image_fs.clone();
+        let response = match fs {
+            Some(fs) => convert::image_fs_to_proto(&fs.mountpoint, fs.used_bytes, 1),
+            None => proto::ImageFsInfoResponse::default(),
+        };
+        Ok(Response::new(response))
+    }
+}
+
+fn no_pods(method: &str) -> Status {
+    Status::unimplemented(format!("the fake runtime does not implement {method}"))
+}
+
+#[tonic::async_trait]
+impl RuntimeService for FakeService {
+    async fn version(
+        &self,
+        _request: Request<proto::VersionRequest>,
+    ) -> Result<Response<proto::VersionResponse>, Status> {
+        self.enter("Version").await?;
+        let version = convert::version_to_proto(&self.lock().version);
+        Ok(Response::new(version))
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        _request: Request<proto::RunPodSandboxRequest>,
+    ) -> Result<Response<proto::RunPodSandboxResponse>, Status> {
+        Err(no_pods("RunPodSandbox"))
+    }
+
+    async fn stop_pod_sandbox(
+        &self,
+        _request: Request<proto::StopPodSandboxRequest>,
+    ) -> Result<Response<proto::StopPodSandboxResponse>, Status> {
+        Err(no_pods("StopPodSandbox"))
+    }
+
+    async fn remove_pod_sandbox(
+        &self,
+        _request: Request<proto::RemovePodSandboxRequest>,
+    ) -> Result<Response<proto::RemovePodSandboxResponse>, Status> {
+        Err(no_pods("RemovePodSandbox"))
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        _request: Request<proto::ListPodSandboxRequest>,
+    ) -> Result<Response<proto::ListPodSandboxResponse>, Status> {
+        self.enter("ListPodSandbox").await?;
+        Ok(Response::new(proto::ListPodSandboxResponse {
+            items: Vec::new(),
+        }))
+    }
+
+    async fn create_container(
+        &self,
+        _request: Request<proto::CreateContainerRequest>,
+    ) -> Result<Response<proto::CreateContainerResponse>, Status> {
+        Err(no_pods("CreateContainer"))
+    }
+
+    async fn start_container(
+        &self,
+        _request: Request<proto::StartContainerRequest>,
+    ) -> Result<Response<proto::StartContainerResponse>, Status> {
+        Err(no_pods("StartContainer"))
+    }
+
+    async fn stop_container(
+        &self,
+        _request: Request<proto::StopContainerRequest>,
+    ) -> Result<Response<proto::StopContainerResponse>, Status> {
+        Err(no_pods("StopContainer"))
+    }
+
+    async fn remove_container(
+        &self,
+        _request: Request<proto::RemoveContainerRequest>,
+    ) -> Result<Response<proto::RemoveContainerResponse>, Status> {
+        Err(no_pods("RemoveContainer"))
+    }
+
+    async fn list_containers(
+        &self,
+        _request: Request<proto::ListContainersRequest>,
+    ) -> Result<Response<proto::ListContainersResponse>, Status> {
+        self.enter("ListContainers").await?;
+        let containers = self
+            .lock()
+            .containers
+            .iter()
+            .map(convert::container_to_proto)
+            .collect();
+        Ok(Response::new(proto::ListContainersResponse { containers }))
+    }
+
+    async fn container_status(
+        &self,
+        request: Request<proto::ContainerStatusRequest>,
+    ) -> Result<Response<proto::ContainerStatusResponse>, Status> {
+        self.enter("ContainerStatus").await?;
+        let id = request.into_inner().container_id;
+        Err(Status::not_found(format!(
+            "an error occurred when try to find container \"{id}\": not found"
+        )))
+    }
+}
+
+/// An in-process CRI runtime on a unix socket; see the module docs.
+pub struct FakeRuntime {
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+    state: Arc<Mutex<FakeState>>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl std::fmt::Debug for FakeRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeRuntime")
+            .field("socket", &self.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FakeRuntime {
+    /// Starts serving on `<temp dir>/cri.sock`. Must run inside a tokio runtime.
+    pub async fn start() -> std::io::Result<FakeRuntime> {
+        let dir = tempfile::Builder::new().prefix("ik-fake-cri").tempdir()?;
+        let socket = dir.path().join("cri.sock");
+        let listener = UnixListener::bind(&socket)?;
+        let state = Arc::new(Mutex::new(FakeState {
+            version: RuntimeVersion {
+                version: "0.1.0".into(),
+                runtime_name: "fake".into(),
+                runtime_version: "0.0.1".into(),
+                runtime_api_version: "v1".into(),
+            },
+            ..FakeState::default()
+        }));
+        let service = FakeService {
+            state: state.clone(),
+        };
+        let images = ImageServiceServer::new(service.clone());
+        let runtime = RuntimeServiceServer::new(service);
+        // tonic's router is not compiled in (no `router` feature): route by gRPC service name.
+        let router = tower::service_fn(move |request: http::Request<tonic::body::Body>| {
+            let images = images.clone();
+            let runtime = runtime.clone();
+            async move {
+                if request
+                    .uri()
+                    .path()
+                    .starts_with("/runtime.v1.ImageService/")
+                {
+                    images.oneshot(request).await
+                } else {
+                    runtime.oneshot(request).await
+                }
+            }
+        });
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let served = tonic::transport::Server::builder()
+                .serve_with_incoming_shutdown(router, UnixListenerStream::new(listener), async {
+                    let _ = stopped.await;
+                })
+                .await;
+            if let Err(err) = served {
+                tracing::warn!(error = %err, "fake CRI server stopped with an error");
+            }
+        });
+        Ok(FakeRuntime {
+            dir,
+            socket,
+            state,
+            shutdown: Some(shutdown),
+        })
+    }
+
+    /// `unix://<socket>`.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The fake's temp dir (a real directory: a usable image filesystem mountpoint).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A client config for this fake with short deadlines.
+    pub fn client_config(&self) -> CriConfig {
+        CriConfig {
+            runtime_endpoint: self.endpoint(),
+            image_endpoint: None,
+            connect_timeout: Duration::from_secs(2),
+            call_timeout: Duration::from_secs(5),
+            pull_timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FakeState> {
+        lock_state(&self.state)
+    }
+
+    pub fn set_images(&self, images: Vec<RuntimeImage>) {
+        self.lock().images = images;
+    }
+
+    pub fn images(&self) -> Vec<RuntimeImage> {
+        self.lock().images.clone()
+    }
+
+    /// A pull of `reference` yields `image` (its tags are added to an image already present).
+    pub fn add_pullable(&self, reference: impl Into<String>, image: RuntimeImage) {
+        self.lock().pullable.insert(reference.into(), image);
+    }
+
+    pub fn set_containers(&self, containers: Vec<RuntimeContainer>) {
+        self.lock().containers = containers;
+    }
+
+    /// ImageFsInfo reports `mountpoint` and `used_bytes`; without this it reports no filesystem.
+    pub fn set_image_fs(&self, mountpoint: impl Into<String>, used_bytes: u64) {
+        self.lock().image_fs = Some(ImageFsStats {
+            mountpoint: mountpoint.into(),
+            used_bytes,
+            capacity: 0,
+            available: 0,
+        });
+    }
+
+    pub fn set_version(&self, version: RuntimeVersion) {
+        self.lock().version = version;
+    }
+
+    /// `method` (a CRI method name such as "PullImage") answers with this error until cleared.
+    pub fn fail(&self, method: &str, code: RpcCode, message: impl Into<String>) {
+        let failure = FakeFailure {
+            code,
+            message: message.into(),
+        };
+        self.lock().failures.insert(method.to_string(), failure);
+    }
+
+    /// `method` never answers until cleared.
+    pub fn hang(&self, method: &str) {
+        self.lock().hangs.insert(method.to_string());
+    }
+
+    /// Removes the failure and hang of `method`.
+    pub fn clear(&self, method: &str) {
+        let mut state = self.lock();
+        state.failures.remove(method);
+        state.hangs.remove(method);
+    }
+
+    /// Every PullImage request received so far.
+    pub fn pulls(&self) -> Vec<FakePull> {
+        self.lock().pulls.clone()
+    }
+}
+
+impl Drop for FakeRuntime {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The CRI layer: everything imagekeeper says to the container runtime goes through here. It
+//! owns the runtime.v1 protocol (the generated code from `proto/runtime/v1/api.proto`), the
+//! tonic client over unix sockets ([`CriClient`]), the conversions to and from the model types
+//! (`convert`, the only place they happen), statvfs of the image filesystem, and an in-process
+//! fake runtime for tests ([`fake::FakeRuntime`]).
+//!
+//! Invariants: this is the only module that imports tonic, prost or the generated code; other
+//! layers see [`ImageRuntime`], model types and [`CriError`]. An image the runtime does not have
+//! is `Ok(None)`, not an error. Every call has a deadline. Pull credentials pass through to the
+//! runtime and are never logged.
+
+use std::future::Future;
+
+use crate::model::{ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage};
+
+pub mod client;
+mod convert;
+pub mod error;
+pub mod fake;
+pub mod statvfs;
+
+pub use client::{
+    ContainerSpec, ContainerStatusReport, CriClient, CriConfig, DEFAULT_RUNTIME_ENDPOINT,
+    PodSandboxSummary, RuntimeVersion, SandboxSpec,
+};
+pub use error::{CriError, RpcCode};
+
+/// The code generated from `proto/runtime/v1/api.proto` (package `runtime.v1`).
+#[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
+mod proto {
+    tonic::include_proto!("runtime.v1");
+}
+
+/// What imagekeeper needs from a container runtime's image service (and ListContainers, to know
+/// which images are in use).
+pub trait ImageRuntime: Send + Sync {
+    fn list_images(&self) -> impl Future<Output = Result<Vec<RuntimeImage>, CriError>> + Send;
+    /// Ok(None) when the runtime does not have the image ("absent" is not an error).
+    fn image_status(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+    ) -> impl Future<Output = Result<Option<RuntimeImage>, CriError>> + Send;
+    /// Returns the image ref the runtime reports (containerd: the image id).
+    fn pull_image(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> impl Future<Output = Result<String, CriError>> + Send;
+    fn remove_image(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+    ) -> impl Future<Output = Result<(), CriError>> + Send;
+    /// ImageFsInfo plus statvfs of the reported mountpoint (the first image filesystem).
+    fn image_fs_stats(&self) -> impl Future<Output = Result<ImageFsStats, CriError>> + Send;
+    /// All containers, running and exited (no state filter).
+    fn list_containers(
+        &self,
+    ) -> impl Future<Output = Result<Vec<RuntimeContainer>, CriError>> + Send;
+}

@@ -1,0 +1,63 @@
+//! Capacity and free space of a filesystem through `statvfs(3)`, the way the kubelet gets them
+//! through cAdvisor. The CRI ImageFsInfo call reports only what images use; the filesystem's
+//! size and free space come from here.
+//!
+//! Invariants: capacity is `f_blocks * f_frsize` and available is `f_bavail * f_frsize` (space
+//! for unprivileged users), both saturating; this is the only `unsafe` in the crate, one call.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Size and free space of one filesystem, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FsSpace {
+    pub capacity: u64,
+    pub available: u64,
+}
+
+/// statvfs of the filesystem holding `path`.
+pub fn fs_space(path: &Path) -> io::Result<FsSpace> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c_path` is a valid NUL-terminated string and `stat` points to writable memory
+    // of the right type; statvfs writes only into it.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct (it was zeroed beforehand anyway).
+    let stat = unsafe { stat.assume_init() };
+    // The field types are u64 on 64-bit Linux but narrower on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, bavail, frsize) = (
+        u64::from(stat.f_blocks),
+        u64::from(stat.f_bavail),
+        u64::from(stat.f_frsize),
+    );
+    Ok(FsSpace {
+        capacity: blocks.saturating_mul(frsize),
+        available: bavail.saturating_mul(frsize),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statvfs_of_a_temp_dir_has_room_and_available_within_capacity() {
+        let dir = tempfile::tempdir().expect("a temp dir can be made in tests");
+        let space = fs_space(dir.path()).expect("statvfs of an existing dir succeeds");
+        assert!(space.capacity > 0);
+        assert!(space.available <= space.capacity);
+    }
+
+    #[test]
+    fn statvfs_of_a_missing_path_is_not_found() {
+        let err = fs_space(Path::new("/nonexistent/imagekeeper/statvfs")).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+}
