@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::clock::Clock;
+use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::model::{PullCredentials, RuntimeImage};
 use crate::pull::throttle::TokenBucket;
 
@@ -47,22 +48,40 @@ pub trait PullRuntime: Send + Sync + 'static {
     ) -> impl Future<Output = Result<String, RuntimeError>> + Send;
 }
 
-impl<T: PullRuntime> PullRuntime for Arc<T> {
-    fn image_status(
+/// Every CRI runtime is a pull runtime.
+impl<T: ImageRuntime + 'static> PullRuntime for T {
+    async fn image_status(
         &self,
         image: &str,
         runtime_handler: &str,
-    ) -> impl Future<Output = Result<Option<RuntimeImage>, RuntimeError>> + Send {
-        (**self).image_status(image, runtime_handler)
+    ) -> Result<Option<RuntimeImage>, RuntimeError> {
+        ImageRuntime::image_status(self, image, runtime_handler)
+            .await
+            .map_err(runtime_error)
     }
 
-    fn pull_image(
+    async fn pull_image(
         &self,
         image: &str,
         runtime_handler: &str,
         credentials: Option<&PullCredentials>,
-    ) -> impl Future<Output = Result<String, RuntimeError>> + Send {
-        (**self).pull_image(image, runtime_handler, credentials)
+    ) -> Result<String, RuntimeError> {
+        ImageRuntime::pull_image(self, image, runtime_handler, credentials)
+            .await
+            .map_err(runtime_error)
+    }
+}
+
+/// As kubelet's remote image service: a status of code Unknown keeps only its description,
+/// so that `RegistryUnavailable: ...` from the runtime reaches `evalCRIPullErr` as a prefix.
+pub fn runtime_error(e: CriError) -> RuntimeError {
+    match e {
+        CriError::Rpc {
+            code: RpcCode::Unknown,
+            message,
+            ..
+        } => RuntimeError(message),
+        other => RuntimeError(other.to_string()),
     }
 }
 
