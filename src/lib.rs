@@ -10,5 +10,6 @@ pub mod clock;
 pub mod cri;
 pub mod gc;
 pub mod model;
+pub mod pull;
 pub mod replay;
 pub mod store;

@@ -1,3 +1,4 @@
 //! The one integration test binary; a module per area.
 
+mod pull;
 mod store;

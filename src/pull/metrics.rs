@@ -1,0 +1,221 @@
+//! Pull metrics: kubelet's `kubelet_image_pull_duration_seconds` histogram, labelled by the
+//! image-size bucket (`GetImageSizeBucket`), and Go's `time.Duration` text for messages.
+//!
+//! Invariants: bucket bounds are kubelet's `imagePullDurationBuckets`; a value lands in every
+//! bucket whose upper bound is `>=` it (Prometheus `le`), counts are cumulative on read.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Kubelet's `imagePullDurationBuckets`, in seconds.
+pub const IMAGE_PULL_DURATION_BUCKETS: [f64; 18] = [
+    1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0, 600.0, 900.0,
+    1200.0, 1800.0, 2700.0, 3600.0,
+];
+
+const MIB: u64 = 1024 * 1024;
+const GIB: u64 = 1024 * MIB;
+
+/// Kubelet's `imageSizeBuckets`: (lower bound in bytes, label).
+pub const IMAGE_SIZE_BUCKETS: [(u64, &str); 12] = [
+    (0, "0-10MB"),
+    (10 * MIB, "10MB-100MB"),
+    (100 * MIB, "100MB-500MB"),
+    (500 * MIB, "500MB-1GB"),
+    (GIB, "1GB-5GB"),
+    (5 * GIB, "5GB-10GB"),
+    (10 * GIB, "10GB-20GB"),
+    (20 * GIB, "20GB-30GB"),
+    (30 * GIB, "30GB-40GB"),
+    (40 * GIB, "40GB-60GB"),
+    (60 * GIB, "60GB-100GB"),
+    (100 * GIB, "GT100GB"),
+];
+
+/// Kubelet's `GetImageSizeBucket`.
+pub fn image_size_bucket(size: u64) -> &'static str {
+    IMAGE_SIZE_BUCKETS
+        .iter()
+        .rev()
+        .find(|(lower, _)| size >= *lower)
+        .map(|(_, label)| *label)
+        .unwrap_or("0-10MB")
+}
+
+/// A fixed-bucket histogram.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Non-cumulative counts per bucket; the last slot is +Inf.
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    pub fn observe(&mut self, v: f64) {
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| v <= *b)
+            .unwrap_or(self.bounds.len());
+        if let Some(c) = self.counts.get_mut(i) {
+            *c += 1;
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+
+    /// (upper bound, cumulative count) per bucket, ending with +Inf.
+    pub fn cumulative(&self) -> Vec<(f64, u64)> {
+        let mut acc = 0;
+        let bounds = self
+            .bounds
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY));
+        bounds
+            .zip(&self.counts)
+            .map(|(b, c)| {
+                acc += c;
+                (b, acc)
+            })
+            .collect()
+    }
+
+    pub fn sum(&self) -> f64 {
+        self.sum
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+}
+
+/// `image_pull_duration_seconds{image_size_in_bytes=<bucket>}`.
+#[derive(Debug, Default)]
+pub struct PullMetrics {
+    by_size: Mutex<BTreeMap<&'static str, Histogram>>,
+}
+
+impl PullMetrics {
+    pub fn observe_pull(&self, image_size: u64, total: Duration) {
+        let mut m = self.by_size.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(image_size_bucket(image_size))
+            .or_insert_with(|| Histogram::new(&IMAGE_PULL_DURATION_BUCKETS))
+            .observe(total.as_secs_f64());
+    }
+
+    /// A copy of the histograms by size label.
+    pub fn snapshot(&self) -> BTreeMap<&'static str, Histogram> {
+        self.by_size
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Go's `time.Duration.String()` for a non-negative duration: `1h2m3.5s`, `1.5s`, `250ms`,
+/// `1.2µs`, `7ns`, `0s`.
+pub fn go_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_owned();
+    }
+    if nanos < 1_000 {
+        return format!("{nanos}ns");
+    }
+    if nanos < 1_000_000 {
+        return format!("{}µs", fraction(nanos, 1_000));
+    }
+    if nanos < 1_000_000_000 {
+        return format!("{}ms", fraction(nanos, 1_000_000));
+    }
+    let total_secs = nanos / 1_000_000_000;
+    let sub = nanos % 1_000_000_000;
+    let (h, m, s) = (total_secs / 3600, (total_secs / 60) % 60, total_secs % 60);
+    let secs = fraction(u128::from(s as u64) * 1_000_000_000 + sub, 1_000_000_000);
+    if h > 0 {
+        format!("{h}h{m}m{secs}s")
+    } else if m > 0 {
+        format!("{m}m{secs}s")
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// `n / unit` with the remainder as decimals, trailing zeros trimmed.
+fn fraction(n: u128, unit: u128) -> String {
+    let whole = n / unit;
+    let rem = n % unit;
+    if rem == 0 {
+        return whole.to_string();
+    }
+    let width = unit.ilog10() as usize;
+    let digits = format!("{rem:0width$}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_duration_matches_go_string() {
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_nanos(7), "7ns"),
+            (Duration::from_nanos(1_200), "1.2µs"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_micros(1_500), "1.5ms"),
+            (Duration::from_millis(1_661), "1.661s"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_secs(60), "1m0s"),
+            (Duration::from_millis(90_500), "1m30.5s"),
+            (Duration::from_secs(3600), "1h0m0s"),
+            (Duration::from_secs(3723), "1h2m3s"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(go_duration(d), want, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn size_buckets_follow_kubelets_lower_bounds() {
+        let cases = [
+            (0, "0-10MB"),
+            (5 * MIB, "0-10MB"),
+            (15 * MIB, "10MB-100MB"),
+            (500 * MIB, "500MB-1GB"),
+            (15 * GIB, "10GB-20GB"),
+            (200 * GIB, "GT100GB"),
+        ];
+        for (size, want) in cases {
+            assert_eq!(image_size_bucket(size), want, "{size}");
+        }
+    }
+
+    #[test]
+    fn histogram_counts_values_in_le_buckets() {
+        let mut h = Histogram::new(&IMAGE_PULL_DURATION_BUCKETS);
+        for v in [0.0, 1.0, 1.5, 10_000.0] {
+            h.observe(v);
+        }
+        let c = h.cumulative();
+        assert_eq!(c[0], (1.0, 2));
+        assert_eq!(c[1], (5.0, 3));
+        assert_eq!(c.last().copied(), Some((f64::INFINITY, 4)));
+        assert_eq!(h.count(), 4);
+        assert!((h.sum() - 10_002.5).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,469 @@
+//! The pull path: kubelet's ImageManager (`pkg/kubelet/images/image_manager.go`, `puller.go`,
+//! `types.go`) with its image-pull backoff persisted in the store.
+//!
+//! [`ImageManager::ensure_image_exists`] applies the default tag, prechecks presence by the
+//! pull policy, refuses while the `<pod uid>_<image>` key is in backoff (no runtime call),
+//! pulls through the serial or parallel puller behind the registry throttle, classifies
+//! failures as kubelet does, and records the outcome in the store: a failure's next backoff
+//! in the same transaction that records it, a success's record (`mark_used`) at once so GC
+//! cannot evict the image before its container starts (kubelet #18140, #123631).
+//!
+//! Invariants: messages and reasons are kubelet's, verbatim; time comes only from the injected
+//! [`Clock`]; credentials are passed to the runtime and never logged, stored or put in a
+//! message. This module imports neither redb nor tonic: the store and the runtime are reached
+//! through [`BackoffStore`] and [`PullRuntime`].
+
+pub mod backoff;
+pub mod metrics;
+pub mod puller;
+pub mod reference;
+pub mod throttle;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::model::{BackoffEntry, PullCredentials, RecordKey, UnixNanos};
+
+pub use backoff::{BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, StoreFailure};
+pub use metrics::{PullMetrics, go_duration};
+pub use puller::{PullRuntime, RuntimeError};
+pub use reference::{ImageReference, ReferenceError, apply_default_image_tag, go_quote};
+
+use puller::{PullRequest, Puller};
+
+/// crierrors.ErrRegistryUnavailable's text, the prefix kubelet looks for.
+pub const CRI_REGISTRY_UNAVAILABLE: &str = "RegistryUnavailable";
+/// crierrors.ErrSignatureValidationFailed's text.
+pub const CRI_SIGNATURE_VALIDATION_FAILED: &str = "SignatureValidationFailed";
+
+/// Why `ensure_image_exists` failed: kubelet's errors, each with its message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PullError {
+    #[error("{0}")]
+    ErrImagePullBackOff(String),
+    #[error("{0}")]
+    ErrImageInspect(String),
+    #[error("{0}")]
+    ErrImagePull(String),
+    #[error("{0}")]
+    ErrImageNeverPull(String),
+    #[error("{0}")]
+    RegistryUnavailable(String),
+    #[error("{0}")]
+    SignatureValidationFailed(String),
+    #[error("{0}")]
+    ErrInvalidImageName(String),
+}
+
+impl PullError {
+    /// The kubelet reason (the Go error's text), as a container's waiting reason shows it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PullError::ErrImagePullBackOff(_) => "ImagePullBackOff",
+            PullError::ErrImageInspect(_) => "ImageInspectError",
+            PullError::ErrImagePull(_) => "ErrImagePull",
+            PullError::ErrImageNeverPull(_) => "ErrImageNeverPull",
+            PullError::RegistryUnavailable(_) => CRI_REGISTRY_UNAVAILABLE,
+            PullError::SignatureValidationFailed(_) => CRI_SIGNATURE_VALIDATION_FAILED,
+            PullError::ErrInvalidImageName(_) => "InvalidImageName",
+        }
+    }
+
+    /// The message (what kubelet puts in the container's waiting message).
+    pub fn message(&self) -> &str {
+        match self {
+            PullError::ErrImagePullBackOff(m)
+            | PullError::ErrImageInspect(m)
+            | PullError::ErrImagePull(m)
+            | PullError::ErrImageNeverPull(m)
+            | PullError::RegistryUnavailable(m)
+            | PullError::SignatureValidationFailed(m)
+            | PullError::ErrInvalidImageName(m) => m,
+        }
+    }
+}
+
+/// Kubelet's `evalCRIPullErr`: classify a runtime pull error by the prefix of its message.
+pub fn eval_cri_pull_err(image: &str, err: &str) -> PullError {
+    if let Some(rest) = err.strip_prefix(CRI_REGISTRY_UNAVAILABLE) {
+        return PullError::RegistryUnavailable(format!(
+            "image pull failed for {image} because the registry is unavailable{rest}"
+        ));
+    }
+    if let Some(rest) = err.strip_prefix(CRI_SIGNATURE_VALIDATION_FAILED) {
+        return PullError::SignatureValidationFailed(format!(
+            "image pull failed for {image} because the signature validation failed{rest}"
+        ));
+    }
+    PullError::ErrImagePull(err.to_owned())
+}
+
+/// A container's image pull policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+/// The pod a pull is for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodRef {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Kubernetes event types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// Kubelet's event reasons (pkg/kubelet/events).
+pub mod reasons {
+    pub const PULLING_IMAGE: &str = "Pulling";
+    pub const PULLED_IMAGE: &str = "Pulled";
+    pub const FAILED_TO_PULL_IMAGE: &str = "Failed";
+    pub const FAILED_TO_INSPECT_IMAGE: &str = "InspectFailed";
+    pub const ERR_IMAGE_NEVER_PULL_POLICY: &str = "ErrImageNeverPull";
+    pub const BACK_OFF_PULL_IMAGE: &str = "BackOff";
+}
+
+/// Where the manager reports events (kubelet's `record.EventRecorder`).
+pub trait EventRecorder: Send + Sync {
+    fn event(&self, pod: &PodRef, event_type: EventType, reason: &str, message: &str);
+}
+
+/// Reports events as tracing events (info for Normal, warn for Warning).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TracingRecorder;
+
+impl EventRecorder for TracingRecorder {
+    fn event(&self, pod: &PodRef, event_type: EventType, reason: &str, message: &str) {
+        let pod = format!("{}/{}", pod.namespace, pod.name);
+        match event_type {
+            EventType::Normal => tracing::info!(pod, reason, "{message}"),
+            EventType::Warning => tracing::warn!(pod, reason, "{message}"),
+        }
+    }
+}
+
+/// The pull settings of the KubeletConfiguration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PullConfig {
+    /// `serializeImagePulls` (kubelet default true).
+    pub serialize_image_pulls: bool,
+    /// `maxParallelImagePulls`; `None` is unlimited.
+    pub max_parallel_image_pulls: Option<i32>,
+    /// `registryPullQPS`; 0 is no throttle.
+    pub registry_pull_qps: f64,
+    /// `registryBurst`.
+    pub registry_burst: u32,
+    pub backoff: BackoffPolicy,
+}
+
+impl Default for PullConfig {
+    fn default() -> PullConfig {
+        PullConfig {
+            serialize_image_pulls: true,
+            max_parallel_image_pulls: None,
+            registry_pull_qps: 5.0,
+            registry_burst: 10,
+            backoff: BackoffPolicy::default(),
+        }
+    }
+}
+
+/// Invalid pull settings, with kubelet's validation messages.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError(pub Vec<String>);
+
+impl fmt::Display for ConfigError {
+    /// As Go's `utilerrors.NewAggregate`: one message alone, several as `[a, b]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_slice() {
+            [one] => f.write_str(one),
+            many => write!(f, "[{}]", many.join(", ")),
+        }
+    }
+}
+
+impl PullConfig {
+    /// Kubelet's `ValidateKubeletConfiguration` rules for these fields.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut errs = Vec::new();
+        if self.registry_pull_qps < 0.0 || self.registry_pull_qps.is_nan() {
+            errs.push(format!(
+                "invalid configuration: registryPullQPS (--registry-qps) {} must not be a negative number",
+                self.registry_pull_qps
+            ));
+        }
+        if let Some(n) = self.max_parallel_image_pulls {
+            if n < 1 {
+                errs.push(format!(
+                    "invalid configuration: maxParallelImagePulls {n} must be a positive number"
+                ));
+            }
+            if self.serialize_image_pulls && n > 1 {
+                errs.push("invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false".to_owned());
+            }
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError(errs))
+        }
+    }
+}
+
+/// Kubelet's ImageManager over a runtime `R` and a store `S`.
+pub struct ImageManager<R: PullRuntime, S: BackoffStore> {
+    runtime: Arc<R>,
+    store: Arc<S>,
+    clock: Arc<dyn Clock>,
+    policy: BackoffPolicy,
+    puller: Puller<R>,
+    recorder: Arc<dyn EventRecorder>,
+    metrics: Arc<PullMetrics>,
+    /// Serializes backoff read-modify-write so two failures of one key both count.
+    backoff_lock: Arc<Mutex<()>>,
+}
+
+impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
+    /// Validates `config` and builds the manager. Must run inside a tokio runtime (the serial
+    /// puller spawns its worker there).
+    pub fn new(
+        config: &PullConfig,
+        runtime: Arc<R>,
+        store: Arc<S>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<ImageManager<R, S>, ConfigError> {
+        config.validate()?;
+        let throttle = (config.registry_pull_qps != 0.0)
+            .then_some((config.registry_pull_qps, config.registry_burst));
+        let max_parallel = config
+            .max_parallel_image_pulls
+            .and_then(|n| usize::try_from(n).ok());
+        let puller = Puller::new(
+            runtime.clone(),
+            clock.clone(),
+            throttle,
+            config.serialize_image_pulls,
+            max_parallel,
+        );
+        Ok(ImageManager {
+            runtime,
+            store,
+            clock,
+            policy: config.backoff,
+            puller,
+            recorder: Arc::new(TracingRecorder),
+            metrics: Arc::new(PullMetrics::default()),
+            backoff_lock: Arc::new(Mutex::new(())),
+        })
+    }
+
+    /// Replaces the event recorder (tracing by default).
+    pub fn with_recorder(mut self, recorder: Arc<dyn EventRecorder>) -> ImageManager<R, S> {
+        self.recorder = recorder;
+        self
+    }
+
+    pub fn metrics(&self) -> &PullMetrics {
+        &self.metrics
+    }
+
+    /// Kubelet's `EnsureImageExists`: the image ref once the image is present, or why not.
+    pub async fn ensure_image_exists(
+        &self,
+        pod: &PodRef,
+        image: &str,
+        pull_policy: PullPolicy,
+        credentials: Option<&PullCredentials>,
+        runtime_handler: &str,
+    ) -> Result<String, PullError> {
+        let q = go_quote(image);
+        let spec_image = match apply_default_image_tag(image) {
+            Ok(i) => i,
+            Err(e) => {
+                let msg = format!("Failed to apply default image tag {q}: {e}");
+                self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
+                return Err(PullError::ErrInvalidImageName(msg));
+            }
+        };
+
+        if pull_policy != PullPolicy::Always {
+            match self
+                .runtime
+                .image_status(&spec_image, runtime_handler)
+                .await
+            {
+                Err(e) => {
+                    let msg = format!("Failed to inspect image {q}: {e}");
+                    self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
+                    return Err(PullError::ErrImageInspect(msg));
+                }
+                Ok(Some(present)) => {
+                    let msg = format!("Container image {q} already present on machine");
+                    self.normal(pod, reasons::PULLED_IMAGE, &msg);
+                    return Ok(present.id.0);
+                }
+                Ok(None) if pull_policy == PullPolicy::Never => {
+                    let msg =
+                        format!("Container image {q} is not present with pull policy of Never");
+                    self.warn(pod, reasons::ERR_IMAGE_NEVER_PULL_POLICY, &msg);
+                    return Err(PullError::ErrImageNeverPull(msg));
+                }
+                Ok(None) => {}
+            }
+        }
+
+        let key = format!("{}_{}", pod.uid, image);
+        let now = self.clock.now();
+        let entry = match self
+            .blocking({
+                let store = self.store.clone();
+                let key = key.clone();
+                move || store.backoff(&key)
+            })
+            .await
+        {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(key, error = %e, "Reading the image pull backoff failed; pulling");
+                None
+            }
+        };
+        if self.policy.is_in_backoff(entry.as_ref(), now) {
+            let mut msg = format!("Back-off pulling image {q}");
+            self.normal(pod, reasons::BACK_OFF_PULL_IMAGE, &msg);
+            if let Some(e) = entry.filter(|e| !e.last_error.is_empty()) {
+                msg = format!("{msg}: {}", e.last_error);
+            }
+            return Err(PullError::ErrImagePullBackOff(msg));
+        }
+
+        self.normal(pod, reasons::PULLING_IMAGE, &format!("Pulling image {q}"));
+        let start = self.clock.now();
+        let result = self
+            .puller
+            .pull(PullRequest {
+                image: spec_image,
+                runtime_handler: runtime_handler.to_owned(),
+                credentials: credentials.cloned(),
+            })
+            .await;
+        match result {
+            Err(e) => {
+                self.warn(
+                    pod,
+                    reasons::FAILED_TO_PULL_IMAGE,
+                    &format!("Failed to pull image {q}: {e}"),
+                );
+                let err = eval_cri_pull_err(image, &e.0);
+                self.record_failure(key, &err).await;
+                Err(err)
+            }
+            Ok(outcome) => {
+                let end = self.clock.now();
+                let total = truncate_ms(end.since(start));
+                let size = outcome.status.as_ref().map(|s| s.size);
+                self.normal(
+                    pod,
+                    reasons::PULLED_IMAGE,
+                    &format!(
+                        "Successfully pulled image {q} in {} ({} including waiting). Image size: {} bytes.",
+                        go_duration(truncate_ms(outcome.pull_duration)),
+                        go_duration(total),
+                        size.unwrap_or(0)
+                    ),
+                );
+                self.metrics.observe_pull(size.unwrap_or(0), total);
+                let id = outcome
+                    .status
+                    .as_ref()
+                    .map(|s| s.id.0.clone())
+                    .unwrap_or_else(|| outcome.image_ref.clone());
+                self.record_success(RecordKey::new(id, runtime_handler), end, size)
+                    .await;
+                Ok(outcome.image_ref)
+            }
+        }
+    }
+
+    /// `backOff.Next` and the previous-error message, in one transaction.
+    async fn record_failure(&self, key: String, err: &PullError) {
+        let policy = self.policy;
+        let store = self.store.clone();
+        let lock = self.backoff_lock.clone();
+        let now = self.clock.now();
+        let last_error = format!("{}: {}", err.reason(), err.message());
+        let written = self
+            .blocking(move || {
+                let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+                let prev = store.backoff(&key)?;
+                let next: BackoffEntry = policy.next(prev.as_ref(), now, last_error);
+                store.apply(&PullWrite {
+                    put_backoff: vec![(key, next)],
+                    ..PullWrite::default()
+                })
+            })
+            .await;
+        if let Err(e) = written {
+            tracing::error!(error = %e, "Recording the image pull backoff failed");
+        }
+    }
+
+    /// The pulled image's record, and `backOff.GC`, in one transaction.
+    async fn record_success(&self, record: RecordKey, now: UnixNanos, size: Option<u64>) {
+        let policy = self.policy;
+        let store = self.store.clone();
+        let lock = self.backoff_lock.clone();
+        let written = self
+            .blocking(move || {
+                let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+                let entries = store.backoff_entries()?;
+                store.apply(&PullWrite {
+                    mark_used: Some((record, now, size)),
+                    put_backoff: Vec::new(),
+                    remove_backoff: policy.expired_keys(&entries, now),
+                })
+            })
+            .await;
+        if let Err(e) = written {
+            tracing::error!(error = %e, "Recording the pulled image failed");
+        }
+    }
+
+    /// Runs a blocking store call off the async threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T, StoreFailure> + Send + 'static,
+    ) -> Result<T, StoreFailure> {
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| StoreFailure(format!("store task failed: {e}")))?
+    }
+
+    fn normal(&self, pod: &PodRef, reason: &str, msg: &str) {
+        self.recorder.event(pod, EventType::Normal, reason, msg);
+    }
+
+    fn warn(&self, pod: &PodRef, reason: &str, msg: &str) {
+        self.recorder.event(pod, EventType::Warning, reason, msg);
+    }
+}
+
+/// Go's `Duration.Truncate(time.Millisecond)`.
+fn truncate_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,217 @@
+//! The image pullers of kubelet's puller.go: a serial puller (one pull at a time from a
+//! bounded queue of 10; callers wait while the queue is full) and a parallel puller (at most
+//! `max_parallel_image_pulls` pulls at once through a semaphore; unlimited when unset). Both
+//! apply the registry throttle at the moment the pull would reach the runtime, then ask the
+//! runtime for the pulled image's status (best effort, for its id and size).
+//!
+//! Invariants: a pull's duration is measured with the injected clock from the moment it leaves
+//! the queue or semaphore; credentials go to the runtime and nowhere else.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::clock::Clock;
+use crate::cri::{CriError, ImageRuntime, RpcCode};
+use crate::model::{PullCredentials, RuntimeImage};
+use crate::pull::throttle::TokenBucket;
+
+/// Kubelet's `maxImagePullRequests`: the serial puller's queue length.
+pub const MAX_IMAGE_PULL_REQUESTS: usize = 10;
+
+/// Kubelet's throttle error text.
+pub const PULL_QPS_EXCEEDED: &str = "pull QPS exceeded";
+
+/// A runtime failure as the image manager sees it: the error's message (for a gRPC status of
+/// code Unknown, only its description, as kubelet's remote image service strips the code).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RuntimeError(pub String);
+
+/// What the pull path needs of the container runtime.
+pub trait PullRuntime: Send + Sync + 'static {
+    /// The image if present (`Ok(None)` when absent).
+    fn image_status(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+    ) -> impl Future<Output = Result<Option<RuntimeImage>, RuntimeError>> + Send;
+
+    /// Pulls the image; returns its image ref.
+    fn pull_image(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> impl Future<Output = Result<String, RuntimeError>> + Send;
+}
+
+/// Every CRI runtime is a pull runtime.
+impl<T: ImageRuntime + 'static> PullRuntime for T {
+    async fn image_status(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+    ) -> Result<Option<RuntimeImage>, RuntimeError> {
+        ImageRuntime::image_status(self, image, runtime_handler)
+            .await
+            .map_err(runtime_error)
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<String, RuntimeError> {
+        ImageRuntime::pull_image(self, image, runtime_handler, credentials)
+            .await
+            .map_err(runtime_error)
+    }
+}
+
+/// As kubelet's remote image service: a status of code Unknown keeps only its description,
+/// so that `RegistryUnavailable: ...` from the runtime reaches `evalCRIPullErr` as a prefix.
+pub fn runtime_error(e: CriError) -> RuntimeError {
+    match e {
+        CriError::Rpc {
+            code: RpcCode::Unknown,
+            message,
+            ..
+        } => RuntimeError(message),
+        other => RuntimeError(other.to_string()),
+    }
+}
+
+/// One pull to do.
+#[derive(Clone, Debug)]
+pub(crate) struct PullRequest {
+    pub image: String,
+    pub runtime_handler: String,
+    pub credentials: Option<PullCredentials>,
+}
+
+/// A successful pull.
+#[derive(Clone, Debug)]
+pub(crate) struct PullOutcome {
+    pub image_ref: String,
+    /// The pulled image's status, when the runtime gave it.
+    pub status: Option<RuntimeImage>,
+    /// From leaving the queue to the end of the size lookup.
+    pub pull_duration: Duration,
+}
+
+pub(crate) struct Shared<R> {
+    runtime: Arc<R>,
+    throttle: Option<Mutex<TokenBucket>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl<R: PullRuntime> Shared<R> {
+    async fn pull(&self, req: &PullRequest) -> Result<PullOutcome, RuntimeError> {
+        let start = self.clock.now();
+        if let Some(t) = &self.throttle {
+            let accepted = t
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .try_accept(start);
+            if !accepted {
+                return Err(RuntimeError(PULL_QPS_EXCEEDED.to_owned()));
+            }
+        }
+        let image_ref = self
+            .runtime
+            .pull_image(&req.image, &req.runtime_handler, req.credentials.as_ref())
+            .await?;
+        let status = if image_ref.is_empty() {
+            None
+        } else {
+            // Best effort, as kubelet's GetImageSize: an error only loses the size.
+            self.runtime
+                .image_status(&req.image, &req.runtime_handler)
+                .await
+                .ok()
+                .flatten()
+        };
+        Ok(PullOutcome {
+            image_ref,
+            status,
+            pull_duration: self.clock.now().since(start),
+        })
+    }
+}
+
+type Reply = oneshot::Sender<Result<PullOutcome, RuntimeError>>;
+
+/// The serial or the parallel puller.
+pub(crate) enum Puller<R> {
+    Parallel {
+        shared: Arc<Shared<R>>,
+        limit: Option<Arc<Semaphore>>,
+    },
+    Serial {
+        queue: mpsc::Sender<(PullRequest, Reply)>,
+    },
+}
+
+impl<R: PullRuntime> Puller<R> {
+    /// `throttle` is `(qps, burst)`, `None` for no throttle. The serial puller spawns its
+    /// worker on the current tokio runtime; it stops when the puller is dropped.
+    pub fn new(
+        runtime: Arc<R>,
+        clock: Arc<dyn Clock>,
+        throttle: Option<(f64, u32)>,
+        serialize: bool,
+        max_parallel: Option<usize>,
+    ) -> Puller<R> {
+        let shared = Arc::new(Shared {
+            runtime,
+            throttle: throttle.map(|(qps, burst)| Mutex::new(TokenBucket::new(qps, burst))),
+            clock,
+        });
+        if serialize {
+            let (queue, mut rx) = mpsc::channel::<(PullRequest, Reply)>(MAX_IMAGE_PULL_REQUESTS);
+            tokio::spawn(async move {
+                while let Some((req, reply)) = rx.recv().await {
+                    let result = shared.pull(&req).await;
+                    // The caller may have gone away; the pull is done either way.
+                    let _ = reply.send(result);
+                }
+            });
+            Puller::Serial { queue }
+        } else {
+            Puller::Parallel {
+                shared,
+                limit: max_parallel.map(|n| Arc::new(Semaphore::new(n))),
+            }
+        }
+    }
+
+    pub async fn pull(&self, req: PullRequest) -> Result<PullOutcome, RuntimeError> {
+        match self {
+            Puller::Parallel { shared, limit } => {
+                let _permit = match limit {
+                    Some(sem) => Some(
+                        sem.clone()
+                            .acquire_owned()
+                            .await
+                            .map_err(|_| RuntimeError("image puller stopped".to_owned()))?,
+                    ),
+                    None => None,
+                };
+                shared.pull(&req).await
+            }
+            Puller::Serial { queue } => {
+                let (tx, rx) = oneshot::channel();
+                queue
+                    .send((req, tx))
+                    .await
+                    .map_err(|_| RuntimeError("image puller stopped".to_owned()))?;
+                rx.await
+                    .map_err(|_| RuntimeError("image puller stopped".to_owned()))?
+            }
+        }
+    }
+}

@@ -1,0 +1,607 @@
+//! Image references as the kubelet reads them: `ParseNormalizedNamed` of Go's
+//! `github.com/distribution/reference`, and kubelet's `applyDefaultImageTag`.
+//!
+//! The grammar of the path, tag and digest is checked by oci-spec's
+//! [`oci_spec::distribution::Reference`]; this module wraps it where it differs from
+//! distribution/reference: the Docker Hub domain split (`splitDockerDomain`, including "an
+//! uppercase first component is a registry"), bracketed IPv6 registries (`[fe80::1]:5000/foo`),
+//! the rejection of a bare 64-hex identifier, ASCII-only `\w` in tags, lowercase-hex digests,
+//! and Go's error texts.
+//!
+//! Invariants: [`ImageReference::parse_normalized`] never panics, whatever the input; what it
+//! accepts re-serializes with `Display` (`domain/path[:tag][@digest]`, the normalized form) to a
+//! string that parses to an equal reference.
+
+use std::fmt;
+
+use oci_spec::distribution::{ParseError as OciParseError, Reference as OciReference};
+
+const DEFAULT_DOMAIN: &str = "docker.io";
+const LEGACY_DEFAULT_DOMAIN: &str = "index.docker.io";
+const OFFICIAL_REPO_PREFIX: &str = "library/";
+const LOCALHOST: &str = "localhost";
+/// Kubelet's default tag (`parsers.DefaultImageTag`).
+pub const DEFAULT_TAG: &str = "latest";
+/// distribution/reference `RepositoryNameTotalLengthMax`.
+const NAME_TOTAL_LENGTH_MAX: usize = 255;
+/// A domain that oci-spec always takes as a registry and never rewrites; the real domain is
+/// checked here and the placeholder only lets oci-spec check the rest.
+const PLACEHOLDER_DOMAIN: &str = "placeholder.invalid";
+
+/// Why a string is not an image reference; `Display` is distribution/reference's message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReferenceError {
+    #[error("invalid repository name ({0}), cannot specify 64-byte hexadecimal strings")]
+    Identifier(String),
+    #[error("invalid reference format: repository name ({0}) must be lowercase")]
+    RemoteNotLowercase(String),
+    #[error("invalid reference format")]
+    InvalidFormat,
+    #[error("repository name must be lowercase")]
+    NameContainsUppercase,
+    #[error("repository name must have at least one component")]
+    NameEmpty,
+    #[error("repository name must not be more than 255 characters")]
+    NameTooLong,
+    #[error("invalid checksum digest format")]
+    DigestInvalidFormat,
+    #[error("invalid checksum digest length")]
+    DigestInvalidLength,
+    #[error("unsupported digest algorithm")]
+    DigestUnsupported,
+}
+
+impl From<OciParseError> for ReferenceError {
+    fn from(e: OciParseError) -> ReferenceError {
+        match e {
+            OciParseError::DigestInvalidFormat => ReferenceError::DigestInvalidFormat,
+            OciParseError::DigestInvalidLength => ReferenceError::DigestInvalidLength,
+            OciParseError::DigestUnsupported => ReferenceError::DigestUnsupported,
+            OciParseError::NameContainsUppercase => ReferenceError::NameContainsUppercase,
+            OciParseError::NameEmpty => ReferenceError::NameEmpty,
+            OciParseError::NameTooLong => ReferenceError::NameTooLong,
+            OciParseError::ReferenceInvalidFormat | OciParseError::TagInvalidFormat => {
+                ReferenceError::InvalidFormat
+            }
+        }
+    }
+}
+
+/// A named reference in distribution/reference's normalized form.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ImageReference {
+    domain: String,
+    path: String,
+    tag: Option<String>,
+    digest: Option<String>,
+}
+
+impl ImageReference {
+    /// Go's `reference.ParseNormalizedNamed`: `busybox` becomes `docker.io/library/busybox`.
+    pub fn parse_normalized(s: &str) -> Result<ImageReference, ReferenceError> {
+        if is_identifier(s) {
+            return Err(ReferenceError::Identifier(s.to_owned()));
+        }
+        let (domain, remainder) = split_docker_domain(s);
+        let remote = remainder.split(':').next().unwrap_or("");
+        if remote.to_lowercase() != remote {
+            return Err(ReferenceError::RemoteNotLowercase(remote.to_owned()));
+        }
+        // distribution/reference's classes are all ASCII; Rust's `\w` is not.
+        if !s.is_ascii() {
+            return Err(ReferenceError::InvalidFormat);
+        }
+        let domain_is_domain = is_domain_and_port(&domain);
+        if !domain_is_domain && !is_path_component(&domain) {
+            let lower = domain.to_ascii_lowercase();
+            if lower != domain && (is_domain_and_port(&lower) || is_path_component(&lower)) {
+                return Err(ReferenceError::NameContainsUppercase);
+            }
+            return Err(ReferenceError::InvalidFormat);
+        }
+        let oci = OciReference::try_from(format!("{PLACEHOLDER_DOMAIN}/{remainder}"))?;
+        if oci.registry() != PLACEHOLDER_DOMAIN {
+            // oci-spec keeps a domain with a '.'; anything else means it read the input
+            // differently from us, so refuse rather than guess.
+            return Err(ReferenceError::InvalidFormat);
+        }
+        let path = oci.repository().to_owned();
+        if !domain_is_domain && domain.len() + 1 + path.len() > NAME_TOTAL_LENGTH_MAX {
+            // Go reads a domain that is only a path component as part of the path.
+            return Err(ReferenceError::NameTooLong);
+        }
+        let digest = oci.digest().map(str::to_owned);
+        if let Some(d) = &digest {
+            let hex = d.split_once(':').map(|(_, h)| h).unwrap_or("");
+            if hex.bytes().any(|b| b.is_ascii_uppercase()) {
+                // go-digest accepts only lowercase hex for registered algorithms.
+                return Err(ReferenceError::DigestInvalidFormat);
+            }
+        }
+        // oci-spec fills in "latest" when neither is given; only an explicit tag counts.
+        let explicit_tag = explicit_tag(&remainder);
+        Ok(ImageReference {
+            domain,
+            path,
+            tag: explicit_tag,
+            digest,
+        })
+    }
+
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+
+    /// The path after the domain, e.g. `library/busybox`.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The full name `domain/path`, Go's `Named.Name()`.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.domain, self.path)
+    }
+
+    pub fn tag(&self) -> Option<&str> {
+        self.tag.as_deref()
+    }
+
+    pub fn digest(&self) -> Option<&str> {
+        self.digest.as_deref()
+    }
+}
+
+impl fmt::Display for ImageReference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.domain, self.path)?;
+        if let Some(t) = &self.tag {
+            write!(f, ":{t}")?;
+        }
+        if let Some(d) = &self.digest {
+            write!(f, "@{d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Kubelet's `applyDefaultImageTag`: the image as written, with `:latest` appended when it has
+/// neither tag nor digest. The error is kubelet's `couldn't parse image name %q: %v`.
+pub fn apply_default_image_tag(image: &str) -> Result<String, String> {
+    let named = ImageReference::parse_normalized(image)
+        .map_err(|e| format!("couldn't parse image name {}: {e}", go_quote(image)))?;
+    let tag = match (named.tag(), named.digest()) {
+        (Some(t), _) => t.to_owned(),
+        (None, None) => DEFAULT_TAG.to_owned(),
+        (None, Some(_)) => String::new(),
+    };
+    if named.digest().is_none() && !tag.is_empty() && !image.ends_with(&format!(":{tag}")) {
+        return Ok(format!("{image}:{tag}"));
+    }
+    Ok(image.to_owned())
+}
+
+/// Go's `%q` for a string: double quotes, with `"` and `\` and control characters escaped.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `^[a-f0-9]{64}$`.
+fn is_identifier(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// distribution/reference `splitDockerDomain`.
+fn split_docker_domain(name: &str) -> (String, String) {
+    let Some((maybe_domain, maybe_remote)) = name.split_once('/') else {
+        return (
+            DEFAULT_DOMAIN.to_owned(),
+            format!("{OFFICIAL_REPO_PREFIX}{name}"),
+        );
+    };
+    let (domain, mut remote) = if maybe_domain == LOCALHOST {
+        (maybe_domain.to_owned(), maybe_remote.to_owned())
+    } else if maybe_domain == LEGACY_DEFAULT_DOMAIN {
+        (DEFAULT_DOMAIN.to_owned(), maybe_remote.to_owned())
+    } else if maybe_domain.contains(['.', ':']) || maybe_domain.to_lowercase() != maybe_domain {
+        (maybe_domain.to_owned(), maybe_remote.to_owned())
+    } else {
+        (DEFAULT_DOMAIN.to_owned(), name.to_owned())
+    };
+    if domain == DEFAULT_DOMAIN && !remote.contains('/') {
+        remote = format!("{OFFICIAL_REPO_PREFIX}{remote}");
+    }
+    (domain, remote)
+}
+
+/// The tag as written after the last path component, if any.
+fn explicit_tag(remainder: &str) -> Option<String> {
+    let before_digest = remainder.split('@').next().unwrap_or("");
+    let last = before_digest.rsplit('/').next().unwrap_or("");
+    last.split_once(':').map(|(_, t)| t.to_owned())
+}
+
+/// `domainAndPort`: (domain-name | `[` ipv6 `]`) [`:` port].
+fn is_domain_and_port(s: &str) -> bool {
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let Some(end) = rest.find(']') else {
+            return false;
+        };
+        let addr = &rest[..end];
+        if addr.is_empty() || !addr.bytes().all(|b| b.is_ascii_hexdigit() || b == b':') {
+            return false;
+        }
+        (None, &rest[end + 1..])
+    } else {
+        match s.find(':') {
+            Some(i) => (Some(&s[..i]), &s[i..]),
+            None => (Some(s), ""),
+        }
+    };
+    if let Some(host) = host
+        && !host.split('.').all(is_domain_component)
+    {
+        return false;
+    }
+    match port.strip_prefix(':') {
+        None => port.is_empty(),
+        Some(digits) => !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()),
+    }
+}
+
+/// `[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]`.
+fn is_domain_component(c: &str) -> bool {
+    let b = c.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) => {
+            f.is_ascii_alphanumeric()
+                && l.is_ascii_alphanumeric()
+                && b.iter().all(|x| x.is_ascii_alphanumeric() || *x == b'-')
+        }
+        _ => false,
+    }
+}
+
+/// `pathComponent`: `[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*`.
+fn is_path_component(c: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let b = c.as_bytes();
+    let mut i = 0;
+    loop {
+        let start = i;
+        while i < b.len() && alnum(b[i]) {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+        if i == b.len() {
+            return true;
+        }
+        let sep_start = i;
+        while i < b.len() && !alnum(b[i]) {
+            i += 1;
+        }
+        let sep = &c[sep_start..i];
+        let ok = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|x| x == b'-');
+        if !ok {
+            return false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEX64: &str = "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff";
+
+    /// (input, Ok((name, tag, digest)) or Err(message)) under ParseNormalizedNamed. Inputs are
+    /// distribution/reference's reference_test.go (TestReferenceParse) and normalize_test.go
+    /// cases, re-expressed with the Docker Hub normalization applied.
+    #[test]
+    fn parse_normalized_matches_distribution_reference() {
+        type Want<'a> = Result<(&'a str, Option<&'a str>, Option<&'a str>), &'a str>;
+        let long_ok = format!("{}a", "a/".repeat(127));
+        let long_ok_name = format!("docker.io/{long_ok}");
+        let long_bad = format!("{}a:tag", "a/".repeat(128));
+        let d256 = format!("sha256:{HEX64}");
+        let d512 = format!("sha512:{HEX64}{HEX64}");
+        let cases: Vec<(String, Want)> = vec![
+            (
+                "test_com".into(),
+                Ok(("docker.io/library/test_com", None, None)),
+            ),
+            (
+                "test.com:tag".into(),
+                Ok(("docker.io/library/test.com", Some("tag"), None)),
+            ),
+            (
+                "test.com:5000".into(),
+                Ok(("docker.io/library/test.com", Some("5000"), None)),
+            ),
+            (
+                "test.com/repo:tag".into(),
+                Ok(("test.com/repo", Some("tag"), None)),
+            ),
+            ("test:5000/repo".into(), Ok(("test:5000/repo", None, None))),
+            (
+                "test:5000/repo:tag".into(),
+                Ok(("test:5000/repo", Some("tag"), None)),
+            ),
+            (
+                format!("test:5000/repo@{d256}"),
+                Ok(("test:5000/repo", None, Some(&d256))),
+            ),
+            (
+                format!("test:5000/repo:tag@{d256}"),
+                Ok(("test:5000/repo", Some("tag"), Some(&d256))),
+            ),
+            ("".into(), Err("invalid reference format")),
+            (":justtag".into(), Err("invalid reference format")),
+            (format!("@{d256}"), Err("invalid reference format")),
+            (
+                "repo@sha256:ffffffffffffffffffffffffffffffffff".into(),
+                Err("invalid checksum digest length"),
+            ),
+            (
+                format!("validname@invaliddigest:{HEX64}"),
+                Err("unsupported digest algorithm"),
+            ),
+            (
+                "Uppercase:tag".into(),
+                Err(
+                    "invalid reference format: repository name (library/Uppercase) must be lowercase",
+                ),
+            ),
+            // "Uppercase" is a domain here: an uppercase first component is a registry.
+            (
+                "Uppercase/lowercase:tag".into(),
+                Ok(("Uppercase/lowercase", Some("tag"), None)),
+            ),
+            (
+                "test:5000/Uppercase/lowercase:tag".into(),
+                Err(
+                    "invalid reference format: repository name (Uppercase/lowercase) must be lowercase",
+                ),
+            ),
+            (
+                "lowercase:Uppercase".into(),
+                Ok(("docker.io/library/lowercase", Some("Uppercase"), None)),
+            ),
+            (
+                long_bad,
+                Err("repository name must not be more than 255 characters"),
+            ),
+            (
+                format!("{long_ok}:tag-puts-this-over-max"),
+                Ok((&long_ok_name, Some("tag-puts-this-over-max"), None)),
+            ),
+            ("aa/asdf$$^/aa".into(), Err("invalid reference format")),
+            (
+                "sub-dom1.foo.com/bar/baz/quux".into(),
+                Ok(("sub-dom1.foo.com/bar/baz/quux", None, None)),
+            ),
+            (
+                "b.gcr.io/test.example.com/my-app:test.example.com".into(),
+                Ok((
+                    "b.gcr.io/test.example.com/my-app",
+                    Some("test.example.com"),
+                    None,
+                )),
+            ),
+            (
+                format!("xn--7o8h.com/myimage:xn--7o8h.com@{d512}"),
+                Ok(("xn--7o8h.com/myimage", Some("xn--7o8h.com"), Some(&d512))),
+            ),
+            (
+                "foo_bar.com:8080".into(),
+                Ok(("docker.io/library/foo_bar.com", Some("8080"), None)),
+            ),
+            (
+                "foo/foo_bar.com:8080".into(),
+                Ok(("docker.io/foo/foo_bar.com", Some("8080"), None)),
+            ),
+            (
+                "192.168.1.1".into(),
+                Ok(("docker.io/library/192.168.1.1", None, None)),
+            ),
+            (
+                "192.168.1.1:5000/repo:5050".into(),
+                Ok(("192.168.1.1:5000/repo", Some("5050"), None)),
+            ),
+            ("[2001:db8::1]".into(), Err("invalid reference format")),
+            ("[2001:db8::1]:5000".into(), Err("invalid reference format")),
+            (
+                "[2001:db8::1]/repo".into(),
+                Ok(("[2001:db8::1]/repo", None, None)),
+            ),
+            (
+                "[2001:db8:1:2:3:4:5:6]/repo:tag".into(),
+                Ok(("[2001:db8:1:2:3:4:5:6]/repo", Some("tag"), None)),
+            ),
+            (
+                format!("[2001:db8::1]:5000/repo:tag@{d256}"),
+                Ok(("[2001:db8::1]:5000/repo", Some("tag"), Some(&d256))),
+            ),
+            (
+                "[::1]:5000/repo".into(),
+                Ok(("[::1]:5000/repo", None, None)),
+            ),
+            (
+                "[fe80::1]:5000/foo:bar".into(),
+                Ok(("[fe80::1]:5000/foo", Some("bar"), None)),
+            ),
+            (
+                "[fe80::1%eth0]:5000/repo".into(),
+                Err("invalid reference format"),
+            ),
+            (
+                "[fe80::1%@invalidzone]:5000/repo".into(),
+                Err("invalid reference format"),
+            ),
+            // normalize_test.go
+            (
+                "busybox".into(),
+                Ok(("docker.io/library/busybox", None, None)),
+            ),
+            (
+                "docker.io/busybox".into(),
+                Ok(("docker.io/library/busybox", None, None)),
+            ),
+            (
+                "index.docker.io/busybox:1".into(),
+                Ok(("docker.io/library/busybox", Some("1"), None)),
+            ),
+            ("localhost/foo".into(), Ok(("localhost/foo", None, None))),
+            (
+                "localhost:5000/foo/bar".into(),
+                Ok(("localhost:5000/foo/bar", None, None)),
+            ),
+            (
+                "library/ubuntu".into(),
+                Ok(("docker.io/library/ubuntu", None, None)),
+            ),
+            (
+                "dmcgowan/myapp:1.0".into(),
+                Ok(("docker.io/dmcgowan/myapp", Some("1.0"), None)),
+            ),
+            (
+                "a__b/c--d/e.f".into(),
+                Ok(("docker.io/a__b/c--d/e.f", None, None)),
+            ),
+            ("a___b".into(), Err("invalid reference format")),
+            ("-foo".into(), Err("invalid reference format")),
+            ("foo-".into(), Err("invalid reference format")),
+            ("foo/".into(), Err("invalid reference format")),
+            ("http://url".into(), Err("invalid reference format")),
+            (
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into(),
+                Err(
+                    "invalid repository name (ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad), cannot specify 64-byte hexadecimal strings",
+                ),
+            ),
+            (
+                format!("foo@sha256:{}", HEX64.to_uppercase()),
+                Err("invalid checksum digest format"),
+            ),
+            ("foo:t\u{e4}g".into(), Err("invalid reference format")),
+            (
+                "Foo_bar/baz".into(),
+                Err("repository name must be lowercase"),
+            ),
+            (
+                "foo_bar.com/baz".into(),
+                Ok(("foo_bar.com/baz", None, None)),
+            ),
+        ];
+        for (input, want) in cases {
+            let got = ImageReference::parse_normalized(&input);
+            match (&got, &want) {
+                (Ok(r), Ok((name, tag, digest))) => {
+                    assert_eq!(r.name(), *name, "name of {input:?}");
+                    assert_eq!(r.tag(), *tag, "tag of {input:?}");
+                    assert_eq!(r.digest(), *digest, "digest of {input:?}");
+                }
+                (Err(e), Err(msg)) => assert_eq!(e.to_string(), *msg, "error of {input:?}"),
+                _ => panic!("{input:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn default_tag_is_appended_to_the_name_as_written() {
+        let d = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        let cases = [
+            ("root".to_owned(), "root:latest".to_owned()),
+            ("root:tag".to_owned(), "root:tag".to_owned()),
+            (format!("root@{d}"), format!("root@{d}")),
+            (format!("root:latest@{d}"), format!("root:latest@{d}")),
+            ("root:latest".to_owned(), "root:latest".to_owned()),
+            ("quay.io/a/b".to_owned(), "quay.io/a/b:latest".to_owned()),
+            (
+                "[fe80::1]:5000/foo".to_owned(),
+                "[fe80::1]:5000/foo:latest".to_owned(),
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(apply_default_image_tag(&input), Ok(want), "{input}");
+        }
+    }
+
+    #[test]
+    fn default_tag_error_is_kubelets_message() {
+        assert_eq!(
+            apply_default_image_tag("FAILED_IMAGE").unwrap_err(),
+            "couldn't parse image name \"FAILED_IMAGE\": invalid reference format: repository name (library/FAILED_IMAGE) must be lowercase"
+        );
+        assert_eq!(
+            apply_default_image_tag("http://url").unwrap_err(),
+            "couldn't parse image name \"http://url\": invalid reference format"
+        );
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn reference_like() -> impl Strategy<Value = String> {
+            let domain = prop_oneof![
+                Just(String::new()),
+                "[a-zA-Z0-9][a-zA-Z0-9.-]{0,10}(:[0-9]{1,5})?/",
+                "\\[[0-9a-fA-F:]{1,12}\\](:[0-9]{1,4})?/",
+                Just("localhost/".to_owned()),
+                Just("index.docker.io/".to_owned()),
+            ];
+            let path = "[a-z0-9]{1,5}([._-]{1,2}[a-z0-9]{1,5}){0,2}(/[a-z0-9_.-]{1,8}){0,3}";
+            let tag = prop_oneof![Just(String::new()), ":[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}"];
+            let digest = prop_oneof![
+                Just(String::new()),
+                "@sha256:[a-f0-9]{64}",
+                "@sha512:[a-fA-F0-9]{128}",
+                "@[a-z]{1,6}:[a-f0-9]{32,40}",
+            ];
+            (domain, path, tag, digest).prop_map(|(d, p, t, g)| format!("{d}{p}{t}{g}"))
+        }
+
+        proptest! {
+            #[test]
+            fn what_parses_reserializes_to_the_same_reference(s in reference_like()) {
+                if let Ok(r) = ImageReference::parse_normalized(&s) {
+                    let again = ImageReference::parse_normalized(&r.to_string());
+                    prop_assert_eq!(again, Ok(r));
+                }
+            }
+
+            #[test]
+            fn parse_never_panics_on_any_string(s in "\\PC{0,80}") {
+                let _ = ImageReference::parse_normalized(&s);
+                let _ = apply_default_image_tag(&s);
+            }
+
+            #[test]
+            fn parse_never_panics_on_ascii_soup(s in "[a-zA-Z0-9:/@._\\[\\]-]{0,60}") {
+                if let Ok(r) = ImageReference::parse_normalized(&s) {
+                    prop_assert_eq!(ImageReference::parse_normalized(&r.to_string()), Ok(r));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,851 @@
+//! Unit tests of the image manager: kubelet's puller case table for both pullers under a
+//! manual clock, the parallel limit, and backoff across a restart of the manager.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, watch};
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::model::{ImageId, RuntimeImage};
+
+/// A runtime whose answers the test sets; it records the calls it gets.
+#[derive(Default)]
+struct FakeRuntime {
+    images: Mutex<HashMap<String, RuntimeImage>>,
+    pull_err: Option<String>,
+    inspect_err: Option<String>,
+    calls: Mutex<Vec<&'static str>>,
+    creds_seen: Mutex<Vec<Option<PullCredentials>>>,
+    /// When set, each pull waits for a permit of this semaphore.
+    gate: Option<Arc<Semaphore>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    started: Option<watch::Sender<usize>>,
+}
+
+impl FakeRuntime {
+    fn with_image(self, name: &str, id: &str, size: u64) -> FakeRuntime {
+        self.images.lock().unwrap().insert(
+            name.to_owned(),
+            RuntimeImage {
+                id: ImageId::new(id),
+                repo_tags: vec![name.to_owned()],
+                size,
+                ..Default::default()
+            },
+        );
+        self
+    }
+
+    fn take_calls(&self) -> Vec<&'static str> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+impl PullRuntime for FakeRuntime {
+    async fn image_status(
+        &self,
+        image: &str,
+        _runtime_handler: &str,
+    ) -> Result<Option<RuntimeImage>, RuntimeError> {
+        self.calls.lock().unwrap().push("ImageStatus");
+        if let Some(e) = &self.inspect_err {
+            return Err(RuntimeError(e.clone()));
+        }
+        Ok(self.images.lock().unwrap().get(image).cloned())
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        _runtime_handler: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<String, RuntimeError> {
+        self.calls.lock().unwrap().push("PullImage");
+        self.creds_seen.lock().unwrap().push(credentials.cloned());
+        let now_in = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now_in, Ordering::SeqCst);
+        if let Some(tx) = &self.started {
+            tx.send_modify(|n| *n += 1);
+        }
+        if let Some(gate) = &self.gate {
+            gate.acquire().await.expect("gate is never closed").forget();
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if let Some(e) = &self.pull_err {
+            return Err(RuntimeError(e.clone()));
+        }
+        let id = format!("sha256:{image}");
+        self.images.lock().unwrap().insert(
+            image.to_owned(),
+            RuntimeImage {
+                id: ImageId::new(id.clone()),
+                size: 1234,
+                ..Default::default()
+            },
+        );
+        Ok(id)
+    }
+}
+
+/// Records events.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<(EventType, String, String)>>);
+
+impl Recorder {
+    fn take_reasons(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+            .into_iter()
+            .map(|(_, r, _)| r)
+            .collect()
+    }
+}
+
+impl EventRecorder for Recorder {
+    fn event(&self, _pod: &PodRef, event_type: EventType, reason: &str, message: &str) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((event_type, reason.to_owned(), message.to_owned()));
+    }
+}
+
+fn pod() -> PodRef {
+    PodRef {
+        uid: "bar".into(),
+        namespace: "test-ns".into(),
+        name: "test_pod".into(),
+        annotations: BTreeMap::new(),
+    }
+}
+
+const T0: i64 = 1_700_000_000;
+
+/// One call of a case: the runtime calls, the outcome (image ref or error reason), the event
+/// reasons and a substring of the message.
+struct Expect {
+    calls: &'static [&'static str],
+    outcome: Result<(), &'static str>,
+    events: &'static [&'static str],
+    msg: &'static str,
+}
+
+struct Case {
+    name: &'static str,
+    image: &'static str,
+    policy: PullPolicy,
+    inspect_err: Option<&'static str>,
+    pull_err: Option<&'static str>,
+    qps: f64,
+    burst: u32,
+    expected: Vec<Expect>,
+}
+
+const PULL_OK: &[&str] = &["ImageStatus", "PullImage", "ImageStatus"];
+const ALWAYS_OK: &[&str] = &["PullImage", "ImageStatus"];
+const PULL_FAIL: &[&str] = &["ImageStatus", "PullImage"];
+const STATUS: &[&str] = &["ImageStatus"];
+
+fn e(
+    calls: &'static [&'static str],
+    outcome: Result<(), &'static str>,
+    events: &'static [&'static str],
+    msg: &'static str,
+) -> Expect {
+    Expect {
+        calls,
+        outcome,
+        events,
+        msg,
+    }
+}
+
+/// kubelet's pullerTestCases (image_manager_test.go), with its 1 s / 1 min backoff and a 1 s
+/// clock step before each call.
+fn cases() -> Vec<Case> {
+    let pulled: &[&str] = &["Pulling", "Pulled"];
+    let failed: &[&str] = &["Pulling", "Failed"];
+    let backoff: &[&str] = &["BackOff"];
+    let case = |name, image, policy, inspect_err, pull_err, expected| Case {
+        name,
+        image,
+        policy,
+        inspect_err,
+        pull_err,
+        qps: 0.0,
+        burst: 0,
+        expected,
+    };
+    vec![
+        case(
+            "image missing, pull",
+            "missing_image",
+            PullPolicy::IfNotPresent,
+            None,
+            None,
+            vec![e(PULL_OK, Ok(()), pulled, "")],
+        ),
+        case(
+            "image present, don't pull",
+            "present_image",
+            PullPolicy::IfNotPresent,
+            None,
+            None,
+            (0..3)
+                .map(|_| e(STATUS, Ok(()), &["Pulled"], "already present on machine"))
+                .collect(),
+        ),
+        case(
+            "image present, pull always",
+            "present_image",
+            PullPolicy::Always,
+            None,
+            None,
+            (0..3).map(|_| e(ALWAYS_OK, Ok(()), pulled, "")).collect(),
+        ),
+        case(
+            "image missing, never pull",
+            "missing_image",
+            PullPolicy::Never,
+            None,
+            None,
+            (0..3)
+                .map(|_| {
+                    e(
+                        STATUS,
+                        Err("ErrImageNeverPull"),
+                        &["ErrImageNeverPull"],
+                        "Container image \"missing_image\" is not present with pull policy of Never",
+                    )
+                })
+                .collect(),
+        ),
+        case(
+            "image missing, inspect fails",
+            "missing_image",
+            PullPolicy::IfNotPresent,
+            Some("unknown inspectError"),
+            None,
+            (0..3)
+                .map(|_| {
+                    e(
+                        STATUS,
+                        Err("ImageInspectError"),
+                        &["InspectFailed"],
+                        "Failed to inspect image \"missing_image\": unknown inspectError",
+                    )
+                })
+                .collect(),
+        ),
+        case(
+            "image missing, unable to fetch, backs off",
+            "typo_image",
+            PullPolicy::IfNotPresent,
+            None,
+            Some("404"),
+            vec![
+                e(PULL_FAIL, Err("ErrImagePull"), failed, "404"),
+                e(PULL_FAIL, Err("ErrImagePull"), failed, "404"),
+                e(
+                    STATUS,
+                    Err("ImagePullBackOff"),
+                    backoff,
+                    "Back-off pulling image \"typo_image\": ErrImagePull: 404",
+                ),
+                e(PULL_FAIL, Err("ErrImagePull"), failed, "404"),
+                e(STATUS, Err("ImagePullBackOff"), backoff, ""),
+                e(STATUS, Err("ImagePullBackOff"), backoff, ""),
+            ],
+        ),
+        Case {
+            qps: 400.0,
+            burst: 600,
+            ..case(
+                "image present and qps>0, pull",
+                "present_image",
+                PullPolicy::Always,
+                None,
+                None,
+                (0..3).map(|_| e(ALWAYS_OK, Ok(()), pulled, "")).collect(),
+            )
+        },
+        Case {
+            qps: 2000.0,
+            burst: 0,
+            ..case(
+                "image present and excessive qps rate, pull QPS exceeded",
+                "present_image",
+                PullPolicy::Always,
+                None,
+                None,
+                vec![
+                    e(&[], Err("ErrImagePull"), failed, "pull QPS exceeded"),
+                    e(&[], Err("ErrImagePull"), failed, "pull QPS exceeded"),
+                    e(
+                        &[],
+                        Err("ImagePullBackOff"),
+                        backoff,
+                        "Back-off pulling image \"present_image\": ErrImagePull: pull QPS exceeded",
+                    ),
+                ],
+            )
+        },
+        case(
+            "invalid image name, no pull",
+            "FAILED_IMAGE",
+            PullPolicy::Always,
+            None,
+            None,
+            vec![e(
+                &[],
+                Err("InvalidImageName"),
+                &["InspectFailed"],
+                "Failed to apply default image tag \"FAILED_IMAGE\": couldn't parse image name \"FAILED_IMAGE\": invalid reference format: repository name (library/FAILED_IMAGE) must be lowercase",
+            )],
+        ),
+        case(
+            "invalid image name with http, no pull",
+            "http://url",
+            PullPolicy::Always,
+            None,
+            None,
+            vec![e(&[], Err("InvalidImageName"), &["InspectFailed"], "invalid reference format")],
+        ),
+        case(
+            "invalid image name with sha256, no pull",
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            PullPolicy::Always,
+            None,
+            None,
+            vec![e(
+                &[],
+                Err("InvalidImageName"),
+                &["InspectFailed"],
+                "cannot specify 64-byte hexadecimal strings",
+            )],
+        ),
+        case(
+            "image missing, signature validation failed",
+            "typo_image",
+            PullPolicy::IfNotPresent,
+            None,
+            Some("SignatureValidationFailed"),
+            vec![
+                e(
+                    PULL_FAIL,
+                    Err("SignatureValidationFailed"),
+                    failed,
+                    "image pull failed for typo_image because the signature validation failed",
+                ),
+                e(
+                    PULL_FAIL,
+                    Err("SignatureValidationFailed"),
+                    failed,
+                    "image pull failed for typo_image because the signature validation failed",
+                ),
+                e(
+                    STATUS,
+                    Err("ImagePullBackOff"),
+                    backoff,
+                    "Back-off pulling image \"typo_image\": SignatureValidationFailed: image pull failed for typo_image because the signature validation failed",
+                ),
+                e(PULL_FAIL, Err("SignatureValidationFailed"), failed, ""),
+                e(STATUS, Err("ImagePullBackOff"), backoff, ""),
+            ],
+        ),
+        case(
+            "image missing, registry unavailable keeps the detail",
+            "typo_image",
+            PullPolicy::IfNotPresent,
+            None,
+            Some("RegistryUnavailable: connection refused"),
+            vec![e(
+                PULL_FAIL,
+                Err("RegistryUnavailable"),
+                failed,
+                "image pull failed for typo_image because the registry is unavailable: connection refused",
+            )],
+        ),
+    ]
+}
+
+async fn run_puller_table(serialize: bool) {
+    for c in cases() {
+        let runtime = Arc::new(
+            FakeRuntime {
+                pull_err: c.pull_err.map(str::to_owned),
+                inspect_err: c.inspect_err.map(str::to_owned),
+                ..Default::default()
+            }
+            .with_image("present_image:latest", "sha256:present", 42),
+        );
+        let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
+        let recorder = Arc::new(Recorder::default());
+        let config = PullConfig {
+            serialize_image_pulls: serialize,
+            registry_pull_qps: c.qps,
+            registry_burst: c.burst,
+            backoff: BackoffPolicy {
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(60),
+            },
+            ..PullConfig::default()
+        };
+        let manager = ImageManager::new(
+            &config,
+            runtime.clone(),
+            Arc::new(MemoryBackoffStore::new()),
+            clock.clone(),
+        )
+        .expect("valid config")
+        .with_recorder(recorder.clone());
+        for (i, want) in c.expected.iter().enumerate() {
+            clock.advance(Duration::from_secs(1));
+            let got = manager
+                .ensure_image_exists(&pod(), c.image, c.policy, None, "")
+                .await;
+            let at = format!("{} (serialize={serialize}), call {i}", c.name);
+            assert_eq!(runtime.take_calls(), want.calls, "calls of {at}");
+            assert_eq!(
+                got.as_ref().map(|_| ()).map_err(PullError::reason),
+                want.outcome,
+                "{at}: {got:?}"
+            );
+            assert_eq!(recorder.take_reasons(), want.events, "events of {at}");
+            if let Err(err) = &got {
+                assert!(
+                    err.message().contains(want.msg),
+                    "{at}: {:?} lacks {:?}",
+                    err.message(),
+                    want.msg
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn parallel_puller_follows_kubelets_case_table() {
+    run_puller_table(false).await;
+}
+
+#[tokio::test]
+async fn serial_puller_follows_kubelets_case_table() {
+    run_puller_table(true).await;
+}
+
+#[tokio::test]
+async fn success_reports_size_and_durations_and_records_the_image() {
+    let runtime = Arc::new(FakeRuntime::default());
+    let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
+    let store = Arc::new(MemoryBackoffStore::new());
+    let recorder = Arc::new(Recorder::default());
+    let manager = ImageManager::new(
+        &PullConfig::default(),
+        runtime.clone(),
+        store.clone(),
+        clock.clone(),
+    )
+    .expect("valid config")
+    .with_recorder(recorder.clone());
+    let got = manager
+        .ensure_image_exists(&pod(), "busybox", PullPolicy::IfNotPresent, None, "kata")
+        .await;
+    assert_eq!(got, Ok("sha256:busybox:latest".to_owned()));
+    let events = recorder.0.lock().unwrap().clone();
+    assert_eq!(
+        events.last().map(|(_, _, m)| m.as_str()),
+        Some(
+            "Successfully pulled image \"busybox\" in 0s (0s including waiting). Image size: 1234 bytes."
+        )
+    );
+    let key = RecordKey::new("sha256:busybox:latest", "kata");
+    let now = UnixNanos::from_secs(T0);
+    assert_eq!(store.record(&key), Some((now, now, 1234)));
+    let hist = manager.metrics().snapshot();
+    assert_eq!(hist.get("0-10MB").map(|h| h.count()), Some(1));
+}
+
+#[tokio::test]
+async fn credentials_reach_the_runtime_and_no_event_or_store() {
+    let runtime = Arc::new(FakeRuntime {
+        pull_err: Some("unauthorized".into()),
+        ..Default::default()
+    });
+    let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
+    let store = Arc::new(MemoryBackoffStore::new());
+    let recorder = Arc::new(Recorder::default());
+    let manager = ImageManager::new(
+        &PullConfig::default(),
+        runtime.clone(),
+        store.clone(),
+        clock,
+    )
+    .expect("valid config")
+    .with_recorder(recorder.clone());
+    let creds = PullCredentials {
+        username: "alice".into(),
+        password: "hunter2".into(),
+        ..Default::default()
+    };
+    let got = manager
+        .ensure_image_exists(
+            &pod(),
+            "private/app:1",
+            PullPolicy::Always,
+            Some(&creds),
+            "",
+        )
+        .await;
+    assert_eq!(got.map_err(|e| e.reason()), Err("ErrImagePull"));
+    assert_eq!(
+        runtime.creds_seen.lock().unwrap().as_slice(),
+        &[Some(creds)]
+    );
+    let everything = format!(
+        "{:?}{:?}",
+        recorder.0.lock().unwrap(),
+        store.backoff_entries().expect("memory store")
+    );
+    assert!(
+        !everything.contains("hunter2") && !everything.contains("alice"),
+        "{everything}"
+    );
+}
+
+#[tokio::test]
+async fn parallel_pulls_stop_at_max_in_flight_and_the_rest_wait_for_a_slot() {
+    let gate = Arc::new(Semaphore::new(0));
+    let (started_tx, mut started) = watch::channel(0usize);
+    let runtime = Arc::new(FakeRuntime {
+        gate: Some(gate.clone()),
+        started: Some(started_tx),
+        ..Default::default()
+    });
+    let config = PullConfig {
+        serialize_image_pulls: false,
+        max_parallel_image_pulls: Some(5),
+        registry_pull_qps: 0.0,
+        ..PullConfig::default()
+    };
+    let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
+    let manager = Arc::new(
+        ImageManager::new(
+            &config,
+            runtime.clone(),
+            Arc::new(MemoryBackoffStore::new()),
+            clock,
+        )
+        .expect("valid config"),
+    );
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let m = manager.clone();
+        tasks.push(tokio::spawn(async move {
+            m.ensure_image_exists(&pod(), &format!("img{i}"), PullPolicy::Always, None, "")
+                .await
+        }));
+    }
+    started.wait_for(|n| *n == 5).await.expect("runtime alive");
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        *started.borrow(),
+        5,
+        "a sixth pull started while five were in flight"
+    );
+    assert_eq!(runtime.in_flight.load(Ordering::SeqCst), 5);
+
+    gate.add_permits(1);
+    started.wait_for(|n| *n == 6).await.expect("runtime alive");
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        *started.borrow(),
+        6,
+        "one finished pull frees exactly one slot"
+    );
+
+    gate.add_permits(7);
+    for t in tasks {
+        assert!(t.await.expect("task").is_ok());
+    }
+    assert_eq!(runtime.max_in_flight.load(Ordering::SeqCst), 5);
+}
+
+#[tokio::test]
+async fn serial_puller_runs_one_pull_at_a_time() {
+    let gate = Arc::new(Semaphore::new(0));
+    let (started_tx, mut started) = watch::channel(0usize);
+    let runtime = Arc::new(FakeRuntime {
+        gate: Some(gate.clone()),
+        started: Some(started_tx),
+        ..Default::default()
+    });
+    let config = PullConfig {
+        registry_pull_qps: 0.0,
+        ..PullConfig::default()
+    };
+    let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
+    let manager = Arc::new(
+        ImageManager::new(
+            &config,
+            runtime.clone(),
+            Arc::new(MemoryBackoffStore::new()),
+            clock,
+        )
+        .expect("valid config"),
+    );
+    // More callers than the queue holds: the extra ones wait to enqueue.
+    let n = MAX_QUEUE_PLUS;
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let m = manager.clone();
+        tasks.push(tokio::spawn(async move {
+            m.ensure_image_exists(&pod(), &format!("img{i}"), PullPolicy::Always, None, "")
+                .await
+        }));
+    }
+    started.wait_for(|n| *n == 1).await.expect("runtime alive");
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(*started.borrow(), 1);
+    gate.add_permits(n);
+    for t in tasks {
+        assert!(t.await.expect("task").is_ok());
+    }
+    assert_eq!(*started.borrow(), n);
+    assert_eq!(runtime.max_in_flight.load(Ordering::SeqCst), 1);
+}
+
+const MAX_QUEUE_PLUS: usize = puller::MAX_IMAGE_PULL_REQUESTS + 3;
+
+/// Fails once, drops the manager, and checks the backoff with a new manager over `store`.
+async fn backoff_survives_restart<S: BackoffStore>(open: impl Fn() -> Arc<S>) {
+    let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
+    let failing = || {
+        Arc::new(FakeRuntime {
+            pull_err: Some("RegistryUnavailable: dial tcp: i/o timeout".into()),
+            ..Default::default()
+        })
+    };
+    let config = PullConfig::default();
+    {
+        let manager =
+            ImageManager::new(&config, failing(), open(), clock.clone()).expect("valid config");
+        let got = manager
+            .ensure_image_exists(&pod(), "quay.io/x/y:1", PullPolicy::IfNotPresent, None, "")
+            .await;
+        assert_eq!(got.map_err(|e| e.reason()), Err("RegistryUnavailable"));
+    }
+    // (seconds after the failure, runtime calls, outcome reason)
+    let steps: [(i64, &[&str], &str); 4] = [
+        (5, STATUS, "ImagePullBackOff"),
+        (10, PULL_FAIL, "RegistryUnavailable"),
+        (29, STATUS, "ImagePullBackOff"),
+        (30, PULL_FAIL, "RegistryUnavailable"),
+    ];
+    for (after, calls, reason) in steps {
+        clock.set(UnixNanos::from_secs(T0 + after));
+        let runtime = failing();
+        let manager = ImageManager::new(&config, runtime.clone(), open(), clock.clone())
+            .expect("valid config");
+        let got = manager
+            .ensure_image_exists(&pod(), "quay.io/x/y:1", PullPolicy::IfNotPresent, None, "")
+            .await;
+        assert_eq!(runtime.take_calls(), calls, "at +{after}s");
+        let err = got.expect_err("the runtime always fails");
+        assert_eq!(err.reason(), reason, "at +{after}s: {err}");
+        if reason == "ImagePullBackOff" {
+            assert_eq!(
+                err.message(),
+                "Back-off pulling image \"quay.io/x/y:1\": RegistryUnavailable: image pull failed for quay.io/x/y:1 because the registry is unavailable: dial tcp: i/o timeout"
+            );
+        }
+    }
+    // Another pod's key is not in backoff.
+    let runtime = failing();
+    let manager =
+        ImageManager::new(&config, runtime.clone(), open(), clock.clone()).expect("valid config");
+    let other = PodRef {
+        uid: "other".into(),
+        ..pod()
+    };
+    let got = manager
+        .ensure_image_exists(&other, "quay.io/x/y:1", PullPolicy::IfNotPresent, None, "")
+        .await;
+    assert_eq!(got.map_err(|e| e.reason()), Err("RegistryUnavailable"));
+}
+
+#[tokio::test]
+async fn backoff_survives_a_restart_of_the_manager() {
+    let store = Arc::new(MemoryBackoffStore::new());
+    backoff_survives_restart(|| store.clone()).await;
+}
+
+#[tokio::test]
+async fn backoff_survives_a_restart_with_the_real_store_reopened() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("images.redb");
+    let now = UnixNanos::from_secs(T0);
+    // Each manager gets the store freshly opened; the previous one is dropped first, as a
+    // restarted agent would find it.
+    let slot: Mutex<Option<Arc<crate::store::Store>>> = Mutex::new(None);
+    backoff_survives_restart(|| {
+        let mut slot = slot.lock().unwrap();
+        *slot = None;
+        let store = Arc::new(crate::store::Store::open(&path, now).expect("open store"));
+        *slot = Some(store.clone());
+        store
+    })
+    .await;
+    drop(slot.lock().unwrap().take());
+    let store = crate::store::Store::open(&path, now);
+    let entries = store.map(|s| s.backoff_entries());
+    assert!(
+        matches!(entries, Ok(Ok(ref v)) if v.len() == 2),
+        "{entries:?}"
+    );
+}
+
+#[tokio::test]
+async fn success_marks_the_image_used_in_the_real_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("images.redb");
+    let now = UnixNanos::from_secs(T0);
+    let store = Arc::new(crate::store::Store::open(&path, now).expect("open store"));
+    let clock = Arc::new(ManualClock::new(now));
+    let m = ImageManager::new(
+        &PullConfig::default(),
+        Arc::new(FakeRuntime::default()),
+        store.clone(),
+        clock,
+    )
+    .expect("valid config");
+    let got = m
+        .ensure_image_exists(&pod(), "busybox:1", PullPolicy::Always, None, "")
+        .await;
+    assert_eq!(got, Ok("sha256:busybox:1".to_owned()));
+    let record = store
+        .get(&RecordKey::new("sha256:busybox:1", ""))
+        .expect("read store")
+        .expect("record written at once");
+    assert_eq!(
+        (record.first_detected, record.last_used, record.size),
+        (now, now, 1234)
+    );
+}
+
+#[tokio::test]
+async fn success_keeps_live_backoff_entries_and_collects_expired_ones() {
+    let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(T0)));
+    let store = Arc::new(MemoryBackoffStore::new());
+    let failing = Arc::new(FakeRuntime {
+        pull_err: Some("boom".into()),
+        ..Default::default()
+    });
+    let config = PullConfig::default();
+    let m =
+        ImageManager::new(&config, failing, store.clone(), clock.clone()).expect("valid config");
+    let got = m
+        .ensure_image_exists(&pod(), "a", PullPolicy::Always, None, "")
+        .await;
+    assert_eq!(got.map_err(|e| e.reason()), Err("ErrImagePull"));
+
+    let ok = Arc::new(FakeRuntime::default());
+    let m = ImageManager::new(&config, ok, store.clone(), clock.clone()).expect("valid config");
+    // (seconds after the failure, is the entry still there after a success?)
+    for (after, kept) in [(20, true), (600, true), (601, false)] {
+        clock.set(UnixNanos::from_secs(T0 + after));
+        let got = m
+            .ensure_image_exists(&pod(), "b", PullPolicy::Always, None, "")
+            .await;
+        assert!(got.is_ok());
+        let present = store.backoff("bar_a").expect("memory store").is_some();
+        assert_eq!(present, kept, "at +{after}s");
+    }
+}
+
+#[test]
+fn config_validation_uses_kubelets_messages() {
+    type Case = (bool, Option<i32>, f64, Result<(), &'static str>);
+    let cases: [Case; 6] = [
+        (true, None, 5.0, Ok(())),
+        (true, Some(1), 5.0, Ok(())),
+        (false, Some(5), 5.0, Ok(())),
+        (
+            false,
+            Some(0),
+            5.0,
+            Err("invalid configuration: maxParallelImagePulls 0 must be a positive number"),
+        ),
+        (
+            true,
+            Some(2),
+            5.0,
+            Err(
+                "invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
+            ),
+        ),
+        (
+            false,
+            None,
+            -1.0,
+            Err(
+                "invalid configuration: registryPullQPS (--registry-qps) -1 must not be a negative number",
+            ),
+        ),
+    ];
+    for (serialize, max, qps, want) in cases {
+        let c = PullConfig {
+            serialize_image_pulls: serialize,
+            max_parallel_image_pulls: max,
+            registry_pull_qps: qps,
+            ..PullConfig::default()
+        };
+        let got = c.validate().map_err(|e| e.to_string());
+        assert_eq!(
+            got,
+            want.map_err(str::to_owned),
+            "{serialize} {max:?} {qps}"
+        );
+    }
+}
+
+#[test]
+fn eval_cri_pull_err_classifies_by_prefix() {
+    let cases = [
+        (
+            "RegistryUnavailable",
+            "RegistryUnavailable",
+            "image pull failed for img because the registry is unavailable",
+        ),
+        (
+            "RegistryUnavailable: x",
+            "RegistryUnavailable",
+            "image pull failed for img because the registry is unavailable: x",
+        ),
+        (
+            "SignatureValidationFailed: y",
+            "SignatureValidationFailed",
+            "image pull failed for img because the signature validation failed: y",
+        ),
+        ("not found", "ErrImagePull", "not found"),
+        (
+            "rpc error: RegistryUnavailable",
+            "ErrImagePull",
+            "rpc error: RegistryUnavailable",
+        ),
+    ];
+    for (err, reason, msg) in cases {
+        let got = eval_cri_pull_err("img", err);
+        assert_eq!((got.reason(), got.message()), (reason, msg), "{err}");
+    }
+}
