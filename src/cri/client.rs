@@ -411,8 +411,24 @@ where
     let mut request = tonic::Request::new(request);
     request.set_timeout(deadline);
     tracing::trace!(method, endpoint, "CRI call");
+    let start = tokio::time::Instant::now();
     match tokio::time::timeout(deadline, call(request)).await {
         Ok(Ok(response)) => Ok(response.into_inner()),
+        // The far end enforced the grpc-timeout first (a tonic server answers Cancelled, a Go
+        // one DeadlineExceeded): either way, our deadline passed.
+        Ok(Err(status))
+            if start.elapsed() >= deadline
+                && matches!(
+                    status.code(),
+                    tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+                ) =>
+        {
+            tracing::debug!(method, endpoint, ?deadline, "CRI call timed out");
+            Err(CriError::Timeout {
+                method,
+                after: deadline,
+            })
+        }
         Ok(Err(status)) => {
             let err = convert::error_from_status(method, endpoint, status);
             tracing::debug!(method, endpoint, error = %err, "CRI call failed");
