@@ -322,7 +322,7 @@ async fn a_running_container_lists_its_image_id_and_keeps_it_after_exit() {
         .run_pod_sandbox(&sandbox)
         .await
         .expect("RunPodSandbox of a host-network pod");
-    let _guard = PodGuard {
+    let guard = PodGuard {
         endpoint: lab.endpoint.clone(),
         sandbox_id: sandbox_id.clone(),
     };
@@ -390,6 +390,25 @@ async fn a_running_container_lists_its_image_id_and_keeps_it_after_exit() {
         exited.image_id.as_str(),
         busybox.image_id,
         "an exited container still names its image"
+    );
+
+    // The guard's cleanup removes the pod and its container.
+    drop(guard);
+    let pods = client
+        .list_pod_sandbox()
+        .await
+        .expect("ListPodSandbox answers");
+    assert!(
+        !pods.iter().any(|pod| pod.id == sandbox_id),
+        "sandbox left behind: {pods:?}"
+    );
+    let containers = client
+        .list_containers()
+        .await
+        .expect("ListContainers answers");
+    assert!(
+        !containers.iter().any(|c| c.id == container_id),
+        "container left behind: {containers:?}"
     );
 }
 
