@@ -451,3 +451,54 @@ proptest! {
         prop_assert!(reopened.check().expect("check").is_empty());
     }
 }
+
+#[test]
+fn v1_fixture_opens_and_reads_known_records() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v1.redb");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("v1.redb");
+    std::fs::copy(&fixture, &copy).expect("copy fixture");
+    let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 1 opens");
+    assert_eq!(
+        store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(1)
+    );
+    assert_eq!(store.len().expect("len"), 4);
+    let gpu = RecordKey::new(
+        "sha256:51d22a12d89b69d6e2d33af188455f089a1f71f72ccb71ec8042a6873b5fe61c",
+        "gpu",
+    );
+    assert_eq!(
+        store.get(&gpu).expect("get"),
+        Some(record(1_700_000_300, 1_700_000_300, 22_063_620, false))
+    );
+    let order: Vec<String> = store
+        .eviction_order()
+        .expect("scan")
+        .map(|r| {
+            let r = r.expect("entry");
+            format!("{}/{}", r.key.image_id.short(), r.key.runtime_handler)
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "ee91f6568d150/",
+            "51d22a12d89b6/",
+            "51d22a12d89b6/gpu",
+            "0410e513415e6/"
+        ]
+    );
+    let backoff = store
+        .backoff("pod-uid-1_registry.example/app:broken")
+        .expect("backoff")
+        .expect("fixture has a backoff entry");
+    assert_eq!(backoff.backoff, Duration::from_secs(40));
+    assert!(store.check().expect("check").is_empty());
+    // Read-only, straight from the committed fixture, leaves it untouched.
+    let before = std::fs::read(&fixture).expect("read");
+    let ro = Store::open_read_only(&fixture).expect("read-only");
+    assert_eq!(ro.len().expect("len"), 4);
+    drop(ro);
+    assert!(std::fs::read(&fixture).expect("read") == before);
+}
