@@ -161,38 +161,40 @@ impl<'a> Reader<'a> {
     }
 }
 
-// RecordKey: [1][u16 BE id length][id][handler]
+// RecordKey: [1][id][0x00][handler]. Ids never hold NUL (the store refuses them), so the
+// first NUL ends the id and byte order is (id, handler) order.
 impl Codec for RecordKey {
     const TYPE_NAME: &'static str = "imagekeeper::RecordKey";
     const FIXED_WIDTH: Option<usize> = None;
 
     fn encode(&self) -> Vec<u8> {
         let id = self.image_id.as_str().as_bytes();
-        // The store refuses ids longer than MAX_ID_BYTES before encoding (see `Batch`), so the
-        // length always fits; saturating keeps this function total all the same.
-        let id_len = u16::try_from(id.len()).unwrap_or(u16::MAX);
-        let mut out = Vec::with_capacity(3 + id.len() + self.runtime_handler.len());
+        let mut out = Vec::with_capacity(2 + id.len() + self.runtime_handler.len());
         out.push(LAYOUT_V1);
-        out.extend_from_slice(&id_len.to_be_bytes());
         out.extend_from_slice(id);
+        out.push(0);
         out.extend_from_slice(self.runtime_handler.as_bytes());
         out
     }
 
     fn decode(bytes: &[u8]) -> Result<RecordKey, DecodeError> {
         let mut r = Reader::start("record key", bytes)?;
+        let Some(id_len) = r.bytes.iter().position(|&b| b == 0) else {
+            return Err(DecodeError::Invalid {
+                what: "record key",
+                field: "image id terminator",
+            });
+        };
         let total = bytes.len();
-        let len_bytes = r.take(2, 3)?;
-        let id_len = usize::from(u16::from_be_bytes([len_bytes[0], len_bytes[1]]));
-        let id = r.str(id_len, 3 + id_len, "image id")?;
-        if id.is_empty() {
+        let id = r.str(id_len, total, "image id")?;
+        if id.is_empty() || id.len() > MAX_ID_BYTES {
             return Err(DecodeError::Invalid {
                 what: "record key",
                 field: "image id",
             });
         }
+        r.take(1, total)?;
         let handler = r.rest_str("runtime handler")?;
-        r.finish(total)?;
         Ok(RecordKey {
             image_id: ImageId::new(id),
             runtime_handler: handler.to_owned(),

@@ -315,6 +315,8 @@ fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
     let id = key.image_id.as_str();
     let reason = if id.is_empty() {
         "the image id is empty"
+    } else if id.contains('\0') {
+        "the image id contains a NUL byte"
     } else if id.len() > MAX_ID_BYTES {
         "the image id is longer than 65535 bytes"
     } else {

@@ -6,6 +6,7 @@
 //! self-contained. Run them all with `scripts/test`.
 
 mod cri;
+mod gc;
 mod pull;
 mod store;
 mod support;
