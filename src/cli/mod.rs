@@ -77,6 +77,7 @@ fn init_tracing(format: LogFormat, default_level: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

@@ -8,5 +8,6 @@
 mod cri;
 mod gc;
 mod pull;
+mod replay;
 mod store;
 mod support;

@@ -1,0 +1,121 @@
+//! `imagekeeper replay` as a process: the traces under tests/replay/ give exactly their
+//! `.expected.jsonl` output, a reused --db carries history, and bad traces exit 2 naming the
+//! line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn imagekeeper(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .args(args)
+        .output()
+        .expect("run imagekeeper")
+}
+
+fn replay_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay")
+}
+
+#[test]
+fn every_trace_gives_its_expected_output() {
+    let mut traces: Vec<PathBuf> = std::fs::read_dir(replay_dir())
+        .expect("tests/replay")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.ends_with(".jsonl") && !name.ends_with(".expected.jsonl")
+        })
+        .collect();
+    traces.sort();
+    assert!(traces.len() >= 3, "traces found: {traces:?}");
+    for trace in traces {
+        let expected_path = trace.with_extension("expected.jsonl");
+        let expected = std::fs::read_to_string(&expected_path).expect("expected output");
+        let out = imagekeeper(&["replay", trace.to_str().expect("utf8 path")]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            trace.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            expected,
+            "{}",
+            trace.display()
+        );
+    }
+}
+
+#[test]
+fn a_reused_db_keeps_history_between_runs() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("replay.redb");
+    let first = dir.path().join("first.jsonl");
+    let second = dir.path().join("second.jsonl");
+    std::fs::write(
+        &first,
+        r#"{"at": 1000, "images": [{"id": "sha256:a", "size": 10}, {"id": "sha256:b", "size": 10}]}
+{"at": 1000, "containers": [{"id": "c", "image_id": "sha256:b", "state": "running"}]}
+{"at": 1000, "detect": {}}
+"#,
+    )
+    .expect("write");
+    // A new process knows nothing of the runtime but the store remembers b's last use, so
+    // a, never used, goes first.
+    std::fs::write(
+        &second,
+        r#"{"at": 5000, "policy": {"high": 85, "low": 80, "min_age_s": 0, "max_age_s": 0}}
+{"at": 5000, "images": [{"id": "sha256:a", "size": 10}, {"id": "sha256:b", "size": 10}]}
+{"at": 5000, "fs": {"capacity": 100, "available": 10}}
+{"at": 5000, "gc": {}}
+"#,
+    )
+    .expect("write");
+    let db_arg = db.to_str().expect("utf8");
+    let out = imagekeeper(&["replay", first.to_str().expect("utf8"), "--db", db_arg]);
+    assert!(out.status.success());
+    let out = imagekeeper(&["replay", second.to_str().expect("utf8"), "--db", db_arg]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let first_removed = stdout.lines().next().expect("a line");
+    assert!(first_removed.contains("\"image\":\"sha256:a\""), "{stdout}");
+}
+
+#[test]
+fn bad_traces_exit_2_with_the_line_and_reason() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cases = [
+        (
+            "{\"at\": 1, \"detect\": {}}\n{\"at\": 2, \"policy\": {\"high\": 70, \"low\": 90, \"min_age_s\": 0, \"max_age_s\": 0}}\n",
+            "line 2: LowThresholdPercent 90 can not be higher than HighThresholdPercent 70",
+        ),
+        ("{\"at\": 1, \"gc\": {}}\n\n{oops\n", "line 3: not JSON"),
+        ("[1, 2]\n", "line 1: a trace line must be a JSON object"),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad{i}.jsonl"));
+        std::fs::write(&path, text).expect("write");
+        let db = dir.path().join(format!("bad{i}.redb"));
+        let out = imagekeeper(&[
+            "replay",
+            path.to_str().expect("utf8"),
+            "--db",
+            db.to_str().expect("utf8"),
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "nothing runs before the whole trace is checked"
+        );
+        assert!(!db.exists(), "no database is created for a rejected trace");
+    }
+    let out = imagekeeper(&["replay", "/nonexistent/trace.jsonl"]);
+    assert_eq!(out.status.code(), Some(2));
+}
