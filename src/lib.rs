@@ -9,6 +9,7 @@
 pub mod clock;
 pub mod cri;
 pub mod gc;
+pub mod inspect;
 pub mod model;
 pub mod pull;
 pub mod replay;

@@ -20,6 +20,9 @@ pub enum GcError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A duration that Go's `time.ParseDuration` would refuse too.
+    #[error("time: {reason}")]
+    InvalidDuration { input: String, reason: String },
     #[error("invalid capacity 0 on image filesystem")]
     InvalidCapacity,
     #[error(

@@ -1,7 +1,12 @@
-//! Formatting shared by GC messages: Go's `time.Duration` string and the kubelet's
-//! 1024-based size.
+//! Formatting shared by GC messages and the inspection CLI: Go's `time.Duration` string and
+//! its parser, the kubelet's 1024-based size, RFC 3339 UTC times and relative times
+//! ("3m ago").
 
 use std::time::Duration;
+
+use crate::model::UnixNanos;
+
+use super::GcError;
 
 /// A duration as Go's `time.Duration.String()` prints it: `2m0s`, `1h30m0s`, `1.5s`, `0s`.
 pub fn go_duration(d: Duration) -> String {
@@ -68,9 +73,248 @@ pub fn format_size(size: u64) -> String {
     format!("{:.1} {prefix}iB", size as f64 / div as f64)
 }
 
+/// Parses a duration in Go's `time.ParseDuration` syntax (`300ms`, `2m`, `1h30m`, `1.5h`,
+/// `0`), refusing negative durations. Errors carry Go's wording.
+pub fn parse_go_duration(input: &str) -> Result<Duration, GcError> {
+    let invalid = |reason: String| GcError::InvalidDuration {
+        input: input.to_owned(),
+        reason,
+    };
+    let quoted = format!("{input:?}");
+    let mut rest = input;
+    if let Some(r) = rest.strip_prefix('+') {
+        rest = r;
+    } else if let Some(r) = rest.strip_prefix('-') {
+        if !r.is_empty() && r.bytes().all(|c| c == b'0') {
+            return Ok(Duration::ZERO);
+        }
+        return Err(invalid(format!("negative duration {quoted}")));
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(invalid(format!("invalid duration {quoted}")));
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (int_part, after_int) = rest.split_at(int_len);
+        let (frac_part, after_num) = match after_int.strip_prefix('.') {
+            Some(f) => {
+                let n = f.bytes().take_while(u8::is_ascii_digit).count();
+                f.split_at(n)
+            }
+            None => ("", after_int),
+        };
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err(invalid(format!("invalid duration {quoted}")));
+        }
+        let unit_len = after_num
+            .char_indices()
+            .find(|(_, c)| *c == '.' || c.is_ascii_digit())
+            .map_or(after_num.len(), |(i, _)| i);
+        let (unit, after_unit) = after_num.split_at(unit_len);
+        if unit.is_empty() {
+            return Err(invalid(format!("missing unit in duration {quoted}")));
+        }
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => {
+                return Err(invalid(format!(
+                    "unknown unit {unit:?} in duration {quoted}"
+                )));
+            }
+        };
+        let overflow = || invalid(format!("invalid duration {quoted}"));
+        let whole: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().map_err(|_| overflow())?
+        };
+        let mut value = whole.checked_mul(unit_nanos).ok_or_else(overflow)?;
+        let mut scale = unit_nanos;
+        for digit in frac_part.bytes() {
+            scale /= 10;
+            if scale == 0 {
+                break;
+            }
+            value += u128::from(digit - b'0') * scale;
+        }
+        total = total.checked_add(value).ok_or_else(overflow)?;
+        if total > i64::MAX as u128 {
+            return Err(overflow());
+        }
+        rest = after_unit;
+    }
+    let nanos = u64::try_from(total).map_err(|_| invalid(format!("invalid duration {quoted}")))?;
+    Ok(Duration::from_nanos(nanos))
+}
+
+/// A time as RFC 3339 in UTC, with nanoseconds only when there are any:
+/// `2026-01-02T03:04:05Z`, `2026-01-02T03:04:05.5Z`.
+pub fn format_rfc3339(t: UnixNanos) -> String {
+    let secs = t.0.div_euclid(1_000_000_000);
+    let nanos = t.0.rem_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let day_secs = secs.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    let (h, m, s) = (day_secs / 3600, (day_secs % 3600) / 60, day_secs % 60);
+    let frac = if nanos == 0 {
+        String::new()
+    } else {
+        format!(".{nanos:09}").trim_end_matches('0').to_owned()
+    };
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}{frac}Z")
+}
+
+/// The date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// How long before `now` a time was, coarsely, as people read it: `just now`, `42s ago`,
+/// `3m ago`, `5h ago`, `12d ago`; `in 3m` for a time after `now`; `never` for
+/// [`UnixNanos::NEVER`].
+pub fn format_ago(now: UnixNanos, t: UnixNanos) -> String {
+    if t == UnixNanos::NEVER {
+        return "never".to_owned();
+    }
+    let (d, future) = if t > now {
+        (t.since(now), true)
+    } else {
+        (now.since(t), false)
+    };
+    let secs = d.as_secs();
+    let coarse = if secs < 60 {
+        format!("{secs}s")
+    } else if secs < 3600 {
+        format!("{}m", secs / 60)
+    } else if secs < 86_400 {
+        format!("{}h", secs / 3600)
+    } else {
+        format!("{}d", secs / 86_400)
+    };
+    if secs == 0 {
+        "just now".to_owned()
+    } else if future {
+        format!("in {coarse}")
+    } else {
+        format!("{coarse} ago")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations_parse_as_go_does() {
+        let ms = Duration::from_millis;
+        let secs = Duration::from_secs;
+        let cases: Vec<(&str, Duration)> = vec![
+            ("0", Duration::ZERO),
+            ("-0", Duration::ZERO),
+            ("0s", Duration::ZERO),
+            ("2m", secs(120)),
+            ("+2m", secs(120)),
+            ("1h30m", secs(5400)),
+            ("1h30m15s", secs(5415)),
+            ("1.5h", secs(5400)),
+            (".5s", ms(500)),
+            ("1.s", secs(1)),
+            ("300ms", ms(300)),
+            ("7ns", Duration::from_nanos(7)),
+            ("3us", Duration::from_micros(3)),
+            ("3\u{b5}s", Duration::from_micros(3)),
+            ("3\u{3bc}s", Duration::from_micros(3)),
+            ("1m0.25s", ms(60_250)),
+            ("2562047h", secs(2_562_047 * 3600)),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_go_duration(input).ok(), Some(want), "{input}");
+        }
+    }
+
+    #[test]
+    fn bad_go_durations_are_refused_with_gos_wording() {
+        let cases = [
+            ("", "invalid duration \"\""),
+            ("abc", "invalid duration \"abc\""),
+            ("2", "missing unit in duration \"2\""),
+            ("2x", "unknown unit \"x\" in duration \"2x\""),
+            ("2m3", "missing unit in duration \"2m3\""),
+            (".", "invalid duration \".\""),
+            ("-2m", "negative duration \"-2m\""),
+            ("1h 2m", "unknown unit \"h \" in duration \"1h 2m\""),
+            ("9999999999h", "invalid duration \"9999999999h\""),
+        ];
+        for (input, want) in cases {
+            let err = parse_go_duration(input).err().map(|e| e.to_string());
+            assert_eq!(
+                err.as_deref(),
+                Some(format!("time: {want}").as_str()),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn parsed_durations_print_back_as_go_prints_them() {
+        for s in ["2m0s", "1h30m0s", "1.5s", "250ms", "25h0m1s", "0s"] {
+            let d = parse_go_duration(s).expect("parses");
+            assert_eq!(go_duration(d), s);
+        }
+    }
+
+    #[test]
+    fn rfc3339_is_utc_with_optional_fraction() {
+        let cases = [
+            (UnixNanos(0), "1970-01-01T00:00:00Z"),
+            (UnixNanos::from_secs(1_767_323_045), "2026-01-02T03:04:05Z"),
+            (UnixNanos(1_500_000_000), "1970-01-01T00:00:01.5Z"),
+            (UnixNanos::from_secs(951_782_400), "2000-02-29T00:00:00Z"),
+            (UnixNanos(-1_000_000_000), "1969-12-31T23:59:59Z"),
+        ];
+        for (t, want) in cases {
+            assert_eq!(format_rfc3339(t), want);
+            if t.0 >= 0 {
+                assert_eq!(crate::replay::trace::parse_rfc3339(want), Some(t));
+            }
+        }
+    }
+
+    #[test]
+    fn relative_times_are_coarse() {
+        let now = UnixNanos::from_secs(1_000_000);
+        let ago = |s: i64| UnixNanos::from_secs(1_000_000 - s);
+        let cases = [
+            (UnixNanos::NEVER, "never"),
+            (now, "just now"),
+            (ago(42), "42s ago"),
+            (ago(180), "3m ago"),
+            (ago(5 * 3600 + 59), "5h ago"),
+            (ago(12 * 86_400), "12d ago"),
+            (UnixNanos::from_secs(1_000_180), "in 3m"),
+        ];
+        for (t, want) in cases {
+            assert_eq!(format_ago(now, t), want, "{t:?}");
+        }
+    }
 
     #[test]
     fn go_duration_matches_go() {

@@ -8,6 +8,7 @@
 pub mod detect;
 mod error;
 pub mod evict;
+pub mod explain;
 pub mod format;
 pub mod manager;
 pub mod metrics;

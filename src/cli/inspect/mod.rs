@@ -1,0 +1,255 @@
+//! `imagekeeper inspect`: read-only inspection of the record database, alongside a running
+//! agent or after a crash. Parses flags, calls `imagekeeper::inspect` and
+//! `imagekeeper::gc::explain`, and prints (`print.rs`). It never writes the database file.
+
+mod print;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use clap::{Args, Subcommand, ValueEnum};
+use imagekeeper::clock::{Clock, SystemClock};
+use imagekeeper::gc::GcPolicy;
+use imagekeeper::gc::explain::{FsSpace, explain};
+use imagekeeper::gc::format::{go_duration, parse_go_duration};
+use imagekeeper::inspect::{
+    InspectError, Snapshot, SortKey, check, resolve_prefix, sort_records, stats,
+};
+use imagekeeper::model::UnixNanos;
+
+use super::Failure;
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The record database.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        default_value = "/var/lib/imagekeeper/records.redb"
+    )]
+    db: PathBuf,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// The time to evaluate at instead of the wall clock (RFC 3339 or unix seconds).
+    #[arg(long, global = true, hide = true, value_name = "TIME", value_parser = parse_now)]
+    now: Option<UnixNanos>,
+    #[command(subcommand)]
+    command: InspectCommand,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum InspectCommand {
+    /// Every image record, like `crictl images`, in eviction order by default.
+    List {
+        /// Order: eviction (GC's walk order), size (largest first), last-used (most recent
+        /// first), first-detected (newest first).
+        #[arg(long, value_enum, default_value_t = Sort::Eviction)]
+        sort: Sort,
+    },
+    /// One image by a unique prefix of its id (with or without `sha256:`).
+    Show {
+        /// The image id or a unique prefix of it.
+        id: String,
+    },
+    /// The image-pull backoff entries.
+    Backoff,
+    /// Counts, total size, a histogram by last use, and the database's meta entries.
+    Stats,
+    /// For each image, whether GC would remove it now, and why or why not.
+    Explain(ExplainArgs),
+    /// The store's invariants and redb's integrity (on a temporary copy); exit 1 on any
+    /// violation.
+    Check,
+    /// Every record as JSON lines (whatever --output says).
+    Export,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Sort {
+    Eviction,
+    Size,
+    LastUsed,
+    FirstDetected,
+}
+
+#[derive(Args, Debug)]
+struct ExplainArgs {
+    /// HighThresholdPercent: disk usage at or above which the space pass runs.
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 85,
+        allow_negative_numbers = true
+    )]
+    high: i64,
+    /// LowThresholdPercent: disk usage the space pass frees down to.
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 80,
+        allow_negative_numbers = true
+    )]
+    low: i64,
+    /// MinAge (Go duration): images first detected more recently are not removed for space.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+    min_age: Duration,
+    /// MaxAge (Go duration): images unused for longer are removed; 0 turns it off.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration)]
+    max_age: Duration,
+    /// The image filesystem's size in bytes; with --available, evaluates the space pass.
+    #[arg(long, value_name = "BYTES", requires = "available")]
+    capacity: Option<u64>,
+    /// The image filesystem's available bytes.
+    #[arg(long, value_name = "BYTES", requires = "capacity")]
+    available: Option<u64>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    parse_go_duration(s).map_err(|e| e.to_string())
+}
+
+fn parse_now(s: &str) -> Result<UnixNanos, String> {
+    if let Ok(secs) = s.parse::<i64>() {
+        return Ok(UnixNanos::from_secs(secs));
+    }
+    imagekeeper::replay::trace::parse_rfc3339(s)
+        .ok_or_else(|| format!("{s:?} is neither RFC 3339 nor unix seconds"))
+}
+
+pub fn run(args: InspectArgs) -> Result<(), Failure> {
+    // The one reading of the wall clock; everything below takes `now`.
+    let now = args.now.unwrap_or_else(|| SystemClock.now());
+    let out = args.output;
+    let mut stdout = std::io::stdout().lock();
+    let w = &mut stdout;
+    match args.command {
+        InspectCommand::Check => {
+            let report = check(&args.db).map_err(inspect_failure)?;
+            if report.needed_recovery {
+                eprintln!(
+                    "imagekeeper: database {} needs recovery (it was not closed cleanly); \
+                     checked a repaired copy, the file itself was not modified",
+                    args.db.display()
+                );
+            }
+            print::check(w, out, &report)?;
+            if report.violations.is_empty() {
+                Ok(())
+            } else {
+                Err(Failure::from(anyhow!(
+                    "database {}: {} violation(s)",
+                    args.db.display(),
+                    report.violations.len()
+                )))
+            }
+        }
+        InspectCommand::Explain(explain_args) => {
+            let policy = GcPolicy {
+                high_threshold_percent: explain_args.high,
+                low_threshold_percent: explain_args.low,
+                min_age: explain_args.min_age,
+                max_age: explain_args.max_age,
+            };
+            policy
+                .validate()
+                .with_context(|| {
+                    format!(
+                        "invalid GC policy from --high {} --low {} --min-age {} --max-age {}",
+                        policy.high_threshold_percent,
+                        policy.low_threshold_percent,
+                        go_duration(policy.min_age),
+                        go_duration(policy.max_age)
+                    )
+                })
+                .map_err(Failure::usage)?;
+            let fs = match (explain_args.capacity, explain_args.available) {
+                (Some(0), _) => {
+                    return Err(Failure::usage(anyhow!(
+                        "invalid value 0 for --capacity: the image filesystem's size must be \
+                         greater than 0"
+                    )));
+                }
+                (Some(capacity), Some(available)) => Some(FsSpace {
+                    capacity,
+                    available,
+                }),
+                _ => None,
+            };
+            let snap = open(&args.db)?;
+            let records = snap.records_in_eviction_order()?;
+            let meta = snap.meta()?;
+            let explanation = explain(&records, meta.last_detect, policy, fs, now);
+            print::explain(w, out, &explanation)?;
+            Ok(())
+        }
+        command => {
+            let snap = open(&args.db)?;
+            match command {
+                InspectCommand::List { sort } => {
+                    let mut records = snap.records_in_eviction_order()?;
+                    sort_records(&mut records, sort_key(sort));
+                    print::list(w, out, &records, now)?;
+                }
+                InspectCommand::Show { id } => {
+                    let records = snap.records_in_eviction_order()?;
+                    let found = resolve_prefix(&records, &id, &args.db).map_err(inspect_failure)?;
+                    print::show(w, out, &found, &records, now)?;
+                }
+                InspectCommand::Backoff => {
+                    print::backoff(w, out, &snap.backoff_entries()?, now)?;
+                }
+                InspectCommand::Stats => {
+                    let records = snap.records_in_eviction_order()?;
+                    let backoff = snap.backoff_entries()?;
+                    let s = stats(&records, backoff.len(), now);
+                    print::stats(w, out, &s, &snap.meta()?, now)?;
+                }
+                InspectCommand::Export => {
+                    let mut records = snap.store().records()?;
+                    records.sort_by(|a, b| a.key.cmp(&b.key));
+                    print::export(w, &records)?;
+                }
+                InspectCommand::Check | InspectCommand::Explain(_) => {}
+            }
+            Ok(())
+        }
+    }
+}
+
+fn sort_key(sort: Sort) -> SortKey {
+    match sort {
+        Sort::Eviction => SortKey::Eviction,
+        Sort::Size => SortKey::Size,
+        Sort::LastUsed => SortKey::LastUsed,
+        Sort::FirstDetected => SortKey::FirstDetected,
+    }
+}
+
+/// Opens the snapshot and says on stderr when it is a repaired copy.
+fn open(db: &std::path::Path) -> Result<Snapshot, Failure> {
+    let snap = Snapshot::open(db).map_err(inspect_failure)?;
+    if snap.repaired() {
+        eprintln!(
+            "imagekeeper: database {} needs recovery; showing a repaired copy, the file itself \
+             was not modified",
+            db.display()
+        );
+    }
+    Ok(snap)
+}
+
+fn inspect_failure(e: InspectError) -> Failure {
+    match e {
+        InspectError::EmptyPrefix => Failure::usage(e),
+        other => Failure::from(other),
+    }
+}

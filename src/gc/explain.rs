@@ -1,0 +1,557 @@
+//! Explain: for every record, whether one GarbageCollect at `now` would remove it, and why
+//! or why not. Pure: it takes the records in eviction order, the time of the last detect, the
+//! policy, optionally the image filesystem's capacity and available bytes, and `now`.
+//!
+//! It replays the manager's algorithm with the manager's own rules (`evict::past_max_age`,
+//! `evict::space_verdict`): the MaxAge pass first, then, when usage is at or above the high
+//! threshold, the space walk in eviction order until the amount to free is reached (the first
+//! eligible image is always removed, as in the kubelet). Assumptions, stated in the output:
+//! the images in use are the records whose last_used is the last detect's time, nothing
+//! changed since that detect, and every removal frees the image's recorded size (as the
+//! scripted runtime does) — so what the MaxAge pass frees is available to the space pass.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::model::{ImageRecord, RecordKey, UnixNanos};
+use crate::store::StoredRecord;
+
+use super::GcPolicy;
+use super::evict::{Verdict, past_max_age, space_verdict, unused_since};
+use super::format::{format_size, go_duration};
+
+/// The image filesystem as the operator says it is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FsSpace {
+    pub capacity: u64,
+    pub available: u64,
+}
+
+/// What GarbageCollect would do to one image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Removed by the MaxAge pass.
+    RemoveForAge,
+    /// Removed by the space walk, inside the amount to free.
+    RemoveForSpace,
+    /// Image GC is off (HighThresholdPercent 100 and MaxAge 0).
+    KeepGcDisabled,
+    /// In use at the last detect.
+    KeepInUse,
+    /// Pinned by the runtime or a pin pattern.
+    KeepPinned,
+    /// Last used at or after `now` (the clock went back?).
+    KeepUsedTooRecently,
+    KeepYoungerThanMinAge,
+    /// Eligible, but the walk reached the amount to free before it.
+    KeepBeyondAmountToFree,
+    /// Eligible, but usage is below the high threshold: the space pass does not run.
+    KeepBelowHighThreshold,
+    /// Eligible, but capacity and available were not given.
+    KeepSpaceNotEvaluated,
+}
+
+impl Decision {
+    /// Whether the image would be removed.
+    pub fn removes(self) -> bool {
+        matches!(self, Decision::RemoveForAge | Decision::RemoveForSpace)
+    }
+}
+
+/// The explanation of one image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ImageExplanation {
+    /// 1-based position in eviction order.
+    pub rank: usize,
+    pub key: RecordKey,
+    pub record: ImageRecord,
+    pub in_use: bool,
+    /// The space walk's verdict (before the amount to free is considered).
+    pub verdict: Verdict,
+    pub decision: Decision,
+    /// Bytes the space walk has freed once it is done with this image (removed ones only).
+    pub freed_after: Option<u64>,
+    /// The reason, for people.
+    pub reason: String,
+}
+
+/// What the space pass would do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum SpacePass {
+    /// Capacity and available were not given.
+    NotEvaluated,
+    /// Image GC is off.
+    Disabled,
+    /// Capacity is 0: the manager fails with "invalid capacity 0 on image filesystem".
+    InvalidCapacity,
+    /// Usage below the high threshold.
+    BelowHighThreshold {
+        usage_percent: i64,
+        available_after_age_pass: u64,
+    },
+    /// The walk runs.
+    Runs {
+        usage_percent: i64,
+        available_after_age_pass: u64,
+        amount_to_free: i64,
+        freed: u64,
+        /// Whether the walk frees enough (else the manager reports insufficient space).
+        sufficient: bool,
+    },
+}
+
+/// Everything explain works out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Explanation {
+    pub now: UnixNanos,
+    pub policy: GcPolicy,
+    /// The last detect's time, which marks the images in use.
+    pub last_detect: Option<UnixNanos>,
+    pub freed_for_age: u64,
+    pub space: SpacePass,
+    pub images: Vec<ImageExplanation>,
+}
+
+impl Explanation {
+    /// The keys GarbageCollect would remove, in the order it would remove them.
+    pub fn removed(&self) -> Vec<RecordKey> {
+        let age = self
+            .images
+            .iter()
+            .filter(|i| i.decision == Decision::RemoveForAge);
+        let space = self
+            .images
+            .iter()
+            .filter(|i| i.decision == Decision::RemoveForSpace);
+        age.chain(space).map(|i| i.key.clone()).collect()
+    }
+}
+
+/// The records in use: those whose last_used is the last detect's time.
+pub fn in_use_at(records: &[StoredRecord], last_detect: Option<UnixNanos>) -> BTreeSet<RecordKey> {
+    match last_detect.filter(|t| *t != UnixNanos::NEVER) {
+        None => BTreeSet::new(),
+        Some(t) => records
+            .iter()
+            .filter(|r| r.record.last_used == t)
+            .map(|r| r.key.clone())
+            .collect(),
+    }
+}
+
+/// Explains one GarbageCollect at `now`. `records` must be in eviction order (as
+/// `Store::eviction_order` yields them).
+pub fn explain(
+    records: &[StoredRecord],
+    last_detect: Option<UnixNanos>,
+    policy: GcPolicy,
+    fs: Option<FsSpace>,
+    now: UnixNanos,
+) -> Explanation {
+    let in_use = in_use_at(records, last_detect);
+    let disabled = policy.disabled();
+    let mut images: Vec<ImageExplanation> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let verdict = space_verdict(&r.key, &r.record, &in_use, now, policy.min_age);
+            let aged = !disabled && past_max_age(&r.key, &r.record, &in_use, now, policy.max_age);
+            ImageExplanation {
+                rank: i + 1,
+                key: r.key.clone(),
+                record: r.record,
+                in_use: in_use.contains(&r.key),
+                verdict,
+                decision: if aged {
+                    Decision::RemoveForAge
+                } else {
+                    Decision::KeepSpaceNotEvaluated
+                },
+                freed_after: None,
+                reason: String::new(),
+            }
+        })
+        .collect();
+    let freed_for_age: u64 = images
+        .iter()
+        .filter(|i| i.decision == Decision::RemoveForAge)
+        .fold(0u64, |acc, i| acc.saturating_add(i.record.size));
+
+    let space = if disabled {
+        SpacePass::Disabled
+    } else {
+        match fs {
+            None => SpacePass::NotEvaluated,
+            Some(FsSpace { capacity: 0, .. }) => SpacePass::InvalidCapacity,
+            Some(fs) => space_pass(&mut images, fs, freed_for_age, &policy),
+        }
+    };
+    for image in &mut images {
+        if image.decision == Decision::RemoveForSpace || image.decision == Decision::RemoveForAge {
+            continue;
+        }
+        image.decision = match (image.verdict, space) {
+            (_, SpacePass::Disabled) => Decision::KeepGcDisabled,
+            (Verdict::InUse, _) => Decision::KeepInUse,
+            (Verdict::Pinned, _) => Decision::KeepPinned,
+            (Verdict::UsedTooRecently, _) => Decision::KeepUsedTooRecently,
+            (Verdict::YoungerThanMinAge, _) => Decision::KeepYoungerThanMinAge,
+            (Verdict::Eligible, SpacePass::Runs { .. }) => Decision::KeepBeyondAmountToFree,
+            (Verdict::Eligible, SpacePass::BelowHighThreshold { .. }) => {
+                Decision::KeepBelowHighThreshold
+            }
+            (Verdict::Eligible, SpacePass::NotEvaluated | SpacePass::InvalidCapacity) => {
+                Decision::KeepSpaceNotEvaluated
+            }
+        };
+    }
+    for image in &mut images {
+        image.reason = reason(image, &policy, last_detect, space, now);
+    }
+    Explanation {
+        now,
+        policy,
+        last_detect,
+        freed_for_age,
+        space,
+        images,
+    }
+}
+
+/// The manager's space pass: usage after the MaxAge pass, then the walk.
+fn space_pass(
+    images: &mut [ImageExplanation],
+    fs: FsSpace,
+    freed_for_age: u64,
+    policy: &GcPolicy,
+) -> SpacePass {
+    let capacity = fs.capacity;
+    let available = fs.available.saturating_add(freed_for_age).min(capacity);
+    let (capacity_i, available_i) = (to_i64(capacity), to_i64(available));
+    let usage_percent = 100 - available_i.saturating_mul(100) / capacity_i;
+    if usage_percent < policy.high_threshold_percent {
+        return SpacePass::BelowHighThreshold {
+            usage_percent,
+            available_after_age_pass: available,
+        };
+    }
+    let amount_to_free =
+        capacity_i.saturating_mul(100 - policy.low_threshold_percent) / 100 - available_i;
+    let mut freed: i64 = 0;
+    for image in images.iter_mut() {
+        if image.decision == Decision::RemoveForAge || image.verdict != Verdict::Eligible {
+            continue;
+        }
+        freed = freed.saturating_add(to_i64(image.record.size));
+        image.decision = Decision::RemoveForSpace;
+        image.freed_after = Some(u64::try_from(freed).unwrap_or(0));
+        if freed >= amount_to_free {
+            break;
+        }
+    }
+    SpacePass::Runs {
+        usage_percent,
+        available_after_age_pass: available,
+        amount_to_free,
+        freed: u64::try_from(freed).unwrap_or(0),
+        sufficient: freed >= amount_to_free,
+    }
+}
+
+fn reason(
+    image: &ImageExplanation,
+    policy: &GcPolicy,
+    last_detect: Option<UnixNanos>,
+    space: SpacePass,
+    now: UnixNanos,
+) -> String {
+    let record = &image.record;
+    let dur = |d: Duration| go_duration(Duration::from_secs(d.as_secs()));
+    let unused = dur(now.since(unused_since(record)));
+    match image.decision {
+        Decision::RemoveForAge => format!(
+            "unused for {unused}, longer than MaxAge {}",
+            go_duration(policy.max_age)
+        ),
+        Decision::RemoveForSpace => {
+            let amount = match space {
+                SpacePass::Runs { amount_to_free, .. } => amount_to_free,
+                _ => 0,
+            };
+            format!(
+                "eligible, inside the amount to free: {} freed of {} to free",
+                format_size(image.freed_after.unwrap_or(0)),
+                format_size(u64::try_from(amount).unwrap_or(0))
+            )
+        }
+        Decision::KeepGcDisabled => {
+            "image GC is disabled (HighThresholdPercent 100 and MaxAge 0)".to_owned()
+        }
+        Decision::KeepInUse => format!(
+            "in use at the last detect ({})",
+            last_detect.map_or_else(String::new, super::format::format_rfc3339)
+        ),
+        Decision::KeepPinned => "pinned".to_owned(),
+        Decision::KeepUsedTooRecently => {
+            "used at or after now (is the clock behind the records?)".to_owned()
+        }
+        Decision::KeepYoungerThanMinAge => format!(
+            "first detected {} ago, younger than MinAge {}",
+            dur(now.since(record.first_detected)),
+            go_duration(policy.min_age)
+        ),
+        Decision::KeepBeyondAmountToFree => {
+            let (amount, freed) = match space {
+                SpacePass::Runs {
+                    amount_to_free,
+                    freed,
+                    ..
+                } => (amount_to_free, freed),
+                _ => (0, 0),
+            };
+            format!(
+                "eligible, beyond the amount to free: the walk stops after freeing {} of {}",
+                format_size(freed),
+                format_size(u64::try_from(amount).unwrap_or(0))
+            )
+        }
+        Decision::KeepBelowHighThreshold => {
+            let usage = match space {
+                SpacePass::BelowHighThreshold { usage_percent, .. } => usage_percent,
+                _ => 0,
+            };
+            format!(
+                "eligible, but usage {usage}% is below HighThresholdPercent {}: no space pass",
+                policy.high_threshold_percent
+            )
+        }
+        Decision::KeepSpaceNotEvaluated => {
+            let max_age = if policy.max_age.is_zero() {
+                "MaxAge is off".to_owned()
+            } else {
+                format!(
+                    "unused for {unused}, not longer than MaxAge {}",
+                    go_duration(policy.max_age)
+                )
+            };
+            if space == SpacePass::InvalidCapacity {
+                format!("eligible for space GC, but capacity 0 fails the space pass; {max_age}")
+            } else {
+                format!(
+                    "eligible for space GC; the space pass is not evaluated (give --capacity \
+                     and --available); {max_age}"
+                )
+            }
+        }
+    }
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60;
+
+    fn rec(id: &str, first: i64, last: i64, size: u64, pinned: bool) -> StoredRecord {
+        StoredRecord {
+            key: RecordKey::new(format!("sha256:{id}"), ""),
+            record: ImageRecord {
+                first_detected: UnixNanos::from_secs(first),
+                last_used: UnixNanos::from_secs(last),
+                size,
+                pinned,
+            },
+        }
+    }
+
+    fn decisions(e: &Explanation) -> Vec<(String, Decision)> {
+        e.images
+            .iter()
+            .map(|i| {
+                (
+                    i.key.image_id.0.trim_start_matches("sha256:").to_owned(),
+                    i.decision,
+                )
+            })
+            .collect()
+    }
+
+    fn policy(high: i64, low: i64, min_age: i64, max_age: i64) -> GcPolicy {
+        GcPolicy {
+            high_threshold_percent: high,
+            low_threshold_percent: low,
+            min_age: Duration::from_secs(min_age as u64),
+            max_age: Duration::from_secs(max_age as u64),
+        }
+    }
+
+    #[test]
+    fn each_rule_gives_its_decision() {
+        use Decision::*;
+        let now = 100 * MIN;
+        // Eviction order: never used first, then by last_used.
+        let records = vec![
+            rec("never", 10 * MIN, 0, 100, false),
+            rec("young", now - 30, 0, 100, false),
+            rec("old", MIN, 20 * MIN, 100, false),
+            rec("pinned", MIN, 30 * MIN, 100, true),
+            rec("mid", MIN, 40 * MIN, 100, false),
+            rec("inuse", MIN, 90 * MIN, 100, false),
+        ];
+        let last_detect = Some(UnixNanos::from_secs(90 * MIN));
+        let cases: Vec<(&str, GcPolicy, Option<FsSpace>, Vec<Decision>)> = vec![
+            (
+                "no space given, MaxAge off",
+                GcPolicy::default(),
+                None,
+                vec![
+                    KeepSpaceNotEvaluated,
+                    KeepYoungerThanMinAge,
+                    KeepSpaceNotEvaluated,
+                    KeepPinned,
+                    KeepSpaceNotEvaluated,
+                    KeepInUse,
+                ],
+            ),
+            (
+                "MaxAge 70m removes the long-unused, never the pinned or in use",
+                policy(85, 80, 120, 70 * 60),
+                None,
+                vec![
+                    RemoveForAge,
+                    KeepYoungerThanMinAge,
+                    RemoveForAge,
+                    KeepPinned,
+                    KeepSpaceNotEvaluated,
+                    KeepInUse,
+                ],
+            ),
+            (
+                "usage 90% over 85: free down to 80% = 100 bytes: one image",
+                GcPolicy::default(),
+                Some(FsSpace {
+                    capacity: 1000,
+                    available: 100,
+                }),
+                vec![
+                    RemoveForSpace,
+                    KeepYoungerThanMinAge,
+                    KeepBeyondAmountToFree,
+                    KeepPinned,
+                    KeepBeyondAmountToFree,
+                    KeepInUse,
+                ],
+            ),
+            (
+                "usage 50%: no space pass",
+                GcPolicy::default(),
+                Some(FsSpace {
+                    capacity: 1000,
+                    available: 500,
+                }),
+                vec![
+                    KeepBelowHighThreshold,
+                    KeepYoungerThanMinAge,
+                    KeepBelowHighThreshold,
+                    KeepPinned,
+                    KeepBelowHighThreshold,
+                    KeepInUse,
+                ],
+            ),
+            (
+                "disabled GC keeps everything",
+                policy(100, 80, 120, 0),
+                Some(FsSpace {
+                    capacity: 1000,
+                    available: 0,
+                }),
+                vec![KeepGcDisabled; 6],
+            ),
+        ];
+        for (name, policy, fs, want) in cases {
+            let e = explain(&records, last_detect, policy, fs, UnixNanos::from_secs(now));
+            let got: Vec<Decision> = decisions(&e).into_iter().map(|(_, d)| d).collect();
+            assert_eq!(got, want, "{name}");
+            assert!(e.images.iter().all(|i| !i.reason.is_empty()), "{name}");
+        }
+    }
+
+    #[test]
+    fn amount_to_free_stops_the_walk_and_the_first_eligible_always_goes() {
+        let now = UnixNanos::from_secs(100 * MIN);
+        let records = vec![
+            rec("a", MIN, 10 * MIN, 30, false),
+            rec("b", MIN, 11 * MIN, 30, false),
+            rec("c", MIN, 12 * MIN, 30, false),
+        ];
+        // capacity 1000, available 140: usage 86%, amount = 200 - 140 = 60: a and b.
+        let e = explain(
+            &records,
+            None,
+            GcPolicy::default(),
+            Some(FsSpace {
+                capacity: 1000,
+                available: 140,
+            }),
+            now,
+        );
+        assert_eq!(e.removed().len(), 2);
+        assert!(matches!(
+            e.space,
+            SpacePass::Runs {
+                amount_to_free: 60,
+                freed: 60,
+                sufficient: true,
+                ..
+            }
+        ));
+        // high 0, low 0: usage 0% >= 0 and amount = 1000 - 1000 = 0: still one image.
+        let e = explain(
+            &records,
+            None,
+            policy(0, 0, 0, 0),
+            Some(FsSpace {
+                capacity: 1000,
+                available: 1000,
+            }),
+            now,
+        );
+        assert_eq!(e.removed(), vec![records[0].key.clone()]);
+    }
+
+    #[test]
+    fn what_max_age_frees_counts_toward_available() {
+        let now = UnixNanos::from_secs(100 * MIN);
+        let records = vec![
+            rec("old", MIN, 10 * MIN, 100, false),
+            rec("recent", MIN, 95 * MIN, 100, false),
+        ];
+        // 90% used; MaxAge frees 100 bytes: 80% used, below 85: no space pass.
+        let e = explain(
+            &records,
+            None,
+            policy(85, 80, 0, 30 * 60),
+            Some(FsSpace {
+                capacity: 1000,
+                available: 100,
+            }),
+            now,
+        );
+        assert_eq!(e.removed(), vec![records[0].key.clone()]);
+        assert!(matches!(
+            e.space,
+            SpacePass::BelowHighThreshold {
+                usage_percent: 80,
+                available_after_age_pass: 200
+            }
+        ));
+    }
+}

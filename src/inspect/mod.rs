@@ -1,0 +1,419 @@
+//! Offline inspection of a record database, for `imagekeeper inspect`: a read-only snapshot
+//! that works alongside a running agent and on a file that needs crash recovery (by reading
+//! a repaired temporary copy), prefix lookup of image ids, sorting, statistics, and the full
+//! check (redb's integrity check runs on a temporary copy, because it needs a read-write
+//! handle). Nothing here ever writes the file it inspects.
+
+use std::cmp::Reverse;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::model::{BackoffEntry, UnixNanos};
+use crate::store::{Store, StoreError, StoredRecord, Violation, meta_keys};
+
+/// What can go wrong inspecting a database.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database {path}: making a temporary copy: {source}")]
+    Copy {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("database {path}: opening a temporary copy read-write: {source}")]
+    OpenCopy {
+        path: PathBuf,
+        #[source]
+        source: Box<StoreError>,
+    },
+    #[error("the image id prefix is empty")]
+    EmptyPrefix,
+    #[error("no image id starts with {prefix:?} in {path}")]
+    NotFound { prefix: String, path: PathBuf },
+    #[error("image id prefix {prefix:?} is ambiguous, it matches: {}", matches.join(", "))]
+    Ambiguous {
+        prefix: String,
+        matches: Vec<String>,
+    },
+}
+
+/// A read-only view of a database: the file itself, or a repaired temporary copy when the
+/// file needs crash recovery.
+pub struct Snapshot {
+    store: Store,
+    path: PathBuf,
+    repaired: bool,
+    _copy: Option<tempfile::TempDir>,
+}
+
+impl Snapshot {
+    /// Opens `path` read-only (alongside a running agent if there is one). A file that needs
+    /// recovery is copied to a temporary directory and the copy opened read-write, which
+    /// repairs the copy; the file itself is never written.
+    pub fn open(path: &Path) -> Result<Snapshot, InspectError> {
+        match Store::open_read_only(path) {
+            Ok(store) => Ok(Snapshot {
+                store,
+                path: path.to_owned(),
+                repaired: false,
+                _copy: None,
+            }),
+            Err(StoreError::NeedsRecovery { .. }) => {
+                let (dir, store) = open_copy(path)?;
+                Ok(Snapshot {
+                    store,
+                    path: path.to_owned(),
+                    repaired: true,
+                    _copy: Some(dir),
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The inspected file (not the copy).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the file needed recovery and this is a repaired copy.
+    pub fn repaired(&self) -> bool {
+        self.repaired
+    }
+
+    /// Every record, in eviction order.
+    pub fn records_in_eviction_order(&self) -> Result<Vec<StoredRecord>, StoreError> {
+        self.store.eviction_order()?.collect()
+    }
+
+    pub fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, StoreError> {
+        self.store.backoff_entries()
+    }
+
+    pub fn meta(&self) -> Result<MetaInfo, StoreError> {
+        let entries = self.store.meta_entries()?;
+        let get = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        let time = |name: &str| get(name).map(UnixNanos);
+        Ok(MetaInfo {
+            schema_version: get(meta_keys::SCHEMA_VERSION),
+            created_at: time(meta_keys::CREATED_AT),
+            agent_started_at: time(meta_keys::AGENT_STARTED_AT),
+            last_detect: time(meta_keys::LAST_DETECT),
+        })
+    }
+}
+
+/// Copies `path` into a new temporary directory and opens the copy read-write (repairing it).
+fn open_copy(path: &Path) -> Result<(tempfile::TempDir, Store), InspectError> {
+    let copy_err = |source| InspectError::Copy {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("imagekeeper-inspect-")
+        .tempdir()
+        .map_err(copy_err)?;
+    let copy = dir.path().join("copy.redb");
+    std::fs::copy(path, &copy).map_err(copy_err)?;
+    let store = Store::open(&copy, UnixNanos::NEVER).map_err(|source| InspectError::OpenCopy {
+        path: path.to_owned(),
+        source: Box::new(source),
+    })?;
+    Ok((dir, store))
+}
+
+/// The meta entries the inspector shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MetaInfo {
+    pub schema_version: Option<i64>,
+    pub created_at: Option<UnixNanos>,
+    pub agent_started_at: Option<UnixNanos>,
+    pub last_detect: Option<UnixNanos>,
+}
+
+/// How `list` orders records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    /// Eviction order: the order GC walks (never used first, then least recently used).
+    Eviction,
+    /// Largest first.
+    Size,
+    /// Most recently used first; never used last.
+    LastUsed,
+    /// Most recently detected first.
+    FirstDetected,
+}
+
+/// Sorts records that are in eviction order; ties keep eviction order.
+pub fn sort_records(records: &mut [StoredRecord], by: SortKey) {
+    match by {
+        SortKey::Eviction => {}
+        SortKey::Size => records.sort_by_key(|r| Reverse(r.record.size)),
+        SortKey::LastUsed => records.sort_by_key(|r| Reverse(r.record.last_used)),
+        SortKey::FirstDetected => records.sort_by_key(|r| Reverse(r.record.first_detected)),
+    }
+}
+
+/// The records of the one image id that `prefix` names, like crictl: a prefix of the id with
+/// or without `sha256:`; an exact id wins over longer ids it is a prefix of. Several records
+/// come back when the image is recorded for several runtime handlers.
+pub fn resolve_prefix(
+    records: &[StoredRecord],
+    prefix: &str,
+    path: &Path,
+) -> Result<Vec<StoredRecord>, InspectError> {
+    let bare = prefix.strip_prefix("sha256:").unwrap_or(prefix);
+    if bare.is_empty() {
+        return Err(InspectError::EmptyPrefix);
+    }
+    let strip = |id: &str| id.strip_prefix("sha256:").unwrap_or(id).to_owned();
+    let mut ids: Vec<String> = records
+        .iter()
+        .map(|r| r.key.image_id.0.clone())
+        .filter(|id| strip(id).starts_with(bare))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    let chosen = match ids.as_slice() {
+        [] => {
+            return Err(InspectError::NotFound {
+                prefix: prefix.to_owned(),
+                path: path.to_owned(),
+            });
+        }
+        [one] => one.clone(),
+        many => match many.iter().find(|id| strip(id) == bare) {
+            Some(exact) => exact.clone(),
+            None => {
+                return Err(InspectError::Ambiguous {
+                    prefix: prefix.to_owned(),
+                    matches: ids,
+                });
+            }
+        },
+    };
+    Ok(records
+        .iter()
+        .filter(|r| r.key.image_id.0 == chosen)
+        .cloned()
+        .collect())
+}
+
+/// One bucket of the last-use histogram.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AgeBucket {
+    /// `<1h`, `<1d`, `<7d`, `<30d`, `older` or `never`.
+    pub label: &'static str,
+    pub count: u64,
+    pub size: u64,
+}
+
+/// Counts over the records and the backoff table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub records: u64,
+    pub pinned: u64,
+    pub never_used: u64,
+    pub backoff_entries: u64,
+    pub total_size: u64,
+    /// Records by time since last use at `now`.
+    pub last_used: Vec<AgeBucket>,
+}
+
+/// The statistics at `now`.
+pub fn stats(records: &[StoredRecord], backoff_entries: usize, now: UnixNanos) -> Stats {
+    const HOUR: u64 = 3600;
+    let bounds: [(&'static str, u64); 4] = [
+        ("<1h", HOUR),
+        ("<1d", 24 * HOUR),
+        ("<7d", 7 * 24 * HOUR),
+        ("<30d", 30 * 24 * HOUR),
+    ];
+    let mut buckets: Vec<AgeBucket> = bounds
+        .iter()
+        .map(|(label, _)| *label)
+        .chain(["older", "never"])
+        .map(|label| AgeBucket {
+            label,
+            count: 0,
+            size: 0,
+        })
+        .collect();
+    let mut s = Stats {
+        records: 0,
+        pinned: 0,
+        never_used: 0,
+        backoff_entries: u64::try_from(backoff_entries).unwrap_or(u64::MAX),
+        total_size: 0,
+        last_used: Vec::new(),
+    };
+    for r in records {
+        s.records += 1;
+        s.pinned += u64::from(r.record.pinned);
+        s.total_size = s.total_size.saturating_add(r.record.size);
+        let index = if r.record.last_used == UnixNanos::NEVER {
+            s.never_used += 1;
+            bounds.len() + 1
+        } else {
+            let age = now.since(r.record.last_used);
+            bounds
+                .iter()
+                .position(|(_, b)| age < Duration::from_secs(*b))
+                .unwrap_or(bounds.len())
+        };
+        if let Some(bucket) = buckets.get_mut(index) {
+            bucket.count += 1;
+            bucket.size = bucket.size.saturating_add(r.record.size);
+        }
+    }
+    s.last_used = buckets;
+    s
+}
+
+/// The outcome of the full check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckReport {
+    /// The file was not closed cleanly (normal after a crash; the agent repairs it on start).
+    pub needed_recovery: bool,
+    pub violations: Vec<Violation>,
+}
+
+/// The store's invariants and redb's integrity check, on a temporary copy of `path` (the
+/// integrity check needs a read-write handle; the file itself is never written).
+pub fn check(path: &Path) -> Result<CheckReport, InspectError> {
+    // The read-only open names the file in its errors and refuses newer schemas and
+    // garbage before anything is copied.
+    let needed_recovery = match Store::open_read_only(path) {
+        Ok(store) => {
+            drop(store);
+            false
+        }
+        Err(StoreError::NeedsRecovery { .. }) => true,
+        Err(e) => return Err(e.into()),
+    };
+    let (_dir, mut store) = open_copy(path)?;
+    let violations = store.check().map_err(|source| InspectError::OpenCopy {
+        path: path.to_owned(),
+        source: Box::new(source),
+    })?;
+    Ok(CheckReport {
+        needed_recovery,
+        violations,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ImageRecord, RecordKey};
+
+    fn rec(id: &str, handler: &str, last_used_secs: i64, size: u64) -> StoredRecord {
+        StoredRecord {
+            key: RecordKey::new(id, handler),
+            record: ImageRecord {
+                first_detected: UnixNanos::from_secs(1),
+                last_used: UnixNanos::from_secs(last_used_secs),
+                size,
+                pinned: false,
+            },
+        }
+    }
+
+    #[test]
+    fn prefixes_resolve_like_crictl() {
+        let records = vec![
+            rec("sha256:abc123", "", 0, 1),
+            rec("sha256:abc123", "kata", 0, 1),
+            rec("sha256:abd999", "", 0, 1),
+            rec("sha256:ff", "", 0, 1),
+            rec("sha256:ff00", "", 0, 1),
+        ];
+        let path = Path::new("/x.redb");
+        let ok = |p: &str| {
+            resolve_prefix(&records, p, path)
+                .map(|v| v.iter().map(|r| r.key.to_string()).collect::<Vec<_>>())
+                .map_err(|e| e.to_string())
+        };
+        let both = vec![
+            "sha256:abc123".to_owned(),
+            "sha256:abc123 (kata)".to_owned(),
+        ];
+        assert_eq!(ok("abc"), Ok(both.clone()));
+        assert_eq!(ok("sha256:abc1"), Ok(both));
+        assert_eq!(ok("abd"), Ok(vec!["sha256:abd999".to_owned()]));
+        assert_eq!(ok("ff"), Ok(vec!["sha256:ff".to_owned()]), "exact id wins");
+        let ambiguous = ok("ab").err().unwrap_or_default();
+        assert!(
+            ambiguous.contains("ambiguous") && ambiguous.contains("sha256:abd999"),
+            "{ambiguous}"
+        );
+        let missing = ok("0").err().unwrap_or_default();
+        assert!(
+            missing.contains("no image id starts with \"0\" in /x.redb"),
+            "{missing}"
+        );
+        assert_eq!(
+            ok("sha256:"),
+            Err("the image id prefix is empty".to_owned())
+        );
+    }
+
+    #[test]
+    fn histogram_buckets_by_last_use() {
+        let now = UnixNanos::from_secs(100 * 86_400);
+        let ago = |secs: i64| 100 * 86_400 - secs;
+        let records = vec![
+            rec("a", "", ago(10), 1),
+            rec("b", "", ago(3 * 3600), 2),
+            rec("c", "", ago(3 * 86_400), 4),
+            rec("d", "", ago(10 * 86_400), 8),
+            rec("e", "", ago(40 * 86_400), 16),
+            rec("f", "", 0, 32),
+            rec("g", "", 0, 64),
+        ];
+        let s = stats(&records, 3, now);
+        let got: Vec<(&str, u64, u64)> = s
+            .last_used
+            .iter()
+            .map(|b| (b.label, b.count, b.size))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("<1h", 1, 1),
+                ("<1d", 1, 2),
+                ("<7d", 1, 4),
+                ("<30d", 1, 8),
+                ("older", 1, 16),
+                ("never", 2, 96)
+            ]
+        );
+        assert_eq!(
+            (s.records, s.never_used, s.total_size, s.backoff_entries),
+            (7, 2, 127, 3)
+        );
+    }
+
+    #[test]
+    fn sorting_keeps_eviction_order_on_ties() {
+        let mut records = vec![
+            rec("a", "", 5, 10),
+            rec("b", "", 6, 30),
+            rec("c", "", 7, 10),
+        ];
+        sort_records(&mut records, SortKey::Size);
+        let ids: Vec<&str> = records.iter().map(|r| r.key.image_id.as_str()).collect();
+        assert_eq!(ids, ["b", "a", "c"]);
+        sort_records(&mut records, SortKey::LastUsed);
+        let ids: Vec<&str> = records.iter().map(|r| r.key.image_id.as_str()).collect();
+        assert_eq!(ids, ["c", "b", "a"]);
+    }
+}
