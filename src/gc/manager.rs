@@ -14,10 +14,11 @@ use tracing::{info, warn};
 
 use crate::cri::ImageRuntime;
 use crate::model::{ImageRecord, RecordKey, RuntimeImage, UnixNanos};
-use crate::store::{Batch, EvictionKey, Store, StoredRecord};
+use crate::store::{Batch, BatchOp, EvictionKey, Store, StoredRecord};
 
 use super::detect::{images_in_use, plan_detect};
 use super::evict::{Verdict, past_max_age, space_verdict};
+use super::explain::{Decision, Explanation, FsSpace, explain};
 use super::metrics::{GcMetrics, RemovalReason};
 use super::pins::PinPatterns;
 use super::{GcError, GcPolicy};
@@ -59,6 +60,13 @@ pub struct GcReport {
     pub removed: Vec<Removal>,
     pub freed: u64,
     pub error: Option<GcError>,
+}
+
+/// A dry run: what a cycle would remove, and the full explanation.
+#[derive(Clone, Debug)]
+pub struct GcPlan {
+    pub explanation: Explanation,
+    pub removals: Vec<Removal>,
 }
 
 /// kubelet's ImageGCManager with history in a [`Store`].
@@ -374,6 +382,93 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             reason,
         });
         Ok(())
+    }
+
+    /// What GarbageCollect (or, with `delete_unused`, DeleteUnusedImages) would do at `now`,
+    /// changing nothing: the runtime's lists are folded into a copy of the records in memory
+    /// and explained with the manager's own rules. The removals are in the order the real
+    /// cycle would make them.
+    pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
+        let _cycle = self.cycle.lock().await;
+        let runtime_err = |op| move |source| GcError::Runtime { op, source };
+        let images = self.runtime.list_images().await.map_err(runtime_err("list images"))?;
+        let containers = self
+            .runtime
+            .list_containers()
+            .await
+            .map_err(runtime_err("list containers"))?;
+        let in_use = images_in_use(&images, &containers, self.config.sandbox_image.as_deref());
+        let mut records: BTreeMap<RecordKey, ImageRecord> = self
+            .store
+            .records()?
+            .into_iter()
+            .map(|r| (r.key, r.record))
+            .collect();
+        let detect = plan_detect(&records, &images, &in_use, &self.config.pins, now);
+        for op in detect.batch.ops() {
+            match op {
+                BatchOp::Upsert { key, record } => {
+                    records.insert(key.clone(), *record);
+                }
+                BatchOp::Remove { key } => {
+                    records.remove(key);
+                }
+                _ => {}
+            }
+        }
+        // A dry run only: the real cycle reads this order from the index.
+        let mut ordered: Vec<StoredRecord> = records
+            .into_iter()
+            .map(|(key, record)| StoredRecord { key, record })
+            .collect();
+        ordered.sort_by(|a, b| {
+            (a.record.last_used, a.record.first_detected, &a.key).cmp(&(
+                b.record.last_used,
+                b.record.first_detected,
+                &b.key,
+            ))
+        });
+        let fs = if delete_unused {
+            None
+        } else {
+            let stats = self
+                .runtime
+                .image_fs_stats()
+                .await
+                .map_err(runtime_err("get image filesystem stats"))?;
+            Some(FsSpace {
+                capacity: stats.capacity,
+                available: stats.available,
+            })
+        };
+        let explanation = explain(&ordered, Some(now), self.config.policy, fs, now);
+        let removals = explanation
+            .images
+            .iter()
+            .filter_map(|i| {
+                let reason = if delete_unused {
+                    (i.verdict == Verdict::Eligible).then_some(RemovalReason::Unused)
+                } else {
+                    match i.decision {
+                        Decision::RemoveForAge => Some(RemovalReason::Age),
+                        Decision::RemoveForSpace => Some(RemovalReason::Space),
+                        _ => None,
+                    }
+                };
+                reason.map(|reason| Removal {
+                    key: i.key.clone(),
+                    size: i.record.size,
+                    reason,
+                })
+            })
+            .collect::<Vec<_>>();
+        let mut removals = removals;
+        // The MaxAge pass runs before the space walk.
+        removals.sort_by_key(|r| r.reason != RemovalReason::Age);
+        Ok(GcPlan {
+            explanation,
+            removals,
+        })
     }
 
     /// Refreshes the image cache from the runtime: sorted by size descending, ties by id

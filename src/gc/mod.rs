@@ -16,7 +16,7 @@ mod pins;
 mod policy;
 
 pub use error::{GcError, aggregate};
-pub use manager::{DetectReport, GcConfig, GcReport, ImageGcManager, Removal};
+pub use manager::{DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
 pub use metrics::{GcMetrics, RemovalReason};
 pub use pins::PinPatterns;
 pub use policy::GcPolicy;

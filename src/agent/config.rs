@@ -1,0 +1,392 @@
+//! The agent's configuration: kubelet's flag names and KubeletConfiguration's field names, a
+//! TOML file, flags over the file, and validation whose every error names the flag or field
+//! that holds the bad value.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
+use crate::gc::format::parse_go_duration;
+use crate::gc::{GcConfig, GcPolicy, PinPatterns};
+use crate::pull::PullConfig;
+
+/// The default record database.
+pub const DEFAULT_DB: &str = "/var/lib/imagekeeper/records.redb";
+/// The default admin socket.
+pub const DEFAULT_ADMIN_SOCKET: &str = "/run/imagekeeper/admin.sock";
+
+/// A bad setting: `origin` is the flag (`--registry-qps`) or the file field
+/// (`registryPullQPS in /etc/imagekeeper.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+    #[error("config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+}
+
+/// The config file: KubeletConfiguration's field names, all optional.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: Option<i64>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: Option<i64>,
+    #[serde(rename = "imageMinimumGCAge")]
+    pub image_minimum_gc_age: Option<String>,
+    #[serde(rename = "imageMaximumGCAge")]
+    pub image_maximum_gc_age: Option<String>,
+    #[serde(rename = "serializeImagePulls")]
+    pub serialize_image_pulls: Option<bool>,
+    #[serde(rename = "maxParallelImagePulls")]
+    pub max_parallel_image_pulls: Option<i32>,
+    #[serde(rename = "registryPullQPS")]
+    pub registry_pull_qps: Option<f64>,
+    #[serde(rename = "registryBurst")]
+    pub registry_burst: Option<i64>,
+    #[serde(rename = "pinnedImages")]
+    pub pinned_images: Option<Vec<String>>,
+    #[serde(rename = "podInfraContainerImage")]
+    pub pod_infra_container_image: Option<String>,
+    #[serde(rename = "containerRuntimeEndpoint")]
+    pub container_runtime_endpoint: Option<String>,
+    #[serde(rename = "imageServiceEndpoint")]
+    pub image_service_endpoint: Option<String>,
+}
+
+impl FileConfig {
+    /// Reads and parses a TOML file.
+    pub fn load(path: &Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::File {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })
+    }
+}
+
+/// Values given as flags; `None` means not given.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct FlagValues {
+    pub db: Option<PathBuf>,
+    pub image_gc_high_threshold: Option<i64>,
+    pub image_gc_low_threshold: Option<i64>,
+    pub minimum_image_ttl_duration: Option<String>,
+    pub image_maximum_gc_age: Option<String>,
+    pub serialize_image_pulls: Option<bool>,
+    pub max_parallel_image_pulls: Option<i32>,
+    pub registry_qps: Option<f64>,
+    pub registry_burst: Option<i64>,
+    pub pod_infra_container_image: Option<String>,
+    pub container_runtime_endpoint: Option<String>,
+    pub image_service_endpoint: Option<String>,
+    pub pinned_images: Vec<String>,
+    pub admin_socket: Option<PathBuf>,
+    pub metrics_address: Option<String>,
+    pub detect_period: Option<String>,
+    pub gc_period: Option<String>,
+    pub image_cache_period: Option<String>,
+}
+
+/// Everything the agent runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    pub db: PathBuf,
+    pub cri: CriConfig,
+    pub gc: GcConfig,
+    pub pull: PullConfig,
+    pub admin_socket: PathBuf,
+    pub metrics_address: Option<SocketAddr>,
+    pub detect_period: Duration,
+    pub gc_period: Duration,
+    pub image_cache_period: Duration,
+}
+
+/// Where a value came from, for error messages.
+struct Origin<'a> {
+    file: Option<&'a Path>,
+}
+
+impl Origin<'_> {
+    fn field(&self, field: &str) -> String {
+        match self.file {
+            Some(path) => format!("{field} in {}", path.display()),
+            None => field.to_owned(),
+        }
+    }
+}
+
+/// Picks the flag value over the file value, remembering which one won.
+fn pick<T: Clone>(flag: &Option<T>, flag_name: &str, file: &Option<T>, field: String) -> Option<(T, String)> {
+    match (flag, file) {
+        (Some(v), _) => Some((v.clone(), flag_name.to_owned())),
+        (None, Some(v)) => Some((v.clone(), field)),
+        (None, None) => None,
+    }
+}
+
+fn invalid(origin: String, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        origin,
+        message: message.into(),
+    }
+}
+
+fn duration(value: &str, origin: &str) -> Result<Duration, ConfigError> {
+    parse_go_duration(value).map_err(|e| invalid(origin.to_owned(), e.to_string()))
+}
+
+impl AgentConfig {
+    /// Defaults, then the file, then the flags; then validation.
+    pub fn resolve(
+        file: &FileConfig,
+        file_path: Option<&Path>,
+        flags: &FlagValues,
+    ) -> Result<AgentConfig, ConfigError> {
+        let o = Origin { file: file_path };
+        let mut policy = GcPolicy::default();
+        let mut origins = PolicyOrigins::default();
+
+        if let Some((v, from)) = pick(&flags.image_gc_high_threshold, "--image-gc-high-threshold", &file.image_gc_high_threshold_percent, o.field("imageGCHighThresholdPercent")) {
+            policy.high_threshold_percent = v;
+            origins.high = from;
+        }
+        if let Some((v, from)) = pick(&flags.image_gc_low_threshold, "--image-gc-low-threshold", &file.image_gc_low_threshold_percent, o.field("imageGCLowThresholdPercent")) {
+            policy.low_threshold_percent = v;
+            origins.low = from;
+        }
+        if let Some((v, from)) = pick(&flags.minimum_image_ttl_duration, "--minimum-image-ttl-duration", &file.image_minimum_gc_age, o.field("imageMinimumGCAge")) {
+            policy.min_age = duration(&v, &from)?;
+            origins.min_age = from;
+        }
+        if let Some((v, from)) = pick(&flags.image_maximum_gc_age, "--image-maximum-gc-age", &file.image_maximum_gc_age, o.field("imageMaximumGCAge")) {
+            policy.max_age = duration(&v, &from)?;
+            origins.max_age = from;
+        }
+        validate_policy(&policy, &origins)?;
+
+        let mut pull = PullConfig::default();
+        let mut pull_origin = String::from("pull settings");
+        if let Some((v, from)) = pick(&flags.serialize_image_pulls, "--serialize-image-pulls", &file.serialize_image_pulls, o.field("serializeImagePulls")) {
+            pull.serialize_image_pulls = v;
+            pull_origin = from;
+        }
+        if let Some((v, from)) = pick(&flags.max_parallel_image_pulls, "--max-parallel-image-pulls", &file.max_parallel_image_pulls, o.field("maxParallelImagePulls")) {
+            pull.max_parallel_image_pulls = Some(v);
+            pull_origin = from;
+        }
+        if let Some((v, from)) = pick(&flags.registry_qps, "--registry-qps", &file.registry_pull_qps, o.field("registryPullQPS")) {
+            if !v.is_finite() || v < 0.0 {
+                return Err(invalid(from, format!("registryPullQPS {v} must not be a negative number")));
+            }
+            pull.registry_pull_qps = v;
+        }
+        if let Some((v, from)) = pick(&flags.registry_burst, "--registry-burst", &file.registry_burst, o.field("registryBurst")) {
+            pull.registry_burst = u32::try_from(v)
+                .map_err(|_| invalid(from, format!("registryBurst {v} must not be a negative number")))?;
+        }
+        pull.validate().map_err(|e| invalid(pull_origin, e.to_string()))?;
+
+        let mut pins = flags.pinned_images.clone();
+        if pins.is_empty() {
+            pins = file.pinned_images.clone().unwrap_or_default();
+        }
+        for pin in &pins {
+            if pin.is_empty() || pin.starts_with('*') {
+                let origin = if flags.pinned_images.is_empty() { o.field("pinnedImages") } else { "--pinned-image".to_owned() };
+                return Err(invalid(origin, format!("pattern {pin:?} must name an image (a trailing * matches any suffix)")));
+            }
+        }
+
+        let runtime_endpoint = pick(&flags.container_runtime_endpoint, "--container-runtime-endpoint", &file.container_runtime_endpoint, o.field("containerRuntimeEndpoint"));
+        let image_endpoint = pick(&flags.image_service_endpoint, "--image-service-endpoint", &file.image_service_endpoint, o.field("imageServiceEndpoint"));
+        let mut cri = CriConfig::default();
+        if let Some((endpoint, from)) = runtime_endpoint {
+            check_endpoint(&endpoint, &from)?;
+            cri.runtime_endpoint = endpoint;
+        }
+        if let Some((endpoint, from)) = image_endpoint {
+            check_endpoint(&endpoint, &from)?;
+            cri.image_endpoint = Some(endpoint);
+        }
+        if cri.runtime_endpoint.is_empty() {
+            cri.runtime_endpoint = DEFAULT_RUNTIME_ENDPOINT.to_owned();
+        }
+
+        let sandbox_image = pick(&flags.pod_infra_container_image, "--pod-infra-container-image", &file.pod_infra_container_image, o.field("podInfraContainerImage"))
+            .map(|(v, _)| v)
+            .filter(|v| !v.is_empty());
+
+        let metrics_address = match &flags.metrics_address {
+            None => None,
+            Some(a) if a.is_empty() => None,
+            Some(a) => Some(a.parse::<SocketAddr>().map_err(|e| {
+                invalid("--metrics-address".to_owned(), format!("{a:?} is not HOST:PORT with an IP host: {e}"))
+            })?),
+        };
+
+        let period = |flag: &Option<String>, name: &str, default: Duration| -> Result<Duration, ConfigError> {
+            match flag {
+                None => Ok(default),
+                Some(v) => {
+                    let d = duration(v, name)?;
+                    if d.is_zero() {
+                        Err(invalid(name.to_owned(), "must be greater than 0"))
+                    } else {
+                        Ok(d)
+                    }
+                }
+            }
+        };
+
+        Ok(AgentConfig {
+            db: flags.db.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DB)),
+            cri,
+            gc: GcConfig {
+                policy,
+                sandbox_image,
+                pins: PinPatterns::new(pins),
+            },
+            pull,
+            admin_socket: flags
+                .admin_socket
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_ADMIN_SOCKET)),
+            metrics_address,
+            detect_period: period(&flags.detect_period, "--detect-period", Duration::from_secs(300))?,
+            gc_period: period(&flags.gc_period, "--gc-period", Duration::from_secs(300))?,
+            image_cache_period: period(&flags.image_cache_period, "--image-cache-period", Duration::from_secs(30))?,
+        })
+    }
+}
+
+#[derive(Default)]
+struct PolicyOrigins {
+    high: String,
+    low: String,
+    min_age: String,
+    max_age: String,
+}
+
+fn validate_policy(policy: &GcPolicy, origins: &PolicyOrigins) -> Result<(), ConfigError> {
+    let Err(err) = policy.validate() else {
+        return Ok(());
+    };
+    let named = |o: &str, fallback: &str| if o.is_empty() { fallback.to_owned() } else { o.to_owned() };
+    let high = named(&origins.high, "--image-gc-high-threshold (default)");
+    let low = named(&origins.low, "--image-gc-low-threshold (default)");
+    let message = err.to_string();
+    let origin = if !(0..=100).contains(&policy.high_threshold_percent) {
+        high
+    } else if !(0..=100).contains(&policy.low_threshold_percent) {
+        low
+    } else if policy.low_threshold_percent > policy.high_threshold_percent {
+        format!("{low} and {high}")
+    } else {
+        format!(
+            "{} and {}",
+            named(&origins.max_age, "--image-maximum-gc-age (default)"),
+            named(&origins.min_age, "--minimum-image-ttl-duration (default)")
+        )
+    };
+    Err(invalid(origin, message))
+}
+
+fn check_endpoint(endpoint: &str, origin: &str) -> Result<(), ConfigError> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    if path.starts_with('/') {
+        Ok(())
+    } else {
+        Err(invalid(
+            origin.to_owned(),
+            format!("{endpoint:?} is not unix:///path/to/socket or an absolute socket path"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(file: &FileConfig, flags: &FlagValues) -> Result<AgentConfig, ConfigError> {
+        AgentConfig::resolve(file, Some(Path::new("/etc/ik.toml")), flags)
+    }
+
+    #[test]
+    fn defaults_are_kubelets() {
+        let c = resolve(&FileConfig::default(), &FlagValues::default()).expect("defaults are valid");
+        assert_eq!(c.gc.policy, GcPolicy::default());
+        assert_eq!(c.pull, PullConfig::default());
+        assert_eq!(c.db, PathBuf::from(DEFAULT_DB));
+        assert_eq!(c.cri.runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+        assert_eq!(c.gc_period, Duration::from_secs(300));
+        assert_eq!(c.image_cache_period, Duration::from_secs(30));
+        assert!(c.metrics_address.is_none(), "metrics are off by default");
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let file: FileConfig = toml::from_str(
+            "imageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 70\nimageMinimumGCAge = \"5m\"\nregistryPullQPS = 2.5\npinnedImages = [\"a:1\"]\n",
+        )
+        .expect("toml");
+        let flags = FlagValues {
+            image_gc_high_threshold: Some(95),
+            ..FlagValues::default()
+        };
+        let c = resolve(&file, &flags).expect("valid");
+        assert_eq!(c.gc.policy.high_threshold_percent, 95);
+        assert_eq!(c.gc.policy.low_threshold_percent, 70);
+        assert_eq!(c.gc.policy.min_age, Duration::from_secs(300));
+        assert_eq!(c.pull.registry_pull_qps, 2.5);
+        assert_eq!(c.gc.pins.patterns(), ["a:1"]);
+    }
+
+    #[test]
+    fn every_bad_value_names_its_flag_or_field() {
+        let cases: Vec<(FileConfig, FlagValues, &str)> = vec![
+            (FileConfig::default(), FlagValues { image_gc_high_threshold: Some(101), ..FlagValues::default() },
+             "--image-gc-high-threshold: invalid HighThresholdPercent 101, must be in range [0-100]"),
+            (FileConfig { image_gc_low_threshold_percent: Some(-1), ..FileConfig::default() }, FlagValues::default(),
+             "imageGCLowThresholdPercent in /etc/ik.toml: invalid LowThresholdPercent -1, must be in range [0-100]"),
+            (FileConfig { image_gc_low_threshold_percent: Some(90), ..FileConfig::default() }, FlagValues::default(),
+             "imageGCLowThresholdPercent in /etc/ik.toml and --image-gc-high-threshold (default): LowThresholdPercent 90 can not be higher than HighThresholdPercent 85"),
+            (FileConfig::default(), FlagValues { minimum_image_ttl_duration: Some("2 minutes".into()), ..FlagValues::default() },
+             "--minimum-image-ttl-duration: "),
+            (FileConfig::default(), FlagValues { image_maximum_gc_age: Some("1m".into()), ..FlagValues::default() },
+             "--image-maximum-gc-age and --minimum-image-ttl-duration (default): invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s"),
+            (FileConfig::default(), FlagValues { registry_qps: Some(-1.0), ..FlagValues::default() },
+             "--registry-qps: registryPullQPS -1 must not be a negative number"),
+            (FileConfig { registry_burst: Some(-3), ..FileConfig::default() }, FlagValues::default(),
+             "registryBurst in /etc/ik.toml: registryBurst -3 must not be a negative number"),
+            (FileConfig::default(), FlagValues { max_parallel_image_pulls: Some(5), ..FlagValues::default() },
+             "--max-parallel-image-pulls: invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false"),
+            (FileConfig::default(), FlagValues { container_runtime_endpoint: Some("tcp://1.2.3.4:5".into()), ..FlagValues::default() },
+             "--container-runtime-endpoint: \"tcp://1.2.3.4:5\" is not unix:///path/to/socket"),
+            (FileConfig::default(), FlagValues { metrics_address: Some("localhost".into()), ..FlagValues::default() },
+             "--metrics-address: \"localhost\" is not HOST:PORT"),
+            (FileConfig::default(), FlagValues { gc_period: Some("0s".into()), ..FlagValues::default() },
+             "--gc-period: must be greater than 0"),
+            (FileConfig::default(), FlagValues { pinned_images: vec!["*".into()], ..FlagValues::default() },
+             "--pinned-image: pattern \"*\" must name an image"),
+        ];
+        for (file, flags, want) in cases {
+            let err = resolve(&file, &flags).expect_err(want).to_string();
+            assert!(err.starts_with(want), "got {err:?}, want prefix {want:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_or_mistyped_file_fields_are_errors() {
+        for text in ["imageGCHighThreshold = 3\n", "registryBurst = \"ten\"\n", "not toml at all ["] {
+            assert!(toml::from_str::<FileConfig>(text).is_err(), "{text}");
+        }
+    }
+}
