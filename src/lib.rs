@@ -6,6 +6,8 @@
 //! that imports redb), `cri` (the only module that imports tonic), `gc` and `pull` (logic that
 //! takes `now` as an argument), `agent` (wiring and loops), `cli` (parse and print).
 
+pub mod admin;
+pub mod agent;
 pub mod clock;
 pub mod cri;
 pub mod gc;

@@ -1,8 +1,11 @@
 //! The command line: parse, call the library, print. Exit codes: 0 success, 1 failure,
 //! 2 bad usage or bad input (flags, trace, config).
 
+mod agent_flags;
+mod gc;
 mod inspect;
 mod replay;
+mod run;
 
 use std::process::ExitCode;
 
@@ -30,6 +33,12 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the node agent: detect, image cache and GC loops, admin socket, metrics.
+    Run(Box<run::RunArgs>),
+    /// Run one image GC now (through the agent when it runs).
+    Gc(Box<gc::GcArgs>),
+    /// Remove every unused image now, as DeleteUnusedImages (through the agent when it runs).
+    Prune(Box<gc::GcArgs>),
     /// Run the real GC manager and a real store against a scripted runtime (a trace).
     Replay(replay::ReplayArgs),
     /// Read the record database offline or beside a running agent; never writes it.
@@ -62,8 +71,12 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log_format, "warn");
+    let level = if matches!(cli.command, Command::Run(_)) { "info" } else { "warn" };
+    init_tracing(cli.log_format, level);
     let result = match cli.command {
+        Command::Run(args) => run::run(*args),
+        Command::Gc(args) => gc::run(*args, gc::Cycle::GarbageCollect),
+        Command::Prune(args) => gc::run(*args, gc::Cycle::DeleteUnused),
         Command::Replay(args) => replay::run(args),
         Command::Inspect(args) => inspect::run(args),
     };

@@ -1,0 +1,144 @@
+//! The admin client the CLI uses to drive a running agent.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Endpoint, Uri};
+
+use super::proto::admin_client::AdminClient as Generated;
+use super::proto::{
+    DeleteUnusedRequest, EnsureImageRequest, ExplainRequest, GarbageCollectRequest, GcResponse,
+    ListRecordsRequest,
+};
+use super::{AdminError, EnsureRequest, GcOutcome};
+use crate::gc::{Removal, RemovalReason};
+use crate::model::{ImageRecord, RecordKey, UnixNanos};
+use crate::store::StoredRecord;
+
+/// A connection to a running agent's admin socket.
+#[derive(Clone, Debug)]
+pub struct AdminClient {
+    inner: Generated<tonic::transport::Channel>,
+}
+
+/// How long one admin call may take (a GC cycle with many removals can be slow).
+const CALL_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl AdminClient {
+    /// Connects to the agent at `socket`. Fails (quickly) when no agent listens there.
+    pub async fn connect(socket: &Path) -> Result<AdminClient, AdminError> {
+        let path: PathBuf = socket.to_owned();
+        let dial = path.clone();
+        let channel = Endpoint::from_static("http://admin.invalid")
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(CALL_TIMEOUT)
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let dial = dial.clone();
+                async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(dial).await?)) }
+            }))
+            .await
+            .map_err(|e| AdminError::Connect {
+                path,
+                source: std::io::Error::other(e),
+            })?;
+        Ok(AdminClient {
+            inner: Generated::new(channel),
+        })
+    }
+
+    fn call_err(method: &'static str) -> impl Fn(tonic::Status) -> AdminError {
+        move |status| AdminError::Call {
+            method,
+            message: status.message().to_owned(),
+        }
+    }
+
+    pub async fn ensure_image(&mut self, request: EnsureRequest) -> Result<String, AdminError> {
+        let reply = self
+            .inner
+            .ensure_image(EnsureImageRequest {
+                image: request.image,
+                pull_policy: request.pull_policy,
+                pod_uid: request.pod_uid,
+                pod_namespace: request.pod_namespace,
+                pod_name: request.pod_name,
+                runtime_handler: request.runtime_handler,
+            })
+            .await
+            .map_err(Self::call_err("EnsureImage"))?;
+        Ok(reply.into_inner().image_ref)
+    }
+
+    pub async fn list_records(&mut self) -> Result<Vec<StoredRecord>, AdminError> {
+        let reply = self
+            .inner
+            .list_records(ListRecordsRequest {})
+            .await
+            .map_err(Self::call_err("ListRecords"))?;
+        Ok(reply
+            .into_inner()
+            .records
+            .into_iter()
+            .map(|r| StoredRecord {
+                key: RecordKey::new(r.image_id, r.runtime_handler),
+                record: ImageRecord {
+                    first_detected: UnixNanos(r.first_detected),
+                    last_used: UnixNanos(r.last_used),
+                    size: r.size,
+                    pinned: r.pinned,
+                },
+            })
+            .collect())
+    }
+
+    /// The explanation as JSON.
+    pub async fn explain(&mut self) -> Result<String, AdminError> {
+        let reply = self
+            .inner
+            .explain(ExplainRequest {})
+            .await
+            .map_err(Self::call_err("Explain"))?;
+        Ok(reply.into_inner().json)
+    }
+
+    pub async fn garbage_collect(&mut self, dry_run: bool) -> Result<GcOutcome, AdminError> {
+        let reply = self
+            .inner
+            .garbage_collect(GarbageCollectRequest { dry_run })
+            .await
+            .map_err(Self::call_err("GarbageCollect"))?;
+        Ok(outcome(reply.into_inner()))
+    }
+
+    pub async fn delete_unused(&mut self, dry_run: bool) -> Result<GcOutcome, AdminError> {
+        let reply = self
+            .inner
+            .delete_unused(DeleteUnusedRequest { dry_run })
+            .await
+            .map_err(Self::call_err("DeleteUnused"))?;
+        Ok(outcome(reply.into_inner()))
+    }
+}
+
+fn outcome(reply: GcResponse) -> GcOutcome {
+    GcOutcome {
+        removed: reply
+            .removed
+            .into_iter()
+            .map(|r| Removal {
+                key: RecordKey::new(r.image_id, r.runtime_handler),
+                size: r.size,
+                reason: match r.reason.as_str() {
+                    "age" => RemovalReason::Age,
+                    "unused" => RemovalReason::Unused,
+                    _ => RemovalReason::Space,
+                },
+            })
+            .collect(),
+        freed: reply.freed,
+        error: Some(reply.error).filter(|e| !e.is_empty()),
+        dry_run: reply.dry_run,
+    }
+}

@@ -1,0 +1,319 @@
+//! The agent: opens the store, connects to the runtime and runs the kubelet's loops — detect
+//! every 5 minutes, the image cache every 30 seconds, GC every 5 minutes — plus the admin
+//! socket and the metrics endpoint. It owns wiring and scheduling only; what a cycle does lives
+//! in `gc` and `pull`, which take `now` from the agent's [`Clock`].
+//!
+//! Invariants: a failed cycle is logged and retried with a backoff (1 s doubling up to the
+//! loop's period), so the agent survives the runtime going away; on shutdown the cycle in
+//! flight gets a grace period to finish and is otherwise dropped, which is safe because every
+//! store write is one synchronous, atomic transaction; the admin socket is bound only after the
+//! store is open, so a second agent on the same database fails before it can touch the first
+//! one's socket.
+
+pub mod config;
+mod metrics;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::admin::{AdminBackend, AdminError, EnsureRequest, GcOutcome};
+use crate::clock::Clock;
+use crate::cri::{CriClient, CriError};
+use crate::gc::{GcError, ImageGcManager};
+use crate::model::UnixNanos;
+use crate::pull::{ImageManager, PodRef, PullError, PullPolicy};
+use crate::store::{Batch, Store, StoreError, StoredRecord, meta_keys};
+
+pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
+pub use metrics::{AgentMetrics, serve_metrics};
+
+/// Why the agent could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Runtime(#[from] CriError),
+    #[error(transparent)]
+    Gc(#[from] GcError),
+    #[error("pull settings: {0}")]
+    Pull(String),
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+    #[error("metrics endpoint {address}: {source}")]
+    Metrics {
+        address: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A running node agent.
+pub struct Agent {
+    config: AgentConfig,
+    store: Arc<Store>,
+    gc: ImageGcManager<CriClient>,
+    images: ImageManager<CriClient, Store>,
+    clock: Arc<dyn Clock>,
+    metrics: AgentMetrics,
+    gc_failed_before: Mutex<bool>,
+}
+
+/// One of the agent's periodic loops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loop {
+    Detect,
+    ImageCache,
+    Gc,
+}
+
+impl Agent {
+    /// Opens the store, records the start, and connects (lazily) to the runtime.
+    pub async fn start(config: AgentConfig, clock: Arc<dyn Clock>) -> Result<Agent, AgentError> {
+        let now = clock.now();
+        let store = Arc::new(Store::open(&config.db, now)?);
+        let mut batch = Batch::new();
+        batch.set_meta(meta_keys::AGENT_STARTED_AT, now.0);
+        store.apply(&batch)?;
+        let client = CriClient::connect(config.cri.clone()).await?;
+        let gc = ImageGcManager::new(client.clone(), store.clone(), config.gc.clone())?;
+        let images = ImageManager::new(&config.pull, Arc::new(client), store.clone(), clock.clone())
+            .map_err(|e| AgentError::Pull(e.to_string()))?;
+        Ok(Agent {
+            config,
+            store,
+            gc,
+            images,
+            clock,
+            metrics: AgentMetrics::default(),
+            gc_failed_before: Mutex::new(false),
+        })
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn gc_manager(&self) -> &ImageGcManager<CriClient> {
+        &self.gc
+    }
+
+    pub fn metrics(&self) -> &AgentMetrics {
+        &self.metrics
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.render(&self.gc, &self.images, &self.store)
+    }
+
+    /// Runs the loops until `shutdown` resolves. The cycle in flight then gets `grace` to
+    /// finish.
+    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>, grace: Duration) {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let loops = {
+            let agent = self.clone();
+            tokio::spawn(async move { agent.run_loops(stop_rx).await })
+        };
+        shutdown.await;
+        info!("Shutting down: letting the cycle in flight finish");
+        let _ = stop_tx.send(true);
+        match tokio::time::timeout(grace, loops).await {
+            Ok(_) => info!("Loops stopped"),
+            Err(_) => warn!(?grace, "A cycle did not finish within the grace period; abandoned it (every store write is atomic)"),
+        }
+    }
+
+    async fn run_loops(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let start = Instant::now();
+        // kubelet runs the first detect and cache refresh at once, GC after its period.
+        let mut next = [
+            (Loop::Detect, start, Backoff::new(self.config.detect_period)),
+            (Loop::ImageCache, start, Backoff::new(self.config.image_cache_period)),
+            (Loop::Gc, start + self.config.gc_period, Backoff::new(self.config.gc_period)),
+        ];
+        loop {
+            let Some(index) = (0..next.len()).min_by_key(|&i| next[i].1) else {
+                return;
+            };
+            let (which, when, _) = next[index];
+            tokio::select! {
+                _ = tokio::time::sleep_until(when) => {}
+                _ = stop.changed() => return,
+            }
+            if *stop.borrow() {
+                return;
+            }
+            // The cycle runs to its end; on shutdown `run` bounds how long it may take.
+            let ok = self.run_cycle(which).await;
+            if *stop.borrow() {
+                return;
+            }
+            let backoff = &mut next[index].2;
+            let delay = if ok { backoff.reset() } else { backoff.next_delay() };
+            next[index].1 = Instant::now() + delay;
+        }
+    }
+
+    /// Runs one cycle; returns whether it succeeded.
+    async fn run_cycle(&self, which: Loop) -> bool {
+        let now = self.clock.now();
+        match which {
+            Loop::Detect => match self.gc.detect(now).await {
+                Ok(report) => {
+                    info!(records = report.records, added = report.added, removed = report.removed, committed = report.committed, "Detected images");
+                    true
+                }
+                Err(e) => {
+                    error!(error = %e, "Image detection failed");
+                    false
+                }
+            },
+            Loop::ImageCache => match self.gc.refresh_image_cache().await {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(error = %e, "Failed to update image list");
+                    false
+                }
+            },
+            Loop::Gc => self.garbage_collect_cycle(now).await.error.is_none(),
+        }
+    }
+
+    async fn garbage_collect_cycle(&self, now: UnixNanos) -> GcOutcome {
+        let started = std::time::Instant::now();
+        let report = self.gc.garbage_collect(now).await;
+        self.metrics.observe_gc(started.elapsed());
+        let mut failed_before = match self.gc_failed_before.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match &report.error {
+            Some(e) if *failed_before => {
+                error!(error = %e, reason = "ImageGCFailed", "Image garbage collection failed multiple times in a row");
+            }
+            Some(e) => {
+                error!(error = %e, "Image garbage collection failed once. Stats initialization may not have completed yet");
+                *failed_before = true;
+            }
+            None => {
+                info!(removed = report.removed.len(), freed = report.freed, "Image garbage collection succeeded");
+                *failed_before = false;
+            }
+        }
+        GcOutcome::from_report(report, false)
+    }
+}
+
+/// The retry delay of one loop: its period after a success, 1 s doubling up to the period
+/// after failures.
+#[derive(Clone, Copy, Debug)]
+struct Backoff {
+    period: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    fn new(period: Duration) -> Backoff {
+        Backoff {
+            period,
+            current: Duration::ZERO,
+        }
+    }
+
+    fn reset(&mut self) -> Duration {
+        self.current = Duration::ZERO;
+        self.period
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        self.current = if self.current.is_zero() {
+            Duration::from_secs(1)
+        } else {
+            self.current.saturating_mul(2)
+        }
+        .min(self.period);
+        self.current
+    }
+}
+
+impl AdminBackend for Agent {
+    async fn ensure_image(&self, request: EnsureRequest) -> Result<String, String> {
+        let policy = match request.pull_policy.as_str() {
+            "" | "IfNotPresent" => PullPolicy::IfNotPresent,
+            "Always" => PullPolicy::Always,
+            "Never" => PullPolicy::Never,
+            other => return Err(format!("unknown pull policy {other:?}: Always, IfNotPresent or Never")),
+        };
+        let pod = PodRef {
+            uid: request.pod_uid,
+            namespace: request.pod_namespace,
+            name: request.pod_name,
+            annotations: Default::default(),
+        };
+        self.images
+            .ensure_image_exists(&pod, &request.image, policy, None, &request.runtime_handler)
+            .await
+            .map_err(|e: PullError| format!("{}: {}", e.reason(), e.message()))
+    }
+
+    async fn list_records(&self) -> Result<Vec<StoredRecord>, String> {
+        let scan = self.store.eviction_order().map_err(|e| e.to_string())?;
+        scan.collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())
+    }
+
+    async fn explain(&self) -> Result<String, String> {
+        let plan = self.gc.plan(self.clock.now(), false).await.map_err(|e| e.to_string())?;
+        serde_json::to_string(&plan.explanation).map_err(|e| e.to_string())
+    }
+
+    async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
+        let now = self.clock.now();
+        if dry_run {
+            return GcOutcome::from_plan(self.gc.plan(now, false).await);
+        }
+        self.garbage_collect_cycle(now).await
+    }
+
+    async fn delete_unused(&self, dry_run: bool) -> GcOutcome {
+        let now = self.clock.now();
+        if dry_run {
+            return GcOutcome::from_plan(self.gc.plan(now, true).await);
+        }
+        GcOutcome::from_report(self.gc.delete_unused_images(now).await, false)
+    }
+}
+
+/// Removes a stale admin socket file (ours from an earlier run) before binding. Only called
+/// while this process holds the database, so no other agent on the same database owns it.
+pub fn remove_stale_socket(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loop_backoff_doubles_from_one_second_up_to_the_period_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(10));
+        let delays: Vec<u64> = (0..6).map(|_| b.next_delay().as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 10, 10]);
+        assert_eq!(b.reset(), Duration::from_secs(10));
+        assert_eq!(b.next_delay(), Duration::from_secs(1));
+    }
+}

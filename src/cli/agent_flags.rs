@@ -1,0 +1,96 @@
+//! The flags shared by `run`, `gc` and `prune`: kubelet's names and defaults, plus ours.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use imagekeeper::agent::{AgentConfig, FileConfig, FlagValues};
+
+use super::Failure;
+
+#[derive(Args, Debug, Clone)]
+pub struct AgentFlags {
+    /// A TOML file with KubeletConfiguration's field names; flags win over it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The record database [default: /var/lib/imagekeeper/records.redb].
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Disk usage percent at or above which GC frees space [default: 85].
+    #[arg(long, allow_negative_numbers = true)]
+    pub image_gc_high_threshold: Option<i64>,
+    /// Disk usage percent GC frees down to [default: 80].
+    #[arg(long, allow_negative_numbers = true)]
+    pub image_gc_low_threshold: Option<i64>,
+    /// Minimum age of an unused image before GC may remove it, Go syntax [default: 2m].
+    #[arg(long, value_name = "DURATION")]
+    pub minimum_image_ttl_duration: Option<String>,
+    /// Remove images unused for longer than this, Go syntax; 0 disables [default: 0].
+    #[arg(long, value_name = "DURATION")]
+    pub image_maximum_gc_age: Option<String>,
+    /// Pull one image at a time [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub serialize_image_pulls: Option<bool>,
+    /// Maximum parallel pulls when not serialized [default: unlimited].
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_parallel_image_pulls: Option<i32>,
+    /// Registry pull QPS; 0 means no limit [default: 5].
+    #[arg(long, allow_negative_numbers = true)]
+    pub registry_qps: Option<f64>,
+    /// Burst of registry pulls [default: 10].
+    #[arg(long, allow_negative_numbers = true)]
+    pub registry_burst: Option<i64>,
+    /// The sandbox (pause) image; always treated as in use.
+    #[arg(long, value_name = "IMAGE")]
+    pub pod_infra_container_image: Option<String>,
+    /// The CRI runtime endpoint [default: unix:///run/containerd/containerd.sock].
+    #[arg(long, value_name = "URL")]
+    pub container_runtime_endpoint: Option<String>,
+    /// A separate CRI image-service endpoint [default: the runtime endpoint].
+    #[arg(long, value_name = "URL")]
+    pub image_service_endpoint: Option<String>,
+    /// Never collect images whose tags or digests match (exact, or ending in *); repeatable.
+    #[arg(long = "pinned-image", value_name = "PATTERN")]
+    pub pinned_images: Vec<String>,
+    /// The agent's admin socket [default: /run/imagekeeper/admin.sock].
+    #[arg(long, value_name = "PATH")]
+    pub admin_socket: Option<PathBuf>,
+}
+
+impl AgentFlags {
+    pub fn values(&self) -> FlagValues {
+        FlagValues {
+            db: self.db.clone(),
+            image_gc_high_threshold: self.image_gc_high_threshold,
+            image_gc_low_threshold: self.image_gc_low_threshold,
+            minimum_image_ttl_duration: self.minimum_image_ttl_duration.clone(),
+            image_maximum_gc_age: self.image_maximum_gc_age.clone(),
+            serialize_image_pulls: self.serialize_image_pulls,
+            max_parallel_image_pulls: self.max_parallel_image_pulls,
+            registry_qps: self.registry_qps,
+            registry_burst: self.registry_burst,
+            pod_infra_container_image: self.pod_infra_container_image.clone(),
+            container_runtime_endpoint: self.container_runtime_endpoint.clone(),
+            image_service_endpoint: self.image_service_endpoint.clone(),
+            pinned_images: self.pinned_images.clone(),
+            admin_socket: self.admin_socket.clone(),
+            ..FlagValues::default()
+        }
+    }
+
+    /// Loads the file (if any) and resolves the configuration; every error is a usage error.
+    pub fn resolve(&self, extra: FlagValues) -> Result<AgentConfig, Failure> {
+        let file = match &self.config {
+            Some(path) => FileConfig::load(path).map_err(Failure::usage)?,
+            None => FileConfig::default(),
+        };
+        let mut flags = self.values();
+        flags.metrics_address = extra.metrics_address;
+        flags.detect_period = extra.detect_period;
+        flags.gc_period = extra.gc_period;
+        flags.image_cache_period = extra.image_cache_period;
+        AgentConfig::resolve(&file, self.config.as_deref(), &flags)
+            .context("invalid configuration")
+            .map_err(Failure::usage)
+    }
+}

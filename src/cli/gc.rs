@@ -1,0 +1,104 @@
+//! `imagekeeper gc [--dry-run]` and `imagekeeper prune [--dry-run]`: one GarbageCollect or
+//! DeleteUnusedImages, through the running agent's admin socket when it answers, else
+//! directly against the runtime and the database.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use imagekeeper::admin::{AdminClient, GcOutcome};
+use imagekeeper::agent::FlagValues;
+use imagekeeper::clock::{Clock, SystemClock};
+use imagekeeper::cri::CriClient;
+use imagekeeper::gc::ImageGcManager;
+use imagekeeper::gc::format::format_size;
+use imagekeeper::store::Store;
+
+use super::Failure;
+use super::agent_flags::AgentFlags;
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    #[command(flatten)]
+    flags: AgentFlags,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+/// Which cycle to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cycle {
+    GarbageCollect,
+    DeleteUnused,
+}
+
+pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
+    let config = args.flags.resolve(FlagValues::default())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let (outcome, via) = rt.block_on(async {
+        match AdminClient::connect(&config.admin_socket).await {
+            Ok(mut client) => {
+                let outcome = match cycle {
+                    Cycle::GarbageCollect => client.garbage_collect(args.dry_run).await,
+                    Cycle::DeleteUnused => client.delete_unused(args.dry_run).await,
+                }
+                .context("calling the running agent")?;
+                Ok::<_, Failure>((outcome, "the running agent"))
+            }
+            Err(_) => {
+                let now = SystemClock.now();
+                let store = Arc::new(Store::open(&config.db, now).context("opening the database")?);
+                let client = CriClient::connect(config.cri.clone()).await.context("connecting to the runtime")?;
+                let manager = ImageGcManager::new(client, store, config.gc.clone()).context("GC policy")?;
+                let outcome = match (cycle, args.dry_run) {
+                    (Cycle::GarbageCollect, false) => GcOutcome::from_report(manager.garbage_collect(now).await, false),
+                    (Cycle::DeleteUnused, false) => GcOutcome::from_report(manager.delete_unused_images(now).await, false),
+                    (Cycle::GarbageCollect, true) => GcOutcome::from_plan(manager.plan(now, false).await),
+                    (Cycle::DeleteUnused, true) => GcOutcome::from_plan(manager.plan(now, true).await),
+                };
+                Ok((outcome, "the database directly (no agent answered on the admin socket)"))
+            }
+        }
+    })?;
+    print(&outcome, args.output, via)?;
+    match &outcome.error {
+        Some(e) => Err(Failure::from(anyhow::anyhow!("{e}"))),
+        None => Ok(()),
+    }
+}
+
+fn print(outcome: &GcOutcome, output: Output, via: &str) -> Result<(), Failure> {
+    match output {
+        Output::Json => {
+            println!("{}", serde_json::to_string_pretty(outcome).context("encoding JSON")?);
+        }
+        Output::Table => {
+            let verb = if outcome.dry_run { "would remove" } else { "removed" };
+            eprintln!("imagekeeper: ran through {via}");
+            println!("{:<15} {:<10} {:>10} {:<7}", "IMAGE ID", "HANDLER", "SIZE", "REASON");
+            for r in &outcome.removed {
+                println!(
+                    "{:<15} {:<10} {:>10} {:<7}",
+                    r.key.image_id.short(),
+                    r.key.runtime_handler,
+                    format_size(r.size),
+                    r.reason.as_str()
+                );
+            }
+            println!("{verb} {} image(s), {} ({} bytes)", outcome.removed.len(), format_size(outcome.freed), outcome.freed);
+        }
+    }
+    Ok(())
+}

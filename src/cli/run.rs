@@ -1,0 +1,108 @@
+//! `imagekeeper run`: the node agent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use imagekeeper::admin;
+use imagekeeper::agent::{Agent, FlagValues, remove_stale_socket, serve_metrics};
+use imagekeeper::clock::SystemClock;
+use tokio::sync::watch;
+use tracing::info;
+
+use super::Failure;
+use super::agent_flags::AgentFlags;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    flags: AgentFlags,
+    /// Serve Prometheus metrics on this address (HOST:PORT); off when absent.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_address: Option<String>,
+    /// How often to detect images [default: 5m].
+    #[arg(long, value_name = "DURATION")]
+    detect_period: Option<String>,
+    /// How often to run image GC [default: 5m].
+    #[arg(long, value_name = "DURATION")]
+    gc_period: Option<String>,
+    /// How often to refresh the image cache [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    image_cache_period: Option<String>,
+    /// How long the cycle in flight may run on after SIGTERM/SIGINT, in seconds.
+    #[arg(long, default_value_t = 30)]
+    shutdown_grace_seconds: u64,
+}
+
+pub fn run(args: RunArgs) -> Result<(), Failure> {
+    let config = args.flags.resolve(FlagValues {
+        metrics_address: args.metrics_address.clone(),
+        detect_period: args.detect_period.clone(),
+        gc_period: args.gc_period.clone(),
+        image_cache_period: args.image_cache_period.clone(),
+        ..FlagValues::default()
+    })?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let socket = config.admin_socket.clone();
+        let metrics_address = config.metrics_address;
+        let agent = Arc::new(
+            Agent::start(config, Arc::new(SystemClock))
+                .await
+                .context("starting the agent")?,
+        );
+        // The store is ours now: a socket file left at this path is stale.
+        remove_stale_socket(&socket).with_context(|| format!("removing stale {}", socket.display()))?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let admin = admin::serve(&socket, agent.clone(), wait_stop(stop_rx.clone()))
+            .await
+            .context("starting the admin socket")?;
+        if let Some(address) = metrics_address {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("binding the metrics endpoint {address}"))?;
+            let render_agent = agent.clone();
+            tokio::spawn(serve_metrics(listener, Arc::new(move || render_agent.render_metrics())));
+            info!(%address, "Serving metrics");
+        }
+        info!(db = %agent.config().db.display(), admin = %socket.display(), "imagekeeper agent started");
+        let grace = Duration::from_secs(args.shutdown_grace_seconds);
+        agent.clone().run(shutdown_signal(), grace).await;
+        let _ = stop_tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), admin).await;
+        let _ = std::fs::remove_file(&socket);
+        info!("imagekeeper agent stopped");
+        Ok::<(), Failure>(())
+    })
+}
+
+async fn wait_stop(mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => info!("SIGTERM received"),
+                _ = int.recv() => info!("SIGINT received"),
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
