@@ -1,4 +1,5 @@
 //! The one integration test binary; a module per area.
 
+mod inspect;
 mod pull;
 mod store;
