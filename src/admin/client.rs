@@ -31,18 +31,21 @@ impl AdminClient {
     pub async fn connect(socket: &Path) -> Result<AdminClient, AdminError> {
         let path: PathBuf = socket.to_owned();
         let dial = path.clone();
-        let channel = Endpoint::from_static("http://admin.invalid")
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(CALL_TIMEOUT)
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let dial = dial.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(dial).await?)) }
-            }))
-            .await
-            .map_err(|e| AdminError::Connect {
-                path,
-                source: std::io::Error::other(e),
-            })?;
+        let channel =
+            Endpoint::from_static("http://admin.invalid")
+                .connect_timeout(Duration::from_secs(2))
+                .timeout(CALL_TIMEOUT)
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let dial = dial.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(dial).await?))
+                    }
+                }))
+                .await
+                .map_err(|e| AdminError::Connect {
+                    path,
+                    source: std::io::Error::other(e),
+                })?;
         Ok(AdminClient {
             inner: Generated::new(channel),
         })

@@ -99,5 +99,8 @@ pub enum AdminError {
         source: std::io::Error,
     },
     #[error("admin call {method}: {message}")]
-    Call { method: &'static str, message: String },
+    Call {
+        method: &'static str,
+        message: String,
+    },
 }

@@ -10,9 +10,9 @@ use tonic::{Request, Response, Status};
 
 use super::proto::admin_server::{Admin, AdminServer};
 use super::proto::{
-    DeleteUnusedRequest, EnsureImageRequest, EnsureImageResponse, ExplainRequest,
-    ExplainResponse, GarbageCollectRequest, GcResponse, ListRecordsRequest, ListRecordsResponse,
-    Record, Removal as ProtoRemoval,
+    DeleteUnusedRequest, EnsureImageRequest, EnsureImageResponse, ExplainRequest, ExplainResponse,
+    GarbageCollectRequest, GcResponse, ListRecordsRequest, ListRecordsResponse, Record,
+    Removal as ProtoRemoval,
 };
 use super::{AdminBackend, AdminError, EnsureRequest, GcOutcome};
 
@@ -63,7 +63,11 @@ impl<B: AdminBackend> Admin for Service<B> {
         &self,
         _request: Request<ListRecordsRequest>,
     ) -> Result<Response<ListRecordsResponse>, Status> {
-        let records = self.backend.list_records().await.map_err(Status::internal)?;
+        let records = self
+            .backend
+            .list_records()
+            .await
+            .map_err(Status::internal)?;
         Ok(Response::new(ListRecordsResponse {
             records: records
                 .into_iter()
@@ -91,7 +95,10 @@ impl<B: AdminBackend> Admin for Service<B> {
         &self,
         request: Request<GarbageCollectRequest>,
     ) -> Result<Response<GcResponse>, Status> {
-        let outcome = self.backend.garbage_collect(request.into_inner().dry_run).await;
+        let outcome = self
+            .backend
+            .garbage_collect(request.into_inner().dry_run)
+            .await;
         Ok(Response::new(gc_response(outcome)))
     }
 
@@ -99,7 +106,10 @@ impl<B: AdminBackend> Admin for Service<B> {
         &self,
         request: Request<DeleteUnusedRequest>,
     ) -> Result<Response<GcResponse>, Status> {
-        let outcome = self.backend.delete_unused(request.into_inner().dry_run).await;
+        let outcome = self
+            .backend
+            .delete_unused(request.into_inner().dry_run)
+            .await;
         Ok(Response::new(gc_response(outcome)))
     }
 }

@@ -124,7 +124,12 @@ impl Origin<'_> {
 }
 
 /// Picks the flag value over the file value, remembering which one won.
-fn pick<T: Clone>(flag: &Option<T>, flag_name: &str, file: &Option<T>, field: String) -> Option<(T, String)> {
+fn pick<T: Clone>(
+    flag: &Option<T>,
+    flag_name: &str,
+    file: &Option<T>,
+    field: String,
+) -> Option<(T, String)> {
     match (flag, file) {
         (Some(v), _) => Some((v.clone(), flag_name.to_owned())),
         (None, Some(v)) => Some((v.clone(), field)),
@@ -154,19 +159,39 @@ impl AgentConfig {
         let mut policy = GcPolicy::default();
         let mut origins = PolicyOrigins::default();
 
-        if let Some((v, from)) = pick(&flags.image_gc_high_threshold, "--image-gc-high-threshold", &file.image_gc_high_threshold_percent, o.field("imageGCHighThresholdPercent")) {
+        if let Some((v, from)) = pick(
+            &flags.image_gc_high_threshold,
+            "--image-gc-high-threshold",
+            &file.image_gc_high_threshold_percent,
+            o.field("imageGCHighThresholdPercent"),
+        ) {
             policy.high_threshold_percent = v;
             origins.high = from;
         }
-        if let Some((v, from)) = pick(&flags.image_gc_low_threshold, "--image-gc-low-threshold", &file.image_gc_low_threshold_percent, o.field("imageGCLowThresholdPercent")) {
+        if let Some((v, from)) = pick(
+            &flags.image_gc_low_threshold,
+            "--image-gc-low-threshold",
+            &file.image_gc_low_threshold_percent,
+            o.field("imageGCLowThresholdPercent"),
+        ) {
             policy.low_threshold_percent = v;
             origins.low = from;
         }
-        if let Some((v, from)) = pick(&flags.minimum_image_ttl_duration, "--minimum-image-ttl-duration", &file.image_minimum_gc_age, o.field("imageMinimumGCAge")) {
+        if let Some((v, from)) = pick(
+            &flags.minimum_image_ttl_duration,
+            "--minimum-image-ttl-duration",
+            &file.image_minimum_gc_age,
+            o.field("imageMinimumGCAge"),
+        ) {
             policy.min_age = duration(&v, &from)?;
             origins.min_age = from;
         }
-        if let Some((v, from)) = pick(&flags.image_maximum_gc_age, "--image-maximum-gc-age", &file.image_maximum_gc_age, o.field("imageMaximumGCAge")) {
+        if let Some((v, from)) = pick(
+            &flags.image_maximum_gc_age,
+            "--image-maximum-gc-age",
+            &file.image_maximum_gc_age,
+            o.field("imageMaximumGCAge"),
+        ) {
             policy.max_age = duration(&v, &from)?;
             origins.max_age = from;
         }
@@ -174,25 +199,53 @@ impl AgentConfig {
 
         let mut pull = PullConfig::default();
         let mut pull_origin = String::from("pull settings");
-        if let Some((v, from)) = pick(&flags.serialize_image_pulls, "--serialize-image-pulls", &file.serialize_image_pulls, o.field("serializeImagePulls")) {
+        if let Some((v, from)) = pick(
+            &flags.serialize_image_pulls,
+            "--serialize-image-pulls",
+            &file.serialize_image_pulls,
+            o.field("serializeImagePulls"),
+        ) {
             pull.serialize_image_pulls = v;
             pull_origin = from;
         }
-        if let Some((v, from)) = pick(&flags.max_parallel_image_pulls, "--max-parallel-image-pulls", &file.max_parallel_image_pulls, o.field("maxParallelImagePulls")) {
+        if let Some((v, from)) = pick(
+            &flags.max_parallel_image_pulls,
+            "--max-parallel-image-pulls",
+            &file.max_parallel_image_pulls,
+            o.field("maxParallelImagePulls"),
+        ) {
             pull.max_parallel_image_pulls = Some(v);
             pull_origin = from;
         }
-        if let Some((v, from)) = pick(&flags.registry_qps, "--registry-qps", &file.registry_pull_qps, o.field("registryPullQPS")) {
+        if let Some((v, from)) = pick(
+            &flags.registry_qps,
+            "--registry-qps",
+            &file.registry_pull_qps,
+            o.field("registryPullQPS"),
+        ) {
             if !v.is_finite() || v < 0.0 {
-                return Err(invalid(from, format!("registryPullQPS {v} must not be a negative number")));
+                return Err(invalid(
+                    from,
+                    format!("registryPullQPS {v} must not be a negative number"),
+                ));
             }
             pull.registry_pull_qps = v;
         }
-        if let Some((v, from)) = pick(&flags.registry_burst, "--registry-burst", &file.registry_burst, o.field("registryBurst")) {
-            pull.registry_burst = u32::try_from(v)
-                .map_err(|_| invalid(from, format!("registryBurst {v} must not be a negative number")))?;
+        if let Some((v, from)) = pick(
+            &flags.registry_burst,
+            "--registry-burst",
+            &file.registry_burst,
+            o.field("registryBurst"),
+        ) {
+            pull.registry_burst = u32::try_from(v).map_err(|_| {
+                invalid(
+                    from,
+                    format!("registryBurst {v} must not be a negative number"),
+                )
+            })?;
         }
-        pull.validate().map_err(|e| invalid(pull_origin, e.to_string()))?;
+        pull.validate()
+            .map_err(|e| invalid(pull_origin, e.to_string()))?;
 
         let mut pins = flags.pinned_images.clone();
         if pins.is_empty() {
@@ -200,13 +253,30 @@ impl AgentConfig {
         }
         for pin in &pins {
             if pin.is_empty() || pin.starts_with('*') {
-                let origin = if flags.pinned_images.is_empty() { o.field("pinnedImages") } else { "--pinned-image".to_owned() };
-                return Err(invalid(origin, format!("pattern {pin:?} must name an image (a trailing * matches any suffix)")));
+                let origin = if flags.pinned_images.is_empty() {
+                    o.field("pinnedImages")
+                } else {
+                    "--pinned-image".to_owned()
+                };
+                return Err(invalid(
+                    origin,
+                    format!("pattern {pin:?} must name an image (a trailing * matches any suffix)"),
+                ));
             }
         }
 
-        let runtime_endpoint = pick(&flags.container_runtime_endpoint, "--container-runtime-endpoint", &file.container_runtime_endpoint, o.field("containerRuntimeEndpoint"));
-        let image_endpoint = pick(&flags.image_service_endpoint, "--image-service-endpoint", &file.image_service_endpoint, o.field("imageServiceEndpoint"));
+        let runtime_endpoint = pick(
+            &flags.container_runtime_endpoint,
+            "--container-runtime-endpoint",
+            &file.container_runtime_endpoint,
+            o.field("containerRuntimeEndpoint"),
+        );
+        let image_endpoint = pick(
+            &flags.image_service_endpoint,
+            "--image-service-endpoint",
+            &file.image_service_endpoint,
+            o.field("imageServiceEndpoint"),
+        );
         let mut cri = CriConfig::default();
         if let Some((endpoint, from)) = runtime_endpoint {
             check_endpoint(&endpoint, &from)?;
@@ -220,19 +290,30 @@ impl AgentConfig {
             cri.runtime_endpoint = DEFAULT_RUNTIME_ENDPOINT.to_owned();
         }
 
-        let sandbox_image = pick(&flags.pod_infra_container_image, "--pod-infra-container-image", &file.pod_infra_container_image, o.field("podInfraContainerImage"))
-            .map(|(v, _)| v)
-            .filter(|v| !v.is_empty());
+        let sandbox_image = pick(
+            &flags.pod_infra_container_image,
+            "--pod-infra-container-image",
+            &file.pod_infra_container_image,
+            o.field("podInfraContainerImage"),
+        )
+        .map(|(v, _)| v)
+        .filter(|v| !v.is_empty());
 
         let metrics_address = match &flags.metrics_address {
             None => None,
             Some(a) if a.is_empty() => None,
             Some(a) => Some(a.parse::<SocketAddr>().map_err(|e| {
-                invalid("--metrics-address".to_owned(), format!("{a:?} is not HOST:PORT with an IP host: {e}"))
+                invalid(
+                    "--metrics-address".to_owned(),
+                    format!("{a:?} is not HOST:PORT with an IP host: {e}"),
+                )
             })?),
         };
 
-        let period = |flag: &Option<String>, name: &str, default: Duration| -> Result<Duration, ConfigError> {
+        let period = |flag: &Option<String>,
+                      name: &str,
+                      default: Duration|
+         -> Result<Duration, ConfigError> {
             match flag {
                 None => Ok(default),
                 Some(v) => {
@@ -247,7 +328,10 @@ impl AgentConfig {
         };
 
         Ok(AgentConfig {
-            db: flags.db.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DB)),
+            db: flags
+                .db
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DB)),
             cri,
             gc: GcConfig {
                 policy,
@@ -260,9 +344,17 @@ impl AgentConfig {
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_ADMIN_SOCKET)),
             metrics_address,
-            detect_period: period(&flags.detect_period, "--detect-period", Duration::from_secs(300))?,
+            detect_period: period(
+                &flags.detect_period,
+                "--detect-period",
+                Duration::from_secs(300),
+            )?,
             gc_period: period(&flags.gc_period, "--gc-period", Duration::from_secs(300))?,
-            image_cache_period: period(&flags.image_cache_period, "--image-cache-period", Duration::from_secs(30))?,
+            image_cache_period: period(
+                &flags.image_cache_period,
+                "--image-cache-period",
+                Duration::from_secs(30),
+            )?,
         })
     }
 }
@@ -279,7 +371,13 @@ fn validate_policy(policy: &GcPolicy, origins: &PolicyOrigins) -> Result<(), Con
     let Err(err) = policy.validate() else {
         return Ok(());
     };
-    let named = |o: &str, fallback: &str| if o.is_empty() { fallback.to_owned() } else { o.to_owned() };
+    let named = |o: &str, fallback: &str| {
+        if o.is_empty() {
+            fallback.to_owned()
+        } else {
+            o.to_owned()
+        }
+    };
     let high = named(&origins.high, "--image-gc-high-threshold (default)");
     let low = named(&origins.low, "--image-gc-low-threshold (default)");
     let message = err.to_string();
@@ -321,7 +419,8 @@ mod tests {
 
     #[test]
     fn defaults_are_kubelets() {
-        let c = resolve(&FileConfig::default(), &FlagValues::default()).expect("defaults are valid");
+        let c =
+            resolve(&FileConfig::default(), &FlagValues::default()).expect("defaults are valid");
         assert_eq!(c.gc.policy, GcPolicy::default());
         assert_eq!(c.pull, PullConfig::default());
         assert_eq!(c.db, PathBuf::from(DEFAULT_DB));
@@ -352,30 +451,102 @@ mod tests {
     #[test]
     fn every_bad_value_names_its_flag_or_field() {
         let cases: Vec<(FileConfig, FlagValues, &str)> = vec![
-            (FileConfig::default(), FlagValues { image_gc_high_threshold: Some(101), ..FlagValues::default() },
-             "--image-gc-high-threshold: invalid HighThresholdPercent 101, must be in range [0-100]"),
-            (FileConfig { image_gc_low_threshold_percent: Some(-1), ..FileConfig::default() }, FlagValues::default(),
-             "imageGCLowThresholdPercent in /etc/ik.toml: invalid LowThresholdPercent -1, must be in range [0-100]"),
-            (FileConfig { image_gc_low_threshold_percent: Some(90), ..FileConfig::default() }, FlagValues::default(),
-             "imageGCLowThresholdPercent in /etc/ik.toml and --image-gc-high-threshold (default): LowThresholdPercent 90 can not be higher than HighThresholdPercent 85"),
-            (FileConfig::default(), FlagValues { minimum_image_ttl_duration: Some("2 minutes".into()), ..FlagValues::default() },
-             "--minimum-image-ttl-duration: "),
-            (FileConfig::default(), FlagValues { image_maximum_gc_age: Some("1m".into()), ..FlagValues::default() },
-             "--image-maximum-gc-age and --minimum-image-ttl-duration (default): invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s"),
-            (FileConfig::default(), FlagValues { registry_qps: Some(-1.0), ..FlagValues::default() },
-             "--registry-qps: registryPullQPS -1 must not be a negative number"),
-            (FileConfig { registry_burst: Some(-3), ..FileConfig::default() }, FlagValues::default(),
-             "registryBurst in /etc/ik.toml: registryBurst -3 must not be a negative number"),
-            (FileConfig::default(), FlagValues { max_parallel_image_pulls: Some(5), ..FlagValues::default() },
-             "--max-parallel-image-pulls: invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false"),
-            (FileConfig::default(), FlagValues { container_runtime_endpoint: Some("tcp://1.2.3.4:5".into()), ..FlagValues::default() },
-             "--container-runtime-endpoint: \"tcp://1.2.3.4:5\" is not unix:///path/to/socket"),
-            (FileConfig::default(), FlagValues { metrics_address: Some("localhost".into()), ..FlagValues::default() },
-             "--metrics-address: \"localhost\" is not HOST:PORT"),
-            (FileConfig::default(), FlagValues { gc_period: Some("0s".into()), ..FlagValues::default() },
-             "--gc-period: must be greater than 0"),
-            (FileConfig::default(), FlagValues { pinned_images: vec!["*".into()], ..FlagValues::default() },
-             "--pinned-image: pattern \"*\" must name an image"),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    image_gc_high_threshold: Some(101),
+                    ..FlagValues::default()
+                },
+                "--image-gc-high-threshold: invalid HighThresholdPercent 101, must be in range [0-100]",
+            ),
+            (
+                FileConfig {
+                    image_gc_low_threshold_percent: Some(-1),
+                    ..FileConfig::default()
+                },
+                FlagValues::default(),
+                "imageGCLowThresholdPercent in /etc/ik.toml: invalid LowThresholdPercent -1, must be in range [0-100]",
+            ),
+            (
+                FileConfig {
+                    image_gc_low_threshold_percent: Some(90),
+                    ..FileConfig::default()
+                },
+                FlagValues::default(),
+                "imageGCLowThresholdPercent in /etc/ik.toml and --image-gc-high-threshold (default): LowThresholdPercent 90 can not be higher than HighThresholdPercent 85",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    minimum_image_ttl_duration: Some("2 minutes".into()),
+                    ..FlagValues::default()
+                },
+                "--minimum-image-ttl-duration: ",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    image_maximum_gc_age: Some("1m".into()),
+                    ..FlagValues::default()
+                },
+                "--image-maximum-gc-age and --minimum-image-ttl-duration (default): invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    registry_qps: Some(-1.0),
+                    ..FlagValues::default()
+                },
+                "--registry-qps: registryPullQPS -1 must not be a negative number",
+            ),
+            (
+                FileConfig {
+                    registry_burst: Some(-3),
+                    ..FileConfig::default()
+                },
+                FlagValues::default(),
+                "registryBurst in /etc/ik.toml: registryBurst -3 must not be a negative number",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    max_parallel_image_pulls: Some(5),
+                    ..FlagValues::default()
+                },
+                "--max-parallel-image-pulls: invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    container_runtime_endpoint: Some("tcp://1.2.3.4:5".into()),
+                    ..FlagValues::default()
+                },
+                "--container-runtime-endpoint: \"tcp://1.2.3.4:5\" is not unix:///path/to/socket",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    metrics_address: Some("localhost".into()),
+                    ..FlagValues::default()
+                },
+                "--metrics-address: \"localhost\" is not HOST:PORT",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    gc_period: Some("0s".into()),
+                    ..FlagValues::default()
+                },
+                "--gc-period: must be greater than 0",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    pinned_images: vec!["*".into()],
+                    ..FlagValues::default()
+                },
+                "--pinned-image: pattern \"*\" must name an image",
+            ),
         ];
         for (file, flags, want) in cases {
             let err = resolve(&file, &flags).expect_err(want).to_string();
@@ -385,7 +556,11 @@ mod tests {
 
     #[test]
     fn unknown_or_mistyped_file_fields_are_errors() {
-        for text in ["imageGCHighThreshold = 3\n", "registryBurst = \"ten\"\n", "not toml at all ["] {
+        for text in [
+            "imageGCHighThreshold = 3\n",
+            "registryBurst = \"ten\"\n",
+            "not toml at all [",
+        ] {
             assert!(toml::from_str::<FileConfig>(text).is_err(), "{text}");
         }
     }

@@ -3,7 +3,6 @@
 //! image_pull_duration_seconds, image_records, store_commit_duration_seconds.
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +17,9 @@ use crate::pull::{BackoffStore, ImageManager, PullRuntime};
 use crate::store::Store;
 
 /// kubelet's buckets for GC durations (prometheus.DefBuckets).
-const GC_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const GC_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// Metrics the agent itself keeps.
 #[derive(Debug)]
@@ -53,19 +54,37 @@ impl AgentMetrics {
         out.push_str("# HELP image_garbage_collected_total Images removed by GC, by reason.\n");
         out.push_str("# TYPE image_garbage_collected_total counter\n");
         for (reason, n) in gc.metrics().collected() {
-            let _ = writeln!(out, "image_garbage_collected_total{{reason=\"{reason}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "image_garbage_collected_total{{reason=\"{reason}\"}} {n}"
+            );
         }
         let gc_hist = match self.gc_durations.lock() {
             Ok(h) => h.clone(),
             Err(p) => p.into_inner().clone(),
         };
-        histogram(&mut out, "image_gc_duration_seconds", "Duration of image GC cycles.", "", &gc_hist);
-        out.push_str("# HELP image_pull_duration_seconds Duration of image pulls, by image size bucket.\n");
+        histogram(
+            &mut out,
+            "image_gc_duration_seconds",
+            "Duration of image GC cycles.",
+            "",
+            &gc_hist,
+        );
+        out.push_str(
+            "# HELP image_pull_duration_seconds Duration of image pulls, by image size bucket.\n",
+        );
         out.push_str("# TYPE image_pull_duration_seconds histogram\n");
         for (bucket, h) in images.metrics().snapshot() {
-            histogram_body(&mut out, "image_pull_duration_seconds", &format!("image_size_in_bytes=\"{bucket}\""), &h);
+            histogram_body(
+                &mut out,
+                "image_pull_duration_seconds",
+                &format!("image_size_in_bytes=\"{bucket}\""),
+                &h,
+            );
         }
-        out.push_str("# HELP image_records Image records in the store.\n# TYPE image_records gauge\n");
+        out.push_str(
+            "# HELP image_records Image records in the store.\n# TYPE image_records gauge\n",
+        );
         match store.len() {
             Ok(n) => {
                 let _ = writeln!(out, "image_records {n}");
@@ -92,11 +111,24 @@ fn histogram(out: &mut String, name: &str, help: &str, labels: &str, h: &Histogr
 fn histogram_body(out: &mut String, name: &str, labels: &str, h: &Histogram) {
     let sep = if labels.is_empty() { "" } else { "," };
     for (bound, count) in h.cumulative() {
-        let le = if bound.is_infinite() { "+Inf".to_owned() } else { bound.to_string() };
+        let le = if bound.is_infinite() {
+            "+Inf".to_owned()
+        } else {
+            bound.to_string()
+        };
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {count}");
     }
-    let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
-    let _ = writeln!(out, "{name}_sum{braces} {}\n{name}_count{braces} {}", h.sum(), h.count());
+    let braces = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    };
+    let _ = writeln!(
+        out,
+        "{name}_sum{braces} {}\n{name}_count{braces} {}",
+        h.sum(),
+        h.count()
+    );
 }
 
 /// Serves `GET /metrics` on `listener` until the task is dropped. `render` makes the body.
@@ -141,9 +173,4 @@ pub async fn serve_metrics(listener: TcpListener, render: Arc<dyn Fn() -> String
             let _ = conn.write_all(response.as_bytes()).await;
         });
     }
-}
-
-/// Binds the metrics listener.
-pub async fn bind_metrics(address: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(address).await
 }

@@ -84,8 +84,9 @@ impl Agent {
         store.apply(&batch)?;
         let client = CriClient::connect(config.cri.clone()).await?;
         let gc = ImageGcManager::new(client.clone(), store.clone(), config.gc.clone())?;
-        let images = ImageManager::new(&config.pull, Arc::new(client), store.clone(), clock.clone())
-            .map_err(|e| AgentError::Pull(e.to_string()))?;
+        let images =
+            ImageManager::new(&config.pull, Arc::new(client), store.clone(), clock.clone())
+                .map_err(|e| AgentError::Pull(e.to_string()))?;
         Ok(Agent {
             config,
             store,
@@ -131,7 +132,10 @@ impl Agent {
         let _ = stop_tx.send(true);
         match tokio::time::timeout(grace, loops).await {
             Ok(_) => info!("Loops stopped"),
-            Err(_) => warn!(?grace, "A cycle did not finish within the grace period; abandoned it (every store write is atomic)"),
+            Err(_) => warn!(
+                ?grace,
+                "A cycle did not finish within the grace period; abandoned it (every store write is atomic)"
+            ),
         }
     }
 
@@ -140,8 +144,16 @@ impl Agent {
         // kubelet runs the first detect and cache refresh at once, GC after its period.
         let mut next = [
             (Loop::Detect, start, Backoff::new(self.config.detect_period)),
-            (Loop::ImageCache, start, Backoff::new(self.config.image_cache_period)),
-            (Loop::Gc, start + self.config.gc_period, Backoff::new(self.config.gc_period)),
+            (
+                Loop::ImageCache,
+                start,
+                Backoff::new(self.config.image_cache_period),
+            ),
+            (
+                Loop::Gc,
+                start + self.config.gc_period,
+                Backoff::new(self.config.gc_period),
+            ),
         ];
         loop {
             let Some(index) = (0..next.len()).min_by_key(|&i| next[i].1) else {
@@ -161,7 +173,11 @@ impl Agent {
                 return;
             }
             let backoff = &mut next[index].2;
-            let delay = if ok { backoff.reset() } else { backoff.next_delay() };
+            let delay = if ok {
+                backoff.reset()
+            } else {
+                backoff.next_delay()
+            };
             next[index].1 = Instant::now() + delay;
         }
     }
@@ -172,7 +188,13 @@ impl Agent {
         match which {
             Loop::Detect => match self.gc.detect(now).await {
                 Ok(report) => {
-                    info!(records = report.records, added = report.added, removed = report.removed, committed = report.committed, "Detected images");
+                    info!(
+                        records = report.records,
+                        added = report.added,
+                        removed = report.removed,
+                        committed = report.committed,
+                        "Detected images"
+                    );
                     true
                 }
                 Err(e) => {
@@ -208,7 +230,11 @@ impl Agent {
                 *failed_before = true;
             }
             None => {
-                info!(removed = report.removed.len(), freed = report.freed, "Image garbage collection succeeded");
+                info!(
+                    removed = report.removed.len(),
+                    freed = report.freed,
+                    "Image garbage collection succeeded"
+                );
                 *failed_before = false;
             }
         }
@@ -254,7 +280,11 @@ impl AdminBackend for Agent {
             "" | "IfNotPresent" => PullPolicy::IfNotPresent,
             "Always" => PullPolicy::Always,
             "Never" => PullPolicy::Never,
-            other => return Err(format!("unknown pull policy {other:?}: Always, IfNotPresent or Never")),
+            other => {
+                return Err(format!(
+                    "unknown pull policy {other:?}: Always, IfNotPresent or Never"
+                ));
+            }
         };
         let pod = PodRef {
             uid: request.pod_uid,
@@ -270,11 +300,16 @@ impl AdminBackend for Agent {
 
     async fn list_records(&self) -> Result<Vec<StoredRecord>, String> {
         let scan = self.store.eviction_order().map_err(|e| e.to_string())?;
-        scan.collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())
+        scan.collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())
     }
 
     async fn explain(&self) -> Result<String, String> {
-        let plan = self.gc.plan(self.clock.now(), false).await.map_err(|e| e.to_string())?;
+        let plan = self
+            .gc
+            .plan(self.clock.now(), false)
+            .await
+            .map_err(|e| e.to_string())?;
         serde_json::to_string(&plan.explanation).map_err(|e| e.to_string())
     }
 

@@ -60,15 +60,29 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
             Err(_) => {
                 let now = SystemClock.now();
                 let store = Arc::new(Store::open(&config.db, now).context("opening the database")?);
-                let client = CriClient::connect(config.cri.clone()).await.context("connecting to the runtime")?;
-                let manager = ImageGcManager::new(client, store, config.gc.clone()).context("GC policy")?;
+                let client = CriClient::connect(config.cri.clone())
+                    .await
+                    .context("connecting to the runtime")?;
+                let manager =
+                    ImageGcManager::new(client, store, config.gc.clone()).context("GC policy")?;
                 let outcome = match (cycle, args.dry_run) {
-                    (Cycle::GarbageCollect, false) => GcOutcome::from_report(manager.garbage_collect(now).await, false),
-                    (Cycle::DeleteUnused, false) => GcOutcome::from_report(manager.delete_unused_images(now).await, false),
-                    (Cycle::GarbageCollect, true) => GcOutcome::from_plan(manager.plan(now, false).await),
-                    (Cycle::DeleteUnused, true) => GcOutcome::from_plan(manager.plan(now, true).await),
+                    (Cycle::GarbageCollect, false) => {
+                        GcOutcome::from_report(manager.garbage_collect(now).await, false)
+                    }
+                    (Cycle::DeleteUnused, false) => {
+                        GcOutcome::from_report(manager.delete_unused_images(now).await, false)
+                    }
+                    (Cycle::GarbageCollect, true) => {
+                        GcOutcome::from_plan(manager.plan(now, false).await)
+                    }
+                    (Cycle::DeleteUnused, true) => {
+                        GcOutcome::from_plan(manager.plan(now, true).await)
+                    }
                 };
-                Ok((outcome, "the database directly (no agent answered on the admin socket)"))
+                Ok((
+                    outcome,
+                    "the database directly (no agent answered on the admin socket)",
+                ))
             }
         }
     })?;
@@ -80,14 +94,24 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
 }
 
 fn print(outcome: &GcOutcome, output: Output, via: &str) -> Result<(), Failure> {
+    eprintln!("imagekeeper: ran through {via}");
     match output {
         Output::Json => {
-            println!("{}", serde_json::to_string_pretty(outcome).context("encoding JSON")?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(outcome).context("encoding JSON")?
+            );
         }
         Output::Table => {
-            let verb = if outcome.dry_run { "would remove" } else { "removed" };
-            eprintln!("imagekeeper: ran through {via}");
-            println!("{:<15} {:<10} {:>10} {:<7}", "IMAGE ID", "HANDLER", "SIZE", "REASON");
+            let verb = if outcome.dry_run {
+                "would remove"
+            } else {
+                "removed"
+            };
+            println!(
+                "{:<15} {:<10} {:>10} {:<7}",
+                "IMAGE ID", "HANDLER", "SIZE", "REASON"
+            );
             for r in &outcome.removed {
                 println!(
                     "{:<15} {:<10} {:>10} {:<7}",
@@ -97,7 +121,12 @@ fn print(outcome: &GcOutcome, output: Output, via: &str) -> Result<(), Failure> 
                     r.reason.as_str()
                 );
             }
-            println!("{verb} {} image(s), {} ({} bytes)", outcome.removed.len(), format_size(outcome.freed), outcome.freed);
+            println!(
+                "{verb} {} image(s), {} ({} bytes)",
+                outcome.removed.len(),
+                format_size(outcome.freed),
+                outcome.freed
+            );
         }
     }
     Ok(())

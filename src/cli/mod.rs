@@ -71,7 +71,11 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let level = if matches!(cli.command, Command::Run(_)) { "info" } else { "warn" };
+    let level = if matches!(cli.command, Command::Run(_)) {
+        "info"
+    } else {
+        "warn"
+    };
     init_tracing(cli.log_format, level);
     let result = match cli.command {
         Command::Run(args) => run::run(*args),

@@ -57,6 +57,8 @@ struct FakeState {
     failures: HashMap<String, FakeFailure>,
     hangs: HashSet<String>,
     pulls: Vec<FakePull>,
+    /// How many times each method was called.
+    calls: HashMap<String, u64>,
 }
 
 impl FakeState {
@@ -105,7 +107,11 @@ impl FakeService {
 
     /// Applies the injected failure or hang of `method`.
     async fn enter(&self, method: &str) -> Result<(), Status> {
-        let injected = self.lock().injected(method);
+        let injected = {
+            let mut state = self.lock();
+            *state.calls.entry(method.to_string()).or_default() += 1;
+            state.injected(method)
+        };
         match injected {
             Injected::Nothing => Ok(()),
             Injected::Fail(status) => Err(status),
@@ -452,6 +458,11 @@ impl FakeRuntime {
             message: message.into(),
         };
         self.lock().failures.insert(method.to_string(), failure);
+    }
+
+    /// How many times `method` (e.g. "RemoveImage") was called.
+    pub fn calls(&self, method: &str) -> u64 {
+        self.lock().calls.get(method).copied().unwrap_or(0)
     }
 
     /// `method` never answers until cleared.

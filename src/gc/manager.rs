@@ -391,7 +391,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
         let _cycle = self.cycle.lock().await;
         let runtime_err = |op| move |source| GcError::Runtime { op, source };
-        let images = self.runtime.list_images().await.map_err(runtime_err("list images"))?;
+        let images = self
+            .runtime
+            .list_images()
+            .await
+            .map_err(runtime_err("list images"))?;
         let containers = self
             .runtime
             .list_containers()

@@ -5,8 +5,10 @@
 //! contains `lab::` in a group that runs one test at a time; every other test is fast and
 //! self-contained. Run them all with `scripts/test`.
 
+mod agent;
 mod cri;
 mod gc;
+mod inspect;
 mod pull;
 mod replay;
 mod store;

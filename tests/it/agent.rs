@@ -1,0 +1,407 @@
+//! `imagekeeper run`, `gc` and `prune` as processes, against the in-process fake CRI server
+//! (the real-containerd versions live in the lab modules and the demo): configuration errors,
+//! the admin socket, the metrics endpoint, a second agent, SIGTERM mid-cycle, a dead runtime.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::model::{ImageId, RuntimeImage};
+use imagekeeper::store::Store;
+
+use crate::support::wait_for;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+}
+
+fn output(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run imagekeeper")
+}
+
+/// A running agent process, killed on drop if still alive.
+struct AgentProcess {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl AgentProcess {
+    fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.child.id()).expect("pid fits i32");
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill");
+    }
+
+    async fn wait_exit(&mut self, deadline: Duration) -> std::process::ExitStatus {
+        let child = &mut self.child;
+        wait_for("the agent to exit", deadline, || {
+            let status = child.try_wait().expect("try_wait");
+            async move { status }
+        })
+        .await
+    }
+}
+
+fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
+    RuntimeImage {
+        id: ImageId::new(id),
+        repo_tags: vec![tag.to_owned()],
+        size,
+        ..RuntimeImage::default()
+    }
+}
+
+async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -> AgentProcess {
+    let child = bin()
+        .args([
+            "run",
+            "--container-runtime-endpoint",
+            endpoint,
+            "--db",
+            db.to_str().expect("utf8"),
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--gc-period",
+            "1h",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agent");
+    let agent = AgentProcess {
+        child,
+        socket: socket.to_owned(),
+    };
+    let path = agent.socket.clone();
+    wait_for("the admin socket", Duration::from_secs(30), || {
+        let up = path.exists();
+        async move { up.then_some(()) }
+    })
+    .await;
+    agent
+}
+
+#[test]
+fn bad_configuration_exits_2_naming_the_flag_or_field() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bad_toml = dir.path().join("bad.toml");
+    std::fs::write(&bad_toml, "imageGCHighThresholdPercent = \"high\"\n").expect("write");
+    let unknown = dir.path().join("unknown.toml");
+    std::fs::write(&unknown, "imageGCHighThreshold = 90\n").expect("write");
+    let low_high = dir.path().join("lowhigh.toml");
+    std::fs::write(&low_high, "imageGCLowThresholdPercent = 95\n").expect("write");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--image-gc-high-threshold=101".into()],
+            "--image-gc-high-threshold: invalid HighThresholdPercent 101",
+        ),
+        (
+            vec!["--image-gc-low-threshold=-2".into()],
+            "--image-gc-low-threshold: invalid LowThresholdPercent -2",
+        ),
+        (
+            vec!["--minimum-image-ttl-duration=2x".into()],
+            "--minimum-image-ttl-duration",
+        ),
+        (
+            vec!["--image-maximum-gc-age=1m".into()],
+            "imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s",
+        ),
+        (vec!["--registry-qps=-1".into()], "--registry-qps"),
+        (vec!["--registry-burst=ten".into()], "--registry-burst"),
+        (
+            vec!["--serialize-image-pulls=maybe".into()],
+            "--serialize-image-pulls",
+        ),
+        (
+            vec!["--max-parallel-image-pulls=3".into()],
+            "maxParallelImagePulls cannot be larger than 1",
+        ),
+        (
+            vec!["--metrics-address=localhost".into()],
+            "--metrics-address",
+        ),
+        (
+            vec!["--container-runtime-endpoint=tcp://10.0.0.1:1".into()],
+            "--container-runtime-endpoint",
+        ),
+        (
+            vec!["--gc-period=0s".into()],
+            "--gc-period: must be greater than 0",
+        ),
+        (
+            vec![format!(
+                "--config={}",
+                dir.path().join("missing.toml").display()
+            )],
+            "missing.toml",
+        ),
+        (vec![format!("--config={}", bad_toml.display())], "bad.toml"),
+        (
+            vec![format!("--config={}", unknown.display())],
+            "imageGCHighThreshold",
+        ),
+        (
+            vec![format!("--config={}", low_high.display())],
+            "imageGCLowThresholdPercent in",
+        ),
+    ];
+    for (args, want) in cases {
+        let db = dir.path().join("never-created.redb");
+        let out = bin()
+            .arg("run")
+            .args(&args)
+            .arg(format!("--db={}", db.display()))
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(
+            !db.exists(),
+            "{args:?}: nothing is created on a bad configuration"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![
+        image("sha256:aaa", "registry.example/a:1", 1000),
+        image("sha256:bbb", "registry.example/pause:1", 2000),
+    ]);
+    fake.set_image_fs(fake.dir().display().to_string(), 3000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("db/records.redb");
+    let socket = dir.path().join("run/admin.sock");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        l.local_addr().expect("addr").port()
+    };
+    let metrics = format!("127.0.0.1:{port}");
+    let mut agent = start_agent(
+        &fake.endpoint(),
+        &db,
+        &socket,
+        &[
+            "--metrics-address",
+            &metrics,
+            "--minimum-image-ttl-duration=0s",
+            "--pod-infra-container-image=registry.example/pause:1",
+        ],
+    )
+    .await;
+    let mode = std::fs::metadata(&socket)
+        .expect("socket")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600, "admin socket is 0600");
+    assert_eq!(
+        std::fs::metadata(&db).expect("db").permissions().mode() & 0o777,
+        0o600
+    );
+
+    // The first detect runs at start: wait for the records, read beside the agent.
+    let db_arg = db.to_str().expect("utf8").to_owned();
+    wait_for("the first detect", Duration::from_secs(30), || {
+        let out = output(&["inspect", "--db", &db_arg, "--output", "json", "export"]);
+        let lines = String::from_utf8_lossy(&out.stdout).lines().count();
+        async move { (lines == 2).then_some(()) }
+    })
+    .await;
+
+    // A second agent on the same database is refused and leaves the first one's socket alone.
+    let second_socket = dir.path().join("run/second.sock");
+    let out = bin()
+        .args([
+            "run",
+            "--container-runtime-endpoint",
+            &fake.endpoint(),
+            "--db",
+            &db_arg,
+        ])
+        .args(["--admin-socket", second_socket.to_str().expect("utf8")])
+        .output()
+        .expect("second agent");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already open by another process"));
+    assert!(socket.exists() && !second_socket.exists());
+
+    // gc --dry-run through the agent: plans, changes nothing. prune removes the unused image
+    // but not the sandbox image.
+    let socket_arg = socket.to_str().expect("utf8");
+    let out = output(&[
+        "prune",
+        "--dry-run",
+        "--admin-socket",
+        socket_arg,
+        "--output",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(plan["dry_run"], true);
+    assert_eq!(plan["removed"][0]["key"]["image_id"], "sha256:aaa");
+    assert_eq!(fake.images().len(), 2, "a dry run removes nothing");
+    let out = output(&["prune", "--admin-socket", socket_arg, "--output", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the running agent"));
+    let ids: Vec<String> = fake.images().into_iter().map(|i| i.id.0).collect();
+    assert_eq!(ids, ["sha256:bbb"]);
+
+    // Metrics on loopback.
+    let body = http_get(&metrics, "/metrics");
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(
+        body.contains("image_garbage_collected_total{reason=\"space\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("image_records 1"), "{body}");
+    assert!(
+        body.contains("store_commit_duration_seconds_count"),
+        "{body}"
+    );
+    assert!(http_get(&metrics, "/nope").starts_with("HTTP/1.1 404"));
+
+    agent.signal(libc::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0));
+    assert!(!socket.exists(), "the socket is removed on shutdown");
+    let mut store = Store::open(&db, imagekeeper::model::UnixNanos(1)).expect("reopen");
+    assert!(store.check().expect("check").is_empty());
+}
+
+fn http_get(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(address).expect("connect metrics");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+    let mut out = String::new();
+    conn.read_to_string(&mut out).expect("read");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_gc_cycle_exits_0_and_leaves_a_sound_database() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![
+        image("sha256:aaa", "registry.example/a:1", 1000),
+        image("sha256:bbb", "registry.example/b:1", 1000),
+    ]);
+    fake.set_image_fs(fake.dir().display().to_string(), 3000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("admin.sock");
+    let mut agent = start_agent(
+        &fake.endpoint(),
+        &db,
+        &socket,
+        &[
+            "--minimum-image-ttl-duration=0s",
+            "--shutdown-grace-seconds=2",
+        ],
+    )
+    .await;
+    // RemoveImage never answers: a prune started now is stuck inside its cycle.
+    fake.hang("RemoveImage");
+    let mut prune = bin()
+        .args(["prune", "--admin-socket", socket.to_str().expect("utf8")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prune");
+    wait_for(
+        "the prune to reach RemoveImage",
+        Duration::from_secs(30),
+        || {
+            let n = fake.calls("RemoveImage");
+            async move { (n > 0).then_some(()) }
+        },
+    )
+    .await;
+    agent.signal(libc::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(30)).await;
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "graceful exit after abandoning the stuck cycle"
+    );
+    let _ = prune.kill();
+    let _ = prune.wait();
+    let out = output(&["inspect", "--db", db.to_str().expect("utf8"), "check"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let store = Store::open(&db, imagekeeper::model::UnixNanos(1)).expect("reopen");
+    assert_eq!(
+        store.len().expect("len"),
+        2,
+        "nothing removed: the runtime never confirmed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_survives_a_dead_runtime_and_gc_without_agent_says_why() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("admin.sock");
+    let dead = format!("unix://{}", dir.path().join("no-runtime.sock").display());
+    let mut agent = start_agent(&dead, &db, &socket, &[]).await;
+    // The agent keeps running and answers while the runtime is gone.
+    let out = output(&[
+        "gc",
+        "--dry-run",
+        "--admin-socket",
+        socket.to_str().expect("utf8"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no-runtime.sock"), "{stderr}");
+    assert!(
+        agent.child.try_wait().expect("try_wait").is_none(),
+        "agent still running"
+    );
+    agent.signal(libc::SIGINT);
+    assert_eq!(
+        agent.wait_exit(Duration::from_secs(30)).await.code(),
+        Some(0)
+    );
+
+    // With no agent, gc opens the database itself and reports the dead runtime.
+    let out = output(&[
+        "gc",
+        "--db",
+        db.to_str().expect("utf8"),
+        "--admin-socket",
+        socket.to_str().expect("utf8"),
+        "--container-runtime-endpoint",
+        &dead,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the database directly"), "{stderr}");
+    assert!(stderr.contains("no-runtime.sock"), "{stderr}");
+}
