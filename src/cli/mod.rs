@@ -1,6 +1,7 @@
 //! The command line: parse, call the library, print. Exit codes: 0 success, 1 failure,
 //! 2 bad usage or bad input (flags, trace, config).
 
+mod pull;
 mod replay;
 
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ enum LogFormat {
 enum Command {
     /// Run the real GC manager and a real store against a scripted runtime (a trace).
     Replay(replay::ReplayArgs),
+    /// Ensure one image is present (kubelet's EnsureImageExists), with the backoff on disk.
+    Pull(pull::PullArgs),
 }
 
 /// A failure with its exit code.
@@ -62,6 +65,7 @@ pub fn main() -> ExitCode {
     init_tracing(cli.log_format, "warn");
     let result = match cli.command {
         Command::Replay(args) => replay::run(args),
+        Command::Pull(args) => pull::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
