@@ -4,6 +4,7 @@
 mod agent_flags;
 mod gc;
 mod inspect;
+mod pull;
 mod replay;
 mod run;
 
@@ -43,6 +44,8 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Read the record database offline or beside a running agent; never writes it.
     Inspect(inspect::InspectArgs),
+    /// Ensure one image is present (kubelet's EnsureImageExists), with the backoff on disk.
+    Pull(pull::PullArgs),
 }
 
 /// A failure with its exit code.
@@ -83,6 +86,7 @@ pub fn main() -> ExitCode {
         Command::Prune(args) => gc::run(*args, gc::Cycle::DeleteUnused),
         Command::Replay(args) => replay::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Pull(args) => pull::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

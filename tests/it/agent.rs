@@ -283,6 +283,28 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
     );
     assert!(http_get(&metrics, "/nope").starts_with("HTTP/1.1 404"));
 
+    // pull goes through the agent (the database is the agent's) and records the image at once.
+    fake.add_pullable(
+        "registry.example/c:1",
+        image("sha256:ccc", "registry.example/c:1", 500),
+    );
+    let out = output(&["pull", "registry.example/c:1", "--admin-socket", socket_arg]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "sha256:ccc");
+    let out = output(&["pull", "FAILED_IMAGE", "--admin-socket", socket_arg]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = output(&["inspect", "--db", &db_arg, "--output", "json", "export"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sha256:ccc"));
+
     agent.signal(libc::SIGTERM);
     let status = agent.wait_exit(Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(0));

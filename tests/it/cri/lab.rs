@@ -2,13 +2,12 @@
 //! at a time). Each test first pulls the images it needs, so none depends on another's leftovers,
 //! and pods are torn down by a guard even when an assertion fails.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use imagekeeper::cri::{ContainerSpec, CriClient, ImageRuntime, RpcCode, SandboxSpec};
+use imagekeeper::cri::{ContainerSpec, ImageRuntime, RpcCode};
 use imagekeeper::model::ContainerState;
 
-use crate::support::{self, Lab};
+use crate::support::{self, PodGuard, sandbox_spec};
 
 #[tokio::test]
 async fn pull_by_tag_returns_the_image_id_of_images_tsv() {
@@ -256,51 +255,6 @@ async fn version_names_containerd() {
     assert_eq!(version.runtime_name, "containerd");
     assert!(version.runtime_version.starts_with("1.6"), "{version:?}");
     assert_eq!(version.runtime_api_version, "v1");
-}
-
-/// Stops and removes a pod sandbox (and so its containers) when dropped, even after a failed
-/// assertion: on its own thread and runtime, since the test's runtime may be unwinding.
-struct PodGuard {
-    endpoint: String,
-    sandbox_id: String,
-}
-
-impl Drop for PodGuard {
-    fn drop(&mut self) {
-        let endpoint = self.endpoint.clone();
-        let sandbox_id = self.sandbox_id.clone();
-        let cleanup = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a current-thread runtime can be built");
-            runtime.block_on(async {
-                let client = CriClient::connect(support::lab_config(&endpoint))
-                    .await
-                    .expect("valid endpoint");
-                if let Err(err) = client.stop_pod_sandbox(&sandbox_id).await {
-                    eprintln!("cleanup: StopPodSandbox {sandbox_id}: {err}");
-                }
-                if let Err(err) = client.remove_pod_sandbox(&sandbox_id).await {
-                    eprintln!("cleanup: RemovePodSandbox {sandbox_id}: {err}");
-                }
-            });
-        });
-        let _ = cleanup.join();
-    }
-}
-
-fn sandbox_spec(lab: &Lab, name: &str) -> SandboxSpec {
-    let uid = format!("{name}-{}", std::process::id());
-    let log_directory: PathBuf = lab.pod_log_dir.join(&uid);
-    std::fs::create_dir_all(&log_directory).expect("the lab's pod log dir is writable");
-    SandboxSpec {
-        name: name.to_string(),
-        uid,
-        namespace: "imagekeeper-test".to_string(),
-        log_directory: log_directory.display().to_string(),
-        host_network: true,
-    }
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use imagekeeper::cri::{CriClient, CriConfig};
+use imagekeeper::cri::{CriClient, CriConfig, SandboxSpec};
 
 /// One row of the lab's images.tsv.
 #[derive(Clone, Debug)]
@@ -42,6 +42,8 @@ pub struct Lab {
     pub image_prefix: String,
     pub imagefs_mountpoint: String,
     pub pod_log_dir: PathBuf,
+    /// The sandbox (pause) image containerd runs pods with (CRI_LAB_SANDBOX_IMAGE).
+    pub sandbox_image: String,
     pub images: Vec<LabImage>,
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
@@ -56,6 +58,11 @@ impl Lab {
             .iter()
             .find(|image| image.reference == reference)
             .unwrap_or_else(|| panic!("images.tsv has no row for {reference}"))
+    }
+
+    /// containerd's log (written by `scripts/cri-lab`, info level: one line per PullImage).
+    pub fn containerd_log(&self) -> PathBuf {
+        self.dir.join("containerd/containerd.log")
     }
 
     /// A client of the lab's containerd with deadlines generous for a slow machine.
@@ -132,6 +139,7 @@ pub async fn lab(test: &str) -> Option<Lab> {
         image_prefix: get("CRI_LAB_IMAGE_PREFIX"),
         imagefs_mountpoint: get("CRI_LAB_IMAGEFS_MOUNTPOINT"),
         pod_log_dir: PathBuf::from(get("CRI_LAB_POD_LOG_DIR")),
+        sandbox_image: get("CRI_LAB_SANDBOX_IMAGE"),
         images,
         _serial: serial,
     })
@@ -172,5 +180,51 @@ where
             "timed out after {deadline:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Stops and removes a pod sandbox (and so its containers) when dropped, even after a failed
+/// assertion: on its own thread and runtime, since the test's runtime may be unwinding.
+pub struct PodGuard {
+    pub endpoint: String,
+    pub sandbox_id: String,
+}
+
+impl Drop for PodGuard {
+    fn drop(&mut self) {
+        let endpoint = self.endpoint.clone();
+        let sandbox_id = self.sandbox_id.clone();
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread runtime can be built");
+            runtime.block_on(async {
+                let client = CriClient::connect(lab_config(&endpoint))
+                    .await
+                    .expect("valid endpoint");
+                if let Err(err) = client.stop_pod_sandbox(&sandbox_id).await {
+                    eprintln!("cleanup: StopPodSandbox {sandbox_id}: {err}");
+                }
+                if let Err(err) = client.remove_pod_sandbox(&sandbox_id).await {
+                    eprintln!("cleanup: RemovePodSandbox {sandbox_id}: {err}");
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// A host-network pod sandbox named `name` with its log directory under the lab's pod logs.
+pub fn sandbox_spec(lab: &Lab, name: &str) -> SandboxSpec {
+    let uid = format!("{name}-{}", std::process::id());
+    let log_directory: PathBuf = lab.pod_log_dir.join(&uid);
+    std::fs::create_dir_all(&log_directory).expect("the lab's pod log dir is writable");
+    SandboxSpec {
+        name: name.to_string(),
+        uid,
+        namespace: "imagekeeper-test".to_string(),
+        log_directory: log_directory.display().to_string(),
+        host_network: true,
     }
 }

@@ -2,6 +2,10 @@
 //! image_gc_manager_test.go scenarios in our terms, each also run with a restart (drop the
 //! manager and the store, reopen the file) in the middle that must not change the outcome, and
 //! the restart cases where the kubelet goes wrong because it forgets history.
+//!
+//! `lab` runs detect and GarbageCollect against the real containerd of `scripts/cri-lab`.
+
+mod lab;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -1,5 +1,10 @@
 //! The pull path over the CRI fake runtime (a real gRPC server on a unix socket) and the real
 //! store: pulled images are recorded at once, and runtime errors reach kubelet's messages.
+//! `cli` runs the `imagekeeper pull` binary where no runtime is needed; `lab` runs pulls (in
+//! process and through the binary) against the real containerd of `scripts/cri-lab`.
+
+mod cli;
+mod lab;
 
 use std::sync::Arc;
 

@@ -1,0 +1,139 @@
+//! `imagekeeper pull IMAGE [--policy P] [--pod-uid UID] [--db PATH] [endpoints]`: one
+//! EnsureImageExists against the runtime and the record database. Prints the image ref (exit 0),
+//! or the kubelet reason and message (exit 1; an invalid image name exits 2). The pull backoff
+//! lives in the database, so a pull that failed in an earlier run is refused while in backoff.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow};
+use clap::{Args, ValueEnum};
+use imagekeeper::admin::{AdminClient, AdminError, EnsureRequest};
+use imagekeeper::clock::{Clock, SystemClock};
+use imagekeeper::cri::{CriClient, CriConfig, CriError, DEFAULT_RUNTIME_ENDPOINT};
+use imagekeeper::pull::{ImageManager, PodRef, PullConfig, PullError, PullPolicy};
+use imagekeeper::store::Store;
+
+use super::Failure;
+
+/// The agent's database, where `pull` records images and keeps the backoff by default.
+pub const DEFAULT_DB: &str = "/var/lib/imagekeeper/records.redb";
+
+#[derive(Args, Debug)]
+pub struct PullArgs {
+    /// The image, as a container spec names it (`:latest` is added when it has no tag).
+    image: String,
+    /// The container's image pull policy.
+    #[arg(long, value_enum, default_value_t = Policy::IfNotPresent)]
+    policy: Policy,
+    /// The UID of the pod the pull is for; the backoff key is `<pod uid>_<image>`.
+    #[arg(long, default_value = "")]
+    pod_uid: String,
+    /// The record database (created if missing; must not be open by a running agent).
+    #[arg(long, default_value = DEFAULT_DB)]
+    db: PathBuf,
+    /// The CRI runtime's endpoint (`unix:///path`).
+    #[arg(long, default_value = DEFAULT_RUNTIME_ENDPOINT)]
+    container_runtime_endpoint: String,
+    /// The CRI image service's endpoint, when it is not the runtime's.
+    #[arg(long)]
+    image_service_endpoint: Option<String>,
+    /// The runtime handler (RuntimeClass) the image is pulled for.
+    #[arg(long, default_value = "")]
+    runtime_handler: String,
+    /// A running agent's admin socket: when an agent answers there, it does the pull.
+    #[arg(long, default_value = imagekeeper::agent::config::DEFAULT_ADMIN_SOCKET)]
+    admin_socket: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Policy {
+    #[value(name = "Always")]
+    Always,
+    #[value(name = "IfNotPresent")]
+    IfNotPresent,
+    #[value(name = "Never")]
+    Never,
+}
+
+impl From<Policy> for PullPolicy {
+    fn from(policy: Policy) -> PullPolicy {
+        match policy {
+            Policy::Always => PullPolicy::Always,
+            Policy::IfNotPresent => PullPolicy::IfNotPresent,
+            Policy::Never => PullPolicy::Never,
+        }
+    }
+}
+
+pub fn run(args: PullArgs) -> Result<(), Failure> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let image_ref = rt.block_on(pull(args))?;
+    println!("{image_ref}");
+    Ok(())
+}
+
+async fn pull(args: PullArgs) -> Result<String, Failure> {
+    if let Ok(mut agent) = AdminClient::connect(&args.admin_socket).await {
+        let policy = match args.policy {
+            Policy::Always => "Always",
+            Policy::IfNotPresent => "IfNotPresent",
+            Policy::Never => "Never",
+        };
+        let request = EnsureRequest {
+            image: args.image.clone(),
+            pull_policy: policy.to_owned(),
+            pod_uid: args.pod_uid.clone(),
+            runtime_handler: args.runtime_handler.clone(),
+            ..EnsureRequest::default()
+        };
+        return agent.ensure_image(request).await.map_err(|e| match e {
+            AdminError::Call { message, .. } if message.starts_with("InvalidImageName") => {
+                Failure::usage(anyhow!("{message}"))
+            }
+            AdminError::Call { message, .. } => Failure::from(anyhow!("{message}")),
+            other => Failure::from(other),
+        });
+    }
+    let config = CriConfig {
+        runtime_endpoint: args.container_runtime_endpoint,
+        image_endpoint: args.image_service_endpoint,
+        ..CriConfig::default()
+    };
+    let client = CriClient::connect(config).await.map_err(|e| match e {
+        CriError::InvalidEndpoint { .. } => Failure::usage(e),
+        other => Failure::from(other),
+    })?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store = Store::open(&args.db, clock.now())?;
+    let manager = ImageManager::new(
+        &PullConfig::default(),
+        Arc::new(client),
+        Arc::new(store),
+        clock,
+    )
+    .context("pull settings")?;
+    let pod = PodRef {
+        uid: args.pod_uid,
+        ..PodRef::default()
+    };
+    manager
+        .ensure_image_exists(
+            &pod,
+            &args.image,
+            args.policy.into(),
+            None,
+            &args.runtime_handler,
+        )
+        .await
+        .map_err(|e| {
+            let error = anyhow!("{}: {}", e.reason(), e.message());
+            match e {
+                PullError::ErrInvalidImageName(_) => Failure::usage(error),
+                _ => Failure::from(error),
+            }
+        })
+}

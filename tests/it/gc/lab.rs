@@ -1,0 +1,304 @@
+//! Image GC end to end against the real containerd 1.6 of `scripts/cri-lab` (named
+//! `gc::lab::...`, run one at a time).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use imagekeeper::cri::{ContainerSpec, CriClient, CriError, ImageRuntime};
+use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager, PinPatterns, RemovalReason};
+use imagekeeper::model::{
+    ImageFsStats, PullCredentials, RecordKey, RuntimeContainer, RuntimeImage, UnixNanos,
+};
+use imagekeeper::store::Store;
+
+use crate::support::{self, LabImage, PodGuard, sandbox_spec};
+
+const T0: i64 = 1_800_000_000;
+
+fn at(secs_after_t0: i64) -> UnixNanos {
+    UnixNanos::from_secs(T0 + secs_after_t0)
+}
+
+/// The real containerd with made-up disk numbers: every call goes to the lab's containerd
+/// through [`CriClient`], except that `image_fs_stats` replaces the capacity and available
+/// bytes of the real answer with the scripted ones (the real disk cannot be filled for a test).
+struct ScriptedDisk {
+    client: CriClient,
+    capacity: AtomicU64,
+    available: AtomicU64,
+}
+
+impl ImageRuntime for ScriptedDisk {
+    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+        self.client.list_images().await
+    }
+
+    async fn image_status(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+    ) -> Result<Option<RuntimeImage>, CriError> {
+        self.client.image_status(image, runtime_handler).await
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<String, CriError> {
+        self.client
+            .pull_image(image, runtime_handler, credentials)
+            .await
+    }
+
+    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
+        self.client.remove_image(image, runtime_handler).await
+    }
+
+    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+        let mut stats = self.client.image_fs_stats().await?;
+        stats.capacity = self.capacity.load(Ordering::SeqCst);
+        stats.available = self.available.load(Ordering::SeqCst);
+        Ok(stats)
+    }
+
+    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
+        self.client.list_containers().await
+    }
+}
+
+/// The rows of images.tsv to pull: every image, each through one manifest only. An image id
+/// with a second manifest (busybox-docker:v2s2, the busybox image as Docker schema 2) is left
+/// out: pulling it adds no image, and once containerd restarts (cri::lab does) the CRI size of
+/// busybox would become that manifest's, not the size images.tsv gives for busybox.
+fn one_manifest_per_image(rows: &[LabImage]) -> Vec<LabImage> {
+    let mut manifest_of: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    rows.iter()
+        .filter(|row| {
+            *manifest_of
+                .entry(row.image_id.as_str())
+                .or_insert(row.manifest_digest.as_str())
+                == row.manifest_digest
+        })
+        .cloned()
+        .collect()
+}
+
+async fn listed_ids(client: &CriClient) -> BTreeSet<String> {
+    client
+        .list_images()
+        .await
+        .expect("ListImages answers")
+        .into_iter()
+        .map(|image| image.id.0)
+        .collect()
+}
+
+/// GarbageCollect over a disk that is "full" removes exactly the least recently used images
+/// that are neither in use, pinned nor the sandbox image, in LRU order, and leaves the store
+/// agreeing with containerd.
+///
+/// Only the image filesystem's capacity and available bytes are scripted (by [`ScriptedDisk`]),
+/// chosen so that the amount to free is exactly the size of the three least recently used
+/// eligible images. Everything else is the real containerd: pulls, ListImages, ListContainers of
+/// a real host-network pod with a running busybox container, the containers that mark the other
+/// images used at distinct times, and RemoveImage. Removed images are pulled again at the end.
+#[tokio::test]
+async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_containerd() {
+    let Some(lab) = support::lab(
+        "gc::lab::space_gc_removes_the_least_recently_used_unpinned_unused_images_from_containerd",
+    )
+    .await
+    else {
+        return;
+    };
+    let client = lab.client().await;
+    let pulled = one_manifest_per_image(&lab.images);
+    for row in &pulled {
+        client
+            .pull_image(&row.reference, "", None)
+            .await
+            .unwrap_or_else(|err| panic!("pull {}: {err}", row.reference));
+    }
+    let lab_ids: BTreeSet<String> = lab.images.iter().map(|row| row.image_id.clone()).collect();
+    let before = listed_ids(&client).await;
+    assert_eq!(
+        before, lab_ids,
+        "containerd holds exactly the lab's images (a leftover image would upset the LRU order)"
+    );
+
+    // Roles. busybox runs in a pod; pause is the sandbox image; user:uid is pinned by a pattern
+    // and is the least recently used of all, so only the pin keeps it.
+    let busybox = lab.image("busybox:1.35").clone();
+    let sandbox: LabImage = lab
+        .images
+        .iter()
+        .find(|row| row.reference == lab.sandbox_image)
+        .expect("images.tsv lists the sandbox image")
+        .clone();
+    let pinned = lab.image("user:uid").clone();
+    // Used one at a time, oldest first; every other image of the lab is used after these.
+    let mut use_order: Vec<LabImage> =
+        ["user:uid", "data:20mb", "user:name", "data:1mb", "data:5mb"]
+            .iter()
+            .map(|short| lab.image(short).clone())
+            .collect();
+    for row in &pulled {
+        let covered = [&busybox, &sandbox]
+            .into_iter()
+            .chain(&use_order)
+            .any(|r| r.image_id == row.image_id);
+        if !covered {
+            use_order.push(row.clone());
+        }
+    }
+    // The three least recently used images that may go: user:uid is skipped (pinned).
+    let victims: Vec<LabImage> = use_order[1..4].to_vec();
+    let to_free: u64 = victims.iter().map(|row| row.size).sum();
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(Store::open(&dir.path().join("records.redb"), at(0)).expect("store"));
+    let config = GcConfig {
+        policy: GcPolicy {
+            high_threshold_percent: 60,
+            low_threshold_percent: 50,
+            min_age: Duration::ZERO,
+            max_age: Duration::ZERO,
+        },
+        sandbox_image: Some(lab.sandbox_image.clone()),
+        pins: PinPatterns::new(vec![pinned.reference.clone()]),
+    };
+    let runtime = ScriptedDisk {
+        client: client.clone(),
+        capacity: AtomicU64::new(0),
+        available: AtomicU64::new(0),
+    };
+    let manager = ImageGcManager::new(runtime, store.clone(), config).expect("valid policy");
+
+    // A real host-network pod with a running busybox container.
+    let pod = sandbox_spec(&lab, "ik-gc");
+    let sandbox_id = client
+        .run_pod_sandbox(&pod)
+        .await
+        .expect("RunPodSandbox of a host-network pod");
+    let guard = PodGuard {
+        endpoint: lab.endpoint.clone(),
+        sandbox_id: sandbox_id.clone(),
+    };
+    let sleeper = ContainerSpec {
+        name: "sleeper".to_string(),
+        image: busybox.reference.clone(),
+        command: vec!["/bin/sleep".to_string(), "3600".to_string()],
+        args: vec![],
+    };
+    let sleeper_id = client
+        .create_container(&sandbox_id, &pod, &sleeper)
+        .await
+        .expect("CreateContainer busybox");
+    client
+        .start_container(&sleeper_id)
+        .await
+        .expect("StartContainer busybox");
+
+    let first = manager.detect(at(0)).await.expect("detect");
+    assert_eq!(first.records, lab_ids.len());
+    assert_eq!(
+        first.in_use, 2,
+        "busybox (container) and pause (sandbox image)"
+    );
+
+    // Each image in turn is used by a (created, not started) container of the pod during one
+    // detect, so its last_used is that detect's time.
+    for (i, row) in use_order.iter().enumerate() {
+        let t = 10 * (i as i64 + 1);
+        let user = ContainerSpec {
+            name: format!("user-{i}"),
+            image: row.reference.clone(),
+            command: vec!["/bin/sleep".to_string(), "3600".to_string()],
+            args: vec![],
+        };
+        let container_id = client
+            .create_container(&sandbox_id, &pod, &user)
+            .await
+            .unwrap_or_else(|err| panic!("CreateContainer with {}: {err}", row.reference));
+        manager.detect(at(t)).await.expect("detect");
+        client
+            .remove_container(&container_id)
+            .await
+            .expect("RemoveContainer");
+        let record = store
+            .get(&RecordKey::new(row.image_id.clone(), ""))
+            .expect("read the store")
+            .expect("every lab image has a record");
+        assert_eq!(record.last_used, at(t), "{} used at {t}", row.reference);
+        assert_eq!(record.first_detected, at(0));
+    }
+    let pinned_record = store
+        .get(&RecordKey::new(pinned.image_id.clone(), ""))
+        .expect("read the store")
+        .expect("recorded");
+    assert!(pinned_record.pinned, "the pin pattern pins user:uid");
+
+    // usage = 100 - 4S*100/10S = 60% >= high; freeing down to 50% is 10S/2 - 4S = S bytes.
+    manager
+        .runtime()
+        .capacity
+        .store(10 * to_free, Ordering::SeqCst);
+    manager
+        .runtime()
+        .available
+        .store(4 * to_free, Ordering::SeqCst);
+    let free_time = at(1000);
+    let report = manager.garbage_collect(free_time).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let removed: Vec<(&str, RemovalReason)> = report
+        .removed
+        .iter()
+        .map(|r| (r.key.image_id.as_str(), r.reason))
+        .collect();
+    let want: Vec<(&str, RemovalReason)> = victims
+        .iter()
+        .map(|row| (row.image_id.as_str(), RemovalReason::Space))
+        .collect();
+    assert_eq!(
+        removed,
+        want,
+        "removed {:?}",
+        victims.iter().map(|r| &r.reference).collect::<Vec<_>>()
+    );
+    assert_eq!(report.freed, to_free);
+
+    let after = listed_ids(&client).await;
+    let victim_ids: BTreeSet<String> = victims.iter().map(|row| row.image_id.clone()).collect();
+    let remaining: BTreeSet<String> = lab_ids.difference(&victim_ids).cloned().collect();
+    assert_eq!(after, remaining, "containerd lost exactly the victims");
+    for kept in [&busybox, &sandbox, &pinned] {
+        assert!(after.contains(&kept.image_id), "{} kept", kept.reference);
+    }
+    let recorded: BTreeSet<String> = store
+        .records()
+        .expect("read the store")
+        .into_iter()
+        .map(|r| r.key.image_id.0)
+        .collect();
+    assert_eq!(
+        recorded, after,
+        "the store's records are containerd's images"
+    );
+
+    drop(guard);
+    for row in &pulled {
+        client
+            .pull_image(&row.reference, "", None)
+            .await
+            .unwrap_or_else(|err| panic!("re-pull {}: {err}", row.reference));
+    }
+    assert_eq!(
+        listed_ids(&client).await,
+        lab_ids,
+        "the lab's images are back"
+    );
+}
