@@ -98,8 +98,55 @@ impl Store {
             path: path.to_owned(),
             commits: AtomicU64::new(0),
             commit_nanos_total: AtomicU64::new(0),
+            durability: Durability::Immediate,
         };
         store.check_schema_read_only()?;
+        Ok(store)
+    }
+
+    /// Opens (creating if empty) a database on a simulated disk, as [`Store::open`] does a
+    /// file: redb's crash recovery, then the schema check, initializing an empty disk with
+    /// `now` as its creation time. `label` stands for the path in errors. Tests and fuzzing
+    /// only.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub fn open_with_backend(
+        backend: super::power_loss::PowerLossBackend,
+        label: &Path,
+        now: UnixNanos,
+        mode: super::CommitMode,
+    ) -> Result<Store, StoreError> {
+        let mut builder = builder();
+        if mode == super::CommitMode::NonDurableForTests {
+            // redb refuses `Durability::None` when other processes may share the file.
+            builder.set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
+        }
+        let db = builder
+            .create_with_backend(backend)
+            .map_err(|e| map_open_error(label, e, false))?;
+        let mut store = Store {
+            handle: Handle::Write(db),
+            path: label.to_owned(),
+            commits: AtomicU64::new(0),
+            commit_nanos_total: AtomicU64::new(0),
+            durability: Durability::Immediate,
+        };
+        let version = if store.has_meta_table()? {
+            store.meta(super::meta_keys::SCHEMA_VERSION)?
+        } else {
+            None
+        };
+        match version {
+            None => store.initialize(now)?,
+            Some(CURRENT_SCHEMA_VERSION) => {}
+            Some(v) => {
+                return Err(store.not_ours(&format!(
+                    "schema version {v} on a simulated disk (no upgrade path here)"
+                )));
+            }
+        }
+        if mode == super::CommitMode::NonDurableForTests {
+            store.durability = Durability::None;
+        }
         Ok(store)
     }
 
@@ -227,6 +274,7 @@ fn open_writable(path: &Path) -> Result<Store, StoreError> {
         path: path.to_owned(),
         commits: AtomicU64::new(0),
         commit_nanos_total: AtomicU64::new(0),
+        durability: Durability::Immediate,
     })
 }
 
