@@ -137,13 +137,15 @@ fn verify(db: &Path, promised: &Promised, last_seen: &mut i64, context: &str) {
     *last_seen = last_detect;
 }
 
-/// Runs `kills` rounds; returns how many ended in a kill (the rest finished first).
-pub fn crash_loop(kills: u32, seed: u64, dir: &Path) -> u32 {
+/// Runs `kills` rounds; returns how many ended in a kill (the rest finished first), how many
+/// output lines were read, and how many removals those lines promised.
+pub fn crash_loop(kills: u32, seed: u64, dir: &Path) -> (u32, usize, usize) {
     let db = dir.join("crash.redb");
     let mut rng = Rng(seed);
     let mut promised_all = Promised::default();
     let mut last_seen = 0;
     let mut killed = 0;
+    let mut total_lines = 0;
     for round in 0..kills {
         let steps = 40;
         let trace_path = dir.join(format!("trace-{round}.jsonl"));
@@ -167,6 +169,7 @@ pub fn crash_loop(kills: u32, seed: u64, dir: &Path) -> u32 {
         let status = child.wait().expect("wait for the child");
         // The lines it printed before dying were read above; a few more may sit in the pipe.
         promised(&lines, &mut promised_all);
+        total_lines += lines.len();
         if status.code().is_none() {
             killed += 1;
         }
@@ -177,7 +180,7 @@ pub fn crash_loop(kills: u32, seed: u64, dir: &Path) -> u32 {
         verify(&db, &promised_all, &mut last_seen, &context);
         let _ = std::fs::remove_file(&trace_path);
     }
-    killed
+    (killed, total_lines, promised_all.removed.len())
 }
 
 #[test]
@@ -187,12 +190,17 @@ fn sigkill_at_random_moments_loses_no_acknowledged_commit() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0xC0FFEE);
+    eprintln!("crash loop: seed {seed:#x}");
     let rounds = std::env::var("IMAGEKEEPER_CRASH_KILLS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(12);
-    let killed = crash_loop(rounds, seed, dir.path());
-    eprintln!("crash loop: {rounds} rounds, {killed} killed by SIGKILL, all recovered and checked");
+    let (killed, lines, removed) = crash_loop(rounds, seed, dir.path());
+    eprintln!(
+        "crash loop: {rounds} rounds, {killed} killed by SIGKILL after {lines} output lines in \
+         all; every kill recovered, check() clean, all {removed} printed removals held, \
+         last_detect never went back"
+    );
     assert!(
         killed > rounds / 2,
         "too few rounds were actually killed: {killed}"
