@@ -42,7 +42,9 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
             last_update: time(u)?,
             message_len: u.int_in_range(0..=5_000)?,
         },
-        4 => Op::RemoveBackoff { key: u.arbitrary()? },
+        4 => Op::RemoveBackoff {
+            key: u.arbitrary()?,
+        },
         5 => Op::SetMeta {
             name: u.arbitrary()?,
             value: time(u)?,
