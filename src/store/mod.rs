@@ -17,6 +17,10 @@ mod check;
 pub mod codec;
 mod error;
 mod open;
+#[cfg(any(test, feature = "fault-injection"))]
+pub mod power_loss;
+#[cfg(any(test, feature = "fault-injection"))]
+pub mod power_loss_harness;
 mod tables;
 
 use std::path::{Path, PathBuf};
@@ -50,6 +54,19 @@ pub struct Store {
     path: PathBuf,
     commits: AtomicU64,
     commit_nanos_total: AtomicU64,
+    /// `Immediate` always, except on a store opened in [`CommitMode::NonDurableForTests`].
+    durability: Durability,
+}
+
+/// How [`Store::apply`] commits. Only the `fault-injection` feature can choose anything but
+/// durable commits: the other mode exists to prove the power-loss harness catches lost commits.
+#[cfg(any(test, feature = "fault-injection"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitMode {
+    /// `Durability::Immediate`, as in production.
+    Durable,
+    /// `Durability::None`: acknowledged commits may be lost on power loss. A deliberate bug.
+    NonDurableForTests,
 }
 
 /// One image record, as stored.
@@ -275,7 +292,7 @@ impl Store {
             validate_op(op)?;
         }
         let mut txn = db.begin_write().map_err(|e| self.redb_err(e))?;
-        txn.set_durability(Durability::Immediate)
+        txn.set_durability(self.durability)
             .map_err(|e| self.redb_err(e))?;
         txn.set_quick_repair(true);
         let changed = apply_ops(&txn, batch).map_err(|e| self.wrap(e))?;

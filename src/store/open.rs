@@ -47,13 +47,25 @@ fn builder() -> Builder {
     // The agent keeps at most a few hundred thousand small records: a modest cache is plenty
     // and keeps the process small.
     b.set_cache_size(64 * 1024 * 1024);
+    // Verify every page's checksum on a read-write open: redb trusts the pages of a plain open
+    // and may panic reading a damaged one (a zeroed btree page hits an `unreachable!`); with
+    // this, a damaged file fails to open as corrupt. It reads the whole file once per open.
+    b.set_check_integrity_on_open(true);
     b
 }
 
 impl Store {
     /// Opens (creating if missing) the database at `path` for reading and writing. A new file
     /// is created 0600 in a directory created 0700. `now` stamps a new file's creation time.
+    ///
+    /// A file so damaged that redb panics reading it (redb 4.5 unwraps the UTF-8 of the type
+    /// names in its table directory) is refused as [`StoreError::Corrupt`]: the open path runs
+    /// under `catch_unwind` and reads every table definition before it returns the store.
     pub fn open(path: &Path, now: UnixNanos) -> Result<Store, StoreError> {
+        refuse_panics(path, || Store::open_unguarded(path, now))
+    }
+
+    fn open_unguarded(path: &Path, now: UnixNanos) -> Result<Store, StoreError> {
         if prepare_file(path)? > 0 {
             refuse_newer_schema(path)?;
         }
@@ -78,15 +90,22 @@ impl Store {
                 backup(path, v)?;
                 let store = open_writable(path)?;
                 store.migrate(v)?;
+                store.read_table_definitions()?;
                 return Ok(store);
             }
         }
+        store.read_table_definitions()?;
         Ok(store)
     }
 
     /// Opens an existing database read-only, alongside a running agent. It never writes the
     /// file; a file that needs crash recovery is refused with [`StoreError::NeedsRecovery`].
+    /// Like [`Store::open`], a file that makes redb panic is refused as corrupt.
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        refuse_panics(path, || Store::open_read_only_unguarded(path))
+    }
+
+    fn open_read_only_unguarded(path: &Path) -> Result<Store, StoreError> {
         let file = fs::File::open(path).map_err(|e| open_io_error(path, e))?;
         check_not_empty(path, &file)?;
         drop(file);
@@ -98,8 +117,68 @@ impl Store {
             path: path.to_owned(),
             commits: AtomicU64::new(0),
             commit_nanos_total: AtomicU64::new(0),
+            durability: Durability::Immediate,
         };
         store.check_schema_read_only()?;
+        store.read_table_definitions()?;
+        Ok(store)
+    }
+
+    /// Opens every table once, so that redb decodes every table definition while the open is
+    /// still guarded against its panics; later opens read the same bytes.
+    fn read_table_definitions(&self) -> Result<(), StoreError> {
+        let txn = self.begin_read()?;
+        let _ = txn.list_tables().map_err(|e| self.redb_err(e))?.count();
+        txn.open_table(IMAGES).map_err(|e| self.redb_err(e))?;
+        txn.open_table(EVICTION).map_err(|e| self.redb_err(e))?;
+        txn.open_table(BACKOFF).map_err(|e| self.redb_err(e))?;
+        txn.open_table(META).map_err(|e| self.redb_err(e))?;
+        Ok(())
+    }
+
+    /// Opens (creating if empty) a database on a simulated disk, as [`Store::open`] does a
+    /// file: redb's crash recovery, then the schema check, initializing an empty disk with
+    /// `now` as its creation time. `label` stands for the path in errors. Tests and fuzzing
+    /// only.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub fn open_with_backend(
+        backend: super::power_loss::PowerLossBackend,
+        label: &Path,
+        now: UnixNanos,
+        mode: super::CommitMode,
+    ) -> Result<Store, StoreError> {
+        let mut builder = builder();
+        if mode == super::CommitMode::NonDurableForTests {
+            // redb refuses `Durability::None` when other processes may share the file.
+            builder.set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
+        }
+        let db = builder
+            .create_with_backend(backend)
+            .map_err(|e| map_open_error(label, e, false))?;
+        let mut store = Store {
+            handle: Handle::Write(db),
+            path: label.to_owned(),
+            commits: AtomicU64::new(0),
+            commit_nanos_total: AtomicU64::new(0),
+            durability: Durability::Immediate,
+        };
+        let version = if store.has_meta_table()? {
+            store.meta(super::meta_keys::SCHEMA_VERSION)?
+        } else {
+            None
+        };
+        match version {
+            None => store.initialize(now)?,
+            Some(CURRENT_SCHEMA_VERSION) => {}
+            Some(v) => {
+                return Err(store.not_ours(&format!(
+                    "schema version {v} on a simulated disk (no upgrade path here)"
+                )));
+            }
+        }
+        if mode == super::CommitMode::NonDurableForTests {
+            store.durability = Durability::None;
+        }
         Ok(store)
     }
 
@@ -209,6 +288,30 @@ impl Store {
     }
 }
 
+/// Runs an open, turning a panic inside redb into [`StoreError::Corrupt`]. redb 4.5 panics on
+/// some corrupt files (e.g. invalid UTF-8 in a table's type name, `types.rs` `TypeName::
+/// from_bytes`) even with its debug assertions off; there is no other way to refuse such a file
+/// gracefully. Only the open path is guarded; it needs `panic = "unwind"` (the default).
+fn refuse_panics(
+    path: &Path,
+    open: impl FnOnce() -> Result<Store, StoreError>,
+) -> Result<Store, StoreError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_owned());
+            Err(StoreError::Corrupt {
+                path: path.to_owned(),
+                detail: format!("redb panicked reading it: {message}"),
+            })
+        }
+    }
+}
+
 /// Refuses a file of a newer schema before a read-write open can touch it. A file that needs
 /// crash recovery cannot be peeked at read-only; the check after the read-write open covers it.
 fn refuse_newer_schema(path: &Path) -> Result<(), StoreError> {
@@ -227,6 +330,7 @@ fn open_writable(path: &Path) -> Result<Store, StoreError> {
         path: path.to_owned(),
         commits: AtomicU64::new(0),
         commit_nanos_total: AtomicU64::new(0),
+        durability: Durability::Immediate,
     })
 }
 

@@ -6,6 +6,8 @@
 //! self-contained. Run them all with `scripts/test`.
 
 mod agent;
+mod corrupt;
+mod crash;
 mod cri;
 mod gc;
 mod inspect;

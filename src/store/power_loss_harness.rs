@@ -1,0 +1,546 @@
+//! The power-loss harness (feature `fault-injection`): drives the real [`Store`] API on a
+//! [`PowerLossDisk`] through a [`Scenario`] of batches and clean reopens, cuts power at a chosen
+//! disk operation, rebuilds the disk from the synced image plus a seeded subset of the unsynced
+//! writes, reopens it read-write (redb's recovery), and holds the result against a `BTreeMap`
+//! model: the store must hold exactly the state after the last acknowledged commit, or after
+//! the commit in flight at the cut, whole; [`Store::check`] must pass; the eviction index must
+//! walk; and the recovered store must take a new commit that survives a reopen.
+//!
+//! The proptest in `tests` runs it under `cargo test`; `fuzz/fuzz_targets/power_loss.rs` drives
+//! it from fuzz input.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use super::power_loss::PowerLossDisk;
+use super::{Batch, CommitMode, Store, StoreError, Violation, meta_keys};
+use crate::model::{BackoffEntry, ImageRecord, RecordKey, UnixNanos};
+
+/// The creation time of every simulated database.
+const CREATED_AT: UnixNanos = UnixNanos(1_000_000_000_000);
+const LABEL: &str = "<power-loss disk>";
+const HANDLERS: [&str; 3] = ["", "runc", "kata"];
+const META_NAMES: [&str; 3] = [
+    meta_keys::LAST_DETECT,
+    meta_keys::AGENT_STARTED_AT,
+    "marker",
+];
+
+/// One operation of a batch; small numbers pick among a few keys so operations collide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A detect-like upsert of the whole record.
+    Upsert {
+        image: u8,
+        handler: u8,
+        first_detected: i64,
+        last_used: i64,
+        size: u64,
+        pinned: bool,
+    },
+    /// A last-used bump (creating the record if missing).
+    MarkUsed {
+        image: u8,
+        handler: u8,
+        now: i64,
+        size: Option<u64>,
+    },
+    Remove {
+        image: u8,
+        handler: u8,
+    },
+    PutBackoff {
+        key: u8,
+        backoff_secs: u32,
+        last_update: i64,
+        /// The error message is this many bytes (cut to 4096): long ones spill redb pages.
+        message_len: u16,
+    },
+    RemoveBackoff {
+        key: u8,
+    },
+    SetMeta {
+        name: u8,
+        value: i64,
+    },
+    /// `stamp_if_changed(last_detect, value)`.
+    Stamp {
+        value: i64,
+    },
+}
+
+/// A step of a scenario.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// One `Store::apply`.
+    Batch(Vec<Op>),
+    /// Drop the store and open the disk again (no crash).
+    Reopen,
+}
+
+/// One run: the steps, when power is cut (the number of the mutating disk operation, counted
+/// from the end of the first open, that fails first; past the end, power is cut after the last
+/// step), which unsynced writes survive (a seed), and how the store commits.
+///
+/// The first open, which creates the database, always completes: a cut while redb creates a
+/// new file leaves a file that it refuses (see `docs/testing-fuzz.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scenario {
+    pub steps: Vec<Step>,
+    pub cut_after: u64,
+    pub crash_seed: u64,
+    pub mode: CommitMode,
+}
+
+/// Which acceptable state the recovered store held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovered {
+    /// The state after the last acknowledged commit (with a commit in flight or not).
+    Acknowledged,
+    /// The state after the commit in flight at the cut, whole.
+    InFlight,
+}
+
+/// What a run that kept the promise did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Commits the store acknowledged before the cut.
+    pub acknowledged: usize,
+    /// Whether power was cut during a step (rather than after the last one).
+    pub cut_during_run: bool,
+    /// Whether a commit that changes something was in flight at the cut.
+    pub in_flight: bool,
+    pub recovered: Recovered,
+    /// Mutating disk operations before the cut.
+    pub disk_ops: u64,
+}
+
+/// How a run broke the promise (or could not be run).
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessFailure {
+    #[error(
+        "after the crash the store holds neither the acknowledged state nor the in-flight one: {detail}"
+    )]
+    WrongState { detail: String },
+    #[error("the database does not open after the crash: {0}")]
+    ReopenFailed(#[source] Box<StoreError>),
+    #[error("check after recovery: {}", list(.0))]
+    CheckFailed(Vec<Violation>),
+    #[error("{what} failed without a power cut: {source}")]
+    Unexpected {
+        what: &'static str,
+        #[source]
+        source: Box<StoreError>,
+    },
+    #[error("the store says batch {step} changed {store}, the model says {model}")]
+    ModelDisagrees {
+        step: usize,
+        store: bool,
+        model: bool,
+    },
+    #[error("the recovered store: {detail}")]
+    AfterRecovery { detail: String },
+}
+
+fn list(v: &[Violation]) -> String {
+    v.iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Everything the store holds, as plain maps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Model {
+    pub records: BTreeMap<RecordKey, ImageRecord>,
+    pub backoff: BTreeMap<String, BackoffEntry>,
+    pub meta: BTreeMap<String, i64>,
+}
+
+impl Model {
+    /// A freshly initialized database.
+    fn initial() -> Model {
+        let mut meta = BTreeMap::new();
+        meta.insert(
+            meta_keys::SCHEMA_VERSION.to_owned(),
+            super::CURRENT_SCHEMA_VERSION,
+        );
+        meta.insert(meta_keys::CREATED_AT.to_owned(), CREATED_AT.0);
+        Model {
+            meta,
+            ..Model::default()
+        }
+    }
+
+    /// Reads everything from `store`.
+    pub fn read(store: &Store) -> Result<Model, StoreError> {
+        Ok(Model {
+            records: store
+                .records()?
+                .into_iter()
+                .map(|r| (r.key, r.record))
+                .collect(),
+            backoff: store.backoff_entries()?.into_iter().collect(),
+            meta: store.meta_entries()?.into_iter().collect(),
+        })
+    }
+
+    /// Applies `ops` as `Store::apply` does; returns whether anything changed.
+    fn apply(&mut self, ops: &[Op]) -> bool {
+        let mut changed = false;
+        let mut stamps = Vec::new();
+        for op in ops {
+            changed |= match op {
+                Op::Upsert { .. } | Op::MarkUsed { .. } | Op::Remove { .. } => {
+                    let key = record_key(op);
+                    let old = self.records.get(&key).copied();
+                    let next = match op {
+                        Op::Upsert {
+                            first_detected,
+                            last_used,
+                            size,
+                            pinned,
+                            ..
+                        } => Some(ImageRecord {
+                            first_detected: UnixNanos(*first_detected),
+                            last_used: UnixNanos(*last_used),
+                            size: *size,
+                            pinned: *pinned,
+                        }),
+                        Op::MarkUsed { now, size, .. } => Some(match old {
+                            Some(old) => ImageRecord {
+                                last_used: UnixNanos(*now),
+                                size: size.unwrap_or(old.size),
+                                ..old
+                            },
+                            None => ImageRecord {
+                                first_detected: UnixNanos(*now),
+                                last_used: UnixNanos(*now),
+                                size: size.unwrap_or(0),
+                                pinned: false,
+                            },
+                        }),
+                        _ => None,
+                    };
+                    match next {
+                        _ if next == old => false,
+                        Some(r) => {
+                            self.records.insert(key, r);
+                            true
+                        }
+                        None => self.records.remove(&key).is_some(),
+                    }
+                }
+                Op::PutBackoff { key, .. } => {
+                    let entry = backoff_entry(op);
+                    let key = backoff_key(*key);
+                    if self.backoff.get(&key) == Some(&entry) {
+                        false
+                    } else {
+                        self.backoff.insert(key, entry);
+                        true
+                    }
+                }
+                Op::RemoveBackoff { key } => self.backoff.remove(&backoff_key(*key)).is_some(),
+                Op::SetMeta { name, value } => self.set_meta(meta_name(*name), *value),
+                Op::Stamp { value } => {
+                    stamps.push(*value);
+                    false
+                }
+            };
+        }
+        if changed {
+            for value in stamps {
+                self.set_meta(meta_keys::LAST_DETECT, value);
+            }
+        }
+        changed
+    }
+
+    fn set_meta(&mut self, name: &str, value: i64) -> bool {
+        self.meta.insert(name.to_owned(), value) != Some(value)
+    }
+}
+
+fn record_key(op: &Op) -> RecordKey {
+    let (image, handler) = match op {
+        Op::Upsert { image, handler, .. }
+        | Op::MarkUsed { image, handler, .. }
+        | Op::Remove { image, handler } => (*image, *handler),
+        _ => (0, 0),
+    };
+    RecordKey::new(
+        format!("sha256:{:064x}", image % 16),
+        HANDLERS[usize::from(handler) % HANDLERS.len()],
+    )
+}
+
+fn backoff_key(key: u8) -> String {
+    format!("pod-{}_registry.example/app:{}", key % 4, key % 3)
+}
+
+fn backoff_entry(op: &Op) -> BackoffEntry {
+    match op {
+        Op::PutBackoff {
+            backoff_secs,
+            last_update,
+            message_len,
+            ..
+        } => BackoffEntry {
+            backoff: Duration::from_secs(u64::from(*backoff_secs)),
+            last_update: UnixNanos(*last_update),
+            last_error: "x".repeat(usize::from(*message_len).min(super::codec::MAX_ERROR_BYTES)),
+        },
+        _ => BackoffEntry {
+            backoff: Duration::ZERO,
+            last_update: UnixNanos::NEVER,
+            last_error: String::new(),
+        },
+    }
+}
+
+fn meta_name(name: u8) -> &'static str {
+    META_NAMES[usize::from(name) % META_NAMES.len()]
+}
+
+fn to_batch(ops: &[Op]) -> Batch {
+    let mut batch = Batch::new();
+    for op in ops {
+        match op {
+            Op::Upsert { .. } => {
+                let mut m = Model::default();
+                m.apply(std::slice::from_ref(op));
+                let (key, record) = m
+                    .records
+                    .into_iter()
+                    .next()
+                    .expect("an upsert into an empty model creates exactly one record");
+                batch.upsert(key, record);
+            }
+            Op::MarkUsed { now, size, .. } => {
+                batch.mark_used(record_key(op), UnixNanos(*now), *size)
+            }
+            Op::Remove { .. } => batch.remove(record_key(op)),
+            Op::PutBackoff { key, .. } => batch.put_backoff(backoff_key(*key), backoff_entry(op)),
+            Op::RemoveBackoff { key } => batch.remove_backoff(backoff_key(*key)),
+            Op::SetMeta { name, value } => batch.set_meta(meta_name(*name), *value),
+            Op::Stamp { value } => batch.stamp_if_changed(meta_keys::LAST_DETECT, *value),
+        }
+    }
+    batch
+}
+
+fn open(disk: &PowerLossDisk, mode: CommitMode) -> Result<Store, StoreError> {
+    Store::open_with_backend(disk.backend(), Path::new(LABEL), CREATED_AT, mode)
+}
+
+/// How many mutating disk operations `scenario` makes after the first open when power is never
+/// cut: the range in which a cut lands inside the run.
+pub fn count_disk_ops(scenario: &Scenario) -> Result<u64, HarnessFailure> {
+    let disk = PowerLossDisk::new(Vec::new(), None);
+    let unexpected = |what| {
+        move |source| HarnessFailure::Unexpected {
+            what,
+            source: Box::new(source),
+        }
+    };
+    let mut store = Some(open(&disk, scenario.mode).map_err(unexpected("open"))?);
+    let created = disk.ops();
+    for step in &scenario.steps {
+        match step {
+            Step::Batch(ops) => {
+                if let Some(s) = &store {
+                    s.apply(&to_batch(ops)).map_err(unexpected("apply"))?;
+                }
+            }
+            Step::Reopen => {
+                drop(store.take());
+                store = Some(open(&disk, scenario.mode).map_err(unexpected("reopen"))?);
+            }
+        }
+    }
+    Ok(disk.ops() - created)
+}
+
+/// Runs `scenario`; `Ok` when the store kept its promise.
+pub fn run(scenario: &Scenario) -> Result<Outcome, HarnessFailure> {
+    let disk = PowerLossDisk::new(Vec::new(), None);
+    let mut acked = Model::initial();
+    let mut in_flight: Option<Model> = None;
+    let mut acknowledged = 0;
+    let unexpected = |what| {
+        move |source| HarnessFailure::Unexpected {
+            what,
+            source: Box::new(source),
+        }
+    };
+
+    let mut store = Some(open(&disk, scenario.mode).map_err(unexpected("open"))?);
+    disk.cut_after(scenario.cut_after);
+    for (index, step) in scenario.steps.iter().enumerate() {
+        let Some(current) = store.as_ref() else { break };
+        match step {
+            Step::Batch(ops) => {
+                let mut next = acked.clone();
+                let model_changed = next.apply(ops);
+                match current.apply(&to_batch(ops)) {
+                    Ok(changed) => {
+                        if changed != model_changed {
+                            return Err(HarnessFailure::ModelDisagrees {
+                                step: index,
+                                store: changed,
+                                model: model_changed,
+                            });
+                        }
+                        acknowledged += usize::from(changed);
+                        acked = next;
+                    }
+                    Err(_) if disk.is_cut() => {
+                        in_flight = model_changed.then_some(next);
+                        store = None;
+                    }
+                    Err(e) => return Err(unexpected("apply")(e)),
+                }
+            }
+            Step::Reopen => {
+                drop(store.take());
+                match open(&disk, scenario.mode) {
+                    Ok(s) => store = Some(s),
+                    Err(_) if disk.is_cut() => {}
+                    Err(e) => return Err(unexpected("reopen")(e)),
+                }
+            }
+        }
+    }
+    let cut_during_run = disk.is_cut();
+    let disk_ops = disk.ops();
+    // Power goes off with the store still open: nothing of a clean close reaches the disk.
+    disk.cut_now();
+    drop(store);
+
+    let after = PowerLossDisk::new(disk.crash_image(scenario.crash_seed), None);
+    let mut store =
+        open(&after, CommitMode::Durable).map_err(|e| HarnessFailure::ReopenFailed(Box::new(e)))?;
+    let found = Model::read(&store).map_err(|e| HarnessFailure::ReopenFailed(Box::new(e)))?;
+    let recovered = if found == acked {
+        Recovered::Acknowledged
+    } else if in_flight.as_ref() == Some(&found) {
+        Recovered::InFlight
+    } else {
+        return Err(HarnessFailure::WrongState {
+            detail: describe(&acked, in_flight.as_ref(), &found),
+        });
+    };
+    let violations = store.check().map_err(|e| HarnessFailure::AfterRecovery {
+        detail: format!("check failed to run: {e}"),
+    })?;
+    if !violations.is_empty() {
+        return Err(HarnessFailure::CheckFailed(violations));
+    }
+    usable_after_recovery(store, &after, found)?;
+    Ok(Outcome {
+        acknowledged,
+        cut_during_run,
+        in_flight: in_flight.is_some(),
+        recovered,
+        disk_ops,
+    })
+}
+
+/// The recovered store walks its eviction index in order and takes a commit that a clean
+/// reopen still holds.
+fn usable_after_recovery(
+    store: Store,
+    disk: &PowerLossDisk,
+    mut model: Model,
+) -> Result<(), HarnessFailure> {
+    let fail = |detail: String| HarnessFailure::AfterRecovery { detail };
+    let walked: Vec<_> = store
+        .eviction_order()
+        .map_err(|e| fail(format!("eviction scan: {e}")))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| fail(format!("eviction scan: {e}")))?;
+    if walked.len() != model.records.len()
+        || walked.windows(2).any(|w| {
+            (w[0].record.last_used, w[0].record.first_detected)
+                > (w[1].record.last_used, w[1].record.first_detected)
+        })
+    {
+        return Err(fail(
+            "the eviction walk is out of order or incomplete".to_owned(),
+        ));
+    }
+    let op = Op::MarkUsed {
+        image: 15,
+        handler: 0,
+        now: i64::MAX,
+        size: Some(1),
+    };
+    model.apply(std::slice::from_ref(&op));
+    store
+        .apply(&to_batch(&[op]))
+        .map_err(|e| fail(format!("a commit after recovery: {e}")))?;
+    drop(store);
+    let store = open(disk, CommitMode::Durable).map_err(|e| fail(format!("reopen: {e}")))?;
+    let found = Model::read(&store).map_err(|e| fail(format!("read after reopen: {e}")))?;
+    if found != model {
+        return Err(fail(format!(
+            "a commit after recovery did not survive a clean reopen: {}",
+            describe(&model, None, &found)
+        )));
+    }
+    Ok(())
+}
+
+/// A short account of how `found` differs from the expected states.
+fn describe(acked: &Model, in_flight: Option<&Model>, found: &Model) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "found {} records, {} backoff entries, meta {:?}; acknowledged state has {} records, {} \
+         backoff entries, meta {:?}",
+        found.records.len(),
+        found.backoff.len(),
+        found.meta,
+        acked.records.len(),
+        acked.backoff.len(),
+        acked.meta
+    );
+    if let Some(m) = in_flight {
+        let _ = write!(
+            out,
+            "; in-flight state has {} records, {} backoff entries, meta {:?}",
+            m.records.len(),
+            m.backoff.len(),
+            m.meta
+        );
+    } else {
+        let _ = write!(out, "; no commit was in flight");
+    }
+    let differing: Vec<String> = acked
+        .records
+        .iter()
+        .filter(|(k, v)| found.records.get(k) != Some(v))
+        .map(|(k, _)| k.to_string())
+        .chain(
+            found
+                .records
+                .keys()
+                .filter(|k| !acked.records.contains_key(k))
+                .map(|k| k.to_string()),
+        )
+        .take(4)
+        .collect();
+    if !differing.is_empty() {
+        let _ = write!(
+            out,
+            "; records differing from the acknowledged state: {differing:?}"
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

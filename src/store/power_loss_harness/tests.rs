@@ -1,0 +1,173 @@
+//! The power-loss harness under proptest, and the proof that it can fail.
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+
+use super::*;
+
+fn op() -> impl Strategy<Value = Op> {
+    let time = prop_oneof![Just(0i64), 0i64..2_000, any::<i64>()];
+    prop_oneof![
+        4 => (any::<u8>(), any::<u8>(), time.clone(), time.clone(), any::<u64>(), any::<bool>())
+            .prop_map(|(image, handler, first_detected, last_used, size, pinned)| Op::Upsert {
+                image, handler, first_detected, last_used, size, pinned,
+            }),
+        3 => (any::<u8>(), any::<u8>(), time.clone(), proptest::option::of(any::<u64>()))
+            .prop_map(|(image, handler, now, size)| Op::MarkUsed { image, handler, now, size }),
+        2 => (any::<u8>(), any::<u8>()).prop_map(|(image, handler)| Op::Remove { image, handler }),
+        1 => (any::<u8>(), 0u32..600, time.clone(), prop_oneof![0u16..64, 0u16..5000])
+            .prop_map(|(key, backoff_secs, last_update, message_len)| Op::PutBackoff {
+                key, backoff_secs, last_update, message_len,
+            }),
+        1 => any::<u8>().prop_map(|key| Op::RemoveBackoff { key }),
+        1 => (any::<u8>(), time.clone()).prop_map(|(name, value)| Op::SetMeta { name, value }),
+        1 => time.prop_map(|value| Op::Stamp { value }),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        12 => proptest::collection::vec(op(), 1..8).prop_map(Step::Batch),
+        1 => Just(Step::Reopen),
+    ]
+}
+
+/// A scenario and where, as a share of its disk operations, power is cut (past 1.0: after the
+/// last step).
+fn scenario(mode: CommitMode) -> impl Strategy<Value = (Scenario, f64)> {
+    (
+        proptest::collection::vec(step(), 1..10),
+        any::<u64>(),
+        0.0f64..1.05,
+    )
+        .prop_map(move |(steps, crash_seed, share)| {
+            (
+                Scenario {
+                    steps,
+                    cut_after: 0,
+                    crash_seed,
+                    mode,
+                },
+                share,
+            )
+        })
+}
+
+fn with_cut(mut s: Scenario, share: f64) -> Scenario {
+    let total = count_disk_ops(&s).expect("the scenario runs without a power cut");
+    s.cut_after = (total as f64 * share) as u64;
+    s
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_power_cut_keeps_the_acknowledged_or_the_in_flight_commit(
+        (s, share) in scenario(CommitMode::Durable)
+    ) {
+        let s = with_cut(s, share);
+        if let Err(e) = run(&s) {
+            prop_assert!(false, "{e}\n{s:?}");
+        }
+    }
+}
+
+/// The cases above must actually reach the interesting places: cuts inside commits that
+/// recover to the in-flight state as well as to the acknowledged one.
+#[test]
+fn cuts_land_inside_commits_both_ways() {
+    let steps: Vec<Step> = (0..6)
+        .map(|i| {
+            Step::Batch(vec![
+                Op::Upsert {
+                    image: i,
+                    handler: 0,
+                    first_detected: 1,
+                    last_used: i64::from(i),
+                    size: 10,
+                    pinned: false,
+                },
+                Op::Stamp {
+                    value: i64::from(i),
+                },
+            ])
+        })
+        .collect();
+    let base = Scenario {
+        steps,
+        cut_after: 0,
+        crash_seed: 0,
+        mode: CommitMode::Durable,
+    };
+    let total = count_disk_ops(&base).expect("runs");
+    let mut in_flight_whole = 0;
+    let mut in_flight_lost = 0;
+    for cut_after in 0..=total {
+        for crash_seed in 0..4 {
+            let s = Scenario {
+                cut_after,
+                crash_seed,
+                ..base.clone()
+            };
+            let outcome = run(&s).unwrap_or_else(|e| panic!("{e}\n{s:?}"));
+            match (outcome.in_flight, outcome.recovered) {
+                (true, Recovered::InFlight) => in_flight_whole += 1,
+                (true, Recovered::Acknowledged) => in_flight_lost += 1,
+                _ => {}
+            }
+        }
+    }
+    assert!(in_flight_whole > 0, "no cut recovered a commit in flight");
+    assert!(in_flight_lost > 0, "no cut lost a commit in flight");
+}
+
+/// The harness catches a store that acknowledges commits it has not made durable.
+#[test]
+fn the_harness_catches_non_durable_commits() {
+    let s = Scenario {
+        steps: vec![
+            Step::Batch(vec![Op::MarkUsed {
+                image: 1,
+                handler: 0,
+                now: 5,
+                size: Some(3),
+            }]),
+            Step::Batch(vec![Op::SetMeta { name: 2, value: 7 }]),
+        ],
+        cut_after: u64::MAX,
+        crash_seed: 1,
+        mode: CommitMode::NonDurableForTests,
+    };
+    match run(&s) {
+        Err(HarnessFailure::WrongState { .. }) => {}
+        other => panic!("a lost acknowledged commit went unnoticed: {other:?}"),
+    }
+    // And across random scenarios without clean reopens (a clean close makes non-durable
+    // commits durable): every one that commits something loses it and is caught.
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = scenario(CommitMode::NonDurableForTests);
+    let (mut caught, mut with_commits) = (0, 0);
+    for _ in 0..40 {
+        let (s, share) = strategy
+            .new_tree(&mut runner)
+            .expect("a scenario")
+            .current();
+        let mut s = s;
+        s.steps.retain(|step| *step != Step::Reopen);
+        let s = with_cut(s, share.max(1.0));
+        match run(&s) {
+            Err(HarnessFailure::WrongState { .. }) => {
+                caught += 1;
+                with_commits += 1;
+            }
+            Ok(outcome) => with_commits += usize::from(outcome.acknowledged > 0),
+            Err(e) => panic!("unexpected failure kind: {e}"),
+        }
+    }
+    assert!(with_commits > 20, "too few scenarios committed anything");
+    assert_eq!(
+        caught, with_commits,
+        "a non-durable commit was lost unnoticed"
+    );
+}
