@@ -203,7 +203,7 @@ impl CriClient {
 
     /// The runtime's name and version.
     pub async fn version(&self) -> Result<RuntimeVersion, CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::VersionRequest {
             version: "v1".to_string(),
         };
@@ -212,7 +212,10 @@ impl CriClient {
             &self.runtime_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.version(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.version(r).await }
+            },
         )
         .await?;
         Ok(convert::version_from_proto(response))
@@ -220,7 +223,7 @@ impl CriClient {
 
     /// Runs a pod sandbox; returns its id.
     pub async fn run_pod_sandbox(&self, spec: &SandboxSpec) -> Result<String, CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::RunPodSandboxRequest {
             config: Some(convert::sandbox_config(spec)),
             runtime_handler: String::new(),
@@ -230,14 +233,17 @@ impl CriClient {
             &self.runtime_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.run_pod_sandbox(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.run_pod_sandbox(r).await }
+            },
         )
         .await?;
         Ok(response.pod_sandbox_id)
     }
 
     pub async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::StopPodSandboxRequest {
             pod_sandbox_id: pod_sandbox_id.to_string(),
         };
@@ -246,14 +252,17 @@ impl CriClient {
             &self.runtime_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.stop_pod_sandbox(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.stop_pod_sandbox(r).await }
+            },
         )
         .await?;
         Ok(())
     }
 
     pub async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::RemovePodSandboxRequest {
             pod_sandbox_id: pod_sandbox_id.to_string(),
         };
@@ -262,7 +271,10 @@ impl CriClient {
             &self.runtime_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.remove_pod_sandbox(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.remove_pod_sandbox(r).await }
+            },
         )
         .await?;
         Ok(())
@@ -270,14 +282,17 @@ impl CriClient {
 
     /// Every pod sandbox, ready or not.
     pub async fn list_pod_sandbox(&self) -> Result<Vec<PodSandboxSummary>, CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::ListPodSandboxRequest { filter: None };
         let response = runtime_call(
             "ListPodSandbox",
             &self.runtime_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.list_pod_sandbox(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.list_pod_sandbox(r).await }
+            },
         )
         .await?;
         Ok(response
@@ -294,7 +309,7 @@ impl CriClient {
         sandbox: &SandboxSpec,
         container: &ContainerSpec,
     ) -> Result<String, CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::CreateContainerRequest {
             pod_sandbox_id: pod_sandbox_id.to_string(),
             config: Some(convert::container_config(container)),
@@ -305,14 +320,17 @@ impl CriClient {
             &self.runtime_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.create_container(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.create_container(r).await }
+            },
         )
         .await?;
         Ok(response.container_id)
     }
 
     pub async fn start_container(&self, container_id: &str) -> Result<(), CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::StartContainerRequest {
             container_id: container_id.to_string(),
         };
@@ -321,7 +339,10 @@ impl CriClient {
             &self.runtime_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.start_container(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.start_container(r).await }
+            },
         )
         .await?;
         Ok(())
@@ -333,7 +354,7 @@ impl CriClient {
         container_id: &str,
         grace: Duration,
     ) -> Result<(), CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::StopContainerRequest {
             container_id: container_id.to_string(),
             timeout: i64::try_from(grace.as_secs()).unwrap_or(i64::MAX),
@@ -345,14 +366,17 @@ impl CriClient {
             &self.runtime_endpoint,
             deadline,
             request,
-            |r| async move { client.stop_container(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.stop_container(r).await }
+            },
         )
         .await?;
         Ok(())
     }
 
     pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::RemoveContainerRequest {
             container_id: container_id.to_string(),
         };
@@ -361,7 +385,10 @@ impl CriClient {
             &self.runtime_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.remove_container(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.remove_container(r).await }
+            },
         )
         .await?;
         Ok(())
@@ -373,7 +400,7 @@ impl CriClient {
         &self,
         container_id: &str,
     ) -> Result<ContainerStatusReport, CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::ContainerStatusRequest {
             container_id: container_id.to_string(),
             verbose: false,
@@ -383,7 +410,10 @@ impl CriClient {
             &self.runtime_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.container_status(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.container_status(r).await }
+            },
         )
         .await?;
         let status = response.status.ok_or_else(|| CriError::Rpc {
@@ -397,22 +427,59 @@ impl CriClient {
 
 /// One unary call with a deadline: sent as `grpc-timeout` and enforced here too, so a runtime
 /// that never answers (or a stuck connection) cannot hold the caller past `deadline`.
+///
+/// A call that fails because the connection broke (the runtime restarted since the last call)
+/// is sent once more on a fresh connection, within the same deadline, as grpc-go's transparent
+/// retry does; CRI calls are idempotent or keyed by name, so a repeat is harmless.
 async fn runtime_call<Req, Resp, F, Fut>(
     method: &'static str,
     endpoint: &str,
     deadline: Duration,
     request: Req,
-    call: F,
+    mut call: F,
 ) -> Result<Resp, CriError>
 where
-    F: FnOnce(tonic::Request<Req>) -> Fut,
+    Req: Clone,
+    F: FnMut(tonic::Request<Req>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
 {
-    let mut request = tonic::Request::new(request);
-    request.set_timeout(deadline);
     tracing::trace!(method, endpoint, "CRI call");
-    match tokio::time::timeout(deadline, call(request)).await {
+    let start = tokio::time::Instant::now();
+    let attempts = async {
+        let mut retried = false;
+        loop {
+            let mut attempt = tonic::Request::new(request.clone());
+            attempt.set_timeout(deadline.saturating_sub(start.elapsed()));
+            match call(attempt).await {
+                Err(status) if !retried && convert::is_broken_connection(&status) => {
+                    tracing::debug!(
+                        method,
+                        endpoint,
+                        "CRI connection broke; retrying on a new one"
+                    );
+                    retried = true;
+                }
+                outcome => return outcome,
+            }
+        }
+    };
+    match tokio::time::timeout(deadline, attempts).await {
         Ok(Ok(response)) => Ok(response.into_inner()),
+        // The far end enforced the grpc-timeout first (a tonic server answers Cancelled, a Go
+        // one DeadlineExceeded): either way, our deadline passed.
+        Ok(Err(status))
+            if start.elapsed() >= deadline
+                && matches!(
+                    status.code(),
+                    tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+                ) =>
+        {
+            tracing::debug!(method, endpoint, ?deadline, "CRI call timed out");
+            Err(CriError::Timeout {
+                method,
+                after: deadline,
+            })
+        }
         Ok(Err(status)) => {
             let err = convert::error_from_status(method, endpoint, status);
             tracing::debug!(method, endpoint, error = %err, "CRI call failed");
@@ -430,14 +497,17 @@ where
 
 impl ImageRuntime for CriClient {
     async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
-        let mut client = self.images.clone();
+        let client = self.images.clone();
         let request = proto::ListImagesRequest { filter: None };
         let response = runtime_call(
             "ListImages",
             &self.image_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.list_images(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.list_images(r).await }
+            },
         )
         .await?;
         Ok(response
@@ -452,7 +522,7 @@ impl ImageRuntime for CriClient {
         image: &str,
         runtime_handler: &str,
     ) -> Result<Option<RuntimeImage>, CriError> {
-        let mut client = self.images.clone();
+        let client = self.images.clone();
         let request = proto::ImageStatusRequest {
             image: Some(convert::image_spec(image, runtime_handler)),
             verbose: false,
@@ -462,7 +532,10 @@ impl ImageRuntime for CriClient {
             &self.image_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.image_status(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.image_status(r).await }
+            },
         )
         .await?;
         Ok(response.image.map(convert::image_from_proto))
@@ -474,7 +547,7 @@ impl ImageRuntime for CriClient {
         runtime_handler: &str,
         credentials: Option<&PullCredentials>,
     ) -> Result<String, CriError> {
-        let mut client = self.images.clone();
+        let client = self.images.clone();
         let request = proto::PullImageRequest {
             image: Some(convert::image_spec(image, runtime_handler)),
             auth: credentials.map(convert::auth_config_from_credentials),
@@ -491,14 +564,17 @@ impl ImageRuntime for CriClient {
             &self.image_endpoint,
             self.pull_timeout,
             request,
-            |r| async move { client.pull_image(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.pull_image(r).await }
+            },
         )
         .await?;
         Ok(response.image_ref)
     }
 
     async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
-        let mut client = self.images.clone();
+        let client = self.images.clone();
         let request = proto::RemoveImageRequest {
             image: Some(convert::image_spec(image, runtime_handler)),
         };
@@ -507,20 +583,26 @@ impl ImageRuntime for CriClient {
             &self.image_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.remove_image(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.remove_image(r).await }
+            },
         )
         .await?;
         Ok(())
     }
 
     async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
-        let mut client = self.images.clone();
+        let client = self.images.clone();
         let response = runtime_call(
             "ImageFsInfo",
             &self.image_endpoint,
             self.call_timeout,
             proto::ImageFsInfoRequest {},
-            |r| async move { client.image_fs_info(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.image_fs_info(r).await }
+            },
         )
         .await?;
         let mut stats = convert::image_fs_from_proto(response)?;
@@ -533,14 +615,17 @@ impl ImageRuntime for CriClient {
     }
 
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
-        let mut client = self.runtime.clone();
+        let client = self.runtime.clone();
         let request = proto::ListContainersRequest { filter: None };
         let response = runtime_call(
             "ListContainers",
             &self.runtime_endpoint,
             self.call_timeout,
             request,
-            |r| async move { client.list_containers(r).await },
+            |r| {
+                let mut client = client.clone();
+                async move { client.list_containers(r).await }
+            },
         )
         .await?;
         Ok(response

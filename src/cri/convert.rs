@@ -79,11 +79,45 @@ pub(super) fn error_from_status(
             source,
         };
     }
+    if is_broken_connection(&status) {
+        // grpc-go reports a connection lost mid-call as Unavailable; tonic says Unknown.
+        return CriError::Rpc {
+            method,
+            code: RpcCode::Unavailable,
+            message: format!("{}: {}", status.message(), source_chain(&status)),
+        };
+    }
     CriError::Rpc {
         method,
         code: rpc_code_from_tonic(status.code()),
         message: status.message().to_string(),
     }
+}
+
+/// True when the call failed in the client's transport (the connection broke or was closed)
+/// rather than with a status the runtime sent; dial failures are not counted.
+pub(super) fn is_broken_connection(status: &tonic::Status) -> bool {
+    let mut transport = false;
+    let mut next = std::error::Error::source(status);
+    while let Some(err) = next {
+        if err.downcast_ref::<tonic::ConnectError>().is_some() {
+            return false;
+        }
+        transport |= err.downcast_ref::<tonic::transport::Error>().is_some();
+        next = err.source();
+    }
+    transport
+}
+
+/// The messages of an error's sources, joined with ": ".
+fn source_chain(status: &tonic::Status) -> String {
+    let mut parts = Vec::new();
+    let mut next = std::error::Error::source(status);
+    while let Some(err) = next {
+        parts.push(err.to_string());
+        next = err.source();
+    }
+    parts.join(": ")
 }
 
 fn dial_failure(status: &tonic::Status) -> Option<io::Error> {

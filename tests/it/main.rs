@@ -1,4 +1,11 @@
-//! The one integration test binary; a module per area.
+//! imagekeeper's one integration test binary, a module per area.
+//!
+//! Naming convention: tests that use the real containerd lab live in modules named `lab`
+//! (`cri/lab.rs` -> `cri::lab::...`). `.config/nextest.toml` puts every test whose name
+//! contains `lab::` in a group that runs one test at a time; every other test is fast and
+//! self-contained. Run them all with `scripts/test`.
 
+mod cri;
 mod pull;
 mod store;
+mod support;

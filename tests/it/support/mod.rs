@@ -1,0 +1,176 @@
+//! Helpers shared by the integration tests: the lab (`scripts/cri-lab`) as the tests see it, and
+//! waiting on a condition with a deadline.
+//!
+//! Invariants: a lab test calls [`lab`] first. Without `IMAGEKEEPER_LAB_ENV` it prints that it
+//! was skipped and returns `None`, unless `IMAGEKEEPER_REQUIRE_LAB=1` (as `scripts/test` sets),
+//! in which case a missing lab is a panic. Lab tests also hold [`LabLock`] so that they run one at
+//! a time even under plain `cargo test` (nextest runs them one at a time anyway).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use imagekeeper::cri::{CriClient, CriConfig};
+
+/// One row of the lab's images.tsv.
+#[derive(Clone, Debug)]
+pub struct LabImage {
+    pub reference: String,
+    pub manifest_digest: String,
+    pub image_id: String,
+    pub size: u64,
+    pub build_tag: String,
+}
+
+impl LabImage {
+    /// `<repository>@<manifest digest>`.
+    pub fn by_digest(&self) -> String {
+        let repository = self
+            .reference
+            .rsplit_once(':')
+            .map_or(self.reference.as_str(), |(repo, _)| repo);
+        format!("{repository}@{}", self.manifest_digest)
+    }
+}
+
+/// The running lab, from lab.env and images.tsv.
+#[derive(Debug)]
+pub struct Lab {
+    pub dir: PathBuf,
+    pub endpoint: String,
+    pub image_prefix: String,
+    pub imagefs_mountpoint: String,
+    pub pod_log_dir: PathBuf,
+    pub images: Vec<LabImage>,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+static LAB_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+impl Lab {
+    /// The images.tsv row of `reference` (e.g. "busybox:1.35", without the registry prefix).
+    pub fn image(&self, short_reference: &str) -> &LabImage {
+        let reference = format!("{}/{short_reference}", self.image_prefix);
+        self.images
+            .iter()
+            .find(|image| image.reference == reference)
+            .unwrap_or_else(|| panic!("images.tsv has no row for {reference}"))
+    }
+
+    /// A client of the lab's containerd with deadlines generous for a slow machine.
+    pub async fn client(&self) -> CriClient {
+        CriClient::connect(lab_config(&self.endpoint))
+            .await
+            .expect("the lab's endpoint is a valid unix:// endpoint")
+    }
+
+    /// Runs `scripts/cri-lab <command>` against this lab.
+    pub fn run_lab_script(&self, command: &str) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cri-lab");
+        let status = std::process::Command::new(&script)
+            .arg(command)
+            .env("CRI_LAB_DIR", &self.dir)
+            .status()
+            .unwrap_or_else(|err| panic!("cannot run {}: {err}", script.display()));
+        assert!(
+            status.success(),
+            "scripts/cri-lab {command} failed: {status}"
+        );
+    }
+}
+
+pub fn lab_config(endpoint: &str) -> CriConfig {
+    CriConfig {
+        runtime_endpoint: endpoint.to_string(),
+        image_endpoint: None,
+        connect_timeout: Duration::from_secs(5),
+        call_timeout: Duration::from_secs(60),
+        pull_timeout: Duration::from_secs(120),
+    }
+}
+
+/// The lab, or `None` (after printing a skip line) when there is none and none is required.
+pub async fn lab(test: &str) -> Option<Lab> {
+    let required = std::env::var("IMAGEKEEPER_REQUIRE_LAB").is_ok_and(|v| v == "1");
+    let Some(env_file) = std::env::var_os("IMAGEKEEPER_LAB_ENV") else {
+        assert!(
+            !required,
+            "IMAGEKEEPER_REQUIRE_LAB=1 but IMAGEKEEPER_LAB_ENV is not set: start the lab with \
+             `scripts/cri-lab up` and export IMAGEKEEPER_LAB_ENV=<lab dir>/lab.env, or run scripts/test"
+        );
+        println!("SKIPPED {test}: no lab (IMAGEKEEPER_LAB_ENV is not set; scripts/test sets it)");
+        return None;
+    };
+    let serial = LAB_LOCK.lock().await;
+    let text = std::fs::read_to_string(&env_file).unwrap_or_else(|err| {
+        panic!(
+            "cannot read IMAGEKEEPER_LAB_ENV={}: {err} (is the lab up? scripts/cri-lab up)",
+            Path::new(&env_file).display()
+        )
+    });
+    let env: HashMap<String, String> = text
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(key, value)| (key.trim().to_string(), value.trim().to_string()))
+        .collect();
+    let get = |key: &str| {
+        env.get(key)
+            .cloned()
+            .unwrap_or_else(|| panic!("lab.env has no {key}"))
+    };
+    let tsv = get("CRI_LAB_IMAGES_TSV");
+    let images = std::fs::read_to_string(&tsv)
+        .unwrap_or_else(|err| panic!("cannot read {tsv}: {err}"))
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(parse_image_row)
+        .collect();
+    Some(Lab {
+        dir: PathBuf::from(get("CRI_LAB_DIR")),
+        endpoint: get("CRI_ENDPOINT"),
+        image_prefix: get("CRI_LAB_IMAGE_PREFIX"),
+        imagefs_mountpoint: get("CRI_LAB_IMAGEFS_MOUNTPOINT"),
+        pod_log_dir: PathBuf::from(get("CRI_LAB_POD_LOG_DIR")),
+        images,
+        _serial: serial,
+    })
+}
+
+fn parse_image_row(line: &str) -> LabImage {
+    let fields: Vec<&str> = line.split('\t').collect();
+    assert_eq!(
+        fields.len(),
+        5,
+        "images.tsv rows have 5 tab-separated fields: {line:?}"
+    );
+    LabImage {
+        reference: fields[0].to_string(),
+        manifest_digest: fields[1].to_string(),
+        image_id: fields[2].to_string(),
+        size: fields[3]
+            .parse()
+            .unwrap_or_else(|err| panic!("bad size in images.tsv row {line:?}: {err}")),
+        build_tag: fields[4].to_string(),
+    }
+}
+
+/// Polls `check` until it returns `Some`, at most until `deadline` has passed; panics then,
+/// naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
