@@ -12,7 +12,7 @@
 //! Env: `IMAGEKEEPER_BENCH_QUICK=1` shortens criterion's measurement (for trying the bench out,
 //! not for quoting); `IMAGEKEEPER_LAB_ENV=<lab.env>` enables `e2e_gc_lab`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::{self, File};
 use std::hint::black_box;
 use std::io::{BufWriter, Write};
@@ -34,6 +34,7 @@ use imagekeeper::model::{
     ContainerState, ImageFsStats, ImageId, ImageRecord, PullCredentials, RecordKey,
     RuntimeContainer, RuntimeImage, UnixNanos,
 };
+use imagekeeper::replay::ScriptedRuntime;
 use imagekeeper::store::{Batch, BatchOp, Store, StoredRecord};
 
 /// The synthetic nodes' "now": 2026-01-01T00:00:00Z.
@@ -98,6 +99,8 @@ struct Node {
     images: Vec<RuntimeImage>,
     containers: Vec<RuntimeContainer>,
     in_use: BTreeSet<RecordKey>,
+    /// The same keys in a hash set: kubelet's imagesInUse is a Go map.
+    in_use_hash: HashSet<RecordKey>,
     /// The records, ordered by key (as `Store::records` returns them).
     records: Vec<StoredRecord>,
 }
@@ -154,6 +157,21 @@ fn container_for(rng: &mut Rng, image: &RuntimeImage) -> RuntimeContainer {
     }
 }
 
+/// Only what the runtime lists for `synth_node(n, seed)`: the same images and containers.
+fn synth_lists(n: usize, seed: u64) -> (Vec<RuntimeImage>, Vec<RuntimeContainer>) {
+    let mut rng = Rng(seed ^ n as u64);
+    let mut images = Vec::with_capacity(n);
+    let mut containers = Vec::new();
+    for i in 0..n {
+        let (image, _, in_use) = synth_image(&mut rng, i, secs(NOW_SECS));
+        if in_use {
+            containers.push(container_for(&mut rng, &image));
+        }
+        images.push(image);
+    }
+    (images, containers)
+}
+
 fn synth_node(n: usize, seed: u64) -> Node {
     let mut rng = Rng(seed ^ n as u64);
     let now = secs(NOW_SECS);
@@ -177,6 +195,7 @@ fn synth_node(n: usize, seed: u64) -> Node {
         now: UnixNanos(now),
         images,
         containers,
+        in_use_hash: in_use.iter().cloned().collect(),
         in_use,
         records,
     }
@@ -245,7 +264,7 @@ fn plan_kubelet_store(store: &Store, node: &Node, bytes: i64) -> Vec<StoredRecor
 fn plan_kubelet_memory(records: &[StoredRecord], node: &Node, bytes: i64) -> Vec<StoredRecord> {
     let mut candidates: Vec<&StoredRecord> = records
         .iter()
-        .filter(|r| !node.in_use.contains(&r.key) && !r.record.pinned)
+        .filter(|r| !node.in_use_hash.contains(&r.key) && !r.record.pinned)
         .collect();
     kubelet_order(&mut candidates);
     walk(candidates.into_iter(), &node.in_use, node.now, bytes)
@@ -384,6 +403,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 // ------------------------------------------------------------------------------ main
 
 fn main() {
+    if let Ok(phase) = std::env::var(CHILD_ENV) {
+        agent_child(&phase);
+        return;
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out_dir = root.join("target/bench");
     let crit_dir = out_dir.join("criterion");
@@ -505,6 +528,11 @@ fn main() {
         300.0,
     );
     figures.add("db_file_100k_mib", file_bytes as f64 / 1048576.0, "MiB");
+    figures.add(
+        "db_bytes_per_record_100k_compacted",
+        compacted_size(&path100k, &work) as f64 / node100k.records.len() as f64,
+        "B",
+    );
     let reopen = |evict_cache: bool| -> f64 {
         if evict_cache {
             drop_file_cache(&path100k);
@@ -589,9 +617,22 @@ fn main() {
     drop(nodes);
 
     // --- peak RSS of `imagekeeper replay` holding 100k records ----------------------------------
+    let agent_db = work.join("agent-100k.redb");
+    let (first_mib, removed) = agent_peak_rss(&agent_db, "first", &work);
+    println!("agent at 100k, first detect (empty db) + GC: removed {removed} images");
+    let one_txn_bytes = fs::metadata(&agent_db).expect("stat").len();
+    let (steady_mib, removed) = agent_peak_rss(&agent_db, "steady", &work);
+    println!("agent at 100k, restart on the 100k db, detect + GC: removed {removed} images");
+    figures.target("agent_peak_rss_100k_mib", steady_mib, "MiB", "<=", 64.0);
+    figures.add("agent_peak_rss_100k_first_detect_mib", first_mib, "MiB");
+    figures.add(
+        "db_bytes_per_record_100k_one_txn",
+        one_txn_bytes as f64 / node100k.records.len() as f64,
+        "B",
+    );
     let (rss_mib, removed) = replay_peak_rss(&work, &node100k);
     println!("replay at 100k: removed {removed} images");
-    figures.target("agent_peak_rss_100k_mib", rss_mib, "MiB", "<=", 64.0);
+    figures.target("replay_peak_rss_100k_mib", rss_mib, "MiB", "<=", 64.0);
 
     // --- e2e GC against the lab's containerd ----------------------------------------------------
     match std::env::var_os("IMAGEKEEPER_LAB_ENV") {
@@ -733,29 +774,9 @@ fn replay_peak_rss(work: &Path, node: &Node) -> (f64, usize) {
         }
         w.flush().expect("flush trace");
     }
-    #[expect(
-        clippy::zombie_processes,
-        reason = "reaped below by wait4, which also returns its rusage"
-    )]
-    let child = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-        .arg("replay")
-        .arg(&trace)
-        .arg("--db")
-        .arg(&db)
-        .stdout(File::create(&out).expect("create replay output"))
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn imagekeeper replay");
-    let pid = child.id() as libc::pid_t;
-    let mut status: libc::c_int = 0;
-    // SAFETY: rusage is plain data; wait4 fills it for our own child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(rc, pid, "wait4");
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "imagekeeper replay failed: status {status}"
-    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_imagekeeper"));
+    command.arg("replay").arg(&trace).arg("--db").arg(&db);
+    let rss = run_measured(&mut command, &out);
     let output = fs::read_to_string(&out).expect("replay output");
     let removed = output
         .lines()
@@ -765,7 +786,102 @@ fn replay_peak_rss(work: &Path, node: &Node) -> (f64, usize) {
     assert_eq!(gc["op"], "gc");
     assert!(gc["error"].is_null(), "replay GC failed: {gc}");
     assert!(removed > 0, "replay GC removed nothing");
-    (usage.ru_maxrss as f64 / 1024.0, removed)
+    (rss, removed)
+}
+
+/// Runs `command` with stdout to `out`, waits for it and returns its peak RSS (wait4's
+/// ru_maxrss) in MiB. Panics unless it exits 0.
+fn run_measured(command: &mut Command, out: &Path) -> f64 {
+    #[expect(
+        clippy::zombie_processes,
+        reason = "reaped below by wait4, which also returns its rusage"
+    )]
+    let child = command
+        .stdout(File::create(out).expect("create child output"))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn child");
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid, "wait4");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{command:?} failed: status {status}"
+    );
+    usage.ru_maxrss as f64 / 1024.0
+}
+
+/// The environment variable that makes this bench binary the agent child.
+const CHILD_ENV: &str = "IMAGEKEEPER_BENCH_CHILD";
+
+/// Runs this bench binary as a child holding 100k records: the real GC manager and store over
+/// a scripted runtime listing the 100k-image node (what ListImages would return), no trace to
+/// parse. Returns its peak RSS in MiB and the images its GC removed.
+fn agent_peak_rss(db: &Path, phase: &str, work: &Path) -> (f64, usize) {
+    let out = work.join(format!("agent-{phase}.out"));
+    let exe = std::env::current_exe().expect("current exe");
+    let mut command = Command::new(exe);
+    command.env(CHILD_ENV, format!("{phase}:{}", db.display()));
+    let rss = run_measured(&mut command, &out);
+    let removed: usize = fs::read_to_string(&out)
+        .expect("child output")
+        .trim()
+        .parse()
+        .expect("child prints the images removed");
+    assert!(removed > 0, "the agent child's GC removed nothing");
+    (rss, removed)
+}
+
+/// The child: `first:<db>` detects the 100k images into an empty store (one transaction), then
+/// GCs an hour later; `steady:<db>` reopens that store two hours later and GCs (detect + free
+/// 10 GiB), as an agent restarting on a 100k node. Prints the images removed.
+fn agent_child(arg: &str) {
+    let (phase, db) = arg.split_once(':').expect("phase:db");
+    let (images, containers) = synth_lists(100_000, SEED);
+    let runtime = ScriptedRuntime::new();
+    {
+        let mut state = runtime.state();
+        state.images = images;
+        state.containers = containers;
+        let gib = 1u64 << 30;
+        state.fs = Some((200 * gib, 30 * gib));
+    }
+    let start = UnixNanos(secs(NOW_SECS));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let removed = rt.block_on(async {
+        let at = match phase {
+            "first" => start,
+            _ => UnixNanos(start.0 + secs(7200)),
+        };
+        let store = Arc::new(Store::open(Path::new(db), at).expect("open"));
+        let manager = ImageGcManager::new(runtime, store, GcConfig::default()).expect("manager");
+        if phase == "first" {
+            manager.detect(at).await.expect("detect");
+        }
+        let report = manager.garbage_collect(UnixNanos(at.0 + secs(3600))).await;
+        assert!(report.error.is_none(), "GC failed: {:?}", report.error);
+        report.removed.len()
+    });
+    println!("{removed}");
+}
+
+/// The size of a compacted copy of `path` (redb's compaction, bench-only: the store does not
+/// compact).
+fn compacted_size(path: &Path, work: &Path) -> u64 {
+    let copy = work.join("compacted.redb");
+    fs::copy(path, &copy).expect("copy the db");
+    let mut db = redb::Database::open(&copy).expect("open the copy");
+    while db.compact().expect("compact") {}
+    drop(db);
+    let size = fs::metadata(&copy).expect("stat").len();
+    let _ = fs::remove_file(&copy);
+    size
 }
 
 // ------------------------------------------------------------------------------ e2e lab
