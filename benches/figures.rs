@@ -407,6 +407,14 @@ fn main() {
         agent_child(&phase);
         return;
     }
+    // `cargo bench` passes --bench. Under `cargo test --all-targets` or nextest (which lists
+    // with --list) this binary has no tests: the figures take minutes and need a release build.
+    if !std::env::args().any(|a| a == "--bench") {
+        if !std::env::args().any(|a| a == "--list") {
+            println!("figures: not run (use scripts/bench or cargo bench --bench figures)");
+        }
+        return;
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out_dir = root.join("target/bench");
     let crit_dir = out_dir.join("criterion");
