@@ -17,10 +17,11 @@ use crate::model::{ImageRecord, RecordKey, RuntimeImage, UnixNanos};
 use crate::store::{Batch, BatchOp, EvictionKey, Store, StoredRecord};
 
 use super::detect::{images_in_use, plan_detect};
-use super::evict::{Verdict, past_max_age, space_verdict};
+use super::evict::{Verdict, past_max_age};
 use super::explain::{Decision, Explanation, FsSpace, explain};
 use super::metrics::{GcMetrics, RemovalReason};
 use super::pins::PinPatterns;
+use super::plan::SpaceWalk;
 use super::{GcError, GcPolicy};
 
 /// How many eligible images one synchronous step of the walk picks before removing them.
@@ -295,31 +296,20 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut freed: i64 = 0;
         let mut errors = Vec::new();
         let mut resume: Option<EvictionKey> = None;
+        let walk = SpaceWalk {
+            in_use,
+            free_time,
+            min_age,
+            bytes_to_free,
+        };
         'walk: loop {
             // One synchronous step: read the index from where the last step stopped and pick
             // the next eligible images. The read transaction ends before any await.
-            let mut chunk: Vec<StoredRecord> = Vec::new();
-            {
-                let scan = match &resume {
-                    None => self.store.eviction_order()?,
-                    Some(after) => self.store.eviction_order_after(after)?,
-                };
-                let mut planned = freed;
-                for entry in scan {
-                    let entry = entry?;
-                    resume = Some(EvictionKey::of(&entry.key, &entry.record));
-                    let verdict =
-                        space_verdict(&entry.key, &entry.record, in_use, free_time, min_age);
-                    if verdict != Verdict::Eligible {
-                        continue;
-                    }
-                    planned = planned.saturating_add(to_i64(entry.record.size));
-                    chunk.push(entry);
-                    if planned >= bytes_to_free || chunk.len() >= WALK_CHUNK {
-                        break;
-                    }
-                }
+            let step = walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?;
+            if step.resume.is_some() {
+                resume = step.resume;
             }
+            let chunk = step.victims;
             if chunk.is_empty() {
                 break;
             }

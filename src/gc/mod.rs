@@ -13,10 +13,12 @@ pub mod format;
 pub mod manager;
 pub mod metrics;
 mod pins;
+pub mod plan;
 mod policy;
 
 pub use error::{GcError, aggregate};
 pub use manager::{DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
 pub use metrics::{GcMetrics, RemovalReason};
 pub use pins::PinPatterns;
+pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::GcPolicy;
