@@ -329,6 +329,11 @@ mod tests {
             (Duration::from_secs(10), "10s"),
             (Duration::from_secs(300), "5m0s"),
             (Duration::from_secs(3600 * 25 + 1), "25h0m1s"),
+            (Duration::from_nanos(1_200), "1.2µs"),
+            (Duration::from_micros(1_500), "1.5ms"),
+            (Duration::from_millis(1_661), "1.661s"),
+            (Duration::from_millis(90_500), "1m30.5s"),
+            (Duration::from_secs(3723), "1h2m3s"),
         ];
         for (d, want) in cases {
             assert_eq!(go_duration(d), want, "{d:?}");

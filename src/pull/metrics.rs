@@ -125,70 +125,9 @@ impl PullMetrics {
     }
 }
 
-/// Go's `time.Duration.String()` for a non-negative duration: `1h2m3.5s`, `1.5s`, `250ms`,
-/// `1.2µs`, `7ns`, `0s`.
-pub fn go_duration(d: Duration) -> String {
-    let nanos = d.as_nanos();
-    if nanos == 0 {
-        return "0s".to_owned();
-    }
-    if nanos < 1_000 {
-        return format!("{nanos}ns");
-    }
-    if nanos < 1_000_000 {
-        return format!("{}µs", fraction(nanos, 1_000));
-    }
-    if nanos < 1_000_000_000 {
-        return format!("{}ms", fraction(nanos, 1_000_000));
-    }
-    let total_secs = nanos / 1_000_000_000;
-    let sub = nanos % 1_000_000_000;
-    let (h, m, s) = (total_secs / 3600, (total_secs / 60) % 60, total_secs % 60);
-    let secs = fraction(u128::from(s as u64) * 1_000_000_000 + sub, 1_000_000_000);
-    if h > 0 {
-        format!("{h}h{m}m{secs}s")
-    } else if m > 0 {
-        format!("{m}m{secs}s")
-    } else {
-        format!("{secs}s")
-    }
-}
-
-/// `n / unit` with the remainder as decimals, trailing zeros trimmed.
-fn fraction(n: u128, unit: u128) -> String {
-    let whole = n / unit;
-    let rem = n % unit;
-    if rem == 0 {
-        return whole.to_string();
-    }
-    let width = unit.ilog10() as usize;
-    let digits = format!("{rem:0width$}");
-    format!("{whole}.{}", digits.trim_end_matches('0'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_duration_matches_go_string() {
-        let cases = [
-            (Duration::ZERO, "0s"),
-            (Duration::from_nanos(7), "7ns"),
-            (Duration::from_nanos(1_200), "1.2µs"),
-            (Duration::from_millis(250), "250ms"),
-            (Duration::from_micros(1_500), "1.5ms"),
-            (Duration::from_millis(1_661), "1.661s"),
-            (Duration::from_secs(1), "1s"),
-            (Duration::from_secs(60), "1m0s"),
-            (Duration::from_millis(90_500), "1m30.5s"),
-            (Duration::from_secs(3600), "1h0m0s"),
-            (Duration::from_secs(3723), "1h2m3s"),
-        ];
-        for (d, want) in cases {
-            assert_eq!(go_duration(d), want, "{d:?}");
-        }
-    }
 
     #[test]
     fn size_buckets_follow_kubelets_lower_bounds() {

@@ -27,8 +27,9 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::model::{BackoffEntry, PullCredentials, RecordKey, UnixNanos};
 
+pub use crate::gc::format::go_duration;
 pub use backoff::{BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, StoreFailure};
-pub use metrics::{PullMetrics, go_duration};
+pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
 pub use reference::{ImageReference, ReferenceError, apply_default_image_tag, go_quote};
 
