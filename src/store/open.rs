@@ -44,9 +44,10 @@ const MIGRATIONS: &[Migration] = &[];
 fn builder() -> Builder {
     let mut b = Builder::new();
     b.set_concurrency_mode(ConcurrencyMode::SingleWriter);
-    // The agent keeps at most a few hundred thousand small records: a modest cache is plenty
-    // and keeps the process small.
-    b.set_cache_size(64 * 1024 * 1024);
+    // The agent reads its records once per detect cycle (every few minutes) and the GC walk
+    // touches a few index pages: the kernel's page cache serves those reads, so redb's own
+    // cache is kept small to keep the agent's memory small (see README "Performance").
+    b.set_cache_size(8 * 1024 * 1024);
     // Verify every page's checksum on a read-write open: redb trusts the pages of a plain open
     // and may panic reading a damaged one (a zeroed btree page hits an `unreachable!`); with
     // this, a damaged file fails to open as corrupt. It reads the whole file once per open.
