@@ -82,6 +82,14 @@ impl AgentMetrics {
                 &h,
             );
         }
+        out.push_str("# HELP ensure_image_requests_total EnsureImageExists requests by pull policy, presence and whether a pull was required.\n");
+        out.push_str("# TYPE ensure_image_requests_total counter\n");
+        for ((policy, present, required), n) in images.metrics().ensure_requests() {
+            let _ = writeln!(
+                out,
+                "ensure_image_requests_total{{pull_policy=\"{policy}\",present_locally=\"{present}\",pull_required=\"{required}\"}} {n}"
+            );
+        }
         out.push_str(
             "# HELP image_records Image records in the store.\n# TYPE image_records gauge\n",
         );

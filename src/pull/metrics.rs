@@ -102,13 +102,36 @@ impl Histogram {
     }
 }
 
-/// `image_pull_duration_seconds{image_size_in_bytes=<bucket>}`.
+/// `image_pull_duration_seconds{image_size_in_bytes=<bucket>}` and
+/// `ensure_image_requests_total{pull_policy,present_locally,pull_required}`.
 #[derive(Debug, Default)]
 pub struct PullMetrics {
     by_size: Mutex<BTreeMap<&'static str, Histogram>>,
+    ensure_requests: Mutex<BTreeMap<EnsureLabels, u64>>,
 }
 
+/// The labels of `ensure_image_requests_total`: pull policy, present locally
+/// ("true", "false", or "unknown" when the policy skips the check), pull required.
+pub type EnsureLabels = (&'static str, &'static str, &'static str);
+
 impl PullMetrics {
+    /// Counts one EnsureImageExists decision.
+    pub fn count_ensure(&self, labels: EnsureLabels) {
+        let mut m = self
+            .ensure_requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *m.entry(labels).or_default() += 1;
+    }
+
+    /// A copy of `ensure_image_requests_total` by labels.
+    pub fn ensure_requests(&self) -> BTreeMap<EnsureLabels, u64> {
+        self.ensure_requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub fn observe_pull(&self, image_size: u64, total: Duration) {
         let mut m = self.by_size.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(image_size_bucket(image_size))

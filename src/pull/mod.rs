@@ -299,7 +299,14 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             }
         };
 
-        if pull_policy != PullPolicy::Always {
+        let policy_label = match pull_policy {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        };
+        if pull_policy == PullPolicy::Always {
+            self.metrics.count_ensure((policy_label, "unknown", "true"));
+        } else {
             match self
                 .runtime
                 .image_status(&spec_image, runtime_handler)
@@ -311,17 +318,19 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                     return Err(PullError::ErrImageInspect(msg));
                 }
                 Ok(Some(present)) => {
+                    self.metrics.count_ensure((policy_label, "true", "false"));
                     let msg = format!("Container image {q} already present on machine");
                     self.normal(pod, reasons::PULLED_IMAGE, &msg);
                     return Ok(present.id.0);
                 }
                 Ok(None) if pull_policy == PullPolicy::Never => {
+                    self.metrics.count_ensure((policy_label, "false", "false"));
                     let msg =
                         format!("Container image {q} is not present with pull policy of Never");
                     self.warn(pod, reasons::ERR_IMAGE_NEVER_PULL_POLICY, &msg);
                     return Err(PullError::ErrImageNeverPull(msg));
                 }
-                Ok(None) => {}
+                Ok(None) => self.metrics.count_ensure((policy_label, "false", "true")),
             }
         }
 

@@ -305,6 +305,12 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
     let out = output(&["inspect", "--db", &db_arg, "--output", "json", "export"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("sha256:ccc"));
 
+    let body = http_get(&metrics, "/metrics");
+    assert!(
+        body.contains("ensure_image_requests_total{pull_policy=\"IfNotPresent\",present_locally=\"false\",pull_required=\"true\"} 1"),
+        "{body}"
+    );
+
     agent.signal(libc::SIGTERM);
     let status = agent.wait_exit(Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(0));
