@@ -67,6 +67,10 @@ impl Store {
     }
 
     fn open_unguarded(path: &Path, now: UnixNanos) -> Result<Store, StoreError> {
+        prepare_dir(path)?;
+        if file_len(path)?.is_none_or(|len| len == 0) {
+            create_durably(path, now)?;
+        }
         if prepare_file(path)? > 0 {
             refuse_newer_schema(path)?;
         }
@@ -335,13 +339,8 @@ fn open_writable(path: &Path) -> Result<Store, StoreError> {
     })
 }
 
-/// Creates the directory (0700) and the file (0600) if they do not exist yet, and refuses a
-/// non-empty file too short to be a database. Returns the file's length.
-fn prepare_file(path: &Path) -> Result<u64, StoreError> {
-    let io_err = |source| StoreError::Io {
-        path: path.to_owned(),
-        source,
-    };
+/// Creates the file's directory (0700) if it does not exist yet.
+fn prepare_dir(path: &Path) -> Result<(), StoreError> {
     if let Some(dir) = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty() && !d.exists())
@@ -350,8 +349,78 @@ fn prepare_file(path: &Path) -> Result<u64, StoreError> {
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(io_err)?;
+            .map_err(|source| StoreError::Io {
+                path: path.to_owned(),
+                source,
+            })?;
     }
+    Ok(())
+}
+
+/// The file's length, `None` when it does not exist.
+fn file_len(path: &Path) -> Result<Option<u64>, StoreError> {
+    match fs::metadata(path) {
+        Ok(m) => Ok(Some(m.len())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StoreError::Io {
+            path: path.to_owned(),
+            source: e,
+        }),
+    }
+}
+
+/// Creates a new database so that a crash at any moment leaves either no file (or the empty
+/// one that was there) or a complete, initialized one: the file is written and committed
+/// durably under a temporary name, linked into place (never replacing a file another process
+/// created meanwhile), and the directory is synced. A power cut while redb initializes a file
+/// in place can leave one it refuses, and the store never wipes files.
+fn create_durably(path: &Path, now: UnixNanos) -> Result<(), StoreError> {
+    let io_err = |p: &Path| {
+        let p = p.to_owned();
+        move |source| StoreError::Io { path: p, source }
+    };
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(format!(".creating-{}", std::process::id()));
+    let tmp = path.with_file_name(name);
+    let _ = fs::remove_file(&tmp);
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
+    let created = (|| {
+        let store = open_writable(&tmp)?;
+        store.initialize(now)?;
+        drop(store);
+        if file_len(path)? == Some(0) {
+            fs::remove_file(path).map_err(io_err(path))?;
+        }
+        match fs::hard_link(&tmp, path) {
+            Ok(()) => {}
+            // Another process created it first: use theirs.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err(path)(e)),
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err(dir))?;
+        }
+        Ok(())
+    })();
+    let _ = fs::remove_file(&tmp);
+    created
+}
+
+/// Creates the file (0600) if it does not exist yet, and refuses a non-empty file too short to
+/// be a database. Returns the file's length.
+fn prepare_file(path: &Path) -> Result<u64, StoreError> {
+    let io_err = |source| StoreError::Io {
+        path: path.to_owned(),
+        source,
+    };
     let file = fs::OpenOptions::new()
         .read(true)
         .write(true)

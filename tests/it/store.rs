@@ -502,3 +502,23 @@ fn v1_fixture_opens_and_reads_known_records() {
     drop(ro);
     assert!(std::fs::read(&fixture).expect("read") == before);
 }
+
+#[test]
+fn creation_is_atomic_and_an_empty_leftover_file_is_created_anew() {
+    let (dir, path) = temp_db();
+    // A crash between creating the file and redb writing its header leaves an empty file.
+    std::fs::write(&path, b"").expect("write");
+    let store = open(&path);
+    assert_eq!(
+        store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(CURRENT_SCHEMA_VERSION)
+    );
+    drop(store);
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["records.redb"], "no temporary file is left behind");
+    let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
