@@ -125,18 +125,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .runtime
             .list_images()
             .await
-            .map_err(|source| GcError::Runtime {
-                op: "list images",
-                source,
-            })?;
-        let containers =
-            self.runtime
-                .list_containers()
-                .await
-                .map_err(|source| GcError::Runtime {
-                    op: "list containers",
-                    source,
-                })?;
+            .map_err(runtime_error("list images"))?;
+        let containers = self
+            .runtime
+            .list_containers()
+            .await
+            .map_err(runtime_error("list containers"))?;
         let in_use = images_in_use(&images, &containers, self.config.sandbox_image.as_deref());
         let existing: BTreeMap<RecordKey, ImageRecord> = self
             .store
@@ -182,10 +176,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .runtime
             .image_fs_stats()
             .await
-            .map_err(|source| GcError::Runtime {
-                op: "get image filesystem stats",
-                source,
-            })?;
+            .map_err(runtime_error("get image filesystem stats"))?;
         let capacity = stats.capacity;
         let mut available = stats.available;
         if available > capacity {
@@ -380,17 +371,16 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// cycle would make them.
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
         let _cycle = self.cycle.lock().await;
-        let runtime_err = |op| move |source| GcError::Runtime { op, source };
         let images = self
             .runtime
             .list_images()
             .await
-            .map_err(runtime_err("list images"))?;
+            .map_err(runtime_error("list images"))?;
         let containers = self
             .runtime
             .list_containers()
             .await
-            .map_err(runtime_err("list containers"))?;
+            .map_err(runtime_error("list containers"))?;
         let in_use = images_in_use(&images, &containers, self.config.sandbox_image.as_deref());
         let mut records: BTreeMap<RecordKey, ImageRecord> = self
             .store
@@ -429,7 +419,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 .runtime
                 .image_fs_stats()
                 .await
-                .map_err(runtime_err("get image filesystem stats"))?;
+                .map_err(runtime_error("get image filesystem stats"))?;
             Some(FsSpace {
                 capacity: stats.capacity,
                 available: stats.available,
@@ -472,10 +462,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .runtime
             .list_images()
             .await
-            .map_err(|source| GcError::Runtime {
-                op: "list images",
-                source,
-            })?;
+            .map_err(runtime_error("list images"))?;
         images.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| b.id.cmp(&a.id)));
         match self.cache.write() {
             Ok(mut cache) => *cache = images,
@@ -491,6 +478,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
+}
+
+/// Wraps a runtime failure of `op` ("list images", ...).
+fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcError {
+    move |source| GcError::Runtime { op, source }
 }
 
 fn to_i64(v: u64) -> i64 {

@@ -129,10 +129,19 @@ impl Store {
 
     /// The record of `key`, if any.
     pub fn get(&self, key: &RecordKey) -> Result<Option<ImageRecord>, StoreError> {
+        self.point_get(IMAGES, key)
+    }
+
+    /// One decoded value of `table`, if `key` is there.
+    fn point_get<K: codec::OrderedCodec + 'static, V: Codec + 'static>(
+        &self,
+        table: TableDefinition<Stored<K>, Stored<V>>,
+        key: &K,
+    ) -> Result<Option<V>, StoreError> {
         let txn = self.begin_read()?;
-        let images = self.open_read_table(&txn, IMAGES)?;
+        let table = self.open_read_table(&txn, table)?;
         let encoded = key.encode();
-        let found = images
+        let found = table
             .get(Encoded::new(&encoded))
             .map_err(|e| self.redb_err(e))?;
         match found {
@@ -143,6 +152,23 @@ impl Store {
                 .map(Some)
                 .map_err(|e| self.decode_err(e)),
         }
+    }
+
+    /// Every decoded entry of `table`, in key order.
+    fn scan_all<K: codec::OrderedCodec + 'static, V: Codec + 'static>(
+        &self,
+        table: TableDefinition<Stored<K>, Stored<V>>,
+    ) -> Result<Vec<(K, V)>, StoreError> {
+        let txn = self.begin_read()?;
+        let table = self.open_read_table(&txn, table)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            let key = k.value().decode().map_err(|e| self.decode_err(e))?;
+            let value = v.value().decode().map_err(|e| self.decode_err(e))?;
+            out.push((key, value));
+        }
+        Ok(out)
     }
 
     /// How many image records there are.
@@ -158,16 +184,11 @@ impl Store {
 
     /// Every record, ordered by key.
     pub fn records(&self) -> Result<Vec<StoredRecord>, StoreError> {
-        let txn = self.begin_read()?;
-        let images = self.open_read_table(&txn, IMAGES)?;
-        let mut out = Vec::new();
-        for entry in images.iter().map_err(|e| self.redb_err(e))? {
-            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
-            let key = k.value().decode().map_err(|e| self.decode_err(e))?;
-            let record = v.value().decode().map_err(|e| self.decode_err(e))?;
-            out.push(StoredRecord { key, record });
-        }
-        Ok(out)
+        Ok(self
+            .scan_all(IMAGES)?
+            .into_iter()
+            .map(|(key, record)| StoredRecord { key, record })
+            .collect())
     }
 
     /// Records in eviction order (last_used, then first_detected, then key), oldest first,
@@ -218,34 +239,16 @@ impl Store {
 
     /// The backoff entry of `key` (`<pod uid>_<image>`), if any.
     pub fn backoff(&self, key: &str) -> Result<Option<BackoffEntry>, StoreError> {
-        let txn = self.begin_read()?;
-        let table = self.open_read_table(&txn, BACKOFF)?;
-        let encoded = BackoffKey(key.to_owned()).encode();
-        let found = table
-            .get(Encoded::new(&encoded))
-            .map_err(|e| self.redb_err(e))?;
-        match found {
-            None => Ok(None),
-            Some(guard) => guard
-                .value()
-                .decode()
-                .map(Some)
-                .map_err(|e| self.decode_err(e)),
-        }
+        self.point_get(BACKOFF, &BackoffKey(key.to_owned()))
     }
 
     /// Every backoff entry, ordered by key.
     pub fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, StoreError> {
-        let txn = self.begin_read()?;
-        let table = self.open_read_table(&txn, BACKOFF)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(|e| self.redb_err(e))? {
-            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
-            let key = k.value().decode().map_err(|e| self.decode_err(e))?;
-            let value = v.value().decode().map_err(|e| self.decode_err(e))?;
-            out.push((key.0, value));
-        }
-        Ok(out)
+        Ok(self
+            .scan_all(BACKOFF)?
+            .into_iter()
+            .map(|(k, v)| (k.0, v))
+            .collect())
     }
 
     /// A meta value, if set.
@@ -257,16 +260,11 @@ impl Store {
 
     /// Every meta value, ordered by name.
     pub fn meta_entries(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        let txn = self.begin_read()?;
-        let table = self.open_read_table(&txn, META)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(|e| self.redb_err(e))? {
-            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
-            let key = k.value().decode().map_err(|e| self.decode_err(e))?;
-            let value = v.value().decode().map_err(|e| self.decode_err(e))?;
-            out.push((key.0, value.0));
-        }
-        Ok(out)
+        Ok(self
+            .scan_all(META)?
+            .into_iter()
+            .map(|(k, v)| (k.0, v.0))
+            .collect())
     }
 
     fn wrap(&self, e: TxnError) -> StoreError {
