@@ -141,7 +141,8 @@ impl Agent {
 
     async fn run_loops(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let start = Instant::now();
-        // kubelet runs the first detect and cache refresh at once, GC after its period.
+        // As the kubelet's wait.Until loops, every loop runs once at start (detect first, so the
+        // first GC sees fresh records), then every period.
         let mut next = [
             (Loop::Detect, start, Backoff::new(self.config.detect_period)),
             (
@@ -149,11 +150,7 @@ impl Agent {
                 start,
                 Backoff::new(self.config.image_cache_period),
             ),
-            (
-                Loop::Gc,
-                start + self.config.gc_period,
-                Backoff::new(self.config.gc_period),
-            ),
+            (Loop::Gc, start, Backoff::new(self.config.gc_period)),
         ];
         loop {
             let Some(index) = (0..next.len()).min_by_key(|&i| next[i].1) else {
