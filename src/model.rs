@@ -198,8 +198,10 @@ pub struct PullCredentials {
     pub registry_token: String,
 }
 
-impl fmt::Debug for PullCredentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl PullCredentials {
+    /// Writes the credentials as a struct named `name` with every secret shown only as set
+    /// or empty: the one redaction rule for every type that carries them.
+    pub fn fmt_redacted(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let set = |s: &str| {
             if s.is_empty() {
                 "<empty>"
@@ -207,7 +209,7 @@ impl fmt::Debug for PullCredentials {
                 "<redacted>"
             }
         };
-        f.debug_struct("PullCredentials")
+        f.debug_struct(name)
             .field("username", &set(&self.username))
             .field("password", &set(&self.password))
             .field("auth", &set(&self.auth))
@@ -215,6 +217,12 @@ impl fmt::Debug for PullCredentials {
             .field("identity_token", &set(&self.identity_token))
             .field("registry_token", &set(&self.registry_token))
             .finish()
+    }
+}
+
+impl fmt::Debug for PullCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_redacted("PullCredentials", f)
     }
 }
 

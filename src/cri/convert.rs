@@ -199,24 +199,10 @@ pub(super) fn credentials_from_auth_config(auth: proto::AuthConfig) -> PullCrede
     }
 }
 
-/// Secrets shown only as set or empty, like `PullCredentials`' `Debug`.
+/// Secrets shown only as set or empty, by `PullCredentials`' own rule.
 impl fmt::Debug for proto::AuthConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let set = |s: &str| {
-            if s.is_empty() {
-                "<empty>"
-            } else {
-                "<redacted>"
-            }
-        };
-        f.debug_struct("AuthConfig")
-            .field("username", &set(&self.username))
-            .field("password", &set(&self.password))
-            .field("auth", &set(&self.auth))
-            .field("server_address", &self.server_address)
-            .field("identity_token", &set(&self.identity_token))
-            .field("registry_token", &set(&self.registry_token))
-            .finish()
+        credentials_from_auth_config(self.clone()).fmt_redacted("AuthConfig", f)
     }
 }
 

@@ -24,6 +24,13 @@ use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
 use super::{GcError, GcPolicy};
 
+/// The runtime's images, the keys in use, and the stored records by key.
+type Observed = (
+    Vec<RuntimeImage>,
+    BTreeSet<RecordKey>,
+    BTreeMap<RecordKey, ImageRecord>,
+);
+
 /// How many eligible images one synchronous step of the walk picks before removing them.
 const WALK_CHUNK: usize = 64;
 
@@ -117,10 +124,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         self.detect_locked(now).await.map(|(report, _)| report)
     }
 
-    async fn detect_locked(
-        &self,
-        now: UnixNanos,
-    ) -> Result<(DetectReport, BTreeSet<RecordKey>), GcError> {
+    /// What a detect starts from: the runtime's images, the record keys in use, and the
+    /// stored records by key.
+    async fn observe(&self) -> Result<Observed, GcError> {
         let images = self
             .runtime
             .list_images()
@@ -132,12 +138,20 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .await
             .map_err(runtime_error("list containers"))?;
         let in_use = images_in_use(&images, &containers, self.config.sandbox_image.as_deref());
-        let existing: BTreeMap<RecordKey, ImageRecord> = self
+        let records = self
             .store
             .records()?
             .into_iter()
             .map(|r| (r.key, r.record))
             .collect();
+        Ok((images, in_use, records))
+    }
+
+    async fn detect_locked(
+        &self,
+        now: UnixNanos,
+    ) -> Result<(DetectReport, BTreeSet<RecordKey>), GcError> {
+        let (images, in_use, existing) = self.observe().await?;
         let plan = plan_detect(&existing, &images, &in_use, &self.config.pins, now);
         let committed = self.store.apply(&plan.batch)?;
         let report = DetectReport {
@@ -371,23 +385,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// cycle would make them.
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
         let _cycle = self.cycle.lock().await;
-        let images = self
-            .runtime
-            .list_images()
-            .await
-            .map_err(runtime_error("list images"))?;
-        let containers = self
-            .runtime
-            .list_containers()
-            .await
-            .map_err(runtime_error("list containers"))?;
-        let in_use = images_in_use(&images, &containers, self.config.sandbox_image.as_deref());
-        let mut records: BTreeMap<RecordKey, ImageRecord> = self
-            .store
-            .records()?
-            .into_iter()
-            .map(|r| (r.key, r.record))
-            .collect();
+        let (images, in_use, mut records) = self.observe().await?;
         let detect = plan_detect(&records, &images, &in_use, &self.config.pins, now);
         for op in detect.batch.ops() {
             match op {
