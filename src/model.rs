@@ -5,6 +5,7 @@
 //! `Instant`; `UnixNanos::NEVER` (0) means "never used" and sorts before every real time, as in
 //! the kubelet. Nothing here talks to redb, tonic or the clock: these are values only.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -118,6 +119,45 @@ pub struct ImageRecord {
     pub pinned: bool,
 }
 
+/// What one detect saw of an image: its size and pin as the runtime lists it now, and whether
+/// a container used it at `now`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sighting {
+    pub now: UnixNanos,
+    pub in_use: bool,
+    pub size: u64,
+    pub pinned: bool,
+}
+
+impl ImageRecord {
+    /// The record after a detect's `sighting`, merged with the record as it is stored at that
+    /// moment (`stored`, read inside the write transaction, or `None`). The merge is what keeps
+    /// a concurrent pull's mark: last_used never goes back (a mark newer than the detect
+    /// stays), first_detected never moves forward (a record a pull created keeps the pull's
+    /// time), and size and pinned are the runtime's current values.
+    pub fn after_sighting(stored: Option<ImageRecord>, sighting: Sighting) -> ImageRecord {
+        let used_now = if sighting.in_use {
+            sighting.now
+        } else {
+            UnixNanos::NEVER
+        };
+        match stored {
+            Some(old) => ImageRecord {
+                first_detected: old.first_detected.min(sighting.now),
+                last_used: old.last_used.max(used_now),
+                size: sighting.size,
+                pinned: sighting.pinned,
+            },
+            None => ImageRecord {
+                first_detected: sighting.now,
+                last_used: used_now,
+                size: sighting.size,
+                pinned: sighting.pinned,
+            },
+        }
+    }
+}
+
 /// The image-pull backoff state of one key (`<pod uid>_<image>`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackoffEntry {
@@ -184,6 +224,40 @@ pub struct ImageFsStats {
     pub capacity: u64,
     /// Bytes available to unprivileged users (statvfs).
     pub available: u64,
+}
+
+/// The pod a pull is for, as CRI's PodSandboxConfig carries it to PullImage (the fields the
+/// kubelet fills from the pod that imagekeeper knows of: metadata, labels, annotations).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodSandboxConfig {
+    pub name: String,
+    pub uid: String,
+    pub namespace: String,
+    pub attempt: u32,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// One PullImage call's image and context, as the kubelet's `PullImage(ctx, ImageSpec, auth,
+/// podSandboxConfig)` sends them: the image name and runtime handler, the pod's annotations as
+/// the ImageSpec's annotations, and the pod's sandbox config.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PullSpec {
+    pub image: String,
+    pub runtime_handler: String,
+    pub annotations: BTreeMap<String, String>,
+    pub sandbox: Option<PodSandboxConfig>,
+}
+
+impl PullSpec {
+    /// A pull of `image` for `runtime_handler` with no pod context.
+    pub fn new(image: impl Into<String>, runtime_handler: impl Into<String>) -> PullSpec {
+        PullSpec {
+            image: image.into(),
+            runtime_handler: runtime_handler.into(),
+            ..PullSpec::default()
+        }
+    }
 }
 
 /// Registry credentials for one pull. They pass through to the runtime and are never logged or

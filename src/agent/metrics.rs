@@ -59,6 +59,20 @@ impl AgentMetrics {
                 "image_garbage_collected_total{{reason=\"{reason}\"}} {n}"
             );
         }
+        out.push_str("# HELP gc_victims_rescued_total Images GC chose but kept at its last look before removing them, by why.\n");
+        out.push_str("# TYPE gc_victims_rescued_total counter\n");
+        for (why, n) in gc.metrics().rescued() {
+            let _ = writeln!(out, "gc_victims_rescued_total{{why=\"{why}\"}} {n}");
+        }
+        out.push_str(
+            "# HELP image_gc_remove_failures_total RemoveImage calls of GC that failed.\n",
+        );
+        out.push_str("# TYPE image_gc_remove_failures_total counter\n");
+        let _ = writeln!(
+            out,
+            "image_gc_remove_failures_total {}",
+            gc.metrics().remove_failures()
+        );
         let gc_hist = match self.gc_durations.lock() {
             Ok(h) => h.clone(),
             Err(p) => p.into_inner().clone(),

@@ -28,7 +28,7 @@ use crate::clock::Clock;
 use crate::cri::{CriClient, CriError};
 use crate::gc::{GcError, ImageGcManager};
 use crate::model::UnixNanos;
-use crate::pull::{ImageManager, PodRef, PullError, PullPolicy};
+use crate::pull::{ImageManager, PodRef, PullError, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, StoredRecord, meta_keys};
 
 pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
@@ -64,6 +64,7 @@ pub struct Agent {
     clock: Arc<dyn Clock>,
     metrics: AgentMetrics,
     gc_failed_before: Mutex<bool>,
+    gc_last_unreachable: Mutex<bool>,
 }
 
 /// One of the agent's periodic loops.
@@ -83,10 +84,14 @@ impl Agent {
         batch.set_meta(meta_keys::AGENT_STARTED_AT, now.0);
         store.apply(&batch)?;
         let client = CriClient::connect(config.cri.clone()).await?;
-        let gc = ImageGcManager::new(client.clone(), store.clone(), config.gc.clone())?;
+        // One registry of pulls in flight: GC keeps what the image manager is pulling.
+        let in_flight = PullsInFlight::new();
+        let gc = ImageGcManager::new(client.clone(), store.clone(), config.gc.clone())?
+            .with_pulls_in_flight(in_flight.clone());
         let images =
             ImageManager::new(&config.pull, Arc::new(client), store.clone(), clock.clone())
-                .map_err(|e| AgentError::Pull(e.to_string()))?;
+                .map_err(|e| AgentError::Pull(e.to_string()))?
+                .with_pulls_in_flight(in_flight);
         Ok(Agent {
             config,
             store,
@@ -95,6 +100,7 @@ impl Agent {
             clock,
             metrics: AgentMetrics::default(),
             gc_failed_before: Mutex::new(false),
+            gc_last_unreachable: Mutex::new(false),
         })
     }
 
@@ -139,48 +145,21 @@ impl Agent {
         }
     }
 
-    async fn run_loops(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let start = Instant::now();
-        // As the kubelet's wait.Until loops, every loop runs once at start (detect first, so the
-        // first GC sees fresh records), then every period.
-        let mut next = [
-            (Loop::Detect, start, Backoff::new(self.config.detect_period)),
-            (
-                Loop::ImageCache,
-                start,
-                Backoff::new(self.config.image_cache_period),
-            ),
-            (Loop::Gc, start, Backoff::new(self.config.gc_period)),
+    async fn run_loops(self: Arc<Self>, stop: watch::Receiver<bool>) {
+        let periods = [
+            (Loop::Detect, self.config.detect_period),
+            (Loop::ImageCache, self.config.image_cache_period),
+            (Loop::Gc, self.config.gc_period),
         ];
-        loop {
-            let Some(index) = (0..next.len()).min_by_key(|&i| next[i].1) else {
-                return;
-            };
-            let (which, when, _) = next[index];
-            tokio::select! {
-                _ = tokio::time::sleep_until(when) => {}
-                _ = stop.changed() => return,
-            }
-            if *stop.borrow() {
-                return;
-            }
-            // The cycle runs to its end; on shutdown `run` bounds how long it may take.
-            let ok = self.run_cycle(which).await;
-            if *stop.borrow() {
-                return;
-            }
-            let backoff = &mut next[index].2;
-            let delay = if ok {
-                backoff.reset()
-            } else {
-                backoff.next_delay()
-            };
-            next[index].1 = Instant::now() + delay;
-        }
+        run_schedule(periods, stop, |which| {
+            let agent = self.clone();
+            async move { agent.run_cycle(which).await }
+        })
+        .await;
     }
 
-    /// Runs one cycle; returns whether it succeeded.
-    async fn run_cycle(&self, which: Loop) -> bool {
+    /// Runs one cycle; returns how it ended.
+    async fn run_cycle(&self, which: Loop) -> CycleOutcome {
         let now = self.clock.now();
         match which {
             Loop::Detect => match self.gc.detect(now).await {
@@ -192,28 +171,42 @@ impl Agent {
                         committed = report.committed,
                         "Detected images"
                     );
-                    true
+                    CycleOutcome::Done
                 }
                 Err(e) => {
                     error!(error = %e, "Image detection failed");
-                    false
+                    CycleOutcome::failed(&e)
                 }
             },
             Loop::ImageCache => match self.gc.refresh_image_cache().await {
-                Ok(()) => true,
+                Ok(()) => CycleOutcome::Done,
                 Err(e) => {
                     warn!(error = %e, "Failed to update image list");
-                    false
+                    CycleOutcome::failed(&e)
                 }
             },
-            Loop::Gc => self.garbage_collect_cycle(now).await.error.is_none(),
+            Loop::Gc => match self.garbage_collect_cycle(now).await.error {
+                None => CycleOutcome::Done,
+                Some(_) => match self.gc_failure_unreachable() {
+                    true => CycleOutcome::RuntimeUnreachable,
+                    false => CycleOutcome::Failed,
+                },
+            },
         }
+    }
+
+    /// Whether the last GC failed because the runtime could not be reached (the outcome of
+    /// `garbage_collect_cycle` carries the error as text only).
+    fn gc_failure_unreachable(&self) -> bool {
+        *lock_ignoring_poison(&self.gc_last_unreachable)
     }
 
     async fn garbage_collect_cycle(&self, now: UnixNanos) -> GcOutcome {
         let started = std::time::Instant::now();
         let report = self.gc.garbage_collect(now).await;
         self.metrics.observe_gc(started.elapsed());
+        *lock_ignoring_poison(&self.gc_last_unreachable) =
+            report.error.as_ref().is_some_and(runtime_unreachable);
         let mut failed_before = match self.gc_failed_before.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -239,8 +232,84 @@ impl Agent {
     }
 }
 
-/// The retry delay of one loop: its period after a success, 1 s doubling up to the period
-/// after failures.
+/// How one cycle of a loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CycleOutcome {
+    Done,
+    /// Failed for a reason a quick retry does not fix (not enough space freed, a removal
+    /// failed, a store error): the loop keeps its period, as the kubelet's wait.Until does.
+    Failed,
+    /// The runtime could not be reached: retried soon (1 s doubling up to the period).
+    RuntimeUnreachable,
+}
+
+impl CycleOutcome {
+    fn failed(e: &GcError) -> CycleOutcome {
+        if runtime_unreachable(e) {
+            CycleOutcome::RuntimeUnreachable
+        } else {
+            CycleOutcome::Failed
+        }
+    }
+}
+
+/// A runtime error that means the runtime is not there: a failed dial, or Unavailable.
+fn runtime_unreachable(e: &GcError) -> bool {
+    match e {
+        GcError::Runtime { source, .. } => {
+            matches!(source, CriError::Connect { .. })
+                || source.code() == Some(crate::cri::RpcCode::Unavailable)
+        }
+        _ => false,
+    }
+}
+
+fn lock_ignoring_poison<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The agent's loops: each runs once at start (in the order given, so detect comes first and
+/// the first GC sees fresh records), then every period (the kubelet's wait.Until). A cycle
+/// that failed keeps the period; only a runtime that cannot be reached is retried sooner, 1 s
+/// doubling up to the period. Returns when `stop` turns true (the cycle in flight runs to its
+/// end). Timers are tokio's, so tests drive the schedule with paused time.
+async fn run_schedule<F, Fut>(
+    periods: [(Loop, Duration); 3],
+    mut stop: watch::Receiver<bool>,
+    mut run: F,
+) where
+    F: FnMut(Loop) -> Fut,
+    Fut: Future<Output = CycleOutcome>,
+{
+    let start = Instant::now();
+    let mut next = periods.map(|(which, period)| (which, start, Backoff::new(period)));
+    loop {
+        let Some(index) = (0..next.len()).min_by_key(|&i| next[i].1) else {
+            return;
+        };
+        let (which, when, _) = next[index];
+        tokio::select! {
+            _ = tokio::time::sleep_until(when) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let outcome = run(which).await;
+        if *stop.borrow() {
+            return;
+        }
+        let backoff = &mut next[index].2;
+        let delay = match outcome {
+            CycleOutcome::Done | CycleOutcome::Failed => backoff.reset(),
+            CycleOutcome::RuntimeUnreachable => backoff.next_delay(),
+        };
+        next[index].1 = Instant::now() + delay;
+    }
+}
+
+/// The retry delay of one loop: its period after a cycle, 1 s doubling up to the period while
+/// the runtime cannot be reached.
 #[derive(Clone, Copy, Debug)]
 struct Backoff {
     period: Duration,
@@ -290,7 +359,7 @@ impl AdminBackend for Agent {
             annotations: Default::default(),
         };
         self.images
-            .ensure_image_exists(&pod, &request.image, policy, None, &request.runtime_handler)
+            .ensure_image_exists(&pod, &request.image, policy, &[], &request.runtime_handler)
             .await
             .map_err(|e: PullError| format!("{}: {}", e.reason(), e.message()))
     }
@@ -339,6 +408,54 @@ pub fn remove_stale_socket(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The GC loop after failures, under paused time: a failed GC (space not freed, a removal
+    /// failed) waits the full period as the kubelet's wait.Until does; only an unreachable
+    /// runtime is retried at 1 s, 2 s, 4 s ...; a success resets.
+    #[tokio::test(start_paused = true)]
+    async fn gc_failures_keep_the_period_and_only_an_unreachable_runtime_retries_fast() {
+        use std::collections::VecDeque;
+        let period = Duration::from_secs(300);
+        let mut script: VecDeque<CycleOutcome> = VecDeque::from([
+            CycleOutcome::Failed,
+            CycleOutcome::Failed,
+            CycleOutcome::RuntimeUnreachable,
+            CycleOutcome::RuntimeUnreachable,
+            CycleOutcome::RuntimeUnreachable,
+            CycleOutcome::Done,
+            CycleOutcome::Failed,
+        ]);
+        let start = Instant::now();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut gc_times = Vec::new();
+        let long = Duration::from_secs(1_000_000);
+        run_schedule(
+            [
+                (Loop::Detect, long),
+                (Loop::ImageCache, long),
+                (Loop::Gc, period),
+            ],
+            stop_rx,
+            |which| {
+                let outcome = if which == Loop::Gc {
+                    gc_times.push(start.elapsed().as_secs());
+                    match script.pop_front() {
+                        Some(outcome) => outcome,
+                        None => {
+                            let _ = stop_tx.send(true);
+                            CycleOutcome::Done
+                        }
+                    }
+                } else {
+                    CycleOutcome::Done
+                };
+                async move { outcome }
+            },
+        )
+        .await;
+        // start; Failed +300; Failed +300; unreachable +1, +2, +4; Done +300; Failed +300.
+        assert_eq!(gc_times, [0, 300, 600, 601, 603, 607, 907, 1207]);
+    }
 
     #[test]
     fn loop_backoff_doubles_from_one_second_up_to_the_period_and_resets() {

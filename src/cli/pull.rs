@@ -125,7 +125,7 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
             &pod,
             &args.image,
             args.policy.into(),
-            None,
+            &[],
             &args.runtime_handler,
         )
         .await

@@ -21,7 +21,8 @@ use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::statvfs;
 use crate::model::{
-    ContainerState, ImageFsStats, ImageId, PullCredentials, RuntimeContainer, RuntimeImage,
+    ContainerState, ImageFsStats, ImageId, PullCredentials, PullSpec, RuntimeContainer,
+    RuntimeImage,
 };
 
 /// containerd's default socket, as the kubelet's default `--container-runtime-endpoint`.
@@ -41,8 +42,10 @@ pub struct CriConfig {
     pub connect_timeout: Duration,
     /// Deadline of every call but PullImage (the kubelet uses 2 minutes).
     pub call_timeout: Duration,
-    /// Deadline of PullImage.
-    pub pull_timeout: Duration,
+    /// Deadline of PullImage; `None` (the default) is none: as the kubelet's remote image
+    /// service, a pull is only cancelled (on shutdown), never timed out, so a 100 GB image is
+    /// not failed at an arbitrary deadline.
+    pub pull_timeout: Option<Duration>,
 }
 
 impl Default for CriConfig {
@@ -52,7 +55,7 @@ impl Default for CriConfig {
             image_endpoint: None,
             connect_timeout: Duration::from_secs(5),
             call_timeout: Duration::from_secs(120),
-            pull_timeout: Duration::from_secs(30 * 60),
+            pull_timeout: None,
         }
     }
 }
@@ -116,7 +119,7 @@ pub struct CriClient {
     runtime_endpoint: String,
     image_endpoint: String,
     call_timeout: Duration,
-    pull_timeout: Duration,
+    pull_timeout: Option<Duration>,
 }
 
 /// The socket path of a `unix://` endpoint (or of a bare absolute path).
@@ -436,6 +439,24 @@ async fn runtime_call<Req, Resp, F, Fut>(
     endpoint: &str,
     deadline: Duration,
     request: Req,
+    call: F,
+) -> Result<Resp, CriError>
+where
+    Req: Clone,
+    F: FnMut(tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+{
+    call_with_deadline(method, endpoint, Some(deadline), request, call).await
+}
+
+/// [`runtime_call`] with an optional deadline: `None` waits for the runtime's answer for as
+/// long as it takes (PullImage, as the kubelet), still with the one retry on a broken
+/// connection; the caller cancels by dropping the future.
+async fn call_with_deadline<Req, Resp, F, Fut>(
+    method: &'static str,
+    endpoint: &str,
+    deadline: Option<Duration>,
+    request: Req,
     mut call: F,
 ) -> Result<Resp, CriError>
 where
@@ -449,7 +470,9 @@ where
         let mut retried = false;
         loop {
             let mut attempt = tonic::Request::new(request.clone());
-            attempt.set_timeout(deadline.saturating_sub(start.elapsed()));
+            if let Some(deadline) = deadline {
+                attempt.set_timeout(deadline.saturating_sub(start.elapsed()));
+            }
             match call(attempt).await {
                 Err(status) if !retried && convert::is_broken_connection(&status) => {
                     tracing::debug!(
@@ -462,6 +485,16 @@ where
                 outcome => return outcome,
             }
         }
+    };
+    let Some(deadline) = deadline else {
+        return attempts
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| {
+                let err = convert::error_from_status(method, endpoint, status);
+                tracing::debug!(method, endpoint, error = %err, "CRI call failed");
+                err
+            });
     };
     match tokio::time::timeout(deadline, attempts).await {
         Ok(Ok(response)) => Ok(response.into_inner()),
@@ -538,7 +571,18 @@ impl ImageRuntime for CriClient {
             },
         )
         .await?;
-        Ok(response.image.map(convert::image_from_proto))
+        match response.image {
+            // The kubelet's remote image service refuses an image it cannot key or size
+            // (remote_image.go, ImageStatus).
+            Some(found) if found.id.is_empty() || found.size == 0 => Err(CriError::InvalidReply {
+                method: "ImageStatus",
+                message: format!(
+                    "Id or size of image {} is not set",
+                    crate::pull::go_quote(image)
+                ),
+            }),
+            found => Ok(found.map(convert::image_from_proto)),
+        }
     }
 
     async fn pull_image(
@@ -547,19 +591,24 @@ impl ImageRuntime for CriClient {
         runtime_handler: &str,
         credentials: Option<&PullCredentials>,
     ) -> Result<String, CriError> {
+        self.pull_image_for(&PullSpec::new(image, runtime_handler), credentials)
+            .await
+    }
+
+    async fn pull_image_for(
+        &self,
+        spec: &PullSpec,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<String, CriError> {
         let client = self.images.clone();
-        let request = proto::PullImageRequest {
-            image: Some(convert::image_spec(image, runtime_handler)),
-            auth: credentials.map(convert::auth_config_from_credentials),
-            sandbox_config: None,
-        };
+        let request = convert::pull_request(spec, credentials);
         tracing::debug!(
-            image,
-            runtime_handler,
+            image = spec.image,
+            runtime_handler = spec.runtime_handler,
             with_credentials = credentials.is_some(),
             "pulling image"
         );
-        let response = runtime_call(
+        let response = call_with_deadline(
             "PullImage",
             &self.image_endpoint,
             self.pull_timeout,
@@ -570,6 +619,16 @@ impl ImageRuntime for CriClient {
             },
         )
         .await?;
+        if response.image_ref.is_empty() {
+            // remote_image.go, PullImage: an empty ref is a failed pull.
+            return Err(CriError::InvalidReply {
+                method: "PullImage",
+                message: format!(
+                    "imageRef of image {} is not set",
+                    crate::pull::go_quote(&spec.image)
+                ),
+            });
+        }
         Ok(response.image_ref)
     }
 
@@ -674,6 +733,9 @@ mod tests {
         let config = CriConfig::default();
         assert_eq!(config.runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
         assert_eq!(config.call_timeout, Duration::from_secs(120));
-        assert!(config.pull_timeout > config.call_timeout);
+        assert_eq!(
+            config.pull_timeout, None,
+            "PullImage has no client deadline"
+        );
     }
 }

@@ -16,7 +16,8 @@ use super::client::{
 use super::error::{CriError, RpcCode};
 use super::proto;
 use crate::model::{
-    ContainerState, ImageFsStats, ImageId, PullCredentials, RuntimeContainer, RuntimeImage,
+    ContainerState, ImageFsStats, ImageId, PodSandboxConfig, PullCredentials, PullSpec,
+    RuntimeContainer, RuntimeImage,
 };
 
 // ---------------------------------------------------------------- status codes and errors
@@ -144,6 +145,64 @@ pub(super) fn image_spec(image: &str, runtime_handler: &str) -> proto::ImageSpec
         image: image.to_string(),
         runtime_handler: runtime_handler.to_string(),
         ..Default::default()
+    }
+}
+
+/// A PullImage request as the kubelet builds it: the pod's annotations on the ImageSpec
+/// (`toRuntimeAPIImageSpec`), the credentials, and the pod's sandbox config.
+pub(super) fn pull_request(
+    spec: &PullSpec,
+    credentials: Option<&PullCredentials>,
+) -> proto::PullImageRequest {
+    let mut image = image_spec(&spec.image, &spec.runtime_handler);
+    image.annotations = spec
+        .annotations
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    proto::PullImageRequest {
+        image: Some(image),
+        auth: credentials.map(auth_config_from_credentials),
+        sandbox_config: spec.sandbox.as_ref().map(|pod| proto::PodSandboxConfig {
+            metadata: Some(proto::PodSandboxMetadata {
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
+                namespace: pod.namespace.clone(),
+                attempt: pod.attempt,
+            }),
+            labels: pod
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            annotations: pod
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            ..Default::default()
+        }),
+    }
+}
+
+/// What a PullImage request carried (the fake runtime records it).
+pub(super) fn pull_spec_from_request(request: &proto::PullImageRequest) -> PullSpec {
+    let image = request.image.clone().unwrap_or_default();
+    PullSpec {
+        image: image.image,
+        runtime_handler: image.runtime_handler,
+        annotations: image.annotations.into_iter().collect(),
+        sandbox: request.sandbox_config.as_ref().map(|c| {
+            let metadata = c.metadata.clone().unwrap_or_default();
+            PodSandboxConfig {
+                name: metadata.name,
+                uid: metadata.uid,
+                namespace: metadata.namespace,
+                attempt: metadata.attempt,
+                labels: c.labels.clone().into_iter().collect(),
+                annotations: c.annotations.clone().into_iter().collect(),
+            }
+        }),
     }
 }
 

@@ -88,6 +88,13 @@ pub enum CriError {
         method: &'static str,
         after: Duration,
     },
+    /// The runtime answered, but with a reply the kubelet refuses (an image with no id or
+    /// size, a pull with no image ref); the message is the kubelet's.
+    #[error("{message}")]
+    InvalidReply {
+        method: &'static str,
+        message: String,
+    },
     /// The endpoint is not `unix:///<path>` or an absolute socket path.
     #[error("invalid CRI endpoint {endpoint:?}: {reason}")]
     InvalidEndpoint { endpoint: String, reason: String },
@@ -112,6 +119,7 @@ impl CriError {
             CriError::Connect { .. } => Some(RpcCode::Unavailable),
             CriError::Timeout { .. } => Some(RpcCode::DeadlineExceeded),
             CriError::InvalidEndpoint { .. }
+            | CriError::InvalidReply { .. }
             | CriError::NoImageFilesystem
             | CriError::Statvfs { .. } => None,
         }

@@ -28,7 +28,7 @@ use super::error::RpcCode;
 use super::proto;
 use super::proto::image_service_server::{ImageService, ImageServiceServer};
 use super::proto::runtime_service_server::{RuntimeService, RuntimeServiceServer};
-use crate::model::{ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage};
+use crate::model::{ImageFsStats, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage};
 
 /// A failure the fake answers a method with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +44,8 @@ pub struct FakePull {
     pub image: String,
     pub runtime_handler: String,
     pub credentials: Option<PullCredentials>,
+    /// The ImageSpec's annotations and the sandbox config the request carried.
+    pub spec: PullSpec,
 }
 
 #[derive(Debug, Default)]
@@ -57,6 +59,8 @@ struct FakeState {
     failures: HashMap<String, FakeFailure>,
     hangs: HashSet<String>,
     pulls: Vec<FakePull>,
+    /// Answer PullImage with an empty image ref (a misbehaving runtime).
+    empty_image_ref: bool,
     /// How many times each method was called.
     calls: HashMap<String, u64>,
 }
@@ -164,13 +168,20 @@ impl ImageService for FakeService {
     ) -> Result<Response<proto::PullImageResponse>, Status> {
         self.enter("PullImage").await?;
         let request = request.into_inner();
+        let spec = convert::pull_spec_from_request(&request);
         let (image, runtime_handler) = spec_image(request.image);
         let mut state = self.lock();
         state.pulls.push(FakePull {
             image: image.clone(),
             runtime_handler,
             credentials: request.auth.map(convert::credentials_from_auth_config),
+            spec,
         });
+        if state.empty_image_ref {
+            return Ok(Response::new(proto::PullImageResponse {
+                image_ref: String::new(),
+            }));
+        }
         if let Some(present) = state.find_image(&image) {
             let image_ref = present.id.as_str().to_string();
             return Ok(Response::new(proto::PullImageResponse { image_ref }));
@@ -412,7 +423,7 @@ impl FakeRuntime {
             image_endpoint: None,
             connect_timeout: Duration::from_secs(2),
             call_timeout: Duration::from_secs(5),
-            pull_timeout: Duration::from_secs(10),
+            pull_timeout: None,
         }
     }
 
@@ -478,6 +489,11 @@ impl FakeRuntime {
     }
 
     /// Every PullImage request received so far.
+    /// Makes PullImage answer with an empty image ref (`on`) or normally.
+    pub fn answer_empty_image_ref(&self, on: bool) {
+        self.lock().empty_image_ref = on;
+    }
+
     pub fn pulls(&self) -> Vec<FakePull> {
         self.lock().pulls.clone()
     }

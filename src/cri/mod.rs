@@ -11,7 +11,7 @@
 
 use std::future::Future;
 
-use crate::model::{ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage};
+use crate::model::{ImageFsStats, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage};
 
 pub mod client;
 mod convert;
@@ -48,6 +48,15 @@ pub trait ImageRuntime: Send + Sync {
         runtime_handler: &str,
         credentials: Option<&PullCredentials>,
     ) -> impl Future<Output = Result<String, CriError>> + Send;
+    /// PullImage with the pod's context (ImageSpec annotations and the sandbox config). A
+    /// runtime that does not look at the context pulls as [`ImageRuntime::pull_image`].
+    fn pull_image_for(
+        &self,
+        spec: &PullSpec,
+        credentials: Option<&PullCredentials>,
+    ) -> impl Future<Output = Result<String, CriError>> + Send {
+        self.pull_image(&spec.image, &spec.runtime_handler, credentials)
+    }
     fn remove_image(
         &self,
         image: &str,

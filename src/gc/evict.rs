@@ -14,6 +14,9 @@ use crate::model::{ImageRecord, RecordKey, UnixNanos};
 pub enum Verdict {
     /// A container uses it (at the last detect).
     InUse,
+    /// A pull through imagekeeper is fetching it (the agent's dry run only: an offline
+    /// explain cannot see pulls).
+    PullInProgress,
     /// The runtime or a pin pattern pins it.
     Pinned,
     /// Its last use is not before the GC's start.

@@ -41,6 +41,8 @@ pub enum Decision {
     KeepGcDisabled,
     /// In use at the last detect.
     KeepInUse,
+    /// A pull through imagekeeper is in progress (the running agent's explain only).
+    KeepPullInProgress,
     /// Pinned by the runtime or a pin pattern.
     KeepPinned,
     /// Last used at or after `now` (the clock went back?).
@@ -152,14 +154,33 @@ pub fn explain(
     fs: Option<FsSpace>,
     now: UnixNanos,
 ) -> Explanation {
+    explain_with_pulls(records, last_detect, policy, fs, now, &BTreeSet::new())
+}
+
+/// [`explain`] by the running agent, which also knows the pulls in flight: their images are
+/// kept as in use ("pull in progress"), as the manager keeps them.
+pub fn explain_with_pulls(
+    records: &[StoredRecord],
+    last_detect: Option<UnixNanos>,
+    policy: GcPolicy,
+    fs: Option<FsSpace>,
+    now: UnixNanos,
+    pulling: &BTreeSet<RecordKey>,
+) -> Explanation {
     let in_use = in_use_at(records, last_detect);
+    let protected: BTreeSet<RecordKey> = in_use.union(pulling).cloned().collect();
     let disabled = policy.disabled();
     let mut images: Vec<ImageExplanation> = records
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let verdict = space_verdict(&r.key, &r.record, &in_use, now, policy.min_age);
-            let aged = !disabled && past_max_age(&r.key, &r.record, &in_use, now, policy.max_age);
+            let verdict = if pulling.contains(&r.key) && !in_use.contains(&r.key) {
+                Verdict::PullInProgress
+            } else {
+                space_verdict(&r.key, &r.record, &in_use, now, policy.min_age)
+            };
+            let aged =
+                !disabled && past_max_age(&r.key, &r.record, &protected, now, policy.max_age);
             ImageExplanation {
                 rank: i + 1,
                 key: r.key.clone(),
@@ -197,6 +218,7 @@ pub fn explain(
         image.decision = match (image.verdict, space) {
             (_, SpacePass::Disabled) => Decision::KeepGcDisabled,
             (Verdict::InUse, _) => Decision::KeepInUse,
+            (Verdict::PullInProgress, _) => Decision::KeepPullInProgress,
             (Verdict::Pinned, _) => Decision::KeepPinned,
             (Verdict::UsedTooRecently, _) => Decision::KeepUsedTooRecently,
             (Verdict::YoungerThanMinAge, _) => Decision::KeepYoungerThanMinAge,
@@ -295,6 +317,7 @@ fn reason(
             "in use at the last detect ({})",
             last_detect.map_or_else(String::new, super::format::format_rfc3339)
         ),
+        Decision::KeepPullInProgress => "pull in progress".to_owned(),
         Decision::KeepPinned => "pinned".to_owned(),
         Decision::KeepUsedTooRecently => {
             "used at or after now (is the clock behind the records?)".to_owned()

@@ -5,6 +5,14 @@
 //! transaction is open across an await (each store call is synchronous and complete); the
 //! eviction walk reads the store's index lazily, in chunks, resuming after the last entry it
 //! saw, so it never loads every record to sort.
+//!
+//! What GC never removes: an image a container of any state uses, a pinned image, an image a
+//! pull through imagekeeper has in flight, an image used at or after the GC's start. Pulls and
+//! containers are not under the cycle lock, so before each batch of RemoveImage calls the
+//! manager takes a last look (`last_look`): it lists containers once, and right before each
+//! call re-reads the victim's record and the pulls in flight; a victim that gained a container,
+//! a newer last_used or a pull is kept (`gc_victims_rescued_total{why}`) and the walk goes on
+//! to the next candidate.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
@@ -13,23 +21,33 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::cri::ImageRuntime;
-use crate::model::{ImageRecord, RecordKey, RuntimeImage, UnixNanos};
-use crate::store::{Batch, BatchOp, EvictionKey, Store, StoredRecord};
+use crate::model::{ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, UnixNanos};
+use crate::pull::PullsInFlight;
+use crate::store::{Batch, EvictionKey, Store, StoredRecord};
 
-use super::detect::{images_in_use, plan_detect};
+use super::detect::{apply_to_copy, container_uses, fold_images, images_in_use, plan_detect};
 use super::evict::{Verdict, past_max_age};
-use super::explain::{Decision, Explanation, FsSpace, explain};
-use super::metrics::{GcMetrics, RemovalReason};
+use super::explain::{Decision, Explanation, FsSpace, explain_with_pulls};
+use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
 use super::{GcError, GcPolicy};
 
-/// The runtime's images, the keys in use, and the stored records by key.
+/// The runtime's images, the keys in use, and the stored records by key (read before the
+/// runtime was listed).
 type Observed = (
     Vec<RuntimeImage>,
     BTreeSet<RecordKey>,
     BTreeMap<RecordKey, ImageRecord>,
 );
+
+/// What a GC cycle knows after its detect: the runtime's images by key and the keys it
+/// protects (in use by a container, or a pull in flight), grown by the victims the last look
+/// rescued so the walk does not choose them again.
+struct CycleView {
+    listed: BTreeMap<RecordKey, RuntimeImage>,
+    protected: BTreeSet<RecordKey>,
+}
 
 /// How many eligible images one synchronous step of the walk picks before removing them.
 const WALK_CHUNK: usize = 64;
@@ -85,6 +103,7 @@ pub struct ImageGcManager<R> {
     cycle: tokio::sync::Mutex<()>,
     cache: RwLock<Vec<RuntimeImage>>,
     metrics: Arc<GcMetrics>,
+    in_flight: PullsInFlight,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -98,7 +117,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             cycle: tokio::sync::Mutex::new(()),
             cache: RwLock::new(Vec::new()),
             metrics: Arc::new(GcMetrics::default()),
+            in_flight: PullsInFlight::new(),
         })
+    }
+
+    /// Keeps the images of `in_flight`'s pulls (share it with the image manager).
+    pub fn with_pulls_in_flight(mut self, in_flight: PullsInFlight) -> Self {
+        self.in_flight = in_flight;
+        self
     }
 
     pub fn runtime(&self) -> &R {
@@ -124,9 +150,17 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         self.detect_locked(now).await.map(|(report, _)| report)
     }
 
-    /// What a detect starts from: the runtime's images, the record keys in use, and the
-    /// stored records by key.
+    /// What a detect starts from: the stored records by key, the runtime's images and the
+    /// record keys in use. The records are read first: a pull that marks an image while the
+    /// runtime is listed is then absent from the snapshot or older in it, and detect's merge
+    /// writes keep its mark (see `detect`).
     async fn observe(&self) -> Result<Observed, GcError> {
+        let records = self
+            .store
+            .records()?
+            .into_iter()
+            .map(|r| (r.key, r.record))
+            .collect();
         let images = self
             .runtime
             .list_images()
@@ -138,19 +172,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .await
             .map_err(runtime_error("list containers"))?;
         let in_use = images_in_use(&images, &containers, self.config.sandbox_image.as_deref());
-        let records = self
-            .store
-            .records()?
-            .into_iter()
-            .map(|r| (r.key, r.record))
-            .collect();
         Ok((images, in_use, records))
     }
 
-    async fn detect_locked(
-        &self,
-        now: UnixNanos,
-    ) -> Result<(DetectReport, BTreeSet<RecordKey>), GcError> {
+    async fn detect_locked(&self, now: UnixNanos) -> Result<(DetectReport, CycleView), GcError> {
         let (images, in_use, existing) = self.observe().await?;
         let plan = plan_detect(&existing, &images, &in_use, &self.config.pins, now);
         let committed = self.store.apply(&plan.batch)?;
@@ -161,7 +186,25 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             in_use: in_use.len(),
             committed,
         };
-        Ok((report, in_use))
+        let listed: BTreeMap<RecordKey, RuntimeImage> = fold_images(&images)
+            .into_iter()
+            .map(|(k, i)| (k, i.clone()))
+            .collect();
+        let mut protected = in_use;
+        protected.extend(self.pulling(&listed));
+        Ok((report, CycleView { listed, protected }))
+    }
+
+    /// The listed images that a pull in flight protects.
+    fn pulling(&self, listed: &BTreeMap<RecordKey, RuntimeImage>) -> BTreeSet<RecordKey> {
+        if self.in_flight.is_empty() {
+            return BTreeSet::new();
+        }
+        listed
+            .iter()
+            .filter(|(_, image)| self.in_flight.protects(image))
+            .map(|(key, _)| key.clone())
+            .collect()
     }
 
     /// kubelet's GarbageCollect at `now`: detect, MaxAge, then free space down to the low
@@ -180,11 +223,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         free_time: UnixNanos,
         report: &mut GcReport,
     ) -> Result<(), GcError> {
-        let (_, in_use) = self.detect_locked(free_time).await?;
+        let (_, mut view) = self.detect_locked(free_time).await?;
         if self.config.policy.disabled() {
             return Ok(());
         }
-        self.free_old_images(free_time, &in_use, report).await?;
+        self.free_old_images(free_time, &mut view, report).await?;
 
         let stats = self
             .runtime
@@ -219,7 +262,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 .free_space(
                     amount_to_free,
                     free_time,
-                    &in_use,
+                    &mut view,
                     RemovalReason::Space,
                     report,
                 )
@@ -243,8 +286,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut report = GcReport::default();
         info!("Attempting to delete unused images");
         let result = async {
-            let (_, in_use) = self.detect_locked(now).await?;
-            self.free_space(i64::MAX, now, &in_use, RemovalReason::Unused, &mut report)
+            let (_, mut view) = self.detect_locked(now).await?;
+            self.free_space(i64::MAX, now, &mut view, RemovalReason::Unused, &mut report)
                 .await
         }
         .await;
@@ -259,7 +302,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     async fn free_old_images(
         &self,
         free_time: UnixNanos,
-        in_use: &BTreeSet<RecordKey>,
+        view: &mut CycleView,
         report: &mut GcReport,
     ) -> Result<(), GcError> {
         let max_age = self.config.policy.max_age;
@@ -270,12 +313,22 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut victims: Vec<StoredRecord> = Vec::new();
         for entry in self.store.eviction_order_before(bound)? {
             let entry = entry?;
-            if past_max_age(&entry.key, &entry.record, in_use, free_time, max_age) {
+            if past_max_age(
+                &entry.key,
+                &entry.record,
+                &view.protected,
+                free_time,
+                max_age,
+            ) {
                 victims.push(entry);
             }
         }
         let mut errors = Vec::new();
+        let containers = self.containers_for_last_look(&victims).await?;
         for victim in victims {
+            if self.rescue(&victim, &containers, view)? {
+                continue;
+            }
             if let Err(e) = self.remove(&victim, RemovalReason::Age, report).await {
                 errors.push(e);
             }
@@ -288,12 +341,13 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// kubelet's freeSpace: walks the eviction order, removing eligible images until
-    /// `bytes_to_free` are freed. Returns the bytes freed.
+    /// `bytes_to_free` are freed. Returns the bytes freed. A victim the last look keeps frees
+    /// nothing, and the walk goes on to the next candidate.
     async fn free_space(
         &self,
         bytes_to_free: i64,
         free_time: UnixNanos,
-        in_use: &BTreeSet<RecordKey>,
+        view: &mut CycleView,
         reason: RemovalReason,
         report: &mut GcReport,
     ) -> Result<i64, GcError> {
@@ -301,15 +355,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut freed: i64 = 0;
         let mut errors = Vec::new();
         let mut resume: Option<EvictionKey> = None;
-        let walk = SpaceWalk {
-            in_use,
-            free_time,
-            min_age,
-            bytes_to_free,
-        };
         'walk: loop {
             // One synchronous step: read the index from where the last step stopped and pick
             // the next eligible images. The read transaction ends before any await.
+            let walk = SpaceWalk {
+                in_use: &view.protected,
+                free_time,
+                min_age,
+                bytes_to_free,
+            };
             let step = walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?;
             if step.resume.is_some() {
                 resume = step.resume;
@@ -318,7 +372,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             if chunk.is_empty() {
                 break;
             }
+            let containers = self.containers_for_last_look(&chunk).await?;
             for victim in chunk {
+                if self.rescue(&victim, &containers, view)? {
+                    continue;
+                }
                 match self.remove(&victim, reason, report).await {
                     Ok(()) => {
                         freed = freed.saturating_add(to_i64(victim.record.size));
@@ -339,6 +397,65 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 errors,
             })
         }
+    }
+
+    /// The last look's container list, taken once before a batch of removals (none when the
+    /// batch is empty). A runtime that cannot list containers fails the cycle: removing
+    /// without knowing what runs is never done.
+    async fn containers_for_last_look(
+        &self,
+        victims: &[StoredRecord],
+    ) -> Result<Vec<RuntimeContainer>, GcError> {
+        if victims.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.runtime
+            .list_containers()
+            .await
+            .map_err(runtime_error("list containers"))
+    }
+
+    /// The last look at one victim, right before its RemoveImage: whether a container (from
+    /// the batch's list), a pull in flight or a newer mark on its record keeps it now. A kept
+    /// victim is counted, logged, and protected for the rest of the cycle.
+    fn rescue(
+        &self,
+        victim: &StoredRecord,
+        containers: &[RuntimeContainer],
+        view: &mut CycleView,
+    ) -> Result<bool, GcError> {
+        let image = view
+            .listed
+            .get(&victim.key)
+            .cloned()
+            .unwrap_or_else(|| RuntimeImage {
+                id: victim.key.image_id.clone(),
+                runtime_handler: victim.key.runtime_handler.clone(),
+                ..RuntimeImage::default()
+            });
+        let why = if containers.iter().any(|c| container_uses(c, &image)) {
+            Some(RescueReason::Container)
+        } else if self.in_flight.protects(&image) {
+            Some(RescueReason::Pulling)
+        } else {
+            match self.store.get(&victim.key)? {
+                None => Some(RescueReason::Gone),
+                Some(now) if now.last_used > victim.record.last_used => Some(RescueReason::Used),
+                Some(_) => None,
+            }
+        };
+        let Some(why) = why else {
+            return Ok(false);
+        };
+        info!(
+            image_id = victim.key.image_id.as_str(),
+            runtime_handler = victim.key.runtime_handler.as_str(),
+            why = why.as_str(),
+            "Kept an image GC had chosen: it is needed now"
+        );
+        self.metrics.record_rescue(why);
+        view.protected.insert(victim.key.clone());
+        Ok(true)
     }
 
     /// Removes one image through the runtime, then its record. A failure is logged and
@@ -387,17 +504,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let _cycle = self.cycle.lock().await;
         let (images, in_use, mut records) = self.observe().await?;
         let detect = plan_detect(&records, &images, &in_use, &self.config.pins, now);
-        for op in detect.batch.ops() {
-            match op {
-                BatchOp::Upsert { key, record } => {
-                    records.insert(key.clone(), *record);
-                }
-                BatchOp::Remove { key } => {
-                    records.remove(key);
-                }
-                _ => {}
-            }
-        }
+        apply_to_copy(&mut records, &detect.batch);
+        let listed: BTreeMap<RecordKey, RuntimeImage> = fold_images(&images)
+            .into_iter()
+            .map(|(k, i)| (k, i.clone()))
+            .collect();
+        let pulling = self.pulling(&listed);
         // A dry run only: the real cycle reads this order from the index.
         let mut ordered: Vec<StoredRecord> = records
             .into_iter()
@@ -423,7 +535,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 available: stats.available,
             })
         };
-        let explanation = explain(&ordered, Some(now), self.config.policy, fs, now);
+        let explanation =
+            explain_with_pulls(&ordered, Some(now), self.config.policy, fs, now, &pulling);
         let removals = explanation
             .images
             .iter()

@@ -1,4 +1,5 @@
-//! Counters of the GC layer: `image_garbage_collected_total{reason}` and removal failures.
+//! Counters of the GC layer: `image_garbage_collected_total{reason}`, removal failures and
+//! `gc_victims_rescued_total{why}` (victims the last look before removal kept).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -33,12 +34,45 @@ impl RemovalReason {
     }
 }
 
+/// Why the last look before a removal kept a victim the walk had chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RescueReason {
+    /// A container (of any state) uses it now.
+    Container,
+    /// Its record was marked used after the walk read it (a pull finished).
+    Used,
+    /// A pull through imagekeeper is fetching it.
+    Pulling,
+    /// Its record is gone (nothing to remove).
+    Gone,
+}
+
+impl RescueReason {
+    pub const ALL: [RescueReason; 4] = [
+        RescueReason::Container,
+        RescueReason::Used,
+        RescueReason::Pulling,
+        RescueReason::Gone,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RescueReason::Container => "container",
+            RescueReason::Used => "used",
+            RescueReason::Pulling => "pulling",
+            RescueReason::Gone => "gone",
+        }
+    }
+}
+
 /// GC counters, shared by the manager and the metrics endpoint.
 #[derive(Debug, Default)]
 pub struct GcMetrics {
     collected_age: AtomicU64,
     collected_space: AtomicU64,
     remove_failures: AtomicU64,
+    rescued: [AtomicU64; 4],
 }
 
 impl GcMetrics {
@@ -60,6 +94,20 @@ impl GcMetrics {
             ("age", self.collected_age.load(Ordering::Relaxed)),
             ("space", self.collected_space.load(Ordering::Relaxed)),
         ]
+    }
+
+    pub fn record_rescue(&self, why: RescueReason) {
+        self.rescued[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `gc_victims_rescued_total` by `why` label.
+    pub fn rescued(&self) -> [(&'static str, u64); 4] {
+        RescueReason::ALL.map(|why| {
+            (
+                why.as_str(),
+                self.rescued[why as usize].load(Ordering::Relaxed),
+            )
+        })
     }
 
     pub fn remove_failures(&self) -> u64 {

@@ -14,6 +14,7 @@
 //! through [`BackoffStore`] and [`PullRuntime`].
 
 pub mod backoff;
+pub mod inflight;
 pub mod metrics;
 pub mod puller;
 pub mod reference;
@@ -25,13 +26,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::model::{BackoffEntry, PullCredentials, RecordKey, UnixNanos};
+use crate::model::{
+    BackoffEntry, PodSandboxConfig, PullCredentials, PullSpec, RecordKey, UnixNanos,
+};
 
 pub use crate::gc::format::go_duration;
 pub use backoff::{BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, StoreFailure};
+pub use inflight::{InFlightGuard, PullsInFlight};
 pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
-pub use reference::{ImageReference, ReferenceError, apply_default_image_tag, go_quote};
+pub use reference::{
+    ImageReference, ReferenceError, apply_default_image_tag, go_quote, image_matches,
+};
 
 use puller::{PullRequest, Puller};
 
@@ -234,6 +240,8 @@ pub struct ImageManager<R: PullRuntime, S: BackoffStore> {
     metrics: Arc<PullMetrics>,
     /// Serializes backoff read-modify-write so two failures of one key both count.
     backoff_lock: Arc<Mutex<()>>,
+    /// Where a pull registers its image until its mark is committed (shared with GC).
+    in_flight: PullsInFlight,
 }
 
 impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
@@ -267,7 +275,19 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             recorder: Arc::new(TracingRecorder),
             metrics: Arc::new(PullMetrics::default()),
             backoff_lock: Arc::new(Mutex::new(())),
+            in_flight: PullsInFlight::new(),
         })
+    }
+
+    /// Shares `in_flight` with the GC manager, so GC keeps the images this manager is pulling.
+    pub fn with_pulls_in_flight(mut self, in_flight: PullsInFlight) -> ImageManager<R, S> {
+        self.in_flight = in_flight;
+        self
+    }
+
+    /// The pulls this manager has in flight.
+    pub fn pulls_in_flight(&self) -> &PullsInFlight {
+        &self.in_flight
     }
 
     /// Replaces the event recorder (tracing by default).
@@ -281,12 +301,19 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
     }
 
     /// Kubelet's `EnsureImageExists`: the image ref once the image is present, or why not.
+    /// `credentials` are tried in turn (none: an anonymous pull); the pod's annotations go
+    /// to the runtime as the ImageSpec's annotations and the pod as the sandbox config
+    /// (image_manager.go and kuberuntime_image.go).
+    ///
+    /// A pull protects its image from GC from before the PullImage call until its mark is
+    /// committed (it is registered in [`PullsInFlight`]); from then on the record's last_used
+    /// (the pull's end) does, as any use does.
     pub async fn ensure_image_exists(
         &self,
         pod: &PodRef,
         image: &str,
         pull_policy: PullPolicy,
-        credentials: Option<&PullCredentials>,
+        credentials: &[PullCredentials],
         runtime_handler: &str,
     ) -> Result<String, PullError> {
         let q = go_quote(image);
@@ -361,12 +388,12 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
 
         self.normal(pod, reasons::PULLING_IMAGE, &format!("Pulling image {q}"));
         let start = self.clock.now();
+        let in_flight = self.in_flight.register(&spec_image);
         let result = self
             .puller
             .pull(PullRequest {
-                image: spec_image,
-                runtime_handler: runtime_handler.to_owned(),
-                credentials: credentials.cloned(),
+                spec: pull_spec(pod, spec_image, runtime_handler),
+                credentials: credentials.to_vec(),
             })
             .await;
         match result {
@@ -395,13 +422,15 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                     ),
                 );
                 self.metrics.observe_pull(size.unwrap_or(0), total);
-                let id = outcome
-                    .status
-                    .as_ref()
-                    .map(|s| s.id.0.clone())
-                    .unwrap_or_else(|| outcome.image_ref.clone());
-                self.record_success(RecordKey::new(id, runtime_handler), end, size)
-                    .await;
+                // The mark goes under the key detect will use: the runtime handler the
+                // runtime lists the image under (none for containerd 1.6), not the request's.
+                let key = match &outcome.status {
+                    Some(status) => status.record_key(),
+                    None => RecordKey::new(outcome.image_ref.clone(), runtime_handler),
+                };
+                in_flight.pulled(&key.image_id);
+                self.record_success(key, end, size).await;
+                drop(in_flight);
                 Ok(outcome.image_ref)
             }
         }
@@ -467,6 +496,25 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
 
     fn warn(&self, pod: &PodRef, reason: &str, msg: &str) {
         self.recorder.event(pod, EventType::Warning, reason, msg);
+    }
+}
+
+/// The PullImage request for `image` on behalf of `pod`: its annotations on the ImageSpec
+/// and, when the pod is named, its sandbox config (metadata and annotations).
+fn pull_spec(pod: &PodRef, image: String, runtime_handler: &str) -> PullSpec {
+    let named = !pod.uid.is_empty() || !pod.name.is_empty();
+    PullSpec {
+        image,
+        runtime_handler: runtime_handler.to_owned(),
+        annotations: pod.annotations.clone(),
+        sandbox: named.then(|| PodSandboxConfig {
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            namespace: pod.namespace.clone(),
+            attempt: 0,
+            labels: Default::default(),
+            annotations: pod.annotations.clone(),
+        }),
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::clock::Clock;
 use crate::cri::{CriError, ImageRuntime, RpcCode};
-use crate::model::{PullCredentials, RuntimeImage};
+use crate::model::{PullCredentials, PullSpec, RuntimeImage};
 use crate::pull::throttle::TokenBucket;
 
 /// Kubelet's `maxImagePullRequests`: the serial puller's queue length.
@@ -39,11 +39,11 @@ pub trait PullRuntime: Send + Sync + 'static {
         runtime_handler: &str,
     ) -> impl Future<Output = Result<Option<RuntimeImage>, RuntimeError>> + Send;
 
-    /// Pulls the image; returns its image ref.
+    /// Pulls the image (with the pod's context: annotations, sandbox config); returns its
+    /// image ref.
     fn pull_image(
         &self,
-        image: &str,
-        runtime_handler: &str,
+        spec: &PullSpec,
         credentials: Option<&PullCredentials>,
     ) -> impl Future<Output = Result<String, RuntimeError>> + Send;
 }
@@ -62,11 +62,10 @@ impl<T: ImageRuntime + 'static> PullRuntime for T {
 
     async fn pull_image(
         &self,
-        image: &str,
-        runtime_handler: &str,
+        spec: &PullSpec,
         credentials: Option<&PullCredentials>,
     ) -> Result<String, RuntimeError> {
-        ImageRuntime::pull_image(self, image, runtime_handler, credentials)
+        ImageRuntime::pull_image_for(self, spec, credentials)
             .await
             .map_err(runtime_error)
     }
@@ -88,9 +87,9 @@ pub fn runtime_error(e: CriError) -> RuntimeError {
 /// One pull to do.
 #[derive(Clone, Debug)]
 pub(crate) struct PullRequest {
-    pub image: String,
-    pub runtime_handler: String,
-    pub credentials: Option<PullCredentials>,
+    pub spec: PullSpec,
+    /// Tried in turn until one pull succeeds; none is an anonymous pull.
+    pub credentials: Vec<PullCredentials>,
 }
 
 /// A successful pull.
@@ -121,25 +120,39 @@ impl<R: PullRuntime> Shared<R> {
                 return Err(RuntimeError(PULL_QPS_EXCEEDED.to_owned()));
             }
         }
-        let image_ref = self
+        let image_ref = self.pull_with_each_credential(req).await?;
+        // Best effort, as kubelet's GetImageSize: an error only loses the size (and the
+        // runtime handler the image is listed under).
+        let status = self
             .runtime
-            .pull_image(&req.image, &req.runtime_handler, req.credentials.as_ref())
-            .await?;
-        let status = if image_ref.is_empty() {
-            None
-        } else {
-            // Best effort, as kubelet's GetImageSize: an error only loses the size.
-            self.runtime
-                .image_status(&req.image, &req.runtime_handler)
-                .await
-                .ok()
-                .flatten()
-        };
+            .image_status(&req.spec.image, &req.spec.runtime_handler)
+            .await
+            .ok()
+            .flatten();
         Ok(PullOutcome {
             image_ref,
             status,
             pull_duration: self.clock.now().since(start),
         })
+    }
+}
+
+impl<R: PullRuntime> Shared<R> {
+    /// kuberuntime_image.go's PullImage: with no credentials one anonymous pull; otherwise
+    /// each credential in turn until one succeeds, and the failures aggregated (no anonymous
+    /// try after them).
+    async fn pull_with_each_credential(&self, req: &PullRequest) -> Result<String, RuntimeError> {
+        if req.credentials.is_empty() {
+            return self.runtime.pull_image(&req.spec, None).await;
+        }
+        let mut errors = Vec::new();
+        for credentials in &req.credentials {
+            match self.runtime.pull_image(&req.spec, Some(credentials)).await {
+                Ok(image_ref) => return Ok(image_ref),
+                Err(e) => errors.push(e.0),
+            }
+        }
+        Err(RuntimeError(crate::gc::aggregate(&errors)))
     }
 }
 

@@ -180,6 +180,94 @@ pub fn apply_default_image_tag(image: &str) -> Result<String, String> {
     Ok(image.to_owned())
 }
 
+/// How a runtime may resolve one reference: its normalized repository (`domain/path`), the
+/// repository as written when no registry was named (`pause` for `pause:3.9`, `library/`
+/// dropped), and its tag (the default tag when neither tag nor digest is given) or digest.
+struct Resolution {
+    name: String,
+    short_path: Option<String>,
+    tag: Option<String>,
+    digest: Option<String>,
+}
+
+impl Resolution {
+    fn of(reference: &str) -> Option<Resolution> {
+        let r = ImageReference::parse_normalized(reference).ok()?;
+        let named_registry = r.domain() != DEFAULT_DOMAIN
+            || reference.starts_with("docker.io/")
+            || reference.starts_with("index.docker.io/");
+        let short_path = (!named_registry).then(|| {
+            r.path()
+                .strip_prefix(OFFICIAL_REPO_PREFIX)
+                .unwrap_or(r.path())
+                .to_owned()
+        });
+        let tag = match (r.tag(), r.digest()) {
+            (Some(t), _) => Some(t.to_owned()),
+            (None, None) => Some(DEFAULT_TAG.to_owned()),
+            (None, Some(_)) => None,
+        };
+        Some(Resolution {
+            name: r.name(),
+            short_path,
+            tag,
+            digest: r.digest().map(str::to_owned),
+        })
+    }
+
+    /// The path without its registry, `library/` dropped on Docker Hub.
+    fn path_without_registry(&self) -> &str {
+        let path = self.name.split_once('/').map_or("", |(_, p)| p);
+        if self.name.starts_with("docker.io/") {
+            path.strip_prefix(OFFICIAL_REPO_PREFIX).unwrap_or(path)
+        } else {
+            path
+        }
+    }
+
+    /// Whether `listed` (a repo tag or digest the runtime lists) is what `self` resolves to:
+    /// the same repository, or, for a short name, the same path on any registry (a runtime
+    /// with unqualified-search registries, such as CRI-O, resolves `pause:3.9` to
+    /// `registry.k8s.io/pause:3.9`); then the same digest if one was given, else the same tag.
+    fn resolves_to(&self, listed: &Resolution) -> bool {
+        let same_repository = self.name == listed.name
+            || self
+                .short_path
+                .as_deref()
+                .is_some_and(|p| p == listed.path_without_registry());
+        same_repository
+            && match &self.digest {
+                Some(d) => listed.digest.as_ref() == Some(d),
+                None => listed.digest.is_none() && listed.tag == self.tag,
+            }
+    }
+}
+
+/// Whether `name` names `image` the way a runtime resolves names: the image id itself, or a
+/// reference that resolves to one of its repo tags or, when it carries a digest, to one of its
+/// repo digests (the digest decides when both are given). Used where a name protects an image
+/// (the sandbox image, pulls in flight), so a short name errs on the side of matching.
+pub fn image_matches(name: &str, image: &crate::model::RuntimeImage) -> bool {
+    if name.is_empty() {
+        return false;
+    }
+    if name == image.id.as_str() {
+        return true;
+    }
+    let Some(wanted) = Resolution::of(name) else {
+        return false;
+    };
+    let listed = if wanted.digest.is_some() {
+        &image.repo_digests
+    } else {
+        &image.repo_tags
+    };
+    listed
+        .iter()
+        .filter_map(|l| Resolution::of(l))
+        .any(|l| wanted.resolves_to(&l))
+}
+
 /// Go's `%q` for a string: double quotes, with `"` and `\` and control characters escaped.
 pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
@@ -602,6 +690,50 @@ mod tests {
                     prop_assert_eq!(ImageReference::parse_normalized(&r.to_string()), Ok(r));
                 }
             }
+        }
+    }
+
+    /// The sandbox image and in-flight pulls are matched as the runtime resolves names.
+    #[test]
+    fn image_matches_names_as_the_runtime_resolves_them() {
+        let digest = format!("sha256:{HEX64}");
+        let pause = crate::model::RuntimeImage {
+            id: crate::model::ImageId::new("sha256:1111"),
+            repo_tags: vec!["registry.k8s.io/pause:3.9".into()],
+            repo_digests: vec![format!("registry.k8s.io/pause@{digest}")],
+            ..Default::default()
+        };
+        let busybox = crate::model::RuntimeImage {
+            id: crate::model::ImageId::new("sha256:2222"),
+            repo_tags: vec!["docker.io/library/busybox:latest".into()],
+            ..Default::default()
+        };
+        let cases: Vec<(String, &crate::model::RuntimeImage, bool)> = vec![
+            ("registry.k8s.io/pause:3.9".into(), &pause, true),
+            ("registry.k8s.io/pause:3.8".into(), &pause, false),
+            (format!("registry.k8s.io/pause@{digest}"), &pause, true),
+            (format!("registry.k8s.io/pause:3.8@{digest}"), &pause, true),
+            (format!("other.io/pause@{digest}"), &pause, false),
+            ("sha256:1111".into(), &pause, true),
+            ("pause:3.9".into(), &pause, true),
+            ("pause:3.8".into(), &pause, false),
+            ("library/pause:3.9".into(), &pause, true),
+            ("other.io/pause:3.9".into(), &pause, false),
+            ("busybox".into(), &busybox, true),
+            ("busybox:latest".into(), &busybox, true),
+            ("library/busybox".into(), &busybox, true),
+            ("docker.io/busybox:latest".into(), &busybox, true),
+            ("busybox:1.35".into(), &busybox, false),
+            ("".into(), &busybox, false),
+            ("Not A Reference".into(), &busybox, false),
+        ];
+        for (name, image, want) in cases {
+            assert_eq!(
+                image_matches(&name, image),
+                want,
+                "{name} vs {:?}",
+                image.repo_tags
+            );
         }
     }
 }

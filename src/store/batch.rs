@@ -1,7 +1,7 @@
 //! A batch of changes that the store applies as one write transaction: one detect cycle, one
 //! pull outcome, one GC removal. Applying a batch that changes nothing commits nothing.
 
-use crate::model::{BackoffEntry, ImageRecord, RecordKey, UnixNanos};
+use crate::model::{BackoffEntry, ImageRecord, RecordKey, Sighting, UnixNanos};
 
 /// One change inside a [`Batch`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,9 +18,23 @@ pub enum BatchOp {
         now: UnixNanos,
         size: Option<u64>,
     },
+    /// Detect's write of a listed image, merged with the record as it is inside the write
+    /// transaction ([`ImageRecord::after_sighting`]), so a pull's mark committed after the
+    /// detect read its snapshot is kept.
+    Sight {
+        key: RecordKey,
+        sighting: Sighting,
+    },
     /// Delete the record if it exists.
     Remove {
         key: RecordKey,
+    },
+    /// Detect's removal of a record the runtime no longer lists: deleted only if its last_used
+    /// is still `seen_last_used` or older (a pull that marked it since the detect's snapshot
+    /// keeps it; the next detect decides again).
+    RemoveUnlisted {
+        key: RecordKey,
+        seen_last_used: UnixNanos,
     },
     PutBackoff {
         key: String,
@@ -63,6 +77,17 @@ impl Batch {
 
     pub fn mark_used(&mut self, key: RecordKey, now: UnixNanos, size: Option<u64>) {
         self.ops.push(BatchOp::MarkUsed { key, now, size });
+    }
+
+    pub fn sight(&mut self, key: RecordKey, sighting: Sighting) {
+        self.ops.push(BatchOp::Sight { key, sighting });
+    }
+
+    pub fn remove_unlisted(&mut self, key: RecordKey, seen_last_used: UnixNanos) {
+        self.ops.push(BatchOp::RemoveUnlisted {
+            key,
+            seen_last_used,
+        });
     }
 
     pub fn remove(&mut self, key: RecordKey) {

@@ -322,9 +322,11 @@ impl<E: Into<redb::Error>> From<E> for TxnError {
 
 fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
     let key = match op {
-        BatchOp::Upsert { key, .. } | BatchOp::MarkUsed { key, .. } | BatchOp::Remove { key } => {
-            key
-        }
+        BatchOp::Upsert { key, .. }
+        | BatchOp::MarkUsed { key, .. }
+        | BatchOp::Sight { key, .. }
+        | BatchOp::Remove { key }
+        | BatchOp::RemoveUnlisted { key, .. } => key,
         _ => return Ok(()),
     };
     let id = key.image_id.as_str();
@@ -386,7 +388,20 @@ fn apply_ops(txn: &WriteTransaction, batch: &Batch) -> Result<bool, TxnError> {
                 };
                 put_record(&mut images, &mut index, key, Some(next))?
             }
+            BatchOp::Sight { key, sighting } => {
+                let next = ImageRecord::after_sighting(get_record(&images, key)?, *sighting);
+                put_record(&mut images, &mut index, key, Some(next))?
+            }
             BatchOp::Remove { key } => put_record(&mut images, &mut index, key, None)?,
+            BatchOp::RemoveUnlisted {
+                key,
+                seen_last_used,
+            } => match get_record(&images, key)? {
+                Some(now) if now.last_used <= *seen_last_used => {
+                    put_record(&mut images, &mut index, key, None)?
+                }
+                _ => false,
+            },
             BatchOp::PutBackoff { key, entry } => {
                 let k = BackoffKey(key.clone()).encode();
                 let old = match backoff.get(Encoded::new(&k))? {

@@ -326,6 +326,7 @@ fn decision_str(d: Decision) -> &'static str {
         Decision::RemoveForSpace => "remove_for_space",
         Decision::KeepGcDisabled => "keep_gc_disabled",
         Decision::KeepInUse => "keep_in_use",
+        Decision::KeepPullInProgress => "keep_pull_in_progress",
         Decision::KeepPinned => "keep_pinned",
         Decision::KeepUsedTooRecently => "keep_used_too_recently",
         Decision::KeepYoungerThanMinAge => "keep_younger_than_min_age",

@@ -326,7 +326,7 @@ async fn assert_dead_endpoint(endpoint: &str) {
         image_endpoint: None,
         connect_timeout: deadline,
         call_timeout: deadline,
-        pull_timeout: deadline,
+        pull_timeout: Some(deadline),
     };
     let client = CriClient::connect(config)
         .await

@@ -81,7 +81,7 @@ async fn if_not_present_pulls_an_absent_image_returns_its_id_and_records_it_used
     let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(NOW)));
     let manager = manager(&client, &store, clock);
     let got = manager
-        .ensure_image_exists(&pod(), &row.reference, PullPolicy::IfNotPresent, None, "")
+        .ensure_image_exists(&pod(), &row.reference, PullPolicy::IfNotPresent, &[], "")
         .await;
     assert_eq!(got.as_deref(), Ok(row.image_id.as_str()));
 
@@ -125,7 +125,7 @@ async fn never_policy_for_an_absent_image_is_err_image_never_pull_with_kubelets_
     let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(NOW)));
     let manager = manager(&client, &store, clock);
     let err = manager
-        .ensure_image_exists(&pod(), &row.reference, PullPolicy::Never, None, "")
+        .ensure_image_exists(&pod(), &row.reference, PullPolicy::Never, &[], "")
         .await
         .expect_err("Never does not pull an absent image");
     assert_eq!(

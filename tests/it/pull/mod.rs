@@ -64,7 +64,7 @@ async fn pull_over_cri_records_the_image_with_its_size_at_once() {
         },
     );
     let got = manager
-        .ensure_image_exists(&pod(), "busybox", PullPolicy::IfNotPresent, None, "")
+        .ensure_image_exists(&pod(), "busybox", PullPolicy::IfNotPresent, &[], "")
         .await;
     assert_eq!(got, Ok("sha256:aaaa".to_owned()));
     let record = store
@@ -75,7 +75,7 @@ async fn pull_over_cri_records_the_image_with_its_size_at_once() {
     assert_eq!(record.last_used, UnixNanos::from_secs(NOW));
     // Present now: IfNotPresent does not pull again.
     let again = manager
-        .ensure_image_exists(&pod(), "busybox", PullPolicy::IfNotPresent, None, "")
+        .ensure_image_exists(&pod(), "busybox", PullPolicy::IfNotPresent, &[], "")
         .await;
     assert_eq!(again, Ok("sha256:aaaa".to_owned()));
     assert_eq!(fake.pulls().len(), 1);
@@ -108,7 +108,7 @@ async fn cri_errors_become_kubelets_reasons_and_messages() {
         let (fake, manager, store, _dir) = setup().await;
         fake.fail("PullImage", code, runtime_msg);
         let err = manager
-            .ensure_image_exists(&pod(), "quay.io/a/b:1", PullPolicy::Always, None, "")
+            .ensure_image_exists(&pod(), "quay.io/a/b:1", PullPolicy::Always, &[], "")
             .await
             .expect_err("the pull fails");
         assert_eq!(

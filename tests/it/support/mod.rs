@@ -93,7 +93,7 @@ pub fn lab_config(endpoint: &str) -> CriConfig {
         image_endpoint: None,
         connect_timeout: Duration::from_secs(5),
         call_timeout: Duration::from_secs(60),
-        pull_timeout: Duration::from_secs(120),
+        pull_timeout: None,
     }
 }
 
