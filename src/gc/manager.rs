@@ -8,11 +8,11 @@
 //!
 //! What GC never removes: an image a container of any state uses, a pinned image, an image a
 //! pull through imagekeeper has in flight, an image used at or after the GC's start. Pulls and
-//! containers are not under the cycle lock, so before each batch of RemoveImage calls the
-//! manager takes a last look (`last_look`): it lists containers once, and right before each
-//! call re-reads the victim's record and the pulls in flight; a victim that gained a container,
-//! a newer last_used or a pull is kept (`gc_victims_rescued_total{why}`) and the walk goes on
-//! to the next candidate.
+//! containers are not under the cycle lock, so right before each RemoveImage call the manager
+//! takes a last look (`rescue`): it lists the containers, then re-reads the victim's record
+//! and the pulls in flight with no await before the call; a victim that gained a container, a
+//! newer last_used or a pull is kept (`gc_victims_rescued_total{why}`) and the walk goes on to
+//! the next candidate.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
@@ -21,7 +21,7 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::cri::ImageRuntime;
-use crate::model::{ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, UnixNanos};
+use crate::model::{ImageRecord, RecordKey, RuntimeImage, UnixNanos};
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, Store, StoredRecord};
 
@@ -324,9 +324,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             }
         }
         let mut errors = Vec::new();
-        let containers = self.containers_for_last_look(&victims).await?;
         for victim in victims {
-            if self.rescue(&victim, &containers, view)? {
+            if self.rescue(&victim, view).await? {
                 continue;
             }
             if let Err(e) = self.remove(&victim, RemovalReason::Age, report).await {
@@ -372,9 +371,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             if chunk.is_empty() {
                 break;
             }
-            let containers = self.containers_for_last_look(&chunk).await?;
             for victim in chunk {
-                if self.rescue(&victim, &containers, view)? {
+                if self.rescue(&victim, view).await? {
                     continue;
                 }
                 match self.remove(&victim, reason, report).await {
@@ -399,31 +397,18 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
     }
 
-    /// The last look's container list, taken once before a batch of removals (none when the
-    /// batch is empty). A runtime that cannot list containers fails the cycle: removing
-    /// without knowing what runs is never done.
-    async fn containers_for_last_look(
-        &self,
-        victims: &[StoredRecord],
-    ) -> Result<Vec<RuntimeContainer>, GcError> {
-        if victims.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.runtime
+    /// The last look at one victim, right before its RemoveImage: whether a container (the
+    /// runtime's list, taken now), a pull in flight or a newer mark on its record keeps it. A
+    /// kept victim is counted, logged, and protected for the rest of the cycle. A runtime
+    /// that cannot list its containers fails the cycle: GC never removes without knowing
+    /// what runs. (The list is taken per removal, not per batch: it costs a few milliseconds
+    /// beside a RemoveImage, and closes the window of the batch's earlier removals.)
+    async fn rescue(&self, victim: &StoredRecord, view: &mut CycleView) -> Result<bool, GcError> {
+        let containers = self
+            .runtime
             .list_containers()
             .await
-            .map_err(runtime_error("list containers"))
-    }
-
-    /// The last look at one victim, right before its RemoveImage: whether a container (from
-    /// the batch's list), a pull in flight or a newer mark on its record keeps it now. A kept
-    /// victim is counted, logged, and protected for the rest of the cycle.
-    fn rescue(
-        &self,
-        victim: &StoredRecord,
-        containers: &[RuntimeContainer],
-        view: &mut CycleView,
-    ) -> Result<bool, GcError> {
+            .map_err(runtime_error("list containers"))?;
         let image = view
             .listed
             .get(&victim.key)
@@ -433,6 +418,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 runtime_handler: victim.key.runtime_handler.clone(),
                 ..RuntimeImage::default()
             });
+        // From here to the RemoveImage call nothing awaits: the record and the pulls in
+        // flight are read at the last moment.
         let why = if containers.iter().any(|c| container_uses(c, &image)) {
             Some(RescueReason::Container)
         } else if self.in_flight.protects(&image) {

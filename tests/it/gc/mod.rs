@@ -6,6 +6,7 @@
 //! `lab` runs detect and GarbageCollect against the real containerd of `scripts/cri-lab`.
 
 mod lab;
+mod races;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

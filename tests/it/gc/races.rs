@@ -1,0 +1,375 @@
+//! Interleavings of GC with pulls and containers, proved deterministically: a runtime that
+//! parks one call until the test has done its part on the other side (committed a pull's mark,
+//! started a container), then lets it go on. No sleeps: every step waits for a signal.
+//!
+//! The scenarios are the windows the GC safety work closed: a pull's mark committed while
+//! detect lists the runtime, a container started or an image marked used between the walk's
+//! choice and its RemoveImage, and a pull in flight while GC runs.
+
+use std::sync::{Arc, Mutex};
+
+use imagekeeper::clock::ManualClock;
+use imagekeeper::cri::{CriError, ImageRuntime};
+use imagekeeper::gc::{GcConfig, ImageGcManager};
+use imagekeeper::model::{
+    ImageFsStats, PullCredentials, RecordKey, RuntimeContainer, RuntimeImage,
+};
+use imagekeeper::pull::{ImageManager, PodRef, PullConfig, PullPolicy, PullsInFlight};
+use imagekeeper::replay::ScriptedRuntime;
+use imagekeeper::store::Store;
+use tokio::sync::oneshot;
+
+use super::{at, container, image, policy};
+
+/// One parked call: the test learns it was reached, does its part, then releases it.
+struct Park {
+    method: &'static str,
+    /// Only a call about this image (RemoveImage, PullImage); `None` parks the first call.
+    image: Option<String>,
+    reached: Option<oneshot::Sender<()>>,
+    release: Option<oneshot::Receiver<()>>,
+}
+
+/// A scripted runtime that can park one call. ListImages computes its answer before it parks
+/// (a list taken, then delivered late); the other calls park before they act.
+#[derive(Clone, Default)]
+struct ParkingRuntime {
+    inner: ScriptedRuntime,
+    park: Arc<Mutex<Option<Park>>>,
+}
+
+/// The test's side of a parked call.
+struct Parked {
+    reached: oneshot::Receiver<()>,
+    release: oneshot::Sender<()>,
+}
+
+impl Parked {
+    async fn reached(&mut self) {
+        (&mut self.reached)
+            .await
+            .expect("the parked call is reached before the runtime is dropped");
+    }
+
+    fn release(self) {
+        let _ = self.release.send(());
+    }
+}
+
+impl ParkingRuntime {
+    fn park(&self, method: &'static str, image: Option<&str>) -> Parked {
+        let (reached_tx, reached_rx) = oneshot::channel();
+        let (release_tx, release_rx) = oneshot::channel();
+        *self.park.lock().unwrap() = Some(Park {
+            method,
+            image: image.map(str::to_owned),
+            reached: Some(reached_tx),
+            release: Some(release_rx),
+        });
+        Parked {
+            reached: reached_rx,
+            release: release_tx,
+        }
+    }
+
+    async fn maybe_park(&self, method: &'static str, image: &str) {
+        let taken = {
+            let mut slot = self.park.lock().unwrap();
+            let hit = slot.as_ref().is_some_and(|p| {
+                p.method == method && p.image.as_deref().is_none_or(|i| i == image)
+            });
+            if hit { slot.take() } else { None }
+        };
+        if let Some(mut park) = taken {
+            if let Some(reached) = park.reached.take() {
+                let _ = reached.send(());
+            }
+            if let Some(release) = park.release.take() {
+                let _ = release.await;
+            }
+        }
+    }
+}
+
+impl ImageRuntime for ParkingRuntime {
+    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+        let listed = self.inner.list_images().await;
+        self.maybe_park("ListImages", "").await;
+        listed
+    }
+
+    async fn image_status(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+    ) -> Result<Option<RuntimeImage>, CriError> {
+        self.inner.image_status(image, runtime_handler).await
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<String, CriError> {
+        self.maybe_park("PullImage", image).await;
+        self.inner
+            .pull_image(image, runtime_handler, credentials)
+            .await
+    }
+
+    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
+        self.maybe_park("RemoveImage", image).await;
+        self.inner.remove_image(image, runtime_handler).await
+    }
+
+    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+        self.inner.image_fs_stats().await
+    }
+
+    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
+        self.inner.list_containers().await
+    }
+}
+
+/// A GC manager and an image manager over one parking runtime, one store file and one
+/// registry of pulls in flight, as the agent wires them.
+struct Rig {
+    _dir: tempfile::TempDir,
+    runtime: ParkingRuntime,
+    clock: Arc<ManualClock>,
+    gc: ImageGcManager<ParkingRuntime>,
+    images: ImageManager<ParkingRuntime, Arc<Store>>,
+}
+
+impl Rig {
+    fn new(config: GcConfig) -> Rig {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(Store::open(&dir.path().join("records.redb"), at(0)).expect("open"));
+        let runtime = ParkingRuntime::default();
+        let clock = Arc::new(ManualClock::new(at(0)));
+        let in_flight = PullsInFlight::new();
+        let gc = ImageGcManager::new(runtime.clone(), store.clone(), config)
+            .expect("valid policy")
+            .with_pulls_in_flight(in_flight.clone());
+        let images = ImageManager::new(
+            &PullConfig {
+                registry_pull_qps: 0.0,
+                ..PullConfig::default()
+            },
+            Arc::new(runtime.clone()),
+            Arc::new(store),
+            clock.clone(),
+        )
+        .expect("valid pull config")
+        .with_pulls_in_flight(in_flight);
+        Rig {
+            _dir: dir,
+            runtime,
+            clock,
+            gc,
+            images,
+        }
+    }
+
+    fn store(&self) -> &Store {
+        self.gc.store()
+    }
+
+    fn record(&self, id: &str) -> Option<imagekeeper::model::ImageRecord> {
+        self.store().get(&RecordKey::new(id, "")).expect("get")
+    }
+
+    /// A pull through imagekeeper (policy Always) at the clock's time.
+    async fn pull(&self, reference: &str) -> String {
+        self.images
+            .ensure_image_exists(&PodRef::default(), reference, PullPolicy::Always, &[], "")
+            .await
+            .expect("pull succeeds")
+    }
+}
+
+fn tagged(id: &str, size: u64) -> RuntimeImage {
+    image(id, size)
+}
+
+/// A pull that completes while detect's ListImages answer is on its way (the list was taken
+/// before the image landed): detect must not delete the record the pull created. Before the
+/// fix detect read the records after listing, saw the pull's record, found it unlisted and
+/// deleted it, losing the mark.
+#[tokio::test]
+async fn a_pull_committed_while_detect_lists_keeps_its_record_and_mark() {
+    let rig = Rig::new(GcConfig::default());
+    rig.runtime.inner.state().images = vec![tagged("old", 10)];
+    let mut parked = rig.runtime.park("ListImages", None);
+    let detect = rig.gc.detect(at(100));
+    let pull = async {
+        parked.reached().await;
+        // The pull lands in the runtime and its mark commits while the list is in flight.
+        rig.runtime.inner.state().images.push(tagged("new", 20));
+        rig.clock.set(at(90));
+        let image_ref = rig.pull("registry.example/new:1").await;
+        parked.release();
+        image_ref
+    };
+    let (detected, image_ref) = tokio::join!(detect, pull);
+    detected.expect("detect");
+    assert_eq!(image_ref, "new");
+    let record = rig
+        .record("new")
+        .expect("the pulled image keeps its record");
+    assert_eq!(
+        record.last_used,
+        at(90),
+        "the pull's mark survives the detect"
+    );
+}
+
+/// The list includes the image (the pull landed before ListImages), and the pull's mark
+/// commits while the answer is on its way: detect's write merges with it instead of writing
+/// "never used" over it.
+#[tokio::test]
+async fn detect_merges_with_a_pull_mark_committed_after_its_snapshot() {
+    let rig = Rig::new(GcConfig::default());
+    rig.runtime.inner.state().images = vec![tagged("new", 20)];
+    let mut parked = rig.runtime.park("ListImages", None);
+    let detect = rig.gc.detect(at(100));
+    let pull = async {
+        parked.reached().await;
+        rig.clock.set(at(90));
+        rig.pull("registry.example/new:1").await;
+        parked.release();
+    };
+    let (detected, ()) = tokio::join!(detect, pull);
+    detected.expect("detect");
+    let record = rig.record("new").expect("recorded");
+    assert_eq!(record.last_used, at(90), "last_used never goes back");
+    assert_eq!(
+        record.first_detected,
+        at(90),
+        "first_detected never moves forward"
+    );
+    let violations = rig.store().check_invariants().expect("check runs");
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
+/// While GC removes its first victim, a container starts from the second and a pull marks
+/// the third (all three chosen in one step of the walk): both are kept at the last look, and
+/// the walk goes on to the fourth and fifth so the amount to free is still met.
+#[tokio::test]
+async fn victims_that_gain_a_container_or_a_mark_during_the_walk_are_kept_and_the_walk_goes_on() {
+    let rig = Rig::new(GcConfig {
+        policy: policy(85, 80, 0, 0),
+        ..GcConfig::default()
+    });
+    {
+        let mut state = rig.runtime.inner.state();
+        state.fs = Some((20_000, 1_000)); // 95 % used: free 3,000 to reach 80 %.
+    }
+    // Detected one after another: eviction order a, b, c, d, e.
+    for (t, id) in [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e")] {
+        rig.runtime.inner.state().images = ["a", "b", "c", "d", "e"]
+            .iter()
+            .take(t)
+            .map(|i| tagged(i, 1_000))
+            .collect();
+        rig.gc.detect(at(t as i64)).await.expect("detect");
+        assert!(rig.record(id).is_some());
+    }
+    let mut parked = rig.runtime.park("RemoveImage", Some("a"));
+    let gc = rig.gc.garbage_collect(at(100));
+    let meanwhile = async {
+        parked.reached().await;
+        rig.runtime.inner.state().containers = vec![container("from-b", "b")];
+        rig.clock.set(at(101));
+        rig.pull("registry.example/c:1").await;
+        parked.release();
+    };
+    let (report, ()) = tokio::join!(gc, meanwhile);
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let removed: Vec<&str> = report
+        .removed
+        .iter()
+        .map(|r| r.key.image_id.as_str())
+        .collect();
+    assert_eq!(
+        removed,
+        ["a", "d", "e"],
+        "b has a container, c was just pulled"
+    );
+    assert!(rig.record("b").is_some() && rig.record("c").is_some());
+    let rescued: Vec<(&str, u64)> = rig
+        .gc
+        .metrics()
+        .rescued()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(rescued, [("container", 1), ("used", 1)]);
+}
+
+/// The same for the MaxAge pass: victims are chosen first, then removed one by one.
+#[tokio::test]
+async fn max_age_victims_that_gain_a_container_during_the_pass_are_kept() {
+    let rig = Rig::new(GcConfig {
+        policy: policy(100, 80, 0, 60),
+        ..GcConfig::default()
+    });
+    rig.runtime.inner.state().images = vec![tagged("a", 1), tagged("b", 1)];
+    rig.runtime.inner.state().fs = Some((10_000, 10_000));
+    rig.gc.detect(at(0)).await.expect("detect");
+    let mut parked = rig.runtime.park("RemoveImage", Some("a"));
+    let gc = rig.gc.garbage_collect(at(1_000));
+    let meanwhile = async {
+        parked.reached().await;
+        rig.runtime.inner.state().containers = vec![container("from-b", "b")];
+        parked.release();
+    };
+    let (report, ()) = tokio::join!(gc, meanwhile);
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(report.removed.len(), 1);
+    assert_eq!(report.removed[0].key.image_id.as_str(), "a");
+    assert!(rig.record("b").is_some());
+}
+
+/// A pull through imagekeeper is in flight (parked inside PullImage) for an image GC would
+/// otherwise take first: GC and the dry run keep it ("pull in progress") and take the next.
+#[tokio::test]
+async fn an_image_with_a_pull_in_flight_is_kept_by_gc_and_by_the_dry_run() {
+    let rig = Rig::new(GcConfig {
+        policy: policy(85, 80, 0, 0),
+        ..GcConfig::default()
+    });
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000)];
+    rig.gc.detect(at(1)).await.expect("detect");
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)];
+    rig.gc.detect(at(2)).await.expect("detect");
+    rig.runtime.inner.state().fs = Some((10_000, 1_000)); // free 1,000.
+    let mut parked = rig.runtime.park("PullImage", Some("registry.example/a:1"));
+    rig.clock.set(at(50));
+    let pull = rig.pull("registry.example/a:1");
+    let gc = async {
+        parked.reached().await;
+        let plan = rig.gc.plan(at(100), false).await.expect("dry run");
+        let a = plan
+            .explanation
+            .images
+            .iter()
+            .find(|i| i.key.image_id.as_str() == "a")
+            .expect("a explained");
+        assert_eq!(a.reason, "pull in progress");
+        let report = rig.gc.garbage_collect(at(100)).await;
+        parked.release();
+        report
+    };
+    let (_, report) = tokio::join!(pull, gc);
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let removed: Vec<&str> = report
+        .removed
+        .iter()
+        .map(|r| r.key.image_id.as_str())
+        .collect();
+    assert_eq!(removed, ["b"]);
+    assert_eq!(rig.record("a").expect("a kept").last_used, at(50));
+    assert!(rig.images.pulls_in_flight().is_empty());
+}
