@@ -676,14 +676,140 @@ fn writer_child_process() {
     batch.set_meta(meta_keys::LAST_DETECT, at(NOW - 30).0);
     store.apply(&batch).expect("child: apply");
     println!("committed 1");
-    let mut input = String::new();
-    while std::io::stdin().read_line(&mut input).unwrap_or(0) > 0 {
+    let (tx, commands) = channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    while let Ok(command) = commands.recv() {
+        if command == "burst" {
+            let commits = gc_burst(&store, &commands);
+            println!("stopped after {commits} commits");
+            continue;
+        }
         let mut batch = Batch::new();
         batch.upsert(key("2222", ""), record(NOW - HOUR, 0, 8192, false));
         store.apply(&batch).expect("child: apply");
         println!("committed 2");
-        input.clear();
     }
+}
+
+/// Commits as a GC burst does, back to back, until `stop` arrives: each commit removes the
+/// `CHURN` oldest of `LIVE` records and records as many new ones (freeing and reusing pages),
+/// and moves the last detect. Backoff entries it never touches make the file tens of MiB, so
+/// that copying it takes as long as many commits. Returns how many commits it made.
+fn gc_burst(store: &Store, commands: &Receiver<String>) -> u64 {
+    const LIVE: u64 = 400;
+    const CHURN: u64 = 40;
+    for chunk in 0..8 {
+        let mut batch = Batch::new();
+        for n in 0..256 {
+            batch.put_backoff(
+                format!("pod-{chunk}-{n}_app:1"),
+                BackoffEntry {
+                    backoff: Duration::from_secs(10),
+                    last_update: at(NOW - 60),
+                    last_error: format!("pull failed: {}", "e".repeat(16 << 10)),
+                },
+            );
+        }
+        store.apply(&batch).expect("child: apply");
+    }
+    let mut batch = Batch::new();
+    for n in 0..LIVE {
+        batch.upsert(key(&format!("b{n:x}"), ""), record(NOW - HOUR, 0, n, false));
+    }
+    store.apply(&batch).expect("child: apply");
+    let mut commits = 9u64;
+    println!("bursting");
+    let mut next = LIVE;
+    while commands.try_recv().is_err() {
+        let mut batch = Batch::new();
+        for n in next - LIVE..next - LIVE + CHURN {
+            batch.remove(key(&format!("b{n:x}"), ""));
+        }
+        for n in next..next + CHURN {
+            batch.upsert(
+                key(&format!("b{n:x}"), ""),
+                record(NOW - HOUR, NOW - 60, n, false),
+            );
+        }
+        batch.set_meta(meta_keys::LAST_DETECT, at(NOW - 60).0 + commits as i64);
+        store.apply(&batch).expect("child: apply");
+        next += CHURN;
+        commits += 1;
+    }
+    commits
+}
+
+/// `inspect check` used to copy the file with `fs::copy` while a writer committed, and called
+/// the torn copy corrupt (53 of 233 runs in GC bursts). Every command, run again and again
+/// while the writer commits back to back, must see a healthy database.
+#[test]
+fn inspect_beside_a_writer_in_a_gc_burst_never_calls_the_database_corrupt() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let mut writer = Writer::start(&db);
+    writeln!(writer.stdin, "burst").expect("tell the writer");
+    writer.stdin.flush().expect("flush");
+    writer.wait_for("bursting");
+    let db_arg = db.to_str().expect("utf8 path");
+    let commands: [&[&str]; 4] = [
+        &["check"],
+        &["check", "--output", "json"],
+        &["export"],
+        &["stats", "--output", "json"],
+    ];
+    let runs = 24;
+    let mut failed = Vec::new();
+    let mut retried = 0;
+    for i in 0..runs {
+        let command = commands[i % commands.len()];
+        let mut args = vec!["--db", db_arg];
+        args.extend_from_slice(command);
+        let r = run(&args);
+        let healthy = r.code == 0
+            && !r.stderr.contains("corrupt")
+            && (command[0] != "check" || r.stdout.contains("ok"));
+        if !healthy {
+            failed.push(format!(
+                "run {i} {command:?}: exit {}: {}",
+                r.code, r.stderr
+            ));
+        }
+        retried += usize::from(r.stderr.contains("changed while it was being copied"));
+    }
+    writeln!(writer.stdin, "stop").expect("tell the writer");
+    writer.stdin.flush().expect("flush");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let commits = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = writer.lines.recv_timeout(left).expect("the writer stops");
+        if let Some(n) = line
+            .strip_prefix("stopped after ")
+            .and_then(|rest| rest.strip_suffix(" commits"))
+        {
+            break n.parse::<u64>().expect("a count");
+        }
+    };
+    writer.kill();
+    eprintln!(
+        "{runs} inspect runs beside {commits} back-to-back commits; {retried} took a copy again"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {runs} runs called a healthy database bad:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    assert!(
+        commits > runs as u64,
+        "the writer committed throughout: {commits}"
+    );
 }
 
 fn listed(db: &Path) -> (Vec<String>, String) {
