@@ -124,6 +124,15 @@ pub struct VerifiedCopy {
 /// Copies `path` into a new private temporary directory and opens the copy verified, taking
 /// it again while the file changes under the copy.
 pub fn verified_copy(path: &Path) -> Result<VerifiedCopy, InspectError> {
+    verified_copy_with(path, |_, _| {})
+}
+
+/// [`verified_copy`], calling `after_copy(attempt, copy)` between taking each copy and opening
+/// it: tests tear a copy there, and commit to the file as a writer would.
+fn verified_copy_with(
+    path: &Path,
+    mut after_copy: impl FnMut(u32, &Path),
+) -> Result<VerifiedCopy, InspectError> {
     let copy_err = |source| InspectError::Copy {
         path: path.to_owned(),
         source,
@@ -150,6 +159,7 @@ pub fn verified_copy(path: &Path) -> Result<VerifiedCopy, InspectError> {
                 .map_err(copy_err)?;
             stream(&mut open_regular(path)?, Some(&mut to)).map_err(copy_err)?
         };
+        after_copy(attempt, &copy);
         let opened = Store::open_verified_copy(&copy, path);
         drop(pin);
         let error = match opened {
@@ -174,4 +184,105 @@ pub fn verified_copy(path: &Path) -> Result<VerifiedCopy, InspectError> {
         path: path.to_owned(),
         attempts: COPY_ATTEMPTS,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ImageRecord, RecordKey, UnixNanos};
+    use crate::store::Batch;
+
+    fn db(dir: &Path) -> std::path::PathBuf {
+        let path = dir.join("records.redb");
+        let store = Store::open(&path, UnixNanos::from_secs(1)).expect("open");
+        commit(&store, "a");
+        path
+    }
+
+    fn commit(store: &Store, id: &str) {
+        let mut batch = Batch::new();
+        batch.upsert(
+            RecordKey::new(format!("sha256:{id}"), ""),
+            ImageRecord {
+                first_detected: UnixNanos::from_secs(1),
+                last_used: UnixNanos::NEVER,
+                size: 1,
+                pinned: false,
+            },
+        );
+        store.apply(&batch).expect("apply");
+    }
+
+    /// What a copy torn by a writer looks like to the verification: it does not open.
+    fn tear(copy: &Path) {
+        fs::write(copy, b"").expect("tear the copy");
+    }
+
+    fn ids(copy: &VerifiedCopy) -> Vec<String> {
+        let records = copy.store.records().expect("records");
+        records.iter().map(|r| r.key.image_id.0.clone()).collect()
+    }
+
+    #[test]
+    fn a_copy_torn_while_the_file_changed_is_taken_again() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = db(dir.path());
+        let copy = verified_copy_with(&path, |attempt, copy| {
+            if attempt == 1 {
+                tear(copy);
+                let writer = Store::open(&path, UnixNanos::from_secs(2)).expect("writer");
+                commit(&writer, "b");
+            }
+        })
+        .expect("the second copy verifies");
+        assert_eq!(copy.discarded, 1);
+        assert_eq!(
+            ids(&copy),
+            ["sha256:a", "sha256:b"],
+            "the second copy is read"
+        );
+        assert!(!copy.needed_recovery);
+    }
+
+    #[test]
+    fn a_file_that_keeps_changing_is_reported_as_such_not_as_damaged() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = db(dir.path());
+        let mut commits = 0;
+        let err = verified_copy_with(&path, |attempt, copy| {
+            tear(copy);
+            let writer = Store::open(&path, UnixNanos::from_secs(2)).expect("writer");
+            commit(&writer, &format!("c{attempt}"));
+            commits += 1;
+        })
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert_eq!(commits, COPY_ATTEMPTS);
+        assert!(
+            err.contains("changed while it was being copied, on each of 5 attempts")
+                && !err.contains("corrupt"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_copy_that_fails_while_the_file_did_not_change_is_the_file_damaged() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = db(dir.path());
+        let mut attempts = 0;
+        let err = verified_copy_with(&path, |_, copy| {
+            attempts += 1;
+            tear(copy);
+        })
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert_eq!(attempts, 1, "no second copy of an unchanged file");
+        let shown = path.display().to_string();
+        assert!(
+            err.contains(&format!("database {shown} is corrupt")) && err.contains("empty"),
+            "{err}"
+        );
+    }
 }
