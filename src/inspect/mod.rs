@@ -407,6 +407,25 @@ mod tests {
     }
 
     #[test]
+    fn control_characters_are_escaped_and_everything_else_is_kept() {
+        let cases = [
+            ("sha256:abc", "sha256:abc"),
+            ("a\nb\tc\rd", "a\\nb\\tc\\rd"),
+            ("\u{1b}[31mred\u{7}", "\\u{1b}[31mred\\u{7}"),
+            ("del\u{7f} csi\u{9b}", "del\\u{7f} csi\\u{9b}"),
+            ("bidi\u{202e}txt zw\u{200b}", "bidi\\u{202e}txt zw\\u{200b}"),
+            ("back\\slash, ünïcødé, 日本", "back\\slash, ünïcødé, 日本"),
+        ];
+        for (raw, shown) in cases {
+            assert_eq!(escape_control(raw), shown, "{raw:?}");
+        }
+        assert!(matches!(
+            escape_control("plain"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
     fn histogram_buckets_by_last_use() {
         let now = UnixNanos::from_secs(100 * 86_400);
         let ago = |secs: i64| 100 * 86_400 - secs;
