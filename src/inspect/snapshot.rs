@@ -142,7 +142,8 @@ fn verified_copy_with(
         .tempdir()
         .map_err(copy_err)?;
     for attempt in 1..=COPY_ATTEMPTS {
-        // The pin's read transaction is held until the copy has been opened and verified.
+        // The pin's read transaction is held while the copy is taken, no longer: it keeps the
+        // writer from reusing pages, so the file grows a little while it lives.
         let (pin, needed_recovery) = match Store::pin_read_only(open_regular(path)?, path) {
             Ok(pin) => (Some(pin), false),
             Err(StoreError::NeedsRecovery { .. }) => (None, true),
@@ -159,9 +160,9 @@ fn verified_copy_with(
                 .map_err(copy_err)?;
             stream(&mut open_regular(path)?, Some(&mut to)).map_err(copy_err)?
         };
+        drop(pin);
         after_copy(attempt, &copy);
         let opened = Store::open_verified_copy(&copy, path);
-        drop(pin);
         let error = match opened {
             Ok(store) => {
                 return Ok(VerifiedCopy {

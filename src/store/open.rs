@@ -133,8 +133,9 @@ impl Store {
     /// integrity check ([`builder`]): the checksum of every page of the committed trees is
     /// verified before anything is read, so a damaged copy is refused, never read wrong. Then
     /// it refuses, as [`Store::open_read_only`] does, a copy that is not a current-schema
-    /// imagekeeper database, and writes nothing into it. Errors name `label` (the inspected
-    /// file), not the copy. Not guarded against redb's panics: the caller is.
+    /// imagekeeper database (never initializing or migrating it; redb's repair is the only
+    /// write to the copy). Errors name `label` (the inspected file), not the copy. Not guarded
+    /// against redb's panics: the caller is.
     pub fn open_verified_copy(copy: &Path, label: &Path) -> Result<Store, StoreError> {
         let file = fs::File::open(copy).map_err(|source| StoreError::Io {
             path: label.to_owned(),
