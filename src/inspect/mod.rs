@@ -1,8 +1,13 @@
-//! Offline inspection of a record database, for `imagekeeper inspect`: a read-only snapshot
-//! that works alongside a running agent and on a file that needs crash recovery (by reading
-//! a repaired temporary copy), prefix lookup of image ids, sorting, statistics, and the full
-//! check (redb's integrity check runs on a temporary copy, because it needs a read-write
-//! handle). Nothing here ever writes the file it inspects.
+//! Offline inspection of a record database, for `imagekeeper inspect`: a verified snapshot
+//! (`snapshot.rs`: a private copy taken under a read transaction, opened with redb's integrity
+//! check, taken again if the file changed while it was copied) that works alongside a running
+//! agent and on a file that needs crash recovery, prefix lookup of image ids, sorting,
+//! statistics, and the full check. Every read of the snapshot runs under a panic guard
+//! (`guard.rs`). Invariants: nothing here ever writes, creates or removes anything at or
+//! beside the inspected path; a damaged file is refused, never read wrong.
+
+mod guard;
+mod snapshot;
 
 use std::cmp::Reverse;
 use std::path::{Path, PathBuf};
@@ -13,70 +18,116 @@ use serde::Serialize;
 use crate::model::{BackoffEntry, UnixNanos};
 use crate::store::{Store, StoreError, StoredRecord, Violation, meta_keys};
 
+pub use snapshot::COPY_ATTEMPTS;
+
 /// What can go wrong inspecting a database.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(
+        "database {path} is a {kind}, not a regular file; inspect reads only a regular file \
+         (a symlink is followed to one)"
+    )]
+    NotRegular { path: PathBuf, kind: &'static str },
     #[error("database {path}: making a temporary copy: {source}")]
     Copy {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("database {path}: opening a temporary copy read-write: {source}")]
-    OpenCopy {
-        path: PathBuf,
-        #[source]
-        source: Box<StoreError>,
-    },
+    #[error(
+        "database {path} is damaged: redb failed an internal assertion reading a verified copy \
+         ({detail}); the file was left as it is"
+    )]
+    Damaged { path: PathBuf, detail: String },
+    #[error(
+        "database {path} changed while it was being copied, on each of {attempts} attempts, and \
+         no copy verified; it is being written right now: try again"
+    )]
+    KeptChanging { path: PathBuf, attempts: u32 },
     #[error("the image id prefix is empty")]
     EmptyPrefix,
     #[error("no image id starts with {prefix:?} in {path}")]
     NotFound { prefix: String, path: PathBuf },
-    #[error("image id prefix {prefix:?} is ambiguous, it matches: {}", matches.join(", "))]
+    #[error(
+        "image id prefix {prefix:?} is ambiguous, it matches: {}",
+        escaped_list(matches)
+    )]
     Ambiguous {
         prefix: String,
         matches: Vec<String>,
     },
 }
 
-/// A read-only view of a database: the file itself, or a repaired temporary copy when the
-/// file needs crash recovery.
+impl InspectError {
+    /// Whether the error is the operator's input (exit 2) rather than a failure (exit 1).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            InspectError::EmptyPrefix | InspectError::NotRegular { .. }
+        )
+    }
+}
+
+/// Ids as they are, but with control characters escaped (they come from the file).
+fn escaped_list(ids: &[String]) -> String {
+    ids.iter()
+        .map(|id| escape_control(id))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `s` with every character that could drive a terminal escaped: C0 and C1 controls and DEL
+/// (`\n`, `\t`, `\r`, or `\u{1b}`), and the bidirectional and zero-width format characters
+/// that reorder or hide text. Everything else, backslashes included, is left as it is.
+pub fn escape_control(s: &str) -> std::borrow::Cow<'_, str> {
+    let risky = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}' | '\u{feff}')
+    };
+    if !s.chars().any(risky) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if risky(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A verified, consistent, read-only view of a database: a private copy of the file (see
+/// `snapshot.rs`), repaired if the file needed crash recovery.
 pub struct Snapshot {
     store: Store,
     path: PathBuf,
     repaired: bool,
-    _copy: Option<tempfile::TempDir>,
+    discarded: u32,
+    _copy: tempfile::TempDir,
 }
 
 impl Snapshot {
-    /// Opens `path` read-only (alongside a running agent if there is one). A file that needs
-    /// recovery is copied to a temporary directory and the copy opened read-write, which
-    /// repairs the copy; the file itself is never written.
+    /// Takes a verified copy of `path` (alongside a running agent if there is one). A file that
+    /// needs recovery is repaired in the copy; the file itself is never written. A damaged
+    /// file, a non-regular one and a missing one are refused.
     pub fn open(path: &Path) -> Result<Snapshot, InspectError> {
-        match Store::open_read_only(path) {
-            Ok(store) => Ok(Snapshot {
-                store,
+        guard::refuse_panics(path, || {
+            let copy = snapshot::verified_copy(path)?;
+            Ok(Snapshot {
+                store: copy.store,
                 path: path.to_owned(),
-                repaired: false,
-                _copy: None,
-            }),
-            Err(StoreError::NeedsRecovery { .. }) => {
-                let (dir, store) = open_copy(path)?;
-                Ok(Snapshot {
-                    store,
-                    path: path.to_owned(),
-                    repaired: true,
-                    _copy: Some(dir),
-                })
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    pub fn store(&self) -> &Store {
-        &self.store
+                repaired: copy.needed_recovery,
+                discarded: copy.discarded,
+                _copy: copy.dir,
+            })
+        })
     }
 
     /// The inspected file (not the copy).
@@ -89,17 +140,32 @@ impl Snapshot {
         self.repaired
     }
 
+    /// How many copies were discarded because the file changed while they were taken.
+    pub fn discarded_copies(&self) -> u32 {
+        self.discarded
+    }
+
+    /// Runs a read of the copy under the panic guard.
+    fn read<T>(&self, f: impl FnOnce(&Store) -> Result<T, StoreError>) -> Result<T, InspectError> {
+        guard::refuse_panics(&self.path, || f(&self.store).map_err(InspectError::from))
+    }
+
     /// Every record, in eviction order.
-    pub fn records_in_eviction_order(&self) -> Result<Vec<StoredRecord>, StoreError> {
-        self.store.eviction_order()?.collect()
+    pub fn records_in_eviction_order(&self) -> Result<Vec<StoredRecord>, InspectError> {
+        self.read(|s| s.eviction_order()?.collect())
     }
 
-    pub fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, StoreError> {
-        self.store.backoff_entries()
+    /// Every record, ordered by key.
+    pub fn records(&self) -> Result<Vec<StoredRecord>, InspectError> {
+        self.read(Store::records)
     }
 
-    pub fn meta(&self) -> Result<MetaInfo, StoreError> {
-        let entries = self.store.meta_entries()?;
+    pub fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, InspectError> {
+        self.read(Store::backoff_entries)
+    }
+
+    pub fn meta(&self) -> Result<MetaInfo, InspectError> {
+        let entries = self.read(Store::meta_entries)?;
         let get = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
         let time = |name: &str| get(name).map(UnixNanos);
         Ok(MetaInfo {
@@ -109,25 +175,17 @@ impl Snapshot {
             last_detect: time(meta_keys::LAST_DETECT),
         })
     }
-}
 
-/// Copies `path` into a new temporary directory and opens the copy read-write (repairing it).
-fn open_copy(path: &Path) -> Result<(tempfile::TempDir, Store), InspectError> {
-    let copy_err = |source| InspectError::Copy {
-        path: path.to_owned(),
-        source,
-    };
-    let dir = tempfile::Builder::new()
-        .prefix("imagekeeper-inspect-")
-        .tempdir()
-        .map_err(copy_err)?;
-    let copy = dir.path().join("copy.redb");
-    std::fs::copy(path, &copy).map_err(copy_err)?;
-    let store = Store::open(&copy, UnixNanos::NEVER).map_err(|source| InspectError::OpenCopy {
-        path: path.to_owned(),
-        source: Box::new(source),
-    })?;
-    Ok((dir, store))
+    /// The store's invariants and redb's integrity check, on the copy.
+    pub fn check(&mut self) -> Result<CheckReport, InspectError> {
+        let path = self.path.clone();
+        let store = &mut self.store;
+        let violations = guard::refuse_panics(&path, || Ok(store.check()?))?;
+        Ok(CheckReport {
+            needed_recovery: self.repaired,
+            violations,
+        })
+    }
 }
 
 /// The meta entries the inspector shows.
@@ -286,28 +344,10 @@ pub struct CheckReport {
     pub violations: Vec<Violation>,
 }
 
-/// The store's invariants and redb's integrity check, on a temporary copy of `path` (the
-/// integrity check needs a read-write handle; the file itself is never written).
+/// The full check of `path`: a verified snapshot, then the store's invariants and redb's
+/// integrity check on it. A file that does not verify is an error, not a report.
 pub fn check(path: &Path) -> Result<CheckReport, InspectError> {
-    // The read-only open names the file in its errors and refuses newer schemas and
-    // garbage before anything is copied.
-    let needed_recovery = match Store::open_read_only(path) {
-        Ok(store) => {
-            drop(store);
-            false
-        }
-        Err(StoreError::NeedsRecovery { .. }) => true,
-        Err(e) => return Err(e.into()),
-    };
-    let (_dir, mut store) = open_copy(path)?;
-    let violations = store.check().map_err(|source| InspectError::OpenCopy {
-        path: path.to_owned(),
-        source: Box::new(source),
-    })?;
-    Ok(CheckReport {
-        needed_recovery,
-        violations,
-    })
+    Snapshot::open(path)?.check()
 }
 
 #[cfg(test)]
@@ -364,6 +404,25 @@ mod tests {
             ok("sha256:"),
             Err("the image id prefix is empty".to_owned())
         );
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_everything_else_is_kept() {
+        let cases = [
+            ("sha256:abc", "sha256:abc"),
+            ("a\nb\tc\rd", "a\\nb\\tc\\rd"),
+            ("\u{1b}[31mred\u{7}", "\\u{1b}[31mred\\u{7}"),
+            ("del\u{7f} csi\u{9b}", "del\\u{7f} csi\\u{9b}"),
+            ("bidi\u{202e}txt zw\u{200b}", "bidi\\u{202e}txt zw\\u{200b}"),
+            ("back\\slash, ünïcødé, 日本", "back\\slash, ünïcødé, 日本"),
+        ];
+        for (raw, shown) in cases {
+            assert_eq!(escape_control(raw), shown, "{raw:?}");
+        }
+        assert!(matches!(
+            escape_control("plain"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

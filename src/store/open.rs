@@ -129,6 +129,63 @@ impl Store {
         Ok(store)
     }
 
+    /// Opens, for `imagekeeper inspect`, a private copy of a database read-write with redb's
+    /// integrity check ([`builder`]): the checksum of every page of the committed trees is
+    /// verified before anything is read, so a damaged copy is refused, never read wrong. Then
+    /// it refuses, as [`Store::open_read_only`] does, a copy that is not a current-schema
+    /// imagekeeper database (never initializing or migrating it; redb's repair is the only
+    /// write to the copy). Errors name `label` (the inspected file), not the copy. Not guarded
+    /// against redb's panics: the caller is.
+    pub fn open_verified_copy(copy: &Path, label: &Path) -> Result<Store, StoreError> {
+        let file = fs::File::open(copy).map_err(|source| StoreError::Io {
+            path: label.to_owned(),
+            source,
+        })?;
+        check_not_empty(label, &file)?;
+        drop(file);
+        let db = builder()
+            .open(copy)
+            .map_err(|e| map_open_error(label, e, false))?;
+        let store = Store {
+            handle: Handle::Write(db),
+            path: label.to_owned(),
+            commits: AtomicU64::new(0),
+            commit_nanos_total: AtomicU64::new(0),
+            durability: Durability::Immediate,
+        };
+        store.check_schema_read_only()?;
+        store.read_table_definitions()?;
+        Ok(store)
+    }
+
+    /// Opens `file` (the database at `path`, opened by the caller) read-only and begins a read
+    /// transaction, for `imagekeeper inspect` to copy the file under. While the returned pin
+    /// lives, a writer in another process reuses no page of the commit it reads or of any later
+    /// commit, so a copy taken meanwhile holds whole trees of whichever commit its header names.
+    /// A file that needs crash recovery is [`StoreError::NeedsRecovery`]; any other failure
+    /// (including a redb panic on a damaged file) is an error the caller may copy without a pin.
+    pub fn pin_read_only(file: fs::File, path: &Path) -> Result<ReadPin, StoreError> {
+        use redb::ReadableDatabase;
+        let pin = || -> Result<ReadPin, StoreError> {
+            let backend = redb::backends::FileBackend::new(file)
+                .map_err(|e| map_open_error(path, e, true))?;
+            let db = builder()
+                .open_read_only_with_backend(backend)
+                .map_err(|e| map_open_error(path, e, true))?;
+            let txn = db.begin_read().map_err(|e| StoreError::Redb {
+                path: path.to_owned(),
+                source: e.into(),
+            })?;
+            Ok(ReadPin { _txn: txn, _db: db })
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(pin)).unwrap_or_else(|_| {
+            Err(StoreError::Corrupt {
+                path: path.to_owned(),
+                detail: "redb failed reading it read-only".to_owned(),
+            })
+        })
+    }
+
     /// Opens every table once, so that redb decodes every table definition while the open is
     /// still guarded against its panics; later opens read the same bytes.
     fn read_table_definitions(&self) -> Result<(), StoreError> {
@@ -291,6 +348,13 @@ impl Store {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
+}
+
+/// A read transaction on a database opened read-only ([`Store::pin_read_only`]); dropping it
+/// ends the transaction, then closes the handle.
+pub struct ReadPin {
+    _txn: redb::ReadTransaction,
+    _db: redb::ReadOnlyDatabase,
 }
 
 /// Runs an open, turning a panic inside redb into [`StoreError::Corrupt`]. redb 4.5 panics on

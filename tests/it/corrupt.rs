@@ -1,11 +1,16 @@
 //! Corrupt database files: bytes flipped, sectors zeroed and the file truncated at seeded random
 //! offsets of a real database. `Store::open` must refuse the file, or give a store whose reads
 //! fail loudly, whose `check()` reports the damage, or whose records are each exactly as
-//! written (some may be gone); never a silently wrong record, never a panic.
+//! written (some may be gone); never a silently wrong record, never a panic. Every
+//! `imagekeeper inspect` subcommand, run as a process on such copies, must print exactly what
+//! it prints for the undamaged file or refuse (exit 1 or 2, naming the file); never wrong
+//! output with exit 0, never a panic or a signal.
 
 use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use imagekeeper::model::{BackoffEntry, ImageRecord, RecordKey, UnixNanos};
@@ -202,4 +207,139 @@ fn corrupt_files_are_refused_or_read_back_true_never_a_panic() {
     // The cases must reach every branch that matters, or the test proves little.
     assert!(tally.refused > 0, "{tally:?}");
     assert!(tally.intact + tally.partial > 0, "{tally:?}");
+}
+
+/// Flips one byte, at a byte that holds something three times in four (the file is mostly
+/// preallocated zeros), the damage a bad sector or a stray write leaves.
+fn flip_one_byte(bytes: &mut [u8], rng: &mut Rng) -> String {
+    let nonzero: Vec<usize> = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b != 0)
+        .map(|(i, _)| i)
+        .collect();
+    let i = if rng.below(4) < 3 && !nonzero.is_empty() {
+        nonzero[rng.below(nonzero.len())]
+    } else {
+        rng.below(bytes.len())
+    };
+    let mask = 1 + rng.below(255) as u8;
+    bytes[i] ^= mask;
+    format!("flipped byte {i} with {mask:#04x}")
+}
+
+/// The outcome of one `imagekeeper inspect` run.
+struct InspectRun {
+    /// `None` when a signal ended it.
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn inspect_run(db: &Path, args: &[&str]) -> InspectRun {
+    let out = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .args(["inspect", "--now", "2000000000", "--db"])
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("run imagekeeper inspect");
+    InspectRun {
+        code: out.status.code(),
+        signal: out.status.signal(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Per subcommand: damaged copies whose output equalled the undamaged output, and refusals.
+#[derive(Debug, Default)]
+struct InspectTally {
+    same: usize,
+    refused: usize,
+}
+
+#[test]
+fn inspect_on_damaged_files_prints_the_undamaged_output_or_refuses_for_every_subcommand() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let good = dir.path().join("good.redb");
+    build(&good);
+    let pristine = std::fs::read(&good).expect("read the database");
+    let victim = dir.path().join("victim.redb");
+    let shown_id = format!("sha256:{:064x}", 150);
+    let commands: Vec<(&str, Vec<&str>)> = vec![
+        ("list", vec!["list", "--output", "json"]),
+        ("show", vec!["show", &shown_id, "--output", "json"]),
+        ("backoff", vec!["backoff", "--output", "json"]),
+        ("stats", vec!["stats", "--output", "json"]),
+        ("explain", vec!["explain", "--output", "json"]),
+        ("check", vec!["check", "--output", "json"]),
+        ("export", vec!["export"]),
+    ];
+    // Seeded damaged copies per subcommand: seven subcommands, a few hundred runs in all.
+    let cases_per_command: u64 = 40;
+    let mut failures = Vec::new();
+    let mut tallies = Vec::new();
+    for (index, (name, args)) in commands.iter().enumerate() {
+        std::fs::write(&victim, &pristine).expect("write the undamaged copy");
+        let undamaged = inspect_run(&victim, args);
+        assert_eq!(
+            undamaged.code,
+            Some(0),
+            "{name} on the undamaged file: {}",
+            undamaged.stderr
+        );
+        let mut tally = InspectTally::default();
+        for case in 0..cases_per_command {
+            let seed = 0x1_5EED_0000 + (index as u64) * 1000 + case;
+            let mut rng = Rng(seed);
+            let mut bytes = pristine.clone();
+            let what = if rng.below(4) < 3 {
+                flip_one_byte(&mut bytes, &mut rng)
+            } else {
+                damage(&mut bytes, &mut rng)
+            };
+            std::fs::write(&victim, &bytes).expect("write the damaged copy");
+            let r = inspect_run(&victim, args);
+            let case_name = format!("{name}, seed {seed:#x} ({what})");
+            if r.signal.is_some() || r.stderr.contains("panicked") {
+                failures.push(format!(
+                    "{case_name}: crashed ({:?}): {}",
+                    r.signal, r.stderr
+                ));
+                continue;
+            }
+            match r.code {
+                Some(0) if r.stdout == undamaged.stdout => tally.same += 1,
+                Some(0) => failures.push(format!(
+                    "{case_name}: exit 0 with output that differs from the undamaged file's"
+                )),
+                Some(1 | 2) if r.stderr.contains(victim.to_str().expect("utf8 path")) => {
+                    tally.refused += 1;
+                }
+                code => failures.push(format!(
+                    "{case_name}: exit {code:?} without naming the file: {}",
+                    r.stderr
+                )),
+            }
+            if std::fs::read(&victim).expect("read the damaged copy") != bytes {
+                failures.push(format!("{case_name}: the file's bytes changed"));
+            }
+        }
+        tallies.push((*name, tally));
+    }
+    eprintln!(
+        "inspect on {} damaged copies per subcommand: {tallies:?}",
+        cases_per_command
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} runs failed:\n{}",
+        failures.len(),
+        cases_per_command * commands.len() as u64,
+        failures.join("\n")
+    );
+    for (name, tally) in &tallies {
+        assert!(tally.refused > 0, "{name}: no damaged copy was refused");
+    }
 }

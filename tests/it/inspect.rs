@@ -676,14 +676,140 @@ fn writer_child_process() {
     batch.set_meta(meta_keys::LAST_DETECT, at(NOW - 30).0);
     store.apply(&batch).expect("child: apply");
     println!("committed 1");
-    let mut input = String::new();
-    while std::io::stdin().read_line(&mut input).unwrap_or(0) > 0 {
+    let (tx, commands) = channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    while let Ok(command) = commands.recv() {
+        if command == "burst" {
+            let commits = gc_burst(&store, &commands);
+            println!("stopped after {commits} commits");
+            continue;
+        }
         let mut batch = Batch::new();
         batch.upsert(key("2222", ""), record(NOW - HOUR, 0, 8192, false));
         store.apply(&batch).expect("child: apply");
         println!("committed 2");
-        input.clear();
     }
+}
+
+/// Commits as a GC burst does, back to back, until `stop` arrives: each commit removes the
+/// `CHURN` oldest of `LIVE` records and records as many new ones (freeing and reusing pages),
+/// and moves the last detect. Backoff entries it never touches make the file tens of MiB, so
+/// that copying it takes as long as many commits. Returns how many commits it made.
+fn gc_burst(store: &Store, commands: &Receiver<String>) -> u64 {
+    const LIVE: u64 = 400;
+    const CHURN: u64 = 40;
+    for chunk in 0..8 {
+        let mut batch = Batch::new();
+        for n in 0..256 {
+            batch.put_backoff(
+                format!("pod-{chunk}-{n}_app:1"),
+                BackoffEntry {
+                    backoff: Duration::from_secs(10),
+                    last_update: at(NOW - 60),
+                    last_error: format!("pull failed: {}", "e".repeat(16 << 10)),
+                },
+            );
+        }
+        store.apply(&batch).expect("child: apply");
+    }
+    let mut batch = Batch::new();
+    for n in 0..LIVE {
+        batch.upsert(key(&format!("b{n:x}"), ""), record(NOW - HOUR, 0, n, false));
+    }
+    store.apply(&batch).expect("child: apply");
+    let mut commits = 9u64;
+    println!("bursting");
+    let mut next = LIVE;
+    while commands.try_recv().is_err() {
+        let mut batch = Batch::new();
+        for n in next - LIVE..next - LIVE + CHURN {
+            batch.remove(key(&format!("b{n:x}"), ""));
+        }
+        for n in next..next + CHURN {
+            batch.upsert(
+                key(&format!("b{n:x}"), ""),
+                record(NOW - HOUR, NOW - 60, n, false),
+            );
+        }
+        batch.set_meta(meta_keys::LAST_DETECT, at(NOW - 60).0 + commits as i64);
+        store.apply(&batch).expect("child: apply");
+        next += CHURN;
+        commits += 1;
+    }
+    commits
+}
+
+/// `inspect check` used to copy the file with `fs::copy` while a writer committed, and called
+/// the torn copy corrupt (53 of 233 runs in GC bursts). Every command, run again and again
+/// while the writer commits back to back, must see a healthy database.
+#[test]
+fn inspect_beside_a_writer_in_a_gc_burst_never_calls_the_database_corrupt() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let mut writer = Writer::start(&db);
+    writeln!(writer.stdin, "burst").expect("tell the writer");
+    writer.stdin.flush().expect("flush");
+    writer.wait_for("bursting");
+    let db_arg = db.to_str().expect("utf8 path");
+    let commands: [&[&str]; 4] = [
+        &["check"],
+        &["check", "--output", "json"],
+        &["export"],
+        &["stats", "--output", "json"],
+    ];
+    let runs = 24;
+    let mut failed = Vec::new();
+    let mut retried = 0;
+    for i in 0..runs {
+        let command = commands[i % commands.len()];
+        let mut args = vec!["--db", db_arg];
+        args.extend_from_slice(command);
+        let r = run(&args);
+        let healthy = r.code == 0
+            && !r.stderr.contains("corrupt")
+            && (command[0] != "check" || r.stdout.contains("ok"));
+        if !healthy {
+            failed.push(format!(
+                "run {i} {command:?}: exit {}: {}",
+                r.code, r.stderr
+            ));
+        }
+        retried += usize::from(r.stderr.contains("changed while it was being copied"));
+    }
+    writeln!(writer.stdin, "stop").expect("tell the writer");
+    writer.stdin.flush().expect("flush");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let commits = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = writer.lines.recv_timeout(left).expect("the writer stops");
+        if let Some(n) = line
+            .strip_prefix("stopped after ")
+            .and_then(|rest| rest.strip_suffix(" commits"))
+        {
+            break n.parse::<u64>().expect("a count");
+        }
+    };
+    writer.kill();
+    eprintln!(
+        "{runs} inspect runs beside {commits} back-to-back commits; {retried} took a copy again"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {runs} runs called a healthy database bad:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    assert!(
+        commits > runs as u64,
+        "the writer committed throughout: {commits}"
+    );
 }
 
 fn listed(db: &Path) -> (Vec<String>, String) {
@@ -950,6 +1076,263 @@ fn explain_removes_exactly_what_the_real_manager_removes() {
             "{}: {:?}",
             s.name,
             report.error.map(|e| e.to_string())
+        );
+    }
+}
+
+/// Every subcommand, as `inspect` takes them.
+const EVERY_SUBCOMMAND: [&[&str]; 7] = [
+    &["list"],
+    &["show", "b0b"],
+    &["backoff"],
+    &["stats"],
+    &["explain"],
+    &["check"],
+    &["export"],
+];
+
+/// Runs `imagekeeper inspect --db DB ARGS` with a deadline: a run that hangs is SIGKILLed and
+/// fails the test.
+fn run_with_deadline(db: &Path, args: &[&str]) -> Run {
+    let child = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .arg("inspect")
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run imagekeeper");
+    let pid = child.id();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(out) => out.expect("wait for imagekeeper"),
+        Err(_) => {
+            // SAFETY: kill(2) on the pid of our own child, which has not been reaped (the
+            // waiting thread is still blocked in wait).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("inspect {args:?} on {} hung", db.display());
+        }
+    };
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
+    run
+}
+
+#[test]
+fn a_fifo_device_socket_or_directory_is_refused_naming_its_type_never_opened_or_waited_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let good = example_db(dir.path());
+    let fifo = dir.path().join("fifo.redb");
+    let c_path = std::ffi::CString::new(fifo.to_str().expect("utf8")).expect("no NUL");
+    // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let socket = dir.path().join("socket.redb");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let directory = dir.path().join("directory.redb");
+    std::fs::create_dir(&directory).expect("mkdir");
+    let link_to_fifo = dir.path().join("link-to-fifo.redb");
+    std::os::unix::fs::symlink(&fifo, &link_to_fifo).expect("symlink");
+    let mut cases: Vec<(PathBuf, &str)> = vec![
+        (fifo.clone(), "FIFO (named pipe)"),
+        (link_to_fifo, "FIFO (named pipe)"),
+        (socket, "socket"),
+        (directory, "directory"),
+    ];
+    if Path::new("/dev/null").exists() {
+        cases.push((PathBuf::from("/dev/null"), "character device"));
+    }
+    for (path, kind) in &cases {
+        for command in EVERY_SUBCOMMAND {
+            let r = run_with_deadline(path, command);
+            let want = format!(
+                "database {} is a {kind}, not a regular file",
+                path.display()
+            );
+            assert_eq!(r.code, 2, "{} {command:?}: {}", path.display(), r.stderr);
+            assert!(r.stderr.contains(&want), "want {want:?} in {}", r.stderr);
+            assert!(r.stdout.is_empty(), "{command:?}: {}", r.stdout);
+        }
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let still = std::fs::symlink_metadata(&fifo).expect("the FIFO is still there");
+    assert!(still.file_type().is_fifo(), "the FIFO was left as it is");
+
+    // A symlink to a regular database is followed.
+    let link_to_db = dir.path().join("link-to-db.redb");
+    std::os::unix::fs::symlink(&good, &link_to_db).expect("symlink");
+    let r = run_with_deadline(&link_to_db, &["list", "--output", "json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json().as_array().map(Vec::len), Some(5));
+    assert!(
+        std::fs::symlink_metadata(&link_to_db)
+            .expect("link")
+            .file_type()
+            .is_symlink(),
+        "the link is still a link"
+    );
+}
+
+/// No character that could drive a terminal: controls other than the line ends, and the
+/// bidirectional overrides.
+fn terminal_safe(text: &str) -> bool {
+    !text
+        .chars()
+        .any(|c| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c))
+}
+
+#[test]
+fn table_output_escapes_terminal_control_characters_and_json_keeps_them_exact() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let evil_id = "sha256:\u{1b}[31mred\u{7}\u{1b}]0;title\u{7}";
+    let evil_handler = "kata\u{1b}[2J";
+    let evil_key = "uid\u{1b}[2J_nginx:\u{9b}1";
+    let evil_error = "line one\nline two\r\u{1b}[0m\u{202e}txt.exe";
+    {
+        let store = Store::open(&db, at(NOW - HOUR)).expect("open");
+        let mut batch = Batch::new();
+        batch.upsert(
+            RecordKey::new(evil_id, evil_handler),
+            record(NOW - HOUR, NOW - 60, 10, false),
+        );
+        batch.upsert(
+            RecordKey::new("sha256:\u{1b}[32mgreen", ""),
+            record(NOW - HOUR, 0, 20, false),
+        );
+        batch.put_backoff(
+            evil_key.to_owned(),
+            BackoffEntry {
+                backoff: Duration::from_secs(10),
+                last_update: at(NOW - 30),
+                last_error: evil_error.to_owned(),
+            },
+        );
+        store.apply(&batch).expect("apply");
+    }
+    let tables: Vec<Vec<&str>> = vec![
+        vec!["list"],
+        vec!["show", evil_id],
+        vec!["backoff"],
+        vec!["explain"],
+        vec!["stats"],
+        vec!["check"],
+    ];
+    for args in &tables {
+        let r = inspect(&db, args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        assert!(terminal_safe(&r.stdout), "{args:?}: {:?}", r.stdout);
+    }
+    let backoff = inspect(&db, &["backoff"]).stdout;
+    for shown in [
+        "uid\\u{1b}[2J_nginx:\\u{9b}1",
+        "line one\\nline two\\r\\u{1b}[0m\\u{202e}txt.exe",
+    ] {
+        assert!(backoff.contains(shown), "{shown} in {backoff}");
+    }
+    let show = inspect(&db, &["show", evil_id]).stdout;
+    assert!(
+        show.contains("sha256:\\u{1b}[31mred\\u{7}\\u{1b}]0;title\\u{7}"),
+        "{show}"
+    );
+    assert!(show.contains("kata\\u{1b}[2J"), "{show}");
+
+    // An error that lists ids from the file escapes them too.
+    let r = inspect(&db, &["show", "\u{1b}"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("ambiguous"), "{}", r.stderr);
+    assert!(terminal_safe(&r.stderr), "{:?}", r.stderr);
+
+    // JSON is exact.
+    let v = inspect(&db, &["backoff", "--output", "json"]).json();
+    assert_eq!(v[0]["key"], evil_key);
+    assert_eq!(v[0]["last_error"], evil_error);
+    let v = inspect(&db, &["show", evil_id, "--output", "json"]).json();
+    assert_eq!(v[0]["id"], evil_id);
+    assert_eq!(v[0]["runtime_handler"], evil_handler);
+    let export = inspect(&db, &["export"]).stdout;
+    let first: Value =
+        serde_json::from_str(export.lines().next().unwrap_or_default()).expect("a JSON line");
+    assert_eq!(first["id"], evil_id);
+}
+
+/// The directory's entries and, for each, its bytes and modification time.
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>, std::time::SystemTime)> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .expect("read the directory")
+        .map(|e| {
+            let e = e.expect("entry");
+            let meta = e.metadata().expect("metadata");
+            let bytes = if meta.is_file() {
+                std::fs::read(e.path()).expect("read")
+            } else {
+                Vec::new()
+            };
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                bytes,
+                meta.modified().expect("mtime"),
+            )
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+#[test]
+fn inspect_creates_and_changes_nothing_for_every_subcommand() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A sound file, one a killed writer left needing recovery, and one with a flipped byte.
+    let sound = dir.path().join("sound");
+    std::fs::create_dir(&sound).expect("mkdir");
+    example_db(&sound);
+    let crashed = dir.path().join("crashed");
+    std::fs::create_dir(&crashed).expect("mkdir");
+    let writer = Writer::start(&crashed.join("records.redb"));
+    writer.kill();
+    let damaged = dir.path().join("damaged");
+    std::fs::create_dir(&damaged).expect("mkdir");
+    let mut bytes = std::fs::read(sound.join("records.redb")).expect("read");
+    let last = bytes.iter().rposition(|b| *b != 0).expect("non-zero bytes");
+    bytes[last] ^= 0x5a;
+    std::fs::write(damaged.join("records.redb"), bytes).expect("write");
+    let now = NOW.to_string();
+    for folder in [&sound, &crashed, &damaged] {
+        let db = folder.join("records.redb");
+        for command in EVERY_SUBCOMMAND {
+            for output in ["table", "json"] {
+                let before = tree(folder);
+                let mut args = vec!["--now", &now, "--output", output];
+                args.extend_from_slice(command);
+                let r = run_with_deadline(&db, &args);
+                assert!(r.code <= 1, "{command:?}: {}", r.stderr);
+                assert!(
+                    tree(folder) == before,
+                    "{} {command:?} --output {output} changed or created something in {}",
+                    db.display(),
+                    folder.display()
+                );
+            }
+        }
+    }
+
+    // A missing database, in a missing directory: nothing is created.
+    let missing = dir.path().join("not-yet").join("records.redb");
+    for command in EVERY_SUBCOMMAND {
+        let r = run_with_deadline(&missing, command);
+        assert_eq!(r.code, 1, "{command:?}: {}", r.stderr);
+        assert!(r.stderr.contains("does not exist"), "{}", r.stderr);
+        assert!(
+            !dir.path().join("not-yet").exists(),
+            "{command:?} created the directory"
         );
     }
 }

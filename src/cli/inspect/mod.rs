@@ -1,6 +1,8 @@
 //! `imagekeeper inspect`: read-only inspection of the record database, alongside a running
 //! agent or after a crash. Parses flags, calls `imagekeeper::inspect` and
-//! `imagekeeper::gc::explain`, and prints (`print.rs`). It never writes the database file.
+//! `imagekeeper::gc::explain`, and prints (`print.rs`). It never writes the database file and
+//! reads only a verified copy of it; a damaged file is refused (exit 1), a path that is not a
+//! regular file too (exit 2).
 
 mod print;
 
@@ -13,9 +15,7 @@ use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::gc::GcPolicy;
 use imagekeeper::gc::explain::{FsSpace, explain};
 use imagekeeper::gc::format::{go_duration, parse_go_duration};
-use imagekeeper::inspect::{
-    InspectError, Snapshot, SortKey, check, resolve_prefix, sort_records, stats,
-};
+use imagekeeper::inspect::{InspectError, Snapshot, SortKey, resolve_prefix, sort_records, stats};
 use imagekeeper::model::UnixNanos;
 
 use super::Failure;
@@ -133,7 +133,8 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
     let w = &mut stdout;
     match args.command {
         InspectCommand::Check => {
-            let report = check(&args.db).map_err(inspect_failure)?;
+            let mut snap = open(&args.db, false)?;
+            let report = snap.check().map_err(inspect_failure)?;
             if report.needed_recovery {
                 eprintln!(
                     "imagekeeper: database {} needs recovery (it was not closed cleanly); \
@@ -184,37 +185,39 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
                 }),
                 _ => None,
             };
-            let snap = open(&args.db)?;
-            let records = snap.records_in_eviction_order()?;
-            let meta = snap.meta()?;
+            let snap = open(&args.db, true)?;
+            let records = snap.records_in_eviction_order().map_err(inspect_failure)?;
+            let meta = snap.meta().map_err(inspect_failure)?;
             let explanation = explain(&records, meta.last_detect, policy, fs, now);
             print::explain(w, out, &explanation)?;
             Ok(())
         }
         command => {
-            let snap = open(&args.db)?;
+            let snap = open(&args.db, true)?;
             match command {
                 InspectCommand::List { sort } => {
-                    let mut records = snap.records_in_eviction_order()?;
+                    let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
                     sort_records(&mut records, sort_key(sort));
                     print::list(w, out, &records, now)?;
                 }
                 InspectCommand::Show { id } => {
-                    let records = snap.records_in_eviction_order()?;
+                    let records = snap.records_in_eviction_order().map_err(inspect_failure)?;
                     let found = resolve_prefix(&records, &id, &args.db).map_err(inspect_failure)?;
                     print::show(w, out, &found, &records, now)?;
                 }
                 InspectCommand::Backoff => {
-                    print::backoff(w, out, &snap.backoff_entries()?, now)?;
+                    let entries = snap.backoff_entries().map_err(inspect_failure)?;
+                    print::backoff(w, out, &entries, now)?;
                 }
                 InspectCommand::Stats => {
-                    let records = snap.records_in_eviction_order()?;
-                    let backoff = snap.backoff_entries()?;
+                    let records = snap.records_in_eviction_order().map_err(inspect_failure)?;
+                    let backoff = snap.backoff_entries().map_err(inspect_failure)?;
+                    let meta = snap.meta().map_err(inspect_failure)?;
                     let s = stats(&records, backoff.len(), now);
-                    print::stats(w, out, &s, &snap.meta()?, now)?;
+                    print::stats(w, out, &s, &meta, now)?;
                 }
                 InspectCommand::Export => {
-                    let mut records = snap.store().records()?;
+                    let mut records = snap.records().map_err(inspect_failure)?;
                     records.sort_by(|a, b| a.key.cmp(&b.key));
                     print::export(w, &records)?;
                 }
@@ -234,10 +237,24 @@ fn sort_key(sort: Sort) -> SortKey {
     }
 }
 
-/// Opens the snapshot and says on stderr when it is a repaired copy.
-fn open(db: &std::path::Path) -> Result<Snapshot, Failure> {
+/// Opens the snapshot and says on stderr when the file changed while it was being copied, and
+/// (if `say_repaired`) when it is a repaired copy.
+fn open(db: &std::path::Path, say_repaired: bool) -> Result<Snapshot, Failure> {
     let snap = Snapshot::open(db).map_err(inspect_failure)?;
-    if snap.repaired() {
+    if snap.discarded_copies() > 0 {
+        eprintln!(
+            "imagekeeper: database {} changed while it was being copied (it is being written); \
+             {} cop{} discarded, showing a verified copy",
+            db.display(),
+            snap.discarded_copies(),
+            if snap.discarded_copies() == 1 {
+                "y"
+            } else {
+                "ies"
+            }
+        );
+    }
+    if say_repaired && snap.repaired() {
         eprintln!(
             "imagekeeper: database {} needs recovery; showing a repaired copy, the file itself \
              was not modified",
@@ -248,8 +265,9 @@ fn open(db: &std::path::Path) -> Result<Snapshot, Failure> {
 }
 
 fn inspect_failure(e: InspectError) -> Failure {
-    match e {
-        InspectError::EmptyPrefix => Failure::usage(e),
-        other => Failure::from(other),
+    if e.is_usage() {
+        Failure::usage(e)
+    } else {
+        Failure::from(e)
     }
 }

@@ -1,11 +1,13 @@
 //! Printing for `imagekeeper inspect`: aligned tables for people, JSON for scripts. Times go
-//! out as unix nanoseconds and RFC 3339 UTC in JSON, relative and RFC 3339 in tables.
+//! out as unix nanoseconds and RFC 3339 UTC in JSON, relative and RFC 3339 in tables. Strings
+//! from the file (ids, handlers, backoff keys, errors) are exact in JSON and have their
+//! terminal control characters escaped in tables (`escape_control`).
 
 use std::io::{self, Write};
 
 use imagekeeper::gc::explain::{Decision, Explanation, SpacePass};
 use imagekeeper::gc::format::{format_ago, format_rfc3339, format_size, go_duration};
-use imagekeeper::inspect::{CheckReport, MetaInfo, Stats};
+use imagekeeper::inspect::{CheckReport, MetaInfo, Stats, escape_control};
 use imagekeeper::model::{BackoffEntry, UnixNanos};
 use imagekeeper::store::StoredRecord;
 use serde_json::{Value, json};
@@ -13,9 +15,14 @@ use serde_json::{Value, json};
 use super::Output;
 
 /// Columns separated by three spaces, each as wide as its widest cell; no trailing spaces.
+/// Every cell has its control characters escaped.
 fn table(w: &mut dyn Write, headers: &[&str], rows: &[Vec<String>]) -> io::Result<()> {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|c| escape_control(c).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (i, cell) in row.iter().enumerate() {
             if let Some(width) = widths.get_mut(i) {
                 *width = (*width).max(cell.chars().count());
@@ -34,7 +41,7 @@ fn table(w: &mut dyn Write, headers: &[&str], rows: &[Vec<String>]) -> io::Resul
         out.trim_end().to_owned()
     };
     writeln!(w, "{}", line(headers.to_vec()))?;
-    for row in rows {
+    for row in &rows {
         writeln!(w, "{}", line(row.iter().map(String::as_str).collect()))?;
     }
     Ok(())
@@ -175,7 +182,7 @@ pub fn show(
             ("EVICTION RANK", format!("{rank} of {}", all.len())),
         ];
         for (name, value) in rows {
-            writeln!(w, "{:<17}{value}", format!("{name}:"))?;
+            writeln!(w, "{:<17}{}", format!("{name}:"), escape_control(&value))?;
         }
     }
     Ok(())
@@ -210,7 +217,7 @@ pub fn backoff(
                 key.clone(),
                 go_duration(e.backoff),
                 when(now, e.last_update),
-                e.last_error.replace('\n', " "),
+                e.last_error.clone(),
             ]
         })
         .collect();
@@ -459,7 +466,7 @@ pub fn check(w: &mut dyn Write, out: Output, report: &CheckReport) -> io::Result
         return writeln!(w, "ok");
     }
     for v in &report.violations {
-        writeln!(w, "violation: {v}")?;
+        writeln!(w, "violation: {}", escape_control(&v.to_string()))?;
     }
     Ok(())
 }
