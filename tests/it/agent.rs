@@ -7,9 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use imagekeeper::admin::{self, AdminBackend, AdminClient, AdminLimits, EnsureRequest, GcOutcome};
 use imagekeeper::cri::fake::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
-use imagekeeper::store::Store;
+use imagekeeper::store::{Store, StoredRecord};
 
 use crate::support::wait_for;
 
@@ -742,4 +745,170 @@ async fn dry_runs_create_nothing_and_change_no_byte() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(std::fs::read(&db).expect("read") == before);
+}
+
+/// An admin backend whose GarbageCollect parks until released; the rest answers at once.
+#[derive(Default)]
+struct ParkedBackend {
+    entered: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
+impl AdminBackend for ParkedBackend {
+    async fn ensure_image(&self, _request: EnsureRequest) -> Result<String, String> {
+        Err("not used".to_owned())
+    }
+
+    async fn list_records(&self) -> Result<Vec<StoredRecord>, String> {
+        Ok(Vec::new())
+    }
+
+    async fn explain(&self) -> Result<String, String> {
+        Ok("{}".to_owned())
+    }
+
+    async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
+        self.entered.notify_one();
+        self.release.notified().await;
+        GcOutcome {
+            dry_run,
+            ..GcOutcome::default()
+        }
+    }
+
+    async fn delete_unused(&self, dry_run: bool) -> GcOutcome {
+        GcOutcome {
+            dry_run,
+            ..GcOutcome::default()
+        }
+    }
+}
+
+async fn serve_parked(socket: &Path, limits: AdminLimits) -> Arc<ParkedBackend> {
+    let backend = Arc::new(ParkedBackend::default());
+    admin::serve_with_limits(socket, backend.clone(), std::future::pending(), limits)
+        .await
+        .expect("serve");
+    backend
+}
+
+/// Reads until the server closes the connection (end of file or a reset), within `deadline`.
+async fn closed_by_server(stream: &mut tokio::net::UnixStream, deadline: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut sink = Vec::new();
+    tokio::time::timeout(deadline, stream.read_to_end(&mut sink))
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_server_closes_connections_beyond_its_limit_at_once() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    let limits = AdminLimits {
+        max_connections: 8,
+        idle_timeout: Duration::from_secs(600),
+    };
+    let _backend = serve_parked(&socket, limits).await;
+    // Fill every slot: each connection is served (the server's HTTP/2 SETTINGS arrive).
+    let mut held = Vec::new();
+    for _ in 0..limits.max_connections {
+        let mut stream = tokio::net::UnixStream::connect(&socket)
+            .await
+            .expect("connect");
+        let mut first = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut first))
+            .await
+            .expect("the server speaks first on a served connection")
+            .expect("read");
+        assert!(n > 0);
+        held.push(stream);
+    }
+    // 5,000 more idle clients at once: each is closed as soon as it is accepted, long before
+    // the idle timeout, so they cannot pile up in the agent.
+    let mut extra = Vec::new();
+    for _ in 0..5_000 {
+        extra.push(
+            tokio::net::UnixStream::connect(&socket)
+                .await
+                .expect("connect"),
+        );
+    }
+    let mut still_open = 0;
+    for stream in &mut extra {
+        if !closed_by_server(stream, Duration::from_secs(30)).await {
+            still_open += 1;
+            break;
+        }
+    }
+    assert_eq!(
+        still_open, 0,
+        "connections beyond the limit are closed at once"
+    );
+    drop(extra);
+    // The held ones are still served.
+    for stream in &held {
+        let mut buf = [0u8; 256];
+        assert!(
+            !matches!(stream.try_read(&mut buf), Ok(0)),
+            "a connection within the limit stays open"
+        );
+    }
+    // Once they go, a real client gets a slot again.
+    drop(held);
+    let path = socket.clone();
+    wait_for(
+        "a free admin connection slot",
+        Duration::from_secs(30),
+        || {
+            let path = path.clone();
+            async move {
+                let mut client = AdminClient::connect(&path).await.ok()?;
+                client.list_records().await.ok()
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_server_closes_idle_connections_but_keeps_a_live_client_in_a_long_call() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    let limits = AdminLimits {
+        max_connections: 64,
+        idle_timeout: Duration::from_secs(3),
+    };
+    let backend = serve_parked(&socket, limits).await;
+    // A real client whose call the backend parks.
+    let mut client = AdminClient::connect(&socket).await.expect("connect");
+    let call = tokio::spawn(async move { client.garbage_collect(false).await });
+    tokio::time::timeout(Duration::from_secs(30), backend.entered.notified())
+        .await
+        .expect("the call reaches the backend");
+    // Idle clients, connected after the call started, are closed after the idle timeout.
+    let mut idle = Vec::new();
+    for _ in 0..50 {
+        idle.push(
+            tokio::net::UnixStream::connect(&socket)
+                .await
+                .expect("connect"),
+        );
+    }
+    for stream in &mut idle {
+        assert!(
+            closed_by_server(stream, Duration::from_secs(60)).await,
+            "an idle connection is closed"
+        );
+    }
+    // The parked call has now lasted longer than the idle timeout; its client answered the
+    // server's pings, so it was not cut.
+    backend.release.notify_one();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .expect("the call returns")
+        .expect("join")
+        .expect("the live client's call succeeds");
+    assert!(!outcome.dry_run);
 }
