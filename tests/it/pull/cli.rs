@@ -244,3 +244,65 @@ fn a_permission_error_is_said_once() {
     assert_eq!(err.matches("Permission denied").count(), 1, "{err}");
     assert!(err.contains(&format!("database {}", db.display())), "{err}");
 }
+
+#[test]
+fn commands_refuse_a_database_that_is_not_a_regular_file_with_exit_2() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("records.redb");
+    let c = std::ffi::CString::new(fifo.to_str().expect("utf8")).expect("no NUL");
+    // SAFETY: mkfifo(3) on a path in our temp dir.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let trace =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay/lru_order_survives_restart.jsonl");
+    let fifo_arg = fifo.to_str().expect("utf8");
+    let no_agent = dir.path().join("no-agent.sock");
+    let no_agent = no_agent.to_str().expect("utf8");
+    for args in [
+        vec![
+            "pull",
+            "busybox",
+            "--container-runtime-endpoint",
+            NO_RUNTIME,
+            "--admin-socket",
+            no_agent,
+            "--db",
+            fifo_arg,
+        ],
+        vec![
+            "gc",
+            "--container-runtime-endpoint",
+            NO_RUNTIME,
+            "--admin-socket",
+            no_agent,
+            "--db",
+            fifo_arg,
+        ],
+        vec![
+            "prune",
+            "--dry-run",
+            "--container-runtime-endpoint",
+            NO_RUNTIME,
+            "--admin-socket",
+            no_agent,
+            "--db",
+            fifo_arg,
+        ],
+        vec!["replay", trace.to_str().expect("utf8"), "--db", fifo_arg],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+            .args(&args)
+            .output()
+            .expect("run");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("is a FIFO (named pipe), not a regular file"),
+            "{args:?}: {err}"
+        );
+        let kind = std::fs::symlink_metadata(&fifo)
+            .expect("still there")
+            .file_type();
+        assert!(kind.is_fifo(), "{args:?}: the FIFO is left as it was");
+    }
+}
