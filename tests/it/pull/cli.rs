@@ -306,3 +306,26 @@ fn commands_refuse_a_database_that_is_not_a_regular_file_with_exit_2() {
         assert!(kind.is_fifo(), "{args:?}: the FIFO is left as it was");
     }
 }
+
+#[test]
+fn a_looser_database_is_tightened_to_0600_and_said_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    drop(Store::open(&db, UnixNanos::from_secs(1_800_000_000)).expect("open store"));
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let out = imagekeeper_pull(
+        &db,
+        &["busybox:1.35", "--container-runtime-endpoint", NO_RUNTIME],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.matches("readable or writable by others; its mode is now 0600")
+            .count(),
+        1,
+        "{err}"
+    );
+    let mode = std::fs::metadata(&db).expect("stat").permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o600);
+}
