@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use imagekeeper::admin::{self, SocketPath};
+use imagekeeper::admin;
 use imagekeeper::agent::{Agent, FlagValues, serve_metrics};
 use imagekeeper::clock::SystemClock;
 use tokio::sync::watch;
@@ -46,14 +46,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     // Every setting is checked, and the metrics address bound, before anything is created:
     // a bad one exits 2 with no database and no socket left behind.
     db::check_path(&config.db)?;
-    let stale_socket = match admin::check_socket_path(&config.admin_socket) {
-        Ok(state) => state == SocketPath::Stale,
-        Err(e) => {
-            return Err(Failure::usage(
-                anyhow::Error::new(e).context("--admin-socket"),
-            ));
-        }
-    };
+    // Free or a stale socket; anything else there (a live socket, a file) is refused.
+    admin::check_socket_path(&config.admin_socket)
+        .map_err(|e| Failure::usage(anyhow::Error::new(e).context("--admin-socket")))?;
     let metrics_listener = match config.metrics_address {
         Some(address) => Some(
             std::net::TcpListener::bind(address)
@@ -77,9 +72,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         );
         // The store is ours now. A socket left at the path is removed only if it is still a
         // socket nobody answers on (checked again: another process may have bound it since).
-        if stale_socket {
-            admin::remove_stale_socket(&socket).context("removing a stale admin socket")?;
-        }
+        admin::remove_stale_socket(&socket).context("removing a stale admin socket")?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let admin = admin::serve(&socket, agent.clone(), wait_stop(stop_rx.clone()))
             .await
