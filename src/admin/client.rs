@@ -42,10 +42,7 @@ impl AdminClient {
                     }
                 }))
                 .await
-                .map_err(|e| AdminError::Connect {
-                    path,
-                    source: std::io::Error::other(e),
-                })?;
+                .map_err(|e| connect_error(path, e))?;
         Ok(AdminClient {
             inner: Generated::new(channel),
         })
@@ -122,6 +119,28 @@ impl AdminClient {
             .await
             .map_err(Self::call_err("DeleteUnused"))?;
         Ok(outcome(reply.into_inner()))
+    }
+}
+
+/// A failed connect, keeping the kind of the socket's own error: permission denied (the
+/// socket is root-only) is [`AdminError::PermissionDenied`].
+fn connect_error(path: PathBuf, e: tonic::transport::Error) -> AdminError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::PermissionDenied {
+                return AdminError::PermissionDenied { path };
+            }
+            return AdminError::Connect {
+                path,
+                source: std::io::Error::new(io.kind(), io.to_string()),
+            };
+        }
+        cause = c.source();
+    }
+    AdminError::Connect {
+        path,
+        source: std::io::Error::other(e),
     }
 }
 

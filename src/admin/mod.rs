@@ -4,18 +4,22 @@
 //!
 //! Invariants: the socket is created 0600 (in a directory created 0700); it serves only local
 //! processes; nothing it returns carries pull credentials (the admin EnsureImage takes none).
+//! Only a socket nobody answers on is ever removed from the socket path ([`remove_stale_socket`]);
+//! the server holds at most [`AdminLimits::max_connections`] connections and closes one that
+//! sends nothing for [`AdminLimits::idle_timeout`] (live clients answer the server's HTTP/2
+//! pings, so a long call is not cut).
 
 mod client;
 mod server;
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::gc::{GcError, GcPlan, GcReport, Removal};
 use crate::store::StoredRecord;
 
 pub use client::AdminClient;
-pub use server::serve;
+pub use server::{AdminLimits, serve, serve_with_limits};
 
 #[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
 mod proto {
@@ -83,9 +87,86 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn delete_unused(&self, dry_run: bool) -> impl Future<Output = GcOutcome> + Send;
 }
 
+/// What is at the admin socket path before the agent binds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SocketPath {
+    /// Nothing: the path is free.
+    Free,
+    /// A socket nobody answers on (an agent's leftover): it may be removed.
+    Stale,
+}
+
+/// Looks at `path` without changing anything: free, a stale socket (a connect to it was
+/// refused), or an error — a live socket (something answers: another agent, the runtime) is
+/// [`AdminError::InUse`], anything that is not a socket is [`AdminError::NotASocket`].
+pub fn check_socket_path(path: &Path) -> Result<SocketPath, AdminError> {
+    use std::os::unix::fs::FileTypeExt;
+    let bind_err = |source| AdminError::Bind {
+        path: path.to_owned(),
+        source,
+    };
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SocketPath::Free),
+        Err(e) => return Err(bind_err(e)),
+    };
+    let kind = meta.file_type();
+    if !kind.is_socket() {
+        let what = if kind.is_symlink() {
+            "a symbolic link"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_file() {
+            "a regular file"
+        } else if kind.is_fifo() {
+            "a FIFO (named pipe)"
+        } else {
+            "a device"
+        };
+        return Err(AdminError::NotASocket {
+            path: path.to_owned(),
+            kind: what,
+        });
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(AdminError::InUse {
+            path: path.to_owned(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(SocketPath::Stale),
+        Err(e) => Err(bind_err(e)),
+    }
+}
+
+/// Removes the socket at `path` if, and only if, it is a stale socket: checked again right
+/// before the removal (see [`check_socket_path`]).
+pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
+    match check_socket_path(path)? {
+        SocketPath::Free => Ok(()),
+        SocketPath::Stale => match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(AdminError::Bind {
+                path: path.to_owned(),
+                source: e,
+            }),
+            _ => Ok(()),
+        },
+    }
+}
+
 /// Admin socket failures.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
+    #[error(
+        "admin socket {path}: something answers there (another imagekeeper agent, or another \
+         program's socket); refusing to take it over"
+    )]
+    InUse { path: PathBuf },
+    #[error("admin socket {path} is {kind}, not a socket; refusing to remove it")]
+    NotASocket { path: PathBuf, kind: &'static str },
+    #[error(
+        "admin socket {path}: permission denied; the agent's admin socket is root-only \
+         (mode 0600): run this command as root"
+    )]
+    PermissionDenied { path: PathBuf },
     #[error("admin socket {path}: {source}")]
     Bind {
         path: PathBuf,

@@ -1,11 +1,20 @@
-//! The admin gRPC server on a unix socket.
+//! The admin gRPC server on a unix socket, with a bound on its connections and an idle
+//! timeout (see [`AdminLimits`]).
 
+use std::future::Future;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use tokio::net::UnixListener;
-use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status};
 
 use super::proto::admin_server::{Admin, AdminServer};
@@ -114,12 +123,44 @@ impl<B: AdminBackend> Admin for Service<B> {
     }
 }
 
+/// The bounds on the admin server's connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminLimits {
+    /// Connections served at once; a connection beyond this is closed as soon as it is
+    /// accepted.
+    pub max_connections: usize,
+    /// A connection that sends nothing for this long is closed. The server pings every
+    /// third of it, and a live HTTP/2 client answers, so an idle-but-alive client (waiting
+    /// for a long GC) is kept.
+    pub idle_timeout: Duration,
+}
+
+impl Default for AdminLimits {
+    fn default() -> AdminLimits {
+        AdminLimits {
+            max_connections: 64,
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
 /// Binds `socket` (mode 0600; its directory is created 0700 if missing) and serves until
-/// `shutdown` resolves. The caller removes a stale socket file first if it may.
+/// `shutdown` resolves, with the default [`AdminLimits`]. The caller removes a stale socket
+/// file first if it may ([`super::remove_stale_socket`]).
 pub async fn serve<B: AdminBackend>(
     socket: &Path,
     backend: Arc<B>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<()>, AdminError> {
+    serve_with_limits(socket, backend, shutdown, AdminLimits::default()).await
+}
+
+/// [`serve`] with explicit connection limits.
+pub async fn serve_with_limits<B: AdminBackend>(
+    socket: &Path,
+    backend: Arc<B>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    limits: AdminLimits,
 ) -> Result<tokio::task::JoinHandle<()>, AdminError> {
     let bind_err = |source| AdminError::Bind {
         path: socket.to_owned(),
@@ -138,14 +179,126 @@ pub async fn serve<B: AdminBackend>(
     let listener = UnixListener::bind(socket).map_err(bind_err)?;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600)).map_err(bind_err)?;
     let service = AdminServer::new(Service { backend });
+    let (connections, incoming) = tokio::sync::mpsc::channel::<std::io::Result<Connection>>(1);
+    let accept = tokio::spawn(accept_loop(listener, connections, limits));
     let handle = tokio::spawn(async move {
         // One service on the socket: no router needed (tonic's router feature is off).
+        let ping = limits.idle_timeout / 3;
         let served = tonic::transport::Server::builder()
-            .serve_with_incoming_shutdown(service, UnixListenerStream::new(listener), shutdown)
+            .http2_keepalive_interval(Some(ping))
+            .http2_keepalive_timeout(Some(ping))
+            .serve_with_incoming_shutdown(service, ReceiverStream::new(incoming), shutdown)
             .await;
+        accept.abort();
         if let Err(e) = served {
             tracing::error!(error = %e, "admin server stopped with an error");
         }
     });
     Ok(handle)
+}
+
+/// Accepts connections while fewer than `max_connections` are open; closes the others at once.
+async fn accept_loop(
+    listener: UnixListener,
+    connections: tokio::sync::mpsc::Sender<std::io::Result<Connection>>,
+    limits: AdminLimits,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut refused_logged = false;
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = connections.closed() => return,
+        };
+        let stream = match stream {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, or a connection reset before it was accepted.
+                tracing::warn!(error = %e, "admin socket: accept failed");
+                tokio::task::yield_now().await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if !refused_logged {
+                tracing::warn!(
+                    max = limits.max_connections,
+                    "admin socket: too many connections; closing new ones until some end"
+                );
+                refused_logged = true;
+            }
+            drop(stream);
+            continue;
+        };
+        refused_logged = false;
+        let connection = Connection {
+            stream,
+            _slot: slot,
+            idle_timeout: limits.idle_timeout,
+            idle: Box::pin(tokio::time::sleep(limits.idle_timeout)),
+        };
+        if connections.send(Ok(connection)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One accepted admin connection: holds a connection slot until dropped, and fails its reads
+/// once nothing has been read for the idle timeout.
+struct Connection {
+    stream: UnixStream,
+    _slot: OwnedSemaphorePermit,
+    idle_timeout: Duration,
+    idle: Pin<Box<Sleep>>,
+}
+
+impl Connected for Connection {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    let deadline = tokio::time::Instant::now() + self.idle_timeout;
+                    self.idle.as_mut().reset(deadline);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => match self.idle.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "admin connection idle for too long",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
 }

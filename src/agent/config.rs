@@ -109,6 +109,14 @@ pub struct AgentConfig {
     pub image_cache_period: Duration,
 }
 
+/// The shortest loop period (`--detect-period`, `--gc-period`, `--image-cache-period`): a
+/// smaller one would spin the loops against the runtime and the disk.
+pub const MIN_LOOP_PERIOD: Duration = Duration::from_secs(1);
+
+/// The longest path a unix socket can be bound at: `sun_path` is 108 bytes on Linux, with
+/// its terminating NUL.
+pub const MAX_SOCKET_PATH_BYTES: usize = 107;
+
 /// Where a value came from, for error messages.
 struct Origin<'a> {
     file: Option<&'a Path>,
@@ -223,7 +231,13 @@ impl AgentConfig {
             &file.registry_pull_qps,
             o.field("registryPullQPS"),
         ) {
-            if !v.is_finite() || v < 0.0 {
+            if !v.is_finite() {
+                return Err(invalid(
+                    from,
+                    format!("registryPullQPS {v} must be a finite number"),
+                ));
+            }
+            if v < 0.0 {
                 return Err(invalid(
                     from,
                     format!("registryPullQPS {v} must not be a negative number"),
@@ -238,10 +252,12 @@ impl AgentConfig {
             o.field("registryBurst"),
         ) {
             pull.registry_burst = u32::try_from(v).map_err(|_| {
-                invalid(
-                    from,
-                    format!("registryBurst {v} must not be a negative number"),
-                )
+                let problem = if v < 0 {
+                    "must not be a negative number".to_owned()
+                } else {
+                    format!("is too large (at most {})", u32::MAX)
+                };
+                invalid(from, format!("registryBurst {v} {problem}"))
             })?;
         }
         pull.validate()
@@ -318,8 +334,11 @@ impl AgentConfig {
                 None => Ok(default),
                 Some(v) => {
                     let d = duration(v, name)?;
-                    if d.is_zero() {
-                        Err(invalid(name.to_owned(), "must be greater than 0"))
+                    if d < MIN_LOOP_PERIOD {
+                        Err(invalid(
+                            name.to_owned(),
+                            format!("must be at least 1s (got {v:?})"),
+                        ))
                     } else {
                         Ok(d)
                     }
@@ -327,11 +346,18 @@ impl AgentConfig {
             }
         };
 
+        let db = flags
+            .db
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DB));
+        let admin_socket = flags
+            .admin_socket
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_ADMIN_SOCKET));
+        check_admin_socket(&admin_socket, &db, &cri)?;
+
         Ok(AgentConfig {
-            db: flags
-                .db
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_DB)),
+            db,
             cri,
             gc: GcConfig {
                 policy,
@@ -339,10 +365,7 @@ impl AgentConfig {
                 pins: PinPatterns::new(pins),
             },
             pull,
-            admin_socket: flags
-                .admin_socket
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_ADMIN_SOCKET)),
+            admin_socket,
             metrics_address,
             detect_period: period(
                 &flags.detect_period,
@@ -395,6 +418,77 @@ fn validate_policy(policy: &GcPolicy, origins: &PolicyOrigins) -> Result<(), Con
         )
     };
     Err(invalid(origin, message))
+}
+
+/// Refuses an admin socket path that cannot be bound (empty, longer than `sun_path`) or that
+/// names the database or a runtime socket: binding there would first remove that file.
+fn check_admin_socket(socket: &Path, db: &Path, cri: &CriConfig) -> Result<(), ConfigError> {
+    let origin = || "--admin-socket".to_owned();
+    let bytes = socket.as_os_str().len();
+    if bytes == 0 {
+        return Err(invalid(origin(), "the path is empty"));
+    }
+    if bytes > MAX_SOCKET_PATH_BYTES {
+        return Err(invalid(
+            origin(),
+            format!(
+                "{} is {bytes} bytes long; a unix socket path is at most \
+                 {MAX_SOCKET_PATH_BYTES} bytes",
+                socket.display()
+            ),
+        ));
+    }
+    let socket_id = comparable(socket);
+    if socket_id == comparable(db) {
+        return Err(invalid(
+            origin(),
+            format!(
+                "{} is the database (--db); the admin socket needs its own path",
+                socket.display()
+            ),
+        ));
+    }
+    let endpoints = std::iter::once(("--container-runtime-endpoint", &cri.runtime_endpoint)).chain(
+        cri.image_endpoint
+            .iter()
+            .map(|e| ("--image-service-endpoint", e)),
+    );
+    for (flag, endpoint) in endpoints {
+        let path = Path::new(endpoint.strip_prefix("unix://").unwrap_or(endpoint));
+        if socket_id == comparable(path) {
+            return Err(invalid(
+                origin(),
+                format!(
+                    "{} is the runtime's socket ({flag}); the admin socket needs its own path",
+                    socket.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A path made comparable without creating anything: the file's (device, inode) when it
+/// exists (so links and `..` compare equal), else its directory resolved plus its name.
+#[derive(PartialEq, Eq)]
+enum Comparable {
+    Inode(u64, u64),
+    Path(PathBuf),
+}
+
+fn comparable(path: &Path) -> Comparable {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(m) = std::fs::metadata(path) {
+        return Comparable::Inode(m.dev(), m.ino());
+    }
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let resolved = match (absolute.parent(), absolute.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or_else(|_| absolute.clone()),
+        _ => absolute.clone(),
+    };
+    Comparable::Path(resolved)
 }
 
 fn check_endpoint(endpoint: &str, origin: &str) -> Result<(), ConfigError> {
@@ -537,7 +631,73 @@ mod tests {
                     gc_period: Some("0s".into()),
                     ..FlagValues::default()
                 },
-                "--gc-period: must be greater than 0",
+                "--gc-period: must be at least 1s",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    detect_period: Some("999ms".into()),
+                    ..FlagValues::default()
+                },
+                "--detect-period: must be at least 1s (got \"999ms\")",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    image_cache_period: Some("1ns".into()),
+                    ..FlagValues::default()
+                },
+                "--image-cache-period: must be at least 1s",
+            ),
+            (
+                FileConfig {
+                    registry_burst: Some(i64::from(u32::MAX) + 1),
+                    ..FileConfig::default()
+                },
+                FlagValues::default(),
+                "registryBurst in /etc/ik.toml: registryBurst 4294967296 is too large (at most 4294967295)",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    registry_qps: Some(f64::NAN),
+                    ..FlagValues::default()
+                },
+                "--registry-qps: registryPullQPS NaN must be a finite number",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    admin_socket: Some(PathBuf::from(format!("/run/{}.sock", "s".repeat(100)))),
+                    ..FlagValues::default()
+                },
+                "--admin-socket: /run/sss",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    db: Some("/var/lib/ik/records.redb".into()),
+                    admin_socket: Some("/var/lib/ik/records.redb".into()),
+                    ..FlagValues::default()
+                },
+                "--admin-socket: /var/lib/ik/records.redb is the database (--db)",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    admin_socket: Some("/run/containerd/containerd.sock".into()),
+                    ..FlagValues::default()
+                },
+                "--admin-socket: /run/containerd/containerd.sock is the runtime's socket (--container-runtime-endpoint)",
+            ),
+            (
+                FileConfig::default(),
+                FlagValues {
+                    image_service_endpoint: Some("unix:///run/img.sock".into()),
+                    admin_socket: Some("/run/img.sock".into()),
+                    ..FlagValues::default()
+                },
+                "--admin-socket: /run/img.sock is the runtime's socket (--image-service-endpoint)",
             ),
             (
                 FileConfig::default(),

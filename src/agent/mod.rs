@@ -396,13 +396,10 @@ impl AdminBackend for Agent {
     }
 }
 
-/// Removes a stale admin socket file (ours from an earlier run) before binding. Only called
-/// while this process holds the database, so no other agent on the same database owns it.
-pub fn remove_stale_socket(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
+/// Removes a stale admin socket (ours from an earlier run) before binding: only a socket, and
+/// only when a connect to it is refused (see [`crate::admin::remove_stale_socket`]).
+pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
+    crate::admin::remove_stale_socket(path)
 }
 
 #[cfg(test)]

@@ -6,16 +6,15 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use imagekeeper::admin::{AdminClient, GcOutcome};
+use imagekeeper::admin::{AdminClient, AdminError, GcOutcome};
 use imagekeeper::agent::FlagValues;
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::CriClient;
 use imagekeeper::gc::ImageGcManager;
 use imagekeeper::gc::format::format_size;
-use imagekeeper::store::Store;
 
-use super::Failure;
 use super::agent_flags::AgentFlags;
+use super::{Failure, db};
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Output {
@@ -49,6 +48,7 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
         .context("starting the async runtime")?;
     let (outcome, via) = rt.block_on(async {
         match AdminClient::connect(&config.admin_socket).await {
+            Err(e @ AdminError::PermissionDenied { .. }) => Err(Failure::from(e)),
             Ok(mut client) => {
                 let outcome = match cycle {
                     Cycle::GarbageCollect => client.garbage_collect(args.dry_run).await,
@@ -59,7 +59,12 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
             }
             Err(_) => {
                 let now = SystemClock.now();
-                let store = Arc::new(Store::open(&config.db, now).context("opening the database")?);
+                // A dry run opens the database read-only: it creates and changes nothing.
+                let store = Arc::new(if args.dry_run {
+                    db::open_for_dry_run(&config.db)?
+                } else {
+                    db::open_waiting(&config.db, now).await?
+                });
                 let client = CriClient::connect(config.cri.clone())
                     .await
                     .context("connecting to the runtime")?;
@@ -86,15 +91,20 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
             }
         }
     })?;
-    print(&outcome, args.output, via)?;
+    eprintln!("imagekeeper: ran through {via}");
     match &outcome.error {
-        Some(e) => Err(Failure::from(anyhow::anyhow!("{e}"))),
-        None => Ok(()),
+        // A failed run that removed (or, dry, planned) nothing: the error alone, not an
+        // empty table above it.
+        Some(e) if outcome.removed.is_empty() => Err(Failure::from(anyhow::anyhow!("{e}"))),
+        Some(e) => {
+            print(&outcome, args.output)?;
+            Err(Failure::from(anyhow::anyhow!("{e}")))
+        }
+        None => print(&outcome, args.output),
     }
 }
 
-fn print(outcome: &GcOutcome, output: Output, via: &str) -> Result<(), Failure> {
-    eprintln!("imagekeeper: ran through {via}");
+fn print(outcome: &GcOutcome, output: Output) -> Result<(), Failure> {
     match output {
         Output::Json => {
             println!(

@@ -2,6 +2,7 @@
 //! 2 bad usage or bad input (flags, trace, config).
 
 mod agent_flags;
+mod db;
 mod gc;
 mod inspect;
 mod pull;
@@ -61,6 +62,68 @@ impl Failure {
             error: error.into(),
         }
     }
+
+    /// The same failure with every occurrence of `secret` (as given, or escaped as `{:?}`
+    /// prints it) in its message replaced by `REDACTED`.
+    pub fn redact(self, secret: &str) -> Failure {
+        if secret.is_empty() {
+            return self;
+        }
+        let escaped = format!("{secret:?}");
+        let escaped = escaped.trim_matches('"');
+        let message = render(&self.error)
+            .replace(secret, "REDACTED")
+            .replace(escaped, "REDACTED");
+        Failure {
+            code: self.code,
+            error: anyhow::anyhow!(message),
+        }
+    }
+}
+
+/// The message of an error and its causes, each cause added only when the message so far does
+/// not already say it (`StoreError::Io` prints its source, which is also its cause).
+fn render(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+/// Whether the failure is stdout's reader going away (`imagekeeper ... | head`).
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// `println!` panics when stdout's reader has gone away (`imagekeeper inspect list | head`;
+/// Rust ignores SIGPIPE): that is no error, so such a panic ends the process with exit 0 and
+/// no message. Every other panic keeps the default report.
+fn exit_quietly_on_broken_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 impl<E: Into<anyhow::Error>> From<E> for Failure {
@@ -73,6 +136,7 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 }
 
 pub fn main() -> ExitCode {
+    exit_quietly_on_broken_stdout();
     let cli = Cli::parse();
     let level = if matches!(cli.command, Command::Run(_)) {
         "info"
@@ -90,8 +154,9 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(failure) if is_broken_pipe(&failure.error) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("imagekeeper: {:#}", failure.error);
+            eprintln!("imagekeeper: {}", render(&failure.error));
             ExitCode::from(failure.code)
         }
     }

@@ -11,10 +11,10 @@ use clap::{Args, ValueEnum};
 use imagekeeper::admin::{AdminClient, AdminError, EnsureRequest};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::{CriClient, CriConfig, CriError, DEFAULT_RUNTIME_ENDPOINT};
+use imagekeeper::pull::reference::credentials_in;
 use imagekeeper::pull::{ImageManager, PodRef, PullConfig, PullError, PullPolicy};
-use imagekeeper::store::Store;
 
-use super::Failure;
+use super::{Failure, db};
 
 /// The agent's database, where `pull` records images and keeps the backoff by default.
 pub const DEFAULT_DB: &str = "/var/lib/imagekeeper/records.redb";
@@ -71,13 +71,23 @@ pub fn run(args: PullArgs) -> Result<(), Failure> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let image_ref = rt.block_on(pull(args))?;
+    // An image name may carry registry credentials (`user:password@host/repo`, a common
+    // mistake): they never appear in an error.
+    let secret = credentials_in(&args.image).map(str::to_owned);
+    let image_ref = rt.block_on(pull(args)).map_err(|failure| match &secret {
+        Some(secret) => failure.redact(secret),
+        None => failure,
+    })?;
     println!("{image_ref}");
     Ok(())
 }
 
 async fn pull(args: PullArgs) -> Result<String, Failure> {
-    if let Ok(mut agent) = AdminClient::connect(&args.admin_socket).await {
+    let agent = AdminClient::connect(&args.admin_socket).await;
+    if let Err(e @ AdminError::PermissionDenied { .. }) = agent {
+        return Err(Failure::from(e));
+    }
+    if let Ok(mut agent) = agent {
         let policy = match args.policy {
             Policy::Always => "Always",
             Policy::IfNotPresent => "IfNotPresent",
@@ -108,7 +118,7 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
         other => Failure::from(other),
     })?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store = Store::open(&args.db, clock.now())?;
+    let store = db::open_waiting(&args.db, clock.now()).await?;
     let manager = ImageManager::new(
         &PullConfig::default(),
         Arc::new(client),

@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Args;
 use imagekeeper::replay::{ReplayDb, ReplayError, parse_trace, run_trace};
 
-use super::Failure;
+use super::{Failure, db};
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
@@ -24,6 +24,9 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     let trace = parse_trace(&text)
         .with_context(|| format!("trace {}", args.trace.display()))
         .map_err(Failure::usage)?;
+    if let Some(db) = &args.db {
+        db::check_path(db)?;
+    }
     let db = ReplayDb::new(args.db.as_deref()).context("creating a temporary database")?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -6,13 +6,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use imagekeeper::admin;
-use imagekeeper::agent::{Agent, FlagValues, remove_stale_socket, serve_metrics};
+use imagekeeper::agent::{Agent, FlagValues, serve_metrics};
 use imagekeeper::clock::SystemClock;
 use tokio::sync::watch;
 use tracing::info;
 
-use super::Failure;
 use super::agent_flags::AgentFlags;
+use super::{Failure, db};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -43,6 +43,21 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         image_cache_period: args.image_cache_period.clone(),
         ..FlagValues::default()
     })?;
+    // Every setting is checked, and the metrics address bound, before anything is created:
+    // a bad one exits 2 with no database and no socket left behind.
+    db::check_path(&config.db)?;
+    // Free or a stale socket; anything else there (a live socket, a file) is refused.
+    admin::check_socket_path(&config.admin_socket)
+        .map_err(|e| Failure::usage(anyhow::Error::new(e).context("--admin-socket")))?;
+    let metrics_listener = match config.metrics_address {
+        Some(address) => Some(
+            std::net::TcpListener::bind(address)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .with_context(|| format!("--metrics-address: cannot listen on {address}"))
+                .map_err(Failure::usage)?,
+        ),
+        None => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -50,22 +65,22 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .context("starting the async runtime")?;
     rt.block_on(async move {
         let socket = config.admin_socket.clone();
-        let metrics_address = config.metrics_address;
         let agent = Arc::new(
             Agent::start(config, Arc::new(SystemClock))
                 .await
                 .context("starting the agent")?,
         );
-        // The store is ours now: a socket file left at this path is stale.
-        remove_stale_socket(&socket).with_context(|| format!("removing stale {}", socket.display()))?;
+        // The store is ours now. A socket left at the path is removed only if it is still a
+        // socket nobody answers on (checked again: another process may have bound it since).
+        admin::remove_stale_socket(&socket).context("removing a stale admin socket")?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let admin = admin::serve(&socket, agent.clone(), wait_stop(stop_rx.clone()))
             .await
             .context("starting the admin socket")?;
-        if let Some(address) = metrics_address {
-            let listener = tokio::net::TcpListener::bind(address)
-                .await
-                .with_context(|| format!("binding the metrics endpoint {address}"))?;
+        if let Some(listener) = metrics_listener {
+            let address = listener.local_addr().context("the metrics endpoint's address")?;
+            let listener = tokio::net::TcpListener::from_std(listener)
+                .context("serving the metrics endpoint")?;
             let render_agent = agent.clone();
             tokio::spawn(serve_metrics(listener, Arc::new(move || render_agent.render_metrics())));
             info!(%address, "Serving metrics");
@@ -75,7 +90,12 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         agent.clone().run(shutdown_signal(), grace).await;
         let _ = stop_tx.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), admin).await;
-        let _ = std::fs::remove_file(&socket);
+        // Our socket, unless something else was put there meanwhile.
+        if let Ok(m) = std::fs::symlink_metadata(&socket)
+            && std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())
+        {
+            let _ = std::fs::remove_file(&socket);
+        }
         info!("imagekeeper agent stopped");
         Ok::<(), Failure>(())
     })

@@ -321,6 +321,8 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             Ok(i) => i,
             Err(e) => {
                 let msg = format!("Failed to apply default image tag {q}: {e}");
+                // An image name with `user:password@` never shows its credentials.
+                let msg = reference::redact_credentials(&msg, image);
                 self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
                 return Err(PullError::ErrInvalidImageName(msg));
             }

@@ -164,6 +164,40 @@ impl fmt::Display for ImageReference {
     }
 }
 
+/// The user-info part of an image name that carries credentials (`user:password@` in
+/// `user:password@registry/repo`, with or without a `scheme://`), if any. A digest
+/// (`repo@sha256:...`) is not user info.
+pub fn credentials_in(image: &str) -> Option<&str> {
+    let rest = image.split_once("://").map_or(image, |(_, rest)| rest);
+    let host = rest.split('/').next().unwrap_or(rest);
+    let (userinfo, after) = host.rsplit_once('@')?;
+    let is_digest = after.split_once(':').is_some_and(|(algorithm, hex)| {
+        !algorithm.is_empty()
+            && algorithm
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+._-".contains(&b))
+            && hex.len() >= 32
+            && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    });
+    if is_digest || userinfo.is_empty() {
+        return None;
+    }
+    Some(userinfo)
+}
+
+/// `text` with the credentials of `image` (see [`credentials_in`]), as written or as
+/// [`go_quote`] escapes them, replaced by `REDACTED`.
+pub fn redact_credentials(text: &str, image: &str) -> String {
+    match credentials_in(image) {
+        Some(secret) => {
+            let quoted = go_quote(secret);
+            let quoted = &quoted[1..quoted.len() - 1];
+            text.replace(secret, "REDACTED").replace(quoted, "REDACTED")
+        }
+        None => text.to_owned(),
+    }
+}
+
 /// Kubelet's `applyDefaultImageTag`: the image as written, with `:latest` appended when it has
 /// neither tag nor digest. The error is kubelet's `couldn't parse image name %q: %v`.
 pub fn apply_default_image_tag(image: &str) -> Result<String, String> {
@@ -734,6 +768,28 @@ mod tests {
                 "{name} vs {:?}",
                 image.repo_tags
             );
+        }
+    }
+
+    #[test]
+    fn credentials_are_found_in_image_names_and_digests_are_not() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let cases = [
+            ("user:s3cret@registry.example/app", Some("user:s3cret")),
+            (
+                "https://user:s3cret@registry.example:5000/app:1",
+                Some("user:s3cret"),
+            ),
+            ("token@registry.example/app", Some("token")),
+            ("user:pw@host", Some("user:pw")),
+            ("registry.example/app:1", None),
+            ("busybox", None),
+            (&*format!("busybox@{digest}"), None),
+            (&*format!("busybox:1.36@{digest}"), None),
+            (&*format!("registry.example/app@{digest}"), None),
+        ];
+        for (image, want) in cases {
+            assert_eq!(credentials_in(image), want, "{image}");
         }
     }
 }

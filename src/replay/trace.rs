@@ -130,15 +130,18 @@ fn parse_line(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
         "images" => TraceOp::Images(
             typed::<Vec<ImageLine>>(body, "images")?
                 .into_iter()
-                .map(|i| RuntimeImage {
-                    id: ImageId(i.id),
-                    repo_tags: i.tags,
-                    repo_digests: Vec::new(),
-                    size: i.size,
-                    pinned: i.pinned,
-                    runtime_handler: i.runtime_handler,
+                .map(|i| {
+                    check_image_id(&i.id, "image \"id\"")?;
+                    Ok(RuntimeImage {
+                        id: ImageId(i.id),
+                        repo_tags: i.tags,
+                        repo_digests: Vec::new(),
+                        size: i.size,
+                        pinned: i.pinned,
+                        runtime_handler: i.runtime_handler,
+                    })
                 })
-                .collect(),
+                .collect::<Result<_, String>>()?,
         ),
         "containers" => TraceOp::Containers(
             typed::<Vec<ContainerLine>>(body, "containers")?
@@ -173,7 +176,13 @@ fn parse_line(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
                 _ => TraceOp::Restart,
             }
         }
-        "remove_fails" => TraceOp::RemoveFails(typed::<Vec<String>>(body, "remove_fails")?),
+        "remove_fails" => {
+            let ids = typed::<Vec<String>>(body, "remove_fails")?;
+            for id in &ids {
+                check_image_id(id, "\"remove_fails\" entry")?;
+            }
+            TraceOp::RemoveFails(ids)
+        }
         other => {
             return Err(format!(
                 "unknown operation {other:?}; expected one of {}",
@@ -206,7 +215,28 @@ fn empty_object(body: &Value, key: &str) -> Result<(), String> {
     }
 }
 
+/// The longest image id the store keeps (its key layout's length field is 16 bits).
+const MAX_IMAGE_ID_BYTES: usize = u16::MAX as usize;
+
+/// Refuses an image id the store cannot key a record by: empty, with a NUL byte, or longer
+/// than 65,535 bytes. `what` names the field.
+fn check_image_id(id: &str, what: &str) -> Result<(), String> {
+    if id.is_empty() {
+        Err(format!("{what} is empty"))
+    } else if id.contains('\0') {
+        Err(format!("{what} contains a NUL byte"))
+    } else if id.len() > MAX_IMAGE_ID_BYTES {
+        Err(format!(
+            "{what} is {} bytes long; an image id is at most {MAX_IMAGE_ID_BYTES} bytes",
+            id.len()
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 fn container(c: ContainerLine) -> Result<RuntimeContainer, String> {
+    check_image_id(&c.image_id, "container \"image_id\"")?;
     let state = match c.state.as_str() {
         "running" => ContainerState::Running,
         "exited" => ContainerState::Exited,
@@ -227,21 +257,54 @@ fn container(c: ContainerLine) -> Result<RuntimeContainer, String> {
     })
 }
 
+/// The range of times a trace can hold: unix nanoseconds in an i64, from 1970 on.
+const TIME_RANGE: &str = "1970-01-01T00:00:00Z to 2262-04-11T23:47:16Z";
+
 fn parse_at(v: &Value) -> Result<UnixNanos, String> {
     match v {
+        Value::Number(n) if n.is_f64() => Err(format!(
+            "\"at\" {n} is not a whole number of seconds since 1970"
+        )),
         Value::Number(n) => n
             .as_i64()
             .filter(|s| (0..=i64::MAX / 1_000_000_000).contains(s))
             .map(UnixNanos::from_secs)
-            .ok_or_else(|| format!("\"at\" {n} is not a whole number of seconds since 1970")),
-        Value::String(s) => parse_rfc3339(s)
-            .ok_or_else(|| format!("\"at\" {s:?} is not RFC 3339 (like 2026-01-02T03:04:05Z)")),
+            .ok_or_else(|| {
+                format!("\"at\" {n} seconds is outside the representable range ({TIME_RANGE})")
+            }),
+        Value::String(s) => match parse_rfc3339_checked(s) {
+            Ok(at) => Ok(at),
+            Err(TimeError::OutOfRange) => Err(format!(
+                "\"at\" {s:?} is outside the representable range ({TIME_RANGE})"
+            )),
+            Err(TimeError::Syntax) => Err(format!(
+                "\"at\" {s:?} is not RFC 3339 (like 2026-01-02T03:04:05Z)"
+            )),
+        },
         _ => Err("\"at\" must be integer unix seconds or an RFC 3339 string".to_owned()),
     }
 }
 
+/// Why a time does not parse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TimeError {
+    /// Not `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, or not a calendar date.
+    Syntax,
+    /// A valid date before 1970 or after 2262-04-11 (i64 nanoseconds).
+    OutOfRange,
+}
+
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`.
 pub fn parse_rfc3339(s: &str) -> Option<UnixNanos> {
+    parse_rfc3339_checked(s).ok()
+}
+
+fn parse_rfc3339_checked(s: &str) -> Result<UnixNanos, TimeError> {
+    parse_rfc3339_parts(s).ok_or(TimeError::Syntax)?
+}
+
+/// `None` for a syntax error; `Some(Err(OutOfRange))` for a date out of range.
+fn parse_rfc3339_parts(s: &str) -> Option<Result<UnixNanos, TimeError>> {
     let b = s.as_bytes();
     if b.len() < 20
         || b[4] != b'-'
@@ -300,11 +363,14 @@ pub fn parse_rfc3339(s: &str) -> Option<UnixNanos> {
     let days = days_from_civil(year, month, day);
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_secs;
     if secs < 0 {
-        return None;
+        return Some(Err(TimeError::OutOfRange));
     }
-    Some(UnixNanos(
-        secs.checked_mul(1_000_000_000)?.checked_add(nanos)?,
-    ))
+    Some(
+        secs.checked_mul(1_000_000_000)
+            .and_then(|n| n.checked_add(nanos))
+            .map(UnixNanos)
+            .ok_or(TimeError::OutOfRange),
+    )
 }
 
 fn days_in_month(year: i64, month: i64) -> i64 {
@@ -382,7 +448,47 @@ mod tests {
                 1,
                 "missing field `size`",
             ),
-            ("{\"at\": -3, \"gc\": {}}", 1, "not a whole number"),
+            (
+                "{\"at\": -3, \"gc\": {}}",
+                1,
+                "-3 seconds is outside the representable range",
+            ),
+            ("{\"at\": 1.5, \"gc\": {}}", 1, "not a whole number"),
+            (
+                "{\"at\": 99999999999999, \"gc\": {}}",
+                1,
+                "outside the representable range (1970-01-01T00:00:00Z to 2262-04-11T23:47:16Z)",
+            ),
+            (
+                "{\"at\": \"9999-12-31T23:59:59Z\", \"gc\": {}}",
+                1,
+                "\"9999-12-31T23:59:59Z\" is outside the representable range",
+            ),
+            (
+                "{\"at\": \"1969-12-31T23:59:59Z\", \"gc\": {}}",
+                1,
+                "is outside the representable range",
+            ),
+            (
+                "{\"at\": \"2026-13-01T00:00:00Z\", \"gc\": {}}",
+                1,
+                "is not RFC 3339",
+            ),
+            (
+                "{\"at\": 1, \"images\": [{\"id\": \"\", \"size\": 1}]}",
+                1,
+                "image \"id\" is empty",
+            ),
+            (
+                "{\"at\": 1, \"containers\": [{\"id\": \"c\", \"image_id\": \"a\\u0000b\", \"state\": \"running\"}]}",
+                1,
+                "container \"image_id\" contains a NUL byte",
+            ),
+            (
+                "{\"at\": 1, \"remove_fails\": [\"\"]}",
+                1,
+                "\"remove_fails\" entry is empty",
+            ),
             ("{\"at\": 1, \"gc\": 7}", 1, "takes an empty object"),
         ];
         for (text, line, reason) in cases {

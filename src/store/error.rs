@@ -13,6 +13,11 @@ pub enum StoreError {
          `imagekeeper inspect` can read it alongside the agent)"
     )]
     AlreadyOpen { path: PathBuf },
+    #[error(
+        "database {path} is {kind}, not a regular file; refusing to use it (the database is \
+         created, replaced or written only as a regular file)"
+    )]
+    NotARegularFile { path: PathBuf, kind: String },
     #[error("database {path} does not exist")]
     Missing { path: PathBuf },
     #[error(

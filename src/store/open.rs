@@ -66,13 +66,27 @@ impl Store {
         refuse_panics(path, || Store::open_unguarded(path, now))
     }
 
-    fn open_unguarded(path: &Path, now: UnixNanos) -> Result<Store, StoreError> {
-        prepare_dir(path)?;
-        if file_len(path)?.is_none_or(|len| len == 0) {
+    /// Refuses, before anything is created, a database path that names something other than
+    /// a regular file, a symlink to one, or nothing ([`StoreError::NotARegularFile`]). The CLI
+    /// calls it to exit 2 on such a setting; [`Store::open`] checks the same itself.
+    pub fn check_path(path: &Path) -> Result<(), StoreError> {
+        locate(path).map(|_| ())
+    }
+
+    fn open_unguarded(given: &Path, now: UnixNanos) -> Result<Store, StoreError> {
+        prepare_dir(given)?;
+        // Everything below acts on the regular file the path names: a symlink is followed to
+        // its target (the link itself is never replaced), anything else is refused.
+        let (real, len) = match locate(given)? {
+            Some(found) => (found.real, Some(found.len)),
+            None => (given.to_owned(), None),
+        };
+        let path = real.as_path();
+        if len.is_none_or(|len| len == 0) {
             create_durably(path, now)?;
         }
         if prepare_file(path)? > 0 {
-            refuse_newer_schema(path)?;
+            identify_read_only(path)?;
         }
         let store = open_writable(path)?;
         let version = if store.has_meta_table()? {
@@ -381,13 +395,66 @@ fn refuse_panics(
     }
 }
 
-/// Refuses a file of a newer schema before a read-write open can touch it. A file that needs
-/// crash recovery cannot be peeked at read-only; the check after the read-write open covers it.
-fn refuse_newer_schema(path: &Path) -> Result<(), StoreError> {
-    match Store::open_read_only(path) {
-        Err(e @ StoreError::SchemaTooNew { .. }) => Err(e),
-        _ => Ok(()),
+/// Identifies an existing file read-only, before a read-write open can write to it (redb
+/// rewrites pages and may shrink the file as it opens it read-write): a redb file holding
+/// other tables, a file of a newer schema, or one of an older schema that no migration
+/// upgrades is refused with its bytes untouched. A file that needs crash recovery cannot be
+/// opened read-only; the checks after the read-write open cover it.
+fn identify_read_only(path: &Path) -> Result<(), StoreError> {
+    let Ok(store) = refuse_panics(path, || open_read_only_unchecked(path)) else {
+        return Ok(());
+    };
+    let tables: Vec<String> = {
+        let txn = store.begin_read()?;
+        txn.list_tables()
+            .map_err(|e| store.redb_err(e))?
+            .map(|t| t.name().to_owned())
+            .filter(|n| n != META.name())
+            .collect()
+    };
+    if !store.has_meta_table()? {
+        if tables.is_empty() {
+            // An empty redb file: the read-write open initializes it.
+            return Ok(());
+        }
+        return Err(store.not_ours(&format!("it has tables {tables:?} and none of ours")));
     }
+    match store.meta(super::meta_keys::SCHEMA_VERSION)? {
+        None if tables.is_empty() => Ok(()),
+        None => Err(store.not_ours(&format!("it has tables {tables:?} but no schema version"))),
+        Some(CURRENT_SCHEMA_VERSION) => Ok(()),
+        Some(v) if v > CURRENT_SCHEMA_VERSION => Err(StoreError::SchemaTooNew {
+            path: path.to_owned(),
+            found: v,
+            supported: CURRENT_SCHEMA_VERSION,
+        }),
+        Some(v) => {
+            let mut version = v;
+            while version < CURRENT_SCHEMA_VERSION {
+                if !MIGRATIONS.iter().any(|m| m.from == version) {
+                    return Err(store.not_ours(&format!(
+                        "schema version {v} has no upgrade path to version {CURRENT_SCHEMA_VERSION}"
+                    )));
+                }
+                version += 1;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A read-only open without the schema check, for [`identify_read_only`].
+fn open_read_only_unchecked(path: &Path) -> Result<Store, StoreError> {
+    let db = builder()
+        .open_read_only(path)
+        .map_err(|e| map_open_error(path, e, true))?;
+    Ok(Store {
+        handle: Handle::Read(db),
+        path: path.to_owned(),
+        commits: AtomicU64::new(0),
+        commit_nanos_total: AtomicU64::new(0),
+        durability: Durability::Immediate,
+    })
 }
 
 fn open_writable(path: &Path) -> Result<Store, StoreError> {
@@ -421,11 +488,91 @@ fn prepare_dir(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The file's length, `None` when it does not exist.
-fn file_len(path: &Path) -> Result<Option<u64>, StoreError> {
-    match fs::metadata(path) {
-        Ok(m) => Ok(Some(m.len())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+/// The regular file a database path names.
+struct Found {
+    /// The path itself, or the target of a symlink (fully resolved).
+    real: PathBuf,
+    len: u64,
+}
+
+/// What is at `path`, without touching it: `None` when nothing is there; the regular file it
+/// names (following symlinks) otherwise. Anything else (a device node, a FIFO, a socket, a
+/// directory, a symlink to one of those or to nothing) is refused as
+/// [`StoreError::NotARegularFile`], naming what it is: the store creates, replaces and
+/// truncates only regular files.
+fn locate(path: &Path) -> Result<Option<Found>, StoreError> {
+    let io_err = |source| StoreError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let link = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(e)),
+    };
+    if link.file_type().is_symlink() {
+        let target = match fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::NotARegularFile {
+                    path: path.to_owned(),
+                    kind: "a symbolic link to a file that does not exist".to_owned(),
+                });
+            }
+            Err(e) => return Err(io_err(e)),
+        };
+        if !target.is_file() {
+            return Err(StoreError::NotARegularFile {
+                path: path.to_owned(),
+                kind: format!("a symbolic link to {}", file_kind(&target.file_type())),
+            });
+        }
+        let real = fs::canonicalize(path).map_err(io_err)?;
+        return Ok(Some(Found {
+            real,
+            len: target.len(),
+        }));
+    }
+    if !link.is_file() {
+        return Err(StoreError::NotARegularFile {
+            path: path.to_owned(),
+            kind: file_kind(&link.file_type()),
+        });
+    }
+    Ok(Some(Found {
+        real: path.to_owned(),
+        len: link.len(),
+    }))
+}
+
+/// What a file type is, for messages: "a FIFO (named pipe)", "a character device", ...
+fn file_kind(t: &fs::FileType) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    };
+    kind.to_owned()
+}
+
+/// Whether `path` is an empty regular file (not a symlink, not a device, not a FIFO).
+fn is_empty_regular_file(path: &Path) -> Result<bool, StoreError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) => Ok(m.is_file() && m.len() == 0),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(StoreError::Io {
             path: path.to_owned(),
             source: e,
@@ -458,7 +605,10 @@ fn create_durably(path: &Path, now: UnixNanos) -> Result<(), StoreError> {
         let store = open_writable(&tmp)?;
         store.initialize(now)?;
         drop(store);
-        if file_len(path)? == Some(0) {
+        // Only an empty regular file is replaced (a crash between creating a file and redb
+        // writing its header leaves one); `path` was resolved by `locate`, and is checked
+        // again here because the directory may have changed since.
+        if is_empty_regular_file(path)? {
             fs::remove_file(path).map_err(io_err(path))?;
         }
         match fs::hard_link(&tmp, path) {
@@ -478,8 +628,9 @@ fn create_durably(path: &Path, now: UnixNanos) -> Result<(), StoreError> {
     created
 }
 
-/// Creates the file (0600) if it does not exist yet, and refuses a non-empty file too short to
-/// be a database. Returns the file's length.
+/// Creates the file (0600) if it does not exist yet, tightens an existing file's mode to 0600
+/// (logging once when it was looser), and refuses a non-empty file too short to be a database
+/// or anything but a regular file. Returns the file's length.
 fn prepare_file(path: &Path) -> Result<u64, StoreError> {
     let io_err = |source| StoreError::Io {
         path: path.to_owned(),
@@ -491,11 +642,27 @@ fn prepare_file(path: &Path) -> Result<u64, StoreError> {
         .create(true)
         .truncate(false)
         .mode(0o600)
+        // `path` is already resolved: a symlink here now was put there meanwhile.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| open_io_error(path, e))?;
     let meta = file.metadata().map_err(io_err)?;
-    if meta.len() == 0 {
-        // A file we just created (or an empty one): make sure of its mode whatever the umask.
+    if !meta.is_file() {
+        return Err(StoreError::NotARegularFile {
+            path: path.to_owned(),
+            kind: file_kind(&meta.file_type()),
+        });
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if meta.len() == 0 || mode & 0o7077 != 0 {
+        if meta.len() > 0 {
+            tracing::warn!(
+                path = %path.display(),
+                mode = format!("{mode:04o}"),
+                "the database file was readable or writable by others; its mode is now 0600"
+            );
+        }
+        // A file we just created (whatever the umask), or an existing looser one.
         file.set_permissions(fs::Permissions::from_mode(0o600))
             .map_err(io_err)?;
     }

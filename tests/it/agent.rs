@@ -7,9 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use imagekeeper::admin::{self, AdminBackend, AdminClient, AdminLimits, EnsureRequest, GcOutcome};
 use imagekeeper::cri::fake::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
-use imagekeeper::store::Store;
+use imagekeeper::store::{Store, StoredRecord};
 
 use crate::support::wait_for;
 
@@ -137,7 +140,7 @@ fn bad_configuration_exits_2_naming_the_flag_or_field() {
         ),
         (
             vec!["--gc-period=0s".into()],
-            "--gc-period: must be greater than 0",
+            "--gc-period: must be at least 1s",
         ),
         (
             vec![format!(
@@ -432,4 +435,480 @@ async fn agent_survives_a_dead_runtime_and_gc_without_agent_says_why() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("the database directly"), "{stderr}");
     assert!(stderr.contains("no-runtime.sock"), "{stderr}");
+}
+
+fn c_path(path: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(path.to_str().expect("utf8")).expect("no NUL")
+}
+
+fn mkfifo(path: &Path) {
+    // SAFETY: mkfifo(3) on a path in the test's temp dir.
+    assert_eq!(
+        unsafe { libc::mkfifo(c_path(path).as_ptr(), 0o600) },
+        0,
+        "mkfifo"
+    );
+}
+
+fn mknod_null(path: &Path) {
+    // SAFETY: mknod(2) on a path in the test's temp dir: a character device like /dev/null.
+    let made = unsafe {
+        libc::mknod(
+            c_path(path).as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(1, 3),
+        )
+    };
+    assert_eq!(made, 0, "mknod (the tests run as root)");
+}
+
+/// What is at a path, to compare before and after: its type, inode and (for a regular file)
+/// its bytes.
+fn snapshot(path: &Path) -> Option<(std::fs::FileType, u64, Option<Vec<u8>>)> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let bytes = meta
+        .is_file()
+        .then(|| std::fs::read(path).expect("read a regular file"));
+    Some((
+        meta.file_type(),
+        std::os::unix::fs::MetadataExt::ino(&meta),
+        bytes,
+    ))
+}
+
+#[test]
+fn run_refuses_bad_paths_and_addresses_with_exit_2_before_creating_anything() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = |name: &str| dir.path().join(name);
+    let fifo = d("fifo");
+    mkfifo(&fifo);
+    let device = d("null-device");
+    mknod_null(&device);
+    let existing_db = d("existing.redb");
+    drop(Store::open(&existing_db, imagekeeper::model::UnixNanos(1)).expect("a database"));
+    let regular = d("notes.txt");
+    std::fs::write(&regular, b"an operator's file\n").expect("write");
+    // A live socket: something answers there (another agent, or the runtime).
+    let live = d("live.sock");
+    let _live_listener = std::os::unix::net::UnixListener::bind(&live).expect("bind");
+    let runtime = d("runtime.sock");
+    let _runtime_listener = std::os::unix::net::UnixListener::bind(&runtime).expect("bind");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("a busy port");
+    let busy_address = busy.local_addr().expect("addr").to_string();
+    let long_socket = format!("/tmp/{}.sock", "s".repeat(120));
+    let fresh_db = d("fresh.redb");
+    let fresh_socket = d("fresh.sock");
+    let s = |p: &Path| p.to_str().expect("utf8").to_owned();
+    // (db, admin socket, extra flags, what stderr says)
+    let cases: Vec<(PathBuf, String, Vec<String>, &str)> = vec![
+        (
+            fifo.clone(),
+            s(&fresh_socket),
+            vec![],
+            "is a FIFO (named pipe), not a regular file",
+        ),
+        (
+            device.clone(),
+            s(&fresh_socket),
+            vec![],
+            "is a character device, not a regular file",
+        ),
+        (
+            existing_db.clone(),
+            s(&existing_db),
+            vec![],
+            "is the database (--db); the admin socket needs its own path",
+        ),
+        (
+            fresh_db.clone(),
+            s(&runtime),
+            vec![format!(
+                "--container-runtime-endpoint=unix://{}",
+                runtime.display()
+            )],
+            "is the runtime's socket (--container-runtime-endpoint)",
+        ),
+        (
+            fresh_db.clone(),
+            s(&regular),
+            vec![],
+            "is a regular file, not a socket; refusing to remove it",
+        ),
+        (
+            fresh_db.clone(),
+            s(&live),
+            vec![],
+            "something answers there",
+        ),
+        (
+            fresh_db.clone(),
+            long_socket.clone(),
+            vec![],
+            "bytes long; a unix socket path is at most 107 bytes",
+        ),
+        (
+            fresh_db.clone(),
+            s(&fresh_socket),
+            vec![format!("--metrics-address={busy_address}")],
+            "--metrics-address: cannot listen on",
+        ),
+        (
+            fresh_db.clone(),
+            s(&fresh_socket),
+            // TEST-NET-1: no interface here has this address.
+            vec!["--metrics-address=192.0.2.1:9100".into()],
+            "--metrics-address: cannot listen on 192.0.2.1:9100",
+        ),
+        (
+            fresh_db.clone(),
+            s(&fresh_socket),
+            vec!["--detect-period=500ms".into()],
+            "--detect-period: must be at least 1s",
+        ),
+        (
+            fresh_db.clone(),
+            s(&fresh_socket),
+            vec!["--image-cache-period=0s".into()],
+            "--image-cache-period: must be at least 1s",
+        ),
+    ];
+    // Every case runs; the failures are reported together.
+    let mut failures = Vec::new();
+    for (db, socket, extra, want) in cases {
+        let before = (snapshot(&db), snapshot(Path::new(&socket)));
+        let mut child = bin()
+            .arg("run")
+            .arg(format!("--db={}", db.display()))
+            .arg(format!("--admin-socket={socket}"))
+            .args(&extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run");
+        // A case that is not refused starts an agent: stop it once it has had its chance.
+        let started = std::time::Instant::now();
+        while child.try_wait().expect("try_wait").is_none() {
+            if started.elapsed() > Duration::from_secs(5) {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let after = (snapshot(&db), snapshot(Path::new(&socket)));
+        let mut problems = Vec::new();
+        if out.status.code() != Some(2) {
+            problems.push(format!("exit {:?}", out.status.code()));
+        }
+        if !stderr.contains(want) {
+            problems.push("message".to_owned());
+        }
+        if before != after {
+            problems.push("the database or socket path changed".to_owned());
+        }
+        if fresh_db.exists() {
+            problems.push("a database was created".to_owned());
+        }
+        if fresh_socket.exists() {
+            problems.push("a socket was created".to_owned());
+        }
+        if !problems.is_empty() {
+            failures.push(format!("{want}: {problems:?}: {stderr}"));
+        }
+        let _ = std::fs::remove_file(&fresh_db);
+        let _ = std::fs::remove_file(&fresh_socket);
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(
+        std::os::unix::net::UnixStream::connect(&live).is_ok(),
+        "the live socket still answers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_admin_socket_is_replaced_and_the_agent_starts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("admin.sock");
+    // A socket nobody answers on: a crashed agent's.
+    drop(std::os::unix::net::UnixListener::bind(&socket).expect("bind"));
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_err());
+    let dead = format!("unix://{}", dir.path().join("no-runtime.sock").display());
+    let mut agent = start_agent(&dead, &db, &socket, &[]).await;
+    wait_for("the agent to answer", Duration::from_secs(30), || {
+        let up = std::os::unix::net::UnixStream::connect(&socket).is_ok();
+        async move { up.then_some(()) }
+    })
+    .await;
+    agent.signal(libc::SIGTERM);
+    assert_eq!(
+        agent.wait_exit(Duration::from_secs(30)).await.code(),
+        Some(0)
+    );
+    assert!(!socket.exists(), "the agent removes its socket on exit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_runs_create_nothing_and_change_no_byte() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![
+        image("sha256:aaa", "registry.example/a:1", 1000),
+        image("sha256:bbb", "registry.example/b:1", 2000),
+    ]);
+    fake.set_image_fs(fake.dir().display().to_string(), 3000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("no-agent.sock");
+    let missing = dir.path().join("missing/records.redb");
+    let endpoint = fake.endpoint();
+    let run = |command: &str, db: &Path| {
+        bin()
+            .args([command, "--dry-run", "--minimum-image-ttl-duration=0s"])
+            .arg(format!("--db={}", db.display()))
+            .arg(format!("--admin-socket={}", socket.display()))
+            .arg(format!("--container-runtime-endpoint={endpoint}"))
+            .output()
+            .expect("run")
+    };
+    for command in ["gc", "prune"] {
+        let out = run(command, &missing);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+        assert!(stderr.contains("a dry run creates nothing"), "{stderr}");
+        assert!(out.stdout.is_empty(), "no plan printed before the error");
+        assert!(
+            !missing.parent().expect("dir").exists(),
+            "{command}: neither the database nor its directory is created"
+        );
+    }
+    // An existing database with records, closed cleanly: a dry run leaves every byte.
+    let db = dir.path().join("records.redb");
+    let out = bin()
+        .args(["gc", "--minimum-image-ttl-duration=1h"])
+        .arg(format!("--db={}", db.display()))
+        .arg(format!("--admin-socket={}", socket.display()))
+        .arg(format!("--container-runtime-endpoint={endpoint}"))
+        .output()
+        .expect("a real gc records the images");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = std::fs::read(&db).expect("read");
+    for command in ["gc", "prune"] {
+        let out = run(command, &db);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("would remove"), "{stdout}");
+        assert!(
+            std::fs::read(&db).expect("read") == before,
+            "{command} --dry-run changed the database's bytes"
+        );
+    }
+    // Its table printed into a pipe whose reader is gone (`| head`): no error, exit 0.
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = bin()
+        .args(["prune", "--dry-run", "--minimum-image-ttl-duration=0s"])
+        .arg(format!("--db={}", db.display()))
+        .arg(format!("--admin-socket={}", socket.display()))
+        .arg(format!("--container-runtime-endpoint={endpoint}"))
+        .stdout(writer)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "{stderr}"
+    );
+    // A dry run that fails prints the error alone, not an empty plan above it.
+    let dead = format!("unix://{}", dir.path().join("no-runtime.sock").display());
+    let out = bin()
+        .args(["gc", "--dry-run"])
+        .arg(format!("--db={}", db.display()))
+        .arg(format!("--admin-socket={}", socket.display()))
+        .arg(format!("--container-runtime-endpoint={dead}"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(std::fs::read(&db).expect("read") == before);
+}
+
+/// An admin backend whose GarbageCollect parks until released; the rest answers at once.
+#[derive(Default)]
+struct ParkedBackend {
+    entered: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
+impl AdminBackend for ParkedBackend {
+    async fn ensure_image(&self, _request: EnsureRequest) -> Result<String, String> {
+        Err("not used".to_owned())
+    }
+
+    async fn list_records(&self) -> Result<Vec<StoredRecord>, String> {
+        Ok(Vec::new())
+    }
+
+    async fn explain(&self) -> Result<String, String> {
+        Ok("{}".to_owned())
+    }
+
+    async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
+        self.entered.notify_one();
+        self.release.notified().await;
+        GcOutcome {
+            dry_run,
+            ..GcOutcome::default()
+        }
+    }
+
+    async fn delete_unused(&self, dry_run: bool) -> GcOutcome {
+        GcOutcome {
+            dry_run,
+            ..GcOutcome::default()
+        }
+    }
+}
+
+async fn serve_parked(socket: &Path, limits: AdminLimits) -> Arc<ParkedBackend> {
+    let backend = Arc::new(ParkedBackend::default());
+    admin::serve_with_limits(socket, backend.clone(), std::future::pending(), limits)
+        .await
+        .expect("serve");
+    backend
+}
+
+/// Reads until the server closes the connection (end of file or a reset), within `deadline`.
+async fn closed_by_server(stream: &mut tokio::net::UnixStream, deadline: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut sink = Vec::new();
+    tokio::time::timeout(deadline, stream.read_to_end(&mut sink))
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_server_closes_connections_beyond_its_limit_at_once() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    let limits = AdminLimits {
+        max_connections: 8,
+        idle_timeout: Duration::from_secs(600),
+    };
+    let _backend = serve_parked(&socket, limits).await;
+    // Fill every slot: each connection is served (the server's HTTP/2 SETTINGS arrive).
+    let mut held = Vec::new();
+    for _ in 0..limits.max_connections {
+        let mut stream = tokio::net::UnixStream::connect(&socket)
+            .await
+            .expect("connect");
+        let mut first = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut first))
+            .await
+            .expect("the server speaks first on a served connection")
+            .expect("read");
+        assert!(n > 0);
+        held.push(stream);
+    }
+    // 5,000 more idle clients at once: each is closed as soon as it is accepted, long before
+    // the idle timeout, so they cannot pile up in the agent.
+    let mut extra = Vec::new();
+    for _ in 0..5_000 {
+        extra.push(
+            tokio::net::UnixStream::connect(&socket)
+                .await
+                .expect("connect"),
+        );
+    }
+    let mut still_open = 0;
+    for stream in &mut extra {
+        if !closed_by_server(stream, Duration::from_secs(30)).await {
+            still_open += 1;
+            break;
+        }
+    }
+    assert_eq!(
+        still_open, 0,
+        "connections beyond the limit are closed at once"
+    );
+    drop(extra);
+    // The held ones are still served.
+    for stream in &held {
+        let mut buf = [0u8; 256];
+        assert!(
+            !matches!(stream.try_read(&mut buf), Ok(0)),
+            "a connection within the limit stays open"
+        );
+    }
+    // Once they go, a real client gets a slot again.
+    drop(held);
+    let path = socket.clone();
+    wait_for(
+        "a free admin connection slot",
+        Duration::from_secs(30),
+        || {
+            let path = path.clone();
+            async move {
+                let mut client = AdminClient::connect(&path).await.ok()?;
+                client.list_records().await.ok()
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_server_closes_idle_connections_but_keeps_a_live_client_in_a_long_call() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    let limits = AdminLimits {
+        max_connections: 64,
+        idle_timeout: Duration::from_secs(3),
+    };
+    let backend = serve_parked(&socket, limits).await;
+    // A real client whose call the backend parks.
+    let mut client = AdminClient::connect(&socket).await.expect("connect");
+    let call = tokio::spawn(async move { client.garbage_collect(false).await });
+    tokio::time::timeout(Duration::from_secs(30), backend.entered.notified())
+        .await
+        .expect("the call reaches the backend");
+    // Idle clients, connected after the call started, are closed after the idle timeout.
+    let mut idle = Vec::new();
+    for _ in 0..50 {
+        idle.push(
+            tokio::net::UnixStream::connect(&socket)
+                .await
+                .expect("connect"),
+        );
+    }
+    for stream in &mut idle {
+        assert!(
+            closed_by_server(stream, Duration::from_secs(60)).await,
+            "an idle connection is closed"
+        );
+    }
+    // The parked call has now lasted longer than the idle timeout; its client answered the
+    // server's pings, so it was not cut.
+    backend.release.notify_one();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .expect("the call returns")
+        .expect("join")
+        .expect("the live client's call succeeds");
+    assert!(!outcome.dry_run);
 }

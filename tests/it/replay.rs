@@ -89,17 +89,46 @@ fn a_reused_db_keeps_history_between_runs() {
 #[test]
 fn bad_traces_exit_2_with_the_line_and_reason() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let cases = [
+    let detect = "{\"at\": 1, \"detect\": {}}\n";
+    let cases: Vec<(String, &str)> = vec![
         (
-            "{\"at\": 1, \"detect\": {}}\n{\"at\": 2, \"policy\": {\"high\": 70, \"low\": 90, \"min_age_s\": 0, \"max_age_s\": 0}}\n",
+            "{\"at\": 1, \"detect\": {}}\n{\"at\": 2, \"policy\": {\"high\": 70, \"low\": 90, \"min_age_s\": 0, \"max_age_s\": 0}}\n".into(),
             "line 2: LowThresholdPercent 90 can not be higher than HighThresholdPercent 70",
         ),
-        ("{\"at\": 1, \"gc\": {}}\n\n{oops\n", "line 3: not JSON"),
-        ("[1, 2]\n", "line 1: a trace line must be a JSON object"),
+        ("{\"at\": 1, \"gc\": {}}\n\n{oops\n".into(), "line 3: not JSON"),
+        ("[1, 2]\n".into(), "line 1: a trace line must be a JSON object"),
+        // Image ids the store cannot key a record by are refused before anything runs.
+        (
+            format!("{detect}{{\"at\": 2, \"images\": [{{\"id\": \"\", \"size\": 1}}]}}\n"),
+            "line 2: image \"id\" is empty",
+        ),
+        (
+            format!("{detect}{detect}{{\"at\": 3, \"images\": [{{\"id\": \"sha256:a\\u0000\", \"size\": 1}}]}}\n"),
+            "line 3: image \"id\" contains a NUL byte",
+        ),
+        (
+            format!(
+                "{detect}{{\"at\": 2, \"containers\": [{{\"id\": \"c\", \"image_id\": \"{}\", \"state\": \"running\"}}]}}\n",
+                "a".repeat(65_536)
+            ),
+            "line 2: container \"image_id\" is 65536 bytes long; an image id is at most 65535 bytes",
+        ),
+        (
+            format!("{detect}{{\"at\": 2, \"remove_fails\": [\"\"]}}\n"),
+            "line 2: \"remove_fails\" entry is empty",
+        ),
+        (
+            format!("{detect}{{\"at\": \"3000-01-01T00:00:00Z\", \"gc\": {{}}}}\n"),
+            "line 2: \"at\" \"3000-01-01T00:00:00Z\" is outside the representable range",
+        ),
+        (
+            "{\"at\": 18446744073709551615, \"gc\": {}}\n".into(),
+            "line 1: \"at\" 18446744073709551615 seconds is outside the representable range",
+        ),
     ];
     for (i, (text, want)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("bad{i}.jsonl"));
-        std::fs::write(&path, text).expect("write");
+        std::fs::write(&path, text.as_bytes()).expect("write");
         let db = dir.path().join(format!("bad{i}.redb"));
         let out = imagekeeper(&[
             "replay",
@@ -107,7 +136,12 @@ fn bad_traces_exit_2_with_the_line_and_reason() {
             "--db",
             db.to_str().expect("utf8"),
         ]);
-        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}",
+            &text[..text.len().min(300)]
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(want), "{stderr}");
         assert!(
@@ -118,4 +152,50 @@ fn bad_traces_exit_2_with_the_line_and_reason() {
     }
     let out = imagekeeper(&["replay", "/nonexistent/trace.jsonl"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// Runs imagekeeper with its stdout a pipe whose reader has already gone away (as
+/// `imagekeeper ... | head` once head exits).
+fn with_stdout_closed(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run imagekeeper")
+}
+
+#[test]
+fn stdout_closed_by_its_reader_is_not_an_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let trace = replay_dir().join("lru_order_survives_restart.jsonl");
+    let db = dir.path().join("replay.redb");
+    let db_arg = db.to_str().expect("utf8");
+    let out = with_stdout_closed(&["replay", trace.to_str().expect("utf8"), "--db", db_arg]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A command that prints with println! (inspect's table) behaves the same.
+    let out = with_stdout_closed(&["inspect", "--db", db_arg, "list"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

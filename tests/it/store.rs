@@ -281,27 +281,190 @@ fn missing_file_read_only_is_a_clear_error() {
 }
 
 #[test]
-fn foreign_redb_file_is_not_adopted() {
-    let (_dir, path) = temp_db();
-    {
-        let store = open(&path);
-        drop(store);
-    }
-    // A file with our tables but no schema version looks foreign.
+fn old_schema_without_an_upgrade_path_is_refused_before_any_write() {
+    let (dir, path) = temp_db();
+    // Our tables with schema version 0, which no migration upgrades.
     {
         let store = open(&path);
         let mut batch = Batch::new();
         batch.set_meta(meta_keys::SCHEMA_VERSION, 0);
         store.apply(&batch).expect("apply");
     }
+    let before = std::fs::read(&path).expect("read");
     let err = Store::open(&path, UnixNanos(1))
         .err()
         .expect("old schema with no upgrade");
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
     assert!(
-        path.with_extension("redb.bak-v0").exists(),
-        "backup made before upgrading"
+        err.to_string()
+            .contains("schema version 0 has no upgrade path"),
+        "{err}"
     );
+    assert!(
+        std::fs::read(&path).expect("read") == before,
+        "the refused file's bytes are unchanged"
+    );
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["records.redb"],
+        "no backup of a file that is not upgraded"
+    );
+}
+
+#[test]
+fn foreign_redb_file_is_refused_with_its_bytes_unchanged() {
+    let (_dir, path) = temp_db();
+    // Another program's redb file: its own table, no meta table.
+    {
+        let db = redb::Database::create(&path).expect("create a foreign redb file");
+        let txn = db.begin_write().expect("begin");
+        {
+            let mut table = txn
+                .open_table(redb::TableDefinition::<u64, u64>::new("their_data"))
+                .expect("table");
+            for i in 0..100u64 {
+                table.insert(i, i * 7).expect("insert");
+            }
+        }
+        txn.commit().expect("commit");
+    }
+    let before = std::fs::read(&path).expect("read");
+    for attempt in 0..2 {
+        let err = Store::open(&path, UnixNanos(1))
+            .err()
+            .expect("a foreign file is refused");
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains("their_data"), "{err}");
+        assert!(
+            std::fs::read(&path).expect("read") == before,
+            "attempt {attempt}: the foreign file's bytes are unchanged"
+        );
+    }
+}
+
+#[test]
+fn database_path_at_a_device_fifo_directory_or_dangling_link_is_refused_and_left_alone() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = |p: &Path| std::ffi::CString::new(p.to_str().expect("utf8")).expect("no NUL");
+    let device = dir.path().join("null-device");
+    // SAFETY: mknod(2) on a path in our temp dir; a character device like /dev/null (1, 3).
+    let made = unsafe {
+        libc::mknod(
+            c(&device).as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(1, 3),
+        )
+    };
+    assert_eq!(made, 0, "mknod (the tests run as root)");
+    let fifo = dir.path().join("fifo");
+    // SAFETY: mkfifo(3) on a path in our temp dir.
+    assert_eq!(
+        unsafe { libc::mkfifo(c(&fifo).as_ptr(), 0o600) },
+        0,
+        "mkfifo"
+    );
+    let directory = dir.path().join("a-directory");
+    std::fs::create_dir(&directory).expect("mkdir");
+    let dangling = dir.path().join("dangling");
+    std::os::unix::fs::symlink(dir.path().join("nothing-here"), &dangling).expect("symlink");
+    let to_device = dir.path().join("link-to-device");
+    std::os::unix::fs::symlink(&device, &to_device).expect("symlink");
+    let cases: [(&Path, &str); 5] = [
+        (&device, "a character device"),
+        (&fifo, "a FIFO (named pipe)"),
+        (&directory, "a directory"),
+        (&dangling, "a symbolic link to a file that does not exist"),
+        (&to_device, "a symbolic link to a character device"),
+    ];
+    for (path, kind) in cases {
+        let before = std::fs::symlink_metadata(path).expect("stat");
+        let err = Store::open(path, UnixNanos(1)).err().expect(kind);
+        assert!(
+            matches!(&err, StoreError::NotARegularFile { kind: k, .. } if k == kind),
+            "{kind}: {err}"
+        );
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        assert!(matches!(
+            Store::check_path(path),
+            Err(StoreError::NotARegularFile { .. })
+        ));
+        let after = std::fs::symlink_metadata(path).expect("still there");
+        assert_eq!(
+            after.file_type(),
+            before.file_type(),
+            "{kind} left as it was"
+        );
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&after),
+            std::os::unix::fs::MetadataExt::ino(&before),
+            "{kind} not replaced"
+        );
+    }
+    let device_meta = std::fs::metadata(&device).expect("stat");
+    assert!(
+        device_meta.file_type().is_char_device(),
+        "the device is still a device"
+    );
+    assert!(
+        !dir.path().join("nothing-here").exists(),
+        "nothing created behind a dangling link"
+    );
+}
+
+#[test]
+fn symlinked_database_path_is_followed_and_the_link_kept() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let target = dir.path().join("real.redb");
+    std::fs::write(&target, b"").expect("an empty leftover file");
+    let link = dir.path().join("records.redb");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    {
+        let store = open(&link);
+        let mut batch = Batch::new();
+        batch.upsert(key("a"), record(1, 2, 3, false));
+        store.apply(&batch).expect("apply");
+    }
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .expect("stat")
+            .file_type()
+            .is_symlink(),
+        "the link is still a link"
+    );
+    assert_eq!(std::fs::read_link(&link).expect("readlink"), target);
+    let store = Store::open_read_only(&target).expect("the database is at the link's target");
+    assert_eq!(
+        store.get(&key("a")).expect("get"),
+        Some(record(1, 2, 3, false))
+    );
+    drop(store);
+    // Reopened through the link, the same records.
+    assert_eq!(
+        open(&link).get(&key("a")).expect("get"),
+        Some(record(1, 2, 3, false))
+    );
+}
+
+#[test]
+fn looser_database_file_is_tightened_to_0600_on_a_read_write_open() {
+    let (_dir, path) = temp_db();
+    drop(open(&path));
+    for loose in [0o644, 0o666, 0o640, 0o604] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(loose)).expect("chmod");
+        drop(open(&path));
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o600, "{loose:o} tightened");
+    }
+    // A read-only open changes nothing.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    drop(Store::open_read_only(&path).expect("read-only"));
+    let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o644);
 }
 
 #[test]
