@@ -408,7 +408,7 @@ fn validate_policy(policy: &GcPolicy, origins: &PolicyOrigins) -> Result<(), Con
         high
     } else if !(0..=100).contains(&policy.low_threshold_percent) {
         low
-    } else if policy.low_threshold_percent > policy.high_threshold_percent {
+    } else if policy.low_threshold_percent >= policy.high_threshold_percent {
         format!("{low} and {high}")
     } else {
         format!(

@@ -58,6 +58,8 @@ struct FakeState {
     version: RuntimeVersion,
     failures: HashMap<String, FakeFailure>,
     hangs: HashSet<String>,
+    /// Methods that answer only after this long.
+    delays: HashMap<String, Duration>,
     pulls: Vec<FakePull>,
     /// Answer PullImage with an empty image ref (a misbehaving runtime).
     empty_image_ref: bool,
@@ -66,10 +68,13 @@ struct FakeState {
 }
 
 impl FakeState {
-    /// Fails or hangs if the test asked for it; otherwise lets the call go on.
+    /// Fails, hangs or delays if the test asked for it; otherwise lets the call go on.
     fn injected(&self, method: &str) -> Injected {
         if self.hangs.contains(method) {
             return Injected::Hang;
+        }
+        if let Some(delay) = self.delays.get(method) {
+            return Injected::Delay(*delay);
         }
         match self.failures.get(method) {
             Some(failure) => Injected::Fail(Status::new(
@@ -91,6 +96,7 @@ enum Injected {
     Nothing,
     Fail(Status),
     Hang,
+    Delay(Duration),
 }
 
 fn image_is_named(image: &RuntimeImage, reference: &str) -> bool {
@@ -120,6 +126,10 @@ impl FakeService {
             Injected::Nothing => Ok(()),
             Injected::Fail(status) => Err(status),
             Injected::Hang => std::future::pending().await,
+            Injected::Delay(delay) => {
+                tokio::time::sleep(delay).await;
+                Ok(())
+            }
         }
     }
 }
@@ -486,9 +496,15 @@ impl FakeRuntime {
         let mut state = self.lock();
         state.failures.remove(method);
         state.hangs.remove(method);
+        state.delays.remove(method);
     }
 
     /// Every PullImage request received so far.
+    /// Makes `method` answer only after `delay` (a slow runtime).
+    pub fn delay(&self, method: &str, delay: Duration) {
+        self.lock().delays.insert(method.to_string(), delay);
+    }
+
     /// Makes PullImage answer with an empty image ref (`on`) or normally.
     pub fn answer_empty_image_ref(&self, on: bool) {
         self.lock().empty_image_ref = on;

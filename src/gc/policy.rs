@@ -47,8 +47,18 @@ impl GcPolicy {
             ));
         }
         if self.low_threshold_percent > self.high_threshold_percent {
+            // NewImageGCManager's check (image_gc_manager.go).
             return invalid(format!(
                 "LowThresholdPercent {} can not be higher than HighThresholdPercent {}",
+                self.low_threshold_percent, self.high_threshold_percent
+            ));
+        }
+        if self.low_threshold_percent == self.high_threshold_percent {
+            // The constructor lets equal thresholds through, but every kubelet refuses them
+            // first in ValidateKubeletConfiguration (pkg/kubelet/apis/config/validation),
+            // with this message: the space pass would free nothing and run every cycle.
+            return invalid(format!(
+                "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {}",
                 self.low_threshold_percent, self.high_threshold_percent
             ));
         }
@@ -132,6 +142,24 @@ mod tests {
                 ),
             ),
             (85, 80, secs(120), secs(121), None),
+            (
+                80,
+                80,
+                secs(0),
+                secs(0),
+                Some(
+                    "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 80 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80",
+                ),
+            ),
+            (
+                100,
+                100,
+                secs(0),
+                secs(0),
+                Some(
+                    "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 100 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 100",
+                ),
+            ),
         ];
         for (high, low, min_age, max_age, want) in cases {
             let policy = GcPolicy {

@@ -535,6 +535,103 @@ async fn credentials_reach_the_runtime_and_no_event_or_store() {
     );
 }
 
+/// kuberuntime_image.go's PullImage: each credential in turn until one works; when none
+/// does, every failure in one aggregate (identical ones once), and no anonymous try.
+#[tokio::test]
+async fn every_credential_is_tried_in_turn_and_the_failures_are_aggregated() {
+    let cred = |user: &str| PullCredentials {
+        username: user.into(),
+        password: "pw".into(),
+        ..Default::default()
+    };
+    let users = |runtime: &FakeRuntime| -> Vec<Option<String>> {
+        runtime
+            .creds_seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_ref().map(|c| c.username.clone()))
+            .collect()
+    };
+    // (credentials, refused users, result, users the runtime saw)
+    type Case<'a> = (
+        &'a [&'a str],
+        &'a [&'a str],
+        Result<(), &'a str>,
+        Vec<Option<&'a str>>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            &["a", "b", "c"],
+            &["a", "b"],
+            Ok(()),
+            vec![Some("a"), Some("b"), Some("c")],
+        ),
+        (&["a", "b"], &[], Ok(()), vec![Some("a")]),
+        (
+            &["a", "b"],
+            &["a", "b"],
+            Err("[unauthorized: a, unauthorized: b]"),
+            vec![Some("a"), Some("b")],
+        ),
+        (&[], &["a"], Ok(()), vec![None]),
+    ];
+    for (creds, refused, want, seen) in cases {
+        let runtime = Arc::new(FakeRuntime {
+            refused_users: refused.iter().map(|u| u.to_string()).collect(),
+            ..Default::default()
+        });
+        let manager = ImageManager::new(
+            &PullConfig::default(),
+            runtime.clone(),
+            Arc::new(MemoryBackoffStore::new()),
+            Arc::new(ManualClock::new(UnixNanos::from_secs(T0))),
+        )
+        .expect("valid config");
+        let creds: Vec<PullCredentials> = creds.iter().map(|u| cred(u)).collect();
+        let got = manager
+            .ensure_image_exists(&pod(), "private/app:1", PullPolicy::Always, &creds, "")
+            .await;
+        match want {
+            Ok(()) => assert!(got.is_ok(), "{creds:?}: {got:?}"),
+            Err(message) => {
+                let err = got.expect_err("every credential refused");
+                assert_eq!((err.reason(), err.message()), ("ErrImagePull", message));
+            }
+        }
+        let seen: Vec<Option<String>> = seen.iter().map(|u| u.map(str::to_owned)).collect();
+        assert_eq!(users(&runtime), seen, "{refused:?}");
+    }
+}
+
+/// The pod's annotations go to the runtime on the ImageSpec, and the pod as the sandbox.
+#[tokio::test]
+async fn the_pods_annotations_and_sandbox_reach_the_pull() {
+    let runtime = Arc::new(FakeRuntime::default());
+    let manager = ImageManager::new(
+        &PullConfig::default(),
+        runtime.clone(),
+        Arc::new(MemoryBackoffStore::new()),
+        Arc::new(ManualClock::new(UnixNanos::from_secs(T0))),
+    )
+    .expect("valid config");
+    let mut pod = pod();
+    pod.annotations = [("a".to_owned(), "1".to_owned())].into();
+    manager
+        .ensure_image_exists(&pod, "busybox", PullPolicy::Always, &[], "kata")
+        .await
+        .expect("pull");
+    let specs = runtime.specs_seen.lock().unwrap().clone();
+    assert_eq!(specs.len(), 1);
+    assert_eq!(specs[0].image, "busybox:latest");
+    assert_eq!(specs[0].runtime_handler, "kata");
+    assert_eq!(specs[0].annotations, pod.annotations);
+    assert_eq!(
+        specs[0].sandbox.as_ref().map(|s| s.uid.as_str()),
+        Some(pod.uid.as_str())
+    );
+}
+
 #[tokio::test]
 async fn parallel_pulls_stop_at_max_in_flight_and_the_rest_wait_for_a_slot() {
     let gate = Arc::new(Semaphore::new(0));

@@ -912,3 +912,89 @@ async fn admin_server_closes_idle_connections_but_keeps_a_live_client_in_a_long_
         .expect("the live client's call succeeds");
     assert!(!outcome.dry_run);
 }
+
+/// Equal thresholds are refused everywhere a policy is given, with the kubelet's config
+/// validation message (ValidateKubeletConfiguration), exit 2, before anything is created;
+/// replay keeps NewImageGCManager's message for low above high.
+#[test]
+fn equal_gc_thresholds_are_refused_by_every_command_with_the_kubelets_message() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("never-created.redb");
+    let db_flag = format!("--db={}", db.display());
+    let existing = dir.path().join("existing.redb");
+    drop(Store::open(&existing, imagekeeper::model::UnixNanos(1)).expect("a database"));
+    let equal = |low: &str| {
+        format!(
+            "imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80"
+        )
+    };
+    let trace = |high: i64, low: i64| {
+        let path = dir.path().join(format!("trace-{high}-{low}.jsonl"));
+        std::fs::write(
+            &path,
+            format!(
+                "{{\"at\": 1000, \"policy\": {{\"high\": {high}, \"low\": {low}, \"min_age_s\": 0, \"max_age_s\": 0}}}}\n"
+            ),
+        )
+        .expect("write trace");
+        path.to_str().expect("utf8").to_owned()
+    };
+    let thresholds = [
+        "--image-gc-high-threshold=80",
+        "--image-gc-low-threshold=80",
+    ];
+    let existing_flag = format!("--db={}", existing.display());
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            [&["run"], &thresholds[..], &[db_flag.as_str()]]
+                .concat()
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            equal("80"),
+        ),
+        (
+            [&["gc"], &thresholds[..], &[db_flag.as_str()]]
+                .concat()
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            equal("80"),
+        ),
+        (
+            [&["prune"], &thresholds[..], &[db_flag.as_str()]]
+                .concat()
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            equal("80"),
+        ),
+        (
+            [
+                "inspect",
+                "explain",
+                "--high",
+                "80",
+                "--low",
+                "80",
+                existing_flag.as_str(),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+            equal("80"),
+        ),
+        (vec!["replay".into(), trace(80, 80)], equal("80")),
+        (
+            vec!["replay".into(), trace(80, 85)],
+            "LowThresholdPercent 85 can not be higher than HighThresholdPercent 80".into(),
+        ),
+    ];
+    for (args, want) in cases {
+        let out = bin().args(&args).output().expect("run imagekeeper");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(&want), "{args:?}: {stderr}");
+        assert!(!db.exists(), "{args:?}: nothing is created");
+    }
+}

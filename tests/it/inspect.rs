@@ -948,11 +948,13 @@ fn scenarios() -> Vec<Scenario> {
             available: 900,
         },
         Scenario {
-            name: "amount to free 0 still removes the first eligible",
+            // The smallest valid thresholds (low must be below high, as the kubelet's
+            // config validation says): 1 % used, 10 bytes to free, met by the first eligible.
+            name: "a few bytes to free still removes the first eligible",
             records: records.clone(),
-            policy: policy(0, 0, 0, 0),
+            policy: policy(1, 0, 0, 0),
             capacity: 1000,
-            available: 1000,
+            available: 990,
         },
         Scenario {
             name: "GC disabled",
