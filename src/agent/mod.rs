@@ -3,8 +3,10 @@
 //! socket and the metrics endpoint. It owns wiring and scheduling only; what a cycle does lives
 //! in `gc` and `pull`, which take `now` from the agent's [`Clock`].
 //!
-//! Invariants: a failed cycle is logged and retried with a backoff (1 s doubling up to the
-//! loop's period), so the agent survives the runtime going away; on shutdown the cycle in
+//! Invariants: a failed cycle is logged and the loop keeps its period, as the kubelet's
+//! wait.Until loops do; only a cycle that could not reach the runtime is retried sooner (1 s
+//! doubling up to the period), so the agent survives the runtime going away; the GC manager
+//! and the image manager share one registry of pulls in flight; on shutdown the cycle in
 //! flight gets a grace period to finish and is otherwise dropped, which is safe because every
 //! store write is one synchronous, atomic transaction; the admin socket is bound only after the
 //! store is open, so a second agent on the same database fails before it can touch the first

@@ -21,6 +21,8 @@ pub struct ScriptState {
     pub removed: Vec<String>,
     /// When set, every call fails with this message (a runtime that is down).
     pub down: Option<String>,
+    /// When set, only ImageFsInfo fails, with this message (the kubelet's cadvisor failure).
+    pub fs_error: Option<String>,
 }
 
 /// A runtime driven by a script. Cloning shares the state.
@@ -126,6 +128,13 @@ impl ImageRuntime for ScriptedRuntime {
 
     async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
         self.check_up("ImageFsInfo")?;
+        if let Some(message) = self.state().fs_error.clone() {
+            return Err(CriError::Rpc {
+                method: "ImageFsInfo",
+                code: RpcCode::Unknown,
+                message,
+            });
+        }
         let (capacity, available) = self.state().fs.unwrap_or((0, 0));
         Ok(ImageFsStats {
             mountpoint: "/scripted".to_owned(),

@@ -662,3 +662,96 @@ async fn last_used_order_survives_a_restart() {
     let report = node.gc(200).await;
     assert_eq!(removed_ids(&report), ["b-used-early"]);
 }
+
+/// The kubelet's TestDeletePinnedImage: the runtime lists one image twice, pinned and then
+/// unpinned; the last entry wins (on every detect, not only the first), so DeleteUnusedImages
+/// removes it.
+#[tokio::test]
+async fn an_image_listed_pinned_then_unpinned_is_unpinned_and_collected() {
+    let node = Node::new(policy(85, 80, 0, 0));
+    let mut pinned = image("1", 1_024);
+    pinned.pinned = true;
+    let unpinned = image("1", 1_024);
+    node.set_images(vec![unpinned.clone()]);
+    node.detect(0).await;
+    node.set_images(vec![pinned, unpinned]);
+    node.detect(10).await;
+    node.detect(20).await;
+    assert!(!node.record("1").expect("recorded").pinned);
+    let report = node.manager().delete_unused_images(at(30)).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(removed_ids(&report), ["1"]);
+}
+
+/// The kubelet's TestDetectImagesInitialDetectWithRuntimeHandlerInImageCriAPIFeatureGate:
+/// records are keyed by (id, runtime handler). imagekeeper differs in one way, on the safe
+/// side: a container keeps its image in use whatever handler either is listed with.
+#[tokio::test]
+async fn records_are_keyed_by_id_and_runtime_handler_and_a_container_of_any_handler_uses_its_image()
+{
+    let node = Node::new(GcPolicy::default());
+    let mut kata = image("a", 1);
+    kata.runtime_handler = "kata".into();
+    let mut plain_b = image("b", 2);
+    plain_b.runtime_handler = String::new();
+    node.set_images(vec![kata, plain_b]);
+    let mut c = container("c1", "a");
+    c.runtime_handler = "runc".into();
+    node.set_containers(vec![c]);
+    node.detect(10).await;
+    let store = node.manager().store();
+    let a = store
+        .get(&RecordKey::new("a", "kata"))
+        .expect("get")
+        .expect("keyed with its handler");
+    assert_eq!(a.last_used, at(10));
+    assert_eq!(store.get(&RecordKey::new("a", "")).expect("get"), None);
+    assert_eq!(node.record("b").expect("b").last_used, UnixNanos::NEVER);
+}
+
+/// The kubelet's TestDeleteUnusedImagesLimitByImageLiveTime: MinAge keeps young images from
+/// DeleteUnusedImages, and the same images go once they are old enough.
+#[tokio::test]
+async fn delete_unused_keeps_young_images_until_they_reach_min_age() {
+    let node = Node::new(policy(85, 80, 3, 0));
+    node.set_images(vec![image("a", 1), image("b", 2), image("busy", 3)]);
+    node.set_containers(vec![container("c1", "busy")]);
+    node.detect(0).await;
+    let report = node.manager().delete_unused_images(at(1)).await;
+    assert!(report.removed.is_empty());
+    let report = node.manager().delete_unused_images(at(3)).await;
+    assert_eq!(removed_ids(&report), ["a", "b"]);
+}
+
+/// The kubelet's TestFreeSpaceTiesBrokenByDetectedTime as it asserts: an image never used,
+/// though detected later, goes before one that was used.
+#[tokio::test]
+async fn a_never_used_image_goes_before_a_used_one_detected_earlier() {
+    let node = Node::new(policy(85, 80, 0, 0));
+    node.set_images(vec![image("used", 1_000)]);
+    node.set_containers(vec![container("c1", "used")]);
+    node.detect(0).await;
+    node.set_containers(vec![]);
+    node.set_images(vec![image("used", 1_000), image("never", 2_000)]);
+    node.detect(10).await;
+    over_high(&node);
+    let report = node.gc(100).await;
+    assert_eq!(removed_ids(&report), ["never"]);
+}
+
+/// The kubelet's TestGarbageCollectCadvisorFailure: only the image filesystem stats fail
+/// (detect works); GarbageCollect reports the error and removes nothing.
+#[tokio::test]
+async fn gc_fails_when_only_the_image_filesystem_stats_fail() {
+    let node = Node::new(policy(85, 80, 0, 0));
+    node.set_images(vec![image("a", 1_000)]);
+    node.runtime.state().fs_error = Some("cadvisor: no stats".into());
+    let report = node.gc(100).await;
+    let error = report.error.expect("stats failure is an error").to_string();
+    assert!(
+        error.contains("get image filesystem stats") && error.contains("cadvisor: no stats"),
+        "{error}"
+    );
+    assert!(report.removed.is_empty());
+    assert!(node.record("a").is_some(), "detect ran before the failure");
+}
