@@ -21,20 +21,32 @@ use crate::store::StoredRecord;
 #[derive(Clone, Debug)]
 pub struct AdminClient {
     inner: Generated<tonic::transport::Channel>,
+    timeout: Duration,
 }
 
-/// How long one admin call may take (a GC cycle with many removals can be slow).
-const CALL_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long one admin call may take by default (a GC cycle with many removals can be slow:
+/// containerd removes about one image a second).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl AdminClient {
-    /// Connects to the agent at `socket`. Fails (quickly) when no agent listens there.
+    /// Connects to the agent at `socket`, with the default call deadline. Fails (quickly)
+    /// when no agent listens there.
     pub async fn connect(socket: &Path) -> Result<AdminClient, AdminError> {
+        AdminClient::connect_with_timeout(socket, DEFAULT_CALL_TIMEOUT).await
+    }
+
+    /// Connects with a deadline of `timeout` on every call; a call that passes it fails with
+    /// [`AdminError::Timeout`] (the agent goes on with the work).
+    pub async fn connect_with_timeout(
+        socket: &Path,
+        timeout: Duration,
+    ) -> Result<AdminClient, AdminError> {
         let path: PathBuf = socket.to_owned();
         let dial = path.clone();
         let channel =
             Endpoint::from_static("http://admin.invalid")
                 .connect_timeout(Duration::from_secs(2))
-                .timeout(CALL_TIMEOUT)
+                .timeout(timeout)
                 .connect_with_connector(tower::service_fn(move |_: Uri| {
                     let dial = dial.clone();
                     async move {
@@ -45,13 +57,26 @@ impl AdminClient {
                 .map_err(|e| connect_error(path, e))?;
         Ok(AdminClient {
             inner: Generated::new(channel),
+            timeout,
         })
     }
 
-    fn call_err(method: &'static str) -> impl Fn(tonic::Status) -> AdminError {
-        move |status| AdminError::Call {
-            method,
-            message: status.message().to_owned(),
+    fn call_err(&self, method: &'static str) -> impl Fn(tonic::Status) -> AdminError + use<> {
+        let after = self.timeout;
+        move |status| {
+            // tonic reports its channel deadline as Cancelled "Timeout expired".
+            if matches!(
+                status.code(),
+                tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+            ) && status.message().contains("Timeout expired")
+            {
+                AdminError::Timeout { method, after }
+            } else {
+                AdminError::Call {
+                    method,
+                    message: status.message().to_owned(),
+                }
+            }
         }
     }
 
@@ -67,7 +92,7 @@ impl AdminClient {
                 runtime_handler: request.runtime_handler,
             })
             .await
-            .map_err(Self::call_err("EnsureImage"))?;
+            .map_err(self.call_err("EnsureImage"))?;
         Ok(reply.into_inner().image_ref)
     }
 
@@ -76,7 +101,7 @@ impl AdminClient {
             .inner
             .list_records(ListRecordsRequest {})
             .await
-            .map_err(Self::call_err("ListRecords"))?;
+            .map_err(self.call_err("ListRecords"))?;
         Ok(reply
             .into_inner()
             .records
@@ -99,7 +124,7 @@ impl AdminClient {
             .inner
             .explain(ExplainRequest {})
             .await
-            .map_err(Self::call_err("Explain"))?;
+            .map_err(self.call_err("Explain"))?;
         Ok(reply.into_inner().json)
     }
 
@@ -108,7 +133,7 @@ impl AdminClient {
             .inner
             .garbage_collect(GarbageCollectRequest { dry_run })
             .await
-            .map_err(Self::call_err("GarbageCollect"))?;
+            .map_err(self.call_err("GarbageCollect"))?;
         Ok(outcome(reply.into_inner()))
     }
 
@@ -117,7 +142,7 @@ impl AdminClient {
             .inner
             .delete_unused(DeleteUnusedRequest { dry_run })
             .await
-            .map_err(Self::call_err("DeleteUnused"))?;
+            .map_err(self.call_err("DeleteUnused"))?;
         Ok(outcome(reply.into_inner()))
     }
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use crate::gc::{GcError, GcPlan, GcReport, Removal};
 use crate::store::StoredRecord;
 
-pub use client::AdminClient;
+pub use client::{AdminClient, DEFAULT_CALL_TIMEOUT};
 pub use server::{AdminLimits, serve, serve_with_limits};
 
 #[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
@@ -183,5 +183,13 @@ pub enum AdminError {
     Call {
         method: &'static str,
         message: String,
+    },
+    #[error(
+        "the agent did not answer {method} within {}: it goes on with the work (see its log and the image_gc_progress_* metrics); give --timeout to wait longer",
+        crate::gc::format::go_duration(*after)
+    )]
+    Timeout {
+        method: &'static str,
+        after: std::time::Duration,
     },
 }

@@ -64,6 +64,22 @@ impl AgentMetrics {
         for (why, n) in gc.metrics().rescued() {
             let _ = writeln!(out, "gc_victims_rescued_total{{why=\"{why}\"}} {n}");
         }
+        let progress = gc.metrics().progress();
+        let _ = writeln!(
+            out,
+            "# HELP image_gc_progress_running Whether a GC cycle is running now.\n# TYPE image_gc_progress_running gauge\nimage_gc_progress_running {}",
+            u8::from(progress.running)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP image_gc_progress_removed Images removed by the running (else the last) GC cycle.\n# TYPE image_gc_progress_removed gauge\nimage_gc_progress_removed {}",
+            progress.removed
+        );
+        let _ = writeln!(
+            out,
+            "# HELP image_gc_progress_freed_bytes Bytes freed by the running (else the last) GC cycle.\n# TYPE image_gc_progress_freed_bytes gauge\nimage_gc_progress_freed_bytes {}",
+            progress.freed_bytes
+        );
         out.push_str(
             "# HELP image_gc_remove_failures_total RemoveImage calls of GC that failed.\n",
         );

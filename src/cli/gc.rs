@@ -31,6 +31,10 @@ pub struct GcArgs {
     dry_run: bool,
     #[arg(long, value_enum, default_value_t = Output::Table)]
     output: Output,
+    /// How long to wait for a running agent's answer; the agent goes on with the cycle after
+    /// it (Go duration syntax).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = super::parse_timeout)]
+    timeout: std::time::Duration,
 }
 
 /// Which cycle to run.
@@ -47,7 +51,7 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
         .build()
         .context("starting the async runtime")?;
     let (outcome, via) = rt.block_on(async {
-        match AdminClient::connect(&config.admin_socket).await {
+        match AdminClient::connect_with_timeout(&config.admin_socket, args.timeout).await {
             Err(e @ AdminError::PermissionDenied { .. }) => Err(Failure::from(e)),
             Ok(mut client) => {
                 let outcome = match cycle {

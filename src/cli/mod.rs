@@ -49,6 +49,16 @@ enum Command {
     Pull(pull::PullArgs),
 }
 
+/// `--timeout`: how long a command waits for a running agent's answer (Go duration syntax,
+/// greater than 0).
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    let d = imagekeeper::gc::format::parse_go_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("must be greater than 0".into());
+    }
+    Ok(d)
+}
+
 /// A failure with its exit code.
 pub struct Failure {
     pub code: u8,

@@ -44,6 +44,10 @@ pub struct PullArgs {
     /// A running agent's admin socket: when an agent answers there, it does the pull.
     #[arg(long, default_value = imagekeeper::agent::config::DEFAULT_ADMIN_SOCKET)]
     admin_socket: PathBuf,
+    /// How long to wait for a running agent's answer; the agent goes on with the pull after
+    /// it (Go duration syntax).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = super::parse_timeout)]
+    timeout: std::time::Duration,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -83,7 +87,7 @@ pub fn run(args: PullArgs) -> Result<(), Failure> {
 }
 
 async fn pull(args: PullArgs) -> Result<String, Failure> {
-    let agent = AdminClient::connect(&args.admin_socket).await;
+    let agent = AdminClient::connect_with_timeout(&args.admin_socket, args.timeout).await;
     if let Err(e @ AdminError::PermissionDenied { .. }) = agent {
         return Err(Failure::from(e));
     }

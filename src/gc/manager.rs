@@ -52,6 +52,26 @@ struct CycleView {
 /// How many eligible images one synchronous step of the walk picks before removing them.
 const WALK_CHUNK: usize = 64;
 
+/// A long cycle logs its progress every this many removals.
+const PROGRESS_EVERY: u64 = 25;
+
+/// Marks a cycle as running in the metrics for as long as it lives (also when the cycle's
+/// future is dropped at shutdown).
+struct ProgressGuard<'a>(&'a GcMetrics);
+
+impl<'a> ProgressGuard<'a> {
+    fn start(metrics: &'a GcMetrics) -> ProgressGuard<'a> {
+        metrics.cycle_started();
+        ProgressGuard(metrics)
+    }
+}
+
+impl Drop for ProgressGuard<'_> {
+    fn drop(&mut self) {
+        self.0.cycle_ended();
+    }
+}
+
 /// Everything the GC manager is configured with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcConfig {
@@ -211,6 +231,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// threshold if usage is at or above the high one.
     pub async fn garbage_collect(&self, now: UnixNanos) -> GcReport {
         let _cycle = self.cycle.lock().await;
+        let _progress = ProgressGuard::start(&self.metrics);
         let mut report = GcReport::default();
         if let Err(e) = self.garbage_collect_locked(now, &mut report).await {
             report.error = Some(e);
@@ -283,6 +304,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// kubelet's DeleteUnusedImages: the space walk with no byte limit.
     pub async fn delete_unused_images(&self, now: UnixNanos) -> GcReport {
         let _cycle = self.cycle.lock().await;
+        let _progress = ProgressGuard::start(&self.metrics);
         let mut report = GcReport::default();
         info!("Attempting to delete unused images");
         let result = async {
@@ -474,6 +496,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             warn!(image_id = id, error = %e, "Removed image but could not delete its record");
         }
         self.metrics.record_removal(reason);
+        let so_far = self.metrics.cycle_removed(victim.record.size);
+        if so_far.is_multiple_of(PROGRESS_EVERY) {
+            info!(
+                removed = so_far,
+                freed = report.freed.saturating_add(victim.record.size),
+                "Image garbage collection in progress"
+            );
+        }
         report.freed = report.freed.saturating_add(victim.record.size);
         report.removed.push(Removal {
             key: victim.key.clone(),
@@ -486,9 +516,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// What GarbageCollect (or, with `delete_unused`, DeleteUnusedImages) would do at `now`,
     /// changing nothing: the runtime's lists are folded into a copy of the records in memory
     /// and explained with the manager's own rules. The removals are in the order the real
-    /// cycle would make them.
+    /// cycle would make them. It writes nothing, so it takes no cycle lock: a dry run answers
+    /// while a long GC runs (from the records as they are at that moment).
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
-        let _cycle = self.cycle.lock().await;
         let (images, in_use, mut records) = self.observe().await?;
         let detect = plan_detect(&records, &images, &in_use, &self.config.pins, now);
         apply_to_copy(&mut records, &detect.batch);

@@ -73,6 +73,18 @@ pub struct GcMetrics {
     collected_space: AtomicU64,
     remove_failures: AtomicU64,
     rescued: [AtomicU64; 4],
+    /// The cycle in flight: whether one runs, and what it removed and freed so far.
+    running: AtomicU64,
+    progress_removed: AtomicU64,
+    progress_freed: AtomicU64,
+}
+
+/// Progress of the GC cycle in flight (zeros when none runs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GcProgress {
+    pub running: bool,
+    pub removed: u64,
+    pub freed_bytes: u64,
 }
 
 impl GcMetrics {
@@ -94,6 +106,33 @@ impl GcMetrics {
             ("age", self.collected_age.load(Ordering::Relaxed)),
             ("space", self.collected_space.load(Ordering::Relaxed)),
         ]
+    }
+
+    /// A cycle (GarbageCollect or DeleteUnusedImages) starts: its progress counts from zero.
+    pub fn cycle_started(&self) {
+        self.progress_removed.store(0, Ordering::Relaxed);
+        self.progress_freed.store(0, Ordering::Relaxed);
+        self.running.store(1, Ordering::Relaxed);
+    }
+
+    /// One removal of the cycle in flight; returns how many it has made so far.
+    pub fn cycle_removed(&self, size: u64) -> u64 {
+        self.progress_freed.fetch_add(size, Ordering::Relaxed);
+        self.progress_removed.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn cycle_ended(&self) {
+        self.running.store(0, Ordering::Relaxed);
+    }
+
+    /// The cycle in flight's progress (the last cycle's totals once it ended, with
+    /// `running` false).
+    pub fn progress(&self) -> GcProgress {
+        GcProgress {
+            running: self.running.load(Ordering::Relaxed) == 1,
+            removed: self.progress_removed.load(Ordering::Relaxed),
+            freed_bytes: self.progress_freed.load(Ordering::Relaxed),
+        }
     }
 
     pub fn record_rescue(&self, why: RescueReason) {

@@ -18,7 +18,7 @@ mod policy;
 
 pub use error::{GcError, aggregate};
 pub use manager::{DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
-pub use metrics::{GcMetrics, RemovalReason};
+pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::GcPolicy;

@@ -998,3 +998,37 @@ fn equal_gc_thresholds_are_refused_by_every_command_with_the_kubelets_message() 
         assert!(!db.exists(), "{args:?}: nothing is created");
     }
 }
+
+/// A GC through the agent that outlasts `--timeout` ends the command with a clear message
+/// (exit 1); the agent goes on with the cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_through_an_agent_that_does_not_answer_in_time_says_so_and_exits_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    let backend = serve_parked(&socket, AdminLimits::default()).await;
+    let out = tokio::task::spawn_blocking({
+        let socket = socket.clone();
+        move || {
+            bin()
+                .args(["gc", "--timeout=1s"])
+                .arg(format!("--admin-socket={}", socket.display()))
+                .arg(format!("--db={}", socket.with_extension("redb").display()))
+                .output()
+                .expect("run imagekeeper gc")
+        }
+    })
+    .await
+    .expect("join");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the agent did not answer GarbageCollect within 1s"),
+        "{stderr}"
+    );
+    backend.release.notify_one();
+    // A zero or malformed deadline is bad usage.
+    for bad in ["--timeout=0s", "--timeout=soon"] {
+        let out = bin().args(["gc", bad]).output().expect("run");
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+    }
+}

@@ -373,3 +373,38 @@ async fn an_image_with_a_pull_in_flight_is_kept_by_gc_and_by_the_dry_run() {
     assert_eq!(rig.record("a").expect("a kept").last_used, at(50));
     assert!(rig.images.pulls_in_flight().is_empty());
 }
+
+/// A long GC holds the cycle lock; a dry run (and so the admin's explain) needs none and
+/// answers while it runs, and the cycle's progress is visible the whole time.
+#[tokio::test]
+async fn a_dry_run_answers_while_a_gc_is_removing_and_progress_is_reported() {
+    let rig = Rig::new(GcConfig {
+        policy: policy(85, 80, 0, 0),
+        ..GcConfig::default()
+    });
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)];
+    rig.runtime.inner.state().fs = Some((10_000, 0));
+    rig.gc.detect(at(1)).await.expect("detect");
+    let mut parked = rig.runtime.park("RemoveImage", Some("b"));
+    let gc = rig.gc.garbage_collect(at(100));
+    let meanwhile = async {
+        parked.reached().await;
+        let progress = rig.gc.metrics().progress();
+        assert!(progress.running);
+        assert_eq!((progress.removed, progress.freed_bytes), (1, 1_000));
+        let plan = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            rig.gc.plan(at(100), false),
+        )
+        .await
+        .expect("the dry run does not wait for the GC")
+        .expect("dry run");
+        assert_eq!(plan.removals.len(), 1, "b is still there to remove");
+        parked.release();
+    };
+    let (report, ()) = tokio::join!(gc, meanwhile);
+    assert_eq!(report.removed.len(), 2);
+    let progress = rig.gc.metrics().progress();
+    assert!(!progress.running);
+    assert_eq!(progress.removed, 2);
+}
