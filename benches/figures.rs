@@ -35,7 +35,7 @@ use imagekeeper::model::{
     RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use imagekeeper::replay::ScriptedRuntime;
-use imagekeeper::store::{Batch, BatchOp, Store, StoredRecord};
+use imagekeeper::store::{Batch, BatchOp, Store, StoredRecord, meta_keys};
 
 /// The synthetic nodes' "now": 2026-01-01T00:00:00Z.
 const NOW_SECS: i64 = 1_767_225_600;
@@ -705,15 +705,26 @@ impl DetectSetup {
             .into_iter()
             .map(|r| (r.key, r.record))
             .collect();
+        let last_detect = store
+            .meta(meta_keys::LAST_DETECT)
+            .expect("meta")
+            .map(UnixNanos);
         let images = &self.lists[usize::from(second)];
-        let plan = plan_detect(&existing, images, &self.in_use, &self.pins, self.now);
+        let plan = plan_detect(
+            &existing,
+            last_detect,
+            images,
+            &self.in_use,
+            &self.pins,
+            self.now,
+        );
         store.apply(&plan.batch).expect("apply")
     }
 
     /// The same cycle on kubelet's structure: a map in memory, changed in place.
     fn cycle_memory(&self, map: &mut BTreeMap<RecordKey, ImageRecord>, second: bool) -> usize {
         let images = &self.lists[usize::from(second)];
-        let plan = plan_detect(map, images, &self.in_use, &self.pins, self.now);
+        let plan = plan_detect(map, None, images, &self.in_use, &self.pins, self.now);
         for op in plan.batch.ops() {
             match op {
                 BatchOp::Upsert { key, record } => {

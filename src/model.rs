@@ -47,6 +47,13 @@ impl UnixNanos {
     }
 }
 
+/// How far after `now` a stored stamp may lie before detect clamps it to `now` and
+/// `inspect check` reports it, and how far a detect's `now` may fall behind the stored
+/// `last_detect` before it counts as the clock going back. Smaller gaps are ordinary (an NTP
+/// slew, a detect that queued behind another for the cycle lock, a pull's mark taken a moment
+/// after the detect's `now`) and cost nothing: such a stamp ages normally within minutes.
+pub const FUTURE_STAMP_TOLERANCE: Duration = Duration::from_secs(10 * 60);
+
 /// A `Duration` as i64 nanoseconds, saturating at `i64::MAX`.
 pub fn duration_nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
@@ -157,6 +164,33 @@ impl ImageRecord {
         }
     }
 }
+
+impl ImageRecord {
+    /// Whether first_detected or last_used lies after `limit`.
+    pub fn has_stamp_after(&self, limit: UnixNanos) -> bool {
+        self.first_detected > limit || self.last_used > limit
+    }
+
+    /// The record with each of first_detected and last_used that lies after `limit` set to
+    /// `now`, the other fields as they are: how detect undoes stamps written while the clock
+    /// was ahead (see [`FUTURE_STAMP_TOLERANCE`]).
+    pub fn clamped(self, limit: UnixNanos, now: UnixNanos) -> ImageRecord {
+        let clamp = |t: UnixNanos| if t > limit { now } else { t };
+        ImageRecord {
+            first_detected: clamp(self.first_detected),
+            last_used: clamp(self.last_used),
+            ..self
+        }
+    }
+}
+
+/// The longest pod uid a pull accepts, in bytes (a Kubernetes uid is a 36-byte UUID); the
+/// store refuses a backoff key whose uid part is longer.
+pub const MAX_POD_UID_BYTES: usize = 128;
+/// The longest image name a pull accepts, in bytes (a reference's name is at most 255 bytes;
+/// a tag and a digest add under 200 more); with [`MAX_POD_UID_BYTES`] it bounds a backoff
+/// key (`<pod uid>_<image>`).
+pub const MAX_IMAGE_NAME_BYTES: usize = 4096;
 
 /// The image-pull backoff state of one key (`<pod uid>_<image>`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -89,6 +89,20 @@ impl AgentMetrics {
             "image_gc_remove_failures_total {}",
             gc.metrics().remove_failures()
         );
+        out.push_str("# HELP gc_future_stamps_clamped_total Image records whose first_detected or last_used lay in the future (beyond the tolerance) and that detect clamped to its time.\n");
+        out.push_str("# TYPE gc_future_stamps_clamped_total counter\n");
+        let _ = writeln!(
+            out,
+            "gc_future_stamps_clamped_total {}",
+            gc.metrics().future_stamps_clamped()
+        );
+        out.push_str("# HELP gc_clock_went_back_total Detects that found the stored last_detect later than their own time (beyond the tolerance): the clock went back.\n");
+        out.push_str("# TYPE gc_clock_went_back_total counter\n");
+        let _ = writeln!(
+            out,
+            "gc_clock_went_back_total {}",
+            gc.metrics().clock_went_back()
+        );
         let gc_hist = match self.gc_durations.lock() {
             Ok(h) => h.clone(),
             Err(p) => p.into_inner().clone(),

@@ -8,12 +8,27 @@
 //! inside the write transaction, and an unlisted record is removed only if no pull marked it
 //! after the snapshot was read, so a pull committed while detect lists the runtime keeps its
 //! mark.
+//!
+//! A clock that was ahead leaves stamps in the future, which would keep an image "too young"
+//! or "used recently" until the clock caught up (years, after a bad RTC). A listed record with
+//! a stamp later than `now` + [`FUTURE_STAMP_TOLERANCE`] gets a [`BatchOp::ClampFuture`] before
+//! its sighting: the stamp becomes `now` (judged again inside the write transaction, so a
+//! pull's mark at the real time is never clamped); stamps within the tolerance and every other
+//! merge rule are left as they are. `last_detect` is the time of the latest detect as its clock
+//! said, so it moves back with the clock: a detect whose `now` is more than the tolerance
+//! before the stored `last_detect` reports the clock going back and writes its own time even
+//! when nothing else changed (keeping the later value would flag every detect until the clock
+//! caught up, and `inspect explain` takes the records whose last_used equals `last_detect` as
+//! the ones in use at it).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::{ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, Sighting, UnixNanos};
+use crate::model::{
+    FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, Sighting,
+    UnixNanos,
+};
 use crate::pull::reference::image_matches;
-use crate::store::{Batch, meta_keys};
+use crate::store::{Batch, BatchOp, meta_keys};
 
 use super::pins::PinPatterns;
 
@@ -58,26 +73,42 @@ pub struct DetectPlan {
     pub records: usize,
     pub added: usize,
     pub removed: usize,
+    /// Listed records with a stamp later than `now` + [`FUTURE_STAMP_TOLERANCE`], which the
+    /// batch clamps to `now`.
+    pub clamped: usize,
+    /// The stored `last_detect`, when `now` is more than [`FUTURE_STAMP_TOLERANCE`] before
+    /// it: the clock went back.
+    pub clock_went_back_from: Option<UnixNanos>,
 }
 
 /// Plans one detect cycle at `now` against `existing`, the records as read before the runtime
 /// was listed: new images get first_detected = now, images in use get last_used = now, size
 /// and pinned are refreshed, and records of images the runtime no longer lists are removed.
 /// Only what differs from `existing` is written, and every write merges with the record as
-/// it is when the batch is applied (see the module's invariants).
+/// it is when the batch is applied (see the module's invariants). `last_detect` is the stored
+/// time of the last detect, if any; stamps in the future and a clock that went back are
+/// handled as the module says.
 pub fn plan_detect(
     existing: &BTreeMap<RecordKey, ImageRecord>,
+    last_detect: Option<UnixNanos>,
     images: &[RuntimeImage],
     in_use: &BTreeSet<RecordKey>,
     pins: &PinPatterns,
     now: UnixNanos,
 ) -> DetectPlan {
     let mut plan = DetectPlan::default();
+    let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
     let listed = fold_images(images);
     for (key, image) in &listed {
         let old = existing.get(key).copied();
         if old.is_none() {
             plan.added += 1;
+        }
+        let mut base = old;
+        if let Some(future) = old.filter(|r| r.has_stamp_after(limit)) {
+            plan.batch.clamp_future(key.clone(), limit, now);
+            plan.clamped += 1;
+            base = Some(future.clamped(limit, now));
         }
         let sighting = Sighting {
             now,
@@ -85,7 +116,7 @@ pub fn plan_detect(
             size: image.size,
             pinned: pins.pins(image),
         };
-        if old != Some(ImageRecord::after_sighting(old, sighting)) {
+        if old != Some(ImageRecord::after_sighting(base, sighting)) {
             plan.batch.sight(key.clone(), sighting);
         }
     }
@@ -96,14 +127,18 @@ pub fn plan_detect(
         }
     }
     plan.records = listed.len();
-    plan.batch.stamp_if_changed(meta_keys::LAST_DETECT, now.0);
+    plan.clock_went_back_from = last_detect.filter(|&stored| limit < stored);
+    if plan.clock_went_back_from.is_some() {
+        plan.batch.set_meta(meta_keys::LAST_DETECT, now.0);
+    } else {
+        plan.batch.stamp_if_changed(meta_keys::LAST_DETECT, now.0);
+    }
     plan
 }
 
 /// Applies a detect plan's batch to an in-memory copy of the records with the store's own
 /// merge rules (the dry run's view of what the detect would leave).
 pub fn apply_to_copy(records: &mut BTreeMap<RecordKey, ImageRecord>, batch: &Batch) {
-    use crate::store::BatchOp;
     for op in batch.ops() {
         match op {
             BatchOp::Sight { key, sighting } => {
@@ -118,6 +153,11 @@ pub fn apply_to_copy(records: &mut BTreeMap<RecordKey, ImageRecord>, batch: &Bat
                 .is_some_and(|r| r.last_used <= *seen_last_used) =>
             {
                 records.remove(key);
+            }
+            BatchOp::ClampFuture { key, limit, now } => {
+                if let Some(record) = records.get_mut(key) {
+                    *record = record.clamped(*limit, *now);
+                }
             }
             BatchOp::Upsert { key, record } => {
                 records.insert(key.clone(), *record);
@@ -165,6 +205,7 @@ mod tests {
             let now = UnixNanos::from_secs(100 + cycle);
             let plan = plan_detect(
                 &records,
+                None,
                 &listed,
                 &BTreeSet::new(),
                 &PinPatterns::default(),
@@ -213,6 +254,7 @@ mod tests {
         let existing = BTreeMap::from([(key.clone(), seen)]);
         let plan = plan_detect(
             &existing,
+            None,
             &[],
             &BTreeSet::new(),
             &PinPatterns::default(),
@@ -232,5 +274,126 @@ mod tests {
         let mut unchanged = existing.clone();
         apply_to_copy(&mut unchanged, &plan.batch);
         assert!(unchanged.is_empty());
+    }
+
+    const HOUR: i64 = 3600;
+    const YEAR: i64 = 365 * 24 * HOUR;
+
+    fn stamped(first: i64, last: i64) -> ImageRecord {
+        ImageRecord {
+            first_detected: UnixNanos::from_secs(first),
+            last_used: UnixNanos::from_secs(last),
+            size: 1,
+            pinned: false,
+        }
+    }
+
+    /// Data-driven: (stored first_detected, stored last_used, in use now) -> clamped?, the
+    /// record after the detect at `now` = 1000 s (tolerance 10 min).
+    #[test]
+    fn stamps_beyond_the_tolerance_are_clamped_to_now_and_the_rest_merge_as_before() {
+        let now = 1_000;
+        let cases = [
+            // A clock a year ahead stamped both: both come back to now.
+            ((now + YEAR, now + YEAR), false, true, (now, now)),
+            // Used a year ahead, first seen long ago: last_used comes back, first stays.
+            ((10, now + YEAR), false, true, (10, now)),
+            // In use now as well: last_used is now either way.
+            ((10, now + YEAR), true, true, (10, now)),
+            // Within the tolerance: not clamped; last_used keeps its (future) mark, and
+            // first_detected merges to now as it always did (min).
+            (
+                (now + 5 * 60, now + 5 * 60),
+                false,
+                false,
+                (now, now + 5 * 60),
+            ),
+            // Exactly at the tolerance: not clamped.
+            ((10, now + 10 * 60), false, false, (10, now + 10 * 60)),
+            // One second past it: clamped.
+            ((10, now + 10 * 60 + 1), false, true, (10, now)),
+            // Ordinary stamps: untouched.
+            ((10, 20), false, false, (10, 20)),
+        ];
+        for ((first, last), in_use, clamped, (want_first, want_last)) in cases {
+            let key = RecordKey::new("sha256:a", "");
+            let mut records = BTreeMap::from([(key.clone(), stamped(first, last))]);
+            let used = if in_use {
+                BTreeSet::from([key.clone()])
+            } else {
+                BTreeSet::new()
+            };
+            let plan = plan_detect(
+                &records,
+                None,
+                &[image("sha256:a", 1, false)],
+                &used,
+                &PinPatterns::default(),
+                UnixNanos::from_secs(now),
+            );
+            let case = format!("stored ({first}, {last}), in use {in_use}");
+            assert_eq!(plan.clamped, usize::from(clamped), "{case}");
+            apply_to_copy(&mut records, &plan.batch);
+            assert_eq!(records[&key], stamped(want_first, want_last), "{case}");
+        }
+    }
+
+    /// The clamp is judged again on the record as it is when the batch is applied: a pull
+    /// that marked the image at the real time after detect's snapshot keeps its mark.
+    #[test]
+    fn a_mark_made_after_the_snapshot_is_not_clamped() {
+        let key = RecordKey::new("sha256:a", "");
+        let now = UnixNanos::from_secs(1_000);
+        let snapshot = BTreeMap::from([(key.clone(), stamped(10, 1_000 + YEAR))]);
+        let plan = plan_detect(
+            &snapshot,
+            None,
+            &[image("sha256:a", 1, false)],
+            &BTreeSet::new(),
+            &PinPatterns::default(),
+            now,
+        );
+        assert_eq!(plan.clamped, 1);
+        let mut marked = BTreeMap::from([(key.clone(), stamped(10, 1_002))]);
+        apply_to_copy(&mut marked, &plan.batch);
+        assert_eq!(marked[&key].last_used, UnixNanos::from_secs(1_002));
+    }
+
+    /// A detect more than the tolerance before the stored last_detect: the clock went back.
+    /// last_detect follows the clock even when nothing else changes; a smaller gap is no
+    /// event and a detect that changes nothing still writes nothing.
+    #[test]
+    fn a_detect_before_the_stored_last_detect_reports_the_clock_going_back_and_moves_it_back() {
+        let now = UnixNanos::from_secs(1_000);
+        let cases = [
+            (Some(1_000 + HOUR), true),
+            (Some(1_000 + 10 * 60 + 1), true),
+            (Some(1_000 + 10 * 60), false),
+            (Some(1_000 + 5 * 60), false),
+            (Some(900), false),
+            (None, false),
+        ];
+        for (stored, went_back) in cases {
+            let plan = plan_detect(
+                &BTreeMap::new(),
+                stored.map(UnixNanos::from_secs),
+                &[],
+                &BTreeSet::new(),
+                &PinPatterns::default(),
+                now,
+            );
+            let case = format!("stored last_detect {stored:?}");
+            assert_eq!(
+                plan.clock_went_back_from,
+                stored.filter(|_| went_back).map(UnixNanos::from_secs),
+                "{case}"
+            );
+            let writes_last_detect = plan.batch.ops().iter().any(|op| {
+                matches!(op, BatchOp::SetMeta { name, value }
+                    if name == meta_keys::LAST_DETECT && *value == now.0)
+            });
+            assert_eq!(writes_last_detect, went_back, "{case}");
+            assert_eq!(plan.batch.is_empty(), !went_back, "{case}");
+        }
     }
 }

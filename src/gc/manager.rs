@@ -13,6 +13,11 @@
 //! and the pulls in flight with no await before the call; a victim that gained a container, a
 //! newer last_used or a pull is kept (`gc_victims_rescued_total{why}`) and the walk goes on to
 //! the next candidate.
+//!
+//! Clock: a detect clamps stored stamps later than its `now` + `FUTURE_STAMP_TOLERANCE` to
+//! `now` and notices a `last_detect` later than that (the clock went back); each committed
+//! detect logs either once and counts it (`gc_future_stamps_clamped_total`,
+//! `gc_clock_went_back_total`). See `detect`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
@@ -21,13 +26,16 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::cri::ImageRuntime;
-use crate::model::{ImageRecord, RecordKey, RuntimeImage, UnixNanos};
+use crate::model::{FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeImage, UnixNanos};
 use crate::pull::PullsInFlight;
-use crate::store::{Batch, EvictionKey, Store, StoredRecord};
+use crate::store::{Batch, EvictionKey, Store, StoredRecord, meta_keys};
 
-use super::detect::{apply_to_copy, container_uses, fold_images, images_in_use, plan_detect};
+use super::detect::{
+    DetectPlan, apply_to_copy, container_uses, fold_images, images_in_use, plan_detect,
+};
 use super::evict::{Verdict, past_max_age};
 use super::explain::{Decision, Explanation, FsSpace, explain_with_pulls};
+use super::format::{format_rfc3339, go_duration};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
@@ -196,9 +204,18 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     async fn detect_locked(&self, now: UnixNanos) -> Result<(DetectReport, CycleView), GcError> {
+        let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
         let (images, in_use, existing) = self.observe().await?;
-        let plan = plan_detect(&existing, &images, &in_use, &self.config.pins, now);
+        let plan = plan_detect(
+            &existing,
+            last_detect,
+            &images,
+            &in_use,
+            &self.config.pins,
+            now,
+        );
         let committed = self.store.apply(&plan.batch)?;
+        self.report_clock(&plan, now);
         let report = DetectReport {
             records: plan.records,
             added: plan.added,
@@ -213,6 +230,28 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
         Ok((report, CycleView { listed, protected }))
+    }
+
+    /// Logs (once per detect) and counts what a committed detect did about the clock: stamps
+    /// in the future clamped to `now`, and a `last_detect` later than `now`.
+    fn report_clock(&self, plan: &DetectPlan, now: UnixNanos) {
+        if plan.clamped > 0 {
+            warn!(
+                count = plan.clamped,
+                now = %format_rfc3339(now),
+                tolerance = %go_duration(FUTURE_STAMP_TOLERANCE),
+                "Clamped image records stamped in the future to now: the clock was ahead when they were written"
+            );
+            self.metrics.record_future_stamps_clamped(plan.clamped);
+        }
+        if let Some(from) = plan.clock_went_back_from {
+            warn!(
+                last_detect = %format_rfc3339(from),
+                now = %format_rfc3339(now),
+                "The clock went back since the last detect; last_detect follows it"
+            );
+            self.metrics.record_clock_went_back();
+        }
     }
 
     /// The listed images that a pull in flight protects.
@@ -519,8 +558,16 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// cycle would make them. It writes nothing, so it takes no cycle lock: a dry run answers
     /// while a long GC runs (from the records as they are at that moment).
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
+        let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
         let (images, in_use, mut records) = self.observe().await?;
-        let detect = plan_detect(&records, &images, &in_use, &self.config.pins, now);
+        let detect = plan_detect(
+            &records,
+            last_detect,
+            &images,
+            &in_use,
+            &self.config.pins,
+            now,
+        );
         apply_to_copy(&mut records, &detect.batch);
         let listed: BTreeMap<RecordKey, RuntimeImage> = fold_images(&images)
             .into_iter()

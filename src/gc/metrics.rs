@@ -1,5 +1,7 @@
 //! Counters of the GC layer: `image_garbage_collected_total{reason}`, removal failures and
-//! `gc_victims_rescued_total{why}` (victims the last look before removal kept).
+//! `gc_victims_rescued_total{why}` (victims the last look before removal kept), and the
+//! clock's: `gc_future_stamps_clamped_total` (records detect clamped because a stamp lay in
+//! the future) and `gc_clock_went_back_total` (detects that found `last_detect` ahead of them).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -73,6 +75,8 @@ pub struct GcMetrics {
     collected_space: AtomicU64,
     remove_failures: AtomicU64,
     rescued: [AtomicU64; 4],
+    future_stamps_clamped: AtomicU64,
+    clock_went_back: AtomicU64,
     /// The cycle in flight: whether one runs, and what it removed and freed so far.
     running: AtomicU64,
     progress_removed: AtomicU64,
@@ -151,5 +155,25 @@ impl GcMetrics {
 
     pub fn remove_failures(&self) -> u64 {
         self.remove_failures.load(Ordering::Relaxed)
+    }
+
+    pub fn record_future_stamps_clamped(&self, records: usize) {
+        let n = u64::try_from(records).unwrap_or(u64::MAX);
+        self.future_stamps_clamped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `gc_future_stamps_clamped_total`: records whose stamps detect clamped to its now.
+    pub fn future_stamps_clamped(&self) -> u64 {
+        self.future_stamps_clamped.load(Ordering::Relaxed)
+    }
+
+    pub fn record_clock_went_back(&self) {
+        self.clock_went_back.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `gc_clock_went_back_total`: detects whose now was before the stored last_detect (by
+    /// more than the tolerance).
+    pub fn clock_went_back(&self) -> u64 {
+        self.clock_went_back.load(Ordering::Relaxed)
     }
 }

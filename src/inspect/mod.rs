@@ -176,11 +176,12 @@ impl Snapshot {
         })
     }
 
-    /// The store's invariants and redb's integrity check, on the copy.
-    pub fn check(&mut self) -> Result<CheckReport, InspectError> {
+    /// The store's invariants, redb's integrity check and stamps later than `now` (beyond
+    /// the tolerance: see `Store::check_at`), on the copy.
+    pub fn check(&mut self, now: UnixNanos) -> Result<CheckReport, InspectError> {
         let path = self.path.clone();
         let store = &mut self.store;
-        let violations = guard::refuse_panics(&path, || Ok(store.check()?))?;
+        let violations = guard::refuse_panics(&path, || Ok(store.check_at(now)?))?;
         Ok(CheckReport {
             needed_recovery: self.repaired,
             violations,
@@ -344,10 +345,11 @@ pub struct CheckReport {
     pub violations: Vec<Violation>,
 }
 
-/// The full check of `path`: a verified snapshot, then the store's invariants and redb's
-/// integrity check on it. A file that does not verify is an error, not a report.
-pub fn check(path: &Path) -> Result<CheckReport, InspectError> {
-    Snapshot::open(path)?.check()
+/// The full check of `path` at `now`: a verified snapshot, then the store's invariants,
+/// redb's integrity check and future stamps on it. A file that does not verify is an error,
+/// not a report.
+pub fn check(path: &Path, now: UnixNanos) -> Result<CheckReport, InspectError> {
+    Snapshot::open(path)?.check(now)
 }
 
 #[cfg(test)]

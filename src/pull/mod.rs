@@ -27,7 +27,8 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::model::{
-    BackoffEntry, PodSandboxConfig, PullCredentials, PullSpec, RecordKey, UnixNanos,
+    BackoffEntry, MAX_IMAGE_NAME_BYTES, MAX_POD_UID_BYTES, PodSandboxConfig, PullCredentials,
+    PullSpec, RecordKey, UnixNanos,
 };
 
 pub use crate::gc::format::go_duration;
@@ -316,6 +317,10 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         credentials: &[PullCredentials],
         runtime_handler: &str,
     ) -> Result<String, PullError> {
+        if let Some(msg) = over_long(pod, image) {
+            self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
+            return Err(PullError::ErrInvalidImageName(msg));
+        }
         let q = go_quote(image);
         let spec_image = match apply_default_image_tag(image) {
             Ok(i) => i,
@@ -517,6 +522,28 @@ fn pull_spec(pod: &PodRef, image: String, runtime_handler: &str) -> PullSpec {
             labels: Default::default(),
             annotations: pod.annotations.clone(),
         }),
+    }
+}
+
+/// Why the backoff key `<pod uid>_<image>` would be too long, if it would: an image name over
+/// [`MAX_IMAGE_NAME_BYTES`] or a pod uid over [`MAX_POD_UID_BYTES`] is refused before any
+/// runtime call, as an invalid image name (bad input), naming neither (a long name may hold
+/// credentials).
+fn over_long(pod: &PodRef, image: &str) -> Option<String> {
+    if image.len() > MAX_IMAGE_NAME_BYTES {
+        Some(format!(
+            "Failed to apply default image tag: the image name is {} bytes, longer than the \
+             limit of {MAX_IMAGE_NAME_BYTES}",
+            image.len()
+        ))
+    } else if pod.uid.len() > MAX_POD_UID_BYTES {
+        Some(format!(
+            "Invalid pod uid for the image pull backoff key: {} bytes, longer than the limit \
+             of {MAX_POD_UID_BYTES}",
+            pod.uid.len()
+        ))
+    } else {
+        None
     }
 }
 

@@ -964,3 +964,72 @@ fn eval_cri_pull_err_classifies_by_prefix() {
         assert_eq!((got.reason(), got.message()), (reason, msg), "{err}");
     }
 }
+
+/// A pod uid over 128 bytes or an image name over 4096 bytes would make a backoff key the
+/// store refuses: the pull is refused first, as an invalid image name (exit 2 in the CLI),
+/// with no runtime call and nothing stored; at the limits the pull goes ahead.
+#[tokio::test]
+async fn over_long_pod_uids_and_image_names_are_refused_before_any_runtime_call() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let now = UnixNanos::from_secs(T0);
+    let store = Arc::new(
+        crate::store::Store::open(&dir.path().join("images.redb"), now).expect("open store"),
+    );
+    let runtime = Arc::new(FakeRuntime {
+        pull_err: Some("boom".into()),
+        ..Default::default()
+    });
+    let m = ImageManager::new(
+        &PullConfig::default(),
+        runtime.clone(),
+        store.clone(),
+        Arc::new(ManualClock::new(now)),
+    )
+    .expect("valid config");
+    let uid = |n: usize| PodRef {
+        uid: "u".repeat(n),
+        ..pod()
+    };
+    let long_digest = format!("busybox@sha256:{}", "a".repeat(4096));
+    // (pod uid bytes, image, refused with this message part)
+    let cases: [(usize, &str, Option<&str>); 4] = [
+        (
+            129,
+            "busybox:1",
+            Some("pod uid for the image pull backoff key: 129 bytes"),
+        ),
+        (
+            36,
+            &long_digest,
+            Some("4111 bytes, longer than the limit of 4096"),
+        ),
+        (128, "busybox:1", None),
+        (36, "busybox:1", None),
+    ];
+    for (uid_len, image, refused) in cases {
+        let got = m
+            .ensure_image_exists(&uid(uid_len), image, PullPolicy::Always, &[], "")
+            .await;
+        let calls = runtime.take_calls();
+        let case = format!("uid of {uid_len} bytes, image of {} bytes", image.len());
+        match refused {
+            Some(part) => {
+                let err = got.expect_err(&case);
+                assert_eq!(err.reason(), "InvalidImageName", "{case}");
+                assert!(err.message().contains(part), "{case}: {}", err.message());
+                assert!(calls.is_empty(), "{case}: {calls:?}");
+            }
+            None => {
+                assert_eq!(got.map_err(|e| e.reason()), Err("ErrImagePull"), "{case}");
+                assert_eq!(calls, vec!["PullImage"], "{case}");
+            }
+        }
+    }
+    let keys: Vec<usize> = store
+        .backoff_entries()
+        .expect("read store")
+        .into_iter()
+        .map(|(k, _)| k.len())
+        .collect();
+    assert_eq!(keys, vec![36 + 1 + 9, 128 + 1 + 9]);
+}

@@ -25,6 +25,14 @@ pub enum BatchOp {
         key: RecordKey,
         sighting: Sighting,
     },
+    /// Detect's undoing of a clock that was ahead: each of the record's first_detected and
+    /// last_used that lies after `limit` (as the record is inside the write transaction)
+    /// becomes `now`; a record with no such stamp, or none, is left as it is.
+    ClampFuture {
+        key: RecordKey,
+        limit: UnixNanos,
+        now: UnixNanos,
+    },
     /// Delete the record if it exists.
     Remove {
         key: RecordKey,
@@ -81,6 +89,10 @@ impl Batch {
 
     pub fn sight(&mut self, key: RecordKey, sighting: Sighting) {
         self.ops.push(BatchOp::Sight { key, sighting });
+    }
+
+    pub fn clamp_future(&mut self, key: RecordKey, limit: UnixNanos, now: UnixNanos) {
+        self.ops.push(BatchOp::ClampFuture { key, limit, now });
     }
 
     pub fn remove_unlisted(&mut self, key: RecordKey, seen_last_used: UnixNanos) {

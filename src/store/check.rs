@@ -2,6 +2,15 @@
 //! eviction-index entry and the index holds nothing else), that every stored byte decodes,
 //! that the schema version is present, and redb's own integrity check. It reports every
 //! violation it finds rather than stopping at the first.
+//!
+//! `Store::check_at(now)` adds the clock: a record's first_detected or last_used, or the
+//! `last_detect` meta, later than the check's own `now` + `FUTURE_STAMP_TOLERANCE` is a
+//! violation (stamped while the clock was ahead, or the clock went back since). The check's
+//! `now` is the yardstick, not the file's `last_detect`: a pull marks records after the last
+//! detect (which is stamped only when a detect changes something), so `last_detect` is no
+//! bound on them, and only a clock outside the file can show that `last_detect` itself lies
+//! ahead. The agent's next detect clamps such stamps and moves `last_detect` back, which
+//! clears these violations.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -11,6 +20,8 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use super::codec::{Codec, EvictionKey};
 use super::tables::{BACKOFF, EVICTION, IMAGES, META};
 use super::{Handle, Store, StoreError, meta_keys};
+use crate::gc::format::{format_rfc3339, go_duration};
+use crate::model::{FUTURE_STAMP_TOLERANCE, UnixNanos};
 
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -25,6 +36,17 @@ pub enum Violation {
     MissingSchemaVersion,
     /// redb's integrity check failed or repaired something.
     Integrity { detail: String },
+    /// A record's `field` (first_detected or last_used) is later than the check's `now` by
+    /// more than the tolerance (unix nanoseconds).
+    FutureStamp {
+        key: String,
+        field: &'static str,
+        stamp: i64,
+        now: i64,
+    },
+    /// The `last_detect` meta is later than the check's `now` by more than the tolerance:
+    /// the clock went back since the last detect (unix nanoseconds).
+    LastDetectInFuture { last_detect: i64, now: i64 },
 }
 
 impl fmt::Display for Violation {
@@ -41,6 +63,27 @@ impl fmt::Display for Violation {
             }
             Violation::MissingSchemaVersion => write!(f, "meta table has no schema version"),
             Violation::Integrity { detail } => write!(f, "redb integrity: {detail}"),
+            Violation::FutureStamp {
+                key,
+                field,
+                stamp,
+                now,
+            } => write!(
+                f,
+                "record {key}: {field} {} is later than now ({}) by more than {}: stamped while \
+                 the clock was ahead; the agent's next detect clamps it to its time",
+                format_rfc3339(UnixNanos(*stamp)),
+                format_rfc3339(UnixNanos(*now)),
+                go_duration(FUTURE_STAMP_TOLERANCE)
+            ),
+            Violation::LastDetectInFuture { last_detect, now } => write!(
+                f,
+                "last_detect {} is later than now ({}) by more than {}: the clock went back \
+                 since the last detect; the agent's next detect moves it back",
+                format_rfc3339(UnixNanos(*last_detect)),
+                format_rfc3339(UnixNanos(*now)),
+                go_duration(FUTURE_STAMP_TOLERANCE)
+            ),
         }
     }
 }
@@ -121,7 +164,55 @@ impl Store {
         Ok(violations)
     }
 
-    /// Checks the store's invariants and, on a read-write handle, redb's integrity.
+    /// Stamps later than `now` + [`FUTURE_STAMP_TOLERANCE`]: each record's first_detected and
+    /// last_used, then `last_detect`. Undecodable entries are left to `check_invariants`.
+    pub fn check_clock(&self, now: UnixNanos) -> Result<Vec<Violation>, StoreError> {
+        let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
+        let mut violations = Vec::new();
+        let txn = self.begin_read()?;
+        let images = txn.open_table(IMAGES).map_err(|e| self.redb_err(e))?;
+        for entry in images.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            let (Ok(key), Ok(record)) = (k.value().decode(), v.value().decode()) else {
+                continue;
+            };
+            for (field, stamp) in [
+                ("first_detected", record.first_detected),
+                ("last_used", record.last_used),
+            ] {
+                if stamp > limit {
+                    violations.push(Violation::FutureStamp {
+                        key: key.to_string(),
+                        field,
+                        stamp: stamp.0,
+                        now: now.0,
+                    });
+                }
+            }
+        }
+        let meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
+        let last_detect = super::read_meta(&meta, meta_keys::LAST_DETECT)
+            .ok()
+            .flatten()
+            .map(UnixNanos);
+        if let Some(last_detect) = last_detect.filter(|&t| t > limit) {
+            violations.push(Violation::LastDetectInFuture {
+                last_detect: last_detect.0,
+                now: now.0,
+            });
+        }
+        Ok(violations)
+    }
+
+    /// [`Store::check`] and [`Store::check_clock`] at `now`: what `inspect check` reports.
+    pub fn check_at(&mut self, now: UnixNanos) -> Result<Vec<Violation>, StoreError> {
+        let mut violations = self.check()?;
+        violations.extend(self.check_clock(now)?);
+        Ok(violations)
+    }
+
+    /// Checks the store's invariants and, on a read-write handle, redb's integrity; no clock
+    /// (see [`Store::check_at`]).
     pub fn check(&mut self) -> Result<Vec<Violation>, StoreError> {
         let mut violations = Vec::new();
         if let Handle::Write(db) = &mut self.handle {
@@ -137,5 +228,110 @@ impl Store {
         }
         violations.extend(self.check_invariants()?);
         Ok(violations)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ImageRecord, RecordKey};
+    use crate::store::Batch;
+
+    const NOW: i64 = 1_800_000_000;
+    const YEAR: i64 = 365 * 24 * 3600;
+
+    fn record(first: i64, last: i64) -> ImageRecord {
+        ImageRecord {
+            first_detected: UnixNanos::from_secs(first),
+            last_used: UnixNanos::from_secs(last),
+            size: 1,
+            pinned: false,
+        }
+    }
+
+    /// A store holding what a clock a year ahead leaves: `ahead` stamped at NOW + a year on
+    /// both fields, `used` first seen long ago and used a year ahead, `near` within the
+    /// tolerance, and `last_detect` a year ahead.
+    fn store_stamped_ahead() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("records.redb"), UnixNanos::from_secs(NOW))
+            .expect("open store");
+        let mut batch = Batch::new();
+        batch.upsert(RecordKey::new("ahead", ""), record(NOW + YEAR, NOW + YEAR));
+        batch.upsert(RecordKey::new("used", ""), record(NOW - YEAR, NOW + YEAR));
+        batch.upsert(RecordKey::new("near", ""), record(NOW + 600, NOW + 600));
+        batch.set_meta(meta_keys::LAST_DETECT, UnixNanos::from_secs(NOW + YEAR).0);
+        store.apply(&batch).expect("apply");
+        (dir, store)
+    }
+
+    fn future_stamps(violations: &[Violation]) -> Vec<(String, &'static str)> {
+        violations
+            .iter()
+            .filter_map(|v| match v {
+                Violation::FutureStamp { key, field, .. } => Some((key.clone(), *field)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn check_at_reports_stamps_and_a_last_detect_later_than_now_beyond_the_tolerance() {
+        let (_dir, mut store) = store_stamped_ahead();
+        let violations = store.check_at(UnixNanos::from_secs(NOW)).expect("check");
+        assert_eq!(
+            future_stamps(&violations),
+            vec![
+                ("ahead".to_owned(), "first_detected"),
+                ("ahead".to_owned(), "last_used"),
+                ("used".to_owned(), "last_used"),
+            ],
+            "{violations:?}"
+        );
+        let last_detect = Violation::LastDetectInFuture {
+            last_detect: UnixNanos::from_secs(NOW + YEAR).0,
+            now: UnixNanos::from_secs(NOW).0,
+        };
+        assert!(violations.contains(&last_detect), "{violations:?}");
+        assert_eq!(violations.len(), 4, "{violations:?}");
+        let message = last_detect.to_string();
+        assert!(
+            message.contains("the clock went back") && message.contains("10m0s"),
+            "{message}"
+        );
+        // The structural check has no clock and finds nothing wrong.
+        assert!(store.check().expect("check").is_empty());
+        // Once the clock has caught up, nothing is in the future.
+        assert!(
+            store
+                .check_at(UnixNanos::from_secs(NOW + YEAR))
+                .expect("check")
+                .is_empty()
+        );
+    }
+
+    /// The store's clamp op: stamps after the limit become `now`, the eviction index follows
+    /// (the structural check stays clean) and check_at no longer reports them.
+    #[test]
+    fn clamp_future_fixes_what_check_at_reports_and_keeps_the_index_in_step() {
+        let (_dir, mut store) = store_stamped_ahead();
+        let now = UnixNanos::from_secs(NOW);
+        let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
+        let mut batch = Batch::new();
+        for id in ["ahead", "used", "near", "absent"] {
+            batch.clamp_future(RecordKey::new(id, ""), limit, now);
+        }
+        batch.set_meta(meta_keys::LAST_DETECT, now.0);
+        assert!(store.apply(&batch).expect("apply"));
+        let get = |id: &str| store.get(&RecordKey::new(id, "")).expect("get");
+        assert_eq!(get("ahead"), Some(record(NOW, NOW)));
+        assert_eq!(get("used"), Some(record(NOW - YEAR, NOW)));
+        assert_eq!(get("near"), Some(record(NOW + 600, NOW + 600)));
+        assert_eq!(get("absent"), None);
+        assert!(store.check_at(now).expect("check").is_empty());
+        // Clamping again changes nothing and commits nothing.
+        let commits = store.commits();
+        assert!(!store.apply(&batch).expect("apply"));
+        assert_eq!(store.commits(), commits);
     }
 }

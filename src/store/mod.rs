@@ -41,7 +41,9 @@ pub use open::{CURRENT_SCHEMA_VERSION, meta_keys};
 use codec::{BackoffKey, Codec, MAX_ID_BYTES, MetaKey, MetaValue};
 use tables::{BACKOFF, EVICTION, Encoded, IMAGES, META, Stored};
 
-use crate::model::{BackoffEntry, ImageRecord, RecordKey, UnixNanos};
+use crate::model::{
+    BackoffEntry, ImageRecord, MAX_IMAGE_NAME_BYTES, MAX_POD_UID_BYTES, RecordKey, UnixNanos,
+};
 
 enum Handle {
     Write(Database),
@@ -320,14 +322,37 @@ impl<E: Into<redb::Error>> From<E> for TxnError {
     }
 }
 
+/// Refuses to write a backoff key (`<pod uid>_<image>`) longer than [`MAX_POD_UID_BYTES`] +
+/// 1 + [`MAX_IMAGE_NAME_BYTES`], or whose part before the first `_` (the pod uid, unless the
+/// uid itself holds a `_`) is longer than [`MAX_POD_UID_BYTES`].
+fn validate_backoff_key(key: &str) -> Result<(), StoreError> {
+    let uid = key.split('_').next().unwrap_or_default();
+    let reason = if uid.len() > MAX_POD_UID_BYTES {
+        "the pod uid is longer than 128 bytes"
+    } else if key.len() > MAX_POD_UID_BYTES + 1 + MAX_IMAGE_NAME_BYTES {
+        "the backoff key is longer than 4225 bytes (a pod uid of 128, `_`, an image name of 4096)"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::InvalidKey {
+        key: key.chars().take(80).collect(),
+        reason,
+    })
+}
+
 fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
     let key = match op {
         BatchOp::Upsert { key, .. }
         | BatchOp::MarkUsed { key, .. }
         | BatchOp::Sight { key, .. }
+        | BatchOp::ClampFuture { key, .. }
         | BatchOp::Remove { key }
         | BatchOp::RemoveUnlisted { key, .. } => key,
-        _ => return Ok(()),
+        BatchOp::PutBackoff { key, .. } => return validate_backoff_key(key),
+        // A removal is never refused: an entry an older version stored under a longer key
+        // must stay removable, and a pull's success removes every expired key in the batch
+        // that marks its image.
+        BatchOp::RemoveBackoff { .. } | BatchOp::SetMeta { .. } => return Ok(()),
     };
     let id = key.image_id.as_str();
     let reason = if id.is_empty() {
@@ -392,6 +417,15 @@ fn apply_ops(txn: &WriteTransaction, batch: &Batch) -> Result<bool, TxnError> {
                 let next = ImageRecord::after_sighting(get_record(&images, key)?, *sighting);
                 put_record(&mut images, &mut index, key, Some(next))?
             }
+            BatchOp::ClampFuture { key, limit, now } => match get_record(&images, key)? {
+                Some(old) if old.has_stamp_after(*limit) => put_record(
+                    &mut images,
+                    &mut index,
+                    key,
+                    Some(old.clamped(*limit, *now)),
+                )?,
+                _ => false,
+            },
             BatchOp::Remove { key } => put_record(&mut images, &mut index, key, None)?,
             BatchOp::RemoveUnlisted {
                 key,

@@ -28,7 +28,9 @@ pub mod meta_keys {
     pub const CREATED_AT: &str = "created_at";
     /// When an agent last started on this file (unix nanoseconds).
     pub const AGENT_STARTED_AT: &str = "agent_started_at";
-    /// The time of the last detect cycle that changed something (unix nanoseconds).
+    /// The time of the last detect cycle that changed something (unix nanoseconds), as its
+    /// clock said: it moves back with the clock (a detect more than the tolerance before it
+    /// writes its own time even when nothing else changed; see `gc::detect`).
     pub const LAST_DETECT: &str = "last_detect";
 }
 

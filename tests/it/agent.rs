@@ -281,6 +281,11 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
     );
     assert!(body.contains("image_records 1"), "{body}");
     assert!(
+        body.contains("\ngc_future_stamps_clamped_total 0\n"),
+        "{body}"
+    );
+    assert!(body.contains("\ngc_clock_went_back_total 0\n"), "{body}");
+    assert!(
         body.contains("store_commit_duration_seconds_count"),
         "{body}"
     );

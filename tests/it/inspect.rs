@@ -367,6 +367,56 @@ fn check_says_ok_on_a_sound_file() {
     assert_eq!(v["violations"], Value::Array(vec![]));
 }
 
+/// A file written while the clock was a year ahead: `check` reports each stamp later than its
+/// `--now` by more than 10 minutes and the `last_detect` ahead of it (exit 1), and calls the
+/// same file ok once `--now` has caught up.
+#[test]
+fn check_reports_stamps_in_the_future_and_a_last_detect_the_clock_went_back_from() {
+    const YEAR: i64 = 365 * 24 * HOUR;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    {
+        let store = Store::open(&db, at(NOW)).expect("open");
+        let mut batch = Batch::new();
+        batch.upsert(key("ahead", ""), record(NOW - HOUR, NOW + YEAR, 1, false));
+        batch.upsert(key("near", ""), record(NOW + 600, NOW + 600, 1, false));
+        batch.set_meta(meta_keys::LAST_DETECT, at(NOW + YEAR).0);
+        store.apply(&batch).expect("apply");
+    }
+    let t = inspect(&db, &["check"]);
+    assert_eq!(t.code, 1, "{}", t.stderr);
+    let lines: Vec<&str> = t.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", t.stdout);
+    assert!(
+        lines[0].starts_with(&format!(
+            "violation: record {}: last_used 2027-01-02T08:00:00Z",
+            id("ahead")
+        )),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with(
+            "violation: last_detect 2027-01-02T08:00:00Z is later than now (2026-01-02T08:00:00Z)"
+        ),
+        "{}",
+        lines[1]
+    );
+    let v = inspect(&db, &["check", "--output", "json"]).json();
+    assert_eq!(v["ok"], false);
+    assert_eq!(
+        v["violations"][0]["violation"]["FutureStamp"]["field"],
+        "last_used"
+    );
+    assert_eq!(
+        v["violations"][1]["violation"]["LastDetectInFuture"]["last_detect"],
+        at(NOW + YEAR).0
+    );
+    let later = (NOW + YEAR).to_string();
+    let t = run(&["--db", db.to_str().expect("utf8"), "--now", &later, "check"]);
+    assert_eq!((t.code, t.stdout.as_str()), (0, "ok\n"), "{}", t.stderr);
+}
+
 #[test]
 fn explain_says_why_each_image_stays_or_goes() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -509,6 +509,45 @@ fn invalid_keys_are_refused_before_writing() {
     assert_eq!(store.len().expect("len"), 0);
 }
 
+/// A backoff key is `<pod uid>_<image>`: a uid part (before the first `_`) over 128 bytes or
+/// a key over 128 + 1 + 4096 bytes is refused before writing; the limits themselves are
+/// accepted, and removing an over-long key (as an older version may have stored one) is not
+/// refused.
+#[test]
+fn over_long_backoff_keys_are_refused_before_writing_and_removals_never_are() {
+    let (_dir, path) = temp_db();
+    let store = open(&path);
+    let image = |n: usize| "i".repeat(n);
+    let cases = [
+        (format!("{}_{}", "u".repeat(128), image(4096)), true),
+        (format!("{}_{}", "u".repeat(129), "busybox"), false),
+        (format!("{}_{}", "u".repeat(128), image(4097)), false),
+        // The store bounds the key, not the image part: a short uid leaves room (the pull
+        // path refuses an image name over 4096 bytes before it gets here).
+        (format!("{}_{}", "u".repeat(36), image(4097)), true),
+    ];
+    for (key, accepted) in cases {
+        let mut batch = Batch::new();
+        batch.put_backoff(key.clone(), backoff(10, 1, "boom"));
+        let got = store.apply(&batch);
+        let case = format!("key of {} bytes", key.len());
+        if accepted {
+            assert!(got.expect(&case), "{case}");
+        } else {
+            let err = got.expect_err(&case);
+            assert!(
+                matches!(err, StoreError::InvalidKey { .. }),
+                "{case}: {err}"
+            );
+            assert_eq!(store.backoff(&key).expect("read"), None, "{case}");
+        }
+        let mut removal = Batch::new();
+        removal.remove_backoff(key.clone());
+        assert_eq!(store.apply(&removal).expect(&case), accepted, "{case}");
+    }
+    assert!(store.backoff_entries().expect("read").is_empty());
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Upsert(u8, i64, i64, u64, bool),

@@ -134,7 +134,7 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
     match args.command {
         InspectCommand::Check => {
             let mut snap = open(&args.db, false)?;
-            let report = snap.check().map_err(inspect_failure)?;
+            let report = snap.check(now).map_err(inspect_failure)?;
             if report.needed_recovery {
                 eprintln!(
                     "imagekeeper: database {} needs recovery (it was not closed cleanly); \

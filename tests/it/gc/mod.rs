@@ -20,7 +20,7 @@ use imagekeeper::model::{
     ContainerState, ImageId, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use imagekeeper::replay::ScriptedRuntime;
-use imagekeeper::store::Store;
+use imagekeeper::store::{Store, meta_keys};
 
 /// A node: a scripted runtime, a store file and a manager that can be restarted.
 struct Node {
@@ -513,6 +513,69 @@ async fn max_age_removes_images_unused_for_longer_and_counts_never_used_from_fir
         );
         assert_eq!(node.record_ids(), set(&["busy", "fresh"]));
         assert_eq!(node.manager().metrics().collected()[0], ("age", 2));
+    }
+    both_ways!(scenario);
+}
+
+/// A node whose clock ran a year ahead, then was set right: the stamps written meanwhile
+/// would keep "ran-ahead" used-recently (and both images young) for a year. The detect at the
+/// real time clamps them to its time, logs and counts it and the clock going back, and MaxAge
+/// then counts from the clamped stamps, across a restart too.
+#[tokio::test]
+async fn stamps_written_while_the_clock_was_ahead_are_clamped_so_max_age_applies_again() {
+    async fn scenario(restart: bool) {
+        const YEAR: i64 = 365 * 24 * 3600;
+        let mut node = Node::new(policy(85, 80, 600, 3600));
+        node.set_images(vec![image("ran-ahead", 1), image("seen-ahead", 1)]);
+        node.set_containers(vec![container("c1", "ran-ahead")]);
+        node.detect(YEAR).await;
+        let store = node.manager().store().clone();
+        let future = store.check_clock(at(0)).expect("check clock");
+        assert_eq!(
+            future.len(),
+            4,
+            "3 future stamps and last_detect: {future:?}"
+        );
+
+        node.set_containers(vec![]);
+        node.detect(0).await;
+        let ran = node.record("ran-ahead").expect("recorded");
+        assert_eq!((ran.first_detected, ran.last_used), (at(0), at(0)));
+        let seen = node.record("seen-ahead").expect("recorded");
+        assert_eq!(
+            (seen.first_detected, seen.last_used),
+            (at(0), UnixNanos::NEVER)
+        );
+        let last_detect = store.meta(meta_keys::LAST_DETECT).expect("meta");
+        assert_eq!(
+            last_detect,
+            Some(at(0).0),
+            "last_detect follows the clock back"
+        );
+        assert!(store.check_clock(at(0)).expect("check clock").is_empty());
+        let metrics = node.manager().metrics();
+        assert_eq!(metrics.future_stamps_clamped(), 2);
+        assert_eq!(metrics.clock_went_back(), 1);
+        drop(store);
+
+        node.maybe_restart(restart);
+        node.set_fs(10_000, 9_000);
+        let report = node.gc(3600).await;
+        assert!(report.removed.is_empty(), "{:?}", report.removed);
+        let report = node.gc(3601).await;
+        let mut removed = removed_ids(&report);
+        removed.sort_unstable();
+        assert_eq!(removed, ["ran-ahead", "seen-ahead"]);
+        assert!(
+            report
+                .removed
+                .iter()
+                .all(|r| r.reason == RemovalReason::Age)
+        );
+        // Detects at the real time again: no more clock events.
+        let metrics = node.manager().metrics();
+        assert_eq!(metrics.clock_went_back(), if restart { 0 } else { 1 });
+        assert_eq!(metrics.future_stamps_clamped(), if restart { 0 } else { 2 });
     }
     both_ways!(scenario);
 }
