@@ -17,7 +17,7 @@ fn time(u: &mut Unstructured<'_>) -> Result<i64> {
 }
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    Ok(match u.int_in_range(0..=6u8)? {
+    Ok(match u.int_in_range(0..=8u8)? {
         0 => Op::Upsert {
             image: u.arbitrary()?,
             handler: u.arbitrary()?,
@@ -48,6 +48,19 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
         5 => Op::SetMeta {
             name: u.arbitrary()?,
             value: time(u)?,
+        },
+        6 => Op::Sight {
+            image: u.arbitrary()?,
+            handler: u.arbitrary()?,
+            now: time(u)?,
+            in_use: u.arbitrary()?,
+            size: u.arbitrary()?,
+            pinned: u.arbitrary()?,
+        },
+        7 => Op::RemoveUnlisted {
+            image: u.arbitrary()?,
+            handler: u.arbitrary()?,
+            seen_last_used: time(u)?,
         },
         _ => Op::Stamp { value: time(u)? },
     })

@@ -51,6 +51,21 @@ pub enum Op {
         image: u8,
         handler: u8,
     },
+    /// Detect's merge of a listed image (`BatchOp::Sight`).
+    Sight {
+        image: u8,
+        handler: u8,
+        now: i64,
+        in_use: bool,
+        size: u64,
+        pinned: bool,
+    },
+    /// Detect's removal of an unlisted record unless marked since (`BatchOp::RemoveUnlisted`).
+    RemoveUnlisted {
+        image: u8,
+        handler: u8,
+        seen_last_used: i64,
+    },
     PutBackoff {
         key: u8,
         backoff_secs: u32,
@@ -193,7 +208,11 @@ impl Model {
         let mut stamps = Vec::new();
         for op in ops {
             changed |= match op {
-                Op::Upsert { .. } | Op::MarkUsed { .. } | Op::Remove { .. } => {
+                Op::Upsert { .. }
+                | Op::MarkUsed { .. }
+                | Op::Remove { .. }
+                | Op::Sight { .. }
+                | Op::RemoveUnlisted { .. } => {
                     let key = record_key(op);
                     let old = self.records.get(&key).copied();
                     let next = match op {
@@ -222,6 +241,34 @@ impl Model {
                                 pinned: false,
                             },
                         }),
+                        // The merge rules written out again, independently of the store's.
+                        Op::Sight {
+                            now,
+                            in_use,
+                            size,
+                            pinned,
+                            ..
+                        } => {
+                            let used = if *in_use { *now } else { 0 };
+                            Some(match old {
+                                Some(old) => ImageRecord {
+                                    first_detected: UnixNanos(old.first_detected.0.min(*now)),
+                                    last_used: UnixNanos(old.last_used.0.max(used)),
+                                    size: *size,
+                                    pinned: *pinned,
+                                },
+                                None => ImageRecord {
+                                    first_detected: UnixNanos(*now),
+                                    last_used: UnixNanos(used),
+                                    size: *size,
+                                    pinned: *pinned,
+                                },
+                            })
+                        }
+                        Op::RemoveUnlisted { seen_last_used, .. } => match old {
+                            Some(r) if r.last_used.0 > *seen_last_used => Some(r),
+                            _ => None,
+                        },
                         _ => None,
                     };
                     match next {
@@ -268,7 +315,9 @@ fn record_key(op: &Op) -> RecordKey {
     let (image, handler) = match op {
         Op::Upsert { image, handler, .. }
         | Op::MarkUsed { image, handler, .. }
-        | Op::Remove { image, handler } => (*image, *handler),
+        | Op::Remove { image, handler }
+        | Op::Sight { image, handler, .. }
+        | Op::RemoveUnlisted { image, handler, .. } => (*image, *handler),
         _ => (0, 0),
     };
     RecordKey::new(
@@ -323,6 +372,24 @@ fn to_batch(ops: &[Op]) -> Batch {
                 batch.mark_used(record_key(op), UnixNanos(*now), *size)
             }
             Op::Remove { .. } => batch.remove(record_key(op)),
+            Op::Sight {
+                now,
+                in_use,
+                size,
+                pinned,
+                ..
+            } => batch.sight(
+                record_key(op),
+                crate::model::Sighting {
+                    now: UnixNanos(*now),
+                    in_use: *in_use,
+                    size: *size,
+                    pinned: *pinned,
+                },
+            ),
+            Op::RemoveUnlisted { seen_last_used, .. } => {
+                batch.remove_unlisted(record_key(op), UnixNanos(*seen_last_used))
+            }
             Op::PutBackoff { key, .. } => batch.put_backoff(backoff_key(*key), backoff_entry(op)),
             Op::RemoveBackoff { key } => batch.remove_backoff(backoff_key(*key)),
             Op::SetMeta { name, value } => batch.set_meta(meta_name(*name), *value),

@@ -15,6 +15,14 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<u8>(), any::<u8>(), time.clone(), proptest::option::of(any::<u64>()))
             .prop_map(|(image, handler, now, size)| Op::MarkUsed { image, handler, now, size }),
         2 => (any::<u8>(), any::<u8>()).prop_map(|(image, handler)| Op::Remove { image, handler }),
+        3 => (any::<u8>(), any::<u8>(), time.clone(), any::<bool>(), any::<u64>(), any::<bool>())
+            .prop_map(|(image, handler, now, in_use, size, pinned)| Op::Sight {
+                image, handler, now, in_use, size, pinned,
+            }),
+        2 => (any::<u8>(), any::<u8>(), time.clone())
+            .prop_map(|(image, handler, seen_last_used)| Op::RemoveUnlisted {
+                image, handler, seen_last_used,
+            }),
         1 => (any::<u8>(), 0u32..600, time.clone(), prop_oneof![0u16..64, 0u16..5000])
             .prop_map(|(key, backoff_secs, last_update, message_len)| Op::PutBackoff {
                 key, backoff_secs, last_update, message_len,
