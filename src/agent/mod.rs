@@ -122,6 +122,13 @@ impl Agent {
         &self.metrics
     }
 
+    /// Whether the agent can do its job: false while the record store is closed after an I/O
+    /// failure (a full disk) and not yet reopened; the metric `store_healthy` reports the same.
+    /// The loops go on meanwhile: their next use of the store tries the reopen.
+    pub fn ready(&self) -> bool {
+        self.store.is_healthy()
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render_metrics(&self) -> String {
         self.metrics.render(&self.gc, &self.images, &self.store)

@@ -998,3 +998,69 @@ fn equal_gc_thresholds_are_refused_by_every_command_with_the_kubelets_message() 
         assert!(!db.exists(), "{args:?}: nothing is created");
     }
 }
+
+/// Regression (issue 12, item 5), the CLI path: `imagekeeper gc` without an agent, on a
+/// database whose filesystem is full, exits 1 saying the filesystem is full and naming the
+/// database; once space is back the same command works, with the records of before intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_without_agent_on_a_full_disk_says_so_and_works_once_space_is_back() {
+    let Some(fs) = crate::support::Tmpfs::mount(
+        "gc_without_agent_on_a_full_disk_says_so_and_works_once_space_is_back",
+        "2m",
+    ) else {
+        return;
+    };
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let db = fs.path().join("records.redb");
+    let db_arg = db.to_str().expect("utf8").to_owned();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("no-agent.sock");
+    let gc = || {
+        output(&[
+            "gc",
+            "--db",
+            &db_arg,
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--container-runtime-endpoint",
+            &fake.endpoint(),
+            // The host's own disk may be over any default threshold: only detect matters.
+            "--image-gc-high-threshold=100",
+            "--image-gc-low-threshold=99",
+        ])
+    };
+    let out = gc();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    // Fill the filesystem and the database's free pages, then let the runtime list a new image:
+    // recording it needs a commit.
+    let filler = fs.path().join("filler");
+    fs.fill(&filler);
+    {
+        let store = Store::open(&db, imagekeeper::model::UnixNanos::from_secs(1)).expect("open");
+        crate::gc::exhaust(&store);
+    }
+    fake.set_images(vec![
+        image("sha256:aaa", "registry.example/a:1", 1000),
+        image("sha256:bbb", "registry.example/b:1", 1000),
+    ]);
+    let out = gc();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("filesystem is full"), "{stderr}");
+    assert!(stderr.contains(&db_arg), "{stderr}");
+
+    std::fs::remove_file(&filler).expect("delete the filler");
+    let out = gc();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let store = Store::open_read_only(&db).expect("open read-only");
+    let ids: Vec<String> = store
+        .records()
+        .expect("records")
+        .into_iter()
+        .map(|r| r.key.image_id.0)
+        .collect();
+    assert_eq!(ids, ["sha256:aaa", "sha256:bbb"]);
+}
