@@ -10,7 +10,9 @@
 //! flight gets a grace period to finish and is otherwise dropped, which is safe because every
 //! store write is one synchronous, atomic transaction; the admin socket is bound only after the
 //! store is open, so a second agent on the same database fails before it can touch the first
-//! one's socket.
+//! one's socket; an I/O failure of the store (a full disk) makes the agent not ready
+//! ([`Agent::ready`], metric `store_healthy`) but stops no loop: the store reopens itself at its
+//! next use, so the agent recovers without a restart once space is back.
 
 pub mod config;
 mod metrics;
