@@ -761,3 +761,49 @@ fn full_filesystem_fails_one_commit_and_the_same_store_commits_again_once_space_
     // And the file opens as ever after a restart.
     assert_eq!(open(&path).len().expect("len"), committed as u64);
 }
+
+/// The reopen after a full disk never creates a database: with the file moved away meanwhile,
+/// it fails naming the path and leaves nothing there; with the file back, the same store
+/// reopens it with its records.
+#[test]
+fn reopen_after_a_full_disk_never_creates_a_new_database_in_place_of_a_missing_one() {
+    let Some(fs) = crate::support::Tmpfs::mount(
+        "reopen_after_a_full_disk_never_creates_a_new_database_in_place_of_a_missing_one",
+        "2m",
+    ) else {
+        return;
+    };
+    let path = fs.path().join("records.redb");
+    let store = open(&path);
+    assert!(
+        store
+            .apply(&bulky_batch(0, 20))
+            .expect("commit before the disk fills")
+    );
+    let filler = fs.path().join("filler");
+    fs.fill(&filler);
+    let mut committed = 20;
+    while store.apply(&bulky_batch(committed, 20)).is_ok() {
+        committed += 20;
+        assert!(
+            committed < 2_000,
+            "2 MiB cannot hold {committed} KiB of records"
+        );
+    }
+    assert!(!store.is_healthy());
+    std::fs::remove_file(&filler).expect("delete the filler");
+
+    let moved = fs.path().join("moved.redb");
+    std::fs::rename(&path, &moved).expect("move the database away");
+    let err = store
+        .apply(&bulky_batch(committed, 1))
+        .expect_err("nothing to reopen");
+    assert!(matches!(err, StoreError::Missing { .. }), "{err:?}");
+    assert!(!path.exists(), "the reopen created a file");
+    assert!(!store.is_healthy());
+
+    std::fs::rename(&moved, &path).expect("move the database back");
+    assert!(store.apply(&bulky_batch(committed, 1)).expect("reopened"));
+    assert_eq!(store.len().expect("len"), committed as u64 + 1);
+    assert!(store.is_healthy());
+}
