@@ -114,6 +114,16 @@ impl Store {
         &self.path
     }
 
+    /// How many write transactions this handle has committed.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::SeqCst)
+    }
+
+    /// The total time spent in commits by this handle, in nanoseconds.
+    pub fn commit_nanos_total(&self) -> u64 {
+        self.commit_nanos_total.load(Ordering::SeqCst)
+    }
+
     /// Whether this handle was opened read-only.
     pub fn is_read_only(&self) -> bool {
         matches!(*self.read_handle(), Handle::Read(_))
