@@ -1,6 +1,7 @@
 //! Metrics in the Prometheus text format, served over plain HTTP on the address the operator
 //! asks for (off by default): image_garbage_collected_total, image_gc_duration_seconds,
-//! image_pull_duration_seconds, image_records, store_commit_duration_seconds.
+//! image_pull_duration_seconds, image_records, store_healthy, store_reopens_total,
+//! store_commit_duration_seconds.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -134,6 +135,14 @@ impl AgentMetrics {
                 "ensure_image_requests_total{{pull_policy=\"{policy}\",present_locally=\"{present}\",pull_required=\"{required}\"}} {n}"
             );
         }
+        // Before `image_records`, whose read of the store reopens it after an I/O failure: the
+        // gauge is the state as the scrape found it.
+        out.push_str("# HELP store_healthy Whether the record store is usable (1), or failed an I/O operation (a full disk) and has not reopened yet (0).\n");
+        out.push_str("# TYPE store_healthy gauge\n");
+        let _ = writeln!(out, "store_healthy {}", u8::from(store.is_healthy()));
+        out.push_str("# HELP store_reopens_total Times the record store reopened its file after an I/O failure.\n");
+        out.push_str("# TYPE store_reopens_total counter\n");
+        let _ = writeln!(out, "store_reopens_total {}", store.reopens());
         out.push_str(
             "# HELP image_records Image records in the store.\n# TYPE image_records gauge\n",
         );

@@ -215,7 +215,8 @@ impl Store {
     /// (see [`Store::check_at`]).
     pub fn check(&mut self) -> Result<Vec<Violation>, StoreError> {
         let mut violations = Vec::new();
-        if let Handle::Write(db) = &mut self.handle {
+        let handle = self.handle.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Handle::Write(db) = handle {
             match db.check_integrity() {
                 Ok(true) => {}
                 Ok(false) => violations.push(Violation::Integrity {

@@ -57,10 +57,64 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "database {path}: its filesystem is full ({source}); free space there: the agent \
+         reopens the database by itself once it can write again, and a command can be rerun"
+    )]
+    NoSpace {
+        path: PathBuf,
+        #[source]
+        source: redb::Error,
+    },
+    #[error(
+        "database {path} is closed after an I/O failure and could not be reopened yet; it is \
+         tried again at the next use"
+    )]
+    Closed { path: PathBuf },
     #[error("database {path}: {source}")]
     Redb {
         path: PathBuf,
         #[source]
         source: redb::Error,
     },
+}
+
+impl StoreError {
+    /// The error of a failed redb call on `path`; a full filesystem gets its own variant.
+    pub(super) fn from_redb(path: &std::path::Path, source: redb::Error) -> StoreError {
+        let path = path.to_owned();
+        match &source {
+            redb::Error::Io(io)
+                if io.raw_os_error() == Some(libc::ENOSPC)
+                    || io.kind() == std::io::ErrorKind::StorageFull =>
+            {
+                StoreError::NoSpace { path, source }
+            }
+            _ => StoreError::Redb { path, source },
+        }
+    }
+
+    /// Whether redb said its handle failed earlier and must be reopened before any use.
+    pub(super) fn is_previous_io(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Redb {
+                source: redb::Error::PreviousIo | redb::Error::DatabaseClosed,
+                ..
+            } | StoreError::Closed { .. }
+        )
+    }
+
+    /// Whether this is an I/O failure after which redb refuses the handle until it is reopened.
+    pub(super) fn is_io_failure(&self) -> bool {
+        self.is_previous_io()
+            || matches!(
+                self,
+                StoreError::NoSpace { .. }
+                    | StoreError::Redb {
+                        source: redb::Error::Io(_),
+                        ..
+                    }
+            )
+    }
 }

@@ -21,10 +21,12 @@ mod open;
 pub mod power_loss;
 #[cfg(any(test, feature = "fault-injection"))]
 pub mod power_loss_harness;
+mod reopen;
 mod tables;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 use redb::{
@@ -48,16 +50,46 @@ use crate::model::{
 enum Handle {
     Write(Database),
     Read(ReadOnlyDatabase),
+    /// The read-write handle was dropped after an I/O failure and its reopen failed; the next
+    /// call tries the reopen again.
+    Closed,
+}
+
+/// What a read-write handle is reopened from after an I/O failure.
+enum Source {
+    /// Never reopened: a read-only handle, or a verified copy for `inspect`.
+    Fixed,
+    /// The file at `Store::path`, with the checks of [`Store::open`] but never created anew.
+    File,
+    /// A simulated disk (tests and fuzzing).
+    #[cfg(any(test, feature = "fault-injection"))]
+    Disk {
+        disk: power_loss::PowerLossDisk,
+        mode: CommitMode,
+    },
 }
 
 /// The record database. `Send + Sync`: share it as `Arc<Store>`. Every call blocks on disk.
+///
+/// After an I/O failure (a full disk, EIO) redb refuses every later operation until its handle
+/// is closed and opened again. The store does that itself: the failure marks it unhealthy
+/// ([`Store::is_healthy`]), and the next call first replaces the redb handle with a fresh,
+/// checked open of the same file; a call that meets redb's "previous I/O error" reopens and
+/// is retried once. The file is never rewritten or wiped to recover: redb's own crash recovery
+/// on open is the only repair.
 pub struct Store {
-    handle: Handle,
+    /// Held shared for a whole write transaction and while a read transaction begins; held
+    /// exclusively only to swap in a reopened handle.
+    handle: RwLock<Handle>,
+    source: Source,
     path: PathBuf,
     commits: AtomicU64,
     commit_nanos_total: AtomicU64,
     /// `Immediate` always, except on a store opened in [`CommitMode::NonDurableForTests`].
     durability: Durability,
+    /// False from an I/O failure until a reopen succeeds.
+    healthy: AtomicBool,
+    reopens: AtomicU64,
 }
 
 /// How [`Store::apply`] commits. Only the `fault-injection` feature can choose anything but
@@ -84,11 +116,6 @@ impl Store {
         &self.path
     }
 
-    /// Whether this handle was opened read-only.
-    pub fn is_read_only(&self) -> bool {
-        matches!(self.handle, Handle::Read(_))
-    }
-
     /// How many write transactions this handle has committed.
     pub fn commits(&self) -> u64 {
         self.commits.load(Ordering::SeqCst)
@@ -99,11 +126,35 @@ impl Store {
         self.commit_nanos_total.load(Ordering::SeqCst)
     }
 
-    fn redb_err(&self, e: impl Into<redb::Error>) -> StoreError {
-        StoreError::Redb {
-            path: self.path.clone(),
-            source: e.into(),
+    /// Whether this handle was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        matches!(*self.read_handle(), Handle::Read(_))
+    }
+
+    fn new(handle: Handle, source: Source, path: &Path, durability: Durability) -> Store {
+        Store {
+            handle: RwLock::new(handle),
+            source,
+            path: path.to_owned(),
+            commits: AtomicU64::new(0),
+            commit_nanos_total: AtomicU64::new(0),
+            durability,
+            healthy: AtomicBool::new(true),
+            reopens: AtomicU64::new(0),
         }
+    }
+
+    fn into_handle(self) -> Handle {
+        self.handle.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read_handle(&self) -> RwLockReadGuard<'_, Handle> {
+        // A panic while holding the lock leaves a whole handle (every write is one assignment).
+        self.handle.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn redb_err(&self, e: impl Into<redb::Error>) -> StoreError {
+        StoreError::from_redb(&self.path, e.into())
     }
 
     fn decode_err(&self, e: DecodeError) -> StoreError {
@@ -114,9 +165,14 @@ impl Store {
     }
 
     fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
-        let txn = match &self.handle {
+        let txn = match &*self.read_handle() {
             Handle::Write(db) => db.begin_read(),
             Handle::Read(db) => db.begin_read(),
+            Handle::Closed => {
+                return Err(StoreError::Closed {
+                    path: self.path.clone(),
+                });
+            }
         };
         txn.map_err(|e| self.redb_err(e))
     }
@@ -131,7 +187,7 @@ impl Store {
 
     /// The record of `key`, if any.
     pub fn get(&self, key: &RecordKey) -> Result<Option<ImageRecord>, StoreError> {
-        self.point_get(IMAGES, key)
+        self.guarded(|| self.point_get(IMAGES, key))
     }
 
     /// One decoded value of `table`, if `key` is there.
@@ -175,9 +231,11 @@ impl Store {
 
     /// How many image records there are.
     pub fn len(&self) -> Result<u64, StoreError> {
-        let txn = self.begin_read()?;
-        let images = self.open_read_table(&txn, IMAGES)?;
-        images.len().map_err(|e| self.redb_err(e))
+        self.guarded(|| {
+            let txn = self.begin_read()?;
+            let images = self.open_read_table(&txn, IMAGES)?;
+            images.len().map_err(|e| self.redb_err(e))
+        })
     }
 
     pub fn is_empty(&self) -> Result<bool, StoreError> {
@@ -187,7 +245,7 @@ impl Store {
     /// Every record, ordered by key.
     pub fn records(&self) -> Result<Vec<StoredRecord>, StoreError> {
         Ok(self
-            .scan_all(IMAGES)?
+            .guarded(|| self.scan_all(IMAGES))?
             .into_iter()
             .map(|(key, record)| StoredRecord { key, record })
             .collect())
@@ -210,6 +268,14 @@ impl Store {
     }
 
     fn eviction_scan(
+        &self,
+        after: Option<&EvictionKey>,
+        before: Option<UnixNanos>,
+    ) -> Result<EvictionIter, StoreError> {
+        self.guarded(|| self.eviction_scan_once(after, before))
+    }
+
+    fn eviction_scan_once(
         &self,
         after: Option<&EvictionKey>,
         before: Option<UnixNanos>,
@@ -241,13 +307,14 @@ impl Store {
 
     /// The backoff entry of `key` (`<pod uid>_<image>`), if any.
     pub fn backoff(&self, key: &str) -> Result<Option<BackoffEntry>, StoreError> {
-        self.point_get(BACKOFF, &BackoffKey(key.to_owned()))
+        let key = BackoffKey(key.to_owned());
+        self.guarded(|| self.point_get(BACKOFF, &key))
     }
 
     /// Every backoff entry, ordered by key.
     pub fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, StoreError> {
         Ok(self
-            .scan_all(BACKOFF)?
+            .guarded(|| self.scan_all(BACKOFF))?
             .into_iter()
             .map(|(k, v)| (k.0, v))
             .collect())
@@ -255,15 +322,17 @@ impl Store {
 
     /// A meta value, if set.
     pub fn meta(&self, name: &str) -> Result<Option<i64>, StoreError> {
-        let txn = self.begin_read()?;
-        let table = self.open_read_table(&txn, META)?;
-        read_meta(&table, name).map_err(|e| self.wrap(e))
+        self.guarded(|| {
+            let txn = self.begin_read()?;
+            let table = self.open_read_table(&txn, META)?;
+            read_meta(&table, name).map_err(|e| self.wrap(e))
+        })
     }
 
     /// Every meta value, ordered by name.
     pub fn meta_entries(&self) -> Result<Vec<(String, i64)>, StoreError> {
         Ok(self
-            .scan_all(META)?
+            .guarded(|| self.scan_all(META))?
             .into_iter()
             .map(|(k, v)| (k.0, v.0))
             .collect())
@@ -283,14 +352,28 @@ impl Store {
     /// Applies `batch` as one durable write transaction. Returns whether it committed: a batch
     /// that changes nothing commits nothing.
     pub fn apply(&self, batch: &Batch) -> Result<bool, StoreError> {
-        let Handle::Write(db) = &self.handle else {
-            return Err(StoreError::ReadOnly {
-                path: self.path.clone(),
-            });
-        };
         for op in &batch.ops {
             validate_op(op)?;
         }
+        self.guarded(|| self.apply_once(batch))
+    }
+
+    fn apply_once(&self, batch: &Batch) -> Result<bool, StoreError> {
+        // Held for the whole transaction: a reopen never drops a handle mid-commit.
+        let handle = self.read_handle();
+        let db = match &*handle {
+            Handle::Write(db) => db,
+            Handle::Read(_) => {
+                return Err(StoreError::ReadOnly {
+                    path: self.path.clone(),
+                });
+            }
+            Handle::Closed => {
+                return Err(StoreError::Closed {
+                    path: self.path.clone(),
+                });
+            }
+        };
         let mut txn = db.begin_write().map_err(|e| self.redb_err(e))?;
         txn.set_durability(self.durability)
             .map_err(|e| self.redb_err(e))?;
@@ -530,10 +613,7 @@ pub struct EvictionIter {
 impl EvictionIter {
     fn next_entry(&mut self) -> Option<Result<StoredRecord, StoreError>> {
         let path = &self.path;
-        let redb_err = |e: redb::Error| StoreError::Redb {
-            path: path.clone(),
-            source: e,
-        };
+        let redb_err = |e: redb::Error| StoreError::from_redb(path, e);
         let decode_err = |e| StoreError::Decode {
             path: path.clone(),
             source: e,

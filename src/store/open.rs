@@ -6,7 +6,6 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 
 use redb::{
     Builder, ConcurrencyMode, DatabaseError, Durability, StorageError, TableHandle,
@@ -14,7 +13,7 @@ use redb::{
 };
 
 use super::tables::{BACKOFF, EVICTION, IMAGES, META};
-use super::{Handle, Store, StoreError, TxnError, put_meta};
+use super::{Handle, Source, Store, StoreError, TxnError, put_meta};
 use crate::model::UnixNanos;
 
 /// The schema version this build writes and reads.
@@ -133,13 +132,7 @@ impl Store {
         let db = builder()
             .open_read_only(path)
             .map_err(|e| map_open_error(path, e, true))?;
-        let store = Store {
-            handle: Handle::Read(db),
-            path: path.to_owned(),
-            commits: AtomicU64::new(0),
-            commit_nanos_total: AtomicU64::new(0),
-            durability: Durability::Immediate,
-        };
+        let store = Store::new(Handle::Read(db), Source::Fixed, path, Durability::Immediate);
         store.check_schema_read_only()?;
         store.read_table_definitions()?;
         Ok(store)
@@ -162,13 +155,12 @@ impl Store {
         let db = builder()
             .open(copy)
             .map_err(|e| map_open_error(label, e, false))?;
-        let store = Store {
-            handle: Handle::Write(db),
-            path: label.to_owned(),
-            commits: AtomicU64::new(0),
-            commit_nanos_total: AtomicU64::new(0),
-            durability: Durability::Immediate,
-        };
+        let store = Store::new(
+            Handle::Write(db),
+            Source::Fixed,
+            label,
+            Durability::Immediate,
+        );
         store.check_schema_read_only()?;
         store.read_table_definitions()?;
         Ok(store)
@@ -188,10 +180,9 @@ impl Store {
             let db = builder()
                 .open_read_only_with_backend(backend)
                 .map_err(|e| map_open_error(path, e, true))?;
-            let txn = db.begin_read().map_err(|e| StoreError::Redb {
-                path: path.to_owned(),
-                source: e.into(),
-            })?;
+            let txn = db
+                .begin_read()
+                .map_err(|e| StoreError::from_redb(path, e.into()))?;
             Ok(ReadPin { _txn: txn, _db: db })
         };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(pin)).unwrap_or_else(|_| {
@@ -230,16 +221,12 @@ impl Store {
             // redb refuses `Durability::None` when other processes may share the file.
             builder.set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
         }
+        let disk = backend.disk();
         let db = builder
             .create_with_backend(backend)
             .map_err(|e| map_open_error(label, e, false))?;
-        let mut store = Store {
-            handle: Handle::Write(db),
-            path: label.to_owned(),
-            commits: AtomicU64::new(0),
-            commit_nanos_total: AtomicU64::new(0),
-            durability: Durability::Immediate,
-        };
+        let source = super::Source::Disk { disk, mode };
+        let mut store = Store::new(Handle::Write(db), source, label, Durability::Immediate);
         let version = if store.has_meta_table()? {
             store.meta(super::meta_keys::SCHEMA_VERSION)?
         } else {
@@ -297,7 +284,8 @@ impl Store {
     /// Writes the tables and meta entries of a new file, or refuses a redb file that holds
     /// other tables.
     fn initialize(&self, now: UnixNanos) -> Result<(), StoreError> {
-        let Handle::Write(db) = &self.handle else {
+        let handle = self.read_handle();
+        let Handle::Write(db) = &*handle else {
             return Err(StoreError::ReadOnly {
                 path: self.path.clone(),
             });
@@ -330,7 +318,8 @@ impl Store {
     }
 
     fn migrate(&self, mut version: i64) -> Result<(), StoreError> {
-        let Handle::Write(db) = &self.handle else {
+        let handle = self.read_handle();
+        let Handle::Write(db) = &*handle else {
             return Err(StoreError::ReadOnly {
                 path: self.path.clone(),
             });
@@ -364,6 +353,58 @@ impl Store {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
+}
+
+/// A fresh read-write handle on the existing database at `path` (already resolved), for a
+/// store reopening after an I/O failure: the checks of [`Store::open`] (a regular, plausible,
+/// 0600 file, identified read-only before any read-write open, redb's integrity check and
+/// crash recovery, the current schema, every table definition), under the same guard against
+/// redb's panics. Unlike an open, it never creates, initializes or migrates: the file the
+/// store had open must still be there, as it was.
+pub(super) fn reopen_file(path: &Path) -> Result<Handle, StoreError> {
+    let store = refuse_panics(path, || {
+        let found = locate(path)?.ok_or_else(|| StoreError::Missing {
+            path: path.to_owned(),
+        })?;
+        let real = found.real.as_path();
+        if found.len == 0 || prepare_file(real)? == 0 {
+            return Err(StoreError::Corrupt {
+                path: path.to_owned(),
+                detail: "the file became empty while the database was open".to_owned(),
+            });
+        }
+        identify_read_only(real)?;
+        let store = open_writable(real)?;
+        store.check_schema_read_only()?;
+        store.read_table_definitions()?;
+        Ok(store)
+    })?;
+    Ok(store.into_handle())
+}
+
+/// A fresh handle on a simulated disk, as [`reopen_file`] for a file.
+#[cfg(any(test, feature = "fault-injection"))]
+pub(super) fn reopen_disk(
+    disk: &super::power_loss::PowerLossDisk,
+    label: &Path,
+    mode: super::CommitMode,
+) -> Result<Handle, StoreError> {
+    let mut builder = builder();
+    if mode == super::CommitMode::NonDurableForTests {
+        builder.set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
+    }
+    let db = builder
+        .create_with_backend(disk.backend())
+        .map_err(|e| map_open_error(label, e, false))?;
+    let store = Store::new(
+        Handle::Write(db),
+        Source::Fixed,
+        label,
+        Durability::Immediate,
+    );
+    store.check_schema_read_only()?;
+    store.read_table_definitions()?;
+    Ok(store.into_handle())
 }
 
 /// A read transaction on a database opened read-only ([`Store::pin_read_only`]); dropping it
@@ -450,26 +491,24 @@ fn open_read_only_unchecked(path: &Path) -> Result<Store, StoreError> {
     let db = builder()
         .open_read_only(path)
         .map_err(|e| map_open_error(path, e, true))?;
-    Ok(Store {
-        handle: Handle::Read(db),
-        path: path.to_owned(),
-        commits: AtomicU64::new(0),
-        commit_nanos_total: AtomicU64::new(0),
-        durability: Durability::Immediate,
-    })
+    Ok(Store::new(
+        Handle::Read(db),
+        Source::Fixed,
+        path,
+        Durability::Immediate,
+    ))
 }
 
 fn open_writable(path: &Path) -> Result<Store, StoreError> {
     let db = builder()
         .create(path)
         .map_err(|e| map_open_error(path, e, false))?;
-    Ok(Store {
-        handle: Handle::Write(db),
-        path: path.to_owned(),
-        commits: AtomicU64::new(0),
-        commit_nanos_total: AtomicU64::new(0),
-        durability: Durability::Immediate,
-    })
+    Ok(Store::new(
+        Handle::Write(db),
+        Source::File,
+        path,
+        Durability::Immediate,
+    ))
 }
 
 /// Creates the file's directory (0700) if it does not exist yet.
@@ -741,10 +780,7 @@ fn map_open_error(path: &Path, e: DatabaseError, read_only: bool) -> StoreError 
                 detail: io.to_string(),
             }
         }
-        other => StoreError::Redb {
-            path: path_buf,
-            source: other.into(),
-        },
+        other => StoreError::from_redb(path, other.into()),
     }
 }
 

@@ -105,6 +105,15 @@ impl PowerLossDisk {
         self.lock().cut
     }
 
+    /// Brings power back after a cut (a transient failure, such as a full disk that was
+    /// cleared): later operations reach the image again, which holds whatever the failed ones
+    /// left. No cut is armed afterwards.
+    pub fn restore_power(&self) {
+        let mut state = self.lock();
+        state.cut = false;
+        state.cut_at = None;
+    }
+
     /// Cuts power now, if it was not already.
     pub fn cut_now(&self) {
         self.lock().cut = true;
@@ -182,6 +191,13 @@ fn to_usize(n: u64) -> usize {
 #[derive(Debug)]
 pub struct PowerLossBackend {
     disk: PowerLossDisk,
+}
+
+impl PowerLossBackend {
+    /// The disk this backend reads and writes.
+    pub fn disk(&self) -> PowerLossDisk {
+        self.disk.clone()
+    }
 }
 
 fn range_error() -> io::Error {

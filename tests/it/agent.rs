@@ -75,6 +75,12 @@ async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -
             socket.to_str().expect("utf8"),
             "--gc-period",
             "1h",
+            // The fake's image filesystem is the host's temp dir, statvfs'd for real: with the
+            // default 85 % a nearly full host disk would make the agent's own GC at start take
+            // the test's images. 100 turns the space pass off; these tests drive prune
+            // (DeleteUnusedImages), which no threshold gates.
+            "--image-gc-high-threshold",
+            "100",
         ])
         .args(extra)
         .stdout(Stdio::null())
@@ -1036,4 +1042,172 @@ async fn gc_through_an_agent_that_does_not_answer_in_time_says_so_and_exits_1() 
         let out = bin().args(["gc", bad]).output().expect("run");
         assert_eq!(out.status.code(), Some(2), "{bad}");
     }
+}
+
+/// Regression (issue 12, item 5), the CLI path: `imagekeeper gc` and `prune` without an agent,
+/// on a database whose filesystem is full, exit 1 saying the filesystem is full and naming the
+/// database; `pull` pulls and logs that it could not record the image; once space is back the
+/// same commands work, with the records of before intact and the pulled image recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_without_agent_on_a_full_disk_says_so_and_works_once_space_is_back() {
+    let Some(fs) = crate::support::Tmpfs::mount(
+        "gc_without_agent_on_a_full_disk_says_so_and_works_once_space_is_back",
+        "2m",
+    ) else {
+        return;
+    };
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let db = fs.path().join("records.redb");
+    let db_arg = db.to_str().expect("utf8").to_owned();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("no-agent.sock");
+    let endpoint = fake.endpoint();
+    let command = |first: &[&str]| {
+        let mut args = first.to_vec();
+        args.extend([
+            "--db",
+            &db_arg,
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--container-runtime-endpoint",
+            &endpoint,
+        ]);
+        output(&args)
+    };
+    // The host's own disk may be over any default threshold: only detect matters.
+    let gc = || {
+        command(&[
+            "gc",
+            "--image-gc-high-threshold=100",
+            "--image-gc-low-threshold=99",
+        ])
+    };
+    fake.add_pullable(
+        "registry.example/c:1",
+        image("sha256:ccc", "registry.example/c:1", 1000),
+    );
+    let out = gc();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    // Fill the filesystem and the database's free pages, then let the runtime list a new image:
+    // recording it needs a commit.
+    let filler = fs.path().join("filler");
+    fs.fill(&filler);
+    {
+        let store = Store::open(&db, imagekeeper::model::UnixNanos::from_secs(1)).expect("open");
+        crate::gc::exhaust(&store);
+    }
+    fake.set_images(vec![
+        image("sha256:aaa", "registry.example/a:1", 1000),
+        image("sha256:bbb", "registry.example/b:1", 1000),
+    ]);
+    let out = gc();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("filesystem is full"), "{stderr}");
+    assert!(stderr.contains(&db_arg), "{stderr}");
+    let out = command(&["prune"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("filesystem is full"), "{stderr}");
+    // A pull is done once the runtime has the image: its mark cannot be recorded, which is
+    // logged as an error, and the next detect records the image.
+    let out = command(&["pull", "registry.example/c:1"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Recording the pulled image failed")
+            && stderr.contains("filesystem is full"),
+        "{stderr}"
+    );
+
+    std::fs::remove_file(&filler).expect("delete the filler");
+    let out = gc();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let store = Store::open_read_only(&db).expect("open read-only");
+    let ids: Vec<String> = store
+        .records()
+        .expect("records")
+        .into_iter()
+        .map(|r| r.key.image_id.0)
+        .collect();
+    assert_eq!(ids, ["sha256:aaa", "sha256:bbb", "sha256:ccc"]);
+    drop(store);
+    let out = command(&["prune"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// Regression (issue 12, item 5), the agent: its database's filesystem fills up. The GC cycle
+/// whose detect cannot commit fails saying the filesystem is full, the agent is not ready
+/// (`Agent::ready`, `store_healthy 0`) while the process and the runtime are fine; once space
+/// is back the next cycle on the same agent reopens the store and records what it could not,
+/// and the agent is ready again (`store_healthy 1`, `store_reopens_total` counted), with no
+/// restart. Before the fix every later commit failed with redb's "Previous I/O error".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_on_a_full_disk_is_not_ready_and_recovers_without_restart_once_space_is_back() {
+    use imagekeeper::agent::{Agent, AgentConfig, FileConfig, FlagValues};
+    let Some(fs) = crate::support::Tmpfs::mount(
+        "agent_on_a_full_disk_is_not_ready_and_recovers_without_restart_once_space_is_back",
+        "2m",
+    ) else {
+        return;
+    };
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let flags = FlagValues {
+        db: Some(fs.path().join("records.redb")),
+        container_runtime_endpoint: Some(fake.endpoint()),
+        admin_socket: Some(dir.path().join("admin.sock")),
+        // The host's own disk may be over any default threshold: only detect matters here.
+        image_gc_high_threshold: Some(100),
+        image_gc_low_threshold: Some(99),
+        ..FlagValues::default()
+    };
+    let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
+    let clock = Arc::new(imagekeeper::clock::ManualClock::new(
+        imagekeeper::model::UnixNanos::from_secs(1_800_000_000),
+    ));
+    let agent = Agent::start(config, clock).await.expect("agent starts");
+    let first = agent.garbage_collect(false).await;
+    assert_eq!(first.error, None);
+    assert!(agent.ready());
+
+    let filler = fs.path().join("filler");
+    fs.fill(&filler);
+    crate::gc::exhaust(agent.store());
+    fake.set_images(vec![
+        image("sha256:aaa", "registry.example/a:1", 1000),
+        image("sha256:bbb", "registry.example/b:1", 1000),
+    ]);
+    let failed = agent.garbage_collect(false).await;
+    let error = failed.error.expect("the detect cannot commit");
+    assert!(error.contains("filesystem is full"), "{error}");
+    assert!(!agent.ready(), "not ready after the failed commit");
+    let metrics = agent.render_metrics();
+    assert!(metrics.contains("\nstore_healthy 0\n"), "{metrics}");
+
+    std::fs::remove_file(&filler).expect("delete the filler");
+    let recovered = agent.garbage_collect(false).await;
+    assert_eq!(recovered.error, None);
+    assert!(agent.ready());
+    let metrics = agent.render_metrics();
+    assert!(metrics.contains("\nstore_healthy 1\n"), "{metrics}");
+    let reopens = agent.store().reopens();
+    assert!(reopens >= 1);
+    assert!(
+        metrics.contains(&format!("\nstore_reopens_total {reopens}\n")),
+        "{metrics}"
+    );
+    let ids: Vec<String> = agent
+        .list_records()
+        .await
+        .expect("records")
+        .into_iter()
+        .map(|r| r.key.image_id.0)
+        .collect();
+    assert_eq!(ids, ["sha256:aaa", "sha256:bbb"]);
 }

@@ -724,3 +724,125 @@ fn creation_is_atomic_and_an_empty_leftover_file_is_created_anew() {
     let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+/// A batch of `n` records with long ids (about 1 KiB each), numbered from `from`.
+fn bulky_batch(from: usize, n: usize) -> Batch {
+    let mut batch = Batch::new();
+    for i in from..from + n {
+        batch.upsert(
+            key(&format!("{i:08}-{}", "f".repeat(1000))),
+            record(1_000, 1_000 + i64::try_from(i).expect("small"), 1, false),
+        );
+    }
+    batch
+}
+
+/// Regression (issue 12, item 5): a real filesystem fills up under the database. The commit
+/// that meets the full disk fails with a clear "filesystem is full" error and marks the store
+/// unhealthy; once the filler is deleted, the next `apply` on the same `Store` reopens the file
+/// and commits, and everything committed before is intact. Before the fix, every commit after
+/// the first ENOSPC failed with redb's "Previous I/O error" until the process restarted.
+#[test]
+fn full_filesystem_fails_one_commit_and_the_same_store_commits_again_once_space_is_back() {
+    let Some(fs) = crate::support::Tmpfs::mount(
+        "full_filesystem_fails_one_commit_and_the_same_store_commits_again_once_space_is_back",
+        "2m",
+    ) else {
+        return;
+    };
+    let path = fs.path().join("records.redb");
+    let store = open(&path);
+    assert!(
+        store
+            .apply(&bulky_batch(0, 20))
+            .expect("commit before the disk fills")
+    );
+    let filler = fs.path().join("filler");
+    fs.fill(&filler);
+
+    // Commit until one meets the full disk (redb has some free pages in its file first).
+    let mut committed = 20;
+    let failure = loop {
+        match store.apply(&bulky_batch(committed, 20)) {
+            Ok(_) => committed += 20,
+            Err(e) => break e,
+        }
+        assert!(
+            committed < 2_000,
+            "2 MiB cannot hold {committed} KiB of records"
+        );
+    };
+    assert!(matches!(failure, StoreError::NoSpace { .. }), "{failure:?}");
+    let message = failure.to_string();
+    assert!(message.contains("filesystem is full"), "{message}");
+    assert!(!store.is_healthy());
+
+    std::fs::remove_file(&filler).expect("delete the filler");
+    assert!(
+        store
+            .apply(&bulky_batch(committed, 20))
+            .expect("the same store commits once space is back")
+    );
+    committed += 20;
+    assert!(store.is_healthy());
+    assert_eq!(store.reopens(), 1);
+    let records = store.records().expect("records");
+    assert_eq!(records.len(), committed);
+    for (i, stored) in records.iter().enumerate() {
+        assert_eq!(stored.key, key(&format!("{i:08}-{}", "f".repeat(1000))));
+        assert_eq!(
+            stored.record.last_used.0,
+            UnixNanos::from_secs(1_000 + i as i64).0
+        );
+    }
+    assert_eq!(store.check_invariants().expect("check"), []);
+    drop(store);
+    // And the file opens as ever after a restart.
+    assert_eq!(open(&path).len().expect("len"), committed as u64);
+}
+
+/// The reopen after a full disk never creates a database: with the file moved away meanwhile,
+/// it fails naming the path and leaves nothing there; with the file back, the same store
+/// reopens it with its records.
+#[test]
+fn reopen_after_a_full_disk_never_creates_a_new_database_in_place_of_a_missing_one() {
+    let Some(fs) = crate::support::Tmpfs::mount(
+        "reopen_after_a_full_disk_never_creates_a_new_database_in_place_of_a_missing_one",
+        "2m",
+    ) else {
+        return;
+    };
+    let path = fs.path().join("records.redb");
+    let store = open(&path);
+    assert!(
+        store
+            .apply(&bulky_batch(0, 20))
+            .expect("commit before the disk fills")
+    );
+    let filler = fs.path().join("filler");
+    fs.fill(&filler);
+    let mut committed = 20;
+    while store.apply(&bulky_batch(committed, 20)).is_ok() {
+        committed += 20;
+        assert!(
+            committed < 2_000,
+            "2 MiB cannot hold {committed} KiB of records"
+        );
+    }
+    assert!(!store.is_healthy());
+    std::fs::remove_file(&filler).expect("delete the filler");
+
+    let moved = fs.path().join("moved.redb");
+    std::fs::rename(&path, &moved).expect("move the database away");
+    let err = store
+        .apply(&bulky_batch(committed, 1))
+        .expect_err("nothing to reopen");
+    assert!(matches!(err, StoreError::Missing { .. }), "{err:?}");
+    assert!(!path.exists(), "the reopen created a file");
+    assert!(!store.is_healthy());
+
+    std::fs::rename(&moved, &path).expect("move the database back");
+    assert!(store.apply(&bulky_batch(committed, 1)).expect("reopened"));
+    assert_eq!(store.len().expect("len"), committed as u64 + 1);
+    assert!(store.is_healthy());
+}

@@ -13,11 +13,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use imagekeeper::cri::{CriError, ImageRuntime};
 use imagekeeper::gc::{
     GcConfig, GcError, GcPolicy, GcReport, ImageGcManager, PinPatterns, RemovalReason,
 };
 use imagekeeper::model::{
-    ContainerState, ImageId, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, UnixNanos,
+    ContainerState, ImageFsStats, ImageId, ImageRecord, PullCredentials, RecordKey,
+    RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use imagekeeper::replay::ScriptedRuntime;
 use imagekeeper::store::{Store, meta_keys};
@@ -817,4 +819,148 @@ async fn gc_fails_when_only_the_image_filesystem_stats_fail() {
     );
     assert!(report.removed.is_empty());
     assert!(node.record("a").is_some(), "detect ran before the failure");
+}
+
+/// A scripted runtime that runs `after_remove` once RemoveImage has succeeded: what happens to
+/// the node between the runtime's confirmation and the record's deletion.
+#[derive(Clone)]
+struct AfterRemove {
+    inner: ScriptedRuntime,
+    after_remove: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl ImageRuntime for AfterRemove {
+    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+        self.inner.list_images().await
+    }
+    async fn image_status(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+    ) -> Result<Option<RuntimeImage>, CriError> {
+        self.inner.image_status(image, runtime_handler).await
+    }
+    async fn pull_image(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<String, CriError> {
+        self.inner
+            .pull_image(image, runtime_handler, credentials)
+            .await
+    }
+    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
+        self.inner.remove_image(image, runtime_handler).await?;
+        (self.after_remove)();
+        Ok(())
+    }
+    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+        self.inner.image_fs_stats().await
+    }
+    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
+        self.inner.list_containers().await
+    }
+}
+
+/// Commits junk records until the store cannot commit even one after reopening: the
+/// filesystem (already full) and the database's own free pages are both used up.
+pub(crate) fn exhaust(store: &Store) {
+    let junk = |n: usize, size: usize| {
+        let mut batch = imagekeeper::store::Batch::new();
+        for i in 0..size {
+            batch.upsert(
+                RecordKey::new(format!("junk-{n:06}-{i:03}-{}", "j".repeat(1000)), ""),
+                ImageRecord {
+                    first_detected: at(0),
+                    last_used: at(0),
+                    size: 1,
+                    pinned: false,
+                },
+            );
+        }
+        batch
+    };
+    let mut n = 0;
+    while store.apply(&junk(n, 20)).is_ok() {
+        n += 1;
+        assert!(n < 200, "a 2 MiB filesystem never filled");
+    }
+    while store.apply(&junk(n, 1)).is_ok() {
+        n += 1;
+        assert!(n < 4_000, "single records kept fitting");
+    }
+}
+
+/// Regression (issue 12, item 5): the disk under the database fills between the runtime
+/// removing GC's victim and the record's deletion. The deletion fails, the removal is still
+/// reported (the image is gone), the record stays, and nothing is lost: once space is back,
+/// the next detect on the same manager and store drops the victim's record (and every other
+/// record the runtime does not list). Before the fix, that detect failed with redb's
+/// "Previous I/O error" until a restart.
+#[tokio::test]
+async fn gc_whose_record_delete_fails_on_a_full_disk_converges_at_the_next_detect() {
+    let Some(fs) = crate::support::Tmpfs::mount(
+        "gc_whose_record_delete_fails_on_a_full_disk_converges_at_the_next_detect",
+        "2m",
+    ) else {
+        return;
+    };
+    let store = Arc::new(Store::open(&fs.path().join("records.redb"), at(0)).expect("open"));
+    let scripted = ScriptedRuntime::new();
+    scripted.state().images = vec![image("victim", 1_000), image("kept", 1_000)];
+    scripted.state().containers = vec![container("c1", "kept")];
+    scripted.state().fs = Some((10_000, 1_000));
+    let filler = fs.path().join("filler");
+    let after_remove: Arc<dyn Fn() + Send + Sync> = {
+        let store = store.clone();
+        let filler = filler.clone();
+        let root = fs.path().to_owned();
+        Arc::new(move || {
+            crate::support::Tmpfs::fill_at(&root, &filler);
+            exhaust(&store);
+        })
+    };
+    let manager = ImageGcManager::new(
+        AfterRemove {
+            inner: scripted.clone(),
+            after_remove,
+        },
+        store.clone(),
+        GcConfig {
+            policy: policy(85, 80, 0, 0),
+            ..GcConfig::default()
+        },
+    )
+    .expect("valid policy");
+    manager.detect(at(0)).await.expect("detect");
+
+    let report = manager.garbage_collect(at(100)).await;
+    assert_eq!(removed_ids(&report), ["victim"], "{:?}", report.error);
+    assert_eq!(scripted.state().removed, ["victim"]);
+    assert!(!store.is_healthy(), "the record delete met the full disk");
+    // Reading reopens the store (a read needs no space); the record is still there.
+    assert!(
+        store
+            .get(&RecordKey::new("victim", ""))
+            .expect("read")
+            .is_some()
+    );
+
+    std::fs::remove_file(&filler).expect("delete the filler");
+    let detected = manager
+        .detect(at(200))
+        .await
+        .expect("detect after space is back");
+    assert!(detected.committed);
+    assert!(store.is_healthy());
+    assert!(store.reopens() >= 1);
+    let ids: BTreeSet<String> = store
+        .records()
+        .expect("records")
+        .into_iter()
+        .map(|r| r.key.image_id.0)
+        .collect();
+    assert_eq!(ids, set(&["kept"]));
+    assert_eq!(store.check_invariants().expect("check"), []);
 }

@@ -228,3 +228,87 @@ pub fn sandbox_spec(lab: &Lab, name: &str) -> SandboxSpec {
         host_network: true,
     }
 }
+
+/// A small tmpfs mounted on a temp dir, unmounted (lazily) when dropped: a real filesystem that
+/// fills up. Mounting needs root (CAP_SYS_ADMIN); without it [`Tmpfs::mount`] says the test
+/// is skipped and returns `None`. Any other mount failure is a panic.
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn mount(test: &str, size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let target = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes())
+            .expect("temp dir path has no NUL");
+        let options =
+            std::ffi::CString::new(format!("size={size},mode=0700")).expect("no NUL in options");
+        // SAFETY: mount(2) with valid NUL-terminated strings that outlive the call.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                options.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EPERM) {
+                eprintln!("SKIPPED {test}: mounting a tmpfs needs root (CAP_SYS_ADMIN): {err}");
+                return None;
+            }
+            panic!(
+                "mount -t tmpfs -o size={size} on {}: {err}",
+                dir.path().display()
+            );
+        }
+        Some(Tmpfs { dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills the filesystem with `filler`, written until the disk is full (ENOSPC).
+    pub fn fill(&self, filler: &Path) {
+        Tmpfs::fill_at(self.path(), filler);
+    }
+
+    /// [`Tmpfs::fill`] for a filler under `root`, without the guard at hand.
+    pub fn fill_at(root: &Path, filler: &Path) {
+        assert!(filler.starts_with(root), "the filler lives on the tmpfs");
+        use std::io::Write as _;
+        let mut file = std::fs::File::create(filler).expect("create the filler file");
+        let chunk = vec![0x5a_u8; 4096];
+        loop {
+            match file.write(&chunk) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("writing the filler: {e}"),
+            }
+        }
+        // Single bytes until not even one fits.
+        while let Ok(1) = file.write(&[0x5a]) {}
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let Ok(target) = std::ffi::CString::new(self.dir.path().as_os_str().as_encoded_bytes())
+        else {
+            return;
+        };
+        // SAFETY: umount2(2) on the directory this guard mounted.
+        let rc = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        if rc != 0 {
+            eprintln!(
+                "cleanup: umount {}: {}",
+                self.dir.path().display(),
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
