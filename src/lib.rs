@@ -10,6 +10,7 @@ pub mod admin;
 pub mod agent;
 pub mod clock;
 pub mod cri;
+pub mod doctor;
 pub mod gc;
 pub mod inspect;
 pub mod model;
