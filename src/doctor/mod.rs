@@ -99,6 +99,26 @@ pub struct DoctorInput<'a> {
     pub runtime: &'a RuntimeView,
 }
 
+/// The doctor's answer: `imagekeeper doctor -o json` prints it as it is.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// The kubelet config file read.
+    pub kubelet_config: String,
+    /// How many findings are conflicts (the command exits 1 when this is not 0).
+    pub conflicts: usize,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn new(kubelet_config: String, findings: Vec<Finding>) -> Report {
+        Report {
+            kubelet_config,
+            conflicts: conflicts(&findings),
+            findings,
+        }
+    }
+}
+
 /// Runs every check, in a fixed order.
 pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
@@ -379,7 +399,8 @@ fn check_endpoints(input: &DoctorInput<'_>) -> Finding {
             k.container_runtime_endpoint, ours.runtime_endpoint
         ));
     }
-    if socket_of(k_images) != socket_of(our_images) {
+    let separate_images = k.image_service_endpoint.is_some() || ours.image_endpoint.is_some();
+    if separate_images && socket_of(k_images) != socket_of(our_images) {
         differ.push(format!(
             "the kubelet's image service is {k_images} but imagekeeper's is {our_images}"
         ));
