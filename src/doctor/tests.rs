@@ -321,3 +321,32 @@ fn a_runtime_that_never_reports_pinned_conflicts_without_pin_patterns() {
     assert_eq!(f.status, Status::NotChecked);
     assert!(f.message.contains("did not answer"), "{f:?}");
 }
+
+#[test]
+fn the_readmes_alternative_a_raised_kubelet_beside_imagekeepers_defaults_passes() {
+    let k = kubelet(
+        "imageGCHighThresholdPercent: 90\nimageGCLowThresholdPercent: 88\nevictionHard:\n  imagefs.available: \"5%\"\n",
+    );
+    let ik = ours(FlagValues {
+        pinned_images: vec!["registry.k8s.io/pause:*".to_owned()],
+        ..FlagValues::default()
+    });
+    let findings = run(&k, &ik, &unreachable(), false);
+    assert_eq!(conflicts(&findings), 0, "{findings:#?}");
+}
+
+#[test]
+fn the_deploy_configs_settings_pass_beside_the_kubelets_defaults() {
+    let manifest = include_str!("../../deploy/daemonset.yaml");
+    let toml_lines: String = manifest
+        .lines()
+        .skip_while(|l| !l.contains("imagekeeper.toml: |"))
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    let file: FileConfig = toml::from_str(&toml_lines).expect("the manifest's TOML");
+    let ik = AgentConfig::resolve(&file, None, &FlagValues::default()).expect("valid");
+    let findings = run(&kubelet(""), &ik, &unreachable(), false);
+    assert_eq!(conflicts(&findings), 0, "{findings:#?}");
+}
