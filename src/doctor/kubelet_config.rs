@@ -378,6 +378,9 @@ pub fn parse_quantity(text: &str) -> Result<f64, String> {
         return Err(bad());
     }
     let value: f64 = number.parse().map_err(|_| bad())?;
+    if !value.is_finite() {
+        return Err(bad());
+    }
     let multiplier = match suffix {
         "" => 1.0,
         "Ki" => 1024f64,
@@ -480,6 +483,8 @@ mod tests {
             ("ten", Err(())),
             ("10Gb", Err(())),
             ("", Err(())),
+            ("1.2.3", Err(())),
+            ("1e99", Err(())),
         ];
         for (text, want) in cases {
             let got = parse_threshold(text).map_err(|_| ());
@@ -495,6 +500,8 @@ mod tests {
         ] {
             assert_eq!(parse_quantity(text), Ok(bytes), "{text}");
         }
+        let overflowing = format!("1{}", "0".repeat(400));
+        assert!(parse_quantity(&overflowing).is_err(), "not finite");
     }
 
     #[test]

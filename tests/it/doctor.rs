@@ -490,6 +490,23 @@ fn an_invalid_or_missing_kubelet_config_exits_2_naming_the_problem() {
     );
     let out = doctor(files.dir.path(), &[]);
     assert_eq!(out.status.code(), Some(2), "a directory: {out:?}");
+
+    // A FIFO is refused without being opened (opening it would wait for a writer).
+    let fifo = files.dir.path().join("fifo.yaml");
+    let c_path = std::ffi::CString::new(fifo.to_str().expect("utf8")).expect("no NUL");
+    // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let out = doctor(&fifo, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+
+    // Larger than any real kubelet config: refused unread.
+    let big = files.write("big.yaml", &format!("{header}# {}\n", "x".repeat(2 << 20)));
+    let out = doctor(&big, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("at most 1048576 are read"), "{stderr}");
 }
 
 #[test]
