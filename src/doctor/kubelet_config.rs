@@ -559,6 +559,21 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn no_input_panics_the_reader(
+            text in "\\PC{0,200}",
+            value in "[-+0-9.eEkKMGTPi%mun ]{0,12}",
+        ) {
+            let _ = KubeletConfig::parse(&text, "/k.yaml");
+            let _ = parse_threshold(&value);
+            let body = format!(
+                "evictionHard:\n  imagefs.available: {value:?}\nimageMaximumGCAge: {value:?}\n"
+            );
+            let _ = parse(&body);
+        }
+    }
+
     #[test]
     fn the_verification_policy_follows_its_gate() {
         let c = parse("featureGates:\n  KubeletEnsureSecretPulledImages: false\nimagePullCredentialsVerificationPolicy: AlwaysVerify\n")
