@@ -33,6 +33,10 @@ pub const SIGNAL_NODEFS_AVAILABLE: &str = "nodefs.available";
 /// The feature gate behind imagePullCredentialsVerificationPolicy (KEP-2535): alpha in 1.33,
 /// beta and on by default from 1.35 (pkg/features/kube_features.go).
 pub const ENSURE_SECRET_PULLED_IMAGES_GATE: &str = "KubeletEnsureSecretPulledImages";
+/// The feature gate behind imageMaximumGCAge: alpha in 1.29, beta and on by default from 1.30
+/// (pkg/features/kube_features.go); with it off the kubelet removes no image for its age
+/// (pkg/kubelet/kubelet.go, StartGarbageCollection).
+pub const IMAGE_MAXIMUM_GC_AGE_GATE: &str = "ImageMaximumGCAge";
 
 /// A kubelet config file that cannot be used: unreadable, not YAML, not a
 /// KubeletConfiguration, or holding a value the kubelet would refuse.
@@ -269,12 +273,14 @@ impl KubeletConfig {
             }
         }
 
+        let gate = |name: &str| {
+            raw.feature_gates
+                .as_ref()
+                .and_then(|gates| gates.get(name).copied())
+                .unwrap_or(true)
+        };
         // defaults.go: with the gate on, an empty policy becomes NeverVerifyPreloadedImages.
-        let gate_on = raw
-            .feature_gates
-            .as_ref()
-            .and_then(|gates| gates.get(ENSURE_SECRET_PULLED_IMAGES_GATE).copied())
-            .unwrap_or(true);
+        let gate_on = gate(ENSURE_SECRET_PULLED_IMAGES_GATE);
         let field = "imagePullCredentialsVerificationPolicy";
         let credential_verification =
             match raw.image_pull_credentials_verification_policy.as_deref() {
@@ -310,7 +316,11 @@ impl KubeletConfig {
             image_gc_high_threshold_percent: policy.high_threshold_percent,
             image_gc_low_threshold_percent: policy.low_threshold_percent,
             image_minimum_gc_age: policy.min_age,
-            image_maximum_gc_age: policy.max_age,
+            image_maximum_gc_age: if gate(IMAGE_MAXIMUM_GC_AGE_GATE) {
+                policy.max_age
+            } else {
+                Duration::ZERO
+            },
             eviction_hard,
             eviction_soft,
             credential_verification,
@@ -575,10 +585,19 @@ mod tests {
     }
 
     #[test]
-    fn the_verification_policy_follows_its_gate() {
+    fn the_verification_policy_and_the_max_age_follow_their_gates() {
         let c = parse("featureGates:\n  KubeletEnsureSecretPulledImages: false\nimagePullCredentialsVerificationPolicy: AlwaysVerify\n")
             .expect("valid");
         assert_eq!(c.credential_verification, CredentialVerification::GateOff);
+        let c = parse("imageMaximumGCAge: 24h\n").expect("valid");
+        assert_eq!(c.image_maximum_gc_age, Duration::from_secs(86400));
+        let c = parse("featureGates:\n  ImageMaximumGCAge: false\nimageMaximumGCAge: 24h\n")
+            .expect("valid");
+        assert_eq!(
+            c.image_maximum_gc_age,
+            Duration::ZERO,
+            "the gate is off: no age GC"
+        );
         let c = parse("imagePullCredentialsVerificationPolicy: AlwaysVerify\nsomeFieldImagekeeperDoesNotRead: 3\n")
             .expect("unknown fields are ignored");
         assert_eq!(
