@@ -248,8 +248,9 @@ fn check_eviction(input: &DoctorInput<'_>) -> Vec<Finding> {
                 ""
             };
             if high as f64 >= line {
-                let max_high = (line.ceil() as i64 - 1).max(1);
-                let suggest_high = (max_high - 5).max(1);
+                // Five points of margin under the line (GC runs every period, usage climbs
+                // in between), and ten between the thresholds: 80 / 70 under 85.
+                let suggest_high = (line.ceil() as i64 - 5).max(1);
                 let suggest_low = (suggest_high - 10).max(0);
                 findings.push(Finding::conflict(
                     &name,

@@ -71,13 +71,11 @@ fn defaults_on_both_sides_sit_on_the_eviction_line_and_the_kubelets_gc() {
         eviction.message.contains("DeleteUnusedImages"),
         "{eviction:?}"
     );
+    let fix = eviction.fix.as_deref().unwrap_or_default();
     assert!(
-        eviction
-            .fix
-            .as_deref()
-            .unwrap_or_default()
-            .contains("below 85%"),
-        "{eviction:?}"
+        fix.contains("below 85%")
+            && fix.contains("--image-gc-high-threshold 80 --image-gc-low-threshold 70"),
+        "the README's values: {eviction:?}"
     );
     assert_eq!(
         find(&findings, "image-gc-thresholds").status,
