@@ -7,6 +7,8 @@
 //! naming the field, never a guess; defaults are master's (1.35+), each cited where it is set.
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -155,19 +157,29 @@ impl KubeletConfig {
             path: shown.clone(),
             source,
         };
-        let metadata = std::fs::metadata(path).map_err(read_error)?;
+        // Opened without blocking (a FIFO would wait for a writer), then judged by what was
+        // opened, so a file swapped in between is never read; at most MAX_FILE_BYTES + 1 read.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(read_error)?;
+        let metadata = file.metadata().map_err(read_error)?;
         if !metadata.is_file() {
             return Err(read_error(std::io::Error::other(
                 "not a regular file".to_owned(),
             )));
         }
-        if metadata.len() > MAX_FILE_BYTES {
+        let mut bytes = Vec::new();
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
             return Err(KubeletConfigError::TooLarge {
                 path: shown,
-                size: metadata.len(),
+                size: metadata.len().max(bytes.len() as u64),
             });
         }
-        let bytes = std::fs::read(path).map_err(read_error)?;
         let text = String::from_utf8(bytes).map_err(|_| KubeletConfigError::Parse {
             path: shown.clone(),
             message: "the file is not UTF-8 text".to_owned(),
