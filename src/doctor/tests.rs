@@ -323,7 +323,7 @@ fn a_runtime_that_never_reports_pinned_conflicts_without_pin_patterns() {
 #[test]
 fn the_readmes_alternative_a_raised_kubelet_beside_imagekeepers_defaults_passes() {
     let k = kubelet(
-        "imageGCHighThresholdPercent: 90\nimageGCLowThresholdPercent: 88\nevictionHard:\n  imagefs.available: \"5%\"\n",
+        "imageGCHighThresholdPercent: 90\nimageGCLowThresholdPercent: 88\nevictionHard:\n  imagefs.available: \"5%\"\nmergeDefaultEvictionSettings: true\n",
     );
     let ik = ours(FlagValues {
         pinned_images: vec!["registry.k8s.io/pause:*".to_owned()],
