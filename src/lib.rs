@@ -4,12 +4,14 @@
 //!
 //! Layers (see ARCHITECTURE.md): `model` (values), `clock` (time), `store` (the only module
 //! that imports redb), `cri` (the only module that imports tonic), `gc` and `pull` (logic that
-//! takes `now` as an argument), `agent` (wiring and loops), `cli` (parse and print).
+//! takes `now` as an argument), `agent` (wiring and loops), `doctor` (the kubelet's config
+//! against imagekeeper's), `cli` (parse and print).
 
 pub mod admin;
 pub mod agent;
 pub mod clock;
 pub mod cri;
+pub mod doctor;
 pub mod gc;
 pub mod inspect;
 pub mod model;

@@ -3,6 +3,7 @@
 
 mod agent_flags;
 mod db;
+mod doctor;
 mod gc;
 mod inspect;
 mod pull;
@@ -47,6 +48,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Ensure one image is present (kubelet's EnsureImageExists), with the backoff on disk.
     Pull(pull::PullArgs),
+    /// Check the kubelet's configuration against imagekeeper's: each conflict and what to change.
+    Doctor(Box<doctor::DoctorArgs>),
 }
 
 /// `--timeout`: how long a command waits for a running agent's answer (Go duration syntax,
@@ -161,6 +164,7 @@ pub fn main() -> ExitCode {
         Command::Replay(args) => replay::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Pull(args) => pull::run(args),
+        Command::Doctor(args) => doctor::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,6 +9,7 @@ mod agent;
 mod corrupt;
 mod crash;
 mod cri;
+mod doctor;
 mod gc;
 mod inspect;
 mod pull;

@@ -1,0 +1,116 @@
+//! `imagekeeper doctor [--kubelet-config FILE] [imagekeeper's flags] [-o table|json]`: reads
+//! the kubelet's KubeletConfiguration and imagekeeper's own settings, asks the runtime (when it
+//! answers) what it reports, and prints each check's finding. Exit 0 when no check found a
+//! conflict, 1 when one did, 2 for an unreadable or invalid kubelet config or bad flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use imagekeeper::agent::FlagValues;
+use imagekeeper::cri::{CriClient, CriConfig, ImageRuntime};
+use imagekeeper::doctor::kubelet_config::DEFAULT_KUBELET_CONFIG;
+use imagekeeper::doctor::{self, DoctorInput, KubeletConfig, Report, RuntimeView};
+use imagekeeper::inspect::escape_control;
+
+use super::Failure;
+use super::agent_flags::AgentFlags;
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    flags: AgentFlags,
+    /// The kubelet's configuration file (KubeletConfiguration, YAML or JSON).
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_KUBELET_CONFIG)]
+    kubelet_config: PathBuf,
+    /// Images are pulled through imagekeeper with registry credentials: check that the
+    /// kubelet verifies them before another pod uses such an image.
+    #[arg(long)]
+    pulls_with_credentials: bool,
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// How long to wait for the runtime's answers (Go duration syntax); a runtime that does
+    /// not answer leaves the checks that need it not checked.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::parse_timeout)]
+    runtime_timeout: Duration,
+}
+
+pub fn run(args: DoctorArgs) -> Result<(), Failure> {
+    let config = args.flags.resolve(FlagValues::default())?;
+    let kubelet = KubeletConfig::load(&args.kubelet_config).map_err(Failure::usage)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let runtime = rt.block_on(ask_runtime(CriConfig {
+        connect_timeout: args.runtime_timeout,
+        call_timeout: args.runtime_timeout,
+        ..config.cri.clone()
+    }));
+    let findings = doctor::check(&DoctorInput {
+        kubelet: &kubelet,
+        imagekeeper: &config,
+        pulls_with_credentials: args.pulls_with_credentials,
+        runtime: &runtime,
+    });
+    let report = Report::new(args.kubelet_config.display().to_string(), findings);
+    print(&report, args.output)?;
+    if report.conflicts > 0 {
+        return Err(Failure::from(anyhow::anyhow!(
+            "{} conflict(s) between the kubelet's configuration and imagekeeper's",
+            report.conflicts
+        )));
+    }
+    Ok(())
+}
+
+/// ListImages and ImageFsInfo, or why the runtime could not be asked.
+async fn ask_runtime(config: CriConfig) -> RuntimeView {
+    let client = match CriClient::connect(config).await {
+        Ok(client) => client,
+        Err(e) => return RuntimeView::Unreachable(e.to_string()),
+    };
+    let images = match client.list_images().await {
+        Ok(images) => images,
+        Err(e) => return RuntimeView::Unreachable(e.to_string()),
+    };
+    let image_fs = client.image_fs_stats().await.map_err(|e| e.to_string());
+    RuntimeView::Reached { images, image_fs }
+}
+
+fn print(report: &Report, output: Output) -> Result<(), Failure> {
+    match output {
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(report).context("encoding JSON")?
+        ),
+        Output::Table => {
+            println!("kubelet config: {}", escape_control(&report.kubelet_config));
+            println!("{:<12} {:<36} FINDING", "STATUS", "CHECK");
+            for f in &report.findings {
+                println!(
+                    "{:<12} {:<36} {}",
+                    f.status.as_str(),
+                    f.check,
+                    escape_control(&f.message)
+                );
+                if let Some(fix) = &f.fix {
+                    println!("{:<12} {:<36} fix: {}", "", "", escape_control(fix));
+                }
+            }
+            println!(
+                "{} check(s), {} conflict(s)",
+                report.findings.len(),
+                report.conflicts
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,536 @@
+//! `imagekeeper doctor`'s checks: pure functions from the kubelet's configuration, imagekeeper's
+//! own and (optionally) what the runtime reports, to a list of findings, each saying what it
+//! compared and, for a conflict, what to change.
+//!
+//! Invariants: every check yields exactly one finding per thing it looks at, with status `ok`,
+//! `conflict` or `not_checked` (never a silent skip); a check that needs what it does not have
+//! (a capacity, the runtime) says so rather than guess; nothing here does I/O.
+
+pub mod kubelet_config;
+
+use serde::Serialize;
+
+use crate::agent::AgentConfig;
+use crate::model::{ImageFsStats, RuntimeImage};
+
+pub use kubelet_config::{CredentialVerification, KubeletConfig, KubeletConfigError, Threshold};
+use kubelet_config::{SIGNAL_IMAGEFS_AVAILABLE, SIGNAL_NODEFS_AVAILABLE};
+
+/// How a check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Conflict,
+    NotChecked,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Conflict => "conflict",
+            Status::NotChecked => "not_checked",
+        }
+    }
+}
+
+/// One check's result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Finding {
+    /// A stable name for the check (`eviction-hard-imagefs`, `image-gc-thresholds`, ...).
+    pub check: String,
+    pub status: Status,
+    /// What was compared and what follows from it.
+    pub message: String,
+    /// What to change; set for every conflict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    fn ok(check: &str, message: String) -> Finding {
+        Finding {
+            check: check.to_owned(),
+            status: Status::Ok,
+            message,
+            fix: None,
+        }
+    }
+
+    fn conflict(check: &str, message: String, fix: String) -> Finding {
+        Finding {
+            check: check.to_owned(),
+            status: Status::Conflict,
+            message,
+            fix: Some(fix),
+        }
+    }
+
+    fn not_checked(check: &str, message: String) -> Finding {
+        Finding {
+            check: check.to_owned(),
+            status: Status::NotChecked,
+            message,
+            fix: None,
+        }
+    }
+}
+
+/// What the runtime answered, when the doctor asked it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RuntimeView {
+    /// The runtime did not answer (the reason, for the finding).
+    Unreachable(String),
+    Reached {
+        images: Vec<RuntimeImage>,
+        /// The image filesystem, or why it is not known.
+        image_fs: Result<ImageFsStats, String>,
+    },
+}
+
+/// Everything the checks compare.
+#[derive(Clone, Debug)]
+pub struct DoctorInput<'a> {
+    pub kubelet: &'a KubeletConfig,
+    pub imagekeeper: &'a AgentConfig,
+    /// The operator says images are pulled through imagekeeper with credentials.
+    pub pulls_with_credentials: bool,
+    pub runtime: &'a RuntimeView,
+}
+
+/// The doctor's answer: `imagekeeper doctor -o json` prints it as it is.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// The kubelet config file read.
+    pub kubelet_config: String,
+    /// How many findings are conflicts (the command exits 1 when this is not 0).
+    pub conflicts: usize,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn new(kubelet_config: String, findings: Vec<Finding>) -> Report {
+        Report {
+            kubelet_config,
+            conflicts: conflicts(&findings),
+            findings,
+        }
+    }
+}
+
+/// Runs every check, in a fixed order.
+pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    findings.extend(check_eviction(input));
+    findings.push(check_image_gc_thresholds(input));
+    findings.push(check_maximum_age(input));
+    findings.push(check_endpoints(input));
+    findings.push(check_credential_verification(input));
+    findings.push(check_pinned(input));
+    findings
+}
+
+/// The number of conflicts among `findings`.
+pub fn conflicts(findings: &[Finding]) -> usize {
+    findings
+        .iter()
+        .filter(|f| f.status == Status::Conflict)
+        .count()
+}
+
+fn percent(p: f64) -> String {
+    format!("{}%", (p * 100.0).round() / 100.0)
+}
+
+/// Eviction thresholds on the disk signals whose reclaim runs the eviction manager's
+/// DeleteUnusedImages (pkg/kubelet/eviction/helpers.go, buildSignalToNodeReclaimFuncs: imagefs
+/// signals always; nodefs signals when the images share the node's filesystem). The signal
+/// fires when available < threshold (OpLessThan), i.e. at used > 100 - threshold percent; a
+/// soft threshold after its grace period.
+fn check_eviction(input: &DoctorInput<'_>) -> Vec<Finding> {
+    let high = input.imagekeeper.gc.policy.high_threshold_percent;
+    let capacity = match input.runtime {
+        RuntimeView::Reached {
+            image_fs: Ok(fs), ..
+        } if fs.capacity > 0 => Ok(fs.capacity),
+        RuntimeView::Reached {
+            image_fs: Ok(_), ..
+        } => Err("the runtime reported an image filesystem of capacity 0".to_owned()),
+        RuntimeView::Reached {
+            image_fs: Err(e), ..
+        } => Err(format!("the image filesystem's capacity is unknown ({e})")),
+        RuntimeView::Unreachable(e) => Err(format!(
+            "the image filesystem's capacity is unknown: the runtime did not answer ({e})"
+        )),
+    };
+    let mut findings = Vec::new();
+    for (field, map) in [
+        ("evictionHard", &input.kubelet.eviction_hard),
+        ("evictionSoft", &input.kubelet.eviction_soft),
+    ] {
+        for signal in [SIGNAL_IMAGEFS_AVAILABLE, SIGNAL_NODEFS_AVAILABLE] {
+            let kind = if field == "evictionHard" {
+                "hard"
+            } else {
+                "soft"
+            };
+            let fs = if signal == SIGNAL_IMAGEFS_AVAILABLE {
+                "imagefs"
+            } else {
+                "nodefs"
+            };
+            let name = format!("eviction-{kind}-{fs}");
+            let Some(threshold) = map.get(signal) else {
+                if field == "evictionHard" {
+                    findings.push(Finding::ok(
+                        &name,
+                        format!(
+                            "{field} sets no {signal} threshold: the eviction manager does not \
+                             remove images for it"
+                        ),
+                    ));
+                }
+                continue;
+            };
+            // The usage percent at which the signal fires.
+            let (line, shown) = match threshold {
+                Threshold::Percent(p) => (100.0 - p, percent(*p)),
+                Threshold::Bytes { bytes, text } => {
+                    // A quantity is judged against the image filesystem's size; nodefs is
+                    // another filesystem whose size the doctor does not know.
+                    match (&capacity, signal == SIGNAL_IMAGEFS_AVAILABLE) {
+                        (Ok(cap), true) => {
+                            let p = (bytes / *cap as f64 * 100.0).min(100.0);
+                            (
+                                100.0 - p,
+                                format!(
+                                    "{text} ({} of the image filesystem's {} bytes)",
+                                    percent(p),
+                                    cap
+                                ),
+                            )
+                        }
+                        (Err(why), true) => {
+                            findings.push(Finding::not_checked(
+                                &name,
+                                format!(
+                                    "{field} {signal} is a quantity ({text}), which can be \
+                                     compared with --image-gc-high-threshold only as a share of \
+                                     the filesystem's capacity, and {why}"
+                                ),
+                            ));
+                            continue;
+                        }
+                        (_, false) => {
+                            findings.push(Finding::not_checked(
+                                &name,
+                                format!(
+                                    "{field} {signal} is a quantity ({text}), which can be \
+                                     compared with --image-gc-high-threshold only as a share of \
+                                     the node filesystem's capacity, which the doctor does not \
+                                     read"
+                                ),
+                            ));
+                            continue;
+                        }
+                    }
+                }
+            };
+            let shared = if signal == SIGNAL_NODEFS_AVAILABLE {
+                " (when the images are on the node's root filesystem, with no separate imagefs)"
+            } else {
+                ""
+            };
+            let after = if kind == "soft" {
+                " once its grace period has passed"
+            } else {
+                ""
+            };
+            if high as f64 >= line {
+                // Five points of margin under the line (GC runs every period, usage climbs
+                // in between), and ten between the thresholds: 80 / 70 under 85.
+                let suggest_high = (line.ceil() as i64 - 5).max(1);
+                let suggest_low = (suggest_high - 10).max(0);
+                findings.push(Finding::conflict(
+                    &name,
+                    format!(
+                        "the kubelet's {field} {signal} {shown} evicts at {} used, at or below \
+                         imagekeeper's --image-gc-high-threshold {high}%{shared}: the eviction \
+                         manager's DeleteUnusedImages{after} removes every unused image, in its \
+                         own order without imagekeeper's history, before imagekeeper's GC acts",
+                        percent(line)
+                    ),
+                    format!(
+                        "set imagekeeper's --image-gc-high-threshold (imageGCHighThresholdPercent) \
+                         below {}, for example --image-gc-high-threshold {suggest_high} \
+                         --image-gc-low-threshold {suggest_low}, or lower the kubelet's {field} \
+                         {signal} so that it evicts above {high}% used",
+                        percent(line)
+                    ),
+                ));
+            } else {
+                findings.push(Finding::ok(
+                    &name,
+                    format!(
+                        "the kubelet's {field} {signal} {shown} evicts at {} used, above \
+                         imagekeeper's --image-gc-high-threshold {high}%{shared}",
+                        percent(line)
+                    ),
+                ));
+            }
+        }
+    }
+    findings
+}
+
+/// The kubelet's space GC (image_gc_manager.go: runs at usage >= imageGCHighThresholdPercent)
+/// against imagekeeper's. A kubelet high threshold of 100 turns its space GC off
+/// (pkg/kubelet/kubelet.go, StartGarbageCollection).
+fn check_image_gc_thresholds(input: &DoctorInput<'_>) -> Finding {
+    let name = "image-gc-thresholds";
+    let k_high = input.kubelet.image_gc_high_threshold_percent;
+    let k_low = input.kubelet.image_gc_low_threshold_percent;
+    let high = input.imagekeeper.gc.policy.high_threshold_percent;
+    let low = input.imagekeeper.gc.policy.low_threshold_percent;
+    if k_high == 100 {
+        return Finding::ok(
+            name,
+            "the kubelet's imageGCHighThresholdPercent is 100: its space GC never runs (it is \
+             then no safety net if imagekeeper stops)"
+                .to_owned(),
+        );
+    }
+    if k_high <= high {
+        return Finding::conflict(
+            name,
+            format!(
+                "the kubelet's image GC thresholds {k_high}/{k_low} are at or below \
+                 imagekeeper's {high}/{low}: the kubelet's image GC starts first and removes \
+                 images in its own order, without imagekeeper's history"
+            ),
+            format!(
+                "set imagekeeper's --image-gc-high-threshold below {k_high} (and \
+                 --image-gc-low-threshold below that), or raise the kubelet's \
+                 imageGCHighThresholdPercent above {high} while keeping it below the eviction line"
+            ),
+        );
+    }
+    Finding::ok(
+        name,
+        format!(
+            "the kubelet's image GC thresholds {k_high}/{k_low} are above imagekeeper's \
+             {high}/{low}: imagekeeper frees space first"
+        ),
+    )
+}
+
+/// The kubelet's MaxAge pass (image_gc_manager.go, freeOldImages) removes images unused for
+/// imageMaximumGCAge by the kubelet's own in-memory record of use.
+fn check_maximum_age(input: &DoctorInput<'_>) -> Finding {
+    use crate::gc::format::go_duration;
+    let name = "image-maximum-gc-age";
+    let kubelet = input.kubelet.image_maximum_gc_age;
+    let ours = input.imagekeeper.gc.policy.max_age;
+    if kubelet.is_zero() {
+        return Finding::ok(
+            name,
+            "the kubelet's imageMaximumGCAge is 0: the kubelet removes no image for its age"
+                .to_owned(),
+        );
+    }
+    if ours.is_zero() || kubelet <= ours {
+        let ours_shown = if ours.is_zero() {
+            "off (0)".to_owned()
+        } else {
+            go_duration(ours)
+        };
+        return Finding::conflict(
+            name,
+            format!(
+                "the kubelet's imageMaximumGCAge {} is set while imagekeeper's \
+                 --image-maximum-gc-age is {ours_shown}: the kubelet removes images it has not \
+                 seen used for {} (its record of use starts again at each kubelet restart) before \
+                 imagekeeper would",
+                go_duration(kubelet),
+                go_duration(kubelet)
+            ),
+            format!(
+                "set the kubelet's imageMaximumGCAge to 0 and imagekeeper's \
+                 --image-maximum-gc-age (imageMaximumGCAge) to {}",
+                go_duration(kubelet)
+            ),
+        );
+    }
+    Finding::ok(
+        name,
+        format!(
+            "imagekeeper's --image-maximum-gc-age {} is shorter than the kubelet's \
+             imageMaximumGCAge {}",
+            go_duration(ours),
+            go_duration(kubelet)
+        ),
+    )
+}
+
+/// `unix:///run/x.sock` and `/run/x.sock` name the same socket.
+fn socket_of(endpoint: &str) -> &str {
+    endpoint.strip_prefix("unix://").unwrap_or(endpoint)
+}
+
+/// Both must manage the same runtime: the kubelet's containerRuntimeEndpoint and
+/// imageServiceEndpoint (defaults.go) against imagekeeper's.
+fn check_endpoints(input: &DoctorInput<'_>) -> Finding {
+    let name = "runtime-endpoints";
+    let k = input.kubelet;
+    let ours = &input.imagekeeper.cri;
+    let k_images = k
+        .image_service_endpoint
+        .as_deref()
+        .unwrap_or(&k.container_runtime_endpoint);
+    let our_images = ours
+        .image_endpoint
+        .as_deref()
+        .unwrap_or(&ours.runtime_endpoint);
+    let mut differ = Vec::new();
+    if socket_of(&k.container_runtime_endpoint) != socket_of(&ours.runtime_endpoint) {
+        differ.push(format!(
+            "the kubelet's containerRuntimeEndpoint is {} but imagekeeper's \
+             --container-runtime-endpoint is {}",
+            k.container_runtime_endpoint, ours.runtime_endpoint
+        ));
+    }
+    let separate_images = k.image_service_endpoint.is_some() || ours.image_endpoint.is_some();
+    if separate_images && socket_of(k_images) != socket_of(our_images) {
+        differ.push(format!(
+            "the kubelet's image service is {k_images} but imagekeeper's is {our_images}"
+        ));
+    }
+    if differ.is_empty() {
+        return Finding::ok(
+            name,
+            format!(
+                "the kubelet and imagekeeper use the same runtime ({}) and image service ({})",
+                ours.runtime_endpoint, our_images
+            ),
+        );
+    }
+    Finding::conflict(
+        name,
+        format!(
+            "{}: imagekeeper would manage another runtime's images, and not see the kubelet's \
+             containers",
+            differ.join("; ")
+        ),
+        format!(
+            "set imagekeeper's --container-runtime-endpoint {}{}",
+            k.container_runtime_endpoint,
+            match &k.image_service_endpoint {
+                Some(e) => format!(" and --image-service-endpoint {e}"),
+                None => String::new(),
+            }
+        ),
+    )
+}
+
+/// KEP-2535: images pulled outside the kubelet look preloaded to it. Under
+/// NeverVerifyPreloadedImages (the default with the gate on, defaults.go), NeverVerify, or the
+/// gate off, a pod without the pull secret may run an image imagekeeper pulled with one.
+fn check_credential_verification(input: &DoctorInput<'_>) -> Finding {
+    let name = "image-pull-credentials-verification";
+    let policy = input.kubelet.credential_verification;
+    let shown = policy.as_str();
+    match policy {
+        CredentialVerification::AlwaysVerify => Finding::ok(
+            name,
+            "the kubelet's imagePullCredentialsVerificationPolicy is AlwaysVerify: a pod must \
+             have the credentials for any image it uses, however it was pulled"
+                .to_owned(),
+        ),
+        CredentialVerification::NeverVerifyAllowlistedImages => Finding::ok(
+            name,
+            "the kubelet's imagePullCredentialsVerificationPolicy is \
+             NeverVerifyAllowlistedImages: images pulled outside the kubelet are verified \
+             unless preloadedImagesVerificationAllowlist names them (keep private images out of \
+             it)"
+            .to_owned(),
+        ),
+        _ if !input.pulls_with_credentials => Finding::not_checked(
+            name,
+            format!(
+                "the kubelet's imagePullCredentialsVerificationPolicy is {shown}: any pod may run \
+                 an image pulled outside the kubelet without its credentials; this matters when \
+                 imagekeeper pulls private images (say so with --pulls-with-credentials)"
+            ),
+        ),
+        _ => Finding::conflict(
+            name,
+            format!(
+                "the kubelet's imagePullCredentialsVerificationPolicy is {shown} while images are \
+                 pulled through imagekeeper with credentials: those look preloaded to the kubelet, \
+                 so any pod on the node can run them without the pull secret"
+            ),
+            "set the kubelet's imagePullCredentialsVerificationPolicy: AlwaysVerify (with the \
+             KubeletEnsureSecretPulledImages gate on), or NeverVerifyAllowlistedImages with a \
+             preloadedImagesVerificationAllowlist that names only public images"
+                .to_owned(),
+        ),
+    }
+}
+
+/// The kubelet since 1.28 protects the sandbox image only through the runtime's `pinned`
+/// (image_gc_manager.go skips pinned images); containerd 1.6 never reports it.
+fn check_pinned(input: &DoctorInput<'_>) -> Finding {
+    let name = "pinned-images";
+    let pins = input.imagekeeper.gc.pins.patterns();
+    if !pins.is_empty() {
+        return Finding::ok(
+            name,
+            format!("--pinned-image patterns are set: {}", pins.join(", ")),
+        );
+    }
+    match input.runtime {
+        RuntimeView::Unreachable(why) => Finding::not_checked(
+            name,
+            format!(
+                "the runtime at {} did not answer ({why}), so whether it reports pinned images \
+                 was not checked",
+                input.imagekeeper.cri.runtime_endpoint
+            ),
+        ),
+        RuntimeView::Reached { images, .. } if images.is_empty() => Finding::not_checked(
+            name,
+            "the runtime lists no images, so whether it reports pinned images was not checked"
+                .to_owned(),
+        ),
+        RuntimeView::Reached { images, .. } => {
+            let pinned = images.iter().filter(|i| i.pinned).count();
+            if pinned > 0 {
+                Finding::ok(
+                    name,
+                    format!(
+                        "the runtime reports {pinned} of {} image(s) as pinned",
+                        images.len()
+                    ),
+                )
+            } else {
+                Finding::conflict(
+                    name,
+                    format!(
+                        "the runtime reports none of its {} image(s) as pinned and no \
+                         --pinned-image pattern is set: nothing keeps the sandbox (pause) image \
+                         or an image the node must keep from being collected",
+                        images.len()
+                    ),
+                    "set --pinned-image PATTERN (repeatable; pinnedImages in --config) for the \
+                     sandbox image and every image to keep, for example --pinned-image \
+                     'registry.k8s.io/pause:*'"
+                        .to_owned(),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,350 @@
+//! The checks, case by case, over parsed KubeletConfiguration text and resolved imagekeeper
+//! settings.
+
+use super::*;
+use crate::agent::{FileConfig, FlagValues};
+use crate::model::ImageId;
+
+const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+fn kubelet(body: &str) -> KubeletConfig {
+    KubeletConfig::parse(&format!("{HEADER}{body}"), "/k.yaml").expect("valid kubelet config")
+}
+
+fn ours(flags: FlagValues) -> AgentConfig {
+    AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("valid imagekeeper config")
+}
+
+fn thresholds(high: i64, low: i64) -> FlagValues {
+    FlagValues {
+        image_gc_high_threshold: Some(high),
+        image_gc_low_threshold: Some(low),
+        ..FlagValues::default()
+    }
+}
+
+fn image(id: &str, pinned: bool) -> RuntimeImage {
+    RuntimeImage {
+        id: ImageId::new(id),
+        repo_tags: vec![format!("{id}:1")],
+        size: 10,
+        pinned,
+        ..RuntimeImage::default()
+    }
+}
+
+fn unreachable() -> RuntimeView {
+    RuntimeView::Unreachable("connection refused".to_owned())
+}
+
+fn run(k: &KubeletConfig, ik: &AgentConfig, runtime: &RuntimeView, creds: bool) -> Vec<Finding> {
+    check(&DoctorInput {
+        kubelet: k,
+        imagekeeper: ik,
+        pulls_with_credentials: creds,
+        runtime,
+    })
+}
+
+fn find<'a>(findings: &'a [Finding], name: &str) -> &'a Finding {
+    findings
+        .iter()
+        .find(|f| f.check == name)
+        .unwrap_or_else(|| panic!("no finding {name} in {findings:#?}"))
+}
+
+#[test]
+fn defaults_on_both_sides_sit_on_the_eviction_line_and_the_kubelets_gc() {
+    let findings = run(
+        &kubelet(""),
+        &ours(FlagValues::default()),
+        &unreachable(),
+        false,
+    );
+    let eviction = find(&findings, "eviction-hard-imagefs");
+    assert_eq!(eviction.status, Status::Conflict, "{eviction:?}");
+    assert!(
+        eviction.message.contains("15% evicts at 85% used"),
+        "{eviction:?}"
+    );
+    assert!(
+        eviction.message.contains("DeleteUnusedImages"),
+        "{eviction:?}"
+    );
+    let fix = eviction.fix.as_deref().unwrap_or_default();
+    assert!(
+        fix.contains("below 85%")
+            && fix.contains("--image-gc-high-threshold 80 --image-gc-low-threshold 70"),
+        "the README's values: {eviction:?}"
+    );
+    assert_eq!(
+        find(&findings, "image-gc-thresholds").status,
+        Status::Conflict
+    );
+    // nodefs 10% evicts at 90%, above 85.
+    assert_eq!(find(&findings, "eviction-hard-nodefs").status, Status::Ok);
+    assert_eq!(find(&findings, "pinned-images").status, Status::NotChecked);
+    assert_eq!(conflicts(&findings), 2);
+    for f in &findings {
+        assert_eq!(f.status == Status::Conflict, f.fix.is_some(), "{f:?}");
+    }
+}
+
+#[test]
+fn the_readmes_recommended_values_pass_beside_the_kubelets_defaults() {
+    let findings = run(
+        &kubelet(""),
+        &ours(thresholds(80, 70)),
+        &RuntimeView::Reached {
+            images: vec![image("sha256:a", true)],
+            image_fs: Err("not asked".to_owned()),
+        },
+        false,
+    );
+    assert_eq!(conflicts(&findings), 0, "{findings:#?}");
+}
+
+#[test]
+fn eviction_lines_at_or_below_imagekeepers_high_threshold_conflict() {
+    // (kubelet body, imagekeeper high, want conflict)
+    let cases = [
+        ("evictionHard:\n  imagefs.available: 20%\n", 80, true),
+        ("evictionHard:\n  imagefs.available: 20%\n", 79, false),
+        ("evictionHard:\n  imagefs.available: 7.5%\n", 92, false),
+        ("evictionHard:\n  imagefs.available: 7.5%\n", 93, true),
+        ("evictionHard:\n  imagefs.available: 0%\n", 99, false),
+    ];
+    for (body, high, want) in cases {
+        let findings = run(
+            &kubelet(body),
+            &ours(thresholds(high, 10)),
+            &unreachable(),
+            false,
+        );
+        let f = find(&findings, "eviction-hard-imagefs");
+        assert_eq!(
+            f.status == Status::Conflict,
+            want,
+            "{body} high {high}: {f:?}"
+        );
+    }
+}
+
+#[test]
+fn soft_and_nodefs_thresholds_are_checked_too() {
+    let findings = run(
+        &kubelet(
+            "evictionSoft:\n  imagefs.available: 25%\nevictionHard:\n  nodefs.available: 30%\n",
+        ),
+        &ours(thresholds(75, 60)),
+        &unreachable(),
+        false,
+    );
+    let soft = find(&findings, "eviction-soft-imagefs");
+    assert_eq!(soft.status, Status::Conflict, "{soft:?}");
+    assert!(soft.message.contains("grace period"), "{soft:?}");
+    let nodefs = find(&findings, "eviction-hard-nodefs");
+    assert_eq!(nodefs.status, Status::Conflict, "{nodefs:?}");
+    assert!(nodefs.message.contains("root filesystem"), "{nodefs:?}");
+    // evictionHard without imagefs.available: that signal is off.
+    assert_eq!(find(&findings, "eviction-hard-imagefs").status, Status::Ok);
+}
+
+#[test]
+fn a_quantity_threshold_is_judged_against_the_capacity_or_not_at_all() {
+    let k = kubelet("evictionHard:\n  imagefs.available: 10Gi\n");
+    let ik = ours(thresholds(80, 70));
+    let f = run(&k, &ik, &unreachable(), false);
+    let f = find(&f, "eviction-hard-imagefs");
+    assert_eq!(f.status, Status::NotChecked, "{f:?}");
+    assert!(f.message.contains("capacity"), "{f:?}");
+
+    let with_capacity = |capacity: u64| RuntimeView::Reached {
+        images: vec![],
+        image_fs: Ok(ImageFsStats {
+            mountpoint: "/var/lib/containerd".to_owned(),
+            used_bytes: 0,
+            capacity,
+            available: capacity,
+        }),
+    };
+    // 10Gi of 40Gi is 25%: eviction at 75% used, below 80.
+    let findings = run(&k, &ik, &with_capacity(40 << 30), false);
+    let f = find(&findings, "eviction-hard-imagefs");
+    assert_eq!(f.status, Status::Conflict, "{f:?}");
+    assert!(f.message.contains("25%"), "{f:?}");
+    // 10Gi of 200Gi is 5%: eviction at 95% used, above 80.
+    let findings = run(&k, &ik, &with_capacity(200 << 30), false);
+    assert_eq!(find(&findings, "eviction-hard-imagefs").status, Status::Ok);
+}
+
+#[test]
+fn the_kubelets_gc_thresholds_at_or_below_imagekeepers_conflict() {
+    for (body, want) in [
+        (
+            "imageGCHighThresholdPercent: 80\nimageGCLowThresholdPercent: 70\n",
+            Status::Conflict,
+        ),
+        (
+            "imageGCHighThresholdPercent: 81\nimageGCLowThresholdPercent: 70\n",
+            Status::Ok,
+        ),
+        (
+            "imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 70\n",
+            Status::Ok,
+        ),
+    ] {
+        let findings = run(
+            &kubelet(body),
+            &ours(thresholds(80, 70)),
+            &unreachable(),
+            false,
+        );
+        let f = find(&findings, "image-gc-thresholds");
+        assert_eq!(f.status, want, "{body}: {f:?}");
+    }
+}
+
+#[test]
+fn a_kubelet_max_age_not_longer_than_imagekeepers_conflicts() {
+    let ik_flags = |max_age: &str| FlagValues {
+        image_maximum_gc_age: Some(max_age.to_owned()),
+        ..thresholds(80, 70)
+    };
+    for (body, ours_max, want) in [
+        ("", "0s", Status::Ok),
+        ("imageMaximumGCAge: 24h\n", "0s", Status::Conflict),
+        ("imageMaximumGCAge: 24h\n", "48h", Status::Conflict),
+        ("imageMaximumGCAge: 24h\n", "24h", Status::Conflict),
+        ("imageMaximumGCAge: 48h\n", "24h", Status::Ok),
+    ] {
+        let findings = run(
+            &kubelet(body),
+            &ours(ik_flags(ours_max)),
+            &unreachable(),
+            false,
+        );
+        let f = find(&findings, "image-maximum-gc-age");
+        assert_eq!(f.status, want, "{body} / {ours_max}: {f:?}");
+    }
+}
+
+#[test]
+fn different_runtime_endpoints_conflict() {
+    let ik = ours(FlagValues {
+        container_runtime_endpoint: Some("unix:///run/containerd/containerd.sock".to_owned()),
+        ..thresholds(80, 70)
+    });
+    for (body, want) in [
+        ("", Status::Ok),
+        (
+            "containerRuntimeEndpoint: /run/containerd/containerd.sock\n",
+            Status::Ok,
+        ),
+        (
+            "containerRuntimeEndpoint: unix:///var/run/crio/crio.sock\n",
+            Status::Conflict,
+        ),
+        (
+            "imageServiceEndpoint: unix:///run/images.sock\n",
+            Status::Conflict,
+        ),
+    ] {
+        let findings = run(&kubelet(body), &ik, &unreachable(), false);
+        let f = find(&findings, "runtime-endpoints");
+        assert_eq!(f.status, want, "{body}: {f:?}");
+    }
+}
+
+#[test]
+fn a_lenient_verification_policy_conflicts_only_with_credentialed_pulls() {
+    let ik = ours(thresholds(80, 70));
+    let name = "image-pull-credentials-verification";
+    for (body, creds, want) in [
+        ("", true, Status::Conflict),
+        ("", false, Status::NotChecked),
+        (
+            "imagePullCredentialsVerificationPolicy: NeverVerify\n",
+            true,
+            Status::Conflict,
+        ),
+        (
+            "featureGates:\n  KubeletEnsureSecretPulledImages: false\nimagePullCredentialsVerificationPolicy: AlwaysVerify\n",
+            true,
+            Status::Conflict,
+        ),
+        (
+            "imagePullCredentialsVerificationPolicy: AlwaysVerify\n",
+            true,
+            Status::Ok,
+        ),
+        (
+            "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n",
+            true,
+            Status::Ok,
+        ),
+    ] {
+        let findings = run(&kubelet(body), &ik, &unreachable(), creds);
+        let f = find(&findings, name);
+        assert_eq!(f.status, want, "{body} creds {creds}: {f:?}");
+    }
+}
+
+#[test]
+fn a_runtime_that_never_reports_pinned_conflicts_without_pin_patterns() {
+    let k = kubelet("");
+    let none_pinned = RuntimeView::Reached {
+        images: vec![image("sha256:a", false), image("sha256:b", false)],
+        image_fs: Err("not asked".to_owned()),
+    };
+    let f = run(&k, &ours(thresholds(80, 70)), &none_pinned, false);
+    assert_eq!(find(&f, "pinned-images").status, Status::Conflict);
+
+    let with_pins = ours(FlagValues {
+        pinned_images: vec!["registry.k8s.io/pause:*".to_owned()],
+        ..thresholds(80, 70)
+    });
+    let f = run(&k, &with_pins, &none_pinned, false);
+    assert_eq!(find(&f, "pinned-images").status, Status::Ok);
+
+    let one_pinned = RuntimeView::Reached {
+        images: vec![image("sha256:a", true), image("sha256:b", false)],
+        image_fs: Err("not asked".to_owned()),
+    };
+    let f = run(&k, &ours(thresholds(80, 70)), &one_pinned, false);
+    assert_eq!(find(&f, "pinned-images").status, Status::Ok);
+
+    let f = run(&k, &ours(thresholds(80, 70)), &unreachable(), false);
+    let f = find(&f, "pinned-images");
+    assert_eq!(f.status, Status::NotChecked);
+    assert!(f.message.contains("did not answer"), "{f:?}");
+}
+
+#[test]
+fn the_readmes_alternative_a_raised_kubelet_beside_imagekeepers_defaults_passes() {
+    let k = kubelet(
+        "imageGCHighThresholdPercent: 90\nimageGCLowThresholdPercent: 88\nevictionHard:\n  imagefs.available: \"5%\"\nmergeDefaultEvictionSettings: true\n",
+    );
+    let ik = ours(FlagValues {
+        pinned_images: vec!["registry.k8s.io/pause:*".to_owned()],
+        ..FlagValues::default()
+    });
+    let findings = run(&k, &ik, &unreachable(), false);
+    assert_eq!(conflicts(&findings), 0, "{findings:#?}");
+}
+
+#[test]
+fn the_deploy_configs_settings_pass_beside_the_kubelets_defaults() {
+    let manifest = include_str!("../../deploy/daemonset.yaml");
+    let toml_lines: String = manifest
+        .lines()
+        .skip_while(|l| !l.contains("imagekeeper.toml: |"))
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    let file: FileConfig = toml::from_str(&toml_lines).expect("the manifest's TOML");
+    let ik = AgentConfig::resolve(&file, None, &FlagValues::default()).expect("valid");
+    let findings = run(&kubelet(""), &ik, &unreachable(), false);
+    assert_eq!(conflicts(&findings), 0, "{findings:#?}");
+}

@@ -1,0 +1,520 @@
+//! `imagekeeper doctor` as a process over real KubeletConfiguration files: the kubelet's
+//! defaults (a kubeadm-style file), a conflicting file, a clean one, invalid and missing ones,
+//! imagekeeper's own settings from flags and `--config`, and the runtime's answers through the
+//! in-process fake CRI server (or no runtime at all).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::model::{ImageId, RuntimeImage};
+use serde_json::Value;
+
+/// A kubeadm-written kubelet config: the defaults for everything the doctor reads, plus the
+/// fields it ignores.
+const KUBEADM_DEFAULT: &str = "\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: \"\"
+cpuManagerReconcilePeriod: 0s
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMaximumGCAge: 0s
+imageMinimumGCAge: 0s
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: \"0\"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+";
+
+/// Every check in conflict with imagekeeper at `--image-gc-high-threshold 80`.
+const CONFLICTING: &str = "\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+evictionHard:
+  memory.available: 100Mi
+  imagefs.available: 25%
+  nodefs.available: 10%
+imageGCHighThresholdPercent: 75
+imageGCLowThresholdPercent: 70
+imageMaximumGCAge: 12h
+containerRuntimeEndpoint: unix:///var/run/crio/crio.sock
+imagePullCredentialsVerificationPolicy: NeverVerify
+";
+
+/// Beside imagekeeper at 80/70 on containerd: no conflict.
+const CLEAN: &str = "\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+evictionHard:
+  memory.available: 100Mi
+  imagefs.available: 10%
+  nodefs.available: 5%
+imageGCHighThresholdPercent: 88
+imageGCLowThresholdPercent: 84
+imagePullCredentialsVerificationPolicy: AlwaysVerify
+featureGates:
+  KubeletEnsureSecretPulledImages: true
+";
+
+struct Files {
+    dir: tempfile::TempDir,
+}
+
+impl Files {
+    fn new() -> Files {
+        Files {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("write fixture");
+        path
+    }
+
+    /// An endpoint where nothing listens.
+    fn dead_endpoint(&self) -> String {
+        format!(
+            "unix://{}",
+            self.dir.path().join("no-runtime.sock").display()
+        )
+    }
+}
+
+fn doctor(kubelet_config: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .arg("doctor")
+        .arg("--kubelet-config")
+        .arg(kubelet_config)
+        .args(args)
+        .output()
+        .expect("run imagekeeper doctor")
+}
+
+async fn doctor_async(kubelet_config: PathBuf, args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        doctor(&kubelet_config, &args)
+    })
+    .await
+    .expect("doctor thread")
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// check name -> status.
+fn statuses(report: &Value) -> Vec<(String, String)> {
+    report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| {
+            (
+                f["check"].as_str().expect("check").to_owned(),
+                f["status"].as_str().expect("status").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn status_of(report: &Value, check: &str) -> String {
+    statuses(report)
+        .into_iter()
+        .find(|(c, _)| c == check)
+        .map(|(_, s)| s)
+        .unwrap_or_else(|| panic!("no {check} in {report:#}"))
+}
+
+fn image(id: &str, tag: &str, pinned: bool) -> RuntimeImage {
+    RuntimeImage {
+        id: ImageId::new(id),
+        repo_tags: vec![tag.to_owned()],
+        size: 1000,
+        pinned,
+        ..RuntimeImage::default()
+    }
+}
+
+#[test]
+fn the_kubelets_defaults_beside_imagekeepers_defaults_are_two_conflicts() {
+    let files = Files::new();
+    let endpoint = files.dead_endpoint();
+    // The same runtime on both sides, where nothing answers (the pinned check needs one).
+    let config = files.write(
+        "config.yaml",
+        &KUBEADM_DEFAULT.replace(
+            "containerRuntimeEndpoint: \"\"",
+            &format!("containerRuntimeEndpoint: {endpoint}"),
+        ),
+    );
+    let out = doctor(&config, &["--container-runtime-endpoint", &endpoint]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("conflict     eviction-hard-imagefs"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("15% evicts at 85% used"), "{stdout}");
+    assert!(
+        stdout.contains("fix: set imagekeeper's --image-gc-high-threshold"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("conflict     image-gc-thresholds"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("not_checked  pinned-images"), "{stdout}");
+    assert!(stdout.contains("2 conflict(s)"), "{stdout}");
+    assert!(
+        stderr.contains("2 conflict(s) between the kubelet's configuration and imagekeeper's"),
+        "{stderr}"
+    );
+    // The kubeadm file's `containerRuntimeEndpoint: ""` is the kubelet's default, containerd.
+    let config = files.write("kubeadm.yaml", KUBEADM_DEFAULT);
+    let out = doctor(
+        &config,
+        &["-o", "json", "--container-runtime-endpoint", &endpoint],
+    );
+    let report = json(&out);
+    assert_eq!(status_of(&report, "runtime-endpoints"), "conflict");
+    let out = doctor(&config, &["-o", "json"]);
+    let report = json(&out);
+    assert_eq!(status_of(&report, "runtime-endpoints"), "ok", "{report:#}");
+}
+
+#[test]
+fn a_conflicting_kubelet_config_reports_every_conflict_with_its_fix_as_json() {
+    let files = Files::new();
+    let config = files.write("kubelet.yaml", CONFLICTING);
+    let endpoint = files.dead_endpoint();
+    let out = doctor(
+        &config,
+        &[
+            "--image-gc-high-threshold",
+            "80",
+            "--image-gc-low-threshold",
+            "70",
+            "--image-maximum-gc-age",
+            "24h",
+            "--container-runtime-endpoint",
+            &endpoint,
+            "--pulls-with-credentials",
+            "--output",
+            "json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let report = json(&out);
+    assert_eq!(report["kubelet_config"], config.display().to_string());
+    for check in [
+        "eviction-hard-imagefs",
+        "image-gc-thresholds",
+        "image-maximum-gc-age",
+        "runtime-endpoints",
+        "image-pull-credentials-verification",
+    ] {
+        assert_eq!(status_of(&report, check), "conflict", "{check}: {report:#}");
+    }
+    assert_eq!(status_of(&report, "eviction-hard-nodefs"), "ok");
+    assert_eq!(status_of(&report, "pinned-images"), "not_checked");
+    assert_eq!(report["conflicts"], 5);
+    for finding in report["findings"].as_array().expect("findings") {
+        let conflict = finding["status"] == "conflict";
+        assert_eq!(conflict, finding["fix"].is_string(), "{finding:#}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_pair_of_configurations_exits_0() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![
+        image("sha256:pause", "registry.k8s.io/pause:3.10", true),
+        image("sha256:app", "example.com/app:1", false),
+    ]);
+    let files = Files::new();
+    let config = files.write(
+        "kubelet.yaml",
+        &format!("{CLEAN}containerRuntimeEndpoint: {}\n", fake.endpoint()),
+    );
+    let out = doctor_async(
+        config,
+        vec![
+            "--image-gc-high-threshold".into(),
+            "80".into(),
+            "--image-gc-low-threshold".into(),
+            "70".into(),
+            "--container-runtime-endpoint".into(),
+            fake.endpoint(),
+            "--pulls-with-credentials".into(),
+            "-o".into(),
+            "json".into(),
+        ],
+    )
+    .await;
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["conflicts"], 0);
+    for (check, status) in statuses(&report) {
+        assert_eq!(status, "ok", "{check}: {report:#}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_that_reports_no_pinned_image_conflicts_without_pin_patterns() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![
+        image("sha256:pause", "registry.k8s.io/pause:3.10", false),
+        image("sha256:app", "example.com/app:1", false),
+    ]);
+    let files = Files::new();
+    let config = files.write(
+        "kubelet.yaml",
+        &format!("{CLEAN}containerRuntimeEndpoint: {}\n", fake.endpoint()),
+    );
+    let base = vec![
+        "--image-gc-high-threshold".to_owned(),
+        "80".to_owned(),
+        "--image-gc-low-threshold".to_owned(),
+        "70".to_owned(),
+        "--container-runtime-endpoint".to_owned(),
+        fake.endpoint(),
+        "-o".to_owned(),
+        "json".to_owned(),
+    ];
+    let out = doctor_async(config.clone(), base.clone()).await;
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    assert_eq!(
+        status_of(&report, "pinned-images"),
+        "conflict",
+        "{report:#}"
+    );
+    assert!(
+        fake.calls("ListImages") >= 1,
+        "the doctor asked the runtime"
+    );
+
+    let mut pinned = base;
+    pinned.extend([
+        "--pinned-image".to_owned(),
+        "registry.k8s.io/pause:*".to_owned(),
+    ]);
+    let out = doctor_async(config, pinned).await;
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(status_of(&report, "pinned-images"), "ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quantity_threshold_is_judged_against_the_image_filesystems_capacity() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image(
+        "sha256:pause",
+        "registry.k8s.io/pause:3.10",
+        true,
+    )]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let files = Files::new();
+    let args = |endpoint: String| {
+        vec![
+            "--image-gc-high-threshold".to_owned(),
+            "80".to_owned(),
+            "--image-gc-low-threshold".to_owned(),
+            "70".to_owned(),
+            "--container-runtime-endpoint".to_owned(),
+            endpoint,
+            "-o".to_owned(),
+            "json".to_owned(),
+        ]
+    };
+    // More than any test filesystem holds: eviction at 0% used.
+    let huge = files.write(
+        "huge.yaml",
+        &format!(
+            "{}containerRuntimeEndpoint: {}\nevictionHard:\n  imagefs.available: 1Ei\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageGCHighThresholdPercent: 90\nimageGCLowThresholdPercent: 85\n",
+            fake.endpoint()
+        ),
+    );
+    let report = json(&doctor_async(huge.clone(), args(fake.endpoint())).await);
+    assert_eq!(
+        status_of(&report, "eviction-hard-imagefs"),
+        "conflict",
+        "{report:#}"
+    );
+    // One byte: eviction only when the filesystem is full.
+    let tiny = files.write(
+        "tiny.yaml",
+        &std::fs::read_to_string(&huge)
+            .expect("read")
+            .replace("1Ei", "1"),
+    );
+    let report = json(&doctor_async(tiny, args(fake.endpoint())).await);
+    assert_eq!(
+        status_of(&report, "eviction-hard-imagefs"),
+        "ok",
+        "{report:#}"
+    );
+    // No runtime: the quantity cannot be judged, and the doctor says so.
+    let report = json(&doctor_async(huge, args(files.dead_endpoint())).await);
+    assert_eq!(
+        status_of(&report, "eviction-hard-imagefs"),
+        "not_checked",
+        "{report:#}"
+    );
+}
+
+#[test]
+fn imagekeepers_settings_come_from_its_config_file_too() {
+    let files = Files::new();
+    let kubelet = files.write("kubelet.yaml", KUBEADM_DEFAULT);
+    let ours = files.write(
+        "imagekeeper.toml",
+        "imageGCHighThresholdPercent = 80\nimageGCLowThresholdPercent = 70\n",
+    );
+    let endpoint = files.dead_endpoint();
+    let out = doctor(
+        &kubelet,
+        &[
+            "--config",
+            ours.to_str().expect("utf8"),
+            "--container-runtime-endpoint",
+            &endpoint,
+            "-o",
+            "json",
+        ],
+    );
+    let report = json(&out);
+    assert_eq!(
+        status_of(&report, "eviction-hard-imagefs"),
+        "ok",
+        "{report:#}"
+    );
+    assert_eq!(
+        status_of(&report, "image-gc-thresholds"),
+        "ok",
+        "{report:#}"
+    );
+}
+
+#[test]
+fn an_invalid_or_missing_kubelet_config_exits_2_naming_the_problem() {
+    let files = Files::new();
+    let header = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let cases = [
+        (
+            "not-yaml.yaml",
+            "{ this is: [not yaml".to_owned(),
+            "is not valid YAML",
+        ),
+        (
+            "bad-threshold.yaml",
+            format!("{header}imageGCHighThresholdPercent: 150\n"),
+            "imageGCHighThresholdPercent: invalid HighThresholdPercent 150",
+        ),
+        (
+            "bad-eviction.yaml",
+            format!("{header}evictionHard:\n  imagefs.available: lots\n"),
+            "evictionHard.imagefs.available: \"lots\" is not a quantity",
+        ),
+        (
+            "bad-policy.yaml",
+            format!("{header}imagePullCredentialsVerificationPolicy: Sometimes\n"),
+            "imagePullCredentialsVerificationPolicy: \"Sometimes\" is not one of",
+        ),
+        (
+            "pod.yaml",
+            "apiVersion: v1\nkind: Pod\n".to_owned(),
+            "kind: \"Pod\" is not KubeletConfiguration",
+        ),
+        ("empty.yaml", String::new(), "is empty"),
+    ];
+    for (name, text, want) in cases {
+        let path = files.write(name, &text);
+        let out = doctor(&path, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(want), "{name}: {stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{name}: no report for an invalid file"
+        );
+    }
+    let missing = files.dir.path().join("absent.yaml");
+    let out = doctor(&missing, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot read the kubelet config") && stderr.contains("absent.yaml"),
+        "{stderr}"
+    );
+    let out = doctor(files.dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(2), "a directory: {out:?}");
+
+    // A FIFO is refused without being opened (opening it would wait for a writer).
+    let fifo = files.dir.path().join("fifo.yaml");
+    let c_path = std::ffi::CString::new(fifo.to_str().expect("utf8")).expect("no NUL");
+    // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let out = doctor(&fifo, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+
+    // Larger than any real kubelet config: refused unread.
+    let big = files.write("big.yaml", &format!("{header}# {}\n", "x".repeat(2 << 20)));
+    let out = doctor(&big, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("at most 1048576 are read"), "{stderr}");
+}
+
+#[test]
+fn an_invalid_imagekeeper_setting_exits_2() {
+    let files = Files::new();
+    let config = files.write("kubelet.yaml", KUBEADM_DEFAULT);
+    let out = doctor(&config, &["--image-gc-high-threshold", "101"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--image-gc-high-threshold"), "{stderr}");
+}
