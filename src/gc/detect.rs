@@ -46,12 +46,14 @@ pub fn container_uses(container: &RuntimeContainer, image: &RuntimeImage) -> boo
     !id.is_empty() && (id == image.id.as_str() || image.repo_digests.iter().any(|d| d == id))
 }
 
-/// The record keys in use: the images of every container (running or not), plus the images
-/// the sandbox image name refers to (matched as the runtime resolves names: see
-/// [`image_matches`]).
+/// The record keys in use: the images of every container (running or not), the images
+/// mounted as image volumes (`image_volumes`: the names the running containers' status mounts
+/// give, see [`volume_uses`]), plus the images the sandbox image name refers to (matched as
+/// the runtime resolves names: see [`image_matches`]).
 pub fn images_in_use(
     images: &[RuntimeImage],
     containers: &[RuntimeContainer],
+    image_volumes: &[String],
     sandbox_image: Option<&str>,
 ) -> BTreeSet<RecordKey> {
     let sandbox = sandbox_image.filter(|s| !s.is_empty());
@@ -59,10 +61,21 @@ pub fn images_in_use(
         .iter()
         .filter(|image| {
             containers.iter().any(|c| container_uses(c, image))
+                || image_volumes.iter().any(|v| volume_uses(v, image))
                 || sandbox.is_some_and(|s| image_matches(s, image))
         })
         .map(RuntimeImage::record_key)
         .collect()
+}
+
+/// Whether an image volume named `name` mounts `image`. The kubelet compares the mount's
+/// `image.image` with the image id (pkg/kubelet/images/image_gc_manager.go, detectImages'
+/// image-volume pass over the running containers' GetContainerStatus mounts, added with
+/// ImageVolume in kubernetes#125663); a runtime may also name it by a repo digest or tag, so
+/// any name that resolves to the image keeps it (a record kept too long is cheaper than a
+/// volume taken from a pod).
+pub fn volume_uses(name: &str, image: &RuntimeImage) -> bool {
+    image_matches(name, image)
 }
 
 /// What one detect cycle changes.
@@ -223,7 +236,7 @@ mod tests {
     #[test]
     fn a_container_of_any_runtime_handler_keeps_the_image_in_use() {
         let images = vec![image("sha256:a", 1, false), image("sha256:b", 1, false)];
-        let in_use = images_in_use(&images, &[container("sha256:a", "runc")], None);
+        let in_use = images_in_use(&images, &[container("sha256:a", "runc")], &[], None);
         assert_eq!(
             in_use.into_iter().collect::<Vec<_>>(),
             vec![RecordKey::new("sha256:a", "")]
@@ -237,6 +250,7 @@ mod tests {
         let in_use = images_in_use(
             &[listed],
             &[container("docker.io/library/busybox@sha256:feed", "")],
+            &[],
             None,
         );
         assert!(in_use.contains(&RecordKey::new("sha256:a", "")));
