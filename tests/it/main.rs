@@ -8,6 +8,7 @@
 mod agent;
 mod corrupt;
 mod crash;
+mod events;
 mod cri;
 mod gc;
 mod inspect;
