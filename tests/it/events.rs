@@ -104,7 +104,10 @@ async fn a_created_container_marks_its_image_and_image_volume_used_without_waiti
     let mut w = watched(|_| {}).await;
     assert_eq!(w.note().await, EventsNote::Connected);
     let store = w.gc.store().clone();
-    assert!(store.records().expect("records").is_empty(), "no detect ran");
+    assert!(
+        store.records().expect("records").is_empty(),
+        "no detect ran"
+    );
 
     // Other events mark nothing.
     w.fake.push_event(&event("c1", ContainerEventKind::Started));
@@ -129,7 +132,8 @@ async fn a_created_container_marks_its_image_and_image_volume_used_without_waiti
         assert_eq!(record.size, 100);
     }
     // A container gone before its status was read marks nothing and the stream goes on.
-    w.fake.push_event(&event("gone", ContainerEventKind::Created));
+    w.fake
+        .push_event(&event("gone", ContainerEventKind::Created));
     assert_eq!(
         w.note().await,
         EventsNote::Marked {
@@ -169,7 +173,10 @@ async fn a_broken_stream_is_opened_again_after_a_backoff_that_an_event_resets() 
         };
         let broke = tokio::time::Instant::now();
         assert_eq!(w.note().await, EventsNote::Connected);
-        assert!(broke.elapsed() >= retry_in, "reopened only after the backoff");
+        assert!(
+            broke.elapsed() >= retry_in,
+            "reopened only after the backoff"
+        );
         waits.push(retry_in.as_secs());
     }
     assert_eq!(waits, [1, 2, 4], "1 s doubling");

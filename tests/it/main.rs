@@ -8,8 +8,8 @@
 mod agent;
 mod corrupt;
 mod crash;
-mod events;
 mod cri;
+mod events;
 mod gc;
 mod inspect;
 mod pull;
