@@ -1,6 +1,6 @@
 //! The agent: opens the store, connects to the runtime and runs the kubelet's loops — detect
-//! every 5 minutes, the image cache every 30 seconds, GC every 5 minutes — plus the admin
-//! socket and the metrics endpoint. It owns wiring and scheduling only; what a cycle does lives
+//! every 5 minutes, the image cache every 30 seconds, GC every 5 minutes — plus the container
+//! events watcher ([`events`]), the admin socket and the metrics endpoint. It owns wiring and scheduling only; what a cycle does lives
 //! in `gc` and `pull`, which take `now` from the agent's [`Clock`].
 //!
 //! Invariants: a failed cycle is logged and the loop keeps its period, as the kubelet's

@@ -554,6 +554,37 @@ mod tests {
         }
     }
 
+    /// Only mounts with `image` set are image volumes; each gives its image id and, when the
+    /// runtime reports it, its digest (KEP-5365); empty names and repeats are left out.
+    #[test]
+    fn image_volumes_are_the_mounts_with_an_image() {
+        let mount = |host: &str, image: Option<(&str, &str)>| proto::Mount {
+            container_path: "/data".into(),
+            host_path: host.into(),
+            image: image.map(|(id, digest)| proto::ImageSpec {
+                image: id.into(),
+                image_ref: digest.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let status = proto::ContainerStatus {
+            mounts: vec![
+                mount("/var/lib/kubelet/pods/x/volumes/secret", None),
+                mount("", Some(("sha256:aaa", "registry.local/a@sha256:d1"))),
+                mount("", Some(("sha256:bbb", ""))),
+                mount("", Some(("sha256:aaa", ""))),
+                mount("", Some(("", ""))),
+            ],
+            ..Default::default()
+        };
+        let report = container_status_from_proto(status);
+        assert_eq!(
+            report.image_volumes,
+            ["sha256:aaa", "registry.local/a@sha256:d1", "sha256:bbb"]
+        );
+    }
+
     #[test]
     fn image_round_trips_through_proto() {
         let image = sample_image();

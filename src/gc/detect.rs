@@ -243,6 +243,32 @@ mod tests {
         );
     }
 
+    /// An image volume keeps its image whether the mount names it by id, by repo digest or by
+    /// tag; a name that resolves to no listed image keeps nothing.
+    #[test]
+    fn an_image_volume_keeps_the_image_it_names_in_use() {
+        let digest = "sha256:5f3ca9e4d82e32203c2fafb410dfae9c8047bc6ebe57d642fe264d479e152955";
+        let mut by_digest = image("sha256:b", 1, false);
+        by_digest.repo_digests = vec![format!("registry.local/b@{digest}")];
+        let mut by_tag = image("sha256:c", 1, false);
+        by_tag.repo_tags = vec!["registry.local/c:1".into()];
+        let images = vec![
+            image("sha256:a", 1, false),
+            by_digest,
+            by_tag,
+            image("sha256:d", 1, false),
+        ];
+        let volumes = [
+            "sha256:a".to_string(),
+            format!("registry.local/b@{digest}"),
+            "registry.local/c:1".to_string(),
+            "registry.local/missing:1".to_string(),
+        ];
+        let in_use = images_in_use(&images, &[], &volumes, None);
+        let ids: Vec<&str> = in_use.iter().map(|k| k.image_id.as_str()).collect();
+        assert_eq!(ids, ["sha256:a", "sha256:b", "sha256:c"]);
+    }
+
     #[test]
     fn a_container_naming_a_repo_digest_keeps_the_image_in_use() {
         let mut listed = image("sha256:a", 1, false);

@@ -6,7 +6,9 @@
 //! eviction walk reads the store's index lazily, in chunks, resuming after the last entry it
 //! saw, so it never loads every record to sort.
 //!
-//! What GC never removes: an image a container of any state uses, a pinned image, an image a
+//! What GC never removes: an image a container of any state uses, an image a running
+//! container mounts as an image volume (seen in its ContainerStatus mounts: one call per
+//! running container per cycle, the last looks reusing detect's answers), a pinned image, an image a
 //! pull through imagekeeper has in flight, an image used at or after the GC's start. Pulls and
 //! containers are not under the cycle lock, so right before each RemoveImage call the manager
 //! takes a last look (`rescue`): it lists the containers, then re-reads the victim's record
