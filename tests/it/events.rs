@@ -196,3 +196,27 @@ async fn a_broken_stream_is_opened_again_after_a_backoff_that_an_event_resets() 
     let _ = w.stop.send(true);
     w.task.await.expect("the watcher stops during its backoff");
 }
+
+#[tokio::test]
+async fn a_failed_mark_is_reported_and_the_stream_goes_on() {
+    let mut w = watched(|_| {}).await;
+    assert_eq!(w.note().await, EventsNote::Connected);
+    w.fake
+        .fail("ContainerStatus", RpcCode::Internal, "status unavailable");
+    w.fake.push_event(&event("c1", ContainerEventKind::Created));
+    let EventsNote::MarkFailed {
+        container_id,
+        error,
+    } = w.note().await
+    else {
+        panic!("the failure is reported");
+    };
+    assert_eq!(container_id, "c1");
+    assert!(error.contains("status unavailable"), "{error}");
+    w.fake.clear("ContainerStatus");
+    w.fake.push_event(&event("c1", ContainerEventKind::Created));
+    assert!(matches!(w.note().await, EventsNote::Marked { .. }));
+    assert_eq!(w.fake.calls("GetContainerEvents"), 1, "the same stream");
+    let _ = w.stop.send(true);
+    w.task.await.expect("the watcher stops");
+}
