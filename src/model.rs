@@ -256,6 +256,8 @@ pub struct ContainerUsage {
     pub state: ContainerState,
     /// The image id the container runs; empty when the runtime did not say.
     pub image_id: ImageId,
+    /// The runtime handler of the container's image (its ImageSpec); empty for the default.
+    pub runtime_handler: String,
     /// Each image volume's image as the mount names it: the image id the kubelet pulled
     /// (`Mount.image.image`) and, when the runtime reports it, its digest
     /// (`Mount.image.image_ref`, KEP-5365). Empty names are left out.

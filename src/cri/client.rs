@@ -107,6 +107,8 @@ pub struct ContainerStatusReport {
     pub state: ContainerState,
     pub image: String,
     pub image_id: ImageId,
+    /// The runtime handler of the container's ImageSpec; empty for the default.
+    pub runtime_handler: String,
     pub exit_code: i32,
     pub reason: String,
     /// The images of the container's image volumes (see [`crate::model::ContainerUsage`]).

@@ -328,6 +328,7 @@ pub(super) fn container_status_from_proto(status: proto::ContainerStatus) -> Con
         state: container_state_from_proto(status.state),
         image: spec.image,
         image_id: container_image_id(status.image_id, status.image_ref),
+        runtime_handler: spec.runtime_handler,
         exit_code: status.exit_code,
         reason: status.reason,
         image_volumes,
@@ -353,6 +354,7 @@ pub(super) fn container_usage_from_report(report: &ContainerStatusReport) -> Con
     ContainerUsage {
         state: report.state,
         image_id: report.image_id.clone(),
+        runtime_handler: report.runtime_handler.clone(),
         image_volumes: report.image_volumes.clone(),
     }
 }

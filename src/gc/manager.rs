@@ -299,16 +299,19 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Err(e) if e.code() == Some(RpcCode::NotFound) => return Ok(Vec::new()),
             Err(e) => return Err(runtime_error("get container status")(e)),
         };
-        let image = usage.image_id.as_str().to_string();
+        // The container's image under its own runtime handler; image volumes under the
+        // default one (a mount's ImageSpec names none).
+        let image = (usage.image_id.as_str().to_string(), usage.runtime_handler);
+        let volumes = usage.image_volumes.into_iter().map(|v| (v, String::new()));
         let names = std::iter::once(image)
-            .chain(usage.image_volumes)
-            .filter(|name| !name.is_empty());
+            .chain(volumes)
+            .filter(|(name, _)| !name.is_empty());
         let mut batch = Batch::new();
         let mut marked: Vec<RecordKey> = Vec::new();
-        for name in names {
+        for (name, handler) in names {
             let found = self
                 .runtime
-                .image_status(&name, "")
+                .image_status(&name, &handler)
                 .await
                 .map_err(runtime_error("get image status"))?;
             if let Some(image) = found {

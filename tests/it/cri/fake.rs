@@ -446,7 +446,11 @@ fn running(id: &str, image: &RuntimeImage) -> RuntimeContainer {
 async fn container_status_reports_the_image_and_the_image_volumes_of_its_mounts() {
     let (fake, client) = fake_and_client().await;
     let volume = pause_pinned_for_kata();
-    fake.set_containers(vec![running("c1", &busybox()), running("c2", &busybox())]);
+    let kata = RuntimeContainer {
+        runtime_handler: "kata".into(),
+        ..running("c2", &busybox())
+    };
+    fake.set_containers(vec![running("c1", &busybox()), kata]);
     fake.set_image_volumes(
         "c1",
         vec![
@@ -464,8 +468,13 @@ async fn container_status_reports_the_image_and_the_image_volumes_of_its_mounts(
             "registry.local/pause@sha256:937f".to_string()
         ]
     );
+    assert_eq!(usage.runtime_handler, "");
     let plain = client.container_usage("c2").await.expect("ContainerStatus");
     assert!(plain.image_volumes.is_empty(), "{plain:?}");
+    assert_eq!(
+        plain.runtime_handler, "kata",
+        "the handler of its ImageSpec"
+    );
     let report = client
         .container_status("c1")
         .await
