@@ -70,7 +70,7 @@ pub fn images_in_use(
 
 /// Whether an image volume named `name` mounts `image`. The kubelet compares the mount's
 /// `image.image` with the image id (pkg/kubelet/images/image_gc_manager.go, detectImages'
-/// image-volume pass over the running containers' GetContainerStatus mounts, added with
+/// image-volume pass over the containers' GetContainerStatus mounts, added with
 /// ImageVolume in kubernetes#125663); a runtime may also name it by a repo digest or tag, so
 /// any name that resolves to the image keeps it (a record kept too long is cheaper than a
 /// volume taken from a pod).
