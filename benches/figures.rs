@@ -190,7 +190,7 @@ fn synth_node(n: usize, seed: u64) -> Node {
         images.push(image);
     }
     records.sort_by(|a, b| a.key.cmp(&b.key));
-    let in_use = images_in_use(&images, &containers, None);
+    let in_use = images_in_use(&images, &containers, &[], None);
     Node {
         now: UnixNanos(now),
         images,
@@ -1028,7 +1028,7 @@ fn e2e_gc_lab(env_file: &Path, work: &Path, figures: &mut Figures) {
                     .unwrap_or_else(|e| panic!("pull {reference}: {e}"));
             }
             let listed = client.list_images().await.expect("list images");
-            let in_use = images_in_use(&listed, &containers, None);
+            let in_use = images_in_use(&listed, &containers, &[], None);
             let expected = listed
                 .iter()
                 .filter(|i| !in_use.contains(&i.record_key()) && !i.pinned)

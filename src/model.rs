@@ -225,12 +225,13 @@ impl RuntimeImage {
 }
 
 /// The state of a container as CRI reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ContainerState {
     Created,
     Running,
     Exited,
+    #[default]
     Unknown,
 }
 
@@ -246,6 +247,41 @@ pub struct RuntimeContainer {
     pub state: ContainerState,
     /// The runtime handler of the container's image; empty for the default.
     pub runtime_handler: String,
+}
+
+/// What one container needs of the image store, as its ContainerStatus reports it: the image
+/// it runs and the images mounted into it as image volumes (KEP-4639).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerUsage {
+    pub state: ContainerState,
+    /// The image id the container runs; empty when the runtime did not say.
+    pub image_id: ImageId,
+    /// The runtime handler of the container's image (its ImageSpec); empty for the default.
+    pub runtime_handler: String,
+    /// Each image volume's image as the mount names it: the image id the kubelet pulled
+    /// (`Mount.image.image`) and, when the runtime reports it, its digest
+    /// (`Mount.image.image_ref`, KEP-5365). Empty names are left out.
+    pub image_volumes: Vec<String>,
+}
+
+/// One container lifecycle event of CRI GetContainerEvents (evented PLEG).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerEventKind {
+    Created,
+    Started,
+    Stopped,
+    Deleted,
+    /// A type this version does not know.
+    Unknown,
+}
+
+/// A container event as the runtime streams it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerEvent {
+    pub container_id: String,
+    pub kind: ContainerEventKind,
+    /// Unix nanoseconds, as the runtime stamped it.
+    pub created_at: i64,
 }
 
 /// The image filesystem: what the runtime reports plus statvfs of its mountpoint.

@@ -1,6 +1,6 @@
 //! The agent: opens the store, connects to the runtime and runs the kubelet's loops — detect
-//! every 5 minutes, the image cache every 30 seconds, GC every 5 minutes — plus the admin
-//! socket and the metrics endpoint. It owns wiring and scheduling only; what a cycle does lives
+//! every 5 minutes, the image cache every 30 seconds, GC every 5 minutes — plus the container
+//! events watcher ([`events`]), the admin socket and the metrics endpoint. It owns wiring and scheduling only; what a cycle does lives
 //! in `gc` and `pull`, which take `now` from the agent's [`Clock`].
 //!
 //! Invariants: a failed cycle is logged and the loop keeps its period, as the kubelet's
@@ -15,6 +15,7 @@
 //! next use, so the agent recovers without a restart once space is back.
 
 pub mod config;
+pub mod events;
 mod metrics;
 
 use std::future::Future;
@@ -62,6 +63,8 @@ pub enum AgentError {
 /// A running node agent.
 pub struct Agent {
     config: AgentConfig,
+    /// The runtime client the container events watcher streams from.
+    events_client: CriClient,
     store: Arc<Store>,
     gc: ImageGcManager<CriClient>,
     images: ImageManager<CriClient, Store>,
@@ -92,12 +95,17 @@ impl Agent {
         let in_flight = PullsInFlight::new();
         let gc = ImageGcManager::new(client.clone(), store.clone(), config.gc.clone())?
             .with_pulls_in_flight(in_flight.clone());
-        let images =
-            ImageManager::new(&config.pull, Arc::new(client), store.clone(), clock.clone())
-                .map_err(|e| AgentError::Pull(e.to_string()))?
-                .with_pulls_in_flight(in_flight);
+        let images = ImageManager::new(
+            &config.pull,
+            Arc::new(client.clone()),
+            store.clone(),
+            clock.clone(),
+        )
+        .map_err(|e| AgentError::Pull(e.to_string()))?
+        .with_pulls_in_flight(in_flight);
         Ok(Agent {
             config,
+            events_client: client,
             store,
             gc,
             images,
@@ -140,6 +148,20 @@ impl Agent {
     /// finish.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>, grace: Duration) {
         let (stop_tx, stop_rx) = watch::channel(false);
+        let events = {
+            let agent = self.clone();
+            let stop = stop_rx.clone();
+            tokio::spawn(async move {
+                events::watch_container_events(
+                    &agent.events_client,
+                    &agent.gc,
+                    agent.clock.as_ref(),
+                    stop,
+                    |_| {},
+                )
+                .await
+            })
+        };
         let loops = {
             let agent = self.clone();
             tokio::spawn(async move { agent.run_loops(stop_rx).await })
@@ -154,6 +176,8 @@ impl Agent {
                 "A cycle did not finish within the grace period; abandoned it (every store write is atomic)"
             ),
         }
+        // The watcher returns on stop; a mark in flight is one atomic write.
+        events.abort();
     }
 
     async fn run_loops(self: Arc<Self>, stop: watch::Receiver<bool>) {

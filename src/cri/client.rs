@@ -21,8 +21,8 @@ use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::statvfs;
 use crate::model::{
-    ContainerState, ImageFsStats, ImageId, PullCredentials, PullSpec, RuntimeContainer,
-    RuntimeImage,
+    ContainerEvent, ContainerState, ContainerUsage, ImageFsStats, ImageId, PullCredentials,
+    PullSpec, RuntimeContainer, RuntimeImage,
 };
 
 /// containerd's default socket, as the kubelet's default `--container-runtime-endpoint`.
@@ -107,8 +107,42 @@ pub struct ContainerStatusReport {
     pub state: ContainerState,
     pub image: String,
     pub image_id: ImageId,
+    /// The runtime handler of the container's ImageSpec; empty for the default.
+    pub runtime_handler: String,
     pub exit_code: i32,
     pub reason: String,
+    /// The images of the container's image volumes (see [`crate::model::ContainerUsage`]).
+    pub image_volumes: Vec<String>,
+}
+
+/// A CRI GetContainerEvents stream. It has no deadline: it lives until the runtime ends it,
+/// the connection breaks, or it is dropped.
+pub struct ContainerEventStream {
+    inner: tonic::Streaming<proto::ContainerEventResponse>,
+    endpoint: String,
+}
+
+impl std::fmt::Debug for ContainerEventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContainerEventStream")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ContainerEventStream {
+    /// The next event; `None` when the runtime ended the stream, an error when it broke.
+    pub async fn next(&mut self) -> Option<Result<ContainerEvent, CriError>> {
+        match self.inner.message().await {
+            Ok(Some(event)) => Some(Ok(convert::container_event_from_proto(event))),
+            Ok(None) => None,
+            Err(status) => Some(Err(convert::error_from_status(
+                "GetContainerEvents",
+                &self.endpoint,
+                status,
+            ))),
+        }
+    }
 }
 
 /// A CRI client over unix sockets. Cheap to clone; clones share the connections.
@@ -426,6 +460,28 @@ impl CriClient {
         })?;
         Ok(convert::container_status_from_proto(status))
     }
+
+    /// Opens the runtime's GetContainerEvents stream. A runtime without evented PLEG
+    /// (containerd 1.6) answers Unimplemented here. Only dialing has a deadline (the call
+    /// timeout, for the stream's headers); the stream itself has none.
+    pub async fn container_events(&self) -> Result<ContainerEventStream, CriError> {
+        let mut client = self.runtime.clone();
+        let endpoint = self.runtime_endpoint.clone();
+        let opened = tokio::time::timeout(
+            self.call_timeout,
+            client.get_container_events(proto::GetEventsRequest {}),
+        )
+        .await
+        .map_err(|_| CriError::Timeout {
+            method: "GetContainerEvents",
+            after: self.call_timeout,
+        })?
+        .map_err(|status| convert::error_from_status("GetContainerEvents", &endpoint, status))?;
+        Ok(ContainerEventStream {
+            inner: opened.into_inner(),
+            endpoint,
+        })
+    }
 }
 
 /// One unary call with a deadline: sent as `grpc-timeout` and enforced here too, so a runtime
@@ -692,6 +748,11 @@ impl ImageRuntime for CriClient {
             .into_iter()
             .map(convert::container_from_proto)
             .collect())
+    }
+
+    async fn container_usage(&self, container_id: &str) -> Result<ContainerUsage, CriError> {
+        let report = self.container_status(container_id).await?;
+        Ok(convert::container_usage_from_report(&report))
     }
 }
 

@@ -16,8 +16,8 @@ use super::client::{
 use super::error::{CriError, RpcCode};
 use super::proto;
 use crate::model::{
-    ContainerState, ImageFsStats, ImageId, PodSandboxConfig, PullCredentials, PullSpec,
-    RuntimeContainer, RuntimeImage,
+    ContainerEvent, ContainerEventKind, ContainerState, ContainerUsage, ImageFsStats, ImageId,
+    PodSandboxConfig, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
 };
 
 // ---------------------------------------------------------------- status codes and errors
@@ -321,14 +321,103 @@ pub(super) fn container_to_proto(container: &RuntimeContainer) -> proto::Contain
 }
 
 pub(super) fn container_status_from_proto(status: proto::ContainerStatus) -> ContainerStatusReport {
+    let image_volumes = image_volumes_from_mounts(&status.mounts);
     let spec = status.image.unwrap_or_default();
     ContainerStatusReport {
         id: status.id,
         state: container_state_from_proto(status.state),
         image: spec.image,
         image_id: container_image_id(status.image_id, status.image_ref),
+        runtime_handler: spec.runtime_handler,
         exit_code: status.exit_code,
         reason: status.reason,
+        image_volumes,
+    }
+}
+
+/// The images of a container's image volumes: each mount with `image` set names its image by
+/// `image.image` (the image id the kubelet's PullImage returned) and, from runtimes that
+/// report it (KEP-5365), by `image.image_ref` (a digest). Empty names are left out.
+fn image_volumes_from_mounts(mounts: &[proto::Mount]) -> Vec<String> {
+    let mut names = Vec::new();
+    for spec in mounts.iter().filter_map(|m| m.image.as_ref()) {
+        for name in [&spec.image, &spec.image_ref] {
+            if !name.is_empty() && !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+    }
+    names
+}
+
+pub(super) fn container_usage_from_report(report: &ContainerStatusReport) -> ContainerUsage {
+    ContainerUsage {
+        state: report.state,
+        image_id: report.image_id.clone(),
+        runtime_handler: report.runtime_handler.clone(),
+        image_volumes: report.image_volumes.clone(),
+    }
+}
+
+/// The fake runtime's ContainerStatus answer: the container as listed, plus one read-only
+/// image mount per image volume (named by `image.image`).
+pub(super) fn container_status_to_proto(
+    container: &RuntimeContainer,
+    image_volumes: &[String],
+) -> proto::ContainerStatus {
+    proto::ContainerStatus {
+        id: container.id.clone(),
+        state: container_state_to_proto(container.state).into(),
+        image: Some(image_spec(&container.image, &container.runtime_handler)),
+        image_ref: container.image_id.as_str().to_string(),
+        image_id: container.image_id.as_str().to_string(),
+        mounts: image_volumes
+            .iter()
+            .enumerate()
+            .map(|(n, image)| proto::Mount {
+                container_path: format!("/volumes/{n}"),
+                readonly: true,
+                image: Some(image_spec(image, "")),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------- container events
+
+pub(super) fn container_event_from_proto(event: proto::ContainerEventResponse) -> ContainerEvent {
+    use proto::ContainerEventType as T;
+    let kind = match T::try_from(event.container_event_type) {
+        Ok(T::ContainerCreatedEvent) => ContainerEventKind::Created,
+        Ok(T::ContainerStartedEvent) => ContainerEventKind::Started,
+        Ok(T::ContainerStoppedEvent) => ContainerEventKind::Stopped,
+        Ok(T::ContainerDeletedEvent) => ContainerEventKind::Deleted,
+        Err(_) => ContainerEventKind::Unknown,
+    };
+    ContainerEvent {
+        container_id: event.container_id,
+        kind,
+        created_at: event.created_at,
+    }
+}
+
+pub(super) fn container_event_to_proto(event: &ContainerEvent) -> proto::ContainerEventResponse {
+    use proto::ContainerEventType as T;
+    let kind = match event.kind {
+        ContainerEventKind::Created => T::ContainerCreatedEvent as i32,
+        ContainerEventKind::Started => T::ContainerStartedEvent as i32,
+        ContainerEventKind::Stopped => T::ContainerStoppedEvent as i32,
+        ContainerEventKind::Deleted => T::ContainerDeletedEvent as i32,
+        // A value no CRI version defines.
+        ContainerEventKind::Unknown => 99,
+    };
+    proto::ContainerEventResponse {
+        container_id: event.container_id.clone(),
+        container_event_type: kind,
+        created_at: event.created_at,
+        containers_statuses: Vec::new(),
     }
 }
 
@@ -465,6 +554,37 @@ mod tests {
             pinned: true,
             runtime_handler: "kata".into(),
         }
+    }
+
+    /// Only mounts with `image` set are image volumes; each gives its image id and, when the
+    /// runtime reports it, its digest (KEP-5365); empty names and repeats are left out.
+    #[test]
+    fn image_volumes_are_the_mounts_with_an_image() {
+        let mount = |host: &str, image: Option<(&str, &str)>| proto::Mount {
+            container_path: "/data".into(),
+            host_path: host.into(),
+            image: image.map(|(id, digest)| proto::ImageSpec {
+                image: id.into(),
+                image_ref: digest.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let status = proto::ContainerStatus {
+            mounts: vec![
+                mount("/var/lib/kubelet/pods/x/volumes/secret", None),
+                mount("", Some(("sha256:aaa", "registry.local/a@sha256:d1"))),
+                mount("", Some(("sha256:bbb", ""))),
+                mount("", Some(("sha256:aaa", ""))),
+                mount("", Some(("", ""))),
+            ],
+            ..Default::default()
+        };
+        let report = container_status_from_proto(status);
+        assert_eq!(
+            report.image_volumes,
+            ["sha256:aaa", "registry.local/a@sha256:d1", "sha256:bbb"]
+        );
     }
 
     #[test]

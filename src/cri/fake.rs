@@ -8,7 +8,9 @@
 //! tag removes the whole image; a pull of an unknown reference is NotFound). Its answers are
 //! built with the `convert` module's `*_to_proto` functions, so a test through [`CriClient`]
 //! round-trips every conversion. It runs pods and containers not at all: those calls answer
-//! Unimplemented. The server stops when the `FakeRuntime` is dropped.
+//! Unimplemented; ContainerStatus answers for the containers the test set (with the image
+//! volumes it set), and GetContainerEvents streams what the test pushes until the test ends
+//! the streams (or answers Unimplemented, as containerd 1.6, when the test says `fail`). The server stops when the `FakeRuntime` is dropped.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -28,7 +30,9 @@ use super::error::RpcCode;
 use super::proto;
 use super::proto::image_service_server::{ImageService, ImageServiceServer};
 use super::proto::runtime_service_server::{RuntimeService, RuntimeServiceServer};
-use crate::model::{ImageFsStats, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage};
+use crate::model::{
+    ContainerEvent, ImageFsStats, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
+};
 
 /// A failure the fake answers a method with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,7 +69,14 @@ struct FakeState {
     empty_image_ref: bool,
     /// How many times each method was called.
     calls: HashMap<String, u64>,
+    /// Container id -> the images its ContainerStatus reports as image volumes.
+    image_volumes: HashMap<String, Vec<String>>,
+    /// The open GetContainerEvents streams.
+    event_streams: Vec<EventSender>,
 }
+
+type EventSender =
+    tokio::sync::mpsc::UnboundedSender<Result<proto::ContainerEventResponse, Status>>;
 
 impl FakeState {
     /// Fails, hangs or delays if the test asked for it; otherwise lets the call go on.
@@ -335,9 +346,34 @@ impl RuntimeService for FakeService {
     ) -> Result<Response<proto::ContainerStatusResponse>, Status> {
         self.enter("ContainerStatus").await?;
         let id = request.into_inner().container_id;
-        Err(Status::not_found(format!(
-            "an error occurred when try to find container \"{id}\": not found"
-        )))
+        let state = self.lock();
+        match state.containers.iter().find(|c| c.id == id) {
+            Some(container) => {
+                let volumes = state.image_volumes.get(&id).cloned().unwrap_or_default();
+                Ok(Response::new(proto::ContainerStatusResponse {
+                    status: Some(convert::container_status_to_proto(container, &volumes)),
+                }))
+            }
+            None => Err(Status::not_found(format!(
+                "an error occurred when try to find container \"{id}\": not found"
+            ))),
+        }
+    }
+
+    type GetContainerEventsStream = tonic::codegen::tokio_stream::wrappers::UnboundedReceiverStream<
+        Result<proto::ContainerEventResponse, Status>,
+    >;
+
+    async fn get_container_events(
+        &self,
+        _request: Request<proto::GetEventsRequest>,
+    ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
+        self.enter("GetContainerEvents").await?;
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        self.lock().event_streams.push(sender);
+        Ok(Response::new(
+            tonic::codegen::tokio_stream::wrappers::UnboundedReceiverStream::new(receiver),
+        ))
     }
 }
 
@@ -512,6 +548,42 @@ impl FakeRuntime {
 
     pub fn pulls(&self) -> Vec<FakePull> {
         self.lock().pulls.clone()
+    }
+
+    /// ContainerStatus of `container_id` reports these images as its image volumes.
+    pub fn set_image_volumes(&self, container_id: impl Into<String>, images: Vec<String>) {
+        self.lock()
+            .image_volumes
+            .insert(container_id.into(), images);
+    }
+
+    /// Sends `event` on every open GetContainerEvents stream; returns how many received it.
+    pub fn push_event(&self, event: &ContainerEvent) -> usize {
+        let message = convert::container_event_to_proto(event);
+        let mut state = self.lock();
+        state
+            .event_streams
+            .retain(|stream| stream.send(Ok(message.clone())).is_ok());
+        state.event_streams.len()
+    }
+
+    /// Ends every open GetContainerEvents stream with `code` (a runtime restarting: Unavailable),
+    /// or cleanly with `None`.
+    pub fn end_event_streams(&self, code: Option<RpcCode>) {
+        let streams = std::mem::take(&mut self.lock().event_streams);
+        if let Some(code) = code {
+            for stream in streams {
+                let status = Status::new(convert::rpc_code_to_tonic(code), "event stream ended");
+                let _ = stream.send(Err(status));
+            }
+        }
+    }
+
+    /// How many GetContainerEvents streams are open.
+    pub fn open_event_streams(&self) -> usize {
+        let mut state = self.lock();
+        state.event_streams.retain(|stream| !stream.is_closed());
+        state.event_streams.len()
     }
 }
 

@@ -11,7 +11,9 @@
 
 use std::future::Future;
 
-use crate::model::{ImageFsStats, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage};
+use crate::model::{
+    ContainerUsage, ImageFsStats, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
+};
 
 pub mod client;
 mod convert;
@@ -20,8 +22,8 @@ pub mod fake;
 pub mod statvfs;
 
 pub use client::{
-    ContainerSpec, ContainerStatusReport, CriClient, CriConfig, DEFAULT_RUNTIME_ENDPOINT,
-    PodSandboxSummary, RuntimeVersion, SandboxSpec,
+    ContainerEventStream, ContainerSpec, ContainerStatusReport, CriClient, CriConfig,
+    DEFAULT_RUNTIME_ENDPOINT, PodSandboxSummary, RuntimeVersion, SandboxSpec,
 };
 pub use error::{CriError, RpcCode};
 
@@ -68,4 +70,15 @@ pub trait ImageRuntime: Send + Sync {
     fn list_containers(
         &self,
     ) -> impl Future<Output = Result<Vec<RuntimeContainer>, CriError>> + Send;
+    /// One ContainerStatus: the container's image and its image volumes. A container the
+    /// runtime no longer knows is an error with code NotFound. The default (a runtime with no
+    /// ContainerStatus of its own, such as a replay's) reports the container with no image
+    /// and no image volumes.
+    fn container_usage(
+        &self,
+        container_id: &str,
+    ) -> impl Future<Output = Result<ContainerUsage, CriError>> + Send {
+        let _ = container_id;
+        std::future::ready(Ok(ContainerUsage::default()))
+    }
 }

@@ -46,12 +46,14 @@ pub fn container_uses(container: &RuntimeContainer, image: &RuntimeImage) -> boo
     !id.is_empty() && (id == image.id.as_str() || image.repo_digests.iter().any(|d| d == id))
 }
 
-/// The record keys in use: the images of every container (running or not), plus the images
-/// the sandbox image name refers to (matched as the runtime resolves names: see
-/// [`image_matches`]).
+/// The record keys in use: the images of every container (running or not), the images
+/// mounted as image volumes (`image_volumes`: the names the running containers' status mounts
+/// give, see [`volume_uses`]), plus the images the sandbox image name refers to (matched as
+/// the runtime resolves names: see [`image_matches`]).
 pub fn images_in_use(
     images: &[RuntimeImage],
     containers: &[RuntimeContainer],
+    image_volumes: &[String],
     sandbox_image: Option<&str>,
 ) -> BTreeSet<RecordKey> {
     let sandbox = sandbox_image.filter(|s| !s.is_empty());
@@ -59,10 +61,21 @@ pub fn images_in_use(
         .iter()
         .filter(|image| {
             containers.iter().any(|c| container_uses(c, image))
+                || image_volumes.iter().any(|v| volume_uses(v, image))
                 || sandbox.is_some_and(|s| image_matches(s, image))
         })
         .map(RuntimeImage::record_key)
         .collect()
+}
+
+/// Whether an image volume named `name` mounts `image`. The kubelet compares the mount's
+/// `image.image` with the image id (pkg/kubelet/images/image_gc_manager.go, detectImages'
+/// image-volume pass over the containers' GetContainerStatus mounts, added with
+/// ImageVolume in kubernetes#125663); a runtime may also name it by a repo digest or tag, so
+/// any name that resolves to the image keeps it (a record kept too long is cheaper than a
+/// volume taken from a pod).
+pub fn volume_uses(name: &str, image: &RuntimeImage) -> bool {
+    image_matches(name, image)
 }
 
 /// What one detect cycle changes.
@@ -223,11 +236,37 @@ mod tests {
     #[test]
     fn a_container_of_any_runtime_handler_keeps_the_image_in_use() {
         let images = vec![image("sha256:a", 1, false), image("sha256:b", 1, false)];
-        let in_use = images_in_use(&images, &[container("sha256:a", "runc")], None);
+        let in_use = images_in_use(&images, &[container("sha256:a", "runc")], &[], None);
         assert_eq!(
             in_use.into_iter().collect::<Vec<_>>(),
             vec![RecordKey::new("sha256:a", "")]
         );
+    }
+
+    /// An image volume keeps its image whether the mount names it by id, by repo digest or by
+    /// tag; a name that resolves to no listed image keeps nothing.
+    #[test]
+    fn an_image_volume_keeps_the_image_it_names_in_use() {
+        let digest = "sha256:5f3ca9e4d82e32203c2fafb410dfae9c8047bc6ebe57d642fe264d479e152955";
+        let mut by_digest = image("sha256:b", 1, false);
+        by_digest.repo_digests = vec![format!("registry.local/b@{digest}")];
+        let mut by_tag = image("sha256:c", 1, false);
+        by_tag.repo_tags = vec!["registry.local/c:1".into()];
+        let images = vec![
+            image("sha256:a", 1, false),
+            by_digest,
+            by_tag,
+            image("sha256:d", 1, false),
+        ];
+        let volumes = [
+            "sha256:a".to_string(),
+            format!("registry.local/b@{digest}"),
+            "registry.local/c:1".to_string(),
+            "registry.local/missing:1".to_string(),
+        ];
+        let in_use = images_in_use(&images, &[], &volumes, None);
+        let ids: Vec<&str> = in_use.iter().map(|k| k.image_id.as_str()).collect();
+        assert_eq!(ids, ["sha256:a", "sha256:b", "sha256:c"]);
     }
 
     #[test]
@@ -237,6 +276,7 @@ mod tests {
         let in_use = images_in_use(
             &[listed],
             &[container("docker.io/library/busybox@sha256:feed", "")],
+            &[],
             None,
         );
         assert!(in_use.contains(&RecordKey::new("sha256:a", "")));

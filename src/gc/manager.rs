@@ -6,7 +6,9 @@
 //! eviction walk reads the store's index lazily, in chunks, resuming after the last entry it
 //! saw, so it never loads every record to sort.
 //!
-//! What GC never removes: an image a container of any state uses, a pinned image, an image a
+//! What GC never removes: an image a container of any state uses, an image a running
+//! container mounts as an image volume (seen in its ContainerStatus mounts: one call per
+//! running container per cycle, the last looks reusing detect's answers), a pinned image, an image a
 //! pull through imagekeeper has in flight, an image used at or after the GC's start. Pulls and
 //! containers are not under the cycle lock, so right before each RemoveImage call the manager
 //! takes a last look (`rescue`): it lists the containers, then re-reads the victim's record
@@ -25,13 +27,16 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::cri::ImageRuntime;
-use crate::model::{FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeImage, UnixNanos};
+use crate::cri::{ImageRuntime, RpcCode};
+use crate::model::{
+    ContainerState, FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage,
+    UnixNanos,
+};
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, Store, StoredRecord, meta_keys};
 
 use super::detect::{
-    DetectPlan, apply_to_copy, container_uses, fold_images, images_in_use, plan_detect,
+    DetectPlan, apply_to_copy, container_uses, fold_images, images_in_use, plan_detect, volume_uses,
 };
 use super::evict::{Verdict, past_max_age};
 use super::explain::{Decision, Explanation, FsSpace, explain_with_pulls};
@@ -41,13 +46,18 @@ use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
 use super::{GcError, GcPolicy};
 
-/// The runtime's images, the keys in use, and the stored records by key (read before the
-/// runtime was listed).
+/// The runtime's images, the keys in use, the stored records by key (read before the
+/// runtime was listed), and the running containers' image volumes.
 type Observed = (
     Vec<RuntimeImage>,
     BTreeSet<RecordKey>,
     BTreeMap<RecordKey, ImageRecord>,
+    ImageVolumes,
 );
+
+/// The images mounted as image volumes, by the id of the running container that mounts them
+/// (as its ContainerStatus reported them; a container's mounts never change).
+type ImageVolumes = BTreeMap<String, Vec<String>>;
 
 /// What a GC cycle knows after its detect: the runtime's images by key and the keys it
 /// protects (in use by a container, or a pull in flight), grown by the victims the last look
@@ -55,6 +65,9 @@ type Observed = (
 struct CycleView {
     listed: BTreeMap<RecordKey, RuntimeImage>,
     protected: BTreeSet<RecordKey>,
+    /// The image volumes detect saw, grown by those of containers the last look finds new, so
+    /// each running container costs one ContainerStatus per cycle.
+    volumes: ImageVolumes,
 }
 
 /// How many eligible images one synchronous step of the walk picks before removing them.
@@ -199,13 +212,42 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .list_containers()
             .await
             .map_err(runtime_error("list containers"))?;
-        let in_use = images_in_use(&images, &containers, self.config.sandbox_image.as_deref());
-        Ok((images, in_use, records))
+        let mut volumes = ImageVolumes::new();
+        self.read_image_volumes(&containers, &mut volumes).await?;
+        let mounted: Vec<String> = volumes.values().flatten().cloned().collect();
+        let sandbox = self.config.sandbox_image.as_deref();
+        let in_use = images_in_use(&images, &containers, &mounted, sandbox);
+        Ok((images, in_use, records, volumes))
+    }
+
+    /// Adds to `known` the image volumes of each running container it does not have yet: one
+    /// ContainerStatus per such container (image volumes are seen only in a container's
+    /// status mounts, as the kubelet's detectImages reads them; ListContainers does not carry
+    /// mounts). A container gone since the list (NotFound) is skipped; any other failure fails
+    /// the cycle, as a failed list does: GC never removes without knowing what runs.
+    async fn read_image_volumes(
+        &self,
+        containers: &[RuntimeContainer],
+        known: &mut ImageVolumes,
+    ) -> Result<(), GcError> {
+        for container in containers {
+            if container.state != ContainerState::Running || known.contains_key(&container.id) {
+                continue;
+            }
+            match self.runtime.container_usage(&container.id).await {
+                Ok(usage) => {
+                    known.insert(container.id.clone(), usage.image_volumes);
+                }
+                Err(e) if e.code() == Some(RpcCode::NotFound) => {}
+                Err(e) => return Err(runtime_error("get container status")(e)),
+            }
+        }
+        Ok(())
     }
 
     async fn detect_locked(&self, now: UnixNanos) -> Result<(DetectReport, CycleView), GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let (images, in_use, existing) = self.observe().await?;
+        let (images, in_use, existing, volumes) = self.observe().await?;
         let plan = plan_detect(
             &existing,
             last_detect,
@@ -229,7 +271,59 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .collect();
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
-        Ok((report, CycleView { listed, protected }))
+        Ok((
+            report,
+            CycleView {
+                listed,
+                protected,
+                volumes,
+            },
+        ))
+    }
+
+    /// Marks the images one container uses, its image and its image volumes, as used at
+    /// `now`, without waiting for detect (the agent calls this at a container's
+    /// CONTAINER_CREATED_EVENT). One ContainerStatus, then one ImageStatus per image name to
+    /// find its record key; a record detect has not seen yet is created, as a pull's mark
+    /// does, so a GC between the event and the next detect keeps the image. Takes no cycle
+    /// lock: a GC walking meanwhile sees the newer last_used in its last look. A container
+    /// already gone, or an image the runtime does not have, marks nothing. Returns the keys
+    /// marked.
+    pub async fn mark_container_used(
+        &self,
+        container_id: &str,
+        now: UnixNanos,
+    ) -> Result<Vec<RecordKey>, GcError> {
+        let usage = match self.runtime.container_usage(container_id).await {
+            Ok(usage) => usage,
+            Err(e) if e.code() == Some(RpcCode::NotFound) => return Ok(Vec::new()),
+            Err(e) => return Err(runtime_error("get container status")(e)),
+        };
+        // The container's image under its own runtime handler; image volumes under the
+        // default one (a mount's ImageSpec names none).
+        let image = (usage.image_id.as_str().to_string(), usage.runtime_handler);
+        let volumes = usage.image_volumes.into_iter().map(|v| (v, String::new()));
+        let names = std::iter::once(image)
+            .chain(volumes)
+            .filter(|(name, _)| !name.is_empty());
+        let mut batch = Batch::new();
+        let mut marked: Vec<RecordKey> = Vec::new();
+        for (name, handler) in names {
+            let found = self
+                .runtime
+                .image_status(&name, &handler)
+                .await
+                .map_err(runtime_error("get image status"))?;
+            if let Some(image) = found {
+                let key = image.record_key();
+                if !marked.contains(&key) {
+                    batch.mark_used(key.clone(), now, Some(image.size));
+                    marked.push(key);
+                }
+            }
+        }
+        self.store.apply(&batch)?;
+        Ok(marked)
     }
 
     /// Logs (once per detect) and counts what a committed detect did about the clock: stamps
@@ -459,7 +553,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// The last look at one victim, right before its RemoveImage: whether a container (the
-    /// runtime's list, taken now), a pull in flight or a newer mark on its record keeps it. A
+    /// runtime's list, taken now, with the image volumes of its running containers: detect's,
+    /// plus one ContainerStatus for each container started since), a pull in flight or a newer mark on its record keeps it. A
     /// kept victim is counted, logged, and protected for the rest of the cycle. A runtime
     /// that cannot list its containers fails the cycle: GC never removes without knowing
     /// what runs. (The list is taken per removal, not per batch: it costs a few milliseconds
@@ -470,6 +565,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .list_containers()
             .await
             .map_err(runtime_error("list containers"))?;
+        self.read_image_volumes(&containers, &mut view.volumes)
+            .await?;
         let image = view
             .listed
             .get(&victim.key)
@@ -481,7 +578,13 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             });
         // From here to the RemoveImage call nothing awaits: the record and the pulls in
         // flight are read at the last moment.
-        let why = if containers.iter().any(|c| container_uses(c, &image)) {
+        let mounted = containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+            .filter_map(|c| view.volumes.get(&c.id))
+            .flatten()
+            .any(|name| volume_uses(name, &image));
+        let why = if mounted || containers.iter().any(|c| container_uses(c, &image)) {
             Some(RescueReason::Container)
         } else if self.in_flight.protects(&image) {
             Some(RescueReason::Pulling)
@@ -559,7 +662,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// while a long GC runs (from the records as they are at that moment).
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let (images, in_use, mut records) = self.observe().await?;
+        let (images, in_use, mut records, _) = self.observe().await?;
         let detect = plan_detect(
             &records,
             last_detect,

@@ -1211,3 +1211,78 @@ async fn agent_on_a_full_disk_is_not_ready_and_recovers_without_restart_once_spa
         .collect();
     assert_eq!(ids, ["sha256:aaa", "sha256:bbb"]);
 }
+
+/// The agent runs the container events watcher: a container the kubelet creates after the
+/// first detect has its image marked used at CONTAINER_CREATED_EVENT, long before the next
+/// detect (5 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_marks_a_created_containers_image_used_from_the_event_stream() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("admin.sock");
+    let _agent = start_agent(&fake.endpoint(), &db, &socket, &[]).await;
+    let db_arg = db.to_str().expect("utf8").to_owned();
+    let last_used = || {
+        let out = output(&["inspect", "--db", &db_arg, "--output", "json", "export"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|v| v.to_string().contains("sha256:aaa"))
+            .and_then(|v| find_key(&v, "last_used_unix_nanos"))
+    };
+    wait_for("the first detect", Duration::from_secs(30), || {
+        let seen = last_used();
+        async move { seen }
+    })
+    .await;
+    assert_eq!(last_used(), Some(0), "unused at the first detect");
+    // The start's detect and GC have listed the containers, and the stream is open.
+    wait_for(
+        "the start's cycles and the event stream",
+        Duration::from_secs(30),
+        || {
+            let ready = fake.calls("ListContainers") == 2 && fake.open_event_streams() == 1;
+            async move { ready.then_some(()) }
+        },
+    )
+    .await;
+    fake.set_containers(vec![imagekeeper::model::RuntimeContainer {
+        id: "c1".into(),
+        pod_sandbox_id: "pod".into(),
+        image: "registry.example/a:1".into(),
+        image_id: ImageId::new("sha256:aaa"),
+        state: imagekeeper::model::ContainerState::Created,
+        runtime_handler: String::new(),
+    }]);
+    fake.push_event(&imagekeeper::model::ContainerEvent {
+        container_id: "c1".into(),
+        kind: imagekeeper::model::ContainerEventKind::Created,
+        created_at: 0,
+    });
+    let marked = wait_for("the mark", Duration::from_secs(30), || {
+        let used = last_used().filter(|&n| n > 0);
+        async move { used }
+    })
+    .await;
+    assert!(marked > 0);
+    assert_eq!(
+        fake.calls("ListContainers"),
+        2,
+        "no detect since the start's: the event did it"
+    );
+}
+
+/// The first integer under `key` anywhere in `value`.
+fn find_key(value: &serde_json::Value, key: &str) -> Option<i64> {
+    match value {
+        serde_json::Value::Object(map) => map
+            .get(key)
+            .and_then(serde_json::Value::as_i64)
+            .or_else(|| map.values().find_map(|v| find_key(v, key))),
+        serde_json::Value::Array(items) => items.iter().find_map(|v| find_key(v, key)),
+        _ => None,
+    }
+}

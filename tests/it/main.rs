@@ -10,6 +10,7 @@ mod corrupt;
 mod crash;
 mod cri;
 mod doctor;
+mod events;
 mod gc;
 mod inspect;
 mod pull;

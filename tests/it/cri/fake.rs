@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use imagekeeper::cri::fake::FakeRuntime;
 use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime, RpcCode, RuntimeVersion};
 use imagekeeper::model::{
-    ContainerState, ImageId, PullCredentials, RuntimeContainer, RuntimeImage,
+    ContainerEvent, ContainerEventKind, ContainerState, ImageId, PullCredentials, RuntimeContainer,
+    RuntimeImage,
 };
 
 fn busybox() -> RuntimeImage {
@@ -428,4 +429,115 @@ async fn credentials_never_appear_in_trace_output_or_debug() {
         );
         assert!(!pulls_debug.contains(secret), "{secret} leaked into Debug");
     }
+}
+
+fn running(id: &str, image: &RuntimeImage) -> RuntimeContainer {
+    RuntimeContainer {
+        id: id.into(),
+        pod_sandbox_id: "pod".into(),
+        image: image.repo_tags[0].clone(),
+        image_id: image.id.clone(),
+        state: ContainerState::Running,
+        runtime_handler: String::new(),
+    }
+}
+
+#[tokio::test]
+async fn container_status_reports_the_image_and_the_image_volumes_of_its_mounts() {
+    let (fake, client) = fake_and_client().await;
+    let volume = pause_pinned_for_kata();
+    let kata = RuntimeContainer {
+        runtime_handler: "kata".into(),
+        ..running("c2", &busybox())
+    };
+    fake.set_containers(vec![running("c1", &busybox()), kata]);
+    fake.set_image_volumes(
+        "c1",
+        vec![
+            volume.id.as_str().to_string(),
+            "registry.local/pause@sha256:937f".into(),
+        ],
+    );
+    let usage = client.container_usage("c1").await.expect("ContainerStatus");
+    assert_eq!(usage.state, ContainerState::Running);
+    assert_eq!(usage.image_id, busybox().id);
+    assert_eq!(
+        usage.image_volumes,
+        vec![
+            volume.id.as_str().to_string(),
+            "registry.local/pause@sha256:937f".to_string()
+        ]
+    );
+    assert_eq!(usage.runtime_handler, "");
+    let plain = client.container_usage("c2").await.expect("ContainerStatus");
+    assert!(plain.image_volumes.is_empty(), "{plain:?}");
+    assert_eq!(
+        plain.runtime_handler, "kata",
+        "the handler of its ImageSpec"
+    );
+    let report = client
+        .container_status("c1")
+        .await
+        .expect("ContainerStatus");
+    assert_eq!(report.image_volumes, usage.image_volumes);
+    let gone = client.container_usage("c3").await.unwrap_err();
+    assert_eq!(gone.code(), Some(RpcCode::NotFound), "{gone}");
+}
+
+fn created(id: &str) -> ContainerEvent {
+    ContainerEvent {
+        container_id: id.into(),
+        kind: ContainerEventKind::Created,
+        created_at: 1_700_000_000_000_000_000,
+    }
+}
+
+#[tokio::test]
+async fn container_events_stream_what_the_runtime_sends_until_it_breaks() {
+    let (fake, client) = fake_and_client().await;
+    let mut stream = client.container_events().await.expect("the stream opens");
+    assert_eq!(fake.open_event_streams(), 1);
+    let kinds = [
+        ContainerEventKind::Created,
+        ContainerEventKind::Started,
+        ContainerEventKind::Stopped,
+        ContainerEventKind::Deleted,
+        ContainerEventKind::Unknown,
+    ];
+    for kind in kinds {
+        let event = ContainerEvent {
+            kind,
+            ..created("c1")
+        };
+        assert_eq!(fake.push_event(&event), 1);
+        let got = stream
+            .next()
+            .await
+            .expect("an event")
+            .expect("not an error");
+        assert_eq!(got, event);
+    }
+    fake.end_event_streams(Some(RpcCode::Unavailable));
+    let broken = stream.next().await.expect("the end is reported");
+    assert_eq!(
+        broken.unwrap_err().code(),
+        Some(RpcCode::Unavailable),
+        "a broken stream is an error"
+    );
+    // A clean end is None.
+    let mut second = client.container_events().await.expect("opens again");
+    fake.end_event_streams(None);
+    assert!(second.next().await.is_none());
+}
+
+#[tokio::test]
+async fn container_events_of_a_runtime_without_them_are_unimplemented() {
+    let (fake, client) = fake_and_client().await;
+    fake.fail(
+        "GetContainerEvents",
+        RpcCode::Unimplemented,
+        "method GetContainerEvents not implemented",
+    );
+    let err = client.container_events().await.unwrap_err();
+    assert_eq!(err.code(), Some(RpcCode::Unimplemented), "{err}");
 }

@@ -2,10 +2,15 @@
 //! at a time). Each test first pulls the images it needs, so none depends on another's leftovers,
 //! and pods are torn down by a guard even when an assertion fails.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use imagekeeper::agent::events::{EventsNote, watch_container_events};
+use imagekeeper::clock::ManualClock;
 use imagekeeper::cri::{ContainerSpec, ImageRuntime, RpcCode};
-use imagekeeper::model::ContainerState;
+use imagekeeper::gc::{GcConfig, ImageGcManager};
+use imagekeeper::model::{ContainerState, UnixNanos};
+use imagekeeper::store::Store;
 
 use crate::support::{self, PodGuard, sandbox_spec};
 
@@ -321,6 +326,10 @@ async fn a_running_container_lists_its_image_id_and_keeps_it_after_exit() {
         .await
         .expect("ContainerStatus answers");
     assert_eq!(status.state, ContainerState::Running);
+    assert!(
+        status.image_volumes.is_empty(),
+        "containerd 1.6 has no image volumes: {status:?}"
+    );
 
     client
         .stop_container(&container_id, Duration::ZERO)
@@ -409,4 +418,52 @@ async fn client_recovers_after_containerd_restarts() {
         "containerd keeps its images across a restart"
     );
     client.version().await.expect("later calls keep working");
+}
+
+/// containerd 1.6 has no evented PLEG: GetContainerEvents answers Unimplemented, and the
+/// agent's watcher ends after that one call (the detect period alone applies) while detect
+/// goes on as before.
+#[tokio::test]
+async fn containerd_answers_container_events_unimplemented_and_the_watcher_falls_back() {
+    let Some(lab) = support::lab(
+        "cri::lab::containerd_answers_container_events_unimplemented_and_the_watcher_falls_back",
+    )
+    .await
+    else {
+        return;
+    };
+    let client = lab.client().await;
+    let busybox = lab.image("busybox:1.35");
+    client
+        .pull_image(&busybox.reference, "", None)
+        .await
+        .expect("pull busybox");
+    let err = client.container_events().await.unwrap_err();
+    assert_eq!(err.code(), Some(RpcCode::Unimplemented), "{err}");
+    assert!(
+        err.to_string()
+            .contains("GetContainerEvents not implemented"),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let now = UnixNanos::from_secs(1_800_000_000);
+    let store = Arc::new(Store::open(&dir.path().join("records.redb"), now).expect("store"));
+    let gc = ImageGcManager::new(client.clone(), store, GcConfig::default()).expect("policy");
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let mut notes = Vec::new();
+    let clock = ManualClock::new(now);
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        watch_container_events(&client, &gc, &clock, stop_rx, |note| notes.push(note)),
+    )
+    .await
+    .expect("the watcher ends by itself");
+    assert_eq!(notes, [EventsNote::Unsupported]);
+    gc.detect(now).await.expect("detect still runs");
+    let key = imagekeeper::model::RecordKey::new(busybox.image_id.as_str(), "");
+    assert!(
+        gc.store().get(&key).expect("get").is_some(),
+        "detect records busybox"
+    );
 }

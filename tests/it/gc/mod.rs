@@ -7,6 +7,7 @@
 
 mod lab;
 mod races;
+mod volumes;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

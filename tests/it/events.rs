@@ -1,0 +1,222 @@
+//! The agent's container events watcher against the in-process fake CRI server: a created
+//! container's images are marked used at once, a runtime without GetContainerEvents (as
+//! containerd 1.6) ends the watcher after one call, and a broken stream is opened again after
+//! a backoff (paused time). The lab test `cri::lab` proves containerd 1.6's answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use imagekeeper::agent::events::{EventsNote, watch_container_events};
+use imagekeeper::clock::ManualClock;
+use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::{CriClient, RpcCode};
+use imagekeeper::gc::{GcConfig, ImageGcManager};
+use imagekeeper::model::{
+    ContainerEvent, ContainerEventKind, ContainerState, ImageId, RecordKey, RuntimeContainer,
+    RuntimeImage, UnixNanos,
+};
+use imagekeeper::store::Store;
+use tokio::sync::{mpsc, watch};
+
+const T0: i64 = 1_800_000_000;
+
+fn image(id: &str) -> RuntimeImage {
+    RuntimeImage {
+        id: ImageId::new(id),
+        repo_tags: vec![format!("registry.example/{id}:1")],
+        size: 100,
+        ..RuntimeImage::default()
+    }
+}
+
+fn event(id: &str, kind: ContainerEventKind) -> ContainerEvent {
+    ContainerEvent {
+        container_id: id.into(),
+        kind,
+        created_at: 0,
+    }
+}
+
+/// A fake runtime with an app image, a volume image and a container of the first mounting
+/// the second; a store; and a running watcher whose notes arrive on the returned channel.
+struct Watched {
+    fake: Arc<FakeRuntime>,
+    gc: Arc<ImageGcManager<CriClient>>,
+    notes: mpsc::UnboundedReceiver<EventsNote>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+async fn watched(setup: impl FnOnce(&FakeRuntime)) -> Watched {
+    let fake = Arc::new(FakeRuntime::start().await.expect("the fake starts"));
+    fake.set_images(vec![image("sha256:app"), image("sha256:volume")]);
+    fake.set_containers(vec![RuntimeContainer {
+        id: "c1".into(),
+        pod_sandbox_id: "pod".into(),
+        image: "registry.example/sha256:app:1".into(),
+        image_id: ImageId::new("sha256:app"),
+        state: ContainerState::Created,
+        runtime_handler: String::new(),
+    }]);
+    fake.set_image_volumes("c1", vec!["sha256:volume".into()]);
+    setup(&fake);
+    let client = CriClient::connect(fake.client_config())
+        .await
+        .expect("valid endpoint");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(
+        Store::open(&dir.path().join("records.redb"), UnixNanos::from_secs(T0)).expect("store"),
+    );
+    let gc = Arc::new(
+        ImageGcManager::new(client.clone(), store, GcConfig::default()).expect("valid policy"),
+    );
+    let (tx, notes) = mpsc::unbounded_channel();
+    let (stop, stop_rx) = watch::channel(false);
+    let task = {
+        let gc = gc.clone();
+        tokio::spawn(async move {
+            let clock = ManualClock::new(UnixNanos::from_secs(T0 + 60));
+            watch_container_events(&client, &gc, &clock, stop_rx, |note| {
+                let _ = tx.send(note);
+            })
+            .await
+        })
+    };
+    Watched {
+        fake,
+        gc,
+        notes,
+        stop,
+        task,
+        _dir: dir,
+    }
+}
+
+impl Watched {
+    async fn note(&mut self) -> EventsNote {
+        self.notes.recv().await.expect("the watcher reports")
+    }
+}
+
+#[tokio::test]
+async fn a_created_container_marks_its_image_and_image_volume_used_without_waiting_for_detect() {
+    let mut w = watched(|_| {}).await;
+    assert_eq!(w.note().await, EventsNote::Connected);
+    let store = w.gc.store().clone();
+    assert!(
+        store.records().expect("records").is_empty(),
+        "no detect ran"
+    );
+
+    // Other events mark nothing.
+    w.fake.push_event(&event("c1", ContainerEventKind::Started));
+    w.fake.push_event(&event("c1", ContainerEventKind::Created));
+    let marked = w.note().await;
+    assert_eq!(
+        marked,
+        EventsNote::Marked {
+            container_id: "c1".into(),
+            keys: vec![
+                RecordKey::new("sha256:app", ""),
+                RecordKey::new("sha256:volume", "")
+            ],
+        }
+    );
+    for id in ["sha256:app", "sha256:volume"] {
+        let record = store
+            .get(&RecordKey::new(id, ""))
+            .expect("get")
+            .expect("the record is created at the event");
+        assert_eq!(record.last_used, UnixNanos::from_secs(T0 + 60), "{id}");
+        assert_eq!(record.size, 100);
+    }
+    // A container gone before its status was read marks nothing and the stream goes on.
+    w.fake
+        .push_event(&event("gone", ContainerEventKind::Created));
+    assert_eq!(
+        w.note().await,
+        EventsNote::Marked {
+            container_id: "gone".into(),
+            keys: Vec::new()
+        }
+    );
+    let _ = w.stop.send(true);
+    w.task.await.expect("the watcher stops");
+}
+
+#[tokio::test]
+async fn a_runtime_without_container_events_ends_the_watcher_after_one_call() {
+    let mut w = watched(|fake| {
+        fake.fail(
+            "GetContainerEvents",
+            RpcCode::Unimplemented,
+            "method GetContainerEvents not implemented",
+        )
+    })
+    .await;
+    assert_eq!(w.note().await, EventsNote::Unsupported);
+    w.task.await.expect("the watcher returns by itself");
+    assert_eq!(w.fake.calls("GetContainerEvents"), 1, "never retried");
+    assert!(w.notes.recv().await.is_none(), "nothing after the fallback");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_stream_is_opened_again_after_a_backoff_that_an_event_resets() {
+    let mut w = watched(|_| {}).await;
+    assert_eq!(w.note().await, EventsNote::Connected);
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        w.fake.end_event_streams(Some(RpcCode::Unavailable));
+        let EventsNote::Broken { retry_in } = w.note().await else {
+            panic!("the break is reported");
+        };
+        let broke = tokio::time::Instant::now();
+        assert_eq!(w.note().await, EventsNote::Connected);
+        assert!(
+            broke.elapsed() >= retry_in,
+            "reopened only after the backoff"
+        );
+        waits.push(retry_in.as_secs());
+    }
+    assert_eq!(waits, [1, 2, 4], "1 s doubling");
+    assert_eq!(w.fake.calls("GetContainerEvents"), 4);
+
+    // An event on the new stream resets the backoff.
+    w.fake.push_event(&event("c1", ContainerEventKind::Created));
+    assert!(matches!(w.note().await, EventsNote::Marked { .. }));
+    w.fake.end_event_streams(None);
+    assert_eq!(
+        w.note().await,
+        EventsNote::Broken {
+            retry_in: Duration::from_secs(1)
+        },
+        "a clean end is a break too, and the backoff starts over"
+    );
+    let _ = w.stop.send(true);
+    w.task.await.expect("the watcher stops during its backoff");
+}
+
+#[tokio::test]
+async fn a_failed_mark_is_reported_and_the_stream_goes_on() {
+    let mut w = watched(|_| {}).await;
+    assert_eq!(w.note().await, EventsNote::Connected);
+    w.fake
+        .fail("ContainerStatus", RpcCode::Internal, "status unavailable");
+    w.fake.push_event(&event("c1", ContainerEventKind::Created));
+    let EventsNote::MarkFailed {
+        container_id,
+        error,
+    } = w.note().await
+    else {
+        panic!("the failure is reported");
+    };
+    assert_eq!(container_id, "c1");
+    assert!(error.contains("status unavailable"), "{error}");
+    w.fake.clear("ContainerStatus");
+    w.fake.push_event(&event("c1", ContainerEventKind::Created));
+    assert!(matches!(w.note().await, EventsNote::Marked { .. }));
+    assert_eq!(w.fake.calls("GetContainerEvents"), 1, "the same stream");
+    let _ = w.stop.send(true);
+    w.task.await.expect("the watcher stops");
+}

@@ -1,0 +1,218 @@
+//! Image volumes (KEP-4639) through the in-process fake CRI server: an image a running
+//! container mounts as a volume is in use at detect and in the last look before a removal, and
+//! finding them costs one ContainerStatus per running container per cycle. (The lab's
+//! containerd 1.6 has no image volumes.)
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::{CriClient, CriError, ImageRuntime};
+use imagekeeper::gc::{GcConfig, ImageGcManager};
+use imagekeeper::model::{
+    ContainerState, ContainerUsage, ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage,
+};
+use imagekeeper::store::Store;
+
+use super::{at, container, image, policy};
+
+const DIGEST: &str =
+    "registry.example/data@sha256:5f3ca9e4d82e32203c2fafb410dfae9c8047bc6ebe57d642fe264d479e152955";
+
+async fn fake() -> Arc<FakeRuntime> {
+    Arc::new(FakeRuntime::start().await.expect("the fake starts"))
+}
+
+async fn client(fake: &FakeRuntime) -> CriClient {
+    CriClient::connect(fake.client_config())
+        .await
+        .expect("the fake's endpoint is valid")
+}
+
+fn manager<R: ImageRuntime>(runtime: R, dir: &tempfile::TempDir) -> ImageGcManager<R> {
+    let store = Arc::new(Store::open(&dir.path().join("records.redb"), at(0)).expect("store"));
+    let config = GcConfig {
+        policy: policy(85, 80, 0, 0),
+        ..GcConfig::default()
+    };
+    ImageGcManager::new(runtime, store, config).expect("valid policy")
+}
+
+fn ids(images: &[RuntimeImage]) -> Vec<String> {
+    let mut ids: Vec<String> = images.iter().map(|i| i.id.as_str().to_string()).collect();
+    ids.sort();
+    ids
+}
+
+fn exited(id: &str, image_id: &str) -> RuntimeContainer {
+    RuntimeContainer {
+        state: ContainerState::Exited,
+        ..container(id, image_id)
+    }
+}
+
+#[tokio::test]
+async fn an_image_a_running_container_mounts_as_a_volume_is_in_use_at_detect() {
+    let fake = fake().await;
+    let mut digested = image("sha256:digested", 100);
+    digested.repo_digests = vec![DIGEST.into()];
+    fake.set_images(vec![
+        image("sha256:app", 100),
+        image("sha256:volume", 100),
+        digested,
+        image("sha256:idle", 100),
+    ]);
+    fake.set_containers(vec![container("c1", "sha256:app")]);
+    // One volume named by image id (Mount.image.image), one by digest (Mount.image.image_ref).
+    fake.set_image_volumes("c1", vec!["sha256:volume".into(), DIGEST.into()]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gc = manager(client(&fake).await, &dir);
+    let report = gc.delete_unused_images(at(10)).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(
+        ids(&fake.images()),
+        ["sha256:app", "sha256:digested", "sha256:volume"]
+    );
+    let detect = gc.detect(at(20)).await.expect("detect");
+    assert_eq!(detect.in_use, 3, "the app image and both volumes");
+}
+
+/// A runtime over the fake that starts a container right after detect has listed the
+/// containers: only the last look before the removal can see its image volume.
+struct StartsAfterDetect {
+    client: CriClient,
+    fake: Arc<FakeRuntime>,
+    lists: AtomicUsize,
+    late: Mutex<Option<(RuntimeContainer, Vec<String>)>>,
+}
+
+impl ImageRuntime for StartsAfterDetect {
+    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+        self.client.list_images().await
+    }
+    async fn image_status(
+        &self,
+        image: &str,
+        handler: &str,
+    ) -> Result<Option<RuntimeImage>, CriError> {
+        self.client.image_status(image, handler).await
+    }
+    async fn pull_image(
+        &self,
+        image: &str,
+        handler: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<String, CriError> {
+        self.client.pull_image(image, handler, credentials).await
+    }
+    async fn remove_image(&self, image: &str, handler: &str) -> Result<(), CriError> {
+        self.client.remove_image(image, handler).await
+    }
+    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+        self.client.image_fs_stats().await
+    }
+    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
+        let listed = self.client.list_containers().await;
+        if self.lists.fetch_add(1, Ordering::SeqCst) == 0 {
+            let late = self.late.lock().expect("lock").take();
+            if let Some((started, volumes)) = late {
+                self.fake.set_image_volumes(started.id.clone(), volumes);
+                self.fake.set_containers(vec![started]);
+            }
+        }
+        listed
+    }
+    async fn container_usage(&self, container_id: &str) -> Result<ContainerUsage, CriError> {
+        self.client.container_usage(container_id).await
+    }
+}
+
+#[tokio::test]
+async fn the_last_look_keeps_an_image_a_container_started_since_detect_mounts() {
+    let fake = fake().await;
+    fake.set_images(vec![
+        image("sha256:app", 100),
+        image("sha256:volume", 100),
+        image("sha256:idle", 100),
+    ]);
+    let runtime = StartsAfterDetect {
+        client: client(&fake).await,
+        fake: fake.clone(),
+        lists: AtomicUsize::new(0),
+        late: Mutex::new(Some((
+            container("late", "sha256:app"),
+            vec!["sha256:volume".into()],
+        ))),
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gc = manager(runtime, &dir);
+    let report = gc.delete_unused_images(at(10)).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let removed: Vec<&str> = report
+        .removed
+        .iter()
+        .map(|r| r.key.image_id.as_str())
+        .collect();
+    assert_eq!(
+        removed,
+        ["sha256:idle"],
+        "the volume and the app image are kept"
+    );
+    assert_eq!(ids(&fake.images()), ["sha256:app", "sha256:volume"]);
+}
+
+/// The cost: one ContainerStatus per running container per cycle (none for exited ones), also
+/// when the cycle removes many images, each after a last look. Prints the time of a detect
+/// with and without image volumes (not asserted: the machine is shared).
+#[tokio::test]
+async fn finding_image_volumes_costs_one_container_status_per_running_container_per_cycle() {
+    const RUNNING: usize = 200;
+    const EXITED: usize = 100;
+    const IDLE: usize = 20;
+    let fake = fake().await;
+    let mut images = vec![image("sha256:app", 100)];
+    images.extend((0..RUNNING).map(|n| image(&format!("sha256:volume{n}"), 100)));
+    images.extend((0..IDLE).map(|n| image(&format!("sha256:idle{n}"), 100)));
+    fake.set_images(images);
+    let mut containers = Vec::new();
+    for n in 0..RUNNING {
+        containers.push(container(&format!("run{n}"), "sha256:app"));
+        fake.set_image_volumes(format!("run{n}"), vec![format!("sha256:volume{n}")]);
+    }
+    containers.extend((0..EXITED).map(|n| exited(&format!("exit{n}"), "sha256:app")));
+    fake.set_containers(containers);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gc = manager(client(&fake).await, &dir);
+
+    let started = std::time::Instant::now();
+    let detect = gc.detect(at(10)).await.expect("detect");
+    let with_volumes = started.elapsed();
+    assert_eq!(detect.in_use, 1 + RUNNING);
+    assert_eq!(
+        fake.calls("ContainerStatus"),
+        RUNNING as u64,
+        "one per running container"
+    );
+
+    let before = fake.calls("ContainerStatus");
+    let report = gc.delete_unused_images(at(20)).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(report.removed.len(), IDLE);
+    assert_eq!(
+        fake.calls("ContainerStatus") - before,
+        RUNNING as u64,
+        "{IDLE} last looks reuse the cycle's ContainerStatus answers"
+    );
+
+    // The same node without running containers: the detect's other calls alone.
+    fake.set_containers(Vec::new());
+    let started = std::time::Instant::now();
+    gc.detect(at(30)).await.expect("detect");
+    let without = started.elapsed();
+    eprintln!(
+        "detect with {RUNNING} running containers' ContainerStatus: {with_volumes:?} \
+         ({:?} per container); without: {without:?}",
+        with_volumes.saturating_sub(without) / RUNNING as u32
+    );
+}
