@@ -12,6 +12,7 @@ pub mod clock;
 pub mod cri;
 pub mod gc;
 pub mod inspect;
+pub mod kubelet;
 pub mod model;
 pub mod pull;
 pub mod replay;
