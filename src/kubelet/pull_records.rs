@@ -234,6 +234,34 @@ impl PullRecordsReader {
         })
     }
 
+    /// The pulled record of `image_ref`, read from the one file the kubelet would name for
+    /// it; `None` when there is none or it cannot be used (warned about once).
+    pub fn pulled_for(&self, image_ref: &str) -> Option<PulledRecord> {
+        let name = record_file_name(image_ref);
+        let path = self
+            .image_manager
+            .join(RecordKind::Pulled.dir())
+            .join(&name);
+        let result = read_path(&path).and_then(|bytes| {
+            let record = decode_pulled_record(&bytes)?;
+            if record.image_ref == image_ref {
+                Ok(Some(record))
+            } else {
+                Err(RecordError::NameMismatch {
+                    expected: record_file_name(&record.image_ref),
+                })
+            }
+        });
+        match result {
+            Ok(found) => found,
+            Err(RecordError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                self.warn_once(&path, &e);
+                None
+            }
+        }
+    }
+
     fn scan<T>(
         &self,
         kind: RecordKind,
@@ -326,11 +354,23 @@ fn read_record(entry: &DirEntry) -> Result<Vec<u8>, RecordError> {
     if !file_type.is_file() {
         return Err(RecordError::NotAFile);
     }
+    read_path(&entry.path())
+}
+
+/// Reads one record file by path, with the checks of [`read_record`] on the open handle (a
+/// symlink fails to open: `O_NOFOLLOW`).
+fn read_path(path: &Path) -> Result<Vec<u8>, RecordError> {
     let file: File = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(entry.path())
-        .map_err(RecordError::Io)?;
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                RecordError::NotAFile
+            } else {
+                RecordError::Io(e)
+            }
+        })?;
     let meta = file.metadata().map_err(RecordError::Io)?;
     if !meta.is_file() {
         return Err(RecordError::NotAFile);
