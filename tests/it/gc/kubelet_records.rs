@@ -157,6 +157,7 @@ async fn a_kubelet_pulled_record_keeps_an_image_from_max_age() {
     let report = node.gc(1_000).await;
     assert!(report.error.is_none(), "{:?}", report.error);
     assert_eq!(removed_ids(&report), ["y"]);
+    assert_eq!(node.record("x").expect("kept").last_used, at(900));
 }
 
 #[tokio::test]
