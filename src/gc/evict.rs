@@ -19,6 +19,8 @@ pub enum Verdict {
     PullInProgress,
     /// A kubelet pull intent names it: the kubelet is pulling it.
     KubeletPulling,
+    /// The kubelet's pulled record of it is younger than MinAge.
+    KubeletJustPulled,
     /// The runtime or a pin pattern pins it.
     Pinned,
     /// Its last use is not before the GC's start.

@@ -46,6 +46,9 @@ pub enum Decision {
     KeepPullInProgress,
     /// A kubelet pull intent names it: the kubelet is pulling it.
     KeepKubeletPulling,
+    /// The kubelet's pulled record of it is younger than MinAge: its container is about to
+    /// start.
+    KeepKubeletJustPulled,
     /// Pinned by the runtime or a pin pattern.
     KeepPinned,
     /// Last used at or after `now` (the clock went back?).
@@ -201,6 +204,7 @@ pub fn explain_with_kubelet(
     let protected: BTreeSet<RecordKey> = in_use
         .union(pulling)
         .chain(&kubelet.pulling)
+        .chain(&kubelet.just_pulled)
         .cloned()
         .collect();
     let disabled = policy.disabled();
@@ -210,6 +214,8 @@ pub fn explain_with_kubelet(
         .map(|(i, r)| {
             let verdict = if kubelet.pulling.contains(&r.key) {
                 Verdict::KubeletPulling
+            } else if kubelet.just_pulled.contains(&r.key) && !in_use.contains(&r.key) {
+                Verdict::KubeletJustPulled
             } else if pulling.contains(&r.key) && !in_use.contains(&r.key) {
                 Verdict::PullInProgress
             } else {
@@ -257,6 +263,7 @@ pub fn explain_with_kubelet(
             (Verdict::InUse, _) => Decision::KeepInUse,
             (Verdict::PullInProgress, _) => Decision::KeepPullInProgress,
             (Verdict::KubeletPulling, _) => Decision::KeepKubeletPulling,
+            (Verdict::KubeletJustPulled, _) => Decision::KeepKubeletJustPulled,
             (Verdict::Pinned, _) => Decision::KeepPinned,
             (Verdict::UsedTooRecently, _) => Decision::KeepUsedTooRecently,
             (Verdict::YoungerThanMinAge, _) => Decision::KeepYoungerThanMinAge,
@@ -365,6 +372,10 @@ fn reason(
         Decision::KeepKubeletPulling => {
             "the kubelet is pulling it (a kubelet pull intent)".to_owned()
         }
+        Decision::KeepKubeletJustPulled => format!(
+            "the kubelet pulled it less than MinAge {} ago: its container is about to start",
+            go_duration(policy.min_age)
+        ),
         Decision::KeepPinned => "pinned".to_owned(),
         Decision::KeepUsedTooRecently => {
             "used at or after now (is the clock behind the records?)".to_owned()

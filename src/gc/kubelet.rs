@@ -21,6 +21,9 @@ pub struct KubeletView {
     pub pulling: BTreeSet<RecordKey>,
     /// The latest pulled record's time of each image that has one.
     pub used_at: BTreeMap<RecordKey, UnixNanos>,
+    /// Images the kubelet pulled (or checked for a pod) less than MinAge ago: its pod's
+    /// container is about to start (see [`KubeletView::mark_just_pulled`]).
+    pub just_pulled: BTreeSet<RecordKey>,
 }
 
 impl KubeletView {
@@ -46,6 +49,21 @@ impl KubeletView {
             }
         }
         view
+    }
+
+    /// Marks the images whose pulled record is less than `min_age` before `now` (and not
+    /// beyond `now` + [`FUTURE_STAMP_TOLERANCE`]) as just pulled. The kubelet writes the record
+    /// when a pull for a pod ends, before it creates the container: a new image is kept by
+    /// MinAge from its first detection, and this keeps an image already known (the same id
+    /// pulled again, or its credentials checked) for the same time.
+    pub fn mark_just_pulled(&mut self, now: UnixNanos, min_age: std::time::Duration) {
+        let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
+        self.just_pulled = self
+            .used_at
+            .iter()
+            .filter(|(_, t)| **t <= limit && now.saturating_sub(min_age) < **t)
+            .map(|(k, _)| k.clone())
+            .collect();
     }
 
     /// Reads `reader`'s records (none without a reader) and resolves them.
@@ -76,6 +94,7 @@ pub fn fold_offline(
     reader: &PullRecordsReader,
     records: &mut [crate::store::StoredRecord],
     now: UnixNanos,
+    min_age: std::time::Duration,
 ) -> OfflineKubelet {
     let images: Vec<RuntimeImage> = records
         .iter()
@@ -86,7 +105,8 @@ pub fn fold_offline(
         })
         .collect();
     let intents = reader.intents().found;
-    let view = KubeletView::resolve(&images, &intents, &reader.pulled().found);
+    let mut view = KubeletView::resolve(&images, &intents, &reader.pulled().found);
+    view.mark_just_pulled(now, min_age);
     let unresolved_intents = intents
         .into_iter()
         .filter(|i| !images.iter().any(|image| image_matches(&i.image, image)))

@@ -225,7 +225,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 
     async fn detect_locked(&self, now: UnixNanos) -> Result<(DetectReport, CycleView), GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let (images, in_use, existing, kubelet) = self.observe().await?;
+        let (images, in_use, existing, mut kubelet) = self.observe().await?;
+        kubelet.mark_just_pulled(now, self.config.policy.min_age);
         let plan = plan_detect_with_uses(
             &existing,
             last_detect,
@@ -250,6 +251,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .collect();
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
+        protected.extend(kubelet.just_pulled);
         Ok((report, CycleView { listed, protected }))
     }
 
@@ -603,7 +605,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// while a long GC runs (from the records as they are at that moment).
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let (images, in_use, mut records, kubelet) = self.observe().await?;
+        let (images, in_use, mut records, mut kubelet) = self.observe().await?;
+        kubelet.mark_just_pulled(now, self.config.policy.min_age);
         let detect = plan_detect_with_uses(
             &records,
             last_detect,

@@ -199,7 +199,7 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
             } else {
                 let reader =
                     PullRecordsReader::new(std::path::Path::new(&explain_args.kubelet_root_dir));
-                fold_offline(&reader, &mut records, now)
+                fold_offline(&reader, &mut records, now, policy.min_age)
             };
             for image in &kubelet.unresolved_intents {
                 eprintln!(

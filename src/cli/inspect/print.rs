@@ -335,6 +335,7 @@ fn decision_str(d: Decision) -> &'static str {
         Decision::KeepInUse => "keep_in_use",
         Decision::KeepPullInProgress => "keep_pull_in_progress",
         Decision::KeepKubeletPulling => "keep_kubelet_pulling",
+        Decision::KeepKubeletJustPulled => "keep_kubelet_just_pulled",
         Decision::KeepPinned => "keep_pinned",
         Decision::KeepUsedTooRecently => "keep_used_too_recently",
         Decision::KeepYoungerThanMinAge => "keep_younger_than_min_age",

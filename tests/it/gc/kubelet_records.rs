@@ -236,3 +236,35 @@ async fn the_dry_run_says_the_kubelet_is_pulling_it_and_shows_the_pulled_record(
         "c never used goes before b used at 500"
     );
 }
+
+#[tokio::test]
+async fn an_image_the_kubelet_pulled_less_than_min_age_ago_survives_gc_and_prune() {
+    for prune in [false, true] {
+        let kubelet = tempfile::tempdir().expect("tempdir");
+        // MinAge 2m; a and b were first detected long ago.
+        let node = node_reading(kubelet.path(), policy(85, 0, 120, 0));
+        node.set_images(vec![image("a", 1_000), image("b", 1_000)]);
+        node.set_fs(2_000, 0);
+        node.detect(0).await;
+        write_pulled(kubelet.path(), "a", &rfc3339(950));
+        let node = &node;
+        let cycle = |t: i64| async move {
+            if prune {
+                node.manager().delete_unused_images(at(t)).await
+            } else {
+                node.gc(t).await
+            }
+        };
+        let report = cycle(1_000).await;
+        assert_eq!(removed_ids(&report), ["b"], "prune: {prune}");
+        // 150s after the record: no longer just pulled.
+        node.set_fs(2_000, 0);
+        let report = cycle(1_100).await;
+        assert_eq!(
+            removed_ids(&report),
+            ["a"],
+            "prune: {prune}: {:?}",
+            report.error
+        );
+    }
+}
