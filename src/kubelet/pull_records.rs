@@ -74,17 +74,18 @@ impl RecordKind {
     }
 }
 
-/// Why one record file is skipped.
+/// Why one record file is skipped. The cause is in the message (and not also a `source`, so
+/// that it is said once).
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error("cannot read it: {0}")]
-    Io(#[source] std::io::Error),
+    Io(std::io::Error),
     #[error("it is not a regular file")]
     NotAFile,
     #[error("it is larger than {MAX_RECORD_FILE_BYTES} bytes")]
     TooLarge,
     #[error("it is not a kubelet record: {0}")]
-    Json(#[source] serde_json::Error),
+    Json(serde_json::Error),
     #[error("its apiVersion {0:?} is neither kubelet.config.k8s.io/v1alpha1 nor v1beta1")]
     ApiVersion(String),
     #[error("its kind is {found:?}, not {expected}")]
