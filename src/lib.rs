@@ -14,6 +14,7 @@ pub mod cri;
 pub mod doctor;
 pub mod gc;
 pub mod inspect;
+pub mod kubelet;
 pub mod model;
 pub mod pull;
 pub mod replay;

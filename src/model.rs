@@ -126,14 +126,16 @@ pub struct ImageRecord {
     pub pinned: bool,
 }
 
-/// What one detect saw of an image: its size and pin as the runtime lists it now, and whether
-/// a container used it at `now`.
+/// What one detect saw of an image: its size and pin as the runtime lists it now, whether a
+/// container used it at `now`, and a use someone else recorded (`used_at`: the kubelet's
+/// pulled record's time, never later than `now`; `UnixNanos::NEVER` when none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sighting {
     pub now: UnixNanos,
     pub in_use: bool,
     pub size: u64,
     pub pinned: bool,
+    pub used_at: UnixNanos,
 }
 
 impl ImageRecord {
@@ -141,13 +143,15 @@ impl ImageRecord {
     /// moment (`stored`, read inside the write transaction, or `None`). The merge is what keeps
     /// a concurrent pull's mark: last_used never goes back (a mark newer than the detect
     /// stays), first_detected never moves forward (a record a pull created keeps the pull's
-    /// time), and size and pinned are the runtime's current values.
+    /// time), and size and pinned are the runtime's current values. A recorded use
+    /// (`used_at`, capped at `now`) counts like a container's, and never moves last_used back.
     pub fn after_sighting(stored: Option<ImageRecord>, sighting: Sighting) -> ImageRecord {
         let used_now = if sighting.in_use {
             sighting.now
         } else {
             UnixNanos::NEVER
-        };
+        }
+        .max(sighting.used_at.min(sighting.now));
         match stored {
             Some(old) => ImageRecord {
                 first_detected: old.first_detected.min(sighting.now),

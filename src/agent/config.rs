@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
 use crate::gc::format::parse_go_duration;
 use crate::gc::{GcConfig, GcPolicy, PinPatterns};
+use crate::kubelet::DEFAULT_KUBELET_ROOT_DIR;
 use crate::pull::PullConfig;
 
 /// The default record database.
@@ -56,6 +57,10 @@ pub struct FileConfig {
     pub container_runtime_endpoint: Option<String>,
     #[serde(rename = "imageServiceEndpoint")]
     pub image_service_endpoint: Option<String>,
+    /// The kubelet's root directory, whose image pull records are read (the kubelet's own
+    /// setting is the `--root-dir` flag; this name is ours). Empty disables reading them.
+    #[serde(rename = "kubeletRootDir")]
+    pub kubelet_root_dir: Option<String>,
 }
 
 impl FileConfig {
@@ -87,6 +92,7 @@ pub struct FlagValues {
     pub pod_infra_container_image: Option<String>,
     pub container_runtime_endpoint: Option<String>,
     pub image_service_endpoint: Option<String>,
+    pub kubelet_root_dir: Option<String>,
     pub pinned_images: Vec<String>,
     pub admin_socket: Option<PathBuf>,
     pub metrics_address: Option<String>,
@@ -315,6 +321,20 @@ impl AgentConfig {
         .map(|(v, _)| v)
         .filter(|v| !v.is_empty());
 
+        let kubelet_root_dir = match pick(
+            &flags.kubelet_root_dir,
+            "--kubelet-root-dir",
+            &file.kubelet_root_dir,
+            o.field("kubeletRootDir"),
+        ) {
+            None => Some(PathBuf::from(DEFAULT_KUBELET_ROOT_DIR)),
+            Some((v, _)) if v.is_empty() => None,
+            Some((v, from)) if !Path::new(&v).is_absolute() => {
+                return Err(invalid(from, format!("{v:?} is not an absolute path")));
+            }
+            Some((v, _)) => Some(PathBuf::from(v)),
+        };
+
         let metrics_address = match &flags.metrics_address {
             None => None,
             Some(a) if a.is_empty() => None,
@@ -363,6 +383,7 @@ impl AgentConfig {
                 policy,
                 sandbox_image,
                 pins: PinPatterns::new(pins),
+                kubelet_root_dir,
             },
             pull,
             admin_socket,
@@ -522,6 +543,38 @@ mod tests {
         assert_eq!(c.gc_period, Duration::from_secs(300));
         assert_eq!(c.image_cache_period, Duration::from_secs(30));
         assert!(c.metrics_address.is_none(), "metrics are off by default");
+    }
+
+    #[test]
+    fn kubelet_root_dir_defaults_to_the_kubelets_flag_wins_and_empty_disables() {
+        let file: FileConfig = toml::from_str("kubeletRootDir = \"/srv/kubelet\"\n").expect("toml");
+        let cases: [(&FileConfig, Option<&str>, Option<&str>); 4] = [
+            (&FileConfig::default(), None, Some(DEFAULT_KUBELET_ROOT_DIR)),
+            (&file, None, Some("/srv/kubelet")),
+            (&file, Some("/data/kubelet"), Some("/data/kubelet")),
+            (&file, Some(""), None),
+        ];
+        for (file, flag, want) in cases {
+            let flags = FlagValues {
+                kubelet_root_dir: flag.map(str::to_owned),
+                ..FlagValues::default()
+            };
+            let c = resolve(file, &flags).expect("valid");
+            assert_eq!(
+                c.gc.kubelet_root_dir,
+                want.map(PathBuf::from),
+                "flag {flag:?}"
+            );
+        }
+        let relative = FlagValues {
+            kubelet_root_dir: Some("var/lib/kubelet".into()),
+            ..FlagValues::default()
+        };
+        let err = resolve(&FileConfig::default(), &relative).expect_err("relative");
+        assert_eq!(
+            err.to_string(),
+            "--kubelet-root-dir: \"var/lib/kubelet\" is not an absolute path"
+        );
     }
 
     #[test]

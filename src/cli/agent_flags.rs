@@ -52,6 +52,10 @@ pub struct AgentFlags {
     /// Never collect images whose tags or digests match (exact, or ending in *); repeatable.
     #[arg(long = "pinned-image", value_name = "PATTERN")]
     pub pinned_images: Vec<String>,
+    /// The kubelet's root directory: its image pull records (image_manager/) are read, never
+    /// written; empty disables [default: /var/lib/kubelet].
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_root_dir: Option<String>,
     /// The agent's admin socket [default: /run/imagekeeper/admin.sock].
     #[arg(long, value_name = "PATH")]
     pub admin_socket: Option<PathBuf>,
@@ -73,6 +77,7 @@ impl AgentFlags {
             container_runtime_endpoint: self.container_runtime_endpoint.clone(),
             image_service_endpoint: self.image_service_endpoint.clone(),
             pinned_images: self.pinned_images.clone(),
+            kubelet_root_dir: self.kubelet_root_dir.clone(),
             admin_socket: self.admin_socket.clone(),
             ..FlagValues::default()
         }

@@ -109,6 +109,31 @@ pub fn plan_detect(
     pins: &PinPatterns,
     now: UnixNanos,
 ) -> DetectPlan {
+    plan_detect_with_uses(
+        existing,
+        last_detect,
+        images,
+        in_use,
+        &BTreeMap::new(),
+        pins,
+        now,
+    )
+}
+
+/// [`plan_detect`] with uses recorded elsewhere (the kubelet's pulled records): `used_at`
+/// holds, by key, a time the image was used; it raises last_used up to `now` at most, never
+/// lowering it (the store's merge takes the later time). A time later than `now` +
+/// [`FUTURE_STAMP_TOLERANCE`] is ignored (a clock that was ahead), one within it counts as
+/// `now`.
+pub fn plan_detect_with_uses(
+    existing: &BTreeMap<RecordKey, ImageRecord>,
+    last_detect: Option<UnixNanos>,
+    images: &[RuntimeImage],
+    in_use: &BTreeSet<RecordKey>,
+    used_at: &BTreeMap<RecordKey, UnixNanos>,
+    pins: &PinPatterns,
+    now: UnixNanos,
+) -> DetectPlan {
     let mut plan = DetectPlan::default();
     let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
     let listed = fold_images(images);
@@ -128,6 +153,10 @@ pub fn plan_detect(
             in_use: in_use.contains(key),
             size: image.size,
             pinned: pins.pins(image),
+            used_at: used_at
+                .get(key)
+                .filter(|t| **t <= limit)
+                .map_or(UnixNanos::NEVER, |t| (*t).min(now)),
         };
         if old != Some(ImageRecord::after_sighting(base, sighting)) {
             plan.batch.sight(key.clone(), sighting);

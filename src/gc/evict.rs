@@ -17,6 +17,10 @@ pub enum Verdict {
     /// A pull through imagekeeper is fetching it (the agent's dry run only: an offline
     /// explain cannot see pulls).
     PullInProgress,
+    /// A kubelet pull intent names it: the kubelet is pulling it.
+    KubeletPulling,
+    /// The kubelet's pulled record of it is younger than MinAge.
+    KubeletJustPulled,
     /// The runtime or a pin pattern pins it.
     Pinned,
     /// Its last use is not before the GC's start.

@@ -21,6 +21,7 @@ use crate::store::StoredRecord;
 use super::GcPolicy;
 use super::evict::{Verdict, past_max_age, space_verdict, unused_since};
 use super::format::{format_size, go_duration};
+use super::kubelet::KubeletView;
 
 /// The image filesystem as the operator says it is now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -43,6 +44,11 @@ pub enum Decision {
     KeepInUse,
     /// A pull through imagekeeper is in progress (the running agent's explain only).
     KeepPullInProgress,
+    /// A kubelet pull intent names it: the kubelet is pulling it.
+    KeepKubeletPulling,
+    /// The kubelet's pulled record of it is younger than MinAge: its container is about to
+    /// start.
+    KeepKubeletJustPulled,
     /// Pinned by the runtime or a pin pattern.
     KeepPinned,
     /// Last used at or after `now` (the clock went back?).
@@ -76,6 +82,9 @@ pub struct ImageExplanation {
     pub decision: Decision,
     /// Bytes the space walk has freed once it is done with this image (removed ones only).
     pub freed_after: Option<u64>,
+    /// The time of the kubelet's pulled record of this image, when it has one (a use).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet_pulled_at: Option<UnixNanos>,
     /// The reason, for people.
     pub reason: String,
 }
@@ -167,14 +176,47 @@ pub fn explain_with_pulls(
     now: UnixNanos,
     pulling: &BTreeSet<RecordKey>,
 ) -> Explanation {
+    explain_with_kubelet(
+        records,
+        last_detect,
+        policy,
+        fs,
+        now,
+        pulling,
+        &KubeletView::default(),
+    )
+}
+
+/// [`explain_with_pulls`] that also knows the kubelet's pull records: the images its pull
+/// intents name are kept ("the kubelet is pulling it", before any other reason, as detect
+/// marks them in use), and each image's pulled record time is shown. The records' last_used
+/// must already count the pulled records' times (detect folds them in).
+pub fn explain_with_kubelet(
+    records: &[StoredRecord],
+    last_detect: Option<UnixNanos>,
+    policy: GcPolicy,
+    fs: Option<FsSpace>,
+    now: UnixNanos,
+    pulling: &BTreeSet<RecordKey>,
+    kubelet: &KubeletView,
+) -> Explanation {
     let in_use = in_use_at(records, last_detect);
-    let protected: BTreeSet<RecordKey> = in_use.union(pulling).cloned().collect();
+    let protected: BTreeSet<RecordKey> = in_use
+        .union(pulling)
+        .chain(&kubelet.pulling)
+        .chain(&kubelet.just_pulled)
+        .cloned()
+        .collect();
     let disabled = policy.disabled();
     let mut images: Vec<ImageExplanation> = records
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let verdict = if pulling.contains(&r.key) && !in_use.contains(&r.key) {
+            let verdict = if kubelet.pulling.contains(&r.key) {
+                Verdict::KubeletPulling
+            } else if kubelet.just_pulled.contains(&r.key) && !in_use.contains(&r.key) {
+                Verdict::KubeletJustPulled
+            } else if pulling.contains(&r.key) && !in_use.contains(&r.key) {
                 Verdict::PullInProgress
             } else {
                 space_verdict(&r.key, &r.record, &in_use, now, policy.min_age)
@@ -193,6 +235,7 @@ pub fn explain_with_pulls(
                     Decision::KeepSpaceNotEvaluated
                 },
                 freed_after: None,
+                kubelet_pulled_at: kubelet.used_at.get(&r.key).copied(),
                 reason: String::new(),
             }
         })
@@ -219,6 +262,8 @@ pub fn explain_with_pulls(
             (_, SpacePass::Disabled) => Decision::KeepGcDisabled,
             (Verdict::InUse, _) => Decision::KeepInUse,
             (Verdict::PullInProgress, _) => Decision::KeepPullInProgress,
+            (Verdict::KubeletPulling, _) => Decision::KeepKubeletPulling,
+            (Verdict::KubeletJustPulled, _) => Decision::KeepKubeletJustPulled,
             (Verdict::Pinned, _) => Decision::KeepPinned,
             (Verdict::UsedTooRecently, _) => Decision::KeepUsedTooRecently,
             (Verdict::YoungerThanMinAge, _) => Decision::KeepYoungerThanMinAge,
@@ -233,6 +278,12 @@ pub fn explain_with_pulls(
     }
     for image in &mut images {
         image.reason = reason(image, &policy, last_detect, space, now);
+        if let Some(at) = image.kubelet_pulled_at {
+            image.reason.push_str(&format!(
+                "; used by a kubelet pull record at {}",
+                super::format::format_rfc3339(at)
+            ));
+        }
     }
     Explanation {
         now,
@@ -318,6 +369,13 @@ fn reason(
             last_detect.map_or_else(String::new, super::format::format_rfc3339)
         ),
         Decision::KeepPullInProgress => "pull in progress".to_owned(),
+        Decision::KeepKubeletPulling => {
+            "the kubelet is pulling it (a kubelet pull intent)".to_owned()
+        }
+        Decision::KeepKubeletJustPulled => format!(
+            "the kubelet pulled it less than MinAge {} ago: its container is about to start",
+            go_duration(policy.min_age)
+        ),
         Decision::KeepPinned => "pinned".to_owned(),
         Decision::KeepUsedTooRecently => {
             "used at or after now (is the clock behind the records?)".to_owned()

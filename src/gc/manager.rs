@@ -22,12 +22,14 @@
 //! `gc_clock_went_back_total`). See `detect`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::cri::{ImageRuntime, RpcCode};
+use crate::kubelet::PullRecordsReader;
 use crate::model::{
     ContainerState, FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage,
     UnixNanos,
@@ -36,23 +38,27 @@ use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, Store, StoredRecord, meta_keys};
 
 use super::detect::{
-    DetectPlan, apply_to_copy, container_uses, fold_images, images_in_use, plan_detect, volume_uses,
+    DetectPlan, apply_to_copy, container_uses, fold_images, images_in_use, plan_detect_with_uses,
+    volume_uses,
 };
 use super::evict::{Verdict, past_max_age};
-use super::explain::{Decision, Explanation, FsSpace, explain_with_pulls};
+use super::explain::{Decision, Explanation, FsSpace, explain_with_kubelet};
 use super::format::{format_rfc3339, go_duration};
+use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
 use super::{GcError, GcPolicy};
 
-/// The runtime's images, the keys in use, the stored records by key (read before the
-/// runtime was listed), and the running containers' image volumes.
+/// The runtime's images, the keys in use (by a container, the sandbox image or a kubelet pull
+/// intent), the stored records by key (read before the runtime was listed), the running
+/// containers' image volumes, and the kubelet's pull records resolved to keys.
 type Observed = (
     Vec<RuntimeImage>,
     BTreeSet<RecordKey>,
     BTreeMap<RecordKey, ImageRecord>,
     ImageVolumes,
+    KubeletView,
 );
 
 /// The images mounted as image volumes, by the id of the running container that mounts them
@@ -100,6 +106,10 @@ pub struct GcConfig {
     /// The sandbox (pause) image name; always in use.
     pub sandbox_image: Option<String>,
     pub pins: PinPatterns,
+    /// The kubelet's root directory, whose `image_manager/` pull records are read (never
+    /// written): intents keep the images they name, pulled records' times count as uses.
+    /// `None` (or empty) reads nothing.
+    pub kubelet_root_dir: Option<PathBuf>,
 }
 
 /// One image removed by GC.
@@ -145,13 +155,20 @@ pub struct ImageGcManager<R> {
     cache: RwLock<Vec<RuntimeImage>>,
     metrics: Arc<GcMetrics>,
     in_flight: PullsInFlight,
+    kubelet: Option<PullRecordsReader>,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
     /// A manager over `runtime` and `store`; refuses an invalid policy.
     pub fn new(runtime: R, store: Arc<Store>, config: GcConfig) -> Result<Self, GcError> {
         config.policy.validate()?;
+        let kubelet = config
+            .kubelet_root_dir
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(PullRecordsReader::new);
         Ok(ImageGcManager {
+            kubelet,
             runtime,
             store,
             config,
@@ -216,8 +233,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         self.read_image_volumes(&containers, &mut volumes).await?;
         let mounted: Vec<String> = volumes.values().flatten().cloned().collect();
         let sandbox = self.config.sandbox_image.as_deref();
-        let in_use = images_in_use(&images, &containers, &mounted, sandbox);
-        Ok((images, in_use, records, volumes))
+        let mut in_use = images_in_use(&images, &containers, &mounted, sandbox);
+        // Read after the runtime's lists: an intent the kubelet wrote before pulling an image
+        // already listed is seen here; one written later is seen by the last look.
+        let kubelet = KubeletView::read(self.kubelet.as_ref(), &images);
+        in_use.extend(kubelet.pulling.iter().cloned());
+        Ok((images, in_use, records, volumes, kubelet))
     }
 
     /// Adds to `known` the image volumes of each running container it does not have yet: one
@@ -247,12 +268,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 
     async fn detect_locked(&self, now: UnixNanos) -> Result<(DetectReport, CycleView), GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let (images, in_use, existing, volumes) = self.observe().await?;
-        let plan = plan_detect(
+        let (images, in_use, existing, volumes, mut kubelet) = self.observe().await?;
+        kubelet.mark_just_pulled(now, self.config.policy.min_age);
+        let plan = plan_detect_with_uses(
             &existing,
             last_detect,
             &images,
             &in_use,
+            &kubelet.used_at,
             &self.config.pins,
             now,
         );
@@ -271,6 +294,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .collect();
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
+        protected.extend(kubelet.just_pulled);
         Ok((
             report,
             CycleView {
@@ -358,6 +382,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .filter(|(_, image)| self.in_flight.protects(image))
             .map(|(key, _)| key.clone())
             .collect()
+    }
+
+    /// The kubelet's pull records reader, if the manager reads them.
+    pub fn kubelet_pull_records(&self) -> Option<&PullRecordsReader> {
+        self.kubelet.as_ref()
     }
 
     /// kubelet's GarbageCollect at `now`: detect, MaxAge, then free space down to the low
@@ -480,7 +509,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
         let mut errors = Vec::new();
         for victim in victims {
-            if self.rescue(&victim, view).await? {
+            if self.rescue(&victim, view, free_time).await? {
                 continue;
             }
             if let Err(e) = self.remove(&victim, RemovalReason::Age, report).await {
@@ -527,7 +556,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 break;
             }
             for victim in chunk {
-                if self.rescue(&victim, view).await? {
+                if self.rescue(&victim, view, free_time).await? {
                     continue;
                 }
                 match self.remove(&victim, reason, report).await {
@@ -554,12 +583,19 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 
     /// The last look at one victim, right before its RemoveImage: whether a container (the
     /// runtime's list, taken now, with the image volumes of its running containers: detect's,
-    /// plus one ContainerStatus for each container started since), a pull in flight or a newer mark on its record keeps it. A
-    /// kept victim is counted, logged, and protected for the rest of the cycle. A runtime
+    /// plus one ContainerStatus for each container started since), a pull in flight, a kubelet
+    /// pull intent or a kubelet pulled record newer than its last use (both files read now), or
+    /// a newer mark on its record keeps it. A kept victim is counted, logged, and protected for
+    /// the rest of the cycle. A runtime
     /// that cannot list its containers fails the cycle: GC never removes without knowing
     /// what runs. (The list is taken per removal, not per batch: it costs a few milliseconds
     /// beside a RemoveImage, and closes the window of the batch's earlier removals.)
-    async fn rescue(&self, victim: &StoredRecord, view: &mut CycleView) -> Result<bool, GcError> {
+    async fn rescue(
+        &self,
+        victim: &StoredRecord,
+        view: &mut CycleView,
+        free_time: UnixNanos,
+    ) -> Result<bool, GcError> {
         let containers = self
             .runtime
             .list_containers()
@@ -576,8 +612,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 runtime_handler: victim.key.runtime_handler.clone(),
                 ..RuntimeImage::default()
             });
-        // From here to the RemoveImage call nothing awaits: the record and the pulls in
-        // flight are read at the last moment.
+        // From here to the RemoveImage call nothing awaits: the record, the pulls in flight
+        // and the kubelet's pull records are read at the last moment.
         let mounted = containers
             .iter()
             .filter(|c| c.state == ContainerState::Running)
@@ -588,6 +624,18 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Some(RescueReason::Container)
         } else if self.in_flight.protects(&image) {
             Some(RescueReason::Pulling)
+        } else if self
+            .kubelet
+            .as_ref()
+            .is_some_and(|r| intent_names(r, &image))
+        {
+            Some(RescueReason::KubeletPulling)
+        } else if self
+            .kubelet
+            .as_ref()
+            .is_some_and(|r| pulled_since(r, &image, victim.record.last_used, free_time))
+        {
+            Some(RescueReason::KubeletPulled)
         } else {
             match self.store.get(&victim.key)? {
                 None => Some(RescueReason::Gone),
@@ -662,12 +710,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// while a long GC runs (from the records as they are at that moment).
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let (images, in_use, mut records, _) = self.observe().await?;
-        let detect = plan_detect(
+        let (images, in_use, mut records, _, mut kubelet) = self.observe().await?;
+        kubelet.mark_just_pulled(now, self.config.policy.min_age);
+        let detect = plan_detect_with_uses(
             &records,
             last_detect,
             &images,
             &in_use,
+            &kubelet.used_at,
             &self.config.pins,
             now,
         );
@@ -702,8 +752,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 available: stats.available,
             })
         };
-        let explanation =
-            explain_with_pulls(&ordered, Some(now), self.config.policy, fs, now, &pulling);
+        let explanation = explain_with_kubelet(
+            &ordered,
+            Some(now),
+            self.config.policy,
+            fs,
+            now,
+            &pulling,
+            &kubelet,
+        );
         let removals = explanation
             .images
             .iter()

@@ -48,14 +48,20 @@ pub enum RescueReason {
     Pulling,
     /// Its record is gone (nothing to remove).
     Gone,
+    /// A kubelet pull intent names it: the kubelet is pulling it.
+    KubeletPulling,
+    /// A kubelet pulled record newer than its last use (written after the walk read it).
+    KubeletPulled,
 }
 
 impl RescueReason {
-    pub const ALL: [RescueReason; 4] = [
+    pub const ALL: [RescueReason; 6] = [
         RescueReason::Container,
         RescueReason::Used,
         RescueReason::Pulling,
         RescueReason::Gone,
+        RescueReason::KubeletPulling,
+        RescueReason::KubeletPulled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -64,6 +70,8 @@ impl RescueReason {
             RescueReason::Used => "used",
             RescueReason::Pulling => "pulling",
             RescueReason::Gone => "gone",
+            RescueReason::KubeletPulling => "kubelet_pulling",
+            RescueReason::KubeletPulled => "kubelet_pulled",
         }
     }
 }
@@ -74,7 +82,7 @@ pub struct GcMetrics {
     collected_age: AtomicU64,
     collected_space: AtomicU64,
     remove_failures: AtomicU64,
-    rescued: [AtomicU64; 4],
+    rescued: [AtomicU64; RescueReason::ALL.len()],
     future_stamps_clamped: AtomicU64,
     clock_went_back: AtomicU64,
     /// The cycle in flight: whether one runs, and what it removed and freed so far.
@@ -144,7 +152,7 @@ impl GcMetrics {
     }
 
     /// `gc_victims_rescued_total` by `why` label.
-    pub fn rescued(&self) -> [(&'static str, u64); 4] {
+    pub fn rescued(&self) -> [(&'static str, u64); RescueReason::ALL.len()] {
         RescueReason::ALL.map(|why| {
             (
                 why.as_str(),

@@ -10,6 +10,7 @@ mod error;
 pub mod evict;
 pub mod explain;
 pub mod format;
+pub mod kubelet;
 pub mod manager;
 pub mod metrics;
 mod pins;
@@ -17,6 +18,7 @@ pub mod plan;
 mod policy;
 
 pub use error::{GcError, aggregate};
+pub use kubelet::KubeletView;
 pub use manager::{DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
 pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pins::PinPatterns;

@@ -385,6 +385,7 @@ fn to_batch(ops: &[Op]) -> Batch {
                     in_use: *in_use,
                     size: *size,
                     pinned: *pinned,
+                    used_at: UnixNanos::NEVER,
                 },
             ),
             Op::RemoveUnlisted { seen_last_used, .. } => {

@@ -1388,3 +1388,91 @@ fn inspect_creates_and_changes_nothing_for_every_subcommand() {
         );
     }
 }
+
+/// Writes a kubelet image pull record file (KEP-2535 format) named as the kubelet names it.
+fn write_kubelet_record(root: &Path, dir: &str, key: &str, json: &str) {
+    let dir = root.join("image_manager").join(dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join(imagekeeper::kubelet::record_file_name(key)), json).expect("write");
+}
+
+#[test]
+fn explain_reads_the_kubelets_pull_intents_and_pulled_records() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = example_db(dir.path());
+    let kubelet = tempfile::tempdir().expect("temp dir");
+    let root = kubelet.path().to_str().expect("utf8").to_owned();
+    let intent = |image: &str| {
+        format!(
+            r#"{{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1beta1","image":"{image}"}}"#
+        )
+    };
+    write_kubelet_record(kubelet.path(), "pulling", &id("aaa1"), &intent(&id("aaa1")));
+    write_kubelet_record(kubelet.path(), "pulling", "nginx:1", &intent("nginx:1"));
+    let b0b = id("b0b");
+    write_kubelet_record(
+        kubelet.path(),
+        "pulled",
+        &b0b,
+        &format!(
+            r#"{{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","lastUpdatedTime":"2026-01-02T07:00:00Z","imageRef":"{b0b}","credentialMapping":{{}}}}"#
+        ),
+    );
+    let r = inspect(
+        &db,
+        &["explain", "--output", "json", "--kubelet-root-dir", &root],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("the kubelet is pulling \"nginx:1\""),
+        "{}",
+        r.stderr
+    );
+    let v = r.json();
+    let images = v["images"].as_array().expect("images");
+    let rows: Vec<(String, &str)> = images
+        .iter()
+        .map(|i| {
+            (
+                ids(&Value::Array(vec![i.clone()]), "id").remove(0),
+                i["decision"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    // b0b's pulled record (an hour ago) puts it after c0ffee (two hours ago).
+    assert_eq!(
+        rows,
+        [
+            ("aaa1".to_owned(), "keep_kubelet_pulling"),
+            ("aaa2".to_owned(), "keep_pinned"),
+            ("c0ffee/kata".to_owned(), "keep_younger_than_min_age"),
+            ("c0ffee".to_owned(), "keep_in_use"),
+            ("b0b".to_owned(), "keep_space_not_evaluated"),
+        ]
+    );
+    let b0b_row = images.iter().find(|i| i["id"] == b0b).expect("b0b");
+    assert_eq!(b0b_row["kubelet_pulled_at"], "2026-01-02T07:00:00Z");
+    assert!(
+        b0b_row["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("used by a kubelet pull record")),
+        "{b0b_row}"
+    );
+    let aaa1 = &images[0]["reason"];
+    assert!(
+        aaa1.as_str()
+            .is_some_and(|r| r.contains("the kubelet is pulling it")),
+        "{aaa1}"
+    );
+
+    // An empty root reads nothing.
+    let off = inspect(
+        &db,
+        &["explain", "--output", "json", "--kubelet-root-dir", ""],
+    );
+    assert_eq!(off.code, 0, "{}", off.stderr);
+    assert_eq!(
+        off.json()["images"][0]["decision"],
+        "keep_space_not_evaluated"
+    );
+}

@@ -13,9 +13,11 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::gc::GcPolicy;
-use imagekeeper::gc::explain::{FsSpace, explain};
+use imagekeeper::gc::explain::{FsSpace, explain_with_kubelet};
 use imagekeeper::gc::format::{go_duration, parse_go_duration};
+use imagekeeper::gc::kubelet::{OfflineKubelet, fold_offline};
 use imagekeeper::inspect::{InspectError, Snapshot, SortKey, resolve_prefix, sort_records, stats};
+use imagekeeper::kubelet::{DEFAULT_KUBELET_ROOT_DIR, PullRecordsReader};
 use imagekeeper::model::UnixNanos;
 
 use super::Failure;
@@ -111,6 +113,10 @@ struct ExplainArgs {
     /// The image filesystem's available bytes.
     #[arg(long, value_name = "BYTES", requires = "capacity")]
     available: Option<u64>,
+    /// The kubelet's root directory: its image pull records count as GC does (matched by
+    /// image id only, without the runtime); empty disables.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT_DIR)]
+    kubelet_root_dir: String,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -186,9 +192,29 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
                 _ => None,
             };
             let snap = open(&args.db, true)?;
-            let records = snap.records_in_eviction_order().map_err(inspect_failure)?;
+            let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
             let meta = snap.meta().map_err(inspect_failure)?;
-            let explanation = explain(&records, meta.last_detect, policy, fs, now);
+            let kubelet = if explain_args.kubelet_root_dir.is_empty() {
+                OfflineKubelet::default()
+            } else {
+                let reader =
+                    PullRecordsReader::new(std::path::Path::new(&explain_args.kubelet_root_dir));
+                fold_offline(&reader, &mut records, now, policy.min_age)
+            };
+            for image in &kubelet.unresolved_intents {
+                eprintln!(
+                    "imagekeeper: the kubelet is pulling {image:?}: explain cannot tell which                      image that names without the runtime (gc --dry-run can)"
+                );
+            }
+            let explanation = explain_with_kubelet(
+                &records,
+                meta.last_detect,
+                policy,
+                fs,
+                now,
+                &Default::default(),
+                &kubelet.view,
+            );
             print::explain(w, out, &explanation)?;
             Ok(())
         }

@@ -334,6 +334,8 @@ fn decision_str(d: Decision) -> &'static str {
         Decision::KeepGcDisabled => "keep_gc_disabled",
         Decision::KeepInUse => "keep_in_use",
         Decision::KeepPullInProgress => "keep_pull_in_progress",
+        Decision::KeepKubeletPulling => "keep_kubelet_pulling",
+        Decision::KeepKubeletJustPulled => "keep_kubelet_just_pulled",
         Decision::KeepPinned => "keep_pinned",
         Decision::KeepUsedTooRecently => "keep_used_too_recently",
         Decision::KeepYoungerThanMinAge => "keep_younger_than_min_age",
@@ -367,6 +369,9 @@ pub fn explain(w: &mut dyn Write, out: Output, e: &Explanation) -> io::Result<()
                     obj.insert("remove".into(), json!(i.decision.removes()));
                     obj.insert("decision".into(), json!(decision_str(i.decision)));
                     obj.insert("reason".into(), json!(i.reason));
+                    if let Some(at) = i.kubelet_pulled_at {
+                        obj.insert("kubelet_pulled_at".into(), json!(format_rfc3339(at)));
+                    }
                 }
                 v
             })

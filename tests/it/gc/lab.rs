@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use imagekeeper::clock::Clock;
 use imagekeeper::cri::{ContainerSpec, CriClient, CriError, ImageRuntime};
 use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager, PinPatterns, RemovalReason};
 use imagekeeper::model::{
@@ -170,6 +171,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
         },
         sandbox_image: Some(lab.sandbox_image.clone()),
         pins: PinPatterns::new(vec![pinned.reference.clone()]),
+        kubelet_root_dir: None,
     };
     let runtime = ScriptedDisk {
         client: client.clone(),
@@ -290,6 +292,156 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
     );
 
     drop(guard);
+    for row in &pulled {
+        client
+            .pull_image(&row.reference, "", None)
+            .await
+            .unwrap_or_else(|err| panic!("re-pull {}: {err}", row.reference));
+    }
+    assert_eq!(
+        listed_ids(&client).await,
+        lab_ids,
+        "the lab's images are back"
+    );
+}
+
+/// Writes one kubelet image pull record file (KEP-2535) as the kubelet does.
+fn write_kubelet_record(root: &std::path::Path, dir: &str, key: &str, json: &str) {
+    let dir = root.join("image_manager").join(dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let target = dir.join(imagekeeper::kubelet::record_file_name(key));
+    std::fs::write(target.with_extension("tmp"), json).expect("write");
+    std::fs::rename(target.with_extension("tmp"), &target).expect("rename");
+}
+
+/// `imagekeeper prune` and `imagekeeper gc` (MaxAge), as processes, against the lab's
+/// containerd with a kubelet root directory: user:uid, named by a kubelet pull intent, and
+/// busybox, with a pulled record the kubelet wrote just now, survive; user:name, of equal size
+/// and equally old, goes, and so does every other unused image (pause stays: the sandbox
+/// image). The database starts with every image first detected and last used an hour ago.
+#[tokio::test]
+async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune_and_gc() {
+    let Some(lab) = support::lab(
+        "gc::lab::kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune_and_gc",
+    )
+    .await
+    else {
+        return;
+    };
+    let client = lab.client().await;
+    let pulled = one_manifest_per_image(&lab.images);
+    let lab_ids: BTreeSet<String> = lab.images.iter().map(|row| row.image_id.clone()).collect();
+    let intent_named = lab.image("user:uid").clone();
+    let just_pulled = lab.image("busybox:1.35").clone();
+    let equal = lab.image("user:name").clone();
+    let sandbox = lab.sandbox_image.clone();
+    let sandbox_id = lab
+        .images
+        .iter()
+        .find(|row| row.reference == sandbox)
+        .expect("images.tsv lists the sandbox image")
+        .image_id
+        .clone();
+    let kept: BTreeSet<String> = [&intent_named.image_id, &just_pulled.image_id, &sandbox_id]
+        .into_iter()
+        .cloned()
+        .collect();
+    assert!(!kept.contains(&equal.image_id));
+
+    for command in [
+        vec!["prune"],
+        vec![
+            "gc",
+            "--image-gc-high-threshold",
+            "100",
+            "--image-maximum-gc-age",
+            "10m",
+        ],
+    ] {
+        for row in &pulled {
+            client
+                .pull_image(&row.reference, "", None)
+                .await
+                .unwrap_or_else(|err| panic!("pull {}: {err}", row.reference));
+        }
+        assert_eq!(
+            listed_ids(&client).await,
+            lab_ids,
+            "{command:?}: the lab's images"
+        );
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("records.redb");
+        let now = imagekeeper::clock::SystemClock.now();
+        let hour_ago = now.saturating_sub(Duration::from_secs(3600));
+        {
+            let store = Store::open(&db, hour_ago).expect("store");
+            let mut batch = imagekeeper::store::Batch::new();
+            for row in &pulled {
+                batch.upsert(
+                    RecordKey::new(row.image_id.clone(), ""),
+                    imagekeeper::model::ImageRecord {
+                        first_detected: hour_ago,
+                        last_used: hour_ago,
+                        size: row.size,
+                        pinned: false,
+                    },
+                );
+            }
+            store.apply(&batch).expect("seed the records");
+        }
+        let kubelet = tempfile::tempdir().expect("temp dir");
+        write_kubelet_record(
+            kubelet.path(),
+            "pulling",
+            &intent_named.reference,
+            &format!(
+                r#"{{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1alpha1","image":"{}"}}"#,
+                intent_named.reference
+            ),
+        );
+        let fresh = imagekeeper::gc::format::format_rfc3339(UnixNanos::from_secs(now.as_secs()));
+        write_kubelet_record(
+            kubelet.path(),
+            "pulled",
+            &just_pulled.image_id,
+            &format!(
+                r#"{{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","lastUpdatedTime":"{fresh}","imageRef":"{}","credentialMapping":{{}}}}"#,
+                just_pulled.image_id
+            ),
+        );
+        let no_agent = dir.path().join("no-agent.sock");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+            .args(&command)
+            .args([
+                "--db",
+                db.to_str().expect("utf8"),
+                "--container-runtime-endpoint",
+                &lab.endpoint,
+                "--admin-socket",
+                no_agent.to_str().expect("utf8"),
+                "--pod-infra-container-image",
+                &sandbox,
+                "--kubelet-root-dir",
+                kubelet.path().to_str().expect("utf8"),
+                "--output",
+                "json",
+            ])
+            .output()
+            .expect("run imagekeeper");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{command:?}: {stderr}");
+        let after = listed_ids(&client).await;
+        let removed: BTreeSet<String> = lab_ids.difference(&after).cloned().collect();
+        let want_removed: BTreeSet<String> = lab_ids.difference(&kept).cloned().collect();
+        assert_eq!(after, kept, "{command:?}: what containerd keeps");
+        assert_eq!(removed, want_removed, "{command:?}");
+        assert!(
+            removed.contains(&equal.image_id),
+            "{command:?}: the equal image goes"
+        );
+    }
+
     for row in &pulled {
         client
             .pull_image(&row.reference, "", None)

@@ -408,3 +408,54 @@ async fn a_dry_run_answers_while_a_gc_is_removing_and_progress_is_reported() {
     assert!(!progress.running);
     assert_eq!(progress.removed, 2);
 }
+
+/// While GC removes its first victim, the kubelet writes a pull intent naming the second and
+/// a pulled record of the third (both after the cycle's detect read its files): the last look
+/// reads them again and keeps both, and the walk goes on to the fourth and fifth.
+#[tokio::test]
+async fn victims_the_kubelet_starts_pulling_or_records_during_the_walk_are_kept() {
+    use super::kubelet_records::{write_intent, write_pulled};
+    let kubelet = tempfile::tempdir().expect("temp dir");
+    let rig = Rig::new(GcConfig {
+        policy: policy(85, 80, 0, 0),
+        kubelet_root_dir: Some(kubelet.path().to_owned()),
+        ..GcConfig::default()
+    });
+    rig.runtime.inner.state().fs = Some((20_000, 1_000)); // 95 % used: free 3,000.
+    for (t, _) in [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e")] {
+        rig.runtime.inner.state().images = ["a", "b", "c", "d", "e"]
+            .iter()
+            .take(t)
+            .map(|i| tagged(i, 1_000))
+            .collect();
+        rig.gc.detect(at(t as i64)).await.expect("detect");
+    }
+    let mut parked = rig.runtime.park("RemoveImage", Some("a"));
+    let gc = rig.gc.garbage_collect(at(100));
+    let meanwhile = async {
+        parked.reached().await;
+        write_intent(kubelet.path(), "v1alpha1", "registry.example/b:1");
+        write_pulled(
+            kubelet.path(),
+            "c",
+            &imagekeeper::gc::format::format_rfc3339(at(99)),
+        );
+        parked.release();
+    };
+    let (report, ()) = tokio::join!(gc, meanwhile);
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let removed: Vec<&str> = report
+        .removed
+        .iter()
+        .map(|r| r.key.image_id.as_str())
+        .collect();
+    assert_eq!(removed, ["a", "d", "e"]);
+    let rescued: Vec<(&str, u64)> = rig
+        .gc
+        .metrics()
+        .rescued()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(rescued, [("kubelet_pulling", 1), ("kubelet_pulled", 1)]);
+}

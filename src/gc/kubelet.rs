@@ -1,0 +1,235 @@
+//! What the kubelet's pull records mean to GC: the runtime's images an intent names (the
+//! kubelet is pulling them: in use) and the times its pulled records give each image (a use).
+//! Pure: takes the records read (by `crate::kubelet`) and the runtime's images.
+//!
+//! Invariants: an intent's name is resolved as every protecting name is, with
+//! [`image_matches`] (the image id, or a reference resolving to one of its repo tags or, with a
+//! digest, repo digests), so a short name errs on the side of keeping; a pulled record's
+//! `imageRef` is the id the runtime returned from the pull, matched like a container's image
+//! (the id or one of the repo digests); several records of one image keep the latest time.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::kubelet::{PullIntent, PullRecordsReader, PulledRecord};
+use crate::model::{FUTURE_STAMP_TOLERANCE, RecordKey, RuntimeImage, UnixNanos};
+use crate::pull::reference::image_matches;
+
+/// The kubelet's pull records resolved to record keys.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KubeletView {
+    /// Images a pull intent names: the kubelet is pulling them now.
+    pub pulling: BTreeSet<RecordKey>,
+    /// The latest pulled record's time of each image that has one.
+    pub used_at: BTreeMap<RecordKey, UnixNanos>,
+    /// Images the kubelet pulled (or checked for a pod) less than MinAge ago: its pod's
+    /// container is about to start (see [`KubeletView::mark_just_pulled`]).
+    pub just_pulled: BTreeSet<RecordKey>,
+}
+
+impl KubeletView {
+    /// Resolves `intents` and `pulled` against the runtime's `images`.
+    pub fn resolve(
+        images: &[RuntimeImage],
+        intents: &[PullIntent],
+        pulled: &[PulledRecord],
+    ) -> KubeletView {
+        let mut view = KubeletView::default();
+        for image in images {
+            if intents.iter().any(|i| image_matches(&i.image, image)) {
+                view.pulling.insert(image.record_key());
+            }
+            let latest = pulled
+                .iter()
+                .filter(|r| pulled_names(r, image))
+                .filter_map(|r| r.last_updated)
+                .max();
+            if let Some(t) = latest {
+                let slot = view.used_at.entry(image.record_key()).or_insert(t);
+                *slot = (*slot).max(t);
+            }
+        }
+        view
+    }
+
+    /// Marks the images whose pulled record is less than `min_age` before `now` (and not
+    /// beyond `now` + [`FUTURE_STAMP_TOLERANCE`]) as just pulled. The kubelet writes the record
+    /// when a pull for a pod ends, before it creates the container: a new image is kept by
+    /// MinAge from its first detection, and this keeps an image already known (the same id
+    /// pulled again, or its credentials checked) for the same time.
+    pub fn mark_just_pulled(&mut self, now: UnixNanos, min_age: std::time::Duration) {
+        let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
+        self.just_pulled = self
+            .used_at
+            .iter()
+            .filter(|(_, t)| **t <= limit && now.saturating_sub(min_age) < **t)
+            .map(|(k, _)| k.clone())
+            .collect();
+    }
+
+    /// Reads `reader`'s records (none without a reader) and resolves them.
+    pub fn read(reader: Option<&PullRecordsReader>, images: &[RuntimeImage]) -> KubeletView {
+        match reader {
+            None => KubeletView::default(),
+            Some(reader) => {
+                KubeletView::resolve(images, &reader.intents().found, &reader.pulled().found)
+            }
+        }
+    }
+}
+
+/// What an offline explain (no runtime) can use of the kubelet's records.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OfflineKubelet {
+    pub view: KubeletView,
+    /// Intents that name no record by id: without the runtime's tags and digests a name
+    /// cannot be resolved to an image (the agent's dry run resolves them).
+    pub unresolved_intents: Vec<String>,
+}
+
+/// Folds the kubelet's records into `records` (in eviction order) as a detect at `now` would
+/// without the runtime: intents and pulled records are matched by image id only, a pulled
+/// record's time raises last_used (ignored beyond `now` + [`FUTURE_STAMP_TOLERANCE`], capped
+/// at `now`), and the records are put back in eviction order.
+pub fn fold_offline(
+    reader: &PullRecordsReader,
+    records: &mut [crate::store::StoredRecord],
+    now: UnixNanos,
+    min_age: std::time::Duration,
+) -> OfflineKubelet {
+    let images: Vec<RuntimeImage> = records
+        .iter()
+        .map(|r| RuntimeImage {
+            id: r.key.image_id.clone(),
+            runtime_handler: r.key.runtime_handler.clone(),
+            ..RuntimeImage::default()
+        })
+        .collect();
+    let intents = reader.intents().found;
+    let mut view = KubeletView::resolve(&images, &intents, &reader.pulled().found);
+    view.mark_just_pulled(now, min_age);
+    let unresolved_intents = intents
+        .into_iter()
+        .filter(|i| !images.iter().any(|image| image_matches(&i.image, image)))
+        .map(|i| i.image)
+        .collect();
+    let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
+    for r in records.iter_mut() {
+        if let Some(t) = view.used_at.get(&r.key).filter(|t| **t <= limit) {
+            r.record.last_used = r.record.last_used.max((*t).min(now));
+        }
+    }
+    records.sort_by(|a, b| {
+        (a.record.last_used, a.record.first_detected, &a.key).cmp(&(
+            b.record.last_used,
+            b.record.first_detected,
+            &b.key,
+        ))
+    });
+    OfflineKubelet {
+        view,
+        unresolved_intents,
+    }
+}
+
+/// Whether a pull intent read now names `image` (the last look before a removal).
+pub fn intent_names(reader: &PullRecordsReader, image: &RuntimeImage) -> bool {
+    reader
+        .intents()
+        .found
+        .iter()
+        .any(|i| image_matches(&i.image, image))
+}
+
+/// Whether a pulled record read now gives `image` a use after `last_used` (and not later
+/// than `free_time` + [`FUTURE_STAMP_TOLERANCE`], as detect ignores one beyond it): the
+/// kubelet wrote it after the walk read the record. Reads only the files the image's id and
+/// digests name.
+pub fn pulled_since(
+    reader: &PullRecordsReader,
+    image: &RuntimeImage,
+    last_used: UnixNanos,
+    free_time: UnixNanos,
+) -> bool {
+    let limit = free_time.saturating_add(FUTURE_STAMP_TOLERANCE);
+    std::iter::once(image.id.as_str())
+        .chain(image.repo_digests.iter().map(String::as_str))
+        .filter_map(|r| reader.pulled_for(r))
+        .filter_map(|r| r.last_updated)
+        .any(|t| t > last_used && t <= limit)
+}
+
+/// Whether `record` is of `image`: its imageRef is the image's id or one of its digests.
+fn pulled_names(record: &PulledRecord, image: &RuntimeImage) -> bool {
+    let r = record.image_ref.as_str();
+    r == image.id.as_str() || image.repo_digests.iter().any(|d| d == r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ImageId;
+
+    fn image(id: &str, tags: &[&str], digests: &[&str]) -> RuntimeImage {
+        RuntimeImage {
+            id: ImageId::new(id),
+            repo_tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            repo_digests: digests.iter().map(|d| (*d).to_owned()).collect(),
+            size: 1,
+            ..RuntimeImage::default()
+        }
+    }
+
+    #[test]
+    fn an_intent_names_images_as_the_runtime_resolves_names() {
+        let images = [
+            image("sha256:a", &["docker.io/library/busybox:1.36"], &[]),
+            image("sha256:b", &["docker.io/library/busybox:1.37"], &[]),
+            image(
+                "sha256:c",
+                &[],
+                &[
+                    "registry.example/app@sha256:1111111111111111111111111111111111111111111111111111111111111111",
+                ],
+            ),
+        ];
+        let intents = [
+            PullIntent {
+                image: "busybox:1.36".into(),
+            },
+            PullIntent {
+                image: "registry.example/app@sha256:1111111111111111111111111111111111111111111111111111111111111111".into(),
+            },
+        ];
+        let view = KubeletView::resolve(&images, &intents, &[]);
+        assert_eq!(
+            view.pulling,
+            BTreeSet::from([
+                RecordKey::new("sha256:a", ""),
+                RecordKey::new("sha256:c", "")
+            ])
+        );
+    }
+
+    #[test]
+    fn a_pulled_record_gives_its_image_the_latest_time_by_id_or_digest() {
+        let images = [
+            image("sha256:a", &[], &["docker.io/library/busybox@sha256:feed"]),
+            image("sha256:b", &[], &[]),
+        ];
+        let rec = |r: &str, secs: Option<i64>| PulledRecord {
+            image_ref: r.into(),
+            last_updated: secs.map(UnixNanos::from_secs),
+        };
+        let pulled = [
+            rec("sha256:a", Some(10)),
+            rec("docker.io/library/busybox@sha256:feed", Some(30)),
+            rec("sha256:b", None),
+            rec("sha256:gone", Some(50)),
+        ];
+        let view = KubeletView::resolve(&images, &[], &pulled);
+        assert_eq!(
+            view.used_at,
+            BTreeMap::from([(RecordKey::new("sha256:a", ""), UnixNanos::from_secs(30))])
+        );
+    }
+}

@@ -1,0 +1,278 @@
+use std::path::PathBuf;
+
+use super::*;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kubelet-pull-records")
+}
+
+fn intent_json(version: &str, image: &str) -> String {
+    format!(
+        r#"{{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/{version}","image":"{image}"}}"#
+    )
+}
+
+fn pulled_json(image_ref: &str, time: &str) -> String {
+    format!(
+        r#"{{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","lastUpdatedTime":"{time}","imageRef":"{image_ref}","credentialMapping":{{}}}}"#
+    )
+}
+
+/// A kubelet root with the given files under image_manager/pulling and pulled.
+fn root_with(pulling: &[(&str, &[u8])], pulled: &[(&str, &[u8])]) -> tempfile::TempDir {
+    let root = tempfile::tempdir().expect("tempdir");
+    for (dir, files) in [("pulling", pulling), ("pulled", pulled)] {
+        let dir = root.path().join("image_manager").join(dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for (name, bytes) in files {
+            std::fs::write(dir.join(name), bytes).expect("write");
+        }
+    }
+    root
+}
+
+#[test]
+fn file_names_are_the_kubelets_sha256_of_the_image_or_image_ref() {
+    // The names of the kubelet's own testdata files.
+    assert_eq!(
+        record_file_name("repo.repo/test/test:v1"),
+        "sha256-ee81caca15454863449fb55a1d942904d56d5ed9f9b20a7cb3453944ea2c7e11"
+    );
+    assert_eq!(
+        record_file_name("testimageref"),
+        "sha256-b3c0cc4278800b03a308ceb2611161430df571ca733122f0a40ac8b9792a9064"
+    );
+}
+
+#[test]
+fn the_kubelets_testdata_and_v1beta1_records_are_read_and_tmp_files_ignored() {
+    let reader = PullRecordsReader::new(&fixtures());
+    let intents = reader.intents();
+    assert!(intents.skipped.is_empty(), "{:?}", intents.skipped);
+    let mut images: Vec<String> = intents.found.into_iter().map(|i| i.image).collect();
+    images.sort();
+    assert_eq!(
+        images,
+        vec!["docker.io/library/busybox:1.36", "repo.repo/test/test:v1"]
+    );
+
+    let pulled = reader.pulled();
+    assert!(pulled.skipped.is_empty(), "{:?}", pulled.skipped);
+    let mut records: Vec<(String, Option<UnixNanos>)> = pulled
+        .found
+        .into_iter()
+        .map(|r| (r.image_ref, r.last_updated))
+        .collect();
+    records.sort();
+    assert_eq!(
+        records,
+        vec![
+            (
+                "sha256:9ad63333ebc3a1cde6c5e2b6c5e9a0a2c1e4b6f0e3f8f6a1b2c3d4e5f6a7b8c9".into(),
+                parse_rfc3339("2026-11-20T08:00:00Z")
+            ),
+            (
+                "test-brokenhash".into(),
+                parse_rfc3339("2024-10-21T12:26:40Z")
+            ),
+            ("testimageref".into(), parse_rfc3339("2024-10-21T12:26:40Z")),
+        ]
+    );
+}
+
+/// A file name, its bytes, and the error it must be skipped with.
+type Case<'a> = (&'a str, &'a [u8], fn(&RecordError) -> bool);
+
+#[test]
+fn damaged_misnamed_and_foreign_files_are_skipped_one_by_one() {
+    let good = intent_json("v1alpha1", "busybox:1.36");
+    let good_name = record_file_name("busybox:1.36");
+    let truncated = &good.as_bytes()[..good.len() / 2];
+    let other_version = intent_json("v2", "nginx:1");
+    let pulled_as_intent = pulled_json("sha256:abc", "2026-01-01T00:00:00Z");
+    let empty_image = intent_json("v1beta1", "");
+    let nul = [0u8, 159, 146, 150];
+    let cases: [Case; 7] = [
+        ("sha256-aa01", truncated, |e| {
+            matches!(e, RecordError::Json(_))
+        }),
+        ("sha256-aa02", b"", |e| matches!(e, RecordError::Json(_))),
+        ("sha256-aa03", &nul, |e| matches!(e, RecordError::Json(_))),
+        (
+            "sha256-aa04",
+            other_version.as_bytes(),
+            |e| matches!(e, RecordError::ApiVersion(v) if v == "kubelet.config.k8s.io/v2"),
+        ),
+        ("sha256-aa05", pulled_as_intent.as_bytes(), |e| {
+            matches!(e, RecordError::Kind { .. })
+        }),
+        ("sha256-aa06", empty_image.as_bytes(), |e| {
+            matches!(e, RecordError::Empty("image"))
+        }),
+        // Valid content under a name that is not its hash.
+        ("sha256-aa07", good.as_bytes(), |e| {
+            matches!(e, RecordError::NameMismatch { .. })
+        }),
+    ];
+    let mut files: Vec<(&str, &[u8])> = cases.iter().map(|(n, b, _)| (*n, *b)).collect();
+    files.push((&good_name, good.as_bytes()));
+    // Not named sha256-*: not the kubelet's, not read.
+    files.push(("notes.txt", b"garbage"));
+    let root = root_with(&files, &[]);
+    let scan = PullRecordsReader::new(root.path()).intents();
+    assert_eq!(
+        scan.found,
+        vec![PullIntent {
+            image: "busybox:1.36".into()
+        }]
+    );
+    assert_eq!(scan.skipped.len(), cases.len(), "{:?}", scan.skipped);
+    for (name, _, expected) in cases {
+        let (_, error) = scan
+            .skipped
+            .iter()
+            .find(|(p, _)| p.file_name().is_some_and(|f| f == name))
+            .unwrap_or_else(|| panic!("{name} not skipped"));
+        assert!(expected(error), "{name}: {error}");
+    }
+}
+
+#[test]
+fn a_pulled_record_with_a_bad_time_or_no_image_ref_is_skipped() {
+    let bad_time = pulled_json("sha256:a", "yesterday");
+    let before_1970 = pulled_json("sha256:b", "1969-12-31T23:59:59Z");
+    let no_ref = pulled_json("", "2026-01-01T00:00:00Z");
+    let no_time = r#"{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","imageRef":"sha256:c","lastUpdatedTime":null}"#;
+    let root = root_with(
+        &[],
+        &[
+            (&record_file_name("sha256:a"), bad_time.as_bytes()),
+            (&record_file_name("sha256:b"), before_1970.as_bytes()),
+            (&record_file_name(""), no_ref.as_bytes()),
+            (&record_file_name("sha256:c"), no_time.as_bytes()),
+        ],
+    );
+    let scan = PullRecordsReader::new(root.path()).pulled();
+    assert_eq!(
+        scan.found,
+        vec![PulledRecord {
+            image_ref: "sha256:c".into(),
+            last_updated: None
+        }]
+    );
+    let mut reasons: Vec<String> = scan.skipped.iter().map(|(_, e)| e.to_string()).collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.contains("imageRef is empty")),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(|r| r.contains("lastUpdatedTime"))
+            .count(),
+        2,
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn a_file_over_the_size_cap_is_skipped_without_being_read_whole() {
+    let image = "big:1";
+    let mut big = intent_json("v1alpha1", image).into_bytes();
+    // Valid JSON with trailing whitespace, just over the cap.
+    big.resize(
+        usize::try_from(MAX_RECORD_FILE_BYTES).expect("fits") + 1,
+        b' ',
+    );
+    let root = root_with(&[(&record_file_name(image), &big)], &[]);
+    let scan = PullRecordsReader::new(root.path()).intents();
+    assert!(scan.found.is_empty());
+    assert!(matches!(scan.skipped[..], [(_, RecordError::TooLarge)]));
+    // At the cap it is read.
+    big.truncate(usize::try_from(MAX_RECORD_FILE_BYTES).expect("fits"));
+    std::fs::write(
+        root.path()
+            .join("image_manager/pulling")
+            .join(record_file_name(image)),
+        &big,
+    )
+    .expect("write");
+    assert_eq!(PullRecordsReader::new(root.path()).intents().found.len(), 1);
+}
+
+#[test]
+fn symlinks_fifos_and_directories_are_not_followed_or_blocked_on() {
+    let target = tempfile::NamedTempFile::new().expect("temp");
+    std::fs::write(target.path(), intent_json("v1alpha1", "linked:1")).expect("write");
+    let root = root_with(&[], &[]);
+    let pulling = root.path().join("image_manager/pulling");
+    std::os::unix::fs::symlink(target.path(), pulling.join(record_file_name("linked:1")))
+        .expect("symlink");
+    let fifo = pulling.join(record_file_name("fifo:1"));
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    std::fs::create_dir(pulling.join(record_file_name("dir:1"))).expect("mkdir");
+    let scan = PullRecordsReader::new(root.path()).intents();
+    assert!(scan.found.is_empty());
+    assert_eq!(scan.skipped.len(), 2, "{:?}", scan.skipped);
+    assert!(
+        scan.skipped
+            .iter()
+            .all(|(_, e)| matches!(e, RecordError::NotAFile))
+    );
+}
+
+#[test]
+fn a_missing_image_manager_directory_reads_as_no_records() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let reader = PullRecordsReader::new(root.path());
+    for _ in 0..2 {
+        let (intents, pulled) = (reader.intents(), reader.pulled());
+        assert!(intents.found.is_empty() && intents.skipped.is_empty());
+        assert!(pulled.found.is_empty() && pulled.skipped.is_empty());
+    }
+    assert!(lock(&reader.warned).missing_logged);
+    assert!(
+        !root.path().join("image_manager").exists(),
+        "created a directory"
+    );
+}
+
+#[test]
+fn each_bad_file_is_warned_about_once_and_nothing_is_changed() {
+    let root = root_with(&[("sha256-bad", b"{")], &[("sha256-bad", b"[]")]);
+    let before = listing(root.path());
+    let reader = PullRecordsReader::new(root.path());
+    for _ in 0..3 {
+        assert_eq!(reader.intents().skipped.len(), 1);
+        assert_eq!(reader.pulled().skipped.len(), 1);
+    }
+    assert_eq!(lock(&reader.warned).files.len(), 2);
+    assert_eq!(listing(root.path()), before);
+}
+
+/// Every path under `dir` with its content and modification time.
+fn listing(dir: &Path) -> Vec<(PathBuf, Vec<u8>, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            let meta = std::fs::symlink_metadata(&path).expect("meta");
+            if meta.is_dir() {
+                stack.push(path.clone());
+            }
+            let content = if meta.is_file() {
+                std::fs::read(&path).expect("read")
+            } else {
+                Vec::new()
+            };
+            out.push((path, content, meta.modified().expect("mtime")));
+        }
+    }
+    out.sort();
+    out
+}
