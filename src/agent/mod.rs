@@ -31,8 +31,7 @@ use tracing::{error, info, warn};
 use crate::admin::{AdminBackend, AdminError, EnsureRequest, GcOutcome};
 use crate::clock::Clock;
 use crate::cri::{CriClient, CriError};
-use crate::gc::{GcError, ImageGcManager};
-use crate::model::UnixNanos;
+use crate::gc::{CycleTime, GcError, ImageGcManager};
 use crate::pull::{ImageManager, PodRef, PullError, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, StoredRecord, meta_keys};
 
@@ -195,7 +194,8 @@ impl Agent {
 
     /// Runs one cycle; returns how it ended.
     async fn run_cycle(&self, which: Loop) -> CycleOutcome {
-        let now = self.clock.now();
+        // The cycles read the clock once they hold the cycle lock (`CycleTime`).
+        let now = &*self.clock;
         match which {
             Loop::Detect => match self.gc.detect(now).await {
                 Ok(report) => {
@@ -236,7 +236,7 @@ impl Agent {
         *lock_ignoring_poison(&self.gc_last_unreachable)
     }
 
-    async fn garbage_collect_cycle(&self, now: UnixNanos) -> GcOutcome {
+    async fn garbage_collect_cycle(&self, now: impl CycleTime) -> GcOutcome {
         let started = std::time::Instant::now();
         let report = self.gc.garbage_collect(now).await;
         self.metrics.observe_gc(started.elapsed());
@@ -415,19 +415,17 @@ impl AdminBackend for Agent {
     }
 
     async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
-        let now = self.clock.now();
         if dry_run {
-            return GcOutcome::from_plan(self.gc.plan(now, false).await);
+            return GcOutcome::from_plan(self.gc.plan(self.clock.now(), false).await);
         }
-        self.garbage_collect_cycle(now).await
+        self.garbage_collect_cycle(&*self.clock).await
     }
 
     async fn delete_unused(&self, dry_run: bool) -> GcOutcome {
-        let now = self.clock.now();
         if dry_run {
-            return GcOutcome::from_plan(self.gc.plan(now, true).await);
+            return GcOutcome::from_plan(self.gc.plan(self.clock.now(), true).await);
         }
-        GcOutcome::from_report(self.gc.delete_unused_images(now).await, false)
+        GcOutcome::from_report(self.gc.delete_unused_images(&*self.clock).await, false)
     }
 }
 

@@ -76,6 +76,27 @@ struct CycleView {
     volumes: ImageVolumes,
 }
 
+/// When a cycle runs: a fixed time (tests, replay, one-shot commands), or a clock read only
+/// once the cycle lock is held, so a cycle that queued behind another (a detect behind a long
+/// prune) runs at the time it starts, not at the time it was asked for: with the earlier time
+/// an image the kubelet pulled meanwhile would get an old first-detected time (and MinAge
+/// would not protect it), and marks written meanwhile would look like stamps from the future.
+pub trait CycleTime: Send {
+    fn read(self) -> UnixNanos;
+}
+
+impl CycleTime for UnixNanos {
+    fn read(self) -> UnixNanos {
+        self
+    }
+}
+
+impl<C: crate::clock::Clock + ?Sized> CycleTime for &C {
+    fn read(self) -> UnixNanos {
+        self.now()
+    }
+}
+
 /// How many eligible images one synchronous step of the walk picks before removing them.
 const WALK_CHUNK: usize = 64;
 
@@ -202,9 +223,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// Lists images and containers and records what changed, in one write transaction (none
-    /// when nothing changed).
-    pub async fn detect(&self, now: UnixNanos) -> Result<DetectReport, GcError> {
+    /// when nothing changed). `now` is read once the cycle lock is held (see [`CycleTime`]).
+    pub async fn detect(&self, now: impl CycleTime) -> Result<DetectReport, GcError> {
         let _cycle = self.cycle.lock().await;
+        let now = now.read();
         self.detect_locked(now).await.map(|(report, _)| report)
     }
 
@@ -391,8 +413,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 
     /// kubelet's GarbageCollect at `now`: detect, MaxAge, then free space down to the low
     /// threshold if usage is at or above the high one.
-    pub async fn garbage_collect(&self, now: UnixNanos) -> GcReport {
+    pub async fn garbage_collect(&self, now: impl CycleTime) -> GcReport {
         let _cycle = self.cycle.lock().await;
+        let now = now.read();
         let _progress = ProgressGuard::start(&self.metrics);
         let mut report = GcReport::default();
         if let Err(e) = self.garbage_collect_locked(now, &mut report).await {
@@ -464,8 +487,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// kubelet's DeleteUnusedImages: the space walk with no byte limit.
-    pub async fn delete_unused_images(&self, now: UnixNanos) -> GcReport {
+    pub async fn delete_unused_images(&self, now: impl CycleTime) -> GcReport {
         let _cycle = self.cycle.lock().await;
+        let now = now.read();
         let _progress = ProgressGuard::start(&self.metrics);
         let mut report = GcReport::default();
         info!("Attempting to delete unused images");

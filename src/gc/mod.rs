@@ -19,7 +19,7 @@ mod policy;
 
 pub use error::{GcError, aggregate};
 pub use kubelet::KubeletView;
-pub use manager::{DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
+pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
 pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};

@@ -459,3 +459,36 @@ async fn victims_the_kubelet_starts_pulling_or_records_during_the_walk_are_kept(
         .collect();
     assert_eq!(rescued, [("kubelet_pulling", 1), ("kubelet_pulled", 1)]);
 }
+
+/// A detect queued behind a long GC (the cycle lock) reads the clock when it starts, not when
+/// it was asked for: an image the kubelet pulled while it waited gets the time of its first
+/// detection, so MinAge protects it, and marks written meanwhile are not stamps "from the
+/// future". With the clock read before the lock, the new image got the old time.
+#[tokio::test]
+async fn a_cycle_queued_behind_another_reads_the_clock_when_it_starts() {
+    let rig = Rig::new(GcConfig {
+        policy: policy(85, 80, 120, 0),
+        ..GcConfig::default()
+    });
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000)];
+    rig.runtime.inner.state().fs = Some((10_000, 0));
+    rig.gc.detect(at(-1_000)).await.expect("detect");
+    rig.clock.set(at(100));
+    let mut parked = rig.runtime.park("RemoveImage", Some("a"));
+    let gc = rig.gc.garbage_collect(&*rig.clock);
+    let queued = async {
+        parked.reached().await;
+        let detect = rig.gc.detect(&*rig.clock);
+        let meanwhile = async {
+            rig.clock.set(at(1_000));
+            rig.runtime.inner.state().images.push(tagged("new", 1));
+            parked.release();
+        };
+        let (detected, ()) = tokio::join!(detect, meanwhile);
+        detected.expect("detect")
+    };
+    let (report, _) = tokio::join!(gc, queued);
+    assert_eq!(report.removed.len(), 1);
+    let new = rig.record("new").expect("detected");
+    assert_eq!(new.first_detected, at(1_000));
+}
