@@ -121,11 +121,13 @@ impl<R: PullRuntime> Shared<R> {
             }
         }
         let image_ref = self.pull_with_each_credential(req).await?;
-        // Best effort, as kubelet's GetImageSize: an error only loses the size (and the
-        // runtime handler the image is listed under).
+        // Best effort, as kubelet's GetImageSize(imageRef): an error only loses the size (and
+        // the runtime handler the image is listed under). Asked by the ref the pull returned,
+        // not by the name: a tag moved by another pull meanwhile must not make this pull mark
+        // and protect another image than the one it returns.
         let status = self
             .runtime
-            .image_status(&req.spec.image, &req.spec.runtime_handler)
+            .image_status(&image_ref, &req.spec.runtime_handler)
             .await
             .ok()
             .flatten();

@@ -23,6 +23,8 @@ struct FakeRuntime {
     specs_seen: Mutex<Vec<PullSpec>>,
     /// Usernames whose credentials the registry refuses.
     refused_users: Vec<String>,
+    /// After a pull returns, another pull moves the name to this image (a tag moved).
+    retag_after_pull: Option<RuntimeImage>,
     /// When set, each pull waits for a permit of this semaphore.
     gate: Option<Arc<Semaphore>>,
     in_flight: AtomicUsize,
@@ -59,7 +61,11 @@ impl PullRuntime for FakeRuntime {
         if let Some(e) = &self.inspect_err {
             return Err(RuntimeError(e.clone()));
         }
-        Ok(self.images.lock().unwrap().get(image).cloned())
+        let images = self.images.lock().unwrap();
+        Ok(images
+            .get(image)
+            .or_else(|| images.values().find(|i| i.id.as_str() == image))
+            .cloned())
     }
 
     async fn pull_image(
@@ -90,14 +96,16 @@ impl PullRuntime for FakeRuntime {
             return Err(RuntimeError(format!("unauthorized: {user}")));
         }
         let id = format!("sha256:{image}");
-        self.images.lock().unwrap().insert(
-            image.to_owned(),
-            RuntimeImage {
-                id: ImageId::new(id.clone()),
-                size: 1234,
-                ..Default::default()
-            },
-        );
+        let pulled = RuntimeImage {
+            id: ImageId::new(id.clone()),
+            size: 1234,
+            ..Default::default()
+        };
+        let now_named = self.retag_after_pull.clone().unwrap_or(pulled);
+        self.images
+            .lock()
+            .unwrap()
+            .insert(image.to_owned(), now_named);
         Ok(id)
     }
 }
@@ -602,6 +610,41 @@ async fn every_credential_is_tried_in_turn_and_the_failures_are_aggregated() {
         let seen: Vec<Option<String>> = seen.iter().map(|u| u.map(str::to_owned)).collect();
         assert_eq!(users(&runtime), seen, "{refused:?}");
     }
+}
+
+/// The tag a pull fetched moves to another image before the pull asks the image's status:
+/// the pull still marks (and protects) the image it returned, asked by its ref as the
+/// kubelet's GetImageSize(imageRef) does, never the image the tag names now.
+#[tokio::test]
+async fn a_pull_marks_the_image_it_returned_even_if_the_tag_moved_meanwhile() {
+    let moved_to = RuntimeImage {
+        id: ImageId::new("sha256:other"),
+        size: 99,
+        ..Default::default()
+    };
+    let runtime = Arc::new(FakeRuntime {
+        retag_after_pull: Some(moved_to),
+        ..Default::default()
+    });
+    let store = Arc::new(MemoryBackoffStore::new());
+    let manager = ImageManager::new(
+        &PullConfig::default(),
+        runtime.clone(),
+        store.clone(),
+        Arc::new(ManualClock::new(UnixNanos::from_secs(T0))),
+    )
+    .expect("valid config");
+    let got = manager
+        .ensure_image_exists(&pod(), "app:1", PullPolicy::Always, &[], "")
+        .await;
+    assert_eq!(got, Ok("sha256:app:1".to_owned()));
+    let now = UnixNanos::from_secs(T0);
+    assert!(
+        store
+            .record(&RecordKey::new("sha256:app:1", ""))
+            .is_some_and(|(_, used, _)| used == now)
+    );
+    assert_eq!(store.record(&RecordKey::new("sha256:other", "")), None);
 }
 
 /// The pod's annotations go to the runtime on the ImageSpec, and the pod as the sandbox.
