@@ -31,8 +31,7 @@ use tracing::{info, warn};
 use crate::cri::{ImageRuntime, RpcCode};
 use crate::kubelet::PullRecordsReader;
 use crate::model::{
-    ContainerState, FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage,
-    UnixNanos,
+    FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, Store, StoredRecord, meta_keys};
@@ -274,7 +273,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         known: &mut ImageVolumes,
     ) -> Result<(), GcError> {
         for container in containers {
-            if container.state != ContainerState::Running || known.contains_key(&container.id) {
+            // Every container, whatever its state, as for a container's own image: an exited
+            // container of a crash-looping pod restarts with the same image volumes.
+            if known.contains_key(&container.id) {
                 continue;
             }
             match self.runtime.container_usage(&container.id).await {
@@ -640,7 +641,6 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         // and the kubelet's pull records are read at the last moment.
         let mounted = containers
             .iter()
-            .filter(|c| c.state == ContainerState::Running)
             .filter_map(|c| view.volumes.get(&c.id))
             .flatten()
             .any(|name| volume_uses(name, &image));
