@@ -631,17 +631,9 @@ fn create_durably(path: &Path, now: UnixNanos) -> Result<(), StoreError> {
         let p = p.to_owned();
         move |source| StoreError::Io { path: p, source }
     };
-    let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(format!(".creating-{}", std::process::id()));
-    let tmp = path.with_file_name(name);
-    let _ = fs::remove_file(&tmp);
-    fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err(&tmp))?;
+    // A name no other process uses: never removed before it is ours (two agents in two
+    // containers can share a pid, 1, and a hostPath directory during a rolling update).
+    let tmp = create_new_temporary(path).map_err(io_err(path))?;
     let created = (|| {
         let store = open_writable(&tmp)?;
         store.initialize(now)?;
@@ -667,6 +659,36 @@ fn create_durably(path: &Path, now: UnixNanos) -> Result<(), StoreError> {
     })();
     let _ = fs::remove_file(&tmp);
     created
+}
+
+/// Creates `<db>.creating-<pid>-<random>-<n>` (0600) next to `path` with `O_EXCL`, trying
+/// another name while one exists; returns its path. Nothing is removed to make room.
+fn create_new_temporary(path: &Path) -> io::Result<PathBuf> {
+    use std::hash::{BuildHasher, Hasher};
+    // std's per-process random hash keys: a random number without a clock or a crate.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    for n in 0..64u32 {
+        let mut name = path.file_name().unwrap_or_default().to_owned();
+        name.push(format!(".creating-{}-{random:x}-{n}", std::process::id()));
+        let tmp = path.with_file_name(name);
+        match fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+        {
+            Ok(_) => return Ok(tmp),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "no free temporary name to create the database under",
+    ))
 }
 
 /// Creates the file (0600) if it does not exist yet, tightens an existing file's mode to 0600

@@ -846,3 +846,26 @@ fn reopen_after_a_full_disk_never_creates_a_new_database_in_place_of_a_missing_o
     assert_eq!(store.len().expect("len"), committed as u64 + 1);
     assert!(store.is_healthy());
 }
+
+/// Another agent (another container, where it may have the same pid) is creating the same
+/// database: its temporary file is never removed or reused by this one.
+#[test]
+fn creating_a_database_leaves_another_processs_temporary_file_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let theirs = dir
+        .path()
+        .join(format!("records.redb.creating-{}", std::process::id()));
+    std::fs::write(&theirs, b"another agent's database in the making").expect("write");
+    drop(Store::open(&db, imagekeeper::model::UnixNanos(1)).expect("create"));
+    assert_eq!(
+        std::fs::read(&theirs).expect("still there"),
+        b"another agent's database in the making"
+    );
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".creating-") && !theirs.ends_with(n))
+        .collect();
+    assert!(left.is_empty(), "our temporary file is gone: {left:?}");
+}
