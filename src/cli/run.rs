@@ -1,5 +1,6 @@
 //! `imagekeeper run`: the node agent.
 
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,6 +78,10 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         let admin = admin::serve(&socket, agent.clone(), wait_stop(stop_rx.clone()))
             .await
             .context("starting the admin socket")?;
+        // The socket file we bound, by device and inode: at shutdown only that one is removed.
+        let bound = std::fs::symlink_metadata(&socket)
+            .map(|m| (m.dev(), m.ino()))
+            .context("the admin socket just bound")?;
         if let Some(listener) = metrics_listener {
             let address = listener.local_addr().context("the metrics endpoint's address")?;
             let listener = tokio::net::TcpListener::from_std(listener)
@@ -90,9 +95,11 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         agent.clone().run(shutdown_signal(), grace).await;
         let _ = stop_tx.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), admin).await;
-        // Our socket, unless something else was put there meanwhile.
+        // Our socket, unless something else was put there meanwhile (another agent that
+        // found ours stale while we were shutting down and bound its own).
         if let Ok(m) = std::fs::symlink_metadata(&socket)
             && std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())
+            && (m.dev(), m.ino()) == bound
         {
             let _ = std::fs::remove_file(&socket);
         }

@@ -1286,3 +1286,20 @@ fn find_key(value: &serde_json::Value, key: &str) -> Option<i64> {
         _ => None,
     }
 }
+
+/// At shutdown the agent removes only the socket file it bound: another agent's socket, put
+/// at the same path meanwhile, stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_removes_only_the_socket_the_agent_bound() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("admin.sock");
+    let mut agent = start_agent(&fake.endpoint(), &db, &socket, &[]).await;
+    std::fs::remove_file(&socket).expect("remove the agent's socket file");
+    let _other = std::os::unix::net::UnixListener::bind(&socket).expect("another socket");
+    agent.signal(libc::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0));
+    assert!(socket.exists(), "the other socket is left alone");
+}
