@@ -694,8 +694,13 @@ async fn dry_runs_create_nothing_and_change_no_byte() {
     }
     // An existing database with records, closed cleanly: a dry run leaves every byte.
     let db = dir.path().join("records.redb");
+    // (Space pass off: the fake's image filesystem is the host's disk, however full it is.)
     let out = bin()
-        .args(["gc", "--minimum-image-ttl-duration=1h"])
+        .args([
+            "gc",
+            "--minimum-image-ttl-duration=1h",
+            "--image-gc-high-threshold=100",
+        ])
         .arg(format!("--db={}", db.display()))
         .arg(format!("--admin-socket={}", socket.display()))
         .arg(format!("--container-runtime-endpoint={endpoint}"))
