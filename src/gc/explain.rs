@@ -163,31 +163,20 @@ pub fn explain(
     fs: Option<FsSpace>,
     now: UnixNanos,
 ) -> Explanation {
-    explain_with_pulls(records, last_detect, policy, fs, now, &BTreeSet::new())
-}
-
-/// [`explain`] by the running agent, which also knows the pulls in flight: their images are
-/// kept as in use ("pull in progress"), as the manager keeps them.
-pub fn explain_with_pulls(
-    records: &[StoredRecord],
-    last_detect: Option<UnixNanos>,
-    policy: GcPolicy,
-    fs: Option<FsSpace>,
-    now: UnixNanos,
-    pulling: &BTreeSet<RecordKey>,
-) -> Explanation {
     explain_with_kubelet(
         records,
         last_detect,
         policy,
         fs,
         now,
-        pulling,
+        &BTreeSet::new(),
         &KubeletView::default(),
     )
 }
 
-/// [`explain_with_pulls`] that also knows the kubelet's pull records: the images its pull
+/// [`explain`] by the running agent, which also knows the pulls in flight (their images are
+/// kept as in use, "pull in progress", as the manager keeps them) and the kubelet's pull
+/// records: the images its pull
 /// intents name are kept ("the kubelet is pulling it", before any other reason, as detect
 /// marks them in use), and each image's pulled record time is shown. The records' last_used
 /// must already count the pulled records' times (detect folds them in).

@@ -289,7 +289,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         Ok(())
     }
 
-    async fn detect_locked(&self, now: UnixNanos) -> Result<(DetectReport, CycleView), GcError> {
+    /// Observes the runtime and plans the detect at `now`: what a detect applies and a dry
+    /// run applies to its copy, so both plan from the same rules.
+    async fn observe_and_plan(&self, now: UnixNanos) -> Result<(Observed, DetectPlan), GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
         let (images, in_use, existing, volumes, mut kubelet) = self.observe().await?;
         kubelet.mark_just_pulled(now, self.config.policy.min_age);
@@ -302,6 +304,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             &self.config.pins,
             now,
         );
+        Ok(((images, in_use, existing, volumes, kubelet), plan))
+    }
+
+    async fn detect_locked(&self, now: UnixNanos) -> Result<(DetectReport, CycleView), GcError> {
+        let ((images, in_use, _, volumes, kubelet), plan) = self.observe_and_plan(now).await?;
         let committed = self.store.apply(&plan.batch)?;
         self.report_clock(&plan, now);
         let report = DetectReport {
@@ -733,18 +740,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// cycle would make them. It writes nothing, so it takes no cycle lock: a dry run answers
     /// while a long GC runs (from the records as they are at that moment).
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
-        let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let (images, in_use, mut records, _, mut kubelet) = self.observe().await?;
-        kubelet.mark_just_pulled(now, self.config.policy.min_age);
-        let detect = plan_detect_with_uses(
-            &records,
-            last_detect,
-            &images,
-            &in_use,
-            &kubelet.used_at,
-            &self.config.pins,
-            now,
-        );
+        let ((images, _, mut records, _, kubelet), detect) = self.observe_and_plan(now).await?;
         apply_to_copy(&mut records, &detect.batch);
         let listed: BTreeMap<RecordKey, RuntimeImage> = fold_images(&images)
             .into_iter()

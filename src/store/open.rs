@@ -57,6 +57,21 @@ fn builder() -> Builder {
 }
 
 impl Store {
+    /// A store over `handle` that never reopens itself (read-only opens, inspect's verified
+    /// copies, a recovery check).
+    fn fixed(handle: Handle, label: &Path) -> Store {
+        Store::new(handle, Source::Fixed, label, Durability::Immediate)
+    }
+
+    /// Refuses a store that is not an existing imagekeeper database of the current schema
+    /// (never initializing or migrating it), and reads every table definition (redb panics
+    /// on some damaged ones: callers run this under `refuse_panics`).
+    fn existing_current_schema(self) -> Result<Store, StoreError> {
+        self.check_schema_read_only()?;
+        self.read_table_definitions()?;
+        Ok(self)
+    }
+
     /// Opens (creating if missing) the database at `path` for reading and writing. A new file
     /// is created 0600 in a directory created 0700. `now` stamps a new file's creation time.
     ///
@@ -132,10 +147,7 @@ impl Store {
         let db = builder()
             .open_read_only(path)
             .map_err(|e| map_open_error(path, e, true))?;
-        let store = Store::new(Handle::Read(db), Source::Fixed, path, Durability::Immediate);
-        store.check_schema_read_only()?;
-        store.read_table_definitions()?;
-        Ok(store)
+        Store::fixed(Handle::Read(db), path).existing_current_schema()
     }
 
     /// Opens, for `imagekeeper inspect`, a private copy of a database read-write with redb's
@@ -155,15 +167,7 @@ impl Store {
         let db = builder()
             .open(copy)
             .map_err(|e| map_open_error(label, e, false))?;
-        let store = Store::new(
-            Handle::Write(db),
-            Source::Fixed,
-            label,
-            Durability::Immediate,
-        );
-        store.check_schema_read_only()?;
-        store.read_table_definitions()?;
-        Ok(store)
+        Store::fixed(Handle::Write(db), label).existing_current_schema()
     }
 
     /// Opens `file` (the database at `path`, opened by the caller) read-only and begins a read
@@ -374,10 +378,7 @@ pub(super) fn reopen_file(path: &Path) -> Result<Handle, StoreError> {
             });
         }
         identify_read_only(real)?;
-        let store = open_writable(real)?;
-        store.check_schema_read_only()?;
-        store.read_table_definitions()?;
-        Ok(store)
+        open_writable(real)?.existing_current_schema()
     })?;
     Ok(store.into_handle())
 }
@@ -396,15 +397,9 @@ pub(super) fn reopen_disk(
     let db = builder
         .create_with_backend(disk.backend())
         .map_err(|e| map_open_error(label, e, false))?;
-    let store = Store::new(
-        Handle::Write(db),
-        Source::Fixed,
-        label,
-        Durability::Immediate,
-    );
-    store.check_schema_read_only()?;
-    store.read_table_definitions()?;
-    Ok(store.into_handle())
+    Ok(Store::fixed(Handle::Write(db), label)
+        .existing_current_schema()?
+        .into_handle())
 }
 
 /// A read transaction on a database opened read-only ([`Store::pin_read_only`]); dropping it
