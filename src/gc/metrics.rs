@@ -3,7 +3,7 @@
 //! clock's: `gc_future_stamps_clamped_total` (records detect clamped because a stamp lay in
 //! the future) and `gc_clock_went_back_total` (detects that found `last_detect` ahead of them).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Why an image was removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -86,7 +86,7 @@ pub struct GcMetrics {
     future_stamps_clamped: AtomicU64,
     clock_went_back: AtomicU64,
     /// The cycle in flight: whether one runs, and what it removed and freed so far.
-    running: AtomicU64,
+    running: AtomicBool,
     progress_removed: AtomicU64,
     progress_freed: AtomicU64,
 }
@@ -124,7 +124,7 @@ impl GcMetrics {
     pub fn cycle_started(&self) {
         self.progress_removed.store(0, Ordering::Relaxed);
         self.progress_freed.store(0, Ordering::Relaxed);
-        self.running.store(1, Ordering::Relaxed);
+        self.running.store(true, Ordering::Relaxed);
     }
 
     /// One removal of the cycle in flight; returns how many it has made so far.
@@ -134,14 +134,14 @@ impl GcMetrics {
     }
 
     pub fn cycle_ended(&self) {
-        self.running.store(0, Ordering::Relaxed);
+        self.running.store(false, Ordering::Relaxed);
     }
 
     /// The cycle in flight's progress (the last cycle's totals once it ended, with
     /// `running` false).
     pub fn progress(&self) -> GcProgress {
         GcProgress {
-            running: self.running.load(Ordering::Relaxed) == 1,
+            running: self.running.load(Ordering::Relaxed),
             removed: self.progress_removed.load(Ordering::Relaxed),
             freed_bytes: self.progress_freed.load(Ordering::Relaxed),
         }
