@@ -188,6 +188,162 @@ impl ImageRecord {
     }
 }
 
+/// Why imagekeeper removed an image (the `reason` of a journal entry and of
+/// `image_garbage_collected_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemovalReason {
+    /// Unused for longer than MaxAge.
+    Age,
+    /// Freed for disk space.
+    Space,
+    /// DeleteUnusedImages.
+    Unused,
+}
+
+impl RemovalReason {
+    pub const ALL: [RemovalReason; 3] = [
+        RemovalReason::Age,
+        RemovalReason::Space,
+        RemovalReason::Unused,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemovalReason::Age => "age",
+            RemovalReason::Space => "space",
+            RemovalReason::Unused => "unused",
+        }
+    }
+
+    /// Parses [`RemovalReason::as_str`]'s names.
+    pub fn parse(s: &str) -> Option<RemovalReason> {
+        RemovalReason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// The `reason` label of `image_garbage_collected_total`: the kubelet counts
+    /// DeleteUnusedImages under "space".
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            RemovalReason::Age => "age",
+            RemovalReason::Space | RemovalReason::Unused => "space",
+        }
+    }
+}
+
+/// An image's names as the runtime last listed them (CRI `repo_tags`, `repo_digests`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ImageNames {
+    pub repo_tags: Vec<String>,
+    pub repo_digests: Vec<String>,
+}
+
+impl ImageNames {
+    pub fn of(image: &RuntimeImage) -> ImageNames {
+        ImageNames {
+            repo_tags: image.repo_tags.clone(),
+            repo_digests: image.repo_digests.clone(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.repo_tags.is_empty() && self.repo_digests.is_empty()
+    }
+}
+
+/// Who removed an image a journal entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Remover {
+    /// imagekeeper's GC, MaxAge pass or DeleteUnusedImages.
+    Imagekeeper,
+    /// Someone else (the kubelet's own GC, `crictl rmi`, another cleaner): a detect found the
+    /// image gone while its record was still there.
+    External,
+}
+
+impl Remover {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Remover::Imagekeeper => "imagekeeper",
+            Remover::External => "external",
+        }
+    }
+}
+
+/// The image filesystem around a removal for space: its capacity, the bytes used when the
+/// cycle started, and the bytes used the cycle aimed for (the low threshold).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsUsage {
+    pub capacity: u64,
+    pub used_before: u64,
+    pub target_used: u64,
+}
+
+/// What the journal keeps of one removal (its key is the removal time and the record key).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The record as it was when removed.
+    pub size: u64,
+    pub first_detected: UnixNanos,
+    pub last_used: UnixNanos,
+    /// Why imagekeeper removed it; `None` for an external removal.
+    pub reason: Option<RemovalReason>,
+    /// Its place in the cycle's eviction order, from 1; `None` for an external removal.
+    pub rank: Option<u32>,
+    /// The filesystem when the cycle started and its target: removals for space only.
+    pub fs: Option<FsUsage>,
+    pub remover: Remover,
+    /// When the same image id was seen again (a pull or a detect) within retention.
+    pub repulled_at: Option<UnixNanos>,
+}
+
+/// How an imagekeeper removal is journaled: the fields the store cannot know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EvictionNote {
+    pub removed_at: UnixNanos,
+    pub reason: RemovalReason,
+    pub rank: u32,
+    pub fs: Option<FsUsage>,
+}
+
+/// How long and how many removals the journal keeps; older and surplus entries are pruned in
+/// the transactions that write the journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JournalRetention {
+    pub max_age: Duration,
+    pub max_entries: u32,
+}
+
+impl Default for JournalRetention {
+    /// 30 days and 10,000 entries.
+    fn default() -> JournalRetention {
+        JournalRetention {
+            max_age: Duration::from_secs(30 * 24 * 3600),
+            max_entries: 10_000,
+        }
+    }
+}
+
+/// A journal entry that a pull or a detect marked re-pulled, as the store reports it so that
+/// the caller can count it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Repull {
+    pub key: RecordKey,
+    pub removed_at: UnixNanos,
+    pub reason: Option<RemovalReason>,
+    pub remover: Remover,
+    pub delay: Duration,
+}
+
+impl Repull {
+    /// The `reason` label of `image_repulls_after_eviction_total`: the removal's reason, or
+    /// `external`.
+    pub fn reason_label(&self) -> &'static str {
+        self.reason.map_or("external", RemovalReason::as_str)
+    }
+}
+
 /// The longest pod uid a pull accepts, in bytes (a Kubernetes uid is a 36-byte UUID); the
 /// store refuses a backoff key whose uid part is longer.
 pub const MAX_POD_UID_BYTES: usize = 128;

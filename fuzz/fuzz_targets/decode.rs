@@ -2,8 +2,8 @@
 //! value whose `encode()` is exactly the input; it never panics.
 #![no_main]
 
-use imagekeeper::model::{BackoffEntry, ImageRecord, RecordKey};
-use imagekeeper::store::codec::{BackoffKey, Codec, EvictionKey, MetaKey, MetaValue};
+use imagekeeper::model::{BackoffEntry, ImageNames, ImageRecord, JournalEntry, RecordKey};
+use imagekeeper::store::codec::{BackoffKey, Codec, EvictionKey, JournalKey, MetaKey, MetaValue};
 use libfuzzer_sys::fuzz_target;
 
 fn round_trip<T: Codec>(bytes: &[u8]) {
@@ -21,13 +21,17 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, bytes)) = data.split_first() else {
         return;
     };
-    match which % 7 {
+    match which % 10 {
         0 => round_trip::<RecordKey>(bytes),
         1 => round_trip::<ImageRecord>(bytes),
         2 => round_trip::<EvictionKey>(bytes),
         3 => round_trip::<BackoffKey>(bytes),
         4 => round_trip::<MetaKey>(bytes),
         5 => round_trip::<MetaValue>(bytes),
-        _ => round_trip::<BackoffEntry>(bytes),
+        6 => round_trip::<BackoffEntry>(bytes),
+        // Schema 2.
+        7 => round_trip::<JournalKey>(bytes),
+        8 => round_trip::<JournalEntry>(bytes),
+        _ => round_trip::<ImageNames>(bytes),
     }
 });

@@ -24,8 +24,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{
-    FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, Sighting,
-    UnixNanos,
+    FUTURE_STAMP_TOLERANCE, ImageNames, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage,
+    Sighting, UnixNanos,
 };
 use crate::pull::reference::image_matches;
 use crate::store::{Batch, BatchOp, meta_keys};
@@ -164,7 +164,10 @@ pub fn plan_detect_with_uses(
     }
     for (key, record) in existing {
         if !listed.contains_key(key) {
-            plan.batch.remove_unlisted(key.clone(), record.last_used);
+            // Still recorded but no longer listed: someone else removed it (imagekeeper deletes
+            // its own removals' records at once), journaled as an external removal.
+            plan.batch
+                .remove_unlisted_journaled(key.clone(), record.last_used, now);
             plan.removed += 1;
         }
     }
@@ -176,6 +179,22 @@ pub fn plan_detect_with_uses(
         plan.batch.stamp_if_changed(meta_keys::LAST_DETECT, now.0);
     }
     plan
+}
+
+/// Adds to `plan` the names of each listed image that differ from `stored` (the names table
+/// as read with the records): names are written at detect only when they change.
+pub fn plan_names(
+    plan: &mut DetectPlan,
+    stored: &BTreeMap<RecordKey, ImageNames>,
+    images: &[RuntimeImage],
+) {
+    for (key, image) in fold_images(images) {
+        let names = ImageNames::of(image);
+        let known = stored.get(&key);
+        if known != Some(&names) && !(known.is_none() && names.is_empty()) {
+            plan.batch.set_names(key, names);
+        }
+    }
 }
 
 /// Applies a detect plan's batch to an in-memory copy of the records with the store's own
@@ -190,6 +209,7 @@ pub fn apply_to_copy(records: &mut BTreeMap<RecordKey, ImageRecord>, batch: &Bat
             BatchOp::RemoveUnlisted {
                 key,
                 seen_last_used,
+                ..
             } if records
                 .get(key)
                 .is_some_and(|r| r.last_used <= *seen_last_used) =>

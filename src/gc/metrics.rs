@@ -5,36 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Why an image was removed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RemovalReason {
-    /// Unused for longer than MaxAge.
-    Age,
-    /// Freed for disk space.
-    Space,
-    /// DeleteUnusedImages.
-    Unused,
-}
-
-impl RemovalReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RemovalReason::Age => "age",
-            RemovalReason::Space => "space",
-            RemovalReason::Unused => "unused",
-        }
-    }
-
-    /// The `reason` label of `image_garbage_collected_total`: the kubelet counts
-    /// DeleteUnusedImages under "space".
-    pub fn metric_label(self) -> &'static str {
-        match self {
-            RemovalReason::Age => "age",
-            RemovalReason::Space | RemovalReason::Unused => "space",
-        }
-    }
-}
+pub use crate::model::RemovalReason;
 
 /// Why the last look before a removal kept a victim the walk had chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]

@@ -1,7 +1,9 @@
 //! A batch of changes that the store applies as one write transaction: one detect cycle, one
 //! pull outcome, one GC removal. Applying a batch that changes nothing commits nothing.
 
-use crate::model::{BackoffEntry, ImageRecord, RecordKey, Sighting, UnixNanos};
+use crate::model::{
+    BackoffEntry, EvictionNote, ImageNames, ImageRecord, RecordKey, Sighting, UnixNanos,
+};
 
 /// One change inside a [`Batch`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,16 +35,32 @@ pub enum BatchOp {
         limit: UnixNanos,
         now: UnixNanos,
     },
-    /// Delete the record if it exists.
+    /// Delete the record if it exists (and its names, unless a journal entry keeps them). No
+    /// journal entry: GC's removals are [`BatchOp::Evict`], detect's [`BatchOp::RemoveUnlisted`].
     Remove {
         key: RecordKey,
     },
     /// Detect's removal of a record the runtime no longer lists: deleted only if its last_used
     /// is still `seen_last_used` or older (a pull that marked it since the detect's snapshot
-    /// keeps it; the next detect decides again).
+    /// keeps it; the next detect decides again). With `journal_at`, the deletion is journaled
+    /// at that time as an external removal, in the same transaction.
     RemoveUnlisted {
         key: RecordKey,
         seen_last_used: UnixNanos,
+        journal_at: Option<UnixNanos>,
+    },
+    /// imagekeeper removed the image: delete the record and journal the removal (the record's
+    /// fields as they are inside the transaction, plus `note`) in the same transaction; the
+    /// names stay for the journal entry. No record, nothing happens.
+    Evict {
+        key: RecordKey,
+        note: EvictionNote,
+    },
+    /// Set the image's names (as the runtime lists them) if the record exists and they
+    /// differ.
+    SetNames {
+        key: RecordKey,
+        names: ImageNames,
     },
     PutBackoff {
         key: String,
@@ -99,7 +117,30 @@ impl Batch {
         self.ops.push(BatchOp::RemoveUnlisted {
             key,
             seen_last_used,
+            journal_at: None,
         });
+    }
+
+    /// [`Batch::remove_unlisted`], journaled at `now` as an external removal.
+    pub fn remove_unlisted_journaled(
+        &mut self,
+        key: RecordKey,
+        seen_last_used: UnixNanos,
+        now: UnixNanos,
+    ) {
+        self.ops.push(BatchOp::RemoveUnlisted {
+            key,
+            seen_last_used,
+            journal_at: Some(now),
+        });
+    }
+
+    pub fn evict(&mut self, key: RecordKey, note: EvictionNote) {
+        self.ops.push(BatchOp::Evict { key, note });
+    }
+
+    pub fn set_names(&mut self, key: RecordKey, names: ImageNames) {
+        self.ops.push(BatchOp::SetNames { key, names });
     }
 
     pub fn remove(&mut self, key: RecordKey) {

@@ -3,6 +3,12 @@
 //! that the schema version is present, and redb's own integrity check. It reports every
 //! violation it finds rather than stopping at the first.
 //!
+//! Schema 2's tables: every `names` and `journal` key and value decodes; every names row
+//! belongs to a record or a journal entry of its key; the journal respects the retention in
+//! force (`meta` `journal_max_entries` and `journal_max_age_secs`, the defaults when unset):
+//! no more entries than the maximum, and none removed more than the maximum age before the
+//! newest entry (pruning measures age from the newest entry, so this needs no clock).
+//!
 //! `Store::check_at(now)` adds the clock: a record's first_detected or last_used, or the
 //! `last_detect` meta, later than the check's own `now` + `FUTURE_STAMP_TOLERANCE` is a
 //! violation (stamped while the clock was ahead, or the clock went back since). The check's
@@ -18,10 +24,11 @@ use std::fmt;
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{Codec, EvictionKey};
-use super::tables::{BACKOFF, EVICTION, IMAGES, META};
+use super::journal::{age_cutoff, retention_keys};
+use super::tables::{BACKOFF, EVICTION, IMAGES, JOURNAL, META, NAMES};
 use super::{Handle, Store, StoreError, meta_keys};
 use crate::gc::format::{format_rfc3339, go_duration};
-use crate::model::{FUTURE_STAMP_TOLERANCE, UnixNanos};
+use crate::model::{FUTURE_STAMP_TOLERANCE, JournalRetention, RecordKey, UnixNanos};
 
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -47,6 +54,18 @@ pub enum Violation {
     /// The `last_detect` meta is later than the check's `now` by more than the tolerance:
     /// the clock went back since the last detect (unix nanoseconds).
     LastDetectInFuture { last_detect: i64, now: i64 },
+    /// A names row whose key has neither a record nor a journal entry.
+    OrphanNames { key: String },
+    /// The journal holds more entries than its retention allows.
+    JournalOverCount { entries: u64, max_entries: i64 },
+    /// A journal entry removed more than the retention's maximum age before the newest one
+    /// (unix nanoseconds).
+    JournalPastMaxAge {
+        key: String,
+        removed_at: i64,
+        newest: i64,
+        max_age_secs: i64,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -75,6 +94,28 @@ impl fmt::Display for Violation {
                 format_rfc3339(UnixNanos(*stamp)),
                 format_rfc3339(UnixNanos(*now)),
                 go_duration(FUTURE_STAMP_TOLERANCE)
+            ),
+            Violation::OrphanNames { key } => {
+                write!(f, "names of {key} belong to no record and no journal entry")
+            }
+            Violation::JournalOverCount {
+                entries,
+                max_entries,
+            } => write!(
+                f,
+                "the journal holds {entries} entries, more than its retention of {max_entries}"
+            ),
+            Violation::JournalPastMaxAge {
+                key,
+                removed_at,
+                newest,
+                max_age_secs,
+            } => write!(
+                f,
+                "journal entry of {key} removed at {} is more than {max_age_secs}s before the \
+                 newest entry ({}): past its retention",
+                format_rfc3339(UnixNanos(*removed_at)),
+                format_rfc3339(UnixNanos(*newest))
             ),
             Violation::LastDetectInFuture { last_detect, now } => write!(
                 f,
@@ -160,7 +201,80 @@ impl Store {
         if !has_version {
             violations.push(Violation::MissingSchemaVersion);
         }
+        violations.extend(self.check_journal(&txn)?);
         let _ = images.len();
+        Ok(violations)
+    }
+
+    /// Schema 2's tables: see the module's paragraph.
+    fn check_journal(&self, txn: &redb::ReadTransaction) -> Result<Vec<Violation>, StoreError> {
+        let mut violations = Vec::new();
+        let images = txn.open_table(IMAGES).map_err(|e| self.redb_err(e))?;
+        let journal = txn.open_table(JOURNAL).map_err(|e| self.redb_err(e))?;
+        let names = txn.open_table(NAMES).map_err(|e| self.redb_err(e))?;
+        let meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
+        let defaults = JournalRetention::default();
+        let read = |name: &str| super::read_meta(&meta, name).ok().flatten();
+        let max_entries =
+            read(retention_keys::MAX_ENTRIES).unwrap_or(i64::from(defaults.max_entries));
+        let max_age_secs = read(retention_keys::MAX_AGE_SECS)
+            .unwrap_or(i64::try_from(defaults.max_age.as_secs()).unwrap_or(i64::MAX));
+        let mut journaled: BTreeSet<RecordKey> = BTreeSet::new();
+        let mut removals: Vec<(i64, RecordKey)> = Vec::new();
+        for entry in journal.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            match (k.value().decode(), v.value().decode()) {
+                (Ok(key), Ok(_)) => {
+                    journaled.insert(key.key.clone());
+                    removals.push((key.removed_at.0, key.key));
+                }
+                (Err(e), _) | (_, Err(e)) => violations.push(Violation::Undecodable {
+                    table: "journal",
+                    detail: e.to_string(),
+                }),
+            }
+        }
+        let count = journal.len().map_err(|e| self.redb_err(e))?;
+        if i64::try_from(count).unwrap_or(i64::MAX) > max_entries {
+            violations.push(Violation::JournalOverCount {
+                entries: count,
+                max_entries,
+            });
+        }
+        if let Some(newest) = removals.iter().map(|(t, _)| *t).max() {
+            let max_age = std::time::Duration::from_secs(u64::try_from(max_age_secs).unwrap_or(0));
+            let cutoff = age_cutoff(UnixNanos(newest), max_age);
+            for (removed_at, key) in &removals {
+                if UnixNanos(*removed_at) < cutoff {
+                    violations.push(Violation::JournalPastMaxAge {
+                        key: key.to_string(),
+                        removed_at: *removed_at,
+                        newest,
+                        max_age_secs,
+                    });
+                }
+            }
+        }
+        for entry in names.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            match (k.value().decode(), v.value().decode()) {
+                (Ok(key), Ok(_)) => {
+                    let has_record = images
+                        .get(super::tables::Encoded::new(&key.encode()))
+                        .map_err(|e| self.redb_err(e))?
+                        .is_some();
+                    if !has_record && !journaled.contains(&key) {
+                        violations.push(Violation::OrphanNames {
+                            key: key.to_string(),
+                        });
+                    }
+                }
+                (Err(e), _) | (_, Err(e)) => violations.push(Violation::Undecodable {
+                    table: "names",
+                    detail: e.to_string(),
+                }),
+            }
+        }
         Ok(violations)
     }
 

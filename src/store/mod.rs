@@ -1,13 +1,17 @@
 //! The record store: the only module that imports redb.
 //!
-//! It owns one redb file with four tables (see `tables.rs`): `images` (RecordKey →
-//! ImageRecord), `eviction` ((last_used, first_detected, RecordKey) → ()), `backoff` and
-//! `meta`. Invariants:
+//! It owns one redb file with six tables (see `tables.rs`): `images` (RecordKey →
+//! ImageRecord), `eviction` ((last_used, first_detected, RecordKey) → ()), `backoff`, `meta`,
+//! and from schema 2 `names` (RecordKey → repo tags and digests) and `journal` ((removed_at,
+//! RecordKey) → JournalEntry; see `journal.rs`). Invariants:
 //! - every record has exactly one eviction-index entry matching its current fields, and the
 //!   index holds nothing else; every mutation keeps this inside its own write transaction;
 //! - a [`Batch`] is one durable (`Durability::Immediate`) write transaction, and a batch that
 //!   changes nothing commits nothing ([`Store::commits`] counts real commits);
 //! - eviction order is read as a lazy range scan over the index, never by loading and sorting;
+//! - a record's deletion by GC or by detect (an external removal) is journaled in the same
+//!   transaction, and the journal is pruned to its retention in every transaction that writes
+//!   it;
 //! - every byte read from the file is decoded through `codec`, which fails instead of
 //!   panicking; a file that is not ours, corrupt or from a newer schema is refused, never
 //!   wiped.
@@ -16,6 +20,7 @@ mod batch;
 mod check;
 pub mod codec;
 mod error;
+mod journal;
 mod open;
 #[cfg(any(test, feature = "fault-injection"))]
 pub mod power_loss;
@@ -23,6 +28,8 @@ pub mod power_loss;
 pub mod power_loss_harness;
 mod reopen;
 mod tables;
+#[cfg(test)]
+mod upgrade_tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,15 +43,17 @@ use redb::{
 
 pub use batch::{Batch, BatchOp};
 pub use check::Violation;
-pub use codec::{DecodeError, EvictionKey};
+pub use codec::{DecodeError, EvictionKey, JournalKey};
 pub use error::StoreError;
+pub use journal::{age_cutoff, retention_keys};
 pub use open::{CURRENT_SCHEMA_VERSION, meta_keys};
 
 use codec::{BackoffKey, Codec, MAX_ID_BYTES, MetaKey, MetaValue};
-use tables::{BACKOFF, EVICTION, Encoded, IMAGES, META, Stored};
+use tables::{BACKOFF, EVICTION, Encoded, IMAGES, JOURNAL, META, NAMES, Stored};
 
 use crate::model::{
-    BackoffEntry, ImageRecord, MAX_IMAGE_NAME_BYTES, MAX_POD_UID_BYTES, RecordKey, UnixNanos,
+    BackoffEntry, ImageNames, ImageRecord, JournalEntry, JournalRetention, MAX_IMAGE_NAME_BYTES,
+    MAX_POD_UID_BYTES, RecordKey, Remover, Repull, UnixNanos,
 };
 
 enum Handle {
@@ -90,6 +99,18 @@ pub struct Store {
     /// False from an I/O failure until a reopen succeeds.
     healthy: AtomicBool,
     reopens: AtomicU64,
+    /// The journal's retention, applied by every transaction that writes the journal.
+    retention: RwLock<JournalRetention>,
+}
+
+/// What one [`Store::apply_reporting`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Whether it committed (a batch that changes nothing commits nothing).
+    pub committed: bool,
+    /// Journal entries it marked re-pulled: records it created whose image id had a journal
+    /// entry within retention.
+    pub repulls: Vec<Repull>,
 }
 
 /// How [`Store::apply`] commits. Only the `fault-injection` feature can choose anything but
@@ -141,6 +162,7 @@ impl Store {
             durability,
             healthy: AtomicBool::new(true),
             reopens: AtomicU64::new(0),
+            retention: RwLock::new(JournalRetention::default()),
         }
     }
 
@@ -320,6 +342,38 @@ impl Store {
             .collect())
     }
 
+    /// Sets the journal's retention, applied from the next transaction that writes the journal
+    /// (default: 30 days, 10,000 entries).
+    pub fn set_journal_retention(&self, retention: JournalRetention) {
+        match self.retention.write() {
+            Ok(mut r) => *r = retention,
+            Err(p) => *p.into_inner() = retention,
+        }
+    }
+
+    /// The journal's retention in force on this handle.
+    pub fn journal_retention(&self) -> JournalRetention {
+        match self.retention.read() {
+            Ok(r) => *r,
+            Err(p) => *p.into_inner(),
+        }
+    }
+
+    /// The names of `key`'s image, if stored.
+    pub fn names(&self, key: &RecordKey) -> Result<Option<ImageNames>, StoreError> {
+        self.guarded(|| self.point_get(NAMES, key))
+    }
+
+    /// Every image's names, by record key.
+    pub fn all_names(&self) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
+        self.guarded(|| self.scan_all(NAMES))
+    }
+
+    /// Every journal entry, oldest first.
+    pub fn journal(&self) -> Result<Vec<(JournalKey, JournalEntry)>, StoreError> {
+        self.guarded(|| self.scan_all(JOURNAL))
+    }
+
     /// A meta value, if set.
     pub fn meta(&self, name: &str) -> Result<Option<i64>, StoreError> {
         self.guarded(|| {
@@ -352,13 +406,18 @@ impl Store {
     /// Applies `batch` as one durable write transaction. Returns whether it committed: a batch
     /// that changes nothing commits nothing.
     pub fn apply(&self, batch: &Batch) -> Result<bool, StoreError> {
+        self.apply_reporting(batch).map(|a| a.committed)
+    }
+
+    /// [`Store::apply`], also reporting the journal entries it marked re-pulled.
+    pub fn apply_reporting(&self, batch: &Batch) -> Result<Applied, StoreError> {
         for op in &batch.ops {
             validate_op(op)?;
         }
         self.guarded(|| self.apply_once(batch))
     }
 
-    fn apply_once(&self, batch: &Batch) -> Result<bool, StoreError> {
+    fn apply_once(&self, batch: &Batch) -> Result<Applied, StoreError> {
         // Held for the whole transaction: a reopen never drops a handle mid-commit.
         let handle = self.read_handle();
         let db = match &*handle {
@@ -378,17 +437,52 @@ impl Store {
         txn.set_durability(self.durability)
             .map_err(|e| self.redb_err(e))?;
         txn.set_quick_repair(true);
-        let changed = apply_ops(&txn, batch).map_err(|e| self.wrap(e))?;
+        let retention = self.journal_retention();
+        let (changed, repulls) = apply_ops(&txn, batch, retention).map_err(|e| self.wrap(e))?;
         if !changed {
             txn.abort().map_err(|e| self.redb_err(e))?;
-            return Ok(false);
+            return Ok(Applied::default());
         }
         let started = Instant::now();
         txn.commit().map_err(|e| self.redb_err(e))?;
         let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.commit_nanos_total.fetch_add(took, Ordering::SeqCst);
         self.commits.fetch_add(1, Ordering::SeqCst);
-        Ok(true)
+        Ok(Applied {
+            committed: true,
+            repulls,
+        })
+    }
+}
+
+#[cfg(test)]
+impl Store {
+    /// Writes raw bytes into a schema-2 table ("names" or "journal"), bypassing every rule: for
+    /// the negative tests of `Store::check`.
+    pub(crate) fn raw_bytes_for_tests(&self, table: &str, key: &[u8], value: &[u8]) {
+        let Handle::Write(db) = &*self.read_handle() else {
+            panic!("a read-write store");
+        };
+        let txn = db.begin_write().expect("begin");
+        match table {
+            "names" => {
+                let mut t = txn.open_table(NAMES).expect("table");
+                t.insert(Encoded::new(key), Encoded::new(value))
+                    .expect("insert");
+            }
+            "journal" => {
+                let mut t = txn.open_table(JOURNAL).expect("table");
+                t.insert(Encoded::new(key), Encoded::new(value))
+                    .expect("insert");
+            }
+            other => panic!("no raw writes to {other}"),
+        }
+        txn.commit().expect("commit");
+    }
+
+    /// A names row written as is.
+    pub(crate) fn raw_insert_for_tests(&self, table: &str, key: &RecordKey, names: &ImageNames) {
+        self.raw_bytes_for_tests(table, &key.encode(), &names.encode());
     }
 }
 
@@ -430,7 +524,9 @@ fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
         | BatchOp::Sight { key, .. }
         | BatchOp::ClampFuture { key, .. }
         | BatchOp::Remove { key }
-        | BatchOp::RemoveUnlisted { key, .. } => key,
+        | BatchOp::RemoveUnlisted { key, .. }
+        | BatchOp::Evict { key, .. }
+        | BatchOp::SetNames { key, .. } => key,
         BatchOp::PutBackoff { key, .. } => return validate_backoff_key(key),
         // A removal is never refused: an entry an older version stored under a longer key
         // must stay removable, and a pull's success removes every expired key in the batch
@@ -468,14 +564,34 @@ fn read_meta<T: ReadableTable<Stored<MetaKey>, Stored<MetaValue>>>(
     }
 }
 
-/// Applies every operation; returns whether anything changed.
-fn apply_ops(txn: &WriteTransaction, batch: &Batch) -> Result<bool, TxnError> {
+/// Applies every operation; returns whether anything changed and the journal entries marked
+/// re-pulled.
+fn apply_ops(
+    txn: &WriteTransaction,
+    batch: &Batch,
+    retention: JournalRetention,
+) -> Result<(bool, Vec<Repull>), TxnError> {
     let mut images = txn.open_table(IMAGES)?;
     let mut index = txn.open_table(EVICTION)?;
     let mut backoff = txn.open_table(BACKOFF)?;
     let mut meta = txn.open_table(META)?;
+    let mut names = txn.open_table(NAMES)?;
+    let mut journal = txn.open_table(JOURNAL)?;
     let mut changed = false;
+    let mut journal_written = false;
+    let mut regrets = journal::Regrets::default();
+    let mut repulls = Vec::new();
     for op in &batch.ops {
+        // A pull's mark or a detect's sighting that creates a record: the regret check.
+        let created_at = match op {
+            BatchOp::MarkUsed { key, now, .. } => Some((key, *now)),
+            BatchOp::Sight { key, sighting } => Some((key, sighting.now)),
+            _ => None,
+        };
+        let creates = match created_at {
+            Some((key, now)) if get_record(&images, key)?.is_none() => Some((key, now)),
+            _ => None,
+        };
         changed |= match op {
             BatchOp::Upsert { key, record } => {
                 put_record(&mut images, &mut index, key, Some(*record))?
@@ -509,16 +625,52 @@ fn apply_ops(txn: &WriteTransaction, batch: &Batch) -> Result<bool, TxnError> {
                 )?,
                 _ => false,
             },
-            BatchOp::Remove { key } => put_record(&mut images, &mut index, key, None)?,
+            BatchOp::Remove { key } => {
+                let removed = put_record(&mut images, &mut index, key, None)?;
+                removed | journal::forget_names(&mut names, &journal, key)?
+            }
             BatchOp::RemoveUnlisted {
                 key,
                 seen_last_used,
+                journal_at,
             } => match get_record(&images, key)? {
-                Some(now) if now.last_used <= *seen_last_used => {
-                    put_record(&mut images, &mut index, key, None)?
+                Some(old) if old.last_used <= *seen_last_used => {
+                    put_record(&mut images, &mut index, key, None)?;
+                    match journal_at {
+                        Some(at) => {
+                            let jkey = JournalKey {
+                                removed_at: *at,
+                                key: key.clone(),
+                            };
+                            let entry = journal::entry_of(&old, Remover::External, None);
+                            journal::put_entry(&mut journal, &jkey, &entry)?;
+                            journal_written = true;
+                        }
+                        None => {
+                            journal::forget_names(&mut names, &journal, key)?;
+                        }
+                    }
+                    true
                 }
                 _ => false,
             },
+            BatchOp::Evict { key, note } => match get_record(&images, key)? {
+                Some(old) => {
+                    put_record(&mut images, &mut index, key, None)?;
+                    let jkey = JournalKey {
+                        removed_at: note.removed_at,
+                        key: key.clone(),
+                    };
+                    let entry = journal::entry_of(&old, Remover::Imagekeeper, Some(note));
+                    journal::put_entry(&mut journal, &jkey, &entry)?;
+                    journal_written = true;
+                    true
+                }
+                None => false,
+            },
+            BatchOp::SetNames { key, names: next } => {
+                journal::set_names(&mut names, &images, key, next)?
+            }
             BatchOp::PutBackoff { key, entry } => {
                 let k = BackoffKey(key.clone()).encode();
                 let old = match backoff.get(Encoded::new(&k))? {
@@ -538,13 +690,23 @@ fn apply_ops(txn: &WriteTransaction, batch: &Batch) -> Result<bool, TxnError> {
             }
             BatchOp::SetMeta { name, value } => put_meta(&mut meta, name, *value)?,
         };
+        if let Some((key, now)) = creates
+            && get_record(&images, key)?.is_some()
+            && let Some(repull) = regrets.mark(&mut journal, key, now, retention.max_age)?
+        {
+            repulls.push(repull);
+            journal_written = true;
+        }
+    }
+    if journal_written {
+        journal::prune(&mut journal, &mut names, &images, &mut meta, retention)?;
     }
     if changed {
         for (name, value) in &batch.stamps {
             put_meta(&mut meta, name, *value)?;
         }
     }
-    Ok(changed)
+    Ok((changed, repulls))
 }
 
 type ImagesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageRecord>>;

@@ -12,12 +12,12 @@ use redb::{
     WriteTransaction,
 };
 
-use super::tables::{BACKOFF, EVICTION, IMAGES, META};
+use super::tables::{BACKOFF, EVICTION, IMAGES, JOURNAL, META, NAMES};
 use super::{Handle, Source, Store, StoreError, TxnError, put_meta};
 use crate::model::UnixNanos;
 
 /// The schema version this build writes and reads.
-pub const CURRENT_SCHEMA_VERSION: i64 = 1;
+pub const CURRENT_SCHEMA_VERSION: i64 = 2;
 
 /// Names of the entries of the `meta` table.
 pub mod meta_keys {
@@ -39,8 +39,19 @@ struct Migration {
     apply: fn(&WriteTransaction) -> Result<(), TxnError>,
 }
 
-/// Registered upgrade steps, in order. Schema 1 is the first: nothing to upgrade yet.
-const MIGRATIONS: &[Migration] = &[];
+/// Registered upgrade steps, in order (`migrations/000N_*.md`).
+const MIGRATIONS: &[Migration] = &[Migration {
+    from: 1,
+    apply: add_names_and_journal,
+}];
+
+/// Schema 1 → 2 (`migrations/0002_names_and_journal.md`): the `names` and `journal` tables,
+/// empty. Records, the eviction index, backoff and meta keep their bytes.
+fn add_names_and_journal(txn: &WriteTransaction) -> Result<(), TxnError> {
+    txn.open_table(NAMES)?;
+    txn.open_table(JOURNAL)?;
+    Ok(())
+}
 
 fn builder() -> Builder {
     let mut b = Builder::new();
@@ -101,8 +112,16 @@ impl Store {
         if len.is_none_or(|len| len == 0) {
             create_durably(path, now)?;
         }
-        if prepare_file(path)? > 0 {
-            identify_read_only(path)?;
+        // An older schema is copied before any read-write open (which rewrites redb's header):
+        // the backup holds the file's bytes as they were. A file that needs crash recovery is
+        // not identified read-only; it is copied after redb's recovery, below.
+        let mut backed_up = false;
+        if prepare_file(path)? > 0
+            && let Some(v) = identify_read_only(path)?
+            && v < CURRENT_SCHEMA_VERSION
+        {
+            backup(path, v)?;
+            backed_up = true;
         }
         let store = open_writable(path)?;
         let version = if store.has_meta_table()? {
@@ -122,7 +141,9 @@ impl Store {
             }
             Some(v) => {
                 drop(store);
-                backup(path, v)?;
+                if !backed_up {
+                    backup(path, v)?;
+                }
                 let store = open_writable(path)?;
                 store.migrate(v)?;
                 store.read_table_definitions()?;
@@ -167,7 +188,17 @@ impl Store {
         let db = builder()
             .open(copy)
             .map_err(|e| map_open_error(label, e, false))?;
-        Store::fixed(Handle::Write(db), label).existing_current_schema()
+        let store = Store::fixed(Handle::Write(db), label);
+        // An older schema is upgraded in the private copy (never in the inspected file), so
+        // `inspect` reads a file an older agent wrote.
+        if store.has_meta_table()?
+            && let Some(v) = store.meta(super::meta_keys::SCHEMA_VERSION)?
+            && v < CURRENT_SCHEMA_VERSION
+            && MIGRATIONS.iter().any(|m| m.from == v)
+        {
+            store.migrate(v)?;
+        }
+        store.existing_current_schema()
     }
 
     /// Opens `file` (the database at `path`, opened by the caller) read-only and begins a read
@@ -206,6 +237,8 @@ impl Store {
         txn.open_table(EVICTION).map_err(|e| self.redb_err(e))?;
         txn.open_table(BACKOFF).map_err(|e| self.redb_err(e))?;
         txn.open_table(META).map_err(|e| self.redb_err(e))?;
+        txn.open_table(NAMES).map_err(|e| self.redb_err(e))?;
+        txn.open_table(JOURNAL).map_err(|e| self.redb_err(e))?;
         Ok(())
     }
 
@@ -239,10 +272,14 @@ impl Store {
         match version {
             None => store.initialize(now)?,
             Some(CURRENT_SCHEMA_VERSION) => {}
+            // An older schema is upgraded as on a file (a simulated disk has no backup copy).
+            Some(v) if v < CURRENT_SCHEMA_VERSION => store.migrate(v)?,
             Some(v) => {
-                return Err(store.not_ours(&format!(
-                    "schema version {v} on a simulated disk (no upgrade path here)"
-                )));
+                return Err(StoreError::SchemaTooNew {
+                    path: label.to_owned(),
+                    found: v,
+                    supported: CURRENT_SCHEMA_VERSION,
+                });
             }
         }
         if mode == super::CommitMode::NonDurableForTests {
@@ -308,6 +345,8 @@ impl Store {
             txn.open_table(IMAGES)?;
             txn.open_table(EVICTION)?;
             txn.open_table(BACKOFF)?;
+            txn.open_table(NAMES)?;
+            txn.open_table(JOURNAL)?;
             let mut meta = txn.open_table(META)?;
             put_meta(
                 &mut meta,
@@ -383,6 +422,28 @@ pub(super) fn reopen_file(path: &Path) -> Result<Handle, StoreError> {
     Ok(store.into_handle())
 }
 
+/// The schema version and table names of a simulated disk after redb's crash recovery, with
+/// no initialization or migration: what the upgrade's power-loss test inspects.
+#[cfg(test)]
+pub(super) fn schema_on_disk(
+    disk: &super::power_loss::PowerLossDisk,
+) -> Result<(Option<i64>, Vec<String>), StoreError> {
+    let label = Path::new("<power-loss disk>");
+    let db = builder()
+        .create_with_backend(disk.backend())
+        .map_err(|e| map_open_error(label, e, false))?;
+    let store = Store::fixed(Handle::Write(db), label);
+    let version = store.meta(super::meta_keys::SCHEMA_VERSION)?;
+    let txn = store.begin_read()?;
+    let mut tables: Vec<String> = txn
+        .list_tables()
+        .map_err(|e| store.redb_err(e))?
+        .map(|t| t.name().to_owned())
+        .collect();
+    tables.sort();
+    Ok((version, tables))
+}
+
 /// A fresh handle on a simulated disk, as [`reopen_file`] for a file.
 #[cfg(any(test, feature = "fault-injection"))]
 pub(super) fn reopen_disk(
@@ -437,10 +498,11 @@ fn refuse_panics(
 /// rewrites pages and may shrink the file as it opens it read-write): a redb file holding
 /// other tables, a file of a newer schema, or one of an older schema that no migration
 /// upgrades is refused with its bytes untouched. A file that needs crash recovery cannot be
-/// opened read-only; the checks after the read-write open cover it.
-fn identify_read_only(path: &Path) -> Result<(), StoreError> {
+/// opened read-only; the checks after the read-write open cover it. Returns the schema
+/// version found, if it was read.
+fn identify_read_only(path: &Path) -> Result<Option<i64>, StoreError> {
     let Ok(store) = refuse_panics(path, || open_read_only_unchecked(path)) else {
-        return Ok(());
+        return Ok(None);
     };
     let tables: Vec<String> = {
         let txn = store.begin_read()?;
@@ -453,14 +515,14 @@ fn identify_read_only(path: &Path) -> Result<(), StoreError> {
     if !store.has_meta_table()? {
         if tables.is_empty() {
             // An empty redb file: the read-write open initializes it.
-            return Ok(());
+            return Ok(None);
         }
         return Err(store.not_ours(&format!("it has tables {tables:?} and none of ours")));
     }
     match store.meta(super::meta_keys::SCHEMA_VERSION)? {
-        None if tables.is_empty() => Ok(()),
+        None if tables.is_empty() => Ok(None),
         None => Err(store.not_ours(&format!("it has tables {tables:?} but no schema version"))),
-        Some(CURRENT_SCHEMA_VERSION) => Ok(()),
+        Some(CURRENT_SCHEMA_VERSION) => Ok(Some(CURRENT_SCHEMA_VERSION)),
         Some(v) if v > CURRENT_SCHEMA_VERSION => Err(StoreError::SchemaTooNew {
             path: path.to_owned(),
             found: v,
@@ -476,7 +538,7 @@ fn identify_read_only(path: &Path) -> Result<(), StoreError> {
                 }
                 version += 1;
             }
-            Ok(())
+            Ok(Some(v))
         }
     }
 }

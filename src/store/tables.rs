@@ -8,8 +8,10 @@ use std::marker::PhantomData;
 
 use redb::{Key, TableDefinition, TypeName, Value};
 
-use super::codec::{BackoffKey, Codec, DecodeError, EvictionKey, MetaKey, MetaValue, OrderedCodec};
-use crate::model::{BackoffEntry, ImageRecord, RecordKey};
+use super::codec::{
+    BackoffKey, Codec, DecodeError, EvictionKey, JournalKey, MetaKey, MetaValue, OrderedCodec,
+};
+use crate::model::{BackoffEntry, ImageNames, ImageRecord, JournalEntry, RecordKey};
 
 /// Image records: RecordKey → ImageRecord.
 pub(super) const IMAGES: TableDefinition<Stored<RecordKey>, Stored<ImageRecord>> =
@@ -23,6 +25,14 @@ pub(super) const BACKOFF: TableDefinition<Stored<BackoffKey>, Stored<BackoffEntr
 /// Named integers: schema version, creation time, markers.
 pub(super) const META: TableDefinition<Stored<MetaKey>, Stored<MetaValue>> =
     TableDefinition::new("meta");
+
+/// Schema 2: each image's names as the runtime last listed them: RecordKey → ImageNames. A
+/// row lives while its record or a journal entry of its key does.
+pub(super) const NAMES: TableDefinition<Stored<RecordKey>, Stored<ImageNames>> =
+    TableDefinition::new("names");
+/// Schema 2: the eviction journal, (removed_at, RecordKey) → JournalEntry.
+pub(super) const JOURNAL: TableDefinition<Stored<JournalKey>, Stored<JournalEntry>> =
+    TableDefinition::new("journal");
 
 /// A redb column type whose bytes are the [`Codec`] layout of `T`.
 pub(super) struct Stored<T>(PhantomData<T>);

@@ -192,8 +192,8 @@ fn newer_schema_is_refused_naming_both_versions() {
             matches!(
                 err,
                 StoreError::SchemaTooNew {
-                    found: 2,
-                    supported: 1,
+                    found: 3,
+                    supported: 2,
                     ..
                 }
             ),
@@ -201,7 +201,7 @@ fn newer_schema_is_refused_naming_both_versions() {
         );
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 2") && msg.contains("version 1"),
+            msg.contains("schema version 3") && msg.contains("version 2"),
             "{msg}"
         );
     }
@@ -654,25 +654,61 @@ proptest! {
     }
 }
 
+/// Schema 1 → 2 (`migrations/0002_names_and_journal.md`): opening the v1 fixture read-write
+/// copies it to `<db>.bak-v1` (0600, the v1 bytes), upgrades it in one commit, and every
+/// record, the eviction order, the backoff entry and the meta values read back as written.
 #[test]
-fn v1_fixture_opens_and_reads_known_records() {
+fn v1_fixture_is_backed_up_and_upgraded_to_v2_reading_back_every_record() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v1.redb");
     let dir = tempfile::tempdir().expect("temp dir");
     let copy = dir.path().join("v1.redb");
     std::fs::copy(&fixture, &copy).expect("copy fixture");
-    let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 1 opens");
+    let original = std::fs::read(&fixture).expect("read");
+    let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 1 opens and upgrades");
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(1)
+        Some(2)
     );
-    assert_eq!(store.len().expect("len"), 4);
-    let gpu = RecordKey::new(
-        "sha256:51d22a12d89b69d6e2d33af188455f089a1f71f72ccb71ec8042a6873b5fe61c",
-        "gpu",
-    );
+    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
+    let backup = dir.path().join("v1.redb.bak-v1");
+    assert!(std::fs::read(&backup).expect("backup") == original);
+    let mode = std::fs::metadata(&backup)
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let stored: Vec<(String, ImageRecord)> = store
+        .records()
+        .expect("records")
+        .into_iter()
+        .map(|r| {
+            (
+                format!("{}/{}", r.key.image_id.short(), r.key.runtime_handler),
+                r.record,
+            )
+        })
+        .collect();
     assert_eq!(
-        store.get(&gpu).expect("get"),
-        Some(record(1_700_000_300, 1_700_000_300, 22_063_620, false))
+        stored,
+        [
+            (
+                "0410e513415e6/".to_owned(),
+                record(1_700_000_000, 1_700_000_600, 1_088_964, true)
+            ),
+            (
+                "51d22a12d89b6/".to_owned(),
+                record(1_700_000_100, 1_700_000_200, 22_063_620, false)
+            ),
+            (
+                "51d22a12d89b6/gpu".to_owned(),
+                record(1_700_000_300, 1_700_000_300, 22_063_620, false)
+            ),
+            (
+                "ee91f6568d150/".to_owned(),
+                record(1_700_000_000, 0, 1_088_852, false)
+            ),
+        ]
     );
     let order: Vec<String> = store
         .eviction_order()
@@ -696,13 +732,107 @@ fn v1_fixture_opens_and_reads_known_records() {
         .expect("backoff")
         .expect("fixture has a backoff entry");
     assert_eq!(backoff.backoff, Duration::from_secs(40));
+    assert_eq!(
+        store.meta(meta_keys::LAST_DETECT).expect("meta"),
+        Some(UnixNanos::from_secs(1_700_000_600).0)
+    );
+    assert_eq!(
+        store.meta(meta_keys::CREATED_AT).expect("meta"),
+        Some(UnixNanos::from_secs(1_700_000_000).0)
+    );
+    assert!(store.journal().expect("journal").is_empty());
+    assert!(store.all_names().expect("names").is_empty());
     assert!(store.check().expect("check").is_empty());
-    // Read-only, straight from the committed fixture, leaves it untouched.
-    let before = std::fs::read(&fixture).expect("read");
-    let ro = Store::open_read_only(&fixture).expect("read-only");
-    assert_eq!(ro.len().expect("len"), 4);
-    drop(ro);
-    assert!(std::fs::read(&fixture).expect("read") == before);
+    drop(store);
+    // A second open finds v2: no second backup, no commit.
+    std::fs::remove_file(&backup).expect("remove backup");
+    let store = Store::open(&copy, UnixNanos(1)).expect("v2 opens");
+    assert_eq!(store.commits(), 0);
+    assert!(!backup.exists());
+    // Read-only, the committed v1 fixture is refused cleanly (it must be upgraded by a
+    // read-write open first) and left untouched.
+    let err = Store::open_read_only(&fixture)
+        .err()
+        .expect("v1 read-only is refused");
+    assert!(err.to_string().contains("must be upgraded"), "{err}");
+    assert!(std::fs::read(&fixture).expect("read") == original);
+}
+
+/// The v2 fixture (`cargo run --example make_v2_fixture`) opens with its names and journal.
+#[test]
+fn v2_fixture_opens_and_reads_its_names_and_journal() {
+    use imagekeeper::model::{RemovalReason, Remover};
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v2.redb");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("v2.redb");
+    std::fs::copy(&fixture, &copy).expect("copy fixture");
+    let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 2 opens");
+    assert_eq!(store.commits(), 0, "nothing to upgrade");
+    assert_eq!(
+        store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(2)
+    );
+    assert_eq!(store.len().expect("len"), 2);
+    let names = store
+        .names(&RecordKey::new(
+            "sha256:0410e513415e62ba17f2362099aa7f44c71c379344c08ff9a565f145be9dfa26",
+            "",
+        ))
+        .expect("names")
+        .expect("the pause image has names");
+    assert_eq!(names.repo_tags, ["registry.k8s.io/pause:3.10"]);
+    let journal = store.journal().expect("journal");
+    type Summary<'a> = (
+        i64,
+        &'a str,
+        Option<RemovalReason>,
+        Option<u32>,
+        Remover,
+        bool,
+    );
+    let summary: Vec<Summary> = journal
+        .iter()
+        .map(|(k, e)| {
+            (
+                k.removed_at.as_secs(),
+                k.key.image_id.short(),
+                e.reason,
+                e.rank,
+                e.remover,
+                e.repulled_at.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                1_700_001_000,
+                "51d22a12d89b6",
+                Some(RemovalReason::Space),
+                Some(1),
+                Remover::Imagekeeper,
+                true
+            ),
+            (
+                1_700_001_000,
+                "ee91f6568d150",
+                Some(RemovalReason::Space),
+                Some(2),
+                Remover::Imagekeeper,
+                false
+            ),
+            (
+                1_700_002_000,
+                "c0ffee0000000",
+                None,
+                None,
+                Remover::External,
+                false
+            ),
+        ]
+    );
+    assert!(store.check().expect("check").is_empty());
 }
 
 #[test]

@@ -191,3 +191,90 @@ proptest! {
         prop_assert_eq!(ka.encode().cmp(&kb.encode()), by_value);
     }
 }
+
+fn arb_journal_entry() -> impl Strategy<Value = crate::model::JournalEntry> {
+    use crate::model::{FsUsage, JournalEntry, RemovalReason, Remover};
+    (
+        (any::<u64>(), arb_time(), arb_time()),
+        prop::option::of(prop::sample::select(RemovalReason::ALL.to_vec())),
+        prop::option::of(any::<u32>()),
+        prop::option::of((any::<u64>(), any::<u64>(), any::<u64>())),
+        any::<bool>(),
+        prop::option::of(arb_time()),
+    )
+        .prop_map(
+            |((size, fd, lu), reason, rank, fs, external, repulled_at)| JournalEntry {
+                size,
+                first_detected: fd,
+                last_used: lu,
+                reason,
+                rank,
+                fs: fs.map(|(capacity, used_before, target_used)| FsUsage {
+                    capacity,
+                    used_before,
+                    target_used,
+                }),
+                remover: if external {
+                    Remover::External
+                } else {
+                    Remover::Imagekeeper
+                },
+                repulled_at,
+            },
+        )
+}
+
+/// Schema 2's layouts: golden bytes of a journal key and a names value.
+#[test]
+fn golden_bytes_of_the_schema_2_layouts() {
+    use crate::model::ImageNames;
+    let jk = JournalKey {
+        removed_at: UnixNanos(1),
+        key: key("a", "h"),
+    };
+    assert_eq!(
+        jk.encode(),
+        [1, 0x80, 0, 0, 0, 0, 0, 0, 1, 1, b'a', 0, b'h']
+    );
+    let names = ImageNames {
+        repo_tags: vec!["b:1".into()],
+        repo_digests: vec![],
+    };
+    assert_eq!(
+        names.encode(),
+        [1, 0, 0, 0, 1, 0, 0, 0, 3, b'b', b':', b'1', 0, 0, 0, 0]
+    );
+    // A name longer than the input is an error, not a panic.
+    assert!(ImageNames::decode(&[1, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff]).is_err());
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_decode_to_a_wrong_schema_2_value(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+        canonical::<JournalKey>(&bytes)?;
+        canonical::<crate::model::JournalEntry>(&bytes)?;
+        canonical::<crate::model::ImageNames>(&bytes)?;
+    }
+
+    #[test]
+    fn schema_2_values_round_trip(
+        k in arb_key(),
+        at in arb_time(),
+        entry in arb_journal_entry(),
+        tags in proptest::collection::vec("[a-z:./@0-9]{0,12}", 0..4),
+        digests in proptest::collection::vec("[a-z:./@0-9]{0,12}", 0..4),
+    ) {
+        let jk = JournalKey { removed_at: at, key: k };
+        prop_assert_eq!(JournalKey::decode(&jk.encode()), Ok(jk));
+        prop_assert_eq!(crate::model::JournalEntry::decode(&entry.encode()), Ok(entry));
+        let names = crate::model::ImageNames { repo_tags: tags, repo_digests: digests };
+        prop_assert_eq!(crate::model::ImageNames::decode(&names.encode()), Ok(names));
+    }
+
+    #[test]
+    fn journal_key_bytes_sort_like_the_values(a in (arb_time(), arb_key()), b in (arb_time(), arb_key())) {
+        let ka = JournalKey { removed_at: a.0, key: a.1 };
+        let kb = JournalKey { removed_at: b.0, key: b.1 };
+        prop_assert_eq!(ka.encode().cmp(&kb.encode()), ka.cmp(&kb));
+    }
+}

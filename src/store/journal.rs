@@ -1,0 +1,247 @@
+//! Schema 2's eviction journal and image names, inside the store's write transactions.
+//!
+//! Invariants:
+//! - a record deleted by imagekeeper (`BatchOp::Evict`) or found gone by detect
+//!   (`BatchOp::RemoveUnlisted` with `journal_at`) gets its journal entry in the same
+//!   transaction as its deletion;
+//! - the journal is pruned in every transaction that writes it: entries more than
+//!   `max_age` before the newest entry, then the oldest beyond `max_entries`; the retention
+//!   in force is written to `meta` (`journal_max_age_secs`, `journal_max_entries`) in the same
+//!   transaction, so `Store::check` can verify it without a clock;
+//! - a names row lives while the record of its key or a journal entry of its key does;
+//! - a record created by a pull's mark or a detect's sighting whose image id has a journal
+//!   entry within retention, not marked yet, marks the newest such entry re-pulled with its
+//!   time (the regret), and the transaction reports it ([`super::Applied::repulls`]).
+//!
+//! The journal is bounded (10,000 entries by default), so the scans here (a regret lookup
+//! once per transaction that creates a record, a prune, a plain removal's names) read at most
+//! that many entries.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use redb::{ReadableTable, ReadableTableMetadata};
+
+use super::codec::{Codec, JournalKey};
+use super::tables::{Encoded, Stored};
+use super::{ImagesTable, MetaTable, TxnError, get_record, put_meta};
+use crate::model::{
+    EvictionNote, ImageId, ImageNames, ImageRecord, JournalEntry, JournalRetention, RecordKey,
+    Remover, Repull, UnixNanos, duration_nanos,
+};
+
+pub(super) type JournalTable<'t> = redb::Table<'t, Stored<JournalKey>, Stored<JournalEntry>>;
+pub(super) type NamesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageNames>>;
+
+/// Names of the meta entries holding the retention in force.
+pub mod retention_keys {
+    /// The journal's maximum age, in seconds.
+    pub const MAX_AGE_SECS: &str = "journal_max_age_secs";
+    /// The journal's maximum number of entries.
+    pub const MAX_ENTRIES: &str = "journal_max_entries";
+}
+
+/// The journal entry of a removal of `record`.
+pub(super) fn entry_of(
+    record: &ImageRecord,
+    remover: Remover,
+    note: Option<&EvictionNote>,
+) -> JournalEntry {
+    JournalEntry {
+        size: record.size,
+        first_detected: record.first_detected,
+        last_used: record.last_used,
+        reason: note.map(|n| n.reason),
+        rank: note.map(|n| n.rank),
+        fs: note.and_then(|n| n.fs),
+        remover,
+        repulled_at: None,
+    }
+}
+
+pub(super) fn put_entry(
+    journal: &mut JournalTable<'_>,
+    key: &JournalKey,
+    entry: &JournalEntry,
+) -> Result<(), TxnError> {
+    journal.insert(Encoded::new(&key.encode()), Encoded::new(&entry.encode()))?;
+    Ok(())
+}
+
+/// Every journal entry, oldest first.
+pub(super) fn entries<T: ReadableTable<Stored<JournalKey>, Stored<JournalEntry>>>(
+    journal: &T,
+) -> Result<Vec<(JournalKey, JournalEntry)>, TxnError> {
+    let mut out = Vec::new();
+    for row in journal.iter()? {
+        let (k, v) = row?;
+        let key = k.value().decode().map_err(TxnError::Decode)?;
+        let entry = v.value().decode().map_err(TxnError::Decode)?;
+        out.push((key, entry));
+    }
+    Ok(out)
+}
+
+/// Whether any journal entry has record key `key`.
+fn has_entry_for(journal: &JournalTable<'_>, key: &RecordKey) -> Result<bool, TxnError> {
+    for row in journal.iter()? {
+        let (k, _) = row?;
+        if k.value().decode().map_err(TxnError::Decode)?.key == *key {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// After a record's deletion without a journal entry: drops its names unless a journal entry
+/// of the key keeps them.
+pub(super) fn forget_names(
+    names: &mut NamesTable<'_>,
+    journal: &JournalTable<'_>,
+    key: &RecordKey,
+) -> Result<bool, TxnError> {
+    let k = key.encode();
+    if names.get(Encoded::new(&k))?.is_none() || has_entry_for(journal, key)? {
+        return Ok(false);
+    }
+    names.remove(Encoded::new(&k))?;
+    Ok(true)
+}
+
+/// Sets a record's names if the record exists and they differ; returns whether it wrote.
+pub(super) fn set_names(
+    names: &mut NamesTable<'_>,
+    images: &ImagesTable<'_>,
+    key: &RecordKey,
+    next: &ImageNames,
+) -> Result<bool, TxnError> {
+    if get_record(images, key)?.is_none() {
+        return Ok(false);
+    }
+    let k = key.encode();
+    let old = match names.get(Encoded::new(&k))? {
+        Some(g) => Some(g.value().decode().map_err(TxnError::Decode)?),
+        None => None,
+    };
+    if old.as_ref() == Some(next) || (old.is_none() && next.is_empty()) {
+        return Ok(false);
+    }
+    names.insert(Encoded::new(&k), Encoded::new(&next.encode()))?;
+    Ok(true)
+}
+
+/// Prunes the journal to `retention` (see the module's invariants) and records the retention
+/// in `meta`; drops the names only pruned entries kept. Returns whether anything changed.
+pub(super) fn prune(
+    journal: &mut JournalTable<'_>,
+    names: &mut NamesTable<'_>,
+    images: &ImagesTable<'_>,
+    meta: &mut MetaTable<'_>,
+    retention: JournalRetention,
+) -> Result<bool, TxnError> {
+    let mut changed = put_meta(
+        meta,
+        retention_keys::MAX_AGE_SECS,
+        i64::try_from(retention.max_age.as_secs()).unwrap_or(i64::MAX),
+    )?;
+    changed |= put_meta(
+        meta,
+        retention_keys::MAX_ENTRIES,
+        i64::from(retention.max_entries),
+    )?;
+    let newest = match journal.last()? {
+        Some((k, _)) => k.value().decode().map_err(TxnError::Decode)?.removed_at,
+        None => return Ok(changed),
+    };
+    let cutoff = age_cutoff(newest, retention.max_age);
+    let mut doomed: Vec<JournalKey> = Vec::new();
+    let len = usize::try_from(journal.len()?).unwrap_or(usize::MAX);
+    let surplus = len.saturating_sub(retention.max_entries as usize);
+    for (n, row) in journal.iter()?.enumerate() {
+        let (k, _) = row?;
+        let key = k.value().decode().map_err(TxnError::Decode)?;
+        if n < surplus || key.removed_at < cutoff {
+            doomed.push(key);
+        } else {
+            break;
+        }
+    }
+    if doomed.is_empty() {
+        return Ok(changed);
+    }
+    for key in &doomed {
+        journal.remove(Encoded::new(&key.encode()))?;
+    }
+    let pruned: BTreeSet<RecordKey> = doomed.into_iter().map(|k| k.key).collect();
+    let mut kept: BTreeSet<RecordKey> = BTreeSet::new();
+    for row in journal.iter()? {
+        let (k, _) = row?;
+        let key = k.value().decode().map_err(TxnError::Decode)?.key;
+        if pruned.contains(&key) {
+            kept.insert(key);
+        }
+    }
+    for key in pruned.difference(&kept) {
+        if get_record(images, key)?.is_none() {
+            names.remove(Encoded::new(&key.encode()))?;
+        }
+    }
+    Ok(true)
+}
+
+/// The oldest removal time retention keeps, given the newest.
+pub fn age_cutoff(newest: UnixNanos, max_age: Duration) -> UnixNanos {
+    UnixNanos(newest.0.saturating_sub(duration_nanos(max_age)))
+}
+
+/// The unmarked journal entries by image id (the newest of each), read once per transaction
+/// that creates a record.
+#[derive(Default)]
+pub(super) struct Regrets {
+    loaded: bool,
+    newest_unmarked: BTreeMap<ImageId, (JournalKey, JournalEntry)>,
+}
+
+impl Regrets {
+    /// Marks the newest unmarked entry of `key`'s image id removed within `max_age` before
+    /// `now` as re-pulled at `now`; returns it.
+    pub(super) fn mark(
+        &mut self,
+        journal: &mut JournalTable<'_>,
+        key: &RecordKey,
+        now: UnixNanos,
+        max_age: Duration,
+    ) -> Result<Option<Repull>, TxnError> {
+        if !self.loaded {
+            for (k, entry) in entries(journal)? {
+                if entry.repulled_at.is_none() {
+                    // Oldest first: a later entry of the same id replaces an earlier one.
+                    self.newest_unmarked
+                        .insert(k.key.image_id.clone(), (k, entry));
+                }
+            }
+            self.loaded = true;
+        }
+        let Some((jkey, _)) = self.newest_unmarked.get(&key.image_id) else {
+            return Ok(None);
+        };
+        if jkey.removed_at < age_cutoff(now, max_age) {
+            return Ok(None);
+        }
+        let Some((jkey, mut entry)) = self.newest_unmarked.remove(&key.image_id) else {
+            return Ok(None);
+        };
+        entry.repulled_at = Some(now);
+        put_entry(journal, &jkey, &entry)?;
+        Ok(Some(Repull {
+            key: jkey.key,
+            removed_at: jkey.removed_at,
+            reason: entry.reason,
+            remover: entry.remover,
+            delay: now.since(jkey.removed_at),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

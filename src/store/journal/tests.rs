@@ -1,0 +1,298 @@
+use std::time::Duration;
+
+use super::super::{Batch, Store, Violation};
+use super::retention_keys;
+use crate::model::{
+    EvictionNote, FsUsage, ImageNames, ImageRecord, JournalRetention, RecordKey, RemovalReason,
+    Remover, UnixNanos,
+};
+
+const DAY: i64 = 24 * 3600;
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store =
+        Store::open(&dir.path().join("records.redb"), UnixNanos::from_secs(1)).expect("open store");
+    (dir, store)
+}
+
+fn key(id: &str) -> RecordKey {
+    RecordKey::new(format!("sha256:{id}"), "")
+}
+
+fn record(first: i64, last: i64, size: u64) -> ImageRecord {
+    ImageRecord {
+        first_detected: UnixNanos::from_secs(first),
+        last_used: UnixNanos::from_secs(last),
+        size,
+        pinned: false,
+    }
+}
+
+fn names(tag: &str) -> ImageNames {
+    ImageNames {
+        repo_tags: vec![tag.to_owned()],
+        repo_digests: vec![format!(
+            "{}@sha256:feed",
+            tag.split(':').next().unwrap_or(tag)
+        )],
+    }
+}
+
+fn note(at: i64, reason: RemovalReason, rank: u32) -> EvictionNote {
+    EvictionNote {
+        removed_at: UnixNanos::from_secs(at),
+        reason,
+        rank,
+        fs: Some(FsUsage {
+            capacity: 100,
+            used_before: 90,
+            target_used: 80,
+        }),
+    }
+}
+
+/// A record with names, as detect leaves it.
+fn seed(store: &Store, id: &str, tag: &str) {
+    let mut batch = Batch::new();
+    batch.upsert(key(id), record(10, 20, 7));
+    batch.set_names(key(id), names(tag));
+    assert!(store.apply(&batch).expect("apply"));
+}
+
+fn check(store: &mut Store) -> Vec<Violation> {
+    store.check().expect("check")
+}
+
+#[test]
+fn an_eviction_deletes_the_record_and_journals_it_in_one_commit_keeping_its_names() {
+    let (_dir, mut store) = store();
+    seed(&store, "a", "busybox:1.35");
+    let commits = store.commits();
+    let mut batch = Batch::new();
+    batch.evict(key("a"), note(100, RemovalReason::Space, 3));
+    assert!(store.apply(&batch).expect("apply"));
+    assert_eq!(store.commits(), commits + 1, "one transaction");
+    assert_eq!(store.get(&key("a")).expect("get"), None);
+    let journal = store.journal().expect("journal");
+    assert_eq!(journal.len(), 1);
+    let (jkey, entry) = &journal[0];
+    assert_eq!(
+        (jkey.removed_at, &jkey.key),
+        (UnixNanos::from_secs(100), &key("a"))
+    );
+    assert_eq!(entry.size, 7);
+    assert_eq!(entry.first_detected, UnixNanos::from_secs(10));
+    assert_eq!(entry.last_used, UnixNanos::from_secs(20));
+    assert_eq!(entry.reason, Some(RemovalReason::Space));
+    assert_eq!(entry.rank, Some(3));
+    assert_eq!(entry.remover, Remover::Imagekeeper);
+    assert_eq!(entry.fs.map(|f| f.used_before), Some(90));
+    assert_eq!(
+        store.names(&key("a")).expect("names"),
+        Some(names("busybox:1.35"))
+    );
+    assert!(check(&mut store).is_empty());
+    // Evicting a record that is gone writes nothing.
+    assert!(!store.apply(&batch).expect("apply"));
+}
+
+#[test]
+fn an_unlisted_record_is_journaled_as_external_and_a_plain_removal_drops_its_names() {
+    let (_dir, mut store) = store();
+    seed(&store, "a", "a:1");
+    seed(&store, "b", "b:1");
+    let mut batch = Batch::new();
+    batch.remove_unlisted_journaled(key("a"), UnixNanos::from_secs(20), UnixNanos::from_secs(50));
+    batch.remove(key("b"));
+    assert!(store.apply(&batch).expect("apply"));
+    let journal = store.journal().expect("journal");
+    assert_eq!(journal.len(), 1);
+    assert_eq!(journal[0].1.remover, Remover::External);
+    assert_eq!((journal[0].1.reason, journal[0].1.rank), (None, None));
+    assert!(store.names(&key("a")).expect("names").is_some());
+    assert_eq!(store.names(&key("b")).expect("names"), None);
+    assert!(check(&mut store).is_empty());
+}
+
+#[test]
+fn names_are_written_only_for_records_and_only_when_they_change() {
+    let (_dir, store) = store();
+    seed(&store, "a", "a:1");
+    let mut same = Batch::new();
+    same.set_names(key("a"), names("a:1"));
+    assert!(
+        !store.apply(&same).expect("apply"),
+        "unchanged names commit nothing"
+    );
+    let mut absent = Batch::new();
+    absent.set_names(key("zzz"), names("z:1"));
+    assert!(!store.apply(&absent).expect("apply"), "no record, no names");
+    assert_eq!(store.names(&key("zzz")).expect("names"), None);
+}
+
+/// Retention by count and by age (measured from the newest entry), pruned in the journaling
+/// transaction itself; a pruned entry's names go unless its record came back.
+#[test]
+fn the_journal_is_pruned_by_count_and_age_in_the_transaction_that_writes_it() {
+    let (_dir, mut store) = store();
+    store.set_journal_retention(JournalRetention {
+        max_age: Duration::from_secs(10 * 86_400),
+        max_entries: 3,
+    });
+    for (n, id) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        seed(&store, id, &format!("{id}:1"));
+        let mut batch = Batch::new();
+        let at = 100 + i64::try_from(n).expect("small") * DAY;
+        batch.evict(key(id), note(at, RemovalReason::Age, 1));
+        store.apply(&batch).expect("apply");
+    }
+    let ids = |store: &Store| -> Vec<String> {
+        store
+            .journal()
+            .expect("journal")
+            .into_iter()
+            .map(|(k, _)| k.key.image_id.short().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&store), ["b", "c", "d"], "the oldest beyond 3 went");
+    assert_eq!(store.names(&key("a")).expect("names"), None);
+    // "c" comes back as a record before its entry ages out: its names stay.
+    seed(&store, "c", "c:2");
+    seed(&store, "e", "e:1");
+    let mut batch = Batch::new();
+    batch.evict(key("e"), note(100 + 13 * DAY, RemovalReason::Age, 1));
+    store.apply(&batch).expect("apply");
+    assert_eq!(
+        ids(&store),
+        ["d", "e"],
+        "b and c are more than 10 days older than e"
+    );
+    assert_eq!(store.names(&key("b")).expect("names"), None);
+    assert_eq!(store.names(&key("c")).expect("names"), Some(names("c:2")));
+    assert_eq!(
+        store.meta(retention_keys::MAX_ENTRIES).expect("meta"),
+        Some(3)
+    );
+    assert_eq!(
+        store.meta(retention_keys::MAX_AGE_SECS).expect("meta"),
+        Some(10 * 86_400)
+    );
+    assert!(check(&mut store).is_empty(), "{:?}", check(&mut store));
+}
+
+/// The regret: a pull's mark (or a detect's sighting) that creates a record of an image id
+/// with a journal entry within retention marks the newest entry re-pulled, once.
+#[test]
+fn a_record_created_for_an_evicted_id_within_retention_marks_the_entry_re_pulled_once() {
+    let (_dir, store) = store();
+    seed(&store, "a", "a:1");
+    let mut evict = Batch::new();
+    evict.evict(key("a"), note(1_000, RemovalReason::Space, 2));
+    store.apply(&evict).expect("apply");
+    let mut pull = Batch::new();
+    pull.mark_used(key("a"), UnixNanos::from_secs(1_300), Some(7));
+    let applied = store.apply_reporting(&pull).expect("apply");
+    assert!(applied.committed);
+    assert_eq!(applied.repulls.len(), 1);
+    let repull = &applied.repulls[0];
+    assert_eq!(repull.delay, Duration::from_secs(300));
+    assert_eq!(repull.reason_label(), "space");
+    let journal = store.journal().expect("journal");
+    assert_eq!(journal[0].1.repulled_at, Some(UnixNanos::from_secs(1_300)));
+    // A later mark of the existing record re-pulls nothing.
+    let mut again = Batch::new();
+    again.mark_used(key("a"), UnixNanos::from_secs(1_400), None);
+    assert!(
+        store
+            .apply_reporting(&again)
+            .expect("apply")
+            .repulls
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_re_pull_after_the_retention_age_is_no_regret() {
+    let (_dir, store) = store();
+    store.set_journal_retention(JournalRetention {
+        max_age: Duration::from_secs(3_600),
+        max_entries: 10,
+    });
+    seed(&store, "a", "a:1");
+    let mut evict = Batch::new();
+    evict.evict(key("a"), note(1_000, RemovalReason::Age, 1));
+    store.apply(&evict).expect("apply");
+    let mut pull = Batch::new();
+    pull.mark_used(key("a"), UnixNanos::from_secs(1_000 + 3_601), Some(7));
+    assert!(
+        store
+            .apply_reporting(&pull)
+            .expect("apply")
+            .repulls
+            .is_empty()
+    );
+    assert_eq!(store.journal().expect("journal")[0].1.repulled_at, None);
+}
+
+fn kinds(violations: &[Violation]) -> Vec<&'static str> {
+    violations
+        .iter()
+        .map(|v| match v {
+            Violation::OrphanNames { .. } => "orphan_names",
+            Violation::JournalOverCount { .. } => "over_count",
+            Violation::JournalPastMaxAge { .. } => "past_max_age",
+            Violation::Undecodable { table, .. } => table,
+            _ => "other",
+        })
+        .collect()
+}
+
+#[test]
+fn check_reports_names_of_nothing() {
+    let (_dir, mut store) = store();
+    store.raw_insert_for_tests("names", &key("x"), &names("x:1"));
+    assert_eq!(kinds(&check(&mut store)), ["orphan_names"]);
+}
+
+#[test]
+fn check_reports_a_journal_beyond_its_count() {
+    let (_dir, mut store) = store();
+    for id in ["a", "b"] {
+        seed(&store, id, "t:1");
+        let mut batch = Batch::new();
+        batch.evict(key(id), note(100, RemovalReason::Age, 1));
+        store.apply(&batch).expect("apply");
+    }
+    assert!(check(&mut store).is_empty());
+    let mut batch = Batch::new();
+    batch.set_meta(retention_keys::MAX_ENTRIES, 1);
+    store.apply(&batch).expect("apply");
+    assert_eq!(kinds(&check(&mut store)), ["over_count"]);
+}
+
+#[test]
+fn check_reports_a_journal_entry_past_its_age() {
+    let (_dir, mut store) = store();
+    for (id, at) in [("a", 100), ("b", 100 + 2 * DAY)] {
+        seed(&store, id, "t:1");
+        let mut batch = Batch::new();
+        batch.evict(key(id), note(at, RemovalReason::Age, 1));
+        store.apply(&batch).expect("apply");
+    }
+    assert!(check(&mut store).is_empty());
+    let mut batch = Batch::new();
+    batch.set_meta(retention_keys::MAX_AGE_SECS, DAY);
+    store.apply(&batch).expect("apply");
+    assert_eq!(kinds(&check(&mut store)), ["past_max_age"]);
+}
+
+#[test]
+fn check_reports_undecodable_journal_and_names_entries() {
+    let (_dir, mut store) = store();
+    store.raw_bytes_for_tests("journal", b"\x01short", &[9; 64]);
+    store.raw_bytes_for_tests("names", b"\x07", b"\x01");
+    let mut found = kinds(&check(&mut store));
+    found.sort_unstable();
+    assert_eq!(found, ["journal", "names"]);
+}
