@@ -12,6 +12,7 @@ use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
 use crate::gc::format::parse_go_duration;
 use crate::gc::{GcConfig, GcPolicy, PinPatterns};
 use crate::kubelet::DEFAULT_KUBELET_ROOT_DIR;
+use crate::model::JournalRetention;
 use crate::pull::PullConfig;
 
 /// The default record database.
@@ -61,6 +62,12 @@ pub struct FileConfig {
     /// setting is the `--root-dir` flag; this name is ours). Empty disables reading them.
     #[serde(rename = "kubeletRootDir")]
     pub kubelet_root_dir: Option<String>,
+    /// How long the eviction journal keeps a removal (ours), Go syntax.
+    #[serde(rename = "journalMaxAge")]
+    pub journal_max_age: Option<String>,
+    /// How many removals the eviction journal keeps (ours).
+    #[serde(rename = "journalMaxEntries")]
+    pub journal_max_entries: Option<i64>,
 }
 
 impl FileConfig {
@@ -93,6 +100,8 @@ pub struct FlagValues {
     pub container_runtime_endpoint: Option<String>,
     pub image_service_endpoint: Option<String>,
     pub kubelet_root_dir: Option<String>,
+    pub journal_max_age: Option<String>,
+    pub journal_max_entries: Option<i64>,
     pub pinned_images: Vec<String>,
     pub admin_socket: Option<PathBuf>,
     pub metrics_address: Option<String>,
@@ -335,6 +344,34 @@ impl AgentConfig {
             Some((v, _)) => Some(PathBuf::from(v)),
         };
 
+        let mut journal_retention = JournalRetention::default();
+        if let Some((v, from)) = pick(
+            &flags.journal_max_age,
+            "--journal-max-age",
+            &file.journal_max_age,
+            o.field("journalMaxAge"),
+        ) {
+            let d = duration(&v, &from)?;
+            if d < Duration::from_secs(1) {
+                return Err(invalid(from, format!("must be at least 1s (got {v:?})")));
+            }
+            journal_retention.max_age = d;
+        }
+        if let Some((v, from)) = pick(
+            &flags.journal_max_entries,
+            "--journal-max-entries",
+            &file.journal_max_entries,
+            o.field("journalMaxEntries"),
+        ) {
+            journal_retention.max_entries =
+                u32::try_from(v).ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    invalid(
+                        from,
+                        format!("must be between 1 and {} (got {v})", u32::MAX),
+                    )
+                })?;
+        }
+
         let metrics_address = match &flags.metrics_address {
             None => None,
             Some(a) if a.is_empty() => None,
@@ -384,6 +421,7 @@ impl AgentConfig {
                 sandbox_image,
                 pins: PinPatterns::new(pins),
                 kubelet_root_dir,
+                journal_retention,
             },
             pull,
             admin_socket,

@@ -104,6 +104,21 @@ impl AgentMetrics {
             "gc_clock_went_back_total {}",
             gc.metrics().clock_went_back()
         );
+        out.push_str("# HELP image_repulls_after_eviction_total Images pulled (or detected) again while the eviction journal held their removal, by the removal's reason (external: not removed by imagekeeper).\n");
+        out.push_str("# TYPE image_repulls_after_eviction_total counter\n");
+        for (reason, n) in gc.metrics().repulls().counts() {
+            let _ = writeln!(
+                out,
+                "image_repulls_after_eviction_total{{reason=\"{reason}\"}} {n}"
+            );
+        }
+        histogram(
+            &mut out,
+            "image_repull_delay_seconds",
+            "Seconds from an image's removal to its re-pull.",
+            "",
+            &gc.metrics().repulls().delays(),
+        );
         let gc_hist = match self.gc_durations.lock() {
             Ok(h) => h.clone(),
             Err(p) => p.into_inner().clone(),

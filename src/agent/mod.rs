@@ -101,7 +101,8 @@ impl Agent {
             clock.clone(),
         )
         .map_err(|e| AgentError::Pull(e.to_string()))?
-        .with_pulls_in_flight(in_flight);
+        .with_pulls_in_flight(in_flight)
+        .with_repull_metrics(gc.metrics().repulls().clone());
         Ok(Agent {
             config,
             events_client: client,

@@ -56,6 +56,12 @@ pub struct AgentFlags {
     /// written; empty disables [default: /var/lib/kubelet].
     #[arg(long, value_name = "DIR")]
     pub kubelet_root_dir: Option<String>,
+    /// How long the eviction journal keeps a removal, Go syntax [default: 720h].
+    #[arg(long, value_name = "DURATION")]
+    pub journal_max_age: Option<String>,
+    /// How many removals the eviction journal keeps [default: 10000].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub journal_max_entries: Option<i64>,
     /// The agent's admin socket [default: /run/imagekeeper/admin.sock].
     #[arg(long, value_name = "PATH")]
     pub admin_socket: Option<PathBuf>,
@@ -78,6 +84,8 @@ impl AgentFlags {
             image_service_endpoint: self.image_service_endpoint.clone(),
             pinned_images: self.pinned_images.clone(),
             kubelet_root_dir: self.kubelet_root_dir.clone(),
+            journal_max_age: self.journal_max_age.clone(),
+            journal_max_entries: self.journal_max_entries,
             admin_socket: self.admin_socket.clone(),
             ..FlagValues::default()
         }

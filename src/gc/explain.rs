@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::model::{ImageRecord, RecordKey, UnixNanos};
-use crate::store::StoredRecord;
+use crate::model::{ImageRecord, JournalEntry, RecordKey, RemovalReason, Remover, UnixNanos};
+use crate::store::{JournalKey, StoredRecord};
 
 use super::GcPolicy;
 use super::evict::{Verdict, past_max_age, space_verdict, unused_since};
@@ -85,8 +85,53 @@ pub struct ImageExplanation {
     /// The time of the kubelet's pulled record of this image, when it has one (a use).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubelet_pulled_at: Option<UnixNanos>,
+    /// The image's newest removal the journal holds after which it came back (a regret).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evicted_before: Option<PriorEviction>,
     /// The reason, for people.
     pub reason: String,
+}
+
+/// A removal of an image that was pulled again afterwards, as the journal holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PriorEviction {
+    pub removed_at: UnixNanos,
+    pub remover: Remover,
+    pub reason: Option<RemovalReason>,
+    pub repulled_at: UnixNanos,
+}
+
+/// Notes on each explained image the newest journaled removal of its image id after which
+/// it was pulled back, and says so in its reason: a candidate that was evicted before and
+/// came back is a sign of thrash (`explain`, `gc --dry-run`).
+pub fn note_prior_evictions(explanation: &mut Explanation, journal: &[(JournalKey, JournalEntry)]) {
+    for image in &mut explanation.images {
+        // The journal is oldest first: the last match is the newest.
+        let Some((key, entry)) = journal
+            .iter()
+            .rev()
+            .find(|(k, e)| k.key.image_id == image.key.image_id && e.repulled_at.is_some())
+        else {
+            continue;
+        };
+        let Some(repulled_at) = entry.repulled_at else {
+            continue;
+        };
+        let prior = PriorEviction {
+            removed_at: key.removed_at,
+            remover: entry.remover,
+            reason: entry.reason,
+            repulled_at,
+        };
+        image.reason.push_str(&format!(
+            "; evicted before ({} by {} at {}) and pulled back {} later",
+            prior.reason.map_or("external", RemovalReason::as_str),
+            prior.remover.as_str(),
+            super::format::format_rfc3339(prior.removed_at),
+            go_duration(repulled_at.since(prior.removed_at))
+        ));
+        image.evicted_before = Some(prior);
+    }
 }
 
 /// What the space pass would do.
@@ -225,6 +270,7 @@ pub fn explain_with_kubelet(
                 },
                 freed_after: None,
                 kubelet_pulled_at: kubelet.used_at.get(&r.key).copied(),
+                evicted_before: None,
                 reason: String::new(),
             }
         })

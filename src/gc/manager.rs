@@ -31,17 +31,18 @@ use tracing::{info, warn};
 use crate::cri::{ImageRuntime, RpcCode};
 use crate::kubelet::PullRecordsReader;
 use crate::model::{
-    FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, UnixNanos,
+    EvictionNote, FUTURE_STAMP_TOLERANCE, FsUsage, ImageRecord, JournalRetention, RecordKey,
+    Repull, RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, Store, StoredRecord, meta_keys};
 
 use super::detect::{
     DetectPlan, apply_to_copy, container_uses, fold_images, images_in_use, plan_detect_with_uses,
-    volume_uses,
+    plan_names, volume_uses,
 };
 use super::evict::{Verdict, past_max_age};
-use super::explain::{Decision, Explanation, FsSpace, explain_with_kubelet};
+use super::explain::{Decision, Explanation, FsSpace, explain_with_kubelet, note_prior_evictions};
 use super::format::{format_rfc3339, go_duration};
 use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
@@ -130,6 +131,8 @@ pub struct GcConfig {
     /// written): intents keep the images they name, pulled records' times count as uses.
     /// `None` (or empty) reads nothing.
     pub kubelet_root_dir: Option<PathBuf>,
+    /// How long and how many removals the eviction journal keeps (set on the store).
+    pub journal_retention: JournalRetention,
 }
 
 /// One image removed by GC.
@@ -182,6 +185,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// A manager over `runtime` and `store`; refuses an invalid policy.
     pub fn new(runtime: R, store: Arc<Store>, config: GcConfig) -> Result<Self, GcError> {
         config.policy.validate()?;
+        store.set_journal_retention(config.journal_retention);
         let kubelet = config
             .kubelet_root_dir
             .as_deref()
@@ -293,9 +297,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// run applies to its copy, so both plan from the same rules.
     async fn observe_and_plan(&self, now: UnixNanos) -> Result<(Observed, DetectPlan), GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
+        let names = self.store.all_names()?.into_iter().collect();
         let (images, in_use, existing, volumes, mut kubelet) = self.observe().await?;
         kubelet.mark_just_pulled(now, self.config.policy.min_age);
-        let plan = plan_detect_with_uses(
+        let mut plan = plan_detect_with_uses(
             &existing,
             last_detect,
             &images,
@@ -304,13 +309,22 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             &self.config.pins,
             now,
         );
+        plan_names(&mut plan, &names, &images);
         Ok(((images, in_use, existing, volumes, kubelet), plan))
     }
 
     async fn detect_locked(&self, now: UnixNanos) -> Result<(DetectReport, CycleView), GcError> {
         let ((images, in_use, _, volumes, kubelet), plan) = self.observe_and_plan(now).await?;
-        let committed = self.store.apply(&plan.batch)?;
+        let applied = self.store.apply_reporting(&plan.batch)?;
+        let committed = applied.committed;
         self.report_clock(&plan, now);
+        if committed && plan.removed > 0 {
+            info!(
+                count = plan.removed,
+                "Images gone from the runtime that imagekeeper did not remove: journaled as external removals"
+            );
+        }
+        self.report_repulls(&applied.repulls);
         let report = DetectReport {
             records: plan.records,
             added: plan.added,
@@ -402,6 +416,20 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
     }
 
+    /// Logs and counts the journal entries a commit marked re-pulled.
+    fn report_repulls(&self, repulls: &[Repull]) {
+        for repull in repulls {
+            info!(
+                image_id = repull.key.image_id.as_str(),
+                removed_by = repull.remover.as_str(),
+                reason = repull.reason_label(),
+                delay_seconds = repull.delay.as_secs(),
+                "An image came back after its removal"
+            );
+            self.metrics.repulls().record(repull);
+        }
+    }
+
     /// The listed images that a pull in flight protects.
     fn pulling(&self, listed: &BTreeMap<RecordKey, RuntimeImage>) -> BTreeSet<RecordKey> {
         if self.in_flight.is_empty() {
@@ -472,12 +500,18 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 low_threshold = policy.low_threshold_percent,
                 "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
             );
+            let fs = FsUsage {
+                capacity,
+                used_before: capacity - available,
+                target_used: capacity
+                    .saturating_sub(to_u64(amount_to_free.saturating_add(available_i))),
+            };
             let freed = self
                 .free_space(
                     amount_to_free,
                     free_time,
                     &mut view,
-                    RemovalReason::Space,
+                    (RemovalReason::Space, Some(fs)),
                     report,
                 )
                 .await?;
@@ -503,8 +537,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         info!("Attempting to delete unused images");
         let result = async {
             let (_, mut view) = self.detect_locked(now).await?;
-            self.free_space(i64::MAX, now, &mut view, RemovalReason::Unused, &mut report)
-                .await
+            self.free_space(
+                i64::MAX,
+                now,
+                &mut view,
+                (RemovalReason::Unused, None),
+                &mut report,
+            )
+            .await
         }
         .await;
         if let Err(e) = result {
@@ -526,8 +566,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             return Ok(());
         }
         let bound = free_time.saturating_sub(max_age);
-        let mut victims: Vec<StoredRecord> = Vec::new();
-        for entry in self.store.eviction_order_before(bound)? {
+        let mut victims: Vec<(usize, StoredRecord)> = Vec::new();
+        for (position, entry) in self.store.eviction_order_before(bound)?.enumerate() {
             let entry = entry?;
             if past_max_age(
                 &entry.key,
@@ -536,15 +576,16 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 free_time,
                 max_age,
             ) {
-                victims.push(entry);
+                victims.push((position + 1, entry));
             }
         }
         let mut errors = Vec::new();
-        for victim in victims {
+        for (rank, victim) in victims {
             if self.rescue(&victim, view, free_time).await? {
                 continue;
             }
-            if let Err(e) = self.remove(&victim, RemovalReason::Age, report).await {
+            let note = note(free_time, RemovalReason::Age, rank, None);
+            if let Err(e) = self.remove(&victim, note, report).await {
                 errors.push(e);
             }
         }
@@ -563,11 +604,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         bytes_to_free: i64,
         free_time: UnixNanos,
         view: &mut CycleView,
-        reason: RemovalReason,
+        (reason, fs): (RemovalReason, Option<FsUsage>),
         report: &mut GcReport,
     ) -> Result<i64, GcError> {
         let min_age = self.config.policy.min_age;
         let mut freed: i64 = 0;
+        // Index entries the walk read before this step: a victim's rank is its position in
+        // the eviction order as the walk read it.
+        let mut walked: usize = 0;
         let mut errors = Vec::new();
         let mut resume: Option<EvictionKey> = None;
         'walk: loop {
@@ -583,15 +627,18 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             if step.resume.is_some() {
                 resume = step.resume;
             }
+            let before = walked;
+            walked = walked.saturating_add(step.read);
             let chunk = step.victims;
             if chunk.is_empty() {
                 break;
             }
-            for victim in chunk {
+            for (victim, position) in chunk.into_iter().zip(step.positions) {
                 if self.rescue(&victim, view, free_time).await? {
                     continue;
                 }
-                match self.remove(&victim, reason, report).await {
+                let note = note(free_time, reason, before + position, fs);
+                match self.remove(&victim, note, report).await {
                     Ok(()) => {
                         freed = freed.saturating_add(to_i64(victim.record.size));
                         if freed >= bytes_to_free {
@@ -688,14 +735,16 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         Ok(true)
     }
 
-    /// Removes one image through the runtime, then its record. A failure is logged and
-    /// counted and returned as its message.
+    /// Removes one image through the runtime, then its record, journaling the removal with
+    /// `note` in the same transaction. A failure is logged and counted and returned as its
+    /// message.
     async fn remove(
         &self,
         victim: &StoredRecord,
-        reason: RemovalReason,
+        note: EvictionNote,
         report: &mut GcReport,
     ) -> Result<(), String> {
+        let reason = note.reason;
         let id = victim.key.image_id.as_str();
         let handler = victim.key.runtime_handler.as_str();
         info!(
@@ -711,9 +760,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             return Err(e.to_string());
         }
         let mut batch = Batch::new();
-        batch.remove(victim.key.clone());
+        batch.evict(victim.key.clone(), note);
         if let Err(e) = self.store.apply(&batch) {
-            // The image is gone; the next detect removes its record.
+            // The image is gone; the next detect removes its record (journaled then as an
+            // external removal).
             warn!(image_id = id, error = %e, "Removed image but could not delete its record");
         }
         self.metrics.record_removal(reason);
@@ -772,7 +822,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 available: stats.available,
             })
         };
-        let explanation = explain_with_kubelet(
+        let mut explanation = explain_with_kubelet(
             &ordered,
             Some(now),
             self.config.policy,
@@ -781,6 +831,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             &pulling,
             &kubelet,
         );
+        note_prior_evictions(&mut explanation, &self.store.journal()?);
         let removals = explanation
             .images
             .iter()
@@ -842,4 +893,18 @@ fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcErr
 
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// How one of the cycle's removals is journaled: the cycle's time, why, and its rank.
+fn note(at: UnixNanos, reason: RemovalReason, rank: usize, fs: Option<FsUsage>) -> EvictionNote {
+    EvictionNote {
+        removed_at: at,
+        reason,
+        rank: u32::try_from(rank).unwrap_or(u32::MAX),
+        fs,
+    }
 }

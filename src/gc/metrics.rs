@@ -1,9 +1,13 @@
 //! Counters of the GC layer: `image_garbage_collected_total{reason}`, removal failures and
 //! `gc_victims_rescued_total{why}` (victims the last look before removal kept), and the
 //! clock's: `gc_future_stamps_clamped_total` (records detect clamped because a stamp lay in
-//! the future) and `gc_clock_went_back_total` (detects that found `last_detect` ahead of them).
+//! the future) and `gc_clock_went_back_total` (detects that found `last_detect` ahead of them);
+//! and the regret counters detect and pulls share ([`RepullMetrics`]).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::pull::metrics::RepullMetrics;
 
 pub use crate::model::RemovalReason;
 
@@ -60,6 +64,8 @@ pub struct GcMetrics {
     running: AtomicBool,
     progress_removed: AtomicU64,
     progress_freed: AtomicU64,
+    /// Re-pulls of journaled removals, counted by detect (shared with the image manager).
+    repulls: Arc<RepullMetrics>,
 }
 
 /// Progress of the GC cycle in flight (zeros when none runs).
@@ -71,6 +77,12 @@ pub struct GcProgress {
 }
 
 impl GcMetrics {
+    /// The re-pull counters (`image_repulls_after_eviction_total`, `image_repull_delay_seconds`);
+    /// hand the `Arc` to the image manager so pulls count into the same ones.
+    pub fn repulls(&self) -> &Arc<RepullMetrics> {
+        &self.repulls
+    }
+
     pub fn record_removal(&self, reason: RemovalReason) {
         let counter = match reason.metric_label() {
             "age" => &self.collected_age,

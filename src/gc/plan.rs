@@ -16,6 +16,10 @@ use super::evict::{Verdict, space_verdict};
 pub struct SpaceStep {
     /// Eligible records, oldest first.
     pub victims: Vec<StoredRecord>,
+    /// Each victim's 1-based position among the index entries this step read.
+    pub positions: Vec<usize>,
+    /// How many index entries this step read.
+    pub read: usize,
     /// The last index entry the step read; the next step resumes after it. `None` when the
     /// step read nothing.
     pub resume: Option<EvictionKey>,
@@ -57,6 +61,7 @@ impl SpaceWalk<'_> {
         let mut planned = already_planned;
         for entry in scan {
             let entry = entry?;
+            step.read += 1;
             step.resume = Some(EvictionKey::of(&entry.key, &entry.record));
             let verdict = space_verdict(
                 &entry.key,
@@ -70,6 +75,7 @@ impl SpaceWalk<'_> {
             }
             planned = planned.saturating_add(to_i64(entry.record.size));
             step.victims.push(entry);
+            step.positions.push(step.read);
             if planned >= self.bytes_to_free || step.victims.len() >= max_victims {
                 break;
             }

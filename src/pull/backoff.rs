@@ -102,7 +102,9 @@ pub trait BackoffStore: Send + Sync + 'static {
     fn backoff(&self, key: &str) -> Result<Option<BackoffEntry>, StoreFailure>;
     fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, StoreFailure>;
     /// Applies `write` in one transaction.
-    fn apply(&self, write: &PullWrite) -> Result<(), StoreFailure>;
+    /// Applies `write` in one transaction; returns the journal entries it marked re-pulled
+    /// (a mark that re-created a record the journal holds a removal of).
+    fn apply(&self, write: &PullWrite) -> Result<Vec<crate::model::Repull>, StoreFailure>;
 }
 
 /// An in-memory [`BackoffStore`] for tests and for running without a database.
@@ -149,7 +151,7 @@ impl BackoffStore for MemoryBackoffStore {
         Ok(v)
     }
 
-    fn apply(&self, write: &PullWrite) -> Result<(), StoreFailure> {
+    fn apply(&self, write: &PullWrite) -> Result<Vec<crate::model::Repull>, StoreFailure> {
         let mut s = self.lock();
         if let Some((key, now, size)) = &write.mark_used {
             let e = s.used.entry(key.clone()).or_insert((*now, *now, 0));
@@ -164,7 +166,7 @@ impl BackoffStore for MemoryBackoffStore {
         for k in &write.remove_backoff {
             s.backoff.remove(k);
         }
-        Ok(())
+        Ok(Vec::new())
     }
 }
 
@@ -175,7 +177,7 @@ impl<T: BackoffStore> BackoffStore for std::sync::Arc<T> {
     fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, StoreFailure> {
         (**self).backoff_entries()
     }
-    fn apply(&self, write: &PullWrite) -> Result<(), StoreFailure> {
+    fn apply(&self, write: &PullWrite) -> Result<Vec<crate::model::Repull>, StoreFailure> {
         (**self).apply(write)
     }
 }
@@ -191,7 +193,7 @@ impl BackoffStore for crate::store::Store {
         crate::store::Store::backoff_entries(self).map_err(|e| StoreFailure(e.to_string()))
     }
 
-    fn apply(&self, write: &PullWrite) -> Result<(), StoreFailure> {
+    fn apply(&self, write: &PullWrite) -> Result<Vec<crate::model::Repull>, StoreFailure> {
         let mut batch = crate::store::Batch::new();
         if let Some((key, now, size)) = &write.mark_used {
             batch.mark_used(key.clone(), *now, *size);
@@ -202,8 +204,8 @@ impl BackoffStore for crate::store::Store {
         for k in &write.remove_backoff {
             batch.remove_backoff(k.clone());
         }
-        crate::store::Store::apply(self, &batch)
-            .map(|_| ())
+        crate::store::Store::apply_reporting(self, &batch)
+            .map(|applied| applied.repulls)
             .map_err(|e| StoreFailure(e.to_string()))
     }
 }

@@ -3,9 +3,13 @@
 //!
 //! Invariants: bucket bounds are kubelet's `imagePullDurationBuckets`; a value lands in every
 //! bucket whose upper bound is `>=` it (Prometheus `le`), counts are cumulative on read.
+//!
+//! [`RepullMetrics`]: the regret counters (`image_repulls_after_eviction_total{reason}` and the
+//! delay histogram), shared by pulls and detect.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Kubelet's `imagePullDurationBuckets`, in seconds.
@@ -179,5 +183,71 @@ mod tests {
         assert_eq!(c.last().copied(), Some((f64::INFINITY, 4)));
         assert_eq!(h.count(), 4);
         assert!((h.sum() - 10_002.5).abs() < 1e-9);
+    }
+}
+
+/// Bounds of `image_repull_delay_seconds`: from a minute to the journal's default retention
+/// (30 days).
+const REPULL_DELAY_BUCKETS: &[f64] = &[
+    60.0,
+    300.0,
+    900.0,
+    3_600.0,
+    21_600.0,
+    86_400.0,
+    604_800.0,
+    2_592_000.0,
+];
+
+/// The regret counters: images seen again (by a pull or a detect) after a removal the journal
+/// still holds. Shared by the GC manager (detect) and the image manager (pulls) through one
+/// `Arc`, so each re-pull is counted once, by whichever committed it.
+#[derive(Debug)]
+pub struct RepullMetrics {
+    /// `image_repulls_after_eviction_total{reason}`, by `age`, `space`, `unused`, `external`.
+    by_reason: [AtomicU64; 4],
+    /// Seconds from the removal to the re-pull.
+    delays: Mutex<Histogram>,
+}
+
+impl Default for RepullMetrics {
+    fn default() -> RepullMetrics {
+        RepullMetrics {
+            by_reason: Default::default(),
+            delays: Mutex::new(Histogram::new(REPULL_DELAY_BUCKETS)),
+        }
+    }
+}
+
+impl RepullMetrics {
+    /// The `reason` labels, in the order of [`RepullMetrics::counts`].
+    pub const REASONS: [&'static str; 4] = ["age", "space", "unused", "external"];
+
+    pub fn record(&self, repull: &crate::model::Repull) {
+        let label = repull.reason_label();
+        if let Some(i) = Self::REASONS.iter().position(|r| *r == label) {
+            self.by_reason[i].fetch_add(1, Ordering::Relaxed);
+        }
+        match self.delays.lock() {
+            Ok(mut h) => h.observe(repull.delay.as_secs_f64()),
+            Err(p) => p.into_inner().observe(repull.delay.as_secs_f64()),
+        }
+    }
+
+    /// `image_repulls_after_eviction_total` by reason label.
+    pub fn counts(&self) -> [(&'static str, u64); 4] {
+        let mut out = [("", 0); 4];
+        for (i, reason) in Self::REASONS.iter().enumerate() {
+            out[i] = (*reason, self.by_reason[i].load(Ordering::Relaxed));
+        }
+        out
+    }
+
+    /// `image_repull_delay_seconds`.
+    pub fn delays(&self) -> Histogram {
+        match self.delays.lock() {
+            Ok(h) => h.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
     }
 }

@@ -239,6 +239,8 @@ pub struct ImageManager<R: PullRuntime, S: BackoffStore> {
     puller: Puller<R>,
     recorder: Arc<dyn EventRecorder>,
     metrics: Arc<PullMetrics>,
+    /// Re-pulls of journaled removals (shared with the GC manager's detect).
+    repulls: Arc<metrics::RepullMetrics>,
     /// Serializes backoff read-modify-write so two failures of one key both count.
     backoff_lock: Arc<Mutex<()>>,
     /// Where a pull registers its image until its mark is committed (shared with GC).
@@ -275,6 +277,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             puller,
             recorder: Arc::new(TracingRecorder),
             metrics: Arc::new(PullMetrics::default()),
+            repulls: Arc::new(metrics::RepullMetrics::default()),
             backoff_lock: Arc::new(Mutex::new(())),
             in_flight: PullsInFlight::new(),
         })
@@ -284,6 +287,20 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
     pub fn with_pulls_in_flight(mut self, in_flight: PullsInFlight) -> ImageManager<R, S> {
         self.in_flight = in_flight;
         self
+    }
+
+    /// Counts re-pulls of journaled removals in `repulls` (share the GC manager's).
+    pub fn with_repull_metrics(
+        mut self,
+        repulls: Arc<metrics::RepullMetrics>,
+    ) -> ImageManager<R, S> {
+        self.repulls = repulls;
+        self
+    }
+
+    /// The re-pull counters this manager writes.
+    pub fn repull_metrics(&self) -> &Arc<metrics::RepullMetrics> {
+        &self.repulls
     }
 
     /// The pulls this manager has in flight.
@@ -482,8 +499,20 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                 })
             })
             .await;
-        if let Err(e) = written {
-            tracing::error!(error = %e, "Recording the pulled image failed");
+        match written {
+            Ok(repulls) => {
+                for repull in &repulls {
+                    tracing::info!(
+                        image_id = repull.key.image_id.as_str(),
+                        removed_by = repull.remover.as_str(),
+                        reason = repull.reason_label(),
+                        delay_seconds = repull.delay.as_secs(),
+                        "Pulled an image again after its removal"
+                    );
+                    self.repulls.record(repull);
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "Recording the pulled image failed"),
         }
     }
 

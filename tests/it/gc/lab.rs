@@ -172,6 +172,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
         sandbox_image: Some(lab.sandbox_image.clone()),
         pins: PinPatterns::new(vec![pinned.reference.clone()]),
         kubelet_root_dir: None,
+        journal_retention: Default::default(),
     };
     let runtime = ScriptedDisk {
         client: client.clone(),

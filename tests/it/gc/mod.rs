@@ -5,6 +5,7 @@
 //!
 //! `lab` runs detect and GarbageCollect against the real containerd of `scripts/cri-lab`.
 
+mod journal;
 mod kubelet_records;
 mod lab;
 mod races;
