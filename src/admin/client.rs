@@ -182,6 +182,7 @@ fn outcome(reply: GcResponse) -> GcOutcome {
                     "unused" => RemovalReason::Unused,
                     _ => RemovalReason::Space,
                 },
+                evicted_before: Some(r.evicted_before).filter(|e| !e.is_empty()),
             })
             .collect(),
         freed: reply.freed,

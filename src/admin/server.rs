@@ -39,6 +39,7 @@ fn gc_response(outcome: GcOutcome) -> GcResponse {
                 runtime_handler: r.key.runtime_handler,
                 size: r.size,
                 reason: r.reason.as_str().to_owned(),
+                evicted_before: r.evicted_before.unwrap_or_default(),
             })
             .collect(),
         freed: outcome.freed,

@@ -135,6 +135,11 @@ fn print(outcome: &GcOutcome, output: Output) -> Result<(), Failure> {
                     r.reason.as_str()
                 );
             }
+            for r in &outcome.removed {
+                if let Some(note) = &r.evicted_before {
+                    println!("note: {} was {note}", r.key.image_id.short());
+                }
+            }
             println!(
                 "{verb} {} image(s), {} ({} bytes)",
                 outcome.removed.len(),

@@ -123,14 +123,22 @@ pub fn note_prior_evictions(explanation: &mut Explanation, journal: &[(JournalKe
             reason: entry.reason,
             repulled_at,
         };
-        image.reason.push_str(&format!(
-            "; evicted before ({} by {} at {}) and pulled back {} later",
-            prior.reason.map_or("external", RemovalReason::as_str),
-            prior.remover.as_str(),
-            super::format::format_rfc3339(prior.removed_at),
-            go_duration(repulled_at.since(prior.removed_at))
-        ));
+        image.reason.push_str("; ");
+        image.reason.push_str(&prior.describe());
         image.evicted_before = Some(prior);
+    }
+}
+
+impl PriorEviction {
+    /// "evicted before (space by imagekeeper at ...) and pulled back 1m0s later".
+    pub fn describe(&self) -> String {
+        format!(
+            "evicted before ({} by {} at {}) and pulled back {} later",
+            self.reason.map_or("external", RemovalReason::as_str),
+            self.remover.as_str(),
+            super::format::format_rfc3339(self.removed_at),
+            go_duration(self.repulled_at.since(self.removed_at))
+        )
     }
 }
 

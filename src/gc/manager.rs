@@ -141,6 +141,10 @@ pub struct Removal {
     pub key: RecordKey,
     pub size: u64,
     pub reason: RemovalReason,
+    /// A dry run's candidate that the journal shows was removed before and pulled back: what
+    /// `gc --dry-run` says of it. Real removals leave it unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evicted_before: Option<String>,
 }
 
 /// What one detect cycle did.
@@ -780,6 +784,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             key: victim.key.clone(),
             size: victim.record.size,
             reason,
+            evicted_before: None,
         });
         Ok(())
     }
@@ -849,6 +854,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                     key: i.key.clone(),
                     size: i.record.size,
                     reason,
+                    evicted_before: i.evicted_before.map(|p| p.describe()),
                 })
             })
             .collect::<Vec<_>>();

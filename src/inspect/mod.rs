@@ -15,8 +15,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::model::{BackoffEntry, UnixNanos};
-use crate::store::{Store, StoreError, StoredRecord, Violation, meta_keys};
+use crate::model::{
+    BackoffEntry, ImageId, ImageNames, JournalEntry, RecordKey, RuntimeImage, UnixNanos,
+};
+use crate::pull::reference::image_matches;
+use crate::store::{JournalKey, Store, StoreError, StoredRecord, Violation, meta_keys};
 
 pub use snapshot::COPY_ATTEMPTS;
 
@@ -164,6 +167,16 @@ impl Snapshot {
         self.read(Store::backoff_entries)
     }
 
+    /// Every image's names (schema 2), by record key.
+    pub fn names(&self) -> Result<NamesByKey, InspectError> {
+        Ok(self.read(Store::all_names)?.into_iter().collect())
+    }
+
+    /// The eviction journal (schema 2), oldest first.
+    pub fn journal(&self) -> Result<Vec<(JournalKey, JournalEntry)>, InspectError> {
+        self.read(Store::journal)
+    }
+
     pub fn meta(&self) -> Result<MetaInfo, InspectError> {
         let entries = self.read(Store::meta_entries)?;
         let get = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
@@ -264,6 +277,114 @@ pub fn resolve_prefix(
         .filter(|r| r.key.image_id.0 == chosen)
         .cloned()
         .collect())
+}
+
+/// Every image's names, by record key.
+pub type NamesByKey = std::collections::BTreeMap<RecordKey, ImageNames>;
+
+/// Finds the image `query` names for `inspect show`: a unique prefix of an image id (with or
+/// without `sha256:`) among the records and the journal, as [`resolve_prefix`]; failing that, a
+/// name (`busybox:1.35`, a full reference, `repo@sha256:...`, or a bare digest) matched
+/// against the stored names as the runtime resolves names ([`image_matches`]). A name that
+/// matches several ids prefers those with a record; several left is ambiguous. Returns the
+/// image id.
+pub fn resolve_query(
+    records: &[StoredRecord],
+    names: &NamesByKey,
+    journal: &[(JournalKey, JournalEntry)],
+    query: &str,
+    path: &Path,
+) -> Result<ImageId, InspectError> {
+    let mut known: Vec<StoredRecord> = records.to_vec();
+    for (k, e) in journal {
+        if !known.iter().any(|r| r.key.image_id == k.key.image_id) {
+            known.push(StoredRecord {
+                key: k.key.clone(),
+                record: crate::model::ImageRecord {
+                    first_detected: e.first_detected,
+                    last_used: e.last_used,
+                    size: e.size,
+                    pinned: false,
+                },
+            });
+        }
+    }
+    match resolve_prefix(&known, query, path) {
+        Ok(found) => {
+            if let Some(first) = found.first() {
+                return Ok(first.key.image_id.clone());
+            }
+        }
+        Err(InspectError::NotFound { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    let digest = query.starts_with("sha256:").then(|| format!("@{query}"));
+    let mut ids: Vec<ImageId> = names
+        .iter()
+        .filter(|(key, n)| {
+            let image = RuntimeImage {
+                id: key.image_id.clone(),
+                repo_tags: n.repo_tags.clone(),
+                repo_digests: n.repo_digests.clone(),
+                ..RuntimeImage::default()
+            };
+            image_matches(query, &image)
+                || digest
+                    .as_deref()
+                    .is_some_and(|d| n.repo_digests.iter().any(|r| r.ends_with(d)))
+        })
+        .map(|(key, _)| key.image_id.clone())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    if ids.len() > 1 {
+        let recorded: Vec<ImageId> = ids
+            .iter()
+            .filter(|id| records.iter().any(|r| &r.key.image_id == *id))
+            .cloned()
+            .collect();
+        if !recorded.is_empty() {
+            ids = recorded;
+        }
+    }
+    match ids.as_slice() {
+        [] => Err(InspectError::NotFound {
+            prefix: query.to_owned(),
+            path: path.to_owned(),
+        }),
+        [one] => Ok(one.clone()),
+        many => Err(InspectError::Ambiguous {
+            prefix: query.to_owned(),
+            matches: many.iter().map(|id| id.0.clone()).collect(),
+        }),
+    }
+}
+
+/// Removals in a window and how many of them came back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct RepullRate {
+    pub removals: u64,
+    pub repulled: u64,
+    /// `repulled / removals`; 0 without removals.
+    pub rate: f64,
+}
+
+/// The re-pull rate of the removals of the `window` before `now`.
+pub fn repull_rate(
+    journal: &[(JournalKey, JournalEntry)],
+    now: UnixNanos,
+    window: Duration,
+) -> RepullRate {
+    let since = now.saturating_sub(window);
+    let mut r = RepullRate::default();
+    for (_, e) in journal.iter().filter(|(k, _)| k.removed_at >= since) {
+        r.removals += 1;
+        r.repulled += u64::from(e.repulled_at.is_some());
+    }
+    if r.removals > 0 {
+        r.rate = r.repulled as f64 / r.removals as f64;
+    }
+    r
 }
 
 /// One bucket of the last-use histogram.

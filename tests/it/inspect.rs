@@ -1476,3 +1476,259 @@ fn explain_reads_the_kubelets_pull_intents_and_pulled_records() {
         "keep_space_not_evaluated"
     );
 }
+
+/// A copy of the v2 fixture (`migrations/fixtures/v2.redb`): pause and busybox recorded with
+/// names; busybox and alpine removed by GC for space (rank 1 and 2, busybox pulled back 2000 s
+/// later), another image removed by someone else.
+fn v2_fixture(dir: &Path) -> PathBuf {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v2.redb");
+    let db = dir.join("v2.redb");
+    std::fs::copy(&fixture, &db).expect("copy fixture");
+    db
+}
+
+/// `inspect ARGS` on `db` at the v2 fixture's "now" (1_700_004_000).
+fn at_fixture(db: &Path, args: &[&str]) -> Run {
+    let mut all = vec![
+        "--db",
+        db.to_str().expect("utf8 path"),
+        "--now",
+        "1700004000",
+    ];
+    all.extend_from_slice(args);
+    let r = run(&all);
+    assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    r
+}
+
+const BUSYBOX_ID: &str = "sha256:51d22a12d89b69d6e2d33af188455f089a1f71f72ccb71ec8042a6873b5fe61c";
+const ALPINE_ID: &str = "sha256:ee91f6568d15085a44bda25832255be39b27b6c31a5650b0e52e39fe2d0baa60";
+
+#[test]
+fn evictions_lists_the_journal_newest_first_with_names_and_re_pulls_and_filters() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = v2_fixture(dir.path());
+    let v = at_fixture(&db, &["evictions", "--output", "json"]).json();
+    let rows: Vec<(String, String, Value, Value, bool)> = v
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|e| {
+            (
+                e["short_id"].as_str().unwrap_or_default().to_owned(),
+                e["remover"].as_str().unwrap_or_default().to_owned(),
+                e["reason"].clone(),
+                e["rank"].clone(),
+                e["repulled"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (
+                "c0ffee0000000".to_owned(),
+                "external".to_owned(),
+                Value::Null,
+                Value::Null,
+                false
+            ),
+            (
+                "ee91f6568d150".to_owned(),
+                "imagekeeper".to_owned(),
+                "space".into(),
+                2.into(),
+                false
+            ),
+            (
+                "51d22a12d89b6".to_owned(),
+                "imagekeeper".to_owned(),
+                "space".into(),
+                1.into(),
+                true
+            ),
+        ]
+    );
+    let busybox = &v[2];
+    assert_eq!(busybox["repo_tags"][0], "docker.io/library/busybox:1.35");
+    assert_eq!(busybox["repull_delay_seconds"], 2000);
+    assert_eq!(busybox["fs"]["used_before"], 90_000_000);
+    assert_eq!(busybox["removed_at"], "2023-11-14T22:30:00Z");
+
+    let count = |args: &[&str]| at_fixture(&db, args).json().as_array().map_or(0, Vec::len);
+    assert_eq!(
+        count(&["evictions", "--output", "json", "--reason", "external"]),
+        1
+    );
+    assert_eq!(
+        count(&["evictions", "--output", "json", "--reason", "space"]),
+        2
+    );
+    assert_eq!(
+        count(&["evictions", "--output", "json", "--reason", "age"]),
+        0
+    );
+    assert_eq!(
+        count(&["evictions", "--output", "json", "--since", "40m"]),
+        1
+    );
+
+    let table = at_fixture(&db, &["evictions"]);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    for column in [
+        "REMOVED",
+        "IMAGE",
+        "IMAGE ID",
+        "SIZE",
+        "BY",
+        "REASON",
+        "RANK",
+        "RE-PULLED",
+    ] {
+        assert!(lines[0].contains(column), "{column} in {}", lines[0]);
+    }
+    assert_eq!(lines.len(), 4, "{}", table.stdout);
+    for cell in [
+        "docker.io/library/busybox:1.35",
+        "imagekeeper",
+        "space",
+        "90% -> 80%",
+        "after 33m20s",
+    ] {
+        assert!(lines[3].contains(cell), "{cell} in {}", lines[3]);
+    }
+    assert!(
+        lines[1].contains("external") && lines[1].ends_with("no"),
+        "{}",
+        lines[1]
+    );
+
+    let bad = run(&[
+        "--db",
+        db.to_str().expect("utf8"),
+        "evictions",
+        "--reason",
+        "lru",
+    ]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+}
+
+#[test]
+fn list_reads_like_crictl_images_and_json_carries_every_tag_and_digest() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = v2_fixture(dir.path());
+    let table = at_fixture(&db, &["list"]);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    let header: Vec<&str> = lines[0]
+        .split("   ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "IMAGE",
+            "TAG",
+            "IMAGE ID",
+            "SIZE",
+            "FIRST DETECTED",
+            "LAST USED",
+            "PINNED",
+            "HANDLER"
+        ]
+    );
+    let pause = lines
+        .iter()
+        .find(|l| l.contains("0410e513415e6"))
+        .expect("pause row");
+    assert!(
+        pause.starts_with("registry.k8s.io/pause   3.10")
+            || pause.starts_with("registry.k8s.io/pause "),
+        "{pause}"
+    );
+    assert!(pause.contains(" 3.10 "), "{pause}");
+    let v = at_fixture(&db, &["list", "--output", "json"]).json();
+    let busybox = v
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|r| r["id"] == BUSYBOX_ID)
+        .expect("busybox listed");
+    assert_eq!(
+        busybox["repo_tags"],
+        serde_json::json!(["docker.io/library/busybox:1.35"])
+    );
+    assert_eq!(busybox["repo_digests"].as_array().map(Vec::len), Some(1));
+    // The fields from before names stay.
+    assert_eq!(busybox["short_id"], "51d22a12d89b6");
+    assert_eq!(busybox["size"], 22_063_620);
+}
+
+#[test]
+fn show_accepts_a_name_or_a_digest_and_includes_the_images_removals() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = v2_fixture(dir.path());
+    let digest = format!("docker.io/library/busybox@sha256:{}", "ab".repeat(32));
+    for query in [
+        "busybox:1.35",
+        "docker.io/library/busybox:1.35",
+        digest.as_str(),
+        "51d22a",
+    ] {
+        let v = at_fixture(&db, &["show", query, "--output", "json"]).json();
+        assert_eq!(v[0]["id"], BUSYBOX_ID, "{query}");
+        assert_eq!(
+            v[0]["removals"].as_array().map(Vec::len),
+            Some(1),
+            "{query}"
+        );
+        assert_eq!(v[0]["removals"][0]["reason"], "space", "{query}");
+    }
+    // Gone from the records, still in the journal: shown with its removal.
+    let v = at_fixture(&db, &["show", "alpine:3.19", "--output", "json"]).json();
+    assert_eq!(v[0]["id"], ALPINE_ID);
+    assert_eq!(v[0]["removals"][0]["rank"], 2);
+    let table = at_fixture(&db, &["show", "busybox:1.35"]);
+    for part in [
+        "REPO TAGS:",
+        "docker.io/library/busybox:1.35",
+        "REMOVALS:",
+        "after 33m20s",
+    ] {
+        assert!(table.stdout.contains(part), "{part} in {}", table.stdout);
+    }
+    let missing = run(&["--db", db.to_str().expect("utf8"), "show", "nginx:1"]);
+    assert_eq!(missing.code, 1, "{}", missing.stderr);
+    assert!(missing.stderr.contains("nginx:1"), "{}", missing.stderr);
+}
+
+#[test]
+fn stats_show_the_re_pull_rate_of_the_last_day_and_week() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = v2_fixture(dir.path());
+    let v = at_fixture(&db, &["stats", "--output", "json"]).json();
+    assert_eq!(v["journal_entries"], 3);
+    assert_eq!(v["repulls"]["last_day"]["removals"], 3);
+    assert_eq!(v["repulls"]["last_day"]["repulled"], 1);
+    let table = at_fixture(&db, &["stats"]);
+    assert!(
+        table
+            .stdout
+            .contains("re-pulls 1d:      1 of 3 removals pulled again (33%)"),
+        "{}",
+        table.stdout
+    );
+    // Eight days on, neither the last day nor the last week has a removal.
+    let later = run(&[
+        "--db",
+        db.to_str().expect("utf8"),
+        "--now",
+        "1700700000",
+        "stats",
+        "--output",
+        "json",
+    ]);
+    let v = later.json();
+    assert_eq!(v["repulls"]["last_day"]["removals"], 0);
+    assert_eq!(v["repulls"]["last_week"]["removals"], 0);
+}

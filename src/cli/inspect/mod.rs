@@ -13,12 +13,14 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::gc::GcPolicy;
-use imagekeeper::gc::explain::{FsSpace, explain_with_kubelet};
+use imagekeeper::gc::explain::{FsSpace, explain_with_kubelet, note_prior_evictions};
 use imagekeeper::gc::format::{go_duration, parse_go_duration};
 use imagekeeper::gc::kubelet::{OfflineKubelet, fold_offline};
-use imagekeeper::inspect::{InspectError, Snapshot, SortKey, resolve_prefix, sort_records, stats};
+use imagekeeper::inspect::{
+    InspectError, Snapshot, SortKey, repull_rate, resolve_query, sort_records, stats,
+};
 use imagekeeper::kubelet::{DEFAULT_KUBELET_ROOT_DIR, PullRecordsReader};
-use imagekeeper::model::UnixNanos;
+use imagekeeper::model::{JournalEntry, RemovalReason, UnixNanos};
 
 use super::Failure;
 
@@ -57,10 +59,21 @@ enum InspectCommand {
         #[arg(long, value_enum, default_value_t = Sort::Eviction)]
         sort: Sort,
     },
-    /// One image by a unique prefix of its id (with or without `sha256:`).
+    /// One image by a unique prefix of its id (with or without `sha256:`) or by a name
+    /// (`busybox:1.35`, a full reference, a digest), with its removals.
     Show {
-        /// The image id or a unique prefix of it.
+        /// The image id or a unique prefix of it, or a name.
         id: String,
+    },
+    /// The eviction journal, newest first: removals by imagekeeper (reason, rank) and by
+    /// others, with names and whether each image was pulled again.
+    Evictions {
+        /// Only removals within this long before now (Go duration, e.g. 24h).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        since: Option<Duration>,
+        /// Only removals for this reason (`external`: not by imagekeeper).
+        #[arg(long, value_enum)]
+        reason: Option<ReasonFilter>,
     },
     /// The image-pull backoff entries.
     Backoff,
@@ -73,6 +86,26 @@ enum InspectCommand {
     Check,
     /// Every record as JSON lines (whatever --output says).
     Export,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ReasonFilter {
+    Age,
+    Space,
+    Unused,
+    External,
+}
+
+impl ReasonFilter {
+    fn keeps(self, entry: &JournalEntry) -> bool {
+        matches!(
+            (self, entry.reason),
+            (ReasonFilter::External, None)
+                | (ReasonFilter::Age, Some(RemovalReason::Age))
+                | (ReasonFilter::Space, Some(RemovalReason::Space))
+                | (ReasonFilter::Unused, Some(RemovalReason::Unused))
+        )
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -206,7 +239,7 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
                     "imagekeeper: the kubelet is pulling {image:?}: explain cannot tell which                      image that names without the runtime (gc --dry-run can)"
                 );
             }
-            let explanation = explain_with_kubelet(
+            let mut explanation = explain_with_kubelet(
                 &records,
                 meta.last_detect,
                 policy,
@@ -215,6 +248,7 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
                 &Default::default(),
                 &kubelet.view,
             );
+            note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);
             print::explain(w, out, &explanation)?;
             Ok(())
         }
@@ -224,12 +258,45 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
                 InspectCommand::List { sort } => {
                     let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
                     sort_records(&mut records, sort_key(sort));
-                    print::list(w, out, &records, now)?;
+                    let names = snap.names().map_err(inspect_failure)?;
+                    print::list(w, out, &records, &names, now)?;
                 }
                 InspectCommand::Show { id } => {
                     let records = snap.records_in_eviction_order().map_err(inspect_failure)?;
-                    let found = resolve_prefix(&records, &id, &args.db).map_err(inspect_failure)?;
-                    print::show(w, out, &found, &records, now)?;
+                    let names = snap.names().map_err(inspect_failure)?;
+                    let journal = snap.journal().map_err(inspect_failure)?;
+                    let image = resolve_query(&records, &names, &journal, &id, &args.db)
+                        .map_err(inspect_failure)?;
+                    let found: Vec<_> = records
+                        .iter()
+                        .filter(|r| r.key.image_id == image)
+                        .cloned()
+                        .collect();
+                    let removals: Vec<_> = journal
+                        .into_iter()
+                        .rev()
+                        .filter(|(k, _)| k.key.image_id == image)
+                        .collect();
+                    let shown = print::Shown {
+                        found: &found,
+                        all: &records,
+                        names: &names,
+                        removals: &removals,
+                    };
+                    print::show(w, out, &shown, now)?;
+                }
+                InspectCommand::Evictions { since, reason } => {
+                    let names = snap.names().map_err(inspect_failure)?;
+                    let from = since.map(|d| now.saturating_sub(d));
+                    let entries: Vec<_> = snap
+                        .journal()
+                        .map_err(inspect_failure)?
+                        .into_iter()
+                        .rev()
+                        .filter(|(k, _)| from.is_none_or(|from| k.removed_at >= from))
+                        .filter(|(_, e)| reason.is_none_or(|r| r.keeps(e)))
+                        .collect();
+                    print::evictions(w, out, &entries, &names, now)?;
                 }
                 InspectCommand::Backoff => {
                     let entries = snap.backoff_entries().map_err(inspect_failure)?;
@@ -240,7 +307,14 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
                     let backoff = snap.backoff_entries().map_err(inspect_failure)?;
                     let meta = snap.meta().map_err(inspect_failure)?;
                     let s = stats(&records, backoff.len(), now);
-                    print::stats(w, out, &s, &meta, now)?;
+                    let journal = snap.journal().map_err(inspect_failure)?;
+                    const DAY: Duration = Duration::from_secs(24 * 3600);
+                    let journal_stats = print::JournalStats {
+                        entries: u64::try_from(journal.len()).unwrap_or(u64::MAX),
+                        last_day: repull_rate(&journal, now, DAY),
+                        last_week: repull_rate(&journal, now, 7 * DAY),
+                    };
+                    print::stats(w, out, &s, &meta, &journal_stats, now)?;
                 }
                 InspectCommand::Export => {
                     let mut records = snap.records().map_err(inspect_failure)?;

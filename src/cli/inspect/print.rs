@@ -7,9 +7,9 @@ use std::io::{self, Write};
 
 use imagekeeper::gc::explain::{Decision, Explanation, SpacePass};
 use imagekeeper::gc::format::{format_ago, format_rfc3339, format_size, go_duration};
-use imagekeeper::inspect::{CheckReport, MetaInfo, Stats, escape_control};
-use imagekeeper::model::{BackoffEntry, UnixNanos};
-use imagekeeper::store::StoredRecord;
+use imagekeeper::inspect::{CheckReport, MetaInfo, NamesByKey, RepullRate, Stats, escape_control};
+use imagekeeper::model::{BackoffEntry, ImageNames, JournalEntry, UnixNanos};
+use imagekeeper::store::{JournalKey, StoredRecord};
 use serde_json::{Value, json};
 
 use super::Output;
@@ -101,64 +101,265 @@ fn record_json(r: &StoredRecord, now: Option<UnixNanos>) -> Value {
     v
 }
 
+/// The (IMAGE, TAG) rows `crictl images` prints for an image: one per repo tag, split at the
+/// tag's `:` (after the last `/`); with no tag, the repository of its first repo digest (or
+/// `<none>`) and `<none>`, as crictl does for an untagged image.
+fn repo_tag_rows(names: Option<&ImageNames>) -> Vec<(String, String)> {
+    let none = || "<none>".to_owned();
+    let Some(names) = names else {
+        return vec![(none(), none())];
+    };
+    if names.repo_tags.is_empty() {
+        let repo = names
+            .repo_digests
+            .first()
+            .and_then(|d| d.split_once('@'))
+            .map_or_else(none, |(repo, _)| repo.to_owned());
+        return vec![(repo, none())];
+    }
+    names
+        .repo_tags
+        .iter()
+        .map(|tag| {
+            let slash = tag.rfind('/').map_or(0, |i| i + 1);
+            match tag[slash..].rfind(':') {
+                Some(i) => (tag[..slash + i].to_owned(), tag[slash + i + 1..].to_owned()),
+                None => (tag.clone(), none()),
+            }
+        })
+        .collect()
+}
+
+/// The image's names in JSON: every repo tag and digest (empty lists when none are stored).
+fn names_json(obj: &mut serde_json::Map<String, Value>, names: Option<&ImageNames>) {
+    let empty = ImageNames::default();
+    let names = names.unwrap_or(&empty);
+    obj.insert("repo_tags".into(), json!(names.repo_tags));
+    obj.insert("repo_digests".into(), json!(names.repo_digests));
+}
+
+/// Like `crictl images` (IMAGE, TAG, IMAGE ID, SIZE), one row per repo tag, plus
+/// imagekeeper's columns.
 pub fn list(
     w: &mut dyn Write,
     out: Output,
     records: &[StoredRecord],
+    names: &NamesByKey,
     now: UnixNanos,
 ) -> io::Result<()> {
     if out == Output::Json {
-        let all: Vec<Value> = records.iter().map(|r| record_json(r, Some(now))).collect();
+        let all: Vec<Value> = records
+            .iter()
+            .map(|r| {
+                let mut v = record_json(r, Some(now));
+                if let Some(obj) = v.as_object_mut() {
+                    names_json(obj, names.get(&r.key));
+                }
+                v
+            })
+            .collect();
         return json_out(w, &Value::Array(all));
     }
     let rows: Vec<Vec<String>> = records
         .iter()
-        .map(|r| {
+        .flat_map(|r| {
+            repo_tag_rows(names.get(&r.key))
+                .into_iter()
+                .map(move |(image, tag)| {
+                    vec![
+                        image,
+                        tag,
+                        r.key.image_id.short().to_owned(),
+                        format_size(r.record.size),
+                        when(now, r.record.first_detected),
+                        when(now, r.record.last_used),
+                        r.record.pinned.to_string(),
+                        handler(&r.key.runtime_handler).to_owned(),
+                    ]
+                })
+        })
+        .collect();
+    table(
+        w,
+        &[
+            "IMAGE",
+            "TAG",
+            "IMAGE ID",
+            "SIZE",
+            "FIRST DETECTED",
+            "LAST USED",
+            "PINNED",
+            "HANDLER",
+        ],
+        &rows,
+    )
+}
+
+/// One journal entry in JSON.
+fn eviction_json(k: &JournalKey, e: &JournalEntry, names: Option<&ImageNames>) -> Value {
+    let last_used = (e.last_used != UnixNanos::NEVER).then_some(e.last_used);
+    let mut v = json!({
+        "removed_at_unix_nanos": k.removed_at.0,
+        "removed_at": format_rfc3339(k.removed_at),
+        "id": k.key.image_id.as_str(),
+        "short_id": k.key.image_id.short(),
+        "runtime_handler": k.key.runtime_handler,
+        "size": e.size,
+        "first_detected_unix_nanos": e.first_detected.0,
+        "first_detected": format_rfc3339(e.first_detected),
+        "last_used_unix_nanos": e.last_used.0,
+        "last_used": last_used.map(format_rfc3339),
+        "remover": e.remover.as_str(),
+        "reason": e.reason.map(|r| r.as_str()),
+        "rank": e.rank,
+        "fs": e.fs.map(|fs| json!({
+            "capacity": fs.capacity,
+            "used_before": fs.used_before,
+            "target_used": fs.target_used,
+        })),
+        "repulled": e.repulled_at.is_some(),
+        "repulled_at_unix_nanos": e.repulled_at.map(|t| t.0),
+        "repulled_at": e.repulled_at.map(format_rfc3339),
+        "repull_delay_seconds": e.repulled_at.map(|t| t.since(k.removed_at).as_secs()),
+    });
+    if let Some(obj) = v.as_object_mut() {
+        names_json(obj, names);
+    }
+    v
+}
+
+/// A name for people: the first repo tag, else the first repo digest, else `<none>`.
+fn display_name(names: Option<&ImageNames>) -> String {
+    names
+        .and_then(|n| n.repo_tags.first().or(n.repo_digests.first()))
+        .cloned()
+        .unwrap_or_else(|| "<none>".to_owned())
+}
+
+/// The journal's entries as given (newest first), with names and whether each came back.
+pub fn evictions(
+    w: &mut dyn Write,
+    out: Output,
+    entries: &[(JournalKey, JournalEntry)],
+    names: &NamesByKey,
+    now: UnixNanos,
+) -> io::Result<()> {
+    if out == Output::Json {
+        let all: Vec<Value> = entries
+            .iter()
+            .map(|(k, e)| eviction_json(k, e, names.get(&k.key)))
+            .collect();
+        return json_out(w, &Value::Array(all));
+    }
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|(k, e)| {
+            let usage = e.fs.filter(|fs| fs.capacity > 0).map_or_else(
+                || "-".to_owned(),
+                |fs| {
+                    format!(
+                        "{}% -> {}%",
+                        fs.used_before.saturating_mul(100) / fs.capacity,
+                        fs.target_used.saturating_mul(100) / fs.capacity
+                    )
+                },
+            );
             vec![
-                r.key.image_id.short().to_owned(),
-                handler(&r.key.runtime_handler).to_owned(),
-                format_size(r.record.size),
-                when(now, r.record.first_detected),
-                when(now, r.record.last_used),
-                r.record.pinned.to_string(),
+                when(now, k.removed_at),
+                display_name(names.get(&k.key)),
+                k.key.image_id.short().to_owned(),
+                format_size(e.size),
+                e.remover.as_str().to_owned(),
+                e.reason.map_or("-", |r| r.as_str()).to_owned(),
+                e.rank.map_or_else(|| "-".to_owned(), |r| r.to_string()),
+                usage,
+                e.repulled_at.map_or_else(
+                    || "no".to_owned(),
+                    |t| format!("after {}", go_duration(t.since(k.removed_at))),
+                ),
             ]
         })
         .collect();
     table(
         w,
         &[
+            "REMOVED",
+            "IMAGE",
             "IMAGE ID",
-            "HANDLER",
             "SIZE",
-            "FIRST DETECTED",
-            "LAST USED",
-            "PINNED",
+            "BY",
+            "REASON",
+            "RANK",
+            "USAGE",
+            "RE-PULLED",
         ],
         &rows,
     )
 }
 
-pub fn show(
-    w: &mut dyn Write,
-    out: Output,
-    found: &[StoredRecord],
-    all: &[StoredRecord],
-    now: UnixNanos,
-) -> io::Result<()> {
+/// What `inspect show` prints of one image: its records (one per runtime handler; none when
+/// only the journal still knows it) and its removals, newest first.
+pub struct Shown<'a> {
+    pub found: &'a [StoredRecord],
+    pub all: &'a [StoredRecord],
+    pub names: &'a NamesByKey,
+    pub removals: &'a [(JournalKey, JournalEntry)],
+}
+
+pub fn show(w: &mut dyn Write, out: Output, shown: &Shown<'_>, now: UnixNanos) -> io::Result<()> {
+    let Shown {
+        found,
+        all,
+        names,
+        removals,
+    } = *shown;
     let rank = |r: &StoredRecord| all.iter().position(|a| a.key == r.key).map(|i| i + 1);
     if out == Output::Json {
-        let shown: Vec<Value> = found
+        let removals_json: Vec<Value> = removals
+            .iter()
+            .map(|(k, e)| eviction_json(k, e, names.get(&k.key)))
+            .collect();
+        let mut shown: Vec<Value> = found
             .iter()
             .map(|r| {
                 let mut v = record_json(r, Some(now));
                 if let Some(obj) = v.as_object_mut() {
                     obj.insert("eviction_rank".into(), json!(rank(r)));
                     obj.insert("records".into(), json!(all.len()));
+                    names_json(obj, names.get(&r.key));
+                    obj.insert("removals".into(), json!(removals_json));
                 }
                 v
             })
             .collect();
+        if shown.is_empty() {
+            // Only the journal knows the image now.
+            if let Some((k, _)) = removals.first() {
+                let mut v = json!({
+                    "id": k.key.image_id.as_str(),
+                    "short_id": k.key.image_id.short(),
+                    "records": all.len(),
+                    "removals": removals_json,
+                });
+                if let Some(obj) = v.as_object_mut() {
+                    names_json(obj, names.get(&k.key));
+                }
+                shown.push(v);
+            }
+        }
         return json_out(w, &Value::Array(shown));
+    }
+    if found.is_empty()
+        && let Some((k, _)) = removals.first()
+    {
+        writeln!(
+            w,
+            "{:<17}{}",
+            "ID:",
+            escape_control(k.key.image_id.as_str())
+        )?;
+        writeln!(w, "{:<17}none (removed)", "RECORD:")?;
+        write_names(w, names.get(&k.key))?;
     }
     for (i, r) in found.iter().enumerate() {
         if i > 0 {
@@ -184,6 +385,30 @@ pub fn show(
         for (name, value) in rows {
             writeln!(w, "{:<17}{}", format!("{name}:"), escape_control(&value))?;
         }
+        write_names(w, names.get(&r.key))?;
+    }
+    writeln!(w)?;
+    if removals.is_empty() {
+        writeln!(w, "REMOVALS:        none in the journal")?;
+        return Ok(());
+    }
+    writeln!(w, "REMOVALS:")?;
+    evictions(w, Output::Table, removals, names, now)
+}
+
+fn write_names(w: &mut dyn Write, names: Option<&ImageNames>) -> io::Result<()> {
+    let empty = ImageNames::default();
+    let names = names.unwrap_or(&empty);
+    for (label, list) in [
+        ("REPO TAGS", &names.repo_tags),
+        ("REPO DIGESTS", &names.repo_digests),
+    ] {
+        let value = if list.is_empty() {
+            "<none>".to_owned()
+        } else {
+            list.join(", ")
+        };
+        writeln!(w, "{:<17}{}", format!("{label}:"), escape_control(&value))?;
     }
     Ok(())
 }
@@ -224,11 +449,32 @@ pub fn backoff(
     table(w, &["KEY", "BACKOFF", "LAST UPDATE", "LAST ERROR"], &rows)
 }
 
+/// The journal's share of `inspect stats`: its size and the re-pull rate of the removals of
+/// the last day and the last week.
+pub struct JournalStats {
+    pub entries: u64,
+    pub last_day: RepullRate,
+    pub last_week: RepullRate,
+}
+
+fn rate_text(r: &RepullRate) -> String {
+    if r.removals == 0 {
+        return "no removals".to_owned();
+    }
+    format!(
+        "{} of {} removals pulled again ({:.0}%)",
+        r.repulled,
+        r.removals,
+        r.rate * 100.0
+    )
+}
+
 pub fn stats(
     w: &mut dyn Write,
     out: Output,
     s: &Stats,
     meta: &MetaInfo,
+    journal: &JournalStats,
     now: UnixNanos,
 ) -> io::Result<()> {
     if out == Output::Json {
@@ -250,6 +496,11 @@ pub fn stats(
                 "agent_started_at": started_at,
                 "last_detect_unix_nanos": detect,
                 "last_detect": detect_at,
+            },
+            "journal_entries": journal.entries,
+            "repulls": {
+                "last_day": journal.last_day,
+                "last_week": journal.last_week,
             },
         });
         return json_out(w, &v);
@@ -273,6 +524,9 @@ pub fn stats(
         ("created at", meta_time(meta.created_at)),
         ("agent started at", meta_time(meta.agent_started_at)),
         ("last detect", meta_time(meta.last_detect)),
+        ("journal entries", journal.entries.to_string()),
+        ("re-pulls 1d", rate_text(&journal.last_day)),
+        ("re-pulls 7d", rate_text(&journal.last_week)),
     ];
     for (name, value) in lines {
         writeln!(w, "{:<18}{value}", format!("{name}:"))?;
@@ -371,6 +625,17 @@ pub fn explain(w: &mut dyn Write, out: Output, e: &Explanation) -> io::Result<()
                     obj.insert("reason".into(), json!(i.reason));
                     if let Some(at) = i.kubelet_pulled_at {
                         obj.insert("kubelet_pulled_at".into(), json!(format_rfc3339(at)));
+                    }
+                    if let Some(prior) = i.evicted_before {
+                        obj.insert(
+                            "evicted_before".into(),
+                            json!({
+                                "removed_at": format_rfc3339(prior.removed_at),
+                                "remover": prior.remover.as_str(),
+                                "reason": prior.reason.map(|r| r.as_str()),
+                                "repulled_at": format_rfc3339(prior.repulled_at),
+                            }),
+                        );
                     }
                 }
                 v

@@ -133,6 +133,18 @@ async fn removals_by_gc_and_by_others_are_journaled_and_a_re_pull_is_marked_and_
 
     // The dry run says that b, a candidate again, was evicted before and came back.
     let plan = node.manager().plan(at(120), true).await.expect("plan");
+    let removal = plan
+        .removals
+        .iter()
+        .find(|r| r.key.image_id.as_str() == "b")
+        .expect("b is a candidate");
+    assert!(
+        removal
+            .evicted_before
+            .as_deref()
+            .is_some_and(|n| n.starts_with("evicted before (space by imagekeeper")),
+        "{removal:?}"
+    );
     let b = plan
         .explanation
         .images
