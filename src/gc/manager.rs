@@ -30,12 +30,13 @@ use tracing::{info, warn};
 
 use crate::cri::{ImageRuntime, RpcCode};
 use crate::kubelet::PullRecordsReader;
+use crate::model::JournalEntry;
 use crate::model::{
     EvictionNote, FUTURE_STAMP_TOLERANCE, FsUsage, ImageRecord, JournalRetention, RecordKey,
     Repull, RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use crate::pull::PullsInFlight;
-use crate::store::{Batch, EvictionKey, Store, StoredRecord, meta_keys};
+use crate::store::{Batch, EvictionKey, JournalKey, Store, StoredRecord, meta_keys};
 
 use super::detect::{
     DetectPlan, apply_to_copy, container_uses, fold_images, images_in_use, plan_detect_with_uses,
@@ -155,12 +156,21 @@ pub struct DetectReport {
     pub removed: usize,
     pub in_use: usize,
     pub committed: bool,
+    /// Records of images gone from the runtime that imagekeeper did not remove, journaled as
+    /// external removals by this detect's commit.
+    #[serde(skip)]
+    pub external_removals: Vec<(JournalKey, JournalEntry)>,
+    /// Journal entries this detect's commit marked re-pulled.
+    #[serde(skip)]
+    pub repulls: Vec<Repull>,
 }
 
 /// What one GarbageCollect or DeleteUnusedImages did. `error` is set when the cycle failed;
 /// the removals before the failure stand.
 #[derive(Debug, Default)]
 pub struct GcReport {
+    /// The cycle's detect, when it ran.
+    pub detect: Option<DetectReport>,
     pub removed: Vec<Removal>,
     pub freed: u64,
     pub error: Option<GcError>,
@@ -335,6 +345,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             removed: plan.removed,
             in_use: in_use.len(),
             committed,
+            external_removals: applied.journaled,
+            repulls: applied.repulls,
         };
         let listed: BTreeMap<RecordKey, RuntimeImage> = fold_images(&images)
             .into_iter()
@@ -469,7 +481,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         free_time: UnixNanos,
         report: &mut GcReport,
     ) -> Result<(), GcError> {
-        let (_, mut view) = self.detect_locked(free_time).await?;
+        let (detected, mut view) = self.detect_locked(free_time).await?;
+        report.detect = Some(detected);
         if self.config.policy.disabled() {
             return Ok(());
         }
@@ -540,7 +553,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut report = GcReport::default();
         info!("Attempting to delete unused images");
         let result = async {
-            let (_, mut view) = self.detect_locked(now).await?;
+            let (detected, mut view) = self.detect_locked(now).await?;
+            report.detect = Some(detected);
             self.free_space(
                 i64::MAX,
                 now,

@@ -1,7 +1,10 @@
 //! Replay: deterministic what-if runs and bug reports. A trace (see `trace`) drives the real
 //! GC manager and a real store on disk against a scripted runtime and the trace's own times;
 //! the output is one JSON object per line, flushed as it happens, so every line printed is a
-//! commit already made.
+//! commit already made. Besides the cycles' lines (`detect`, `removed`, `gc`,
+//! `delete_unused`), a detect's journal shows as `removed_externally` (an image gone that
+//! imagekeeper did not remove) and `repulled` (an evicted image seen again), printed before
+//! the line of the cycle whose detect found them.
 
 pub mod runtime;
 pub mod trace;
@@ -12,7 +15,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use crate::gc::{GcConfig, GcError, GcReport, ImageGcManager};
+use crate::gc::{DetectReport, GcConfig, GcError, GcReport, ImageGcManager};
 use crate::model::UnixNanos;
 use crate::store::{Store, StoreError};
 
@@ -77,6 +80,7 @@ pub async fn run_trace(
             }
             TraceOp::Detect => {
                 let report = current.detect(at).await?;
+                emit_journal(out, secs, &report)?;
                 emit(
                     out,
                     json!({"at": secs, "op": "detect", "records": report.records}),
@@ -122,12 +126,49 @@ fn open_manager_on(
     Ok(ImageGcManager::new(runtime.clone(), store, config.clone())?)
 }
 
+/// What a detect journaled: images gone that imagekeeper did not remove
+/// (`removed_externally`) and evicted images seen again (`repulled`, with the removal's time,
+/// reason and the delay). Printed before the cycle's own lines.
+fn emit_journal(out: &mut dyn Write, secs: i64, report: &DetectReport) -> Result<(), ReplayError> {
+    for (key, entry) in &report.external_removals {
+        emit(
+            out,
+            json!({
+                "at": secs,
+                "op": "removed_externally",
+                "image": key.key.image_id.as_str(),
+                "runtime_handler": key.key.runtime_handler,
+                "size": entry.size,
+            }),
+        )?;
+    }
+    for repull in &report.repulls {
+        emit(
+            out,
+            json!({
+                "at": secs,
+                "op": "repulled",
+                "image": repull.key.image_id.as_str(),
+                "runtime_handler": repull.key.runtime_handler,
+                "removed_at": repull.removed_at.as_secs(),
+                "removed_by": repull.remover.as_str(),
+                "reason": repull.reason_label(),
+                "delay_s": repull.delay.as_secs(),
+            }),
+        )?;
+    }
+    Ok(())
+}
+
 fn emit_report(
     out: &mut dyn Write,
     secs: i64,
     op: &str,
     report: &GcReport,
 ) -> Result<(), ReplayError> {
+    if let Some(detect) = &report.detect {
+        emit_journal(out, secs, detect)?;
+    }
     for removal in &report.removed {
         emit(
             out,

@@ -111,6 +111,8 @@ pub struct Applied {
     /// Journal entries it marked re-pulled: records it created whose image id had a journal
     /// entry within retention.
     pub repulls: Vec<Repull>,
+    /// Journal entries it wrote (each with the deletion of its record).
+    pub journaled: Vec<(JournalKey, JournalEntry)>,
 }
 
 /// How [`Store::apply`] commits. Only the `fault-injection` feature can choose anything but
@@ -438,7 +440,8 @@ impl Store {
             .map_err(|e| self.redb_err(e))?;
         txn.set_quick_repair(true);
         let retention = self.journal_retention();
-        let (changed, repulls) = apply_ops(&txn, batch, retention).map_err(|e| self.wrap(e))?;
+        let (changed, repulls, journaled) =
+            apply_ops(&txn, batch, retention).map_err(|e| self.wrap(e))?;
         if !changed {
             txn.abort().map_err(|e| self.redb_err(e))?;
             return Ok(Applied::default());
@@ -451,6 +454,7 @@ impl Store {
         Ok(Applied {
             committed: true,
             repulls,
+            journaled,
         })
     }
 }
@@ -564,13 +568,16 @@ fn read_meta<T: ReadableTable<Stored<MetaKey>, Stored<MetaValue>>>(
     }
 }
 
-/// Applies every operation; returns whether anything changed and the journal entries marked
-/// re-pulled.
+/// What [`apply_ops`] did: whether anything changed, the journal entries marked re-pulled and
+/// those written.
+type OpsOutcome = (bool, Vec<Repull>, Vec<(JournalKey, JournalEntry)>);
+
+/// Applies every operation.
 fn apply_ops(
     txn: &WriteTransaction,
     batch: &Batch,
     retention: JournalRetention,
-) -> Result<(bool, Vec<Repull>), TxnError> {
+) -> Result<OpsOutcome, TxnError> {
     let mut images = txn.open_table(IMAGES)?;
     let mut index = txn.open_table(EVICTION)?;
     let mut backoff = txn.open_table(BACKOFF)?;
@@ -581,6 +588,7 @@ fn apply_ops(
     let mut journal_written = false;
     let mut regrets = journal::Regrets::default();
     let mut repulls = Vec::new();
+    let mut journaled = Vec::new();
     for op in &batch.ops {
         // A pull's mark or a detect's sighting that creates a record: the regret check.
         let created_at = match op {
@@ -644,6 +652,7 @@ fn apply_ops(
                             };
                             let entry = journal::entry_of(&old, Remover::External, None);
                             journal::put_entry(&mut journal, &jkey, &entry)?;
+                            journaled.push((jkey, entry));
                             journal_written = true;
                         }
                         None => {
@@ -663,6 +672,7 @@ fn apply_ops(
                     };
                     let entry = journal::entry_of(&old, Remover::Imagekeeper, Some(note));
                     journal::put_entry(&mut journal, &jkey, &entry)?;
+                    journaled.push((jkey, entry));
                     journal_written = true;
                     true
                 }
@@ -706,7 +716,7 @@ fn apply_ops(
             put_meta(&mut meta, name, *value)?;
         }
     }
-    Ok((changed, repulls))
+    Ok((changed, repulls, journaled))
 }
 
 type ImagesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageRecord>>;
