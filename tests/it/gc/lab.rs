@@ -455,3 +455,244 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
         "the lab's images are back"
     );
 }
+
+/// Issue 15's "done when", against the real containerd: three images pulled; GC removes two
+/// for space (journaled with reason and rank); one more is removed with CRI RemoveImage
+/// directly (the next detect journals it as external); one of GC's victims is pulled again
+/// through imagekeeper's image manager (its entry is marked re-pulled and the metric counts
+/// it). `imagekeeper inspect evictions` (a process, on the live database) shows the three
+/// removals and the re-pull; `inspect list` shows each image's repository and tag as
+/// `crictl images` does (from the runtime's repo tags). Every other lab image is pinned by a
+/// pattern so that only the three can go; every image is pulled back at the end.
+#[tokio::test]
+async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_metric() {
+    use imagekeeper::agent::AgentMetrics;
+    use imagekeeper::clock::ManualClock;
+    use imagekeeper::pull::{ImageManager, PodRef, PullConfig, PullPolicy};
+
+    let Some(lab) = support::lab(
+        "gc::lab::evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_metric",
+    )
+    .await
+    else {
+        return;
+    };
+    let client = lab.client().await;
+    let pulled = one_manifest_per_image(&lab.images);
+    for row in &pulled {
+        client
+            .pull_image(&row.reference, "", None)
+            .await
+            .unwrap_or_else(|err| panic!("pull {}: {err}", row.reference));
+    }
+    // The three candidates, in eviction order: all never used and first detected together,
+    // so the walk orders them by image id.
+    let mut three: Vec<LabImage> = ["data:1mb", "data:5mb", "user:name"]
+        .iter()
+        .map(|short| lab.image(short).clone())
+        .collect();
+    three.sort_by(|a, b| a.image_id.cmp(&b.image_id));
+    let candidate_ids: BTreeSet<&str> = three.iter().map(|r| r.image_id.as_str()).collect();
+    let others: Vec<String> = lab
+        .images
+        .iter()
+        .filter(|row| !candidate_ids.contains(row.image_id.as_str()))
+        .map(|row| row.reference.clone())
+        .collect();
+    let (first, second, third) = (&three[0], &three[1], &three[2]);
+    let to_free = first.size + second.size;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let store = Arc::new(Store::open(&db, at(0)).expect("store"));
+    let config = GcConfig {
+        policy: GcPolicy {
+            high_threshold_percent: 60,
+            low_threshold_percent: 50,
+            min_age: Duration::ZERO,
+            max_age: Duration::ZERO,
+        },
+        sandbox_image: Some(lab.sandbox_image.clone()),
+        pins: PinPatterns::new(others),
+        kubelet_root_dir: None,
+        journal_retention: Default::default(),
+    };
+    let runtime = ScriptedDisk {
+        client: client.clone(),
+        capacity: AtomicU64::new(10 * to_free),
+        available: AtomicU64::new(4 * to_free),
+    };
+    let gc = ImageGcManager::new(runtime, store.clone(), config).expect("valid policy");
+    let clock = Arc::new(ManualClock::new(at(1_200)));
+    let images = ImageManager::new(
+        &PullConfig::default(),
+        Arc::new(client.clone()),
+        store.clone(),
+        clock,
+    )
+    .expect("valid pull config")
+    .with_repull_metrics(gc.metrics().repulls().clone());
+
+    gc.detect(at(0)).await.expect("detect");
+    // A removal's rank is its place in the eviction order the walk read (pinned images
+    // included, as `inspect explain` ranks them).
+    let order: Vec<String> = store
+        .eviction_order()
+        .expect("scan")
+        .map(|r| r.expect("entry").key.image_id.0)
+        .collect();
+    let rank = |id: &str| {
+        order
+            .iter()
+            .position(|o| o == id)
+            .map(|i| i as u64 + 1)
+            .expect("recorded")
+    };
+    let (first_rank, second_rank) = (rank(&first.image_id), rank(&second.image_id));
+    assert!(first_rank < second_rank);
+    // 60% used: GC frees down to 50%, exactly the first two candidates.
+    let report = gc.garbage_collect(at(1_000)).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let removed: Vec<&str> = report
+        .removed
+        .iter()
+        .map(|r| r.key.image_id.as_str())
+        .collect();
+    assert_eq!(removed, [first.image_id.as_str(), second.image_id.as_str()]);
+
+    // Someone else removes the third through the runtime; the next detect journals it.
+    client
+        .remove_image(&third.image_id, "")
+        .await
+        .expect("RemoveImage of the third");
+    gc.detect(at(1_100)).await.expect("detect");
+
+    // The first victim is pulled again through imagekeeper.
+    let got = images
+        .ensure_image_exists(
+            &PodRef {
+                uid: "lab-pod-uid".into(),
+                namespace: "imagekeeper-test".into(),
+                name: "repull".into(),
+                ..PodRef::default()
+            },
+            &first.reference,
+            PullPolicy::IfNotPresent,
+            &[],
+            "",
+        )
+        .await;
+    assert_eq!(got.as_deref(), Ok(first.image_id.as_str()));
+    let counts = gc.metrics().repulls().counts();
+    assert_eq!(
+        counts,
+        [("age", 0), ("space", 1), ("unused", 0), ("external", 0)]
+    );
+    let rendered = AgentMetrics::default().render(&gc, &images, &store);
+    assert!(
+        rendered.contains("image_repulls_after_eviction_total{reason=\"space\"} 1"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("image_repull_delay_seconds_count 1"),
+        "{rendered}"
+    );
+
+    // inspect evictions, a process reading the live database.
+    let now = (T0 + 1_300).to_string();
+    let inspect = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+            .args(["inspect", "--db", db.to_str().expect("utf8"), "--now", &now])
+            .args(args)
+            .output()
+            .expect("run imagekeeper inspect");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let evictions: serde_json::Value =
+        serde_json::from_str(&inspect(&["evictions", "--output", "json"])).expect("JSON");
+    let rows: Vec<(String, String, serde_json::Value, serde_json::Value, bool)> = evictions
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_str().unwrap_or_default().to_owned(),
+                e["remover"].as_str().unwrap_or_default().to_owned(),
+                e["reason"].clone(),
+                e["rank"].clone(),
+                e["repulled"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect();
+    // Newest first; the two GC removals share the cycle's time and read in key order, reversed.
+    assert_eq!(
+        rows,
+        [
+            (
+                third.image_id.clone(),
+                "external".into(),
+                serde_json::Value::Null,
+                serde_json::Value::Null,
+                false
+            ),
+            (
+                second.image_id.clone(),
+                "imagekeeper".into(),
+                "space".into(),
+                second_rank.into(),
+                false
+            ),
+            (
+                first.image_id.clone(),
+                "imagekeeper".into(),
+                "space".into(),
+                first_rank.into(),
+                true
+            ),
+        ]
+    );
+    assert_eq!(evictions[2]["repull_delay_seconds"], 200);
+    let tags = evictions[2]["repo_tags"].as_array().expect("repo tags");
+    assert!(
+        tags.iter().any(|t| t == first.reference.as_str()),
+        "{} in {tags:?}",
+        first.reference
+    );
+    let table = inspect(&["evictions"]);
+    assert_eq!(table.lines().count(), 4, "{table}");
+
+    // inspect list shows (repository, tag) of every tag, as crictl images does.
+    let list = inspect(&["list"]);
+    assert!(
+        list.lines().next().is_some_and(|h| h.starts_with("IMAGE ")),
+        "{list}"
+    );
+    for image in client.list_images().await.expect("ListImages") {
+        for tag in &image.repo_tags {
+            let (repo, tag) = tag.rsplit_once(':').expect("a tag");
+            assert!(
+                list.lines().any(|line| {
+                    let cells: Vec<&str> = line.split_whitespace().collect();
+                    cells.len() > 2
+                        && cells[0] == repo
+                        && cells[1] == tag
+                        && cells[2] == image.id.short()
+                }),
+                "{repo} {tag} {} in\n{list}",
+                image.id.short()
+            );
+        }
+    }
+
+    for row in &pulled {
+        client
+            .pull_image(&row.reference, "", None)
+            .await
+            .unwrap_or_else(|err| panic!("re-pull {}: {err}", row.reference));
+    }
+}
