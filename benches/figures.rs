@@ -10,7 +10,9 @@
 //! something changed and never when nothing did, the replay removed images.
 //!
 //! Env: `IMAGEKEEPER_BENCH_QUICK=1` shortens criterion's measurement (for trying the bench out,
-//! not for quoting); `IMAGEKEEPER_LAB_ENV=<lab.env>` enables `e2e_gc_lab`.
+//! not for quoting); `IMAGEKEEPER_LAB_ENV=<lab.env>` enables `e2e_gc_lab`;
+//! `IMAGEKEEPER_BENCH_ONLY=bytes` measures only the file-size figures (record + index, names,
+//! journal) on the 100k node (`scripts/bench --bytes`).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::{self, File};
@@ -31,8 +33,8 @@ use imagekeeper::gc::detect::{images_in_use, plan_detect};
 use imagekeeper::gc::evict::{Verdict, space_verdict};
 use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager, PinPatterns, plan_space_victims};
 use imagekeeper::model::{
-    ContainerState, ImageFsStats, ImageId, ImageRecord, PullCredentials, RecordKey,
-    RuntimeContainer, RuntimeImage, UnixNanos,
+    ContainerState, EvictionNote, FsUsage, ImageFsStats, ImageId, ImageNames, ImageRecord,
+    PullCredentials, RecordKey, RemovalReason, RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use imagekeeper::replay::ScriptedRuntime;
 use imagekeeper::store::{Batch, BatchOp, Store, StoredRecord, meta_keys};
@@ -433,6 +435,29 @@ fn main() {
         .configure_from_args();
     let mut figures = Figures::default();
 
+    if std::env::var("IMAGEKEEPER_BENCH_ONLY").is_ok_and(|v| v == "bytes") {
+        let node = synth_node(100_000, SEED);
+        let path = work.join("node-100000.redb");
+        drop(build_store(&path, &node.records, node.now));
+        let file_bytes = fs::metadata(&path).expect("stat").len();
+        figures.target(
+            "db_bytes_per_record_100k",
+            file_bytes as f64 / node.records.len() as f64,
+            "B",
+            "<=",
+            300.0,
+        );
+        figures.add(
+            "db_bytes_per_record_100k_compacted",
+            compacted_size(&path, &work) as f64 / node.records.len() as f64,
+            "B",
+        );
+        names_and_journal_bytes(&node, file_bytes, &work, &mut figures);
+        figures.write(&out_dir);
+        let _ = fs::remove_dir_all(&work);
+        return;
+    }
+
     // --- GC plan: index scan vs kubelet's load-and-sort, n = 1k, 10k, 100k -------------------
     let mut nodes = Vec::new();
     for n in SIZES {
@@ -541,6 +566,7 @@ fn main() {
         compacted_size(&path100k, &work) as f64 / node100k.records.len() as f64,
         "B",
     );
+    names_and_journal_bytes(&node100k, file_bytes, &work, &mut figures);
     let reopen = |evict_cache: bool| -> f64 {
         if evict_cache {
             drop_file_cache(&path100k);
@@ -650,6 +676,98 @@ fn main() {
 
     figures.write(&out_dir);
     let _ = fs::remove_dir_all(&work);
+}
+
+/// Synthetic names of image `i`: one repo tag and one repo digest, as long as a registry's.
+fn synth_names(i: usize, rng: &mut Rng) -> ImageNames {
+    let repo = format!("registry.example.com/team-{}/app-{i:06}", i % 37);
+    ImageNames {
+        repo_tags: vec![format!("{repo}:v{}.{}.{}", i % 9, i % 17, i % 5)],
+        repo_digests: vec![format!("{repo}@sha256:{}", rng.hex64())],
+    }
+}
+
+/// The schema-2 file-size figures, apart from record + index (`plain_bytes`, the file of the
+/// same records without names): the same 100k records with their names, and a journal of
+/// 10,000 removals (the default retention) with their names, on a file of its own.
+fn names_and_journal_bytes(node: &Node, plain_bytes: u64, work: &Path, figures: &mut Figures) {
+    let n = node.records.len();
+    let mut rng = Rng(SEED ^ 0x6e61_6d65);
+    let path = work.join("names-100k.redb");
+    let store = Store::open(&path, node.now).expect("open a new store");
+    for (c, chunk) in node.records.chunks(1000).enumerate() {
+        let mut batch = Batch::new();
+        for (j, r) in chunk.iter().enumerate() {
+            batch.upsert(r.key.clone(), r.record);
+            batch.set_names(r.key.clone(), synth_names(c * 1000 + j, &mut rng));
+        }
+        store.apply(&batch).expect("write records and names");
+    }
+    assert_eq!(store.all_names().expect("names").len(), n);
+    drop(store);
+    let with_names = fs::metadata(&path).expect("stat").len();
+    figures.add(
+        "db_bytes_per_record_100k_with_names",
+        with_names as f64 / n as f64,
+        "B",
+    );
+    figures.add(
+        "db_names_bytes_per_record_100k",
+        (with_names as f64 - plain_bytes as f64) / n as f64,
+        "B",
+    );
+    let _ = fs::remove_file(&path);
+
+    // The journal: 10,000 records with names, each removed by GC (one transaction per 100, as
+    // a long cycle commits one removal at a time), leaving 10,000 entries and their names.
+    const ENTRIES: usize = 10_000;
+    let path = work.join("journal-10k.redb");
+    let store = Store::open(&path, node.now).expect("open a new store");
+    let records = &node.records[..ENTRIES];
+    for (c, chunk) in records.chunks(1000).enumerate() {
+        let mut batch = Batch::new();
+        for (j, r) in chunk.iter().enumerate() {
+            batch.upsert(r.key.clone(), r.record);
+            batch.set_names(r.key.clone(), synth_names(c * 1000 + j, &mut rng));
+        }
+        store.apply(&batch).expect("write records and names");
+    }
+    let fs_usage = Some(FsUsage {
+        capacity: 100 << 30,
+        used_before: 90 << 30,
+        target_used: 80 << 30,
+    });
+    for (c, chunk) in records.chunks(100).enumerate() {
+        let mut batch = Batch::new();
+        for (j, r) in chunk.iter().enumerate() {
+            let rank = c * 100 + j + 1;
+            batch.evict(
+                r.key.clone(),
+                EvictionNote {
+                    removed_at: UnixNanos(node.now.0 + secs(rank as i64)),
+                    reason: RemovalReason::Space,
+                    rank: rank as u32,
+                    fs: fs_usage,
+                },
+            );
+        }
+        store.apply(&batch).expect("evict");
+    }
+    assert_eq!(store.journal().expect("journal").len(), ENTRIES);
+    assert!(store.is_empty().expect("count"));
+    drop(store);
+    let journal_bytes = fs::metadata(&path).expect("stat").len();
+    figures.add(
+        "db_bytes_per_journal_entry_10k",
+        journal_bytes as f64 / ENTRIES as f64,
+        "B",
+    );
+    figures.add(
+        "db_bytes_per_journal_entry_10k_compacted",
+        compacted_size(&path, work) as f64 / ENTRIES as f64,
+        "B",
+    );
+    let _ = fs::remove_file(&path);
 }
 
 /// Evicts `path` from the page cache (its pages are clean: every commit was fsynced).
