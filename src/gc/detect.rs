@@ -181,19 +181,12 @@ pub fn plan_detect_with_uses(
     plan
 }
 
-/// Adds to `plan` the names of each listed image that differ from `stored` (the names table
-/// as read with the records): names are written at detect only when they change.
-pub fn plan_names(
-    plan: &mut DetectPlan,
-    stored: &BTreeMap<RecordKey, ImageNames>,
-    images: &[RuntimeImage],
-) {
-    for (key, image) in fold_images(images) {
-        let names = ImageNames::of(image);
-        let known = stored.get(&key);
-        if known != Some(&names) && !(known.is_none() && names.is_empty()) {
-            plan.batch.set_names(key, names);
-        }
+/// Adds to `plan` the names that differ from the stored ones (`Store::names_that_differ`):
+/// names are written at detect only when they change, and the store compares again inside
+/// the write transaction.
+pub fn plan_names(plan: &mut DetectPlan, changed: Vec<(RecordKey, ImageNames)>) {
+    for (key, names) in changed {
+        plan.batch.set_names(key, names);
     }
 }
 

@@ -311,8 +311,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// run applies to its copy, so both plan from the same rules.
     async fn observe_and_plan(&self, now: UnixNanos) -> Result<(Observed, DetectPlan), GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let names = self.store.all_names()?.into_iter().collect();
         let (images, in_use, existing, volumes, mut kubelet) = self.observe().await?;
+        let names = self.store.names_that_differ(&images)?;
         kubelet.mark_just_pulled(now, self.config.policy.min_age);
         let mut plan = plan_detect_with_uses(
             &existing,
@@ -323,7 +323,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             &self.config.pins,
             now,
         );
-        plan_names(&mut plan, &names, &images);
+        plan_names(&mut plan, names);
         Ok(((images, in_use, existing, volumes, kubelet), plan))
     }
 

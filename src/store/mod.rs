@@ -366,6 +366,45 @@ impl Store {
         self.guarded(|| self.point_get(NAMES, key))
     }
 
+    /// The names of `images` (the runtime's list, the last entry of a key winning) that differ
+    /// from the stored ones, read in one transaction without loading the names table: what a
+    /// detect writes. An image with no names and none stored is not a difference.
+    pub fn names_that_differ(
+        &self,
+        images: &[crate::model::RuntimeImage],
+    ) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
+        self.guarded(|| {
+            let txn = self.begin_read()?;
+            let table = self.open_read_table(&txn, NAMES)?;
+            let mut folded: std::collections::BTreeMap<RecordKey, &crate::model::RuntimeImage> =
+                std::collections::BTreeMap::new();
+            for image in images {
+                folded.insert(image.record_key(), image);
+            }
+            let mut out = Vec::new();
+            for (key, image) in folded {
+                let encoded = key.encode();
+                let stored = match table
+                    .get(Encoded::new(&encoded))
+                    .map_err(|e| self.redb_err(e))?
+                {
+                    Some(g) => Some(g.value().decode().map_err(|e| self.decode_err(e))?),
+                    None => None,
+                };
+                let same = match &stored {
+                    Some(n) => {
+                        n.repo_tags == image.repo_tags && n.repo_digests == image.repo_digests
+                    }
+                    None => image.repo_tags.is_empty() && image.repo_digests.is_empty(),
+                };
+                if !same {
+                    out.push((key, ImageNames::of(image)));
+                }
+            }
+            Ok(out)
+        })
+    }
+
     /// Every image's names, by record key.
     pub fn all_names(&self) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
         self.guarded(|| self.scan_all(NAMES))
