@@ -583,6 +583,61 @@ mod tests {
         assert!(c.metrics_address.is_none(), "metrics are off by default");
     }
 
+    /// The journal's retention: 30 days and 10,000 entries by default, the file's fields, the
+    /// flags over them, and a bad value refused naming where it came from.
+    #[test]
+    fn journal_retention_defaults_file_and_flags_and_bad_values_name_their_origin() {
+        let file: FileConfig =
+            toml::from_str("journalMaxAge = \"48h\"\njournalMaxEntries = 500\n").expect("toml");
+        let c = resolve(&FileConfig::default(), &FlagValues::default()).expect("valid");
+        assert_eq!(c.gc.journal_retention, JournalRetention::default());
+        let c = resolve(&file, &FlagValues::default()).expect("valid");
+        assert_eq!(
+            c.gc.journal_retention,
+            JournalRetention {
+                max_age: Duration::from_secs(48 * 3600),
+                max_entries: 500,
+            }
+        );
+        let flags = FlagValues {
+            journal_max_entries: Some(20),
+            ..FlagValues::default()
+        };
+        let c = resolve(&file, &flags).expect("valid");
+        assert_eq!(c.gc.journal_retention.max_entries, 20);
+        assert_eq!(
+            c.gc.journal_retention.max_age,
+            Duration::from_secs(48 * 3600)
+        );
+        let bad = [
+            (
+                FlagValues {
+                    journal_max_entries: Some(0),
+                    ..FlagValues::default()
+                },
+                "--journal-max-entries: must be between 1 and",
+            ),
+            (
+                FlagValues {
+                    journal_max_age: Some("0s".into()),
+                    ..FlagValues::default()
+                },
+                "--journal-max-age: must be at least 1s",
+            ),
+            (
+                FlagValues {
+                    journal_max_age: Some("a week".into()),
+                    ..FlagValues::default()
+                },
+                "--journal-max-age",
+            ),
+        ];
+        for (flags, want) in bad {
+            let err = resolve(&FileConfig::default(), &flags).expect_err("refused");
+            assert!(err.to_string().starts_with(want), "{err}");
+        }
+    }
+
     #[test]
     fn kubelet_root_dir_defaults_to_the_kubelets_flag_wins_and_empty_disables() {
         let file: FileConfig = toml::from_str("kubeletRootDir = \"/srv/kubelet\"\n").expect("toml");
