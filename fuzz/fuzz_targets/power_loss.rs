@@ -17,7 +17,7 @@ fn time(u: &mut Unstructured<'_>) -> Result<i64> {
 }
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    Ok(match u.int_in_range(0..=8u8)? {
+    Ok(match u.int_in_range(0..=11u8)? {
         0 => Op::Upsert {
             image: u.arbitrary()?,
             handler: u.arbitrary()?,
@@ -61,6 +61,23 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
             image: u.arbitrary()?,
             handler: u.arbitrary()?,
             seen_last_used: time(u)?,
+        },
+        8 => Op::RemoveUnlistedJournaled {
+            image: u.arbitrary()?,
+            handler: u.arbitrary()?,
+            seen_last_used: time(u)?,
+            at: time(u)?,
+        },
+        9 => Op::Evict {
+            image: u.arbitrary()?,
+            handler: u.arbitrary()?,
+            at: time(u)?,
+            rank: u.arbitrary()?,
+        },
+        10 => Op::SetNames {
+            image: u.arbitrary()?,
+            handler: u.arbitrary()?,
+            names: u.arbitrary()?,
         },
         _ => Op::Stamp { value: time(u)? },
     })

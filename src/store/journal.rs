@@ -13,11 +13,11 @@
 //!   entry within retention, not marked yet, marks the newest such entry re-pulled with its
 //!   time (the regret), and the transaction reports it ([`super::Applied::repulls`]).
 //!
-//! The journal is bounded (10,000 entries by default), so the scans here (a regret lookup
-//! once per transaction that creates a record, a prune, a plain removal's names) read at most
-//! that many entries.
+//! The journal is bounded (10,000 entries by default), so the scans here (a regret lookup per
+//! record a transaction creates, newest first and only back to the retention's age; a prune;
+//! a plain removal's names) read at most that many entries.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use redb::{ReadableTable, ReadableTableMetadata};
@@ -26,8 +26,8 @@ use super::codec::{Codec, JournalKey};
 use super::tables::{Encoded, Stored};
 use super::{ImagesTable, MetaTable, TxnError, get_record, put_meta};
 use crate::model::{
-    EvictionNote, ImageId, ImageNames, ImageRecord, JournalEntry, JournalRetention, RecordKey,
-    Remover, Repull, UnixNanos, duration_nanos,
+    EvictionNote, ImageNames, ImageRecord, JournalEntry, JournalRetention, RecordKey, Remover,
+    Repull, UnixNanos, duration_nanos,
 };
 
 pub(super) type JournalTable<'t> = redb::Table<'t, Stored<JournalKey>, Stored<JournalEntry>>;
@@ -66,20 +66,6 @@ pub(super) fn put_entry(
 ) -> Result<(), TxnError> {
     journal.insert(Encoded::new(&key.encode()), Encoded::new(&entry.encode()))?;
     Ok(())
-}
-
-/// Every journal entry, oldest first.
-pub(super) fn entries<T: ReadableTable<Stored<JournalKey>, Stored<JournalEntry>>>(
-    journal: &T,
-) -> Result<Vec<(JournalKey, JournalEntry)>, TxnError> {
-    let mut out = Vec::new();
-    for row in journal.iter()? {
-        let (k, v) = row?;
-        let key = k.value().decode().map_err(TxnError::Decode)?;
-        let entry = v.value().decode().map_err(TxnError::Decode)?;
-        out.push((key, entry));
-    }
-    Ok(out)
 }
 
 /// Whether any journal entry has record key `key`.
@@ -194,53 +180,45 @@ pub fn age_cutoff(newest: UnixNanos, max_age: Duration) -> UnixNanos {
     UnixNanos(newest.0.saturating_sub(duration_nanos(max_age)))
 }
 
-/// The unmarked journal entries by image id (the newest of each), read once per transaction
-/// that creates a record.
-#[derive(Default)]
-pub(super) struct Regrets {
-    loaded: bool,
-    newest_unmarked: BTreeMap<ImageId, (JournalKey, JournalEntry)>,
-}
-
-impl Regrets {
-    /// Marks the newest unmarked entry of `key`'s image id removed within `max_age` before
-    /// `now` as re-pulled at `now`; returns it.
-    pub(super) fn mark(
-        &mut self,
-        journal: &mut JournalTable<'_>,
-        key: &RecordKey,
-        now: UnixNanos,
-        max_age: Duration,
-    ) -> Result<Option<Repull>, TxnError> {
-        if !self.loaded {
-            for (k, entry) in entries(journal)? {
-                if entry.repulled_at.is_none() {
-                    // Oldest first: a later entry of the same id replaces an earlier one.
-                    self.newest_unmarked
-                        .insert(k.key.image_id.clone(), (k, entry));
-                }
-            }
-            self.loaded = true;
+/// Marks the newest unmarked journal entry of `key`'s image id removed within `max_age`
+/// before `now` as re-pulled at `now`; returns it. Reads the journal newest first, keys only,
+/// and stops at the first entry older than the window: at most the window's entries (the
+/// journal is bounded), once per record a transaction creates.
+pub(super) fn mark_repull(
+    journal: &mut JournalTable<'_>,
+    key: &RecordKey,
+    now: UnixNanos,
+    max_age: Duration,
+) -> Result<Option<Repull>, TxnError> {
+    let cutoff = age_cutoff(now, max_age);
+    let mut found: Option<(JournalKey, JournalEntry)> = None;
+    for row in journal.iter()?.rev() {
+        let (k, v) = row?;
+        let jkey = k.value().decode().map_err(TxnError::Decode)?;
+        if jkey.removed_at < cutoff {
+            break;
         }
-        let Some((jkey, _)) = self.newest_unmarked.get(&key.image_id) else {
-            return Ok(None);
-        };
-        if jkey.removed_at < age_cutoff(now, max_age) {
-            return Ok(None);
+        if jkey.key.image_id != key.image_id {
+            continue;
         }
-        let Some((jkey, mut entry)) = self.newest_unmarked.remove(&key.image_id) else {
-            return Ok(None);
-        };
-        entry.repulled_at = Some(now);
-        put_entry(journal, &jkey, &entry)?;
-        Ok(Some(Repull {
-            key: jkey.key,
-            removed_at: jkey.removed_at,
-            reason: entry.reason,
-            remover: entry.remover,
-            delay: now.since(jkey.removed_at),
-        }))
+        let entry = v.value().decode().map_err(TxnError::Decode)?;
+        if entry.repulled_at.is_none() {
+            found = Some((jkey, entry));
+            break;
+        }
     }
+    let Some((jkey, mut entry)) = found else {
+        return Ok(None);
+    };
+    entry.repulled_at = Some(now);
+    put_entry(journal, &jkey, &entry)?;
+    Ok(Some(Repull {
+        key: jkey.key,
+        removed_at: jkey.removed_at,
+        reason: entry.reason,
+        remover: entry.remover,
+        delay: now.since(jkey.removed_at),
+    }))
 }
 
 #[cfg(test)]

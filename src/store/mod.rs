@@ -625,7 +625,6 @@ fn apply_ops(
     let mut journal = txn.open_table(JOURNAL)?;
     let mut changed = false;
     let mut journal_written = false;
-    let mut regrets = journal::Regrets::default();
     let mut repulls = Vec::new();
     let mut journaled = Vec::new();
     for op in &batch.ops {
@@ -741,7 +740,7 @@ fn apply_ops(
         };
         if let Some((key, now)) = creates
             && get_record(&images, key)?.is_some()
-            && let Some(repull) = regrets.mark(&mut journal, key, now, retention.max_age)?
+            && let Some(repull) = journal::mark_repull(&mut journal, key, now, retention.max_age)?
         {
             repulls.push(repull);
             journal_written = true;

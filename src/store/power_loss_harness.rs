@@ -9,14 +9,20 @@
 //! The proptest in `tests` runs it under `cargo test`; `fuzz/fuzz_targets/power_loss.rs` drives
 //! it from fuzz input.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
 use super::power_loss::PowerLossDisk;
-use super::{Batch, CommitMode, Store, StoreError, Violation, meta_keys};
-use crate::model::{BackoffEntry, ImageRecord, RecordKey, UnixNanos};
+use super::{
+    Batch, CommitMode, JournalKey, Store, StoreError, Violation, age_cutoff, meta_keys,
+    retention_keys,
+};
+use crate::model::{
+    BackoffEntry, EvictionNote, ImageNames, ImageRecord, JournalEntry, JournalRetention, RecordKey,
+    RemovalReason, Remover, UnixNanos,
+};
 
 /// The creation time of every simulated database.
 const CREATED_AT: UnixNanos = UnixNanos(1_000_000_000_000);
@@ -65,6 +71,26 @@ pub enum Op {
         image: u8,
         handler: u8,
         seen_last_used: i64,
+    },
+    /// The same, journaled at `at` as an external removal (schema 2).
+    RemoveUnlistedJournaled {
+        image: u8,
+        handler: u8,
+        seen_last_used: i64,
+        at: i64,
+    },
+    /// GC's removal: the record's deletion and its journal entry (`BatchOp::Evict`).
+    Evict {
+        image: u8,
+        handler: u8,
+        at: i64,
+        rank: u32,
+    },
+    /// Detect's names of an image (`BatchOp::SetNames`): `names` picks one of a few lists.
+    SetNames {
+        image: u8,
+        handler: u8,
+        names: u8,
     },
     PutBackoff {
         key: u8,
@@ -172,6 +198,8 @@ pub struct Model {
     pub records: BTreeMap<RecordKey, ImageRecord>,
     pub backoff: BTreeMap<String, BackoffEntry>,
     pub meta: BTreeMap<String, i64>,
+    pub names: BTreeMap<RecordKey, ImageNames>,
+    pub journal: BTreeMap<JournalKey, JournalEntry>,
 }
 
 impl Model {
@@ -199,21 +227,35 @@ impl Model {
                 .collect(),
             backoff: store.backoff_entries()?.into_iter().collect(),
             meta: store.meta_entries()?.into_iter().collect(),
+            names: store.all_names()?.into_iter().collect(),
+            journal: store.journal()?.into_iter().collect(),
         })
     }
 
-    /// Applies `ops` as `Store::apply` does; returns whether anything changed.
+    /// Applies `ops` as `Store::apply` does; returns whether anything changed. The rules are
+    /// written out again here, independently of the store's (`store/journal.rs`).
     fn apply(&mut self, ops: &[Op]) -> bool {
+        let retention = JournalRetention::default();
         let mut changed = false;
         let mut stamps = Vec::new();
+        let mut journal_written = false;
         for op in ops {
+            let key = record_key(op);
+            // A pull's mark or a detect's sighting that creates a record: the regret check.
+            let creates_at = match op {
+                Op::MarkUsed { now, .. } | Op::Sight { now, .. }
+                    if !self.records.contains_key(&key) =>
+                {
+                    Some(*now)
+                }
+                _ => None,
+            };
             changed |= match op {
                 Op::Upsert { .. }
                 | Op::MarkUsed { .. }
                 | Op::Remove { .. }
                 | Op::Sight { .. }
                 | Op::RemoveUnlisted { .. } => {
-                    let key = record_key(op);
                     let old = self.records.get(&key).copied();
                     let next = match op {
                         Op::Upsert {
@@ -271,13 +313,86 @@ impl Model {
                         },
                         _ => None,
                     };
-                    match next {
+                    let record_changed = match next {
                         _ if next == old => false,
                         Some(r) => {
-                            self.records.insert(key, r);
+                            self.records.insert(key.clone(), r);
                             true
                         }
                         None => self.records.remove(&key).is_some(),
+                    };
+                    // A deletion without a journal entry drops the names no entry keeps.
+                    let deleted = old.is_some() && !self.records.contains_key(&key);
+                    let names_dropped = (matches!(op, Op::Remove { .. })
+                        || (matches!(op, Op::RemoveUnlisted { .. }) && deleted))
+                        && !self.records.contains_key(&key)
+                        && !self.journal.keys().any(|k| k.key == key)
+                        && self.names.remove(&key).is_some();
+                    // The store counts a plain removal's names; detect's removal changed the
+                    // record anyway.
+                    record_changed || (matches!(op, Op::Remove { .. }) && names_dropped)
+                }
+                Op::RemoveUnlistedJournaled {
+                    seen_last_used, at, ..
+                } => match self.records.get(&key).copied() {
+                    Some(old) if old.last_used.0 <= *seen_last_used => {
+                        self.records.remove(&key);
+                        self.journal.insert(
+                            JournalKey {
+                                removed_at: UnixNanos(*at),
+                                key: key.clone(),
+                            },
+                            JournalEntry {
+                                size: old.size,
+                                first_detected: old.first_detected,
+                                last_used: old.last_used,
+                                reason: None,
+                                rank: None,
+                                fs: None,
+                                remover: Remover::External,
+                                repulled_at: None,
+                            },
+                        );
+                        journal_written = true;
+                        true
+                    }
+                    _ => false,
+                },
+                Op::Evict { at, rank, .. } => match self.records.remove(&key) {
+                    Some(old) => {
+                        let note = evict_note(*at, *rank);
+                        self.journal.insert(
+                            JournalKey {
+                                removed_at: note.removed_at,
+                                key: key.clone(),
+                            },
+                            JournalEntry {
+                                size: old.size,
+                                first_detected: old.first_detected,
+                                last_used: old.last_used,
+                                reason: Some(note.reason),
+                                rank: Some(note.rank),
+                                fs: note.fs,
+                                remover: Remover::Imagekeeper,
+                                repulled_at: None,
+                            },
+                        );
+                        journal_written = true;
+                        true
+                    }
+                    None => false,
+                },
+                Op::SetNames { names, .. } => {
+                    let next = names_of(*names);
+                    let old = self.names.get(&key);
+                    if !self.records.contains_key(&key)
+                        || old == Some(&next)
+                        || (old.is_none() && next.is_empty())
+                    {
+                        false
+                    } else {
+                        self.names.insert(key.clone(), next);
+                        true
                     }
                 }
                 Op::PutBackoff { key, .. } => {
@@ -297,6 +412,24 @@ impl Model {
                     false
                 }
             };
+            if let Some(now) = creates_at.filter(|_| self.records.contains_key(&key)) {
+                let newest = self
+                    .journal
+                    .iter()
+                    .rev()
+                    .find(|(k, e)| k.key.image_id == key.image_id && e.repulled_at.is_none())
+                    .map(|(k, _)| k.clone());
+                if let Some(jkey) =
+                    newest.filter(|k| k.removed_at >= age_cutoff(UnixNanos(now), retention.max_age))
+                    && let Some(entry) = self.journal.get_mut(&jkey)
+                {
+                    entry.repulled_at = Some(UnixNanos(now));
+                    journal_written = true;
+                }
+            }
+        }
+        if journal_written {
+            self.prune(retention);
         }
         if changed {
             for value in stamps {
@@ -304,6 +437,43 @@ impl Model {
             }
         }
         changed
+    }
+
+    /// The journal's pruning, as `store/journal.rs` does it, with the retention in `meta`.
+    fn prune(&mut self, retention: JournalRetention) {
+        self.set_meta(
+            retention_keys::MAX_AGE_SECS,
+            i64::try_from(retention.max_age.as_secs()).unwrap_or(i64::MAX),
+        );
+        self.set_meta(
+            retention_keys::MAX_ENTRIES,
+            i64::from(retention.max_entries),
+        );
+        let Some(newest) = self.journal.keys().next_back().map(|k| k.removed_at) else {
+            return;
+        };
+        let cutoff = age_cutoff(newest, retention.max_age);
+        let surplus = self
+            .journal
+            .len()
+            .saturating_sub(retention.max_entries as usize);
+        let doomed: Vec<JournalKey> = self
+            .journal
+            .keys()
+            .enumerate()
+            .take_while(|(n, k)| *n < surplus || k.removed_at < cutoff)
+            .map(|(_, k)| k.clone())
+            .collect();
+        let mut pruned: BTreeSet<RecordKey> = BTreeSet::new();
+        for k in doomed {
+            self.journal.remove(&k);
+            pruned.insert(k.key);
+        }
+        for key in pruned {
+            if !self.records.contains_key(&key) && !self.journal.keys().any(|k| k.key == key) {
+                self.names.remove(&key);
+            }
+        }
     }
 
     fn set_meta(&mut self, name: &str, value: i64) -> bool {
@@ -317,13 +487,45 @@ fn record_key(op: &Op) -> RecordKey {
         | Op::MarkUsed { image, handler, .. }
         | Op::Remove { image, handler }
         | Op::Sight { image, handler, .. }
-        | Op::RemoveUnlisted { image, handler, .. } => (*image, *handler),
+        | Op::RemoveUnlisted { image, handler, .. }
+        | Op::RemoveUnlistedJournaled { image, handler, .. }
+        | Op::Evict { image, handler, .. }
+        | Op::SetNames { image, handler, .. } => (*image, *handler),
         _ => (0, 0),
     };
     RecordKey::new(
         format!("sha256:{:064x}", image % 16),
         HANDLERS[usize::from(handler) % HANDLERS.len()],
     )
+}
+
+/// GC's note of an eviction at `at` (unix nanoseconds) with `rank`.
+fn evict_note(at: i64, rank: u32) -> EvictionNote {
+    EvictionNote {
+        removed_at: UnixNanos(at),
+        reason: RemovalReason::Space,
+        rank,
+        fs: None,
+    }
+}
+
+/// One of a few name lists (0: none), so that names collide and change.
+fn names_of(n: u8) -> ImageNames {
+    match n % 4 {
+        0 => ImageNames::default(),
+        1 => ImageNames {
+            repo_tags: vec!["registry.example/app:1".to_owned()],
+            repo_digests: Vec::new(),
+        },
+        2 => ImageNames {
+            repo_tags: vec!["registry.example/app:2".to_owned()],
+            repo_digests: vec!["registry.example/app@sha256:feed".to_owned()],
+        },
+        _ => ImageNames {
+            repo_tags: Vec::new(),
+            repo_digests: vec!["registry.example/app@sha256:beef".to_owned()],
+        },
+    }
 }
 
 fn backoff_key(key: u8) -> String {
@@ -391,6 +593,15 @@ fn to_batch(ops: &[Op]) -> Batch {
             Op::RemoveUnlisted { seen_last_used, .. } => {
                 batch.remove_unlisted(record_key(op), UnixNanos(*seen_last_used))
             }
+            Op::RemoveUnlistedJournaled {
+                seen_last_used, at, ..
+            } => batch.remove_unlisted_journaled(
+                record_key(op),
+                UnixNanos(*seen_last_used),
+                UnixNanos(*at),
+            ),
+            Op::Evict { at, rank, .. } => batch.evict(record_key(op), evict_note(*at, *rank)),
+            Op::SetNames { names, .. } => batch.set_names(record_key(op), names_of(*names)),
             Op::PutBackoff { key, .. } => batch.put_backoff(backoff_key(*key), backoff_entry(op)),
             Op::RemoveBackoff { key } => batch.remove_backoff(backoff_key(*key)),
             Op::SetMeta { name, value } => batch.set_meta(meta_name(*name), *value),

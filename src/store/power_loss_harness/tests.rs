@@ -23,6 +23,14 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(image, handler, seen_last_used)| Op::RemoveUnlisted {
                 image, handler, seen_last_used,
             }),
+        2 => (any::<u8>(), any::<u8>(), time.clone(), time.clone())
+            .prop_map(|(image, handler, seen_last_used, at)| Op::RemoveUnlistedJournaled {
+                image, handler, seen_last_used, at,
+            }),
+        2 => (any::<u8>(), any::<u8>(), time.clone(), any::<u32>())
+            .prop_map(|(image, handler, at, rank)| Op::Evict { image, handler, at, rank }),
+        2 => (any::<u8>(), any::<u8>(), any::<u8>())
+            .prop_map(|(image, handler, names)| Op::SetNames { image, handler, names }),
         1 => (any::<u8>(), 0u32..600, time.clone(), prop_oneof![0u16..64, 0u16..5000])
             .prop_map(|(key, backoff_secs, last_update, message_len)| Op::PutBackoff {
                 key, backoff_secs, last_update, message_len,
