@@ -1732,3 +1732,37 @@ fn stats_show_the_re_pull_rate_of_the_last_day_and_week() {
     assert_eq!(v["repulls"]["last_day"]["removals"], 0);
     assert_eq!(v["repulls"]["last_week"]["removals"], 0);
 }
+
+/// `inspect explain` says of an image that it was evicted before and pulled back (from the
+/// journal), in its reason and as `evicted_before` in JSON.
+#[test]
+fn explain_notes_an_image_evicted_before_and_pulled_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = v2_fixture(dir.path());
+    let v = at_fixture(
+        &db,
+        &["explain", "--kubelet-root-dir", "", "--output", "json"],
+    )
+    .json();
+    let images = v["images"].as_array().expect("images");
+    let busybox = images
+        .iter()
+        .find(|i| i["id"] == BUSYBOX_ID)
+        .expect("busybox explained");
+    assert_eq!(busybox["evicted_before"]["reason"], "space");
+    assert_eq!(busybox["evicted_before"]["remover"], "imagekeeper");
+    assert_eq!(
+        busybox["evicted_before"]["repulled_at"],
+        "2023-11-14T23:03:20Z"
+    );
+    let reason = busybox["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("evicted before (space by imagekeeper at 2023-11-14T22:30:00Z) and pulled back 33m20s later"),
+        "{reason}"
+    );
+    let pause = images
+        .iter()
+        .find(|i| i["id"] != BUSYBOX_ID)
+        .expect("pause explained");
+    assert!(pause.get("evicted_before").is_none(), "{pause}");
+}
