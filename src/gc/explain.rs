@@ -130,13 +130,21 @@ pub fn note_prior_evictions(explanation: &mut Explanation, journal: &[(JournalKe
 }
 
 impl PriorEviction {
-    /// "evicted before (space by imagekeeper at ...) and pulled back 1m0s later".
+    /// "evicted before (space by imagekeeper at ...) and pulled back 1m0s later", or for a
+    /// removal by someone else "removed before (outside imagekeeper, at ...) and ...".
     pub fn describe(&self) -> String {
+        let at = super::format::format_rfc3339(self.removed_at);
+        let removed = match (self.remover, self.reason) {
+            (Remover::Imagekeeper, Some(reason)) => {
+                format!(
+                    "evicted before ({} by imagekeeper at {at})",
+                    reason.as_str()
+                )
+            }
+            _ => format!("removed before (outside imagekeeper, at {at})"),
+        };
         format!(
-            "evicted before ({} by {} at {}) and pulled back {} later",
-            self.reason.map_or("external", RemovalReason::as_str),
-            self.remover.as_str(),
-            super::format::format_rfc3339(self.removed_at),
+            "{removed} and pulled back {} later",
             go_duration(self.repulled_at.since(self.removed_at))
         )
     }

@@ -660,6 +660,60 @@ async fn stale_admin_socket_is_replaced_and_the_agent_starts() {
     assert!(!socket.exists(), "the agent removes its socket on exit");
 }
 
+/// `gc --dry-run` and `prune --dry-run` (no agent) note a candidate that was removed before
+/// and pulled back: an image removed outside imagekeeper (seen gone by `gc`'s detect) and back
+/// at the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_runs_note_a_candidate_removed_before_and_pulled_back() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    let a = image("sha256:aaa", "registry.example/a:1", 1000);
+    let b = image("sha256:bbb", "registry.example/b:1", 2000);
+    fake.set_images(vec![a.clone(), b.clone()]);
+    fake.set_image_fs(fake.dir().display().to_string(), 3000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("no-agent.sock");
+    let db = dir.path().join("records.redb");
+    let endpoint = fake.endpoint();
+    let run = |args: &[&str]| {
+        let out = bin()
+            .args(args)
+            .arg(format!("--db={}", db.display()))
+            .arg(format!("--admin-socket={}", socket.display()))
+            .arg(format!("--container-runtime-endpoint={endpoint}"))
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Space pass off: the fake's image filesystem is the host's disk.
+    let real = [
+        "gc",
+        "--minimum-image-ttl-duration=1h",
+        "--image-gc-high-threshold=100",
+    ];
+    run(&real);
+    fake.set_images(vec![b.clone()]);
+    run(&real);
+    fake.set_images(vec![a, b]);
+    run(&real);
+    let stdout = run(&["prune", "--dry-run", "--minimum-image-ttl-duration=0s"]);
+    assert!(
+        stdout.contains("note: aaa was removed before (outside imagekeeper, at ")
+            && stdout.contains("and pulled back "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("note: bbb"), "{stdout}");
+    let json = run(&[
+        "prune",
+        "--dry-run",
+        "--minimum-image-ttl-duration=0s",
+        "--output",
+        "json",
+    ]);
+    assert!(json.contains("\"evicted_before\""), "{json}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_runs_create_nothing_and_change_no_byte() {
     let fake = FakeRuntime::start().await.expect("fake runtime");
