@@ -89,8 +89,32 @@ impl Store {
     /// A file so damaged that redb panics reading it (redb 4.5 unwraps the UTF-8 of the type
     /// names in its table directory) is refused as [`StoreError::Corrupt`]: the open path runs
     /// under `catch_unwind` and reads every table definition before it returns the store.
+    ///
+    /// The journal's retention starts as the one the file records (`meta`, written by the
+    /// last transaction that wrote the journal), else the default, so a command without an
+    /// agent (`pull`) prunes as the agent does; [`Store::set_journal_retention`] replaces it.
     pub fn open(path: &Path, now: UnixNanos) -> Result<Store, StoreError> {
-        refuse_panics(path, || Store::open_unguarded(path, now))
+        let store = refuse_panics(path, || Store::open_unguarded(path, now))?;
+        store.load_journal_retention()?;
+        Ok(store)
+    }
+
+    /// Takes the retention the file records, when it records a valid one.
+    fn load_journal_retention(&self) -> Result<(), StoreError> {
+        use super::journal::retention_keys;
+        let age = self.meta(retention_keys::MAX_AGE_SECS)?;
+        let entries = self.meta(retention_keys::MAX_ENTRIES)?;
+        if let (Some(age), Some(entries)) = (age, entries)
+            && let (Ok(age), Ok(entries)) = (u64::try_from(age), u32::try_from(entries))
+            && age >= 1
+            && entries >= 1
+        {
+            self.set_journal_retention(crate::model::JournalRetention {
+                max_age: std::time::Duration::from_secs(age),
+                max_entries: entries,
+            });
+        }
+        Ok(())
     }
 
     /// Refuses, before anything is created, a database path that names something other than

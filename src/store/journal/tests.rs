@@ -296,3 +296,26 @@ fn check_reports_undecodable_journal_and_names_entries() {
     found.sort_unstable();
     assert_eq!(found, ["journal", "names"]);
 }
+
+/// A reopened store prunes with the retention the file records (a `pull` without an agent
+/// keeps the agent's), until it is set again.
+#[test]
+fn a_reopened_store_keeps_the_retention_the_file_records() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("records.redb");
+    let retention = JournalRetention {
+        max_age: Duration::from_secs(7 * 86_400),
+        max_entries: 2,
+    };
+    {
+        let store = Store::open(&path, UnixNanos::from_secs(1)).expect("open");
+        assert_eq!(store.journal_retention(), JournalRetention::default());
+        store.set_journal_retention(retention);
+        seed(&store, "a", "a:1");
+        let mut batch = Batch::new();
+        batch.evict(key("a"), note(100, RemovalReason::Age, 1));
+        store.apply(&batch).expect("apply");
+    }
+    let store = Store::open(&path, UnixNanos::from_secs(1)).expect("reopen");
+    assert_eq!(store.journal_retention(), retention);
+}
