@@ -376,13 +376,16 @@ impl Store {
         self.guarded(|| {
             let txn = self.begin_read()?;
             let table = self.open_read_table(&txn, NAMES)?;
-            let mut folded: std::collections::BTreeMap<RecordKey, &crate::model::RuntimeImage> =
-                std::collections::BTreeMap::new();
-            for image in images {
-                folded.insert(image.record_key(), image);
-            }
+            // Last entry of a key wins: walk the list backwards and skip keys already seen
+            // (borrowed, so no key is copied for a list that changed nothing).
+            let mut seen: std::collections::HashSet<(&str, &str)> =
+                std::collections::HashSet::with_capacity(images.len());
             let mut out = Vec::new();
-            for (key, image) in folded {
+            for image in images.iter().rev() {
+                if !seen.insert((image.id.as_str(), image.runtime_handler.as_str())) {
+                    continue;
+                }
+                let key = image.record_key();
                 let encoded = key.encode();
                 let stored = match table
                     .get(Encoded::new(&encoded))
@@ -401,6 +404,8 @@ impl Store {
                     out.push((key, ImageNames::of(image)));
                 }
             }
+            // In list order, as detect's other writes.
+            out.reverse();
             Ok(out)
         })
     }

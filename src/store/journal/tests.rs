@@ -319,3 +319,33 @@ fn a_reopened_store_keeps_the_retention_the_file_records() {
     let store = Store::open(&path, UnixNanos::from_secs(1)).expect("reopen");
     assert_eq!(store.journal_retention(), retention);
 }
+
+/// Detect's comparison of names: the last entry of a key in the runtime's list wins, and only
+/// differences come back (an image without names and none stored is none).
+#[test]
+fn names_that_differ_takes_the_last_entry_of_a_key_and_only_differences() {
+    use crate::model::{ImageId, RuntimeImage};
+    let (_dir, store) = store();
+    seed(&store, "a", "a:2");
+    let listed = |id: &str, tag: Option<&str>| RuntimeImage {
+        id: ImageId::new(format!("sha256:{id}")),
+        repo_tags: tag.map(|t| vec![t.to_owned()]).unwrap_or_default(),
+        repo_digests: tag
+            .map(|t| vec![format!("{}@sha256:feed", t.split(':').next().unwrap_or(t))])
+            .unwrap_or_default(),
+        ..RuntimeImage::default()
+    };
+    // a listed twice, the last entry as stored: no difference; b new with names; c without.
+    let images = vec![
+        listed("a", Some("a:1")),
+        listed("b", Some("b:1")),
+        listed("a", Some("a:2")),
+        listed("c", None),
+    ];
+    let differ = store.names_that_differ(&images).expect("names");
+    assert_eq!(differ, vec![(key("b"), names("b:1"))]);
+    // The other way round, the last entry differs from the stored names.
+    let swapped = vec![listed("a", Some("a:2")), listed("a", Some("a:1"))];
+    let differ = store.names_that_differ(&swapped).expect("names");
+    assert_eq!(differ, vec![(key("a"), names("a:1"))]);
+}
