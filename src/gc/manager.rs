@@ -308,7 +308,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     async fn detect_locked(&self, now: UnixNanos) -> Result<(DetectReport, CycleView), GcError> {
-        let ((images, in_use, _, volumes, kubelet), plan) = self.observe_and_plan(now).await?;
+        let ((images, in_use, _existing, volumes, kubelet), plan) =
+            self.observe_and_plan(now).await?;
+        #[cfg(feature = "sim-mutants")]
+        let plan = crate::sim::mutants::blind_detect(plan, &_existing, now);
         let committed = self.store.apply(&plan.batch)?;
         self.report_clock(&plan, now);
         let report = DetectReport {
@@ -628,6 +631,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         view: &mut CycleView,
         free_time: UnixNanos,
     ) -> Result<bool, GcError> {
+        #[cfg(feature = "sim-mutants")]
+        if crate::sim::mutants::skip_last_look() {
+            return Ok(false);
+        }
         let containers = self
             .runtime
             .list_containers()
