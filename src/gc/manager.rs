@@ -96,6 +96,10 @@ impl<C: crate::clock::Clock + ?Sized> CycleTime for &C {
     }
 }
 
+/// How many times the last look lists the containers again because new ones appeared while
+/// it asked their status, before it keeps the victim instead.
+const LAST_LOOK_ROUNDS: usize = 4;
+
 /// How many eligible images one synchronous step of the walk picks before removing them.
 const WALK_CHUNK: usize = 64;
 
@@ -271,13 +275,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         &self,
         containers: &[RuntimeContainer],
         known: &mut ImageVolumes,
-    ) -> Result<(), GcError> {
+    ) -> Result<usize, GcError> {
+        let mut asked = 0;
         for container in containers {
             // Every container, whatever its state, as for a container's own image: an exited
             // container of a crash-looping pod restarts with the same image volumes.
             if known.contains_key(&container.id) {
                 continue;
             }
+            asked += 1;
             match self.runtime.container_usage(&container.id).await {
                 Ok(usage) => {
                     known.insert(container.id.clone(), usage.image_volumes);
@@ -286,7 +292,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 Err(e) => return Err(runtime_error("get container status")(e)),
             }
         }
-        Ok(())
+        Ok(asked)
     }
 
     /// Observes the runtime and plans the detect at `now`: what a detect applies and a dry
@@ -635,22 +641,38 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         if crate::sim::mutants::skip_last_look() {
             return Ok(false);
         }
-        let containers = self
-            .runtime
-            .list_containers()
-            .await
-            .map_err(runtime_error("list containers"))?;
-        self.read_image_volumes(&containers, &mut view.volumes)
-            .await?;
-        let image = view
-            .listed
-            .get(&victim.key)
-            .cloned()
-            .unwrap_or_else(|| RuntimeImage {
-                id: victim.key.image_id.clone(),
-                runtime_handler: victim.key.runtime_handler.clone(),
-                ..RuntimeImage::default()
-            });
+        // The victim's image as this cycle's detect listed it. A record the list did not
+        // hold (a pull marked it after the list; the image may be gone or not yet landed) is
+        // no candidate: its tags are unknown, so a pull in flight by name cannot be matched,
+        // and the bytes it would free are not known to exist. (Found by the simulator.)
+        let Some(image) = view.listed.get(&victim.key).cloned() else {
+            return Ok(self.kept(victim, view, RescueReason::Gone));
+        };
+        // The containers, listed until a list shows no container whose image volumes are
+        // unknown: asking a new container's status awaits, and a container created during
+        // that call would be missed by the list before it. The decision below follows a list
+        // with no await after it. (Found by the simulator.)
+        let mut rounds = 0;
+        let containers = loop {
+            let containers = self
+                .runtime
+                .list_containers()
+                .await
+                .map_err(runtime_error("list containers"))?;
+            if self
+                .read_image_volumes(&containers, &mut view.volumes)
+                .await?
+                == 0
+            {
+                break containers;
+            }
+            rounds += 1;
+            if rounds == LAST_LOOK_ROUNDS {
+                // Containers keep appearing: keep the victim rather than decide on a list
+                // that may be stale.
+                return Ok(self.kept(victim, view, RescueReason::Container));
+            }
+        };
         // From here to the RemoveImage call nothing awaits: the record, the pulls in flight
         // and the kubelet's pull records are read at the last moment.
         let mounted = containers
@@ -681,9 +703,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 Some(_) => None,
             }
         };
-        let Some(why) = why else {
-            return Ok(false);
-        };
+        Ok(match why {
+            Some(why) => self.kept(victim, view, why),
+            None => false,
+        })
+    }
+
+    /// Keeps a victim the last look rescued: logged, counted, and protected for the rest of
+    /// the cycle. Returns true.
+    fn kept(&self, victim: &StoredRecord, view: &mut CycleView, why: RescueReason) -> bool {
         info!(
             image_id = victim.key.image_id.as_str(),
             runtime_handler = victim.key.runtime_handler.as_str(),
@@ -692,7 +720,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         );
         self.metrics.record_rescue(why);
         view.protected.insert(victim.key.clone());
-        Ok(true)
+        true
     }
 
     /// Removes one image through the runtime, then its record. A failure is logged and
