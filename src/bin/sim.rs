@@ -29,7 +29,10 @@ fn usage(problem: &str) -> ExitCode {
     eprintln!("sim: {problem}");
     eprintln!("usage: sim [SECONDS] [--seed S] [--steps N] [--mutant NAME]");
     let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.name()).collect();
-    eprintln!("mutants (a build with the sim-mutants feature): {}", names.join(", "));
+    eprintln!(
+        "mutants (a build with the sim-mutants feature): {}",
+        names.join(", ")
+    );
     ExitCode::from(2)
 }
 
@@ -92,7 +95,9 @@ fn main() -> ExitCode {
         let seed = match flags.seed {
             Some(s) => s,
             None => {
-                next_seed = next_seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                next_seed = next_seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
                 next_seed
             }
         };

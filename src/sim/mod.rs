@@ -37,9 +37,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use crate::clock::{Clock, ManualClock};
-use crate::gc::{
-    CycleTime, DetectReport, GcConfig, GcError, GcPolicy, GcReport, ImageGcManager,
-};
+use crate::gc::{CycleTime, DetectReport, GcConfig, GcError, GcPolicy, GcReport, ImageGcManager};
 use crate::model::{ContainerState, ImageId, RecordKey, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullConfig, PullError, PullPolicy, PullsInFlight};
 use crate::store::power_loss::{PowerLossDisk, SplitMix64};
@@ -279,7 +277,7 @@ impl Sim {
         world.catalog = catalog.clone();
         // The node starts with the sandbox image and a few others.
         for entry in &catalog {
-            if entry.pinned || rng.next_u64() % 2 == 0 {
+            if entry.pinned || rng.next_u64().is_multiple_of(2) {
                 world.add_image(entry);
             }
         }
@@ -293,7 +291,7 @@ impl Sim {
             high_threshold_percent: 70 + i64::try_from(rng.next_u64() % 20).unwrap_or(0),
             low_threshold_percent: 50 + i64::try_from(rng.next_u64() % 15).unwrap_or(0),
             min_age: Duration::from_secs(rng.next_u64() % 3 * 60),
-            max_age: if rng.next_u64() % 2 == 0 {
+            max_age: if rng.next_u64().is_multiple_of(2) {
                 Duration::ZERO
             } else {
                 Duration::from_secs(3600 + rng.next_u64() % 3600)
@@ -433,7 +431,12 @@ impl Sim {
         }
     }
 
-    fn spawn(&mut self, kind: Kind, future: Pin<Box<dyn Future<Output = Done>>>, cycle_now: Arc<Mutex<Option<UnixNanos>>>) -> ActorId {
+    fn spawn(
+        &mut self,
+        kind: Kind,
+        future: Pin<Box<dyn Future<Output = Done>>>,
+        cycle_now: Arc<Mutex<Option<UnixNanos>>>,
+    ) -> ActorId {
         let id = self.next_actor;
         self.next_actor += 1;
         let waker = Arc::new(ActorWaker {
@@ -598,7 +601,10 @@ impl Sim {
             .keys()
             .filter(|id| {
                 **id != world.sandbox_image_id
-                    && !world.containers.values().any(|c| c.image_id.as_str() == *id)
+                    && !world
+                        .containers
+                        .values()
+                        .any(|c| c.image_id.as_str() == *id)
             })
             .cloned()
             .collect();
@@ -616,7 +622,7 @@ impl Sim {
     fn disk_usage(&mut self) {
         let mb = (self.rng.next_u64() % 200) << 20;
         let mut world = self.runtime.world();
-        if self.rng.next_u64() % 2 == 0 {
+        if self.rng.next_u64().is_multiple_of(2) {
             world.other_used = world.other_used.saturating_add(mb).min(700 << 20);
         } else {
             world.other_used = world.other_used.saturating_sub(mb);
@@ -636,7 +642,11 @@ impl Sim {
         } else {
             let floor = self.latest.saturating_sub(CLOCK_BACK_LIMIT);
             let span = u64::try_from(now.0.saturating_sub(floor.0)).unwrap_or(0);
-            let back = if span == 0 { 0 } else { self.rng.next_u64() % span };
+            let back = if span == 0 {
+                0
+            } else {
+                self.rng.next_u64() % span
+            };
             let to = UnixNanos(now.0.saturating_sub(i64::try_from(back).unwrap_or(0)));
             self.clock.set(to);
             self.note(format!("clock jumps back {}s", back / 1_000_000_000));
@@ -661,10 +671,10 @@ impl Sim {
                     _ => continue,
                 };
                 progressed = true;
-                if let Poll::Ready(done) = polled {
-                    if let Some(actor) = self.actors.remove(&id) {
-                        self.finish(id, actor, done);
-                    }
+                if let Poll::Ready(done) = polled
+                    && let Some(actor) = self.actors.remove(&id)
+                {
+                    self.finish(id, actor, done);
                 }
             }
             if progressed {
@@ -707,7 +717,9 @@ impl Sim {
         let cycle_now = *actor.cycle_now.lock().unwrap_or_else(|p| p.into_inner());
         match done {
             Done::Pull(result) => {
-                let Kind::Pull { .. } = actor.kind else { return };
+                let Kind::Pull { .. } = actor.kind else {
+                    return;
+                };
                 let Some(index) = self.pod_of_actor(&actor) else {
                     return;
                 };
@@ -779,13 +791,10 @@ impl Sim {
                         .unwrap_or_default()
                 ));
                 if !cut {
-                    if let Some(message) = self.oracle.judge_cycle(
-                        id,
-                        &report,
-                        fs,
-                        cycle_now,
-                        &self.config.policy,
-                    ) {
+                    if let Some(message) =
+                        self.oracle
+                            .judge_cycle(id, &report, fs, cycle_now, &self.config.policy)
+                    {
                         self.fail(message);
                     }
                 } else {
@@ -824,14 +833,16 @@ impl Sim {
         let image = self.disk.crash_image(self.rng.next_u64());
         self.disk = PowerLossDisk::new(image, None);
         let now = self.clock.now();
-        let mut store =
-            match Store::open_with_backend(self.disk.backend(), label(), now, self.mode) {
-                Ok(store) => store,
-                Err(e) => {
-                    self.fail(format!("invariant 3: the store does not open after the power cut: {e}"));
-                    return;
-                }
-            };
+        let mut store = match Store::open_with_backend(self.disk.backend(), label(), now, self.mode)
+        {
+            Ok(store) => store,
+            Err(e) => {
+                self.fail(format!(
+                    "invariant 3: the store does not open after the power cut: {e}"
+                ));
+                return;
+            }
+        };
         match store.check() {
             Ok(v) if v.is_empty() => {}
             Ok(v) => {
@@ -839,7 +850,9 @@ impl Sim {
                 return;
             }
             Err(e) => {
-                self.fail(format!("invariant 3: Store::check failed after recovery: {e}"));
+                self.fail(format!(
+                    "invariant 3: Store::check failed after recovery: {e}"
+                ));
                 return;
             }
         }
@@ -880,9 +893,14 @@ fn start_agent(
         ..PullConfig::default()
     };
     let clock: Arc<dyn Clock> = clock.clone();
-    let pulls = ImageManager::new(&pull_config, Arc::new(runtime.clone()), store.clone(), clock)
-        .map_err(|e| SimError::Setup(e.to_string()))?
-        .with_pulls_in_flight(in_flight);
+    let pulls = ImageManager::new(
+        &pull_config,
+        Arc::new(runtime.clone()),
+        store.clone(),
+        clock,
+    )
+    .map_err(|e| SimError::Setup(e.to_string()))?
+    .with_pulls_in_flight(in_flight);
     Ok(Agent {
         store,
         gc: Arc::new(gc),

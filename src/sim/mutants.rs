@@ -51,7 +51,9 @@ pub fn blind_detect(
             ),
             BatchOp::RemoveUnlisted { key, .. } => batch.remove(key.clone()),
             BatchOp::SetMeta { name, value } => batch.set_meta(name.clone(), *value),
-            BatchOp::ClampFuture { key, limit, now } => batch.clamp_future(key.clone(), *limit, *now),
+            BatchOp::ClampFuture { key, limit, now } => {
+                batch.clamp_future(key.clone(), *limit, *now)
+            }
             other => {
                 let _ = other;
             }

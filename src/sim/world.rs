@@ -337,7 +337,8 @@ impl ImageRuntime for SimRuntime {
         let release = self.call("ListImages", "").await?;
         let images: Vec<RuntimeImage> = {
             let mut world = self.world();
-            let images: Vec<RuntimeImage> = world.images.values().map(|p| p.image.clone()).collect();
+            let images: Vec<RuntimeImage> =
+                world.images.values().map(|p| p.image.clone()).collect();
             let sandbox = world.sandbox_image_id.clone();
             let seen = world.seen.entry(current_actor()).or_default();
             seen.images = images.iter().map(|i| i.id.as_str().to_owned()).collect();
@@ -392,7 +393,10 @@ impl ImageRuntime for SimRuntime {
             None => Err(CriError::Rpc {
                 method: "PullImage",
                 code: RpcCode::NotFound,
-                message: format!("failed to pull and unpack image {:?}: not found", spec.image),
+                message: format!(
+                    "failed to pull and unpack image {:?}: not found",
+                    spec.image
+                ),
             }),
         }
     }
@@ -401,9 +405,9 @@ impl ImageRuntime for SimRuntime {
         {
             let mut world = self.world();
             if let Some(why) = world.protected_because(image) {
-                world
-                    .violations
-                    .push(format!("invariant 1: RemoveImage {image} issued while {why}"));
+                world.violations.push(format!(
+                    "invariant 1: RemoveImage {image} issued while {why}"
+                ));
             }
             world.removes.push(RemoveIssued {
                 actor: current_actor(),
@@ -443,7 +447,11 @@ impl ImageRuntime for SimRuntime {
             .values()
             .map(|c| c.image_id.as_str().to_owned())
             .collect();
-        world.seen.entry(current_actor()).or_default().container_images = images;
+        world
+            .seen
+            .entry(current_actor())
+            .or_default()
+            .container_images = images;
         Ok(world
             .containers
             .iter()
