@@ -38,7 +38,7 @@ fn usage(problem: &str) -> ExitCode {
 
 fn parse(args: &[String]) -> Result<Flags, String> {
     let mut flags = Flags {
-        seconds: 10,
+        seconds: 60,
         seed: None,
         steps: DEFAULT_STEPS,
         mutant: None,
@@ -88,6 +88,7 @@ fn main() -> ExitCode {
     // Random seeds: the standard library's per-process random keys, no clock.
     let mut next_seed = RandomState::new().hash_one(0x5eed_u64);
     let (mut seeds, mut steps, mut violations, mut failed) = (0u64, 0u64, 0u64, false);
+    let (mut crashes, mut removals, mut over, mut acks) = (0u64, 0u64, 0u64, 0u64);
     if let Some(m) = flags.mutant {
         println!("sim: mutant {} on", m.name());
     }
@@ -110,6 +111,10 @@ fn main() -> ExitCode {
             Ok(outcome) => {
                 seeds += 1;
                 steps += outcome.steps;
+                crashes += outcome.crashes;
+                removals += outcome.removals;
+                over += outcome.over_threshold;
+                acks += outcome.acknowledged;
                 if let Some(v) = outcome.violation {
                     violations += 1;
                     println!(
@@ -145,6 +150,9 @@ fn main() -> ExitCode {
     #[allow(clippy::cast_precision_loss)]
     let rate = if secs > 0.0 { steps as f64 / secs } else { 0.0 };
     println!("sim: {secs:.1}s, {rate:.0} steps/s");
+    println!(
+        "sim: exercised {crashes} power cuts, {removals} RemoveImage calls, {over} GCs over the high threshold, {acks} acknowledged uses"
+    );
     println!("sim: {seeds} seeds, {steps} steps, {violations} violations");
     if violations > 0 || failed {
         ExitCode::FAILURE

@@ -37,6 +37,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use crate::clock::{Clock, ManualClock};
+use crate::gc::evict::{Verdict, space_verdict};
 use crate::gc::{CycleTime, DetectReport, GcConfig, GcError, GcPolicy, GcReport, ImageGcManager};
 use crate::model::{ContainerState, ImageId, RecordKey, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullConfig, PullError, PullPolicy, PullsInFlight};
@@ -108,7 +109,13 @@ pub struct SimOutcome {
     pub seed: u64,
     pub steps: u64,
     pub crashes: u64,
+    /// RemoveImage calls imagekeeper issued.
     pub removals: u64,
+    /// GarbageCollect cycles over the high threshold, judged for liveness.
+    pub over_threshold: u64,
+    /// Uses acknowledged, and acknowledged uses checked against the store.
+    pub acknowledged: u64,
+    pub ack_checks: u64,
     pub violation: Option<Violation>,
 }
 
@@ -195,6 +202,9 @@ enum Done {
 
 struct Actor {
     kind: Kind,
+    /// The world's churn and the GC's rescues when the operation started.
+    churn_at_start: u64,
+    rescues_at_start: u64,
     future: Pin<Box<dyn Future<Output = Done>>>,
     waker: Arc<ActorWaker>,
     cycle_now: Arc<Mutex<Option<UnixNanos>>>,
@@ -336,6 +346,9 @@ impl Sim {
             steps: self.step,
             crashes: self.crashes,
             removals: self.oracle.removals,
+            over_threshold: self.oracle.over_threshold,
+            acknowledged: self.oracle.acknowledged,
+            ack_checks: self.oracle.ack_checks,
             violation: self.violation.clone(),
         }
     }
@@ -401,7 +414,14 @@ impl Sim {
                     .world()
                     .calls
                     .get(&id)
-                    .map(|c| format!("actor {} {}", c.actor, c.label))
+                    .map(|c| {
+                        let kind = self
+                            .actors
+                            .get(&c.actor)
+                            .map(|a| format!("{:?}", a.kind))
+                            .unwrap_or_default();
+                        format!("actor {} ({kind}) {}", c.actor, c.label)
+                    })
                     .unwrap_or_default();
                 self.note(format!(
                     "release {label}{}{}",
@@ -443,10 +463,14 @@ impl Sim {
             woken: AtomicBool::new(true),
             driver: self.driver.clone(),
         });
+        let churn_at_start = self.runtime.world().churn;
+        let rescues_at_start = rescues(&self.agent);
         self.actors.insert(
             id,
             Actor {
                 kind,
+                churn_at_start,
+                rescues_at_start,
                 future,
                 waker,
                 cycle_now,
@@ -528,6 +552,7 @@ impl Sim {
                             state: ContainerState::Created,
                         },
                     );
+                    self.runtime.world().churn += 1;
                     self.note(format!("{} creates container {cid} of {id}", pod.uid));
                     self.pods[index].phase = Phase::Container(cid);
                 } else {
@@ -556,6 +581,7 @@ impl Sim {
                         "is removed"
                     }
                 };
+                world.churn += 1;
                 drop(world);
                 self.note(format!("{} container {cid} {what}", pod.uid));
                 if what == "is removed" {
@@ -595,7 +621,7 @@ impl Sim {
     }
 
     fn external_removal(&mut self) {
-        let mut world = self.runtime.world();
+        let world = self.runtime.world();
         let candidates: Vec<String> = world
             .images
             .keys()
@@ -613,8 +639,9 @@ impl Sim {
         }
         drop(world);
         let id = candidates[self.pick(candidates.len())].clone();
-        self.runtime.world().images.remove(&id);
-        world = self.runtime.world();
+        let mut world = self.runtime.world();
+        world.images.remove(&id);
+        world.churn += 1;
         drop(world);
         self.note(format!("{id} removed behind imagekeeper's back"));
     }
@@ -724,7 +751,11 @@ impl Sim {
                     return;
                 };
                 let uid = self.pods[index].uid.clone();
-                let pulled = self.runtime.world().pulls.remove(&uid).is_some();
+                let pulled = {
+                    let mut world = self.runtime.world();
+                    world.churn += 1;
+                    world.pulls.remove(&uid).is_some()
+                };
                 match result {
                     Ok(image_ref) if !cut => {
                         self.note(format!("actor {id}: {uid} pull returned {image_ref}"));
@@ -796,6 +827,16 @@ impl Sim {
                             .judge_cycle(id, &report, fs, cycle_now, &self.config.policy)
                     {
                         self.fail(message);
+                    } else if let (Some(GcError::InsufficientSpace { .. }), Some(now)) =
+                        (&report.error, cycle_now)
+                    {
+                        let quiet = self.runtime.world().churn == actor.churn_at_start
+                            && rescues(&self.agent) == actor.rescues_at_start;
+                        if quiet && let Some(left) = self.eligible_left(now) {
+                            self.fail(format!(
+                                "invariant 4: GC gave up short of the low threshold with an eligible image left: {left}"
+                            ));
+                        }
                     }
                 } else {
                     self.oracle.forget_cycle(id);
@@ -803,6 +844,38 @@ impl Sim {
             }
             Done::Cache => {}
         }
+    }
+
+    /// An image the store and the ground truth say a space walk at `free_time` may remove,
+    /// if any is left.
+    fn eligible_left(&self, free_time: UnixNanos) -> Option<RecordKey> {
+        let records = self.agent.store.records().ok()?;
+        let world = self.runtime.world();
+        let mut in_use: std::collections::BTreeSet<RecordKey> = world
+            .containers
+            .values()
+            .map(|c| RecordKey::new(c.image_id.as_str(), ""))
+            .collect();
+        in_use.insert(RecordKey::new(world.sandbox_image_id.clone(), ""));
+        in_use.extend(
+            world
+                .pulls
+                .values()
+                .map(|id| RecordKey::new(id.clone(), "")),
+        );
+        records
+            .into_iter()
+            .filter(|r| world.images.contains_key(r.key.image_id.as_str()))
+            .find(|r| {
+                space_verdict(
+                    &r.key,
+                    &r.record,
+                    &in_use,
+                    free_time,
+                    self.config.policy.min_age,
+                ) == Verdict::Eligible
+            })
+            .map(|r| r.key)
     }
 
     fn pod_of_actor(&self, actor: &Actor) -> Option<usize> {
@@ -870,6 +943,11 @@ impl Sim {
             self.fail(message);
         }
     }
+}
+
+/// The last looks that kept a victim, over the agent's life.
+fn rescues(agent: &Agent) -> u64 {
+    agent.gc.metrics().rescued().iter().map(|(_, n)| n).sum()
 }
 
 fn label() -> &'static std::path::Path {

@@ -41,6 +41,12 @@ pub struct Oracle {
     commits_seen: u64,
     /// RemoveImage calls issued, over the run.
     pub removals: u64,
+    /// GarbageCollect cycles that found usage over the high threshold (judged for liveness).
+    pub over_threshold: u64,
+    /// Acknowledged uses recorded.
+    pub acknowledged: u64,
+    /// Acknowledged uses checked against the store (summed over steps).
+    pub ack_checks: u64,
     /// Per cycle: each RemoveImage it issued, with the victim's record at that moment.
     issued: BTreeMap<ActorId, Vec<(String, Option<ImageRecord>)>>,
 }
@@ -48,6 +54,7 @@ pub struct Oracle {
 impl Oracle {
     /// Records the latest acknowledged use of `key`.
     pub fn acknowledge(&mut self, key: RecordKey, ack: Ack) {
+        self.acknowledged += 1;
         self.acks.insert(key, ack);
     }
 
@@ -91,6 +98,7 @@ impl Oracle {
             if world.generation(key.image_id.as_str()) != Some(ack.generation) {
                 continue;
             }
+            self.ack_checks += 1;
             match store.get(key) {
                 Ok(Some(r)) if r.last_used >= ack.at => {}
                 Ok(Some(r)) => {
@@ -121,9 +129,10 @@ impl Oracle {
         cycle_now: Option<UnixNanos>,
         policy: &GcPolicy,
     ) -> Option<String> {
+        // The RemoveImage calls in the order issued; a removal matches the next call for its
+        // image (an image can be removed twice in one cycle: pulled again between).
         let issued = self.issued.remove(&actor).unwrap_or_default();
-        let records: BTreeMap<&str, Option<ImageRecord>> =
-            issued.iter().map(|(id, r)| (id.as_str(), *r)).collect();
+        let mut cursor = 0;
         // 5. Order.
         let mut seen_other = false;
         let mut last: Option<(RemovalReason, (UnixNanos, UnixNanos, RecordKey))> = None;
@@ -137,7 +146,12 @@ impl Oracle {
             if removal.reason != RemovalReason::Age {
                 seen_other = true;
             }
-            let Some(Some(record)) = records.get(removal.key.image_id.as_str()) else {
+            let found = issued[cursor..]
+                .iter()
+                .position(|(id, _)| id == removal.key.image_id.as_str());
+            let Some(at) = found else { continue };
+            cursor += at + 1;
+            let Some(record) = issued[cursor - 1].1 else {
                 continue;
             };
             let order = (record.last_used, record.first_detected, removal.key.clone());
@@ -146,8 +160,14 @@ impl Oracle {
                 && *previous >= order
             {
                 return Some(format!(
-                    "invariant 5: {} removed after {} though it comes first in (last_used, first_detected, key)",
-                    removal.key, previous.2
+                    "invariant 5: {} ({:?} pass; last_used {}, first_detected {}) removed after {} (last_used {}, first_detected {}) though it comes first in (last_used, first_detected, key)",
+                    removal.key,
+                    removal.reason,
+                    order.0.0,
+                    order.1.0,
+                    previous.2,
+                    previous.0.0,
+                    previous.1.0
                 ));
             }
             last = Some((removal.reason, order));
@@ -165,6 +185,7 @@ impl Oracle {
         if usage < policy.high_threshold_percent {
             return None;
         }
+        self.over_threshold += 1;
         let amount = capacity.saturating_mul(100 - policy.low_threshold_percent) / 100 - available;
         let freed: i64 = report
             .removed

@@ -137,6 +137,10 @@ pub struct World {
     pub fs_answers: BTreeMap<ActorId, FsAnswer>,
     /// What each actor's lists showed.
     pub seen: BTreeMap<ActorId, Seen>,
+    /// Counts every change of what protects or frees an image (containers, pulls, images
+    /// appearing or removed behind imagekeeper's back): a cycle that saw none is judged on
+    /// the ground truth at its end.
+    pub churn: u64,
 }
 
 impl World {
@@ -154,6 +158,7 @@ impl World {
             return;
         }
         self.next_generation += 1;
+        self.churn += 1;
         let image = RuntimeImage {
             id: ImageId::new(entry.id.clone()),
             repo_tags: vec![entry.name.clone()],
@@ -381,6 +386,7 @@ impl ImageRuntime for SimRuntime {
             let mut world = self.world();
             if let (Some(uid), Some(entry)) = (&uid, world.catalog_entry(&spec.image)) {
                 world.pulls.insert(uid.clone(), entry.id);
+                world.churn += 1;
             }
         }
         self.call("PullImage", &spec.image).await?;
