@@ -11,10 +11,11 @@
 //! running container per cycle, the last looks reusing detect's answers), a pinned image, an image a
 //! pull through imagekeeper has in flight, an image used at or after the GC's start. Pulls and
 //! containers are not under the cycle lock, so right before each RemoveImage call the manager
-//! takes a last look (`rescue`): it lists the containers, then re-reads the victim's record
-//! and the pulls in flight with no await before the call; a victim that gained a container, a
-//! newer last_used or a pull is kept (`gc_victims_rescued_total{why}`) and the walk goes on to
-//! the next candidate.
+//! takes a last look (`rescue`): it lists the containers (again, when it had to ask a new
+//! container's status after the list), then re-reads the victim's record and the pulls in
+//! flight with no await before the call; a victim that gained a container, a newer last_used
+//! or a pull, or whose image the cycle's detect did not list, is kept
+//! (`gc_victims_rescued_total{why}`) and the walk goes on to the next candidate.
 //!
 //! Clock: a detect clamps stored stamps later than its `now` + `FUTURE_STAMP_TOLERANCE` to
 //! `now` and notices a `last_detect` later than that (the clock went back); each committed
@@ -626,8 +627,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// runtime's list, taken now, with the image volumes of its running containers: detect's,
     /// plus one ContainerStatus for each container started since), a pull in flight, a kubelet
     /// pull intent or a kubelet pulled record newer than its last use (both files read now), or
-    /// a newer mark on its record keeps it. A kept victim is counted, logged, and protected for
-    /// the rest of the cycle. A runtime
+    /// a newer mark on its record keeps it; so does the absence of its image from the cycle's
+    /// list. A kept victim is counted, logged, and protected for the rest of the cycle. A runtime
     /// that cannot list its containers fails the cycle: GC never removes without knowing
     /// what runs. (The list is taken per removal, not per batch: it costs a few milliseconds
     /// beside a RemoveImage, and closes the window of the batch's earlier removals.)
