@@ -10,6 +10,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,13 @@ struct Flags {
     seed: Option<u64>,
     steps: u64,
     mutant: Option<Mutant>,
+}
+
+/// Writes one line to stdout; false once the reader has gone (`| head`), which ends the run
+/// quietly with the status so far.
+fn say(line: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
 }
 
 fn usage(problem: &str) -> ExitCode {
@@ -89,8 +97,10 @@ fn main() -> ExitCode {
     let mut next_seed = RandomState::new().hash_one(0x5eed_u64);
     let (mut seeds, mut steps, mut violations, mut failed) = (0u64, 0u64, 0u64, false);
     let (mut crashes, mut removals, mut over, mut acks) = (0u64, 0u64, 0u64, 0u64);
+    let mut quiet = 0u64;
+    let mut open = true;
     if let Some(m) = flags.mutant {
-        println!("sim: mutant {} on", m.name());
+        open &= say(&format!("sim: mutant {} on", m.name()));
     }
     loop {
         let seed = match flags.seed {
@@ -115,45 +125,48 @@ fn main() -> ExitCode {
                 removals += outcome.removals;
                 over += outcome.over_threshold;
                 acks += outcome.acknowledged;
+                quiet += outcome.quiet_cycles;
                 if let Some(v) = outcome.violation {
                     violations += 1;
-                    println!(
+                    open &= say(&format!(
                         "seed {seed}: violation at step {} ({:.2}s into the run): {}",
                         v.step,
                         started.elapsed().as_secs_f64(),
                         v.message
-                    );
+                    ));
                     for line in &v.trace {
-                        println!("  {line}");
+                        open &= say(&format!("  {line}"));
                     }
-                    println!(
+                    open &= say(&format!(
                         "  replay: scripts/sim --seed {seed} --steps {}{}",
                         flags.steps,
                         flags
                             .mutant
                             .map(|m| format!(" --mutant {}", m.name()))
                             .unwrap_or_default()
-                    );
+                    ));
                 }
             }
             Err(e) => {
                 failed = true;
-                println!("seed {seed}: could not run: {e}");
+                open &= say(&format!("seed {seed}: could not run: {e}"));
                 seeds += 1;
             }
         }
-        if flags.seed.is_some() || started.elapsed() >= budget {
+        if !open || flags.seed.is_some() || started.elapsed() >= budget {
             break;
         }
     }
     let secs = started.elapsed().as_secs_f64();
     #[allow(clippy::cast_precision_loss)]
     let rate = if secs > 0.0 { steps as f64 / secs } else { 0.0 };
-    println!("sim: {secs:.1}s, {rate:.0} steps/s");
-    println!(
-        "sim: exercised {crashes} power cuts, {removals} RemoveImage calls, {over} GCs over the high threshold, {acks} acknowledged uses"
-    );
-    println!("sim: {seeds} seeds, {steps} steps, {violations} violations");
+    say(&format!("sim: {secs:.1}s, {rate:.0} steps/s"));
+    say(&format!(
+        "sim: exercised {crashes} power cuts, {removals} RemoveImage calls, {over} GCs over the high threshold, {quiet} quiet cycles judged for what they left, {acks} acknowledged uses"
+    ));
+    say(&format!(
+        "sim: {seeds} seeds, {steps} steps, {violations} violations"
+    ));
     if violations > 0 || failed {
         ExitCode::FAILURE
     } else {

@@ -116,6 +116,8 @@ pub struct SimOutcome {
     /// Uses acknowledged, and acknowledged uses checked against the store.
     pub acknowledged: u64,
     pub ack_checks: u64,
+    /// GC and DeleteUnusedImages cycles judged for the eligible images they left.
+    pub quiet_cycles: u64,
     pub violation: Option<Violation>,
 }
 
@@ -251,6 +253,8 @@ struct Sim {
     oracle: Oracle,
     trace: VecDeque<String>,
     crashes: u64,
+    /// Cycles judged for what they left (see `judge_leftovers`).
+    quiet_cycles: u64,
     violation: Option<Violation>,
     driver: Arc<Mutex<Option<Waker>>>,
 }
@@ -335,6 +339,7 @@ impl Sim {
             oracle: Oracle::default(),
             trace: VecDeque::new(),
             crashes: 0,
+            quiet_cycles: 0,
             violation: None,
             driver: Arc::new(Mutex::new(None)),
         })
@@ -349,6 +354,7 @@ impl Sim {
             over_threshold: self.oracle.over_threshold,
             acknowledged: self.oracle.acknowledged,
             ack_checks: self.oracle.ack_checks,
+            quiet_cycles: self.quiet_cycles,
             violation: self.violation.clone(),
         }
     }
@@ -827,16 +833,8 @@ impl Sim {
                             .judge_cycle(id, &report, fs, cycle_now, &self.config.policy)
                     {
                         self.fail(message);
-                    } else if let (Some(GcError::InsufficientSpace { .. }), Some(now)) =
-                        (&report.error, cycle_now)
-                    {
-                        let quiet = self.runtime.world().churn == actor.churn_at_start
-                            && rescues(&self.agent) == actor.rescues_at_start;
-                        if quiet && let Some(left) = self.eligible_left(now) {
-                            self.fail(format!(
-                                "invariant 4: GC gave up short of the low threshold with an eligible image left: {left}"
-                            ));
-                        }
+                    } else if let Some(message) = self.judge_leftovers(&actor, &report, cycle_now) {
+                        self.fail(message);
                     }
                 } else {
                     self.oracle.forget_cycle(id);
@@ -846,10 +844,48 @@ impl Sim {
         }
     }
 
-    /// An image the store and the ground truth say a space walk at `free_time` may remove,
-    /// if any is left.
-    fn eligible_left(&self, free_time: UnixNanos) -> Option<RecordKey> {
-        let records = self.agent.store.records().ok()?;
+    /// What a cycle that saw no change of the ground truth (no container, pull or image came
+    /// or went, no victim rescued) and no removal failure left behind: a GC that gave up
+    /// (`InsufficientSpace`) or a DeleteUnusedImages must leave no eligible image (4), and a
+    /// walk must leave none that comes before its last removal (5).
+    fn judge_leftovers(
+        &mut self,
+        actor: &Actor,
+        report: &GcReport,
+        cycle_now: Option<UnixNanos>,
+    ) -> Option<String> {
+        let now = cycle_now?;
+        let quiet = self.runtime.world().churn == actor.churn_at_start
+            && rescues(&self.agent) == actor.rescues_at_start;
+        let judged = matches!(report.error, None | Some(GcError::InsufficientSpace { .. }));
+        if !quiet || !judged {
+            return None;
+        }
+        self.quiet_cycles += 1;
+        let first = self.eligible_left(now).into_iter().min()?;
+        match (&report.error, &actor.kind, &self.oracle.last_walk_order) {
+            (Some(_), _, _) => Some(format!(
+                "invariant 4: GC gave up short of the low threshold with an eligible image left: {}",
+                first.2
+            )),
+            (None, Kind::DeleteUnused, _) => Some(format!(
+                "invariant 4: DeleteUnusedImages left an eligible image: {}",
+                first.2
+            )),
+            (None, _, Some(last)) if first < *last => Some(format!(
+                "invariant 5: {} was eligible and comes before {}, which the walk removed, but was left",
+                first.2, last.2
+            )),
+            _ => None,
+        }
+    }
+
+    /// The images the store and the ground truth say a space walk at `free_time` may remove,
+    /// with their place in the eviction order.
+    fn eligible_left(&self, free_time: UnixNanos) -> Vec<oracle::Order> {
+        let Ok(records) = self.agent.store.records() else {
+            return Vec::new();
+        };
         let world = self.runtime.world();
         let mut in_use: std::collections::BTreeSet<RecordKey> = world
             .containers
@@ -866,7 +902,7 @@ impl Sim {
         records
             .into_iter()
             .filter(|r| world.images.contains_key(r.key.image_id.as_str()))
-            .find(|r| {
+            .filter(|r| {
                 space_verdict(
                     &r.key,
                     &r.record,
@@ -875,7 +911,8 @@ impl Sim {
                     self.config.policy.min_age,
                 ) == Verdict::Eligible
             })
-            .map(|r| r.key)
+            .map(|r| (r.record.last_used, r.record.first_detected, r.key))
+            .collect()
     }
 
     fn pod_of_actor(&self, actor: &Actor) -> Option<usize> {

@@ -25,6 +25,9 @@ use crate::store::Store;
 
 use super::world::{ActorId, FsAnswer, SimRuntime};
 
+/// Where a record stands in the eviction order.
+pub type Order = (UnixNanos, UnixNanos, RecordKey);
+
 /// An acknowledged use of an image.
 #[derive(Clone, Debug)]
 pub struct Ack {
@@ -47,6 +50,9 @@ pub struct Oracle {
     pub acknowledged: u64,
     /// Acknowledged uses checked against the store (summed over steps).
     pub ack_checks: u64,
+    /// The (last_used, first_detected, key) of the last space or unused removal of the cycle
+    /// judged last, to judge what it left.
+    pub last_walk_order: Option<Order>,
     /// Per cycle: each RemoveImage it issued, with the victim's record at that moment.
     issued: BTreeMap<ActorId, Vec<(String, Option<ImageRecord>)>>,
 }
@@ -133,6 +139,7 @@ impl Oracle {
         // image (an image can be removed twice in one cycle: pulled again between).
         let issued = self.issued.remove(&actor).unwrap_or_default();
         let mut cursor = 0;
+        self.last_walk_order = None;
         // 5. Order.
         let mut seen_other = false;
         let mut last: Option<(RemovalReason, (UnixNanos, UnixNanos, RecordKey))> = None;
@@ -169,6 +176,9 @@ impl Oracle {
                     previous.0.0,
                     previous.1.0
                 ));
+            }
+            if removal.reason != RemovalReason::Age {
+                self.last_walk_order = Some(order.clone());
             }
             last = Some((removal.reason, order));
         }
