@@ -12,10 +12,13 @@
 //!    `Store::check` after every recovery, in the driver).
 //! 4. Liveness: a GarbageCollect that found usage at or above the high threshold either freed
 //!    by space removals at least what it had to free down to the low threshold, or says why
-//!    not with an error; an `InsufficientSpace` error states the bytes its removals freed.
+//!    not with an error; an `InsufficientSpace` error states the bytes its removals freed; and
+//!    (judged by the driver, on a cycle during which nothing changed) a GC that gave up or a
+//!    DeleteUnusedImages left no eligible image.
 //! 5. Order: within one cycle, MaxAge removals come first, and each pass removes in strictly
 //!    increasing (last_used, first_detected, key) of the records as they were when each
-//!    RemoveImage was issued.
+//!    RemoveImage was issued; (judged by the driver, on a quiet cycle) no eligible image that
+//!    comes before the walk's last removal is left.
 
 use std::collections::BTreeMap;
 
