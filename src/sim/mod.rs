@@ -192,7 +192,13 @@ enum Kind {
     Gc,
     DeleteUnused,
     Cache,
-    Pull { uid: String },
+    Pull {
+        uid: String,
+    },
+    /// The container events watcher marking a created container's images.
+    Event {
+        container: String,
+    },
 }
 
 enum Done {
@@ -200,6 +206,7 @@ enum Done {
     Gc(GcReport),
     Cache,
     Pull(Result<String, PullError>),
+    Event(Result<Vec<RecordKey>, GcError>, UnixNanos),
 }
 
 struct Actor {
@@ -560,7 +567,8 @@ impl Sim {
                     );
                     self.runtime.world().churn += 1;
                     self.note(format!("{} creates container {cid} of {id}", pod.uid));
-                    self.pods[index].phase = Phase::Container(cid);
+                    self.pods[index].phase = Phase::Container(cid.clone());
+                    self.container_event(cid);
                 } else {
                     self.note(format!("{} finds {id} gone; pulls again", pod.uid));
                     self.pods[index].phase = Phase::NeedsImage;
@@ -595,6 +603,34 @@ impl Sim {
                 }
             }
         }
+    }
+
+    /// The runtime's CONTAINER_CREATED_EVENT reaches the agent's watcher, which marks the
+    /// container's images at once (one event at a time, as the watcher does; an event that
+    /// finds the watcher busy is lost, as the watcher is only an accelerator).
+    fn container_event(&mut self, container: String) {
+        let busy = self
+            .actors
+            .values()
+            .any(|a| matches!(a.kind, Kind::Event { .. }));
+        if busy || !self.chance(70) {
+            return;
+        }
+        let gc = self.agent.gc.clone();
+        let now = self.clock.now();
+        let id = container.clone();
+        let future: Pin<Box<dyn Future<Output = Done>>> =
+            Box::pin(async move { Done::Event(gc.mark_container_used(&id, now).await, now) });
+        let actor = self.spawn(
+            Kind::Event {
+                container: container.clone(),
+            },
+            future,
+            Arc::new(Mutex::new(None)),
+        );
+        self.note(format!(
+            "the events watcher marks {container} as actor {actor}"
+        ));
     }
 
     fn start_pull(&mut self, index: usize) {
@@ -840,7 +876,28 @@ impl Sim {
                     self.oracle.forget_cycle(id);
                 }
             }
-            Done::Cache => {}
+            Done::Event(Ok(keys), now) if !cut => {
+                let acks: Vec<(RecordKey, u64)> = {
+                    let world = self.runtime.world();
+                    keys.into_iter()
+                        .filter_map(|k| {
+                            let g = world.generation(k.image_id.as_str())?;
+                            Some((k, g))
+                        })
+                        .collect()
+                };
+                for (key, generation) in acks {
+                    self.oracle.acknowledge(
+                        key,
+                        Ack {
+                            at: now,
+                            generation,
+                            what: format!("container event (actor {id})"),
+                        },
+                    );
+                }
+            }
+            Done::Event(..) | Done::Cache => {}
         }
     }
 
