@@ -26,12 +26,15 @@ const GC_BUCKETS: &[f64] = &[
 #[derive(Debug)]
 pub struct AgentMetrics {
     gc_durations: Mutex<Histogram>,
+    /// Configuration reloads: [successes, failures].
+    config_reloads: [std::sync::atomic::AtomicU64; 2],
 }
 
 impl Default for AgentMetrics {
     fn default() -> AgentMetrics {
         AgentMetrics {
             gc_durations: Mutex::new(Histogram::new(GC_BUCKETS)),
+            config_reloads: Default::default(),
         }
     }
 }
@@ -42,6 +45,11 @@ impl AgentMetrics {
             Ok(mut h) => h.observe(took.as_secs_f64()),
             Err(p) => p.into_inner().observe(took.as_secs_f64()),
         }
+    }
+
+    pub fn record_reload(&self, success: bool) {
+        self.config_reloads[usize::from(!success)]
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Renders every metric.
@@ -160,6 +168,11 @@ impl AgentMetrics {
             store.commit_nanos_total() as f64 / 1e9,
             store.commits()
         );
+        out.push_str("# HELP config_reloads_total Configuration reloads (SIGHUP), by result.\n# TYPE config_reloads_total counter\n");
+        for (result, n) in ["success", "failure"].iter().zip(&self.config_reloads) {
+            let n = n.load(std::sync::atomic::Ordering::Relaxed);
+            let _ = writeln!(out, "config_reloads_total{{result=\"{result}\"}} {n}");
+        }
         out
     }
 }

@@ -12,11 +12,16 @@
 //! store is open, so a second agent on the same database fails before it can touch the first
 //! one's socket; an I/O failure of the store (a full disk) makes the agent not ready
 //! ([`Agent::ready`], metric `store_healthy`) but stops no loop: the store reopens itself at its
-//! next use, so the agent recovers without a restart once space is back.
+//! next use, so the agent recovers without a restart once space is back. A reload
+//! ([`reload`], on SIGHUP) swaps the GC settings between cycles, never within one, and keeps
+//! the running configuration when the file is invalid. [`Agent::detect_state`] says when the
+//! first detect is done (the service manager's readiness, [`notify`]).
 
 pub mod config;
 pub mod events;
 mod metrics;
+pub mod notify;
+pub mod reload;
 
 use std::future::Future;
 use std::path::Path;
@@ -37,6 +42,7 @@ use crate::store::{Batch, Store, StoreError, StoredRecord, meta_keys};
 
 pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
 pub use metrics::{AgentMetrics, serve_metrics};
+pub use reload::{ConfigSource, ReloadReport};
 
 /// Why the agent could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +67,14 @@ pub enum AgentError {
 
 /// A running node agent.
 pub struct Agent {
-    config: AgentConfig,
+    /// The running configuration; its GC part is replaced by a reload.
+    config: Mutex<AgentConfig>,
+    /// Where the configuration came from, read again by a reload.
+    source: Option<ConfigSource>,
+    /// Reloads run one at a time.
+    reload_lock: tokio::sync::Mutex<()>,
+    /// Whether a detect has succeeded yet, and the last failure before it did.
+    detect_state: watch::Sender<DetectState>,
     /// The runtime client the container events watcher streams from.
     events_client: CriClient,
     store: Arc<Store>,
@@ -71,6 +84,18 @@ pub struct Agent {
     metrics: AgentMetrics,
     gc_failed_before: Mutex<bool>,
     gc_last_unreachable: Mutex<bool>,
+}
+
+/// Where the agent's first detect stands: the service manager is told the agent is ready
+/// once it is `Done` (the database is open and the runtime's images are recorded).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DetectState {
+    /// No detect has ended yet.
+    NotYet,
+    /// Every detect so far failed; the last error.
+    Failing(String),
+    /// A detect succeeded.
+    Done,
 }
 
 /// One of the agent's periodic loops.
@@ -103,7 +128,10 @@ impl Agent {
         .map_err(|e| AgentError::Pull(e.to_string()))?
         .with_pulls_in_flight(in_flight);
         Ok(Agent {
-            config,
+            config: Mutex::new(config),
+            source: None,
+            reload_lock: tokio::sync::Mutex::new(()),
+            detect_state: watch::Sender::new(DetectState::NotYet),
             events_client: client,
             store,
             gc,
@@ -115,8 +143,15 @@ impl Agent {
         })
     }
 
-    pub fn config(&self) -> &AgentConfig {
-        &self.config
+    /// The running configuration (a reload replaces its GC settings).
+    pub fn config(&self) -> AgentConfig {
+        lock_ignoring_poison(&self.config).clone()
+    }
+
+    /// Where the first detect stands; changes once when a detect first succeeds (and on each
+    /// failure before that).
+    pub fn detect_state(&self) -> watch::Receiver<DetectState> {
+        self.detect_state.subscribe()
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -180,10 +215,11 @@ impl Agent {
     }
 
     async fn run_loops(self: Arc<Self>, stop: watch::Receiver<bool>) {
+        let config = self.config();
         let periods = [
-            (Loop::Detect, self.config.detect_period),
-            (Loop::ImageCache, self.config.image_cache_period),
-            (Loop::Gc, self.config.gc_period),
+            (Loop::Detect, config.detect_period),
+            (Loop::ImageCache, config.image_cache_period),
+            (Loop::Gc, config.gc_period),
         ];
         run_schedule(periods, stop, |which| {
             let agent = self.clone();
@@ -206,10 +242,22 @@ impl Agent {
                         committed = report.committed,
                         "Detected images"
                     );
+                    self.detect_state.send_if_modified(|state| {
+                        let first = *state != DetectState::Done;
+                        *state = DetectState::Done;
+                        first
+                    });
                     CycleOutcome::Done
                 }
                 Err(e) => {
                     error!(error = %e, "Image detection failed");
+                    self.detect_state.send_if_modified(|state| {
+                        if *state == DetectState::Done {
+                            return false;
+                        }
+                        *state = DetectState::Failing(e.to_string());
+                        true
+                    });
                     CycleOutcome::failed(&e)
                 }
             },
