@@ -29,6 +29,27 @@ pub enum ConfigError {
     File { path: PathBuf, message: String },
 }
 
+impl ConfigError {
+    /// The message on one line, for a log line or a status: the TOML parser's source excerpt
+    /// (the `|` lines) is left out, its position and message kept.
+    pub fn one_line(&self) -> String {
+        let text = self.to_string();
+        let mut parts = text.lines().map(str::trim).filter(|line| {
+            let excerpt = line.starts_with('|')
+                || line
+                    .split_once(" |")
+                    .is_some_and(|(n, _)| n.chars().all(|c| c.is_ascii_digit()));
+            !line.is_empty() && !excerpt
+        });
+        let mut out = parts.next().unwrap_or_default().to_owned();
+        for part in parts {
+            out.push_str(": ");
+            out.push_str(part);
+        }
+        out
+    }
+}
+
 /// The config file: KubeletConfiguration's field names, all optional.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -765,6 +786,27 @@ mod tests {
             let err = resolve(&file, &flags).expect_err(want).to_string();
             assert!(err.starts_with(want), "got {err:?}, want prefix {want:?}");
         }
+    }
+
+    #[test]
+    fn one_line_keeps_the_position_and_message_of_a_toml_error() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("bad.toml");
+        std::fs::write(
+            &path,
+            "imageGCLowThresholdPercent = 50\nimageGCHighThreshold = 3\n",
+        )
+        .expect("write");
+        let err = FileConfig::load(&path).expect_err("unknown field");
+        let line = err.one_line();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with(&format!(
+                "config file {}: TOML parse error at line 2, column 1: unknown field `imageGCHighThreshold`",
+                path.display()
+            )),
+            "{line}"
+        );
     }
 
     #[test]

@@ -139,7 +139,7 @@ impl Agent {
                 );
             }
             Err(e) => error!(
-                error = %e,
+                error = %e.one_line(),
                 "Reloading the configuration failed; the running configuration is kept"
             ),
         }

@@ -179,7 +179,10 @@ async fn serve_service_manager(
                 }
                 let status = match agent.reload().await {
                     Ok(_) => "Running: configuration reloaded".to_owned(),
-                    Err(e) => format!("Running: reload failed, configuration kept: {e}"),
+                    Err(e) => format!(
+                        "Running: reload failed, configuration kept: {}",
+                        e.one_line()
+                    ),
                 };
                 let status = notify::status(&status);
                 if ready {

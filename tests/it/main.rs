@@ -15,5 +15,6 @@ mod gc;
 mod inspect;
 mod pull;
 mod replay;
+mod service;
 mod store;
 mod support;
