@@ -381,3 +381,131 @@ async fn notify_socket_in_the_abstract_namespace_and_status_while_the_first_dete
     assert_eq!(next_message(&manager), "STOPPING=1");
     assert_eq!(service.wait().code(), Some(0));
 }
+
+/// The unit file's `[Service]` settings, `ExecStart` with its continuation lines joined.
+fn unit_settings(text: &str) -> Vec<(String, String)> {
+    let joined = text.replace("\\\n", " ");
+    joined
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('['))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// `deploy/imagekeeper.service` as shipped: its ExecStart, with the installed paths moved
+/// into a temporary directory and the runtime's socket pointed at the fake, starts the agent
+/// and reaches READY=1; its ExecReload (SIGHUP) reloads; its stop timeout leaves the cycle in
+/// flight its grace period; `systemd-analyze verify` (when installed) finds nothing to say.
+/// The test fails when the unit drifts from the flags the binary takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_systemd_unit_starts_reaches_ready_reloads_and_verifies() {
+    let unit_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/imagekeeper.service");
+    let text = std::fs::read_to_string(&unit_path).expect("read the unit");
+    let settings = unit_settings(&text);
+    let get = |key: &str| -> Vec<&str> {
+        settings
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    assert_eq!(get("Type"), ["notify"]);
+    assert_eq!(get("ExecReload"), ["/bin/kill -HUP $MAINPID"]);
+    assert_eq!(get("StateDirectoryMode"), ["0700"]);
+    assert_eq!(get("RuntimeDirectoryMode"), ["0700"]);
+    let exec = get("ExecStart");
+    assert_eq!(exec.len(), 1);
+    let mut words = exec[0].split_whitespace();
+    assert_eq!(words.next(), Some("/usr/local/bin/imagekeeper"));
+    let args: Vec<&str> = words.collect();
+    let grace: u64 = args
+        .windows(2)
+        .find(|w| w[0] == "--shutdown-grace-seconds")
+        .map(|w| w[1].parse().expect("seconds"))
+        .unwrap_or(30);
+    let stop: u64 = get("TimeoutStopSec")[0]
+        .trim_end_matches('s')
+        .parse()
+        .expect("TimeoutStopSec in seconds");
+    assert!(
+        stop > grace + 5,
+        "TimeoutStopSec {stop} must cover the grace {grace} + 5 s"
+    );
+
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    for sub in ["etc/imagekeeper", "var/lib/imagekeeper", "run/imagekeeper"] {
+        std::fs::create_dir_all(root.join(sub)).expect("mkdir");
+    }
+    // Spare the host's disk from the space pass (its threshold comes from the file).
+    std::fs::write(
+        root.join("etc/imagekeeper/imagekeeper.toml"),
+        "imageGCHighThresholdPercent = 100\n",
+    )
+    .expect("write config");
+    let moved: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let a = a.replace("unix:///run/containerd/containerd.sock", &fake.endpoint());
+            [
+                "/etc/imagekeeper",
+                "/var/lib/imagekeeper",
+                "/run/imagekeeper",
+            ]
+            .iter()
+            .fold(a, |a, dir| {
+                a.replace(dir, &format!("{}{dir}", root.display()))
+            })
+        })
+        .collect();
+    let notify_path = root.join("notify.sock");
+    let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    let child = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .args(&moved)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the unit's command");
+    let mut service = Service { child };
+    assert!(next_message(&manager).starts_with("READY=1\n"));
+    service.signal(libc::SIGHUP);
+    assert!(next_message(&manager).starts_with("RELOADING=1\n"));
+    assert_eq!(
+        next_message(&manager),
+        "READY=1\nSTATUS=Running: configuration reloaded"
+    );
+    service.signal(libc::SIGTERM);
+    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(service.wait().code(), Some(0));
+
+    // systemd's own check of the unit, with ExecStart at the binary under test.
+    let verify_dir = root.join("unit");
+    std::fs::create_dir_all(&verify_dir).expect("mkdir");
+    let verify_unit = verify_dir.join("imagekeeper.service");
+    std::fs::write(
+        &verify_unit,
+        text.replace(
+            "/usr/local/bin/imagekeeper",
+            env!("CARGO_BIN_EXE_imagekeeper"),
+        ),
+    )
+    .expect("write the unit copy");
+    match Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&verify_unit)
+        .output()
+    {
+        Err(e) => eprintln!("systemd-analyze verify: skipped ({e})"),
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{stderr}");
+            assert!(stderr.trim().is_empty(), "systemd-analyze says: {stderr}");
+        }
+    }
+}
