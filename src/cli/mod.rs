@@ -6,6 +6,7 @@ mod db;
 mod doctor;
 mod gc;
 mod inspect;
+mod output;
 mod pull;
 mod replay;
 mod run;

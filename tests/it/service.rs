@@ -1,7 +1,7 @@
 //! The agent as a service: reloading its configuration (`Agent::reload`, which SIGHUP calls)
 //! and the service manager's notify protocol (`NOTIFY_SOCKET`), against the in-process fake
-//! CRI server. The process tests synchronise on the notify messages themselves, never on a
-//! guessed sleep.
+//! CRI server, plus the output formats of a dry run's plan. The process tests synchronise on
+//! the notify messages themselves, never on a guessed sleep.
 
 use std::io::Write as _;
 use std::os::unix::net::UnixDatagram;
@@ -508,4 +508,75 @@ async fn the_shipped_systemd_unit_starts_reaches_ready_reloads_and_verifies() {
             assert!(stderr.trim().is_empty(), "systemd-analyze says: {stderr}");
         }
     }
+}
+
+/// `prune --dry-run` (no agent) prints its plan in every format: the table (`wide` adds the
+/// bytes, `--no-headers` keeps the rows alone), the legacy JSON, the List of `ImageRemoval`
+/// items (`kube-json`, `yaml`) and `name`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_plan_prints_in_every_output_format() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![
+        image("sha256:aaa", "registry.example/a:1", 1000),
+        image("sha256:bbb", "registry.example/b:1", 2000),
+    ]);
+    fake.set_image_fs(fake.dir().display().to_string(), 3000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("no-agent.sock");
+    let endpoint = fake.endpoint();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+            .args(args)
+            .args([
+                "--minimum-image-ttl-duration=0s",
+                "--image-gc-high-threshold=100",
+            ])
+            .arg(format!("--db={}", db.display()))
+            .arg(format!("--admin-socket={}", socket.display()))
+            .arg(format!("--container-runtime-endpoint={endpoint}"))
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        String::from_utf8(out.stdout).expect("utf8")
+    };
+    // A real gc with the space pass off records the images (the dry run needs a database).
+    run(&["gc"]);
+
+    let legacy: serde_json::Value =
+        serde_json::from_str(&run(&["prune", "--dry-run", "--output", "json"])).expect("json");
+    assert_eq!(legacy["dry_run"], true);
+    let list: serde_json::Value =
+        serde_json::from_str(&run(&["prune", "--dry-run", "-o", "kube-json"])).expect("json");
+    assert_eq!(list["kind"], "List");
+    let items = list["items"].as_array().expect("items");
+    let names: Vec<&str> = items
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["sha256:aaa", "sha256:bbb"]);
+    assert!(
+        items
+            .iter()
+            .all(|i| i["kind"] == "ImageRemoval" && i["dryRun"] == true && i["reason"] == "unused")
+    );
+    assert_eq!(items[1]["sizeBytes"], 2000);
+    let yaml: serde_json::Value =
+        serde_yaml_ng::from_str(&run(&["prune", "--dry-run", "-o", "yaml"])).expect("yaml");
+    assert_eq!(yaml, list);
+    assert_eq!(
+        run(&["prune", "--dry-run", "-o", "name"]),
+        "imageremoval/sha256:aaa\nimageremoval/sha256:bbb\n"
+    );
+    let wide = run(&["prune", "--dry-run", "-o", "wide"]);
+    assert!(
+        wide.lines().next().expect("header").contains("BYTES"),
+        "{wide}"
+    );
+    assert!(wide.contains("would remove 2 image(s)"), "{wide}");
+    let bare = run(&["prune", "--dry-run", "--no-headers", "--no-trunc"]);
+    let lines: Vec<&str> = bare.lines().collect();
+    assert_eq!(lines.len(), 2, "{bare}");
+    assert!(lines[0].starts_with("sha256:aaa "), "{bare}");
 }
