@@ -3,6 +3,7 @@
 
 mod agent_flags;
 mod db;
+mod docs;
 mod doctor;
 mod gc;
 mod inspect;
@@ -51,6 +52,10 @@ enum Command {
     Pull(pull::PullArgs),
     /// Check the kubelet's configuration against imagekeeper's: each conflict and what to change.
     Doctor(Box<doctor::DoctorArgs>),
+    /// Print a shell completion script (bash, zsh or fish).
+    Completion(docs::CompletionArgs),
+    /// Print the man page (or write one per command with --dir).
+    Man(docs::ManArgs),
 }
 
 /// `--timeout`: how long a command waits for a running agent's answer (Go duration syntax,
@@ -166,6 +171,8 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Pull(args) => pull::run(args),
         Command::Doctor(args) => doctor::run(*args),
+        Command::Completion(args) => docs::completion(args),
+        Command::Man(args) => docs::man(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

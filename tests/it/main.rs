@@ -9,6 +9,7 @@ mod agent;
 mod corrupt;
 mod crash;
 mod cri;
+mod docs;
 mod doctor;
 mod events;
 mod gc;
