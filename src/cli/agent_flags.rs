@@ -10,7 +10,8 @@ use super::Failure;
 
 #[derive(Args, Debug, Clone)]
 pub struct AgentFlags {
-    /// A TOML file with KubeletConfiguration's field names; flags win over it.
+    /// A TOML file with KubeletConfiguration's field names; flags win over it. `run` reads it
+    /// again on SIGHUP.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The record database [default: /var/lib/imagekeeper/records.redb].

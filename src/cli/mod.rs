@@ -38,7 +38,8 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the node agent: detect, image cache and GC loops, admin socket, metrics.
+    /// Run the node agent: detect, image cache and GC loops, admin socket, metrics. SIGHUP
+    /// reloads --config; NOTIFY_SOCKET gets READY=1 after the first detect (systemd).
     Run(Box<run::RunArgs>),
     /// Run one image GC now (through the agent when it runs).
     Gc(Box<gc::GcArgs>),
