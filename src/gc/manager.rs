@@ -17,7 +17,7 @@
 //! the next candidate.
 //!
 //! Settings: the configuration ([`GcConfig`]) and the kubelet pull records reader it implies
-//! are one immutable [`Settings`] value behind an `Arc`. A cycle takes it once, right after it
+//! are one immutable `Settings` value behind an `Arc`. A cycle takes it once, right after it
 //! holds the cycle lock, and uses that one value to its end; [`ImageGcManager::reconfigure`]
 //! (the agent's reload) swaps it while holding the cycle lock, so a new configuration applies
 //! between cycles, never within one. A dry run takes it once at its start.
