@@ -3,8 +3,8 @@
 //! (used by `src/cri/` only) and the agent's admin service from
 //! `proto/imagekeeper/v1/admin.proto` (used by `src/admin/` only).
 //!
-//! `AuthConfig` gets no derived `Debug`: it carries registry secrets, and `src/cri/convert.rs`
-//! gives it a redacted one.
+//! `AuthConfig` and `EnsureImageRequest` get no derived `Debug`: they carry registry secrets,
+//! and `src/cri/convert.rs` and `src/admin/mod.rs` give them redacted ones.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cri = "proto/runtime/v1/api.proto";
@@ -15,7 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .skip_debug(["runtime.v1.AuthConfig"])
+        .skip_debug(["runtime.v1.AuthConfig", "imagekeeper.v1.EnsureImageRequest"])
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -82,6 +82,13 @@ pub struct FileConfig {
     /// setting is the `--root-dir` flag; this name is ours). Empty disables reading them.
     #[serde(rename = "kubeletRootDir")]
     pub kubelet_root_dir: Option<String>,
+    /// The kubelet's `--image-credential-provider-config` (a CredentialProviderConfig file);
+    /// this name is ours.
+    #[serde(rename = "imageCredentialProviderConfig")]
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// The kubelet's `--image-credential-provider-bin-dir`; this name is ours.
+    #[serde(rename = "imageCredentialProviderBinDir")]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -120,6 +127,15 @@ pub struct FlagValues {
     pub detect_period: Option<String>,
     pub gc_period: Option<String>,
     pub image_cache_period: Option<String>,
+    pub image_credential_provider_config: Option<PathBuf>,
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
+}
+
+/// The credential provider plugins' config file and bin dir (both or neither).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialProviders {
+    pub config: PathBuf,
+    pub bin_dir: PathBuf,
 }
 
 /// Everything the agent runs with.
@@ -134,6 +150,9 @@ pub struct AgentConfig {
     pub detect_period: Duration,
     pub gc_period: Duration,
     pub image_cache_period: Duration,
+    /// Keyring pulls (the admin EnsureImage) look for node credentials on the kubelet's docker
+    /// config search path from `gc.kubelet_root_dir`, and ask these plugins.
+    pub credential_providers: Option<CredentialProviders>,
 }
 
 /// The shortest loop period (`--detect-period`, `--gc-period`, `--image-cache-period`): a
@@ -387,6 +406,37 @@ impl AgentConfig {
             }
         };
 
+        let provider_config = pick(
+            &flags.image_credential_provider_config,
+            "--image-credential-provider-config",
+            &file.image_credential_provider_config,
+            o.field("imageCredentialProviderConfig"),
+        );
+        let provider_bin_dir = pick(
+            &flags.image_credential_provider_bin_dir,
+            "--image-credential-provider-bin-dir",
+            &file.image_credential_provider_bin_dir,
+            o.field("imageCredentialProviderBinDir"),
+        );
+        let credential_providers = match (provider_config, provider_bin_dir) {
+            (None, None) => None,
+            (Some((config, _)), Some((bin_dir, _))) => {
+                Some(CredentialProviders { config, bin_dir })
+            }
+            (Some((_, from)), None) => {
+                return Err(invalid(
+                    from,
+                    "needs --image-credential-provider-bin-dir (imageCredentialProviderBinDir) too",
+                ));
+            }
+            (None, Some((_, from))) => {
+                return Err(invalid(
+                    from,
+                    "needs --image-credential-provider-config (imageCredentialProviderConfig) too",
+                ));
+            }
+        };
+
         let db = flags
             .db
             .clone()
@@ -420,6 +470,29 @@ impl AgentConfig {
                 "--image-cache-period",
                 Duration::from_secs(30),
             )?,
+            credential_providers,
+        })
+    }
+
+    /// Where keyring pulls find credentials besides the pull secrets: the node's docker
+    /// config on the kubelet's search path, and the plugins (whose config is validated and
+    /// whose binaries must exist).
+    pub fn credential_sources(
+        &self,
+    ) -> Result<crate::pull::CredentialSources, crate::pull::credentials::ProviderConfigError> {
+        let plugins = match &self.credential_providers {
+            None => None,
+            Some(p) => Some(crate::pull::credentials::PluginProviders::load(
+                &p.config, &p.bin_dir,
+            )?),
+        };
+        Ok(crate::pull::CredentialSources {
+            node: Some(
+                crate::pull::credentials::NodeCredentials::kubelet_search_path(
+                    self.gc.kubelet_root_dir.as_deref(),
+                ),
+            ),
+            plugins,
         })
     }
 }

@@ -37,7 +37,7 @@ use crate::admin::{AdminBackend, AdminError, EnsureRequest, GcOutcome};
 use crate::clock::Clock;
 use crate::cri::{CriClient, CriError};
 use crate::gc::{CycleTime, GcError, ImageGcManager};
-use crate::pull::{ImageManager, PodRef, PullError, PullPolicy, PullsInFlight};
+use crate::pull::{ImageManager, PodRef, PullAuth, PullError, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, StoredRecord, meta_keys};
 
 pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
@@ -126,7 +126,12 @@ impl Agent {
             clock.clone(),
         )
         .map_err(|e| AgentError::Pull(e.to_string()))?
-        .with_pulls_in_flight(in_flight);
+        .with_pulls_in_flight(in_flight)
+        .with_credential_sources(Arc::new(
+            config
+                .credential_sources()
+                .map_err(|e| AgentError::Pull(e.to_string()))?,
+        ));
         Ok(Agent {
             config: Mutex::new(config),
             source: None,
@@ -441,8 +446,22 @@ impl AdminBackend for Agent {
             name: request.pod_name,
             annotations: Default::default(),
         };
+        let mut pull_secrets = Vec::with_capacity(request.pull_secrets.len());
+        for (i, secret) in request.pull_secrets.iter().enumerate() {
+            let what = format!("pull secret {}", i + 1);
+            match crate::pull::credentials::parse_pull_secret(&what, secret) {
+                Ok(config) => pull_secrets.push(config),
+                Err(e) => return Err(format!("InvalidPullSecret: {e}")),
+            }
+        }
         self.images
-            .ensure_image_exists(&pod, &request.image, policy, &[], &request.runtime_handler)
+            .ensure_image_exists_with(
+                &pod,
+                &request.image,
+                policy,
+                PullAuth::Keyring(&pull_secrets),
+                &request.runtime_handler,
+            )
             .await
             .map_err(|e: PullError| format!("{}: {}", e.reason(), e.message()))
     }

@@ -92,6 +92,8 @@ impl AgentFlags {
         flags.detect_period = extra.detect_period;
         flags.gc_period = extra.gc_period;
         flags.image_cache_period = extra.image_cache_period;
+        flags.image_credential_provider_config = extra.image_credential_provider_config;
+        flags.image_credential_provider_bin_dir = extra.image_credential_provider_bin_dir;
         ConfigSource {
             file: self.config.clone(),
             flags,

@@ -32,6 +32,13 @@ pub struct RunArgs {
     /// How often to refresh the image cache [default: 30s].
     #[arg(long, value_name = "DURATION")]
     image_cache_period: Option<String>,
+    /// The kubelet's CredentialProviderConfig: exec plugins that give registry credentials
+    /// to the agent's pulls (needs --image-credential-provider-bin-dir).
+    #[arg(long, value_name = "FILE")]
+    image_credential_provider_config: Option<std::path::PathBuf>,
+    /// Where the credential provider plugins' executables are.
+    #[arg(long, value_name = "DIR")]
+    image_credential_provider_bin_dir: Option<std::path::PathBuf>,
     /// How long the cycle in flight may run on after SIGTERM/SIGINT, in seconds.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_seconds: u64,
@@ -44,9 +51,16 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         detect_period: args.detect_period.clone(),
         gc_period: args.gc_period.clone(),
         image_cache_period: args.image_cache_period.clone(),
+        image_credential_provider_config: args.image_credential_provider_config.clone(),
+        image_credential_provider_bin_dir: args.image_credential_provider_bin_dir.clone(),
         ..FlagValues::default()
     });
     let config = resolve_source(&source)?;
+    // The plugins' config and executables are checked before anything is created.
+    config
+        .credential_sources()
+        .context("--image-credential-provider-config")
+        .map_err(Failure::usage)?;
     // Every setting is checked, and the metrics address bound, before anything is created:
     // a bad one exits 2 with no database and no socket left behind.
     db::check_path(&config.db)?;
