@@ -61,7 +61,7 @@ pub struct PullArgs {
     /// The kubelet's root directory, first on the node's docker config search path (when no
     /// agent does the pull); empty leaves it out.
     #[arg(long, value_name = "DIR", default_value = imagekeeper::kubelet::DEFAULT_KUBELET_ROOT_DIR)]
-    kubelet_root_dir: PathBuf,
+    kubelet_root_dir: String,
     /// The kubelet's CredentialProviderConfig (when no agent does the pull; needs
     /// --image-credential-provider-bin-dir).
     #[arg(
@@ -176,7 +176,7 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
         other => Failure::from(other),
     })?;
     let root =
-        (!args.kubelet_root_dir.as_os_str().is_empty()).then_some(args.kubelet_root_dir.as_path());
+        (!args.kubelet_root_dir.is_empty()).then_some(std::path::Path::new(&args.kubelet_root_dir));
     let plugins = match (
         &args.image_credential_provider_config,
         &args.image_credential_provider_bin_dir,
