@@ -1096,7 +1096,8 @@ async fn keyring_pulls_try_the_matching_pull_secrets_in_turn_then_pull_anonymous
         .into(),
     );
     // (image, refused users, users the runtime saw)
-    let cases: [(&str, &[&str], &[Option<&str>]); 3] = [
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [Option<&'a str>]);
+    let cases: [Case; 3] = [
         (
             "reg.example.com/team/app:1",
             &["team"],
