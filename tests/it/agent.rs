@@ -164,6 +164,33 @@ fn bad_configuration_exits_2_naming_the_flag_or_field() {
             vec![format!("--config={}", low_high.display())],
             "imageGCLowThresholdPercent in",
         ),
+        (
+            vec!["--image-credential-provider-config=/etc/providers.yaml".into()],
+            "--image-credential-provider-config: needs --image-credential-provider-bin-dir",
+        ),
+        (
+            vec![
+                "--image-credential-provider-config=/etc/providers.yaml".into(),
+                format!(
+                    "--image-credential-provider-bin-dir={}",
+                    dir.path().join("no-bin-dir").display()
+                ),
+            ],
+            "plugin binary directory",
+        ),
+        (
+            vec![
+                format!(
+                    "--image-credential-provider-config={}",
+                    dir.path().join("missing.yaml").display()
+                ),
+                format!(
+                    "--image-credential-provider-bin-dir={}",
+                    dir.path().display()
+                ),
+            ],
+            "missing.yaml",
+        ),
     ];
     for (args, want) in cases {
         let db = dir.path().join("never-created.redb");
