@@ -92,6 +92,10 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
             "registryPullQPS",
         ),
         (p.registry_burst != q.registry_burst, "registryBurst"),
+        (
+            old.credential_providers != new.credential_providers,
+            "imageCredentialProviderConfig",
+        ),
     ];
     let names = |list: &[(bool, &'static str)]| {
         list.iter()

@@ -50,12 +50,15 @@ pub enum ProviderConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: not valid YAML or JSON (at line {line}, column {column}): {message}")]
+    /// Only the position: the parser's message may quote a value (an `env` value may be a
+    /// secret).
+    #[error(
+        "{path}: not valid YAML or JSON, or a field of the wrong type (at line {line}, column {column})"
+    )]
     Syntax {
         path: PathBuf,
         line: usize,
         column: usize,
-        message: String,
     },
     #[error("failed to validate credential provider config {path}: {}", aggregate(.errors))]
     Invalid { path: PathBuf, errors: Vec<String> },
@@ -156,7 +159,6 @@ impl PluginProviders {
                 path: config.to_owned(),
                 line,
                 column,
-                message: e.to_string(),
             }
         })?;
         let errors = validate(&file);
