@@ -410,7 +410,8 @@ async fn the_password_appears_in_no_output_log_inspect_view_or_database_byte() {
 }
 
 /// A pull through a running agent: the pull secret travels over the admin socket, the agent's
-/// node credentials and plugins serve the rest; the agent's log never shows the password.
+/// node credentials and plugins serve the rest; the agent's log, its metrics and its database
+/// never show the password.
 #[tokio::test]
 async fn a_pull_through_the_running_agent_uses_the_pull_secret_it_is_sent() {
     let Some(lab) = support::lab(
@@ -425,6 +426,10 @@ async fn a_pull_through_the_running_agent_uses_the_pull_secret_it_is_sent() {
     let run = Run::new(&lab);
     let socket = run.path("admin.sock");
     let log = std::fs::File::create(run.path("agent.log")).expect("log file");
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        format!("127.0.0.1:{}", l.local_addr().expect("addr").port())
+    };
     let mut agent = run
         .command()
         .args(["run", "--container-runtime-endpoint", &run.endpoint])
@@ -435,6 +440,7 @@ async fn a_pull_through_the_running_agent_uses_the_pull_secret_it_is_sent() {
         .arg("--kubelet-root-dir")
         .arg(run.path("kubelet"))
         .args(["--gc-period", "1h", "--image-gc-high-threshold", "100"])
+        .args(["--metrics-address", &metrics])
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -460,8 +466,11 @@ async fn a_pull_through_the_running_agent_uses_the_pull_secret_it_is_sent() {
         &config_json(&reg.registry, &reg.user, &reg.password),
     );
     let with_secret = via_agent("agent-2", &["--pull-secret", &secret]);
+    let metrics_body = http_get(&metrics, "/metrics");
     let _ = agent.kill();
     let _ = agent.wait();
+    assert!(metrics_body.starts_with("HTTP/1.1 200"), "{metrics_body}");
+    let db = std::fs::read(run.path("records.redb")).expect("the database");
     assert_unauthorized(&anonymous);
     assert_pulled(&with_secret);
     let agent_log = std::fs::read_to_string(run.path("agent.log")).expect("agent log");
@@ -469,5 +478,25 @@ async fn a_pull_through_the_running_agent_uses_the_pull_secret_it_is_sent() {
     for secret in secret_forms(&reg, &reg.password) {
         assert!(!agent_log.contains(&secret), "{agent_log}");
         assert!(!text(&with_secret).contains(&secret));
+        assert!(!metrics_body.contains(&secret), "{metrics_body}");
+        assert!(
+            !db.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "a password is in the agent's database file"
+        );
     }
+}
+
+fn http_get(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(address).expect("connect metrics");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut out = String::new();
+    conn.read_to_string(&mut out).expect("read");
+    out
 }
