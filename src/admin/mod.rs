@@ -248,3 +248,34 @@ pub enum AdminError {
         after: std::time::Duration,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The requests that carry pull secrets print how many there are, never their bytes.
+    #[test]
+    fn ensure_requests_debug_counts_pull_secrets_and_never_shows_them() {
+        let secret = br#"{"auths":{"r.example.com":{"username":"alice","password":"hunter2"}}}"#;
+        let request = EnsureRequest {
+            image: "r.example.com/app:1".into(),
+            pull_secrets: vec![secret.to_vec()],
+            ..EnsureRequest::default()
+        };
+        let wire = proto::EnsureImageRequest {
+            image: request.image.clone(),
+            pull_secrets: request.pull_secrets.clone(),
+            ..proto::EnsureImageRequest::default()
+        };
+        for shown in [format!("{request:?}"), format!("{wire:?}")] {
+            assert!(shown.contains("r.example.com/app:1"), "{shown}");
+            assert!(shown.contains("<1 redacted>"), "{shown}");
+            assert!(
+                !shown.contains("hunter2") && !shown.contains("alice"),
+                "{shown}"
+            );
+            // Nor as the bytes' decimal values (the derived Debug of Vec<u8>).
+            assert!(!shown.contains("123, 34"), "{shown}");
+        }
+    }
+}
