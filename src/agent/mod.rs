@@ -16,6 +16,8 @@
 
 pub mod config;
 pub mod events;
+mod health;
+mod http;
 mod metrics;
 
 use std::future::Future;
@@ -36,7 +38,9 @@ use crate::pull::{ImageManager, PodRef, PullError, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, StoredRecord, meta_keys};
 
 pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
-pub use metrics::{AgentMetrics, serve_metrics};
+pub use health::Health;
+pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
+pub use metrics::{AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX};
 
 /// Why the agent could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +73,7 @@ pub struct Agent {
     images: ImageManager<CriClient, Store>,
     clock: Arc<dyn Clock>,
     metrics: AgentMetrics,
+    health: Health,
     gc_failed_before: Mutex<bool>,
     gc_last_unreachable: Mutex<bool>,
 }
@@ -110,6 +115,7 @@ impl Agent {
             images,
             clock,
             metrics: AgentMetrics::default(),
+            health: Health::default(),
             gc_failed_before: Mutex::new(false),
             gc_last_unreachable: Mutex::new(false),
         })
@@ -138,7 +144,18 @@ impl Agent {
         self.store.is_healthy()
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// `/readyz`: Ok once a detect completed, while the runtime answers and the store is
+    /// healthy; else every reason, one per line.
+    pub fn readiness(&self) -> Result<String, String> {
+        self.health.readiness(self.store.is_healthy())
+    }
+
+    /// `/healthz`: Ok while the process answers and its database file is still there.
+    pub fn liveness(&self) -> Result<String, String> {
+        Health::liveness(&self.config.db, self.store.is_healthy())
+    }
+
+    /// The OpenMetrics text exposition of every metric.
     pub fn render_metrics(&self) -> String {
         self.metrics.render(&self.gc, &self.images, &self.store)
     }
@@ -199,6 +216,7 @@ impl Agent {
         match which {
             Loop::Detect => match self.gc.detect(now).await {
                 Ok(report) => {
+                    self.health.detect_succeeded();
                     info!(
                         records = report.records,
                         added = report.added,
@@ -210,14 +228,22 @@ impl Agent {
                 }
                 Err(e) => {
                     error!(error = %e, "Image detection failed");
-                    CycleOutcome::failed(&e)
+                    self.failed_cycle(&e)
                 }
             },
             Loop::ImageCache => match self.gc.refresh_image_cache().await {
-                Ok(()) => CycleOutcome::Done,
+                Ok(()) => {
+                    // The image filesystem gauges; a failure here (statvfs of a mountpoint
+                    // the agent cannot see) is logged and fails nothing else.
+                    if let Err(e) = self.gc.observe_image_fs().await {
+                        warn!(error = %e, "Failed to read the image filesystem");
+                    }
+                    self.health.runtime_reached();
+                    CycleOutcome::Done
+                }
                 Err(e) => {
                     warn!(error = %e, "Failed to update image list");
-                    CycleOutcome::failed(&e)
+                    self.failed_cycle(&e)
                 }
             },
             Loop::Gc => match self.garbage_collect_cycle(now).await.error {
@@ -228,6 +254,18 @@ impl Agent {
                 },
             },
         }
+    }
+
+    /// A detect or image-cache cycle failed: readiness learns whether the runtime was reached.
+    fn failed_cycle(&self, e: &GcError) -> CycleOutcome {
+        let outcome = CycleOutcome::failed(e);
+        match outcome {
+            CycleOutcome::RuntimeUnreachable => self.health.runtime_unreachable(e.to_string()),
+            // The runtime answered (with an error): it is reachable.
+            _ if matches!(e, GcError::Runtime { .. }) => self.health.runtime_reached(),
+            _ => {}
+        }
+        outcome
     }
 
     /// Whether the last GC failed because the runtime could not be reached (the outcome of
@@ -433,6 +471,20 @@ impl AdminBackend for Agent {
 /// only when a connect to it is refused (see [`crate::admin::remove_stale_socket`]).
 pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
     crate::admin::remove_stale_socket(path)
+}
+
+impl HttpEndpoints for Agent {
+    fn metrics(&self) -> String {
+        self.render_metrics()
+    }
+
+    fn healthz(&self) -> Result<String, String> {
+        self.liveness()
+    }
+
+    fn readyz(&self) -> Result<String, String> {
+        self.readiness()
+    }
 }
 
 #[cfg(test)]

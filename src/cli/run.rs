@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use imagekeeper::admin;
-use imagekeeper::agent::{Agent, FlagValues, serve_metrics};
+use imagekeeper::agent::{Agent, FlagValues, HttpLimits, serve_http};
 use imagekeeper::clock::SystemClock;
 use tokio::sync::watch;
 use tracing::info;
@@ -86,8 +86,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             let address = listener.local_addr().context("the metrics endpoint's address")?;
             let listener = tokio::net::TcpListener::from_std(listener)
                 .context("serving the metrics endpoint")?;
-            let render_agent = agent.clone();
-            tokio::spawn(serve_metrics(listener, Arc::new(move || render_agent.render_metrics())));
+            tokio::spawn(serve_http(listener, agent.clone(), HttpLimits::default()));
             info!(%address, "Serving metrics");
         }
         info!(db = %agent.config().db.display(), admin = %socket.display(), "imagekeeper agent started");

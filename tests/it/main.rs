@@ -12,6 +12,7 @@ mod cri;
 mod doctor;
 mod events;
 mod gc;
+mod http;
 mod inspect;
 mod pull;
 mod replay;
