@@ -9,6 +9,7 @@ mod agent;
 mod corrupt;
 mod crash;
 mod cri;
+mod deploy;
 mod doctor;
 mod events;
 mod gc;
