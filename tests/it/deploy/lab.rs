@@ -16,7 +16,10 @@
 //! makes (0777 for emptyDir, as the kubelet's); `spec.nodeName` is a name unique to the run
 //! and `status.hostIP` is 127.0.0.1 (the lab's node has no other address to offer).
 //! The ConfigMap's `imageMinimumGCAge` is set to 0s here, so that `imagekeeper prune` may take
-//! an image pulled a moment before (the manifest keeps the kubelet's 2m).
+//! an image pulled a moment before (the manifest keeps the kubelet's 2m), and its thresholds to
+//! 100 / 99: the lab's image filesystem is the host's disk, whose usage is whatever it is (87 %
+//! on the run that found this, where the agent's own GC at start took the victim first), so
+//! the space pass is off and the removal is the operator's `kubectl exec ... imagekeeper prune`.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -135,8 +138,27 @@ async fn run_daemonset_pod(lab: &Lab, image: &str, tweak: Option<Tweak>) -> Runn
         .host_path
         .clone();
     for (name, content) in &plan.config_files {
-        let content = content.replace("imageMinimumGCAge = \"2m\"", "imageMinimumGCAge = \"0s\"");
-        assert!(content.contains("imageMinimumGCAge = \"0s\"") || name != "imagekeeper.toml");
+        let content = content
+            .replace("imageMinimumGCAge = \"2m\"", "imageMinimumGCAge = \"0s\"")
+            .replace(
+                "imageGCHighThresholdPercent = 80",
+                "imageGCHighThresholdPercent = 100",
+            )
+            .replace(
+                "imageGCLowThresholdPercent = 70",
+                "imageGCLowThresholdPercent = 99",
+            );
+        assert!(
+            name != "imagekeeper.toml"
+                || [
+                    "MinimumGCAge = \"0s\"",
+                    "HighThresholdPercent = 100",
+                    "LowThresholdPercent = 99"
+                ]
+                .iter()
+                .all(|setting| content.contains(setting)),
+            "the lab's settings were not applied to {name}: {content}"
+        );
         std::fs::write(config_dir.join(name), content).expect("write config");
     }
     if let Some(tweak) = tweak {
