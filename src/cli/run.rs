@@ -89,7 +89,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             tokio::spawn(serve_http(listener, agent.clone(), HttpLimits::default()));
             info!(%address, "Serving metrics");
         }
-        info!(db = %agent.config().db.display(), admin = %socket.display(), "imagekeeper agent started");
+        // NODE_NAME: the DaemonSet sets it from the downward API (spec.nodeName).
+        let node = std::env::var("NODE_NAME").unwrap_or_default();
+        info!(db = %agent.config().db.display(), admin = %socket.display(), node, "imagekeeper agent started");
         let grace = Duration::from_secs(args.shutdown_grace_seconds);
         agent.clone().run(shutdown_signal(), grace).await;
         let _ = stop_tx.send(true);

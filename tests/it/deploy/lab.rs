@@ -63,6 +63,7 @@ struct RunningPod {
     node: NodePaths,
     plan: PodPlan,
     base: String,
+    log: PathBuf,
     _guard: PodGuard,
     _dir: tempfile::TempDir,
 }
@@ -228,6 +229,7 @@ async fn run_daemonset_pod(lab: &Lab, image: &str, tweak: Option<Tweak>) -> Runn
         node,
         plan,
         base,
+        log: log_directory.join("imagekeeper.log"),
         _guard: guard,
         _dir: dir,
     }
@@ -362,6 +364,11 @@ async fn the_daemonset_pod_serves_health_and_metrics_collects_survives_a_runtime
         "{healthz}"
     );
     assert_eq!(pod.plan.liveness_path, "/healthz");
+    let log = std::fs::read_to_string(&pod.log).expect("the container's log");
+    assert!(
+        log.contains(&format!("\"node\":\"{}\"", pod.node.node_name)),
+        "NODE_NAME from the downward API is logged: {log}"
+    );
     let readyz = pod
         .wait_status(&pod.plan.readiness_path, 200, Duration::from_secs(60))
         .await;
