@@ -364,11 +364,18 @@ async fn the_daemonset_pod_serves_health_and_metrics_collects_survives_a_runtime
         "{healthz}"
     );
     assert_eq!(pod.plan.liveness_path, "/healthz");
-    let log = std::fs::read_to_string(&pod.log).expect("the container's log");
-    assert!(
-        log.contains(&format!("\"node\":\"{}\"", pod.node.node_name)),
-        "NODE_NAME from the downward API is logged: {log}"
-    );
+    // NODE_NAME from the downward API, in the start line (the runtime copies the log on).
+    let node_field = format!("\"node\":\"{}\"", pod.node.node_name);
+    wait_for(
+        "the start line naming the node",
+        Duration::from_secs(30),
+        || {
+            let log = std::fs::read_to_string(&pod.log).unwrap_or_default();
+            let found = log.contains(&node_field);
+            async move { found.then_some(()) }
+        },
+    )
+    .await;
     let readyz = pod
         .wait_status(&pod.plan.readiness_path, 200, Duration::from_secs(60))
         .await;
