@@ -63,7 +63,7 @@ impl Health {
 
     /// Ok while the database file is still at `db`.
     pub fn liveness(db: &Path, store_healthy: bool) -> Result<String, String> {
-        match std::fs::symlink_metadata(db) {
+        match std::fs::metadata(db) {
             Ok(_) if store_healthy => Ok(format!("ok: alive, database {} open\n", db.display())),
             Ok(_) => Ok(format!(
                 "ok: alive, database {} open (reopening after an I/O failure; see /readyz)\n",

@@ -64,8 +64,38 @@ struct RunningPod {
     plan: PodPlan,
     base: String,
     log: PathBuf,
+    // Dropped in this order: the pod, then its image (the gc::lab tests expect containerd to
+    // hold the lab's images only), then the node's directories.
     _guard: PodGuard,
+    _image: ImageGuard,
     _dir: tempfile::TempDir,
+}
+
+/// Removes the pushed image from the lab's containerd when dropped.
+struct ImageGuard {
+    endpoint: String,
+    image: String,
+}
+
+impl Drop for ImageGuard {
+    fn drop(&mut self) {
+        let (endpoint, image) = (self.endpoint.clone(), self.image.clone());
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread runtime can be built");
+            runtime.block_on(async {
+                let client = CriClient::connect(support::lab_config(&endpoint))
+                    .await
+                    .expect("valid endpoint");
+                if let Err(err) = client.remove_image(&image, "").await {
+                    eprintln!("cleanup: RemoveImage {image}: {err}");
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
 }
 
 /// How the test changes the planned pod before running it (the socket-file experiment).
@@ -171,6 +201,10 @@ async fn run_daemonset_pod(lab: &Lab, image: &str, tweak: Option<Tweak>) -> Runn
         .pull_image(image, "", None)
         .await
         .unwrap_or_else(|e| panic!("pull {image} (pushed by scripts/image?): {e}"));
+    let image_guard = ImageGuard {
+        endpoint: lab.endpoint.clone(),
+        image: image.to_owned(),
+    };
     let uid = format!("imagekeeper-{}", unique());
     let log_directory = lab.pod_log_dir.join(&uid);
     std::fs::create_dir_all(&log_directory).expect("log dir");
@@ -231,6 +265,7 @@ async fn run_daemonset_pod(lab: &Lab, image: &str, tweak: Option<Tweak>) -> Runn
         base,
         log: log_directory.join("imagekeeper.log"),
         _guard: guard,
+        _image: image_guard,
         _dir: dir,
     }
 }
