@@ -24,6 +24,24 @@ impl HttpEndpoints for Canned {
     }
 }
 
+/// A body far larger than a loopback connection's socket buffers: a client that reads none
+/// of it blocks the server's write.
+struct Huge;
+
+const HUGE_BODY: usize = 64 << 20;
+
+impl HttpEndpoints for Huge {
+    fn metrics(&self) -> String {
+        "#".repeat(HUGE_BODY)
+    }
+    fn healthz(&self) -> Result<String, String> {
+        Ok("ok: alive\n".to_owned())
+    }
+    fn readyz(&self) -> Result<String, String> {
+        Err("not ready: no image detect has completed yet\n".to_owned())
+    }
+}
+
 const LIMITS: HttpLimits = HttpLimits {
     max_connections: 4,
     head_timeout: Duration::from_secs(5),
@@ -164,4 +182,38 @@ async fn an_oversized_request_head_is_refused_with_431() {
     conn.write_all(&head).await.expect("write");
     let reply = String::from_utf8_lossy(&until_closed(&mut conn).await).into_owned();
     assert!(reply.starts_with("HTTP/1.1 431"), "{reply}");
+}
+
+/// A client that sends its request and then reads nothing holds its slot only until the write
+/// timeout: with one slot, the next request answers once the server gave up on the reader, whose
+/// response was cut short.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_never_reads_is_cut_off_at_the_write_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    let limits = HttpLimits {
+        max_connections: 1,
+        ..LIMITS
+    };
+    tokio::spawn(serve_http(listener, Arc::new(Huge), limits));
+    let mut reader = TcpStream::connect(address).await.expect("connect");
+    reader
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: node\r\n\r\n")
+        .await
+        .expect("write");
+    let start = Instant::now();
+    let healthz = get(address, "/healthz").await;
+    let waited = start.elapsed();
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+    assert!(
+        waited >= LIMITS.write_timeout && waited < LIMITS.write_timeout + Duration::from_secs(1),
+        "the next request waited {waited:?}, the write timeout is {:?}",
+        LIMITS.write_timeout
+    );
+    let got = until_closed(&mut reader).await;
+    assert!(
+        got.len() < HUGE_BODY,
+        "the reader got {} bytes of a {HUGE_BODY}-byte body",
+        got.len()
+    );
 }
