@@ -26,6 +26,8 @@ pub fn manifest_text() -> String {
 
 // ---------------------------------------------------------------- the typed subset
 
+// Some fields are parsed only so that the manifest is refused when they change shape.
+#[allow(dead_code)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct DaemonSet {
@@ -35,6 +37,8 @@ struct DaemonSet {
     spec: DaemonSetSpec,
 }
 
+// Some fields are parsed only so that the manifest is refused when they change shape.
+#[allow(dead_code)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct DaemonSetSpec {
@@ -43,6 +47,8 @@ struct DaemonSetSpec {
     template: PodTemplate,
 }
 
+// Some fields are parsed only so that the manifest is refused when they change shape.
+#[allow(dead_code)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct PodTemplate {
@@ -50,6 +56,8 @@ struct PodTemplate {
     spec: PodSpec,
 }
 
+// Some fields are parsed only so that the manifest is refused when they change shape.
+#[allow(dead_code)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct PodSpec {
@@ -78,6 +86,8 @@ struct SeccompProfile {
     profile_type: String,
 }
 
+// Some fields are parsed only so that the manifest is refused when they change shape.
+#[allow(dead_code)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Container {
@@ -154,6 +164,8 @@ struct Capabilities {
     drop: Vec<String>,
 }
 
+// Some fields are parsed only so that the manifest is refused when they change shape.
+#[allow(dead_code)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Probe {
@@ -294,13 +306,9 @@ pub fn plan(text: &str, node: &NodePaths) -> Result<PodPlan, String> {
     if (ds.api_version.as_str(), ds.kind.as_str()) != ("apps/v1", "DaemonSet") {
         return Err(format!("{} {}", ds.api_version, ds.kind));
     }
-    let _ = (&ds.metadata, &ds.spec.selector, &ds.spec.update_strategy);
-    let _ = &ds.spec.template.metadata;
     let pod = ds.spec.template.spec;
-    let _ = (&pod.priority_class_name, &pod.tolerations, &pod.dns_policy);
     let [container] = <[Container; 1]>::try_from(pod.containers)
         .map_err(|c| format!("one container expected, found {}", c.len()))?;
-    let _ = &container.name;
 
     // The downward API, as the kubelet resolves it (pkg/kubelet/kubelet_pods.go,
     // podFieldSelectorRuntimeValue): spec.nodeName and status.hostIP.
@@ -389,11 +397,6 @@ pub fn plan(text: &str, node: &NodePaths) -> Result<PodPlan, String> {
     }
     let port_of = |probe: &Option<Probe>, which: &str| -> Result<(u16, String), String> {
         let probe = probe.as_ref().ok_or_else(|| format!("{which}: missing"))?;
-        let _ = (
-            probe.period_seconds,
-            probe.timeout_seconds,
-            probe.failure_threshold,
-        );
         let port = match &probe.http_get.port {
             serde_yaml_ng::Value::String(name) => container
                 .ports
