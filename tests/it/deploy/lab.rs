@@ -99,7 +99,7 @@ impl Drop for ImageGuard {
 }
 
 /// How the test changes the planned pod before running it (the socket-file experiment).
-type Tweak = fn(&mut [MountSpec], &Lab);
+type Tweak = fn(&mut ContainerSpec, &Lab);
 
 async fn run_daemonset_pod(lab: &Lab, image: &str, tweak: Option<Tweak>) -> RunningPod {
     let dir = tempfile::Builder::new()
@@ -192,9 +192,6 @@ async fn run_daemonset_pod(lab: &Lab, image: &str, tweak: Option<Tweak>) -> Runn
         );
         std::fs::write(config_dir.join(name), content).expect("write config");
     }
-    if let Some(tweak) = tweak {
-        tweak(&mut mounts, lab);
-    }
 
     let client = lab.client().await;
     client
@@ -248,6 +245,10 @@ async fn run_daemonset_pod(lab: &Lab, image: &str, tweak: Option<Tweak>) -> Runn
         memory_limit_bytes: plan.memory_limit_bytes,
         cpu_shares: plan.cpu_shares,
     };
+    let mut container = container;
+    if let Some(tweak) = tweak {
+        tweak(&mut container, lab);
+    }
     let container_id = client
         .create_container(&sandbox_id, &sandbox, &container)
         .await
@@ -565,8 +566,11 @@ async fn a_bind_mounted_socket_file_goes_stale_when_containerd_restarts() {
     let Some(image) = pushed_image(TEST) else {
         return;
     };
-    fn socket_file_instead_of_directory(mounts: &mut [MountSpec], lab: &Lab) {
-        let dir = mounts
+    /// The socket file mounted instead of its directory; the image cache refreshed every
+    /// second, so that readiness notices within seconds (the manifest keeps the 30 s default).
+    fn socket_file_instead_of_directory(container: &mut ContainerSpec, lab: &Lab) {
+        let dir = container
+            .mounts
             .iter_mut()
             .find(|m| m.container_path == "/run/containerd")
             .expect("the socket directory mount");
@@ -576,6 +580,7 @@ async fn a_bind_mounted_socket_file_goes_stale_when_containerd_restarts() {
             .join("containerd/containerd.sock")
             .display()
             .to_string();
+        container.args.push("--image-cache-period=1s".to_owned());
     }
     let pod = run_daemonset_pod(&lab, &image, Some(socket_file_instead_of_directory)).await;
     pod.wait_status("/readyz", 200, Duration::from_secs(60))
