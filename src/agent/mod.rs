@@ -11,8 +11,9 @@
 //! store write is one synchronous, atomic transaction; the admin socket is bound only after the
 //! store is open, so a second agent on the same database fails before it can touch the first
 //! one's socket; an I/O failure of the store (a full disk) makes the agent not ready
-//! ([`Agent::ready`], `/readyz`, metric `imagekeeper_store_healthy`) but stops no loop: the store reopens itself at its
-//! next use, so the agent recovers without a restart once space is back.
+//! ([`Agent::ready`], `/readyz`, metric `imagekeeper_store_healthy`) but stops no loop: the
+//! store reopens itself at its next use, so the agent recovers without a restart once space is
+//! back.
 
 pub mod config;
 pub mod events;
@@ -138,7 +139,8 @@ impl Agent {
     }
 
     /// Whether the agent can do its job: false while the record store is closed after an I/O
-    /// failure (a full disk) and not yet reopened; the metric `imagekeeper_store_healthy` reports the same.
+    /// failure (a full disk) and not yet reopened; the metric `imagekeeper_store_healthy`
+    /// reports the same.
     /// The loops go on meanwhile: their next use of the store tries the reopen.
     pub fn ready(&self) -> bool {
         self.store.is_healthy()
