@@ -11,14 +11,16 @@
 //! store write is one synchronous, atomic transaction; the admin socket is bound only after the
 //! store is open, so a second agent on the same database fails before it can touch the first
 //! one's socket; an I/O failure of the store (a full disk) makes the agent not ready
-//! ([`Agent::ready`], metric `store_healthy`) but stops no loop: the store reopens itself at its
-//! next use, so the agent recovers without a restart once space is back. A reload
-//! ([`reload`], on SIGHUP) swaps the GC settings between cycles, never within one, and keeps
-//! the running configuration when the file is invalid. [`Agent::detect_state`] says when the
-//! first detect is done (the service manager's readiness, [`notify`]).
+//! ([`Agent::ready`], `/readyz`, metric `imagekeeper_store_healthy`) but stops no loop: the
+//! store reopens itself at its next use, so the agent recovers without a restart once space is
+//! back. A reload ([`reload`], on SIGHUP) swaps the GC settings between cycles, never within
+//! one, and keeps the running configuration when the file is invalid. [`Agent::detect_state`]
+//! says when the first detect is done (the service manager's readiness, [`notify`]).
 
 pub mod config;
 pub mod events;
+mod health;
+mod http;
 mod metrics;
 pub mod notify;
 pub mod reload;
@@ -41,7 +43,9 @@ use crate::pull::{ImageManager, PodRef, PullAuth, PullError, PullPolicy, PullsIn
 use crate::store::{Batch, Store, StoreError, StoredRecord, meta_keys};
 
 pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
-pub use metrics::{AgentMetrics, serve_metrics};
+pub use health::Health;
+pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
+pub use metrics::{AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX};
 pub use reload::{ConfigSource, ReloadReport};
 
 /// Why the agent could not start or stopped.
@@ -82,6 +86,7 @@ pub struct Agent {
     images: ImageManager<CriClient, Store>,
     clock: Arc<dyn Clock>,
     metrics: AgentMetrics,
+    health: Health,
     gc_failed_before: Mutex<bool>,
     gc_last_unreachable: Mutex<bool>,
 }
@@ -143,6 +148,7 @@ impl Agent {
             images,
             clock,
             metrics: AgentMetrics::default(),
+            health: Health::default(),
             gc_failed_before: Mutex::new(false),
             gc_last_unreachable: Mutex::new(false),
         })
@@ -172,13 +178,27 @@ impl Agent {
     }
 
     /// Whether the agent can do its job: false while the record store is closed after an I/O
-    /// failure (a full disk) and not yet reopened; the metric `store_healthy` reports the same.
+    /// failure (a full disk) and not yet reopened; the metric `imagekeeper_store_healthy`
+    /// reports the same.
     /// The loops go on meanwhile: their next use of the store tries the reopen.
     pub fn ready(&self) -> bool {
         self.store.is_healthy()
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// `/readyz`: Ok once a detect completed, while the runtime answers and the store is
+    /// healthy; else every reason, one per line.
+    pub fn readiness(&self) -> Result<String, String> {
+        self.health.readiness(self.store.is_healthy())
+    }
+
+    /// `/healthz`: Ok while the process answers and its database file is still there.
+    pub fn liveness(&self) -> Result<String, String> {
+        // The database path is a flag only: a reload never changes it.
+        let db = lock_ignoring_poison(&self.config).db.clone();
+        Health::liveness(&db, self.store.is_healthy())
+    }
+
+    /// The OpenMetrics text exposition of every metric.
     pub fn render_metrics(&self) -> String {
         self.metrics.render(&self.gc, &self.images, &self.store)
     }
@@ -240,6 +260,7 @@ impl Agent {
         match which {
             Loop::Detect => match self.gc.detect(now).await {
                 Ok(report) => {
+                    self.health.detect_succeeded();
                     info!(
                         records = report.records,
                         added = report.added,
@@ -263,14 +284,22 @@ impl Agent {
                         *state = DetectState::Failing(e.to_string());
                         true
                     });
-                    CycleOutcome::failed(&e)
+                    self.failed_cycle(&e)
                 }
             },
             Loop::ImageCache => match self.gc.refresh_image_cache().await {
-                Ok(()) => CycleOutcome::Done,
+                Ok(()) => {
+                    // The image filesystem gauges; a failure here (statvfs of a mountpoint
+                    // the agent cannot see) is logged and fails nothing else.
+                    if let Err(e) = self.gc.observe_image_fs().await {
+                        warn!(error = %e, "Failed to read the image filesystem");
+                    }
+                    self.health.runtime_reached();
+                    CycleOutcome::Done
+                }
                 Err(e) => {
                     warn!(error = %e, "Failed to update image list");
-                    CycleOutcome::failed(&e)
+                    self.failed_cycle(&e)
                 }
             },
             Loop::Gc => match self.garbage_collect_cycle(now).await.error {
@@ -281,6 +310,18 @@ impl Agent {
                 },
             },
         }
+    }
+
+    /// A detect or image-cache cycle failed: readiness learns whether the runtime was reached.
+    fn failed_cycle(&self, e: &GcError) -> CycleOutcome {
+        let outcome = CycleOutcome::failed(e);
+        match outcome {
+            CycleOutcome::RuntimeUnreachable => self.health.runtime_unreachable(e.to_string()),
+            // The runtime answered (with an error): it is reachable.
+            _ if matches!(e, GcError::Runtime { .. }) => self.health.runtime_reached(),
+            _ => {}
+        }
+        outcome
     }
 
     /// Whether the last GC failed because the runtime could not be reached (the outcome of
@@ -500,6 +541,20 @@ impl AdminBackend for Agent {
 /// only when a connect to it is refused (see [`crate::admin::remove_stale_socket`]).
 pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
     crate::admin::remove_stale_socket(path)
+}
+
+impl HttpEndpoints for Agent {
+    fn metrics(&self) -> String {
+        self.render_metrics()
+    }
+
+    fn healthz(&self) -> Result<String, String> {
+        self.liveness()
+    }
+
+    fn readyz(&self) -> Result<String, String> {
+        self.readiness()
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use imagekeeper::admin;
 use imagekeeper::agent::notify::{self, Notifier};
-use imagekeeper::agent::{Agent, DetectState, FlagValues, serve_metrics};
+use imagekeeper::agent::{Agent, DetectState, FlagValues, HttpLimits, serve_http};
 use imagekeeper::clock::SystemClock;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -111,11 +111,12 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             let address = listener.local_addr().context("the metrics endpoint's address")?;
             let listener = tokio::net::TcpListener::from_std(listener)
                 .context("serving the metrics endpoint")?;
-            let render_agent = agent.clone();
-            tokio::spawn(serve_metrics(listener, Arc::new(move || render_agent.render_metrics())));
+            tokio::spawn(serve_http(listener, agent.clone(), HttpLimits::default()));
             info!(%address, "Serving metrics");
         }
-        info!(db = %agent.config().db.display(), admin = %socket.display(), "imagekeeper agent started");
+        // NODE_NAME: the DaemonSet sets it from the downward API (spec.nodeName).
+        let node = std::env::var("NODE_NAME").unwrap_or_default();
+        info!(db = %agent.config().db.display(), admin = %socket.display(), node, "imagekeeper agent started");
         let service = tokio::spawn(serve_service_manager(
             agent.clone(),
             notifier.clone(),

@@ -37,7 +37,8 @@ use tracing::{info, warn};
 use crate::cri::{ImageRuntime, RpcCode};
 use crate::kubelet::PullRecordsReader;
 use crate::model::{
-    FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, UnixNanos,
+    FUTURE_STAMP_TOLERANCE, ImageFsStats, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage,
+    UnixNanos,
 };
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, Store, StoredRecord, meta_keys};
@@ -518,6 +519,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .image_fs_stats()
             .await
             .map_err(runtime_error("get image filesystem stats"))?;
+        self.metrics
+            .record_image_fs(stats.capacity, stats.available);
         let capacity = stats.capacity;
         let mut available = stats.available;
         if available > capacity {
@@ -904,6 +907,20 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Err(poisoned) => *poisoned.into_inner() = images,
         }
         Ok(())
+    }
+
+    /// Reads the image filesystem (ImageFsInfo plus statvfs of its mountpoint) for the
+    /// metrics; the GC's space pass records it too. The agent calls this with the image cache
+    /// refresh, so the gauges exist even when the space pass is off.
+    pub async fn observe_image_fs(&self) -> Result<ImageFsStats, GcError> {
+        let stats = self
+            .runtime
+            .image_fs_stats()
+            .await
+            .map_err(runtime_error("get image filesystem stats"))?;
+        self.metrics
+            .record_image_fs(stats.capacity, stats.available);
+        Ok(stats)
     }
 
     /// The cached image list (kubelet's GetImageList).
