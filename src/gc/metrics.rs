@@ -1,7 +1,9 @@
 //! Counters of the GC layer: `image_garbage_collected_total{reason}`, removal failures and
 //! `gc_victims_rescued_total{why}` (victims the last look before removal kept), and the
 //! clock's: `gc_future_stamps_clamped_total` (records detect clamped because a stamp lay in
-//! the future) and `gc_clock_went_back_total` (detects that found `last_detect` ahead of them).
+//! the future) and `gc_clock_went_back_total` (detects that found `last_detect` ahead of them);
+//! and the image filesystem's capacity and available bytes as the last GC read them.
+//! The agent's metrics module turns these into the Prometheus exposition.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -89,6 +91,10 @@ pub struct GcMetrics {
     running: AtomicBool,
     progress_removed: AtomicU64,
     progress_freed: AtomicU64,
+    /// The image filesystem as the last GC read it (ImageFsInfo plus statvfs); capacity 0
+    /// until a GC has read it.
+    image_fs_capacity: AtomicU64,
+    image_fs_available: AtomicU64,
 }
 
 /// Progress of the GC cycle in flight (zeros when none runs).
@@ -173,6 +179,20 @@ impl GcMetrics {
     /// `gc_future_stamps_clamped_total`: records whose stamps detect clamped to its now.
     pub fn future_stamps_clamped(&self) -> u64 {
         self.future_stamps_clamped.load(Ordering::Relaxed)
+    }
+
+    /// The image filesystem's space as a GC cycle just read it.
+    pub fn record_image_fs(&self, capacity: u64, available: u64) {
+        self.image_fs_available.store(available, Ordering::Relaxed);
+        self.image_fs_capacity.store(capacity, Ordering::Relaxed);
+    }
+
+    /// (capacity, available) bytes of the image filesystem as the last GC read them; None
+    /// before any GC read them.
+    pub fn image_fs(&self) -> Option<(u64, u64)> {
+        let capacity = self.image_fs_capacity.load(Ordering::Relaxed);
+        let available = self.image_fs_available.load(Ordering::Relaxed);
+        (capacity > 0).then_some((capacity, available))
     }
 
     pub fn record_clock_went_back(&self) {

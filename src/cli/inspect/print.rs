@@ -1,51 +1,20 @@
-//! Printing for `imagekeeper inspect`: aligned tables for people, JSON for scripts. Times go
-//! out as unix nanoseconds and RFC 3339 UTC in JSON, relative and RFC 3339 in tables. Strings
-//! from the file (ids, handlers, backoff keys, errors) are exact in JSON and have their
-//! terminal control characters escaped in tables (`escape_control`).
+//! Printing for `imagekeeper inspect`: aligned tables for people, JSON for scripts, and the
+//! Kubernetes-style List (`-o kube-json|yaml|name`) through `cli::output`. Times go out as unix
+//! nanoseconds and RFC 3339 UTC in JSON, RFC 3339 UTC in the List, relative and RFC 3339 in
+//! tables. Strings from the file (ids, handlers, backoff keys, errors) are exact in JSON and
+//! YAML and have their terminal control characters escaped in tables (`escape_control`).
+//! Table columns are data ([`list_columns`]): a column is one entry.
 
 use std::io::{self, Write};
 
-use imagekeeper::gc::explain::{Decision, Explanation, SpacePass};
+use imagekeeper::gc::explain::{Decision, Explanation, ImageExplanation, SpacePass};
 use imagekeeper::gc::format::{format_ago, format_rfc3339, format_size, go_duration};
 use imagekeeper::inspect::{CheckReport, MetaInfo, Stats, escape_control};
-use imagekeeper::model::{BackoffEntry, UnixNanos};
+use imagekeeper::model::{BackoffEntry, ImageId, UnixNanos};
 use imagekeeper::store::StoredRecord;
 use serde_json::{Value, json};
 
-use super::Output;
-
-/// Columns separated by three spaces, each as wide as its widest cell; no trailing spaces.
-/// Every cell has its control characters escaped.
-fn table(w: &mut dyn Write, headers: &[&str], rows: &[Vec<String>]) -> io::Result<()> {
-    let rows: Vec<Vec<String>> = rows
-        .iter()
-        .map(|row| row.iter().map(|c| escape_control(c).into_owned()).collect())
-        .collect();
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in &rows {
-        for (i, cell) in row.iter().enumerate() {
-            if let Some(width) = widths.get_mut(i) {
-                *width = (*width).max(cell.chars().count());
-            }
-        }
-    }
-    let line = |cells: Vec<&str>| -> String {
-        let mut out = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            out.push_str(cell);
-            if i + 1 < cells.len() {
-                let pad = widths[i].saturating_sub(cell.chars().count()) + 3;
-                out.push_str(&" ".repeat(pad));
-            }
-        }
-        out.trim_end().to_owned()
-    };
-    writeln!(w, "{}", line(headers.to_vec()))?;
-    for row in &rows {
-        writeln!(w, "{}", line(row.iter().map(String::as_str).collect()))?;
-    }
-    Ok(())
-}
+use crate::cli::output::{Column, Format, KubeList, OutputArgs, is_list, table, write_table};
 
 fn json_out(w: &mut dyn Write, value: &Value) -> io::Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(io::Error::other)?;
@@ -70,6 +39,36 @@ fn time_json(t: Option<UnixNanos>) -> (Value, Value) {
         Some(t) => (json!(t.0), json!(format_rfc3339(t))),
         None => (Value::Null, Value::Null),
     }
+}
+
+/// An image id as a table shows it: short, or whole with `--no-trunc`.
+fn shown_id(id: &ImageId, out: &OutputArgs) -> String {
+    if out.no_trunc {
+        id.to_string()
+    } else {
+        id.short().to_owned()
+    }
+}
+
+/// An RFC 3339 UTC time, or null for never.
+fn rfc3339_or_null(t: UnixNanos) -> Value {
+    if t == UnixNanos::NEVER {
+        Value::Null
+    } else {
+        json!(format_rfc3339(t))
+    }
+}
+
+/// One record's fields in the Kubernetes-style List.
+fn record_item(r: &StoredRecord) -> Value {
+    json!({
+        "id": r.key.image_id.as_str(),
+        "runtimeHandler": r.key.runtime_handler,
+        "sizeBytes": r.record.size,
+        "pinned": r.record.pinned,
+        "firstDetected": format_rfc3339(r.record.first_detected),
+        "lastUsed": rfc3339_or_null(r.record.last_used),
+    })
 }
 
 /// One record as JSON; `now` adds the relative times.
@@ -101,52 +100,73 @@ fn record_json(r: &StoredRecord, now: Option<UnixNanos>) -> Value {
     v
 }
 
+/// The columns of `inspect list`, in order; `wide` adds the size in bytes.
+pub fn list_columns<'a>(out: &'a OutputArgs, now: UnixNanos) -> Vec<Column<'a, StoredRecord>> {
+    vec![
+        Column::new("IMAGE ID", move |r: &StoredRecord| {
+            shown_id(&r.key.image_id, out)
+        }),
+        Column::new("HANDLER", |r: &StoredRecord| {
+            handler(&r.key.runtime_handler).to_owned()
+        }),
+        Column::new("SIZE", |r: &StoredRecord| format_size(r.record.size)),
+        Column::wide("BYTES", |r: &StoredRecord| r.record.size.to_string()),
+        Column::new("FIRST DETECTED", move |r: &StoredRecord| {
+            when(now, r.record.first_detected)
+        }),
+        Column::new("LAST USED", move |r: &StoredRecord| {
+            when(now, r.record.last_used)
+        }),
+        Column::new("PINNED", |r: &StoredRecord| r.record.pinned.to_string()),
+    ]
+}
+
+/// Records as the List of `ImageRecord` items.
+fn record_list(records: &[StoredRecord]) -> KubeList {
+    let mut list = KubeList::new("ImageRecord");
+    for r in records {
+        list.push(r.key.image_id.as_str(), record_item(r));
+    }
+    list
+}
+
 pub fn list(
     w: &mut dyn Write,
-    out: Output,
+    out: &OutputArgs,
     records: &[StoredRecord],
     now: UnixNanos,
 ) -> io::Result<()> {
-    if out == Output::Json {
-        let all: Vec<Value> = records.iter().map(|r| record_json(r, Some(now))).collect();
-        return json_out(w, &Value::Array(all));
+    match out.format() {
+        Format::Json => {
+            let all: Vec<Value> = records.iter().map(|r| record_json(r, Some(now))).collect();
+            json_out(w, &Value::Array(all))
+        }
+        f if is_list(f) => record_list(records).write(w, f),
+        _ => write_table(w, &list_columns(out, now), records, out.table()),
     }
-    let rows: Vec<Vec<String>> = records
-        .iter()
-        .map(|r| {
-            vec![
-                r.key.image_id.short().to_owned(),
-                handler(&r.key.runtime_handler).to_owned(),
-                format_size(r.record.size),
-                when(now, r.record.first_detected),
-                when(now, r.record.last_used),
-                r.record.pinned.to_string(),
-            ]
-        })
-        .collect();
-    table(
-        w,
-        &[
-            "IMAGE ID",
-            "HANDLER",
-            "SIZE",
-            "FIRST DETECTED",
-            "LAST USED",
-            "PINNED",
-        ],
-        &rows,
-    )
 }
 
 pub fn show(
     w: &mut dyn Write,
-    out: Output,
+    out: &OutputArgs,
     found: &[StoredRecord],
     all: &[StoredRecord],
     now: UnixNanos,
 ) -> io::Result<()> {
     let rank = |r: &StoredRecord| all.iter().position(|a| a.key == r.key).map(|i| i + 1);
-    if out == Output::Json {
+    if is_list(out.format()) {
+        let mut list = KubeList::new("ImageRecord");
+        for r in found {
+            let mut item = record_item(r);
+            if let Some(obj) = item.as_object_mut() {
+                obj.insert("evictionRank".into(), json!(rank(r)));
+                obj.insert("records".into(), json!(all.len()));
+            }
+            list.push(r.key.image_id.as_str(), item);
+        }
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
         let shown: Vec<Value> = found
             .iter()
             .map(|r| {
@@ -190,11 +210,27 @@ pub fn show(
 
 pub fn backoff(
     w: &mut dyn Write,
-    out: Output,
+    out: &OutputArgs,
     entries: &[(String, BackoffEntry)],
     now: UnixNanos,
 ) -> io::Result<()> {
-    if out == Output::Json {
+    if is_list(out.format()) {
+        let mut list = KubeList::new("PullBackoff");
+        for (key, e) in entries {
+            list.push(
+                key.as_str(),
+                json!({
+                    "key": key,
+                    "backoff": go_duration(e.backoff),
+                    "backoffSeconds": e.backoff.as_secs_f64(),
+                    "lastUpdate": format_rfc3339(e.last_update),
+                    "lastError": e.last_error,
+                }),
+            );
+        }
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
         let all: Vec<Value> = entries
             .iter()
             .map(|(key, e)| {
@@ -210,28 +246,54 @@ pub fn backoff(
             .collect();
         return json_out(w, &Value::Array(all));
     }
-    let rows: Vec<Vec<String>> = entries
-        .iter()
-        .map(|(key, e)| {
-            vec![
-                key.clone(),
-                go_duration(e.backoff),
-                when(now, e.last_update),
-                e.last_error.clone(),
-            ]
-        })
-        .collect();
-    table(w, &["KEY", "BACKOFF", "LAST UPDATE", "LAST ERROR"], &rows)
+    let columns = [
+        Column::new("KEY", |(key, _): &(String, BackoffEntry)| key.clone()),
+        Column::new("BACKOFF", |(_, e): &(String, BackoffEntry)| {
+            go_duration(e.backoff)
+        }),
+        Column::new("LAST UPDATE", move |(_, e): &(String, BackoffEntry)| {
+            when(now, e.last_update)
+        }),
+        Column::new("LAST ERROR", |(_, e): &(String, BackoffEntry)| {
+            e.last_error.clone()
+        }),
+    ];
+    write_table(w, &columns, entries, out.table())
 }
 
 pub fn stats(
     w: &mut dyn Write,
-    out: Output,
+    out: &OutputArgs,
     s: &Stats,
     meta: &MetaInfo,
     now: UnixNanos,
 ) -> io::Result<()> {
-    if out == Output::Json {
+    if is_list(out.format()) {
+        let time = |t: Option<UnixNanos>| t.map(format_rfc3339);
+        let histogram: Vec<Value> = s
+            .last_used
+            .iter()
+            .map(|b| json!({"lastUsed": b.label, "images": b.count, "sizeBytes": b.size}))
+            .collect();
+        let mut list = KubeList::new("RecordStats");
+        list.push(
+            "records",
+            json!({
+                "records": s.records,
+                "pinned": s.pinned,
+                "neverUsed": s.never_used,
+                "backoffEntries": s.backoff_entries,
+                "totalSizeBytes": s.total_size,
+                "lastUsedHistogram": histogram,
+                "schemaVersion": meta.schema_version,
+                "createdAt": time(meta.created_at),
+                "agentStartedAt": time(meta.agent_started_at),
+                "lastDetect": time(meta.last_detect),
+            }),
+        );
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
         let (created, created_at) = time_json(meta.created_at);
         let (started, started_at) = time_json(meta.agent_started_at);
         let (detect, detect_at) = time_json(meta.last_detect);
@@ -283,7 +345,7 @@ pub fn stats(
         .iter()
         .map(|b| vec![b.label.to_owned(), b.count.to_string(), format_size(b.size)])
         .collect();
-    table(w, &["LAST USED", "IMAGES", "SIZE"], &rows)
+    table(w, &["LAST USED", "IMAGES", "SIZE"], &rows, out.no_headers)
 }
 
 fn space_summary(space: SpacePass, e: &Explanation) -> String {
@@ -345,12 +407,34 @@ fn decision_str(d: Decision) -> &'static str {
     }
 }
 
-pub fn explain(w: &mut dyn Write, out: Output, e: &Explanation) -> io::Result<()> {
+pub fn explain(w: &mut dyn Write, out: &OutputArgs, e: &Explanation) -> io::Result<()> {
     let removed = e.images.iter().filter(|i| i.decision.removes());
     let (count, bytes) = removed.fold((0u64, 0u64), |(n, b), i| {
         (n + 1, b.saturating_add(i.record.size))
     });
-    if out == Output::Json {
+    if is_list(out.format()) {
+        let mut list = KubeList::new("ImageDecision");
+        for i in &e.images {
+            let mut item = record_item(&StoredRecord {
+                key: i.key.clone(),
+                record: i.record,
+            });
+            if let Some(obj) = item.as_object_mut() {
+                obj.insert("rank".into(), json!(i.rank));
+                obj.insert("inUse".into(), json!(i.in_use));
+                obj.insert("remove".into(), json!(i.decision.removes()));
+                obj.insert("decision".into(), json!(decision_str(i.decision)));
+                obj.insert("reason".into(), json!(i.reason));
+                obj.insert(
+                    "kubeletPulledAt".into(),
+                    json!(i.kubelet_pulled_at.map(format_rfc3339)),
+                );
+            }
+            list.push(i.key.image_id.as_str(), item);
+        }
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
         let (detect, detect_at) = time_json(e.last_detect);
         let images: Vec<Value> = e
             .images
@@ -394,6 +478,41 @@ pub fn explain(w: &mut dyn Write, out: Output, e: &Explanation) -> io::Result<()
         });
         return json_out(w, &v);
     }
+    if !out.no_headers {
+        explain_summary(w, e, count, bytes)?;
+    }
+    let columns = [
+        Column::new("RANK", |i: &ImageExplanation| i.rank.to_string()),
+        Column::new("IMAGE ID", |i: &ImageExplanation| {
+            shown_id(&i.key.image_id, out)
+        }),
+        Column::new("HANDLER", |i: &ImageExplanation| {
+            handler(&i.key.runtime_handler).to_owned()
+        }),
+        Column::new("SIZE", |i: &ImageExplanation| format_size(i.record.size)),
+        Column::wide("BYTES", |i: &ImageExplanation| i.record.size.to_string()),
+        Column::wide("FIRST DETECTED", |i: &ImageExplanation| {
+            format_ago(e.now, i.record.first_detected)
+        }),
+        Column::new("LAST USED", |i: &ImageExplanation| {
+            format_ago(e.now, i.record.last_used)
+        }),
+        Column::wide("PINNED", |i: &ImageExplanation| i.record.pinned.to_string()),
+        Column::new("REMOVE", |i: &ImageExplanation| {
+            match i.decision {
+                Decision::RemoveForAge => "yes (age)",
+                Decision::RemoveForSpace => "yes (space)",
+                _ => "no",
+            }
+            .to_owned()
+        }),
+        Column::new("WHY", |i: &ImageExplanation| i.reason.clone()),
+    ];
+    write_table(w, &columns, &e.images, out.table())
+}
+
+/// The lines above `explain`'s table: the policy, the time, what is in use, the space pass.
+fn explain_summary(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> io::Result<()> {
     let p = &e.policy;
     writeln!(
         w,
@@ -417,44 +536,21 @@ pub fn explain(w: &mut dyn Write, out: Output, e: &Explanation) -> io::Result<()
     )?;
     writeln!(w, "space pass:  {}", space_summary(e.space, e))?;
     writeln!(w, "would remove {count} image(s), {}", format_size(bytes))?;
-    writeln!(w)?;
-    let rows: Vec<Vec<String>> = e
-        .images
-        .iter()
-        .map(|i| {
-            let remove = match i.decision {
-                Decision::RemoveForAge => "yes (age)",
-                Decision::RemoveForSpace => "yes (space)",
-                _ => "no",
-            };
-            vec![
-                i.rank.to_string(),
-                i.key.image_id.short().to_owned(),
-                handler(&i.key.runtime_handler).to_owned(),
-                format_size(i.record.size),
-                format_ago(e.now, i.record.last_used),
-                remove.to_owned(),
-                i.reason.clone(),
-            ]
-        })
-        .collect();
-    table(
-        w,
-        &[
-            "RANK",
-            "IMAGE ID",
-            "HANDLER",
-            "SIZE",
-            "LAST USED",
-            "REMOVE",
-            "WHY",
-        ],
-        &rows,
-    )
+    writeln!(w)
 }
 
-pub fn check(w: &mut dyn Write, out: Output, report: &CheckReport) -> io::Result<()> {
-    if out == Output::Json {
+pub fn check(w: &mut dyn Write, out: &OutputArgs, report: &CheckReport) -> io::Result<()> {
+    if is_list(out.format()) {
+        let mut list = KubeList::new("Violation");
+        for (n, v) in report.violations.iter().enumerate() {
+            list.push(
+                format!("violation-{}", n + 1),
+                json!({"message": v.to_string(), "violation": v}),
+            );
+        }
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
         let violations: Vec<Value> = report
             .violations
             .iter()
@@ -476,8 +572,11 @@ pub fn check(w: &mut dyn Write, out: Output, report: &CheckReport) -> io::Result
     Ok(())
 }
 
-/// JSON lines, one record each.
-pub fn export(w: &mut dyn Write, records: &[StoredRecord]) -> io::Result<()> {
+/// JSON lines, one record each (`table`, `wide` and `json`, as before), or the List.
+pub fn export(w: &mut dyn Write, out: &OutputArgs, records: &[StoredRecord]) -> io::Result<()> {
+    if is_list(out.format()) {
+        return record_list(records).write(w, out.format());
+    }
     for r in records {
         let line = serde_json::to_string(&record_json(r, None)).map_err(io::Error::other)?;
         writeln!(w, "{line}")?;

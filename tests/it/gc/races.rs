@@ -499,6 +499,70 @@ async fn a_cycle_queued_behind_another_reads_the_clock_when_it_starts() {
     assert_eq!(new.first_detected, at(1_000));
 }
 
+/// A reload swaps the configuration between cycles, never within one: `reconfigure` waits for
+/// the GC in flight (parked inside its first RemoveImage), which ends with the settings it
+/// started with (MaxAge 60 s takes both old images, though the new settings turn MaxAge off
+/// and pin `b`); the next cycle runs wholly with the new ones.
+#[tokio::test]
+async fn a_reconfigure_waits_for_the_cycle_in_flight_which_ends_with_its_own_settings() {
+    use imagekeeper::gc::PinPatterns;
+    use std::pin::pin;
+    use std::time::Duration;
+    let old = GcConfig {
+        policy: policy(100, 80, 0, 60),
+        ..GcConfig::default()
+    };
+    let new = GcConfig {
+        policy: policy(100, 80, 0, 0),
+        pins: PinPatterns::new(vec!["registry.example/b:1".to_owned()]),
+        ..GcConfig::default()
+    };
+    let rig = Rig::new(old.clone());
+    rig.runtime.inner.state().images = vec![tagged("a", 1), tagged("b", 1)];
+    rig.runtime.inner.state().fs = Some((10_000, 10_000));
+    rig.gc.detect(at(0)).await.expect("detect");
+    let mut parked = rig.runtime.park("RemoveImage", Some("a"));
+    let gc = rig.gc.garbage_collect(at(1_000));
+    let reload = async {
+        parked.reached().await;
+        let mut reconfigure = pin!(rig.gc.reconfigure(new.clone()));
+        // Polled once: it waits for the cycle lock the parked GC holds.
+        let early = tokio::time::timeout(Duration::ZERO, &mut reconfigure).await;
+        assert!(early.is_err(), "reconfigure finished during a cycle");
+        assert_eq!(rig.gc.config(), old, "swapped in the middle of a cycle");
+        parked.release();
+        reconfigure.await.expect("a valid configuration");
+    };
+    let (report, ()) = tokio::join!(gc, reload);
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let removed: Vec<&str> = report
+        .removed
+        .iter()
+        .map(|r| r.key.image_id.as_str())
+        .collect();
+    assert_eq!(
+        removed,
+        ["a", "b"],
+        "the cycle kept its own MaxAge to its end"
+    );
+    assert_eq!(rig.gc.config(), new);
+
+    // The next cycle runs with the new settings: MaxAge is off, so c stays.
+    rig.runtime.inner.state().images = vec![tagged("c", 1)];
+    rig.gc.detect(at(1_001)).await.expect("detect");
+    let report = rig.gc.garbage_collect(at(5_000)).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert!(report.removed.is_empty(), "MaxAge is off after the reload");
+
+    // An invalid policy is refused and the running configuration kept.
+    let invalid = GcConfig {
+        policy: policy(80, 90, 0, 0),
+        ..GcConfig::default()
+    };
+    assert!(rig.gc.reconfigure(invalid).await.is_err());
+    assert_eq!(rig.gc.config(), new);
+}
+
 // Scenarios the deterministic simulator (`scripts/sim`, `src/sim/`) found, each replayed here
 // with parked calls.
 
