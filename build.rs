@@ -3,10 +3,15 @@
 //! (used by `src/cri/` only) and the agent's admin service from
 //! `proto/imagekeeper/v1/admin.proto` (used by `src/admin/` only).
 //!
-//! `AuthConfig` gets no derived `Debug`: it carries registry secrets, and `src/cri/convert.rs`
-//! gives it a redacted one.
+//! `AuthConfig` and `EnsureImageRequest` get no derived `Debug`: they carry registry secrets,
+//! and `src/cri/convert.rs` and `src/admin/mod.rs` give them redacted ones.
+//!
+//! It also sets `IMAGEKEEPER_REVISION` (the `revision` label of `imagekeeper_build_info`): the
+//! variable of that name when the build has it (an image build without `.git`), else the
+//! short commit of the checkout from `git rev-parse`, else "unknown".
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rustc-env=IMAGEKEEPER_REVISION={}", revision());
     let cri = "proto/runtime/v1/api.proto";
     let admin = "proto/imagekeeper/v1/admin.proto";
     println!("cargo:rerun-if-changed={cri}");
@@ -15,7 +20,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .skip_debug(["runtime.v1.AuthConfig"])
+        .skip_debug(["runtime.v1.AuthConfig", "imagekeeper.v1.EnsureImageRequest"])
         .compile_fds(descriptors)?;
     Ok(())
+}
+
+/// The revision to report: `IMAGEKEEPER_REVISION`, else git's short HEAD, else "unknown".
+fn revision() -> String {
+    println!("cargo:rerun-if-env-changed=IMAGEKEEPER_REVISION");
+    if let Ok(given) = std::env::var("IMAGEKEEPER_REVISION")
+        && !given.trim().is_empty()
+    {
+        return given.trim().to_owned();
+    }
+    let git = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("git").args(args).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let text = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+        (!text.is_empty()).then_some(text)
+    };
+    // Rebuild when HEAD moves: HEAD itself (a branch switch) and the branch's ref (a commit).
+    for file in [
+        git(&["rev-parse", "--git-path", "HEAD"]),
+        git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r])),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if std::path::Path::new(&file).exists() {
+            println!("cargo:rerun-if-changed={file}");
+        }
+    }
+    git(&["rev-parse", "--short=12", "HEAD"])
+        .filter(|r| r.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| "unknown".to_owned())
 }

@@ -18,4 +18,6 @@ pub mod kubelet;
 pub mod model;
 pub mod pull;
 pub mod replay;
+#[cfg(feature = "simulation")]
+pub mod sim;
 pub mod store;

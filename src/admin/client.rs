@@ -90,6 +90,7 @@ impl AdminClient {
                 pod_namespace: request.pod_namespace,
                 pod_name: request.pod_name,
                 runtime_handler: request.runtime_handler,
+                pull_secrets: request.pull_secrets,
             })
             .await
             .map_err(self.call_err("EnsureImage"))?;

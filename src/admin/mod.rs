@@ -3,7 +3,9 @@
 //! are the only ones that import tonic and generated code; conversions live here.
 //!
 //! Invariants: the socket is created 0600 (in a directory created 0700); it serves only local
-//! processes; nothing it returns carries pull credentials (the admin EnsureImage takes none).
+//! processes; nothing it returns carries pull credentials. EnsureImage takes pull secrets (the
+//! only secrets on the socket): they go to the agent's image manager and nowhere else, and
+//! `Debug` of the request types shows only how many there are.
 //! Only a socket nobody answers on is ever removed from the socket path ([`remove_stale_socket`]);
 //! the server holds at most [`AdminLimits::max_connections`] connections and closes one that
 //! sends nothing for [`AdminLimits::idle_timeout`] (live clients answer the server's HTTP/2
@@ -27,7 +29,7 @@ mod proto {
 }
 
 /// An EnsureImage request.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct EnsureRequest {
     pub image: String,
     pub pull_policy: String,
@@ -35,6 +37,59 @@ pub struct EnsureRequest {
     pub pod_namespace: String,
     pub pod_name: String,
     pub runtime_handler: String,
+    /// Pull secret files' contents (see [`crate::pull::credentials::parse_pull_secret`]).
+    pub pull_secrets: Vec<Vec<u8>>,
+}
+
+/// Shows every field but the pull secrets, which are only counted.
+fn fmt_ensure(
+    name: &str,
+    f: &mut std::fmt::Formatter<'_>,
+    fields: [(&str, &str); 6],
+    pull_secrets: usize,
+) -> std::fmt::Result {
+    let mut d = f.debug_struct(name);
+    for (field, value) in fields {
+        d.field(field, &value);
+    }
+    d.field("pull_secrets", &format_args!("<{pull_secrets} redacted>"))
+        .finish()
+}
+
+impl std::fmt::Debug for EnsureRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fmt_ensure(
+            "EnsureRequest",
+            f,
+            [
+                ("image", &self.image),
+                ("pull_policy", &self.pull_policy),
+                ("pod_uid", &self.pod_uid),
+                ("pod_namespace", &self.pod_namespace),
+                ("pod_name", &self.pod_name),
+                ("runtime_handler", &self.runtime_handler),
+            ],
+            self.pull_secrets.len(),
+        )
+    }
+}
+
+impl std::fmt::Debug for proto::EnsureImageRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fmt_ensure(
+            "EnsureImageRequest",
+            f,
+            [
+                ("image", &self.image),
+                ("pull_policy", &self.pull_policy),
+                ("pod_uid", &self.pod_uid),
+                ("pod_namespace", &self.pod_namespace),
+                ("pod_name", &self.pod_name),
+                ("runtime_handler", &self.runtime_handler),
+            ],
+            self.pull_secrets.len(),
+        )
+    }
 }
 
 /// What a GC or delete-unused call did, or with `dry_run` would do.
@@ -192,4 +247,35 @@ pub enum AdminError {
         method: &'static str,
         after: std::time::Duration,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The requests that carry pull secrets print how many there are, never their bytes.
+    #[test]
+    fn ensure_requests_debug_counts_pull_secrets_and_never_shows_them() {
+        let secret = br#"{"auths":{"r.example.com":{"username":"alice","password":"hunter2"}}}"#;
+        let request = EnsureRequest {
+            image: "r.example.com/app:1".into(),
+            pull_secrets: vec![secret.to_vec()],
+            ..EnsureRequest::default()
+        };
+        let wire = proto::EnsureImageRequest {
+            image: request.image.clone(),
+            pull_secrets: request.pull_secrets.clone(),
+            ..proto::EnsureImageRequest::default()
+        };
+        for shown in [format!("{request:?}"), format!("{wire:?}")] {
+            assert!(shown.contains("r.example.com/app:1"), "{shown}");
+            assert!(shown.contains("<1 redacted>"), "{shown}");
+            assert!(
+                !shown.contains("hunter2") && !shown.contains("alice"),
+                "{shown}"
+            );
+            // Nor as the bytes' decimal values (the derived Debug of Vec<u8>).
+            assert!(!shown.contains("123, 34"), "{shown}");
+        }
+    }
 }

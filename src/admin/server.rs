@@ -62,6 +62,7 @@ impl<B: AdminBackend> Admin for Service<B> {
             pod_namespace: r.pod_namespace,
             pod_name: r.pod_name,
             runtime_handler: r.runtime_handler,
+            pull_secrets: r.pull_secrets,
         };
         match self.backend.ensure_image(request).await {
             Ok(image_ref) => Ok(Response::new(EnsureImageResponse { image_ref })),

@@ -30,6 +30,27 @@ pub enum ConfigError {
     File { path: PathBuf, message: String },
 }
 
+impl ConfigError {
+    /// The message on one line, for a log line or a status: the TOML parser's source excerpt
+    /// (the `|` lines) is left out, its position and message kept.
+    pub fn one_line(&self) -> String {
+        let text = self.to_string();
+        let mut parts = text.lines().map(str::trim).filter(|line| {
+            let excerpt = line.starts_with('|')
+                || line
+                    .split_once(" |")
+                    .is_some_and(|(n, _)| n.chars().all(|c| c.is_ascii_digit()));
+            !line.is_empty() && !excerpt
+        });
+        let mut out = parts.next().unwrap_or_default().to_owned();
+        for part in parts {
+            out.push_str(": ");
+            out.push_str(part);
+        }
+        out
+    }
+}
+
 /// The config file: KubeletConfiguration's field names, all optional.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -68,6 +89,13 @@ pub struct FileConfig {
     /// How many removals the eviction journal keeps (ours).
     #[serde(rename = "journalMaxEntries")]
     pub journal_max_entries: Option<i64>,
+    /// The kubelet's `--image-credential-provider-config` (a CredentialProviderConfig file);
+    /// this name is ours.
+    #[serde(rename = "imageCredentialProviderConfig")]
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// The kubelet's `--image-credential-provider-bin-dir`; this name is ours.
+    #[serde(rename = "imageCredentialProviderBinDir")]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -108,6 +136,15 @@ pub struct FlagValues {
     pub detect_period: Option<String>,
     pub gc_period: Option<String>,
     pub image_cache_period: Option<String>,
+    pub image_credential_provider_config: Option<PathBuf>,
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
+}
+
+/// The credential provider plugins' config file and bin dir (both or neither).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialProviders {
+    pub config: PathBuf,
+    pub bin_dir: PathBuf,
 }
 
 /// Everything the agent runs with.
@@ -122,6 +159,9 @@ pub struct AgentConfig {
     pub detect_period: Duration,
     pub gc_period: Duration,
     pub image_cache_period: Duration,
+    /// Keyring pulls (the admin EnsureImage) look for node credentials on the kubelet's docker
+    /// config search path from `gc.kubelet_root_dir`, and ask these plugins.
+    pub credential_providers: Option<CredentialProviders>,
 }
 
 /// The shortest loop period (`--detect-period`, `--gc-period`, `--image-cache-period`): a
@@ -403,6 +443,37 @@ impl AgentConfig {
             }
         };
 
+        let provider_config = pick(
+            &flags.image_credential_provider_config,
+            "--image-credential-provider-config",
+            &file.image_credential_provider_config,
+            o.field("imageCredentialProviderConfig"),
+        );
+        let provider_bin_dir = pick(
+            &flags.image_credential_provider_bin_dir,
+            "--image-credential-provider-bin-dir",
+            &file.image_credential_provider_bin_dir,
+            o.field("imageCredentialProviderBinDir"),
+        );
+        let credential_providers = match (provider_config, provider_bin_dir) {
+            (None, None) => None,
+            (Some((config, _)), Some((bin_dir, _))) => {
+                Some(CredentialProviders { config, bin_dir })
+            }
+            (Some((_, from)), None) => {
+                return Err(invalid(
+                    from,
+                    "needs --image-credential-provider-bin-dir (imageCredentialProviderBinDir) too",
+                ));
+            }
+            (None, Some((_, from))) => {
+                return Err(invalid(
+                    from,
+                    "needs --image-credential-provider-config (imageCredentialProviderConfig) too",
+                ));
+            }
+        };
+
         let db = flags
             .db
             .clone()
@@ -437,6 +508,29 @@ impl AgentConfig {
                 "--image-cache-period",
                 Duration::from_secs(30),
             )?,
+            credential_providers,
+        })
+    }
+
+    /// Where keyring pulls find credentials besides the pull secrets: the node's docker
+    /// config on the kubelet's search path, and the plugins (whose config is validated and
+    /// whose binaries must exist).
+    pub fn credential_sources(
+        &self,
+    ) -> Result<crate::pull::CredentialSources, crate::pull::credentials::ProviderConfigError> {
+        let plugins = match &self.credential_providers {
+            None => None,
+            Some(p) => Some(crate::pull::credentials::PluginProviders::load(
+                &p.config, &p.bin_dir,
+            )?),
+        };
+        Ok(crate::pull::CredentialSources {
+            node: Some(
+                crate::pull::credentials::NodeCredentials::kubelet_search_path(
+                    self.gc.kubelet_root_dir.as_deref(),
+                ),
+            ),
+            plugins,
         })
     }
 }
@@ -858,6 +952,27 @@ mod tests {
             let err = resolve(&file, &flags).expect_err(want).to_string();
             assert!(err.starts_with(want), "got {err:?}, want prefix {want:?}");
         }
+    }
+
+    #[test]
+    fn one_line_keeps_the_position_and_message_of_a_toml_error() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("bad.toml");
+        std::fs::write(
+            &path,
+            "imageGCLowThresholdPercent = 50\nimageGCHighThreshold = 3\n",
+        )
+        .expect("write");
+        let err = FileConfig::load(&path).expect_err("unknown field");
+        let line = err.one_line();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with(&format!(
+                "config file {}: TOML parse error at line 2, column 1: unknown field `imageGCHighThreshold`",
+                path.display()
+            )),
+            "{line}"
+        );
     }
 
     #[test]

@@ -1,37 +1,62 @@
-//! Metrics in the Prometheus text format, served over plain HTTP on the address the operator
-//! asks for (off by default): image_garbage_collected_total, image_gc_duration_seconds,
-//! image_pull_duration_seconds, image_records, store_healthy, store_reopens_total,
-//! store_commit_duration_seconds.
+//! The agent's Prometheus exposition: the one module that registers and encodes metrics, with
+//! the `prometheus-client` crate (OpenMetrics text). The layers keep owning their counters
+//! (`gc::metrics::GcMetrics`, `pull::metrics::PullMetrics`, the store's commit and reopen
+//! counts, atomics or small locked maps); each scrape copies them into a [`Snapshot`], which a
+//! `prometheus-client` collector encodes under the prefix `imagekeeper_`.
+//!
+//! Invariants: every metric name starts with `imagekeeper_` and keeps the kubelet's name,
+//! suffixes and labels where the kubelet has the metric (`kubelet_image_garbage_collected_total`
+//! becomes `imagekeeper_image_garbage_collected_total{reason}`); no label takes an image name
+//! (labels are fixed enums: reasons, size buckets, pull policies); a scrape never writes the
+//! store. To add a metric: keep its counter in its layer, copy it in `Snapshot::gather` and
+//! encode it in `Snapshot::encode` with the helpers below.
 
-use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 use tracing::warn;
 
 use crate::cri::ImageRuntime;
 use crate::gc::ImageGcManager;
-use crate::pull::metrics::Histogram;
+use crate::gc::metrics::GcProgress;
+use crate::pull::metrics::{EnsureLabels, Histogram};
 use crate::pull::{BackoffStore, ImageManager, PullRuntime};
 use crate::store::Store;
+
+/// The prefix of every metric name (with `_` after it).
+pub const METRIC_PREFIX: &str = "imagekeeper";
+
+/// The Content-Type of [`AgentMetrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// kubelet's buckets for GC durations (prometheus.DefBuckets).
 const GC_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// The crate's version and the git revision it was built from (`build.rs`; "unknown" when
+/// built outside a git checkout without `IMAGEKEEPER_REVISION`).
+pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const BUILD_REVISION: &str = env!("IMAGEKEEPER_REVISION");
+
 /// Metrics the agent itself keeps.
 #[derive(Debug)]
 pub struct AgentMetrics {
     gc_durations: Mutex<Histogram>,
+    /// Configuration reloads: [successes, failures].
+    config_reloads: [std::sync::atomic::AtomicU64; 2],
 }
 
 impl Default for AgentMetrics {
     fn default() -> AgentMetrics {
         AgentMetrics {
             gc_durations: Mutex::new(Histogram::new(GC_BUCKETS)),
+            config_reloads: Default::default(),
         }
     }
 }
@@ -44,209 +69,370 @@ impl AgentMetrics {
         }
     }
 
-    /// Renders every metric.
+    pub fn record_reload(&self, success: bool) {
+        self.config_reloads[usize::from(!success)]
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Renders every metric in the OpenMetrics text format (ends with `# EOF`).
     pub fn render<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
         &self,
         gc: &ImageGcManager<R>,
         images: &ImageManager<P, S>,
         store: &Store,
     ) -> String {
+        let snapshot = Snapshot::gather(self, gc, images, store);
+        let mut registry = Registry::with_prefix(METRIC_PREFIX);
+        registry.register_collector(Box::new(snapshot));
         let mut out = String::new();
-        out.push_str("# HELP image_garbage_collected_total Images removed by GC, by reason.\n");
-        out.push_str("# TYPE image_garbage_collected_total counter\n");
-        for (reason, n) in gc.metrics().collected() {
-            let _ = writeln!(
-                out,
-                "image_garbage_collected_total{{reason=\"{reason}\"}} {n}"
-            );
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+            // Writing to a String does not fail; an encoder error would be a bug of ours.
+            warn!(error = %e, "metrics: cannot encode");
         }
-        out.push_str("# HELP gc_victims_rescued_total Images GC chose but kept at its last look before removing them, by why.\n");
-        out.push_str("# TYPE gc_victims_rescued_total counter\n");
-        for (why, n) in gc.metrics().rescued() {
-            let _ = writeln!(out, "gc_victims_rescued_total{{why=\"{why}\"}} {n}");
-        }
-        let progress = gc.metrics().progress();
-        let _ = writeln!(
-            out,
-            "# HELP image_gc_progress_running Whether a GC cycle is running now.\n# TYPE image_gc_progress_running gauge\nimage_gc_progress_running {}",
-            u8::from(progress.running)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP image_gc_progress_removed Images removed by the running (else the last) GC cycle.\n# TYPE image_gc_progress_removed gauge\nimage_gc_progress_removed {}",
-            progress.removed
-        );
-        let _ = writeln!(
-            out,
-            "# HELP image_gc_progress_freed_bytes Bytes freed by the running (else the last) GC cycle.\n# TYPE image_gc_progress_freed_bytes gauge\nimage_gc_progress_freed_bytes {}",
-            progress.freed_bytes
-        );
-        out.push_str(
-            "# HELP image_gc_remove_failures_total RemoveImage calls of GC that failed.\n",
-        );
-        out.push_str("# TYPE image_gc_remove_failures_total counter\n");
-        let _ = writeln!(
-            out,
-            "image_gc_remove_failures_total {}",
-            gc.metrics().remove_failures()
-        );
-        out.push_str("# HELP gc_future_stamps_clamped_total Image records whose first_detected or last_used lay in the future (beyond the tolerance) and that detect clamped to its time.\n");
-        out.push_str("# TYPE gc_future_stamps_clamped_total counter\n");
-        let _ = writeln!(
-            out,
-            "gc_future_stamps_clamped_total {}",
-            gc.metrics().future_stamps_clamped()
-        );
-        out.push_str("# HELP gc_clock_went_back_total Detects that found the stored last_detect later than their own time (beyond the tolerance): the clock went back.\n");
-        out.push_str("# TYPE gc_clock_went_back_total counter\n");
-        let _ = writeln!(
-            out,
-            "gc_clock_went_back_total {}",
-            gc.metrics().clock_went_back()
-        );
-        out.push_str("# HELP image_repulls_after_eviction_total Images pulled (or detected) again while the eviction journal held their removal, by the removal's reason (external: not removed by imagekeeper).\n");
-        out.push_str("# TYPE image_repulls_after_eviction_total counter\n");
-        for (reason, n) in gc.metrics().repulls().counts() {
-            let _ = writeln!(
-                out,
-                "image_repulls_after_eviction_total{{reason=\"{reason}\"}} {n}"
-            );
-        }
-        histogram(
-            &mut out,
-            "image_repull_delay_seconds",
-            "Seconds from an image's removal to its re-pull.",
-            "",
-            &gc.metrics().repulls().delays(),
-        );
-        let gc_hist = match self.gc_durations.lock() {
-            Ok(h) => h.clone(),
-            Err(p) => p.into_inner().clone(),
-        };
-        histogram(
-            &mut out,
-            "image_gc_duration_seconds",
-            "Duration of image GC cycles.",
-            "",
-            &gc_hist,
-        );
-        out.push_str(
-            "# HELP image_pull_duration_seconds Duration of image pulls, by image size bucket.\n",
-        );
-        out.push_str("# TYPE image_pull_duration_seconds histogram\n");
-        for (bucket, h) in images.metrics().snapshot() {
-            histogram_body(
-                &mut out,
-                "image_pull_duration_seconds",
-                &format!("image_size_in_bytes=\"{bucket}\""),
-                &h,
-            );
-        }
-        out.push_str("# HELP ensure_image_requests_total EnsureImageExists requests by pull policy, presence and whether a pull was required.\n");
-        out.push_str("# TYPE ensure_image_requests_total counter\n");
-        for ((policy, present, required), n) in images.metrics().ensure_requests() {
-            let _ = writeln!(
-                out,
-                "ensure_image_requests_total{{pull_policy=\"{policy}\",present_locally=\"{present}\",pull_required=\"{required}\"}} {n}"
-            );
-        }
-        // Before `image_records`, whose read of the store reopens it after an I/O failure: the
-        // gauge is the state as the scrape found it.
-        out.push_str("# HELP store_healthy Whether the record store is usable (1), or failed an I/O operation (a full disk) and has not reopened yet (0).\n");
-        out.push_str("# TYPE store_healthy gauge\n");
-        let _ = writeln!(out, "store_healthy {}", u8::from(store.is_healthy()));
-        out.push_str("# HELP store_reopens_total Times the record store reopened its file after an I/O failure.\n");
-        out.push_str("# TYPE store_reopens_total counter\n");
-        let _ = writeln!(out, "store_reopens_total {}", store.reopens());
-        out.push_str(
-            "# HELP image_records Image records in the store.\n# TYPE image_records gauge\n",
-        );
-        match store.len() {
-            Ok(n) => {
-                let _ = writeln!(out, "image_records {n}");
-            }
-            Err(e) => warn!(error = %e, "metrics: cannot count records"),
-        }
-        out.push_str("# HELP store_commit_duration_seconds Durable commits of the record store.\n");
-        out.push_str("# TYPE store_commit_duration_seconds summary\n");
-        let _ = writeln!(
-            out,
-            "store_commit_duration_seconds_sum {}\nstore_commit_duration_seconds_count {}",
-            store.commit_nanos_total() as f64 / 1e9,
-            store.commits()
-        );
         out
     }
 }
 
-fn histogram(out: &mut String, name: &str, help: &str, labels: &str, h: &Histogram) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-    histogram_body(out, name, labels, h);
+/// Every value of one scrape, copied from the layers that own them.
+#[derive(Debug)]
+struct Snapshot {
+    collected: [(&'static str, u64); 2],
+    rescued: Vec<(&'static str, u64)>,
+    remove_failures: u64,
+    future_stamps_clamped: u64,
+    clock_went_back: u64,
+    progress: GcProgress,
+    image_fs: Option<(u64, u64)>,
+    gc_durations: Histogram,
+    pull_durations: BTreeMap<&'static str, Histogram>,
+    ensure_requests: BTreeMap<EnsureLabels, u64>,
+    store_healthy: bool,
+    store_reopens: u64,
+    records: Option<u64>,
+    commits: u64,
+    commit_seconds: f64,
+    /// Configuration reloads: [successes, failures].
+    config_reloads: [u64; 2],
+    repulls: [(&'static str, u64); 4],
+    repull_delays: Histogram,
 }
 
-fn histogram_body(out: &mut String, name: &str, labels: &str, h: &Histogram) {
-    let sep = if labels.is_empty() { "" } else { "," };
-    for (bound, count) in h.cumulative() {
-        let le = if bound.is_infinite() {
-            "+Inf".to_owned()
-        } else {
-            bound.to_string()
-        };
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {count}");
-    }
-    let braces = if labels.is_empty() {
-        String::new()
-    } else {
-        format!("{{{labels}}}")
-    };
-    let _ = writeln!(
-        out,
-        "{name}_sum{braces} {}\n{name}_count{braces} {}",
-        h.sum(),
-        h.count()
-    );
-}
-
-/// Serves `GET /metrics` on `listener` until the task is dropped. `render` makes the body.
-pub async fn serve_metrics(listener: TcpListener, render: Arc<dyn Fn() -> String + Send + Sync>) {
-    loop {
-        let Ok((mut conn, _)) = listener.accept().await else {
-            continue;
-        };
-        let render = render.clone();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 8192];
-            let mut len = 0;
-            // Read the request head (bounded), with a deadline.
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                while len < buf.len() {
-                    let n = conn.read(&mut buf[len..]).await?;
-                    if n == 0 {
-                        break;
-                    }
-                    len += n;
-                    if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                Ok::<_, std::io::Error>(())
-            })
-            .await;
-            if !matches!(read, Ok(Ok(()))) {
-                return;
+impl Snapshot {
+    fn gather<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
+        agent: &AgentMetrics,
+        gc: &ImageGcManager<R>,
+        images: &ImageManager<P, S>,
+        store: &Store,
+    ) -> Snapshot {
+        let g = gc.metrics();
+        // Before the record count, whose read of the store reopens it after an I/O failure:
+        // the gauge is the state as the scrape found it.
+        let store_healthy = store.is_healthy();
+        let records = match store.len() {
+            Ok(n) => Some(n),
+            Err(e) => {
+                warn!(error = %e, "metrics: cannot count records");
+                None
             }
-            let head = String::from_utf8_lossy(&buf[..len]);
-            let ok = head.starts_with("GET /metrics ") || head.starts_with("GET / ");
-            let (status, body) = if ok {
-                ("200 OK", render())
-            } else {
-                ("404 Not Found", "not found: try GET /metrics\n".to_owned())
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(response.as_bytes()).await;
-        });
+        };
+        Snapshot {
+            collected: g.collected(),
+            rescued: g.rescued().to_vec(),
+            remove_failures: g.remove_failures(),
+            future_stamps_clamped: g.future_stamps_clamped(),
+            clock_went_back: g.clock_went_back(),
+            progress: g.progress(),
+            image_fs: g.image_fs(),
+            gc_durations: match agent.gc_durations.lock() {
+                Ok(h) => h.clone(),
+                Err(p) => p.into_inner().clone(),
+            },
+            pull_durations: images.metrics().snapshot(),
+            ensure_requests: images.metrics().ensure_requests(),
+            store_healthy,
+            store_reopens: store.reopens(),
+            records,
+            commits: store.commits(),
+            commit_seconds: store.commit_nanos_total() as f64 / 1e9,
+            repulls: g.repulls().counts(),
+            repull_delays: g.repulls().delays(),
+            config_reloads: [0, 1]
+                .map(|i| agent.config_reloads[i].load(std::sync::atomic::Ordering::Relaxed)),
+        }
     }
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        gauge_family(
+            &mut enc,
+            "build_info",
+            "The imagekeeper version and the git revision it was built from; always 1.",
+            None,
+            &[(
+                [("version", BUILD_VERSION), ("revision", BUILD_REVISION)],
+                1,
+            )],
+        )?;
+        let collected: Vec<_> = self
+            .collected
+            .iter()
+            .map(|(reason, n)| ([("reason", *reason)], *n))
+            .collect();
+        counter_family(
+            &mut enc,
+            "image_garbage_collected",
+            "Images removed by GC, by reason.",
+            &collected,
+        )?;
+        let rescued: Vec<_> = self
+            .rescued
+            .iter()
+            .map(|(why, n)| ([("why", *why)], *n))
+            .collect();
+        counter_family(
+            &mut enc,
+            "gc_victims_rescued",
+            "Images GC chose but kept at its last look before removing them, by why.",
+            &rescued,
+        )?;
+        gauge(
+            &mut enc,
+            "image_gc_progress_running",
+            "Whether a GC cycle is running now.",
+            None,
+            u64::from(self.progress.running),
+        )?;
+        gauge(
+            &mut enc,
+            "image_gc_progress_removed",
+            "Images removed by the running (else the last) GC cycle.",
+            None,
+            self.progress.removed,
+        )?;
+        gauge(
+            &mut enc,
+            "image_gc_progress_freed",
+            "Bytes freed by the running (else the last) GC cycle.",
+            Some(Unit::Bytes),
+            self.progress.freed_bytes,
+        )?;
+        counter(
+            &mut enc,
+            "image_gc_remove_failures",
+            "RemoveImage calls of GC that failed.",
+            self.remove_failures,
+        )?;
+        counter(
+            &mut enc,
+            "gc_future_stamps_clamped",
+            "Image records whose first_detected or last_used lay in the future (beyond the tolerance) and that detect clamped to its time.",
+            self.future_stamps_clamped,
+        )?;
+        counter(
+            &mut enc,
+            "gc_clock_went_back",
+            "Detects that found the stored last_detect later than their own time (beyond the tolerance): the clock went back.",
+            self.clock_went_back,
+        )?;
+        if let Some((capacity, available)) = self.image_fs {
+            gauge(
+                &mut enc,
+                "image_fs_capacity",
+                "Size of the image filesystem (statvfs of the mountpoint ImageFsInfo reports), as the last GC read it.",
+                Some(Unit::Bytes),
+                capacity,
+            )?;
+            gauge(
+                &mut enc,
+                "image_fs_available",
+                "Bytes available to unprivileged users on the image filesystem, as the last GC read them.",
+                Some(Unit::Bytes),
+                available,
+            )?;
+        }
+        let repulls: Vec<_> = self
+            .repulls
+            .iter()
+            .map(|(reason, n)| ([("reason", *reason)], *n))
+            .collect();
+        counter_family(
+            &mut enc,
+            "image_repulls_after_eviction",
+            "Images pulled (or detected) again while the eviction journal held their removal, by the removal's reason (external: not removed by imagekeeper).",
+            &repulls,
+        )?;
+        let mut repull_delays = enc.encode_descriptor(
+            "image_repull_delay",
+            "Seconds from an image's removal to its re-pull.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        repull_delays.encode_histogram::<NoLabelSet>(
+            self.repull_delays.sum(),
+            self.repull_delays.count(),
+            &self.repull_delays.buckets(),
+            None,
+        )?;
+        let mut gc_durations = enc.encode_descriptor(
+            "image_gc_duration",
+            "Duration of image GC cycles.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        gc_durations.encode_histogram::<NoLabelSet>(
+            self.gc_durations.sum(),
+            self.gc_durations.count(),
+            &self.gc_durations.buckets(),
+            None,
+        )?;
+        let pulls: Vec<_> = self
+            .pull_durations
+            .iter()
+            .map(|(bucket, h)| ([("image_size_in_bytes", *bucket)], h))
+            .collect();
+        histogram_family(
+            &mut enc,
+            "image_pull_duration",
+            "Duration of image pulls, by image size bucket.",
+            &pulls,
+        )?;
+        let ensure: Vec<_> = self
+            .ensure_requests
+            .iter()
+            .map(|((policy, present, required), n)| {
+                (
+                    [
+                        ("pull_policy", *policy),
+                        ("present_locally", *present),
+                        ("pull_required", *required),
+                    ],
+                    *n,
+                )
+            })
+            .collect();
+        counter_family(
+            &mut enc,
+            "ensure_image_requests",
+            "EnsureImageExists requests by pull policy, presence and whether a pull was required.",
+            &ensure,
+        )?;
+        gauge(
+            &mut enc,
+            "store_healthy",
+            "Whether the record store is usable (1), or failed an I/O operation (a full disk) and has not reopened yet (0).",
+            None,
+            u64::from(self.store_healthy),
+        )?;
+        counter(
+            &mut enc,
+            "store_reopens",
+            "Times the record store reopened its file after an I/O failure.",
+            self.store_reopens,
+        )?;
+        if let Some(records) = self.records {
+            gauge(
+                &mut enc,
+                "image_records",
+                "Image records in the store.",
+                None,
+                records,
+            )?;
+        }
+        // Sum and count only (one +Inf bucket): the store keeps totals, not a distribution.
+        let mut commits = enc.encode_descriptor(
+            "store_commit_duration",
+            "Durable commits of the record store.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        commits.encode_histogram::<NoLabelSet>(
+            self.commit_seconds,
+            self.commits,
+            &[(f64::INFINITY, self.commits)],
+            None,
+        )?;
+        let [successes, failures] = self.config_reloads;
+        counter_family(
+            &mut enc,
+            "config_reloads",
+            "Configuration reloads (SIGHUP), by result.",
+            &[
+                ([("result", "success")], successes),
+                ([("result", "failure")], failures),
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// One counter without labels; the encoder adds `_total`.
+fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    m.encode_counter::<NoLabelSet, u64, u64>(&value, None)
+}
+
+/// One counter with a sample per label set; the encoder adds `_total`.
+fn counter_family<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: &[(L, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in samples {
+        m.encode_family(labels)?
+            .encode_counter::<NoLabelSet, u64, u64>(value, None)?;
+    }
+    Ok(())
+}
+
+/// One gauge without labels; `unit` is appended to the name (`_bytes`).
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+    m.encode_gauge(&value)
+}
+
+fn gauge_family<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    samples: &[(L, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+    for (labels, value) in samples {
+        m.encode_family(labels)?.encode_gauge(value)?;
+    }
+    Ok(())
+}
+
+/// One histogram in seconds (`_seconds` is appended) with a sample per label set.
+fn histogram_family<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: &[(L, &Histogram)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    for (labels, h) in samples {
+        m.encode_family(labels)?.encode_histogram::<NoLabelSet>(
+            h.sum(),
+            h.count(),
+            &h.buckets(),
+            None,
+        )?;
+    }
+    Ok(())
 }

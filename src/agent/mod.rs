@@ -11,12 +11,19 @@
 //! store write is one synchronous, atomic transaction; the admin socket is bound only after the
 //! store is open, so a second agent on the same database fails before it can touch the first
 //! one's socket; an I/O failure of the store (a full disk) makes the agent not ready
-//! ([`Agent::ready`], metric `store_healthy`) but stops no loop: the store reopens itself at its
-//! next use, so the agent recovers without a restart once space is back.
+//! ([`Agent::ready`], `/readyz`, metric `imagekeeper_store_healthy`) but stops no loop: the
+//! store reopens itself at its next use, so the agent recovers without a restart once space is
+//! back. A reload ([`reload`], on SIGHUP) swaps the GC settings between cycles, never within
+//! one, and keeps the running configuration when the file is invalid. [`Agent::detect_state`]
+//! says when the first detect is done (the service manager's readiness, [`notify`]).
 
 pub mod config;
 pub mod events;
+mod health;
+mod http;
 mod metrics;
+pub mod notify;
+pub mod reload;
 
 use std::future::Future;
 use std::path::Path;
@@ -32,11 +39,14 @@ use crate::admin::{AdminBackend, AdminError, EnsureRequest, GcOutcome};
 use crate::clock::Clock;
 use crate::cri::{CriClient, CriError};
 use crate::gc::{CycleTime, GcError, ImageGcManager};
-use crate::pull::{ImageManager, PodRef, PullError, PullPolicy, PullsInFlight};
+use crate::pull::{ImageManager, PodRef, PullAuth, PullError, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, StoredRecord, meta_keys};
 
 pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
-pub use metrics::{AgentMetrics, serve_metrics};
+pub use health::Health;
+pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
+pub use metrics::{AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX};
+pub use reload::{ConfigSource, ReloadReport};
 
 /// Why the agent could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +71,14 @@ pub enum AgentError {
 
 /// A running node agent.
 pub struct Agent {
-    config: AgentConfig,
+    /// The running configuration; its GC part is replaced by a reload.
+    config: Mutex<AgentConfig>,
+    /// Where the configuration came from, read again by a reload.
+    source: Option<ConfigSource>,
+    /// Reloads run one at a time.
+    reload_lock: tokio::sync::Mutex<()>,
+    /// Whether a detect has succeeded yet, and the last failure before it did.
+    detect_state: watch::Sender<DetectState>,
     /// The runtime client the container events watcher streams from.
     events_client: CriClient,
     store: Arc<Store>,
@@ -69,8 +86,21 @@ pub struct Agent {
     images: ImageManager<CriClient, Store>,
     clock: Arc<dyn Clock>,
     metrics: AgentMetrics,
+    health: Health,
     gc_failed_before: Mutex<bool>,
     gc_last_unreachable: Mutex<bool>,
+}
+
+/// Where the agent's first detect stands: the service manager is told the agent is ready
+/// once it is `Done` (the database is open and the runtime's images are recorded).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DetectState {
+    /// No detect has ended yet.
+    NotYet,
+    /// Every detect so far failed; the last error.
+    Failing(String),
+    /// A detect succeeded.
+    Done,
 }
 
 /// One of the agent's periodic loops.
@@ -102,22 +132,38 @@ impl Agent {
         )
         .map_err(|e| AgentError::Pull(e.to_string()))?
         .with_pulls_in_flight(in_flight)
+        .with_credential_sources(Arc::new(
+            config
+                .credential_sources()
+                .map_err(|e| AgentError::Pull(e.to_string()))?,
+        ))
         .with_repull_metrics(gc.metrics().repulls().clone());
         Ok(Agent {
-            config,
+            config: Mutex::new(config),
+            source: None,
+            reload_lock: tokio::sync::Mutex::new(()),
+            detect_state: watch::Sender::new(DetectState::NotYet),
             events_client: client,
             store,
             gc,
             images,
             clock,
             metrics: AgentMetrics::default(),
+            health: Health::default(),
             gc_failed_before: Mutex::new(false),
             gc_last_unreachable: Mutex::new(false),
         })
     }
 
-    pub fn config(&self) -> &AgentConfig {
-        &self.config
+    /// The running configuration (a reload replaces its GC settings).
+    pub fn config(&self) -> AgentConfig {
+        lock_ignoring_poison(&self.config).clone()
+    }
+
+    /// Where the first detect stands; changes once when a detect first succeeds (and on each
+    /// failure before that).
+    pub fn detect_state(&self) -> watch::Receiver<DetectState> {
+        self.detect_state.subscribe()
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -133,13 +179,27 @@ impl Agent {
     }
 
     /// Whether the agent can do its job: false while the record store is closed after an I/O
-    /// failure (a full disk) and not yet reopened; the metric `store_healthy` reports the same.
+    /// failure (a full disk) and not yet reopened; the metric `imagekeeper_store_healthy`
+    /// reports the same.
     /// The loops go on meanwhile: their next use of the store tries the reopen.
     pub fn ready(&self) -> bool {
         self.store.is_healthy()
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// `/readyz`: Ok once a detect completed, while the runtime answers and the store is
+    /// healthy; else every reason, one per line.
+    pub fn readiness(&self) -> Result<String, String> {
+        self.health.readiness(self.store.is_healthy())
+    }
+
+    /// `/healthz`: Ok while the process answers and its database file is still there.
+    pub fn liveness(&self) -> Result<String, String> {
+        // The database path is a flag only: a reload never changes it.
+        let db = lock_ignoring_poison(&self.config).db.clone();
+        Health::liveness(&db, self.store.is_healthy())
+    }
+
+    /// The OpenMetrics text exposition of every metric.
     pub fn render_metrics(&self) -> String {
         self.metrics.render(&self.gc, &self.images, &self.store)
     }
@@ -181,10 +241,11 @@ impl Agent {
     }
 
     async fn run_loops(self: Arc<Self>, stop: watch::Receiver<bool>) {
+        let config = self.config();
         let periods = [
-            (Loop::Detect, self.config.detect_period),
-            (Loop::ImageCache, self.config.image_cache_period),
-            (Loop::Gc, self.config.gc_period),
+            (Loop::Detect, config.detect_period),
+            (Loop::ImageCache, config.image_cache_period),
+            (Loop::Gc, config.gc_period),
         ];
         run_schedule(periods, stop, |which| {
             let agent = self.clone();
@@ -200,6 +261,7 @@ impl Agent {
         match which {
             Loop::Detect => match self.gc.detect(now).await {
                 Ok(report) => {
+                    self.health.detect_succeeded();
                     info!(
                         records = report.records,
                         added = report.added,
@@ -207,18 +269,38 @@ impl Agent {
                         committed = report.committed,
                         "Detected images"
                     );
+                    self.detect_state.send_if_modified(|state| {
+                        let first = *state != DetectState::Done;
+                        *state = DetectState::Done;
+                        first
+                    });
                     CycleOutcome::Done
                 }
                 Err(e) => {
                     error!(error = %e, "Image detection failed");
-                    CycleOutcome::failed(&e)
+                    self.detect_state.send_if_modified(|state| {
+                        if *state == DetectState::Done {
+                            return false;
+                        }
+                        *state = DetectState::Failing(e.to_string());
+                        true
+                    });
+                    self.failed_cycle(&e)
                 }
             },
             Loop::ImageCache => match self.gc.refresh_image_cache().await {
-                Ok(()) => CycleOutcome::Done,
+                Ok(()) => {
+                    // The image filesystem gauges; a failure here (statvfs of a mountpoint
+                    // the agent cannot see) is logged and fails nothing else.
+                    if let Err(e) = self.gc.observe_image_fs().await {
+                        warn!(error = %e, "Failed to read the image filesystem");
+                    }
+                    self.health.runtime_reached();
+                    CycleOutcome::Done
+                }
                 Err(e) => {
                     warn!(error = %e, "Failed to update image list");
-                    CycleOutcome::failed(&e)
+                    self.failed_cycle(&e)
                 }
             },
             Loop::Gc => match self.garbage_collect_cycle(now).await.error {
@@ -229,6 +311,18 @@ impl Agent {
                 },
             },
         }
+    }
+
+    /// A detect or image-cache cycle failed: readiness learns whether the runtime was reached.
+    fn failed_cycle(&self, e: &GcError) -> CycleOutcome {
+        let outcome = CycleOutcome::failed(e);
+        match outcome {
+            CycleOutcome::RuntimeUnreachable => self.health.runtime_unreachable(e.to_string()),
+            // The runtime answered (with an error): it is reachable.
+            _ if matches!(e, GcError::Runtime { .. }) => self.health.runtime_reached(),
+            _ => {}
+        }
+        outcome
     }
 
     /// Whether the last GC failed because the runtime could not be reached (the outcome of
@@ -394,8 +488,22 @@ impl AdminBackend for Agent {
             name: request.pod_name,
             annotations: Default::default(),
         };
+        let mut pull_secrets = Vec::with_capacity(request.pull_secrets.len());
+        for (i, secret) in request.pull_secrets.iter().enumerate() {
+            let what = format!("pull secret {}", i + 1);
+            match crate::pull::credentials::parse_pull_secret(&what, secret) {
+                Ok(config) => pull_secrets.push(config),
+                Err(e) => return Err(format!("InvalidPullSecret: {e}")),
+            }
+        }
         self.images
-            .ensure_image_exists(&pod, &request.image, policy, &[], &request.runtime_handler)
+            .ensure_image_exists_with(
+                &pod,
+                &request.image,
+                policy,
+                PullAuth::Keyring(&pull_secrets),
+                &request.runtime_handler,
+            )
             .await
             .map_err(|e: PullError| format!("{}: {}", e.reason(), e.message()))
     }
@@ -434,6 +542,20 @@ impl AdminBackend for Agent {
 /// only when a connect to it is refused (see [`crate::admin::remove_stale_socket`]).
 pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
     crate::admin::remove_stale_socket(path)
+}
+
+impl HttpEndpoints for Agent {
+    fn metrics(&self) -> String {
+        self.render_metrics()
+    }
+
+    fn healthz(&self) -> Result<String, String> {
+        self.liveness()
+    }
+
+    fn readyz(&self) -> Result<String, String> {
+        self.readiness()
+    }
 }
 
 #[cfg(test)]

@@ -4,13 +4,14 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use imagekeeper::agent::{AgentConfig, FileConfig, FlagValues};
+use imagekeeper::agent::{AgentConfig, ConfigSource, FileConfig, FlagValues};
 
 use super::Failure;
 
 #[derive(Args, Debug, Clone)]
 pub struct AgentFlags {
-    /// A TOML file with KubeletConfiguration's field names; flags win over it.
+    /// A TOML file with KubeletConfiguration's field names; flags win over it. `run` reads it
+    /// again on SIGHUP.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The record database [default: /var/lib/imagekeeper/records.redb].
@@ -91,19 +92,35 @@ impl AgentFlags {
         }
     }
 
-    /// Loads the file (if any) and resolves the configuration; every error is a usage error.
-    pub fn resolve(&self, extra: FlagValues) -> Result<AgentConfig, Failure> {
-        let file = match &self.config {
-            Some(path) => FileConfig::load(path).map_err(Failure::usage)?,
-            None => FileConfig::default(),
-        };
+    /// Where the configuration comes from: the file and the flags given (plus `extra`, the
+    /// flags of `run` alone). A reload reads the same source again.
+    pub fn source(&self, extra: FlagValues) -> ConfigSource {
         let mut flags = self.values();
         flags.metrics_address = extra.metrics_address;
         flags.detect_period = extra.detect_period;
         flags.gc_period = extra.gc_period;
         flags.image_cache_period = extra.image_cache_period;
-        AgentConfig::resolve(&file, self.config.as_deref(), &flags)
-            .context("invalid configuration")
-            .map_err(Failure::usage)
+        flags.image_credential_provider_config = extra.image_credential_provider_config;
+        flags.image_credential_provider_bin_dir = extra.image_credential_provider_bin_dir;
+        ConfigSource {
+            file: self.config.clone(),
+            flags,
+        }
     }
+
+    /// Loads the file (if any) and resolves the configuration; every error is a usage error.
+    pub fn resolve(&self, extra: FlagValues) -> Result<AgentConfig, Failure> {
+        resolve_source(&self.source(extra))
+    }
+}
+
+/// Loads the source's file (if any) and resolves it; every error is a usage error.
+pub fn resolve_source(source: &ConfigSource) -> Result<AgentConfig, Failure> {
+    let file = match &source.file {
+        Some(path) => FileConfig::load(path).map_err(Failure::usage)?,
+        None => FileConfig::default(),
+    };
+    AgentConfig::resolve(&file, source.file.as_deref(), &source.flags)
+        .context("invalid configuration")
+        .map_err(Failure::usage)
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use imagekeeper::agent::FlagValues;
 use imagekeeper::cri::{CriClient, CriConfig, ImageRuntime};
 use imagekeeper::doctor::kubelet_config::DEFAULT_KUBELET_CONFIG;
@@ -16,12 +16,7 @@ use imagekeeper::inspect::escape_control;
 
 use super::Failure;
 use super::agent_flags::AgentFlags;
-
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum Output {
-    Table,
-    Json,
-}
+use super::output::{Format, KubeList, OutputArgs, is_list};
 
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
@@ -34,8 +29,8 @@ pub struct DoctorArgs {
     /// kubelet verifies them before another pod uses such an image.
     #[arg(long)]
     pulls_with_credentials: bool,
-    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
-    output: Output,
+    #[command(flatten)]
+    output: OutputArgs,
     /// How long to wait for the runtime's answers (Go duration syntax); a runtime that does
     /// not answer leaves the checks that need it not checked.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::parse_timeout)]
@@ -61,7 +56,7 @@ pub fn run(args: DoctorArgs) -> Result<(), Failure> {
         runtime: &runtime,
     });
     let report = Report::new(args.kubelet_config.display().to_string(), findings);
-    print(&report, args.output)?;
+    print(&report, &args.output)?;
     if report.conflicts > 0 {
         return Err(Failure::from(anyhow::anyhow!(
             "{} conflict(s) between the kubelet's configuration and imagekeeper's",
@@ -85,15 +80,32 @@ async fn ask_runtime(config: CriConfig) -> RuntimeView {
     RuntimeView::Reached { images, image_fs }
 }
 
-fn print(report: &Report, output: Output) -> Result<(), Failure> {
-    match output {
-        Output::Json => println!(
+/// `table` and `wide` are the same for doctor (each finding's fix is on its own line).
+fn print(report: &Report, output: &OutputArgs) -> Result<(), Failure> {
+    match output.format() {
+        Format::Json => println!(
             "{}",
             serde_json::to_string_pretty(report).context("encoding JSON")?
         ),
-        Output::Table => {
-            println!("kubelet config: {}", escape_control(&report.kubelet_config));
-            println!("{:<12} {:<36} FINDING", "STATUS", "CHECK");
+        f if is_list(f) => {
+            let mut list = KubeList::new("Finding");
+            for finding in &report.findings {
+                let mut item = serde_json::to_value(finding).context("encoding JSON")?;
+                if let Some(obj) = item.as_object_mut() {
+                    obj.insert(
+                        "kubeletConfig".into(),
+                        serde_json::json!(report.kubelet_config),
+                    );
+                }
+                list.push(finding.check.to_string(), item);
+            }
+            list.write(&mut std::io::stdout().lock(), f)?;
+        }
+        _ => {
+            if !output.no_headers {
+                println!("kubelet config: {}", escape_control(&report.kubelet_config));
+                println!("{:<12} {:<36} FINDING", "STATUS", "CHECK");
+            }
             for f in &report.findings {
                 println!(
                     "{:<12} {:<36} {}",
@@ -105,11 +117,13 @@ fn print(report: &Report, output: Output) -> Result<(), Failure> {
                     println!("{:<12} {:<36} fix: {}", "", "", escape_control(fix));
                 }
             }
-            println!(
-                "{} check(s), {} conflict(s)",
-                report.findings.len(),
-                report.conflicts
-            );
+            if !output.no_headers {
+                println!(
+                    "{} check(s), {} conflict(s)",
+                    report.findings.len(),
+                    report.conflicts
+                );
+            }
         }
     }
     Ok(())

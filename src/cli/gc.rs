@@ -5,22 +5,17 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use imagekeeper::admin::{AdminClient, AdminError, GcOutcome};
 use imagekeeper::agent::FlagValues;
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::CriClient;
-use imagekeeper::gc::ImageGcManager;
 use imagekeeper::gc::format::format_size;
+use imagekeeper::gc::{ImageGcManager, Removal};
 
 use super::agent_flags::AgentFlags;
+use super::output::{Column, Format, KubeList, OutputArgs, is_list, write_table};
 use super::{Failure, db};
-
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum Output {
-    Table,
-    Json,
-}
 
 #[derive(Args, Debug)]
 pub struct GcArgs {
@@ -29,8 +24,8 @@ pub struct GcArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     dry_run: bool,
-    #[arg(long, value_enum, default_value_t = Output::Table)]
-    output: Output,
+    #[command(flatten)]
+    output: OutputArgs,
     /// How long to wait for a running agent's answer; the agent goes on with the cycle after
     /// it (Go duration syntax).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = super::parse_timeout)]
@@ -101,51 +96,75 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
         // empty table above it.
         Some(e) if outcome.removed.is_empty() => Err(Failure::from(anyhow::anyhow!("{e}"))),
         Some(e) => {
-            print(&outcome, args.output)?;
+            print(&outcome, &args.output)?;
             Err(Failure::from(anyhow::anyhow!("{e}")))
         }
-        None => print(&outcome, args.output),
+        None => print(&outcome, &args.output),
     }
 }
 
-fn print(outcome: &GcOutcome, output: Output) -> Result<(), Failure> {
-    match output {
-        Output::Json => {
-            println!(
+fn print(outcome: &GcOutcome, output: &OutputArgs) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    let w: &mut dyn std::io::Write = &mut stdout;
+    match output.format() {
+        Format::Json => {
+            writeln!(
+                w,
                 "{}",
                 serde_json::to_string_pretty(outcome).context("encoding JSON")?
-            );
+            )?;
         }
-        Output::Table => {
+        f if is_list(f) => {
+            let mut list = KubeList::new("ImageRemoval");
+            for r in &outcome.removed {
+                list.push(
+                    r.key.image_id.as_str(),
+                    serde_json::json!({
+                        "id": r.key.image_id.as_str(),
+                        "runtimeHandler": r.key.runtime_handler,
+                        "sizeBytes": r.size,
+                        "reason": r.reason.as_str(),
+                        "dryRun": outcome.dry_run,
+                        "evictedBefore": r.evicted_before,
+                    }),
+                );
+            }
+            list.write(w, f)?;
+        }
+        _ => {
             let verb = if outcome.dry_run {
                 "would remove"
             } else {
                 "removed"
             };
-            println!(
-                "{:<15} {:<10} {:>10} {:<7}",
-                "IMAGE ID", "HANDLER", "SIZE", "REASON"
-            );
-            for r in &outcome.removed {
-                println!(
-                    "{:<15} {:<10} {:>10} {:<7}",
-                    r.key.image_id.short(),
-                    r.key.runtime_handler,
-                    format_size(r.size),
-                    r.reason.as_str()
-                );
-            }
-            for r in &outcome.removed {
-                if let Some(note) = &r.evicted_before {
-                    println!("note: {} was {note}", r.key.image_id.short());
+            let columns = [
+                Column::new("IMAGE ID", |r: &Removal| {
+                    if output.no_trunc {
+                        r.key.image_id.to_string()
+                    } else {
+                        r.key.image_id.short().to_owned()
+                    }
+                }),
+                Column::new("HANDLER", |r: &Removal| r.key.runtime_handler.clone()),
+                Column::new("SIZE", |r: &Removal| format_size(r.size)),
+                Column::wide("BYTES", |r: &Removal| r.size.to_string()),
+                Column::new("REASON", |r: &Removal| r.reason.as_str().to_owned()),
+            ];
+            write_table(w, &columns, &outcome.removed, output.table())?;
+            if !output.no_headers {
+                for r in &outcome.removed {
+                    if let Some(note) = &r.evicted_before {
+                        writeln!(w, "note: {} was {note}", r.key.image_id.short())?;
+                    }
                 }
+                writeln!(
+                    w,
+                    "{verb} {} image(s), {} ({} bytes)",
+                    outcome.removed.len(),
+                    format_size(outcome.freed),
+                    outcome.freed
+                )?;
             }
-            println!(
-                "{verb} {} image(s), {} ({} bytes)",
-                outcome.removed.len(),
-                format_size(outcome.freed),
-                outcome.freed
-            );
         }
     }
     Ok(())

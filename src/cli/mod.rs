@@ -3,9 +3,11 @@
 
 mod agent_flags;
 mod db;
+mod docs;
 mod doctor;
 mod gc;
 mod inspect;
+mod output;
 mod pull;
 mod replay;
 mod run;
@@ -36,7 +38,8 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the node agent: detect, image cache and GC loops, admin socket, metrics.
+    /// Run the node agent: detect, image cache and GC loops, admin socket, metrics. SIGHUP
+    /// reloads --config; NOTIFY_SOCKET gets READY=1 after the first detect (systemd).
     Run(Box<run::RunArgs>),
     /// Run one image GC now (through the agent when it runs).
     Gc(Box<gc::GcArgs>),
@@ -50,6 +53,10 @@ enum Command {
     Pull(pull::PullArgs),
     /// Check the kubelet's configuration against imagekeeper's: each conflict and what to change.
     Doctor(Box<doctor::DoctorArgs>),
+    /// Print a shell completion script (bash, zsh or fish).
+    Completion(docs::CompletionArgs),
+    /// Print the man page (or write one per command with --dir).
+    Man(docs::ManArgs),
 }
 
 /// `--timeout`: how long a command waits for a running agent's answer (Go duration syntax,
@@ -165,6 +172,8 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Pull(args) => pull::run(args),
         Command::Doctor(args) => doctor::run(*args),
+        Command::Completion(args) => docs::completion(args),
+        Command::Man(args) => docs::man(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

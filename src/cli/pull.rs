@@ -1,7 +1,13 @@
-//! `imagekeeper pull IMAGE [--policy P] [--pod-uid UID] [--db PATH] [endpoints]`: one
-//! EnsureImageExists against the runtime and the record database. Prints the image ref (exit 0),
-//! or the kubelet reason and message (exit 1; an invalid image name exits 2). The pull backoff
-//! lives in the database, so a pull that failed in an earlier run is refused while in backoff.
+//! `imagekeeper pull IMAGE [--policy P] [--pod-uid UID] [--pull-secret FILE]... [--db PATH]
+//! [endpoints]`: one EnsureImageExists against the runtime and the record database. Prints the
+//! image ref (exit 0), or the kubelet reason and message (exit 1; an invalid image name or pull
+//! secret exits 2). The pull backoff lives in the database, so a pull that failed in an earlier
+//! run is refused while in backoff.
+//!
+//! Credentials are found as the kubelet finds them: the pull secrets, then the node's docker
+//! config (on the kubelet's search path) and credential provider plugins. Through a running
+//! agent only the pull secrets travel (over its 0600 socket); the node's credentials and
+//! plugins are the agent's.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,8 +17,11 @@ use clap::{Args, ValueEnum};
 use imagekeeper::admin::{AdminClient, AdminError, EnsureRequest};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::{CriClient, CriConfig, CriError, DEFAULT_RUNTIME_ENDPOINT};
+use imagekeeper::pull::credentials::{
+    CredentialSources, DockerConfig, NodeCredentials, PluginProviders, parse_pull_secret,
+};
 use imagekeeper::pull::reference::credentials_in;
-use imagekeeper::pull::{ImageManager, PodRef, PullConfig, PullError, PullPolicy};
+use imagekeeper::pull::{ImageManager, PodRef, PullAuth, PullConfig, PullError, PullPolicy};
 
 use super::{Failure, db};
 
@@ -44,6 +53,30 @@ pub struct PullArgs {
     /// A running agent's admin socket: when an agent answers there, it does the pull.
     #[arg(long, default_value = imagekeeper::agent::config::DEFAULT_ADMIN_SOCKET)]
     admin_socket: PathBuf,
+    /// A pull secret: a Secret manifest (YAML or JSON) of type kubernetes.io/dockerconfigjson
+    /// or kubernetes.io/dockercfg, or a docker config.json; repeatable. Its credentials are
+    /// tried before the node's.
+    #[arg(long = "pull-secret", value_name = "FILE")]
+    pull_secrets: Vec<PathBuf>,
+    /// The kubelet's root directory, first on the node's docker config search path (when no
+    /// agent does the pull); empty leaves it out.
+    #[arg(long, value_name = "DIR", default_value = imagekeeper::kubelet::DEFAULT_KUBELET_ROOT_DIR)]
+    kubelet_root_dir: String,
+    /// The kubelet's CredentialProviderConfig (when no agent does the pull; needs
+    /// --image-credential-provider-bin-dir).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "image_credential_provider_bin_dir"
+    )]
+    image_credential_provider_config: Option<PathBuf>,
+    /// Where the credential provider plugins' executables are.
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "image_credential_provider_config"
+    )]
+    image_credential_provider_bin_dir: Option<PathBuf>,
     /// How long to wait for a running agent's answer; the agent goes on with the pull after
     /// it (Go duration syntax).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = super::parse_timeout)]
@@ -86,7 +119,24 @@ pub fn run(args: PullArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The pull secret files, read and checked (a bad one is a usage error naming the file,
+/// never its content).
+fn read_pull_secrets(files: &[PathBuf]) -> Result<Vec<(Vec<u8>, DockerConfig)>, Failure> {
+    files
+        .iter()
+        .map(|path| {
+            let what = format!("--pull-secret {}", path.display());
+            let bytes = std::fs::read(path)
+                .with_context(|| what.clone())
+                .map_err(Failure::usage)?;
+            let config = parse_pull_secret(&what, &bytes).map_err(Failure::usage)?;
+            Ok((bytes, config))
+        })
+        .collect()
+}
+
 async fn pull(args: PullArgs) -> Result<String, Failure> {
+    let pull_secrets = read_pull_secrets(&args.pull_secrets)?;
     let agent = AdminClient::connect_with_timeout(&args.admin_socket, args.timeout).await;
     if let Err(e @ AdminError::PermissionDenied { .. }) = agent {
         return Err(Failure::from(e));
@@ -102,10 +152,14 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
             pull_policy: policy.to_owned(),
             pod_uid: args.pod_uid.clone(),
             runtime_handler: args.runtime_handler.clone(),
+            pull_secrets: pull_secrets.into_iter().map(|(bytes, _)| bytes).collect(),
             ..EnsureRequest::default()
         };
         return agent.ensure_image(request).await.map_err(|e| match e {
-            AdminError::Call { message, .. } if message.starts_with("InvalidImageName") => {
+            AdminError::Call { message, .. }
+                if message.starts_with("InvalidImageName")
+                    || message.starts_with("InvalidPullSecret") =>
+            {
                 Failure::usage(anyhow!("{message}"))
             }
             AdminError::Call { message, .. } => Failure::from(anyhow!("{message}")),
@@ -121,6 +175,23 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
         CriError::InvalidEndpoint { .. } => Failure::usage(e),
         other => Failure::from(other),
     })?;
+    let root =
+        (!args.kubelet_root_dir.is_empty()).then_some(std::path::Path::new(&args.kubelet_root_dir));
+    let plugins = match (
+        &args.image_credential_provider_config,
+        &args.image_credential_provider_bin_dir,
+    ) {
+        (Some(config), Some(bin_dir)) => Some(
+            PluginProviders::load(config, bin_dir)
+                .context("--image-credential-provider-config")
+                .map_err(Failure::usage)?,
+        ),
+        _ => None,
+    };
+    let sources = CredentialSources {
+        node: Some(NodeCredentials::kubelet_search_path(root)),
+        plugins,
+    };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let store = db::open_waiting(&args.db, clock.now()).await?;
     let manager = ImageManager::new(
@@ -129,17 +200,19 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
         Arc::new(store),
         clock,
     )
-    .context("pull settings")?;
+    .context("pull settings")?
+    .with_credential_sources(Arc::new(sources));
+    let pull_secrets: Vec<DockerConfig> = pull_secrets.into_iter().map(|(_, c)| c).collect();
     let pod = PodRef {
         uid: args.pod_uid,
         ..PodRef::default()
     };
     manager
-        .ensure_image_exists(
+        .ensure_image_exists_with(
             &pod,
             &args.image,
             args.policy.into(),
-            &[],
+            PullAuth::Keyring(&pull_secrets),
             &args.runtime_handler,
         )
         .await

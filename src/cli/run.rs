@@ -7,12 +7,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use imagekeeper::admin;
-use imagekeeper::agent::{Agent, FlagValues, serve_metrics};
+use imagekeeper::agent::notify::{self, Notifier};
+use imagekeeper::agent::{Agent, DetectState, FlagValues, HttpLimits, serve_http};
 use imagekeeper::clock::SystemClock;
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
 
-use super::agent_flags::AgentFlags;
+use super::agent_flags::{AgentFlags, resolve_source};
 use super::{Failure, db};
 
 #[derive(Args, Debug)]
@@ -31,19 +32,35 @@ pub struct RunArgs {
     /// How often to refresh the image cache [default: 30s].
     #[arg(long, value_name = "DURATION")]
     image_cache_period: Option<String>,
+    /// The kubelet's CredentialProviderConfig: exec plugins that give registry credentials
+    /// to the agent's pulls (needs --image-credential-provider-bin-dir).
+    #[arg(long, value_name = "FILE")]
+    image_credential_provider_config: Option<std::path::PathBuf>,
+    /// Where the credential provider plugins' executables are.
+    #[arg(long, value_name = "DIR")]
+    image_credential_provider_bin_dir: Option<std::path::PathBuf>,
     /// How long the cycle in flight may run on after SIGTERM/SIGINT, in seconds.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_seconds: u64,
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
-    let config = args.flags.resolve(FlagValues {
+    // The flags given and the file: SIGHUP reads the file again under the same flags.
+    let source = args.flags.source(FlagValues {
         metrics_address: args.metrics_address.clone(),
         detect_period: args.detect_period.clone(),
         gc_period: args.gc_period.clone(),
         image_cache_period: args.image_cache_period.clone(),
+        image_credential_provider_config: args.image_credential_provider_config.clone(),
+        image_credential_provider_bin_dir: args.image_credential_provider_bin_dir.clone(),
         ..FlagValues::default()
-    })?;
+    });
+    let config = resolve_source(&source)?;
+    // The plugins' config and executables are checked before anything is created.
+    config
+        .credential_sources()
+        .context("--image-credential-provider-config")
+        .map_err(Failure::usage)?;
     // Every setting is checked, and the metrics address bound, before anything is created:
     // a bad one exits 2 with no database and no socket left behind.
     db::check_path(&config.db)?;
@@ -65,11 +82,19 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
+        // SIGHUP's default action ends the process: take it over before anything is opened.
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("handling SIGHUP")?;
+        let notifier = Arc::new(Notifier::from_env().unwrap_or_else(|e| {
+            warn!(error = %e, "NOTIFY_SOCKET is unusable; not notifying the service manager");
+            Notifier::disabled()
+        }));
         let socket = config.admin_socket.clone();
         let agent = Arc::new(
             Agent::start(config, Arc::new(SystemClock))
                 .await
-                .context("starting the agent")?,
+                .context("starting the agent")?
+                .with_config_source(source),
         );
         // The store is ours now. A socket left at the path is removed only if it is still a
         // socket nobody answers on (checked again: another process may have bound it since).
@@ -86,13 +111,27 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             let address = listener.local_addr().context("the metrics endpoint's address")?;
             let listener = tokio::net::TcpListener::from_std(listener)
                 .context("serving the metrics endpoint")?;
-            let render_agent = agent.clone();
-            tokio::spawn(serve_metrics(listener, Arc::new(move || render_agent.render_metrics())));
+            tokio::spawn(serve_http(listener, agent.clone(), HttpLimits::default()));
             info!(%address, "Serving metrics");
         }
-        info!(db = %agent.config().db.display(), admin = %socket.display(), "imagekeeper agent started");
+        // NODE_NAME: the DaemonSet sets it from the downward API (spec.nodeName).
+        let node = std::env::var("NODE_NAME").unwrap_or_default();
+        info!(db = %agent.config().db.display(), admin = %socket.display(), node, "imagekeeper agent started");
+        let service = tokio::spawn(serve_service_manager(
+            agent.clone(),
+            notifier.clone(),
+            hangup,
+        ));
         let grace = Duration::from_secs(args.shutdown_grace_seconds);
-        agent.clone().run(shutdown_signal(), grace).await;
+        let stopping = {
+            let notifier = notifier.clone();
+            async move {
+                shutdown_signal().await;
+                service.abort();
+                say(&notifier, "STOPPING=1");
+            }
+        };
+        agent.clone().run(stopping, grace).await;
         let _ = stop_tx.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), admin).await;
         // Our socket, unless something else was put there meanwhile (another agent that
@@ -106,6 +145,76 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         info!("imagekeeper agent stopped");
         Ok::<(), Failure>(())
     })
+}
+
+/// Tells the service manager (`NOTIFY_SOCKET`) about readiness and reloads, and reloads the
+/// configuration on each SIGHUP (`Agent::reload`, which logs and counts the result). READY=1
+/// goes out once the first detect has succeeded (the database is open since the start); a
+/// reload after that is framed by RELOADING=1 and READY=1. Runs until aborted at shutdown.
+async fn serve_service_manager(
+    agent: Arc<Agent>,
+    notifier: Arc<Notifier>,
+    mut hangup: tokio::signal::unix::Signal,
+) {
+    let mut detect = agent.detect_state();
+    let mut ready = false;
+    loop {
+        if !ready {
+            let state = detect.borrow_and_update().clone();
+            match state {
+                DetectState::Done => {
+                    ready = true;
+                    say(
+                        &notifier,
+                        &format!("READY=1\n{}", notify::status("Running: first detect done")),
+                    );
+                }
+                DetectState::Failing(e) => {
+                    say(
+                        &notifier,
+                        &notify::status(&format!("First detect failed, retrying: {e}")),
+                    );
+                }
+                DetectState::NotYet => {}
+            }
+        }
+        tokio::select! {
+            changed = detect.changed(), if !ready => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            signal = hangup.recv() => {
+                if signal.is_none() {
+                    return;
+                }
+                info!("SIGHUP received: reloading the configuration");
+                if ready {
+                    say(&notifier, &notify::reloading_message());
+                }
+                let status = match agent.reload().await {
+                    Ok(_) => "Running: configuration reloaded".to_owned(),
+                    Err(e) => format!(
+                        "Running: reload failed, configuration kept: {}",
+                        e.one_line()
+                    ),
+                };
+                let status = notify::status(&status);
+                if ready {
+                    say(&notifier, &format!("READY=1\n{status}"));
+                } else {
+                    say(&notifier, &status);
+                }
+            }
+        }
+    }
+}
+
+/// Sends one message to the service manager; a failure is logged, never fatal.
+fn say(notifier: &Notifier, message: &str) {
+    if let Err(e) = notifier.notify(message) {
+        warn!(error = %e, "Could not notify the service manager");
+    }
 }
 
 async fn wait_stop(mut stop: watch::Receiver<bool>) {

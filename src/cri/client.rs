@@ -70,7 +70,7 @@ pub struct RuntimeVersion {
 }
 
 /// A pod sandbox to run (tests and tools only: imagekeeper itself never runs pods).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SandboxSpec {
     pub name: String,
     pub uid: String,
@@ -79,15 +79,63 @@ pub struct SandboxSpec {
     pub log_directory: String,
     /// Share the node's network namespace (and have no hostname).
     pub host_network: bool,
+    /// The pod's `securityContext.runAsUser`.
+    pub run_as_user: Option<i64>,
+    /// The pod's seccomp profile is RuntimeDefault (else unconfined, CRI's default).
+    pub seccomp_runtime_default: bool,
 }
 
 /// A container to create in a sandbox; its log goes to `<log_directory>/<name>.log`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerSpec {
     pub name: String,
     pub image: String,
     pub command: Vec<String>,
     pub args: Vec<String>,
+    /// Environment variables, in order.
+    pub env: Vec<(String, String)>,
+    pub mounts: Vec<MountSpec>,
+    /// The container's Linux security context; None leaves everything to the runtime.
+    pub security: Option<ContainerSecurity>,
+    /// Memory limit in bytes; 0 is none.
+    pub memory_limit_bytes: i64,
+    /// CPU shares (the kubelet's conversion of the CPU request); 0 is the runtime's default.
+    pub cpu_shares: i64,
+}
+
+/// A bind mount of a host path into a container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountSpec {
+    pub container_path: String,
+    pub host_path: String,
+    pub readonly: bool,
+}
+
+/// The parts of a container's Linux security context the kubelet sets from a pod spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerSecurity {
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub privileged: bool,
+    pub readonly_rootfs: bool,
+    /// `allowPrivilegeEscalation: false`.
+    pub no_new_privs: bool,
+    /// Capabilities to drop, as the kubelet passes them (`ALL`, or names without `CAP_`).
+    pub drop_capabilities: Vec<String>,
+    pub add_capabilities: Vec<String>,
+    pub seccomp_runtime_default: bool,
+    /// Paths masked and made read-only (the kubelet's defaults for a non-privileged
+    /// container with the default procMount).
+    pub masked_paths: Vec<String>,
+    pub readonly_paths: Vec<String>,
+}
+
+/// What ExecSync returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
 }
 
 /// One pod sandbox as ListPodSandbox reports it.
@@ -349,7 +397,7 @@ impl CriClient {
         let client = self.runtime.clone();
         let request = proto::CreateContainerRequest {
             pod_sandbox_id: pod_sandbox_id.to_string(),
-            config: Some(convert::container_config(container)),
+            config: Some(convert::container_config(container, sandbox)),
             sandbox_config: Some(convert::sandbox_config(sandbox)),
         };
         let response = runtime_call(
@@ -410,6 +458,32 @@ impl CriClient {
         )
         .await?;
         Ok(())
+    }
+
+    /// Runs `cmd` in a running container and waits for it (`timeout` whole seconds, 0 none).
+    pub async fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult, CriError> {
+        let client = self.runtime.clone();
+        let request = proto::ExecSyncRequest {
+            container_id: container_id.to_string(),
+            cmd: cmd.to_vec(),
+            timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        };
+        let deadline = self.call_timeout.saturating_add(timeout);
+        let response = runtime_call("ExecSync", &self.runtime_endpoint, deadline, request, |r| {
+            let mut client = client.clone();
+            async move { client.exec_sync(r).await }
+        })
+        .await?;
+        Ok(ExecResult {
+            exit_code: response.exit_code,
+            stdout: response.stdout,
+            stderr: response.stderr,
+        })
     }
 
     pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {

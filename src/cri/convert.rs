@@ -11,7 +11,8 @@ use std::fmt;
 use std::io;
 
 use super::client::{
-    ContainerSpec, ContainerStatusReport, PodSandboxSummary, RuntimeVersion, SandboxSpec,
+    ContainerSecurity, ContainerSpec, ContainerStatusReport, PodSandboxSummary, RuntimeVersion,
+    SandboxSpec,
 };
 use super::error::{CriError, RpcCode};
 use super::proto;
@@ -452,13 +453,21 @@ pub(super) fn sandbox_config(spec: &SandboxSpec) -> proto::PodSandboxConfig {
                     pid: proto::NamespaceMode::Container.into(),
                     ipc: proto::NamespaceMode::Pod.into(),
                 }),
+                run_as_user: spec.run_as_user.map(|value| proto::Int64Value { value }),
+                seccomp: spec.seccomp_runtime_default.then(|| seccomp_profile(true)),
             }),
         }),
         ..Default::default()
     }
 }
 
-pub(super) fn container_config(spec: &ContainerSpec) -> proto::ContainerConfig {
+/// A container config, with the namespaces of its sandbox as the kubelet sets them
+/// (`kuberuntime_container_linux.go` via `namespacesForPod`: network NODE for a host-network
+/// pod, else POD; pid CONTAINER; ipc POD).
+pub(super) fn container_config(
+    spec: &ContainerSpec,
+    sandbox: &SandboxSpec,
+) -> proto::ContainerConfig {
     proto::ContainerConfig {
         metadata: Some(proto::ContainerMetadata {
             name: spec.name.clone(),
@@ -467,8 +476,83 @@ pub(super) fn container_config(spec: &ContainerSpec) -> proto::ContainerConfig {
         image: Some(image_spec(&spec.image, "")),
         command: spec.command.clone(),
         args: spec.args.clone(),
+        envs: spec
+            .env
+            .iter()
+            .map(|(key, value)| proto::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        mounts: spec
+            .mounts
+            .iter()
+            .map(|m| proto::Mount {
+                container_path: m.container_path.clone(),
+                host_path: m.host_path.clone(),
+                readonly: m.readonly,
+                ..Default::default()
+            })
+            .collect(),
         log_path: format!("{}.log", spec.name),
+        linux: Some(proto::LinuxContainerConfig {
+            resources: Some(proto::LinuxContainerResources {
+                cpu_shares: spec.cpu_shares,
+                memory_limit_in_bytes: spec.memory_limit_bytes,
+            }),
+            security_context: Some(container_security(spec.security.as_ref(), sandbox)),
+        }),
         ..Default::default()
+    }
+}
+
+fn container_security(
+    security: Option<&ContainerSecurity>,
+    sandbox: &SandboxSpec,
+) -> proto::LinuxContainerSecurityContext {
+    let network = if sandbox.host_network {
+        proto::NamespaceMode::Node
+    } else {
+        proto::NamespaceMode::Pod
+    };
+    let namespace_options = Some(proto::NamespaceOption {
+        network: network.into(),
+        pid: proto::NamespaceMode::Container.into(),
+        ipc: proto::NamespaceMode::Pod.into(),
+    });
+    let Some(sec) = security else {
+        return proto::LinuxContainerSecurityContext {
+            namespace_options,
+            ..Default::default()
+        };
+    };
+    proto::LinuxContainerSecurityContext {
+        capabilities: Some(proto::Capability {
+            add_capabilities: sec.add_capabilities.clone(),
+            drop_capabilities: sec.drop_capabilities.clone(),
+        }),
+        privileged: sec.privileged,
+        namespace_options,
+        run_as_user: sec.run_as_user.map(|value| proto::Int64Value { value }),
+        readonly_rootfs: sec.readonly_rootfs,
+        no_new_privs: sec.no_new_privs,
+        run_as_group: sec.run_as_group.map(|value| proto::Int64Value { value }),
+        masked_paths: sec.masked_paths.clone(),
+        readonly_paths: sec.readonly_paths.clone(),
+        seccomp: Some(seccomp_profile(sec.seccomp_runtime_default)),
+    }
+}
+
+/// RuntimeDefault, or Unconfined (what an unset profile means to the runtime).
+fn seccomp_profile(runtime_default: bool) -> proto::SecurityProfile {
+    let profile_type = if runtime_default {
+        proto::security_profile::ProfileType::RuntimeDefault
+    } else {
+        proto::security_profile::ProfileType::Unconfined
+    };
+    proto::SecurityProfile {
+        profile_type: profile_type.into(),
+        localhost_ref: String::new(),
     }
 }
 
@@ -736,6 +820,7 @@ mod tests {
             namespace: "ns".into(),
             log_directory: "/tmp/logs".into(),
             host_network: true,
+            ..SandboxSpec::default()
         });
         assert_eq!(config.hostname, "");
         let options = config

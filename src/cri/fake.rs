@@ -360,6 +360,14 @@ impl RuntimeService for FakeService {
         }
     }
 
+    async fn exec_sync(
+        &self,
+        _request: Request<proto::ExecSyncRequest>,
+    ) -> Result<Response<proto::ExecSyncResponse>, Status> {
+        self.enter("ExecSync").await?;
+        Err(Status::unimplemented("the fake runtime runs no processes"))
+    }
+
     type GetContainerEventsStream = tonic::codegen::tokio_stream::wrappers::UnboundedReceiverStream<
         Result<proto::ContainerEventResponse, Status>,
     >;

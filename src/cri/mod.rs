@@ -22,8 +22,9 @@ pub mod fake;
 pub mod statvfs;
 
 pub use client::{
-    ContainerEventStream, ContainerSpec, ContainerStatusReport, CriClient, CriConfig,
-    DEFAULT_RUNTIME_ENDPOINT, PodSandboxSummary, RuntimeVersion, SandboxSpec,
+    ContainerEventStream, ContainerSecurity, ContainerSpec, ContainerStatusReport, CriClient,
+    CriConfig, DEFAULT_RUNTIME_ENDPOINT, ExecResult, MountSpec, PodSandboxSummary, RuntimeVersion,
+    SandboxSpec,
 };
 pub use error::{CriError, RpcCode};
 

@@ -11,10 +11,17 @@
 //! running container per cycle, the last looks reusing detect's answers), a pinned image, an image a
 //! pull through imagekeeper has in flight, an image used at or after the GC's start. Pulls and
 //! containers are not under the cycle lock, so right before each RemoveImage call the manager
-//! takes a last look (`rescue`): it lists the containers, then re-reads the victim's record
-//! and the pulls in flight with no await before the call; a victim that gained a container, a
-//! newer last_used or a pull is kept (`gc_victims_rescued_total{why}`) and the walk goes on to
-//! the next candidate.
+//! takes a last look (`rescue`): it lists the containers (again, when it had to ask a new
+//! container's status after the list), then re-reads the victim's record and the pulls in
+//! flight with no await before the call; a victim that gained a container, a newer last_used
+//! or a pull, or whose image the cycle's detect did not list, is kept
+//! (`gc_victims_rescued_total{why}`) and the walk goes on to the next candidate.
+//!
+//! Settings: the configuration ([`GcConfig`]) and the kubelet pull records reader it implies
+//! are one immutable `Settings` value behind an `Arc`. A cycle takes it once, right after it
+//! holds the cycle lock, and uses that one value to its end; [`ImageGcManager::reconfigure`]
+//! (the agent's reload) swaps it while holding the cycle lock, so a new configuration applies
+//! between cycles, never within one. A dry run takes it once at its start.
 //!
 //! Clock: a detect clamps stored stamps later than its `now` + `FUTURE_STAMP_TOLERANCE` to
 //! `now` and notices a `last_detect` later than that (the clock went back); each committed
@@ -32,8 +39,8 @@ use crate::cri::{ImageRuntime, RpcCode};
 use crate::kubelet::PullRecordsReader;
 use crate::model::JournalEntry;
 use crate::model::{
-    EvictionNote, FUTURE_STAMP_TOLERANCE, FsUsage, ImageRecord, JournalRetention, RecordKey,
-    Repull, RuntimeContainer, RuntimeImage, UnixNanos,
+    EvictionNote, FUTURE_STAMP_TOLERANCE, FsUsage, ImageFsStats, ImageRecord, JournalRetention,
+    RecordKey, Repull, RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, JournalKey, Store, StoredRecord, meta_keys};
@@ -97,6 +104,10 @@ impl<C: crate::clock::Clock + ?Sized> CycleTime for &C {
         self.now()
     }
 }
+
+/// How many times the last look lists the containers again because new ones appeared while
+/// it asked their status, before it keeps the victim instead.
+const LAST_LOOK_ROUNDS: usize = 4;
 
 /// How many eligible images one synchronous step of the walk picks before removing them.
 const WALK_CHUNK: usize = 64;
@@ -183,16 +194,48 @@ pub struct GcPlan {
     pub removals: Vec<Removal>,
 }
 
+/// What one cycle runs with: the configuration and the kubelet pull records reader of its
+/// `kubelet_root_dir`. Immutable; replaced whole by [`ImageGcManager::reconfigure`].
+#[derive(Debug)]
+struct Settings {
+    config: GcConfig,
+    kubelet: Option<Arc<PullRecordsReader>>,
+}
+
+impl Settings {
+    /// The settings of `config`, reusing `previous`'s reader when the directory is the same
+    /// (so a file it warned about once is not warned about again after a reload).
+    fn new(config: GcConfig, previous: Option<&Settings>) -> Settings {
+        let root = config
+            .kubelet_root_dir
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty());
+        let kubelet = match (previous, root) {
+            (_, None) => None,
+            (Some(previous), Some(root))
+                if previous.config.kubelet_root_dir.as_deref() == Some(root.as_path()) =>
+            {
+                previous.kubelet.clone()
+            }
+            (_, Some(root)) => Some(Arc::new(PullRecordsReader::new(&root))),
+        };
+        Settings { config, kubelet }
+    }
+
+    fn kubelet(&self) -> Option<&PullRecordsReader> {
+        self.kubelet.as_deref()
+    }
+}
+
 /// kubelet's ImageGCManager with history in a [`Store`].
 pub struct ImageGcManager<R> {
     runtime: R,
     store: Arc<Store>,
-    config: GcConfig,
+    settings: RwLock<Arc<Settings>>,
     cycle: tokio::sync::Mutex<()>,
     cache: RwLock<Vec<RuntimeImage>>,
     metrics: Arc<GcMetrics>,
     in_flight: PullsInFlight,
-    kubelet: Option<PullRecordsReader>,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -200,16 +243,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     pub fn new(runtime: R, store: Arc<Store>, config: GcConfig) -> Result<Self, GcError> {
         config.policy.validate()?;
         store.set_journal_retention(config.journal_retention);
-        let kubelet = config
-            .kubelet_root_dir
-            .as_deref()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map(PullRecordsReader::new);
         Ok(ImageGcManager {
-            kubelet,
             runtime,
             store,
-            config,
+            settings: RwLock::new(Arc::new(Settings::new(config, None))),
             cycle: tokio::sync::Mutex::new(()),
             cache: RwLock::new(Vec::new()),
             metrics: Arc::new(GcMetrics::default()),
@@ -231,8 +268,33 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         &self.store
     }
 
-    pub fn config(&self) -> &GcConfig {
-        &self.config
+    /// The configuration the next cycle runs with.
+    pub fn config(&self) -> GcConfig {
+        self.settings().config.clone()
+    }
+
+    /// The settings as they are now (a cycle takes them once it holds the cycle lock).
+    fn settings(&self) -> Arc<Settings> {
+        match self.settings.read() {
+            Ok(s) => s.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Replaces the configuration (the agent's reload): refuses an invalid policy and keeps
+    /// the current one then; otherwise waits for the cycle in flight to end (it holds the
+    /// cycle lock) and swaps, so the next cycle runs wholly with the new configuration and no
+    /// cycle ever mixes the two. A dry run in flight ends with the configuration it started
+    /// with.
+    pub async fn reconfigure(&self, config: GcConfig) -> Result<(), GcError> {
+        config.policy.validate()?;
+        let _cycle = self.cycle.lock().await;
+        let next = Arc::new(Settings::new(config, Some(&self.settings())));
+        match self.settings.write() {
+            Ok(mut s) => *s = next,
+            Err(poisoned) => *poisoned.into_inner() = next,
+        }
+        Ok(())
     }
 
     pub fn metrics(&self) -> &Arc<GcMetrics> {
@@ -244,14 +306,17 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     pub async fn detect(&self, now: impl CycleTime) -> Result<DetectReport, GcError> {
         let _cycle = self.cycle.lock().await;
         let now = now.read();
-        self.detect_locked(now).await.map(|(report, _)| report)
+        let settings = self.settings();
+        self.detect_locked(&settings, now)
+            .await
+            .map(|(report, _)| report)
     }
 
     /// What a detect starts from: the stored records by key, the runtime's images and the
     /// record keys in use. The records are read first: a pull that marks an image while the
     /// runtime is listed is then absent from the snapshot or older in it, and detect's merge
     /// writes keep its mark (see `detect`).
-    async fn observe(&self) -> Result<Observed, GcError> {
+    async fn observe(&self, settings: &Settings) -> Result<Observed, GcError> {
         let records = self
             .store
             .records()?
@@ -271,11 +336,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut volumes = ImageVolumes::new();
         self.read_image_volumes(&containers, &mut volumes).await?;
         let mounted: Vec<String> = volumes.values().flatten().cloned().collect();
-        let sandbox = self.config.sandbox_image.as_deref();
+        let sandbox = settings.config.sandbox_image.as_deref();
         let mut in_use = images_in_use(&images, &containers, &mounted, sandbox);
         // Read after the runtime's lists: an intent the kubelet wrote before pulling an image
         // already listed is seen here; one written later is seen by the last look.
-        let kubelet = KubeletView::read(self.kubelet.as_ref(), &images);
+        let kubelet = KubeletView::read(settings.kubelet(), &images);
         in_use.extend(kubelet.pulling.iter().cloned());
         Ok((images, in_use, records, volumes, kubelet))
     }
@@ -289,13 +354,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         &self,
         containers: &[RuntimeContainer],
         known: &mut ImageVolumes,
-    ) -> Result<(), GcError> {
+    ) -> Result<usize, GcError> {
+        let mut asked = 0;
         for container in containers {
             // Every container, whatever its state, as for a container's own image: an exited
             // container of a crash-looping pod restarts with the same image volumes.
             if known.contains_key(&container.id) {
                 continue;
             }
+            asked += 1;
             match self.runtime.container_usage(&container.id).await {
                 Ok(usage) => {
                     known.insert(container.id.clone(), usage.image_volumes);
@@ -304,31 +371,42 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 Err(e) => return Err(runtime_error("get container status")(e)),
             }
         }
-        Ok(())
+        Ok(asked)
     }
 
     /// Observes the runtime and plans the detect at `now`: what a detect applies and a dry
     /// run applies to its copy, so both plan from the same rules.
-    async fn observe_and_plan(&self, now: UnixNanos) -> Result<(Observed, DetectPlan), GcError> {
+    async fn observe_and_plan(
+        &self,
+        settings: &Settings,
+        now: UnixNanos,
+    ) -> Result<(Observed, DetectPlan), GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let (images, in_use, existing, volumes, mut kubelet) = self.observe().await?;
+        let (images, in_use, existing, volumes, mut kubelet) = self.observe(settings).await?;
         let names = self.store.names_that_differ(&images)?;
-        kubelet.mark_just_pulled(now, self.config.policy.min_age);
+        kubelet.mark_just_pulled(now, settings.config.policy.min_age);
         let mut plan = plan_detect_with_uses(
             &existing,
             last_detect,
             &images,
             &in_use,
             &kubelet.used_at,
-            &self.config.pins,
+            &settings.config.pins,
             now,
         );
         plan_names(&mut plan, names);
         Ok(((images, in_use, existing, volumes, kubelet), plan))
     }
 
-    async fn detect_locked(&self, now: UnixNanos) -> Result<(DetectReport, CycleView), GcError> {
-        let ((images, in_use, _, volumes, kubelet), plan) = self.observe_and_plan(now).await?;
+    async fn detect_locked(
+        &self,
+        settings: &Settings,
+        now: UnixNanos,
+    ) -> Result<(DetectReport, CycleView), GcError> {
+        let ((images, in_use, _existing, volumes, kubelet), plan) =
+            self.observe_and_plan(settings, now).await?;
+        #[cfg(feature = "sim-mutants")]
+        let plan = crate::sim::mutants::blind_detect(plan, &_existing, now);
         let applied = self.store.apply_reporting(&plan.batch)?;
         let committed = applied.committed;
         self.report_clock(&plan, now);
@@ -458,19 +536,18 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .collect()
     }
 
-    /// The kubelet's pull records reader, if the manager reads them.
-    pub fn kubelet_pull_records(&self) -> Option<&PullRecordsReader> {
-        self.kubelet.as_ref()
-    }
-
     /// kubelet's GarbageCollect at `now`: detect, MaxAge, then free space down to the low
     /// threshold if usage is at or above the high one.
     pub async fn garbage_collect(&self, now: impl CycleTime) -> GcReport {
         let _cycle = self.cycle.lock().await;
         let now = now.read();
         let _progress = ProgressGuard::start(&self.metrics);
+        let settings = self.settings();
         let mut report = GcReport::default();
-        if let Err(e) = self.garbage_collect_locked(now, &mut report).await {
+        if let Err(e) = self
+            .garbage_collect_locked(&settings, now, &mut report)
+            .await
+        {
             report.error = Some(e);
         }
         report
@@ -478,21 +555,25 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 
     async fn garbage_collect_locked(
         &self,
+        settings: &Settings,
         free_time: UnixNanos,
         report: &mut GcReport,
     ) -> Result<(), GcError> {
-        let (detected, mut view) = self.detect_locked(free_time).await?;
+        let (detected, mut view) = self.detect_locked(settings, free_time).await?;
         report.detect = Some(detected);
-        if self.config.policy.disabled() {
+        if settings.config.policy.disabled() {
             return Ok(());
         }
-        self.free_old_images(free_time, &mut view, report).await?;
+        self.free_old_images(settings, free_time, &mut view, report)
+            .await?;
 
         let stats = self
             .runtime
             .image_fs_stats()
             .await
             .map_err(runtime_error("get image filesystem stats"))?;
+        self.metrics
+            .record_image_fs(stats.capacity, stats.available);
         let capacity = stats.capacity;
         let mut available = stats.available;
         if available > capacity {
@@ -506,7 +587,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
         let (capacity_i, available_i) = (to_i64(capacity), to_i64(available));
         let usage_percent = 100 - available_i.saturating_mul(100) / capacity_i;
-        let policy = &self.config.policy;
+        let policy = &settings.config.policy;
         if usage_percent >= policy.high_threshold_percent {
             let amount_to_free =
                 capacity_i.saturating_mul(100 - policy.low_threshold_percent) / 100 - available_i;
@@ -525,6 +606,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             };
             let freed = self
                 .free_space(
+                    settings,
                     amount_to_free,
                     free_time,
                     &mut view,
@@ -550,12 +632,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let _cycle = self.cycle.lock().await;
         let now = now.read();
         let _progress = ProgressGuard::start(&self.metrics);
+        let settings = self.settings();
         let mut report = GcReport::default();
         info!("Attempting to delete unused images");
         let result = async {
-            let (detected, mut view) = self.detect_locked(now).await?;
+            let (detected, mut view) = self.detect_locked(&settings, now).await?;
             report.detect = Some(detected);
             self.free_space(
+                &settings,
                 i64::MAX,
                 now,
                 &mut view,
@@ -575,11 +659,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// last_used before `free_time - max_age`.
     async fn free_old_images(
         &self,
+        settings: &Settings,
         free_time: UnixNanos,
         view: &mut CycleView,
         report: &mut GcReport,
     ) -> Result<(), GcError> {
-        let max_age = self.config.policy.max_age;
+        let max_age = settings.config.policy.max_age;
         if max_age.is_zero() {
             return Ok(());
         }
@@ -599,7 +684,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
         let mut errors = Vec::new();
         for (rank, victim) in victims {
-            if self.rescue(&victim, view, free_time).await? {
+            if self.rescue(settings, &victim, view, free_time).await? {
                 continue;
             }
             let note = note(free_time, RemovalReason::Age, rank, None);
@@ -619,13 +704,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// nothing, and the walk goes on to the next candidate.
     async fn free_space(
         &self,
+        settings: &Settings,
         bytes_to_free: i64,
         free_time: UnixNanos,
         view: &mut CycleView,
         (reason, fs): (RemovalReason, Option<FsUsage>),
         report: &mut GcReport,
     ) -> Result<i64, GcError> {
-        let min_age = self.config.policy.min_age;
+        let min_age = settings.config.policy.min_age;
         let mut freed: i64 = 0;
         // Index entries the walk read before this step: a victim's rank is its position in
         // the eviction order as the walk read it.
@@ -652,7 +738,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 break;
             }
             for (victim, position) in chunk.into_iter().zip(step.positions) {
-                if self.rescue(&victim, view, free_time).await? {
+                if self.rescue(settings, &victim, view, free_time).await? {
                     continue;
                 }
                 let note = note(free_time, reason, before + position, fs);
@@ -682,33 +768,54 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// runtime's list, taken now, with the image volumes of its running containers: detect's,
     /// plus one ContainerStatus for each container started since), a pull in flight, a kubelet
     /// pull intent or a kubelet pulled record newer than its last use (both files read now), or
-    /// a newer mark on its record keeps it. A kept victim is counted, logged, and protected for
-    /// the rest of the cycle. A runtime
+    /// a newer mark on its record keeps it; so does the absence of its image from the cycle's
+    /// list. A kept victim is counted, logged, and protected for the rest of the cycle. A runtime
     /// that cannot list its containers fails the cycle: GC never removes without knowing
     /// what runs. (The list is taken per removal, not per batch: it costs a few milliseconds
     /// beside a RemoveImage, and closes the window of the batch's earlier removals.)
     async fn rescue(
         &self,
+        settings: &Settings,
         victim: &StoredRecord,
         view: &mut CycleView,
         free_time: UnixNanos,
     ) -> Result<bool, GcError> {
-        let containers = self
-            .runtime
-            .list_containers()
-            .await
-            .map_err(runtime_error("list containers"))?;
-        self.read_image_volumes(&containers, &mut view.volumes)
-            .await?;
-        let image = view
-            .listed
-            .get(&victim.key)
-            .cloned()
-            .unwrap_or_else(|| RuntimeImage {
-                id: victim.key.image_id.clone(),
-                runtime_handler: victim.key.runtime_handler.clone(),
-                ..RuntimeImage::default()
-            });
+        #[cfg(feature = "sim-mutants")]
+        if crate::sim::mutants::skip_last_look() {
+            return Ok(false);
+        }
+        // The victim's image as this cycle's detect listed it. A record the list did not
+        // hold (a pull marked it after the list; the image may be gone or not yet landed) is
+        // no candidate: its tags are unknown, so a pull in flight by name cannot be matched,
+        // and the bytes it would free are not known to exist. (Found by the simulator.)
+        let Some(image) = view.listed.get(&victim.key).cloned() else {
+            return Ok(self.kept(victim, view, RescueReason::Gone));
+        };
+        // The containers, listed until a list shows no container whose image volumes are
+        // unknown: asking a new container's status awaits, and a container created during
+        // that call would be missed by the list before it. The decision below follows a list
+        // with no await after it. (Found by the simulator.)
+        let mut rounds = 0;
+        let containers = loop {
+            let containers = self
+                .runtime
+                .list_containers()
+                .await
+                .map_err(runtime_error("list containers"))?;
+            if self
+                .read_image_volumes(&containers, &mut view.volumes)
+                .await?
+                == 0
+            {
+                break containers;
+            }
+            rounds += 1;
+            if rounds == LAST_LOOK_ROUNDS {
+                // Containers keep appearing: keep the victim rather than decide on a list
+                // that may be stale.
+                return Ok(self.kept(victim, view, RescueReason::Container));
+            }
+        };
         // From here to the RemoveImage call nothing awaits: the record, the pulls in flight
         // and the kubelet's pull records are read at the last moment.
         let mounted = containers
@@ -720,15 +827,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Some(RescueReason::Container)
         } else if self.in_flight.protects(&image) {
             Some(RescueReason::Pulling)
-        } else if self
-            .kubelet
-            .as_ref()
-            .is_some_and(|r| intent_names(r, &image))
-        {
+        } else if settings.kubelet().is_some_and(|r| intent_names(r, &image)) {
             Some(RescueReason::KubeletPulling)
-        } else if self
-            .kubelet
-            .as_ref()
+        } else if settings
+            .kubelet()
             .is_some_and(|r| pulled_since(r, &image, victim.record.last_used, free_time))
         {
             Some(RescueReason::KubeletPulled)
@@ -739,9 +841,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 Some(_) => None,
             }
         };
-        let Some(why) = why else {
-            return Ok(false);
-        };
+        Ok(match why {
+            Some(why) => self.kept(victim, view, why),
+            None => false,
+        })
+    }
+
+    /// Keeps a victim the last look rescued: logged, counted, and protected for the rest of
+    /// the cycle. Returns true.
+    fn kept(&self, victim: &StoredRecord, view: &mut CycleView, why: RescueReason) -> bool {
         info!(
             image_id = victim.key.image_id.as_str(),
             runtime_handler = victim.key.runtime_handler.as_str(),
@@ -750,7 +858,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         );
         self.metrics.record_rescue(why);
         view.protected.insert(victim.key.clone());
-        Ok(true)
+        true
     }
 
     /// Removes one image through the runtime, then its record, journaling the removal with
@@ -809,7 +917,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// cycle would make them. It writes nothing, so it takes no cycle lock: a dry run answers
     /// while a long GC runs (from the records as they are at that moment).
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
-        let ((images, _, mut records, _, kubelet), detect) = self.observe_and_plan(now).await?;
+        // One configuration for the whole dry run, even if a reload swaps it meanwhile.
+        let settings = self.settings();
+        let ((images, _, mut records, _, kubelet), detect) =
+            self.observe_and_plan(&settings, now).await?;
         apply_to_copy(&mut records, &detect.batch);
         let listed: BTreeMap<RecordKey, RuntimeImage> = fold_images(&images)
             .into_iter()
@@ -844,7 +955,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut explanation = explain_with_kubelet(
             &ordered,
             Some(now),
-            self.config.policy,
+            settings.config.policy,
             fs,
             now,
             &pulling,
@@ -895,6 +1006,20 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Err(poisoned) => *poisoned.into_inner() = images,
         }
         Ok(())
+    }
+
+    /// Reads the image filesystem (ImageFsInfo plus statvfs of its mountpoint) for the
+    /// metrics; the GC's space pass records it too. The agent calls this with the image cache
+    /// refresh, so the gauges exist even when the space pass is off.
+    pub async fn observe_image_fs(&self) -> Result<ImageFsStats, GcError> {
+        let stats = self
+            .runtime
+            .image_fs_stats()
+            .await
+            .map_err(runtime_error("get image filesystem stats"))?;
+        self.metrics
+            .record_image_fs(stats.capacity, stats.available);
+        Ok(stats)
     }
 
     /// The cached image list (kubelet's GetImageList).

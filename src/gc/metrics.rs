@@ -2,7 +2,9 @@
 //! `gc_victims_rescued_total{why}` (victims the last look before removal kept), and the
 //! clock's: `gc_future_stamps_clamped_total` (records detect clamped because a stamp lay in
 //! the future) and `gc_clock_went_back_total` (detects that found `last_detect` ahead of them);
-//! and the regret counters detect and pulls share ([`RepullMetrics`]).
+//! the regret counters detect and pulls share ([`RepullMetrics`]); and the image filesystem's
+//! capacity and available bytes as the last GC read them. The agent's metrics module turns
+//! these into the Prometheus exposition.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -66,6 +68,10 @@ pub struct GcMetrics {
     progress_freed: AtomicU64,
     /// Re-pulls of journaled removals, counted by detect (shared with the image manager).
     repulls: Arc<RepullMetrics>,
+    /// The image filesystem as the last GC read it (ImageFsInfo plus statvfs); capacity 0
+    /// until a GC has read it.
+    image_fs_capacity: AtomicU64,
+    image_fs_available: AtomicU64,
 }
 
 /// Progress of the GC cycle in flight (zeros when none runs).
@@ -156,6 +162,20 @@ impl GcMetrics {
     /// `gc_future_stamps_clamped_total`: records whose stamps detect clamped to its now.
     pub fn future_stamps_clamped(&self) -> u64 {
         self.future_stamps_clamped.load(Ordering::Relaxed)
+    }
+
+    /// The image filesystem's space as a GC cycle just read it.
+    pub fn record_image_fs(&self, capacity: u64, available: u64) {
+        self.image_fs_available.store(available, Ordering::Relaxed);
+        self.image_fs_capacity.store(capacity, Ordering::Relaxed);
+    }
+
+    /// (capacity, available) bytes of the image filesystem as the last GC read them; None
+    /// before any GC read them.
+    pub fn image_fs(&self) -> Option<(u64, u64)> {
+        let capacity = self.image_fs_capacity.load(Ordering::Relaxed);
+        let available = self.image_fs_available.load(Ordering::Relaxed);
+        (capacity > 0).then_some((capacity, available))
     }
 
     pub fn record_clock_went_back(&self) {

@@ -97,6 +97,17 @@ impl Histogram {
             .collect()
     }
 
+    /// (upper bound, count in that bucket alone) per bucket, ending with +Inf: the
+    /// non-cumulative form the exposition encoder takes.
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        self.bounds
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(self.counts.iter().copied())
+            .collect()
+    }
+
     pub fn sum(&self) -> f64 {
         self.sum
     }

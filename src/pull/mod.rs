@@ -14,6 +14,7 @@
 //! through [`BackoffStore`] and [`PullRuntime`].
 
 pub mod backoff;
+pub mod credentials;
 pub mod inflight;
 pub mod metrics;
 pub mod puller;
@@ -33,6 +34,7 @@ use crate::model::{
 
 pub use crate::gc::format::go_duration;
 pub use backoff::{BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, StoreFailure};
+pub use credentials::{CredentialSources, DockerConfig};
 pub use inflight::{InFlightGuard, PullsInFlight};
 pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
@@ -245,6 +247,19 @@ pub struct ImageManager<R: PullRuntime, S: BackoffStore> {
     backoff_lock: Arc<Mutex<()>>,
     /// Where a pull registers its image until its mark is committed (shared with GC).
     in_flight: PullsInFlight,
+    /// The node's credentials and the credential provider plugins, for keyring pulls.
+    credential_sources: Arc<credentials::CredentialSources>,
+}
+
+/// What a pull authenticates with.
+#[derive(Clone, Copy, Debug)]
+pub enum PullAuth<'a> {
+    /// Exactly these credentials, in turn (none: one anonymous pull).
+    Credentials(&'a [PullCredentials]),
+    /// The kubelet's keyring (`MakeDockerKeyring(pullSecrets, nodeKeyring).Lookup`): these pull
+    /// secrets, then the manager's [`credentials::CredentialSources`], every match in turn,
+    /// anonymous when none matches. Looked up only when a pull is about to happen.
+    Keyring(&'a [credentials::DockerConfig]),
 }
 
 impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
@@ -280,7 +295,17 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             repulls: Arc::new(metrics::RepullMetrics::default()),
             backoff_lock: Arc::new(Mutex::new(())),
             in_flight: PullsInFlight::new(),
+            credential_sources: Arc::new(credentials::CredentialSources::default()),
         })
+    }
+
+    /// Where keyring pulls ([`PullAuth::Keyring`]) find the node's credentials and plugins.
+    pub fn with_credential_sources(
+        mut self,
+        sources: Arc<credentials::CredentialSources>,
+    ) -> ImageManager<R, S> {
+        self.credential_sources = sources;
+        self
     }
 
     /// Shares `in_flight` with the GC manager, so GC keeps the images this manager is pulling.
@@ -332,6 +357,27 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         image: &str,
         pull_policy: PullPolicy,
         credentials: &[PullCredentials],
+        runtime_handler: &str,
+    ) -> Result<String, PullError> {
+        self.ensure_image_exists_with(
+            pod,
+            image,
+            pull_policy,
+            PullAuth::Credentials(credentials),
+            runtime_handler,
+        )
+        .await
+    }
+
+    /// [`Self::ensure_image_exists`] with the credentials given as `auth`. A keyring lookup
+    /// that fails (a credential provider plugin failed, hung or answered garbage) fails the
+    /// pull as ErrImagePull, with backoff, and no PullImage call.
+    pub async fn ensure_image_exists_with(
+        &self,
+        pod: &PodRef,
+        image: &str,
+        pull_policy: PullPolicy,
+        auth: PullAuth<'_>,
         runtime_handler: &str,
     ) -> Result<String, PullError> {
         if let Some(msg) = over_long(pod, image) {
@@ -410,6 +456,26 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             return Err(PullError::ErrImagePullBackOff(msg));
         }
 
+        let credentials = match auth {
+            PullAuth::Credentials(given) => given.to_vec(),
+            PullAuth::Keyring(pull_secrets) => {
+                let repo = credentials::repo_to_pull(&spec_image).unwrap_or(spec_image.clone());
+                match self
+                    .credential_sources
+                    .lookup(&repo, pull_secrets, now)
+                    .await
+                {
+                    Ok(found) => found,
+                    Err(e) => {
+                        let msg = format!("Failed to pull image {q}: {e}");
+                        self.warn(pod, reasons::FAILED_TO_PULL_IMAGE, &msg);
+                        let err = PullError::ErrImagePull(e.to_string());
+                        self.record_failure(key, &err).await;
+                        return Err(err);
+                    }
+                }
+            }
+        };
         self.normal(pod, reasons::PULLING_IMAGE, &format!("Pulling image {q}"));
         let start = self.clock.now();
         let in_flight = self.in_flight.register(&spec_image);
@@ -417,7 +483,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             .puller
             .pull(PullRequest {
                 spec: pull_spec(pod, spec_image, runtime_handler),
-                credentials: credentials.to_vec(),
+                credentials,
             })
             .await;
         match result {

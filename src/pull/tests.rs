@@ -1076,3 +1076,116 @@ async fn over_long_pod_uids_and_image_names_are_refused_before_any_runtime_call(
         .collect();
     assert_eq!(keys, vec![36 + 1 + 9, 128 + 1 + 9]);
 }
+
+/// A keyring pull: the pull secrets' matching credentials reach the runtime in turn, the
+/// longest location first; an image no secret matches is pulled anonymously.
+#[tokio::test]
+async fn keyring_pulls_try_the_matching_pull_secrets_in_turn_then_pull_anonymously() {
+    use crate::pull::credentials::{DockerConfig, DockerConfigEntry};
+    let entry = |user: &str| DockerConfigEntry {
+        username: user.into(),
+        password: "pw".into(),
+        email: String::new(),
+    };
+    let secret = DockerConfig(
+        [
+            ("reg.example.com".to_owned(), entry("host")),
+            ("reg.example.com/team".to_owned(), entry("team")),
+            ("other.example.com".to_owned(), entry("other")),
+        ]
+        .into(),
+    );
+    // (image, refused users, users the runtime saw)
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [Option<&'a str>]);
+    let cases: [Case; 3] = [
+        (
+            "reg.example.com/team/app:1",
+            &["team"],
+            &[Some("team"), Some("host")],
+        ),
+        ("reg.example.com/solo/app:1", &[], &[Some("host")]),
+        ("quay.io/team/app:1", &[], &[None]),
+    ];
+    for (image, refused, seen) in cases {
+        let runtime = Arc::new(FakeRuntime {
+            refused_users: refused.iter().map(|u| u.to_string()).collect(),
+            ..Default::default()
+        });
+        let manager = ImageManager::new(
+            &PullConfig::default(),
+            runtime.clone(),
+            Arc::new(MemoryBackoffStore::new()),
+            Arc::new(ManualClock::new(UnixNanos::from_secs(T0))),
+        )
+        .expect("valid config");
+        let got = manager
+            .ensure_image_exists_with(
+                &pod(),
+                image,
+                PullPolicy::Always,
+                PullAuth::Keyring(std::slice::from_ref(&secret)),
+                "",
+            )
+            .await;
+        assert!(got.is_ok(), "{image}: {got:?}");
+        let users: Vec<Option<String>> = runtime
+            .creds_seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_ref().map(|c| c.username.clone()))
+            .collect();
+        let want: Vec<Option<String>> = seen.iter().map(|u| u.map(str::to_owned)).collect();
+        assert_eq!(users, want, "{image}");
+    }
+}
+
+/// A credential provider plugin that fails: ErrImagePull naming the plugin, the backoff
+/// recorded, and no PullImage call (not even an anonymous one).
+#[tokio::test]
+async fn a_failing_credential_plugin_fails_the_pull_with_backoff_and_no_runtime_pull() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugin = dir.path().join("broken");
+    std::fs::write(&plugin, "#!/bin/sh\nexit 1\n").expect("write");
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: broken\n  matchImages: ['*.example.com']\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+    )
+    .expect("write");
+    let sources = credentials::CredentialSources {
+        node: None,
+        plugins: Some(credentials::PluginProviders::load(&config, dir.path()).expect("valid")),
+    };
+    let runtime = Arc::new(FakeRuntime::default());
+    let store = Arc::new(MemoryBackoffStore::new());
+    let manager = ImageManager::new(
+        &PullConfig::default(),
+        runtime.clone(),
+        store.clone(),
+        Arc::new(ManualClock::new(UnixNanos::from_secs(T0))),
+    )
+    .expect("valid config")
+    .with_credential_sources(Arc::new(sources));
+    let err = manager
+        .ensure_image_exists_with(
+            &pod(),
+            "reg.example.com/app:1",
+            PullPolicy::Always,
+            PullAuth::Keyring(&[]),
+            "",
+        )
+        .await
+        .expect_err("the plugin fails");
+    assert_eq!(err.reason(), "ErrImagePull");
+    assert!(
+        err.message().starts_with("credential provider broken: error execing credential provider plugin broken for image reg.example.com/app: exit status: 1"),
+        "{}",
+        err.message()
+    );
+    assert!(runtime.creds_seen.lock().unwrap().is_empty());
+    let key = format!("{}_reg.example.com/app:1", pod().uid);
+    assert!(store.backoff(&key).expect("memory store").is_some());
+}

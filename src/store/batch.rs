@@ -13,8 +13,11 @@ pub enum BatchOp {
         key: RecordKey,
         record: ImageRecord,
     },
-    /// Create the record as first detected and used now, or set its last_used to now; a known
-    /// size replaces the stored one.
+    /// Create the record as first detected and used now, or move its last_used to now, or
+    /// one nanosecond past the stored last_used when that is not earlier than now (a clock
+    /// that went back): a mark never moves last_used back and always moves it, so a detect
+    /// or a GC that read the record before sees the mark. A known size replaces the stored
+    /// one.
     MarkUsed {
         key: RecordKey,
         now: UnixNanos,

@@ -649,8 +649,13 @@ fn apply_ops(
             }
             BatchOp::MarkUsed { key, now, size } => {
                 let next = match get_record(&images, key)? {
+                    // A mark never moves last_used back, and always moves it: with the
+                    // clock gone back, a mark at or before the stored time lands one
+                    // nanosecond after it, so detect's RemoveUnlisted and GC's last look
+                    // (which compare last_used with what they read before) see the mark.
+                    // (Found by the simulator.)
                     Some(old) => ImageRecord {
-                        last_used: *now,
+                        last_used: (*now).max(UnixNanos(old.last_used.0.saturating_add(1))),
                         size: size.unwrap_or(old.size),
                         ..old
                     },

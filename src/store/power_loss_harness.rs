@@ -272,7 +272,7 @@ impl Model {
                         }),
                         Op::MarkUsed { now, size, .. } => Some(match old {
                             Some(old) => ImageRecord {
-                                last_used: UnixNanos(*now),
+                                last_used: UnixNanos((*now).max(old.last_used.0.saturating_add(1))),
                                 size: size.unwrap_or(old.size),
                                 ..old
                             },

@@ -15,7 +15,8 @@ use super::{Handle, Source, Store, StoreError, open};
 
 impl Store {
     /// Whether the store is usable: false from an I/O failure (such as a full disk) until the
-    /// store has reopened its file. The agent reports this as readiness (`store_healthy`).
+    /// store has reopened its file. The agent reports this as readiness
+    /// (`imagekeeper_store_healthy`, `/readyz`).
     pub fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::SeqCst)
     }

@@ -164,6 +164,33 @@ fn bad_configuration_exits_2_naming_the_flag_or_field() {
             vec![format!("--config={}", low_high.display())],
             "imageGCLowThresholdPercent in",
         ),
+        (
+            vec!["--image-credential-provider-config=/etc/providers.yaml".into()],
+            "--image-credential-provider-config: needs --image-credential-provider-bin-dir",
+        ),
+        (
+            vec![
+                "--image-credential-provider-config=/etc/providers.yaml".into(),
+                format!(
+                    "--image-credential-provider-bin-dir={}",
+                    dir.path().join("no-bin-dir").display()
+                ),
+            ],
+            "plugin binary directory",
+        ),
+        (
+            vec![
+                format!(
+                    "--image-credential-provider-config={}",
+                    dir.path().join("missing.yaml").display()
+                ),
+                format!(
+                    "--image-credential-provider-bin-dir={}",
+                    dir.path().display()
+                ),
+            ],
+            "missing.yaml",
+        ),
     ];
     for (args, want) in cases {
         let db = dir.path().join("never-created.redb");
@@ -282,20 +309,67 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
     let body = http_get(&metrics, "/metrics");
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     assert!(
-        body.contains("image_garbage_collected_total{reason=\"space\"} 1"),
+        body.contains("\nimagekeeper_image_garbage_collected_total{reason=\"space\"} 1\n"),
         "{body}"
     );
-    assert!(body.contains("image_records 1"), "{body}");
+    assert!(body.contains("\nimagekeeper_image_records 1\n"), "{body}");
     assert!(
-        body.contains("\ngc_future_stamps_clamped_total 0\n"),
+        body.contains("\nimagekeeper_gc_future_stamps_clamped_total 0\n"),
         "{body}"
     );
-    assert!(body.contains("\ngc_clock_went_back_total 0\n"), "{body}");
     assert!(
-        body.contains("store_commit_duration_seconds_count"),
+        body.contains("\nimagekeeper_gc_clock_went_back_total 0\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("\nimagekeeper_store_commit_duration_seconds_count "),
         "{body}"
     );
     assert!(http_get(&metrics, "/nope").starts_with("HTTP/1.1 404"));
+    assert!(
+        body.contains(&format!(
+            "\nimagekeeper_build_info{{version=\"{}\",revision=\"",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{body}"
+    );
+    assert!(body.ends_with("# EOF\n"), "OpenMetrics text: {body}");
+    // The image filesystem as the image cache loop read it (statvfs of the fake's directory).
+    let body = wait_for("the image fs metrics", Duration::from_secs(30), || {
+        let body = http_get(&metrics, "/metrics");
+        async move {
+            body.contains("\nimagekeeper_image_fs_capacity_bytes ")
+                .then_some(body)
+        }
+    })
+    .await;
+    let gauge = |name: &str| -> u64 {
+        let line = body
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {body}"));
+        line[name.len() + 1..].parse().expect("a number")
+    };
+    assert!(gauge("imagekeeper_image_fs_capacity_bytes") > 0);
+    assert!(
+        gauge("imagekeeper_image_fs_available_bytes")
+            <= gauge("imagekeeper_image_fs_capacity_bytes")
+    );
+    // Every sample is ours, and no label carries an image name.
+    let exposition = body.split_once("\r\n\r\n").expect("a body").1;
+    for line in exposition.lines().filter(|l| !l.starts_with('#')) {
+        assert!(line.starts_with("imagekeeper_"), "{line}");
+        assert!(!line.contains("registry.example"), "{line}");
+    }
+    let healthz = http_get(&metrics, "/healthz");
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+    assert!(healthz.contains("database"), "{healthz}");
+    let readyz = wait_for("/readyz 200", Duration::from_secs(30), || {
+        let r = http_get(&metrics, "/readyz");
+        async move { r.starts_with("HTTP/1.1 200").then_some(r) }
+    })
+    .await;
+    assert!(readyz.contains("ok: runtime reachable"), "{readyz}");
 
     // pull goes through the agent (the database is the agent's) and records the image at once.
     fake.add_pullable(
@@ -321,7 +395,7 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
 
     let body = http_get(&metrics, "/metrics");
     assert!(
-        body.contains("ensure_image_requests_total{pull_policy=\"IfNotPresent\",present_locally=\"false\",pull_required=\"true\"} 1"),
+        body.contains("imagekeeper_ensure_image_requests_total{pull_policy=\"IfNotPresent\",present_locally=\"false\",pull_required=\"true\"} 1"),
         "{body}"
     );
 
@@ -411,7 +485,30 @@ async fn agent_survives_a_dead_runtime_and_gc_without_agent_says_why() {
     let db = dir.path().join("records.redb");
     let socket = dir.path().join("admin.sock");
     let dead = format!("unix://{}", dir.path().join("no-runtime.sock").display());
-    let mut agent = start_agent(&dead, &db, &socket, &[]).await;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        l.local_addr().expect("addr").port()
+    };
+    let metrics = format!("127.0.0.1:{port}");
+    let mut agent = start_agent(&dead, &db, &socket, &["--metrics-address", &metrics]).await;
+    // Alive (the database is open) but not ready, saying why, with a 503.
+    let readyz = wait_for(
+        "/readyz to name the runtime",
+        Duration::from_secs(30),
+        || {
+            let r = http_get(&metrics, "/readyz");
+            async move { r.contains("cannot be reached").then_some(r) }
+        },
+    )
+    .await;
+    assert!(readyz.starts_with("HTTP/1.1 503"), "{readyz}");
+    assert!(readyz.contains("no-runtime.sock"), "{readyz}");
+    assert!(
+        readyz.contains("not ready: no image detect has completed yet"),
+        "{readyz}"
+    );
+    let healthz = http_get(&metrics, "/healthz");
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
     // The agent keeps running and answers while the runtime is gone.
     let out = output(&[
         "gc",
@@ -1246,19 +1343,32 @@ async fn agent_on_a_full_disk_is_not_ready_and_recovers_without_restart_once_spa
     let error = failed.error.expect("the detect cannot commit");
     assert!(error.contains("filesystem is full"), "{error}");
     assert!(!agent.ready(), "not ready after the failed commit");
+    // Before the scrape, whose read of the store reopens it.
+    let why = agent.readiness().expect_err("/readyz is 503");
+    assert!(why.contains("has not reopened yet"), "{why}");
+    assert!(
+        agent.liveness().is_ok(),
+        "a full disk is not a reason to restart"
+    );
     let metrics = agent.render_metrics();
-    assert!(metrics.contains("\nstore_healthy 0\n"), "{metrics}");
+    assert!(
+        metrics.contains("\nimagekeeper_store_healthy 0\n"),
+        "{metrics}"
+    );
 
     std::fs::remove_file(&filler).expect("delete the filler");
     let recovered = agent.garbage_collect(false).await;
     assert_eq!(recovered.error, None);
     assert!(agent.ready());
     let metrics = agent.render_metrics();
-    assert!(metrics.contains("\nstore_healthy 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("\nimagekeeper_store_healthy 1\n"),
+        "{metrics}"
+    );
     let reopens = agent.store().reopens();
     assert!(reopens >= 1);
     assert!(
-        metrics.contains(&format!("\nstore_reopens_total {reopens}\n")),
+        metrics.contains(&format!("\nimagekeeper_store_reopens_total {reopens}\n")),
         "{metrics}"
     );
     let ids: Vec<String> = agent

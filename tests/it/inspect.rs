@@ -550,7 +550,7 @@ fn bad_flag_values_exit_2_naming_the_flag() {
             "--capacity",
         ),
         (&["list", "--sort", "name"], "--sort"),
-        (&["list", "--output", "yaml"], "--output"),
+        (&["list", "--output", "xml"], "--output"),
         (&["list", "--now", "yesterday"], "--now"),
     ];
     for (args, want) in cases {
@@ -1474,6 +1474,123 @@ fn explain_reads_the_kubelets_pull_intents_and_pulled_records() {
     assert_eq!(
         off.json()["images"][0]["decision"],
         "keep_space_not_evaluated"
+    );
+}
+
+/// kubectl's habits on every `inspect` printer: `-o kube-json` and `-o yaml` are one
+/// Kubernetes-style List (apiVersion, kind, items with their own apiVersion, kind and
+/// metadata.name), with RFC 3339 UTC times and sizes in bytes that match the legacy JSON;
+/// `-o name` prints each item's `kind/name`; `-o json` is the command's own JSON as before
+/// (`-o` is `--output`).
+#[test]
+fn every_inspect_printer_speaks_kube_json_yaml_and_name() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = example_db(dir.path());
+    let shown = id("b0b");
+    let commands: [(&[&str], &str, usize); 7] = [
+        (&["list"], "ImageRecord", 5),
+        (&["show", &shown], "ImageRecord", 1),
+        (&["backoff"], "PullBackoff", 1),
+        (&["stats"], "RecordStats", 1),
+        (&["explain"], "ImageDecision", 5),
+        (&["check"], "Violation", 0),
+        (&["export"], "ImageRecord", 5),
+    ];
+    for (command, kind, count) in commands {
+        let with = |format: &str| {
+            let mut args = command.to_vec();
+            args.extend(["-o", format]);
+            let r = inspect(&db, &args);
+            assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+            r
+        };
+        let list = with("kube-json").json();
+        assert_eq!(list["apiVersion"], "imagekeeper.io/v1alpha1", "{command:?}");
+        assert_eq!(list["kind"], "List", "{command:?}");
+        let items = list["items"].as_array().expect("items");
+        assert_eq!(items.len(), count, "{command:?}");
+        for item in items {
+            assert_eq!(item["apiVersion"], "imagekeeper.io/v1alpha1");
+            assert_eq!(item["kind"], kind, "{command:?}");
+            assert!(item["metadata"]["name"].is_string(), "{item}");
+        }
+        let yaml: Value = serde_yaml_ng::from_str(&with("yaml").stdout).expect("YAML");
+        assert_eq!(yaml, list, "{command:?}: YAML and kube-json differ");
+        let names: Vec<String> = items
+            .iter()
+            .map(|i| {
+                format!(
+                    "{}/{}",
+                    kind.to_lowercase(),
+                    i["metadata"]["name"].as_str().expect("name")
+                )
+            })
+            .collect();
+        let printed: Vec<String> = with("name").stdout.lines().map(str::to_owned).collect();
+        assert_eq!(printed, names, "{command:?}");
+        let short = with("json").stdout;
+        let mut long_args = command.to_vec();
+        long_args.extend(["--output", "json"]);
+        assert_eq!(short, inspect(&db, &long_args).stdout, "{command:?}");
+    }
+
+    // The List's fields against the legacy JSON of the same records.
+    let legacy = inspect(&db, &["list", "--output", "json"]).json();
+    let list = inspect(&db, &["list", "-o", "kube-json"]).json();
+    for (old, new) in legacy
+        .as_array()
+        .expect("array")
+        .iter()
+        .zip(list["items"].as_array().expect("items"))
+    {
+        assert_eq!(new["metadata"]["name"], old["id"]);
+        assert_eq!(new["sizeBytes"], old["size"]);
+        assert_eq!(new["firstDetected"], old["first_detected"]);
+        assert_eq!(new["lastUsed"], old["last_used"]);
+        assert_eq!(new["runtimeHandler"], old["runtime_handler"]);
+    }
+    let b0b = &list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|i| i["id"] == id("b0b"))
+        .expect("b0b");
+    assert_eq!(b0b["lastUsed"], "2026-01-02T00:00:00Z");
+    assert_eq!(b0b["sizeBytes"], 100 << 20);
+}
+
+/// Tables: `--no-headers` drops the header line (and explain's summary above it), `-o wide`
+/// adds the size in bytes, `--no-trunc` shows whole image ids.
+#[test]
+fn tables_take_no_headers_wide_and_no_trunc() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = example_db(dir.path());
+    let plain = inspect(&db, &["list"]).stdout;
+    let first = plain.lines().next().expect("a header");
+    assert!(first.starts_with("IMAGE    TAG      IMAGE ID"), "{plain}");
+    assert!(!first.contains("BYTES"), "{plain}");
+    assert!(
+        !plain.contains(&id("b0b")),
+        "ids are short by default: {plain}"
+    );
+
+    let bare = inspect(&db, &["list", "--no-headers"]).stdout;
+    assert_eq!(bare.lines().count(), 5, "{bare}");
+    assert!(!bare.contains("IMAGE ID"), "{bare}");
+
+    let wide = inspect(&db, &["list", "-o", "wide"]).stdout;
+    let header = wide.lines().next().expect("a header");
+    assert!(header.contains("   BYTES   "), "{wide}");
+    assert!(wide.contains(&(100u64 << 20).to_string()), "{wide}");
+
+    let whole = inspect(&db, &["list", "--no-trunc"]).stdout;
+    assert!(whole.contains(&id("b0b")), "{whole}");
+
+    let explain = inspect(&db, &["explain", "--no-headers"]).stdout;
+    assert_eq!(explain.lines().count(), 5, "{explain}");
+    assert!(
+        explain.lines().all(|l| !l.starts_with("policy:")),
+        "{explain}"
     );
 }
 

@@ -88,7 +88,6 @@ fn unchanged_batch_commits_nothing_and_a_changed_one_commits_once() {
     let start = store.commits();
     let mut batch = Batch::new();
     batch.upsert(key("a"), record(1, 2, 3, false));
-    batch.mark_used(key("b"), UnixNanos::from_secs(5), Some(7));
     batch.put_backoff("uid_img".into(), backoff(10, 1, "boom"));
     batch.stamp_if_changed(meta_keys::LAST_DETECT, 5);
     assert!(store.apply(&batch).expect("apply"));
@@ -124,6 +123,35 @@ fn mark_used_creates_or_bumps_last_used() {
     assert_eq!(
         store.get(&key("old")).expect("get"),
         Some(record(10, 200, 5, true))
+    );
+    assert!(store.check_invariants().expect("check").is_empty());
+}
+
+/// A mark at or before the stored last_used (the clock went back, or the same instant) moves
+/// it one nanosecond forward: never back, and always visibly, so a detect or a GC that read
+/// the record before the mark sees it (a scenario the simulator found: the mark set last_used
+/// back and detect's RemoveUnlisted, seeing it no newer than its snapshot, deleted it).
+#[test]
+fn a_mark_at_or_before_the_stored_last_used_moves_it_one_nanosecond_forward() {
+    let (_dir, path) = temp_db();
+    let store = open(&path);
+    let mut batch = Batch::new();
+    batch.upsert(key("a"), record(10, 200, 5, false));
+    store.apply(&batch).expect("apply");
+    let mut back = Batch::new();
+    back.mark_used(key("a"), UnixNanos::from_secs(60), None);
+    assert!(store.apply(&back).expect("apply"), "a mark always commits");
+    let after = UnixNanos(UnixNanos::from_secs(200).0 + 1);
+    assert_eq!(
+        store.get(&key("a")).expect("get").expect("a").last_used,
+        after
+    );
+    let mut same = Batch::new();
+    same.mark_used(key("a"), after, None);
+    assert!(store.apply(&same).expect("apply"));
+    assert_eq!(
+        store.get(&key("a")).expect("get").expect("a").last_used,
+        UnixNanos(after.0 + 1)
     );
     assert!(store.check_invariants().expect("check").is_empty());
 }
@@ -605,7 +633,11 @@ proptest! {
                     Op::MarkUsed(i, n) => {
                         let now = UnixNanos::from_secs(n);
                         let next = match records.get(&model_key(i)) {
-                            Some(old) => ImageRecord { last_used: now, ..*old },
+                            // A mark always moves last_used forward (never back).
+                            Some(old) => ImageRecord {
+                                last_used: now.max(UnixNanos(old.last_used.0.saturating_add(1))),
+                                ..*old
+                            },
                             None => ImageRecord { first_detected: now, last_used: now, size: 0, pinned: false },
                         };
                         records.insert(model_key(i), next);

@@ -23,6 +23,7 @@ use imagekeeper::kubelet::{DEFAULT_KUBELET_ROOT_DIR, PullRecordsReader};
 use imagekeeper::model::{JournalEntry, RemovalReason, UnixNanos};
 
 use super::Failure;
+use super::output::OutputArgs;
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -34,20 +35,13 @@ pub struct InspectArgs {
         default_value = "/var/lib/imagekeeper/records.redb"
     )]
     db: PathBuf,
-    /// Output format.
-    #[arg(long, global = true, value_enum, default_value_t = Output::Table)]
-    output: Output,
+    #[command(flatten)]
+    output: OutputArgs,
     /// The time to evaluate at instead of the wall clock (RFC 3339 or unix seconds).
     #[arg(long, global = true, hide = true, value_name = "TIME", value_parser = parse_now)]
     now: Option<UnixNanos>,
     #[command(subcommand)]
     command: InspectCommand,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Output {
-    Table,
-    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -84,7 +78,8 @@ enum InspectCommand {
     /// The store's invariants and redb's integrity (on a temporary copy); exit 1 on any
     /// violation.
     Check,
-    /// Every record as JSON lines (whatever --output says).
+    /// Every record as JSON lines (with -o table, wide or json), or as the List (-o kube-json,
+    /// yaml, name).
     Export,
 }
 
@@ -167,7 +162,7 @@ fn parse_now(s: &str) -> Result<UnixNanos, String> {
 pub fn run(args: InspectArgs) -> Result<(), Failure> {
     // The one reading of the wall clock; everything below takes `now`.
     let now = args.now.unwrap_or_else(|| SystemClock.now());
-    let out = args.output;
+    let out = &args.output;
     let mut stdout = std::io::stdout().lock();
     let w = &mut stdout;
     match args.command {
@@ -319,7 +314,7 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
                 InspectCommand::Export => {
                     let mut records = snap.records().map_err(inspect_failure)?;
                     records.sort_by(|a, b| a.key.cmp(&b.key));
-                    print::export(w, &records)?;
+                    print::export(w, out, &records)?;
                 }
                 InspectCommand::Check | InspectCommand::Explain(_) => {}
             }

@@ -1,51 +1,20 @@
-//! Printing for `imagekeeper inspect`: aligned tables for people, JSON for scripts. Times go
-//! out as unix nanoseconds and RFC 3339 UTC in JSON, relative and RFC 3339 in tables. Strings
-//! from the file (ids, handlers, backoff keys, errors) are exact in JSON and have their
-//! terminal control characters escaped in tables (`escape_control`).
+//! Printing for `imagekeeper inspect`: aligned tables for people, JSON for scripts, and the
+//! Kubernetes-style List (`-o kube-json|yaml|name`) through `cli::output`. Times go out as unix
+//! nanoseconds and RFC 3339 UTC in JSON, RFC 3339 UTC in the List, relative and RFC 3339 in
+//! tables. Strings from the file (ids, handlers, backoff keys, errors) are exact in JSON and
+//! YAML and have their terminal control characters escaped in tables (`escape_control`).
+//! Table columns are data ([`list_columns`]): a column is one entry.
 
 use std::io::{self, Write};
 
-use imagekeeper::gc::explain::{Decision, Explanation, SpacePass};
+use imagekeeper::gc::explain::{Decision, Explanation, ImageExplanation, SpacePass};
 use imagekeeper::gc::format::{format_ago, format_rfc3339, format_size, go_duration};
 use imagekeeper::inspect::{CheckReport, MetaInfo, NamesByKey, RepullRate, Stats, escape_control};
-use imagekeeper::model::{BackoffEntry, ImageNames, JournalEntry, UnixNanos};
+use imagekeeper::model::{BackoffEntry, ImageId, ImageNames, JournalEntry, UnixNanos};
 use imagekeeper::store::{JournalKey, StoredRecord};
 use serde_json::{Value, json};
 
-use super::Output;
-
-/// Columns separated by three spaces, each as wide as its widest cell; no trailing spaces.
-/// Every cell has its control characters escaped.
-fn table(w: &mut dyn Write, headers: &[&str], rows: &[Vec<String>]) -> io::Result<()> {
-    let rows: Vec<Vec<String>> = rows
-        .iter()
-        .map(|row| row.iter().map(|c| escape_control(c).into_owned()).collect())
-        .collect();
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in &rows {
-        for (i, cell) in row.iter().enumerate() {
-            if let Some(width) = widths.get_mut(i) {
-                *width = (*width).max(cell.chars().count());
-            }
-        }
-    }
-    let line = |cells: Vec<&str>| -> String {
-        let mut out = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            out.push_str(cell);
-            if i + 1 < cells.len() {
-                let pad = widths[i].saturating_sub(cell.chars().count()) + 3;
-                out.push_str(&" ".repeat(pad));
-            }
-        }
-        out.trim_end().to_owned()
-    };
-    writeln!(w, "{}", line(headers.to_vec()))?;
-    for row in &rows {
-        writeln!(w, "{}", line(row.iter().map(String::as_str).collect()))?;
-    }
-    Ok(())
-}
+use crate::cli::output::{Column, Format, KubeList, OutputArgs, is_list, table, write_table};
 
 fn json_out(w: &mut dyn Write, value: &Value) -> io::Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(io::Error::other)?;
@@ -70,6 +39,36 @@ fn time_json(t: Option<UnixNanos>) -> (Value, Value) {
         Some(t) => (json!(t.0), json!(format_rfc3339(t))),
         None => (Value::Null, Value::Null),
     }
+}
+
+/// An image id as a table shows it: short, or whole with `--no-trunc`.
+fn shown_id(id: &ImageId, out: &OutputArgs) -> String {
+    if out.no_trunc {
+        id.to_string()
+    } else {
+        id.short().to_owned()
+    }
+}
+
+/// An RFC 3339 UTC time, or null for never.
+fn rfc3339_or_null(t: UnixNanos) -> Value {
+    if t == UnixNanos::NEVER {
+        Value::Null
+    } else {
+        json!(format_rfc3339(t))
+    }
+}
+
+/// One record's fields in the Kubernetes-style List.
+fn record_item(r: &StoredRecord) -> Value {
+    json!({
+        "id": r.key.image_id.as_str(),
+        "runtimeHandler": r.key.runtime_handler,
+        "sizeBytes": r.record.size,
+        "pinned": r.record.pinned,
+        "firstDetected": format_rfc3339(r.record.first_detected),
+        "lastUsed": rfc3339_or_null(r.record.last_used),
+    })
 }
 
 /// One record as JSON; `now` adds the relative times.
@@ -138,61 +137,97 @@ fn names_json(obj: &mut serde_json::Map<String, Value>, names: Option<&ImageName
     obj.insert("repo_digests".into(), json!(names.repo_digests));
 }
 
+/// The image's names in the Kubernetes-style List (camelCase).
+fn names_item(obj: &mut serde_json::Map<String, Value>, names: Option<&ImageNames>) {
+    let empty = ImageNames::default();
+    let names = names.unwrap_or(&empty);
+    obj.insert("repoTags".into(), json!(names.repo_tags));
+    obj.insert("repoDigests".into(), json!(names.repo_digests));
+}
+
+/// One row of `inspect list`: a record under one of its repo tags (crictl prints an image
+/// once per tag).
+pub struct ListRow<'a> {
+    pub record: &'a StoredRecord,
+    pub image: String,
+    pub tag: String,
+}
+
+/// The columns of `inspect list`, in order: `crictl images`' (IMAGE, TAG, IMAGE ID, SIZE),
+/// then imagekeeper's; `wide` adds the size in bytes.
+pub fn list_columns<'a>(out: &'a OutputArgs, now: UnixNanos) -> Vec<Column<'a, ListRow<'a>>> {
+    vec![
+        Column::new("IMAGE", |r: &ListRow<'_>| r.image.clone()),
+        Column::new("TAG", |r: &ListRow<'_>| r.tag.clone()),
+        Column::new("IMAGE ID", move |r: &ListRow<'_>| {
+            shown_id(&r.record.key.image_id, out)
+        }),
+        Column::new("SIZE", |r: &ListRow<'_>| format_size(r.record.record.size)),
+        Column::wide("BYTES", |r: &ListRow<'_>| r.record.record.size.to_string()),
+        Column::new("FIRST DETECTED", move |r: &ListRow<'_>| {
+            when(now, r.record.record.first_detected)
+        }),
+        Column::new("LAST USED", move |r: &ListRow<'_>| {
+            when(now, r.record.record.last_used)
+        }),
+        Column::new("PINNED", |r: &ListRow<'_>| {
+            r.record.record.pinned.to_string()
+        }),
+        Column::new("HANDLER", |r: &ListRow<'_>| {
+            handler(&r.record.key.runtime_handler).to_owned()
+        }),
+    ]
+}
+
+/// Records as the List of `ImageRecord` items, with their names when known.
+fn record_list(records: &[StoredRecord], names: Option<&NamesByKey>) -> KubeList {
+    let mut list = KubeList::new("ImageRecord");
+    for r in records {
+        let mut item = record_item(r);
+        if let (Some(names), Some(obj)) = (names, item.as_object_mut()) {
+            names_item(obj, names.get(&r.key));
+        }
+        list.push(r.key.image_id.as_str(), item);
+    }
+    list
+}
+
 /// Like `crictl images` (IMAGE, TAG, IMAGE ID, SIZE), one row per repo tag, plus
 /// imagekeeper's columns.
 pub fn list(
     w: &mut dyn Write,
-    out: Output,
+    out: &OutputArgs,
     records: &[StoredRecord],
     names: &NamesByKey,
     now: UnixNanos,
 ) -> io::Result<()> {
-    if out == Output::Json {
-        let all: Vec<Value> = records
-            .iter()
-            .map(|r| {
-                let mut v = record_json(r, Some(now));
-                if let Some(obj) = v.as_object_mut() {
-                    names_json(obj, names.get(&r.key));
-                }
-                v
-            })
-            .collect();
-        return json_out(w, &Value::Array(all));
-    }
-    let rows: Vec<Vec<String>> = records
-        .iter()
-        .flat_map(|r| {
-            repo_tag_rows(names.get(&r.key))
-                .into_iter()
-                .map(move |(image, tag)| {
-                    vec![
-                        image,
-                        tag,
-                        r.key.image_id.short().to_owned(),
-                        format_size(r.record.size),
-                        when(now, r.record.first_detected),
-                        when(now, r.record.last_used),
-                        r.record.pinned.to_string(),
-                        handler(&r.key.runtime_handler).to_owned(),
-                    ]
+    match out.format() {
+        Format::Json => {
+            let all: Vec<Value> = records
+                .iter()
+                .map(|r| {
+                    let mut v = record_json(r, Some(now));
+                    if let Some(obj) = v.as_object_mut() {
+                        names_json(obj, names.get(&r.key));
+                    }
+                    v
                 })
-        })
-        .collect();
-    table(
-        w,
-        &[
-            "IMAGE",
-            "TAG",
-            "IMAGE ID",
-            "SIZE",
-            "FIRST DETECTED",
-            "LAST USED",
-            "PINNED",
-            "HANDLER",
-        ],
-        &rows,
-    )
+                .collect();
+            json_out(w, &Value::Array(all))
+        }
+        f if is_list(f) => record_list(records, Some(names)).write(w, f),
+        _ => {
+            let rows: Vec<ListRow<'_>> = records
+                .iter()
+                .flat_map(|record| {
+                    repo_tag_rows(names.get(&record.key))
+                        .into_iter()
+                        .map(move |(image, tag)| ListRow { record, image, tag })
+                })
+                .collect();
+            write_table(w, &list_columns(out, now), &rows, out.table())
+        }
+    }
 }
 
 /// One journal entry in JSON.
@@ -228,6 +263,33 @@ fn eviction_json(k: &JournalKey, e: &JournalEntry, names: Option<&ImageNames>) -
     v
 }
 
+/// One journal entry in the Kubernetes-style List (camelCase, RFC 3339 UTC, bytes).
+fn eviction_item(k: &JournalKey, e: &JournalEntry, names: Option<&ImageNames>) -> Value {
+    let mut v = json!({
+        "removedAt": format_rfc3339(k.removed_at),
+        "id": k.key.image_id.as_str(),
+        "runtimeHandler": k.key.runtime_handler,
+        "sizeBytes": e.size,
+        "firstDetected": format_rfc3339(e.first_detected),
+        "lastUsed": rfc3339_or_null(e.last_used),
+        "remover": e.remover.as_str(),
+        "reason": e.reason.map(|r| r.as_str()),
+        "rank": e.rank,
+        "fs": e.fs.map(|fs| json!({
+            "capacityBytes": fs.capacity,
+            "usedBeforeBytes": fs.used_before,
+            "targetUsedBytes": fs.target_used,
+        })),
+        "repulled": e.repulled_at.is_some(),
+        "repulledAt": e.repulled_at.map(format_rfc3339),
+        "repullDelaySeconds": e.repulled_at.map(|t| t.since(k.removed_at).as_secs()),
+    });
+    if let Some(obj) = v.as_object_mut() {
+        names_item(obj, names);
+    }
+    v
+}
+
 /// A name for people: the first repo tag, else the first repo digest, else `<none>`.
 fn display_name(names: Option<&ImageNames>) -> String {
     names
@@ -239,22 +301,59 @@ fn display_name(names: Option<&ImageNames>) -> String {
 /// The journal's entries as given (newest first), with names and whether each came back.
 pub fn evictions(
     w: &mut dyn Write,
-    out: Output,
+    out: &OutputArgs,
     entries: &[(JournalKey, JournalEntry)],
     names: &NamesByKey,
     now: UnixNanos,
 ) -> io::Result<()> {
-    if out == Output::Json {
-        let all: Vec<Value> = entries
-            .iter()
-            .map(|(k, e)| eviction_json(k, e, names.get(&k.key)))
-            .collect();
-        return json_out(w, &Value::Array(all));
+    match out.format() {
+        Format::Json => {
+            let all: Vec<Value> = entries
+                .iter()
+                .map(|(k, e)| eviction_json(k, e, names.get(&k.key)))
+                .collect();
+            json_out(w, &Value::Array(all))
+        }
+        f if is_list(f) => {
+            let mut list = KubeList::new("ImageEviction");
+            for (k, e) in entries {
+                list.push(
+                    format!("{}@{}", k.key.image_id.as_str(), k.removed_at.0),
+                    eviction_item(k, e, names.get(&k.key)),
+                );
+            }
+            list.write(w, f)
+        }
+        _ => eviction_table(w, out, entries, names, now),
     }
-    let rows: Vec<Vec<String>> = entries
-        .iter()
-        .map(|(k, e)| {
-            let usage = e.fs.filter(|fs| fs.capacity > 0).map_or_else(
+}
+
+type Eviction = (JournalKey, JournalEntry);
+
+fn eviction_table(
+    w: &mut dyn Write,
+    out: &OutputArgs,
+    entries: &[Eviction],
+    names: &NamesByKey,
+    now: UnixNanos,
+) -> io::Result<()> {
+    let columns = [
+        Column::new("REMOVED", move |(k, _): &Eviction| when(now, k.removed_at)),
+        Column::new("IMAGE", |(k, _): &Eviction| display_name(names.get(&k.key))),
+        Column::new("IMAGE ID", |(k, _): &Eviction| {
+            shown_id(&k.key.image_id, out)
+        }),
+        Column::new("SIZE", |(_, e): &Eviction| format_size(e.size)),
+        Column::wide("BYTES", |(_, e): &Eviction| e.size.to_string()),
+        Column::new("BY", |(_, e): &Eviction| e.remover.as_str().to_owned()),
+        Column::new("REASON", |(_, e): &Eviction| {
+            e.reason.map_or("-", |r| r.as_str()).to_owned()
+        }),
+        Column::new("RANK", |(_, e): &Eviction| {
+            e.rank.map_or_else(|| "-".to_owned(), |r| r.to_string())
+        }),
+        Column::new("USAGE", |(_, e): &Eviction| {
+            e.fs.filter(|fs| fs.capacity > 0).map_or_else(
                 || "-".to_owned(),
                 |fs| {
                     format!(
@@ -263,38 +362,16 @@ pub fn evictions(
                         fs.target_used.saturating_mul(100) / fs.capacity
                     )
                 },
-            );
-            vec![
-                when(now, k.removed_at),
-                display_name(names.get(&k.key)),
-                k.key.image_id.short().to_owned(),
-                format_size(e.size),
-                e.remover.as_str().to_owned(),
-                e.reason.map_or("-", |r| r.as_str()).to_owned(),
-                e.rank.map_or_else(|| "-".to_owned(), |r| r.to_string()),
-                usage,
-                e.repulled_at.map_or_else(
-                    || "no".to_owned(),
-                    |t| format!("after {}", go_duration(t.since(k.removed_at))),
-                ),
-            ]
-        })
-        .collect();
-    table(
-        w,
-        &[
-            "REMOVED",
-            "IMAGE",
-            "IMAGE ID",
-            "SIZE",
-            "BY",
-            "REASON",
-            "RANK",
-            "USAGE",
-            "RE-PULLED",
-        ],
-        &rows,
-    )
+            )
+        }),
+        Column::new("RE-PULLED", |(k, e): &Eviction| {
+            e.repulled_at.map_or_else(
+                || "no".to_owned(),
+                |t| format!("after {}", go_duration(t.since(k.removed_at))),
+            )
+        }),
+    ];
+    write_table(w, &columns, entries, out.table())
 }
 
 /// What `inspect show` prints of one image: its records (one per runtime handler; none when
@@ -306,7 +383,12 @@ pub struct Shown<'a> {
     pub removals: &'a [(JournalKey, JournalEntry)],
 }
 
-pub fn show(w: &mut dyn Write, out: Output, shown: &Shown<'_>, now: UnixNanos) -> io::Result<()> {
+pub fn show(
+    w: &mut dyn Write,
+    out: &OutputArgs,
+    shown: &Shown<'_>,
+    now: UnixNanos,
+) -> io::Result<()> {
     let Shown {
         found,
         all,
@@ -314,7 +396,39 @@ pub fn show(w: &mut dyn Write, out: Output, shown: &Shown<'_>, now: UnixNanos) -
         removals,
     } = *shown;
     let rank = |r: &StoredRecord| all.iter().position(|a| a.key == r.key).map(|i| i + 1);
-    if out == Output::Json {
+    if is_list(out.format()) {
+        let removal_items: Vec<Value> = removals
+            .iter()
+            .map(|(k, e)| eviction_item(k, e, names.get(&k.key)))
+            .collect();
+        let mut list = KubeList::new("ImageRecord");
+        for r in found {
+            let mut item = record_item(r);
+            if let Some(obj) = item.as_object_mut() {
+                obj.insert("evictionRank".into(), json!(rank(r)));
+                obj.insert("records".into(), json!(all.len()));
+                names_item(obj, names.get(&r.key));
+                obj.insert("removals".into(), json!(removal_items));
+            }
+            list.push(r.key.image_id.as_str(), item);
+        }
+        if found.is_empty() {
+            // Only the journal knows the image now.
+            if let Some((k, _)) = removals.first() {
+                let mut item = json!({
+                    "id": k.key.image_id.as_str(),
+                    "records": all.len(),
+                    "removals": removal_items,
+                });
+                if let Some(obj) = item.as_object_mut() {
+                    names_item(obj, names.get(&k.key));
+                }
+                list.push(k.key.image_id.as_str(), item);
+            }
+        }
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
         let removals_json: Vec<Value> = removals
             .iter()
             .map(|(k, e)| eviction_json(k, e, names.get(&k.key)))
@@ -393,7 +507,7 @@ pub fn show(w: &mut dyn Write, out: Output, shown: &Shown<'_>, now: UnixNanos) -
         return Ok(());
     }
     writeln!(w, "REMOVALS:")?;
-    evictions(w, Output::Table, removals, names, now)
+    eviction_table(w, out, removals, names, now)
 }
 
 fn write_names(w: &mut dyn Write, names: Option<&ImageNames>) -> io::Result<()> {
@@ -415,11 +529,27 @@ fn write_names(w: &mut dyn Write, names: Option<&ImageNames>) -> io::Result<()> 
 
 pub fn backoff(
     w: &mut dyn Write,
-    out: Output,
+    out: &OutputArgs,
     entries: &[(String, BackoffEntry)],
     now: UnixNanos,
 ) -> io::Result<()> {
-    if out == Output::Json {
+    if is_list(out.format()) {
+        let mut list = KubeList::new("PullBackoff");
+        for (key, e) in entries {
+            list.push(
+                key.as_str(),
+                json!({
+                    "key": key,
+                    "backoff": go_duration(e.backoff),
+                    "backoffSeconds": e.backoff.as_secs_f64(),
+                    "lastUpdate": format_rfc3339(e.last_update),
+                    "lastError": e.last_error,
+                }),
+            );
+        }
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
         let all: Vec<Value> = entries
             .iter()
             .map(|(key, e)| {
@@ -435,18 +565,19 @@ pub fn backoff(
             .collect();
         return json_out(w, &Value::Array(all));
     }
-    let rows: Vec<Vec<String>> = entries
-        .iter()
-        .map(|(key, e)| {
-            vec![
-                key.clone(),
-                go_duration(e.backoff),
-                when(now, e.last_update),
-                e.last_error.clone(),
-            ]
-        })
-        .collect();
-    table(w, &["KEY", "BACKOFF", "LAST UPDATE", "LAST ERROR"], &rows)
+    let columns = [
+        Column::new("KEY", |(key, _): &(String, BackoffEntry)| key.clone()),
+        Column::new("BACKOFF", |(_, e): &(String, BackoffEntry)| {
+            go_duration(e.backoff)
+        }),
+        Column::new("LAST UPDATE", move |(_, e): &(String, BackoffEntry)| {
+            when(now, e.last_update)
+        }),
+        Column::new("LAST ERROR", |(_, e): &(String, BackoffEntry)| {
+            e.last_error.clone()
+        }),
+    ];
+    write_table(w, &columns, entries, out.table())
 }
 
 /// The journal's share of `inspect stats`: its size and the re-pull rate of the removals of
@@ -471,13 +602,43 @@ fn rate_text(r: &RepullRate) -> String {
 
 pub fn stats(
     w: &mut dyn Write,
-    out: Output,
+    out: &OutputArgs,
     s: &Stats,
     meta: &MetaInfo,
     journal: &JournalStats,
     now: UnixNanos,
 ) -> io::Result<()> {
-    if out == Output::Json {
+    if is_list(out.format()) {
+        let time = |t: Option<UnixNanos>| t.map(format_rfc3339);
+        let histogram: Vec<Value> = s
+            .last_used
+            .iter()
+            .map(|b| json!({"lastUsed": b.label, "images": b.count, "sizeBytes": b.size}))
+            .collect();
+        let mut list = KubeList::new("RecordStats");
+        list.push(
+            "records",
+            json!({
+                "records": s.records,
+                "pinned": s.pinned,
+                "neverUsed": s.never_used,
+                "backoffEntries": s.backoff_entries,
+                "totalSizeBytes": s.total_size,
+                "lastUsedHistogram": histogram,
+                "schemaVersion": meta.schema_version,
+                "createdAt": time(meta.created_at),
+                "agentStartedAt": time(meta.agent_started_at),
+                "lastDetect": time(meta.last_detect),
+                "journalEntries": journal.entries,
+                "repulls": {
+                    "lastDay": journal.last_day,
+                    "lastWeek": journal.last_week,
+                },
+            }),
+        );
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
         let (created, created_at) = time_json(meta.created_at);
         let (started, started_at) = time_json(meta.agent_started_at);
         let (detect, detect_at) = time_json(meta.last_detect);
@@ -488,6 +649,11 @@ pub fn stats(
             "backoff_entries": s.backoff_entries,
             "total_size": s.total_size,
             "last_used_histogram": s.last_used,
+            "journal_entries": journal.entries,
+            "repulls": {
+                "last_day": journal.last_day,
+                "last_week": journal.last_week,
+            },
             "meta": {
                 "schema_version": meta.schema_version,
                 "created_at_unix_nanos": created,
@@ -496,11 +662,6 @@ pub fn stats(
                 "agent_started_at": started_at,
                 "last_detect_unix_nanos": detect,
                 "last_detect": detect_at,
-            },
-            "journal_entries": journal.entries,
-            "repulls": {
-                "last_day": journal.last_day,
-                "last_week": journal.last_week,
             },
         });
         return json_out(w, &v);
@@ -537,7 +698,7 @@ pub fn stats(
         .iter()
         .map(|b| vec![b.label.to_owned(), b.count.to_string(), format_size(b.size)])
         .collect();
-    table(w, &["LAST USED", "IMAGES", "SIZE"], &rows)
+    table(w, &["LAST USED", "IMAGES", "SIZE"], &rows, out.no_headers)
 }
 
 fn space_summary(space: SpacePass, e: &Explanation) -> String {
@@ -599,12 +760,43 @@ fn decision_str(d: Decision) -> &'static str {
     }
 }
 
-pub fn explain(w: &mut dyn Write, out: Output, e: &Explanation) -> io::Result<()> {
+pub fn explain(w: &mut dyn Write, out: &OutputArgs, e: &Explanation) -> io::Result<()> {
     let removed = e.images.iter().filter(|i| i.decision.removes());
     let (count, bytes) = removed.fold((0u64, 0u64), |(n, b), i| {
         (n + 1, b.saturating_add(i.record.size))
     });
-    if out == Output::Json {
+    if is_list(out.format()) {
+        let mut list = KubeList::new("ImageDecision");
+        for i in &e.images {
+            let mut item = record_item(&StoredRecord {
+                key: i.key.clone(),
+                record: i.record,
+            });
+            if let Some(obj) = item.as_object_mut() {
+                obj.insert("rank".into(), json!(i.rank));
+                obj.insert("inUse".into(), json!(i.in_use));
+                obj.insert("remove".into(), json!(i.decision.removes()));
+                obj.insert("decision".into(), json!(decision_str(i.decision)));
+                obj.insert("reason".into(), json!(i.reason));
+                obj.insert(
+                    "kubeletPulledAt".into(),
+                    json!(i.kubelet_pulled_at.map(format_rfc3339)),
+                );
+                obj.insert(
+                    "evictedBefore".into(),
+                    json!(i.evicted_before.map(|prior| json!({
+                        "removedAt": format_rfc3339(prior.removed_at),
+                        "remover": prior.remover.as_str(),
+                        "reason": prior.reason.map(|r| r.as_str()),
+                        "repulledAt": format_rfc3339(prior.repulled_at),
+                    }))),
+                );
+            }
+            list.push(i.key.image_id.as_str(), item);
+        }
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
         let (detect, detect_at) = time_json(e.last_detect);
         let images: Vec<Value> = e
             .images
@@ -659,6 +851,41 @@ pub fn explain(w: &mut dyn Write, out: Output, e: &Explanation) -> io::Result<()
         });
         return json_out(w, &v);
     }
+    if !out.no_headers {
+        explain_summary(w, e, count, bytes)?;
+    }
+    let columns = [
+        Column::new("RANK", |i: &ImageExplanation| i.rank.to_string()),
+        Column::new("IMAGE ID", |i: &ImageExplanation| {
+            shown_id(&i.key.image_id, out)
+        }),
+        Column::new("HANDLER", |i: &ImageExplanation| {
+            handler(&i.key.runtime_handler).to_owned()
+        }),
+        Column::new("SIZE", |i: &ImageExplanation| format_size(i.record.size)),
+        Column::wide("BYTES", |i: &ImageExplanation| i.record.size.to_string()),
+        Column::wide("FIRST DETECTED", |i: &ImageExplanation| {
+            format_ago(e.now, i.record.first_detected)
+        }),
+        Column::new("LAST USED", |i: &ImageExplanation| {
+            format_ago(e.now, i.record.last_used)
+        }),
+        Column::wide("PINNED", |i: &ImageExplanation| i.record.pinned.to_string()),
+        Column::new("REMOVE", |i: &ImageExplanation| {
+            match i.decision {
+                Decision::RemoveForAge => "yes (age)",
+                Decision::RemoveForSpace => "yes (space)",
+                _ => "no",
+            }
+            .to_owned()
+        }),
+        Column::new("WHY", |i: &ImageExplanation| i.reason.clone()),
+    ];
+    write_table(w, &columns, &e.images, out.table())
+}
+
+/// The lines above `explain`'s table: the policy, the time, what is in use, the space pass.
+fn explain_summary(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> io::Result<()> {
     let p = &e.policy;
     writeln!(
         w,
@@ -682,44 +909,21 @@ pub fn explain(w: &mut dyn Write, out: Output, e: &Explanation) -> io::Result<()
     )?;
     writeln!(w, "space pass:  {}", space_summary(e.space, e))?;
     writeln!(w, "would remove {count} image(s), {}", format_size(bytes))?;
-    writeln!(w)?;
-    let rows: Vec<Vec<String>> = e
-        .images
-        .iter()
-        .map(|i| {
-            let remove = match i.decision {
-                Decision::RemoveForAge => "yes (age)",
-                Decision::RemoveForSpace => "yes (space)",
-                _ => "no",
-            };
-            vec![
-                i.rank.to_string(),
-                i.key.image_id.short().to_owned(),
-                handler(&i.key.runtime_handler).to_owned(),
-                format_size(i.record.size),
-                format_ago(e.now, i.record.last_used),
-                remove.to_owned(),
-                i.reason.clone(),
-            ]
-        })
-        .collect();
-    table(
-        w,
-        &[
-            "RANK",
-            "IMAGE ID",
-            "HANDLER",
-            "SIZE",
-            "LAST USED",
-            "REMOVE",
-            "WHY",
-        ],
-        &rows,
-    )
+    writeln!(w)
 }
 
-pub fn check(w: &mut dyn Write, out: Output, report: &CheckReport) -> io::Result<()> {
-    if out == Output::Json {
+pub fn check(w: &mut dyn Write, out: &OutputArgs, report: &CheckReport) -> io::Result<()> {
+    if is_list(out.format()) {
+        let mut list = KubeList::new("Violation");
+        for (n, v) in report.violations.iter().enumerate() {
+            list.push(
+                format!("violation-{}", n + 1),
+                json!({"message": v.to_string(), "violation": v}),
+            );
+        }
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
         let violations: Vec<Value> = report
             .violations
             .iter()
@@ -741,8 +945,11 @@ pub fn check(w: &mut dyn Write, out: Output, report: &CheckReport) -> io::Result
     Ok(())
 }
 
-/// JSON lines, one record each.
-pub fn export(w: &mut dyn Write, records: &[StoredRecord]) -> io::Result<()> {
+/// JSON lines, one record each (`table`, `wide` and `json`, as before), or the List.
+pub fn export(w: &mut dyn Write, out: &OutputArgs, records: &[StoredRecord]) -> io::Result<()> {
+    if is_list(out.format()) {
+        return record_list(records, None).write(w, out.format());
+    }
     for r in records {
         let line = serde_json::to_string(&record_json(r, None)).map_err(io::Error::other)?;
         writeln!(w, "{line}")?;

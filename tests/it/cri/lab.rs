@@ -300,6 +300,7 @@ async fn a_running_container_lists_its_image_id_and_keeps_it_after_exit() {
         image: busybox.reference.clone(),
         command: vec!["/bin/sleep".to_string(), "3600".to_string()],
         args: vec![],
+        ..ContainerSpec::default()
     };
     let container_id = client
         .create_container(&sandbox_id, &sandbox, &container)

@@ -196,6 +196,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
         image: busybox.reference.clone(),
         command: vec!["/bin/sleep".to_string(), "3600".to_string()],
         args: vec![],
+        ..ContainerSpec::default()
     };
     let sleeper_id = client
         .create_container(&sandbox_id, &pod, &sleeper)
@@ -222,6 +223,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
             image: row.reference.clone(),
             command: vec!["/bin/sleep".to_string(), "3600".to_string()],
             args: vec![],
+            ..ContainerSpec::default()
         };
         let container_id = client
             .create_container(&sandbox_id, &pod, &user)

@@ -12,7 +12,7 @@ use imagekeeper::clock::ManualClock;
 use imagekeeper::cri::{CriError, ImageRuntime};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
 use imagekeeper::model::{
-    ImageFsStats, PullCredentials, RecordKey, RuntimeContainer, RuntimeImage,
+    ContainerUsage, ImageFsStats, PullCredentials, RecordKey, RuntimeContainer, RuntimeImage,
 };
 use imagekeeper::pull::{ImageManager, PodRef, PullConfig, PullPolicy, PullsInFlight};
 use imagekeeper::replay::ScriptedRuntime;
@@ -124,11 +124,17 @@ impl ImageRuntime for ParkingRuntime {
     }
 
     async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+        self.maybe_park("ImageFsInfo", "").await;
         self.inner.image_fs_stats().await
     }
 
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
         self.inner.list_containers().await
+    }
+
+    async fn container_usage(&self, container_id: &str) -> Result<ContainerUsage, CriError> {
+        self.maybe_park("ContainerStatus", container_id).await;
+        self.inner.container_usage(container_id).await
     }
 }
 
@@ -491,4 +497,210 @@ async fn a_cycle_queued_behind_another_reads_the_clock_when_it_starts() {
     assert_eq!(report.removed.len(), 1);
     let new = rig.record("new").expect("detected");
     assert_eq!(new.first_detected, at(1_000));
+}
+
+/// A reload swaps the configuration between cycles, never within one: `reconfigure` waits for
+/// the GC in flight (parked inside its first RemoveImage), which ends with the settings it
+/// started with (MaxAge 60 s takes both old images, though the new settings turn MaxAge off
+/// and pin `b`); the next cycle runs wholly with the new ones.
+#[tokio::test]
+async fn a_reconfigure_waits_for_the_cycle_in_flight_which_ends_with_its_own_settings() {
+    use imagekeeper::gc::PinPatterns;
+    use std::pin::pin;
+    use std::time::Duration;
+    let old = GcConfig {
+        policy: policy(100, 80, 0, 60),
+        ..GcConfig::default()
+    };
+    let new = GcConfig {
+        policy: policy(100, 80, 0, 0),
+        pins: PinPatterns::new(vec!["registry.example/b:1".to_owned()]),
+        ..GcConfig::default()
+    };
+    let rig = Rig::new(old.clone());
+    rig.runtime.inner.state().images = vec![tagged("a", 1), tagged("b", 1)];
+    rig.runtime.inner.state().fs = Some((10_000, 10_000));
+    rig.gc.detect(at(0)).await.expect("detect");
+    let mut parked = rig.runtime.park("RemoveImage", Some("a"));
+    let gc = rig.gc.garbage_collect(at(1_000));
+    let reload = async {
+        parked.reached().await;
+        let mut reconfigure = pin!(rig.gc.reconfigure(new.clone()));
+        // Polled once: it waits for the cycle lock the parked GC holds.
+        let early = tokio::time::timeout(Duration::ZERO, &mut reconfigure).await;
+        assert!(early.is_err(), "reconfigure finished during a cycle");
+        assert_eq!(rig.gc.config(), old, "swapped in the middle of a cycle");
+        parked.release();
+        reconfigure.await.expect("a valid configuration");
+    };
+    let (report, ()) = tokio::join!(gc, reload);
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let removed: Vec<&str> = report
+        .removed
+        .iter()
+        .map(|r| r.key.image_id.as_str())
+        .collect();
+    assert_eq!(
+        removed,
+        ["a", "b"],
+        "the cycle kept its own MaxAge to its end"
+    );
+    assert_eq!(rig.gc.config(), new);
+
+    // The next cycle runs with the new settings: MaxAge is off, so c stays.
+    rig.runtime.inner.state().images = vec![tagged("c", 1)];
+    rig.gc.detect(at(1_001)).await.expect("detect");
+    let report = rig.gc.garbage_collect(at(5_000)).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert!(report.removed.is_empty(), "MaxAge is off after the reload");
+
+    // An invalid policy is refused and the running configuration kept.
+    let invalid = GcConfig {
+        policy: policy(80, 90, 0, 0),
+        ..GcConfig::default()
+    };
+    assert!(rig.gc.reconfigure(invalid).await.is_err());
+    assert_eq!(rig.gc.config(), new);
+}
+
+// Scenarios the deterministic simulator (`scripts/sim`, `src/sim/`) found, each replayed here
+// with parked calls.
+
+/// The last look lists the containers, then asks the status of those detect did not see; a
+/// container created for the victim during that ContainerStatus call was missed by the list
+/// taken before it, and the victim was removed under it. The last look now lists again until
+/// a list shows no container it has not asked about.
+#[tokio::test]
+async fn a_container_created_while_the_last_look_asks_a_new_containers_status_keeps_the_victim() {
+    let rig = Rig::new(GcConfig {
+        policy: policy(85, 80, 0, 0),
+        ..GcConfig::default()
+    });
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)];
+    rig.runtime.inner.state().fs = Some((10_000, 0));
+    rig.gc.detect(at(1)).await.expect("detect");
+    let mut fs = rig.runtime.park("ImageFsInfo", None);
+    let gc = rig.gc.garbage_collect(at(100));
+    let meanwhile = async {
+        // After the cycle's detect: a container of b appears, so the last look asks its status.
+        fs.reached().await;
+        rig.runtime.inner.state().containers = vec![container("of-b", "b")];
+        let mut status = rig.runtime.park("ContainerStatus", Some("of-b"));
+        fs.release();
+        // While that status is asked, the kubelet creates a container of a, the victim.
+        status.reached().await;
+        rig.runtime
+            .inner
+            .state()
+            .containers
+            .push(container("of-a", "a"));
+        status.release();
+    };
+    let (report, ()) = tokio::join!(gc, meanwhile);
+    assert!(
+        report.removed.is_empty(),
+        "removed {:?} under a container",
+        report.removed
+    );
+    assert!(rig.runtime.inner.state().removed.is_empty());
+    assert!(rig.record("a").is_some() && rig.record("b").is_some());
+}
+
+/// A record whose image the cycle's detect did not list (the image was removed behind
+/// imagekeeper's back; a pull's mark, committed while detect listed, kept the record) was a
+/// GC victim known by id alone, so a pull of it in flight by name did not protect it and GC
+/// removed the image the pull was bringing back. A victim detect did not list is now kept.
+#[tokio::test]
+async fn a_record_detect_did_not_list_is_not_removed_while_a_pull_of_its_image_is_in_flight() {
+    let rig = Rig::new(GcConfig {
+        policy: policy(85, 80, 0, 0),
+        ..GcConfig::default()
+    });
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)];
+    rig.gc.detect(at(1)).await.expect("detect");
+    rig.runtime.inner.state().fs = Some((10_000, 0));
+    // a is gone from the runtime when the GC's detect lists it.
+    rig.runtime.inner.state().images = vec![tagged("b", 1_000)];
+    let mut list = rig.runtime.park("ListImages", None);
+    let (gc_done, gc_done_rx) = oneshot::channel();
+    let gc = async {
+        let report = rig.gc.garbage_collect(at(100)).await;
+        let _ = gc_done.send(());
+        report
+    };
+    let meanwhile = async {
+        list.reached().await;
+        // A pull brings a back and marks it; then a is removed again behind our back.
+        rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)];
+        rig.clock.set(at(50));
+        rig.pull("registry.example/a:1").await;
+        rig.runtime.inner.state().images = vec![tagged("b", 1_000)];
+        let mut remove_b = rig.runtime.park("RemoveImage", Some("b"));
+        list.release();
+        // While GC removes b, a pull of a starts and is in flight.
+        remove_b.reached().await;
+        rig.runtime.inner.state().images = vec![tagged("a", 1_000)];
+        let mut pulling = rig.runtime.park("PullImage", Some("registry.example/a:1"));
+        let pod = PodRef::default();
+        let pull = rig.images.ensure_image_exists(
+            &pod,
+            "registry.example/a:1",
+            PullPolicy::Always,
+            &[],
+            "",
+        );
+        let rest = async {
+            pulling.reached().await;
+            remove_b.release();
+            // GC reaches a's last look and ends with the pull still in flight.
+            gc_done_rx.await.expect("the GC ends");
+            pulling.release();
+        };
+        tokio::join!(pull, rest).0
+    };
+    let (report, pulled) = tokio::join!(gc, meanwhile);
+    let removed: Vec<&str> = report
+        .removed
+        .iter()
+        .map(|r| r.key.image_id.as_str())
+        .collect();
+    assert_eq!(removed, ["b"], "a was removed while its pull was in flight");
+    assert_eq!(rig.runtime.inner.state().removed, ["b"]);
+    assert_eq!(pulled.expect("the pull finds its image"), "a");
+    assert!(rig.record("a").is_some());
+}
+
+/// The clock went back; a pull marks an image at the earlier time while a detect that read
+/// the record before (with the later last_used) lists a runtime that no longer has the image.
+/// The mark set last_used back to the pull's time, below what detect had read, so detect's
+/// RemoveUnlisted deleted the record the pull had just marked. A mark now never moves
+/// last_used back and always moves it, so detect sees it and keeps the record.
+#[tokio::test]
+async fn a_pull_marked_after_the_clock_went_back_keeps_its_record_through_a_detect_listing_meanwhile()
+ {
+    let rig = Rig::new(GcConfig {
+        policy: policy(85, 80, 0, 0),
+        ..GcConfig::default()
+    });
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000)];
+    rig.runtime.inner.state().containers = vec![container("of-a", "a")];
+    rig.gc.detect(at(100)).await.expect("detect");
+    assert_eq!(rig.record("a").expect("a").last_used, at(100));
+    rig.runtime.inner.state().containers.clear();
+    rig.runtime.inner.state().images.clear();
+    let mut list = rig.runtime.park("ListImages", None);
+    let detect = rig.gc.detect(at(200));
+    let meanwhile = async {
+        list.reached().await;
+        rig.runtime.inner.state().images = vec![tagged("a", 1_000)];
+        rig.clock.set(at(60)); // back 140 s, inside the future-stamp tolerance
+        rig.pull("registry.example/a:1").await;
+        list.release();
+    };
+    let (detect, ()) = tokio::join!(detect, meanwhile);
+    detect.expect("detect");
+    let a = rig
+        .record("a")
+        .expect("the pull's record survives the detect");
+    assert!(a.last_used > at(100), "{a:?}");
 }

@@ -5,6 +5,7 @@
 
 mod cli;
 mod lab;
+mod registry;
 
 use std::sync::Arc;
 

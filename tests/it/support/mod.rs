@@ -226,6 +226,7 @@ pub fn sandbox_spec(lab: &Lab, name: &str) -> SandboxSpec {
         namespace: "imagekeeper-test".to_string(),
         log_directory: log_directory.display().to_string(),
         host_network: true,
+        ..SandboxSpec::default()
     }
 }
 

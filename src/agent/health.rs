@@ -1,0 +1,124 @@
+//! Liveness and readiness, as `/healthz` and `/readyz` answer them.
+//!
+//! Live: the process answers and its database file is still where it was opened (the agent
+//! holds the file's lock for its whole life; a store closed after an I/O failure reopens by
+//! itself, so it makes the agent unready, never dead: a restart would not help a full disk).
+//! Ready: one detect has completed, the runtime answered the latest detect or image-cache
+//! cycle, and the store is healthy. The loops report to [`Health`]; nothing here calls the
+//! runtime.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What the loops have seen of the runtime.
+#[derive(Debug, Default)]
+pub struct Health {
+    detect_done: AtomicBool,
+    /// The error of the latest cycle that could not reach the runtime; None once it answers.
+    runtime_error: Mutex<Option<String>>,
+}
+
+impl Health {
+    /// A detect completed: the runtime answered and the store holds its images.
+    pub fn detect_succeeded(&self) {
+        self.detect_done.store(true, Ordering::Relaxed);
+        self.runtime_reached();
+    }
+
+    /// A cycle's call to the runtime was answered.
+    pub fn runtime_reached(&self) {
+        *self.lock() = None;
+    }
+
+    /// A cycle could not reach the runtime.
+    pub fn runtime_unreachable(&self, error: String) {
+        *self.lock() = Some(error);
+    }
+
+    /// Ok, or every reason the agent is not ready, one per line.
+    pub fn readiness(&self, store_healthy: bool) -> Result<String, String> {
+        let mut reasons = Vec::new();
+        if let Some(error) = self.lock().as_ref() {
+            reasons.push(format!("the container runtime cannot be reached: {error}"));
+        }
+        if !self.detect_done.load(Ordering::Relaxed) {
+            reasons.push("no image detect has completed yet".to_owned());
+        }
+        if !store_healthy {
+            reasons.push(
+                "the record store failed an I/O operation (a full disk?) and has not reopened yet"
+                    .to_owned(),
+            );
+        }
+        if reasons.is_empty() {
+            Ok("ok: runtime reachable, images detected, record store healthy\n".to_owned())
+        } else {
+            Err(reasons
+                .iter()
+                .map(|r| format!("not ready: {r}\n"))
+                .collect())
+        }
+    }
+
+    /// Ok while the database file is still at `db`.
+    pub fn liveness(db: &Path, store_healthy: bool) -> Result<String, String> {
+        match std::fs::metadata(db) {
+            Ok(_) if store_healthy => Ok(format!("ok: alive, database {} open\n", db.display())),
+            Ok(_) => Ok(format!(
+                "ok: alive, database {} open (reopening after an I/O failure; see /readyz)\n",
+                db.display()
+            )),
+            Err(e) => Err(format!(
+                "not alive: the database {} is gone: {e}\n",
+                db.display()
+            )),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.runtime_error.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_after_a_detect_with_the_runtime_reached_and_the_store_healthy() {
+        let health = Health::default();
+        let err = health.readiness(true).expect_err("no detect yet");
+        assert_eq!(err, "not ready: no image detect has completed yet\n");
+        health.runtime_unreachable("connect: No such file or directory".to_owned());
+        let err = health.readiness(false).expect_err("unreachable");
+        assert!(
+            err.contains("cannot be reached: connect: No such file"),
+            "{err}"
+        );
+        assert!(err.contains("no image detect"), "{err}");
+        assert!(err.contains("has not reopened"), "{err}");
+        health.detect_succeeded();
+        assert!(health.readiness(true).is_ok());
+        assert!(health.readiness(false).is_err());
+        health.runtime_unreachable("Unavailable".to_owned());
+        let err = health.readiness(true).expect_err("runtime went away");
+        assert_eq!(
+            err,
+            "not ready: the container runtime cannot be reached: Unavailable\n"
+        );
+        health.runtime_reached();
+        assert!(health.readiness(true).is_ok());
+    }
+
+    #[test]
+    fn alive_while_the_database_file_exists() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("records.redb");
+        assert!(Health::liveness(&db, true).is_err());
+        std::fs::write(&db, b"x").expect("write");
+        assert!(Health::liveness(&db, true).is_ok());
+        let body = Health::liveness(&db, false).expect("unhealthy store is still alive");
+        assert!(body.contains("reopening"), "{body}");
+    }
+}

@@ -1,0 +1,172 @@
+//! Reloading the configuration while the agent runs (`imagekeeper run` calls
+//! [`Agent::reload`] on SIGHUP; tests call the same function).
+//!
+//! A reload reads the `--config` file again and resolves it with the flags the agent was
+//! started with ([`ConfigSource`]: only the flags given on the command line, so a flag still
+//! wins over the file, as at start), with every check of a start. An invalid file (unreadable,
+//! not TOML, an unknown field, a bad value) changes nothing: the agent keeps running with what
+//! it had, logs one error naming the field (or the file), and counts the failure. A valid one
+//! swaps the GC settings — thresholds, MinAge, MaxAge, pinned images, the sandbox image and
+//! the kubelet's root directory — in one step between cycles
+//! ([`crate::gc::ImageGcManager::reconfigure`]: a cycle runs wholly with the old or wholly
+//! with the new settings). Settings the running agent cannot swap (runtime endpoints, pull
+//! settings; the database, sockets and periods are flags only) keep their running value and
+//! are named in a warning: they take effect at the next start.
+//!
+//! Invariants: reloads run one at a time; the running configuration ([`Agent::config`]) is
+//! replaced only after the manager accepted the new one; every reload is counted once, as a
+//! success or a failure (`imagekeeper_config_reloads_total{result}`).
+
+use std::path::PathBuf;
+
+use tracing::{error, info, warn};
+
+use super::config::{AgentConfig, ConfigError, FileConfig, FlagValues};
+use super::{Agent, lock_ignoring_poison};
+
+/// Where the agent's configuration came from: the `--config` file (if any) and the flags given
+/// on the command line (`None` or empty: not given).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConfigSource {
+    pub file: Option<PathBuf>,
+    pub flags: FlagValues,
+}
+
+impl ConfigSource {
+    /// Reads the file (if any) and resolves it under the flags, as at start.
+    pub fn resolve(&self) -> Result<AgentConfig, ConfigError> {
+        let file = match &self.file {
+            Some(path) => FileConfig::load(path)?,
+            None => FileConfig::default(),
+        };
+        AgentConfig::resolve(&file, self.file.as_deref(), &self.flags)
+    }
+}
+
+/// What a successful reload did: the settings it changed and those that differ but wait for a
+/// restart, by their KubeletConfiguration field names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReloadReport {
+    pub changed: Vec<&'static str>,
+    pub needs_restart: Vec<&'static str>,
+}
+
+/// The field names whose values differ between `old` and `new`: (swapped now, need a restart).
+fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
+    let (a, b) = (&old.gc, &new.gc);
+    let swapped = [
+        (
+            a.policy.high_threshold_percent != b.policy.high_threshold_percent,
+            "imageGCHighThresholdPercent",
+        ),
+        (
+            a.policy.low_threshold_percent != b.policy.low_threshold_percent,
+            "imageGCLowThresholdPercent",
+        ),
+        (a.policy.min_age != b.policy.min_age, "imageMinimumGCAge"),
+        (a.policy.max_age != b.policy.max_age, "imageMaximumGCAge"),
+        (a.pins != b.pins, "pinnedImages"),
+        (a.sandbox_image != b.sandbox_image, "podInfraContainerImage"),
+        (a.kubelet_root_dir != b.kubelet_root_dir, "kubeletRootDir"),
+    ];
+    let (p, q) = (&old.pull, &new.pull);
+    let restart = [
+        (
+            old.cri.runtime_endpoint != new.cri.runtime_endpoint,
+            "containerRuntimeEndpoint",
+        ),
+        (
+            old.cri.image_endpoint != new.cri.image_endpoint,
+            "imageServiceEndpoint",
+        ),
+        (
+            p.serialize_image_pulls != q.serialize_image_pulls,
+            "serializeImagePulls",
+        ),
+        (
+            p.max_parallel_image_pulls != q.max_parallel_image_pulls,
+            "maxParallelImagePulls",
+        ),
+        (
+            p.registry_pull_qps != q.registry_pull_qps,
+            "registryPullQPS",
+        ),
+        (p.registry_burst != q.registry_burst, "registryBurst"),
+        (
+            old.credential_providers != new.credential_providers,
+            "imageCredentialProviderConfig",
+        ),
+    ];
+    let names = |list: &[(bool, &'static str)]| {
+        list.iter()
+            .filter(|(differs, _)| *differs)
+            .map(|(_, name)| *name)
+            .collect()
+    };
+    ReloadReport {
+        changed: names(&swapped),
+        needs_restart: names(&restart),
+    }
+}
+
+impl Agent {
+    /// Sets where the configuration came from, so [`Agent::reload`] can read it again. Without
+    /// it a reload keeps the running configuration and changes nothing.
+    pub fn with_config_source(mut self, source: ConfigSource) -> Agent {
+        self.source = Some(source);
+        self
+    }
+
+    /// Reads the configuration again and swaps what can be swapped between cycles (see the
+    /// module's doc). On an invalid file the running configuration is kept, one error naming
+    /// the field is logged, and the error is returned. Counted in
+    /// `imagekeeper_config_reloads_total{result="success"|"failure"}`. Waits for the cycle in flight.
+    pub async fn reload(&self) -> Result<ReloadReport, ConfigError> {
+        let _one_at_a_time = self.reload_lock.lock().await;
+        let result = self.reload_locked().await;
+        self.metrics.record_reload(result.is_ok());
+        match &result {
+            Ok(report) => {
+                if !report.needs_restart.is_empty() {
+                    warn!(
+                        fields = %report.needs_restart.join(", "),
+                        "Reloaded configuration: these settings changed but take effect only at the next start; the running values are kept"
+                    );
+                }
+                info!(
+                    changed = %if report.changed.is_empty() {
+                        "nothing".to_owned()
+                    } else {
+                        report.changed.join(", ")
+                    },
+                    "Reloaded configuration"
+                );
+            }
+            Err(e) => error!(
+                error = %e.one_line(),
+                "Reloading the configuration failed; the running configuration is kept"
+            ),
+        }
+        result
+    }
+
+    async fn reload_locked(&self) -> Result<ReloadReport, ConfigError> {
+        let Some(source) = &self.source else {
+            return Ok(ReloadReport::default());
+        };
+        let new = source.resolve()?;
+        let old = self.config();
+        let report = differences(&old, &new);
+        if !report.changed.is_empty() {
+            self.gc
+                .reconfigure(new.gc.clone())
+                .await
+                .map_err(|e| ConfigError::Invalid {
+                    origin: "GC policy".to_owned(),
+                    message: e.to_string(),
+                })?;
+            lock_ignoring_poison(&self.config).gc = new.gc;
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,70 @@
+//! Known bug classes switched back on, to prove the simulator catches them (feature
+//! `sim-mutants` only; without it the hooks in `gc/manager.rs` are compiled out). The mutant is
+//! chosen per thread (the simulator runs each seed on one thread), so tests running in
+//! parallel do not see each other's mutant.
+//!
+//! - [`Mutant::BlindDetect`]: detect writes each listed record as an upsert computed from its
+//!   stale snapshot and removes unlisted records unconditionally, as before the merge writes;
+//! - [`Mutant::NoLastLook`]: the GC walk removes its victims without the last look (`rescue`);
+//! - [`Mutant::NonDurable`]: every commit uses `Durability::None` (no hook: the store's
+//!   `CommitMode::NonDurableForTests`, chosen by the simulator when it opens the store).
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+
+use crate::gc::detect::DetectPlan;
+use crate::model::{ImageRecord, RecordKey, UnixNanos};
+use crate::store::{Batch, BatchOp, meta_keys};
+
+use super::Mutant;
+
+thread_local! {
+    static ACTIVE: Cell<Option<Mutant>> = const { Cell::new(None) };
+}
+
+/// Switches `mutant` on (or every mutant off) for this thread.
+pub fn set(mutant: Option<Mutant>) {
+    ACTIVE.with(|a| a.set(mutant));
+}
+
+/// Whether `mutant` is on for this thread.
+pub fn active(mutant: Mutant) -> bool {
+    ACTIVE.with(Cell::get) == Some(mutant)
+}
+
+/// The hook in `detect_locked`: under [`Mutant::BlindDetect`], the plan rewritten into blind
+/// writes from the snapshot `existing`; otherwise the plan as it is.
+pub fn blind_detect(
+    mut plan: DetectPlan,
+    existing: &BTreeMap<RecordKey, ImageRecord>,
+    now: UnixNanos,
+) -> DetectPlan {
+    if !active(Mutant::BlindDetect) {
+        return plan;
+    }
+    let mut batch = Batch::new();
+    for op in plan.batch.ops() {
+        match op {
+            BatchOp::Sight { key, sighting } => batch.upsert(
+                key.clone(),
+                ImageRecord::after_sighting(existing.get(key).copied(), *sighting),
+            ),
+            BatchOp::RemoveUnlisted { key, .. } => batch.remove(key.clone()),
+            BatchOp::SetMeta { name, value } => batch.set_meta(name.clone(), *value),
+            BatchOp::ClampFuture { key, limit, now } => {
+                batch.clamp_future(key.clone(), *limit, *now)
+            }
+            other => {
+                let _ = other;
+            }
+        }
+    }
+    batch.stamp_if_changed(meta_keys::LAST_DETECT, now.0);
+    plan.batch = batch;
+    plan
+}
+
+/// The hook at the top of `rescue`: under [`Mutant::NoLastLook`], keep nothing.
+pub fn skip_last_look() -> bool {
+    active(Mutant::NoLastLook)
+}

@@ -1,0 +1,219 @@
+//! The metrics server under a flood of connections and slow clients, on tokio's paused clock:
+//! every wait below is virtual time the runtime advances only when all tasks are parked, so
+//! the timings asserted are the server's timeouts, not the machine's speed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use imagekeeper::agent::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+
+struct Canned;
+
+impl HttpEndpoints for Canned {
+    fn metrics(&self) -> String {
+        "imagekeeper_image_records 3\n# EOF\n".to_owned()
+    }
+    fn healthz(&self) -> Result<String, String> {
+        Ok("ok: alive\n".to_owned())
+    }
+    fn readyz(&self) -> Result<String, String> {
+        Err("not ready: no image detect has completed yet\n".to_owned())
+    }
+}
+
+/// A body far larger than a loopback connection's socket buffers: a client that reads none
+/// of it blocks the server's write.
+struct Huge;
+
+const HUGE_BODY: usize = 64 << 20;
+
+impl HttpEndpoints for Huge {
+    fn metrics(&self) -> String {
+        "#".repeat(HUGE_BODY)
+    }
+    fn healthz(&self) -> Result<String, String> {
+        Ok("ok: alive\n".to_owned())
+    }
+    fn readyz(&self) -> Result<String, String> {
+        Err("not ready: no image detect has completed yet\n".to_owned())
+    }
+}
+
+const LIMITS: HttpLimits = HttpLimits {
+    max_connections: 4,
+    head_timeout: Duration::from_secs(5),
+    write_timeout: Duration::from_secs(5),
+};
+
+async fn server() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(serve_http(listener, Arc::new(Canned), LIMITS));
+    address
+}
+
+async fn get(address: std::net::SocketAddr, path: &str) -> String {
+    let mut conn = TcpStream::connect(address).await.expect("connect");
+    conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: node\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut out = String::new();
+    conn.read_to_string(&mut out).await.expect("read");
+    out
+}
+
+/// Reads until the server closes the connection; returns what it sent.
+async fn until_closed(conn: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = conn.read_to_end(&mut out).await;
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn paths_answer_with_their_status_and_content_type() {
+    let address = server().await;
+    let metrics = get(address, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
+    assert!(
+        metrics.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
+        "{metrics}"
+    );
+    assert!(metrics.ends_with("\r\n\r\nimagekeeper_image_records 3\n# EOF\n"));
+    assert!(
+        get(address, "/healthz")
+            .await
+            .starts_with("HTTP/1.1 200 OK")
+    );
+    let readyz = get(address, "/readyz?verbose").await;
+    assert!(
+        readyz.starts_with("HTTP/1.1 503 Service Unavailable"),
+        "{readyz}"
+    );
+    assert!(readyz.ends_with("not ready: no image detect has completed yet\n"));
+    assert!(get(address, "/other").await.starts_with("HTTP/1.1 404"));
+    let mut conn = TcpStream::connect(address).await.expect("connect");
+    conn.write_all(b"POST /metrics HTTP/1.1\r\n\r\n")
+        .await
+        .expect("write");
+    let reply = String::from_utf8(until_closed(&mut conn).await).expect("utf8");
+    assert!(reply.starts_with("HTTP/1.1 405"), "{reply}");
+}
+
+/// Below the bound a scrape answers at once; at the bound (every slot held by a client that
+/// never sends a byte) it waits in the listen queue until the head timeout frees the slots,
+/// and the idle clients are closed.
+#[tokio::test(start_paused = true)]
+async fn a_scrape_behind_idle_connections_answers_within_one_head_timeout() {
+    let address = server().await;
+    let mut idle = Vec::new();
+    for _ in 0..LIMITS.max_connections - 1 {
+        idle.push(TcpStream::connect(address).await.expect("connect"));
+    }
+    let start = Instant::now();
+    assert!(get(address, "/metrics").await.starts_with("HTTP/1.1 200"));
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "a free slot answers at once"
+    );
+
+    // The last slot is taken too: the next connection waits in the listen queue.
+    idle.push(TcpStream::connect(address).await.expect("connect"));
+    let start = Instant::now();
+    let scrape = get(address, "/metrics").await;
+    assert!(scrape.starts_with("HTTP/1.1 200"), "{scrape}");
+    let waited = start.elapsed();
+    assert!(
+        waited >= LIMITS.head_timeout && waited < LIMITS.head_timeout + Duration::from_secs(1),
+        "the scrape waited {waited:?}, the head timeout is {:?}",
+        LIMITS.head_timeout
+    );
+    for conn in &mut idle {
+        assert!(
+            until_closed(conn).await.is_empty(),
+            "an idle client is closed without a reply"
+        );
+    }
+}
+
+/// A client that trickles its request head one byte a second never completes it: the head
+/// timeout is a deadline for the whole head, so the server cuts it off at 5 s, and a scrape
+/// meanwhile answers.
+#[tokio::test(start_paused = true)]
+async fn a_client_trickling_its_request_is_cut_off_at_the_head_deadline() {
+    let address = server().await;
+    let mut slow = TcpStream::connect(address).await.expect("connect");
+    let start = Instant::now();
+    let request =
+        b"GET /metrics HTTP/1.1\r\nHost: node\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let mut sent = 0;
+    let mut buf = [0u8; 64];
+    let cut_at = loop {
+        tokio::select! {
+            read = slow.read(&mut buf) => {
+                assert!(matches!(read, Ok(0) | Err(_)), "no reply to a partial head: {read:?}");
+                break start.elapsed();
+            }
+            () = tokio::time::sleep(Duration::from_secs(1)) => {
+                assert!(sent < request.len() - 4, "the head was never meant to complete");
+                // A write to a connection the server just closed may fail: that is the cut.
+                if slow.write_all(&request[sent..sent + 1]).await.is_err() {
+                    break start.elapsed();
+                }
+                sent += 1;
+            }
+        }
+    };
+    assert_eq!(cut_at, LIMITS.head_timeout, "cut off at the head deadline");
+    assert!(get(address, "/metrics").await.starts_with("HTTP/1.1 200"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_oversized_request_head_is_refused_with_431() {
+    let address = server().await;
+    let mut conn = TcpStream::connect(address).await.expect("connect");
+    let mut head = b"GET /metrics HTTP/1.1\r\nX-Big: ".to_vec();
+    // Exactly the bound, with no end of head: the server reads every byte (so closing sends
+    // no reset over its reply) and refuses.
+    head.resize(MAX_HEAD_BYTES, b'a');
+    conn.write_all(&head).await.expect("write");
+    let reply = String::from_utf8_lossy(&until_closed(&mut conn).await).into_owned();
+    assert!(reply.starts_with("HTTP/1.1 431"), "{reply}");
+}
+
+/// A client that sends its request and then reads nothing holds its slot only until the write
+/// timeout: with one slot, the next request answers once the server gave up on the reader, whose
+/// response was cut short.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_never_reads_is_cut_off_at_the_write_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    let limits = HttpLimits {
+        max_connections: 1,
+        ..LIMITS
+    };
+    tokio::spawn(serve_http(listener, Arc::new(Huge), limits));
+    let mut reader = TcpStream::connect(address).await.expect("connect");
+    reader
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: node\r\n\r\n")
+        .await
+        .expect("write");
+    let start = Instant::now();
+    let healthz = get(address, "/healthz").await;
+    let waited = start.elapsed();
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+    assert!(
+        waited >= LIMITS.write_timeout && waited < LIMITS.write_timeout + Duration::from_secs(1),
+        "the next request waited {waited:?}, the write timeout is {:?}",
+        LIMITS.write_timeout
+    );
+    let got = until_closed(&mut reader).await;
+    assert!(
+        got.len() < HUGE_BODY,
+        "the reader got {} bytes of a {HUGE_BODY}-byte body",
+        got.len()
+    );
+}

@@ -1,0 +1,582 @@
+//! The agent as a service: reloading its configuration (`Agent::reload`, which SIGHUP calls)
+//! and the service manager's notify protocol (`NOTIFY_SOCKET`), against the in-process fake
+//! CRI server, plus the output formats of a dry run's plan. The process tests synchronise on
+//! the notify messages themselves, never on a guessed sleep.
+
+use std::io::Write as _;
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use imagekeeper::agent::{Agent, ConfigSource, FlagValues};
+use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::model::{ImageId, RuntimeImage, UnixNanos};
+
+fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
+    RuntimeImage {
+        id: ImageId::new(id),
+        repo_tags: vec![tag.to_owned()],
+        size,
+        ..RuntimeImage::default()
+    }
+}
+
+/// A log sink for one test's tracing events (the reload's error must be logged exactly once).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// The log lines written since the last call.
+    fn take(&self) -> Vec<String> {
+        let bytes = std::mem::take(&mut *self.0.lock().expect("log buffer"));
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// In-process, through the function SIGHUP calls: a valid file swaps the GC settings it
+/// changed while a flag given at start still wins over the file; an invalid file (a value the
+/// kubelet refuses, an unknown field, not TOML, gone) keeps the running configuration, logs
+/// exactly one error naming the field or file, and counts a failure.
+#[tokio::test]
+async fn reload_swaps_the_files_gc_settings_flags_still_win_and_an_invalid_file_changes_nothing() {
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let _log = tracing::subscriber::set_default(subscriber);
+
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("imagekeeper.toml");
+    std::fs::write(
+        &file,
+        "imageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 70\nimageMaximumGCAge = \"1h\"\n",
+    )
+    .expect("write config");
+    let source = ConfigSource {
+        file: Some(file.clone()),
+        flags: FlagValues {
+            db: Some(dir.path().join("records.redb")),
+            container_runtime_endpoint: Some(fake.endpoint()),
+            admin_socket: Some(dir.path().join("admin.sock")),
+            // Given on the command line: wins over the file at start and at every reload.
+            image_gc_high_threshold: Some(100),
+            ..FlagValues::default()
+        },
+    };
+    let config = source.resolve().expect("valid start configuration");
+    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
+        1_800_000_000,
+    )));
+    let agent = Agent::start(config, clock)
+        .await
+        .expect("agent starts")
+        .with_config_source(source);
+    let policy = |agent: &Agent| agent.gc_manager().config().policy;
+    assert_eq!(policy(&agent).high_threshold_percent, 100);
+    assert_eq!(policy(&agent).max_age, Duration::from_secs(3600));
+    log.take();
+
+    std::fs::write(
+        &file,
+        "imageGCHighThresholdPercent = 95\nimageGCLowThresholdPercent = 60\nimageMaximumGCAge = \"2h\"\npinnedImages = [\"registry.example/a:*\"]\n",
+    )
+    .expect("rewrite config");
+    let report = agent.reload().await.expect("a valid file reloads");
+    assert_eq!(
+        report.changed,
+        [
+            "imageGCLowThresholdPercent",
+            "imageMaximumGCAge",
+            "pinnedImages"
+        ],
+        "the high threshold is the flag's, whatever the file says"
+    );
+    assert!(report.needs_restart.is_empty());
+    let gc = agent.gc_manager().config();
+    assert_eq!(gc.policy.high_threshold_percent, 100);
+    assert_eq!(gc.policy.low_threshold_percent, 60);
+    assert_eq!(gc.policy.max_age, Duration::from_secs(7200));
+    assert_eq!(gc.pins.patterns(), ["registry.example/a:*"]);
+    assert_eq!(
+        agent.config().gc,
+        gc,
+        "the agent's view follows the manager's"
+    );
+    let lines = log.take();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("INFO") && l.contains("Reloaded configuration")),
+        "{lines:?}"
+    );
+
+    let running = agent.gc_manager().config();
+    let unknown = dir.path().join("missing.toml");
+    let cases: [(&str, &str); 3] = [
+        (
+            "imageGCLowThresholdPercent = 100\n",
+            "imageGCLowThresholdPercent in ",
+        ),
+        (
+            "imageGCLowThresholdPercent = 50\nimageGCHighThreshold = 3\n",
+            "unknown field `imageGCHighThreshold`",
+        ),
+        (
+            "imageMaximumGCAge = \"ten days\"\n",
+            "imageMaximumGCAge in ",
+        ),
+    ];
+    for (text, names) in cases {
+        std::fs::write(&file, text).expect("write bad config");
+        let err = agent.reload().await.expect_err(text).to_string();
+        assert!(err.contains(names), "{err:?} should name {names:?}");
+        assert_eq!(agent.gc_manager().config(), running, "{text}: kept");
+        let errors: Vec<String> = log
+            .take()
+            .into_iter()
+            .filter(|l| l.contains("ERROR"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains(names), "{errors:?}");
+    }
+    std::fs::rename(&file, &unknown).expect("move the file away");
+    let err = agent
+        .reload()
+        .await
+        .expect_err("a missing file")
+        .to_string();
+    assert!(err.contains(&file.display().to_string()), "{err}");
+    assert_eq!(agent.gc_manager().config(), running);
+
+    let metrics = agent.render_metrics();
+    assert!(
+        metrics.contains("\nimagekeeper_config_reloads_total{result=\"success\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nimagekeeper_config_reloads_total{result=\"failure\"} 4\n"),
+        "{metrics}"
+    );
+}
+
+/// An agent process with a config file, killed on drop if still alive.
+struct Service {
+    child: Child,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Service {
+    fn start(fake: &FakeRuntime, dir: &Path, notify_socket: &str, extra: &[&str]) -> Service {
+        let child = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+            .args([
+                "run",
+                "--container-runtime-endpoint",
+                &fake.endpoint(),
+                "--db",
+                dir.join("records.redb").to_str().expect("utf8"),
+                "--admin-socket",
+                dir.join("admin.sock").to_str().expect("utf8"),
+                "--config",
+                dir.join("imagekeeper.toml").to_str().expect("utf8"),
+                "--gc-period",
+                "1h",
+            ])
+            .args(extra)
+            .env("NOTIFY_SOCKET", notify_socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn agent");
+        Service { child }
+    }
+
+    fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.child.id()).expect("pid fits i32");
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill");
+    }
+
+    fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("wait")
+    }
+}
+
+/// The next datagram on the service manager's side (a deadline only against a hang).
+fn next_message(socket: &UnixDatagram) -> String {
+    socket
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    let mut buf = [0u8; 4096];
+    let n = socket.recv(&mut buf).expect("a notify message within 60 s");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    l.local_addr().expect("addr").port()
+}
+
+fn http_get(address: &str, path: &str) -> String {
+    use std::io::Read;
+    let mut conn = std::net::TcpStream::connect(address).expect("connect metrics");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+    let mut out = String::new();
+    conn.read_to_string(&mut out).expect("read");
+    out
+}
+
+/// `Type=notify` as systemd runs it: the messages arrive in order — READY=1 once the first
+/// detect is done (the database then holds the runtime's image), RELOADING=1 with
+/// MONOTONIC_USEC and READY=1 around each real SIGHUP (the metric counts a success, then a
+/// failure that kept the running threshold), STOPPING=1 at SIGTERM, then exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and_stopping() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("imagekeeper.toml");
+    std::fs::write(
+        &config,
+        "imageGCHighThresholdPercent = 100\nimageGCLowThresholdPercent = 70\n",
+    )
+    .expect("write config");
+    let notify_path = dir.path().join("notify.sock");
+    let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut service = Service::start(
+        &fake,
+        dir.path(),
+        notify_path.to_str().expect("utf8"),
+        &["--metrics-address", &metrics],
+    );
+
+    let ready = next_message(&manager);
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    assert!(ready.contains("STATUS="), "{ready:?}");
+    // READY=1 means the first detect committed: the record is there.
+    let body = http_get(&metrics, "/metrics");
+    assert!(body.contains("\nimagekeeper_image_records 1\n"), "{body}");
+
+    std::fs::write(
+        &config,
+        "imageGCHighThresholdPercent = 100\nimageGCLowThresholdPercent = 60\n",
+    )
+    .expect("rewrite config");
+    service.signal(libc::SIGHUP);
+    let reloading = next_message(&manager);
+    let usec: u64 = reloading
+        .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+        .unwrap_or_else(|| panic!("{reloading:?}"))
+        .parse()
+        .expect("microseconds");
+    assert!(usec > 0);
+    let done = next_message(&manager);
+    assert_eq!(done, "READY=1\nSTATUS=Running: configuration reloaded");
+    let body = http_get(&metrics, "/metrics");
+    assert!(
+        body.contains("\nimagekeeper_config_reloads_total{result=\"success\"} 1\n"),
+        "{body}"
+    );
+
+    std::fs::write(&config, "imageGCLowThresholdPercent = 100\n").expect("bad config");
+    service.signal(libc::SIGHUP);
+    assert!(next_message(&manager).starts_with("RELOADING=1\n"));
+    let done = next_message(&manager);
+    assert!(
+        done.starts_with("READY=1\nSTATUS=Running: reload failed, configuration kept: imageGCLowThresholdPercent in "),
+        "{done:?}"
+    );
+    let body = http_get(&metrics, "/metrics");
+    assert!(
+        body.contains("\nimagekeeper_config_reloads_total{result=\"failure\"} 1\n"),
+        "{body}"
+    );
+
+    service.signal(libc::SIGTERM);
+    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(service.wait().code(), Some(0));
+}
+
+/// `NOTIFY_SOCKET=@name` is a socket in the abstract namespace (no file): the agent reaches
+/// it, and a failing first detect says why in STATUS= before READY=1 arrives, once the
+/// runtime answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_socket_in_the_abstract_namespace_and_status_while_the_first_detect_fails() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::SocketAddr;
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    fake.fail(
+        "ListImages",
+        imagekeeper::cri::RpcCode::Unavailable,
+        "runtime starting",
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("imagekeeper.toml"),
+        "imageGCHighThresholdPercent = 100\n",
+    )
+    .expect("write config");
+    let unique = dir
+        .path()
+        .file_name()
+        .expect("a temp dir has a name")
+        .to_string_lossy()
+        .into_owned();
+    let name = format!("imagekeeper-it-{}-{unique}", std::process::id());
+    let manager = UnixDatagram::bind_addr(
+        &SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract name"),
+    )
+    .expect("bind abstract");
+    let mut service = Service::start(&fake, dir.path(), &format!("@{name}"), &[]);
+
+    let status = next_message(&manager);
+    assert!(
+        status.starts_with("STATUS=First detect failed, retrying: "),
+        "{status:?}"
+    );
+    assert!(status.contains("runtime starting"), "{status:?}");
+    fake.clear("ListImages");
+    // Statuses of further failed retries may come first; READY=1 comes once one succeeds.
+    let ready = loop {
+        let message = next_message(&manager);
+        if !message.starts_with("STATUS=First detect failed") {
+            break message;
+        }
+    };
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    service.signal(libc::SIGTERM);
+    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(service.wait().code(), Some(0));
+}
+
+/// The unit file's `[Service]` settings, `ExecStart` with its continuation lines joined.
+fn unit_settings(text: &str) -> Vec<(String, String)> {
+    let joined = text.replace("\\\n", " ");
+    joined
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('['))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// `deploy/imagekeeper.service` as shipped: its ExecStart, with the installed paths moved
+/// into a temporary directory and the runtime's socket pointed at the fake, starts the agent
+/// and reaches READY=1; its ExecReload (SIGHUP) reloads; its stop timeout leaves the cycle in
+/// flight its grace period; `systemd-analyze verify` (when installed) finds nothing to say.
+/// The test fails when the unit drifts from the flags the binary takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_systemd_unit_starts_reaches_ready_reloads_and_verifies() {
+    let unit_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/imagekeeper.service");
+    let text = std::fs::read_to_string(&unit_path).expect("read the unit");
+    let settings = unit_settings(&text);
+    let get = |key: &str| -> Vec<&str> {
+        settings
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    assert_eq!(get("Type"), ["notify"]);
+    assert_eq!(get("ExecReload"), ["/bin/kill -HUP $MAINPID"]);
+    assert_eq!(get("StateDirectoryMode"), ["0700"]);
+    assert_eq!(get("RuntimeDirectoryMode"), ["0700"]);
+    let exec = get("ExecStart");
+    assert_eq!(exec.len(), 1);
+    let mut words = exec[0].split_whitespace();
+    assert_eq!(words.next(), Some("/usr/local/bin/imagekeeper"));
+    let args: Vec<&str> = words.collect();
+    let grace: u64 = args
+        .windows(2)
+        .find(|w| w[0] == "--shutdown-grace-seconds")
+        .map(|w| w[1].parse().expect("seconds"))
+        .unwrap_or(30);
+    let stop: u64 = get("TimeoutStopSec")[0]
+        .trim_end_matches('s')
+        .parse()
+        .expect("TimeoutStopSec in seconds");
+    assert!(
+        stop > grace + 5,
+        "TimeoutStopSec {stop} must cover the grace {grace} + 5 s"
+    );
+
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    for sub in ["etc/imagekeeper", "var/lib/imagekeeper", "run/imagekeeper"] {
+        std::fs::create_dir_all(root.join(sub)).expect("mkdir");
+    }
+    // Spare the host's disk from the space pass (its threshold comes from the file).
+    std::fs::write(
+        root.join("etc/imagekeeper/imagekeeper.toml"),
+        "imageGCHighThresholdPercent = 100\n",
+    )
+    .expect("write config");
+    let moved: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let a = a.replace("unix:///run/containerd/containerd.sock", &fake.endpoint());
+            [
+                "/etc/imagekeeper",
+                "/var/lib/imagekeeper",
+                "/run/imagekeeper",
+            ]
+            .iter()
+            .fold(a, |a, dir| {
+                a.replace(dir, &format!("{}{dir}", root.display()))
+            })
+        })
+        .collect();
+    let notify_path = root.join("notify.sock");
+    let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    let child = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .args(&moved)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the unit's command");
+    let mut service = Service { child };
+    assert!(next_message(&manager).starts_with("READY=1\n"));
+    service.signal(libc::SIGHUP);
+    assert!(next_message(&manager).starts_with("RELOADING=1\n"));
+    assert_eq!(
+        next_message(&manager),
+        "READY=1\nSTATUS=Running: configuration reloaded"
+    );
+    service.signal(libc::SIGTERM);
+    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(service.wait().code(), Some(0));
+
+    // systemd's own check of the unit, with ExecStart at the binary under test.
+    let verify_dir = root.join("unit");
+    std::fs::create_dir_all(&verify_dir).expect("mkdir");
+    let verify_unit = verify_dir.join("imagekeeper.service");
+    std::fs::write(
+        &verify_unit,
+        text.replace(
+            "/usr/local/bin/imagekeeper",
+            env!("CARGO_BIN_EXE_imagekeeper"),
+        ),
+    )
+    .expect("write the unit copy");
+    match Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&verify_unit)
+        .output()
+    {
+        Err(e) => eprintln!("systemd-analyze verify: skipped ({e})"),
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{stderr}");
+            assert!(stderr.trim().is_empty(), "systemd-analyze says: {stderr}");
+        }
+    }
+}
+
+/// `prune --dry-run` (no agent) prints its plan in every format: the table (`wide` adds the
+/// bytes, `--no-headers` keeps the rows alone), the legacy JSON, the List of `ImageRemoval`
+/// items (`kube-json`, `yaml`) and `name`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_plan_prints_in_every_output_format() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![
+        image("sha256:aaa", "registry.example/a:1", 1000),
+        image("sha256:bbb", "registry.example/b:1", 2000),
+    ]);
+    fake.set_image_fs(fake.dir().display().to_string(), 3000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("no-agent.sock");
+    let endpoint = fake.endpoint();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+            .args(args)
+            .args([
+                "--minimum-image-ttl-duration=0s",
+                "--image-gc-high-threshold=100",
+            ])
+            .arg(format!("--db={}", db.display()))
+            .arg(format!("--admin-socket={}", socket.display()))
+            .arg(format!("--container-runtime-endpoint={endpoint}"))
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        String::from_utf8(out.stdout).expect("utf8")
+    };
+    // A real gc with the space pass off records the images (the dry run needs a database).
+    run(&["gc"]);
+
+    let legacy: serde_json::Value =
+        serde_json::from_str(&run(&["prune", "--dry-run", "--output", "json"])).expect("json");
+    assert_eq!(legacy["dry_run"], true);
+    let list: serde_json::Value =
+        serde_json::from_str(&run(&["prune", "--dry-run", "-o", "kube-json"])).expect("json");
+    assert_eq!(list["kind"], "List");
+    let items = list["items"].as_array().expect("items");
+    let names: Vec<&str> = items
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["sha256:aaa", "sha256:bbb"]);
+    assert!(
+        items
+            .iter()
+            .all(|i| i["kind"] == "ImageRemoval" && i["dryRun"] == true && i["reason"] == "unused")
+    );
+    assert_eq!(items[1]["sizeBytes"], 2000);
+    let yaml: serde_json::Value =
+        serde_yaml_ng::from_str(&run(&["prune", "--dry-run", "-o", "yaml"])).expect("yaml");
+    assert_eq!(yaml, list);
+    assert_eq!(
+        run(&["prune", "--dry-run", "-o", "name"]),
+        "imageremoval/sha256:aaa\nimageremoval/sha256:bbb\n"
+    );
+    let wide = run(&["prune", "--dry-run", "-o", "wide"]);
+    assert!(
+        wide.lines().next().expect("header").contains("BYTES"),
+        "{wide}"
+    );
+    assert!(wide.contains("would remove 2 image(s)"), "{wide}");
+    let bare = run(&["prune", "--dry-run", "--no-headers", "--no-trunc"]);
+    let lines: Vec<&str> = bare.lines().collect();
+    assert_eq!(lines.len(), 2, "{bare}");
+    assert!(lines[0].starts_with("sha256:aaa "), "{bare}");
+}
