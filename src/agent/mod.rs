@@ -77,6 +77,10 @@ pub struct Agent {
     source: Option<ConfigSource>,
     /// Reloads run one at a time.
     reload_lock: tokio::sync::Mutex<()>,
+    /// The credential provider config file's bytes as the plugins were loaded from them at
+    /// start (`None`: no providers, or unreadable): a reload compares the file with them, as
+    /// the plugins are not reloaded.
+    provider_config_at_start: Option<Vec<u8>>,
     /// Whether a detect has succeeded yet, and the last failure before it did.
     detect_state: watch::Sender<DetectState>,
     /// The runtime client the container events watcher streams from.
@@ -138,10 +142,15 @@ impl Agent {
                 .map_err(|e| AgentError::Pull(e.to_string()))?,
         ))
         .with_repull_metrics(gc.metrics().repulls().clone());
+        let provider_config_at_start = config
+            .credential_providers
+            .as_ref()
+            .and_then(|p| std::fs::read(&p.config).ok());
         Ok(Agent {
             config: Mutex::new(config),
             source: None,
             reload_lock: tokio::sync::Mutex::new(()),
+            provider_config_at_start,
             detect_state: watch::Sender::new(DetectState::NotYet),
             events_client: client,
             store,

@@ -10,8 +10,10 @@
 //! the kubelet's root directory — in one step between cycles
 //! ([`crate::gc::ImageGcManager::reconfigure`]: a cycle runs wholly with the old or wholly
 //! with the new settings). Settings the running agent cannot swap (runtime endpoints, pull
-//! settings; the database, sockets and periods are flags only) keep their running value and
-//! are named in a warning: they take effect at the next start.
+//! settings, the credential providers — their paths and the contents of their config file —
+//! and the node credentials' search path that a changed `kubeletRootDir` moves; the database,
+//! sockets and periods are flags only) keep their running value and are named in a warning:
+//! they take effect at the next start.
 //!
 //! Invariants: reloads run one at a time; the running configuration ([`Agent::config`]) is
 //! replaced only after the manager accepted the new one; every reload is counted once, as a
@@ -96,6 +98,12 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
             old.credential_providers != new.credential_providers,
             "imageCredentialProviderConfig",
         ),
+        // The GC reads the kubelet's pull records from the new directory at once, but the
+        // node credentials' search path (the kubelet root dir first) was built at start.
+        (
+            a.kubelet_root_dir != b.kubelet_root_dir,
+            "kubeletRootDir (the node credentials' search path)",
+        ),
     ];
     let names = |list: &[(bool, &'static str)]| {
         list.iter()
@@ -156,7 +164,15 @@ impl Agent {
         };
         let new = source.resolve()?;
         let old = self.config();
-        let report = differences(&old, &new);
+        let mut report = differences(&old, &new);
+        // The same provider config path with other contents: the plugins loaded at start
+        // keep running (they are not reloaded), so say so rather than report nothing.
+        if let Some(providers) = &new.credential_providers
+            && old.credential_providers == new.credential_providers
+            && std::fs::read(&providers.config).ok() != self.provider_config_at_start
+        {
+            report.needs_restart.push("imageCredentialProviderConfig");
+        }
         if !report.changed.is_empty() {
             self.gc
                 .reconfigure(new.gc.clone())

@@ -580,3 +580,75 @@ async fn a_dry_run_plan_prints_in_every_output_format() {
     assert_eq!(lines.len(), 2, "{bare}");
     assert!(lines[0].starts_with("sha256:aaa "), "{bare}");
 }
+
+/// What a reload cannot swap is named, never reported as nothing: a moved `kubeletRootDir`
+/// changes where GC reads the kubelet's pull records at once, but the node credentials' search
+/// path (which starts at the kubelet root dir) was built at start; and the credential provider
+/// config's contents, edited in place at the same path, are not reloaded (the plugins loaded at
+/// start keep running).
+#[tokio::test]
+async fn a_reload_names_the_credential_settings_that_wait_for_a_restart() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bin_dir = dir.path().join("plugins");
+    std::fs::create_dir(&bin_dir).expect("bin dir");
+    let plugin = bin_dir.join("p");
+    std::fs::write(&plugin, "#!/bin/sh\nexit 1\n").expect("plugin");
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let providers = dir.path().join("providers.yaml");
+    let provider_config = |glob: &str| {
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: p\n  matchImages: ['{glob}']\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n"
+        )
+    };
+    std::fs::write(&providers, provider_config("*.example.com")).expect("providers");
+    let (root_a, root_b) = (dir.path().join("kubelet-a"), dir.path().join("kubelet-b"));
+    let file = dir.path().join("imagekeeper.toml");
+    let config = |root: &Path| {
+        format!(
+            "imageGCHighThresholdPercent = 100\nkubeletRootDir = {:?}\nimageCredentialProviderConfig = {:?}\nimageCredentialProviderBinDir = {:?}\n",
+            root.display().to_string(),
+            providers.display().to_string(),
+            bin_dir.display().to_string()
+        )
+    };
+    std::fs::write(&file, config(&root_a)).expect("write config");
+    let source = ConfigSource {
+        file: Some(file.clone()),
+        flags: FlagValues {
+            db: Some(dir.path().join("records.redb")),
+            container_runtime_endpoint: Some(fake.endpoint()),
+            admin_socket: Some(dir.path().join("admin.sock")),
+            ..FlagValues::default()
+        },
+    };
+    let start = source.resolve().expect("valid start configuration");
+    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
+        1_800_000_000,
+    )));
+    let agent = Agent::start(start, clock)
+        .await
+        .expect("agent starts")
+        .with_config_source(source);
+
+    // Nothing changed: nothing to report.
+    let report = agent.reload().await.expect("reload");
+    assert!(report.changed.is_empty(), "{report:?}");
+    assert!(report.needs_restart.is_empty(), "{report:?}");
+
+    std::fs::write(&file, config(&root_b)).expect("rewrite config");
+    let report = agent.reload().await.expect("reload");
+    assert_eq!(report.changed, ["kubeletRootDir"]);
+    assert_eq!(
+        report.needs_restart,
+        ["kubeletRootDir (the node credentials' search path)"]
+    );
+
+    std::fs::write(&providers, provider_config("*.other.example")).expect("edit providers");
+    let report = agent.reload().await.expect("reload");
+    assert!(report.changed.is_empty(), "{report:?}");
+    assert_eq!(report.needs_restart, ["imageCredentialProviderConfig"]);
+}

@@ -231,7 +231,7 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
             };
             for image in &kubelet.unresolved_intents {
                 eprintln!(
-                    "imagekeeper: the kubelet is pulling {image:?}: explain cannot tell which                      image that names without the runtime (gc --dry-run can)"
+                    "imagekeeper: the kubelet is pulling {image:?}: explain cannot tell which image that names without the runtime (gc --dry-run can)"
                 );
             }
             let mut explanation = explain_with_kubelet(
