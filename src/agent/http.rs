@@ -45,12 +45,15 @@ pub struct HttpLimits {
 }
 
 impl Default for HttpLimits {
-    /// 32 connections, 5 s for the head, 10 s for the response: a scrape behind a flood
-    /// still answers within Prometheus' default 10 s scrape timeout.
+    /// 32 connections, 1 s for the head, 10 s for the response. A real client's request head
+    /// arrives in milliseconds, so 1 s refuses nobody; it is what a probe or scrape behind a
+    /// full set of idle connections waits for a slot, well inside the 5 s `timeoutSeconds` of
+    /// the DaemonSet's probes (deploy/daemonset.yaml, checked by tests/it/deploy) and
+    /// Prometheus' default 10 s scrape timeout.
     fn default() -> HttpLimits {
         HttpLimits {
             max_connections: 32,
-            head_timeout: Duration::from_secs(5),
+            head_timeout: Duration::from_secs(1),
             write_timeout: Duration::from_secs(10),
         }
     }

@@ -217,3 +217,61 @@ async fn a_client_that_never_reads_is_cut_off_at_the_write_timeout() {
         got.len()
     );
 }
+
+/// The smallest `timeoutSeconds` among the shipped DaemonSet's probes (each one sets it; the
+/// deploy drift check refuses a probe without it).
+fn manifest_probe_timeout() -> Duration {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/daemonset.yaml"
+    ))
+    .expect("the DaemonSet manifest");
+    let timeouts: Vec<u64> = text
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("timeoutSeconds:"))
+        .map(|n| n.trim().parse().expect("timeoutSeconds is a number"))
+        .collect();
+    assert_eq!(
+        timeouts.len(),
+        3,
+        "startup, liveness and readiness timeouts"
+    );
+    Duration::from_secs(*timeouts.iter().min().expect("three timeouts"))
+}
+
+/// The liveness probe's case with the agent's own limits: every slot held by clients that send
+/// nothing and reconnect the moment they are closed. `/healthz`, queued behind them, still
+/// answers within the manifest's probe timeout (with a 5 s head deadline it took 5 s, the probe
+/// timeout itself, and the kubelet restarted the agent).
+#[tokio::test(start_paused = true)]
+async fn healthz_behind_a_reconnecting_idle_flood_answers_within_the_probe_timeout() {
+    let limits = HttpLimits::default();
+    let probe_timeout = manifest_probe_timeout();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(serve_http(listener, Arc::new(Canned), limits));
+    let mut flood = tokio::task::JoinSet::new();
+    for _ in 0..limits.max_connections {
+        // Connected before the probe, so each holds a slot (or waits ahead of the probe).
+        let mut conn = TcpStream::connect(address).await.expect("connect");
+        flood.spawn(async move {
+            loop {
+                until_closed(&mut conn).await;
+                match TcpStream::connect(address).await {
+                    Ok(next) => conn = next,
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+    let start = Instant::now();
+    let healthz = get(address, "/healthz").await;
+    let waited = start.elapsed();
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+    assert!(
+        waited < probe_timeout,
+        "/healthz waited {waited:?}, the probes time out at {probe_timeout:?}"
+    );
+    assert_eq!(waited, limits.head_timeout, "one head deadline for a slot");
+    flood.abort_all();
+}
