@@ -7,10 +7,16 @@
 //! request: its head must arrive whole within [`HttpLimits::head_timeout`] (a deadline for the
 //! whole head, not per read, so a client trickling one byte at a time is cut off too) and be at
 //! most [`MAX_HEAD_BYTES`]; the response must be taken within [`HttpLimits::write_timeout`];
-//! then the connection is closed. A scrape behind a flood of idle connections therefore waits at
-//! most one head timeout. Nothing here touches the store but through [`HttpEndpoints`].
+//! then the connection is closed. A scrape behind a flood of idle connections therefore waits
+//! one head timeout per round of [`HttpLimits::max_connections`] connections queued ahead of it.
+//! One remote IP holds at most [`HttpLimits::max_connections_per_ip`] of the slots: a further
+//! connection from it is accepted and closed at once, without a reply, so one client (a pod has
+//! one IP) can neither hold every slot nor park a queue of connections ahead of a probe. Nothing
+//! here touches the store but through [`HttpEndpoints`].
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -38,6 +44,8 @@ pub trait HttpEndpoints: Send + Sync + 'static {
 pub struct HttpLimits {
     /// Connections held at once.
     pub max_connections: usize,
+    /// Connections held at once from one remote IP address (at most `max_connections`).
+    pub max_connections_per_ip: usize,
     /// Time for the whole request head to arrive.
     pub head_timeout: Duration,
     /// Time for the client to take the whole response.
@@ -45,12 +53,18 @@ pub struct HttpLimits {
 }
 
 impl Default for HttpLimits {
-    /// 32 connections, 5 s for the head, 10 s for the response: a scrape behind a flood
-    /// still answers within Prometheus' default 10 s scrape timeout.
+    /// 32 connections, 8 of them per remote IP, 1 s for the head, 10 s for the response. A real
+    /// client's request head arrives in milliseconds, so 1 s refuses nobody; it is what a probe
+    /// or scrape behind a full set of idle connections waits for a slot, well inside the 5 s
+    /// `timeoutSeconds` of the DaemonSet's probes (deploy/daemonset.yaml, checked by
+    /// tests/it/deploy) and Prometheus' default 10 s scrape timeout. A single client needs 2
+    /// connections at most (a probe or scrape and the next one); 8 leaves room for a few
+    /// scrapers behind one address, and 4 addresses are needed to hold all 32 slots.
     fn default() -> HttpLimits {
         HttpLimits {
             max_connections: 32,
-            head_timeout: Duration::from_secs(5),
+            max_connections_per_ip: 8,
+            head_timeout: Duration::from_secs(1),
             write_timeout: Duration::from_secs(10),
         }
     }
@@ -63,13 +77,14 @@ pub async fn serve_http(
     limits: HttpLimits,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let per_ip = PerIp::default();
     loop {
         // A slot first: at the bound nothing more is accepted until a connection ends.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let conn = match listener.accept().await {
-            Ok((conn, _)) => conn,
+        let (conn, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // EMFILE and the like: give the system a moment instead of spinning.
                 debug!(error = %e, "metrics server: accept failed");
@@ -77,11 +92,56 @@ pub async fn serve_http(
                 continue;
             }
         };
+        let Some(held) = per_ip.enter(peer.ip(), limits.max_connections_per_ip.max(1)) else {
+            debug!(%peer, "metrics server: too many connections from this address; closed");
+            // Dropping `conn` closes it; the slot is free again for the next in the queue.
+            continue;
+        };
         let endpoints = endpoints.clone();
         tokio::spawn(async move {
             serve_connection(conn, endpoints.as_ref(), limits).await;
+            drop(held);
             drop(slot);
         });
+    }
+}
+
+/// Connections held per remote IP address; an entry exists only while its count is above 0.
+#[derive(Clone, Default)]
+struct PerIp(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One held connection from `ip`, counted until dropped.
+struct PerIpHeld {
+    counts: PerIp,
+    ip: IpAddr,
+}
+
+impl PerIp {
+    /// Counts one more connection from `ip`, or None when it already holds `cap`.
+    fn enter(&self, ip: IpAddr, cap: usize) -> Option<PerIpHeld> {
+        // The map is consistent after every statement, so a poisoned lock is still usable.
+        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = counts.entry(ip).or_insert(0);
+        if *count >= cap {
+            return None;
+        }
+        *count += 1;
+        Some(PerIpHeld {
+            counts: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PerIpHeld {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
     }
 }
 

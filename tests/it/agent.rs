@@ -14,7 +14,7 @@ use imagekeeper::cri::fake::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
 use imagekeeper::store::{Store, StoredRecord};
 
-use crate::support::wait_for;
+use crate::support::{metrics_address_from_stderr, wait_for};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
@@ -42,6 +42,17 @@ impl AgentProcess {
         let pid = i32::try_from(self.child.id()).expect("pid fits i32");
         // SAFETY: kill(2) on our own child's pid.
         assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill");
+    }
+
+    /// The metrics address the agent bound (started with `--metrics-address 127.0.0.1:0`), from
+    /// its "Serving metrics" log line; its stderr is drained from then on.
+    async fn metrics_address(&mut self) -> String {
+        let stderr = self
+            .child
+            .stderr
+            .take()
+            .expect("the agent's stderr, piped and unread");
+        metrics_address_from_stderr(stderr, Duration::from_secs(60)).await
     }
 
     async fn wait_exit(&mut self, deadline: Duration) -> std::process::ExitStatus {
@@ -83,6 +94,8 @@ async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -
             "100",
         ])
         .args(extra)
+        // Info logs ("Serving metrics" names the bound address) whatever the caller's filter.
+        .env_remove("IMAGEKEEPER_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -221,23 +234,21 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("db/records.redb");
     let socket = dir.path().join("run/admin.sock");
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-        l.local_addr().expect("addr").port()
-    };
-    let metrics = format!("127.0.0.1:{port}");
+    // Port 0: the agent binds a port the kernel chooses and logs it (a port picked here and
+    // passed on could be taken by anyone in between).
     let mut agent = start_agent(
         &fake.endpoint(),
         &db,
         &socket,
         &[
             "--metrics-address",
-            &metrics,
+            "127.0.0.1:0",
             "--minimum-image-ttl-duration=0s",
             "--pod-infra-container-image=registry.example/pause:1",
         ],
     )
     .await;
+    let metrics = agent.metrics_address().await;
     let mode = std::fs::metadata(&socket)
         .expect("socket")
         .permissions()
@@ -485,12 +496,8 @@ async fn agent_survives_a_dead_runtime_and_gc_without_agent_says_why() {
     let db = dir.path().join("records.redb");
     let socket = dir.path().join("admin.sock");
     let dead = format!("unix://{}", dir.path().join("no-runtime.sock").display());
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-        l.local_addr().expect("addr").port()
-    };
-    let metrics = format!("127.0.0.1:{port}");
-    let mut agent = start_agent(&dead, &db, &socket, &["--metrics-address", &metrics]).await;
+    let mut agent = start_agent(&dead, &db, &socket, &["--metrics-address", "127.0.0.1:0"]).await;
+    let metrics = agent.metrics_address().await;
     // Alive (the database is open) but not ready, saying why, with a 503.
     let readyz = wait_for(
         "/readyz to name the runtime",

@@ -44,6 +44,8 @@ impl HttpEndpoints for Huge {
 
 const LIMITS: HttpLimits = HttpLimits {
     max_connections: 4,
+    // These tests connect from 127.0.0.1 only: one address may hold every slot.
+    max_connections_per_ip: 4,
     head_timeout: Duration::from_secs(5),
     write_timeout: Duration::from_secs(5),
 };
@@ -63,6 +65,14 @@ async fn get(address: std::net::SocketAddr, path: &str) -> String {
     let mut out = String::new();
     conn.read_to_string(&mut out).await.expect("read");
     out
+}
+
+/// A connection to `address` from the loopback address `from` (all of 127.0.0.0/8 is local
+/// on Linux), so that tests can play several clients with their own IPs.
+async fn connect_from(from: [u8; 4], address: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((std::net::Ipv4Addr::from(from), 0).into())?;
+    socket.connect(address).await
 }
 
 /// Reads until the server closes the connection; returns what it sent.
@@ -216,4 +226,127 @@ async fn a_client_that_never_reads_is_cut_off_at_the_write_timeout() {
         "the reader got {} bytes of a {HUGE_BODY}-byte body",
         got.len()
     );
+}
+
+/// The smallest `timeoutSeconds` among the shipped DaemonSet's probes (each one sets it; the
+/// deploy drift check refuses a probe without it).
+fn manifest_probe_timeout() -> Duration {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/daemonset.yaml"
+    ))
+    .expect("the DaemonSet manifest");
+    let timeouts: Vec<u64> = text
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("timeoutSeconds:"))
+        .map(|n| n.trim().parse().expect("timeoutSeconds is a number"))
+        .collect();
+    assert_eq!(
+        timeouts.len(),
+        3,
+        "startup, liveness and readiness timeouts"
+    );
+    Duration::from_secs(*timeouts.iter().min().expect("three timeouts"))
+}
+
+/// The liveness probe's case with the agent's own limits: every slot held by clients (from as
+/// many addresses as it takes, the per-address cap being full for each) that send nothing and
+/// reconnect the moment they are closed. `/healthz`, queued behind them, still answers within
+/// the manifest's probe timeout (with a 5 s head deadline it took 5 s, the probe timeout
+/// itself, and the kubelet restarted the agent).
+#[tokio::test(start_paused = true)]
+async fn healthz_behind_a_reconnecting_idle_flood_answers_within_the_probe_timeout() {
+    let limits = HttpLimits::default();
+    let probe_timeout = manifest_probe_timeout();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(serve_http(listener, Arc::new(Canned), limits));
+    let mut flood = tokio::task::JoinSet::new();
+    for i in 0..limits.max_connections {
+        // Connected before the probe, so each holds a slot; the probe comes from 127.0.0.1.
+        let from = [
+            127,
+            0,
+            0,
+            2 + u8::try_from(i / limits.max_connections_per_ip).expect("a few addresses"),
+        ];
+        let mut conn = connect_from(from, address).await.expect("connect");
+        flood.spawn(async move {
+            loop {
+                until_closed(&mut conn).await;
+                match connect_from(from, address).await {
+                    Ok(next) => conn = next,
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+    let start = Instant::now();
+    let healthz = get(address, "/healthz").await;
+    let waited = start.elapsed();
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+    assert!(
+        waited < probe_timeout,
+        "/healthz waited {waited:?}, the probes time out at {probe_timeout:?}"
+    );
+    assert_eq!(waited, limits.head_timeout, "one head deadline for a slot");
+    flood.abort_all();
+}
+
+/// One client (one address, as a pod has) opens far more idle connections than there are
+/// slots: it holds its share of them, the rest are closed at once without a reply instead of
+/// waiting in the listen queue ahead of others, and `/healthz` from another address answers at
+/// once. Without the per-address cap the probe waited for the 32 held and then 4 rounds of 32
+/// queued ahead of it: 5 head deadlines of 1 s, the probes' whole timeout.
+#[tokio::test(start_paused = true)]
+async fn one_address_holds_at_most_its_share_of_the_slots() {
+    let limits = HttpLimits::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(serve_http(listener, Arc::new(Canned), limits));
+    let mut flood = Vec::new();
+    for _ in 0..limits.max_connections * 5 {
+        flood.push(
+            connect_from([127, 0, 0, 2], address)
+                .await
+                .expect("connect"),
+        );
+    }
+    let start = Instant::now();
+    let healthz = get(address, "/healthz").await;
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+    let waited = start.elapsed();
+    assert_eq!(waited, Duration::ZERO, "/healthz waited {waited:?}");
+
+    // Accepted in order: the first ones hold the address's share until the head deadline; the
+    // rest were closed at once, with nothing sent.
+    let (held, refused) = flood.split_at_mut(limits.max_connections_per_ip);
+    for conn in refused {
+        assert!(
+            until_closed(conn).await.is_empty(),
+            "closed without a reply"
+        );
+        assert_eq!(start.elapsed(), Duration::ZERO, "closed at once");
+    }
+    for conn in held {
+        assert!(
+            until_closed(conn).await.is_empty(),
+            "closed without a reply"
+        );
+        assert_eq!(
+            start.elapsed(),
+            limits.head_timeout,
+            "held until the head deadline"
+        );
+    }
+    // Its share is given back as its connections end: the address is served again.
+    let mut again = connect_from([127, 0, 0, 2], address)
+        .await
+        .expect("connect");
+    again
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: node\r\n\r\n")
+        .await
+        .expect("write");
+    let reply = String::from_utf8(until_closed(&mut again).await).expect("utf8");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
 }

@@ -14,6 +14,8 @@ use imagekeeper::agent::{Agent, ConfigSource, FlagValues};
 use imagekeeper::cri::fake::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage, UnixNanos};
 
+use crate::support::metrics_address_from_stderr;
+
 fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
     RuntimeImage {
         id: ImageId::new(id),
@@ -211,11 +213,24 @@ impl Service {
             ])
             .args(extra)
             .env("NOTIFY_SOCKET", notify_socket)
+            // Info logs ("Serving metrics" names the bound address) whatever the caller's filter.
+            .env_remove("IMAGEKEEPER_LOG")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn agent");
         Service { child }
+    }
+
+    /// The metrics address the agent bound (started with `--metrics-address 127.0.0.1:0`), from
+    /// its "Serving metrics" log line; its stderr is drained from then on.
+    async fn metrics_address(&mut self) -> String {
+        let stderr = self
+            .child
+            .stderr
+            .take()
+            .expect("the agent's stderr, piped and unread");
+        metrics_address_from_stderr(stderr, Duration::from_secs(60)).await
     }
 
     fn signal(&self, signal: i32) {
@@ -237,11 +252,6 @@ fn next_message(socket: &UnixDatagram) -> String {
     let mut buf = [0u8; 4096];
     let n = socket.recv(&mut buf).expect("a notify message within 60 s");
     String::from_utf8_lossy(&buf[..n]).into_owned()
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-    l.local_addr().expect("addr").port()
 }
 
 fn http_get(address: &str, path: &str) -> String {
@@ -273,13 +283,15 @@ async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and
     .expect("write config");
     let notify_path = dir.path().join("notify.sock");
     let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
-    let metrics = format!("127.0.0.1:{}", free_port());
+    // Port 0: the agent binds a port the kernel chooses and logs it (a port picked here and
+    // passed on could be taken by anyone in between).
     let mut service = Service::start(
         &fake,
         dir.path(),
         notify_path.to_str().expect("utf8"),
-        &["--metrics-address", &metrics],
+        &["--metrics-address", "127.0.0.1:0"],
     );
+    let metrics = service.metrics_address().await;
 
     let ready = next_message(&manager);
     assert!(ready.starts_with("READY=1\n"), "{ready:?}");

@@ -11,7 +11,9 @@ mod lab;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use imagekeeper::agent::HttpLimits;
 use serde::Deserialize;
 
 pub const MANIFEST: &str = "deploy/daemonset.yaml";
@@ -410,6 +412,17 @@ pub fn plan(text: &str, node: &NodePaths) -> Result<PodPlan, String> {
                 .ok_or_else(|| format!("{which}: bad port"))?,
             other => return Err(format!("{which}: port {other:?}")),
         };
+        // The server gives every connection its head deadline: a probe behind a full set of
+        // idle connections waits one deadline per round of them. More than 4 deadlines leave
+        // room for 3 rounds queued ahead of it (deploy/daemonset.yaml says the arithmetic).
+        // Kubernetes' default timeoutSeconds is 1.
+        let timeout = Duration::from_secs(u64::from(probe.timeout_seconds.unwrap_or(1)));
+        let head = HttpLimits::default().head_timeout;
+        if timeout <= head * 4 {
+            return Err(format!(
+                "{which}: timeoutSeconds {timeout:?} is not above 4 x the metrics server's head deadline {head:?}"
+            ));
+        }
         Ok((port, probe.http_get.path.clone()))
     };
     let (startup_port, startup_path) = port_of(&container.startup_probe, "startupProbe")?;
@@ -659,7 +672,7 @@ fn the_shipped_manifest_plans_a_pod_with_what_the_agent_needs() {
 fn a_drifted_manifest_is_refused() {
     let node = test_node(Path::new("/lab"));
     let text = manifest_text();
-    let cases: [(&str, &str, &str); 9] = [
+    let cases: [(&str, &str, &str); 11] = [
         (
             "          image: registry.example/imagekeeper:0.1.0\n",
             "          image: registry.example/imagekeeper:0.1.0\n          workingDir: /\n",
@@ -704,6 +717,16 @@ fn a_drifted_manifest_is_refused() {
             "          type: RuntimeDefault\n",
             "          type: Unconfined\n",
             "RuntimeDefault",
+        ),
+        (
+            "            periodSeconds: 30\n            timeoutSeconds: 5\n",
+            "            periodSeconds: 30\n            timeoutSeconds: 4\n",
+            "livenessProbe: timeoutSeconds 4s is not above 4 x the metrics server's head deadline",
+        ),
+        (
+            "            periodSeconds: 2\n            timeoutSeconds: 5\n",
+            "            periodSeconds: 2\n",
+            "startupProbe: timeoutSeconds 1s is not above",
         ),
     ];
     for (from, to, why) in cases {

@@ -426,10 +426,6 @@ async fn a_pull_through_the_running_agent_uses_the_pull_secret_it_is_sent() {
     let run = Run::new(&lab);
     let socket = run.path("admin.sock");
     let log = std::fs::File::create(run.path("agent.log")).expect("log file");
-    let metrics = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-        format!("127.0.0.1:{}", l.local_addr().expect("addr").port())
-    };
     let mut agent = run
         .command()
         .args(["run", "--container-runtime-endpoint", &run.endpoint])
@@ -440,11 +436,23 @@ async fn a_pull_through_the_running_agent_uses_the_pull_secret_it_is_sent() {
         .arg("--kubelet-root-dir")
         .arg(run.path("kubelet"))
         .args(["--gc-period", "1h", "--image-gc-high-threshold", "100"])
-        .args(["--metrics-address", &metrics])
+        // Port 0: the agent binds a port the kernel chooses and logs it (a port picked here
+        // and passed on could be taken by anyone in between).
+        .args(["--metrics-address", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
         .expect("spawn the agent");
+    let log_path = run.path("agent.log");
+    let metrics = wait_for(
+        "the agent's metrics address",
+        Duration::from_secs(30),
+        || {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            async move { support::metrics_address_in_log(&log) }
+        },
+    )
+    .await;
     let up = socket.clone();
     wait_for("the admin socket", Duration::from_secs(30), || {
         let exists = up.exists();

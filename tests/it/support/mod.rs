@@ -183,6 +183,58 @@ where
     }
 }
 
+/// The address in an agent's "Serving metrics" log line (text format), if `log` has one.
+///
+/// Tests start the agent with `--metrics-address 127.0.0.1:0` and learn the port the kernel
+/// chose from this line: choosing a free port first and passing it on races with anything
+/// else on the machine taking it in between.
+pub fn metrics_address_in_log(log: &str) -> Option<String> {
+    log.lines()
+        .filter(|line| line.contains("Serving metrics"))
+        .find_map(|line| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix("address="))
+        })
+        .map(str::to_owned)
+}
+
+/// Reads a running agent's stderr (text logs, no ANSI since it is a pipe) until its
+/// "Serving metrics" line and returns that address; the rest of the stream is drained on a
+/// thread so the agent never blocks on a full pipe. Panics if the agent's stderr ends first
+/// (it exited), or after `deadline` (only against a hang).
+pub async fn metrics_address_from_stderr(
+    stderr: std::process::ChildStderr,
+    deadline: Duration,
+) -> String {
+    use std::io::BufRead;
+    let (found_tx, found_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut found_tx = Some(found_tx);
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if found_tx.is_some() {
+                seen.push_str(&line);
+                seen.push('\n');
+                if let Some(address) = metrics_address_in_log(&line)
+                    && let Some(tx) = found_tx.take()
+                {
+                    let _ = tx.send(Ok(address));
+                }
+            }
+        }
+        if let Some(tx) = found_tx {
+            let _ = tx.send(Err(seen));
+        }
+    });
+    match tokio::time::timeout(deadline, found_rx).await {
+        Ok(Ok(Ok(address))) => address,
+        Ok(Ok(Err(log))) => panic!("the agent's stderr ended before \"Serving metrics\": {log}"),
+        Ok(Err(_)) => panic!("the stderr reader thread ended without an answer"),
+        Err(_) => panic!("no \"Serving metrics\" line within {deadline:?}"),
+    }
+}
+
 /// Stops and removes a pod sandbox (and so its containers) when dropped, even after a failed
 /// assertion: on its own thread and runtime, since the test's runtime may be unwinding.
 pub struct PodGuard {
