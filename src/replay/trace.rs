@@ -346,12 +346,22 @@ fn parse_rfc3339_parts(s: &str) -> Option<Result<UnixNanos, TimeError>> {
     }
     let offset_secs = match rest {
         "Z" | "z" => 0,
+        // Bytes, not string slices: a multi-byte character in the offset must be a syntax
+        // error, not a slice off a char boundary (found by the replay fuzz target).
         _ if rest.len() == 6
             && (rest.starts_with('+') || rest.starts_with('-'))
-            && &rest[3..4] == ":" =>
+            && rest.as_bytes()[3] == b':' =>
         {
-            let h = rest.get(1..3)?.parse::<i64>().ok()?;
-            let m = rest.get(4..6)?.parse::<i64>().ok()?;
+            let two_digits = |part: Option<&str>| -> Option<i64> {
+                let part = part?;
+                if part.bytes().all(|c| c.is_ascii_digit()) {
+                    part.parse().ok()
+                } else {
+                    None
+                }
+            };
+            let h = two_digits(rest.get(1..3))?;
+            let m = two_digits(rest.get(4..6))?;
             if h > 23 || m > 59 {
                 return None;
             }
@@ -406,6 +416,11 @@ mod tests {
             ("2023-02-29T12:00:00Z", None),
             ("2026-11-21 19:53:00", None),
             ("not a time at all!!", None),
+            // The replay fuzz target's crash: a two-byte character across the offset's
+            // colon position panicked on a string slice.
+            ("2026-02-02T03:04:05.5+0\u{3fd}0 ", None),
+            ("2026-02-02T03:04:05+-5:00", None),
+            ("2026-02-02T03:04:05+05:-0", None),
         ];
         for (s, want) in cases {
             assert_eq!(parse_rfc3339(s).map(UnixNanos::as_secs), want, "{s}");
