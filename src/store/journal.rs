@@ -6,7 +6,7 @@
 //!   transaction as its deletion;
 //! - the journal is pruned in every transaction that writes it: entries more than
 //!   `max_age` before the reference time, then the oldest beyond `max_entries`, never an entry
-//!   the transaction itself wrote; the reference is the newest entry, but at most the
+//!   the transaction itself wrote or marked re-pulled; the reference is the newest entry, but at most the
 //!   transaction's `now` + `FUTURE_STAMP_TOLERANCE` (so one entry journaled while the clock
 //!   was ahead does not age out, or push out by count, every later one); the retention
 //!   in force is written to `meta` (`journal_max_age_secs`, `journal_max_entries`) in the same

@@ -767,8 +767,15 @@ fn apply_ops(
             .chain(repull_times)
             .max()
             .unwrap_or(UnixNanos(i64::MIN));
-        let fresh: std::collections::BTreeSet<JournalKey> =
-            journaled.iter().map(|(k, _)| k.clone()).collect();
+        // The entries it wrote or marked re-pulled are kept whatever the retention.
+        let fresh: std::collections::BTreeSet<JournalKey> = journaled
+            .iter()
+            .map(|(k, _)| k.clone())
+            .chain(repulls.iter().map(|r| JournalKey {
+                removed_at: r.removed_at,
+                key: r.key.clone(),
+            }))
+            .collect();
         journal::prune(
             &mut journal,
             &mut names,

@@ -439,6 +439,7 @@ impl Model {
                 {
                     entry.repulled_at = Some(UnixNanos(now));
                     txn_now = txn_now.max(Some(now));
+                    fresh.insert(jkey.clone());
                     journal_written = true;
                 }
             }

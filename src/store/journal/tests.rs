@@ -398,3 +398,34 @@ fn a_journal_entry_from_a_clock_once_ahead_does_not_prune_later_entries() {
         assert_eq!(kinds(&violations), want_violations, "{violations:?}");
     }
 }
+
+/// An entry a transaction marks re-pulled is not pruned by that transaction, even when a
+/// newer entry (here 5 minutes ahead, inside the future tolerance) puts it past the age.
+#[test]
+fn an_entry_marked_re_pulled_is_not_pruned_by_the_marking_transaction() {
+    let (_dir, store) = store();
+    store.set_journal_retention(JournalRetention {
+        max_age: Duration::from_secs(DAY as u64),
+        max_entries: 100,
+    });
+    let now = 1_000 + DAY - 60;
+    seed(&store, "b", "b:1");
+    let mut batch = Batch::new();
+    batch.evict(key("b"), note(now + 300, RemovalReason::Space, 1));
+    store.apply(&batch).expect("apply");
+    seed(&store, "a", "a:1");
+    let mut batch = Batch::new();
+    batch.evict(key("a"), note(1_000, RemovalReason::Space, 1));
+    store.apply(&batch).expect("apply");
+    let mut pull = Batch::new();
+    pull.mark_used(key("a"), UnixNanos::from_secs(now), Some(7));
+    let applied = store.apply_reporting(&pull).expect("apply");
+    assert_eq!(applied.repulls.len(), 1);
+    let journal = store.journal().expect("journal");
+    let marked: Vec<_> = journal
+        .iter()
+        .filter(|(_, e)| e.repulled_at.is_some())
+        .map(|(k, _)| k.key.image_id.short().to_owned())
+        .collect();
+    assert_eq!(marked, ["a"]);
+}
