@@ -33,6 +33,9 @@ use super::{Handle, Store, StoreError, meta_keys};
 use crate::gc::format::{format_rfc3339, go_duration};
 use crate::model::{FUTURE_STAMP_TOLERANCE, JournalRetention, RecordKey, UnixNanos};
 
+/// [`Violation::FutureStamp`]'s `field` for a journal entry's removal time.
+pub const JOURNAL_REMOVED_AT: &str = "journal_removed_at";
+
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Violation {
@@ -85,6 +88,21 @@ impl fmt::Display for Violation {
             }
             Violation::MissingSchemaVersion => write!(f, "meta table has no schema version"),
             Violation::Integrity { detail } => write!(f, "redb integrity: {detail}"),
+            Violation::FutureStamp {
+                key,
+                field: JOURNAL_REMOVED_AT,
+                stamp,
+                now,
+            } => write!(
+                f,
+                "journal entry of {key}: removed at {}, later than now ({}) by more than {}: \
+                 journaled while the clock was ahead; pruning measures the journal's age from \
+                 no later than now + {}, and retention drops the entry in time",
+                format_rfc3339(UnixNanos(*stamp)),
+                format_rfc3339(UnixNanos(*now)),
+                go_duration(FUTURE_STAMP_TOLERANCE),
+                go_duration(FUTURE_STAMP_TOLERANCE)
+            ),
             Violation::FutureStamp {
                 key,
                 field,
@@ -329,7 +347,7 @@ impl Store {
                 if key.removed_at > limit {
                     violations.push(Violation::FutureStamp {
                         key: key.key.to_string(),
-                        field: "journal removed_at",
+                        field: JOURNAL_REMOVED_AT,
                         stamp: key.removed_at.0,
                         now: now.0,
                     });

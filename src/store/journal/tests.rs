@@ -396,6 +396,9 @@ fn a_journal_entry_from_a_clock_once_ahead_does_not_prune_later_entries() {
         assert_eq!(store.names(&key("b")).expect("names"), Some(names("b:1")));
         let violations = store.check_at(UnixNanos::from_secs(Y2026)).expect("check");
         assert_eq!(kinds(&violations), want_violations, "{violations:?}");
+        for v in &violations {
+            assert!(v.to_string().starts_with("journal entry of "), "{v}");
+        }
     }
 }
 
