@@ -384,7 +384,10 @@ impl AgentConfig {
             Some((v, _)) => Some(PathBuf::from(v)),
         };
 
-        let mut journal_retention = JournalRetention::default();
+        // None unless a flag or a file field sets it: the store then keeps the retention
+        // the file records (a `gc` or `prune` without flags must not prune an agent's
+        // longer journal to the defaults). One of the two set takes the default for the other.
+        let mut journal_retention: Option<JournalRetention> = None;
         if let Some((v, from)) = pick(
             &flags.journal_max_age,
             "--journal-max-age",
@@ -395,7 +398,9 @@ impl AgentConfig {
             if d < Duration::from_secs(1) {
                 return Err(invalid(from, format!("must be at least 1s (got {v:?})")));
             }
-            journal_retention.max_age = d;
+            journal_retention
+                .get_or_insert_with(JournalRetention::default)
+                .max_age = d;
         }
         if let Some((v, from)) = pick(
             &flags.journal_max_entries,
@@ -403,13 +408,14 @@ impl AgentConfig {
             &file.journal_max_entries,
             o.field("journalMaxEntries"),
         ) {
-            journal_retention.max_entries =
-                u32::try_from(v).ok().filter(|n| *n >= 1).ok_or_else(|| {
-                    invalid(
-                        from,
-                        format!("must be between 1 and {} (got {v})", u32::MAX),
-                    )
-                })?;
+            journal_retention
+                .get_or_insert_with(JournalRetention::default)
+                .max_entries = u32::try_from(v).ok().filter(|n| *n >= 1).ok_or_else(|| {
+                invalid(
+                    from,
+                    format!("must be between 1 and {} (got {v})", u32::MAX),
+                )
+            })?;
         }
 
         let metrics_address = match &flags.metrics_address {
@@ -684,24 +690,41 @@ mod tests {
         let file: FileConfig =
             toml::from_str("journalMaxAge = \"48h\"\njournalMaxEntries = 500\n").expect("toml");
         let c = resolve(&FileConfig::default(), &FlagValues::default()).expect("valid");
-        assert_eq!(c.gc.journal_retention, JournalRetention::default());
+        assert_eq!(
+            c.gc.journal_retention, None,
+            "no flag nor field: the store's"
+        );
         let c = resolve(&file, &FlagValues::default()).expect("valid");
         assert_eq!(
             c.gc.journal_retention,
-            JournalRetention {
+            Some(JournalRetention {
                 max_age: Duration::from_secs(48 * 3600),
                 max_entries: 500,
-            }
+            })
         );
         let flags = FlagValues {
             journal_max_entries: Some(20),
             ..FlagValues::default()
         };
         let c = resolve(&file, &flags).expect("valid");
-        assert_eq!(c.gc.journal_retention.max_entries, 20);
         assert_eq!(
-            c.gc.journal_retention.max_age,
-            Duration::from_secs(48 * 3600)
+            c.gc.journal_retention,
+            Some(JournalRetention {
+                max_age: Duration::from_secs(48 * 3600),
+                max_entries: 20,
+            })
+        );
+        let flags = FlagValues {
+            journal_max_entries: Some(20),
+            ..FlagValues::default()
+        };
+        let c = resolve(&FileConfig::default(), &flags).expect("valid");
+        assert_eq!(
+            c.gc.journal_retention,
+            Some(JournalRetention {
+                max_age: JournalRetention::default().max_age,
+                max_entries: 20,
+            })
         );
         let bad = [
             (

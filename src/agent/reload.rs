@@ -70,6 +70,11 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
         (a.pins != b.pins, "pinnedImages"),
         (a.sandbox_image != b.sandbox_image, "podInfraContainerImage"),
         (a.kubelet_root_dir != b.kubelet_root_dir, "kubeletRootDir"),
+        // Set on the store by `reconfigure` (only when given: none keeps the store's).
+        (
+            a.journal_retention != b.journal_retention,
+            "journalMaxAge/journalMaxEntries",
+        ),
     ];
     let (p, q) = (&old.pull, &new.pull);
     let restart = [
@@ -184,5 +189,27 @@ impl Agent {
             lock_ignoring_poison(&self.config).gc = new.gc;
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reload that changes only the journal's retention swaps it in (the store's retention
+    /// is set by `reconfigure`), rather than reporting nothing.
+    #[test]
+    fn a_changed_journal_retention_is_swapped_in_by_a_reload() {
+        let old = AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default())
+            .expect("valid");
+        let flags = FlagValues {
+            journal_max_entries: Some(50_000),
+            ..FlagValues::default()
+        };
+        let new = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("valid");
+        let report = differences(&old, &new);
+        assert_eq!(report.changed, ["journalMaxAge/journalMaxEntries"]);
+        assert!(report.needs_restart.is_empty());
+        assert!(differences(&old, &old).changed.is_empty());
     }
 }

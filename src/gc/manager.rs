@@ -143,8 +143,10 @@ pub struct GcConfig {
     /// written): intents keep the images they name, pulled records' times count as uses.
     /// `None` (or empty) reads nothing.
     pub kubelet_root_dir: Option<PathBuf>,
-    /// How long and how many removals the eviction journal keeps (set on the store).
-    pub journal_retention: JournalRetention,
+    /// How long and how many removals the eviction journal keeps, set on the store when
+    /// `Some` (by `new` and `reconfigure`); `None` keeps the store's (the retention the file
+    /// records, else the default).
+    pub journal_retention: Option<JournalRetention>,
 }
 
 /// One image removed by GC.
@@ -242,7 +244,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// A manager over `runtime` and `store`; refuses an invalid policy.
     pub fn new(runtime: R, store: Arc<Store>, config: GcConfig) -> Result<Self, GcError> {
         config.policy.validate()?;
-        store.set_journal_retention(config.journal_retention);
+        if let Some(retention) = config.journal_retention {
+            store.set_journal_retention(retention);
+        }
         Ok(ImageGcManager {
             runtime,
             store,
@@ -289,6 +293,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     pub async fn reconfigure(&self, config: GcConfig) -> Result<(), GcError> {
         config.policy.validate()?;
         let _cycle = self.cycle.lock().await;
+        if let Some(retention) = config.journal_retention {
+            self.store.set_journal_retention(retention);
+        }
         let next = Arc::new(Settings::new(config, Some(&self.settings())));
         match self.settings.write() {
             Ok(mut s) => *s = next,

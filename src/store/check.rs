@@ -6,10 +6,13 @@
 //! Schema 2's tables: every `names` and `journal` key and value decodes; every names row
 //! belongs to a record or a journal entry of its key; the journal respects the retention in
 //! force (`meta` `journal_max_entries` and `journal_max_age_secs`, the defaults when unset):
-//! no more entries than the maximum, and none removed more than the maximum age before the
-//! newest entry (pruning measures age from the newest entry, so this needs no clock).
+//! no more entries than the maximum. The journal's age needs the clock (pruning measures it
+//! from the newest entry, but at most the writing transaction's `now` + the tolerance), so
+//! `check_at` checks it: none removed more than the maximum age before the newest entry (at
+//! most `now` + tolerance), and none removed later than `now` + tolerance.
 //!
-//! `Store::check_at(now)` adds the clock: a record's first_detected or last_used, or the
+//! `Store::check_at(now)` adds the clock: a record's first_detected or last_used, a journal
+//! entry's removal time, or the
 //! `last_detect` meta, later than the check's own `now` + `FUTURE_STAMP_TOLERANCE` is a
 //! violation (stamped while the clock was ahead, or the clock went back since). The check's
 //! `now` is the yardstick, not the file's `last_detect`: a pull marks records after the last
@@ -24,11 +27,14 @@ use std::fmt;
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{Codec, EvictionKey};
-use super::journal::{age_cutoff, retention_keys};
+use super::journal::{age_cutoff, prune_reference, retention_keys};
 use super::tables::{BACKOFF, EVICTION, IMAGES, JOURNAL, META, NAMES};
 use super::{Handle, Store, StoreError, meta_keys};
 use crate::gc::format::{format_rfc3339, go_duration};
 use crate::model::{FUTURE_STAMP_TOLERANCE, JournalRetention, RecordKey, UnixNanos};
+
+/// [`Violation::FutureStamp`]'s `field` for a journal entry's removal time.
+pub const JOURNAL_REMOVED_AT: &str = "journal_removed_at";
 
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -82,6 +88,21 @@ impl fmt::Display for Violation {
             }
             Violation::MissingSchemaVersion => write!(f, "meta table has no schema version"),
             Violation::Integrity { detail } => write!(f, "redb integrity: {detail}"),
+            Violation::FutureStamp {
+                key,
+                field: JOURNAL_REMOVED_AT,
+                stamp,
+                now,
+            } => write!(
+                f,
+                "journal entry of {key}: removed at {}, later than now ({}) by more than {}: \
+                 journaled while the clock was ahead; pruning measures the journal's age from \
+                 no later than now + {}, and retention drops the entry in time",
+                format_rfc3339(UnixNanos(*stamp)),
+                format_rfc3339(UnixNanos(*now)),
+                go_duration(FUTURE_STAMP_TOLERANCE),
+                go_duration(FUTURE_STAMP_TOLERANCE)
+            ),
             Violation::FutureStamp {
                 key,
                 field,
@@ -217,16 +238,12 @@ impl Store {
         let read = |name: &str| super::read_meta(&meta, name).ok().flatten();
         let max_entries =
             read(retention_keys::MAX_ENTRIES).unwrap_or(i64::from(defaults.max_entries));
-        let max_age_secs = read(retention_keys::MAX_AGE_SECS)
-            .unwrap_or(i64::try_from(defaults.max_age.as_secs()).unwrap_or(i64::MAX));
         let mut journaled: BTreeSet<RecordKey> = BTreeSet::new();
-        let mut removals: Vec<(i64, RecordKey)> = Vec::new();
         for entry in journal.iter().map_err(|e| self.redb_err(e))? {
             let (k, v) = entry.map_err(|e| self.redb_err(e))?;
             match (k.value().decode(), v.value().decode()) {
                 (Ok(key), Ok(_)) => {
-                    journaled.insert(key.key.clone());
-                    removals.push((key.removed_at.0, key.key));
+                    journaled.insert(key.key);
                 }
                 (Err(e), _) | (_, Err(e)) => violations.push(Violation::Undecodable {
                     table: "journal",
@@ -240,20 +257,6 @@ impl Store {
                 entries: count,
                 max_entries,
             });
-        }
-        if let Some(newest) = removals.iter().map(|(t, _)| *t).max() {
-            let max_age = std::time::Duration::from_secs(u64::try_from(max_age_secs).unwrap_or(0));
-            let cutoff = age_cutoff(UnixNanos(newest), max_age);
-            for (removed_at, key) in &removals {
-                if UnixNanos(*removed_at) < cutoff {
-                    violations.push(Violation::JournalPastMaxAge {
-                        key: key.to_string(),
-                        removed_at: *removed_at,
-                        newest,
-                        max_age_secs,
-                    });
-                }
-            }
         }
         for entry in names.iter().map_err(|e| self.redb_err(e))? {
             let (k, v) = entry.map_err(|e| self.redb_err(e))?;
@@ -309,11 +312,63 @@ impl Store {
             .ok()
             .flatten()
             .map(UnixNanos);
+        violations.extend(self.check_journal_clock(&txn, now)?);
         if let Some(last_detect) = last_detect.filter(|&t| t > limit) {
             violations.push(Violation::LastDetectInFuture {
                 last_detect: last_detect.0,
                 now: now.0,
             });
+        }
+        Ok(violations)
+    }
+
+    /// The journal against the clock: entries removed later than `now` +
+    /// [`FUTURE_STAMP_TOLERANCE`] (journaled while the clock was ahead), and entries more than
+    /// the retention's maximum age before the reference pruning measures from (the newest
+    /// entry, but at most `now` + the tolerance: see `journal::prune_reference`).
+    fn check_journal_clock(
+        &self,
+        txn: &redb::ReadTransaction,
+        now: UnixNanos,
+    ) -> Result<Vec<Violation>, StoreError> {
+        let mut violations = Vec::new();
+        let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
+        let journal = txn.open_table(JOURNAL).map_err(|e| self.redb_err(e))?;
+        let meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
+        let defaults = JournalRetention::default();
+        let max_age_secs = super::read_meta(&meta, retention_keys::MAX_AGE_SECS)
+            .ok()
+            .flatten()
+            .unwrap_or(i64::try_from(defaults.max_age.as_secs()).unwrap_or(i64::MAX));
+        let mut removals: Vec<(i64, RecordKey)> = Vec::new();
+        for entry in journal.iter().map_err(|e| self.redb_err(e))? {
+            let (k, _) = entry.map_err(|e| self.redb_err(e))?;
+            if let Ok(key) = k.value().decode() {
+                if key.removed_at > limit {
+                    violations.push(Violation::FutureStamp {
+                        key: key.key.to_string(),
+                        field: JOURNAL_REMOVED_AT,
+                        stamp: key.removed_at.0,
+                        now: now.0,
+                    });
+                }
+                removals.push((key.removed_at.0, key.key));
+            }
+        }
+        if let Some(newest) = removals.iter().map(|(t, _)| *t).max() {
+            let newest = prune_reference(UnixNanos(newest), now).0;
+            let max_age = std::time::Duration::from_secs(u64::try_from(max_age_secs).unwrap_or(0));
+            let cutoff = age_cutoff(UnixNanos(newest), max_age);
+            for (removed_at, key) in &removals {
+                if UnixNanos(*removed_at) < cutoff {
+                    violations.push(Violation::JournalPastMaxAge {
+                        key: key.to_string(),
+                        removed_at: *removed_at,
+                        newest,
+                        max_age_secs,
+                    });
+                }
+            }
         }
         Ok(violations)
     }

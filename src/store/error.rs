@@ -18,6 +18,16 @@ pub enum StoreError {
          created, replaced or written only as a regular file)"
     )]
     NotARegularFile { path: PathBuf, kind: String },
+    #[error(
+        "database {path} needs an upgrade, but its backup {backup} already exists and is not a \
+         copy of it ({detail}); the database was left as it is: move {backup} away (or restore \
+         it) and start again"
+    )]
+    BackupInTheWay {
+        path: PathBuf,
+        backup: PathBuf,
+        detail: String,
+    },
     #[error("database {path} does not exist")]
     Missing { path: PathBuf },
     #[error(

@@ -5,7 +5,10 @@
 //!   (`BatchOp::RemoveUnlisted` with `journal_at`) gets its journal entry in the same
 //!   transaction as its deletion;
 //! - the journal is pruned in every transaction that writes it: entries more than
-//!   `max_age` before the newest entry, then the oldest beyond `max_entries`; the retention
+//!   `max_age` before the reference time, then the oldest beyond `max_entries`, never an entry
+//!   the transaction itself wrote or marked re-pulled; the reference is the newest entry, but at most the
+//!   transaction's `now` + `FUTURE_STAMP_TOLERANCE` (so one entry journaled while the clock
+//!   was ahead does not age out, or push out by count, every later one); the retention
 //!   in force is written to `meta` (`journal_max_age_secs`, `journal_max_entries`) in the same
 //!   transaction, so `Store::check` can verify it without a clock;
 //! - a names row lives while the record of its key or a journal entry of its key does;
@@ -26,8 +29,8 @@ use super::codec::{Codec, JournalKey};
 use super::tables::{Encoded, Stored};
 use super::{ImagesTable, MetaTable, TxnError, get_record, put_meta};
 use crate::model::{
-    EvictionNote, ImageNames, ImageRecord, JournalEntry, JournalRetention, RecordKey, Remover,
-    Repull, UnixNanos, duration_nanos,
+    EvictionNote, FUTURE_STAMP_TOLERANCE, ImageNames, ImageRecord, JournalEntry, JournalRetention,
+    RecordKey, Remover, Repull, UnixNanos, duration_nanos,
 };
 
 pub(super) type JournalTable<'t> = redb::Table<'t, Stored<JournalKey>, Stored<JournalEntry>>;
@@ -124,6 +127,8 @@ pub(super) fn prune(
     images: &ImagesTable<'_>,
     meta: &mut MetaTable<'_>,
     retention: JournalRetention,
+    now: UnixNanos,
+    fresh: &BTreeSet<JournalKey>,
 ) -> Result<bool, TxnError> {
     let mut changed = put_meta(
         meta,
@@ -139,14 +144,17 @@ pub(super) fn prune(
         Some((k, _)) => k.value().decode().map_err(TxnError::Decode)?.removed_at,
         None => return Ok(changed),
     };
-    let cutoff = age_cutoff(newest, retention.max_age);
+    let cutoff = age_cutoff(prune_reference(newest, now), retention.max_age);
     let mut doomed: Vec<JournalKey> = Vec::new();
     let len = usize::try_from(journal.len()?).unwrap_or(usize::MAX);
     let surplus = len.saturating_sub(retention.max_entries as usize);
-    for (n, row) in journal.iter()?.enumerate() {
+    for row in journal.iter()? {
         let (k, _) = row?;
         let key = k.value().decode().map_err(TxnError::Decode)?;
-        if n < surplus || key.removed_at < cutoff {
+        if fresh.contains(&key) {
+            continue;
+        }
+        if doomed.len() < surplus || key.removed_at < cutoff {
             doomed.push(key);
         } else {
             break;
@@ -173,6 +181,12 @@ pub(super) fn prune(
         }
     }
     Ok(true)
+}
+
+/// The time the journal's age is measured from: the newest entry's, but no later than `now`
+/// + [`FUTURE_STAMP_TOLERANCE`] (an entry journaled while the clock was ahead).
+pub fn prune_reference(newest: UnixNanos, now: UnixNanos) -> UnixNanos {
+    newest.min(now.saturating_add(FUTURE_STAMP_TOLERANCE))
 }
 
 /// The oldest removal time retention keeps, given the newest.

@@ -632,6 +632,7 @@ fn apply_ops(
     let mut journal_written = false;
     let mut repulls = Vec::new();
     let mut journaled = Vec::new();
+    let mut repull_times: Vec<UnixNanos> = Vec::new();
     for op in &batch.ops {
         // A pull's mark or a detect's sighting that creates a record: the regret check.
         let created_at = match op {
@@ -753,11 +754,37 @@ fn apply_ops(
             && let Some(repull) = journal::mark_repull(&mut journal, key, now, retention.max_age)?
         {
             repulls.push(repull);
+            repull_times.push(now);
             journal_written = true;
         }
     }
     if journal_written {
-        journal::prune(&mut journal, &mut names, &images, &mut meta, retention)?;
+        // The transaction's `now`: the latest time it journaled or marked re-pulled (the
+        // store has no clock; the batch's times come from the caller's).
+        let now = journaled
+            .iter()
+            .map(|(k, _): &(JournalKey, JournalEntry)| k.removed_at)
+            .chain(repull_times)
+            .max()
+            .unwrap_or(UnixNanos(i64::MIN));
+        // The entries it wrote or marked re-pulled are kept whatever the retention.
+        let fresh: std::collections::BTreeSet<JournalKey> = journaled
+            .iter()
+            .map(|(k, _)| k.clone())
+            .chain(repulls.iter().map(|r| JournalKey {
+                removed_at: r.removed_at,
+                key: r.key.clone(),
+            }))
+            .collect();
+        journal::prune(
+            &mut journal,
+            &mut names,
+            &images,
+            &mut meta,
+            retention,
+            now,
+            &fresh,
+        )?;
     }
     if changed {
         for (name, value) in &batch.stamps {

@@ -141,10 +141,9 @@ impl Store {
         // not identified read-only; it is copied after redb's recovery, below.
         let mut backed_up = false;
         if prepare_file(path)? > 0
-            && let Some(v) = identify_read_only(path)?
+            && let Some(v) = identify_read_only(path, true)?
             && v < CURRENT_SCHEMA_VERSION
         {
-            backup(path, v)?;
             backed_up = true;
         }
         let store = open_writable(path)?;
@@ -440,7 +439,7 @@ pub(super) fn reopen_file(path: &Path) -> Result<Handle, StoreError> {
                 detail: "the file became empty while the database was open".to_owned(),
             });
         }
-        identify_read_only(real)?;
+        identify_read_only(real, false)?;
         open_writable(real)?.existing_current_schema()
     })?;
     Ok(store.into_handle())
@@ -522,9 +521,10 @@ fn refuse_panics(
 /// rewrites pages and may shrink the file as it opens it read-write): a redb file holding
 /// other tables, a file of a newer schema, or one of an older schema that no migration
 /// upgrades is refused with its bytes untouched. A file that needs crash recovery cannot be
-/// opened read-only; the checks after the read-write open cover it. Returns the schema
-/// version found, if it was read.
-fn identify_read_only(path: &Path) -> Result<Option<i64>, StoreError> {
+/// opened read-only; the checks after the read-write open cover it. With `backup_older`, a
+/// file of an older schema is copied to its backup (see `backup`) while the read-only handle
+/// still holds redb's shared lock. Returns the schema version found, if it was read.
+fn identify_read_only(path: &Path, backup_older: bool) -> Result<Option<i64>, StoreError> {
     let Ok(store) = refuse_panics(path, || open_read_only_unchecked(path)) else {
         return Ok(None);
     };
@@ -561,6 +561,11 @@ fn identify_read_only(path: &Path) -> Result<Option<i64>, StoreError> {
                     )));
                 }
                 version += 1;
+            }
+            if backup_older {
+                // Copied while this read-only handle holds redb's shared lock: no other
+                // process can open the file read-write (and start migrating it) meanwhile.
+                backup(path, v)?;
             }
             Ok(Some(v))
         }
@@ -887,18 +892,95 @@ fn map_open_error(path: &Path, e: DatabaseError, read_only: bool) -> StoreError 
     }
 }
 
-/// Copies the file to `<path>.bak-v<version>` before an upgrade.
+/// Copies the file to `<path>.bak-v<version>` before an upgrade, never writing through or
+/// over anything already at that name: the copy is written (0600) and synced under a new
+/// temporary name made with `O_EXCL`, hard-linked into place (which fails if the name exists,
+/// a symlink included), and the directory is synced before the upgrade commits. A backup
+/// already there is reused when it is a regular file byte-identical to the database (an
+/// upgrade interrupted after its backup); anything else there refuses the upgrade
+/// ([`StoreError::BackupInTheWay`]) and the database is left as it is.
 fn backup(path: &Path, version: i64) -> Result<PathBuf, StoreError> {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".bak-v{version}"));
     let dest = PathBuf::from(name);
-    fs::copy(path, &dest).map_err(|e| StoreError::Io {
-        path: dest.clone(),
-        source: e,
-    })?;
-    fs::set_permissions(&dest, fs::Permissions::from_mode(0o600)).map_err(|e| StoreError::Io {
-        path: dest.clone(),
-        source: e,
-    })?;
+    let io_err = |p: &Path| {
+        let p = p.to_owned();
+        move |source| StoreError::Io { path: p, source }
+    };
+    match fs::symlink_metadata(&dest) {
+        Ok(_) => return reuse_backup(path, &dest),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(&dest)(e)),
+    }
+    let tmp = create_new_temporary(path).map_err(io_err(path))?;
+    // The copy's errors, then the link's result.
+    let linked = (|| -> Result<io::Result<()>, StoreError> {
+        let mut from = fs::File::open(path).map_err(io_err(path))?;
+        let mut to = fs::OpenOptions::new()
+            .write(true)
+            .open(&tmp)
+            .map_err(io_err(&tmp))?;
+        io::copy(&mut from, &mut to).map_err(io_err(&tmp))?;
+        to.sync_all().map_err(io_err(&tmp))?;
+        Ok(fs::hard_link(&tmp, &dest))
+    })();
+    let _ = fs::remove_file(&tmp);
+    match linked? {
+        Ok(()) => {}
+        // Another process linked its backup first: reuse it if it is the same bytes.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return reuse_backup(path, &dest),
+        Err(e) => return Err(io_err(&dest)(e)),
+    }
+    if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(dir))?;
+    }
     Ok(dest)
+}
+
+/// An existing `dest` is the backup of `path` when it is a regular file (not a symlink) with
+/// the same bytes; otherwise the upgrade is refused.
+fn reuse_backup(path: &Path, dest: &Path) -> Result<PathBuf, StoreError> {
+    let refuse = |detail: String| StoreError::BackupInTheWay {
+        path: path.to_owned(),
+        backup: dest.to_owned(),
+        detail,
+    };
+    let meta = fs::symlink_metadata(dest).map_err(|e| refuse(e.to_string()))?;
+    if !meta.file_type().is_file() {
+        return Err(refuse("it is not a regular file".to_owned()));
+    }
+    let same = same_bytes(path, dest).map_err(|e| StoreError::Io {
+        path: dest.to_owned(),
+        source: e,
+    })?;
+    if !same {
+        return Err(refuse("its bytes differ from the database's".to_owned()));
+    }
+    Ok(dest.to_owned())
+}
+
+/// Whether two files hold the same bytes (`b` opened without following a symlink).
+fn same_bytes(a: &Path, b: &Path) -> io::Result<bool> {
+    use std::io::Read;
+    let mut a = fs::File::open(a)?;
+    let mut b = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(b)?;
+    if a.metadata()?.len() != b.metadata()?.len() {
+        return Ok(false);
+    }
+    let (mut x, mut y) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    loop {
+        let n = a.read(&mut x)?;
+        if n == 0 {
+            return Ok(b.read(&mut y[..1])? == 0);
+        }
+        b.read_exact(&mut y[..n])?;
+        if x[..n] != y[..n] {
+            return Ok(false);
+        }
+    }
 }

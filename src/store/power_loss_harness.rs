@@ -239,6 +239,10 @@ impl Model {
         let mut changed = false;
         let mut stamps = Vec::new();
         let mut journal_written = false;
+        // The transaction's journal writes and its `now` (the latest time it journaled or
+        // marked re-pulled), as the store's prune takes them.
+        let mut fresh: BTreeSet<JournalKey> = BTreeSet::new();
+        let mut txn_now: Option<i64> = None;
         for op in ops {
             let key = record_key(op);
             // A pull's mark or a detect's sighting that creates a record: the regret check.
@@ -337,6 +341,11 @@ impl Model {
                 } => match self.records.get(&key).copied() {
                     Some(old) if old.last_used.0 <= *seen_last_used => {
                         self.records.remove(&key);
+                        fresh.insert(JournalKey {
+                            removed_at: UnixNanos(*at),
+                            key: key.clone(),
+                        });
+                        txn_now = txn_now.max(Some(*at));
                         self.journal.insert(
                             JournalKey {
                                 removed_at: UnixNanos(*at),
@@ -361,6 +370,11 @@ impl Model {
                 Op::Evict { at, rank, .. } => match self.records.remove(&key) {
                     Some(old) => {
                         let note = evict_note(*at, *rank);
+                        fresh.insert(JournalKey {
+                            removed_at: note.removed_at,
+                            key: key.clone(),
+                        });
+                        txn_now = txn_now.max(Some(note.removed_at.0));
                         self.journal.insert(
                             JournalKey {
                                 removed_at: note.removed_at,
@@ -424,12 +438,14 @@ impl Model {
                     && let Some(entry) = self.journal.get_mut(&jkey)
                 {
                     entry.repulled_at = Some(UnixNanos(now));
+                    txn_now = txn_now.max(Some(now));
+                    fresh.insert(jkey.clone());
                     journal_written = true;
                 }
             }
         }
         if journal_written {
-            self.prune(retention);
+            self.prune(retention, UnixNanos(txn_now.unwrap_or(i64::MIN)), &fresh);
         }
         if changed {
             for value in stamps {
@@ -440,7 +456,7 @@ impl Model {
     }
 
     /// The journal's pruning, as `store/journal.rs` does it, with the retention in `meta`.
-    fn prune(&mut self, retention: JournalRetention) {
+    fn prune(&mut self, retention: JournalRetention, now: UnixNanos, fresh: &BTreeSet<JournalKey>) {
         self.set_meta(
             retention_keys::MAX_AGE_SECS,
             i64::try_from(retention.max_age.as_secs()).unwrap_or(i64::MAX),
@@ -452,7 +468,9 @@ impl Model {
         let Some(newest) = self.journal.keys().next_back().map(|k| k.removed_at) else {
             return;
         };
-        let cutoff = age_cutoff(newest, retention.max_age);
+        // The reference: the newest entry, at most `now` + the tolerance.
+        let reference = newest.min(now.saturating_add(crate::model::FUTURE_STAMP_TOLERANCE));
+        let cutoff = age_cutoff(reference, retention.max_age);
         let surplus = self
             .journal
             .len()
@@ -460,6 +478,7 @@ impl Model {
         let doomed: Vec<JournalKey> = self
             .journal
             .keys()
+            .filter(|k| !fresh.contains(*k))
             .enumerate()
             .take_while(|(n, k)| *n < surplus || k.removed_at < cutoff)
             .map(|(_, k)| k.clone())

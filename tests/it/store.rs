@@ -1031,3 +1031,92 @@ fn creating_a_database_leaves_another_processs_temporary_file_alone() {
         .collect();
     assert!(left.is_empty(), "our temporary file is gone: {left:?}");
 }
+
+/// Regression: the v1 backup never writes through or over what is already at `<db>.bak-v1`.
+/// A symlink (to a victim file, or dangling) or a regular file with other bytes refuses the
+/// upgrade, naming the backup, leaving the victim (bytes and mode 0644), the link and the v1
+/// file as they were; a byte-identical backup (an upgrade interrupted after its copy) is
+/// reused and the upgrade proceeds.
+#[test]
+fn a_pre_existing_v1_backup_is_never_overwritten_and_only_an_identical_copy_is_reused() {
+    use std::os::unix::fs::symlink;
+    #[derive(Debug)]
+    enum InTheWay {
+        LinkToVictim,
+        DanglingLink,
+        OtherBytes,
+        IdenticalCopy,
+    }
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v1.redb");
+    let original = std::fs::read(&fixture).expect("read");
+    for case in [
+        InTheWay::LinkToVictim,
+        InTheWay::DanglingLink,
+        InTheWay::OtherBytes,
+        InTheWay::IdenticalCopy,
+    ] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("v1.redb");
+        std::fs::copy(&fixture, &db).expect("copy fixture");
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let backup = dir.path().join("v1.redb.bak-v1");
+        let victim = dir.path().join("victim");
+        let victim_bytes = b"someone else's file\n".to_vec();
+        std::fs::write(&victim, &victim_bytes).expect("victim");
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        match case {
+            InTheWay::LinkToVictim => symlink(&victim, &backup).expect("link"),
+            InTheWay::DanglingLink => symlink(dir.path().join("nowhere"), &backup).expect("link"),
+            InTheWay::OtherBytes => std::fs::write(&backup, b"not the database").expect("write"),
+            InTheWay::IdenticalCopy => std::fs::write(&backup, &original).expect("write"),
+        }
+        let opened = Store::open(&db, UnixNanos(1));
+        assert!(
+            std::fs::read(&victim).expect("victim") == victim_bytes,
+            "{case:?}: the victim's bytes changed"
+        );
+        let mode = std::fs::metadata(&victim)
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o644, "{case:?}");
+        assert!(
+            !dir.path().join("nowhere").exists(),
+            "{case:?}: written through a dangling link"
+        );
+        if let InTheWay::IdenticalCopy = case {
+            let store = opened.expect("an identical backup is reused");
+            assert_eq!(
+                store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+                Some(2)
+            );
+            assert!(std::fs::read(&backup).expect("backup") == original);
+            continue;
+        }
+        match opened {
+            Err(e @ StoreError::BackupInTheWay { .. }) => {
+                assert!(
+                    e.to_string().contains(&backup.display().to_string()),
+                    "{case:?}: {e}"
+                );
+            }
+            Err(e) => panic!("{case:?}: refused for another reason: {e}"),
+            Ok(_) => panic!("{case:?}: the upgrade was not refused"),
+        }
+        assert!(
+            std::fs::read(&db).expect("db") == original,
+            "{case:?}: the v1 file changed"
+        );
+        assert!(
+            std::fs::symlink_metadata(&backup).is_ok(),
+            "{case:?}: the thing in the way is gone"
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .filter(|n| n.to_string_lossy().contains("creating"))
+            .collect();
+        assert!(leftovers.is_empty(), "{case:?}: {leftovers:?}");
+    }
+}

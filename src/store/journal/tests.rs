@@ -60,8 +60,16 @@ fn seed(store: &Store, id: &str, tag: &str) {
     assert!(store.apply(&batch).expect("apply"));
 }
 
+/// `inspect check`'s check, with the clock at the journal's newest entry (the journal's age
+/// needs a clock).
 fn check(store: &mut Store) -> Vec<Violation> {
-    store.check().expect("check")
+    // An undecodable journal leaves the clock at 0.
+    let now = store
+        .journal()
+        .ok()
+        .and_then(|j| j.last().map(|(k, _)| k.removed_at))
+        .unwrap_or(UnixNanos(0));
+    store.check_at(now).expect("check")
 }
 
 #[test]
@@ -242,6 +250,7 @@ fn kinds(violations: &[Violation]) -> Vec<&'static str> {
             Violation::OrphanNames { .. } => "orphan_names",
             Violation::JournalOverCount { .. } => "over_count",
             Violation::JournalPastMaxAge { .. } => "past_max_age",
+            Violation::FutureStamp { .. } => "future_stamp",
             Violation::Undecodable { table, .. } => table,
             _ => "other",
         })
@@ -348,4 +357,78 @@ fn names_that_differ_takes_the_last_entry_of_a_key_and_only_differences() {
     let swapped = vec![listed("a", Some("a:2")), listed("a", Some("a:1"))];
     let differ = store.names_that_differ(&swapped).expect("names");
     assert_eq!(differ, vec![(key("a"), names("a:1"))]);
+}
+
+/// Regression: one removal journaled while the clock was ahead (2099), the clock corrected;
+/// a later removal (2026) is kept, by age and by count, and the check flags only the stamp
+/// from the future.
+#[test]
+fn a_journal_entry_from_a_clock_once_ahead_does_not_prune_later_entries() {
+    const Y2099: i64 = 4_070_908_800;
+    const Y2026: i64 = 1_780_000_000;
+    // (max_entries, the journal after b, what check_at(2026) reports)
+    let cases: [(u32, &[&str], &[&str]); 2] = [
+        (2, &["b", "a"], &["future_stamp"]),
+        // Full: the count drops the oldest entry not written by this transaction.
+        (1, &["b"], &[]),
+    ];
+    for (max_entries, want, want_violations) in cases {
+        let (_dir, mut store) = store();
+        store.set_journal_retention(JournalRetention {
+            max_age: Duration::from_secs(30 * 86_400),
+            max_entries,
+        });
+        seed(&store, "a", "a:1");
+        let mut batch = Batch::new();
+        batch.evict(key("a"), note(Y2099, RemovalReason::Age, 1));
+        store.apply(&batch).expect("apply");
+        seed(&store, "b", "b:1");
+        let mut batch = Batch::new();
+        batch.evict(key("b"), note(Y2026, RemovalReason::Age, 1));
+        store.apply(&batch).expect("apply");
+        let ids: Vec<String> = store
+            .journal()
+            .expect("journal")
+            .into_iter()
+            .map(|(k, _)| k.key.image_id.short().to_owned())
+            .collect();
+        assert_eq!(ids, want, "max_entries {max_entries}");
+        assert_eq!(store.names(&key("b")).expect("names"), Some(names("b:1")));
+        let violations = store.check_at(UnixNanos::from_secs(Y2026)).expect("check");
+        assert_eq!(kinds(&violations), want_violations, "{violations:?}");
+        for v in &violations {
+            assert!(v.to_string().starts_with("journal entry of "), "{v}");
+        }
+    }
+}
+
+/// An entry a transaction marks re-pulled is not pruned by that transaction, even when a
+/// newer entry (here 5 minutes ahead, inside the future tolerance) puts it past the age.
+#[test]
+fn an_entry_marked_re_pulled_is_not_pruned_by_the_marking_transaction() {
+    let (_dir, store) = store();
+    store.set_journal_retention(JournalRetention {
+        max_age: Duration::from_secs(DAY as u64),
+        max_entries: 100,
+    });
+    let now = 1_000 + DAY - 60;
+    seed(&store, "b", "b:1");
+    let mut batch = Batch::new();
+    batch.evict(key("b"), note(now + 300, RemovalReason::Space, 1));
+    store.apply(&batch).expect("apply");
+    seed(&store, "a", "a:1");
+    let mut batch = Batch::new();
+    batch.evict(key("a"), note(1_000, RemovalReason::Space, 1));
+    store.apply(&batch).expect("apply");
+    let mut pull = Batch::new();
+    pull.mark_used(key("a"), UnixNanos::from_secs(now), Some(7));
+    let applied = store.apply_reporting(&pull).expect("apply");
+    assert_eq!(applied.repulls.len(), 1);
+    let journal = store.journal().expect("journal");
+    let marked: Vec<_> = journal
+        .iter()
+        .filter(|(_, e)| e.repulled_at.is_some())
+        .map(|(k, _)| k.key.image_id.short().to_owned())
+        .collect();
+    assert_eq!(marked, ["a"]);
 }

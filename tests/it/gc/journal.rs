@@ -204,3 +204,103 @@ async fn names_are_written_at_detect_only_when_they_change() {
         })
     );
 }
+
+/// Regression: `imagekeeper gc` (or `prune`) without journal flags builds its manager from a
+/// config resolved with none; it prunes with the retention the file records (an agent's
+/// 50,000 entries / 90 days), not the defaults (10,000 / 30 days), and leaves meta as it was.
+#[tokio::test]
+async fn a_manager_resolved_without_retention_flags_keeps_the_retention_the_file_records() {
+    use imagekeeper::agent::{AgentConfig, FileConfig, FlagValues};
+    use imagekeeper::model::{EvictionNote, JournalRetention};
+    use imagekeeper::store::{Batch, retention_keys};
+    const DAY: i64 = 86_400;
+    let resolved =
+        AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default()).expect("valid");
+    let mut node = Node::with_config(GcConfig {
+        policy: policy(80, 60, 0, 0),
+        ..resolved.gc
+    });
+    // The agent's run: its retention, and a removal journaled at day 10.
+    let agents = JournalRetention {
+        max_age: Duration::from_secs(90 * DAY as u64),
+        max_entries: 50_000,
+    };
+    let store = node.manager().store().clone();
+    store.set_journal_retention(agents);
+    let old = RecordKey::new("old", "");
+    let mut batch = Batch::new();
+    batch.upsert(
+        old.clone(),
+        ImageRecord {
+            first_detected: at(0),
+            last_used: at(0),
+            size: 10,
+            pinned: false,
+        },
+    );
+    store.apply(&batch).expect("apply");
+    let mut batch = Batch::new();
+    batch.evict(
+        old.clone(),
+        EvictionNote {
+            removed_at: at(10 * DAY),
+            reason: RemovalReason::Space,
+            rank: 1,
+            fs: None,
+        },
+    );
+    store.apply(&batch).expect("apply");
+    drop(store);
+    // `gc` at day 50: a new process opens the file and builds its manager.
+    node.maybe_restart(true);
+    node.set_images(vec![image("a", 300), image("b", 300)]);
+    node.detect(50 * DAY).await;
+    node.set_fs(1_000, 100);
+    let report = node.gc(50 * DAY).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert!(!removed_ids(&report).is_empty());
+    let ids: Vec<String> = journal(&node).into_iter().map(|r| r.0).collect();
+    assert!(
+        ids.contains(&"old".to_owned()),
+        "the 40-day-old entry was pruned: {ids:?}"
+    );
+    let store = node.manager().store();
+    assert_eq!(store.journal_retention(), agents);
+    assert_eq!(
+        store.meta(retention_keys::MAX_ENTRIES).expect("meta"),
+        Some(50_000)
+    );
+    assert_eq!(
+        store.meta(retention_keys::MAX_AGE_SECS).expect("meta"),
+        Some(90 * DAY)
+    );
+}
+
+/// A reload (SIGHUP) applies a retention a flag or field sets to the store; one resolved with
+/// none keeps the store's.
+#[tokio::test]
+async fn reconfigure_applies_a_set_journal_retention_and_keeps_the_store_s_otherwise() {
+    use imagekeeper::model::JournalRetention;
+    let node = Node::new(policy(80, 60, 0, 0));
+    let set = JournalRetention {
+        max_age: Duration::from_secs(7 * 86_400),
+        max_entries: 123,
+    };
+    let config = node.manager().config();
+    node.manager()
+        .reconfigure(GcConfig {
+            journal_retention: Some(set),
+            ..config.clone()
+        })
+        .await
+        .expect("valid");
+    assert_eq!(node.manager().store().journal_retention(), set);
+    node.manager()
+        .reconfigure(GcConfig {
+            journal_retention: None,
+            ..config
+        })
+        .await
+        .expect("valid");
+    assert_eq!(node.manager().store().journal_retention(), set);
+}
