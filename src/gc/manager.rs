@@ -30,7 +30,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
 use tracing::{info, warn};
@@ -40,7 +40,7 @@ use crate::kubelet::PullRecordsReader;
 use crate::model::JournalEntry;
 use crate::model::{
     EvictionNote, FUTURE_STAMP_TOLERANCE, FsUsage, ImageFsStats, ImageRecord, JournalRetention,
-    RecordKey, Repull, RuntimeContainer, RuntimeImage, UnixNanos,
+    RecordKey, Remover, Repull, RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, JournalKey, Store, StoredRecord, meta_keys};
@@ -238,6 +238,11 @@ pub struct ImageGcManager<R> {
     cache: RwLock<Vec<RuntimeImage>>,
     metrics: Arc<GcMetrics>,
     in_flight: PullsInFlight,
+    /// Removals whose record deletion failed after the runtime removed the image (e.g. a full
+    /// disk): the next detect that finds the key unlisted journals it with this note, as
+    /// imagekeeper's eviction, not as an external removal. Kept in memory only: after a
+    /// restart such a removal is journaled as external.
+    pending_evictions: Mutex<BTreeMap<RecordKey, EvictionNote>>,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -255,6 +260,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             cache: RwLock::new(Vec::new()),
             metrics: Arc::new(GcMetrics::default()),
             in_flight: PullsInFlight::new(),
+            pending_evictions: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -278,6 +284,13 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// The settings as they are now (a cycle takes them once it holds the cycle lock).
+    fn pending_evictions(&self) -> std::sync::MutexGuard<'_, BTreeMap<RecordKey, EvictionNote>> {
+        match self.pending_evictions.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
     fn settings(&self) -> Arc<Settings> {
         match self.settings.read() {
             Ok(s) => s.clone(),
@@ -414,8 +427,23 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             self.observe_and_plan(settings, now).await?;
         #[cfg(feature = "sim-mutants")]
         let plan = crate::sim::mutants::blind_detect(plan, &_existing, now);
+        let mut plan = plan;
+        let pending: Vec<(RecordKey, EvictionNote)> = self
+            .pending_evictions()
+            .iter()
+            .map(|(k, n)| (k.clone(), *n))
+            .collect();
+        for (key, note) in pending {
+            if plan.batch.attribute_unlisted(&key, note) {
+                plan.removed = plan.removed.saturating_sub(1);
+            }
+        }
         let applied = self.store.apply_reporting(&plan.batch)?;
         let committed = applied.committed;
+        // Committed: each note is spent. A key this detect did not find unlisted was listed
+        // again (pulled back) or has no record left, so there is nothing to journal for it
+        // (detect and GC share the cycle lock: no removal happens between them).
+        self.pending_evictions().clear();
         self.report_clock(&plan, now);
         if committed && plan.removed > 0 {
             info!(
@@ -424,13 +452,18 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             );
         }
         self.report_repulls(&applied.repulls);
+        let external_removals = applied
+            .journaled
+            .into_iter()
+            .filter(|(_, e)| e.remover == Remover::External)
+            .collect();
         let report = DetectReport {
             records: plan.records,
             added: plan.added,
             removed: plan.removed,
             in_use: in_use.len(),
             committed,
-            external_removals: applied.journaled,
+            external_removals,
             repulls: applied.repulls,
         };
         let listed: BTreeMap<RecordKey, RuntimeImage> = fold_images(&images)
@@ -895,9 +928,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut batch = Batch::new();
         batch.evict(victim.key.clone(), note);
         if let Err(e) = self.store.apply(&batch) {
-            // The image is gone; the next detect removes its record (journaled then as an
-            // external removal).
+            // The image is gone; the next detect removes its record and journals it with this
+            // note (imagekeeper's removal, not an external one).
             warn!(image_id = id, error = %e, "Removed image but could not delete its record");
+            self.pending_evictions().insert(victim.key.clone(), note);
         }
         self.metrics.record_removal(reason);
         let so_far = self.metrics.cycle_removed(victim.record.size);
@@ -1058,5 +1092,129 @@ fn note(at: UnixNanos, reason: RemovalReason, rank: usize, fs: Option<FsUsage>) 
         reason,
         rank: u32::try_from(rank).unwrap_or(u32::MAX),
         fs,
+    }
+}
+
+#[cfg(test)]
+mod pending_eviction_tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::cri::CriError;
+    use crate::model::{ContainerUsage, ImageId, PullCredentials};
+    use crate::replay::ScriptedRuntime;
+    use crate::store::CommitMode;
+    use crate::store::power_loss::PowerLossDisk;
+
+    /// The scripted runtime on a disk that fails every write from the moment an image is
+    /// removed: GC's RemoveImage succeeds and its record deletion (`Evict`) fails, as on a
+    /// full disk.
+    struct FullAfterRemove {
+        inner: ScriptedRuntime,
+        disk: PowerLossDisk,
+    }
+
+    impl ImageRuntime for FullAfterRemove {
+        async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+            self.inner.list_images().await
+        }
+        async fn image_status(
+            &self,
+            image: &str,
+            runtime_handler: &str,
+        ) -> Result<Option<RuntimeImage>, CriError> {
+            self.inner.image_status(image, runtime_handler).await
+        }
+        async fn pull_image(
+            &self,
+            image: &str,
+            runtime_handler: &str,
+            credentials: Option<&PullCredentials>,
+        ) -> Result<String, CriError> {
+            self.inner
+                .pull_image(image, runtime_handler, credentials)
+                .await
+        }
+        async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
+            let done = self.inner.remove_image(image, runtime_handler).await;
+            self.disk.cut_now();
+            done
+        }
+        async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+            self.inner.image_fs_stats().await
+        }
+        async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
+            self.inner.list_containers().await
+        }
+        async fn container_usage(&self, container_id: &str) -> Result<ContainerUsage, CriError> {
+            self.inner.container_usage(container_id).await
+        }
+    }
+
+    /// A GC removal whose record deletion failed is journaled by the next detect as
+    /// imagekeeper's removal with the cycle's note, not as an external one.
+    #[tokio::test]
+    async fn a_removal_whose_record_deletion_failed_is_journaled_as_imagekeepers() {
+        let t0 = UnixNanos::from_secs(10_000);
+        let t1 = UnixNanos::from_secs(20_000);
+        let t2 = UnixNanos::from_secs(30_000);
+        let disk = PowerLossDisk::new(Vec::new(), None);
+        let store = Arc::new(
+            Store::open_with_backend(
+                disk.backend(),
+                Path::new("simulated"),
+                t0,
+                CommitMode::Durable,
+            )
+            .expect("open"),
+        );
+        let inner = ScriptedRuntime::new();
+        let image = RuntimeImage {
+            id: ImageId::new(format!("sha256:{:064x}", 7)),
+            size: 1000,
+            ..RuntimeImage::default()
+        };
+        inner.state().images = vec![image.clone()];
+        let runtime = FullAfterRemove {
+            inner,
+            disk: disk.clone(),
+        };
+        let config = GcConfig {
+            policy: GcPolicy {
+                min_age: Duration::ZERO,
+                ..GcPolicy::default()
+            },
+            ..GcConfig::default()
+        };
+        let manager = ImageGcManager::new(runtime, store.clone(), config).expect("new");
+        manager.detect(t0).await.expect("detect");
+        let report = manager.delete_unused_images(t1).await;
+        assert_eq!(report.removed.len(), 1, "{report:?}");
+        assert!(disk.is_cut(), "RemoveImage ran and the disk then failed");
+        disk.restore_power();
+        assert!(
+            store.get(&image.record_key()).expect("read").is_some(),
+            "the record outlived its image"
+        );
+
+        let detect = manager.detect(t2).await.expect("detect");
+        assert!(
+            detect.external_removals.is_empty(),
+            "{:?}",
+            detect.external_removals
+        );
+        assert_eq!(detect.removed, 0);
+        let journal = store.journal().expect("journal");
+        assert_eq!(journal.len(), 1, "{journal:?}");
+        let (key, entry) = &journal[0];
+        assert_eq!(key.key, image.record_key());
+        assert_eq!(entry.remover, Remover::Imagekeeper, "{entry:?}");
+        assert_eq!(entry.reason, Some(RemovalReason::Unused), "{entry:?}");
+        assert_eq!(key.removed_at, t1);
+        assert_eq!(store.get(&image.record_key()).expect("read"), None);
+        // The note is spent: nothing more to journal.
+        manager.detect(t2).await.expect("detect");
+        assert_eq!(store.journal().expect("journal").len(), 1);
     }
 }

@@ -283,7 +283,9 @@ pub fn resolve_prefix(
 pub type NamesByKey = std::collections::BTreeMap<RecordKey, ImageNames>;
 
 /// Finds the image `query` names for `inspect show`: a unique prefix of an image id (with or
-/// without `sha256:`) among the records and the journal, as [`resolve_prefix`]; failing that, a
+/// without `sha256:`) among the records, then among the records and the journal (so a prefix
+/// matching one record is that record even if journal-only ids share it), as
+/// [`resolve_prefix`]; failing that, a
 /// name (`busybox:1.35`, a full reference, `repo@sha256:...`, or a bare digest) matched
 /// against the stored names as the runtime resolves names ([`image_matches`]). A name that
 /// matches several ids prefers those with a record; several left is ambiguous. Returns the
@@ -295,6 +297,14 @@ pub fn resolve_query(
     query: &str,
     path: &Path,
 ) -> Result<ImageId, InspectError> {
+    // Records first: a prefix matching exactly one record resolves to it even when ids known
+    // only from the journal match too (as the name fallback below prefers records), so a
+    // prefix that named one record before the journal existed still does.
+    if let Ok(found) = resolve_prefix(records, query, path)
+        && let Some(first) = found.first()
+    {
+        return Ok(first.key.image_id.clone());
+    }
     let mut known: Vec<StoredRecord> = records.to_vec();
     for (k, e) in journal {
         if !known.iter().any(|r| r.key.image_id == k.key.image_id) {

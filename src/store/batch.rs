@@ -51,6 +51,10 @@ pub enum BatchOp {
         key: RecordKey,
         seen_last_used: UnixNanos,
         journal_at: Option<UnixNanos>,
+        /// imagekeeper removed the image but could not delete the record then (its
+        /// [`BatchOp::Evict`] failed): the deletion is journaled as that eviction, at
+        /// `note.removed_at` with imagekeeper as the remover, instead of as an external removal.
+        note: Option<EvictionNote>,
     },
     /// imagekeeper removed the image: delete the record and journal the removal (the record's
     /// fields as they are inside the transaction, plus `note`) in the same transaction; the
@@ -121,6 +125,7 @@ impl Batch {
             key,
             seen_last_used,
             journal_at: None,
+            note: None,
         });
     }
 
@@ -135,7 +140,25 @@ impl Batch {
             key,
             seen_last_used,
             journal_at: Some(now),
+            note: None,
         });
+    }
+
+    /// Journals this batch's [`BatchOp::RemoveUnlisted`] of `key` (if any) as imagekeeper's
+    /// eviction with `note` instead of as an external removal. Returns whether the batch had
+    /// one.
+    pub fn attribute_unlisted(&mut self, key: &RecordKey, note: EvictionNote) -> bool {
+        for op in &mut self.ops {
+            if let BatchOp::RemoveUnlisted {
+                key: k, note: n, ..
+            } = op
+                && k == key
+            {
+                *n = Some(note);
+                return true;
+            }
+        }
+        false
     }
 
     pub fn evict(&mut self, key: RecordKey, note: EvictionNote) {

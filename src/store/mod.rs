@@ -690,11 +690,22 @@ fn apply_ops(
                 key,
                 seen_last_used,
                 journal_at,
+                note,
             } => match get_record(&images, key)? {
                 Some(old) if old.last_used <= *seen_last_used => {
                     put_record(&mut images, &mut index, key, None)?;
-                    match journal_at {
-                        Some(at) => {
+                    match (note, journal_at) {
+                        (Some(note), _) => {
+                            let jkey = JournalKey {
+                                removed_at: note.removed_at,
+                                key: key.clone(),
+                            };
+                            let entry = journal::entry_of(&old, Remover::Imagekeeper, Some(note));
+                            journal::put_entry(&mut journal, &jkey, &entry)?;
+                            journaled.push((jkey, entry));
+                            journal_written = true;
+                        }
+                        (None, Some(at)) => {
                             let jkey = JournalKey {
                                 removed_at: *at,
                                 key: key.clone(),
@@ -704,7 +715,7 @@ fn apply_ops(
                             journaled.push((jkey, entry));
                             journal_written = true;
                         }
-                        None => {
+                        (None, None) => {
                             journal::forget_names(&mut names, &journal, key)?;
                         }
                     }

@@ -1883,3 +1883,44 @@ fn explain_notes_an_image_evicted_before_and_pulled_back() {
         .expect("pause explained");
     assert!(pause.get("evicted_before").is_none(), "{pause}");
 }
+
+/// A prefix that matches exactly one record resolves to it even when ids known only from the
+/// journal share the prefix (as a name does); only records that share it are ambiguous, and a
+/// prefix matching journal-only ids alone still finds them.
+#[test]
+fn show_prefers_the_one_record_a_prefix_matches_over_journal_only_ids() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let store = Store::open(&db, at(NOW - 10 * HOUR)).expect("open");
+    let mut batch = Batch::new();
+    batch.upsert(key("abc1", ""), record(NOW - 9 * HOUR, 0, 10, false));
+    batch.upsert(key("abc2", ""), record(NOW - 9 * HOUR, 0, 10, false));
+    batch.upsert(key("abd1", ""), record(NOW - 9 * HOUR, 0, 10, false));
+    batch.upsert(key("fe1", ""), record(NOW - 9 * HOUR, 0, 10, false));
+    store.apply(&batch).expect("apply");
+    let mut batch = Batch::new();
+    batch.evict(
+        key("abd1", ""),
+        imagekeeper::model::EvictionNote {
+            removed_at: at(NOW - HOUR),
+            reason: imagekeeper::model::RemovalReason::Space,
+            rank: 1,
+            fs: None,
+        },
+    );
+    store.apply(&batch).expect("apply");
+    let mut batch = Batch::new();
+    batch.upsert(key("abd2", ""), record(NOW - 9 * HOUR, 0, 10, false));
+    store.apply(&batch).expect("apply");
+    drop(store);
+    // `abd` matches the record abd2 and the journal-only abd1.
+    let v = inspect(&db, &["show", "abd", "--output", "json"]).json();
+    assert_eq!(v[0]["id"], id("abd2"));
+    // `abd1` is journal-only and exact.
+    let v = inspect(&db, &["show", "abd1", "--output", "json"]).json();
+    assert_eq!(v[0]["id"], id("abd1"));
+    // Two records share `abc`: still ambiguous.
+    let r = inspect(&db, &["show", "abc"]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains(&id("abc1")), "{}", r.stderr);
+}
