@@ -607,13 +607,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         self.free_old_images(settings, free_time, &mut view, report)
             .await?;
 
-        let stats = self
-            .runtime
-            .image_fs_stats()
-            .await
-            .map_err(runtime_error("get image filesystem stats"))?;
-        self.metrics
-            .record_image_fs(stats.capacity, stats.available);
+        let stats = self.observe_image_fs().await?;
         let capacity = stats.capacity;
         let mut available = stats.available;
         if available > capacity {
