@@ -56,6 +56,7 @@ use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
+use super::space::SpaceNeed;
 use super::{GcError, GcPolicy};
 
 /// The runtime's images, the keys in use (by a container, the sandbox image or a kubelet pull
@@ -608,36 +609,30 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .await?;
 
         let stats = self.observe_image_fs().await?;
-        let capacity = stats.capacity;
-        let mut available = stats.available;
-        if available > capacity {
-            info!(available, capacity, "Availability is larger than capacity");
-            available = capacity;
-        }
-        if capacity == 0 {
-            let err = GcError::InvalidCapacity;
-            warn!(reason = "InvalidDiskCapacity", "{err}");
-            return Err(err);
-        }
-        let (capacity_i, available_i) = (to_i64(capacity), to_i64(available));
-        let usage_percent = 100 - available_i.saturating_mul(100) / capacity_i;
-        let policy = &settings.config.policy;
-        if usage_percent >= policy.high_threshold_percent {
-            let amount_to_free =
-                capacity_i.saturating_mul(100 - policy.low_threshold_percent) / 100 - available_i;
+        if stats.available > stats.capacity {
             info!(
-                usage = usage_percent,
+                available = stats.available,
+                capacity = stats.capacity,
+                "Availability is larger than capacity"
+            );
+        }
+        let policy = &settings.config.policy;
+        let need = match SpaceNeed::compute(stats.capacity, stats.available, policy) {
+            Ok(need) => need,
+            Err(err) => {
+                warn!(reason = "InvalidDiskCapacity", "{err}");
+                return Err(err);
+            }
+        };
+        if let Some(amount_to_free) = need.amount_to_free {
+            info!(
+                usage = need.usage_percent,
                 high_threshold = policy.high_threshold_percent,
                 amount_to_free,
                 low_threshold = policy.low_threshold_percent,
                 "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
             );
-            let fs = FsUsage {
-                capacity,
-                used_before: capacity - available,
-                target_used: capacity
-                    .saturating_sub(to_u64(amount_to_free.saturating_add(available_i))),
-            };
+            let fs = need.fs_usage();
             let freed = self
                 .free_space(
                     settings,
@@ -650,8 +645,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 .await?;
             if freed < amount_to_free {
                 let err = GcError::InsufficientSpace {
-                    usage_percent,
-                    capacity,
+                    usage_percent: need.usage_percent,
+                    capacity: need.capacity,
                     freed,
                 };
                 warn!(reason = "FreeDiskSpaceFailed", "{err}");
@@ -1073,10 +1068,6 @@ fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcErr
 
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn to_u64(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
 }
 
 /// How one of the cycle's removals is journaled: the cycle's time, why, and its rank.
