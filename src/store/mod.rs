@@ -27,6 +27,7 @@ pub mod power_loss;
 #[cfg(any(test, feature = "fault-injection"))]
 pub mod power_loss_harness;
 mod reopen;
+mod scan;
 mod tables;
 #[cfg(test)]
 mod upgrade_tests;
@@ -47,6 +48,7 @@ pub use codec::{DecodeError, EvictionKey, JournalKey};
 pub use error::StoreError;
 pub use journal::{age_cutoff, retention_keys};
 pub use open::{CURRENT_SCHEMA_VERSION, meta_keys};
+pub use scan::RecordScan;
 
 use codec::{BackoffKey, Codec, MAX_ID_BYTES, MetaKey, MetaValue};
 use tables::{BACKOFF, EVICTION, Encoded, IMAGES, JOURNAL, META, NAMES, Stored};
@@ -266,7 +268,8 @@ impl Store {
         Ok(self.len()? == 0)
     }
 
-    /// Every record, ordered by key.
+    /// Every record, ordered by key, loaded at once. Prefer [`Store::records_in_key_order`]
+    /// where the caller can walk them one by one.
     pub fn records(&self) -> Result<Vec<StoredRecord>, StoreError> {
         Ok(self
             .guarded(|| self.scan_all(IMAGES))?

@@ -82,6 +82,60 @@ fn eviction_order_is_last_used_then_first_detected_then_key() {
 }
 
 #[test]
+fn records_in_key_order_walks_every_record_by_key_from_one_snapshot_and_resumes_at_a_key() {
+    let (_dir, path) = temp_db();
+    let store = open(&path);
+    let mut rng = fastrand::Rng::with_seed(16);
+    let mut batch = Batch::new();
+    for i in 0..300u32 {
+        let handler = if i % 7 == 0 { "kata" } else { "" };
+        let id = format!("sha256:{:08x}", rng.u32(..));
+        let rec = record(
+            rng.i64(0..1_000),
+            rng.i64(0..1_000),
+            u64::from(i),
+            i % 5 == 0,
+        );
+        batch.upsert(RecordKey::new(id, handler), rec);
+    }
+    store.apply(&batch).expect("apply");
+    let all = store.records().expect("records");
+    assert_eq!(all.len(), 300);
+    let scan = store.records_in_key_order().expect("scan");
+    // A write after the scan began is not in its snapshot.
+    let mut late = Batch::new();
+    late.upsert(key("0-late"), record(1, 1, 1, false));
+    store.apply(&late).expect("apply");
+    let scanned: Vec<_> = scan.map(|r| r.expect("entry")).collect();
+    assert_eq!(scanned, all);
+    let keys: Vec<&RecordKey> = scanned.iter().map(|r| &r.key).collect();
+    assert!(
+        keys.windows(2).all(|w| w[0] < w[1]),
+        "strictly ascending keys"
+    );
+    // Resuming at a key includes it; at a key between two records, starts at the next one.
+    let after_late = store.records().expect("records");
+    let middle = &after_late[150].key;
+    let resumed: Vec<_> = store
+        .records_in_key_order_from(middle)
+        .expect("scan")
+        .map(|r| r.expect("entry"))
+        .collect();
+    assert_eq!(resumed, after_late[150..]);
+    let between = RecordKey::new(middle.image_id.0.clone(), "\u{1}");
+    let next = store
+        .records_in_key_order_from(&between)
+        .expect("scan")
+        .next()
+        .expect("a record after")
+        .expect("entry");
+    assert_eq!(next, after_late[151]);
+    let empty_dir = tempfile::tempdir().expect("temp dir");
+    let empty = open(&empty_dir.path().join("empty.redb"));
+    assert_eq!(empty.records_in_key_order().expect("scan").count(), 0);
+}
+
+#[test]
 fn unchanged_batch_commits_nothing_and_a_changed_one_commits_once() {
     let (_dir, path) = temp_db();
     let store = open(&path);
