@@ -21,6 +21,8 @@
 
 mod batch;
 mod check;
+#[cfg(test)]
+mod check_tests;
 pub mod codec;
 mod error;
 mod journal;
@@ -517,27 +519,55 @@ impl Store {
 
 #[cfg(test)]
 impl Store {
-    /// Writes raw bytes into a schema-2 table ("names" or "journal"), bypassing every rule: for
-    /// the negative tests of `Store::check`.
-    pub(crate) fn raw_bytes_for_tests(&self, table: &str, key: &[u8], value: &[u8]) {
+    /// Writes raw bytes into a table, or with `value` `None` removes the key, bypassing every
+    /// rule: for the negative tests of `Store::check`. The index's value is `()`.
+    pub(crate) fn raw_write_for_tests(&self, table: &str, key: &[u8], value: Option<&[u8]>) {
+        fn put<K: codec::OrderedCodec + 'static, V: Codec + 'static>(
+            txn: &WriteTransaction,
+            def: TableDefinition<Stored<K>, Stored<V>>,
+            key: &[u8],
+            value: Option<&[u8]>,
+        ) {
+            let mut t = txn.open_table(def).expect("table");
+            match value {
+                Some(v) => {
+                    t.insert(Encoded::new(key), Encoded::new(v))
+                        .expect("insert");
+                }
+                None => {
+                    t.remove(Encoded::new(key)).expect("remove");
+                }
+            }
+        }
         let Handle::Write(db) = &*self.read_handle() else {
             panic!("a read-write store");
         };
         let txn = db.begin_write().expect("begin");
         match table {
-            "names" => {
-                let mut t = txn.open_table(NAMES).expect("table");
-                t.insert(Encoded::new(key), Encoded::new(value))
-                    .expect("insert");
-            }
-            "journal" => {
-                let mut t = txn.open_table(JOURNAL).expect("table");
-                t.insert(Encoded::new(key), Encoded::new(value))
-                    .expect("insert");
+            "images" => put(&txn, IMAGES, key, value),
+            "backoff" => put(&txn, BACKOFF, key, value),
+            "meta" => put(&txn, META, key, value),
+            "names" => put(&txn, NAMES, key, value),
+            "journal" => put(&txn, JOURNAL, key, value),
+            "eviction_prefix" => {
+                let mut t = txn.open_table(EVICTION_PREFIX).expect("table");
+                match value {
+                    Some(_) => {
+                        t.insert(Encoded::new(key), ()).expect("insert");
+                    }
+                    None => {
+                        t.remove(Encoded::new(key)).expect("remove");
+                    }
+                }
             }
             other => panic!("no raw writes to {other}"),
         }
         txn.commit().expect("commit");
+    }
+
+    /// Writes raw bytes into a table, bypassing every rule.
+    pub(crate) fn raw_bytes_for_tests(&self, table: &str, key: &[u8], value: &[u8]) {
+        self.raw_write_for_tests(table, key, Some(value));
     }
 
     /// A names row written as is.
