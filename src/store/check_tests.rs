@@ -126,7 +126,7 @@ fn a_row_shared_by_two_records_checks_clean_and_stays_until_the_last_goes() {
         .expect("scan")
         .map(|r| r.expect("entry").key)
         .collect();
-    assert_eq!(order, [y.clone()]);
+    assert_eq!(order, std::slice::from_ref(&y));
     // The row's last record removed raw: the row is now stray.
     store.raw_write_for_tests("images", &y.encode(), None);
     assert_eq!(
