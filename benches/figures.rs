@@ -29,7 +29,8 @@ use serde_json::{Value, json};
 
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime};
-use imagekeeper::gc::detect::{images_in_use, plan_detect};
+use imagekeeper::gc::detect::images_in_use;
+use imagekeeper::gc::detect::reference::plan_detect;
 use imagekeeper::gc::evict::{Verdict, space_verdict};
 use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager, PinPatterns, plan_space_victims};
 use imagekeeper::model::{
