@@ -15,8 +15,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cri::DEFAULT_RUNTIME_ENDPOINT;
+use crate::format::parse_go_duration;
 use crate::gc::GcPolicy;
-use crate::gc::format::parse_go_duration;
 
 /// The only group/version a KubeletConfiguration file is written in.
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";

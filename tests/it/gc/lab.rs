@@ -403,7 +403,7 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
                 intent_named.reference
             ),
         );
-        let fresh = imagekeeper::gc::format::format_rfc3339(UnixNanos::from_secs(now.as_secs()));
+        let fresh = imagekeeper::format::format_rfc3339(UnixNanos::from_secs(now.as_secs()));
         write_kubelet_record(
             kubelet.path(),
             "pulled",

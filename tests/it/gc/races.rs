@@ -444,7 +444,7 @@ async fn victims_the_kubelet_starts_pulling_or_records_during_the_walk_are_kept(
         write_pulled(
             kubelet.path(),
             "c",
-            &imagekeeper::gc::format::format_rfc3339(at(99)),
+            &imagekeeper::format::format_rfc3339(at(99)),
         );
         parked.release();
     };
