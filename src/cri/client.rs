@@ -825,7 +825,14 @@ mod tests {
     #[test]
     fn default_config_is_containerd_with_kubelet_deadline() {
         let config = CriConfig::default();
-        assert_eq!(config.runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+        // The kubelet's default --container-runtime-endpoint, written out: comparing with
+        // DEFAULT_RUNTIME_ENDPOINT would compare the constant with itself.
+        assert_eq!(
+            config.runtime_endpoint,
+            "unix:///run/containerd/containerd.sock"
+        );
+        assert_eq!(config.image_endpoint, None, "the image service shares it");
+        assert_eq!(config.connect_timeout, Duration::from_secs(5));
         assert_eq!(config.call_timeout, Duration::from_secs(120));
         assert_eq!(
             config.pull_timeout, None,

@@ -523,7 +523,13 @@ mod tests {
             assert_eq!(parse_quantity(text), Ok(bytes), "{text}");
         }
         let overflowing = format!("1{}", "0".repeat(400));
-        assert!(parse_quantity(&overflowing).is_err(), "not finite");
+        assert_eq!(
+            parse_quantity(&overflowing),
+            Err(format!(
+                "{overflowing:?} is not a quantity (for example 10Gi or 500M) or a percentage"
+            )),
+            "not finite"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use imagekeeper::model::{
     UnixNanos,
 };
 use imagekeeper::replay::ScriptedRuntime;
-use imagekeeper::store::{Batch, CURRENT_SCHEMA_VERSION, Store, meta_keys};
+use imagekeeper::store::{Batch, CURRENT_SCHEMA_VERSION, Store, StoreError, meta_keys};
 use serde_json::Value;
 
 /// "Now" for every command: 2026-01-02T08:00:00Z.
@@ -926,9 +926,11 @@ fn reads_beside_a_live_writer_and_a_repaired_copy_after_it_is_killed() {
             r.stderr
         );
     }
+    let reopened = Store::open_read_only(&db);
     assert!(
-        Store::open_read_only(&db).is_err(),
-        "the file itself is still unrepaired"
+        matches!(&reopened, Err(StoreError::NeedsRecovery { path }) if path == &db),
+        "the file itself is still unrepaired: {:?}",
+        reopened.err()
     );
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use imagekeeper::clock::ManualClock;
 use imagekeeper::cri::{CriError, ImageRuntime};
-use imagekeeper::gc::{GcConfig, ImageGcManager};
+use imagekeeper::gc::{GcConfig, GcError, ImageGcManager};
 use imagekeeper::model::{
     ContainerUsage, ImageFsStats, PullCredentials, RecordKey, RuntimeContainer, RuntimeImage,
 };
@@ -559,7 +559,15 @@ async fn a_reconfigure_waits_for_the_cycle_in_flight_which_ends_with_its_own_set
         policy: policy(80, 90, 0, 0),
         ..GcConfig::default()
     };
-    assert!(rig.gc.reconfigure(invalid).await.is_err());
+    let refused = rig.gc.reconfigure(invalid).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(GcError::InvalidPolicy { message })
+                if message == "LowThresholdPercent 90 can not be higher than HighThresholdPercent 80"
+        ),
+        "{refused:?}"
+    );
     assert_eq!(rig.gc.config(), new);
 }
 
