@@ -1,13 +1,11 @@
 //! `imagekeeper completion` and `imagekeeper man`, generated from the clap definitions: every
 //! script and page names every command, and the man page renders.
 
+use crate::support::bin;
 use std::process::Command;
 
 fn imagekeeper(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-        .args(args)
-        .output()
-        .expect("run imagekeeper");
+    let out = bin::run(args);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -46,10 +44,7 @@ fn completion_scripts_name_every_command_and_the_output_flags() {
             assert!(script.contains(word), "{shell} completion lacks {word}");
         }
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-        .args(["completion", "powershell"])
-        .output()
-        .expect("run");
+    let out = bin::run(&["completion", "powershell"]);
     assert_eq!(
         out.status.code(),
         Some(2),

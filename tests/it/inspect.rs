@@ -3,6 +3,7 @@
 //! writer in a child process and after it is SIGKILLed, the file's bytes unchanged by every
 //! command, and explain agreeing with what the real GC manager removes.
 
+use crate::support::bin;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -39,22 +40,12 @@ impl Run {
 
 /// Runs `imagekeeper inspect ARGS` and checks that it did not panic.
 fn run(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-        .arg("inspect")
-        .args(args)
-        .output()
-        .expect("run imagekeeper");
-    let run = Run {
+    let out = bin::output(bin::imagekeeper().arg("inspect").args(args));
+    Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(
-        !run.stderr.contains("panicked"),
-        "inspect {args:?} panicked: {}",
-        run.stderr
-    );
-    run
+    }
 }
 
 /// Runs `imagekeeper inspect --db DB --now NOW ARGS` and checks the file's bytes did not
@@ -1148,37 +1139,18 @@ const EVERY_SUBCOMMAND: [&[&str]; 7] = [
 /// Runs `imagekeeper inspect --db DB ARGS` with a deadline: a run that hangs is SIGKILLed and
 /// fails the test.
 fn run_with_deadline(db: &Path, args: &[&str]) -> Run {
-    let child = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-        .arg("inspect")
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run imagekeeper");
-    let pid = child.id();
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(out) => out.expect("wait for imagekeeper"),
-        Err(_) => {
-            // SAFETY: kill(2) on the pid of our own child, which has not been reaped (the
-            // waiting thread is still blocked in wait).
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            panic!("inspect {args:?} on {} hung", db.display());
-        }
-    };
-    let run = Run {
+    let out = bin::output(
+        bin::imagekeeper()
+            .arg("inspect")
+            .arg("--db")
+            .arg(db)
+            .args(args),
+    );
+    Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
-    run
+    }
 }
 
 #[test]

@@ -414,9 +414,8 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
             ),
         );
         let no_agent = dir.path().join("no-agent.sock");
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-            .args(&command)
-            .args([
+        let out =
+            crate::support::bin::output(crate::support::bin::imagekeeper().args(&command).args([
                 "--db",
                 db.to_str().expect("utf8"),
                 "--container-runtime-endpoint",
@@ -429,9 +428,7 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
                 kubelet.path().to_str().expect("utf8"),
                 "--output",
                 "json",
-            ])
-            .output()
-            .expect("run imagekeeper");
+            ]));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{command:?}: {stderr}");
         let after = listed_ids(&client).await;
@@ -603,11 +600,11 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
     // inspect evictions, a process reading the live database.
     let now = (T0 + 1_300).to_string();
     let inspect = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-            .args(["inspect", "--db", db.to_str().expect("utf8"), "--now", &now])
-            .args(args)
-            .output()
-            .expect("run imagekeeper inspect");
+        let out = crate::support::bin::output(
+            crate::support::bin::imagekeeper()
+                .args(["inspect", "--db", db.to_str().expect("utf8"), "--now", &now])
+                .args(args),
+        );
         assert!(
             out.status.success(),
             "{}",
