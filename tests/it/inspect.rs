@@ -631,8 +631,9 @@ fn bad_files_are_clear_errors_naming_the_path_for_every_command() {
     }
 }
 
-/// The test binary run again as a child process that holds the store open read-write:
-/// `writer_child_process` does nothing unless IMAGEKEEPER_IT_WRITER_DB is set.
+/// The test binary run again as a child process that holds the store open read-write: it runs
+/// the real test [`WRITER_TEST`], which turns into [`writer_child`] when IMAGEKEEPER_IT_WRITER_DB
+/// is set (a helper that is not counted as a test of its own).
 struct Writer {
     child: Child,
     stdin: ChildStdin,
@@ -640,16 +641,14 @@ struct Writer {
 }
 
 const WRITER_ENV: &str = "IMAGEKEEPER_IT_WRITER_DB";
+/// The test whose process becomes the writer child when [`WRITER_ENV`] is set.
+const WRITER_TEST: &str =
+    "inspect::reads_beside_a_live_writer_and_a_repaired_copy_after_it_is_killed";
 
 impl Writer {
     fn start(db: &Path) -> Writer {
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "inspect::writer_child_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args([WRITER_TEST, "--exact", "--nocapture", "--test-threads=1"])
             .env(WRITER_ENV, db)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -706,11 +705,9 @@ impl Writer {
     }
 }
 
-#[test]
-fn writer_child_process() {
-    let Some(db) = std::env::var_os(WRITER_ENV) else {
-        return;
-    };
+/// The writer child's whole life (see [`Writer`]): it runs inside the test binary started
+/// again on [`WRITER_TEST`] with [`WRITER_ENV`] set, so no `#[test]` exists only to host it.
+fn writer_child(db: &std::ffi::OsStr) {
     let store = Store::open(Path::new(&db), at(NOW)).expect("child: open read-write");
     let mut batch = Batch::new();
     batch.upsert(key("1111", ""), record(NOW - HOUR, NOW - 30, 4096, false));
@@ -861,6 +858,9 @@ fn listed(db: &Path) -> (Vec<String>, String) {
 
 #[test]
 fn reads_beside_a_live_writer_and_a_repaired_copy_after_it_is_killed() {
+    if let Some(db) = std::env::var_os(WRITER_ENV) {
+        return writer_child(&db);
+    }
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("records.redb");
     let mut writer = Writer::start(&db);
