@@ -78,8 +78,29 @@ mod tests {
         assert_eq!(clock.now(), UnixNanos::from_secs(7));
     }
 
+    /// The wall clock in unix nanoseconds: between two readings of `SystemTime` taken around
+    /// it (a clock in seconds or milliseconds, or one stuck at 0, would fall outside).
     #[test]
-    fn system_clock_is_after_2020() {
-        assert!(SystemClock.now() > UnixNanos::from_secs(1_577_836_800));
+    fn system_clock_reads_the_wall_clock_in_unix_nanoseconds() {
+        let nanos = |t: SystemTime| {
+            let since = t
+                .duration_since(UNIX_EPOCH)
+                .expect("the host clock is after 1970");
+            i64::try_from(since.as_nanos()).expect("the host clock is before 2262")
+        };
+        let before = nanos(SystemTime::now());
+        let now = SystemClock.now().0;
+        let after = nanos(SystemTime::now());
+        assert!(
+            before <= now && now <= after,
+            "{before} <= {now} <= {after}"
+        );
+    }
+
+    #[test]
+    fn manual_clock_saturates_instead_of_wrapping() {
+        let clock = ManualClock::new(UnixNanos(i64::MAX - 1));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(clock.now(), UnixNanos(i64::MAX));
     }
 }

@@ -12,6 +12,7 @@ pub mod agent;
 pub mod clock;
 pub mod cri;
 pub mod doctor;
+pub mod format;
 pub mod gc;
 pub mod inspect;
 pub mod kubelet;

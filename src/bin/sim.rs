@@ -94,7 +94,7 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let budget = Duration::from_secs(flags.seconds);
     // Random seeds: the standard library's per-process random keys, no clock.
-    let mut next_seed = RandomState::new().hash_one(0x5eed_u64);
+    let mut seed_source = fastrand::Rng::with_seed(RandomState::new().hash_one(0x5eed_u64));
     let (mut seeds, mut steps, mut violations, mut failed) = (0u64, 0u64, 0u64, false);
     let (mut crashes, mut removals, mut over, mut acks) = (0u64, 0u64, 0u64, 0u64);
     let mut quiet = 0u64;
@@ -105,12 +105,7 @@ fn main() -> ExitCode {
     loop {
         let seed = match flags.seed {
             Some(s) => s,
-            None => {
-                next_seed = next_seed
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
-                next_seed
-            }
+            None => seed_source.u64(..),
         };
         let options = SimOptions {
             seed,

@@ -102,6 +102,9 @@ fn print(report: &Report, output: &OutputArgs) -> Result<(), Failure> {
             list.write(&mut std::io::stdout().lock(), f)?;
         }
         _ => {
+            // Fixed columns (12 and 36 wide) with `fix:` continuation lines, not
+            // `output::write_table`: its widths follow the cells, and this output is a public
+            // contract that must stay byte for byte.
             if !output.no_headers {
                 println!("kubelet config: {}", escape_control(&report.kubelet_config));
                 println!("{:<12} {:<36} FINDING", "STATUS", "CHECK");

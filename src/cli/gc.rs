@@ -10,7 +10,7 @@ use imagekeeper::admin::{AdminClient, AdminError, GcOutcome};
 use imagekeeper::agent::FlagValues;
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::CriClient;
-use imagekeeper::gc::format::format_size;
+use imagekeeper::format::format_size;
 use imagekeeper::gc::{ImageGcManager, Removal};
 
 use super::agent_flags::AgentFlags;

@@ -288,78 +288,60 @@ impl CriClient {
 
     /// The runtime's name and version.
     pub async fn version(&self) -> Result<RuntimeVersion, CriError> {
-        let client = self.runtime.clone();
         let request = proto::VersionRequest {
             version: "v1".to_string(),
         };
-        let response = runtime_call(
-            "Version",
-            &self.runtime_endpoint,
-            self.call_timeout,
-            request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.version(r).await }
-            },
-        )
-        .await?;
+        let response = self
+            .runtime_rpc(
+                "Version",
+                Some(self.call_timeout),
+                request,
+                |mut client, r| async move { client.version(r).await },
+            )
+            .await?;
         Ok(convert::version_from_proto(response))
     }
 
     /// Runs a pod sandbox; returns its id.
     pub async fn run_pod_sandbox(&self, spec: &SandboxSpec) -> Result<String, CriError> {
-        let client = self.runtime.clone();
         let request = proto::RunPodSandboxRequest {
             config: Some(convert::sandbox_config(spec)),
             runtime_handler: String::new(),
         };
-        let response = runtime_call(
-            "RunPodSandbox",
-            &self.runtime_endpoint,
-            self.call_timeout,
-            request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.run_pod_sandbox(r).await }
-            },
-        )
-        .await?;
+        let response = self
+            .runtime_rpc(
+                "RunPodSandbox",
+                Some(self.call_timeout),
+                request,
+                |mut client, r| async move { client.run_pod_sandbox(r).await },
+            )
+            .await?;
         Ok(response.pod_sandbox_id)
     }
 
     pub async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
-        let client = self.runtime.clone();
         let request = proto::StopPodSandboxRequest {
             pod_sandbox_id: pod_sandbox_id.to_string(),
         };
-        runtime_call(
+        self.runtime_rpc(
             "StopPodSandbox",
-            &self.runtime_endpoint,
-            self.call_timeout,
+            Some(self.call_timeout),
             request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.stop_pod_sandbox(r).await }
-            },
+            |mut client, r| async move { client.stop_pod_sandbox(r).await },
         )
         .await?;
         Ok(())
     }
 
     pub async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
-        let client = self.runtime.clone();
         let request = proto::RemovePodSandboxRequest {
             pod_sandbox_id: pod_sandbox_id.to_string(),
         };
-        runtime_call(
+        self.runtime_rpc(
             "RemovePodSandbox",
-            &self.runtime_endpoint,
-            self.call_timeout,
+            Some(self.call_timeout),
             request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.remove_pod_sandbox(r).await }
-            },
+            |mut client, r| async move { client.remove_pod_sandbox(r).await },
         )
         .await?;
         Ok(())
@@ -367,19 +349,15 @@ impl CriClient {
 
     /// Every pod sandbox, ready or not.
     pub async fn list_pod_sandbox(&self) -> Result<Vec<PodSandboxSummary>, CriError> {
-        let client = self.runtime.clone();
         let request = proto::ListPodSandboxRequest { filter: None };
-        let response = runtime_call(
-            "ListPodSandbox",
-            &self.runtime_endpoint,
-            self.call_timeout,
-            request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.list_pod_sandbox(r).await }
-            },
-        )
-        .await?;
+        let response = self
+            .runtime_rpc(
+                "ListPodSandbox",
+                Some(self.call_timeout),
+                request,
+                |mut client, r| async move { client.list_pod_sandbox(r).await },
+            )
+            .await?;
         Ok(response
             .items
             .into_iter()
@@ -394,40 +372,31 @@ impl CriClient {
         sandbox: &SandboxSpec,
         container: &ContainerSpec,
     ) -> Result<String, CriError> {
-        let client = self.runtime.clone();
         let request = proto::CreateContainerRequest {
             pod_sandbox_id: pod_sandbox_id.to_string(),
             config: Some(convert::container_config(container, sandbox)),
             sandbox_config: Some(convert::sandbox_config(sandbox)),
         };
-        let response = runtime_call(
-            "CreateContainer",
-            &self.runtime_endpoint,
-            self.call_timeout,
-            request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.create_container(r).await }
-            },
-        )
-        .await?;
+        let response = self
+            .runtime_rpc(
+                "CreateContainer",
+                Some(self.call_timeout),
+                request,
+                |mut client, r| async move { client.create_container(r).await },
+            )
+            .await?;
         Ok(response.container_id)
     }
 
     pub async fn start_container(&self, container_id: &str) -> Result<(), CriError> {
-        let client = self.runtime.clone();
         let request = proto::StartContainerRequest {
             container_id: container_id.to_string(),
         };
-        runtime_call(
+        self.runtime_rpc(
             "StartContainer",
-            &self.runtime_endpoint,
-            self.call_timeout,
+            Some(self.call_timeout),
             request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.start_container(r).await }
-            },
+            |mut client, r| async move { client.start_container(r).await },
         )
         .await?;
         Ok(())
@@ -439,22 +408,17 @@ impl CriClient {
         container_id: &str,
         grace: Duration,
     ) -> Result<(), CriError> {
-        let client = self.runtime.clone();
         let request = proto::StopContainerRequest {
             container_id: container_id.to_string(),
             timeout: i64::try_from(grace.as_secs()).unwrap_or(i64::MAX),
         };
         // The runtime may use the whole grace period before it answers.
         let deadline = self.call_timeout.saturating_add(grace);
-        runtime_call(
+        self.runtime_rpc(
             "StopContainer",
-            &self.runtime_endpoint,
-            deadline,
+            Some(deadline),
             request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.stop_container(r).await }
-            },
+            |mut client, r| async move { client.stop_container(r).await },
         )
         .await?;
         Ok(())
@@ -467,18 +431,20 @@ impl CriClient {
         cmd: &[String],
         timeout: Duration,
     ) -> Result<ExecResult, CriError> {
-        let client = self.runtime.clone();
         let request = proto::ExecSyncRequest {
             container_id: container_id.to_string(),
             cmd: cmd.to_vec(),
             timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
         };
         let deadline = self.call_timeout.saturating_add(timeout);
-        let response = runtime_call("ExecSync", &self.runtime_endpoint, deadline, request, |r| {
-            let mut client = client.clone();
-            async move { client.exec_sync(r).await }
-        })
-        .await?;
+        let response = self
+            .runtime_rpc(
+                "ExecSync",
+                Some(deadline),
+                request,
+                |mut client, r| async move { client.exec_sync(r).await },
+            )
+            .await?;
         Ok(ExecResult {
             exit_code: response.exit_code,
             stdout: response.stdout,
@@ -487,19 +453,14 @@ impl CriClient {
     }
 
     pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
-        let client = self.runtime.clone();
         let request = proto::RemoveContainerRequest {
             container_id: container_id.to_string(),
         };
-        runtime_call(
+        self.runtime_rpc(
             "RemoveContainer",
-            &self.runtime_endpoint,
-            self.call_timeout,
+            Some(self.call_timeout),
             request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.remove_container(r).await }
-            },
+            |mut client, r| async move { client.remove_container(r).await },
         )
         .await?;
         Ok(())
@@ -511,22 +472,18 @@ impl CriClient {
         &self,
         container_id: &str,
     ) -> Result<ContainerStatusReport, CriError> {
-        let client = self.runtime.clone();
         let request = proto::ContainerStatusRequest {
             container_id: container_id.to_string(),
             verbose: false,
         };
-        let response = runtime_call(
-            "ContainerStatus",
-            &self.runtime_endpoint,
-            self.call_timeout,
-            request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.container_status(r).await }
-            },
-        )
-        .await?;
+        let response = self
+            .runtime_rpc(
+                "ContainerStatus",
+                Some(self.call_timeout),
+                request,
+                |mut client, r| async move { client.container_status(r).await },
+            )
+            .await?;
         let status = response.status.ok_or_else(|| CriError::Rpc {
             method: "ContainerStatus",
             code: super::RpcCode::Unknown,
@@ -558,31 +515,58 @@ impl CriClient {
     }
 }
 
-/// One unary call with a deadline: sent as `grpc-timeout` and enforced here too, so a runtime
-/// that never answers (or a stuck connection) cannot hold the caller past `deadline`.
+impl CriClient {
+    /// One unary call of the runtime service through [`unary_call`].
+    async fn runtime_rpc<Req, Resp, F, Fut>(
+        &self,
+        method: &'static str,
+        deadline: Option<Duration>,
+        request: Req,
+        call: F,
+    ) -> Result<Resp, CriError>
+    where
+        Req: Clone,
+        F: Fn(RuntimeServiceClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        unary_call(method, &self.runtime_endpoint, deadline, request, |r| {
+            call(self.runtime.clone(), r)
+        })
+        .await
+    }
+
+    /// One unary call of the image service through [`unary_call`].
+    async fn image_rpc<Req, Resp, F, Fut>(
+        &self,
+        method: &'static str,
+        deadline: Option<Duration>,
+        request: Req,
+        call: F,
+    ) -> Result<Resp, CriError>
+    where
+        Req: Clone,
+        F: Fn(ImageServiceClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        unary_call(method, &self.image_endpoint, deadline, request, |r| {
+            call(self.images.clone(), r)
+        })
+        .await
+    }
+}
+
+/// Every unary CRI call goes through here: the one place for the deadline, the retry on a
+/// broken connection, the error mapping and the call's trace lines.
+///
+/// A `Some` deadline is sent as `grpc-timeout` and enforced here too, so a runtime that never
+/// answers (or a stuck connection) cannot hold the caller past it. `None` waits for the
+/// runtime's answer for as long as it takes (PullImage, as the kubelet); the caller cancels by
+/// dropping the future.
 ///
 /// A call that fails because the connection broke (the runtime restarted since the last call)
 /// is sent once more on a fresh connection, within the same deadline, as grpc-go's transparent
 /// retry does; CRI calls are idempotent or keyed by name, so a repeat is harmless.
-async fn runtime_call<Req, Resp, F, Fut>(
-    method: &'static str,
-    endpoint: &str,
-    deadline: Duration,
-    request: Req,
-    call: F,
-) -> Result<Resp, CriError>
-where
-    Req: Clone,
-    F: FnMut(tonic::Request<Req>) -> Fut,
-    Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
-{
-    call_with_deadline(method, endpoint, Some(deadline), request, call).await
-}
-
-/// [`runtime_call`] with an optional deadline: `None` waits for the runtime's answer for as
-/// long as it takes (PullImage, as the kubelet), still with the one retry on a broken
-/// connection; the caller cancels by dropping the future.
-async fn call_with_deadline<Req, Resp, F, Fut>(
+async fn unary_call<Req, Resp, F, Fut>(
     method: &'static str,
     endpoint: &str,
     deadline: Option<Duration>,
@@ -660,19 +644,15 @@ where
 
 impl ImageRuntime for CriClient {
     async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
-        let client = self.images.clone();
         let request = proto::ListImagesRequest { filter: None };
-        let response = runtime_call(
-            "ListImages",
-            &self.image_endpoint,
-            self.call_timeout,
-            request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.list_images(r).await }
-            },
-        )
-        .await?;
+        let response = self
+            .image_rpc(
+                "ListImages",
+                Some(self.call_timeout),
+                request,
+                |mut client, r| async move { client.list_images(r).await },
+            )
+            .await?;
         Ok(response
             .images
             .into_iter()
@@ -685,22 +665,18 @@ impl ImageRuntime for CriClient {
         image: &str,
         runtime_handler: &str,
     ) -> Result<Option<RuntimeImage>, CriError> {
-        let client = self.images.clone();
         let request = proto::ImageStatusRequest {
             image: Some(convert::image_spec(image, runtime_handler)),
             verbose: false,
         };
-        let response = runtime_call(
-            "ImageStatus",
-            &self.image_endpoint,
-            self.call_timeout,
-            request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.image_status(r).await }
-            },
-        )
-        .await?;
+        let response = self
+            .image_rpc(
+                "ImageStatus",
+                Some(self.call_timeout),
+                request,
+                |mut client, r| async move { client.image_status(r).await },
+            )
+            .await?;
         match response.image {
             // The kubelet's remote image service refuses an image it cannot key or size
             // (remote_image.go, ImageStatus).
@@ -730,7 +706,6 @@ impl ImageRuntime for CriClient {
         spec: &PullSpec,
         credentials: Option<&PullCredentials>,
     ) -> Result<String, CriError> {
-        let client = self.images.clone();
         let request = convert::pull_request(spec, credentials);
         tracing::debug!(
             image = spec.image,
@@ -738,17 +713,14 @@ impl ImageRuntime for CriClient {
             with_credentials = credentials.is_some(),
             "pulling image"
         );
-        let response = call_with_deadline(
-            "PullImage",
-            &self.image_endpoint,
-            self.pull_timeout,
-            request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.pull_image(r).await }
-            },
-        )
-        .await?;
+        let response = self
+            .image_rpc(
+                "PullImage",
+                self.pull_timeout,
+                request,
+                |mut client, r| async move { client.pull_image(r).await },
+            )
+            .await?;
         if response.image_ref.is_empty() {
             // remote_image.go, PullImage: an empty ref is a failed pull.
             return Err(CriError::InvalidReply {
@@ -763,37 +735,28 @@ impl ImageRuntime for CriClient {
     }
 
     async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
-        let client = self.images.clone();
         let request = proto::RemoveImageRequest {
             image: Some(convert::image_spec(image, runtime_handler)),
         };
-        runtime_call(
+        self.image_rpc(
             "RemoveImage",
-            &self.image_endpoint,
-            self.call_timeout,
+            Some(self.call_timeout),
             request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.remove_image(r).await }
-            },
+            |mut client, r| async move { client.remove_image(r).await },
         )
         .await?;
         Ok(())
     }
 
     async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
-        let client = self.images.clone();
-        let response = runtime_call(
-            "ImageFsInfo",
-            &self.image_endpoint,
-            self.call_timeout,
-            proto::ImageFsInfoRequest {},
-            |r| {
-                let mut client = client.clone();
-                async move { client.image_fs_info(r).await }
-            },
-        )
-        .await?;
+        let response = self
+            .image_rpc(
+                "ImageFsInfo",
+                Some(self.call_timeout),
+                proto::ImageFsInfoRequest {},
+                |mut client, r| async move { client.image_fs_info(r).await },
+            )
+            .await?;
         let mut stats = convert::image_fs_from_proto(response)?;
         let path = PathBuf::from(&stats.mountpoint);
         let space =
@@ -804,19 +767,15 @@ impl ImageRuntime for CriClient {
     }
 
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
-        let client = self.runtime.clone();
         let request = proto::ListContainersRequest { filter: None };
-        let response = runtime_call(
-            "ListContainers",
-            &self.runtime_endpoint,
-            self.call_timeout,
-            request,
-            |r| {
-                let mut client = client.clone();
-                async move { client.list_containers(r).await }
-            },
-        )
-        .await?;
+        let response = self
+            .runtime_rpc(
+                "ListContainers",
+                Some(self.call_timeout),
+                request,
+                |mut client, r| async move { client.list_containers(r).await },
+            )
+            .await?;
         Ok(response
             .containers
             .into_iter()
@@ -866,7 +825,14 @@ mod tests {
     #[test]
     fn default_config_is_containerd_with_kubelet_deadline() {
         let config = CriConfig::default();
-        assert_eq!(config.runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+        // The kubelet's default --container-runtime-endpoint, written out: comparing with
+        // DEFAULT_RUNTIME_ENDPOINT would compare the constant with itself.
+        assert_eq!(
+            config.runtime_endpoint,
+            "unix:///run/containerd/containerd.sock"
+        );
+        assert_eq!(config.image_endpoint, None, "the image service shares it");
+        assert_eq!(config.connect_timeout, Duration::from_secs(5));
         assert_eq!(config.call_timeout, Duration::from_secs(120));
         assert_eq!(
             config.pull_timeout, None,

@@ -15,8 +15,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cri::DEFAULT_RUNTIME_ENDPOINT;
+use crate::format::parse_go_duration;
 use crate::gc::GcPolicy;
-use crate::gc::format::parse_go_duration;
 
 /// The only group/version a KubeletConfiguration file is written in.
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -523,7 +523,13 @@ mod tests {
             assert_eq!(parse_quantity(text), Ok(bytes), "{text}");
         }
         let overflowing = format!("1{}", "0".repeat(400));
-        assert!(parse_quantity(&overflowing).is_err(), "not finite");
+        assert_eq!(
+            parse_quantity(&overflowing),
+            Err(format!(
+                "{overflowing:?} is not a quantity (for example 10Gi or 500M) or a percentage"
+            )),
+            "not finite"
+        );
     }
 
     #[test]

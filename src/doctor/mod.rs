@@ -328,7 +328,7 @@ fn check_image_gc_thresholds(input: &DoctorInput<'_>) -> Finding {
 /// The kubelet's MaxAge pass (image_gc_manager.go, freeOldImages) removes images unused for
 /// imageMaximumGCAge by the kubelet's own in-memory record of use.
 fn check_maximum_age(input: &DoctorInput<'_>) -> Finding {
-    use crate::gc::format::go_duration;
+    use crate::format::go_duration;
     let name = "image-maximum-gc-age";
     let kubelet = input.kubelet.image_maximum_gc_age;
     let ours = input.imagekeeper.gc.policy.max_age;

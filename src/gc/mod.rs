@@ -10,7 +10,8 @@ pub mod detect;
 mod error;
 pub mod evict;
 pub mod explain;
-pub mod format;
+// The formatting rules moved to the crate root; this keeps `gc::format::*` paths working.
+pub use crate::format;
 pub mod kubelet;
 pub mod manager;
 pub mod metrics;

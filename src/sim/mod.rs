@@ -41,7 +41,7 @@ use crate::gc::evict::{Verdict, space_verdict};
 use crate::gc::{CycleTime, DetectReport, GcConfig, GcError, GcPolicy, GcReport, ImageGcManager};
 use crate::model::{ContainerState, ImageId, RecordKey, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullConfig, PullError, PullPolicy, PullsInFlight};
-use crate::store::power_loss::{PowerLossDisk, SplitMix64};
+use crate::store::power_loss::PowerLossDisk;
 use crate::store::{CommitMode, Store, StoreError};
 
 use oracle::{Ack, Oracle};
@@ -243,7 +243,8 @@ struct Agent {
 
 struct Sim {
     options: SimOptions,
-    rng: SplitMix64,
+    /// The one source of randomness: a run is a function of its seed.
+    rng: fastrand::Rng,
     step: u64,
     runtime: SimRuntime,
     clock: Arc<ManualClock>,
@@ -287,18 +288,18 @@ fn catalog() -> Vec<CatalogEntry> {
 
 impl Sim {
     fn new(options: SimOptions) -> Result<Sim, SimError> {
-        let mut rng = SplitMix64(options.seed);
+        let mut rng = fastrand::Rng::with_seed(options.seed);
         let catalog = catalog();
         let mut world = World {
             sandbox_image_id: catalog[0].id.clone(),
             capacity: 1 << 30,
-            other_used: (rng.next_u64() % 400) << 20,
+            other_used: rng.u64(..400) << 20,
             ..World::default()
         };
         world.catalog = catalog.clone();
         // The node starts with the sandbox image and a few others.
         for entry in &catalog {
-            if entry.pinned || rng.next_u64().is_multiple_of(2) {
+            if entry.pinned || rng.bool() {
                 world.add_image(entry);
             }
         }
@@ -309,13 +310,13 @@ impl Sim {
             CommitMode::Durable
         };
         let policy = GcPolicy {
-            high_threshold_percent: 70 + i64::try_from(rng.next_u64() % 20).unwrap_or(0),
-            low_threshold_percent: 50 + i64::try_from(rng.next_u64() % 15).unwrap_or(0),
-            min_age: Duration::from_secs(rng.next_u64() % 3 * 60),
-            max_age: if rng.next_u64().is_multiple_of(2) {
+            high_threshold_percent: 70 + i64::try_from(rng.u64(..20)).unwrap_or(0),
+            low_threshold_percent: 50 + i64::try_from(rng.u64(..15)).unwrap_or(0),
+            min_age: Duration::from_secs(rng.u64(..3) * 60),
+            max_age: if rng.bool() {
                 Duration::ZERO
             } else {
-                Duration::from_secs(3600 + rng.next_u64() % 3600)
+                Duration::from_secs(3600 + rng.u64(..3600))
             },
         };
         let config = GcConfig {
@@ -367,11 +368,11 @@ impl Sim {
     }
 
     fn pick(&mut self, n: usize) -> usize {
-        usize::try_from(self.rng.next_u64() % u64::try_from(n.max(1)).unwrap_or(1)).unwrap_or(0)
+        self.rng.usize(..n.max(1))
     }
 
     fn chance(&mut self, percent: u64) -> bool {
-        self.rng.next_u64() % 100 < percent
+        self.rng.u64(..100) < percent
     }
 
     fn note(&mut self, line: String) {
@@ -411,12 +412,12 @@ impl Sim {
     fn one_step(&mut self) {
         // Time passes a little at most steps.
         if self.chance(60) {
-            let by = Duration::from_secs(self.rng.next_u64() % 20);
+            let by = Duration::from_secs(self.rng.u64(..20));
             self.clock.advance(by);
             self.latest = self.latest.max(self.clock.now());
         }
         let parked = self.runtime.world().parked();
-        let roll = self.rng.next_u64() % 100;
+        let roll = self.rng.u64(..100);
         match roll {
             0..=44 if !parked.is_empty() => {
                 let id = parked[self.pick(parked.len())];
@@ -457,7 +458,7 @@ impl Sim {
                 self.disk.cut_now();
             }
             _ => {
-                let n = self.rng.next_u64() % 40;
+                let n = self.rng.u64(..40);
                 self.note(format!("power cut armed in {n} disk operations"));
                 self.disk.cut_after(n);
             }
@@ -497,7 +498,7 @@ impl Sim {
     }
 
     fn start_operation(&mut self) {
-        let kind = match self.rng.next_u64() % 10 {
+        let kind = match self.rng.u64(..10) {
             0..=3 => Kind::Detect,
             4..=6 => Kind::Gc,
             7 => Kind::DeleteUnused,
@@ -689,9 +690,9 @@ impl Sim {
     }
 
     fn disk_usage(&mut self) {
-        let mb = (self.rng.next_u64() % 200) << 20;
+        let mb = self.rng.u64(..200) << 20;
         let mut world = self.runtime.world();
-        if self.rng.next_u64().is_multiple_of(2) {
+        if self.rng.bool() {
             world.other_used = world.other_used.saturating_add(mb).min(700 << 20);
         } else {
             world.other_used = world.other_used.saturating_sub(mb);
@@ -704,18 +705,14 @@ impl Sim {
     fn clock_jump(&mut self) {
         let now = self.clock.now();
         if self.chance(60) {
-            let by = Duration::from_secs(self.rng.next_u64() % 7200);
+            let by = Duration::from_secs(self.rng.u64(..7200));
             self.clock.advance(by);
             self.latest = self.latest.max(self.clock.now());
             self.note(format!("clock jumps forward {}s", by.as_secs()));
         } else {
             let floor = self.latest.saturating_sub(CLOCK_BACK_LIMIT);
             let span = u64::try_from(now.0.saturating_sub(floor.0)).unwrap_or(0);
-            let back = if span == 0 {
-                0
-            } else {
-                self.rng.next_u64() % span
-            };
+            let back = if span == 0 { 0 } else { self.rng.u64(..span) };
             let to = UnixNanos(now.0.saturating_sub(i64::try_from(back).unwrap_or(0)));
             self.clock.set(to);
             self.note(format!("clock jumps back {}s", back / 1_000_000_000));
@@ -997,7 +994,7 @@ impl Sim {
             self.oracle.forget_cycle(id);
             drop(actor);
         }
-        let image = self.disk.crash_image(self.rng.next_u64());
+        let image = self.disk.crash_image(self.rng.u64(..));
         self.disk = PowerLossDisk::new(image, None);
         let now = self.clock.now();
         let mut store = match Store::open_with_backend(self.disk.backend(), label(), now, self.mode)

@@ -16,19 +16,6 @@ use imagekeeper::store::{Store, meta_keys};
 
 const ROUND_SECS: i64 = 100_000;
 
-/// SplitMix64, seeded: a failure names its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
 fn image_id(round: u32, i: u32) -> String {
     format!("sha256:{round:08x}{i:056x}")
 }
@@ -141,7 +128,7 @@ fn verify(db: &Path, promised: &Promised, last_seen: &mut i64, context: &str) {
 /// output lines were read, and how many removals those lines promised.
 pub fn crash_loop(kills: u32, seed: u64, dir: &Path) -> (u32, usize, usize) {
     let db = dir.join("crash.redb");
-    let mut rng = Rng(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut promised_all = Promised::default();
     let mut last_seen = 0;
     let mut killed = 0;
@@ -160,7 +147,7 @@ pub fn crash_loop(kills: u32, seed: u64, dir: &Path) -> (u32, usize, usize) {
             .spawn()
             .expect("start imagekeeper replay");
         // Each step prints a detect line, one or two removed lines and a delete_unused line.
-        let wait_for = 1 + (rng.next() % u64::from(steps * 4)) as usize;
+        let wait_for = 1 + rng.usize(..usize::try_from(steps * 4).expect("a small step count"));
         let lines = read_lines(&mut child, wait_for);
         let pid = libc::pid_t::try_from(child.id()).expect("pids fit in pid_t");
         // SAFETY: kill(2) on our own child, which has not been waited for, so the pid is ours.

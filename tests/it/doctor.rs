@@ -3,8 +3,9 @@
 //! imagekeeper's own settings from flags and `--config`, and the runtime's answers through the
 //! in-process fake CRI server (or no runtime at all).
 
+use crate::support::bin;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use imagekeeper::cri::fake::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
@@ -113,13 +114,13 @@ impl Files {
 }
 
 fn doctor(kubelet_config: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-        .arg("doctor")
-        .arg("--kubelet-config")
-        .arg(kubelet_config)
-        .args(args)
-        .output()
-        .expect("run imagekeeper doctor")
+    bin::output(
+        bin::imagekeeper()
+            .arg("doctor")
+            .arg("--kubelet-config")
+            .arg(kubelet_config)
+            .args(args),
+    )
 }
 
 async fn doctor_async(kubelet_config: PathBuf, args: Vec<String>) -> Output {

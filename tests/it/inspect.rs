@@ -3,6 +3,7 @@
 //! writer in a child process and after it is SIGKILLed, the file's bytes unchanged by every
 //! command, and explain agreeing with what the real GC manager removes.
 
+use crate::support::bin;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ use imagekeeper::model::{
     UnixNanos,
 };
 use imagekeeper::replay::ScriptedRuntime;
-use imagekeeper::store::{Batch, CURRENT_SCHEMA_VERSION, Store, meta_keys};
+use imagekeeper::store::{Batch, CURRENT_SCHEMA_VERSION, Store, StoreError, meta_keys};
 use serde_json::Value;
 
 /// "Now" for every command: 2026-01-02T08:00:00Z.
@@ -39,22 +40,12 @@ impl Run {
 
 /// Runs `imagekeeper inspect ARGS` and checks that it did not panic.
 fn run(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-        .arg("inspect")
-        .args(args)
-        .output()
-        .expect("run imagekeeper");
-    let run = Run {
+    let out = bin::output(bin::imagekeeper().arg("inspect").args(args));
+    Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(
-        !run.stderr.contains("panicked"),
-        "inspect {args:?} panicked: {}",
-        run.stderr
-    );
-    run
+    }
 }
 
 /// Runs `imagekeeper inspect --db DB --now NOW ARGS` and checks the file's bytes did not
@@ -640,8 +631,9 @@ fn bad_files_are_clear_errors_naming_the_path_for_every_command() {
     }
 }
 
-/// The test binary run again as a child process that holds the store open read-write:
-/// `writer_child_process` does nothing unless IMAGEKEEPER_IT_WRITER_DB is set.
+/// The test binary run again as a child process that holds the store open read-write: it runs
+/// the real test [`WRITER_TEST`], which turns into [`writer_child`] when IMAGEKEEPER_IT_WRITER_DB
+/// is set (a helper that is not counted as a test of its own).
 struct Writer {
     child: Child,
     stdin: ChildStdin,
@@ -649,16 +641,14 @@ struct Writer {
 }
 
 const WRITER_ENV: &str = "IMAGEKEEPER_IT_WRITER_DB";
+/// The test whose process becomes the writer child when [`WRITER_ENV`] is set.
+const WRITER_TEST: &str =
+    "inspect::reads_beside_a_live_writer_and_a_repaired_copy_after_it_is_killed";
 
 impl Writer {
     fn start(db: &Path) -> Writer {
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "inspect::writer_child_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args([WRITER_TEST, "--exact", "--nocapture", "--test-threads=1"])
             .env(WRITER_ENV, db)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -715,11 +705,9 @@ impl Writer {
     }
 }
 
-#[test]
-fn writer_child_process() {
-    let Some(db) = std::env::var_os(WRITER_ENV) else {
-        return;
-    };
+/// The writer child's whole life (see [`Writer`]): it runs inside the test binary started
+/// again on [`WRITER_TEST`] with [`WRITER_ENV`] set, so no `#[test]` exists only to host it.
+fn writer_child(db: &std::ffi::OsStr) {
     let store = Store::open(Path::new(&db), at(NOW)).expect("child: open read-write");
     let mut batch = Batch::new();
     batch.upsert(key("1111", ""), record(NOW - HOUR, NOW - 30, 4096, false));
@@ -870,6 +858,9 @@ fn listed(db: &Path) -> (Vec<String>, String) {
 
 #[test]
 fn reads_beside_a_live_writer_and_a_repaired_copy_after_it_is_killed() {
+    if let Some(db) = std::env::var_os(WRITER_ENV) {
+        return writer_child(&db);
+    }
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("records.redb");
     let mut writer = Writer::start(&db);
@@ -926,9 +917,11 @@ fn reads_beside_a_live_writer_and_a_repaired_copy_after_it_is_killed() {
             r.stderr
         );
     }
+    let reopened = Store::open_read_only(&db);
     assert!(
-        Store::open_read_only(&db).is_err(),
-        "the file itself is still unrepaired"
+        matches!(&reopened, Err(StoreError::NeedsRecovery { path }) if path == &db),
+        "the file itself is still unrepaired: {:?}",
+        reopened.err()
     );
 }
 
@@ -1146,37 +1139,18 @@ const EVERY_SUBCOMMAND: [&[&str]; 7] = [
 /// Runs `imagekeeper inspect --db DB ARGS` with a deadline: a run that hangs is SIGKILLed and
 /// fails the test.
 fn run_with_deadline(db: &Path, args: &[&str]) -> Run {
-    let child = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-        .arg("inspect")
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run imagekeeper");
-    let pid = child.id();
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(out) => out.expect("wait for imagekeeper"),
-        Err(_) => {
-            // SAFETY: kill(2) on the pid of our own child, which has not been reaped (the
-            // waiting thread is still blocked in wait).
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            panic!("inspect {args:?} on {} hung", db.display());
-        }
-    };
-    let run = Run {
+    let out = bin::output(
+        bin::imagekeeper()
+            .arg("inspect")
+            .arg("--db")
+            .arg(db)
+            .args(args),
+    );
+    Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
-    run
+    }
 }
 
 #[test]

@@ -2,14 +2,12 @@
 //! `.expected.jsonl` output, a reused --db carries history, and bad traces exit 2 naming the
 //! line.
 
+use crate::support::bin;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn imagekeeper(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-        .args(args)
-        .output()
-        .expect("run imagekeeper")
+    bin::run(args)
 }
 
 fn replay_dir() -> PathBuf {
@@ -159,7 +157,7 @@ fn bad_traces_exit_2_with_the_line_and_reason() {
 fn with_stdout_closed(args: &[&str]) -> Output {
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
-    Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+    bin::imagekeeper()
         .args(args)
         .stdout(writer)
         .stderr(std::process::Stdio::piped())

@@ -6,15 +6,16 @@
 
 mod print;
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
 use imagekeeper::clock::{Clock, SystemClock};
+use imagekeeper::format::{go_duration, parse_go_duration};
 use imagekeeper::gc::GcPolicy;
 use imagekeeper::gc::explain::{FsSpace, explain_with_kubelet, note_prior_evictions};
-use imagekeeper::gc::format::{go_duration, parse_go_duration};
 use imagekeeper::gc::kubelet::{OfflineKubelet, fold_offline};
 use imagekeeper::inspect::{
     InspectError, Snapshot, SortKey, repull_rate, resolve_query, sort_records, stats,
@@ -163,164 +164,197 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
     // The one reading of the wall clock; everything below takes `now`.
     let now = args.now.unwrap_or_else(|| SystemClock.now());
     let out = &args.output;
+    let db = args.db.as_path();
     let mut stdout = std::io::stdout().lock();
     let w = &mut stdout;
     match args.command {
-        InspectCommand::Check => {
-            let mut snap = open(&args.db, false)?;
-            let report = snap.check(now).map_err(inspect_failure)?;
-            if report.needed_recovery {
-                eprintln!(
-                    "imagekeeper: database {} needs recovery (it was not closed cleanly); \
-                     checked a repaired copy, the file itself was not modified",
-                    args.db.display()
-                );
-            }
-            print::check(w, out, &report)?;
-            if report.violations.is_empty() {
-                Ok(())
-            } else {
-                Err(Failure::from(anyhow!(
-                    "database {}: {} violation(s)",
-                    args.db.display(),
-                    report.violations.len()
-                )))
-            }
-        }
-        InspectCommand::Explain(explain_args) => {
-            let policy = GcPolicy {
-                high_threshold_percent: explain_args.high,
-                low_threshold_percent: explain_args.low,
-                min_age: explain_args.min_age,
-                max_age: explain_args.max_age,
-            };
-            policy
-                .validate()
-                .with_context(|| {
-                    format!(
-                        "invalid GC policy from --high {} --low {} --min-age {} --max-age {}",
-                        policy.high_threshold_percent,
-                        policy.low_threshold_percent,
-                        go_duration(policy.min_age),
-                        go_duration(policy.max_age)
-                    )
-                })
-                .map_err(Failure::usage)?;
-            let fs = match (explain_args.capacity, explain_args.available) {
-                (Some(0), _) => {
-                    return Err(Failure::usage(anyhow!(
-                        "invalid value 0 for --capacity: the image filesystem's size must be \
-                         greater than 0"
-                    )));
-                }
-                (Some(capacity), Some(available)) => Some(FsSpace {
-                    capacity,
-                    available,
-                }),
-                _ => None,
-            };
-            let snap = open(&args.db, true)?;
+        InspectCommand::Check => check(w, out, db, now),
+        InspectCommand::Explain(explain_args) => explain(w, out, db, &explain_args, now),
+        InspectCommand::List { sort } => {
+            let snap = open(db, true)?;
             let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
-            let meta = snap.meta().map_err(inspect_failure)?;
-            let kubelet = if explain_args.kubelet_root_dir.is_empty() {
-                OfflineKubelet::default()
-            } else {
-                let reader =
-                    PullRecordsReader::new(std::path::Path::new(&explain_args.kubelet_root_dir));
-                fold_offline(&reader, &mut records, now, policy.min_age)
-            };
-            for image in &kubelet.unresolved_intents {
-                eprintln!(
-                    "imagekeeper: the kubelet is pulling {image:?}: explain cannot tell which image that names without the runtime (gc --dry-run can)"
-                );
-            }
-            let mut explanation = explain_with_kubelet(
-                &records,
-                meta.last_detect,
-                policy,
-                fs,
-                now,
-                &Default::default(),
-                &kubelet.view,
-            );
-            note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);
-            print::explain(w, out, &explanation)?;
-            Ok(())
+            sort_records(&mut records, sort_key(sort));
+            let names = snap.names().map_err(inspect_failure)?;
+            Ok(print::list(w, out, &records, &names, now)?)
         }
-        command => {
-            let snap = open(&args.db, true)?;
-            match command {
-                InspectCommand::List { sort } => {
-                    let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
-                    sort_records(&mut records, sort_key(sort));
-                    let names = snap.names().map_err(inspect_failure)?;
-                    print::list(w, out, &records, &names, now)?;
-                }
-                InspectCommand::Show { id } => {
-                    let records = snap.records_in_eviction_order().map_err(inspect_failure)?;
-                    let names = snap.names().map_err(inspect_failure)?;
-                    let journal = snap.journal().map_err(inspect_failure)?;
-                    let image = resolve_query(&records, &names, &journal, &id, &args.db)
-                        .map_err(inspect_failure)?;
-                    let found: Vec<_> = records
-                        .iter()
-                        .filter(|r| r.key.image_id == image)
-                        .cloned()
-                        .collect();
-                    let removals: Vec<_> = journal
-                        .into_iter()
-                        .rev()
-                        .filter(|(k, _)| k.key.image_id == image)
-                        .collect();
-                    let shown = print::Shown {
-                        found: &found,
-                        all: &records,
-                        names: &names,
-                        removals: &removals,
-                    };
-                    print::show(w, out, &shown, now)?;
-                }
-                InspectCommand::Evictions { since, reason } => {
-                    let names = snap.names().map_err(inspect_failure)?;
-                    let from = since.map(|d| now.saturating_sub(d));
-                    let entries: Vec<_> = snap
-                        .journal()
-                        .map_err(inspect_failure)?
-                        .into_iter()
-                        .rev()
-                        .filter(|(k, _)| from.is_none_or(|from| k.removed_at >= from))
-                        .filter(|(_, e)| reason.is_none_or(|r| r.keeps(e)))
-                        .collect();
-                    print::evictions(w, out, &entries, &names, now)?;
-                }
-                InspectCommand::Backoff => {
-                    let entries = snap.backoff_entries().map_err(inspect_failure)?;
-                    print::backoff(w, out, &entries, now)?;
-                }
-                InspectCommand::Stats => {
-                    let records = snap.records_in_eviction_order().map_err(inspect_failure)?;
-                    let backoff = snap.backoff_entries().map_err(inspect_failure)?;
-                    let meta = snap.meta().map_err(inspect_failure)?;
-                    let s = stats(&records, backoff.len(), now);
-                    let journal = snap.journal().map_err(inspect_failure)?;
-                    const DAY: Duration = Duration::from_secs(24 * 3600);
-                    let journal_stats = print::JournalStats {
-                        entries: u64::try_from(journal.len()).unwrap_or(u64::MAX),
-                        last_day: repull_rate(&journal, now, DAY),
-                        last_week: repull_rate(&journal, now, 7 * DAY),
-                    };
-                    print::stats(w, out, &s, &meta, &journal_stats, now)?;
-                }
-                InspectCommand::Export => {
-                    let mut records = snap.records().map_err(inspect_failure)?;
-                    records.sort_by(|a, b| a.key.cmp(&b.key));
-                    print::export(w, out, &records)?;
-                }
-                InspectCommand::Check | InspectCommand::Explain(_) => {}
-            }
-            Ok(())
+        InspectCommand::Show { id } => show(w, out, db, &id, now),
+        InspectCommand::Evictions { since, reason } => {
+            let snap = open(db, true)?;
+            let names = snap.names().map_err(inspect_failure)?;
+            let from = since.map(|d| now.saturating_sub(d));
+            let entries: Vec<_> = snap
+                .journal()
+                .map_err(inspect_failure)?
+                .into_iter()
+                .rev()
+                .filter(|(k, _)| from.is_none_or(|from| k.removed_at >= from))
+                .filter(|(_, e)| reason.is_none_or(|r| r.keeps(e)))
+                .collect();
+            Ok(print::evictions(w, out, &entries, &names, now)?)
+        }
+        InspectCommand::Backoff => {
+            let snap = open(db, true)?;
+            let entries = snap.backoff_entries().map_err(inspect_failure)?;
+            Ok(print::backoff(w, out, &entries, now)?)
+        }
+        InspectCommand::Stats => stats_command(w, out, db, now),
+        InspectCommand::Export => {
+            let snap = open(db, true)?;
+            let mut records = snap.records().map_err(inspect_failure)?;
+            records.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(print::export(w, out, &records)?)
         }
     }
+}
+
+/// `inspect check`: exit 1 on any violation (a copy is checked; the file is never modified).
+fn check(w: &mut dyn Write, out: &OutputArgs, db: &Path, now: UnixNanos) -> Result<(), Failure> {
+    let mut snap = open(db, false)?;
+    let report = snap.check(now).map_err(inspect_failure)?;
+    if report.needed_recovery {
+        eprintln!(
+            "imagekeeper: database {} needs recovery (it was not closed cleanly); \
+             checked a repaired copy, the file itself was not modified",
+            db.display()
+        );
+    }
+    print::check(w, out, &report)?;
+    if report.violations.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::from(anyhow!(
+            "database {}: {} violation(s)",
+            db.display(),
+            report.violations.len()
+        )))
+    }
+}
+
+/// The GC policy and image filesystem `inspect explain` evaluates, from its flags (bad ones are
+/// usage errors, exit 2).
+fn explain_policy(args: &ExplainArgs) -> Result<(GcPolicy, Option<FsSpace>), Failure> {
+    let policy = GcPolicy {
+        high_threshold_percent: args.high,
+        low_threshold_percent: args.low,
+        min_age: args.min_age,
+        max_age: args.max_age,
+    };
+    policy
+        .validate()
+        .with_context(|| {
+            format!(
+                "invalid GC policy from --high {} --low {} --min-age {} --max-age {}",
+                policy.high_threshold_percent,
+                policy.low_threshold_percent,
+                go_duration(policy.min_age),
+                go_duration(policy.max_age)
+            )
+        })
+        .map_err(Failure::usage)?;
+    let fs = match (args.capacity, args.available) {
+        (Some(0), _) => {
+            return Err(Failure::usage(anyhow!(
+                "invalid value 0 for --capacity: the image filesystem's size must be \
+                 greater than 0"
+            )));
+        }
+        (Some(capacity), Some(available)) => Some(FsSpace {
+            capacity,
+            available,
+        }),
+        _ => None,
+    };
+    Ok((policy, fs))
+}
+
+/// `inspect explain`: what GC would do now, with the kubelet's pull records when readable.
+fn explain(
+    w: &mut dyn Write,
+    out: &OutputArgs,
+    db: &Path,
+    args: &ExplainArgs,
+    now: UnixNanos,
+) -> Result<(), Failure> {
+    let (policy, fs) = explain_policy(args)?;
+    let snap = open(db, true)?;
+    let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
+    let meta = snap.meta().map_err(inspect_failure)?;
+    let kubelet = if args.kubelet_root_dir.is_empty() {
+        OfflineKubelet::default()
+    } else {
+        let reader = PullRecordsReader::new(Path::new(&args.kubelet_root_dir));
+        fold_offline(&reader, &mut records, now, policy.min_age)
+    };
+    for image in &kubelet.unresolved_intents {
+        eprintln!(
+            "imagekeeper: the kubelet is pulling {image:?}: explain cannot tell which image that names without the runtime (gc --dry-run can)"
+        );
+    }
+    let mut explanation = explain_with_kubelet(
+        &records,
+        meta.last_detect,
+        policy,
+        fs,
+        now,
+        &Default::default(),
+        &kubelet.view,
+    );
+    note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);
+    Ok(print::explain(w, out, &explanation)?)
+}
+
+/// `inspect show ID`: the image's records and its removals, newest first.
+fn show(
+    w: &mut dyn Write,
+    out: &OutputArgs,
+    db: &Path,
+    id: &str,
+    now: UnixNanos,
+) -> Result<(), Failure> {
+    let snap = open(db, true)?;
+    let records = snap.records_in_eviction_order().map_err(inspect_failure)?;
+    let names = snap.names().map_err(inspect_failure)?;
+    let journal = snap.journal().map_err(inspect_failure)?;
+    let image = resolve_query(&records, &names, &journal, id, db).map_err(inspect_failure)?;
+    let found: Vec<_> = records
+        .iter()
+        .filter(|r| r.key.image_id == image)
+        .cloned()
+        .collect();
+    let removals: Vec<_> = journal
+        .into_iter()
+        .rev()
+        .filter(|(k, _)| k.key.image_id == image)
+        .collect();
+    let shown = print::Shown {
+        found: &found,
+        all: &records,
+        names: &names,
+        removals: &removals,
+    };
+    Ok(print::show(w, out, &shown, now)?)
+}
+
+/// `inspect stats`: counts, sizes, the last-use histogram, meta and the journal's re-pull rates.
+fn stats_command(
+    w: &mut dyn Write,
+    out: &OutputArgs,
+    db: &Path,
+    now: UnixNanos,
+) -> Result<(), Failure> {
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+    let snap = open(db, true)?;
+    let records = snap.records_in_eviction_order().map_err(inspect_failure)?;
+    let backoff = snap.backoff_entries().map_err(inspect_failure)?;
+    let meta = snap.meta().map_err(inspect_failure)?;
+    let s = stats(&records, backoff.len(), now);
+    let journal = snap.journal().map_err(inspect_failure)?;
+    let journal_stats = print::JournalStats {
+        entries: u64::try_from(journal.len()).unwrap_or(u64::MAX),
+        last_day: repull_rate(&journal, now, DAY),
+        last_week: repull_rate(&journal, now, 7 * DAY),
+    };
+    Ok(print::stats(w, out, &s, &meta, &journal_stats, now)?)
 }
 
 fn sort_key(sort: Sort) -> SortKey {

@@ -7,8 +7,8 @@
 
 use std::io::{self, Write};
 
+use imagekeeper::format::{format_ago, format_rfc3339, format_size, go_duration};
 use imagekeeper::gc::explain::{Decision, Explanation, ImageExplanation, SpacePass};
-use imagekeeper::gc::format::{format_ago, format_rfc3339, format_size, go_duration};
 use imagekeeper::inspect::{CheckReport, MetaInfo, NamesByKey, RepullRate, Stats, escape_control};
 use imagekeeper::model::{BackoffEntry, ImageId, ImageNames, JournalEntry, UnixNanos};
 use imagekeeper::store::{JournalKey, StoredRecord};
@@ -766,94 +766,109 @@ pub fn explain(w: &mut dyn Write, out: &OutputArgs, e: &Explanation) -> io::Resu
         (n + 1, b.saturating_add(i.record.size))
     });
     if is_list(out.format()) {
-        let mut list = KubeList::new("ImageDecision");
-        for i in &e.images {
-            let mut item = record_item(&StoredRecord {
-                key: i.key.clone(),
-                record: i.record,
-            });
-            if let Some(obj) = item.as_object_mut() {
-                obj.insert("rank".into(), json!(i.rank));
-                obj.insert("inUse".into(), json!(i.in_use));
-                obj.insert("remove".into(), json!(i.decision.removes()));
-                obj.insert("decision".into(), json!(decision_str(i.decision)));
-                obj.insert("reason".into(), json!(i.reason));
-                obj.insert(
-                    "kubeletPulledAt".into(),
-                    json!(i.kubelet_pulled_at.map(format_rfc3339)),
-                );
-                obj.insert(
-                    "evictedBefore".into(),
-                    json!(i.evicted_before.map(|prior| json!({
-                        "removedAt": format_rfc3339(prior.removed_at),
-                        "remover": prior.remover.as_str(),
-                        "reason": prior.reason.map(|r| r.as_str()),
-                        "repulledAt": format_rfc3339(prior.repulled_at),
-                    }))),
-                );
-            }
-            list.push(i.key.image_id.as_str(), item);
-        }
-        return list.write(w, out.format());
+        return explain_list(w, out.format(), e);
     }
     if out.format() == Format::Json {
-        let (detect, detect_at) = time_json(e.last_detect);
-        let images: Vec<Value> = e
-            .images
-            .iter()
-            .map(|i| {
-                let mut v = record_json(
-                    &StoredRecord {
-                        key: i.key.clone(),
-                        record: i.record,
-                    },
-                    Some(e.now),
-                );
-                if let Some(obj) = v.as_object_mut() {
-                    obj.insert("rank".into(), json!(i.rank));
-                    obj.insert("in_use".into(), json!(i.in_use));
-                    obj.insert("remove".into(), json!(i.decision.removes()));
-                    obj.insert("decision".into(), json!(decision_str(i.decision)));
-                    obj.insert("reason".into(), json!(i.reason));
-                    if let Some(at) = i.kubelet_pulled_at {
-                        obj.insert("kubelet_pulled_at".into(), json!(format_rfc3339(at)));
-                    }
-                    if let Some(prior) = i.evicted_before {
-                        obj.insert(
-                            "evicted_before".into(),
-                            json!({
-                                "removed_at": format_rfc3339(prior.removed_at),
-                                "remover": prior.remover.as_str(),
-                                "reason": prior.reason.map(|r| r.as_str()),
-                                "repulled_at": format_rfc3339(prior.repulled_at),
-                            }),
-                        );
-                    }
-                }
-                v
-            })
-            .collect();
-        let v = json!({
-            "now_unix_nanos": e.now.0,
-            "now": format_rfc3339(e.now),
-            "policy": {
-                "high_threshold_percent": e.policy.high_threshold_percent,
-                "low_threshold_percent": e.policy.low_threshold_percent,
-                "min_age": go_duration(e.policy.min_age),
-                "max_age": go_duration(e.policy.max_age),
-            },
-            "last_detect_unix_nanos": detect,
-            "last_detect": detect_at,
-            "freed_for_age": e.freed_for_age,
-            "space_pass": e.space,
-            "would_remove": {"images": count, "bytes": bytes},
-            "images": images,
-        });
-        return json_out(w, &v);
+        return explain_json(w, e, count, bytes);
     }
     if !out.no_headers {
         explain_summary(w, e, count, bytes)?;
     }
+    explain_table(w, out, e)
+}
+
+/// `inspect explain -o kube-json|yaml|name`: one `ImageDecision` item per image.
+fn explain_list(w: &mut dyn Write, format: Format, e: &Explanation) -> io::Result<()> {
+    let mut list = KubeList::new("ImageDecision");
+    for i in &e.images {
+        let mut item = record_item(&StoredRecord {
+            key: i.key.clone(),
+            record: i.record,
+        });
+        if let Some(obj) = item.as_object_mut() {
+            obj.insert("rank".into(), json!(i.rank));
+            obj.insert("inUse".into(), json!(i.in_use));
+            obj.insert("remove".into(), json!(i.decision.removes()));
+            obj.insert("decision".into(), json!(decision_str(i.decision)));
+            obj.insert("reason".into(), json!(i.reason));
+            obj.insert(
+                "kubeletPulledAt".into(),
+                json!(i.kubelet_pulled_at.map(format_rfc3339)),
+            );
+            obj.insert(
+                "evictedBefore".into(),
+                json!(i.evicted_before.map(|prior| json!({
+                    "removedAt": format_rfc3339(prior.removed_at),
+                    "remover": prior.remover.as_str(),
+                    "reason": prior.reason.map(|r| r.as_str()),
+                    "repulledAt": format_rfc3339(prior.repulled_at),
+                }))),
+            );
+        }
+        list.push(i.key.image_id.as_str(), item);
+    }
+    list.write(w, format)
+}
+
+/// `inspect explain --json` / `-o json`: the summary and one object per image.
+fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> io::Result<()> {
+    let (detect, detect_at) = time_json(e.last_detect);
+    let images: Vec<Value> = e
+        .images
+        .iter()
+        .map(|i| {
+            let mut v = record_json(
+                &StoredRecord {
+                    key: i.key.clone(),
+                    record: i.record,
+                },
+                Some(e.now),
+            );
+            if let Some(obj) = v.as_object_mut() {
+                obj.insert("rank".into(), json!(i.rank));
+                obj.insert("in_use".into(), json!(i.in_use));
+                obj.insert("remove".into(), json!(i.decision.removes()));
+                obj.insert("decision".into(), json!(decision_str(i.decision)));
+                obj.insert("reason".into(), json!(i.reason));
+                if let Some(at) = i.kubelet_pulled_at {
+                    obj.insert("kubelet_pulled_at".into(), json!(format_rfc3339(at)));
+                }
+                if let Some(prior) = i.evicted_before {
+                    obj.insert(
+                        "evicted_before".into(),
+                        json!({
+                            "removed_at": format_rfc3339(prior.removed_at),
+                            "remover": prior.remover.as_str(),
+                            "reason": prior.reason.map(|r| r.as_str()),
+                            "repulled_at": format_rfc3339(prior.repulled_at),
+                        }),
+                    );
+                }
+            }
+            v
+        })
+        .collect();
+    let v = json!({
+        "now_unix_nanos": e.now.0,
+        "now": format_rfc3339(e.now),
+        "policy": {
+            "high_threshold_percent": e.policy.high_threshold_percent,
+            "low_threshold_percent": e.policy.low_threshold_percent,
+            "min_age": go_duration(e.policy.min_age),
+            "max_age": go_duration(e.policy.max_age),
+        },
+        "last_detect_unix_nanos": detect,
+        "last_detect": detect_at,
+        "freed_for_age": e.freed_for_age,
+        "space_pass": e.space,
+        "would_remove": {"images": count, "bytes": bytes},
+        "images": images,
+    });
+    json_out(w, &v)
+}
+
+/// `inspect explain` as a table (`-o table|wide`).
+fn explain_table(w: &mut dyn Write, out: &OutputArgs, e: &Explanation) -> io::Result<()> {
     let columns = [
         Column::new("RANK", |i: &ImageExplanation| i.rank.to_string()),
         Column::new("IMAGE ID", |i: &ImageExplanation| {

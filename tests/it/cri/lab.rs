@@ -3,7 +3,7 @@
 //! and pods are torn down by a guard even when an assertion fails.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use imagekeeper::agent::events::{EventsNote, watch_container_events};
 use imagekeeper::clock::ManualClock;
@@ -387,33 +387,14 @@ async fn client_recovers_after_containerd_restarts() {
         .version()
         .await
         .expect("containerd answers before the restart");
+    // The script returns once containerd's CRI plugin answers (the explicit signal): the very
+    // next call must succeed on the client's old, broken connection, since a broken connection
+    // is retried once on a new one (no polling that would hide a failed first call).
     lab.run_lab_script("restart-containerd");
-    let start = Instant::now();
-    let failures = std::cell::RefCell::new(Vec::new());
-    let images = support::wait_for(
-        "the client to reach the restarted containerd",
-        Duration::from_secs(60),
-        || async {
-            match client.list_images().await {
-                Ok(images) => Some(images),
-                Err(err) => {
-                    failures.borrow_mut().push((err.code(), err.to_string()));
-                    None
-                }
-            }
-        },
-    )
-    .await;
-    println!(
-        "first successful call {:?} after the restart script returned; failed calls before it: {:?}",
-        start.elapsed(),
-        failures.borrow()
-    );
-    // In practice the first call succeeds: a broken connection is retried once on a new one.
-    // Should a call fail while containerd settles, it must read as Unavailable, as in grpc-go.
-    for (code, message) in failures.borrow().iter() {
-        assert_eq!(*code, Some(RpcCode::Unavailable), "{message}");
-    }
+    let images = client
+        .list_images()
+        .await
+        .expect("the first call after the restart succeeds: one retry on a new connection");
     assert!(
         !images.is_empty(),
         "containerd keeps its images across a restart"

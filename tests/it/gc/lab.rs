@@ -6,12 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::hooked::{Hooked, Hooks};
 use imagekeeper::clock::Clock;
-use imagekeeper::cri::{ContainerSpec, CriClient, CriError, ImageRuntime};
+use imagekeeper::cri::{ContainerSpec, CriClient, ImageRuntime};
 use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager, PinPatterns, RemovalReason};
-use imagekeeper::model::{
-    ImageFsStats, PullCredentials, RecordKey, RuntimeContainer, RuntimeImage, UnixNanos,
-};
+use imagekeeper::model::{ImageFsStats, RecordKey, UnixNanos};
 use imagekeeper::store::Store;
 
 use crate::support::{self, LabImage, PodGuard, sandbox_spec};
@@ -23,51 +22,19 @@ fn at(secs_after_t0: i64) -> UnixNanos {
 }
 
 /// The real containerd with made-up disk numbers: every call goes to the lab's containerd
-/// through [`CriClient`], except that `image_fs_stats` replaces the capacity and available
-/// bytes of the real answer with the scripted ones (the real disk cannot be filled for a test).
+/// through [`CriClient`] (wrapped in [`Hooked`]), except that the image filesystem's capacity
+/// and available bytes of the real answer are replaced by these (the real disk cannot be
+/// filled for a test).
 struct ScriptedDisk {
-    client: CriClient,
     capacity: AtomicU64,
     available: AtomicU64,
 }
 
-impl ImageRuntime for ScriptedDisk {
-    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
-        self.client.list_images().await
-    }
-
-    async fn image_status(
-        &self,
-        image: &str,
-        runtime_handler: &str,
-    ) -> Result<Option<RuntimeImage>, CriError> {
-        self.client.image_status(image, runtime_handler).await
-    }
-
-    async fn pull_image(
-        &self,
-        image: &str,
-        runtime_handler: &str,
-        credentials: Option<&PullCredentials>,
-    ) -> Result<String, CriError> {
-        self.client
-            .pull_image(image, runtime_handler, credentials)
-            .await
-    }
-
-    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
-        self.client.remove_image(image, runtime_handler).await
-    }
-
-    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
-        let mut stats = self.client.image_fs_stats().await?;
+impl Hooks for ScriptedDisk {
+    fn image_fs(&self, mut stats: ImageFsStats) -> ImageFsStats {
         stats.capacity = self.capacity.load(Ordering::SeqCst);
         stats.available = self.available.load(Ordering::SeqCst);
-        Ok(stats)
-    }
-
-    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
-        self.client.list_containers().await
+        stats
     }
 }
 
@@ -174,10 +141,12 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
         kubelet_root_dir: None,
         journal_retention: Default::default(),
     };
-    let runtime = ScriptedDisk {
-        client: client.clone(),
-        capacity: AtomicU64::new(0),
-        available: AtomicU64::new(0),
+    let runtime = Hooked {
+        inner: client.clone(),
+        hooks: ScriptedDisk {
+            capacity: AtomicU64::new(0),
+            available: AtomicU64::new(0),
+        },
     };
     let manager = ImageGcManager::new(runtime, store.clone(), config).expect("valid policy");
 
@@ -248,14 +217,9 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
     assert!(pinned_record.pinned, "the pin pattern pins user:uid");
 
     // usage = 100 - 4S*100/10S = 60% >= high; freeing down to 50% is 10S/2 - 4S = S bytes.
-    manager
-        .runtime()
-        .capacity
-        .store(10 * to_free, Ordering::SeqCst);
-    manager
-        .runtime()
-        .available
-        .store(4 * to_free, Ordering::SeqCst);
+    let disk = &manager.runtime().hooks;
+    disk.capacity.store(10 * to_free, Ordering::SeqCst);
+    disk.available.store(4 * to_free, Ordering::SeqCst);
     let free_time = at(1000);
     let report = manager.garbage_collect(free_time).await;
     assert!(report.error.is_none(), "{:?}", report.error);
@@ -403,7 +367,7 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
                 intent_named.reference
             ),
         );
-        let fresh = imagekeeper::gc::format::format_rfc3339(UnixNanos::from_secs(now.as_secs()));
+        let fresh = imagekeeper::format::format_rfc3339(UnixNanos::from_secs(now.as_secs()));
         write_kubelet_record(
             kubelet.path(),
             "pulled",
@@ -414,9 +378,8 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
             ),
         );
         let no_agent = dir.path().join("no-agent.sock");
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-            .args(&command)
-            .args([
+        let out =
+            crate::support::bin::output(crate::support::bin::imagekeeper().args(&command).args([
                 "--db",
                 db.to_str().expect("utf8"),
                 "--container-runtime-endpoint",
@@ -429,9 +392,7 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
                 kubelet.path().to_str().expect("utf8"),
                 "--output",
                 "json",
-            ])
-            .output()
-            .expect("run imagekeeper");
+            ]));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{command:?}: {stderr}");
         let after = listed_ids(&client).await;
@@ -519,10 +480,12 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
         kubelet_root_dir: None,
         journal_retention: Default::default(),
     };
-    let runtime = ScriptedDisk {
-        client: client.clone(),
-        capacity: AtomicU64::new(10 * to_free),
-        available: AtomicU64::new(4 * to_free),
+    let runtime = Hooked {
+        inner: client.clone(),
+        hooks: ScriptedDisk {
+            capacity: AtomicU64::new(10 * to_free),
+            available: AtomicU64::new(4 * to_free),
+        },
     };
     let gc = ImageGcManager::new(runtime, store.clone(), config).expect("valid policy");
     let clock = Arc::new(ManualClock::new(at(1_200)));
@@ -603,11 +566,11 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
     // inspect evictions, a process reading the live database.
     let now = (T0 + 1_300).to_string();
     let inspect = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-            .args(["inspect", "--db", db.to_str().expect("utf8"), "--now", &now])
-            .args(args)
-            .output()
-            .expect("run imagekeeper inspect");
+        let out = crate::support::bin::output(
+            crate::support::bin::imagekeeper()
+                .args(["inspect", "--db", db.to_str().expect("utf8"), "--now", &now])
+                .args(args),
+        );
         assert!(
             out.status.success(),
             "{}",

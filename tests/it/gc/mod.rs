@@ -5,6 +5,7 @@
 //!
 //! `lab` runs detect and GarbageCollect against the real containerd of `scripts/cri-lab`.
 
+mod hooked;
 mod journal;
 mod kubelet_records;
 mod lab;
@@ -16,13 +17,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use imagekeeper::cri::{CriError, ImageRuntime};
+use hooked::{Hooked, Hooks};
 use imagekeeper::gc::{
     GcConfig, GcError, GcPolicy, GcReport, ImageGcManager, PinPatterns, RemovalReason,
 };
 use imagekeeper::model::{
-    ContainerState, ImageFsStats, ImageId, ImageRecord, PullCredentials, RecordKey,
-    RuntimeContainer, RuntimeImage, UnixNanos,
+    ContainerState, ImageId, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use imagekeeper::replay::ScriptedRuntime;
 use imagekeeper::store::{Store, meta_keys};
@@ -824,45 +824,17 @@ async fn gc_fails_when_only_the_image_filesystem_stats_fail() {
     assert!(node.record("a").is_some(), "detect ran before the failure");
 }
 
-/// A scripted runtime that runs `after_remove` once RemoveImage has succeeded: what happens to
-/// the node between the runtime's confirmation and the record's deletion.
-#[derive(Clone)]
+/// Hooks that run `after_remove` once RemoveImage has succeeded: what happens to the node
+/// between the runtime's confirmation and the record's deletion.
 struct AfterRemove {
-    inner: ScriptedRuntime,
     after_remove: Arc<dyn Fn() + Send + Sync>,
 }
 
-impl ImageRuntime for AfterRemove {
-    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
-        self.inner.list_images().await
-    }
-    async fn image_status(
-        &self,
-        image: &str,
-        runtime_handler: &str,
-    ) -> Result<Option<RuntimeImage>, CriError> {
-        self.inner.image_status(image, runtime_handler).await
-    }
-    async fn pull_image(
-        &self,
-        image: &str,
-        runtime_handler: &str,
-        credentials: Option<&PullCredentials>,
-    ) -> Result<String, CriError> {
-        self.inner
-            .pull_image(image, runtime_handler, credentials)
-            .await
-    }
-    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
-        self.inner.remove_image(image, runtime_handler).await?;
-        (self.after_remove)();
-        Ok(())
-    }
-    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
-        self.inner.image_fs_stats().await
-    }
-    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
-        self.inner.list_containers().await
+impl Hooks for AfterRemove {
+    async fn after(&self, method: &'static str, _: &str, ok: bool) {
+        if method == "RemoveImage" && ok {
+            (self.after_remove)();
+        }
     }
 }
 
@@ -925,9 +897,9 @@ async fn gc_whose_record_delete_fails_on_a_full_disk_converges_at_the_next_detec
         })
     };
     let manager = ImageGcManager::new(
-        AfterRemove {
+        Hooked {
             inner: scripted.clone(),
-            after_remove,
+            hooks: AfterRemove { after_remove },
         },
         store.clone(),
         GcConfig {

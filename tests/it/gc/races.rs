@@ -8,12 +8,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::hooked::{Hooked, Hooks};
 use imagekeeper::clock::ManualClock;
-use imagekeeper::cri::{CriError, ImageRuntime};
-use imagekeeper::gc::{GcConfig, ImageGcManager};
-use imagekeeper::model::{
-    ContainerUsage, ImageFsStats, PullCredentials, RecordKey, RuntimeContainer, RuntimeImage,
-};
+use imagekeeper::gc::{GcConfig, GcError, ImageGcManager};
+use imagekeeper::model::{RecordKey, RuntimeImage};
 use imagekeeper::pull::{ImageManager, PodRef, PullConfig, PullPolicy, PullsInFlight};
 use imagekeeper::replay::ScriptedRuntime;
 use imagekeeper::store::Store;
@@ -30,13 +28,16 @@ struct Park {
     release: Option<oneshot::Receiver<()>>,
 }
 
-/// A scripted runtime that can park one call. ListImages computes its answer before it parks
-/// (a list taken, then delivered late); the other calls park before they act.
+/// Hooks that can park one call. ListImages computes its answer before it parks (a list
+/// taken, then delivered late); PullImage, RemoveImage, ImageFsInfo and ContainerStatus park
+/// before they act.
 #[derive(Clone, Default)]
-struct ParkingRuntime {
-    inner: ScriptedRuntime,
+struct Parking {
     park: Arc<Mutex<Option<Park>>>,
 }
+
+/// A scripted runtime that can park one call.
+type ParkingRuntime = Hooked<ScriptedRuntime, Parking>;
 
 /// The test's side of a parked call.
 struct Parked {
@@ -57,6 +58,12 @@ impl Parked {
 }
 
 impl ParkingRuntime {
+    fn park(&self, method: &'static str, image: Option<&str>) -> Parked {
+        self.hooks.park(method, image)
+    }
+}
+
+impl Parking {
     fn park(&self, method: &'static str, image: Option<&str>) -> Parked {
         let (reached_tx, reached_rx) = oneshot::channel();
         let (release_tx, release_rx) = oneshot::channel();
@@ -91,50 +98,17 @@ impl ParkingRuntime {
     }
 }
 
-impl ImageRuntime for ParkingRuntime {
-    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
-        let listed = self.inner.list_images().await;
-        self.maybe_park("ListImages", "").await;
-        listed
+impl Hooks for Parking {
+    async fn before(&self, method: &'static str, arg: &str) {
+        if method != "ListImages" {
+            self.maybe_park(method, arg).await;
+        }
     }
 
-    async fn image_status(
-        &self,
-        image: &str,
-        runtime_handler: &str,
-    ) -> Result<Option<RuntimeImage>, CriError> {
-        self.inner.image_status(image, runtime_handler).await
-    }
-
-    async fn pull_image(
-        &self,
-        image: &str,
-        runtime_handler: &str,
-        credentials: Option<&PullCredentials>,
-    ) -> Result<String, CriError> {
-        self.maybe_park("PullImage", image).await;
-        self.inner
-            .pull_image(image, runtime_handler, credentials)
-            .await
-    }
-
-    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
-        self.maybe_park("RemoveImage", image).await;
-        self.inner.remove_image(image, runtime_handler).await
-    }
-
-    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
-        self.maybe_park("ImageFsInfo", "").await;
-        self.inner.image_fs_stats().await
-    }
-
-    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
-        self.inner.list_containers().await
-    }
-
-    async fn container_usage(&self, container_id: &str) -> Result<ContainerUsage, CriError> {
-        self.maybe_park("ContainerStatus", container_id).await;
-        self.inner.container_usage(container_id).await
+    async fn after(&self, method: &'static str, arg: &str, _: bool) {
+        if method == "ListImages" {
+            self.maybe_park(method, arg).await;
+        }
     }
 }
 
@@ -444,7 +418,7 @@ async fn victims_the_kubelet_starts_pulling_or_records_during_the_walk_are_kept(
         write_pulled(
             kubelet.path(),
             "c",
-            &imagekeeper::gc::format::format_rfc3339(at(99)),
+            &imagekeeper::format::format_rfc3339(at(99)),
         );
         parked.release();
     };
@@ -559,7 +533,15 @@ async fn a_reconfigure_waits_for_the_cycle_in_flight_which_ends_with_its_own_set
         policy: policy(80, 90, 0, 0),
         ..GcConfig::default()
     };
-    assert!(rig.gc.reconfigure(invalid).await.is_err());
+    let refused = rig.gc.reconfigure(invalid).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(GcError::InvalidPolicy { message })
+                if message == "LowThresholdPercent 90 can not be higher than HighThresholdPercent 80"
+        ),
+        "{refused:?}"
+    );
     assert_eq!(rig.gc.config(), new);
 }
 

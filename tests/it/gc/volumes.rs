@@ -7,12 +7,11 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::hooked::{Hooked, Hooks};
 use imagekeeper::cri::fake::FakeRuntime;
-use imagekeeper::cri::{CriClient, CriError, ImageRuntime};
+use imagekeeper::cri::{CriClient, ImageRuntime};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
-use imagekeeper::model::{
-    ContainerState, ContainerUsage, ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage,
-};
+use imagekeeper::model::{ContainerState, RuntimeContainer, RuntimeImage};
 use imagekeeper::store::Store;
 
 use super::{at, container, image, policy};
@@ -78,53 +77,23 @@ async fn an_image_a_running_container_mounts_as_a_volume_is_in_use_at_detect() {
     assert_eq!(detect.in_use, 3, "the app image and both volumes");
 }
 
-/// A runtime over the fake that starts a container right after detect has listed the
-/// containers: only the last look before the removal can see its image volume.
+/// Hooks over the fake that start a container right after detect has listed the containers:
+/// only the last look before the removal can see its image volume.
 struct StartsAfterDetect {
-    client: CriClient,
     fake: Arc<FakeRuntime>,
     lists: AtomicUsize,
     late: Mutex<Option<(RuntimeContainer, Vec<String>)>>,
 }
 
-impl ImageRuntime for StartsAfterDetect {
-    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
-        self.client.list_images().await
-    }
-    async fn image_status(
-        &self,
-        image: &str,
-        handler: &str,
-    ) -> Result<Option<RuntimeImage>, CriError> {
-        self.client.image_status(image, handler).await
-    }
-    async fn pull_image(
-        &self,
-        image: &str,
-        handler: &str,
-        credentials: Option<&PullCredentials>,
-    ) -> Result<String, CriError> {
-        self.client.pull_image(image, handler, credentials).await
-    }
-    async fn remove_image(&self, image: &str, handler: &str) -> Result<(), CriError> {
-        self.client.remove_image(image, handler).await
-    }
-    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
-        self.client.image_fs_stats().await
-    }
-    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
-        let listed = self.client.list_containers().await;
-        if self.lists.fetch_add(1, Ordering::SeqCst) == 0 {
+impl Hooks for StartsAfterDetect {
+    async fn after(&self, method: &'static str, _: &str, _: bool) {
+        if method == "ListContainers" && self.lists.fetch_add(1, Ordering::SeqCst) == 0 {
             let late = self.late.lock().expect("lock").take();
             if let Some((started, volumes)) = late {
                 self.fake.set_image_volumes(started.id.clone(), volumes);
                 self.fake.set_containers(vec![started]);
             }
         }
-        listed
-    }
-    async fn container_usage(&self, container_id: &str) -> Result<ContainerUsage, CriError> {
-        self.client.container_usage(container_id).await
     }
 }
 
@@ -136,14 +105,16 @@ async fn the_last_look_keeps_an_image_a_container_started_since_detect_mounts() 
         image("sha256:volume", 100),
         image("sha256:idle", 100),
     ]);
-    let runtime = StartsAfterDetect {
-        client: client(&fake).await,
-        fake: fake.clone(),
-        lists: AtomicUsize::new(0),
-        late: Mutex::new(Some((
-            container("late", "sha256:app"),
-            vec!["sha256:volume".into()],
-        ))),
+    let runtime = Hooked {
+        inner: client(&fake).await,
+        hooks: StartsAfterDetect {
+            fake: fake.clone(),
+            lists: AtomicUsize::new(0),
+            late: Mutex::new(Some((
+                container("late", "sha256:app"),
+                vec!["sha256:volume".into()],
+            ))),
+        },
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let gc = manager(runtime, &dir);

@@ -1,10 +1,12 @@
-//! Helpers shared by the integration tests: the lab (`scripts/cri-lab`) as the tests see it, and
-//! waiting on a condition with a deadline.
+//! Helpers shared by the integration tests: the lab (`scripts/cri-lab`) as the tests see it,
+//! waiting on a condition with a deadline, and running the binary ([`bin`]).
 //!
 //! Invariants: a lab test calls [`lab`] first. Without `IMAGEKEEPER_LAB_ENV` it prints that it
 //! was skipped and returns `None`, unless `IMAGEKEEPER_REQUIRE_LAB=1` (as `scripts/test` sets),
 //! in which case a missing lab is a panic. Lab tests also hold [`LabLock`] so that they run one at
 //! a time even under plain `cargo test` (nextest runs them one at a time anyway).
+
+pub mod bin;
 
 use std::collections::HashMap;
 use std::future::Future;

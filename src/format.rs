@@ -1,14 +1,32 @@
-//! Formatting shared by GC messages and the inspection CLI: Go's `time.Duration` string and
-//! its parser, the kubelet's 1024-based size, RFC 3339 UTC times and relative times
-//! ("3m ago").
+//! The one home of the formatting rules shared by the library and the CLI: Go's
+//! `time.Duration` string and its parser, the kubelet's 1024-based size, RFC 3339 UTC times and
+//! relative times ("3m ago").
+//!
+//! RFC 3339 is jiff's (`jiff::Timestamp`'s `Display`: UTC, the fraction only when there is one,
+//! without trailing zeros). The Go durations and the size are hand-written because they must
+//! match Go's `time.Duration.String()`/`time.ParseDuration` and the kubelet's messages byte for
+//! byte (the kubelet and its config files speak Go; no Rust crate prints or parses Go's format).
+//! The relative time is imagekeeper's own CLI format (a public contract of `inspect`).
+//! Invariant: nothing here panics on any input (every `UnixNanos` formats, every string parses
+//! or is refused with Go's wording).
 
 use std::time::Duration;
 
 use crate::model::UnixNanos;
 
-use super::GcError;
+/// A duration that Go's `time.ParseDuration` would refuse too; the message is Go's
+/// (`time: invalid duration "abc"`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("time: {reason}")]
+pub struct InvalidDuration {
+    /// The refused text.
+    pub input: String,
+    /// Go's wording, without its `time: ` prefix.
+    pub reason: String,
+}
 
-/// A duration as Go's `time.Duration.String()` prints it: `2m0s`, `1h30m0s`, `1.5s`, `0s`.
+/// A duration as Go's `time.Duration.String()` prints it (hand-written: Go's format, byte for
+/// byte): `2m0s`, `1h30m0s`, `1.5s`, `0s`.
 pub fn go_duration(d: Duration) -> String {
     let nanos = d.as_nanos();
     if nanos == 0 {
@@ -55,7 +73,8 @@ fn trim_fraction(value: u128, unit: u128) -> String {
     format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
-/// A size in bytes, 1024-based with one decimal: `512 B`, `1.5 KiB`, `100.0 GiB`.
+/// A size in bytes, 1024-based with one decimal, as the kubelet's messages print it
+/// (hand-written: byte for byte): `512 B`, `1.5 KiB`, `100.0 GiB`.
 pub fn format_size(size: u64) -> String {
     const UNIT: u64 = 1024;
     if size < UNIT {
@@ -74,9 +93,10 @@ pub fn format_size(size: u64) -> String {
 }
 
 /// Parses a duration in Go's `time.ParseDuration` syntax (`300ms`, `2m`, `1h30m`, `1.5h`,
-/// `0`), refusing negative durations. Errors carry Go's wording.
-pub fn parse_go_duration(input: &str) -> Result<Duration, GcError> {
-    let invalid = |reason: String| GcError::InvalidDuration {
+/// `0`), refusing negative durations. Errors carry Go's wording (hand-written: Go's syntax,
+/// byte for byte).
+pub fn parse_go_duration(input: &str) -> Result<Duration, InvalidDuration> {
+    let invalid = |reason: String| InvalidDuration {
         input: input.to_owned(),
         reason,
     };
@@ -156,40 +176,18 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, GcError> {
     Ok(Duration::from_nanos(nanos))
 }
 
-/// A time as RFC 3339 in UTC, with nanoseconds only when there are any:
-/// `2026-01-02T03:04:05Z`, `2026-01-02T03:04:05.5Z`.
+/// A time as RFC 3339 in UTC, with nanoseconds only when there are any, without trailing
+/// zeros: `2026-01-02T03:04:05Z`, `2026-01-02T03:04:05.5Z`.
 pub fn format_rfc3339(t: UnixNanos) -> String {
-    let secs = t.0.div_euclid(1_000_000_000);
-    let nanos = t.0.rem_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let day_secs = secs.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    let (h, m, s) = (day_secs / 3600, (day_secs % 3600) / 60, day_secs % 60);
-    let frac = if nanos == 0 {
-        String::new()
-    } else {
-        format!(".{nanos:09}").trim_end_matches('0').to_owned()
-    };
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}{frac}Z")
-}
-
-/// The date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    // Every i64 of nanoseconds (1677..2262) is inside jiff's range (years -9999..9999).
+    jiff::Timestamp::from_nanosecond(i128::from(t.0))
+        .expect("an i64 of unix nanoseconds is inside jiff's timestamp range")
+        .to_string()
 }
 
 /// How long before `now` a time was, coarsely, as people read it: `just now`, `42s ago`,
 /// `3m ago`, `5h ago`, `12d ago`; `in 3m` for a time after `now`; `never` for
-/// [`UnixNanos::NEVER`].
+/// [`UnixNanos::NEVER`] (imagekeeper's own format, a public contract of `inspect`).
 pub fn format_ago(now: UnixNanos, t: UnixNanos) -> String {
     if t == UnixNanos::NEVER {
         return "never".to_owned();
@@ -289,6 +287,10 @@ mod tests {
             (UnixNanos(1_500_000_000), "1970-01-01T00:00:01.5Z"),
             (UnixNanos::from_secs(951_782_400), "2000-02-29T00:00:00Z"),
             (UnixNanos(-1_000_000_000), "1969-12-31T23:59:59Z"),
+            (UnixNanos(1_000_000_001), "1970-01-01T00:00:01.000000001Z"),
+            (UnixNanos(1_120_000_000), "1970-01-01T00:00:01.12Z"),
+            (UnixNanos(i64::MAX), "2262-04-11T23:47:16.854775807Z"),
+            (UnixNanos(i64::MIN), "1677-09-21T00:12:43.145224192Z"),
         ];
         for (t, want) in cases {
             assert_eq!(format_rfc3339(t), want);
