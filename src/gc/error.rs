@@ -21,9 +21,6 @@ pub enum GcError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A duration that Go's `time.ParseDuration` would refuse too.
-    #[error("time: {reason}")]
-    InvalidDuration { input: String, reason: String },
     #[error("invalid capacity 0 on image filesystem")]
     InvalidCapacity,
     /// The store's records did not come in strictly increasing key order: detect merges them
