@@ -78,8 +78,23 @@ mod tests {
         assert_eq!(clock.now(), UnixNanos::from_secs(7));
     }
 
+    /// SystemClock reads the wall clock in nanoseconds since the epoch: its reading lies
+    /// between two `SystemTime` readings taken around it (a clock in another unit, or a
+    /// constant, falls outside).
     #[test]
-    fn system_clock_is_after_2020() {
-        assert!(SystemClock.now() > UnixNanos::from_secs(1_577_836_800));
+    fn system_clock_reads_the_wall_clock_in_unix_nanoseconds() {
+        let wall = || {
+            let since_epoch = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .expect("the test machine's clock is after 1970");
+            UnixNanos(duration_nanos(since_epoch))
+        };
+        let before = wall();
+        let read = SystemClock.now();
+        let after = wall();
+        assert!(
+            before <= read && read <= after,
+            "{read:?} not within [{before:?}, {after:?}]"
+        );
     }
 }

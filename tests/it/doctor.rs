@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
 use serde_json::Value;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::FakeRuntime;
 use imagekeeper::cri::{CriClient, CriError, ImageRuntime};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
 use imagekeeper::model::{
