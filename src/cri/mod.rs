@@ -2,12 +2,13 @@
 //! owns the runtime.v1 protocol (the generated code from `proto/runtime/v1/api.proto`), the
 //! tonic client over unix sockets ([`CriClient`]), the conversions to and from the model types
 //! (`convert`, the only place they happen), statvfs of the image filesystem, and an in-process
-//! fake runtime for tests ([`FakeRuntime`], feature `testing`).
+//! fake runtime for tests (`FakeRuntime`, only with cfg(test) or the `testing` feature).
 //!
 //! Invariants: this is the only module that imports tonic, prost or the generated code; other
 //! layers see [`ImageRuntime`], model types and [`CriError`]. An image the runtime does not have
 //! is `Ok(None)`, not an error. Every call has a deadline. Pull credentials pass through to the
-//! runtime and are never logged.
+//! runtime and are never logged. The submodules are private: what other layers and crates may
+//! use is the list of re-exports below.
 
 use std::future::Future;
 
