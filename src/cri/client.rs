@@ -155,6 +155,7 @@ pub struct PodSandboxSummary {
 }
 
 /// One container as ContainerStatus reports it.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerStatusReport {
     pub id: String,
