@@ -6,19 +6,37 @@
 //! that imports redb), `cri` (the only module that imports tonic), `gc` and `pull` (logic that
 //! takes `now` as an argument), `agent` (wiring and loops), `doctor` (the kubelet's config
 //! against imagekeeper's), `cli` (parse and print).
+//!
+//! Every module below is public because the `imagekeeper` binary (`src/cli`, a separate crate)
+//! drives it; test doubles are compiled only with cfg(test) or the `testing` feature, the
+//! simulator only with `simulation`.
 
+// The local admin service (gRPC on a unix socket) the agent serves and the CLI calls.
 pub mod admin;
+// The long-running agent: configuration, the GC/detect/pull loops, metrics and health.
 pub mod agent;
+// The injected clock ([`clock::Clock`]); only `SystemClock` reads the wall clock.
 pub mod clock;
+// The CRI runtime.v1 client and the `ImageRuntime` trait (the only tonic user besides admin).
 pub mod cri;
+// `imagekeeper doctor`: the kubelet's configuration checked against imagekeeper's.
 pub mod doctor;
+// Formatting rules shared by every printer: Go durations, sizes, RFC 3339, relative times.
 pub mod format;
+// Image garbage collection as the kubelet's ImageGCManager does it, over the store's index.
 pub mod gc;
+// Offline inspection of a database file from a verified snapshot (`imagekeeper inspect`).
 pub mod inspect;
+// What imagekeeper reads, read-only, of the kubelet's own state (image pull records).
 pub mod kubelet;
+// The values every layer shares (records, ids, runtime images, times).
 pub mod model;
+// Image pulls with the kubelet's backoff, credentials and throttling.
 pub mod pull;
+// Replay of a trace through the real GC manager and store.
 pub mod replay;
+// The deterministic simulator (feature `simulation`).
 #[cfg(feature = "simulation")]
 pub mod sim;
+// The redb record database (the only module that imports redb).
 pub mod store;

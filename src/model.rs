@@ -129,6 +129,7 @@ pub struct ImageRecord {
 /// What one detect saw of an image: its size and pin as the runtime lists it now, whether a
 /// container used it at `now`, and a use someone else recorded (`used_at`: the kubelet's
 /// pulled record's time, never later than `now`; `UnixNanos::NEVER` when none).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sighting {
     pub now: UnixNanos,
@@ -190,6 +191,7 @@ impl ImageRecord {
 
 /// Why imagekeeper removed an image (the `reason` of a journal entry and of
 /// `image_garbage_collected_total`).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RemovalReason {
@@ -252,6 +254,7 @@ impl ImageNames {
 }
 
 /// Who removed an image a journal entry records.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Remover {
@@ -281,6 +284,7 @@ pub struct FsUsage {
 }
 
 /// What the journal keeps of one removal (its key is the removal time and the record key).
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalEntry {
     /// The record as it was when removed.
@@ -327,6 +331,7 @@ impl Default for JournalRetention {
 
 /// A journal entry that a pull or a detect marked re-pulled, as the store reports it so that
 /// the caller can count it.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Repull {
     pub key: RecordKey,
@@ -385,6 +390,7 @@ impl RuntimeImage {
 }
 
 /// The state of a container as CRI reports it.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ContainerState {
@@ -411,6 +417,7 @@ pub struct RuntimeContainer {
 
 /// What one container needs of the image store, as its ContainerStatus reports it: the image
 /// it runs and the images mounted into it as image volumes (KEP-4639).
+#[non_exhaustive]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerUsage {
     pub state: ContainerState,
@@ -425,6 +432,7 @@ pub struct ContainerUsage {
 }
 
 /// One container lifecycle event of CRI GetContainerEvents (evented PLEG).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContainerEventKind {
     Created,
@@ -445,6 +453,7 @@ pub struct ContainerEvent {
 }
 
 /// The image filesystem: what the runtime reports plus statvfs of its mountpoint.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageFsStats {
     pub mountpoint: String,
@@ -458,6 +467,7 @@ pub struct ImageFsStats {
 
 /// The pod a pull is for, as CRI's PodSandboxConfig carries it to PullImage (the fields the
 /// kubelet fills from the pod that imagekeeper knows of: metadata, labels, annotations).
+#[non_exhaustive]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodSandboxConfig {
     pub name: String,
@@ -471,6 +481,7 @@ pub struct PodSandboxConfig {
 /// One PullImage call's image and context, as the kubelet's `PullImage(ctx, ImageSpec, auth,
 /// podSandboxConfig)` sends them: the image name and runtime handler, the pod's annotations as
 /// the ImageSpec's annotations, and the pod's sandbox config.
+#[non_exhaustive]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PullSpec {
     pub image: String,

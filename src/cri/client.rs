@@ -69,6 +69,7 @@ pub struct RuntimeVersion {
     pub runtime_api_version: String,
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// A pod sandbox to run (tests and tools only: imagekeeper itself never runs pods).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SandboxSpec {
@@ -85,6 +86,7 @@ pub struct SandboxSpec {
     pub seccomp_runtime_default: bool,
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// A container to create in a sandbox; its log goes to `<log_directory>/<name>.log`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerSpec {
@@ -103,6 +105,7 @@ pub struct ContainerSpec {
     pub cpu_shares: i64,
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// A bind mount of a host path into a container.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountSpec {
@@ -111,6 +114,7 @@ pub struct MountSpec {
     pub readonly: bool,
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// The parts of a container's Linux security context the kubelet sets from a pod spec.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerSecurity {
@@ -130,6 +134,7 @@ pub struct ContainerSecurity {
     pub readonly_paths: Vec<String>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// What ExecSync returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecResult {
@@ -138,6 +143,7 @@ pub struct ExecResult {
     pub stderr: Vec<u8>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// One pod sandbox as ListPodSandbox reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodSandboxSummary {
@@ -149,6 +155,7 @@ pub struct PodSandboxSummary {
 }
 
 /// One container as ContainerStatus reports it.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerStatusReport {
     pub id: String,
@@ -301,7 +308,11 @@ impl CriClient {
             .await?;
         Ok(convert::version_from_proto(response))
     }
+}
 
+/// The pod and container lifecycle calls: only tests run pods (feature `testing`).
+#[cfg(any(test, feature = "testing"))]
+impl CriClient {
     /// Runs a pod sandbox; returns its id.
     pub async fn run_pod_sandbox(&self, spec: &SandboxSpec) -> Result<String, CriError> {
         let request = proto::RunPodSandboxRequest {
@@ -465,7 +476,9 @@ impl CriClient {
         .await?;
         Ok(())
     }
+}
 
+impl CriClient {
     /// The status of one container; a container the runtime does not know is an error
     /// (containerd: NotFound).
     pub async fn container_status(

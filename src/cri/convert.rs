@@ -10,15 +10,16 @@
 use std::fmt;
 use std::io;
 
-use super::client::{
-    ContainerSecurity, ContainerSpec, ContainerStatusReport, PodSandboxSummary, RuntimeVersion,
-    SandboxSpec,
-};
+#[cfg(any(test, feature = "testing"))]
+use super::client::{ContainerSecurity, ContainerSpec, PodSandboxSummary, SandboxSpec};
+use super::client::{ContainerStatusReport, RuntimeVersion};
 use super::error::{CriError, RpcCode};
 use super::proto;
+#[cfg(any(test, feature = "testing"))]
+use crate::model::PodSandboxConfig;
 use crate::model::{
     ContainerEvent, ContainerEventKind, ContainerState, ContainerUsage, ImageFsStats, ImageId,
-    PodSandboxConfig, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
+    PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
 };
 
 // ---------------------------------------------------------------- status codes and errors
@@ -45,6 +46,7 @@ pub(super) fn rpc_code_from_tonic(code: tonic::Code) -> RpcCode {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub(super) fn rpc_code_to_tonic(code: RpcCode) -> tonic::Code {
     match code {
         RpcCode::Ok => tonic::Code::Ok,
@@ -186,6 +188,7 @@ pub(super) fn pull_request(
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// What a PullImage request carried (the fake runtime records it).
 pub(super) fn pull_spec_from_request(request: &proto::PullImageRequest) -> PullSpec {
     let image = request.image.clone().unwrap_or_default();
@@ -223,6 +226,7 @@ pub(super) fn image_from_proto(image: proto::Image) -> RuntimeImage {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub(super) fn image_to_proto(image: &RuntimeImage) -> proto::Image {
     proto::Image {
         id: image.id.as_str().to_string(),
@@ -277,6 +281,7 @@ pub(super) fn container_state_from_proto(state: i32) -> ContainerState {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub(super) fn container_state_to_proto(state: ContainerState) -> proto::ContainerState {
     match state {
         ContainerState::Created => proto::ContainerState::ContainerCreated,
@@ -309,6 +314,7 @@ pub(super) fn container_from_proto(container: proto::Container) -> RuntimeContai
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub(super) fn container_to_proto(container: &RuntimeContainer) -> proto::Container {
     proto::Container {
         id: container.id.clone(),
@@ -360,6 +366,7 @@ pub(super) fn container_usage_from_report(report: &ContainerStatusReport) -> Con
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// The fake runtime's ContainerStatus answer: the container as listed, plus one read-only
 /// image mount per image volume (named by `image.image`).
 pub(super) fn container_status_to_proto(
@@ -404,6 +411,7 @@ pub(super) fn container_event_from_proto(event: proto::ContainerEventResponse) -
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub(super) fn container_event_to_proto(event: &ContainerEvent) -> proto::ContainerEventResponse {
     use proto::ContainerEventType as T;
     let kind = match event.kind {
@@ -424,6 +432,7 @@ pub(super) fn container_event_to_proto(event: &ContainerEvent) -> proto::Contain
 
 // ---------------------------------------------------------------- pod sandboxes
 
+#[cfg(any(test, feature = "testing"))]
 /// A sandbox config; with `host_network` the pod shares the node's network namespace and has no
 /// hostname of its own (a runtime cannot set one without a private UTS namespace).
 pub(super) fn sandbox_config(spec: &SandboxSpec) -> proto::PodSandboxConfig {
@@ -461,6 +470,7 @@ pub(super) fn sandbox_config(spec: &SandboxSpec) -> proto::PodSandboxConfig {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// A container config, with the namespaces of its sandbox as the kubelet sets them
 /// (`kuberuntime_container_linux.go` via `namespacesForPod`: network NODE for a host-network
 /// pod, else POD; pid CONTAINER; ipc POD).
@@ -506,6 +516,7 @@ pub(super) fn container_config(
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 fn container_security(
     security: Option<&ContainerSecurity>,
     sandbox: &SandboxSpec,
@@ -543,6 +554,7 @@ fn container_security(
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// RuntimeDefault, or Unconfined (what an unset profile means to the runtime).
 fn seccomp_profile(runtime_default: bool) -> proto::SecurityProfile {
     let profile_type = if runtime_default {
@@ -556,6 +568,7 @@ fn seccomp_profile(runtime_default: bool) -> proto::SecurityProfile {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub(super) fn pod_sandbox_from_proto(sandbox: proto::PodSandbox) -> PodSandboxSummary {
     let metadata = sandbox.metadata.unwrap_or_default();
     PodSandboxSummary {
@@ -578,6 +591,7 @@ pub(super) fn version_from_proto(version: proto::VersionResponse) -> RuntimeVers
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub(super) fn version_to_proto(version: &RuntimeVersion) -> proto::VersionResponse {
     proto::VersionResponse {
         version: version.version.clone(),
@@ -605,6 +619,7 @@ pub(super) fn image_fs_from_proto(
     })
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub(super) fn image_fs_to_proto(
     mountpoint: &str,
     used_bytes: u64,

@@ -65,6 +65,7 @@ impl fmt::Display for RpcCode {
 
 /// Everything that can go wrong talking to the container runtime.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CriError {
     /// The runtime answered with a gRPC error status.
     #[error("rpc error: code = {code} desc = {message}")]

@@ -35,6 +35,7 @@ use crate::model::{
 };
 
 /// A failure the fake answers a method with.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FakeFailure {
     pub code: RpcCode,
@@ -43,6 +44,7 @@ pub struct FakeFailure {
 
 /// One PullImage request as the fake received it (credentials included, for tests to check
 /// that they passed through unchanged).
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FakePull {
     pub image: String,

@@ -2,12 +2,13 @@
 //! owns the runtime.v1 protocol (the generated code from `proto/runtime/v1/api.proto`), the
 //! tonic client over unix sockets ([`CriClient`]), the conversions to and from the model types
 //! (`convert`, the only place they happen), statvfs of the image filesystem, and an in-process
-//! fake runtime for tests ([`fake::FakeRuntime`]).
+//! fake runtime for tests (`FakeRuntime`, only with cfg(test) or the `testing` feature).
 //!
 //! Invariants: this is the only module that imports tonic, prost or the generated code; other
 //! layers see [`ImageRuntime`], model types and [`CriError`]. An image the runtime does not have
 //! is `Ok(None)`, not an error. Every call has a deadline. Pull credentials pass through to the
-//! runtime and are never logged.
+//! runtime and are never logged. The submodules are private: what other layers and crates may
+//! use is the list of re-exports below.
 
 use std::future::Future;
 
@@ -15,18 +16,26 @@ use crate::model::{
     ContainerUsage, ImageFsStats, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
 };
 
-pub mod client;
+mod client;
 mod convert;
-pub mod error;
-pub mod fake;
-pub mod statvfs;
+mod error;
+#[cfg(any(test, feature = "testing"))]
+mod fake;
+mod statvfs;
 
 pub use client::{
-    ContainerEventStream, ContainerSecurity, ContainerSpec, ContainerStatusReport, CriClient,
-    CriConfig, DEFAULT_RUNTIME_ENDPOINT, ExecResult, MountSpec, PodSandboxSummary, RuntimeVersion,
-    SandboxSpec,
+    ContainerEventStream, ContainerStatusReport, CriClient, CriConfig, DEFAULT_RUNTIME_ENDPOINT,
+    RuntimeVersion,
+};
+/// The pod and container specs of the lifecycle calls only tests make.
+#[cfg(any(test, feature = "testing"))]
+pub use client::{
+    ContainerSecurity, ContainerSpec, ExecResult, MountSpec, PodSandboxSummary, SandboxSpec,
 };
 pub use error::{CriError, RpcCode};
+/// The in-process fake runtime (feature `testing`).
+#[cfg(any(test, feature = "testing"))]
+pub use fake::{FakeFailure, FakePull, FakeRuntime};
 
 /// The code generated from `proto/runtime/v1/api.proto` (package `runtime.v1`).
 #[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use imagekeeper::admin::{self, AdminBackend, AdminClient, AdminLimits, EnsureRequest, GcOutcome};
-use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
 use imagekeeper::store::{Store, StoredRecord};
 

@@ -7,7 +7,7 @@ use crate::support::bin;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
 use serde_json::Value;
 

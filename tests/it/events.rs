@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use imagekeeper::agent::events::{EventsNote, watch_container_events};
 use imagekeeper::clock::ManualClock;
-use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::FakeRuntime;
 use imagekeeper::cri::{CriClient, RpcCode};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
 use imagekeeper::model::{

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use imagekeeper::agent::{Agent, ConfigSource, FlagValues};
-use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage, UnixNanos};
 
 use crate::support::metrics_address_from_stderr;

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::FakeRuntime;
 use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime, RpcCode, RuntimeVersion};
 use imagekeeper::model::{
     ContainerEvent, ContainerEventKind, ContainerState, ImageId, PullCredentials, RuntimeContainer,

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::hooked::{Hooked, Hooks};
-use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::FakeRuntime;
 use imagekeeper::cri::{CriClient, ImageRuntime};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
 use imagekeeper::model::{ContainerState, RuntimeContainer, RuntimeImage};

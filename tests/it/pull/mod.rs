@@ -10,7 +10,7 @@ mod registry;
 use std::sync::Arc;
 
 use imagekeeper::clock::ManualClock;
-use imagekeeper::cri::fake::FakeRuntime;
+use imagekeeper::cri::FakeRuntime;
 use imagekeeper::cri::{CriClient, RpcCode};
 use imagekeeper::model::{ImageId, RecordKey, RuntimeImage, UnixNanos};
 use imagekeeper::pull::{ImageManager, PodRef, PullConfig, PullPolicy};
