@@ -35,12 +35,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
-use crate::admin::{AdminBackend, AdminError, EnsureRequest, GcOutcome};
+use crate::admin::{AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome};
 use crate::clock::Clock;
 use crate::cri::{CriClient, CriError};
 use crate::gc::{CycleTime, GcError, ImageGcManager};
-use crate::pull::{ImageManager, PodRef, PullAuth, PullError, PullPolicy, PullsInFlight};
-use crate::store::{Batch, Store, StoreError, StoredRecord, meta_keys};
+use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
+use crate::store::{Batch, Store, StoreError, meta_keys};
 
 pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
 pub use health::Health;
@@ -58,7 +58,9 @@ pub enum AgentError {
     #[error(transparent)]
     Gc(#[from] GcError),
     #[error("pull settings: {0}")]
-    Pull(String),
+    PullConfig(#[from] crate::pull::ConfigError),
+    #[error("credential providers: {0}")]
+    CredentialProviders(#[from] crate::pull::credentials::ProviderConfigError),
     #[error(transparent)]
     Admin(#[from] AdminError),
     #[error("metrics endpoint {address}: {source}")]
@@ -133,14 +135,9 @@ impl Agent {
             Arc::new(client.clone()),
             store.clone(),
             clock.clone(),
-        )
-        .map_err(|e| AgentError::Pull(e.to_string()))?
+        )?
         .with_pulls_in_flight(in_flight)
-        .with_credential_sources(Arc::new(
-            config
-                .credential_sources()
-                .map_err(|e| AgentError::Pull(e.to_string()))?,
-        ))
+        .with_credential_sources(Arc::new(config.credential_sources()?))
         .with_repull_metrics(gc.metrics().repulls().clone());
         let provider_config_at_start = config
             .credential_providers
@@ -480,16 +477,12 @@ impl Backoff {
 }
 
 impl AdminBackend for Agent {
-    async fn ensure_image(&self, request: EnsureRequest) -> Result<String, String> {
+    async fn ensure_image(&self, request: EnsureRequest) -> Result<String, EnsureImageError> {
         let policy = match request.pull_policy.as_str() {
             "" | "IfNotPresent" => PullPolicy::IfNotPresent,
             "Always" => PullPolicy::Always,
             "Never" => PullPolicy::Never,
-            other => {
-                return Err(format!(
-                    "unknown pull policy {other:?}: Always, IfNotPresent or Never"
-                ));
-            }
+            other => return Err(EnsureImageError::InvalidPullPolicy(other.to_owned())),
         };
         let pod = PodRef {
             uid: request.pod_uid,
@@ -502,7 +495,7 @@ impl AdminBackend for Agent {
             let what = format!("pull secret {}", i + 1);
             match crate::pull::credentials::parse_pull_secret(&what, secret) {
                 Ok(config) => pull_secrets.push(config),
-                Err(e) => return Err(format!("InvalidPullSecret: {e}")),
+                Err(e) => return Err(EnsureImageError::InvalidPullSecret(e)),
             }
         }
         self.images
@@ -514,22 +507,7 @@ impl AdminBackend for Agent {
                 &request.runtime_handler,
             )
             .await
-            .map_err(|e: PullError| format!("{}: {}", e.reason(), e.message()))
-    }
-
-    async fn list_records(&self) -> Result<Vec<StoredRecord>, String> {
-        let scan = self.store.eviction_order().map_err(|e| e.to_string())?;
-        scan.collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())
-    }
-
-    async fn explain(&self) -> Result<String, String> {
-        let plan = self
-            .gc
-            .plan(self.clock.now(), false)
-            .await
-            .map_err(|e| e.to_string())?;
-        serde_json::to_string(&plan.explanation).map_err(|e| e.to_string())
+            .map_err(EnsureImageError::Pull)
     }
 
     async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {

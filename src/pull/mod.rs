@@ -68,18 +68,74 @@ pub enum PullError {
     ErrInvalidImageName(String),
 }
 
+/// The kind of a [`PullError`]: the kubelet reason, as a value that crosses the admin socket
+/// (its [`PullReason::as_str`] is the reason string, [`PullReason::parse`] reads it back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PullReason {
+    ImagePullBackOff,
+    ImageInspectError,
+    ErrImagePull,
+    ErrImageNeverPull,
+    RegistryUnavailable,
+    SignatureValidationFailed,
+    InvalidImageName,
+}
+
+impl PullReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [PullReason; 7] = [
+        PullReason::ImagePullBackOff,
+        PullReason::ImageInspectError,
+        PullReason::ErrImagePull,
+        PullReason::ErrImageNeverPull,
+        PullReason::RegistryUnavailable,
+        PullReason::SignatureValidationFailed,
+        PullReason::InvalidImageName,
+    ];
+
+    /// The kubelet's reason string (the Go error's text), as a container's waiting reason
+    /// shows it (`pkg/kubelet/images/types.go`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullReason::ImagePullBackOff => "ImagePullBackOff",
+            PullReason::ImageInspectError => "ImageInspectError",
+            PullReason::ErrImagePull => "ErrImagePull",
+            PullReason::ErrImageNeverPull => "ErrImageNeverPull",
+            PullReason::RegistryUnavailable => CRI_REGISTRY_UNAVAILABLE,
+            PullReason::SignatureValidationFailed => CRI_SIGNATURE_VALIDATION_FAILED,
+            PullReason::InvalidImageName => "InvalidImageName",
+        }
+    }
+
+    /// The reason whose [`PullReason::as_str`] is `s`.
+    pub fn parse(s: &str) -> Option<PullReason> {
+        PullReason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// Whether the failure is the caller's input (an invalid image name), not the pull's.
+    pub fn is_invalid_input(self) -> bool {
+        self == PullReason::InvalidImageName
+    }
+}
+
 impl PullError {
+    /// The kubelet reason as a value.
+    pub fn kind(&self) -> PullReason {
+        match self {
+            PullError::ErrImagePullBackOff(_) => PullReason::ImagePullBackOff,
+            PullError::ErrImageInspect(_) => PullReason::ImageInspectError,
+            PullError::ErrImagePull(_) => PullReason::ErrImagePull,
+            PullError::ErrImageNeverPull(_) => PullReason::ErrImageNeverPull,
+            PullError::RegistryUnavailable(_) => PullReason::RegistryUnavailable,
+            PullError::SignatureValidationFailed(_) => PullReason::SignatureValidationFailed,
+            PullError::ErrInvalidImageName(_) => PullReason::InvalidImageName,
+        }
+    }
+
     /// The kubelet reason (the Go error's text), as a container's waiting reason shows it.
     pub fn reason(&self) -> &'static str {
-        match self {
-            PullError::ErrImagePullBackOff(_) => "ImagePullBackOff",
-            PullError::ErrImageInspect(_) => "ImageInspectError",
-            PullError::ErrImagePull(_) => "ErrImagePull",
-            PullError::ErrImageNeverPull(_) => "ErrImageNeverPull",
-            PullError::RegistryUnavailable(_) => CRI_REGISTRY_UNAVAILABLE,
-            PullError::SignatureValidationFailed(_) => CRI_SIGNATURE_VALIDATION_FAILED,
-            PullError::ErrInvalidImageName(_) => "InvalidImageName",
-        }
+        self.kind().as_str()
     }
 
     /// The message (what kubelet puts in the container's waiting message).
