@@ -214,10 +214,10 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
         )
         .await
         .map_err(|e| {
-            // Printed "<reason>: <message>"; the error itself stays the cause.
-            let usage = e.kind().is_invalid_input();
-            let error = anyhow::Error::new(e.clone()).context(e.reason());
-            if usage {
+            // Printed "<reason>: <message>", the kubelet's words only: the runtime error
+            // underneath is already in the message, in the kubelet's form.
+            let error = anyhow::anyhow!("{}: {}", e.reason(), e.message());
+            if e.kind().is_invalid_input() {
                 Failure::usage(error)
             } else {
                 Failure::from(error)

@@ -49,23 +49,79 @@ pub const CRI_REGISTRY_UNAVAILABLE: &str = "RegistryUnavailable";
 /// crierrors.ErrSignatureValidationFailed's text.
 pub const CRI_SIGNATURE_VALIDATION_FAILED: &str = "SignatureValidationFailed";
 
-/// Why `ensure_image_exists` failed: kubelet's errors, each with its message.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// Why `ensure_image_exists` failed: kubelet's errors, each with its message (the kubelet's,
+/// verbatim) and, where one failed underneath, the error it came from as its source (a runtime
+/// call, a credential lookup). An invalid image name keeps no source: the reference error
+/// may show credentials the message redacts. Equality compares reasons and messages.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PullError {
     #[error("{0}")]
     ErrImagePullBackOff(String),
-    #[error("{0}")]
-    ErrImageInspect(String),
-    #[error("{0}")]
-    ErrImagePull(String),
+    #[error("{message}")]
+    ErrImageInspect {
+        message: String,
+        #[source]
+        cause: PullCause,
+    },
+    #[error("{message}")]
+    ErrImagePull {
+        message: String,
+        #[source]
+        cause: Option<PullCause>,
+    },
     #[error("{0}")]
     ErrImageNeverPull(String),
-    #[error("{0}")]
-    RegistryUnavailable(String),
-    #[error("{0}")]
-    SignatureValidationFailed(String),
+    #[error("{message}")]
+    RegistryUnavailable {
+        message: String,
+        #[source]
+        cause: PullCause,
+    },
+    #[error("{message}")]
+    SignatureValidationFailed {
+        message: String,
+        #[source]
+        cause: PullCause,
+    },
     #[error("{0}")]
     ErrInvalidImageName(String),
+}
+
+impl PartialEq for PullError {
+    fn eq(&self, other: &PullError) -> bool {
+        self.kind() == other.kind() && self.message() == other.message()
+    }
+}
+
+impl Eq for PullError {}
+
+/// The error a pull failure came from (shared, so [`PullError`] stays `Clone`). It shows as
+/// the error it wraps, and its source is that error's source.
+#[derive(Clone, Debug)]
+pub struct PullCause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl PullCause {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> PullCause {
+        PullCause(Arc::new(error))
+    }
+
+    /// The wrapped error.
+    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Display for PullCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for PullCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 /// The kind of a [`PullError`]: the kubelet reason, as a value that crosses the admin socket
@@ -124,11 +180,11 @@ impl PullError {
     pub fn kind(&self) -> PullReason {
         match self {
             PullError::ErrImagePullBackOff(_) => PullReason::ImagePullBackOff,
-            PullError::ErrImageInspect(_) => PullReason::ImageInspectError,
-            PullError::ErrImagePull(_) => PullReason::ErrImagePull,
+            PullError::ErrImageInspect { .. } => PullReason::ImageInspectError,
+            PullError::ErrImagePull { .. } => PullReason::ErrImagePull,
             PullError::ErrImageNeverPull(_) => PullReason::ErrImageNeverPull,
-            PullError::RegistryUnavailable(_) => PullReason::RegistryUnavailable,
-            PullError::SignatureValidationFailed(_) => PullReason::SignatureValidationFailed,
+            PullError::RegistryUnavailable { .. } => PullReason::RegistryUnavailable,
+            PullError::SignatureValidationFailed { .. } => PullReason::SignatureValidationFailed,
             PullError::ErrInvalidImageName(_) => PullReason::InvalidImageName,
         }
     }
@@ -142,29 +198,41 @@ impl PullError {
     pub fn message(&self) -> &str {
         match self {
             PullError::ErrImagePullBackOff(m)
-            | PullError::ErrImageInspect(m)
-            | PullError::ErrImagePull(m)
             | PullError::ErrImageNeverPull(m)
-            | PullError::RegistryUnavailable(m)
-            | PullError::SignatureValidationFailed(m)
             | PullError::ErrInvalidImageName(m) => m,
+            PullError::ErrImageInspect { message, .. }
+            | PullError::ErrImagePull { message, .. }
+            | PullError::RegistryUnavailable { message, .. }
+            | PullError::SignatureValidationFailed { message, .. } => message,
         }
     }
 }
 
-/// Kubelet's `evalCRIPullErr`: classify a runtime pull error by the prefix of its message.
-pub fn eval_cri_pull_err(image: &str, err: &str) -> PullError {
-    if let Some(rest) = err.strip_prefix(CRI_REGISTRY_UNAVAILABLE) {
-        return PullError::RegistryUnavailable(format!(
-            "image pull failed for {image} because the registry is unavailable{rest}"
-        ));
+/// Kubelet's `evalCRIPullErr`: classify a runtime pull error by the prefix of its message
+/// (`pkg/kubelet/images/image_manager.go`); the runtime error is kept as the source.
+pub fn eval_cri_pull_err(image: &str, err: &RuntimeError) -> PullError {
+    let text = err.message();
+    let cause = PullCause::new(err.clone());
+    if let Some(rest) = text.strip_prefix(CRI_REGISTRY_UNAVAILABLE) {
+        return PullError::RegistryUnavailable {
+            message: format!(
+                "image pull failed for {image} because the registry is unavailable{rest}"
+            ),
+            cause,
+        };
     }
-    if let Some(rest) = err.strip_prefix(CRI_SIGNATURE_VALIDATION_FAILED) {
-        return PullError::SignatureValidationFailed(format!(
-            "image pull failed for {image} because the signature validation failed{rest}"
-        ));
+    if let Some(rest) = text.strip_prefix(CRI_SIGNATURE_VALIDATION_FAILED) {
+        return PullError::SignatureValidationFailed {
+            message: format!(
+                "image pull failed for {image} because the signature validation failed{rest}"
+            ),
+            cause,
+        };
     }
-    PullError::ErrImagePull(err.to_owned())
+    PullError::ErrImagePull {
+        message: text.to_owned(),
+        cause: Some(cause),
+    }
 }
 
 /// A container's image pull policy.
@@ -468,7 +536,10 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                 Err(e) => {
                     let msg = format!("Failed to inspect image {q}: {e}");
                     self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
-                    return Err(PullError::ErrImageInspect(msg));
+                    return Err(PullError::ErrImageInspect {
+                        message: msg,
+                        cause: PullCause::new(e),
+                    });
                 }
                 Ok(Some(present)) => {
                     self.metrics.count_ensure((policy_label, "true", "false"));
@@ -525,7 +596,10 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                     Err(e) => {
                         let msg = format!("Failed to pull image {q}: {e}");
                         self.warn(pod, reasons::FAILED_TO_PULL_IMAGE, &msg);
-                        let err = PullError::ErrImagePull(e.to_string());
+                        let err = PullError::ErrImagePull {
+                            message: e.to_string(),
+                            cause: Some(PullCause::new(e)),
+                        };
                         self.record_failure(key, &err).await;
                         return Err(err);
                     }
@@ -549,7 +623,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                     reasons::FAILED_TO_PULL_IMAGE,
                     &format!("Failed to pull image {q}: {e}"),
                 );
-                let err = eval_cri_pull_err(image, &e.0);
+                let err = eval_cri_pull_err(image, &e);
                 self.record_failure(key, &err).await;
                 Err(err)
             }
@@ -645,7 +719,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
     ) -> Result<T, StoreFailure> {
         tokio::task::spawn_blocking(f)
             .await
-            .map_err(|e| StoreFailure(format!("store task failed: {e}")))?
+            .map_err(StoreFailure::Task)?
     }
 
     fn normal(&self, pod: &PodRef, reason: &str, msg: &str) {

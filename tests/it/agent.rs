@@ -1486,7 +1486,10 @@ impl AdminBackend for FailingEnsure {
             "invalid" => EnsureImageError::Pull(PullError::ErrInvalidImageName(message)),
             "backoff" => EnsureImageError::Pull(PullError::ErrImagePullBackOff(message)),
             "never" => EnsureImageError::Pull(PullError::ErrImageNeverPull(message)),
-            "pull" => EnsureImageError::Pull(PullError::ErrImagePull(message)),
+            "pull" => EnsureImageError::Pull(PullError::ErrImagePull {
+                message,
+                cause: None,
+            }),
             "secret" => EnsureImageError::InvalidPullSecret(
                 imagekeeper::pull::credentials::parse_pull_secret("pull secret 1", b"\xff")
                     .expect_err("not UTF-8"),
