@@ -815,6 +815,7 @@ mod tests {
             detect_period: Some("300s".into()),
             image_cache_period: Some("30s".into()),
             gc_period: Some("600s".into()),
+            minimum_image_ttl_duration: Some("0s".into()),
             ..FlagValues::default()
         };
         let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
@@ -894,6 +895,35 @@ mod tests {
         assert!(
             !dir.path().join("admin.sock").exists(),
             "the agent removed its socket"
+        );
+    }
+
+    /// A removal the runtime refuses is counted and exported as
+    /// `imagekeeper_image_gc_remove_failures_total`; the other image goes.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_removal_is_exported_as_image_gc_remove_failures_total() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Recorder::new();
+        runtime.inner.state().images = vec![image("sha256:stuck", 10), image("sha256:b", 10)];
+        runtime.inner.state().fs = Some((1_000_000, 900_000));
+        runtime
+            .inner
+            .state()
+            .remove_fails
+            .insert("sha256:stuck".into());
+        let agent = agent_in(dir.path(), runtime.clone());
+        let before = agent.render_metrics();
+        assert!(
+            before.contains("\nimagekeeper_image_gc_remove_failures_total 0\n"),
+            "{before}"
+        );
+        let outcome = agent.delete_unused(false).await;
+        assert!(outcome.error.is_some(), "{outcome:?}");
+        assert_eq!(runtime.inner.state().removed, ["sha256:b"]);
+        let after = agent.render_metrics();
+        assert!(
+            after.contains("\nimagekeeper_image_gc_remove_failures_total 1\n"),
+            "{after}"
         );
     }
 
