@@ -520,42 +520,11 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             }
         };
 
-        let policy_label = match pull_policy {
-            PullPolicy::Always => "Always",
-            PullPolicy::IfNotPresent => "IfNotPresent",
-            PullPolicy::Never => "Never",
-        };
-        if pull_policy == PullPolicy::Always {
-            self.metrics.count_ensure((policy_label, "unknown", "true"));
-        } else {
-            match self
-                .runtime
-                .image_status(&spec_image, runtime_handler)
-                .await
-            {
-                Err(e) => {
-                    let msg = format!("Failed to inspect image {q}: {e}");
-                    self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
-                    return Err(PullError::ErrImageInspect {
-                        message: msg,
-                        cause: PullCause::new(e),
-                    });
-                }
-                Ok(Some(present)) => {
-                    self.metrics.count_ensure((policy_label, "true", "false"));
-                    let msg = format!("Container image {q} already present on machine");
-                    self.normal(pod, reasons::PULLED_IMAGE, &msg);
-                    return Ok(present.id.0);
-                }
-                Ok(None) if pull_policy == PullPolicy::Never => {
-                    self.metrics.count_ensure((policy_label, "false", "false"));
-                    let msg =
-                        format!("Container image {q} is not present with pull policy of Never");
-                    self.warn(pod, reasons::ERR_IMAGE_NEVER_PULL_POLICY, &msg);
-                    return Err(PullError::ErrImageNeverPull(msg));
-                }
-                Ok(None) => self.metrics.count_ensure((policy_label, "false", "true")),
-            }
+        if let Some(present) = self
+            .check_presence(pod, &q, &spec_image, pull_policy, runtime_handler)
+            .await?
+        {
+            return Ok(present);
         }
 
         let key = format!("{}_{}", pod.uid, image);
@@ -583,27 +552,17 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             return Err(PullError::ErrImagePullBackOff(msg));
         }
 
-        let credentials = match auth {
-            PullAuth::Credentials(given) => given.to_vec(),
-            PullAuth::Keyring(pull_secrets) => {
-                let repo = credentials::repo_to_pull(&spec_image).unwrap_or(spec_image.clone());
-                match self
-                    .credential_sources
-                    .lookup(&repo, pull_secrets, now)
-                    .await
-                {
-                    Ok(found) => found,
-                    Err(e) => {
-                        let msg = format!("Failed to pull image {q}: {e}");
-                        self.warn(pod, reasons::FAILED_TO_PULL_IMAGE, &msg);
-                        let err = PullError::ErrImagePull {
-                            message: e.to_string(),
-                            cause: Some(PullCause::new(e)),
-                        };
-                        self.record_failure(key, &err).await;
-                        return Err(err);
-                    }
-                }
+        let credentials = match self.credentials_for(&spec_image, auth, now).await {
+            Ok(found) => found,
+            Err(e) => {
+                let msg = format!("Failed to pull image {q}: {e}");
+                self.warn(pod, reasons::FAILED_TO_PULL_IMAGE, &msg);
+                let err = PullError::ErrImagePull {
+                    message: e.to_string(),
+                    cause: Some(PullCause::new(e)),
+                };
+                self.record_failure(key, &err).await;
+                return Err(err);
             }
         };
         self.normal(pod, reasons::PULLING_IMAGE, &format!("Pulling image {q}"));
@@ -627,33 +586,114 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                 self.record_failure(key, &err).await;
                 Err(err)
             }
-            Ok(outcome) => {
-                let end = self.clock.now();
-                let total = truncate_ms(end.since(start));
-                let size = outcome.status.as_ref().map(|s| s.size);
-                self.normal(
-                    pod,
-                    reasons::PULLED_IMAGE,
-                    &format!(
-                        "Successfully pulled image {q} in {} ({} including waiting). Image size: {} bytes.",
-                        go_duration(truncate_ms(outcome.pull_duration)),
-                        go_duration(total),
-                        size.unwrap_or(0)
-                    ),
-                );
-                self.metrics.observe_pull(size.unwrap_or(0), total);
-                // The mark goes under the key detect will use: the runtime handler the
-                // runtime lists the image under (none for containerd 1.6), not the request's.
-                let key = match &outcome.status {
-                    Some(status) => status.record_key(),
-                    None => RecordKey::new(outcome.image_ref.clone(), runtime_handler),
-                };
-                in_flight.pulled(&key.image_id);
-                self.record_success(key, end, size).await;
-                drop(in_flight);
-                Ok(outcome.image_ref)
+            Ok(outcome) => Ok(self
+                .pulled(pod, &q, runtime_handler, start, outcome, in_flight)
+                .await),
+        }
+    }
+
+    /// The presence precheck by pull policy (image_manager.go): `Some(image ref)` when the
+    /// image is present and the policy lets it be used, `None` when it must be pulled.
+    async fn check_presence(
+        &self,
+        pod: &PodRef,
+        q: &str,
+        spec_image: &str,
+        pull_policy: PullPolicy,
+        runtime_handler: &str,
+    ) -> Result<Option<String>, PullError> {
+        let policy_label = match pull_policy {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        };
+        if pull_policy == PullPolicy::Always {
+            self.metrics.count_ensure((policy_label, "unknown", "true"));
+            return Ok(None);
+        }
+        match self.runtime.image_status(spec_image, runtime_handler).await {
+            Err(e) => {
+                let msg = format!("Failed to inspect image {q}: {e}");
+                self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
+                Err(PullError::ErrImageInspect {
+                    message: msg,
+                    cause: PullCause::new(e),
+                })
+            }
+            Ok(Some(present)) => {
+                self.metrics.count_ensure((policy_label, "true", "false"));
+                let msg = format!("Container image {q} already present on machine");
+                self.normal(pod, reasons::PULLED_IMAGE, &msg);
+                Ok(Some(present.id.0))
+            }
+            Ok(None) if pull_policy == PullPolicy::Never => {
+                self.metrics.count_ensure((policy_label, "false", "false"));
+                let msg = format!("Container image {q} is not present with pull policy of Never");
+                self.warn(pod, reasons::ERR_IMAGE_NEVER_PULL_POLICY, &msg);
+                Err(PullError::ErrImageNeverPull(msg))
+            }
+            Ok(None) => {
+                self.metrics.count_ensure((policy_label, "false", "true"));
+                Ok(None)
             }
         }
+    }
+
+    /// The credentials a pull tries, in turn: given, or looked up in the keyring
+    /// (`MakeDockerKeyring(pullSecrets, nodeKeyring).Lookup`).
+    async fn credentials_for(
+        &self,
+        spec_image: &str,
+        auth: PullAuth<'_>,
+        now: UnixNanos,
+    ) -> Result<Vec<PullCredentials>, credentials::CredentialsError> {
+        match auth {
+            PullAuth::Credentials(given) => Ok(given.to_vec()),
+            PullAuth::Keyring(pull_secrets) => {
+                let repo =
+                    credentials::repo_to_pull(spec_image).unwrap_or_else(|| spec_image.to_owned());
+                self.credential_sources
+                    .lookup(&repo, pull_secrets, now)
+                    .await
+            }
+        }
+    }
+
+    /// A successful pull: its event and metrics, and the record marked used under the key
+    /// detect will use; the image stays registered in flight until the mark is committed.
+    async fn pulled(
+        &self,
+        pod: &PodRef,
+        q: &str,
+        runtime_handler: &str,
+        start: UnixNanos,
+        outcome: puller::PullOutcome,
+        in_flight: InFlightGuard,
+    ) -> String {
+        let end = self.clock.now();
+        let total = truncate_ms(end.since(start));
+        let size = outcome.status.as_ref().map(|s| s.size);
+        self.normal(
+            pod,
+            reasons::PULLED_IMAGE,
+            &format!(
+                "Successfully pulled image {q} in {} ({} including waiting). Image size: {} bytes.",
+                go_duration(truncate_ms(outcome.pull_duration)),
+                go_duration(total),
+                size.unwrap_or(0)
+            ),
+        );
+        self.metrics.observe_pull(size.unwrap_or(0), total);
+        // The mark goes under the key detect will use: the runtime handler the
+        // runtime lists the image under (none for containerd 1.6), not the request's.
+        let key = match &outcome.status {
+            Some(status) => status.record_key(),
+            None => RecordKey::new(outcome.image_ref.clone(), runtime_handler),
+        };
+        in_flight.pulled(&key.image_id);
+        self.record_success(key, end, size).await;
+        drop(in_flight);
+        outcome.image_ref
     }
 
     /// `backOff.Next` and the previous-error message, in one transaction.
