@@ -29,7 +29,8 @@ fn output(args: &[&str]) -> Output {
 /// A running agent process, killed on drop if still alive.
 struct AgentProcess {
     child: Child,
-    socket: PathBuf,
+    /// The service manager's side of the agent's NOTIFY_SOCKET (its directory kept alive).
+    _notify: (tempfile::TempDir, std::os::unix::net::UnixDatagram),
 }
 
 impl Drop for AgentProcess {
@@ -76,7 +77,13 @@ fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
     }
 }
 
+/// Starts an agent and returns once it has bound its admin socket: its first message to the
+/// service manager (READY=1 after the first detect, or the status of a failed one) comes
+/// only after that, so the test waits on that signal, not on polling the path.
 async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -> AgentProcess {
+    let notify_dir = tempfile::tempdir().expect("temp dir");
+    let notify_path = notify_dir.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("bind notify");
     let child = bin()
         .args([
             "run",
@@ -98,21 +105,35 @@ async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -
         .args(extra)
         // Info logs ("Serving metrics" names the bound address) whatever the caller's filter.
         .env_remove("IMAGEKEEPER_LOG")
+        .env("NOTIFY_SOCKET", &notify_path)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn agent");
-    let agent = AgentProcess {
-        child,
-        socket: socket.to_owned(),
-    };
-    let path = agent.socket.clone();
-    wait_for("the admin socket", Duration::from_secs(30), || {
-        let up = path.exists();
-        async move { up.then_some(()) }
+    let notify = tokio::task::spawn_blocking(move || {
+        // A deadline only against a hang.
+        notify
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("read timeout");
+        let mut buf = [0u8; 4096];
+        let n = notify.recv(&mut buf).expect("a notify message within 60 s");
+        let first = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(
+            first.starts_with("READY=1") || first.contains("First detect failed"),
+            "{first}"
+        );
+        notify
     })
-    .await;
-    agent
+    .await
+    .expect("join");
+    assert!(
+        socket.exists(),
+        "the admin socket is bound before the first detect ends"
+    );
+    AgentProcess {
+        child,
+        _notify: (notify_dir, notify),
+    }
 }
 
 #[test]
