@@ -1063,14 +1063,32 @@ mod tests {
         );
     }
 
+    /// Each bad file is refused by `FileConfig::load` with an error naming the file and what
+    /// is wrong in it (the field, the type, the line).
     #[test]
-    fn unknown_or_mistyped_file_fields_are_errors() {
-        for text in [
-            "imageGCHighThreshold = 3\n",
-            "registryBurst = \"ten\"\n",
-            "not toml at all [",
+    fn unknown_or_mistyped_file_fields_are_errors_naming_the_file_and_the_problem() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("imagekeeper.toml");
+        for (text, says) in [
+            (
+                "imageGCHighThreshold = 3\n",
+                "unknown field `imageGCHighThreshold`",
+            ),
+            ("registryBurst = \"ten\"\n", "registryBurst"),
+            ("not toml at all [", "line 1"),
         ] {
-            assert!(toml::from_str::<FileConfig>(text).is_err(), "{text}");
+            std::fs::write(&path, text).expect("write");
+            match FileConfig::load(&path) {
+                Err(e @ ConfigError::File { .. }) => {
+                    let message = e.to_string();
+                    assert!(
+                        message.starts_with(&format!("config file {}: ", path.display())),
+                        "{message}"
+                    );
+                    assert!(message.contains(says), "{text}: {message}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
         }
     }
 }

@@ -641,12 +641,6 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
     }
 }
 
-/// Removes a stale admin socket (ours from an earlier run) before binding: only a socket, and
-/// only when a connect to it is refused (see [`crate::admin::remove_stale_socket`]).
-pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
-    crate::admin::remove_stale_socket(path)
-}
-
 impl<R: AgentRuntime> HttpEndpoints for Agent<R> {
     fn metrics(&self) -> String {
         self.render_metrics()

@@ -447,11 +447,6 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         self
     }
 
-    /// The re-pull counters this manager writes.
-    pub fn repull_metrics(&self) -> &Arc<metrics::RepullMetrics> {
-        &self.repulls
-    }
-
     /// The pulls this manager has in flight.
     pub fn pulls_in_flight(&self) -> &PullsInFlight {
         &self.in_flight

@@ -50,11 +50,6 @@ impl RuntimeError {
     pub fn message(&self) -> &str {
         &self.message
     }
-
-    /// The CRI error behind it, if any.
-    pub fn cri_error(&self) -> Option<&CriError> {
-        self.source.as_deref()
-    }
 }
 
 impl PartialEq for RuntimeError {
