@@ -8,14 +8,10 @@ use tokio::net::UnixStream;
 use tonic::transport::{Endpoint, Uri};
 
 use super::proto::admin_client::AdminClient as Generated;
-use super::proto::{
-    DeleteUnusedRequest, EnsureImageRequest, ExplainRequest, GarbageCollectRequest, GcResponse,
-    ListRecordsRequest,
-};
-use super::{AdminError, EnsureRequest, GcOutcome};
+use super::proto::{DeleteUnusedRequest, EnsureImageRequest, GarbageCollectRequest, GcResponse};
+use super::{AdminError, AdminReason, EnsureRequest, GcOutcome, REASON_METADATA_KEY};
 use crate::gc::{Removal, RemovalReason};
-use crate::model::{ImageRecord, RecordKey, UnixNanos};
-use crate::store::StoredRecord;
+use crate::model::RecordKey;
 
 /// A connection to a running agent's admin socket.
 #[derive(Clone, Debug)]
@@ -71,6 +67,17 @@ impl AdminClient {
             ) && status.message().contains("Timeout expired")
             {
                 AdminError::Timeout { method, after }
+            } else if let Some(reason) = status
+                .metadata()
+                .get(REASON_METADATA_KEY)
+                .and_then(|v| v.to_str().ok())
+                .and_then(AdminReason::parse)
+            {
+                AdminError::Rejected {
+                    method,
+                    reason,
+                    message: status.message().to_owned(),
+                }
             } else {
                 AdminError::Call {
                     method,
@@ -95,38 +102,6 @@ impl AdminClient {
             .await
             .map_err(self.call_err("EnsureImage"))?;
         Ok(reply.into_inner().image_ref)
-    }
-
-    pub async fn list_records(&mut self) -> Result<Vec<StoredRecord>, AdminError> {
-        let reply = self
-            .inner
-            .list_records(ListRecordsRequest {})
-            .await
-            .map_err(self.call_err("ListRecords"))?;
-        Ok(reply
-            .into_inner()
-            .records
-            .into_iter()
-            .map(|r| StoredRecord {
-                key: RecordKey::new(r.image_id, r.runtime_handler),
-                record: ImageRecord {
-                    first_detected: UnixNanos(r.first_detected),
-                    last_used: UnixNanos(r.last_used),
-                    size: r.size,
-                    pinned: r.pinned,
-                },
-            })
-            .collect())
-    }
-
-    /// The explanation as JSON.
-    pub async fn explain(&mut self) -> Result<String, AdminError> {
-        let reply = self
-            .inner
-            .explain(ExplainRequest {})
-            .await
-            .map_err(self.call_err("Explain"))?;
-        Ok(reply.into_inner().json)
     }
 
     pub async fn garbage_collect(&mut self, dry_run: bool) -> Result<GcOutcome, AdminError> {

@@ -18,7 +18,8 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use crate::gc::{GcError, GcPlan, GcReport, Removal};
-use crate::store::StoredRecord;
+use crate::pull::credentials::CredentialsError;
+use crate::pull::{PullError, PullReason};
 
 pub use client::{AdminClient, DEFAULT_CALL_TIMEOUT};
 pub use server::{AdminLimits, serve, serve_with_limits};
@@ -130,16 +131,99 @@ impl GcOutcome {
 
 /// What the admin service calls into (the agent).
 pub trait AdminBackend: Send + Sync + 'static {
-    /// The image ref, or "<reason>: <message>".
+    /// The image ref, or why not.
     fn ensure_image(
         &self,
         request: EnsureRequest,
-    ) -> impl Future<Output = Result<String, String>> + Send;
-    fn list_records(&self) -> impl Future<Output = Result<Vec<StoredRecord>, String>> + Send;
-    /// The explanation as JSON.
-    fn explain(&self) -> impl Future<Output = Result<String, String>> + Send;
+    ) -> impl Future<Output = Result<String, EnsureImageError>> + Send;
     fn garbage_collect(&self, dry_run: bool) -> impl Future<Output = GcOutcome> + Send;
     fn delete_unused(&self, dry_run: bool) -> impl Future<Output = GcOutcome> + Send;
+}
+
+/// Why the agent did not ensure an image (the server side of EnsureImage's failure).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnsureImageError {
+    /// The kubelet's failure, with its reason and message.
+    #[error("{}: {}", .0.reason(), .0.message())]
+    Pull(#[source] PullError),
+    /// A pull secret that does not parse (`what` names it: "pull secret 2").
+    #[error("InvalidPullSecret: {0}")]
+    InvalidPullSecret(#[source] CredentialsError),
+    /// A pull policy that is not Always, IfNotPresent or Never.
+    #[error("InvalidPullPolicy: unknown pull policy {0:?}: Always, IfNotPresent or Never")]
+    InvalidPullPolicy(String),
+}
+
+impl From<PullError> for EnsureImageError {
+    fn from(e: PullError) -> EnsureImageError {
+        EnsureImageError::Pull(e)
+    }
+}
+
+impl EnsureImageError {
+    /// The structured reason sent with the status.
+    pub fn reason(&self) -> AdminReason {
+        match self {
+            EnsureImageError::Pull(e) => AdminReason::Pull(e.kind()),
+            EnsureImageError::InvalidPullSecret(_) => AdminReason::InvalidPullSecret,
+            EnsureImageError::InvalidPullPolicy(_) => AdminReason::InvalidPullPolicy,
+        }
+    }
+
+    /// The message without its reason.
+    pub fn message(&self) -> String {
+        match self {
+            EnsureImageError::Pull(e) => e.message().to_owned(),
+            EnsureImageError::InvalidPullSecret(e) => e.to_string(),
+            EnsureImageError::InvalidPullPolicy(policy) => {
+                format!("unknown pull policy {policy:?}: Always, IfNotPresent or Never")
+            }
+        }
+    }
+}
+
+/// The structured reason of a failed admin call: sent in the status's
+/// [`REASON_METADATA_KEY`] metadata as [`AdminReason::as_str`], beside the status code
+/// (InvalidArgument for the caller's bad input, FailedPrecondition for a failed pull).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AdminReason {
+    /// The kubelet's pull failure (ErrImagePull, ImagePullBackOff, InvalidImageName ...).
+    Pull(PullReason),
+    InvalidPullSecret,
+    InvalidPullPolicy,
+}
+
+/// The metadata key of a failed call's [`AdminReason`].
+pub const REASON_METADATA_KEY: &str = "imagekeeper-reason";
+
+impl AdminReason {
+    /// The reason's name on the wire and in messages (the kubelet's reason for a pull).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminReason::Pull(reason) => reason.as_str(),
+            AdminReason::InvalidPullSecret => "InvalidPullSecret",
+            AdminReason::InvalidPullPolicy => "InvalidPullPolicy",
+        }
+    }
+
+    /// The reason named `s`.
+    pub fn parse(s: &str) -> Option<AdminReason> {
+        match s {
+            "InvalidPullSecret" => Some(AdminReason::InvalidPullSecret),
+            "InvalidPullPolicy" => Some(AdminReason::InvalidPullPolicy),
+            other => PullReason::parse(other).map(AdminReason::Pull),
+        }
+    }
+
+    /// Whether the call failed on the caller's input (the CLI exits 2), not in the agent.
+    pub fn is_invalid_input(self) -> bool {
+        match self {
+            AdminReason::Pull(reason) => reason.is_invalid_input(),
+            AdminReason::InvalidPullSecret | AdminReason::InvalidPullPolicy => true,
+        }
+    }
 }
 
 /// What is at the admin socket path before the agent binds it.
@@ -234,6 +318,15 @@ pub enum AdminError {
         #[source]
         source: std::io::Error,
     },
+    /// The agent answered with a failure it gave a reason for (see [`AdminReason`]); the
+    /// message is the agent's, without the reason.
+    #[error("{}: {message}", reason.as_str())]
+    Rejected {
+        method: &'static str,
+        reason: AdminReason,
+        message: String,
+    },
+    /// The call failed without a reason (a transport failure, or an agent of another version).
     #[error("admin call {method}: {message}")]
     Call {
         method: &'static str,

@@ -19,11 +19,12 @@ use tonic::{Request, Response, Status};
 
 use super::proto::admin_server::{Admin, AdminServer};
 use super::proto::{
-    DeleteUnusedRequest, EnsureImageRequest, EnsureImageResponse, ExplainRequest, ExplainResponse,
-    GarbageCollectRequest, GcResponse, ListRecordsRequest, ListRecordsResponse, Record,
-    Removal as ProtoRemoval,
+    DeleteUnusedRequest, EnsureImageRequest, EnsureImageResponse, GarbageCollectRequest,
+    GcResponse, Removal as ProtoRemoval,
 };
-use super::{AdminBackend, AdminError, EnsureRequest, GcOutcome};
+use super::{
+    AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome, REASON_METADATA_KEY,
+};
 
 struct Service<B> {
     backend: Arc<B>,
@@ -48,6 +49,23 @@ fn gc_response(outcome: GcOutcome) -> GcResponse {
     }
 }
 
+/// A failed EnsureImage as a status: InvalidArgument for the caller's bad input, else
+/// FailedPrecondition; the reason in the metadata, the message without it.
+fn ensure_status(e: &EnsureImageError) -> Status {
+    let reason = e.reason();
+    let code = if reason.is_invalid_input() {
+        tonic::Code::InvalidArgument
+    } else {
+        tonic::Code::FailedPrecondition
+    };
+    let mut status = Status::new(code, e.message());
+    status.metadata_mut().insert(
+        REASON_METADATA_KEY,
+        tonic::metadata::MetadataValue::from_static(reason.as_str()),
+    );
+    status
+}
+
 #[tonic::async_trait]
 impl<B: AdminBackend> Admin for Service<B> {
     async fn ensure_image(
@@ -66,40 +84,8 @@ impl<B: AdminBackend> Admin for Service<B> {
         };
         match self.backend.ensure_image(request).await {
             Ok(image_ref) => Ok(Response::new(EnsureImageResponse { image_ref })),
-            Err(message) => Err(Status::failed_precondition(message)),
+            Err(e) => Err(ensure_status(&e)),
         }
-    }
-
-    async fn list_records(
-        &self,
-        _request: Request<ListRecordsRequest>,
-    ) -> Result<Response<ListRecordsResponse>, Status> {
-        let records = self
-            .backend
-            .list_records()
-            .await
-            .map_err(Status::internal)?;
-        Ok(Response::new(ListRecordsResponse {
-            records: records
-                .into_iter()
-                .map(|r| Record {
-                    image_id: r.key.image_id.0,
-                    runtime_handler: r.key.runtime_handler,
-                    first_detected: r.record.first_detected.0,
-                    last_used: r.record.last_used.0,
-                    size: r.record.size,
-                    pinned: r.record.pinned,
-                })
-                .collect(),
-        }))
-    }
-
-    async fn explain(
-        &self,
-        _request: Request<ExplainRequest>,
-    ) -> Result<Response<ExplainResponse>, Status> {
-        let json = self.backend.explain().await.map_err(Status::internal)?;
-        Ok(Response::new(ExplainResponse { json }))
     }
 
     async fn garbage_collect(

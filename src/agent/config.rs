@@ -212,155 +212,18 @@ fn duration(value: &str, origin: &str) -> Result<Duration, ConfigError> {
 }
 
 impl AgentConfig {
-    /// Defaults, then the file, then the flags; then validation.
+    /// Defaults, then the file, then the flags; then validation. Each part is resolved by
+    /// its own function below, which names the flag or field a bad value came from.
     pub fn resolve(
         file: &FileConfig,
         file_path: Option<&Path>,
         flags: &FlagValues,
     ) -> Result<AgentConfig, ConfigError> {
         let o = Origin { file: file_path };
-        let mut policy = GcPolicy::default();
-        let mut origins = PolicyOrigins::default();
-
-        if let Some((v, from)) = pick(
-            &flags.image_gc_high_threshold,
-            "--image-gc-high-threshold",
-            &file.image_gc_high_threshold_percent,
-            o.field("imageGCHighThresholdPercent"),
-        ) {
-            policy.high_threshold_percent = v;
-            origins.high = from;
-        }
-        if let Some((v, from)) = pick(
-            &flags.image_gc_low_threshold,
-            "--image-gc-low-threshold",
-            &file.image_gc_low_threshold_percent,
-            o.field("imageGCLowThresholdPercent"),
-        ) {
-            policy.low_threshold_percent = v;
-            origins.low = from;
-        }
-        if let Some((v, from)) = pick(
-            &flags.minimum_image_ttl_duration,
-            "--minimum-image-ttl-duration",
-            &file.image_minimum_gc_age,
-            o.field("imageMinimumGCAge"),
-        ) {
-            policy.min_age = duration(&v, &from)?;
-            origins.min_age = from;
-        }
-        if let Some((v, from)) = pick(
-            &flags.image_maximum_gc_age,
-            "--image-maximum-gc-age",
-            &file.image_maximum_gc_age,
-            o.field("imageMaximumGCAge"),
-        ) {
-            policy.max_age = duration(&v, &from)?;
-            origins.max_age = from;
-        }
-        validate_policy(&policy, &origins)?;
-
-        let mut pull = PullConfig::default();
-        let mut pull_origin = String::from("pull settings");
-        if let Some((v, from)) = pick(
-            &flags.serialize_image_pulls,
-            "--serialize-image-pulls",
-            &file.serialize_image_pulls,
-            o.field("serializeImagePulls"),
-        ) {
-            pull.serialize_image_pulls = v;
-            pull_origin = from;
-        }
-        if let Some((v, from)) = pick(
-            &flags.max_parallel_image_pulls,
-            "--max-parallel-image-pulls",
-            &file.max_parallel_image_pulls,
-            o.field("maxParallelImagePulls"),
-        ) {
-            pull.max_parallel_image_pulls = Some(v);
-            pull_origin = from;
-        }
-        if let Some((v, from)) = pick(
-            &flags.registry_qps,
-            "--registry-qps",
-            &file.registry_pull_qps,
-            o.field("registryPullQPS"),
-        ) {
-            if !v.is_finite() {
-                return Err(invalid(
-                    from,
-                    format!("registryPullQPS {v} must be a finite number"),
-                ));
-            }
-            if v < 0.0 {
-                return Err(invalid(
-                    from,
-                    format!("registryPullQPS {v} must not be a negative number"),
-                ));
-            }
-            pull.registry_pull_qps = v;
-        }
-        if let Some((v, from)) = pick(
-            &flags.registry_burst,
-            "--registry-burst",
-            &file.registry_burst,
-            o.field("registryBurst"),
-        ) {
-            pull.registry_burst = u32::try_from(v).map_err(|_| {
-                let problem = if v < 0 {
-                    "must not be a negative number".to_owned()
-                } else {
-                    format!("is too large (at most {})", u32::MAX)
-                };
-                invalid(from, format!("registryBurst {v} {problem}"))
-            })?;
-        }
-        pull.validate()
-            .map_err(|e| invalid(pull_origin, e.to_string()))?;
-
-        let mut pins = flags.pinned_images.clone();
-        if pins.is_empty() {
-            pins = file.pinned_images.clone().unwrap_or_default();
-        }
-        for pin in &pins {
-            if pin.is_empty() || pin.starts_with('*') {
-                let origin = if flags.pinned_images.is_empty() {
-                    o.field("pinnedImages")
-                } else {
-                    "--pinned-image".to_owned()
-                };
-                return Err(invalid(
-                    origin,
-                    format!("pattern {pin:?} must name an image (a trailing * matches any suffix)"),
-                ));
-            }
-        }
-
-        let runtime_endpoint = pick(
-            &flags.container_runtime_endpoint,
-            "--container-runtime-endpoint",
-            &file.container_runtime_endpoint,
-            o.field("containerRuntimeEndpoint"),
-        );
-        let image_endpoint = pick(
-            &flags.image_service_endpoint,
-            "--image-service-endpoint",
-            &file.image_service_endpoint,
-            o.field("imageServiceEndpoint"),
-        );
-        let mut cri = CriConfig::default();
-        if let Some((endpoint, from)) = runtime_endpoint {
-            check_endpoint(&endpoint, &from)?;
-            cri.runtime_endpoint = endpoint;
-        }
-        if let Some((endpoint, from)) = image_endpoint {
-            check_endpoint(&endpoint, &from)?;
-            cri.image_endpoint = Some(endpoint);
-        }
-        if cri.runtime_endpoint.is_empty() {
-            cri.runtime_endpoint = DEFAULT_RUNTIME_ENDPOINT.to_owned();
-        }
-
+        let policy = resolve_gc_policy(file, flags, &o)?;
+        let pull = resolve_pull(file, flags, &o)?;
+        let pins = resolve_pins(file, flags, &o)?;
+        let cri = resolve_cri(file, flags, &o)?;
         let sandbox_image = pick(
             &flags.pod_infra_container_image,
             "--pod-infra-container-image",
@@ -370,116 +233,10 @@ impl AgentConfig {
         .map(|(v, _)| v)
         .filter(|v| !v.is_empty());
 
-        let kubelet_root_dir = match pick(
-            &flags.kubelet_root_dir,
-            "--kubelet-root-dir",
-            &file.kubelet_root_dir,
-            o.field("kubeletRootDir"),
-        ) {
-            None => Some(PathBuf::from(DEFAULT_KUBELET_ROOT_DIR)),
-            Some((v, _)) if v.is_empty() => None,
-            Some((v, from)) if !Path::new(&v).is_absolute() => {
-                return Err(invalid(from, format!("{v:?} is not an absolute path")));
-            }
-            Some((v, _)) => Some(PathBuf::from(v)),
-        };
-
-        // None unless a flag or a file field sets it: the store then keeps the retention
-        // the file records (a `gc` or `prune` without flags must not prune an agent's
-        // longer journal to the defaults). One of the two set takes the default for the other.
-        let mut journal_retention: Option<JournalRetention> = None;
-        if let Some((v, from)) = pick(
-            &flags.journal_max_age,
-            "--journal-max-age",
-            &file.journal_max_age,
-            o.field("journalMaxAge"),
-        ) {
-            let d = duration(&v, &from)?;
-            if d < Duration::from_secs(1) {
-                return Err(invalid(from, format!("must be at least 1s (got {v:?})")));
-            }
-            journal_retention
-                .get_or_insert_with(JournalRetention::default)
-                .max_age = d;
-        }
-        if let Some((v, from)) = pick(
-            &flags.journal_max_entries,
-            "--journal-max-entries",
-            &file.journal_max_entries,
-            o.field("journalMaxEntries"),
-        ) {
-            journal_retention
-                .get_or_insert_with(JournalRetention::default)
-                .max_entries = u32::try_from(v).ok().filter(|n| *n >= 1).ok_or_else(|| {
-                invalid(
-                    from,
-                    format!("must be between 1 and {} (got {v})", u32::MAX),
-                )
-            })?;
-        }
-
-        let metrics_address = match &flags.metrics_address {
-            None => None,
-            Some(a) if a.is_empty() => None,
-            Some(a) => Some(a.parse::<SocketAddr>().map_err(|e| {
-                invalid(
-                    "--metrics-address".to_owned(),
-                    format!("{a:?} is not HOST:PORT with an IP host: {e}"),
-                )
-            })?),
-        };
-
-        let period = |flag: &Option<String>,
-                      name: &str,
-                      default: Duration|
-         -> Result<Duration, ConfigError> {
-            match flag {
-                None => Ok(default),
-                Some(v) => {
-                    let d = duration(v, name)?;
-                    if d < MIN_LOOP_PERIOD {
-                        Err(invalid(
-                            name.to_owned(),
-                            format!("must be at least 1s (got {v:?})"),
-                        ))
-                    } else {
-                        Ok(d)
-                    }
-                }
-            }
-        };
-
-        let provider_config = pick(
-            &flags.image_credential_provider_config,
-            "--image-credential-provider-config",
-            &file.image_credential_provider_config,
-            o.field("imageCredentialProviderConfig"),
-        );
-        let provider_bin_dir = pick(
-            &flags.image_credential_provider_bin_dir,
-            "--image-credential-provider-bin-dir",
-            &file.image_credential_provider_bin_dir,
-            o.field("imageCredentialProviderBinDir"),
-        );
-        let credential_providers = match (provider_config, provider_bin_dir) {
-            (None, None) => None,
-            (Some((config, _)), Some((bin_dir, _))) => {
-                Some(CredentialProviders { config, bin_dir })
-            }
-            (Some((_, from)), None) => {
-                return Err(invalid(
-                    from,
-                    "needs --image-credential-provider-bin-dir (imageCredentialProviderBinDir) too",
-                ));
-            }
-            (None, Some((_, from))) => {
-                return Err(invalid(
-                    from,
-                    "needs --image-credential-provider-config (imageCredentialProviderConfig) too",
-                ));
-            }
-        };
-
+        let kubelet_root_dir = resolve_kubelet_root_dir(file, flags, &o)?;
+        let journal_retention = resolve_journal_retention(file, flags, &o)?;
+        let metrics_address = resolve_metrics_address(flags)?;
+        let credential_providers = resolve_credential_providers(file, flags, &o)?;
         let db = flags
             .db
             .clone()
@@ -538,6 +295,314 @@ impl AgentConfig {
             ),
             plugins,
         })
+    }
+}
+
+/// The GC thresholds and ages, validated as the kubelet does.
+fn resolve_gc_policy(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<GcPolicy, ConfigError> {
+    let mut policy = GcPolicy::default();
+    let mut origins = PolicyOrigins::default();
+
+    if let Some((v, from)) = pick(
+        &flags.image_gc_high_threshold,
+        "--image-gc-high-threshold",
+        &file.image_gc_high_threshold_percent,
+        o.field("imageGCHighThresholdPercent"),
+    ) {
+        policy.high_threshold_percent = v;
+        origins.high = from;
+    }
+    if let Some((v, from)) = pick(
+        &flags.image_gc_low_threshold,
+        "--image-gc-low-threshold",
+        &file.image_gc_low_threshold_percent,
+        o.field("imageGCLowThresholdPercent"),
+    ) {
+        policy.low_threshold_percent = v;
+        origins.low = from;
+    }
+    if let Some((v, from)) = pick(
+        &flags.minimum_image_ttl_duration,
+        "--minimum-image-ttl-duration",
+        &file.image_minimum_gc_age,
+        o.field("imageMinimumGCAge"),
+    ) {
+        policy.min_age = duration(&v, &from)?;
+        origins.min_age = from;
+    }
+    if let Some((v, from)) = pick(
+        &flags.image_maximum_gc_age,
+        "--image-maximum-gc-age",
+        &file.image_maximum_gc_age,
+        o.field("imageMaximumGCAge"),
+    ) {
+        policy.max_age = duration(&v, &from)?;
+        origins.max_age = from;
+    }
+    validate_policy(&policy, &origins)?;
+    Ok(policy)
+}
+
+/// The pull settings, validated as the kubelet does.
+fn resolve_pull(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<PullConfig, ConfigError> {
+    let mut pull = PullConfig::default();
+    let mut pull_origin = String::from("pull settings");
+    if let Some((v, from)) = pick(
+        &flags.serialize_image_pulls,
+        "--serialize-image-pulls",
+        &file.serialize_image_pulls,
+        o.field("serializeImagePulls"),
+    ) {
+        pull.serialize_image_pulls = v;
+        pull_origin = from;
+    }
+    if let Some((v, from)) = pick(
+        &flags.max_parallel_image_pulls,
+        "--max-parallel-image-pulls",
+        &file.max_parallel_image_pulls,
+        o.field("maxParallelImagePulls"),
+    ) {
+        pull.max_parallel_image_pulls = Some(v);
+        pull_origin = from;
+    }
+    if let Some((v, from)) = pick(
+        &flags.registry_qps,
+        "--registry-qps",
+        &file.registry_pull_qps,
+        o.field("registryPullQPS"),
+    ) {
+        if !v.is_finite() {
+            return Err(invalid(
+                from,
+                format!("registryPullQPS {v} must be a finite number"),
+            ));
+        }
+        if v < 0.0 {
+            return Err(invalid(
+                from,
+                format!("registryPullQPS {v} must not be a negative number"),
+            ));
+        }
+        pull.registry_pull_qps = v;
+    }
+    if let Some((v, from)) = pick(
+        &flags.registry_burst,
+        "--registry-burst",
+        &file.registry_burst,
+        o.field("registryBurst"),
+    ) {
+        pull.registry_burst = u32::try_from(v).map_err(|_| {
+            let problem = if v < 0 {
+                "must not be a negative number".to_owned()
+            } else {
+                format!("is too large (at most {})", u32::MAX)
+            };
+            invalid(from, format!("registryBurst {v} {problem}"))
+        })?;
+    }
+    pull.validate()
+        .map_err(|e| invalid(pull_origin, e.to_string()))?;
+    Ok(pull)
+}
+
+/// The pinned image patterns: the flags', else the file's.
+fn resolve_pins(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<Vec<String>, ConfigError> {
+    let mut pins = flags.pinned_images.clone();
+    if pins.is_empty() {
+        pins = file.pinned_images.clone().unwrap_or_default();
+    }
+    for pin in &pins {
+        if pin.is_empty() || pin.starts_with('*') {
+            let origin = if flags.pinned_images.is_empty() {
+                o.field("pinnedImages")
+            } else {
+                "--pinned-image".to_owned()
+            };
+            return Err(invalid(
+                origin,
+                format!("pattern {pin:?} must name an image (a trailing * matches any suffix)"),
+            ));
+        }
+    }
+    Ok(pins)
+}
+
+/// The runtime and image service endpoints.
+fn resolve_cri(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<CriConfig, ConfigError> {
+    let runtime_endpoint = pick(
+        &flags.container_runtime_endpoint,
+        "--container-runtime-endpoint",
+        &file.container_runtime_endpoint,
+        o.field("containerRuntimeEndpoint"),
+    );
+    let image_endpoint = pick(
+        &flags.image_service_endpoint,
+        "--image-service-endpoint",
+        &file.image_service_endpoint,
+        o.field("imageServiceEndpoint"),
+    );
+    let mut cri = CriConfig::default();
+    if let Some((endpoint, from)) = runtime_endpoint {
+        check_endpoint(&endpoint, &from)?;
+        cri.runtime_endpoint = endpoint;
+    }
+    if let Some((endpoint, from)) = image_endpoint {
+        check_endpoint(&endpoint, &from)?;
+        cri.image_endpoint = Some(endpoint);
+    }
+    if cri.runtime_endpoint.is_empty() {
+        cri.runtime_endpoint = DEFAULT_RUNTIME_ENDPOINT.to_owned();
+    }
+    Ok(cri)
+}
+
+/// The kubelet's root directory (absolute), or none when set empty.
+fn resolve_kubelet_root_dir(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<Option<PathBuf>, ConfigError> {
+    let kubelet_root_dir = match pick(
+        &flags.kubelet_root_dir,
+        "--kubelet-root-dir",
+        &file.kubelet_root_dir,
+        o.field("kubeletRootDir"),
+    ) {
+        None => Some(PathBuf::from(DEFAULT_KUBELET_ROOT_DIR)),
+        Some((v, _)) if v.is_empty() => None,
+        Some((v, from)) if !Path::new(&v).is_absolute() => {
+            return Err(invalid(from, format!("{v:?} is not an absolute path")));
+        }
+        Some((v, _)) => Some(PathBuf::from(v)),
+    };
+    Ok(kubelet_root_dir)
+}
+
+/// The eviction journal's retention when a flag or field sets it.
+fn resolve_journal_retention(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<Option<JournalRetention>, ConfigError> {
+    // None unless a flag or a file field sets it: the store then keeps the retention
+    // the file records (a `gc` or `prune` without flags must not prune an agent's
+    // longer journal to the defaults). One of the two set takes the default for the other.
+    let mut journal_retention: Option<JournalRetention> = None;
+    if let Some((v, from)) = pick(
+        &flags.journal_max_age,
+        "--journal-max-age",
+        &file.journal_max_age,
+        o.field("journalMaxAge"),
+    ) {
+        let d = duration(&v, &from)?;
+        if d < Duration::from_secs(1) {
+            return Err(invalid(from, format!("must be at least 1s (got {v:?})")));
+        }
+        journal_retention
+            .get_or_insert_with(JournalRetention::default)
+            .max_age = d;
+    }
+    if let Some((v, from)) = pick(
+        &flags.journal_max_entries,
+        "--journal-max-entries",
+        &file.journal_max_entries,
+        o.field("journalMaxEntries"),
+    ) {
+        journal_retention
+            .get_or_insert_with(JournalRetention::default)
+            .max_entries = u32::try_from(v).ok().filter(|n| *n >= 1).ok_or_else(|| {
+            invalid(
+                from,
+                format!("must be between 1 and {} (got {v})", u32::MAX),
+            )
+        })?;
+    }
+    Ok(journal_retention)
+}
+
+/// The credential provider plugins' config and binaries, both or neither.
+fn resolve_credential_providers(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<Option<CredentialProviders>, ConfigError> {
+    let provider_config = pick(
+        &flags.image_credential_provider_config,
+        "--image-credential-provider-config",
+        &file.image_credential_provider_config,
+        o.field("imageCredentialProviderConfig"),
+    );
+    let provider_bin_dir = pick(
+        &flags.image_credential_provider_bin_dir,
+        "--image-credential-provider-bin-dir",
+        &file.image_credential_provider_bin_dir,
+        o.field("imageCredentialProviderBinDir"),
+    );
+    let credential_providers = match (provider_config, provider_bin_dir) {
+        (None, None) => None,
+        (Some((config, _)), Some((bin_dir, _))) => Some(CredentialProviders { config, bin_dir }),
+        (Some((_, from)), None) => {
+            return Err(invalid(
+                from,
+                "needs --image-credential-provider-bin-dir (imageCredentialProviderBinDir) too",
+            ));
+        }
+        (None, Some((_, from))) => {
+            return Err(invalid(
+                from,
+                "needs --image-credential-provider-config (imageCredentialProviderConfig) too",
+            ));
+        }
+    };
+    Ok(credential_providers)
+}
+
+/// The metrics endpoint's address (a flag only).
+fn resolve_metrics_address(flags: &FlagValues) -> Result<Option<SocketAddr>, ConfigError> {
+    let metrics_address = match &flags.metrics_address {
+        None => None,
+        Some(a) if a.is_empty() => None,
+        Some(a) => Some(a.parse::<SocketAddr>().map_err(|e| {
+            invalid(
+                "--metrics-address".to_owned(),
+                format!("{a:?} is not HOST:PORT with an IP host: {e}"),
+            )
+        })?),
+    };
+    Ok(metrics_address)
+}
+
+/// A loop's period from its flag (at least [`MIN_LOOP_PERIOD`]), else `default`.
+fn period(flag: &Option<String>, name: &str, default: Duration) -> Result<Duration, ConfigError> {
+    match flag {
+        None => Ok(default),
+        Some(v) => {
+            let d = duration(v, name)?;
+            if d < MIN_LOOP_PERIOD {
+                Err(invalid(
+                    name.to_owned(),
+                    format!("must be at least 1s (got {v:?})"),
+                ))
+            } else {
+                Ok(d)
+            }
+        }
     }
 }
 
@@ -998,14 +1063,32 @@ mod tests {
         );
     }
 
+    /// Each bad file is refused by `FileConfig::load` with an error naming the file and what
+    /// is wrong in it (the field, the type, the line).
     #[test]
-    fn unknown_or_mistyped_file_fields_are_errors() {
-        for text in [
-            "imageGCHighThreshold = 3\n",
-            "registryBurst = \"ten\"\n",
-            "not toml at all [",
+    fn unknown_or_mistyped_file_fields_are_errors_naming_the_file_and_the_problem() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("imagekeeper.toml");
+        for (text, says) in [
+            (
+                "imageGCHighThreshold = 3\n",
+                "unknown field `imageGCHighThreshold`",
+            ),
+            ("registryBurst = \"ten\"\n", "registryBurst"),
+            ("not toml at all [", "line 1"),
         ] {
-            assert!(toml::from_str::<FileConfig>(text).is_err(), "{text}");
+            std::fs::write(&path, text).expect("write");
+            match FileConfig::load(&path) {
+                Err(e @ ConfigError::File { .. }) => {
+                    let message = e.to_string();
+                    assert!(
+                        message.starts_with(&format!("config file {}: ", path.display())),
+                        "{message}"
+                    );
+                    assert!(message.contains(says), "{text}: {message}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
         }
     }
 }

@@ -16,8 +16,9 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::Backoff;
+use super::runtime::{AgentRuntime, EventStream};
 use crate::clock::Clock;
-use crate::cri::{CriClient, CriError, ImageRuntime, RpcCode};
+use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::gc::ImageGcManager;
 use crate::model::{ContainerEventKind, RecordKey};
 
@@ -51,8 +52,8 @@ enum StreamEnd {
 
 /// Watches the runtime's container events until `stop` turns true or the runtime turns out
 /// not to serve them (see the module's invariants). `note` hears of every step.
-pub async fn watch_container_events<R: ImageRuntime>(
-    client: &CriClient,
+pub async fn watch_container_events<E: AgentRuntime, R: ImageRuntime>(
+    client: &E,
     gc: &ImageGcManager<R>,
     clock: &dyn Clock,
     mut stop: watch::Receiver<bool>,

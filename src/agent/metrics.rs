@@ -50,6 +50,9 @@ pub struct AgentMetrics {
     gc_durations: Mutex<Histogram>,
     /// Configuration reloads: [successes, failures].
     config_reloads: [std::sync::atomic::AtomicU64; 2],
+    /// Whether the image cache (the GC manager's `image_list`) has been filled once: the
+    /// runtime image gauges are exported from then on.
+    image_cache_filled: std::sync::atomic::AtomicBool,
 }
 
 impl Default for AgentMetrics {
@@ -57,6 +60,7 @@ impl Default for AgentMetrics {
         AgentMetrics {
             gc_durations: Mutex::new(Histogram::new(GC_BUCKETS)),
             config_reloads: Default::default(),
+            image_cache_filled: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -67,6 +71,12 @@ impl AgentMetrics {
             Ok(mut h) => h.observe(took.as_secs_f64()),
             Err(p) => p.into_inner().observe(took.as_secs_f64()),
         }
+    }
+
+    /// The image cache was refreshed: its images are the runtime image gauges' values.
+    pub fn image_cache_filled(&self) {
+        self.image_cache_filled
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn record_reload(&self, success: bool) {
@@ -99,6 +109,8 @@ struct Snapshot {
     collected: [(&'static str, u64); 2],
     rescued: Vec<(&'static str, u64)>,
     remove_failures: u64,
+    /// The image cache's (count, total bytes), once it has been filled.
+    runtime_images: Option<(u64, u64)>,
     future_stamps_clamped: u64,
     clock_went_back: u64,
     progress: GcProgress,
@@ -139,6 +151,16 @@ impl Snapshot {
             collected: g.collected(),
             rescued: g.rescued().to_vec(),
             remove_failures: g.remove_failures(),
+            runtime_images: agent
+                .image_cache_filled
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| {
+                    let images = gc.image_list();
+                    (
+                        images.len() as u64,
+                        images.iter().map(|i| i.size).sum::<u64>(),
+                    )
+                }),
             future_stamps_clamped: g.future_stamps_clamped(),
             clock_went_back: g.clock_went_back(),
             progress: g.progress(),
@@ -223,6 +245,24 @@ impl Collector for Snapshot {
             "RemoveImage calls of GC that failed.",
             self.remove_failures,
         )?;
+        // The kubelet's image list cache serves the node status's images; here it serves
+        // these gauges (the node status's image count and sizes, without the names).
+        if let Some((count, bytes)) = self.runtime_images {
+            gauge(
+                &mut enc,
+                "runtime_images",
+                "Images the runtime lists, as the image cache last saw them.",
+                None,
+                count,
+            )?;
+            gauge(
+                &mut enc,
+                "runtime_images_size",
+                "Total size of the images the runtime lists, as the image cache last saw them.",
+                Some(Unit::Bytes),
+                bytes,
+            )?;
+        }
         counter(
             &mut enc,
             "gc_future_stamps_clamped",

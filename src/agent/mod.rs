@@ -24,6 +24,7 @@ mod http;
 mod metrics;
 pub mod notify;
 pub mod reload;
+mod runtime;
 
 use std::future::Future;
 use std::path::Path;
@@ -35,18 +36,19 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
-use crate::admin::{AdminBackend, AdminError, EnsureRequest, GcOutcome};
+use crate::admin::{AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome};
 use crate::clock::Clock;
 use crate::cri::{CriClient, CriError};
 use crate::gc::{CycleTime, GcError, ImageGcManager};
-use crate::pull::{ImageManager, PodRef, PullAuth, PullError, PullPolicy, PullsInFlight};
-use crate::store::{Batch, Store, StoreError, StoredRecord, meta_keys};
+use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
+use crate::store::{Batch, Store, StoreError, meta_keys};
 
 pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
 pub use health::Health;
 pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
 pub use metrics::{AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX};
 pub use reload::{ConfigSource, ReloadReport};
+pub use runtime::{AgentRuntime, EventStream, NoEvents};
 
 /// Why the agent could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -58,19 +60,21 @@ pub enum AgentError {
     #[error(transparent)]
     Gc(#[from] GcError),
     #[error("pull settings: {0}")]
-    Pull(String),
+    PullConfig(#[from] crate::pull::ConfigError),
+    #[error("credential providers: {0}")]
+    CredentialProviders(#[from] crate::pull::credentials::ProviderConfigError),
     #[error(transparent)]
     Admin(#[from] AdminError),
-    #[error("metrics endpoint {address}: {source}")]
+    #[error("metrics endpoint: {source}")]
     Metrics {
-        address: std::net::SocketAddr,
         #[source]
         source: std::io::Error,
     },
 }
 
-/// A running node agent.
-pub struct Agent {
+/// A running node agent over the runtime `R` (the CRI client in production; any
+/// [`AgentRuntime`], such as the replay's scripted runtime, in tests).
+pub struct Agent<R: AgentRuntime = CriClient> {
     /// The running configuration; its GC part is replaced by a reload.
     config: Mutex<AgentConfig>,
     /// Where the configuration came from, read again by a reload.
@@ -84,10 +88,10 @@ pub struct Agent {
     /// Whether a detect has succeeded yet, and the last failure before it did.
     detect_state: watch::Sender<DetectState>,
     /// The runtime client the container events watcher streams from.
-    events_client: CriClient,
+    events_client: R,
     store: Arc<Store>,
-    gc: ImageGcManager<CriClient>,
-    images: ImageManager<CriClient, Store>,
+    gc: ImageGcManager<R>,
+    images: ImageManager<R, Store>,
     clock: Arc<dyn Clock>,
     metrics: AgentMetrics,
     health: Health,
@@ -115,15 +119,27 @@ enum Loop {
     Gc,
 }
 
-impl Agent {
+impl Agent<CriClient> {
     /// Opens the store, records the start, and connects (lazily) to the runtime.
     pub async fn start(config: AgentConfig, clock: Arc<dyn Clock>) -> Result<Agent, AgentError> {
+        let client = CriClient::connect(config.cri.clone()).await?;
+        Agent::with_runtime(config, clock, client)
+    }
+}
+
+impl<R: AgentRuntime> Agent<R> {
+    /// Opens the store, records the start, and runs against `client` (the configuration's
+    /// CRI endpoints are not used). Must run inside a tokio runtime.
+    pub fn with_runtime(
+        config: AgentConfig,
+        clock: Arc<dyn Clock>,
+        client: R,
+    ) -> Result<Agent<R>, AgentError> {
         let now = clock.now();
         let store = Arc::new(Store::open(&config.db, now)?);
         let mut batch = Batch::new();
         batch.set_meta(meta_keys::AGENT_STARTED_AT, now.0);
         store.apply(&batch)?;
-        let client = CriClient::connect(config.cri.clone()).await?;
         // One registry of pulls in flight: GC keeps what the image manager is pulling.
         let in_flight = PullsInFlight::new();
         let gc = ImageGcManager::new(client.clone(), store.clone(), config.gc.clone())?
@@ -133,14 +149,9 @@ impl Agent {
             Arc::new(client.clone()),
             store.clone(),
             clock.clone(),
-        )
-        .map_err(|e| AgentError::Pull(e.to_string()))?
+        )?
         .with_pulls_in_flight(in_flight)
-        .with_credential_sources(Arc::new(
-            config
-                .credential_sources()
-                .map_err(|e| AgentError::Pull(e.to_string()))?,
-        ))
+        .with_credential_sources(Arc::new(config.credential_sources()?))
         .with_repull_metrics(gc.metrics().repulls().clone());
         let provider_config_at_start = config
             .credential_providers
@@ -179,7 +190,7 @@ impl Agent {
         &self.store
     }
 
-    pub fn gc_manager(&self) -> &ImageGcManager<CriClient> {
+    pub fn gc_manager(&self) -> &ImageGcManager<R> {
         &self.gc
     }
 
@@ -211,6 +222,65 @@ impl Agent {
     /// The OpenMetrics text exposition of every metric.
     pub fn render_metrics(&self) -> String {
         self.metrics.render(&self.gc, &self.images, &self.store)
+    }
+
+    /// The whole agent: binds the admin socket (a stale one of an earlier run removed
+    /// first), serves the metrics/health endpoint on `listeners.metrics` if given, runs the
+    /// loops until `shutdown` resolves ([`Agent::run`], with `grace` for the cycle in flight),
+    /// then stops the admin server (waiting up to [`ADMIN_STOP_GRACE`] for calls in flight) and
+    /// the HTTP endpoint, and removes the admin socket it bound, and only that one (by device
+    /// and inode: another agent may have bound the path meanwhile).
+    pub async fn serve(
+        self: Arc<Self>,
+        listeners: Listeners,
+        shutdown: impl Future<Output = ()>,
+        grace: Duration,
+    ) -> Result<(), AgentError> {
+        let socket = self.config().admin_socket;
+        // The store is ours now. A socket left at the path is removed only if it is still a
+        // socket nobody answers on (checked again: another process may have bound it since).
+        crate::admin::remove_stale_socket(&socket)?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let admin = crate::admin::serve_with_limits(
+            &socket,
+            self.clone(),
+            wait_stop(stop_rx),
+            listeners.admin_limits,
+        )
+        .await?;
+        let bound = socket_identity(&socket).map_err(|source| AdminError::Bind {
+            path: socket.clone(),
+            source,
+        })?;
+        let http = match listeners.metrics {
+            Some(listener) => {
+                let metrics_err = |source| AgentError::Metrics { source };
+                let address = listener.local_addr().map_err(metrics_err)?;
+                let listener = tokio::net::TcpListener::from_std(listener).map_err(metrics_err)?;
+                let endpoints: Arc<dyn HttpEndpoints> = self.clone();
+                info!(%address, "Serving metrics");
+                Some(tokio::spawn(serve_http(
+                    listener,
+                    endpoints,
+                    listeners.http_limits,
+                )))
+            }
+            None => None,
+        };
+        self.clone().run(shutdown, grace).await;
+        let _ = stop_tx.send(true);
+        if tokio::time::timeout(ADMIN_STOP_GRACE, admin).await.is_err() {
+            warn!(grace = ?ADMIN_STOP_GRACE, "Admin calls in flight did not end in time; leaving them");
+        }
+        if let Some(http) = http {
+            http.abort();
+        }
+        // Our socket, unless something else was put there meanwhile (another agent that
+        // found ours stale while we were shutting down and bound its own).
+        if socket_identity(&socket).ok() == Some(bound) {
+            let _ = std::fs::remove_file(&socket);
+        }
+        Ok(())
     }
 
     /// Runs the loops until `shutdown` resolves. The cycle in flight then gets `grace` to
@@ -299,6 +369,7 @@ impl Agent {
             },
             Loop::ImageCache => match self.gc.refresh_image_cache().await {
                 Ok(()) => {
+                    self.metrics.image_cache_filled();
                     // The image filesystem gauges; a failure here (statvfs of a mountpoint
                     // the agent cannot see) is logged and fails nothing else.
                     if let Err(e) = self.gc.observe_image_fs().await {
@@ -368,6 +439,48 @@ impl Agent {
             }
         }
         GcOutcome::from_report(report, false)
+    }
+}
+
+/// How long the admin server may finish calls in flight at shutdown.
+pub const ADMIN_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// What [`Agent::serve`] serves beside its loops.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Listeners {
+    /// The metrics/health HTTP endpoint, bound beforehand (non-blocking) so a bad address
+    /// fails before anything is created; `None`: no endpoint.
+    pub metrics: Option<std::net::TcpListener>,
+    pub http_limits: HttpLimits,
+    pub admin_limits: crate::admin::AdminLimits,
+}
+
+impl Listeners {
+    /// The default limits, and the metrics endpoint on `metrics` if given.
+    pub fn new(metrics: Option<std::net::TcpListener>) -> Listeners {
+        Listeners {
+            metrics,
+            ..Listeners::default()
+        }
+    }
+}
+
+/// A socket file's device and inode, if it is a socket.
+fn socket_identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::symlink_metadata(path)?;
+    if !meta.file_type().is_socket() {
+        return Err(std::io::Error::other("not a socket"));
+    }
+    Ok((meta.dev(), meta.ino()))
+}
+
+async fn wait_stop(mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            return;
+        }
     }
 }
 
@@ -479,17 +592,13 @@ impl Backoff {
     }
 }
 
-impl AdminBackend for Agent {
-    async fn ensure_image(&self, request: EnsureRequest) -> Result<String, String> {
+impl<R: AgentRuntime> AdminBackend for Agent<R> {
+    async fn ensure_image(&self, request: EnsureRequest) -> Result<String, EnsureImageError> {
         let policy = match request.pull_policy.as_str() {
             "" | "IfNotPresent" => PullPolicy::IfNotPresent,
             "Always" => PullPolicy::Always,
             "Never" => PullPolicy::Never,
-            other => {
-                return Err(format!(
-                    "unknown pull policy {other:?}: Always, IfNotPresent or Never"
-                ));
-            }
+            other => return Err(EnsureImageError::InvalidPullPolicy(other.to_owned())),
         };
         let pod = PodRef {
             uid: request.pod_uid,
@@ -502,7 +611,7 @@ impl AdminBackend for Agent {
             let what = format!("pull secret {}", i + 1);
             match crate::pull::credentials::parse_pull_secret(&what, secret) {
                 Ok(config) => pull_secrets.push(config),
-                Err(e) => return Err(format!("InvalidPullSecret: {e}")),
+                Err(e) => return Err(EnsureImageError::InvalidPullSecret(e)),
             }
         }
         self.images
@@ -514,22 +623,7 @@ impl AdminBackend for Agent {
                 &request.runtime_handler,
             )
             .await
-            .map_err(|e: PullError| format!("{}: {}", e.reason(), e.message()))
-    }
-
-    async fn list_records(&self) -> Result<Vec<StoredRecord>, String> {
-        let scan = self.store.eviction_order().map_err(|e| e.to_string())?;
-        scan.collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())
-    }
-
-    async fn explain(&self) -> Result<String, String> {
-        let plan = self
-            .gc
-            .plan(self.clock.now(), false)
-            .await
-            .map_err(|e| e.to_string())?;
-        serde_json::to_string(&plan.explanation).map_err(|e| e.to_string())
+            .map_err(EnsureImageError::Pull)
     }
 
     async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
@@ -547,13 +641,7 @@ impl AdminBackend for Agent {
     }
 }
 
-/// Removes a stale admin socket (ours from an earlier run) before binding: only a socket, and
-/// only when a connect to it is refused (see [`crate::admin::remove_stale_socket`]).
-pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
-    crate::admin::remove_stale_socket(path)
-}
-
-impl HttpEndpoints for Agent {
+impl<R: AgentRuntime> HttpEndpoints for Agent<R> {
     fn metrics(&self) -> String {
         self.render_metrics()
     }
@@ -617,6 +705,286 @@ mod tests {
         .await;
         // start; Failed +300; Failed +300; unreachable +1, +2, +4; Done +300; Failed +300.
         assert_eq!(gc_times, [0, 300, 600, 601, 603, 607, 907, 1207]);
+    }
+
+    use std::collections::BTreeMap;
+
+    use crate::cri::ImageRuntime;
+    use crate::model::{ImageFsStats, ImageId, PullCredentials, RuntimeContainer, RuntimeImage};
+    use crate::replay::ScriptedRuntime;
+
+    /// The scripted runtime, recording each call (with the paused clock's seconds since the
+    /// test began) and parking ListImages while `park` is set.
+    #[derive(Clone)]
+    struct Recorder {
+        inner: ScriptedRuntime,
+        start: Instant,
+        calls: Arc<Mutex<Vec<(u64, &'static str)>>>,
+        park: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Recorder {
+        fn new() -> Recorder {
+            Recorder {
+                inner: ScriptedRuntime::new(),
+                start: Instant::now(),
+                calls: Arc::default(),
+                park: Arc::default(),
+            }
+        }
+
+        fn note(&self, method: &'static str) {
+            let at = self.start.elapsed().as_secs();
+            lock_ignoring_poison(&self.calls).push((at, method));
+        }
+
+        fn calls(&self, method: &str) -> Vec<u64> {
+            lock_ignoring_poison(&self.calls)
+                .iter()
+                .filter(|(_, m)| *m == method)
+                .map(|(at, _)| *at)
+                .collect()
+        }
+    }
+
+    impl ImageRuntime for Recorder {
+        async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+            self.note("ListImages");
+            if self.park.load(std::sync::atomic::Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            self.inner.list_images().await
+        }
+        async fn image_status(
+            &self,
+            image: &str,
+            handler: &str,
+        ) -> Result<Option<RuntimeImage>, CriError> {
+            self.inner.image_status(image, handler).await
+        }
+        async fn pull_image(
+            &self,
+            image: &str,
+            handler: &str,
+            credentials: Option<&PullCredentials>,
+        ) -> Result<String, CriError> {
+            self.inner.pull_image(image, handler, credentials).await
+        }
+        async fn remove_image(&self, image: &str, handler: &str) -> Result<(), CriError> {
+            self.note("RemoveImage");
+            self.inner.remove_image(image, handler).await
+        }
+        async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+            self.note("ImageFsInfo");
+            self.inner.image_fs_stats().await
+        }
+        async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
+            self.note("ListContainers");
+            self.inner.list_containers().await
+        }
+    }
+
+    impl AgentRuntime for Recorder {
+        type Events = NoEvents;
+
+        async fn container_events(&self) -> Result<NoEvents, CriError> {
+            self.inner.container_events().await
+        }
+    }
+
+    fn image(id: &str, size: u64) -> RuntimeImage {
+        RuntimeImage {
+            id: ImageId(id.to_owned()),
+            size,
+            ..RuntimeImage::default()
+        }
+    }
+
+    /// An agent over `runtime` with detect every 300 s, the image cache every 30 s and GC
+    /// every 600 s, its database and admin socket in `dir`.
+    fn agent_in(dir: &Path, runtime: Recorder) -> Arc<Agent<Recorder>> {
+        let flags = FlagValues {
+            db: Some(dir.join("records.redb")),
+            admin_socket: Some(dir.join("admin.sock")),
+            detect_period: Some("300s".into()),
+            image_cache_period: Some("30s".into()),
+            gc_period: Some("600s".into()),
+            minimum_image_ttl_duration: Some("0s".into()),
+            ..FlagValues::default()
+        };
+        let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
+        let clock = Arc::new(crate::clock::ManualClock::new(
+            crate::model::UnixNanos::from_secs(1_800_000_000),
+        ));
+        Arc::new(Agent::with_runtime(config, clock, runtime).expect("agent"))
+    }
+
+    /// The whole agent in-process (admin socket, loops) against a scripted runtime, under
+    /// paused time: detect runs first, then the image cache, then GC (ImageFsInfo); then each
+    /// loop keeps its own period; the admin socket answers meanwhile, and the image cache
+    /// serves the runtime image gauges; at shutdown the socket is removed.
+    #[tokio::test(start_paused = true)]
+    async fn the_agent_runs_detect_then_image_cache_then_gc_and_each_on_its_period() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Recorder::new();
+        runtime.inner.state().images = vec![image("sha256:a", 700), image("sha256:b", 300)];
+        runtime.inner.state().fs = Some((1_000_000, 900_000));
+        let agent = agent_in(dir.path(), runtime.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(agent.clone().serve(
+            Listeners::default(),
+            async move {
+                let _ = stop_rx.await;
+            },
+            Duration::from_secs(30),
+        ));
+        // Just past the third detect (0, 300, 600).
+        tokio::time::sleep(Duration::from_secs(601)).await;
+        let first: Vec<&str> = lock_ignoring_poison(&runtime.calls)
+            .iter()
+            .take(7)
+            .map(|(_, m)| *m)
+            .collect();
+        // Detect (ListImages, ListContainers), then the image cache (ListImages, and
+        // ImageFsInfo for the filesystem gauges), then GC (its own detect, and ImageFsInfo for
+        // the space pass).
+        assert_eq!(
+            first,
+            [
+                "ListImages",
+                "ListContainers",
+                "ListImages",
+                "ImageFsInfo",
+                "ListImages",
+                "ListContainers",
+                "ImageFsInfo"
+            ]
+        );
+        // Detect every 300 s, GC every 600 s (each with its detect's ListContainers).
+        assert_eq!(runtime.calls("ListContainers"), [0, 0, 300, 600, 600]);
+        // The image cache every 30 s, GC at 0 and 600.
+        let mut want_fs: Vec<u64> = (0..=600).step_by(30).collect();
+        want_fs.insert(0, 0);
+        want_fs.push(600);
+        assert_eq!(runtime.calls("ImageFsInfo"), want_fs);
+        assert_eq!(*agent.detect_state().borrow(), DetectState::Done);
+        let metrics = agent.render_metrics();
+        assert!(
+            metrics.contains("\nimagekeeper_runtime_images 2\n"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("\nimagekeeper_runtime_images_size_bytes 1000\n"),
+            "{metrics}"
+        );
+        // The admin socket the agent owns answers.
+        let mut client = crate::admin::AdminClient::connect(&dir.path().join("admin.sock"))
+            .await
+            .expect("connect");
+        let outcome = client.garbage_collect(true).await.expect("dry run");
+        assert!(outcome.dry_run && outcome.error.is_none(), "{outcome:?}");
+        drop(client);
+        stop_tx.send(()).expect("the agent waits for the stop");
+        serving.await.expect("join").expect("served");
+        assert!(
+            !dir.path().join("admin.sock").exists(),
+            "the agent removed its socket"
+        );
+    }
+
+    /// A removal the runtime refuses is counted and exported as
+    /// `imagekeeper_image_gc_remove_failures_total`; the other image goes.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_removal_is_exported_as_image_gc_remove_failures_total() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Recorder::new();
+        runtime.inner.state().images = vec![image("sha256:stuck", 10), image("sha256:b", 10)];
+        runtime.inner.state().fs = Some((1_000_000, 900_000));
+        runtime
+            .inner
+            .state()
+            .remove_fails
+            .insert("sha256:stuck".into());
+        let agent = agent_in(dir.path(), runtime.clone());
+        let before = agent.render_metrics();
+        assert!(
+            before.contains("\nimagekeeper_image_gc_remove_failures_total 0\n"),
+            "{before}"
+        );
+        let outcome = agent.delete_unused(false).await;
+        assert!(outcome.error.is_some(), "{outcome:?}");
+        assert_eq!(runtime.inner.state().removed, ["sha256:b"]);
+        let after = agent.render_metrics();
+        assert!(
+            after.contains("\nimagekeeper_image_gc_remove_failures_total 1\n"),
+            "{after}"
+        );
+    }
+
+    /// A runtime that is not there: detect and the image cache retry at 1 s, 2 s, 4 s ...
+    /// (GC too), not at their periods; once it is back they return to their periods.
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_runtime_is_retried_at_1_2_4_8_seconds_then_the_period_resumes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Recorder::new();
+        runtime.inner.state().down = Some("connection refused".into());
+        runtime.inner.state().fs = Some((1_000_000, 900_000));
+        let agent = agent_in(dir.path(), runtime.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(agent.clone().run(
+            async move {
+                let _ = stop_rx.await;
+            },
+            Duration::from_secs(30),
+        ));
+        tokio::time::sleep(Duration::from_millis(15_500)).await;
+        runtime.inner.state().down = None;
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        // Each of the three loops (detect, image cache, GC: each lists images) tried at 0,
+        // then +1, +2, +4, +8 (15 s) while down; up from 15.5 s, so the tries at 31 s succeed.
+        // Then the image cache every 30 s; detect's next is at 331, GC's at 631.
+        let mut per_second = BTreeMap::new();
+        for t in runtime.calls("ListImages") {
+            *per_second.entry(t).or_insert(0) += 1;
+        }
+        let mut want: BTreeMap<u64, u32> = [0, 1, 3, 7, 15, 31].map(|t| (t, 3)).into();
+        want.extend((61..=301).step_by(30).map(|t| (t, 1)));
+        assert_eq!(per_second, want);
+        // ListContainers only once the runtime answers: detect's and GC's at 31.
+        assert_eq!(runtime.calls("ListContainers"), [31, 31]);
+        stop_tx.send(()).expect("the agent waits for the stop");
+        running.await.expect("join");
+    }
+
+    /// Shutdown with a cycle that never ends: the agent waits the grace period, exactly, and
+    /// then returns (abandoning the cycle); with a cycle that ends, it returns at once.
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_the_grace_period_for_a_stuck_cycle_and_no_longer() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Recorder::new();
+        runtime.inner.state().fs = Some((1_000_000, 900_000));
+        runtime
+            .park
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let agent = agent_in(dir.path(), runtime.clone());
+        let grace = Duration::from_secs(42);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(agent.clone().run(
+            async move {
+                let _ = stop_rx.await;
+            },
+            grace,
+        ));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            runtime.calls("ListImages"),
+            [0],
+            "the first detect is parked"
+        );
+        let asked = Instant::now();
+        stop_tx.send(()).expect("the agent waits for the stop");
+        running.await.expect("join");
+        assert_eq!(asked.elapsed(), grace);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use tracing::{error, info, warn};
 
 use super::config::{AgentConfig, ConfigError, FileConfig, FlagValues};
-use super::{Agent, lock_ignoring_poison};
+use super::{Agent, AgentRuntime, lock_ignoring_poison};
 
 /// Where the agent's configuration came from: the `--config` file (if any) and the flags given
 /// on the command line (`None` or empty: not given).
@@ -122,10 +122,10 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
     }
 }
 
-impl Agent {
+impl<R: AgentRuntime> Agent<R> {
     /// Sets where the configuration came from, so [`Agent::reload`] can read it again. Without
     /// it a reload keeps the running configuration and changes nothing.
-    pub fn with_config_source(mut self, source: ConfigSource) -> Agent {
+    pub fn with_config_source(mut self, source: ConfigSource) -> Agent<R> {
         self.source = Some(source);
         self
     }

@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use clap::{Args, ValueEnum};
 use imagekeeper::admin::{AdminClient, AdminError, EnsureRequest};
 use imagekeeper::clock::{Clock, SystemClock};
@@ -21,7 +21,7 @@ use imagekeeper::pull::credentials::{
     CredentialSources, DockerConfig, NodeCredentials, PluginProviders, parse_pull_secret,
 };
 use imagekeeper::pull::reference::credentials_in;
-use imagekeeper::pull::{ImageManager, PodRef, PullAuth, PullConfig, PullError, PullPolicy};
+use imagekeeper::pull::{ImageManager, PodRef, PullAuth, PullConfig, PullPolicy};
 
 use super::{Failure, db};
 
@@ -156,13 +156,10 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
             ..EnsureRequest::default()
         };
         return agent.ensure_image(request).await.map_err(|e| match e {
-            AdminError::Call { message, .. }
-                if message.starts_with("InvalidImageName")
-                    || message.starts_with("InvalidPullSecret") =>
-            {
-                Failure::usage(anyhow!("{message}"))
-            }
-            AdminError::Call { message, .. } => Failure::from(anyhow!("{message}")),
+            // The agent's reason is typed: bad input (an invalid image name or pull secret)
+            // exits 2, any other failure 1; the message is "<reason>: <message>" as without
+            // an agent.
+            AdminError::Rejected { reason, .. } if reason.is_invalid_input() => Failure::usage(e),
             other => Failure::from(other),
         });
     }
@@ -217,10 +214,13 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
         )
         .await
         .map_err(|e| {
-            let error = anyhow!("{}: {}", e.reason(), e.message());
-            match e {
-                PullError::ErrInvalidImageName(_) => Failure::usage(error),
-                _ => Failure::from(error),
+            // Printed "<reason>: <message>", the kubelet's words only: the runtime error
+            // underneath is already in the message, in the kubelet's form.
+            let error = anyhow::anyhow!("{}: {}", e.reason(), e.message());
+            if e.kind().is_invalid_input() {
+                Failure::usage(error)
+            } else {
+                Failure::from(error)
             }
         })
 }

@@ -1,6 +1,5 @@
 //! `imagekeeper run`: the node agent.
 
-use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,9 +7,8 @@ use anyhow::Context;
 use clap::Args;
 use imagekeeper::admin;
 use imagekeeper::agent::notify::{self, Notifier};
-use imagekeeper::agent::{Agent, DetectState, FlagValues, HttpLimits, serve_http};
+use imagekeeper::agent::{Agent, DetectState, FlagValues, Listeners};
 use imagekeeper::clock::SystemClock;
-use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::agent_flags::{AgentFlags, resolve_source};
@@ -96,24 +94,6 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 .context("starting the agent")?
                 .with_config_source(source),
         );
-        // The store is ours now. A socket left at the path is removed only if it is still a
-        // socket nobody answers on (checked again: another process may have bound it since).
-        admin::remove_stale_socket(&socket).context("removing a stale admin socket")?;
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let admin = admin::serve(&socket, agent.clone(), wait_stop(stop_rx.clone()))
-            .await
-            .context("starting the admin socket")?;
-        // The socket file we bound, by device and inode: at shutdown only that one is removed.
-        let bound = std::fs::symlink_metadata(&socket)
-            .map(|m| (m.dev(), m.ino()))
-            .context("the admin socket just bound")?;
-        if let Some(listener) = metrics_listener {
-            let address = listener.local_addr().context("the metrics endpoint's address")?;
-            let listener = tokio::net::TcpListener::from_std(listener)
-                .context("serving the metrics endpoint")?;
-            tokio::spawn(serve_http(listener, agent.clone(), HttpLimits::default()));
-            info!(%address, "Serving metrics");
-        }
         // NODE_NAME: the DaemonSet sets it from the downward API (spec.nodeName).
         let node = std::env::var("NODE_NAME").unwrap_or_default();
         info!(db = %agent.config().db.display(), admin = %socket.display(), node, "imagekeeper agent started");
@@ -131,17 +111,10 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 say(&notifier, "STOPPING=1");
             }
         };
-        agent.clone().run(stopping, grace).await;
-        let _ = stop_tx.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(5), admin).await;
-        // Our socket, unless something else was put there meanwhile (another agent that
-        // found ours stale while we were shutting down and bound its own).
-        if let Ok(m) = std::fs::symlink_metadata(&socket)
-            && std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())
-            && (m.dev(), m.ino()) == bound
-        {
-            let _ = std::fs::remove_file(&socket);
-        }
+        agent
+            .serve(Listeners::new(metrics_listener), stopping, grace)
+            .await
+            .context("serving")?;
         info!("imagekeeper agent stopped");
         Ok::<(), Failure>(())
     })
@@ -214,14 +187,6 @@ async fn serve_service_manager(
 fn say(notifier: &Notifier, message: &str) {
     if let Err(e) = notifier.notify(message) {
         warn!(error = %e, "Could not notify the service manager");
-    }
-}
-
-async fn wait_stop(mut stop: watch::Receiver<bool>) {
-    while !*stop.borrow() {
-        if stop.changed().await.is_err() {
-            return;
-        }
     }
 }
 

@@ -92,10 +92,17 @@ pub struct PullWrite {
     pub remove_backoff: Vec<String>,
 }
 
-/// A failure of the store, as its message.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct StoreFailure(pub String);
+/// A failure of the backoff store, its cause kept.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreFailure {
+    /// The record store failed.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// The blocking task running the store call panicked or was cancelled.
+    #[error("store task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+}
 
 /// Where the pull path keeps backoff state and records pulled images. Blocking calls.
 pub trait BackoffStore: Send + Sync + 'static {
@@ -186,11 +193,11 @@ impl<T: BackoffStore> BackoffStore for std::sync::Arc<T> {
 /// backoff and a success's record each commit in one durable transaction.
 impl BackoffStore for crate::store::Store {
     fn backoff(&self, key: &str) -> Result<Option<BackoffEntry>, StoreFailure> {
-        crate::store::Store::backoff(self, key).map_err(|e| StoreFailure(e.to_string()))
+        Ok(crate::store::Store::backoff(self, key)?)
     }
 
     fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, StoreFailure> {
-        crate::store::Store::backoff_entries(self).map_err(|e| StoreFailure(e.to_string()))
+        Ok(crate::store::Store::backoff_entries(self)?)
     }
 
     fn apply(&self, write: &PullWrite) -> Result<Vec<crate::model::Repull>, StoreFailure> {
@@ -204,9 +211,7 @@ impl BackoffStore for crate::store::Store {
         for k in &write.remove_backoff {
             batch.remove_backoff(k.clone());
         }
-        crate::store::Store::apply_reporting(self, &batch)
-            .map(|applied| applied.repulls)
-            .map_err(|e| StoreFailure(e.to_string()))
+        Ok(crate::store::Store::apply_reporting(self, &batch)?.repulls)
     }
 }
 

@@ -49,66 +49,190 @@ pub const CRI_REGISTRY_UNAVAILABLE: &str = "RegistryUnavailable";
 /// crierrors.ErrSignatureValidationFailed's text.
 pub const CRI_SIGNATURE_VALIDATION_FAILED: &str = "SignatureValidationFailed";
 
-/// Why `ensure_image_exists` failed: kubelet's errors, each with its message.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// Why `ensure_image_exists` failed: kubelet's errors, each with its message (the kubelet's,
+/// verbatim) and, where one failed underneath, the error it came from as its source (a runtime
+/// call, a credential lookup). An invalid image name keeps no source: the reference error
+/// may show credentials the message redacts. Equality compares reasons and messages.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PullError {
     #[error("{0}")]
     ErrImagePullBackOff(String),
-    #[error("{0}")]
-    ErrImageInspect(String),
-    #[error("{0}")]
-    ErrImagePull(String),
+    #[error("{message}")]
+    ErrImageInspect {
+        message: String,
+        #[source]
+        cause: PullCause,
+    },
+    #[error("{message}")]
+    ErrImagePull {
+        message: String,
+        #[source]
+        cause: Option<PullCause>,
+    },
     #[error("{0}")]
     ErrImageNeverPull(String),
-    #[error("{0}")]
-    RegistryUnavailable(String),
-    #[error("{0}")]
-    SignatureValidationFailed(String),
+    #[error("{message}")]
+    RegistryUnavailable {
+        message: String,
+        #[source]
+        cause: PullCause,
+    },
+    #[error("{message}")]
+    SignatureValidationFailed {
+        message: String,
+        #[source]
+        cause: PullCause,
+    },
     #[error("{0}")]
     ErrInvalidImageName(String),
 }
 
+impl PartialEq for PullError {
+    fn eq(&self, other: &PullError) -> bool {
+        self.kind() == other.kind() && self.message() == other.message()
+    }
+}
+
+impl Eq for PullError {}
+
+/// The error a pull failure came from (shared, so [`PullError`] stays `Clone`). It shows as
+/// the error it wraps, and its source is that error's source.
+#[derive(Clone, Debug)]
+pub struct PullCause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl PullCause {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> PullCause {
+        PullCause(Arc::new(error))
+    }
+
+    /// The wrapped error.
+    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Display for PullCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for PullCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The kind of a [`PullError`]: the kubelet reason, as a value that crosses the admin socket
+/// (its [`PullReason::as_str`] is the reason string, [`PullReason::parse`] reads it back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PullReason {
+    ImagePullBackOff,
+    ImageInspectError,
+    ErrImagePull,
+    ErrImageNeverPull,
+    RegistryUnavailable,
+    SignatureValidationFailed,
+    InvalidImageName,
+}
+
+impl PullReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [PullReason; 7] = [
+        PullReason::ImagePullBackOff,
+        PullReason::ImageInspectError,
+        PullReason::ErrImagePull,
+        PullReason::ErrImageNeverPull,
+        PullReason::RegistryUnavailable,
+        PullReason::SignatureValidationFailed,
+        PullReason::InvalidImageName,
+    ];
+
+    /// The kubelet's reason string (the Go error's text), as a container's waiting reason
+    /// shows it (`pkg/kubelet/images/types.go`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullReason::ImagePullBackOff => "ImagePullBackOff",
+            PullReason::ImageInspectError => "ImageInspectError",
+            PullReason::ErrImagePull => "ErrImagePull",
+            PullReason::ErrImageNeverPull => "ErrImageNeverPull",
+            PullReason::RegistryUnavailable => CRI_REGISTRY_UNAVAILABLE,
+            PullReason::SignatureValidationFailed => CRI_SIGNATURE_VALIDATION_FAILED,
+            PullReason::InvalidImageName => "InvalidImageName",
+        }
+    }
+
+    /// The reason whose [`PullReason::as_str`] is `s`.
+    pub fn parse(s: &str) -> Option<PullReason> {
+        PullReason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// Whether the failure is the caller's input (an invalid image name), not the pull's.
+    pub fn is_invalid_input(self) -> bool {
+        self == PullReason::InvalidImageName
+    }
+}
+
 impl PullError {
+    /// The kubelet reason as a value.
+    pub fn kind(&self) -> PullReason {
+        match self {
+            PullError::ErrImagePullBackOff(_) => PullReason::ImagePullBackOff,
+            PullError::ErrImageInspect { .. } => PullReason::ImageInspectError,
+            PullError::ErrImagePull { .. } => PullReason::ErrImagePull,
+            PullError::ErrImageNeverPull(_) => PullReason::ErrImageNeverPull,
+            PullError::RegistryUnavailable { .. } => PullReason::RegistryUnavailable,
+            PullError::SignatureValidationFailed { .. } => PullReason::SignatureValidationFailed,
+            PullError::ErrInvalidImageName(_) => PullReason::InvalidImageName,
+        }
+    }
+
     /// The kubelet reason (the Go error's text), as a container's waiting reason shows it.
     pub fn reason(&self) -> &'static str {
-        match self {
-            PullError::ErrImagePullBackOff(_) => "ImagePullBackOff",
-            PullError::ErrImageInspect(_) => "ImageInspectError",
-            PullError::ErrImagePull(_) => "ErrImagePull",
-            PullError::ErrImageNeverPull(_) => "ErrImageNeverPull",
-            PullError::RegistryUnavailable(_) => CRI_REGISTRY_UNAVAILABLE,
-            PullError::SignatureValidationFailed(_) => CRI_SIGNATURE_VALIDATION_FAILED,
-            PullError::ErrInvalidImageName(_) => "InvalidImageName",
-        }
+        self.kind().as_str()
     }
 
     /// The message (what kubelet puts in the container's waiting message).
     pub fn message(&self) -> &str {
         match self {
             PullError::ErrImagePullBackOff(m)
-            | PullError::ErrImageInspect(m)
-            | PullError::ErrImagePull(m)
             | PullError::ErrImageNeverPull(m)
-            | PullError::RegistryUnavailable(m)
-            | PullError::SignatureValidationFailed(m)
             | PullError::ErrInvalidImageName(m) => m,
+            PullError::ErrImageInspect { message, .. }
+            | PullError::ErrImagePull { message, .. }
+            | PullError::RegistryUnavailable { message, .. }
+            | PullError::SignatureValidationFailed { message, .. } => message,
         }
     }
 }
 
-/// Kubelet's `evalCRIPullErr`: classify a runtime pull error by the prefix of its message.
-pub fn eval_cri_pull_err(image: &str, err: &str) -> PullError {
-    if let Some(rest) = err.strip_prefix(CRI_REGISTRY_UNAVAILABLE) {
-        return PullError::RegistryUnavailable(format!(
-            "image pull failed for {image} because the registry is unavailable{rest}"
-        ));
+/// Kubelet's `evalCRIPullErr`: classify a runtime pull error by the prefix of its message
+/// (`pkg/kubelet/images/image_manager.go`); the runtime error is kept as the source.
+pub fn eval_cri_pull_err(image: &str, err: &RuntimeError) -> PullError {
+    let text = err.message();
+    let cause = PullCause::new(err.clone());
+    if let Some(rest) = text.strip_prefix(CRI_REGISTRY_UNAVAILABLE) {
+        return PullError::RegistryUnavailable {
+            message: format!(
+                "image pull failed for {image} because the registry is unavailable{rest}"
+            ),
+            cause,
+        };
     }
-    if let Some(rest) = err.strip_prefix(CRI_SIGNATURE_VALIDATION_FAILED) {
-        return PullError::SignatureValidationFailed(format!(
-            "image pull failed for {image} because the signature validation failed{rest}"
-        ));
+    if let Some(rest) = text.strip_prefix(CRI_SIGNATURE_VALIDATION_FAILED) {
+        return PullError::SignatureValidationFailed {
+            message: format!(
+                "image pull failed for {image} because the signature validation failed{rest}"
+            ),
+            cause,
+        };
     }
-    PullError::ErrImagePull(err.to_owned())
+    PullError::ErrImagePull {
+        message: text.to_owned(),
+        cause: Some(cause),
+    }
 }
 
 /// A container's image pull policy.
@@ -323,11 +447,6 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         self
     }
 
-    /// The re-pull counters this manager writes.
-    pub fn repull_metrics(&self) -> &Arc<metrics::RepullMetrics> {
-        &self.repulls
-    }
-
     /// The pulls this manager has in flight.
     pub fn pulls_in_flight(&self) -> &PullsInFlight {
         &self.in_flight
@@ -396,39 +515,11 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             }
         };
 
-        let policy_label = match pull_policy {
-            PullPolicy::Always => "Always",
-            PullPolicy::IfNotPresent => "IfNotPresent",
-            PullPolicy::Never => "Never",
-        };
-        if pull_policy == PullPolicy::Always {
-            self.metrics.count_ensure((policy_label, "unknown", "true"));
-        } else {
-            match self
-                .runtime
-                .image_status(&spec_image, runtime_handler)
-                .await
-            {
-                Err(e) => {
-                    let msg = format!("Failed to inspect image {q}: {e}");
-                    self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
-                    return Err(PullError::ErrImageInspect(msg));
-                }
-                Ok(Some(present)) => {
-                    self.metrics.count_ensure((policy_label, "true", "false"));
-                    let msg = format!("Container image {q} already present on machine");
-                    self.normal(pod, reasons::PULLED_IMAGE, &msg);
-                    return Ok(present.id.0);
-                }
-                Ok(None) if pull_policy == PullPolicy::Never => {
-                    self.metrics.count_ensure((policy_label, "false", "false"));
-                    let msg =
-                        format!("Container image {q} is not present with pull policy of Never");
-                    self.warn(pod, reasons::ERR_IMAGE_NEVER_PULL_POLICY, &msg);
-                    return Err(PullError::ErrImageNeverPull(msg));
-                }
-                Ok(None) => self.metrics.count_ensure((policy_label, "false", "true")),
-            }
+        if let Some(present) = self
+            .check_presence(pod, &q, &spec_image, pull_policy, runtime_handler)
+            .await?
+        {
+            return Ok(present);
         }
 
         let key = format!("{}_{}", pod.uid, image);
@@ -456,24 +547,17 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             return Err(PullError::ErrImagePullBackOff(msg));
         }
 
-        let credentials = match auth {
-            PullAuth::Credentials(given) => given.to_vec(),
-            PullAuth::Keyring(pull_secrets) => {
-                let repo = credentials::repo_to_pull(&spec_image).unwrap_or(spec_image.clone());
-                match self
-                    .credential_sources
-                    .lookup(&repo, pull_secrets, now)
-                    .await
-                {
-                    Ok(found) => found,
-                    Err(e) => {
-                        let msg = format!("Failed to pull image {q}: {e}");
-                        self.warn(pod, reasons::FAILED_TO_PULL_IMAGE, &msg);
-                        let err = PullError::ErrImagePull(e.to_string());
-                        self.record_failure(key, &err).await;
-                        return Err(err);
-                    }
-                }
+        let credentials = match self.credentials_for(&spec_image, auth, now).await {
+            Ok(found) => found,
+            Err(e) => {
+                let msg = format!("Failed to pull image {q}: {e}");
+                self.warn(pod, reasons::FAILED_TO_PULL_IMAGE, &msg);
+                let err = PullError::ErrImagePull {
+                    message: e.to_string(),
+                    cause: Some(PullCause::new(e)),
+                };
+                self.record_failure(key, &err).await;
+                return Err(err);
             }
         };
         self.normal(pod, reasons::PULLING_IMAGE, &format!("Pulling image {q}"));
@@ -493,37 +577,118 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                     reasons::FAILED_TO_PULL_IMAGE,
                     &format!("Failed to pull image {q}: {e}"),
                 );
-                let err = eval_cri_pull_err(image, &e.0);
+                let err = eval_cri_pull_err(image, &e);
                 self.record_failure(key, &err).await;
                 Err(err)
             }
-            Ok(outcome) => {
-                let end = self.clock.now();
-                let total = truncate_ms(end.since(start));
-                let size = outcome.status.as_ref().map(|s| s.size);
-                self.normal(
-                    pod,
-                    reasons::PULLED_IMAGE,
-                    &format!(
-                        "Successfully pulled image {q} in {} ({} including waiting). Image size: {} bytes.",
-                        go_duration(truncate_ms(outcome.pull_duration)),
-                        go_duration(total),
-                        size.unwrap_or(0)
-                    ),
-                );
-                self.metrics.observe_pull(size.unwrap_or(0), total);
-                // The mark goes under the key detect will use: the runtime handler the
-                // runtime lists the image under (none for containerd 1.6), not the request's.
-                let key = match &outcome.status {
-                    Some(status) => status.record_key(),
-                    None => RecordKey::new(outcome.image_ref.clone(), runtime_handler),
-                };
-                in_flight.pulled(&key.image_id);
-                self.record_success(key, end, size).await;
-                drop(in_flight);
-                Ok(outcome.image_ref)
+            Ok(outcome) => Ok(self
+                .pulled(pod, &q, runtime_handler, start, outcome, in_flight)
+                .await),
+        }
+    }
+
+    /// The presence precheck by pull policy (image_manager.go): `Some(image ref)` when the
+    /// image is present and the policy lets it be used, `None` when it must be pulled.
+    async fn check_presence(
+        &self,
+        pod: &PodRef,
+        q: &str,
+        spec_image: &str,
+        pull_policy: PullPolicy,
+        runtime_handler: &str,
+    ) -> Result<Option<String>, PullError> {
+        let policy_label = match pull_policy {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        };
+        if pull_policy == PullPolicy::Always {
+            self.metrics.count_ensure((policy_label, "unknown", "true"));
+            return Ok(None);
+        }
+        match self.runtime.image_status(spec_image, runtime_handler).await {
+            Err(e) => {
+                let msg = format!("Failed to inspect image {q}: {e}");
+                self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
+                Err(PullError::ErrImageInspect {
+                    message: msg,
+                    cause: PullCause::new(e),
+                })
+            }
+            Ok(Some(present)) => {
+                self.metrics.count_ensure((policy_label, "true", "false"));
+                let msg = format!("Container image {q} already present on machine");
+                self.normal(pod, reasons::PULLED_IMAGE, &msg);
+                Ok(Some(present.id.0))
+            }
+            Ok(None) if pull_policy == PullPolicy::Never => {
+                self.metrics.count_ensure((policy_label, "false", "false"));
+                let msg = format!("Container image {q} is not present with pull policy of Never");
+                self.warn(pod, reasons::ERR_IMAGE_NEVER_PULL_POLICY, &msg);
+                Err(PullError::ErrImageNeverPull(msg))
+            }
+            Ok(None) => {
+                self.metrics.count_ensure((policy_label, "false", "true"));
+                Ok(None)
             }
         }
+    }
+
+    /// The credentials a pull tries, in turn: given, or looked up in the keyring
+    /// (`MakeDockerKeyring(pullSecrets, nodeKeyring).Lookup`).
+    async fn credentials_for(
+        &self,
+        spec_image: &str,
+        auth: PullAuth<'_>,
+        now: UnixNanos,
+    ) -> Result<Vec<PullCredentials>, credentials::CredentialsError> {
+        match auth {
+            PullAuth::Credentials(given) => Ok(given.to_vec()),
+            PullAuth::Keyring(pull_secrets) => {
+                let repo =
+                    credentials::repo_to_pull(spec_image).unwrap_or_else(|| spec_image.to_owned());
+                self.credential_sources
+                    .lookup(&repo, pull_secrets, now)
+                    .await
+            }
+        }
+    }
+
+    /// A successful pull: its event and metrics, and the record marked used under the key
+    /// detect will use; the image stays registered in flight until the mark is committed.
+    async fn pulled(
+        &self,
+        pod: &PodRef,
+        q: &str,
+        runtime_handler: &str,
+        start: UnixNanos,
+        outcome: puller::PullOutcome,
+        in_flight: InFlightGuard,
+    ) -> String {
+        let end = self.clock.now();
+        let total = truncate_ms(end.since(start));
+        let size = outcome.status.as_ref().map(|s| s.size);
+        self.normal(
+            pod,
+            reasons::PULLED_IMAGE,
+            &format!(
+                "Successfully pulled image {q} in {} ({} including waiting). Image size: {} bytes.",
+                go_duration(truncate_ms(outcome.pull_duration)),
+                go_duration(total),
+                size.unwrap_or(0)
+            ),
+        );
+        self.metrics.observe_pull(size.unwrap_or(0), total);
+        // The mark goes under the key detect will use: the runtime handler the
+        // runtime lists the image under (none for containerd 1.6), not the request's.
+        let key = match &outcome.status {
+            Some(status) => status.record_key(),
+            None => RecordKey::new(outcome.image_ref.clone(), runtime_handler),
+        };
+        in_flight.pulled(&key.image_id);
+        self.record_success(key, end, size).await;
+        drop(in_flight);
+        outcome.image_ref
     }
 
     /// `backOff.Next` and the previous-error message, in one transaction.
@@ -589,7 +754,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
     ) -> Result<T, StoreFailure> {
         tokio::task::spawn_blocking(f)
             .await
-            .map_err(|e| StoreFailure(format!("store task failed: {e}")))?
+            .map_err(StoreFailure::Task)?
     }
 
     fn normal(&self, pod: &PodRef, reason: &str, msg: &str) {

@@ -26,9 +26,39 @@ pub const PULL_QPS_EXCEEDED: &str = "pull QPS exceeded";
 
 /// A runtime failure as the image manager sees it: the error's message (for a gRPC status of
 /// code Unknown, only its description, as kubelet's remote image service strips the code).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RuntimeError(pub String);
+///
+/// The CRI error it came from, when there is one, is kept as its source (shared, so the error
+/// stays `Clone`); equality compares the messages only.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct RuntimeError {
+    message: String,
+    #[source]
+    source: Option<Arc<CriError>>,
+}
+
+impl RuntimeError {
+    /// A failure with no underlying error (the throttle, a stopped puller, a test double).
+    pub fn new(message: impl Into<String>) -> RuntimeError {
+        RuntimeError {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The message the kubelet sees.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl PartialEq for RuntimeError {
+    fn eq(&self, other: &RuntimeError) -> bool {
+        self.message == other.message
+    }
+}
+
+impl Eq for RuntimeError {}
 
 /// What the pull path needs of the container runtime.
 pub trait PullRuntime: Send + Sync + 'static {
@@ -74,13 +104,17 @@ impl<T: ImageRuntime + 'static> PullRuntime for T {
 /// As kubelet's remote image service: a status of code Unknown keeps only its description,
 /// so that `RegistryUnavailable: ...` from the runtime reaches `evalCRIPullErr` as a prefix.
 pub fn runtime_error(e: CriError) -> RuntimeError {
-    match e {
+    let message = match &e {
         CriError::Rpc {
             code: RpcCode::Unknown,
             message,
             ..
-        } => RuntimeError(message),
-        other => RuntimeError(other.to_string()),
+        } => message.clone(),
+        other => other.to_string(),
+    };
+    RuntimeError {
+        message,
+        source: Some(Arc::new(e)),
     }
 }
 
@@ -117,7 +151,7 @@ impl<R: PullRuntime> Shared<R> {
                 .unwrap_or_else(|p| p.into_inner())
                 .try_accept(start);
             if !accepted {
-                return Err(RuntimeError(PULL_QPS_EXCEEDED.to_owned()));
+                return Err(RuntimeError::new(PULL_QPS_EXCEEDED));
             }
         }
         let image_ref = self.pull_with_each_credential(req).await?;
@@ -148,13 +182,21 @@ impl<R: PullRuntime> Shared<R> {
             return self.runtime.pull_image(&req.spec, None).await;
         }
         let mut errors = Vec::new();
+        let mut last_source = None;
         for credentials in &req.credentials {
             match self.runtime.pull_image(&req.spec, Some(credentials)).await {
                 Ok(image_ref) => return Ok(image_ref),
-                Err(e) => errors.push(e.0),
+                Err(e) => {
+                    errors.push(e.message);
+                    last_source = e.source;
+                }
             }
         }
-        Err(RuntimeError(crate::gc::aggregate(&errors)))
+        // The messages aggregated as the kubelet does; the last attempt's cause kept.
+        Err(RuntimeError {
+            message: crate::gc::aggregate(&errors),
+            source: last_source,
+        })
     }
 }
 
@@ -212,7 +254,7 @@ impl<R: PullRuntime> Puller<R> {
                         sem.clone()
                             .acquire_owned()
                             .await
-                            .map_err(|_| RuntimeError("image puller stopped".to_owned()))?,
+                            .map_err(|_| RuntimeError::new("image puller stopped"))?,
                     ),
                     None => None,
                 };
@@ -223,9 +265,9 @@ impl<R: PullRuntime> Puller<R> {
                 queue
                     .send((req, tx))
                     .await
-                    .map_err(|_| RuntimeError("image puller stopped".to_owned()))?;
+                    .map_err(|_| RuntimeError::new("image puller stopped"))?;
                 rx.await
-                    .map_err(|_| RuntimeError("image puller stopped".to_owned()))?
+                    .map_err(|_| RuntimeError::new("image puller stopped"))?
             }
         }
     }

@@ -59,7 +59,7 @@ impl PullRuntime for FakeRuntime {
     ) -> Result<Option<RuntimeImage>, RuntimeError> {
         self.calls.lock().unwrap().push("ImageStatus");
         if let Some(e) = &self.inspect_err {
-            return Err(RuntimeError(e.clone()));
+            return Err(RuntimeError::new(e.clone()));
         }
         let images = self.images.lock().unwrap();
         Ok(images
@@ -87,13 +87,13 @@ impl PullRuntime for FakeRuntime {
         }
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         if let Some(e) = &self.pull_err {
-            return Err(RuntimeError(e.clone()));
+            return Err(RuntimeError::new(e.clone()));
         }
         if let Some(user) = credentials
             .map(|c| c.username.clone())
             .filter(|u| self.refused_users.contains(u))
         {
-            return Err(RuntimeError(format!("unauthorized: {user}")));
+            return Err(RuntimeError::new(format!("unauthorized: {user}")));
         }
         let id = format!("sha256:{image}");
         let pulled = RuntimeImage {
@@ -1003,8 +1003,12 @@ fn eval_cri_pull_err_classifies_by_prefix() {
         ),
     ];
     for (err, reason, msg) in cases {
-        let got = eval_cri_pull_err("img", err);
+        let runtime = RuntimeError::new(err);
+        let got = eval_cri_pull_err("img", &runtime);
         assert_eq!((got.reason(), got.message()), (reason, msg), "{err}");
+        // The runtime's error stays the source.
+        let source = std::error::Error::source(&got).expect("the runtime error is the source");
+        assert_eq!(source.to_string(), err);
     }
 }
 

@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use imagekeeper::admin::{self, AdminBackend, AdminClient, AdminLimits, EnsureRequest, GcOutcome};
+use imagekeeper::admin::{
+    self, AdminBackend, AdminClient, AdminLimits, EnsureImageError, EnsureRequest, GcOutcome,
+};
 use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
-use imagekeeper::store::{Store, StoredRecord};
+use imagekeeper::store::Store;
 
 use crate::support::{metrics_address_from_stderr, wait_for};
 
@@ -27,7 +29,8 @@ fn output(args: &[&str]) -> Output {
 /// A running agent process, killed on drop if still alive.
 struct AgentProcess {
     child: Child,
-    socket: PathBuf,
+    /// The service manager's side of the agent's NOTIFY_SOCKET (its directory kept alive).
+    _notify: (tempfile::TempDir, std::os::unix::net::UnixDatagram),
 }
 
 impl Drop for AgentProcess {
@@ -55,13 +58,24 @@ impl AgentProcess {
         metrics_address_from_stderr(stderr, Duration::from_secs(60)).await
     }
 
+    /// Waits for the agent's exit (a blocking wait(2), no polling); a watchdog kills it after
+    /// `deadline`, only against a hang, and the test then fails.
     async fn wait_exit(&mut self, deadline: Duration) -> std::process::ExitStatus {
-        let child = &mut self.child;
-        wait_for("the agent to exit", deadline, || {
-            let status = child.try_wait().expect("try_wait");
-            async move { status }
-        })
-        .await
+        let pid = i32::try_from(self.child.id()).expect("pid fits i32");
+        let (exited, exited_rx) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if exited_rx.recv_timeout(deadline).is_err() {
+                // SAFETY: kill(2) on our own child, not reaped yet (wait below reaps it).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return true;
+            }
+            false
+        });
+        let status = tokio::task::block_in_place(|| self.child.wait()).expect("wait");
+        let _ = exited.send(());
+        let killed = watchdog.join().expect("watchdog");
+        assert!(!killed, "the agent did not exit within {deadline:?}");
+        status
     }
 }
 
@@ -74,7 +88,13 @@ fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
     }
 }
 
+/// Starts an agent and returns once it has bound its admin socket: its first message to the
+/// service manager (READY=1 after the first detect, or the status of a failed one) comes
+/// only after that, so the test waits on that signal, not on polling the path.
 async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -> AgentProcess {
+    let notify_dir = tempfile::tempdir().expect("temp dir");
+    let notify_path = notify_dir.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("bind notify");
     let child = bin()
         .args([
             "run",
@@ -96,21 +116,35 @@ async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -
         .args(extra)
         // Info logs ("Serving metrics" names the bound address) whatever the caller's filter.
         .env_remove("IMAGEKEEPER_LOG")
+        .env("NOTIFY_SOCKET", &notify_path)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn agent");
-    let agent = AgentProcess {
-        child,
-        socket: socket.to_owned(),
-    };
-    let path = agent.socket.clone();
-    wait_for("the admin socket", Duration::from_secs(30), || {
-        let up = path.exists();
-        async move { up.then_some(()) }
+    let notify = tokio::task::spawn_blocking(move || {
+        // A deadline only against a hang.
+        notify
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("read timeout");
+        let mut buf = [0u8; 4096];
+        let n = notify.recv(&mut buf).expect("a notify message within 60 s");
+        let first = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(
+            first.starts_with("READY=1") || first.contains("First detect failed"),
+            "{first}"
+        );
+        notify
     })
-    .await;
-    agent
+    .await
+    .expect("join");
+    assert!(
+        socket.exists(),
+        "the admin socket is bound before the first detect ends"
+    );
+    AgentProcess {
+        child,
+        _notify: (notify_dir, notify),
+    }
 }
 
 #[test]
@@ -929,16 +963,8 @@ struct ParkedBackend {
 }
 
 impl AdminBackend for ParkedBackend {
-    async fn ensure_image(&self, _request: EnsureRequest) -> Result<String, String> {
-        Err("not used".to_owned())
-    }
-
-    async fn list_records(&self) -> Result<Vec<StoredRecord>, String> {
-        Ok(Vec::new())
-    }
-
-    async fn explain(&self) -> Result<String, String> {
-        Ok("{}".to_owned())
+    async fn ensure_image(&self, request: EnsureRequest) -> Result<String, EnsureImageError> {
+        Err(EnsureImageError::InvalidPullPolicy(request.pull_policy))
     }
 
     async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
@@ -1039,7 +1065,7 @@ async fn admin_server_closes_connections_beyond_its_limit_at_once() {
             let path = path.clone();
             async move {
                 let mut client = AdminClient::connect(&path).await.ok()?;
-                client.list_records().await.ok()
+                client.delete_unused(true).await.ok()
             }
         },
     )
@@ -1379,10 +1405,10 @@ async fn agent_on_a_full_disk_is_not_ready_and_recovers_without_restart_once_spa
         "{metrics}"
     );
     let ids: Vec<String> = agent
-        .list_records()
-        .await
+        .store()
+        .eviction_order()
         .expect("records")
-        .into_iter()
+        .map(|r| r.expect("record"))
         .map(|r| r.key.image_id.0)
         .collect();
     assert_eq!(ids, ["sha256:aaa", "sha256:bbb"]);
@@ -1478,4 +1504,134 @@ async fn shutdown_removes_only_the_socket_the_agent_bound() {
     let status = agent.wait_exit(Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(0));
     assert!(socket.exists(), "the other socket is left alone");
+}
+
+/// An admin backend whose EnsureImage fails as the image name says (`reason/...`).
+struct FailingEnsure;
+
+impl AdminBackend for FailingEnsure {
+    async fn ensure_image(&self, request: EnsureRequest) -> Result<String, EnsureImageError> {
+        use imagekeeper::pull::PullError;
+        let (reason, _) = request.image.split_once('/').expect("reason/...");
+        let message = format!("message for {}", request.image);
+        Err(match reason {
+            "invalid" => EnsureImageError::Pull(PullError::ErrInvalidImageName(message)),
+            "backoff" => EnsureImageError::Pull(PullError::ErrImagePullBackOff(message)),
+            "never" => EnsureImageError::Pull(PullError::ErrImageNeverPull(message)),
+            "pull" => EnsureImageError::Pull(PullError::ErrImagePull {
+                message,
+                cause: None,
+            }),
+            "secret" => EnsureImageError::InvalidPullSecret(
+                imagekeeper::pull::credentials::parse_pull_secret("pull secret 1", b"\xff")
+                    .expect_err("not UTF-8"),
+            ),
+            other => panic!("unscripted {other}"),
+        })
+    }
+
+    async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
+        GcOutcome {
+            dry_run,
+            ..GcOutcome::default()
+        }
+    }
+
+    async fn delete_unused(&self, dry_run: bool) -> GcOutcome {
+        GcOutcome {
+            dry_run,
+            ..GcOutcome::default()
+        }
+    }
+}
+
+/// The agent's EnsureImage failures reach the client as a typed reason (not a message prefix):
+/// the client sees `AdminError::Rejected` with the kubelet's reason, and `imagekeeper pull`
+/// through the agent prints "<reason>: <message>" and exits 2 for bad input, 1 otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_through_the_agent_maps_typed_reasons_to_messages_and_exit_codes() {
+    use imagekeeper::admin::{AdminError, AdminReason};
+    use imagekeeper::pull::PullReason;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    admin::serve(&socket, Arc::new(FailingEnsure), std::future::pending())
+        .await
+        .expect("serve");
+    let cases = [
+        (
+            "invalid/x",
+            AdminReason::Pull(PullReason::InvalidImageName),
+            "InvalidImageName",
+            2,
+        ),
+        (
+            "backoff/x",
+            AdminReason::Pull(PullReason::ImagePullBackOff),
+            "ImagePullBackOff",
+            1,
+        ),
+        (
+            "never/x",
+            AdminReason::Pull(PullReason::ErrImageNeverPull),
+            "ErrImageNeverPull",
+            1,
+        ),
+        (
+            "pull/x",
+            AdminReason::Pull(PullReason::ErrImagePull),
+            "ErrImagePull",
+            1,
+        ),
+        (
+            "secret/x",
+            AdminReason::InvalidPullSecret,
+            "InvalidPullSecret",
+            2,
+        ),
+    ];
+    let mut client = AdminClient::connect(&socket).await.expect("connect");
+    for (image, want_reason, name, want_code) in cases {
+        let request = EnsureRequest {
+            image: image.to_owned(),
+            ..EnsureRequest::default()
+        };
+        match client.ensure_image(request).await {
+            Err(AdminError::Rejected {
+                reason, message, ..
+            }) => {
+                assert_eq!(reason, want_reason, "{image}");
+                assert_eq!(reason.as_str(), name);
+                assert!(!message.starts_with(name), "{image}: {message}");
+            }
+            other => panic!("{image}: {other:?}"),
+        }
+        let args = [
+            "pull".to_owned(),
+            image.to_owned(),
+            "--admin-socket".to_owned(),
+            socket.to_str().expect("utf8").to_owned(),
+            "--db".to_owned(),
+            dir.path()
+                .join("unused.redb")
+                .to_str()
+                .expect("utf8")
+                .to_owned(),
+        ];
+        let out = tokio::task::spawn_blocking(move || bin().args(args).output().expect("run"))
+            .await
+            .expect("join");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(want_code), "{image}: {err}");
+        assert!(
+            err.starts_with(&format!("imagekeeper: {name}: ")),
+            "{image}: {err}"
+        );
+        if name != "InvalidPullSecret" {
+            assert!(err.contains(&format!("message for {image}")), "{err}");
+        }
+    }
+    assert!(
+        !dir.path().join("unused.redb").exists(),
+        "the agent did the pulls"
+    );
 }
