@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::cri::CriError;
+use crate::model::RecordKey;
 use crate::store::StoreError;
 
 use super::format::{format_size, go_duration};
@@ -25,6 +26,15 @@ pub enum GcError {
     InvalidDuration { input: String, reason: String },
     #[error("invalid capacity 0 on image filesystem")]
     InvalidCapacity,
+    /// The store's records did not come in strictly increasing key order: detect merges them
+    /// with the runtime's sorted list and would misjudge what is listed, so it stops.
+    #[error(
+        "the records were not read in key order ({previous} came before {next}): detect stopped"
+    )]
+    UnorderedRecords {
+        previous: RecordKey,
+        next: RecordKey,
+    },
     #[error(
         "Insufficient free disk space on the node's image filesystem ({usage_percent}% of {} used). Failed to free sufficient space by deleting unused images (freed {freed} bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data.",
         format_size(*capacity)

@@ -22,6 +22,7 @@ use super::GcPolicy;
 use super::evict::{Verdict, past_max_age, space_verdict, unused_since};
 use super::format::{format_size, go_duration};
 use super::kubelet::KubeletView;
+use super::space::SpaceNeed;
 
 /// The image filesystem as the operator says it is now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -353,18 +354,19 @@ fn space_pass(
     freed_for_age: u64,
     policy: &GcPolicy,
 ) -> SpacePass {
-    let capacity = fs.capacity;
-    let available = fs.available.saturating_add(freed_for_age).min(capacity);
-    let (capacity_i, available_i) = (to_i64(capacity), to_i64(available));
-    let usage_percent = 100 - available_i.saturating_mul(100) / capacity_i;
-    if usage_percent < policy.high_threshold_percent {
+    // What the MaxAge pass frees is available when the manager reads the filesystem again.
+    let available = fs.available.saturating_add(freed_for_age);
+    let need = match SpaceNeed::compute(fs.capacity, available, policy) {
+        Ok(need) => need,
+        Err(_) => return SpacePass::InvalidCapacity,
+    };
+    let (usage_percent, available) = (need.usage_percent, need.available);
+    let Some(amount_to_free) = need.amount_to_free else {
         return SpacePass::BelowHighThreshold {
             usage_percent,
             available_after_age_pass: available,
         };
-    }
-    let amount_to_free =
-        capacity_i.saturating_mul(100 - policy.low_threshold_percent) / 100 - available_i;
+    };
     let mut freed: i64 = 0;
     for image in images.iter_mut() {
         if image.decision == Decision::RemoveForAge || image.verdict != Verdict::Eligible {

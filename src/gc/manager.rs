@@ -43,11 +43,11 @@ use crate::model::{
     RecordKey, Remover, Repull, RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use crate::pull::PullsInFlight;
-use crate::store::{Batch, EvictionKey, JournalKey, Store, StoredRecord, meta_keys};
+use crate::store::{Batch, EvictionKey, JournalKey, RecordScan, Store, StoredRecord, meta_keys};
 
 use super::detect::{
-    DetectPlan, apply_to_copy, container_uses, fold_images, images_in_use, plan_detect_with_uses,
-    plan_names, volume_uses,
+    DetectInput, DetectPlan, ListedImages, apply_to_copy, container_uses, images_in_use,
+    plan_detect, plan_names, volume_uses,
 };
 use super::evict::{Verdict, past_max_age};
 use super::explain::{Decision, Explanation, FsSpace, explain_with_kubelet, note_prior_evictions};
@@ -56,18 +56,13 @@ use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
+use super::space::SpaceNeed;
 use super::{GcError, GcPolicy};
 
-/// The runtime's images, the keys in use (by a container, the sandbox image or a kubelet pull
-/// intent), the stored records by key (read before the runtime was listed), the running
-/// containers' image volumes, and the kubelet's pull records resolved to keys.
-type Observed = (
-    Vec<RuntimeImage>,
-    BTreeSet<RecordKey>,
-    BTreeMap<RecordKey, ImageRecord>,
-    ImageVolumes,
-    KubeletView,
-);
+/// The runtime's images (sorted once by key), the keys in use (by a container, the sandbox
+/// image or a kubelet pull intent), the running containers' image volumes, and the kubelet's
+/// pull records resolved to keys.
+type Observed = (ListedImages, BTreeSet<RecordKey>, ImageVolumes, KubeletView);
 
 /// The images mounted as image volumes, by the id of the running container that mounts them
 /// (as its ContainerStatus reported them; a container's mounts never change).
@@ -77,7 +72,7 @@ type ImageVolumes = BTreeMap<String, Vec<String>>;
 /// protects (in use by a container, or a pull in flight), grown by the victims the last look
 /// rescued so the walk does not choose them again.
 struct CycleView {
-    listed: BTreeMap<RecordKey, RuntimeImage>,
+    listed: ListedImages,
     protected: BTreeSet<RecordKey>,
     /// The image volumes detect saw, grown by those of containers the last look finds new, so
     /// each running container costs one ContainerStatus per cycle.
@@ -332,17 +327,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .map(|(report, _)| report)
     }
 
-    /// What a detect starts from: the stored records by key, the runtime's images and the
-    /// record keys in use. The records are read first: a pull that marks an image while the
-    /// runtime is listed is then absent from the snapshot or older in it, and detect's merge
-    /// writes keep its mark (see `detect`).
-    async fn observe(&self, settings: &Settings) -> Result<Observed, GcError> {
-        let records = self
-            .store
-            .records()?
-            .into_iter()
-            .map(|r| (r.key, r.record))
-            .collect();
+    /// What a detect starts from: the stored records (a lazy scan in key order, opened
+    /// first), the runtime's images and the record keys in use. The records' snapshot is
+    /// taken before the runtime is listed: a pull that marks an image while the runtime is
+    /// listed is then absent from the snapshot or older in it, and detect's merge writes keep
+    /// its mark (see `detect`). The scan's read transaction stays open until detect has
+    /// merged it; it holds no lock a writer waits for.
+    async fn observe(&self, settings: &Settings) -> Result<(RecordScan, Observed), GcError> {
+        let records = self.store.records_in_key_order()?;
         let images = self
             .runtime
             .list_images()
@@ -358,11 +350,13 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mounted: Vec<String> = volumes.values().flatten().cloned().collect();
         let sandbox = settings.config.sandbox_image.as_deref();
         let mut in_use = images_in_use(&images, &containers, &mounted, sandbox);
+        drop(containers);
         // Read after the runtime's lists: an intent the kubelet wrote before pulling an image
         // already listed is seen here; one written later is seen by the last look.
         let kubelet = KubeletView::read(settings.kubelet(), &images);
         in_use.extend(kubelet.pulling.iter().cloned());
-        Ok((images, in_use, records, volumes, kubelet))
+        let listed = ListedImages::new(images);
+        Ok((records, (listed, in_use, volumes, kubelet)))
     }
 
     /// Adds to `known` the image volumes of each running container it does not have yet: one
@@ -395,27 +389,33 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// Observes the runtime and plans the detect at `now`: what a detect applies and a dry
-    /// run applies to its copy, so both plan from the same rules.
+    /// run applies to its copy, so both plan from the same rules. With `copy`, every record
+    /// the merge reads is also put there (the dry run's copy; the simulator's mutant).
     async fn observe_and_plan(
         &self,
         settings: &Settings,
         now: UnixNanos,
+        mut copy: Option<&mut BTreeMap<RecordKey, ImageRecord>>,
     ) -> Result<(Observed, DetectPlan), GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let (images, in_use, existing, volumes, mut kubelet) = self.observe(settings).await?;
-        let names = self.store.names_that_differ(&images)?;
+        let (records, (listed, in_use, volumes, mut kubelet)) = self.observe(settings).await?;
         kubelet.mark_just_pulled(now, settings.config.policy.min_age);
-        let mut plan = plan_detect_with_uses(
-            &existing,
+        let input = DetectInput {
             last_detect,
-            &images,
-            &in_use,
-            &kubelet.used_at,
-            &settings.config.pins,
+            in_use: &in_use,
+            used_at: &kubelet.used_at,
+            pins: &settings.config.pins,
             now,
-        );
+        };
+        let records = records.inspect(|r| {
+            if let (Some(copy), Ok(r)) = (copy.as_deref_mut(), r) {
+                copy.insert(r.key.clone(), r.record);
+            }
+        });
+        let mut plan = plan_detect(records, &listed, &input)?;
+        let names = self.store.names_that_differ(listed.as_listed())?;
         plan_names(&mut plan, names);
-        Ok(((images, in_use, existing, volumes, kubelet), plan))
+        Ok(((listed, in_use, volumes, kubelet), plan))
     }
 
     async fn detect_locked(
@@ -423,10 +423,16 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         settings: &Settings,
         now: UnixNanos,
     ) -> Result<(DetectReport, CycleView), GcError> {
-        let ((images, in_use, _existing, volumes, kubelet), plan) =
-            self.observe_and_plan(settings, now).await?;
         #[cfg(feature = "sim-mutants")]
-        let plan = crate::sim::mutants::blind_detect(plan, &_existing, now);
+        let mut existing = BTreeMap::new();
+        #[cfg(feature = "sim-mutants")]
+        let copy = Some(&mut existing);
+        #[cfg(not(feature = "sim-mutants"))]
+        let copy = None;
+        let ((listed, in_use, volumes, kubelet), plan) =
+            self.observe_and_plan(settings, now, copy).await?;
+        #[cfg(feature = "sim-mutants")]
+        let plan = crate::sim::mutants::blind_detect(plan, &existing, now);
         let mut plan = plan;
         let pending: Vec<(RecordKey, EvictionNote)> = self
             .pending_evictions()
@@ -466,10 +472,6 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             external_removals,
             repulls: applied.repulls,
         };
-        let listed: BTreeMap<RecordKey, RuntimeImage> = fold_images(&images)
-            .into_iter()
-            .map(|(k, i)| (k, i.clone()))
-            .collect();
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
         protected.extend(kubelet.just_pulled);
@@ -565,14 +567,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// The listed images that a pull in flight protects.
-    fn pulling(&self, listed: &BTreeMap<RecordKey, RuntimeImage>) -> BTreeSet<RecordKey> {
+    fn pulling(&self, listed: &ListedImages) -> BTreeSet<RecordKey> {
         if self.in_flight.is_empty() {
             return BTreeSet::new();
         }
         listed
             .iter()
-            .filter(|(_, image)| self.in_flight.protects(image))
-            .map(|(key, _)| key.clone())
+            .filter(|image| self.in_flight.protects(image))
+            .map(RuntimeImage::record_key)
             .collect()
     }
 
@@ -608,36 +610,30 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .await?;
 
         let stats = self.observe_image_fs().await?;
-        let capacity = stats.capacity;
-        let mut available = stats.available;
-        if available > capacity {
-            info!(available, capacity, "Availability is larger than capacity");
-            available = capacity;
-        }
-        if capacity == 0 {
-            let err = GcError::InvalidCapacity;
-            warn!(reason = "InvalidDiskCapacity", "{err}");
-            return Err(err);
-        }
-        let (capacity_i, available_i) = (to_i64(capacity), to_i64(available));
-        let usage_percent = 100 - available_i.saturating_mul(100) / capacity_i;
-        let policy = &settings.config.policy;
-        if usage_percent >= policy.high_threshold_percent {
-            let amount_to_free =
-                capacity_i.saturating_mul(100 - policy.low_threshold_percent) / 100 - available_i;
+        if stats.available > stats.capacity {
             info!(
-                usage = usage_percent,
+                available = stats.available,
+                capacity = stats.capacity,
+                "Availability is larger than capacity"
+            );
+        }
+        let policy = &settings.config.policy;
+        let need = match SpaceNeed::compute(stats.capacity, stats.available, policy) {
+            Ok(need) => need,
+            Err(err) => {
+                warn!(reason = "InvalidDiskCapacity", "{err}");
+                return Err(err);
+            }
+        };
+        if let Some(amount_to_free) = need.amount_to_free {
+            info!(
+                usage = need.usage_percent,
                 high_threshold = policy.high_threshold_percent,
                 amount_to_free,
                 low_threshold = policy.low_threshold_percent,
                 "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
             );
-            let fs = FsUsage {
-                capacity,
-                used_before: capacity - available,
-                target_used: capacity
-                    .saturating_sub(to_u64(amount_to_free.saturating_add(available_i))),
-            };
+            let fs = need.fs_usage();
             let freed = self
                 .free_space(
                     settings,
@@ -650,8 +646,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 .await?;
             if freed < amount_to_free {
                 let err = GcError::InsufficientSpace {
-                    usage_percent,
-                    capacity,
+                    usage_percent: need.usage_percent,
+                    capacity: need.capacity,
                     freed,
                 };
                 warn!(reason = "FreeDiskSpaceFailed", "{err}");
@@ -954,13 +950,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     pub async fn plan(&self, now: UnixNanos, delete_unused: bool) -> Result<GcPlan, GcError> {
         // One configuration for the whole dry run, even if a reload swaps it meanwhile.
         let settings = self.settings();
-        let ((images, _, mut records, _, kubelet), detect) =
-            self.observe_and_plan(&settings, now).await?;
+        let mut records = BTreeMap::new();
+        let ((listed, _, _, kubelet), detect) = self
+            .observe_and_plan(&settings, now, Some(&mut records))
+            .await?;
         apply_to_copy(&mut records, &detect.batch);
-        let listed: BTreeMap<RecordKey, RuntimeImage> = fold_images(&images)
-            .into_iter()
-            .map(|(k, i)| (k, i.clone()))
-            .collect();
         let pulling = self.pulling(&listed);
         // A dry run only: the real cycle reads this order from the index.
         let mut ordered: Vec<StoredRecord> = records
@@ -1073,10 +1067,6 @@ fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcErr
 
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn to_u64(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
 }
 
 /// How one of the cycle's removals is journaled: the cycle's time, why, and its rank.

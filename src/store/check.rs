@@ -26,9 +26,9 @@ use std::fmt;
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
-use super::codec::{Codec, EvictionKey};
+use super::codec::{Codec, IndexKey};
 use super::journal::{age_cutoff, prune_reference, retention_keys};
-use super::tables::{BACKOFF, EVICTION, IMAGES, JOURNAL, META, NAMES};
+use super::tables::{BACKOFF, EVICTION_PREFIX, IMAGES, JOURNAL, META, NAMES};
 use super::{Handle, Store, StoreError, meta_keys};
 use crate::gc::format::{format_rfc3339, go_duration};
 use crate::model::{FUTURE_STAMP_TOLERANCE, JournalRetention, RecordKey, UnixNanos};
@@ -156,17 +156,22 @@ impl Store {
         let mut violations = Vec::new();
         let txn = self.begin_read()?;
         let images = txn.open_table(IMAGES).map_err(|e| self.redb_err(e))?;
-        let index = txn.open_table(EVICTION).map_err(|e| self.redb_err(e))?;
+        let index = txn
+            .open_table(EVICTION_PREFIX)
+            .map_err(|e| self.redb_err(e))?;
         let backoff = txn.open_table(BACKOFF).map_err(|e| self.redb_err(e))?;
         let meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
 
-        // What the index must hold, as encoded keys.
-        let mut expected: BTreeSet<Vec<u8>> = BTreeSet::new();
+        // What the index must hold, as encoded rows, with the first record of each.
+        let mut expected: std::collections::BTreeMap<Vec<u8>, RecordKey> =
+            std::collections::BTreeMap::new();
         for entry in images.iter().map_err(|e| self.redb_err(e))? {
             let (k, v) = entry.map_err(|e| self.redb_err(e))?;
             match (k.value().decode(), v.value().decode()) {
                 (Ok(key), Ok(record)) => {
-                    expected.insert(EvictionKey::of(&key, &record).encode());
+                    expected
+                        .entry(IndexKey::of(&key, &record).encode())
+                        .or_insert(key);
                 }
                 (Err(e), _) | (_, Err(e)) => violations.push(Violation::Undecodable {
                     table: "images",
@@ -178,26 +183,22 @@ impl Store {
             let (k, _) = entry.map_err(|e| self.redb_err(e))?;
             match k.value().decode() {
                 Ok(entry) => {
-                    if !expected.remove(&entry.encode()) {
+                    if expected.remove(&entry.encode()).is_none() {
                         violations.push(Violation::StrayIndexEntry {
-                            entry: format!(
-                                "({}, {}, {})",
-                                entry.last_used.0, entry.first_detected.0, entry.key
-                            ),
+                            entry: entry.to_string(),
                         });
                     }
                 }
                 Err(e) => violations.push(Violation::Undecodable {
-                    table: "eviction",
+                    table: "eviction_prefix",
                     detail: e.to_string(),
                 }),
             }
         }
-        for missing in expected {
-            let key = EvictionKey::decode(&missing)
-                .map(|e| e.key.to_string())
-                .unwrap_or_else(|e| e.to_string());
-            violations.push(Violation::MissingIndexEntry { key });
+        for key in expected.into_values() {
+            violations.push(Violation::MissingIndexEntry {
+                key: key.to_string(),
+            });
         }
         for entry in backoff.iter().map_err(|e| self.redb_err(e))? {
             let (k, v) = entry.map_err(|e| self.redb_err(e))?;

@@ -290,6 +290,117 @@ impl Codec for EvictionKey {
 }
 impl OrderedCodec for EvictionKey {}
 
+/// How many leading bytes of a record key's encoding schema 3's eviction index keeps.
+pub const INDEX_KEY_PREFIX_BYTES: usize = 16;
+const INDEX_KEY_WIDTH: usize = 1 + 8 + 8 + INDEX_KEY_PREFIX_BYTES;
+
+/// Schema 3's eviction-index row: (last_used, first_detected, the first
+/// [`INDEX_KEY_PREFIX_BYTES`] bytes of the record key's encoding, zero-padded), 33 bytes
+/// instead of the 90 of an [`EvictionKey`] with a whole sha256 id. Records that share all
+/// three share one row. The prefix only grows with the key (a longer key never sorts before a
+/// shorter one's prefix), so rows in byte order, each followed by the records it stands for
+/// in key order, give exactly the (last_used, first_detected, key) order of [`EvictionKey`].
+/// The records of a row are found by a short range scan of `images` from
+/// [`IndexKey::scan_start`], the keys whose padded prefix is the row's being contiguous.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct IndexKey {
+    pub last_used: UnixNanos,
+    pub first_detected: UnixNanos,
+    pub prefix: [u8; INDEX_KEY_PREFIX_BYTES],
+}
+
+/// The first [`INDEX_KEY_PREFIX_BYTES`] bytes of an encoded record key, zero-padded.
+pub fn key_prefix(encoded_key: &[u8]) -> [u8; INDEX_KEY_PREFIX_BYTES] {
+    let mut out = [0u8; INDEX_KEY_PREFIX_BYTES];
+    let n = encoded_key.len().min(INDEX_KEY_PREFIX_BYTES);
+    out[..n].copy_from_slice(&encoded_key[..n]);
+    out
+}
+
+impl IndexKey {
+    /// The row of the record whose encoded key is `encoded_key`.
+    pub fn of_encoded(encoded_key: &[u8], record: &ImageRecord) -> IndexKey {
+        IndexKey {
+            last_used: record.last_used,
+            first_detected: record.first_detected,
+            prefix: key_prefix(encoded_key),
+        }
+    }
+
+    /// The row of `key`'s record.
+    pub fn of(key: &RecordKey, record: &ImageRecord) -> IndexKey {
+        IndexKey::of_encoded(&key.encode(), record)
+    }
+
+    /// The row a resumed walk starts at: the one that holds `after`'s record.
+    pub fn of_eviction_key(after: &EvictionKey) -> IndexKey {
+        IndexKey {
+            last_used: after.last_used,
+            first_detected: after.first_detected,
+            prefix: key_prefix(&after.key.encode()),
+        }
+    }
+
+    /// An encoded record key at or before every key whose padded prefix is this row's (the
+    /// prefix without its zero padding).
+    pub fn scan_start(&self) -> &[u8] {
+        let end = self
+            .prefix
+            .iter()
+            .rposition(|&b| b != 0)
+            .map_or(0, |i| i + 1);
+        &self.prefix[..end]
+    }
+
+    /// Whether `record` has this row's times.
+    pub fn matches(&self, record: &ImageRecord) -> bool {
+        record.last_used == self.last_used && record.first_detected == self.first_detected
+    }
+}
+
+impl std::fmt::Display for IndexKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let prefix = String::from_utf8_lossy(self.scan_start());
+        write!(
+            f,
+            "({}, {}, {:?})",
+            self.last_used.0,
+            self.first_detected.0,
+            prefix.trim_start_matches('\u{1}')
+        )
+    }
+}
+
+// IndexKey: [1][last_used][first_detected][16-byte key prefix], fixed width.
+impl Codec for IndexKey {
+    const TYPE_NAME: &'static str = "imagekeeper::IndexKey";
+    const FIXED_WIDTH: Option<usize> = Some(INDEX_KEY_WIDTH);
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(INDEX_KEY_WIDTH);
+        out.push(LAYOUT_V1);
+        out.extend_from_slice(&ordered_i64(self.last_used.0));
+        out.extend_from_slice(&ordered_i64(self.first_detected.0));
+        out.extend_from_slice(&self.prefix);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<IndexKey, DecodeError> {
+        let mut r = Reader::start("eviction index key", bytes)?;
+        let last_used = from_ordered_i64(r.array8(INDEX_KEY_WIDTH)?);
+        let first_detected = from_ordered_i64(r.array8(INDEX_KEY_WIDTH)?);
+        let mut prefix = [0u8; INDEX_KEY_PREFIX_BYTES];
+        prefix.copy_from_slice(r.take(INDEX_KEY_PREFIX_BYTES, INDEX_KEY_WIDTH)?);
+        r.finish(INDEX_KEY_WIDTH)?;
+        Ok(IndexKey {
+            last_used: UnixNanos(last_used),
+            first_detected: UnixNanos(first_detected),
+            prefix,
+        })
+    }
+}
+impl OrderedCodec for IndexKey {}
+
 // BackoffKey and MetaKey: [1][UTF-8]
 impl Codec for BackoffKey {
     const TYPE_NAME: &'static str = "imagekeeper::BackoffKey";

@@ -1,11 +1,14 @@
 //! The record store: the only module that imports redb.
 //!
 //! It owns one redb file with six tables (see `tables.rs`): `images` (RecordKey →
-//! ImageRecord), `eviction` ((last_used, first_detected, RecordKey) → ()), `backoff`, `meta`,
+//! ImageRecord), `eviction_prefix` ((last_used, first_detected, 16-byte key prefix) → ();
+//! schema 3, see [`IndexKey`]; schemas 1 and 2 had `eviction` with the whole key), `backoff`,
+//! `meta`,
 //! and from schema 2 `names` (RecordKey → repo tags and digests) and `journal` ((removed_at,
 //! RecordKey) → JournalEntry; see `journal.rs`). Invariants:
-//! - every record has exactly one eviction-index entry matching its current fields, and the
-//!   index holds nothing else; every mutation keeps this inside its own write transaction;
+//! - every record has exactly one eviction-index entry matching its current fields (records
+//!   with the same times and key prefix share it), and the index holds nothing else; every
+//!   mutation keeps this inside its own write transaction;
 //! - a [`Batch`] is one durable (`Durability::Immediate`) write transaction, and a batch that
 //!   changes nothing commits nothing ([`Store::commits`] counts real commits);
 //! - eviction order is read as a lazy range scan over the index, never by loading and sorting;
@@ -18,6 +21,8 @@
 
 mod batch;
 mod check;
+#[cfg(test)]
+mod check_tests;
 pub mod codec;
 mod error;
 mod journal;
@@ -27,6 +32,7 @@ pub mod power_loss;
 #[cfg(any(test, feature = "fault-injection"))]
 pub mod power_loss_harness;
 mod reopen;
+mod scan;
 mod tables;
 #[cfg(test)]
 mod upgrade_tests;
@@ -43,13 +49,14 @@ use redb::{
 
 pub use batch::{Batch, BatchOp};
 pub use check::Violation;
-pub use codec::{DecodeError, EvictionKey, JournalKey};
+pub use codec::{DecodeError, EvictionKey, IndexKey, JournalKey};
 pub use error::StoreError;
 pub use journal::{age_cutoff, retention_keys};
 pub use open::{CURRENT_SCHEMA_VERSION, meta_keys};
+pub use scan::RecordScan;
 
 use codec::{BackoffKey, Codec, MAX_ID_BYTES, MetaKey, MetaValue};
-use tables::{BACKOFF, EVICTION, Encoded, IMAGES, JOURNAL, META, NAMES, Stored};
+use tables::{BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, Stored};
 
 use crate::model::{
     BackoffEntry, ImageNames, ImageRecord, JournalEntry, JournalRetention, MAX_IMAGE_NAME_BYTES,
@@ -266,7 +273,8 @@ impl Store {
         Ok(self.len()? == 0)
     }
 
-    /// Every record, ordered by key.
+    /// Every record, ordered by key, loaded at once. Prefer [`Store::records_in_key_order`]
+    /// where the caller can walk them one by one.
     pub fn records(&self) -> Result<Vec<StoredRecord>, StoreError> {
         Ok(self
             .guarded(|| self.scan_all(IMAGES))?
@@ -307,23 +315,29 @@ impl Store {
         use std::ops::Bound;
         let txn = self.begin_read()?;
         let images = self.open_read_table(&txn, IMAGES)?;
-        let index = txn.open_table(EVICTION).map_err(|e| self.redb_err(e))?;
-        let lower_bytes = after.map(Codec::encode);
+        let index = txn
+            .open_table(EVICTION_PREFIX)
+            .map_err(|e| self.redb_err(e))?;
+        // A resumed walk starts at the row holding `after`'s record (inclusive) and skips
+        // the records of that row up to `after`.
+        let lower_bytes = after.map(|a| IndexKey::of_eviction_key(a).encode());
         let upper_bytes = before.map(EvictionKey::last_used_prefix);
         let lower = match &lower_bytes {
-            Some(b) => Bound::Excluded(Encoded::<EvictionKey>::new(b)),
+            Some(b) => Bound::Included(Encoded::<IndexKey>::new(b)),
             None => Bound::Unbounded,
         };
         let upper = match &upper_bytes {
-            Some(b) => Bound::Excluded(Encoded::<EvictionKey>::new(b)),
+            Some(b) => Bound::Excluded(Encoded::<IndexKey>::new(b)),
             None => Bound::Unbounded,
         };
         let range = index
-            .range::<Encoded<EvictionKey>>((lower, upper))
+            .range::<Encoded<IndexKey>>((lower, upper))
             .map_err(|e| self.redb_err(e))?;
         Ok(EvictionIter {
             range,
             images,
+            pending: std::collections::VecDeque::new(),
+            after: after.cloned(),
             path: self.path.clone(),
             _txn: txn,
         })
@@ -505,27 +519,55 @@ impl Store {
 
 #[cfg(test)]
 impl Store {
-    /// Writes raw bytes into a schema-2 table ("names" or "journal"), bypassing every rule: for
-    /// the negative tests of `Store::check`.
-    pub(crate) fn raw_bytes_for_tests(&self, table: &str, key: &[u8], value: &[u8]) {
+    /// Writes raw bytes into a table, or with `value` `None` removes the key, bypassing every
+    /// rule: for the negative tests of `Store::check`. The index's value is `()`.
+    pub(crate) fn raw_write_for_tests(&self, table: &str, key: &[u8], value: Option<&[u8]>) {
+        fn put<K: codec::OrderedCodec + 'static, V: Codec + 'static>(
+            txn: &WriteTransaction,
+            def: TableDefinition<Stored<K>, Stored<V>>,
+            key: &[u8],
+            value: Option<&[u8]>,
+        ) {
+            let mut t = txn.open_table(def).expect("table");
+            match value {
+                Some(v) => {
+                    t.insert(Encoded::new(key), Encoded::new(v))
+                        .expect("insert");
+                }
+                None => {
+                    t.remove(Encoded::new(key)).expect("remove");
+                }
+            }
+        }
         let Handle::Write(db) = &*self.read_handle() else {
             panic!("a read-write store");
         };
         let txn = db.begin_write().expect("begin");
         match table {
-            "names" => {
-                let mut t = txn.open_table(NAMES).expect("table");
-                t.insert(Encoded::new(key), Encoded::new(value))
-                    .expect("insert");
-            }
-            "journal" => {
-                let mut t = txn.open_table(JOURNAL).expect("table");
-                t.insert(Encoded::new(key), Encoded::new(value))
-                    .expect("insert");
+            "images" => put(&txn, IMAGES, key, value),
+            "backoff" => put(&txn, BACKOFF, key, value),
+            "meta" => put(&txn, META, key, value),
+            "names" => put(&txn, NAMES, key, value),
+            "journal" => put(&txn, JOURNAL, key, value),
+            "eviction_prefix" => {
+                let mut t = txn.open_table(EVICTION_PREFIX).expect("table");
+                match value {
+                    Some(_) => {
+                        t.insert(Encoded::new(key), ()).expect("insert");
+                    }
+                    None => {
+                        t.remove(Encoded::new(key)).expect("remove");
+                    }
+                }
             }
             other => panic!("no raw writes to {other}"),
         }
         txn.commit().expect("commit");
+    }
+
+    /// Writes raw bytes into a table, bypassing every rule.
+    pub(crate) fn raw_bytes_for_tests(&self, table: &str, key: &[u8], value: &[u8]) {
+        self.raw_write_for_tests(table, key, Some(value));
     }
 
     /// A names row written as is.
@@ -623,7 +665,7 @@ fn apply_ops(
     retention: JournalRetention,
 ) -> Result<OpsOutcome, TxnError> {
     let mut images = txn.open_table(IMAGES)?;
-    let mut index = txn.open_table(EVICTION)?;
+    let mut index = txn.open_table(EVICTION_PREFIX)?;
     let mut backoff = txn.open_table(BACKOFF)?;
     let mut meta = txn.open_table(META)?;
     let mut names = txn.open_table(NAMES)?;
@@ -806,7 +848,7 @@ fn apply_ops(
 }
 
 type ImagesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageRecord>>;
-type IndexTable<'t> = redb::Table<'t, Stored<EvictionKey>, ()>;
+type IndexTable<'t> = redb::Table<'t, Stored<IndexKey>, ()>;
 type MetaTable<'t> = redb::Table<'t, Stored<MetaKey>, Stored<MetaValue>>;
 
 fn get_record(images: &ImagesTable<'_>, key: &RecordKey) -> Result<Option<ImageRecord>, TxnError> {
@@ -817,8 +859,8 @@ fn get_record(images: &ImagesTable<'_>, key: &RecordKey) -> Result<Option<ImageR
     }
 }
 
-/// Sets (or, with `None`, removes) one record and keeps its index entry in step. Returns
-/// whether anything changed.
+/// Sets (or, with `None`, removes) one record and keeps its index row in step: the old row
+/// goes unless another record still shares it. Returns whether anything changed.
 fn put_record(
     images: &mut ImagesTable<'_>,
     index: &mut IndexTable<'_>,
@@ -830,25 +872,59 @@ fn put_record(
         return Ok(false);
     }
     let k = key.encode();
-    if let Some(old) = old {
-        let old_index = EvictionKey::of(key, &old).encode();
-        if index.remove(Encoded::new(&old_index))?.is_none() {
-            return Err(TxnError::Mismatch(format!(
-                "record {key} has no eviction-index entry"
-            )));
-        }
-    }
     match next {
         Some(record) => {
             images.insert(Encoded::new(&k), Encoded::new(&record.encode()))?;
-            let new_index = EvictionKey::of(key, &record).encode();
-            index.insert(Encoded::new(&new_index), ())?;
         }
         None => {
             images.remove(Encoded::new(&k))?;
         }
     }
+    if let Some(old) = old {
+        let old_row = IndexKey::of_encoded(&k, &old);
+        let row_bytes = old_row.encode();
+        let present = if row_records(images, &old_row)?.is_empty() {
+            index.remove(Encoded::new(&row_bytes))?.is_some()
+        } else {
+            index.get(Encoded::new(&row_bytes))?.is_some()
+        };
+        if !present {
+            return Err(TxnError::Mismatch(format!(
+                "record {key} has no eviction-index entry"
+            )));
+        }
+    }
+    if let Some(record) = next {
+        let new_row = IndexKey::of_encoded(&k, &record).encode();
+        index.insert(Encoded::new(&new_row), ())?;
+    }
     Ok(true)
+}
+
+/// The records an index row stands for, in key order: those whose key has the row's prefix
+/// and whose times are the row's. A short range scan of `images`.
+fn row_records<T: ReadableTable<Stored<RecordKey>, Stored<ImageRecord>>>(
+    images: &T,
+    row: &IndexKey,
+) -> Result<Vec<StoredRecord>, TxnError> {
+    let start = Encoded::<RecordKey>::new(row.scan_start());
+    let mut out = Vec::new();
+    for entry in images.range::<Encoded<RecordKey>>(start..)? {
+        let (k, v) = entry?;
+        let prefix = codec::key_prefix(k.value().bytes());
+        if prefix > row.prefix {
+            break;
+        }
+        if prefix < row.prefix {
+            continue;
+        }
+        let record: ImageRecord = v.value().decode().map_err(TxnError::Decode)?;
+        if row.matches(&record) {
+            let key = k.value().decode().map_err(TxnError::Decode)?;
+            out.push(StoredRecord { key, record });
+        }
+    }
+    Ok(out)
 }
 
 fn put_meta(meta: &mut MetaTable<'_>, name: &str, value: i64) -> Result<bool, TxnError> {
@@ -862,52 +938,66 @@ fn put_meta(meta: &mut MetaTable<'_>, name: &str, value: i64) -> Result<bool, Tx
 
 /// A lazy walk over the eviction index, oldest first, joined with each record.
 pub struct EvictionIter {
-    range: redb::Range<'static, Stored<EvictionKey>, ()>,
+    range: redb::Range<'static, Stored<IndexKey>, ()>,
     images: ReadOnlyTable<Stored<RecordKey>, Stored<ImageRecord>>,
+    /// The records of the current row not yet returned, in key order.
+    pending: std::collections::VecDeque<StoredRecord>,
+    /// A resumed walk returns only records after this one.
+    after: Option<EvictionKey>,
     path: PathBuf,
     _txn: ReadTransaction,
 }
 
 impl EvictionIter {
     fn next_entry(&mut self) -> Option<Result<StoredRecord, StoreError>> {
-        let path = &self.path;
-        let redb_err = |e: redb::Error| StoreError::from_redb(path, e);
-        let decode_err = |e| StoreError::Decode {
-            path: path.clone(),
-            source: e,
-        };
-        let (k, _) = match self.range.next()? {
-            Ok(entry) => entry,
-            Err(e) => return Some(Err(redb_err(e.into()))),
-        };
-        let entry = match k.value().decode() {
-            Ok(entry) => entry,
-            Err(e) => return Some(Err(decode_err(e))),
-        };
-        let encoded = entry.key.encode();
-        let record = match self.images.get(Encoded::new(&encoded)) {
-            Ok(Some(g)) => match g.value().decode() {
-                Ok(record) => record,
-                Err(e) => return Some(Err(decode_err(e))),
-            },
-            Ok(None) => {
+        loop {
+            if let Some(next) = self.pending.pop_front() {
+                return Some(Ok(next));
+            }
+            let path = &self.path;
+            let (k, _) = match self.range.next()? {
+                Ok(entry) => entry,
+                Err(e) => return Some(Err(StoreError::from_redb(path, e.into()))),
+            };
+            let row: IndexKey = match k.value().decode() {
+                Ok(row) => row,
+                Err(source) => {
+                    return Some(Err(StoreError::Decode {
+                        path: path.clone(),
+                        source,
+                    }));
+                }
+            };
+            let records = match row_records(&self.images, &row) {
+                Ok(records) => records,
+                Err(TxnError::Redb(e)) => return Some(Err(StoreError::from_redb(path, e))),
+                Err(TxnError::Decode(source)) => {
+                    return Some(Err(StoreError::Decode {
+                        path: path.clone(),
+                        source,
+                    }));
+                }
+                Err(TxnError::Mismatch(detail)) => {
+                    return Some(Err(StoreError::IndexMismatch {
+                        path: path.clone(),
+                        detail,
+                    }));
+                }
+            };
+            if records.is_empty() {
                 return Some(Err(StoreError::IndexMismatch {
                     path: path.clone(),
-                    detail: format!("index entry for {} has no record", entry.key),
+                    detail: format!("index entry {row} has no record"),
                 }));
             }
-            Err(e) => return Some(Err(redb_err(e.into()))),
-        };
-        if record.last_used != entry.last_used || record.first_detected != entry.first_detected {
-            return Some(Err(StoreError::IndexMismatch {
-                path: path.clone(),
-                detail: format!("index entry for {} does not match its record", entry.key),
+            // Only the first row of a resumed walk can hold records up to `after`.
+            let after = self.after.take();
+            self.pending.extend(records.into_iter().filter(|r| {
+                after
+                    .as_ref()
+                    .is_none_or(|a| EvictionKey::of(&r.key, &r.record) > *a)
             }));
         }
-        Some(Ok(StoredRecord {
-            key: entry.key,
-            record,
-        }))
     }
 }
 

@@ -12,12 +12,15 @@ use redb::{
     WriteTransaction,
 };
 
-use super::tables::{BACKOFF, EVICTION, IMAGES, JOURNAL, META, NAMES};
+use redb::ReadableTable;
+
+use super::codec::{Codec, IndexKey};
+use super::tables::{BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES};
 use super::{Handle, Source, Store, StoreError, TxnError, put_meta};
 use crate::model::UnixNanos;
 
 /// The schema version this build writes and reads.
-pub const CURRENT_SCHEMA_VERSION: i64 = 2;
+pub const CURRENT_SCHEMA_VERSION: i64 = 3;
 
 /// Names of the entries of the `meta` table.
 pub mod meta_keys {
@@ -40,16 +43,39 @@ struct Migration {
 }
 
 /// Registered upgrade steps, in order (`migrations/000N_*.md`).
-const MIGRATIONS: &[Migration] = &[Migration {
-    from: 1,
-    apply: add_names_and_journal,
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        from: 1,
+        apply: add_names_and_journal,
+    },
+    Migration {
+        from: 2,
+        apply: short_eviction_index,
+    },
+];
 
 /// Schema 1 → 2 (`migrations/0002_names_and_journal.md`): the `names` and `journal` tables,
 /// empty. Records, the eviction index, backoff and meta keep their bytes.
 fn add_names_and_journal(txn: &WriteTransaction) -> Result<(), TxnError> {
     txn.open_table(NAMES)?;
     txn.open_table(JOURNAL)?;
+    Ok(())
+}
+
+/// Schema 2 → 3 (`migrations/0003_short_eviction_index.md`): the eviction index keyed by the
+/// whole record key (`eviction`) is replaced by `eviction_prefix`, keyed by a 16-byte prefix
+/// of it (see [`IndexKey`]), rebuilt from `images` in the same transaction. Every other
+/// table keeps its bytes.
+fn short_eviction_index(txn: &WriteTransaction) -> Result<(), TxnError> {
+    txn.delete_table(EVICTION)?;
+    let images = txn.open_table(IMAGES)?;
+    let mut index = txn.open_table(EVICTION_PREFIX)?;
+    for entry in images.iter()? {
+        let (k, v) = entry?;
+        let record = v.value().decode().map_err(TxnError::Decode)?;
+        let row = IndexKey::of_encoded(k.value().bytes(), &record).encode();
+        index.insert(Encoded::new(&row), ())?;
+    }
     Ok(())
 }
 
@@ -257,7 +283,8 @@ impl Store {
         let txn = self.begin_read()?;
         let _ = txn.list_tables().map_err(|e| self.redb_err(e))?.count();
         txn.open_table(IMAGES).map_err(|e| self.redb_err(e))?;
-        txn.open_table(EVICTION).map_err(|e| self.redb_err(e))?;
+        txn.open_table(EVICTION_PREFIX)
+            .map_err(|e| self.redb_err(e))?;
         txn.open_table(BACKOFF).map_err(|e| self.redb_err(e))?;
         txn.open_table(META).map_err(|e| self.redb_err(e))?;
         txn.open_table(NAMES).map_err(|e| self.redb_err(e))?;
@@ -366,7 +393,7 @@ impl Store {
         }
         let init = || -> Result<(), TxnError> {
             txn.open_table(IMAGES)?;
-            txn.open_table(EVICTION)?;
+            txn.open_table(EVICTION_PREFIX)?;
             txn.open_table(BACKOFF)?;
             txn.open_table(NAMES)?;
             txn.open_table(JOURNAL)?;

@@ -9,16 +9,22 @@ use std::marker::PhantomData;
 use redb::{Key, TableDefinition, TypeName, Value};
 
 use super::codec::{
-    BackoffKey, Codec, DecodeError, EvictionKey, JournalKey, MetaKey, MetaValue, OrderedCodec,
+    BackoffKey, Codec, DecodeError, EvictionKey, IndexKey, JournalKey, MetaKey, MetaValue,
+    OrderedCodec,
 };
 use crate::model::{BackoffEntry, ImageNames, ImageRecord, JournalEntry, RecordKey};
 
 /// Image records: RecordKey → ImageRecord.
 pub(super) const IMAGES: TableDefinition<Stored<RecordKey>, Stored<ImageRecord>> =
     TableDefinition::new("images");
-/// The eviction index: (last_used, first_detected, RecordKey) → ().
+/// Schemas 1 and 2's eviction index: (last_used, first_detected, RecordKey) → (). Schema 3
+/// drops it for [`EVICTION_PREFIX`] (`migrations/0003_short_eviction_index.md`).
 pub(super) const EVICTION: TableDefinition<Stored<EvictionKey>, ()> =
     TableDefinition::new("eviction");
+/// Schema 3's eviction index: (last_used, first_detected, 16-byte key prefix) → (); see
+/// [`IndexKey`].
+pub(super) const EVICTION_PREFIX: TableDefinition<Stored<IndexKey>, ()> =
+    TableDefinition::new("eviction_prefix");
 /// Image-pull backoff: `<pod uid>_<image>` → BackoffEntry.
 pub(super) const BACKOFF: TableDefinition<Stored<BackoffKey>, Stored<BackoffEntry>> =
     TableDefinition::new("backoff");
@@ -59,6 +65,11 @@ impl<'a, T: Codec> Encoded<'a, T> {
 
     pub(super) fn decode(&self) -> Result<T, DecodeError> {
         T::decode(self.bytes)
+    }
+
+    /// The stored bytes, undecoded.
+    pub(super) fn bytes(&self) -> &'a [u8] {
+        self.bytes
     }
 }
 

@@ -1,7 +1,8 @@
-//! The schema 1 → 2 upgrade under power loss: the v1 fixture on a simulated disk is opened
-//! (which upgrades it in one transaction) with power cut at every disk operation of the
-//! upgrade and a few crash images each; after recovery the disk holds either the v1 file or
-//! the v2 file, whole, never a mix, and every record, backoff entry and meta value is intact.
+//! The schema upgrades under power loss: the v1 and v2 fixtures on a simulated disk are
+//! opened (which upgrades them one transaction per step, 1 → 2 → 3) with power cut at every
+//! disk operation of the upgrade and a few crash images each; after recovery the disk holds
+//! the file of one schema version, whole, never a mix, and every record, backoff entry and
+//! meta value is intact (and the eviction order with it).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,10 +15,19 @@ use crate::model::UnixNanos;
 
 const V1_TABLES: [&str; 4] = ["backoff", "eviction", "images", "meta"];
 const V2_TABLES: [&str; 6] = ["backoff", "eviction", "images", "journal", "meta", "names"];
+const V3_TABLES: [&str; 6] = [
+    "backoff",
+    "eviction_prefix",
+    "images",
+    "journal",
+    "meta",
+    "names",
+];
 
-fn fixture() -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v1.redb");
-    std::fs::read(path).expect("the v1 fixture")
+fn fixture(version: i64) -> Vec<u8> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("migrations/fixtures/v{version}.redb"));
+    std::fs::read(path).expect("the fixture")
 }
 
 fn open(disk: &PowerLossDisk) -> Result<Store, super::StoreError> {
@@ -36,17 +46,40 @@ fn content(model: &Model) -> Model {
     m
 }
 
+/// The keys in eviction order.
+fn eviction_order(store: &Store) -> Vec<crate::model::RecordKey> {
+    store
+        .eviction_order()
+        .expect("scan")
+        .map(|r| r.expect("entry").key)
+        .collect()
+}
+
 #[test]
-fn a_crash_during_the_upgrade_leaves_the_v1_file_or_the_v2_file_never_a_mix() {
+fn a_crash_during_the_upgrade_from_v1_leaves_one_whole_schema_never_a_mix() {
+    crash_during_upgrade(1, 4);
+}
+
+#[test]
+fn a_crash_during_the_upgrade_from_v2_leaves_one_whole_schema_never_a_mix() {
+    crash_during_upgrade(2, 2);
+}
+
+fn crash_during_upgrade(from: i64, records: usize) {
     // The fixture's content, read through an upgrade without a cut.
-    let clean = PowerLossDisk::new(fixture(), None);
+    let clean = PowerLossDisk::new(fixture(from), None);
     let before = clean.ops();
     let store = open(&clean).expect("upgrade");
     let want = Model::read(&store).expect("read");
-    assert_eq!(want.records.len(), 4);
+    assert_eq!(want.records.len(), records);
+    let want_order = eviction_order(&store);
+    let mut by_times: Vec<_> = want.records.iter().collect();
+    by_times.sort_by_key(|(k, r)| (r.last_used, r.first_detected, (*k).clone()));
+    let sorted: Vec<_> = by_times.into_iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(want_order, sorted);
     assert_eq!(
         store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(2)
+        Some(3)
     );
     drop(store);
     let upgrade_ops = clean.ops() - before;
@@ -55,7 +88,7 @@ fn a_crash_during_the_upgrade_leaves_the_v1_file_or_the_v2_file_never_a_mix() {
     let mut seen: BTreeMap<i64, usize> = BTreeMap::new();
     for cut in 0..=upgrade_ops {
         for seed in 0..4u64 {
-            let disk = PowerLossDisk::new(fixture(), Some(cut));
+            let disk = PowerLossDisk::new(fixture(from), Some(cut));
             let outcome = open(&disk);
             disk.cut_now();
             drop(outcome);
@@ -66,16 +99,22 @@ fn a_crash_during_the_upgrade_leaves_the_v1_file_or_the_v2_file_never_a_mix() {
             match version {
                 Some(1) => assert_eq!(tables, V1_TABLES, "{case}"),
                 Some(2) => assert_eq!(tables, V2_TABLES, "{case}"),
+                Some(3) => assert_eq!(tables, V3_TABLES, "{case}"),
                 _ => panic!("{case}"),
             }
+            assert!(version >= Some(from), "{case}");
             *seen.entry(version.unwrap_or(0)).or_default() += 1;
-            // Either way the content is whole, and an open (upgrading a v1) checks clean.
+            // Either way the content is whole, and an open (upgrading an older one) checks
+            // clean and walks the same eviction order.
             let mut store = open(&after).unwrap_or_else(|e| panic!("{case}: reopen: {e}"));
             let found = Model::read(&store).expect("read");
             assert_eq!(content(&found), content(&want), "{case}");
+            assert_eq!(eviction_order(&store), want_order, "{case}");
             assert!(store.check().expect("check").is_empty(), "{case}");
         }
     }
-    // Both outcomes occur: the cut lands before and after the upgrade's commit.
-    assert!(seen.contains_key(&1) && seen.contains_key(&2), "{seen:?}");
+    // Every version from the fixture's to the current one occurs: the cuts land before,
+    // between and after the upgrade's commits.
+    let versions: Vec<i64> = seen.keys().copied().collect();
+    assert_eq!(versions, (from..=3).collect::<Vec<_>>(), "{seen:?}");
 }

@@ -82,6 +82,161 @@ fn eviction_order_is_last_used_then_first_detected_then_key() {
 }
 
 #[test]
+fn records_in_key_order_walks_every_record_by_key_from_one_snapshot_and_resumes_at_a_key() {
+    let (_dir, path) = temp_db();
+    let store = open(&path);
+    let mut rng = fastrand::Rng::with_seed(16);
+    let mut batch = Batch::new();
+    for i in 0..300u32 {
+        let handler = if i % 7 == 0 { "kata" } else { "" };
+        let id = format!("sha256:{:08x}", rng.u32(..));
+        let rec = record(
+            rng.i64(0..1_000),
+            rng.i64(0..1_000),
+            u64::from(i),
+            i % 5 == 0,
+        );
+        batch.upsert(RecordKey::new(id, handler), rec);
+    }
+    store.apply(&batch).expect("apply");
+    let all = store.records().expect("records");
+    assert_eq!(all.len(), 300);
+    let scan = store.records_in_key_order().expect("scan");
+    // A write after the scan began is not in its snapshot.
+    let mut late = Batch::new();
+    late.upsert(key("0-late"), record(1, 1, 1, false));
+    store.apply(&late).expect("apply");
+    let scanned: Vec<_> = scan.map(|r| r.expect("entry")).collect();
+    assert_eq!(scanned, all);
+    let keys: Vec<&RecordKey> = scanned.iter().map(|r| &r.key).collect();
+    assert!(
+        keys.windows(2).all(|w| w[0] < w[1]),
+        "strictly ascending keys"
+    );
+    // Resuming at a key includes it; at a key between two records, starts at the next one.
+    let after_late = store.records().expect("records");
+    let middle = &after_late[150].key;
+    let resumed: Vec<_> = store
+        .records_in_key_order_from(middle)
+        .expect("scan")
+        .map(|r| r.expect("entry"))
+        .collect();
+    assert_eq!(resumed, after_late[150..]);
+    let between = RecordKey::new(middle.image_id.0.clone(), "\u{1}");
+    let next = store
+        .records_in_key_order_from(&between)
+        .expect("scan")
+        .next()
+        .expect("a record after")
+        .expect("entry");
+    assert_eq!(next, after_late[151]);
+    let empty_dir = tempfile::tempdir().expect("temp dir");
+    let empty = open(&empty_dir.path().join("empty.redb"));
+    assert_eq!(empty.records_in_key_order().expect("scan").count(), 0);
+}
+
+/// Records drawn so that many share (last_used, first_detected) and many share the 16-byte
+/// key prefix schema 3's index keeps, so index rows stand for several records.
+fn crowded_records(rng: &mut fastrand::Rng, n: usize) -> Vec<(RecordKey, ImageRecord)> {
+    (0..n)
+        .map(|_| {
+            // "sha256:" + 8 hex digits fill the prefix; only 4 distinct prefixes.
+            let id = format!("sha256:{:08x}{:056x}", rng.u32(0..4), rng.u64(..));
+            let handler = ["", "kata", "runc"][rng.usize(0..3)];
+            let first = rng.i64(0..5);
+            let last = if rng.bool() { 0 } else { first + rng.i64(0..3) };
+            let rec = record(first, last, rng.u64(..1 << 30), rng.u8(..10) == 0);
+            (RecordKey::new(id, handler), rec)
+        })
+        .collect()
+}
+
+/// The old path: every record loaded and sorted by (last_used, first_detected, key).
+fn sorted_eviction_order(store: &Store) -> Vec<imagekeeper::store::StoredRecord> {
+    let mut all = store.records().expect("records");
+    all.sort_by(|a, b| {
+        (a.record.last_used, a.record.first_detected, &a.key).cmp(&(
+            b.record.last_used,
+            b.record.first_detected,
+            &b.key,
+        ))
+    });
+    all
+}
+
+#[test]
+fn eviction_scan_gives_exactly_the_sorted_order_at_every_n_with_shared_index_rows() {
+    use imagekeeper::store::EvictionKey;
+    let mut rng = fastrand::Rng::with_seed(0x16);
+    for n in [0usize, 1, 2, 10, 100, 1_000, 3_000] {
+        let (_dir, path) = temp_db();
+        let mut store = open(&path);
+        let mut batch = Batch::new();
+        let recs = crowded_records(&mut rng, n);
+        for (k, r) in &recs {
+            batch.upsert(k.clone(), *r);
+        }
+        store.apply(&batch).expect("apply");
+        // Move, resize and remove a third of them, so rows are shared, split and emptied.
+        let mut batch = Batch::new();
+        for (i, (k, r)) in recs.iter().enumerate() {
+            match i % 6 {
+                0 => batch.remove(k.clone()),
+                1 => batch.upsert(
+                    k.clone(),
+                    ImageRecord {
+                        last_used: UnixNanos::from_secs(7),
+                        ..*r
+                    },
+                ),
+                2 => batch.upsert(
+                    k.clone(),
+                    ImageRecord {
+                        size: r.size + 1,
+                        ..*r
+                    },
+                ),
+                _ => {}
+            }
+        }
+        store.apply(&batch).expect("apply");
+        let want = sorted_eviction_order(&store);
+        let got: Vec<_> = store
+            .eviction_order()
+            .expect("scan")
+            .map(|r| r.expect("entry"))
+            .collect();
+        assert_eq!(got, want, "n={n}");
+        assert!(store.check().expect("check").is_empty(), "n={n}");
+        // Resuming after any record gives the rest, in order.
+        for at in (0..want.len()).step_by(want.len() / 25 + 1) {
+            let after = EvictionKey::of(&want[at].key, &want[at].record);
+            let rest: Vec<_> = store
+                .eviction_order_after(&after)
+                .expect("scan")
+                .map(|r| r.expect("entry"))
+                .collect();
+            assert_eq!(rest, want[at + 1..], "n={n} after {at}");
+        }
+        // Bounded by last_used.
+        for bound in 0..8 {
+            let bound = UnixNanos::from_secs(bound);
+            let before: Vec<_> = store
+                .eviction_order_before(bound)
+                .expect("scan")
+                .map(|r| r.expect("entry"))
+                .collect();
+            let expected: Vec<_> = want
+                .iter()
+                .filter(|r| r.record.last_used < bound)
+                .cloned()
+                .collect();
+            assert_eq!(before, expected, "n={n} before {bound:?}");
+        }
+    }
+}
+
+#[test]
 fn unchanged_batch_commits_nothing_and_a_changed_one_commits_once() {
     let (_dir, path) = temp_db();
     let store = open(&path);
@@ -220,8 +375,8 @@ fn newer_schema_is_refused_naming_both_versions() {
             matches!(
                 err,
                 StoreError::SchemaTooNew {
-                    found: 3,
-                    supported: 2,
+                    found: 4,
+                    supported: 3,
                     ..
                 }
             ),
@@ -229,7 +384,7 @@ fn newer_schema_is_refused_naming_both_versions() {
         );
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 3") && msg.contains("version 2"),
+            msg.contains("schema version 4") && msg.contains("version 3"),
             "{msg}"
         );
     }
@@ -686,11 +841,12 @@ proptest! {
     }
 }
 
-/// Schema 1 → 2 (`migrations/0002_names_and_journal.md`): opening the v1 fixture read-write
-/// copies it to `<db>.bak-v1` (0600, the v1 bytes), upgrades it in one commit, and every
-/// record, the eviction order, the backoff entry and the meta values read back as written.
+/// Schema 1 → 2 → 3 (`migrations/0002_names_and_journal.md`,
+/// `migrations/0003_short_eviction_index.md`): opening the v1 fixture read-write copies it to
+/// `<db>.bak-v1` (0600, the v1 bytes), upgrades it in one commit per step, and every record,
+/// the eviction order, the backoff entry and the meta values read back as written.
 #[test]
-fn v1_fixture_is_backed_up_and_upgraded_to_v2_reading_back_every_record() {
+fn v1_fixture_is_backed_up_and_upgraded_to_v3_reading_back_every_record() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v1.redb");
     let dir = tempfile::tempdir().expect("temp dir");
     let copy = dir.path().join("v1.redb");
@@ -699,9 +855,13 @@ fn v1_fixture_is_backed_up_and_upgraded_to_v2_reading_back_every_record() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 1 opens and upgrades");
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(2)
+        Some(3)
     );
-    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
+    assert_eq!(
+        store.commits(),
+        2,
+        "the upgrade is one transaction per step"
+    );
     let backup = dir.path().join("v1.redb.bak-v1");
     assert!(std::fs::read(&backup).expect("backup") == original);
     let mode = std::fs::metadata(&backup)
@@ -776,9 +936,9 @@ fn v1_fixture_is_backed_up_and_upgraded_to_v2_reading_back_every_record() {
     assert!(store.all_names().expect("names").is_empty());
     assert!(store.check().expect("check").is_empty());
     drop(store);
-    // A second open finds v2: no second backup, no commit.
+    // A second open finds v3: no second backup, no commit.
     std::fs::remove_file(&backup).expect("remove backup");
-    let store = Store::open(&copy, UnixNanos(1)).expect("v2 opens");
+    let store = Store::open(&copy, UnixNanos(1)).expect("v3 opens");
     assert_eq!(store.commits(), 0);
     assert!(!backup.exists());
     // Read-only, the committed v1 fixture is refused cleanly (it must be upgraded by a
@@ -790,21 +950,34 @@ fn v1_fixture_is_backed_up_and_upgraded_to_v2_reading_back_every_record() {
     assert!(std::fs::read(&fixture).expect("read") == original);
 }
 
-/// The v2 fixture (`cargo run --example make_v2_fixture`) opens with its names and journal.
+/// The v2 fixture (`cargo run --example make_v2_fixture`) is backed up to `<db>.bak-v2` and
+/// upgraded to schema 3 in one commit (`migrations/0003_short_eviction_index.md`), with its
+/// records, eviction order, names and journal.
 #[test]
-fn v2_fixture_opens_and_reads_its_names_and_journal() {
+fn v2_fixture_is_backed_up_and_upgraded_to_v3_with_its_names_and_journal() {
     use imagekeeper::model::{RemovalReason, Remover};
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v2.redb");
     let dir = tempfile::tempdir().expect("temp dir");
     let copy = dir.path().join("v2.redb");
     std::fs::copy(&fixture, &copy).expect("copy fixture");
-    let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 2 opens");
-    assert_eq!(store.commits(), 0, "nothing to upgrade");
+    let original = std::fs::read(&fixture).expect("read");
+    let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 2 opens and upgrades");
+    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(2)
+        Some(3)
     );
+    let backup = dir.path().join("v2.redb.bak-v2");
+    assert!(std::fs::read(&backup).expect("backup") == original);
     assert_eq!(store.len().expect("len"), 2);
+    let mut sorted = store.records().expect("records");
+    sorted.sort_by_key(|r| (r.record.last_used, r.record.first_detected, r.key.clone()));
+    let scanned: Vec<_> = store
+        .eviction_order()
+        .expect("scan")
+        .map(|r| r.expect("entry"))
+        .collect();
+    assert_eq!(scanned, sorted);
     let names = store
         .names(&RecordKey::new(
             "sha256:0410e513415e62ba17f2362099aa7f44c71c379344c08ff9a565f145be9dfa26",
@@ -1089,7 +1262,7 @@ fn a_pre_existing_v1_backup_is_never_overwritten_and_only_an_identical_copy_is_r
             let store = opened.expect("an identical backup is reused");
             assert_eq!(
                 store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-                Some(2)
+                Some(3)
             );
             assert!(std::fs::read(&backup).expect("backup") == original);
             continue;

@@ -1,6 +1,15 @@
 //! Detect: turn the runtime's image and container lists into one batch of record changes.
 //! Pure: takes the records, the lists and `now`; the manager applies the batch.
 //!
+//! Streaming: the runtime's list is sorted once by record key ([`ListedImages`]) and merged
+//! with the records as an iterator in key order (the store's lazy `records_in_key_order`
+//! scan), so a detect holds the runtime's list, the keys in use and the batch (the
+//! differences), never every record: one record at a time. A scan that yields a key not
+//! after the previous one fails the detect ([`GcError::UnorderedRecords`]) rather than
+//! merging wrongly. The batch is exactly the one the map-based [`reference`] plans, op for
+//! op: sightings and clamps in key order, then the unlisted records' removals in key order,
+//! then `last_detect`.
+//!
 //! Invariants: the runtime's list is folded by record key first, the last entry of a key
 //! winning (the kubelet's detectImages assigns every entry in list order, so its last one
 //! stands: TestDeletePinnedImage lists the pause image pinned, then unpinned); the batch never
@@ -21,21 +30,23 @@
 //! caught up, and `inspect explain` takes the records whose last_used equals `last_detect` as
 //! the ones in use at it).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::model::{
     FUTURE_STAMP_TOLERANCE, ImageNames, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage,
     Sighting, UnixNanos,
 };
 use crate::pull::reference::image_matches;
-use crate::store::{Batch, BatchOp, meta_keys};
+use crate::store::{Batch, BatchOp, StoredRecord, meta_keys};
 
+use super::GcError;
 use super::pins::PinPatterns;
 
-/// The runtime's images by record key, duplicates folded: the last entry of a key wins.
-pub fn fold_images(images: &[RuntimeImage]) -> BTreeMap<RecordKey, &RuntimeImage> {
-    images.iter().map(|i| (i.record_key(), i)).collect()
-}
+mod listed;
+#[doc(hidden)]
+pub mod reference;
+
+pub use listed::ListedImages;
 
 /// Whether a container uses `image`: its image id is the image's id or one of its repo
 /// digests. The runtime handler is not compared: a container of any handler keeps the image
@@ -57,10 +68,21 @@ pub fn images_in_use(
     sandbox_image: Option<&str>,
 ) -> BTreeSet<RecordKey> {
     let sandbox = sandbox_image.filter(|s| !s.is_empty());
+    // The containers' image ids, once: `container_uses` for every (container, image) pair
+    // without the pairs (an id matches the image's id or one of its repo digests).
+    let container_ids: HashSet<&str> = containers
+        .iter()
+        .map(|c| c.image_id.as_str())
+        .filter(|id| !id.is_empty())
+        .collect();
     images
         .iter()
         .filter(|image| {
-            containers.iter().any(|c| container_uses(c, image))
+            container_ids.contains(image.id.as_str())
+                || image
+                    .repo_digests
+                    .iter()
+                    .any(|d| container_ids.contains(d.as_str()))
                 || image_volumes.iter().any(|v| volume_uses(v, image))
                 || sandbox.is_some_and(|s| image_matches(s, image))
         })
@@ -79,7 +101,7 @@ pub fn volume_uses(name: &str, image: &RuntimeImage) -> bool {
 }
 
 /// What one detect cycle changes.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct DetectPlan {
     pub batch: Batch,
     /// Records after the cycle.
@@ -94,54 +116,69 @@ pub struct DetectPlan {
     pub clock_went_back_from: Option<UnixNanos>,
 }
 
-/// Plans one detect cycle at `now` against `existing`, the records as read before the runtime
-/// was listed: new images get first_detected = now, images in use get last_used = now, size
-/// and pinned are refreshed, and records of images the runtime no longer lists are removed.
-/// Only what differs from `existing` is written, and every write merges with the record as
-/// it is when the batch is applied (see the module's invariants). `last_detect` is the stored
-/// time of the last detect, if any; stamps in the future and a clock that went back are
-/// handled as the module says.
-pub fn plan_detect(
-    existing: &BTreeMap<RecordKey, ImageRecord>,
-    last_detect: Option<UnixNanos>,
-    images: &[RuntimeImage],
-    in_use: &BTreeSet<RecordKey>,
-    pins: &PinPatterns,
-    now: UnixNanos,
-) -> DetectPlan {
-    plan_detect_with_uses(
-        existing,
-        last_detect,
-        images,
-        in_use,
-        &BTreeMap::new(),
-        pins,
-        now,
-    )
+/// What a detect plans from, besides the records and the runtime's images.
+#[derive(Clone, Copy, Debug)]
+pub struct DetectInput<'a> {
+    /// The stored time of the last detect, if any.
+    pub last_detect: Option<UnixNanos>,
+    /// The record keys in use (see [`images_in_use`]).
+    pub in_use: &'a BTreeSet<RecordKey>,
+    /// Uses recorded elsewhere (the kubelet's pulled records): by key, a time the image was
+    /// used; it raises last_used up to `now` at most, never lowering it (the store's merge
+    /// takes the later time). A time later than `now` + [`FUTURE_STAMP_TOLERANCE`] is ignored
+    /// (a clock that was ahead), one within it counts as `now`.
+    pub used_at: &'a BTreeMap<RecordKey, UnixNanos>,
+    pub pins: &'a PinPatterns,
+    pub now: UnixNanos,
 }
 
-/// [`plan_detect`] with uses recorded elsewhere (the kubelet's pulled records): `used_at`
-/// holds, by key, a time the image was used; it raises last_used up to `now` at most, never
-/// lowering it (the store's merge takes the later time). A time later than `now` +
-/// [`FUTURE_STAMP_TOLERANCE`] is ignored (a clock that was ahead), one within it counts as
-/// `now`.
-pub fn plan_detect_with_uses(
-    existing: &BTreeMap<RecordKey, ImageRecord>,
-    last_detect: Option<UnixNanos>,
-    images: &[RuntimeImage],
-    in_use: &BTreeSet<RecordKey>,
-    used_at: &BTreeMap<RecordKey, UnixNanos>,
-    pins: &PinPatterns,
-    now: UnixNanos,
-) -> DetectPlan {
+/// Plans one detect cycle at `input.now` by merging `records` (the records as read before the
+/// runtime was listed, in key order, one at a time) with `listed`: new images get
+/// first_detected = now, images in use get last_used = now, size and pinned are refreshed,
+/// and records of images the runtime no longer lists are removed. Only what differs from the
+/// records is written, and every write merges with the record as it is when the batch is
+/// applied (see the module's invariants). Stamps in the future and a clock that went back
+/// are handled as the module says. Fails with the records' first error, or when they are not
+/// in strictly increasing key order.
+pub fn plan_detect<E>(
+    records: impl IntoIterator<Item = Result<StoredRecord, E>>,
+    listed: &ListedImages,
+    input: &DetectInput<'_>,
+) -> Result<DetectPlan, GcError>
+where
+    GcError: From<E>,
+{
+    let now = input.now;
     let mut plan = DetectPlan::default();
     let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
-    let listed = fold_images(images);
-    for (key, image) in &listed {
-        let old = existing.get(key).copied();
-        if old.is_none() {
-            plan.added += 1;
+    let mut records = Cursor::start(records.into_iter())?;
+    // Unlisted records' removals, written after every sighting as the reference orders them.
+    let mut unlisted: Vec<(RecordKey, UnixNanos)> = Vec::new();
+    for image in listed.iter() {
+        // Records before this image's key are not listed.
+        while records
+            .peek()
+            .is_some_and(|r| listed::compare(&r.key, image).is_lt())
+        {
+            if let Some(r) = records.pop()? {
+                unlisted.push((r.key, r.record.last_used));
+            }
         }
+        let stored = if records
+            .peek()
+            .is_some_and(|r| listed::compare(&r.key, image).is_eq())
+        {
+            records.pop()?
+        } else {
+            None
+        };
+        let (key, old) = match stored {
+            Some(r) => (r.key, Some(r.record)),
+            None => {
+                plan.added += 1;
+                (image.record_key(), None)
+            }
+        };
         let mut base = old;
         if let Some(future) = old.filter(|r| r.has_stamp_after(limit)) {
             plan.batch.clamp_future(key.clone(), limit, now);
@@ -150,35 +187,73 @@ pub fn plan_detect_with_uses(
         }
         let sighting = Sighting {
             now,
-            in_use: in_use.contains(key),
+            in_use: input.in_use.contains(&key),
             size: image.size,
-            pinned: pins.pins(image),
-            used_at: used_at
-                .get(key)
+            pinned: input.pins.pins(image),
+            used_at: input
+                .used_at
+                .get(&key)
                 .filter(|t| **t <= limit)
                 .map_or(UnixNanos::NEVER, |t| (*t).min(now)),
         };
         if old != Some(ImageRecord::after_sighting(base, sighting)) {
-            plan.batch.sight(key.clone(), sighting);
+            plan.batch.sight(key, sighting);
         }
     }
-    for (key, record) in existing {
-        if !listed.contains_key(key) {
-            // Still recorded but no longer listed: someone else removed it (imagekeeper deletes
-            // its own removals' records at once), journaled as an external removal.
-            plan.batch
-                .remove_unlisted_journaled(key.clone(), record.last_used, now);
-            plan.removed += 1;
-        }
+    while let Some(r) = records.pop()? {
+        unlisted.push((r.key, r.record.last_used));
+    }
+    for (key, last_used) in unlisted {
+        // Still recorded but no longer listed: someone else removed it (imagekeeper deletes
+        // its own removals' records at once), journaled as an external removal.
+        plan.batch.remove_unlisted_journaled(key, last_used, now);
+        plan.removed += 1;
     }
     plan.records = listed.len();
-    plan.clock_went_back_from = last_detect.filter(|&stored| limit < stored);
+    plan.clock_went_back_from = input.last_detect.filter(|&stored| limit < stored);
     if plan.clock_went_back_from.is_some() {
         plan.batch.set_meta(meta_keys::LAST_DETECT, now.0);
     } else {
         plan.batch.stamp_if_changed(meta_keys::LAST_DETECT, now.0);
     }
-    plan
+    Ok(plan)
+}
+
+/// The records' iterator with one record looked ahead, checking that keys strictly increase.
+struct Cursor<I> {
+    records: I,
+    head: Option<StoredRecord>,
+}
+
+impl<E, I: Iterator<Item = Result<StoredRecord, E>>> Cursor<I>
+where
+    GcError: From<E>,
+{
+    fn start(mut records: I) -> Result<Cursor<I>, GcError> {
+        let head = records.next().transpose()?;
+        Ok(Cursor { records, head })
+    }
+
+    fn peek(&self) -> Option<&StoredRecord> {
+        self.head.as_ref()
+    }
+
+    /// Takes the record looked at and looks at the next one.
+    fn pop(&mut self) -> Result<Option<StoredRecord>, GcError> {
+        let Some(current) = self.head.take() else {
+            return Ok(None);
+        };
+        self.head = self.records.next().transpose()?;
+        if let Some(next) = &self.head
+            && next.key <= current.key
+        {
+            return Err(GcError::UnorderedRecords {
+                previous: current.key,
+                next: next.key.clone(),
+            });
+        }
+        Ok(Some(current))
+    }
 }
 
 /// Adds to `plan` the names that differ from the stored ones (`Store::names_that_differ`):
@@ -230,6 +305,31 @@ mod tests {
     use super::*;
     use crate::model::{ContainerState, ImageId};
 
+    /// The streaming planner over a map's records (in key order, as the store scans them).
+    fn plan_from_map(
+        existing: &BTreeMap<RecordKey, ImageRecord>,
+        last_detect: Option<UnixNanos>,
+        images: &[RuntimeImage],
+        in_use: &BTreeSet<RecordKey>,
+        pins: &PinPatterns,
+        now: UnixNanos,
+    ) -> DetectPlan {
+        let records = existing.iter().map(|(key, record)| {
+            Ok::<_, GcError>(StoredRecord {
+                key: key.clone(),
+                record: *record,
+            })
+        });
+        let input = DetectInput {
+            last_detect,
+            in_use,
+            used_at: &BTreeMap::new(),
+            pins,
+            now,
+        };
+        plan_detect(records, &ListedImages::new(images.to_vec()), &input).expect("in key order")
+    }
+
     fn image(id: &str, size: u64, pinned: bool) -> RuntimeImage {
         RuntimeImage {
             id: ImageId::new(id),
@@ -258,7 +358,7 @@ mod tests {
         let mut records = BTreeMap::new();
         for cycle in 0..3 {
             let now = UnixNanos::from_secs(100 + cycle);
-            let plan = plan_detect(
+            let plan = plan_from_map(
                 &records,
                 None,
                 &listed,
@@ -334,7 +434,7 @@ mod tests {
             pinned: false,
         };
         let existing = BTreeMap::from([(key.clone(), seen)]);
-        let plan = plan_detect(
+        let plan = plan_from_map(
             &existing,
             None,
             &[],
@@ -405,7 +505,7 @@ mod tests {
             } else {
                 BTreeSet::new()
             };
-            let plan = plan_detect(
+            let plan = plan_from_map(
                 &records,
                 None,
                 &[image("sha256:a", 1, false)],
@@ -427,7 +527,7 @@ mod tests {
         let key = RecordKey::new("sha256:a", "");
         let now = UnixNanos::from_secs(1_000);
         let snapshot = BTreeMap::from([(key.clone(), stamped(10, 1_000 + YEAR))]);
-        let plan = plan_detect(
+        let plan = plan_from_map(
             &snapshot,
             None,
             &[image("sha256:a", 1, false)],
@@ -456,7 +556,7 @@ mod tests {
             (None, false),
         ];
         for (stored, went_back) in cases {
-            let plan = plan_detect(
+            let plan = plan_from_map(
                 &BTreeMap::new(),
                 stored.map(UnixNanos::from_secs),
                 &[],
@@ -476,6 +576,204 @@ mod tests {
             });
             assert_eq!(writes_last_detect, went_back, "{case}");
             assert_eq!(plan.batch.is_empty(), !went_back, "{case}");
+        }
+    }
+
+    /// Randomized (fixed seeds, n from 0 to 2,000): the streaming detect plans exactly the
+    /// batch the map-based reference plans, op for op, with the same counts, over records and
+    /// lists that overlap partly, duplicate entries, several runtime handlers, images in use,
+    /// kubelet uses (past, within and beyond the tolerance), pins, runtime pins, stamps in the
+    /// future and a stored last_detect before or after `now`; and both leave the same records.
+    #[test]
+    fn streaming_detect_plans_exactly_what_the_map_based_reference_plans() {
+        let pins = PinPatterns::new(vec!["registry.local/pinned/*".into()]);
+        let now = UnixNanos::from_secs(1_000_000);
+        for seed in 0..24u64 {
+            for n in [0usize, 1, 2, 7, 60, 500, 2_000] {
+                let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(7919) ^ n as u64);
+                // Ids drawn from a pool about the size of n, so records and the list overlap.
+                let pool = (n as u64 * 3 / 2).max(1);
+                let key = |rng: &mut fastrand::Rng| {
+                    RecordKey::new(
+                        format!("sha256:{:064x}", rng.u64(0..pool)),
+                        ["", "", "runc", "kata"][rng.usize(0..4)],
+                    )
+                };
+                let stamp = |rng: &mut fastrand::Rng| match rng.u8(0..10) {
+                    0 => UnixNanos::NEVER,
+                    // Beyond the tolerance (a clock that was ahead), or just within it.
+                    1 => UnixNanos(now.0 + FUTURE_STAMP_TOLERANCE.as_nanos() as i64 * 2),
+                    2 => UnixNanos(now.0 + 1),
+                    _ => UnixNanos::from_secs(rng.i64(1..1_000_000)),
+                };
+                let mut existing = BTreeMap::new();
+                for _ in 0..n {
+                    let record = ImageRecord {
+                        first_detected: stamp(&mut rng),
+                        last_used: stamp(&mut rng),
+                        size: rng.u64(1..4),
+                        pinned: rng.bool(),
+                    };
+                    existing.insert(key(&mut rng), record);
+                }
+                let images: Vec<RuntimeImage> = (0..n)
+                    .map(|_| {
+                        let key = key(&mut rng);
+                        let tag = if rng.u8(0..8) == 0 {
+                            "registry.local/pinned/app:1"
+                        } else {
+                            "registry.local/app:1"
+                        };
+                        RuntimeImage {
+                            id: key.image_id,
+                            runtime_handler: key.runtime_handler,
+                            size: rng.u64(1..4),
+                            pinned: rng.u8(0..10) == 0,
+                            repo_tags: vec![tag.into()],
+                            ..RuntimeImage::default()
+                        }
+                    })
+                    .collect();
+                let in_use: BTreeSet<RecordKey> = images
+                    .iter()
+                    .filter(|_| rng.u8(0..4) == 0)
+                    .map(RuntimeImage::record_key)
+                    .collect();
+                let mut used_at: BTreeMap<RecordKey, UnixNanos> = BTreeMap::new();
+                for image in &images {
+                    if rng.u8(0..6) == 0 {
+                        used_at.insert(image.record_key(), stamp(&mut rng));
+                    }
+                }
+                let last_detect = match rng.u8(0..3) {
+                    0 => None,
+                    1 => Some(UnixNanos(now.0 - 1)),
+                    _ => Some(UnixNanos(
+                        now.0 + FUTURE_STAMP_TOLERANCE.as_nanos() as i64 + 1,
+                    )),
+                };
+                let want = reference::plan_detect_with_uses(
+                    &existing,
+                    last_detect,
+                    &images,
+                    &in_use,
+                    &used_at,
+                    &pins,
+                    now,
+                );
+                let records = existing.iter().map(|(key, record)| {
+                    Ok::<_, GcError>(StoredRecord {
+                        key: key.clone(),
+                        record: *record,
+                    })
+                });
+                let input = DetectInput {
+                    last_detect,
+                    in_use: &in_use,
+                    used_at: &used_at,
+                    pins: &pins,
+                    now,
+                };
+                let got = plan_detect(records, &ListedImages::new(images), &input)
+                    .expect("records in key order");
+                let case = format!("seed {seed}, n {n}");
+                assert_eq!(got, want, "{case}");
+                if n >= 500 {
+                    // The case exercises every kind of op, not only the easy ones.
+                    assert!(
+                        got.added > 0 && got.removed > 0 && got.clamped > 0,
+                        "{case}"
+                    );
+                    let sights = got
+                        .batch
+                        .ops()
+                        .iter()
+                        .filter(|op| matches!(op, BatchOp::Sight { .. }))
+                        .count();
+                    assert!(sights > got.added, "{case}: no changed record sighted");
+                }
+                let (mut after_want, mut after_got) = (existing.clone(), existing);
+                apply_to_copy(&mut after_want, &want.batch);
+                apply_to_copy(&mut after_got, &got.batch);
+                assert_eq!(after_got, after_want, "{case}");
+            }
+        }
+    }
+
+    /// Records out of key order (a scan that broke its contract) stop the detect instead of
+    /// being merged wrongly (a listed image judged unlisted and its history dropped); an error
+    /// from the scan is returned as it is.
+    #[test]
+    fn records_out_of_key_order_or_failing_stop_the_detect() {
+        let record = stamped(1, 2);
+        let (a, b) = (
+            RecordKey::new("sha256:a", ""),
+            RecordKey::new("sha256:b", ""),
+        );
+        let listed = ListedImages::new(vec![image("sha256:a", 1, false)]);
+        let (in_use, used_at, pins) = (BTreeSet::new(), BTreeMap::new(), PinPatterns::default());
+        let input = DetectInput {
+            last_detect: None,
+            in_use: &in_use,
+            used_at: &used_at,
+            pins: &pins,
+            now: UnixNanos::from_secs(10),
+        };
+        for keys in [vec![b.clone(), a.clone()], vec![a.clone(), a.clone()]] {
+            let records = keys.iter().map(|key| {
+                Ok::<_, GcError>(StoredRecord {
+                    key: key.clone(),
+                    record,
+                })
+            });
+            let got = plan_detect(records, &listed, &input);
+            assert!(
+                matches!(&got, Err(GcError::UnorderedRecords { previous, next })
+                    if *previous == keys[0] && *next == keys[1]),
+                "{keys:?}: {got:?}"
+            );
+        }
+        let failing = [Err(GcError::InvalidCapacity)];
+        let got = plan_detect(failing, &listed, &input);
+        assert!(matches!(got, Err(GcError::InvalidCapacity)), "{got:?}");
+    }
+
+    /// Randomized: the keys in use are exactly those of the images some container uses by
+    /// [`container_uses`] (checked pair by pair), whatever the list's duplicates and digests.
+    #[test]
+    fn images_in_use_are_the_images_some_container_uses_pair_by_pair() {
+        for seed in 0..20u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let id = |rng: &mut fastrand::Rng| format!("sha256:{}", rng.u8(0..30));
+            let images: Vec<RuntimeImage> = (0..rng.usize(0..40))
+                .map(|_| {
+                    let mut i = image(&id(&mut rng), 1, false);
+                    if rng.bool() {
+                        i.repo_digests = vec![format!("r/x@{}", id(&mut rng))];
+                    }
+                    i
+                })
+                .collect();
+            let containers: Vec<RuntimeContainer> = (0..rng.usize(0..10))
+                .map(|_| {
+                    let named = match rng.u8(0..3) {
+                        0 => String::new(),
+                        1 => format!("r/x@{}", id(&mut rng)),
+                        _ => id(&mut rng),
+                    };
+                    container(&named, "")
+                })
+                .collect();
+            let want: BTreeSet<RecordKey> = images
+                .iter()
+                .filter(|i| containers.iter().any(|c| container_uses(c, i)))
+                .map(RuntimeImage::record_key)
+                .collect();
+            assert_eq!(
+                images_in_use(&images, &containers, &[], None),
+                want,
+                "seed {seed}"
+            );
         }
     }
 }

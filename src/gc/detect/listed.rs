@@ -1,0 +1,132 @@
+//! The runtime's image list, sorted once by record key: the list as the runtime returned it
+//! (owned, never copied) plus one index per distinct key, in key order.
+//!
+//! Invariants: the index holds, for each record key, the position of the list's last entry
+//! of that key (the kubelet's detectImages assigns every entry in list order, so its last one
+//! stands); positions are in record key order ((image id, runtime handler), the order of
+//! `RecordKey`'s `Ord` and of the store's key scan). Lookups compare borrowed strings: no key
+//! is allocated to sort, iterate or find.
+
+use std::cmp::{Ordering, Reverse};
+
+use crate::model::{RecordKey, RuntimeImage};
+
+/// An image's record key, borrowed: (image id, runtime handler).
+pub(crate) fn key_of(image: &RuntimeImage) -> (&str, &str) {
+    (image.id.as_str(), image.runtime_handler.as_str())
+}
+
+/// A record key, borrowed as [`key_of`] borrows an image's.
+pub(crate) fn borrowed(key: &RecordKey) -> (&str, &str) {
+    (key.image_id.as_str(), key.runtime_handler.as_str())
+}
+
+/// The runtime's images, folded by record key (the last entry of a key wins) and in key order.
+#[derive(Clone, Debug, Default)]
+pub struct ListedImages {
+    images: Vec<RuntimeImage>,
+    /// Positions in `images`: one per distinct key, in key order.
+    order: Vec<usize>,
+}
+
+impl ListedImages {
+    /// Sorts `images` (as ListImages returned them) by record key, once.
+    pub fn new(images: Vec<RuntimeImage>) -> ListedImages {
+        let mut order: Vec<usize> = (0..images.len()).collect();
+        // Equal keys: the later entry first, so the dedup below keeps the last one listed.
+        order.sort_unstable_by(|&a, &b| {
+            (key_of(&images[a]), Reverse(a)).cmp(&(key_of(&images[b]), Reverse(b)))
+        });
+        order.dedup_by(|later, kept| key_of(&images[*later]) == key_of(&images[*kept]));
+        order.shrink_to_fit();
+        ListedImages { images, order }
+    }
+
+    /// The list as the runtime returned it, duplicates and order included.
+    pub fn as_listed(&self) -> &[RuntimeImage] {
+        &self.images
+    }
+
+    /// How many distinct record keys the list holds.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The image that stands for each key, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = &RuntimeImage> {
+        self.order.iter().map(|&i| &self.images[i])
+    }
+
+    /// The image listed under `key` (the last entry of that key).
+    pub fn get(&self, key: &RecordKey) -> Option<&RuntimeImage> {
+        let want = borrowed(key);
+        self.order
+            .binary_search_by(|&i| key_of(&self.images[i]).cmp(&want))
+            .ok()
+            .map(|at| &self.images[self.order[at]])
+    }
+
+    pub fn contains(&self, key: &RecordKey) -> bool {
+        self.get(key).is_some()
+    }
+}
+
+/// Compares a record key with an image's, without allocating.
+pub(crate) fn compare(key: &RecordKey, image: &RuntimeImage) -> Ordering {
+    borrowed(key).cmp(&key_of(image))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ImageId;
+
+    fn image(id: &str, handler: &str, size: u64) -> RuntimeImage {
+        RuntimeImage {
+            id: ImageId::new(id),
+            runtime_handler: handler.into(),
+            size,
+            ..RuntimeImage::default()
+        }
+    }
+
+    /// The folded list is the reference's map: same keys, same order, the last entry of a key
+    /// standing for it; lookups find exactly the folded entries.
+    #[test]
+    fn folds_duplicates_last_wins_and_orders_by_record_key_like_a_map() {
+        for seed in 0..20u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let n = rng.usize(0..60);
+            let images: Vec<RuntimeImage> = (0..n)
+                .map(|i| {
+                    let id = format!("sha256:{}", rng.u8(0..12));
+                    let handler = ["", "runc", "kata"][rng.usize(0..3)];
+                    image(&id, handler, i as u64)
+                })
+                .collect();
+            let want = super::super::reference::fold_images(&images);
+            let listed = ListedImages::new(images.clone());
+            let got: Vec<(RecordKey, u64)> =
+                listed.iter().map(|i| (i.record_key(), i.size)).collect();
+            let want_pairs: Vec<(RecordKey, u64)> =
+                want.iter().map(|(k, i)| (k.clone(), i.size)).collect();
+            assert_eq!(got, want_pairs, "seed {seed}");
+            assert_eq!(listed.len(), want.len(), "seed {seed}");
+            assert_eq!(listed.as_listed(), images.as_slice(), "seed {seed}");
+            for id in 0..14u8 {
+                for handler in ["", "runc", "kata", "gvisor"] {
+                    let key = RecordKey::new(format!("sha256:{id}"), handler);
+                    assert_eq!(
+                        listed.get(&key).map(|i| i.size),
+                        want.get(&key).map(|i| i.size),
+                        "seed {seed}, {key}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The space arithmetic of GarbageCollect's space pass, in one place: from the image
+//! filesystem's capacity and available bytes and the policy, the usage percent, whether the
+//! pass runs, the bytes it must free and the usage it aims for. The manager, `explain` (and
+//! so the dry run) and the bench all call [`SpaceNeed::compute`]; nothing else computes them.
+//!
+//! The rules are the kubelet's GarbageCollect (pkg/kubelet/images/image_gc_manager.go):
+//! available above capacity counts as capacity, capacity 0 is an error, usage is
+//! `100 - available*100/capacity` in integer arithmetic (rounding usage up), and at or above
+//! HighThresholdPercent the pass frees `capacity*(100-LowThresholdPercent)/100 - available`.
+//! Multiplications saturate instead of overflowing (Go's int64 would wrap past 92 PB).
+
+use crate::model::FsUsage;
+
+use super::{GcError, GcPolicy};
+
+/// What the space pass needs, at one reading of the image filesystem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpaceNeed {
+    /// The filesystem's size in bytes (never 0).
+    pub capacity: u64,
+    /// The bytes available, at most `capacity` (the kubelet clamps a reading above it, after
+    /// logging "Availability is larger than capacity", which the manager does).
+    pub available: u64,
+    /// `100 - available*100/capacity`.
+    pub usage_percent: i64,
+    /// The bytes to free to come down to LowThresholdPercent, when usage is at or above
+    /// HighThresholdPercent; `None` below it (the space pass does not run). May be 0 or
+    /// negative (high and low both at the current usage): the walk still removes its first
+    /// eligible image, as the kubelet's does.
+    pub amount_to_free: Option<i64>,
+}
+
+impl SpaceNeed {
+    /// The space pass's arithmetic for `capacity` and `available` bytes under `policy`.
+    /// Fails only with [`GcError::InvalidCapacity`], when `capacity` is 0.
+    pub fn compute(capacity: u64, available: u64, policy: &GcPolicy) -> Result<SpaceNeed, GcError> {
+        if capacity == 0 {
+            return Err(GcError::InvalidCapacity);
+        }
+        let available = available.min(capacity);
+        let (capacity_i, available_i) = (to_i64(capacity), to_i64(available));
+        let usage_percent = 100 - available_i.saturating_mul(100) / capacity_i;
+        let amount_to_free = (usage_percent >= policy.high_threshold_percent).then(|| {
+            capacity_i.saturating_mul(100 - policy.low_threshold_percent) / 100 - available_i
+        });
+        Ok(SpaceNeed {
+            capacity,
+            available,
+            usage_percent,
+            amount_to_free,
+        })
+    }
+
+    /// The bytes used now.
+    pub fn used(&self) -> u64 {
+        self.capacity - self.available
+    }
+
+    /// The bytes used the pass aims for: what is used now less the amount to free (the low
+    /// threshold's usage); the usage now when the pass does not run.
+    pub fn target_used(&self) -> u64 {
+        let amount = self.amount_to_free.unwrap_or(0);
+        self.capacity
+            .saturating_sub(to_u64(amount.saturating_add(to_i64(self.available))))
+    }
+
+    /// The filesystem as a space removal's journal entry records it.
+    pub fn fs_usage(&self) -> FsUsage {
+        FsUsage {
+            capacity: self.capacity,
+            used_before: self.used(),
+            target_used: self.target_used(),
+        }
+    }
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(high: i64, low: i64) -> GcPolicy {
+        GcPolicy {
+            high_threshold_percent: high,
+            low_threshold_percent: low,
+            ..GcPolicy::default()
+        }
+    }
+
+    /// Data-driven: (capacity, available, high, low) -> (available after clamping, usage %,
+    /// amount to free, target used).
+    #[test]
+    fn usage_amount_to_free_and_target_follow_the_kubelets_integer_arithmetic() {
+        type Want = (u64, i64, Option<i64>, u64);
+        let cases: [(u64, u64, i64, i64, Want); 11] = [
+            // 90 % used, high 85: free down to 80 % = 200 - 100 = 100 bytes.
+            (1000, 100, 85, 80, (100, 90, Some(100), 800)),
+            // Exactly at the high threshold: the pass runs.
+            (1000, 150, 85, 80, (150, 85, Some(50), 800)),
+            // One byte below it in usage terms: 84.9 % rounds up to 85 (100 - 151*100/1000
+            // = 100 - 15): still runs.
+            (1000, 151, 85, 80, (151, 85, Some(49), 800)),
+            // 84 %: below, no pass; the target is the usage now.
+            (1000, 160, 85, 80, (160, 84, None, 840)),
+            // Integer division rounds the target down: 999*20/100 = 199.
+            (999, 0, 85, 80, (0, 100, Some(199), 800)),
+            // Available above capacity counts as capacity: 0 % used.
+            (1000, 5000, 85, 80, (1000, 0, None, 0)),
+            // ... and with high 0 the pass runs, with nothing to free.
+            (1000, 5000, 0, 0, (1000, 0, Some(0), 0)),
+            // Usage below the low threshold but at high: a negative amount.
+            (1000, 1000, 0, 50, (1000, 0, Some(-500), 500)),
+            (1000, 900, 5, 0, (900, 10, Some(100), 0)),
+            // Low 100: aim at a full disk: nothing (or less than nothing) to free.
+            (1000, 0, 100, 100, (0, 100, Some(0), 1000)),
+            // Bytes beyond i64 saturate rather than wrap.
+            (
+                u64::MAX,
+                0,
+                85,
+                80,
+                (
+                    0,
+                    100,
+                    Some(i64::MAX / 100),
+                    u64::MAX - (i64::MAX / 100) as u64,
+                ),
+            ),
+        ];
+        for (capacity, available, high, low, want) in cases {
+            let need = SpaceNeed::compute(capacity, available, &policy(high, low))
+                .expect("capacity is not 0");
+            let got = (
+                need.available,
+                need.usage_percent,
+                need.amount_to_free,
+                need.target_used(),
+            );
+            assert_eq!(
+                got, want,
+                "capacity {capacity}, available {available}, {high}/{low}"
+            );
+            assert_eq!(need.capacity, capacity);
+            assert_eq!(
+                need.fs_usage(),
+                FsUsage {
+                    capacity,
+                    used_before: capacity - want.0,
+                    target_used: want.3,
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn capacity_zero_is_the_kubelets_invalid_capacity_error() {
+        for available in [0, 1, u64::MAX] {
+            let got = SpaceNeed::compute(0, available, &GcPolicy::default());
+            assert!(
+                matches!(got, Err(GcError::InvalidCapacity)),
+                "available {available}: {got:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The lazy scan of every record in [`RecordKey`] order ([`Store::records_in_key_order`]): one
+//! read transaction, one record decoded at a time, so a caller that merges the store with
+//! another sorted list (detect) never holds all records. The scan sees the snapshot of the
+//! moment it began; writes committed later are not in it.
+
+use std::ops::Bound;
+use std::path::PathBuf;
+
+use redb::ReadTransaction;
+
+use super::codec::Codec;
+use super::tables::{Encoded, IMAGES, Stored};
+use super::{Store, StoreError, StoredRecord};
+use crate::model::{ImageRecord, RecordKey};
+
+impl Store {
+    /// Every record in key order, read lazily from one snapshot.
+    pub fn records_in_key_order(&self) -> Result<RecordScan, StoreError> {
+        self.guarded(|| self.record_scan_once(None))
+    }
+
+    /// The records whose key is at or after `from`, in key order, read lazily from one
+    /// snapshot: resumes a walk.
+    pub fn records_in_key_order_from(&self, from: &RecordKey) -> Result<RecordScan, StoreError> {
+        self.guarded(|| self.record_scan_once(Some(from)))
+    }
+
+    fn record_scan_once(&self, from: Option<&RecordKey>) -> Result<RecordScan, StoreError> {
+        let txn = self.begin_read()?;
+        let images = self.open_read_table(&txn, IMAGES)?;
+        let from_bytes = from.map(Codec::encode);
+        let lower = match &from_bytes {
+            Some(b) => Bound::Included(Encoded::<RecordKey>::new(b)),
+            None => Bound::Unbounded,
+        };
+        let range = images
+            .range::<Encoded<RecordKey>>((lower, Bound::Unbounded))
+            .map_err(|e| self.redb_err(e))?;
+        Ok(RecordScan {
+            range,
+            path: self.path.clone(),
+            _txn: txn,
+        })
+    }
+}
+
+/// A lazy walk over the records in key order; see [`Store::records_in_key_order`].
+pub struct RecordScan {
+    range: redb::Range<'static, Stored<RecordKey>, Stored<ImageRecord>>,
+    path: PathBuf,
+    _txn: ReadTransaction,
+}
+
+impl Iterator for RecordScan {
+    type Item = Result<StoredRecord, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (k, v) = match self.range.next()? {
+            Ok(entry) => entry,
+            Err(e) => return Some(Err(StoreError::from_redb(&self.path, e.into()))),
+        };
+        let decoded = k.value().decode().and_then(|key| {
+            v.value()
+                .decode()
+                .map(|record| StoredRecord { key, record })
+        });
+        Some(decoded.map_err(|source| StoreError::Decode {
+            path: self.path.clone(),
+            source,
+        }))
+    }
+}
