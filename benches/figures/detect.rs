@@ -11,7 +11,8 @@ use std::time::Instant;
 
 use fastrand::Rng;
 use imagekeeper::cri::ImageRuntime;
-use imagekeeper::gc::detect::{apply_to_copy, images_in_use, plan_detect};
+use imagekeeper::gc::detect::reference::plan_detect;
+use imagekeeper::gc::detect::{apply_to_copy, images_in_use};
 use imagekeeper::gc::{GcConfig, ImageGcManager, PinPatterns};
 use imagekeeper::model::{ImageRecord, RecordKey, RuntimeImage, UnixNanos};
 use imagekeeper::replay::ScriptedRuntime;
@@ -40,8 +41,10 @@ fn two_lists(node: &Node) -> [Vec<RuntimeImage>; 2] {
     [a, b]
 }
 
-/// The kubelet's side: its imageRecords map, changed in place by the same plan with the
-/// store's merge rules (`apply_to_copy`, the dry run's), and the time of its last detect.
+/// The kubelet's side: its imageRecords map, planned by the map-based detect
+/// (`gc::detect::reference`, the one the agent used before the streaming detect) and changed
+/// in place with the store's merge rules (`apply_to_copy`, the dry run's), and the time of its
+/// last detect.
 struct Reference {
     map: BTreeMap<RecordKey, ImageRecord>,
     last_detect: Option<UnixNanos>,

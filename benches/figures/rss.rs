@@ -114,8 +114,9 @@ pub fn agent_peak_rss(n: usize, db: &Path, phase: &str, work: &Path) -> (f64, us
 
 /// The child: `first:<n>:<db>` detects the n images into an empty store (one transaction),
 /// then GCs an hour later; `steady:<n>:<db>` reopens that store two hours later and GCs
-/// (detect + free 10 GiB), as an agent restarting on an n-image node.
-/// Prints the images removed.
+/// (detect + free 10 GiB), as an agent restarting on an n-image node; `floor:<n>:<db>` only
+/// lists the images (the part of the figure that is the runtime's list, not imagekeeper).
+/// Prints the images removed (listed, for the floor).
 pub fn agent_child(arg: &str) {
     let (phase, rest) = arg.split_once(':').expect("phase:n:db");
     let (n, db) = rest.split_once(':').expect("phase:n:db");
@@ -136,6 +137,15 @@ pub fn agent_child(arg: &str) {
         .enable_all()
         .build()
         .expect("tokio");
+    if phase == "floor" {
+        // The floor of this measurement: the scripted runtime's list and the copy ListImages
+        // hands out, held at once, and nothing else (no store, no manager).
+        let listed = rt
+            .block_on(imagekeeper::cri::ImageRuntime::list_images(&runtime))
+            .expect("list images");
+        println!("{}", listed.len());
+        return;
+    }
     let removed = rt.block_on(async {
         let at = match phase {
             "first" => start,
