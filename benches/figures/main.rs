@@ -21,7 +21,8 @@
 //! for quoting); `IMAGEKEEPER_LAB_ENV=<lab.env>` enables `e2e_gc_lab`;
 //! `IMAGEKEEPER_BENCH_ONLY=bytes` measures only the file-size figures on the 100k node
 //! (`scripts/bench --bytes`), `IMAGEKEEPER_BENCH_ONLY=detect` only the detect figures at every
-//! n (`scripts/bench --detect`).
+//! n (`scripts/bench --detect`), `IMAGEKEEPER_BENCH_ONLY=rss` only the peak RSS figures
+//! (`scripts/bench --rss`).
 
 mod bytes;
 mod detect;
@@ -52,6 +53,10 @@ pub struct Timing {
 }
 
 fn main() {
+    if let Ok(kib_file) = std::env::var(rss::MEASURE_ENV) {
+        rss::measure_child(&kib_file);
+        return;
+    }
     if let Ok(arg) = std::env::var(rss::CHILD_ENV) {
         rss::agent_child(&arg);
         return;
@@ -73,6 +78,7 @@ fn main() {
     match std::env::var("IMAGEKEEPER_BENCH_ONLY").as_deref() {
         Ok("bytes") => bytes_only(&work, &mut figures),
         Ok("detect") => detect_only(&work, &timing, &mut figures),
+        Ok("rss") => rss_figures(&work, &synth_node(100_000, SEED), &mut figures),
         _ => all_figures(&work, &timing, &mut figures),
     }
     figures.write(&out_dir);
@@ -137,6 +143,17 @@ fn all_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
     drop(nodes);
     drop(node10k);
 
+    rss_figures(work, &node100k, figures);
+
+    match std::env::var_os("IMAGEKEEPER_LAB_ENV") {
+        Some(env) if Path::new(&env).is_file() => lab::e2e_gc_lab(Path::new(&env), work, figures),
+        _ => figures.skip("e2e_gc_lab", "no lab"),
+    }
+}
+
+/// The peak RSS figures: an agent restarting at 10k and 100k images (and its floor), and
+/// `imagekeeper replay` of the 100k node's trace. `scripts/bench --rss` runs these alone.
+fn rss_figures(work: &Path, node100k: &synth::Node, figures: &mut Figures) {
     for (n, target) in [(10_000, 24.0), (100_000, 48.0)] {
         let k = n / 1000;
         let db = work.join(format!("agent-{n}.redb"));
@@ -157,6 +174,8 @@ fn all_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
             first_mib,
             "MiB",
         );
+        let (floor_mib, _) = rss::agent_peak_rss(n, &db, "floor", work);
+        figures.add(&format!("agent_peak_rss_{k}k_floor_mib"), floor_mib, "MiB");
         figures.add(
             &format!("db_bytes_per_record_{k}k_one_txn"),
             one_txn_bytes as f64 / n as f64,
@@ -164,12 +183,7 @@ fn all_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
         );
         let _ = fs::remove_file(&db);
     }
-    let (rss_mib, removed) = rss::replay_peak_rss(work, &node100k);
+    let (rss_mib, removed) = rss::replay_peak_rss(work, node100k);
     println!("replay at 100k: removed {removed} images");
     figures.target("replay_peak_rss_100k_mib", rss_mib, "MiB", "<=", 64.0);
-
-    match std::env::var_os("IMAGEKEEPER_LAB_ENV") {
-        Some(env) if Path::new(&env).is_file() => lab::e2e_gc_lab(Path::new(&env), work, figures),
-        _ => figures.skip("e2e_gc_lab", "no lab"),
-    }
 }

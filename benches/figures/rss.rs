@@ -53,7 +53,7 @@ pub fn replay_peak_rss(work: &Path, node: &Node) -> (f64, usize) {
     }
     let mut command = Command::new(env!("CARGO_BIN_EXE_imagekeeper"));
     command.arg("replay").arg(&trace).arg("--db").arg(&db);
-    let rss = run_measured(&mut command, &out);
+    let rss = run_measured(&command, &out);
     let output = fs::read_to_string(&out).expect("replay output");
     let removed = output
         .lines()
@@ -66,16 +66,59 @@ pub fn replay_peak_rss(work: &Path, node: &Node) -> (f64, usize) {
     (rss, removed)
 }
 
-/// Runs `command` with stdout to `out`, waits for it and returns its peak RSS (wait4's
-/// ru_maxrss) in MiB. Panics unless it exits 0.
-fn run_measured(command: &mut Command, out: &Path) -> f64 {
+/// The environment variable that makes this bench binary the measuring spawner: it runs
+/// its arguments as a command, waits for it and writes its peak RSS (KiB) to the file named.
+pub const MEASURE_ENV: &str = "IMAGEKEEPER_BENCH_MEASURE";
+
+/// Runs `command` with stdout to `out`, waits for it and returns its peak RSS in MiB. Panics
+/// unless it exits 0.
+///
+/// The command is started by a small spawner (this bench binary, fresh), not by the bench
+/// itself: a child started with vfork/posix_spawn inherits into its ru_maxrss the peak RSS of
+/// the process that spawned it (Linux keeps the larger of the old and new memory's high
+/// water mark across exec), so a child of the bench, which holds the 100k node, would report
+/// the bench's peak. The spawner is a few MiB.
+pub fn run_measured(command: &Command, out: &Path) -> f64 {
+    let kib_file = out.with_extension("maxrss");
+    let exe = std::env::current_exe().expect("current exe");
+    let mut spawner = Command::new(exe);
+    spawner
+        .env(MEASURE_ENV, &kib_file)
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(v) => spawner.env(key, v),
+            None => spawner.env_remove(key),
+        };
+    }
+    let status = spawner
+        .stdout(File::create(out).expect("create child output"))
+        .stderr(Stdio::inherit())
+        .status()
+        .expect("spawn the measuring spawner");
+    assert!(status.success(), "{command:?} failed: {status}");
+    let kib: f64 = fs::read_to_string(&kib_file)
+        .expect("the spawner's maxrss file")
+        .trim()
+        .parse()
+        .expect("KiB");
+    kib / 1024.0
+}
+
+/// The spawner (see [`run_measured`]): runs argv[1..] with this process's stdout and stderr,
+/// reaps it with wait4 and writes its ru_maxrss (KiB) to `kib_file`. Exits 1 unless the
+/// command exited 0.
+pub fn measure_child(kib_file: &str) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (program, rest) = args.split_first().expect("a command to measure");
     #[expect(
         clippy::zombie_processes,
         reason = "reaped below by wait4, which also returns its rusage"
     )]
-    let child = command
-        .stdout(File::create(out).expect("create child output"))
-        .stderr(Stdio::inherit())
+    let child = Command::new(program)
+        .args(rest)
+        .env_remove(MEASURE_ENV)
         .spawn()
         .expect("spawn child");
     let pid = child.id() as libc::pid_t;
@@ -84,11 +127,10 @@ fn run_measured(command: &mut Command, out: &Path) -> f64 {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     assert_eq!(rc, pid, "wait4");
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "{command:?} failed: status {status}"
-    );
-    usage.ru_maxrss as f64 / 1024.0
+    fs::write(kib_file, usage.ru_maxrss.to_string()).expect("write the maxrss file");
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        std::process::exit(1);
+    }
 }
 
 /// The environment variable that makes this bench binary the agent child.
@@ -102,7 +144,7 @@ pub fn agent_peak_rss(n: usize, db: &Path, phase: &str, work: &Path) -> (f64, us
     let exe = std::env::current_exe().expect("current exe");
     let mut command = Command::new(exe);
     command.env(CHILD_ENV, format!("{phase}:{n}:{}", db.display()));
-    let rss = run_measured(&mut command, &out);
+    let rss = run_measured(&command, &out);
     let removed: usize = fs::read_to_string(&out)
         .expect("child output")
         .trim()
