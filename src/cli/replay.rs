@@ -1,10 +1,13 @@
 //! `imagekeeper replay TRACE.jsonl [--db PATH]`.
 
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader, Cursor};
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use imagekeeper::replay::{ReplayDb, ReplayError, parse_trace, run_trace};
+use imagekeeper::replay::{
+    ReplayDb, ReplayError, TraceReadError, TraceReader, check_trace, run_lines,
+};
 
 use super::{Failure, db};
 
@@ -18,12 +21,28 @@ pub struct ReplayArgs {
 }
 
 pub fn run(args: ReplayArgs) -> Result<(), Failure> {
-    let text = std::fs::read_to_string(&args.trace)
+    let source = TraceSource::open(&args.trace)
         .with_context(|| format!("reading trace {}", args.trace.display()))
         .map_err(Failure::usage)?;
-    let trace = parse_trace(&text)
-        .with_context(|| format!("trace {}", args.trace.display()))
+    // The first pass checks every line, so nothing runs before the whole trace is checked;
+    // the second runs it. Neither holds more than one line.
+    let first = source
+        .reader()
+        .with_context(|| format!("reading trace {}", args.trace.display()))
         .map_err(Failure::usage)?;
+    match check_trace(first) {
+        Ok(_) => {}
+        Err(TraceReadError::Io(e)) => {
+            return Err(Failure::usage(
+                anyhow::Error::new(e).context(format!("reading trace {}", args.trace.display())),
+            ));
+        }
+        Err(TraceReadError::Line(e)) => {
+            return Err(Failure::usage(
+                anyhow::Error::new(e).context(format!("trace {}", args.trace.display())),
+            ));
+        }
+    }
     if let Some(db) = &args.db {
         db::check_path(db)?;
     }
@@ -32,11 +51,42 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let second = source
+        .reader()
+        .with_context(|| format!("reading trace {}", args.trace.display()))
+        .map_err(Failure::usage)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    rt.block_on(run_trace(&trace, db.path(), &mut out))
+    rt.block_on(run_lines(TraceReader::new(second), db.path(), &mut out))
         .map_err(|e| match e {
-            ReplayError::Trace(_) => Failure::usage(e),
+            ReplayError::Trace(_) | ReplayError::ReadTrace(_) => Failure::usage(e),
             other => Failure::from(other),
         })
+}
+
+/// Where the trace is read from: a regular file is read twice from disk; anything else (a
+/// pipe, a character device) cannot be read twice and is held in memory, as before streaming.
+enum TraceSource {
+    File(PathBuf),
+    Memory(String),
+}
+
+impl TraceSource {
+    fn open(path: &Path) -> std::io::Result<TraceSource> {
+        if std::fs::metadata(path)?.is_file() {
+            Ok(TraceSource::File(path.to_owned()))
+        } else {
+            std::fs::read_to_string(path).map(TraceSource::Memory)
+        }
+    }
+
+    fn reader(&self) -> std::io::Result<Box<dyn BufRead + '_>> {
+        match self {
+            TraceSource::File(path) => Ok(Box::new(BufReader::with_capacity(
+                1 << 16,
+                std::fs::File::open(path)?,
+            ))),
+            TraceSource::Memory(text) => Ok(Box::new(Cursor::new(text.as_bytes()))),
+        }
+    }
 }

@@ -5,6 +5,10 @@
 //! `delete_unused`), a detect's journal shows as `removed_externally` (an image gone that
 //! imagekeeper did not remove) and `repulled` (an evicted image seen again), printed before
 //! the line of the cycle whose detect found them.
+//!
+//! A trace is run as it is read ([`run_lines`] over a [`TraceReader`]): memory is the
+//! runtime's scripted state and the manager's, never the whole trace. The command checks the
+//! whole trace first ([`check_trace`]) and then reads it again to run it.
 
 pub mod runtime;
 pub mod trace;
@@ -20,19 +24,32 @@ use crate::model::UnixNanos;
 use crate::store::{Store, StoreError};
 
 pub use runtime::{ScriptState, ScriptedRuntime};
-pub use trace::{TraceError, TraceLine, TraceOp, parse_trace};
+pub use trace::{
+    TraceError, TraceLine, TraceOp, TraceReadError, TraceReader, check_trace, parse_trace,
+};
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
     #[error("trace {0}")]
     Trace(#[from] TraceError),
+    #[error("reading trace: {0}")]
+    ReadTrace(std::io::Error),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
     Gc(#[from] GcError),
     #[error("writing output: {0}")]
     Output(#[from] std::io::Error),
+}
+
+impl From<TraceReadError> for ReplayError {
+    fn from(e: TraceReadError) -> ReplayError {
+        match e {
+            TraceReadError::Io(e) => ReplayError::ReadTrace(e),
+            TraceReadError::Line(e) => ReplayError::Trace(e),
+        }
+    }
 }
 
 /// Runs `trace` against the database at `db` (reused if it exists) and writes the output
@@ -42,38 +59,49 @@ pub async fn run_trace(
     db: &Path,
     out: &mut dyn Write,
 ) -> Result<(), ReplayError> {
+    run_lines(trace.iter().cloned().map(Ok), db, out).await
+}
+
+/// Runs the trace `lines` as they come (each line is dropped once it has run; the one held
+/// is the runtime's state it set), against the database at `db` (reused if it exists), and
+/// writes the output lines to `out`. Stops at the first line that is an error.
+pub async fn run_lines<I>(lines: I, db: &Path, out: &mut dyn Write) -> Result<(), ReplayError>
+where
+    I: IntoIterator<Item = Result<TraceLine, TraceReadError>>,
+{
     let runtime = ScriptedRuntime::new();
     let mut config = GcConfig::default();
     let mut manager: Option<ImageGcManager<ScriptedRuntime>> = None;
-    for line in trace {
+    for line in lines {
+        let line = line?;
         let at = line.at;
         let secs = at.as_secs();
         let current = match manager.take() {
             Some(m) => m,
             None => open_manager(&runtime, db, &config, at)?,
         };
-        let current = match &line.op {
+        let current = match line.op {
             TraceOp::Images(images) => {
-                runtime.state().images = images.clone();
+                runtime.state().images = images;
                 current
             }
             TraceOp::Containers(containers) => {
-                runtime.state().containers = containers.clone();
+                runtime.state().containers = containers;
                 current
             }
             TraceOp::Fs {
                 capacity,
                 available,
             } => {
-                runtime.state().fs = Some((*capacity, *available));
+                runtime.state().fs = Some((capacity, available));
                 current
             }
             TraceOp::RemoveFails(ids) => {
-                runtime.state().remove_fails = ids.iter().cloned().collect();
+                runtime.state().remove_fails = ids.into_iter().collect();
                 current
             }
             TraceOp::Policy(policy) => {
-                config.policy = *policy;
+                config.policy = policy;
                 let store = current.store().clone();
                 drop(current);
                 open_manager_on(store, &runtime, &config)?
@@ -220,5 +248,82 @@ impl ReplayDb {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use super::*;
+
+    /// Output shared with the trace's iterator.
+    #[derive(Clone, Default)]
+    struct Shared(Rc<RefCell<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.borrow_mut().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn each_line_runs_before_the_next_is_read() {
+        let text = r#"{"at": 10, "images": [{"id": "sha256:a", "size": 5}, {"id": "sha256:b", "size": 5}]}
+{"at": 10, "fs": {"capacity": 100, "available": 10}}
+{"at": 10, "detect": {}}
+{"at": 20, "policy": {"high": 50, "low": 40, "min_age_s": 0, "max_age_s": 0}}
+{"at": 30, "gc": {}}
+{"at": 40, "delete_unused": {}}"#;
+        let out = Shared::default();
+        let seen = out.clone();
+        let mut asked = Vec::new();
+        let lines = TraceReader::new(text.as_bytes()).inspect(|line| {
+            // When line n is handed out, the output holds exactly the lines of the
+            // operations before it that print one.
+            let printed = String::from_utf8_lossy(&seen.0.borrow()).lines().count();
+            asked.push((line.as_ref().map(|l| l.line).unwrap_or(0), printed));
+        });
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut writer = out.clone();
+        run_lines(lines, &dir.path().join("replay.redb"), &mut writer)
+            .await
+            .expect("runs");
+        // detect prints 1 line; gc removes both images (2 lines) and prints 1; delete_unused 1.
+        assert_eq!(
+            asked,
+            vec![(1, 0), (2, 0), (3, 0), (4, 1), (5, 1), (6, 4)],
+            "{}",
+            String::from_utf8_lossy(&out.0.borrow())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_line_that_fails_stops_the_run_with_its_number() {
+        let text = "{\"at\": 10, \"detect\": {}}\n{\"at\": 5, \"gc\": {}}\n";
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut out = Vec::new();
+        let err = run_lines(
+            TraceReader::new(text.as_bytes()),
+            &dir.path().join("replay.redb"),
+            &mut out,
+        )
+        .await
+        .expect_err("line 2 goes back in time");
+        assert_eq!(
+            err.to_string(),
+            "trace line 2: \"at\" goes back in time (line 1 is later)"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out).lines().count(),
+            1,
+            "line 1 ran"
+        );
     }
 }

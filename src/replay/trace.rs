@@ -1,10 +1,24 @@
 //! The replay trace format: JSON lines, each an object with `"at"` (integer unix seconds or
-//! RFC 3339) and exactly one operation key. Parsing checks everything before anything runs:
-//! a bad line is reported with its number and the reason.
+//! RFC 3339) and exactly one operation key. A bad line is reported with its number and the
+//! reason.
+//!
+//! [`TraceReader`] reads a trace one line at a time and never holds more than the current
+//! line: each line is deserialized straight into a typed [`TraceOp`] (no `serde_json::Value`
+//! tree). The replay command reads a trace twice, once to check every line and once to run
+//! it, so nothing runs before the whole trace is checked and the trace is never held whole.
+//! A line the typed path refuses is parsed again through `serde_json::Value` by the original
+//! rules, which name the reason: so the reasons and their order of precedence are exactly
+//! those of the format's first version, and a line the typed path might refuse while the
+//! original rules accept it (a key given twice, last one wins) still parses as before.
 
+use std::borrow::Cow;
+use std::fmt;
+use std::io::BufRead;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::gc::GcPolicy;
@@ -39,6 +53,16 @@ pub enum TraceOp {
 pub struct TraceError {
     pub line: usize,
     pub reason: String,
+}
+
+/// Why reading a trace stopped: the trace could not be read (or is not UTF-8), or a line does
+/// not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceReadError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Line(#[from] TraceError),
 }
 
 #[derive(Deserialize)]
@@ -92,31 +116,317 @@ const OPS: &[&str] = &[
     "remove_fails",
 ];
 
-/// Parses a whole trace. Blank lines are skipped; times must not go backwards.
+/// Parses a whole trace held in memory. Blank lines are skipped; times must not go backwards.
 pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, TraceError> {
-    let mut out: Vec<TraceLine> = Vec::new();
-    for (index, raw) in text.lines().enumerate() {
-        let line = index + 1;
-        if raw.trim().is_empty() {
-            continue;
+    let mut out = Vec::new();
+    for line in TraceReader::new(text.as_bytes()) {
+        match line {
+            Ok(line) => out.push(line),
+            Err(TraceReadError::Line(e)) => return Err(e),
+            // A `&str` is UTF-8 and reading a slice cannot fail.
+            Err(TraceReadError::Io(e)) => unreachable!("reading a &str: {e}"),
         }
-        let parsed = parse_line(raw).map_err(|reason| TraceError { line, reason })?;
-        if let Some(prev) = out.last().filter(|prev| parsed.0 < prev.at) {
-            return Err(TraceError {
-                line,
-                reason: format!("\"at\" goes back in time (line {} is later)", prev.line),
-            });
-        }
-        out.push(TraceLine {
-            line,
-            at: parsed.0,
-            op: parsed.1,
-        });
     }
     Ok(out)
 }
 
+/// Reads every line of a trace and stops at the first that does not parse; returns how many
+/// operations it holds. After a bad line it still reads the rest, so that a trace that is not
+/// UTF-8 (or cannot be read) further on is reported as such, as when the whole trace was read
+/// before parsing.
+pub fn check_trace<R: BufRead>(reader: R) -> Result<usize, TraceReadError> {
+    let mut lines = TraceReader::new(reader);
+    let mut count = 0;
+    while let Some(line) = lines.next() {
+        match line {
+            Ok(_) => count += 1,
+            Err(TraceReadError::Line(e)) => {
+                lines.drain_checking_utf8()?;
+                return Err(TraceReadError::Line(e));
+            }
+            Err(io) => return Err(io),
+        }
+    }
+    Ok(count)
+}
+
+/// A trace read one line at a time: yields each operation with its line number, or the first
+/// error (after which it yields nothing). Blank lines are skipped; times must not go backwards.
+/// Lines end at `\n`, and a `\r` before it is dropped (as `str::lines` splits).
+pub struct TraceReader<R> {
+    reader: R,
+    buf: String,
+    line: usize,
+    /// The previous operation's line and time.
+    prev: Option<(usize, UnixNanos)>,
+    done: bool,
+}
+
+/// A line buffer grown past this is released after its line (a trace's one huge `images`
+/// line need not stay allocated while the replay runs).
+const KEEP_BUFFER_BYTES: usize = 1 << 20;
+
+impl<R: BufRead> TraceReader<R> {
+    pub fn new(reader: R) -> TraceReader<R> {
+        TraceReader {
+            reader,
+            buf: String::new(),
+            line: 0,
+            prev: None,
+            done: false,
+        }
+    }
+
+    fn read_next(&mut self) -> Result<Option<TraceLine>, TraceReadError> {
+        loop {
+            self.buf.clear();
+            if self.buf.capacity() > KEEP_BUFFER_BYTES {
+                self.buf = String::new();
+            }
+            if self.reader.read_line(&mut self.buf)? == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+            let line = self.line;
+            let raw = strip_line_end(&self.buf);
+            if raw.trim().is_empty() {
+                continue;
+            }
+            let (at, op) = parse_line(raw).map_err(|reason| TraceError { line, reason })?;
+            if let Some((prev_line, _)) = self.prev.filter(|(_, prev_at)| at < *prev_at) {
+                return Err(TraceError {
+                    line,
+                    reason: format!("\"at\" goes back in time (line {prev_line} is later)"),
+                }
+                .into());
+            }
+            self.prev = Some((line, at));
+            return Ok(Some(TraceLine { line, at, op }));
+        }
+    }
+
+    /// Reads the rest of the input, checking only that it is UTF-8 and readable.
+    fn drain_checking_utf8(&mut self) -> Result<(), std::io::Error> {
+        let mut bytes = Vec::new();
+        loop {
+            bytes.clear();
+            if self.reader.read_until(b'\n', &mut bytes)? == 0 {
+                return Ok(());
+            }
+            if std::str::from_utf8(&bytes).is_err() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "stream did not contain valid UTF-8",
+                ));
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for TraceReader<R> {
+    type Item = Result<TraceLine, TraceReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.read_next() {
+            Ok(Some(line)) => Some(Ok(line)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// `\n`, then `\r` only if a `\n` was there: what `str::lines` strips.
+fn strip_line_end(line: &str) -> &str {
+    match line.strip_suffix('\n') {
+        Some(line) => line.strip_suffix('\r').unwrap_or(line),
+        None => line,
+    }
+}
+
+/// One line: the typed path, and on any refusal the original rules (which name the reason,
+/// or accept a line the typed path is stricter about).
 fn parse_line(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
+    match serde_json::from_str::<TypedLine>(raw) {
+        Ok(TypedLine { at, op }) => match parse_at(&at) {
+            Ok(at) => Ok((at, op)),
+            Err(_) => parse_line_by_value(raw),
+        },
+        Err(_) => parse_line_by_value(raw),
+    }
+}
+
+// ------------------------------------------------------------------------------ typed path
+
+/// A line deserialized straight from its text. Stricter than the original rules in one way:
+/// a key given twice is refused (the original rules keep the last), and then the line is
+/// parsed by those rules.
+struct TypedLine {
+    /// `"at"` as written: a number or a string, at most a few bytes.
+    at: Value,
+    op: TraceOp,
+}
+
+impl<'de> Deserialize<'de> for TypedLine {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(TypedLineVisitor)
+    }
+}
+
+struct TypedLineVisitor;
+
+impl<'de> Visitor<'de> for TypedLineVisitor {
+    type Value = TypedLine;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a trace line: an object with \"at\" and one operation")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TypedLine, A::Error> {
+        let mut at: Option<Value> = None;
+        let mut op: Option<TraceOp> = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if key == "at" {
+                if at.is_some() {
+                    return Err(de::Error::custom("\"at\" given twice"));
+                }
+                at = Some(map.next_value()?);
+                continue;
+            }
+            if op.is_some() {
+                return Err(de::Error::custom("more than one operation"));
+            }
+            op = Some(match &*key {
+                "images" => TraceOp::Images(map.next_value::<ImagesBody>()?.0),
+                "containers" => TraceOp::Containers(map.next_value::<ContainersBody>()?.0),
+                "fs" => {
+                    let fs: FsLine = map.next_value()?;
+                    TraceOp::Fs {
+                        capacity: fs.capacity,
+                        available: fs.available,
+                    }
+                }
+                "policy" => TraceOp::Policy(
+                    policy(map.next_value::<PolicyLine>()?).map_err(de::Error::custom)?,
+                ),
+                "detect" => {
+                    map.next_value::<EmptyObject>()?;
+                    TraceOp::Detect
+                }
+                "gc" => {
+                    map.next_value::<EmptyObject>()?;
+                    TraceOp::Gc
+                }
+                "delete_unused" => {
+                    map.next_value::<EmptyObject>()?;
+                    TraceOp::DeleteUnused
+                }
+                "restart" => {
+                    map.next_value::<EmptyObject>()?;
+                    TraceOp::Restart
+                }
+                "remove_fails" => {
+                    let ids: Vec<String> = map.next_value()?;
+                    for id in &ids {
+                        check_image_id(id, "\"remove_fails\" entry").map_err(de::Error::custom)?;
+                    }
+                    TraceOp::RemoveFails(ids)
+                }
+                _ => return Err(de::Error::custom("unknown operation")),
+            });
+        }
+        match (at, op) {
+            (Some(at), Some(op)) => Ok(TypedLine { at, op }),
+            _ => Err(de::Error::custom("missing \"at\" or the operation")),
+        }
+    }
+}
+
+/// An `images` body: each entry checked and converted as it is read, so the list is held
+/// once, as the runtime's images.
+struct ImagesBody(Vec<RuntimeImage>);
+
+impl<'de> Deserialize<'de> for ImagesBody {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_seq(ConvertingSeq(image, PhantomData))
+            .map(ImagesBody)
+    }
+}
+
+/// A `containers` body, converted as it is read.
+struct ContainersBody(Vec<RuntimeContainer>);
+
+impl<'de> Deserialize<'de> for ContainersBody {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_seq(ConvertingSeq(container, PhantomData))
+            .map(ContainersBody)
+    }
+}
+
+/// A sequence of `T` (as the trace writes it), each turned into `U` by `F` as it is read.
+struct ConvertingSeq<T, U, F>(F, PhantomData<fn(T) -> U>);
+
+impl<'de, T, U, F> Visitor<'de> for ConvertingSeq<T, U, F>
+where
+    T: Deserialize<'de>,
+    F: Fn(T) -> Result<U, String>,
+{
+    type Value = Vec<U>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<U>, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(item) = seq.next_element::<T>()? {
+            out.push((self.0)(item).map_err(de::Error::custom)?);
+        }
+        Ok(out)
+    }
+}
+
+/// `{}` and nothing else.
+struct EmptyObject;
+
+impl<'de> Deserialize<'de> for EmptyObject {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(EmptyObjectVisitor)
+    }
+}
+
+struct EmptyObjectVisitor;
+
+impl<'de> Visitor<'de> for EmptyObjectVisitor {
+    type Value = EmptyObject;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an empty object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EmptyObject, A::Error> {
+        match map.next_key::<IgnoredAny>()? {
+            None => Ok(EmptyObject),
+            Some(_) => Err(de::Error::custom("not an empty object")),
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------ original rules
+
+/// The format's original rules, through a `serde_json::Value`: every reason a line is refused
+/// comes from here.
+fn parse_line_by_value(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
     let value: Value = serde_json::from_str(raw).map_err(|e| format!("not JSON: {e}"))?;
     let Value::Object(mut obj) = value else {
         return Err("a trace line must be a JSON object".to_owned());
@@ -130,17 +440,7 @@ fn parse_line(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
         "images" => TraceOp::Images(
             typed::<Vec<ImageLine>>(body, "images")?
                 .into_iter()
-                .map(|i| {
-                    check_image_id(&i.id, "image \"id\"")?;
-                    Ok(RuntimeImage {
-                        id: ImageId(i.id),
-                        repo_tags: i.tags,
-                        repo_digests: Vec::new(),
-                        size: i.size,
-                        pinned: i.pinned,
-                        runtime_handler: i.runtime_handler,
-                    })
-                })
+                .map(image)
                 .collect::<Result<_, String>>()?,
         ),
         "containers" => TraceOp::Containers(
@@ -156,17 +456,7 @@ fn parse_line(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
                 available: fs.available,
             }
         }
-        "policy" => {
-            let p = typed::<PolicyLine>(body, "policy")?;
-            let policy = GcPolicy {
-                high_threshold_percent: p.high,
-                low_threshold_percent: p.low,
-                min_age: Duration::from_secs(p.min_age_s),
-                max_age: Duration::from_secs(p.max_age_s),
-            };
-            policy.validate().map_err(|e| e.to_string())?;
-            TraceOp::Policy(policy)
-        }
+        "policy" => TraceOp::Policy(policy(typed::<PolicyLine>(body, "policy")?)?),
         "detect" | "gc" | "delete_unused" | "restart" => {
             empty_object(&body, &key)?;
             match key.as_str() {
@@ -191,6 +481,29 @@ fn parse_line(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
         }
     };
     Ok((at, op))
+}
+
+fn image(i: ImageLine) -> Result<RuntimeImage, String> {
+    check_image_id(&i.id, "image \"id\"")?;
+    Ok(RuntimeImage {
+        id: ImageId(i.id),
+        repo_tags: i.tags,
+        repo_digests: Vec::new(),
+        size: i.size,
+        pinned: i.pinned,
+        runtime_handler: i.runtime_handler,
+    })
+}
+
+fn policy(p: PolicyLine) -> Result<GcPolicy, String> {
+    let policy = GcPolicy {
+        high_threshold_percent: p.high,
+        low_threshold_percent: p.low,
+        min_age: Duration::from_secs(p.min_age_s),
+        max_age: Duration::from_secs(p.max_age_s),
+    };
+    policy.validate().map_err(|e| e.to_string())?;
+    Ok(policy)
 }
 
 fn single_op(obj: Map<String, Value>) -> Result<(String, Value), String> {
@@ -511,6 +824,101 @@ mod tests {
             assert_eq!(err.line, line, "{text}");
             assert!(err.reason.contains(reason), "{text}: {}", err.reason);
         }
+    }
+
+    /// A reader that serves `text` and then fails: a reader that read ahead of the line it
+    /// yields would meet the failure first.
+    struct ThenFail<'a>(&'a [u8]);
+
+    impl std::io::Read for ThenFail<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(std::io::Error::other("read past the line asked for"));
+            }
+            let n = buf.len().min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn the_reader_reads_no_further_than_the_line_it_yields() {
+        let text = "{\"at\": 1, \"images\": [{\"id\": \"sha256:a\", \"size\": 5}]}\n";
+        // A one-byte buffer: every byte read is a read call.
+        let mut lines = TraceReader::new(std::io::BufReader::with_capacity(
+            1,
+            ThenFail(text.as_bytes()),
+        ));
+        let first = lines.next().expect("a line").expect("parses");
+        assert_eq!(first.line, 1);
+        assert!(matches!(first.op, TraceOp::Images(ref i) if i.len() == 1));
+        // Only now does it read on, and meets the end of the input.
+        match lines.next() {
+            Some(Err(TraceReadError::Io(e))) => assert!(e.to_string().contains("read past")),
+            other => panic!("expected the read error, got {other:?}"),
+        }
+        assert!(lines.next().is_none(), "nothing after an error");
+    }
+
+    #[test]
+    fn the_typed_path_and_the_original_rules_agree() {
+        // Lines the typed path refuses but the original rules accept (a key given twice: the
+        // last wins), and lines both accept: each parses to what the original rules give.
+        let lines = [
+            r#"{"at": 1, "at": 2, "gc": {}}"#,
+            r#"{"at": 1, "gc": {}, "gc": {}}"#,
+            r#"{"at": 1, "images": [{"id": "x", "id": "sha256:b", "size": 3}]}"#,
+            r#"{"images": [["sha256:c", 4, true, ["c:1"], "runc"]], "at": "1970-01-01T00:00:09Z"}"#,
+            r#"{"at": 1, "containers": [{"id": "c", "image_id": "sha256:b", "state": "exited"}]}"#,
+            r#"{"at": 1, "fs": {"available": 1, "capacity": 9}}"#,
+            r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 60, "max_age_s": 0}}"#,
+            r#"{"at": 1, "remove_fails": ["sha256:b"]}"#,
+            r#"{"at": 1, "restart": {}}"#,
+        ];
+        for raw in lines {
+            let typed = serde_json::from_str::<TypedLine>(raw)
+                .ok()
+                .and_then(|l| parse_at(&l.at).ok().map(|at| (at, l.op)));
+            let by_value = parse_line_by_value(raw).expect(raw);
+            assert_eq!(parse_line(raw).expect(raw), by_value, "{raw}");
+            if let Some(typed) = typed {
+                assert_eq!(typed, by_value, "{raw}");
+            }
+        }
+        assert_eq!(
+            parse_line(r#"{"at": 1, "at": 2, "gc": {}}"#)
+                .expect("parses")
+                .0,
+            UnixNanos::from_secs(2)
+        );
+        // The typed path alone takes the common lines (no second parse).
+        assert!(serde_json::from_str::<TypedLine>(lines[4]).is_ok());
+        assert!(serde_json::from_str::<TypedLine>(lines[0]).is_err());
+    }
+
+    #[test]
+    fn a_trace_not_utf8_after_a_bad_line_is_reported_as_not_utf8() {
+        // The whole trace was read before parsing in the first version: a file that is not
+        // UTF-8 is reported as such whatever its lines say.
+        let mut text = b"{\"at\": 1, \"gc\": {}}\n{\"at\": 1, \"boom\": {}}\n".to_vec();
+        let bad_line = check_trace(text.as_slice()).expect_err("line 2");
+        assert!(matches!(
+            bad_line,
+            TraceReadError::Line(TraceError { line: 2, .. })
+        ));
+        text.extend_from_slice(b"\xff\xfe\n");
+        match check_trace(text.as_slice()) {
+            Err(TraceReadError::Io(e)) => {
+                assert_eq!(e.to_string(), "stream did not contain valid UTF-8")
+            }
+            other => panic!("expected the UTF-8 error, got {other:?}"),
+        }
+        assert_eq!(
+            check_trace(&b"{\"at\": 1, \"gc\": {}}\r\n\n  \n{\"at\": 2, \"gc\": {}}"[..])
+                .expect("good"),
+            2
+        );
     }
 
     #[test]

@@ -150,6 +150,51 @@ fn bad_traces_exit_2_with_the_line_and_reason() {
     }
     let out = imagekeeper(&["replay", "/nonexistent/trace.jsonl"]);
     assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("reading trace /nonexistent/trace.jsonl: No such file or directory"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_trace_from_a_pipe_gives_the_same_output_as_from_its_file() {
+    // A pipe cannot be read twice (check, then run): it is held in memory instead.
+    let trace = replay_dir().join("repull_after_eviction_is_reported.jsonl");
+    let expected = std::fs::read_to_string(trace.with_extension("expected.jsonl")).expect("read");
+    let out = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .args(["replay", "/dev/stdin"])
+        .stdin(std::fs::File::open(&trace).expect("open the trace"))
+        .output()
+        .expect("run imagekeeper");
+    // A file as stdin is still a regular file; a pipe is not.
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .args(["replay", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run imagekeeper");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(&std::fs::read(&trace).expect("read the trace"))
+            .expect("write the trace");
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
 }
 
 /// Runs imagekeeper with its stdout a pipe whose reader has already gone away (as

@@ -1,0 +1,189 @@
+//! The figures of issues 8 and 16, measured side by side in one run: the indexed eviction scan
+//! against the kubelet's load-and-sort at every n, a durable detect cycle against the
+//! kubelet's in-memory map at every n, reopen, file size, the peak RSS of an agent at 10k and
+//! 100k images and of `imagekeeper replay` of a 100k-image trace, the durable commit, and (when
+//! the lab is up) GC of the lab's images against the real containerd. (The store's own
+//! figures, file growth under churn and the commit against redb's floor, are
+//! `benches/store_figures.rs`.)
+//!
+//! Run it with `scripts/bench`. Criterion times the plan; the rest is timed here (medians of
+//! repeated runs). Every figure is printed and written to `target/bench/figures.txt` as
+//! `name: value unit`, with `(target OP BOUND: ok|MISSED)` when it has one, and to
+//! `target/bench/summary.json`. The bench asserts (panics, failing `scripts/bench`) only facts
+//! that do not depend on timing: at every n the index scan chooses exactly the victims of the
+//! kubelet's sort in the same order, detect leaves exactly the records of the reference map
+//! detect and commits once per changed cycle and never for an unchanged one, the GCs removed
+//! images.
+//!
+//! Every random choice comes from `fastrand::Rng::with_seed` with the fixed seeds of `synth`.
+//!
+//! Env: `IMAGEKEEPER_BENCH_QUICK=1` shortens the measurements (for trying the bench out, not
+//! for quoting); `IMAGEKEEPER_LAB_ENV=<lab.env>` enables `e2e_gc_lab`;
+//! `IMAGEKEEPER_BENCH_ONLY=bytes` measures only the file-size figures on the 100k node
+//! (`scripts/bench --bytes`), `IMAGEKEEPER_BENCH_ONLY=detect` only the detect figures at every
+//! n (`scripts/bench --detect`), `IMAGEKEEPER_BENCH_ONLY=rss` only the peak RSS figures
+//! (`scripts/bench --rss`).
+
+mod bytes;
+mod detect;
+mod lab;
+mod plan;
+mod report;
+mod rss;
+mod synth;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use criterion::Criterion;
+
+use report::Figures;
+use synth::{SEED, build_store, synth_node};
+
+/// The node sizes every comparison runs at.
+const SIZES: [usize; 3] = [1_000, 10_000, 100_000];
+
+/// How long criterion warms up and measures, and where it keeps its data.
+pub struct Timing {
+    pub warm_up: Duration,
+    pub measure: Duration,
+    pub criterion_dir: PathBuf,
+    pub quick: bool,
+}
+
+fn main() {
+    if let Ok(kib_file) = std::env::var(rss::MEASURE_ENV) {
+        rss::measure_child(&kib_file);
+        return;
+    }
+    if let Ok(arg) = std::env::var(rss::CHILD_ENV) {
+        rss::agent_child(&arg);
+        return;
+    }
+    // `cargo bench` passes --bench. Under `cargo test --all-targets` or nextest (which lists
+    // with --list) this binary has no tests: the figures take minutes and need a release build.
+    if !std::env::args().any(|a| a == "--bench") {
+        if !std::env::args().any(|a| a == "--list") {
+            println!("figures: not run (use scripts/bench or cargo bench --bench figures)");
+        }
+        return;
+    }
+    let out_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    let work = out_dir.join("tmp");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work).expect("create target/bench/tmp");
+    let timing = timing(&out_dir);
+    let mut figures = Figures::default();
+    match std::env::var("IMAGEKEEPER_BENCH_ONLY").as_deref() {
+        Ok("bytes") => bytes_only(&work, &mut figures),
+        Ok("detect") => detect_only(&work, &timing, &mut figures),
+        Ok("rss") => rss_figures(&work, &synth_node(100_000, SEED), &mut figures),
+        _ => all_figures(&work, &timing, &mut figures),
+    }
+    figures.write(&out_dir);
+    let _ = fs::remove_dir_all(&work);
+}
+
+fn timing(out_dir: &Path) -> Timing {
+    let quick = std::env::var("IMAGEKEEPER_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let (warm_up, measure) = if quick {
+        (Duration::from_millis(200), Duration::from_millis(600))
+    } else {
+        (Duration::from_secs(1), Duration::from_secs(4))
+    };
+    Timing {
+        warm_up,
+        measure,
+        criterion_dir: out_dir.join("criterion"),
+        quick,
+    }
+}
+
+/// `scripts/bench --bytes`: the file-size figures of the 100k node only.
+fn bytes_only(work: &Path, figures: &mut Figures) {
+    let node = synth_node(100_000, SEED);
+    let path = work.join("node-100000.redb");
+    drop(build_store(&path, &node.records, node.now));
+    bytes::size_figures(&node, &path, work, figures);
+}
+
+/// `scripts/bench --detect`: the detect figures and their assertions at every n only.
+fn detect_only(work: &Path, timing: &Timing, figures: &mut Figures) {
+    let nodes: Vec<synth::Node> = SIZES.iter().map(|&n| synth_node(n, SEED)).collect();
+    let refs: Vec<&synth::Node> = nodes.iter().collect();
+    detect::figures(&refs, work, timing.quick, figures);
+}
+
+fn all_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
+    let mut criterion = Criterion::default()
+        .output_directory(&timing.criterion_dir)
+        .without_plots()
+        .configure_from_args();
+    let mut nodes: Vec<plan::PlanNode> = SIZES.iter().map(|&n| plan::build(n, work)).collect();
+    plan::figures(&nodes, &mut criterion, timing, figures);
+
+    let node100k = nodes.pop().expect("the 100k node");
+    let path100k = node100k.store.path().to_owned();
+    let (node100k, bytes100k) = {
+        let plan::PlanNode { node, store, bytes } = node100k;
+        drop(store);
+        (node, bytes)
+    };
+    bytes::size_figures(&node100k, &path100k, work, figures);
+    bytes::reopen_figures(&node100k, bytes100k, &path100k, figures);
+    let _ = fs::remove_file(&path100k);
+
+    let mut detect_nodes: Vec<&synth::Node> = nodes.iter().map(|p| &p.node).collect();
+    detect_nodes.push(&node100k);
+    detect::figures(&detect_nodes, work, timing.quick, figures);
+
+    let node10k = nodes.pop().expect("the 10k node");
+    bytes::commit_figures(&node10k, figures);
+    drop(nodes);
+    drop(node10k);
+
+    rss_figures(work, &node100k, figures);
+
+    match std::env::var_os("IMAGEKEEPER_LAB_ENV") {
+        Some(env) if Path::new(&env).is_file() => lab::e2e_gc_lab(Path::new(&env), work, figures),
+        _ => figures.skip("e2e_gc_lab", "no lab"),
+    }
+}
+
+/// The peak RSS figures: an agent restarting at 10k and 100k images (and its floor), and
+/// `imagekeeper replay` of the 100k node's trace. `scripts/bench --rss` runs these alone.
+fn rss_figures(work: &Path, node100k: &synth::Node, figures: &mut Figures) {
+    for (n, target) in [(10_000, 24.0), (100_000, 48.0)] {
+        let k = n / 1000;
+        let db = work.join(format!("agent-{n}.redb"));
+        let (first_mib, removed) = rss::agent_peak_rss(n, &db, "first", work);
+        println!("agent at {k}k, first detect (empty db) + GC: removed {removed} images");
+        let one_txn_bytes = fs::metadata(&db).expect("stat").len();
+        let (steady_mib, removed) = rss::agent_peak_rss(n, &db, "steady", work);
+        println!("agent at {k}k, restart on the {k}k db, detect + GC: removed {removed} images");
+        figures.target(
+            &format!("agent_peak_rss_{k}k_mib"),
+            steady_mib,
+            "MiB",
+            "<=",
+            target,
+        );
+        figures.add(
+            &format!("agent_peak_rss_{k}k_first_detect_mib"),
+            first_mib,
+            "MiB",
+        );
+        let (floor_mib, _) = rss::agent_peak_rss(n, &db, "floor", work);
+        figures.add(&format!("agent_peak_rss_{k}k_floor_mib"), floor_mib, "MiB");
+        figures.add(
+            &format!("db_bytes_per_record_{k}k_one_txn"),
+            one_txn_bytes as f64 / n as f64,
+            "B",
+        );
+        let _ = fs::remove_file(&db);
+    }
+    let (rss_mib, removed) = rss::replay_peak_rss(work, node100k);
+    println!("replay at 100k: removed {removed} images");
+    figures.target("replay_peak_rss_100k_mib", rss_mib, "MiB", "<=", 64.0);
+}
