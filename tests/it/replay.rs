@@ -4,7 +4,7 @@
 
 use crate::support::bin;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 
 fn imagekeeper(args: &[&str]) -> Output {
     bin::run(args)
