@@ -24,6 +24,7 @@ mod check;
 #[cfg(test)]
 mod check_tests;
 pub mod codec;
+mod compact;
 mod error;
 mod journal;
 mod open;
@@ -50,6 +51,7 @@ use redb::{
 pub use batch::{Batch, BatchOp};
 pub use check::Violation;
 pub use codec::{DecodeError, EvictionKey, IndexKey, JournalKey};
+pub use compact::CompactOutcome;
 pub use error::StoreError;
 pub use journal::{age_cutoff, retention_keys};
 pub use open::{CURRENT_SCHEMA_VERSION, meta_keys};
@@ -106,6 +108,8 @@ pub struct Store {
     /// False from an I/O failure until a reopen succeeds.
     healthy: AtomicBool,
     reopens: AtomicU64,
+    /// The file's size after this handle's last compaction (0: none yet).
+    last_compacted_bytes: AtomicU64,
     /// The journal's retention, applied by every transaction that writes the journal.
     retention: RwLock<JournalRetention>,
 }
@@ -171,6 +175,7 @@ impl Store {
             durability,
             healthy: AtomicBool::new(true),
             reopens: AtomicU64::new(0),
+            last_compacted_bytes: AtomicU64::new(0),
             retention: RwLock::new(JournalRetention::default()),
         }
     }

@@ -122,6 +122,14 @@ impl Store {
     pub fn open(path: &Path, now: UnixNanos) -> Result<Store, StoreError> {
         let store = refuse_panics(path, || Store::open_unguarded(path, now))?;
         store.load_journal_retention()?;
+        // A file well above its live size (churn before this start) is compacted now; one
+        // that cannot be is still opened (an I/O failure marks the store for a reopen).
+        match store.compact_if_needed() {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(path = %store.path.display(), error = %e, "Cannot compact the database at open")
+            }
+        }
         Ok(store)
     }
 
