@@ -54,7 +54,7 @@ pub use codec::{DecodeError, EvictionKey, IndexKey, JournalKey};
 pub use compact::CompactOutcome;
 pub use error::StoreError;
 pub use journal::{age_cutoff, retention_keys};
-pub use open::{CURRENT_SCHEMA_VERSION, meta_keys};
+pub use open::{CURRENT_SCHEMA_VERSION, DEFAULT_CACHE_BYTES, StoreOptions, meta_keys};
 pub use scan::RecordScan;
 
 use codec::{BackoffKey, Codec, MAX_ID_BYTES, MetaKey, MetaValue};
@@ -112,6 +112,8 @@ pub struct Store {
     last_compacted_bytes: AtomicU64,
     /// The journal's retention, applied by every transaction that writes the journal.
     retention: RwLock<JournalRetention>,
+    /// How the file was opened (kept for a reopen) and whether commits set quick repair.
+    options: open::StoreOptions,
 }
 
 /// What one [`Store::apply_reporting`] did.
@@ -177,6 +179,7 @@ impl Store {
             reopens: AtomicU64::new(0),
             last_compacted_bytes: AtomicU64::new(0),
             retention: RwLock::new(JournalRetention::default()),
+            options: open::StoreOptions::default(),
         }
     }
 
@@ -501,7 +504,7 @@ impl Store {
         let mut txn = db.begin_write().map_err(|e| self.redb_err(e))?;
         txn.set_durability(self.durability)
             .map_err(|e| self.redb_err(e))?;
-        txn.set_quick_repair(true);
+        txn.set_quick_repair(self.options.quick_repair);
         let retention = self.journal_retention();
         let (changed, repulls, journaled) =
             apply_ops(&txn, batch, retention).map_err(|e| self.wrap(e))?;
