@@ -18,8 +18,8 @@ use redb::CompactionError;
 use super::{Handle, Store, StoreError};
 
 /// A file is compacted once it is larger than its live pages by more than this share of them
-/// (here a quarter)...
-const SLACK_DIVISOR: u64 = 4;
+/// (here a half: at most 1.5x, the target of `db_growth_after_churn`)...
+const SLACK_DIVISOR: u64 = 2;
 /// ...and by at least this many bytes (a small file is never worth it).
 const MIN_SLACK_BYTES: u64 = 1 << 20;
 
@@ -27,7 +27,7 @@ const MIN_SLACK_BYTES: u64 = 1 << 20;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CompactOutcome {
-    /// The file is within its bound: `live_bytes` + max(a quarter of them, 1 MiB), or it has
+    /// The file is within its bound: `live_bytes` + max(half of them, 1 MiB), or it has
     /// not grown by that slack since this handle last compacted it.
     NotNeeded { file_bytes: u64, live_bytes: u64 },
     /// Compacted.
@@ -147,8 +147,8 @@ mod tests {
         // (file, live, last compacted, needed)
         let cases = [
             (10 * MIB, 10 * MIB, 0, false),
-            (12 * MIB, 10 * MIB, 0, false),
-            (12 * MIB + MIB / 2 + 1, 10 * MIB, 0, true),
+            (15 * MIB, 10 * MIB, 0, false),
+            (15 * MIB + 1, 10 * MIB, 0, true),
             // Small files: the 1 MiB floor.
             (MIB, 64 * 1024, 0, false),
             (2 * MIB, 64 * 1024, 0, true),
