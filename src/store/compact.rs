@@ -42,6 +42,9 @@ pub enum CompactOutcome {
     ReadersActive { file_bytes: u64, live_bytes: u64 },
     /// A read-only handle: never compacted.
     ReadOnly,
+    /// The store is waiting for a reopen after an I/O failure: a compaction neither reopens
+    /// it (the next real use does) nor runs.
+    Unhealthy,
 }
 
 /// Whether a file of `file_bytes` holding `live_bytes` of pages is to be compacted.
@@ -55,6 +58,9 @@ impl Store {
     /// Compacts the file when it is well above its live size (see [`CompactOutcome`]). Call it
     /// between cycles; it blocks every other call on this store while it runs.
     pub fn compact_if_needed(&self) -> Result<CompactOutcome, StoreError> {
+        if !self.is_healthy() {
+            return Ok(CompactOutcome::Unhealthy);
+        }
         self.guarded(|| self.compact_once(false))
     }
 
