@@ -90,6 +90,8 @@ fn scenario(u: &mut Unstructured<'_>) -> Result<Scenario> {
     for _ in 0..u.int_in_range(1..=12u8)? {
         if u.ratio(1, 12)? {
             steps.push(Step::Reopen);
+        } else if u.ratio(1, 12)? {
+            steps.push(Step::Compact);
         } else {
             let mut ops = Vec::new();
             for _ in 0..u.int_in_range(1..=8u8)? {

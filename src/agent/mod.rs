@@ -415,6 +415,9 @@ impl<R: AgentRuntime> Agent<R> {
         let started = std::time::Instant::now();
         let report = self.gc.garbage_collect(now).await;
         self.metrics.observe_gc(started.elapsed());
+        // Between cycles: give churned space back to the file system (store::compact).
+        let _ = (self.gc.store().compact_if_needed())
+            .inspect_err(|e| warn!(error = %e, "Cannot compact the database"));
         *lock_ignoring_poison(&self.gc_last_unreachable) =
             report.error.as_ref().is_some_and(runtime_unreachable);
         let mut failed_before = match self.gc_failed_before.lock() {

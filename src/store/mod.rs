@@ -24,6 +24,7 @@ mod check;
 #[cfg(test)]
 mod check_tests;
 pub mod codec;
+mod compact;
 mod error;
 mod journal;
 mod open;
@@ -50,9 +51,10 @@ use redb::{
 pub use batch::{Batch, BatchOp};
 pub use check::Violation;
 pub use codec::{DecodeError, EvictionKey, IndexKey, JournalKey};
+pub use compact::CompactOutcome;
 pub use error::StoreError;
 pub use journal::{age_cutoff, retention_keys};
-pub use open::{CURRENT_SCHEMA_VERSION, meta_keys};
+pub use open::{CURRENT_SCHEMA_VERSION, DEFAULT_CACHE_BYTES, StoreOptions, meta_keys};
 pub use scan::RecordScan;
 
 use codec::{BackoffKey, Codec, MAX_ID_BYTES, MetaKey, MetaValue};
@@ -106,8 +108,12 @@ pub struct Store {
     /// False from an I/O failure until a reopen succeeds.
     healthy: AtomicBool,
     reopens: AtomicU64,
+    /// The file's size after this handle's last compaction (0: none yet).
+    last_compacted_bytes: AtomicU64,
     /// The journal's retention, applied by every transaction that writes the journal.
     retention: RwLock<JournalRetention>,
+    /// How the file was opened (kept for a reopen) and whether commits set quick repair.
+    options: open::StoreOptions,
 }
 
 /// What one [`Store::apply_reporting`] did.
@@ -171,7 +177,9 @@ impl Store {
             durability,
             healthy: AtomicBool::new(true),
             reopens: AtomicU64::new(0),
+            last_compacted_bytes: AtomicU64::new(0),
             retention: RwLock::new(JournalRetention::default()),
+            options: open::StoreOptions::default(),
         }
     }
 
@@ -496,7 +504,7 @@ impl Store {
         let mut txn = db.begin_write().map_err(|e| self.redb_err(e))?;
         txn.set_durability(self.durability)
             .map_err(|e| self.redb_err(e))?;
-        txn.set_quick_repair(true);
+        txn.set_quick_repair(self.options.quick_repair);
         let retention = self.journal_retention();
         let (changed, repulls, journaled) =
             apply_ops(&txn, batch, retention).map_err(|e| self.wrap(e))?;

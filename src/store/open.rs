@@ -79,13 +79,62 @@ fn short_eviction_index(txn: &WriteTransaction) -> Result<(), TxnError> {
     Ok(())
 }
 
+/// redb's page cache by default. The agent reads its records once per detect cycle (every few
+/// minutes) and the GC walk touches a few index pages: the kernel's page cache serves those
+/// reads, so redb's own cache is kept small to keep the agent's memory small. Measured at 100k
+/// records (a process that opens the file and walks every record and the eviction order; peak
+/// RSS / walk time): 1 MiB 4.4 MiB / 535 ms, 4 MiB 7.7 / 516, 8 MiB 11.8 / 425, 16 MiB 19.1 /
+/// 411, 64 MiB 19.2 / 436 (the whole file fits): 8 MiB is the knee.
+pub const DEFAULT_CACHE_BYTES: usize = 8 * 1024 * 1024;
+
+/// How a read-write store is opened ([`Store::open_with_options`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// redb's page cache, in bytes ([`DEFAULT_CACHE_BYTES`]).
+    pub cache_bytes: usize,
+    /// Whether every commit saves redb's allocator state (quick repair), so that the open
+    /// after a crash skips the full repair walk; see README "Performance" for its cost.
+    pub quick_repair: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> StoreOptions {
+        StoreOptions {
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            // On. Measured by benches/store_figures.rs at 100k records on this disk: quick
+            // repair made the one-record commit p50 1.48x slower (11.9 ms vs 8.0 ms, in a run
+            // where a bare fsync took 4.0 ms) and bought little on the open after a SIGKILL
+            // (87.8 ms with it, 85.6 ms without, 93.1 ms for a clean open: every read-write
+            // open verifies the whole file anyway). It stays on because `inspect` beside a
+            // running agent copies the file mid-commit and opens the copy: without quick repair
+            // such a copy needs redb's full repair and failed verification in 3 of 24 runs of
+            // `inspect_beside_a_writer_in_a_gc_burst_never_calls_the_database_corrupt` (0 with).
+            quick_repair: true,
+        }
+    }
+}
+
+impl StoreOptions {
+    pub fn with_cache_bytes(mut self, bytes: usize) -> StoreOptions {
+        self.cache_bytes = bytes;
+        self
+    }
+
+    pub fn with_quick_repair(mut self, on: bool) -> StoreOptions {
+        self.quick_repair = on;
+        self
+    }
+}
+
 fn builder() -> Builder {
+    builder_with(&StoreOptions::default())
+}
+
+fn builder_with(options: &StoreOptions) -> Builder {
     let mut b = Builder::new();
     b.set_concurrency_mode(ConcurrencyMode::SingleWriter);
-    // The agent reads its records once per detect cycle (every few minutes) and the GC walk
-    // touches a few index pages: the kernel's page cache serves those reads, so redb's own
-    // cache is kept small to keep the agent's memory small (see README "Performance").
-    b.set_cache_size(8 * 1024 * 1024);
+    b.set_cache_size(options.cache_bytes);
     // Verify every page's checksum on a read-write open: redb trusts the pages of a plain open
     // and may panic reading a damaged one (a zeroed btree page hits an `unreachable!`); with
     // this, a damaged file fails to open as corrupt. It reads the whole file once per open.
@@ -120,8 +169,25 @@ impl Store {
     /// last transaction that wrote the journal), else the default, so a command without an
     /// agent (`pull`) prunes as the agent does; [`Store::set_journal_retention`] replaces it.
     pub fn open(path: &Path, now: UnixNanos) -> Result<Store, StoreError> {
-        let store = refuse_panics(path, || Store::open_unguarded(path, now))?;
+        Store::open_with_options(path, now, StoreOptions::default())
+    }
+
+    /// [`Store::open`] with other than the default [`StoreOptions`].
+    pub fn open_with_options(
+        path: &Path,
+        now: UnixNanos,
+        options: StoreOptions,
+    ) -> Result<Store, StoreError> {
+        let store = refuse_panics(path, || Store::open_unguarded(path, now, options))?;
         store.load_journal_retention()?;
+        // A file well above its live size (churn before this start) is compacted now; one
+        // that cannot be is still opened (an I/O failure marks the store for a reopen).
+        match store.compact_if_needed() {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(path = %store.path.display(), error = %e, "Cannot compact the database at open")
+            }
+        }
         Ok(store)
     }
 
@@ -150,7 +216,11 @@ impl Store {
         locate(path).map(|_| ())
     }
 
-    fn open_unguarded(given: &Path, now: UnixNanos) -> Result<Store, StoreError> {
+    fn open_unguarded(
+        given: &Path,
+        now: UnixNanos,
+        options: StoreOptions,
+    ) -> Result<Store, StoreError> {
         prepare_dir(given)?;
         // Everything below acts on the regular file the path names: a symlink is followed to
         // its target (the link itself is never replaced), anything else is refused.
@@ -172,7 +242,7 @@ impl Store {
         {
             backed_up = true;
         }
-        let store = open_writable(path)?;
+        let store = open_writable(path, options)?;
         let version = if store.has_meta_table()? {
             store.meta(super::meta_keys::SCHEMA_VERSION)?
         } else {
@@ -193,7 +263,7 @@ impl Store {
                 if !backed_up {
                     backup(path, v)?;
                 }
-                let store = open_writable(path)?;
+                let store = open_writable(path, options)?;
                 store.migrate(v)?;
                 store.read_table_definitions()?;
                 return Ok(store);
@@ -440,7 +510,7 @@ impl Store {
     fn commit(&self, mut txn: WriteTransaction) -> Result<(), StoreError> {
         txn.set_durability(Durability::Immediate)
             .map_err(|e| self.redb_err(e))?;
-        txn.set_quick_repair(true);
+        txn.set_quick_repair(self.options.quick_repair);
         txn.commit().map_err(|e| self.redb_err(e))?;
         self.commits
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -454,7 +524,7 @@ impl Store {
 /// crash recovery, the current schema, every table definition), under the same guard against
 /// redb's panics. Unlike an open, it never creates, initializes or migrates: the file the
 /// store had open must still be there, as it was.
-pub(super) fn reopen_file(path: &Path) -> Result<Handle, StoreError> {
+pub(super) fn reopen_file(path: &Path, options: StoreOptions) -> Result<Handle, StoreError> {
     let store = refuse_panics(path, || {
         let found = locate(path)?.ok_or_else(|| StoreError::Missing {
             path: path.to_owned(),
@@ -467,7 +537,7 @@ pub(super) fn reopen_file(path: &Path) -> Result<Handle, StoreError> {
             });
         }
         identify_read_only(real, false)?;
-        open_writable(real)?.existing_current_schema()
+        open_writable(real, options)?.existing_current_schema()
     })?;
     Ok(store.into_handle())
 }
@@ -612,16 +682,13 @@ fn open_read_only_unchecked(path: &Path) -> Result<Store, StoreError> {
     ))
 }
 
-fn open_writable(path: &Path) -> Result<Store, StoreError> {
-    let db = builder()
+fn open_writable(path: &Path, options: StoreOptions) -> Result<Store, StoreError> {
+    let db = builder_with(&options)
         .create(path)
         .map_err(|e| map_open_error(path, e, false))?;
-    Ok(Store::new(
-        Handle::Write(db),
-        Source::File,
-        path,
-        Durability::Immediate,
-    ))
+    let mut store = Store::new(Handle::Write(db), Source::File, path, Durability::Immediate);
+    store.options = options;
+    Ok(store)
 }
 
 /// Creates the file's directory (0700) if it does not exist yet.
@@ -748,7 +815,7 @@ fn create_durably(path: &Path, now: UnixNanos) -> Result<(), StoreError> {
     // containers can share a pid, 1, and a hostPath directory during a rolling update).
     let tmp = create_new_temporary(path).map_err(io_err(path))?;
     let created = (|| {
-        let store = open_writable(&tmp)?;
+        let store = open_writable(&tmp, StoreOptions::default())?;
         store.initialize(now)?;
         drop(store);
         // Only an empty regular file is replaced (a crash between creating a file and redb

@@ -119,6 +119,8 @@ pub enum Step {
     Batch(Vec<Op>),
     /// Drop the store and open the disk again (no crash).
     Reopen,
+    /// `Store::compact` (whatever the file's size): changes no content.
+    Compact,
 }
 
 /// One run: the steps, when power is cut (the number of the mutating disk operation, counted
@@ -657,6 +659,11 @@ pub fn count_disk_ops(scenario: &Scenario) -> Result<u64, HarnessFailure> {
                 drop(store.take());
                 store = Some(open(&disk, scenario.mode).map_err(unexpected("reopen"))?);
             }
+            Step::Compact => {
+                if let Some(s) = &store {
+                    s.compact().map_err(unexpected("compact"))?;
+                }
+            }
         }
     }
     Ok(disk.ops() - created)
@@ -710,6 +717,13 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, HarnessFailure> {
                     Err(e) => return Err(unexpected("reopen")(e)),
                 }
             }
+            // Compaction commits nothing new: after a cut the acknowledged state is the only
+            // one allowed.
+            Step::Compact => match current.compact() {
+                Ok(_) => {}
+                Err(_) if disk.is_cut() => store = None,
+                Err(e) => return Err(unexpected("compact")(e)),
+            },
         }
     }
     let cut_during_run = disk.is_cut();

@@ -93,7 +93,7 @@ impl Store {
             Source::Fixed => Err(StoreError::Closed {
                 path: self.path.clone(),
             }),
-            Source::File => open::reopen_file(&self.path),
+            Source::File => open::reopen_file(&self.path, self.options),
             #[cfg(any(test, feature = "fault-injection"))]
             Source::Disk { disk, mode } => open::reopen_disk(disk, &self.path, *mode),
         };

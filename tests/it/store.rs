@@ -236,6 +236,75 @@ fn eviction_scan_gives_exactly_the_sorted_order_at_every_n_with_shared_index_row
     }
 }
 
+/// A file churned far above its live size (large backoff entries written, then removed) is
+/// compacted by the next open, keeping every record; `compact_if_needed` gives way to a scan
+/// still held, compacts once it is dropped, and then finds nothing to do.
+#[test]
+fn a_churned_file_is_compacted_at_open_and_between_cycles_keeping_every_record() {
+    use imagekeeper::store::CompactOutcome;
+    let (_dir, path) = temp_db();
+    let churn = |store: &Store| {
+        for chunk in 0..4 {
+            let mut batch = Batch::new();
+            for i in 0..500 {
+                batch.put_backoff(
+                    format!("pod_{chunk}-{i}"),
+                    backoff(10, 1, &"x".repeat(4000)),
+                );
+            }
+            store.apply(&batch).expect("apply");
+        }
+        for chunk in 0..4 {
+            let mut batch = Batch::new();
+            for i in 0..500 {
+                batch.remove_backoff(format!("pod_{chunk}-{i}"));
+            }
+            store.apply(&batch).expect("apply");
+        }
+    };
+    let store = open(&path);
+    let mut batch = Batch::new();
+    for i in 0..200 {
+        batch.upsert(key(&format!("{i:03}")), record(i, i + 1, 10, false));
+    }
+    store.apply(&batch).expect("apply");
+    let records = store.records().expect("records");
+    churn(&store);
+    let churned = std::fs::metadata(&path).expect("stat").len();
+    assert!(churned > 8 << 20, "{churned}");
+    drop(store);
+    let mut store = open(&path);
+    let reopened = std::fs::metadata(&path).expect("stat").len();
+    assert!(
+        reopened * 4 < churned,
+        "{reopened} after open, {churned} before"
+    );
+    assert_eq!(store.records().expect("records"), records);
+    assert!(store.check().expect("check").is_empty());
+
+    churn(&store);
+    let held = store.records_in_key_order().expect("scan");
+    assert!(matches!(
+        store.compact_if_needed().expect("compact"),
+        CompactOutcome::ReadersActive { .. }
+    ));
+    drop(held);
+    match store.compact_if_needed().expect("compact") {
+        CompactOutcome::Compacted {
+            file_bytes_before,
+            file_bytes_after,
+            ..
+        } => assert!(file_bytes_after * 4 < file_bytes_before),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        store.compact_if_needed().expect("compact"),
+        CompactOutcome::NotNeeded { .. }
+    ));
+    assert_eq!(store.records().expect("records"), records);
+    assert!(store.check().expect("check").is_empty());
+}
+
 #[test]
 fn unchanged_batch_commits_nothing_and_a_changed_one_commits_once() {
     let (_dir, path) = temp_db();

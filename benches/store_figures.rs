@@ -1,0 +1,419 @@
+//! The store's own figures (issue 16), measured through the real `Store` on real files in
+//! `target/bench/store-tmp`, one line each: `name: value unit`, then the target and its
+//! verdict when it has one. Also written to `target/bench/store_figures.txt`.
+//!
+//! - `db_bytes_per_record_100k_*`: N records (sha256 ids, 30 % never used) written in key order
+//!   in 1,000-record batches, as `benches/figures.rs` builds its node: the file as written,
+//!   and after `Store::compact` (records + eviction index + meta: the live pages).
+//! - `db_growth_after_churn`: the same store after U random updates (last-used bumps, removals
+//!   and new records, 1,000 per batch, `compact_if_needed` between batches as the agent calls
+//!   it between cycles): its file size over its size once compacted.
+//! - `commit_*`: p50 of a one-record batch (`mark_used`) on the N store, with and without
+//!   quick repair; a bare redb one-insert durable commit on a fresh file in the same directory;
+//!   a raw `write` + `fdatasync` of 4 KiB. `commit_over_redb_floor` is ours / bare redb.
+//! - `repair_after_sigkill_*`: a child process opens the N store, commits one batch and is
+//!   SIGKILLed with the file open; the time of the next open (redb's recovery, then our
+//!   checks), with and without quick repair, beside a clean open.
+//! - `store_peak_rss_*_cache_*`: a child process opens the N store with a given redb cache,
+//!   walks every record in key order and the whole eviction order (what a detect and a GC
+//!   read), and reports its peak RSS (VmHWM).
+//!
+//! Env: `IMAGEKEEPER_STORE_BENCH_N` (records, default 100000), `IMAGEKEEPER_STORE_BENCH_UPDATES`
+//! (default 1000000), `IMAGEKEEPER_STORE_BENCH_COMMITS` (samples per p50, default 500).
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use imagekeeper::model::{ImageRecord, RecordKey, UnixNanos};
+use imagekeeper::store::{Batch, CompactOutcome, Store, StoreOptions};
+
+const CHILD_ENV: &str = "IMAGEKEEPER_STORE_BENCH_CHILD";
+const SECOND: i64 = 1_000_000_000;
+const NOW: i64 = 1_800_000_000 * SECOND;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn hex64(rng: &mut fastrand::Rng) -> String {
+    format!(
+        "{:016x}{:016x}{:016x}{:016x}",
+        rng.u64(..),
+        rng.u64(..),
+        rng.u64(..),
+        rng.u64(..)
+    )
+}
+
+fn random_record(rng: &mut fastrand::Rng) -> ImageRecord {
+    let first = NOW - rng.i64(3600 * SECOND..90 * 86_400 * SECOND);
+    let last = if rng.u8(..10) < 3 {
+        0
+    } else {
+        rng.i64(first..NOW - 600 * SECOND)
+    };
+    ImageRecord {
+        first_detected: UnixNanos(first),
+        last_used: UnixNanos(last),
+        size: rng.u64(1 << 20..1 << 31),
+        pinned: rng.u8(..100) < 5,
+    }
+}
+
+fn synth(n: usize, seed: u64) -> Vec<(RecordKey, ImageRecord)> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut out: Vec<_> = (0..n)
+        .map(|_| {
+            let key = RecordKey::new(format!("sha256:{}", hex64(&mut rng)), "");
+            (key, random_record(&mut rng))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn build(path: &Path, records: &[(RecordKey, ImageRecord)], options: StoreOptions) -> Store {
+    let store = Store::open_with_options(path, UnixNanos(NOW), options).expect("open");
+    for chunk in records.chunks(1000) {
+        let mut batch = Batch::new();
+        for (k, r) in chunk {
+            batch.upsert(k.clone(), *r);
+        }
+        store.apply(&batch).expect("write records");
+    }
+    store
+}
+
+fn p50(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+struct Figures {
+    lines: String,
+}
+
+impl Figures {
+    fn add(&mut self, name: &str, value: f64, unit: &str) {
+        self.push(format!("{name}: {value:.2} {unit}"));
+    }
+
+    fn target(&mut self, name: &str, value: f64, unit: &str, op: &str, bound: f64) {
+        let met = match op {
+            "<=" => value <= bound,
+            _ => value >= bound,
+        };
+        let verdict = if met { "met" } else { "MISSED" };
+        self.push(format!(
+            "{name}: {value:.2} {unit} (target {op} {bound}: {verdict})"
+        ));
+    }
+
+    fn push(&mut self, line: String) {
+        println!("{line}");
+        self.lines.push_str(&line);
+        self.lines.push('\n');
+    }
+}
+
+fn main() {
+    if let Ok(what) = std::env::var(CHILD_ENV) {
+        child(&what);
+        return;
+    }
+    if !std::env::args().any(|a| a == "--bench") {
+        if !std::env::args().any(|a| a == "--list") {
+            println!(
+                "store_figures: not run (use scripts/bench or cargo bench --bench store_figures)"
+            );
+        }
+        return;
+    }
+    let n = env_usize("IMAGEKEEPER_STORE_BENCH_N", 100_000);
+    let updates = env_usize("IMAGEKEEPER_STORE_BENCH_UPDATES", 1_000_000);
+    let samples = env_usize("IMAGEKEEPER_STORE_BENCH_COMMITS", 500);
+    let k = n / 1000;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    let work = root.join("store-tmp");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work).expect("create the work dir");
+    let mut figures = Figures {
+        lines: String::new(),
+    };
+    let records = synth(n, 0x5eed);
+
+    // --- bytes ---------------------------------------------------------------------------
+    let path = work.join("store.redb");
+    let store = build(&path, &records, StoreOptions::default());
+    let written = store.file_bytes().expect("size");
+    figures.add(
+        &format!("db_bytes_per_record_{k}k_as_written"),
+        written as f64 / n as f64,
+        "B",
+    );
+    store.compact().expect("compact");
+    let compacted = store.file_bytes().expect("size");
+    figures.target(
+        &format!("db_bytes_per_record_{k}k_compacted"),
+        compacted as f64 / n as f64,
+        "B",
+        "<=",
+        200.0,
+    );
+
+    // --- commits ---------------------------------------------------------------------------
+    let mut rng = fastrand::Rng::with_seed(0xc0);
+    let ours = |store: &Store, rng: &mut fastrand::Rng, offset: i64| -> f64 {
+        let mut took = Vec::with_capacity(samples);
+        for i in 0..samples {
+            let (key, _) = &records[rng.usize(..records.len())];
+            let mut batch = Batch::new();
+            batch.mark_used(
+                key.clone(),
+                UnixNanos(NOW + offset + i as i64 * SECOND),
+                None,
+            );
+            let started = Instant::now();
+            assert!(store.apply(&batch).expect("commit"));
+            took.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+        p50(took)
+    };
+    let with_quick_repair = ours(&store, &mut rng, 0);
+    drop(store);
+    let store = Store::open_with_options(
+        &path,
+        UnixNanos(NOW),
+        StoreOptions::default().with_quick_repair(false),
+    )
+    .expect("open");
+    let without_quick_repair = ours(&store, &mut rng, 1_000_000 * SECOND);
+    drop(store);
+    let floor = redb_floor(&work.join("floor.redb"), samples);
+    let fsync = fsync_p50(&work.join("fsync.bin"), samples);
+    figures.add("commit_p50_us_quick_repair", with_quick_repair, "us");
+    figures.add("commit_p50_us_no_quick_repair", without_quick_repair, "us");
+    figures.add("commit_redb_floor_p50_us", floor, "us");
+    figures.add("fsync_p50_us", fsync, "us");
+    let chosen = if StoreOptions::default().quick_repair {
+        with_quick_repair
+    } else {
+        without_quick_repair
+    };
+    figures.target("commit_over_redb_floor", chosen / floor, "x", "<=", 2.0);
+
+    // --- repair after SIGKILL ----------------------------------------------------------------
+    let clean = time_open(&path, StoreOptions::default());
+    figures.add(&format!("open_clean_{k}k_ms"), clean, "ms");
+    for quick in [true, false] {
+        let status = Command::new(std::env::current_exe().expect("own path"))
+            .env(CHILD_ENV, format!("crash:{quick}"))
+            .env("IMAGEKEEPER_STORE_BENCH_PATH", &path)
+            .status()
+            .expect("run the child");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "the child must die by SIGKILL"
+        );
+        let took = time_open(&path, StoreOptions::default().with_quick_repair(quick));
+        let name = if quick { "quick_repair" } else { "full_repair" };
+        figures.add(&format!("repair_after_sigkill_{k}k_{name}_ms"), took, "ms");
+    }
+
+    // --- redb cache size vs peak RSS ---------------------------------------------------------
+    for cache_mib in [1usize, 4, 8, 16, 64] {
+        let out = Command::new(std::env::current_exe().expect("own path"))
+            .env(CHILD_ENV, format!("rss:{cache_mib}"))
+            .env("IMAGEKEEPER_STORE_BENCH_PATH", &path)
+            .output()
+            .expect("run the child");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut parts = text.split_whitespace();
+        let rss_kib: f64 = parts.next().and_then(|v| v.parse().ok()).expect("rss");
+        let walk_ms: f64 = parts.next().and_then(|v| v.parse().ok()).expect("time");
+        figures.add(
+            &format!("store_peak_rss_{k}k_cache_{cache_mib}mib"),
+            rss_kib / 1024.0,
+            "MiB",
+        );
+        figures.add(
+            &format!("store_walk_{k}k_cache_{cache_mib}mib_ms"),
+            walk_ms,
+            "ms",
+        );
+    }
+
+    // --- growth after churn ------------------------------------------------------------------
+    let store = Store::open(&path, UnixNanos(NOW)).expect("open");
+    let mut rng = fastrand::Rng::with_seed(0xc4);
+    let mut keys: Vec<RecordKey> = records.iter().map(|(k, _)| k.clone()).collect();
+    let mut compactions = 0u32;
+    let mut compact_ms = 0.0;
+    // The largest the file got between cycles, before the cycle's compact_if_needed.
+    let mut peak = 0u64;
+    let started = Instant::now();
+    let mut done = 0;
+    while done < updates {
+        let mut batch = Batch::new();
+        for _ in 0..1000.min(updates - done) {
+            let i = rng.usize(..keys.len());
+            match rng.u8(..10) {
+                0 => {
+                    batch.remove(keys.swap_remove(i));
+                }
+                1 => {
+                    let key = RecordKey::new(format!("sha256:{}", hex64(&mut rng)), "");
+                    batch.upsert(key.clone(), random_record(&mut rng));
+                    keys.push(key);
+                }
+                _ => batch.mark_used(
+                    keys[i].clone(),
+                    UnixNanos(NOW + rng.i64(..SECOND * 86_400)),
+                    None,
+                ),
+            }
+            done += 1;
+        }
+        store.apply(&batch).expect("churn");
+        peak = peak.max(store.file_bytes().expect("size"));
+        if let CompactOutcome::Compacted { took, .. } = store.compact_if_needed().expect("compact")
+        {
+            compactions += 1;
+            compact_ms += took.as_secs_f64() * 1e3;
+        }
+    }
+    let churned = store.file_bytes().expect("size");
+    store.compact().expect("compact");
+    let live = store.file_bytes().expect("size");
+    println!(
+        "churn: {updates} updates in {:.1} s, {compactions} compactions ({compact_ms:.0} ms), peak {peak} B, {churned} B after, {live} B compacted",
+        started.elapsed().as_secs_f64()
+    );
+    figures.target(
+        "db_growth_after_churn",
+        churned as f64 / live as f64,
+        "x",
+        "<=",
+        1.5,
+    );
+    figures.add("db_growth_after_churn_peak", peak as f64 / live as f64, "x");
+    figures.add(
+        "compaction_ms_mean",
+        compact_ms / f64::from(compactions.max(1)),
+        "ms",
+    );
+    drop(store);
+
+    fs::write(root.join("store_figures.txt"), &figures.lines).expect("write figures");
+    let _ = fs::remove_dir_all(&work);
+}
+
+/// A bare redb file, one u64 insert per durable commit: the floor of a commit on this disk.
+fn redb_floor(path: &Path, samples: usize) -> f64 {
+    const TABLE: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("t");
+    let db = redb::Database::create(path).expect("create");
+    let mut took = Vec::with_capacity(samples);
+    for i in 0..samples as u64 {
+        let started = Instant::now();
+        let txn = db.begin_write().expect("begin");
+        {
+            let mut t = txn.open_table(TABLE).expect("table");
+            t.insert(i, i).expect("insert");
+        }
+        txn.commit().expect("commit");
+        took.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    p50(took)
+}
+
+/// A 4 KiB write and `fdatasync` of a file in the same directory.
+fn fsync_p50(path: &Path, samples: usize) -> f64 {
+    let file = fs::File::create(path).expect("create");
+    let page = [7u8; 4096];
+    let mut took = Vec::with_capacity(samples);
+    for i in 0..samples as u64 {
+        let started = Instant::now();
+        file.write_all_at(&page, (i % 16) * 4096).expect("write");
+        file.sync_data().expect("sync");
+        took.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    p50(took)
+}
+
+fn time_open(path: &Path, options: StoreOptions) -> f64 {
+    let started = Instant::now();
+    let store = Store::open_with_options(path, UnixNanos(NOW), options).expect("open");
+    let took = started.elapsed().as_secs_f64() * 1e3;
+    assert!(store.len().expect("len") > 0);
+    took
+}
+
+fn child(what: &str) {
+    let path = PathBuf::from(std::env::var_os("IMAGEKEEPER_STORE_BENCH_PATH").expect("path"));
+    let (kind, arg) = what.split_once(':').expect("kind:arg");
+    match kind {
+        "crash" => {
+            let quick = arg == "true";
+            let store = Store::open_with_options(
+                &path,
+                UnixNanos(NOW),
+                StoreOptions::default().with_quick_repair(quick),
+            )
+            .expect("open");
+            let first = store
+                .records_in_key_order()
+                .expect("scan")
+                .next()
+                .expect("a record")
+                .expect("record");
+            let mut batch = Batch::new();
+            batch.mark_used(first.key, UnixNanos(first.record.last_used.0 + 1), None);
+            assert!(store.apply(&batch).expect("commit"));
+            std::io::stdout().flush().expect("flush");
+            // SAFETY: raising a signal on our own process.
+            unsafe {
+                libc::raise(libc::SIGKILL);
+            }
+        }
+        "rss" => {
+            let mib: usize = arg.parse().expect("cache MiB");
+            let started = Instant::now();
+            let store = Store::open_with_options(
+                &path,
+                UnixNanos(NOW),
+                StoreOptions::default().with_cache_bytes(mib << 20),
+            )
+            .expect("open");
+            let mut n = 0u64;
+            for r in store.records_in_key_order().expect("scan") {
+                n += r.expect("record").record.size & 1;
+            }
+            for r in store.eviction_order().expect("scan") {
+                n += r.expect("record").record.size & 1;
+            }
+            std::hint::black_box(n);
+            let took = started.elapsed().as_secs_f64() * 1e3;
+            let status = fs::read_to_string("/proc/self/status").expect("status");
+            let hwm = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .expect("VmHWM");
+            println!("{hwm} {took}");
+        }
+        other => panic!("unknown child {other}"),
+    }
+}

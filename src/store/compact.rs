@@ -1,0 +1,177 @@
+//! Compaction: redb never returns a freed page to the file system, so a file that churns
+//! (detect's upserts, GC's removals) grows far above its live size and never shrinks. The
+//! store compacts it ([`Store::compact_if_needed`]) when the file is well above the pages its
+//! tables hold: at [`Store::open`], and between the agent's cycles.
+//!
+//! Invariants: compaction changes no table's content (redb moves pages and commits each move
+//! durably; a crash at any write leaves the file before or after a move, and the power-loss
+//! harness's `Step::Compact` and the tests below cut power at every disk operation of it); it
+//! runs only with the handle's lock held exclusively, so no write transaction of this store is
+//! live and no read transaction begins; a read transaction begun earlier and still held (a scan
+//! not yet dropped) makes it give way ([`CompactOutcome::ReadersActive`]), never wait.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use redb::CompactionError;
+
+use super::{Handle, Store, StoreError};
+
+/// A file is compacted once it is larger than its live pages by more than this share of them
+/// (here a half: at most 1.5x, the target of `db_growth_after_churn`)...
+const SLACK_DIVISOR: u64 = 2;
+/// ...and by at least this many bytes (a small file is never worth it).
+const MIN_SLACK_BYTES: u64 = 1 << 20;
+
+/// What one [`Store::compact_if_needed`] (or [`Store::compact`]) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CompactOutcome {
+    /// The file is within its bound: `live_bytes` + max(half of them, 1 MiB), or it has
+    /// not grown by that slack since this handle last compacted it.
+    NotNeeded { file_bytes: u64, live_bytes: u64 },
+    /// Compacted.
+    Compacted {
+        file_bytes_before: u64,
+        file_bytes_after: u64,
+        live_bytes: u64,
+        took: Duration,
+    },
+    /// A read transaction begun earlier is still held (a scan not yet dropped): nothing done;
+    /// the next call tries again.
+    ReadersActive { file_bytes: u64, live_bytes: u64 },
+    /// A read-only handle: never compacted.
+    ReadOnly,
+    /// The store is waiting for a reopen after an I/O failure: a compaction neither reopens
+    /// it (the next real use does) nor runs.
+    Unhealthy,
+}
+
+/// Whether a file of `file_bytes` holding `live_bytes` of pages is to be compacted.
+fn needs_compaction(file_bytes: u64, live_bytes: u64, last_compacted: u64) -> bool {
+    let slack = (live_bytes / SLACK_DIVISOR).max(MIN_SLACK_BYTES);
+    file_bytes > live_bytes.saturating_add(slack)
+        && file_bytes > last_compacted.saturating_add(MIN_SLACK_BYTES)
+}
+
+impl Store {
+    /// Compacts the file when it is well above its live size (see [`CompactOutcome`]). Call it
+    /// between cycles; it blocks every other call on this store while it runs.
+    pub fn compact_if_needed(&self) -> Result<CompactOutcome, StoreError> {
+        if !self.is_healthy() {
+            return Ok(CompactOutcome::Unhealthy);
+        }
+        self.guarded(|| self.compact_once(false))
+    }
+
+    /// Compacts the file whatever its size.
+    pub fn compact(&self) -> Result<CompactOutcome, StoreError> {
+        self.guarded(|| self.compact_once(true))
+    }
+
+    /// The file's size in bytes (the simulated disk's image on a power-loss disk).
+    pub fn file_bytes(&self) -> Result<u64, StoreError> {
+        #[cfg(any(test, feature = "fault-injection"))]
+        if let super::Source::Disk { disk, .. } = &self.source {
+            return Ok(disk.current_image().len() as u64);
+        }
+        std::fs::metadata(&self.path)
+            .map(|m| m.len())
+            .map_err(|source| StoreError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    fn compact_once(&self, force: bool) -> Result<CompactOutcome, StoreError> {
+        let mut handle = self.handle.write().unwrap_or_else(|p| p.into_inner());
+        let db = match &mut *handle {
+            Handle::Write(db) => db,
+            Handle::Read(_) => return Ok(CompactOutcome::ReadOnly),
+            Handle::Closed => {
+                return Err(StoreError::Closed {
+                    path: self.path.clone(),
+                });
+            }
+        };
+        let live_bytes = {
+            let txn = db.begin_write().map_err(|e| self.redb_err(e))?;
+            let stats = txn.stats().map_err(|e| self.redb_err(e))?;
+            txn.abort().map_err(|e| self.redb_err(e))?;
+            // The pages the tables' trees hold. Not `allocated_pages`: that also counts pages
+            // freed by recent commits and not yet reusable, which overstated the live size by
+            // 1.8x after a churn (measured by benches/store_figures.rs) and kept the file at
+            // 1.76x its compacted size.
+            (stats.leaf_pages() + stats.branch_pages()) * stats.page_size() as u64
+        };
+        let file_bytes_before = self.file_bytes()?;
+        let last = self.last_compacted_bytes.load(Ordering::SeqCst);
+        if !force && !needs_compaction(file_bytes_before, live_bytes, last) {
+            return Ok(CompactOutcome::NotNeeded {
+                file_bytes: file_bytes_before,
+                live_bytes,
+            });
+        }
+        let started = Instant::now();
+        loop {
+            match db.compact() {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(CompactionError::TransactionInProgress) => {
+                    return Ok(CompactOutcome::ReadersActive {
+                        file_bytes: file_bytes_before,
+                        live_bytes,
+                    });
+                }
+                Err(e) => return Err(self.redb_err(e)),
+            }
+        }
+        let took = started.elapsed();
+        let file_bytes_after = self.file_bytes()?;
+        self.last_compacted_bytes
+            .store(file_bytes_after, Ordering::SeqCst);
+        tracing::info!(
+            path = %self.path.display(),
+            before = file_bytes_before,
+            after = file_bytes_after,
+            live = live_bytes,
+            took_ms = took.as_millis() as u64,
+            "Compacted the database"
+        );
+        Ok(CompactOutcome::Compacted {
+            file_bytes_before,
+            file_bytes_after,
+            live_bytes,
+            took,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::needs_compaction;
+
+    #[test]
+    fn compaction_is_needed_only_well_above_the_live_size_and_after_new_growth() {
+        const MIB: u64 = 1 << 20;
+        // (file, live, last compacted, needed)
+        let cases = [
+            (10 * MIB, 10 * MIB, 0, false),
+            (15 * MIB, 10 * MIB, 0, false),
+            (15 * MIB + 1, 10 * MIB, 0, true),
+            // Small files: the 1 MiB floor.
+            (MIB, 64 * 1024, 0, false),
+            (2 * MIB, 64 * 1024, 0, true),
+            // Not again until it has grown by 1 MiB since the last compaction.
+            (40 * MIB, 10 * MIB, 39 * MIB + 1, false),
+            (40 * MIB, 10 * MIB, 39 * MIB - 1, true),
+        ];
+        for (file, live, last, want) in cases {
+            assert_eq!(
+                needs_compaction(file, live, last),
+                want,
+                "file {file} live {live} last {last}"
+            );
+        }
+    }
+}
