@@ -17,13 +17,13 @@
 //! one, and keeps the running configuration when the file is invalid. [`Agent::detect_state`]
 //! says when the first detect is done (the service manager's readiness, [`notify`]).
 
-pub mod config;
-pub mod events;
+mod config;
+mod events;
 mod health;
 mod http;
 mod metrics;
-pub mod notify;
-pub mod reload;
+mod notify;
+mod reload;
 mod runtime;
 
 use std::future::Future;
@@ -43,10 +43,14 @@ use crate::gc::{CycleTime, GcError, ImageGcManager};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
 
-pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
+pub use config::{AgentConfig, ConfigError, DEFAULT_ADMIN_SOCKET, FileConfig, FlagValues};
+pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
 pub use health::Health;
 pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
 pub use metrics::{AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX};
+pub use notify::{
+    NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
+};
 pub use reload::{ConfigSource, ReloadReport};
 pub use runtime::{AgentRuntime, EventStream, NoEvents};
 

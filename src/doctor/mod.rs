@@ -6,14 +6,16 @@
 //! `conflict` or `not_checked` (never a silent skip); a check that needs what it does not have
 //! (a capacity, the runtime) says so rather than guess; nothing here does I/O.
 
-pub mod kubelet_config;
+mod kubelet_config;
 
 use serde::Serialize;
 
 use crate::agent::AgentConfig;
 use crate::model::{ImageFsStats, RuntimeImage};
 
-pub use kubelet_config::{CredentialVerification, KubeletConfig, KubeletConfigError, Threshold};
+pub use kubelet_config::{
+    CredentialVerification, DEFAULT_KUBELET_CONFIG, KubeletConfig, KubeletConfigError, Threshold,
+};
 use kubelet_config::{SIGNAL_IMAGEFS_AVAILABLE, SIGNAL_NODEFS_AVAILABLE};
 
 /// How a check came out.

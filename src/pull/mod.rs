@@ -13,13 +13,13 @@
 //! message. This module imports neither redb nor tonic: the store and the runtime are reached
 //! through [`BackoffStore`] and [`PullRuntime`].
 
-pub mod backoff;
-pub mod credentials;
-pub mod inflight;
-pub mod metrics;
-pub mod puller;
-pub mod reference;
-pub mod throttle;
+pub(crate) mod backoff;
+pub(crate) mod credentials;
+pub(crate) mod inflight;
+pub(crate) mod metrics;
+pub(crate) mod puller;
+pub(crate) mod reference;
+pub(crate) mod throttle;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,12 +34,16 @@ use crate::model::{
 
 pub use crate::gc::format::go_duration;
 pub use backoff::{BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, StoreFailure};
-pub use credentials::{CredentialSources, DockerConfig};
+pub use credentials::{
+    CredentialSources, CredentialsError, DockerConfig, DockerConfigEntry, NodeCredentials,
+    PluginProviders, ProviderConfigError, parse_pull_secret,
+};
 pub use inflight::{InFlightGuard, PullsInFlight};
 pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
 pub use reference::{
-    ImageReference, ReferenceError, apply_default_image_tag, go_quote, image_matches,
+    ImageReference, ReferenceError, apply_default_image_tag, credentials_in, go_quote,
+    image_matches,
 };
 
 use puller::{PullRequest, Puller};

@@ -8,7 +8,7 @@
 use std::io::{self, Write};
 
 use imagekeeper::format::{format_ago, format_rfc3339, format_size, go_duration};
-use imagekeeper::gc::explain::{Decision, Explanation, ImageExplanation, SpacePass};
+use imagekeeper::gc::{Decision, Explanation, ImageExplanation, SpacePass};
 use imagekeeper::inspect::{CheckReport, MetaInfo, NamesByKey, RepullRate, Stats, escape_control};
 use imagekeeper::model::{BackoffEntry, ImageId, ImageNames, JournalEntry, UnixNanos};
 use imagekeeper::store::{JournalKey, StoredRecord};

@@ -5,8 +5,7 @@
 
 use std::path::Path;
 
-use imagekeeper::gc::explain::Decision;
-use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager};
+use imagekeeper::gc::{Decision, GcConfig, GcPolicy, ImageGcManager};
 use imagekeeper::kubelet::record_file_name;
 use imagekeeper::model::{ImageId, RuntimeImage};
 use imagekeeper::replay::ScriptedRuntime;
