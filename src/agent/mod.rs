@@ -63,8 +63,8 @@ pub enum AgentError {
     Runtime(#[from] CriError),
     #[error(transparent)]
     Gc(#[from] GcError),
-    #[error("pull settings: {0}")]
-    PullConfig(#[from] crate::pull::ConfigError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error("credential providers: {0}")]
     CredentialProviders(#[from] crate::pull::credentials::ProviderConfigError),
     #[error(transparent)]
@@ -153,7 +153,8 @@ impl<R: AgentRuntime> Agent<R> {
             Arc::new(client.clone()),
             store.clone(),
             clock.clone(),
-        )?
+        )
+        .map_err(ConfigError::from)?
         .with_pulls_in_flight(in_flight)
         .with_credential_sources(Arc::new(config.credential_sources()?))
         .with_repull_metrics(gc.metrics().repulls().clone());
