@@ -293,6 +293,7 @@ pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
 
 /// Admin socket failures.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdminError {
     #[error(
         "admin socket {path}: something answers there (another imagekeeper agent, or another \

@@ -168,6 +168,7 @@ pub struct CredentialProviders {
 
 /// Everything the agent runs with.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AgentConfig {
     pub db: PathBuf,
     pub cri: CriConfig,

@@ -56,6 +56,7 @@ pub use runtime::{AgentRuntime, EventStream, NoEvents};
 
 /// Why the agent could not start or stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AgentError {
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -106,6 +107,7 @@ pub struct Agent<R: AgentRuntime = CriClient> {
 /// Where the agent's first detect stands: the service manager is told the agent is ready
 /// once it is `Done` (the database is open and the runtime's images are recorded).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DetectState {
     /// No detect has ended yet.
     NotYet,

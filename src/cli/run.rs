@@ -148,7 +148,8 @@ async fn serve_service_manager(
                         &notify_status(&format!("First detect failed, retrying: {e}")),
                     );
                 }
-                DetectState::NotYet => {}
+                // NotYet, and any state added later: nothing to tell yet.
+                _ => {}
             }
         }
         tokio::select! {

@@ -21,6 +21,7 @@ use kubelet_config::{SIGNAL_IMAGEFS_AVAILABLE, SIGNAL_NODEFS_AVAILABLE};
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Status {
     Ok,
     Conflict,
@@ -39,6 +40,7 @@ impl Status {
 
 /// One check's result.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Finding {
     /// A stable name for the check (`eviction-hard-imagefs`, `image-gc-thresholds`, ...).
     pub check: String,
@@ -103,6 +105,7 @@ pub struct DoctorInput<'a> {
 
 /// The doctor's answer: `imagekeeper doctor -o json` prints it as it is.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Report {
     /// The kubelet config file read.
     pub kubelet_config: String,

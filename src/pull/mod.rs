@@ -258,6 +258,7 @@ pub struct PodRef {
 
 /// Kubernetes event types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EventType {
     Normal,
     Warning,

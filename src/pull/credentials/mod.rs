@@ -64,6 +64,7 @@ pub struct DockerConfig(pub BTreeMap<String, DockerConfigEntry>);
 
 /// Why credentials could not be read. Never carries a credential: values are not quoted.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CredentialsError {
     #[error("{path}: {source}")]
     Io {

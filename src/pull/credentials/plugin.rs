@@ -43,6 +43,7 @@ const GLOBAL_CACHE_KEY: &str = "global";
 
 /// An invalid `--image-credential-provider-config` or bin dir.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProviderConfigError {
     #[error("{path}: {source}")]
     Io {
