@@ -1,6 +1,6 @@
 //! The agent: opens the store, connects to the runtime and runs the kubelet's loops — detect
 //! every 5 minutes, the image cache every 30 seconds, GC every 5 minutes — plus the container
-//! events watcher ([`events`]), the admin socket and the metrics endpoint. It owns wiring and scheduling only; what a cycle does lives
+//! events watcher ([`watch_container_events`]), the admin socket and the metrics endpoint. It owns wiring and scheduling only; what a cycle does lives
 //! in `gc` and `pull`, which take `now` from the agent's [`Clock`].
 //!
 //! Invariants: a failed cycle is logged and the loop keeps its period, as the kubelet's
@@ -13,9 +13,9 @@
 //! one's socket; an I/O failure of the store (a full disk) makes the agent not ready
 //! ([`Agent::ready`], `/readyz`, metric `imagekeeper_store_healthy`) but stops no loop: the
 //! store reopens itself at its next use, so the agent recovers without a restart once space is
-//! back. A reload ([`reload`], on SIGHUP) swaps the GC settings between cycles, never within
+//! back. A reload ([`Agent::reload`], on SIGHUP) swaps the GC settings between cycles, never within
 //! one, and keeps the running configuration when the file is invalid. [`Agent::detect_state`]
-//! says when the first detect is done (the service manager's readiness, [`notify`]).
+//! says when the first detect is done (the service manager's readiness, [`Notifier`]).
 
 mod config;
 mod events;
