@@ -335,7 +335,7 @@ pub enum AdminError {
     },
     #[error(
         "the agent did not answer {method} within {}: it goes on with the work (see its log and the image_gc_progress_* metrics); give --timeout to wait longer",
-        crate::gc::format::go_duration(*after)
+        crate::format::go_duration(*after)
     )]
     Timeout {
         method: &'static str,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
-use crate::gc::format::parse_go_duration;
+use crate::format::parse_go_duration;
 use crate::gc::{GcConfig, GcPolicy, PinPatterns};
 use crate::kubelet::DEFAULT_KUBELET_ROOT_DIR;
 use crate::model::JournalRetention;

@@ -15,8 +15,9 @@ mod error;
 #[doc(hidden)]
 pub mod evict;
 pub(crate) mod explain;
-// The formatting rules moved to the crate root; this keeps `gc::format::*` paths working.
-pub use crate::format;
+// The formatting rules moved to the crate root; this keeps src/store's `crate::gc::format::*`
+// paths working until the store uses `crate::format` (not public: the path is `imagekeeper::format`).
+pub(crate) use crate::format;
 pub(crate) mod kubelet;
 pub(crate) mod manager;
 pub(crate) mod metrics;

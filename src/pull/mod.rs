@@ -32,7 +32,7 @@ use crate::model::{
     PullSpec, RecordKey, UnixNanos,
 };
 
-pub use crate::gc::format::go_duration;
+use crate::format::go_duration;
 pub use backoff::{BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, StoreFailure};
 pub use credentials::{
     CredentialSources, CredentialsError, DockerConfig, DockerConfigEntry, NodeCredentials,
