@@ -2,7 +2,7 @@
 //! parses to the same reference.
 #![no_main]
 
-use imagekeeper::pull::reference::{ImageReference, apply_default_image_tag};
+use imagekeeper::pull::{ImageReference, apply_default_image_tag};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -293,6 +293,7 @@ pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
 
 /// Admin socket failures.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdminError {
     #[error(
         "admin socket {path}: something answers there (another imagekeeper agent, or another \
@@ -334,7 +335,7 @@ pub enum AdminError {
     },
     #[error(
         "the agent did not answer {method} within {}: it goes on with the work (see its log and the image_gc_progress_* metrics); give --timeout to wait longer",
-        crate::gc::format::go_duration(*after)
+        crate::format::go_duration(*after)
     )]
     Timeout {
         method: &'static str,

@@ -9,11 +9,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
-use crate::gc::format::parse_go_duration;
+use crate::format::parse_go_duration;
 use crate::gc::{GcConfig, GcPolicy, PinPatterns};
 use crate::kubelet::DEFAULT_KUBELET_ROOT_DIR;
 use crate::model::JournalRetention;
-use crate::pull::PullConfig;
+use crate::pull::{PullConfig, PullConfigError};
 
 /// The default record database.
 pub const DEFAULT_DB: &str = "/var/lib/imagekeeper/records.redb";
@@ -22,12 +22,31 @@ pub const DEFAULT_ADMIN_SOCKET: &str = "/run/imagekeeper/admin.sock";
 
 /// A bad setting: `origin` is the flag (`--registry-qps`) or the file field
 /// (`registryPullQPS in /etc/imagekeeper.toml`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
     #[error("config file {path}: {message}")]
     File { path: PathBuf, message: String },
+    /// The pull settings break kubelet's validation; `origin` is the flag or field set last
+    /// (`pull settings` when none was set).
+    #[error("{origin}: {source}")]
+    Pull {
+        origin: String,
+        #[source]
+        source: PullConfigError,
+    },
+}
+
+impl From<PullConfigError> for ConfigError {
+    /// Pull settings that did not come through [`AgentConfig::resolve`]'s flags or file.
+    fn from(source: PullConfigError) -> ConfigError {
+        ConfigError::Pull {
+            origin: "pull settings".to_owned(),
+            source,
+        }
+    }
 }
 
 impl ConfigError {
@@ -149,6 +168,7 @@ pub struct CredentialProviders {
 
 /// Everything the agent runs with.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AgentConfig {
     pub db: PathBuf,
     pub cri: CriConfig,
@@ -408,8 +428,10 @@ fn resolve_pull(
             invalid(from, format!("registryBurst {v} {problem}"))
         })?;
     }
-    pull.validate()
-        .map_err(|e| invalid(pull_origin, e.to_string()))?;
+    pull.validate().map_err(|source| ConfigError::Pull {
+        origin: pull_origin,
+        source,
+    })?;
     Ok(pull)
 }
 
@@ -1040,6 +1062,37 @@ mod tests {
             let err = resolve(&file, &flags).expect_err(want).to_string();
             assert!(err.starts_with(want), "got {err:?}, want prefix {want:?}");
         }
+    }
+
+    #[test]
+    fn a_broken_pull_rule_is_a_typed_pull_error_under_the_setting_that_broke_it() {
+        use crate::pull::InvalidPullSetting;
+        let file = FileConfig {
+            max_parallel_image_pulls: Some(0),
+            ..FileConfig::default()
+        };
+        let flags = FlagValues {
+            serialize_image_pulls: Some(false),
+            ..FlagValues::default()
+        };
+        let err = resolve(&file, &flags).expect_err("maxParallelImagePulls 0");
+        let ConfigError::Pull { origin, source } = &err else {
+            panic!("not a pull settings error: {err:?}");
+        };
+        assert_eq!(origin, "maxParallelImagePulls in /etc/ik.toml");
+        assert_eq!(
+            source.0,
+            vec![InvalidPullSetting::MaxParallelImagePullsNotPositive(0)]
+        );
+        let cause = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(
+            cause.as_deref(),
+            Some("invalid configuration: maxParallelImagePulls 0 must be a positive number")
+        );
+        assert_eq!(
+            err.to_string(),
+            "maxParallelImagePulls in /etc/ik.toml: invalid configuration: maxParallelImagePulls 0 must be a positive number"
+        );
     }
 
     #[test]

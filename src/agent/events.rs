@@ -27,6 +27,7 @@ pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(30);
 
 /// What the watcher did, for logs and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EventsNote {
     /// A stream is open.
     Connected,

@@ -99,8 +99,15 @@ mod tests {
         assert!(err.contains("no image detect"), "{err}");
         assert!(err.contains("has not reopened"), "{err}");
         health.detect_succeeded();
-        assert!(health.readiness(true).is_ok());
-        assert!(health.readiness(false).is_err());
+        let ready = "ok: runtime reachable, images detected, record store healthy\n";
+        assert_eq!(health.readiness(true), Ok(ready.to_owned()));
+        assert_eq!(
+            health.readiness(false),
+            Err(
+                "not ready: the record store failed an I/O operation (a full disk?) and has not reopened yet\n"
+                    .to_owned()
+            )
+        );
         health.runtime_unreachable("Unavailable".to_owned());
         let err = health.readiness(true).expect_err("runtime went away");
         assert_eq!(
@@ -108,16 +115,26 @@ mod tests {
             "not ready: the container runtime cannot be reached: Unavailable\n"
         );
         health.runtime_reached();
-        assert!(health.readiness(true).is_ok());
+        assert_eq!(health.readiness(true), Ok(ready.to_owned()));
     }
 
     #[test]
     fn alive_while_the_database_file_exists() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("records.redb");
-        assert!(Health::liveness(&db, true).is_err());
+        let gone = Health::liveness(&db, true).expect_err("no database file");
+        assert!(
+            gone.starts_with(&format!(
+                "not alive: the database {} is gone: ",
+                db.display()
+            )),
+            "{gone}"
+        );
         std::fs::write(&db, b"x").expect("write");
-        assert!(Health::liveness(&db, true).is_ok());
+        assert_eq!(
+            Health::liveness(&db, true),
+            Ok(format!("ok: alive, database {} open\n", db.display()))
+        );
         let body = Health::liveness(&db, false).expect("unhealthy store is still alive");
         assert!(body.contains("reopening"), "{body}");
     }

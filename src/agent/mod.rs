@@ -1,6 +1,6 @@
 //! The agent: opens the store, connects to the runtime and runs the kubelet's loops — detect
 //! every 5 minutes, the image cache every 30 seconds, GC every 5 minutes — plus the container
-//! events watcher ([`events`]), the admin socket and the metrics endpoint. It owns wiring and scheduling only; what a cycle does lives
+//! events watcher ([`watch_container_events`]), the admin socket and the metrics endpoint. It owns wiring and scheduling only; what a cycle does lives
 //! in `gc` and `pull`, which take `now` from the agent's [`Clock`].
 //!
 //! Invariants: a failed cycle is logged and the loop keeps its period, as the kubelet's
@@ -13,17 +13,17 @@
 //! one's socket; an I/O failure of the store (a full disk) makes the agent not ready
 //! ([`Agent::ready`], `/readyz`, metric `imagekeeper_store_healthy`) but stops no loop: the
 //! store reopens itself at its next use, so the agent recovers without a restart once space is
-//! back. A reload ([`reload`], on SIGHUP) swaps the GC settings between cycles, never within
+//! back. A reload ([`Agent::reload`], on SIGHUP) swaps the GC settings between cycles, never within
 //! one, and keeps the running configuration when the file is invalid. [`Agent::detect_state`]
-//! says when the first detect is done (the service manager's readiness, [`notify`]).
+//! says when the first detect is done (the service manager's readiness, [`Notifier`]).
 
-pub mod config;
-pub mod events;
+mod config;
+mod events;
 mod health;
 mod http;
 mod metrics;
-pub mod notify;
-pub mod reload;
+mod notify;
+mod reload;
 mod runtime;
 
 use std::future::Future;
@@ -43,15 +43,20 @@ use crate::gc::{CycleTime, GcError, ImageGcManager};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
 
-pub use config::{AgentConfig, ConfigError, FileConfig, FlagValues};
+pub use config::{AgentConfig, ConfigError, DEFAULT_ADMIN_SOCKET, FileConfig, FlagValues};
+pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
 pub use health::Health;
 pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
 pub use metrics::{AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX};
+pub use notify::{
+    NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
+};
 pub use reload::{ConfigSource, ReloadReport};
 pub use runtime::{AgentRuntime, EventStream, NoEvents};
 
 /// Why the agent could not start or stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AgentError {
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -59,8 +64,8 @@ pub enum AgentError {
     Runtime(#[from] CriError),
     #[error(transparent)]
     Gc(#[from] GcError),
-    #[error("pull settings: {0}")]
-    PullConfig(#[from] crate::pull::ConfigError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error("credential providers: {0}")]
     CredentialProviders(#[from] crate::pull::credentials::ProviderConfigError),
     #[error(transparent)]
@@ -102,6 +107,7 @@ pub struct Agent<R: AgentRuntime = CriClient> {
 /// Where the agent's first detect stands: the service manager is told the agent is ready
 /// once it is `Done` (the database is open and the runtime's images are recorded).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DetectState {
     /// No detect has ended yet.
     NotYet,
@@ -149,7 +155,8 @@ impl<R: AgentRuntime> Agent<R> {
             Arc::new(client.clone()),
             store.clone(),
             clock.clone(),
-        )?
+        )
+        .map_err(ConfigError::from)?
         .with_pulls_in_flight(in_flight)
         .with_credential_sources(Arc::new(config.credential_sources()?))
         .with_repull_metrics(gc.metrics().repulls().clone());

@@ -48,6 +48,7 @@ impl ConfigSource {
 /// What a successful reload did: the settings it changed and those that differ but wait for a
 /// restart, by their KubeletConfiguration field names.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReloadReport {
     pub changed: Vec<&'static str>,
     pub needs_restart: Vec<&'static str>,

@@ -10,8 +10,9 @@ use anyhow::Context;
 use clap::Args;
 use imagekeeper::agent::FlagValues;
 use imagekeeper::cri::{CriClient, CriConfig, ImageRuntime};
-use imagekeeper::doctor::kubelet_config::DEFAULT_KUBELET_CONFIG;
-use imagekeeper::doctor::{self, DoctorInput, KubeletConfig, Report, RuntimeView};
+use imagekeeper::doctor::{
+    self, DEFAULT_KUBELET_CONFIG, DoctorInput, KubeletConfig, Report, RuntimeView,
+};
 use imagekeeper::inspect::escape_control;
 
 use super::Failure;

@@ -62,7 +62,7 @@ enum Command {
 /// `--timeout`: how long a command waits for a running agent's answer (Go duration syntax,
 /// greater than 0).
 fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
-    let d = imagekeeper::gc::format::parse_go_duration(s).map_err(|e| e.to_string())?;
+    let d = imagekeeper::format::parse_go_duration(s).map_err(|e| e.to_string())?;
     if d.is_zero() {
         return Err("must be greater than 0".into());
     }

@@ -17,11 +17,10 @@ use clap::{Args, ValueEnum};
 use imagekeeper::admin::{AdminClient, AdminError, EnsureRequest};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::{CriClient, CriConfig, CriError, DEFAULT_RUNTIME_ENDPOINT};
-use imagekeeper::pull::credentials::{
-    CredentialSources, DockerConfig, NodeCredentials, PluginProviders, parse_pull_secret,
+use imagekeeper::pull::{
+    CredentialSources, DockerConfig, ImageManager, NodeCredentials, PluginProviders, PodRef,
+    PullAuth, PullConfig, PullPolicy, credentials_in, parse_pull_secret,
 };
-use imagekeeper::pull::reference::credentials_in;
-use imagekeeper::pull::{ImageManager, PodRef, PullAuth, PullConfig, PullPolicy};
 
 use super::{Failure, db};
 
@@ -51,7 +50,7 @@ pub struct PullArgs {
     #[arg(long, default_value = "")]
     runtime_handler: String,
     /// A running agent's admin socket: when an agent answers there, it does the pull.
-    #[arg(long, default_value = imagekeeper::agent::config::DEFAULT_ADMIN_SOCKET)]
+    #[arg(long, default_value = imagekeeper::agent::DEFAULT_ADMIN_SOCKET)]
     admin_socket: PathBuf,
     /// A pull secret: a Secret manifest (YAML or JSON) of type kubernetes.io/dockerconfigjson
     /// or kubernetes.io/dockercfg, or a docker config.json; repeatable. Its credentials are

@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use imagekeeper::admin;
-use imagekeeper::agent::notify::{self, Notifier};
 use imagekeeper::agent::{Agent, DetectState, FlagValues, Listeners};
+use imagekeeper::agent::{Notifier, notify_reloading_message, notify_status};
 use imagekeeper::clock::SystemClock;
 use tracing::{info, warn};
 
@@ -139,16 +139,17 @@ async fn serve_service_manager(
                     ready = true;
                     say(
                         &notifier,
-                        &format!("READY=1\n{}", notify::status("Running: first detect done")),
+                        &format!("READY=1\n{}", notify_status("Running: first detect done")),
                     );
                 }
                 DetectState::Failing(e) => {
                     say(
                         &notifier,
-                        &notify::status(&format!("First detect failed, retrying: {e}")),
+                        &notify_status(&format!("First detect failed, retrying: {e}")),
                     );
                 }
-                DetectState::NotYet => {}
+                // NotYet, and any state added later: nothing to tell yet.
+                _ => {}
             }
         }
         tokio::select! {
@@ -163,7 +164,7 @@ async fn serve_service_manager(
                 }
                 info!("SIGHUP received: reloading the configuration");
                 if ready {
-                    say(&notifier, &notify::reloading_message());
+                    say(&notifier, &notify_reloading_message());
                 }
                 let status = match agent.reload().await {
                     Ok(_) => "Running: configuration reloaded".to_owned(),
@@ -172,7 +173,7 @@ async fn serve_service_manager(
                         e.one_line()
                     ),
                 };
-                let status = notify::status(&status);
+                let status = notify_status(&status);
                 if ready {
                     say(&notifier, &format!("READY=1\n{status}"));
                 } else {

@@ -6,7 +6,7 @@
 //! Invariants: it answers like containerd 1.6 where imagekeeper depends on it (an unknown image
 //! in ImageStatus is OK with no image; RemoveImage of an unknown image is OK; removing by one
 //! tag removes the whole image; a pull of an unknown reference is NotFound). Its answers are
-//! built with the `convert` module's `*_to_proto` functions, so a test through [`CriClient`]
+//! built with the `convert` module's `*_to_proto` functions, so a test through [`crate::cri::CriClient`]
 //! round-trips every conversion. It runs pods and containers not at all: those calls answer
 //! Unimplemented; ContainerStatus answers for the containers the test set (with the image
 //! volumes it set), and GetContainerEvents streams what the test pushes until the test ends

@@ -43,6 +43,7 @@ pub const IMAGE_MAXIMUM_GC_AGE_GATE: &str = "ImageMaximumGCAge";
 /// A kubelet config file that cannot be used: unreadable, not YAML, not a
 /// KubeletConfiguration, or holding a value the kubelet would refuse.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KubeletConfigError {
     #[error("cannot read the kubelet config {path}: {source}")]
     Read {
@@ -65,6 +66,7 @@ pub enum KubeletConfigError {
 /// An eviction threshold's value: the kubelet's `parseThresholdStatement`
 /// (pkg/kubelet/eviction/helpers.go) takes a percentage of the filesystem or a quantity.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Threshold {
     /// Evict when less than this percent of the filesystem is available.
     Percent(f64),
@@ -75,6 +77,7 @@ pub enum Threshold {
 /// The imagePullCredentialsVerificationPolicy values (staging/src/k8s.io/kubelet/config/
 /// v1beta1/types.go), or the gate being off, in which case the kubelet verifies nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CredentialVerification {
     GateOff,
     NeverVerify,

@@ -6,19 +6,22 @@
 //! `conflict` or `not_checked` (never a silent skip); a check that needs what it does not have
 //! (a capacity, the runtime) says so rather than guess; nothing here does I/O.
 
-pub mod kubelet_config;
+mod kubelet_config;
 
 use serde::Serialize;
 
 use crate::agent::AgentConfig;
 use crate::model::{ImageFsStats, RuntimeImage};
 
-pub use kubelet_config::{CredentialVerification, KubeletConfig, KubeletConfigError, Threshold};
+pub use kubelet_config::{
+    CredentialVerification, DEFAULT_KUBELET_CONFIG, KubeletConfig, KubeletConfigError, Threshold,
+};
 use kubelet_config::{SIGNAL_IMAGEFS_AVAILABLE, SIGNAL_NODEFS_AVAILABLE};
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Status {
     Ok,
     Conflict,
@@ -37,6 +40,7 @@ impl Status {
 
 /// One check's result.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Finding {
     /// A stable name for the check (`eviction-hard-imagefs`, `image-gc-thresholds`, ...).
     pub check: String,
@@ -101,6 +105,7 @@ pub struct DoctorInput<'a> {
 
 /// The doctor's answer: `imagekeeper doctor -o json` prints it as it is.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Report {
     /// The kubelet config file read.
     pub kubelet_config: String,

@@ -10,6 +10,7 @@ use super::format::{format_size, go_duration};
 
 /// What can go wrong in detect, GarbageCollect or DeleteUnusedImages.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum GcError {
     #[error("{message}")]
     InvalidPolicy { message: String },

@@ -11,6 +11,7 @@ use crate::model::{ImageRecord, RecordKey, UnixNanos};
 /// Why the space walk keeps or may remove an image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Verdict {
     /// A container uses it (at the last detect).
     InUse,

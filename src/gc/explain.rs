@@ -34,6 +34,7 @@ pub struct FsSpace {
 /// What GarbageCollect would do to one image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Decision {
     /// Removed by the MaxAge pass.
     RemoveForAge,
@@ -64,6 +65,25 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// The decision's name in `inspect explain`'s JSON and list output (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::RemoveForAge => "remove_for_age",
+            Decision::RemoveForSpace => "remove_for_space",
+            Decision::KeepGcDisabled => "keep_gc_disabled",
+            Decision::KeepInUse => "keep_in_use",
+            Decision::KeepPullInProgress => "keep_pull_in_progress",
+            Decision::KeepKubeletPulling => "keep_kubelet_pulling",
+            Decision::KeepKubeletJustPulled => "keep_kubelet_just_pulled",
+            Decision::KeepPinned => "keep_pinned",
+            Decision::KeepUsedTooRecently => "keep_used_too_recently",
+            Decision::KeepYoungerThanMinAge => "keep_younger_than_min_age",
+            Decision::KeepBeyondAmountToFree => "keep_beyond_amount_to_free",
+            Decision::KeepBelowHighThreshold => "keep_below_high_threshold",
+            Decision::KeepSpaceNotEvaluated => "keep_space_not_evaluated",
+        }
+    }
+
     /// Whether the image would be removed.
     pub fn removes(self) -> bool {
         matches!(self, Decision::RemoveForAge | Decision::RemoveForSpace)
@@ -72,6 +92,7 @@ impl Decision {
 
 /// The explanation of one image.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ImageExplanation {
     /// 1-based position in eviction order.
     pub rank: usize,
@@ -154,6 +175,7 @@ impl PriorEviction {
 /// What the space pass would do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "state")]
+#[non_exhaustive]
 pub enum SpacePass {
     /// Capacity and available were not given.
     NotEvaluated,
@@ -179,6 +201,7 @@ pub enum SpacePass {
 
 /// Everything explain works out.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Explanation {
     pub now: UnixNanos,
     pub policy: GcPolicy,
@@ -493,6 +516,32 @@ mod tests {
     use super::*;
 
     const MIN: i64 = 60;
+
+    #[test]
+    fn decision_as_str_is_its_json_name() {
+        let all = [
+            Decision::RemoveForAge,
+            Decision::RemoveForSpace,
+            Decision::KeepGcDisabled,
+            Decision::KeepInUse,
+            Decision::KeepPullInProgress,
+            Decision::KeepKubeletPulling,
+            Decision::KeepKubeletJustPulled,
+            Decision::KeepPinned,
+            Decision::KeepUsedTooRecently,
+            Decision::KeepYoungerThanMinAge,
+            Decision::KeepBeyondAmountToFree,
+            Decision::KeepBelowHighThreshold,
+            Decision::KeepSpaceNotEvaluated,
+        ];
+        for d in all {
+            assert_eq!(
+                serde_json::to_value(d).expect("serializes"),
+                serde_json::Value::from(d.as_str()),
+                "{d:?}"
+            );
+        }
+    }
 
     fn rec(id: &str, first: i64, last: i64, size: u64, pinned: bool) -> StoredRecord {
         StoredRecord {

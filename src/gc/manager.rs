@@ -128,6 +128,7 @@ impl Drop for ProgressGuard<'_> {
 }
 
 /// Everything the GC manager is configured with.
+// Not #[non_exhaustive]: tests/ and benches/ build it by struct update (`..GcConfig::default()`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcConfig {
     pub policy: GcPolicy,
@@ -146,6 +147,7 @@ pub struct GcConfig {
 
 /// One image removed by GC.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Removal {
     pub key: RecordKey,
     pub size: u64,
@@ -158,6 +160,7 @@ pub struct Removal {
 
 /// What one detect cycle did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct DetectReport {
     pub records: usize,
     pub added: usize,
@@ -176,6 +179,7 @@ pub struct DetectReport {
 /// What one GarbageCollect or DeleteUnusedImages did. `error` is set when the cycle failed;
 /// the removals before the failure stand.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct GcReport {
     /// The cycle's detect, when it ran.
     pub detect: Option<DetectReport>,
@@ -186,6 +190,7 @@ pub struct GcReport {
 
 /// A dry run: what a cycle would remove, and the full explanation.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct GcPlan {
     pub explanation: Explanation,
     pub removals: Vec<Removal>,

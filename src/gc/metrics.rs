@@ -16,6 +16,7 @@ pub use crate::model::RemovalReason;
 /// Why the last look before a removal kept a victim the walk had chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RescueReason {
     /// A container (of any state) uses it now.
     Container,

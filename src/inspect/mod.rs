@@ -25,6 +25,7 @@ pub use snapshot::COPY_ATTEMPTS;
 
 /// What can go wrong inspecting a database.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InspectError {
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -213,6 +214,7 @@ pub struct MetaInfo {
 
 /// How `list` orders records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SortKey {
     /// Eviction order: the order GC walks (never used first, then least recently used).
     Eviction,

@@ -3,7 +3,7 @@
 //! renames or removes a file of the kubelet's; everything malformed is skipped with a warning,
 //! never fatal.
 
-pub mod pull_records;
+mod pull_records;
 mod sha256;
 
 pub use pull_records::{

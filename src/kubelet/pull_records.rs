@@ -53,6 +53,7 @@ const TMP_SUFFIX: &str = ".tmp";
 
 /// The two kinds of record, and the directory each lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecordKind {
     Intent,
     Pulled,
@@ -77,6 +78,7 @@ impl RecordKind {
 /// Why one record file is skipped. The cause is in the message (and not also a `source`, so
 /// that it is said once).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecordError {
     #[error("cannot read it: {0}")]
     Io(std::io::Error),

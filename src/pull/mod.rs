@@ -13,13 +13,13 @@
 //! message. This module imports neither redb nor tonic: the store and the runtime are reached
 //! through [`BackoffStore`] and [`PullRuntime`].
 
-pub mod backoff;
-pub mod credentials;
-pub mod inflight;
-pub mod metrics;
-pub mod puller;
-pub mod reference;
-pub mod throttle;
+pub(crate) mod backoff;
+pub(crate) mod credentials;
+pub(crate) mod inflight;
+pub(crate) mod metrics;
+pub(crate) mod puller;
+pub(crate) mod reference;
+pub(crate) mod throttle;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -32,14 +32,18 @@ use crate::model::{
     PullSpec, RecordKey, UnixNanos,
 };
 
-pub use crate::gc::format::go_duration;
+use crate::format::go_duration;
 pub use backoff::{BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, StoreFailure};
-pub use credentials::{CredentialSources, DockerConfig};
+pub use credentials::{
+    CredentialSources, CredentialsError, DockerConfig, DockerConfigEntry, NodeCredentials,
+    PluginProviders, ProviderConfigError, parse_pull_secret,
+};
 pub use inflight::{InFlightGuard, PullsInFlight};
 pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
 pub use reference::{
-    ImageReference, ReferenceError, apply_default_image_tag, go_quote, image_matches,
+    ImageReference, ReferenceError, apply_default_image_tag, credentials_in, go_quote,
+    image_matches,
 };
 
 use puller::{PullRequest, Puller};
@@ -254,6 +258,7 @@ pub struct PodRef {
 
 /// Kubernetes event types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EventType {
     Normal,
     Warning,
@@ -314,44 +319,66 @@ impl Default for PullConfig {
     }
 }
 
-/// Invalid pull settings, with kubelet's validation messages.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError(pub Vec<String>);
+/// One pull setting that breaks a rule of kubelet's `ValidateKubeletConfiguration`
+/// (`pkg/kubelet/apis/config/validation/validation.go`), with its message verbatim.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidPullSetting {
+    /// `registryPullQPS` is negative (or NaN).
+    #[error(
+        "invalid configuration: registryPullQPS (--registry-qps) {0} must not be a negative number"
+    )]
+    NegativeRegistryPullQps(f64),
+    /// `maxParallelImagePulls` is zero or negative.
+    #[error("invalid configuration: maxParallelImagePulls {0} must be a positive number")]
+    MaxParallelImagePullsNotPositive(i32),
+    /// `maxParallelImagePulls` above 1 while `serializeImagePulls` is true.
+    #[error(
+        "invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false"
+    )]
+    ParallelPullsWhileSerialized(i32),
+}
 
-impl fmt::Display for ConfigError {
+/// Invalid pull settings: every rule [`PullConfig::validate`] found broken, in kubelet's
+/// order. The agent's [`crate::agent::ConfigError`] wraps it (`ConfigError::Pull`), naming
+/// the flag or file field it came from.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub struct PullConfigError(pub Vec<InvalidPullSetting>);
+
+impl fmt::Display for PullConfigError {
     /// As Go's `utilerrors.NewAggregate`: one message alone, several as `[a, b]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0.as_slice() {
-            [one] => f.write_str(one),
-            many => write!(f, "[{}]", many.join(", ")),
+            [one] => write!(f, "{one}"),
+            many => {
+                let messages: Vec<String> = many.iter().map(ToString::to_string).collect();
+                write!(f, "[{}]", messages.join(", "))
+            }
         }
     }
 }
 
 impl PullConfig {
     /// Kubelet's `ValidateKubeletConfiguration` rules for these fields.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), PullConfigError> {
         let mut errs = Vec::new();
         if self.registry_pull_qps < 0.0 || self.registry_pull_qps.is_nan() {
-            errs.push(format!(
-                "invalid configuration: registryPullQPS (--registry-qps) {} must not be a negative number",
-                self.registry_pull_qps
+            errs.push(InvalidPullSetting::NegativeRegistryPullQps(
+                self.registry_pull_qps,
             ));
         }
         if let Some(n) = self.max_parallel_image_pulls {
             if n < 1 {
-                errs.push(format!(
-                    "invalid configuration: maxParallelImagePulls {n} must be a positive number"
-                ));
+                errs.push(InvalidPullSetting::MaxParallelImagePullsNotPositive(n));
             }
             if self.serialize_image_pulls && n > 1 {
-                errs.push("invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false".to_owned());
+                errs.push(InvalidPullSetting::ParallelPullsWhileSerialized(n));
             }
         }
         if errs.is_empty() {
             Ok(())
         } else {
-            Err(ConfigError(errs))
+            Err(PullConfigError(errs))
         }
     }
 }
@@ -394,7 +421,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         runtime: Arc<R>,
         store: Arc<S>,
         clock: Arc<dyn Clock>,
-    ) -> Result<ImageManager<R, S>, ConfigError> {
+    ) -> Result<ImageManager<R, S>, PullConfigError> {
         config.validate()?;
         let throttle = (config.registry_pull_qps != 0.0)
             .then_some((config.registry_pull_qps, config.registry_burst));

@@ -30,6 +30,7 @@ const PLACEHOLDER_DOMAIN: &str = "placeholder.invalid";
 
 /// Why a string is not an image reference; `Display` is distribution/reference's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReferenceError {
     #[error("invalid repository name ({0}), cannot specify 64-byte hexadecimal strings")]
     Identifier(String),

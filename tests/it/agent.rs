@@ -1523,7 +1523,7 @@ impl AdminBackend for FailingEnsure {
                 cause: None,
             }),
             "secret" => EnsureImageError::InvalidPullSecret(
-                imagekeeper::pull::credentials::parse_pull_secret("pull secret 1", b"\xff")
+                imagekeeper::pull::parse_pull_secret("pull secret 1", b"\xff")
                     .expect_err("not UTF-8"),
             ),
             other => panic!("unscripted {other}"),

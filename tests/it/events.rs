@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use imagekeeper::agent::events::{EventsNote, watch_container_events};
+use imagekeeper::agent::{EventsNote, watch_container_events};
 use imagekeeper::clock::ManualClock;
 use imagekeeper::cri::FakeRuntime;
 use imagekeeper::cri::{CriClient, RpcCode};

@@ -14,9 +14,9 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::format::{go_duration, parse_go_duration};
-use imagekeeper::gc::GcPolicy;
-use imagekeeper::gc::explain::{FsSpace, explain_with_kubelet, note_prior_evictions};
-use imagekeeper::gc::kubelet::{OfflineKubelet, fold_offline};
+use imagekeeper::gc::{
+    FsSpace, GcPolicy, OfflineKubelet, explain_with_kubelet, fold_offline, note_prior_evictions,
+};
 use imagekeeper::inspect::{
     InspectError, Snapshot, SortKey, repull_rate, resolve_query, sort_records, stats,
 };

@@ -6,7 +6,7 @@
 //! scan), so a detect holds the runtime's list, the keys in use and the batch (the
 //! differences), never every record: one record at a time. A scan that yields a key not
 //! after the previous one fails the detect ([`GcError::UnorderedRecords`]) rather than
-//! merging wrongly. The batch is exactly the one the map-based [`reference`] plans, op for
+//! merging wrongly. The batch is exactly the one the map-based [`mod@reference`] plans, op for
 //! op: sightings and clamps in key order, then the unlisted records' removals in key order,
 //! then `last_detect`.
 //!

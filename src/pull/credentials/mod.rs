@@ -25,7 +25,9 @@ use std::path::PathBuf;
 
 use crate::model::{PullCredentials, UnixNanos};
 
-pub use docker_config::{parse_config_json, parse_dockercfg, parse_pull_secret};
+#[cfg(test)]
+use docker_config::parse_config_json;
+pub use docker_config::parse_pull_secret;
 pub use node::NodeCredentials;
 pub use plugin::{PluginProviders, ProviderConfigError};
 
@@ -62,6 +64,7 @@ pub struct DockerConfig(pub BTreeMap<String, DockerConfigEntry>);
 
 /// Why credentials could not be read. Never carries a credential: values are not quoted.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CredentialsError {
     #[error("{path}: {source}")]
     Io {
@@ -156,10 +159,6 @@ impl Keyring {
             }
         }
         found
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
     }
 }
 

@@ -43,6 +43,7 @@ const GLOBAL_CACHE_KEY: &str = "global";
 
 /// An invalid `--image-credential-provider-config` or bin dir.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProviderConfigError {
     #[error("{path}: {source}")]
     Io {
@@ -177,7 +178,7 @@ impl PluginProviders {
             let default_cache_duration = p
                 .default_cache_duration
                 .as_deref()
-                .and_then(|d| crate::gc::format::parse_go_duration(d).ok())
+                .and_then(|d| crate::format::parse_go_duration(d).ok())
                 .unwrap_or_default();
             providers.push(Provider {
                 name: p.name,
@@ -314,7 +315,7 @@ impl Provider {
             Err(_) => {
                 return Err(failed(&format!(
                     "no answer within {} (killed)",
-                    crate::gc::format::go_duration(timeout)
+                    crate::format::go_duration(timeout)
                 )));
             }
             Ok(Err(e)) => return Err(failed(&e)),
@@ -346,7 +347,7 @@ impl Provider {
         let cache_duration = match value.get("cacheDuration") {
             None | Some(Value::Null) => None,
             Some(Value::String(d)) => {
-                Some(crate::gc::format::parse_go_duration(d).map_err(|_| garbage())?)
+                Some(crate::format::parse_go_duration(d).map_err(|_| garbage())?)
             }
             Some(_) => return Err(garbage()),
         };
@@ -456,7 +457,7 @@ fn validate(file: &ConfigFile) -> Vec<String> {
         }
         match p.default_cache_duration.as_deref() {
             None => errs.push(format!("{at}.defaultCacheDuration: Required value: defaultCacheDuration is required")),
-            Some(d) => match crate::gc::format::parse_go_duration(d) {
+            Some(d) => match crate::format::parse_go_duration(d) {
                 Ok(_) => {}
                 Err(_) if d.starts_with('-') => errs.push(format!(
                     "{at}.defaultCacheDuration: Invalid value: {d:?}: defaultCacheDuration must be greater than or equal to 0"

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use imagekeeper::agent::events::{EventsNote, watch_container_events};
+use imagekeeper::agent::{EventsNote, watch_container_events};
 use imagekeeper::clock::ManualClock;
 use imagekeeper::cri::{ContainerSpec, ImageRuntime, RpcCode};
 use imagekeeper::gc::{GcConfig, ImageGcManager};

@@ -5,8 +5,7 @@
 
 use std::path::Path;
 
-use imagekeeper::gc::explain::Decision;
-use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager};
+use imagekeeper::gc::{Decision, GcConfig, GcPolicy, ImageGcManager};
 use imagekeeper::kubelet::record_file_name;
 use imagekeeper::model::{ImageId, RuntimeImage};
 use imagekeeper::replay::ScriptedRuntime;
@@ -48,7 +47,7 @@ fn write(root: &Path, dir: &str, key: &str, json: &str) {
 
 /// The time `secs` after the tests' T0, as the kubelet writes it.
 fn rfc3339(secs: i64) -> String {
-    imagekeeper::gc::format::format_rfc3339(at(secs))
+    imagekeeper::format::format_rfc3339(at(secs))
 }
 
 fn node_reading(root: &Path, policy: GcPolicy) -> Node {
