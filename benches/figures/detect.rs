@@ -11,8 +11,9 @@ use std::time::Instant;
 
 use fastrand::Rng;
 use imagekeeper::cri::ImageRuntime;
+use imagekeeper::gc::detect::apply_to_copy;
 use imagekeeper::gc::detect::reference::plan_detect;
-use imagekeeper::gc::detect::{apply_to_copy, images_in_use};
+use imagekeeper::gc::images_in_use;
 use imagekeeper::gc::{GcConfig, ImageGcManager, PinPatterns};
 use imagekeeper::model::{ImageRecord, RecordKey, RuntimeImage, UnixNanos};
 use imagekeeper::replay::ScriptedRuntime;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime};
-use imagekeeper::gc::detect::images_in_use;
+use imagekeeper::gc::images_in_use;
 use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager};
 use imagekeeper::model::{ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage};
 use imagekeeper::store::Store;

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode};
-use imagekeeper::gc::evict::{Verdict, space_verdict};
 use imagekeeper::gc::plan_space_victims;
+use imagekeeper::gc::{Verdict, space_verdict};
 use imagekeeper::model::{RecordKey, UnixNanos};
 use imagekeeper::store::{Store, StoredRecord};
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 
 use fastrand::Rng;
-use imagekeeper::gc::detect::images_in_use;
+use imagekeeper::gc::images_in_use;
 use imagekeeper::model::{
     ContainerState, ImageId, ImageNames, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage,
     UnixNanos,

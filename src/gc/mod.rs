@@ -6,14 +6,13 @@
 //! DeleteUnusedImages against an [`crate::cri::ImageRuntime`] and the store. Everything takes
 //! `now` as an argument; nothing here reads a clock or sleeps.
 
-// `detect` and `evict` stay reachable (hidden) for benches/figures.rs, which still names
-// `gc::detect::{images_in_use, reference::plan_detect}` and `gc::evict::{Verdict, space_verdict}`;
-// everything else is reached through the re-exports below.
+// `detect` stays reachable (hidden) for the bench's baseline, `gc::detect::reference` (the
+// map-based planner) and `gc::detect::apply_to_copy`; everything else is reached through the
+// re-exports below.
 #[doc(hidden)]
 pub mod detect;
 mod error;
-#[doc(hidden)]
-pub mod evict;
+pub(crate) mod evict;
 pub(crate) mod explain;
 // The formatting rules moved to the crate root; this keeps src/store's `crate::gc::format::*`
 // paths working until the store uses `crate::format` (not public: the path is `imagekeeper::format`).

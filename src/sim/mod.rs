@@ -37,8 +37,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use crate::clock::{Clock, ManualClock};
-use crate::gc::evict::{Verdict, space_verdict};
 use crate::gc::{CycleTime, DetectReport, GcConfig, GcError, GcPolicy, GcReport, ImageGcManager};
+use crate::gc::{Verdict, space_verdict};
 use crate::model::{ContainerState, ImageId, RecordKey, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullConfig, PullError, PullPolicy, PullsInFlight};
 use crate::store::power_loss::PowerLossDisk;
