@@ -70,6 +70,16 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// A setup step of [`Agent::serve`] failed: `step` names it as `imagekeeper run` reports
+    /// it ("removing a stale admin socket", "starting the admin socket", "the admin socket just
+    /// bound", "the metrics endpoint's address", "serving the metrics endpoint"); the source
+    /// says why.
+    #[error("{step}")]
+    Serve {
+        step: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
 }
 
 /// A running node agent over the runtime `R` (the CRI client in production; any
@@ -237,9 +247,16 @@ impl<R: AgentRuntime> Agent<R> {
         grace: Duration,
     ) -> Result<(), AgentError> {
         let socket = self.config().admin_socket;
+        let step = |step: &'static str| {
+            move |source: Box<dyn std::error::Error + Send + Sync + 'static>| AgentError::Serve {
+                step,
+                source,
+            }
+        };
         // The store is ours now. A socket left at the path is removed only if it is still a
         // socket nobody answers on (checked again: another process may have bound it since).
-        crate::admin::remove_stale_socket(&socket)?;
+        crate::admin::remove_stale_socket(&socket)
+            .map_err(|e| step("removing a stale admin socket")(e.into()))?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let admin = crate::admin::serve_with_limits(
             &socket,
@@ -247,16 +264,46 @@ impl<R: AgentRuntime> Agent<R> {
             wait_stop(stop_rx),
             listeners.admin_limits,
         )
-        .await?;
-        let bound = socket_identity(&socket).map_err(|source| AdminError::Bind {
-            path: socket.clone(),
-            source,
-        })?;
+        .await
+        .map_err(|e| step("starting the admin socket")(e.into()))?;
+        // From here on a setup failure stops the admin server.
+        let bound = match socket_identity(&socket) {
+            Ok(bound) => bound,
+            Err(source) => {
+                admin.abort();
+                return Err(step("the admin socket just bound")(
+                    AdminError::Bind {
+                        path: socket.clone(),
+                        source,
+                    }
+                    .into(),
+                ));
+            }
+        };
+        let abandon = |admin: tokio::task::JoinHandle<()>, error: AgentError| {
+            admin.abort();
+            error
+        };
         let http = match listeners.metrics {
             Some(listener) => {
-                let metrics_err = |source| AgentError::Metrics { source };
-                let address = listener.local_addr().map_err(metrics_err)?;
-                let listener = tokio::net::TcpListener::from_std(listener).map_err(metrics_err)?;
+                let address = match listener.local_addr() {
+                    Ok(address) => address,
+                    Err(e) => {
+                        return Err(abandon(
+                            admin,
+                            step("the metrics endpoint's address")(e.into()),
+                        ));
+                    }
+                };
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => listener,
+                    Err(e) => {
+                        return Err(abandon(
+                            admin,
+                            step("serving the metrics endpoint")(e.into()),
+                        ));
+                    }
+                };
                 let endpoints: Arc<dyn HttpEndpoints> = self.clone();
                 info!(%address, "Serving metrics");
                 Some(tokio::spawn(serve_http(
@@ -817,6 +864,30 @@ mod tests {
             crate::model::UnixNanos::from_secs(1_800_000_000),
         ));
         Arc::new(Agent::with_runtime(config, clock, runtime).expect("agent"))
+    }
+
+    /// A metrics endpoint that fails its setup after the admin socket is bound: `serve` names
+    /// the step, as `imagekeeper run` always did. The "listener" is a regular file's
+    /// descriptor, whose `local_addr` fails (ENOTSOCK) with no timing involved.
+    #[tokio::test]
+    async fn a_metrics_setup_failure_names_the_step() {
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let agent = agent_in(dir.path(), Recorder::new());
+        let file = std::fs::File::create(dir.path().join("not-a-socket")).expect("file");
+        // SAFETY: the descriptor is open and owned by nothing else from here on.
+        let listener = unsafe { std::net::TcpListener::from_raw_fd(file.into_raw_fd()) };
+        let listeners = Listeners::new(Some(listener));
+        let err = agent
+            .serve(listeners, std::future::pending(), Duration::from_secs(1))
+            .await
+            .expect_err("the metrics setup fails");
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(
+            (err.to_string(), source.is_some()),
+            ("the metrics endpoint's address".to_owned(), true),
+            "{err:?}"
+        );
     }
 
     /// The whole agent in-process (admin socket, loops) against a scripted runtime, under

@@ -113,8 +113,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         };
         agent
             .serve(Listeners::new(metrics_listener), stopping, grace)
-            .await
-            .context("serving")?;
+            // Each setup step's failure names the step (`AgentError::Serve`), as before.
+            .await?;
         info!("imagekeeper agent stopped");
         Ok::<(), Failure>(())
     })

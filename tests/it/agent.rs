@@ -1489,6 +1489,38 @@ fn find_key(value: &serde_json::Value, key: &str) -> Option<i64> {
     }
 }
 
+/// A failure to bind the admin socket once the agent has started names the step as it always
+/// did ("starting the admin socket: ...", not a generic "serving: ..."), and exits 1. /proc takes no new file: the path passes the checks made
+/// before start (nothing is there) and the bind fails.
+#[test]
+fn admin_socket_bind_failure_after_start_names_the_step_and_exits_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let endpoint = format!("unix://{}", dir.path().join("no-runtime.sock").display());
+    let out = bin()
+        .args([
+            "run",
+            "--container-runtime-endpoint",
+            &endpoint,
+            "--db",
+            db.to_str().expect("utf8"),
+            "--admin-socket",
+            "/proc/imagekeeper-cannot-bind-here.sock",
+        ])
+        .output()
+        .expect("run imagekeeper");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "imagekeeper: starting the admin socket: admin socket \
+             /proc/imagekeeper-cannot-bind-here.sock: "
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("serving:"), "{stderr}");
+}
+
 /// At shutdown the agent removes only the socket file it bound: another agent's socket, put
 /// at the same path meanwhile, stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
