@@ -266,10 +266,12 @@ impl<R: AgentRuntime> Agent<R> {
         )
         .await
         .map_err(|e| step("starting the admin socket")(e.into()))?;
-        // From here on a setup failure stops the admin server.
+        // From here on a setup failure stops the admin server and removes the socket it bound.
         let bound = match socket_identity(&socket) {
             Ok(bound) => bound,
             Err(source) => {
+                // The path is no socket of ours any more (gone, or replaced by something that
+                // is not a socket): nothing there is ours to remove.
                 admin.abort();
                 return Err(step("the admin socket just bound")(
                     AdminError::Bind {
@@ -282,6 +284,9 @@ impl<R: AgentRuntime> Agent<R> {
         };
         let abandon = |admin: tokio::task::JoinHandle<()>, error: AgentError| {
             admin.abort();
+            if socket_identity(&socket).ok() == Some(bound) {
+                let _ = std::fs::remove_file(&socket);
+            }
             error
         };
         let http = match listeners.metrics {
@@ -867,10 +872,11 @@ mod tests {
     }
 
     /// A metrics endpoint that fails its setup after the admin socket is bound: `serve` names
-    /// the step, as `imagekeeper run` always did. The "listener" is a regular file's
-    /// descriptor, whose `local_addr` fails (ENOTSOCK) with no timing involved.
+    /// the step, as `imagekeeper run` always did, and removes the socket it bound. The
+    /// "listener" is a regular file's descriptor, whose `local_addr` fails (ENOTSOCK) with no
+    /// timing involved.
     #[tokio::test]
-    async fn a_metrics_setup_failure_names_the_step() {
+    async fn a_metrics_setup_failure_names_the_step_and_removes_the_bound_admin_socket() {
         use std::os::fd::{FromRawFd, IntoRawFd};
         let dir = tempfile::tempdir().expect("temp dir");
         let agent = agent_in(dir.path(), Recorder::new());
@@ -887,6 +893,10 @@ mod tests {
             (err.to_string(), source.is_some()),
             ("the metrics endpoint's address".to_owned(), true),
             "{err:?}"
+        );
+        assert!(
+            !dir.path().join("admin.sock").exists(),
+            "the admin socket the agent bound is removed"
         );
     }
 
