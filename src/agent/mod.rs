@@ -319,6 +319,9 @@ impl<R: AgentRuntime> Agent<R> {
             }
             None => None,
         };
+        if let Some(bound) = listeners.bound {
+            let _ = bound.send(());
+        }
         self.clone().run(shutdown, grace).await;
         let _ = stop_tx.send(true);
         if tokio::time::timeout(ADMIN_STOP_GRACE, admin).await.is_err() {
@@ -506,6 +509,10 @@ pub struct Listeners {
     pub metrics: Option<std::net::TcpListener>,
     pub http_limits: HttpLimits,
     pub admin_limits: crate::admin::AdminLimits,
+    /// Told once the admin socket is bound and the metrics endpoint set up, before the loops
+    /// start (`imagekeeper run` logs "agent started" and talks to the service manager from
+    /// then on); dropped unsent when the setup fails.
+    pub bound: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Listeners {
@@ -872,7 +879,8 @@ mod tests {
     }
 
     /// A metrics endpoint that fails its setup after the admin socket is bound: `serve` names
-    /// the step, as `imagekeeper run` always did, and removes the socket it bound. The
+    /// the step, as `imagekeeper run` always did, removes the socket it bound, and never
+    /// reports itself bound. The
     /// "listener" is a regular file's descriptor, whose `local_addr` fails (ENOTSOCK) with no
     /// timing involved.
     #[tokio::test]
@@ -883,7 +891,9 @@ mod tests {
         let file = std::fs::File::create(dir.path().join("not-a-socket")).expect("file");
         // SAFETY: the descriptor is open and owned by nothing else from here on.
         let listener = unsafe { std::net::TcpListener::from_raw_fd(file.into_raw_fd()) };
-        let listeners = Listeners::new(Some(listener));
+        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+        let mut listeners = Listeners::new(Some(listener));
+        listeners.bound = Some(bound_tx);
         let err = agent
             .serve(listeners, std::future::pending(), Duration::from_secs(1))
             .await
@@ -898,6 +908,32 @@ mod tests {
             !dir.path().join("admin.sock").exists(),
             "the admin socket the agent bound is removed"
         );
+        assert!(bound_rx.await.is_err(), "never reported bound");
+    }
+
+    /// Once set up, `serve` reports itself bound, with the admin socket there already.
+    #[tokio::test]
+    async fn serve_reports_bound_only_once_the_admin_socket_exists() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let agent = agent_in(dir.path(), Recorder::new());
+        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let listeners = Listeners {
+            bound: Some(bound_tx),
+            ..Listeners::default()
+        };
+        let serving = tokio::spawn(agent.clone().serve(
+            listeners,
+            async move {
+                let _ = stop_rx.await;
+            },
+            Duration::from_secs(30),
+        ));
+        bound_rx.await.expect("reported bound");
+        assert!(dir.path().join("admin.sock").exists());
+        let _ = stop_tx.send(());
+        serving.await.expect("join").expect("serve");
+        assert!(!dir.path().join("admin.sock").exists());
     }
 
     /// The whole agent in-process (admin socket, loops) against a scripted runtime, under

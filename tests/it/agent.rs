@@ -1490,7 +1490,8 @@ fn find_key(value: &serde_json::Value, key: &str) -> Option<i64> {
 }
 
 /// A failure to bind the admin socket once the agent has started names the step as it always
-/// did ("starting the admin socket: ...", not a generic "serving: ..."), and exits 1. /proc takes no new file: the path passes the checks made
+/// did ("starting the admin socket: ...", not a generic "serving: ..."), exits 1, and the
+/// agent never says it started. /proc takes no new file: the path passes the checks made
 /// before start (nothing is there) and the bind fails.
 #[test]
 fn admin_socket_bind_failure_after_start_names_the_step_and_exits_1() {
@@ -1507,6 +1508,8 @@ fn admin_socket_bind_failure_after_start_names_the_step_and_exits_1() {
             "--admin-socket",
             "/proc/imagekeeper-cannot-bind-here.sock",
         ])
+        // Info logs: "agent started" would show.
+        .env_remove("IMAGEKEEPER_LOG")
         .output()
         .expect("run imagekeeper");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1519,6 +1522,7 @@ fn admin_socket_bind_failure_after_start_names_the_step_and_exits_1() {
         "{stderr}"
     );
     assert!(!stderr.contains("serving:"), "{stderr}");
+    assert!(!stderr.contains("imagekeeper agent started"), "{stderr}");
 }
 
 /// At shutdown the agent removes only the socket file it bound: another agent's socket, put
