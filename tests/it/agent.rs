@@ -1525,6 +1525,48 @@ fn admin_socket_bind_failure_after_start_names_the_step_and_exits_1() {
     assert!(!stderr.contains("imagekeeper agent started"), "{stderr}");
 }
 
+/// A call the agent fails without a reason (here the server's 4 MiB message limit, hit by a
+/// 5 MiB pull secret) prints the message alone, as `imagekeeper pull` always did, not
+/// "admin call EnsureImage: ...", and exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_through_the_agent_prints_a_reasonless_failure_as_the_message_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    admin::serve(&socket, Arc::new(FailingEnsure), std::future::pending())
+        .await
+        .expect("serve");
+    let secret = dir.path().join("big-secret.json");
+    let padding = "x".repeat(5 * 1024 * 1024);
+    std::fs::write(
+        &secret,
+        format!(r#"{{"auths":{{}},"padding":"{padding}"}}"#),
+    )
+    .expect("write");
+    let args = [
+        "pull".to_owned(),
+        "pull/x".to_owned(),
+        "--pull-secret".to_owned(),
+        secret.to_str().expect("utf8").to_owned(),
+        "--admin-socket".to_owned(),
+        socket.to_str().expect("utf8").to_owned(),
+        "--db".to_owned(),
+        dir.path()
+            .join("unused.redb")
+            .to_str()
+            .expect("utf8")
+            .to_owned(),
+    ];
+    let out = tokio::task::spawn_blocking(move || bin().args(args).output().expect("run"))
+        .await
+        .expect("join");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("imagekeeper: Error, decoded message length too large: "),
+        "{err}"
+    );
+}
+
 /// At shutdown the agent removes only the socket file it bound: another agent's socket, put
 /// at the same path meanwhile, stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
