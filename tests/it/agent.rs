@@ -1623,7 +1623,8 @@ impl AdminBackend for FailingEnsure {
     }
 }
 
-/// The agent's EnsureImage failures reach the client as a typed reason (not a message prefix):
+/// The agent's EnsureImage failures reach the client as a typed reason (metadata, beside the
+/// message prefix kept for older clients):
 /// the client sees `AdminError::Rejected` with the kubelet's reason, and `imagekeeper pull`
 /// through the agent prints "<reason>: <message>" and exits 2 for bad input, 1 otherwise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1704,6 +1705,8 @@ async fn pull_through_the_agent_maps_typed_reasons_to_messages_and_exit_codes() 
             err.starts_with(&format!("imagekeeper: {name}: ")),
             "{image}: {err}"
         );
+        // The agent sends the reason as metadata and as the message's prefix: printed once.
+        assert!(!err.contains(&format!("{name}: {name}")), "{image}: {err}");
         if name != "InvalidPullSecret" {
             assert!(err.contains(&format!("message for {image}")), "{err}");
         }
