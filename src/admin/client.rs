@@ -67,16 +67,11 @@ impl AdminClient {
             ) && status.message().contains("Timeout expired")
             {
                 AdminError::Timeout { method, after }
-            } else if let Some(reason) = status
-                .metadata()
-                .get(REASON_METADATA_KEY)
-                .and_then(|v| v.to_str().ok())
-                .and_then(AdminReason::parse)
-            {
+            } else if let Some((reason, message)) = reason_and_message(&status) {
                 AdminError::Rejected {
                     method,
                     reason,
-                    message: status.message().to_owned(),
+                    message: message.to_owned(),
                 }
             } else {
                 AdminError::Call {
@@ -125,6 +120,29 @@ impl AdminClient {
 
 /// A failed connect, keeping the kind of the socket's own error: permission denied (the
 /// socket is root-only) is [`AdminError::PermissionDenied`].
+/// A failed call's reason and its message without the reason. The reason comes from the
+/// [`REASON_METADATA_KEY`] metadata, or, from an agent older than the metadata, from a known
+/// "<Reason>: " prefix of the message; an agent sends the prefix too (for older clients), and
+/// it is stripped here so the CLI prints "<reason>: <message>" once.
+pub(super) fn reason_and_message(status: &tonic::Status) -> Option<(AdminReason, &str)> {
+    let message = status.message();
+    let prefixed = message
+        .split_once(": ")
+        .and_then(|(name, rest)| AdminReason::parse(name).map(|reason| (reason, rest)));
+    match status
+        .metadata()
+        .get(REASON_METADATA_KEY)
+        .and_then(|v| v.to_str().ok())
+        .and_then(AdminReason::parse)
+    {
+        Some(reason) => match prefixed {
+            Some((same, rest)) if same == reason => Some((reason, rest)),
+            _ => Some((reason, message)),
+        },
+        None => prefixed,
+    }
+}
+
 fn connect_error(path: PathBuf, e: tonic::transport::Error) -> AdminError {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     while let Some(c) = cause {

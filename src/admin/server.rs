@@ -50,7 +50,9 @@ fn gc_response(outcome: GcOutcome) -> GcResponse {
 }
 
 /// A failed EnsureImage as a status: InvalidArgument for the caller's bad input, else
-/// FailedPrecondition; the reason in the metadata, the message without it.
+/// FailedPrecondition; the reason in the metadata, and also as the message's "<Reason>: "
+/// prefix, as agents before the metadata sent it (a client of that time reads the prefix;
+/// a newer client takes the metadata and strips the prefix).
 fn ensure_status(e: &EnsureImageError) -> Status {
     let reason = e.reason();
     let code = if reason.is_invalid_input() {
@@ -58,7 +60,7 @@ fn ensure_status(e: &EnsureImageError) -> Status {
     } else {
         tonic::Code::FailedPrecondition
     };
-    let mut status = Status::new(code, e.message());
+    let mut status = Status::new(code, format!("{}: {}", reason.as_str(), e.message()));
     status.metadata_mut().insert(
         REASON_METADATA_KEY,
         tonic::metadata::MetadataValue::from_static(reason.as_str()),
@@ -288,5 +290,103 @@ impl AsyncWrite for Connection {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::client::reason_and_message;
+    use super::*;
+    use crate::admin::AdminReason;
+    use crate::pull::{PullError, PullReason};
+
+    fn invalid_name() -> EnsureImageError {
+        EnsureImageError::Pull(PullError::ErrInvalidImageName("bad name".into()))
+    }
+
+    /// An agent's failed EnsureImage keeps the "<Reason>: " prefix in the status message (a
+    /// CLI from before the reason metadata matched on it, for the exit code and the output)
+    /// beside the metadata; a current client reads the metadata, strips the prefix, and
+    /// prints "<reason>: <message>" once.
+    #[test]
+    fn a_rejection_keeps_its_reason_prefix_for_old_clients_and_is_printed_once_by_new_ones() {
+        let status = ensure_status(&invalid_name());
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(status.message(), "InvalidImageName: bad name");
+        assert_eq!(
+            status
+                .metadata()
+                .get(REASON_METADATA_KEY)
+                .and_then(|v| v.to_str().ok()),
+            Some("InvalidImageName")
+        );
+        let (reason, message) = reason_and_message(&status).expect("a reason");
+        assert_eq!(reason, AdminReason::Pull(PullReason::InvalidImageName));
+        assert_eq!(message, "bad name");
+        let printed = AdminError::Rejected {
+            method: "EnsureImage",
+            reason,
+            message: message.to_owned(),
+        }
+        .to_string();
+        assert_eq!(printed, "InvalidImageName: bad name");
+    }
+
+    /// What a current client makes of the statuses of every agent version: an agent from
+    /// before the metadata (the reason only as the message's prefix), one that sent the
+    /// metadata and a bare message, the current one (both), and failures with no reason.
+    #[test]
+    fn a_client_takes_the_reason_from_the_metadata_or_else_a_known_message_prefix() {
+        let with_metadata = |message: &str, reason: &'static str| {
+            let mut status = Status::new(tonic::Code::FailedPrecondition, message);
+            status.metadata_mut().insert(
+                REASON_METADATA_KEY,
+                tonic::metadata::MetadataValue::from_static(reason),
+            );
+            status
+        };
+        let invalid = Some((AdminReason::Pull(PullReason::InvalidImageName), "bad name"));
+        type Case = (&'static str, Status, Option<(AdminReason, &'static str)>);
+        let cases: Vec<Case> = vec![
+            (
+                "agent before the metadata",
+                Status::new(tonic::Code::InvalidArgument, "InvalidImageName: bad name"),
+                invalid,
+            ),
+            (
+                "agent with the metadata and a bare message",
+                with_metadata("bad name", "InvalidImageName"),
+                invalid,
+            ),
+            (
+                "current agent",
+                with_metadata("InvalidImageName: bad name", "InvalidImageName"),
+                invalid,
+            ),
+            (
+                "a message that merely looks like another reason stays whole",
+                with_metadata("ErrImagePull: x", "ImagePullBackOff"),
+                Some((
+                    AdminReason::Pull(PullReason::ImagePullBackOff),
+                    "ErrImagePull: x",
+                )),
+            ),
+            (
+                "an unknown prefix is no reason",
+                Status::new(
+                    tonic::Code::ResourceExhausted,
+                    "Error, decoded message length too large: found 5 bytes",
+                ),
+                None,
+            ),
+            (
+                "a transport failure",
+                Status::new(tonic::Code::Unavailable, "transport error"),
+                None,
+            ),
+        ];
+        for (name, status, want) in cases {
+            assert_eq!(reason_and_message(&status), want, "{name}");
+        }
     }
 }

@@ -158,7 +158,7 @@ impl Snapshot {
                     let images = gc.image_list();
                     (
                         images.len() as u64,
-                        images.iter().map(|i| i.size).sum::<u64>(),
+                        saturating_total(images.iter().map(|i| i.size)),
                     )
                 }),
             future_stamps_clamped: g.future_stamps_clamped(),
@@ -407,6 +407,12 @@ impl Collector for Snapshot {
 }
 
 /// One counter without labels; the encoder adds `_total`.
+/// The sum of runtime-reported sizes, saturating at `u64::MAX`: a runtime may report sizes near
+/// the top of the range, and a plain sum would panic in debug builds and wrap in release ones.
+fn saturating_total(sizes: impl Iterator<Item = u64>) -> u64 {
+    sizes.fold(0, u64::saturating_add)
+}
+
 fn counter(
     enc: &mut DescriptorEncoder,
     name: &str,
@@ -475,4 +481,26 @@ fn histogram_family<L: EncodeLabelSet>(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::saturating_total;
+
+    #[test]
+    fn runtime_image_bytes_saturate_instead_of_overflowing_on_huge_reported_sizes() {
+        let cases: &[(&[u64], u64)] = &[
+            (&[], 0),
+            (&[1, 2, 3], 6),
+            (&[u64::MAX - 1, 5], u64::MAX),
+            (&[u64::MAX, u64::MAX, 1], u64::MAX),
+        ];
+        for (sizes, want) in cases {
+            assert_eq!(
+                saturating_total(sizes.iter().copied()),
+                *want,
+                "sizes {sizes:?}"
+            );
+        }
+    }
 }

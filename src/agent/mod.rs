@@ -75,6 +75,16 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// A setup step of [`Agent::serve`] failed: `step` names it as `imagekeeper run` reports
+    /// it ("removing a stale admin socket", "starting the admin socket", "the admin socket just
+    /// bound", "the metrics endpoint's address", "serving the metrics endpoint"); the source
+    /// says why.
+    #[error("{step}")]
+    Serve {
+        step: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
 }
 
 /// A running node agent over the runtime `R` (the CRI client in production; any
@@ -244,9 +254,16 @@ impl<R: AgentRuntime> Agent<R> {
         grace: Duration,
     ) -> Result<(), AgentError> {
         let socket = self.config().admin_socket;
+        let step = |step: &'static str| {
+            move |source: Box<dyn std::error::Error + Send + Sync + 'static>| AgentError::Serve {
+                step,
+                source,
+            }
+        };
         // The store is ours now. A socket left at the path is removed only if it is still a
         // socket nobody answers on (checked again: another process may have bound it since).
-        crate::admin::remove_stale_socket(&socket)?;
+        crate::admin::remove_stale_socket(&socket)
+            .map_err(|e| step("removing a stale admin socket")(e.into()))?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let admin = crate::admin::serve_with_limits(
             &socket,
@@ -254,16 +271,51 @@ impl<R: AgentRuntime> Agent<R> {
             wait_stop(stop_rx),
             listeners.admin_limits,
         )
-        .await?;
-        let bound = socket_identity(&socket).map_err(|source| AdminError::Bind {
-            path: socket.clone(),
-            source,
-        })?;
+        .await
+        .map_err(|e| step("starting the admin socket")(e.into()))?;
+        // From here on a setup failure stops the admin server and removes the socket it bound.
+        let bound = match socket_identity(&socket) {
+            Ok(bound) => bound,
+            Err(source) => {
+                // The path is no socket of ours any more (gone, or replaced by something that
+                // is not a socket): nothing there is ours to remove.
+                admin.abort();
+                return Err(step("the admin socket just bound")(
+                    AdminError::Bind {
+                        path: socket.clone(),
+                        source,
+                    }
+                    .into(),
+                ));
+            }
+        };
+        let abandon = |admin: tokio::task::JoinHandle<()>, error: AgentError| {
+            admin.abort();
+            if socket_identity(&socket).ok() == Some(bound) {
+                let _ = std::fs::remove_file(&socket);
+            }
+            error
+        };
         let http = match listeners.metrics {
             Some(listener) => {
-                let metrics_err = |source| AgentError::Metrics { source };
-                let address = listener.local_addr().map_err(metrics_err)?;
-                let listener = tokio::net::TcpListener::from_std(listener).map_err(metrics_err)?;
+                let address = match listener.local_addr() {
+                    Ok(address) => address,
+                    Err(e) => {
+                        return Err(abandon(
+                            admin,
+                            step("the metrics endpoint's address")(e.into()),
+                        ));
+                    }
+                };
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => listener,
+                    Err(e) => {
+                        return Err(abandon(
+                            admin,
+                            step("serving the metrics endpoint")(e.into()),
+                        ));
+                    }
+                };
                 let endpoints: Arc<dyn HttpEndpoints> = self.clone();
                 info!(%address, "Serving metrics");
                 Some(tokio::spawn(serve_http(
@@ -274,6 +326,9 @@ impl<R: AgentRuntime> Agent<R> {
             }
             None => None,
         };
+        if let Some(bound) = listeners.bound {
+            let _ = bound.send(());
+        }
         self.clone().run(shutdown, grace).await;
         let _ = stop_tx.send(true);
         if tokio::time::timeout(ADMIN_STOP_GRACE, admin).await.is_err() {
@@ -464,6 +519,10 @@ pub struct Listeners {
     pub metrics: Option<std::net::TcpListener>,
     pub http_limits: HttpLimits,
     pub admin_limits: crate::admin::AdminLimits,
+    /// Told once the admin socket is bound and the metrics endpoint set up, before the loops
+    /// start (`imagekeeper run` logs "agent started" and talks to the service manager from
+    /// then on); dropped unsent when the setup fails.
+    pub bound: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Listeners {
@@ -827,6 +886,64 @@ mod tests {
             crate::model::UnixNanos::from_secs(1_800_000_000),
         ));
         Arc::new(Agent::with_runtime(config, clock, runtime).expect("agent"))
+    }
+
+    /// A metrics endpoint that fails its setup after the admin socket is bound: `serve` names
+    /// the step, as `imagekeeper run` always did, removes the socket it bound, and never
+    /// reports itself bound. The
+    /// "listener" is a regular file's descriptor, whose `local_addr` fails (ENOTSOCK) with no
+    /// timing involved.
+    #[tokio::test]
+    async fn a_metrics_setup_failure_names_the_step_and_removes_the_bound_admin_socket() {
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let agent = agent_in(dir.path(), Recorder::new());
+        let file = std::fs::File::create(dir.path().join("not-a-socket")).expect("file");
+        // SAFETY: the descriptor is open and owned by nothing else from here on.
+        let listener = unsafe { std::net::TcpListener::from_raw_fd(file.into_raw_fd()) };
+        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+        let mut listeners = Listeners::new(Some(listener));
+        listeners.bound = Some(bound_tx);
+        let err = agent
+            .serve(listeners, std::future::pending(), Duration::from_secs(1))
+            .await
+            .expect_err("the metrics setup fails");
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(
+            (err.to_string(), source.is_some()),
+            ("the metrics endpoint's address".to_owned(), true),
+            "{err:?}"
+        );
+        assert!(
+            !dir.path().join("admin.sock").exists(),
+            "the admin socket the agent bound is removed"
+        );
+        assert!(bound_rx.await.is_err(), "never reported bound");
+    }
+
+    /// Once set up, `serve` reports itself bound, with the admin socket there already.
+    #[tokio::test]
+    async fn serve_reports_bound_only_once_the_admin_socket_exists() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let agent = agent_in(dir.path(), Recorder::new());
+        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let listeners = Listeners {
+            bound: Some(bound_tx),
+            ..Listeners::default()
+        };
+        let serving = tokio::spawn(agent.clone().serve(
+            listeners,
+            async move {
+                let _ = stop_rx.await;
+            },
+            Duration::from_secs(30),
+        ));
+        bound_rx.await.expect("reported bound");
+        assert!(dir.path().join("admin.sock").exists());
+        let _ = stop_tx.send(());
+        serving.await.expect("join").expect("serve");
+        assert!(!dir.path().join("admin.sock").exists());
     }
 
     /// The whole agent in-process (admin socket, loops) against a scripted runtime, under

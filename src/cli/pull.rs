@@ -159,6 +159,8 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
             // exits 2, any other failure 1; the message is "<reason>: <message>" as without
             // an agent.
             AdminError::Rejected { reason, .. } if reason.is_invalid_input() => Failure::usage(e),
+            // No reason (a transport failure, a message limit): the message alone, as always.
+            AdminError::Call { message, .. } => Failure::from(anyhow::anyhow!(message)),
             other => Failure::from(other),
         });
     }

@@ -94,14 +94,22 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 .context("starting the agent")?
                 .with_config_source(source),
         );
-        // NODE_NAME: the DaemonSet sets it from the downward API (spec.nodeName).
-        let node = std::env::var("NODE_NAME").unwrap_or_default();
-        info!(db = %agent.config().db.display(), admin = %socket.display(), node, "imagekeeper agent started");
-        let service = tokio::spawn(serve_service_manager(
-            agent.clone(),
-            notifier.clone(),
-            hangup,
-        ));
+        // "agent started" and the service manager's messages come once the admin socket is
+        // bound and the metrics endpoint set up (`Listeners::bound`); not at all if that fails.
+        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+        let service = tokio::spawn({
+            let agent = agent.clone();
+            let notifier = notifier.clone();
+            async move {
+                if bound_rx.await.is_err() {
+                    return;
+                }
+                // NODE_NAME: the DaemonSet sets it from the downward API (spec.nodeName).
+                let node = std::env::var("NODE_NAME").unwrap_or_default();
+                info!(db = %agent.config().db.display(), admin = %socket.display(), node, "imagekeeper agent started");
+                serve_service_manager(agent, notifier, hangup).await;
+            }
+        });
         let grace = Duration::from_secs(args.shutdown_grace_seconds);
         let stopping = {
             let notifier = notifier.clone();
@@ -111,10 +119,10 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 say(&notifier, "STOPPING=1");
             }
         };
-        agent
-            .serve(Listeners::new(metrics_listener), stopping, grace)
-            .await
-            .context("serving")?;
+        let mut listeners = Listeners::new(metrics_listener);
+        listeners.bound = Some(bound_tx);
+        // Each setup step's failure names the step (`AgentError::Serve`), as before.
+        agent.serve(listeners, stopping, grace).await?;
         info!("imagekeeper agent stopped");
         Ok::<(), Failure>(())
     })

@@ -1489,6 +1489,84 @@ fn find_key(value: &serde_json::Value, key: &str) -> Option<i64> {
     }
 }
 
+/// A failure to bind the admin socket once the agent has started names the step as it always
+/// did ("starting the admin socket: ...", not a generic "serving: ..."), exits 1, and the
+/// agent never says it started. /proc takes no new file: the path passes the checks made
+/// before start (nothing is there) and the bind fails.
+#[test]
+fn admin_socket_bind_failure_after_start_names_the_step_and_exits_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let endpoint = format!("unix://{}", dir.path().join("no-runtime.sock").display());
+    let out = bin()
+        .args([
+            "run",
+            "--container-runtime-endpoint",
+            &endpoint,
+            "--db",
+            db.to_str().expect("utf8"),
+            "--admin-socket",
+            "/proc/imagekeeper-cannot-bind-here.sock",
+        ])
+        // Info logs: "agent started" would show.
+        .env_remove("IMAGEKEEPER_LOG")
+        .output()
+        .expect("run imagekeeper");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "imagekeeper: starting the admin socket: admin socket \
+             /proc/imagekeeper-cannot-bind-here.sock: "
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("serving:"), "{stderr}");
+    assert!(!stderr.contains("imagekeeper agent started"), "{stderr}");
+}
+
+/// A call the agent fails without a reason (here the server's 4 MiB message limit, hit by a
+/// 5 MiB pull secret) prints the message alone, as `imagekeeper pull` always did, not
+/// "admin call EnsureImage: ...", and exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_through_the_agent_prints_a_reasonless_failure_as_the_message_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    admin::serve(&socket, Arc::new(FailingEnsure), std::future::pending())
+        .await
+        .expect("serve");
+    let secret = dir.path().join("big-secret.json");
+    let padding = "x".repeat(5 * 1024 * 1024);
+    std::fs::write(
+        &secret,
+        format!(r#"{{"auths":{{}},"padding":"{padding}"}}"#),
+    )
+    .expect("write");
+    let args = [
+        "pull".to_owned(),
+        "pull/x".to_owned(),
+        "--pull-secret".to_owned(),
+        secret.to_str().expect("utf8").to_owned(),
+        "--admin-socket".to_owned(),
+        socket.to_str().expect("utf8").to_owned(),
+        "--db".to_owned(),
+        dir.path()
+            .join("unused.redb")
+            .to_str()
+            .expect("utf8")
+            .to_owned(),
+    ];
+    let out = tokio::task::spawn_blocking(move || bin().args(args).output().expect("run"))
+        .await
+        .expect("join");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("imagekeeper: Error, decoded message length too large: "),
+        "{err}"
+    );
+}
+
 /// At shutdown the agent removes only the socket file it bound: another agent's socket, put
 /// at the same path meanwhile, stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1545,7 +1623,8 @@ impl AdminBackend for FailingEnsure {
     }
 }
 
-/// The agent's EnsureImage failures reach the client as a typed reason (not a message prefix):
+/// The agent's EnsureImage failures reach the client as a typed reason (metadata, beside the
+/// message prefix kept for older clients):
 /// the client sees `AdminError::Rejected` with the kubelet's reason, and `imagekeeper pull`
 /// through the agent prints "<reason>: <message>" and exits 2 for bad input, 1 otherwise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1626,6 +1705,8 @@ async fn pull_through_the_agent_maps_typed_reasons_to_messages_and_exit_codes() 
             err.starts_with(&format!("imagekeeper: {name}: ")),
             "{image}: {err}"
         );
+        // The agent sends the reason as metadata and as the message's prefix: printed once.
+        assert!(!err.contains(&format!("{name}: {name}")), "{image}: {err}");
         if name != "InvalidPullSecret" {
             assert!(err.contains(&format!("message for {image}")), "{err}");
         }
