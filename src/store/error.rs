@@ -81,6 +81,11 @@ pub enum StoreError {
          tried again at the next use"
     )]
     Closed { path: PathBuf },
+    #[error(
+        "database {path} was reopened after an I/O failure while a scan was reading it; the \
+         scan's snapshot is gone: start it again"
+    )]
+    Reopened { path: PathBuf },
     #[error("database {path}: {source}")]
     Redb {
         path: PathBuf,
