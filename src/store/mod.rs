@@ -52,7 +52,7 @@ pub use batch::{Batch, BatchOp};
 pub use check::Violation;
 pub use codec::{DecodeError, EvictionKey, IndexKey, JournalKey};
 pub use compact::CompactOutcome;
-pub use error::StoreError;
+pub use error::{BackupConflict, IndexMismatch, StoreError};
 pub use journal::{age_cutoff, retention_keys};
 pub use open::{CURRENT_SCHEMA_VERSION, DEFAULT_CACHE_BYTES, StoreOptions, meta_keys};
 pub use scan::RecordScan;
@@ -601,7 +601,7 @@ impl Store {
 enum TxnError {
     Redb(redb::Error),
     Decode(DecodeError),
-    Mismatch(String),
+    Mismatch(IndexMismatch),
 }
 
 impl<E: Into<redb::Error>> From<E> for TxnError {
@@ -910,9 +910,9 @@ fn put_record(
             index.get(Encoded::new(&row_bytes))?.is_some()
         };
         if !present {
-            return Err(TxnError::Mismatch(format!(
-                "record {key} has no eviction-index entry"
-            )));
+            return Err(TxnError::Mismatch(IndexMismatch::RecordWithoutEntry {
+                key: key.clone(),
+            }));
         }
     }
     if let Some(record) = next {
@@ -1016,7 +1016,7 @@ fn next_entry(
             if records.is_empty() {
                 return Some(Err(StoreError::IndexMismatch {
                     path: path.to_owned(),
-                    detail: format!("index entry {row} has no record"),
+                    detail: IndexMismatch::EntryWithoutRecord { row },
                 }));
             }
             // Only the first row of a resumed walk can hold records up to `after`.

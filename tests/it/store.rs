@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use imagekeeper::model::{BackoffEntry, ImageRecord, RecordKey, UnixNanos};
-use imagekeeper::store::{Batch, CURRENT_SCHEMA_VERSION, Store, StoreError, meta_keys};
+use imagekeeper::store::{
+    BackupConflict, Batch, CURRENT_SCHEMA_VERSION, Store, StoreError, meta_keys,
+};
 use proptest::prelude::*;
 
 fn temp_db() -> (tempfile::TempDir, PathBuf) {
@@ -1342,6 +1344,17 @@ fn a_pre_existing_v1_backup_is_never_overwritten_and_only_an_identical_copy_is_r
                     e.to_string().contains(&backup.display().to_string()),
                     "{case:?}: {e}"
                 );
+                let StoreError::BackupInTheWay { detail, .. } = &e else {
+                    unreachable!("matched above")
+                };
+                let typed = match case {
+                    InTheWay::LinkToVictim | InTheWay::DanglingLink => {
+                        matches!(detail, BackupConflict::NotARegularFile)
+                    }
+                    InTheWay::OtherBytes => matches!(detail, BackupConflict::DifferentBytes),
+                    InTheWay::IdenticalCopy => false,
+                };
+                assert!(typed, "{case:?}: refused for the wrong reason: {detail:?}");
             }
             Err(e) => panic!("{case:?}: refused for another reason: {e}"),
             Ok(_) => panic!("{case:?}: the upgrade was not refused"),
