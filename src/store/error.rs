@@ -8,6 +8,7 @@ use crate::model::RecordKey;
 
 /// What can go wrong opening, reading or writing the record database.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     #[error(
         "database {path} is already open by another process (is an imagekeeper agent running? \

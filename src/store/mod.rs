@@ -23,7 +23,7 @@ mod batch;
 mod check;
 #[cfg(test)]
 mod check_tests;
-pub mod codec;
+mod codec;
 mod compact;
 mod error;
 mod journal;
@@ -50,6 +50,9 @@ use redb::{
 
 pub use batch::{Batch, BatchOp};
 pub use check::Violation;
+/// The byte layouts the fuzz `decode` target round-trips.
+#[cfg(feature = "fault-injection")]
+pub use codec::{BackoffKey, Codec, MetaKey, MetaValue};
 pub use codec::{DecodeError, EvictionKey, IndexKey, JournalKey};
 pub use compact::CompactOutcome;
 pub use error::{BackupConflict, IndexMismatch, StoreError};
@@ -59,7 +62,9 @@ pub use scan::RecordScan;
 
 use reopen::{Liveness, ScanTie};
 
-use codec::{BackoffKey, Codec, MAX_ID_BYTES, MetaKey, MetaValue};
+use codec::MAX_ID_BYTES;
+#[cfg(not(feature = "fault-injection"))]
+use codec::{BackoffKey, Codec, MetaKey, MetaValue};
 use tables::{BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, Stored};
 
 use crate::model::{
@@ -135,6 +140,7 @@ pub struct Applied {
 /// durable commits: the other mode exists to prove the power-loss harness catches lost commits.
 #[cfg(any(test, feature = "fault-injection"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CommitMode {
     /// `Durability::Immediate`, as in production.
     Durable,

@@ -291,7 +291,7 @@ impl Store {
     }
 
     /// Opens, for `imagekeeper inspect`, a private copy of a database read-write with redb's
-    /// integrity check ([`builder`]): the checksum of every page of the committed trees is
+    /// integrity check (`builder` in this module): the checksum of every page of the committed trees is
     /// verified before anything is read, so a damaged copy is refused, never read wrong. Then
     /// it refuses, as [`Store::open_read_only`] does, a copy that is not a current-schema
     /// imagekeeper database (never initializing or migrating it; redb's repair is the only
