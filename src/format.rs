@@ -295,7 +295,7 @@ mod tests {
         for (t, want) in cases {
             assert_eq!(format_rfc3339(t), want);
             if t.0 >= 0 {
-                assert_eq!(crate::replay::trace::parse_rfc3339(want), Some(t));
+                assert_eq!(crate::replay::parse_rfc3339(want), Some(t));
             }
         }
     }

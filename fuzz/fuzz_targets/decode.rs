@@ -3,7 +3,7 @@
 #![no_main]
 
 use imagekeeper::model::{BackoffEntry, ImageNames, ImageRecord, JournalEntry, RecordKey};
-use imagekeeper::store::codec::{BackoffKey, Codec, EvictionKey, JournalKey, MetaKey, MetaValue};
+use imagekeeper::store::{BackoffKey, Codec, EvictionKey, JournalKey, MetaKey, MetaValue};
 use libfuzzer_sys::fuzz_target;
 
 fn round_trip<T: Codec>(bytes: &[u8]) {

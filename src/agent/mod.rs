@@ -477,9 +477,15 @@ impl<R: AgentRuntime> Agent<R> {
         let started = std::time::Instant::now();
         let report = self.gc.garbage_collect(now).await;
         self.metrics.observe_gc(started.elapsed());
-        // Between cycles: give churned space back to the file system (store::compact).
-        let _ = (self.gc.store().compact_if_needed())
-            .inspect_err(|e| warn!(error = %e, "Cannot compact the database"));
+        // Between cycles: give churned space back to the file system (store::compact). It
+        // blocks on disk for up to a fraction of a second, so it runs on tokio's blocking pool,
+        // not on this worker; a failure is logged, never fatal.
+        let store = Arc::clone(self.gc.store());
+        match tokio::task::spawn_blocking(move || store.compact_if_needed()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!(error = %e, "Cannot compact the database"),
+            Err(e) => warn!(error = %e, "The database compaction task failed"),
+        }
         *lock_ignoring_poison(&self.gc_last_unreachable) =
             report.error.as_ref().is_some_and(runtime_unreachable);
         let mut failed_before = match self.gc_failed_before.lock() {

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use tracing::{info, warn};
 
 use crate::model::UnixNanos;
-use crate::replay::trace::parse_rfc3339;
+use crate::replay::parse_rfc3339;
 
 use super::sha256::sha256_hex;
 

@@ -10,8 +10,8 @@
 //! runtime's scripted state and the manager's, never the whole trace. The command checks the
 //! whole trace first ([`check_trace`]) and then reads it again to run it.
 
-pub mod runtime;
-pub mod trace;
+mod runtime;
+mod trace;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -25,11 +25,13 @@ use crate::store::{Store, StoreError};
 
 pub use runtime::{ScriptState, ScriptedRuntime};
 pub use trace::{
-    TraceError, TraceLine, TraceOp, TraceReadError, TraceReader, check_trace, parse_trace,
+    TraceError, TraceLine, TraceOp, TraceReadError, TraceReader, check_trace, parse_rfc3339,
+    parse_trace,
 };
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReplayError {
     #[error("trace {0}")]
     Trace(#[from] TraceError),

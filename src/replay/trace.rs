@@ -35,6 +35,7 @@ pub struct TraceLine {
 
 /// What a trace line does.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum TraceOp {
     Images(Vec<RuntimeImage>),
     Containers(Vec<RuntimeContainer>),
@@ -50,6 +51,7 @@ pub enum TraceOp {
 /// A line that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {reason}")]
+#[non_exhaustive]
 pub struct TraceError {
     pub line: usize,
     pub reason: String,

@@ -38,6 +38,7 @@ pub const JOURNAL_REMOVED_AT: &str = "journal_removed_at";
 
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub enum Violation {
     /// A stored key or value does not decode.
     Undecodable { table: &'static str, detail: String },

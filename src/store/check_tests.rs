@@ -5,7 +5,7 @@
 //! `journal/tests.rs`; the clock's in `check.rs`.)
 
 use super::codec::{Codec, IndexKey, MetaKey};
-use super::{Batch, Store, Violation, meta_keys};
+use super::{Batch, IndexMismatch, Store, StoreError, Violation, meta_keys};
 use crate::model::{ImageRecord, RecordKey, UnixNanos};
 
 fn key(id: &str) -> RecordKey {
@@ -54,7 +54,13 @@ fn check_reports_an_index_entry_without_a_record() {
         .expect("scan")
         .find_map(Result::err)
         .expect("the stray row is an error");
-    assert!(err.to_string().contains("has no record"), "{err}");
+    match err {
+        StoreError::IndexMismatch {
+            detail: IndexMismatch::EntryWithoutRecord { row },
+            ..
+        } => assert_eq!(row, ghost),
+        other => panic!("not the stray row: {other}"),
+    }
 }
 
 #[test]
@@ -80,6 +86,16 @@ fn check_reports_a_record_without_its_index_entry() {
             },
         ]
     );
+    // A write that moves such a record meets the missing row and refuses, naming the record.
+    let mut batch = Batch::new();
+    batch.upsert(key("a"), record(1, 9));
+    match store.apply(&batch) {
+        Err(StoreError::IndexMismatch {
+            detail: IndexMismatch::RecordWithoutEntry { key: found },
+            ..
+        }) => assert_eq!(found, key("a")),
+        other => panic!("the missing row was not refused: {other:?}"),
+    }
 }
 
 #[test]

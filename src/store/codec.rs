@@ -20,6 +20,7 @@ pub const LAYOUT_V1: u8 = 1;
 
 /// Why bytes did not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     #[error("{what}: empty input")]
     Empty { what: &'static str },
@@ -295,7 +296,7 @@ pub const INDEX_KEY_PREFIX_BYTES: usize = 16;
 const INDEX_KEY_WIDTH: usize = 1 + 8 + 8 + INDEX_KEY_PREFIX_BYTES;
 
 /// Schema 3's eviction-index row: (last_used, first_detected, the first
-/// [`INDEX_KEY_PREFIX_BYTES`] bytes of the record key's encoding, zero-padded), 33 bytes
+/// `INDEX_KEY_PREFIX_BYTES` (16) bytes of the record key's encoding, zero-padded), 33 bytes
 /// instead of the 90 of an [`EvictionKey`] with a whole sha256 id. Records that share all
 /// three share one row. The prefix only grows with the key (a longer key never sorts before a
 /// shorter one's prefix), so rows in byte order, each followed by the records it stands for

@@ -3,10 +3,12 @@
 
 use std::path::PathBuf;
 
-use super::codec::DecodeError;
+use super::codec::{DecodeError, IndexKey};
+use crate::model::RecordKey;
 
 /// What can go wrong opening, reading or writing the record database.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     #[error(
         "database {path} is already open by another process (is an imagekeeper agent running? \
@@ -26,7 +28,8 @@ pub enum StoreError {
     BackupInTheWay {
         path: PathBuf,
         backup: PathBuf,
-        detail: String,
+        #[source]
+        detail: BackupConflict,
     },
     #[error("database {path} does not exist")]
     Missing { path: PathBuf },
@@ -34,7 +37,13 @@ pub enum StoreError {
         "database {path} is corrupt or is not an imagekeeper database: {detail}; it was left \
          as it is: inspect it with `imagekeeper inspect check --db {path}` or restore a backup"
     )]
-    Corrupt { path: PathBuf, detail: String },
+    Corrupt {
+        path: PathBuf,
+        detail: String,
+        /// The read error that showed it, when one did (a file shorter than redb expects).
+        #[source]
+        source: Option<std::io::Error>,
+    },
     #[error(
         "database {path} has schema version {found}, newer than version {supported} that this \
          imagekeeper understands; run a newer imagekeeper or restore an older backup"
@@ -60,7 +69,11 @@ pub enum StoreError {
         source: DecodeError,
     },
     #[error("database {path}: the eviction index disagrees with the records: {detail}")]
-    IndexMismatch { path: PathBuf, detail: String },
+    IndexMismatch {
+        path: PathBuf,
+        #[source]
+        detail: IndexMismatch,
+    },
     #[error("database {path}: {source}")]
     Io {
         path: PathBuf,
@@ -81,12 +94,39 @@ pub enum StoreError {
          tried again at the next use"
     )]
     Closed { path: PathBuf },
+    #[error(
+        "database {path} was reopened after an I/O failure while a scan was reading it; the \
+         scan's snapshot is gone: start it again"
+    )]
+    Reopened { path: PathBuf },
     #[error("database {path}: {source}")]
     Redb {
         path: PathBuf,
         #[source]
         source: redb::Error,
     },
+}
+
+/// Why an upgrade's backup name is taken by something that is not a copy of the database.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackupConflict {
+    #[error("it cannot be examined: {0}")]
+    Unreadable(#[source] std::io::Error),
+    #[error("it is not a regular file")]
+    NotARegularFile,
+    #[error("its bytes differ from the database's")]
+    DifferentBytes,
+}
+
+/// How the eviction index was found to disagree with the records during a write or a walk.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IndexMismatch {
+    #[error("record {key} has no eviction-index entry")]
+    RecordWithoutEntry { key: RecordKey },
+    #[error("index entry {row} has no record")]
+    EntryWithoutRecord { row: IndexKey },
 }
 
 impl StoreError {

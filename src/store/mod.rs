@@ -23,7 +23,7 @@ mod batch;
 mod check;
 #[cfg(test)]
 mod check_tests;
-pub mod codec;
+mod codec;
 mod compact;
 mod error;
 mod journal;
@@ -40,7 +40,7 @@ mod upgrade_tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 use redb::{
@@ -50,14 +50,21 @@ use redb::{
 
 pub use batch::{Batch, BatchOp};
 pub use check::Violation;
+/// The byte layouts the fuzz `decode` target round-trips.
+#[cfg(feature = "fault-injection")]
+pub use codec::{BackoffKey, Codec, MetaKey, MetaValue};
 pub use codec::{DecodeError, EvictionKey, IndexKey, JournalKey};
 pub use compact::CompactOutcome;
-pub use error::StoreError;
+pub use error::{BackupConflict, IndexMismatch, StoreError};
 pub use journal::{age_cutoff, retention_keys};
 pub use open::{CURRENT_SCHEMA_VERSION, DEFAULT_CACHE_BYTES, StoreOptions, meta_keys};
 pub use scan::RecordScan;
 
-use codec::{BackoffKey, Codec, MAX_ID_BYTES, MetaKey, MetaValue};
+use reopen::{Liveness, ScanTie};
+
+use codec::MAX_ID_BYTES;
+#[cfg(not(feature = "fault-injection"))]
+use codec::{BackoffKey, Codec, MetaKey, MetaValue};
 use tables::{BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, Stored};
 
 use crate::model::{
@@ -105,8 +112,9 @@ pub struct Store {
     commit_nanos_total: AtomicU64,
     /// `Immediate` always, except on a store opened in [`CommitMode::NonDurableForTests`].
     durability: Durability,
-    /// False from an I/O failure until a reopen succeeds.
-    healthy: AtomicBool,
+    /// The health flag and handle generation, shared with the lazy scans
+    /// ([`RecordScan`], [`EvictionIter`]) so they can tell a reopen happened under them.
+    liveness: Arc<Liveness>,
     reopens: AtomicU64,
     /// The file's size after this handle's last compaction (0: none yet).
     last_compacted_bytes: AtomicU64,
@@ -132,6 +140,7 @@ pub struct Applied {
 /// durable commits: the other mode exists to prove the power-loss harness catches lost commits.
 #[cfg(any(test, feature = "fault-injection"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CommitMode {
     /// `Durability::Immediate`, as in production.
     Durable,
@@ -168,6 +177,7 @@ impl Store {
     }
 
     fn new(handle: Handle, source: Source, path: &Path, durability: Durability) -> Store {
+        let reopenable = !matches!(source, Source::Fixed);
         Store {
             handle: RwLock::new(handle),
             source,
@@ -175,7 +185,11 @@ impl Store {
             commits: AtomicU64::new(0),
             commit_nanos_total: AtomicU64::new(0),
             durability,
-            healthy: AtomicBool::new(true),
+            liveness: Arc::new(Liveness {
+                healthy: AtomicBool::new(true),
+                generation: RwLock::new(0),
+                reopenable,
+            }),
             reopens: AtomicU64::new(0),
             last_compacted_bytes: AtomicU64::new(0),
             retention: RwLock::new(JournalRetention::default()),
@@ -204,7 +218,11 @@ impl Store {
     }
 
     fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
-        let txn = match &*self.read_handle() {
+        self.begin_read_on(&self.read_handle())
+    }
+
+    fn begin_read_on(&self, handle: &Handle) -> Result<ReadTransaction, StoreError> {
+        let txn = match handle {
             Handle::Write(db) => db.begin_read(),
             Handle::Read(db) => db.begin_read(),
             Handle::Closed => {
@@ -321,7 +339,7 @@ impl Store {
         before: Option<UnixNanos>,
     ) -> Result<EvictionIter, StoreError> {
         use std::ops::Bound;
-        let txn = self.begin_read()?;
+        let (txn, tie) = self.begin_scan()?;
         let images = self.open_read_table(&txn, IMAGES)?;
         let index = txn
             .open_table(EVICTION_PREFIX)
@@ -347,6 +365,7 @@ impl Store {
             pending: std::collections::VecDeque::new(),
             after: after.cloned(),
             path: self.path.clone(),
+            tie,
             _txn: txn,
         })
     }
@@ -588,7 +607,7 @@ impl Store {
 enum TxnError {
     Redb(redb::Error),
     Decode(DecodeError),
-    Mismatch(String),
+    Mismatch(IndexMismatch),
 }
 
 impl<E: Into<redb::Error>> From<E> for TxnError {
@@ -897,9 +916,9 @@ fn put_record(
             index.get(Encoded::new(&row_bytes))?.is_some()
         };
         if !present {
-            return Err(TxnError::Mismatch(format!(
-                "record {key} has no eviction-index entry"
-            )));
+            return Err(TxnError::Mismatch(IndexMismatch::RecordWithoutEntry {
+                key: key.clone(),
+            }));
         }
     }
     if let Some(record) = next {
@@ -953,17 +972,25 @@ pub struct EvictionIter {
     /// A resumed walk returns only records after this one.
     after: Option<EvictionKey>,
     path: PathBuf,
+    /// Stops the walk once a reopen replaced the handle its transaction began on.
+    tie: ScanTie,
     _txn: ReadTransaction,
 }
 
-impl EvictionIter {
-    fn next_entry(&mut self) -> Option<Result<StoredRecord, StoreError>> {
+/// The next record of an eviction walk: from `pending`, else from the next index row.
+fn next_entry(
+    range: &mut redb::Range<'static, Stored<IndexKey>, ()>,
+    images: &ReadOnlyTable<Stored<RecordKey>, Stored<ImageRecord>>,
+    pending: &mut std::collections::VecDeque<StoredRecord>,
+    after: &mut Option<EvictionKey>,
+    path: &Path,
+) -> Option<Result<StoredRecord, StoreError>> {
+    {
         loop {
-            if let Some(next) = self.pending.pop_front() {
+            if let Some(next) = pending.pop_front() {
                 return Some(Ok(next));
             }
-            let path = &self.path;
-            let (k, _) = match self.range.next()? {
+            let (k, _) = match range.next()? {
                 Ok(entry) => entry,
                 Err(e) => return Some(Err(StoreError::from_redb(path, e.into()))),
             };
@@ -971,36 +998,36 @@ impl EvictionIter {
                 Ok(row) => row,
                 Err(source) => {
                     return Some(Err(StoreError::Decode {
-                        path: path.clone(),
+                        path: path.to_owned(),
                         source,
                     }));
                 }
             };
-            let records = match row_records(&self.images, &row) {
+            let records = match row_records(images, &row) {
                 Ok(records) => records,
                 Err(TxnError::Redb(e)) => return Some(Err(StoreError::from_redb(path, e))),
                 Err(TxnError::Decode(source)) => {
                     return Some(Err(StoreError::Decode {
-                        path: path.clone(),
+                        path: path.to_owned(),
                         source,
                     }));
                 }
                 Err(TxnError::Mismatch(detail)) => {
                     return Some(Err(StoreError::IndexMismatch {
-                        path: path.clone(),
+                        path: path.to_owned(),
                         detail,
                     }));
                 }
             };
             if records.is_empty() {
                 return Some(Err(StoreError::IndexMismatch {
-                    path: path.clone(),
-                    detail: format!("index entry {row} has no record"),
+                    path: path.to_owned(),
+                    detail: IndexMismatch::EntryWithoutRecord { row },
                 }));
             }
             // Only the first row of a resumed walk can hold records up to `after`.
-            let after = self.after.take();
-            self.pending.extend(records.into_iter().filter(|r| {
+            let after = after.take();
+            pending.extend(records.into_iter().filter(|r| {
                 after
                     .as_ref()
                     .is_none_or(|a| EvictionKey::of(&r.key, &r.record) > *a)
@@ -1013,6 +1040,20 @@ impl Iterator for EvictionIter {
     type Item = Result<StoredRecord, StoreError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.next_entry()
+        // Only the reads from the transaction need the tie; records already read (`pending`)
+        // were read under it.
+        if let Some(next) = self.pending.pop_front() {
+            return Some(Ok(next));
+        }
+        let Self {
+            range,
+            images,
+            pending,
+            after,
+            path,
+            tie,
+            ..
+        } = self;
+        tie.step(|| next_entry(range, images, pending, after, path))
     }
 }

@@ -16,7 +16,7 @@ use redb::ReadableTable;
 
 use super::codec::{Codec, IndexKey};
 use super::tables::{BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES};
-use super::{Handle, Source, Store, StoreError, TxnError, put_meta};
+use super::{BackupConflict, Handle, Source, Store, StoreError, TxnError, put_meta};
 use crate::model::UnixNanos;
 
 /// The schema version this build writes and reads.
@@ -291,7 +291,7 @@ impl Store {
     }
 
     /// Opens, for `imagekeeper inspect`, a private copy of a database read-write with redb's
-    /// integrity check ([`builder`]): the checksum of every page of the committed trees is
+    /// integrity check (`builder` in this module): the checksum of every page of the committed trees is
     /// verified before anything is read, so a damaged copy is refused, never read wrong. Then
     /// it refuses, as [`Store::open_read_only`] does, a copy that is not a current-schema
     /// imagekeeper database (never initializing or migrating it; redb's repair is the only
@@ -343,6 +343,7 @@ impl Store {
             Err(StoreError::Corrupt {
                 path: path.to_owned(),
                 detail: "redb failed reading it read-only".to_owned(),
+                source: None,
             })
         })
     }
@@ -439,6 +440,7 @@ impl Store {
         StoreError::Corrupt {
             path: self.path.clone(),
             detail: detail.to_owned(),
+            source: None,
         }
     }
 
@@ -534,6 +536,7 @@ pub(super) fn reopen_file(path: &Path, options: StoreOptions) -> Result<Handle, 
             return Err(StoreError::Corrupt {
                 path: path.to_owned(),
                 detail: "the file became empty while the database was open".to_owned(),
+                source: None,
             });
         }
         identify_read_only(real, false)?;
@@ -609,6 +612,7 @@ fn refuse_panics(
             Err(StoreError::Corrupt {
                 path: path.to_owned(),
                 detail: format!("redb panicked reading it: {message}"),
+                source: None,
             })
         }
     }
@@ -921,6 +925,7 @@ fn check_not_empty_or_plausible(path: &Path, len: u64) -> Result<(), StoreError>
         return Err(StoreError::Corrupt {
             path: path.to_owned(),
             detail: format!("the file is only {len} bytes long (truncated, or not a database)"),
+            source: None,
         });
     }
     Ok(())
@@ -938,6 +943,7 @@ fn check_not_empty(path: &Path, file: &fs::File) -> Result<(), StoreError> {
         return Err(StoreError::Corrupt {
             path: path.to_owned(),
             detail: "the file is empty".to_owned(),
+            source: None,
         });
     }
     check_not_empty_or_plausible(path, len)
@@ -966,10 +972,12 @@ fn map_open_error(path: &Path, e: DatabaseError, read_only: bool) -> StoreError 
         DatabaseError::UpgradeRequired(v) => StoreError::Corrupt {
             path: path_buf,
             detail: format!("redb file format {v} is not supported"),
+            source: None,
         },
         DatabaseError::Storage(StorageError::Corrupted(detail)) => StoreError::Corrupt {
             path: path_buf,
             detail,
+            source: None,
         },
         DatabaseError::Storage(StorageError::Io(io))
             if matches!(
@@ -980,6 +988,7 @@ fn map_open_error(path: &Path, e: DatabaseError, read_only: bool) -> StoreError 
             StoreError::Corrupt {
                 path: path_buf,
                 detail: io.to_string(),
+                source: Some(io),
             }
         }
         other => StoreError::from_redb(path, other.into()),
@@ -1036,21 +1045,21 @@ fn backup(path: &Path, version: i64) -> Result<PathBuf, StoreError> {
 /// An existing `dest` is the backup of `path` when it is a regular file (not a symlink) with
 /// the same bytes; otherwise the upgrade is refused.
 fn reuse_backup(path: &Path, dest: &Path) -> Result<PathBuf, StoreError> {
-    let refuse = |detail: String| StoreError::BackupInTheWay {
+    let refuse = |detail: BackupConflict| StoreError::BackupInTheWay {
         path: path.to_owned(),
         backup: dest.to_owned(),
         detail,
     };
-    let meta = fs::symlink_metadata(dest).map_err(|e| refuse(e.to_string()))?;
+    let meta = fs::symlink_metadata(dest).map_err(|e| refuse(BackupConflict::Unreadable(e)))?;
     if !meta.file_type().is_file() {
-        return Err(refuse("it is not a regular file".to_owned()));
+        return Err(refuse(BackupConflict::NotARegularFile));
     }
     let same = same_bytes(path, dest).map_err(|e| StoreError::Io {
         path: dest.to_owned(),
         source: e,
     })?;
     if !same {
-        return Err(refuse("its bytes differ from the database's".to_owned()));
+        return Err(refuse(BackupConflict::DifferentBytes));
     }
     Ok(dest.to_owned())
 }

@@ -144,14 +144,14 @@ impl PowerLossDisk {
     /// random share of sectors.
     pub fn crash_image(&self, seed: u64) -> Vec<u8> {
         let state = self.lock();
-        let mut rng = SplitMix64(seed);
+        let mut rng = fastrand::Rng::with_seed(seed);
         // One threshold for this crash: 0 keeps nothing, u64::MAX everything.
-        let keep_below = match rng.next_u64() % 4 {
+        let keep_below = match rng.u64(..) % 4 {
             0 => 0,
             1 => u64::MAX,
-            _ => rng.next_u64(),
+            _ => rng.u64(..),
         };
-        let mut keep = move || keep_below == u64::MAX || rng.next_u64() < keep_below;
+        let mut keep = move || keep_below == u64::MAX || rng.u64(..) < keep_below;
         let mut image = state.synced.clone();
         for change in &state.pending {
             match change {
@@ -292,20 +292,6 @@ impl StorageBackend for PowerLossBackend {
     }
 }
 
-/// A small seeded generator (SplitMix64): the crash subset must be reproducible from a seed
-/// without pulling a random-number crate into the library.
-pub struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,6 +309,7 @@ mod tests {
         for seed in 0..64 {
             let img = disk.crash_image(seed);
             assert_eq!(img.len(), 2048);
+            assert!(disk.crash_image(seed) == img, "seed {seed} does not replay");
             let sectors: Vec<u8> = img.chunks(512).map(|c| c[0]).collect();
             for (i, c) in img.chunks(512).enumerate() {
                 assert!(
@@ -348,10 +335,15 @@ mod tests {
         let b = disk.backend();
         b.write(0, &[1; 10]).expect("first op");
         b.sync_data().expect("second op");
-        assert!(b.write(0, &[2; 10]).is_err());
+        let off = |r: Result<(), io::Error>, op: &str| {
+            let e = r.expect_err(op);
+            assert_eq!(e.kind(), io::ErrorKind::Other, "{op}: {e}");
+            assert!(e.to_string().contains("simulated power loss"), "{op}: {e}");
+        };
+        off(b.write(0, &[2; 10]), "the write at the cut");
         assert!(disk.is_cut());
-        assert!(b.read(0, &mut [0; 1]).is_err());
-        assert!(b.sync_data().is_err());
+        off(b.read(0, &mut [0; 1]), "a read after the cut");
+        off(b.sync_data(), "a sync after the cut");
         assert_eq!(disk.crash_image(1), vec![1; 10]);
     }
 }

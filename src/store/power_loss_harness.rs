@@ -162,6 +162,7 @@ pub struct Outcome {
 
 /// How a run broke the promise (or could not be run).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HarnessFailure {
     #[error(
         "after the crash the store holds neither the acknowledged state nor the in-flight one: {detail}"

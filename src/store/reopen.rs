@@ -8,17 +8,86 @@
 //! that meets redb's latched error reopens and runs once more (every batch operation sets a
 //! value, so a second run of a batch is harmless); a reopen waits for every call in flight on
 //! the old handle, so no transaction spans two handles. Read-only handles are never reopened.
+//!
+//! Lazy scans ([`RecordScan`](super::RecordScan), [`EvictionIter`](super::EvictionIter)) keep a
+//! read transaction between calls, outside the handle lock, so a reopen cannot wait for them.
+//! Instead every reopen bumps the handle generation (under its write lock, before the old
+//! handle is dropped), and a scan reads only under that lock's read side and only while the
+//! generation is the one its transaction began in; otherwise it fails with
+//! [`StoreError::Reopened`]. Closing a handle releases the reader lock that kept its
+//! snapshot's pages, so a scan that read on would see pages the new handle may have reused.
 
-use std::sync::atomic::Ordering;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use super::{Handle, Source, Store, StoreError, open};
+
+/// What a store shares with its lazy scans.
+pub(super) struct Liveness {
+    /// False from an I/O failure until a reopen succeeds.
+    pub(super) healthy: AtomicBool,
+    /// How many times the handle was replaced; see the module doc.
+    pub(super) generation: RwLock<u64>,
+    /// Whether the store reopens after an I/O failure (not a fixed handle).
+    pub(super) reopenable: bool,
+}
+
+impl Liveness {
+    fn mark_unhealthy(&self, path: &Path, cause: &StoreError) {
+        if self.healthy.swap(false, Ordering::SeqCst) {
+            tracing::error!(
+                path = %path.display(),
+                error = %cause,
+                "The database failed an I/O operation: not ready until it is reopened, which the next use of it tries"
+            );
+        }
+    }
+}
+
+/// A lazy scan's tie to the handle its read transaction began on.
+pub(super) struct ScanTie {
+    liveness: Arc<Liveness>,
+    generation: u64,
+    path: PathBuf,
+}
+
+impl ScanTie {
+    /// Runs `step`, one read from the scan's transaction, if that transaction's handle is
+    /// still the store's, holding off any reopen while it runs; fails with
+    /// [`StoreError::Reopened`] otherwise. An I/O failure it meets marks the store unhealthy,
+    /// as a guarded call does, so the next call reopens.
+    pub(super) fn step<T>(
+        &self,
+        step: impl FnOnce() -> Option<Result<T, StoreError>>,
+    ) -> Option<Result<T, StoreError>> {
+        let generation = self
+            .liveness
+            .generation
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        if *generation != self.generation {
+            return Some(Err(StoreError::Reopened {
+                path: self.path.clone(),
+            }));
+        }
+        let out = step();
+        if let Some(Err(e)) = &out
+            && e.is_io_failure()
+            && self.liveness.reopenable
+        {
+            self.liveness.mark_unhealthy(&self.path, e);
+        }
+        out
+    }
+}
 
 impl Store {
     /// Whether the store is usable: false from an I/O failure (such as a full disk) until the
     /// store has reopened its file. The agent reports this as readiness
     /// (`imagekeeper_store_healthy`, `/readyz`).
     pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::SeqCst)
+        self.liveness.healthy.load(Ordering::SeqCst)
     }
 
     /// How many times the store reopened its file after an I/O failure.
@@ -59,17 +128,29 @@ impl Store {
     }
 
     fn mark_unhealthy(&self, cause: &StoreError) {
-        if self.healthy.swap(false, Ordering::SeqCst) {
-            tracing::error!(
-                path = %self.path.display(),
-                error = %cause,
-                "The database failed an I/O operation: not ready until it is reopened, which the next use of it tries"
-            );
-        }
+        self.liveness.mark_unhealthy(&self.path, cause);
     }
 
     fn reopenable(&self) -> bool {
-        !matches!(self.source, Source::Fixed)
+        self.liveness.reopenable
+    }
+
+    /// A read transaction and the tie of a lazy scan over it: the generation is read under
+    /// the handle lock, so it is the generation of the handle the transaction began on.
+    pub(super) fn begin_scan(&self) -> Result<(redb::ReadTransaction, ScanTie), StoreError> {
+        let handle = self.read_handle();
+        let generation = *self
+            .liveness
+            .generation
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let txn = self.begin_read_on(&handle)?;
+        let tie = ScanTie {
+            liveness: Arc::clone(&self.liveness),
+            generation,
+            path: self.path.clone(),
+        };
+        Ok((txn, tie))
     }
 
     /// Replaces a failed redb handle by a fresh open of the same file (or disk), with the
@@ -87,6 +168,12 @@ impl Store {
                 path: self.path.clone(),
             });
         }
+        // Before the old handle goes: from here no scan on it reads again (see the module doc).
+        *self
+            .liveness
+            .generation
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) += 1;
         *handle = Handle::Closed;
         let fresh = match &self.source {
             // Refused above.
@@ -100,7 +187,7 @@ impl Store {
         match fresh {
             Ok(fresh) => {
                 *handle = fresh;
-                self.healthy.store(true, Ordering::SeqCst);
+                self.liveness.healthy.store(true, Ordering::SeqCst);
                 self.reopens.fetch_add(1, Ordering::SeqCst);
                 tracing::info!(path = %self.path.display(), "Reopened the database after an I/O failure");
                 Ok(())
@@ -120,7 +207,7 @@ mod tests {
 
     use crate::model::{ImageRecord, RecordKey, UnixNanos};
     use crate::store::power_loss::PowerLossDisk;
-    use crate::store::{Batch, CommitMode, Store};
+    use crate::store::{Batch, CommitMode, Store, StoreError};
 
     fn upsert(id: &str, last_used_secs: i64) -> Batch {
         let mut batch = Batch::new();
@@ -202,7 +289,7 @@ mod tests {
             .apply(&upsert("sha256:during", 3))
             .expect_err("every write fails");
         disk.restore_power();
-        store.healthy.store(true, Ordering::SeqCst);
+        store.liveness.healthy.store(true, Ordering::SeqCst);
 
         assert!(
             store
@@ -212,5 +299,53 @@ mod tests {
         assert_eq!(store.reopens(), 1);
         assert!(store.is_healthy());
         assert!(ids(&store).contains(&"sha256:after".to_owned()));
+    }
+
+    /// A scan that began before a reopen (detect holds one across its awaits) is ended by
+    /// it: the next read fails with `Reopened` instead of reading pages of the dropped
+    /// handle's snapshot, which the new handle may reuse. Both lazy walks, and a walk begun
+    /// after the reopen reads everything.
+    #[test]
+    fn a_scan_begun_before_a_reopen_fails_instead_of_reading_on() {
+        let disk = PowerLossDisk::new(Vec::new(), None);
+        let store = open(&disk);
+        for (id, used) in [("sha256:a", 2), ("sha256:b", 3), ("sha256:c", 4)] {
+            assert!(store.apply(&upsert(id, used)).expect("commit"));
+        }
+        let mut by_key = store.records_in_key_order().expect("scan");
+        let mut by_age = store.eviction_order().expect("scan");
+        let first = by_key.next().expect("a record").expect("read");
+        assert_eq!(first.key.image_id.0, "sha256:a");
+        let first = by_age.next().expect("a record").expect("read");
+        assert_eq!(first.key.image_id.0, "sha256:a");
+
+        disk.cut_after(0);
+        store
+            .apply(&upsert("sha256:d", 5))
+            .expect_err("every write fails");
+        disk.restore_power();
+        assert!(
+            store
+                .apply(&upsert("sha256:e", 6))
+                .expect("commits after the reopen")
+        );
+        assert_eq!(store.reopens(), 1);
+
+        for (walk, next) in [
+            ("key order", by_key.next()),
+            ("eviction order", by_age.next()),
+        ] {
+            match next {
+                Some(Err(StoreError::Reopened { .. })) => {}
+                other => panic!("{walk}: the scan read on across the reopen: {other:?}"),
+            }
+        }
+        drop((by_key, by_age));
+        let fresh: Vec<String> = store
+            .records_in_key_order()
+            .expect("scan")
+            .map(|r| r.expect("read").key.image_id.0)
+            .collect();
+        assert_eq!(fresh, ["sha256:a", "sha256:b", "sha256:c", "sha256:e"]);
     }
 }

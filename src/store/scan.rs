@@ -1,7 +1,8 @@
 //! The lazy scan of every record in [`RecordKey`] order ([`Store::records_in_key_order`]): one
 //! read transaction, one record decoded at a time, so a caller that merges the store with
 //! another sorted list (detect) never holds all records. The scan sees the snapshot of the
-//! moment it began; writes committed later are not in it.
+//! moment it began; writes committed later are not in it. A reopen of the store after an I/O
+//! failure ends it with [`StoreError::Reopened`] (see `reopen.rs`).
 
 use std::ops::Bound;
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use redb::ReadTransaction;
 
 use super::codec::Codec;
 use super::tables::{Encoded, IMAGES, Stored};
-use super::{Store, StoreError, StoredRecord};
+use super::{ScanTie, Store, StoreError, StoredRecord};
 use crate::model::{ImageRecord, RecordKey};
 
 impl Store {
@@ -26,7 +27,7 @@ impl Store {
     }
 
     fn record_scan_once(&self, from: Option<&RecordKey>) -> Result<RecordScan, StoreError> {
-        let txn = self.begin_read()?;
+        let (txn, tie) = self.begin_scan()?;
         let images = self.open_read_table(&txn, IMAGES)?;
         let from_bytes = from.map(Codec::encode);
         let lower = match &from_bytes {
@@ -39,6 +40,7 @@ impl Store {
         Ok(RecordScan {
             range,
             path: self.path.clone(),
+            tie,
             _txn: txn,
         })
     }
@@ -48,6 +50,8 @@ impl Store {
 pub struct RecordScan {
     range: redb::Range<'static, Stored<RecordKey>, Stored<ImageRecord>>,
     path: PathBuf,
+    /// Stops the walk once a reopen replaced the handle its transaction began on.
+    tie: ScanTie,
     _txn: ReadTransaction,
 }
 
@@ -55,9 +59,21 @@ impl Iterator for RecordScan {
     type Item = Result<StoredRecord, StoreError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (k, v) = match self.range.next()? {
+        let Self {
+            range, path, tie, ..
+        } = self;
+        tie.step(|| next_record(range, path))
+    }
+}
+
+fn next_record(
+    range: &mut redb::Range<'static, Stored<RecordKey>, Stored<ImageRecord>>,
+    path: &std::path::Path,
+) -> Option<Result<StoredRecord, StoreError>> {
+    {
+        let (k, v) = match range.next()? {
             Ok(entry) => entry,
-            Err(e) => return Some(Err(StoreError::from_redb(&self.path, e.into()))),
+            Err(e) => return Some(Err(StoreError::from_redb(path, e.into()))),
         };
         let decoded = k.value().decode().and_then(|key| {
             v.value()
@@ -65,7 +81,7 @@ impl Iterator for RecordScan {
                 .map(|record| StoredRecord { key, record })
         });
         Some(decoded.map_err(|source| StoreError::Decode {
-            path: self.path.clone(),
+            path: path.to_owned(),
             source,
         }))
     }

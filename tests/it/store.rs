@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use imagekeeper::model::{BackoffEntry, ImageRecord, RecordKey, UnixNanos};
-use imagekeeper::store::{Batch, CURRENT_SCHEMA_VERSION, Store, StoreError, meta_keys};
+use imagekeeper::store::{
+    BackupConflict, Batch, CURRENT_SCHEMA_VERSION, Store, StoreError, meta_keys,
+};
 use proptest::prelude::*;
 
 fn temp_db() -> (tempfile::TempDir, PathBuf) {
@@ -567,34 +569,73 @@ fn old_schema_without_an_upgrade_path_is_refused_before_any_write() {
     );
 }
 
+/// Another program's redb file is refused by every way of opening one (read-write, which
+/// would otherwise initialize it, and read-only), each time with its bytes unchanged: one
+/// with only its own tables, and one that also has a table named `meta` of its own types.
 #[test]
 fn foreign_redb_file_is_refused_with_its_bytes_unchanged() {
-    let (_dir, path) = temp_db();
-    // Another program's redb file: its own table, no meta table.
-    {
-        let db = redb::Database::create(&path).expect("create a foreign redb file");
-        let txn = db.begin_write().expect("begin");
+    #[derive(Debug, Clone, Copy)]
+    enum Foreign {
+        OwnTablesOnly,
+        OwnMetaTable,
+    }
+    type Opener = fn(&Path) -> Result<Store, StoreError>;
+    let openers: [(&str, Opener); 2] = [
+        ("read-write", |p| Store::open(p, UnixNanos(1))),
+        ("read-only", Store::open_read_only),
+    ];
+    for case in [Foreign::OwnTablesOnly, Foreign::OwnMetaTable] {
+        let (_dir, path) = temp_db();
         {
-            let mut table = txn
-                .open_table(redb::TableDefinition::<u64, u64>::new("their_data"))
-                .expect("table");
-            for i in 0..100u64 {
-                table.insert(i, i * 7).expect("insert");
+            let db = redb::Database::create(&path).expect("create a foreign redb file");
+            let txn = db.begin_write().expect("begin");
+            {
+                let mut table = txn
+                    .open_table(redb::TableDefinition::<u64, u64>::new("their_data"))
+                    .expect("table");
+                for i in 0..100u64 {
+                    table.insert(i, i * 7).expect("insert");
+                }
+                if let Foreign::OwnMetaTable = case {
+                    let mut meta = txn
+                        .open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+                        .expect("their meta table");
+                    meta.insert("schema_version", 3).expect("insert");
+                }
+            }
+            txn.commit().expect("commit");
+        }
+        let before = std::fs::read(&path).expect("read");
+        for (how, open) in openers {
+            for attempt in 0..2 {
+                let err = open(&path)
+                    .err()
+                    .unwrap_or_else(|| panic!("{case:?} {how}: a foreign file is refused"));
+                let refused_as_foreign = match (case, how, &err) {
+                    (Foreign::OwnTablesOnly, "read-write", StoreError::Corrupt { detail, .. }) => {
+                        detail.contains("their_data") && detail.contains("none of ours")
+                    }
+                    (Foreign::OwnTablesOnly, "read-only", StoreError::Corrupt { detail, .. }) => {
+                        detail == "it has no meta table"
+                    }
+                    // redb itself refuses our typed view of their `meta` table.
+                    (
+                        Foreign::OwnMetaTable,
+                        _,
+                        StoreError::Redb {
+                            source: redb::Error::TableTypeMismatch { table, .. },
+                            ..
+                        },
+                    ) => table == "meta",
+                    _ => false,
+                };
+                assert!(refused_as_foreign, "{case:?} {how}: {err:?}");
+                assert!(
+                    std::fs::read(&path).expect("read") == before,
+                    "{case:?} {how} attempt {attempt}: the foreign file's bytes changed"
+                );
             }
         }
-        txn.commit().expect("commit");
-    }
-    let before = std::fs::read(&path).expect("read");
-    for attempt in 0..2 {
-        let err = Store::open(&path, UnixNanos(1))
-            .err()
-            .expect("a foreign file is refused");
-        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
-        assert!(err.to_string().contains("their_data"), "{err}");
-        assert!(
-            std::fs::read(&path).expect("read") == before,
-            "attempt {attempt}: the foreign file's bytes are unchanged"
-        );
     }
 }
 
@@ -1342,6 +1383,17 @@ fn a_pre_existing_v1_backup_is_never_overwritten_and_only_an_identical_copy_is_r
                     e.to_string().contains(&backup.display().to_string()),
                     "{case:?}: {e}"
                 );
+                let StoreError::BackupInTheWay { detail, .. } = &e else {
+                    unreachable!("matched above")
+                };
+                let typed = match case {
+                    InTheWay::LinkToVictim | InTheWay::DanglingLink => {
+                        matches!(detail, BackupConflict::NotARegularFile)
+                    }
+                    InTheWay::OtherBytes => matches!(detail, BackupConflict::DifferentBytes),
+                    InTheWay::IdenticalCopy => false,
+                };
+                assert!(typed, "{case:?}: refused for the wrong reason: {detail:?}");
             }
             Err(e) => panic!("{case:?}: refused for another reason: {e}"),
             Ok(_) => panic!("{case:?}: the upgrade was not refused"),

@@ -122,14 +122,63 @@ fn bad_bytes_give_errors_naming_the_problem() {
     for (name, got, want) in cases {
         assert_eq!(got, Err(want), "case {name}");
     }
-    assert!(
-        RecordKey::decode(&[1, 0, 5, b'a']).is_err(),
-        "id longer than input"
-    );
-    assert!(RecordKey::decode(&[1, 0, 0]).is_err(), "empty id");
-    assert!(RecordKey::decode(&[1, 0, 1, 0xff]).is_err(), "id not UTF-8");
-    assert!(
-        BackoffEntry::decode(&[1; 20]).is_err(),
+    // A record key is the version, the id, a 0 byte and the runtime handler.
+    let too_long: Vec<u8> = std::iter::once(1)
+        .chain(std::iter::repeat_n(b'a', MAX_ID_BYTES + 1))
+        .chain([0])
+        .collect();
+    let key_cases: [(&str, &[u8], DecodeError); 5] = [
+        (
+            "empty id",
+            &[1, 0, b'h'],
+            DecodeError::Invalid {
+                what: "record key",
+                field: "image id",
+            },
+        ),
+        (
+            "id longer than the limit",
+            &too_long,
+            DecodeError::Invalid {
+                what: "record key",
+                field: "image id",
+            },
+        ),
+        (
+            "no terminator after the id",
+            &[1, b'a', b'b'],
+            DecodeError::Invalid {
+                what: "record key",
+                field: "image id terminator",
+            },
+        ),
+        (
+            "id not UTF-8",
+            &[1, 0xff, 0],
+            DecodeError::Utf8 {
+                what: "record key",
+                field: "image id",
+            },
+        ),
+        (
+            "handler not UTF-8",
+            &[1, b'a', 0, 0xff],
+            DecodeError::Utf8 {
+                what: "record key",
+                field: "runtime handler",
+            },
+        ),
+    ];
+    for (name, bytes, want) in key_cases {
+        assert_eq!(RecordKey::decode(bytes), Err(want), "case {name}");
+    }
+    assert_eq!(
+        BackoffEntry::decode(&[1; 20]),
+        Err(DecodeError::Length {
+            what: "backoff entry",
+            expected: 21,
+            found: 20
+        }),
         "short backoff entry"
     );
 }
@@ -245,7 +294,14 @@ fn golden_bytes_of_the_schema_2_layouts() {
         [1, 0, 0, 0, 1, 0, 0, 0, 3, b'b', b':', b'1', 0, 0, 0, 0]
     );
     // A name longer than the input is an error, not a panic.
-    assert!(ImageNames::decode(&[1, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff]).is_err());
+    assert_eq!(
+        ImageNames::decode(&[1, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff]),
+        Err(DecodeError::Length {
+            what: "image names",
+            expected: 9,
+            found: 0
+        })
+    );
 }
 
 proptest! {
