@@ -28,8 +28,8 @@ use std::sync::Mutex;
 use serde::Deserialize;
 use tracing::{info, warn};
 
+use crate::format::parse_rfc3339;
 use crate::model::UnixNanos;
-use crate::replay::parse_rfc3339;
 
 use super::sha256::sha256_hex;
 

@@ -25,8 +25,7 @@ use crate::store::{Store, StoreError};
 
 pub use runtime::{ScriptState, ScriptedRuntime};
 pub use trace::{
-    TraceError, TraceLine, TraceOp, TraceReadError, TraceReader, check_trace, parse_rfc3339,
-    parse_trace,
+    TraceError, TraceLine, TraceOp, TraceReadError, TraceReader, check_trace, parse_trace,
 };
 
 /// Why a replay stopped.

@@ -156,7 +156,7 @@ fn parse_now(s: &str) -> Result<UnixNanos, String> {
     if let Ok(secs) = s.parse::<i64>() {
         return Ok(UnixNanos::from_secs(secs));
     }
-    imagekeeper::replay::parse_rfc3339(s)
+    imagekeeper::format::parse_rfc3339(s)
         .ok_or_else(|| format!("{s:?} is neither RFC 3339 nor unix seconds"))
 }
 
