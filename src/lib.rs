@@ -3,7 +3,7 @@
 //! and the pull backoff kept in a crash-safe redb database.
 //!
 //! Layers (see ARCHITECTURE.md): `model` (values), `clock` (time), `store` (the only module
-//! that imports redb), `cri` (the only module that imports tonic), `gc` and `pull` (logic that
+//! that imports redb), `cri` (with `admin`, the only modules that import tonic), `gc` and `pull` (logic that
 //! takes `now` as an argument), `agent` (wiring and loops), `doctor` (the kubelet's config
 //! against imagekeeper's), `cli` (parse and print).
 //!

@@ -4,7 +4,8 @@
 //! (`convert`, the only place they happen), statvfs of the image filesystem, and an in-process
 //! fake runtime for tests (`FakeRuntime`, only with cfg(test) or the `testing` feature).
 //!
-//! Invariants: this is the only module that imports tonic, prost or the generated code; other
+//! Invariants: this and `admin` are the only modules that import tonic, and this is the only one that
+//! imports prost or the runtime.v1 generated code; other
 //! layers see [`ImageRuntime`], model types and [`CriError`]. An image the runtime does not have
 //! is `Ok(None)`, not an error. Every call has a deadline. Pull credentials pass through to the
 //! runtime and are never logged. The submodules are private: what other layers and crates may

@@ -6,7 +6,7 @@ use crate::cri::CriError;
 use crate::model::RecordKey;
 use crate::store::StoreError;
 
-use super::format::{format_size, go_duration};
+use crate::format::{format_size, go_duration};
 
 /// What can go wrong in detect, GarbageCollect or DeleteUnusedImages.
 #[derive(Debug, thiserror::Error)]

@@ -20,9 +20,9 @@ use crate::store::{JournalKey, StoredRecord};
 
 use super::GcPolicy;
 use super::evict::{Verdict, past_max_age, space_verdict, unused_since};
-use super::format::{format_size, go_duration};
 use super::kubelet::KubeletView;
 use super::space::SpaceNeed;
+use crate::format::{format_size, go_duration};
 
 /// The image filesystem as the operator says it is now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -155,7 +155,7 @@ impl PriorEviction {
     /// "evicted before (space by imagekeeper at ...) and pulled back 1m0s later", or for a
     /// removal by someone else "removed before (outside imagekeeper, at ...) and ...".
     pub fn describe(&self) -> String {
-        let at = super::format::format_rfc3339(self.removed_at);
+        let at = crate::format::format_rfc3339(self.removed_at);
         let removed = match (self.remover, self.reason) {
             (Remover::Imagekeeper, Some(reason)) => {
                 format!(
@@ -356,7 +356,7 @@ pub fn explain_with_kubelet(
         if let Some(at) = image.kubelet_pulled_at {
             image.reason.push_str(&format!(
                 "; used by a kubelet pull record at {}",
-                super::format::format_rfc3339(at)
+                crate::format::format_rfc3339(at)
             ));
         }
     }
@@ -442,7 +442,7 @@ fn reason(
         }
         Decision::KeepInUse => format!(
             "in use at the last detect ({})",
-            last_detect.map_or_else(String::new, super::format::format_rfc3339)
+            last_detect.map_or_else(String::new, crate::format::format_rfc3339)
         ),
         Decision::KeepPullInProgress => "pull in progress".to_owned(),
         Decision::KeepKubeletPulling => {

@@ -51,13 +51,13 @@ use super::detect::{
 };
 use super::evict::{Verdict, past_max_age};
 use super::explain::{Decision, Explanation, FsSpace, explain_with_kubelet, note_prior_evictions};
-use super::format::{format_rfc3339, go_duration};
 use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
 use super::space::SpaceNeed;
 use super::{GcError, GcPolicy};
+use crate::format::{format_rfc3339, go_duration};
 
 /// The runtime's images (sorted once by key), the keys in use (by a container, the sandbox
 /// image or a kubelet pull intent), the running containers' image volumes, and the kubelet's

@@ -2,7 +2,7 @@
 //!
 //! `detect` turns the runtime's lists into record changes; `evict` holds the rules of the
 //! eviction walk (shared with explain); `space` the space pass's arithmetic (usage, amount to
-//! free, target: [`SpaceNeed`], shared with explain and the bench); `manager` runs detect, GarbageCollect and
+//! free, target: [`SpaceNeed`], shared with explain and so the dry run); `manager` runs detect, GarbageCollect and
 //! DeleteUnusedImages against an [`crate::cri::ImageRuntime`] and the store. Everything takes
 //! `now` as an argument; nothing here reads a clock or sleeps.
 
@@ -14,9 +14,6 @@ pub mod detect;
 mod error;
 pub(crate) mod evict;
 pub(crate) mod explain;
-// The formatting rules moved to the crate root; this keeps src/store's `crate::gc::format::*`
-// paths working until the store uses `crate::format` (not public: the path is `imagekeeper::format`).
-pub(crate) use crate::format;
 pub(crate) mod kubelet;
 pub(crate) mod manager;
 pub(crate) mod metrics;

@@ -65,8 +65,8 @@ impl GcPolicy {
         if !self.max_age.is_zero() && self.max_age <= self.min_age {
             return invalid(format!(
                 "invalid configuration: imageMaximumGCAge {} must be greater than imageMinimumGCAge {}",
-                super::format::go_duration(self.max_age),
-                super::format::go_duration(self.min_age)
+                crate::format::go_duration(self.max_age),
+                crate::format::go_duration(self.min_age)
             ));
         }
         Ok(())

@@ -30,7 +30,7 @@ use super::codec::{Codec, IndexKey};
 use super::journal::{age_cutoff, prune_reference, retention_keys};
 use super::tables::{BACKOFF, EVICTION_PREFIX, IMAGES, JOURNAL, META, NAMES};
 use super::{Handle, Store, StoreError, meta_keys};
-use crate::gc::format::{format_rfc3339, go_duration};
+use crate::format::{format_rfc3339, go_duration};
 use crate::model::{FUTURE_STAMP_TOLERANCE, JournalRetention, RecordKey, UnixNanos};
 
 /// [`Violation::FutureStamp`]'s `field` for a journal entry's removal time.
