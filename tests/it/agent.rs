@@ -30,7 +30,10 @@ fn output(args: &[&str]) -> Output {
 struct AgentProcess {
     child: Child,
     /// The service manager's side of the agent's NOTIFY_SOCKET (its directory kept alive).
-    _notify: (tempfile::TempDir, std::os::unix::net::UnixDatagram),
+    notify_socket: (tempfile::TempDir, std::os::unix::net::UnixDatagram),
+    /// Whether the first notify message was READY=1 (the first detect succeeded) rather
+    /// than the status of a failed first detect.
+    ready: bool,
 }
 
 impl Drop for AgentProcess {
@@ -56,6 +59,15 @@ impl AgentProcess {
             .take()
             .expect("the agent's stderr, piped and unread");
         metrics_address_from_stderr(stderr, Duration::from_secs(60)).await
+    }
+
+    /// The agent's next message to the service manager (a blocking recv on the NOTIFY_SOCKET;
+    /// the 60 s read timeout set in `start_agent` only guards against a hang).
+    fn next_notify(&self) -> String {
+        let mut buf = [0u8; 4096];
+        let n = tokio::task::block_in_place(|| self.notify_socket.1.recv(&mut buf))
+            .expect("a notify message within 60 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
     }
 
     /// Waits for the agent's exit (a blocking wait(2), no polling); a watchdog kills it after
@@ -121,7 +133,7 @@ async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn agent");
-    let notify = tokio::task::spawn_blocking(move || {
+    let (notify, ready) = tokio::task::spawn_blocking(move || {
         // A deadline only against a hang.
         notify
             .set_read_timeout(Some(Duration::from_secs(60)))
@@ -133,7 +145,7 @@ async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -
             first.starts_with("READY=1") || first.contains("First detect failed"),
             "{first}"
         );
-        notify
+        (notify, first.starts_with("READY=1"))
     })
     .await
     .expect("join");
@@ -143,7 +155,8 @@ async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -
     );
     AgentProcess {
         child,
-        _notify: (notify_dir, notify),
+        notify_socket: (notify_dir, notify),
+        ready,
     }
 }
 
@@ -294,14 +307,17 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
         0o600
     );
 
-    // The first detect runs at start: wait for the records, read beside the agent.
+    // The first detect ran at start: `start_agent` returned on READY=1, which the agent sends
+    // only once that detect has committed, so the records are there now (read beside the agent).
+    assert!(agent.ready, "READY=1 from an agent on a live runtime");
     let db_arg = db.to_str().expect("utf8").to_owned();
-    wait_for("the first detect", Duration::from_secs(30), || {
-        let out = output(&["inspect", "--db", &db_arg, "--output", "json", "export"]);
-        let lines = String::from_utf8_lossy(&out.stdout).lines().count();
-        async move { (lines == 2).then_some(()) }
-    })
-    .await;
+    let out = output(&["inspect", "--db", &db_arg, "--output", "json", "export"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        2,
+        "both images recorded by the first detect: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 
     // A second agent on the same database is refused and leaves the first one's socket alone.
     let second_socket = dir.path().join("run/second.sock");
@@ -380,6 +396,8 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
     );
     assert!(body.ends_with("# EOF\n"), "OpenMetrics text: {body}");
     // The image filesystem as the image cache loop read it (statvfs of the fake's directory).
+    // Polled: the image cache cycle runs after the first detect (READY=1) and the agent
+    // signals nothing when it ends.
     let body = wait_for("the image fs metrics", Duration::from_secs(30), || {
         let body = http_get(&metrics, "/metrics");
         async move {
@@ -409,11 +427,9 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
     let healthz = http_get(&metrics, "/healthz");
     assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
     assert!(healthz.contains("database"), "{healthz}");
-    let readyz = wait_for("/readyz 200", Duration::from_secs(30), || {
-        let r = http_get(&metrics, "/readyz");
-        async move { r.starts_with("HTTP/1.1 200").then_some(r) }
-    })
-    .await;
+    // Ready since READY=1: the first detect succeeded and reached the runtime.
+    let readyz = http_get(&metrics, "/readyz");
+    assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
     assert!(readyz.contains("ok: runtime reachable"), "{readyz}");
 
     // pull goes through the agent (the database is the agent's) and records the image at once.
@@ -486,12 +502,14 @@ async fn sigterm_during_a_gc_cycle_exits_0_and_leaves_a_sound_database() {
     .await;
     // RemoveImage never answers: a prune started now is stuck inside its cycle.
     fake.hang("RemoveImage");
+    assert!(agent.ready, "READY=1 from an agent on a live runtime");
     let mut prune = bin()
         .args(["prune", "--admin-socket", socket.to_str().expect("utf8")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("prune");
+    // Polled: the fake counts calls but signals none, and the prune is another process.
     wait_for(
         "the prune to reach RemoveImage",
         Duration::from_secs(30),
@@ -532,17 +550,16 @@ async fn agent_survives_a_dead_runtime_and_gc_without_agent_says_why() {
     let dead = format!("unix://{}", dir.path().join("no-runtime.sock").display());
     let mut agent = start_agent(&dead, &db, &socket, &["--metrics-address", "127.0.0.1:0"]).await;
     let metrics = agent.metrics_address().await;
-    // Alive (the database is open) but not ready, saying why, with a 503.
-    let readyz = wait_for(
-        "/readyz to name the runtime",
-        Duration::from_secs(30),
-        || {
-            let r = http_get(&metrics, "/readyz");
-            async move { r.contains("cannot be reached").then_some(r) }
-        },
-    )
-    .await;
+    // Alive (the database is open) but not ready, saying why, with a 503. `start_agent`
+    // returned on the first "First detect failed" status; the next one comes from a later
+    // detect, which starts only after the first failed cycle has recorded the runtime as
+    // unreachable, so /readyz names it from then on.
+    assert!(!agent.ready, "no READY=1 without a runtime");
+    let next = agent.next_notify();
+    assert!(next.contains("First detect failed"), "{next}");
+    let readyz = http_get(&metrics, "/readyz");
     assert!(readyz.starts_with("HTTP/1.1 503"), "{readyz}");
+    assert!(readyz.contains("cannot be reached"), "{readyz}");
     assert!(readyz.contains("no-runtime.sock"), "{readyz}");
     assert!(
         readyz.contains("not ready: no image detect has completed yet"),
@@ -725,7 +742,7 @@ fn run_refuses_bad_paths_and_addresses_with_exit_2_before_creating_anything() {
     let mut failures = Vec::new();
     for (db, socket, extra, want) in cases {
         let before = (snapshot(&db), snapshot(Path::new(&socket)));
-        let mut child = bin()
+        let child = bin()
             .arg("run")
             .arg(format!("--db={}", db.display()))
             .arg(format!("--admin-socket={socket}"))
@@ -734,16 +751,20 @@ fn run_refuses_bad_paths_and_addresses_with_exit_2_before_creating_anything() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("run");
-        // A case that is not refused starts an agent: stop it once it has had its chance.
-        let started = std::time::Instant::now();
-        while child.try_wait().expect("try_wait").is_none() {
-            if started.elapsed() > Duration::from_secs(5) {
-                let _ = child.kill();
-                break;
+        // A refused case exits by itself: a blocking wait for it. A case that is not refused
+        // starts an agent, which a watchdog kills after 60 s, only against that hang (the
+        // case then fails on its exit status).
+        let pid = i32::try_from(child.id()).expect("pid fits i32");
+        let (exited, exited_rx) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if exited_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+                // SAFETY: kill(2) on our own child, not reaped yet (the wait below reaps it).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
             }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        });
         let out = child.wait_with_output().expect("wait");
+        let _ = exited.send(());
+        watchdog.join().expect("watchdog");
         let stderr = String::from_utf8_lossy(&out.stderr);
         let after = (snapshot(&db), snapshot(Path::new(&socket)));
         let mut problems = Vec::new();
@@ -785,11 +806,11 @@ async fn stale_admin_socket_is_replaced_and_the_agent_starts() {
     assert!(std::os::unix::net::UnixStream::connect(&socket).is_err());
     let dead = format!("unix://{}", dir.path().join("no-runtime.sock").display());
     let mut agent = start_agent(&dead, &db, &socket, &[]).await;
-    wait_for("the agent to answer", Duration::from_secs(30), || {
-        let up = std::os::unix::net::UnixStream::connect(&socket).is_ok();
-        async move { up.then_some(()) }
-    })
-    .await;
+    // Bound before the agent's first notify message, on which `start_agent` returned.
+    assert!(
+        std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+        "the agent answers on the replaced socket"
+    );
     agent.signal(libc::SIGTERM);
     assert_eq!(
         agent.wait_exit(Duration::from_secs(30)).await.code(),
@@ -1058,6 +1079,7 @@ async fn admin_server_closes_connections_beyond_its_limit_at_once() {
     // Once they go, a real client gets a slot again.
     drop(held);
     let path = socket.clone();
+    // Polled: the agent frees a slot when it sees the close, and signals nothing.
     wait_for(
         "a free admin connection slot",
         Duration::from_secs(30),
@@ -1425,7 +1447,7 @@ async fn agent_marks_a_created_containers_image_used_from_the_event_stream() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("records.redb");
     let socket = dir.path().join("admin.sock");
-    let _agent = start_agent(&fake.endpoint(), &db, &socket, &[]).await;
+    let agent = start_agent(&fake.endpoint(), &db, &socket, &[]).await;
     let db_arg = db.to_str().expect("utf8").to_owned();
     let last_used = || {
         let out = output(&["inspect", "--db", &db_arg, "--output", "json", "export"]);
@@ -1435,13 +1457,11 @@ async fn agent_marks_a_created_containers_image_used_from_the_event_stream() {
             .find(|v| v.to_string().contains("sha256:aaa"))
             .and_then(|v| find_key(&v, "last_used_unix_nanos"))
     };
-    wait_for("the first detect", Duration::from_secs(30), || {
-        let seen = last_used();
-        async move { seen }
-    })
-    .await;
+    // `start_agent` returned on READY=1, sent once the first detect has committed.
+    assert!(agent.ready, "READY=1 from an agent on a live runtime");
     assert_eq!(last_used(), Some(0), "unused at the first detect");
-    // The start's detect and GC have listed the containers, and the stream is open.
+    // The start's detect and GC have listed the containers, and the stream is open. Polled:
+    // the start's GC cycle and the watcher's subscription follow READY=1 with no signal.
     wait_for(
         "the start's cycles and the event stream",
         Duration::from_secs(30),
@@ -1464,6 +1484,8 @@ async fn agent_marks_a_created_containers_image_used_from_the_event_stream() {
         kind: imagekeeper::model::ContainerEventKind::Created,
         created_at: 0,
     });
+    // Polled: the mark is the agent's write on an event, and nothing signals it to this
+    // process; the database is read beside the agent until it shows.
     let marked = wait_for("the mark", Duration::from_secs(30), || {
         let used = last_used().filter(|&n| n > 0);
         async move { used }
