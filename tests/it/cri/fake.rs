@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use imagekeeper::cri::FakeRuntime;
 use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime, RpcCode, RuntimeVersion};
@@ -281,35 +281,43 @@ async fn image_calls_go_to_the_separate_image_endpoint() {
     assert_eq!(client.list_containers().await.expect("answers").len(), 1);
 }
 
-#[tokio::test]
-async fn a_runtime_that_never_answers_fails_within_the_deadline() {
+/// Paused time (the fake serves on the same runtime): the clock jumps to the next timer only
+/// when every task is idle, so the call ends exactly at its deadline, never by wall-clock
+/// luck. The fake parks the call forever once it has it, so only the deadline can end it.
+#[tokio::test(start_paused = true)]
+async fn a_runtime_that_never_answers_fails_at_the_deadline() {
     let fake = FakeRuntime::start().await.expect("fake starts");
     fake.hang("ListImages");
-    let deadline = Duration::from_millis(300);
+    let deadline = Duration::from_secs(120);
     let config = CriConfig {
         call_timeout: deadline,
         ..fake.client_config()
     };
     let client = CriClient::connect(config).await.expect("valid endpoint");
-    let start = Instant::now();
+    let start = tokio::time::Instant::now();
     let err = client.list_images().await.unwrap_err();
     let elapsed = start.elapsed();
-    assert_eq!(err.code(), Some(RpcCode::DeadlineExceeded), "{err:?}");
     assert!(
-        elapsed < deadline + Duration::from_secs(5),
-        "took {elapsed:?} for a {deadline:?} deadline"
+        matches!(err, CriError::Timeout { method: "ListImages", after } if after == deadline),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), Some(RpcCode::DeadlineExceeded), "{err:?}");
+    assert_eq!(fake.calls("ListImages"), 1, "the runtime had the call");
+    assert!(
+        elapsed >= deadline,
+        "ended after {elapsed:?}, before its {deadline:?} deadline"
     );
 }
 
-#[tokio::test]
-async fn a_missing_socket_is_a_connect_error_within_the_deadline() {
+#[tokio::test(start_paused = true)]
+async fn a_missing_socket_is_a_connect_error_before_the_deadline() {
     let dir = tempfile::tempdir().expect("temp dir");
     let endpoint = format!("unix://{}", dir.path().join("no-such.sock").display());
     assert_dead_endpoint(&endpoint).await;
 }
 
-#[tokio::test]
-async fn a_socket_with_no_listener_is_a_connect_error_within_the_deadline() {
+#[tokio::test(start_paused = true)]
+async fn a_socket_with_no_listener_is_a_connect_error_before_the_deadline() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("dead.sock");
     drop(std::os::unix::net::UnixListener::bind(&path).expect("bind a socket in a fresh temp dir"));
@@ -320,6 +328,9 @@ async fn a_socket_with_no_listener_is_a_connect_error_within_the_deadline() {
     assert_dead_endpoint(&format!("unix://{}", path.display())).await;
 }
 
+/// A refused connect is an error at once, twice in a row (no cached broken channel). Run on
+/// paused time: the clock moves only to a timer, so an elapsed time below the deadline means
+/// the call did not wait for any of its deadlines.
 async fn assert_dead_endpoint(endpoint: &str) {
     let deadline = Duration::from_secs(2);
     let config = CriConfig {
@@ -333,7 +344,7 @@ async fn assert_dead_endpoint(endpoint: &str) {
         .await
         .expect("a lazy client connects to nothing yet");
     for _ in 0..2 {
-        let start = Instant::now();
+        let start = tokio::time::Instant::now();
         let err = client.list_images().await.unwrap_err();
         let elapsed = start.elapsed();
         assert!(
@@ -343,8 +354,8 @@ async fn assert_dead_endpoint(endpoint: &str) {
         assert_eq!(err.code(), Some(RpcCode::Unavailable));
         assert!(err.to_string().contains(endpoint), "{err}");
         assert!(
-            elapsed < deadline + Duration::from_secs(5),
-            "took {elapsed:?} for a {deadline:?} deadline"
+            elapsed < deadline,
+            "waited {elapsed:?} for a {deadline:?} deadline"
         );
     }
 }
