@@ -167,6 +167,11 @@ fn parse_image_row(line: &str) -> LabImage {
 
 /// Polls `check` until it returns `Some`, at most until `deadline` has passed; panics then,
 /// naming `what`.
+///
+/// Only for a state that no signal announces (another process's write, a call counted by the
+/// fake runtime, a cycle the agent does not report): where one exists (the agent's READY=1 on
+/// its NOTIFY_SOCKET, a child's exit, a channel), wait on it and assert once. A caller says in
+/// a comment why it polls. The deadline guards only against a hang.
 pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
