@@ -5,6 +5,7 @@
 //! meta value is intact (and the eviction order with it).
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use super::open::schema_on_disk;
@@ -117,4 +118,140 @@ fn crash_during_upgrade(from: i64, records: usize) {
     // between and after the upgrade's commits.
     let versions: Vec<i64> = seen.keys().copied().collect();
     assert_eq!(versions, (from..=3).collect::<Vec<_>>(), "{seen:?}");
+}
+
+/// A v2 database file in a new directory, and the directory.
+fn v2_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db.redb");
+    std::fs::write(&db, fixture(2)).expect("write");
+    (dir, db)
+}
+
+/// `<db><suffix>`.
+fn with_suffix(db: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(suffix);
+    name.into()
+}
+
+/// The schema version and the number of image records of the file at `path`, read-only.
+fn version_and_records(path: &Path) -> (Option<i64>, u64) {
+    let store = super::open::open_read_only_unchecked(path).expect("opens read-only");
+    let version = store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta");
+    let txn = store.begin_read().expect("read");
+    let records =
+        redb::ReadableTableMetadata::len(&txn.open_table(super::tables::IMAGES).expect("images"))
+            .expect("len");
+    (version, records)
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_upgrade_that_failed_after_its_backup_is_retried_and_reuses_the_backup() {
+    let (dir, db) = v2_file();
+    // The backup as an earlier attempt wrote it (the file's bytes), then that attempt's
+    // read-write open, whose write transaction aborted (a failed migration): redb rewrote the
+    // header, so the file's bytes no longer equal the backup's, though its records do.
+    let bak = with_suffix(&db, ".bak-v2");
+    std::fs::write(&bak, fixture(2)).expect("backup");
+    {
+        let redb = redb::Database::create(&db).expect("read-write open");
+        redb.begin_write().expect("begin").abort().expect("abort");
+    }
+    assert_ne!(std::fs::read(&db).expect("read"), fixture(2));
+
+    let store = Store::open(&db, UnixNanos(1)).expect("the retry upgrades");
+    assert_eq!(
+        store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(3)
+    );
+    assert_eq!(store.len().expect("len"), 2);
+    drop(store);
+    // The backup is reused as it was, and no other is written.
+    assert_eq!(std::fs::read(&bak).expect("backup"), fixture(2));
+    assert_eq!(version_and_records(&bak), (Some(2), 2));
+    assert_eq!(names_in(dir.path()), ["db.redb", "db.redb.bak-v2"]);
+}
+
+#[test]
+fn a_different_file_at_the_backup_name_is_kept_and_the_backup_takes_the_next_name() {
+    let (dir, db) = v2_file();
+    // A v1 file, a v2 file with other records, and a symlink hold the first names.
+    let taken = with_suffix(&db, ".bak-v2");
+    std::fs::write(&taken, fixture(1)).expect("v1");
+    let other = with_suffix(&db, ".bak-v2.1");
+    {
+        std::fs::write(&other, fixture(2)).expect("v2");
+        let store = Store::open(&other, UnixNanos(1)).expect("upgrade the other copy");
+        drop(store);
+    }
+    let other_bytes = std::fs::read(&other).expect("read");
+    std::os::unix::fs::symlink(&db, with_suffix(&db, ".bak-v2.2")).expect("symlink");
+
+    let store = Store::open(&db, UnixNanos(1)).expect("upgrade");
+    assert_eq!(
+        store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(3)
+    );
+    drop(store);
+    assert_eq!(std::fs::read(&taken).expect("read"), fixture(1));
+    assert_eq!(std::fs::read(&other).expect("read"), other_bytes);
+    let bak = with_suffix(&db, ".bak-v2.3");
+    assert_eq!(version_and_records(&bak), (Some(2), 2));
+    assert_eq!(
+        std::fs::symlink_metadata(&bak)
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    // The new backup is found again on a retry of the same v2 file (here: a second v2 copy
+    // beside the same backups) and reused.
+    std::fs::write(&db, fixture(2)).expect("v2 again");
+    drop(Store::open(&db, UnixNanos(1)).expect("upgrade again"));
+    assert_eq!(
+        names_in(dir.path()),
+        [
+            "db.redb",
+            "db.redb.bak-v2",
+            "db.redb.bak-v2.1",
+            "db.redb.bak-v2.1.bak-v2",
+            "db.redb.bak-v2.2",
+            "db.redb.bak-v2.3"
+        ]
+    );
+}
+
+#[test]
+fn an_upgrade_beside_a_running_writer_fails_already_open_and_leaves_no_backup() {
+    let (dir, db) = v2_file();
+    // An old agent still running: it holds the file read-write.
+    let running = redb::Database::create(&db).expect("the old agent's handle");
+    match Store::open(&db, UnixNanos(1)) {
+        Err(super::StoreError::AlreadyOpen { .. }) => {}
+        Err(e) => panic!("expected AlreadyOpen, got {e}"),
+        Ok(_) => panic!("expected AlreadyOpen, it opened"),
+    }
+    assert_eq!(names_in(dir.path()), ["db.redb"]);
+    // Once it exits, the upgrade proceeds and backs the file up.
+    drop(running);
+    let store = Store::open(&db, UnixNanos(1)).expect("upgrade");
+    assert_eq!(store.len().expect("len"), 2);
+    drop(store);
+    assert_eq!(
+        version_and_records(&with_suffix(&db, ".bak-v2")),
+        (Some(2), 2)
+    );
+    assert_eq!(names_in(dir.path()), ["db.redb", "db.redb.bak-v2"]);
 }
