@@ -127,7 +127,7 @@ impl StoreOptions {
     }
 }
 
-fn builder() -> Builder {
+pub(super) fn builder() -> Builder {
     builder_with(&StoreOptions::default())
 }
 

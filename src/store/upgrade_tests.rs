@@ -255,3 +255,74 @@ fn an_upgrade_beside_a_running_writer_fails_already_open_and_leaves_no_backup() 
     );
     assert_eq!(names_in(dir.path()), ["db.redb", "db.redb.bak-v2"]);
 }
+
+/// Set in the child process of [`an_upgrade_beside_a_running_agent_process_leaves_no_backup`]:
+/// the database it holds open read-write, as an older agent still running would.
+const WRITER_ENV: &str = "IMAGEKEEPER_UPGRADE_TEST_WRITER_DB";
+/// The test whose process becomes the writer child when [`WRITER_ENV`] is set.
+const WRITER_TEST: &str =
+    "store::upgrade_tests::an_upgrade_beside_a_running_agent_process_leaves_no_backup";
+
+/// A second process (an older agent still running) holds the v2 file read-write; redb's
+/// read-only handles do not exclude it, so the read-only identify succeeds beside it. The
+/// upgrade fails `AlreadyOpen` and leaves no backup (before the fix: a copy of the live file,
+/// which every later open then found in the way). Once that process exits, the upgrade
+/// proceeds and backs the file up.
+#[test]
+fn an_upgrade_beside_a_running_agent_process_leaves_no_backup() {
+    use std::io::{BufRead, Read, Write};
+    use std::process::{Command, Stdio};
+    if let Some(db) = std::env::var_os(WRITER_ENV) {
+        // The child: holds the file open read-write (the store's redb settings) until its
+        // stdin closes.
+        let held = super::open::builder()
+            .create(Path::new(&db))
+            .expect("the writer's open");
+        println!("open");
+        std::io::stdout().flush().expect("flush");
+        let mut rest = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut rest);
+        drop(held);
+        return;
+    }
+    let (dir, db) = v2_file();
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([WRITER_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(WRITER_ENV, &db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the writer");
+    let stdin = child.stdin.take().expect("stdin");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    // Blocks until the child has the file open (libtest prints "test <name> ... " before
+    // the child's "open"), or fails when it exits first.
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.ends_with("open") => break,
+            Some(Ok(_)) => {}
+            other => panic!("the writer exited before opening the file: {other:?}"),
+        }
+    }
+    match Store::open(&db, UnixNanos(1)) {
+        Err(super::StoreError::AlreadyOpen { .. }) => {}
+        Err(e) => panic!("expected AlreadyOpen, got {e}"),
+        Ok(_) => panic!("expected AlreadyOpen, it opened"),
+    }
+    assert_eq!(names_in(dir.path()), ["db.redb"]);
+    drop(stdin);
+    assert!(child.wait().expect("wait").success());
+    let store = Store::open(&db, UnixNanos(1)).expect("the upgrade after the writer exited");
+    assert_eq!(
+        store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(3)
+    );
+    assert_eq!(store.len().expect("len"), 2);
+    drop(store);
+    assert_eq!(
+        version_and_records(&with_suffix(&db, ".bak-v2")),
+        (Some(2), 2)
+    );
+    assert_eq!(names_in(dir.path()), ["db.redb", "db.redb.bak-v2"]);
+}
