@@ -115,8 +115,30 @@ pub enum BackupConflict {
     Unreadable(#[source] std::io::Error),
     #[error("it is not a regular file")]
     NotARegularFile,
-    #[error("its bytes differ from the database's")]
-    DifferentBytes,
+    #[error("it does not open read-only as a database: {0}")]
+    NotADatabase(#[source] Box<StoreError>),
+    #[error("reading it failed: {0}")]
+    ReadFailed(#[source] Box<StoreError>),
+    #[error("its schema version is {found:?}, not {want}")]
+    OtherSchema { found: Option<i64>, want: i64 },
+    #[error("its tables {found:?} differ from {want:?}")]
+    OtherTables {
+        found: Vec<String>,
+        want: Vec<String>,
+    },
+    #[error("it has a table {table:?} this build does not know")]
+    UnknownTable { table: String },
+    #[error("its table {table:?} differs from the database's")]
+    OtherContents { table: String },
+    #[error("it appeared while the backup was written")]
+    AppearedMeanwhile,
+    /// Every backup name (`.bak-vN`, `.bak-vN.1`, ...) is taken by something kept as it is.
+    #[error("all {tried} backup names are taken; the last: {last}")]
+    AllNamesTaken {
+        tried: u32,
+        #[source]
+        last: Box<BackupConflict>,
+    },
 }
 
 /// How the eviction index was found to disagree with the records during a write or a walk.

@@ -12,7 +12,7 @@ use redb::{
     WriteTransaction,
 };
 
-use redb::ReadableTable;
+use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{Codec, IndexKey};
 use super::tables::{BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES};
@@ -127,7 +127,7 @@ impl StoreOptions {
     }
 }
 
-fn builder() -> Builder {
+pub(super) fn builder() -> Builder {
     builder_with(&StoreOptions::default())
 }
 
@@ -232,15 +232,14 @@ impl Store {
         if len.is_none_or(|len| len == 0) {
             create_durably(path, now)?;
         }
-        // An older schema is copied before any read-write open (which rewrites redb's header):
-        // the backup holds the file's bytes as they were. A file that needs crash recovery is
-        // not identified read-only; it is copied after redb's recovery, below.
-        let mut backed_up = false;
-        if prepare_file(path)? > 0
-            && let Some(v) = identify_read_only(path, true)?
-            && v < CURRENT_SCHEMA_VERSION
-        {
-            backed_up = true;
+        // The file is identified read-only first (a file that is not ours, or of a newer
+        // schema, is refused with its bytes untouched; one that needs crash recovery cannot be
+        // opened read-only and is checked after the read-write open, below). An older schema is
+        // copied only after the read-write open: redb's read-only handles do not exclude a
+        // writer, so only the read-write open's lock keeps another agent (an old binary still
+        // running) from writing the file while it is copied. A failed open leaves no backup.
+        if prepare_file(path)? > 0 {
+            identify_read_only(path)?;
         }
         let store = open_writable(path, options)?;
         let version = if store.has_meta_table()? {
@@ -259,14 +258,8 @@ impl Store {
                 });
             }
             Some(v) => {
-                drop(store);
-                if !backed_up {
-                    backup(path, v)?;
-                }
-                let store = open_writable(path, options)?;
+                backup(&store, v)?;
                 store.migrate(v)?;
-                store.read_table_definitions()?;
-                return Ok(store);
             }
         }
         store.read_table_definitions()?;
@@ -539,7 +532,7 @@ pub(super) fn reopen_file(path: &Path, options: StoreOptions) -> Result<Handle, 
                 source: None,
             });
         }
-        identify_read_only(real, false)?;
+        identify_read_only(real)?;
         open_writable(real, options)?.existing_current_schema()
     })?;
     Ok(store.into_handle())
@@ -622,10 +615,9 @@ fn refuse_panics(
 /// rewrites pages and may shrink the file as it opens it read-write): a redb file holding
 /// other tables, a file of a newer schema, or one of an older schema that no migration
 /// upgrades is refused with its bytes untouched. A file that needs crash recovery cannot be
-/// opened read-only; the checks after the read-write open cover it. With `backup_older`, a
-/// file of an older schema is copied to its backup (see `backup`) while the read-only handle
-/// still holds redb's shared lock. Returns the schema version found, if it was read.
-fn identify_read_only(path: &Path, backup_older: bool) -> Result<Option<i64>, StoreError> {
+/// opened read-only; the checks after the read-write open cover it. Returns the schema version
+/// found, if it was read.
+fn identify_read_only(path: &Path) -> Result<Option<i64>, StoreError> {
     let Ok(store) = refuse_panics(path, || open_read_only_unchecked(path)) else {
         return Ok(None);
     };
@@ -663,18 +655,13 @@ fn identify_read_only(path: &Path, backup_older: bool) -> Result<Option<i64>, St
                 }
                 version += 1;
             }
-            if backup_older {
-                // Copied while this read-only handle holds redb's shared lock: no other
-                // process can open the file read-write (and start migrating it) meanwhile.
-                backup(path, v)?;
-            }
             Ok(Some(v))
         }
     }
 }
 
 /// A read-only open without the schema check, for [`identify_read_only`].
-fn open_read_only_unchecked(path: &Path) -> Result<Store, StoreError> {
+pub(super) fn open_read_only_unchecked(path: &Path) -> Result<Store, StoreError> {
     let db = builder()
         .open_read_only(path)
         .map_err(|e| map_open_error(path, e, true))?;
@@ -995,95 +982,223 @@ fn map_open_error(path: &Path, e: DatabaseError, read_only: bool) -> StoreError 
     }
 }
 
-/// Copies the file to `<path>.bak-v<version>` before an upgrade, never writing through or
-/// over anything already at that name: the copy is written (0600) and synced under a new
-/// temporary name made with `O_EXCL`, hard-linked into place (which fails if the name exists,
-/// a symlink included), and the directory is synced before the upgrade commits. A backup
-/// already there is reused when it is a regular file byte-identical to the database (an
-/// upgrade interrupted after its backup); anything else there refuses the upgrade
-/// ([`StoreError::BackupInTheWay`]) and the database is left as it is.
-fn backup(path: &Path, version: i64) -> Result<PathBuf, StoreError> {
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".bak-v{version}"));
-    let dest = PathBuf::from(name);
+/// How many backup names (`.bak-vN`, `.bak-vN.1`, ...) an upgrade tries before it refuses.
+const BACKUP_NAMES: u32 = 100;
+
+/// Backs up `store`'s file, of schema `version`, before its upgrade; `store` is the
+/// read-write handle, whose lock keeps every other process from writing the file meanwhile,
+/// and nothing has been written through it yet. A backup never overwrites or removes
+/// anything: the names `<path>.bak-v<version>`, then `<path>.bak-v<version>.1`, `.2`, ... are
+/// tried in turn; an existing one is reused when it is a regular file holding a database of
+/// the same schema version with the same table contents as the file (a retry after an upgrade
+/// that failed or crashed after its backup: redb rewrites the header at every read-write open,
+/// so the bytes differ though the records do not); anything else there is kept and the next
+/// name is tried. Only when every name is taken is the upgrade refused
+/// ([`StoreError::BackupInTheWay`]), the database left as it is. A new backup is copied (0600)
+/// under a pinned read transaction into a new temporary file made with `O_EXCL`, opened once
+/// read-write so redb clears the recovery flag the live handle set in the copied header (the
+/// backup opens read-only, like the file it copies), synced, hard-linked into place (which
+/// fails if the name exists, a symlink included), and the directory is synced before the
+/// upgrade commits.
+fn backup(store: &Store, version: i64) -> Result<PathBuf, StoreError> {
+    let path = store.path.as_path();
     let io_err = |p: &Path| {
         let p = p.to_owned();
         move |source| StoreError::Io { path: p, source }
     };
-    match fs::symlink_metadata(&dest) {
-        Ok(_) => return reuse_backup(path, &dest),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(&dest)(e)),
+    let mut last_detail: Option<BackupConflict> = None;
+    let mut first = None;
+    for n in 0..BACKUP_NAMES {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".bak-v{version}"));
+        if n > 0 {
+            name.push(format!(".{n}"));
+        }
+        let dest = PathBuf::from(name);
+        first.get_or_insert_with(|| dest.clone());
+        match fs::symlink_metadata(&dest) {
+            Ok(_) => match reusable_backup(store, version, &dest)? {
+                Ok(()) => return Ok(dest),
+                Err(detail) => {
+                    tracing::warn!(
+                        path = %path.display(),
+                        backup = %dest.display(),
+                        detail = %detail,
+                        "Keeping a file at a backup name; trying the next name"
+                    );
+                    last_detail = Some(detail);
+                    continue;
+                }
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&dest)(e)),
+        }
+        let tmp = create_new_temporary(path).map_err(io_err(path))?;
+        // The copy's errors, then the link's result.
+        let linked = (|| -> Result<io::Result<()>, StoreError> {
+            {
+                // Nothing writes the file while the copy is read: no write transaction of
+                // this handle is begun yet, the lock excludes other processes, and the read
+                // transaction pins the committed state besides.
+                let _pin = store.begin_read()?;
+                let mut from = fs::File::open(path).map_err(io_err(path))?;
+                let mut to = fs::OpenOptions::new()
+                    .write(true)
+                    .open(&tmp)
+                    .map_err(io_err(&tmp))?;
+                io::copy(&mut from, &mut to).map_err(io_err(&tmp))?;
+            }
+            // The live handle's header says "recovery required"; a read-write open of the
+            // copy (the temporary file, never a backup) clears it.
+            drop(
+                builder()
+                    .create(&tmp)
+                    .map_err(|e| map_open_error(&tmp, e, false))?,
+            );
+            fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(io_err(&tmp))?;
+            Ok(fs::hard_link(&tmp, &dest))
+        })();
+        let _ = fs::remove_file(&tmp);
+        match linked? {
+            Ok(()) => {}
+            // Something appeared at the name meanwhile: keep it, try the next name.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                last_detail = Some(BackupConflict::AppearedMeanwhile);
+                continue;
+            }
+            Err(e) => return Err(io_err(&dest)(e)),
+        }
+        if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err(dir))?;
+        }
+        tracing::info!(path = %path.display(), backup = %dest.display(), "Backed up the database before its upgrade");
+        return Ok(dest);
     }
-    let tmp = create_new_temporary(path).map_err(io_err(path))?;
-    // The copy's errors, then the link's result.
-    let linked = (|| -> Result<io::Result<()>, StoreError> {
-        let mut from = fs::File::open(path).map_err(io_err(path))?;
-        let mut to = fs::OpenOptions::new()
-            .write(true)
-            .open(&tmp)
-            .map_err(io_err(&tmp))?;
-        io::copy(&mut from, &mut to).map_err(io_err(&tmp))?;
-        to.sync_all().map_err(io_err(&tmp))?;
-        Ok(fs::hard_link(&tmp, &dest))
-    })();
-    let _ = fs::remove_file(&tmp);
-    match linked? {
-        Ok(()) => {}
-        // Another process linked its backup first: reuse it if it is the same bytes.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return reuse_backup(path, &dest),
-        Err(e) => return Err(io_err(&dest)(e)),
-    }
-    if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_err(dir))?;
-    }
-    Ok(dest)
-}
-
-/// An existing `dest` is the backup of `path` when it is a regular file (not a symlink) with
-/// the same bytes; otherwise the upgrade is refused.
-fn reuse_backup(path: &Path, dest: &Path) -> Result<PathBuf, StoreError> {
-    let refuse = |detail: BackupConflict| StoreError::BackupInTheWay {
+    Err(StoreError::BackupInTheWay {
         path: path.to_owned(),
-        backup: dest.to_owned(),
-        detail,
-    };
-    let meta = fs::symlink_metadata(dest).map_err(|e| refuse(BackupConflict::Unreadable(e)))?;
-    if !meta.file_type().is_file() {
-        return Err(refuse(BackupConflict::NotARegularFile));
-    }
-    let same = same_bytes(path, dest).map_err(|e| StoreError::Io {
-        path: dest.to_owned(),
-        source: e,
-    })?;
-    if !same {
-        return Err(refuse(BackupConflict::DifferentBytes));
-    }
-    Ok(dest.to_owned())
+        backup: first.unwrap_or_default(),
+        detail: BackupConflict::AllNamesTaken {
+            tried: BACKUP_NAMES,
+            last: Box::new(last_detail.unwrap_or(BackupConflict::AppearedMeanwhile)),
+        },
+    })
 }
 
-/// Whether two files hold the same bytes (`b` opened without following a symlink).
-fn same_bytes(a: &Path, b: &Path) -> io::Result<bool> {
-    use std::io::Read;
-    let mut a = fs::File::open(a)?;
-    let mut b = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(b)?;
-    if a.metadata()?.len() != b.metadata()?.len() {
+/// Whether the file at `dest` is a backup of `store`'s file at schema `version`: a regular
+/// file (not a symlink) that opens read-only as a database of that schema version with the
+/// same tables holding the same entries. `Err(detail)` says why not; an I/O error reading the
+/// database itself is returned as such.
+fn reusable_backup(
+    store: &Store,
+    version: i64,
+    dest: &Path,
+) -> Result<Result<(), BackupConflict>, StoreError> {
+    let meta = match fs::symlink_metadata(dest) {
+        Ok(meta) => meta,
+        Err(e) => return Ok(Err(BackupConflict::Unreadable(e))),
+    };
+    if !meta.file_type().is_file() {
+        return Ok(Err(BackupConflict::NotARegularFile));
+    }
+    let backup = match refuse_panics(dest, || open_read_only_unchecked(dest)) {
+        Ok(backup) => backup,
+        Err(e) => return Ok(Err(BackupConflict::NotADatabase(Box::new(e)))),
+    };
+    let found = backup
+        .has_meta_table()
+        .and_then(|has| match has {
+            true => backup.meta(super::meta_keys::SCHEMA_VERSION),
+            false => Ok(None),
+        })
+        .map_err(|e| BackupConflict::ReadFailed(Box::new(e)));
+    match found {
+        Ok(Some(v)) if v == version => {}
+        Ok(found) => {
+            return Ok(Err(BackupConflict::OtherSchema {
+                found,
+                want: version,
+            }));
+        }
+        Err(e) => return Ok(Err(e)),
+    }
+    let ours = store.begin_read()?;
+    let theirs = match backup.begin_read() {
+        Ok(txn) => txn,
+        Err(e) => return Ok(Err(BackupConflict::ReadFailed(Box::new(e)))),
+    };
+    let names = |txn: &redb::ReadTransaction| -> Result<Vec<String>, redb::StorageError> {
+        let mut names: Vec<String> = txn.list_tables()?.map(|t| t.name().to_owned()).collect();
+        names.sort();
+        Ok(names)
+    };
+    let ours_names = names(&ours).map_err(|e| store.redb_err(e))?;
+    match names(&theirs) {
+        Ok(n) if n == ours_names => {}
+        Ok(found) => {
+            return Ok(Err(BackupConflict::OtherTables {
+                found,
+                want: ours_names,
+            }));
+        }
+        Err(e) => {
+            return Ok(Err(BackupConflict::ReadFailed(Box::new(
+                backup.redb_err(e),
+            ))));
+        }
+    }
+    for name in &ours_names {
+        let same = match name.as_str() {
+            n if n == IMAGES.name() => same_table(&ours, &theirs, IMAGES),
+            n if n == EVICTION.name() => same_table(&ours, &theirs, EVICTION),
+            n if n == EVICTION_PREFIX.name() => same_table(&ours, &theirs, EVICTION_PREFIX),
+            n if n == BACKOFF.name() => same_table(&ours, &theirs, BACKOFF),
+            n if n == META.name() => same_table(&ours, &theirs, META),
+            n if n == NAMES.name() => same_table(&ours, &theirs, NAMES),
+            n if n == JOURNAL.name() => same_table(&ours, &theirs, JOURNAL),
+            other => {
+                return Ok(Err(BackupConflict::UnknownTable {
+                    table: other.to_owned(),
+                }));
+            }
+        };
+        match same {
+            Ok(true) => {}
+            Ok(false) => {
+                return Ok(Err(BackupConflict::OtherContents {
+                    table: name.clone(),
+                }));
+            }
+            Err(e) => {
+                return Ok(Err(BackupConflict::ReadFailed(Box::new(
+                    backup.redb_err(e),
+                ))));
+            }
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// Whether table `def` holds the same entries (as bytes) in both transactions.
+fn same_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    a: &redb::ReadTransaction,
+    b: &redb::ReadTransaction,
+    def: redb::TableDefinition<K, V>,
+) -> Result<bool, redb::Error> {
+    let (a, b) = (a.open_table(def)?, b.open_table(def)?);
+    if a.len()? != b.len()? {
         return Ok(false);
     }
-    let (mut x, mut y) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
-    loop {
-        let n = a.read(&mut x)?;
-        if n == 0 {
-            return Ok(b.read(&mut y[..1])? == 0);
-        }
-        b.read_exact(&mut y[..n])?;
-        if x[..n] != y[..n] {
+    for (x, y) in a.iter()?.zip(b.iter()?) {
+        let ((xk, xv), (yk, yv)) = (x?, y?);
+        if K::as_bytes(&xk.value()).as_ref() != K::as_bytes(&yk.value()).as_ref()
+            || V::as_bytes(&xv.value()).as_ref() != V::as_bytes(&yv.value()).as_ref()
+        {
             return Ok(false);
         }
     }
+    Ok(true)
 }

@@ -5,6 +5,7 @@
 //! meta value is intact (and the eviction order with it).
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use super::open::schema_on_disk;
@@ -117,4 +118,211 @@ fn crash_during_upgrade(from: i64, records: usize) {
     // between and after the upgrade's commits.
     let versions: Vec<i64> = seen.keys().copied().collect();
     assert_eq!(versions, (from..=3).collect::<Vec<_>>(), "{seen:?}");
+}
+
+/// A v2 database file in a new directory, and the directory.
+fn v2_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db.redb");
+    std::fs::write(&db, fixture(2)).expect("write");
+    (dir, db)
+}
+
+/// `<db><suffix>`.
+fn with_suffix(db: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(suffix);
+    name.into()
+}
+
+/// The schema version and the number of image records of the file at `path`, read-only.
+fn version_and_records(path: &Path) -> (Option<i64>, u64) {
+    let store = super::open::open_read_only_unchecked(path).expect("opens read-only");
+    let version = store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta");
+    let txn = store.begin_read().expect("read");
+    let records =
+        redb::ReadableTableMetadata::len(&txn.open_table(super::tables::IMAGES).expect("images"))
+            .expect("len");
+    (version, records)
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_upgrade_that_failed_after_its_backup_is_retried_and_reuses_the_backup() {
+    let (dir, db) = v2_file();
+    // The backup as an earlier attempt wrote it (the file's bytes), then that attempt's
+    // read-write open, whose write transaction aborted (a failed migration): redb rewrote the
+    // header, so the file's bytes no longer equal the backup's, though its records do.
+    let bak = with_suffix(&db, ".bak-v2");
+    std::fs::write(&bak, fixture(2)).expect("backup");
+    {
+        let redb = redb::Database::create(&db).expect("read-write open");
+        redb.begin_write().expect("begin").abort().expect("abort");
+    }
+    assert_ne!(std::fs::read(&db).expect("read"), fixture(2));
+
+    let store = Store::open(&db, UnixNanos(1)).expect("the retry upgrades");
+    assert_eq!(
+        store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(3)
+    );
+    assert_eq!(store.len().expect("len"), 2);
+    drop(store);
+    // The backup is reused as it was, and no other is written.
+    assert_eq!(std::fs::read(&bak).expect("backup"), fixture(2));
+    assert_eq!(version_and_records(&bak), (Some(2), 2));
+    assert_eq!(names_in(dir.path()), ["db.redb", "db.redb.bak-v2"]);
+}
+
+#[test]
+fn a_different_file_at_the_backup_name_is_kept_and_the_backup_takes_the_next_name() {
+    let (dir, db) = v2_file();
+    // A v1 file, a v2 file with other records, and a symlink hold the first names.
+    let taken = with_suffix(&db, ".bak-v2");
+    std::fs::write(&taken, fixture(1)).expect("v1");
+    let other = with_suffix(&db, ".bak-v2.1");
+    {
+        std::fs::write(&other, fixture(2)).expect("v2");
+        let store = Store::open(&other, UnixNanos(1)).expect("upgrade the other copy");
+        drop(store);
+    }
+    let other_bytes = std::fs::read(&other).expect("read");
+    std::os::unix::fs::symlink(&db, with_suffix(&db, ".bak-v2.2")).expect("symlink");
+
+    let store = Store::open(&db, UnixNanos(1)).expect("upgrade");
+    assert_eq!(
+        store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(3)
+    );
+    drop(store);
+    assert_eq!(std::fs::read(&taken).expect("read"), fixture(1));
+    assert_eq!(std::fs::read(&other).expect("read"), other_bytes);
+    let bak = with_suffix(&db, ".bak-v2.3");
+    assert_eq!(version_and_records(&bak), (Some(2), 2));
+    assert_eq!(
+        std::fs::symlink_metadata(&bak)
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    // The new backup is found again on a retry of the same v2 file (here: a second v2 copy
+    // beside the same backups) and reused.
+    std::fs::write(&db, fixture(2)).expect("v2 again");
+    drop(Store::open(&db, UnixNanos(1)).expect("upgrade again"));
+    assert_eq!(
+        names_in(dir.path()),
+        [
+            "db.redb",
+            "db.redb.bak-v2",
+            "db.redb.bak-v2.1",
+            "db.redb.bak-v2.1.bak-v2",
+            "db.redb.bak-v2.2",
+            "db.redb.bak-v2.3"
+        ]
+    );
+}
+
+#[test]
+fn an_upgrade_beside_a_running_writer_fails_already_open_and_leaves_no_backup() {
+    let (dir, db) = v2_file();
+    // An old agent still running: it holds the file read-write.
+    let running = redb::Database::create(&db).expect("the old agent's handle");
+    match Store::open(&db, UnixNanos(1)) {
+        Err(super::StoreError::AlreadyOpen { .. }) => {}
+        Err(e) => panic!("expected AlreadyOpen, got {e}"),
+        Ok(_) => panic!("expected AlreadyOpen, it opened"),
+    }
+    assert_eq!(names_in(dir.path()), ["db.redb"]);
+    // Once it exits, the upgrade proceeds and backs the file up.
+    drop(running);
+    let store = Store::open(&db, UnixNanos(1)).expect("upgrade");
+    assert_eq!(store.len().expect("len"), 2);
+    drop(store);
+    assert_eq!(
+        version_and_records(&with_suffix(&db, ".bak-v2")),
+        (Some(2), 2)
+    );
+    assert_eq!(names_in(dir.path()), ["db.redb", "db.redb.bak-v2"]);
+}
+
+/// Set in the child process of [`an_upgrade_beside_a_running_agent_process_leaves_no_backup`]:
+/// the database it holds open read-write, as an older agent still running would.
+const WRITER_ENV: &str = "IMAGEKEEPER_UPGRADE_TEST_WRITER_DB";
+/// The test whose process becomes the writer child when [`WRITER_ENV`] is set.
+const WRITER_TEST: &str =
+    "store::upgrade_tests::an_upgrade_beside_a_running_agent_process_leaves_no_backup";
+
+/// A second process (an older agent still running) holds the v2 file read-write; redb's
+/// read-only handles do not exclude it, so the read-only identify succeeds beside it. The
+/// upgrade fails `AlreadyOpen` and leaves no backup (before the fix: a copy of the live file,
+/// which every later open then found in the way). Once that process exits, the upgrade
+/// proceeds and backs the file up.
+#[test]
+fn an_upgrade_beside_a_running_agent_process_leaves_no_backup() {
+    use std::io::{BufRead, Read, Write};
+    use std::process::{Command, Stdio};
+    if let Some(db) = std::env::var_os(WRITER_ENV) {
+        // The child: holds the file open read-write (the store's redb settings) until its
+        // stdin closes.
+        let held = super::open::builder()
+            .create(Path::new(&db))
+            .expect("the writer's open");
+        println!("open");
+        std::io::stdout().flush().expect("flush");
+        let mut rest = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut rest);
+        drop(held);
+        return;
+    }
+    let (dir, db) = v2_file();
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([WRITER_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(WRITER_ENV, &db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the writer");
+    let stdin = child.stdin.take().expect("stdin");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    // Blocks until the child has the file open (libtest prints "test <name> ... " before
+    // the child's "open"), or fails when it exits first.
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.ends_with("open") => break,
+            Some(Ok(_)) => {}
+            other => panic!("the writer exited before opening the file: {other:?}"),
+        }
+    }
+    match Store::open(&db, UnixNanos(1)) {
+        Err(super::StoreError::AlreadyOpen { .. }) => {}
+        Err(e) => panic!("expected AlreadyOpen, got {e}"),
+        Ok(_) => panic!("expected AlreadyOpen, it opened"),
+    }
+    assert_eq!(names_in(dir.path()), ["db.redb"]);
+    drop(stdin);
+    assert!(child.wait().expect("wait").success());
+    let store = Store::open(&db, UnixNanos(1)).expect("the upgrade after the writer exited");
+    assert_eq!(
+        store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(3)
+    );
+    assert_eq!(store.len().expect("len"), 2);
+    drop(store);
+    assert_eq!(
+        version_and_records(&with_suffix(&db, ".bak-v2")),
+        (Some(2), 2)
+    );
+    assert_eq!(names_in(dir.path()), ["db.redb", "db.redb.bak-v2"]);
 }

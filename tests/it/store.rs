@@ -299,9 +299,13 @@ fn a_churned_file_is_compacted_at_open_and_between_cycles_keeping_every_record()
         } => assert!(file_bytes_after * 4 < file_bytes_before),
         other => panic!("{other:?}"),
     }
+    // Not grown since: the file's size settles it, without counting the tables' pages.
     assert!(matches!(
         store.compact_if_needed().expect("compact"),
-        CompactOutcome::NotNeeded { .. }
+        CompactOutcome::NotNeeded {
+            live_bytes: None,
+            ..
+        }
     ));
     assert_eq!(store.records().expect("records"), records);
     assert!(store.check().expect("check").is_empty());
@@ -973,7 +977,21 @@ fn v1_fixture_is_backed_up_and_upgraded_to_v3_reading_back_every_record() {
         "the upgrade is one transaction per step"
     );
     let backup = dir.path().join("v1.redb.bak-v1");
-    assert!(std::fs::read(&backup).expect("backup") == original);
+    // The backup holds the v1 content (copied under the read-write lock, so its header is
+    // redb's, not the fixture's bytes): upgraded in turn, it reads back the same records.
+    {
+        let again = dir.path().join("again.redb");
+        std::fs::copy(&backup, &again).expect("copy backup");
+        let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
+        assert_eq!(
+            from_backup.records().expect("records"),
+            store.records().expect("records")
+        );
+        drop(from_backup);
+        for name in ["again.redb", "again.redb.bak-v1"] {
+            std::fs::remove_file(dir.path().join(name)).expect("remove");
+        }
+    }
     let mode = std::fs::metadata(&backup)
         .expect("stat")
         .permissions()
@@ -1070,7 +1088,6 @@ fn v2_fixture_is_backed_up_and_upgraded_to_v3_with_its_names_and_journal() {
     let dir = tempfile::tempdir().expect("temp dir");
     let copy = dir.path().join("v2.redb");
     std::fs::copy(&fixture, &copy).expect("copy fixture");
-    let original = std::fs::read(&fixture).expect("read");
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 2 opens and upgrades");
     assert_eq!(store.commits(), 1, "the upgrade is one transaction");
     assert_eq!(
@@ -1078,7 +1095,16 @@ fn v2_fixture_is_backed_up_and_upgraded_to_v3_with_its_names_and_journal() {
         Some(3)
     );
     let backup = dir.path().join("v2.redb.bak-v2");
-    assert!(std::fs::read(&backup).expect("backup") == original);
+    {
+        // The backup holds the v2 content: upgraded in turn, it reads back the same records.
+        let again = dir.path().join("again.redb");
+        std::fs::copy(&backup, &again).expect("copy backup");
+        let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
+        assert_eq!(
+            from_backup.records().expect("records"),
+            store.records().expect("records")
+        );
+    }
     assert_eq!(store.len().expect("len"), 2);
     let mut sorted = store.records().expect("records");
     sorted.sort_by_key(|r| (r.record.last_used, r.record.first_detected, r.key.clone()));
@@ -1315,13 +1341,13 @@ fn creating_a_database_leaves_another_processs_temporary_file_alone() {
     assert!(left.is_empty(), "our temporary file is gone: {left:?}");
 }
 
-/// Regression: the v1 backup never writes through or over what is already at `<db>.bak-v1`.
-/// A symlink (to a victim file, or dangling) or a regular file with other bytes refuses the
-/// upgrade, naming the backup, leaving the victim (bytes and mode 0644), the link and the v1
-/// file as they were; a byte-identical backup (an upgrade interrupted after its copy) is
-/// reused and the upgrade proceeds.
+/// Regression: the v1 backup never writes through, over or away what is already at
+/// `<db>.bak-v1`. A symlink (to a victim file, or dangling) or a regular file with other
+/// content is kept as it was (the victim's bytes and mode 0644 too) and the backup takes the
+/// next name, `<db>.bak-v1.1`; a copy of the same content (an upgrade interrupted after its
+/// copy) is reused and no other backup is written.
 #[test]
-fn a_pre_existing_v1_backup_is_never_overwritten_and_only_an_identical_copy_is_reused() {
+fn a_pre_existing_v1_backup_is_never_overwritten_and_only_a_copy_of_its_content_is_reused() {
     use std::os::unix::fs::symlink;
     #[derive(Debug)]
     enum InTheWay {
@@ -1368,49 +1394,101 @@ fn a_pre_existing_v1_backup_is_never_overwritten_and_only_an_identical_copy_is_r
             !dir.path().join("nowhere").exists(),
             "{case:?}: written through a dangling link"
         );
-        if let InTheWay::IdenticalCopy = case {
-            let store = opened.expect("an identical backup is reused");
-            assert_eq!(
-                store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-                Some(3)
-            );
-            assert!(std::fs::read(&backup).expect("backup") == original);
-            continue;
-        }
-        match opened {
-            Err(e @ StoreError::BackupInTheWay { .. }) => {
-                assert!(
-                    e.to_string().contains(&backup.display().to_string()),
-                    "{case:?}: {e}"
-                );
-                let StoreError::BackupInTheWay { detail, .. } = &e else {
-                    unreachable!("matched above")
-                };
-                let typed = match case {
-                    InTheWay::LinkToVictim | InTheWay::DanglingLink => {
-                        matches!(detail, BackupConflict::NotARegularFile)
-                    }
-                    InTheWay::OtherBytes => matches!(detail, BackupConflict::DifferentBytes),
-                    InTheWay::IdenticalCopy => false,
-                };
-                assert!(typed, "{case:?}: refused for the wrong reason: {detail:?}");
+        let store = opened.unwrap_or_else(|e| panic!("{case:?}: the upgrade was refused: {e}"));
+        assert_eq!(
+            store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+            Some(3),
+            "{case:?}"
+        );
+        drop(store);
+        let next = dir.path().join("v1.redb.bak-v1.1");
+        match case {
+            InTheWay::IdenticalCopy => {
+                assert!(std::fs::read(&backup).expect("backup") == original);
+                assert!(!next.exists(), "{case:?}: a second backup");
             }
-            Err(e) => panic!("{case:?}: refused for another reason: {e}"),
-            Ok(_) => panic!("{case:?}: the upgrade was not refused"),
+            InTheWay::OtherBytes => {
+                assert_eq!(std::fs::read(&backup).expect("kept"), b"not the database");
+            }
+            InTheWay::LinkToVictim | InTheWay::DanglingLink => {
+                assert!(
+                    std::fs::symlink_metadata(&backup)
+                        .expect("kept")
+                        .file_type()
+                        .is_symlink(),
+                    "{case:?}: the link is gone"
+                );
+            }
         }
-        assert!(
-            std::fs::read(&db).expect("db") == original,
-            "{case:?}: the v1 file changed"
-        );
-        assert!(
-            std::fs::symlink_metadata(&backup).is_ok(),
-            "{case:?}: the thing in the way is gone"
-        );
+        if !matches!(case, InTheWay::IdenticalCopy) {
+            let meta = std::fs::symlink_metadata(&next).expect("the backup at the next name");
+            assert!(meta.file_type().is_file(), "{case:?}");
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{case:?}");
+        }
         let leftovers: Vec<_> = std::fs::read_dir(dir.path())
             .expect("dir")
             .map(|e| e.expect("entry").file_name())
             .filter(|n| n.to_string_lossy().contains("creating"))
             .collect();
         assert!(leftovers.is_empty(), "{case:?}: {leftovers:?}");
+    }
+}
+
+/// Every backup name taken by a file that is not a copy of the database: the upgrade is
+/// refused with the typed reason, every file is kept as it was, and the database is still the
+/// v1 file (it upgrades once a name is free).
+#[test]
+fn an_upgrade_with_every_backup_name_taken_is_refused_and_keeps_every_file() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v1.redb");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("v1.redb");
+    std::fs::copy(&fixture, &db).expect("copy fixture");
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let names: Vec<PathBuf> = (0..100)
+        .map(|n| match n {
+            0 => dir.path().join("v1.redb.bak-v1"),
+            n => dir.path().join(format!("v1.redb.bak-v1.{n}")),
+        })
+        .collect();
+    for name in &names {
+        std::fs::write(name, b"not the database").expect("write");
+    }
+    let err = match Store::open(&db, UnixNanos(1)) {
+        Ok(_) => panic!("upgraded with every backup name taken"),
+        Err(e) => e,
+    };
+    match &err {
+        StoreError::BackupInTheWay { detail, .. } => match detail {
+            BackupConflict::AllNamesTaken { tried, last } => {
+                assert_eq!(*tried, 100);
+                assert!(
+                    matches!(**last, BackupConflict::NotADatabase(_)),
+                    "{last:?}"
+                );
+            }
+            other => panic!("refused for the wrong reason: {other:?}"),
+        },
+        other => panic!("not BackupInTheWay: {other:?}"),
+    }
+    assert!(err.to_string().contains("backup"), "{err}");
+    for name in &names {
+        assert_eq!(std::fs::read(name).expect("kept"), b"not the database");
+    }
+    assert!(!dir.path().join("v1.redb.bak-v1.100").exists());
+    // The database is still the v1 file: with one name freed, it upgrades and backs up there.
+    std::fs::remove_file(&names[99]).expect("free one name");
+    let store = Store::open(&db, UnixNanos(1)).expect("the upgrade with a free name");
+    assert_eq!(
+        store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(CURRENT_SCHEMA_VERSION)
+    );
+    assert!(!store.records().expect("records").is_empty());
+    drop(store);
+    assert_ne!(
+        std::fs::read(&names[99]).expect("the backup"),
+        b"not the database"
+    );
+    for name in &names[..99] {
+        assert_eq!(std::fs::read(name).expect("kept"), b"not the database");
     }
 }
