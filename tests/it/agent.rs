@@ -16,7 +16,7 @@ use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
 use imagekeeper::store::Store;
 
-use crate::support::{metrics_address_from_stderr, wait_for};
+use crate::support::{http_get, metrics_address_from_stderr, wait_for};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
@@ -466,17 +466,6 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
     assert!(!socket.exists(), "the socket is removed on shutdown");
     let mut store = Store::open(&db, imagekeeper::model::UnixNanos(1)).expect("reopen");
     assert!(store.check().expect("check").is_empty());
-}
-
-fn http_get(address: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(address).expect("connect metrics");
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(conn, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
-    let mut out = String::new();
-    conn.read_to_string(&mut out).expect("read");
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,6 @@
 //! CRI server, plus the output formats of a dry run's plan. The process tests synchronise on
 //! the notify messages themselves, never on a guessed sleep.
 
-use std::io::Write as _;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -14,7 +13,7 @@ use imagekeeper::agent::{Agent, ConfigSource, FlagValues};
 use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage, UnixNanos};
 
-use crate::support::metrics_address_from_stderr;
+use crate::support::{http_get, metrics_address_from_stderr};
 
 fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
     RuntimeImage {
@@ -252,17 +251,6 @@ fn next_message(socket: &UnixDatagram) -> String {
     let mut buf = [0u8; 4096];
     let n = socket.recv(&mut buf).expect("a notify message within 60 s");
     String::from_utf8_lossy(&buf[..n]).into_owned()
-}
-
-fn http_get(address: &str, path: &str) -> String {
-    use std::io::Read;
-    let mut conn = std::net::TcpStream::connect(address).expect("connect metrics");
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(conn, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
-    let mut out = String::new();
-    conn.read_to_string(&mut out).expect("read");
-    out
 }
 
 /// `Type=notify` as systemd runs it: the messages arrive in order — READY=1 once the first

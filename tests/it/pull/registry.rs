@@ -13,7 +13,7 @@ use std::time::Duration;
 use base64::Engine;
 use imagekeeper::cri::ImageRuntime;
 
-use crate::support::{self, Lab, wait_for};
+use crate::support::{self, Lab, http_get, wait_for};
 
 /// The password registry, from lab.env.
 struct AuthRegistry {
@@ -492,19 +492,4 @@ async fn a_pull_through_the_running_agent_uses_the_pull_secret_it_is_sent() {
             "a password is in the agent's database file"
         );
     }
-}
-
-fn http_get(address: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(address).expect("connect metrics");
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        conn,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .expect("write");
-    let mut out = String::new();
-    conn.read_to_string(&mut out).expect("read");
-    out
 }

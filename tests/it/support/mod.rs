@@ -189,6 +189,22 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+/// One blocking HTTP/1.1 GET to the agent's metrics and health server: the whole response,
+/// head and body (the request asks the server to close the connection after it).
+pub fn http_get(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(address).expect("connect metrics");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut out = String::new();
+    conn.read_to_string(&mut out).expect("read");
+    out
+}
 
 /// The address in an agent's "Serving metrics" log line (text format), if `log` has one.
 ///
