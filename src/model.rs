@@ -54,6 +54,12 @@ impl UnixNanos {
 /// after the detect's `now`) and cost nothing: such a stamp ages normally within minutes.
 pub const FUTURE_STAMP_TOLERANCE: Duration = Duration::from_secs(10 * 60);
 
+/// The sum of runtime-reported sizes, saturating at `u64::MAX`: a runtime may report sizes near
+/// the top of the range, and a plain sum would panic in debug builds and wrap in release ones.
+pub fn saturating_total(sizes: impl IntoIterator<Item = u64>) -> u64 {
+    sizes.into_iter().fold(0, u64::saturating_add)
+}
+
 /// A `Duration` as i64 nanoseconds, saturating at `i64::MAX`.
 pub fn duration_nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)

@@ -115,7 +115,7 @@ impl GcOutcome {
     pub fn from_plan(plan: Result<GcPlan, GcError>) -> GcOutcome {
         match plan {
             Ok(plan) => GcOutcome {
-                freed: plan.removals.iter().map(|r| r.size).sum(),
+                freed: crate::model::saturating_total(plan.removals.iter().map(|r| r.size)),
                 removed: plan.removals,
                 error: None,
                 dry_run: true,

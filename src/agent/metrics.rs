@@ -24,6 +24,7 @@ use tracing::warn;
 use crate::cri::ImageRuntime;
 use crate::gc::ImageGcManager;
 use crate::gc::metrics::GcProgress;
+use crate::model::saturating_total;
 use crate::pull::metrics::{EnsureLabels, Histogram};
 use crate::pull::{BackoffStore, ImageManager, PullRuntime};
 use crate::store::Store;
@@ -407,12 +408,6 @@ impl Collector for Snapshot {
 }
 
 /// One counter without labels; the encoder adds `_total`.
-/// The sum of runtime-reported sizes, saturating at `u64::MAX`: a runtime may report sizes near
-/// the top of the range, and a plain sum would panic in debug builds and wrap in release ones.
-fn saturating_total(sizes: impl Iterator<Item = u64>) -> u64 {
-    sizes.fold(0, u64::saturating_add)
-}
-
 fn counter(
     enc: &mut DescriptorEncoder,
     name: &str,
