@@ -70,11 +70,6 @@ pub enum AgentError {
     CredentialProviders(#[from] crate::pull::credentials::ProviderConfigError),
     #[error(transparent)]
     Admin(#[from] AdminError),
-    #[error("metrics endpoint: {source}")]
-    Metrics {
-        #[source]
-        source: std::io::Error,
-    },
     /// A setup step of [`Agent::serve`] failed: `step` names it as `imagekeeper run` reports
     /// it ("removing a stale admin socket", "starting the admin socket", "the admin socket just
     /// bound", "the metrics endpoint's address", "serving the metrics endpoint"); the source
@@ -488,10 +483,7 @@ impl<R: AgentRuntime> Agent<R> {
         }
         *lock_ignoring_poison(&self.gc_last_unreachable) =
             report.error.as_ref().is_some_and(runtime_unreachable);
-        let mut failed_before = match self.gc_failed_before.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut failed_before = lock_ignoring_poison(&self.gc_failed_before);
         match &report.error {
             Some(e) if *failed_before => {
                 error!(error = %e, reason = "ImageGCFailed", "Image garbage collection failed multiple times in a row");
