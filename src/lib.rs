@@ -31,6 +31,9 @@ pub mod inspect;
 pub mod kubelet;
 // The values every layer shares (records, ids, runtime images, times).
 pub mod model;
+// The one reader of operator files (config, secrets, credentials, kubelet files): regular
+// files only, never blocking, capped.
+pub mod operator_file;
 // Image pulls with the kubelet's backoff, credentials and throttling.
 pub mod pull;
 // Replay of a trace through the real GC manager and store.
