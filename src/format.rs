@@ -1,6 +1,7 @@
 //! The one home of the formatting rules shared by the library and the CLI: Go's
-//! `time.Duration` string and its parser, the kubelet's 1024-based size, RFC 3339 UTC times and
-//! relative times ("3m ago").
+//! `time.Duration` string and its parser, Go's `%q` quoting (the kubelet's messages quote image
+//! names with it; both `cri` and `pull` print them), the kubelet's 1024-based size, RFC 3339 UTC
+//! times and relative times ("3m ago").
 //!
 //! RFC 3339 is jiff's (`jiff::Timestamp`'s `Display`: UTC, the fraction only when there is one,
 //! without trailing zeros). The Go durations and the size are hand-written because they must
@@ -23,6 +24,27 @@ pub struct InvalidDuration {
     pub input: String,
     /// Go's wording, without its `time: ` prefix.
     pub reason: String,
+}
+
+/// Go's `%q` for a string: double quotes, with `"` and `\` and control characters escaped.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// A duration as Go's `time.Duration.String()` prints it (hand-written: Go's format, byte for

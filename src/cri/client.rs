@@ -697,7 +697,7 @@ impl ImageRuntime for CriClient {
                 method: "ImageStatus",
                 message: format!(
                     "Id or size of image {} is not set",
-                    crate::pull::go_quote(image)
+                    crate::format::go_quote(image)
                 ),
             }),
             found => Ok(found.map(convert::image_from_proto)),
@@ -740,7 +740,7 @@ impl ImageRuntime for CriClient {
                 method: "PullImage",
                 message: format!(
                     "imageRef of image {} is not set",
-                    crate::pull::go_quote(&spec.image)
+                    crate::format::go_quote(&spec.image)
                 ),
             });
         }

@@ -32,7 +32,7 @@ use crate::model::{
     PullSpec, RecordKey, UnixNanos,
 };
 
-use crate::format::go_duration;
+use crate::format::{go_duration, go_quote};
 pub use backoff::{BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, StoreFailure};
 pub use credentials::{
     CredentialSources, CredentialsError, DockerConfig, DockerConfigEntry, NodeCredentials,
@@ -42,8 +42,7 @@ pub use inflight::{InFlightGuard, PullsInFlight};
 pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
 pub use reference::{
-    ImageReference, ReferenceError, apply_default_image_tag, credentials_in, go_quote,
-    image_matches,
+    ImageReference, ReferenceError, apply_default_image_tag, credentials_in, image_matches,
 };
 
 use puller::{PullRequest, Puller};

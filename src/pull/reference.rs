@@ -14,6 +14,7 @@
 
 use std::fmt;
 
+use crate::format::go_quote;
 use oci_spec::distribution::{ParseError as OciParseError, Reference as OciReference};
 
 const DEFAULT_DOMAIN: &str = "docker.io";
@@ -301,27 +302,6 @@ pub fn image_matches(name: &str, image: &crate::model::RuntimeImage) -> bool {
         .iter()
         .filter_map(|l| Resolution::of(l))
         .any(|l| wanted.resolves_to(&l))
-}
-
-/// Go's `%q` for a string: double quotes, with `"` and `\` and control characters escaped.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// `^[a-f0-9]{64}$`.
