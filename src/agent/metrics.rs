@@ -51,6 +51,8 @@ pub struct AgentMetrics {
     gc_durations: Mutex<Histogram>,
     /// Configuration reloads: [successes, failures].
     config_reloads: [std::sync::atomic::AtomicU64; 2],
+    /// GC cycles the agent ran: [succeeded, failed].
+    gc_cycles: [std::sync::atomic::AtomicU64; 2],
     /// Whether the image cache (the GC manager's `image_list`) has been filled once: the
     /// runtime image gauges are exported from then on.
     image_cache_filled: std::sync::atomic::AtomicBool,
@@ -61,6 +63,7 @@ impl Default for AgentMetrics {
         AgentMetrics {
             gc_durations: Mutex::new(Histogram::new(GC_BUCKETS)),
             config_reloads: Default::default(),
+            gc_cycles: Default::default(),
             image_cache_filled: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -78,6 +81,11 @@ impl AgentMetrics {
     pub fn image_cache_filled(&self) {
         self.image_cache_filled
             .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A GC cycle ended, without an error or with one.
+    pub fn record_gc_cycle(&self, success: bool) {
+        self.gc_cycles[usize::from(!success)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn record_reload(&self, success: bool) {
@@ -126,6 +134,10 @@ struct Snapshot {
     commit_seconds: f64,
     /// Configuration reloads: [successes, failures].
     config_reloads: [u64; 2],
+    /// GC cycles: [succeeded, failed].
+    gc_cycles: [u64; 2],
+    /// The byte thresholds in force (high, low), in percent.
+    thresholds: (i64, i64),
     repulls: [(&'static str, u64); 4],
     repull_delays: Histogram,
 }
@@ -181,6 +193,15 @@ impl Snapshot {
             repull_delays: g.repulls().delays(),
             config_reloads: [0, 1]
                 .map(|i| agent.config_reloads[i].load(std::sync::atomic::Ordering::Relaxed)),
+            gc_cycles: [0, 1]
+                .map(|i| agent.gc_cycles[i].load(std::sync::atomic::Ordering::Relaxed)),
+            thresholds: {
+                let config = gc.config();
+                (
+                    config.policy.high_threshold_percent,
+                    config.policy.low_threshold_percent,
+                )
+            },
         }
     }
 }
@@ -402,6 +423,31 @@ impl Collector for Snapshot {
                 ([("result", "success")], successes),
                 ([("result", "failure")], failures),
             ],
+        )?;
+        let [succeeded, failed] = self.gc_cycles;
+        counter_family(
+            &mut enc,
+            "image_gc_cycles",
+            "Image GC cycles the agent ran, by result (failure: the cycle ended with an error, as the kubelet's ImageGCFailed).",
+            &[
+                ([("result", "success")], succeeded),
+                ([("result", "failure")], failed),
+            ],
+        )?;
+        let (high, low) = self.thresholds;
+        gauge(
+            &mut enc,
+            "image_gc_high_threshold_percent",
+            "The imageGCHighThresholdPercent in force: GC starts when image filesystem use is above it.",
+            None,
+            u64::try_from(high).unwrap_or(0),
+        )?;
+        gauge(
+            &mut enc,
+            "image_gc_low_threshold_percent",
+            "The imageGCLowThresholdPercent in force: GC frees down to it.",
+            None,
+            u64::try_from(low).unwrap_or(0),
         )?;
         Ok(())
     }

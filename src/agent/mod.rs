@@ -483,6 +483,7 @@ impl<R: AgentRuntime> Agent<R> {
         }
         *lock_ignoring_poison(&self.gc_last_unreachable) =
             report.error.as_ref().is_some_and(runtime_unreachable);
+        self.metrics.record_gc_cycle(report.error.is_none());
         let mut failed_before = lock_ignoring_poison(&self.gc_failed_before);
         match &report.error {
             Some(e) if *failed_before => {
@@ -1077,6 +1078,17 @@ mod tests {
         assert_eq!(per_second, want);
         // ListContainers only once the runtime answers: detect's and GC's at 31.
         assert_eq!(runtime.calls("ListContainers"), [31, 31]);
+        // The GC cycles as the alerts see them: five failed (0, 1, 3, 7, 15 s), one succeeded
+        // (31 s); and the thresholds in force (the kubelet's defaults here).
+        let metrics = agent.render_metrics();
+        for line in [
+            "\nimagekeeper_image_gc_cycles_total{result=\"failure\"} 5\n",
+            "\nimagekeeper_image_gc_cycles_total{result=\"success\"} 1\n",
+            "\nimagekeeper_image_gc_high_threshold_percent 85\n",
+            "\nimagekeeper_image_gc_low_threshold_percent 80\n",
+        ] {
+            assert!(metrics.contains(line), "{line:?} in {metrics}");
+        }
         stop_tx.send(()).expect("the agent waits for the stop");
         running.await.expect("join");
     }
