@@ -16,6 +16,7 @@ mod events;
 mod gc;
 mod http;
 mod inspect;
+mod monitoring;
 mod pull;
 mod replay;
 mod service;

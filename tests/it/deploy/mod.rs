@@ -7,6 +7,7 @@
 //! seccomp; NODE_NAME and HOST_IP from the downward API) are asserted. `lab.rs` runs the plan
 //! against the lab's containerd.
 
+mod chart;
 mod lab;
 
 use std::collections::BTreeMap;

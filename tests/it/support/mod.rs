@@ -388,3 +388,31 @@ impl Drop for Tmpfs {
         }
     }
 }
+
+/// An external tool the deploy and monitoring tests run (`helm`, `promtool`, `prometheus`):
+/// the path in `env_var` (scripts/tools prints them and scripts/test exports them), else the
+/// name on PATH. `None` (after a skip line) when neither runs and the lab is not required;
+/// with `IMAGEKEEPER_REQUIRE_LAB=1` a missing tool fails the test.
+pub fn tool(test: &str, name: &str, env_var: &str) -> Option<PathBuf> {
+    let candidate = std::env::var_os(env_var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(name));
+    let runs = std::process::Command::new(&candidate)
+        .arg("--help")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok();
+    if runs {
+        return Some(candidate);
+    }
+    let required = std::env::var("IMAGEKEEPER_REQUIRE_LAB").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "IMAGEKEEPER_REQUIRE_LAB=1 but {name} does not run ({env_var}={:?}): run scripts/tools \
+         and export what it prints, or run scripts/test",
+        std::env::var_os(env_var)
+    );
+    println!("SKIPPED {test}: {name} is not installed (scripts/tools installs it)");
+    None
+}

@@ -1,0 +1,425 @@
+//! The Helm chart (`deploy/helm/imagekeeper`) rendered by the real `helm` (scripts/tools
+//! installs it): its default render is `deploy/daemonset.yaml` byte for byte (so the manifest
+//! the lab runs and the chart cannot drift apart), `helm lint --strict` passes for every
+//! runtime preset with every optional object on, and each render's objects pass the checks
+//! below (there is no API server here, and kubectl's client-side dry run needs one to map
+//! kinds, so the objects are checked field by field: kinds, names, the recommended labels, the
+//! selector, mounts against volumes, the runtime socket and image filesystem mounted where the
+//! arguments say, the PrometheusRule equal to the rules file, the dashboard equal to its JSON).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_yaml_ng::Value;
+
+use super::MANIFEST;
+use crate::support;
+
+const CHART: &str = "deploy/helm/imagekeeper";
+const PRESETS: [&str; 4] = ["containerd", "k3s", "rke2", "crio"];
+/// Every optional object of the chart switched on.
+const ALL_OBJECTS: &str = "podMonitor.enabled=true,serviceMonitor.enabled=true,\
+                           prometheusRule.enabled=true,grafanaDashboard.enabled=true";
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// `helm ARGS` in the repository; its stdout, or a panic with its stderr.
+fn helm(helm: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(helm)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", helm.display()));
+    if out.status.success() {
+        Ok(String::from_utf8(out.stdout).expect("helm prints UTF-8"))
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn render(helm_path: &Path, set: &[&str]) -> Result<String, String> {
+    let mut args = vec![
+        "template",
+        "imagekeeper",
+        CHART,
+        "--namespace",
+        "kube-system",
+    ];
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    helm(helm_path, &args)
+}
+
+#[test]
+fn the_charts_default_render_is_deploy_daemonset_yaml() {
+    let Some(helm_path) = support::tool(
+        "deploy::chart::the_charts_default_render_is_deploy_daemonset_yaml",
+        "helm",
+        "IMAGEKEEPER_HELM",
+    ) else {
+        return;
+    };
+    let rendered = render(&helm_path, &[]).unwrap_or_else(|e| panic!("helm template: {e}"));
+    let manifest = std::fs::read_to_string(repo(MANIFEST)).expect("the manifest");
+    assert!(
+        rendered == manifest,
+        "{MANIFEST} is not the chart's default render: run `scripts/chart render` (first \
+         differing line: {:?})",
+        rendered.lines().zip(manifest.lines()).find(|(a, b)| a != b)
+    );
+}
+
+#[test]
+fn helm_lint_is_clean_for_every_runtime_preset() {
+    let Some(helm_path) = support::tool(
+        "deploy::chart::helm_lint_is_clean_for_every_runtime_preset",
+        "helm",
+        "IMAGEKEEPER_HELM",
+    ) else {
+        return;
+    };
+    for preset in PRESETS {
+        let runtime = format!("runtime={preset}");
+        let out = helm(
+            &helm_path,
+            &[
+                "lint",
+                "--strict",
+                CHART,
+                "--set",
+                &runtime,
+                "--set",
+                ALL_OBJECTS,
+            ],
+        )
+        .unwrap_or_else(|e| panic!("helm lint --strict ({preset}): {e}"));
+        assert!(out.contains("0 chart(s) failed"), "{preset}: {out}");
+    }
+}
+
+#[test]
+fn an_unknown_runtime_preset_is_refused_naming_the_presets() {
+    let Some(helm_path) = support::tool(
+        "deploy::chart::an_unknown_runtime_preset_is_refused_naming_the_presets",
+        "helm",
+        "IMAGEKEEPER_HELM",
+    ) else {
+        return;
+    };
+    let error = render(&helm_path, &["runtime=docker"]).expect_err("docker is no preset");
+    assert!(
+        error.contains("runtime \"docker\" is not one of the presets: containerd, crio, k3s, rke2"),
+        "{error}"
+    );
+}
+
+/// The runtime preset's paths, as values.yaml gives them.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Preset {
+    socket: String,
+    socket_dir: String,
+    root: String,
+    volume_prefix: String,
+    sandbox_image: String,
+}
+
+fn presets() -> BTreeMap<String, Preset> {
+    #[derive(Deserialize)]
+    struct Values {
+        runtimes: BTreeMap<String, Preset>,
+    }
+    let text = std::fs::read_to_string(repo(&format!("{CHART}/values.yaml"))).expect("values");
+    let values: Values = serde_yaml_ng::from_str(&text).expect("values.yaml parses");
+    values.runtimes
+}
+
+#[test]
+fn every_runtime_preset_renders_objects_that_check_out() {
+    let Some(helm_path) = support::tool(
+        "deploy::chart::every_runtime_preset_renders_objects_that_check_out",
+        "helm",
+        "IMAGEKEEPER_HELM",
+    ) else {
+        return;
+    };
+    let presets = presets();
+    assert_eq!(
+        presets.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["containerd", "crio", "k3s", "rke2"]
+    );
+    for (name, preset) in &presets {
+        let runtime = format!("runtime={name}");
+        let text = render(&helm_path, &[&runtime, ALL_OBJECTS])
+            .unwrap_or_else(|e| panic!("helm template ({name}): {e}"));
+        let kinds = check_objects(&text, preset).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            kinds,
+            [
+                "ConfigMap",
+                "ConfigMap",
+                "DaemonSet",
+                "PodMonitor",
+                "PrometheusRule",
+                "Service",
+                "ServiceMonitor"
+            ],
+            "{name}"
+        );
+    }
+}
+
+/// Each drift the checks must catch, made in a render: the check names it.
+#[test]
+fn the_object_checks_refuse_a_broken_render() {
+    let Some(helm_path) = support::tool(
+        "deploy::chart::the_object_checks_refuse_a_broken_render",
+        "helm",
+        "IMAGEKEEPER_HELM",
+    ) else {
+        return;
+    };
+    let presets = presets();
+    let containerd = &presets["containerd"];
+    let text = render(&helm_path, &[ALL_OBJECTS]).expect("render");
+    let cases = [
+        (
+            "app.kubernetes.io/managed-by: Helm\n",
+            "",
+            "lacks the label app.kubernetes.io/managed-by",
+        ),
+        (
+            "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
+            "--container-runtime-endpoint=unix:///run/other.sock",
+            "--container-runtime-endpoint",
+        ),
+        (
+            "            - name: tmp\n              mountPath: /tmp\n",
+            "            - name: scratch\n              mountPath: /tmp\n",
+            "mounts volume \"scratch\", which is not defined",
+        ),
+        ("kind: PodMonitor", "kind: PodMonitr", "unexpected kind"),
+        (
+            "\"uid\": \"imagekeeper-overview\"",
+            "\"uid\": \"other\"",
+            "dashboard",
+        ),
+        (
+            "alert: ImagekeeperStoreUnhealthy",
+            "alert: Other",
+            "PrometheusRule",
+        ),
+        (
+            "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+            "--pod-infra-container-image=pause",
+            "--pod-infra-container-image",
+        ),
+    ];
+    for (from, to, want) in cases {
+        assert!(text.contains(from), "the render has {from:?}");
+        let broken = text.replacen(from, to, 1);
+        let error = check_objects(&broken, containerd).expect_err(from);
+        assert!(error.contains(want), "{from:?}: {error}");
+    }
+}
+
+/// The checks of one render; the kinds found, sorted.
+fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
+    let mut kinds = Vec::new();
+    for document in serde_yaml_ng::Deserializer::from_str(text) {
+        let value = Value::deserialize(document).map_err(|e| format!("YAML: {e}"))?;
+        if value.is_null() {
+            continue;
+        }
+        let kind = str_at(&value, &["kind"])?;
+        let api = str_at(&value, &["apiVersion"])?;
+        let name = str_at(&value, &["metadata", "name"])?;
+        match (api, kind) {
+            ("v1", "ConfigMap" | "Service")
+            | ("apps/v1", "DaemonSet")
+            | ("monitoring.coreos.com/v1", "PodMonitor" | "ServiceMonitor" | "PrometheusRule") => {}
+            _ => return Err(format!("unexpected kind {api} {kind} ({name})")),
+        }
+        if !is_dns_subdomain(name) {
+            return Err(format!("{kind} name {name:?} is not a DNS subdomain"));
+        }
+        if str_at(&value, &["metadata", "namespace"])? != "kube-system" {
+            return Err(format!("{kind} {name}: namespace"));
+        }
+        for label in [
+            "helm.sh/chart",
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/version",
+            "app.kubernetes.io/managed-by",
+        ] {
+            if value["metadata"]["labels"][label].as_str().is_none() {
+                return Err(format!("{kind} {name} lacks the label {label}"));
+            }
+        }
+        match kind {
+            "DaemonSet" => check_daemon_set(&value, preset)?,
+            "PrometheusRule" => {
+                let rules: Value = serde_yaml_ng::from_str(
+                    &std::fs::read_to_string(repo("deploy/monitoring/imagekeeper-rules.yaml"))
+                        .map_err(|e| e.to_string())?,
+                )
+                .map_err(|e| e.to_string())?;
+                if value["spec"]["groups"] != rules["groups"] {
+                    return Err("the PrometheusRule's groups differ from the rules file".into());
+                }
+            }
+            "ConfigMap" if name.ends_with("-dashboard") => {
+                let json = str_at(&value, &["data", "imagekeeper.json"])?;
+                let got: serde_json::Value =
+                    serde_json::from_str(json).map_err(|e| format!("dashboard JSON: {e}"))?;
+                let want: serde_json::Value = serde_json::from_str(
+                    &std::fs::read_to_string(repo("deploy/monitoring/dashboard.json"))
+                        .map_err(|e| e.to_string())?,
+                )
+                .map_err(|e| e.to_string())?;
+                if got != want {
+                    return Err("the dashboard ConfigMap differs from dashboard.json".into());
+                }
+                if value["metadata"]["labels"]["grafana_dashboard"].as_str() != Some("1") {
+                    return Err("the dashboard ConfigMap lacks grafana_dashboard: \"1\"".into());
+                }
+            }
+            "ConfigMap" => {
+                let toml_text = str_at(&value, &["data", "imagekeeper.toml"])?;
+                toml_text
+                    .parse::<toml::Table>()
+                    .map_err(|e| format!("imagekeeper.toml: {e}"))?;
+            }
+            _ => {}
+        }
+        kinds.push(kind.to_owned());
+    }
+    kinds.sort();
+    Ok(kinds)
+}
+
+fn check_daemon_set(ds: &Value, preset: &Preset) -> Result<(), String> {
+    let selector = ds["spec"]["selector"]["matchLabels"]
+        .as_mapping()
+        .ok_or("no selector")?;
+    for (key, want) in selector {
+        if &ds["spec"]["template"]["metadata"]["labels"][key] != want {
+            return Err(format!(
+                "the pod template lacks the selector's label {key:?}"
+            ));
+        }
+    }
+    let pod = &ds["spec"]["template"]["spec"];
+    let volumes: BTreeMap<&str, &Value> = pod["volumes"]
+        .as_sequence()
+        .ok_or("no volumes")?
+        .iter()
+        .map(|v| Ok((str_at(v, &["name"])?, v)))
+        .collect::<Result<_, String>>()?;
+    let containers = pod["containers"].as_sequence().ok_or("no containers")?;
+    let [container] = containers.as_slice() else {
+        return Err("one container expected".into());
+    };
+    let mut mounted_at = BTreeMap::new();
+    for mount in container["volumeMounts"].as_sequence().ok_or("no mounts")? {
+        let volume = str_at(mount, &["name"])?;
+        let Some(source) = volumes.get(volume) else {
+            return Err(format!("mounts volume {volume:?}, which is not defined"));
+        };
+        if let Some(host) = source["hostPath"]["path"].as_str() {
+            let kind = str_at(source, &["hostPath", "type"])?;
+            if !["Directory", "DirectoryOrCreate"].contains(&kind) {
+                return Err(format!("volume {volume}: hostPath type {kind}"));
+            }
+            mounted_at.insert(
+                host.to_owned(),
+                (
+                    str_at(mount, &["mountPath"])?.to_owned(),
+                    mount["readOnly"].as_bool().unwrap_or(false),
+                ),
+            );
+        }
+    }
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .ok_or("no args")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let want_endpoint = format!("--container-runtime-endpoint=unix://{}", preset.socket);
+    if !args.contains(&want_endpoint.as_str()) {
+        return Err(format!("no {want_endpoint} in {args:?}"));
+    }
+    let want_sandbox = format!("--pod-infra-container-image={}", preset.sandbox_image);
+    if !args.contains(&want_sandbox.as_str()) {
+        return Err(format!("no {want_sandbox} in {args:?}"));
+    }
+    if !Path::new(&preset.socket).starts_with(&preset.socket_dir) {
+        return Err(format!(
+            "the socket {} is not in {}",
+            preset.socket, preset.socket_dir
+        ));
+    }
+    for (host, what) in [
+        (&preset.socket_dir, "socket directory"),
+        (&preset.root, "root"),
+    ] {
+        match mounted_at.get(host.as_str()) {
+            Some((at, true)) if at == host => {}
+            other => {
+                return Err(format!(
+                    "the runtime's {what} {host} must be mounted read-only at its own path: {other:?}"
+                ));
+            }
+        }
+    }
+    if !volumes.contains_key(format!("{}-run", preset.volume_prefix).as_str()) {
+        return Err(format!("no volume {}-run", preset.volume_prefix));
+    }
+    let port_names: Vec<&str> = container["ports"]
+        .as_sequence()
+        .ok_or("no ports")?
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+        let port = &container[probe]["httpGet"]["port"];
+        if let Some(name) = port.as_str()
+            && !port_names.contains(&name)
+        {
+            return Err(format!(
+                "{probe} names port {name}, which the container lacks"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn str_at<'a>(value: &'a Value, path: &[&str]) -> Result<&'a str, String> {
+    let mut at = value;
+    for key in path {
+        at = &at[*key];
+    }
+    at.as_str()
+        .ok_or_else(|| format!("no string at {}", path.join(".")))
+}
+
+/// RFC 1123 subdomain, as Kubernetes names most objects.
+fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}

@@ -1,0 +1,310 @@
+//! The alerting rules and the dashboard (`deploy/monitoring/`) against the real tools:
+//! `promtool check rules` and `promtool test rules` (the unit tests beside the rules), and a
+//! real Prometheus (Debian's, installed by scripts/tools) scraping a real agent process every
+//! second with the rules loaded: every query of every dashboard panel returns data through
+//! Prometheus' HTTP API (`$instance` as `.*`, `$__rate_interval` as `1m`), and two alerts fire
+//! for real conditions the agent is put in (GC that cannot free enough on a disk above the high
+//! threshold: `ImagekeeperGCFailing` and `ImagekeeperImageFsAboveHighThreshold`).
+//!
+//! The agent runs against the in-process fake CRI runtime (this test is about what Prometheus
+//! sees, not about CRI), whose image filesystem is the host's temp dir, statvfs'd for real. In
+//! the copy of the rules that the server loads, each `for:` is 0s: waiting 5 to 15 minutes would
+//! prove nothing the promtool unit tests do not (they pin every `for:`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use imagekeeper::cri::FakeRuntime;
+use imagekeeper::model::{ContainerState, ImageId, RuntimeContainer, RuntimeImage};
+
+use crate::support::{self, metrics_address_from_stderr, wait_for};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+#[test]
+fn the_rules_pass_promtool_check_and_their_unit_tests() {
+    let Some(promtool) = support::tool(
+        "monitoring::the_rules_pass_promtool_check_and_their_unit_tests",
+        "promtool",
+        "IMAGEKEEPER_PROMTOOL",
+    ) else {
+        return;
+    };
+    for args in [
+        ["check", "rules", "imagekeeper-rules.yaml"],
+        ["test", "rules", "imagekeeper-rules_test.yaml"],
+    ] {
+        let out = Command::new(&promtool)
+            .args(args)
+            .current_dir(repo("deploy/monitoring"))
+            .output()
+            .expect("promtool");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A child process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `%XX` for everything but unreserved characters (a query string's value).
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The JSON body of a GET to Prometheus' API, or None while it does not answer.
+fn prometheus_get(address: &str, path: &str) -> Option<serde_json::Value> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(address).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: prometheus\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = Vec::new();
+    conn.read_to_end(&mut out).ok()?;
+    let text = String::from_utf8_lossy(&out);
+    let (_, body) = text.split_once("\r\n\r\n")?;
+    // Prometheus answers small bodies with Content-Length, never chunked, to Connection: close.
+    serde_json::from_str(body).ok()
+}
+
+/// Starts Prometheus on a free loopback port. Prometheus cannot bind port 0 and say which it
+/// got, so a port is chosen and the start retried on another if that one was taken meanwhile.
+fn start_prometheus(prometheus: &Path, config: &Path, data: &Path) -> (Killed, String) {
+    for _ in 0..5 {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("address").port()
+        };
+        let address = format!("127.0.0.1:{port}");
+        let mut child = Command::new(prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address={address}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn prometheus");
+        // Ready when /-/ready answers 200 (no signal to wait on: a poll, guarded by a
+        // deadline), or the process exits (the port was taken): then try another.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            if let Ok(mut conn) = std::net::TcpStream::connect(&address) {
+                use std::io::{Read, Write};
+                let _ = write!(
+                    conn,
+                    "GET /-/ready HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n"
+                );
+                let mut out = String::new();
+                let _ = conn.read_to_string(&mut out);
+                if out.starts_with("HTTP/1.1 200") {
+                    return (Killed(child), address);
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "prometheus did not become ready within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut log = String::new();
+        if let Some(mut stderr) = child.stderr.take() {
+            use std::io::Read;
+            let _ = stderr.read_to_string(&mut log);
+        }
+        assert!(
+            log.contains("address already in use"),
+            "prometheus exited: {log}"
+        );
+    }
+    panic!("no free port for prometheus in 5 tries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts() {
+    let test = "monitoring::a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts";
+    let Some(prometheus) = support::tool(test, "prometheus", "IMAGEKEEPER_PROMETHEUS") else {
+        return;
+    };
+    // A node whose one image is in use by a running container, on a disk above the high
+    // threshold of 1 %: every GC cycle fails to free what it must.
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![RuntimeImage {
+        id: ImageId::new("sha256:aaa"),
+        repo_tags: vec!["registry.example/a:1".to_owned()],
+        size: 1000,
+        ..RuntimeImage::default()
+    }]);
+    fake.set_containers(vec![RuntimeContainer {
+        id: "c1".into(),
+        pod_sandbox_id: "pod".into(),
+        image: "registry.example/a:1".into(),
+        image_id: ImageId::new("sha256:aaa"),
+        state: ContainerState::Running,
+        runtime_handler: String::new(),
+    }]);
+    fake.add_pullable(
+        "registry.example/b:1",
+        RuntimeImage {
+            id: ImageId::new("sha256:bbb"),
+            repo_tags: vec!["registry.example/b:1".to_owned()],
+            size: 500,
+            ..RuntimeImage::default()
+        },
+    );
+    fake.set_image_fs(fake.dir().display().to_string(), 1500);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("admin.sock");
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .args([
+            "run",
+            "--container-runtime-endpoint",
+            &fake.endpoint(),
+            "--db",
+            db.to_str().expect("utf8"),
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--gc-period",
+            "1s",
+            "--image-gc-high-threshold",
+            "1",
+            "--image-gc-low-threshold",
+            "0",
+            "--minimum-image-ttl-duration=0s",
+        ])
+        .env_remove("IMAGEKEEPER_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agent");
+    let stderr = agent.stderr.take().expect("piped");
+    let agent = Killed(agent);
+    let metrics = metrics_address_from_stderr(stderr, Duration::from_secs(60)).await;
+    // A pull through the agent, so the pull histogram has a series.
+    let out = support::bin::output(
+        support::bin::imagekeeper()
+            .args(["pull", "registry.example/b:1", "--admin-socket"])
+            .arg(&socket),
+    );
+    assert!(out.status.success(), "pull: {out:?}");
+
+    let rules =
+        std::fs::read_to_string(repo("deploy/monitoring/imagekeeper-rules.yaml")).expect("rules");
+    let rules: String = rules
+        .lines()
+        .map(|line| {
+            if line.trim_start().starts_with("for: ") {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                format!("{indent}for: 0s\n")
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    std::fs::write(dir.path().join("rules.yaml"), rules).expect("write rules");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
+             scrape_configs:\n  - job_name: imagekeeper\n    static_configs:\n      - targets: ['{metrics}']\n",
+            dir.path().join("rules.yaml").display()
+        ),
+    )
+    .expect("write config");
+    let (_prometheus, address) = start_prometheus(&prometheus, &config, &dir.path().join("data"));
+
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo("deploy/monitoring/dashboard.json")).expect("dashboard"),
+    )
+    .expect("dashboard JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    for panel in panels {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            let query = expr
+                .replace("$instance", ".*")
+                .replace("$__rate_interval", "1m");
+            let path = format!("/api/v1/query?query={}", url_encode(&query));
+            // Prometheus scrapes every second; a rate needs two samples: poll until the query
+            // has a result (no signal announces a scrape), the deadline only against a hang.
+            let result = wait_for(
+                &format!("data for {:?}: {query}", panel["title"]),
+                Duration::from_secs(90),
+                || {
+                    let answer = prometheus_get(&address, &path);
+                    let query = query.clone();
+                    async move {
+                        let answer = answer?;
+                        assert_eq!(answer["status"], "success", "{query}: {answer}");
+                        let result = answer["data"]["result"].as_array()?.clone();
+                        (!result.is_empty()).then_some(result)
+                    }
+                },
+            )
+            .await;
+            assert!(!result.is_empty());
+        }
+    }
+    // Both alerts fire (polled: Prometheus evaluates every second, nothing announces it).
+    let firing = wait_for(
+        "ImagekeeperGCFailing and ImagekeeperImageFsAboveHighThreshold firing",
+        Duration::from_secs(90),
+        || {
+            let answer = prometheus_get(&address, "/api/v1/alerts");
+            async move {
+                let alerts = answer?["data"]["alerts"].as_array()?.clone();
+                let names: Vec<String> = alerts
+                    .iter()
+                    .filter(|a| a["state"] == "firing")
+                    .filter_map(|a| a["labels"]["alertname"].as_str().map(str::to_owned))
+                    .collect();
+                (names.iter().any(|n| n == "ImagekeeperGCFailing")
+                    && names
+                        .iter()
+                        .any(|n| n == "ImagekeeperImageFsAboveHighThreshold"))
+                .then_some(names)
+            }
+        },
+    )
+    .await;
+    // The agent is up, so the alerts about a missing agent stay quiet.
+    assert!(
+        !firing
+            .iter()
+            .any(|n| n == "ImagekeeperDown" || n == "ImagekeeperAbsent"),
+        "{firing:?}"
+    );
+    drop(agent);
+}
