@@ -22,6 +22,7 @@ mod events;
 mod health;
 mod http;
 mod metrics;
+mod node_events;
 mod notify;
 mod reload;
 mod runtime;
@@ -48,6 +49,9 @@ pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
 pub use health::Health;
 pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
 pub use metrics::{AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX};
+#[cfg(feature = "kube")]
+pub use node_events::KubeEventSink;
+pub use node_events::{EVENT_TOP_IMAGES, EventSink, NodeEvent, NodeEventType, NodeEvents};
 pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
 };
@@ -107,6 +111,8 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     health: Health,
     gc_failed_before: Mutex<bool>,
     gc_last_unreachable: Mutex<bool>,
+    /// Events on the Node object (`--events`); off unless set by `with_node_events`.
+    node_events: NodeEvents,
 }
 
 /// Where the agent's first detect stands: the service manager is told the agent is ready
@@ -183,6 +189,7 @@ impl<R: AgentRuntime> Agent<R> {
             metrics: AgentMetrics::default(),
             health: Health::default(),
             gc_failed_before: Mutex::new(false),
+            node_events: NodeEvents::off(),
             gc_last_unreachable: Mutex::new(false),
         })
     }
@@ -484,6 +491,8 @@ impl<R: AgentRuntime> Agent<R> {
         *lock_ignoring_poison(&self.gc_last_unreachable) =
             report.error.as_ref().is_some_and(runtime_unreachable);
         self.metrics.record_gc_cycle(report.error.is_none());
+        self.node_events.gc_cycle(&report);
+        self.node_events.store_health(self.store.is_healthy());
         let mut failed_before = lock_ignoring_poison(&self.gc_failed_before);
         match &report.error {
             Some(e) if *failed_before => {
@@ -885,6 +894,55 @@ mod tests {
             crate::model::UnixNanos::from_secs(1_800_000_000),
         ));
         Arc::new(Agent::with_runtime(config, clock, runtime).expect("agent"))
+    }
+
+    /// Node Events as published, in order.
+    #[derive(Debug, Default, Clone)]
+    struct RecordedEvents(Arc<Mutex<Vec<NodeEvent>>>);
+
+    impl EventSink for RecordedEvents {
+        fn publish(&self, event: NodeEvent) {
+            lock_ignoring_poison(&self.0).push(event);
+        }
+    }
+
+    /// The agent's GC cycle tells its Node Events what it removed and why it failed.
+    #[tokio::test(start_paused = true)]
+    async fn a_gc_cycle_publishes_node_events_for_its_removals_and_its_failure() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Recorder::new();
+        runtime.inner.state().images = vec![image("sha256:a", 700)];
+        // 90 % used (capacity 1000, 100 available): above the default 85.
+        runtime.inner.state().fs = Some((1000, 100));
+        let events = RecordedEvents::default();
+        let Ok(agent) = Arc::try_unwrap(agent_in(dir.path(), runtime.clone())) else {
+            panic!("agent_in returns the only reference");
+        };
+        let agent = agent.with_node_events(NodeEvents::new(Box::new(events.clone())));
+        let now = crate::model::UnixNanos::from_secs(1_800_000_100);
+        agent.garbage_collect_cycle(now).await;
+        assert_eq!(runtime.inner.state().removed, ["sha256:a"]);
+        // Nothing left to remove, and the disk full again: the kubelet's FreeDiskSpaceFailed.
+        runtime.inner.state().fs = Some((1000, 50));
+        agent.garbage_collect_cycle(now).await;
+        let said = lock_ignoring_poison(&events.0).clone();
+        let reasons: Vec<(NodeEventType, &str)> =
+            said.iter().map(|e| (e.type_, e.reason)).collect();
+        assert_eq!(
+            reasons,
+            [
+                (NodeEventType::Normal, "ImageGarbageCollected"),
+                (NodeEventType::Warning, "FreeDiskSpaceFailed")
+            ],
+            "{said:?}"
+        );
+        assert_eq!(
+            said[0].note,
+            format!(
+                "Removed 1 image, freed 700 bytes ({0}): a ({0})",
+                crate::format::format_size(700)
+            )
+        );
     }
 
     /// A metrics endpoint that fails its setup after the admin socket is bound: `serve` names

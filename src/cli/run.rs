@@ -40,6 +40,12 @@ pub struct RunArgs {
     /// How long the cycle in flight may run on after SIGTERM/SIGINT, in seconds.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_seconds: u64,
+    /// Publish Kubernetes Events on this node's Node object (GC cycles that removed images,
+    /// GC failing to free enough, the record store unhealthy), with the pod's in-cluster
+    /// credentials; the node is named by NODE_NAME (the downward API's spec.nodeName). Needs a
+    /// binary built with the `kube` feature (the container image is).
+    #[arg(long)]
+    events: bool,
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -54,6 +60,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         ..FlagValues::default()
     });
     let config = resolve_source(&source)?;
+    let events_node = events_node(args.events)?;
     // The plugins' config and executables are checked before anything is created.
     config
         .credential_sources()
@@ -92,7 +99,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             Agent::start(config, Arc::new(SystemClock))
                 .await
                 .context("starting the agent")?
-                .with_config_source(source),
+                .with_config_source(source)
+                .with_node_events(node_events(events_node)),
         );
         // "agent started" and the service manager's messages come once the admin socket is
         // bound and the metrics endpoint set up (`Listeners::bound`); not at all if that fails.
@@ -126,6 +134,54 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         info!("imagekeeper agent stopped");
         Ok::<(), Failure>(())
     })
+}
+
+/// With `--events`, the node to publish Events on (NODE_NAME), checked before anything is
+/// created: exit 2 without NODE_NAME or in a binary built without the `kube` feature.
+fn events_node(events: bool) -> Result<Option<String>, Failure> {
+    if !events {
+        return Ok(None);
+    }
+    if !cfg!(feature = "kube") {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "--events: this imagekeeper was built without the `kube` feature (cargo build \
+             --features kube; the container image has it)"
+        )));
+    }
+    match std::env::var("NODE_NAME") {
+        Ok(node) if !node.is_empty() => Ok(Some(node)),
+        _ => Err(Failure::usage(anyhow::anyhow!(
+            "--events: NODE_NAME is not set: give the node's name (the downward API's \
+             spec.nodeName, as the DaemonSet does)"
+        ))),
+    }
+}
+
+/// The Node Events sink: the API server with the pod's in-cluster credentials; without them
+/// (not in a pod, no service account) one warning, and the agent runs without Events.
+fn node_events(node: Option<String>) -> imagekeeper::agent::NodeEvents {
+    use imagekeeper::agent::NodeEvents;
+    let Some(node) = node else {
+        return NodeEvents::off();
+    };
+    #[cfg(feature = "kube")]
+    {
+        match imagekeeper::agent::KubeEventSink::in_cluster(&node) {
+            Ok(sink) => {
+                info!(node, "Publishing Node Events");
+                NodeEvents::new(Box::new(sink))
+            }
+            Err(e) => {
+                warn!(error = %e, node, "Node Events are off");
+                NodeEvents::off()
+            }
+        }
+    }
+    #[cfg(not(feature = "kube"))]
+    {
+        warn!(node, "Node Events are off: built without the kube feature");
+        NodeEvents::off()
+    }
 }
 
 /// Tells the service manager (`NOTIFY_SOCKET`) about readiness and reloads, and reloads the

@@ -17,6 +17,7 @@ mod gc;
 mod http;
 mod inspect;
 mod monitoring;
+mod node_events;
 mod pull;
 mod replay;
 mod service;

@@ -21,7 +21,8 @@ const CHART: &str = "deploy/helm/imagekeeper";
 const PRESETS: [&str; 4] = ["containerd", "k3s", "rke2", "crio"];
 /// Every optional object of the chart switched on.
 const ALL_OBJECTS: &str = "podMonitor.enabled=true,serviceMonitor.enabled=true,\
-                           prometheusRule.enabled=true,grafanaDashboard.enabled=true";
+                           prometheusRule.enabled=true,grafanaDashboard.enabled=true,\
+                           events.enabled=true";
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -161,12 +162,15 @@ fn every_runtime_preset_renders_objects_that_check_out() {
         assert_eq!(
             kinds,
             [
+                "ClusterRole",
+                "ClusterRoleBinding",
                 "ConfigMap",
                 "ConfigMap",
                 "DaemonSet",
                 "PodMonitor",
                 "PrometheusRule",
                 "Service",
+                "ServiceAccount",
                 "ServiceMonitor"
             ],
             "{name}"
@@ -189,7 +193,7 @@ fn the_object_checks_refuse_a_broken_render() {
     let text = render(&helm_path, &[ALL_OBJECTS]).expect("render");
     let cases = [
         (
-            "app.kubernetes.io/managed-by: Helm\n",
+            "    app.kubernetes.io/managed-by: Helm\n",
             "",
             "lacks the label app.kubernetes.io/managed-by",
         ),
@@ -219,6 +223,12 @@ fn the_object_checks_refuse_a_broken_render() {
             "--pod-infra-container-image=pause",
             "--pod-infra-container-image",
         ),
+        (
+            "            - --events\n",
+            "",
+            "--events and serviceAccountName",
+        ),
+        ("\"patch\"", "\"patch\", \"delete\"", "grants more or less"),
     ];
     for (from, to, want) in cases {
         assert!(text.contains(from), "the render has {from:?}");
@@ -239,17 +249,20 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
         let kind = str_at(&value, &["kind"])?;
         let api = str_at(&value, &["apiVersion"])?;
         let name = str_at(&value, &["metadata", "name"])?;
+        let cluster_scoped = matches!(kind, "ClusterRole" | "ClusterRoleBinding");
         match (api, kind) {
-            ("v1", "ConfigMap" | "Service")
+            ("v1", "ConfigMap" | "Service" | "ServiceAccount")
             | ("apps/v1", "DaemonSet")
+            | ("rbac.authorization.k8s.io/v1", "ClusterRole" | "ClusterRoleBinding")
             | ("monitoring.coreos.com/v1", "PodMonitor" | "ServiceMonitor" | "PrometheusRule") => {}
             _ => return Err(format!("unexpected kind {api} {kind} ({name})")),
         }
         if !is_dns_subdomain(name) {
             return Err(format!("{kind} name {name:?} is not a DNS subdomain"));
         }
-        if str_at(&value, &["metadata", "namespace"])? != "kube-system" {
-            return Err(format!("{kind} {name}: namespace"));
+        let namespace = value["metadata"]["namespace"].as_str();
+        if namespace != (!cluster_scoped).then_some("kube-system") {
+            return Err(format!("{kind} {name}: namespace {namespace:?}"));
         }
         for label in [
             "helm.sh/chart",
@@ -264,6 +277,22 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
         }
         match kind {
             "DaemonSet" => check_daemon_set(&value, preset)?,
+            "ClusterRole" => {
+                let rules = serde_yaml_ng::to_string(&value["rules"]).map_err(|e| e.to_string())?;
+                if rules
+                    != "- apiGroups:\n  - events.k8s.io\n  resources:\n  - events\n  verbs:\n  - create\n  - patch\n"
+                {
+                    return Err(format!(
+                        "the events ClusterRole grants more or less: {rules}"
+                    ));
+                }
+            }
+            "ClusterRoleBinding"
+                if value["subjects"][0]["kind"].as_str() != Some("ServiceAccount")
+                    || value["subjects"][0]["namespace"].as_str() != Some("kube-system") =>
+            {
+                return Err("the ClusterRoleBinding's subject".into());
+            }
             "PrometheusRule" => {
                 let rules: Value = serde_yaml_ng::from_str(
                     &std::fs::read_to_string(repo("deploy/monitoring/imagekeeper-rules.yaml"))
@@ -355,6 +384,9 @@ fn check_daemon_set(ds: &Value, preset: &Preset) -> Result<(), String> {
     let want_endpoint = format!("--container-runtime-endpoint=unix://{}", preset.socket);
     if !args.contains(&want_endpoint.as_str()) {
         return Err(format!("no {want_endpoint} in {args:?}"));
+    }
+    if args.contains(&"--events") != pod["serviceAccountName"].as_str().is_some() {
+        return Err("--events and serviceAccountName go together".into());
     }
     let want_sandbox = format!("--pod-infra-container-image={}", preset.sandbox_image);
     if !args.contains(&want_sandbox.as_str()) {

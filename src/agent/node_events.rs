@@ -1,0 +1,303 @@
+//! Kubernetes Events on the Node object (`imagekeeper run --events`), what an operator sees in
+//! `kubectl describe node`: one Event per GC cycle that removed something (counts, bytes and
+//! the largest images, not one Event per image), GC failing to free enough (the kubelet's
+//! `FreeDiskSpaceFailed` / `InvalidDiskCapacity` / `ImageGCFailed` reasons and messages,
+//! pkg/kubelet/images/image_gc_manager.go and pkg/kubelet/kubelet.go), and the record store
+//! turning unhealthy.
+//!
+//! [`NodeEvents`] decides what to say and hands it to an [`EventSink`]; it imports nothing of
+//! Kubernetes. The sink that talks to the API server, [`KubeEventSink`] (feature `kube`, the
+//! only code that imports kube-rs), publishes through kube-rs's Events recorder, which keeps
+//! a repeating Event (same reason, note and object) to one series (a PATCH of its count)
+//! instead of a new object each time, so a flapping condition is one series.
+//!
+//! Invariants: publishing never blocks a GC cycle nor fails it: events go through a bounded
+//! queue to one task (a full queue drops the event with one warning per drop run); an API
+//! server error is logged, never retried in a loop; without the feature or without in-cluster
+//! credentials the agent logs once and runs without Events.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tracing::warn;
+
+use crate::format::format_size;
+use crate::gc::{GcError, GcReport};
+
+/// How many images a GC Event names (the largest first).
+pub const EVENT_TOP_IMAGES: usize = 3;
+
+/// The severity of an Event (`kubectl describe`'s Type).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeEventType {
+    Normal,
+    Warning,
+}
+
+/// One Event on the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeEvent {
+    pub type_: NodeEventType,
+    /// PascalCase, at most 128 characters (`kubectl describe`'s Reason).
+    pub reason: &'static str,
+    /// What was done (events.k8s.io/v1 `action`).
+    pub action: &'static str,
+    /// The message, at most 1 kB.
+    pub note: String,
+}
+
+/// Where [`NodeEvents`] sends what it has to say.
+pub trait EventSink: Send + Sync + std::fmt::Debug {
+    /// Queues `event`; never blocks.
+    fn publish(&self, event: NodeEvent);
+}
+
+/// The longest note an Event may carry (events.k8s.io/v1: 1 kB).
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// What the agent says on the node, and to which sink (none: Events are off).
+#[derive(Debug, Default)]
+pub struct NodeEvents {
+    sink: Option<Box<dyn EventSink>>,
+    store_unhealthy_said: AtomicBool,
+    /// The last GC failure said, so a failure that repeats is said once per change (the
+    /// recorder would fold repeats into a series anyway; this keeps the queue quiet).
+    last_failure: Mutex<Option<String>>,
+}
+
+impl NodeEvents {
+    /// Events to `sink`.
+    pub fn new(sink: Box<dyn EventSink>) -> NodeEvents {
+        NodeEvents {
+            sink: Some(sink),
+            ..NodeEvents::default()
+        }
+    }
+
+    /// No Events.
+    pub fn off() -> NodeEvents {
+        NodeEvents::default()
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.sink.is_some()
+    }
+
+    /// A GC cycle ended: one Event if it removed images, one if it failed.
+    pub fn gc_cycle(&self, report: &GcReport) {
+        let Some(sink) = &self.sink else { return };
+        if !report.removed.is_empty() {
+            let mut largest: Vec<_> = report.removed.iter().collect();
+            largest.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.key.cmp(&b.key)));
+            let named: Vec<String> = largest
+                .iter()
+                .take(EVENT_TOP_IMAGES)
+                .map(|r| {
+                    format!(
+                        "{} ({})",
+                        short_id(r.key.image_id.as_str()),
+                        format_size(r.size)
+                    )
+                })
+                .collect();
+            let more = report.removed.len().saturating_sub(EVENT_TOP_IMAGES);
+            let mut note = format!(
+                "Removed {} image{}, freed {} bytes ({}): {}",
+                report.removed.len(),
+                if report.removed.len() == 1 { "" } else { "s" },
+                report.freed,
+                format_size(report.freed),
+                named.join(", ")
+            );
+            if more > 0 {
+                note.push_str(&format!(" and {more} more"));
+            }
+            sink.publish(NodeEvent {
+                type_: NodeEventType::Normal,
+                reason: "ImageGarbageCollected",
+                action: "GarbageCollect",
+                note: truncate(note),
+            });
+        }
+        let mut last = match self.last_failure.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match &report.error {
+            Some(error) => {
+                let note = truncate(error.to_string());
+                if last.as_deref() != Some(note.as_str()) {
+                    sink.publish(NodeEvent {
+                        type_: NodeEventType::Warning,
+                        reason: failure_reason(error),
+                        action: "GarbageCollect",
+                        note: note.clone(),
+                    });
+                    *last = Some(note);
+                }
+            }
+            None => *last = None,
+        }
+    }
+
+    /// The store's health as a cycle found it: a Warning when it turns unhealthy.
+    pub fn store_health(&self, healthy: bool) {
+        let Some(sink) = &self.sink else { return };
+        if healthy {
+            self.store_unhealthy_said.store(false, Ordering::Relaxed);
+        } else if !self.store_unhealthy_said.swap(true, Ordering::Relaxed) {
+            sink.publish(NodeEvent {
+                type_: NodeEventType::Warning,
+                reason: "RecordStoreUnhealthy",
+                action: "WriteRecords",
+                note: "The image record database failed an I/O operation (a full disk?) and \
+                       has not reopened yet; image history is not being written"
+                    .to_owned(),
+            });
+        }
+    }
+}
+
+impl<R: super::AgentRuntime> super::Agent<R> {
+    /// Publishes Node Events through `events` (built by `imagekeeper run --events`).
+    pub fn with_node_events(mut self, events: NodeEvents) -> super::Agent<R> {
+        self.node_events = events;
+        self
+    }
+}
+
+/// The kubelet's reason for a GC failure: `FreeDiskSpaceFailed` when space could not be freed
+/// (image_gc_manager.go), `InvalidDiskCapacity` for a capacity of 0, else `ImageGCFailed`
+/// (kubelet.go's StartGarbageCollection).
+fn failure_reason(error: &GcError) -> &'static str {
+    match error {
+        GcError::InsufficientSpace { .. } | GcError::SpaceDeletion { .. } => "FreeDiskSpaceFailed",
+        GcError::InvalidCapacity => "InvalidDiskCapacity",
+        _ => "ImageGCFailed",
+    }
+}
+
+/// `sha256:` and the first 12 hex digits, as `crictl images` shows an id.
+fn short_id(id: &str) -> &str {
+    let hex = id.strip_prefix("sha256:").unwrap_or(id);
+    let end = hex.char_indices().nth(12).map_or(hex.len(), |(i, _)| i);
+    &hex[..end]
+}
+
+fn truncate(mut note: String) -> String {
+    if note.len() > MAX_NOTE_BYTES {
+        let mut end = MAX_NOTE_BYTES - 3;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    note
+}
+
+/// Logs a dropped event once per run of drops.
+#[derive(Debug, Default)]
+struct DropWarning(AtomicBool);
+
+impl DropWarning {
+    fn dropped(&self) {
+        if !self.0.swap(true, Ordering::Relaxed) {
+            warn!("Node Events are published slower than they come; dropping some");
+        }
+    }
+
+    fn sent(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+#[cfg(feature = "kube")]
+pub use kube_sink::KubeEventSink;
+
+#[cfg(feature = "kube")]
+mod kube_sink {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    use tokio::sync::mpsc;
+    use tracing::warn;
+
+    use super::{DropWarning, EventSink, NodeEvent, NodeEventType};
+
+    /// How many events may wait for the API server.
+    const QUEUE: usize = 32;
+
+    /// Publishes to the API server through kube-rs's recorder, on the Node `node_name`.
+    #[derive(Debug)]
+    pub struct KubeEventSink {
+        queue: mpsc::Sender<NodeEvent>,
+        drops: Arc<DropWarning>,
+    }
+
+    impl KubeEventSink {
+        /// With the pod's in-cluster credentials (service account token and CA), or an error
+        /// saying why not (the caller logs it once and runs without Events).
+        pub fn in_cluster(node_name: &str) -> Result<KubeEventSink, String> {
+            let config = kube::Config::incluster()
+                .map_err(|e| format!("no in-cluster Kubernetes credentials: {e}"))?;
+            KubeEventSink::with_config(config, node_name)
+        }
+
+        /// With an explicit client configuration (tests point it at a stub API server).
+        /// Must be called within a tokio runtime: it spawns the publishing task.
+        pub fn with_config(config: kube::Config, node_name: &str) -> Result<KubeEventSink, String> {
+            let client = kube::Client::try_from(config)
+                .map_err(|e| format!("cannot build a Kubernetes client: {e}"))?;
+            let recorder = Recorder::new(
+                client,
+                Reporter {
+                    controller: "imagekeeper".into(),
+                    instance: Some(node_name.to_owned()),
+                },
+            );
+            // The kubelet's node reference (kubelet.go): kind Node, the node's name as its
+            // name and uid; cluster-scoped, so the recorder writes the Event to "default".
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node_name.to_owned()),
+                uid: Some(node_name.to_owned()),
+                ..ObjectReference::default()
+            };
+            let (queue, mut rx) = mpsc::channel::<NodeEvent>(QUEUE);
+            let drops = Arc::new(DropWarning::default());
+            tokio::spawn(async move {
+                while let Some(event) = rx.recv().await {
+                    let event = Event {
+                        type_: match event.type_ {
+                            NodeEventType::Normal => EventType::Normal,
+                            NodeEventType::Warning => EventType::Warning,
+                        },
+                        reason: event.reason.to_owned(),
+                        note: Some(event.note),
+                        action: event.action.to_owned(),
+                        secondary: None,
+                    };
+                    if let Err(e) = recorder.publish(&event, &reference).await {
+                        warn!(error = %e, reason = %event.reason, "Cannot publish a Node Event");
+                    }
+                }
+            });
+            Ok(KubeEventSink { queue, drops })
+        }
+    }
+
+    impl EventSink for KubeEventSink {
+        fn publish(&self, event: NodeEvent) {
+            match self.queue.try_send(event) {
+                Ok(()) => self.drops.sent(),
+                Err(_) => self.drops.dropped(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,142 @@
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::gc::Removal;
+use crate::model::{RecordKey, RemovalReason};
+
+#[derive(Debug, Default, Clone)]
+struct Recorded(Arc<Mutex<Vec<NodeEvent>>>);
+
+impl EventSink for Recorded {
+    fn publish(&self, event: NodeEvent) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+impl Recorded {
+    fn take(&self) -> Vec<NodeEvent> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+fn removal(id: &str, size: u64) -> Removal {
+    Removal {
+        key: RecordKey::new(id, ""),
+        size,
+        reason: RemovalReason::Space,
+        evicted_before: None,
+    }
+}
+
+fn report(removed: Vec<Removal>, error: Option<GcError>) -> GcReport {
+    GcReport {
+        freed: removed.iter().map(|r| r.size).sum(),
+        removed,
+        error,
+        ..GcReport::default()
+    }
+}
+
+#[test]
+fn a_cycle_that_removed_images_is_one_event_naming_the_three_largest() {
+    let sink = Recorded::default();
+    let events = NodeEvents::new(Box::new(sink.clone()));
+    events.gc_cycle(&report(
+        vec![
+            removal("sha256:1111111111111111aaaa", 100),
+            removal("sha256:2222222222222222bbbb", 5 << 20),
+            removal("sha256:3333333333333333cccc", 2048),
+            removal("sha256:4444444444444444dddd", 3 << 30),
+            removal("sha256:5555555555555555eeee", 10),
+        ],
+        None,
+    ));
+    assert_eq!(
+        sink.take(),
+        [NodeEvent {
+            type_: NodeEventType::Normal,
+            reason: "ImageGarbageCollected",
+            action: "GarbageCollect",
+            note: format!(
+                "Removed 5 images, freed {} bytes (3.0 GiB): 444444444444 (3.0 GiB), \
+                 222222222222 (5.0 MiB), 333333333333 (2.0 KiB) and 2 more",
+                (3u64 << 30) + (5 << 20) + 2048 + 110
+            )
+        }]
+    );
+    // A quiet cycle says nothing.
+    events.gc_cycle(&report(vec![], None));
+    assert_eq!(sink.take(), []);
+}
+
+#[test]
+fn failures_carry_the_kubelets_reasons_and_a_repeat_is_said_once() {
+    let sink = Recorded::default();
+    let events = NodeEvents::new(Box::new(sink.clone()));
+    let space = || GcError::InsufficientSpace {
+        usage_percent: 93,
+        capacity: 100 << 30,
+        freed: 0,
+    };
+    events.gc_cycle(&report(vec![], Some(space())));
+    events.gc_cycle(&report(vec![], Some(space())));
+    let said = sink.take();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0].type_, NodeEventType::Warning);
+    assert_eq!(said[0].reason, "FreeDiskSpaceFailed");
+    assert_eq!(said[0].note, space().to_string());
+    assert!(
+        said[0].note.starts_with(
+            "Insufficient free disk space on the node's image filesystem (93% of 100.0 GiB used)"
+        ),
+        "{}",
+        said[0].note
+    );
+    events.gc_cycle(&report(vec![], Some(GcError::InvalidCapacity)));
+    assert_eq!(sink.take()[0].reason, "InvalidDiskCapacity");
+    events.gc_cycle(&report(
+        vec![],
+        Some(GcError::InvalidPolicy {
+            message: "x".into(),
+        }),
+    ));
+    assert_eq!(sink.take()[0].reason, "ImageGCFailed");
+    // A success in between: the same failure is said again.
+    events.gc_cycle(&report(vec![], None));
+    events.gc_cycle(&report(vec![], Some(space())));
+    assert_eq!(sink.take().len(), 1);
+}
+
+#[test]
+fn the_store_turning_unhealthy_is_said_once_until_it_recovers() {
+    let sink = Recorded::default();
+    let events = NodeEvents::new(Box::new(sink.clone()));
+    events.store_health(true);
+    events.store_health(false);
+    events.store_health(false);
+    let said = sink.take();
+    assert_eq!(said.len(), 1);
+    assert_eq!(
+        (said[0].type_, said[0].reason),
+        (NodeEventType::Warning, "RecordStoreUnhealthy")
+    );
+    events.store_health(true);
+    events.store_health(false);
+    assert_eq!(sink.take().len(), 1);
+}
+
+#[test]
+fn events_off_say_nothing_and_notes_stay_under_one_kilobyte() {
+    let off = NodeEvents::off();
+    assert!(!off.enabled());
+    off.gc_cycle(&report(vec![removal("sha256:a", 1)], None));
+    off.store_health(false);
+    let long = truncate("é".repeat(2000));
+    assert!(
+        long.len() <= MAX_NOTE_BYTES && long.ends_with("..."),
+        "{}",
+        long.len()
+    );
+    assert_eq!(short_id("sha256:0123456789abcdef"), "0123456789ab");
+    assert_eq!(short_id("abc"), "abc");
+}

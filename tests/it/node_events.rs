@@ -1,0 +1,258 @@
+//! Node Events through kube-rs's recorder (`agent::KubeEventSink`, feature `kube`) against an
+//! in-process stub of the API server: every request is decoded into the k8s-openapi
+//! `events.k8s.io/v1` Event and its verb and path checked; the stub answers as the API server
+//! does (the object back). There is no API server on these machines: this was not run against
+//! a real cluster.
+
+use std::time::Duration;
+
+use imagekeeper::agent::{EventSink, KubeEventSink, NodeEvent, NodeEventType};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+/// One request the stub received.
+#[derive(Debug)]
+struct Request {
+    method: String,
+    path: String,
+    content_type: String,
+    event: K8sEvent,
+}
+
+/// Serves HTTP/1.1 on loopback (keep-alive, Content-Length bodies), answering each request
+/// with its own body (201 for POST, 200 otherwise) and sending it, decoded, on `requests`.
+async fn stub_api_server() -> (String, mpsc::UnboundedReceiver<Request>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address").to_string();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let Ok((conn, _)) = listener.accept().await else {
+                return;
+            };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut conn = BufReader::new(conn);
+                loop {
+                    let mut request_line = String::new();
+                    if conn.read_line(&mut request_line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut parts = request_line.split_whitespace();
+                    let method = parts.next().unwrap_or("").to_owned();
+                    let path = parts.next().unwrap_or("").to_owned();
+                    let mut length = 0usize;
+                    let mut content_type = String::new();
+                    loop {
+                        let mut line = String::new();
+                        conn.read_line(&mut line).await.expect("header");
+                        let line = line.trim_end();
+                        if line.is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':') {
+                            match name.to_ascii_lowercase().as_str() {
+                                "content-length" => length = value.trim().parse().expect("length"),
+                                "content-type" => content_type = value.trim().to_owned(),
+                                _ => {}
+                            }
+                        }
+                    }
+                    let mut body = vec![0u8; length];
+                    conn.read_exact(&mut body).await.expect("body");
+                    let event: K8sEvent = serde_json::from_slice(&body).unwrap_or_else(|e| {
+                        panic!("{method} {path}: not an events.k8s.io/v1 Event: {e}")
+                    });
+                    let status = if method == "POST" {
+                        "201 Created"
+                    } else {
+                        "200 OK"
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    conn.get_mut()
+                        .write_all(head.as_bytes())
+                        .await
+                        .expect("write");
+                    conn.get_mut().write_all(&body).await.expect("write");
+                    let _ = tx.send(Request {
+                        method,
+                        path,
+                        content_type,
+                        event,
+                    });
+                }
+            });
+        }
+    });
+    (address, rx)
+}
+
+async fn next(rx: &mut mpsc::UnboundedReceiver<Request>) -> Request {
+    // The deadline only guards against a hang: each request is announced on the channel.
+    tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("a request within 30 s")
+        .expect("the stub runs")
+}
+
+fn event(type_: NodeEventType, reason: &'static str, note: &str) -> NodeEvent {
+    NodeEvent {
+        type_,
+        reason,
+        action: "GarbageCollect",
+        note: note.to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn node_events_are_created_on_the_node_and_a_repeat_becomes_one_series() {
+    let (address, mut requests) = stub_api_server().await;
+    let config = kube::Config::new(format!("http://{address}").parse().expect("uri"));
+    let sink = KubeEventSink::with_config(config, "node-a").expect("sink");
+
+    sink.publish(event(
+        NodeEventType::Normal,
+        "ImageGarbageCollected",
+        "Removed 2 images, freed 3072 bytes (3KiB): aaaaaaaaaaaa (2KiB), bbbbbbbbbbbb (1KiB)",
+    ));
+    let created = next(&mut requests).await;
+    assert_eq!(created.method, "POST");
+    assert_eq!(
+        created.path.split('?').next(),
+        Some("/apis/events.k8s.io/v1/namespaces/default/events")
+    );
+    let e = &created.event;
+    assert_eq!(e.type_.as_deref(), Some("Normal"));
+    assert_eq!(e.reason.as_deref(), Some("ImageGarbageCollected"));
+    assert_eq!(e.action.as_deref(), Some("GarbageCollect"));
+    assert_eq!(
+        e.note.as_deref(),
+        Some("Removed 2 images, freed 3072 bytes (3KiB): aaaaaaaaaaaa (2KiB), bbbbbbbbbbbb (1KiB)")
+    );
+    assert_eq!(e.reporting_controller.as_deref(), Some("imagekeeper"));
+    assert_eq!(e.reporting_instance.as_deref(), Some("node-a"));
+    let regarding = e.regarding.as_ref().expect("regarding");
+    assert_eq!(
+        (
+            regarding.kind.as_deref(),
+            regarding.name.as_deref(),
+            regarding.uid.as_deref(),
+            regarding.api_version.as_deref()
+        ),
+        (Some("Node"), Some("node-a"), Some("node-a"), Some("v1"))
+    );
+    assert!(e.series.is_none());
+
+    // A failure that flaps: the same Event twice is one series (a PATCH of the first one's
+    // count), not two objects.
+    let failure =
+        "Insufficient free disk space on the node's image filesystem (93% of 100GiB used).";
+    sink.publish(event(
+        NodeEventType::Warning,
+        "FreeDiskSpaceFailed",
+        failure,
+    ));
+    let first = next(&mut requests).await;
+    assert_eq!(first.method, "POST");
+    assert_eq!(first.event.type_.as_deref(), Some("Warning"));
+    assert_eq!(first.event.reason.as_deref(), Some("FreeDiskSpaceFailed"));
+    let name = first.event.metadata.name.clone().expect("a name");
+    sink.publish(event(
+        NodeEventType::Warning,
+        "FreeDiskSpaceFailed",
+        failure,
+    ));
+    let again = next(&mut requests).await;
+    assert_eq!(again.method, "PATCH");
+    assert_eq!(
+        again.path.split('?').next(),
+        Some(format!("/apis/events.k8s.io/v1/namespaces/default/events/{name}").as_str())
+    );
+    assert_eq!(again.content_type, "application/merge-patch+json");
+    assert_eq!(again.event.series.as_ref().map(|s| s.count), Some(2));
+    sink.publish(event(
+        NodeEventType::Warning,
+        "FreeDiskSpaceFailed",
+        failure,
+    ));
+    let third = next(&mut requests).await;
+    assert_eq!(
+        (
+            third.method.as_str(),
+            third.event.series.as_ref().map(|s| s.count)
+        ),
+        ("PATCH", Some(3))
+    );
+}
+
+#[tokio::test]
+async fn an_api_server_that_refuses_loses_the_event_and_the_next_one_still_goes() {
+    // A server that answers 403 to everything: the sink logs and goes on.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address").to_string();
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let n = conn.read(&mut buf).await.unwrap_or(0);
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"forbidden","reason":"Forbidden","code":403}"#;
+                let _ = conn
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+                let _ = tx.send(text.lines().next().unwrap_or("").to_owned());
+            });
+        }
+    });
+    let config = kube::Config::new(format!("http://{address}").parse().expect("uri"));
+    let sink = KubeEventSink::with_config(config, "node-a").expect("sink");
+    sink.publish(event(NodeEventType::Warning, "ImageGCFailed", "one"));
+    sink.publish(event(NodeEventType::Warning, "ImageGCFailed", "two"));
+    for _ in 0..2 {
+        let line = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("a request within 30 s")
+            .expect("served");
+        assert!(
+            line.starts_with("POST /apis/events.k8s.io/v1/namespaces/default/events"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn events_without_a_node_name_exit_2_before_anything_is_created() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let out = crate::support::bin::output(
+        crate::support::bin::imagekeeper()
+            .args(["run", "--events", "--db"])
+            .arg(&db)
+            .arg("--admin-socket")
+            .arg(dir.path().join("admin.sock"))
+            .env_remove("NODE_NAME"),
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--events: NODE_NAME is not set"),
+        "{stderr}"
+    );
+    assert!(!db.exists(), "nothing created");
+}
