@@ -19,8 +19,6 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tracing::warn;
-
 use crate::format::format_size;
 use crate::gc::{GcError, GcReport};
 
@@ -196,22 +194,6 @@ fn truncate(mut note: String) -> String {
     note
 }
 
-/// Logs a dropped event once per run of drops.
-#[derive(Debug, Default)]
-struct DropWarning(AtomicBool);
-
-impl DropWarning {
-    fn dropped(&self) {
-        if !self.0.swap(true, Ordering::Relaxed) {
-            warn!("Node Events are published slower than they come; dropping some");
-        }
-    }
-
-    fn sent(&self) {
-        self.0.store(false, Ordering::Relaxed);
-    }
-}
-
 #[cfg(feature = "kube")]
 pub use kube_sink::KubeEventSink;
 
@@ -224,7 +206,25 @@ mod kube_sink {
     use tokio::sync::mpsc;
     use tracing::warn;
 
-    use super::{DropWarning, EventSink, NodeEvent, NodeEventType};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::{EventSink, NodeEvent, NodeEventType};
+
+    /// Logs a dropped event once per run of drops.
+    #[derive(Debug, Default)]
+    struct DropWarning(AtomicBool);
+
+    impl DropWarning {
+        fn dropped(&self) {
+            if !self.0.swap(true, Ordering::Relaxed) {
+                warn!("Node Events are published slower than they come; dropping some");
+            }
+        }
+
+        fn sent(&self) {
+            self.0.store(false, Ordering::Relaxed);
+        }
+    }
 
     /// How many events may wait for the API server.
     const QUEUE: usize = 32;
