@@ -5,13 +5,25 @@
 //! stdout, whose credentials are cached by image, registry or globally (`cacheKeyType`) for
 //! `cacheDuration` (or the provider's `defaultCacheDuration`; 0 caches nothing).
 //!
-//! Differences from the kubelet, on purpose: a plugin that fails, hangs past the timeout or
-//! answers garbage is an error for the pull (the kubelet logs it and pulls anonymously);
-//! cache expiry is decided with the injected clock's `now`.
+//! The config may be a directory (kubelet 1.34): its `*.json`, `*.yaml` and `*.yml` files in
+//! lexical order, their providers merged, a name given twice refused. A provider with
+//! `tokenAttributes` (KEP-4412, service account token mode) is validated as the kubelet does;
+//! imagekeeper's pulls have no service account, so such a provider is not run when it
+//! requires one and runs without a token otherwise (`provide` with an empty name).
+//!
+//! Differences from the kubelet, on purpose: a plugin that fails, hangs past the timeout,
+//! prints more than [`MAX_PLUGIN_STDOUT_BYTES`] or answers garbage is an error for the pull
+//! (the kubelet logs it and pulls anonymously); cache expiry is decided with the injected
+//! clock's `now`; one plugin runs at a time per provider (this module holds the provider's
+//! cache lock across the run; the kubelet locks only its cache and runs one exec per image
+//! at a time, `singleflight`).
 //!
 //! Invariants: a plugin's stdout and stderr never reach a log or an error (they may hold
-//! credentials); a plugin past its timeout is killed; one plugin runs at a time per provider
-//! (the kubelet holds the provider's lock across the exec).
+//! credentials); at most [`MAX_PLUGIN_STDOUT_BYTES`] of stdout are kept; a plugin runs as the
+//! leader of its own process group, and past its timeout, past the stdout cap or when its run
+//! is dropped the whole group is SIGKILLed (children it forked included); once the plugin has
+//! exited, only what is already in the pipe is read (a child holding stdout open is not waited
+//! for); config files are read as operator files (`crate::operator_file`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -731,6 +743,84 @@ fn validate(file: &ConfigFile) -> Vec<String> {
     errs
 }
 
+const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and \
+     must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
+     '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
+     alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
+     character (e.g. 'example.com', regex used for validation is \
+     '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+/// apimachinery's `validation.IsQualifiedName`, its messages: `[prefix/]name`, the prefix a
+/// lowercase RFC 1123 subdomain (at most 253 characters), the name at most 63 characters of
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`.
+fn qualified_name_errors(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_owned());
+            } else {
+                if prefix.len() > 253 {
+                    errs.push("prefix part must be no more than 253 characters".to_owned());
+                }
+                if !is_dns1123_subdomain(prefix) {
+                    errs.push(format!("prefix part {DNS1123_SUBDOMAIN_ERR}"));
+                }
+            }
+            *name
+        }
+        _ => {
+            errs.push(format!(
+                "a qualified name {QUALIFIED_NAME_ERR} with an optional DNS subdomain prefix \
+                 and '/' (e.g. 'example.com/MyName')"
+            ));
+            return errs;
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_owned());
+    } else if name.len() > 63 {
+        errs.push("name part must be no more than 63 characters".to_owned());
+    }
+    if !is_qualified_name_part(name) {
+        errs.push(format!("name part {QUALIFIED_NAME_ERR}"));
+    }
+    errs
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, anchored.
+fn is_qualified_name_part(name: &str) -> bool {
+    let b = name.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(first), Some(last)) => {
+            first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`, anchored.
+fn is_dns1123_subdomain(value: &str) -> bool {
+    let lower_alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    value.split('.').all(|label| {
+        let b = label.as_bytes();
+        match (b.first(), b.last()) {
+            (Some(first), Some(last)) => {
+                lower_alnum(first)
+                    && lower_alnum(last)
+                    && b.iter().all(|c| lower_alnum(c) || *c == b'-')
+            }
+            _ => false,
+        }
+    })
+}
+
 /// The cache types of `tokenAttributes.cacheType`, sorted as the kubelet lists them.
 const TOKEN_CACHE_TYPES: [&str; 2] = ["ServiceAccount", "Token"];
 
@@ -774,6 +864,10 @@ fn validate_token_attributes(
     ] {
         let mut seen = std::collections::BTreeSet::new();
         for key in keys {
+            // validateServiceAccountAnnotationKeys: a qualified name, case ignored.
+            for message in qualified_name_errors(&key.to_lowercase()) {
+                errs.push(format!("{at}.{field}: Invalid value: {key:?}: {message}"));
+            }
             if !seen.insert(key) {
                 errs.push(format!("{at}.{field}: Duplicate value: {key:?}"));
             }

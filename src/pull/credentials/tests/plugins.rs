@@ -352,6 +352,12 @@ fn invalid_provider_configs_are_refused_with_the_kubelets_messages() {
             )),
             "[providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Duplicate value: \"k\", providers[0].tokenAttributes: Invalid value: [\"k\"]: annotation keys cannot be both required and optional]",
         ),
+        (
+            provider(&format!(
+                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token, optionalServiceAccountAnnotationKeys: ['example.com/Role', '-x', 'a/b/c', 'Bad_Prefix/x']}}"
+            )),
+            "[providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"-x\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]'), providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"a/b/c\": a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName'), providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"Bad_Prefix/x\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')]",
+        ),
     ];
     for (text, want) in cases {
         let config = dir.path().join("config.yaml");
