@@ -62,11 +62,12 @@ pub struct PullArgs {
     /// agent does the pull); empty leaves it out.
     #[arg(long, value_name = "DIR", default_value = imagekeeper::kubelet::DEFAULT_KUBELET_ROOT_DIR)]
     kubelet_root_dir: String,
-    /// The kubelet's CredentialProviderConfig (when no agent does the pull; needs
-    /// --image-credential-provider-bin-dir).
+    /// The kubelet's CredentialProviderConfig, or a directory of them (its *.json, *.yaml and
+    /// *.yml files, merged in lexical order), when no agent does the pull; needs
+    /// --image-credential-provider-bin-dir.
     #[arg(
         long,
-        value_name = "FILE",
+        value_name = "PATH",
         requires = "image_credential_provider_bin_dir"
     )]
     image_credential_provider_config: Option<PathBuf>,

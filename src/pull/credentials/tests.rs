@@ -593,3 +593,18 @@ impl std::io::Write for LogWriter {
         Ok(())
     }
 }
+
+/// A pull secret nested past the operator-file bound is refused before the parser sees it,
+/// naming the input: a secret sent over the admin socket is not read through
+/// `operator_file`, so `parse_pull_secret` checks it itself.
+#[test]
+fn a_deeply_nested_pull_secret_is_refused_before_parsing() {
+    let doc = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let err = parse_pull_secret("pull secret 1", doc.as_bytes())
+        .expect_err("too deep")
+        .to_string();
+    assert_eq!(
+        err,
+        "pull secret 1: nested more than 64 levels deep at line 1"
+    );
+}
