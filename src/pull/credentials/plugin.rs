@@ -639,9 +639,10 @@ impl ProcessGroup {
 
     fn kill(&mut self) {
         if let Some(pgid) = self.0.take() {
-            // SAFETY: kill(2) takes no pointers. The group id is our unreaped child's pid
-            // (the leader of its own group, `process_group(0)`), so it names no other
-            // group: a pid stays allocated while its process group exists.
+            // SAFETY: kill(2) takes no pointers. The id is our child's pid, the leader of its
+            // own group (`process_group(0)`), not yet reaped on every path but a read error
+            // after its exit; the kernel hands out no pid while a group of that id has
+            // members, so this reaches the plugin's group (or, at worst, no one).
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
         }
     }
