@@ -174,7 +174,7 @@ impl<R: AgentRuntime> Agent<R> {
         let provider_config_at_start = config
             .credential_providers
             .as_ref()
-            .and_then(|p| std::fs::read(&p.config).ok());
+            .and_then(|p| crate::pull::credentials::plugin::config_snapshot(&p.config));
         Ok(Agent {
             config: Mutex::new(config),
             source: None,

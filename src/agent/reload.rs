@@ -175,7 +175,9 @@ impl<R: AgentRuntime> Agent<R> {
         // keep running (they are not reloaded), so say so rather than report nothing.
         if let Some(providers) = &new.credential_providers
             && old.credential_providers == new.credential_providers
-            && std::fs::read(&providers.config).ok() != self.provider_config_at_start
+            && crate::pull::credentials::plugin::config_snapshot_async(providers.config.clone())
+                .await
+                != self.provider_config_at_start
         {
             report.needs_restart.push("imageCredentialProviderConfig");
         }

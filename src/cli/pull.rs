@@ -17,6 +17,7 @@ use clap::{Args, ValueEnum};
 use imagekeeper::admin::{AdminClient, AdminError, EnsureRequest};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::{CriClient, CriConfig, CriError, DEFAULT_RUNTIME_ENDPOINT};
+use imagekeeper::operator_file;
 use imagekeeper::pull::{
     CredentialSources, DockerConfig, ImageManager, NodeCredentials, PluginProviders, PodRef,
     PullAuth, PullConfig, PullPolicy, credentials_in, parse_pull_secret,
@@ -61,11 +62,12 @@ pub struct PullArgs {
     /// agent does the pull); empty leaves it out.
     #[arg(long, value_name = "DIR", default_value = imagekeeper::kubelet::DEFAULT_KUBELET_ROOT_DIR)]
     kubelet_root_dir: String,
-    /// The kubelet's CredentialProviderConfig (when no agent does the pull; needs
-    /// --image-credential-provider-bin-dir).
+    /// The kubelet's CredentialProviderConfig, or a directory of them (its *.json, *.yaml and
+    /// *.yml files, merged in lexical order), when no agent does the pull; needs
+    /// --image-credential-provider-bin-dir.
     #[arg(
         long,
-        value_name = "FILE",
+        value_name = "PATH",
         requires = "image_credential_provider_bin_dir"
     )]
     image_credential_provider_config: Option<PathBuf>,
@@ -119,23 +121,24 @@ pub fn run(args: PullArgs) -> Result<(), Failure> {
 }
 
 /// The pull secret files, read and checked (a bad one is a usage error naming the file,
-/// never its content).
-fn read_pull_secrets(files: &[PathBuf]) -> Result<Vec<(Vec<u8>, DockerConfig)>, Failure> {
-    files
-        .iter()
-        .map(|path| {
-            let what = format!("--pull-secret {}", path.display());
-            let bytes = std::fs::read(path)
-                .with_context(|| what.clone())
-                .map_err(Failure::usage)?;
-            let config = parse_pull_secret(&what, &bytes).map_err(Failure::usage)?;
-            Ok((bytes, config))
-        })
-        .collect()
+/// never its content). Each is read as an operator file (regular files only, at most 1 MiB:
+/// a FIFO is refused at once, never waited on), on the blocking pool.
+async fn read_pull_secrets(files: &[PathBuf]) -> Result<Vec<(Vec<u8>, DockerConfig)>, Failure> {
+    let mut secrets = Vec::with_capacity(files.len());
+    for path in files {
+        let what = format!("--pull-secret {}", path.display());
+        let bytes = operator_file::read_async(path.clone(), operator_file::Follow::Yes)
+            .await
+            .with_context(|| what.clone())
+            .map_err(Failure::usage)?;
+        let config = parse_pull_secret(&what, &bytes).map_err(Failure::usage)?;
+        secrets.push((bytes, config));
+    }
+    Ok(secrets)
 }
 
 async fn pull(args: PullArgs) -> Result<String, Failure> {
-    let pull_secrets = read_pull_secrets(&args.pull_secrets)?;
+    let pull_secrets = read_pull_secrets(&args.pull_secrets).await?;
     let agent = AdminClient::connect_with_timeout(&args.admin_socket, args.timeout).await;
     if let Err(e @ AdminError::PermissionDenied { .. }) = agent {
         return Err(Failure::from(e));
@@ -180,7 +183,8 @@ async fn pull(args: PullArgs) -> Result<String, Failure> {
         &args.image_credential_provider_bin_dir,
     ) {
         (Some(config), Some(bin_dir)) => Some(
-            PluginProviders::load(config, bin_dir)
+            PluginProviders::load_async(config.clone(), bin_dir.clone())
+                .await
                 .context("--image-credential-provider-config")
                 .map_err(Failure::usage)?,
         ),

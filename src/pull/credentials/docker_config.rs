@@ -125,6 +125,8 @@ fn entry_from_value(
 /// `config.json`. Anything else is an error naming what was found.
 pub fn parse_pull_secret(what: &str, bytes: &[u8]) -> Result<DockerConfig, CredentialsError> {
     let text = std::str::from_utf8(bytes).map_err(|_| invalid(what, "not UTF-8 text"))?;
+    // A secret from the admin socket is not a file: bound its nesting here too.
+    crate::operator_file::check_nesting(text).map_err(|e| invalid(what, e.to_string()))?;
     // YAML 1.2 reads JSON too; the value is kept only as serde_json's tree.
     let value: Value = serde_yaml_ng::from_str(text).map_err(|e| {
         let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));

@@ -2,17 +2,19 @@
 //! (`kubernetes.io/dockerconfigjson`, `kubernetes.io/dockercfg`, or a bare docker
 //! `config.json`), the node's own docker config on the kubelet's search path, and exec
 //! credential provider plugins (KEP-2133). A [`Keyring`] indexes credentials by registry
-//! location and yields the ones matching an image, most specific location first.
+//! location and yields the ones matching an image, in reverse lexicographic order of location.
 //!
 //! [`CredentialSources::lookup`] is the kubelet's `MakeDockerKeyring(pullSecrets,
-//! nodeKeyring).Lookup(repoToPull)`: the pull secrets' matches first, then the node's
-//! (config file and plugins); the puller tries them in turn, and pulls anonymously only when
-//! none matches (`kuberuntime_image.go`).
+//! UnionDockerKeyring{nodeKeyring, pluginsKeyring}).Lookup(repoToPull)`: the pull secrets'
+//! matches first, then the node's config file's, then the plugins'; the puller tries them in
+//! turn, and pulls anonymously only when none matches (`kuberuntime_image.go`).
 //!
 //! Invariants: a credential is never written to a log, an error or a `Debug` output: every
 //! error here names files, keys and line numbers only, never a value (parser messages, which
 //! may quote the input, are dropped); `Debug` of every type that holds a secret redacts it.
-//! The node's files are read at each lookup, so an edited file takes effect at the next pull.
+//! The node's files are read at each lookup, so an edited file takes effect at the next pull;
+//! every file is read through `crate::operator_file` (regular files only, 1 MiB, nesting
+//! bounded), from async code on the blocking pool.
 
 mod docker_config;
 mod node;
@@ -88,8 +90,9 @@ pub enum CredentialsError {
 }
 
 /// The kubelet's `BasicDockerKeyring` (`keyring.go`): credentials by location key, the
-/// index reverse-sorted so that a longer location (`quay.io/coreos`) is tried before a
-/// shorter one (`quay.io`).
+/// index in reverse lexicographic order (so `quay.io/coreos` comes before `quay.io`, and
+/// `b.example.com` before `*.example.com/team`: not "longer first"); the credentials of one
+/// location in the order they were added.
 #[derive(Clone, Default)]
 pub struct Keyring {
     index: Vec<String>,
@@ -214,10 +217,13 @@ pub struct CredentialSources {
 }
 
 impl CredentialSources {
-    /// The kubelet's `MakeDockerKeyring(pullSecrets, nodeKeyring).Lookup(repo)`: the pull
-    /// secrets' matches, then the node keyring's (its docker config file and the plugins'
-    /// answers, in one index). A plugin that fails is an error: no pull is attempted with
-    /// partial credentials.
+    /// The kubelet's `MakeDockerKeyring(pullSecrets, UnionDockerKeyring{nodeKeyring,
+    /// externalCredentialProviderKeyring}).Lookup(repo)` (`image_manager.go`,
+    /// `secrets/secrets.go`, `keyring.go`): a union of three keyrings, tried in this order:
+    /// the pull secrets' (all secrets in one keyring, as the kubelet merges them), the node's
+    /// docker config file's, then the plugins' answers'. Each keyring orders its own matches
+    /// and falls back to its own Docker Hub credentials. A plugin that fails is an error: no
+    /// pull is attempted with partial credentials.
     pub async fn lookup(
         &self,
         repo: &str,
@@ -228,17 +234,19 @@ impl CredentialSources {
         for config in pull_secrets {
             secrets.add(config);
         }
-        let mut node = Keyring::new();
+        let mut found = secrets.lookup(repo);
         if let Some(files) = &self.node {
-            node.add(&files.read());
+            let mut node = Keyring::new();
+            node.add(&files.read_async().await);
+            found.extend(node.lookup(repo));
         }
         if let Some(plugins) = &self.plugins {
+            let mut answers = Keyring::new();
             for config in plugins.provide(repo, now).await? {
-                node.add(&config);
+                answers.add(&config);
             }
+            found.extend(answers.lookup(repo));
         }
-        let mut found = secrets.lookup(repo);
-        found.extend(node.lookup(repo));
         Ok(found)
     }
 }

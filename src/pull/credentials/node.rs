@@ -4,12 +4,15 @@
 //! `.dockercfg` (the kubelet root dir, the working dir, `$HOME`, `/`).
 //!
 //! Invariant: the files are read at each lookup (the kubelet caches them for 5 minutes; here
-//! an edited file takes effect at the next pull). A file that cannot be read or parsed is
-//! skipped with a warning that names the file, never its content.
+//! an edited file takes effect at the next pull), as operator files (`crate::operator_file`:
+//! regular files only, at most 1 MiB, nesting bounded) and off the async workers. A file that
+//! cannot be read or parsed (a FIFO, a device, an oversized file) is skipped with a warning
+//! that names the file, never its content, and the search goes on.
 
 use std::path::{Path, PathBuf};
 
 use super::{CredentialsError, DockerConfig, docker_config};
+use crate::operator_file::{self, Follow};
 
 /// Where the node's docker config files are looked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,7 +51,20 @@ impl NodeCredentials {
         }
     }
 
-    /// The node's docker config now (empty when no file is found).
+    /// The node's docker config now, read on tokio's blocking pool (no async worker waits
+    /// on a file).
+    pub async fn read_async(&self) -> DockerConfig {
+        let node = self.clone();
+        tokio::task::spawn_blocking(move || node.read())
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "Reading the node's docker config did not complete; skipping it");
+                DockerConfig::default()
+            })
+    }
+
+    /// The node's docker config now (empty when no file is found). Blocking: from async
+    /// code use [`Self::read_async`].
     pub fn read(&self) -> DockerConfig {
         for dir in &self.config_json_dirs {
             if let Some(config) =
@@ -71,11 +87,12 @@ fn read_one(
     path: &Path,
     parse: fn(&str, &[u8]) -> Result<DockerConfig, CredentialsError>,
 ) -> Option<DockerConfig> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+    let bytes = match operator_file::read_text(path, Follow::Yes) {
+        Ok(text) => text.into_bytes(),
+        Err(e) if e.is_not_found() => return None,
         Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "Reading the node's docker config failed; skipping it");
+            // The error names the file (a FIFO, a device, too large, unreadable...).
+            tracing::warn!(error = %e, "Reading the node's docker config failed; skipping it");
             return None;
         }
     };

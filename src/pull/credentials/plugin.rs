@@ -5,13 +5,25 @@
 //! stdout, whose credentials are cached by image, registry or globally (`cacheKeyType`) for
 //! `cacheDuration` (or the provider's `defaultCacheDuration`; 0 caches nothing).
 //!
-//! Differences from the kubelet, on purpose: a plugin that fails, hangs past the timeout or
-//! answers garbage is an error for the pull (the kubelet logs it and pulls anonymously);
-//! cache expiry is decided with the injected clock's `now`.
+//! The config may be a directory (kubelet 1.34): its `*.json`, `*.yaml` and `*.yml` files in
+//! lexical order, their providers merged, a name given twice refused. A provider with
+//! `tokenAttributes` (KEP-4412, service account token mode) is validated as the kubelet does;
+//! imagekeeper's pulls have no service account, so such a provider is not run when it
+//! requires one and runs without a token otherwise (`provide` with an empty name).
+//!
+//! Differences from the kubelet, on purpose: a plugin that fails, hangs past the timeout,
+//! prints more than [`MAX_PLUGIN_STDOUT_BYTES`] or answers garbage is an error for the pull
+//! (the kubelet logs it and pulls anonymously); cache expiry is decided with the injected
+//! clock's `now`; one plugin runs at a time per provider (this module holds the provider's
+//! cache lock across the run; the kubelet locks only its cache and runs one exec per image
+//! at a time, `singleflight`).
 //!
 //! Invariants: a plugin's stdout and stderr never reach a log or an error (they may hold
-//! credentials); a plugin past its timeout is killed; one plugin runs at a time per provider
-//! (the kubelet holds the provider's lock across the exec).
+//! credentials); at most [`MAX_PLUGIN_STDOUT_BYTES`] of stdout are kept; a plugin runs as the
+//! leader of its own process group, and past its timeout, past the stdout cap or when its run
+//! is dropped the whole group is SIGKILLed (children it forked included); once the plugin has
+//! exited, only what is already in the pipe is read (a child holding stdout open is not waited
+//! for); config files are read as operator files (`crate::operator_file`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,13 +33,18 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{CredentialsError, DockerConfig, DockerConfigEntry, url_match};
 use crate::model::UnixNanos;
+use crate::operator_file::Follow;
 
 /// The kubelet's catch-all exec timeout.
 pub const DEFAULT_PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The most bytes read of a plugin's stdout: 4 MiB, far above any real response (a few
+/// hundred bytes per registry); a plugin that prints more is killed and the pull fails.
+pub const MAX_PLUGIN_STDOUT_BYTES: usize = 4 << 20;
 
 const SUPPORTED_CONFIG_API_VERSIONS: [&str; 3] = [
     "kubelet.config.k8s.io/v1",
@@ -63,6 +80,15 @@ pub enum ProviderConfigError {
     },
     #[error("failed to validate credential provider config {path}: {}", aggregate(.errors))]
     Invalid { path: PathBuf, errors: Vec<String> },
+    /// A config file that is not a regular file, too large, too deeply nested or unreadable.
+    #[error(transparent)]
+    File(#[from] crate::operator_file::OperatorFileError),
+    /// A config directory with no `*.json`, `*.yaml` or `*.yml` file.
+    #[error("no configuration files found in directory {0:?}")]
+    NoConfigFiles(PathBuf),
+    /// A provider named twice (in one file, or in two files of a config directory).
+    #[error("{path}: duplicate provider name {name:?} found in configuration file(s)")]
+    DuplicateProvider { path: PathBuf, name: String },
     #[error("plugin binary directory {0} did not exist")]
     NoBinDir(PathBuf),
     #[error("plugin binary executable {0} did not exist")]
@@ -101,6 +127,22 @@ struct ProviderFile {
     args: Vec<String>,
     #[serde(default)]
     env: Vec<EnvVar>,
+    token_attributes: Option<TokenAttributesFile>,
+}
+
+/// KEP-4412's `tokenAttributes`: the plugin wants the pod's service account token.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TokenAttributesFile {
+    #[serde(default)]
+    service_account_token_audience: String,
+    require_service_account: Option<bool>,
+    #[serde(default)]
+    required_service_account_annotation_keys: Vec<String>,
+    #[serde(default)]
+    optional_service_account_annotation_keys: Vec<String>,
+    #[serde(default)]
+    cache_type: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -119,6 +161,9 @@ struct Provider {
     api_version: String,
     args: Vec<String>,
     env: Vec<EnvVar>,
+    /// Set when the provider has `tokenAttributes` (service account token mode): its
+    /// `requireServiceAccount`.
+    require_service_account: Option<bool>,
     cache: tokio::sync::Mutex<BTreeMap<String, CacheEntry>>,
 }
 
@@ -145,32 +190,58 @@ impl fmt::Debug for PluginProviders {
 
 impl PluginProviders {
     /// `RegisterCredentialProviderPlugins`: the bin dir must exist, the config must be valid,
-    /// and each provider's executable must be in the bin dir.
+    /// and each provider's executable must be in the bin dir. `config` is a file, or a
+    /// directory whose `*.json`, `*.yaml` and `*.yml` files are read in lexical order and
+    /// their providers merged (`readCredentialProviderConfig`, kubelet 1.34).
     pub fn load(config: &Path, bin_dir: &Path) -> Result<PluginProviders, ProviderConfigError> {
         if !bin_dir.exists() {
             return Err(ProviderConfigError::NoBinDir(bin_dir.to_owned()));
         }
-        let text = std::fs::read_to_string(config).map_err(|source| ProviderConfigError::Io {
-            path: config.to_owned(),
-            source,
-        })?;
-        let file: ConfigFile = serde_yaml_ng::from_str(&text).map_err(|e| {
-            let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-            ProviderConfigError::Syntax {
-                path: config.to_owned(),
-                line,
-                column,
+        let mut files = Vec::new();
+        for path in config_files(config)? {
+            let text = crate::operator_file::read_text(&path, Follow::Yes)?;
+            let file: ConfigFile = serde_yaml_ng::from_str(&text).map_err(|e| {
+                let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+                ProviderConfigError::Syntax {
+                    path: path.clone(),
+                    line,
+                    column,
+                }
+            })?;
+            files.push((path, file));
+        }
+        // The merge refuses a provider named twice, in one file or across files, before
+        // anything is validated (`readCredentialProviderConfig`).
+        let mut seen = std::collections::BTreeSet::new();
+        for (path, file) in &files {
+            for p in &file.providers {
+                if !seen.insert(p.name.as_str()) {
+                    return Err(ProviderConfigError::DuplicateProvider {
+                        path: path.clone(),
+                        name: p.name.clone(),
+                    });
+                }
             }
-        })?;
-        let errors = validate(&file);
-        if !errors.is_empty() {
+        }
+        for (path, file) in &files {
+            let errors = validate(file);
+            if !errors.is_empty() {
+                return Err(ProviderConfigError::Invalid {
+                    path: path.clone(),
+                    errors,
+                });
+            }
+        }
+        if files.iter().all(|(_, f)| f.providers.is_empty()) {
             return Err(ProviderConfigError::Invalid {
                 path: config.to_owned(),
-                errors,
+                errors: vec![
+                    "providers: Required value: at least 1 item in plugins is required".to_owned(),
+                ],
             });
         }
         let mut providers = Vec::new();
-        for p in file.providers {
+        for p in files.into_iter().flat_map(|(_, f)| f.providers) {
             let binary = bin_dir.join(&p.name);
             if !binary.exists() {
                 return Err(ProviderConfigError::NoBinary(binary));
@@ -188,6 +259,7 @@ impl PluginProviders {
                 api_version: p.api_version,
                 args: p.args,
                 env: p.env,
+                require_service_account: p.token_attributes.and_then(|t| t.require_service_account),
                 cache: tokio::sync::Mutex::new(BTreeMap::new()),
             });
         }
@@ -195,6 +267,20 @@ impl PluginProviders {
             providers,
             timeout: DEFAULT_PLUGIN_TIMEOUT,
         })
+    }
+
+    /// [`Self::load`] on tokio's blocking pool (it reads files).
+    pub async fn load_async(
+        config: PathBuf,
+        bin_dir: PathBuf,
+    ) -> Result<PluginProviders, ProviderConfigError> {
+        let shown = config.clone();
+        tokio::task::spawn_blocking(move || PluginProviders::load(&config, &bin_dir))
+            .await
+            .map_err(|e| ProviderConfigError::Io {
+                path: shown,
+                source: std::io::Error::other(format!("loading did not complete: {e}")),
+            })?
     }
 
     /// Replaces the exec timeout (the kubelet's is fixed at one minute).
@@ -217,11 +303,81 @@ impl PluginProviders {
                 .iter()
                 .any(|m| url_match::urls_match_str(m, image))
             {
+                // plugin.go `provide`: a provider in service account token mode, asked with no
+                // service account (imagekeeper's pulls have none) while it requires one, gives
+                // no credentials and its plugin is not run; one that does not require it runs
+                // as any other, without a token.
+                if provider.require_service_account == Some(true) {
+                    tracing::debug!(
+                        provider = provider.name.as_str(),
+                        "Credential provider requires a service account and the pull has none; not running it"
+                    );
+                    continue;
+                }
                 configs.push(provider.provide(image, now, self.timeout).await?);
             }
         }
         Ok(configs)
     }
+}
+
+/// The files a `--image-credential-provider-config` names: itself, or a directory's
+/// `*.json`, `*.yaml` and `*.yml` entries (not directories) in lexical order, at least one.
+fn config_files(config: &Path) -> Result<Vec<PathBuf>, ProviderConfigError> {
+    let io = |source| ProviderConfigError::Io {
+        path: config.to_owned(),
+        source,
+    };
+    let metadata = std::fs::metadata(config).map_err(io)?;
+    if !metadata.is_dir() {
+        return Ok(vec![config.to_owned()]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(config).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let path = entry.path();
+        let wanted = matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("json" | "yaml" | "yml")
+        );
+        if wanted && !entry.file_type().map_err(io)?.is_dir() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(ProviderConfigError::NoConfigFiles(config.to_owned()));
+    }
+    Ok(files)
+}
+
+/// The provider config's bytes now, to tell whether it was edited since the agent loaded
+/// it: every file [`PluginProviders::load`] reads (a directory's, with their names), each
+/// read as an operator file (a FIFO or an oversized file is noted by its error, never read).
+/// `None` when the config cannot be listed at all.
+pub fn config_snapshot(config: &Path) -> Option<Vec<u8>> {
+    let files = config_files(config).ok()?;
+    let mut snapshot = Vec::new();
+    for path in files {
+        let bytes = match crate::operator_file::read_bytes(&path, Follow::Yes) {
+            Ok(bytes) => bytes,
+            Err(e) => format!("unreadable: {e}").into_bytes(),
+        };
+        let name = path.as_os_str().as_encoded_bytes();
+        snapshot.extend_from_slice(&(name.len() as u64).to_be_bytes());
+        snapshot.extend_from_slice(name);
+        snapshot.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+        snapshot.extend_from_slice(&bytes);
+    }
+    Some(snapshot)
+}
+
+/// [`config_snapshot`] on tokio's blocking pool.
+pub async fn config_snapshot_async(config: PathBuf) -> Option<Vec<u8>> {
+    tokio::task::spawn_blocking(move || config_snapshot(&config))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// `parseRegistry`: the image name up to its first `/`.
@@ -282,7 +438,11 @@ impl Provider {
     }
 
     /// `execPlugin.ExecPlugin`: the plugin with the provider's args, the agent's environment
-    /// overlaid with the provider's env, the request on stdin; killed at the timeout.
+    /// overlaid with the provider's env, the request on stdin. The plugin runs in a process
+    /// group of its own: past the timeout, or once its stdout passes
+    /// [`MAX_PLUGIN_STDOUT_BYTES`], the whole group is killed (a child it forked included).
+    /// Once the plugin has exited, what it wrote is its answer: a background child that keeps
+    /// stdout open is not waited for.
     async fn exec(&self, image: &str, timeout: Duration) -> Result<Response, CredentialsError> {
         let request = serde_json::json!({
             "kind": "CredentialProviderRequest",
@@ -296,6 +456,7 @@ impl Provider {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
+            .process_group(0)
             .kill_on_drop(true);
         let failed = |e: &dyn fmt::Display| {
             self.error(format!(
@@ -304,27 +465,32 @@ impl Provider {
             ))
         };
         let mut child = command.spawn().map_err(|e| failed(&e))?;
-        let run = async {
-            if let Some(mut stdin) = child.stdin.take() {
-                // A plugin that exits without reading its request is judged by its answer.
-                let _ = stdin.write_all(request.to_string().as_bytes()).await;
+        // Killed on every way out but a clean exit, a dropped future (a cancelled pull)
+        // included.
+        let mut group = ProcessGroup::of(&child);
+        let run = run_plugin(&mut child, request.to_string().into_bytes());
+        let reason = match tokio::time::timeout(timeout, run).await {
+            Ok(Ok((status, stdout))) => {
+                group.disarm();
+                if !status.success() {
+                    return Err(failed(&status));
+                }
+                return self.decode(&stdout);
             }
-            child.wait_with_output().await
+            Err(_) => format!(
+                "no answer within {} (killed)",
+                crate::format::go_duration(timeout)
+            ),
+            Ok(Err(RunError::TooLarge)) => format!(
+                "the plugin's stdout is too large (more than {MAX_PLUGIN_STDOUT_BYTES} bytes; \
+                 killed)"
+            ),
+            Ok(Err(RunError::Io(e))) => e.to_string(),
         };
-        let output = match tokio::time::timeout(timeout, run).await {
-            Err(_) => {
-                return Err(failed(&format!(
-                    "no answer within {} (killed)",
-                    crate::format::go_duration(timeout)
-                )));
-            }
-            Ok(Err(e)) => return Err(failed(&e)),
-            Ok(Ok(output)) => output,
-        };
-        if !output.status.success() {
-            return Err(failed(&output.status));
-        }
-        self.decode(&output.stdout)
+        group.kill();
+        // The group's leader is our child, just sent SIGKILL: reap it.
+        let _ = child.wait().await;
+        Err(failed(&reason))
     }
 
     /// The response, checked as the kubelet checks it; no error quotes the output.
@@ -380,6 +546,114 @@ impl Provider {
     }
 }
 
+/// Why a plugin run ended before the plugin answered.
+enum RunError {
+    /// Its stdout passed [`MAX_PLUGIN_STDOUT_BYTES`].
+    TooLarge,
+    Io(std::io::Error),
+}
+
+/// Writes the request, then reads stdout until the plugin exits (or stdout ends and then the
+/// plugin exits). Once the plugin has exited, only what is already in the pipe is read: a
+/// child it left behind holding stdout open is not waited for.
+async fn run_plugin(
+    child: &mut tokio::process::Child,
+    request: Vec<u8>,
+) -> Result<(std::process::ExitStatus, Vec<u8>), RunError> {
+    if let Some(mut stdin) = child.stdin.take() {
+        // A plugin that exits without reading its request is judged by its answer.
+        let _ = stdin.write_all(&request).await;
+    }
+    let Some(mut stdout) = child.stdout.take() else {
+        return Err(RunError::Io(std::io::Error::other(
+            "the plugin's stdout is not piped",
+        )));
+    };
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        tokio::select! {
+            biased;
+            read = stdout.read(&mut chunk) => {
+                let n = read.map_err(RunError::Io)?;
+                if n == 0 {
+                    let status = child.wait().await.map_err(RunError::Io)?;
+                    return Ok((status, out));
+                }
+                append(&mut out, &chunk[..n])?;
+            }
+            status = child.wait() => {
+                let status = status.map_err(RunError::Io)?;
+                drain(&stdout, &mut out, &mut chunk)?;
+                return Ok((status, out));
+            }
+        }
+    }
+}
+
+fn append(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), RunError> {
+    if out.len() + bytes.len() > MAX_PLUGIN_STDOUT_BYTES {
+        return Err(RunError::TooLarge);
+    }
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+/// Reads what is in the pipe now, without waiting for more: through a duplicate of the
+/// descriptor, which shares tokio's non-blocking mode, so an empty pipe answers `WouldBlock`
+/// at once (the plugin has exited: all it wrote is already there).
+fn drain(
+    stdout: &tokio::process::ChildStdout,
+    out: &mut Vec<u8>,
+    chunk: &mut [u8],
+) -> Result<(), RunError> {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let fd = stdout.as_fd().try_clone_to_owned().map_err(RunError::Io)?;
+    let mut pipe = std::fs::File::from(fd);
+    loop {
+        match pipe.read(chunk) {
+            Ok(0) => return Ok(()),
+            Ok(n) => append(out, &chunk[..n])?,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(RunError::Io(e)),
+        }
+    }
+}
+
+/// A plugin's process group (it is spawned as the leader of a new one): SIGKILLed when
+/// dropped armed, so a plugin and every child it forked die with a timed-out, oversized or
+/// cancelled run.
+struct ProcessGroup(Option<libc::pid_t>);
+
+impl ProcessGroup {
+    fn of(child: &tokio::process::Child) -> ProcessGroup {
+        ProcessGroup(child.id().and_then(|pid| libc::pid_t::try_from(pid).ok()))
+    }
+
+    /// The plugin answered and exited: whatever it left behind is left alone.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+
+    fn kill(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            // SAFETY: kill(2) takes no pointers. The id is our child's pid, the leader of its
+            // own group (`process_group(0)`), not yet reaped on every path but a read error
+            // after its exit; the kernel hands out no pid while a group of that id has
+            // members, so this reaches the plugin's group (or, at worst, no one).
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 struct Response {
     cache_key_type: String,
     cache_duration: Option<Duration>,
@@ -402,10 +676,6 @@ fn validate(file: &ConfigFile) -> Vec<String> {
             file.kind
         ));
     }
-    if file.providers.is_empty() {
-        errs.push("providers: Required value: at least 1 item in plugins is required".to_owned());
-    }
-    let mut seen = std::collections::BTreeSet::new();
     for (i, p) in file.providers.iter().enumerate() {
         let at = format!("providers[{i}]");
         if p.name.is_empty() {
@@ -428,9 +698,6 @@ fn validate(file: &ConfigFile) -> Vec<String> {
                 "{at}.name: Invalid value: {:?}: provider name cannot be '.' or '..'",
                 p.name
             ));
-        }
-        if !p.name.is_empty() && !seen.insert(p.name.clone()) {
-            errs.push(format!("{at}.name: Duplicate value: {:?}", p.name));
         }
         if p.api_version.is_empty() {
             errs.push(format!(
@@ -470,6 +737,167 @@ fn validate(file: &ConfigFile) -> Vec<String> {
                 errs.push(format!("{at}.env[{j}].name: Required value"));
             }
         }
+        if let Some(token) = &p.token_attributes {
+            validate_token_attributes(&format!("{at}.tokenAttributes"), p, token, &mut errs);
+        }
     }
     errs
+}
+
+const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and \
+     must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
+     '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
+     alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
+     character (e.g. 'example.com', regex used for validation is \
+     '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+/// apimachinery's `validation.IsQualifiedName`, its messages: `[prefix/]name`, the prefix a
+/// lowercase RFC 1123 subdomain (at most 253 characters), the name at most 63 characters of
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`.
+fn qualified_name_errors(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_owned());
+            } else {
+                if prefix.len() > 253 {
+                    errs.push("prefix part must be no more than 253 characters".to_owned());
+                }
+                if !is_dns1123_subdomain(prefix) {
+                    errs.push(format!("prefix part {DNS1123_SUBDOMAIN_ERR}"));
+                }
+            }
+            *name
+        }
+        _ => {
+            errs.push(format!(
+                "a qualified name {QUALIFIED_NAME_ERR} with an optional DNS subdomain prefix \
+                 and '/' (e.g. 'example.com/MyName')"
+            ));
+            return errs;
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_owned());
+    } else if name.len() > 63 {
+        errs.push("name part must be no more than 63 characters".to_owned());
+    }
+    if !is_qualified_name_part(name) {
+        errs.push(format!("name part {QUALIFIED_NAME_ERR}"));
+    }
+    errs
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, anchored.
+fn is_qualified_name_part(name: &str) -> bool {
+    let b = name.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(first), Some(last)) => {
+            first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`, anchored.
+fn is_dns1123_subdomain(value: &str) -> bool {
+    let lower_alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    value.split('.').all(|label| {
+        let b = label.as_bytes();
+        match (b.first(), b.last()) {
+            (Some(first), Some(last)) => {
+                lower_alnum(first)
+                    && lower_alnum(last)
+                    && b.iter().all(|c| lower_alnum(c) || *c == b'-')
+            }
+            _ => false,
+        }
+    })
+}
+
+/// The cache types of `tokenAttributes.cacheType`, sorted as the kubelet lists them.
+const TOKEN_CACHE_TYPES: [&str; 2] = ["ServiceAccount", "Token"];
+
+/// `validateCredentialProviderConfig`'s checks of `tokenAttributes` (`plugin/config.go`), the
+/// `KubeletServiceAccountTokenForCredentialProviders` gate on (its default since 1.34).
+fn validate_token_attributes(
+    at: &str,
+    p: &ProviderFile,
+    token: &TokenAttributesFile,
+    errs: &mut Vec<String>,
+) {
+    if token.service_account_token_audience.is_empty() {
+        errs.push(format!("{at}.serviceAccountTokenAudience: Required value"));
+    }
+    if token.require_service_account.is_none() {
+        errs.push(format!("{at}.requireServiceAccount: Required value"));
+    }
+    if p.api_version != SUPPORTED_PLUGIN_API_VERSIONS[0] {
+        errs.push(format!(
+            "{at}: Forbidden: tokenAttributes is only supported for {} API version",
+            SUPPORTED_PLUGIN_API_VERSIONS[0]
+        ));
+    }
+    if token.require_service_account == Some(false)
+        && !token.required_service_account_annotation_keys.is_empty()
+    {
+        errs.push(format!(
+            "{at}.requiredServiceAccountAnnotationKeys: Forbidden: requireServiceAccount cannot \
+             be false when requiredServiceAccountAnnotationKeys is set"
+        ));
+    }
+    for (field, keys) in [
+        (
+            "requiredServiceAccountAnnotationKeys",
+            &token.required_service_account_annotation_keys,
+        ),
+        (
+            "optionalServiceAccountAnnotationKeys",
+            &token.optional_service_account_annotation_keys,
+        ),
+    ] {
+        let mut seen = std::collections::BTreeSet::new();
+        for key in keys {
+            // validateServiceAccountAnnotationKeys: a qualified name, case ignored.
+            for message in qualified_name_errors(&key.to_lowercase()) {
+                errs.push(format!("{at}.{field}: Invalid value: {key:?}: {message}"));
+            }
+            if !seen.insert(key) {
+                errs.push(format!("{at}.{field}: Duplicate value: {key:?}"));
+            }
+        }
+    }
+    let both: Vec<&String> = token
+        .required_service_account_annotation_keys
+        .iter()
+        .filter(|k| token.optional_service_account_annotation_keys.contains(k))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !both.is_empty() {
+        errs.push(format!(
+            "{at}: Invalid value: {}: annotation keys cannot be both required and optional",
+            serde_json::Value::from(both.iter().map(|k| k.as_str()).collect::<Vec<_>>())
+        ));
+    }
+    if token.cache_type.is_empty() {
+        errs.push(format!(
+            "{at}.cacheType: Required value: cacheType is required to be set when \
+             tokenAttributes is specified. Supported values are: {}",
+            TOKEN_CACHE_TYPES.join(", ")
+        ));
+    } else if !TOKEN_CACHE_TYPES.contains(&token.cache_type.as_str()) {
+        errs.push(format!(
+            "{at}.cacheType: Unsupported value: {:?}: supported values: \"ServiceAccount\", \
+             \"Token\"",
+            token.cache_type
+        ));
+    }
 }

@@ -191,10 +191,11 @@ fn docker_hub_credentials_serve_every_name_of_docker_hub() {
     }
 }
 
-/// keyring_test.go TestDockerKeyringLookup and TestIssue3797: the longest location first,
-/// a path prefix matches on characters, schemes and `/v1/` are stripped.
+/// keyring_test.go TestDockerKeyringLookup and TestIssue3797: locations in reverse
+/// lexicographic order (here the longer first), a path prefix matches on characters, schemes
+/// and `/v1/` are stripped.
 #[test]
-fn the_longest_location_comes_first_and_paths_match_by_prefix() {
+fn locations_come_in_reverse_lexicographic_order_and_paths_match_by_prefix() {
     let mut k = Keyring::new();
     k.add(&DockerConfig(
         [
@@ -433,3 +434,177 @@ async fn pull_secrets_come_before_node_credentials() {
 use std::path::Path;
 
 mod plugins;
+
+/// keyring.go's index is reverse-sorted as strings, not by length: `b.example.com` comes
+/// before the longer `*.example.com/team`; one location's credentials keep the order they
+/// were added in (two pull secrets for one registry: the first listed is tried first).
+#[test]
+fn the_index_order_is_reverse_lexicographic_not_longest_first() {
+    let mut k = Keyring::new();
+    k.add(&DockerConfig(
+        [("*.example.com/team".to_owned(), entry("glob-team", "p"))].into(),
+    ));
+    k.add(&DockerConfig(
+        [("b.example.com".to_owned(), entry("host", "p"))].into(),
+    ));
+    k.add(&DockerConfig(
+        [("b.example.com".to_owned(), entry("host-second", "p"))].into(),
+    ));
+    assert_eq!(
+        users(&k.lookup("b.example.com/team/app")),
+        ["host", "host-second", "glob-team"]
+    );
+}
+
+/// A plugin `p` in `dir` answering `location` with user `user`, and the sources with the
+/// node's config.json in `node_dir`.
+async fn node_and_plugin_sources(
+    dir: &Path,
+    node_dir: &Path,
+    location: &str,
+    user: &str,
+) -> CredentialSources {
+    use std::os::unix::fs::PermissionsExt;
+    let answer = format!(
+        r#"{{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Image","auth":{{"{location}":{{"username":"{user}","password":"p"}}}}}}"#
+    );
+    let plugin = dir.join("p");
+    std::fs::write(
+        &plugin,
+        format!("#!/bin/sh\ncat > /dev/null\necho '{answer}'\n"),
+    )
+    .expect("write plugin");
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: p\n  matchImages: ['*.example.com', 'docker.io']\n  defaultCacheDuration: 0s\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+    )
+    .expect("write config");
+    CredentialSources {
+        node: Some(NodeCredentials {
+            config_json_dirs: vec![node_dir.into()],
+            dockercfg_dirs: vec![],
+        }),
+        plugins: Some(PluginProviders::load(&config, dir).expect("valid config")),
+    }
+}
+
+/// image_manager.go: `MakeDockerKeyring(pullSecrets, UnionDockerKeyring{nodeKeyring,
+/// pluginKeyring})`. The node's docker config and the plugins' answers are two keyrings
+/// tried in turn (not one index): the node's `reg.example.com` comes before a plugin's
+/// `reg.example.com/team` though the merged index would put the plugin's first; and each
+/// keyring falls back to its own Docker Hub credentials.
+#[tokio::test]
+async fn the_node_config_comes_before_the_plugins_each_its_own_keyring() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node_dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        node_dir.path().join("config.json"),
+        r#"{"auths":{"reg.example.com":{"username":"node","password":"p"},"https://index.docker.io/v1/":{"username":"node-hub","password":"p"}}}"#,
+    )
+    .expect("write");
+    let sources = node_and_plugin_sources(
+        dir.path(),
+        node_dir.path(),
+        "reg.example.com/team",
+        "plugin",
+    )
+    .await;
+    let secret = DockerConfig([("reg.example.com".to_owned(), entry("secret", "p"))].into());
+    let found = sources
+        .lookup("reg.example.com/team/app", &[secret], UnixNanos(0))
+        .await
+        .expect("the plugin answers");
+    assert_eq!(users(&found), ["secret", "node", "plugin"]);
+
+    // Docker Hub: the plugin answers a location that matches, the node's Hub entry is its
+    // keyring's fallback and still comes first.
+    let sources =
+        node_and_plugin_sources(dir.path(), node_dir.path(), "docker.io", "plugin-hub").await;
+    let found = sources
+        .lookup("docker.io/library/busybox", &[], UnixNanos(0))
+        .await
+        .expect("the plugin answers");
+    assert_eq!(users(&found), ["node-hub", "plugin-hub"]);
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
+    // SAFETY: a valid C string and a mode.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// A FIFO at a node config path is skipped at once with a warning naming it (opening it used
+/// to wait for a writer forever), and the search goes on to the next directory.
+#[test]
+fn a_fifo_on_the_node_search_path_is_skipped_with_a_warning_naming_it() {
+    let dirs: Vec<tempfile::TempDir> = (0..2)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let fifo = dirs[0].path().join("config.json");
+    mkfifo(&fifo);
+    std::fs::write(
+        dirs[1].path().join("config.json"),
+        r#"{"auths":{"r.example.com":{"username":"second","password":"p"}}}"#,
+    )
+    .expect("write");
+    let node = NodeCredentials {
+        config_json_dirs: vec![dirs[0].path().into(), dirs[1].path().into()],
+        dockercfg_dirs: vec![],
+    };
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || LogWriter(writer.clone()))
+        .with_ansi(false)
+        .finish();
+    // Bounded: without the fix the read blocks in open(2); the watchdog turns that into a
+    // failure instead of a hung test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = node.clone();
+    std::thread::spawn(move || {
+        let config = tracing::subscriber::with_default(subscriber, || reader.read());
+        let _ = tx.send(config);
+    });
+    let config = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("reading the node config returns (a FIFO is not waited on)");
+    let mut k = Keyring::new();
+    k.add(&config);
+    assert_eq!(users(&k.lookup("r.example.com/app")), ["second"]);
+    let log = String::from_utf8(log.lock().expect("log").clone()).expect("UTF-8 log");
+    assert!(
+        log.contains("WARN")
+            && log.contains(&format!("{}: not a regular file (a FIFO)", fifo.display())),
+        "{log}"
+    );
+}
+
+struct LogWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A pull secret nested past the operator-file bound is refused before the parser sees it,
+/// naming the input: a secret sent over the admin socket is not read through
+/// `operator_file`, so `parse_pull_secret` checks it itself.
+#[test]
+fn a_deeply_nested_pull_secret_is_refused_before_parsing() {
+    let doc = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let err = parse_pull_secret("pull secret 1", doc.as_bytes())
+        .expect_err("too deep")
+        .to_string();
+    assert_eq!(
+        err,
+        "pull secret 1: nested more than 64 levels deep at line 1"
+    );
+}

@@ -4,6 +4,7 @@
 //! process and through the binary) against the real containerd of `scripts/cri-lab`.
 
 mod cli;
+mod credentials;
 mod lab;
 mod registry;
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::model::UnixNanos;
-use crate::pull::credentials::{CredentialSources, PluginProviders};
+use crate::pull::credentials::{CredentialSources, PluginProviders, plugin};
 
 const API: &str = "credentialprovider.kubelet.k8s.io/v1";
 const PLUGIN_PASSWORD: &str = "plugin-pa55-XYZ";
@@ -306,13 +306,58 @@ fn invalid_provider_configs_are_refused_with_the_kubelets_messages() {
         ),
         (
             format!("{}- {good}\n", provider(good)),
-            "Duplicate value: \"p\"",
+            "duplicate provider name \"p\" found in configuration file(s)",
         ),
         (
             provider(&good.replace("name: p", "name: q")),
             "plugin binary executable",
         ),
         ("providers: [".to_owned(), "not valid YAML or JSON"),
+        // KEP-4412's tokenAttributes (config.go), the gate on as from 1.34.
+        (
+            provider(&format!(
+                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true}}"
+            )),
+            "providers[0].tokenAttributes.cacheType: Required value: cacheType is required to be set when tokenAttributes is specified. Supported values are: ServiceAccount, Token",
+        ),
+        (
+            provider(&format!(
+                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Pod}}"
+            )),
+            "providers[0].tokenAttributes.cacheType: Unsupported value: \"Pod\"",
+        ),
+        (
+            provider(&format!(
+                "{}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token}}",
+                good.replace(
+                    "credentialprovider.kubelet.k8s.io/v1",
+                    "credentialprovider.kubelet.k8s.io/v1beta1"
+                )
+            )),
+            "providers[0].tokenAttributes: Forbidden: tokenAttributes is only supported for credentialprovider.kubelet.k8s.io/v1 API version",
+        ),
+        (
+            provider(&format!("{good}\n  tokenAttributes: {{cacheType: Token}}")),
+            "[providers[0].tokenAttributes.serviceAccountTokenAudience: Required value, providers[0].tokenAttributes.requireServiceAccount: Required value]",
+        ),
+        (
+            provider(&format!(
+                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: false, cacheType: Token, requiredServiceAccountAnnotationKeys: [k]}}"
+            )),
+            "providers[0].tokenAttributes.requiredServiceAccountAnnotationKeys: Forbidden: requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set",
+        ),
+        (
+            provider(&format!(
+                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token, requiredServiceAccountAnnotationKeys: [k, j], optionalServiceAccountAnnotationKeys: [k, k]}}"
+            )),
+            "[providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Duplicate value: \"k\", providers[0].tokenAttributes: Invalid value: [\"k\"]: annotation keys cannot be both required and optional]",
+        ),
+        (
+            provider(&format!(
+                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token, optionalServiceAccountAnnotationKeys: ['example.com/Role', '-x', 'a/b/c', 'Bad_Prefix/x']}}"
+            )),
+            "[providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"-x\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]'), providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"a/b/c\": a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName'), providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"Bad_Prefix/x\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')]",
+        ),
     ];
     for (text, want) in cases {
         let config = dir.path().join("config.yaml");
@@ -331,5 +376,296 @@ fn invalid_provider_configs_are_refused_with_the_kubelets_messages() {
     assert!(
         err.contains("plugin binary directory") && err.contains("did not exist"),
         "{err}"
+    );
+}
+
+/// A provider config `with` a provider `name` in service account token mode
+/// (`tokenAttributes`), requiring a service account or not.
+fn token_mode_config(dir: &Path, name: &str, require: bool) -> std::path::PathBuf {
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: {name}\n  matchImages: ['*.example.com']\n  defaultCacheDuration: 0s\n  apiVersion: {API}\n  tokenAttributes:\n    serviceAccountTokenAudience: registry.example.com\n    requireServiceAccount: {require}\n    cacheType: ServiceAccount\n"
+        ),
+    )
+    .expect("write config");
+    path
+}
+
+/// plugin.go `provide` with an empty service account name (imagekeeper's pulls have none): a
+/// token-mode provider that requires a service account gives nothing and is not run; one
+/// that does not is run as any other, without a token.
+#[tokio::test]
+async fn token_mode_providers_run_only_when_they_do_not_require_a_service_account() {
+    for (require, want_runs, want_users) in [(true, 0, vec![]), (false, 1, vec!["robot"])] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_plugin(dir.path(), "sa", &response("Image", None));
+        let config = token_mode_config(dir.path(), "sa", require);
+        let sources = sources(PluginProviders::load(&config, dir.path()).expect("valid config"));
+        let found = sources
+            .lookup("reg.example.com/team/app", &[], at(0))
+            .await
+            .expect("no failure");
+        let users: Vec<&str> = found.iter().map(|c| c.username.as_str()).collect();
+        assert_eq!(users, want_users, "requireServiceAccount: {require}");
+        assert_eq!(
+            runs(dir.path()),
+            want_runs,
+            "requireServiceAccount: {require}"
+        );
+    }
+}
+
+fn provider_yaml(name: &str, user: &str, dir: &Path) -> String {
+    write_plugin_answering(dir, name, user);
+    format!(
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: {name}\n  matchImages: ['*.example.com']\n  defaultCacheDuration: 0s\n  apiVersion: {API}\n"
+    )
+}
+
+/// A plugin `name` that answers `user` for `reg.example.com`.
+fn write_plugin_answering(dir: &Path, name: &str, user: &str) {
+    let path = dir.join(name);
+    let answer = format!(
+        r#"{{"kind":"CredentialProviderResponse","apiVersion":"{API}","cacheKeyType":"Image","auth":{{"reg.example.com":{{"username":"{user}","password":"p"}}}}}}"#
+    );
+    std::fs::write(
+        &path,
+        format!("#!/bin/sh\ncat > /dev/null\necho '{answer}'\n"),
+    )
+    .expect("write plugin");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// config.go `readCredentialProviderConfig` (kubelet 1.34): a directory's `*.json`, `*.yaml`
+/// and `*.yml` files, in lexical order, merged; other files and directories skipped; a
+/// provider named in two files, or a directory without config files, refused.
+#[tokio::test]
+async fn a_provider_config_directory_merges_its_files_in_lexical_order() {
+    let bin = tempfile::tempdir().expect("tempdir");
+    let configs = tempfile::tempdir().expect("tempdir");
+    let d = configs.path();
+    std::fs::write(d.join("20-b.yml"), provider_yaml("b", "bee", bin.path())).expect("write");
+    std::fs::write(d.join("10-a.yaml"), provider_yaml("a", "ay", bin.path())).expect("write");
+    // JSON is YAML too; a .txt file and a directory named like a config are not read.
+    std::fs::write(
+        d.join("30-c.json"),
+        format!(
+            r#"{{"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig","providers":[{{"name":"c","matchImages":["*.example.com"],"defaultCacheDuration":"0s","apiVersion":"{API}"}}]}}"#
+        ),
+    )
+    .expect("write");
+    write_plugin_answering(bin.path(), "c", "sea");
+    std::fs::write(d.join("00-notes.txt"), "not a config").expect("write");
+    std::fs::create_dir(d.join("05-dir.yaml")).expect("mkdir");
+
+    let plugins = PluginProviders::load(d, bin.path()).expect("a valid directory");
+    assert!(
+        format!("{plugins:?}").contains(r#"["a", "b", "c"]"#),
+        "{plugins:?}"
+    );
+    let found = sources(plugins)
+        .lookup("reg.example.com/app", &[], at(0))
+        .await
+        .expect("the plugins answer");
+    let users: Vec<&str> = found.iter().map(|c| c.username.as_str()).collect();
+    assert_eq!(users, ["ay", "bee", "sea"]);
+
+    std::fs::write(
+        d.join("40-again.yaml"),
+        provider_yaml("b", "b2", bin.path()),
+    )
+    .expect("write");
+    let err = PluginProviders::load(d, bin.path())
+        .expect_err("b twice")
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{}: duplicate provider name \"b\" found in configuration file(s)",
+            d.join("40-again.yaml").display()
+        )
+    );
+
+    let empty = tempfile::tempdir().expect("tempdir");
+    std::fs::write(empty.path().join("README"), "no configs here").expect("write");
+    let err = PluginProviders::load(empty.path(), bin.path())
+        .expect_err("no config file")
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "no configuration files found in directory \"{}\"",
+            empty.path().display()
+        )
+    );
+}
+
+/// The reload check's snapshot covers every file of a config directory: an edit in place of
+/// any of them changes it, a file that is not a config does not.
+#[test]
+fn the_config_snapshot_covers_every_file_of_a_directory() {
+    let bin = tempfile::tempdir().expect("tempdir");
+    let d = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        d.path().join("a.yaml"),
+        provider_yaml("a", "ay", bin.path()),
+    )
+    .expect("write");
+    std::fs::write(
+        d.path().join("b.yaml"),
+        provider_yaml("b", "bee", bin.path()),
+    )
+    .expect("write");
+    let start = plugin::config_snapshot(d.path()).expect("a directory with configs");
+    std::fs::write(d.path().join("notes.txt"), "x").expect("write");
+    assert_eq!(plugin::config_snapshot(d.path()).as_ref(), Some(&start));
+    std::fs::write(
+        d.path().join("b.yaml"),
+        provider_yaml("b", "bee", bin.path()).replace("0s", "1m"),
+    )
+    .expect("edit in place");
+    assert_ne!(plugin::config_snapshot(d.path()).as_ref(), Some(&start));
+}
+
+/// Whether the process `pid` has ended (exited, or a zombie), waiting for it at most
+/// `bound` through a pidfd (readable once the process has exited): a signal, not a poll of
+/// its state. The bound only turns a survivor into a failure.
+fn has_ended_within(pid: libc::pid_t, bound: Duration) -> bool {
+    // SAFETY: pidfd_open(2) takes a pid and flags, no pointers; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        // ESRCH: no such process (already reaped).
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    let fd = fd as libc::c_int;
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, its count, a timeout; then our own descriptor is closed.
+    let ready = unsafe { libc::poll(&mut poll, 1, bound.as_millis() as libc::c_int) };
+    unsafe { libc::close(fd) };
+    ready == 1
+}
+
+fn recorded_pid(path: &Path) -> libc::pid_t {
+    std::fs::read_to_string(path)
+        .expect("the plugin recorded the pid")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+/// A plugin script `p` in `dir` reading its request, then running `body`.
+fn plugin_script(dir: &Path, body: &str) -> std::path::PathBuf {
+    let path = dir.join("p");
+    std::fs::write(&path, format!("#!/bin/sh\ncat > /dev/null\n{body}\n")).expect("write");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    write_config(dir, "p", r#"["*.example.com"]"#, "0s")
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
+    // SAFETY: a valid C string and a mode.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// A plugin that prints without end is refused once its stdout passes the cap (the kubelet
+/// would read it all: 4.2 GB and an abort), and its process group is killed: the child
+/// writing (started only once its pid is recorded, through a FIFO gate) has ended.
+#[tokio::test]
+async fn a_plugin_printing_without_end_is_refused_and_its_group_killed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display();
+    mkfifo(&dir.path().join("gate"));
+    let config = plugin_script(
+        dir.path(),
+        &format!(
+            "sh -c 'read _ < {d}/gate; exec yes' &\necho $! > {d}/child.pid\necho go > {d}/gate\nwait"
+        ),
+    );
+    let plugins = PluginProviders::load(&config, dir.path())
+        .expect("valid")
+        .with_timeout(Duration::from_secs(120));
+    let err = sources(plugins)
+        .lookup("a.example.com/x", &[], at(0))
+        .await
+        .expect_err("too much output")
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "credential provider p: error execing credential provider plugin p for image a.example.com/x: the plugin's stdout is too large (more than {} bytes; killed)",
+            plugin::MAX_PLUGIN_STDOUT_BYTES
+        )
+    );
+    let child = recorded_pid(&dir.path().join("child.pid"));
+    assert!(
+        has_ended_within(child, Duration::from_secs(10)),
+        "yes ({child}) survived"
+    );
+}
+
+/// A plugin that leaves a child holding its stdout open, answers and exits: its answer is
+/// used at once (the kubelet's exec would wait for the child to close stdout).
+#[tokio::test]
+async fn a_plugins_answer_is_used_once_it_exits_though_a_child_keeps_stdout_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display();
+    let config = plugin_script(
+        dir.path(),
+        &format!(
+            "sleep 1000 &\necho $! > {d}/child.pid\necho '{}'",
+            response("Image", None)
+        ),
+    );
+    // Without the early return the lookup would end only at this timeout, as an error.
+    let plugins = PluginProviders::load(&config, dir.path())
+        .expect("valid")
+        .with_timeout(Duration::from_secs(30));
+    let found = sources(plugins).lookup("a.example.com/x", &[], at(0)).await;
+    let child = recorded_pid(&dir.path().join("child.pid"));
+    // The sleeper is left alone by imagekeeper; the test ends it.
+    // SAFETY: kill(2) of the sleeper the plugin started.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    let found = found.expect("the plugin answered and exited");
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].username, "robot");
+}
+
+/// A plugin past its timeout is killed with its whole process group: the child it forked
+/// (which does not write, so no SIGPIPE would end it) has ended too. Paused time: the
+/// timeout fires only once the plugin has recorded its child's pid (the blocking read of
+/// the handshake FIFO holds the clock).
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_plugin_is_killed_with_the_children_it_forked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display();
+    mkfifo(&dir.path().join("ready"));
+    let config = plugin_script(
+        dir.path(),
+        &format!("sleep 1000 &\necho $! > {d}/child.pid\necho ready > {d}/ready\nwait"),
+    );
+    let plugins = PluginProviders::load(&config, dir.path()).expect("valid");
+    let ready = dir.path().join("ready");
+    // While this blocking task runs, paused time does not auto-advance.
+    let handshake = tokio::task::spawn_blocking(move || std::fs::read(ready));
+    let err = sources(plugins)
+        .lookup("a.example.com/x", &[], at(0))
+        .await
+        .expect_err("no answer")
+        .to_string();
+    handshake
+        .await
+        .expect("joined")
+        .expect("the plugin wrote the handshake");
+    assert!(err.ends_with("no answer within 1m0s (killed)"), "{err}");
+    let child = recorded_pid(&dir.path().join("child.pid"));
+    assert!(
+        has_ended_within(child, Duration::from_secs(10)),
+        "sleep ({child}) survived"
     );
 }
