@@ -43,7 +43,10 @@ use crate::gc::{CycleTime, GcError, ImageGcManager};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
 
-pub use config::{AgentConfig, ConfigError, DEFAULT_ADMIN_SOCKET, FileConfig, FlagValues};
+pub use config::{
+    AgentConfig, ConfigError, ContainerEvents, DEFAULT_ADMIN_SOCKET, FileConfig, FlagValues,
+    MIN_INTENT_MAX_AGE,
+};
 pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
 pub use health::Health;
 pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
@@ -344,10 +347,15 @@ impl<R: AgentRuntime> Agent<R> {
     /// finish.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>, grace: Duration) {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let events = {
+        // `--container-events off`: no subscription at all (the runtime may serve its events
+        // to one subscriber, the kubelet's evented PLEG).
+        let events = if self.config().container_events == ContainerEvents::Off {
+            info!("Not watching the runtime's container events (--container-events off)");
+            None
+        } else {
             let agent = self.clone();
             let stop = stop_rx.clone();
-            tokio::spawn(async move {
+            Some(tokio::spawn(async move {
                 events::watch_container_events(
                     &agent.events_client,
                     &agent.gc,
@@ -356,7 +364,7 @@ impl<R: AgentRuntime> Agent<R> {
                     |_| {},
                 )
                 .await
-            })
+            }))
         };
         let loops = {
             let agent = self.clone();
@@ -373,7 +381,9 @@ impl<R: AgentRuntime> Agent<R> {
             ),
         }
         // The watcher returns on stop; a mark in flight is one atomic write.
-        events.abort();
+        if let Some(events) = events {
+            events.abort();
+        }
     }
 
     async fn run_loops(self: Arc<Self>, stop: watch::Receiver<bool>) {
