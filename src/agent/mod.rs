@@ -347,24 +347,21 @@ impl<R: AgentRuntime> Agent<R> {
     /// finish.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>, grace: Duration) {
         let (stop_tx, stop_rx) = watch::channel(false);
-        // `--container-events off`: no subscription at all (the runtime may serve its events
-        // to one subscriber, the kubelet's evented PLEG).
-        let events = if self.config().container_events == ContainerEvents::Off {
-            info!("Not watching the runtime's container events (--container-events off)");
-            None
-        } else {
+        let events = {
             let agent = self.clone();
             let stop = stop_rx.clone();
-            Some(tokio::spawn(async move {
+            let mode = self.config().container_events;
+            tokio::spawn(async move {
                 events::watch_container_events(
                     &agent.events_client,
                     &agent.gc,
                     agent.clock.as_ref(),
+                    mode,
                     stop,
                     |_| {},
                 )
                 .await
-            }))
+            })
         };
         let loops = {
             let agent = self.clone();
@@ -381,9 +378,7 @@ impl<R: AgentRuntime> Agent<R> {
             ),
         }
         // The watcher returns on stop; a mark in flight is one atomic write.
-        if let Some(events) = events {
-            events.abort();
-        }
+        events.abort();
     }
 
     async fn run_loops(self: Arc<Self>, stop: watch::Receiver<bool>) {
