@@ -145,8 +145,8 @@ pub struct StaleIntent {
 }
 
 impl StaleIntent {
-    /// "the kubelet's pull intent for busybox:1.36 (<file>) was written 48h0m0s ago, more
-    /// than the intent max age 24h0m0s: it no longer keeps any image".
+    /// `the kubelet's pull intent for "busybox:1.36" (FILE) was written 48h0m0s ago, more
+    /// than --kubelet-intent-max-age 24h0m0s: it no longer keeps any image`.
     pub fn describe(&self) -> String {
         format!(
             "the kubelet's pull intent for {:?} ({}) was written {} ago, more than \
