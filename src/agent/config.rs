@@ -102,6 +102,13 @@ pub struct FileConfig {
     /// setting is the `--root-dir` flag; this name is ours). Empty disables reading them.
     #[serde(rename = "kubeletRootDir")]
     pub kubelet_root_dir: Option<String>,
+    /// How old (file mtime) a kubelet pull intent may be and still keep its image (ours), Go
+    /// syntax.
+    #[serde(rename = "kubeletIntentMaxAge")]
+    pub kubelet_intent_max_age: Option<String>,
+    /// Whether to watch the runtime's container events, `auto` or `off` (ours).
+    #[serde(rename = "containerEvents")]
+    pub container_events: Option<String>,
     /// How long the eviction journal keeps a removal (ours), Go syntax.
     #[serde(rename = "journalMaxAge")]
     pub journal_max_age: Option<String>,
@@ -147,6 +154,8 @@ pub struct FlagValues {
     pub container_runtime_endpoint: Option<String>,
     pub image_service_endpoint: Option<String>,
     pub kubelet_root_dir: Option<String>,
+    pub kubelet_intent_max_age: Option<String>,
+    pub container_events: Option<String>,
     pub journal_max_age: Option<String>,
     pub journal_max_entries: Option<i64>,
     pub pinned_images: Vec<String>,
@@ -166,6 +175,31 @@ pub struct CredentialProviders {
     pub bin_dir: PathBuf,
 }
 
+/// Whether the agent watches the runtime's container events (`--container-events`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ContainerEvents {
+    /// Watch them when the runtime serves GetContainerEvents (the default).
+    #[default]
+    Auto,
+    /// Never subscribe: on containerd 1.7 and CRI-O 1.26-1.27 the events go to one subscriber,
+    /// so beside a kubelet running evented PLEG the agent would take the kubelet's events.
+    Off,
+}
+
+impl ContainerEvents {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerEvents::Auto => "auto",
+            ContainerEvents::Off => "off",
+        }
+    }
+}
+
+/// The shortest `--kubelet-intent-max-age`: an intent younger than a minute is a pull that
+/// has barely started.
+pub const MIN_INTENT_MAX_AGE: Duration = Duration::from_secs(60);
+
 /// Everything the agent runs with.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -182,6 +216,8 @@ pub struct AgentConfig {
     /// Keyring pulls (the admin EnsureImage) look for node credentials on the kubelet's docker
     /// config search path from `gc.kubelet_root_dir`, and ask these plugins.
     pub credential_providers: Option<CredentialProviders>,
+    /// Whether the container events watcher runs.
+    pub container_events: ContainerEvents,
 }
 
 /// The shortest loop period (`--detect-period`, `--gc-period`, `--image-cache-period`): a
@@ -254,6 +290,8 @@ impl AgentConfig {
         .filter(|v| !v.is_empty());
 
         let kubelet_root_dir = resolve_kubelet_root_dir(file, flags, &o)?;
+        let kubelet_intent_max_age = resolve_intent_max_age(file, flags, &o)?;
+        let container_events = resolve_container_events(file, flags, &o)?;
         let journal_retention = resolve_journal_retention(file, flags, &o)?;
         let metrics_address = resolve_metrics_address(flags)?;
         let credential_providers = resolve_credential_providers(file, flags, &o)?;
@@ -275,6 +313,7 @@ impl AgentConfig {
                 sandbox_image,
                 pins: PinPatterns::new(pins),
                 kubelet_root_dir,
+                kubelet_intent_max_age,
                 journal_retention,
             },
             pull,
@@ -292,6 +331,7 @@ impl AgentConfig {
                 Duration::from_secs(30),
             )?,
             credential_providers,
+            container_events,
         })
     }
 
@@ -375,11 +415,26 @@ fn resolve_pull(
 ) -> Result<PullConfig, ConfigError> {
     let mut pull = PullConfig::default();
     let mut pull_origin = String::from("pull settings");
+    // SetDefaults_KubeletConfiguration (pkg/kubelet/apis/config/v1beta1/defaults.go): a file
+    // that leaves serializeImagePulls unset defaults it to false when its
+    // maxParallelImagePulls is 2 or more, true otherwise. Flags are applied over the defaulted
+    // file, so `--max-parallel-image-pulls 5` alone is still refused, as by the kubelet.
+    let file_serialize = file
+        .serialize_image_pulls
+        .or(match file.max_parallel_image_pulls {
+            Some(n) if n >= 2 => Some(false),
+            _ => None,
+        });
+    let file_serialize_field = if file.serialize_image_pulls.is_some() {
+        o.field("serializeImagePulls")
+    } else {
+        o.field("maxParallelImagePulls")
+    };
     if let Some((v, from)) = pick(
         &flags.serialize_image_pulls,
         "--serialize-image-pulls",
-        &file.serialize_image_pulls,
-        o.field("serializeImagePulls"),
+        &file_serialize,
+        file_serialize_field,
     ) {
         pull.serialize_image_pulls = v;
         pull_origin = from;
@@ -514,6 +569,47 @@ fn resolve_kubelet_root_dir(
         Some((v, _)) => Some(PathBuf::from(v)),
     };
     Ok(kubelet_root_dir)
+}
+
+/// The kubelet pull intents' max age when a flag or field sets it (at least
+/// [`MIN_INTENT_MAX_AGE`]); `None` takes the default.
+fn resolve_intent_max_age(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<Option<Duration>, ConfigError> {
+    let Some((v, from)) = pick(
+        &flags.kubelet_intent_max_age,
+        "--kubelet-intent-max-age",
+        &file.kubelet_intent_max_age,
+        o.field("kubeletIntentMaxAge"),
+    ) else {
+        return Ok(None);
+    };
+    let d = duration(&v, &from)?;
+    if d < MIN_INTENT_MAX_AGE {
+        return Err(invalid(from, format!("must be at least 1m0s (got {v:?})")));
+    }
+    Ok(Some(d))
+}
+
+/// Whether the container events watcher runs: `auto` (the default) or `off`.
+fn resolve_container_events(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<ContainerEvents, ConfigError> {
+    match pick(
+        &flags.container_events,
+        "--container-events",
+        &file.container_events,
+        o.field("containerEvents"),
+    ) {
+        None => Ok(ContainerEvents::Auto),
+        Some((v, _)) if v == "auto" => Ok(ContainerEvents::Auto),
+        Some((v, _)) if v == "off" => Ok(ContainerEvents::Off),
+        Some((v, from)) => Err(invalid(from, format!("{v:?} is neither auto nor off"))),
+    }
 }
 
 /// The eviction journal's retention when a flag or field sets it.
@@ -871,6 +967,106 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "--kubelet-root-dir: \"var/lib/kubelet\" is not an absolute path"
+        );
+    }
+
+    /// SetDefaults_KubeletConfiguration: a file's maxParallelImagePulls of 2 or more with
+    /// serializeImagePulls unset defaults it to false; the flag alone is still refused.
+    #[test]
+    fn max_parallel_image_pulls_alone_in_the_file_gives_the_parallel_puller() {
+        let file = |text: &str| -> FileConfig { toml::from_str(text).expect("toml") };
+        let c =
+            resolve(&file("maxParallelImagePulls = 5\n"), &FlagValues::default()).expect("valid");
+        assert!(!c.pull.serialize_image_pulls);
+        assert_eq!(c.pull.max_parallel_image_pulls, Some(5));
+        let c =
+            resolve(&file("maxParallelImagePulls = 1\n"), &FlagValues::default()).expect("valid");
+        assert!(c.pull.serialize_image_pulls, "1 keeps the serial default");
+        // The file's explicit value wins over the defaulting, and is refused as before.
+        let err = resolve(
+            &file("serializeImagePulls = true\nmaxParallelImagePulls = 5\n"),
+            &FlagValues::default(),
+        )
+        .expect_err("refused");
+        assert!(err.to_string().contains("maxParallelImagePulls"), "{err}");
+        // A flag over the defaulted file: the file's default holds.
+        let flags = FlagValues {
+            max_parallel_image_pulls: Some(3),
+            ..FlagValues::default()
+        };
+        let c = resolve(&file("maxParallelImagePulls = 5\n"), &flags).expect("valid");
+        assert!(!c.pull.serialize_image_pulls);
+        assert_eq!(c.pull.max_parallel_image_pulls, Some(3));
+        // The flag alone: serializeImagePulls is already true, as in the kubelet.
+        let err = resolve(&FileConfig::default(), &flags).expect_err("refused");
+        assert!(
+            err.to_string().contains("--max-parallel-image-pulls"),
+            "{err}"
+        );
+        // --serialize-image-pulls over the file's maxParallelImagePulls is refused.
+        let flags = FlagValues {
+            serialize_image_pulls: Some(true),
+            ..FlagValues::default()
+        };
+        assert!(resolve(&file("maxParallelImagePulls = 5\n"), &flags).is_err());
+    }
+
+    #[test]
+    fn intent_max_age_and_container_events_from_flags_or_file() {
+        let c = resolve(&FileConfig::default(), &FlagValues::default()).expect("valid");
+        assert_eq!(c.gc.kubelet_intent_max_age, None, "the default");
+        assert_eq!(c.container_events, ContainerEvents::Auto);
+        let file: FileConfig =
+            toml::from_str("kubeletIntentMaxAge = \"6h\"\ncontainerEvents = \"off\"\n")
+                .expect("toml");
+        let c = resolve(&file, &FlagValues::default()).expect("valid");
+        assert_eq!(
+            c.gc.kubelet_intent_max_age,
+            Some(Duration::from_secs(6 * 3600))
+        );
+        assert_eq!(c.container_events, ContainerEvents::Off);
+        let flags = FlagValues {
+            kubelet_intent_max_age: Some("2h".into()),
+            container_events: Some("auto".into()),
+            ..FlagValues::default()
+        };
+        let c = resolve(&file, &flags).expect("valid");
+        assert_eq!(
+            c.gc.kubelet_intent_max_age,
+            Some(Duration::from_secs(2 * 3600))
+        );
+        assert_eq!(c.container_events, ContainerEvents::Auto);
+        for (flags, want) in [
+            (
+                FlagValues {
+                    kubelet_intent_max_age: Some("30s".into()),
+                    ..FlagValues::default()
+                },
+                "--kubelet-intent-max-age: must be at least 1m0s",
+            ),
+            (
+                FlagValues {
+                    kubelet_intent_max_age: Some("soon".into()),
+                    ..FlagValues::default()
+                },
+                "--kubelet-intent-max-age",
+            ),
+            (
+                FlagValues {
+                    container_events: Some("on".into()),
+                    ..FlagValues::default()
+                },
+                "--container-events: \"on\" is neither auto nor off",
+            ),
+        ] {
+            let err = resolve(&FileConfig::default(), &flags).expect_err(want);
+            assert!(err.to_string().contains(want), "{err}");
+        }
+        let file: FileConfig = toml::from_str("containerEvents = \"maybe\"\n").expect("toml");
+        let err = resolve(&file, &FlagValues::default()).expect_err("bad");
+        assert!(
+            err.to_string().contains("containerEvents in /etc/ik.toml"),
+            "{err}"
         );
     }
 

@@ -8,7 +8,10 @@
 //! period alone applies, as before; a stream that breaks or ends is opened again after a
 //! backoff (1 s doubling up to [`MAX_RECONNECT_DELAY`], reset once a stream delivers an
 //! event); a failed mark is logged and the stream goes on (the next detect sees the container
-//! anyway). Timers are tokio's, so tests drive the backoff with paused time.
+//! anyway). Timers are tokio's, so tests drive the backoff with paused time. With
+//! `--container-events off` ([`ContainerEvents::Off`]) it never subscribes: on containerd 1.7
+//! and CRI-O 1.26-1.27 the events go to one subscriber, and beside a kubelet running evented
+//! PLEG (KEP-3386) that must be the kubelet.
 
 use std::time::Duration;
 
@@ -16,6 +19,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::Backoff;
+use super::config::ContainerEvents;
 use super::runtime::{AgentRuntime, EventStream};
 use crate::clock::Clock;
 use crate::cri::{CriError, ImageRuntime, RpcCode};
@@ -40,6 +44,8 @@ pub enum EventsNote {
     MarkFailed { container_id: String, error: String },
     /// The runtime does not serve GetContainerEvents: the watcher ends.
     Unsupported,
+    /// The watcher is off (`--container-events off`): it ends without subscribing.
+    Off,
     /// The stream could not be opened, broke or ended; the next attempt is in `retry_in`.
     Broken { retry_in: Duration },
 }
@@ -52,14 +58,21 @@ enum StreamEnd {
 }
 
 /// Watches the runtime's container events until `stop` turns true or the runtime turns out
-/// not to serve them (see the module's invariants). `note` hears of every step.
+/// not to serve them (see the module's invariants); with `mode` off it returns at once,
+/// without subscribing. `note` hears of every step.
 pub async fn watch_container_events<E: AgentRuntime, R: ImageRuntime>(
     client: &E,
     gc: &ImageGcManager<R>,
     clock: &dyn Clock,
+    mode: ContainerEvents,
     mut stop: watch::Receiver<bool>,
     mut note: impl FnMut(EventsNote),
 ) {
+    if mode == ContainerEvents::Off {
+        info!("Not watching the runtime's container events (--container-events off)");
+        note(EventsNote::Off);
+        return;
+    }
     let mut backoff = Backoff::new(MAX_RECONNECT_DELAY);
     loop {
         if *stop.borrow() {

@@ -122,6 +122,8 @@ struct Snapshot {
     runtime_images: Option<(u64, u64)>,
     future_stamps_clamped: u64,
     clock_went_back: u64,
+    /// Kubelet pull intents older than the intent max age at the last read, when read.
+    kubelet_stale_intents: Option<u64>,
     progress: GcProgress,
     image_fs: Option<(u64, u64)>,
     gc_durations: Histogram,
@@ -176,6 +178,7 @@ impl Snapshot {
                 }),
             future_stamps_clamped: g.future_stamps_clamped(),
             clock_went_back: g.clock_went_back(),
+            kubelet_stale_intents: gc.kubelet_stale_intents(),
             progress: g.progress(),
             image_fs: g.image_fs(),
             gc_durations: match agent.gc_durations.lock() {
@@ -297,6 +300,15 @@ impl Collector for Snapshot {
             "Detects that found the stored last_detect later than their own time (beyond the tolerance): the clock went back.",
             self.clock_went_back,
         )?;
+        if let Some(stale) = self.kubelet_stale_intents {
+            gauge(
+                &mut enc,
+                "kubelet_stale_pull_intents",
+                "Kubelet pull intents older than --kubelet-intent-max-age at the last read: they keep no image.",
+                None,
+                stale,
+            )?;
+        }
         if let Some((capacity, available)) = self.image_fs {
             gauge(
                 &mut enc,

@@ -44,7 +44,10 @@ use crate::gc::{CycleTime, GcError, ImageGcManager};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
 
-pub use config::{AgentConfig, ConfigError, DEFAULT_ADMIN_SOCKET, FileConfig, FlagValues};
+pub use config::{
+    AgentConfig, ConfigError, ContainerEvents, DEFAULT_ADMIN_SOCKET, FileConfig, FlagValues,
+    MIN_INTENT_MAX_AGE,
+};
 pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
 pub use health::Health;
 pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
@@ -354,11 +357,13 @@ impl<R: AgentRuntime> Agent<R> {
         let events = {
             let agent = self.clone();
             let stop = stop_rx.clone();
+            let mode = self.config().container_events;
             tokio::spawn(async move {
                 events::watch_container_events(
                     &agent.events_client,
                     &agent.gc,
                     agent.clock.as_ref(),
+                    mode,
                     stop,
                     |_| {},
                 )

@@ -71,6 +71,10 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
         (a.pins != b.pins, "pinnedImages"),
         (a.sandbox_image != b.sandbox_image, "podInfraContainerImage"),
         (a.kubelet_root_dir != b.kubelet_root_dir, "kubeletRootDir"),
+        (
+            a.kubelet_intent_max_age != b.kubelet_intent_max_age,
+            "kubeletIntentMaxAge",
+        ),
         // Set on the store by `reconfigure` (only when given: none keeps the store's).
         (
             a.journal_retention != b.journal_retention,
@@ -100,6 +104,10 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
             "registryPullQPS",
         ),
         (p.registry_burst != q.registry_burst, "registryBurst"),
+        (
+            old.container_events != new.container_events,
+            "containerEvents",
+        ),
         (
             old.credential_providers != new.credential_providers,
             "imageCredentialProviderConfig",

@@ -57,6 +57,15 @@ pub struct AgentFlags {
     /// written; empty disables [default: /var/lib/kubelet].
     #[arg(long, value_name = "DIR")]
     pub kubelet_root_dir: Option<String>,
+    /// How old (file mtime) a kubelet pull intent may be and still keep the images it names,
+    /// Go syntax, at least 1m [default: 24h].
+    #[arg(long, value_name = "DURATION")]
+    pub kubelet_intent_max_age: Option<String>,
+    /// Watch the runtime's container events (auto) or not (off: beside a kubelet with the
+    /// EventedPLEG gate on, on runtimes that serve the events to one subscriber only)
+    /// [default: auto].
+    #[arg(long, value_name = "auto|off")]
+    pub container_events: Option<String>,
     /// How long the eviction journal keeps a removal, Go syntax [default: 720h].
     #[arg(long, value_name = "DURATION")]
     pub journal_max_age: Option<String>,
@@ -85,6 +94,8 @@ impl AgentFlags {
             image_service_endpoint: self.image_service_endpoint.clone(),
             pinned_images: self.pinned_images.clone(),
             kubelet_root_dir: self.kubelet_root_dir.clone(),
+            kubelet_intent_max_age: self.kubelet_intent_max_age.clone(),
+            container_events: self.container_events.clone(),
             journal_max_age: self.journal_max_age.clone(),
             journal_max_entries: self.journal_max_entries,
             admin_socket: self.admin_socket.clone(),

@@ -1,6 +1,7 @@
-//! `imagekeeper doctor [--kubelet-config FILE] [imagekeeper's flags] [-o table|json]`: reads
-//! the kubelet's KubeletConfiguration and imagekeeper's own settings, asks the runtime (when it
-//! answers) what it reports, and prints each check's finding. Exit 0 when no check found a
+//! `imagekeeper doctor [--kubelet-config FILE] [--kubelet-config-dir DIR] [imagekeeper's flags]
+//! [-o table|json]`: reads the kubelet's KubeletConfiguration (with its drop-ins) and
+//! imagekeeper's own settings, the kubelet's pull intents, asks the runtime (when it answers)
+//! what it reports, and prints each check's finding. Exit 0 when no check found a
 //! conflict, 1 when one did, 2 for an unreadable or invalid kubelet config or bad flags.
 
 use std::path::PathBuf;
@@ -9,11 +10,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use imagekeeper::agent::FlagValues;
+use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::{CriClient, CriConfig, ImageRuntime};
 use imagekeeper::doctor::{
     self, DEFAULT_KUBELET_CONFIG, DoctorInput, KubeletConfig, Report, RuntimeView,
 };
 use imagekeeper::inspect::escape_control;
+use imagekeeper::kubelet::{DEFAULT_INTENT_MAX_AGE, IntentAge, PullRecordsReader};
 
 use super::Failure;
 use super::agent_flags::AgentFlags;
@@ -26,6 +29,10 @@ pub struct DoctorArgs {
     /// The kubelet's configuration file (KubeletConfiguration, YAML or JSON).
     #[arg(long, value_name = "FILE", default_value = DEFAULT_KUBELET_CONFIG)]
     kubelet_config: PathBuf,
+    /// The kubelet's --config-dir: its *.conf drop-in files are merged over the config file in
+    /// lexical order, as the kubelet merges them.
+    #[arg(long, value_name = "DIR")]
+    kubelet_config_dir: Option<PathBuf>,
     /// Images are pulled through imagekeeper with registry credentials: check that the
     /// kubelet verifies them before another pod uses such an image.
     #[arg(long)]
@@ -40,7 +47,18 @@ pub struct DoctorArgs {
 
 pub fn run(args: DoctorArgs) -> Result<(), Failure> {
     let config = args.flags.resolve(FlagValues::default())?;
-    let kubelet = KubeletConfig::load(&args.kubelet_config).map_err(Failure::usage)?;
+    let kubelet = KubeletConfig::load(&args.kubelet_config, args.kubelet_config_dir.as_deref())
+        .map_err(Failure::usage)?;
+    let stale_intents = config.gc.kubelet_root_dir.as_deref().map(|root| {
+        let age = IntentAge::new(
+            SystemClock.now(),
+            config
+                .gc
+                .kubelet_intent_max_age
+                .unwrap_or(DEFAULT_INTENT_MAX_AGE),
+        );
+        PullRecordsReader::new(root).intents(age).stale
+    });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -55,6 +73,7 @@ pub fn run(args: DoctorArgs) -> Result<(), Failure> {
         imagekeeper: &config,
         pulls_with_credentials: args.pulls_with_credentials,
         runtime: &runtime,
+        stale_intents: stale_intents.as_deref(),
     });
     let report = Report::new(args.kubelet_config.display().to_string(), findings);
     print(&report, &args.output)?;

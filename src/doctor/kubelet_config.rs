@@ -5,11 +5,13 @@
 //! Invariants: unknown fields are ignored (a real kubelet file has dozens imagekeeper does not
 //! read); a field the doctor reads that holds a value the kubelet would refuse is an error
 //! naming the field, never a guess; defaults are master's (1.35+), each cited where it is set.
+//! With `--config-dir`, the drop-in files are merged over the file as the kubelet merges them
+//! (cmd/kubelet/app/server.go, `mergeKubeletConfigurations`: every `*.conf` file under the
+//! directory, walked in lexical order, applied as a JSON merge patch) before anything is
+//! defaulted or checked. Every file is read through [`crate::operator_file`].
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -24,13 +26,27 @@ pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub const KIND: &str = "KubeletConfiguration";
 /// Where kubeadm and most installers put the kubelet's config file.
 pub const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
-/// A config file larger than this is refused unread (real ones are a few KiB).
-pub const MAX_FILE_BYTES: u64 = 1 << 20;
+/// The extension of the kubelet's `--config-dir` drop-in files.
+pub const DROP_IN_EXTENSION: &str = "conf";
+/// The most drop-in files read from one `--config-dir` (real ones hold a handful).
+pub const MAX_DROP_INS: usize = 1000;
 
 /// The eviction signal for the filesystem the runtime keeps image layers on.
 pub const SIGNAL_IMAGEFS_AVAILABLE: &str = "imagefs.available";
 /// The eviction signal for the kubelet's root filesystem.
 pub const SIGNAL_NODEFS_AVAILABLE: &str = "nodefs.available";
+/// The eviction signal for the free inodes of the image filesystem.
+pub const SIGNAL_IMAGEFS_INODES_FREE: &str = "imagefs.inodesFree";
+/// The eviction signal for the free inodes of the kubelet's root filesystem.
+pub const SIGNAL_NODEFS_INODES_FREE: &str = "nodefs.inodesFree";
+/// The disk signals whose reclaim runs DeleteUnusedImages (pkg/kubelet/eviction/helpers.go,
+/// buildSignalToNodeReclaimFuncs), in the order the doctor reports them.
+pub const DISK_SIGNALS: [&str; 4] = [
+    SIGNAL_IMAGEFS_AVAILABLE,
+    SIGNAL_NODEFS_AVAILABLE,
+    SIGNAL_IMAGEFS_INODES_FREE,
+    SIGNAL_NODEFS_INODES_FREE,
+];
 
 /// The feature gate behind imagePullCredentialsVerificationPolicy (KEP-2535): alpha in 1.33,
 /// beta and on by default from 1.35 (pkg/features/kube_features.go).
@@ -39,20 +55,28 @@ pub const ENSURE_SECRET_PULLED_IMAGES_GATE: &str = "KubeletEnsureSecretPulledIma
 /// (pkg/features/kube_features.go); with it off the kubelet removes no image for its age
 /// (pkg/kubelet/kubelet.go, StartGarbageCollection).
 pub const IMAGE_MAXIMUM_GC_AGE_GATE: &str = "ImageMaximumGCAge";
+/// The feature gate of evented PLEG (KEP-3386): alpha, off by default
+/// (pkg/features/kube_features.go). On, the kubelet subscribes to the runtime's container
+/// events.
+pub const EVENTED_PLEG_GATE: &str = "EventedPLEG";
 
 /// A kubelet config file that cannot be used: unreadable, not YAML, not a
 /// KubeletConfiguration, or holding a value the kubelet would refuse.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KubeletConfigError {
-    #[error("cannot read the kubelet config {path}: {source}")]
+    #[error("cannot read the kubelet config: {source}")]
     Read {
+        path: String,
+        #[source]
+        source: crate::operator_file::OperatorFileError,
+    },
+    #[error("cannot list the kubelet's config dir {path}: {source}")]
+    ReadDir {
         path: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("the kubelet config {path} is {size} bytes; at most {MAX_FILE_BYTES} are read")]
-    TooLarge { path: String, size: u64 },
     #[error("the kubelet config {path} is not valid YAML for a KubeletConfiguration: {message}")]
     Parse { path: String, message: String },
     #[error("the kubelet config {path}: {field}: {message}")]
@@ -114,14 +138,16 @@ pub struct KubeletConfig {
     pub container_runtime_endpoint: String,
     /// `None`: the runtime endpoint serves images too.
     pub image_service_endpoint: Option<String>,
+    /// `featureGates.EventedPLEG` (off by default).
+    pub evented_pleg: bool,
+    /// The drop-in files merged over the file, in the order applied.
+    pub drop_ins: Vec<PathBuf>,
 }
 
 /// The fields read; everything else in the file is ignored.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawKubeletConfiguration {
-    api_version: Option<String>,
-    kind: Option<String>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     image_gc_high_threshold_percent: Option<i64>,
     #[serde(rename = "imageGCLowThresholdPercent")]
@@ -139,9 +165,10 @@ struct RawKubeletConfiguration {
     image_service_endpoint: Option<String>,
 }
 
-/// The kubelet's default hard eviction thresholds for the two signals that reclaim images
-/// (types.go's EvictionHard doc: `nodefs.available: "10%"`, `imagefs.available: "15%"`; the
-/// memory and inode defaults do not concern images).
+/// The kubelet's default hard eviction thresholds for the disk signals that reclaim images
+/// (pkg/kubelet/eviction/defaults_linux.go, DefaultEvictionHard: `nodefs.available: "10%"`,
+/// `nodefs.inodesFree: "5%"`, `imagefs.available: "15%"`, `imagefs.inodesFree: "5%"`; the
+/// memory default does not concern images).
 fn default_eviction_hard() -> BTreeMap<String, Threshold> {
     BTreeMap::from([
         (
@@ -149,83 +176,128 @@ fn default_eviction_hard() -> BTreeMap<String, Threshold> {
             Threshold::Percent(15.0),
         ),
         (SIGNAL_NODEFS_AVAILABLE.to_owned(), Threshold::Percent(10.0)),
+        (
+            SIGNAL_IMAGEFS_INODES_FREE.to_owned(),
+            Threshold::Percent(5.0),
+        ),
+        (
+            SIGNAL_NODEFS_INODES_FREE.to_owned(),
+            Threshold::Percent(5.0),
+        ),
     ])
 }
 
-impl KubeletConfig {
-    /// Reads, decodes, defaults and validates the file at `path`.
-    pub fn load(path: &Path) -> Result<KubeletConfig, KubeletConfigError> {
-        let shown = path.display().to_string();
-        let read_error = |source| KubeletConfigError::Read {
-            path: shown.clone(),
+/// `patch` applied to `target` as a JSON merge patch (RFC 7386, what the kubelet's
+/// `jsonpatch.MergePatch` does): mappings merge key by key, `null` removes a key, any other
+/// value replaces.
+fn merge_patch(target: &mut serde_yaml_ng::Value, patch: serde_yaml_ng::Value) {
+    use serde_yaml_ng::Value;
+    match patch {
+        Value::Mapping(fields) => {
+            if !target.is_mapping() {
+                *target = Value::Mapping(serde_yaml_ng::Mapping::new());
+            }
+            if let Value::Mapping(into) = target {
+                for (key, value) in fields {
+                    if value.is_null() {
+                        into.remove(&key);
+                    } else {
+                        let slot = into.entry(key).or_insert(Value::Null);
+                        merge_patch(slot, value);
+                    }
+                }
+            }
+        }
+        other => *target = other,
+    }
+}
+
+/// The `*.conf` files under `dir`, in the order the kubelet's `filepath.WalkDir` visits them:
+/// lexical by name at each level, a subdirectory's files where its name sorts, symlinks to
+/// directories not entered.
+fn drop_in_files(dir: &Path) -> Result<Vec<PathBuf>, KubeletConfigError> {
+    fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> Result<(), KubeletConfigError> {
+        let list_error = |source| KubeletConfigError::ReadDir {
+            path: dir.display().to_string(),
             source,
         };
-        // Opened without blocking (a FIFO would wait for a writer), then judged by what was
-        // opened, so a file swapped in between is never read; at most MAX_FILE_BYTES + 1 read.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)
-            .map_err(read_error)?;
-        let metadata = file.metadata().map_err(read_error)?;
-        if !metadata.is_file() {
-            return Err(read_error(std::io::Error::other(
-                "not a regular file".to_owned(),
-            )));
+        let mut entries: Vec<(PathBuf, bool)> = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(list_error)? {
+            let entry = entry.map_err(list_error)?;
+            let is_dir = entry.file_type().map_err(list_error)?.is_dir();
+            entries.push((entry.path(), is_dir));
         }
-        let mut bytes = Vec::new();
-        file.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(read_error)?;
-        if bytes.len() as u64 > MAX_FILE_BYTES {
-            return Err(KubeletConfigError::TooLarge {
-                path: shown,
-                size: metadata.len().max(bytes.len() as u64),
-            });
+        entries.sort();
+        for (path, is_dir) in entries {
+            if is_dir {
+                walk(&path, found)?;
+            } else if path.extension().is_some_and(|e| e == DROP_IN_EXTENSION) {
+                found.push(path);
+            }
+            if found.len() > MAX_DROP_INS {
+                return Err(list_error(std::io::Error::other(format!(
+                    "more than {MAX_DROP_INS} *.{DROP_IN_EXTENSION} files"
+                ))));
+            }
         }
-        let text = String::from_utf8(bytes).map_err(|_| KubeletConfigError::Parse {
-            path: shown.clone(),
-            message: "the file is not UTF-8 text".to_owned(),
+        Ok(())
+    }
+    let mut found = Vec::new();
+    walk(dir, &mut found)?;
+    Ok(found)
+}
+
+impl KubeletConfig {
+    /// Reads, decodes, defaults and validates the file at `path`, with the drop-ins of
+    /// `config_dir` (the kubelet's `--config-dir`) merged over it first.
+    pub fn load(
+        path: &Path,
+        config_dir: Option<&Path>,
+    ) -> Result<KubeletConfig, KubeletConfigError> {
+        let shown = path.display().to_string();
+        let text = read_file(path)?;
+        let drop_ins = match config_dir {
+            None => Vec::new(),
+            Some(dir) => drop_in_files(dir)?,
+        };
+        let (Some(dir), false) = (config_dir, drop_ins.is_empty()) else {
+            return KubeletConfig::parse(&text, &shown);
+        };
+        let mut merged = parse_document(&text, &shown)?;
+        for file in &drop_ins {
+            let patch = parse_document(&read_file(file)?, &file.display().to_string())?;
+            merge_patch(&mut merged, patch);
+        }
+        let origin = format!("{shown} (with the drop-ins of {})", dir.display());
+        // Decoded from YAML text again, so a merged document reads exactly as one file would.
+        let merged = serde_yaml_ng::to_string(&merged).map_err(|e| KubeletConfigError::Parse {
+            path: origin.clone(),
+            message: e.to_string(),
         })?;
-        KubeletConfig::parse(&text, &shown)
+        let mut config = KubeletConfig::from_text(&merged, &origin)?;
+        config.drop_ins = drop_ins;
+        Ok(config)
     }
 
     /// Decodes `text` (YAML or JSON); `path` names the file in errors.
     pub fn parse(text: &str, path: &str) -> Result<KubeletConfig, KubeletConfigError> {
-        let parse_error = |message: String| KubeletConfigError::Parse {
-            path: path.to_owned(),
-            message,
-        };
-        let raw: Option<RawKubeletConfiguration> =
-            serde_yaml_ng::from_str(text).map_err(|e| parse_error(e.to_string()))?;
-        let raw = raw.ok_or_else(|| parse_error("the file is empty".to_owned()))?;
+        parse_document(text, path)?;
+        KubeletConfig::from_text(text, path)
+    }
+
+    /// Decodes, defaults and validates a document already known to be a
+    /// KubeletConfiguration; `path` names it in errors.
+    fn from_text(text: &str, path: &str) -> Result<KubeletConfig, KubeletConfigError> {
+        let raw: RawKubeletConfiguration =
+            serde_yaml_ng::from_str(text).map_err(|e| KubeletConfigError::Parse {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?;
         let invalid = |field: &str, message: String| KubeletConfigError::Invalid {
             path: path.to_owned(),
             field: field.to_owned(),
             message,
         };
-
-        // The kubelet decodes its file through its scheme, which needs both.
-        match raw.kind.as_deref() {
-            Some(KIND) => {}
-            Some(other) => return Err(invalid("kind", format!("{other:?} is not {KIND}"))),
-            None => return Err(invalid("kind", format!("missing (want {KIND})"))),
-        }
-        match raw.api_version.as_deref() {
-            Some(API_VERSION) => {}
-            Some(other) => {
-                return Err(invalid(
-                    "apiVersion",
-                    format!("{other:?} is not {API_VERSION}"),
-                ));
-            }
-            None => {
-                return Err(invalid(
-                    "apiVersion",
-                    format!("missing (want {API_VERSION})"),
-                ));
-            }
-        }
 
         // SetDefaults_KubeletConfiguration (pkg/kubelet/apis/config/v1beta1/defaults.go):
         // thresholds 85/80 when unset, imageMinimumGCAge 2m when zero, imageMaximumGCAge 0.
@@ -288,14 +360,26 @@ impl KubeletConfig {
             }
         }
 
-        let gate = |name: &str| {
+        let gate = |name: &str, default: bool| {
             raw.feature_gates
                 .as_ref()
                 .and_then(|gates| gates.get(name).copied())
-                .unwrap_or(true)
+                .unwrap_or(default)
         };
+        // ImageMaximumGCAge is GA and locked to true from 1.35 (pkg/features/
+        // kube_features.go, LockToDefault): the kubelet refuses to start with it set false
+        // (k8s.io/component-base/featuregate, whose message this is).
+        if !gate(IMAGE_MAXIMUM_GC_AGE_GATE, true) {
+            return Err(invalid(
+                &format!("featureGates.{IMAGE_MAXIMUM_GC_AGE_GATE}"),
+                format!(
+                    "cannot set feature gate {IMAGE_MAXIMUM_GC_AGE_GATE} to false, feature is \
+                     locked to true"
+                ),
+            ));
+        }
         // defaults.go: with the gate on, an empty policy becomes NeverVerifyPreloadedImages.
-        let gate_on = gate(ENSURE_SECRET_PULLED_IMAGES_GATE);
+        let gate_on = gate(ENSURE_SECRET_PULLED_IMAGES_GATE, true);
         let field = "imagePullCredentialsVerificationPolicy";
         let credential_verification =
             match raw.image_pull_credentials_verification_policy.as_deref() {
@@ -331,18 +415,74 @@ impl KubeletConfig {
             image_gc_high_threshold_percent: policy.high_threshold_percent,
             image_gc_low_threshold_percent: policy.low_threshold_percent,
             image_minimum_gc_age: policy.min_age,
-            image_maximum_gc_age: if gate(IMAGE_MAXIMUM_GC_AGE_GATE) {
-                policy.max_age
-            } else {
-                Duration::ZERO
-            },
+            image_maximum_gc_age: policy.max_age,
             eviction_hard,
             eviction_soft,
             credential_verification,
             container_runtime_endpoint,
             image_service_endpoint,
+            evented_pleg: gate(EVENTED_PLEG_GATE, false),
+            drop_ins: Vec::new(),
         })
     }
+}
+
+/// Reads one kubelet config file (the file or a drop-in) through the operator-file reader
+/// (a symlink is followed: installers link these files).
+fn read_file(path: &Path) -> Result<String, KubeletConfigError> {
+    crate::operator_file::read_text(path, crate::operator_file::Follow::Yes).map_err(|source| {
+        KubeletConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        }
+    })
+}
+
+/// Decodes one file's text (YAML or JSON) to a document and checks that it is a
+/// KubeletConfiguration: the kubelet decodes the file and each drop-in through its scheme,
+/// which needs both `kind` and `apiVersion`.
+fn parse_document(text: &str, path: &str) -> Result<serde_yaml_ng::Value, KubeletConfigError> {
+    let parse_error = |message: String| KubeletConfigError::Parse {
+        path: path.to_owned(),
+        message,
+    };
+    let invalid = |field: &str, message: String| KubeletConfigError::Invalid {
+        path: path.to_owned(),
+        field: field.to_owned(),
+        message,
+    };
+    let document: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(text).map_err(|e| parse_error(e.to_string()))?;
+    if document.is_null() {
+        return Err(parse_error("the file is empty".to_owned()));
+    }
+    if !document.is_mapping() {
+        return Err(parse_error(
+            "the file is not a mapping of KubeletConfiguration fields".to_owned(),
+        ));
+    }
+    let text_field = |name: &str| document.get(name).map(|v| v.as_str().unwrap_or_default());
+    match text_field("kind") {
+        Some(KIND) => {}
+        Some(other) => return Err(invalid("kind", format!("{other:?} is not {KIND}"))),
+        None => return Err(invalid("kind", format!("missing (want {KIND})"))),
+    }
+    match text_field("apiVersion") {
+        Some(API_VERSION) => {}
+        Some(other) => {
+            return Err(invalid(
+                "apiVersion",
+                format!("{other:?} is not {API_VERSION}"),
+            ));
+        }
+        None => {
+            return Err(invalid(
+                "apiVersion",
+                format!("missing (want {API_VERSION})"),
+            ));
+        }
+    }
+    Ok(document)
 }
 
 /// The disk signals of one eviction map, parsed; `None` for a threshold the kubelet ignores
@@ -353,7 +493,7 @@ fn parse_thresholds(
     invalid: &dyn Fn(&str, String) -> KubeletConfigError,
 ) -> Result<Vec<(String, Option<Threshold>)>, KubeletConfigError> {
     let mut out = Vec::new();
-    for signal in [SIGNAL_IMAGEFS_AVAILABLE, SIGNAL_NODEFS_AVAILABLE] {
+    for signal in DISK_SIGNALS {
         if let Some(value) = given.get(signal) {
             let threshold = parse_threshold(value)
                 .map_err(|message| invalid(&format!("{field}.{signal}"), message))?;
@@ -590,6 +730,124 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_inode_signals_default_to_5_percent_and_go_with_an_unmerged_eviction_hard() {
+        let c = parse("").expect("valid");
+        for signal in [SIGNAL_IMAGEFS_INODES_FREE, SIGNAL_NODEFS_INODES_FREE] {
+            assert_eq!(
+                c.eviction_hard.get(signal),
+                Some(&Threshold::Percent(5.0)),
+                "{signal}"
+            );
+        }
+        let c = parse("evictionHard:\n  imagefs.available: 10%\n").expect("valid");
+        assert_eq!(c.eviction_hard.get(SIGNAL_IMAGEFS_INODES_FREE), None);
+        assert_eq!(c.eviction_hard.get(SIGNAL_NODEFS_INODES_FREE), None);
+        let c =
+            parse("evictionHard:\n  imagefs.inodesFree: 10%\nmergeDefaultEvictionSettings: true\n")
+                .expect("valid");
+        assert_eq!(
+            c.eviction_hard.get(SIGNAL_IMAGEFS_INODES_FREE),
+            Some(&Threshold::Percent(10.0))
+        );
+        assert_eq!(
+            c.eviction_hard.get(SIGNAL_NODEFS_INODES_FREE),
+            Some(&Threshold::Percent(5.0)),
+            "merged default"
+        );
+        let err = parse("evictionSoft:\n  nodefs.inodesFree: many\n").expect_err("bad");
+        assert!(
+            err.to_string().contains("evictionSoft.nodefs.inodesFree"),
+            "{err}"
+        );
+    }
+
+    /// The kubelet's --config-dir: `*.conf` files, walked in lexical order (subdirectories
+    /// where their names sort), each merged over the file as a JSON merge patch.
+    #[test]
+    fn drop_ins_merge_over_the_file_in_lexical_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = dir.path().join("config.yaml");
+        std::fs::write(
+            &base,
+            format!(
+                "{HEADER}imageGCHighThresholdPercent: 70\nimageGCLowThresholdPercent: 60\n\
+                 featureGates:\n  KubeletEnsureSecretPulledImages: false\n"
+            ),
+        )
+        .expect("write");
+        let drop = dir.path().join("conf.d");
+        std::fs::create_dir_all(drop.join("15-sub")).expect("mkdir");
+        let write = |name: &str, body: &str| {
+            std::fs::write(drop.join(name), format!("{HEADER}{body}")).expect("write")
+        };
+        write("20-high.conf", "imageGCHighThresholdPercent: 90\n");
+        // Applied before 20-high.conf: its 95 is overridden.
+        write(
+            "10-high.conf",
+            "imageGCHighThresholdPercent: 95\nimageGCLowThresholdPercent: 88\n",
+        );
+        // In a subdirectory sorted between them; a map merges key by key.
+        write(
+            "15-sub/a.conf",
+            "featureGates:\n  EventedPLEG: true\nevictionHard:\n  imagefs.available: 5%\n",
+        );
+        // Not *.conf: not read (it would be invalid).
+        std::fs::write(drop.join("30-notes.yaml"), "not: [a config").expect("write");
+        let c = KubeletConfig::load(&base, Some(&drop)).expect("valid");
+        assert_eq!(c.image_gc_high_threshold_percent, 90);
+        assert_eq!(c.image_gc_low_threshold_percent, 88);
+        assert!(c.evented_pleg);
+        assert_eq!(
+            c.credential_verification,
+            CredentialVerification::GateOff,
+            "the file's gate is kept beside the drop-in's"
+        );
+        assert_eq!(
+            c.eviction_hard.get(SIGNAL_IMAGEFS_AVAILABLE),
+            Some(&Threshold::Percent(5.0))
+        );
+        assert_eq!(
+            c.drop_ins,
+            vec![
+                drop.join("10-high.conf"),
+                drop.join("15-sub/a.conf"),
+                drop.join("20-high.conf")
+            ]
+        );
+        // Without the dir the file alone counts.
+        let c = KubeletConfig::load(&base, None).expect("valid");
+        assert_eq!(c.image_gc_high_threshold_percent, 70);
+        // A bad drop-in is an error naming it.
+        write("40-bad.conf", "imageGCHighThresholdPercent: 101\n");
+        let err = KubeletConfig::load(&base, Some(&drop)).expect_err("invalid");
+        assert!(
+            err.to_string().contains("imageGCHighThresholdPercent"),
+            "{err}"
+        );
+        std::fs::write(
+            drop.join("40-bad.conf"),
+            "imageGCHighThresholdPercent: 80\n",
+        )
+        .expect("write");
+        let err = KubeletConfig::load(&base, Some(&drop)).expect_err("no kind");
+        assert!(
+            err.to_string().contains("40-bad.conf") && err.to_string().contains("kind"),
+            "{err}"
+        );
+        // A FIFO is refused by the shared reader, not waited on.
+        std::fs::remove_file(drop.join("40-bad.conf")).expect("rm");
+        let fifo = drop.join("50-fifo.conf");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let err = KubeletConfig::load(&base, Some(&drop)).expect_err("fifo");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        // A missing dir is an error naming it.
+        let err = KubeletConfig::load(&base, Some(&dir.path().join("nope"))).expect_err("missing");
+        assert!(err.to_string().contains("nope"), "{err}");
+    }
+
     proptest::proptest! {
         #[test]
         fn no_input_panics_the_reader(
@@ -612,13 +870,25 @@ mod tests {
         assert_eq!(c.credential_verification, CredentialVerification::GateOff);
         let c = parse("imageMaximumGCAge: 24h\n").expect("valid");
         assert_eq!(c.image_maximum_gc_age, Duration::from_secs(86400));
-        let c = parse("featureGates:\n  ImageMaximumGCAge: false\nimageMaximumGCAge: 24h\n")
-            .expect("valid");
-        assert_eq!(
-            c.image_maximum_gc_age,
-            Duration::ZERO,
-            "the gate is off: no age GC"
+        // GA and locked from 1.35: the kubelet refuses to start with the gate off.
+        let err = parse("featureGates:\n  ImageMaximumGCAge: false\nimageMaximumGCAge: 24h\n")
+            .expect_err("locked gate");
+        assert!(
+            matches!(&err, KubeletConfigError::Invalid { field, .. } if field == "featureGates.ImageMaximumGCAge"),
+            "{err}"
         );
+        assert!(
+            err.to_string().contains(
+                "cannot set feature gate ImageMaximumGCAge to false, feature is locked to true"
+            ),
+            "{err}"
+        );
+        let c = parse("featureGates:\n  ImageMaximumGCAge: true\nimageMaximumGCAge: 24h\n")
+            .expect("valid");
+        assert_eq!(c.image_maximum_gc_age, Duration::from_secs(86400));
+        assert!(!c.evented_pleg, "EventedPLEG is off by default");
+        let c = parse("featureGates:\n  EventedPLEG: true\n").expect("valid");
+        assert!(c.evented_pleg);
         let c = parse("imagePullCredentialsVerificationPolicy: AlwaysVerify\nsomeFieldImagekeeperDoesNotRead: 3\n")
             .expect("unknown fields are ignored");
         assert_eq!(

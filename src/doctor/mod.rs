@@ -10,13 +10,17 @@ mod kubelet_config;
 
 use serde::Serialize;
 
-use crate::agent::AgentConfig;
+use crate::agent::{AgentConfig, ContainerEvents};
+use crate::kubelet::StaleIntent;
 use crate::model::{ImageFsStats, RuntimeImage};
 
 pub use kubelet_config::{
     CredentialVerification, DEFAULT_KUBELET_CONFIG, KubeletConfig, KubeletConfigError, Threshold,
 };
-use kubelet_config::{SIGNAL_IMAGEFS_AVAILABLE, SIGNAL_NODEFS_AVAILABLE};
+use kubelet_config::{
+    SIGNAL_IMAGEFS_AVAILABLE, SIGNAL_IMAGEFS_INODES_FREE, SIGNAL_NODEFS_AVAILABLE,
+    SIGNAL_NODEFS_INODES_FREE,
+};
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -101,6 +105,9 @@ pub struct DoctorInput<'a> {
     /// The operator says images are pulled through imagekeeper with credentials.
     pub pulls_with_credentials: bool,
     pub runtime: &'a RuntimeView,
+    /// The kubelet's pull intents older than imagekeeper's intent max age, as read now;
+    /// `None` when imagekeeper does not read the kubelet's pull records.
+    pub stale_intents: Option<&'a [StaleIntent]>,
 }
 
 /// The doctor's answer: `imagekeeper doctor -o json` prints it as it is.
@@ -128,11 +135,14 @@ impl Report {
 pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
     findings.extend(check_eviction(input));
+    findings.extend(check_inodes(input));
     findings.push(check_image_gc_thresholds(input));
     findings.push(check_maximum_age(input));
     findings.push(check_endpoints(input));
     findings.push(check_credential_verification(input));
     findings.push(check_pinned(input));
+    findings.push(check_container_events(input));
+    findings.push(check_stale_intents(input));
     findings
 }
 
@@ -449,7 +459,9 @@ fn check_credential_verification(input: &DoctorInput<'_>) -> Finding {
         CredentialVerification::AlwaysVerify => Finding::ok(
             name,
             "the kubelet's imagePullCredentialsVerificationPolicy is AlwaysVerify: a pod must \
-             have the credentials for any image it uses, however it was pulled"
+             have the credentials for any image it uses, however it was pulled; so every pod \
+             re-pulls each image the kubelet has no pull record of (every image imagekeeper \
+             pulled), and such pods fail to start while the registry is down"
                 .to_owned(),
         ),
         CredentialVerification::NeverVerifyAllowlistedImages => Finding::ok(
@@ -476,7 +488,9 @@ fn check_credential_verification(input: &DoctorInput<'_>) -> Finding {
                  so any pod on the node can run them without the pull secret"
             ),
             "set the kubelet's imagePullCredentialsVerificationPolicy: AlwaysVerify (with the \
-             KubeletEnsureSecretPulledImages gate on), or NeverVerifyAllowlistedImages with a \
+             KubeletEnsureSecretPulledImages gate on; pods then re-pull every image the \
+             kubelet has no pull record of, imagekeeper's pulls included, and fail to start \
+             while the registry is down), or NeverVerifyAllowlistedImages with a \
              preloadedImagesVerificationAllowlist that names only public images"
                 .to_owned(),
         ),
@@ -534,6 +548,125 @@ fn check_pinned(input: &DoctorInput<'_>) -> Finding {
                 )
             }
         }
+    }
+}
+
+/// The inode signals (pkg/kubelet/eviction/helpers.go, buildSignalToNodeReclaimFuncs: an
+/// inodesFree signal reclaims like its filesystem's available signal, DeleteUnusedImages
+/// included; defaults 5% each, pkg/kubelet/eviction/defaults_linux.go). imagekeeper's GC
+/// frees bytes and never looks at inodes, so a threshold set can only be reported.
+fn check_inodes(input: &DoctorInput<'_>) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for (field, map) in [
+        ("evictionHard", &input.kubelet.eviction_hard),
+        ("evictionSoft", &input.kubelet.eviction_soft),
+    ] {
+        let kind = if field == "evictionHard" {
+            "hard"
+        } else {
+            "soft"
+        };
+        for (signal, fs) in [
+            (SIGNAL_IMAGEFS_INODES_FREE, "imagefs"),
+            (SIGNAL_NODEFS_INODES_FREE, "nodefs"),
+        ] {
+            let name = format!("eviction-{kind}-{fs}-inodes");
+            let shown = match map.get(signal) {
+                None if field == "evictionHard" => {
+                    findings.push(Finding::ok(
+                        &name,
+                        format!(
+                            "{field} sets no {signal} threshold (with evictionHard set and \
+                             mergeDefaultEvictionSettings false the kubelet's default 5% is \
+                             off): the eviction manager does not remove images for inodes"
+                        ),
+                    ));
+                    continue;
+                }
+                None => continue,
+                Some(Threshold::Percent(p)) => percent(*p),
+                Some(Threshold::Bytes { text, .. }) => format!("{text} inodes"),
+            };
+            findings.push(Finding::not_checked(
+                &name,
+                format!(
+                    "the kubelet's {field} {signal} {shown}: when fewer inodes than that are free \
+                     on the {fs}, the eviction manager's DeleteUnusedImages removes every unused \
+                     image, in its own order; imagekeeper's GC frees bytes and does not watch \
+                     inodes, so a filesystem that runs out of inodes before bytes reaches this \
+                     line first"
+                ),
+            ));
+        }
+    }
+    findings
+}
+
+/// Evented PLEG (KEP-3386) subscribes the kubelet to the runtime's container events; on
+/// containerd 1.7 and CRI-O 1.26-1.27 the events go to one subscriber only, so imagekeeper's
+/// watcher would take them from the kubelet.
+fn check_container_events(input: &DoctorInput<'_>) -> Finding {
+    let name = "container-events";
+    let ours = input.imagekeeper.container_events;
+    match (input.kubelet.evented_pleg, ours) {
+        (false, _) => Finding::ok(
+            name,
+            format!(
+                "the kubelet's EventedPLEG feature gate is off: it does not subscribe to the \
+                 runtime's container events, so imagekeeper's watcher (--container-events {}) \
+                 takes none from it",
+                ours.as_str()
+            ),
+        ),
+        (true, ContainerEvents::Off) => Finding::ok(
+            name,
+            "the kubelet's EventedPLEG feature gate is on and imagekeeper's container events \
+             watcher is off: the kubelet keeps the runtime's events to itself"
+                .to_owned(),
+        ),
+        (true, _) => Finding::conflict(
+            name,
+            format!(
+                "the kubelet's EventedPLEG feature gate is on and imagekeeper watches the \
+                 runtime's container events too (--container-events {}): on containerd 1.7 and \
+                 CRI-O 1.26-1.27 each event goes to one subscriber, so imagekeeper would take \
+                 events the kubelet's PLEG needs",
+                ours.as_str()
+            ),
+            "set imagekeeper's --container-events off (containerEvents = \"off\" in --config); \
+             images are then marked used at each detect"
+                .to_owned(),
+        ),
+    }
+}
+
+/// The kubelet's pull intents older than imagekeeper's intent max age: they keep no image.
+fn check_stale_intents(input: &DoctorInput<'_>) -> Finding {
+    let name = "kubelet-pull-intents";
+    match input.stale_intents {
+        None => Finding::not_checked(
+            name,
+            "imagekeeper does not read the kubelet's pull records (--kubelet-root-dir is empty)"
+                .to_owned(),
+        ),
+        Some([]) => Finding::ok(
+            name,
+            "no kubelet pull intent is older than --kubelet-intent-max-age".to_owned(),
+        ),
+        Some(stale) => Finding::ok(
+            name,
+            format!(
+                "{} kubelet pull intent(s) are older than --kubelet-intent-max-age and keep no \
+                 image (the kubelet removes an intent when the pull ends, but never one whose \
+                 name is not exactly one of the runtime's tags or digests): {}",
+                stale.len(),
+                stale
+                    .iter()
+                    .map(StaleIntent::describe)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ),
     }
 }
 

@@ -43,6 +43,7 @@ fn run(k: &KubeletConfig, ik: &AgentConfig, runtime: &RuntimeView, creds: bool) 
         imagekeeper: ik,
         pulls_with_credentials: creds,
         runtime,
+        stale_intents: Some(&[]),
     })
 }
 
@@ -347,4 +348,149 @@ fn the_deploy_configs_settings_pass_beside_the_kubelets_defaults() {
     let ik = AgentConfig::resolve(&file, None, &FlagValues::default()).expect("valid");
     let findings = run(&kubelet(""), &ik, &unreachable(), false);
     assert_eq!(conflicts(&findings), 0, "{findings:#?}");
+}
+
+#[test]
+fn the_inode_signals_are_reported_and_off_with_an_unmerged_eviction_hard() {
+    let findings = run(
+        &kubelet(""),
+        &ours(FlagValues::default()),
+        &unreachable(),
+        false,
+    );
+    for name in [
+        "eviction-hard-imagefs-inodes",
+        "eviction-hard-nodefs-inodes",
+    ] {
+        let f = find(&findings, name);
+        assert_eq!(f.status, Status::NotChecked, "{f:?}");
+        assert!(f.message.contains("inodesFree 5%"), "{f:?}");
+        assert!(f.message.contains("DeleteUnusedImages"), "{f:?}");
+    }
+    let findings = run(
+        &kubelet(
+            "evictionHard:\n  imagefs.available: 10%\nevictionSoft:\n  nodefs.inodesFree: 15%\n",
+        ),
+        &ours(FlagValues::default()),
+        &unreachable(),
+        false,
+    );
+    let f = find(&findings, "eviction-hard-imagefs-inodes");
+    assert_eq!(f.status, Status::Ok, "{f:?}");
+    assert!(f.message.contains("sets no imagefs.inodesFree"), "{f:?}");
+    let f = find(&findings, "eviction-soft-nodefs-inodes");
+    assert_eq!(f.status, Status::NotChecked, "{f:?}");
+    assert!(
+        f.message.contains("evictionSoft nodefs.inodesFree 15%"),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn always_verify_says_pods_re_pull_and_fail_while_the_registry_is_down() {
+    let findings = run(
+        &kubelet("imagePullCredentialsVerificationPolicy: AlwaysVerify\n"),
+        &ours(FlagValues::default()),
+        &unreachable(),
+        true,
+    );
+    let f = find(&findings, "image-pull-credentials-verification");
+    assert_eq!(f.status, Status::Ok);
+    assert!(
+        f.message
+            .contains("re-pulls each image the kubelet has no pull record of")
+            && f.message.contains("while the registry is down"),
+        "{f:?}"
+    );
+    let findings = run(
+        &kubelet(""),
+        &ours(FlagValues::default()),
+        &unreachable(),
+        true,
+    );
+    let fix = find(&findings, "image-pull-credentials-verification")
+        .fix
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        fix.contains("re-pull every image the kubelet has no pull record of")
+            && fix.contains("while the registry is down"),
+        "{fix}"
+    );
+}
+
+#[test]
+fn evented_pleg_conflicts_with_imagekeepers_watcher_unless_it_is_off() {
+    let off = FlagValues {
+        container_events: Some("off".into()),
+        ..FlagValues::default()
+    };
+    for (body, flags, want) in [
+        ("", FlagValues::default(), Status::Ok),
+        (
+            "featureGates:\n  EventedPLEG: true\n",
+            FlagValues::default(),
+            Status::Conflict,
+        ),
+        (
+            "featureGates:\n  EventedPLEG: true\n",
+            off.clone(),
+            Status::Ok,
+        ),
+        ("", off, Status::Ok),
+    ] {
+        let findings = run(&kubelet(body), &ours(flags.clone()), &unreachable(), false);
+        let f = find(&findings, "container-events");
+        assert_eq!(f.status, want, "{body} {flags:?}: {f:?}");
+        if want == Status::Conflict {
+            assert!(
+                f.fix
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("--container-events off"),
+                "{f:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn stale_kubelet_intents_are_shown() {
+    let stale = [crate::kubelet::StaleIntent {
+        image: "busybox:1.36".into(),
+        file: "/var/lib/kubelet/image_manager/pulling/sha256-x".into(),
+        written: crate::model::UnixNanos::from_secs(1),
+        age_seconds: 48 * 3600,
+        max_age_seconds: 24 * 3600,
+    }];
+    let (k, ik, rt) = (kubelet(""), ours(FlagValues::default()), unreachable());
+    let with = |stale_intents| {
+        check(&DoctorInput {
+            kubelet: &k,
+            imagekeeper: &ik,
+            pulls_with_credentials: false,
+            runtime: &rt,
+            stale_intents,
+        })
+    };
+    let findings = with(Some(&stale));
+    let f = find(&findings, "kubelet-pull-intents");
+    assert_eq!(f.status, Status::Ok, "{f:?}");
+    assert!(
+        f.message.contains("1 kubelet pull intent(s)")
+            && f.message.contains("\"busybox:1.36\"")
+            && f.message.contains("written 48h0m0s ago"),
+        "{f:?}"
+    );
+    let findings = with(Some(&[]));
+    assert!(
+        find(&findings, "kubelet-pull-intents")
+            .message
+            .contains("no kubelet pull intent")
+    );
+    let findings = with(None);
+    assert_eq!(
+        find(&findings, "kubelet-pull-intents").status,
+        Status::NotChecked
+    );
 }

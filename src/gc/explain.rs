@@ -210,6 +210,9 @@ pub struct Explanation {
     pub freed_for_age: u64,
     pub space: SpacePass,
     pub images: Vec<ImageExplanation>,
+    /// The kubelet's pull intents older than the intent max age: they keep no image.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stale_kubelet_intents: Vec<crate::kubelet::StaleIntent>,
 }
 
 impl Explanation {
@@ -263,7 +266,8 @@ pub fn explain(
 /// kept as in use, "pull in progress", as the manager keeps them) and the kubelet's pull
 /// records: the images its pull
 /// intents name are kept ("the kubelet is pulling it", before any other reason, as detect
-/// marks them in use), and each image's pulled record time is shown. The records' last_used
+/// marks them in use), each image's pulled record time is shown, and the intents too old to
+/// keep anything are listed. The records' last_used
 /// must already count the pulled records' times (detect folds them in).
 pub fn explain_with_kubelet(
     records: &[StoredRecord],
@@ -367,6 +371,7 @@ pub fn explain_with_kubelet(
         freed_for_age,
         space,
         images,
+        stale_kubelet_intents: kubelet.stale_intents.clone(),
     }
 }
 

@@ -6,11 +6,13 @@
 //! [`image_matches`] (the image id, or a reference resolving to one of its repo tags or, with a
 //! digest, repo digests), so a short name errs on the side of keeping; a pulled record's
 //! `imageRef` is the id the runtime returned from the pull, matched like a container's image
-//! (the id or one of the repo digests); several records of one image keep the latest time.
+//! (the id or one of the repo digests); several records of one image keep the latest time;
+//! an intent older than the intent max age ([`IntentAge`]) keeps nothing and is listed in
+//! [`KubeletView::stale_intents`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::kubelet::{PullIntent, PullRecordsReader, PulledRecord};
+use crate::kubelet::{IntentAge, PullIntent, PullRecordsReader, PulledRecord, StaleIntent};
 use crate::model::{FUTURE_STAMP_TOLERANCE, RecordKey, RuntimeImage, UnixNanos};
 use crate::pull::reference::image_matches;
 
@@ -24,6 +26,8 @@ pub struct KubeletView {
     /// Images the kubelet pulled (or checked for a pod) less than MinAge ago: its pod's
     /// container is about to start (see [`KubeletView::mark_just_pulled`]).
     pub just_pulled: BTreeSet<RecordKey>,
+    /// Intents older than the intent max age: they keep nothing (explain shows them).
+    pub stale_intents: Vec<StaleIntent>,
 }
 
 impl KubeletView {
@@ -66,12 +70,20 @@ impl KubeletView {
             .collect();
     }
 
-    /// Reads `reader`'s records (none without a reader) and resolves them.
-    pub fn read(reader: Option<&PullRecordsReader>, images: &[RuntimeImage]) -> KubeletView {
+    /// Reads `reader`'s records (none without a reader) and resolves them; intents stale
+    /// by `age` keep nothing.
+    pub fn read(
+        reader: Option<&PullRecordsReader>,
+        images: &[RuntimeImage],
+        age: IntentAge,
+    ) -> KubeletView {
         match reader {
             None => KubeletView::default(),
             Some(reader) => {
-                KubeletView::resolve(images, &reader.intents().found, &reader.pulled().found)
+                let intents = reader.intents(age);
+                let mut view = KubeletView::resolve(images, &intents.found, &reader.pulled().found);
+                view.stale_intents = intents.stale;
+                view
             }
         }
     }
@@ -95,6 +107,7 @@ pub fn fold_offline(
     records: &mut [crate::store::StoredRecord],
     now: UnixNanos,
     min_age: std::time::Duration,
+    intent_max_age: std::time::Duration,
 ) -> OfflineKubelet {
     let images: Vec<RuntimeImage> = records
         .iter()
@@ -104,8 +117,10 @@ pub fn fold_offline(
             ..RuntimeImage::default()
         })
         .collect();
-    let intents = reader.intents().found;
+    let scan = reader.intents(IntentAge::new(now, intent_max_age));
+    let intents = scan.found;
     let mut view = KubeletView::resolve(&images, &intents, &reader.pulled().found);
+    view.stale_intents = scan.stale;
     view.mark_just_pulled(now, min_age);
     let unresolved_intents = intents
         .into_iter()
@@ -131,10 +146,11 @@ pub fn fold_offline(
     }
 }
 
-/// Whether a pull intent read now names `image` (the last look before a removal).
-pub fn intent_names(reader: &PullRecordsReader, image: &RuntimeImage) -> bool {
+/// Whether a pull intent read now, and not stale by `age`, names `image` (the last look
+/// before a removal).
+pub fn intent_names(reader: &PullRecordsReader, image: &RuntimeImage, age: IntentAge) -> bool {
     reader
-        .intents()
+        .intents(age)
         .found
         .iter()
         .any(|i| image_matches(&i.image, image))
@@ -231,5 +247,51 @@ mod tests {
             view.used_at,
             BTreeMap::from([(RecordKey::new("sha256:a", ""), UnixNanos::from_secs(30))])
         );
+    }
+
+    /// The kubelet never removes an intent whose name it wrote differently from the runtime's
+    /// tag: past the intent max age (file mtime against the injected `now`) it keeps nothing.
+    #[test]
+    fn a_stale_intent_stops_keeping_its_image() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let pulling = root.path().join("image_manager/pulling");
+        std::fs::create_dir_all(&pulling).expect("mkdir");
+        let name = "busybox:1.36";
+        let file = pulling.join(crate::kubelet::record_file_name(name));
+        std::fs::write(
+            &file,
+            format!(
+                r#"{{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1alpha1","image":"{name}"}}"#
+            ),
+        )
+        .expect("write");
+        let written = UnixNanos::from_secs(1_800_000_000);
+        let at = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .expect("open")
+            .set_modified(at)
+            .expect("mtime");
+        let reader = PullRecordsReader::new(root.path());
+        let busybox = image("sha256:a", &["docker.io/library/busybox:1.36"], &[]);
+        let age = |now| IntentAge::new(now, crate::kubelet::DEFAULT_INTENT_MAX_AGE);
+
+        // Written now: the kubelet is pulling it.
+        assert!(intent_names(&reader, &busybox, age(written)));
+        let view = KubeletView::read(Some(&reader), std::slice::from_ref(&busybox), age(written));
+        assert_eq!(
+            view.pulling,
+            BTreeSet::from([RecordKey::new("sha256:a", "")])
+        );
+        assert!(view.stale_intents.is_empty());
+
+        // The same file 48 h later: it keeps nothing, and is listed as stale.
+        let later = written.saturating_add(std::time::Duration::from_secs(48 * 3600));
+        assert!(!intent_names(&reader, &busybox, age(later)));
+        let view = KubeletView::read(Some(&reader), std::slice::from_ref(&busybox), age(later));
+        assert!(view.pulling.is_empty(), "{view:?}");
+        assert_eq!(view.stale_intents.len(), 1);
+        assert_eq!(view.stale_intents[0].image, name);
     }
 }

@@ -31,12 +31,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::cri::{ImageRuntime, RpcCode};
-use crate::kubelet::PullRecordsReader;
+use crate::kubelet::{DEFAULT_INTENT_MAX_AGE, IntentAge, PullRecordsReader};
 use crate::model::JournalEntry;
 use crate::model::{
     EvictionNote, FUTURE_STAMP_TOLERANCE, FsUsage, ImageFsStats, ImageRecord, JournalRetention,
@@ -139,6 +140,9 @@ pub struct GcConfig {
     /// written): intents keep the images they name, pulled records' times count as uses.
     /// `None` (or empty) reads nothing.
     pub kubelet_root_dir: Option<PathBuf>,
+    /// How old (file mtime) a kubelet pull intent may be and still keep its image; `None`
+    /// takes [`crate::kubelet::DEFAULT_INTENT_MAX_AGE`].
+    pub kubelet_intent_max_age: Option<Duration>,
     /// How long and how many removals the eviction journal keeps, set on the store when
     /// `Some` (by `new` and `reconfigure`); `None` keeps the store's (the retention the file
     /// records, else the default).
@@ -226,6 +230,16 @@ impl Settings {
 
     fn kubelet(&self) -> Option<&PullRecordsReader> {
         self.kubelet.as_deref()
+    }
+
+    /// The age past which a kubelet pull intent read at `now` keeps nothing.
+    fn intent_age(&self, now: UnixNanos) -> IntentAge {
+        IntentAge::new(
+            now,
+            self.config
+                .kubelet_intent_max_age
+                .unwrap_or(DEFAULT_INTENT_MAX_AGE),
+        )
     }
 }
 
@@ -321,6 +335,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         &self.metrics
     }
 
+    /// How many kubelet pull intents the last read found older than the intent max age
+    /// (`None` when the kubelet's records are not read).
+    pub fn kubelet_stale_intents(&self) -> Option<u64> {
+        self.settings()
+            .kubelet()
+            .map(PullRecordsReader::stale_intents)
+    }
+
     /// Lists images and containers and records what changed, in one write transaction (none
     /// when nothing changed). `now` is read once the cycle lock is held (see [`CycleTime`]).
     pub async fn detect(&self, now: impl CycleTime) -> Result<DetectReport, GcError> {
@@ -338,7 +360,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// listed is then absent from the snapshot or older in it, and detect's merge writes keep
     /// its mark (see `detect`). The scan's read transaction stays open until detect has
     /// merged it; it holds no lock a writer waits for.
-    async fn observe(&self, settings: &Settings) -> Result<(RecordScan, Observed), GcError> {
+    async fn observe(
+        &self,
+        settings: &Settings,
+        now: UnixNanos,
+    ) -> Result<(RecordScan, Observed), GcError> {
         let records = self.store.records_in_key_order()?;
         let images = self
             .runtime
@@ -358,7 +384,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         drop(containers);
         // Read after the runtime's lists: an intent the kubelet wrote before pulling an image
         // already listed is seen here; one written later is seen by the last look.
-        let kubelet = KubeletView::read(settings.kubelet(), &images);
+        let kubelet = KubeletView::read(settings.kubelet(), &images, settings.intent_age(now));
         in_use.extend(kubelet.pulling.iter().cloned());
         let listed = ListedImages::new(images);
         Ok((records, (listed, in_use, volumes, kubelet)))
@@ -403,7 +429,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         mut copy: Option<&mut BTreeMap<RecordKey, ImageRecord>>,
     ) -> Result<(Observed, DetectPlan), GcError> {
         let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
-        let (records, (listed, in_use, volumes, mut kubelet)) = self.observe(settings).await?;
+        let (records, (listed, in_use, volumes, mut kubelet)) = self.observe(settings, now).await?;
         kubelet.mark_just_pulled(now, settings.config.policy.min_age);
         let input = DetectInput {
             last_detect,
@@ -862,7 +888,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Some(RescueReason::Container)
         } else if self.in_flight.protects(&image) {
             Some(RescueReason::Pulling)
-        } else if settings.kubelet().is_some_and(|r| intent_names(r, &image)) {
+        } else if settings
+            .kubelet()
+            .is_some_and(|r| intent_names(r, &image, settings.intent_age(free_time)))
+        {
             Some(RescueReason::KubeletPulling)
         } else if settings
             .kubelet()

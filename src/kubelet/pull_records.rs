@@ -8,28 +8,41 @@
 //! named `sha256-<hex>` after the SHA-256 of the intent's `image` or the record's `imageRef`
 //! (the kubelet's pkg/kubelet/images/pullmanager/fs_pullrecords.go, `cacheFilename`).
 //!
-//! Invariants: this module never writes, renames or removes anything there; it opens regular
-//! files only (no symlink followed, no FIFO blocked on), reads at most
-//! [`MAX_RECORD_FILE_BYTES`] of each, and skips what it cannot use (unreadable, too large,
-//! malformed, a name that does not match the content) with one warning per file for the life
-//! of the reader; it never fails and never panics. Files not named `sha256-*`, `*.tmp` files
-//! and directories are ignored as the kubelet ignores them. Unknown JSON fields are ignored
-//! (the kubelet decodes strictly, but a newer kubelet may add fields). A missing
-//! `image_manager` directory (an older kubelet, or the gate off) is normal and logged once.
-//! Credentials in the records are never decoded, stored or logged.
+//! An intent is stale once its file (mtime) is older than the intent max age given with
+//! `now`: the kubelet deletes an intent when the pull ends, but not always
+//! (pkg/kubelet/images/pullmanager/image_pull_manager.go: `RecordImagePulled` keeps the
+//! intent when the pulled record cannot be written, and `initialize` turns an intent into a
+//! record only when its name is exactly one of the runtime's tags or digests, so an intent for
+//! `busybox:1.36` whose image the runtime lists as `docker.io/library/busybox:1.36` is never
+//! removed). A stale intent is reported apart ([`Scan::stale`]) and protects nothing.
+//!
+//! Invariants: this module never writes, renames or removes anything there; it reads files
+//! through [`crate::operator_file::read_bytes`] with [`Follow::No`] (regular files only, no
+//! symlink followed, no FIFO blocked on, at most [`MAX_RECORD_FILE_BYTES`]), refuses an
+//! `image_manager`, `pulling` or `pulled` directory that is a symlink (it would lead out of
+//! the kubelet's root; treated as no records, logged once), and skips what it cannot use
+//! (unreadable, too large, malformed, a name that does not match the content) with one warning
+//! per file for the life of the reader, up to [`MAX_WARNED_FILES`] files; past that, one
+//! summary line per scan counts the bad files not named. It never fails and never panics.
+//! Files not named `sha256-*`, `*.tmp` files and directories are ignored as the kubelet
+//! ignores them. Unknown JSON fields are ignored (the kubelet decodes strictly, but a newer
+//! kubelet may add fields). A missing `image_manager` directory (an older kubelet, or the gate
+//! off) is normal and logged once. Credentials in the records are never decoded, stored or
+//! logged.
 
 use std::collections::BTreeSet;
-use std::fs::{DirEntry, File, OpenOptions};
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::DirEntry;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::format::parse_rfc3339;
-use crate::model::UnixNanos;
+use crate::format::{go_duration, parse_rfc3339};
+use crate::model::{UnixNanos, duration_nanos};
+use crate::operator_file::{Follow, MAX_OPERATOR_FILE_BYTES, OperatorFileError, read_bytes};
 
 use super::sha256::sha256_hex;
 
@@ -38,11 +51,18 @@ pub const DEFAULT_KUBELET_ROOT_DIR: &str = "/var/lib/kubelet";
 
 /// The largest record file read; the kubelet's are a few hundred bytes (a record lists the
 /// pull secrets' coordinates, so a busy image may reach kilobytes).
-pub const MAX_RECORD_FILE_BYTES: u64 = 1 << 20;
+pub const MAX_RECORD_FILE_BYTES: u64 = MAX_OPERATOR_FILE_BYTES;
 
-/// How many files' warnings a reader remembers (so a directory flooded with bad files cannot
-/// grow it without bound; past this, bad files are still skipped, and warned about again).
-const MAX_WARNED_FILES: usize = 4096;
+/// How many bad files a reader names in a warning, once each (so a directory flooded with bad
+/// files cannot grow its memory without bound); past this, bad files are still skipped, and
+/// each scan logs one line counting those it did not name.
+pub const MAX_WARNED_FILES: usize = 4096;
+
+/// The default age past which a pull intent no longer protects its image
+/// (`--kubelet-intent-max-age`). The kubelet sets no deadline on a pull (PullImage runs until
+/// it ends), so this is a bound no real pull reaches: a 100 GB image at 100 Mbit/s takes about
+/// 2h15m; 24 hours is ten times that.
+pub const DEFAULT_INTENT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
 const API_VERSIONS: [&str; 2] = [
     "kubelet.config.k8s.io/v1alpha1",
@@ -107,6 +127,36 @@ pub enum RecordError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PullIntent {
     pub image: String,
+}
+
+/// A pull intent older than the intent max age: it no longer protects its image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StaleIntent {
+    /// The intent's image name.
+    pub image: String,
+    /// The file.
+    pub file: PathBuf,
+    /// When the file was last written (its mtime).
+    pub written: UnixNanos,
+    /// How old it was when read, in whole seconds.
+    pub age_seconds: u64,
+    /// The intent max age it is older than, in whole seconds.
+    pub max_age_seconds: u64,
+}
+
+impl StaleIntent {
+    /// `the kubelet's pull intent for "busybox:1.36" (FILE) was written 48h0m0s ago, more
+    /// than --kubelet-intent-max-age 24h0m0s: it no longer keeps any image`.
+    pub fn describe(&self) -> String {
+        format!(
+            "the kubelet's pull intent for {:?} ({}) was written {} ago, more than \
+             --kubelet-intent-max-age {}: it no longer keeps any image",
+            self.image,
+            self.file.display(),
+            go_duration(Duration::from_secs(self.age_seconds)),
+            go_duration(Duration::from_secs(self.max_age_seconds)),
+        )
+    }
 }
 
 /// An ImagePulledRecord: the image `image_ref` (the id the runtime returned from the pull)
@@ -179,10 +229,12 @@ pub fn record_file_name(key: &str) -> String {
     format!("{FILE_PREFIX}{}", sha256_hex(key.as_bytes()))
 }
 
-/// What one directory held: the records read, and the files skipped with why.
+/// What one directory held: the records read, the intents too old to count (intents only),
+/// and the files skipped with why.
 #[derive(Debug)]
 pub struct Scan<T> {
     pub found: Vec<T>,
+    pub stale: Vec<StaleIntent>,
     pub skipped: Vec<(PathBuf, RecordError)>,
 }
 
@@ -190,15 +242,55 @@ impl<T> Default for Scan<T> {
     fn default() -> Self {
         Scan {
             found: Vec::new(),
+            stale: Vec::new(),
             skipped: Vec::new(),
         }
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Warned {
     missing_logged: bool,
+    /// Directories refused as symlinks, logged once each.
+    linked_dirs: BTreeSet<PathBuf>,
     files: BTreeSet<PathBuf>,
+    /// How many files it may name (tests lower it).
+    cap: usize,
+    /// Warning lines logged about skipped files (named or counted), for tests.
+    lines: u64,
+}
+
+impl Default for Warned {
+    fn default() -> Self {
+        Warned {
+            missing_logged: false,
+            linked_dirs: BTreeSet::new(),
+            files: BTreeSet::new(),
+            cap: MAX_WARNED_FILES,
+            lines: 0,
+        }
+    }
+}
+
+/// The age of a pull intent: its file's mtime and whether that is more than `max_age` before
+/// `now` (a zero `max_age` never makes an intent stale).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntentAge {
+    pub now: UnixNanos,
+    pub max_age: Duration,
+}
+
+impl IntentAge {
+    pub fn new(now: UnixNanos, max_age: Duration) -> IntentAge {
+        IntentAge { now, max_age }
+    }
+
+    /// Whether a file written at `written` is stale at `now`. A time after `now` (a clock
+    /// that went back) is not.
+    pub fn is_stale(&self, written: UnixNanos) -> bool {
+        !self.max_age.is_zero()
+            && self.now.0.saturating_sub(written.0) > duration_nanos(self.max_age)
+    }
 }
 
 /// Reads one kubelet's pull records. Cheap to call often: each call lists a directory and
@@ -207,6 +299,8 @@ struct Warned {
 pub struct PullRecordsReader {
     image_manager: PathBuf,
     warned: Mutex<Warned>,
+    /// How many intents the last intents scan found stale (the metric's gauge).
+    stale_intents: AtomicU64,
 }
 
 impl PullRecordsReader {
@@ -215,6 +309,7 @@ impl PullRecordsReader {
         PullRecordsReader {
             image_manager: kubelet_root.join("image_manager"),
             warned: Mutex::new(Warned::default()),
+            stale_intents: AtomicU64::new(0),
         }
     }
 
@@ -223,17 +318,49 @@ impl PullRecordsReader {
         &self.image_manager
     }
 
-    /// The pull intents: the images the kubelet is pulling now.
-    pub fn intents(&self) -> Scan<PullIntent> {
-        self.scan(RecordKind::Intent, |bytes| {
-            decode_intent(bytes).map(|i| (i.image.clone(), i))
-        })
+    /// The pull intents: the images the kubelet is pulling now (`found`), and those whose
+    /// file is older than `age.max_age` at `age.now` (`stale`), which protect nothing.
+    pub fn intents(&self, age: IntentAge) -> Scan<PullIntent> {
+        let mut stale = Vec::new();
+        let mut scan = self.scan(RecordKind::Intent, |bytes, path| {
+            let intent = decode_intent(bytes)?;
+            let key = intent.image.clone();
+            // The mtime after the read: the file read is this one or an older one of the
+            // same name (the kubelet renames a new file over it), so a stale verdict is never
+            // given to an intent written after the read.
+            let written = std::fs::symlink_metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(unix_nanos);
+            match written {
+                Some(written) if age.is_stale(written) => {
+                    stale.push(StaleIntent {
+                        image: intent.image,
+                        file: path.to_owned(),
+                        written,
+                        age_seconds: age.now.since(written).as_secs(),
+                        max_age_seconds: age.max_age.as_secs(),
+                    });
+                    Ok((key, None))
+                }
+                _ => Ok((key, Some(intent))),
+            }
+        });
+        scan.stale = stale;
+        self.stale_intents
+            .store(scan.stale.len() as u64, Ordering::Relaxed);
+        scan
+    }
+
+    /// How many intents the last [`PullRecordsReader::intents`] found stale.
+    pub fn stale_intents(&self) -> u64 {
+        self.stale_intents.load(Ordering::Relaxed)
     }
 
     /// The pulled records.
     pub fn pulled(&self) -> Scan<PulledRecord> {
-        self.scan(RecordKind::Pulled, |bytes| {
-            decode_pulled_record(bytes).map(|r| (r.image_ref.clone(), r))
+        self.scan(RecordKind::Pulled, |bytes, _| {
+            decode_pulled_record(bytes).map(|r| (r.image_ref.clone(), Some(r)))
         })
     }
 
@@ -241,10 +368,11 @@ impl PullRecordsReader {
     /// it; `None` when there is none or it cannot be used (warned about once).
     pub fn pulled_for(&self, image_ref: &str) -> Option<PulledRecord> {
         let name = record_file_name(image_ref);
-        let path = self
-            .image_manager
-            .join(RecordKind::Pulled.dir())
-            .join(&name);
+        let dir = self.image_manager.join(RecordKind::Pulled.dir());
+        if !self.dirs_are_real(&dir) {
+            return None;
+        }
+        let path = dir.join(&name);
         let result = read_path(&path).and_then(|bytes| {
             let record = decode_pulled_record(&bytes)?;
             if record.image_ref == image_ref {
@@ -265,13 +393,37 @@ impl PullRecordsReader {
         }
     }
 
+    /// Whether `image_manager` and `dir` (one of its subdirectories) are not symlinks: a
+    /// link would lead out of the kubelet's root. A link is logged once and read as no
+    /// records; a missing directory is left to the read that follows.
+    fn dirs_are_real(&self, dir: &Path) -> bool {
+        for d in [self.image_manager.as_path(), dir] {
+            let linked = std::fs::symlink_metadata(d).is_ok_and(|m| m.file_type().is_symlink());
+            if linked {
+                let mut warned = lock(&self.warned);
+                if warned.linked_dirs.insert(d.to_owned()) {
+                    warn!(
+                        dir = %d.display(),
+                        "The kubelet's pull records directory is a symlink: not followed out of the kubelet's root, read as no records"
+                    );
+                }
+                return false;
+            }
+        }
+        true
+    }
+
     fn scan<T>(
         &self,
         kind: RecordKind,
-        decode: impl Fn(&[u8]) -> Result<(String, T), RecordError>,
+        mut decode: impl FnMut(&[u8], &Path) -> Result<(String, Option<T>), RecordError>,
     ) -> Scan<T> {
         let mut scan = Scan::default();
         let dir = self.image_manager.join(kind.dir());
+        if !self.dirs_are_real(&dir) {
+            return scan;
+        }
+        let mut unnamed = 0u64;
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -283,11 +435,16 @@ impl PullRecordsReader {
                 return scan;
             }
         };
+        let mut warn = |path: &Path, e: &RecordError| {
+            if !self.warn_once(path, e) {
+                unnamed += 1;
+            }
+        };
         for entry in entries {
             let entry = match entry {
                 Ok(entry) => entry,
                 Err(e) => {
-                    self.warn_once(&dir, &RecordError::Io(e));
+                    warn(&dir, &RecordError::Io(e));
                     continue;
                 }
             };
@@ -301,7 +458,7 @@ impl PullRecordsReader {
             }
             let path = entry.path();
             let result = read_record(&entry).and_then(|bytes| {
-                let (key, record) = decode(&bytes)?;
+                let (key, record) = decode(&bytes, &path)?;
                 let expected = record_file_name(&key);
                 if expected == name {
                     Ok(record)
@@ -310,12 +467,23 @@ impl PullRecordsReader {
                 }
             });
             match result {
-                Ok(record) => scan.found.push(record),
+                Ok(Some(record)) => scan.found.push(record),
+                Ok(None) => {}
                 Err(e) => {
-                    self.warn_once(&path, &e);
+                    warn(&path, &e);
                     scan.skipped.push((path, e));
                 }
             }
+        }
+        if unnamed > 0 {
+            let mut warned = lock(&self.warned);
+            warned.lines += 1;
+            warn!(
+                dir = %dir.display(),
+                count = unnamed,
+                named = warned.cap,
+                "Skipped kubelet image pull records past the first ones named in warnings"
+            );
         }
         scan
     }
@@ -331,15 +499,35 @@ impl PullRecordsReader {
         }
     }
 
-    fn warn_once(&self, path: &Path, error: &RecordError) {
+    /// Warns about a skipped file once for the life of the reader. Returns false when the
+    /// file was not named because the reader already names as many files as it may (the scan
+    /// then counts it in its summary line).
+    fn warn_once(&self, path: &Path, error: &RecordError) -> bool {
         let mut warned = lock(&self.warned);
         if warned.files.contains(path) {
-            return;
+            return true;
         }
-        if warned.files.len() < MAX_WARNED_FILES {
-            warned.files.insert(path.to_owned());
+        if warned.files.len() >= warned.cap {
+            return false;
         }
+        warned.files.insert(path.to_owned());
+        warned.lines += 1;
         warn!(file = %path.display(), error = %error, "Skipped a kubelet image pull record");
+        true
+    }
+}
+
+#[cfg(test)]
+impl PullRecordsReader {
+    /// Names at most `cap` bad files in warnings (the real cap is 4,096 files).
+    fn with_warn_cap(self, cap: usize) -> PullRecordsReader {
+        lock(&self.warned).cap = cap;
+        self
+    }
+
+    /// Warning lines logged about skipped files so far.
+    fn warning_lines(&self) -> u64 {
+        lock(&self.warned).lines
     }
 }
 
@@ -348,6 +536,12 @@ fn lock(m: &Mutex<Warned>) -> std::sync::MutexGuard<'_, Warned> {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
     }
+}
+
+/// A file time as unix nanoseconds (`None` before 1970 or past 2262).
+fn unix_nanos(t: SystemTime) -> Option<UnixNanos> {
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    i64::try_from(since.as_nanos()).ok().map(UnixNanos)
 }
 
 /// Reads one record file: a regular file (checked before opening and on the open handle,
@@ -360,35 +554,18 @@ fn read_record(entry: &DirEntry) -> Result<Vec<u8>, RecordError> {
     read_path(&entry.path())
 }
 
-/// Reads one record file by path, with the checks of [`read_record`] on the open handle (a
-/// symlink fails to open: `O_NOFOLLOW`).
+/// Reads one record file by path through the operator-file reader ([`Follow::No`]: a symlink
+/// is not followed), its errors as the record errors they always were.
 fn read_path(path: &Path) -> Result<Vec<u8>, RecordError> {
-    let file: File = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                RecordError::NotAFile
-            } else {
-                RecordError::Io(e)
-            }
-        })?;
-    let meta = file.metadata().map_err(RecordError::Io)?;
-    if !meta.is_file() {
-        return Err(RecordError::NotAFile);
-    }
-    if meta.len() > MAX_RECORD_FILE_BYTES {
-        return Err(RecordError::TooLarge);
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.take(MAX_RECORD_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(RecordError::Io)?;
-    if bytes.len() as u64 > MAX_RECORD_FILE_BYTES {
-        return Err(RecordError::TooLarge);
-    }
-    Ok(bytes)
+    read_bytes(path, Follow::No).map_err(|e| match e {
+        OperatorFileError::NotFound { .. } => {
+            RecordError::Io(std::io::Error::from(std::io::ErrorKind::NotFound))
+        }
+        OperatorFileError::NotRegular { .. } => RecordError::NotAFile,
+        OperatorFileError::TooLarge { .. } => RecordError::TooLarge,
+        OperatorFileError::Io { source, .. } => RecordError::Io(source),
+        other => RecordError::Io(std::io::Error::other(other.to_string())),
+    })
 }
 
 #[cfg(test)]

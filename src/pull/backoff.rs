@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::model::{BackoffEntry, RecordKey, UnixNanos};
+use crate::model::{BackoffEntry, ImageNames, RecordKey, UnixNanos};
 
 /// Kubelet's image backoff: 10 s initial (`backOffPeriod`), 300 s max (`MaxContainerBackOff`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +88,9 @@ impl BackoffPolicy {
 pub struct PullWrite {
     /// Create the image's record (first_detected = last_used = now) or set its last_used.
     pub mark_used: Option<(RecordKey, UnixNanos, Option<u64>)>,
+    /// The image's names (repo tags and digests) to write with the mark, so `inspect list`
+    /// shows them before the next detect.
+    pub names: Option<ImageNames>,
     pub put_backoff: Vec<(String, BackoffEntry)>,
     pub remove_backoff: Vec<String>,
 }
@@ -124,6 +127,7 @@ pub struct MemoryBackoffStore {
 struct MemoryState {
     backoff: HashMap<String, BackoffEntry>,
     used: HashMap<RecordKey, (UnixNanos, UnixNanos, u64)>,
+    names: HashMap<RecordKey, ImageNames>,
 }
 
 impl MemoryBackoffStore {
@@ -134,6 +138,11 @@ impl MemoryBackoffStore {
     /// (first_detected, last_used, size) of a record written by `mark_used`.
     pub fn record(&self, key: &RecordKey) -> Option<(UnixNanos, UnixNanos, u64)> {
         self.lock().used.get(key).copied()
+    }
+
+    /// The names written with a record's mark.
+    pub fn names(&self, key: &RecordKey) -> Option<ImageNames> {
+        self.lock().names.get(key).cloned()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemoryState> {
@@ -165,6 +174,9 @@ impl BackoffStore for MemoryBackoffStore {
             e.1 = *now;
             if let Some(size) = size {
                 e.2 = *size;
+            }
+            if let Some(names) = &write.names {
+                s.names.insert(key.clone(), names.clone());
             }
         }
         for (k, e) in &write.put_backoff {
@@ -204,6 +216,9 @@ impl BackoffStore for crate::store::Store {
         let mut batch = crate::store::Batch::new();
         if let Some((key, now, size)) = &write.mark_used {
             batch.mark_used(key.clone(), *now, *size);
+            if let Some(names) = &write.names {
+                batch.set_names(key.clone(), names.clone());
+            }
         }
         for (k, e) in &write.put_backoff {
             batch.put_backoff(k.clone(), e.clone());

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::model::{
-    BackoffEntry, MAX_IMAGE_NAME_BYTES, MAX_POD_UID_BYTES, PodSandboxConfig, PullCredentials,
-    PullSpec, RecordKey, UnixNanos,
+    BackoffEntry, ImageNames, MAX_IMAGE_NAME_BYTES, MAX_POD_UID_BYTES, PodSandboxConfig,
+    PullCredentials, PullSpec, RecordKey, UnixNanos,
 };
 
 use crate::format::{go_duration, go_quote};
@@ -711,8 +711,11 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             Some(status) => status.record_key(),
             None => RecordKey::new(outcome.image_ref.clone(), runtime_handler),
         };
+        // The runtime's names of the image go with the mark, in its transaction, so `inspect
+        // list` shows them at once rather than `<none>` until the next detect.
+        let names = outcome.status.as_ref().map(ImageNames::of);
         in_flight.pulled(&key.image_id);
-        self.record_success(key, end, size).await;
+        self.record_success(key, names, end, size).await;
         drop(in_flight);
         outcome.image_ref
     }
@@ -741,7 +744,13 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
     }
 
     /// The pulled image's record, and `backOff.GC`, in one transaction.
-    async fn record_success(&self, record: RecordKey, now: UnixNanos, size: Option<u64>) {
+    async fn record_success(
+        &self,
+        record: RecordKey,
+        names: Option<ImageNames>,
+        now: UnixNanos,
+        size: Option<u64>,
+    ) {
         let policy = self.policy;
         let store = self.store.clone();
         let lock = self.backoff_lock.clone();
@@ -751,6 +760,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                 let entries = store.backoff_entries()?;
                 store.apply(&PullWrite {
                     mark_used: Some((record, now, size)),
+                    names,
                     put_backoff: Vec::new(),
                     remove_backoff: policy.expired_keys(&entries, now),
                 })

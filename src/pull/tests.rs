@@ -96,8 +96,10 @@ impl PullRuntime for FakeRuntime {
             return Err(RuntimeError::new(format!("unauthorized: {user}")));
         }
         let id = format!("sha256:{image}");
+        // The runtime names the image it pulled by the name it was asked for.
         let pulled = RuntimeImage {
             id: ImageId::new(id.clone()),
+            repo_tags: vec![image.to_owned()],
             size: 1234,
             ..Default::default()
         };
@@ -880,9 +882,10 @@ async fn success_marks_the_image_used_in_the_real_store() {
     let now = UnixNanos::from_secs(T0);
     let store = Arc::new(crate::store::Store::open(&path, now).expect("open store"));
     let clock = Arc::new(ManualClock::new(now));
+    let runtime = Arc::new(FakeRuntime::default());
     let m = ImageManager::new(
         &PullConfig::default(),
-        Arc::new(FakeRuntime::default()),
+        runtime.clone(),
         store.clone(),
         clock,
     )
@@ -891,13 +894,24 @@ async fn success_marks_the_image_used_in_the_real_store() {
         .ensure_image_exists(&pod(), "busybox:1", PullPolicy::Always, &[], "")
         .await;
     assert_eq!(got, Ok("sha256:busybox:1".to_owned()));
+    let key = RecordKey::new("sha256:busybox:1", "");
     let record = store
-        .get(&RecordKey::new("sha256:busybox:1", ""))
+        .get(&key)
         .expect("read store")
         .expect("record written at once");
     assert_eq!(
         (record.first_detected, record.last_used, record.size),
         (now, now, 1234)
+    );
+    // The runtime's names of the image are written with the mark: `inspect list` shows them
+    // before the next detect.
+    let asked = runtime.specs_seen.lock().unwrap()[0].image.clone();
+    assert_eq!(
+        store.names(&key).expect("read names"),
+        Some(crate::model::ImageNames {
+            repo_tags: vec![asked],
+            repo_digests: Vec::new(),
+        })
     );
 }
 

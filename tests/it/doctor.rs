@@ -507,7 +507,7 @@ fn an_invalid_or_missing_kubelet_config_exits_2_naming_the_problem() {
     let out = doctor(&big, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("at most 1048576 are read"), "{stderr}");
+    assert!(stderr.contains("larger than 1048576 bytes"), "{stderr}");
 }
 
 #[test]

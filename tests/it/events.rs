@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use imagekeeper::agent::{EventsNote, watch_container_events};
+use imagekeeper::agent::{ContainerEvents, EventsNote, watch_container_events};
 use imagekeeper::clock::ManualClock;
 use imagekeeper::cri::FakeRuntime;
 use imagekeeper::cri::{CriClient, RpcCode};
@@ -49,6 +49,10 @@ struct Watched {
 }
 
 async fn watched(setup: impl FnOnce(&FakeRuntime)) -> Watched {
+    watched_in(ContainerEvents::Auto, setup).await
+}
+
+async fn watched_in(mode: ContainerEvents, setup: impl FnOnce(&FakeRuntime)) -> Watched {
     let fake = Arc::new(FakeRuntime::start().await.expect("the fake starts"));
     fake.set_images(vec![image("sha256:app"), image("sha256:volume")]);
     fake.set_containers(vec![RuntimeContainer {
@@ -77,7 +81,7 @@ async fn watched(setup: impl FnOnce(&FakeRuntime)) -> Watched {
         let gc = gc.clone();
         tokio::spawn(async move {
             let clock = ManualClock::new(UnixNanos::from_secs(T0 + 60));
-            watch_container_events(&client, &gc, &clock, stop_rx, |note| {
+            watch_container_events(&client, &gc, &clock, mode, stop_rx, |note| {
                 let _ = tx.send(note);
             })
             .await
@@ -159,6 +163,17 @@ async fn a_runtime_without_container_events_ends_the_watcher_after_one_call() {
     w.task.await.expect("the watcher returns by itself");
     assert_eq!(w.fake.calls("GetContainerEvents"), 1, "never retried");
     assert!(w.notes.recv().await.is_none(), "nothing after the fallback");
+}
+
+/// `--container-events off`: the watcher never subscribes (on containerd 1.7 and CRI-O
+/// 1.26-1.27 the runtime's events go to one subscriber, the kubelet's evented PLEG).
+#[tokio::test]
+async fn with_container_events_off_the_watcher_never_subscribes() {
+    let mut w = watched_in(ContainerEvents::Off, |_| {}).await;
+    assert_eq!(w.note().await, EventsNote::Off);
+    w.task.await.expect("the watcher returns by itself");
+    assert_eq!(w.fake.calls("GetContainerEvents"), 0);
+    assert!(w.notes.recv().await.is_none(), "nothing after it");
 }
 
 #[tokio::test(start_paused = true)]

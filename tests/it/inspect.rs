@@ -1451,6 +1451,89 @@ fn explain_reads_the_kubelets_pull_intents_and_pulled_records() {
     );
 }
 
+/// An intent older than --kubelet-intent-max-age (its file's mtime against --now) keeps
+/// nothing: explain says so on stderr, in the table's summary and in the JSON.
+#[test]
+fn explain_shows_a_stale_pull_intent_and_does_not_keep_its_image() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = example_db(dir.path());
+    let kubelet = tempfile::tempdir().expect("temp dir");
+    let root = kubelet.path().to_str().expect("utf8").to_owned();
+    let aaa1 = id("aaa1");
+    write_kubelet_record(
+        kubelet.path(),
+        "pulling",
+        &aaa1,
+        &format!(
+            r#"{{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1beta1","image":"{aaa1}"}}"#
+        ),
+    );
+    let file = kubelet
+        .path()
+        .join("image_manager/pulling")
+        .join(imagekeeper::kubelet::record_file_name(&aaa1));
+    let set_written = |secs_before_now: u64| {
+        let at = std::time::SystemTime::UNIX_EPOCH
+            + std::time::Duration::from_secs(
+                u64::try_from(NOW).expect("positive") - secs_before_now,
+            );
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .and_then(|f| f.set_modified(at))
+            .expect("set mtime");
+    };
+    let decision = |r: &Run| {
+        let v = r.json();
+        let images = v["images"].as_array().expect("images").clone();
+        images
+            .iter()
+            .find(|i| i["id"] == aaa1)
+            .map(|i| i["decision"].as_str().unwrap_or_default().to_owned())
+    };
+    let args = ["explain", "--output", "json", "--kubelet-root-dir", &root];
+    // Written an hour ago: the kubelet is pulling it.
+    set_written(3_600);
+    let r = inspect(&db, &args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(decision(&r).as_deref(), Some("keep_kubelet_pulling"));
+    assert!(r.json().get("stale_kubelet_intents").is_none());
+    // Written 48 hours ago: stale.
+    set_written(48 * 3_600);
+    let r = inspect(&db, &args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_ne!(decision(&r).as_deref(), Some("keep_kubelet_pulling"));
+    assert!(
+        r.stderr
+            .contains("written 48h0m0s ago, more than --kubelet-intent-max-age 24h0m0s"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.json()["stale_kubelet_intents"][0]["image"], aaa1.as_str());
+    // A longer max age keeps it again.
+    let r = inspect(
+        &db,
+        &[
+            "explain",
+            "--output",
+            "json",
+            "--kubelet-root-dir",
+            &root,
+            "--kubelet-intent-max-age",
+            "72h",
+        ],
+    );
+    assert_eq!(decision(&r).as_deref(), Some("keep_kubelet_pulling"));
+    // The table's summary says it too.
+    let r = inspect(&db, &["explain", "--kubelet-root-dir", &root]);
+    assert!(
+        r.stdout
+            .contains("stale:       the kubelet's pull intent for"),
+        "{}",
+        r.stdout
+    );
+}
+
 /// kubectl's habits on every `inspect` printer: `-o kube-json` and `-o yaml` are one
 /// Kubernetes-style List (apiVersion, kind, items with their own apiVersion, kind and
 /// metadata.name), with RFC 3339 UTC times and sizes in bytes that match the legacy JSON;

@@ -18,7 +18,8 @@ use imagekeeper::gc::{
     FsSpace, GcPolicy, OfflineKubelet, explain_with_kubelet, fold_offline, note_prior_evictions,
 };
 use imagekeeper::inspect::{
-    InspectError, Snapshot, SortKey, repull_rate, resolve_query, sort_records, stats,
+    InspectError, Snapshot, SortKey, escape_control, repull_rate, resolve_query, sort_records,
+    stats,
 };
 use imagekeeper::kubelet::{DEFAULT_KUBELET_ROOT_DIR, PullRecordsReader};
 use imagekeeper::model::{JournalEntry, RemovalReason, UnixNanos};
@@ -146,6 +147,18 @@ struct ExplainArgs {
     /// image id only, without the runtime); empty disables.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT_DIR)]
     kubelet_root_dir: String,
+    /// How old (file mtime) a kubelet pull intent may be and still keep its image, Go syntax.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_intent_max_age)]
+    kubelet_intent_max_age: Duration,
+}
+
+/// `--kubelet-intent-max-age`: a Go duration of at least 1m, as `run` takes it.
+fn parse_intent_max_age(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < imagekeeper::agent::MIN_INTENT_MAX_AGE {
+        return Err(format!("must be at least 1m0s (got {s:?})"));
+    }
+    Ok(d)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -283,8 +296,17 @@ fn explain(
         OfflineKubelet::default()
     } else {
         let reader = PullRecordsReader::new(Path::new(&args.kubelet_root_dir));
-        fold_offline(&reader, &mut records, now, policy.min_age)
+        fold_offline(
+            &reader,
+            &mut records,
+            now,
+            policy.min_age,
+            args.kubelet_intent_max_age,
+        )
     };
+    for stale in &kubelet.view.stale_intents {
+        eprintln!("imagekeeper: {}", escape_control(&stale.describe()));
+    }
     for image in &kubelet.unresolved_intents {
         eprintln!(
             "imagekeeper: the kubelet is pulling {image:?}: explain cannot tell which image that names without the runtime (gc --dry-run can)"

@@ -832,7 +832,7 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
             v
         })
         .collect();
-    let v = json!({
+    let mut v = json!({
         "now_unix_nanos": e.now.0,
         "now": format_rfc3339(e.now),
         "policy": {
@@ -848,6 +848,24 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
         "would_remove": {"images": count, "bytes": bytes},
         "images": images,
     });
+    // Present only when there are some (an extension of the contract, not a change).
+    if let (false, Some(obj)) = (e.stale_kubelet_intents.is_empty(), v.as_object_mut()) {
+        obj.insert(
+            "stale_kubelet_intents".into(),
+            json!(
+                e.stale_kubelet_intents
+                    .iter()
+                    .map(|s| json!({
+                        "image": s.image,
+                        "file": s.file.display().to_string(),
+                        "written": format_rfc3339(s.written),
+                        "age_seconds": s.age_seconds,
+                        "max_age_seconds": s.max_age_seconds,
+                    }))
+                    .collect::<Vec<_>>()
+            ),
+        );
+    }
     json_out(w, &v)
 }
 
@@ -907,6 +925,9 @@ fn explain_summary(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -
         }
     )?;
     writeln!(w, "space pass:  {}", space_summary(e.space, e))?;
+    for stale in &e.stale_kubelet_intents {
+        writeln!(w, "stale:       {}", escape_control(&stale.describe()))?;
+    }
     writeln!(w, "would remove {count} image(s), {}", format_size(bytes))?;
     writeln!(w)
 }

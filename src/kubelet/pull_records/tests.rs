@@ -2,6 +2,18 @@ use std::path::PathBuf;
 
 use super::*;
 
+/// The time the tests read intents at: the wall clock (files written by the test are fresh),
+/// with the default intent max age.
+fn now() -> IntentAge {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .expect("after 1970");
+    IntentAge::new(
+        UnixNanos(i64::try_from(since.as_nanos()).expect("before 2262")),
+        DEFAULT_INTENT_MAX_AGE,
+    )
+}
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kubelet-pull-records")
 }
@@ -47,7 +59,7 @@ fn file_names_are_the_kubelets_sha256_of_the_image_or_image_ref() {
 #[test]
 fn the_kubelets_testdata_and_v1beta1_records_are_read_and_tmp_files_ignored() {
     let reader = PullRecordsReader::new(&fixtures());
-    let intents = reader.intents();
+    let intents = reader.intents(now());
     assert!(intents.skipped.is_empty(), "{:?}", intents.skipped);
     let mut images: Vec<String> = intents.found.into_iter().map(|i| i.image).collect();
     images.sort();
@@ -119,7 +131,7 @@ fn damaged_misnamed_and_foreign_files_are_skipped_one_by_one() {
     // Not named sha256-*: not the kubelet's, not read.
     files.push(("notes.txt", b"garbage"));
     let root = root_with(&files, &[]);
-    let scan = PullRecordsReader::new(root.path()).intents();
+    let scan = PullRecordsReader::new(root.path()).intents(now());
     assert_eq!(
         scan.found,
         vec![PullIntent {
@@ -187,7 +199,7 @@ fn a_file_over_the_size_cap_is_skipped_without_being_read_whole() {
         b' ',
     );
     let root = root_with(&[(&record_file_name(image), &big)], &[]);
-    let scan = PullRecordsReader::new(root.path()).intents();
+    let scan = PullRecordsReader::new(root.path()).intents(now());
     assert!(scan.found.is_empty());
     assert!(matches!(scan.skipped[..], [(_, RecordError::TooLarge)]));
     // At the cap it is read.
@@ -199,7 +211,13 @@ fn a_file_over_the_size_cap_is_skipped_without_being_read_whole() {
         &big,
     )
     .expect("write");
-    assert_eq!(PullRecordsReader::new(root.path()).intents().found.len(), 1);
+    assert_eq!(
+        PullRecordsReader::new(root.path())
+            .intents(now())
+            .found
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -215,7 +233,7 @@ fn symlinks_fifos_and_directories_are_not_followed_or_blocked_on() {
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
     std::fs::create_dir(pulling.join(record_file_name("dir:1"))).expect("mkdir");
-    let scan = PullRecordsReader::new(root.path()).intents();
+    let scan = PullRecordsReader::new(root.path()).intents(now());
     assert!(scan.found.is_empty());
     assert_eq!(scan.skipped.len(), 2, "{:?}", scan.skipped);
     assert!(
@@ -230,7 +248,7 @@ fn a_missing_image_manager_directory_reads_as_no_records() {
     let root = tempfile::tempdir().expect("tempdir");
     let reader = PullRecordsReader::new(root.path());
     for _ in 0..2 {
-        let (intents, pulled) = (reader.intents(), reader.pulled());
+        let (intents, pulled) = (reader.intents(now()), reader.pulled());
         assert!(intents.found.is_empty() && intents.skipped.is_empty());
         assert!(pulled.found.is_empty() && pulled.skipped.is_empty());
     }
@@ -247,7 +265,7 @@ fn each_bad_file_is_warned_about_once_and_nothing_is_changed() {
     let before = listing(root.path());
     let reader = PullRecordsReader::new(root.path());
     for _ in 0..3 {
-        assert_eq!(reader.intents().skipped.len(), 1);
+        assert_eq!(reader.intents(now()).skipped.len(), 1);
         assert_eq!(reader.pulled().skipped.len(), 1);
     }
     assert_eq!(lock(&reader.warned).files.len(), 2);
@@ -275,4 +293,154 @@ fn listing(dir: &Path) -> Vec<(PathBuf, Vec<u8>, std::time::SystemTime)> {
     }
     out.sort();
     out
+}
+
+/// The file's mtime set to `t`.
+fn set_mtime(path: &Path, t: UnixNanos) {
+    let file = std::fs::File::options()
+        .write(true)
+        .open(path)
+        .expect("open");
+    let at = std::time::SystemTime::UNIX_EPOCH
+        + std::time::Duration::from_nanos(u64::try_from(t.0).expect("after 1970"));
+    file.set_modified(at).expect("set mtime");
+}
+
+#[test]
+fn an_intent_older_than_the_max_age_is_stale_and_not_found() {
+    let image = "busybox:1.36";
+    let root = root_with(
+        &[(
+            &record_file_name(image),
+            intent_json("v1alpha1", image).as_bytes(),
+        )],
+        &[],
+    );
+    let file = root
+        .path()
+        .join("image_manager/pulling")
+        .join(record_file_name(image));
+    let written = UnixNanos::from_secs(1_800_000_000);
+    set_mtime(&file, written);
+    let reader = PullRecordsReader::new(root.path());
+    let at = |now: UnixNanos| IntentAge::new(now, DEFAULT_INTENT_MAX_AGE);
+
+    // Read when written: it protects.
+    let scan = reader.intents(at(written));
+    assert_eq!(
+        scan.found,
+        vec![PullIntent {
+            image: image.into()
+        }]
+    );
+    assert!(scan.stale.is_empty());
+    assert_eq!(reader.stale_intents(), 0);
+    // At the max age exactly it still does.
+    assert_eq!(
+        reader
+            .intents(at(written.saturating_add(DEFAULT_INTENT_MAX_AGE)))
+            .found
+            .len(),
+        1
+    );
+
+    // Read 48 h later: stale, found no more.
+    let later = written.saturating_add(std::time::Duration::from_secs(48 * 3600));
+    let scan = reader.intents(at(later));
+    assert!(scan.found.is_empty(), "{:?}", scan.found);
+    assert!(scan.skipped.is_empty(), "{:?}", scan.skipped);
+    assert_eq!(
+        scan.stale,
+        vec![StaleIntent {
+            image: image.into(),
+            file: file.clone(),
+            written,
+            age_seconds: 48 * 3600,
+            max_age_seconds: 24 * 3600,
+        }]
+    );
+    assert_eq!(reader.stale_intents(), 1, "the metric's gauge");
+    assert!(
+        scan.stale[0].describe().contains("written 48h0m0s ago"),
+        "{}",
+        scan.stale[0].describe()
+    );
+    // A zero max age never makes an intent stale.
+    assert_eq!(
+        reader
+            .intents(IntentAge::new(later, std::time::Duration::ZERO))
+            .found
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn past_the_cap_each_scan_logs_one_summary_line_not_one_per_file() {
+    let files: Vec<(String, &[u8])> = (0..5)
+        .map(|i| (format!("sha256-bad{i}"), &b"{"[..]))
+        .collect();
+    let files: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (n.as_str(), *b)).collect();
+    let root = root_with(&files, &[]);
+    let reader = PullRecordsReader::new(root.path()).with_warn_cap(2);
+    for _ in 0..3 {
+        assert_eq!(reader.intents(now()).skipped.len(), 5);
+    }
+    // Two files named once, then one summary line per scan for the three others.
+    assert_eq!(reader.warning_lines(), 2 + 3);
+    assert_eq!(lock(&reader.warned).files.len(), 2);
+}
+
+#[test]
+fn symlinked_record_directories_are_not_followed_out_of_the_root() {
+    let image = "linked:1";
+    let elsewhere = root_with(
+        &[(
+            &record_file_name(image),
+            intent_json("v1alpha1", image).as_bytes(),
+        )],
+        &[(
+            &record_file_name("sha256:x"),
+            pulled_json("sha256:x", "2026-01-01T00:00:00Z").as_bytes(),
+        )],
+    );
+    // `pulling` and `pulled` links to directories outside the root.
+    let root = tempfile::tempdir().expect("tempdir");
+    let im = root.path().join("image_manager");
+    std::fs::create_dir(&im).expect("mkdir");
+    for dir in ["pulling", "pulled"] {
+        std::os::unix::fs::symlink(
+            elsewhere.path().join("image_manager").join(dir),
+            im.join(dir),
+        )
+        .expect("symlink");
+    }
+    let reader = PullRecordsReader::new(root.path());
+    for _ in 0..2 {
+        let (intents, pulled) = (reader.intents(now()), reader.pulled());
+        assert!(intents.found.is_empty() && intents.skipped.is_empty());
+        assert!(pulled.found.is_empty() && pulled.skipped.is_empty());
+        assert_eq!(reader.pulled_for("sha256:x"), None);
+    }
+    assert_eq!(
+        lock(&reader.warned).linked_dirs.len(),
+        2,
+        "each logged once"
+    );
+
+    // `image_manager` itself a link.
+    let root = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(
+        elsewhere.path().join("image_manager"),
+        root.path().join("image_manager"),
+    )
+    .expect("symlink");
+    let reader = PullRecordsReader::new(root.path());
+    assert!(reader.intents(now()).found.is_empty());
+    assert!(reader.pulled().found.is_empty());
+    assert_eq!(reader.pulled_for("sha256:x"), None);
+    // The same directories read directly hold the records.
+    let direct = PullRecordsReader::new(elsewhere.path());
+    assert_eq!(direct.intents(now()).found.len(), 1);
+    assert!(direct.pulled_for("sha256:x").is_some());
 }

@@ -437,7 +437,14 @@ async fn containerd_answers_container_events_unimplemented_and_the_watcher_falls
     let clock = ManualClock::new(now);
     tokio::time::timeout(
         Duration::from_secs(60),
-        watch_container_events(&client, &gc, &clock, stop_rx, |note| notes.push(note)),
+        watch_container_events(
+            &client,
+            &gc,
+            &clock,
+            imagekeeper::agent::ContainerEvents::Auto,
+            stop_rx,
+            |note| notes.push(note),
+        ),
     )
     .await
     .expect("the watcher ends by itself");

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use imagekeeper::gc::{Decision, GcConfig, GcPolicy, ImageGcManager};
 use imagekeeper::kubelet::record_file_name;
-use imagekeeper::model::{ImageId, RuntimeImage};
+use imagekeeper::model::{ImageId, RuntimeImage, UnixNanos};
 use imagekeeper::replay::ScriptedRuntime;
 
 use super::{Node, at, container, image, policy, removed_ids};
@@ -37,11 +37,24 @@ pub(crate) fn write_pulled(root: &Path, image_ref: &str, last_updated: &str) {
 }
 
 fn write(root: &Path, dir: &str, key: &str, json: &str) {
+    write_at(root, dir, key, json, at(0));
+}
+
+/// Writes a record file whose mtime is `written` (the tests' clock, not the wall clock: an
+/// intent's age is its mtime against the injected now).
+fn write_at(root: &Path, dir: &str, key: &str, json: &str, written: UnixNanos) {
     let dir = root.join("image_manager").join(dir);
     std::fs::create_dir_all(&dir).expect("mkdir");
     let target = dir.join(record_file_name(key));
     let tmp = target.with_extension("tmp");
     std::fs::write(&tmp, json).expect("write tmp");
+    let mtime = std::time::SystemTime::UNIX_EPOCH
+        + std::time::Duration::from_nanos(u64::try_from(written.0).expect("after 1970"));
+    std::fs::File::options()
+        .write(true)
+        .open(&tmp)
+        .and_then(|f| f.set_modified(mtime))
+        .expect("set mtime");
     std::fs::rename(&tmp, &target).expect("rename");
 }
 
@@ -266,4 +279,51 @@ async fn an_image_the_kubelet_pulled_less_than_min_age_ago_survives_gc_and_prune
             report.error
         );
     }
+}
+
+/// An intent the kubelet never removed (its name is not the runtime's tag) keeps its image
+/// only until it is older than the intent max age (24 h by default): the same file keeps the
+/// image at a GC 1 h after it was written and not at one 48 h after; the dry run lists it.
+#[tokio::test]
+async fn a_stale_pull_intent_stops_keeping_its_image() {
+    let kubelet = tempfile::tempdir().expect("tempdir");
+    write_at(
+        kubelet.path(),
+        "pulling",
+        "busybox",
+        r#"{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1beta1","image":"busybox"}"#,
+        at(0),
+    );
+    let node = node_reading(kubelet.path(), policy(85, 0, 0, 0));
+    node.set_images(vec![busybox("bb"), image("a", 1_000)]);
+    node.set_fs(2_000, 0);
+    let hour = 3_600;
+    node.detect(hour).await;
+    let plan = node.manager().plan(at(hour), true).await.expect("plan");
+    let kept = plan
+        .explanation
+        .images
+        .iter()
+        .find(|i| i.key.image_id.as_str() == "bb");
+    assert_eq!(
+        kept.map(|i| i.decision),
+        Some(Decision::KeepKubeletPulling),
+        "{plan:?}"
+    );
+    assert!(plan.explanation.stale_kubelet_intents.is_empty());
+    let report = node.manager().delete_unused_images(at(hour)).await;
+    assert_eq!(removed_ids(&report), vec!["a"], "{report:?}");
+
+    let later = 48 * hour;
+    node.detect(later).await;
+    let plan = node.manager().plan(at(later), true).await.expect("plan");
+    assert_eq!(plan.explanation.stale_kubelet_intents.len(), 1, "{plan:?}");
+    assert_eq!(plan.explanation.stale_kubelet_intents[0].image, "busybox");
+    assert_eq!(
+        node.manager().kubelet_stale_intents(),
+        Some(1),
+        "the metric's gauge"
+    );
+    let report = node.manager().delete_unused_images(at(later)).await;
+    assert_eq!(removed_ids(&report), vec!["bb"], "{report:?}");
 }

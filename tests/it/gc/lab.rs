@@ -139,6 +139,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
         sandbox_image: Some(lab.sandbox_image.clone()),
         pins: PinPatterns::new(vec![pinned.reference.clone()]),
         kubelet_root_dir: None,
+        kubelet_intent_max_age: None,
         journal_retention: Default::default(),
     };
     let runtime = Hooked {
@@ -478,6 +479,7 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
         sandbox_image: Some(lab.sandbox_image.clone()),
         pins: PinPatterns::new(others),
         kubelet_root_dir: None,
+        kubelet_intent_max_age: None,
         journal_retention: Default::default(),
     };
     let runtime = Hooked {
