@@ -43,10 +43,12 @@ use crate::gc::{CycleTime, GcError, ImageGcManager};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
 
-pub use config::{AgentConfig, ConfigError, DEFAULT_ADMIN_SOCKET, FileConfig, FlagValues};
+pub use config::{
+    AgentConfig, ConfigError, DEFAULT_ADMIN_SOCKET, EMPTY_CONFIG_MARKER, FileConfig, FlagValues,
+};
 pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
 pub use health::Health;
-pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
+pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http, serve_probes};
 pub use metrics::{AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX};
 pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,

@@ -270,6 +270,50 @@ fn bad_configuration_exits_2_naming_the_flag_or_field() {
     }
 }
 
+/// Issue 31: `--config` naming a FIFO made `run`, `gc` and `doctor` hang in open(2), waiting
+/// for a writer, with no message; a character device was read for gigabytes. Each now exits 2
+/// at once with a message naming the file. (A hang is turned into a failure by the runner's
+/// guard.)
+#[test]
+fn run_gc_and_doctor_refuse_a_config_that_is_not_a_regular_file_with_exit_2() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("cfg.toml");
+    mkfifo(&fifo);
+    let device = dir.path().join("zero.toml");
+    // SAFETY: mknod(2) on a path in the test's temp dir: a character device like /dev/zero.
+    let made = unsafe {
+        libc::mknod(
+            c_path(&device).as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(1, 5),
+        )
+    };
+    assert_eq!(made, 0, "mknod (the tests run as root)");
+    let db = dir.path().join("never-created.redb");
+    let socket = dir.path().join("admin.sock");
+    for (path, kind) in [(&fifo, "a FIFO"), (&device, "a character device")] {
+        let config = format!("--config={}", path.display());
+        let db_flag = format!("--db={}", db.display());
+        let socket_flag = format!("--admin-socket={}", socket.display());
+        let commands: [&[&str]; 3] = [
+            &["run", &config, &db_flag, &socket_flag],
+            &["gc", &config, &db_flag, &socket_flag],
+            &["doctor", &config, &db_flag, &socket_flag],
+        ];
+        for args in commands {
+            let out = crate::support::bin::run(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            let want = format!(
+                "config file {}: not a regular file ({kind})",
+                path.display()
+            );
+            assert!(stderr.contains(&want), "{args:?}: {stderr}");
+            assert!(!db.exists(), "{args:?}: nothing is created");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
     let fake = FakeRuntime::start().await.expect("fake runtime");
@@ -713,6 +757,18 @@ fn run_refuses_bad_paths_and_addresses_with_exit_2_before_creating_anything() {
             // TEST-NET-1: no interface here has this address.
             vec!["--metrics-address=192.0.2.1:9100".into()],
             "--metrics-address: cannot listen on 192.0.2.1:9100",
+        ),
+        (
+            fresh_db.clone(),
+            s(&fresh_socket),
+            vec![format!("--healthz-address={busy_address}")],
+            "--healthz-address: cannot listen on",
+        ),
+        (
+            fresh_db.clone(),
+            s(&fresh_socket),
+            vec!["--healthz-address=localhost:9898".into()],
+            "--healthz-address: \"localhost:9898\" is not HOST:PORT with an IP host",
         ),
         (
             fresh_db.clone(),
