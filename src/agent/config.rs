@@ -816,7 +816,11 @@ mod tests {
         let depth = MAX_NESTING_DEPTH + 1;
         std::fs::write(
             &deep,
-            format!("pinnedImages = {}{}\n", "[".repeat(depth), "]".repeat(depth)),
+            format!(
+                "pinnedImages = {}{}\n",
+                "[".repeat(depth),
+                "]".repeat(depth)
+            ),
         )
         .expect("write");
         let shallow = dir.path().join("shallow.toml");
@@ -859,7 +863,11 @@ mod tests {
     fn a_file_setting_nothing_is_refused_by_a_reload_unless_it_says_so() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("imagekeeper.toml");
-        for text in ["", "\n  \n", "# pinnedImages = [\"a\"]\n# imagekeeper: emptied\n"] {
+        for text in [
+            "",
+            "\n  \n",
+            "# pinnedImages = [\"a\"]\n# imagekeeper: emptied\n",
+        ] {
             std::fs::write(&path, text).expect("write");
             let err = FileConfig::load_for_reload(&path)
                 .expect_err(text)
@@ -868,7 +876,11 @@ mod tests {
                 err.contains("the file sets nothing") && err.contains(EMPTY_CONFIG_MARKER),
                 "{text:?}: {err}"
             );
-            assert_eq!(FileConfig::load(&path), Ok(FileConfig::default()), "{text:?}");
+            assert_eq!(
+                FileConfig::load(&path),
+                Ok(FileConfig::default()),
+                "{text:?}"
+            );
         }
         for text in [
             "# imagekeeper: empty\n",

@@ -443,7 +443,10 @@ async fn a_reload_of_an_empty_file_keeps_the_pins_unless_the_file_says_it_is_emp
     std::fs::write(&file, "# imagekeeper: empty\n").expect("write");
     let report = agent.reload().await.expect("an empty file that says so");
     assert_eq!(report.changed, ["pinnedImages"]);
-    assert!(pins(&agent).is_empty(), "every setting is back to its default");
+    assert!(
+        pins(&agent).is_empty(),
+        "every setting is back to its default"
+    );
 }
 
 /// `NOTIFY_SOCKET=@name` is a socket in the abstract namespace (no file): the agent reaches
