@@ -10,7 +10,8 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use imagekeeper::admin::{
-    self, AdminBackend, AdminClient, AdminLimits, EnsureImageError, EnsureRequest, GcOutcome,
+    self, AdminBackend, AdminClient, AdminError, AdminLimits, EnsureImageError, EnsureRequest,
+    GcOutcome,
 };
 use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
@@ -1137,6 +1138,66 @@ async fn admin_server_closes_connections_beyond_its_limit_at_once() {
         },
     )
     .await;
+}
+
+/// Issue 31: an agent at its admin connection limit accepts a connection and closes it at
+/// once; the client said only "transport error". It now says the agent is busy, and so does
+/// the CLI (exit 1, a failure, not bad input); a served client is never taken for busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_beyond_the_admin_connection_limit_is_told_the_agent_is_busy() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    let limits = AdminLimits {
+        max_connections: 2,
+        idle_timeout: Duration::from_secs(600),
+    };
+    let _backend = serve_parked(&socket, limits).await;
+    let mut served = AdminClient::connect(&socket).await.expect("connect");
+    served.delete_unused(true).await.expect("a served call");
+    // The second slot, held by a connection the server has spoken on (so it was served).
+    let mut held = tokio::net::UnixStream::connect(&socket)
+        .await
+        .expect("connect");
+    let mut first = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(30), held.read(&mut first))
+        .await
+        .expect("the server speaks first on a served connection")
+        .expect("read");
+    assert!(n > 0);
+
+    // Refused at the connect (the HTTP/2 preface meets the closed connection) or, when the
+    // preface went out before the close, at the first call: busy either way.
+    let err = match AdminClient::connect(&socket).await {
+        Err(e) => e,
+        Ok(mut client) => client.delete_unused(true).await.expect_err("busy"),
+    };
+    assert!(matches!(err, AdminError::Busy { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "admin socket {}: the agent is busy: it accepted the connection and closed it without a word, as it does beyond its limit of admin connections; try again shortly",
+            socket.display()
+        )
+    );
+    let out = tokio::task::spawn_blocking({
+        let socket = socket.clone();
+        move || {
+            crate::support::bin::run(&[
+                "prune",
+                "--dry-run",
+                &format!("--admin-socket={}", socket.display()),
+            ])
+        }
+    })
+    .await
+    .expect("join");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the agent is busy"), "{stderr}");
+    assert!(!stderr.contains("transport error"), "{stderr}");
+    // The served client's connection is still served.
+    served.delete_unused(true).await.expect("still served");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
