@@ -403,6 +403,58 @@ async fn a_config_replaced_by_a_fifo_fails_the_reload_and_the_agent_answers_and_
     assert_eq!(status.code(), Some(0));
 }
 
+/// `run --healthz-address`: the probes' own listener answers `/healthz` and `/readyz` (ready
+/// once the first detect is done) and serves no metrics; the agent logs where it listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_serves_the_probes_on_the_healthz_address_and_no_metrics_there() {
+    use std::io::BufRead;
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("imagekeeper.toml"), "pinnedImages = []\n").expect("write");
+    let notify_path = dir.path().join("notify.sock");
+    let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    let mut service = Service::start(
+        &fake,
+        dir.path(),
+        notify_path.to_str().expect("utf8"),
+        &["--healthz-address", "127.0.0.1:0"],
+    );
+    let stderr = service.child.stderr.take().expect("piped stderr");
+    // The log line names the port the kernel chose; the rest of stderr is drained.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("Serving health probes")
+                && let Some(address) = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("address="))
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(address.to_owned());
+            }
+        }
+    });
+    let address = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a \"Serving health probes\" line");
+    let ready = next_message(&manager);
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    let healthz = http_get(&address, "/healthz");
+    assert!(healthz.starts_with("HTTP/1.1 200 OK"), "{healthz}");
+    assert!(healthz.contains("ok: alive"), "{healthz}");
+    let readyz = http_get(&address, "/readyz");
+    assert!(readyz.starts_with("HTTP/1.1 200 OK"), "{readyz}");
+    let metrics = http_get(&address, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 404"), "{metrics}");
+    service.signal(libc::SIGTERM);
+    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(service.wait().code(), Some(0));
+}
+
 /// Issue 31: a reload of a file caught empty (an editor truncating it in place) or holding
 /// only comments keeps the running configuration, pins included, and says why; a file that
 /// says `# imagekeeper: empty` resets every setting to its default, as it asks.
