@@ -127,15 +127,6 @@ impl AdminClient {
         let path = self.path.clone();
         let heard = self.heard.clone();
         move |status| {
-            // Tonic's transport failures are Unavailable or Unknown with a transport source.
-            let transport = matches!(
-                status.code(),
-                tonic::Code::Unavailable | tonic::Code::Unknown
-            ) && status.metadata().is_empty()
-                && std::error::Error::source(&status).is_some();
-            if transport && !heard.load(Ordering::Relaxed) {
-                return AdminError::Busy { path: path.clone() };
-            }
             // tonic reports its channel deadline as Cancelled "Timeout expired".
             if matches!(
                 status.code(),
@@ -143,6 +134,11 @@ impl AdminClient {
             ) && status.message().contains("Timeout expired")
             {
                 AdminError::Timeout { method, after }
+            } else if !heard.load(Ordering::Relaxed) {
+                // Not a byte from the agent on any connection: no answer of its own (that
+                // needs its HTTP/2 settings and headers), so the transport failed (a reset,
+                // "operation was canceled", ...) on a connection it closed at once: busy.
+                AdminError::Busy { path: path.clone() }
             } else if let Some((reason, message)) = reason_and_message(&status) {
                 AdminError::Rejected {
                     method,
