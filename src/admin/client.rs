@@ -1,7 +1,17 @@
 //! The admin client the CLI uses to drive a running agent.
+//!
+//! Every connection is watched for the agent's first byte: the agent closes a connection
+//! beyond its connection limit the moment it accepts it, so a call that fails on the transport
+//! before the agent ever spoke is [`AdminError::Busy`], not a bare "transport error".
 
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
@@ -18,6 +28,46 @@ use crate::model::RecordKey;
 pub struct AdminClient {
     inner: Generated<tonic::transport::Channel>,
     timeout: Duration,
+    path: PathBuf,
+    /// Whether the agent ever sent a byte on any of this client's connections.
+    heard: Arc<AtomicBool>,
+}
+
+/// A connection to the agent that notes when the agent first sends something.
+struct Watched {
+    stream: UnixStream,
+    heard: Arc<AtomicBool>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.heard.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
 }
 
 /// How long one admin call may take by default (a GC cycle with many removals can be slow:
@@ -39,26 +89,43 @@ impl AdminClient {
     ) -> Result<AdminClient, AdminError> {
         let path: PathBuf = socket.to_owned();
         let dial = path.clone();
-        let channel =
-            Endpoint::from_static("http://admin.invalid")
-                .connect_timeout(Duration::from_secs(2))
-                .timeout(timeout)
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let dial = dial.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(dial).await?))
-                    }
-                }))
-                .await
-                .map_err(|e| connect_error(path, e))?;
+        let heard = Arc::new(AtomicBool::new(false));
+        let connected = Arc::new(AtomicBool::new(false));
+        let (watch, dialed) = (heard.clone(), connected.clone());
+        let channel = Endpoint::from_static("http://admin.invalid")
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(timeout)
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let dial = dial.clone();
+                let heard = watch.clone();
+                let connected = dialed.clone();
+                async move {
+                    let stream = UnixStream::connect(dial).await?;
+                    connected.store(true, Ordering::Relaxed);
+                    Ok::<_, std::io::Error>(TokioIo::new(Watched { stream, heard }))
+                }
+            }))
+            .await
+            .map_err(|e| {
+                // Connected, then closed before the agent said anything: it is at its limit.
+                if connected.load(Ordering::Relaxed) && !heard.load(Ordering::Relaxed) {
+                    AdminError::Busy { path: path.clone() }
+                } else {
+                    connect_error(path.clone(), e)
+                }
+            })?;
         Ok(AdminClient {
             inner: Generated::new(channel),
             timeout,
+            path,
+            heard,
         })
     }
 
     fn call_err(&self, method: &'static str) -> impl Fn(tonic::Status) -> AdminError + use<> {
         let after = self.timeout;
+        let path = self.path.clone();
+        let heard = self.heard.clone();
         move |status| {
             // tonic reports its channel deadline as Cancelled "Timeout expired".
             if matches!(
@@ -67,6 +134,11 @@ impl AdminClient {
             ) && status.message().contains("Timeout expired")
             {
                 AdminError::Timeout { method, after }
+            } else if !heard.load(Ordering::Relaxed) {
+                // Not a byte from the agent on any connection: no answer of its own (that
+                // needs its HTTP/2 settings and headers), so the transport failed (a reset,
+                // "operation was canceled", ...) on a connection it closed at once: busy.
+                AdminError::Busy { path: path.clone() }
             } else if let Some((reason, message)) = reason_and_message(&status) {
                 AdminError::Rejected {
                     method,

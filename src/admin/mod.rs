@@ -333,6 +333,13 @@ pub enum AdminError {
         method: &'static str,
         message: String,
     },
+    /// The agent accepted the connection and closed it without a byte, as it does with a
+    /// connection beyond its limit of admin connections (it holds that many already).
+    #[error(
+        "admin socket {path}: the agent is busy: it accepted the connection and closed it \
+         without a word, as it does beyond its limit of admin connections; try again shortly"
+    )]
+    Busy { path: PathBuf },
     #[error(
         "the agent did not answer {method} within {}: it goes on with the work (see its log and the image_gc_progress_* metrics); give --timeout to wait longer",
         crate::format::go_duration(*after)

@@ -124,17 +124,56 @@ pub struct FileConfig {
     pub image_credential_provider_bin_dir: Option<PathBuf>,
 }
 
+/// The line that makes a config file setting nothing a deliberate one: a reload refuses a file
+/// with no setting (empty, white space, comments only: what an editor truncating the file in
+/// place leaves for a moment) unless one of its lines is exactly this (surrounding white space
+/// aside). Then every setting goes back to its default, as the file says.
+pub const EMPTY_CONFIG_MARKER: &str = "# imagekeeper: empty";
+
 impl FileConfig {
-    /// Reads and parses a TOML file.
+    /// Reads and parses a TOML file through the operator-file reader
+    /// ([`crate::operator_file::read_text`]): a regular file only (a FIFO or device is refused
+    /// at once, never waited on), at most [`crate::operator_file::MAX_OPERATOR_FILE_BYTES`],
+    /// nested at most [`crate::operator_file::MAX_NESTING_DEPTH`] brackets deep. Blocking I/O.
     pub fn load(path: &Path) -> Result<FileConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
-            path: path.to_owned(),
-            message: e.to_string(),
+        FileConfig::load_text(path).map(|(config, _)| config)
+    }
+
+    /// [`FileConfig::load`] for a reload: a file that sets nothing is refused unless it says
+    /// so with [`EMPTY_CONFIG_MARKER`], so that a file caught empty does not silently put
+    /// every setting (pinned images among them) back to its default.
+    pub fn load_for_reload(path: &Path) -> Result<FileConfig, ConfigError> {
+        let (config, text) = FileConfig::load_text(path)?;
+        let sets_nothing = toml::from_str::<toml::Table>(&text).is_ok_and(|t| t.is_empty());
+        if sets_nothing && !text.lines().any(|l| l.trim() == EMPTY_CONFIG_MARKER) {
+            return Err(ConfigError::File {
+                path: path.to_owned(),
+                message: format!(
+                    "the file sets nothing (it is empty, or holds only comments): refusing to \
+                     reset every setting to its default; a file meant to be empty says so with \
+                     a line \"{EMPTY_CONFIG_MARKER}\""
+                ),
+            });
+        }
+        Ok(config)
+    }
+
+    fn load_text(path: &Path) -> Result<(FileConfig, String), ConfigError> {
+        use crate::operator_file::{Follow, read_text};
+        let text = read_text(path, Follow::Yes).map_err(|e| {
+            // The reader's message starts with the path, which ours already names.
+            let full = e.to_string();
+            let shown = format!("{}: ", e.path().display());
+            ConfigError::File {
+                path: path.to_owned(),
+                message: full.strip_prefix(&shown).unwrap_or(&full).to_owned(),
+            }
         })?;
-        toml::from_str(&text).map_err(|e| ConfigError::File {
+        let config = toml::from_str(&text).map_err(|e| ConfigError::File {
             path: path.to_owned(),
             message: e.to_string().trim_end().to_owned(),
-        })
+        })?;
+        Ok((config, text))
     }
 }
 
@@ -851,6 +890,108 @@ mod tests {
 
     fn resolve(file: &FileConfig, flags: &FlagValues) -> Result<AgentConfig, ConfigError> {
         AgentConfig::resolve(file, Some(Path::new("/etc/ik.toml")), flags)
+    }
+
+    /// Issue 31: the config file is read through the operator-file reader. A FIFO (the agent
+    /// hung in open(2) waiting for a writer), a device (a zero device read gigabytes), a file
+    /// over 1 MiB (1.5 GB of TOML made the lexer ask for 10.8 GB) and a file nested deeper
+    /// than 64 brackets are each refused at once, the error naming the file and why.
+    #[test]
+    fn the_config_file_is_a_small_shallow_regular_file_or_refused_naming_it() {
+        use crate::operator_file::{MAX_NESTING_DEPTH, MAX_OPERATOR_FILE_BYTES};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fifo = dir.path().join("fifo.toml");
+        let c = std::ffi::CString::new(fifo.to_str().expect("utf8")).expect("no NUL");
+        // SAFETY: mkfifo(3) on a NUL-terminated path in the test's temp dir.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+        let large = dir.path().join("large.toml");
+        let line = "# a comment line of padding\n";
+        let lines = usize::try_from(MAX_OPERATOR_FILE_BYTES).expect("1 MiB") / line.len() + 1;
+        std::fs::write(&large, line.repeat(lines)).expect("write");
+        let deep = dir.path().join("deep.toml");
+        let depth = MAX_NESTING_DEPTH + 1;
+        std::fs::write(
+            &deep,
+            format!(
+                "pinnedImages = {}{}\n",
+                "[".repeat(depth),
+                "]".repeat(depth)
+            ),
+        )
+        .expect("write");
+        let shallow = dir.path().join("shallow.toml");
+        std::fs::write(&shallow, "pinnedImages = [\"a\"]\n").expect("write");
+        let zero = Path::new("/dev/zero");
+        let cases: [(&Path, &str); 4] = [
+            (&fifo, "not a regular file (a FIFO)"),
+            (zero, "not a regular file (a character device)"),
+            (&large, "the file is larger than 1048576 bytes"),
+            (&deep, "nested more than 64 levels deep at line 1"),
+        ];
+        for (path, why) in cases {
+            for load in [FileConfig::load, FileConfig::load_for_reload] {
+                let err = load(path).expect_err(why).to_string();
+                assert_eq!(
+                    err,
+                    format!("config file {}: {}", path.display(), err_tail(&err, path)),
+                    "the file is named once"
+                );
+                assert!(err.contains(why), "{err} should say {why:?}");
+            }
+        }
+        let loaded = FileConfig::load(&shallow).expect("a small regular file");
+        assert_eq!(loaded.pinned_images, Some(vec!["a".to_owned()]));
+    }
+
+    /// What follows "config file PATH: ", checked to hold no second copy of the path.
+    fn err_tail(err: &str, path: &Path) -> String {
+        let head = format!("config file {}: ", path.display());
+        let tail = err.strip_prefix(&head).unwrap_or(err).to_owned();
+        assert!(!tail.contains(&path.display().to_string()), "{err}");
+        tail
+    }
+
+    /// Issue 31: a reload refuses a file that sets nothing (empty, white space, comments only:
+    /// an editor truncating it in place) unless it holds the line `# imagekeeper: empty`;
+    /// any setting makes it a file like any other. At start such a file is the defaults, as
+    /// before (nothing is running to keep).
+    #[test]
+    fn a_file_setting_nothing_is_refused_by_a_reload_unless_it_says_so() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("imagekeeper.toml");
+        for text in [
+            "",
+            "\n  \n",
+            "# pinnedImages = [\"a\"]\n# imagekeeper: emptied\n",
+        ] {
+            std::fs::write(&path, text).expect("write");
+            let err = FileConfig::load_for_reload(&path)
+                .expect_err(text)
+                .to_string();
+            assert!(
+                err.contains("the file sets nothing") && err.contains(EMPTY_CONFIG_MARKER),
+                "{text:?}: {err}"
+            );
+            assert_eq!(
+                FileConfig::load(&path),
+                Ok(FileConfig::default()),
+                "{text:?}"
+            );
+        }
+        for text in [
+            "# imagekeeper: empty\n",
+            "# reset on purpose\n  # imagekeeper: empty  \n",
+        ] {
+            std::fs::write(&path, text).expect("write");
+            assert_eq!(
+                FileConfig::load_for_reload(&path),
+                Ok(FileConfig::default()),
+                "{text:?}"
+            );
+        }
+        std::fs::write(&path, "# only this\npinnedImages = []\n").expect("write");
+        let loaded = FileConfig::load_for_reload(&path).expect("a key is set");
+        assert_eq!(loaded.pinned_images, Some(Vec::new()));
     }
 
     #[test]

@@ -13,6 +13,14 @@
 //! connection from it is accepted and closed at once, without a reply, so one client (a pod has
 //! one IP) can neither hold every slot nor park a queue of connections ahead of a probe. Nothing
 //! here touches the store but through [`HttpEndpoints`].
+//!
+//! Many addresses together still can: idle clients from enough pods (8 each) fill the slots
+//! and the kernel's listen queue behind them, and a probe on that listener then waits for
+//! tens of seconds. So the probes get a listener of their own ([`serve_probes`], `run
+//! --healthz-address`, as the kubelet's own healthz is on 127.0.0.1:10248 apart from its other
+//! ports): on loopback no pod can reach it, and it answers `/healthz` and `/readyz` only
+//! (`/metrics` is 404 there), with [`HttpLimits::probes`]. Each listener has its own slots, so
+//! a flood of the metrics listener takes nothing from the probes'.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -70,11 +78,53 @@ impl Default for HttpLimits {
     }
 }
 
+impl HttpLimits {
+    /// The probe listener's bounds ([`serve_probes`]): 8 connections, all 8 allowed from one
+    /// address (its clients are the kubelet and other processes of the node, all from
+    /// 127.0.0.1 on loopback), 1 s for the head and 10 s for the response, as the metrics
+    /// listener's.
+    pub fn probes() -> HttpLimits {
+        HttpLimits {
+            max_connections: 8,
+            max_connections_per_ip: 8,
+            ..HttpLimits::default()
+        }
+    }
+}
+
+/// Which paths a listener answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Paths {
+    /// `/metrics` (and `/`), `/healthz`, `/readyz`.
+    All,
+    /// `/healthz` and `/readyz` only.
+    Probes,
+}
+
 /// Serves `endpoints` on `listener` until the task is dropped.
 pub async fn serve_http(
     listener: TcpListener,
     endpoints: Arc<dyn HttpEndpoints>,
     limits: HttpLimits,
+) {
+    serve(listener, endpoints, limits, Paths::All).await;
+}
+
+/// Serves `/healthz` and `/readyz` alone on `listener` (every other path is 404) until the task
+/// is dropped: the probes' own listener, with its own connection slots (see the module's doc).
+pub async fn serve_probes(
+    listener: TcpListener,
+    endpoints: Arc<dyn HttpEndpoints>,
+    limits: HttpLimits,
+) {
+    serve(listener, endpoints, limits, Paths::Probes).await;
+}
+
+async fn serve(
+    listener: TcpListener,
+    endpoints: Arc<dyn HttpEndpoints>,
+    limits: HttpLimits,
+    paths: Paths,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let per_ip = PerIp::default();
@@ -99,7 +149,7 @@ pub async fn serve_http(
         };
         let endpoints = endpoints.clone();
         tokio::spawn(async move {
-            serve_connection(conn, endpoints.as_ref(), limits).await;
+            serve_connection(conn, endpoints.as_ref(), limits, paths).await;
             drop(held);
             drop(slot);
         });
@@ -145,7 +195,12 @@ impl Drop for PerIpHeld {
     }
 }
 
-async fn serve_connection(mut conn: TcpStream, endpoints: &dyn HttpEndpoints, limits: HttpLimits) {
+async fn serve_connection(
+    mut conn: TcpStream,
+    endpoints: &dyn HttpEndpoints,
+    limits: HttpLimits,
+    paths: Paths,
+) {
     let head = match tokio::time::timeout(limits.head_timeout, read_head(&mut conn)).await {
         Ok(Ok(head)) => head,
         Ok(Err(e)) => {
@@ -157,7 +212,7 @@ async fn serve_connection(mut conn: TcpStream, endpoints: &dyn HttpEndpoints, li
             return;
         }
     };
-    let response = respond(&head, endpoints);
+    let response = respond(&head, endpoints, paths);
     let write = async {
         conn.write_all(&response).await?;
         conn.shutdown().await
@@ -195,7 +250,7 @@ async fn read_head(conn: &mut TcpStream) -> std::io::Result<Head> {
     }
 }
 
-fn respond(head: &Head, endpoints: &dyn HttpEndpoints) -> Vec<u8> {
+fn respond(head: &Head, endpoints: &dyn HttpEndpoints, paths: Paths) -> Vec<u8> {
     let head = match head {
         Head::Complete(bytes) => String::from_utf8_lossy(bytes),
         Head::TooLarge => {
@@ -220,7 +275,7 @@ fn respond(head: &Head, endpoints: &dyn HttpEndpoints) -> Vec<u8> {
         );
     }
     let (status, content_type, body) = match path {
-        "/metrics" | "/" => ("200 OK", CONTENT_TYPE, endpoints.metrics()),
+        "/metrics" | "/" if paths == Paths::All => ("200 OK", CONTENT_TYPE, endpoints.metrics()),
         "/healthz" => match endpoints.healthz() {
             Ok(body) => ("200 OK", "text/plain; charset=utf-8", body),
             Err(body) => ("503 Service Unavailable", "text/plain; charset=utf-8", body),
@@ -229,6 +284,11 @@ fn respond(head: &Head, endpoints: &dyn HttpEndpoints) -> Vec<u8> {
             Ok(body) => ("200 OK", "text/plain; charset=utf-8", body),
             Err(body) => ("503 Service Unavailable", "text/plain; charset=utf-8", body),
         },
+        _ if paths == Paths::Probes => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: this listener serves the probes: try GET /healthz or /readyz (metrics are on --metrics-address)\n".to_owned(),
+        ),
         _ => (
             "404 Not Found",
             "text/plain; charset=utf-8",

@@ -3,9 +3,13 @@
 //!
 //! A reload reads the `--config` file again and resolves it with the flags the agent was
 //! started with ([`ConfigSource`]: only the flags given on the command line, so a flag still
-//! wins over the file, as at start), with every check of a start. An invalid file (unreadable,
-//! not TOML, an unknown field, a bad value) changes nothing: the agent keeps running with what
-//! it had, logs one error naming the field (or the file), and counts the failure. A valid one
+//! wins over the file, as at start), with every check of a start, on the blocking pool (the
+//! file is read through [`crate::operator_file`]: a FIFO, a device or a huge file is refused at
+//! once, and no async worker waits on the read). An invalid file (unreadable, not a regular
+//! file, too large or deep, not TOML, an unknown field, a bad value) changes nothing: the agent
+//! keeps running with what it had, logs one error naming the field (or the file), and counts
+//! the failure. So does a file that sets nothing (empty, or comments only: an editor truncating
+//! it in place) unless it holds the line [`super::EMPTY_CONFIG_MARKER`]. A valid one
 //! swaps the GC settings — thresholds, MinAge, MaxAge, pinned images, the sandbox image and
 //! the kubelet's root directory — in one step between cycles
 //! ([`crate::gc::ImageGcManager::reconfigure`]: a cycle runs wholly with the old or wholly
@@ -39,6 +43,17 @@ impl ConfigSource {
     pub fn resolve(&self) -> Result<AgentConfig, ConfigError> {
         let file = match &self.file {
             Some(path) => FileConfig::load(path)?,
+            None => FileConfig::default(),
+        };
+        AgentConfig::resolve(&file, self.file.as_deref(), &self.flags)
+    }
+
+    /// [`ConfigSource::resolve`] for a reload: a file that sets nothing is refused unless it
+    /// says so ([`FileConfig::load_for_reload`]). Blocking I/O: [`Agent::reload`] runs it on
+    /// the blocking pool.
+    pub fn resolve_for_reload(&self) -> Result<AgentConfig, ConfigError> {
+        let file = match &self.file {
+            Some(path) => FileConfig::load_for_reload(path)?,
             None => FileConfig::default(),
         };
         AgentConfig::resolve(&file, self.file.as_deref(), &self.flags)
@@ -176,7 +191,18 @@ impl<R: AgentRuntime> Agent<R> {
         let Some(source) = &self.source else {
             return Ok(ReloadReport::default());
         };
-        let new = source.resolve()?;
+        // Off the async workers: reading the file (and what resolving it checks on disk) is
+        // blocking I/O, and a worker blocked here would stop the loops, the probes and the
+        // shutdown with it.
+        let new = {
+            let source = source.clone();
+            tokio::task::spawn_blocking(move || source.resolve_for_reload())
+                .await
+                .map_err(|e| ConfigError::Invalid {
+                    origin: "reloading the configuration".to_owned(),
+                    message: format!("the read did not complete: {e}"),
+                })??
+        };
         let old = self.config();
         let mut report = differences(&old, &new);
         // The same provider config path with other contents: the plugins loaded at start

@@ -47,7 +47,10 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
         .context("starting the async runtime")?;
     let (outcome, via) = rt.block_on(async {
         match AdminClient::connect_with_timeout(&config.admin_socket, args.timeout).await {
-            Err(e @ AdminError::PermissionDenied { .. }) => Err(Failure::from(e)),
+            // An agent there that cannot take the call now: not a reason to go around it.
+            Err(e @ (AdminError::PermissionDenied { .. } | AdminError::Busy { .. })) => {
+                Err(Failure::from(e))
+            }
             Ok(mut client) => {
                 let outcome = match cycle {
                     Cycle::GarbageCollect => client.garbage_collect(args.dry_run).await,

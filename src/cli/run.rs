@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use imagekeeper::admin;
 use imagekeeper::agent::{Agent, DetectState, FlagValues, Listeners};
+use imagekeeper::agent::{HttpEndpoints, HttpLimits, serve_probes};
 use imagekeeper::agent::{Notifier, notify_reloading_message, notify_status};
 use imagekeeper::clock::SystemClock;
 use tracing::{info, warn};
@@ -21,6 +22,11 @@ pub struct RunArgs {
     /// Serve Prometheus metrics on this address (HOST:PORT); off when absent.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_address: Option<String>,
+    /// Serve /healthz and /readyz alone on this address (HOST:PORT), for the kubelet's
+    /// probes, with connection slots of its own: best on loopback (127.0.0.1:PORT), where no
+    /// pod can flood it, as the kubelet's own healthz; off when absent.
+    #[arg(long, value_name = "HOST:PORT")]
+    healthz_address: Option<String>,
     /// How often to detect images [default: 5m].
     #[arg(long, value_name = "DURATION")]
     detect_period: Option<String>,
@@ -81,12 +87,29 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         ),
         None => None,
     };
+    let probes_listener = match args.healthz_address.as_deref() {
+        None | Some("") => None,
+        Some(text) => {
+            let address: std::net::SocketAddr = text
+                .parse()
+                .with_context(|| {
+                    format!("--healthz-address: {text:?} is not HOST:PORT with an IP host")
+                })
+                .map_err(Failure::usage)?;
+            Some(
+                std::net::TcpListener::bind(address)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .with_context(|| format!("--healthz-address: cannot listen on {address}"))
+                    .map_err(Failure::usage)?,
+            )
+        }
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         // SIGHUP's default action ends the process: take it over before anything is opened.
         let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("handling SIGHUP")?;
@@ -127,13 +150,38 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 say(&notifier, "STOPPING=1");
             }
         };
+        let probes = match probes_listener {
+            Some(listener) => {
+                let address = listener
+                    .local_addr()
+                    .context("--healthz-address: the bound address")?;
+                let listener = tokio::net::TcpListener::from_std(listener)
+                    .context("--healthz-address: serving the probes")?;
+                info!(%address, "Serving health probes");
+                let endpoints: Arc<dyn HttpEndpoints> = agent.clone();
+                Some(tokio::spawn(serve_probes(
+                    listener,
+                    endpoints,
+                    HttpLimits::probes(),
+                )))
+            }
+            None => None,
+        };
         let mut listeners = Listeners::new(metrics_listener);
         listeners.bound = Some(bound_tx);
         // Each setup step's failure names the step (`AgentError::Serve`), as before.
-        agent.serve(listeners, stopping, grace).await?;
+        let served = agent.serve(listeners, stopping, grace).await;
+        if let Some(probes) = probes {
+            probes.abort();
+        }
+        served?;
         info!("imagekeeper agent stopped");
         Ok::<(), Failure>(())
-    })
+    });
+    // Nothing is left to wait for: a blocking read stuck in the kernel (a file on a hung
+    // mount) must not keep the process from exiting after the shutdown.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result
 }
 
 /// With `--events`, the node to publish Events on (NODE_NAME), checked before anything is

@@ -1,6 +1,8 @@
 //! The replay trace format: JSON lines, each an object with `"at"` (integer unix seconds or
 //! RFC 3339) and exactly one operation key. A bad line is reported with its number and the
-//! reason.
+//! reason. A line is at most [`MAX_TRACE_LINE_BYTES`] (64 MiB, its line end not counted; the
+//! `images` line of a node with 100,000 images is about 18 MB): a longer one is refused, naming
+//! its number, after reading no more than the cap and one byte of it.
 //!
 //! [`TraceReader`] reads a trace one line at a time and never holds more than the current
 //! line: each line is deserialized straight into a typed [`TraceOp`] (no `serde_json::Value`
@@ -13,7 +15,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::marker::PhantomData;
 use std::time::Duration;
 
@@ -158,7 +160,9 @@ pub fn check_trace<R: BufRead>(reader: R) -> Result<usize, TraceReadError> {
 /// Lines end at `\n`, and a `\r` before it is dropped (as `str::lines` splits).
 pub struct TraceReader<R> {
     reader: R,
-    buf: String,
+    buf: Vec<u8>,
+    /// The longest line accepted ([`MAX_TRACE_LINE_BYTES`]; smaller in tests).
+    max_line: usize,
     line: usize,
     /// The previous operation's line and time.
     prev: Option<(usize, UnixNanos)>,
@@ -169,11 +173,19 @@ pub struct TraceReader<R> {
 /// line need not stay allocated while the replay runs).
 const KEEP_BUFFER_BYTES: usize = 1 << 20;
 
+/// The longest trace line read, in bytes, without its line end (`\n` or `\r\n`): 64 MiB.
+pub const MAX_TRACE_LINE_BYTES: usize = 64 << 20;
+
 impl<R: BufRead> TraceReader<R> {
     pub fn new(reader: R) -> TraceReader<R> {
+        TraceReader::with_max_line(reader, MAX_TRACE_LINE_BYTES)
+    }
+
+    fn with_max_line(reader: R, max_line: usize) -> TraceReader<R> {
         TraceReader {
             reader,
-            buf: String::new(),
+            buf: Vec::new(),
+            max_line,
             line: 0,
             prev: None,
             done: false,
@@ -184,14 +196,41 @@ impl<R: BufRead> TraceReader<R> {
         loop {
             self.buf.clear();
             if self.buf.capacity() > KEEP_BUFFER_BYTES {
-                self.buf = String::new();
+                self.buf = Vec::new();
             }
-            if self.reader.read_line(&mut self.buf)? == 0 {
+            // At most the cap, its line end (`\r\n`) and one byte more: enough to tell a line
+            // over the cap, never the rest of it.
+            let most = u64::try_from(self.max_line.saturating_add(3)).unwrap_or(u64::MAX);
+            if (&mut self.reader)
+                .take(most)
+                .read_until(b'\n', &mut self.buf)?
+                == 0
+            {
                 return Ok(None);
             }
             self.line += 1;
             let line = self.line;
-            let raw = strip_line_end(&self.buf);
+            let content = match self.buf.strip_suffix(b"\n") {
+                Some(rest) => rest.strip_suffix(b"\r").unwrap_or(rest),
+                None => &self.buf[..],
+            };
+            if content.len() > self.max_line {
+                return Err(TraceError {
+                    line,
+                    reason: format!(
+                        "the line is longer than {} bytes, the most a trace line may hold",
+                        self.max_line
+                    ),
+                }
+                .into());
+            }
+            // As `read_line` refused it: the trace must be UTF-8.
+            let raw = std::str::from_utf8(content).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "stream did not contain valid UTF-8",
+                )
+            })?;
             if raw.trim().is_empty() {
                 continue;
             }
@@ -208,19 +247,36 @@ impl<R: BufRead> TraceReader<R> {
         }
     }
 
-    /// Reads the rest of the input, checking only that it is UTF-8 and readable.
+    /// Reads the rest of the input, checking only that it is UTF-8 and readable: in the
+    /// reader's own chunks (a character cut at a chunk's end is carried to the next), so it
+    /// holds no line, however long.
     fn drain_checking_utf8(&mut self) -> Result<(), std::io::Error> {
-        let mut bytes = Vec::new();
+        let invalid = || {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            )
+        };
+        let mut carry: Vec<u8> = Vec::new();
         loop {
-            bytes.clear();
-            if self.reader.read_until(b'\n', &mut bytes)? == 0 {
-                return Ok(());
+            let chunk = self.reader.fill_buf()?;
+            if chunk.is_empty() {
+                return if carry.is_empty() {
+                    Ok(())
+                } else {
+                    Err(invalid())
+                };
             }
-            if std::str::from_utf8(&bytes).is_err() {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "stream did not contain valid UTF-8",
-                ));
+            let n = chunk.len();
+            carry.extend_from_slice(chunk);
+            self.reader.consume(n);
+            match std::str::from_utf8(&carry) {
+                Ok(_) => carry.clear(),
+                // Only an incomplete character at the end: its bytes wait for the next chunk.
+                Err(e) if e.error_len().is_none() => {
+                    carry.drain(..e.valid_up_to());
+                }
+                Err(_) => return Err(invalid()),
             }
         }
     }
@@ -244,14 +300,6 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                 Some(Err(e))
             }
         }
-    }
-}
-
-/// `\n`, then `\r` only if a `\n` was there: what `str::lines` strips.
-fn strip_line_end(line: &str) -> &str {
-    match line.strip_suffix('\n') {
-        Some(line) => line.strip_suffix('\r').unwrap_or(line),
-        None => line,
     }
 }
 
@@ -726,6 +774,73 @@ mod tests {
             self.0 = &self.0[n..];
             Ok(n)
         }
+    }
+
+    /// Issue 31: a trace line was held whole however long. A line over the cap is refused
+    /// naming its number, after reading at most the cap and its line end plus one byte of it;
+    /// a line of exactly the cap (with `\n` or `\r\n`) is read.
+    #[test]
+    fn a_line_over_the_cap_is_refused_naming_it_having_read_no_more_than_the_cap() {
+        const CAP: usize = 64;
+        let ok = r#"{"at": 1, "detect": {}}"#;
+        let exact = format!("{ok}{}", " ".repeat(CAP - ok.len()));
+        for end in ["\n", "\r\n", ""] {
+            let text = format!("{ok}\n{exact}{end}");
+            let lines: Vec<_> = TraceReader::with_max_line(text.as_bytes(), CAP).collect();
+            assert_eq!(lines.len(), 2, "{end:?}");
+            assert!(lines.iter().all(Result::is_ok), "{lines:?}");
+        }
+        // An endless second line: the reader stops past the cap and says which line it was.
+        struct Counted<R>(R, std::rc::Rc<std::cell::Cell<usize>>);
+        impl<R: std::io::Read> std::io::Read for Counted<R> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.read(buf)?;
+                self.1.set(self.1.get() + n);
+                Ok(n)
+            }
+        }
+        let read = std::rc::Rc::new(std::cell::Cell::new(0));
+        let endless = format!("{ok}\n").into_bytes();
+        let input = Counted(
+            std::io::Read::chain(&endless[..], std::io::repeat(b' ')),
+            read.clone(),
+        );
+        let mut lines =
+            TraceReader::with_max_line(std::io::BufReader::with_capacity(1, input), CAP);
+        assert!(lines.next().expect("line 1").is_ok());
+        match lines.next() {
+            Some(Err(TraceReadError::Line(e))) => {
+                assert_eq!(e.line, 2);
+                assert_eq!(
+                    e.reason,
+                    "the line is longer than 64 bytes, the most a trace line may hold"
+                );
+            }
+            other => panic!("expected line 2 refused, got {other:?}"),
+        }
+        assert_eq!(read.get(), endless.len() + CAP + 3, "read no further");
+        // The same over the real cap, as the command reads it.
+        let long = format!("{ok}\n{}\n", " ".repeat(MAX_TRACE_LINE_BYTES + 1));
+        match check_trace(long.as_bytes()) {
+            Err(TraceReadError::Line(e)) => assert_eq!(
+                e.to_string(),
+                "line 2: the line is longer than 67108864 bytes, the most a trace line may hold"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// After a refused line the rest is still checked to be UTF-8, in chunks that cut a
+    /// character in two (a one-byte buffer): a valid rest passes, an invalid one is reported.
+    #[test]
+    fn the_rest_after_a_bad_line_is_checked_for_utf8_across_chunk_ends() {
+        let good = "{\"at\": 1, \"nope\": 1}\n\u{e9}t\u{e9} \u{1f600}\n";
+        let reader = std::io::BufReader::with_capacity(1, good.as_bytes());
+        assert!(matches!(check_trace(reader), Err(TraceReadError::Line(_))));
+        let mut bad = b"{\"at\": 1, \"nope\": 1}\n".to_vec();
+        bad.extend_from_slice(&[0xc3, b'\n']);
+        let reader = std::io::BufReader::with_capacity(1, &bad[..]);
+        assert!(matches!(check_trace(reader), Err(TraceReadError::Io(_))));
     }
 
     #[test]

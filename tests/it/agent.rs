@@ -10,7 +10,8 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use imagekeeper::admin::{
-    self, AdminBackend, AdminClient, AdminLimits, EnsureImageError, EnsureRequest, GcOutcome,
+    self, AdminBackend, AdminClient, AdminError, AdminLimits, EnsureImageError, EnsureRequest,
+    GcOutcome,
 };
 use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
@@ -267,6 +268,50 @@ fn bad_configuration_exits_2_naming_the_flag_or_field() {
             !db.exists(),
             "{args:?}: nothing is created on a bad configuration"
         );
+    }
+}
+
+/// Issue 31: `--config` naming a FIFO made `run`, `gc` and `doctor` hang in open(2), waiting
+/// for a writer, with no message; a character device was read for gigabytes. Each now exits 2
+/// at once with a message naming the file. (A hang is turned into a failure by the runner's
+/// guard.)
+#[test]
+fn run_gc_and_doctor_refuse_a_config_that_is_not_a_regular_file_with_exit_2() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("cfg.toml");
+    mkfifo(&fifo);
+    let device = dir.path().join("zero.toml");
+    // SAFETY: mknod(2) on a path in the test's temp dir: a character device like /dev/zero.
+    let made = unsafe {
+        libc::mknod(
+            c_path(&device).as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(1, 5),
+        )
+    };
+    assert_eq!(made, 0, "mknod (the tests run as root)");
+    let db = dir.path().join("never-created.redb");
+    let socket = dir.path().join("admin.sock");
+    for (path, kind) in [(&fifo, "a FIFO"), (&device, "a character device")] {
+        let config = format!("--config={}", path.display());
+        let db_flag = format!("--db={}", db.display());
+        let socket_flag = format!("--admin-socket={}", socket.display());
+        let commands: [&[&str]; 3] = [
+            &["run", &config, &db_flag, &socket_flag],
+            &["gc", &config, &db_flag, &socket_flag],
+            &["doctor", &config, &db_flag, &socket_flag],
+        ];
+        for args in commands {
+            let out = crate::support::bin::run(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            let want = format!(
+                "config file {}: not a regular file ({kind})",
+                path.display()
+            );
+            assert!(stderr.contains(&want), "{args:?}: {stderr}");
+            assert!(!db.exists(), "{args:?}: nothing is created");
+        }
     }
 }
 
@@ -722,6 +767,18 @@ fn run_refuses_bad_paths_and_addresses_with_exit_2_before_creating_anything() {
         (
             fresh_db.clone(),
             s(&fresh_socket),
+            vec![format!("--healthz-address={busy_address}")],
+            "--healthz-address: cannot listen on",
+        ),
+        (
+            fresh_db.clone(),
+            s(&fresh_socket),
+            vec!["--healthz-address=localhost:9898".into()],
+            "--healthz-address: \"localhost:9898\" is not HOST:PORT with an IP host",
+        ),
+        (
+            fresh_db.clone(),
+            s(&fresh_socket),
             vec!["--detect-period=500ms".into()],
             "--detect-period: must be at least 1s",
         ),
@@ -1086,6 +1143,66 @@ async fn admin_server_closes_connections_beyond_its_limit_at_once() {
         },
     )
     .await;
+}
+
+/// Issue 31: an agent at its admin connection limit accepts a connection and closes it at
+/// once; the client said only "transport error". It now says the agent is busy, and so does
+/// the CLI (exit 1, a failure, not bad input); a served client is never taken for busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_beyond_the_admin_connection_limit_is_told_the_agent_is_busy() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    let limits = AdminLimits {
+        max_connections: 2,
+        idle_timeout: Duration::from_secs(600),
+    };
+    let _backend = serve_parked(&socket, limits).await;
+    let mut served = AdminClient::connect(&socket).await.expect("connect");
+    served.delete_unused(true).await.expect("a served call");
+    // The second slot, held by a connection the server has spoken on (so it was served).
+    let mut held = tokio::net::UnixStream::connect(&socket)
+        .await
+        .expect("connect");
+    let mut first = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(30), held.read(&mut first))
+        .await
+        .expect("the server speaks first on a served connection")
+        .expect("read");
+    assert!(n > 0);
+
+    // Refused at the connect (the HTTP/2 preface meets the closed connection) or, when the
+    // preface went out before the close, at the first call: busy either way.
+    let err = match AdminClient::connect(&socket).await {
+        Err(e) => e,
+        Ok(mut client) => client.delete_unused(true).await.expect_err("busy"),
+    };
+    assert!(matches!(err, AdminError::Busy { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "admin socket {}: the agent is busy: it accepted the connection and closed it without a word, as it does beyond its limit of admin connections; try again shortly",
+            socket.display()
+        )
+    );
+    let out = tokio::task::spawn_blocking({
+        let socket = socket.clone();
+        move || {
+            crate::support::bin::run(&[
+                "prune",
+                "--dry-run",
+                &format!("--admin-socket={}", socket.display()),
+            ])
+        }
+    })
+    .await
+    .expect("join");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the agent is busy"), "{stderr}");
+    assert!(!stderr.contains("transport error"), "{stderr}");
+    // The served client's connection is still served.
+    served.delete_unused(true).await.expect("still served");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use imagekeeper::agent::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http};
+use imagekeeper::agent::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http, serve_probes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -349,4 +349,67 @@ async fn one_address_holds_at_most_its_share_of_the_slots() {
         .expect("write");
     let reply = String::from_utf8(until_closed(&mut again).await).expect("utf8");
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+/// A listener as `imagekeeper run` binds it: std's bind (the kernel's listen queue of 128, as
+/// the agent's), then handed to tokio.
+fn bind_as_run_does() -> (TcpListener, std::net::SocketAddr) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("non-blocking");
+    let address = listener.local_addr().expect("address");
+    (
+        TcpListener::from_std(listener).expect("tokio listener"),
+        address,
+    )
+}
+
+/// Issue 31: idle clients from 64 addresses, 8 each (within the per-address cap), that
+/// reconnect the moment they are closed hold every slot of the metrics listener and fill its
+/// kernel listen queue behind them; a probe there waited over 30 s, and the probes time out at
+/// 5 s. On the probes' own listener (`run --healthz-address`) `/healthz` and `/readyz` answer
+/// at once however long the flood has run, and `/metrics` is not served there (no scraper
+/// takes its slots).
+#[tokio::test(start_paused = true)]
+async fn probes_on_their_own_listener_answer_at_once_behind_a_flood_from_64_addresses() {
+    let limits = HttpLimits::default();
+    let (metrics, metrics_address) = bind_as_run_does();
+    tokio::spawn(serve_http(metrics, Arc::new(Canned), limits));
+    let (probes, probes_address) = bind_as_run_does();
+    tokio::spawn(serve_probes(probes, Arc::new(Canned), HttpLimits::probes()));
+    let mut flood = tokio::task::JoinSet::new();
+    for address in 0..64u8 {
+        // 127.0.1.x: the probes come from 127.0.0.1, as the kubelet's on loopback would.
+        let from = [127, 0, 1, address + 1];
+        for _ in 0..limits.max_connections_per_ip {
+            flood.spawn(async move {
+                while let Ok(mut conn) = connect_from(from, metrics_address).await {
+                    until_closed(&mut conn).await;
+                }
+            });
+        }
+    }
+    let probe_timeout = manifest_probe_timeout();
+    for round in 0..3u32 {
+        // Paused time: the flood runs through its head deadlines at once, round after round.
+        tokio::time::sleep(probe_timeout).await;
+        let start = Instant::now();
+        for path in ["/healthz", "/readyz"] {
+            let reply = get(probes_address, path).await;
+            assert!(
+                reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.1 503"),
+                "round {round}, {path}: {reply}"
+            );
+        }
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "round {round}: the probes answer at once"
+        );
+    }
+    let reply = get(probes_address, "/healthz").await;
+    assert!(reply.ends_with("\r\n\r\nok: alive\n"), "{reply}");
+    let reply = get(probes_address, "/metrics").await;
+    assert!(reply.starts_with("HTTP/1.1 404"), "{reply}");
+    assert!(reply.contains("--metrics-address"), "{reply}");
+    flood.abort_all();
 }

@@ -242,3 +242,31 @@ fn stdout_closed_by_its_reader_is_not_an_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 31: a trace line was held whole however long. The command refuses a line over
+/// 64 MiB with exit 2, naming the trace and the line, and runs nothing.
+#[test]
+fn a_trace_line_over_64_mib_exits_2_naming_its_line() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let trace = dir.path().join("long.jsonl");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&trace).expect("create"));
+    writeln!(file, r#"{{"at": 1, "detect": {{}}}}"#).expect("write");
+    let chunk = [b' '; 1 << 16];
+    for _ in 0..((64 << 20) / chunk.len() + 1) {
+        file.write_all(&chunk).expect("write");
+    }
+    writeln!(file).expect("write");
+    drop(file);
+    let out = imagekeeper(&["replay", trace.to_str().expect("utf8 path")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "trace {}: line 2: the line is longer than 67108864 bytes, the most a trace line may hold",
+            trace.display()
+        )),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing ran");
+}

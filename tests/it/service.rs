@@ -328,6 +328,179 @@ async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and
     assert_eq!(service.wait().code(), Some(0));
 }
 
+/// Issue 31: the config file replaced by a FIFO, then SIGHUP. The reload's open(2) used to
+/// wait for a writer on an async worker: detect and GC stopped, `/healthz` went silent and
+/// SIGTERM was ignored until the agent was SIGKILLed. Now the reload fails at once, naming the
+/// file, on the blocking pool; the agent keeps its configuration, answers `/healthz`, and ends
+/// on SIGTERM within its grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_replaced_by_a_fifo_fails_the_reload_and_the_agent_answers_and_stops() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("imagekeeper.toml");
+    std::fs::write(&config, "imageGCHighThresholdPercent = 100\n").expect("write config");
+    let notify_path = dir.path().join("notify.sock");
+    let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    let grace = Duration::from_secs(5);
+    let mut service = Service::start(
+        &fake,
+        dir.path(),
+        notify_path.to_str().expect("utf8"),
+        &[
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--shutdown-grace-seconds",
+            &grace.as_secs().to_string(),
+        ],
+    );
+    let metrics = service.metrics_address().await;
+    let ready = next_message(&manager);
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+
+    std::fs::remove_file(&config).expect("remove config");
+    let c = std::ffi::CString::new(config.to_str().expect("utf8")).expect("no NUL");
+    // SAFETY: mkfifo(3) on a NUL-terminated path in the test's temp dir.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    service.signal(libc::SIGHUP);
+    assert!(next_message(&manager).starts_with("RELOADING=1\n"));
+    let done = next_message(&manager);
+    assert_eq!(
+        done,
+        format!(
+            "READY=1\nSTATUS=Running: reload failed, configuration kept: config file {}: not a regular file (a FIFO)",
+            config.display()
+        )
+    );
+    let healthz = http_get(&metrics, "/healthz");
+    assert!(healthz.starts_with("HTTP/1.1 200 OK"), "{healthz}");
+    let body = http_get(&metrics, "/metrics");
+    assert!(
+        body.contains("\nimagekeeper_config_reloads_total{result=\"failure\"} 1\n"),
+        "{body}"
+    );
+
+    // SIGTERM ends it within the grace period; past it a watchdog kills it and the test fails.
+    service.signal(libc::SIGTERM);
+    assert_eq!(next_message(&manager), "STOPPING=1");
+    let pid = i32::try_from(service.child.id()).expect("pid fits i32");
+    let (exited, exited_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        let late = exited_rx.recv_timeout(grace).is_err();
+        if late {
+            // SAFETY: kill(2) on our own child, not reaped yet (the wait below reaps it).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        late
+    });
+    let status = service.wait();
+    let _ = exited.send(());
+    assert!(
+        !watchdog.join().expect("watchdog"),
+        "SIGTERM did not end the agent within {grace:?}"
+    );
+    assert_eq!(status.code(), Some(0));
+}
+
+/// `run --healthz-address`: the probes' own listener answers `/healthz` and `/readyz` (ready
+/// once the first detect is done) and serves no metrics; the agent logs where it listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_serves_the_probes_on_the_healthz_address_and_no_metrics_there() {
+    use std::io::BufRead;
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("imagekeeper.toml"), "pinnedImages = []\n").expect("write");
+    let notify_path = dir.path().join("notify.sock");
+    let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    let mut service = Service::start(
+        &fake,
+        dir.path(),
+        notify_path.to_str().expect("utf8"),
+        &["--healthz-address", "127.0.0.1:0"],
+    );
+    let stderr = service.child.stderr.take().expect("piped stderr");
+    // The log line names the port the kernel chose; the rest of stderr is drained.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("Serving health probes")
+                && let Some(address) = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("address="))
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(address.to_owned());
+            }
+        }
+    });
+    let address = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a \"Serving health probes\" line");
+    let ready = next_message(&manager);
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    let healthz = http_get(&address, "/healthz");
+    assert!(healthz.starts_with("HTTP/1.1 200 OK"), "{healthz}");
+    assert!(healthz.contains("ok: alive"), "{healthz}");
+    let readyz = http_get(&address, "/readyz");
+    assert!(readyz.starts_with("HTTP/1.1 200 OK"), "{readyz}");
+    let metrics = http_get(&address, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 404"), "{metrics}");
+    service.signal(libc::SIGTERM);
+    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(service.wait().code(), Some(0));
+}
+
+/// Issue 31: a reload of a file caught empty (an editor truncating it in place) or holding
+/// only comments keeps the running configuration, pins included, and says why; a file that
+/// says `# imagekeeper: empty` resets every setting to its default, as it asks.
+#[tokio::test]
+async fn a_reload_of_an_empty_file_keeps_the_pins_unless_the_file_says_it_is_empty() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("imagekeeper.toml");
+    std::fs::write(&file, "pinnedImages = [\"registry.example/a:*\"]\n").expect("write");
+    let source = ConfigSource {
+        file: Some(file.clone()),
+        flags: FlagValues {
+            db: Some(dir.path().join("records.redb")),
+            container_runtime_endpoint: Some(fake.endpoint()),
+            admin_socket: Some(dir.path().join("admin.sock")),
+            ..FlagValues::default()
+        },
+    };
+    let config = source.resolve().expect("valid start configuration");
+    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
+        1_800_000_000,
+    )));
+    let agent = Agent::start(config, clock)
+        .await
+        .expect("agent starts")
+        .with_config_source(source);
+    let pins = |agent: &Agent| agent.gc_manager().config().pins.patterns().to_vec();
+    assert_eq!(pins(&agent), ["registry.example/a:*"]);
+    for text in ["", "# pinnedImages = [\"registry.example/a:*\"]\n"] {
+        std::fs::write(&file, text).expect("truncate");
+        let err = agent.reload().await.expect_err(text).to_string();
+        assert!(err.contains("the file sets nothing"), "{text:?}: {err}");
+        assert!(err.contains(&file.display().to_string()), "{err}");
+        assert_eq!(pins(&agent), ["registry.example/a:*"], "{text:?}: kept");
+    }
+    std::fs::write(&file, "# imagekeeper: empty\n").expect("write");
+    let report = agent.reload().await.expect("an empty file that says so");
+    assert_eq!(report.changed, ["pinnedImages"]);
+    assert!(
+        pins(&agent).is_empty(),
+        "every setting is back to its default"
+    );
+}
+
 /// `NOTIFY_SOCKET=@name` is a socket in the abstract namespace (no file): the agent reaches
 /// it, and a failing first detect says why in STATUS= before READY=1 arrives, once the
 /// runtime answers.

@@ -63,6 +63,8 @@ struct RunningPod {
     node: NodePaths,
     plan: PodPlan,
     base: String,
+    /// Where the kubelet sends the probes (`--healthz-address`, loopback).
+    probes: String,
     log: PathBuf,
     // Dropped in this order: the pod, then its image (the gc::lab tests expect containerd to
     // hold the lab's images only), then the node's directories.
@@ -258,12 +260,14 @@ async fn run_daemonset_pod(lab: &Lab, image: &str, tweak: Option<Tweak>) -> Runn
         .await
         .expect("StartContainer");
     let base = format!("{}:{}", node.host_ip, plan.metrics_port);
+    let probes = plan.probe_address.clone();
     RunningPod {
         client,
         container_id,
         node,
         plan,
         base,
+        probes,
         log: log_directory.join("imagekeeper.log"),
         _guard: guard,
         _image: image_guard,
@@ -300,8 +304,9 @@ fn gauge(body: &str, name: &str) -> Option<f64> {
 }
 
 impl RunningPod {
+    /// Polls `path` on the probes' listener, as the kubelet probes it.
     async fn wait_status(&self, path: &str, status: u16, deadline: Duration) -> String {
-        let base = self.base.clone();
+        let base = self.probes.clone();
         wait_for(&format!("{path} to answer {status}"), deadline, || {
             let base = base.clone();
             let path = path.to_owned();

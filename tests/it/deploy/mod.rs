@@ -181,6 +181,9 @@ struct Probe {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HttpGet {
+    /// The address the kubelet connects to (default: the pod's IP, the node's with host
+    /// networking).
+    host: Option<String>,
     path: String,
     port: serde_yaml_ng::Value,
 }
@@ -257,8 +260,10 @@ pub struct PodPlan {
     pub memory_limit_bytes: i64,
     pub memory_request_bytes: i64,
     pub cpu_shares: i64,
-    /// The address the probes and a scrape use: (host IP, the named port).
+    /// The metrics port (the container port the Service and PodMonitor name), on the host IP.
     pub metrics_port: u16,
+    /// Where the kubelet sends the probes: `host:port` of their `httpGet`.
+    pub probe_address: String,
     pub startup_path: String,
     pub liveness_path: String,
     pub readiness_path: String,
@@ -349,6 +354,12 @@ pub fn plan(text: &str, node: &NodePaths) -> Result<PodPlan, String> {
             &volume.empty_dir,
         ) {
             (Some(hp), None, None) => {
+                if hp.path.starts_with("/var/lib/kubelet") && hp.path_type != "Directory" {
+                    return Err(format!(
+                        "hostPath {} type {}: the kubelet's directories are mounted as Directory, never created",
+                        hp.path, hp.path_type
+                    ));
+                }
                 if !["Directory", "DirectoryOrCreate"].contains(&hp.path_type.as_str()) {
                     return Err(format!(
                         "hostPath {} type {}: only directories are mounted (a socket file goes stale when the runtime restarts)",
@@ -398,7 +409,7 @@ pub fn plan(text: &str, node: &NodePaths) -> Result<PodPlan, String> {
     if caps.is_some_and(|c| !c.add.is_empty()) {
         return Err("capabilities.add: the agent needs none".to_owned());
     }
-    let port_of = |probe: &Option<Probe>, which: &str| -> Result<(u16, String), String> {
+    let port_of = |probe: &Option<Probe>, which: &str| -> Result<(String, String), String> {
         let probe = probe.as_ref().ok_or_else(|| format!("{which}: missing"))?;
         let port = match &probe.http_get.port {
             serde_yaml_ng::Value::String(name) => container
@@ -418,25 +429,30 @@ pub fn plan(text: &str, node: &NodePaths) -> Result<PodPlan, String> {
         // room for 3 rounds queued ahead of it (deploy/daemonset.yaml says the arithmetic).
         // Kubernetes' default timeoutSeconds is 1.
         let timeout = Duration::from_secs(u64::from(probe.timeout_seconds.unwrap_or(1)));
-        let head = HttpLimits::default().head_timeout;
+        let head = HttpLimits::probes().head_timeout;
         if timeout <= head * 4 {
             return Err(format!(
-                "{which}: timeoutSeconds {timeout:?} is not above 4 x the metrics server's head deadline {head:?}"
+                "{which}: timeoutSeconds {timeout:?} is not above 4 x the probe listener's head deadline {head:?}"
             ));
         }
-        Ok((port, probe.http_get.path.clone()))
+        // The pod's IP, the node's with host networking (pkg/kubelet/prober/prober.go:
+        // an empty host is the pod's IP).
+        let host = probe
+            .http_get
+            .host
+            .clone()
+            .unwrap_or_else(|| node.host_ip.clone());
+        Ok((format!("{host}:{port}"), probe.http_get.path.clone()))
     };
-    let (startup_port, startup_path) = port_of(&container.startup_probe, "startupProbe")?;
-    let (liveness_port, liveness_path) = port_of(&container.liveness_probe, "livenessProbe")?;
-    let (readiness_port, readiness_path) = port_of(&container.readiness_probe, "readinessProbe")?;
-    if startup_port != liveness_port || liveness_port != readiness_port {
-        return Err("the probes use different ports".to_owned());
+    let (startup_at, startup_path) = port_of(&container.startup_probe, "startupProbe")?;
+    let (liveness_at, liveness_path) = port_of(&container.liveness_probe, "livenessProbe")?;
+    let (readiness_at, readiness_path) = port_of(&container.readiness_probe, "readinessProbe")?;
+    if startup_at != liveness_at || liveness_at != readiness_at {
+        return Err("the probes use different addresses".to_owned());
     }
-    let metrics = container
-        .ports
-        .iter()
-        .find(|p| p.container_port == readiness_port)
-        .ok_or("the probes' port is not a container port")?;
+    let [metrics] = container.ports.as_slice() else {
+        return Err("one container port expected: metrics".to_owned());
+    };
     if metrics.protocol != "TCP" {
         return Err(format!("port {}: {}", metrics.name, metrics.protocol));
     }
@@ -470,7 +486,8 @@ pub fn plan(text: &str, node: &NodePaths) -> Result<PodPlan, String> {
         memory_limit_bytes: quantity(container.resources.limits.get("memory"))?,
         memory_request_bytes: quantity(container.resources.requests.get("memory"))?,
         cpu_shares: milli_cpu_to_shares(container.resources.requests.get("cpu"))?,
-        metrics_port: readiness_port,
+        metrics_port: metrics.container_port,
+        probe_address: readiness_at,
         startup_path,
         liveness_path,
         readiness_path,
@@ -533,6 +550,22 @@ fn check_what_makes_it_work(plan: &PodPlan, node: &NodePaths) -> Result<(), Stri
     if address != format!("{}:{}", node.host_ip, plan.metrics_port) || !plan.host_network {
         return Err(format!(
             "metrics must listen on the pod's (the node's) address and the probes' port: {address}"
+        ));
+    }
+    // The probes on their own listener on loopback (a flood of the metrics port from the
+    // pods starved them there), as `--healthz-address` binds it.
+    let healthz = plan
+        .args
+        .iter()
+        .find_map(|a| a.strip_prefix("--healthz-address="))
+        .ok_or("no --healthz-address: the probes need their own listener")?;
+    let loopback = healthz
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_loopback());
+    if healthz != plan.probe_address || !loopback {
+        return Err(format!(
+            "the probes must go to --healthz-address on loopback ({healthz}), not {}",
+            plan.probe_address
         ));
     }
     if plan.memory_request_bytes <= 0 || plan.memory_limit_bytes < plan.memory_request_bytes {
@@ -663,6 +696,8 @@ fn the_shipped_manifest_plans_a_pod_with_what_the_agent_needs() {
     );
     assert_eq!(plan.readiness_path, "/readyz");
     assert_eq!(plan.liveness_path, "/healthz");
+    assert_eq!(plan.probe_address, "127.0.0.1:9898");
+    assert_eq!(plan.metrics_port, 9899);
     assert!(plan.config_files.contains_key("imagekeeper.toml"));
     assert_eq!(plan.cpu_shares, 10);
 }
@@ -673,7 +708,7 @@ fn the_shipped_manifest_plans_a_pod_with_what_the_agent_needs() {
 fn a_drifted_manifest_is_refused() {
     let node = test_node(Path::new("/lab"));
     let text = manifest_text();
-    let cases: [(&str, &str, &str); 11] = [
+    let cases: [(&str, &str, &str); 15] = [
         (
             "          image: registry.example/imagekeeper:0.1.0\n",
             "          image: registry.example/imagekeeper:0.1.0\n          workingDir: /\n",
@@ -722,7 +757,27 @@ fn a_drifted_manifest_is_refused() {
         (
             "            periodSeconds: 30\n            timeoutSeconds: 5\n",
             "            periodSeconds: 30\n            timeoutSeconds: 4\n",
-            "livenessProbe: timeoutSeconds 4s is not above 4 x the metrics server's head deadline",
+            "livenessProbe: timeoutSeconds 4s is not above 4 x the probe listener's head deadline",
+        ),
+        (
+            "            path: /var/lib/kubelet/image_manager\n            type: Directory\n",
+            "            path: /var/lib/kubelet/image_manager\n            type: DirectoryOrCreate\n",
+            "the kubelet's directories are mounted as Directory, never created",
+        ),
+        (
+            "            - --healthz-address=127.0.0.1:9898\n",
+            "",
+            "no --healthz-address",
+        ),
+        (
+            "              host: 127.0.0.1\n              path: /healthz\n              port: 9898\n            periodSeconds: 30\n",
+            "              host: 127.0.0.1\n              path: /healthz\n              port: metrics\n            periodSeconds: 30\n",
+            "the probes use different addresses",
+        ),
+        (
+            "            - --healthz-address=127.0.0.1:9898\n",
+            "            - --healthz-address=0.0.0.0:9898\n",
+            "the probes must go to --healthz-address on loopback",
         ),
         (
             "            periodSeconds: 2\n            timeoutSeconds: 5\n",
