@@ -1658,9 +1658,10 @@ fn admin_socket_bind_failure_after_start_names_the_step_and_exits_1() {
     assert!(!stderr.contains("imagekeeper agent started"), "{stderr}");
 }
 
-/// A call the agent fails without a reason (here the server's 4 MiB message limit, hit by a
-/// 5 MiB pull secret) prints the message alone, as `imagekeeper pull` always did, not
-/// "admin call EnsureImage: ...", and exits 1.
+/// A call the agent fails without a reason (here the server's 4 MiB message limit, hit by
+/// five pull secrets of about 1 MB each, each under the 1 MiB operator-file cap) prints the
+/// message alone, as `imagekeeper pull` always did, not "admin call EnsureImage: ...", and
+/// exits 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pull_through_the_agent_prints_a_reasonless_failure_as_the_message_alone() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -1668,18 +1669,19 @@ async fn pull_through_the_agent_prints_a_reasonless_failure_as_the_message_alone
     admin::serve(&socket, Arc::new(FailingEnsure), std::future::pending())
         .await
         .expect("serve");
-    let secret = dir.path().join("big-secret.json");
-    let padding = "x".repeat(5 * 1024 * 1024);
-    std::fs::write(
-        &secret,
-        format!(r#"{{"auths":{{}},"padding":"{padding}"}}"#),
-    )
-    .expect("write");
-    let args = [
-        "pull".to_owned(),
-        "pull/x".to_owned(),
-        "--pull-secret".to_owned(),
-        secret.to_str().expect("utf8").to_owned(),
+    let padding = "x".repeat(1_000_000);
+    let mut args = vec!["pull".to_owned(), "pull/x".to_owned()];
+    for i in 0..5 {
+        let secret = dir.path().join(format!("big-secret-{i}.json"));
+        std::fs::write(
+            &secret,
+            format!(r#"{{"auths":{{}},"padding":"{padding}"}}"#),
+        )
+        .expect("write");
+        args.push("--pull-secret".to_owned());
+        args.push(secret.to_str().expect("utf8").to_owned());
+    }
+    args.extend([
         "--admin-socket".to_owned(),
         socket.to_str().expect("utf8").to_owned(),
         "--db".to_owned(),
@@ -1688,7 +1690,7 @@ async fn pull_through_the_agent_prints_a_reasonless_failure_as_the_message_alone
             .to_str()
             .expect("utf8")
             .to_owned(),
-    ];
+    ]);
     let out = tokio::task::spawn_blocking(move || bin().args(args).output().expect("run"))
         .await
         .expect("join");
