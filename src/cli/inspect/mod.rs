@@ -38,8 +38,11 @@ pub struct InspectArgs {
     db: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
-    /// The time to evaluate at instead of the wall clock (RFC 3339 or unix seconds).
-    #[arg(long, global = true, hide = true, value_name = "TIME", value_parser = parse_now)]
+    /// Evaluate at this time instead of the wall clock (RFC 3339, e.g. 2026-01-02T08:00:00Z,
+    /// or unix seconds): for a database written by `replay` with a trace's own times, or
+    /// copied from a node whose clock was off, so `check` reports no false future stamps and
+    /// `stats`, `explain` and the ages are as of that time.
+    #[arg(long, global = true, value_name = "TIME", value_parser = parse_now)]
     now: Option<UnixNanos>,
     #[command(subcommand)]
     command: InspectCommand,
