@@ -178,6 +178,11 @@ impl Snapshot {
         self.read(Store::journal)
     }
 
+    /// Every meta value, ordered by name.
+    pub fn meta_entries(&self) -> Result<Vec<(String, i64)>, InspectError> {
+        self.read(Store::meta_entries)
+    }
+
     pub fn meta(&self) -> Result<MetaInfo, InspectError> {
         let entries = self.read(Store::meta_entries)?;
         let get = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);

@@ -882,7 +882,11 @@ fn apply_ops(
             put_meta(&mut meta, name, *value)?;
         }
     }
-    Ok((changed, repulls, journaled))
+    let mut noted = false;
+    for (name, value) in &batch.notes {
+        noted |= put_meta(&mut meta, name, *value)?;
+    }
+    Ok((changed || noted, repulls, journaled))
 }
 
 type ImagesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageRecord>>;

@@ -34,6 +34,15 @@ pub mod meta_keys {
     /// clock said: it moves back with the clock (a detect more than the tolerance before it
     /// writes its own time even when nothing else changed; see `gc::detect`).
     pub const LAST_DETECT: &str = "last_detect";
+    /// The time of the last detect, written at every detect even when nothing else changed:
+    /// the last time the agent watched the node (unix nanoseconds; see `gc::WatchHistory`).
+    pub const HEARTBEAT: &str = "heartbeat";
+
+    /// The names of the `i`-th unwatched stretch's start and end (unix nanoseconds), oldest
+    /// first: `unwatched_<i>_from`, `unwatched_<i>_to` (see `gc::WatchHistory`).
+    pub fn unwatched(i: usize) -> (String, String) {
+        (format!("unwatched_{i}_from"), format!("unwatched_{i}_to"))
+    }
 }
 
 /// One schema upgrade step, from `from` to `from + 1`. See `migrations/`.

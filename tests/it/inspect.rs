@@ -114,6 +114,8 @@ fn example_db(dir: &Path) -> PathBuf {
         },
     );
     batch.set_meta(meta_keys::LAST_DETECT, at(NOW - 2 * HOUR).0);
+    // An agent that watched until a minute ago: no unwatched time for MaxAge to leave out.
+    batch.set_meta(meta_keys::HEARTBEAT, at(NOW - 60).0);
     batch.set_meta(meta_keys::AGENT_STARTED_AT, at(NOW - 10 * HOUR).0);
     store.apply(&batch).expect("apply");
     path
