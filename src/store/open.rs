@@ -722,29 +722,50 @@ fn prepare_dir(path: &Path) -> Result<(), StoreError> {
 /// opened read-write (released when dropped).
 #[derive(Debug)]
 pub(super) struct DirLock {
-    _dir: fs::File,
+    /// `None` where the directory cannot be locked (see [`lock_dir`]).
+    _dir: Option<fs::File>,
 }
 
 /// Takes the exclusive lock (`flock`) on the directory of `path` without waiting: another
 /// process creating or opening a database there holds it, and this open is refused as
 /// [`StoreError::AlreadyOpen`] (the commands without an agent retry it for a while). An
 /// `flock` is per open file description, so two opens in one process exclude each other too.
+/// A directory that cannot be read (mode without `r`) or locked (a file system without
+/// `flock`) is opened without the lock, as before it existed, with a warning: redb's own lock
+/// on the file still refuses a second read-write handle.
 pub(super) fn lock_dir(path: &Path) -> Result<DirLock, StoreError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let io_err = |source| StoreError::Io {
-        path: dir.to_owned(),
-        source,
+    let unlocked = |e: io::Error| {
+        tracing::warn!(dir = %dir.display(), error = %e, "Cannot lock the database's directory; opening without the lock");
+        Ok(DirLock { _dir: None })
     };
-    let file = fs::File::open(dir).map_err(io_err)?;
+    let file = match fs::File::open(dir) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return unlocked(e),
+        Err(source) => {
+            return Err(StoreError::Io {
+                path: dir.to_owned(),
+                source,
+            });
+        }
+    };
     match file.try_lock() {
-        Ok(()) => Ok(DirLock { _dir: file }),
+        Ok(()) => Ok(DirLock { _dir: Some(file) }),
         Err(fs::TryLockError::WouldBlock) => Err(StoreError::AlreadyOpen {
             path: path.to_owned(),
         }),
-        Err(fs::TryLockError::Error(e)) => Err(io_err(e)),
+        Err(fs::TryLockError::Error(e))
+            if e.kind() == io::ErrorKind::Unsupported || e.raw_os_error() == Some(libc::ENOLCK) =>
+        {
+            unlocked(e)
+        }
+        Err(fs::TryLockError::Error(source)) => Err(StoreError::Io {
+            path: dir.to_owned(),
+            source,
+        }),
     }
 }
 
