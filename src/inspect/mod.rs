@@ -196,6 +196,7 @@ impl Snapshot {
             created_at: time(meta_keys::CREATED_AT),
             agent_started_at: time(meta_keys::AGENT_STARTED_AT),
             last_detect: time(meta_keys::LAST_DETECT),
+            heartbeat: time(meta_keys::HEARTBEAT),
         })
     }
 
@@ -219,6 +220,8 @@ pub struct MetaInfo {
     pub created_at: Option<UnixNanos>,
     pub agent_started_at: Option<UnixNanos>,
     pub last_detect: Option<UnixNanos>,
+    /// The latest detect's time, written at every detect: the last time the agent watched.
+    pub heartbeat: Option<UnixNanos>,
 }
 
 /// How `list` orders records.

@@ -431,6 +431,7 @@ fn now_is_a_documented_flag_of_check_stats_and_explain() {
     let mut batch = Batch::new();
     batch.upsert(key("a", ""), record(NOW + YEAR, NOW + YEAR, 10, false));
     batch.set_meta(meta_keys::LAST_DETECT, at(NOW + YEAR).0);
+    batch.set_meta(meta_keys::HEARTBEAT, at(NOW + YEAR).0);
     store.apply(&batch).expect("apply");
     drop(store);
     let db_arg = db.to_str().expect("utf8");
@@ -442,6 +443,7 @@ fn now_is_a_documented_flag_of_check_stats_and_explain() {
     assert_eq!((t.code, t.stdout.as_str()), (0, "ok\n"), "{}", t.stderr);
     let t = run(&["--db", db_arg, "stats", "--now", then, "--output", "json"]);
     assert_eq!(t.code, 0, "{}", t.stderr);
+    assert_eq!(t.json()["meta"]["heartbeat"], then, "{}", t.stdout);
     let t = run(&["--db", db_arg, "explain", "--now", then, "--output", "json"]);
     assert_eq!(t.code, 0, "{}", t.stderr);
     assert_eq!(
