@@ -163,7 +163,8 @@ impl<R: AgentRuntime> Agent<R> {
         // One registry of pulls in flight: GC keeps what the image manager is pulling.
         let in_flight = PullsInFlight::new();
         let gc = ImageGcManager::new(client.clone(), store.clone(), config.gc.clone())?
-            .with_pulls_in_flight(in_flight.clone());
+            .with_pulls_in_flight(in_flight.clone())
+            .with_watch_period(config.detect_period.max(config.gc_period));
         let images = ImageManager::new(
             &config.pull,
             Arc::new(client.clone()),

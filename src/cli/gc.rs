@@ -70,8 +70,11 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
                 let client = CriClient::connect(config.cri.clone())
                     .await
                     .context("connecting to the runtime")?;
-                let manager =
-                    ImageGcManager::new(client, store, config.gc.clone()).context("GC policy")?;
+                // A one-shot GC after the agent was down counts that downtime as unwatched
+                // (MaxAge leaves it out), with the periods the agent would have run at.
+                let manager = ImageGcManager::new(client, store, config.gc.clone())
+                    .context("GC policy")?
+                    .with_watch_period(config.detect_period.max(config.gc_period));
                 let outcome = match (cycle, args.dry_run) {
                     (Cycle::GarbageCollect, false) => {
                         GcOutcome::from_report(manager.garbage_collect(now).await, false)

@@ -8,6 +8,8 @@ use serde::Serialize;
 
 use crate::model::{ImageRecord, RecordKey, UnixNanos};
 
+use super::watch::WatchHistory;
+
 /// Why the space walk keeps or may remove an image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -45,6 +47,14 @@ pub fn space_verdict(
     } else if record.pinned {
         Verdict::Pinned
     } else if record.last_used >= free_time {
+        // The kubelet's freeSpace skips an image whose lastUsed equals or is after freeTime
+        // ("Image ID was used too recently, not eligible for garbage collection",
+        // pkg/kubelet/images/image_gc_manager.go): images in use get lastUsed = now at detect.
+        // A stamp from the future that detect clamps becomes `now` too, and so is kept by this
+        // rule for the one cycle that clamps it: the record says a use happened at a time we
+        // cannot trust, and the latest time it can have happened is now, so it is read as a
+        // use now (clamping to just before `now` would make it removable in the very cycle
+        // that found it). The next cycle ages it from the clamped time.
         Verdict::UsedTooRecently
     } else if free_time.since(record.first_detected) < min_age {
         Verdict::YoungerThanMinAge
@@ -63,17 +73,19 @@ pub fn unused_since(record: &ImageRecord) -> UnixNanos {
     }
 }
 
-/// Whether MaxAge removes this record at `free_time` (unused for longer than `max_age`;
-/// no MinAge check, as in the kubelet). In-use and pinned images are never removed.
+/// Whether MaxAge removes this record at `free_time`: unused for longer than `max_age` of
+/// watched time (the unwatched stretches of `watch` after its last use do not count; see
+/// `watch.rs`); no MinAge check, as in the kubelet. In-use and pinned images are never removed.
 pub fn past_max_age(
     key: &RecordKey,
     record: &ImageRecord,
     in_use: &BTreeSet<RecordKey>,
     free_time: UnixNanos,
     max_age: Duration,
+    watch: &WatchHistory,
 ) -> bool {
     !max_age.is_zero()
         && !in_use.contains(key)
         && !record.pinned
-        && free_time.since(unused_since(record)) > max_age
+        && watch.watched_unused(record, free_time) > max_age
 }

@@ -9,6 +9,8 @@
 //! the images in use are the records whose last_used is the last detect's time, nothing
 //! changed since that detect, and every removal frees the image's recorded size (as the
 //! scripted runtime does) — so what the MaxAge pass frees is available to the space pass.
+//! MaxAge counts only watched time (see `watch.rs`): with a [`WatchHistory`] the reasons say
+//! how much unwatched time since an image's last use was left out.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -22,6 +24,7 @@ use super::GcPolicy;
 use super::evict::{Verdict, past_max_age, space_verdict, unused_since};
 use super::kubelet::KubeletView;
 use super::space::SpaceNeed;
+use super::watch::WatchHistory;
 use crate::format::{format_size, go_duration};
 
 /// The image filesystem as the operator says it is now.
@@ -207,6 +210,9 @@ pub struct Explanation {
     pub policy: GcPolicy,
     /// The last detect's time, which marks the images in use.
     pub last_detect: Option<UnixNanos>,
+    /// The heartbeat and the unwatched stretches MaxAge does not count (as the cycle's
+    /// detect at `now` would leave them).
+    pub watch: WatchHistory,
     pub freed_for_age: u64,
     pub space: SpacePass,
     pub images: Vec<ImageExplanation>,
@@ -278,6 +284,42 @@ pub fn explain_with_kubelet(
     pulling: &BTreeSet<RecordKey>,
     kubelet: &KubeletView,
 ) -> Explanation {
+    let watch = WatchHistory::default();
+    let context = ExplainContext {
+        pulling,
+        kubelet,
+        watch: &watch,
+    };
+    explain_in(records, last_detect, policy, fs, now, &context)
+}
+
+/// What explain knows besides the records and the policy.
+#[derive(Clone, Copy, Debug)]
+pub struct ExplainContext<'a> {
+    /// The images pulls through imagekeeper are fetching (the running agent's explain).
+    pub pulling: &'a BTreeSet<RecordKey>,
+    /// The kubelet's pull records.
+    pub kubelet: &'a KubeletView,
+    /// The heartbeat and unwatched stretches, as the cycle's detect at `now` leaves them
+    /// (`WatchHistory::after_detect`): MaxAge counts only watched time.
+    pub watch: &'a WatchHistory,
+}
+
+/// [`explain_with_kubelet`] with the unwatched stretches MaxAge does not count: the running
+/// agent's dry run and `inspect explain` (from the file's heartbeat).
+pub fn explain_in(
+    records: &[StoredRecord],
+    last_detect: Option<UnixNanos>,
+    policy: GcPolicy,
+    fs: Option<FsSpace>,
+    now: UnixNanos,
+    context: &ExplainContext<'_>,
+) -> Explanation {
+    let ExplainContext {
+        pulling,
+        kubelet,
+        watch,
+    } = *context;
     let in_use = in_use_at(records, last_detect);
     let protected: BTreeSet<RecordKey> = in_use
         .union(pulling)
@@ -299,8 +341,8 @@ pub fn explain_with_kubelet(
             } else {
                 space_verdict(&r.key, &r.record, &in_use, now, policy.min_age)
             };
-            let aged =
-                !disabled && past_max_age(&r.key, &r.record, &protected, now, policy.max_age);
+            let aged = !disabled
+                && past_max_age(&r.key, &r.record, &protected, now, policy.max_age, watch);
             ImageExplanation {
                 rank: i + 1,
                 key: r.key.clone(),
@@ -356,7 +398,7 @@ pub fn explain_with_kubelet(
         };
     }
     for image in &mut images {
-        image.reason = reason(image, &policy, last_detect, space, now);
+        image.reason = reason(image, &policy, last_detect, space, now, watch);
         if let Some(at) = image.kubelet_pulled_at {
             image.reason.push_str(&format!(
                 "; used by a kubelet pull record at {}",
@@ -368,6 +410,7 @@ pub fn explain_with_kubelet(
         now,
         policy,
         last_detect,
+        watch: watch.clone(),
         freed_for_age,
         space,
         images,
@@ -422,10 +465,21 @@ fn reason(
     last_detect: Option<UnixNanos>,
     space: SpacePass,
     now: UnixNanos,
+    watch: &WatchHistory,
 ) -> String {
     let record = &image.record;
     let dur = |d: Duration| go_duration(Duration::from_secs(d.as_secs()));
-    let unused = dur(now.since(unused_since(record)));
+    // MaxAge counts watched time only: say what was left out.
+    let unwatched = watch.unwatched_between(unused_since(record), now);
+    let unused = if unwatched.is_zero() {
+        dur(now.since(unused_since(record)))
+    } else {
+        format!(
+            "{} of watched time ({} unwatched since, not counted)",
+            dur(watch.watched_unused(record, now)),
+            dur(unwatched)
+        )
+    };
     match image.decision {
         Decision::RemoveForAge => format!(
             "unused for {unused}, longer than MaxAge {}",
@@ -713,6 +767,52 @@ mod tests {
             now,
         );
         assert_eq!(e.removed(), vec![records[0].key.clone()]);
+    }
+
+    /// MaxAge counts watched time only: an image unused for 3h, 2h30m of them unwatched,
+    /// is not past a 1h MaxAge, and the reason says what was left out; the same image with
+    /// no unwatched time goes.
+    #[test]
+    fn max_age_counts_only_watched_time_and_says_so() {
+        let now = UnixNanos::from_secs(300 * MIN);
+        let records = vec![rec("a", MIN, 120 * MIN, 100, false)];
+        let watch = WatchHistory {
+            heartbeat: Some(now),
+            unwatched: vec![crate::gc::Unwatched {
+                from: UnixNanos::from_secs(130 * MIN),
+                to: UnixNanos::from_secs(280 * MIN),
+            }],
+        };
+        let explained = |watch: &WatchHistory| {
+            explain_in(
+                &records,
+                None,
+                policy(85, 80, 0, 60 * 60),
+                None,
+                now,
+                &ExplainContext {
+                    pulling: &BTreeSet::new(),
+                    kubelet: &KubeletView::default(),
+                    watch,
+                },
+            )
+        };
+        let e = explained(&watch);
+        assert_eq!(e.images[0].decision, Decision::KeepSpaceNotEvaluated);
+        assert!(
+            e.images[0]
+                .reason
+                .contains("unused for 30m0s of watched time (2h30m0s unwatched since, not counted), not longer than MaxAge 1h0m0s"),
+            "{}",
+            e.images[0].reason
+        );
+        assert_eq!(e.watch, watch);
+        let e = explained(&WatchHistory::default());
+        assert_eq!(e.images[0].decision, Decision::RemoveForAge);
+        assert_eq!(
+            e.images[0].reason,
+            "unused for 3h0m0s, longer than MaxAge 1h0m0s"
+        );
     }
 
     #[test]

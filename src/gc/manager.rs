@@ -27,6 +27,10 @@
 //! `now` and notices a `last_detect` later than that (the clock went back); each committed
 //! detect logs either once and counts it (`gc_future_stamps_clamped_total`,
 //! `gc_clock_went_back_total`). See `detect`.
+//!
+//! Watched time: every detect writes the heartbeat (and a stretch it finds unwatched) in its
+//! own batch, so every detect commits once; MaxAge counts an image's unused time only over
+//! watched time (`watch.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -51,12 +55,15 @@ use super::detect::{
     plan_detect, plan_names, volume_uses,
 };
 use super::evict::{Verdict, past_max_age};
-use super::explain::{Decision, Explanation, FsSpace, explain_with_kubelet, note_prior_evictions};
+use super::explain::{
+    Decision, ExplainContext, Explanation, FsSpace, explain_in, note_prior_evictions,
+};
 use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
 use super::space::SpaceNeed;
+use super::watch::WatchHistory;
 use super::{GcError, GcPolicy};
 use crate::format::{format_rfc3339, go_duration};
 
@@ -74,6 +81,9 @@ type ImageVolumes = BTreeMap<String, Vec<String>>;
 /// rescued so the walk does not choose them again.
 struct CycleView {
     listed: ListedImages,
+    /// The heartbeat and unwatched stretches after the cycle's detect: MaxAge counts only
+    /// watched time.
+    watch: WatchHistory,
     protected: BTreeSet<RecordKey>,
     /// The image volumes detect saw, grown by those of containers the last look finds new, so
     /// each running container costs one ContainerStatus per cycle.
@@ -257,6 +267,8 @@ pub struct ImageGcManager<R> {
     /// imagekeeper's eviction, not as an external removal. Kept in memory only: after a
     /// restart such a removal is journaled as external.
     pending_evictions: Mutex<BTreeMap<RecordKey, EvictionNote>>,
+    /// See [`ImageGcManager::with_watch_period`].
+    watch_period: Option<std::time::Duration>,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -275,7 +287,21 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             metrics: Arc::new(GcMetrics::default()),
             in_flight: PullsInFlight::new(),
             pending_evictions: Mutex::new(BTreeMap::new()),
+            watch_period: None,
         })
+    }
+
+    /// The longest time between two detects in normal operation (the agent's detect and GC
+    /// periods; [`super::DEFAULT_WATCH_PERIOD`] for a one-shot command): heartbeats more than
+    /// [`super::GAP_PERIODS`] of them apart leave the stretch between them unwatched, and
+    /// MaxAge does not count it. Without it (a manager driven by explicit times: tests,
+    /// replay, the simulator) the heartbeat is still written at every detect but no stretch
+    /// is found unwatched. A zero period is ignored.
+    pub fn with_watch_period(mut self, period: std::time::Duration) -> Self {
+        if !period.is_zero() {
+            self.watch_period = Some(period);
+        }
+        self
     }
 
     /// Keeps the images of `in_flight`'s pulls (share it with the image manager).
@@ -428,7 +454,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         now: UnixNanos,
         mut copy: Option<&mut BTreeMap<RecordKey, ImageRecord>>,
     ) -> Result<(Observed, DetectPlan), GcError> {
-        let last_detect = self.store.meta(meta_keys::LAST_DETECT)?.map(UnixNanos);
+        let meta = self.store.meta_entries()?;
+        let stored = |name: &str| meta.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        let last_detect = stored(meta_keys::LAST_DETECT).map(UnixNanos);
+        let watched = WatchHistory::from_meta(stored);
         let (records, (listed, in_use, volumes, mut kubelet)) = self.observe(settings, now).await?;
         kubelet.mark_just_pulled(now, settings.config.policy.min_age);
         let input = DetectInput {
@@ -446,6 +475,21 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut plan = plan_detect(records, &listed, &input)?;
         let names = self.store.names_that_differ(listed.as_listed())?;
         plan_names(&mut plan, names);
+        // The heartbeat (and a stretch found unwatched) in the detect's own transaction:
+        // written every cycle, so every detect commits.
+        let (watch, unwatched) = match self.watch_period {
+            Some(period) => watched.after_detect(now, period),
+            None => (
+                WatchHistory {
+                    heartbeat: Some(now),
+                    ..watched
+                },
+                None,
+            ),
+        };
+        watch.write(&mut plan.batch);
+        plan.watch = watch;
+        plan.unwatched = unwatched;
         Ok(((listed, in_use, volumes, kubelet), plan))
     }
 
@@ -482,6 +526,13 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         // (detect and GC share the cycle lock: no removal happens between them).
         self.pending_evictions().clear();
         self.report_clock(&plan, now);
+        if let Some(gap) = plan.unwatched {
+            info!(
+                from = %format_rfc3339(gap.from),
+                to = %format_rfc3339(gap.to),
+                "No detect watched the node between these times: MaxAge does not count them as unused time"
+            );
+        }
         if committed && plan.removed > 0 {
             info!(
                 count = plan.removed,
@@ -510,6 +561,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             report,
             CycleView {
                 listed,
+                watch: plan.watch,
                 protected,
                 volumes,
             },
@@ -717,7 +769,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// Removes every image unused for longer than MaxAge, reading only the index range of
-    /// last_used before `free_time - max_age`.
+    /// last_used before `free_time - max_age`. Only watched time counts (`view.watch`): an
+    /// image's watched unused time is never more than its time since last use, so the range
+    /// holds every image MaxAge removes.
     async fn free_old_images(
         &self,
         settings: &Settings,
@@ -739,6 +793,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 &view.protected,
                 free_time,
                 max_age,
+                &view.watch,
             ) {
                 victims.push((position + 1, entry));
             }
@@ -1015,14 +1070,17 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 available: stats.available,
             })
         };
-        let mut explanation = explain_with_kubelet(
+        let mut explanation = explain_in(
             &ordered,
             Some(now),
             settings.config.policy,
             fs,
             now,
-            &pulling,
-            &kubelet,
+            &ExplainContext {
+                pulling: &pulling,
+                kubelet: &kubelet,
+                watch: &detect.watch,
+            },
         );
         note_prior_evictions(&mut explanation, &self.store.journal()?);
         let removals = explanation

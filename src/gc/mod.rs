@@ -1,7 +1,8 @@
 //! Image garbage collection: kubelet's ImageGCManager with history in the store.
 //!
 //! `detect` turns the runtime's lists into record changes; `evict` holds the rules of the
-//! eviction walk (shared with explain); `space` the space pass's arithmetic (usage, amount to
+//! eviction walk (shared with explain); `watch` the heartbeat and the unwatched stretches
+//! MaxAge does not count; `space` the space pass's arithmetic (usage, amount to
 //! free, target: [`SpaceNeed`], shared with explain and so the dry run); `manager` runs detect, GarbageCollect and
 //! DeleteUnusedImages against an [`crate::cri::ImageRuntime`] and the store. Everything takes
 //! `now` as an argument; nothing here reads a clock or sleeps.
@@ -21,13 +22,14 @@ mod pins;
 pub(crate) mod plan;
 mod policy;
 mod space;
+mod watch;
 
 pub use detect::{DetectInput, DetectPlan, ListedImages, images_in_use};
 pub use error::{GcError, aggregate};
 pub use evict::{Verdict, space_verdict};
 pub use explain::{
-    Decision, Explanation, FsSpace, ImageExplanation, PriorEviction, SpacePass, explain,
-    explain_with_kubelet, note_prior_evictions,
+    Decision, ExplainContext, Explanation, FsSpace, ImageExplanation, PriorEviction, SpacePass,
+    explain, explain_in, explain_with_kubelet, note_prior_evictions,
 };
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
 pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
@@ -36,3 +38,4 @@ pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::GcPolicy;
 pub use space::SpaceNeed;
+pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

@@ -178,15 +178,25 @@ impl Snapshot {
         self.read(Store::journal)
     }
 
+    /// Every meta value, ordered by name.
+    pub fn meta_entries(&self) -> Result<Vec<(String, i64)>, InspectError> {
+        self.read(Store::meta_entries)
+    }
+
     pub fn meta(&self) -> Result<MetaInfo, InspectError> {
         let entries = self.read(Store::meta_entries)?;
         let get = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
         let time = |name: &str| get(name).map(UnixNanos);
         Ok(MetaInfo {
-            schema_version: get(meta_keys::SCHEMA_VERSION),
+            // The file's own version, not its upgraded private copy's.
+            schema_version: self
+                .store
+                .upgraded_from()
+                .or_else(|| get(meta_keys::SCHEMA_VERSION)),
             created_at: time(meta_keys::CREATED_AT),
             agent_started_at: time(meta_keys::AGENT_STARTED_AT),
             last_detect: time(meta_keys::LAST_DETECT),
+            heartbeat: time(meta_keys::HEARTBEAT),
         })
     }
 
@@ -210,6 +220,8 @@ pub struct MetaInfo {
     pub created_at: Option<UnixNanos>,
     pub agent_started_at: Option<UnixNanos>,
     pub last_detect: Option<UnixNanos>,
+    /// The latest detect's time, written at every detect: the last time the agent watched.
+    pub heartbeat: Option<UnixNanos>,
 }
 
 /// How `list` orders records.
@@ -489,6 +501,44 @@ pub fn check(path: &Path, now: UnixNanos) -> Result<CheckReport, InspectError> {
 mod tests {
     use super::*;
     use crate::model::{ImageRecord, RecordKey};
+
+    /// A schema-1 file (an upgrade's `.bak-v1`) is read through a private copy upgraded to
+    /// the current schema; `stats` reports the file's own version, 1, not the copy's.
+    #[test]
+    fn the_schema_version_shown_is_the_files_not_its_upgraded_copys() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for version in [1i64, 2] {
+            let db = dir.path().join(format!("records.redb.bak-v{version}"));
+            let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("migrations/fixtures/v{version}.redb"));
+            std::fs::copy(&fixture, &db).expect("copy the fixture");
+            let snap = Snapshot::open(&db).expect("inspects");
+            assert_eq!(snap.meta().expect("meta").schema_version, Some(version));
+            assert_eq!(std::fs::read(&db).ok(), std::fs::read(&fixture).ok());
+        }
+        let current = dir.path().join("records.redb");
+        drop(Store::open(&current, UnixNanos::from_secs(1)).expect("create"));
+        let snap = Snapshot::open(&current).expect("inspects");
+        assert_eq!(
+            snap.meta().expect("meta").schema_version,
+            Some(crate::store::CURRENT_SCHEMA_VERSION)
+        );
+    }
+
+    /// A loop of symbolic links at the path is bad input (exit 2), not a failure.
+    #[test]
+    fn a_loop_of_symbolic_links_is_refused_as_bad_input() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::os::unix::fs::symlink(&b, &a).expect("a -> b");
+        std::os::unix::fs::symlink(&a, &b).expect("b -> a");
+        let err = Snapshot::open(&a).err().expect("refused");
+        assert!(err.is_usage(), "{err}");
+        assert!(
+            err.to_string().contains("a loop of symbolic links"),
+            "{err}"
+        );
+    }
 
     fn rec(id: &str, handler: &str, last_used_secs: i64, size: u64) -> StoredRecord {
         StoredRecord {

@@ -66,7 +66,18 @@ pub fn open_regular(path: &Path) -> Result<fs::File, InspectError> {
             kind,
         }),
     };
-    refuse(fs::metadata(path).map_err(io_err(path))?.file_type())?;
+    let meta = match fs::metadata(path) {
+        Ok(meta) => meta,
+        // A loop of symbolic links names no file: bad input, like a FIFO, not a failure.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(InspectError::NotRegular {
+                path: path.to_owned(),
+                kind: "a loop of symbolic links",
+            });
+        }
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    refuse(meta.file_type())?;
     let file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)

@@ -89,6 +89,10 @@ pub struct Batch {
     /// Meta values written only when the other operations changed something, so that a
     /// cycle that changed nothing still commits nothing.
     pub(super) stamps: Vec<(String, i64)>,
+    /// Meta values written (each when it differs) after the other operations, without
+    /// counting as a change for the stamps: the detect's heartbeat, which commits every
+    /// cycle but does not make `last_detect` "the latest detect that changed something".
+    pub(super) notes: Vec<(String, i64)>,
 }
 
 impl Batch {
@@ -97,7 +101,18 @@ impl Batch {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.ops.is_empty() && self.notes.is_empty()
+    }
+
+    /// Writes `name = value` (when it differs) whatever the rest of the batch does, without
+    /// counting as a change for [`Batch::stamp_if_changed`].
+    pub fn note_meta(&mut self, name: impl Into<String>, value: i64) {
+        self.notes.push((name.into(), value));
+    }
+
+    /// The values [`Batch::note_meta`] writes, in order.
+    pub fn notes(&self) -> &[(String, i64)] {
+        &self.notes
     }
 
     pub fn ops(&self) -> &[BatchOp] {

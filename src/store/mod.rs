@@ -122,6 +122,9 @@ pub struct Store {
     retention: RwLock<JournalRetention>,
     /// How the file was opened (kept for a reopen) and whether commits set quick repair.
     options: open::StoreOptions,
+    /// The schema version the file had before this handle's open upgraded it (a verified
+    /// copy for `inspect`), if it did.
+    upgraded_from: Option<i64>,
 }
 
 /// What one [`Store::apply_reporting`] did.
@@ -194,7 +197,15 @@ impl Store {
             last_compacted_bytes: AtomicU64::new(0),
             retention: RwLock::new(JournalRetention::default()),
             options: open::StoreOptions::default(),
+            upgraded_from: None,
         }
+    }
+
+    /// The schema version the file had when this handle was opened, if the open upgraded it
+    /// ([`Store::open_verified_copy`] upgrades `inspect`'s private copy of an older file):
+    /// the file's own version, where the meta table now holds the upgraded one.
+    pub fn upgraded_from(&self) -> Option<i64> {
+        self.upgraded_from
     }
 
     fn into_handle(self) -> Handle {
@@ -871,7 +882,11 @@ fn apply_ops(
             put_meta(&mut meta, name, *value)?;
         }
     }
-    Ok((changed, repulls, journaled))
+    let mut noted = false;
+    for (name, value) in &batch.notes {
+        noted |= put_meta(&mut meta, name, *value)?;
+    }
+    Ok((changed || noted, repulls, journaled))
 }
 
 type ImagesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageRecord>>;

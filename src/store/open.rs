@@ -34,6 +34,15 @@ pub mod meta_keys {
     /// clock said: it moves back with the clock (a detect more than the tolerance before it
     /// writes its own time even when nothing else changed; see `gc::detect`).
     pub const LAST_DETECT: &str = "last_detect";
+    /// The time of the last detect, written at every detect even when nothing else changed:
+    /// the last time the agent watched the node (unix nanoseconds; see `gc::WatchHistory`).
+    pub const HEARTBEAT: &str = "heartbeat";
+
+    /// The names of the `i`-th unwatched stretch's start and end (unix nanoseconds), oldest
+    /// first: `unwatched_<i>_from`, `unwatched_<i>_to` (see `gc::WatchHistory`).
+    pub fn unwatched(i: usize) -> (String, String) {
+        (format!("unwatched_{i}_from"), format!("unwatched_{i}_to"))
+    }
 }
 
 /// One schema upgrade step, from `from` to `from + 1`. See `migrations/`.
@@ -224,11 +233,19 @@ impl Store {
         prepare_dir(given)?;
         // Everything below acts on the regular file the path names: a symlink is followed to
         // its target (the link itself is never replaced), anything else is refused.
+        let target = locate(given)?.map_or_else(|| given.to_owned(), |found| found.real);
+        // Creation and open happen under an exclusive lock on the file's directory, so of two
+        // processes creating or opening the database at once exactly one goes on and the
+        // other is refused as "already open" (never both replacing an empty leftover file).
+        // Held until the read-write handle holds redb's own lock on the file.
+        let _lock = lock_dir(&target)?;
+        // Looked at again under the lock: another process may have created it meanwhile.
         let (real, len) = match locate(given)? {
             Some(found) => (found.real, Some(found.len)),
             None => (given.to_owned(), None),
         };
         let path = real.as_path();
+        remove_stale_temporaries(path);
         if len.is_none_or(|len| len == 0) {
             create_durably(path, now)?;
         }
@@ -300,15 +317,16 @@ impl Store {
         let db = builder()
             .open(copy)
             .map_err(|e| map_open_error(label, e, false))?;
-        let store = Store::fixed(Handle::Write(db), label);
+        let mut store = Store::fixed(Handle::Write(db), label);
         // An older schema is upgraded in the private copy (never in the inspected file), so
-        // `inspect` reads a file an older agent wrote.
+        // `inspect` reads a file an older agent wrote; the file's own version is kept.
         if store.has_meta_table()?
             && let Some(v) = store.meta(super::meta_keys::SCHEMA_VERSION)?
             && v < CURRENT_SCHEMA_VERSION
             && MIGRATIONS.iter().any(|m| m.from == v)
         {
             store.migrate(v)?;
+            store.upgraded_from = Some(v);
         }
         store.existing_current_schema()
     }
@@ -700,6 +718,124 @@ fn prepare_dir(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// An exclusive lock on a database's directory, held while a database there is created and
+/// opened read-write (released when dropped).
+#[derive(Debug)]
+pub(super) struct DirLock {
+    /// `None` where the directory cannot be locked (see [`lock_dir`]).
+    _dir: Option<fs::File>,
+}
+
+/// Takes the exclusive lock (`flock`) on the directory of `path` without waiting: another
+/// process creating or opening a database there holds it, and this open is refused as
+/// [`StoreError::AlreadyOpen`] (the commands without an agent retry it for a while). An
+/// `flock` is per open file description, so two opens in one process exclude each other too.
+/// A directory that cannot be read (mode without `r`) or locked (a file system without
+/// `flock`) is opened without the lock, as before it existed, with a warning: redb's own lock
+/// on the file still refuses a second read-write handle.
+pub(super) fn lock_dir(path: &Path) -> Result<DirLock, StoreError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let unlocked = |e: io::Error| {
+        tracing::warn!(dir = %dir.display(), error = %e, "Cannot lock the database's directory; opening without the lock");
+        Ok(DirLock { _dir: None })
+    };
+    let file = match fs::File::open(dir) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return unlocked(e),
+        Err(source) => {
+            return Err(StoreError::Io {
+                path: dir.to_owned(),
+                source,
+            });
+        }
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(DirLock { _dir: Some(file) }),
+        Err(fs::TryLockError::WouldBlock) => Err(StoreError::AlreadyOpen {
+            path: path.to_owned(),
+        }),
+        Err(fs::TryLockError::Error(e))
+            if e.kind() == io::ErrorKind::Unsupported || e.raw_os_error() == Some(libc::ENOLCK) =>
+        {
+            unlocked(e)
+        }
+        Err(fs::TryLockError::Error(source)) => Err(StoreError::Io {
+            path: dir.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Removes `<db>.creating-<pid>-<hex>-<n>` files (the temporary names of
+/// [`create_new_temporary`]) left by processes that died while creating the database or its
+/// upgrade backup (a SIGKILL mid-copy leaves a full-size copy). Called with the directory lock
+/// held, so no process is creating one now. Only regular files whose whole name is that
+/// pattern for this database, and whose pid names no live process (no `/proc/<pid>`) or is
+/// this process's own (nothing of ours exists before the lock is taken: a container's pid 1
+/// restarted), are removed; anything else is left, and a failure is only logged. Without
+/// `/proc` nothing is removed.
+fn remove_stale_temporaries(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let proc_root = Path::new("/proc");
+    if !proc_root.join("self").exists() {
+        return;
+    }
+    let Some(prefix) = name.to_str().map(|n| format!("{n}.creating-")) else {
+        return;
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let own = std::process::id();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(temporary_pid)
+        else {
+            continue;
+        };
+        if pid != own && proc_root.join(pid.to_string()).exists() {
+            continue;
+        }
+        let stale = dir.join(&file_name);
+        if !fs::symlink_metadata(&stale).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        match fs::remove_file(&stale) {
+            Ok(()) => {
+                tracing::info!(path = %stale.display(), pid, "Removed a temporary database file a dead process left")
+            }
+            Err(e) => {
+                tracing::warn!(path = %stale.display(), error = %e, "Cannot remove a temporary database file a dead process left")
+            }
+        }
+    }
+}
+
+/// The pid of a temporary name's rest after `<db>.creating-`: `<pid>-<hex>-<n>`, exactly.
+fn temporary_pid(rest: &str) -> Option<u32> {
+    let mut parts = rest.split('-');
+    let (pid, random, n) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let hex = !random.is_empty() && random.bytes().all(|b| b.is_ascii_hexdigit());
+    if parts.next().is_some() || !digits(pid) || !hex || !digits(n) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
 /// The regular file a database path names.
 struct Found {
     /// The path itself, or the target of a symlink (fully resolved).
@@ -717,9 +853,16 @@ fn locate(path: &Path) -> Result<Option<Found>, StoreError> {
         path: path.to_owned(),
         source,
     };
+    // A loop of symbolic links (at the path or in its directories) is bad input, not a
+    // failure: refused like any path that names no regular file.
+    let symlink_loop = || StoreError::NotARegularFile {
+        path: path.to_owned(),
+        kind: "a loop of symbolic links".to_owned(),
+    };
     let link = match fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(symlink_loop()),
         Err(e) => return Err(io_err(e)),
     };
     if link.file_type().is_symlink() {
@@ -731,6 +874,7 @@ fn locate(path: &Path) -> Result<Option<Found>, StoreError> {
                     kind: "a symbolic link to a file that does not exist".to_owned(),
                 });
             }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(symlink_loop()),
             Err(e) => return Err(io_err(e)),
         };
         if !target.is_file() {
@@ -1034,7 +1178,9 @@ fn backup(store: &Store, version: i64) -> Result<PathBuf, StoreError> {
             Err(e) => return Err(io_err(&dest)(e)),
         }
         let tmp = create_new_temporary(path).map_err(io_err(path))?;
-        // The copy's errors, then the link's result.
+        // The copy's errors, then the link's result. The temporary file is removed whatever
+        // happens, so its errors name the backup's final path (a full disk there is what the
+        // operator must fix), never the temporary name that is gone by the time they are read.
         let linked = (|| -> Result<io::Result<()>, StoreError> {
             {
                 // Nothing writes the file while the copy is read: no write transaction of
@@ -1045,19 +1191,19 @@ fn backup(store: &Store, version: i64) -> Result<PathBuf, StoreError> {
                 let mut to = fs::OpenOptions::new()
                     .write(true)
                     .open(&tmp)
-                    .map_err(io_err(&tmp))?;
-                io::copy(&mut from, &mut to).map_err(io_err(&tmp))?;
+                    .map_err(io_err(&dest))?;
+                io::copy(&mut from, &mut to).map_err(io_err(&dest))?;
             }
             // The live handle's header says "recovery required"; a read-write open of the
             // copy (the temporary file, never a backup) clears it.
             drop(
                 builder()
                     .create(&tmp)
-                    .map_err(|e| map_open_error(&tmp, e, false))?,
+                    .map_err(|e| map_open_error(&dest, e, false))?,
             );
             fs::File::open(&tmp)
                 .and_then(|f| f.sync_all())
-                .map_err(io_err(&tmp))?;
+                .map_err(io_err(&dest))?;
             Ok(fs::hard_link(&tmp, &dest))
         })();
         let _ = fs::remove_file(&tmp);
@@ -1201,4 +1347,82 @@ fn same_table<K: redb::Key + 'static, V: redb::Value + 'static>(
         }
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+
+    fn in_use(result: Result<Store, StoreError>) {
+        match result {
+            Err(StoreError::AlreadyOpen { .. }) => {}
+            Err(e) => panic!("expected AlreadyOpen, got {e}"),
+            Ok(_) => panic!("expected AlreadyOpen, it opened"),
+        }
+    }
+
+    /// Another process creating the database holds the directory's lock from before it looks
+    /// at the path until its read-write handle holds redb's lock. An open meanwhile is refused
+    /// as in use and creates nothing; once the lock is released, it creates the database.
+    #[test]
+    fn an_open_while_another_creates_the_database_is_refused_as_in_use() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("db.redb");
+        let creating = lock_dir(&db).expect("the first creator's lock");
+        in_use(Store::open(&db, UnixNanos(1)));
+        assert!(!db.exists(), "the refused open created the file");
+        drop(creating);
+        let store = Store::open(&db, UnixNanos(1)).expect("opens once the lock is free");
+        // Held by redb's lock now: the directory lock is free again, and a second open is
+        // refused by redb's.
+        drop(lock_dir(&db).expect("the directory lock is released after the open"));
+        in_use(Store::open(&db, UnixNanos(2)));
+        drop(store);
+    }
+
+    /// An empty file a crash left (between creating a file and redb writing its header) is
+    /// replaced by a new database by exactly one open: one racing another's creation is
+    /// refused and leaves the file as it is (before the lock both could replace it, the
+    /// second removing the database the first had just linked into place).
+    #[test]
+    fn an_empty_leftover_file_is_replaced_by_one_open_only() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("db.redb");
+        fs::write(&db, b"").expect("the leftover");
+        let inode = fs::metadata(&db).expect("stat").ino();
+        let creating = lock_dir(&db).expect("the first creator's lock");
+        in_use(Store::open(&db, UnixNanos(1)));
+        let left = fs::metadata(&db).expect("still there");
+        assert_eq!((left.ino(), left.len()), (inode, 0));
+        drop(creating);
+        let store = Store::open(&db, UnixNanos(1)).expect("replaces the empty file");
+        assert_eq!(
+            store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+            Some(CURRENT_SCHEMA_VERSION)
+        );
+    }
+
+    /// A loop of symbolic links at the path is bad input (a path that names no regular
+    /// file), not an I/O failure.
+    #[test]
+    fn a_loop_of_symbolic_links_is_not_a_regular_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::os::unix::fs::symlink(&b, &a).expect("a -> b");
+        std::os::unix::fs::symlink(&a, &b).expect("b -> a");
+        for path in [a.clone(), a.join("db.redb")] {
+            match Store::check_path(&path) {
+                Err(StoreError::NotARegularFile { kind, .. }) => {
+                    assert_eq!(kind, "a loop of symbolic links", "{}", path.display())
+                }
+                other => panic!("{}: {other:?}", path.display()),
+            }
+        }
+        match Store::open(&a, UnixNanos(1)) {
+            Err(StoreError::NotARegularFile { .. }) => {}
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a loop opened"),
+        }
+    }
 }

@@ -326,3 +326,98 @@ fn an_upgrade_beside_a_running_agent_process_leaves_no_backup() {
     );
     assert_eq!(names_in(dir.path()), ["db.redb", "db.redb.bak-v2"]);
 }
+
+const FSIZE_ENV: &str = "IMAGEKEEPER_TEST_FSIZE_DB";
+const FSIZE_TEST: &str =
+    "store::upgrade_tests::a_backup_that_cannot_be_written_names_the_backup_not_its_temporary_file";
+
+/// A backup whose copy fails (a full disk; here the file size limit, which fails the copy's
+/// writes the same way, with the signal ignored) names the backup's final path, which the
+/// operator can act on, not the temporary file that is removed before the error is read; and
+/// leaves neither behind. Run in a child process of this test binary, as the limit is the
+/// whole process's.
+#[test]
+fn a_backup_that_cannot_be_written_names_the_backup_not_its_temporary_file() {
+    use std::process::Command;
+    if let Some(db) = std::env::var_os(FSIZE_ENV) {
+        let db = std::path::PathBuf::from(db);
+        let limit = libc::rlimit {
+            rlim_cur: 64 * 1024,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        // SAFETY: plain libc calls with valid arguments, in a process that only runs this.
+        unsafe {
+            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        }
+        let err = match Store::open(&db, UnixNanos(1)) {
+            Err(e) => e,
+            Ok(_) => panic!("the upgrade's backup cannot be written under the size limit"),
+        };
+        let message = err.to_string();
+        let backup = with_suffix(&db, ".bak-v2");
+        match &err {
+            super::StoreError::Io { path, .. } => assert_eq!(path, &backup, "{message}"),
+            other => panic!("expected an I/O error naming the backup, got {other:?}"),
+        }
+        assert!(!message.contains(".creating-"), "{message}");
+        println!("checked");
+        return;
+    }
+    let (dir, db) = v2_file();
+    let out = Command::new(std::env::current_exe().expect("test binary"))
+        .args([FSIZE_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(FSIZE_ENV, &db)
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("checked"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(names_in(dir.path()), ["db.redb"]);
+    assert_eq!(version_and_records(&db), (Some(2), 2));
+}
+
+/// A process killed while it copied the upgrade's backup leaves a full-size
+/// `<db>.creating-<pid>-<hex>-<n>`; the next open removes it when that pid is dead (or is its
+/// own: a container's pid 1 restarted), and removes nothing else: another database's
+/// temporary, a name that only looks like one, a directory, a live process's file.
+#[test]
+fn temporaries_of_dead_processes_are_removed_at_open_and_nothing_else() {
+    let (dir, db) = v2_file();
+    // Above the kernel's PID_MAX_LIMIT (4194304): no process has this pid.
+    let dead = 4_194_305u32;
+    let own = std::process::id();
+    // A live process other than this one: our parent (the test runner or the shell).
+    let live = std::os::unix::process::parent_id();
+    let stale = [
+        format!("db.redb.creating-{dead}-1f2e-0"),
+        format!("db.redb.creating-{own}-abc-3"),
+    ];
+    let kept = [
+        format!("db.redb.creating-{live}-1f2e-0"),
+        format!("other.redb.creating-{dead}-1f2e-0"),
+        format!("db.redb.creating-{dead}-xyz-0"),
+        format!("db.redb.creating-{dead}-1f2e-0-1"),
+        format!("db.redb.creating-{dead}-1f2e"),
+        "db.redb.creating-".to_owned(),
+        format!("db.redb.bak-v2.creating-{dead}-1f2e-0"),
+    ];
+    for name in stale.iter().chain(&kept) {
+        std::fs::write(dir.path().join(name), fixture(2)).expect("write");
+    }
+    let dir_lookalike = format!("db.redb.creating-{dead}-aa-1");
+    std::fs::create_dir(dir.path().join(&dir_lookalike)).expect("mkdir");
+    let store = Store::open(&db, UnixNanos(1)).expect("opens and upgrades");
+    drop(store);
+    let mut want: Vec<String> = kept.to_vec();
+    want.extend([
+        "db.redb".to_owned(),
+        "db.redb.bak-v2".to_owned(),
+        dir_lookalike,
+    ]);
+    want.sort();
+    assert_eq!(names_in(dir.path()), want);
+}

@@ -114,6 +114,8 @@ fn example_db(dir: &Path) -> PathBuf {
         },
     );
     batch.set_meta(meta_keys::LAST_DETECT, at(NOW - 2 * HOUR).0);
+    // An agent that watched until a minute ago: no unwatched time for MaxAge to leave out.
+    batch.set_meta(meta_keys::HEARTBEAT, at(NOW - 60).0);
     batch.set_meta(meta_keys::AGENT_STARTED_AT, at(NOW - 10 * HOUR).0);
     store.apply(&batch).expect("apply");
     path
@@ -406,6 +408,50 @@ fn check_reports_stamps_in_the_future_and_a_last_detect_the_clock_went_back_from
     let later = (NOW + YEAR).to_string();
     let t = run(&["--db", db.to_str().expect("utf8"), "--now", &later, "check"]);
     assert_eq!((t.code, t.stdout.as_str()), (0, "ok\n"), "{}", t.stderr);
+}
+
+/// `--now` is a documented flag of every inspect command (it was hidden from `--help`), given
+/// before or after the subcommand: a database stamped by a trace's (or a wrong clock's) times
+/// is checked, counted and explained as of that time.
+#[test]
+fn now_is_a_documented_flag_of_check_stats_and_explain() {
+    const YEAR: i64 = 365 * 24 * HOUR;
+    for command in ["check", "stats", "explain"] {
+        let r = run(&[command, "--help"]);
+        assert_eq!(r.code, 0, "{command}: {}", r.stderr);
+        assert!(
+            r.stdout.contains("--now <TIME>") && r.stdout.contains("instead of the wall clock"),
+            "{command} --help: {}",
+            r.stdout
+        );
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let store = Store::open(&db, at(NOW + YEAR)).expect("open");
+    let mut batch = Batch::new();
+    batch.upsert(key("a", ""), record(NOW + YEAR, NOW + YEAR, 10, false));
+    batch.set_meta(meta_keys::LAST_DETECT, at(NOW + YEAR).0);
+    batch.set_meta(meta_keys::HEARTBEAT, at(NOW + YEAR).0);
+    store.apply(&batch).expect("apply");
+    drop(store);
+    let db_arg = db.to_str().expect("utf8");
+    // At the wall clock the stamps are a year in the future; at the trace's time they are not.
+    let wall = run(&["--db", db_arg, "check"]);
+    assert_eq!(wall.code, 1, "{}", wall.stdout);
+    let then = "2027-01-02T08:00:00Z";
+    let t = run(&["--db", db_arg, "check", "--now", then]);
+    assert_eq!((t.code, t.stdout.as_str()), (0, "ok\n"), "{}", t.stderr);
+    let t = run(&["--db", db_arg, "stats", "--now", then, "--output", "json"]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    assert_eq!(t.json()["meta"]["heartbeat"], then, "{}", t.stdout);
+    let t = run(&["--db", db_arg, "explain", "--now", then, "--output", "json"]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    assert_eq!(
+        t.json()["images"][0]["decision"],
+        "keep_in_use",
+        "{}",
+        t.stdout
+    );
 }
 
 #[test]

@@ -713,6 +713,33 @@ fn database_path_at_a_device_fifo_directory_or_dangling_link_is_refused_and_left
     );
 }
 
+/// A loop of symbolic links at `--db` is bad input: exit 2 naming it, from the commands that
+/// open the database without an agent and from `inspect` (it exited 1, an I/O failure).
+#[test]
+fn a_symlink_loop_at_db_exits_2_naming_it() {
+    use crate::support::bin;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::os::unix::fs::symlink(&b, &a).expect("a -> b");
+    std::os::unix::fs::symlink(&a, &b).expect("b -> a");
+    let db = format!("--db={}", a.display());
+    let socket = format!("--admin-socket={}", dir.path().join("none.sock").display());
+    let runs: [Vec<&str>; 3] = [
+        vec!["gc", "--dry-run", &db, &socket],
+        vec!["prune", "--dry-run", &db, &socket],
+        vec!["inspect", &db, "stats"],
+    ];
+    for args in runs {
+        let out = bin::output(bin::imagekeeper().args(&args));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("a loop of symbolic links"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn symlinked_database_path_is_followed_and_the_link_kept() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -15,7 +15,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::format::{go_duration, parse_go_duration};
 use imagekeeper::gc::{
-    FsSpace, GcPolicy, OfflineKubelet, explain_with_kubelet, fold_offline, note_prior_evictions,
+    DEFAULT_WATCH_PERIOD, ExplainContext, FsSpace, GcPolicy, OfflineKubelet, WatchHistory,
+    explain_in, fold_offline, note_prior_evictions,
 };
 use imagekeeper::inspect::{
     InspectError, Snapshot, SortKey, escape_control, repull_rate, resolve_query, sort_records,
@@ -39,8 +40,11 @@ pub struct InspectArgs {
     db: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
-    /// The time to evaluate at instead of the wall clock (RFC 3339 or unix seconds).
-    #[arg(long, global = true, hide = true, value_name = "TIME", value_parser = parse_now)]
+    /// Evaluate at this time instead of the wall clock (RFC 3339, e.g. 2026-01-02T08:00:00Z,
+    /// or unix seconds): for a database written by `replay` with a trace's own times, or
+    /// copied from a node whose clock was off, so `check` reports no false future stamps and
+    /// `stats`, `explain` and the ages are as of that time.
+    #[arg(long, global = true, value_name = "TIME", value_parser = parse_now)]
     now: Option<UnixNanos>,
     #[command(subcommand)]
     command: InspectCommand,
@@ -312,14 +316,22 @@ fn explain(
             "imagekeeper: the kubelet is pulling {image:?}: explain cannot tell which image that names without the runtime (gc --dry-run can)"
         );
     }
-    let mut explanation = explain_with_kubelet(
+    // The unwatched stretches as a GC's detect at `now` would leave them (with the default
+    // watch period: the agent's own is not in the file).
+    let entries = snap.meta_entries().map_err(inspect_failure)?;
+    let stored = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+    let (watch, _) = WatchHistory::from_meta(stored).after_detect(now, DEFAULT_WATCH_PERIOD);
+    let mut explanation = explain_in(
         &records,
         meta.last_detect,
         policy,
         fs,
         now,
-        &Default::default(),
-        &kubelet.view,
+        &ExplainContext {
+            pulling: &Default::default(),
+            kubelet: &kubelet.view,
+            watch: &watch,
+        },
     );
     note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);
     Ok(print::explain(w, out, &explanation)?)

@@ -629,6 +629,7 @@ pub fn stats(
                 "createdAt": time(meta.created_at),
                 "agentStartedAt": time(meta.agent_started_at),
                 "lastDetect": time(meta.last_detect),
+                "heartbeat": time(meta.heartbeat),
                 "journalEntries": journal.entries,
                 "repulls": {
                     "lastDay": journal.last_day,
@@ -642,6 +643,7 @@ pub fn stats(
         let (created, created_at) = time_json(meta.created_at);
         let (started, started_at) = time_json(meta.agent_started_at);
         let (detect, detect_at) = time_json(meta.last_detect);
+        let (heartbeat, heartbeat_at) = time_json(meta.heartbeat);
         let v = json!({
             "records": s.records,
             "pinned": s.pinned,
@@ -662,6 +664,8 @@ pub fn stats(
                 "agent_started_at": started_at,
                 "last_detect_unix_nanos": detect,
                 "last_detect": detect_at,
+                "heartbeat_unix_nanos": heartbeat,
+                "heartbeat": heartbeat_at,
             },
         });
         return json_out(w, &v);
@@ -685,6 +689,7 @@ pub fn stats(
         ("created at", meta_time(meta.created_at)),
         ("agent started at", meta_time(meta.agent_started_at)),
         ("last detect", meta_time(meta.last_detect)),
+        ("heartbeat", meta_time(meta.heartbeat)),
         ("journal entries", journal.entries.to_string()),
         ("re-pulls 1d", rate_text(&journal.last_day)),
         ("re-pulls 7d", rate_text(&journal.last_week)),

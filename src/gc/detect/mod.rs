@@ -114,6 +114,11 @@ pub struct DetectPlan {
     /// The stored `last_detect`, when `now` is more than [`FUTURE_STAMP_TOLERANCE`] before
     /// it: the clock went back.
     pub clock_went_back_from: Option<UnixNanos>,
+    /// The heartbeat and unwatched stretches after this detect, which the manager writes in
+    /// the same batch (`WatchHistory::after_detect`; `plan_detect` leaves the default).
+    pub watch: super::WatchHistory,
+    /// The stretch this detect found unwatched, if any.
+    pub unwatched: Option<super::Unwatched>,
 }
 
 /// What a detect plans from, besides the records and the runtime's images.
@@ -518,6 +523,40 @@ mod tests {
             apply_to_copy(&mut records, &plan.batch);
             assert_eq!(records[&key], stamped(want_first, want_last), "{case}");
         }
+    }
+
+    /// The choice for a clamped stamp: it becomes the detect's `now`, which the kubelet's
+    /// freeSpace rule (`lastUsed` equal to or after freeTime: used too recently) reads as a
+    /// use in this cycle: the GC whose detect clamps it keeps it, the next one may take it.
+    /// (Clamping to just before `now` would leave it removable in the cycle that found it.)
+    #[test]
+    fn a_clamped_stamp_protects_its_image_for_the_cycle_that_clamps_it_only() {
+        use crate::gc::{Verdict, space_verdict};
+        let key = RecordKey::new("sha256:a", "");
+        let now = UnixNanos::from_secs(1_000);
+        let mut records = BTreeMap::from([(key.clone(), stamped(10, 1_000 + YEAR))]);
+        let plan = plan_from_map(
+            &records,
+            None,
+            &[image("sha256:a", 1, false)],
+            &BTreeSet::new(),
+            &PinPatterns::default(),
+            now,
+        );
+        apply_to_copy(&mut records, &plan.batch);
+        let record = records[&key];
+        assert_eq!(record.last_used, now);
+        let verdict = |free_time| {
+            space_verdict(
+                &key,
+                &record,
+                &BTreeSet::new(),
+                free_time,
+                std::time::Duration::ZERO,
+            )
+        };
+        assert_eq!(verdict(now), Verdict::UsedTooRecently);
+        assert_eq!(verdict(UnixNanos(now.0 + 1)), Verdict::Eligible);
     }
 
     /// The clamp is judged again on the record as it is when the batch is applied: a pull

@@ -189,9 +189,13 @@ async fn names_are_written_at_detect_only_when_they_change() {
     let key = RecordKey::new("a", "");
     let first = store.names(&key).expect("names").expect("stored");
     assert_eq!(first.repo_tags, ["registry.example/a:1"]);
+    // Every detect commits once, its heartbeat; one repeated at the same instant commits
+    // nothing: unchanged names are not written.
+    node.detect(20).await;
     let commits = store.commits();
     node.detect(20).await;
     assert_eq!(store.commits(), commits, "unchanged names commit nothing");
+    // Changed names ride in the next detect's one commit.
     node.runtime.state().images[0].repo_tags = vec!["registry.example/a:2".into()];
     node.runtime.state().images[0].repo_digests = vec!["registry.example/a@sha256:feed".into()];
     node.detect(30).await;

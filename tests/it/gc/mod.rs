@@ -260,15 +260,33 @@ async fn images_gone_from_the_runtime_lose_their_records() {
     both_ways!(scenario);
 }
 
+/// A detect that changes no record still commits once: the heartbeat (the last time the node
+/// was watched, which MaxAge needs). A detect repeated at the same instant writes nothing.
 #[tokio::test]
-async fn a_detect_that_changes_nothing_commits_nothing() {
+async fn a_detect_that_changes_no_record_commits_its_heartbeat_once() {
     let node = Node::new(GcPolicy::default());
     node.set_images(vec![image("a", 1)]);
     node.detect(0).await;
-    let commits = node.manager().store().commits();
+    let store = node.manager().store().clone();
+    let records = store.records().expect("records");
+    let last_detect = store.meta(meta_keys::LAST_DETECT).expect("meta");
+    let commits = store.commits();
+    let report = node.manager().detect(at(10)).await.expect("detect");
+    assert!(report.committed);
+    assert_eq!(store.commits(), commits + 1);
+    assert_eq!(store.records().expect("records"), records);
+    assert_eq!(
+        store.meta(meta_keys::HEARTBEAT).expect("meta"),
+        Some(at(10).0)
+    );
+    // last_detect stays the latest detect that changed something.
+    assert_eq!(
+        store.meta(meta_keys::LAST_DETECT).expect("meta"),
+        last_detect
+    );
     let report = node.manager().detect(at(10)).await.expect("detect");
     assert!(!report.committed);
-    assert_eq!(node.manager().store().commits(), commits);
+    assert_eq!(store.commits(), commits + 1);
 }
 
 /// Capacity 10 000 with 1 000 available: usage 90 %, so with 85/80 GC must free 1 000 bytes.
