@@ -140,7 +140,9 @@ async fn read_pull_secrets(files: &[PathBuf]) -> Result<Vec<(Vec<u8>, DockerConf
 async fn pull(args: PullArgs) -> Result<String, Failure> {
     let pull_secrets = read_pull_secrets(&args.pull_secrets).await?;
     let agent = AdminClient::connect_with_timeout(&args.admin_socket, args.timeout).await;
-    if let Err(e @ AdminError::PermissionDenied { .. }) = agent {
+    // An agent there that cannot take the call now is no reason to go around it: its
+    // database is in use, and a second puller would race it.
+    if let Err(e @ (AdminError::PermissionDenied { .. } | AdminError::Busy { .. })) = agent {
         return Err(Failure::from(e));
     }
     if let Ok(mut agent) = agent {

@@ -1201,6 +1201,26 @@ async fn a_client_beyond_the_admin_connection_limit_is_told_the_agent_is_busy() 
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("the agent is busy"), "{stderr}");
     assert!(!stderr.contains("transport error"), "{stderr}");
+    // `pull` too says so, and does not go around the agent to the runtime (here: none).
+    let db = dir.path().join("unused.redb");
+    let out = tokio::task::spawn_blocking({
+        let socket = socket.clone();
+        let db = db.clone();
+        move || {
+            crate::support::bin::run(&[
+                "pull",
+                "registry.example/a:1",
+                &format!("--admin-socket={}", socket.display()),
+                &format!("--db={}", db.display()),
+            ])
+        }
+    })
+    .await
+    .expect("join");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the agent is busy"), "{stderr}");
+    assert!(!db.exists(), "no pull around the agent");
     // The served client's connection is still served.
     served.delete_unused(true).await.expect("still served");
 }
