@@ -24,6 +24,33 @@ fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
     }
 }
 
+/// An in-process agent on `fake` (database and admin socket in `dir`) whose configuration is
+/// `file` under the flags `extra` sets besides those: a reload reads the file again under them.
+async fn agent_with_config_file(
+    fake: &FakeRuntime,
+    dir: &Path,
+    file: &Path,
+    extra: FlagValues,
+) -> Agent {
+    let source = ConfigSource {
+        file: Some(file.to_path_buf()),
+        flags: FlagValues {
+            db: Some(dir.join("records.redb")),
+            container_runtime_endpoint: Some(fake.endpoint()),
+            admin_socket: Some(dir.join("admin.sock")),
+            ..extra
+        },
+    };
+    let config = source.resolve().expect("valid start configuration");
+    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
+        1_800_000_000,
+    )));
+    Agent::start(config, clock)
+        .await
+        .expect("agent starts")
+        .with_config_source(source)
+}
+
 /// A log sink for one test's tracing events (the reload's error must be logged exactly once).
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -75,25 +102,17 @@ async fn reload_swaps_the_files_gc_settings_flags_still_win_and_an_invalid_file_
         "imageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 70\nimageMaximumGCAge = \"1h\"\n",
     )
     .expect("write config");
-    let source = ConfigSource {
-        file: Some(file.clone()),
-        flags: FlagValues {
-            db: Some(dir.path().join("records.redb")),
-            container_runtime_endpoint: Some(fake.endpoint()),
-            admin_socket: Some(dir.path().join("admin.sock")),
+    let agent = agent_with_config_file(
+        &fake,
+        dir.path(),
+        &file,
+        FlagValues {
             // Given on the command line: wins over the file at start and at every reload.
             image_gc_high_threshold: Some(100),
             ..FlagValues::default()
         },
-    };
-    let config = source.resolve().expect("valid start configuration");
-    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
-        1_800_000_000,
-    )));
-    let agent = Agent::start(config, clock)
-        .await
-        .expect("agent starts")
-        .with_config_source(source);
+    )
+    .await;
     let policy = |agent: &Agent| agent.gc_manager().config().policy;
     assert_eq!(policy(&agent).high_threshold_percent, 100);
     assert_eq!(policy(&agent).max_age, Duration::from_secs(3600));
@@ -466,23 +485,7 @@ async fn a_reload_of_an_empty_file_keeps_the_pins_unless_the_file_says_it_is_emp
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("imagekeeper.toml");
     std::fs::write(&file, "pinnedImages = [\"registry.example/a:*\"]\n").expect("write");
-    let source = ConfigSource {
-        file: Some(file.clone()),
-        flags: FlagValues {
-            db: Some(dir.path().join("records.redb")),
-            container_runtime_endpoint: Some(fake.endpoint()),
-            admin_socket: Some(dir.path().join("admin.sock")),
-            ..FlagValues::default()
-        },
-    };
-    let config = source.resolve().expect("valid start configuration");
-    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
-        1_800_000_000,
-    )));
-    let agent = Agent::start(config, clock)
-        .await
-        .expect("agent starts")
-        .with_config_source(source);
+    let agent = agent_with_config_file(&fake, dir.path(), &file, FlagValues::default()).await;
     let pins = |agent: &Agent| agent.gc_manager().config().pins.patterns().to_vec();
     assert_eq!(pins(&agent), ["registry.example/a:*"]);
     for text in ["", "# pinnedImages = [\"registry.example/a:*\"]\n"] {
@@ -789,23 +792,7 @@ async fn a_reload_names_the_credential_settings_that_wait_for_a_restart() {
         )
     };
     std::fs::write(&file, config(&root_a)).expect("write config");
-    let source = ConfigSource {
-        file: Some(file.clone()),
-        flags: FlagValues {
-            db: Some(dir.path().join("records.redb")),
-            container_runtime_endpoint: Some(fake.endpoint()),
-            admin_socket: Some(dir.path().join("admin.sock")),
-            ..FlagValues::default()
-        },
-    };
-    let start = source.resolve().expect("valid start configuration");
-    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
-        1_800_000_000,
-    )));
-    let agent = Agent::start(start, clock)
-        .await
-        .expect("agent starts")
-        .with_config_source(source);
+    let agent = agent_with_config_file(&fake, dir.path(), &file, FlagValues::default()).await;
 
     // Nothing changed: nothing to report.
     let report = agent.reload().await.expect("reload");
