@@ -1871,3 +1871,62 @@ async fn pull_through_the_agent_maps_typed_reasons_to_messages_and_exit_codes() 
         "the agent did the pulls"
     );
 }
+
+/// A FIFO at the node's credentials path (`<kubelet root>/config.json`) once blocked one of the
+/// agent's two async workers per pull, for good: two pulls through the agent stopped GC,
+/// `/healthz` and the admin socket, and SIGTERM. A spawned agent now completes four such pulls
+/// (anonymously, the FIFO skipped), answers `/healthz` after them, and ends on SIGTERM within
+/// its grace period. Each pull is bounded by the runner's hang guard, the exit by a watchdog:
+/// without the fix the test fails at one of them instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_at_the_node_credentials_path_stops_no_pull_probe_or_shutdown() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    for i in 0..4 {
+        let reference = format!("registry.example/app{i}:1");
+        fake.add_pullable(
+            reference.clone(),
+            image(&format!("sha256:{i:04}"), &reference, 10),
+        );
+    }
+    fake.set_image_fs(fake.dir().display().to_string(), 40);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("kubelet");
+    std::fs::create_dir(&root).expect("kubelet root");
+    mkfifo(&root.join("config.json"));
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("admin.sock");
+    let root_flag = format!("--kubelet-root-dir={}", root.display());
+    let mut agent = start_agent(
+        &fake.endpoint(),
+        &db,
+        &socket,
+        &["--metrics-address", "127.0.0.1:0", &root_flag],
+    )
+    .await;
+    let metrics = agent.metrics_address().await;
+    for i in 0..4 {
+        let socket = socket.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            crate::support::bin::run(&[
+                "pull",
+                &format!("registry.example/app{i}:1"),
+                &format!("--admin-socket={}", socket.display()),
+            ])
+        })
+        .await
+        .expect("join");
+        assert!(
+            out.status.success(),
+            "pull {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(fake.pulls().len(), 4);
+    let health = tokio::task::spawn_blocking(move || http_get(&metrics, "/healthz"))
+        .await
+        .expect("join");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    agent.signal(libc::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(45)).await;
+    assert!(status.success(), "{status:?}");
+}
