@@ -2,8 +2,8 @@
 //! `kubectl describe node`: one Event per GC cycle that removed something (counts, bytes and
 //! the largest images, not one Event per image), GC failing to free enough (the kubelet's
 //! `FreeDiskSpaceFailed` / `InvalidDiskCapacity` / `ImageGCFailed` reasons and messages,
-//! pkg/kubelet/images/image_gc_manager.go and pkg/kubelet/kubelet.go), and the record store
-//! turning unhealthy.
+//! pkg/kubelet/images/image_gc_manager.go and pkg/kubelet/kubelet.go), the record store
+//! turning unhealthy, and `imagekeeper doctor`'s conflicts found at start.
 //!
 //! [`NodeEvents`] decides what to say and hands it to an [`EventSink`]; it imports nothing of
 //! Kubernetes. The sink that talks to the API server, [`KubeEventSink`] (feature `kube`, the
@@ -135,6 +135,27 @@ impl NodeEvents {
                 }
             }
             None => *last = None,
+        }
+    }
+
+    /// `imagekeeper doctor`'s conflicts found at start (`run --kubelet-config`): one Warning
+    /// each, `KubeletConfigConflict`, naming the check, what conflicts and the fix.
+    pub fn doctor_conflicts(&self, findings: &[crate::doctor::Finding]) {
+        let Some(sink) = &self.sink else { return };
+        for finding in findings
+            .iter()
+            .filter(|f| f.status == crate::doctor::Status::Conflict)
+        {
+            let mut note = format!("{}: {}", finding.check, finding.message);
+            if let Some(fix) = &finding.fix {
+                note.push_str(&format!(" Fix: {fix}"));
+            }
+            sink.publish(NodeEvent {
+                type_: NodeEventType::Warning,
+                reason: "KubeletConfigConflict",
+                action: "CheckConfiguration",
+                note: truncate(note),
+            });
         }
     }
 

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use imagekeeper::agent::FlagValues;
+use imagekeeper::agent::{AgentConfig, FlagValues};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::{CriClient, CriConfig, ImageRuntime};
 use imagekeeper::doctor::{
-    self, DEFAULT_KUBELET_CONFIG, DoctorInput, KubeletConfig, Report, RuntimeView,
+    self, DEFAULT_KUBELET_CONFIG, DoctorInput, Finding, KubeletConfig, Report, RuntimeView,
 };
 use imagekeeper::inspect::escape_control;
 use imagekeeper::kubelet::{DEFAULT_INTENT_MAX_AGE, IntentAge, PullRecordsReader};
@@ -49,6 +49,36 @@ pub fn run(args: DoctorArgs) -> Result<(), Failure> {
     let config = args.flags.resolve(FlagValues::default())?;
     let kubelet = KubeletConfig::load(&args.kubelet_config, args.kubelet_config_dir.as_deref())
         .map_err(Failure::usage)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let findings = rt.block_on(findings(
+        &config,
+        &kubelet,
+        args.pulls_with_credentials,
+        args.runtime_timeout,
+    ));
+    let report = Report::new(args.kubelet_config.display().to_string(), findings);
+    print(&report, &args.output)?;
+    if report.conflicts > 0 {
+        return Err(Failure::from(anyhow::anyhow!(
+            "{} conflict(s) between the kubelet's configuration and imagekeeper's",
+            report.conflicts
+        )));
+    }
+    Ok(())
+}
+
+/// Every check of `imagekeeper doctor`: imagekeeper's `config` against the `kubelet`'s, the
+/// kubelet's pull intents as read now, and the runtime as it answers within `runtime_timeout`.
+/// `run --events --kubelet-config` publishes the conflicts among them at start.
+pub(crate) async fn findings(
+    config: &AgentConfig,
+    kubelet: &KubeletConfig,
+    pulls_with_credentials: bool,
+    runtime_timeout: Duration,
+) -> Vec<Finding> {
     let stale_intents = config.gc.kubelet_root_dir.as_deref().map(|root| {
         let age = IntentAge::new(
             SystemClock.now(),
@@ -59,31 +89,19 @@ pub fn run(args: DoctorArgs) -> Result<(), Failure> {
         );
         PullRecordsReader::new(root).intents(age).stale
     });
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let runtime = rt.block_on(ask_runtime(CriConfig {
-        connect_timeout: args.runtime_timeout,
-        call_timeout: args.runtime_timeout,
+    let runtime = ask_runtime(CriConfig {
+        connect_timeout: runtime_timeout,
+        call_timeout: runtime_timeout,
         ..config.cri.clone()
-    }));
-    let findings = doctor::check(&DoctorInput {
-        kubelet: &kubelet,
-        imagekeeper: &config,
-        pulls_with_credentials: args.pulls_with_credentials,
+    })
+    .await;
+    doctor::check(&DoctorInput {
+        kubelet,
+        imagekeeper: config,
+        pulls_with_credentials,
         runtime: &runtime,
         stale_intents: stale_intents.as_deref(),
-    });
-    let report = Report::new(args.kubelet_config.display().to_string(), findings);
-    print(&report, &args.output)?;
-    if report.conflicts > 0 {
-        return Err(Failure::from(anyhow::anyhow!(
-            "{} conflict(s) between the kubelet's configuration and imagekeeper's",
-            report.conflicts
-        )));
-    }
-    Ok(())
+    })
 }
 
 /// ListImages and ImageFsInfo, or why the runtime could not be asked.

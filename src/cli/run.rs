@@ -52,6 +52,11 @@ pub struct RunArgs {
     /// binary built with the `kube` feature (the container image is).
     #[arg(long)]
     events: bool,
+    /// With --events: the kubelet's configuration file (KubeletConfiguration), checked at start
+    /// as `imagekeeper doctor` checks it; each conflict found is a Warning Event on the Node
+    /// (KubeletConfigConflict). Read once; a bad file exits 2.
+    #[arg(long, value_name = "FILE", requires = "events")]
+    kubelet_config: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -67,6 +72,13 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     });
     let config = resolve_source(&source)?;
     let events_node = events_node(args.events)?;
+    // The kubelet's configuration, read before anything is created (a bad file exits 2).
+    let kubelet_config = args
+        .kubelet_config
+        .as_deref()
+        .map(|path| imagekeeper::doctor::KubeletConfig::load(path, None))
+        .transpose()
+        .map_err(|e| Failure::usage(anyhow::Error::new(e).context("--kubelet-config")))?;
     // The plugins' config and executables are checked before anything is created.
     config
         .credential_sources()
@@ -118,12 +130,21 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             Notifier::disabled()
         }));
         let socket = config.admin_socket.clone();
+        let node_events = node_events(events_node);
+        // Doctor's checks at start, with --kubelet-config: each conflict is an Event.
+        if let Some(kubelet) = &kubelet_config
+            && node_events.enabled()
+        {
+            let findings =
+                super::doctor::findings(&config, kubelet, false, Duration::from_secs(10)).await;
+            node_events.doctor_conflicts(&findings);
+        }
         let agent = Arc::new(
             Agent::start(config, Arc::new(SystemClock))
                 .await
                 .context("starting the agent")?
                 .with_config_source(source)
-                .with_node_events(node_events(events_node)),
+                .with_node_events(node_events),
         );
         // "agent started" and the service manager's messages come once the admin socket is
         // bound and the metrics endpoint set up (`Listeners::bound`); not at all if that fails.

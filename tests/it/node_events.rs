@@ -256,3 +256,30 @@ fn events_without_a_node_name_exit_2_before_anything_is_created() {
     );
     assert!(!db.exists(), "nothing created");
 }
+
+#[test]
+fn a_bad_kubelet_config_for_the_doctor_events_exits_2_before_anything_is_created() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let kubelet = dir.path().join("kubelet-config.yaml");
+    std::fs::write(&kubelet, "imageGCHighThresholdPercent: [\n").expect("write");
+    let out = crate::support::bin::output(
+        crate::support::bin::imagekeeper()
+            .args(["run", "--events", "--db"])
+            .arg(&db)
+            .arg("--admin-socket")
+            .arg(dir.path().join("admin.sock"))
+            .arg("--kubelet-config")
+            .arg(&kubelet)
+            .env("NODE_NAME", "node-a"),
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--kubelet-config"), "{stderr}");
+    assert!(stderr.contains("kubelet-config.yaml"), "{stderr}");
+    assert!(!db.exists(), "nothing created");
+    // Without --events the flag is refused by the parser.
+    let out =
+        crate::support::bin::run(&["run", "--kubelet-config", kubelet.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}

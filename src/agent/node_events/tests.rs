@@ -140,3 +140,52 @@ fn events_off_say_nothing_and_notes_stay_under_one_kilobyte() {
     assert_eq!(short_id("sha256:0123456789abcdef"), "0123456789ab");
     assert_eq!(short_id("abc"), "abc");
 }
+
+#[test]
+fn each_doctor_conflict_at_start_is_one_warning_with_its_fix() {
+    use crate::doctor::{Finding, Status};
+    let finding = |check: &str, status, fix: Option<&str>| Finding {
+        check: check.to_owned(),
+        status,
+        message: format!("{check} message."),
+        fix: fix.map(str::to_owned),
+    };
+    let sink = Recorded::default();
+    let events = NodeEvents::new(Box::new(sink.clone()));
+    events.doctor_conflicts(&[
+        finding("image-gc-thresholds", Status::Ok, None),
+        finding(
+            "eviction-hard-imagefs",
+            Status::Conflict,
+            Some("Lower imagekeeper's high threshold."),
+        ),
+        finding("container-events", Status::NotChecked, None),
+        finding(
+            "runtime-endpoint",
+            Status::Conflict,
+            Some("Use one endpoint."),
+        ),
+    ]);
+    let said = sink.take();
+    assert_eq!(
+        said,
+        [
+            NodeEvent {
+                type_: NodeEventType::Warning,
+                reason: "KubeletConfigConflict",
+                action: "CheckConfiguration",
+                note: "eviction-hard-imagefs: eviction-hard-imagefs message. Fix: Lower \
+                       imagekeeper's high threshold."
+                    .to_owned(),
+            },
+            NodeEvent {
+                type_: NodeEventType::Warning,
+                reason: "KubeletConfigConflict",
+                action: "CheckConfiguration",
+                note: "runtime-endpoint: runtime-endpoint message. Fix: Use one endpoint."
+                    .to_owned(),
+            },
+        ]
+    );
+    NodeEvents::off().doctor_conflicts(&[finding("x", Status::Conflict, Some("y"))]);
+}

@@ -22,7 +22,7 @@ const PRESETS: [&str; 4] = ["containerd", "k3s", "rke2", "crio"];
 /// Every optional object of the chart switched on.
 const ALL_OBJECTS: &str = "podMonitor.enabled=true,serviceMonitor.enabled=true,\
                            prometheusRule.enabled=true,grafanaDashboard.enabled=true,\
-                           events.enabled=true";
+                           events.enabled=true,events.kubeletConfig=/var/lib/kubelet/config.yaml";
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -228,6 +228,11 @@ fn the_object_checks_refuse_a_broken_render() {
             "",
             "--events and serviceAccountName",
         ),
+        (
+            "            - name: kubelet-config\n              mountPath: /var/lib/kubelet/config.yaml\n",
+            "            - name: kubelet-config\n              mountPath: /etc/kubelet.yaml\n",
+            "--kubelet-config=/var/lib/kubelet/config.yaml is not mounted",
+        ),
         ("\"patch\"", "\"patch\", \"delete\"", "grants more or less"),
     ];
     for (from, to, want) in cases {
@@ -363,7 +368,7 @@ fn check_daemon_set(ds: &Value, preset: &Preset) -> Result<(), String> {
         };
         if let Some(host) = source["hostPath"]["path"].as_str() {
             let kind = str_at(source, &["hostPath", "type"])?;
-            if !["Directory", "DirectoryOrCreate"].contains(&kind) {
+            if !["Directory", "DirectoryOrCreate", "File"].contains(&kind) {
                 return Err(format!("volume {volume}: hostPath type {kind}"));
             }
             mounted_at.insert(
@@ -387,6 +392,15 @@ fn check_daemon_set(ds: &Value, preset: &Preset) -> Result<(), String> {
     }
     if args.contains(&"--events") != pod["serviceAccountName"].as_str().is_some() {
         return Err("--events and serviceAccountName go together".into());
+    }
+    if let Some(file) = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--kubelet-config="))
+        && mounted_at.get(file) != Some(&(file.to_owned(), true))
+    {
+        return Err(format!(
+            "--kubelet-config={file} is not mounted read-only at its path"
+        ));
     }
     let want_sandbox = format!("--pod-infra-container-image={}", preset.sandbox_image);
     if !args.contains(&want_sandbox.as_str()) {
