@@ -57,6 +57,20 @@ pub struct RunArgs {
     /// (KubeletConfigConflict). Read once; a bad file exits 2.
     #[arg(long, value_name = "FILE", requires = "events")]
     kubelet_config: Option<std::path::PathBuf>,
+    /// Reload --config when the file changes (its size, modification time or inode, checked
+    /// every DURATION, at least 1s), as SIGHUP does: a mounted ConfigMap's update applies
+    /// without a restart. 0s (the default): only on SIGHUP.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_watch_period)]
+    config_watch_period: Duration,
+}
+
+/// `--config-watch-period`: 0 (off) or at least 1 s, the floor of the agent's other periods.
+fn parse_watch_period(s: &str) -> Result<Duration, String> {
+    let d = imagekeeper::format::parse_go_duration(s).map_err(|e| e.to_string())?;
+    if !d.is_zero() && d < Duration::from_secs(1) {
+        return Err("must be 0s (off) or at least 1s".into());
+    }
+    Ok(d)
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -72,6 +86,15 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     });
     let config = resolve_source(&source)?;
     let events_node = events_node(args.events)?;
+    let config_watch = match (&source.file, args.config_watch_period.is_zero()) {
+        (Some(file), false) => Some((file.clone(), args.config_watch_period)),
+        (None, false) => {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--config-watch-period: there is no --config file to watch"
+            )));
+        }
+        _ => None,
+    };
     // The kubelet's configuration, read before anything is created (a bad file exits 2).
     let kubelet_config = args
         .kubelet_config
@@ -159,7 +182,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 // NODE_NAME: the DaemonSet sets it from the downward API (spec.nodeName).
                 let node = std::env::var("NODE_NAME").unwrap_or_default();
                 info!(db = %agent.config().db.display(), admin = %socket.display(), node, "imagekeeper agent started");
-                serve_service_manager(agent, notifier, hangup).await;
+                serve_service_manager(agent, notifier, hangup, config_watch).await;
             }
         });
         let grace = Duration::from_secs(args.shutdown_grace_seconds);
@@ -256,14 +279,26 @@ fn node_events(node: Option<String>) -> imagekeeper::agent::NodeEvents {
 /// Tells the service manager (`NOTIFY_SOCKET`) about readiness and reloads, and reloads the
 /// configuration on each SIGHUP (`Agent::reload`, which logs and counts the result). READY=1
 /// goes out once the first detect has succeeded (the database is open since the start); a
-/// reload after that is framed by RELOADING=1 and READY=1. Runs until aborted at shutdown.
+/// reload after that is framed by RELOADING=1 and READY=1. With `config_watch` (the file and
+/// the period), a change of the file's size, modification time or inode reloads it the same
+/// way. Runs until aborted at shutdown.
 async fn serve_service_manager(
     agent: Arc<Agent>,
     notifier: Arc<Notifier>,
     mut hangup: tokio::signal::unix::Signal,
+    config_watch: Option<(std::path::PathBuf, Duration)>,
 ) {
     let mut detect = agent.detect_state();
     let mut ready = false;
+    let mut watch = match config_watch {
+        Some((file, period)) => {
+            let seen = file_fingerprint(&file).await;
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            Some((file, seen, ticks))
+        }
+        None => None,
+    };
     loop {
         if !ready {
             let state = detect.borrow_and_update().clone();
@@ -291,29 +326,78 @@ async fn serve_service_manager(
                     return;
                 }
             }
+            changed = file_changed(&mut watch), if watch.is_some() => {
+                if !changed {
+                    continue;
+                }
+                info!("The configuration file changed: reloading it");
+                reload_and_tell(&agent, &notifier, ready).await;
+            }
             signal = hangup.recv() => {
                 if signal.is_none() {
                     return;
                 }
                 info!("SIGHUP received: reloading the configuration");
-                if ready {
-                    say(&notifier, &notify_reloading_message());
-                }
-                let status = match agent.reload().await {
-                    Ok(_) => "Running: configuration reloaded".to_owned(),
-                    Err(e) => format!(
-                        "Running: reload failed, configuration kept: {}",
-                        e.one_line()
-                    ),
-                };
-                let status = notify_status(&status);
-                if ready {
-                    say(&notifier, &format!("READY=1\n{status}"));
-                } else {
-                    say(&notifier, &status);
-                }
+                reload_and_tell(&agent, &notifier, ready).await;
             }
         }
+    }
+}
+
+/// A file's (inode, size, modification time in seconds and nanoseconds).
+type Fingerprint = (u64, u64, i64, i64);
+
+/// The config file watched, its fingerprint when last seen, and the checks' ticks.
+type ConfigWatch = (
+    std::path::PathBuf,
+    Option<Fingerprint>,
+    tokio::time::Interval,
+);
+
+/// The file's (inode, size, modification time), following symlinks (a ConfigMap volume swaps
+/// its `..data` link), read off the async workers; `None` when it cannot be read (a missing
+/// file's appearing is then a change).
+async fn file_fingerprint(file: &std::path::Path) -> Option<Fingerprint> {
+    use std::os::unix::fs::MetadataExt;
+    let file = file.to_path_buf();
+    tokio::task::spawn_blocking(move || std::fs::metadata(&file).ok())
+        .await
+        .ok()
+        .flatten()
+        .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
+/// Waits for the watch's next tick and says whether the file changed since it was last seen.
+async fn file_changed(watch: &mut Option<ConfigWatch>) -> bool {
+    let Some((file, seen, ticks)) = watch else {
+        return std::future::pending().await;
+    };
+    ticks.tick().await;
+    let now = file_fingerprint(file).await;
+    if now == *seen {
+        return false;
+    }
+    *seen = now;
+    true
+}
+
+/// One reload (SIGHUP's or the file watch's), framed for the service manager once ready.
+async fn reload_and_tell(agent: &Agent, notifier: &Notifier, ready: bool) {
+    if ready {
+        say(notifier, &notify_reloading_message());
+    }
+    let status = match agent.reload().await {
+        Ok(_) => "Running: configuration reloaded".to_owned(),
+        Err(e) => format!(
+            "Running: reload failed, configuration kept: {}",
+            e.one_line()
+        ),
+    };
+    let status = notify_status(&status);
+    if ready {
+        say(notifier, &format!("READY=1\n{status}"));
+    } else {
+        say(notifier, &status);
     }
 }
 

@@ -347,6 +347,92 @@ async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and
     assert_eq!(service.wait().code(), Some(0));
 }
 
+/// `--config-watch-period`: the file rewritten (as a ConfigMap volume's update swaps it) is
+/// reloaded without a signal, framed for the service manager as a SIGHUP's reload is; a
+/// second check with the file unchanged reloads nothing. The notify messages are the signal
+/// waited on; the 1 s period bounds how soon they come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_config_file_that_changes_is_reloaded_without_a_signal() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("imagekeeper.toml");
+    std::fs::write(
+        &config,
+        "imageGCHighThresholdPercent = 100
+",
+    )
+    .expect("write config");
+    let notify_path = dir.path().join("notify.sock");
+    let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    let mut service = Service::start(
+        &fake,
+        dir.path(),
+        notify_path.to_str().expect("utf8"),
+        &[
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--config-watch-period",
+            "1s",
+        ],
+    );
+    let metrics = service.metrics_address().await;
+    assert!(next_message(&manager).starts_with("READY=1\n"));
+    // A new file in place of the old one (another inode, another size), as a ConfigMap's
+    // `..data` swap gives.
+    let next = dir.path().join("imagekeeper.toml.new");
+    std::fs::write(
+        &next,
+        "imageGCHighThresholdPercent = 100\nimageGCLowThresholdPercent = 60\n",
+    )
+    .expect("write");
+    std::fs::rename(&next, &config).expect("swap");
+    assert!(next_message(&manager).starts_with("RELOADING=1\n"));
+    assert_eq!(
+        next_message(&manager),
+        "READY=1\nSTATUS=Running: configuration reloaded"
+    );
+    let body = http_get(&metrics, "/metrics");
+    assert!(
+        body.contains("\nimagekeeper_config_reloads_total{result=\"success\"} 1\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("\nimagekeeper_image_gc_low_threshold_percent 60\n"),
+        "{body}"
+    );
+    // Unchanged since: SIGTERM's STOPPING=1 is the next message, no second reload.
+    service.signal(libc::SIGTERM);
+    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(service.wait().code(), Some(0));
+}
+
+#[test]
+fn a_config_watch_without_a_config_file_or_under_a_second_exits_2() {
+    for (args, want) in [
+        (
+            vec!["run", "--config-watch-period", "1s"],
+            "--config-watch-period: there is no --config file to watch",
+        ),
+        (
+            vec![
+                "run",
+                "--config",
+                "x.toml",
+                "--config-watch-period",
+                "500ms",
+            ],
+            "must be 0s (off) or at least 1s",
+        ),
+    ] {
+        let out = crate::support::bin::run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+}
+
 /// Issue 31: the config file replaced by a FIFO, then SIGHUP. The reload's open(2) used to
 /// wait for a writer on an async worker: detect and GC stopped, `/healthz` went silent and
 /// SIGTERM was ignored until the agent was SIGKILLed. Now the reload fails at once, naming the
