@@ -28,12 +28,20 @@ fn reference(text: &[u8], limit: usize) -> Result<(), usize> {
                 b' ' | b'\t' | b'\n' | b'\r' | b'[' | b'{' | b','
             )
     };
+    // A quote opens a string only where a value may start.
+    let opens_value = |i: usize| {
+        i == 0
+            || matches!(
+                text[i - 1],
+                b' ' | b'\t' | b'\n' | b'\r' | b'[' | b'{' | b',' | b':' | b'=' | b'-' | b'?'
+            )
+    };
     let line_at = |i: usize| 1 + text[..i].iter().filter(|&&b| b == b'\n').count();
     let mut depth = 0usize;
     let mut i = 0;
     while i < text.len() {
         match text[i] {
-            b'"' => {
+            b'"' if opens_value(i) => {
                 i += 1;
                 while i < text.len() {
                     match text[i] {
@@ -47,7 +55,7 @@ fn reference(text: &[u8], limit: usize) -> Result<(), usize> {
                     }
                 }
             }
-            b'\'' => {
+            b'\'' if opens_value(i) => {
                 i += 1;
                 while i < text.len() {
                     let end = matches!(text[i], b'\'' | b'\n');

@@ -164,7 +164,10 @@ impl<R: AgentRuntime> Agent<R> {
         let in_flight = PullsInFlight::new();
         let gc = ImageGcManager::new(client.clone(), store.clone(), config.gc.clone())?
             .with_pulls_in_flight(in_flight.clone())
-            .with_watch_period(config.detect_period.max(config.gc_period));
+            // Both loops detect, and so write a heartbeat: in normal operation one comes at
+            // the shorter period (a longer wait, a GC cycle holding the lock, only leaves a
+            // stretch unwatched: images kept longer, never removed sooner).
+            .with_watch_period(config.detect_period.min(config.gc_period));
         let images = ImageManager::new(
             &config.pull,
             Arc::new(client.clone()),

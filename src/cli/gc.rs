@@ -74,7 +74,10 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
                 // (MaxAge leaves it out), with the periods the agent would have run at.
                 let manager = ImageGcManager::new(client, store, config.gc.clone())
                     .context("GC policy")?
-                    .with_watch_period(config.detect_period.max(config.gc_period));
+                    // Both loops detect, and so write a heartbeat: in normal operation one comes at
+                    // the shorter period (a longer wait, a GC cycle holding the lock, only leaves a
+                    // stretch unwatched: images kept longer, never removed sooner).
+                    .with_watch_period(config.detect_period.min(config.gc_period));
                 let outcome = match (cycle, args.dry_run) {
                     (Cycle::GarbageCollect, false) => {
                         GcOutcome::from_report(manager.garbage_collect(now).await, false)

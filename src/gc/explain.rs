@@ -778,10 +778,10 @@ mod tests {
         let records = vec![rec("a", MIN, 120 * MIN, 100, false)];
         let watch = WatchHistory {
             heartbeat: Some(now),
-            unwatched: vec![crate::gc::Unwatched {
-                from: UnixNanos::from_secs(130 * MIN),
-                to: UnixNanos::from_secs(280 * MIN),
-            }],
+            unwatched: vec![crate::gc::Unwatched::between(
+                UnixNanos::from_secs(130 * MIN),
+                UnixNanos::from_secs(280 * MIN),
+            )],
         };
         let explained = |watch: &WatchHistory| {
             explain_in(

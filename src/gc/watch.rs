@@ -13,9 +13,12 @@
 //! Invariants: the rule only ever under-counts watched time, never over-counts it, so MaxAge
 //! removes no image earlier than "unused for longer than MaxAge of watched time": a whole
 //! stretch between two heartbeats is unwatched, not only the part beyond the period; when
-//! the list is full its two oldest stretches merge into one that also covers the watched time
-//! between them (which then counts as unwatched: those oldest images are kept longer, never
-//! removed sooner). A file without a heartbeat (written before this rule) takes its
+//! the list is full its two oldest stretches (oldest by time: the clock may have found them
+//! out of order) merge into one spanning both that keeps their unwatched length
+//! (`unwatched_<i>_nanos`): for an image unused since before it, exactly that length is left
+//! out; for one unused since inside it, at most that length (never more than the part after
+//! its last use), so an image may be kept a little longer, never removed sooner, and the error
+//! stays bounded by one stretch. A file without a heartbeat (written before this rule) takes its
 //! `last_detect` as the last heartbeat. The heartbeat follows the clock back like
 //! `last_detect`; stretches are clipped to `now`. Pure: `now` and the stored values are
 //! arguments; the manager writes the result in the detect's own batch (one transaction).
@@ -39,11 +42,26 @@ pub const GAP_PERIODS: u32 = 3;
 /// How many unwatched stretches the store keeps; beyond it the oldest two merge.
 pub const MAX_GAPS: usize = 8;
 
-/// One stretch of time nothing watched: between a heartbeat and the next detect.
+/// One stretch of time nothing watched: between a heartbeat and the next detect. A stretch
+/// merged from several (when the list is full) spans them all and keeps, in `nanos`, only
+/// their unwatched time, so the watched time between them is not lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Unwatched {
     pub from: UnixNanos,
     pub to: UnixNanos,
+    /// The unwatched nanoseconds within `from..to` (all of it unless merged).
+    pub nanos: i64,
+}
+
+impl Unwatched {
+    /// The whole stretch `from..to` unwatched.
+    pub fn between(from: UnixNanos, to: UnixNanos) -> Unwatched {
+        Unwatched {
+            from,
+            to,
+            nanos: to.0.saturating_sub(from.0).max(0),
+        }
+    }
 }
 
 /// The heartbeat and the unwatched stretches, as stored in `meta`.
@@ -66,10 +84,19 @@ impl WatchHistory {
         for i in 0..MAX_GAPS {
             let (from, to) = meta_keys::unwatched(i);
             match (get(&from), get(&to)) {
-                (Some(from), Some(to)) if from <= to => unwatched.push(Unwatched {
-                    from: UnixNanos(from),
-                    to: UnixNanos(to),
-                }),
+                // A pair that does not hold together is skipped, not the end of the list.
+                (Some(from), Some(to)) if from <= to => {
+                    let span = to.saturating_sub(from);
+                    let nanos = get(&meta_keys::unwatched_nanos(i))
+                        .filter(|n| (0..=span).contains(n))
+                        .unwrap_or(span);
+                    unwatched.push(Unwatched {
+                        from: UnixNanos(from),
+                        to: UnixNanos(to),
+                        nanos,
+                    });
+                }
+                (Some(_), Some(_)) => {}
                 _ => break,
             }
         }
@@ -93,13 +120,27 @@ impl WatchHistory {
         let gap = self
             .heartbeat
             .filter(|&last| last != UnixNanos::NEVER && last < now && now.since(last) > gap_after)
-            .map(|from| Unwatched { from, to: now });
+            .map(|from| Unwatched::between(from, now));
         if let Some(gap) = gap {
             next.unwatched.push(gap);
+            // Oldest first by time, whatever order the clock found them in (it goes back).
+            next.unwatched.sort_by_key(|g| (g.from, g.to));
             while next.unwatched.len() > MAX_GAPS {
-                // Merge the two oldest: the watched time between them counts as unwatched.
-                let second = next.unwatched.remove(1);
-                next.unwatched[0].to = second.to;
+                // Merge the two oldest into one spanning both that keeps only their
+                // unwatched time: the watched time between them is not lost, only where it
+                // lies within the span (see `unwatched_between`).
+                let first = next.unwatched.remove(0);
+                let second = next.unwatched.remove(0);
+                let (from, to) = (first.from.min(second.from), first.to.max(second.to));
+                let span = to.0.saturating_sub(from.0);
+                next.unwatched.insert(
+                    0,
+                    Unwatched {
+                        from,
+                        to,
+                        nanos: first.nanos.saturating_add(second.nanos).min(span),
+                    },
+                );
             }
         }
         (next, gap)
@@ -115,10 +156,13 @@ impl WatchHistory {
             let (from, to) = meta_keys::unwatched(i);
             batch.note_meta(from, gap.from.0);
             batch.note_meta(to, gap.to.0);
+            batch.note_meta(meta_keys::unwatched_nanos(i), gap.nanos);
         }
     }
 
-    /// The unwatched time between `from` and `now`.
+    /// The unwatched time between `from` and `now`: of each stretch, the part within
+    /// `from..now`, and at most its unwatched nanoseconds (a merged stretch's watched time
+    /// inside that part may then count as unwatched: never the other way round).
     pub fn unwatched_between(&self, from: UnixNanos, now: UnixNanos) -> Duration {
         self.unwatched
             .iter()
@@ -126,7 +170,8 @@ impl WatchHistory {
                 let start = gap.from.max(from);
                 let end = gap.to.min(now);
                 if end > start {
-                    end.since(start)
+                    let nanos = u64::try_from(gap.nanos).unwrap_or(0);
+                    end.since(start).min(Duration::from_nanos(nanos))
                 } else {
                     Duration::ZERO
                 }
@@ -163,10 +208,7 @@ mod tests {
     }
 
     fn gap(from: i64, to: i64) -> Unwatched {
-        Unwatched {
-            from: t(from),
-            to: t(to),
-        }
+        Unwatched::between(t(from), t(to))
     }
 
     fn used_at(secs: i64) -> ImageRecord {
@@ -385,5 +427,78 @@ mod tests {
             .collect();
         // Eviction order: the never-used image (first detected at t0) first.
         assert_eq!(removed, ["sha256:other", "sha256:busy"]);
+    }
+
+    /// Stretches found after the clock went back are kept in time order; merging them keeps
+    /// every stretch's unwatched time, and the list reads back whole (reviewer's case: a node
+    /// that boots at a 1970 clock between two later stretches).
+    #[test]
+    fn stretches_found_after_the_clock_went_back_merge_without_losing_one() {
+        let mut history = WatchHistory {
+            heartbeat: Some(t(100 * HOUR)),
+            unwatched: vec![],
+        };
+        let mut detect = |history: &mut WatchHistory, at: i64| {
+            *history = history.after_detect(t(at), PERIOD).0;
+        };
+        detect(&mut history, 110 * HOUR);
+        detect(&mut history, 5 * HOUR);
+        detect(&mut history, 7 * HOUR);
+        for i in 0..7 {
+            detect(&mut history, (200 + 10 * i) * HOUR);
+            detect(&mut history, (200 + 10 * i) * HOUR + 10 * MIN);
+        }
+        let now = t(300 * HOUR);
+        assert!(
+            history.unwatched_between(t(5 * HOUR), now) >= Duration::from_secs(2 * HOUR as u64),
+            "{history:?}"
+        );
+        let mut batch = Batch::new();
+        history.write(&mut batch);
+        let written: BTreeMap<String, i64> = batch.notes().iter().cloned().collect();
+        let read = WatchHistory::from_meta(|name| written.get(name).copied());
+        assert_eq!(read.unwatched.len(), MAX_GAPS, "{read:?}");
+        assert_eq!(read, history);
+    }
+
+    /// A node down every night: after more stretches than are kept, MaxAge still fires once
+    /// the image has been unused for longer than MaxAge of watched time (merged stretches keep
+    /// their unwatched length, not their span).
+    #[test]
+    fn merged_stretches_do_not_keep_an_image_for_good() {
+        let day = 24 * HOUR;
+        let mut history = WatchHistory {
+            heartbeat: Some(t(0)),
+            unwatched: vec![],
+        };
+        for d in 0..20 {
+            // 12 h watched, a detect every 10 minutes, then 12 h down.
+            let mut at = d * day;
+            while at <= d * day + 12 * HOUR {
+                history = history.after_detect(t(at), Duration::from_secs(600)).0;
+                at += 10 * MIN;
+            }
+        }
+        let now = 20 * day + 11 * HOUR;
+        history = history
+            .after_detect(t(20 * day), Duration::from_secs(600))
+            .0;
+        let mut at = 20 * day;
+        while at <= now {
+            history = history.after_detect(t(at), Duration::from_secs(600)).0;
+            at += 10 * MIN;
+        }
+        assert_eq!(history.unwatched.len(), MAX_GAPS);
+        // Used at 1 h: about 20 x 12 h of watched time since.
+        let watched = history.watched_unused(&used_at(HOUR), t(now));
+        assert!(
+            watched > Duration::from_secs(200 * HOUR as u64),
+            "{watched:?} of watched time: {history:?}"
+        );
+        // Never more than the real watched time (about 251 h).
+        assert!(
+            watched <= Duration::from_secs(252 * HOUR as u64),
+            "{watched:?}"
+        );
     }
 }

@@ -248,7 +248,8 @@ pub async fn read_text_async(path: PathBuf, follow: Follow) -> Result<String, Op
 }
 
 /// Refuses text whose `[`/`{` nesting goes deeper than [`MAX_NESTING_DEPTH`], counted outside
-/// quoted strings (`"…"` with backslash escapes, `'…'`) and `#` comments. Conservative for YAML
+/// quoted strings (`"…"` with backslash escapes, `'…'`, opened only where a value may start)
+/// and `#` comments. Conservative for YAML
 /// and TOML (a bracket in a plain scalar counts), which is what a pre-parse bound needs: no
 /// real operator file comes near the limit. Linear in the text, no allocation.
 pub fn check_nesting(text: &str) -> Result<(), NestingTooDeep> {
@@ -271,6 +272,9 @@ pub fn check_nesting_limited(text: &str, limit: usize) -> Result<(), NestingTooD
     // A '#' starts a comment only at the start of a line or after white space (YAML's rule;
     // TOML's is looser, which only makes this count more, never less).
     let mut after_space = true;
+    // Whether a value may start here: a quote there opens a string (JSON, TOML and YAML put
+    // strings after white space, `[`, `{`, `,`, `:`, `=`, `-` or `?`).
+    let mut value_start = true;
     for byte in text.bytes() {
         if byte == b'\n' {
             line += 1;
@@ -291,8 +295,10 @@ pub fn check_nesting_limited(text: &str, limit: usize) -> Result<(), NestingTooD
                 _ => State::Single,
             },
             State::Plain => match byte {
-                b'"' => State::Double,
-                b'\'' => State::Single,
+                // A quote opens a string only where a value starts (YAML's rule: `b'c` is a
+                // plain scalar with a quote in it, and what follows it still counts).
+                b'"' if value_start => State::Double,
+                b'\'' if value_start => State::Single,
                 b'#' if after_space => State::Comment,
                 b'[' | b'{' => {
                     depth += 1;
@@ -309,6 +315,7 @@ pub fn check_nesting_limited(text: &str, limit: usize) -> Result<(), NestingTooD
             },
         };
         after_space = matches!(byte, b' ' | b'\t' | b'\n' | b'\r' | b'[' | b'{' | b',');
+        value_start = after_space || matches!(byte, b':' | b'=' | b'-' | b'?');
     }
     Ok(())
 }

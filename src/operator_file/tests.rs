@@ -210,6 +210,12 @@ fn nesting_counts_only_brackets_outside_strings_and_comments() {
             true,
         ),
         ("line1\nline2\n[[[", 2, false),
+        // A quote inside a plain YAML scalar opens no string: the brackets after it count.
+        ("a: [b'c, [[[1]]]]", 2, false),
+        ("a: [b\"c, [[[1]]]]", 2, false),
+        ("a: ['b', [1]]", 2, true),
+        ("a: \"[[[[\"", 1, true),
+        ("- '[[[['", 1, true),
     ];
     for (text, limit, ok) in cases {
         let result = check_nesting_limited(text, *limit);

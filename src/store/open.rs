@@ -43,6 +43,11 @@ pub mod meta_keys {
     pub fn unwatched(i: usize) -> (String, String) {
         (format!("unwatched_{i}_from"), format!("unwatched_{i}_to"))
     }
+
+    /// The unwatched nanoseconds within stretch `i` (less than its span once merged).
+    pub fn unwatched_nanos(i: usize) -> String {
+        format!("unwatched_{i}_nanos")
+    }
 }
 
 /// One schema upgrade step, from `from` to `from + 1`. See `migrations/`.
@@ -245,7 +250,10 @@ impl Store {
             None => (given.to_owned(), None),
         };
         let path = real.as_path();
-        remove_stale_temporaries(path);
+        // Only under the lock: without it another process may be creating one right now.
+        if _lock.held() {
+            remove_stale_temporaries(path);
+        }
         if len.is_none_or(|len| len == 0) {
             create_durably(path, now)?;
         }
@@ -724,6 +732,13 @@ fn prepare_dir(path: &Path) -> Result<(), StoreError> {
 pub(super) struct DirLock {
     /// `None` where the directory cannot be locked (see [`lock_dir`]).
     _dir: Option<fs::File>,
+}
+
+impl DirLock {
+    /// Whether the lock is held (not a directory opened without it).
+    pub(super) fn held(&self) -> bool {
+        self._dir.is_some()
+    }
 }
 
 /// Takes the exclusive lock (`flock`) on the directory of `path` without waiting: another
