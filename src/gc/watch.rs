@@ -438,7 +438,7 @@ mod tests {
             heartbeat: Some(t(100 * HOUR)),
             unwatched: vec![],
         };
-        let mut detect = |history: &mut WatchHistory, at: i64| {
+        let detect = |history: &mut WatchHistory, at: i64| {
             *history = history.after_detect(t(at), PERIOD).0;
         };
         detect(&mut history, 110 * HOUR);
