@@ -735,7 +735,7 @@ fn resolve_metrics_address(flags: &FlagValues) -> Result<Option<SocketAddr>, Con
     let metrics_address = match &flags.metrics_address {
         None => None,
         Some(a) if a.is_empty() => None,
-        Some(a) => Some(a.parse::<SocketAddr>().map_err(|e| {
+        Some(a) => Some(parse_host_port(a).map_err(|e| {
             invalid(
                 "--metrics-address".to_owned(),
                 format!("{a:?} is not HOST:PORT with an IP host: {e}"),
@@ -743,6 +743,19 @@ fn resolve_metrics_address(flags: &FlagValues) -> Result<Option<SocketAddr>, Con
         })?),
     };
     Ok(metrics_address)
+}
+
+/// `HOST:PORT` with an IP host: `127.0.0.1:9899`, `[fd00::1]:9899`, and also an IPv6 host
+/// without brackets, `fd00::1:9899`, as the DaemonSet's `$(HOST_IP):9899` gives on an IPv6
+/// node (the port is what follows the last colon).
+pub fn parse_host_port(a: &str) -> Result<SocketAddr, std::net::AddrParseError> {
+    a.parse::<SocketAddr>().or_else(|e| {
+        let (host, port) = a.rsplit_once(':').ok_or(e.clone())?;
+        match (host.parse::<std::net::Ipv6Addr>(), port.parse::<u16>()) {
+            (Ok(ip), Ok(port)) if !host.starts_with('[') => Ok(SocketAddr::from((ip, port))),
+            _ => Err(e),
+        }
+    })
 }
 
 /// A loop's period from its flag (at least [`MIN_LOOP_PERIOD`]), else `default`.
@@ -1479,6 +1492,32 @@ mod tests {
                 }
                 other => panic!("{text}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_host_port_takes_an_ipv6_host_with_or_without_brackets() {
+        let ok = [
+            ("127.0.0.1:9899", "127.0.0.1:9899"),
+            ("[fd00::1]:9899", "[fd00::1]:9899"),
+            ("fd00::1:9899", "[fd00::1]:9899"),
+            ("::1:9898", "[::1]:9898"),
+        ];
+        for (given, want) in ok {
+            assert_eq!(
+                parse_host_port(given).map(|a| a.to_string()).as_deref(),
+                Ok(want),
+                "{given}"
+            );
+        }
+        for bad in [
+            "localhost:9899",
+            "fd00::1",
+            "127.0.0.1",
+            "[fd00::1:9899",
+            "1.2.3.4:x",
+        ] {
+            assert!(parse_host_port(bad).is_err(), "{bad}");
         }
     }
 }

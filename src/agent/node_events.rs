@@ -9,7 +9,9 @@
 //! Kubernetes. The sink that talks to the API server, [`KubeEventSink`] (feature `kube`, the
 //! only code that imports kube-rs), publishes through kube-rs's Events recorder, which keeps
 //! a repeating Event (same reason, note and object) to one series (a PATCH of its count)
-//! instead of a new object each time, so a flapping condition is one series.
+//! instead of a new object each time: a condition that flaps with the same message is one
+//! series; a failure whose message carries changing numbers (FreeDiskSpaceFailed's usage and
+//! bytes freed) is a new Event when they change, as the kubelet's are.
 //!
 //! Invariants: publishing never blocks a GC cycle nor fails it: events go through a bounded
 //! queue to one task (a full queue drops the event with one warning per drop run); an API
@@ -250,6 +252,9 @@ mod kube_sink {
     /// How many events may wait for the API server.
     const QUEUE: usize = 32;
 
+    /// The longest `reportingInstance` the API server takes.
+    const MAX_INSTANCE_CHARS: usize = 128;
+
     /// Publishes to the API server through kube-rs's recorder, on the Node `node_name`.
     #[derive(Debug)]
     pub struct KubeEventSink {
@@ -275,7 +280,9 @@ mod kube_sink {
                 client,
                 Reporter {
                     controller: "imagekeeper".into(),
-                    instance: Some(node_name.to_owned()),
+                    // events.k8s.io/v1 takes at most 128 characters here; a node name may
+                    // have 253.
+                    instance: Some(node_name.chars().take(MAX_INSTANCE_CHARS).collect()),
                 },
             );
             // The kubelet's node reference (kubelet.go): kind Node, the node's name as its

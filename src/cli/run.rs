@@ -57,6 +57,10 @@ pub struct RunArgs {
     /// (KubeletConfigConflict). Read once; a bad file exits 2.
     #[arg(long, value_name = "FILE", requires = "events")]
     kubelet_config: Option<std::path::PathBuf>,
+    /// The kubelet's --config-dir: its `*.conf` drop-ins merged over --kubelet-config in
+    /// lexical order, as the kubelet merges them.
+    #[arg(long, value_name = "DIR", requires = "kubelet_config")]
+    kubelet_config_dir: Option<std::path::PathBuf>,
     /// Reload --config when the file changes (its size, modification time or inode, checked
     /// every DURATION, at least 1s), as SIGHUP does: a mounted ConfigMap's update applies
     /// without a restart. 0s (the default): only on SIGHUP.
@@ -99,7 +103,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let kubelet_config = args
         .kubelet_config
         .as_deref()
-        .map(|path| imagekeeper::doctor::KubeletConfig::load(path, None))
+        .map(|path| {
+            imagekeeper::doctor::KubeletConfig::load(path, args.kubelet_config_dir.as_deref())
+        })
         .transpose()
         .map_err(|e| Failure::usage(anyhow::Error::new(e).context("--kubelet-config")))?;
     // The plugins' config and executables are checked before anything is created.

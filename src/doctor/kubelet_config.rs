@@ -264,6 +264,25 @@ impl KubeletConfig {
             return KubeletConfig::parse(&text, &shown);
         };
         let mut merged = parse_document(&text, &shown)?;
+        // The kubelet defaults the file before it merges the drop-ins over it
+        // (cmd/kubelet/app/server.go: loadConfigFile, then mergeKubeletConfigurations): a
+        // drop-in naming one eviction signal adds it to the defaulted map, it does not replace
+        // the defaults. (Only evictionHard is a defaulted map the doctor reads; a scalar's
+        // default applies after the merge all the same.)
+        if let Some(fields) = merged.as_mapping_mut()
+            && fields
+                .get("evictionHard")
+                .is_none_or(serde_yaml_ng::Value::is_null)
+        {
+            let defaults: serde_yaml_ng::Mapping = default_eviction_hard()
+                .into_iter()
+                .filter_map(|(signal, threshold)| match threshold {
+                    Threshold::Percent(p) => Some((signal.into(), format!("{p}%").into())),
+                    _ => None,
+                })
+                .collect();
+            fields.insert("evictionHard".into(), defaults.into());
+        }
         for file in &drop_ins {
             let patch = parse_document(&read_file(file)?, &file.display().to_string())?;
             merge_patch(&mut merged, patch);
@@ -805,6 +824,16 @@ mod tests {
         );
         assert_eq!(
             c.eviction_hard.get(SIGNAL_IMAGEFS_AVAILABLE),
+            Some(&Threshold::Percent(5.0))
+        );
+        // The file set no evictionHard: the kubelet defaulted it before merging the drop-in,
+        // so the signals the drop-in does not name keep their defaults.
+        assert_eq!(
+            c.eviction_hard.get(SIGNAL_NODEFS_AVAILABLE),
+            Some(&Threshold::Percent(10.0))
+        );
+        assert_eq!(
+            c.eviction_hard.get(SIGNAL_IMAGEFS_INODES_FREE),
             Some(&Threshold::Percent(5.0))
         );
         assert_eq!(

@@ -13,7 +13,10 @@
 //! - text is checked for UTF-8 and for nesting deeper than [`MAX_NESTING_DEPTH`] brackets
 //!   before a YAML, JSON or TOML parser sees it ([`check_nesting`]), so a small document
 //!   100,000 levels deep is refused in microseconds, not after seconds of parsing;
-//! - [`read_async`] runs the read on tokio's blocking pool, never on an async worker.
+//! - [`read_async`] runs the read on tokio's blocking pool, never on an async worker. (The
+//!   kubelet's pull records are the exception: the GC's detect reads them on its own task,
+//!   each file through this reader, so no read there can hang or be unbounded, though a slow
+//!   disk under the kubelet's root delays that task.)
 //!
 //! Invariants: no function here blocks on anything but a regular file's read; none allocates
 //! more than `MAX_OPERATOR_FILE_BYTES + 1` bytes for the content.
