@@ -346,6 +346,9 @@ impl PullRecordsReader {
                 _ => Ok((key, Some(intent))),
             }
         });
+        // A file refused after its decode (its name does not match its image) was judged
+        // stale before that check: it is skipped, not stale.
+        stale.retain(|s| !scan.skipped.iter().any(|(path, _)| *path == s.file));
         scan.stale = stale;
         self.stale_intents
             .store(scan.stale.len() as u64, Ordering::Relaxed);

@@ -444,3 +444,30 @@ fn symlinked_record_directories_are_not_followed_out_of_the_root() {
     assert_eq!(direct.intents(now()).found.len(), 1);
     assert!(direct.pulled_for("sha256:x").is_some());
 }
+
+/// A stale intent in a file whose name is not its image's is refused as misnamed (skipped),
+/// and so not counted stale as well.
+#[test]
+fn a_stale_intent_in_a_misnamed_file_is_skipped_not_stale() {
+    let image = "busybox:1.36";
+    let root = root_with(
+        &[(
+            &record_file_name("other:1"),
+            intent_json("v1alpha1", image).as_bytes(),
+        )],
+        &[],
+    );
+    let file = root
+        .path()
+        .join("image_manager/pulling")
+        .join(record_file_name("other:1"));
+    let written = UnixNanos::from_secs(1_800_000_000);
+    set_mtime(&file, written);
+    let reader = PullRecordsReader::new(root.path());
+    let later = written.saturating_add(std::time::Duration::from_secs(48 * 3600));
+    let scan = reader.intents(IntentAge::new(later, DEFAULT_INTENT_MAX_AGE));
+    assert!(scan.found.is_empty());
+    assert!(scan.stale.is_empty(), "{:?}", scan.stale);
+    assert_eq!(scan.skipped.len(), 1, "{:?}", scan.skipped);
+    assert_eq!(reader.stale_intents(), 0);
+}
