@@ -16,7 +16,7 @@ use imagekeeper::doctor::{
     self, DEFAULT_KUBELET_CONFIG, DoctorInput, Finding, KubeletConfig, Report, RuntimeView,
 };
 use imagekeeper::inspect::escape_control;
-use imagekeeper::kubelet::{DEFAULT_INTENT_MAX_AGE, IntentAge, PullRecordsReader};
+use imagekeeper::kubelet::PullRecordsReader;
 
 use super::Failure;
 use super::agent_flags::AgentFlags;
@@ -80,14 +80,9 @@ pub(crate) async fn findings(
     runtime_timeout: Duration,
 ) -> Vec<Finding> {
     let stale_intents = config.gc.kubelet_root_dir.as_deref().map(|root| {
-        let age = IntentAge::new(
-            SystemClock.now(),
-            config
-                .gc
-                .kubelet_intent_max_age
-                .unwrap_or(DEFAULT_INTENT_MAX_AGE),
-        );
-        PullRecordsReader::new(root).intents(age).stale
+        PullRecordsReader::new(root)
+            .intents(config.gc.intent_age(SystemClock.now()))
+            .stale
     });
     let runtime = ask_runtime(CriConfig {
         connect_timeout: runtime_timeout,

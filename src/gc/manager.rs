@@ -159,6 +159,18 @@ pub struct GcConfig {
     pub journal_retention: Option<JournalRetention>,
 }
 
+impl GcConfig {
+    /// The age past which a kubelet pull intent read at `now` keeps nothing: the configured
+    /// maximum, else [`DEFAULT_INTENT_MAX_AGE`] (the GC and `doctor` judge intents alike).
+    pub fn intent_age(&self, now: UnixNanos) -> IntentAge {
+        IntentAge::new(
+            now,
+            self.kubelet_intent_max_age
+                .unwrap_or(DEFAULT_INTENT_MAX_AGE),
+        )
+    }
+}
+
 /// One image removed by GC.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -244,12 +256,7 @@ impl Settings {
 
     /// The age past which a kubelet pull intent read at `now` keeps nothing.
     fn intent_age(&self, now: UnixNanos) -> IntentAge {
-        IntentAge::new(
-            now,
-            self.config
-                .kubelet_intent_max_age
-                .unwrap_or(DEFAULT_INTENT_MAX_AGE),
-        )
+        self.config.intent_age(now)
     }
 }
 
