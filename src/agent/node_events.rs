@@ -92,13 +92,7 @@ impl NodeEvents {
             let named: Vec<String> = largest
                 .iter()
                 .take(EVENT_TOP_IMAGES)
-                .map(|r| {
-                    format!(
-                        "{} ({})",
-                        short_id(r.key.image_id.as_str()),
-                        format_size(r.size)
-                    )
-                })
+                .map(|r| format!("{} ({})", r.key.image_id.short(), format_size(r.size)))
                 .collect();
             let more = report.removed.len().saturating_sub(EVENT_TOP_IMAGES);
             let mut note = format!(
@@ -196,13 +190,6 @@ fn failure_reason(error: &GcError) -> &'static str {
         GcError::InvalidCapacity => "InvalidDiskCapacity",
         _ => "ImageGCFailed",
     }
-}
-
-/// `sha256:` and the first 12 hex digits, as `crictl images` shows an id.
-fn short_id(id: &str) -> &str {
-    let hex = id.strip_prefix("sha256:").unwrap_or(id);
-    let end = hex.char_indices().nth(12).map_or(hex.len(), |(i, _)| i);
-    &hex[..end]
 }
 
 fn truncate(mut note: String) -> String {
