@@ -236,7 +236,11 @@ pub const CONFIG_FIELDS: &[ConfigField] = &[
         key: "podInfraContainerImage",
         flag: "--pod-infra-container-image",
         kubelet: Some("kubelet --pod-infra-container-image"),
-        default: |c| c.gc.sandbox_image.clone().unwrap_or_else(|| "none".to_owned()),
+        default: |c| {
+            c.gc.sandbox_image
+                .clone()
+                .unwrap_or_else(|| "none".to_owned())
+        },
         on_reload: OnReload::Applied,
         help: "The sandbox (pause) image, always treated as in use.",
     },
@@ -278,8 +282,7 @@ pub const CONFIG_FIELDS: &[ConfigField] = &[
         kubelet: None,
         default: |c| {
             duration_text(
-                c.gc
-                    .kubelet_intent_max_age
+                c.gc.kubelet_intent_max_age
                     .unwrap_or(crate::kubelet::DEFAULT_INTENT_MAX_AGE),
             )
         },
@@ -1150,7 +1153,6 @@ mod tests {
             assert!(field.flag.starts_with("--"), "{}", field.key);
         }
     }
-
 
     fn resolve(file: &FileConfig, flags: &FlagValues) -> Result<AgentConfig, ConfigError> {
         AgentConfig::resolve(file, Some(Path::new("/etc/ik.toml")), flags)

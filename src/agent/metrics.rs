@@ -483,13 +483,7 @@ const STORE_REOPENS: MetricFamily = family(
     "Times the record store reopened its file after an I/O failure.",
 );
 const IMAGE_RECORDS: MetricFamily = absent_when(
-    family(
-        "image_records",
-        G,
-        None,
-        &[],
-        "Image records in the store.",
-    ),
+    family("image_records", G, None, &[], "Image records in the store."),
     "when the scrape cannot count the records (the store failed)",
 );
 const STORE_COMMIT_DURATION: MetricFamily = family(
@@ -589,7 +583,11 @@ impl Collector for Snapshot {
             u64::from(self.progress.running),
         )?;
         gauge(&mut enc, &IMAGE_GC_PROGRESS_REMOVED, self.progress.removed)?;
-        gauge(&mut enc, &IMAGE_GC_PROGRESS_FREED, self.progress.freed_bytes)?;
+        gauge(
+            &mut enc,
+            &IMAGE_GC_PROGRESS_FREED,
+            self.progress.freed_bytes,
+        )?;
         counter(&mut enc, &IMAGE_GC_REMOVE_FAILURES, self.remove_failures)?;
         // The kubelet's image list cache serves the node status's images; here it serves
         // these gauges (the node status's image count and sizes, without the names).
@@ -748,12 +746,7 @@ fn histogram(
     family: &MetricFamily,
     h: &Histogram,
 ) -> Result<(), std::fmt::Error> {
-    descriptor(enc, family)?.encode_histogram::<NoLabelSet>(
-        h.sum(),
-        h.count(),
-        &h.buckets(),
-        None,
-    )
+    descriptor(enc, family)?.encode_histogram::<NoLabelSet>(h.sum(), h.count(), &h.buckets(), None)
 }
 
 /// One histogram with a sample per label set.
@@ -853,7 +846,10 @@ mod tests {
         assert_eq!(seen, documented, "the scrape's families and METRICS differ");
         for family in METRICS {
             let want: Vec<String> = family.labels.iter().map(|l| (*l).to_owned()).collect();
-            let got = labels.get(&family.exposed_name()).cloned().unwrap_or_default();
+            let got = labels
+                .get(&family.exposed_name())
+                .cloned()
+                .unwrap_or_default();
             assert_eq!(got, want, "{}: label names", family.exposed_name());
         }
     }

@@ -52,8 +52,8 @@ pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
 pub use health::Health;
 pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http, serve_probes};
 pub use metrics::{
-    AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX, METRICS, MetricFamily,
-    MetricKind, MetricUnit,
+    AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX, METRICS,
+    MetricFamily, MetricKind, MetricUnit,
 };
 #[cfg(feature = "kube")]
 pub use node_events::KubeEventSink;

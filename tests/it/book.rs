@@ -85,7 +85,10 @@ fn commands_page() -> String {
         } else {
             format!("imagekeeper {}", path.join(" "))
         };
-        page.push_str(&format!("\n## `{title}`\n\n```text\n{}\n```\n", text.trim_end()));
+        page.push_str(&format!(
+            "\n## `{title}`\n\n```text\n{}\n```\n",
+            text.trim_end()
+        ));
         // Depth first, in the order the help lists them.
         for sub in subcommands(&text).into_iter().rev() {
             let mut next = path.clone();
@@ -104,7 +107,9 @@ fn exit_codes_page() -> String {
         .expect("imagekeeper --help ends with its exit codes");
     let mut page = String::from("# Exit codes\n\n");
     page.push_str(&header("`imagekeeper --help` (src/cli/mod.rs)"));
-    page.push_str("\nEvery command exits with one of these codes.\n\n| code | meaning |\n|---|---|\n");
+    page.push_str(
+        "\nEvery command exits with one of these codes.\n\n| code | meaning |\n|---|---|\n",
+    );
     for line in codes.lines().filter(|l| !l.trim().is_empty()) {
         let (code, meaning) = line
             .trim()
@@ -244,7 +249,11 @@ fn reference_pages_list_every_command_metric_and_field() {
     }
     let config = config_page();
     for field in CONFIG_FIELDS {
-        assert!(config.contains(&format!("`{}`", field.key)), "{}", field.key);
+        assert!(
+            config.contains(&format!("`{}`", field.key)),
+            "{}",
+            field.key
+        );
     }
     assert!(exit_codes_page().contains("| 2 | bad usage"));
 }
@@ -353,7 +362,11 @@ fn book_and_readme_links_resolve() {
     let mut broken = Vec::new();
     for file in markdown_files() {
         let text = std::fs::read_to_string(&file).expect("read");
-        let shown = file.strip_prefix(root()).unwrap_or(&file).display().to_string();
+        let shown = file
+            .strip_prefix(root())
+            .unwrap_or(&file)
+            .display()
+            .to_string();
         for target in links(&text) {
             if target.contains("://") || target.starts_with("mailto:") {
                 continue;
