@@ -115,7 +115,7 @@ impl AgentMetrics {
 /// Every value of one scrape, copied from the layers that own them.
 #[derive(Debug)]
 struct Snapshot {
-    collected: [(&'static str, u64); 2],
+    collected: [(&'static str, u64); 4],
     rescued: Vec<(&'static str, u64)>,
     remove_failures: u64,
     /// The image cache's (count, total bytes), once it has been filled.
@@ -126,6 +126,8 @@ struct Snapshot {
     kubelet_stale_intents: Option<u64>,
     progress: GcProgress,
     image_fs: Option<(u64, u64)>,
+    /// The image filesystem's inodes (total, free, used by images when reported).
+    image_fs_inodes: Option<(u64, u64, Option<u64>)>,
     gc_durations: Histogram,
     pull_durations: BTreeMap<&'static str, Histogram>,
     ensure_requests: BTreeMap<EnsureLabels, u64>,
@@ -140,7 +142,7 @@ struct Snapshot {
     gc_cycles: [u64; 2],
     /// The byte thresholds in force (high, low), in percent.
     thresholds: (i64, i64),
-    repulls: [(&'static str, u64); 4],
+    repulls: [(&'static str, u64); 6],
     repull_delays: Histogram,
 }
 
@@ -181,6 +183,7 @@ impl Snapshot {
             kubelet_stale_intents: gc.kubelet_stale_intents(),
             progress: g.progress(),
             image_fs: g.image_fs(),
+            image_fs_inodes: g.image_fs_inodes(),
             gc_durations: match agent.gc_durations.lock() {
                 Ok(h) => h.clone(),
                 Err(p) => p.into_inner().clone(),
@@ -323,6 +326,19 @@ impl Collector for Snapshot {
                 "Bytes available to unprivileged users on the image filesystem, as the last GC read them.",
                 Some(Unit::Bytes),
                 available,
+            )?;
+        }
+        if let Some((total, free, images)) = self.image_fs_inodes {
+            let mut samples = vec![([("kind", "capacity")], total), ([("kind", "free")], free)];
+            if let Some(images) = images {
+                samples.push(([("kind", "images")], images));
+            }
+            gauge_family(
+                &mut enc,
+                "image_fs_inodes",
+                "Inodes of the image filesystem as the last GC read them: capacity and free (statvfs f_files, f_ffree of the mountpoint ImageFsInfo reports) and, when the runtime reports it, those images use (ImageFsInfo inodes_used).",
+                None,
+                &samples,
             )?;
         }
         let repulls: Vec<_> = self

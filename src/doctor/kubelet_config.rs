@@ -335,6 +335,7 @@ impl KubeletConfig {
             low_threshold_percent: raw.image_gc_low_threshold_percent.unwrap_or(80),
             min_age,
             max_age: duration("imageMaximumGCAge", &raw.image_maximum_gc_age)?,
+            ..GcPolicy::default()
         };
         // The kubelet's own validation (ValidateKubeletConfiguration), with its messages.
         policy.validate().map_err(|e| {

@@ -36,6 +36,6 @@ pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcMa
 pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
-pub use policy::GcPolicy;
-pub use space::SpaceNeed;
+pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
+pub use space::{BudgetNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

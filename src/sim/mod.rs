@@ -318,6 +318,7 @@ impl Sim {
             } else {
                 Duration::from_secs(3600 + rng.u64(..3600))
             },
+            ..GcPolicy::default()
         };
         let config = GcConfig {
             policy,

@@ -437,12 +437,12 @@ impl ImageRuntime for SimRuntime {
                 available,
             },
         );
-        Ok(ImageFsStats {
-            mountpoint: "/sim".to_owned(),
-            used_bytes: capacity.saturating_sub(available),
+        Ok(ImageFsStats::new(
+            "/sim",
+            capacity.saturating_sub(available),
             capacity,
             available,
-        })
+        ))
     }
 
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
