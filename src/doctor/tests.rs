@@ -162,12 +162,12 @@ fn a_quantity_threshold_is_judged_against_the_capacity_or_not_at_all() {
 
     let with_capacity = |capacity: u64| RuntimeView::Reached {
         images: vec![],
-        image_fs: Ok(ImageFsStats {
-            mountpoint: "/var/lib/containerd".to_owned(),
-            used_bytes: 0,
+        image_fs: Ok(ImageFsStats::new(
+            "/var/lib/containerd",
+            0,
             capacity,
-            available: capacity,
-        }),
+            capacity,
+        )),
     };
     // 10Gi of 40Gi is 25%: eviction at 75% used, below 80.
     let findings = run(&k, &ik, &with_capacity(40 << 30), false);

@@ -632,6 +632,7 @@ mod tests {
             low_threshold_percent: low,
             min_age: Duration::from_secs(min_age as u64),
             max_age: Duration::from_secs(max_age as u64),
+            ..GcPolicy::default()
         }
     }
 

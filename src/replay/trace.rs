@@ -948,7 +948,7 @@ mod tests {
         ));
         let first = lines.next().expect("a line").expect("parses");
         assert_eq!(first.line, 1);
-        assert!(matches!(first.op, TraceOp::Images(ref i) if i.len() == 1));
+        assert!(matches!(first.op, TraceOp::Images(ref i, _) if i.len() == 1));
         // Only now does it read on, and meets the end of the input.
         match lines.next() {
             Some(Err(TraceReadError::Io(e))) => assert!(e.to_string().contains("read past")),
@@ -971,6 +971,10 @@ mod tests {
             r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 60, "max_age_s": 0}}"#,
             r#"{"at": 1, "remove_fails": ["sha256:b"]}"#,
             r#"{"at": 1, "restart": {}}"#,
+            r#"{"at": 1, "images": [{"id": "sha256:b", "size": 3, "inodes": 7}]}"#,
+            r#"{"at": 1, "fs": {"available": 1, "capacity": 9, "inodes": 5, "inodes_free": 2}}"#,
+            r#"{"at": 1, "container_fs": {"available": 1, "capacity": 9}}"#,
+            r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "inodes_high": 90, "inodes_low": 70, "bytes_high": 9, "bytes_low": 8}}"#,
         ];
         for raw in lines {
             let typed = serde_json::from_str::<TypedLine>(raw)
@@ -991,6 +995,66 @@ mod tests {
         // The typed path alone takes the common lines (no second parse).
         assert!(serde_json::from_str::<TypedLine>(lines[4]).is_ok());
         assert!(serde_json::from_str::<TypedLine>(lines[0]).is_err());
+    }
+
+    /// Issue 28's fields: per-image inodes, the filesystems' inodes, `container_fs` and the
+    /// policy's inode thresholds and byte budget, refused by the same rules as the others.
+    #[test]
+    fn inode_and_budget_fields_parse_and_bad_ones_are_named() {
+        let (_, op) = parse_line(
+            r#"{"at": 1, "images": [{"id": "sha256:a", "size": 3, "inodes": 7}, {"id": "sha256:b", "size": 3}]}"#,
+        )
+        .expect("parses");
+        let TraceOp::Images(images, inodes) = op else {
+            panic!("images: {op:?}")
+        };
+        assert_eq!(images.len(), 2);
+        assert_eq!(inodes, ImageInodes::from([("sha256:a".to_owned(), 7)]));
+        assert_eq!(
+            parse_line(r#"{"at": 1, "container_fs": {"capacity": 9, "available": 1, "inodes": 5, "inodes_free": 0}}"#)
+                .expect("parses")
+                .1,
+            TraceOp::ContainerFs {
+                capacity: 9,
+                available: 1,
+                inodes: Some((5, 0))
+            }
+        );
+        let (_, op) = parse_line(
+            r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "inodes_high": 90, "inodes_low": 70, "bytes_high": 9, "bytes_low": 8}}"#,
+        )
+        .expect("parses");
+        let TraceOp::Policy(policy) = op else {
+            panic!("policy: {op:?}")
+        };
+        assert_eq!(policy.inodes, Some(InodeThresholds { high: 90, low: 70 }));
+        assert_eq!(policy.bytes, Some(ByteBudget { high: 9, low: 8 }));
+        let bad = [
+            (
+                r#"{"at": 1, "fs": {"capacity": 9, "available": 1, "inodes": 5}}"#,
+                "\"fs\": \"inodes\" and \"inodes_free\" are given together or not at all",
+            ),
+            (
+                r#"{"at": 1, "container_fs": {"capacity": 9, "available": 1, "inodes": 5, "inodes_free": 6}}"#,
+                "\"container_fs\": \"inodes_free\" 6 is more than \"inodes\" 5",
+            ),
+            (
+                r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "inodes_high": 90}}"#,
+                "\"inodes_high\" and \"inodes_low\" are given together or not at all",
+            ),
+            (
+                r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "inodes_high": 70, "inodes_low": 70}}"#,
+                "imageGCLowInodesThresholdPercent (--image-gc-low-inodes-threshold) 70 must be less than",
+            ),
+            (
+                r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "bytes_high": 5, "bytes_low": 6}}"#,
+                "LowBytes 6 can not be higher than HighBytes 5",
+            ),
+        ];
+        for (raw, want) in bad {
+            let err = parse_trace(raw).expect_err(raw);
+            assert!(err.reason.contains(want), "{raw}: {}", err.reason);
+        }
     }
 
     #[test]

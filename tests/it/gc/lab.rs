@@ -135,6 +135,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
             low_threshold_percent: 50,
             min_age: Duration::ZERO,
             max_age: Duration::ZERO,
+            ..GcPolicy::default()
         },
         sandbox_image: Some(lab.sandbox_image.clone()),
         pins: PinPatterns::new(vec![pinned.reference.clone()]),
@@ -475,6 +476,7 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
             low_threshold_percent: 50,
             min_age: Duration::ZERO,
             max_age: Duration::ZERO,
+            ..GcPolicy::default()
         },
         sandbox_image: Some(lab.sandbox_image.clone()),
         pins: PinPatterns::new(others),
@@ -553,7 +555,14 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
     let counts = gc.metrics().repulls().counts();
     assert_eq!(
         counts,
-        [("age", 0), ("space", 1), ("unused", 0), ("external", 0)]
+        [
+            ("age", 0),
+            ("space", 1),
+            ("unused", 0),
+            ("inodes", 0),
+            ("budget", 0),
+            ("external", 0)
+        ]
     );
     let rendered = AgentMetrics::default().render(&gc, &images, &store);
     assert!(
