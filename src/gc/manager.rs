@@ -1178,19 +1178,20 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 &b.key,
             ))
         });
-        let fs = if delete_unused {
+        let image_fs = if delete_unused {
             None
         } else {
-            let stats = self
-                .runtime
-                .image_fs_stats()
-                .await
-                .map_err(runtime_error("get image filesystem stats"))?;
-            Some(FsSpace {
-                capacity: stats.capacity,
-                available: stats.available,
-            })
+            Some(
+                self.runtime
+                    .image_fs_stats()
+                    .await
+                    .map_err(runtime_error("get image filesystem stats"))?,
+            )
         };
+        let fs = image_fs.as_ref().map(|stats| FsSpace {
+            capacity: stats.capacity,
+            available: stats.available,
+        });
         let mut explanation = explain_in(
             &ordered,
             Some(now),
@@ -1201,6 +1202,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 pulling: &pulling,
                 kubelet: &kubelet,
                 watch: &detect.watch,
+                image_fs: image_fs.as_ref(),
             },
         );
         note_prior_evictions(&mut explanation, &self.store.journal()?);
@@ -1214,6 +1216,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                     match i.decision {
                         Decision::RemoveForAge => Some(RemovalReason::Age),
                         Decision::RemoveForSpace => Some(RemovalReason::Space),
+                        Decision::RemoveForBudget => Some(RemovalReason::Budget),
                         _ => None,
                     }
                 };

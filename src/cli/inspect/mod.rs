@@ -332,6 +332,7 @@ fn explain(
             pulling: &Default::default(),
             kubelet: &kubelet.view,
             watch: &watch,
+            image_fs: None,
         },
     );
     note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);
