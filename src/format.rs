@@ -416,7 +416,9 @@ pub fn parse_quantity(text: &str) -> Result<f64, String> {
 pub fn parse_byte_quantity(text: &str) -> Result<u64, String> {
     let value = parse_quantity(text)?;
     if value < 0.0 {
-        return Err(format!("{text:?} is negative; a size in bytes is 0 or more"));
+        return Err(format!(
+            "{text:?} is negative; a size in bytes is 0 or more"
+        ));
     }
     let bytes = value.ceil();
     // u64::MAX as f64 rounds up to 2^64, which does not fit.
@@ -584,7 +586,10 @@ mod tests {
         let bad = [
             ("-1Gi", "\"-1Gi\" is negative; a size in bytes is 0 or more"),
             ("20Ei", "\"20Ei\" is more bytes than fit in 64 bits"),
-            ("5 GB", "\"5 GB\" is not a quantity (for example 10Gi or 500M)"),
+            (
+                "5 GB",
+                "\"5 GB\" is not a quantity (for example 10Gi or 500M)",
+            ),
             ("Gi", "\"Gi\" is not a quantity (for example 10Gi or 500M)"),
         ];
         for (text, want) in bad {

@@ -505,7 +505,12 @@ pub struct ImageFsStats {
 impl ImageFsStats {
     /// A reading of `mountpoint` with `used_bytes` by images, the filesystem's `capacity`
     /// and `available` bytes, and no inode counts.
-    pub fn new(mountpoint: impl Into<String>, used_bytes: u64, capacity: u64, available: u64) -> Self {
+    pub fn new(
+        mountpoint: impl Into<String>,
+        used_bytes: u64,
+        capacity: u64,
+        available: u64,
+    ) -> Self {
         ImageFsStats {
             mountpoint: mountpoint.into(),
             used_bytes,

@@ -547,10 +547,16 @@ fn resolve_pair<T: Clone, V: Copy, P>(
         (None, None) => return Ok(None),
         (Some(h), Some(l)) => (h, l),
         (Some((_, from)), None) => {
-            return Err(invalid(from, format!("set without {low_name} (give both, or neither to leave the rule off)")));
+            return Err(invalid(
+                from,
+                format!("set without {low_name} (give both, or neither to leave the rule off)"),
+            ));
         }
         (None, Some((_, from))) => {
-            return Err(invalid(from, format!("set without {high_name} (give both, or neither to leave the rule off)")));
+            return Err(invalid(
+                from,
+                format!("set without {high_name} (give both, or neither to leave the rule off)"),
+            ));
         }
     };
     let h = value(h, &high_from)?;
@@ -1358,7 +1364,10 @@ mod tests {
         )
         .expect("toml");
         let c = resolve(&file, &FlagValues::default()).expect("valid");
-        assert_eq!(c.gc.policy.inodes, Some(InodeThresholds { high: 90, low: 70 }));
+        assert_eq!(
+            c.gc.policy.inodes,
+            Some(InodeThresholds { high: 90, low: 70 })
+        );
         assert_eq!(
             c.gc.policy.bytes,
             Some(ByteBudget {
@@ -1372,7 +1381,10 @@ mod tests {
             ..FlagValues::default()
         };
         let c = resolve(&file, &flags).expect("flags win");
-        assert_eq!(c.gc.policy.inodes, Some(InodeThresholds { high: 90, low: 80 }));
+        assert_eq!(
+            c.gc.policy.inodes,
+            Some(InodeThresholds { high: 90, low: 80 })
+        );
         assert_eq!(c.gc.policy.bytes.map(|b| b.low), Some(400 << 30));
         let cases = [
             (

@@ -608,8 +608,12 @@ pub(super) fn version_to_proto(version: &RuntimeVersion) -> proto::VersionRespon
 pub(super) fn image_fs_from_proto(
     info: proto::ImageFsInfoResponse,
 ) -> Result<ImageFsStats, CriError> {
-    let mountpoint =
-        |fs: &proto::FilesystemUsage| fs.fs_id.as_ref().map(|id| id.mountpoint.clone()).unwrap_or_default();
+    let mountpoint = |fs: &proto::FilesystemUsage| {
+        fs.fs_id
+            .as_ref()
+            .map(|id| id.mountpoint.clone())
+            .unwrap_or_default()
+    };
     let mut images = info.image_filesystems.into_iter();
     let first = images.next().ok_or(CriError::NoImageFilesystem)?;
     let mut stats = ImageFsStats::new(
@@ -620,27 +624,29 @@ pub(super) fn image_fs_from_proto(
     );
     stats.inodes_used = first.inodes_used.map(|used| used.value);
     stats.other_image_filesystems = images.map(|fs| mountpoint(&fs)).collect();
-    stats.container_filesystems = info
-        .container_filesystems
-        .iter()
-        .map(mountpoint)
-        .collect();
+    stats.container_filesystems = info.container_filesystems.iter().map(mountpoint).collect();
     Ok(stats)
 }
 
 #[cfg(any(test, feature = "testing"))]
-pub(super) fn image_fs_to_proto(stats: &ImageFsStats, timestamp: i64) -> proto::ImageFsInfoResponse {
-    let usage = |mountpoint: &str, used_bytes: u64, inodes_used: Option<u64>| {
-        proto::FilesystemUsage {
+pub(super) fn image_fs_to_proto(
+    stats: &ImageFsStats,
+    timestamp: i64,
+) -> proto::ImageFsInfoResponse {
+    let usage =
+        |mountpoint: &str, used_bytes: u64, inodes_used: Option<u64>| proto::FilesystemUsage {
             timestamp,
             fs_id: Some(proto::FilesystemIdentifier {
                 mountpoint: mountpoint.to_string(),
             }),
             used_bytes: Some(proto::UInt64Value { value: used_bytes }),
             inodes_used: inodes_used.map(|value| proto::UInt64Value { value }),
-        }
-    };
-    let mut image_filesystems = vec![usage(&stats.mountpoint, stats.used_bytes, stats.inodes_used)];
+        };
+    let mut image_filesystems = vec![usage(
+        &stats.mountpoint,
+        stats.used_bytes,
+        stats.inodes_used,
+    )];
     image_filesystems.extend(
         stats
             .other_image_filesystems

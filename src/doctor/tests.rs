@@ -555,13 +555,17 @@ fn a_split_or_dedicated_image_filesystem_is_reported() {
     assert_eq!(f.status, Status::Ok, "{f:?}");
     assert!(f.message.contains("/var/lib/images is dedicated"), "{f:?}");
     assert!(
-        f.message
-            .contains("split (KEP-4191): the containers' writable layers are on /var/lib/containers/storage"),
+        f.message.contains(
+            "split (KEP-4191): the containers' writable layers are on /var/lib/containers/storage"
+        ),
         "{f:?}"
     );
     let findings = run_on(&k, &ik, &reached, Some(true));
     let f = find(&findings, "image-filesystem");
-    assert!(f.message.contains("on the node's filesystem (nodefs)"), "{f:?}");
+    assert!(
+        f.message.contains("on the node's filesystem (nodefs)"),
+        "{f:?}"
+    );
     let findings = run_on(&k, &ik, &unreachable(), None);
     let f = find(&findings, "image-filesystem");
     assert_eq!(f.status, Status::NotChecked, "{f:?}");
@@ -585,9 +589,10 @@ fn an_inode_signal_is_compared_with_the_high_inode_threshold() {
     .clone();
     assert_eq!(f.status, Status::Conflict, "{f:?}");
     assert!(
-        f.fix.as_deref().unwrap_or_default().contains(
-            "--image-gc-high-inodes-threshold 90 --image-gc-low-inodes-threshold 80"
-        ),
+        f.fix
+            .as_deref()
+            .unwrap_or_default()
+            .contains("--image-gc-high-inodes-threshold 90 --image-gc-low-inodes-threshold 80"),
         "{f:?}"
     );
     let f = find(
@@ -596,5 +601,9 @@ fn an_inode_signal_is_compared_with_the_high_inode_threshold() {
     )
     .clone();
     assert_eq!(f.status, Status::Ok, "{f:?}");
-    assert!(f.message.contains("above imagekeeper's --image-gc-high-inodes-threshold 85%"), "{f:?}");
+    assert!(
+        f.message
+            .contains("above imagekeeper's --image-gc-high-inodes-threshold 85%"),
+        "{f:?}"
+    );
 }

@@ -448,7 +448,9 @@ pub fn explain_in(
         (None, Some(b)) => Some((b, Decision::RemoveForBudget)),
         (None, None) => None,
     };
-    let freed = walk.map_or(0, |(amount, decision)| walk_bytes(&mut images, amount, decision));
+    let freed = walk.map_or(0, |(amount, decision)| {
+        walk_bytes(&mut images, amount, decision)
+    });
     let space = match space {
         SpacePass::Runs {
             usage_percent,
@@ -507,7 +509,14 @@ pub fn explain_in(
         };
     }
     for image in &mut images {
-        image.reason = reason(image, &policy, last_detect, (space, budget, inodes), now, watch);
+        image.reason = reason(
+            image,
+            &policy,
+            last_detect,
+            (space, budget, inodes),
+            now,
+            watch,
+        );
         if let Some(at) = image.kubelet_pulled_at {
             image.reason.push_str(&format!(
                 "; used by a kubelet pull record at {}",
@@ -670,18 +679,16 @@ fn reason(
                 format_size(u64::try_from(amount).unwrap_or(0))
             )
         }
-        Decision::KeepBelowHighThreshold => {
-            match space {
-                SpacePass::BelowHighThreshold { usage_percent, .. } => format!(
-                    "eligible, but usage {usage_percent}% is below HighThresholdPercent {}: no space pass",
-                    policy.high_threshold_percent
-                ),
-                _ => "eligible, but no rule needs room: the byte-percentage pass is off \
+        Decision::KeepBelowHighThreshold => match space {
+            SpacePass::BelowHighThreshold { usage_percent, .. } => format!(
+                "eligible, but usage {usage_percent}% is below HighThresholdPercent {}: no space pass",
+                policy.high_threshold_percent
+            ),
+            _ => "eligible, but no rule needs room: the byte-percentage pass is off \
                       (HighThresholdPercent 100), the budget and inode use are below their \
                       high marks"
-                    .to_owned(),
-            }
-        }
+                .to_owned(),
+        },
         Decision::KeepSpaceNotEvaluated => {
             let max_age = if policy.max_age.is_zero() {
                 "MaxAge is off".to_owned()
@@ -996,7 +1003,10 @@ mod tests {
             rec("d", 0, 40, 100, false),
         ];
         let policy = GcPolicy {
-            bytes: Some(super::super::ByteBudget { high: 800, low: 500 }),
+            bytes: Some(super::super::ByteBudget {
+                high: 800,
+                low: 500,
+            }),
             ..policy(85, 80, 0, 0)
         };
         let now = UnixNanos::from_secs(1000);
@@ -1020,8 +1030,8 @@ mod tests {
             capacity: 10_000,
             available: 1_550,
         };
-        let stats = ImageFsStats::new("/var/lib/containerd", 0, 10_000, 1_550)
-            .with_inodes(1000, 100);
+        let stats =
+            ImageFsStats::new("/var/lib/containerd", 0, 10_000, 1_550).with_inodes(1000, 100);
         let policy = GcPolicy {
             inodes: Some(super::super::InodeThresholds { high: 85, low: 80 }),
             ..policy
@@ -1052,7 +1062,10 @@ mod tests {
         );
         assert_eq!(e.filesystem.as_deref(), Some("/var/lib/containerd"));
         let inodes = e.inodes.expect("inodes counted");
-        assert_eq!((inodes.usage_percent, inodes.target_used, inodes.runs), (90, 800, true));
+        assert_eq!(
+            (inodes.usage_percent, inodes.target_used, inodes.runs),
+            (90, 800, true)
+        );
         assert!(
             e.images[2].reason.contains("more than 800 of 1000 inodes"),
             "{}",

@@ -928,7 +928,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let bytes_to_free = match (goal.bytes, goal.inodes) {
             (_, Some(_)) => i64::MAX,
             (Some((amount, _, _)), None) => amount,
-            (None, None) => return Ok(Walked { freed: 0, inodes: None }),
+            (None, None) => {
+                return Ok(Walked {
+                    freed: 0,
+                    inodes: None,
+                });
+            }
         };
         // Index entries the walk read before this step: a victim's rank is its position in
         // the eviction order as the walk read it.
@@ -960,10 +965,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 }
                 let (reason, fs) = match goal.bytes {
                     Some((_, reason, fs)) if !bytes_done => (reason, fs),
-                    _ => (
-                        RemovalReason::Inodes,
-                        goal.inodes.map(|n| n.fs_usage()),
-                    ),
+                    _ => (RemovalReason::Inodes, goal.inodes.map(|n| n.fs_usage())),
                 };
                 let note = note(free_time, reason, before + position, fs);
                 match self.remove(&victim, note, report).await {

@@ -276,7 +276,9 @@ mod tests {
             ),
             (
                 inodes(70, 90),
-                Some("LowInodesThresholdPercent 90 can not be higher than HighInodesThresholdPercent 70"),
+                Some(
+                    "LowInodesThresholdPercent 90 can not be higher than HighInodesThresholdPercent 70",
+                ),
             ),
             (
                 inodes(80, 80),

@@ -8,6 +8,10 @@
 //! `100 - available*100/capacity` in integer arithmetic (rounding usage up), and at or above
 //! HighThresholdPercent the pass frees `capacity*(100-LowThresholdPercent)/100 - available`.
 //! Multiplications saturate instead of overflowing (Go's int64 would wrap past 92 PB).
+//!
+//! Beside it, imagekeeper's own rules (issue 28): [`InodeNeed`], the same arithmetic on the
+//! filesystem's inodes (statvfs `f_files`/`f_ffree`), and [`BudgetNeed`], the images' total
+//! size against a byte budget.
 
 use crate::model::{FsUsage, ImageFsStats};
 
@@ -280,7 +284,10 @@ mod tests {
 
     #[test]
     fn the_budget_frees_down_to_low_only_above_high() {
-        let budget = Some(ByteBudget { high: 500, low: 300 });
+        let budget = Some(ByteBudget {
+            high: 500,
+            low: 300,
+        });
         let need = |total| BudgetNeed::compute(total, budget).and_then(|n| n.amount_to_free);
         assert_eq!(need(500), None, "at high: within the budget");
         assert_eq!(need(501), Some(201));

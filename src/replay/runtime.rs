@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::model::{ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage};
 
+/// A scripted container filesystem: (capacity, available, (inodes, free inodes)).
+pub type ContainerFs = (u64, u64, Option<(u64, u64)>);
+
 /// The scripted runtime's state.
 #[derive(Clone, Debug, Default)]
 pub struct ScriptState {
@@ -23,7 +26,7 @@ pub struct ScriptState {
     pub image_inodes: BTreeMap<String, u64>,
     /// A separate container filesystem: (capacity, available, (inodes, free)). `None`: the
     /// containers' writable layers share the image filesystem.
-    pub container_fs: Option<(u64, u64, Option<(u64, u64)>)>,
+    pub container_fs: Option<ContainerFs>,
     /// Image ids whose removal fails.
     pub remove_fails: BTreeSet<String>,
     /// Image ids removed, in order.

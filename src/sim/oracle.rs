@@ -100,10 +100,11 @@ impl Oracle {
                 .get(&RecordKey::new(issued.image_id.clone(), ""))
                 .ok()
                 .flatten();
-            self.issued
-                .entry(issued.actor)
-                .or_default()
-                .push((issued.image_id, record, issued.inodes_seen));
+            self.issued.entry(issued.actor).or_default().push((
+                issued.image_id,
+                record,
+                issued.inodes_seen,
+            ));
         }
         let commits = store.commits();
         if commits != self.commits_seen {
@@ -189,8 +190,8 @@ impl Oracle {
                 };
                 match issued[cursor - 1].2 {
                     Some((inodes, free)) if inodes > 0 => {
-                        let target =
-                            inodes - inodes.saturating_mul(100 - thresholds.low.unsigned_abs()) / 100;
+                        let target = inodes
+                            - inodes.saturating_mul(100 - thresholds.low.unsigned_abs()) / 100;
                         if inodes - free.min(inodes) <= target {
                             return Some(format!(
                                 "invariant 6: {} removed for inodes though the cycle's last reading had {} of {inodes} in use, at or below the low inode threshold ({target})",

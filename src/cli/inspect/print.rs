@@ -716,8 +716,9 @@ fn space_summary(space: SpacePass, e: &Explanation) -> String {
             "image GC is disabled (HighThresholdPercent 100 and MaxAge 0)".to_owned()
         }
         SpacePass::InvalidCapacity => "capacity 0: GC would fail".to_owned(),
-        SpacePass::Off => "off (HighThresholdPercent 100); the inode and budget rules run"
-            .to_owned(),
+        SpacePass::Off => {
+            "off (HighThresholdPercent 100); the inode and budget rules run".to_owned()
+        }
         SpacePass::BelowHighThreshold {
             usage_percent,
             available_after_age_pass,

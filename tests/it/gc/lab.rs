@@ -747,7 +747,7 @@ async fn inode_gc_removes_an_image_of_many_files_until_statvfs_shows_inode_use_b
     let found = client.list_images().await.expect("ListImages answers");
     let files_id_before = found
         .iter()
-        .find(|i| i.repo_tags.iter().any(|t| *t == files))
+        .find(|i| i.repo_tags.contains(&files))
         .map(|i| i.id.0.clone());
     if let Some(id) = &files_id_before {
         // Left by an earlier run: measure without it, pull it back at the end.
@@ -762,8 +762,14 @@ async fn inode_gc_removes_an_image_of_many_files_until_statvfs_shows_inode_use_b
 
     let used = |s: &ImageFsStats| s.inodes - s.inodes_free;
     let without = client.image_fs_stats().await.expect("ImageFsInfo");
-    assert!(without.inodes > 0, "the lab's image filesystem counts inodes");
-    let files_id = client.pull_image(&files, "", None).await.expect("pull the files image");
+    assert!(
+        without.inodes > 0,
+        "the lab's image filesystem counts inodes"
+    );
+    let files_id = client
+        .pull_image(&files, "", None)
+        .await
+        .expect("pull the files image");
     let with = client.image_fs_stats().await.expect("ImageFsInfo");
     let (used0, used1, original) = (used(&without), used(&with), with.inodes);
     assert!(
@@ -782,7 +788,10 @@ async fn inode_gc_removes_an_image_of_many_files_until_statvfs_shows_inode_use_b
     let limit = InodeLimit::set(&root, nr_inodes, original);
     let full = client.image_fs_stats().await.expect("ImageFsInfo");
     assert_eq!(full.inodes, nr_inodes, "the remount took");
-    assert!(100 - full.inodes_free * 100 / full.inodes >= high, "{full:?}");
+    assert!(
+        100 - full.inodes_free * 100 / full.inodes >= high,
+        "{full:?}"
+    );
 
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("records.redb");
@@ -848,7 +857,9 @@ async fn inode_gc_removes_an_image_of_many_files_until_statvfs_shows_inode_use_b
         "the inode count is restored"
     );
     if files_id_before.is_some() {
-        client.pull_image(&files, "", None).await.expect("pull back");
+        client
+            .pull_image(&files, "", None)
+            .await
+            .expect("pull back");
     }
 }
-
