@@ -1,7 +1,8 @@
 //! The one home of the formatting rules shared by the library and the CLI: Go's
 //! `time.Duration` string and its parser, Go's `%q` quoting (the kubelet's messages quote image
 //! names with it; both `cri` and `pull` print them), the kubelet's 1024-based size, RFC 3339 UTC
-//! times and relative times ("3m ago").
+//! times and relative times ("3m ago"), and Kubernetes quantities (`500Gi`: the doctor's eviction
+//! thresholds and the byte budget flags).
 //!
 //! RFC 3339 is jiff's (`jiff::Timestamp`'s `Display`: UTC, the fraction only when there is one,
 //! without trailing zeros). The Go durations and the size are hand-written because they must
@@ -360,6 +361,73 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// A Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity): a signed decimal
+/// number and an optional suffix, binary (Ki..Ei), decimal (n, u, m, k, M..E) or an exponent
+/// (e3, E-2). Returns its value.
+pub fn parse_quantity(text: &str) -> Result<f64, String> {
+    let bad = || format!("{text:?} is not a quantity (for example 10Gi or 500M)");
+    let number_end = text
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || (i == 0 && (c == '+' || c == '-'))))
+        .map_or(text.len(), |(i, _)| i);
+    let (number, suffix) = text.split_at(number_end);
+    if !number.chars().any(|c| c.is_ascii_digit()) || number.matches('.').count() > 1 {
+        return Err(bad());
+    }
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    if !value.is_finite() {
+        return Err(bad());
+    }
+    let multiplier = match suffix {
+        "" => 1.0,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        exponent => {
+            let digits = exponent
+                .strip_prefix('e')
+                .or_else(|| exponent.strip_prefix('E'))
+                .ok_or_else(bad)?;
+            let power: i32 = digits.parse().map_err(|_| bad())?;
+            if !(-30..=30).contains(&power) {
+                return Err(bad());
+            }
+            10f64.powi(power)
+        }
+    };
+    Ok(value * multiplier)
+}
+
+/// A size in bytes written as a Kubernetes quantity (`500Gi`, `1.5T`, `2000000000`): a
+/// whole number of bytes (a fraction rounds up, as `Quantity.Value()` does), not negative,
+/// at most `u64::MAX`.
+pub fn parse_byte_quantity(text: &str) -> Result<u64, String> {
+    let value = parse_quantity(text)?;
+    if value < 0.0 {
+        return Err(format!(
+            "{text:?} is negative; a size in bytes is 0 or more"
+        ));
+    }
+    let bytes = value.ceil();
+    // u64::MAX as f64 rounds up to 2^64, which does not fit.
+    if bytes >= u64::MAX as f64 {
+        return Err(format!("{text:?} is more bytes than fit in 64 bits"));
+    }
+    Ok(bytes as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,6 +566,34 @@ mod tests {
         ];
         for (size, want) in cases {
             assert_eq!(format_size(size), want);
+        }
+    }
+
+    #[test]
+    fn byte_quantities_are_whole_bytes_as_kubernetes_writes_them() {
+        let good = [
+            ("500Gi", 500 * 1024u64.pow(3)),
+            ("1Ki", 1024),
+            ("2000000000", 2_000_000_000),
+            ("1.5k", 1500),
+            ("0.5", 1),
+            ("1e3", 1000),
+            ("0", 0),
+        ];
+        for (text, want) in good {
+            assert_eq!(parse_byte_quantity(text), Ok(want), "{text}");
+        }
+        let bad = [
+            ("-1Gi", "\"-1Gi\" is negative; a size in bytes is 0 or more"),
+            ("20Ei", "\"20Ei\" is more bytes than fit in 64 bits"),
+            (
+                "5 GB",
+                "\"5 GB\" is not a quantity (for example 10Gi or 500M)",
+            ),
+            ("Gi", "\"Gi\" is not a quantity (for example 10Gi or 500M)"),
+        ];
+        for (text, want) in bad {
+            assert_eq!(parse_byte_quantity(text), Err(want.to_owned()), "{text}");
         }
     }
 }

@@ -207,13 +207,20 @@ pub enum RemovalReason {
     Space,
     /// DeleteUnusedImages.
     Unused,
+    /// Freed for inodes: the image filesystem's inode use was at or above the high inode
+    /// threshold.
+    Inodes,
+    /// Freed for the byte budget: the images' total size was above the high budget.
+    Budget,
 }
 
 impl RemovalReason {
-    pub const ALL: [RemovalReason; 3] = [
+    pub const ALL: [RemovalReason; 5] = [
         RemovalReason::Age,
         RemovalReason::Space,
         RemovalReason::Unused,
+        RemovalReason::Inodes,
+        RemovalReason::Budget,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -221,6 +228,8 @@ impl RemovalReason {
             RemovalReason::Age => "age",
             RemovalReason::Space => "space",
             RemovalReason::Unused => "unused",
+            RemovalReason::Inodes => "inodes",
+            RemovalReason::Budget => "budget",
         }
     }
 
@@ -230,11 +239,13 @@ impl RemovalReason {
     }
 
     /// The `reason` label of `image_garbage_collected_total`: the kubelet counts
-    /// DeleteUnusedImages under "space".
+    /// DeleteUnusedImages under "space"; imagekeeper's own rules under their names.
     pub fn metric_label(self) -> &'static str {
         match self {
             RemovalReason::Age => "age",
             RemovalReason::Space | RemovalReason::Unused => "space",
+            RemovalReason::Inodes => "inodes",
+            RemovalReason::Budget => "budget",
         }
     }
 }
@@ -469,6 +480,61 @@ pub struct ImageFsStats {
     pub capacity: u64,
     /// Bytes available to unprivileged users (statvfs).
     pub available: u64,
+    /// Inodes images use there, as the runtime reports it (ImageFsInfo `inodes_used`), when
+    /// it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inodes_used: Option<u64>,
+    /// The filesystem's inodes (statvfs `f_files`); 0 when it does not count inodes.
+    #[serde(default)]
+    pub inodes: u64,
+    /// Free inodes (statvfs `f_ffree`).
+    #[serde(default)]
+    pub inodes_free: u64,
+    /// The mountpoints of the container filesystems ImageFsInfo reports beside the image
+    /// filesystem (KEP-4191's split: the containers' writable layers elsewhere). Empty when
+    /// it reports none (the writable layers share the image filesystem). GC never acts on
+    /// them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_filesystems: Vec<String>,
+    /// The mountpoints of further image filesystems ImageFsInfo reports after the first (the
+    /// one the fields above describe).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_image_filesystems: Vec<String>,
+}
+
+impl ImageFsStats {
+    /// A reading of `mountpoint` with `used_bytes` by images, the filesystem's `capacity`
+    /// and `available` bytes, and no inode counts.
+    pub fn new(
+        mountpoint: impl Into<String>,
+        used_bytes: u64,
+        capacity: u64,
+        available: u64,
+    ) -> Self {
+        ImageFsStats {
+            mountpoint: mountpoint.into(),
+            used_bytes,
+            capacity,
+            available,
+            inodes_used: None,
+            inodes: 0,
+            inodes_free: 0,
+            container_filesystems: Vec::new(),
+            other_image_filesystems: Vec::new(),
+        }
+    }
+
+    /// With the filesystem's `inodes` and `inodes_free` (statvfs).
+    pub fn with_inodes(mut self, inodes: u64, inodes_free: u64) -> Self {
+        self.inodes = inodes;
+        self.inodes_free = inodes_free;
+        self
+    }
+
+    /// Inodes in use on the filesystem (by anything): `inodes - inodes_free`.
+    pub fn inodes_in_use(&self) -> u64 {
+        self.inodes.saturating_sub(self.inodes_free)
+    }
 }
 
 /// The pod a pull is for, as CRI's PodSandboxConfig carries it to PullImage (the fields the

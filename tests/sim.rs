@@ -56,9 +56,12 @@ fn commits_with_durability_none_are_caught() {
 
 #[test]
 fn the_real_code_breaks_no_invariant_on_the_same_seeds() {
+    let (mut inode_removals, mut budget_removals) = (0, 0);
     for seed in 1..=SEEDS {
         let outcome = run(seed, None);
         assert_eq!(outcome.steps, STEPS, "seed {seed} ran every step");
+        inode_removals += outcome.inode_removals;
+        budget_removals += outcome.budget_removals;
         if let Some(v) = outcome.violation {
             panic!(
                 "seed {seed}, step {}: {}\n{}",
@@ -68,6 +71,12 @@ fn the_real_code_breaks_no_invariant_on_the_same_seeds() {
             );
         }
     }
+    // The inode rule and the byte budget ran (so invariant 6 was judged), not only the
+    // kubelet's byte rule.
+    assert!(
+        inode_removals > 0 && budget_removals > 0,
+        "inode removals {inode_removals}, budget removals {budget_removals}"
+    );
 }
 
 #[test]

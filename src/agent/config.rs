@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
 use crate::format::parse_go_duration;
-use crate::gc::{GcConfig, GcPolicy, PinPatterns};
+use crate::gc::{ByteBudget, GcConfig, GcPolicy, InodeThresholds, PinPatterns};
 use crate::kubelet::DEFAULT_KUBELET_ROOT_DIR;
 use crate::model::JournalRetention;
 use crate::pull::{PullConfig, PullConfigError};
@@ -78,6 +78,19 @@ pub struct FileConfig {
     pub image_gc_high_threshold_percent: Option<i64>,
     #[serde(rename = "imageGCLowThresholdPercent")]
     pub image_gc_low_threshold_percent: Option<i64>,
+    /// Percent of the image filesystem's inodes used at or above which GC frees inodes (ours).
+    #[serde(rename = "imageGCHighInodesThresholdPercent")]
+    pub image_gc_high_inodes_threshold_percent: Option<i64>,
+    /// Percent of inodes used GC frees down to (ours).
+    #[serde(rename = "imageGCLowInodesThresholdPercent")]
+    pub image_gc_low_inodes_threshold_percent: Option<i64>,
+    /// The images' total size above which GC frees bytes (ours): a quantity (`"500Gi"`) or
+    /// a number of bytes.
+    #[serde(rename = "imageGCHighBytes")]
+    pub image_gc_high_bytes: Option<Quantity>,
+    /// The images' total size GC frees down to (ours).
+    #[serde(rename = "imageGCLowBytes")]
+    pub image_gc_low_bytes: Option<Quantity>,
     #[serde(rename = "imageMinimumGCAge")]
     pub image_minimum_gc_age: Option<String>,
     #[serde(rename = "imageMaximumGCAge")]
@@ -172,6 +185,50 @@ pub const CONFIG_FIELDS: &[ConfigField] = &[
         default: |c| c.gc.policy.low_threshold_percent.to_string(),
         on_reload: OnReload::Applied,
         help: "Usage percent GC frees down to; not above the high threshold.",
+    },
+    ConfigField {
+        key: "imageGCHighInodesThresholdPercent",
+        flag: "--image-gc-high-inodes-threshold",
+        kubelet: None,
+        default: |c| match c.gc.policy.inodes {
+            Some(t) => t.high.to_string(),
+            None => "off".to_owned(),
+        },
+        on_reload: OnReload::Applied,
+        help: "Percent of the image filesystem's inodes used at or above which GC frees inodes; set with the low one.",
+    },
+    ConfigField {
+        key: "imageGCLowInodesThresholdPercent",
+        flag: "--image-gc-low-inodes-threshold",
+        kubelet: None,
+        default: |c| match c.gc.policy.inodes {
+            Some(t) => t.low.to_string(),
+            None => "off".to_owned(),
+        },
+        on_reload: OnReload::Applied,
+        help: "Percent of inodes used that GC frees down to; below the high one.",
+    },
+    ConfigField {
+        key: "imageGCHighBytes",
+        flag: "--image-gc-high-bytes",
+        kubelet: None,
+        default: |c| match c.gc.policy.bytes {
+            Some(b) => b.high.to_string(),
+            None => "off".to_owned(),
+        },
+        on_reload: OnReload::Applied,
+        help: "The images' total size above which GC frees bytes, whatever the percentage (a quantity such as \"500Gi\", or bytes); set with the low one.",
+    },
+    ConfigField {
+        key: "imageGCLowBytes",
+        flag: "--image-gc-low-bytes",
+        kubelet: None,
+        default: |c| match c.gc.policy.bytes {
+            Some(b) => b.low.to_string(),
+            None => "off".to_owned(),
+        },
+        on_reload: OnReload::Applied,
+        help: "The images' total size GC frees down to; not above the high one.",
     },
     ConfigField {
         key: "imageMinimumGCAge",
@@ -350,6 +407,23 @@ impl AgentConfig {
     }
 }
 
+/// A size in a config file: a Kubernetes quantity string (`"500Gi"`) or a number of bytes.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Quantity {
+    Bytes(u64),
+    Text(String),
+}
+
+impl Quantity {
+    fn bytes(&self) -> Result<u64, String> {
+        match self {
+            Quantity::Bytes(n) => Ok(*n),
+            Quantity::Text(t) => crate::format::parse_byte_quantity(t),
+        }
+    }
+}
+
 /// The line that makes a config file setting nothing a deliberate one: a reload refuses a file
 /// with no setting (empty, white space, comments only: what an editor truncating the file in
 /// place leaves for a moment) unless one of its lines is exactly this (surrounding white space
@@ -409,6 +483,11 @@ pub struct FlagValues {
     pub db: Option<PathBuf>,
     pub image_gc_high_threshold: Option<i64>,
     pub image_gc_low_threshold: Option<i64>,
+    pub image_gc_high_inodes_threshold: Option<i64>,
+    pub image_gc_low_inodes_threshold: Option<i64>,
+    /// Kubernetes quantities, as given.
+    pub image_gc_high_bytes: Option<String>,
+    pub image_gc_low_bytes: Option<String>,
     pub minimum_image_ttl_duration: Option<String>,
     pub image_maximum_gc_age: Option<String>,
     pub serialize_image_pulls: Option<bool>,
@@ -669,7 +748,101 @@ fn resolve_gc_policy(
         origins.max_age = from;
     }
     validate_policy(&policy, &origins)?;
+    policy.inodes = resolve_pair(
+        [
+            (
+                &flags.image_gc_high_inodes_threshold,
+                "--image-gc-high-inodes-threshold",
+                &file.image_gc_high_inodes_threshold_percent,
+                o.field("imageGCHighInodesThresholdPercent"),
+            ),
+            (
+                &flags.image_gc_low_inodes_threshold,
+                "--image-gc-low-inodes-threshold",
+                &file.image_gc_low_inodes_threshold_percent,
+                o.field("imageGCLowInodesThresholdPercent"),
+            ),
+        ],
+        |v: i64, _| Ok(v),
+        |high, low| GcPolicy {
+            inodes: Some(InodeThresholds { high, low }),
+            ..GcPolicy::default()
+        },
+        |(high, low)| InodeThresholds { high, low },
+    )?;
+    let file_bytes = |q: &Option<Quantity>| q.clone();
+    let flag_bytes = |f: &Option<String>| f.clone().map(Quantity::Text);
+    policy.bytes = resolve_pair(
+        [
+            (
+                &flag_bytes(&flags.image_gc_high_bytes),
+                "--image-gc-high-bytes",
+                &file_bytes(&file.image_gc_high_bytes),
+                o.field("imageGCHighBytes"),
+            ),
+            (
+                &flag_bytes(&flags.image_gc_low_bytes),
+                "--image-gc-low-bytes",
+                &file_bytes(&file.image_gc_low_bytes),
+                o.field("imageGCLowBytes"),
+            ),
+        ],
+        |q: Quantity, from: &str| q.bytes().map_err(|e| invalid(from.to_owned(), e)),
+        |high, low| GcPolicy {
+            bytes: Some(ByteBudget { high, low }),
+            ..GcPolicy::default()
+        },
+        |(high, low)| ByteBudget { high, low },
+    )?;
     Ok(policy)
+}
+
+/// One of imagekeeper's threshold pairs (inodes, bytes): off when neither is given, refused
+/// when one is given without the other, each value converted by `value` (naming its flag or
+/// field), the pair validated alone by the policy's rules (`policy` builds a policy holding
+/// just it) with the error naming both origins.
+type PairSource<'a, T> = (&'a Option<T>, &'a str, &'a Option<T>, String);
+
+fn resolve_pair<T: Clone, V: Copy, P>(
+    [high, low]: [PairSource<'_, T>; 2],
+    value: impl Fn(T, &str) -> Result<V, ConfigError>,
+    policy: impl Fn(V, V) -> GcPolicy,
+    make: impl Fn((V, V)) -> P,
+) -> Result<Option<P>, ConfigError> {
+    let high_name = high.1.to_owned();
+    let low_name = low.1.to_owned();
+    let high = pick(high.0, high.1, high.2, high.3);
+    let low = pick(low.0, low.1, low.2, low.3);
+    let ((h, high_from), (l, low_from)) = match (high, low) {
+        (None, None) => return Ok(None),
+        (Some(h), Some(l)) => (h, l),
+        (Some((_, from)), None) => {
+            return Err(invalid(
+                from,
+                format!("set without {low_name} (give both, or neither to leave the rule off)"),
+            ));
+        }
+        (None, Some((_, from))) => {
+            return Err(invalid(
+                from,
+                format!("set without {high_name} (give both, or neither to leave the rule off)"),
+            ));
+        }
+    };
+    let h = value(h, &high_from)?;
+    let l = value(l, &low_from)?;
+    if let Err(e) = policy(h, l).validate() {
+        let message = e.to_string();
+        let origin = if message.contains("invalid High") {
+            high_from
+        } else if message.contains("invalid Low") {
+            low_from
+        } else {
+            format!("{low_from} and {high_from}")
+        };
+        return Err(invalid(origin, message));
+    }
+    Ok(Some(make((h, l))))
 }
 
 /// The pull settings, validated as the kubelet does.
@@ -1474,6 +1647,100 @@ mod tests {
         assert!(
             err.to_string().contains("containerEvents in /etc/ik.toml"),
             "{err}"
+        );
+    }
+
+    /// Issue 28: the inode thresholds and the byte budget, from flags or the file, off unless
+    /// both of a pair are given, refused like the byte thresholds with the origins named.
+    #[test]
+    fn inode_thresholds_and_byte_budgets_resolve_and_refuse_with_their_names() {
+        let c = resolve(&FileConfig::default(), &FlagValues::default()).expect("defaults");
+        assert_eq!((c.gc.policy.inodes, c.gc.policy.bytes), (None, None));
+        let file: FileConfig = toml::from_str(
+            "imageGCHighInodesThresholdPercent = 90\nimageGCLowInodesThresholdPercent = 70\nimageGCHighBytes = \"500Gi\"\nimageGCLowBytes = 1000\n",
+        )
+        .expect("toml");
+        let c = resolve(&file, &FlagValues::default()).expect("valid");
+        assert_eq!(
+            c.gc.policy.inodes,
+            Some(InodeThresholds { high: 90, low: 70 })
+        );
+        assert_eq!(
+            c.gc.policy.bytes,
+            Some(ByteBudget {
+                high: 500 << 30,
+                low: 1000
+            })
+        );
+        let flags = FlagValues {
+            image_gc_low_inodes_threshold: Some(80),
+            image_gc_low_bytes: Some("400Gi".into()),
+            ..FlagValues::default()
+        };
+        let c = resolve(&file, &flags).expect("flags win");
+        assert_eq!(
+            c.gc.policy.inodes,
+            Some(InodeThresholds { high: 90, low: 80 })
+        );
+        assert_eq!(c.gc.policy.bytes.map(|b| b.low), Some(400 << 30));
+        let cases = [
+            (
+                FlagValues {
+                    image_gc_high_inodes_threshold: Some(90),
+                    ..FlagValues::default()
+                },
+                "--image-gc-high-inodes-threshold: set without --image-gc-low-inodes-threshold (give both, or neither to leave the rule off)",
+            ),
+            (
+                FlagValues {
+                    image_gc_low_bytes: Some("1Gi".into()),
+                    ..FlagValues::default()
+                },
+                "--image-gc-low-bytes: set without --image-gc-high-bytes (give both, or neither to leave the rule off)",
+            ),
+            (
+                FlagValues {
+                    image_gc_high_inodes_threshold: Some(101),
+                    image_gc_low_inodes_threshold: Some(50),
+                    ..FlagValues::default()
+                },
+                "--image-gc-high-inodes-threshold: invalid HighInodesThresholdPercent 101, must be in range [0-100]",
+            ),
+            (
+                FlagValues {
+                    image_gc_high_inodes_threshold: Some(80),
+                    image_gc_low_inodes_threshold: Some(80),
+                    ..FlagValues::default()
+                },
+                "--image-gc-low-inodes-threshold and --image-gc-high-inodes-threshold: invalid configuration: imageGCLowInodesThresholdPercent (--image-gc-low-inodes-threshold) 80 must be less than imageGCHighInodesThresholdPercent (--image-gc-high-inodes-threshold) 80",
+            ),
+            (
+                FlagValues {
+                    image_gc_high_bytes: Some("1Gi".into()),
+                    image_gc_low_bytes: Some("2Gi".into()),
+                    ..FlagValues::default()
+                },
+                "--image-gc-low-bytes and --image-gc-high-bytes: LowBytes 2147483648 can not be higher than HighBytes 1073741824",
+            ),
+            (
+                FlagValues {
+                    image_gc_high_bytes: Some("lots".into()),
+                    image_gc_low_bytes: Some("2Gi".into()),
+                    ..FlagValues::default()
+                },
+                "--image-gc-high-bytes: \"lots\" is not a quantity (for example 10Gi or 500M)",
+            ),
+        ];
+        for (flags, want) in cases {
+            let err = resolve(&FileConfig::default(), &flags).expect_err(want);
+            assert_eq!(err.to_string(), want);
+        }
+        let file: FileConfig =
+            toml::from_str("imageGCHighBytes = \"-1\"\nimageGCLowBytes = 0\n").expect("toml");
+        let err = resolve(&file, &FlagValues::default()).expect_err("negative");
+        assert_eq!(
+            err.to_string(),
+            "imageGCHighBytes in /etc/ik.toml: \"-1\" is negative; a size in bytes is 0 or more"
         );
     }
 

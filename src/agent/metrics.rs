@@ -117,7 +117,7 @@ impl AgentMetrics {
 /// Every value of one scrape, copied from the layers that own them.
 #[derive(Debug)]
 struct Snapshot {
-    collected: [(&'static str, u64); 2],
+    collected: [(&'static str, u64); 4],
     rescued: Vec<(&'static str, u64)>,
     remove_failures: u64,
     /// The image cache's (count, total bytes), once it has been filled.
@@ -128,6 +128,8 @@ struct Snapshot {
     kubelet_stale_intents: Option<u64>,
     progress: GcProgress,
     image_fs: Option<(u64, u64)>,
+    /// The image filesystem's inodes (total, free, used by images when reported).
+    image_fs_inodes: Option<(u64, u64, Option<u64>)>,
     gc_durations: Histogram,
     pull_durations: BTreeMap<&'static str, Histogram>,
     ensure_requests: BTreeMap<EnsureLabels, u64>,
@@ -142,7 +144,7 @@ struct Snapshot {
     gc_cycles: [u64; 2],
     /// The byte thresholds in force (high, low), in percent.
     thresholds: (i64, i64),
-    repulls: [(&'static str, u64); 4],
+    repulls: [(&'static str, u64); 6],
     repull_delays: Histogram,
 }
 
@@ -183,6 +185,7 @@ impl Snapshot {
             kubelet_stale_intents: gc.kubelet_stale_intents(),
             progress: g.progress(),
             image_fs: g.image_fs(),
+            image_fs_inodes: g.image_fs_inodes(),
             gc_durations: match agent.gc_durations.lock() {
                 Ok(h) => h.clone(),
                 Err(p) => p.into_inner().clone(),
@@ -423,6 +426,16 @@ const IMAGE_FS_CAPACITY: MetricFamily = absent_when(
     ),
     "until a GC has read the image filesystem",
 );
+const IMAGE_FS_INODES: MetricFamily = absent_when(
+    family(
+        "image_fs_inodes",
+        G,
+        None,
+        &["kind"],
+        "Inodes of the image filesystem as the last GC read them: capacity and free (statvfs f_files, f_ffree of the mountpoint ImageFsInfo reports) and, when the runtime reports it, those images use (ImageFsInfo inodes_used).",
+    ),
+    "until a GC has read the image filesystem's inodes",
+);
 const IMAGE_FS_AVAILABLE: MetricFamily = absent_when(
     family(
         "image_fs_available",
@@ -540,6 +553,7 @@ pub const METRICS: &[MetricFamily] = &[
     KUBELET_STALE_PULL_INTENTS,
     IMAGE_FS_CAPACITY,
     IMAGE_FS_AVAILABLE,
+    IMAGE_FS_INODES,
     IMAGE_REPULLS_AFTER_EVICTION,
     IMAGE_REPULL_DELAY,
     IMAGE_GC_DURATION,
@@ -607,6 +621,13 @@ impl Collector for Snapshot {
         if let Some((capacity, available)) = self.image_fs {
             gauge(&mut enc, &IMAGE_FS_CAPACITY, capacity)?;
             gauge(&mut enc, &IMAGE_FS_AVAILABLE, available)?;
+        }
+        if let Some((total, free, images)) = self.image_fs_inodes {
+            let mut samples = vec![([("kind", "capacity")], total), ([("kind", "free")], free)];
+            if let Some(images) = images {
+                samples.push(([("kind", "images")], images));
+            }
+            gauge_family(&mut enc, &IMAGE_FS_INODES, &samples)?;
         }
         let repulls: Vec<_> = self
             .repulls
@@ -777,7 +798,7 @@ mod tests {
         let mut h = Histogram::new(GC_BUCKETS);
         h.observe(0.2);
         Snapshot {
-            collected: [("unused", 1), ("age", 2)],
+            collected: [("unused", 1), ("age", 2), ("inodes", 3), ("budget", 4)],
             rescued: vec![("in_use", 1)],
             remove_failures: 0,
             runtime_images: Some((3, 300)),
@@ -786,6 +807,7 @@ mod tests {
             kubelet_stale_intents: Some(0),
             progress: GcProgress::default(),
             image_fs: Some((1000, 500)),
+            image_fs_inodes: Some((1000, 400, Some(300))),
             gc_durations: h.clone(),
             pull_durations: BTreeMap::from([("0-1MB", h.clone())]),
             ensure_requests: BTreeMap::from([(("Always", "true", "true"), 1)]),
@@ -797,7 +819,14 @@ mod tests {
             config_reloads: [1, 0],
             gc_cycles: [1, 0],
             thresholds: (85, 80),
-            repulls: [("unused", 0), ("age", 0), ("prune", 0), ("external", 0)],
+            repulls: [
+                ("unused", 0),
+                ("age", 0),
+                ("prune", 0),
+                ("external", 0),
+                ("inodes", 0),
+                ("budget", 0),
+            ],
             repull_delays: h,
         }
     }

@@ -23,6 +23,21 @@ pub struct AgentFlags {
     /// Disk usage percent GC frees down to [default: 80].
     #[arg(long, allow_negative_numbers = true)]
     pub image_gc_low_threshold: Option<i64>,
+    /// Percent of the image filesystem's inodes used at or above which GC removes images
+    /// until inode use is at or below the low inode threshold; with
+    /// --image-gc-low-inodes-threshold [default: off].
+    #[arg(long, allow_negative_numbers = true, value_name = "PERCENT")]
+    pub image_gc_high_inodes_threshold: Option<i64>,
+    /// Percent of inodes used GC frees down to [default: off].
+    #[arg(long, allow_negative_numbers = true, value_name = "PERCENT")]
+    pub image_gc_low_inodes_threshold: Option<i64>,
+    /// When the images' total size is above this (a quantity: 500Gi), GC frees it down to
+    /// --image-gc-low-bytes, whatever the percentage [default: off].
+    #[arg(long, value_name = "SIZE")]
+    pub image_gc_high_bytes: Option<String>,
+    /// The images' total size GC frees down to (a quantity) [default: off].
+    #[arg(long, value_name = "SIZE")]
+    pub image_gc_low_bytes: Option<String>,
     /// Minimum age of an unused image before GC may remove it, Go syntax [default: 2m].
     #[arg(long, value_name = "DURATION")]
     pub minimum_image_ttl_duration: Option<String>,
@@ -83,6 +98,10 @@ impl AgentFlags {
             db: self.db.clone(),
             image_gc_high_threshold: self.image_gc_high_threshold,
             image_gc_low_threshold: self.image_gc_low_threshold,
+            image_gc_high_inodes_threshold: self.image_gc_high_inodes_threshold,
+            image_gc_low_inodes_threshold: self.image_gc_low_inodes_threshold,
+            image_gc_high_bytes: self.image_gc_high_bytes.clone(),
+            image_gc_low_bytes: self.image_gc_low_bytes.clone(),
             minimum_image_ttl_duration: self.minimum_image_ttl_duration.clone(),
             image_maximum_gc_age: self.image_maximum_gc_age.clone(),
             serialize_image_pulls: self.serialize_image_pulls,

@@ -4,7 +4,7 @@
 //! what it reports, and prints each check's finding. Exit 0 when no check found a
 //! conflict, 1 when one did, 2 for an unreadable or invalid kubelet config or bad flags.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -90,13 +90,34 @@ pub(crate) async fn findings(
         ..config.cri.clone()
     })
     .await;
+    let images_on_nodefs = match &runtime {
+        RuntimeView::Reached {
+            image_fs: Ok(fs), ..
+        } => same_filesystem(
+            Path::new(&fs.mountpoint),
+            config
+                .gc
+                .kubelet_root_dir
+                .as_deref()
+                .unwrap_or(Path::new(imagekeeper::kubelet::DEFAULT_KUBELET_ROOT_DIR)),
+        ),
+        _ => None,
+    };
     doctor::check(&DoctorInput {
         kubelet,
         imagekeeper: config,
         pulls_with_credentials,
         runtime: &runtime,
         stale_intents: stale_intents.as_deref(),
+        images_on_nodefs,
     })
+}
+
+/// Whether `a` and `b` are on one filesystem (their device numbers); `None` when either
+/// cannot be read.
+fn same_filesystem(a: &Path, b: &Path) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    Some(std::fs::metadata(a).ok()?.dev() == std::fs::metadata(b).ok()?.dev())
 }
 
 /// ListImages and ImageFsInfo, or why the runtime could not be asked.

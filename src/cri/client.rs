@@ -776,6 +776,8 @@ impl ImageRuntime for CriClient {
             statvfs::fs_space(&path).map_err(|source| CriError::Statvfs { path, source })?;
         stats.capacity = space.capacity;
         stats.available = space.available;
+        stats.inodes = space.inodes;
+        stats.inodes_free = space.inodes_free;
         Ok(stats)
     }
 

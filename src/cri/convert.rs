@@ -601,40 +601,65 @@ pub(super) fn version_to_proto(version: &RuntimeVersion) -> proto::VersionRespon
     }
 }
 
-/// What ImageFsInfo says about the first image filesystem: its mountpoint and the bytes images
-/// use there. Capacity and available are left at 0 for the caller to fill from statvfs.
+/// What ImageFsInfo says about the image filesystems: the first one's mountpoint and the
+/// bytes and inodes images use there, and the mountpoints of the others and of the container
+/// filesystems (KEP-4191). Capacity, available and the inode counts are left at 0 for the
+/// caller to fill from statvfs.
 pub(super) fn image_fs_from_proto(
     info: proto::ImageFsInfoResponse,
 ) -> Result<ImageFsStats, CriError> {
-    let first = info
-        .image_filesystems
-        .into_iter()
-        .next()
-        .ok_or(CriError::NoImageFilesystem)?;
-    Ok(ImageFsStats {
-        mountpoint: first.fs_id.map(|id| id.mountpoint).unwrap_or_default(),
-        used_bytes: first.used_bytes.map(|used| used.value).unwrap_or(0),
-        capacity: 0,
-        available: 0,
-    })
+    let mountpoint = |fs: &proto::FilesystemUsage| {
+        fs.fs_id
+            .as_ref()
+            .map(|id| id.mountpoint.clone())
+            .unwrap_or_default()
+    };
+    let mut images = info.image_filesystems.into_iter();
+    let first = images.next().ok_or(CriError::NoImageFilesystem)?;
+    let mut stats = ImageFsStats::new(
+        mountpoint(&first),
+        first.used_bytes.map(|used| used.value).unwrap_or(0),
+        0,
+        0,
+    );
+    stats.inodes_used = first.inodes_used.map(|used| used.value);
+    stats.other_image_filesystems = images.map(|fs| mountpoint(&fs)).collect();
+    stats.container_filesystems = info.container_filesystems.iter().map(mountpoint).collect();
+    Ok(stats)
 }
 
 #[cfg(any(test, feature = "testing"))]
 pub(super) fn image_fs_to_proto(
-    mountpoint: &str,
-    used_bytes: u64,
+    stats: &ImageFsStats,
     timestamp: i64,
 ) -> proto::ImageFsInfoResponse {
-    proto::ImageFsInfoResponse {
-        image_filesystems: vec![proto::FilesystemUsage {
+    let usage =
+        |mountpoint: &str, used_bytes: u64, inodes_used: Option<u64>| proto::FilesystemUsage {
             timestamp,
             fs_id: Some(proto::FilesystemIdentifier {
                 mountpoint: mountpoint.to_string(),
             }),
             used_bytes: Some(proto::UInt64Value { value: used_bytes }),
-            inodes_used: None,
-        }],
-        container_filesystems: Vec::new(),
+            inodes_used: inodes_used.map(|value| proto::UInt64Value { value }),
+        };
+    let mut image_filesystems = vec![usage(
+        &stats.mountpoint,
+        stats.used_bytes,
+        stats.inodes_used,
+    )];
+    image_filesystems.extend(
+        stats
+            .other_image_filesystems
+            .iter()
+            .map(|m| usage(m, 0, None)),
+    );
+    proto::ImageFsInfoResponse {
+        image_filesystems,
+        container_filesystems: stats
+            .container_filesystems
+            .iter()
+            .map(|m| usage(m, 0, None))
+            .collect(),
     }
 }
 
@@ -805,10 +830,23 @@ mod tests {
 
     #[test]
     fn image_fs_round_trips_and_empty_info_is_an_error() {
-        let stats = image_fs_from_proto(image_fs_to_proto("/var/lib/x", 1234, 1))
-            .expect("one image fs was given");
+        let stats = image_fs_from_proto(image_fs_to_proto(
+            &ImageFsStats::new("/var/lib/x", 1234, 0, 0),
+            1,
+        ))
+        .expect("one image fs was given");
         assert_eq!(stats.mountpoint, "/var/lib/x");
         assert_eq!(stats.used_bytes, 1234);
+        assert_eq!(stats.inodes_used, None);
+        assert!(stats.container_filesystems.is_empty());
+        // A split image filesystem (KEP-4191): every entry is read, the first image
+        // filesystem is the one described, the others and the container filesystems named.
+        let mut split = ImageFsStats::new("/var/lib/images", 10, 0, 0);
+        split.inodes_used = Some(77);
+        split.other_image_filesystems = vec!["/mnt/more".into()];
+        split.container_filesystems = vec!["/var/lib/containers".into()];
+        let got = image_fs_from_proto(image_fs_to_proto(&split, 1)).expect("two image fs");
+        assert_eq!(got, split);
         let empty = proto::ImageFsInfoResponse::default();
         assert!(matches!(
             image_fs_from_proto(empty),

@@ -247,7 +247,7 @@ impl ImageService for FakeService {
         self.enter("ImageFsInfo").await?;
         let fs = self.lock().image_fs.clone();
         let response = match fs {
-            Some(fs) => convert::image_fs_to_proto(&fs.mountpoint, fs.used_bytes, 1),
+            Some(fs) => convert::image_fs_to_proto(&fs, 1),
             None => proto::ImageFsInfoResponse::default(),
         };
         Ok(Response::new(response))
@@ -506,12 +506,13 @@ impl FakeRuntime {
 
     /// ImageFsInfo reports `mountpoint` and `used_bytes`; without this it reports no filesystem.
     pub fn set_image_fs(&self, mountpoint: impl Into<String>, used_bytes: u64) {
-        self.lock().image_fs = Some(ImageFsStats {
-            mountpoint: mountpoint.into(),
-            used_bytes,
-            capacity: 0,
-            available: 0,
-        });
+        self.lock().image_fs = Some(ImageFsStats::new(mountpoint, used_bytes, 0, 0));
+    }
+
+    /// ImageFsInfo reports `stats` as it is (its mountpoint, bytes and inodes images use, and
+    /// its other image and container filesystems; capacity and inodes come from statvfs).
+    pub fn set_image_fs_stats(&self, stats: ImageFsStats) {
+        self.lock().image_fs = Some(stats);
     }
 
     pub fn set_version(&self, version: RuntimeVersion) {

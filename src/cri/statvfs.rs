@@ -3,18 +3,23 @@
 //! size and free space come from here.
 //!
 //! Invariants: capacity is `f_blocks * f_frsize` and available is `f_bavail * f_frsize` (space
-//! for unprivileged users), both saturating; this is the only `unsafe` in the crate, one call.
+//! for unprivileged users), both saturating; inodes are `f_files` and `f_ffree` (at most
+//! `f_files`); this is the only `unsafe` in the crate, one call.
 
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-/// Size and free space of one filesystem, in bytes.
+/// Size and free space of one filesystem, in bytes, and its inodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FsSpace {
     pub capacity: u64,
     pub available: u64,
+    /// `f_files`: the filesystem's inodes (0 on a filesystem that does not count them).
+    pub inodes: u64,
+    /// `f_ffree`: free inodes.
+    pub inodes_free: u64,
 }
 
 /// statvfs of the filesystem holding `path`.
@@ -32,14 +37,18 @@ pub fn fs_space(path: &Path) -> io::Result<FsSpace> {
     let stat = unsafe { stat.assume_init() };
     // The field types are u64 on 64-bit Linux but narrower on 32-bit targets.
     #[allow(clippy::useless_conversion)]
-    let (blocks, bavail, frsize) = (
+    let (blocks, bavail, frsize, files, ffree) = (
         u64::from(stat.f_blocks),
         u64::from(stat.f_bavail),
         u64::from(stat.f_frsize),
+        u64::from(stat.f_files),
+        u64::from(stat.f_ffree),
     );
     Ok(FsSpace {
         capacity: blocks.saturating_mul(frsize),
         available: bavail.saturating_mul(frsize),
+        inodes: files,
+        inodes_free: ffree.min(files),
     })
 }
 
@@ -53,6 +62,7 @@ mod tests {
         let space = fs_space(dir.path()).expect("statvfs of an existing dir succeeds");
         assert!(space.capacity > 0);
         assert!(space.available <= space.capacity);
+        assert!(space.inodes_free <= space.inodes);
     }
 
     #[test]

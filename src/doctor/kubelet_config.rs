@@ -335,6 +335,7 @@ impl KubeletConfig {
             low_threshold_percent: raw.image_gc_low_threshold_percent.unwrap_or(80),
             min_age,
             max_age: duration("imageMaximumGCAge", &raw.image_maximum_gc_age)?,
+            ..GcPolicy::default()
         };
         // The kubelet's own validation (ValidateKubeletConfiguration), with its messages.
         policy.validate().map_err(|e| {
@@ -548,53 +549,10 @@ pub fn parse_threshold(value: &str) -> Result<Option<Threshold>, String> {
     }))
 }
 
-/// A Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity): a signed decimal
-/// number and an optional suffix, binary (Ki..Ei), decimal (n, u, m, k, M..E) or an exponent
-/// (e3, E-2). Returns its value.
+/// A Kubernetes resource quantity ([`crate::format::parse_quantity`]), with this module's
+/// message (a threshold may also be a percentage).
 pub fn parse_quantity(text: &str) -> Result<f64, String> {
-    let bad = || format!("{text:?} is not a quantity (for example 10Gi or 500M) or a percentage");
-    let number_end = text
-        .char_indices()
-        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || (i == 0 && (c == '+' || c == '-'))))
-        .map_or(text.len(), |(i, _)| i);
-    let (number, suffix) = text.split_at(number_end);
-    if !number.chars().any(|c| c.is_ascii_digit()) || number.matches('.').count() > 1 {
-        return Err(bad());
-    }
-    let value: f64 = number.parse().map_err(|_| bad())?;
-    if !value.is_finite() {
-        return Err(bad());
-    }
-    let multiplier = match suffix {
-        "" => 1.0,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        exponent => {
-            let digits = exponent
-                .strip_prefix('e')
-                .or_else(|| exponent.strip_prefix('E'))
-                .ok_or_else(bad)?;
-            let power: i32 = digits.parse().map_err(|_| bad())?;
-            if !(-30..=30).contains(&power) {
-                return Err(bad());
-            }
-            10f64.powi(power)
-        }
-    };
-    Ok(value * multiplier)
+    crate::format::parse_quantity(text).map_err(|e| format!("{e} or a percentage"))
 }
 
 #[cfg(test)]

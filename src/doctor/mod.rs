@@ -108,6 +108,9 @@ pub struct DoctorInput<'a> {
     /// The kubelet's pull intents older than imagekeeper's intent max age, as read now;
     /// `None` when imagekeeper does not read the kubelet's pull records.
     pub stale_intents: Option<&'a [StaleIntent]>,
+    /// Whether the image filesystem is the node's filesystem (the one holding the kubelet's
+    /// root directory, the kubelet's nodefs): `None` when unknown.
+    pub images_on_nodefs: Option<bool>,
 }
 
 /// The doctor's answer: `imagekeeper doctor -o json` prints it as it is.
@@ -134,6 +137,7 @@ impl Report {
 /// Runs every check, in a fixed order.
 pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
+    findings.push(check_image_filesystem(input));
     findings.extend(check_eviction(input));
     findings.extend(check_inodes(input));
     findings.push(check_image_gc_thresholds(input));
@@ -196,6 +200,22 @@ fn check_eviction(input: &DoctorInput<'_>) -> Vec<Finding> {
                 "nodefs"
             };
             let name = format!("eviction-{kind}-{fs}");
+            if signal == SIGNAL_NODEFS_AVAILABLE
+                && input.images_on_nodefs == Some(false)
+                && map.contains_key(signal)
+            {
+                // buildSignalToNodeReclaimFuncs: with a separate imagefs, a nodefs signal
+                // reclaims containers and logs, not images.
+                findings.push(Finding::ok(
+                    &name,
+                    format!(
+                        "the images are not on the node's filesystem (a dedicated image \
+                         filesystem): the kubelet's {field} {signal} does not make the eviction \
+                         manager remove images"
+                    ),
+                ));
+                continue;
+            }
             let Some(threshold) = map.get(signal) else {
                 if field == "evictionHard" {
                     findings.push(Finding::ok(
@@ -551,12 +571,61 @@ fn check_pinned(input: &DoctorInput<'_>) -> Finding {
     }
 }
 
+/// Where the images are: a dedicated image filesystem (not the node's), a split one
+/// (KEP-4191: ImageFsInfo reports the containers' writable layers on another filesystem), or
+/// the node's own; GC acts on the image filesystem only.
+fn check_image_filesystem(input: &DoctorInput<'_>) -> Finding {
+    let name = "image-filesystem";
+    let RuntimeView::Reached {
+        image_fs: Ok(fs), ..
+    } = input.runtime
+    else {
+        return Finding::not_checked(
+            name,
+            "the runtime did not report its image filesystem".to_owned(),
+        );
+    };
+    let split = if fs.container_filesystems.is_empty() {
+        "the containers' writable layers share it".to_owned()
+    } else {
+        format!(
+            "split (KEP-4191): the containers' writable layers are on {}, which imagekeeper's GC \
+             never acts on",
+            fs.container_filesystems.join(", ")
+        )
+    };
+    let others = if fs.other_image_filesystems.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; further image filesystems reported ({}) are not acted on: imagekeeper's GC \
+             applies its thresholds to the first",
+            fs.other_image_filesystems.join(", ")
+        )
+    };
+    let place = match input.images_on_nodefs {
+        Some(true) => "on the node's filesystem (nodefs)",
+        Some(false) => "dedicated (not the node's filesystem: the kubelet calls it imagefs)",
+        None => "on a filesystem the doctor could not compare with the node's",
+    };
+    Finding::ok(
+        name,
+        format!(
+            "the image filesystem {} is {place}; {split}{others}",
+            fs.mountpoint
+        ),
+    )
+}
+
 /// The inode signals (pkg/kubelet/eviction/helpers.go, buildSignalToNodeReclaimFuncs: an
 /// inodesFree signal reclaims like its filesystem's available signal, DeleteUnusedImages
-/// included; defaults 5% each, pkg/kubelet/eviction/defaults_linux.go). imagekeeper's GC
-/// frees bytes and never looks at inodes, so a threshold set can only be reported.
+/// included; defaults 5% each, pkg/kubelet/eviction/defaults_linux.go). A percentage is
+/// compared with imagekeeper's --image-gc-high-inodes-threshold when one is set, as the byte
+/// signals are with --image-gc-high-threshold; a nodefs signal only when the images are on
+/// nodefs.
 fn check_inodes(input: &DoctorInput<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
+    let ours = input.imagekeeper.gc.policy.inodes;
     for (field, map) in [
         ("evictionHard", &input.kubelet.eviction_hard),
         ("evictionSoft", &input.kubelet.eviction_soft),
@@ -571,7 +640,7 @@ fn check_inodes(input: &DoctorInput<'_>) -> Vec<Finding> {
             (SIGNAL_NODEFS_INODES_FREE, "nodefs"),
         ] {
             let name = format!("eviction-{kind}-{fs}-inodes");
-            let shown = match map.get(signal) {
+            let threshold = match map.get(signal) {
                 None if field == "evictionHard" => {
                     findings.push(Finding::ok(
                         &name,
@@ -584,19 +653,73 @@ fn check_inodes(input: &DoctorInput<'_>) -> Vec<Finding> {
                     continue;
                 }
                 None => continue,
-                Some(Threshold::Percent(p)) => percent(*p),
-                Some(Threshold::Bytes { text, .. }) => format!("{text} inodes"),
+                Some(t) => t,
             };
-            findings.push(Finding::not_checked(
-                &name,
-                format!(
-                    "the kubelet's {field} {signal} {shown}: when fewer inodes than that are free \
-                     on the {fs}, the eviction manager's DeleteUnusedImages removes every unused \
-                     image, in its own order; imagekeeper's GC frees bytes and does not watch \
-                     inodes, so a filesystem that runs out of inodes before bytes reaches this \
-                     line first"
+            if fs == "nodefs" && input.images_on_nodefs == Some(false) {
+                findings.push(Finding::ok(
+                    &name,
+                    format!(
+                        "the images are not on the node's filesystem: the kubelet's {field} \
+                         {signal} does not make the eviction manager remove images"
+                    ),
+                ));
+                continue;
+            }
+            let (line, shown) = match threshold {
+                Threshold::Percent(p) => (Some(100.0 - p), percent(*p)),
+                Threshold::Bytes { text, .. } => (None, format!("{text} inodes")),
+            };
+            let fires = format!(
+                "the kubelet's {field} {signal} {shown}: when fewer inodes than that are free on \
+                 the {fs}, the eviction manager's DeleteUnusedImages removes every unused image, \
+                 in its own order"
+            );
+            findings.push(match (ours, line) {
+                (None, _) => Finding::not_checked(
+                    &name,
+                    format!(
+                        "{fires}; imagekeeper's inode thresholds are off \
+                         (--image-gc-high-inodes-threshold), so a filesystem that runs out of \
+                         inodes before bytes reaches this line first"
+                    ),
                 ),
-            ));
+                (Some(_), None) => Finding::not_checked(
+                    &name,
+                    format!(
+                        "{fires}; a count of inodes is compared with \
+                         --image-gc-high-inodes-threshold only as a share of the filesystem's \
+                         inodes, which the doctor does not compare"
+                    ),
+                ),
+                (Some(t), Some(line)) if t.high as f64 >= line => {
+                    let suggest_high = (line.ceil() as i64 - 5).max(1);
+                    let suggest_low = (suggest_high - 10).max(0);
+                    Finding::conflict(
+                        &name,
+                        format!(
+                            "{fires}, at {} of inodes used, at or below imagekeeper's \
+                             --image-gc-high-inodes-threshold {}%: it acts before imagekeeper's GC",
+                            percent(line),
+                            t.high
+                        ),
+                        format!(
+                            "set --image-gc-high-inodes-threshold below {}, for example \
+                             --image-gc-high-inodes-threshold {suggest_high} \
+                             --image-gc-low-inodes-threshold {suggest_low}",
+                            percent(line)
+                        ),
+                    )
+                }
+                (Some(t), Some(line)) => Finding::ok(
+                    &name,
+                    format!(
+                        "{fires}, at {} of inodes used, above imagekeeper's \
+                         --image-gc-high-inodes-threshold {}%",
+                        percent(line),
+                        t.high
+                    ),
+                ),
+            });
         }
     }
     findings

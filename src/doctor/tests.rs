@@ -44,6 +44,7 @@ fn run(k: &KubeletConfig, ik: &AgentConfig, runtime: &RuntimeView, creds: bool) 
         pulls_with_credentials: creds,
         runtime,
         stale_intents: Some(&[]),
+        images_on_nodefs: None,
     })
 }
 
@@ -162,12 +163,12 @@ fn a_quantity_threshold_is_judged_against_the_capacity_or_not_at_all() {
 
     let with_capacity = |capacity: u64| RuntimeView::Reached {
         images: vec![],
-        image_fs: Ok(ImageFsStats {
-            mountpoint: "/var/lib/containerd".to_owned(),
-            used_bytes: 0,
+        image_fs: Ok(ImageFsStats::new(
+            "/var/lib/containerd",
+            0,
             capacity,
-            available: capacity,
-        }),
+            capacity,
+        )),
     };
     // 10Gi of 40Gi is 25%: eviction at 75% used, below 80.
     let findings = run(&k, &ik, &with_capacity(40 << 30), false);
@@ -471,6 +472,7 @@ fn stale_kubelet_intents_are_shown() {
             pulls_with_credentials: false,
             runtime: &rt,
             stale_intents,
+            images_on_nodefs: None,
         })
     };
     let findings = with(Some(&stale));
@@ -492,5 +494,116 @@ fn stale_kubelet_intents_are_shown() {
     assert_eq!(
         find(&findings, "kubelet-pull-intents").status,
         Status::NotChecked
+    );
+}
+
+fn run_on(
+    k: &KubeletConfig,
+    ik: &AgentConfig,
+    runtime: &RuntimeView,
+    images_on_nodefs: Option<bool>,
+) -> Vec<Finding> {
+    check(&DoctorInput {
+        kubelet: k,
+        imagekeeper: ik,
+        pulls_with_credentials: false,
+        runtime,
+        stale_intents: Some(&[]),
+        images_on_nodefs,
+    })
+}
+
+/// Issue 28: a nodefs signal is a conflict only when the images are on nodefs; with a
+/// dedicated image filesystem it removes no image.
+#[test]
+fn a_nodefs_signal_is_no_conflict_when_the_images_are_not_on_nodefs() {
+    // The kubelet's default nodefs.available 10% evicts at 90% used.
+    let k = kubelet("");
+    let ik = ours(thresholds(92, 80));
+    for (on_nodefs, want) in [
+        (Some(true), Status::Conflict),
+        (None, Status::Conflict),
+        (Some(false), Status::Ok),
+    ] {
+        let findings = run_on(&k, &ik, &unreachable(), on_nodefs);
+        let f = find(&findings, "eviction-hard-nodefs");
+        assert_eq!(f.status, want, "{on_nodefs:?}: {f:?}");
+        let f = find(&findings, "eviction-hard-nodefs-inodes");
+        if on_nodefs == Some(false) {
+            assert_eq!(f.status, Status::Ok, "{f:?}");
+            assert!(f.message.contains("not on the node's filesystem"), "{f:?}");
+        } else {
+            assert_eq!(f.status, Status::NotChecked, "{f:?}");
+        }
+    }
+}
+
+/// Issue 28: the image filesystem is reported dedicated or on nodefs, split when
+/// ImageFsInfo names container filesystems.
+#[test]
+fn a_split_or_dedicated_image_filesystem_is_reported() {
+    let mut fs = ImageFsStats::new("/var/lib/images", 0, 100, 50);
+    fs.container_filesystems = vec!["/var/lib/containers/storage".to_owned()];
+    let reached = RuntimeView::Reached {
+        images: vec![],
+        image_fs: Ok(fs),
+    };
+    let k = kubelet("");
+    let ik = ours(FlagValues::default());
+    let findings = run_on(&k, &ik, &reached, Some(false));
+    let f = find(&findings, "image-filesystem");
+    assert_eq!(f.status, Status::Ok, "{f:?}");
+    assert!(f.message.contains("/var/lib/images is dedicated"), "{f:?}");
+    assert!(
+        f.message.contains(
+            "split (KEP-4191): the containers' writable layers are on /var/lib/containers/storage"
+        ),
+        "{f:?}"
+    );
+    let findings = run_on(&k, &ik, &reached, Some(true));
+    let f = find(&findings, "image-filesystem");
+    assert!(
+        f.message.contains("on the node's filesystem (nodefs)"),
+        "{f:?}"
+    );
+    let findings = run_on(&k, &ik, &unreachable(), None);
+    let f = find(&findings, "image-filesystem");
+    assert_eq!(f.status, Status::NotChecked, "{f:?}");
+}
+
+/// Issue 28: with inode thresholds set, an inodesFree percentage is compared with
+/// --image-gc-high-inodes-threshold as the byte signals are with --image-gc-high-threshold.
+#[test]
+fn an_inode_signal_is_compared_with_the_high_inode_threshold() {
+    // The kubelet's default imagefs.inodesFree 5% evicts at 95% of inodes used.
+    let k = kubelet("");
+    let inodes = |high, low| FlagValues {
+        image_gc_high_inodes_threshold: Some(high),
+        image_gc_low_inodes_threshold: Some(low),
+        ..thresholds(80, 70)
+    };
+    let f = find(
+        &run_on(&k, &ours(inodes(96, 80)), &unreachable(), Some(true)),
+        "eviction-hard-imagefs-inodes",
+    )
+    .clone();
+    assert_eq!(f.status, Status::Conflict, "{f:?}");
+    assert!(
+        f.fix
+            .as_deref()
+            .unwrap_or_default()
+            .contains("--image-gc-high-inodes-threshold 90 --image-gc-low-inodes-threshold 80"),
+        "{f:?}"
+    );
+    let f = find(
+        &run_on(&k, &ours(inodes(85, 75)), &unreachable(), Some(true)),
+        "eviction-hard-imagefs-inodes",
+    )
+    .clone();
+    assert_eq!(f.status, Status::Ok, "{f:?}");
+    assert!(
+        f.message
+            .contains("above imagekeeper's --image-gc-high-inodes-threshold 85%"),
+        "{f:?}"
     );
 }

@@ -42,6 +42,28 @@ pub enum GcError {
         capacity: u64,
         freed: i64,
     },
+    /// The inode rule's failure: the kubelet's InsufficientSpace wording
+    /// (pkg/kubelet/images/image_gc_manager.go), said of inodes.
+    #[error(
+        "Insufficient free inodes on the node's image filesystem ({usage_percent}% of {inodes} inodes used). Failed to free sufficient inodes by deleting unused images (freed {freed} inodes). Investigate inode usage, as it could be used by active images, logs, volumes, or other data."
+    )]
+    InsufficientInodes {
+        usage_percent: i64,
+        inodes: u64,
+        freed: u64,
+    },
+    /// The byte budget's failure, in the same wording.
+    #[error(
+        "Images on the node's image filesystem use {} ({total} bytes), over the budget of {} ({high} bytes). Failed to free down to {low} bytes by deleting unused images (freed {freed} bytes). Investigate image usage, as it could be used by active images.",
+        format_size(*total),
+        format_size(*high)
+    )]
+    InsufficientBudget {
+        total: u64,
+        high: u64,
+        low: u64,
+        freed: i64,
+    },
     #[error(
         "wanted to free {wanted} bytes, but freed {freed} bytes space with errors in image deletion: {}",
         aggregate(errors)

@@ -17,13 +17,15 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::model::{ImageRecord, JournalEntry, RecordKey, RemovalReason, Remover, UnixNanos};
+use crate::model::{
+    ImageFsStats, ImageRecord, JournalEntry, RecordKey, RemovalReason, Remover, UnixNanos,
+};
 use crate::store::{JournalKey, StoredRecord};
 
 use super::GcPolicy;
 use super::evict::{Verdict, past_max_age, space_verdict, unused_since};
 use super::kubelet::KubeletView;
-use super::space::SpaceNeed;
+use super::space::{BudgetNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
 use crate::format::{format_size, go_duration};
 
@@ -65,6 +67,13 @@ pub enum Decision {
     KeepBelowHighThreshold,
     /// Eligible, but capacity and available were not given.
     KeepSpaceNotEvaluated,
+    /// Removed by the walk for the byte budget (its amount was the larger need).
+    RemoveForBudget,
+    /// Eligible and in the inode pass's order: removed if inode use is still above the low
+    /// inode threshold when the walk reaches it. How many images the inode pass removes is
+    /// measured as it runs (CRI does not say how many inodes an image holds), so a dry run
+    /// cannot tell.
+    InodeCandidate,
 }
 
 impl Decision {
@@ -84,12 +93,18 @@ impl Decision {
             Decision::KeepBeyondAmountToFree => "keep_beyond_amount_to_free",
             Decision::KeepBelowHighThreshold => "keep_below_high_threshold",
             Decision::KeepSpaceNotEvaluated => "keep_space_not_evaluated",
+            Decision::RemoveForBudget => "remove_for_budget",
+            Decision::InodeCandidate => "inode_candidate",
         }
     }
 
-    /// Whether the image would be removed.
+    /// Whether the image would be removed (an inode candidate may be: see
+    /// [`Decision::InodeCandidate`]).
     pub fn removes(self) -> bool {
-        matches!(self, Decision::RemoveForAge | Decision::RemoveForSpace)
+        matches!(
+            self,
+            Decision::RemoveForAge | Decision::RemoveForSpace | Decision::RemoveForBudget
+        )
     }
 }
 
@@ -191,6 +206,9 @@ pub enum SpacePass {
         usage_percent: i64,
         available_after_age_pass: u64,
     },
+    /// HighThresholdPercent 100 with an inode threshold or a byte budget set: the
+    /// byte-percentage pass is off, the other rules run.
+    Off,
     /// The walk runs.
     Runs {
         usage_percent: i64,
@@ -200,6 +218,18 @@ pub enum SpacePass {
         /// Whether the walk frees enough (else the manager reports insufficient space).
         sufficient: bool,
     },
+}
+
+/// What the byte budget would do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct BudgetPass {
+    #[serde(flatten)]
+    pub need: BudgetNeed,
+    /// Bytes the walk frees when the budget's need is the larger byte need (0 otherwise).
+    pub freed: u64,
+    /// Whether the walk frees enough for the budget.
+    pub sufficient: bool,
 }
 
 /// Everything explain works out.
@@ -215,6 +245,17 @@ pub struct Explanation {
     pub watch: WatchHistory,
     pub freed_for_age: u64,
     pub space: SpacePass,
+    /// The image filesystem the decisions are for (ImageFsInfo's first image filesystem),
+    /// when it was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<String>,
+    /// The byte budget after the MaxAge pass, when one is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetPass>,
+    /// The inode rule at the filesystem's reading, when an inode threshold is set and the
+    /// filesystem was read and counts inodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes: Option<InodeNeed>,
     pub images: Vec<ImageExplanation>,
     /// The kubelet's pull intents older than the intent max age: they keep no image.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -228,10 +269,12 @@ impl Explanation {
             .images
             .iter()
             .filter(|i| i.decision == Decision::RemoveForAge);
-        let space = self
-            .images
-            .iter()
-            .filter(|i| i.decision == Decision::RemoveForSpace);
+        let space = self.images.iter().filter(|i| {
+            matches!(
+                i.decision,
+                Decision::RemoveForSpace | Decision::RemoveForBudget
+            )
+        });
         age.chain(space).map(|i| i.key.clone()).collect()
     }
 }
@@ -289,6 +332,7 @@ pub fn explain_with_kubelet(
         pulling,
         kubelet,
         watch: &watch,
+        image_fs: None,
     };
     explain_in(records, last_detect, policy, fs, now, &context)
 }
@@ -303,6 +347,9 @@ pub struct ExplainContext<'a> {
     /// The heartbeat and unwatched stretches, as the cycle's detect at `now` leaves them
     /// (`WatchHistory::after_detect`): MaxAge counts only watched time.
     pub watch: &'a WatchHistory,
+    /// The image filesystem as the runtime and statvfs report it (the running agent's dry
+    /// run): its mountpoint and inodes, for the inode rule.
+    pub image_fs: Option<&'a ImageFsStats>,
 }
 
 /// [`explain_with_kubelet`] with the unwatched stretches MaxAge does not count: the running
@@ -319,6 +366,7 @@ pub fn explain_in(
         pulling,
         kubelet,
         watch,
+        image_fs,
     } = *context;
     let in_use = in_use_at(records, last_detect);
     let protected: BTreeSet<RecordKey> = in_use
@@ -368,18 +416,79 @@ pub fn explain_in(
 
     let space = if disabled {
         SpacePass::Disabled
+    } else if policy.space_pass_off() {
+        SpacePass::Off
     } else {
         match fs {
             None => SpacePass::NotEvaluated,
             Some(FsSpace { capacity: 0, .. }) => SpacePass::InvalidCapacity,
-            Some(fs) => space_pass(&mut images, fs, freed_for_age, &policy),
+            Some(fs) => space_pass(fs, freed_for_age, &policy),
         }
     };
+    // The byte budget counts the images' sizes, less what the MaxAge pass frees.
+    let total = images
+        .iter()
+        .fold(0u64, |acc, i| acc.saturating_add(i.record.size))
+        .saturating_sub(freed_for_age);
+    let budget_need = if disabled {
+        None
+    } else {
+        BudgetNeed::compute(total, policy.bytes)
+    };
+    // One walk frees the larger byte need, under that rule's name (the space rule's on a
+    // tie), as the manager does.
+    let space_amount = match space {
+        SpacePass::Runs { amount_to_free, .. } => Some(amount_to_free),
+        _ => None,
+    };
+    let budget_amount = budget_need.and_then(|n| n.amount_to_free);
+    let walk = match (space_amount, budget_amount) {
+        (Some(s), Some(b)) if b > s => Some((b, Decision::RemoveForBudget)),
+        (Some(s), _) => Some((s, Decision::RemoveForSpace)),
+        (None, Some(b)) => Some((b, Decision::RemoveForBudget)),
+        (None, None) => None,
+    };
+    let freed = walk.map_or(0, |(amount, decision)| {
+        walk_bytes(&mut images, amount, decision)
+    });
+    let space = match space {
+        SpacePass::Runs {
+            usage_percent,
+            available_after_age_pass,
+            amount_to_free,
+            ..
+        } => SpacePass::Runs {
+            usage_percent,
+            available_after_age_pass,
+            amount_to_free,
+            freed,
+            sufficient: to_i64(freed) >= amount_to_free,
+        },
+        other => other,
+    };
+    let budget = budget_need.map(|need| {
+        let walked = budget_amount.map_or(0, |_| freed);
+        BudgetPass {
+            need,
+            freed: walked,
+            sufficient: need
+                .amount_to_free
+                .is_none_or(|amount| to_i64(walked) >= amount),
+        }
+    });
+    let inodes = if disabled {
+        None
+    } else {
+        image_fs.and_then(|fs| InodeNeed::compute(fs, policy.inodes))
+    };
+    let inodes_run = inodes.is_some_and(|n| n.runs);
     for image in &mut images {
-        if image.decision == Decision::RemoveForSpace || image.decision == Decision::RemoveForAge {
+        if image.decision.removes() {
             continue;
         }
         image.decision = match (image.verdict, space) {
+            (Verdict::Eligible, SpacePass::Disabled) => Decision::KeepGcDisabled,
+            (Verdict::Eligible, _) if inodes_run => Decision::InodeCandidate,
             (_, SpacePass::Disabled) => Decision::KeepGcDisabled,
             (Verdict::InUse, _) => Decision::KeepInUse,
             (Verdict::PullInProgress, _) => Decision::KeepPullInProgress,
@@ -389,6 +498,8 @@ pub fn explain_in(
             (Verdict::UsedTooRecently, _) => Decision::KeepUsedTooRecently,
             (Verdict::YoungerThanMinAge, _) => Decision::KeepYoungerThanMinAge,
             (Verdict::Eligible, SpacePass::Runs { .. }) => Decision::KeepBeyondAmountToFree,
+            (Verdict::Eligible, _) if budget_amount.is_some() => Decision::KeepBeyondAmountToFree,
+            (Verdict::Eligible, SpacePass::Off) => Decision::KeepBelowHighThreshold,
             (Verdict::Eligible, SpacePass::BelowHighThreshold { .. }) => {
                 Decision::KeepBelowHighThreshold
             }
@@ -398,7 +509,14 @@ pub fn explain_in(
         };
     }
     for image in &mut images {
-        image.reason = reason(image, &policy, last_detect, space, now, watch);
+        image.reason = reason(
+            image,
+            &policy,
+            last_detect,
+            (space, budget, inodes),
+            now,
+            watch,
+        );
         if let Some(at) = image.kubelet_pulled_at {
             image.reason.push_str(&format!(
                 "; used by a kubelet pull record at {}",
@@ -413,18 +531,16 @@ pub fn explain_in(
         watch: watch.clone(),
         freed_for_age,
         space,
+        filesystem: image_fs.map(|fs| fs.mountpoint.clone()),
+        budget,
+        inodes,
         images,
         stale_kubelet_intents: kubelet.stale_intents.clone(),
     }
 }
 
-/// The manager's space pass: usage after the MaxAge pass, then the walk.
-fn space_pass(
-    images: &mut [ImageExplanation],
-    fs: FsSpace,
-    freed_for_age: u64,
-    policy: &GcPolicy,
-) -> SpacePass {
+/// The manager's space pass: usage after the MaxAge pass (the walk is [`walk_bytes`]).
+fn space_pass(fs: FsSpace, freed_for_age: u64, policy: &GcPolicy) -> SpacePass {
     // What the MaxAge pass frees is available when the manager reads the filesystem again.
     let available = fs.available.saturating_add(freed_for_age);
     let need = match SpaceNeed::compute(fs.capacity, available, policy) {
@@ -432,38 +548,45 @@ fn space_pass(
         Err(_) => return SpacePass::InvalidCapacity,
     };
     let (usage_percent, available) = (need.usage_percent, need.available);
-    let Some(amount_to_free) = need.amount_to_free else {
-        return SpacePass::BelowHighThreshold {
+    match need.amount_to_free {
+        None => SpacePass::BelowHighThreshold {
             usage_percent,
             available_after_age_pass: available,
-        };
-    };
+        },
+        Some(amount_to_free) => SpacePass::Runs {
+            usage_percent,
+            available_after_age_pass: available,
+            amount_to_free,
+            freed: 0,
+            sufficient: false,
+        },
+    }
+}
+
+/// The byte walk in eviction order until `amount_to_free` is reached (the first eligible
+/// image always goes, as in the kubelet), marking each removal `decision`. Returns the
+/// bytes freed.
+fn walk_bytes(images: &mut [ImageExplanation], amount_to_free: i64, decision: Decision) -> u64 {
     let mut freed: i64 = 0;
     for image in images.iter_mut() {
         if image.decision == Decision::RemoveForAge || image.verdict != Verdict::Eligible {
             continue;
         }
         freed = freed.saturating_add(to_i64(image.record.size));
-        image.decision = Decision::RemoveForSpace;
+        image.decision = decision;
         image.freed_after = Some(u64::try_from(freed).unwrap_or(0));
         if freed >= amount_to_free {
             break;
         }
     }
-    SpacePass::Runs {
-        usage_percent,
-        available_after_age_pass: available,
-        amount_to_free,
-        freed: u64::try_from(freed).unwrap_or(0),
-        sufficient: freed >= amount_to_free,
-    }
+    u64::try_from(freed).unwrap_or(0)
 }
 
 fn reason(
     image: &ImageExplanation,
     policy: &GcPolicy,
     last_detect: Option<UnixNanos>,
-    space: SpacePass,
+    (space, budget, inodes): (SpacePass, Option<BudgetPass>, Option<InodeNeed>),
     now: UnixNanos,
     watch: &WatchHistory,
 ) -> String {
@@ -496,6 +619,23 @@ fn reason(
                 format_size(u64::try_from(amount).unwrap_or(0))
             )
         }
+        Decision::RemoveForBudget => {
+            let amount = budget.and_then(|b| b.need.amount_to_free).unwrap_or(0);
+            format!(
+                "eligible, inside the byte budget's amount to free: {} freed of {} to free",
+                format_size(image.freed_after.unwrap_or(0)),
+                format_size(u64::try_from(amount).unwrap_or(0))
+            )
+        }
+        Decision::InodeCandidate => {
+            let (usage, target, total) =
+                inodes.map_or((0, 0, 0), |n| (n.usage_percent, n.target_used, n.inodes));
+            format!(
+                "eligible, in the inode pass's order: inode use {usage}% is at or above the \
+                 high inode threshold; removed if more than {target} of {total} inodes are \
+                 still in use when the walk reaches it (measured as it runs)"
+            )
+        }
         Decision::KeepGcDisabled => {
             "image GC is disabled (HighThresholdPercent 100 and MaxAge 0)".to_owned()
         }
@@ -521,12 +661,16 @@ fn reason(
             go_duration(policy.min_age)
         ),
         Decision::KeepBeyondAmountToFree => {
-            let (amount, freed) = match space {
-                SpacePass::Runs {
-                    amount_to_free,
-                    freed,
-                    ..
-                } => (amount_to_free, freed),
+            let (amount, freed) = match (space, budget) {
+                (_, Some(b)) if b.freed > 0 => (b.need.amount_to_free.unwrap_or(0), b.freed),
+                (
+                    SpacePass::Runs {
+                        amount_to_free,
+                        freed,
+                        ..
+                    },
+                    _,
+                ) => (amount_to_free, freed),
                 _ => (0, 0),
             };
             format!(
@@ -535,16 +679,16 @@ fn reason(
                 format_size(u64::try_from(amount).unwrap_or(0))
             )
         }
-        Decision::KeepBelowHighThreshold => {
-            let usage = match space {
-                SpacePass::BelowHighThreshold { usage_percent, .. } => usage_percent,
-                _ => 0,
-            };
-            format!(
-                "eligible, but usage {usage}% is below HighThresholdPercent {}: no space pass",
+        Decision::KeepBelowHighThreshold => match space {
+            SpacePass::BelowHighThreshold { usage_percent, .. } => format!(
+                "eligible, but usage {usage_percent}% is below HighThresholdPercent {}: no space pass",
                 policy.high_threshold_percent
-            )
-        }
+            ),
+            _ => "eligible, but no rule needs room: the byte-percentage pass is off \
+                      (HighThresholdPercent 100), the budget and inode use are below their \
+                      high marks"
+                .to_owned(),
+        },
         Decision::KeepSpaceNotEvaluated => {
             let max_age = if policy.max_age.is_zero() {
                 "MaxAge is off".to_owned()
@@ -592,6 +736,8 @@ mod tests {
             Decision::KeepBeyondAmountToFree,
             Decision::KeepBelowHighThreshold,
             Decision::KeepSpaceNotEvaluated,
+            Decision::RemoveForBudget,
+            Decision::InodeCandidate,
         ];
         for d in all {
             assert_eq!(
@@ -632,6 +778,7 @@ mod tests {
             low_threshold_percent: low,
             min_age: Duration::from_secs(min_age as u64),
             max_age: Duration::from_secs(max_age as u64),
+            ..GcPolicy::default()
         }
     }
 
@@ -794,6 +941,7 @@ mod tests {
                     pulling: &BTreeSet::new(),
                     kubelet: &KubeletView::default(),
                     watch,
+                    image_fs: None,
                 },
             )
         };
@@ -841,5 +989,91 @@ mod tests {
                 available_after_age_pass: 200
             }
         ));
+    }
+
+    /// Issue 28: the byte budget walks as the space rule does, under its own decision; with
+    /// inode use over the high inode threshold the eligible images left are inode
+    /// candidates; the explanation names the filesystem.
+    #[test]
+    fn the_budget_walks_and_the_inode_pass_names_its_candidates() {
+        let records = vec![
+            rec("a", 0, 10, 400, false),
+            rec("b", 0, 20, 300, false),
+            rec("c", 0, 30, 200, false),
+            rec("d", 0, 40, 100, false),
+        ];
+        let policy = GcPolicy {
+            bytes: Some(super::super::ByteBudget {
+                high: 800,
+                low: 500,
+            }),
+            ..policy(85, 80, 0, 0)
+        };
+        let now = UnixNanos::from_secs(1000);
+        let e = explain(&records, Some(UnixNanos::from_secs(999)), policy, None, now);
+        let got: Vec<Decision> = e.images.iter().map(|i| i.decision).collect();
+        assert_eq!(
+            got,
+            [
+                Decision::RemoveForBudget,
+                Decision::RemoveForBudget,
+                Decision::KeepBeyondAmountToFree,
+                Decision::KeepBeyondAmountToFree,
+            ]
+        );
+        let budget = e.budget.expect("a budget is set");
+        assert_eq!(budget.need.amount_to_free, Some(500));
+        assert_eq!((budget.freed, budget.sufficient), (700, true));
+
+        // The byte rule needs one image, the budget two: the larger need wins.
+        let fs = FsSpace {
+            capacity: 10_000,
+            available: 1_550,
+        };
+        let stats =
+            ImageFsStats::new("/var/lib/containerd", 0, 10_000, 1_550).with_inodes(1000, 100);
+        let policy = GcPolicy {
+            inodes: Some(super::super::InodeThresholds { high: 85, low: 80 }),
+            ..policy
+        };
+        let watch = WatchHistory::default();
+        let e = explain_in(
+            &records,
+            Some(UnixNanos::from_secs(999)),
+            policy,
+            Some(fs),
+            now,
+            &ExplainContext {
+                pulling: &BTreeSet::new(),
+                kubelet: &KubeletView::default(),
+                watch: &watch,
+                image_fs: Some(&stats),
+            },
+        );
+        let got: Vec<Decision> = e.images.iter().map(|i| i.decision).collect();
+        assert_eq!(
+            got,
+            [
+                Decision::RemoveForBudget,
+                Decision::RemoveForBudget,
+                Decision::InodeCandidate,
+                Decision::InodeCandidate,
+            ]
+        );
+        assert_eq!(e.filesystem.as_deref(), Some("/var/lib/containerd"));
+        let inodes = e.inodes.expect("inodes counted");
+        assert_eq!(
+            (inodes.usage_percent, inodes.target_used, inodes.runs),
+            (90, 800, true)
+        );
+        assert!(
+            e.images[2].reason.contains("more than 800 of 1000 inodes"),
+            "{}",
+            e.images[2].reason
+        );
+        assert_eq!(
+            e.removed(),
+            vec![records[0].key.clone(), records[1].key.clone()]
+        );
     }
 }

@@ -62,7 +62,7 @@ use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
-use super::space::SpaceNeed;
+use super::space::{BudgetNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
 use super::{GcError, GcPolicy};
 use crate::format::{format_rfc3339, go_duration};
@@ -708,41 +708,125 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             );
         }
         let policy = &settings.config.policy;
-        let need = match SpaceNeed::compute(stats.capacity, stats.available, policy) {
-            Ok(need) => need,
-            Err(err) => {
-                warn!(reason = "InvalidDiskCapacity", "{err}");
-                return Err(err);
+        // The kubelet's byte rule, unless HighThresholdPercent 100 turns it off (GC runs here
+        // only for the inode or budget rules then).
+        let space = if policy.space_pass_off() {
+            None
+        } else {
+            match SpaceNeed::compute(stats.capacity, stats.available, policy) {
+                Ok(need) => Some(need),
+                Err(err) => {
+                    warn!(reason = "InvalidDiskCapacity", "{err}");
+                    return Err(err);
+                }
             }
         };
-        if let Some(amount_to_free) = need.amount_to_free {
+        if let Some(SpaceNeed {
+            usage_percent,
+            amount_to_free: Some(amount_to_free),
+            ..
+        }) = space
+        {
             info!(
-                usage = need.usage_percent,
+                mountpoint = stats.mountpoint.as_str(),
+                usage = usage_percent,
                 high_threshold = policy.high_threshold_percent,
                 amount_to_free,
                 low_threshold = policy.low_threshold_percent,
                 "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
             );
-            let fs = need.fs_usage();
-            let freed = self
-                .free_space(
-                    settings,
-                    amount_to_free,
-                    free_time,
-                    &mut view,
-                    (RemovalReason::Space, Some(fs)),
-                    report,
-                )
-                .await?;
-            if freed < amount_to_free {
-                let err = GcError::InsufficientSpace {
+        }
+        // The byte budget counts the images the cycle's detect listed, less what MaxAge freed.
+        let total = view
+            .listed
+            .iter()
+            .fold(0u64, |acc, i| acc.saturating_add(i.size))
+            .saturating_sub(report.freed);
+        let budget = BudgetNeed::compute(total, policy.bytes);
+        if let Some(BudgetNeed {
+            amount_to_free: Some(amount_to_free),
+            high,
+            low,
+            ..
+        }) = budget
+        {
+            info!(
+                total,
+                high_bytes = high,
+                amount_to_free,
+                low_bytes = low,
+                "Images are over the high byte budget, trying to free bytes down to the low budget"
+            );
+        }
+        let inodes = InodeNeed::compute(&stats, policy.inodes).filter(|n| n.runs);
+        if let (Some(need), Some(thresholds)) = (inodes, policy.inodes) {
+            info!(
+                mountpoint = stats.mountpoint.as_str(),
+                usage = need.usage_percent,
+                high_threshold = thresholds.high,
+                inodes = need.inodes,
+                inodes_free = need.inodes_free,
+                low_threshold = thresholds.low,
+                "Inode usage on image filesystem is over the high inode threshold, trying to free inodes down to the low inode threshold"
+            );
+        }
+        // Each cycle frees the most any byte rule needs, under that rule's reason (the
+        // kubelet's on a tie); the inode rule's goal is measured, not summed.
+        let space_goal = space.and_then(|n| {
+            n.amount_to_free
+                .map(|a| (a, RemovalReason::Space, Some(n.fs_usage())))
+        });
+        let budget_goal = budget.and_then(|n| {
+            n.amount_to_free
+                .map(|a| (a, RemovalReason::Budget, Some(n.fs_usage())))
+        });
+        let bytes = match (space_goal, budget_goal) {
+            (Some(s), Some(b)) if b.0 > s.0 => Some(b),
+            (Some(s), _) => Some(s),
+            (None, b) => b,
+        };
+        if bytes.is_none() && inodes.is_none() {
+            return Ok(());
+        }
+        let walked = self
+            .free_space(
+                settings,
+                Goal { bytes, inodes },
+                free_time,
+                &mut view,
+                report,
+            )
+            .await?;
+        if let Some((amount_to_free, reason, _)) = bytes
+            && walked.freed < amount_to_free
+        {
+            let err = match (reason, space, budget) {
+                (RemovalReason::Budget, _, Some(b)) => GcError::InsufficientBudget {
+                    total: b.total,
+                    high: b.high,
+                    low: b.low,
+                    freed: walked.freed,
+                },
+                (_, Some(need), _) => GcError::InsufficientSpace {
                     usage_percent: need.usage_percent,
                     capacity: need.capacity,
-                    freed,
-                };
-                warn!(reason = "FreeDiskSpaceFailed", "{err}");
-                return Err(err);
-            }
+                    freed: walked.freed,
+                },
+                _ => unreachable!("a byte goal comes from the space or the budget rule"),
+            };
+            warn!(reason = "FreeDiskSpaceFailed", "{err}");
+            return Err(err);
+        }
+        if let (Some(before), Some(after)) = (inodes, walked.inodes)
+            && !after.met()
+        {
+            let err = GcError::InsufficientInodes {
+                usage_percent: after.usage_percent,
+                inodes: after.inodes,
+                freed: before.used().saturating_sub(after.used()),
+            };
+            warn!(reason = "FreeDiskSpaceFailed", "{err}");
+            return Err(err);
         }
         Ok(())
     }
@@ -758,15 +842,13 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let result = async {
             let (detected, mut view) = self.detect_locked(&settings, now).await?;
             report.detect = Some(detected);
-            self.free_space(
-                &settings,
-                i64::MAX,
-                now,
-                &mut view,
-                (RemovalReason::Unused, None),
-                &mut report,
-            )
-            .await
+            let goal = Goal {
+                bytes: Some((i64::MAX, RemovalReason::Unused, None)),
+                inodes: None,
+            };
+            self.free_space(&settings, goal, now, &mut view, &mut report)
+                .await
+                .map(|_| ())
         }
         .await;
         if let Err(e) = result {
@@ -822,20 +904,37 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
     }
 
-    /// kubelet's freeSpace: walks the eviction order, removing eligible images until
-    /// `bytes_to_free` are freed. Returns the bytes freed. A victim the last look keeps frees
-    /// nothing, and the walk goes on to the next candidate.
+    /// kubelet's freeSpace: walks the eviction order, removing eligible images until the
+    /// goal's bytes are freed (the first eligible image is always removed, as in the kubelet)
+    /// and, with an inode goal, until the image filesystem, read again after each removal,
+    /// has its inode use at or below the low inode threshold. A victim the last look keeps
+    /// frees nothing, and the walk goes on to the next candidate. Each removal's reason is
+    /// the byte goal's while bytes remain to free, then `inodes`.
     async fn free_space(
         &self,
         settings: &Settings,
-        bytes_to_free: i64,
+        goal: Goal,
         free_time: UnixNanos,
         view: &mut CycleView,
-        (reason, fs): (RemovalReason, Option<FsUsage>),
         report: &mut GcReport,
-    ) -> Result<i64, GcError> {
+    ) -> Result<Walked, GcError> {
         let min_age = settings.config.policy.min_age;
+        let thresholds = settings.config.policy.inodes;
         let mut freed: i64 = 0;
+        let mut bytes_done = goal.bytes.is_none();
+        let mut inodes_now = goal.inodes;
+        let inodes_done = |now: &Option<InodeNeed>| now.is_none_or(|n| n.met());
+        // The walk's byte limit: with an inode goal it reads on, as far as inodes need.
+        let bytes_to_free = match (goal.bytes, goal.inodes) {
+            (_, Some(_)) => i64::MAX,
+            (Some((amount, _, _)), None) => amount,
+            (None, None) => {
+                return Ok(Walked {
+                    freed: 0,
+                    inodes: None,
+                });
+            }
+        };
         // Index entries the walk read before this step: a victim's rank is its position in
         // the eviction order as the walk read it.
         let mut walked: usize = 0;
@@ -864,11 +963,25 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 if self.rescue(settings, &victim, view, free_time).await? {
                     continue;
                 }
+                let (reason, fs) = match goal.bytes {
+                    Some((_, reason, fs)) if !bytes_done => (reason, fs),
+                    _ => (RemovalReason::Inodes, goal.inodes.map(|n| n.fs_usage())),
+                };
                 let note = note(free_time, reason, before + position, fs);
                 match self.remove(&victim, note, report).await {
                     Ok(()) => {
                         freed = freed.saturating_add(to_i64(victim.record.size));
-                        if freed >= bytes_to_free {
+                        if let Some((amount, _, _)) = goal.bytes
+                            && freed >= amount
+                        {
+                            bytes_done = true;
+                        }
+                        if !inodes_done(&inodes_now) {
+                            // CRI does not say how many inodes an image holds: measure.
+                            let stats = self.observe_image_fs().await?;
+                            inodes_now = InodeNeed::compute(&stats, thresholds);
+                        }
+                        if bytes_done && inodes_done(&inodes_now) {
                             break 'walk;
                         }
                     }
@@ -877,10 +990,13 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             }
         }
         if errors.is_empty() {
-            Ok(freed)
+            Ok(Walked {
+                freed,
+                inodes: inodes_now,
+            })
         } else {
             Err(GcError::SpaceDeletion {
-                wanted: bytes_to_free,
+                wanted: goal.bytes.map_or(0, |(amount, _, _)| amount),
                 freed,
                 errors,
             })
@@ -1064,19 +1180,20 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 &b.key,
             ))
         });
-        let fs = if delete_unused {
+        let image_fs = if delete_unused {
             None
         } else {
-            let stats = self
-                .runtime
-                .image_fs_stats()
-                .await
-                .map_err(runtime_error("get image filesystem stats"))?;
-            Some(FsSpace {
-                capacity: stats.capacity,
-                available: stats.available,
-            })
+            Some(
+                self.runtime
+                    .image_fs_stats()
+                    .await
+                    .map_err(runtime_error("get image filesystem stats"))?,
+            )
         };
+        let fs = image_fs.as_ref().map(|stats| FsSpace {
+            capacity: stats.capacity,
+            available: stats.available,
+        });
         let mut explanation = explain_in(
             &ordered,
             Some(now),
@@ -1087,6 +1204,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 pulling: &pulling,
                 kubelet: &kubelet,
                 watch: &detect.watch,
+                image_fs: image_fs.as_ref(),
             },
         );
         note_prior_evictions(&mut explanation, &self.store.journal()?);
@@ -1100,6 +1218,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                     match i.decision {
                         Decision::RemoveForAge => Some(RemovalReason::Age),
                         Decision::RemoveForSpace => Some(RemovalReason::Space),
+                        Decision::RemoveForBudget => Some(RemovalReason::Budget),
                         _ => None,
                     }
                 };
@@ -1147,6 +1266,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .map_err(runtime_error("get image filesystem stats"))?;
         self.metrics
             .record_image_fs(stats.capacity, stats.available);
+        self.metrics
+            .record_image_fs_inodes(stats.inodes, stats.inodes_free, stats.inodes_used);
         Ok(stats)
     }
 
@@ -1166,6 +1287,22 @@ fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcErr
 
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// What a space walk is to free: bytes (the amount, the reason its removals carry and the
+/// filesystem or budget their journal entries record), inodes (the reading that found them
+/// over the high inode threshold), or both.
+#[derive(Clone, Copy, Debug)]
+struct Goal {
+    bytes: Option<(i64, RemovalReason, Option<FsUsage>)>,
+    inodes: Option<InodeNeed>,
+}
+
+/// What a space walk did: the bytes it freed and the last inode reading it took.
+#[derive(Clone, Copy, Debug)]
+struct Walked {
+    freed: i64,
+    inodes: Option<InodeNeed>,
 }
 
 /// How one of the cycle's removals is journaled: the cycle's time, why, and its rank.

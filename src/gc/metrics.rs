@@ -3,7 +3,7 @@
 //! clock's: `gc_future_stamps_clamped_total` (records detect clamped because a stamp lay in
 //! the future) and `gc_clock_went_back_total` (detects that found `last_detect` ahead of them);
 //! the regret counters detect and pulls share ([`RepullMetrics`]); and the image filesystem's
-//! capacity and available bytes as the last GC read them. The agent's metrics module turns
+//! capacity and available bytes and its inodes as the last GC read them. The agent's metrics module turns
 //! these into the Prometheus exposition.
 
 use std::sync::Arc;
@@ -59,6 +59,8 @@ impl RescueReason {
 pub struct GcMetrics {
     collected_age: AtomicU64,
     collected_space: AtomicU64,
+    collected_inodes: AtomicU64,
+    collected_budget: AtomicU64,
     remove_failures: AtomicU64,
     rescued: [AtomicU64; RescueReason::ALL.len()],
     future_stamps_clamped: AtomicU64,
@@ -73,6 +75,11 @@ pub struct GcMetrics {
     /// until a GC has read it.
     image_fs_capacity: AtomicU64,
     image_fs_available: AtomicU64,
+    /// Its inodes (statvfs f_files, f_ffree) and those images use (ImageFsInfo inodes_used,
+    /// `u64::MAX` when not reported); inodes 0 until read, or on a filesystem without them.
+    image_fs_inodes: AtomicU64,
+    image_fs_inodes_free: AtomicU64,
+    image_fs_inodes_images: AtomicU64,
 }
 
 /// Progress of the GC cycle in flight (zeros when none runs).
@@ -93,6 +100,8 @@ impl GcMetrics {
     pub fn record_removal(&self, reason: RemovalReason) {
         let counter = match reason.metric_label() {
             "age" => &self.collected_age,
+            "inodes" => &self.collected_inodes,
+            "budget" => &self.collected_budget,
             _ => &self.collected_space,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -103,10 +112,12 @@ impl GcMetrics {
     }
 
     /// `image_garbage_collected_total` by reason label.
-    pub fn collected(&self) -> [(&'static str, u64); 2] {
+    pub fn collected(&self) -> [(&'static str, u64); 4] {
         [
             ("age", self.collected_age.load(Ordering::Relaxed)),
             ("space", self.collected_space.load(Ordering::Relaxed)),
+            ("inodes", self.collected_inodes.load(Ordering::Relaxed)),
+            ("budget", self.collected_budget.load(Ordering::Relaxed)),
         ]
     }
 
@@ -169,6 +180,23 @@ impl GcMetrics {
     pub fn record_image_fs(&self, capacity: u64, available: u64) {
         self.image_fs_available.store(available, Ordering::Relaxed);
         self.image_fs_capacity.store(capacity, Ordering::Relaxed);
+    }
+
+    /// The image filesystem's inodes as a GC cycle just read them.
+    pub fn record_image_fs_inodes(&self, inodes: u64, free: u64, images: Option<u64>) {
+        self.image_fs_inodes_free.store(free, Ordering::Relaxed);
+        self.image_fs_inodes_images
+            .store(images.unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.image_fs_inodes.store(inodes, Ordering::Relaxed);
+    }
+
+    /// (total, free, used by images when reported) inodes of the image filesystem as the
+    /// last GC read them; None before any read, or on a filesystem that counts no inodes.
+    pub fn image_fs_inodes(&self) -> Option<(u64, u64, Option<u64>)> {
+        let inodes = self.image_fs_inodes.load(Ordering::Relaxed);
+        let free = self.image_fs_inodes_free.load(Ordering::Relaxed);
+        let images = self.image_fs_inodes_images.load(Ordering::Relaxed);
+        (inodes > 0).then_some((inodes, free, (images != u64::MAX).then_some(images)))
     }
 
     /// (capacity, available) bytes of the image filesystem as the last GC read them; None

@@ -3,7 +3,8 @@
 //! `detect` turns the runtime's lists into record changes; `evict` holds the rules of the
 //! eviction walk (shared with explain); `watch` the heartbeat and the unwatched stretches
 //! MaxAge does not count; `space` the space pass's arithmetic (usage, amount to
-//! free, target: [`SpaceNeed`], shared with explain and so the dry run); `manager` runs detect, GarbageCollect and
+//! free, target: [`SpaceNeed`], shared with explain and so the dry run) and the inode and
+//! budget rules' ([`InodeNeed`], [`BudgetNeed`]); `manager` runs detect, GarbageCollect and
 //! DeleteUnusedImages against an [`crate::cri::ImageRuntime`] and the store. Everything takes
 //! `now` as an argument; nothing here reads a clock or sleeps.
 
@@ -36,6 +37,6 @@ pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcMa
 pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
-pub use policy::GcPolicy;
-pub use space::SpaceNeed;
+pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
+pub use space::{BudgetNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

@@ -1,4 +1,8 @@
-//! The image GC policy and its validation, with the kubelet's messages.
+//! The image GC policy and its validation, with the kubelet's messages: the kubelet's byte
+//! thresholds and ages, and imagekeeper's own rules beside them (issue 28), each off unless
+//! set: inode thresholds ([`InodeThresholds`], percent of the image filesystem's inodes used)
+//! and a byte budget ([`ByteBudget`], the images' total size). Invariant: a policy that
+//! [`GcPolicy::validate`] accepts has every set pair with low strictly below high.
 
 use std::time::Duration;
 
@@ -17,6 +21,29 @@ pub struct GcPolicy {
     pub min_age: Duration,
     /// Images unused for longer than this are collected; zero disables.
     pub max_age: Duration,
+    /// Inode thresholds on the image filesystem; `None` = off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inodes: Option<InodeThresholds>,
+    /// A budget for the images' total size; `None` = off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<ByteBudget>,
+}
+
+/// `--image-gc-high-inodes-threshold` / `--image-gc-low-inodes-threshold`: at or above `high`
+/// percent of the image filesystem's inodes used, GC removes images until at most `low`
+/// percent are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InodeThresholds {
+    pub high: i64,
+    pub low: i64,
+}
+
+/// `--image-gc-high-bytes` / `--image-gc-low-bytes`: when the images' total size is above
+/// `high` bytes, GC frees it down to `low`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByteBudget {
+    pub high: u64,
+    pub low: u64,
 }
 
 impl Default for GcPolicy {
@@ -26,6 +53,8 @@ impl Default for GcPolicy {
             low_threshold_percent: 80,
             min_age: Duration::from_secs(120),
             max_age: Duration::ZERO,
+            inodes: None,
+            bytes: None,
         }
     }
 }
@@ -69,12 +98,60 @@ impl GcPolicy {
                 crate::format::go_duration(self.min_age)
             ));
         }
+        if let Some(InodeThresholds { high, low }) = self.inodes {
+            // The byte thresholds' rules and message style, with the inode names.
+            if !(0..=100).contains(&high) {
+                return invalid(format!(
+                    "invalid HighInodesThresholdPercent {high}, must be in range [0-100]"
+                ));
+            }
+            if !(0..=100).contains(&low) {
+                return invalid(format!(
+                    "invalid LowInodesThresholdPercent {low}, must be in range [0-100]"
+                ));
+            }
+            if low > high {
+                return invalid(format!(
+                    "LowInodesThresholdPercent {low} can not be higher than HighInodesThresholdPercent {high}"
+                ));
+            }
+            if low == high {
+                return invalid(format!(
+                    "invalid configuration: imageGCLowInodesThresholdPercent (--image-gc-low-inodes-threshold) {low} must be less than imageGCHighInodesThresholdPercent (--image-gc-high-inodes-threshold) {high}"
+                ));
+            }
+        }
+        if let Some(ByteBudget { high, low }) = self.bytes {
+            if high == 0 {
+                return invalid("invalid HighBytes 0, must be positive".to_owned());
+            }
+            if low > high {
+                return invalid(format!(
+                    "LowBytes {low} can not be higher than HighBytes {high}"
+                ));
+            }
+            if low == high {
+                return invalid(format!(
+                    "invalid configuration: imageGCLowBytes (--image-gc-low-bytes) {low} must be less than imageGCHighBytes (--image-gc-high-bytes) {high}"
+                ));
+            }
+        }
         Ok(())
     }
 
-    /// High = 100 with MaxAge off: the kubelet's way of turning image GC off.
+    /// High = 100 with MaxAge off (and neither an inode threshold nor a byte budget set):
+    /// the kubelet's way of turning image GC off.
     pub fn disabled(&self) -> bool {
-        self.high_threshold_percent == 100 && self.max_age.is_zero()
+        self.space_pass_off()
+            && self.max_age.is_zero()
+            && self.inodes.is_none()
+            && self.bytes.is_none()
+    }
+
+    /// High = 100 turns the kubelet's byte-percentage pass off (the kubelet skips image GC
+    /// then); the other rules still run.
+    pub fn space_pass_off(&self) -> bool {
+        self.high_threshold_percent == 100
     }
 }
 
@@ -167,10 +244,86 @@ mod tests {
                 low_threshold_percent: low,
                 min_age,
                 max_age,
+                ..GcPolicy::default()
             };
             let got = policy.validate().err().map(|e| e.to_string());
             assert_eq!(got.as_deref(), want, "{policy:?}");
         }
+    }
+
+    /// The inode thresholds and the byte budget are refused as the byte thresholds are, with
+    /// their own names.
+    #[test]
+    fn inode_thresholds_and_byte_budgets_are_validated_like_the_byte_thresholds() {
+        let inodes = |high, low| GcPolicy {
+            inodes: Some(InodeThresholds { high, low }),
+            ..GcPolicy::default()
+        };
+        let bytes = |high, low| GcPolicy {
+            bytes: Some(ByteBudget { high, low }),
+            ..GcPolicy::default()
+        };
+        let cases: Vec<(GcPolicy, Option<&str>)> = vec![
+            (inodes(90, 70), None),
+            (inodes(100, 0), None),
+            (
+                inodes(101, 70),
+                Some("invalid HighInodesThresholdPercent 101, must be in range [0-100]"),
+            ),
+            (
+                inodes(90, -1),
+                Some("invalid LowInodesThresholdPercent -1, must be in range [0-100]"),
+            ),
+            (
+                inodes(70, 90),
+                Some(
+                    "LowInodesThresholdPercent 90 can not be higher than HighInodesThresholdPercent 70",
+                ),
+            ),
+            (
+                inodes(80, 80),
+                Some(
+                    "invalid configuration: imageGCLowInodesThresholdPercent (--image-gc-low-inodes-threshold) 80 must be less than imageGCHighInodesThresholdPercent (--image-gc-high-inodes-threshold) 80",
+                ),
+            ),
+            (bytes(500, 400), None),
+            (bytes(500, 0), None),
+            (bytes(0, 0), Some("invalid HighBytes 0, must be positive")),
+            (
+                bytes(400, 500),
+                Some("LowBytes 500 can not be higher than HighBytes 400"),
+            ),
+            (
+                bytes(500, 500),
+                Some(
+                    "invalid configuration: imageGCLowBytes (--image-gc-low-bytes) 500 must be less than imageGCHighBytes (--image-gc-high-bytes) 500",
+                ),
+            ),
+        ];
+        for (policy, want) in cases {
+            let got = policy.validate().err().map(|e| e.to_string());
+            assert_eq!(got.as_deref(), want, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn an_inode_threshold_or_a_budget_keeps_gc_on_at_high_100() {
+        let off = GcPolicy {
+            high_threshold_percent: 100,
+            low_threshold_percent: 80,
+            ..GcPolicy::default()
+        };
+        assert!(off.disabled());
+        let inodes = GcPolicy {
+            inodes: Some(InodeThresholds { high: 90, low: 80 }),
+            ..off
+        };
+        assert!(!inodes.disabled() && inodes.space_pass_off());
+        let bytes = GcPolicy {
+            bytes: Some(ByteBudget { high: 9, low: 8 }),
+            ..off
+        };
+        assert!(!bytes.disabled() && bytes.space_pass_off());
     }
 
     #[test]

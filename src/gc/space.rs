@@ -8,9 +8,14 @@
 //! `100 - available*100/capacity` in integer arithmetic (rounding usage up), and at or above
 //! HighThresholdPercent the pass frees `capacity*(100-LowThresholdPercent)/100 - available`.
 //! Multiplications saturate instead of overflowing (Go's int64 would wrap past 92 PB).
+//!
+//! Beside it, imagekeeper's own rules (issue 28): [`InodeNeed`], the same arithmetic on the
+//! filesystem's inodes (statvfs `f_files`/`f_ffree`), and [`BudgetNeed`], the images' total
+//! size against a byte budget.
 
-use crate::model::FsUsage;
+use crate::model::{FsUsage, ImageFsStats};
 
+use super::policy::{ByteBudget, InodeThresholds};
 use super::{GcError, GcPolicy};
 
 /// What the space pass needs, at one reading of the image filesystem.
@@ -70,6 +75,98 @@ impl SpaceNeed {
             capacity: self.capacity,
             used_before: self.used(),
             target_used: self.target_used(),
+        }
+    }
+}
+
+/// What the inode rule needs, at one reading of the image filesystem: the byte rule's
+/// arithmetic on inodes (statvfs `f_files` and `f_ffree`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct InodeNeed {
+    /// The filesystem's inodes (never 0).
+    pub inodes: u64,
+    /// Free inodes, at most `inodes`.
+    pub inodes_free: u64,
+    /// `100 - inodes_free*100/inodes`.
+    pub usage_percent: i64,
+    /// The inodes in use the pass aims for: at most this many in use is at or below the low
+    /// threshold (`inodes - inodes*(100-low)/100`).
+    pub target_used: u64,
+    /// Whether usage is at or above the high threshold (the pass runs).
+    pub runs: bool,
+}
+
+impl InodeNeed {
+    /// The inode rule at this reading; `None` when the rule is off or the filesystem counts
+    /// no inodes (`f_files` 0, as some filesystems report).
+    pub fn compute(stats: &ImageFsStats, thresholds: Option<InodeThresholds>) -> Option<InodeNeed> {
+        let InodeThresholds { high, low } = thresholds?;
+        if stats.inodes == 0 {
+            return None;
+        }
+        let inodes = stats.inodes;
+        let inodes_free = stats.inodes_free.min(inodes);
+        let usage_percent = 100 - to_i64(inodes_free).saturating_mul(100) / to_i64(inodes);
+        let target_free = to_i64(inodes).saturating_mul(100 - low) / 100;
+        Some(InodeNeed {
+            inodes,
+            inodes_free,
+            usage_percent,
+            target_used: inodes.saturating_sub(to_u64(target_free)),
+            runs: usage_percent >= high,
+        })
+    }
+
+    /// Inodes in use now.
+    pub fn used(&self) -> u64 {
+        self.inodes - self.inodes_free
+    }
+
+    /// Whether inode use is at or below the low threshold.
+    pub fn met(&self) -> bool {
+        self.used() <= self.target_used
+    }
+
+    /// The filesystem as an inode removal's journal entry records it (in inodes).
+    pub fn fs_usage(&self) -> FsUsage {
+        FsUsage {
+            capacity: self.inodes,
+            used_before: self.used(),
+            target_used: self.target_used,
+        }
+    }
+}
+
+/// What the byte budget needs: the images' total size against it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BudgetNeed {
+    /// The images' total size (the sum of the sizes the runtime lists).
+    pub total: u64,
+    pub high: u64,
+    pub low: u64,
+    /// `total - low` when `total` is above `high`; `None` within the budget.
+    pub amount_to_free: Option<i64>,
+}
+
+impl BudgetNeed {
+    /// The budget's need for images of `total` bytes; `None` when no budget is set.
+    pub fn compute(total: u64, budget: Option<ByteBudget>) -> Option<BudgetNeed> {
+        let ByteBudget { high, low } = budget?;
+        Some(BudgetNeed {
+            total,
+            high,
+            low,
+            amount_to_free: (total > high).then(|| to_i64(total - low)),
+        })
+    }
+
+    /// The budget as a budget removal's journal entry records it: capacity is the high
+    /// budget, used the images' total, target the low budget.
+    pub fn fs_usage(&self) -> FsUsage {
+        FsUsage {
+            capacity: self.high,
+            used_before: self.total,
+            target_used: self.low,
         }
     }
 }
@@ -157,6 +254,45 @@ mod tests {
                 }
             );
         }
+    }
+
+    /// (inodes, free, high, low) -> (usage %, target used, runs, met).
+    #[test]
+    fn the_inode_rule_is_the_byte_rules_arithmetic_on_inodes() {
+        type Want = Option<(i64, u64, bool, bool)>;
+        let cases: [(u64, u64, i64, i64, Want); 6] = [
+            // 90 % used, high 85: aim at 80 % = 800 in use.
+            (1000, 100, 85, 80, Some((90, 800, true, false))),
+            (1000, 150, 85, 80, Some((85, 800, true, false))),
+            (1000, 160, 85, 80, Some((84, 800, false, false))),
+            // At the target exactly: met.
+            (1000, 200, 85, 80, Some((80, 800, false, true))),
+            // Free above the count is clamped.
+            (1000, 5000, 85, 80, Some((0, 800, false, true))),
+            // A filesystem without inode counts: the rule cannot apply.
+            (0, 0, 85, 80, None),
+        ];
+        for (inodes, free, high, low, want) in cases {
+            let stats = ImageFsStats::new("/x", 0, 1, 1).with_inodes(inodes, free);
+            let got = InodeNeed::compute(&stats, Some(InodeThresholds { high, low }))
+                .map(|n| (n.usage_percent, n.target_used, n.runs, n.met()));
+            assert_eq!(got, want, "{inodes} inodes, {free} free, {high}/{low}");
+        }
+        let stats = ImageFsStats::new("/x", 0, 1, 1).with_inodes(1000, 0);
+        assert_eq!(InodeNeed::compute(&stats, None), None, "off");
+    }
+
+    #[test]
+    fn the_budget_frees_down_to_low_only_above_high() {
+        let budget = Some(ByteBudget {
+            high: 500,
+            low: 300,
+        });
+        let need = |total| BudgetNeed::compute(total, budget).and_then(|n| n.amount_to_free);
+        assert_eq!(need(500), None, "at high: within the budget");
+        assert_eq!(need(501), Some(201));
+        assert_eq!(need(10_000), Some(9_700));
+        assert_eq!(BudgetNeed::compute(10_000, None), None, "off");
     }
 
     #[test]

@@ -215,8 +215,9 @@ const REPULL_DELAY_BUCKETS: &[f64] = &[
 /// `Arc`, so each re-pull is counted once, by whichever committed it.
 #[derive(Debug)]
 pub struct RepullMetrics {
-    /// `image_repulls_after_eviction_total{reason}`, by `age`, `space`, `unused`, `external`.
-    by_reason: [AtomicU64; 4],
+    /// `image_repulls_after_eviction_total{reason}`, by `age`, `space`, `unused`, `inodes`,
+    /// `budget`, `external`.
+    by_reason: [AtomicU64; 6],
     /// Seconds from the removal to the re-pull.
     delays: Mutex<Histogram>,
 }
@@ -232,7 +233,8 @@ impl Default for RepullMetrics {
 
 impl RepullMetrics {
     /// The `reason` labels, in the order of [`RepullMetrics::counts`].
-    pub const REASONS: [&'static str; 4] = ["age", "space", "unused", "external"];
+    pub const REASONS: [&'static str; 6] =
+        ["age", "space", "unused", "inodes", "budget", "external"];
 
     pub fn record(&self, repull: &crate::model::Repull) {
         let label = repull.reason_label();
@@ -246,8 +248,8 @@ impl RepullMetrics {
     }
 
     /// `image_repulls_after_eviction_total` by reason label.
-    pub fn counts(&self) -> [(&'static str, u64); 4] {
-        let mut out = [("", 0); 4];
+    pub fn counts(&self) -> [(&'static str, u64); 6] {
+        let mut out = [("", 0); 6];
         for (i, reason) in Self::REASONS.iter().enumerate() {
             out[i] = (*reason, self.by_reason[i].load(Ordering::Relaxed));
         }

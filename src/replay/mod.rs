@@ -82,8 +82,11 @@ where
             None => open_manager(&runtime, db, &config, at)?,
         };
         let current = match line.op {
-            TraceOp::Images(images) => {
-                runtime.state().images = images;
+            TraceOp::Images(images, inodes) => {
+                let mut state = runtime.state();
+                state.images = images;
+                state.image_inodes = inodes;
+                drop(state);
                 current
             }
             TraceOp::Containers(containers) => {
@@ -93,8 +96,20 @@ where
             TraceOp::Fs {
                 capacity,
                 available,
+                inodes,
             } => {
-                runtime.state().fs = Some((capacity, available));
+                let mut state = runtime.state();
+                state.fs = Some((capacity, available));
+                state.fs_inodes = inodes;
+                drop(state);
+                current
+            }
+            TraceOp::ContainerFs {
+                capacity,
+                available,
+                inodes,
+            } => {
+                runtime.state().container_fs = Some((capacity, available, inodes));
                 current
             }
             TraceOp::RemoveFails(ids) => {

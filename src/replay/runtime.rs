@@ -1,12 +1,17 @@
 //! A scripted container runtime: images, containers and the image filesystem as a trace (or a
 //! test) sets them. Removing an image drops it from the list and adds its size to the
-//! available bytes. Used by replay and by fast tests of the GC layer.
+//! available bytes and its scripted inodes to the free inodes. Used by replay and by fast
+//! tests of the GC layer. A container filesystem, once set, is reported beside the image
+//! filesystem (a split image filesystem); nothing on it changes when an image is removed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::model::{ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage};
+
+/// A scripted container filesystem: (capacity, available, (inodes, free inodes)).
+pub type ContainerFs = (u64, u64, Option<(u64, u64)>);
 
 /// The scripted runtime's state.
 #[derive(Clone, Debug, Default)]
@@ -15,6 +20,13 @@ pub struct ScriptState {
     pub containers: Vec<RuntimeContainer>,
     /// (capacity, available); `None` reports capacity 0.
     pub fs: Option<(u64, u64)>,
+    /// The image filesystem's (inodes, free inodes); `None` reports no inode counts.
+    pub fs_inodes: Option<(u64, u64)>,
+    /// The inodes each image's removal frees, by image id (0 when not given).
+    pub image_inodes: BTreeMap<String, u64>,
+    /// A separate container filesystem: (capacity, available, (inodes, free)). `None`: the
+    /// containers' writable layers share the image filesystem.
+    pub container_fs: Option<ContainerFs>,
     /// Image ids whose removal fails.
     pub remove_fails: BTreeSet<String>,
     /// Image ids removed, in order.
@@ -109,13 +121,24 @@ impl ImageRuntime for ScriptedRuntime {
             });
         }
         let mut freed = 0u64;
+        let mut hits = 0u64;
         state.images.retain(|i| {
             let hit = i.id.as_str() == image && i.runtime_handler == runtime_handler;
             if hit {
                 freed = freed.saturating_add(i.size);
+                hits += 1;
             }
             !hit
         });
+        let inodes = state
+            .image_inodes
+            .get(image)
+            .copied()
+            .unwrap_or(0)
+            .saturating_mul(hits);
+        if let Some((total, free)) = state.fs_inodes.as_mut() {
+            *free = free.saturating_add(inodes).min(*total).max(*free);
+        }
         if let Some((capacity, available)) = state.fs.as_mut() {
             *available = available
                 .saturating_add(freed)
@@ -135,13 +158,20 @@ impl ImageRuntime for ScriptedRuntime {
                 message,
             });
         }
-        let (capacity, available) = self.state().fs.unwrap_or((0, 0));
-        Ok(ImageFsStats {
-            mountpoint: "/scripted".to_owned(),
-            used_bytes: capacity.saturating_sub(available),
+        let state = self.state();
+        let (capacity, available) = state.fs.unwrap_or((0, 0));
+        let (inodes, inodes_free) = state.fs_inodes.unwrap_or((0, 0));
+        let mut stats = ImageFsStats::new(
+            "/scripted",
+            capacity.saturating_sub(available),
             capacity,
             available,
-        })
+        )
+        .with_inodes(inodes, inodes_free);
+        if state.container_fs.is_some() {
+            stats.container_filesystems = vec!["/scripted-containers".to_owned()];
+        }
+        Ok(stats)
     }
 
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {

@@ -24,7 +24,7 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::format::{TimeError, parse_rfc3339_checked};
-use crate::gc::GcPolicy;
+use crate::gc::{ByteBudget, GcPolicy, InodeThresholds};
 use crate::model::{ContainerState, ImageId, RuntimeContainer, RuntimeImage, UnixNanos};
 
 /// One parsed trace line.
@@ -40,9 +40,24 @@ pub struct TraceLine {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum TraceOp {
-    Images(Vec<RuntimeImage>),
+    /// The runtime's images, and the inodes each one's removal frees (by image id, for those
+    /// whose line gives `"inodes"`).
+    Images(Vec<RuntimeImage>, ImageInodes),
     Containers(Vec<RuntimeContainer>),
-    Fs { capacity: u64, available: u64 },
+    /// The image filesystem (and, until a `container_fs` line, the containers' too), with
+    /// its (inodes, free inodes) when the line gives them.
+    Fs {
+        capacity: u64,
+        available: u64,
+        inodes: Option<(u64, u64)>,
+    },
+    /// A separate container filesystem from this line on (KEP-4191's split), with the
+    /// fields of `fs`.
+    ContainerFs {
+        capacity: u64,
+        available: u64,
+        inodes: Option<(u64, u64)>,
+    },
     Policy(GcPolicy),
     Detect,
     Gc,
@@ -50,6 +65,9 @@ pub enum TraceOp {
     Restart,
     RemoveFails(Vec<String>),
 }
+
+/// The inodes each image's removal frees in the scripted runtime, by image id.
+pub type ImageInodes = std::collections::BTreeMap<String, u64>;
 
 /// A line that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,6 +99,9 @@ struct ImageLine {
     tags: Vec<String>,
     #[serde(default)]
     runtime_handler: String,
+    /// What the image's removal frees of the filesystem's inodes (scripted runtime).
+    #[serde(default)]
+    inodes: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -98,6 +119,10 @@ struct ContainerLine {
 struct FsLine {
     capacity: u64,
     available: u64,
+    #[serde(default)]
+    inodes: Option<u64>,
+    #[serde(default)]
+    inodes_free: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -107,12 +132,21 @@ struct PolicyLine {
     low: i64,
     min_age_s: u64,
     max_age_s: u64,
+    #[serde(default)]
+    inodes_high: Option<i64>,
+    #[serde(default)]
+    inodes_low: Option<i64>,
+    #[serde(default)]
+    bytes_high: Option<u64>,
+    #[serde(default)]
+    bytes_low: Option<u64>,
 }
 
 const OPS: &[&str] = &[
     "images",
     "containers",
     "fs",
+    "container_fs",
     "policy",
     "detect",
     "gc",
@@ -356,15 +390,13 @@ impl<'de> Visitor<'de> for TypedLineVisitor {
                 return Err(de::Error::custom("more than one operation"));
             }
             op = Some(match &*key {
-                "images" => TraceOp::Images(map.next_value::<ImagesBody>()?.0),
-                "containers" => TraceOp::Containers(map.next_value::<ContainersBody>()?.0),
-                "fs" => {
-                    let fs: FsLine = map.next_value()?;
-                    TraceOp::Fs {
-                        capacity: fs.capacity,
-                        available: fs.available,
-                    }
+                "images" => {
+                    let (images, inodes) = split_images(map.next_value::<ImagesBody>()?.0);
+                    TraceOp::Images(images, inodes)
                 }
+                "containers" => TraceOp::Containers(map.next_value::<ContainersBody>()?.0),
+                "fs" => fs_op(map.next_value()?, false).map_err(de::Error::custom)?,
+                "container_fs" => fs_op(map.next_value()?, true).map_err(de::Error::custom)?,
                 "policy" => TraceOp::Policy(
                     policy(map.next_value::<PolicyLine>()?).map_err(de::Error::custom)?,
                 ),
@@ -402,8 +434,8 @@ impl<'de> Visitor<'de> for TypedLineVisitor {
 }
 
 /// An `images` body: each entry checked and converted as it is read, so the list is held
-/// once, as the runtime's images.
-struct ImagesBody(Vec<RuntimeImage>);
+/// once, as the runtime's images (each with the inodes its line gives).
+struct ImagesBody(Vec<(RuntimeImage, Option<u64>)>);
 
 impl<'de> Deserialize<'de> for ImagesBody {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -488,25 +520,23 @@ fn parse_line_by_value(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
         .and_then(|v| parse_at(&v))?;
     let (key, body) = single_op(obj)?;
     let op = match key.as_str() {
-        "images" => TraceOp::Images(
-            typed::<Vec<ImageLine>>(body, "images")?
-                .into_iter()
-                .map(image)
-                .collect::<Result<_, String>>()?,
-        ),
+        "images" => {
+            let (images, inodes) = split_images(
+                typed::<Vec<ImageLine>>(body, "images")?
+                    .into_iter()
+                    .map(image)
+                    .collect::<Result<_, String>>()?,
+            );
+            TraceOp::Images(images, inodes)
+        }
         "containers" => TraceOp::Containers(
             typed::<Vec<ContainerLine>>(body, "containers")?
                 .into_iter()
                 .map(container)
                 .collect::<Result<_, _>>()?,
         ),
-        "fs" => {
-            let fs = typed::<FsLine>(body, "fs")?;
-            TraceOp::Fs {
-                capacity: fs.capacity,
-                available: fs.available,
-            }
-        }
+        "fs" => fs_op(typed::<FsLine>(body, "fs")?, false)?,
+        "container_fs" => fs_op(typed::<FsLine>(body, "container_fs")?, true)?,
         "policy" => TraceOp::Policy(policy(typed::<PolicyLine>(body, "policy")?)?),
         "detect" | "gc" | "delete_unused" | "restart" => {
             empty_object(&body, &key)?;
@@ -534,24 +564,89 @@ fn parse_line_by_value(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
     Ok((at, op))
 }
 
-fn image(i: ImageLine) -> Result<RuntimeImage, String> {
+fn image(i: ImageLine) -> Result<(RuntimeImage, Option<u64>), String> {
     check_image_id(&i.id, "image \"id\"")?;
-    Ok(RuntimeImage {
-        id: ImageId(i.id),
-        repo_tags: i.tags,
-        repo_digests: Vec::new(),
-        size: i.size,
-        pinned: i.pinned,
-        runtime_handler: i.runtime_handler,
+    Ok((
+        RuntimeImage {
+            id: ImageId(i.id),
+            repo_tags: i.tags,
+            repo_digests: Vec::new(),
+            size: i.size,
+            pinned: i.pinned,
+            runtime_handler: i.runtime_handler,
+        },
+        i.inodes,
+    ))
+}
+
+/// The images, and the inodes of those whose line gives them.
+fn split_images(images: Vec<(RuntimeImage, Option<u64>)>) -> (Vec<RuntimeImage>, ImageInodes) {
+    let mut inodes = ImageInodes::new();
+    let images = images
+        .into_iter()
+        .map(|(image, n)| {
+            if let Some(n) = n {
+                inodes.insert(image.id.0.clone(), n);
+            }
+            image
+        })
+        .collect();
+    (images, inodes)
+}
+
+/// An `fs` (or `container_fs`) line: `inodes` and `inodes_free` go together, free at most
+/// the count.
+fn fs_op(fs: FsLine, container: bool) -> Result<TraceOp, String> {
+    let what = if container { "container_fs" } else { "fs" };
+    let inodes = match (fs.inodes, fs.inodes_free) {
+        (None, None) => None,
+        (Some(inodes), Some(free)) if free <= inodes => Some((inodes, free)),
+        (Some(inodes), Some(free)) => {
+            return Err(format!(
+                "{what:?}: \"inodes_free\" {free} is more than \"inodes\" {inodes}"
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "{what:?}: \"inodes\" and \"inodes_free\" are given together or not at all"
+            ));
+        }
+    };
+    let (capacity, available) = (fs.capacity, fs.available);
+    Ok(if container {
+        TraceOp::ContainerFs {
+            capacity,
+            available,
+            inodes,
+        }
+    } else {
+        TraceOp::Fs {
+            capacity,
+            available,
+            inodes,
+        }
     })
 }
 
 fn policy(p: PolicyLine) -> Result<GcPolicy, String> {
+    fn pair<T>(high: Option<T>, low: Option<T>, what: &str) -> Result<Option<(T, T)>, String> {
+        match (high, low) {
+            (None, None) => Ok(None),
+            (Some(high), Some(low)) => Ok(Some((high, low))),
+            _ => Err(format!(
+                "\"{what}_high\" and \"{what}_low\" are given together or not at all"
+            )),
+        }
+    }
+    let inodes = pair(p.inodes_high, p.inodes_low, "inodes")?;
+    let bytes = pair(p.bytes_high, p.bytes_low, "bytes")?;
     let policy = GcPolicy {
         high_threshold_percent: p.high,
         low_threshold_percent: p.low,
         min_age: Duration::from_secs(p.min_age_s),
         max_age: Duration::from_secs(p.max_age_s),
+        inodes: inodes.map(|(high, low)| InodeThresholds { high, low }),
+        bytes: bytes.map(|(high, low)| ByteBudget { high, low }),
     };
     policy.validate().map_err(|e| e.to_string())?;
     Ok(policy)
@@ -853,7 +948,7 @@ mod tests {
         ));
         let first = lines.next().expect("a line").expect("parses");
         assert_eq!(first.line, 1);
-        assert!(matches!(first.op, TraceOp::Images(ref i) if i.len() == 1));
+        assert!(matches!(first.op, TraceOp::Images(ref i, _) if i.len() == 1));
         // Only now does it read on, and meets the end of the input.
         match lines.next() {
             Some(Err(TraceReadError::Io(e))) => assert!(e.to_string().contains("read past")),
@@ -876,6 +971,10 @@ mod tests {
             r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 60, "max_age_s": 0}}"#,
             r#"{"at": 1, "remove_fails": ["sha256:b"]}"#,
             r#"{"at": 1, "restart": {}}"#,
+            r#"{"at": 1, "images": [{"id": "sha256:b", "size": 3, "inodes": 7}]}"#,
+            r#"{"at": 1, "fs": {"available": 1, "capacity": 9, "inodes": 5, "inodes_free": 2}}"#,
+            r#"{"at": 1, "container_fs": {"available": 1, "capacity": 9}}"#,
+            r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "inodes_high": 90, "inodes_low": 70, "bytes_high": 9, "bytes_low": 8}}"#,
         ];
         for raw in lines {
             let typed = serde_json::from_str::<TypedLine>(raw)
@@ -896,6 +995,66 @@ mod tests {
         // The typed path alone takes the common lines (no second parse).
         assert!(serde_json::from_str::<TypedLine>(lines[4]).is_ok());
         assert!(serde_json::from_str::<TypedLine>(lines[0]).is_err());
+    }
+
+    /// Issue 28's fields: per-image inodes, the filesystems' inodes, `container_fs` and the
+    /// policy's inode thresholds and byte budget, refused by the same rules as the others.
+    #[test]
+    fn inode_and_budget_fields_parse_and_bad_ones_are_named() {
+        let (_, op) = parse_line(
+            r#"{"at": 1, "images": [{"id": "sha256:a", "size": 3, "inodes": 7}, {"id": "sha256:b", "size": 3}]}"#,
+        )
+        .expect("parses");
+        let TraceOp::Images(images, inodes) = op else {
+            panic!("images: {op:?}")
+        };
+        assert_eq!(images.len(), 2);
+        assert_eq!(inodes, ImageInodes::from([("sha256:a".to_owned(), 7)]));
+        assert_eq!(
+            parse_line(r#"{"at": 1, "container_fs": {"capacity": 9, "available": 1, "inodes": 5, "inodes_free": 0}}"#)
+                .expect("parses")
+                .1,
+            TraceOp::ContainerFs {
+                capacity: 9,
+                available: 1,
+                inodes: Some((5, 0))
+            }
+        );
+        let (_, op) = parse_line(
+            r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "inodes_high": 90, "inodes_low": 70, "bytes_high": 9, "bytes_low": 8}}"#,
+        )
+        .expect("parses");
+        let TraceOp::Policy(policy) = op else {
+            panic!("policy: {op:?}")
+        };
+        assert_eq!(policy.inodes, Some(InodeThresholds { high: 90, low: 70 }));
+        assert_eq!(policy.bytes, Some(ByteBudget { high: 9, low: 8 }));
+        let bad = [
+            (
+                r#"{"at": 1, "fs": {"capacity": 9, "available": 1, "inodes": 5}}"#,
+                "\"fs\": \"inodes\" and \"inodes_free\" are given together or not at all",
+            ),
+            (
+                r#"{"at": 1, "container_fs": {"capacity": 9, "available": 1, "inodes": 5, "inodes_free": 6}}"#,
+                "\"container_fs\": \"inodes_free\" 6 is more than \"inodes\" 5",
+            ),
+            (
+                r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "inodes_high": 90}}"#,
+                "\"inodes_high\" and \"inodes_low\" are given together or not at all",
+            ),
+            (
+                r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "inodes_high": 70, "inodes_low": 70}}"#,
+                "imageGCLowInodesThresholdPercent (--image-gc-low-inodes-threshold) 70 must be less than",
+            ),
+            (
+                r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "bytes_high": 5, "bytes_low": 6}}"#,
+                "LowBytes 6 can not be higher than HighBytes 5",
+            ),
+        ];
+        for (raw, want) in bad {
+            let err = parse_trace(raw).expect_err(raw);
+            assert!(err.reason.contains(want), "{raw}: {}", err.reason);
+        }
     }
 
     #[test]

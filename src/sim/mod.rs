@@ -37,7 +37,10 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use crate::clock::{Clock, ManualClock};
-use crate::gc::{CycleTime, DetectReport, GcConfig, GcError, GcPolicy, GcReport, ImageGcManager};
+use crate::gc::{
+    ByteBudget, CycleTime, DetectReport, GcConfig, GcError, GcPolicy, GcReport, ImageGcManager,
+    InodeThresholds,
+};
 use crate::gc::{Verdict, space_verdict};
 use crate::model::{ContainerState, ImageId, RecordKey, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullConfig, PullError, PullPolicy, PullsInFlight};
@@ -118,6 +121,9 @@ pub struct SimOutcome {
     pub ack_checks: u64,
     /// GC and DeleteUnusedImages cycles judged for the eligible images they left.
     pub quiet_cycles: u64,
+    /// Removals a GC made for the inode rule and for the byte budget (issue 28).
+    pub inode_removals: u64,
+    pub budget_removals: u64,
     pub violation: Option<Violation>,
 }
 
@@ -294,6 +300,10 @@ impl Sim {
             sandbox_image_id: catalog[0].id.clone(),
             capacity: 1 << 30,
             other_used: rng.u64(..400) << 20,
+            // One inode per 64 KiB of images: 16384 for the whole disk's worth, more than
+            // the filesystem has, so the inode rule runs on its own in some runs.
+            inodes: 12_000,
+            other_inodes: rng.u64(..5_000),
             ..World::default()
         };
         world.catalog = catalog.clone();
@@ -318,6 +328,18 @@ impl Sim {
             } else {
                 Duration::from_secs(3600 + rng.u64(..3600))
             },
+            // The inode rule and the byte budget, each in a third of the runs.
+            inodes: (rng.u64(..3) == 0).then(|| InodeThresholds {
+                high: 60 + i64::try_from(rng.u64(..20)).unwrap_or(0),
+                low: 40 + i64::try_from(rng.u64(..15)).unwrap_or(0),
+            }),
+            bytes: (rng.u64(..3) == 0).then(|| {
+                let high = (300 + rng.u64(..300)) << 20;
+                ByteBudget {
+                    high,
+                    low: high - ((50 + rng.u64(..150)) << 20),
+                }
+            }),
         };
         let config = GcConfig {
             policy,
@@ -363,6 +385,8 @@ impl Sim {
             acknowledged: self.oracle.acknowledged,
             ack_checks: self.oracle.ack_checks,
             quiet_cycles: self.quiet_cycles,
+            inode_removals: self.oracle.inode_removals,
+            budget_removals: self.oracle.budget_removals,
             violation: self.violation.clone(),
         }
     }
@@ -849,6 +873,7 @@ impl Sim {
             Done::Gc(report) => {
                 self.runtime.world().seen.remove(&id);
                 let fs = self.runtime.world().fs_answers.remove(&id);
+                self.runtime.world().last_inodes.remove(&id);
                 self.note(format!(
                     "actor {id}: {:?} removed {} ({} bytes){}",
                     actor.kind,
@@ -991,6 +1016,7 @@ impl Sim {
             }
             self.runtime.world().seen.remove(&id);
             self.runtime.world().fs_answers.remove(&id);
+            self.runtime.world().last_inodes.remove(&id);
             self.oracle.forget_cycle(id);
             drop(actor);
         }

@@ -19,6 +19,11 @@
 //!    increasing (last_used, first_detected, key) of the records as they were when each
 //!    RemoveImage was issued; (judged by the driver, on a quiet cycle) no eligible image that
 //!    comes before the walk's last removal is left.
+//! 6. Inodes and budget (issue 28): an inode removal is issued only while the cycle's last
+//!    reading of the filesystem showed inode use above the low inode threshold (so the walk
+//!    never goes below low by more than the one image it then removes); the byte budget's
+//!    removals count with the space rule's in invariant 4 (one walk frees the larger byte
+//!    need); invariant 1 holds for every rule's removals.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +35,10 @@ use super::world::{ActorId, FsAnswer, SimRuntime};
 
 /// Where a record stands in the eviction order.
 pub type Order = (UnixNanos, UnixNanos, RecordKey);
+
+/// A RemoveImage a cycle issued: the image, its record at that moment, and the inode
+/// reading the cycle had then.
+type Issued = (String, Option<ImageRecord>, Option<(u64, u64)>);
 
 /// An acknowledged use of an image.
 #[derive(Clone, Debug)]
@@ -51,13 +60,16 @@ pub struct Oracle {
     pub over_threshold: u64,
     /// Acknowledged uses recorded.
     pub acknowledged: u64,
+    /// Removals GC reported for the inode rule and for the byte budget.
+    pub inode_removals: u64,
+    pub budget_removals: u64,
     /// Acknowledged uses checked against the store (summed over steps).
     pub ack_checks: u64,
     /// The (last_used, first_detected, key) of the last space or unused removal of the cycle
     /// judged last, to judge what it left.
     pub last_walk_order: Option<Order>,
     /// Per cycle: each RemoveImage it issued, with the victim's record at that moment.
-    issued: BTreeMap<ActorId, Vec<(String, Option<ImageRecord>)>>,
+    issued: BTreeMap<ActorId, Vec<Issued>>,
 }
 
 impl Oracle {
@@ -88,10 +100,11 @@ impl Oracle {
                 .get(&RecordKey::new(issued.image_id.clone(), ""))
                 .ok()
                 .flatten();
-            self.issued
-                .entry(issued.actor)
-                .or_default()
-                .push((issued.image_id, record));
+            self.issued.entry(issued.actor).or_default().push((
+                issued.image_id,
+                record,
+                issued.inodes_seen,
+            ));
         }
         let commits = store.commits();
         if commits != self.commits_seen {
@@ -147,6 +160,11 @@ impl Oracle {
         let mut seen_other = false;
         let mut last: Option<(RemovalReason, (UnixNanos, UnixNanos, RecordKey))> = None;
         for removal in &report.removed {
+            match removal.reason {
+                RemovalReason::Inodes => self.inode_removals += 1,
+                RemovalReason::Budget => self.budget_removals += 1,
+                _ => {}
+            }
             if removal.reason == RemovalReason::Age && seen_other {
                 return Some(format!(
                     "invariant 5: MaxAge removal of {} after a space removal in one cycle",
@@ -158,9 +176,38 @@ impl Oracle {
             }
             let found = issued[cursor..]
                 .iter()
-                .position(|(id, _)| id == removal.key.image_id.as_str());
+                .position(|(id, _, _)| id == removal.key.image_id.as_str());
             let Some(at) = found else { continue };
             cursor += at + 1;
+            // 6. The inode rule removes only while its last reading was over the low inode
+            // threshold: never below low by more than the one image it then removes.
+            if removal.reason == RemovalReason::Inodes {
+                let Some(thresholds) = policy.inodes else {
+                    return Some(format!(
+                        "invariant 6: {} removed for inodes with no inode threshold set",
+                        removal.key
+                    ));
+                };
+                match issued[cursor - 1].2 {
+                    Some((inodes, free)) if inodes > 0 => {
+                        let target = inodes
+                            - inodes.saturating_mul(100 - thresholds.low.unsigned_abs()) / 100;
+                        if inodes - free.min(inodes) <= target {
+                            return Some(format!(
+                                "invariant 6: {} removed for inodes though the cycle's last reading had {} of {inodes} in use, at or below the low inode threshold ({target})",
+                                removal.key,
+                                inodes - free.min(inodes)
+                            ));
+                        }
+                    }
+                    _ => {
+                        return Some(format!(
+                            "invariant 6: {} removed for inodes before any inode reading",
+                            removal.key
+                        ));
+                    }
+                }
+            }
             let Some(record) = issued[cursor - 1].1 else {
                 continue;
             };
@@ -195,15 +242,16 @@ impl Oracle {
         let capacity = i64::try_from(fs.capacity).unwrap_or(i64::MAX);
         let available = i64::try_from(fs.available.min(fs.capacity)).unwrap_or(i64::MAX);
         let usage = 100 - available.saturating_mul(100) / capacity;
-        if usage < policy.high_threshold_percent {
+        if usage < policy.high_threshold_percent || policy.space_pass_off() {
             return None;
         }
         self.over_threshold += 1;
         let amount = capacity.saturating_mul(100 - policy.low_threshold_percent) / 100 - available;
+        // The byte walk frees the larger byte need under its rule's reason.
         let freed: i64 = report
             .removed
             .iter()
-            .filter(|r| r.reason == RemovalReason::Space)
+            .filter(|r| matches!(r.reason, RemovalReason::Space | RemovalReason::Budget))
             .map(|r| i64::try_from(r.size).unwrap_or(i64::MAX))
             .sum();
         match &report.error {

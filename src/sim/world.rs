@@ -87,6 +87,9 @@ pub struct ParkedCall {
 pub struct RemoveIssued {
     pub actor: ActorId,
     pub image_id: String,
+    /// The (inodes, free inodes) of the last image filesystem answer this actor got before
+    /// it issued the removal: what an inode removal was decided on.
+    pub inodes_seen: Option<(u64, u64)>,
 }
 
 /// An image filesystem answer, for the liveness check of the cycle that asked.
@@ -94,6 +97,8 @@ pub struct RemoveIssued {
 pub struct FsAnswer {
     pub capacity: u64,
     pub available: u64,
+    pub inodes: u64,
+    pub inodes_free: u64,
 }
 
 /// What one actor's lists showed: the images listed and the images of the containers listed.
@@ -115,6 +120,11 @@ impl Seen {
     }
 }
 
+/// The inodes an image of `size` bytes holds in the simulated world: one per 64 KiB.
+pub fn inodes_of(size: u64) -> u64 {
+    size >> 16
+}
+
 /// The ground truth.
 #[derive(Debug, Default)]
 pub struct World {
@@ -133,8 +143,14 @@ pub struct World {
     /// Invariant-1 violations found when a RemoveImage was issued.
     pub violations: Vec<String>,
     pub removes: Vec<RemoveIssued>,
-    /// The last image filesystem answer each actor got.
+    /// The first image filesystem answer each actor got in its cycle (what the byte rule
+    /// decided on; the inode walk reads the filesystem again after each removal).
     pub fs_answers: BTreeMap<ActorId, FsAnswer>,
+    /// The last image filesystem answer each actor got: (inodes, free inodes).
+    pub last_inodes: BTreeMap<ActorId, (u64, u64)>,
+    /// The filesystem's inodes, and those used by other things than images.
+    pub inodes: u64,
+    pub other_inodes: u64,
     /// What each actor's lists showed.
     pub seen: BTreeMap<ActorId, Seen>,
     /// Counts every change of what protects or frees an image (containers, pulls, images
@@ -149,6 +165,14 @@ impl World {
         let images: u64 = self.images.values().map(|p| p.image.size).sum();
         self.capacity
             .saturating_sub(self.other_used)
+            .saturating_sub(images)
+    }
+
+    /// Inodes free on the image filesystem: each image holds one inode per 64 KiB.
+    pub fn inodes_free(&self) -> u64 {
+        let images: u64 = self.images.values().map(|p| inodes_of(p.image.size)).sum();
+        self.inodes
+            .saturating_sub(self.other_inodes)
             .saturating_sub(images)
     }
 
@@ -415,9 +439,12 @@ impl ImageRuntime for SimRuntime {
                     "invariant 1: RemoveImage {image} issued while {why}"
                 ));
             }
+            let actor = current_actor();
+            let inodes_seen = world.last_inodes.get(&actor).copied();
             world.removes.push(RemoveIssued {
-                actor: current_actor(),
+                actor,
                 image_id: image.to_owned(),
+                inodes_seen,
             });
         }
         self.call("RemoveImage", image).await?;
@@ -430,19 +457,23 @@ impl ImageRuntime for SimRuntime {
         self.call("ImageFsInfo", "").await?;
         let mut world = self.world();
         let (capacity, available) = (world.capacity, world.available());
-        world.fs_answers.insert(
-            current_actor(),
-            FsAnswer {
-                capacity,
-                available,
-            },
-        );
-        Ok(ImageFsStats {
-            mountpoint: "/sim".to_owned(),
-            used_bytes: capacity.saturating_sub(available),
+        let (inodes, inodes_free) = (world.inodes, world.inodes_free());
+        world.fs_answers.entry(current_actor()).or_insert(FsAnswer {
             capacity,
             available,
-        })
+            inodes,
+            inodes_free,
+        });
+        world
+            .last_inodes
+            .insert(current_actor(), (inodes, inodes_free));
+        Ok(ImageFsStats::new(
+            "/sim",
+            capacity.saturating_sub(available),
+            capacity,
+            available,
+        )
+        .with_inodes(inodes, inodes_free))
     }
 
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {

@@ -551,7 +551,8 @@ impl Codec for JournalKey {
 impl OrderedCodec for JournalKey {}
 
 // JournalEntry (64 bytes): [1][size u64][first_detected i64][last_used i64]
-// [reason u8: 0 none, 1 age, 2 space, 3 unused][remover u8: 0 imagekeeper, 1 external]
+// [reason u8: 0 none, 1 age, 2 space, 3 unused, 4 inodes, 5 budget (4 and 5 since issue 28;
+// an older reader refuses them as an invalid reason)][remover u8: 0 imagekeeper, 1 external]
 // [flags u8: bit 0 rank, bit 1 fs, bit 2 repulled][rank u32][capacity u64][used_before u64]
 // [target_used u64][repulled_at i64]; a field whose flag is clear is all zeros.
 const JOURNAL_WIDTH: usize = 1 + 8 + 8 + 8 + 1 + 1 + 1 + 4 + 8 + 8 + 8 + 8;
@@ -574,6 +575,8 @@ impl Codec for JournalEntry {
             Some(RemovalReason::Age) => 1,
             Some(RemovalReason::Space) => 2,
             Some(RemovalReason::Unused) => 3,
+            Some(RemovalReason::Inodes) => 4,
+            Some(RemovalReason::Budget) => 5,
         });
         out.push(match self.remover {
             Remover::Imagekeeper => 0,
@@ -623,6 +626,8 @@ impl Codec for JournalEntry {
             1 => Some(RemovalReason::Age),
             2 => Some(RemovalReason::Space),
             3 => Some(RemovalReason::Unused),
+            4 => Some(RemovalReason::Inodes),
+            5 => Some(RemovalReason::Budget),
             _ => return Err(invalid("reason")),
         };
         let remover = match head[1] {

@@ -425,6 +425,20 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
         gauge("imagekeeper_image_fs_available_bytes")
             <= gauge("imagekeeper_image_fs_capacity_bytes")
     );
+    // Its inodes (statvfs f_files, f_ffree), and the removal reasons of the inode and budget
+    // rules (issue 28).
+    let inodes = gauge("imagekeeper_image_fs_inodes{kind=\"capacity\"}");
+    assert!(inodes > 0, "{body}");
+    assert!(gauge("imagekeeper_image_fs_inodes{kind=\"free\"}") <= inodes);
+    for reason in ["inodes", "budget"] {
+        assert_eq!(
+            gauge(&format!(
+                "imagekeeper_image_garbage_collected_total{{reason=\"{reason}\"}}"
+            )),
+            0,
+            "{body}"
+        );
+    }
     // Every sample is ours, and no label carries an image name.
     let exposition = body.split_once("\r\n\r\n").expect("a body").1;
     for line in exposition.lines().filter(|l| !l.starts_with('#')) {

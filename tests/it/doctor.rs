@@ -272,6 +272,8 @@ async fn a_clean_pair_of_configurations_exits_0() {
         image("sha256:pause", "registry.k8s.io/pause:3.10", true),
         image("sha256:app", "example.com/app:1", false),
     ]);
+    // The image filesystem is reported (the doctor says where it is).
+    fake.set_image_fs(std::env::temp_dir().display().to_string(), 0);
     let files = Files::new();
     let config = files.write(
         "kubelet.yaml",

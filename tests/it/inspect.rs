@@ -987,6 +987,7 @@ fn policy(high: i64, low: i64, min_age: u64, max_age: u64) -> GcPolicy {
         low_threshold_percent: low,
         min_age: Duration::from_secs(min_age),
         max_age: Duration::from_secs(max_age),
+        ..GcPolicy::default()
     }
 }
 

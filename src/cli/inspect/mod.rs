@@ -255,6 +255,7 @@ fn explain_policy(args: &ExplainArgs) -> Result<(GcPolicy, Option<FsSpace>), Fai
         low_threshold_percent: args.low,
         min_age: args.min_age,
         max_age: args.max_age,
+        ..GcPolicy::default()
     };
     policy
         .validate()
@@ -331,6 +332,7 @@ fn explain(
             pulling: &Default::default(),
             kubelet: &kubelet.view,
             watch: &watch,
+            image_fs: None,
         },
     );
     note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);

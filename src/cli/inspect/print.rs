@@ -716,6 +716,9 @@ fn space_summary(space: SpacePass, e: &Explanation) -> String {
             "image GC is disabled (HighThresholdPercent 100 and MaxAge 0)".to_owned()
         }
         SpacePass::InvalidCapacity => "capacity 0: GC would fail".to_owned(),
+        SpacePass::Off => {
+            "off (HighThresholdPercent 100); the inode and budget rules run".to_owned()
+        }
         SpacePass::BelowHighThreshold {
             usage_percent,
             available_after_age_pass,
@@ -853,6 +856,18 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
         "would_remove": {"images": count, "bytes": bytes},
         "images": images,
     });
+    // Issue 28's passes, present only when they apply (an extension of the contract).
+    if let Some(obj) = v.as_object_mut() {
+        if let Some(fs) = &e.filesystem {
+            obj.insert("filesystem".into(), json!(fs));
+        }
+        if let Some(budget) = e.budget {
+            obj.insert("budget".into(), json!(budget));
+        }
+        if let Some(inodes) = e.inodes {
+            obj.insert("inodes".into(), json!(inodes));
+        }
+    }
     // Present only when there are some (an extension of the contract, not a change).
     if let (false, Some(obj)) = (e.stale_kubelet_intents.is_empty(), v.as_object_mut()) {
         obj.insert(
@@ -929,7 +944,45 @@ fn explain_summary(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -
             None => "none known (no detect recorded)".to_owned(),
         }
     )?;
+    if let Some(fs) = &e.filesystem {
+        writeln!(w, "filesystem:  {}", escape_control(fs))?;
+    }
     writeln!(w, "space pass:  {}", space_summary(e.space, e))?;
+    if let Some(b) = e.budget {
+        writeln!(
+            w,
+            "budget:      images use {} against a budget of {} (down to {}){}",
+            format_size(b.need.total),
+            format_size(b.need.high),
+            format_size(b.need.low),
+            match b.need.amount_to_free {
+                None => ": within it".to_owned(),
+                Some(amount) => format!(
+                    ": free {}; the walk frees {}{}",
+                    format_size(u64::try_from(amount).unwrap_or(0)),
+                    format_size(b.freed),
+                    if b.sufficient { "" } else { ", not enough" }
+                ),
+            }
+        )?;
+    }
+    if let Some(n) = e.inodes {
+        writeln!(
+            w,
+            "inode pass:  {}% of {} inodes used{}",
+            n.usage_percent,
+            n.inodes,
+            if n.runs {
+                format!(
+                    ", at or above the high inode threshold: removes inode candidates in order \
+                     until at most {} are in use",
+                    n.target_used
+                )
+            } else {
+                ", below the high inode threshold: it does not run".to_owned()
+            }
+        )?;
+    }
     for stale in &e.stale_kubelet_intents {
         writeln!(w, "stale:       {}", escape_control(&stale.describe()))?;
     }

@@ -122,7 +122,14 @@ async fn removals_by_gc_and_by_others_are_journaled_and_a_re_pull_is_marked_and_
     let counts = node.manager().metrics().repulls().counts();
     assert_eq!(
         counts,
-        [("age", 0), ("space", 1), ("unused", 0), ("external", 0)]
+        [
+            ("age", 0),
+            ("space", 1),
+            ("unused", 0),
+            ("inodes", 0),
+            ("budget", 0),
+            ("external", 0)
+        ]
     );
     let delays = node.manager().metrics().repulls().delays();
     assert_eq!(delays.count(), 1);

@@ -135,6 +135,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
             low_threshold_percent: 50,
             min_age: Duration::ZERO,
             max_age: Duration::ZERO,
+            ..GcPolicy::default()
         },
         sandbox_image: Some(lab.sandbox_image.clone()),
         pins: PinPatterns::new(vec![pinned.reference.clone()]),
@@ -475,6 +476,7 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
             low_threshold_percent: 50,
             min_age: Duration::ZERO,
             max_age: Duration::ZERO,
+            ..GcPolicy::default()
         },
         sandbox_image: Some(lab.sandbox_image.clone()),
         pins: PinPatterns::new(others),
@@ -553,7 +555,14 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
     let counts = gc.metrics().repulls().counts();
     assert_eq!(
         counts,
-        [("age", 0), ("space", 1), ("unused", 0), ("external", 0)]
+        [
+            ("age", 0),
+            ("space", 1),
+            ("unused", 0),
+            ("inodes", 0),
+            ("budget", 0),
+            ("external", 0)
+        ]
     );
     let rendered = AgentMetrics::default().render(&gc, &images, &store);
     assert!(
@@ -661,5 +670,196 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
             .pull_image(&row.reference, "", None)
             .await
             .unwrap_or_else(|err| panic!("re-pull {}: {err}", row.reference));
+    }
+}
+
+/// Puts the lab's image filesystem (a tmpfs) back to its inode count when the test ends,
+/// whatever happens in between.
+struct InodeLimit {
+    root: std::path::PathBuf,
+    original: u64,
+}
+
+impl InodeLimit {
+    /// Remounts the tmpfs at `root` with `nr_inodes` inodes (tmpfs takes a new count on a
+    /// remount, not below those in use); the guard restores `original`.
+    fn set(root: &std::path::Path, nr_inodes: u64, original: u64) -> InodeLimit {
+        remount_inodes(root, nr_inodes);
+        InodeLimit {
+            root: root.to_owned(),
+            original,
+        }
+    }
+}
+
+impl Drop for InodeLimit {
+    fn drop(&mut self) {
+        remount_inodes(&self.root, self.original);
+    }
+}
+
+fn remount_inodes(root: &std::path::Path, nr_inodes: u64) {
+    let out = std::process::Command::new("mount")
+        .arg("-o")
+        .arg(format!("remount,nr_inodes={nr_inodes}"))
+        .arg(root)
+        .output()
+        .expect("mount runs");
+    assert!(
+        out.status.success(),
+        "mount -o remount,nr_inodes={nr_inodes} {}: {} (this test needs the lab's tmpfs \
+         image filesystem: CRI_LAB_IMAGEFS_SIZE must not be `host`)",
+        root.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Issue 28, measured by statvfs: an image of 3000 small files pushes inode use on the
+/// real containerd's image filesystem (the lab's tmpfs, remounted with an inode count just
+/// above what is in use) over the high inode threshold, and `imagekeeper gc` with inode
+/// thresholds removes the unused image until statvfs shows inode use at or below low.
+///
+/// The lab's tmpfs has millions of inodes by default (half the RAM's pages), where a few
+/// thousand files are a fraction of a percent; so the test remounts it with
+/// `nr_inodes` = what is in use / 95 % for its duration and restores the count after (a
+/// guard), rather than asking every lab for few inodes. The thresholds are set from the
+/// measured use: high 90 %, low halfway between the use without the image and 90 %. The
+/// lab's own images are pinned, so they stay; the files image, pulled for the test, is
+/// the one eligible image.
+#[tokio::test]
+async fn inode_gc_removes_an_image_of_many_files_until_statvfs_shows_inode_use_below_low() {
+    let Some(lab) = support::lab(
+        "gc::lab::inode_gc_removes_an_image_of_many_files_until_statvfs_shows_inode_use_below_low",
+    )
+    .await
+    else {
+        return;
+    };
+    let files = lab
+        .files_image
+        .clone()
+        .expect("lab.env has no CRI_LAB_FILES_IMAGE: start the lab again with scripts/cri-lab up");
+    let root = lab
+        .imagefs_root
+        .clone()
+        .expect("lab.env has no CRI_LAB_IMAGEFS_ROOT: start the lab again with scripts/cri-lab up");
+    let client = lab.client().await;
+    let found = client.list_images().await.expect("ListImages answers");
+    let files_id_before = found
+        .iter()
+        .find(|i| i.repo_tags.contains(&files))
+        .map(|i| i.id.0.clone());
+    if let Some(id) = &files_id_before {
+        // Left by an earlier run: measure without it, pull it back at the end.
+        client.remove_image(id, "").await.expect("RemoveImage");
+    }
+    let before = listed_ids(&client).await;
+    let pins: Vec<String> = found
+        .iter()
+        .filter(|i| Some(&i.id.0) != files_id_before.as_ref())
+        .flat_map(|i| i.repo_tags.iter().chain(&i.repo_digests).cloned())
+        .collect();
+
+    let used = |s: &ImageFsStats| s.inodes - s.inodes_free;
+    let without = client.image_fs_stats().await.expect("ImageFsInfo");
+    assert!(
+        without.inodes > 0,
+        "the lab's image filesystem counts inodes"
+    );
+    let files_id = client
+        .pull_image(&files, "", None)
+        .await
+        .expect("pull the files image");
+    let with = client.image_fs_stats().await.expect("ImageFsInfo");
+    let (used0, used1, original) = (used(&without), used(&with), with.inodes);
+    assert!(
+        used1 >= used0 + 3000,
+        "3000 files take 3000 inodes: {used0} in use before, {used1} after"
+    );
+    let nr_inodes = used1 * 100 / 95 + 1;
+    let percent = |u: u64| u * 100 / nr_inodes;
+    let (high, low) = (90, (percent(used0) + 90) / 2);
+    assert!(
+        percent(used0) + 5 < low,
+        "the lab's other images use too many inodes for the files image to matter: \
+         {used0} without it, {used1} with it"
+    );
+
+    let limit = InodeLimit::set(&root, nr_inodes, original);
+    let full = client.image_fs_stats().await.expect("ImageFsInfo");
+    assert_eq!(full.inodes, nr_inodes, "the remount took");
+    assert!(
+        100 - full.inodes_free * 100 / full.inodes >= high,
+        "{full:?}"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("no-agent.sock");
+    let (high_flag, low_flag) = (high.to_string(), low.to_string());
+    let mut args = vec![
+        "gc",
+        "-o",
+        "json",
+        "--db",
+        db.to_str().expect("utf8"),
+        "--admin-socket",
+        socket.to_str().expect("utf8"),
+        "--container-runtime-endpoint",
+        &lab.endpoint,
+        "--kubelet-root-dir",
+        "",
+        "--pod-infra-container-image",
+        &lab.sandbox_image,
+        "--minimum-image-ttl-duration",
+        "0s",
+        "--image-gc-high-inodes-threshold",
+        &high_flag,
+        "--image-gc-low-inodes-threshold",
+        &low_flag,
+    ];
+    for pin in &pins {
+        args.push("--pinned-image");
+        args.push(pin);
+    }
+    let out = crate::support::bin::run(&args);
+    let after = client.image_fs_stats().await.expect("ImageFsInfo");
+    drop(limit);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let target = nr_inodes - nr_inodes * (100 - low) / 100;
+    assert!(
+        used(&after) <= target,
+        "statvfs after gc: {} of {nr_inodes} inodes in use, the low threshold {low}% allows {target}",
+        used(&after)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("gc -o json");
+    let removed: Vec<(&str, &str)> = report["removed"]
+        .as_array()
+        .expect("removed")
+        .iter()
+        .map(|r| {
+            (
+                r["key"]["image_id"].as_str().unwrap_or(""),
+                r["reason"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(removed, [(files_id.as_str(), "inodes")], "{stdout}");
+    assert_eq!(listed_ids(&client).await, before, "the lab's images stay");
+    assert_eq!(
+        client.image_fs_stats().await.expect("ImageFsInfo").inodes,
+        original,
+        "the inode count is restored"
+    );
+    if files_id_before.is_some() {
+        client
+            .pull_image(&files, "", None)
+            .await
+            .expect("pull back");
     }
 }

@@ -68,6 +68,7 @@ fn policy(high: i64, low: i64, min_age_s: u64, max_age_s: u64) -> GcPolicy {
         low_threshold_percent: low,
         min_age: Duration::from_secs(min_age_s),
         max_age: Duration::from_secs(max_age_s),
+        ..GcPolicy::default()
     }
 }
 

@@ -51,6 +51,11 @@ pub struct Lab {
     pub images: Vec<LabImage>,
     /// Every `KEY=value` of lab.env (read with [`Lab::env`]).
     env: HashMap<String, String>,
+    /// An image of 3000 small files, pushed but not in images.tsv (CRI_LAB_FILES_IMAGE; `None`
+    /// in a lab started before it existed).
+    pub files_image: Option<String>,
+    /// The tmpfs mounted at containerd's root (CRI_LAB_IMAGEFS_ROOT; `None` likewise).
+    pub imagefs_root: Option<PathBuf>,
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
@@ -172,6 +177,8 @@ pub async fn lab(test: &str) -> Option<Lab> {
         pod_log_dir: PathBuf::from(get("CRI_LAB_POD_LOG_DIR")),
         sandbox_image: get("CRI_LAB_SANDBOX_IMAGE"),
         images,
+        files_image: env.get("CRI_LAB_FILES_IMAGE").cloned(),
+        imagefs_root: env.get("CRI_LAB_IMAGEFS_ROOT").map(PathBuf::from),
         env,
         _serial: serial,
     })
