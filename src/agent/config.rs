@@ -14,6 +14,10 @@ use crate::gc::{GcConfig, GcPolicy, PinPatterns};
 use crate::kubelet::DEFAULT_KUBELET_ROOT_DIR;
 use crate::model::JournalRetention;
 use crate::pull::{PullConfig, PullConfigError};
+use crate::warm::{
+    DEFAULT_USED_WITHIN, DEFAULT_WARM_PERIOD, FromHistory, SizeSpec, WarmConfig, WarmSet,
+    parse_size, read_warm_dir, resolve_specs,
+};
 
 /// The default record database.
 pub const DEFAULT_DB: &str = "/var/lib/imagekeeper/records.redb";
@@ -122,6 +126,32 @@ pub struct FileConfig {
     /// The kubelet's `--image-credential-provider-bin-dir`; this name is ours.
     #[serde(rename = "imageCredentialProviderBinDir")]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+    /// `[[warm]]`: images kept present ahead of use, in priority order (ours).
+    #[serde(rename = "warm")]
+    pub warm: Option<Vec<crate::warm::WarmEntrySpec>>,
+    /// A directory of warm set files, YAML or JSON (a mounted ConfigMap) (ours).
+    #[serde(rename = "warmSetDir")]
+    pub warm_set_dir: Option<PathBuf>,
+    /// How often the warm cycle runs, Go syntax (ours).
+    #[serde(rename = "warmPeriod")]
+    pub warm_period: Option<String>,
+    /// At most this many warm pulls at once (ours).
+    #[serde(rename = "warmParallelPulls")]
+    pub warm_parallel_pulls: Option<i64>,
+    /// `[warmFromHistory]`: images removed externally and used recently, pulled back (ours).
+    #[serde(rename = "warmFromHistory")]
+    pub warm_from_history: Option<FromHistorySpec>,
+}
+
+/// `[warmFromHistory]`: `usedWithin` (Go syntax, default 24h) and `maxBytes` (bytes or a
+/// quantity such as `50Gi`; none: no budget).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FromHistorySpec {
+    #[serde(rename = "usedWithin")]
+    pub used_within: Option<String>,
+    #[serde(rename = "maxBytes")]
+    pub max_bytes: Option<crate::warm::SizeSpec>,
 }
 
 /// The line that makes a config file setting nothing a deliberate one: a reload refuses a file
@@ -205,6 +235,8 @@ pub struct FlagValues {
     pub image_cache_period: Option<String>,
     pub image_credential_provider_config: Option<PathBuf>,
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+    pub warm_set_dir: Option<PathBuf>,
+    pub warm_period: Option<String>,
 }
 
 /// The credential provider plugins' config file and bin dir (both or neither).
@@ -257,6 +289,8 @@ pub struct AgentConfig {
     pub credential_providers: Option<CredentialProviders>,
     /// Whether the container events watcher runs.
     pub container_events: ContainerEvents,
+    /// The warm loop's settings (the warm set itself is `gc.warm`).
+    pub warm: WarmConfig,
 }
 
 /// The shortest loop period (`--detect-period`, `--gc-period`, `--image-cache-period`): a
@@ -334,6 +368,7 @@ impl AgentConfig {
         let journal_retention = resolve_journal_retention(file, flags, &o)?;
         let metrics_address = resolve_metrics_address(flags)?;
         let credential_providers = resolve_credential_providers(file, flags, &o)?;
+        let (warm_set, warm) = resolve_warm(file, flags, &o)?;
         let db = flags
             .db
             .clone()
@@ -354,6 +389,7 @@ impl AgentConfig {
                 kubelet_root_dir,
                 kubelet_intent_max_age,
                 journal_retention,
+                warm: warm_set,
             },
             pull,
             admin_socket,
@@ -371,6 +407,7 @@ impl AgentConfig {
             )?,
             credential_providers,
             container_events,
+            warm,
         })
     }
 
@@ -691,6 +728,84 @@ fn resolve_journal_retention(
         })?;
     }
     Ok(journal_retention)
+}
+
+/// The warm set (the file's `[[warm]]` entries, then the directory's files in name order)
+/// and the warm loop's settings. The directory is read here (blocking I/O: a reload resolves
+/// on the blocking pool); `for` lifetimes are stamped by the agent ([`WarmSet::stamped`]).
+fn resolve_warm(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<(WarmSet, WarmConfig), ConfigError> {
+    let warm_error = |e: crate::warm::WarmError| match e {
+        crate::warm::WarmError::File { path, message } => ConfigError::File { path, message },
+        crate::warm::WarmError::Invalid { origin, message } => invalid(origin, message),
+    };
+    let mut entries = match &file.warm {
+        None => Vec::new(),
+        Some(specs) => resolve_specs(specs, |i| o.field(&format!("warm[{i}]")))
+            .map_err(warm_error)?,
+    };
+    let dir = pick(
+        &flags.warm_set_dir,
+        "--warm-set-dir",
+        &file.warm_set_dir,
+        o.field("warmSetDir"),
+    );
+    if let Some((dir, _)) = &dir {
+        entries.extend(read_warm_dir(dir).map_err(warm_error)?);
+    }
+    let period = match pick(
+        &flags.warm_period,
+        "--warm-period",
+        &file.warm_period,
+        o.field("warmPeriod"),
+    ) {
+        None => DEFAULT_WARM_PERIOD,
+        Some((v, from)) => period(&Some(v), &from, DEFAULT_WARM_PERIOD)?,
+    };
+    let parallel_pulls = match file.warm_parallel_pulls {
+        None => 1,
+        Some(n) => usize::try_from(n)
+            .ok()
+            .filter(|n| (1..=64).contains(n))
+            .ok_or_else(|| {
+                invalid(
+                    o.field("warmParallelPulls"),
+                    format!("must be between 1 and 64 (got {n})"),
+                )
+            })?,
+    };
+    let from_history = match &file.warm_from_history {
+        None => None,
+        Some(spec) => {
+            let used_within = match &spec.used_within {
+                None => DEFAULT_USED_WITHIN,
+                Some(v) => duration(v, &o.field("warmFromHistory.usedWithin"))?,
+            };
+            let max_bytes = match &spec.max_bytes {
+                None => None,
+                Some(SizeSpec::Bytes(b)) => Some(*b),
+                Some(SizeSpec::Text(t)) => Some(
+                    parse_size(t).map_err(|m| invalid(o.field("warmFromHistory.maxBytes"), m))?,
+                ),
+            };
+            Some(FromHistory {
+                used_within,
+                max_bytes,
+            })
+        }
+    };
+    Ok((
+        WarmSet::new(entries),
+        WarmConfig {
+            dir: dir.map(|(d, _)| d),
+            period,
+            parallel_pulls,
+            from_history,
+        },
+    ))
 }
 
 /// The credential provider plugins' config and binaries, both or neither.

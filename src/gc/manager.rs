@@ -61,6 +61,7 @@ use super::explain::{
 use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
+use crate::warm::WarmSet;
 use super::plan::SpaceWalk;
 use super::space::SpaceNeed;
 use super::watch::WatchHistory;
@@ -157,6 +158,9 @@ pub struct GcConfig {
     /// `Some` (by `new` and `reconfigure`); `None` keeps the store's (the retention the file
     /// records, else the default).
     pub journal_retention: Option<JournalRetention>,
+    /// The warm set: images GC, prune and DeleteUnusedImages keep while an entry in force
+    /// names them (`crate::warm`).
+    pub warm: WarmSet,
 }
 
 impl GcConfig {
@@ -563,6 +567,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         };
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
+        protected.extend(self.warm(settings, &listed, now));
         protected.extend(kubelet.just_pulled);
         Ok((
             report,
@@ -664,6 +669,19 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         listed
             .iter()
             .filter(|image| self.in_flight.protects(image))
+            .map(RuntimeImage::record_key)
+            .collect()
+    }
+
+    /// The listed images a warm set entry in force at `now` keeps.
+    fn warm(&self, settings: &Settings, listed: &ListedImages, now: UnixNanos) -> BTreeSet<RecordKey> {
+        let warm = &settings.config.warm;
+        if warm.is_empty() {
+            return BTreeSet::new();
+        }
+        listed
+            .iter()
+            .filter(|image| warm.keeps(image, now).is_some())
             .map(RuntimeImage::record_key)
             .collect()
     }
@@ -950,6 +968,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Some(RescueReason::Container)
         } else if self.in_flight.protects(&image) {
             Some(RescueReason::Pulling)
+        } else if settings.config.warm.keeps(&image, free_time).is_some() {
+            Some(RescueReason::Warm)
         } else if settings
             .kubelet()
             .is_some_and(|r| intent_names(r, &image, settings.intent_age(free_time)))
@@ -1052,6 +1072,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .await?;
         apply_to_copy(&mut records, &detect.batch);
         let pulling = self.pulling(&listed);
+        let warm = self.warm(&settings, &listed, now);
         // A dry run only: the real cycle reads this order from the index.
         let mut ordered: Vec<StoredRecord> = records
             .into_iter()
@@ -1087,6 +1108,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 pulling: &pulling,
                 kubelet: &kubelet,
                 watch: &detect.watch,
+                warm: &warm,
             },
         );
         note_prior_evictions(&mut explanation, &self.store.journal()?);

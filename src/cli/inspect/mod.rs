@@ -331,6 +331,7 @@ fn explain(
             pulling: &Default::default(),
             kubelet: &kubelet.view,
             watch: &watch,
+            warm: &Default::default(),
         },
     );
     note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);
