@@ -116,6 +116,81 @@ pub fn restore_candidates(
     out
 }
 
+/// What `restore` is asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestoreOptions {
+    pub used_within: Duration,
+    pub max_bytes: Option<u64>,
+    pub dry_run: bool,
+}
+
+/// What became of one image `restore` considered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RestoreState {
+    /// Pulled back.
+    Restored,
+    /// A dry run: it would be pulled back.
+    WouldRestore,
+    /// It fits no longer: pulling it would take the image filesystem above the low threshold.
+    DoesNotFit,
+    /// No name to pull it by, or over the byte budget.
+    Skipped,
+    /// The pull failed.
+    Failed,
+    /// The runtime has it already.
+    Present,
+}
+
+impl RestoreState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestoreState::Restored => "restored",
+            RestoreState::WouldRestore => "would_restore",
+            RestoreState::DoesNotFit => "does_not_fit",
+            RestoreState::Skipped => "skipped",
+            RestoreState::Failed => "failed",
+            RestoreState::Present => "present",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RestoreState> {
+        [
+            RestoreState::Restored,
+            RestoreState::WouldRestore,
+            RestoreState::DoesNotFit,
+            RestoreState::Skipped,
+            RestoreState::Failed,
+            RestoreState::Present,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
+    }
+}
+
+/// One image `restore` considered, most recently used first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RestoreItem {
+    pub image_id: String,
+    pub runtime_handler: String,
+    /// The name it is (or would be) pulled by; empty when none is stored.
+    pub image: String,
+    pub size: u64,
+    pub last_used: UnixNanos,
+    pub removed_at: UnixNanos,
+    pub state: RestoreState,
+    /// Why, for every state but `restored` and `would_restore`.
+    pub detail: String,
+}
+
+/// What `restore` did (or, dry, would do).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RestoreOutcome {
+    pub items: Vec<RestoreItem>,
+    pub dry_run: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

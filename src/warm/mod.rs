@@ -26,7 +26,10 @@ use crate::pull::image_matches;
 pub use files::{
     SizeSpec, WarmEntrySpec, WarmError, WarmFile, parse_size, read_warm_dir, resolve_specs,
 };
-pub use history::{DEFAULT_USED_WITHIN, FromHistory, RestoreCandidate, restore_candidates};
+pub use history::{
+    DEFAULT_USED_WITHIN, FromHistory, RestoreCandidate, RestoreItem, RestoreOptions,
+    RestoreOutcome, RestoreState, restore_candidates,
+};
 pub use plan::{PlanInput, WarmPlan, WarmState, WarmStatus, plan};
 
 /// One image the node keeps warm.
