@@ -676,6 +676,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// The listed images a warm set entry in force at `now` keeps.
     fn warm(&self, settings: &Settings, listed: &ListedImages, now: UnixNanos) -> BTreeSet<RecordKey> {
         let warm = &settings.config.warm;
+        #[cfg(feature = "sim-mutants")]
+        if crate::sim::mutants::ignore_warm() {
+            return BTreeSet::new();
+        }
         if warm.is_empty() {
             return BTreeSet::new();
         }
@@ -968,7 +972,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Some(RescueReason::Container)
         } else if self.in_flight.protects(&image) {
             Some(RescueReason::Pulling)
-        } else if settings.config.warm.keeps(&image, free_time).is_some() {
+        } else if settings.config.warm.keeps(&image, free_time).is_some() && !ignore_warm() {
             Some(RescueReason::Warm)
         } else if settings
             .kubelet()
@@ -1182,6 +1186,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 }
 
 /// Wraps a runtime failure of `op` ("list images", ...).
+/// Whether the simulator's mutant that ignores the warm set is on (never without
+/// `sim-mutants`).
+fn ignore_warm() -> bool {
+    #[cfg(feature = "sim-mutants")]
+    return crate::sim::mutants::ignore_warm();
+    #[cfg(not(feature = "sim-mutants"))]
+    false
+}
+
 fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcError {
     move |source| GcError::Runtime { op, source }
 }

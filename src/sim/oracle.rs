@@ -2,8 +2,8 @@
 //! RemoveImage imagekeeper issues, in `world`).
 //!
 //! 1. RemoveImage is never issued for an image that, in the ground truth at that moment, a
-//!    container of any state uses, a pull through imagekeeper is fetching, or that is pinned
-//!    (or is the sandbox image): judged in `world` when the call is made.
+//!    container of any state uses, a pull through imagekeeper is fetching, that is pinned
+//!    (or is the sandbox image) or in the warm set: judged in `world` when the call is made.
 //! 2. No acknowledged use is lost: for every image still present in the same generation as
 //!    when its latest use was acknowledged (a pull that returned after its PullImage, a
 //!    committed detect that listed it with a container), the record exists and its last_used
@@ -19,6 +19,8 @@
 //!    increasing (last_used, first_detected, key) of the records as they were when each
 //!    RemoveImage was issued; (judged by the driver, on a quiet cycle) no eligible image that
 //!    comes before the walk's last removal is left.
+//! 6. No warm loop: a warm cycle never pulls an image imagekeeper removed earlier in the run
+//!    (pulled, collected, pulled again); judged by the driver when a warm cycle ends.
 
 use std::collections::BTreeMap;
 
