@@ -1122,6 +1122,74 @@ mod tests {
         assert_eq!(loaded.pinned_images, Some(Vec::new()));
     }
 
+    /// `[[warm]]` tables, `[warmFromHistory]` and the warm loop's fields from the file; the
+    /// flags win; every bad value names its field or flag.
+    #[test]
+    fn warm_settings_from_the_file_and_flags_and_bad_values_name_their_origin() {
+        let path = Path::new("/etc/ik.toml");
+        let parse = |text: &str| -> FileConfig { toml::from_str(text).expect("TOML") };
+        let file = parse(
+            "warmPeriod = \"30s\"\nwarmParallelPulls = 2\n\
+             [[warm]]\nimage = \"vllm/vllm-openai:v0.6\"\nsize = \"20Gi\"\n\
+             [[warm]]\nimage = \"busybox\"\nruntimeHandler = \"gpu\"\nfor = \"1h\"\n\
+             [warmFromHistory]\nusedWithin = \"12h\"\nmaxBytes = 1000\n",
+        );
+        let c = AgentConfig::resolve(&file, Some(path), &FlagValues::default()).expect("valid");
+        assert_eq!(c.warm.period, Duration::from_secs(30));
+        assert_eq!(c.warm.parallel_pulls, 2);
+        let from_history = c.warm.from_history.expect("set");
+        assert_eq!(from_history.used_within, Duration::from_secs(12 * 3600));
+        assert_eq!(from_history.max_bytes, Some(1000));
+        let entries = &c.gc.warm.entries;
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].size_hint, Some(20 << 30));
+        assert_eq!(entries[1].runtime_handler, "gpu");
+        assert_eq!(entries[1].origin, "warm[1] in /etc/ik.toml");
+        let defaults =
+            AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default())
+                .expect("valid");
+        assert_eq!(defaults.warm.period, Duration::from_secs(60));
+        assert_eq!(defaults.warm.parallel_pulls, 1);
+        assert!(defaults.gc.warm.is_empty() && defaults.warm.from_history.is_none());
+        let flags = FlagValues {
+            warm_period: Some("5s".into()),
+            ..FlagValues::default()
+        };
+        let c = AgentConfig::resolve(&file, Some(path), &flags).expect("valid");
+        assert_eq!(c.warm.period, Duration::from_secs(5), "the flag wins");
+
+        let err = |text: &str, flags: &FlagValues| {
+            AgentConfig::resolve(&parse(text), Some(path), flags)
+                .expect_err("invalid")
+                .to_string()
+        };
+        let none = FlagValues::default();
+        assert_eq!(
+            err("warmPeriod = \"500ms\"", &none),
+            "warmPeriod in /etc/ik.toml: must be at least 1s (got \"500ms\")"
+        );
+        assert_eq!(
+            err("", &FlagValues { warm_period: Some("0s".into()), ..FlagValues::default() }),
+            "--warm-period: must be at least 1s (got \"0s\")"
+        );
+        assert_eq!(
+            err("warmParallelPulls = 65", &none),
+            "warmParallelPulls in /etc/ik.toml: must be between 1 and 64 (got 65)"
+        );
+        assert!(
+            err("[warmFromHistory]\nmaxBytes = \"lots\"", &none)
+                .starts_with("warmFromHistory.maxBytes in /etc/ik.toml: \"lots\" is not a size")
+        );
+        assert!(
+            err("[[warm]]\nimage = \"\"", &none)
+                .starts_with("warm[0] in /etc/ik.toml: image: must not be empty")
+        );
+        assert!(
+            err("", &FlagValues { warm_set_dir: Some("/nonexistent/warm".into()), ..FlagValues::default() })
+                .starts_with("config file /nonexistent/warm: cannot read the warm set directory")
+        );
+    }
+
     #[test]
     fn defaults_are_kubelets() {
         let c =

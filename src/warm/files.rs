@@ -68,6 +68,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, suffix) = t.split_at(split);
+    if number.is_empty() {
+        return Err(format!(
+            "{text:?} is not a size (bytes, or a quantity such as 20Gi)"
+        ));
+    }
     let multiplier: f64 = match suffix {
         "" => 1.0,
         "k" | "K" => 1e3,
