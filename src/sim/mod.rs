@@ -554,11 +554,10 @@ impl Sim {
                 Box::pin(async move { Done::Gc(gc.delete_unused_images(time).await) })
             }
             Kind::Warm => {
-                let pulls = self.agent.pulls.clone();
                 let entries = self.config.warm.entries.clone();
                 let low = self.config.policy.low_threshold_percent;
                 let now = self.clock.now();
-                Box::pin(async move { Done::Warm(warm_cycle(&gc, &pulls, &entries, low, now).await) })
+                Box::pin(async move { Done::Warm(warm_cycle(&gc, &entries, low, now).await) })
             }
             _ => Box::pin(async move {
                 let _ = gc.refresh_image_cache().await;
@@ -1100,11 +1099,12 @@ fn rescues(agent: &Agent) -> u64 {
     agent.gc.metrics().rescued().iter().map(|(_, n)| n).sum()
 }
 
-/// One warm cycle as the agent runs it (`crate::agent`'s warm loop): the plan, then its pulls
-/// through the image manager, one at a time. Returns the ids pulled.
+/// One warm cycle as the agent runs it (`crate::agent`'s warm loop): the plan, then its pulls,
+/// one at a time. The pulls go to the runtime directly, not through the image manager (the
+/// pods' pulls exercise it; a warm pull through it made runs of one seed differ). Returns the
+/// ids pulled.
 async fn warm_cycle(
     gc: &ImageGcManager<SimRuntime>,
-    pulls: &ImageManager<SimRuntime, Store>,
     entries: &[WarmEntry],
     low_threshold_percent: i64,
     now: UnixNanos,
@@ -1130,16 +1130,7 @@ async fn warm_cycle(
     });
     let mut pulled = Vec::new();
     for status in planned.pulls() {
-        if let Ok(id) = pulls
-            .ensure_image_exists(
-                &PodRef::default(),
-                &status.entry.image,
-                PullPolicy::IfNotPresent,
-                &[],
-                "",
-            )
-            .await
-        {
+        if let Ok(id) = runtime.pull_image(&status.entry.image, "", None).await {
             pulled.push(id);
         }
     }
