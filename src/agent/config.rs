@@ -744,8 +744,9 @@ fn resolve_warm(
     };
     let mut entries = match &file.warm {
         None => Vec::new(),
-        Some(specs) => resolve_specs(specs, |i| o.field(&format!("warm[{i}]")))
-            .map_err(warm_error)?,
+        Some(specs) => {
+            resolve_specs(specs, |i| o.field(&format!("warm[{i}]"))).map_err(warm_error)?
+        }
     };
     let dir = pick(
         &flags.warm_set_dir,
@@ -1145,9 +1146,8 @@ mod tests {
         assert_eq!(entries[0].size_hint, Some(20 << 30));
         assert_eq!(entries[1].runtime_handler, "gpu");
         assert_eq!(entries[1].origin, "warm[1] in /etc/ik.toml");
-        let defaults =
-            AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default())
-                .expect("valid");
+        let defaults = AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default())
+            .expect("valid");
         assert_eq!(defaults.warm.period, Duration::from_secs(60));
         assert_eq!(defaults.warm.parallel_pulls, 1);
         assert!(defaults.gc.warm.is_empty() && defaults.warm.from_history.is_none());
@@ -1169,7 +1169,13 @@ mod tests {
             "warmPeriod in /etc/ik.toml: must be at least 1s (got \"500ms\")"
         );
         assert_eq!(
-            err("", &FlagValues { warm_period: Some("0s".into()), ..FlagValues::default() }),
+            err(
+                "",
+                &FlagValues {
+                    warm_period: Some("0s".into()),
+                    ..FlagValues::default()
+                }
+            ),
             "--warm-period: must be at least 1s (got \"0s\")"
         );
         assert_eq!(
@@ -1185,8 +1191,14 @@ mod tests {
                 .starts_with("warm[0] in /etc/ik.toml: image: must not be empty")
         );
         assert!(
-            err("", &FlagValues { warm_set_dir: Some("/nonexistent/warm".into()), ..FlagValues::default() })
-                .starts_with("config file /nonexistent/warm: cannot read the warm set directory")
+            err(
+                "",
+                &FlagValues {
+                    warm_set_dir: Some("/nonexistent/warm".into()),
+                    ..FlagValues::default()
+                }
+            )
+            .starts_with("config file /nonexistent/warm: cannot read the warm set directory")
         );
     }
 

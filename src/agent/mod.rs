@@ -164,8 +164,8 @@ impl<R: AgentRuntime> Agent<R> {
         let now = clock.now();
         let mut config = config;
         // `for` lifetimes count from now.
-        config.gc.warm = std::mem::take(&mut config.gc.warm)
-            .stamped(now, &crate::warm::WarmSet::default());
+        config.gc.warm =
+            std::mem::take(&mut config.gc.warm).stamped(now, &crate::warm::WarmSet::default());
         let store = Arc::new(Store::open(&config.db, now)?);
         let mut batch = Batch::new();
         batch.set_meta(meta_keys::AGENT_STARTED_AT, now.0);
@@ -751,7 +751,9 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
         &self,
         options: crate::warm::RestoreOptions,
     ) -> Result<crate::warm::RestoreOutcome, String> {
-        Agent::restore(self, options).await.map_err(|e| e.to_string())
+        Agent::restore(self, options)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -97,7 +97,10 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
         ),
         // The warm set is the GC's (it keeps what the set names); the warm loop reads its
         // settings at each cycle.
-        (a.warm != b.warm, "warm (the warm set: [[warm]], warmSetDir)"),
+        (
+            a.warm != b.warm,
+            "warm (the warm set: [[warm]], warmSetDir)",
+        ),
         (old.warm.period != new.warm.period, "warmPeriod"),
         (
             old.warm.parallel_pulls != new.warm.parallel_pulls,

@@ -21,8 +21,8 @@ use crate::model::{RecordKey, RuntimeImage, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullRuntime};
 use crate::store::Store;
 use crate::warm::{
-    FromHistory, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome, RestoreState,
-    WarmEntry, WarmPlan, WarmState, plan, restore_candidates,
+    FromHistory, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome, RestoreState, WarmEntry,
+    WarmPlan, WarmState, plan, restore_candidates,
 };
 
 use super::{Agent, AgentError, AgentRuntime, lock_ignoring_poison};
@@ -118,10 +118,7 @@ impl<R: AgentRuntime> Agent<R> {
             return Ok(plan);
         }
         let runtime = self.gc.runtime();
-        let images = runtime
-            .list_images()
-            .await
-            .map_err(AgentError::Runtime)?;
+        let images = runtime.list_images().await.map_err(AgentError::Runtime)?;
         let fs = match runtime.image_fs_stats().await {
             Ok(stats) => Some((stats.capacity, stats.available)),
             Err(e) => {
@@ -349,7 +346,11 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
                         .await
                     {
                         Ok(image_ref) => {
-                            info!(image = image.as_str(), image_ref = image_ref.as_str(), "Restored an image removed externally");
+                            info!(
+                                image = image.as_str(),
+                                image_ref = image_ref.as_str(),
+                                "Restored an image removed externally"
+                            );
                             (RestoreState::Restored, String::new())
                         }
                         Err(e) => (
@@ -381,7 +382,6 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
     use crate::agent::{AgentConfig, FileConfig, FlagValues, NoEvents};
     use crate::clock::ManualClock;
     use crate::cri::{CriError, RpcCode};
@@ -390,6 +390,7 @@ mod tests {
     use crate::replay::ScriptedRuntime;
     use crate::warm::{WarmEntrySpec, WarmSet, resolve_specs};
     use std::sync::Mutex;
+    use std::time::Duration;
 
     /// A scripted runtime with a registry: a pull adds the registry's image to the list and
     /// takes its size from the available bytes; every pull and removal is counted.
@@ -475,7 +476,11 @@ mod tests {
         }
     }
 
-    fn agent(dir: &std::path::Path, runtime: Registry, specs: &[WarmEntrySpec]) -> Arc<Agent<Registry>> {
+    fn agent(
+        dir: &std::path::Path,
+        runtime: Registry,
+        specs: &[WarmEntrySpec],
+    ) -> Arc<Agent<Registry>> {
         let flags = FlagValues {
             db: Some(dir.join("records.redb")),
             admin_socket: Some(dir.join("admin.sock")),
@@ -484,8 +489,10 @@ mod tests {
             image_gc_low_threshold: Some(80),
             ..FlagValues::default()
         };
-        let mut config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
-        config.gc.warm = WarmSet::new(resolve_specs(specs, |i| format!("warm[{i}]")).expect("specs"));
+        let mut config =
+            AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
+        config.gc.warm =
+            WarmSet::new(resolve_specs(specs, |i| format!("warm[{i}]")).expect("specs"));
         let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(1_800_000_000)));
         Arc::new(Agent::with_runtime(config, clock, runtime).expect("agent"))
     }
@@ -518,7 +525,11 @@ mod tests {
         let agent = agent(
             dir.path(),
             runtime.clone(),
-            &[spec("a:1", Some("300")), spec("b:1", Some("500")), spec("c:1", None)],
+            &[
+                spec("a:1", Some("300")),
+                spec("b:1", Some("500")),
+                spec("c:1", None),
+            ],
         );
         let first = agent.warm_cycle().await;
         assert_eq!(
@@ -543,12 +554,17 @@ mod tests {
             metrics.contains("imagekeeper_warm_images{state=\"does_not_fit\"} 1"),
             "{metrics}"
         );
-        assert!(metrics.contains("imagekeeper_warm_pulls_total{result=\"success\"} 2"), "{metrics}");
+        assert!(
+            metrics.contains("imagekeeper_warm_pulls_total{result=\"success\"} 2"),
+            "{metrics}"
+        );
 
         // Removed behind the agent's back (not by imagekeeper): back at the next cycle.
         {
             let mut state = runtime.node.state();
-            state.images.retain(|i| i.id != ImageId::new(format!("sha256:{:064x}", 1)));
+            state
+                .images
+                .retain(|i| i.id != ImageId::new(format!("sha256:{:064x}", 1)));
             if let Some((_, available)) = state.fs.as_mut() {
                 *available += 300;
             }
@@ -590,11 +606,15 @@ mod tests {
     async fn restore_pulls_back_an_external_removal_and_not_a_gc_one() {
         let dir = tempfile::tempdir().expect("temp dir");
         let runtime = Registry {
-            registry: Arc::new(vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)]),
+            registry: Arc::new(vec![
+                registry_image(1, "a:1", 100),
+                registry_image(2, "b:1", 100),
+            ]),
             ..Registry::default()
         };
         runtime.node.state().fs = Some((1000, 800));
-        runtime.node.state().images = vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)];
+        runtime.node.state().images =
+            vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)];
         let agent = agent(dir.path(), runtime.clone(), &[]);
         let t0 = UnixNanos::from_secs(1_800_000_000);
         // Both used by a container at the first detect.
@@ -611,8 +631,16 @@ mod tests {
         agent.gc_manager().detect(t0).await.expect("detect");
         runtime.node.state().containers.clear();
         // a goes behind imagekeeper's back; b is removed by imagekeeper (prune).
-        runtime.node.state().images.retain(|i| i.repo_tags[0].ends_with("b:1"));
-        agent.gc_manager().detect(UnixNanos::from_secs(1_800_000_060)).await.expect("detect");
+        runtime
+            .node
+            .state()
+            .images
+            .retain(|i| i.repo_tags[0].ends_with("b:1"));
+        agent
+            .gc_manager()
+            .detect(UnixNanos::from_secs(1_800_000_060))
+            .await
+            .expect("detect");
         let pruned = agent
             .gc_manager()
             .delete_unused_images(UnixNanos::from_secs(1_800_000_120))
@@ -624,10 +652,19 @@ mod tests {
             dry_run: true,
         };
         let dry = agent.restore(options).await.expect("restore");
-        let listed: Vec<(&str, RestoreState)> =
-            dry.items.iter().map(|i| (i.image.as_str(), i.state)).collect();
-        assert_eq!(listed, [("docker.io/library/a:1", RestoreState::WouldRestore)]);
-        assert!(lock_ignoring_poison(&runtime.pulls).is_empty(), "a dry run pulls nothing");
+        let listed: Vec<(&str, RestoreState)> = dry
+            .items
+            .iter()
+            .map(|i| (i.image.as_str(), i.state))
+            .collect();
+        assert_eq!(
+            listed,
+            [("docker.io/library/a:1", RestoreState::WouldRestore)]
+        );
+        assert!(
+            lock_ignoring_poison(&runtime.pulls).is_empty(),
+            "a dry run pulls nothing"
+        );
         let done = agent
             .restore(RestoreOptions {
                 dry_run: false,
@@ -636,6 +673,9 @@ mod tests {
             .await
             .expect("restore");
         assert_eq!(done.items[0].state, RestoreState::Restored);
-        assert_eq!(lock_ignoring_poison(&runtime.pulls).as_slice(), ["docker.io/library/a:1"]);
+        assert_eq!(
+            lock_ignoring_poison(&runtime.pulls).as_slice(),
+            ["docker.io/library/a:1"]
+        );
     }
 }

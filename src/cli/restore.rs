@@ -87,14 +87,10 @@ pub fn run(args: RestoreArgs) -> Result<(), Failure> {
                     .credential_sources()
                     .context("--image-credential-provider-config")
                     .map_err(Failure::usage)?;
-                let images = ImageManager::new(
-                    &config.pull,
-                    Arc::new(client.clone()),
-                    store.clone(),
-                    clock,
-                )
-                .context("pull settings")?
-                .with_credential_sources(Arc::new(sources));
+                let images =
+                    ImageManager::new(&config.pull, Arc::new(client.clone()), store.clone(), clock)
+                        .context("pull settings")?
+                        .with_credential_sources(Arc::new(sources));
                 let outcome = restore_images(
                     &client,
                     &images,
@@ -174,7 +170,9 @@ fn print(outcome: &imagekeeper::warm::RestoreOutcome, output: &OutputArgs) -> Re
                 }),
                 Column::wide("HANDLER", |i: &RestoreItem| i.runtime_handler.clone()),
                 Column::new("SIZE", |i: &RestoreItem| format_size(i.size)),
-                Column::new("LAST USED", move |i: &RestoreItem| format_ago(now, i.last_used)),
+                Column::new("LAST USED", move |i: &RestoreItem| {
+                    format_ago(now, i.last_used)
+                }),
                 Column::new("STATE", |i: &RestoreItem| i.state.as_str().to_owned()),
                 Column::new("DETAIL", |i: &RestoreItem| i.detail.clone()),
             ];

@@ -61,12 +61,12 @@ use super::explain::{
 use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
-use crate::warm::WarmSet;
 use super::plan::SpaceWalk;
 use super::space::SpaceNeed;
 use super::watch::WatchHistory;
 use super::{GcError, GcPolicy};
 use crate::format::{format_rfc3339, go_duration};
+use crate::warm::WarmSet;
 
 /// The runtime's images (sorted once by key), the keys in use (by a container, the sandbox
 /// image or a kubelet pull intent), the running containers' image volumes, and the kubelet's
@@ -674,7 +674,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// The listed images a warm set entry in force at `now` keeps.
-    fn warm(&self, settings: &Settings, listed: &ListedImages, now: UnixNanos) -> BTreeSet<RecordKey> {
+    fn warm(
+        &self,
+        settings: &Settings,
+        listed: &ListedImages,
+        now: UnixNanos,
+    ) -> BTreeSet<RecordKey> {
         let warm = &settings.config.warm;
         #[cfg(feature = "sim-mutants")]
         if crate::sim::mutants::ignore_warm() {

@@ -338,7 +338,10 @@ impl Sim {
         let mut warm_entries = Vec::new();
         for _ in 0..1 + warm_rng.usize(..2) {
             let entry = &catalog[1 + warm_rng.usize(..catalog.len() - 1)];
-            if !warm_entries.iter().any(|e: &WarmEntry| e.image == entry.name) {
+            if !warm_entries
+                .iter()
+                .any(|e: &WarmEntry| e.image == entry.name)
+            {
                 warm_entries.push(WarmEntry {
                     image: entry.name.clone(),
                     runtime_handler: String::new(),

@@ -199,10 +199,9 @@ pub fn read_warm_dir(dir: &Path) -> Result<Vec<WarmEntry>, WarmError> {
             })?
         };
         let shown = path.display().to_string();
-        out.extend(resolve_specs(
-            &file.warm,
-            |i| format!("{shown}: warm[{i}]"),
-        )?);
+        out.extend(resolve_specs(&file.warm, |i| {
+            format!("{shown}: warm[{i}]")
+        })?);
     }
     Ok(out)
 }
@@ -218,7 +217,11 @@ mod tests {
         assert_eq!(parse_size("20Gi"), Ok(20 * 1024 * 1024 * 1024));
         assert_eq!(parse_size("1.5G"), Ok(1_500_000_000));
         assert_eq!(parse_size("2Mi"), Ok(2 * 1024 * 1024));
-        assert!(parse_size("3Gb").unwrap_err().contains("unknown size suffix"));
+        assert!(
+            parse_size("3Gb")
+                .unwrap_err()
+                .contains("unknown size suffix")
+        );
         assert!(parse_size("-1").unwrap_err().contains("negative"));
         assert!(parse_size("").unwrap_err().contains("not a size"));
     }
@@ -243,9 +246,12 @@ mod tests {
         let got = resolve_specs(&specs, |i| format!("warm[{i}]")).expect("valid");
         assert_eq!(got[0].lifetime, Some(std::time::Duration::from_secs(3600)));
         assert_eq!(got[0].until, None);
-        let stamped = super::super::WarmSet::new(got.clone())
-            .stamped(now, &super::super::WarmSet::default());
-        assert_eq!(stamped.entries[0].until, Some(UnixNanos(now.0 + 3_600_000_000_000)));
+        let stamped =
+            super::super::WarmSet::new(got.clone()).stamped(now, &super::super::WarmSet::default());
+        assert_eq!(
+            stamped.entries[0].until,
+            Some(UnixNanos(now.0 + 3_600_000_000_000))
+        );
         // A reload an hour later keeps the first read's end: `for` is not extended.
         let later = UnixNanos(now.0 + 1_800_000_000_000);
         let again = super::super::WarmSet::new(got.clone()).stamped(later, &stamped);
@@ -317,12 +323,22 @@ mod tests {
         let got = read_warm_dir(dir.path()).expect("valid");
         let images: Vec<&str> = got.iter().map(|e| e.image.as_str()).collect();
         assert_eq!(images, ["busybox:1.36", "vllm/vllm-openai:v0.6"]);
-        assert!(got[1].origin.ends_with("b-gpu.yaml: warm[0]"), "{}", got[1].origin);
+        assert!(
+            got[1].origin.ends_with("b-gpu.yaml: warm[0]"),
+            "{}",
+            got[1].origin
+        );
 
-        std::fs::write(stamped.join("b-gpu.yaml"), "warm:\n  - image: x\n    colour: red\n")
-            .expect("write");
+        std::fs::write(
+            stamped.join("b-gpu.yaml"),
+            "warm:\n  - image: x\n    colour: red\n",
+        )
+        .expect("write");
         let err = read_warm_dir(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("b-gpu.yaml") && err.contains("colour"), "{err}");
+        assert!(
+            err.contains("b-gpu.yaml") && err.contains("colour"),
+            "{err}"
+        );
     }
 
     #[test]

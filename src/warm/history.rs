@@ -196,7 +196,12 @@ mod tests {
     use super::*;
     use crate::model::RemovalReason;
 
-    fn removal(id: u8, removed_at: i64, last_used: i64, remover: Remover) -> (JournalKey, JournalEntry) {
+    fn removal(
+        id: u8,
+        removed_at: i64,
+        last_used: i64,
+        remover: Remover,
+    ) -> (JournalKey, JournalEntry) {
         (
             JournalKey {
                 removed_at: UnixNanos(removed_at),
@@ -262,7 +267,11 @@ mod tests {
                 (7, Some("over the byte budget (--max-bytes)")),
             ]
         );
-        assert_eq!(got[1].image.as_deref(), Some("x/two@sha256:2"), "a digest first");
+        assert_eq!(
+            got[1].image.as_deref(),
+            Some("x/two@sha256:2"),
+            "a digest first"
+        );
         assert!(got[0].entry().is_none());
         assert_eq!(got[2].entry().map(|e| e.size_hint), Some(Some(100)));
     }

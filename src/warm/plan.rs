@@ -252,7 +252,11 @@ mod tests {
                 ("d:1", WarmState::Present),
             ]
         );
-        assert!(got.statuses[1].detail.contains("needs 9.3 GiB"), "{}", got.statuses[1].detail);
+        assert!(
+            got.statuses[1].detail.contains("needs 9.3 GiB"),
+            "{}",
+            got.statuses[1].detail
+        );
     }
 
     /// The history's size wins over the hint; an unknown size pulls alone, and only below the

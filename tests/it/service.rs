@@ -424,8 +424,11 @@ async fn a_watched_warm_set_directory_that_changes_is_reloaded_without_a_signal(
     let warm = dir.path().join("warm");
     let first = warm.join("..2026_01_01");
     std::fs::create_dir_all(&first).expect("mkdir");
-    std::fs::write(first.join("gpu.yaml"), "warm:\n  - image: registry.example/a:1\n")
-        .expect("write");
+    std::fs::write(
+        first.join("gpu.yaml"),
+        "warm:\n  - image: registry.example/a:1\n",
+    )
+    .expect("write");
     std::os::unix::fs::symlink("..2026_01_01", warm.join("..data")).expect("symlink");
     std::os::unix::fs::symlink("..data/gpu.yaml", warm.join("gpu.yaml")).expect("symlink");
     let notify_path = dir.path().join("notify.sock");

@@ -41,7 +41,11 @@ impl Disk {
 }
 
 impl Hooks for Disk {
-    fn before(&self, method: &'static str, arg: &str) -> impl std::future::Future<Output = ()> + Send {
+    fn before(
+        &self,
+        method: &'static str,
+        arg: &str,
+    ) -> impl std::future::Future<Output = ()> + Send {
         if matches!(method, "PullImage" | "RemoveImage") {
             self.calls
                 .lock()
@@ -188,7 +192,15 @@ async fn a_warm_image_is_pulled_comes_back_after_ctr_rm_and_survives_gc_and_prun
     let clock: Arc<dyn Clock> = Arc::new(imagekeeper::clock::ManualClock::new(
         UnixNanos::from_secs(1_800_000_000),
     ));
-    let agent = agent(&lab, dir.path(), &client, &disk, &[warm(&image, None)], 1, clock);
+    let agent = agent(
+        &lab,
+        dir.path(),
+        &client,
+        &disk,
+        &[warm(&image, None)],
+        1,
+        clock,
+    );
 
     let first = agent.warm_cycle().await;
     assert_eq!(first.statuses[0].state, WarmState::Pulling, "{first:?}");
@@ -214,7 +226,12 @@ async fn a_warm_image_is_pulled_comes_back_after_ctr_rm_and_survives_gc_and_prun
         .iter()
         .find(|i| i.key.image_id.as_str() == image.image_id)
         .expect("the warm image is explained");
-    assert_eq!(explained.decision, Decision::KeepWarm, "{}", explained.reason);
+    assert_eq!(
+        explained.decision,
+        Decision::KeepWarm,
+        "{}",
+        explained.reason
+    );
     let _ = agent.gc_manager().garbage_collect(now).await;
     let _ = agent.gc_manager().delete_unused_images(now).await;
     assert!(
@@ -228,8 +245,7 @@ async fn a_warm_image_is_pulled_comes_back_after_ctr_rm_and_survives_gc_and_prun
 /// pulled (their declared sizes fit), the third is reported as not fitting; over 10 more warm
 /// cycles, each followed by a GC, nothing is pulled or removed again.
 #[tokio::test]
-async fn a_warm_set_larger_than_the_headroom_pulls_the_first_and_reports_the_rest_without_a_loop()
-{
+async fn a_warm_set_larger_than_the_headroom_pulls_the_first_and_reports_the_rest_without_a_loop() {
     let Some(lab) = support::lab(
         "gc::warm::lab::a_warm_set_larger_than_the_headroom_pulls_the_first_and_reports_the_rest_without_a_loop",
     )
@@ -267,7 +283,11 @@ async fn a_warm_set_larger_than_the_headroom_pulls_the_first_and_reports_the_res
     let states: Vec<WarmState> = first.statuses.iter().map(|s| s.state).collect();
     assert_eq!(
         states,
-        [WarmState::Pulling, WarmState::Pulling, WarmState::DoesNotFit],
+        [
+            WarmState::Pulling,
+            WarmState::Pulling,
+            WarmState::DoesNotFit
+        ],
         "{first:?}"
     );
     assert!(first.statuses[2].detail.contains("below the low threshold"));
@@ -283,7 +303,11 @@ async fn a_warm_set_larger_than_the_headroom_pulls_the_first_and_reports_the_res
         let _ = agent.gc_manager().garbage_collect(now).await;
         let plan = agent.warm_cycle().await;
         assert_eq!(plan.count(WarmState::Present), 2, "cycle {cycle}: {plan:?}");
-        assert_eq!(plan.count(WarmState::DoesNotFit), 1, "cycle {cycle}: {plan:?}");
+        assert_eq!(
+            plan.count(WarmState::DoesNotFit),
+            1,
+            "cycle {cycle}: {plan:?}"
+        );
     }
     assert_eq!(
         (pulls(&small), pulls(&user), pulls(&big)),
@@ -301,7 +325,8 @@ async fn a_warm_set_larger_than_the_headroom_pulls_the_first_and_reports_the_res
 #[tokio::test]
 async fn restore_lists_then_pulls_back_an_image_removed_with_ctr() {
     let Some(lab) =
-        support::lab("gc::warm::lab::restore_lists_then_pulls_back_an_image_removed_with_ctr").await
+        support::lab("gc::warm::lab::restore_lists_then_pulls_back_an_image_removed_with_ctr")
+            .await
     else {
         return;
     };
@@ -313,7 +338,15 @@ async fn restore_lists_then_pulls_back_an_image_removed_with_ctr() {
     disk.capacity.store(1 << 40, Ordering::SeqCst);
     disk.available.store(u64::MAX, Ordering::SeqCst);
     {
-        let agent = agent(&lab, dir.path(), &client, &disk, &[], 1, Arc::new(SystemClock));
+        let agent = agent(
+            &lab,
+            dir.path(),
+            &client,
+            &disk,
+            &[],
+            1,
+            Arc::new(SystemClock),
+        );
         // A use: the pull through the agent marks it.
         imagekeeper::admin::AdminBackend::ensure_image(
             &*agent,
@@ -369,7 +402,10 @@ async fn restore_lists_then_pulls_back_an_image_removed_with_ctr() {
         "{dry}"
     );
     assert!(dry.contains("would restore 1 image(s)"), "{dry}");
-    assert!(!listed(&client).await.contains(&image.image_id), "a dry run pulls nothing");
+    assert!(
+        !listed(&client).await.contains(&image.image_id),
+        "a dry run pulls nothing"
+    );
     let done = restore(false);
     assert!(done.contains("restored 1 image(s)"), "{done}");
     assert!(
