@@ -154,6 +154,278 @@ pub struct FromHistorySpec {
     pub max_bytes: Option<crate::warm::SizeSpec>,
 }
 
+/// When a changed field takes effect on a reload (SIGHUP or `--config-watch-period`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnReload {
+    /// Swapped in between cycles: the next detect or GC runs with it.
+    Applied,
+    /// Kept at its running value and named in a warning until the next start.
+    NeedsRestart,
+}
+
+/// One field of the config file, for the reference page `docs/src/reference/config.md`
+/// (generated from [`CONFIG_FIELDS`] by `scripts/docs`). A unit test checks that the list's
+/// keys are exactly the fields [`FileConfig`] accepts, so a new field without an entry fails.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigField {
+    /// The TOML key (KubeletConfiguration's field name where the kubelet has one).
+    pub key: &'static str,
+    /// The `imagekeeper run` flag that overrides it (a flag wins over the file).
+    pub flag: &'static str,
+    /// The kubelet's setting it matches, or `None` when the field is imagekeeper's own.
+    pub kubelet: Option<&'static str>,
+    /// The value in force when neither the file nor the flag sets it, read from the
+    /// configuration [`AgentConfig::resolve`] makes out of nothing.
+    pub default: fn(&AgentConfig) -> String,
+    pub on_reload: OnReload,
+    pub help: &'static str,
+}
+
+fn duration_text(d: Duration) -> String {
+    crate::format::go_duration(d)
+}
+
+/// Every config file field, in the order of [`FileConfig`].
+pub const CONFIG_FIELDS: &[ConfigField] = &[
+    ConfigField {
+        key: "imageGCHighThresholdPercent",
+        flag: "--image-gc-high-threshold",
+        kubelet: Some("KubeletConfiguration imageGCHighThresholdPercent"),
+        default: |c| c.gc.policy.high_threshold_percent.to_string(),
+        on_reload: OnReload::Applied,
+        help: "Image filesystem usage percent at or above which GC frees space.",
+    },
+    ConfigField {
+        key: "imageGCLowThresholdPercent",
+        flag: "--image-gc-low-threshold",
+        kubelet: Some("KubeletConfiguration imageGCLowThresholdPercent"),
+        default: |c| c.gc.policy.low_threshold_percent.to_string(),
+        on_reload: OnReload::Applied,
+        help: "Usage percent GC frees down to; not above the high threshold.",
+    },
+    ConfigField {
+        key: "imageMinimumGCAge",
+        flag: "--minimum-image-ttl-duration",
+        kubelet: Some("KubeletConfiguration imageMinimumGCAge"),
+        default: |c| duration_text(c.gc.policy.min_age),
+        on_reload: OnReload::Applied,
+        help: "Images first detected more recently than this are not removed for space (Go duration).",
+    },
+    ConfigField {
+        key: "imageMaximumGCAge",
+        flag: "--image-maximum-gc-age",
+        kubelet: Some("KubeletConfiguration imageMaximumGCAge"),
+        default: |c| duration_text(c.gc.policy.max_age),
+        on_reload: OnReload::Applied,
+        help: "Images unused for longer than this are removed whatever the disk usage; 0 turns it off.",
+    },
+    ConfigField {
+        key: "serializeImagePulls",
+        flag: "--serialize-image-pulls",
+        kubelet: Some("KubeletConfiguration serializeImagePulls"),
+        default: |c| c.pull.serialize_image_pulls.to_string(),
+        on_reload: OnReload::NeedsRestart,
+        help: "One pull at a time; a file setting maxParallelImagePulls >= 2 and leaving this unset pulls in parallel, as the kubelet's defaulting does.",
+    },
+    ConfigField {
+        key: "maxParallelImagePulls",
+        flag: "--max-parallel-image-pulls",
+        kubelet: Some("KubeletConfiguration maxParallelImagePulls"),
+        default: |c| match c.pull.max_parallel_image_pulls {
+            Some(n) => n.to_string(),
+            None => "unlimited".to_owned(),
+        },
+        on_reload: OnReload::NeedsRestart,
+        help: "The most pulls at once when pulls are not serialized.",
+    },
+    ConfigField {
+        key: "registryPullQPS",
+        flag: "--registry-qps",
+        kubelet: Some("KubeletConfiguration registryPullQPS"),
+        default: |c| c.pull.registry_pull_qps.to_string(),
+        on_reload: OnReload::NeedsRestart,
+        help: "Pulls per second allowed (a token bucket); 0 is no limit.",
+    },
+    ConfigField {
+        key: "registryBurst",
+        flag: "--registry-burst",
+        kubelet: Some("KubeletConfiguration registryBurst"),
+        default: |c| c.pull.registry_burst.to_string(),
+        on_reload: OnReload::NeedsRestart,
+        help: "The token bucket's burst for registryPullQPS.",
+    },
+    ConfigField {
+        key: "pinnedImages",
+        flag: "--pinned-image (repeatable)",
+        kubelet: None,
+        default: |c| format!("{:?}", c.gc.pins.patterns()),
+        on_reload: OnReload::Applied,
+        help: "Patterns of images GC never removes: an exact name, or a prefix ending in `*` (CRI-O's pinned_images; containerd 1.6 never reports pinned).",
+    },
+    ConfigField {
+        key: "podInfraContainerImage",
+        flag: "--pod-infra-container-image",
+        kubelet: Some("kubelet --pod-infra-container-image"),
+        default: |c| {
+            c.gc.sandbox_image
+                .clone()
+                .unwrap_or_else(|| "none".to_owned())
+        },
+        on_reload: OnReload::Applied,
+        help: "The sandbox (pause) image, always treated as in use.",
+    },
+    ConfigField {
+        key: "containerRuntimeEndpoint",
+        flag: "--container-runtime-endpoint",
+        kubelet: Some("KubeletConfiguration containerRuntimeEndpoint"),
+        default: |c| c.cri.runtime_endpoint.clone(),
+        on_reload: OnReload::NeedsRestart,
+        help: "The CRI runtime's socket.",
+    },
+    ConfigField {
+        key: "imageServiceEndpoint",
+        flag: "--image-service-endpoint",
+        kubelet: Some("KubeletConfiguration imageServiceEndpoint"),
+        default: |c| {
+            c.cri
+                .image_endpoint
+                .clone()
+                .unwrap_or_else(|| "the runtime endpoint".to_owned())
+        },
+        on_reload: OnReload::NeedsRestart,
+        help: "The CRI image service's socket, when it is not the runtime's.",
+    },
+    ConfigField {
+        key: "kubeletRootDir",
+        flag: "--kubelet-root-dir",
+        kubelet: Some("kubelet --root-dir"),
+        default: |c| match &c.gc.kubelet_root_dir {
+            Some(dir) => dir.display().to_string(),
+            None => "\"\"".to_owned(),
+        },
+        on_reload: OnReload::Applied,
+        help: "The kubelet's root directory, whose image pull records are read (never written); an absolute path, or empty to read none. A reload applies it to GC at once; the node credentials' search path keeps the directory of the start.",
+    },
+    ConfigField {
+        key: "kubeletIntentMaxAge",
+        flag: "--kubelet-intent-max-age",
+        kubelet: None,
+        default: |c| {
+            duration_text(
+                c.gc.kubelet_intent_max_age
+                    .unwrap_or(crate::kubelet::DEFAULT_INTENT_MAX_AGE),
+            )
+        },
+        on_reload: OnReload::Applied,
+        help: "How old (file mtime) a kubelet pull intent may be and still keep its image; at least 1m.",
+    },
+    ConfigField {
+        key: "containerEvents",
+        flag: "--container-events",
+        kubelet: None,
+        default: |c| c.container_events.as_str().to_owned(),
+        on_reload: OnReload::NeedsRestart,
+        help: "`auto` watches the runtime's container events (falling back when it has none); `off` never subscribes.",
+    },
+    ConfigField {
+        key: "journalMaxAge",
+        flag: "--journal-max-age",
+        kubelet: None,
+        default: |c| duration_text(c.gc.journal_retention.unwrap_or_default().max_age),
+        on_reload: OnReload::Applied,
+        help: "How long the eviction journal keeps a removal.",
+    },
+    ConfigField {
+        key: "journalMaxEntries",
+        flag: "--journal-max-entries",
+        kubelet: None,
+        default: |c| {
+            c.gc.journal_retention
+                .unwrap_or_default()
+                .max_entries
+                .to_string()
+        },
+        on_reload: OnReload::Applied,
+        help: "How many removals the eviction journal keeps; at least 1.",
+    },
+    ConfigField {
+        key: "imageCredentialProviderConfig",
+        flag: "--image-credential-provider-config",
+        kubelet: Some("kubelet --image-credential-provider-config"),
+        default: |c| match &c.credential_providers {
+            Some(p) => p.config.display().to_string(),
+            None => "none".to_owned(),
+        },
+        on_reload: OnReload::NeedsRestart,
+        help: "A CredentialProviderConfig file: the plugins asked for registry credentials; set with imageCredentialProviderBinDir or not at all.",
+    },
+    ConfigField {
+        key: "imageCredentialProviderBinDir",
+        flag: "--image-credential-provider-bin-dir",
+        kubelet: Some("kubelet --image-credential-provider-bin-dir"),
+        default: |c| match &c.credential_providers {
+            Some(p) => p.bin_dir.display().to_string(),
+            None => "none".to_owned(),
+        },
+        on_reload: OnReload::NeedsRestart,
+        help: "The directory holding the credential provider plugins.",
+    },
+    ConfigField {
+        key: "warm",
+        flag: "(none)",
+        kubelet: None,
+        default: |c| c.gc.warm.entries.len().to_string() + " entries",
+        on_reload: OnReload::Applied,
+        help: "[[warm]] tables: images the node keeps present ahead of use, in priority order; fields image, runtimeHandler, for (Go duration) or until (RFC 3339), size (bytes or a quantity). See Warm sets.",
+    },
+    ConfigField {
+        key: "warmSetDir",
+        flag: "--warm-set-dir",
+        kubelet: None,
+        default: |c| match &c.warm.dir {
+            Some(d) => d.display().to_string(),
+            None => "none".to_owned(),
+        },
+        on_reload: OnReload::Applied,
+        help: "A directory of warm set files (YAML or JSON `warm:` lists; a mounted ConfigMap), read again at each reload.",
+    },
+    ConfigField {
+        key: "warmPeriod",
+        flag: "--warm-period",
+        kubelet: None,
+        default: |c| duration_text(c.warm.period),
+        on_reload: OnReload::Applied,
+        help: "How often the warm cycle pulls missing warm images; at least 1s.",
+    },
+    ConfigField {
+        key: "warmParallelPulls",
+        flag: "(none)",
+        kubelet: None,
+        default: |c| c.warm.parallel_pulls.to_string(),
+        on_reload: OnReload::Applied,
+        help: "At most this many warm pulls at once, 1 to 64.",
+    },
+    ConfigField {
+        key: "warmFromHistory",
+        flag: "(none)",
+        kubelet: None,
+        default: |c| match c.warm.from_history {
+            Some(_) => "set".to_owned(),
+            None => "none".to_owned(),
+        },
+        on_reload: OnReload::Applied,
+        help: "[warmFromHistory] usedWithin (Go duration, default 24h), maxBytes (bytes or a quantity): images removed externally and used within the window, pulled back as warm entries.",
+    },
+];
+
+impl AgentConfig {
+    /// The configuration when no file and no flag sets anything: the defaults
+    /// [`CONFIG_FIELDS`] shows.
+    pub fn defaults() -> Result<AgentConfig, ConfigError> {
+        AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default())
+    }
+}
+
 /// The line that makes a config file setting nothing a deliberate one: a reload refuses a file
 /// with no setting (empty, white space, comments only: what an editor truncating the file in
 /// place leaves for a moment) unless one of its lines is exactly this (surrounding white space
@@ -1016,6 +1288,33 @@ fn check_endpoint(endpoint: &str, origin: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The documented fields are the file's fields: the key list serde gives for an unknown
+    /// field is exactly [`CONFIG_FIELDS`]' keys, in order, and every default renders.
+    #[test]
+    fn config_fields_list_every_file_field_and_their_defaults() {
+        let err = toml::from_str::<FileConfig>("notAField = 1")
+            .expect_err("an unknown field is refused")
+            .to_string();
+        let expected = err
+            .split_once("expected one of ")
+            .map(|(_, rest)| rest.lines().next().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("serde names the fields: {err}"));
+        let fields: Vec<&str> = expected
+            .split(", ")
+            .map(|f| f.trim().trim_matches('`'))
+            .collect();
+        let documented: Vec<&str> = CONFIG_FIELDS.iter().map(|f| f.key).collect();
+        assert_eq!(
+            fields, documented,
+            "FileConfig's fields and CONFIG_FIELDS differ: add the field to CONFIG_FIELDS and run scripts/docs"
+        );
+        let defaults = AgentConfig::defaults().expect("the defaults are valid");
+        for field in CONFIG_FIELDS {
+            assert!(!(field.default)(&defaults).is_empty(), "{}", field.key);
+            assert!(field.flag.starts_with("--"), "{}", field.key);
+        }
+    }
 
     fn resolve(file: &FileConfig, flags: &FlagValues) -> Result<AgentConfig, ConfigError> {
         AgentConfig::resolve(file, Some(Path::new("/etc/ik.toml")), flags)

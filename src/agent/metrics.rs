@@ -8,8 +8,10 @@
 //! suffixes and labels where the kubelet has the metric (`kubelet_image_garbage_collected_total`
 //! becomes `imagekeeper_image_garbage_collected_total{reason}`); no label takes an image name
 //! (labels are fixed enums: reasons, size buckets, pull policies); a scrape never writes the
-//! store. To add a metric: keep its counter in its layer, copy it in `Snapshot::gather` and
-//! encode it in `Snapshot::encode` with the helpers below.
+//! store; every family is one entry of [`METRICS`], the single list the encoder and the
+//! generated reference (`docs/src/reference/metrics.md`) read. To add a metric: keep its
+//! counter in its layer, copy it in `Snapshot::gather`, add its [`MetricFamily`] to
+//! [`METRICS`], encode it in `Snapshot::encode` with that entry, and run `scripts/docs`.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -238,13 +240,377 @@ impl Snapshot {
     }
 }
 
+/// What kind of metric a family is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl MetricKind {
+    /// The OpenMetrics type name (`# TYPE` line).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+
+    fn metric_type(self) -> MetricType {
+        match self {
+            MetricKind::Counter => MetricType::Counter,
+            MetricKind::Gauge => MetricType::Gauge,
+            MetricKind::Histogram => MetricType::Histogram,
+        }
+    }
+}
+
+/// The unit a family's name ends with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricUnit {
+    Bytes,
+    Seconds,
+}
+
+impl MetricUnit {
+    fn unit(self) -> &'static Unit {
+        static BYTES: Unit = Unit::Bytes;
+        static SECONDS: Unit = Unit::Seconds;
+        match self {
+            MetricUnit::Bytes => &BYTES,
+            MetricUnit::Seconds => &SECONDS,
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            MetricUnit::Bytes => "bytes",
+            MetricUnit::Seconds => "seconds",
+        }
+    }
+}
+
+/// One metric family the agent exports. [`METRICS`] lists them all: the exporter encodes each
+/// family's name, type, unit and help from its entry (never from a second string), and the
+/// reference page `docs/src/reference/metrics.md` is generated from the same list
+/// (`scripts/docs`), so the two cannot drift.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricFamily {
+    /// The name after `imagekeeper_`, without the unit suffix or the `_total` the encoder adds.
+    pub name: &'static str,
+    pub kind: MetricKind,
+    pub unit: Option<MetricUnit>,
+    /// The label names of every sample, in order (a unit test checks them against a scrape).
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+    /// When the family is left out of a scrape; `None`: always there.
+    pub absent_when: Option<&'static str>,
+}
+
+impl MetricFamily {
+    /// The family's name on the wire: `imagekeeper_<name>[_<unit>]`; a counter's samples add
+    /// `_total`, a histogram's `_bucket`, `_sum` and `_count`.
+    pub fn exposed_name(&self) -> String {
+        let mut name = format!("{METRIC_PREFIX}_{}", self.name);
+        if let Some(unit) = self.unit {
+            name.push('_');
+            name.push_str(unit.suffix());
+        }
+        name
+    }
+}
+
+const fn family(
+    name: &'static str,
+    kind: MetricKind,
+    unit: Option<MetricUnit>,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> MetricFamily {
+    MetricFamily {
+        name,
+        kind,
+        unit,
+        labels,
+        help,
+        absent_when: None,
+    }
+}
+
+const fn absent_when(family: MetricFamily, when: &'static str) -> MetricFamily {
+    MetricFamily {
+        absent_when: Some(when),
+        ..family
+    }
+}
+
+use MetricKind::{Counter as C, Gauge as G, Histogram as H};
+use MetricUnit::{Bytes as B, Seconds as S};
+
+const BUILD_INFO: MetricFamily = family(
+    "build_info",
+    G,
+    None,
+    &["version", "revision"],
+    "The imagekeeper version and the git revision it was built from; always 1.",
+);
+const IMAGE_GARBAGE_COLLECTED: MetricFamily = family(
+    "image_garbage_collected",
+    C,
+    None,
+    &["reason"],
+    "Images removed by GC, by reason.",
+);
+const GC_VICTIMS_RESCUED: MetricFamily = family(
+    "gc_victims_rescued",
+    C,
+    None,
+    &["why"],
+    "Images GC chose but kept at its last look before removing them, by why.",
+);
+const IMAGE_GC_PROGRESS_RUNNING: MetricFamily = family(
+    "image_gc_progress_running",
+    G,
+    None,
+    &[],
+    "Whether a GC cycle is running now.",
+);
+const IMAGE_GC_PROGRESS_REMOVED: MetricFamily = family(
+    "image_gc_progress_removed",
+    G,
+    None,
+    &[],
+    "Images removed by the running (else the last) GC cycle.",
+);
+const IMAGE_GC_PROGRESS_FREED: MetricFamily = family(
+    "image_gc_progress_freed",
+    G,
+    Some(B),
+    &[],
+    "Bytes freed by the running (else the last) GC cycle.",
+);
+const IMAGE_GC_REMOVE_FAILURES: MetricFamily = family(
+    "image_gc_remove_failures",
+    C,
+    None,
+    &[],
+    "RemoveImage calls of GC that failed.",
+);
+const RUNTIME_IMAGES: MetricFamily = absent_when(
+    family(
+        "runtime_images",
+        G,
+        None,
+        &[],
+        "Images the runtime lists, as the image cache last saw them.",
+    ),
+    "until the image cache has been filled once",
+);
+const RUNTIME_IMAGES_SIZE: MetricFamily = absent_when(
+    family(
+        "runtime_images_size",
+        G,
+        Some(B),
+        &[],
+        "Total size of the images the runtime lists, as the image cache last saw them.",
+    ),
+    "until the image cache has been filled once",
+);
+const GC_FUTURE_STAMPS_CLAMPED: MetricFamily = family(
+    "gc_future_stamps_clamped",
+    C,
+    None,
+    &[],
+    "Image records whose first_detected or last_used lay in the future (beyond the tolerance) and that detect clamped to its time.",
+);
+const GC_CLOCK_WENT_BACK: MetricFamily = family(
+    "gc_clock_went_back",
+    C,
+    None,
+    &[],
+    "Detects that found the stored last_detect later than their own time (beyond the tolerance): the clock went back.",
+);
+const KUBELET_STALE_PULL_INTENTS: MetricFamily = absent_when(
+    family(
+        "kubelet_stale_pull_intents",
+        G,
+        None,
+        &[],
+        "Kubelet pull intents older than --kubelet-intent-max-age at the last read: they keep no image.",
+    ),
+    "until the kubelet's pull records have been read (never with --kubelet-root-dir \"\")",
+);
+const IMAGE_FS_CAPACITY: MetricFamily = absent_when(
+    family(
+        "image_fs_capacity",
+        G,
+        Some(B),
+        &[],
+        "Size of the image filesystem (statvfs of the mountpoint ImageFsInfo reports), as the last GC read it.",
+    ),
+    "until a GC has read the image filesystem",
+);
+const IMAGE_FS_AVAILABLE: MetricFamily = absent_when(
+    family(
+        "image_fs_available",
+        G,
+        Some(B),
+        &[],
+        "Bytes available to unprivileged users on the image filesystem, as the last GC read them.",
+    ),
+    "until a GC has read the image filesystem",
+);
+const IMAGE_REPULLS_AFTER_EVICTION: MetricFamily = family(
+    "image_repulls_after_eviction",
+    C,
+    None,
+    &["reason"],
+    "Images pulled (or detected) again while the eviction journal held their removal, by the removal's reason (external: not removed by imagekeeper).",
+);
+const IMAGE_REPULL_DELAY: MetricFamily = family(
+    "image_repull_delay",
+    H,
+    Some(S),
+    &[],
+    "Seconds from an image's removal to its re-pull.",
+);
+const IMAGE_GC_DURATION: MetricFamily = family(
+    "image_gc_duration",
+    H,
+    Some(S),
+    &[],
+    "Duration of image GC cycles.",
+);
+const IMAGE_PULL_DURATION: MetricFamily = family(
+    "image_pull_duration",
+    H,
+    Some(S),
+    &["image_size_in_bytes"],
+    "Duration of image pulls, by image size bucket.",
+);
+const ENSURE_IMAGE_REQUESTS: MetricFamily = family(
+    "ensure_image_requests",
+    C,
+    None,
+    &["pull_policy", "present_locally", "pull_required"],
+    "EnsureImageExists requests by pull policy, presence and whether a pull was required.",
+);
+const STORE_HEALTHY: MetricFamily = family(
+    "store_healthy",
+    G,
+    None,
+    &[],
+    "Whether the record store is usable (1), or failed an I/O operation (a full disk) and has not reopened yet (0).",
+);
+const STORE_REOPENS: MetricFamily = family(
+    "store_reopens",
+    C,
+    None,
+    &[],
+    "Times the record store reopened its file after an I/O failure.",
+);
+const IMAGE_RECORDS: MetricFamily = absent_when(
+    family("image_records", G, None, &[], "Image records in the store."),
+    "when the scrape cannot count the records (the store failed)",
+);
+const STORE_COMMIT_DURATION: MetricFamily = family(
+    "store_commit_duration",
+    H,
+    Some(S),
+    &[],
+    "Durable commits of the record store.",
+);
+const CONFIG_RELOADS: MetricFamily = family(
+    "config_reloads",
+    C,
+    None,
+    &["result"],
+    "Configuration reloads (SIGHUP), by result.",
+);
+const IMAGE_GC_CYCLES: MetricFamily = family(
+    "image_gc_cycles",
+    C,
+    None,
+    &["result"],
+    "Image GC cycles the agent ran, by result (failure: the cycle ended with an error, as the kubelet's ImageGCFailed).",
+);
+const IMAGE_GC_HIGH_THRESHOLD_PERCENT: MetricFamily = family(
+    "image_gc_high_threshold_percent",
+    G,
+    None,
+    &[],
+    "The imageGCHighThresholdPercent in force: GC starts when image filesystem use is above it.",
+);
+const IMAGE_GC_LOW_THRESHOLD_PERCENT: MetricFamily = family(
+    "image_gc_low_threshold_percent",
+    G,
+    None,
+    &[],
+    "The imageGCLowThresholdPercent in force: GC frees down to it.",
+);
+const WARM_IMAGES: MetricFamily = absent_when(
+    family(
+        "warm_images",
+        G,
+        None,
+        &["state"],
+        "Warm set entries by state at the last warm cycle (does_not_fit: pulling it would take the image filesystem above the GC's low threshold).",
+    ),
+    "until the first warm cycle has run",
+);
+const WARM_PULLS: MetricFamily = absent_when(
+    family(
+        "warm_pulls",
+        C,
+        None,
+        &["result"],
+        "Pulls of warm set entries and of restore, by result.",
+    ),
+    "until the first warm cycle has run",
+);
+
+/// Every metric family the agent exports, in the order a scrape encodes them. To add a
+/// metric: add its entry here, encode it in `Snapshot::encode` with that entry, and run
+/// `scripts/docs` to regenerate the reference page.
+pub const METRICS: &[MetricFamily] = &[
+    BUILD_INFO,
+    IMAGE_GARBAGE_COLLECTED,
+    GC_VICTIMS_RESCUED,
+    IMAGE_GC_PROGRESS_RUNNING,
+    IMAGE_GC_PROGRESS_REMOVED,
+    IMAGE_GC_PROGRESS_FREED,
+    IMAGE_GC_REMOVE_FAILURES,
+    RUNTIME_IMAGES,
+    RUNTIME_IMAGES_SIZE,
+    GC_FUTURE_STAMPS_CLAMPED,
+    GC_CLOCK_WENT_BACK,
+    KUBELET_STALE_PULL_INTENTS,
+    IMAGE_FS_CAPACITY,
+    IMAGE_FS_AVAILABLE,
+    IMAGE_REPULLS_AFTER_EVICTION,
+    IMAGE_REPULL_DELAY,
+    IMAGE_GC_DURATION,
+    IMAGE_PULL_DURATION,
+    ENSURE_IMAGE_REQUESTS,
+    STORE_HEALTHY,
+    STORE_REOPENS,
+    IMAGE_RECORDS,
+    STORE_COMMIT_DURATION,
+    CONFIG_RELOADS,
+    WARM_IMAGES,
+    WARM_PULLS,
+    IMAGE_GC_CYCLES,
+    IMAGE_GC_HIGH_THRESHOLD_PERCENT,
+    IMAGE_GC_LOW_THRESHOLD_PERCENT,
+];
+
 impl Collector for Snapshot {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         gauge_family(
             &mut enc,
-            "build_info",
-            "The imagekeeper version and the git revision it was built from; always 1.",
-            None,
+            &BUILD_INFO,
             &[(
                 [("version", BUILD_VERSION), ("revision", BUILD_REVISION)],
                 1,
@@ -255,151 +621,58 @@ impl Collector for Snapshot {
             .iter()
             .map(|(reason, n)| ([("reason", *reason)], *n))
             .collect();
-        counter_family(
-            &mut enc,
-            "image_garbage_collected",
-            "Images removed by GC, by reason.",
-            &collected,
-        )?;
+        counter_family(&mut enc, &IMAGE_GARBAGE_COLLECTED, &collected)?;
         let rescued: Vec<_> = self
             .rescued
             .iter()
             .map(|(why, n)| ([("why", *why)], *n))
             .collect();
-        counter_family(
-            &mut enc,
-            "gc_victims_rescued",
-            "Images GC chose but kept at its last look before removing them, by why.",
-            &rescued,
-        )?;
+        counter_family(&mut enc, &GC_VICTIMS_RESCUED, &rescued)?;
         gauge(
             &mut enc,
-            "image_gc_progress_running",
-            "Whether a GC cycle is running now.",
-            None,
+            &IMAGE_GC_PROGRESS_RUNNING,
             u64::from(self.progress.running),
         )?;
+        gauge(&mut enc, &IMAGE_GC_PROGRESS_REMOVED, self.progress.removed)?;
         gauge(
             &mut enc,
-            "image_gc_progress_removed",
-            "Images removed by the running (else the last) GC cycle.",
-            None,
-            self.progress.removed,
-        )?;
-        gauge(
-            &mut enc,
-            "image_gc_progress_freed",
-            "Bytes freed by the running (else the last) GC cycle.",
-            Some(Unit::Bytes),
+            &IMAGE_GC_PROGRESS_FREED,
             self.progress.freed_bytes,
         )?;
-        counter(
-            &mut enc,
-            "image_gc_remove_failures",
-            "RemoveImage calls of GC that failed.",
-            self.remove_failures,
-        )?;
+        counter(&mut enc, &IMAGE_GC_REMOVE_FAILURES, self.remove_failures)?;
         // The kubelet's image list cache serves the node status's images; here it serves
         // these gauges (the node status's image count and sizes, without the names).
         if let Some((count, bytes)) = self.runtime_images {
-            gauge(
-                &mut enc,
-                "runtime_images",
-                "Images the runtime lists, as the image cache last saw them.",
-                None,
-                count,
-            )?;
-            gauge(
-                &mut enc,
-                "runtime_images_size",
-                "Total size of the images the runtime lists, as the image cache last saw them.",
-                Some(Unit::Bytes),
-                bytes,
-            )?;
+            gauge(&mut enc, &RUNTIME_IMAGES, count)?;
+            gauge(&mut enc, &RUNTIME_IMAGES_SIZE, bytes)?;
         }
         counter(
             &mut enc,
-            "gc_future_stamps_clamped",
-            "Image records whose first_detected or last_used lay in the future (beyond the tolerance) and that detect clamped to its time.",
+            &GC_FUTURE_STAMPS_CLAMPED,
             self.future_stamps_clamped,
         )?;
-        counter(
-            &mut enc,
-            "gc_clock_went_back",
-            "Detects that found the stored last_detect later than their own time (beyond the tolerance): the clock went back.",
-            self.clock_went_back,
-        )?;
+        counter(&mut enc, &GC_CLOCK_WENT_BACK, self.clock_went_back)?;
         if let Some(stale) = self.kubelet_stale_intents {
-            gauge(
-                &mut enc,
-                "kubelet_stale_pull_intents",
-                "Kubelet pull intents older than --kubelet-intent-max-age at the last read: they keep no image.",
-                None,
-                stale,
-            )?;
+            gauge(&mut enc, &KUBELET_STALE_PULL_INTENTS, stale)?;
         }
         if let Some((capacity, available)) = self.image_fs {
-            gauge(
-                &mut enc,
-                "image_fs_capacity",
-                "Size of the image filesystem (statvfs of the mountpoint ImageFsInfo reports), as the last GC read it.",
-                Some(Unit::Bytes),
-                capacity,
-            )?;
-            gauge(
-                &mut enc,
-                "image_fs_available",
-                "Bytes available to unprivileged users on the image filesystem, as the last GC read them.",
-                Some(Unit::Bytes),
-                available,
-            )?;
+            gauge(&mut enc, &IMAGE_FS_CAPACITY, capacity)?;
+            gauge(&mut enc, &IMAGE_FS_AVAILABLE, available)?;
         }
         let repulls: Vec<_> = self
             .repulls
             .iter()
             .map(|(reason, n)| ([("reason", *reason)], *n))
             .collect();
-        counter_family(
-            &mut enc,
-            "image_repulls_after_eviction",
-            "Images pulled (or detected) again while the eviction journal held their removal, by the removal's reason (external: not removed by imagekeeper).",
-            &repulls,
-        )?;
-        let mut repull_delays = enc.encode_descriptor(
-            "image_repull_delay",
-            "Seconds from an image's removal to its re-pull.",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
-        repull_delays.encode_histogram::<NoLabelSet>(
-            self.repull_delays.sum(),
-            self.repull_delays.count(),
-            &self.repull_delays.buckets(),
-            None,
-        )?;
-        let mut gc_durations = enc.encode_descriptor(
-            "image_gc_duration",
-            "Duration of image GC cycles.",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
-        gc_durations.encode_histogram::<NoLabelSet>(
-            self.gc_durations.sum(),
-            self.gc_durations.count(),
-            &self.gc_durations.buckets(),
-            None,
-        )?;
+        counter_family(&mut enc, &IMAGE_REPULLS_AFTER_EVICTION, &repulls)?;
+        histogram(&mut enc, &IMAGE_REPULL_DELAY, &self.repull_delays)?;
+        histogram(&mut enc, &IMAGE_GC_DURATION, &self.gc_durations)?;
         let pulls: Vec<_> = self
             .pull_durations
             .iter()
             .map(|(bucket, h)| ([("image_size_in_bytes", *bucket)], h))
             .collect();
-        histogram_family(
-            &mut enc,
-            "image_pull_duration",
-            "Duration of image pulls, by image size bucket.",
-            &pulls,
-        )?;
+        histogram_family(&mut enc, &IMAGE_PULL_DURATION, &pulls)?;
         let ensure: Vec<_> = self
             .ensure_requests
             .iter()
@@ -414,41 +687,14 @@ impl Collector for Snapshot {
                 )
             })
             .collect();
-        counter_family(
-            &mut enc,
-            "ensure_image_requests",
-            "EnsureImageExists requests by pull policy, presence and whether a pull was required.",
-            &ensure,
-        )?;
-        gauge(
-            &mut enc,
-            "store_healthy",
-            "Whether the record store is usable (1), or failed an I/O operation (a full disk) and has not reopened yet (0).",
-            None,
-            u64::from(self.store_healthy),
-        )?;
-        counter(
-            &mut enc,
-            "store_reopens",
-            "Times the record store reopened its file after an I/O failure.",
-            self.store_reopens,
-        )?;
+        counter_family(&mut enc, &ENSURE_IMAGE_REQUESTS, &ensure)?;
+        gauge(&mut enc, &STORE_HEALTHY, u64::from(self.store_healthy))?;
+        counter(&mut enc, &STORE_REOPENS, self.store_reopens)?;
         if let Some(records) = self.records {
-            gauge(
-                &mut enc,
-                "image_records",
-                "Image records in the store.",
-                None,
-                records,
-            )?;
+            gauge(&mut enc, &IMAGE_RECORDS, records)?;
         }
         // Sum and count only (one +Inf bucket): the store keeps totals, not a distribution.
-        let mut commits = enc.encode_descriptor(
-            "store_commit_duration",
-            "Durable commits of the record store.",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
+        let mut commits = descriptor(&mut enc, &STORE_COMMIT_DURATION)?;
         commits.encode_histogram::<NoLabelSet>(
             self.commit_seconds,
             self.commits,
@@ -458,8 +704,7 @@ impl Collector for Snapshot {
         let [successes, failures] = self.config_reloads;
         counter_family(
             &mut enc,
-            "config_reloads",
-            "Configuration reloads (SIGHUP), by result.",
+            &CONFIG_RELOADS,
             &[
                 ([("result", "success")], successes),
                 ([("result", "failure")], failures),
@@ -471,18 +716,11 @@ impl Collector for Snapshot {
                 .zip(counts)
                 .map(|(state, n)| ([("state", state.as_str())], n))
                 .collect();
-            gauge_family(
-                &mut enc,
-                "warm_images",
-                "Warm set entries by state at the last warm cycle (does_not_fit: pulling it would take the image filesystem above the GC's low threshold).",
-                None,
-                &samples,
-            )?;
+            gauge_family(&mut enc, &WARM_IMAGES, &samples)?;
             let [succeeded, failed] = self.warm_pulls;
             counter_family(
                 &mut enc,
-                "warm_pulls",
-                "Pulls of warm set entries and of restore, by result.",
+                &WARM_PULLS,
                 &[
                     ([("result", "success")], succeeded),
                     ([("result", "failure")], failed),
@@ -492,8 +730,7 @@ impl Collector for Snapshot {
         let [succeeded, failed] = self.gc_cycles;
         counter_family(
             &mut enc,
-            "image_gc_cycles",
-            "Image GC cycles the agent ran, by result (failure: the cycle ended with an error, as the kubelet's ImageGCFailed).",
+            &IMAGE_GC_CYCLES,
             &[
                 ([("result", "success")], succeeded),
                 ([("result", "failure")], failed),
@@ -502,41 +739,47 @@ impl Collector for Snapshot {
         let (high, low) = self.thresholds;
         gauge(
             &mut enc,
-            "image_gc_high_threshold_percent",
-            "The imageGCHighThresholdPercent in force: GC starts when image filesystem use is above it.",
-            None,
+            &IMAGE_GC_HIGH_THRESHOLD_PERCENT,
             u64::try_from(high).unwrap_or(0),
         )?;
         gauge(
             &mut enc,
-            "image_gc_low_threshold_percent",
-            "The imageGCLowThresholdPercent in force: GC frees down to it.",
-            None,
+            &IMAGE_GC_LOW_THRESHOLD_PERCENT,
             u64::try_from(low).unwrap_or(0),
         )?;
         Ok(())
     }
 }
 
+/// The family's descriptor (`# HELP`, `# TYPE`, `# UNIT`), from its [`METRICS`] entry.
+fn descriptor<'a>(
+    enc: &'a mut DescriptorEncoder,
+    family: &MetricFamily,
+) -> Result<prometheus_client::encoding::MetricEncoder<'a>, std::fmt::Error> {
+    enc.encode_descriptor(
+        family.name,
+        family.help,
+        family.unit.map(MetricUnit::unit),
+        family.kind.metric_type(),
+    )
+}
+
 /// One counter without labels; the encoder adds `_total`.
 fn counter(
     enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
+    family: &MetricFamily,
     value: u64,
 ) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-    m.encode_counter::<NoLabelSet, u64, u64>(&value, None)
+    descriptor(enc, family)?.encode_counter::<NoLabelSet, u64, u64>(&value, None)
 }
 
 /// One counter with a sample per label set; the encoder adds `_total`.
 fn counter_family<L: EncodeLabelSet>(
     enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
+    family: &MetricFamily,
     samples: &[(L, u64)],
 ) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    let mut m = descriptor(enc, family)?;
     for (labels, value) in samples {
         m.encode_family(labels)?
             .encode_counter::<NoLabelSet, u64, u64>(value, None)?;
@@ -544,40 +787,43 @@ fn counter_family<L: EncodeLabelSet>(
     Ok(())
 }
 
-/// One gauge without labels; `unit` is appended to the name (`_bytes`).
+/// One gauge without labels; the unit is appended to the name (`_bytes`).
 fn gauge(
     enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<Unit>,
+    family: &MetricFamily,
     value: u64,
 ) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
-    m.encode_gauge(&value)
+    descriptor(enc, family)?.encode_gauge(&value)
 }
 
 fn gauge_family<L: EncodeLabelSet>(
     enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<Unit>,
+    family: &MetricFamily,
     samples: &[(L, u64)],
 ) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+    let mut m = descriptor(enc, family)?;
     for (labels, value) in samples {
         m.encode_family(labels)?.encode_gauge(value)?;
     }
     Ok(())
 }
 
-/// One histogram in seconds (`_seconds` is appended) with a sample per label set.
+/// One histogram without labels.
+fn histogram(
+    enc: &mut DescriptorEncoder,
+    family: &MetricFamily,
+    h: &Histogram,
+) -> Result<(), std::fmt::Error> {
+    descriptor(enc, family)?.encode_histogram::<NoLabelSet>(h.sum(), h.count(), &h.buckets(), None)
+}
+
+/// One histogram with a sample per label set.
 fn histogram_family<L: EncodeLabelSet>(
     enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
+    family: &MetricFamily,
     samples: &[(L, &Histogram)],
 ) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    let mut m = descriptor(enc, family)?;
     for (labels, h) in samples {
         m.encode_family(labels)?.encode_histogram::<NoLabelSet>(
             h.sum(),
@@ -591,7 +837,92 @@ fn histogram_family<L: EncodeLabelSet>(
 
 #[cfg(test)]
 mod tests {
-    use super::saturating_total;
+    use super::*;
+
+    /// A scrape in which every family has samples: every optional one present, every labelled
+    /// one with at least one label set.
+    fn full_snapshot() -> Snapshot {
+        let mut h = Histogram::new(GC_BUCKETS);
+        h.observe(0.2);
+        Snapshot {
+            collected: [("unused", 1), ("age", 2)],
+            rescued: vec![("in_use", 1)],
+            remove_failures: 0,
+            runtime_images: Some((3, 300)),
+            future_stamps_clamped: 0,
+            clock_went_back: 0,
+            kubelet_stale_intents: Some(0),
+            progress: GcProgress::default(),
+            image_fs: Some((1000, 500)),
+            gc_durations: h.clone(),
+            pull_durations: BTreeMap::from([("0-1MB", h.clone())]),
+            ensure_requests: BTreeMap::from([(("Always", "true", "true"), 1)]),
+            store_healthy: true,
+            store_reopens: 0,
+            records: Some(3),
+            commits: 1,
+            commit_seconds: 0.01,
+            config_reloads: [1, 0],
+            gc_cycles: [1, 0],
+            thresholds: (85, 80),
+            repulls: [("unused", 0), ("age", 0), ("prune", 0), ("external", 0)],
+            repull_delays: h,
+            warm_images: Some([1, 0, 0, 1, 0, 0]),
+            warm_pulls: [1, 0],
+        }
+    }
+
+    /// The scrape's families, in order, and each sample's label names: what [`METRICS`]
+    /// documents is what the encoder writes (the name, type and help come from the entries;
+    /// this checks the label names, which the encode calls spell out).
+    #[test]
+    fn every_family_a_scrape_encodes_is_in_metrics_with_its_labels() {
+        let mut registry = Registry::with_prefix(METRIC_PREFIX);
+        registry.register_collector(Box::new(full_snapshot()));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        let mut seen: Vec<(String, String)> = Vec::new();
+        let mut labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("name and type");
+                seen.push((name.to_owned(), kind.to_owned()));
+                continue;
+            }
+            if line.starts_with('#') {
+                continue;
+            }
+            let Some((_, rest)) = line.split_once('{') else {
+                continue;
+            };
+            let family = seen.last().expect("a sample after its TYPE").0.clone();
+            let names: Vec<String> = rest
+                .split_once('}')
+                .expect("closing brace")
+                .0
+                .split(',')
+                .filter_map(|pair| pair.split_once('=').map(|(k, _)| k.to_owned()))
+                .filter(|k| k != "le")
+                .collect();
+            let had = labels.insert(family.clone(), names.clone());
+            if let Some(had) = had {
+                assert_eq!(had, names, "{family}: samples with different label names");
+            }
+        }
+        let documented: Vec<(String, String)> = METRICS
+            .iter()
+            .map(|f| (f.exposed_name(), f.kind.as_str().to_owned()))
+            .collect();
+        assert_eq!(seen, documented, "the scrape's families and METRICS differ");
+        for family in METRICS {
+            let want: Vec<String> = family.labels.iter().map(|l| (*l).to_owned()).collect();
+            let got = labels
+                .get(&family.exposed_name())
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(got, want, "{}: label names", family.exposed_name());
+        }
+    }
 
     #[test]
     fn runtime_image_bytes_saturate_instead_of_overflowing_on_huge_reported_sizes() {

@@ -46,13 +46,16 @@ use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
 
 pub use config::{
-    AgentConfig, ConfigError, ContainerEvents, DEFAULT_ADMIN_SOCKET, EMPTY_CONFIG_MARKER,
-    FileConfig, FlagValues, MIN_INTENT_MAX_AGE,
+    AgentConfig, CONFIG_FIELDS, ConfigError, ConfigField, ContainerEvents, DEFAULT_ADMIN_SOCKET,
+    EMPTY_CONFIG_MARKER, FileConfig, FlagValues, MIN_INTENT_MAX_AGE, OnReload,
 };
 pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
 pub use health::Health;
 pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http, serve_probes};
-pub use metrics::{AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX};
+pub use metrics::{
+    AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX, METRICS,
+    MetricFamily, MetricKind, MetricUnit,
+};
 #[cfg(feature = "kube")]
 pub use node_events::KubeEventSink;
 pub use node_events::{EVENT_TOP_IMAGES, EventSink, NodeEvent, NodeEventType, NodeEvents};

@@ -21,7 +21,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[command(
     name = "imagekeeper",
     version,
-    about = "Container image GC for Kubernetes nodes, with a memory"
+    about = "Container image GC for Kubernetes nodes, with a memory",
+    after_long_help = exit_codes_help()
 )]
 struct Cli {
     /// Log format on stderr.
@@ -74,6 +75,26 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
     Ok(d)
 }
 
+/// Exit code of a command that failed (the runtime, the database, the agent, `inspect check`
+/// finding a violation, `doctor` finding a conflict).
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit code of bad usage or bad input: flags, a config file, a trace, a path that is not a
+/// regular file, an invalid image name or pull secret.
+pub const EXIT_USAGE: u8 = 2;
+
+/// The exit codes, at the end of `imagekeeper --help` (and so in the generated reference,
+/// `docs/src/reference/commands.md`).
+fn exit_codes_help() -> String {
+    format!(
+        "Exit codes:\n  \
+         0  success (also when stdout's reader goes away: `imagekeeper inspect list | head`)\n  \
+         {EXIT_FAILURE}  failure: the runtime, the database or the agent failed; `inspect check` \
+         found a violation; `doctor` found a conflict\n  \
+         {EXIT_USAGE}  bad usage or bad input: a flag, a config file, a trace, a path that is \
+         not a regular file, an invalid image name or pull secret"
+    )
+}
+
 /// A failure with its exit code.
 pub struct Failure {
     pub code: u8,
@@ -83,7 +104,7 @@ pub struct Failure {
 impl Failure {
     pub fn usage(error: impl Into<anyhow::Error>) -> Failure {
         Failure {
-            code: 2,
+            code: EXIT_USAGE,
             error: error.into(),
         }
     }
@@ -154,7 +175,7 @@ fn exit_quietly_on_broken_stdout() {
 impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(error: E) -> Failure {
         Failure {
-            code: 1,
+            code: EXIT_FAILURE,
             error: error.into(),
         }
     }

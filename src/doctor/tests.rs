@@ -76,7 +76,7 @@ fn defaults_on_both_sides_sit_on_the_eviction_line_and_the_kubelets_gc() {
     assert!(
         fix.contains("below 85%")
             && fix.contains("--image-gc-high-threshold 80 --image-gc-low-threshold 70"),
-        "the README's values: {eviction:?}"
+        "the book's values (beside-the-kubelet.md): {eviction:?}"
     );
     assert_eq!(
         find(&findings, "image-gc-thresholds").status,

@@ -108,7 +108,7 @@ pub struct StoreOptions {
     /// redb's page cache, in bytes ([`DEFAULT_CACHE_BYTES`]).
     pub cache_bytes: usize,
     /// Whether every commit saves redb's allocator state (quick repair), so that the open
-    /// after a crash skips the full repair walk; see README "Performance" for its cost.
+    /// after a crash skips the full repair walk; see docs/src/design/performance.md for its cost.
     pub quick_repair: bool,
 }
 

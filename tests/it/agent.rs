@@ -4,7 +4,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use std::sync::Arc;
@@ -14,10 +14,11 @@ use imagekeeper::admin::{
     GcOutcome,
 };
 use imagekeeper::cri::FakeRuntime;
-use imagekeeper::model::{ImageId, RuntimeImage};
+use imagekeeper::model::ImageId;
 use imagekeeper::store::Store;
 
-use crate::support::{http_get, metrics_address_from_stderr, wait_for};
+use crate::support::agent::{AgentChild, image, next_notify};
+use crate::support::{http_get, wait_for};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
@@ -27,9 +28,10 @@ fn output(args: &[&str]) -> Output {
     bin().args(args).output().expect("run imagekeeper")
 }
 
-/// A running agent process, killed on drop if still alive.
+/// A running agent process with the service manager's side of its NOTIFY_SOCKET, killed on
+/// drop if still alive.
 struct AgentProcess {
-    child: Child,
+    agent: AgentChild,
     /// The service manager's side of the agent's NOTIFY_SOCKET (its directory kept alive).
     notify_socket: (tempfile::TempDir, std::os::unix::net::UnixDatagram),
     /// Whether the first notify message was READY=1 (the first detect succeeded) rather
@@ -37,44 +39,27 @@ struct AgentProcess {
     ready: bool,
 }
 
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl AgentProcess {
     fn signal(&self, signal: i32) {
-        let pid = i32::try_from(self.child.id()).expect("pid fits i32");
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill");
+        self.agent.signal(signal);
     }
 
     /// The metrics address the agent bound (started with `--metrics-address 127.0.0.1:0`), from
     /// its "Serving metrics" log line; its stderr is drained from then on.
     async fn metrics_address(&mut self) -> String {
-        let stderr = self
-            .child
-            .stderr
-            .take()
-            .expect("the agent's stderr, piped and unread");
-        metrics_address_from_stderr(stderr, Duration::from_secs(60)).await
+        self.agent.metrics_address().await
     }
 
     /// The agent's next message to the service manager (a blocking recv on the NOTIFY_SOCKET;
-    /// the 60 s read timeout set in `start_agent` only guards against a hang).
+    /// the 60 s read timeout only guards against a hang).
     fn next_notify(&self) -> String {
-        let mut buf = [0u8; 4096];
-        let n = tokio::task::block_in_place(|| self.notify_socket.1.recv(&mut buf))
-            .expect("a notify message within 60 s");
-        String::from_utf8_lossy(&buf[..n]).into_owned()
+        tokio::task::block_in_place(|| next_notify(&self.notify_socket.1))
     }
 
     /// Waits for the agent's exit (a blocking wait(2), no polling); a watchdog kills it after
     /// `deadline`, only against a hang, and the test then fails.
     async fn wait_exit(&mut self, deadline: Duration) -> std::process::ExitStatus {
-        let pid = i32::try_from(self.child.id()).expect("pid fits i32");
+        let pid = self.agent.pid();
         let (exited, exited_rx) = std::sync::mpsc::channel::<()>();
         let watchdog = std::thread::spawn(move || {
             if exited_rx.recv_timeout(deadline).is_err() {
@@ -84,20 +69,11 @@ impl AgentProcess {
             }
             false
         });
-        let status = tokio::task::block_in_place(|| self.child.wait()).expect("wait");
+        let status = tokio::task::block_in_place(|| self.agent.wait());
         let _ = exited.send(());
         let killed = watchdog.join().expect("watchdog");
         assert!(!killed, "the agent did not exit within {deadline:?}");
         status
-    }
-}
-
-fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
-    RuntimeImage {
-        id: ImageId::new(id),
-        repo_tags: vec![tag.to_owned()],
-        size,
-        ..RuntimeImage::default()
     }
 }
 
@@ -108,40 +84,21 @@ async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -
     let notify_dir = tempfile::tempdir().expect("temp dir");
     let notify_path = notify_dir.path().join("notify.sock");
     let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("bind notify");
-    let child = bin()
-        .args([
-            "run",
-            "--container-runtime-endpoint",
-            endpoint,
-            "--db",
-            db.to_str().expect("utf8"),
-            "--admin-socket",
-            socket.to_str().expect("utf8"),
-            "--gc-period",
-            "1h",
-            // The fake's image filesystem is the host's temp dir, statvfs'd for real: with the
-            // default 85 % a nearly full host disk would make the agent's own GC at start take
-            // the test's images. 100 turns the space pass off; these tests drive prune
-            // (DeleteUnusedImages), which no threshold gates.
-            "--image-gc-high-threshold",
-            "100",
-        ])
-        .args(extra)
-        // Info logs ("Serving metrics" names the bound address) whatever the caller's filter.
-        .env_remove("IMAGEKEEPER_LOG")
-        .env("NOTIFY_SOCKET", &notify_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn agent");
+    // The fake's image filesystem is the host's temp dir, statvfs'd for real: with the
+    // default 85 % a nearly full host disk would make the agent's own GC at start take the
+    // test's images. 100 turns the space pass off; these tests drive prune
+    // (DeleteUnusedImages), which no threshold gates.
+    let mut args = vec!["--image-gc-high-threshold", "100"];
+    args.extend_from_slice(extra);
+    let agent = AgentChild::spawn(
+        endpoint,
+        db,
+        socket,
+        notify_path.to_str().expect("utf8"),
+        &args,
+    );
     let (notify, ready) = tokio::task::spawn_blocking(move || {
-        // A deadline only against a hang.
-        notify
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .expect("read timeout");
-        let mut buf = [0u8; 4096];
-        let n = notify.recv(&mut buf).expect("a notify message within 60 s");
-        let first = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let first = next_notify(&notify);
         assert!(
             first.starts_with("READY=1") || first.contains("First detect failed"),
             "{first}"
@@ -155,7 +112,7 @@ async fn start_agent(endpoint: &str, db: &Path, socket: &Path, extra: &[&str]) -
         "the admin socket is bound before the first detect ends"
     );
     AgentProcess {
-        child,
+        agent,
         notify_socket: (notify_dir, notify),
         ready,
     }
@@ -617,7 +574,7 @@ async fn agent_survives_a_dead_runtime_and_gc_without_agent_says_why() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no-runtime.sock"), "{stderr}");
     assert!(
-        agent.child.try_wait().expect("try_wait").is_none(),
+        agent.agent.child.try_wait().expect("try_wait").is_none(),
         "agent still running"
     );
     agent.signal(libc::SIGINT);

@@ -6,6 +6,7 @@
 //! self-contained. Run them all with `scripts/test`.
 
 mod agent;
+mod book;
 mod corrupt;
 mod crash;
 mod cri;

@@ -5,24 +5,16 @@
 
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use imagekeeper::agent::{Agent, ConfigSource, FlagValues};
 use imagekeeper::cri::FakeRuntime;
-use imagekeeper::model::{ImageId, RuntimeImage, UnixNanos};
+use imagekeeper::model::UnixNanos;
 
-use crate::support::{http_get, metrics_address_from_stderr};
-
-fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
-    RuntimeImage {
-        id: ImageId::new(id),
-        repo_tags: vec![tag.to_owned()],
-        size,
-        ..RuntimeImage::default()
-    }
-}
+use crate::support::agent::{AgentChild, image, next_notify};
+use crate::support::http_get;
 
 /// An in-process agent on `fake` (database and admin socket in `dir`) whose configuration is
 /// `file` under the flags `extra` sets besides those: a reload reads the file again under them.
@@ -201,75 +193,24 @@ async fn reload_swaps_the_files_gc_settings_flags_still_win_and_an_invalid_file_
     );
 }
 
-/// An agent process with a config file, killed on drop if still alive.
-struct Service {
-    child: Child,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Service {
-    fn start(fake: &FakeRuntime, dir: &Path, notify_socket: &str, extra: &[&str]) -> Service {
-        let child = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-            .args([
-                "run",
-                "--container-runtime-endpoint",
-                &fake.endpoint(),
-                "--db",
-                dir.join("records.redb").to_str().expect("utf8"),
-                "--admin-socket",
-                dir.join("admin.sock").to_str().expect("utf8"),
-                "--config",
-                dir.join("imagekeeper.toml").to_str().expect("utf8"),
-                "--gc-period",
-                "1h",
-            ])
-            .args(extra)
-            .env("NOTIFY_SOCKET", notify_socket)
-            // Info logs ("Serving metrics" names the bound address) whatever the caller's filter.
-            .env_remove("IMAGEKEEPER_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn agent");
-        Service { child }
-    }
-
-    /// The metrics address the agent bound (started with `--metrics-address 127.0.0.1:0`), from
-    /// its "Serving metrics" log line; its stderr is drained from then on.
-    async fn metrics_address(&mut self) -> String {
-        let stderr = self
-            .child
-            .stderr
-            .take()
-            .expect("the agent's stderr, piped and unread");
-        metrics_address_from_stderr(stderr, Duration::from_secs(60)).await
-    }
-
-    fn signal(&self, signal: i32) {
-        let pid = i32::try_from(self.child.id()).expect("pid fits i32");
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill");
-    }
-
-    fn wait(&mut self) -> std::process::ExitStatus {
-        self.child.wait().expect("wait")
-    }
-}
-
-/// The next datagram on the service manager's side (a deadline only against a hang).
-fn next_message(socket: &UnixDatagram) -> String {
-    socket
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("read timeout");
-    let mut buf = [0u8; 4096];
-    let n = socket.recv(&mut buf).expect("a notify message within 60 s");
-    String::from_utf8_lossy(&buf[..n]).into_owned()
+/// An agent process on `fake` with its database, admin socket and config file
+/// (`imagekeeper.toml`) in `dir`, killed on drop if still alive.
+fn start_service(
+    fake: &FakeRuntime,
+    dir: &Path,
+    notify_socket: &str,
+    extra: &[&str],
+) -> AgentChild {
+    let config = dir.join("imagekeeper.toml");
+    let mut args = vec!["--config", config.to_str().expect("utf8")];
+    args.extend_from_slice(extra);
+    AgentChild::spawn(
+        &fake.endpoint(),
+        &dir.join("records.redb"),
+        &dir.join("admin.sock"),
+        notify_socket,
+        &args,
+    )
 }
 
 /// `Type=notify` as systemd runs it: the messages arrive in order — READY=1 once the first
@@ -292,7 +233,7 @@ async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and
     let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
     // Port 0: the agent binds a port the kernel chooses and logs it (a port picked here and
     // passed on could be taken by anyone in between).
-    let mut service = Service::start(
+    let mut service = start_service(
         &fake,
         dir.path(),
         notify_path.to_str().expect("utf8"),
@@ -300,7 +241,7 @@ async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and
     );
     let metrics = service.metrics_address().await;
 
-    let ready = next_message(&manager);
+    let ready = next_notify(&manager);
     assert!(ready.starts_with("READY=1\n"), "{ready:?}");
     assert!(ready.contains("STATUS="), "{ready:?}");
     // READY=1 means the first detect committed: the record is there.
@@ -313,14 +254,14 @@ async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and
     )
     .expect("rewrite config");
     service.signal(libc::SIGHUP);
-    let reloading = next_message(&manager);
+    let reloading = next_notify(&manager);
     let usec: u64 = reloading
         .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
         .unwrap_or_else(|| panic!("{reloading:?}"))
         .parse()
         .expect("microseconds");
     assert!(usec > 0);
-    let done = next_message(&manager);
+    let done = next_notify(&manager);
     assert_eq!(done, "READY=1\nSTATUS=Running: configuration reloaded");
     let body = http_get(&metrics, "/metrics");
     assert!(
@@ -330,8 +271,8 @@ async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and
 
     std::fs::write(&config, "imageGCLowThresholdPercent = 100\n").expect("bad config");
     service.signal(libc::SIGHUP);
-    assert!(next_message(&manager).starts_with("RELOADING=1\n"));
-    let done = next_message(&manager);
+    assert!(next_notify(&manager).starts_with("RELOADING=1\n"));
+    let done = next_notify(&manager);
     assert!(
         done.starts_with("READY=1\nSTATUS=Running: reload failed, configuration kept: imageGCLowThresholdPercent in "),
         "{done:?}"
@@ -343,7 +284,7 @@ async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and
     );
 
     service.signal(libc::SIGTERM);
-    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(next_notify(&manager), "STOPPING=1");
     assert_eq!(service.wait().code(), Some(0));
 }
 
@@ -366,7 +307,7 @@ async fn a_watched_config_file_that_changes_is_reloaded_without_a_signal() {
     .expect("write config");
     let notify_path = dir.path().join("notify.sock");
     let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
-    let mut service = Service::start(
+    let mut service = start_service(
         &fake,
         dir.path(),
         notify_path.to_str().expect("utf8"),
@@ -378,7 +319,7 @@ async fn a_watched_config_file_that_changes_is_reloaded_without_a_signal() {
         ],
     );
     let metrics = service.metrics_address().await;
-    assert!(next_message(&manager).starts_with("READY=1\n"));
+    assert!(next_notify(&manager).starts_with("READY=1\n"));
     // A new file in place of the old one (another inode, another size), as a ConfigMap's
     // `..data` swap gives.
     let next = dir.path().join("imagekeeper.toml.new");
@@ -388,9 +329,9 @@ async fn a_watched_config_file_that_changes_is_reloaded_without_a_signal() {
     )
     .expect("write");
     std::fs::rename(&next, &config).expect("swap");
-    assert!(next_message(&manager).starts_with("RELOADING=1\n"));
+    assert!(next_notify(&manager).starts_with("RELOADING=1\n"));
     assert_eq!(
-        next_message(&manager),
+        next_notify(&manager),
         "READY=1\nSTATUS=Running: configuration reloaded"
     );
     let body = http_get(&metrics, "/metrics");
@@ -404,7 +345,7 @@ async fn a_watched_config_file_that_changes_is_reloaded_without_a_signal() {
     );
     // Unchanged since: SIGTERM's STOPPING=1 is the next message, no second reload.
     service.signal(libc::SIGTERM);
-    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(next_notify(&manager), "STOPPING=1");
     assert_eq!(service.wait().code(), Some(0));
 }
 
@@ -433,7 +374,7 @@ async fn a_watched_warm_set_directory_that_changes_is_reloaded_without_a_signal(
     std::os::unix::fs::symlink("..data/gpu.yaml", warm.join("gpu.yaml")).expect("symlink");
     let notify_path = dir.path().join("notify.sock");
     let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
-    let mut service = Service::start(
+    let mut service = start_service(
         &fake,
         dir.path(),
         notify_path.to_str().expect("utf8"),
@@ -447,7 +388,7 @@ async fn a_watched_warm_set_directory_that_changes_is_reloaded_without_a_signal(
         ],
     );
     let _metrics = service.metrics_address().await;
-    assert!(next_message(&manager).starts_with("READY=1\n"));
+    assert!(next_notify(&manager).starts_with("READY=1\n"));
     // The kubelet's update of a ConfigMap volume: a new directory, then `..data` swapped.
     let second = warm.join("..2026_01_02");
     std::fs::create_dir_all(&second).expect("mkdir");
@@ -458,13 +399,13 @@ async fn a_watched_warm_set_directory_that_changes_is_reloaded_without_a_signal(
     .expect("write");
     std::os::unix::fs::symlink("..2026_01_02", warm.join("..data.tmp")).expect("symlink");
     std::fs::rename(warm.join("..data.tmp"), warm.join("..data")).expect("swap");
-    assert!(next_message(&manager).starts_with("RELOADING=1\n"));
+    assert!(next_notify(&manager).starts_with("RELOADING=1\n"));
     assert_eq!(
-        next_message(&manager),
+        next_notify(&manager),
         "READY=1\nSTATUS=Running: configuration reloaded"
     );
     service.signal(libc::SIGTERM);
-    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(next_notify(&manager), "STOPPING=1");
     assert_eq!(service.wait().code(), Some(0));
 }
 
@@ -509,7 +450,7 @@ async fn a_config_replaced_by_a_fifo_fails_the_reload_and_the_agent_answers_and_
     let notify_path = dir.path().join("notify.sock");
     let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
     let grace = Duration::from_secs(5);
-    let mut service = Service::start(
+    let mut service = start_service(
         &fake,
         dir.path(),
         notify_path.to_str().expect("utf8"),
@@ -521,7 +462,7 @@ async fn a_config_replaced_by_a_fifo_fails_the_reload_and_the_agent_answers_and_
         ],
     );
     let metrics = service.metrics_address().await;
-    let ready = next_message(&manager);
+    let ready = next_notify(&manager);
     assert!(ready.starts_with("READY=1\n"), "{ready:?}");
 
     std::fs::remove_file(&config).expect("remove config");
@@ -529,8 +470,8 @@ async fn a_config_replaced_by_a_fifo_fails_the_reload_and_the_agent_answers_and_
     // SAFETY: mkfifo(3) on a NUL-terminated path in the test's temp dir.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
     service.signal(libc::SIGHUP);
-    assert!(next_message(&manager).starts_with("RELOADING=1\n"));
-    let done = next_message(&manager);
+    assert!(next_notify(&manager).starts_with("RELOADING=1\n"));
+    let done = next_notify(&manager);
     assert_eq!(
         done,
         format!(
@@ -548,7 +489,7 @@ async fn a_config_replaced_by_a_fifo_fails_the_reload_and_the_agent_answers_and_
 
     // SIGTERM ends it within the grace period; past it a watchdog kills it and the test fails.
     service.signal(libc::SIGTERM);
-    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(next_notify(&manager), "STOPPING=1");
     let pid = i32::try_from(service.child.id()).expect("pid fits i32");
     let (exited, exited_rx) = std::sync::mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {
@@ -580,7 +521,7 @@ async fn run_serves_the_probes_on_the_healthz_address_and_no_metrics_there() {
     std::fs::write(dir.path().join("imagekeeper.toml"), "pinnedImages = []\n").expect("write");
     let notify_path = dir.path().join("notify.sock");
     let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
-    let mut service = Service::start(
+    let mut service = start_service(
         &fake,
         dir.path(),
         notify_path.to_str().expect("utf8"),
@@ -606,7 +547,7 @@ async fn run_serves_the_probes_on_the_healthz_address_and_no_metrics_there() {
     let address = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("a \"Serving health probes\" line");
-    let ready = next_message(&manager);
+    let ready = next_notify(&manager);
     assert!(ready.starts_with("READY=1\n"), "{ready:?}");
     let healthz = http_get(&address, "/healthz");
     assert!(healthz.starts_with("HTTP/1.1 200 OK"), "{healthz}");
@@ -616,7 +557,7 @@ async fn run_serves_the_probes_on_the_healthz_address_and_no_metrics_there() {
     let metrics = http_get(&address, "/metrics");
     assert!(metrics.starts_with("HTTP/1.1 404"), "{metrics}");
     service.signal(libc::SIGTERM);
-    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(next_notify(&manager), "STOPPING=1");
     assert_eq!(service.wait().code(), Some(0));
 }
 
@@ -682,9 +623,9 @@ async fn notify_socket_in_the_abstract_namespace_and_status_while_the_first_dete
         &SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract name"),
     )
     .expect("bind abstract");
-    let mut service = Service::start(&fake, dir.path(), &format!("@{name}"), &[]);
+    let mut service = start_service(&fake, dir.path(), &format!("@{name}"), &[]);
 
-    let status = next_message(&manager);
+    let status = next_notify(&manager);
     assert!(
         status.starts_with("STATUS=First detect failed, retrying: "),
         "{status:?}"
@@ -693,14 +634,14 @@ async fn notify_socket_in_the_abstract_namespace_and_status_while_the_first_dete
     fake.clear("ListImages");
     // Statuses of further failed retries may come first; READY=1 comes once one succeeds.
     let ready = loop {
-        let message = next_message(&manager);
+        let message = next_notify(&manager);
         if !message.starts_with("STATUS=First detect failed") {
             break message;
         }
     };
     assert!(ready.starts_with("READY=1\n"), "{ready:?}");
     service.signal(libc::SIGTERM);
-    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(next_notify(&manager), "STOPPING=1");
     assert_eq!(service.wait().code(), Some(0));
 }
 
@@ -794,16 +735,16 @@ async fn the_shipped_systemd_unit_starts_reaches_ready_reloads_and_verifies() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn the unit's command");
-    let mut service = Service { child };
-    assert!(next_message(&manager).starts_with("READY=1\n"));
+    let mut service = AgentChild { child };
+    assert!(next_notify(&manager).starts_with("READY=1\n"));
     service.signal(libc::SIGHUP);
-    assert!(next_message(&manager).starts_with("RELOADING=1\n"));
+    assert!(next_notify(&manager).starts_with("RELOADING=1\n"));
     assert_eq!(
-        next_message(&manager),
+        next_notify(&manager),
         "READY=1\nSTATUS=Running: configuration reloaded"
     );
     service.signal(libc::SIGTERM);
-    assert_eq!(next_message(&manager), "STOPPING=1");
+    assert_eq!(next_notify(&manager), "STOPPING=1");
     assert_eq!(service.wait().code(), Some(0));
 
     // systemd's own check of the unit, with ExecStart at the binary under test.

@@ -31,10 +31,9 @@ use imagekeeper::cri::{
 };
 use imagekeeper::model::ContainerState;
 use imagekeeper::store::Store;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{NodePaths, PodPlan, kubelet_masked_paths, manifest_text, plan};
-use crate::support::{self, Lab, PodGuard, wait_for};
+use crate::support::{self, Lab, PodGuard, http_status, wait_for};
 
 const BINARY: &str = "/usr/local/bin/imagekeeper";
 
@@ -43,9 +42,8 @@ fn pushed_image(test: &str) -> Option<String> {
     match std::env::var("IMAGEKEEPER_IMAGE") {
         Ok(image) if !image.is_empty() => Some(image),
         _ => {
-            let required = std::env::var("IMAGEKEEPER_REQUIRE_LAB").is_ok_and(|v| v == "1");
             assert!(
-                !required,
+                !support::lab_required(),
                 "IMAGEKEEPER_REQUIRE_LAB=1 but IMAGEKEEPER_IMAGE is not set: run \
                  `scripts/image` (with the lab's CRI_LAB_REGISTRY_PORT) and export \
                  IMAGEKEEPER_IMAGE=<the reference it prints>, or run scripts/test"
@@ -282,22 +280,6 @@ fn unique() -> u128 {
         .unwrap_or(0)
 }
 
-/// (status code, body) of GET `path`, or None when nothing answers.
-async fn http_get(address: &str, path: &str) -> Option<(u16, String)> {
-    let mut conn = tokio::net::TcpStream::connect(address).await.ok()?;
-    conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: node\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(10), conn.read_to_string(&mut out))
-        .await
-        .ok()?
-        .ok()?;
-    let status = out.get(9..12)?.parse().ok()?;
-    let body = out.split_once("\r\n\r\n")?.1.to_owned();
-    Some((status, body))
-}
-
 fn gauge(body: &str, name: &str) -> Option<f64> {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
@@ -311,7 +293,7 @@ impl RunningPod {
             let base = base.clone();
             let path = path.to_owned();
             async move {
-                http_get(&base, &path)
+                http_status(&base, &path)
                     .await
                     .and_then(|(code, body)| (code == status).then_some(body))
             }
@@ -429,7 +411,7 @@ async fn the_daemonset_pod_serves_health_and_metrics_collects_survives_a_runtime
     let metrics = wait_for("the image fs gauges", Duration::from_secs(60), || {
         let base = base.clone();
         async move {
-            let (_, body) = http_get(&base, "/metrics").await?;
+            let (_, body) = http_status(&base, "/metrics").await?;
             gauge(&body, "imagekeeper_image_fs_capacity_bytes").map(|_| body)
         }
     })
@@ -459,7 +441,7 @@ async fn the_daemonset_pod_serves_health_and_metrics_collects_survives_a_runtime
         !image_listed(&pod.client, &victim.image_id).await,
         "the victim is gone"
     );
-    let (_, metrics) = http_get(&pod.base, "/metrics").await.expect("scrape");
+    let (_, metrics) = http_status(&pod.base, "/metrics").await.expect("scrape");
     assert!(
         gauge(
             &metrics,

@@ -11,7 +11,6 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use base64::Engine;
-use imagekeeper::cri::ImageRuntime;
 
 use crate::support::{self, Lab, http_get, wait_for};
 
@@ -24,19 +23,11 @@ struct AuthRegistry {
 }
 
 fn auth_registry(lab: &Lab) -> AuthRegistry {
-    let text = std::fs::read_to_string(lab.dir.join("lab.env")).expect("lab.env");
-    let get = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("lab.env has no {key}: run scripts/cri-lab up again"))
-            .trim()
-            .to_owned()
-    };
     AuthRegistry {
-        registry: get("CRI_LAB_AUTH_REGISTRY"),
-        image: get("CRI_LAB_AUTH_IMAGE"),
-        user: get("CRI_LAB_AUTH_USER"),
-        password: get("CRI_LAB_AUTH_PASSWORD"),
+        registry: lab.env("CRI_LAB_AUTH_REGISTRY"),
+        image: lab.env("CRI_LAB_AUTH_IMAGE"),
+        user: lab.env("CRI_LAB_AUTH_USER"),
+        password: lab.env("CRI_LAB_AUTH_PASSWORD"),
     }
 }
 
@@ -131,11 +122,7 @@ fn text(out: &Output) -> String {
 
 /// The image is untagged in containerd first, so that a success means a real pull.
 async fn remove_private_image(lab: &Lab, reg: &AuthRegistry) {
-    let client = lab.client().await;
-    client
-        .remove_image(&reg.image, "")
-        .await
-        .expect("RemoveImage (absent is fine)");
+    lab.remove_image(&reg.image).await;
 }
 
 fn assert_pulled(out: &Output) {

@@ -1,11 +1,13 @@
 //! Helpers shared by the integration tests: the lab (`scripts/cri-lab`) as the tests see it,
-//! waiting on a condition with a deadline, and running the binary ([`bin`]).
+//! waiting on a condition with a deadline, running the binary ([`bin`]), the agent as a
+//! process ([`agent`]) and the lab's password registry ([`registry`]).
 //!
 //! Invariants: a lab test calls [`lab`] first. Without `IMAGEKEEPER_LAB_ENV` it prints that it
 //! was skipped and returns `None`, unless `IMAGEKEEPER_REQUIRE_LAB=1` (as `scripts/test` sets),
 //! in which case a missing lab is a panic. Lab tests also hold [`LabLock`] so that they run one at
 //! a time even under plain `cargo test` (nextest runs them one at a time anyway).
 
+pub mod agent;
 pub mod bin;
 
 use std::collections::HashMap;
@@ -13,7 +15,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use imagekeeper::cri::{CriClient, CriConfig, SandboxSpec};
+use imagekeeper::cri::{CriClient, CriConfig, ImageRuntime, SandboxSpec};
 
 /// One row of the lab's images.tsv.
 #[derive(Clone, Debug)]
@@ -47,6 +49,8 @@ pub struct Lab {
     /// The sandbox (pause) image containerd runs pods with (CRI_LAB_SANDBOX_IMAGE).
     pub sandbox_image: String,
     pub images: Vec<LabImage>,
+    /// Every `KEY=value` of lab.env (read with [`Lab::env`]).
+    env: HashMap<String, String>,
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
@@ -60,6 +64,25 @@ impl Lab {
             .iter()
             .find(|image| image.reference == reference)
             .unwrap_or_else(|| panic!("images.tsv has no row for {reference}"))
+    }
+
+    /// The value of `key` in lab.env; panics naming the key when the lab's lab.env lacks it
+    /// (a lab started by an older `scripts/cri-lab`: start it again).
+    pub fn env(&self, key: &str) -> String {
+        self.env
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| panic!("lab.env has no {key}: run scripts/cri-lab up again"))
+    }
+
+    /// Removes `image` from the lab's containerd (absent is fine), so that a later success
+    /// means a real pull.
+    pub async fn remove_image(&self, image: &str) {
+        self.client()
+            .await
+            .remove_image(image, "")
+            .await
+            .expect("RemoveImage (absent is fine)");
     }
 
     /// containerd's log (written by `scripts/cri-lab`, info level: one line per PullImage).
@@ -99,9 +122,15 @@ pub fn lab_config(endpoint: &str) -> CriConfig {
     }
 }
 
+/// Whether a missing lab (or lab tool, or pushed image) fails a test rather than skipping it:
+/// `IMAGEKEEPER_REQUIRE_LAB=1`, as `scripts/test` sets.
+pub fn lab_required() -> bool {
+    std::env::var("IMAGEKEEPER_REQUIRE_LAB").is_ok_and(|v| v == "1")
+}
+
 /// The lab, or `None` (after printing a skip line) when there is none and none is required.
 pub async fn lab(test: &str) -> Option<Lab> {
-    let required = std::env::var("IMAGEKEEPER_REQUIRE_LAB").is_ok_and(|v| v == "1");
+    let required = lab_required();
     let Some(env_file) = std::env::var_os("IMAGEKEEPER_LAB_ENV") else {
         assert!(
             !required,
@@ -143,6 +172,7 @@ pub async fn lab(test: &str) -> Option<Lab> {
         pod_log_dir: PathBuf::from(get("CRI_LAB_POD_LOG_DIR")),
         sandbox_image: get("CRI_LAB_SANDBOX_IMAGE"),
         images,
+        env,
         _serial: serial,
     })
 }
@@ -204,6 +234,24 @@ pub fn http_get(address: &str, path: &str) -> String {
     let mut out = String::new();
     conn.read_to_string(&mut out).expect("read");
     out
+}
+
+/// (status code, body) of an HTTP/1.1 GET of `path` at `address` from async code, or `None`
+/// when nothing answers (yet) or the answer is not HTTP: for polling a server that is starting.
+pub async fn http_status(address: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(address).await.ok()?;
+    conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: node\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_string(&mut out))
+        .await
+        .ok()?
+        .ok()?;
+    let status = out.get(9..12)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n")?.1.to_owned();
+    Some((status, body))
 }
 
 /// The address in an agent's "Serving metrics" log line (text format), if `log` has one.
@@ -406,7 +454,7 @@ pub fn tool(test: &str, name: &str, env_var: &str) -> Option<PathBuf> {
     if runs {
         return Some(candidate);
     }
-    let required = std::env::var("IMAGEKEEPER_REQUIRE_LAB").is_ok_and(|v| v == "1");
+    let required = lab_required();
     assert!(
         !required,
         "IMAGEKEEPER_REQUIRE_LAB=1 but {name} does not run ({env_var}={:?}): run scripts/tools \

@@ -1,0 +1,447 @@
+//! The book (`docs/`) and the README: the reference pages generated from the code, and every
+//! relative link between them resolving.
+//!
+//! Invariants: `docs/src/reference/{commands,exit-codes,metrics,config}.md` are exactly what
+//! this module renders from the binary's clap help, `agent::METRICS` and `agent::CONFIG_FIELDS`
+//! (`IMAGEKEEPER_WRITE_DOCS=1` rewrites them; `scripts/docs` does that); every relative link
+//! in README.md and docs/src/**/*.md names a file that exists, and an anchor a heading of it;
+//! the book links nothing outside docs/src (mdBook would not copy it); SUMMARY.md lists every
+//! page. No network: external links are not followed.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use imagekeeper::agent::{AgentConfig, CONFIG_FIELDS, METRICS, MetricKind, OnReload};
+
+use crate::support::bin;
+
+/// The command that regenerates the pages, named in every failure.
+const REGENERATE: &str = "run scripts/docs and commit the result";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn header(source: &str) -> String {
+    format!(
+        "<!-- Generated from {source} by scripts/docs (tests/it/book.rs): do not edit by hand. -->\n"
+    )
+}
+
+fn help(path: &[&str]) -> String {
+    let mut args: Vec<&str> = path.to_vec();
+    args.push("--help");
+    let out = bin::run(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "imagekeeper {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("help is UTF-8")
+}
+
+/// The subcommands a help text lists under `Commands:` (without `help`).
+fn subcommands(help: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in help.lines() {
+        if line == "Commands:" {
+            inside = true;
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        if line.is_empty() || !line.starts_with("  ") {
+            break;
+        }
+        // An entry starts two spaces in; its wrapped help lines are indented further.
+        if line.as_bytes().get(2).is_some_and(|b| *b != b' ') {
+            let name = line.split_whitespace().next().expect("a name");
+            if name != "help" {
+                out.push(name.to_owned());
+            }
+        }
+    }
+    out
+}
+
+fn commands_page() -> String {
+    let mut page = String::from("# Commands and flags\n\n");
+    page.push_str(&header("the clap definitions (`imagekeeper ... --help`)"));
+    page.push_str(
+        "\nEvery command of `imagekeeper` with its `--help`, as the binary prints it. \
+         The exit codes are on [their own page](exit-codes.md); the config file's fields, \
+         which most `run` flags override, are in [Configuration fields](config.md).\n",
+    );
+    let mut queue: Vec<Vec<String>> = vec![Vec::new()];
+    while let Some(path) = queue.pop() {
+        let args: Vec<&str> = path.iter().map(String::as_str).collect();
+        let text = help(&args);
+        let title = if path.is_empty() {
+            "imagekeeper".to_owned()
+        } else {
+            format!("imagekeeper {}", path.join(" "))
+        };
+        page.push_str(&format!(
+            "\n## `{title}`\n\n```text\n{}\n```\n",
+            text.trim_end()
+        ));
+        // Depth first, in the order the help lists them.
+        for sub in subcommands(&text).into_iter().rev() {
+            let mut next = path.clone();
+            next.push(sub);
+            queue.push(next);
+        }
+    }
+    page
+}
+
+fn exit_codes_page() -> String {
+    let text = help(&[]);
+    let codes = text
+        .split_once("Exit codes:\n")
+        .map(|(_, rest)| rest)
+        .expect("imagekeeper --help ends with its exit codes");
+    let mut page = String::from("# Exit codes\n\n");
+    page.push_str(&header("`imagekeeper --help` (src/cli/mod.rs)"));
+    page.push_str(
+        "\nEvery command exits with one of these codes.\n\n| code | meaning |\n|---|---|\n",
+    );
+    for line in codes.lines().filter(|l| !l.trim().is_empty()) {
+        let (code, meaning) = line
+            .trim()
+            .split_once("  ")
+            .unwrap_or_else(|| panic!("an exit code line is `CODE  MEANING`: {line:?}"));
+        page.push_str(&format!("| {code} | {} |\n", cell(meaning.trim())));
+    }
+    page
+}
+
+/// A table cell: `|` escaped.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+fn metrics_page() -> String {
+    let mut page = String::from("# Metrics\n\n");
+    page.push_str(&header("`METRICS` in src/agent/metrics.rs"));
+    page.push_str(
+        "\nEvery metric the agent serves at `/metrics` on `--metrics-address` (OpenMetrics \
+         text). A counter's sample is its name with `_total`; a histogram's are `_bucket`, \
+         `_sum` and `_count`. No label ever takes an image name. See \
+         [Observing the agent](../operators/observing.md) for the alerts and the dashboard.\n\n\
+         | metric | type | labels | help | absent |\n|---|---|---|---|---|\n",
+    );
+    for family in METRICS {
+        let mut name = family.exposed_name();
+        if family.kind == MetricKind::Counter {
+            name.push_str("_total");
+        }
+        let labels = if family.labels.is_empty() {
+            String::new()
+        } else {
+            family
+                .labels
+                .iter()
+                .map(|l| format!("`{l}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        page.push_str(&format!(
+            "| `{name}` | {} | {labels} | {} | {} |\n",
+            family.kind.as_str(),
+            cell(family.help),
+            cell(family.absent_when.unwrap_or("")),
+        ));
+    }
+    page
+}
+
+fn config_page() -> String {
+    let defaults = AgentConfig::defaults().expect("the defaults are valid");
+    let mut page = String::from("# Configuration fields\n\n");
+    page.push_str(&header("`CONFIG_FIELDS` in src/agent/config.rs"));
+    page.push_str(
+        "\nThe fields of the `--config` file (TOML, KubeletConfiguration's field names), the \
+         `run` flag that overrides each (a flag wins over the file), the kubelet setting it \
+         matches (none: imagekeeper's own), its default, and whether a reload (SIGHUP, \
+         `--config-watch-period`) applies it or it waits for a restart. Durations use Go's \
+         syntax (`90s`, `2m`, `1h30m`). How the file is read and reloaded: \
+         [Configuration](../operators/configuration.md).\n\n\
+         | field | flag | kubelet | default | on reload | meaning |\n|---|---|---|---|---|---|\n",
+    );
+    for field in CONFIG_FIELDS {
+        let kubelet = field
+            .kubelet
+            .map(|k| format!("`{k}`"))
+            .unwrap_or_else(|| "(imagekeeper's own)".to_owned());
+        let reload = match field.on_reload {
+            OnReload::Applied => "applied",
+            OnReload::NeedsRestart => "needs a restart",
+        };
+        page.push_str(&format!(
+            "| `{}` | `{}` | {} | `{}` | {reload} | {} |\n",
+            field.key,
+            field.flag,
+            cell(&kubelet),
+            cell(&(field.default)(&defaults)),
+            cell(field.help),
+        ));
+    }
+    page
+}
+
+/// Compares each generated page with the committed file, or writes it when
+/// `IMAGEKEEPER_WRITE_DOCS=1`.
+#[test]
+fn reference_pages_match_the_code() {
+    let write = std::env::var("IMAGEKEEPER_WRITE_DOCS").is_ok_and(|v| v == "1");
+    let pages = [
+        ("commands.md", commands_page()),
+        ("exit-codes.md", exit_codes_page()),
+        ("metrics.md", metrics_page()),
+        ("config.md", config_page()),
+    ];
+    let dir = root().join("docs/src/reference");
+    let mut stale = Vec::new();
+    for (name, want) in pages {
+        let path = dir.join(name);
+        if write {
+            std::fs::write(&path, &want).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            continue;
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        if have != want {
+            stale.push(format!("docs/src/reference/{name}"));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{} differ from what the code generates: {REGENERATE}",
+        stale.join(", ")
+    );
+}
+
+/// The generated pages name what the issue asks of them: every top-level command, every
+/// metric and every config field (a check on the renderers themselves).
+#[test]
+fn reference_pages_list_every_command_metric_and_field() {
+    let commands = commands_page();
+    for command in subcommands(&help(&[])) {
+        assert!(
+            commands.contains(&format!("## `imagekeeper {command}`")),
+            "{command}"
+        );
+    }
+    for sub in subcommands(&help(&["inspect"])) {
+        assert!(
+            commands.contains(&format!("## `imagekeeper inspect {sub}`")),
+            "inspect {sub}"
+        );
+    }
+    assert!(commands.contains("--image-gc-high-threshold"));
+    let metrics = metrics_page();
+    for family in METRICS {
+        assert!(metrics.contains(&family.exposed_name()), "{}", family.name);
+    }
+    let config = config_page();
+    for field in CONFIG_FIELDS {
+        assert!(
+            config.contains(&format!("`{}`", field.key)),
+            "{}",
+            field.key
+        );
+    }
+    assert!(exit_codes_page().contains("| 2 | bad usage"));
+}
+
+/// Markdown files the check reads: README.md and the book's sources.
+fn markdown_files() -> Vec<PathBuf> {
+    let mut out = vec![root().join("README.md")];
+    let mut stack = vec![root().join("docs/src")];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The text outside fenced code blocks and inline code spans.
+fn prose(text: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let mut in_code = false;
+        for ch in line.chars() {
+            if ch == '`' {
+                in_code = !in_code;
+            } else if !in_code {
+                out.push(ch);
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The targets of the inline links `[text](target)` in a Markdown text.
+fn links(text: &str) -> Vec<String> {
+    let prose = prose(text);
+    let mut out = Vec::new();
+    let mut rest = prose.as_str();
+    while let Some(i) = rest.find("](") {
+        let after = &rest[i + 2..];
+        let Some(end) = after.find(')') else { break };
+        let target = after[..end].split_whitespace().next().unwrap_or("");
+        out.push(target.to_owned());
+        rest = &after[end..];
+    }
+    out
+}
+
+/// A heading's anchor as mdBook and GitHub make it: lower case, letters, digits, `-` and `_`
+/// kept, white space turned into `-`, everything else dropped; a repeated one gets `-1`, `-2`.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || !line.starts_with('#') {
+            continue;
+        }
+        let title = line.trim_start_matches('#').trim();
+        let slug: String = title
+            .chars()
+            .filter_map(|c| {
+                if c.is_alphanumeric() || c == '-' || c == '_' {
+                    Some(c.to_lowercase().next().unwrap_or(c))
+                } else if c.is_whitespace() {
+                    Some('-')
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let mut candidate = slug.clone();
+        let mut n = 0;
+        while out.contains(&candidate) {
+            n += 1;
+            candidate = format!("{slug}-{n}");
+        }
+        out.insert(candidate);
+    }
+    out
+}
+
+/// Every relative link in README.md and the book resolves to a file, and an anchor to one of
+/// its headings; no link from the book leaves docs/src.
+#[test]
+fn book_and_readme_links_resolve() {
+    let book = root().join("docs/src");
+    let mut broken = Vec::new();
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).expect("read");
+        let shown = file
+            .strip_prefix(root())
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        for target in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = match target.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let resolved = if path.is_empty() {
+                file.clone()
+            } else {
+                normalize(&file.parent().expect("a parent").join(path))
+            };
+            if file.starts_with(&book) && !resolved.starts_with(&book) {
+                broken.push(format!(
+                    "{shown}: {target} leaves docs/src (the book cannot link it; name the file in backticks)"
+                ));
+                continue;
+            }
+            if !resolved.exists() {
+                broken.push(format!("{shown}: {target}: no such file"));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                let target_text = std::fs::read_to_string(&resolved).unwrap_or_default();
+                if !anchors(&target_text).contains(anchor) {
+                    broken.push(format!("{shown}: {target}: no heading makes #{anchor}"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// `a/b/../c` as `a/c`, without touching the file system.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// SUMMARY.md lists every page of docs/src, so none is left out of the book.
+#[test]
+fn summary_lists_every_page() {
+    let book = root().join("docs/src");
+    let summary = std::fs::read_to_string(book.join("SUMMARY.md")).expect("docs/src/SUMMARY.md");
+    let listed: BTreeSet<PathBuf> = links(&summary)
+        .into_iter()
+        .map(|l| normalize(&book.join(l)))
+        .collect();
+    let missing: Vec<String> = markdown_files()
+        .into_iter()
+        .filter(|f| f.starts_with(&book) && !f.ends_with("SUMMARY.md") && !listed.contains(f))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "pages SUMMARY.md does not list: {missing:?}"
+    );
+}
+
+/// The link and anchor rules themselves, on a small text.
+#[test]
+fn links_and_anchors_follow_the_markdown() {
+    let text = "# A `code` Title!\n\n## Same\n## Same\n\n[x](a.md#b) `[no](c.md)`\n```\n[no](d.md)\n```\n[y](#same-1 \"t\")\n";
+    assert_eq!(links(text), ["a.md#b", "#same-1"]);
+    let a = anchors(text);
+    assert!(a.contains("a-code-title"), "{a:?}");
+    assert!(a.contains("same") && a.contains("same-1"), "{a:?}");
+}

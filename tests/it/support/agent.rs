@@ -1,0 +1,109 @@
+//! The agent as a process for the tests that spawn `imagekeeper run` against the in-process
+//! fake CRI server (`agent::`, `service::`): one way to spawn it, one child handle, one read of
+//! the service manager's messages, and the runtime image those tests script.
+//!
+//! Invariants: the spawned agent logs at info whatever the caller's `IMAGEKEEPER_LOG` ("Serving
+//! metrics" names the bound address), its stderr is piped for [`AgentChild::metrics_address`],
+//! its GC loop waits an hour (a test drives GC itself), and it is killed and reaped on drop.
+//! The 60 s read deadlines only turn a hang into a failure; no test waits on them.
+
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use imagekeeper::model::{ImageId, RuntimeImage};
+
+use super::metrics_address_from_stderr;
+
+/// An image as the fake runtime lists it: one tag, a size.
+pub fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
+    RuntimeImage {
+        id: ImageId::new(id),
+        repo_tags: vec![tag.to_owned()],
+        size,
+        ..RuntimeImage::default()
+    }
+}
+
+/// A spawned `imagekeeper run`, killed and reaped on drop if still alive.
+pub struct AgentChild {
+    pub child: Child,
+}
+
+impl Drop for AgentChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl AgentChild {
+    /// `imagekeeper run --container-runtime-endpoint ENDPOINT --db DB --admin-socket SOCKET
+    /// --gc-period 1h EXTRA...` with `NOTIFY_SOCKET` set to `notify_socket` (a path or
+    /// `@name`).
+    pub fn spawn(
+        endpoint: &str,
+        db: &Path,
+        socket: &Path,
+        notify_socket: &str,
+        extra: &[&str],
+    ) -> AgentChild {
+        let child = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+            .args([
+                "run",
+                "--container-runtime-endpoint",
+                endpoint,
+                "--db",
+                db.to_str().expect("utf8"),
+                "--admin-socket",
+                socket.to_str().expect("utf8"),
+                "--gc-period",
+                "1h",
+            ])
+            .args(extra)
+            // Info logs ("Serving metrics" names the bound address) whatever the caller's filter.
+            .env_remove("IMAGEKEEPER_LOG")
+            .env("NOTIFY_SOCKET", notify_socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn agent");
+        AgentChild { child }
+    }
+
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("pid fits i32")
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.pid(), signal) }, 0, "kill");
+    }
+
+    /// The metrics address the agent bound (started with `--metrics-address 127.0.0.1:0`), from
+    /// its "Serving metrics" log line; its stderr is drained from then on.
+    pub async fn metrics_address(&mut self) -> String {
+        let stderr = self
+            .child
+            .stderr
+            .take()
+            .expect("the agent's stderr, piped and unread");
+        metrics_address_from_stderr(stderr, Duration::from_secs(60)).await
+    }
+
+    pub fn wait(&mut self) -> ExitStatus {
+        self.child.wait().expect("wait")
+    }
+}
+
+/// The next datagram on the service manager's side of `NOTIFY_SOCKET` (a deadline only
+/// against a hang).
+pub fn next_notify(socket: &UnixDatagram) -> String {
+    socket
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    let mut buf = [0u8; 4096];
+    let n = socket.recv(&mut buf).expect("a notify message within 60 s");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
