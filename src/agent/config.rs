@@ -170,7 +170,8 @@ pub enum OnReload {
 pub struct ConfigField {
     /// The TOML key (KubeletConfiguration's field name where the kubelet has one).
     pub key: &'static str,
-    /// The `imagekeeper run` flag that overrides it (a flag wins over the file).
+    /// The `imagekeeper run` flag that overrides it (a flag wins over the file); `(none)` for
+    /// a field no flag sets (`warm`, `warmParallelPulls`, `warmFromHistory`).
     pub flag: &'static str,
     /// The kubelet's setting it matches, or `None` when the field is imagekeeper's own.
     pub kubelet: Option<&'static str>,
@@ -1312,7 +1313,12 @@ mod tests {
         let defaults = AgentConfig::defaults().expect("the defaults are valid");
         for field in CONFIG_FIELDS {
             assert!(!(field.default)(&defaults).is_empty(), "{}", field.key);
-            assert!(field.flag.starts_with("--"), "{}", field.key);
+            // A field with no flag (the warm set's tables) says "(none)".
+            assert!(
+                field.flag.starts_with("--") || field.flag == "(none)",
+                "{}",
+                field.key
+            );
         }
     }
 
