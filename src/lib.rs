@@ -43,3 +43,5 @@ pub mod replay;
 pub mod sim;
 // The redb record database (the only module that imports redb).
 pub mod store;
+// Warm sets: images kept present ahead of use, and restore after a wipe.
+pub mod warm;

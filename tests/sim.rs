@@ -55,6 +55,16 @@ fn commits_with_durability_none_are_caught() {
 }
 
 #[test]
+fn a_gc_that_ignores_the_warm_set_is_caught() {
+    let (seed, message) =
+        first_caught(Mutant::NoWarmKeep).expect("no warm keep caught within the seeds");
+    assert!(
+        message.starts_with("invariant 1:") && message.contains("warm set"),
+        "seed {seed}: {message}"
+    );
+}
+
+#[test]
 fn the_real_code_breaks_no_invariant_on_the_same_seeds() {
     let (mut inode_removals, mut budget_removals) = (0, 0);
     for seed in 1..=SEEDS {

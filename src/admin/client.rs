@@ -18,7 +18,9 @@ use tokio::net::UnixStream;
 use tonic::transport::{Endpoint, Uri};
 
 use super::proto::admin_client::AdminClient as Generated;
-use super::proto::{DeleteUnusedRequest, EnsureImageRequest, GarbageCollectRequest, GcResponse};
+use super::proto::{
+    DeleteUnusedRequest, EnsureImageRequest, GarbageCollectRequest, GcResponse, RestoreRequest,
+};
 use super::{AdminError, AdminReason, EnsureRequest, GcOutcome, REASON_METADATA_KEY};
 use crate::gc::{Removal, RemovalReason};
 use crate::model::RecordKey;
@@ -187,6 +189,49 @@ impl AdminClient {
             .await
             .map_err(self.call_err("DeleteUnused"))?;
         Ok(outcome(reply.into_inner()))
+    }
+
+    /// `imagekeeper restore` through the agent: its outcome, or the agent's error as
+    /// [`AdminError::Call`].
+    pub async fn restore(
+        &mut self,
+        options: crate::warm::RestoreOptions,
+    ) -> Result<crate::warm::RestoreOutcome, AdminError> {
+        use crate::warm::{RestoreItem, RestoreOutcome, RestoreState};
+        let reply = self
+            .inner
+            .restore(RestoreRequest {
+                used_within_nanos: u64::try_from(options.used_within.as_nanos())
+                    .unwrap_or(u64::MAX),
+                max_bytes: options.max_bytes,
+                dry_run: options.dry_run,
+            })
+            .await
+            .map_err(self.call_err("Restore"))?
+            .into_inner();
+        if !reply.error.is_empty() {
+            return Err(AdminError::Call {
+                method: "Restore",
+                message: reply.error,
+            });
+        }
+        Ok(RestoreOutcome {
+            items: reply
+                .items
+                .into_iter()
+                .map(|i| RestoreItem {
+                    image_id: i.image_id,
+                    runtime_handler: i.runtime_handler,
+                    image: i.image,
+                    size: i.size,
+                    last_used: crate::model::UnixNanos(i.last_used),
+                    removed_at: crate::model::UnixNanos(i.removed_at),
+                    state: RestoreState::parse(&i.state).unwrap_or(RestoreState::Skipped),
+                    detail: i.detail,
+                })
+                .collect(),
+            dry_run: reply.dry_run,
+        })
     }
 }
 

@@ -138,6 +138,14 @@ pub trait AdminBackend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<String, EnsureImageError>> + Send;
     fn garbage_collect(&self, dry_run: bool) -> impl Future<Output = GcOutcome> + Send;
     fn delete_unused(&self, dry_run: bool) -> impl Future<Output = GcOutcome> + Send;
+    /// `imagekeeper restore`: what was (or, dry, would be) pulled back, or why it could not
+    /// run. A backend without it answers that it does not serve it.
+    fn restore(
+        &self,
+        _options: crate::warm::RestoreOptions,
+    ) -> impl Future<Output = Result<crate::warm::RestoreOutcome, String>> + Send {
+        async { Err("this agent does not serve restore".to_owned()) }
+    }
 }
 
 /// Why the agent did not ensure an image (the server side of EnsureImage's failure).

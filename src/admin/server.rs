@@ -20,7 +20,8 @@ use tonic::{Request, Response, Status};
 use super::proto::admin_server::{Admin, AdminServer};
 use super::proto::{
     DeleteUnusedRequest, EnsureImageRequest, EnsureImageResponse, GarbageCollectRequest,
-    GcResponse, Removal as ProtoRemoval,
+    GcResponse, Removal as ProtoRemoval, RestoreItem as ProtoRestoreItem, RestoreRequest,
+    RestoreResponse,
 };
 use super::{
     AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome, REASON_METADATA_KEY,
@@ -110,6 +111,44 @@ impl<B: AdminBackend> Admin for Service<B> {
             .delete_unused(request.into_inner().dry_run)
             .await;
         Ok(Response::new(gc_response(outcome)))
+    }
+
+    async fn restore(
+        &self,
+        request: Request<RestoreRequest>,
+    ) -> Result<Response<RestoreResponse>, Status> {
+        let r = request.into_inner();
+        let options = crate::warm::RestoreOptions {
+            used_within: Duration::from_nanos(r.used_within_nanos),
+            max_bytes: r.max_bytes,
+            dry_run: r.dry_run,
+        };
+        let reply = match self.backend.restore(options).await {
+            Ok(outcome) => RestoreResponse {
+                items: outcome
+                    .items
+                    .into_iter()
+                    .map(|i| ProtoRestoreItem {
+                        image_id: i.image_id,
+                        runtime_handler: i.runtime_handler,
+                        image: i.image,
+                        size: i.size,
+                        last_used: i.last_used.0,
+                        removed_at: i.removed_at.0,
+                        state: i.state.as_str().to_owned(),
+                        detail: i.detail,
+                    })
+                    .collect(),
+                dry_run: outcome.dry_run,
+                error: String::new(),
+            },
+            Err(error) => RestoreResponse {
+                items: Vec::new(),
+                dry_run: r.dry_run,
+                error,
+            },
+        };
+        Ok(Response::new(reply))
     }
 }
 

@@ -14,6 +14,10 @@ use crate::gc::{ByteBudget, GcConfig, GcPolicy, InodeThresholds, PinPatterns};
 use crate::kubelet::DEFAULT_KUBELET_ROOT_DIR;
 use crate::model::JournalRetention;
 use crate::pull::{PullConfig, PullConfigError};
+use crate::warm::{
+    DEFAULT_USED_WITHIN, DEFAULT_WARM_PERIOD, FromHistory, SizeSpec, WarmConfig, WarmSet,
+    parse_size, read_warm_dir, resolve_specs,
+};
 
 /// The default record database.
 pub const DEFAULT_DB: &str = "/var/lib/imagekeeper/records.redb";
@@ -135,6 +139,32 @@ pub struct FileConfig {
     /// The kubelet's `--image-credential-provider-bin-dir`; this name is ours.
     #[serde(rename = "imageCredentialProviderBinDir")]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+    /// `[[warm]]`: images kept present ahead of use, in priority order (ours).
+    #[serde(rename = "warm")]
+    pub warm: Option<Vec<crate::warm::WarmEntrySpec>>,
+    /// A directory of warm set files, YAML or JSON (a mounted ConfigMap) (ours).
+    #[serde(rename = "warmSetDir")]
+    pub warm_set_dir: Option<PathBuf>,
+    /// How often the warm cycle runs, Go syntax (ours).
+    #[serde(rename = "warmPeriod")]
+    pub warm_period: Option<String>,
+    /// At most this many warm pulls at once (ours).
+    #[serde(rename = "warmParallelPulls")]
+    pub warm_parallel_pulls: Option<i64>,
+    /// `[warmFromHistory]`: images removed externally and used recently, pulled back (ours).
+    #[serde(rename = "warmFromHistory")]
+    pub warm_from_history: Option<FromHistorySpec>,
+}
+
+/// `[warmFromHistory]`: `usedWithin` (Go syntax, default 24h) and `maxBytes` (bytes or a
+/// quantity such as `50Gi`; none: no budget).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FromHistorySpec {
+    #[serde(rename = "usedWithin")]
+    pub used_within: Option<String>,
+    #[serde(rename = "maxBytes")]
+    pub max_bytes: Option<crate::warm::SizeSpec>,
 }
 
 /// When a changed field takes effect on a reload (SIGHUP or `--config-watch-period`).
@@ -153,7 +183,8 @@ pub enum OnReload {
 pub struct ConfigField {
     /// The TOML key (KubeletConfiguration's field name where the kubelet has one).
     pub key: &'static str,
-    /// The `imagekeeper run` flag that overrides it (a flag wins over the file).
+    /// The `imagekeeper run` flag that overrides it (a flag wins over the file); `(none)` for
+    /// a field no flag sets (`warm`, `warmParallelPulls`, `warmFromHistory`).
     pub flag: &'static str,
     /// The kubelet's setting it matches, or `None` when the field is imagekeeper's own.
     pub kubelet: Option<&'static str>,
@@ -397,6 +428,52 @@ pub const CONFIG_FIELDS: &[ConfigField] = &[
         on_reload: OnReload::NeedsRestart,
         help: "The directory holding the credential provider plugins.",
     },
+    ConfigField {
+        key: "warm",
+        flag: "(none)",
+        kubelet: None,
+        default: |c| c.gc.warm.entries.len().to_string() + " entries",
+        on_reload: OnReload::Applied,
+        help: "[[warm]] tables: images the node keeps present ahead of use, in priority order; fields image, runtimeHandler, for (Go duration) or until (RFC 3339), size (bytes or a quantity). See Warm sets.",
+    },
+    ConfigField {
+        key: "warmSetDir",
+        flag: "--warm-set-dir",
+        kubelet: None,
+        default: |c| match &c.warm.dir {
+            Some(d) => d.display().to_string(),
+            None => "none".to_owned(),
+        },
+        on_reload: OnReload::Applied,
+        help: "A directory of warm set files (YAML or JSON `warm:` lists; a mounted ConfigMap), read again at each reload.",
+    },
+    ConfigField {
+        key: "warmPeriod",
+        flag: "--warm-period",
+        kubelet: None,
+        default: |c| duration_text(c.warm.period),
+        on_reload: OnReload::Applied,
+        help: "How often the warm cycle pulls missing warm images; at least 1s.",
+    },
+    ConfigField {
+        key: "warmParallelPulls",
+        flag: "(none)",
+        kubelet: None,
+        default: |c| c.warm.parallel_pulls.to_string(),
+        on_reload: OnReload::Applied,
+        help: "At most this many warm pulls at once, 1 to 64.",
+    },
+    ConfigField {
+        key: "warmFromHistory",
+        flag: "(none)",
+        kubelet: None,
+        default: |c| match c.warm.from_history {
+            Some(_) => "set".to_owned(),
+            None => "none".to_owned(),
+        },
+        on_reload: OnReload::Applied,
+        help: "[warmFromHistory] usedWithin (Go duration, default 24h), maxBytes (bytes or a quantity): images removed externally and used within the window, pulled back as warm entries.",
+    },
 ];
 
 impl AgentConfig {
@@ -510,6 +587,8 @@ pub struct FlagValues {
     pub image_cache_period: Option<String>,
     pub image_credential_provider_config: Option<PathBuf>,
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+    pub warm_set_dir: Option<PathBuf>,
+    pub warm_period: Option<String>,
 }
 
 /// The credential provider plugins' config file and bin dir (both or neither).
@@ -562,6 +641,8 @@ pub struct AgentConfig {
     pub credential_providers: Option<CredentialProviders>,
     /// Whether the container events watcher runs.
     pub container_events: ContainerEvents,
+    /// The warm loop's settings (the warm set itself is `gc.warm`).
+    pub warm: WarmConfig,
 }
 
 /// The shortest loop period (`--detect-period`, `--gc-period`, `--image-cache-period`): a
@@ -639,6 +720,7 @@ impl AgentConfig {
         let journal_retention = resolve_journal_retention(file, flags, &o)?;
         let metrics_address = resolve_metrics_address(flags)?;
         let credential_providers = resolve_credential_providers(file, flags, &o)?;
+        let (warm_set, warm) = resolve_warm(file, flags, &o)?;
         let db = flags
             .db
             .clone()
@@ -659,6 +741,7 @@ impl AgentConfig {
                 kubelet_root_dir,
                 kubelet_intent_max_age,
                 journal_retention,
+                warm: warm_set,
             },
             pull,
             admin_socket,
@@ -676,6 +759,7 @@ impl AgentConfig {
             )?,
             credential_providers,
             container_events,
+            warm,
         })
     }
 
@@ -1092,6 +1176,85 @@ fn resolve_journal_retention(
     Ok(journal_retention)
 }
 
+/// The warm set (the file's `[[warm]]` entries, then the directory's files in name order)
+/// and the warm loop's settings. The directory is read here (blocking I/O: a reload resolves
+/// on the blocking pool); `for` lifetimes are stamped by the agent ([`WarmSet::stamped`]).
+fn resolve_warm(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<(WarmSet, WarmConfig), ConfigError> {
+    let warm_error = |e: crate::warm::WarmError| match e {
+        crate::warm::WarmError::File { path, message } => ConfigError::File { path, message },
+        crate::warm::WarmError::Invalid { origin, message } => invalid(origin, message),
+    };
+    let mut entries = match &file.warm {
+        None => Vec::new(),
+        Some(specs) => {
+            resolve_specs(specs, |i| o.field(&format!("warm[{i}]"))).map_err(warm_error)?
+        }
+    };
+    let dir = pick(
+        &flags.warm_set_dir,
+        "--warm-set-dir",
+        &file.warm_set_dir,
+        o.field("warmSetDir"),
+    );
+    if let Some((dir, _)) = &dir {
+        entries.extend(read_warm_dir(dir).map_err(warm_error)?);
+    }
+    let period = match pick(
+        &flags.warm_period,
+        "--warm-period",
+        &file.warm_period,
+        o.field("warmPeriod"),
+    ) {
+        None => DEFAULT_WARM_PERIOD,
+        Some((v, from)) => period(&Some(v), &from, DEFAULT_WARM_PERIOD)?,
+    };
+    let parallel_pulls = match file.warm_parallel_pulls {
+        None => 1,
+        Some(n) => usize::try_from(n)
+            .ok()
+            .filter(|n| (1..=64).contains(n))
+            .ok_or_else(|| {
+                invalid(
+                    o.field("warmParallelPulls"),
+                    format!("must be between 1 and 64 (got {n})"),
+                )
+            })?,
+    };
+    let from_history = match &file.warm_from_history {
+        None => None,
+        Some(spec) => {
+            let used_within = match &spec.used_within {
+                None => DEFAULT_USED_WITHIN,
+                Some(v) => duration(v, &o.field("warmFromHistory.usedWithin"))?,
+            };
+            let max_bytes = match &spec.max_bytes {
+                None => None,
+                Some(SizeSpec::Bytes(b)) => Some(*b),
+                Some(SizeSpec::Text(t)) => Some(
+                    parse_size(t).map_err(|m| invalid(o.field("warmFromHistory.maxBytes"), m))?,
+                ),
+            };
+            Some(FromHistory {
+                used_within,
+                max_bytes,
+            })
+        }
+    };
+    Ok((
+        WarmSet::new(entries),
+        WarmConfig {
+            dir: dir.map(|(d, _)| d),
+            period,
+            parallel_pulls,
+            from_history,
+        },
+    ))
+}
+
 /// The credential provider plugins' config and binaries, both or neither.
 fn resolve_credential_providers(
     file: &FileConfig,
@@ -1323,7 +1486,12 @@ mod tests {
         let defaults = AgentConfig::defaults().expect("the defaults are valid");
         for field in CONFIG_FIELDS {
             assert!(!(field.default)(&defaults).is_empty(), "{}", field.key);
-            assert!(field.flag.starts_with("--"), "{}", field.key);
+            // A field with no flag (the warm set's tables) says "(none)".
+            assert!(
+                field.flag.starts_with("--") || field.flag == "(none)",
+                "{}",
+                field.key
+            );
         }
     }
 
@@ -1431,6 +1599,85 @@ mod tests {
         std::fs::write(&path, "# only this\npinnedImages = []\n").expect("write");
         let loaded = FileConfig::load_for_reload(&path).expect("a key is set");
         assert_eq!(loaded.pinned_images, Some(Vec::new()));
+    }
+
+    /// `[[warm]]` tables, `[warmFromHistory]` and the warm loop's fields from the file; the
+    /// flags win; every bad value names its field or flag.
+    #[test]
+    fn warm_settings_from_the_file_and_flags_and_bad_values_name_their_origin() {
+        let path = Path::new("/etc/ik.toml");
+        let parse = |text: &str| -> FileConfig { toml::from_str(text).expect("TOML") };
+        let file = parse(
+            "warmPeriod = \"30s\"\nwarmParallelPulls = 2\n\
+             [[warm]]\nimage = \"vllm/vllm-openai:v0.6\"\nsize = \"20Gi\"\n\
+             [[warm]]\nimage = \"busybox\"\nruntimeHandler = \"gpu\"\nfor = \"1h\"\n\
+             [warmFromHistory]\nusedWithin = \"12h\"\nmaxBytes = 1000\n",
+        );
+        let c = AgentConfig::resolve(&file, Some(path), &FlagValues::default()).expect("valid");
+        assert_eq!(c.warm.period, Duration::from_secs(30));
+        assert_eq!(c.warm.parallel_pulls, 2);
+        let from_history = c.warm.from_history.expect("set");
+        assert_eq!(from_history.used_within, Duration::from_secs(12 * 3600));
+        assert_eq!(from_history.max_bytes, Some(1000));
+        let entries = &c.gc.warm.entries;
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].size_hint, Some(20 << 30));
+        assert_eq!(entries[1].runtime_handler, "gpu");
+        assert_eq!(entries[1].origin, "warm[1] in /etc/ik.toml");
+        let defaults = AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default())
+            .expect("valid");
+        assert_eq!(defaults.warm.period, Duration::from_secs(60));
+        assert_eq!(defaults.warm.parallel_pulls, 1);
+        assert!(defaults.gc.warm.is_empty() && defaults.warm.from_history.is_none());
+        let flags = FlagValues {
+            warm_period: Some("5s".into()),
+            ..FlagValues::default()
+        };
+        let c = AgentConfig::resolve(&file, Some(path), &flags).expect("valid");
+        assert_eq!(c.warm.period, Duration::from_secs(5), "the flag wins");
+
+        let err = |text: &str, flags: &FlagValues| {
+            AgentConfig::resolve(&parse(text), Some(path), flags)
+                .expect_err("invalid")
+                .to_string()
+        };
+        let none = FlagValues::default();
+        assert_eq!(
+            err("warmPeriod = \"500ms\"", &none),
+            "warmPeriod in /etc/ik.toml: must be at least 1s (got \"500ms\")"
+        );
+        assert_eq!(
+            err(
+                "",
+                &FlagValues {
+                    warm_period: Some("0s".into()),
+                    ..FlagValues::default()
+                }
+            ),
+            "--warm-period: must be at least 1s (got \"0s\")"
+        );
+        assert_eq!(
+            err("warmParallelPulls = 65", &none),
+            "warmParallelPulls in /etc/ik.toml: must be between 1 and 64 (got 65)"
+        );
+        assert!(
+            err("[warmFromHistory]\nmaxBytes = \"lots\"", &none)
+                .starts_with("warmFromHistory.maxBytes in /etc/ik.toml: \"lots\" is not a size")
+        );
+        assert!(
+            err("[[warm]]\nimage = \"\"", &none)
+                .starts_with("warm[0] in /etc/ik.toml: image: must not be empty")
+        );
+        assert!(
+            err(
+                "",
+                &FlagValues {
+                    warm_set_dir: Some("/nonexistent/warm".into()),
+                    ..FlagValues::default()
+                }
+            )
+            .starts_with("config file /nonexistent/warm: cannot read the warm set directory")
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ use crate::model::saturating_total;
 use crate::pull::metrics::{EnsureLabels, Histogram};
 use crate::pull::{BackoffStore, ImageManager, PullRuntime};
 use crate::store::Store;
+use crate::warm::{WarmPlan, WarmState};
 
 /// The prefix of every metric name (with `_` after it).
 pub const METRIC_PREFIX: &str = "imagekeeper";
@@ -58,6 +59,10 @@ pub struct AgentMetrics {
     /// Whether the image cache (the GC manager's `image_list`) has been filled once: the
     /// runtime image gauges are exported from then on.
     image_cache_filled: std::sync::atomic::AtomicBool,
+    /// The last warm cycle's entries by state (`WarmState::ALL`'s order), once one ran.
+    warm_images: Mutex<Option<[u64; WarmState::ALL.len()]>>,
+    /// Warm pulls (and `restore`'s): [succeeded, failed].
+    warm_pulls: [std::sync::atomic::AtomicU64; 2],
 }
 
 impl Default for AgentMetrics {
@@ -67,6 +72,8 @@ impl Default for AgentMetrics {
             config_reloads: Default::default(),
             gc_cycles: Default::default(),
             image_cache_filled: std::sync::atomic::AtomicBool::new(false),
+            warm_images: Mutex::new(None),
+            warm_pulls: Default::default(),
         }
     }
 }
@@ -88,6 +95,20 @@ impl AgentMetrics {
     /// A GC cycle ended, without an error or with one.
     pub fn record_gc_cycle(&self, success: bool) {
         self.gc_cycles[usize::from(!success)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A warm cycle's plan: its entries counted by state.
+    pub fn record_warm_plan(&self, plan: &WarmPlan) {
+        let counts = WarmState::ALL.map(|state| plan.count(state) as u64);
+        match self.warm_images.lock() {
+            Ok(mut w) => *w = Some(counts),
+            Err(p) => *p.into_inner() = Some(counts),
+        }
+    }
+
+    /// A warm (or restore) pull ended.
+    pub fn record_warm_pull(&self, success: bool) {
+        self.warm_pulls[usize::from(!success)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn record_reload(&self, success: bool) {
@@ -146,6 +167,8 @@ struct Snapshot {
     thresholds: (i64, i64),
     repulls: [(&'static str, u64); 6],
     repull_delays: Histogram,
+    warm_images: Option<[u64; WarmState::ALL.len()]>,
+    warm_pulls: [u64; 2],
 }
 
 impl Snapshot {
@@ -203,6 +226,12 @@ impl Snapshot {
                 .map(|i| agent.config_reloads[i].load(std::sync::atomic::Ordering::Relaxed)),
             gc_cycles: [0, 1]
                 .map(|i| agent.gc_cycles[i].load(std::sync::atomic::Ordering::Relaxed)),
+            warm_images: match agent.warm_images.lock() {
+                Ok(w) => *w,
+                Err(p) => *p.into_inner(),
+            },
+            warm_pulls: [0, 1]
+                .map(|i| agent.warm_pulls[i].load(std::sync::atomic::Ordering::Relaxed)),
             thresholds: {
                 let config = gc.config();
                 (
@@ -534,6 +563,26 @@ const IMAGE_GC_LOW_THRESHOLD_PERCENT: MetricFamily = family(
     &[],
     "The imageGCLowThresholdPercent in force: GC frees down to it.",
 );
+const WARM_IMAGES: MetricFamily = absent_when(
+    family(
+        "warm_images",
+        G,
+        None,
+        &["state"],
+        "Warm set entries by state at the last warm cycle (does_not_fit: pulling it would take the image filesystem above the GC's low threshold).",
+    ),
+    "until the first warm cycle has run",
+);
+const WARM_PULLS: MetricFamily = absent_when(
+    family(
+        "warm_pulls",
+        C,
+        None,
+        &["result"],
+        "Pulls of warm set entries and of restore, by result.",
+    ),
+    "until the first warm cycle has run",
+);
 
 /// Every metric family the agent exports, in the order a scrape encodes them. To add a
 /// metric: add its entry here, encode it in `Snapshot::encode` with that entry, and run
@@ -564,6 +613,8 @@ pub const METRICS: &[MetricFamily] = &[
     IMAGE_RECORDS,
     STORE_COMMIT_DURATION,
     CONFIG_RELOADS,
+    WARM_IMAGES,
+    WARM_PULLS,
     IMAGE_GC_CYCLES,
     IMAGE_GC_HIGH_THRESHOLD_PERCENT,
     IMAGE_GC_LOW_THRESHOLD_PERCENT,
@@ -680,6 +731,23 @@ impl Collector for Snapshot {
                 ([("result", "failure")], failures),
             ],
         )?;
+        if let Some(counts) = self.warm_images {
+            let samples: Vec<_> = WarmState::ALL
+                .iter()
+                .zip(counts)
+                .map(|(state, n)| ([("state", state.as_str())], n))
+                .collect();
+            gauge_family(&mut enc, &WARM_IMAGES, &samples)?;
+            let [succeeded, failed] = self.warm_pulls;
+            counter_family(
+                &mut enc,
+                &WARM_PULLS,
+                &[
+                    ([("result", "success")], succeeded),
+                    ([("result", "failure")], failed),
+                ],
+            )?;
+        }
         let [succeeded, failed] = self.gc_cycles;
         counter_family(
             &mut enc,
@@ -828,6 +896,8 @@ mod tests {
                 ("budget", 0),
             ],
             repull_delays: h,
+            warm_images: Some([1, 0, 0, 1, 0, 0]),
+            warm_pulls: [1, 0],
         }
     }
 

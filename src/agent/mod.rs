@@ -26,6 +26,7 @@ mod node_events;
 mod notify;
 mod reload;
 mod runtime;
+mod warm;
 
 use std::future::Future;
 use std::path::Path;
@@ -63,6 +64,7 @@ pub use notify::{
 };
 pub use reload::{ConfigSource, ReloadReport};
 pub use runtime::{AgentRuntime, EventStream, NoEvents};
+pub use warm::{WARM_POD_NAME, restore_images};
 
 /// Why the agent could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +121,10 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     gc_last_unreachable: Mutex<bool>,
     /// Events on the Node object (`--events`); off unless set by `with_node_events`.
     node_events: NodeEvents,
+    /// The last warm cycle's plan (`warm.rs`).
+    warm_last: Mutex<Option<crate::warm::WarmPlan>>,
+    /// The warm entries whose "does not fit" was logged, until they fit again.
+    warm_logged: Mutex<std::collections::BTreeSet<(String, String)>>,
 }
 
 /// Where the agent's first detect stands: the service manager is told the agent is ready
@@ -159,6 +165,10 @@ impl<R: AgentRuntime> Agent<R> {
         client: R,
     ) -> Result<Agent<R>, AgentError> {
         let now = clock.now();
+        let mut config = config;
+        // `for` lifetimes count from now.
+        config.gc.warm =
+            std::mem::take(&mut config.gc.warm).stamped(now, &crate::warm::WarmSet::default());
         let store = Arc::new(Store::open(&config.db, now)?);
         let mut batch = Batch::new();
         batch.set_meta(meta_keys::AGENT_STARTED_AT, now.0);
@@ -201,6 +211,8 @@ impl<R: AgentRuntime> Agent<R> {
             gc_failed_before: Mutex::new(false),
             node_events: NodeEvents::off(),
             gc_last_unreachable: Mutex::new(false),
+            warm_last: Mutex::new(None),
+            warm_logged: Mutex::new(Default::default()),
         })
     }
 
@@ -377,6 +389,12 @@ impl<R: AgentRuntime> Agent<R> {
                 .await
             })
         };
+        // The warm loop on a task of its own: a long warm pull never delays detect or GC.
+        let warm = {
+            let agent = self.clone();
+            let stop = stop_rx.clone();
+            tokio::spawn(async move { agent.warm_loop(stop).await })
+        };
         let loops = {
             let agent = self.clone();
             tokio::spawn(async move { agent.run_loops(stop_rx).await })
@@ -393,6 +411,9 @@ impl<R: AgentRuntime> Agent<R> {
         }
         // The watcher returns on stop; a mark in flight is one atomic write.
         events.abort();
+        // A warm pull in flight is dropped: the runtime finishes or drops it, and the next
+        // start's cycle sees what landed.
+        warm.abort();
     }
 
     async fn run_loops(self: Arc<Self>, stop: watch::Receiver<bool>) {
@@ -727,6 +748,15 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
             return GcOutcome::from_plan(self.gc.plan(self.clock.now(), true).await);
         }
         GcOutcome::from_report(self.gc.delete_unused_images(&*self.clock).await, false)
+    }
+
+    async fn restore(
+        &self,
+        options: crate::warm::RestoreOptions,
+    ) -> Result<crate::warm::RestoreOutcome, String> {
+        Agent::restore(self, options)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

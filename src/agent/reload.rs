@@ -95,6 +95,21 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
             a.journal_retention != b.journal_retention,
             "journalMaxAge/journalMaxEntries",
         ),
+        // The warm set is the GC's (it keeps what the set names); the warm loop reads its
+        // settings at each cycle.
+        (
+            a.warm != b.warm,
+            "warm (the warm set: [[warm]], warmSetDir)",
+        ),
+        (old.warm.period != new.warm.period, "warmPeriod"),
+        (
+            old.warm.parallel_pulls != new.warm.parallel_pulls,
+            "warmParallelPulls",
+        ),
+        (
+            old.warm.from_history != new.warm.from_history,
+            "warmFromHistory",
+        ),
     ];
     let (p, q) = (&old.pull, &new.pull);
     let restart = [
@@ -204,6 +219,9 @@ impl<R: AgentRuntime> Agent<R> {
                 })??
         };
         let old = self.config();
+        let mut new = new;
+        // A `for` counts from the first read of its entry, not from each reload.
+        new.gc.warm = std::mem::take(&mut new.gc.warm).stamped(self.clock.now(), &old.gc.warm);
         let mut report = differences(&old, &new);
         // The same provider config path with other contents: the plugins loaded at start
         // keep running (they are not reloaded), so say so rather than report nothing.
@@ -223,7 +241,9 @@ impl<R: AgentRuntime> Agent<R> {
                     origin: "GC policy".to_owned(),
                     message: e.to_string(),
                 })?;
-            lock_ignoring_poison(&self.config).gc = new.gc;
+            let mut running = lock_ignoring_poison(&self.config);
+            running.gc = new.gc;
+            running.warm = new.warm;
         }
         Ok(report)
     }

@@ -90,6 +90,11 @@ pub struct AgentFlags {
     /// The agent's admin socket [default: /run/imagekeeper/admin.sock].
     #[arg(long, value_name = "PATH")]
     pub admin_socket: Option<PathBuf>,
+    /// A directory of warm set files (YAML or JSON, `warm:` lists; a mounted ConfigMap): the
+    /// images the node keeps present ahead of use and GC keeps; `run` reads it again on SIGHUP
+    /// and, with --config-watch-period, when a file changes.
+    #[arg(long, value_name = "DIR")]
+    pub warm_set_dir: Option<PathBuf>,
 }
 
 impl AgentFlags {
@@ -118,6 +123,7 @@ impl AgentFlags {
             journal_max_age: self.journal_max_age.clone(),
             journal_max_entries: self.journal_max_entries,
             admin_socket: self.admin_socket.clone(),
+            warm_set_dir: self.warm_set_dir.clone(),
             ..FlagValues::default()
         }
     }
@@ -132,6 +138,7 @@ impl AgentFlags {
         flags.image_cache_period = extra.image_cache_period;
         flags.image_credential_provider_config = extra.image_credential_provider_config;
         flags.image_credential_provider_bin_dir = extra.image_credential_provider_bin_dir;
+        flags.warm_period = extra.warm_period;
         ConfigSource {
             file: self.config.clone(),
             flags,

@@ -10,6 +10,7 @@ mod inspect;
 mod output;
 mod pull;
 mod replay;
+mod restore;
 mod run;
 
 use std::process::ExitCode;
@@ -52,6 +53,10 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Ensure one image is present (kubelet's EnsureImageExists), with the backoff on disk.
     Pull(pull::PullArgs),
+    /// Pull back the images removed externally (a wipe, another tool's GC) and used recently,
+    /// most recently used first, within a byte budget and the disk's headroom (through the
+    /// agent when it runs).
+    Restore(Box<restore::RestoreArgs>),
     /// Check the kubelet's configuration against imagekeeper's: each conflict and what to change.
     Doctor(Box<doctor::DoctorArgs>),
     /// Print a shell completion script (bash, zsh or fish).
@@ -192,6 +197,7 @@ pub fn main() -> ExitCode {
         Command::Replay(args) => replay::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Pull(args) => pull::run(args),
+        Command::Restore(args) => restore::run(*args),
         Command::Doctor(args) => doctor::run(*args),
         Command::Completion(args) => docs::completion(args),
         Command::Man(args) => docs::man(args),

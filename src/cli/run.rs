@@ -36,6 +36,9 @@ pub struct RunArgs {
     /// How often to refresh the image cache [default: 30s].
     #[arg(long, value_name = "DURATION")]
     image_cache_period: Option<String>,
+    /// How often the warm cycle pulls missing warm images [default: 1m].
+    #[arg(long, value_name = "DURATION")]
+    warm_period: Option<String>,
     /// The kubelet's CredentialProviderConfig: exec plugins that give registry credentials
     /// to the agent's pulls (needs --image-credential-provider-bin-dir).
     #[arg(long, value_name = "FILE")]
@@ -84,17 +87,25 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         detect_period: args.detect_period.clone(),
         gc_period: args.gc_period.clone(),
         image_cache_period: args.image_cache_period.clone(),
+        warm_period: args.warm_period.clone(),
         image_credential_provider_config: args.image_credential_provider_config.clone(),
         image_credential_provider_bin_dir: args.image_credential_provider_bin_dir.clone(),
         ..FlagValues::default()
     });
     let config = resolve_source(&source)?;
     let events_node = events_node(args.events)?;
-    let config_watch = match (&source.file, args.config_watch_period.is_zero()) {
-        (Some(file), false) => Some((file.clone(), args.config_watch_period)),
-        (None, false) => {
+    // The config file and the warm set directory, watched alike.
+    let watched: Vec<std::path::PathBuf> = source
+        .file
+        .iter()
+        .chain(config.warm.dir.iter())
+        .cloned()
+        .collect();
+    let config_watch = match (watched.is_empty(), args.config_watch_period.is_zero()) {
+        (false, false) => Some((watched, args.config_watch_period)),
+        (true, false) => {
             return Err(Failure::usage(anyhow::anyhow!(
-                "--config-watch-period: there is no --config file to watch"
+                "--config-watch-period: there is no --config file nor --warm-set-dir to watch"
             )));
         }
         _ => None,
@@ -292,7 +303,7 @@ async fn serve_service_manager(
     agent: Arc<Agent>,
     notifier: Arc<Notifier>,
     mut hangup: tokio::signal::unix::Signal,
-    config_watch: Option<(std::path::PathBuf, Duration)>,
+    config_watch: Option<(Vec<std::path::PathBuf>, Duration)>,
 ) {
     let mut detect = agent.detect_state();
     let mut ready = false;
@@ -336,7 +347,7 @@ async fn serve_service_manager(
                 if !changed {
                     continue;
                 }
-                info!("The configuration file changed: reloading it");
+                info!("The configuration file or the warm set directory changed: reloading it");
                 reload_and_tell(&agent, &notifier, ready).await;
             }
             signal = hangup.recv() => {
@@ -353,24 +364,48 @@ async fn serve_service_manager(
 /// A file's (inode, size, modification time in seconds and nanoseconds).
 type Fingerprint = (u64, u64, i64, i64);
 
-/// The config file watched, its fingerprint when last seen, and the checks' ticks.
+/// The watched paths, their fingerprints when last seen, and the checks' ticks.
 type ConfigWatch = (
-    std::path::PathBuf,
-    Option<Fingerprint>,
+    Vec<std::path::PathBuf>,
+    Vec<Option<Vec<(std::ffi::OsString, Fingerprint)>>>,
     tokio::time::Interval,
 );
 
-/// The file's (inode, size, modification time), following symlinks (a ConfigMap volume swaps
-/// its `..data` link), read off the async workers; `None` when it cannot be read (a missing
-/// file's appearing is then a change).
-async fn file_fingerprint(file: &std::path::Path) -> Option<Fingerprint> {
+/// Each path's fingerprint, read off the async workers: a file's (inode, size, modification
+/// time), following symlinks (a ConfigMap volume swaps its `..data` link); a directory's, that
+/// of each of its entries, hidden ones included (`..data`), followed. `None` when it cannot be
+/// read (a missing file's appearing is then a change).
+async fn file_fingerprint(
+    paths: &[std::path::PathBuf],
+) -> Vec<Option<Vec<(std::ffi::OsString, Fingerprint)>>> {
     use std::os::unix::fs::MetadataExt;
-    let file = file.to_path_buf();
-    tokio::task::spawn_blocking(move || std::fs::metadata(&file).ok())
-        .await
-        .ok()
-        .flatten()
-        .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    fn of(m: &std::fs::Metadata) -> Fingerprint {
+        (m.ino(), m.size(), m.mtime(), m.mtime_nsec())
+    }
+    let paths = paths.to_vec();
+    tokio::task::spawn_blocking(move || {
+        paths
+            .iter()
+            .map(|path| {
+                let meta = std::fs::metadata(path).ok()?;
+                if !meta.is_dir() {
+                    return Some(vec![(std::ffi::OsString::new(), of(&meta))]);
+                }
+                let mut entries: Vec<(std::ffi::OsString, Fingerprint)> = std::fs::read_dir(path)
+                    .ok()?
+                    .filter_map(Result::ok)
+                    .filter_map(|e| {
+                        let meta = std::fs::metadata(e.path()).ok()?;
+                        Some((e.file_name(), of(&meta)))
+                    })
+                    .collect();
+                entries.sort();
+                Some(entries)
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default()
 }
 
 /// Waits for the watch's next tick and says whether the file changed since it was last seen.

@@ -26,6 +26,8 @@ pub enum Verdict {
     KubeletJustPulled,
     /// The runtime or a pin pattern pins it.
     Pinned,
+    /// A warm set entry keeps it (`[[warm]]`, `--warm-set-dir`, `[warmFromHistory]`).
+    Warm,
     /// Its last use is not before the GC's start.
     UsedTooRecently,
     /// It was first detected less than MinAge ago.

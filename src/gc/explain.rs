@@ -58,6 +58,8 @@ pub enum Decision {
     KeepKubeletJustPulled,
     /// Pinned by the runtime or a pin pattern.
     KeepPinned,
+    /// In the warm set: kept present ahead of use.
+    KeepWarm,
     /// Last used at or after `now` (the clock went back?).
     KeepUsedTooRecently,
     KeepYoungerThanMinAge,
@@ -88,6 +90,7 @@ impl Decision {
             Decision::KeepKubeletPulling => "keep_kubelet_pulling",
             Decision::KeepKubeletJustPulled => "keep_kubelet_just_pulled",
             Decision::KeepPinned => "keep_pinned",
+            Decision::KeepWarm => "keep_warm",
             Decision::KeepUsedTooRecently => "keep_used_too_recently",
             Decision::KeepYoungerThanMinAge => "keep_younger_than_min_age",
             Decision::KeepBeyondAmountToFree => "keep_beyond_amount_to_free",
@@ -333,6 +336,7 @@ pub fn explain_with_kubelet(
         kubelet,
         watch: &watch,
         image_fs: None,
+        warm: &BTreeSet::new(),
     };
     explain_in(records, last_detect, policy, fs, now, &context)
 }
@@ -350,6 +354,9 @@ pub struct ExplainContext<'a> {
     /// The image filesystem as the runtime and statvfs report it (the running agent's dry
     /// run): its mountpoint and inodes, for the inode rule.
     pub image_fs: Option<&'a ImageFsStats>,
+    /// The images a warm set entry keeps (the running agent's explain, and a one-shot
+    /// command's from its configuration).
+    pub warm: &'a BTreeSet<RecordKey>,
 }
 
 /// [`explain_with_kubelet`] with the unwatched stretches MaxAge does not count: the running
@@ -367,12 +374,14 @@ pub fn explain_in(
         kubelet,
         watch,
         image_fs,
+        warm,
     } = *context;
     let in_use = in_use_at(records, last_detect);
     let protected: BTreeSet<RecordKey> = in_use
         .union(pulling)
         .chain(&kubelet.pulling)
         .chain(&kubelet.just_pulled)
+        .chain(warm)
         .cloned()
         .collect();
     let disabled = policy.disabled();
@@ -386,6 +395,8 @@ pub fn explain_in(
                 Verdict::KubeletJustPulled
             } else if pulling.contains(&r.key) && !in_use.contains(&r.key) {
                 Verdict::PullInProgress
+            } else if warm.contains(&r.key) && !in_use.contains(&r.key) {
+                Verdict::Warm
             } else {
                 space_verdict(&r.key, &r.record, &in_use, now, policy.min_age)
             };
@@ -495,6 +506,7 @@ pub fn explain_in(
             (Verdict::KubeletPulling, _) => Decision::KeepKubeletPulling,
             (Verdict::KubeletJustPulled, _) => Decision::KeepKubeletJustPulled,
             (Verdict::Pinned, _) => Decision::KeepPinned,
+            (Verdict::Warm, _) => Decision::KeepWarm,
             (Verdict::UsedTooRecently, _) => Decision::KeepUsedTooRecently,
             (Verdict::YoungerThanMinAge, _) => Decision::KeepYoungerThanMinAge,
             (Verdict::Eligible, SpacePass::Runs { .. }) => Decision::KeepBeyondAmountToFree,
@@ -652,6 +664,7 @@ fn reason(
             go_duration(policy.min_age)
         ),
         Decision::KeepPinned => "pinned".to_owned(),
+        Decision::KeepWarm => "in the warm set: kept present ahead of use".to_owned(),
         Decision::KeepUsedTooRecently => {
             "used at or after now (is the clock behind the records?)".to_owned()
         }
@@ -731,6 +744,7 @@ mod tests {
             Decision::KeepKubeletPulling,
             Decision::KeepKubeletJustPulled,
             Decision::KeepPinned,
+            Decision::KeepWarm,
             Decision::KeepUsedTooRecently,
             Decision::KeepYoungerThanMinAge,
             Decision::KeepBeyondAmountToFree,
@@ -746,6 +760,47 @@ mod tests {
                 "{d:?}"
             );
         }
+    }
+
+    /// A warm image is kept at full pressure and past MaxAge, and says why; the same image
+    /// outside the warm set is the first the walk removes.
+    #[test]
+    fn a_warm_image_is_kept_for_space_and_age_and_says_so() {
+        let now = UnixNanos::from_secs(300 * MIN);
+        let records = vec![
+            rec("warm", MIN, 2 * MIN, 100, false),
+            rec("b", MIN, 3 * MIN, 100, false),
+        ];
+        let warm: BTreeSet<RecordKey> = [records[0].key.clone()].into();
+        let run = |warm: &BTreeSet<RecordKey>| {
+            explain_in(
+                &records,
+                None,
+                policy(85, 80, 0, 60 * 60),
+                Some(FsSpace {
+                    capacity: 1000,
+                    available: 0,
+                }),
+                now,
+                &ExplainContext {
+                    pulling: &BTreeSet::new(),
+                    kubelet: &KubeletView::default(),
+                    watch: &WatchHistory::default(),
+                    image_fs: None,
+                    warm,
+                },
+            )
+        };
+        let kept = run(&warm);
+        assert_eq!(kept.images[0].verdict, Verdict::Warm);
+        assert_eq!(kept.images[0].decision, Decision::KeepWarm);
+        assert_eq!(
+            kept.images[0].reason,
+            "in the warm set: kept present ahead of use"
+        );
+        assert_eq!(kept.images[1].decision, Decision::RemoveForAge);
+        let cold = run(&BTreeSet::new());
+        assert!(cold.images[0].decision.removes());
     }
 
     fn rec(id: &str, first: i64, last: i64, size: u64, pinned: bool) -> StoredRecord {
@@ -942,6 +997,7 @@ mod tests {
                     kubelet: &KubeletView::default(),
                     watch,
                     image_fs: None,
+                    warm: &BTreeSet::new(),
                 },
             )
         };
@@ -1048,6 +1104,7 @@ mod tests {
                 kubelet: &KubeletView::default(),
                 watch: &watch,
                 image_fs: Some(&stats),
+                warm: &BTreeSet::new(),
             },
         );
         let got: Vec<Decision> = e.images.iter().map(|i| i.decision).collect();

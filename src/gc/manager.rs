@@ -66,6 +66,7 @@ use super::space::{BudgetNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
 use super::{GcError, GcPolicy};
 use crate::format::{format_rfc3339, go_duration};
+use crate::warm::WarmSet;
 
 /// The runtime's images (sorted once by key), the keys in use (by a container, the sandbox
 /// image or a kubelet pull intent), the running containers' image volumes, and the kubelet's
@@ -157,6 +158,9 @@ pub struct GcConfig {
     /// `Some` (by `new` and `reconfigure`); `None` keeps the store's (the retention the file
     /// records, else the default).
     pub journal_retention: Option<JournalRetention>,
+    /// The warm set: images GC, prune and DeleteUnusedImages keep while an entry in force
+    /// names them (`crate::warm`).
+    pub warm: WarmSet,
 }
 
 impl GcConfig {
@@ -563,6 +567,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         };
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
+        protected.extend(self.warm(settings, &listed, now));
         protected.extend(kubelet.just_pulled);
         Ok((
             report,
@@ -664,6 +669,28 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         listed
             .iter()
             .filter(|image| self.in_flight.protects(image))
+            .map(RuntimeImage::record_key)
+            .collect()
+    }
+
+    /// The listed images a warm set entry in force at `now` keeps.
+    fn warm(
+        &self,
+        settings: &Settings,
+        listed: &ListedImages,
+        now: UnixNanos,
+    ) -> BTreeSet<RecordKey> {
+        let warm = &settings.config.warm;
+        #[cfg(feature = "sim-mutants")]
+        if crate::sim::mutants::ignore_warm() {
+            return BTreeSet::new();
+        }
+        if warm.is_empty() {
+            return BTreeSet::new();
+        }
+        listed
+            .iter()
+            .filter(|image| warm.keeps(image, now).is_some())
             .map(RuntimeImage::record_key)
             .collect()
     }
@@ -1066,6 +1093,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Some(RescueReason::Container)
         } else if self.in_flight.protects(&image) {
             Some(RescueReason::Pulling)
+        } else if settings.config.warm.keeps(&image, free_time).is_some() && !ignore_warm() {
+            Some(RescueReason::Warm)
         } else if settings
             .kubelet()
             .is_some_and(|r| intent_names(r, &image, settings.intent_age(free_time)))
@@ -1168,6 +1197,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .await?;
         apply_to_copy(&mut records, &detect.batch);
         let pulling = self.pulling(&listed);
+        let warm = self.warm(&settings, &listed, now);
         // A dry run only: the real cycle reads this order from the index.
         let mut ordered: Vec<StoredRecord> = records
             .into_iter()
@@ -1205,6 +1235,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 kubelet: &kubelet,
                 watch: &detect.watch,
                 image_fs: image_fs.as_ref(),
+                warm: &warm,
             },
         );
         note_prior_evictions(&mut explanation, &self.store.journal()?);
@@ -1281,6 +1312,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 }
 
 /// Wraps a runtime failure of `op` ("list images", ...).
+/// Whether the simulator's mutant that ignores the warm set is on (never without
+/// `sim-mutants`).
+fn ignore_warm() -> bool {
+    #[cfg(feature = "sim-mutants")]
+    return crate::sim::mutants::ignore_warm();
+    #[cfg(not(feature = "sim-mutants"))]
+    false
+}
+
 fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcError {
     move |source| GcError::Runtime { op, source }
 }

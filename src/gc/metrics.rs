@@ -30,16 +30,19 @@ pub enum RescueReason {
     KubeletPulling,
     /// A kubelet pulled record newer than its last use (written after the walk read it).
     KubeletPulled,
+    /// A warm set entry names it (a reload added it after the walk read it).
+    Warm,
 }
 
 impl RescueReason {
-    pub const ALL: [RescueReason; 6] = [
+    pub const ALL: [RescueReason; 7] = [
         RescueReason::Container,
         RescueReason::Used,
         RescueReason::Pulling,
         RescueReason::Gone,
         RescueReason::KubeletPulling,
         RescueReason::KubeletPulled,
+        RescueReason::Warm,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +53,7 @@ impl RescueReason {
             RescueReason::Gone => "gone",
             RescueReason::KubeletPulling => "kubelet_pulling",
             RescueReason::KubeletPulled => "kubelet_pulled",
+            RescueReason::Warm => "warm",
         }
     }
 }

@@ -46,6 +46,7 @@ use crate::model::{ContainerState, ImageId, RecordKey, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullConfig, PullError, PullPolicy, PullsInFlight};
 use crate::store::power_loss::PowerLossDisk;
 use crate::store::{CommitMode, Store, StoreError};
+use crate::warm::{PlanInput, WarmEntry, WarmSet, plan};
 
 use oracle::{Ack, Oracle};
 use world::{ActorId, CatalogEntry, Release, SimContainer, SimRuntime, World, set_current_actor};
@@ -71,16 +72,24 @@ pub enum Mutant {
     NoLastLook,
     /// Commits with `Durability::None`.
     NonDurable,
+    /// The GC ignores the warm set.
+    NoWarmKeep,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 3] = [Mutant::BlindDetect, Mutant::NoLastLook, Mutant::NonDurable];
+    pub const ALL: [Mutant; 4] = [
+        Mutant::BlindDetect,
+        Mutant::NoLastLook,
+        Mutant::NonDurable,
+        Mutant::NoWarmKeep,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Mutant::BlindDetect => "blind-detect",
             Mutant::NoLastLook => "no-last-look",
             Mutant::NonDurable => "non-durable",
+            Mutant::NoWarmKeep => "no-warm-keep",
         }
     }
 
@@ -201,6 +210,8 @@ enum Kind {
     Pull {
         uid: String,
     },
+    /// A warm cycle: the warm plan, then its pulls through the image manager.
+    Warm,
     /// The container events watcher marking a created container's images.
     Event {
         container: String,
@@ -213,6 +224,8 @@ enum Done {
     Cache,
     Pull(Result<String, PullError>),
     Event(Result<Vec<RecordKey>, GcError>, UnixNanos),
+    /// The image ids a warm cycle pulled.
+    Warm(Vec<String>),
 }
 
 struct Actor {
@@ -341,9 +354,31 @@ impl Sim {
                 }
             }),
         };
+        // The warm set: one or two of the registry's images, from a generator of its own so
+        // the rest of a seed's choices stay as they were.
+        let mut warm_rng = fastrand::Rng::with_seed(options.seed ^ 0x5741_524d);
+        let mut warm_entries = Vec::new();
+        for _ in 0..1 + warm_rng.usize(..2) {
+            let entry = &catalog[1 + warm_rng.usize(..catalog.len() - 1)];
+            if !warm_entries
+                .iter()
+                .any(|e: &WarmEntry| e.image == entry.name)
+            {
+                warm_entries.push(WarmEntry {
+                    image: entry.name.clone(),
+                    runtime_handler: String::new(),
+                    until: None,
+                    lifetime: None,
+                    size_hint: Some(entry.size),
+                    origin: "sim".to_owned(),
+                });
+                runtime.world().warm.insert(entry.id.clone());
+            }
+        }
         let config = GcConfig {
             policy,
             sandbox_image: Some(catalog[0].name.clone()),
+            warm: WarmSet::new(warm_entries),
             ..GcConfig::default()
         };
         let clock = Arc::new(ManualClock::new(START));
@@ -526,7 +561,8 @@ impl Sim {
             0..=3 => Kind::Detect,
             4..=6 => Kind::Gc,
             7 => Kind::DeleteUnused,
-            _ => Kind::Cache,
+            8 => Kind::Cache,
+            _ => Kind::Warm,
         };
         // One loop of each kind, as the agent runs them.
         if self.running(&kind) {
@@ -543,6 +579,12 @@ impl Sim {
             Kind::Gc => Box::pin(async move { Done::Gc(gc.garbage_collect(time).await) }),
             Kind::DeleteUnused => {
                 Box::pin(async move { Done::Gc(gc.delete_unused_images(time).await) })
+            }
+            Kind::Warm => {
+                let entries = self.config.warm.entries.clone();
+                let low = self.config.policy.low_threshold_percent;
+                let now = self.clock.now();
+                Box::pin(async move { Done::Warm(warm_cycle(&gc, &entries, low, now).await) })
             }
             _ => Box::pin(async move {
                 let _ = gc.refresh_image_cache().await;
@@ -919,6 +961,23 @@ impl Sim {
                     );
                 }
             }
+            Done::Warm(pulled) => {
+                let looped = {
+                    let mut world = self.runtime.world();
+                    world.churn += 1;
+                    world.pulls.remove("");
+                    pulled
+                        .iter()
+                        .find(|id| world.removed_by_imagekeeper.contains(*id))
+                        .cloned()
+                };
+                self.note(format!("actor {id}: warm cycle pulled {pulled:?}"));
+                if let Some(image) = looped {
+                    self.fail(format!(
+                        "invariant 7: the warm cycle pulled {image} again after imagekeeper removed it (a pull/remove loop)"
+                    ));
+                }
+            }
             Done::Event(..) | Done::Cache => {}
         }
     }
@@ -978,6 +1037,8 @@ impl Sim {
                 .values()
                 .map(|id| RecordKey::new(id.clone(), "")),
         );
+        // The warm set's images are kept as in use.
+        in_use.extend(world.warm.iter().map(|id| RecordKey::new(id.clone(), "")));
         records
             .into_iter()
             .filter(|r| world.images.contains_key(r.key.image_id.as_str()))
@@ -1065,6 +1126,44 @@ impl Sim {
 /// The last looks that kept a victim, over the agent's life.
 fn rescues(agent: &Agent) -> u64 {
     agent.gc.metrics().rescued().iter().map(|(_, n)| n).sum()
+}
+
+/// One warm cycle as the agent runs it (`crate::agent`'s warm loop): the plan, then its pulls,
+/// one at a time. The pulls go to the runtime directly, not through the image manager (the
+/// pods' pulls exercise it; a warm pull through it made runs of one seed differ). Returns the
+/// ids pulled.
+async fn warm_cycle(
+    gc: &ImageGcManager<SimRuntime>,
+    entries: &[WarmEntry],
+    low_threshold_percent: i64,
+    now: UnixNanos,
+) -> Vec<String> {
+    use crate::cri::ImageRuntime;
+    let runtime = gc.runtime();
+    let Ok(images) = runtime.list_images().await else {
+        return Vec::new();
+    };
+    let fs = runtime
+        .image_fs_stats()
+        .await
+        .ok()
+        .map(|s| (s.capacity, s.available));
+    let planned = plan(&PlanInput {
+        entries,
+        now,
+        images: &images,
+        fs,
+        low_threshold_percent,
+        max_pulls: 1,
+        known_size: &|_| None,
+    });
+    let mut pulled = Vec::new();
+    for status in planned.pulls() {
+        if let Ok(id) = runtime.pull_image(&status.entry.image, "", None).await {
+            pulled.push(id);
+        }
+    }
+    pulled
 }
 
 fn label() -> &'static std::path::Path {

@@ -6,6 +6,8 @@
 //! - [`Mutant::BlindDetect`]: detect writes each listed record as an upsert computed from its
 //!   stale snapshot and removes unlisted records unconditionally, as before the merge writes;
 //! - [`Mutant::NoLastLook`]: the GC walk removes its victims without the last look (`rescue`);
+//! - [`Mutant::NoWarmKeep`]: the GC ignores the warm set (`ImageGcManager::warm` and the
+//!   last look keep nothing for it);
 //! - [`Mutant::NonDurable`]: every commit uses `Durability::None` (no hook: the store's
 //!   `CommitMode::NonDurableForTests`, chosen by the simulator when it opens the store).
 
@@ -67,4 +69,9 @@ pub fn blind_detect(
 /// The hook at the top of `rescue`: under [`Mutant::NoLastLook`], keep nothing.
 pub fn skip_last_look() -> bool {
     active(Mutant::NoLastLook)
+}
+
+/// The hook in the GC's warm keep: under [`Mutant::NoWarmKeep`], the warm set keeps nothing.
+pub fn ignore_warm() -> bool {
+    active(Mutant::NoWarmKeep)
 }

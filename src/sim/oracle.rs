@@ -2,8 +2,8 @@
 //! RemoveImage imagekeeper issues, in `world`).
 //!
 //! 1. RemoveImage is never issued for an image that, in the ground truth at that moment, a
-//!    container of any state uses, a pull through imagekeeper is fetching, or that is pinned
-//!    (or is the sandbox image): judged in `world` when the call is made.
+//!    container of any state uses, a pull through imagekeeper is fetching, that is pinned
+//!    (or is the sandbox image) or in the warm set: judged in `world` when the call is made.
 //! 2. No acknowledged use is lost: for every image still present in the same generation as
 //!    when its latest use was acknowledged (a pull that returned after its PullImage, a
 //!    committed detect that listed it with a container), the record exists and its last_used
@@ -24,6 +24,8 @@
 //!    never goes below low by more than the one image it then removes); the byte budget's
 //!    removals count with the space rule's in invariant 4 (one walk frees the larger byte
 //!    need); invariant 1 holds for every rule's removals.
+//! 7. No warm loop: a warm cycle never pulls an image imagekeeper removed earlier in the run
+//!    (pulled, collected, pulled again); judged by the driver when a warm cycle ends.
 
 use std::collections::BTreeMap;
 

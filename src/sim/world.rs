@@ -157,6 +157,10 @@ pub struct World {
     /// appearing or removed behind imagekeeper's back): a cycle that saw none is judged on
     /// the ground truth at its end.
     pub churn: u64,
+    /// The ids of the warm set's images (the GC keeps them; the warm cycles pull them).
+    pub warm: std::collections::BTreeSet<String>,
+    /// The ids imagekeeper issued a RemoveImage for, over the run (the warm loop check).
+    pub removed_by_imagekeeper: std::collections::BTreeSet<String>,
 }
 
 impl World {
@@ -219,6 +223,9 @@ impl World {
         }
         if id == self.sandbox_image_id {
             return Some("it is the sandbox image".to_owned());
+        }
+        if self.warm.contains(id) {
+            return Some("it is in the warm set".to_owned());
         }
         if let Some((uid, _)) = self.pulls.iter().find(|(_, target)| *target == id) {
             return Some(format!("pod {uid} is pulling it through imagekeeper"));
@@ -446,6 +453,7 @@ impl ImageRuntime for SimRuntime {
                 image_id: image.to_owned(),
                 inodes_seen,
             });
+            world.removed_by_imagekeeper.insert(image.to_owned());
         }
         self.call("RemoveImage", image).await?;
         // containerd answers a removal of an absent image with success.

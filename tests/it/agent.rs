@@ -1901,3 +1901,111 @@ async fn a_fifo_at_the_node_credentials_path_stops_no_pull_probe_or_shutdown() {
     let status = agent.wait_exit(Duration::from_secs(45)).await;
     assert!(status.success(), "{status:?}");
 }
+
+/// An admin backend whose Restore answers a fixed outcome (or an error), recording what it was
+/// asked.
+#[derive(Default)]
+struct RestoreBackend {
+    asked: std::sync::Mutex<Vec<imagekeeper::warm::RestoreOptions>>,
+}
+
+impl AdminBackend for RestoreBackend {
+    async fn ensure_image(&self, request: EnsureRequest) -> Result<String, EnsureImageError> {
+        Err(EnsureImageError::InvalidPullPolicy(request.pull_policy))
+    }
+
+    async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
+        GcOutcome {
+            dry_run,
+            ..GcOutcome::default()
+        }
+    }
+
+    async fn delete_unused(&self, dry_run: bool) -> GcOutcome {
+        GcOutcome {
+            dry_run,
+            ..GcOutcome::default()
+        }
+    }
+
+    async fn restore(
+        &self,
+        options: imagekeeper::warm::RestoreOptions,
+    ) -> Result<imagekeeper::warm::RestoreOutcome, String> {
+        self.asked.lock().expect("asked").push(options);
+        if options.used_within == Duration::from_secs(1) {
+            return Err("the runtime is down".to_owned());
+        }
+        Ok(imagekeeper::warm::RestoreOutcome {
+            items: vec![imagekeeper::warm::RestoreItem {
+                image_id: "sha256:aaa".into(),
+                runtime_handler: "gpu".into(),
+                image: "registry.example/a@sha256:bbb".into(),
+                size: 123,
+                last_used: imagekeeper::model::UnixNanos(5),
+                removed_at: imagekeeper::model::UnixNanos(7),
+                state: imagekeeper::warm::RestoreState::DoesNotFit,
+                detail: "needs 123 B".into(),
+            }],
+            dry_run: options.dry_run,
+        })
+    }
+}
+
+/// Restore through the admin socket: the options reach the agent and its outcome comes back
+/// field for field; an agent's failure comes back as the call's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_through_the_admin_socket_carries_the_options_and_the_outcome() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    let backend = Arc::new(RestoreBackend::default());
+    admin::serve(&socket, backend.clone(), std::future::pending())
+        .await
+        .expect("serve");
+    let mut client = admin::AdminClient::connect(&socket).await.expect("connect");
+    let options = imagekeeper::warm::RestoreOptions {
+        used_within: Duration::from_secs(3600),
+        max_bytes: Some(1 << 30),
+        dry_run: true,
+    };
+    let outcome = client.restore(options).await.expect("restore");
+    assert_eq!(backend.asked.lock().expect("asked").as_slice(), [options]);
+    assert!(outcome.dry_run);
+    let item = &outcome.items[0];
+    assert_eq!(
+        (
+            item.image_id.as_str(),
+            item.runtime_handler.as_str(),
+            item.image.as_str(),
+            item.size,
+            item.last_used.0,
+            item.removed_at.0,
+            item.state,
+            item.detail.as_str()
+        ),
+        (
+            "sha256:aaa",
+            "gpu",
+            "registry.example/a@sha256:bbb",
+            123,
+            5,
+            7,
+            imagekeeper::warm::RestoreState::DoesNotFit,
+            "needs 123 B"
+        )
+    );
+    let unbudgeted = imagekeeper::warm::RestoreOptions {
+        max_bytes: None,
+        ..options
+    };
+    client.restore(unbudgeted).await.expect("restore");
+    assert_eq!(backend.asked.lock().expect("asked")[1].max_bytes, None);
+    let err = client
+        .restore(imagekeeper::warm::RestoreOptions {
+            used_within: Duration::from_secs(1),
+            ..options
+        })
+        .await
+        .expect_err("the agent's failure");
+    assert!(err.to_string().contains("the runtime is down"), "{err}");
+}

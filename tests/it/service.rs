@@ -349,12 +349,72 @@ async fn a_watched_config_file_that_changes_is_reloaded_without_a_signal() {
     assert_eq!(service.wait().code(), Some(0));
 }
 
+/// `--config-watch-period` watches `--warm-set-dir` too: a ConfigMap-style update (a new
+/// timestamped directory, `..data` swapped to it) is reloaded without a signal, framed as a
+/// SIGHUP's reload; an unchanged directory reloads nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_warm_set_directory_that_changes_is_reloaded_without_a_signal() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("imagekeeper.toml"),
+        "imageGCHighThresholdPercent = 100\n",
+    )
+    .expect("write config");
+    let warm = dir.path().join("warm");
+    let first = warm.join("..2026_01_01");
+    std::fs::create_dir_all(&first).expect("mkdir");
+    std::fs::write(
+        first.join("gpu.yaml"),
+        "warm:\n  - image: registry.example/a:1\n",
+    )
+    .expect("write");
+    std::os::unix::fs::symlink("..2026_01_01", warm.join("..data")).expect("symlink");
+    std::os::unix::fs::symlink("..data/gpu.yaml", warm.join("gpu.yaml")).expect("symlink");
+    let notify_path = dir.path().join("notify.sock");
+    let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    let mut service = start_service(
+        &fake,
+        dir.path(),
+        notify_path.to_str().expect("utf8"),
+        &[
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--config-watch-period",
+            "1s",
+            "--warm-set-dir",
+            warm.to_str().expect("utf8"),
+        ],
+    );
+    let _metrics = service.metrics_address().await;
+    assert!(next_notify(&manager).starts_with("READY=1\n"));
+    // The kubelet's update of a ConfigMap volume: a new directory, then `..data` swapped.
+    let second = warm.join("..2026_01_02");
+    std::fs::create_dir_all(&second).expect("mkdir");
+    std::fs::write(
+        second.join("gpu.yaml"),
+        "warm:\n  - image: registry.example/a:1\n  - image: registry.example/b:1\n",
+    )
+    .expect("write");
+    std::os::unix::fs::symlink("..2026_01_02", warm.join("..data.tmp")).expect("symlink");
+    std::fs::rename(warm.join("..data.tmp"), warm.join("..data")).expect("swap");
+    assert!(next_notify(&manager).starts_with("RELOADING=1\n"));
+    assert_eq!(
+        next_notify(&manager),
+        "READY=1\nSTATUS=Running: configuration reloaded"
+    );
+    service.signal(libc::SIGTERM);
+    assert_eq!(next_notify(&manager), "STOPPING=1");
+    assert_eq!(service.wait().code(), Some(0));
+}
+
 #[test]
 fn a_config_watch_without_a_config_file_or_under_a_second_exits_2() {
     for (args, want) in [
         (
             vec!["run", "--config-watch-period", "1s"],
-            "--config-watch-period: there is no --config file to watch",
+            "--config-watch-period: there is no --config file nor --warm-set-dir to watch",
         ),
         (
             vec![

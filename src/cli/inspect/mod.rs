@@ -333,6 +333,7 @@ fn explain(
             kubelet: &kubelet.view,
             watch: &watch,
             image_fs: None,
+            warm: &Default::default(),
         },
     );
     note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);

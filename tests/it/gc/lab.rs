@@ -142,6 +142,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
         kubelet_root_dir: None,
         kubelet_intent_max_age: None,
         journal_retention: Default::default(),
+        ..GcConfig::default()
     };
     let runtime = Hooked {
         inner: client.clone(),
@@ -483,6 +484,7 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
         kubelet_root_dir: None,
         kubelet_intent_max_age: None,
         journal_retention: Default::default(),
+        ..GcConfig::default()
     };
     let runtime = Hooked {
         inner: client.clone(),

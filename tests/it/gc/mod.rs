@@ -11,6 +11,7 @@ mod kubelet_records;
 mod lab;
 mod races;
 mod volumes;
+mod warm;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

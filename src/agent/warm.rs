@@ -1,0 +1,681 @@
+//! The warm loop and restore: the agent's side of `crate::warm`. Every warm period the agent
+//! lists the runtime's images and the image filesystem, plans with [`crate::warm::plan`] and
+//! pulls what the plan says through the image manager (credentials from the node and the
+//! plugins, the persisted backoff and the QPS limit, as for any pull; at most
+//! `warmParallelPulls` at once). `restore` ([`restore_images`]) pulls back the images the
+//! journal says were removed externally, with the same disk rule.
+//!
+//! Invariants: the loop runs on its own task, so a long pull never delays detect or GC; a
+//! "does not fit" is logged once per entry until it fits again; a warm pull is never made
+//! while the image filesystem's usage is unknown; the GC keeps every warm image (its set is
+//! `GcConfig::warm`), so what the loop pulls is not collected while it is warm.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::cri::ImageRuntime;
+use crate::model::{RecordKey, RuntimeImage, UnixNanos};
+use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullRuntime};
+use crate::store::Store;
+use crate::warm::{
+    FromHistory, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome, RestoreState, WarmEntry,
+    WarmPlan, WarmState, plan, restore_candidates,
+};
+
+use super::{Agent, AgentError, AgentRuntime, lock_ignoring_poison};
+
+/// The pod name warm and restore pulls are logged under (they are for no pod).
+pub const WARM_POD_NAME: &str = "imagekeeper-warm";
+
+/// The sizes this node's history knows: each stored record's and each journaled removal's,
+/// by the names stored for its key.
+struct HistorySizes {
+    known: Vec<(RuntimeImage, u64)>,
+}
+
+impl HistorySizes {
+    fn read(store: &Store) -> Result<HistorySizes, AgentError> {
+        let mut sizes: BTreeMap<RecordKey, u64> = BTreeMap::new();
+        // The journal first (oldest first), then the records: a present record's size wins.
+        for (jk, entry) in store.journal()? {
+            sizes.insert(jk.key, entry.size);
+        }
+        for record in store.records()? {
+            sizes.insert(record.key, record.record.size);
+        }
+        let known = store
+            .all_names()?
+            .into_iter()
+            .filter_map(|(key, names)| {
+                let size = *sizes.get(&key)?;
+                Some((
+                    RuntimeImage {
+                        id: key.image_id,
+                        repo_tags: names.repo_tags,
+                        repo_digests: names.repo_digests,
+                        runtime_handler: key.runtime_handler,
+                        ..RuntimeImage::default()
+                    },
+                    size,
+                ))
+            })
+            .collect();
+        Ok(HistorySizes { known })
+    }
+
+    fn size_of(&self, entry: &WarmEntry) -> Option<u64> {
+        self.known
+            .iter()
+            .filter(|(image, _)| entry.matches(image))
+            .map(|(_, size)| *size)
+            .max()
+    }
+}
+
+/// The warm entries `[warmFromHistory]` adds at `now`.
+fn history_entries(
+    store: &Store,
+    window: FromHistory,
+    now: UnixNanos,
+) -> Result<Vec<WarmEntry>, AgentError> {
+    let journal = store.journal()?;
+    let names = |key: &RecordKey| store.names(key).ok().flatten();
+    Ok(restore_candidates(&journal, &names, now, window)
+        .iter()
+        .filter(|c| c.skipped.is_none())
+        .filter_map(|c| c.entry())
+        .collect())
+}
+
+impl<R: AgentRuntime> Agent<R> {
+    /// One warm cycle at the clock's now: plans (see `crate::warm`) and runs the pulls it
+    /// plans, concurrently (the plan holds at most `warmParallelPulls`). Returns the plan,
+    /// with a failed pull's entry `Failed`. A runtime or store that cannot be read ends the
+    /// cycle with nothing pulled (logged).
+    pub async fn warm_cycle(self: &Arc<Self>) -> WarmPlan {
+        match self.warm_cycle_inner().await {
+            Ok(plan) => plan,
+            Err(e) => {
+                warn!(error = %e, "Warm cycle failed");
+                WarmPlan::default()
+            }
+        }
+    }
+
+    async fn warm_cycle_inner(self: &Arc<Self>) -> Result<WarmPlan, AgentError> {
+        let now = self.clock.now();
+        let config = self.config();
+        let mut entries = config.gc.warm.entries.clone();
+        if let Some(window) = config.warm.from_history {
+            entries.extend(history_entries(&self.store, window, now)?);
+        }
+        if entries.is_empty() {
+            let plan = WarmPlan::default();
+            self.metrics.record_warm_plan(&plan);
+            return Ok(plan);
+        }
+        let runtime = self.gc.runtime();
+        let images = runtime.list_images().await.map_err(AgentError::Runtime)?;
+        let fs = match runtime.image_fs_stats().await {
+            Ok(stats) => Some((stats.capacity, stats.available)),
+            Err(e) => {
+                warn!(error = %e, "Warm cycle: cannot read the image filesystem; no warm pull this cycle");
+                None
+            }
+        };
+        let sizes = HistorySizes::read(&self.store)?;
+        let mut planned = plan(&PlanInput {
+            entries: &entries,
+            now,
+            images: &images,
+            fs,
+            low_threshold_percent: config.gc.policy.low_threshold_percent,
+            max_pulls: config.warm.parallel_pulls,
+            known_size: &|e| sizes.size_of(e),
+        });
+        let mut pulls = tokio::task::JoinSet::new();
+        for (index, status) in planned.statuses.iter().enumerate() {
+            if status.state != WarmState::Pulling {
+                continue;
+            }
+            info!(
+                image = status.entry.image.as_str(),
+                runtime_handler = status.entry.runtime_handler.as_str(),
+                size = status.size,
+                origin = status.entry.origin.as_str(),
+                "Pulling a warm image"
+            );
+            let agent = Arc::clone(self);
+            let entry = status.entry.clone();
+            pulls.spawn(async move { (index, agent.warm_pull(&entry).await) });
+        }
+        while let Some(joined) = pulls.join_next().await {
+            let Ok((index, result)) = joined else {
+                continue;
+            };
+            let status = &mut planned.statuses[index];
+            match result {
+                Ok(image_ref) => {
+                    info!(
+                        image = status.entry.image.as_str(),
+                        image_ref = image_ref.as_str(),
+                        "Pulled a warm image"
+                    );
+                    self.metrics.record_warm_pull(true);
+                }
+                Err(message) => {
+                    warn!(
+                        image = status.entry.image.as_str(),
+                        error = message.as_str(),
+                        "Failed to pull a warm image"
+                    );
+                    self.metrics.record_warm_pull(false);
+                    status.state = WarmState::Failed;
+                    status.detail = message;
+                }
+            }
+        }
+        self.report_does_not_fit(&planned);
+        self.metrics.record_warm_plan(&planned);
+        *lock_ignoring_poison(&self.warm_last) = Some(planned.clone());
+        Ok(planned)
+    }
+
+    /// One warm pull through the image manager: IfNotPresent, for no pod, with the node's
+    /// credentials.
+    async fn warm_pull(&self, entry: &WarmEntry) -> Result<String, String> {
+        let pod = PodRef {
+            name: WARM_POD_NAME.to_owned(),
+            ..PodRef::default()
+        };
+        self.images
+            .ensure_image_exists_with(
+                &pod,
+                &entry.image,
+                PullPolicy::IfNotPresent,
+                PullAuth::Keyring(&[]),
+                &entry.runtime_handler,
+            )
+            .await
+            .map_err(|e| format!("{}: {}", e.reason(), e.message()))
+    }
+
+    /// Logs each entry that does not fit once, until it fits (or leaves the set) again.
+    fn report_does_not_fit(&self, plan: &WarmPlan) {
+        let mut logged = lock_ignoring_poison(&self.warm_logged);
+        let now: BTreeSet<(String, String)> = plan
+            .statuses
+            .iter()
+            .filter(|s| s.state == WarmState::DoesNotFit)
+            .map(|s| (s.entry.image.clone(), s.entry.runtime_handler.clone()))
+            .collect();
+        for status in plan
+            .statuses
+            .iter()
+            .filter(|s| s.state == WarmState::DoesNotFit)
+        {
+            let key = (
+                status.entry.image.clone(),
+                status.entry.runtime_handler.clone(),
+            );
+            if !logged.contains(&key) {
+                warn!(
+                    image = status.entry.image.as_str(),
+                    runtime_handler = status.entry.runtime_handler.as_str(),
+                    origin = status.entry.origin.as_str(),
+                    detail = status.detail.as_str(),
+                    "A warm image does not fit: it is not pulled while pulling it would take the image filesystem above the GC's low threshold"
+                );
+            }
+        }
+        *logged = now;
+    }
+
+    /// The last warm cycle's plan, if one ran.
+    pub fn warm_status(&self) -> Option<WarmPlan> {
+        lock_ignoring_poison(&self.warm_last).clone()
+    }
+
+    /// The warm loop: a cycle at start, then every `warmPeriod` (read again after each
+    /// cycle, so a reload changes it), until `stop`.
+    pub(super) async fn warm_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            self.warm_cycle().await;
+            let period = self.config().warm.period;
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    /// `restore` through the running agent: [`restore_images`] with its image manager.
+    pub async fn restore(&self, options: RestoreOptions) -> Result<RestoreOutcome, AgentError> {
+        let low = self.config().gc.policy.low_threshold_percent;
+        let outcome = restore_images(
+            self.gc.runtime(),
+            &self.images,
+            &self.store,
+            low,
+            self.clock.now(),
+            options,
+        )
+        .await?;
+        for item in &outcome.items {
+            match item.state {
+                RestoreState::Restored => self.metrics.record_warm_pull(true),
+                RestoreState::Failed => self.metrics.record_warm_pull(false),
+                _ => {}
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// Pulls back, most recently used first, the images the journal says were removed externally
+/// and used within `options.used_within` of `now`, within `options.max_bytes` and under the
+/// GC's low threshold (`low_threshold_percent`) with the same rule as a warm cycle (their
+/// journal sizes are known). One pull at a time; a dry run pulls nothing.
+pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
+    runtime: &R,
+    images: &ImageManager<P, Store>,
+    store: &Store,
+    low_threshold_percent: i64,
+    now: UnixNanos,
+    options: RestoreOptions,
+) -> Result<RestoreOutcome, AgentError> {
+    let journal = store.journal()?;
+    let names = |key: &RecordKey| store.names(key).ok().flatten();
+    let window = FromHistory {
+        used_within: options.used_within,
+        max_bytes: options.max_bytes,
+    };
+    let candidates = restore_candidates(&journal, &names, now, window);
+    let entries: Vec<WarmEntry> = candidates.iter().filter_map(|c| c.entry()).collect();
+    let listed = runtime.list_images().await.map_err(AgentError::Runtime)?;
+    let fs = runtime
+        .image_fs_stats()
+        .await
+        .map_err(AgentError::Runtime)?;
+    let planned = plan(&PlanInput {
+        entries: &entries,
+        now,
+        images: &listed,
+        fs: Some((fs.capacity, fs.available)),
+        low_threshold_percent,
+        max_pulls: usize::MAX,
+        known_size: &|_| None,
+    });
+    let mut items = Vec::with_capacity(candidates.len());
+    for candidate in &candidates {
+        let image = candidate.image.clone().unwrap_or_default();
+        let status = planned.statuses.iter().find(|s| {
+            s.entry.image == image && s.entry.runtime_handler == candidate.key.runtime_handler
+        });
+        let (state, detail) = match (&candidate.skipped, status) {
+            (Some(why), _) => (RestoreState::Skipped, why.clone()),
+            (None, None) => (
+                RestoreState::Skipped,
+                "another removal of the same name comes first".to_owned(),
+            ),
+            (None, Some(status)) => match status.state {
+                WarmState::Present => (RestoreState::Present, String::new()),
+                WarmState::DoesNotFit => (RestoreState::DoesNotFit, status.detail.clone()),
+                WarmState::Pulling if options.dry_run => {
+                    (RestoreState::WouldRestore, String::new())
+                }
+                WarmState::Pulling => {
+                    let pod = PodRef {
+                        name: WARM_POD_NAME.to_owned(),
+                        ..PodRef::default()
+                    };
+                    match images
+                        .ensure_image_exists_with(
+                            &pod,
+                            &image,
+                            PullPolicy::IfNotPresent,
+                            PullAuth::Keyring(&[]),
+                            &candidate.key.runtime_handler,
+                        )
+                        .await
+                    {
+                        Ok(image_ref) => {
+                            info!(
+                                image = image.as_str(),
+                                image_ref = image_ref.as_str(),
+                                "Restored an image removed externally"
+                            );
+                            (RestoreState::Restored, String::new())
+                        }
+                        Err(e) => (
+                            RestoreState::Failed,
+                            format!("{}: {}", e.reason(), e.message()),
+                        ),
+                    }
+                }
+                _ => (RestoreState::Skipped, status.detail.clone()),
+            },
+        };
+        items.push(RestoreItem {
+            image_id: candidate.key.image_id.as_str().to_owned(),
+            runtime_handler: candidate.key.runtime_handler.clone(),
+            image,
+            size: candidate.size,
+            last_used: candidate.last_used,
+            removed_at: candidate.removed_at,
+            state,
+            detail,
+        });
+    }
+    Ok(RestoreOutcome {
+        items,
+        dry_run: options.dry_run,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{AgentConfig, FileConfig, FlagValues, NoEvents};
+    use crate::clock::ManualClock;
+    use crate::cri::{CriError, RpcCode};
+    use crate::model::{ImageFsStats, ImageId, PullCredentials, RuntimeContainer};
+    use crate::pull::image_matches;
+    use crate::replay::ScriptedRuntime;
+    use crate::warm::{WarmEntrySpec, WarmSet, resolve_specs};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// A scripted runtime with a registry: a pull adds the registry's image to the list and
+    /// takes its size from the available bytes; every pull and removal is counted.
+    #[derive(Clone, Default)]
+    struct Registry {
+        node: ScriptedRuntime,
+        registry: Arc<Vec<RuntimeImage>>,
+        pulls: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl crate::cri::ImageRuntime for Registry {
+        async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+            self.node.list_images().await
+        }
+        async fn image_status(
+            &self,
+            image: &str,
+            handler: &str,
+        ) -> Result<Option<RuntimeImage>, CriError> {
+            Ok(self
+                .node
+                .state()
+                .images
+                .iter()
+                .find(|i| i.runtime_handler == handler && image_matches(image, i))
+                .cloned())
+        }
+        async fn pull_image(
+            &self,
+            image: &str,
+            handler: &str,
+            _credentials: Option<&PullCredentials>,
+        ) -> Result<String, CriError> {
+            lock_ignoring_poison(&self.pulls).push(image.to_owned());
+            let Some(found) = self.registry.iter().find(|i| image_matches(image, i)) else {
+                return Err(CriError::Rpc {
+                    method: "PullImage",
+                    code: RpcCode::NotFound,
+                    message: format!("{image:?}: not found"),
+                });
+            };
+            let mut state = self.node.state();
+            let mut found = found.clone();
+            found.runtime_handler = handler.to_owned();
+            if let Some((_, available)) = state.fs.as_mut() {
+                *available = available.saturating_sub(found.size);
+            }
+            state.images.push(found.clone());
+            Ok(found.id.0)
+        }
+        async fn remove_image(&self, image: &str, handler: &str) -> Result<(), CriError> {
+            self.node.remove_image(image, handler).await
+        }
+        async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+            self.node.image_fs_stats().await
+        }
+        async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
+            self.node.list_containers().await
+        }
+    }
+
+    impl AgentRuntime for Registry {
+        type Events = NoEvents;
+        async fn container_events(&self) -> Result<NoEvents, CriError> {
+            self.node.container_events().await
+        }
+    }
+
+    fn registry_image(n: u8, name: &str, size: u64) -> RuntimeImage {
+        RuntimeImage {
+            id: ImageId::new(format!("sha256:{n:064x}")),
+            repo_tags: vec![format!("docker.io/library/{name}")],
+            size,
+            ..RuntimeImage::default()
+        }
+    }
+
+    fn spec(image: &str, size: Option<&str>) -> WarmEntrySpec {
+        WarmEntrySpec {
+            image: image.into(),
+            size: size.map(|s| crate::warm::SizeSpec::Text(s.into())),
+            ..WarmEntrySpec::default()
+        }
+    }
+
+    fn agent(
+        dir: &std::path::Path,
+        runtime: Registry,
+        specs: &[WarmEntrySpec],
+    ) -> Arc<Agent<Registry>> {
+        let flags = FlagValues {
+            db: Some(dir.join("records.redb")),
+            admin_socket: Some(dir.join("admin.sock")),
+            minimum_image_ttl_duration: Some("0s".into()),
+            image_gc_high_threshold: Some(90),
+            image_gc_low_threshold: Some(80),
+            ..FlagValues::default()
+        };
+        let mut config =
+            AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
+        config.gc.warm =
+            WarmSet::new(resolve_specs(specs, |i| format!("warm[{i}]")).expect("specs"));
+        let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(1_800_000_000)));
+        Arc::new(Agent::with_runtime(config, clock, runtime).expect("agent"))
+    }
+
+    fn states(plan: &WarmPlan) -> Vec<(String, WarmState)> {
+        plan.statuses
+            .iter()
+            .map(|s| (s.entry.image.clone(), s.state))
+            .collect()
+    }
+
+    /// 1000 bytes, 300 used, low threshold 80 %: 500 bytes of headroom. The first entry
+    /// (300) is pulled in the first cycle; the second (500, by its hint) does not fit beside
+    /// it and is reported, never pulled; the third (size unknown, 100) is pulled in the next
+    /// cycle, alone. An image removed behind the agent's back comes back at the next cycle;
+    /// GC at full pressure keeps every warm image; over 10 more cycles nothing is pulled and
+    /// removed in a loop.
+    #[tokio::test(start_paused = true)]
+    async fn warm_cycles_pull_what_fits_report_the_rest_and_gc_keeps_them() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Registry {
+            registry: Arc::new(vec![
+                registry_image(1, "a:1", 300),
+                registry_image(2, "b:1", 500),
+                registry_image(3, "c:1", 100),
+            ]),
+            ..Registry::default()
+        };
+        runtime.node.state().fs = Some((1000, 700));
+        let agent = agent(
+            dir.path(),
+            runtime.clone(),
+            &[
+                spec("a:1", Some("300")),
+                spec("b:1", Some("500")),
+                spec("c:1", None),
+            ],
+        );
+        let first = agent.warm_cycle().await;
+        assert_eq!(
+            states(&first),
+            [
+                ("a:1".to_owned(), WarmState::Pulling),
+                ("b:1".to_owned(), WarmState::DoesNotFit),
+                ("c:1".to_owned(), WarmState::Queued),
+            ]
+        );
+        let second = agent.warm_cycle().await;
+        assert_eq!(
+            states(&second),
+            [
+                ("a:1".to_owned(), WarmState::Present),
+                ("b:1".to_owned(), WarmState::DoesNotFit),
+                ("c:1".to_owned(), WarmState::Pulling),
+            ]
+        );
+        let metrics = agent.render_metrics();
+        assert!(
+            metrics.contains("imagekeeper_warm_images{state=\"does_not_fit\"} 1"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("imagekeeper_warm_pulls_total{result=\"success\"} 2"),
+            "{metrics}"
+        );
+
+        // Removed behind the agent's back (not by imagekeeper): back at the next cycle.
+        {
+            let mut state = runtime.node.state();
+            state
+                .images
+                .retain(|i| i.id != ImageId::new(format!("sha256:{:064x}", 1)));
+            if let Some((_, available)) = state.fs.as_mut() {
+                *available += 300;
+            }
+        }
+        assert_eq!(
+            agent.warm_cycle().await.count(WarmState::Pulling),
+            1,
+            "the removed warm image is pulled again"
+        );
+
+        // Full pressure: 95 % used. GC and prune keep both warm images.
+        runtime.node.state().fs = Some((1000, 50));
+        let now = UnixNanos::from_secs(1_800_100_000);
+        let report = agent.gc_manager().garbage_collect(now).await;
+        assert!(report.removed.is_empty(), "{:?}", report.removed);
+        let report = agent.gc_manager().delete_unused_images(now).await;
+        assert!(report.removed.is_empty(), "{:?}", report.removed);
+
+        let pulls_before = lock_ignoring_poison(&runtime.pulls).len();
+        for _ in 0..10 {
+            let plan = agent.warm_cycle().await;
+            assert_eq!(plan.count(WarmState::Present), 2);
+            assert_eq!(plan.count(WarmState::DoesNotFit), 1);
+            agent.gc_manager().garbage_collect(now).await;
+        }
+        assert_eq!(lock_ignoring_poison(&runtime.pulls).len(), pulls_before);
+        assert!(runtime.node.state().removed.is_empty());
+        assert!(
+            !lock_ignoring_poison(&runtime.pulls)
+                .iter()
+                .any(|p| p.contains("b:1")),
+            "the entry that does not fit is never pulled"
+        );
+    }
+
+    /// restore: the image removed externally and used within the window is listed by the dry
+    /// run and pulled back by the real one; one removed by imagekeeper's GC is not.
+    #[tokio::test(start_paused = true)]
+    async fn restore_pulls_back_an_external_removal_and_not_a_gc_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Registry {
+            registry: Arc::new(vec![
+                registry_image(1, "a:1", 100),
+                registry_image(2, "b:1", 100),
+            ]),
+            ..Registry::default()
+        };
+        runtime.node.state().fs = Some((1000, 800));
+        runtime.node.state().images =
+            vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)];
+        let agent = agent(dir.path(), runtime.clone(), &[]);
+        let t0 = UnixNanos::from_secs(1_800_000_000);
+        // Both used by a container at the first detect.
+        runtime.node.state().containers = [1u8, 2]
+            .map(|n| RuntimeContainer {
+                id: format!("c{n}"),
+                pod_sandbox_id: "pod".into(),
+                image: String::new(),
+                image_id: ImageId::new(format!("sha256:{n:064x}")),
+                state: crate::model::ContainerState::Running,
+                runtime_handler: String::new(),
+            })
+            .to_vec();
+        agent.gc_manager().detect(t0).await.expect("detect");
+        runtime.node.state().containers.clear();
+        // a goes behind imagekeeper's back; b is removed by imagekeeper (prune).
+        runtime
+            .node
+            .state()
+            .images
+            .retain(|i| i.repo_tags[0].ends_with("b:1"));
+        agent
+            .gc_manager()
+            .detect(UnixNanos::from_secs(1_800_000_060))
+            .await
+            .expect("detect");
+        let pruned = agent
+            .gc_manager()
+            .delete_unused_images(UnixNanos::from_secs(1_800_000_120))
+            .await;
+        assert_eq!(pruned.removed.len(), 1);
+        let options = RestoreOptions {
+            used_within: Duration::from_secs(24 * 3600),
+            max_bytes: None,
+            dry_run: true,
+        };
+        let dry = agent.restore(options).await.expect("restore");
+        let listed: Vec<(&str, RestoreState)> = dry
+            .items
+            .iter()
+            .map(|i| (i.image.as_str(), i.state))
+            .collect();
+        assert_eq!(
+            listed,
+            [("docker.io/library/a:1", RestoreState::WouldRestore)]
+        );
+        assert!(
+            lock_ignoring_poison(&runtime.pulls).is_empty(),
+            "a dry run pulls nothing"
+        );
+        let done = agent
+            .restore(RestoreOptions {
+                dry_run: false,
+                ..options
+            })
+            .await
+            .expect("restore");
+        assert_eq!(done.items[0].state, RestoreState::Restored);
+        assert_eq!(
+            lock_ignoring_poison(&runtime.pulls).as_slice(),
+            ["docker.io/library/a:1"]
+        );
+    }
+}

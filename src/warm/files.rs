@@ -1,0 +1,354 @@
+//! Warm entries as an operator writes them: the config file's `[[warm]]` tables and the YAML
+//! or JSON files of `--warm-set-dir` (a mounted ConfigMap: its visible names are symlinks
+//! through `..data` to a hidden timestamped directory, swapped at once on an update). Every
+//! file is read through [`crate::operator_file`]; names starting with `.` (`..data`, the
+//! timestamped directories) are skipped, and only `*.yaml`, `*.yml` and `*.json` are read, in
+//! name order. A bad entry is an error naming the file (or field) and the entry.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::format::{parse_go_duration, parse_rfc3339};
+
+use super::WarmEntry;
+
+/// A bad warm entry or warm file: `origin` names the file and the entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WarmError {
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+}
+
+/// One `[[warm]]` table, or one entry of a warm file's `warm:` list.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmEntrySpec {
+    pub image: String,
+    /// How long the entry stays warm, Go syntax, from when the agent read it.
+    #[serde(rename = "for")]
+    pub for_: Option<String>,
+    /// Until when the entry stays warm, RFC 3339.
+    pub until: Option<String>,
+    #[serde(rename = "runtimeHandler")]
+    pub runtime_handler: Option<String>,
+    /// The image's size, bytes or a quantity (`20Gi`, `15G`): used to judge whether it fits
+    /// only when the node has no record or journal entry of it.
+    pub size: Option<SizeSpec>,
+}
+
+/// A size: a number of bytes or a quantity string.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum SizeSpec {
+    Bytes(u64),
+    Text(String),
+}
+
+/// A warm file: `{"warm": [ {image: ...}, ... ]}` (YAML or JSON).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmFile {
+    #[serde(default)]
+    pub warm: Vec<WarmEntrySpec>,
+}
+
+/// Parses a size: bytes (`1048576`), or a number with a binary (`Ki`, `Mi`, `Gi`, `Ti`, `Pi`)
+/// or decimal (`k`/`K`, `M`, `G`, `T`, `P`) suffix, as Kubernetes quantities write them
+/// (`20Gi`, `1.5G`). Refuses a negative, fractional-byte-free overflow or an unknown suffix.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if t.starts_with('-') {
+        return Err(format!("{text:?} is negative"));
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, suffix) = t.split_at(split);
+    if number.is_empty() {
+        return Err(format!(
+            "{text:?} is not a size (bytes, or a quantity such as 20Gi)"
+        ));
+    }
+    let multiplier: f64 = match suffix {
+        "" => 1.0,
+        "k" | "K" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        other => {
+            return Err(format!(
+                "unknown size suffix {other:?} in {text:?} (bytes, or Ki Mi Gi Ti Pi, k M G T P)"
+            ));
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (bytes, or a quantity such as 20Gi)"))?;
+    let bytes = (value * multiplier).round();
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("{text:?} is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Resolves specs; `origin(i)` names the i-th entry in errors and in [`WarmEntry::origin`]. A
+/// `for` stays a lifetime until [`super::WarmSet::stamped`].
+pub fn resolve_specs(
+    specs: &[WarmEntrySpec],
+    origin: impl Fn(usize) -> String,
+) -> Result<Vec<WarmEntry>, WarmError> {
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        let origin = origin(i);
+        let invalid = |field: &str, message: String| WarmError::Invalid {
+            origin: format!("{origin}: {field}"),
+            message,
+        };
+        let image = spec.image.trim();
+        if image.is_empty() {
+            return Err(invalid("image", "must not be empty".into()));
+        }
+        if let Err(e) = crate::pull::apply_default_image_tag(image) {
+            return Err(invalid("image", format!("{image:?}: {e}")));
+        }
+        let (until, lifetime) = match (&spec.for_, &spec.until) {
+            (Some(_), Some(_)) => {
+                return Err(invalid("for", "give `for` or `until`, not both".into()));
+            }
+            (Some(d), None) => {
+                let d = parse_go_duration(d).map_err(|e| invalid("for", e.to_string()))?;
+                (None, Some(d))
+            }
+            (None, Some(t)) => (
+                Some(parse_rfc3339(t).ok_or_else(|| {
+                    invalid(
+                        "until",
+                        format!("{t:?} is not an RFC 3339 time (2026-01-02T15:04:05Z)"),
+                    )
+                })?),
+                None,
+            ),
+            (None, None) => (None, None),
+        };
+        let size_hint = match &spec.size {
+            None => None,
+            Some(SizeSpec::Bytes(b)) => Some(*b),
+            Some(SizeSpec::Text(t)) => Some(parse_size(t).map_err(|m| invalid("size", m))?),
+        };
+        out.push(WarmEntry {
+            image: image.to_owned(),
+            runtime_handler: spec.runtime_handler.clone().unwrap_or_default(),
+            until,
+            lifetime,
+            size_hint,
+            origin,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads every warm file of `dir` (see the module's doc), in name order. Blocking I/O: the
+/// agent calls it on the blocking pool (within a reload).
+pub fn read_warm_dir(dir: &Path) -> Result<Vec<WarmEntry>, WarmError> {
+    let dir_error = |message: String| WarmError::File {
+        path: dir.to_owned(),
+        message,
+    };
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| dir_error(format!("cannot read the warm set directory: {e}")))?
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path())
+        .filter(|path| {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            !name.starts_with('.')
+                && [".yaml", ".yml", ".json"]
+                    .iter()
+                    .any(|ext| name.ends_with(ext))
+        })
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for path in names {
+        use crate::operator_file::{Follow, read_text};
+        // A ConfigMap's names are symlinks into its `..data`: followed.
+        let text = read_text(&path, Follow::Yes).map_err(|e| WarmError::File {
+            path: path.clone(),
+            message: {
+                let full = e.to_string();
+                let shown = format!("{}: ", e.path().display());
+                full.strip_prefix(&shown).unwrap_or(&full).to_owned()
+            },
+        })?;
+        // JSON is YAML: one parser for both.
+        let file: WarmFile = if text.trim().is_empty() {
+            WarmFile::default()
+        } else {
+            serde_yaml_ng::from_str(&text).map_err(|e| WarmError::File {
+                path: path.clone(),
+                message: e.to_string(),
+            })?
+        };
+        let shown = path.display().to_string();
+        out.extend(resolve_specs(&file.warm, |i| {
+            format!("{shown}: warm[{i}]")
+        })?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::UnixNanos;
+
+    #[test]
+    fn sizes_are_bytes_or_quantities_and_bad_ones_say_why() {
+        assert_eq!(parse_size("1048576"), Ok(1_048_576));
+        assert_eq!(parse_size("20Gi"), Ok(20 * 1024 * 1024 * 1024));
+        assert_eq!(parse_size("1.5G"), Ok(1_500_000_000));
+        assert_eq!(parse_size("2Mi"), Ok(2 * 1024 * 1024));
+        assert!(
+            parse_size("3Gb")
+                .unwrap_err()
+                .contains("unknown size suffix")
+        );
+        assert!(parse_size("-1").unwrap_err().contains("negative"));
+        assert!(parse_size("").unwrap_err().contains("not a size"));
+    }
+
+    #[test]
+    fn specs_resolve_for_until_and_size_and_bad_fields_are_named() {
+        let now = UnixNanos(1_000_000_000_000);
+        let specs = vec![
+            WarmEntrySpec {
+                image: "vllm/vllm-openai:v0.6".into(),
+                for_: Some("1h".into()),
+                size: Some(SizeSpec::Text("20Gi".into())),
+                ..WarmEntrySpec::default()
+            },
+            WarmEntrySpec {
+                image: "busybox".into(),
+                until: Some("2026-01-02T00:00:00Z".into()),
+                runtime_handler: Some("nvidia".into()),
+                ..WarmEntrySpec::default()
+            },
+        ];
+        let got = resolve_specs(&specs, |i| format!("warm[{i}]")).expect("valid");
+        assert_eq!(got[0].lifetime, Some(std::time::Duration::from_secs(3600)));
+        assert_eq!(got[0].until, None);
+        let stamped =
+            super::super::WarmSet::new(got.clone()).stamped(now, &super::super::WarmSet::default());
+        assert_eq!(
+            stamped.entries[0].until,
+            Some(UnixNanos(now.0 + 3_600_000_000_000))
+        );
+        // A reload an hour later keeps the first read's end: `for` is not extended.
+        let later = UnixNanos(now.0 + 1_800_000_000_000);
+        let again = super::super::WarmSet::new(got.clone()).stamped(later, &stamped);
+        assert_eq!(again.entries[0].until, stamped.entries[0].until);
+        assert_eq!(got[0].size_hint, Some(20 << 30));
+        assert_eq!(got[1].runtime_handler, "nvidia");
+        assert_eq!(got[1].until, parse_rfc3339("2026-01-02T00:00:00Z"));
+        assert_eq!(got[1].origin, "warm[1]");
+
+        let bad = |spec: WarmEntrySpec| {
+            resolve_specs(&[spec], |i| format!("warm[{i}] in x.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            bad(WarmEntrySpec::default()),
+            "warm[0] in x.toml: image: must not be empty"
+        );
+        assert!(
+            bad(WarmEntrySpec {
+                image: "a".into(),
+                for_: Some("1h".into()),
+                until: Some("2026-01-02T00:00:00Z".into()),
+                ..WarmEntrySpec::default()
+            })
+            .starts_with("warm[0] in x.toml: for: give `for` or `until`")
+        );
+        assert!(
+            bad(WarmEntrySpec {
+                image: "a".into(),
+                until: Some("tomorrow".into()),
+                ..WarmEntrySpec::default()
+            })
+            .starts_with("warm[0] in x.toml: until: \"tomorrow\" is not an RFC 3339 time")
+        );
+        assert!(
+            bad(WarmEntrySpec {
+                image: "Bad Name".into(),
+                ..WarmEntrySpec::default()
+            })
+            .starts_with("warm[0] in x.toml: image: \"Bad Name\"")
+        );
+    }
+
+    /// A ConfigMap mount: `gpu.yaml -> ..data/gpu.yaml`, `..data -> ..2026_01_01`; the hidden
+    /// names are skipped, the visible ones followed, YAML and JSON both read, in name order.
+    #[test]
+    fn a_configmap_mount_is_read_through_its_data_symlinks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stamped = dir.path().join("..2026_01_01_00_00_00.1");
+        std::fs::create_dir(&stamped).expect("mkdir");
+        std::fs::write(
+            stamped.join("b-gpu.yaml"),
+            "warm:\n  - image: vllm/vllm-openai:v0.6\n    size: 20Gi\n",
+        )
+        .expect("write");
+        std::fs::write(
+            stamped.join("a-base.json"),
+            r#"{"warm": [{"image": "busybox:1.36", "for": "24h"}]}"#,
+        )
+        .expect("write");
+        std::fs::write(stamped.join("notes.txt"), "not a warm file").expect("write");
+        std::os::unix::fs::symlink("..2026_01_01_00_00_00.1", dir.path().join("..data"))
+            .expect("symlink");
+        for name in ["b-gpu.yaml", "a-base.json", "notes.txt"] {
+            std::os::unix::fs::symlink(format!("..data/{name}"), dir.path().join(name))
+                .expect("symlink");
+        }
+        let got = read_warm_dir(dir.path()).expect("valid");
+        let images: Vec<&str> = got.iter().map(|e| e.image.as_str()).collect();
+        assert_eq!(images, ["busybox:1.36", "vllm/vllm-openai:v0.6"]);
+        assert!(
+            got[1].origin.ends_with("b-gpu.yaml: warm[0]"),
+            "{}",
+            got[1].origin
+        );
+
+        std::fs::write(
+            stamped.join("b-gpu.yaml"),
+            "warm:\n  - image: x\n    colour: red\n",
+        )
+        .expect("write");
+        let err = read_warm_dir(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("b-gpu.yaml") && err.contains("colour"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_fifo_in_the_directory_is_refused_not_waited_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("w.yaml");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("no NUL");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = read_warm_dir(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("w.yaml"), "{err}");
+    }
+}

@@ -1,0 +1,278 @@
+//! Restore after a wipe: the images the journal says someone else removed (a runtime wipe, a
+//! reimaged disk, another tool's GC: `Remover::External`) and that have not come back, used
+//! within a window, most recently used first, within a byte budget. `imagekeeper restore`
+//! pulls them back; `[warmFromHistory]` makes them warm entries.
+//!
+//! Invariants: an imagekeeper removal is never restored (the GC chose it); an entry marked
+//! re-pulled is already back; an image with no name stored cannot be pulled and is listed as
+//! skipped; each record key counts once, at its latest removal.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::model::{ImageNames, JournalEntry, RecordKey, Remover, UnixNanos};
+use crate::store::JournalKey;
+
+use super::WarmEntry;
+
+/// `[warmFromHistory]` / `restore`'s window and budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FromHistory {
+    /// Only images last used at most this long before now.
+    pub used_within: Duration,
+    /// At most this many bytes in all; `None`: no budget.
+    pub max_bytes: Option<u64>,
+}
+
+/// The default window of `restore` and `[warmFromHistory]`.
+pub const DEFAULT_USED_WITHIN: Duration = Duration::from_secs(24 * 3600);
+
+/// One image the journal says was removed externally and used within the window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RestoreCandidate {
+    pub key: RecordKey,
+    /// The name it is pulled back by: a repo digest (exactly that image) if stored, else a tag.
+    pub image: Option<String>,
+    pub size: u64,
+    pub last_used: UnixNanos,
+    pub removed_at: UnixNanos,
+    /// Why it is left out (no name to pull it by, over the byte budget); `None`: restored.
+    pub skipped: Option<String>,
+}
+
+impl RestoreCandidate {
+    /// The warm entry that pulls it back (its journal size as the size).
+    pub fn entry(&self) -> Option<WarmEntry> {
+        Some(WarmEntry {
+            image: self.image.clone()?,
+            runtime_handler: self.key.runtime_handler.clone(),
+            until: None,
+            lifetime: None,
+            size_hint: Some(self.size),
+            origin: "history".into(),
+        })
+    }
+}
+
+/// The candidates at `now`, most recently used first (ties: latest removal first): from the
+/// journal's entries and each key's stored names.
+pub fn restore_candidates(
+    journal: &[(JournalKey, JournalEntry)],
+    names: &dyn Fn(&RecordKey) -> Option<ImageNames>,
+    now: UnixNanos,
+    window: FromHistory,
+) -> Vec<RestoreCandidate> {
+    let since = now.saturating_sub(window.used_within);
+    // The latest external removal of each key.
+    let mut latest: BTreeMap<&RecordKey, (&JournalKey, &JournalEntry)> = BTreeMap::new();
+    for (jk, entry) in journal {
+        if entry.remover != Remover::External {
+            continue;
+        }
+        match latest.get(&jk.key) {
+            Some((k, _)) if k.removed_at >= jk.removed_at => {}
+            _ => {
+                latest.insert(&jk.key, (jk, entry));
+            }
+        }
+    }
+    let mut out: Vec<RestoreCandidate> = latest
+        .into_values()
+        .filter(|(_, e)| e.repulled_at.is_none())
+        .filter(|(_, e)| e.last_used != UnixNanos::NEVER && e.last_used >= since)
+        .map(|(jk, e)| {
+            let image = names(&jk.key).and_then(|n| {
+                n.repo_digests
+                    .first()
+                    .or_else(|| n.repo_tags.first())
+                    .cloned()
+            });
+            RestoreCandidate {
+                key: jk.key.clone(),
+                skipped: image
+                    .is_none()
+                    .then(|| "no name is stored to pull it by".to_owned()),
+                image,
+                size: e.size,
+                last_used: e.last_used,
+                removed_at: jk.removed_at,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (b.last_used, b.removed_at, &a.key).cmp(&(a.last_used, a.removed_at, &b.key))
+    });
+    if let Some(budget) = window.max_bytes {
+        let mut taken: u64 = 0;
+        for c in out.iter_mut().filter(|c| c.skipped.is_none()) {
+            match taken.checked_add(c.size) {
+                Some(total) if total <= budget => taken = total,
+                _ => c.skipped = Some("over the byte budget (--max-bytes)".to_owned()),
+            }
+        }
+    }
+    out
+}
+
+/// What `restore` is asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestoreOptions {
+    pub used_within: Duration,
+    pub max_bytes: Option<u64>,
+    pub dry_run: bool,
+}
+
+/// What became of one image `restore` considered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RestoreState {
+    /// Pulled back.
+    Restored,
+    /// A dry run: it would be pulled back.
+    WouldRestore,
+    /// It fits no longer: pulling it would take the image filesystem above the low threshold.
+    DoesNotFit,
+    /// No name to pull it by, or over the byte budget.
+    Skipped,
+    /// The pull failed.
+    Failed,
+    /// The runtime has it already.
+    Present,
+}
+
+impl RestoreState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestoreState::Restored => "restored",
+            RestoreState::WouldRestore => "would_restore",
+            RestoreState::DoesNotFit => "does_not_fit",
+            RestoreState::Skipped => "skipped",
+            RestoreState::Failed => "failed",
+            RestoreState::Present => "present",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RestoreState> {
+        [
+            RestoreState::Restored,
+            RestoreState::WouldRestore,
+            RestoreState::DoesNotFit,
+            RestoreState::Skipped,
+            RestoreState::Failed,
+            RestoreState::Present,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
+    }
+}
+
+/// One image `restore` considered, most recently used first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RestoreItem {
+    pub image_id: String,
+    pub runtime_handler: String,
+    /// The name it is (or would be) pulled by; empty when none is stored.
+    pub image: String,
+    pub size: u64,
+    pub last_used: UnixNanos,
+    pub removed_at: UnixNanos,
+    pub state: RestoreState,
+    /// Why, for every state but `restored` and `would_restore`.
+    pub detail: String,
+}
+
+/// What `restore` did (or, dry, would do).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RestoreOutcome {
+    pub items: Vec<RestoreItem>,
+    pub dry_run: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::RemovalReason;
+
+    fn removal(
+        id: u8,
+        removed_at: i64,
+        last_used: i64,
+        remover: Remover,
+    ) -> (JournalKey, JournalEntry) {
+        (
+            JournalKey {
+                removed_at: UnixNanos(removed_at),
+                key: RecordKey::new(format!("sha256:{id:064x}"), ""),
+            },
+            JournalEntry {
+                size: u64::from(id) * 100,
+                first_detected: UnixNanos(1),
+                last_used: UnixNanos(last_used),
+                reason: (remover == Remover::Imagekeeper).then_some(RemovalReason::Space),
+                rank: None,
+                fs: None,
+                remover,
+                repulled_at: None,
+            },
+        )
+    }
+
+    #[test]
+    fn external_removals_used_within_the_window_most_recent_first_within_the_budget() {
+        let hour = 3_600_000_000_000i64;
+        let now = UnixNanos(100 * hour);
+        let mut journal = vec![
+            removal(1, 99 * hour, 90 * hour, Remover::External),
+            removal(2, 99 * hour, 95 * hour, Remover::External),
+            // Removed by imagekeeper's GC: never restored.
+            removal(3, 99 * hour, 98 * hour, Remover::Imagekeeper),
+            // Used 30 h ago: outside 24 h.
+            removal(4, 99 * hour, 70 * hour, Remover::External),
+            // Already back.
+            removal(5, 99 * hour, 97 * hour, Remover::External),
+            // No name.
+            removal(6, 99 * hour, 96 * hour, Remover::External),
+            removal(7, 99 * hour, 80 * hour, Remover::External),
+        ];
+        journal[4].1.repulled_at = Some(UnixNanos(99 * hour + 1));
+        let names = |key: &RecordKey| {
+            (!key.image_id.as_str().ends_with('6')).then(|| ImageNames {
+                repo_tags: vec![format!("x/{}:1", key.image_id.short())],
+                repo_digests: if key.image_id.as_str().ends_with('2') {
+                    vec!["x/two@sha256:2".into()]
+                } else {
+                    vec![]
+                },
+            })
+        };
+        let window = FromHistory {
+            used_within: Duration::from_secs(24 * 3600),
+            max_bytes: Some(800),
+        };
+        let got = restore_candidates(&journal, &names, now, window);
+        let summary: Vec<(u64, Option<&str>)> = got
+            .iter()
+            .map(|c| (c.size / 100, c.skipped.as_deref()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (6, Some("no name is stored to pull it by")),
+                (2, None),
+                (1, None),
+                // 200 + 100 + 700 > 800.
+                (7, Some("over the byte budget (--max-bytes)")),
+            ]
+        );
+        assert_eq!(
+            got[1].image.as_deref(),
+            Some("x/two@sha256:2"),
+            "a digest first"
+        );
+        assert!(got[0].entry().is_none());
+        assert_eq!(got[2].entry().map(|e| e.size_hint), Some(Some(100)));
+    }
+}
