@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 
 use imagekeeper::model::{
-    BackoffEntry, EvictionNote, FsUsage, ImageNames, ImageRecord, RecordKey, RemovalReason, UnixNanos,
+    BackoffEntry, EvictionNote, FsUsage, ImageNames, ImageRecord, RecordKey, RemovalReason,
+    UnixNanos,
 };
 use imagekeeper::store::{Batch, Store, meta_keys};
 

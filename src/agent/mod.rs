@@ -878,9 +878,12 @@ mod tests {
         }
     }
 
+    /// A pulled image: it has a repo digest, so `--protect-irreplaceable` (on by default)
+    /// does not keep it.
     fn image(id: &str, size: u64) -> RuntimeImage {
         RuntimeImage {
             id: ImageId(id.to_owned()),
+            repo_digests: vec![format!("registry.example/app@{id}")],
             size,
             ..RuntimeImage::default()
         }

@@ -21,8 +21,9 @@ use crate::model::{ImageRecord, JournalEntry, RecordKey, RemovalReason, Remover,
 use crate::store::{JournalKey, StoredRecord};
 
 use super::GcPolicy;
-use super::evict::{Verdict, past_max_age, space_verdict, unused_since};
+use super::evict::{Verdict, past_max_age, protection_verdict, space_verdict, unused_since};
 use super::kubelet::KubeletView;
+use super::protect::{Protection, Protections};
 use super::space::SpaceNeed;
 use super::watch::WatchHistory;
 use crate::format::{format_size, go_duration};
@@ -56,6 +57,10 @@ pub enum Decision {
     KeepKubeletJustPulled,
     /// Pinned by the runtime or a pin pattern.
     KeepPinned,
+    /// An operator's pin (`imagekeeper pin`) keeps it until it expires.
+    KeepPinnedByImagekeeper,
+    /// It cannot come back (the sandbox image, or no repo digest).
+    KeepIrreplaceable,
     /// Last used at or after `now` (the clock went back?).
     KeepUsedTooRecently,
     KeepYoungerThanMinAge,
@@ -79,6 +84,8 @@ impl Decision {
             Decision::KeepKubeletPulling => "keep_kubelet_pulling",
             Decision::KeepKubeletJustPulled => "keep_kubelet_just_pulled",
             Decision::KeepPinned => "keep_pinned",
+            Decision::KeepPinnedByImagekeeper => "keep_pinned_by_imagekeeper",
+            Decision::KeepIrreplaceable => "keep_irreplaceable",
             Decision::KeepUsedTooRecently => "keep_used_too_recently",
             Decision::KeepYoungerThanMinAge => "keep_younger_than_min_age",
             Decision::KeepBeyondAmountToFree => "keep_beyond_amount_to_free",
@@ -113,6 +120,9 @@ pub struct ImageExplanation {
     /// The image's newest removal the journal holds after which it came back (a regret).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evicted_before: Option<PriorEviction>,
+    /// Why imagekeeper keeps it whatever the GC would do (a pin, or irreplaceable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protection: Option<Protection>,
     /// The reason, for people.
     pub reason: String,
 }
@@ -285,10 +295,12 @@ pub fn explain_with_kubelet(
     kubelet: &KubeletView,
 ) -> Explanation {
     let watch = WatchHistory::default();
+    let protections = Protections::default();
     let context = ExplainContext {
         pulling,
         kubelet,
         watch: &watch,
+        protections: &protections,
     };
     explain_in(records, last_detect, policy, fs, now, &context)
 }
@@ -303,6 +315,9 @@ pub struct ExplainContext<'a> {
     /// The heartbeat and unwatched stretches, as the cycle's detect at `now` leaves them
     /// (`WatchHistory::after_detect`): MaxAge counts only watched time.
     pub watch: &'a WatchHistory,
+    /// What imagekeeper protects (pins, irreplaceable images): named before every other
+    /// reason, as they keep the image whatever runs.
+    pub protections: &'a Protections,
 }
 
 /// [`explain_with_kubelet`] with the unwatched stretches MaxAge does not count: the running
@@ -319,12 +334,14 @@ pub fn explain_in(
         pulling,
         kubelet,
         watch,
+        protections,
     } = *context;
     let in_use = in_use_at(records, last_detect);
     let protected: BTreeSet<RecordKey> = in_use
         .union(pulling)
         .chain(&kubelet.pulling)
         .chain(&kubelet.just_pulled)
+        .chain(protections.keys())
         .cloned()
         .collect();
     let disabled = policy.disabled();
@@ -332,7 +349,10 @@ pub fn explain_in(
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let verdict = if kubelet.pulling.contains(&r.key) {
+            let protection = protections.get(&r.key);
+            let verdict = if let Some(p) = protection {
+                protection_verdict(p)
+            } else if kubelet.pulling.contains(&r.key) {
                 Verdict::KubeletPulling
             } else if kubelet.just_pulled.contains(&r.key) && !in_use.contains(&r.key) {
                 Verdict::KubeletJustPulled
@@ -357,6 +377,7 @@ pub fn explain_in(
                 freed_after: None,
                 kubelet_pulled_at: kubelet.used_at.get(&r.key).copied(),
                 evicted_before: None,
+                protection: protection.cloned(),
                 reason: String::new(),
             }
         })
@@ -386,6 +407,8 @@ pub fn explain_in(
             (Verdict::KubeletPulling, _) => Decision::KeepKubeletPulling,
             (Verdict::KubeletJustPulled, _) => Decision::KeepKubeletJustPulled,
             (Verdict::Pinned, _) => Decision::KeepPinned,
+            (Verdict::PinnedByImagekeeper, _) => Decision::KeepPinnedByImagekeeper,
+            (Verdict::Irreplaceable, _) => Decision::KeepIrreplaceable,
             (Verdict::UsedTooRecently, _) => Decision::KeepUsedTooRecently,
             (Verdict::YoungerThanMinAge, _) => Decision::KeepYoungerThanMinAge,
             (Verdict::Eligible, SpacePass::Runs { .. }) => Decision::KeepBeyondAmountToFree,
@@ -512,6 +535,12 @@ fn reason(
             go_duration(policy.min_age)
         ),
         Decision::KeepPinned => "pinned".to_owned(),
+        Decision::KeepPinnedByImagekeeper | Decision::KeepIrreplaceable => {
+            image.protection.as_ref().map_or_else(
+                || "protected by imagekeeper".to_owned(),
+                Protection::describe,
+            )
+        }
         Decision::KeepUsedTooRecently => {
             "used at or after now (is the clock behind the records?)".to_owned()
         }
@@ -794,6 +823,7 @@ mod tests {
                     pulling: &BTreeSet::new(),
                     kubelet: &KubeletView::default(),
                     watch,
+                    protections: &Protections::default(),
                 },
             )
         };
@@ -841,5 +871,80 @@ mod tests {
                 available_after_age_pass: 200
             }
         ));
+    }
+
+    #[test]
+    fn pinned_and_irreplaceable_images_are_kept_with_their_reasons_before_any_other() {
+        use crate::model::{ImagePin, PinKey, RuntimeImage};
+        // Three old, unused images past MaxAge at 100 % usage: one pinned until T, one with
+        // no repo digest, one that goes.
+        let records = vec![
+            rec("a", 10, 10, 100, false),
+            rec("b", 10, 11, 100, false),
+            rec("c", 10, 12, 100, false),
+        ];
+        let listed = |id: &str, tag: &str, digest: bool| RuntimeImage {
+            id: crate::model::ImageId::new(id),
+            repo_tags: vec![tag.to_owned()],
+            repo_digests: if digest {
+                vec![format!("docker.io/library/{id}@sha256:00")]
+            } else {
+                Vec::new()
+            },
+            ..RuntimeImage::default()
+        };
+        let images = [
+            listed("sha256:a", "docker.io/library/model:1", true),
+            listed("sha256:b", "docker.io/library/airgap:1", false),
+            listed("sha256:c", "docker.io/library/web:1", true),
+        ];
+        let now = UnixNanos::from_secs(10_000);
+        let pins = vec![(
+            PinKey::new("docker.io/library/model:1", ""),
+            ImagePin {
+                created_at: UnixNanos::from_secs(1),
+                until: UnixNanos::from_secs(20_000),
+                reason: "rollout".into(),
+            },
+        )];
+        let protections = Protections::resolve(
+            &images,
+            &pins,
+            Some(&super::super::protect::Irreplaceable::default()),
+            now,
+        );
+        let e = explain_in(
+            &records,
+            None,
+            policy(85, 80, 0, 60),
+            Some(FsSpace {
+                capacity: 1000,
+                available: 0,
+            }),
+            now,
+            &ExplainContext {
+                pulling: &BTreeSet::new(),
+                kubelet: &KubeletView::default(),
+                watch: &WatchHistory::default(),
+                protections: &protections,
+            },
+        );
+        let got: Vec<(Decision, &str)> = e
+            .images
+            .iter()
+            .map(|i| (i.decision, i.reason.as_str()))
+            .collect();
+        assert_eq!(got[0].0, Decision::KeepPinnedByImagekeeper);
+        assert!(
+            got[0]
+                .1
+                .starts_with("pinned by imagekeeper until 1970-01-01T05:33:20Z (rollout)"),
+            "{}",
+            got[0].1
+        );
+        assert_eq!(got[1].0, Decision::KeepIrreplaceable);
+        assert!(got[1].1.contains("no repo digest"), "{}", got[1].1);
+        assert_eq!(got[2].0, Decision::RemoveForAge);
+        assert_eq!(e.removed(), vec![RecordKey::new("sha256:c", "")]);
     }
 }

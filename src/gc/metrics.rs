@@ -30,16 +30,19 @@ pub enum RescueReason {
     KubeletPulling,
     /// A kubelet pulled record newer than its last use (written after the walk read it).
     KubeletPulled,
+    /// An operator's pin names it (written after the cycle's detect read the pins).
+    Pinned,
 }
 
 impl RescueReason {
-    pub const ALL: [RescueReason; 6] = [
+    pub const ALL: [RescueReason; 7] = [
         RescueReason::Container,
         RescueReason::Used,
         RescueReason::Pulling,
         RescueReason::Gone,
         RescueReason::KubeletPulling,
         RescueReason::KubeletPulled,
+        RescueReason::Pinned,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +53,7 @@ impl RescueReason {
             RescueReason::Gone => "gone",
             RescueReason::KubeletPulling => "kubelet_pulling",
             RescueReason::KubeletPulled => "kubelet_pulled",
+            RescueReason::Pinned => "pinned",
         }
     }
 }

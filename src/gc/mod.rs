@@ -21,6 +21,7 @@ pub(crate) mod metrics;
 mod pins;
 pub(crate) mod plan;
 mod policy;
+mod protect;
 mod space;
 mod watch;
 
@@ -37,5 +38,6 @@ pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::GcPolicy;
+pub use protect::{Irreplaceable, Protection, Protections, pin_names, pinned_at};
 pub use space::SpaceNeed;
 pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

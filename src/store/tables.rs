@@ -12,7 +12,9 @@ use super::codec::{
     BackoffKey, Codec, DecodeError, EvictionKey, IndexKey, JournalKey, MetaKey, MetaValue,
     OrderedCodec,
 };
-use crate::model::{BackoffEntry, ImageNames, ImagePin, ImageRecord, JournalEntry, PinKey, RecordKey};
+use crate::model::{
+    BackoffEntry, ImageNames, ImagePin, ImageRecord, JournalEntry, PinKey, RecordKey,
+};
 
 /// Image records: RecordKey → ImageRecord.
 pub(super) const IMAGES: TableDefinition<Stored<RecordKey>, Stored<ImageRecord>> =

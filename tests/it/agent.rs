@@ -92,10 +92,14 @@ impl AgentProcess {
     }
 }
 
+/// A pulled image: it has a repo digest, so `--protect-irreplaceable` (on by default) does
+/// not keep it.
 fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
+    let repo = tag.rsplit_once(':').map_or(tag, |(repo, _)| repo);
     RuntimeImage {
         id: ImageId::new(id),
         repo_tags: vec![tag.to_owned()],
+        repo_digests: vec![format!("{repo}@sha256:{}", "0".repeat(64))],
         size,
         ..RuntimeImage::default()
     }

@@ -450,8 +450,8 @@ fn newer_schema_is_refused_naming_both_versions() {
             matches!(
                 err,
                 StoreError::SchemaTooNew {
-                    found: 4,
-                    supported: 3,
+                    found: 5,
+                    supported: 4,
                     ..
                 }
             ),
@@ -459,7 +459,7 @@ fn newer_schema_is_refused_naming_both_versions() {
         );
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 4") && msg.contains("version 3"),
+            msg.contains("schema version 5") && msg.contains("version 4"),
             "{msg}"
         );
     }
@@ -1116,7 +1116,11 @@ fn v2_fixture_is_backed_up_and_upgraded_to_v3_with_its_names_and_journal() {
     let copy = dir.path().join("v2.redb");
     std::fs::copy(&fixture, &copy).expect("copy fixture");
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 2 opens and upgrades");
-    assert_eq!(store.commits(), 2, "the upgrade is one transaction per step");
+    assert_eq!(
+        store.commits(),
+        2,
+        "the upgrade is one transaction per step"
+    );
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
         Some(4)
@@ -1223,7 +1227,11 @@ fn v3_fixture_is_backed_up_and_upgraded_to_v4_with_an_empty_pins_table() {
         let again = dir.path().join("again.redb");
         std::fs::copy(dir.path().join("v3.redb.bak-v3"), &again).expect("copy backup");
         let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
-        assert_eq!(from_backup.commits(), 1, "the backup was a v3 file, upgraded in one commit");
+        assert_eq!(
+            from_backup.commits(),
+            1,
+            "the backup was a v3 file, upgraded in one commit"
+        );
         assert!(
             from_backup.records().expect("records") == store.records().expect("records"),
             "the backup's records differ"
@@ -1257,7 +1265,10 @@ fn pins_survive_a_reopen_and_only_long_expired_ones_are_pruned() {
         let mut batch = Batch::new();
         batch.put_pin(PinKey::new("vllm:1", ""), pin(0, "forever"));
         batch.put_pin(PinKey::new("old:1", ""), pin(2_000, "expired long ago"));
-        batch.put_pin(PinKey::new("recent:1", "gpu"), pin(40 * day, "expired lately"));
+        batch.put_pin(
+            PinKey::new("recent:1", "gpu"),
+            pin(40 * day, "expired lately"),
+        );
         assert!(store.apply(&batch).expect("apply"));
         // The same pin again changes nothing and commits nothing.
         let mut again = Batch::new();
@@ -1289,7 +1300,12 @@ fn pins_survive_a_reopen_and_only_long_expired_ones_are_pruned() {
     let mut unpin = Batch::new();
     unpin.remove_pin(PinKey::new("recent:1", "gpu"));
     assert!(store.apply(&unpin).expect("unpin"));
-    assert!(store.pin(&PinKey::new("recent:1", "gpu")).expect("pin").is_none());
+    assert!(
+        store
+            .pin(&PinKey::new("recent:1", "gpu"))
+            .expect("pin")
+            .is_none()
+    );
     // Bad pins are refused, naming the rule.
     let mut bad = Batch::new();
     bad.put_pin(PinKey::new("", ""), pin(0, ""));

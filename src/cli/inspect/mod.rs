@@ -321,6 +321,7 @@ fn explain(
     let entries = snap.meta_entries().map_err(inspect_failure)?;
     let stored = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
     let (watch, _) = WatchHistory::from_meta(stored).after_detect(now, DEFAULT_WATCH_PERIOD);
+    let protections = snap.protections(&records, now).map_err(inspect_failure)?;
     let mut explanation = explain_in(
         &records,
         meta.last_detect,
@@ -331,6 +332,7 @@ fn explain(
             pulling: &Default::default(),
             kubelet: &kubelet.view,
             watch: &watch,
+            protections: &protections,
         },
     );
     note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);

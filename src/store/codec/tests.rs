@@ -355,7 +355,11 @@ fn golden_bytes_of_the_schema_4_layouts() {
     assert!(PinKey::decode(b"\x01nginx").is_err());
     let mut long = vec![1u8];
     long.extend_from_slice(&[0; 16]);
-    long.extend_from_slice(&u32::try_from(MAX_PIN_REASON_BYTES + 1).expect("small").to_be_bytes());
+    long.extend_from_slice(
+        &u32::try_from(MAX_PIN_REASON_BYTES + 1)
+            .expect("small")
+            .to_be_bytes(),
+    );
     long.extend(std::iter::repeat_n(b'a', MAX_PIN_REASON_BYTES + 1));
     assert_eq!(
         ImagePin::decode(&long),
