@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::format::format_rfc3339;
-use crate::model::{ImagePin, PinKey, RecordKey, RuntimeImage, UnixNanos};
+use crate::model::{ImageId, ImagePin, PinKey, RecordKey, RuntimeImage, UnixNanos};
 use crate::pull::reference::image_matches;
+use crate::store::{Store, StoreError};
 
 /// Why imagekeeper keeps an image.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -161,6 +162,64 @@ pub fn pin_names(key: &PinKey, image: &RuntimeImage) -> bool {
 pub fn pinned_at(pins: &[(PinKey, ImagePin)], image: &RuntimeImage, now: UnixNanos) -> bool {
     pins.iter()
         .any(|(k, p)| p.active_at(now) && pin_names(k, image))
+}
+
+/// One pin as `imagekeeper pins` shows it: the stored pin, whether it protects at the time
+/// it was read, and the images it names now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PinView {
+    pub key: PinKey,
+    pub pin: ImagePin,
+    /// Whether it protects at the time of the listing (`now < until`, or no expiry).
+    pub active: bool,
+    /// The images the name resolves to (as the runtime resolves names), under its handler.
+    pub image_ids: Vec<ImageId>,
+}
+
+/// The pins with their state at `now` and the images of `images` each names.
+pub fn pin_views(
+    pins: Vec<(PinKey, ImagePin)>,
+    images: &[RuntimeImage],
+    now: UnixNanos,
+) -> Vec<PinView> {
+    pins.into_iter()
+        .map(|(key, pin)| {
+            let image_ids = images
+                .iter()
+                .filter(|i| pin_names(&key, i))
+                .map(|i| i.id.clone())
+                .collect();
+            PinView {
+                active: pin.active_at(now),
+                key,
+                pin,
+                image_ids,
+            }
+        })
+        .collect()
+}
+
+/// The images as the store last saw them: each record with the names the last detect wrote
+/// (what a pin is resolved against when no runtime is asked: `imagekeeper pin` without an
+/// agent, `inspect`).
+pub fn stored_images(store: &Store) -> Result<Vec<RuntimeImage>, StoreError> {
+    let names: BTreeMap<RecordKey, crate::model::ImageNames> =
+        store.all_names()?.into_iter().collect();
+    Ok(store
+        .records()?
+        .into_iter()
+        .map(|r| {
+            let n = names.get(&r.key).cloned().unwrap_or_default();
+            RuntimeImage {
+                id: r.key.image_id.clone(),
+                repo_tags: n.repo_tags,
+                repo_digests: n.repo_digests,
+                size: r.record.size,
+                pinned: r.record.pinned,
+                runtime_handler: r.key.runtime_handler,
+            }
+        })
+        .collect())
 }
 
 #[cfg(test)]
