@@ -192,7 +192,8 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
             let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
             sort_records(&mut records, sort_key(sort));
             let names = snap.names().map_err(inspect_failure)?;
-            Ok(print::list(w, out, &records, &names, now)?)
+            let protections = snap.protections(&records, now).map_err(inspect_failure)?;
+            Ok(print::list(w, out, &records, &names, &protections, now)?)
         }
         InspectCommand::Show { id } => show(w, out, db, &id, now),
         InspectCommand::Evictions { since, reason } => {
