@@ -55,6 +55,17 @@ fn commits_with_durability_none_are_caught() {
 }
 
 #[test]
+fn a_gc_that_ignores_pins_and_irreplaceable_images_is_caught() {
+    let (seed, message) = first_caught(Mutant::NoProtections)
+        .expect("ignoring pins and irreplaceable images caught within the seeds");
+    assert!(
+        message.contains("invariant 1")
+            && (message.contains("pin") || message.contains("irreplaceable")),
+        "seed {seed}: {message}"
+    );
+}
+
+#[test]
 fn the_real_code_breaks_no_invariant_on_the_same_seeds() {
     for seed in 1..=SEEDS {
         let outcome = run(seed, None);

@@ -612,6 +612,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
         protected.extend(kubelet.just_pulled);
+        #[cfg(feature = "sim-mutants")]
+        let protections = if crate::sim::mutants::ignore_protections() {
+            Protections::default()
+        } else {
+            protections
+        };
         protected.extend(protections.keys().cloned());
         Ok((
             report,
@@ -1009,7 +1015,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .is_some_and(|r| pulled_since(r, &image, victim.record.last_used, free_time))
         {
             Some(RescueReason::KubeletPulled)
-        } else if pinned_at(&self.store.pins()?, &image, free_time) {
+        } else if !mutant_ignores_protections() && pinned_at(&self.store.pins()?, &image, free_time)
+        {
             Some(RescueReason::Pinned)
         } else {
             match self.store.get(&victim.key)? {
@@ -1212,6 +1219,18 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 }
 
 /// Wraps a runtime failure of `op` ("list images", ...).
+/// Whether the simulator's `NoProtections` mutant is on (always false without the feature).
+fn mutant_ignores_protections() -> bool {
+    #[cfg(feature = "sim-mutants")]
+    {
+        crate::sim::mutants::ignore_protections()
+    }
+    #[cfg(not(feature = "sim-mutants"))]
+    {
+        false
+    }
+}
+
 fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcError {
     move |source| GcError::Runtime { op, source }
 }

@@ -68,16 +68,25 @@ pub enum Mutant {
     NoLastLook,
     /// Commits with `Durability::None`.
     NonDurable,
+    /// GC ignores pins and irreplaceable images (the protections resolved at detect and the
+    /// last look's read of the pins).
+    NoProtections,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 3] = [Mutant::BlindDetect, Mutant::NoLastLook, Mutant::NonDurable];
+    pub const ALL: [Mutant; 4] = [
+        Mutant::BlindDetect,
+        Mutant::NoLastLook,
+        Mutant::NonDurable,
+        Mutant::NoProtections,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Mutant::BlindDetect => "blind-detect",
             Mutant::NoLastLook => "no-last-look",
             Mutant::NonDurable => "non-durable",
+            Mutant::NoProtections => "no-protections",
         }
     }
 
@@ -274,6 +283,7 @@ fn catalog() -> Vec<CatalogEntry> {
         id: "sha256:pause".to_owned(),
         size: 1 << 20,
         pinned: true,
+        imported: false,
     }];
     for i in 0..9u64 {
         entries.push(CatalogEntry {
@@ -281,8 +291,17 @@ fn catalog() -> Vec<CatalogEntry> {
             id: format!("sha256:app{i}"),
             size: (40 + 20 * (i % 5)) << 20,
             pinned: false,
+            imported: false,
         });
     }
+    // Side-loaded (`ctr images import`): no repo digest, irreplaceable.
+    entries.push(CatalogEntry {
+        name: "docker.io/airgap/tool:1".to_owned(),
+        id: "sha256:airgap".to_owned(),
+        size: 30 << 20,
+        pinned: false,
+        imported: true,
+    });
     entries
 }
 
@@ -294,6 +313,8 @@ impl Sim {
             sandbox_image_id: catalog[0].id.clone(),
             capacity: 1 << 30,
             other_used: rng.u64(..400) << 20,
+            latest: START,
+            protect_irreplaceable: true,
             ..World::default()
         };
         world.catalog = catalog.clone();
@@ -322,6 +343,7 @@ impl Sim {
         let config = GcConfig {
             policy,
             sandbox_image: Some(catalog[0].name.clone()),
+            protect_irreplaceable: true,
             ..GcConfig::default()
         };
         let clock = Arc::new(ManualClock::new(START));
@@ -416,6 +438,8 @@ impl Sim {
             self.clock.advance(by);
             self.latest = self.latest.max(self.clock.now());
         }
+        let latest = self.latest;
+        self.runtime.world().latest = latest;
         let parked = self.runtime.world().parked();
         let roll = self.rng.u64(..100);
         match roll {
@@ -451,7 +475,8 @@ impl Sim {
             0..=59 => self.start_operation(),
             60..=84 => self.workload(),
             85..=88 => self.external_removal(),
-            89..=92 => self.disk_usage(),
+            89..=90 => self.disk_usage(),
+            91..=92 => self.pin_or_unpin(),
             93..=96 => self.clock_jump(),
             97 => {
                 self.note("power cut".to_owned());
@@ -533,8 +558,9 @@ impl Sim {
     /// imagekeeper, then creating, starting, stopping and removing its container.
     fn workload(&mut self) {
         if self.pods.len() < PODS {
+            // Neither the sandbox image (first) nor the side-loaded one (last).
             let catalog_len = self.runtime.world().catalog.len();
-            let entry = 1 + self.pick(catalog_len - 1);
+            let entry = 1 + self.pick(catalog_len - 2);
             let image = self.runtime.world().catalog[entry].name.clone();
             self.next_uid += 1;
             let policy = if self.chance(30) {
@@ -687,6 +713,68 @@ impl Sim {
         world.churn += 1;
         drop(world);
         self.note(format!("{id} removed behind imagekeeper's back"));
+    }
+
+    /// An operator pins a catalog image (by tag or id; no expiry, a lifetime past any run, or
+    /// one already over) or unpins one, straight on the store (as `imagekeeper pin` does
+    /// without an agent, or the agent does for the admin socket).
+    fn pin_or_unpin(&mut self) {
+        let pins = self.runtime.world().pins.clone();
+        if !pins.is_empty() && self.chance(40) {
+            let (name, _) = pins[self.pick(pins.len())].clone();
+            // Out of the ground truth first: the world's pins stay a subset of the store's.
+            self.runtime.world().pins.retain(|(n, _)| *n != name);
+            let mut batch = crate::store::Batch::new();
+            batch.remove_pin(crate::model::PinKey::new(name.clone(), ""));
+            let outcome = self.agent.store.apply(&batch);
+            if outcome.is_err() {
+                // It may still be there: the liveness checks count it as pinned.
+                self.runtime.world().uncertain_pins.push(name.clone());
+            }
+            self.note(format!(
+                "unpin {name}: {:?}",
+                outcome.map_err(|e| e.to_string())
+            ));
+            return;
+        }
+        let catalog = self.runtime.world().catalog.clone();
+        let entry = catalog[self.pick(catalog.len())].clone();
+        let name = if self.rng.bool() {
+            entry.name
+        } else {
+            entry.id
+        };
+        let until = match self.rng.u8(..3) {
+            0 => UnixNanos::NEVER,
+            // Ten years on: past any run, whatever the clock does.
+            1 => START.saturating_add(Duration::from_secs(10 * 365 * 86_400)),
+            // Over already: protects nothing.
+            _ => UnixNanos(1),
+        };
+        let mut batch = crate::store::Batch::new();
+        batch.put_pin(
+            crate::model::PinKey::new(name.clone(), ""),
+            crate::model::ImagePin {
+                created_at: self.clock.now(),
+                until,
+                reason: "sim".to_owned(),
+            },
+        );
+        let outcome = self.agent.store.apply(&batch);
+        let mut world = self.runtime.world();
+        if outcome.is_ok() {
+            world.pins.retain(|(n, _)| *n != name);
+            world.pins.push((name.clone(), until));
+        } else if until != UnixNanos(1) {
+            // The commit may have landed: the liveness checks count it as pinned.
+            world.uncertain_pins.push(name.clone());
+        }
+        drop(world);
+        self.note(format!(
+            "pin {name} until {}: {:?}",
+            until.0,
+            outcome.map_err(|e| e.to_string())
+        ));
     }
 
     fn disk_usage(&mut self) {
@@ -956,6 +1044,9 @@ impl Sim {
         records
             .into_iter()
             .filter(|r| world.images.contains_key(r.key.image_id.as_str()))
+            // Pinned (surely or maybe) and irreplaceable images are never eligible.
+            .filter(|r| world.protected_because(r.key.image_id.as_str()).is_none())
+            .filter(|r| !world.maybe_pinned(r.key.image_id.as_str()))
             .filter(|r| {
                 space_verdict(
                     &r.key,

@@ -6,6 +6,8 @@
 //! - [`Mutant::BlindDetect`]: detect writes each listed record as an upsert computed from its
 //!   stale snapshot and removes unlisted records unconditionally, as before the merge writes;
 //! - [`Mutant::NoLastLook`]: the GC walk removes its victims without the last look (`rescue`);
+//! - [`Mutant::NoProtections`]: GC ignores pins and irreplaceable images (the hooks in
+//!   `detect_locked` and before the last look's read of the pins);
 //! - [`Mutant::NonDurable`]: every commit uses `Durability::None` (no hook: the store's
 //!   `CommitMode::NonDurableForTests`, chosen by the simulator when it opens the store).
 
@@ -67,4 +69,10 @@ pub fn blind_detect(
 /// The hook at the top of `rescue`: under [`Mutant::NoLastLook`], keep nothing.
 pub fn skip_last_look() -> bool {
     active(Mutant::NoLastLook)
+}
+
+/// The hooks in `detect_locked` and `rescue`: under [`Mutant::NoProtections`], pins and
+/// irreplaceable images protect nothing.
+pub fn ignore_protections() -> bool {
+    active(Mutant::NoProtections)
 }
