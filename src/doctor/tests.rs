@@ -44,6 +44,7 @@ fn run(k: &KubeletConfig, ik: &AgentConfig, runtime: &RuntimeView, creds: bool) 
         pulls_with_credentials: creds,
         runtime,
         stale_intents: Some(&[]),
+        runtime_sandbox_image: None,
     })
 }
 
@@ -471,6 +472,7 @@ fn stale_kubelet_intents_are_shown() {
             pulls_with_credentials: false,
             runtime: &rt,
             stale_intents,
+            runtime_sandbox_image: None,
         })
     };
     let findings = with(Some(&stale));
@@ -491,6 +493,47 @@ fn stale_kubelet_intents_are_shown() {
     let findings = with(None);
     assert_eq!(
         find(&findings, "kubelet-pull-intents").status,
+        Status::NotChecked
+    );
+}
+
+#[test]
+fn doctor_lists_the_irreplaceable_images() {
+    let k = kubelet("");
+    let mut pause = image("sha256:pause", false);
+    pause.repo_tags = vec!["registry.k8s.io/pause:3.6".to_owned()];
+    pause.repo_digests = vec!["registry.k8s.io/pause@sha256:00".to_owned()];
+    let mut pulled = image("sha256:web", false);
+    pulled.repo_tags = vec!["docker.io/library/web:1".to_owned()];
+    pulled.repo_digests = vec!["docker.io/library/web@sha256:11".to_owned()];
+    let mut imported = image("sha256:airgap", false);
+    imported.repo_tags = vec!["docker.io/example/airgap:1".to_owned()];
+    imported.repo_digests = Vec::new();
+    let rt = RuntimeView::Reached {
+        images: vec![pause, pulled, imported],
+        image_fs: Err("not asked".to_owned()),
+    };
+    let ik = ours(thresholds(80, 70));
+    let findings = check(&DoctorInput {
+        kubelet: &k,
+        imagekeeper: &ik,
+        pulls_with_credentials: false,
+        runtime: &rt,
+        stale_intents: None,
+        runtime_sandbox_image: Some("registry.k8s.io/pause:3.6"),
+    });
+    let f = find(&findings, "irreplaceable-images");
+    assert_eq!(f.status, Status::Ok);
+    assert!(
+        f.message
+            .contains("registry.k8s.io/pause:3.6 (the runtime's sandbox image)")
+            && f.message
+                .contains("docker.io/example/airgap:1 (no repo digest)")
+            && !f.message.contains("web"),
+        "{f:?}"
+    );
+    assert_eq!(
+        find(&run(&k, &ik, &unreachable(), false), "irreplaceable-images").status,
         Status::NotChecked
     );
 }
