@@ -40,7 +40,7 @@ use tracing::{error, info, warn};
 use crate::admin::{AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome};
 use crate::clock::Clock;
 use crate::cri::{CriClient, CriError};
-use crate::gc::{CycleTime, GcError, ImageGcManager, PinView, pin_views, stored_images};
+use crate::gc::{CycleTime, GcError, ImageGcManager, PinView, pin_view, pin_views, stored_images};
 use crate::model::{ImagePin, PinKey, RuntimeImage, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
@@ -745,7 +745,7 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
             "Pinned an image"
         );
         let images = self.pin_images().map_err(|e| e.to_string())?;
-        Ok(pin_views(vec![(key, pin)], &images, now).remove(0))
+        Ok(pin_view(key, pin, &images, now))
     }
 
     async fn unpin(&self, key: PinKey) -> Result<bool, String> {

@@ -10,7 +10,7 @@ use imagekeeper::admin::{AdminClient, AdminError};
 use imagekeeper::agent::FlagValues;
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::format::{format_rfc3339, parse_go_duration, parse_rfc3339};
-use imagekeeper::gc::{PinView, pin_views, stored_images};
+use imagekeeper::gc::{PinView, pin_view, pin_views, stored_images};
 use imagekeeper::model::{ImagePin, MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, PinKey, UnixNanos};
 use imagekeeper::store::Batch;
 
@@ -170,7 +170,7 @@ pub fn pin(args: PinArgs) -> Result<(), Failure> {
         batch.put_pin(key.clone(), pin.clone());
         store.apply(&batch).context("writing the pin")?;
         let images = stored_images(&store).context("reading the records")?;
-        Ok((pin_views(vec![(key, pin)], &images, now).remove(0), DIRECT))
+        Ok((pin_view(key, pin, &images, now), DIRECT))
     })?;
     eprintln!("imagekeeper: ran through {via}");
     if view.image_ids.is_empty() {
@@ -258,10 +258,9 @@ fn print(views: &[PinView], output: &OutputArgs, one: bool) -> Result<(), Failur
     };
     match output.format() {
         Format::Json => {
-            let doc = if one {
-                serde_json::to_string_pretty(&views[0])
-            } else {
-                serde_json::to_string_pretty(views)
+            let doc = match views {
+                [only] if one => serde_json::to_string_pretty(only),
+                _ => serde_json::to_string_pretty(views),
             };
             writeln!(w, "{}", doc.context("encoding JSON")?)?;
         }

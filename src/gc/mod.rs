@@ -39,7 +39,8 @@ pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::GcPolicy;
 pub use protect::{
-    Irreplaceable, PinView, Protection, Protections, pin_names, pin_views, pinned_at, stored_images,
+    Irreplaceable, PinView, Protection, Protections, pin_names, pin_view, pin_views, pinned_at,
+    stored_images,
 };
 pub use space::SpaceNeed;
 pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

@@ -183,20 +183,23 @@ pub fn pin_views(
     now: UnixNanos,
 ) -> Vec<PinView> {
     pins.into_iter()
-        .map(|(key, pin)| {
-            let image_ids = images
-                .iter()
-                .filter(|i| pin_names(&key, i))
-                .map(|i| i.id.clone())
-                .collect();
-            PinView {
-                active: pin.active_at(now),
-                key,
-                pin,
-                image_ids,
-            }
-        })
+        .map(|(key, pin)| pin_view(key, pin, images, now))
         .collect()
+}
+
+/// One pin with its state at `now` and the images of `images` it names.
+pub fn pin_view(key: PinKey, pin: ImagePin, images: &[RuntimeImage], now: UnixNanos) -> PinView {
+    let image_ids = images
+        .iter()
+        .filter(|i| pin_names(&key, i))
+        .map(|i| i.id.clone())
+        .collect();
+    PinView {
+        active: pin.active_at(now),
+        key,
+        pin,
+        image_ids,
+    }
 }
 
 /// The images as the store last saw them: each record with the names the last detect wrote
