@@ -206,3 +206,93 @@ async fn irreplaceable_images_are_kept_unless_protection_is_off() {
         }
     }
 }
+
+/// The CLI without an agent: bad input exits 2 naming the flag and writes nothing; a pin on
+/// the database directly is listed by `pins` in every format, survives (the file is the
+/// state), and `unpin` of a name with no pin exits 1.
+#[test]
+fn the_cli_checks_its_input_and_pins_on_the_database_without_an_agent() {
+    use std::process::Command;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("admin.sock");
+    let (db_arg, socket_arg) = (
+        db.to_str().expect("utf8").to_owned(),
+        socket.to_str().expect("utf8").to_owned(),
+    );
+    let run = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend_from_slice(&["--db", &db_arg, "--admin-socket", &socket_arg]);
+        Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+            .args(&all)
+            .output()
+            .expect("run imagekeeper")
+    };
+    for (args, says) in [
+        (
+            vec![
+                "pin",
+                "app:1",
+                "--for",
+                "3s",
+                "--until",
+                "2099-01-01T00:00:00Z",
+            ],
+            "--until",
+        ),
+        (vec!["pin", "app:1", "--for", "soon"], "--for"),
+        (vec!["pin", "app:1", "--for", "0s"], "--for"),
+        (vec!["pin", "app:1", "--until", "tomorrow"], "--until"),
+        (
+            vec!["pin", "app:1", "--until", "2001-01-01T00:00:00Z"],
+            "not in the future",
+        ),
+        (vec!["pin", ""], "IMAGE"),
+    ] {
+        let out = run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    let long = "x".repeat(1025);
+    assert_eq!(
+        run(&["pin", "app:1", "--reason", &long]).status.code(),
+        Some(2)
+    );
+    assert!(!db.exists(), "bad input writes nothing");
+
+    let out = run(&[
+        "pin",
+        "registry.example/app:1",
+        "--until",
+        "2099-01-01T00:00:00Z",
+        "--reason",
+        "keep",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("the database directly"), "{stderr}");
+    assert!(stderr.contains("no image on the node matches"), "{stderr}");
+    let out = run(&["pins", "-o", "name"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "imagepin/registry.example/app:1\n"
+    );
+    let out = run(&["pins", "-o", "kube-json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(list["items"][0]["until"], "2099-01-01T00:00:00Z");
+    assert_eq!(list["items"][0]["reason"], "keep");
+    let out = run(&["pins", "--no-headers"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.starts_with("registry.example/app:1") && table.contains("active"),
+        "{table}"
+    );
+    let out = run(&["unpin", "registry.example/other:1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(run(&["unpin", "registry.example/app:1"]).status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&run(&["pins", "-o", "json"]).stdout).trim(),
+        "[]"
+    );
+}
