@@ -647,3 +647,42 @@ mod tests {
         );
     }
 }
+
+/// The most bytes of a pin's reason the store keeps (a longer one is refused at the CLI and
+/// by the store).
+pub const MAX_PIN_REASON_BYTES: usize = 1024;
+
+/// What an operator pinned (`imagekeeper pin`): an image name as the runtime resolves names
+/// (a tag, a digest reference or an image id) and the runtime handler it is pinned under
+/// (empty: the default). Schema 4's `pins` table is keyed by it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PinKey {
+    pub image: String,
+    pub runtime_handler: String,
+}
+
+impl PinKey {
+    pub fn new(image: impl Into<String>, runtime_handler: impl Into<String>) -> PinKey {
+        PinKey {
+            image: image.into(),
+            runtime_handler: runtime_handler.into(),
+        }
+    }
+}
+
+/// One pin: when it was written, until when it protects (`UnixNanos::NEVER`: no expiry) and
+/// the operator's reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImagePin {
+    pub created_at: UnixNanos,
+    /// The pin protects while `now < until`; `NEVER` (0) is a pin without expiry.
+    pub until: UnixNanos,
+    pub reason: String,
+}
+
+impl ImagePin {
+    /// Whether the pin still protects at `now`.
+    pub fn active_at(&self, now: UnixNanos) -> bool {
+        self.until == UnixNanos::NEVER || now < self.until
+    }
+}

@@ -65,6 +65,17 @@ fn a_gc_that_ignores_the_warm_set_is_caught() {
 }
 
 #[test]
+fn a_gc_that_ignores_pins_and_irreplaceable_images_is_caught() {
+    let (seed, message) = first_caught(Mutant::NoProtections)
+        .expect("ignoring pins and irreplaceable images caught within the seeds");
+    assert!(
+        message.contains("invariant 1")
+            && (message.contains("pin") || message.contains("irreplaceable")),
+        "seed {seed}: {message}"
+    );
+}
+
+#[test]
 fn the_real_code_breaks_no_invariant_on_the_same_seeds() {
     let (mut inode_removals, mut budget_removals) = (0, 0);
     for seed in 1..=SEEDS {

@@ -17,7 +17,7 @@ fn time(u: &mut Unstructured<'_>) -> Result<i64> {
 }
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    Ok(match u.int_in_range(0..=11u8)? {
+    Ok(match u.int_in_range(0..=14u8)? {
         0 => Op::Upsert {
             image: u.arbitrary()?,
             handler: u.arbitrary()?,
@@ -79,6 +79,16 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
             handler: u.arbitrary()?,
             names: u.arbitrary()?,
         },
+        11 => Op::PutPin {
+            key: u.arbitrary()?,
+            created_at: time(u)?,
+            until: time(u)?,
+            reason_len: u.int_in_range(0..=1_100)?,
+        },
+        12 => Op::RemovePin {
+            key: u.arbitrary()?,
+        },
+        13 => Op::PruneExpiredPins { now: time(u)? },
         _ => Op::Stamp { value: time(u)? },
     })
 }

@@ -19,11 +19,14 @@ use tonic::transport::{Endpoint, Uri};
 
 use super::proto::admin_client::AdminClient as Generated;
 use super::proto::{
-    DeleteUnusedRequest, EnsureImageRequest, GarbageCollectRequest, GcResponse, RestoreRequest,
+    DeleteUnusedRequest, EnsureImageRequest, GarbageCollectRequest, GcResponse, ListPinsRequest,
+    PinInfo, PinRequest, RestoreRequest, UnpinRequest,
 };
 use super::{AdminError, AdminReason, EnsureRequest, GcOutcome, REASON_METADATA_KEY};
+use crate::gc::PinView;
 use crate::gc::{Removal, RemovalReason};
 use crate::model::RecordKey;
+use crate::model::{ImageId, ImagePin, PinKey, UnixNanos};
 
 /// A connection to a running agent's admin socket.
 #[derive(Clone, Debug)]
@@ -182,6 +185,49 @@ impl AdminClient {
         Ok(outcome(reply.into_inner()))
     }
 
+    /// Writes (or replaces) a pin through the agent.
+    pub async fn pin(
+        &mut self,
+        key: PinKey,
+        until: UnixNanos,
+        reason: String,
+    ) -> Result<PinView, AdminError> {
+        let reply = self
+            .inner
+            .pin(PinRequest {
+                image: key.image,
+                runtime_handler: key.runtime_handler,
+                until_unix_nanos: until.0,
+                reason,
+            })
+            .await
+            .map_err(self.call_err("Pin"))?;
+        Ok(pin_view(reply.into_inner()))
+    }
+
+    /// Deletes a pin through the agent; whether there was one.
+    pub async fn unpin(&mut self, key: PinKey) -> Result<bool, AdminError> {
+        let reply = self
+            .inner
+            .unpin(UnpinRequest {
+                image: key.image,
+                runtime_handler: key.runtime_handler,
+            })
+            .await
+            .map_err(self.call_err("Unpin"))?;
+        Ok(reply.into_inner().removed)
+    }
+
+    /// Every pin the agent keeps.
+    pub async fn pins(&mut self) -> Result<Vec<PinView>, AdminError> {
+        let reply = self
+            .inner
+            .list_pins(ListPinsRequest {})
+            .await
+            .map_err(self.call_err("ListPins"))?;
+        Ok(reply.into_inner().pins.into_iter().map(pin_view).collect())
+    }
+
     pub async fn delete_unused(&mut self, dry_run: bool) -> Result<GcOutcome, AdminError> {
         let reply = self
             .inner
@@ -299,5 +345,18 @@ fn outcome(reply: GcResponse) -> GcOutcome {
         freed: reply.freed,
         error: Some(reply.error).filter(|e| !e.is_empty()),
         dry_run: reply.dry_run,
+    }
+}
+
+fn pin_view(info: PinInfo) -> PinView {
+    PinView {
+        key: PinKey::new(info.image, info.runtime_handler),
+        pin: ImagePin {
+            created_at: UnixNanos(info.created_at_unix_nanos),
+            until: UnixNanos(info.until_unix_nanos),
+            reason: info.reason,
+        },
+        active: info.active,
+        image_ids: info.image_ids.into_iter().map(ImageId).collect(),
     }
 }

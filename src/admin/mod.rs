@@ -17,7 +17,8 @@ mod server;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 
-use crate::gc::{GcError, GcPlan, GcReport, Removal};
+use crate::gc::{GcError, GcPlan, GcReport, PinView, Removal};
+use crate::model::{PinKey, UnixNanos};
 use crate::pull::credentials::CredentialsError;
 use crate::pull::{PullError, PullReason};
 
@@ -145,6 +146,26 @@ pub trait AdminBackend: Send + Sync + 'static {
         _options: crate::warm::RestoreOptions,
     ) -> impl Future<Output = Result<crate::warm::RestoreOutcome, String>> + Send {
         async { Err("this agent does not serve restore".to_owned()) }
+    }
+    /// Writes (or replaces) the pin of `key` until `until` (`NEVER`: no expiry). The default
+    /// (a backend without pins) refuses.
+    fn pin(
+        &self,
+        key: PinKey,
+        until: UnixNanos,
+        reason: String,
+    ) -> impl Future<Output = Result<PinView, String>> + Send {
+        let _ = (key, until, reason);
+        std::future::ready(Err("this agent does not keep pins".to_owned()))
+    }
+    /// Deletes the pin of `key`; whether there was one.
+    fn unpin(&self, key: PinKey) -> impl Future<Output = Result<bool, String>> + Send {
+        let _ = key;
+        std::future::ready(Err("this agent does not keep pins".to_owned()))
+    }
+    /// Every pin, with its state now and the images it names.
+    fn pins(&self) -> impl Future<Output = Result<Vec<PinView>, String>> + Send {
+        std::future::ready(Err("this agent does not keep pins".to_owned()))
     }
 }
 

@@ -20,12 +20,14 @@ use tonic::{Request, Response, Status};
 use super::proto::admin_server::{Admin, AdminServer};
 use super::proto::{
     DeleteUnusedRequest, EnsureImageRequest, EnsureImageResponse, GarbageCollectRequest,
-    GcResponse, Removal as ProtoRemoval, RestoreItem as ProtoRestoreItem, RestoreRequest,
-    RestoreResponse,
+    GcResponse, ListPinsRequest, ListPinsResponse, PinInfo, PinRequest, Removal as ProtoRemoval,
+    RestoreItem as ProtoRestoreItem, RestoreRequest, RestoreResponse, UnpinRequest, UnpinResponse,
 };
 use super::{
     AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome, REASON_METADATA_KEY,
 };
+use crate::gc::PinView;
+use crate::model::{PinKey, UnixNanos};
 
 struct Service<B> {
     backend: Arc<B>,
@@ -149,6 +151,58 @@ impl<B: AdminBackend> Admin for Service<B> {
             },
         };
         Ok(Response::new(reply))
+    }
+
+    async fn pin(&self, request: Request<PinRequest>) -> Result<Response<PinInfo>, Status> {
+        let r = request.into_inner();
+        if r.image.is_empty() {
+            return Err(Status::invalid_argument("the image name is empty"));
+        }
+        let view = self
+            .backend
+            .pin(
+                PinKey::new(r.image, r.runtime_handler),
+                UnixNanos(r.until_unix_nanos),
+                r.reason,
+            )
+            .await
+            .map_err(Status::internal)?;
+        Ok(Response::new(pin_info(view)))
+    }
+
+    async fn unpin(
+        &self,
+        request: Request<UnpinRequest>,
+    ) -> Result<Response<UnpinResponse>, Status> {
+        let r = request.into_inner();
+        let removed = self
+            .backend
+            .unpin(PinKey::new(r.image, r.runtime_handler))
+            .await
+            .map_err(Status::internal)?;
+        Ok(Response::new(UnpinResponse { removed }))
+    }
+
+    async fn list_pins(
+        &self,
+        _request: Request<ListPinsRequest>,
+    ) -> Result<Response<ListPinsResponse>, Status> {
+        let pins = self.backend.pins().await.map_err(Status::internal)?;
+        Ok(Response::new(ListPinsResponse {
+            pins: pins.into_iter().map(pin_info).collect(),
+        }))
+    }
+}
+
+fn pin_info(view: PinView) -> PinInfo {
+    PinInfo {
+        image: view.key.image,
+        runtime_handler: view.key.runtime_handler,
+        created_at_unix_nanos: view.pin.created_at.0,
+        until_unix_nanos: view.pin.until.0,
+        reason: view.pin.reason,
+        active: view.active,
+        image_ids: view.image_ids.into_iter().map(|i| i.0).collect(),
     }
 }
 

@@ -111,6 +111,10 @@ pub struct FileConfig {
     pub pinned_images: Option<Vec<String>>,
     #[serde(rename = "podInfraContainerImage")]
     pub pod_infra_container_image: Option<String>,
+    /// Keep the images that cannot come back: the runtime's sandbox image and images with no
+    /// repo digest (ours; default true).
+    #[serde(rename = "protectIrreplaceable")]
+    pub protect_irreplaceable: Option<bool>,
     #[serde(rename = "containerRuntimeEndpoint")]
     pub container_runtime_endpoint: Option<String>,
     #[serde(rename = "imageServiceEndpoint")]
@@ -331,6 +335,14 @@ pub const CONFIG_FIELDS: &[ConfigField] = &[
         },
         on_reload: OnReload::Applied,
         help: "The sandbox (pause) image, always treated as in use.",
+    },
+    ConfigField {
+        key: "protectIrreplaceable",
+        flag: "--protect-irreplaceable",
+        kubelet: None,
+        default: |c| c.gc.protect_irreplaceable.to_string(),
+        on_reload: OnReload::Applied,
+        help: "Keep the images that cannot come back: the runtime's sandbox image (its verbose CRI Status, else podInfraContainerImage) and images with no repo digest (imported or side-loaded).",
     },
     ConfigField {
         key: "containerRuntimeEndpoint",
@@ -572,6 +584,7 @@ pub struct FlagValues {
     pub registry_qps: Option<f64>,
     pub registry_burst: Option<i64>,
     pub pod_infra_container_image: Option<String>,
+    pub protect_irreplaceable: Option<bool>,
     pub container_runtime_endpoint: Option<String>,
     pub image_service_endpoint: Option<String>,
     pub kubelet_root_dir: Option<String>,
@@ -713,6 +726,13 @@ impl AgentConfig {
         )
         .map(|(v, _)| v)
         .filter(|v| !v.is_empty());
+        let protect_irreplaceable = pick(
+            &flags.protect_irreplaceable,
+            "--protect-irreplaceable",
+            &file.protect_irreplaceable,
+            o.field("protectIrreplaceable"),
+        )
+        .is_none_or(|(v, _)| v);
 
         let kubelet_root_dir = resolve_kubelet_root_dir(file, flags, &o)?;
         let kubelet_intent_max_age = resolve_intent_max_age(file, flags, &o)?;
@@ -737,6 +757,7 @@ impl AgentConfig {
             gc: GcConfig {
                 policy,
                 sandbox_image,
+                protect_irreplaceable,
                 pins: PinPatterns::new(pins),
                 kubelet_root_dir,
                 kubelet_intent_max_age,

@@ -41,7 +41,8 @@ use tracing::{error, info, warn};
 use crate::admin::{AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome};
 use crate::clock::Clock;
 use crate::cri::{CriClient, CriError};
-use crate::gc::{CycleTime, GcError, ImageGcManager};
+use crate::gc::{CycleTime, GcError, ImageGcManager, PinView, pin_view, pin_views, stored_images};
+use crate::model::{ImagePin, PinKey, RuntimeImage, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
 
@@ -758,6 +759,63 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
             .await
             .map_err(|e| e.to_string())
     }
+
+    async fn pin(&self, key: PinKey, until: UnixNanos, reason: String) -> Result<PinView, String> {
+        let now = self.clock.now();
+        let pin = ImagePin {
+            created_at: now,
+            until,
+            reason,
+        };
+        let mut batch = Batch::new();
+        batch.put_pin(key.clone(), pin.clone());
+        let store = self.gc.store().clone();
+        store.apply(&batch).map_err(|e| e.to_string())?;
+        info!(
+            image = key.image.as_str(),
+            runtime_handler = key.runtime_handler.as_str(),
+            until = %if until == UnixNanos::NEVER { "never".to_owned() } else { crate::format::format_rfc3339(until) },
+            "Pinned an image"
+        );
+        let images = self.pin_images().map_err(|e| e.to_string())?;
+        Ok(pin_view(key, pin, &images, now))
+    }
+
+    async fn unpin(&self, key: PinKey) -> Result<bool, String> {
+        let store = self.gc.store().clone();
+        let existed = store.pin(&key).map_err(|e| e.to_string())?.is_some();
+        let mut batch = Batch::new();
+        batch.remove_pin(key.clone());
+        store.apply(&batch).map_err(|e| e.to_string())?;
+        if existed {
+            info!(
+                image = key.image.as_str(),
+                runtime_handler = key.runtime_handler.as_str(),
+                "Unpinned an image"
+            );
+        }
+        Ok(existed)
+    }
+
+    async fn pins(&self) -> Result<Vec<PinView>, String> {
+        let pins = self.gc.store().pins().map_err(|e| e.to_string())?;
+        let images = self.pin_images().map_err(|e| e.to_string())?;
+        Ok(pin_views(pins, &images, self.clock.now()))
+    }
+}
+
+impl<R: AgentRuntime> Agent<R> {
+    /// The images a pin is resolved against for the admin's answers: the image cache (the
+    /// runtime's list), else, before the cache's first refresh, the store's records with their
+    /// names.
+    fn pin_images(&self) -> Result<Vec<RuntimeImage>, crate::store::StoreError> {
+        let cached = self.gc.image_list();
+        if cached.is_empty() {
+            stored_images(self.gc.store())
+        } else {
+            Ok(cached)
+        }
+    }
 }
 
 impl<R: AgentRuntime> HttpEndpoints for Agent<R> {
@@ -911,9 +969,12 @@ mod tests {
         }
     }
 
+    /// A pulled image: it has a repo digest, so `--protect-irreplaceable` (on by default)
+    /// does not keep it.
     fn image(id: &str, size: u64) -> RuntimeImage {
         RuntimeImage {
             id: ImageId(id.to_owned()),
+            repo_digests: vec![format!("registry.example/app@{id}")],
             size,
             ..RuntimeImage::default()
         }

@@ -85,6 +85,10 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
         (a.policy.max_age != b.policy.max_age, "imageMaximumGCAge"),
         (a.pins != b.pins, "pinnedImages"),
         (a.sandbox_image != b.sandbox_image, "podInfraContainerImage"),
+        (
+            a.protect_irreplaceable != b.protect_irreplaceable,
+            "protectIrreplaceable",
+        ),
         (a.kubelet_root_dir != b.kubelet_root_dir, "kubeletRootDir"),
         (
             a.kubelet_intent_max_age != b.kubelet_intent_max_age,

@@ -459,10 +459,14 @@ mod tests {
         }
     }
 
+    /// An image a registry serves: it has a repo digest, so `--protect-irreplaceable` (on by
+    /// default) does not keep it.
     fn registry_image(n: u8, name: &str, size: u64) -> RuntimeImage {
+        let repo = name.split_once(':').map_or(name, |(repo, _)| repo);
         RuntimeImage {
             id: ImageId::new(format!("sha256:{n:064x}")),
             repo_tags: vec![format!("docker.io/library/{name}")],
+            repo_digests: vec![format!("docker.io/library/{repo}@sha256:{n:064x}")],
             size,
             ..RuntimeImage::default()
         }
@@ -657,10 +661,9 @@ mod tests {
             .iter()
             .map(|i| (i.image.as_str(), i.state))
             .collect();
-        assert_eq!(
-            listed,
-            [("docker.io/library/a:1", RestoreState::WouldRestore)]
-        );
+        // The journal kept a's repo digest, so restore pulls that exact image back.
+        let a_by_digest = format!("docker.io/library/a@sha256:{:064x}", 1);
+        assert_eq!(listed, [(a_by_digest.as_str(), RestoreState::WouldRestore)]);
         assert!(
             lock_ignoring_poison(&runtime.pulls).is_empty(),
             "a dry run pulls nothing"
@@ -675,7 +678,7 @@ mod tests {
         assert_eq!(done.items[0].state, RestoreState::Restored);
         assert_eq!(
             lock_ignoring_poison(&runtime.pulls).as_slice(),
-            ["docker.io/library/a:1"]
+            [a_by_digest.as_str()]
         );
     }
 }

@@ -56,9 +56,15 @@ pub struct AgentFlags {
     /// Burst of registry pulls [default: 10].
     #[arg(long, allow_negative_numbers = true)]
     pub registry_burst: Option<i64>,
-    /// The sandbox (pause) image; always treated as in use.
+    /// The sandbox (pause) image; always treated as in use (the runtime's own answer first
+    /// with --protect-irreplaceable).
     #[arg(long, value_name = "IMAGE")]
     pub pod_infra_container_image: Option<String>,
+    /// Keep the images that cannot come back: the runtime's sandbox image (from its CRI
+    /// status, else --pod-infra-container-image) and images with no repo digest (imported or
+    /// side-loaded) [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub protect_irreplaceable: Option<bool>,
     /// The CRI runtime endpoint [default: unix:///run/containerd/containerd.sock].
     #[arg(long, value_name = "URL")]
     pub container_runtime_endpoint: Option<String>,
@@ -114,6 +120,7 @@ impl AgentFlags {
             registry_qps: self.registry_qps,
             registry_burst: self.registry_burst,
             pod_infra_container_image: self.pod_infra_container_image.clone(),
+            protect_irreplaceable: self.protect_irreplaceable,
             container_runtime_endpoint: self.container_runtime_endpoint.clone(),
             image_service_endpoint: self.image_service_endpoint.clone(),
             pinned_images: self.pinned_images.clone(),

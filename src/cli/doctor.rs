@@ -84,7 +84,7 @@ pub(crate) async fn findings(
             .intents(config.gc.intent_age(SystemClock.now()))
             .stale
     });
-    let runtime = ask_runtime(CriConfig {
+    let (runtime, runtime_sandbox) = ask_runtime(CriConfig {
         connect_timeout: runtime_timeout,
         call_timeout: runtime_timeout,
         ..config.cri.clone()
@@ -110,6 +110,7 @@ pub(crate) async fn findings(
         runtime: &runtime,
         stale_intents: stale_intents.as_deref(),
         images_on_nodefs,
+        runtime_sandbox_image: runtime_sandbox.as_deref(),
     })
 }
 
@@ -120,18 +121,20 @@ fn same_filesystem(a: &Path, b: &Path) -> Option<bool> {
     Some(std::fs::metadata(a).ok()?.dev() == std::fs::metadata(b).ok()?.dev())
 }
 
-/// ListImages and ImageFsInfo, or why the runtime could not be asked.
-async fn ask_runtime(config: CriConfig) -> RuntimeView {
+/// ListImages and ImageFsInfo, or why the runtime could not be asked; and the sandbox image
+/// the runtime's verbose Status names, if it does.
+async fn ask_runtime(config: CriConfig) -> (RuntimeView, Option<String>) {
     let client = match CriClient::connect(config).await {
         Ok(client) => client,
-        Err(e) => return RuntimeView::Unreachable(e.to_string()),
+        Err(e) => return (RuntimeView::Unreachable(e.to_string()), None),
     };
     let images = match client.list_images().await {
         Ok(images) => images,
-        Err(e) => return RuntimeView::Unreachable(e.to_string()),
+        Err(e) => return (RuntimeView::Unreachable(e.to_string()), None),
     };
     let image_fs = client.image_fs_stats().await.map_err(|e| e.to_string());
-    RuntimeView::Reached { images, image_fs }
+    let sandbox = client.sandbox_image().await.ok().flatten();
+    (RuntimeView::Reached { images, image_fs }, sandbox)
 }
 
 /// `table` and `wide` are the same for doctor (each finding's fix is on its own line).

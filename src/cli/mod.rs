@@ -8,6 +8,7 @@ mod doctor;
 mod gc;
 mod inspect;
 mod output;
+mod pin;
 mod pull;
 mod replay;
 mod restore;
@@ -57,6 +58,13 @@ enum Command {
     /// most recently used first, within a byte budget and the disk's headroom (through the
     /// agent when it runs).
     Restore(Box<restore::RestoreArgs>),
+    /// Pin an image: GC, prune and DeleteUnusedImages keep it until the pin expires (through
+    /// the agent when it runs).
+    Pin(Box<pin::PinArgs>),
+    /// Delete a pin (through the agent when it runs).
+    Unpin(Box<pin::UnpinArgs>),
+    /// List the pins: what each keeps, until when, and why.
+    Pins(Box<pin::PinsArgs>),
     /// Check the kubelet's configuration against imagekeeper's: each conflict and what to change.
     Doctor(Box<doctor::DoctorArgs>),
     /// Print a shell completion script (bash, zsh or fish).
@@ -198,6 +206,9 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Pull(args) => pull::run(args),
         Command::Restore(args) => restore::run(*args),
+        Command::Pin(args) => pin::pin(*args),
+        Command::Unpin(args) => pin::unpin(*args),
+        Command::Pins(args) => pin::pins(*args),
         Command::Doctor(args) => doctor::run(*args),
         Command::Completion(args) => docs::completion(args),
         Command::Man(args) => docs::man(args),

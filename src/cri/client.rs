@@ -781,6 +781,20 @@ impl ImageRuntime for CriClient {
         Ok(stats)
     }
 
+    async fn sandbox_image(&self) -> Result<Option<String>, CriError> {
+        let response = self
+            .runtime_rpc(
+                "Status",
+                Some(self.call_timeout),
+                proto::StatusRequest { verbose: true },
+                |mut client, r| async move { client.status(r).await },
+            )
+            .await?;
+        Ok(super::sandbox_image_of_status_info(
+            response.info.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        ))
+    }
+
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
         let request = proto::ListContainersRequest { filter: None };
         let response = self

@@ -75,6 +75,8 @@ struct FakeState {
     image_volumes: HashMap<String, Vec<String>>,
     /// The open GetContainerEvents streams.
     event_streams: Vec<EventSender>,
+    /// The verbose Status `info` map (containerd puts its CRI config under `config`).
+    status_info: HashMap<String, String>,
 }
 
 type EventSender =
@@ -260,6 +262,19 @@ fn no_pods(method: &str) -> Status {
 
 #[tonic::async_trait]
 impl RuntimeService for FakeService {
+    async fn status(
+        &self,
+        request: Request<proto::StatusRequest>,
+    ) -> Result<Response<proto::StatusResponse>, Status> {
+        self.enter("Status").await?;
+        let info = if request.get_ref().verbose {
+            self.lock().status_info.clone()
+        } else {
+            HashMap::new()
+        };
+        Ok(Response::new(proto::StatusResponse { info }))
+    }
+
     async fn version(
         &self,
         _request: Request<proto::VersionRequest>,
@@ -517,6 +532,14 @@ impl FakeRuntime {
 
     pub fn set_version(&self, version: RuntimeVersion) {
         self.lock().version = version;
+    }
+
+    /// The verbose Status answers `info` with `config` = this JSON (containerd's CRI config,
+    /// e.g. `{"sandboxImage":"registry.k8s.io/pause:3.6"}`).
+    pub fn set_status_config(&self, config_json: impl Into<String>) {
+        self.lock()
+            .status_info
+            .insert("config".to_owned(), config_json.into());
     }
 
     /// `method` (a CRI method name such as "PullImage") answers with this error until cleared.

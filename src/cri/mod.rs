@@ -92,4 +92,58 @@ pub trait ImageRuntime: Send + Sync {
         let _ = container_id;
         std::future::ready(Ok(ContainerUsage::default()))
     }
+    /// The sandbox (pause) image the runtime itself uses, if it says: containerd answers it in
+    /// the verbose CRI Status (see [`sandbox_image_of_status_info`]). The default (a runtime
+    /// that does not say, such as a replay's) is `None`.
+    fn sandbox_image(&self) -> impl Future<Output = Result<Option<String>, CriError>> + Send {
+        std::future::ready(Ok(None))
+    }
+}
+
+/// The sandbox image in a verbose CRI Status `info` map: the JSON under `config` (containerd's
+/// CRI plugin config), field `sandboxImage` (containerd 1.x, `sandbox_image` in its TOML) or
+/// `pinnedImages.sandbox` (containerd 2.x, `pinned_images.sandbox`). `None` when the runtime
+/// says neither or the JSON does not parse: the caller falls back to the configured
+/// `--pod-infra-container-image`.
+pub fn sandbox_image_of_status_info<'a>(
+    info: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<String> {
+    let (_, config) = info.into_iter().find(|(k, _)| *k == "config")?;
+    let config: serde_json::Value = serde_json::from_str(config).ok()?;
+    let direct = config.get("sandboxImage").and_then(|v| v.as_str());
+    let pinned = config
+        .get("pinnedImages")
+        .and_then(|p| p.get("sandbox"))
+        .and_then(|v| v.as_str());
+    direct
+        .or(pinned)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::sandbox_image_of_status_info;
+
+    #[test]
+    fn the_sandbox_image_is_read_from_containerd_1_and_2_status_configs() {
+        let v1 = r#"{"sandboxImage":"registry.k8s.io/pause:3.6","enableSelinux":false}"#;
+        assert_eq!(
+            sandbox_image_of_status_info([("config", v1)]).as_deref(),
+            Some("registry.k8s.io/pause:3.6")
+        );
+        let v2 = r#"{"pinnedImages":{"sandbox":"registry.k8s.io/pause:3.10"}}"#;
+        assert_eq!(
+            sandbox_image_of_status_info([("golang", "go1.22"), ("config", v2)]).as_deref(),
+            Some("registry.k8s.io/pause:3.10")
+        );
+        for (info, why) in [
+            (vec![], "no config"),
+            (vec![("config", "{not json")], "bad JSON"),
+            (vec![("config", r#"{"sandboxImage":""}"#)], "empty"),
+            (vec![("config", r#"{"sandboxImage":3}"#)], "not a string"),
+        ] {
+            assert_eq!(sandbox_image_of_status_info(info), None, "{why}");
+        }
+    }
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::agent::{AgentConfig, ContainerEvents};
 use crate::kubelet::StaleIntent;
-use crate::model::{ImageFsStats, RuntimeImage};
+use crate::model::{ImageFsStats, RuntimeImage, UnixNanos};
 
 pub use kubelet_config::{
     CredentialVerification, DEFAULT_KUBELET_CONFIG, KubeletConfig, KubeletConfigError, Threshold,
@@ -111,6 +111,8 @@ pub struct DoctorInput<'a> {
     /// Whether the image filesystem is the node's filesystem (the one holding the kubelet's
     /// root directory, the kubelet's nodefs): `None` when unknown.
     pub images_on_nodefs: Option<bool>,
+    /// The sandbox image the runtime names in its verbose CRI Status, if it does.
+    pub runtime_sandbox_image: Option<&'a str>,
 }
 
 /// The doctor's answer: `imagekeeper doctor -o json` prints it as it is.
@@ -145,6 +147,7 @@ pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
     findings.push(check_endpoints(input));
     findings.push(check_credential_verification(input));
     findings.push(check_pinned(input));
+    findings.push(check_irreplaceable(input));
     findings.push(check_container_events(input));
     findings.push(check_stale_intents(input));
     findings
@@ -514,6 +517,57 @@ fn check_credential_verification(input: &DoctorInput<'_>) -> Finding {
              preloadedImagesVerificationAllowlist that names only public images"
                 .to_owned(),
         ),
+    }
+}
+
+/// The images that cannot come back (the runtime's sandbox image, images with no repo
+/// digest), listed: kept with `--protect-irreplaceable` (the default), collectible without.
+fn check_irreplaceable(input: &DoctorInput<'_>) -> Finding {
+    let name = "irreplaceable-images";
+    let RuntimeView::Reached { images, .. } = input.runtime else {
+        return Finding::not_checked(
+            name,
+            "the runtime did not answer, so its irreplaceable images were not listed".to_owned(),
+        );
+    };
+    let gc = &input.imagekeeper.gc;
+    let sandbox = input
+        .runtime_sandbox_image
+        .map(str::to_owned)
+        .or_else(|| gc.sandbox_image.clone());
+    let rule = crate::gc::Irreplaceable {
+        sandbox_image: sandbox,
+    };
+    let found = crate::gc::Protections::resolve(images, &[], Some(&rule), UnixNanos::NEVER);
+    let listed: Vec<String> = images
+        .iter()
+        .filter_map(|i| {
+            let p = found.get(&i.record_key())?;
+            let shown = i.repo_tags.first().map_or(i.id.as_str(), String::as_str);
+            let why = match p {
+                crate::gc::Protection::SandboxImage { .. } => "the runtime's sandbox image",
+                _ => "no repo digest",
+            };
+            Some(format!("{shown} ({why})"))
+        })
+        .collect();
+    let list = if listed.is_empty() {
+        "none".to_owned()
+    } else {
+        listed.join(", ")
+    };
+    if gc.protect_irreplaceable {
+        Finding::ok(
+            name,
+            format!("kept as irreplaceable (--protect-irreplaceable): {list}"),
+        )
+    } else {
+        Finding::ok(
+            name,
+            format!(
+                "--protect-irreplaceable=false: GC may remove these images no registry can give back: {list}"
+            ),
+        )
     }
 }
 

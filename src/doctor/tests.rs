@@ -45,6 +45,7 @@ fn run(k: &KubeletConfig, ik: &AgentConfig, runtime: &RuntimeView, creds: bool) 
         runtime,
         stale_intents: Some(&[]),
         images_on_nodefs: None,
+        runtime_sandbox_image: None,
     })
 }
 
@@ -473,6 +474,7 @@ fn stale_kubelet_intents_are_shown() {
             runtime: &rt,
             stale_intents,
             images_on_nodefs: None,
+            runtime_sandbox_image: None,
         })
     };
     let findings = with(Some(&stale));
@@ -510,6 +512,7 @@ fn run_on(
         runtime,
         stale_intents: Some(&[]),
         images_on_nodefs,
+        runtime_sandbox_image: None,
     })
 }
 
@@ -605,5 +608,47 @@ fn an_inode_signal_is_compared_with_the_high_inode_threshold() {
         f.message
             .contains("above imagekeeper's --image-gc-high-inodes-threshold 85%"),
         "{f:?}"
+    );
+}
+
+#[test]
+fn doctor_lists_the_irreplaceable_images() {
+    let k = kubelet("");
+    let mut pause = image("sha256:pause", false);
+    pause.repo_tags = vec!["registry.k8s.io/pause:3.6".to_owned()];
+    pause.repo_digests = vec!["registry.k8s.io/pause@sha256:00".to_owned()];
+    let mut pulled = image("sha256:web", false);
+    pulled.repo_tags = vec!["docker.io/library/web:1".to_owned()];
+    pulled.repo_digests = vec!["docker.io/library/web@sha256:11".to_owned()];
+    let mut imported = image("sha256:airgap", false);
+    imported.repo_tags = vec!["docker.io/example/airgap:1".to_owned()];
+    imported.repo_digests = Vec::new();
+    let rt = RuntimeView::Reached {
+        images: vec![pause, pulled, imported],
+        image_fs: Err("not asked".to_owned()),
+    };
+    let ik = ours(thresholds(80, 70));
+    let findings = check(&DoctorInput {
+        kubelet: &k,
+        imagekeeper: &ik,
+        pulls_with_credentials: false,
+        runtime: &rt,
+        stale_intents: None,
+        images_on_nodefs: None,
+        runtime_sandbox_image: Some("registry.k8s.io/pause:3.6"),
+    });
+    let f = find(&findings, "irreplaceable-images");
+    assert_eq!(f.status, Status::Ok);
+    assert!(
+        f.message
+            .contains("registry.k8s.io/pause:3.6 (the runtime's sandbox image)")
+            && f.message
+                .contains("docker.io/example/airgap:1 (no repo digest)")
+            && !f.message.contains("web"),
+        "{f:?}"
+    );
+    assert_eq!(
+        find(&run(&k, &ik, &unreachable(), false), "irreplaceable-images").status,
+        Status::NotChecked
     );
 }

@@ -28,12 +28,26 @@ pub enum Verdict {
     Pinned,
     /// A warm set entry keeps it (`[[warm]]`, `--warm-set-dir`, `[warmFromHistory]`).
     Warm,
+    /// An operator's pin (`imagekeeper pin`) keeps it until it expires.
+    PinnedByImagekeeper,
+    /// It cannot come back (the sandbox image, or no repo digest) and
+    /// `--protect-irreplaceable` keeps it.
+    Irreplaceable,
     /// Its last use is not before the GC's start.
     UsedTooRecently,
     /// It was first detected less than MinAge ago.
     YoungerThanMinAge,
     /// The walk may remove it.
     Eligible,
+}
+
+/// The verdict of a record imagekeeper protects (see `protect.rs`).
+pub fn protection_verdict(protection: &super::protect::Protection) -> Verdict {
+    if protection.is_pin() {
+        Verdict::PinnedByImagekeeper
+    } else {
+        Verdict::Irreplaceable
+    }
 }
 
 /// The space walk's rule for one record (kubelet's imagesInEvictionOrder + freeSpace).

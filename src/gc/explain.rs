@@ -23,8 +23,9 @@ use crate::model::{
 use crate::store::{JournalKey, StoredRecord};
 
 use super::GcPolicy;
-use super::evict::{Verdict, past_max_age, space_verdict, unused_since};
+use super::evict::{Verdict, past_max_age, protection_verdict, space_verdict, unused_since};
 use super::kubelet::KubeletView;
+use super::protect::{Protection, Protections};
 use super::space::{BudgetNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
 use crate::format::{format_size, go_duration};
@@ -60,6 +61,10 @@ pub enum Decision {
     KeepPinned,
     /// In the warm set: kept present ahead of use.
     KeepWarm,
+    /// An operator's pin (`imagekeeper pin`) keeps it until it expires.
+    KeepPinnedByImagekeeper,
+    /// It cannot come back (the sandbox image, or no repo digest).
+    KeepIrreplaceable,
     /// Last used at or after `now` (the clock went back?).
     KeepUsedTooRecently,
     KeepYoungerThanMinAge,
@@ -91,6 +96,8 @@ impl Decision {
             Decision::KeepKubeletJustPulled => "keep_kubelet_just_pulled",
             Decision::KeepPinned => "keep_pinned",
             Decision::KeepWarm => "keep_warm",
+            Decision::KeepPinnedByImagekeeper => "keep_pinned_by_imagekeeper",
+            Decision::KeepIrreplaceable => "keep_irreplaceable",
             Decision::KeepUsedTooRecently => "keep_used_too_recently",
             Decision::KeepYoungerThanMinAge => "keep_younger_than_min_age",
             Decision::KeepBeyondAmountToFree => "keep_beyond_amount_to_free",
@@ -131,6 +138,9 @@ pub struct ImageExplanation {
     /// The image's newest removal the journal holds after which it came back (a regret).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evicted_before: Option<PriorEviction>,
+    /// Why imagekeeper keeps it whatever the GC would do (a pin, or irreplaceable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protection: Option<Protection>,
     /// The reason, for people.
     pub reason: String,
 }
@@ -331,12 +341,14 @@ pub fn explain_with_kubelet(
     kubelet: &KubeletView,
 ) -> Explanation {
     let watch = WatchHistory::default();
+    let protections = Protections::default();
     let context = ExplainContext {
         pulling,
         kubelet,
         watch: &watch,
         image_fs: None,
         warm: &BTreeSet::new(),
+        protections: &protections,
     };
     explain_in(records, last_detect, policy, fs, now, &context)
 }
@@ -357,6 +369,9 @@ pub struct ExplainContext<'a> {
     /// The images a warm set entry keeps (the running agent's explain, and a one-shot
     /// command's from its configuration).
     pub warm: &'a BTreeSet<RecordKey>,
+    /// What imagekeeper protects (pins, irreplaceable images): named before every other
+    /// reason, as they keep the image whatever runs.
+    pub protections: &'a Protections,
 }
 
 /// [`explain_with_kubelet`] with the unwatched stretches MaxAge does not count: the running
@@ -375,6 +390,7 @@ pub fn explain_in(
         watch,
         image_fs,
         warm,
+        protections,
     } = *context;
     let in_use = in_use_at(records, last_detect);
     let protected: BTreeSet<RecordKey> = in_use
@@ -382,6 +398,7 @@ pub fn explain_in(
         .chain(&kubelet.pulling)
         .chain(&kubelet.just_pulled)
         .chain(warm)
+        .chain(protections.keys())
         .cloned()
         .collect();
     let disabled = policy.disabled();
@@ -389,7 +406,10 @@ pub fn explain_in(
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let verdict = if kubelet.pulling.contains(&r.key) {
+            let protection = protections.get(&r.key);
+            let verdict = if let Some(p) = protection {
+                protection_verdict(p)
+            } else if kubelet.pulling.contains(&r.key) {
                 Verdict::KubeletPulling
             } else if kubelet.just_pulled.contains(&r.key) && !in_use.contains(&r.key) {
                 Verdict::KubeletJustPulled
@@ -416,6 +436,7 @@ pub fn explain_in(
                 freed_after: None,
                 kubelet_pulled_at: kubelet.used_at.get(&r.key).copied(),
                 evicted_before: None,
+                protection: protection.cloned(),
                 reason: String::new(),
             }
         })
@@ -507,6 +528,8 @@ pub fn explain_in(
             (Verdict::KubeletJustPulled, _) => Decision::KeepKubeletJustPulled,
             (Verdict::Pinned, _) => Decision::KeepPinned,
             (Verdict::Warm, _) => Decision::KeepWarm,
+            (Verdict::PinnedByImagekeeper, _) => Decision::KeepPinnedByImagekeeper,
+            (Verdict::Irreplaceable, _) => Decision::KeepIrreplaceable,
             (Verdict::UsedTooRecently, _) => Decision::KeepUsedTooRecently,
             (Verdict::YoungerThanMinAge, _) => Decision::KeepYoungerThanMinAge,
             (Verdict::Eligible, SpacePass::Runs { .. }) => Decision::KeepBeyondAmountToFree,
@@ -665,6 +688,12 @@ fn reason(
         ),
         Decision::KeepPinned => "pinned".to_owned(),
         Decision::KeepWarm => "in the warm set: kept present ahead of use".to_owned(),
+        Decision::KeepPinnedByImagekeeper | Decision::KeepIrreplaceable => {
+            image.protection.as_ref().map_or_else(
+                || "protected by imagekeeper".to_owned(),
+                Protection::describe,
+            )
+        }
         Decision::KeepUsedTooRecently => {
             "used at or after now (is the clock behind the records?)".to_owned()
         }
@@ -788,6 +817,7 @@ mod tests {
                     watch: &WatchHistory::default(),
                     image_fs: None,
                     warm,
+                    protections: &Protections::default(),
                 },
             )
         };
@@ -998,6 +1028,7 @@ mod tests {
                     watch,
                     image_fs: None,
                     warm: &BTreeSet::new(),
+                    protections: &Protections::default(),
                 },
             )
         };
@@ -1105,6 +1136,7 @@ mod tests {
                 watch: &watch,
                 image_fs: Some(&stats),
                 warm: &BTreeSet::new(),
+                protections: &Protections::default(),
             },
         );
         let got: Vec<Decision> = e.images.iter().map(|i| i.decision).collect();
@@ -1132,5 +1164,82 @@ mod tests {
             e.removed(),
             vec![records[0].key.clone(), records[1].key.clone()]
         );
+    }
+
+    #[test]
+    fn pinned_and_irreplaceable_images_are_kept_with_their_reasons_before_any_other() {
+        use crate::model::{ImagePin, PinKey, RuntimeImage};
+        // Three old, unused images past MaxAge at 100 % usage: one pinned until T, one with
+        // no repo digest, one that goes.
+        let records = vec![
+            rec("a", 10, 10, 100, false),
+            rec("b", 10, 11, 100, false),
+            rec("c", 10, 12, 100, false),
+        ];
+        let listed = |id: &str, tag: &str, digest: bool| RuntimeImage {
+            id: crate::model::ImageId::new(id),
+            repo_tags: vec![tag.to_owned()],
+            repo_digests: if digest {
+                vec![format!("docker.io/library/{id}@sha256:00")]
+            } else {
+                Vec::new()
+            },
+            ..RuntimeImage::default()
+        };
+        let images = [
+            listed("sha256:a", "docker.io/library/model:1", true),
+            listed("sha256:b", "docker.io/library/airgap:1", false),
+            listed("sha256:c", "docker.io/library/web:1", true),
+        ];
+        let now = UnixNanos::from_secs(10_000);
+        let pins = vec![(
+            PinKey::new("docker.io/library/model:1", ""),
+            ImagePin {
+                created_at: UnixNanos::from_secs(1),
+                until: UnixNanos::from_secs(20_000),
+                reason: "rollout".into(),
+            },
+        )];
+        let protections = Protections::resolve(
+            &images,
+            &pins,
+            Some(&super::super::protect::Irreplaceable::default()),
+            now,
+        );
+        let e = explain_in(
+            &records,
+            None,
+            policy(85, 80, 0, 60),
+            Some(FsSpace {
+                capacity: 1000,
+                available: 0,
+            }),
+            now,
+            &ExplainContext {
+                pulling: &BTreeSet::new(),
+                kubelet: &KubeletView::default(),
+                watch: &WatchHistory::default(),
+                image_fs: None,
+                warm: &BTreeSet::new(),
+                protections: &protections,
+            },
+        );
+        let got: Vec<(Decision, &str)> = e
+            .images
+            .iter()
+            .map(|i| (i.decision, i.reason.as_str()))
+            .collect();
+        assert_eq!(got[0].0, Decision::KeepPinnedByImagekeeper);
+        assert!(
+            got[0]
+                .1
+                .starts_with("pinned by imagekeeper until 1970-01-01T05:33:20Z (rollout)"),
+            "{}",
+            got[0].1
+        );
+        assert_eq!(got[1].0, Decision::KeepIrreplaceable);
+        assert!(got[1].1.contains("no repo digest"), "{}", got[1].1);
+        assert_eq!(got[2].0, Decision::RemoveForAge);
+        assert_eq!(e.removed(), vec![RecordKey::new("sha256:c", "")]);
     }
 }

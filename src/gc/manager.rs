@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cri::{ImageRuntime, RpcCode};
 use crate::kubelet::{DEFAULT_INTENT_MAX_AGE, IntentAge, PullRecordsReader};
@@ -62,6 +62,7 @@ use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
+use super::protect::{Irreplaceable, Protections, pinned_at};
 use super::space::{BudgetNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
 use super::{GcError, GcPolicy};
@@ -71,7 +72,13 @@ use crate::warm::WarmSet;
 /// The runtime's images (sorted once by key), the keys in use (by a container, the sandbox
 /// image or a kubelet pull intent), the running containers' image volumes, and the kubelet's
 /// pull records resolved to keys.
-type Observed = (ListedImages, BTreeSet<RecordKey>, ImageVolumes, KubeletView);
+type Observed = (
+    ListedImages,
+    BTreeSet<RecordKey>,
+    ImageVolumes,
+    KubeletView,
+    Protections,
+);
 
 /// The images mounted as image volumes, by the id of the running container that mounts them
 /// (as its ContainerStatus reported them; a container's mounts never change).
@@ -144,8 +151,13 @@ impl Drop for ProgressGuard<'_> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcConfig {
     pub policy: GcPolicy,
-    /// The sandbox (pause) image name; always in use.
+    /// The sandbox (pause) image name (`--pod-infra-container-image`); always in use. With
+    /// `protect_irreplaceable`, the runtime's own answer (verbose CRI Status) comes first.
     pub sandbox_image: Option<String>,
+    /// Keep the images that cannot come back: the runtime's sandbox image and images with
+    /// no repo digest (`--protect-irreplaceable`; the agent's default is on, this struct's
+    /// `Default` leaves it off so library users and tests opt in).
+    pub protect_irreplaceable: bool,
     pub pins: PinPatterns,
     /// The kubelet's root directory, whose `image_manager/` pull records are read (never
     /// written): intents keep the images they name, pulled records' times count as uses.
@@ -416,15 +428,47 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut volumes = ImageVolumes::new();
         self.read_image_volumes(&containers, &mut volumes).await?;
         let mounted: Vec<String> = volumes.values().flatten().cloned().collect();
-        let sandbox = settings.config.sandbox_image.as_deref();
-        let mut in_use = images_in_use(&images, &containers, &mounted, sandbox);
+        let sandbox = self.sandbox_image(settings).await;
+        let mut in_use = images_in_use(&images, &containers, &mounted, sandbox.as_deref());
         drop(containers);
+        // The pins as they are now, resolved against this list (a tag that moved moves its
+        // pin), and the images that cannot come back.
+        let pins = self.store.pins()?;
+        let irreplaceable = settings
+            .config
+            .protect_irreplaceable
+            .then(|| Irreplaceable {
+                sandbox_image: sandbox.clone(),
+            });
+        let protections = Protections::resolve(&images, &pins, irreplaceable.as_ref(), now);
         // Read after the runtime's lists: an intent the kubelet wrote before pulling an image
         // already listed is seen here; one written later is seen by the last look.
         let kubelet = KubeletView::read(settings.kubelet(), &images, settings.intent_age(now));
         in_use.extend(kubelet.pulling.iter().cloned());
         let listed = ListedImages::new(images);
-        Ok((records, (listed, in_use, volumes, kubelet)))
+        Ok((records, (listed, in_use, volumes, kubelet, protections)))
+    }
+
+    /// The sandbox image name: with `protect_irreplaceable`, the runtime's own answer (a
+    /// failed or empty answer is logged at debug and falls back), else the configured
+    /// `--pod-infra-container-image`.
+    async fn sandbox_image(&self, settings: &Settings) -> Option<String> {
+        let configured = settings
+            .config
+            .sandbox_image
+            .clone()
+            .filter(|s| !s.is_empty());
+        if !settings.config.protect_irreplaceable {
+            return configured;
+        }
+        match self.runtime.sandbox_image().await {
+            Ok(Some(name)) => Some(name),
+            Ok(None) => configured,
+            Err(e) => {
+                debug!(error = %e, "The runtime's status does not say its sandbox image: using the configured one");
+                configured
+            }
+        }
     }
 
     /// Adds to `known` the image volumes of each running container it does not have yet: one
@@ -469,7 +513,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let stored = |name: &str| meta.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
         let last_detect = stored(meta_keys::LAST_DETECT).map(UnixNanos);
         let watched = WatchHistory::from_meta(stored);
-        let (records, (listed, in_use, volumes, mut kubelet)) = self.observe(settings, now).await?;
+        let (records, (listed, in_use, volumes, mut kubelet, protections)) =
+            self.observe(settings, now).await?;
         kubelet.mark_just_pulled(now, settings.config.policy.min_age);
         let input = DetectInput {
             last_detect,
@@ -486,6 +531,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut plan = plan_detect(records, &listed, &input)?;
         let names = self.store.names_that_differ(listed.as_listed())?;
         plan_names(&mut plan, names);
+        // Pins expired for longer than the journal's max age go in the detect's transaction
+        // (`migrations/0004_pins.md`).
+        plan.batch.prune_expired_pins(now);
         // The heartbeat (and a stretch found unwatched) in the detect's own transaction:
         // written every cycle, so every detect commits.
         let (watch, unwatched) = match self.watch_period {
@@ -501,7 +549,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         watch.write(&mut plan.batch);
         plan.watch = watch;
         plan.unwatched = unwatched;
-        Ok(((listed, in_use, volumes, kubelet), plan))
+        Ok(((listed, in_use, volumes, kubelet, protections), plan))
     }
 
     async fn detect_locked(
@@ -515,7 +563,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let copy = Some(&mut existing);
         #[cfg(not(feature = "sim-mutants"))]
         let copy = None;
-        let ((listed, in_use, volumes, kubelet), plan) =
+        let ((listed, in_use, volumes, kubelet, protections), plan) =
             self.observe_and_plan(settings, now, copy).await?;
         #[cfg(feature = "sim-mutants")]
         let plan = crate::sim::mutants::blind_detect(plan, &existing, now);
@@ -569,6 +617,13 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         protected.extend(self.pulling(&listed));
         protected.extend(self.warm(settings, &listed, now));
         protected.extend(kubelet.just_pulled);
+        #[cfg(feature = "sim-mutants")]
+        let protections = if crate::sim::mutants::ignore_protections() {
+            Protections::default()
+        } else {
+            protections
+        };
+        protected.extend(protections.keys().cloned());
         Ok((
             report,
             CycleView {
@@ -1105,6 +1160,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .is_some_and(|r| pulled_since(r, &image, victim.record.last_used, free_time))
         {
             Some(RescueReason::KubeletPulled)
+        } else if !mutant_ignores_protections() && pinned_at(&self.store.pins()?, &image, free_time)
+        {
+            Some(RescueReason::Pinned)
         } else {
             match self.store.get(&victim.key)? {
                 None => Some(RescueReason::Gone),
@@ -1192,7 +1250,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         // One configuration for the whole dry run, even if a reload swaps it meanwhile.
         let settings = self.settings();
         let mut records = BTreeMap::new();
-        let ((listed, _, _, kubelet), detect) = self
+        let ((listed, _, _, kubelet, protections), detect) = self
             .observe_and_plan(&settings, now, Some(&mut records))
             .await?;
         apply_to_copy(&mut records, &detect.batch);
@@ -1236,6 +1294,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 watch: &detect.watch,
                 image_fs: image_fs.as_ref(),
                 warm: &warm,
+                protections: &protections,
             },
         );
         note_prior_evictions(&mut explanation, &self.store.journal()?);
@@ -1319,6 +1378,18 @@ fn ignore_warm() -> bool {
     return crate::sim::mutants::ignore_warm();
     #[cfg(not(feature = "sim-mutants"))]
     false
+}
+
+/// Whether the simulator's `NoProtections` mutant is on (always false without the feature).
+fn mutant_ignores_protections() -> bool {
+    #[cfg(feature = "sim-mutants")]
+    {
+        crate::sim::mutants::ignore_protections()
+    }
+    #[cfg(not(feature = "sim-mutants"))]
+    {
+        false
+    }
 }
 
 fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcError {

@@ -32,10 +32,12 @@ pub enum RescueReason {
     KubeletPulled,
     /// A warm set entry names it (a reload added it after the walk read it).
     Warm,
+    /// An operator's pin names it (written after the cycle's detect read the pins).
+    Pinned,
 }
 
 impl RescueReason {
-    pub const ALL: [RescueReason; 7] = [
+    pub const ALL: [RescueReason; 8] = [
         RescueReason::Container,
         RescueReason::Used,
         RescueReason::Pulling,
@@ -43,6 +45,7 @@ impl RescueReason {
         RescueReason::KubeletPulling,
         RescueReason::KubeletPulled,
         RescueReason::Warm,
+        RescueReason::Pinned,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +57,7 @@ impl RescueReason {
             RescueReason::KubeletPulling => "kubelet_pulling",
             RescueReason::KubeletPulled => "kubelet_pulled",
             RescueReason::Warm => "warm",
+            RescueReason::Pinned => "pinned",
         }
     }
 }

@@ -22,6 +22,7 @@ pub(crate) mod metrics;
 mod pins;
 pub(crate) mod plan;
 mod policy;
+mod protect;
 mod space;
 mod watch;
 
@@ -38,5 +39,9 @@ pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
+pub use protect::{
+    Irreplaceable, PinView, Protection, Protections, pin_names, pin_view, pin_views, pinned_at,
+    stored_images,
+};
 pub use space::{BudgetNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

@@ -16,7 +16,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::model::{
-    BackoffEntry, ImageId, ImageNames, JournalEntry, RecordKey, RuntimeImage, UnixNanos,
+    BackoffEntry, ImageId, ImageNames, ImagePin, JournalEntry, PinKey, RecordKey, RuntimeImage,
+    UnixNanos,
 };
 use crate::pull::reference::image_matches;
 use crate::store::{JournalKey, Store, StoreError, StoredRecord, Violation, meta_keys};
@@ -171,6 +172,43 @@ impl Snapshot {
     /// Every image's names (schema 2), by record key.
     pub fn names(&self) -> Result<NamesByKey, InspectError> {
         Ok(self.read(Store::all_names)?.into_iter().collect())
+    }
+
+    /// The operators' pins (schema 4), ordered by key, active or expired.
+    pub fn pins(&self) -> Result<Vec<(PinKey, ImagePin)>, InspectError> {
+        self.read(Store::pins)
+    }
+
+    /// The pins active at `now` resolved against the names the store last listed for each
+    /// record (a detect refreshes them), as the agent resolves them against the runtime's
+    /// list: what `inspect list` marks and `inspect explain` names. Irreplaceable images are
+    /// the running agent's to tell (`gc --dry-run`, `doctor`): the file does not hold the
+    /// runtime's sandbox image or the agent's `--protect-irreplaceable`.
+    pub fn protections(
+        &self,
+        records: &[StoredRecord],
+        now: UnixNanos,
+    ) -> Result<crate::gc::Protections, InspectError> {
+        let pins = self.pins()?;
+        if pins.is_empty() {
+            return Ok(crate::gc::Protections::default());
+        }
+        let names = self.names()?;
+        let images: Vec<RuntimeImage> = records
+            .iter()
+            .map(|r| {
+                let n = names.get(&r.key).cloned().unwrap_or_default();
+                RuntimeImage {
+                    id: r.key.image_id.clone(),
+                    repo_tags: n.repo_tags,
+                    repo_digests: n.repo_digests,
+                    size: r.record.size,
+                    pinned: r.record.pinned,
+                    runtime_handler: r.key.runtime_handler.clone(),
+                }
+            })
+            .collect();
+        Ok(crate::gc::Protections::resolve(&images, &pins, None, now))
     }
 
     /// The eviction journal (schema 2), oldest first.

@@ -74,14 +74,18 @@ pub enum Mutant {
     NonDurable,
     /// The GC ignores the warm set.
     NoWarmKeep,
+    /// GC ignores pins and irreplaceable images (the protections resolved at detect and the
+    /// last look's read of the pins).
+    NoProtections,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 4] = [
+    pub const ALL: [Mutant; 5] = [
         Mutant::BlindDetect,
         Mutant::NoLastLook,
         Mutant::NonDurable,
         Mutant::NoWarmKeep,
+        Mutant::NoProtections,
     ];
 
     pub fn name(self) -> &'static str {
@@ -90,6 +94,7 @@ impl Mutant {
             Mutant::NoLastLook => "no-last-look",
             Mutant::NonDurable => "non-durable",
             Mutant::NoWarmKeep => "no-warm-keep",
+            Mutant::NoProtections => "no-protections",
         }
     }
 
@@ -293,6 +298,7 @@ fn catalog() -> Vec<CatalogEntry> {
         id: "sha256:pause".to_owned(),
         size: 1 << 20,
         pinned: true,
+        imported: false,
     }];
     for i in 0..9u64 {
         entries.push(CatalogEntry {
@@ -300,8 +306,17 @@ fn catalog() -> Vec<CatalogEntry> {
             id: format!("sha256:app{i}"),
             size: (40 + 20 * (i % 5)) << 20,
             pinned: false,
+            imported: false,
         });
     }
+    // Side-loaded (`ctr images import`): no repo digest, irreplaceable.
+    entries.push(CatalogEntry {
+        name: "docker.io/airgap/tool:1".to_owned(),
+        id: "sha256:airgap".to_owned(),
+        size: 30 << 20,
+        pinned: false,
+        imported: true,
+    });
     entries
 }
 
@@ -317,6 +332,8 @@ impl Sim {
             // the filesystem has, so the inode rule runs on its own in some runs.
             inodes: 12_000,
             other_inodes: rng.u64(..5_000),
+            latest: START,
+            protect_irreplaceable: true,
             ..World::default()
         };
         world.catalog = catalog.clone();
@@ -379,6 +396,7 @@ impl Sim {
             policy,
             sandbox_image: Some(catalog[0].name.clone()),
             warm: WarmSet::new(warm_entries),
+            protect_irreplaceable: true,
             ..GcConfig::default()
         };
         let clock = Arc::new(ManualClock::new(START));
@@ -475,6 +493,8 @@ impl Sim {
             self.clock.advance(by);
             self.latest = self.latest.max(self.clock.now());
         }
+        let latest = self.latest;
+        self.runtime.world().latest = latest;
         let parked = self.runtime.world().parked();
         let roll = self.rng.u64(..100);
         match roll {
@@ -510,7 +530,8 @@ impl Sim {
             0..=59 => self.start_operation(),
             60..=84 => self.workload(),
             85..=88 => self.external_removal(),
-            89..=92 => self.disk_usage(),
+            89..=90 => self.disk_usage(),
+            91..=92 => self.pin_or_unpin(),
             93..=96 => self.clock_jump(),
             97 => {
                 self.note("power cut".to_owned());
@@ -599,8 +620,9 @@ impl Sim {
     /// imagekeeper, then creating, starting, stopping and removing its container.
     fn workload(&mut self) {
         if self.pods.len() < PODS {
+            // Neither the sandbox image (first) nor the side-loaded one (last).
             let catalog_len = self.runtime.world().catalog.len();
-            let entry = 1 + self.pick(catalog_len - 1);
+            let entry = 1 + self.pick(catalog_len - 2);
             let image = self.runtime.world().catalog[entry].name.clone();
             self.next_uid += 1;
             let policy = if self.chance(30) {
@@ -753,6 +775,68 @@ impl Sim {
         world.churn += 1;
         drop(world);
         self.note(format!("{id} removed behind imagekeeper's back"));
+    }
+
+    /// An operator pins a catalog image (by tag or id; no expiry, a lifetime past any run, or
+    /// one already over) or unpins one, straight on the store (as `imagekeeper pin` does
+    /// without an agent, or the agent does for the admin socket).
+    fn pin_or_unpin(&mut self) {
+        let pins = self.runtime.world().pins.clone();
+        if !pins.is_empty() && self.chance(40) {
+            let (name, _) = pins[self.pick(pins.len())].clone();
+            // Out of the ground truth first: the world's pins stay a subset of the store's.
+            self.runtime.world().pins.retain(|(n, _)| *n != name);
+            let mut batch = crate::store::Batch::new();
+            batch.remove_pin(crate::model::PinKey::new(name.clone(), ""));
+            let outcome = self.agent.store.apply(&batch);
+            if outcome.is_err() {
+                // It may still be there: the liveness checks count it as pinned.
+                self.runtime.world().uncertain_pins.push(name.clone());
+            }
+            self.note(format!(
+                "unpin {name}: {:?}",
+                outcome.map_err(|e| e.to_string())
+            ));
+            return;
+        }
+        let catalog = self.runtime.world().catalog.clone();
+        let entry = catalog[self.pick(catalog.len())].clone();
+        let name = if self.rng.bool() {
+            entry.name
+        } else {
+            entry.id
+        };
+        let until = match self.rng.u8(..3) {
+            0 => UnixNanos::NEVER,
+            // Ten years on: past any run, whatever the clock does.
+            1 => START.saturating_add(Duration::from_secs(10 * 365 * 86_400)),
+            // Over already: protects nothing.
+            _ => UnixNanos(1),
+        };
+        let mut batch = crate::store::Batch::new();
+        batch.put_pin(
+            crate::model::PinKey::new(name.clone(), ""),
+            crate::model::ImagePin {
+                created_at: self.clock.now(),
+                until,
+                reason: "sim".to_owned(),
+            },
+        );
+        let outcome = self.agent.store.apply(&batch);
+        let mut world = self.runtime.world();
+        if outcome.is_ok() {
+            world.pins.retain(|(n, _)| *n != name);
+            world.pins.push((name.clone(), until));
+        } else if until != UnixNanos(1) {
+            // The commit may have landed: the liveness checks count it as pinned.
+            world.uncertain_pins.push(name.clone());
+        }
+        drop(world);
+        self.note(format!(
+            "pin {name} until {}: {:?}",
+            until.0,
+            outcome.map_err(|e| e.to_string())
+        ));
     }
 
     fn disk_usage(&mut self) {
@@ -1042,6 +1126,9 @@ impl Sim {
         records
             .into_iter()
             .filter(|r| world.images.contains_key(r.key.image_id.as_str()))
+            // Pinned (surely or maybe) and irreplaceable images are never eligible.
+            .filter(|r| world.protected_because(r.key.image_id.as_str()).is_none())
+            .filter(|r| !world.maybe_pinned(r.key.image_id.as_str()))
             .filter(|r| {
                 space_verdict(
                     &r.key,

@@ -8,6 +8,8 @@
 //! - [`Mutant::NoLastLook`]: the GC walk removes its victims without the last look (`rescue`);
 //! - [`Mutant::NoWarmKeep`]: the GC ignores the warm set (`ImageGcManager::warm` and the
 //!   last look keep nothing for it);
+//! - [`Mutant::NoProtections`]: GC ignores pins and irreplaceable images (the hooks in
+//!   `detect_locked` and before the last look's read of the pins);
 //! - [`Mutant::NonDurable`]: every commit uses `Durability::None` (no hook: the store's
 //!   `CommitMode::NonDurableForTests`, chosen by the simulator when it opens the store).
 
@@ -74,4 +76,10 @@ pub fn skip_last_look() -> bool {
 /// The hook in the GC's warm keep: under [`Mutant::NoWarmKeep`], the warm set keeps nothing.
 pub fn ignore_warm() -> bool {
     active(Mutant::NoWarmKeep)
+}
+
+/// The hooks in `detect_locked` and `rescue`: under [`Mutant::NoProtections`], pins and
+/// irreplaceable images protect nothing.
+pub fn ignore_protections() -> bool {
+    active(Mutant::NoProtections)
 }

@@ -3,7 +3,10 @@
 //!
 //! 1. RemoveImage is never issued for an image that, in the ground truth at that moment, a
 //!    container of any state uses, a pull through imagekeeper is fetching, that is pinned
-//!    (or is the sandbox image) or in the warm set: judged in `world` when the call is made.
+//!    (or is the sandbox image), that an operator's pin still in force names (`imagekeeper
+//!    pin`, written to the store; one with no expiry or a lifetime past any run), that is
+//!    irreplaceable (no repo digest: side-loaded), or that is in the warm set: judged in
+//!    `world` when the call is made.
 //! 2. No acknowledged use is lost: for every image still present in the same generation as
 //!    when its latest use was acknowledged (a pull that returned after its PullImage, a
 //!    committed detect that listed it with a container), the record exists and its last_used

@@ -20,7 +20,7 @@ use std::task::{Context, Poll, Waker};
 use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::model::{
     ContainerState, ContainerUsage, ImageFsStats, ImageId, PullCredentials, PullSpec,
-    RuntimeContainer, RuntimeImage,
+    RuntimeContainer, RuntimeImage, UnixNanos,
 };
 
 /// Who makes a call: the simulator's actor being polled.
@@ -47,6 +47,8 @@ pub struct CatalogEntry {
     pub id: String,
     pub size: u64,
     pub pinned: bool,
+    /// Side-loaded: present with no repo digest (irreplaceable), never pulled by a pod.
+    pub imported: bool,
 }
 
 /// An image present in the runtime. `generation` changes each time the image appears anew
@@ -161,6 +163,18 @@ pub struct World {
     pub warm: std::collections::BTreeSet<String>,
     /// The ids imagekeeper issued a RemoveImage for, over the run (the warm loop check).
     pub removed_by_imagekeeper: std::collections::BTreeSet<String>,
+    /// The operators' pins the store surely holds (name or id, until; `NEVER`: no expiry):
+    /// written to the world only after the store acknowledged them, removed from it before
+    /// the store is asked, so the world's are a subset of the store's.
+    pub pins: Vec<(String, UnixNanos)>,
+    /// Pins whose write or removal failed (a power cut): the store may hold them or not, so
+    /// liveness counts them as pinned and safety does not.
+    pub uncertain_pins: Vec<String>,
+    /// The latest time the clock has shown: a pin whose `until` is later protects at every
+    /// `now` a cycle can have read.
+    pub latest: UnixNanos,
+    /// Whether images with no repo digest are protected (`--protect-irreplaceable`).
+    pub protect_irreplaceable: bool,
 }
 
 impl World {
@@ -190,7 +204,16 @@ impl World {
         let image = RuntimeImage {
             id: ImageId::new(entry.id.clone()),
             repo_tags: vec![entry.name.clone()],
-            repo_digests: Vec::new(),
+            // A pulled image has a repo digest; a side-loaded one has none.
+            repo_digests: if entry.imported {
+                Vec::new()
+            } else {
+                let repo = entry
+                    .name
+                    .rsplit_once(':')
+                    .map_or(entry.name.as_str(), |(r, _)| r);
+                vec![format!("{repo}@{}", entry.id)]
+            },
             size: entry.size,
             pinned: entry.pinned,
             runtime_handler: String::new(),
@@ -227,10 +250,31 @@ impl World {
         if self.warm.contains(id) {
             return Some("it is in the warm set".to_owned());
         }
+        if let Some(present) = self.images.get(id) {
+            let image = &present.image;
+            if let Some((name, _)) = self.pins.iter().find(|(name, until)| {
+                (*until == UnixNanos::NEVER || *until > self.latest)
+                    && (image.id.as_str() == name || image.repo_tags.iter().any(|t| t == name))
+            }) {
+                return Some(format!("an active pin of {name} names it"));
+            }
+            if self.protect_irreplaceable && image.repo_digests.is_empty() {
+                return Some("it is irreplaceable (no repo digest)".to_owned());
+            }
+        }
         if let Some((uid, _)) = self.pulls.iter().find(|(_, target)| *target == id) {
             return Some(format!("pod {uid} is pulling it through imagekeeper"));
         }
         None
+    }
+
+    /// Whether a pin the store may hold (see `uncertain_pins`) names image `id`.
+    pub fn maybe_pinned(&self, id: &str) -> bool {
+        self.images.get(id).is_some_and(|p| {
+            self.uncertain_pins.iter().any(|name| {
+                p.image.id.as_str() == name || p.image.repo_tags.iter().any(|t| t == name)
+            })
+        })
     }
 
     /// Releases parked call `id` and wakes its caller.

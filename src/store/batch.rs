@@ -2,7 +2,8 @@
 //! pull outcome, one GC removal. Applying a batch that changes nothing commits nothing.
 
 use crate::model::{
-    BackoffEntry, EvictionNote, ImageNames, ImageRecord, RecordKey, Sighting, UnixNanos,
+    BackoffEntry, EvictionNote, ImageNames, ImagePin, ImageRecord, PinKey, RecordKey, Sighting,
+    UnixNanos,
 };
 
 /// One change inside a [`Batch`].
@@ -79,6 +80,22 @@ pub enum BatchOp {
     SetMeta {
         name: String,
         value: i64,
+    },
+    /// Schema 4: write the operator's pin (replacing one of the same key).
+    PutPin {
+        key: PinKey,
+        pin: ImagePin,
+    },
+    /// Schema 4: delete the pin if it exists.
+    RemovePin {
+        key: PinKey,
+    },
+    /// Schema 4: delete every pin that expired more than the journal's maximum age (the
+    /// retention in force) before `now`: a detect's transaction carries it, so expired pins
+    /// are pruned with the journal's retention, and an expired pin stays listed (as expired)
+    /// for that long. A pin without expiry is never pruned.
+    PruneExpiredPins {
+        now: UnixNanos,
     },
 }
 
@@ -201,6 +218,18 @@ impl Batch {
             name: name.into(),
             value,
         });
+    }
+
+    pub fn put_pin(&mut self, key: PinKey, pin: ImagePin) {
+        self.ops.push(BatchOp::PutPin { key, pin });
+    }
+
+    pub fn remove_pin(&mut self, key: PinKey) {
+        self.ops.push(BatchOp::RemovePin { key });
+    }
+
+    pub fn prune_expired_pins(&mut self, now: UnixNanos) {
+        self.ops.push(BatchOp::PruneExpiredPins { now });
     }
 
     /// Writes `name = value` only if the rest of the batch changes something.

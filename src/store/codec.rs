@@ -11,8 +11,9 @@
 use std::time::Duration;
 
 use crate::model::{
-    BackoffEntry, FsUsage, ImageId, ImageNames, ImageRecord, JournalEntry, RecordKey,
-    RemovalReason, Remover, UnixNanos,
+    BackoffEntry, FsUsage, ImageId, ImageNames, ImagePin, ImageRecord, JournalEntry,
+    MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, PinKey, RecordKey, RemovalReason, Remover,
+    UnixNanos,
 };
 
 /// The version byte every layout of schema 1 starts with.
@@ -501,6 +502,86 @@ impl Codec for BackoffEntry {
             backoff: Duration::from_nanos(nanos),
             last_update: UnixNanos(last_update),
             last_error: msg.to_owned(),
+        })
+    }
+}
+
+// PinKey (schema 4): [1][image name][0x00][handler], as RecordKey: names never hold NUL (the
+// store refuses them), so byte order is (name, handler) order.
+impl Codec for PinKey {
+    const TYPE_NAME: &'static str = "imagekeeper::PinKey";
+    const FIXED_WIDTH: Option<usize> = None;
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(2 + self.image.len() + self.runtime_handler.len());
+        out.push(LAYOUT_V1);
+        out.extend_from_slice(self.image.as_bytes());
+        out.push(0);
+        out.extend_from_slice(self.runtime_handler.as_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<PinKey, DecodeError> {
+        let mut r = Reader::start("pin key", bytes)?;
+        let Some(name_len) = r.bytes.iter().position(|&b| b == 0) else {
+            return Err(DecodeError::Invalid {
+                what: "pin key",
+                field: "image name terminator",
+            });
+        };
+        let total = bytes.len();
+        let image = r.str(name_len, total, "image name")?;
+        if image.is_empty() || image.len() > MAX_IMAGE_NAME_BYTES {
+            return Err(DecodeError::Invalid {
+                what: "pin key",
+                field: "image name",
+            });
+        }
+        r.take(1, total)?;
+        let handler = r.rest_str("runtime handler")?;
+        Ok(PinKey::new(image, handler))
+    }
+}
+impl OrderedCodec for PinKey {}
+
+// ImagePin (schema 4): [1][created_at i64][until i64][reason length u32][reason].
+impl Codec for ImagePin {
+    const TYPE_NAME: &'static str = "imagekeeper::ImagePin";
+    const FIXED_WIDTH: Option<usize> = None;
+
+    fn encode(&self) -> Vec<u8> {
+        let reason = truncate_utf8(&self.reason, MAX_PIN_REASON_BYTES);
+        let mut out = Vec::with_capacity(21 + reason.len());
+        out.push(LAYOUT_V1);
+        out.extend_from_slice(&self.created_at.0.to_be_bytes());
+        out.extend_from_slice(&self.until.0.to_be_bytes());
+        // `reason` is at most MAX_PIN_REASON_BYTES, far below u32::MAX.
+        out.extend_from_slice(&(reason.len() as u32).to_be_bytes());
+        out.extend_from_slice(reason.as_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<ImagePin, DecodeError> {
+        let mut r = Reader::start("pin", bytes)?;
+        let created_at = i64::from_be_bytes(r.array8(21)?);
+        let until = i64::from_be_bytes(r.array8(21)?);
+        let len = usize::try_from(r.u32(21)?).map_err(|_| DecodeError::Invalid {
+            what: "pin",
+            field: "reason length",
+        })?;
+        if len > MAX_PIN_REASON_BYTES {
+            return Err(DecodeError::Invalid {
+                what: "pin",
+                field: "reason length",
+            });
+        }
+        let total = 21 + len;
+        let reason = r.str(len, total, "reason")?;
+        r.finish(total)?;
+        Ok(ImagePin {
+            created_at: UnixNanos(created_at),
+            until: UnixNanos(until),
+            reason: reason.to_owned(),
         })
     }
 }

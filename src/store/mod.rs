@@ -65,11 +65,12 @@ use reopen::{Liveness, ScanTie};
 use codec::MAX_ID_BYTES;
 #[cfg(not(feature = "fault-injection"))]
 use codec::{BackoffKey, Codec, MetaKey, MetaValue};
-use tables::{BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, Stored};
+use tables::{BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, Stored};
 
 use crate::model::{
-    BackoffEntry, ImageNames, ImageRecord, JournalEntry, JournalRetention, MAX_IMAGE_NAME_BYTES,
-    MAX_POD_UID_BYTES, RecordKey, Remover, Repull, UnixNanos,
+    BackoffEntry, ImageNames, ImagePin, ImageRecord, JournalEntry, JournalRetention,
+    MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, MAX_POD_UID_BYTES, PinKey, RecordKey, Remover,
+    Repull, UnixNanos,
 };
 
 enum Handle {
@@ -396,6 +397,17 @@ impl Store {
             .collect())
     }
 
+    /// Every pin (schema 4), ordered by key, active or expired (expired pins stay until a
+    /// detect prunes them: see [`BatchOp::PruneExpiredPins`]).
+    pub fn pins(&self) -> Result<Vec<(PinKey, ImagePin)>, StoreError> {
+        self.guarded(|| self.scan_all(PINS))
+    }
+
+    /// The pin of `key`, if any.
+    pub fn pin(&self, key: &PinKey) -> Result<Option<ImagePin>, StoreError> {
+        self.guarded(|| self.point_get(PINS, key))
+    }
+
     /// Sets the journal's retention, applied from the next transaction that writes the journal
     /// (default: 30 days, 10,000 entries).
     pub fn set_journal_retention(&self, retention: JournalRetention) {
@@ -645,6 +657,27 @@ fn validate_backoff_key(key: &str) -> Result<(), StoreError> {
     })
 }
 
+/// Refuses a pin whose image name is empty, holds a NUL byte or is longer than
+/// [`MAX_IMAGE_NAME_BYTES`], whose runtime handler holds a NUL byte, or whose reason is longer
+/// than [`MAX_PIN_REASON_BYTES`].
+fn validate_pin(key: &PinKey, pin: &ImagePin) -> Result<(), StoreError> {
+    let reason = if key.image.is_empty() {
+        "the image name is empty"
+    } else if key.image.contains('\0') || key.runtime_handler.contains('\0') {
+        "the image name or runtime handler contains a NUL byte"
+    } else if key.image.len() > MAX_IMAGE_NAME_BYTES {
+        "the image name is longer than 4096 bytes"
+    } else if pin.reason.len() > MAX_PIN_REASON_BYTES {
+        "the pin's reason is longer than 1024 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::InvalidKey {
+        key: key.image.chars().take(80).collect(),
+        reason,
+    })
+}
+
 fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
     let key = match op {
         BatchOp::Upsert { key, .. }
@@ -656,6 +689,8 @@ fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
         | BatchOp::Evict { key, .. }
         | BatchOp::SetNames { key, .. } => key,
         BatchOp::PutBackoff { key, .. } => return validate_backoff_key(key),
+        BatchOp::PutPin { key, pin } => return validate_pin(key, pin),
+        BatchOp::RemovePin { .. } | BatchOp::PruneExpiredPins { .. } => return Ok(()),
         // A removal is never refused: an entry an older version stored under a longer key
         // must stay removable, and a pull's success removes every expired key in the batch
         // that marks its image.
@@ -708,6 +743,7 @@ fn apply_ops(
     let mut meta = txn.open_table(META)?;
     let mut names = txn.open_table(NAMES)?;
     let mut journal = txn.open_table(JOURNAL)?;
+    let mut pins = txn.open_table(PINS)?;
     let mut changed = false;
     let mut journal_written = false;
     let mut repulls = Vec::new();
@@ -839,6 +875,34 @@ fn apply_ops(
                 backoff.remove(Encoded::new(&k))?.is_some()
             }
             BatchOp::SetMeta { name, value } => put_meta(&mut meta, name, *value)?,
+            BatchOp::PutPin { key, pin } => {
+                let k = key.encode();
+                let v = pin.encode();
+                let same = match pins.get(Encoded::new(&k))? {
+                    Some(g) => g.value().bytes() == v.as_slice(),
+                    None => false,
+                };
+                if !same {
+                    pins.insert(Encoded::new(&k), Encoded::new(&v))?;
+                }
+                !same
+            }
+            BatchOp::RemovePin { key } => pins.remove(Encoded::new(&key.encode()))?.is_some(),
+            BatchOp::PruneExpiredPins { now } => {
+                let cutoff = now.saturating_sub(retention.max_age);
+                let mut expired = Vec::new();
+                for entry in pins.iter()? {
+                    let (k, v) = entry?;
+                    let pin = v.value().decode().map_err(TxnError::Decode)?;
+                    if pin.until != UnixNanos::NEVER && pin.until < cutoff {
+                        expired.push(k.value().bytes().to_vec());
+                    }
+                }
+                for k in &expired {
+                    pins.remove(Encoded::new(k))?;
+                }
+                !expired.is_empty()
+            }
         };
         if let Some((key, now)) = creates
             && get_record(&images, key)?.is_some()

@@ -15,12 +15,14 @@ use redb::{
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{Codec, IndexKey};
-use super::tables::{BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES};
+use super::tables::{
+    BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS,
+};
 use super::{BackupConflict, Handle, Source, Store, StoreError, TxnError, put_meta};
 use crate::model::UnixNanos;
 
 /// The schema version this build writes and reads.
-pub const CURRENT_SCHEMA_VERSION: i64 = 3;
+pub const CURRENT_SCHEMA_VERSION: i64 = 4;
 
 /// Names of the entries of the `meta` table.
 pub mod meta_keys {
@@ -66,6 +68,10 @@ const MIGRATIONS: &[Migration] = &[
         from: 2,
         apply: short_eviction_index,
     },
+    Migration {
+        from: 3,
+        apply: add_pins,
+    },
 ];
 
 /// Schema 1 → 2 (`migrations/0002_names_and_journal.md`): the `names` and `journal` tables,
@@ -90,6 +96,13 @@ fn short_eviction_index(txn: &WriteTransaction) -> Result<(), TxnError> {
         let row = IndexKey::of_encoded(k.value().bytes(), &record).encode();
         index.insert(Encoded::new(&row), ())?;
     }
+    Ok(())
+}
+
+/// Schema 3 → 4 (`migrations/0004_pins.md`): the `pins` table, empty. Every other table
+/// keeps its bytes.
+fn add_pins(txn: &WriteTransaction) -> Result<(), TxnError> {
+    txn.open_table(PINS)?;
     Ok(())
 }
 
@@ -379,6 +392,7 @@ impl Store {
         txn.open_table(META).map_err(|e| self.redb_err(e))?;
         txn.open_table(NAMES).map_err(|e| self.redb_err(e))?;
         txn.open_table(JOURNAL).map_err(|e| self.redb_err(e))?;
+        txn.open_table(PINS).map_err(|e| self.redb_err(e))?;
         Ok(())
     }
 
@@ -488,6 +502,7 @@ impl Store {
             txn.open_table(BACKOFF)?;
             txn.open_table(NAMES)?;
             txn.open_table(JOURNAL)?;
+            txn.open_table(PINS)?;
             let mut meta = txn.open_table(META)?;
             put_meta(
                 &mut meta,
@@ -1320,6 +1335,7 @@ fn reusable_backup(
             n if n == META.name() => same_table(&ours, &theirs, META),
             n if n == NAMES.name() => same_table(&ours, &theirs, NAMES),
             n if n == JOURNAL.name() => same_table(&ours, &theirs, JOURNAL),
+            n if n == PINS.name() => same_table(&ours, &theirs, PINS),
             other => {
                 return Ok(Err(BackupConflict::UnknownTable {
                     table: other.to_owned(),

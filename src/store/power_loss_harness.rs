@@ -20,8 +20,8 @@ use super::{
     retention_keys,
 };
 use crate::model::{
-    BackoffEntry, EvictionNote, ImageNames, ImageRecord, JournalEntry, JournalRetention, RecordKey,
-    RemovalReason, Remover, UnixNanos,
+    BackoffEntry, EvictionNote, ImageNames, ImagePin, ImageRecord, JournalEntry, JournalRetention,
+    PinKey, RecordKey, RemovalReason, Remover, UnixNanos,
 };
 
 /// The creation time of every simulated database.
@@ -109,6 +109,21 @@ pub enum Op {
     /// `stamp_if_changed(last_detect, value)`.
     Stamp {
         value: i64,
+    },
+    /// Schema 4: an operator's pin (`BatchOp::PutPin`); `key` picks one of a few names.
+    PutPin {
+        key: u8,
+        created_at: i64,
+        until: i64,
+        /// The reason is this many bytes (cut to 1024): long ones spill redb pages.
+        reason_len: u16,
+    },
+    RemovePin {
+        key: u8,
+    },
+    /// A detect's pruning of pins expired for longer than the journal's max age.
+    PruneExpiredPins {
+        now: i64,
     },
 }
 
@@ -203,6 +218,7 @@ pub struct Model {
     pub meta: BTreeMap<String, i64>,
     pub names: BTreeMap<RecordKey, ImageNames>,
     pub journal: BTreeMap<JournalKey, JournalEntry>,
+    pub pins: BTreeMap<PinKey, ImagePin>,
 }
 
 impl Model {
@@ -232,6 +248,7 @@ impl Model {
             meta: store.meta_entries()?.into_iter().collect(),
             names: store.all_names()?.into_iter().collect(),
             journal: store.journal()?.into_iter().collect(),
+            pins: store.pins()?.into_iter().collect(),
         })
     }
 
@@ -428,6 +445,18 @@ impl Model {
                     stamps.push(*value);
                     false
                 }
+                Op::PutPin { key, .. } => {
+                    let pin = pin_of(op);
+                    self.pins.insert(pin_key(*key), pin.clone()) != Some(pin)
+                }
+                Op::RemovePin { key } => self.pins.remove(&pin_key(*key)).is_some(),
+                Op::PruneExpiredPins { now } => {
+                    let cutoff = UnixNanos(*now).saturating_sub(retention.max_age);
+                    let before = self.pins.len();
+                    self.pins
+                        .retain(|_, p| p.until == UnixNanos::NEVER || p.until >= cutoff);
+                    self.pins.len() != before
+                }
             };
             if let Some(now) = creates_at.filter(|_| self.records.contains_key(&key)) {
                 let newest = self
@@ -574,6 +603,33 @@ fn backoff_entry(op: &Op) -> BackoffEntry {
     }
 }
 
+fn pin_key(key: u8) -> PinKey {
+    PinKey::new(
+        format!("registry.example/app:{}", key % 3),
+        HANDLERS[usize::from(key / 3) % HANDLERS.len()],
+    )
+}
+
+fn pin_of(op: &Op) -> ImagePin {
+    match op {
+        Op::PutPin {
+            created_at,
+            until,
+            reason_len,
+            ..
+        } => ImagePin {
+            created_at: UnixNanos(*created_at),
+            until: UnixNanos(*until),
+            reason: "r".repeat(usize::from(*reason_len).min(crate::model::MAX_PIN_REASON_BYTES)),
+        },
+        _ => ImagePin {
+            created_at: UnixNanos::NEVER,
+            until: UnixNanos::NEVER,
+            reason: String::new(),
+        },
+    }
+}
+
 fn meta_name(name: u8) -> &'static str {
     META_NAMES[usize::from(name) % META_NAMES.len()]
 }
@@ -628,6 +684,9 @@ fn to_batch(ops: &[Op]) -> Batch {
             Op::RemoveBackoff { key } => batch.remove_backoff(backoff_key(*key)),
             Op::SetMeta { name, value } => batch.set_meta(meta_name(*name), *value),
             Op::Stamp { value } => batch.stamp_if_changed(meta_keys::LAST_DETECT, *value),
+            Op::PutPin { key, .. } => batch.put_pin(pin_key(*key), pin_of(op)),
+            Op::RemovePin { key } => batch.remove_pin(pin_key(*key)),
+            Op::PruneExpiredPins { now } => batch.prune_expired_pins(UnixNanos(*now)),
         }
     }
     batch

@@ -12,7 +12,9 @@ use super::codec::{
     BackoffKey, Codec, DecodeError, EvictionKey, IndexKey, JournalKey, MetaKey, MetaValue,
     OrderedCodec,
 };
-use crate::model::{BackoffEntry, ImageNames, ImageRecord, JournalEntry, RecordKey};
+use crate::model::{
+    BackoffEntry, ImageNames, ImagePin, ImageRecord, JournalEntry, PinKey, RecordKey,
+};
 
 /// Image records: RecordKey → ImageRecord.
 pub(super) const IMAGES: TableDefinition<Stored<RecordKey>, Stored<ImageRecord>> =
@@ -39,6 +41,11 @@ pub(super) const NAMES: TableDefinition<Stored<RecordKey>, Stored<ImageNames>> =
 /// Schema 2: the eviction journal, (removed_at, RecordKey) → JournalEntry.
 pub(super) const JOURNAL: TableDefinition<Stored<JournalKey>, Stored<JournalEntry>> =
     TableDefinition::new("journal");
+
+/// Schema 4: the operators' pins, PinKey (image name, runtime handler) → ImagePin
+/// (`migrations/0004_pins.md`).
+pub(super) const PINS: TableDefinition<Stored<PinKey>, Stored<ImagePin>> =
+    TableDefinition::new("pins");
 
 /// A redb column type whose bytes are the [`Codec`] layout of `T`.
 pub(super) struct Stored<T>(PhantomData<T>);

@@ -1,5 +1,5 @@
-//! The schema upgrades under power loss: the v1 and v2 fixtures on a simulated disk are
-//! opened (which upgrades them one transaction per step, 1 → 2 → 3) with power cut at every
+//! The schema upgrades under power loss: the v1, v2 and v3 fixtures on a simulated disk are
+//! opened (which upgrades them one transaction per step, 1 → 2 → 3 → 4) with power cut at every
 //! disk operation of the upgrade and a few crash images each; after recovery the disk holds
 //! the file of one schema version, whole, never a mix, and every record, backoff entry and
 //! meta value is intact (and the eviction order with it).
@@ -23,6 +23,15 @@ const V3_TABLES: [&str; 6] = [
     "journal",
     "meta",
     "names",
+];
+const V4_TABLES: [&str; 7] = [
+    "backoff",
+    "eviction_prefix",
+    "images",
+    "journal",
+    "meta",
+    "names",
+    "pins",
 ];
 
 fn fixture(version: i64) -> Vec<u8> {
@@ -66,6 +75,11 @@ fn a_crash_during_the_upgrade_from_v2_leaves_one_whole_schema_never_a_mix() {
     crash_during_upgrade(2, 2);
 }
 
+#[test]
+fn a_crash_during_the_upgrade_from_v3_leaves_one_whole_schema_never_a_mix() {
+    crash_during_upgrade(3, 2);
+}
+
 fn crash_during_upgrade(from: i64, records: usize) {
     // The fixture's content, read through an upgrade without a cut.
     let clean = PowerLossDisk::new(fixture(from), None);
@@ -80,8 +94,9 @@ fn crash_during_upgrade(from: i64, records: usize) {
     assert_eq!(want_order, sorted);
     assert_eq!(
         store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(3)
+        Some(4)
     );
+    assert!(want.pins.is_empty(), "the upgrade adds an empty pins table");
     drop(store);
     let upgrade_ops = clean.ops() - before;
     assert!(upgrade_ops > 0);
@@ -101,6 +116,7 @@ fn crash_during_upgrade(from: i64, records: usize) {
                 Some(1) => assert_eq!(tables, V1_TABLES, "{case}"),
                 Some(2) => assert_eq!(tables, V2_TABLES, "{case}"),
                 Some(3) => assert_eq!(tables, V3_TABLES, "{case}"),
+                Some(4) => assert_eq!(tables, V4_TABLES, "{case}"),
                 _ => panic!("{case}"),
             }
             assert!(version >= Some(from), "{case}");
@@ -117,7 +133,7 @@ fn crash_during_upgrade(from: i64, records: usize) {
     // Every version from the fixture's to the current one occurs: the cuts land before,
     // between and after the upgrade's commits.
     let versions: Vec<i64> = seen.keys().copied().collect();
-    assert_eq!(versions, (from..=3).collect::<Vec<_>>(), "{seen:?}");
+    assert_eq!(versions, (from..=4).collect::<Vec<_>>(), "{seen:?}");
 }
 
 /// A v2 database file in a new directory, and the directory.
@@ -173,7 +189,7 @@ fn an_upgrade_that_failed_after_its_backup_is_retried_and_reuses_the_backup() {
     let store = Store::open(&db, UnixNanos(1)).expect("the retry upgrades");
     assert_eq!(
         store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(3)
+        Some(super::CURRENT_SCHEMA_VERSION)
     );
     assert_eq!(store.len().expect("len"), 2);
     drop(store);
@@ -201,7 +217,7 @@ fn a_different_file_at_the_backup_name_is_kept_and_the_backup_takes_the_next_nam
     let store = Store::open(&db, UnixNanos(1)).expect("upgrade");
     assert_eq!(
         store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(3)
+        Some(4)
     );
     drop(store);
     assert_eq!(std::fs::read(&taken).expect("read"), fixture(1));
@@ -316,7 +332,7 @@ fn an_upgrade_beside_a_running_agent_process_leaves_no_backup() {
     let store = Store::open(&db, UnixNanos(1)).expect("the upgrade after the writer exited");
     assert_eq!(
         store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(3)
+        Some(super::CURRENT_SCHEMA_VERSION)
     );
     assert_eq!(store.len().expect("len"), 2);
     drop(store);

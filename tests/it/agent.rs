@@ -2009,3 +2009,81 @@ async fn restore_through_the_admin_socket_carries_the_options_and_the_outcome() 
         .expect_err("the agent's failure");
     assert!(err.to_string().contains("the runtime is down"), "{err}");
 }
+
+/// `pin`, `pins` and `unpin` go through the running agent's admin socket (the database is the
+/// agent's, locked); the pin is resolved against the agent's image list, keeps its image
+/// through a `prune` through the agent, and `unpin` of a name with no pin exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pins_go_through_the_running_agent_and_keep_their_image_through_its_prune() {
+    let fake = FakeRuntime::start().await.expect("fake runtime");
+    fake.set_images(vec![
+        image("sha256:aaa", "registry.example/model:1", 1000),
+        image("sha256:bbb", "registry.example/web:1", 2000),
+    ]);
+    fake.set_image_fs(fake.dir().display().to_string(), 3000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("db/records.redb");
+    let socket = dir.path().join("run/admin.sock");
+    let _agent = start_agent(
+        &fake.endpoint(),
+        &db,
+        &socket,
+        &["--minimum-image-ttl-duration=0s"],
+    )
+    .await;
+    let (db_arg, socket_arg) = (
+        db.to_str().expect("utf8").to_owned(),
+        socket.to_str().expect("utf8").to_owned(),
+    );
+    let run = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend_from_slice(&["--db", &db_arg, "--admin-socket", &socket_arg]);
+        output(&all)
+    };
+    let out = run(&[
+        "pin",
+        "registry.example/model:1",
+        "--for",
+        "1h",
+        "--reason",
+        "rollout",
+        "-o",
+        "json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("ran through the running agent"), "{stderr}");
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        view["image_ids"],
+        serde_json::json!(["sha256:aaa"]),
+        "{view}"
+    );
+    assert_eq!(view["active"], true);
+    let out = run(&["pins", "--no-headers"]);
+    assert!(out.status.success());
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listing.contains("registry.example/model:1") && listing.contains("rollout"),
+        "{listing}"
+    );
+    let out = run(&["prune", "--container-runtime-endpoint", &fake.endpoint()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<String> = fake.images().into_iter().map(|i| i.id.0).collect();
+    assert_eq!(
+        ids,
+        ["sha256:aaa"],
+        "the pinned image stays, the other goes"
+    );
+    let out = run(&["unpin", "registry.example/nothing:1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no pin of"));
+    let out = run(&["unpin", "registry.example/model:1"]);
+    assert!(out.status.success());
+    let out = run(&["pins", "-o", "json"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+}

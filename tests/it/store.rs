@@ -450,8 +450,8 @@ fn newer_schema_is_refused_naming_both_versions() {
             matches!(
                 err,
                 StoreError::SchemaTooNew {
-                    found: 4,
-                    supported: 3,
+                    found: 5,
+                    supported: 4,
                     ..
                 }
             ),
@@ -459,7 +459,7 @@ fn newer_schema_is_refused_naming_both_versions() {
         );
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 4") && msg.contains("version 3"),
+            msg.contains("schema version 5") && msg.contains("version 4"),
             "{msg}"
         );
     }
@@ -996,11 +996,11 @@ fn v1_fixture_is_backed_up_and_upgraded_to_v3_reading_back_every_record() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 1 opens and upgrades");
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(3)
+        Some(4)
     );
     assert_eq!(
         store.commits(),
-        2,
+        3,
         "the upgrade is one transaction per step"
     );
     let backup = dir.path().join("v1.redb.bak-v1");
@@ -1116,10 +1116,14 @@ fn v2_fixture_is_backed_up_and_upgraded_to_v3_with_its_names_and_journal() {
     let copy = dir.path().join("v2.redb");
     std::fs::copy(&fixture, &copy).expect("copy fixture");
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 2 opens and upgrades");
-    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
+    assert_eq!(
+        store.commits(),
+        2,
+        "the upgrade is one transaction per step"
+    );
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(3)
+        Some(4)
     );
     let backup = dir.path().join("v2.redb.bak-v2");
     {
@@ -1201,6 +1205,116 @@ fn v2_fixture_is_backed_up_and_upgraded_to_v3_with_its_names_and_journal() {
         ]
     );
     assert!(store.check().expect("check").is_empty());
+}
+
+/// The v3 fixture (`cargo run --example make_v3_fixture`) is backed up to `<db>.bak-v3` and
+/// upgraded to schema 4 in one commit (`migrations/0004_pins.md`): every table keeps its
+/// content and an empty `pins` table is added.
+#[test]
+fn v3_fixture_is_backed_up_and_upgraded_to_v4_with_an_empty_pins_table() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v3.redb");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("v3.redb");
+    std::fs::copy(&fixture, &copy).expect("copy fixture");
+    let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 3 opens and upgrades");
+    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
+    assert_eq!(
+        store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(4)
+    );
+    {
+        // The backup holds the v3 content: upgraded in turn, it reads back the same records.
+        let again = dir.path().join("again.redb");
+        std::fs::copy(dir.path().join("v3.redb.bak-v3"), &again).expect("copy backup");
+        let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
+        assert_eq!(
+            from_backup.commits(),
+            1,
+            "the backup was a v3 file, upgraded in one commit"
+        );
+        assert!(
+            from_backup.records().expect("records") == store.records().expect("records"),
+            "the backup's records differ"
+        );
+    }
+    assert!(store.pins().expect("pins").is_empty());
+    assert_eq!(store.len().expect("len"), 2);
+    assert_eq!(store.journal().expect("journal").len(), 3);
+    let backoff = store
+        .backoff("pod-1_registry.example/missing:1")
+        .expect("backoff")
+        .expect("the fixture's backoff entry");
+    assert_eq!(backoff.backoff, Duration::from_secs(20));
+    assert!(store.check().expect("check").is_empty());
+}
+
+/// Pins (schema 4) are written, replaced and removed in durable batches, survive a reopen,
+/// and a detect's pruning deletes only pins expired for longer than the journal's max age.
+#[test]
+fn pins_survive_a_reopen_and_only_long_expired_ones_are_pruned() {
+    use imagekeeper::model::{ImagePin, PinKey};
+    let (_dir, path) = temp_db();
+    let day = 24 * 3600;
+    let pin = |until: i64, reason: &str| ImagePin {
+        created_at: UnixNanos::from_secs(1_000),
+        until: UnixNanos::from_secs(until),
+        reason: reason.to_owned(),
+    };
+    {
+        let store = open(&path);
+        let mut batch = Batch::new();
+        batch.put_pin(PinKey::new("vllm:1", ""), pin(0, "forever"));
+        batch.put_pin(PinKey::new("old:1", ""), pin(2_000, "expired long ago"));
+        batch.put_pin(
+            PinKey::new("recent:1", "gpu"),
+            pin(40 * day, "expired lately"),
+        );
+        assert!(store.apply(&batch).expect("apply"));
+        // The same pin again changes nothing and commits nothing.
+        let mut again = Batch::new();
+        again.put_pin(PinKey::new("vllm:1", ""), pin(0, "forever"));
+        let commits = store.commits();
+        assert!(!store.apply(&again).expect("apply"));
+        assert_eq!(store.commits(), commits);
+    }
+    let store = open(&path);
+    let names: Vec<String> = store
+        .pins()
+        .expect("pins")
+        .into_iter()
+        .map(|(k, _)| k.image)
+        .collect();
+    assert_eq!(names, ["old:1", "recent:1", "vllm:1"]);
+    // At day 41 with the default 30-day retention: "old" expired 41 days ago and goes,
+    // "recent" expired one day ago and stays (listed as expired), the pin without expiry stays.
+    let mut prune = Batch::new();
+    prune.prune_expired_pins(UnixNanos::from_secs(41 * day));
+    assert!(store.apply(&prune).expect("prune"));
+    let names: Vec<String> = store
+        .pins()
+        .expect("pins")
+        .into_iter()
+        .map(|(k, _)| k.image)
+        .collect();
+    assert_eq!(names, ["recent:1", "vllm:1"]);
+    let mut unpin = Batch::new();
+    unpin.remove_pin(PinKey::new("recent:1", "gpu"));
+    assert!(store.apply(&unpin).expect("unpin"));
+    assert!(
+        store
+            .pin(&PinKey::new("recent:1", "gpu"))
+            .expect("pin")
+            .is_none()
+    );
+    // Bad pins are refused, naming the rule.
+    let mut bad = Batch::new();
+    bad.put_pin(PinKey::new("", ""), pin(0, ""));
+    let err = store.apply(&bad).expect_err("an empty name is refused");
+    assert!(err.to_string().contains("empty"), "{err}");
+    let mut long = Batch::new();
+    long.put_pin(PinKey::new("a:1", ""), pin(0, &"x".repeat(1025)));
+    let err = store.apply(&long).expect_err("a long reason is refused");
+    assert!(err.to_string().contains("1024"), "{err}");
 }
 
 #[test]
@@ -1424,7 +1538,7 @@ fn a_pre_existing_v1_backup_is_never_overwritten_and_only_a_copy_of_its_content_
         let store = opened.unwrap_or_else(|e| panic!("{case:?}: the upgrade was refused: {e}"));
         assert_eq!(
             store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-            Some(3),
+            Some(4),
             "{case:?}"
         );
         drop(store);

@@ -192,7 +192,8 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
             let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
             sort_records(&mut records, sort_key(sort));
             let names = snap.names().map_err(inspect_failure)?;
-            Ok(print::list(w, out, &records, &names, now)?)
+            let protections = snap.protections(&records, now).map_err(inspect_failure)?;
+            Ok(print::list(w, out, &records, &names, &protections, now)?)
         }
         InspectCommand::Show { id } => show(w, out, db, &id, now),
         InspectCommand::Evictions { since, reason } => {
@@ -322,6 +323,7 @@ fn explain(
     let entries = snap.meta_entries().map_err(inspect_failure)?;
     let stored = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
     let (watch, _) = WatchHistory::from_meta(stored).after_detect(now, DEFAULT_WATCH_PERIOD);
+    let protections = snap.protections(&records, now).map_err(inspect_failure)?;
     let mut explanation = explain_in(
         &records,
         meta.last_detect,
@@ -334,6 +336,7 @@ fn explain(
             watch: &watch,
             image_fs: None,
             warm: &Default::default(),
+            protections: &protections,
         },
     );
     note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);

@@ -151,6 +151,8 @@ pub struct ListRow<'a> {
     pub record: &'a StoredRecord,
     pub image: String,
     pub tag: String,
+    /// An active `imagekeeper pin` names the image (schema 4).
+    pub pinned_by_imagekeeper: bool,
 }
 
 /// The columns of `inspect list`, in order: `crictl images`' (IMAGE, TAG, IMAGE ID, SIZE),
@@ -170,8 +172,14 @@ pub fn list_columns<'a>(out: &'a OutputArgs, now: UnixNanos) -> Vec<Column<'a, L
         Column::new("LAST USED", move |r: &ListRow<'_>| {
             when(now, r.record.record.last_used)
         }),
+        // "true": the runtime or a pin pattern pins it; "imagekeeper": an active
+        // `imagekeeper pin` names it.
         Column::new("PINNED", |r: &ListRow<'_>| {
-            r.record.record.pinned.to_string()
+            if r.pinned_by_imagekeeper {
+                "imagekeeper".to_owned()
+            } else {
+                r.record.record.pinned.to_string()
+            }
         }),
         Column::new("HANDLER", |r: &ListRow<'_>| {
             handler(&r.record.key.runtime_handler).to_owned()
@@ -199,8 +207,10 @@ pub fn list(
     out: &OutputArgs,
     records: &[StoredRecord],
     names: &NamesByKey,
+    protections: &imagekeeper::gc::Protections,
     now: UnixNanos,
 ) -> io::Result<()> {
+    let by_pin = |r: &StoredRecord| protections.get(&r.key).is_some_and(|p| p.is_pin());
     match out.format() {
         Format::Json => {
             let all: Vec<Value> = records
@@ -209,6 +219,7 @@ pub fn list(
                     let mut v = record_json(r, Some(now));
                     if let Some(obj) = v.as_object_mut() {
                         names_json(obj, names.get(&r.key));
+                        obj.insert("pinned_by_imagekeeper".to_owned(), Value::Bool(by_pin(r)));
                     }
                     v
                 })
@@ -222,7 +233,12 @@ pub fn list(
                 .flat_map(|record| {
                     repo_tag_rows(names.get(&record.key))
                         .into_iter()
-                        .map(move |(image, tag)| ListRow { record, image, tag })
+                        .map(move |(image, tag)| ListRow {
+                            record,
+                            image,
+                            tag,
+                            pinned_by_imagekeeper: by_pin(record),
+                        })
                 })
                 .collect();
             write_table(w, &list_columns(out, now), &rows, out.table())

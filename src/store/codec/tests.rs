@@ -334,3 +334,67 @@ proptest! {
         prop_assert_eq!(ka.encode().cmp(&kb.encode()), ka.cmp(&kb));
     }
 }
+
+#[test]
+fn golden_bytes_of_the_schema_4_layouts() {
+    let key = PinKey::new("nginx:1", "gpu");
+    assert_eq!(key.encode(), b"\x01nginx:1\x00gpu".to_vec());
+    let pin = ImagePin {
+        created_at: UnixNanos(1),
+        until: UnixNanos(2),
+        reason: "ai".into(),
+    };
+    let mut want = vec![1u8];
+    want.extend_from_slice(&1i64.to_be_bytes());
+    want.extend_from_slice(&2i64.to_be_bytes());
+    want.extend_from_slice(&2u32.to_be_bytes());
+    want.extend_from_slice(b"ai");
+    assert_eq!(pin.encode(), want);
+    // An empty name, a missing terminator and an oversized reason are refused.
+    assert!(PinKey::decode(b"\x01\x00gpu").is_err());
+    assert!(PinKey::decode(b"\x01nginx").is_err());
+    let mut long = vec![1u8];
+    long.extend_from_slice(&[0; 16]);
+    long.extend_from_slice(
+        &u32::try_from(MAX_PIN_REASON_BYTES + 1)
+            .expect("small")
+            .to_be_bytes(),
+    );
+    long.extend(std::iter::repeat_n(b'a', MAX_PIN_REASON_BYTES + 1));
+    assert_eq!(
+        ImagePin::decode(&long),
+        Err(DecodeError::Invalid {
+            what: "pin",
+            field: "reason length"
+        })
+    );
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_decode_to_a_wrong_schema_4_value(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        canonical::<PinKey>(&bytes)?;
+        canonical::<ImagePin>(&bytes)?;
+    }
+
+    #[test]
+    fn schema_4_values_round_trip(
+        name in "[a-z0-9:./@]{1,20}",
+        handler in "[a-z]{0,5}",
+        created in arb_time(),
+        until in arb_time(),
+        reason in "[ -~]{0,40}",
+    ) {
+        let key = PinKey::new(name, handler);
+        prop_assert_eq!(PinKey::decode(&key.encode()), Ok(key));
+        let pin = ImagePin { created_at: created, until, reason };
+        prop_assert_eq!(ImagePin::decode(&pin.encode()), Ok(pin));
+    }
+
+    #[test]
+    fn pin_key_bytes_sort_like_the_values(a in ("[a-z:]{1,8}", "[a-z]{0,3}"), b in ("[a-z:]{1,8}", "[a-z]{0,3}")) {
+        let ka = PinKey::new(a.0, a.1);
+        let kb = PinKey::new(b.0, b.1);
+        prop_assert_eq!(ka.encode().cmp(&kb.encode()), ka.cmp(&kb));
+    }
+}

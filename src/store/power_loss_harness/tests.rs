@@ -37,7 +37,13 @@ fn op() -> impl Strategy<Value = Op> {
             }),
         1 => any::<u8>().prop_map(|key| Op::RemoveBackoff { key }),
         1 => (any::<u8>(), time.clone()).prop_map(|(name, value)| Op::SetMeta { name, value }),
-        1 => time.prop_map(|value| Op::Stamp { value }),
+        1 => time.clone().prop_map(|value| Op::Stamp { value }),
+        1 => (any::<u8>(), time.clone(), time.clone(), prop_oneof![0u16..64, 0u16..1100])
+            .prop_map(|(key, created_at, until, reason_len)| Op::PutPin {
+                key, created_at, until, reason_len,
+            }),
+        1 => any::<u8>().prop_map(|key| Op::RemovePin { key }),
+        1 => time.prop_map(|now| Op::PruneExpiredPins { now }),
     ]
 }
 

@@ -227,8 +227,10 @@ async fn a_manager_resolved_without_retention_flags_keeps_the_retention_the_file
     const DAY: i64 = 86_400;
     let resolved =
         AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default()).expect("valid");
+    // The fake's images have no repo digest: irreplaceable by the agent's default.
     let mut node = Node::with_config(GcConfig {
         policy: policy(80, 60, 0, 0),
+        protect_irreplaceable: false,
         ..resolved.gc
     });
     // The agent's run: its retention, and a removal journaled at day 10.

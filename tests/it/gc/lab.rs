@@ -138,6 +138,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
             ..GcPolicy::default()
         },
         sandbox_image: Some(lab.sandbox_image.clone()),
+        protect_irreplaceable: false,
         pins: PinPatterns::new(vec![pinned.reference.clone()]),
         kubelet_root_dir: None,
         kubelet_intent_max_age: None,
@@ -480,6 +481,7 @@ async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_me
             ..GcPolicy::default()
         },
         sandbox_image: Some(lab.sandbox_image.clone()),
+        protect_irreplaceable: false,
         pins: PinPatterns::new(others),
         kubelet_root_dir: None,
         kubelet_intent_max_age: None,

@@ -9,6 +9,7 @@ mod hooked;
 mod journal;
 mod kubelet_records;
 mod lab;
+mod pins;
 mod races;
 mod volumes;
 mod warm;

@@ -1,0 +1,334 @@
+//! What imagekeeper keeps whatever the GC would do: the operators' pins (schema 4's `pins`
+//! table, `imagekeeper pin`) and the images that cannot come back (the runtime's sandbox image,
+//! and images with no repo digest: imported or side-loaded, which no registry can give back).
+//!
+//! Invariants: pins are resolved to record keys at every detect, against the runtime's list as
+//! the runtime resolves names (`pull::reference::image_matches`) and under the pin's runtime
+//! handler, so a pin by tag follows the tag when it moves; a pin protects while `now < until`
+//! by the GC's injected clock (an expired pin protects nothing, whether or not a detect has
+//! pruned its row yet). Irreplaceable images are protected only when
+//! [`GcConfig::protect_irreplaceable`](super::GcConfig) is on. Protection is by record key:
+//! GC, prune and DeleteUnusedImages (the space walk and the MaxAge pass) never remove a
+//! protected key, and the last look before each removal reads the pins again.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::format::format_rfc3339;
+use crate::model::{ImageId, ImagePin, PinKey, RecordKey, RuntimeImage, UnixNanos};
+use crate::pull::reference::image_matches;
+use crate::store::{Store, StoreError};
+
+/// Why imagekeeper keeps an image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+#[non_exhaustive]
+pub enum Protection {
+    /// An operator's pin (`imagekeeper pin`) names it.
+    Pinned {
+        /// The pinned name, as given.
+        image: String,
+        /// When the pin expires; `None`: never.
+        until: Option<UnixNanos>,
+        reason: String,
+    },
+    /// The runtime's sandbox (pause) image: no pod starts without it, and a private
+    /// registry's may not be pullable again.
+    SandboxImage { name: String },
+    /// No repo digest: imported or side-loaded (`ctr images import`, airgap tarballs); no
+    /// registry can give it back.
+    NoRepoDigest,
+}
+
+impl Protection {
+    /// Whether this is an operator's pin (else an irreplaceable image).
+    pub fn is_pin(&self) -> bool {
+        matches!(self, Protection::Pinned { .. })
+    }
+
+    /// For people: "pinned by imagekeeper until T (reason)", "pinned by imagekeeper with no
+    /// expiry (reason)", or why the image is irreplaceable.
+    pub fn describe(&self) -> String {
+        match self {
+            Protection::Pinned {
+                until,
+                reason,
+                image,
+            } => {
+                let when = match until {
+                    Some(t) => format!("until {}", format_rfc3339(*t)),
+                    None => "with no expiry".to_owned(),
+                };
+                let why = if reason.is_empty() {
+                    format!("as {image}")
+                } else {
+                    reason.clone()
+                };
+                format!("pinned by imagekeeper {when} ({why})")
+            }
+            Protection::SandboxImage { name } => {
+                format!("irreplaceable: the runtime's sandbox image ({name})")
+            }
+            Protection::NoRepoDigest => "irreplaceable: no repo digest (imported or side-loaded; no registry can give it back)".to_owned(),
+        }
+    }
+}
+
+/// What is irreplaceable on this node (with `protect_irreplaceable` on).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Irreplaceable {
+    /// The sandbox image name: the runtime's answer, else `--pod-infra-container-image`.
+    pub sandbox_image: Option<String>,
+}
+
+/// The protected record keys of one cycle, each with its reason (a pin before an
+/// irreplaceability: the operator's word is the more specific).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Protections {
+    by_key: BTreeMap<RecordKey, Protection>,
+}
+
+impl Protections {
+    /// Resolves `pins` (active at `now`) and, with `irreplaceable`, the irreplaceable images
+    /// against `images` (the runtime's list, or the names the store last saw).
+    pub fn resolve<'a>(
+        images: impl IntoIterator<Item = &'a RuntimeImage>,
+        pins: &[(PinKey, ImagePin)],
+        irreplaceable: Option<&Irreplaceable>,
+        now: UnixNanos,
+    ) -> Protections {
+        let active: Vec<&(PinKey, ImagePin)> =
+            pins.iter().filter(|(_, p)| p.active_at(now)).collect();
+        let mut by_key = BTreeMap::new();
+        for image in images {
+            let pin = active.iter().find(|(k, _)| pin_names(k, image));
+            let protection = if let Some((key, pin)) = pin {
+                Some(Protection::Pinned {
+                    image: key.image.clone(),
+                    until: (pin.until != UnixNanos::NEVER).then_some(pin.until),
+                    reason: pin.reason.clone(),
+                })
+            } else if let Some(rule) = irreplaceable {
+                match rule.sandbox_image.as_deref() {
+                    Some(name) if image_matches(name, image) => Some(Protection::SandboxImage {
+                        name: name.to_owned(),
+                    }),
+                    _ if image.repo_digests.is_empty() => Some(Protection::NoRepoDigest),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            if let Some(p) = protection {
+                by_key.insert(image.record_key(), p);
+            }
+        }
+        Protections { by_key }
+    }
+
+    pub fn get(&self, key: &RecordKey) -> Option<&Protection> {
+        self.by_key.get(key)
+    }
+
+    pub fn contains(&self, key: &RecordKey) -> bool {
+        self.by_key.contains_key(key)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &RecordKey> {
+        self.by_key.keys()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&RecordKey, &Protection)> {
+        self.by_key.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}
+
+/// Whether the pin `key` names `image`: its name resolves to the image as the runtime
+/// resolves names, under the same runtime handler.
+pub fn pin_names(key: &PinKey, image: &RuntimeImage) -> bool {
+    key.runtime_handler == image.runtime_handler && image_matches(&key.image, image)
+}
+
+/// Whether an active pin of `pins` at `now` names `image` (the GC's last look).
+pub fn pinned_at(pins: &[(PinKey, ImagePin)], image: &RuntimeImage, now: UnixNanos) -> bool {
+    pins.iter()
+        .any(|(k, p)| p.active_at(now) && pin_names(k, image))
+}
+
+/// One pin as `imagekeeper pins` shows it: the stored pin, whether it protects at the time
+/// it was read, and the images it names now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PinView {
+    pub key: PinKey,
+    pub pin: ImagePin,
+    /// Whether it protects at the time of the listing (`now < until`, or no expiry).
+    pub active: bool,
+    /// The images the name resolves to (as the runtime resolves names), under its handler.
+    pub image_ids: Vec<ImageId>,
+}
+
+/// The pins with their state at `now` and the images of `images` each names.
+pub fn pin_views(
+    pins: Vec<(PinKey, ImagePin)>,
+    images: &[RuntimeImage],
+    now: UnixNanos,
+) -> Vec<PinView> {
+    pins.into_iter()
+        .map(|(key, pin)| pin_view(key, pin, images, now))
+        .collect()
+}
+
+/// One pin with its state at `now` and the images of `images` it names.
+pub fn pin_view(key: PinKey, pin: ImagePin, images: &[RuntimeImage], now: UnixNanos) -> PinView {
+    let image_ids = images
+        .iter()
+        .filter(|i| pin_names(&key, i))
+        .map(|i| i.id.clone())
+        .collect();
+    PinView {
+        active: pin.active_at(now),
+        key,
+        pin,
+        image_ids,
+    }
+}
+
+/// The images as the store last saw them: each record with the names the last detect wrote
+/// (what a pin is resolved against when no runtime is asked: `imagekeeper pin` without an
+/// agent, `inspect`).
+pub fn stored_images(store: &Store) -> Result<Vec<RuntimeImage>, StoreError> {
+    let names: BTreeMap<RecordKey, crate::model::ImageNames> =
+        store.all_names()?.into_iter().collect();
+    Ok(store
+        .records()?
+        .into_iter()
+        .map(|r| {
+            let n = names.get(&r.key).cloned().unwrap_or_default();
+            RuntimeImage {
+                id: r.key.image_id.clone(),
+                repo_tags: n.repo_tags,
+                repo_digests: n.repo_digests,
+                size: r.record.size,
+                pinned: r.record.pinned,
+                runtime_handler: r.key.runtime_handler,
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ImageId;
+
+    fn image(id: &str, tags: &[&str], digests: &[&str]) -> RuntimeImage {
+        RuntimeImage {
+            id: ImageId::new(id),
+            repo_tags: tags.iter().map(|s| (*s).to_owned()).collect(),
+            repo_digests: digests.iter().map(|s| (*s).to_owned()).collect(),
+            size: 1,
+            ..RuntimeImage::default()
+        }
+    }
+
+    fn pin(until: i64, reason: &str) -> ImagePin {
+        ImagePin {
+            created_at: UnixNanos(1),
+            until: UnixNanos(until),
+            reason: reason.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_pin_by_tag_follows_the_tag_and_expires_by_the_clock() {
+        let pins = vec![(
+            PinKey::new("docker.io/library/app:1", ""),
+            pin(100, "rollout"),
+        )];
+        let old = image("sha256:old", &[], &["docker.io/library/app@sha256:aa"]);
+        let new = image(
+            "sha256:new",
+            &["docker.io/library/app:1"],
+            &["docker.io/library/app@sha256:bb"],
+        );
+        let p = Protections::resolve([&old, &new], &pins, None, UnixNanos(50));
+        assert!(p.contains(&new.record_key()));
+        assert!(!p.contains(&old.record_key()), "the tag moved away from it");
+        assert_eq!(
+            p.get(&new.record_key())
+                .map(Protection::describe)
+                .as_deref(),
+            Some("pinned by imagekeeper until 1970-01-01T00:00:00.0000001Z (rollout)")
+        );
+        // At and after `until` the pin protects nothing.
+        assert!(Protections::resolve([&new], &pins, None, UnixNanos(100)).is_empty());
+    }
+
+    #[test]
+    fn pins_by_digest_and_id_and_runtime_handler() {
+        let digest = format!("docker.io/library/app@sha256:{}", "ab".repeat(32));
+        let digest = digest.as_str();
+        let app = image("sha256:app", &["app:1"], &[digest]);
+        let mut kata = app.clone();
+        kata.runtime_handler = "kata".into();
+        let pins = vec![
+            (PinKey::new(digest, "kata"), pin(0, "")),
+            (PinKey::new("sha256:app", ""), pin(0, "by id")),
+        ];
+        let p = Protections::resolve([&app, &kata], &pins, None, UnixNanos(1 << 62));
+        assert_eq!(p.len(), 2);
+        assert_eq!(
+            p.get(&kata.record_key())
+                .map(Protection::describe)
+                .as_deref(),
+            Some(format!("pinned by imagekeeper with no expiry (as {digest})").as_str())
+        );
+        assert_eq!(
+            p.get(&app.record_key())
+                .map(Protection::describe)
+                .as_deref(),
+            Some("pinned by imagekeeper with no expiry (by id)")
+        );
+    }
+
+    #[test]
+    fn irreplaceable_images_only_when_asked() {
+        let pause = image(
+            "sha256:pause",
+            &["registry.k8s.io/pause:3.6"],
+            &["registry.k8s.io/pause@sha256:cc"],
+        );
+        let imported = image("sha256:imp", &["docker.io/library/airgap:1"], &[]);
+        let pulled = image(
+            "sha256:pulled",
+            &["app:2"],
+            &["docker.io/library/app@sha256:dd"],
+        );
+        let rule = Irreplaceable {
+            sandbox_image: Some("registry.k8s.io/pause:3.6".into()),
+        };
+        let all = [&pause, &imported, &pulled];
+        let p = Protections::resolve(all, &[], Some(&rule), UnixNanos(1));
+        assert_eq!(
+            p.get(&pause.record_key()),
+            Some(&Protection::SandboxImage {
+                name: "registry.k8s.io/pause:3.6".into()
+            })
+        );
+        assert_eq!(
+            p.get(&imported.record_key()),
+            Some(&Protection::NoRepoDigest)
+        );
+        assert!(!p.contains(&pulled.record_key()));
+        assert!(Protections::resolve(all, &[], None, UnixNanos(1)).is_empty());
+    }
+}

@@ -1,0 +1,255 @@
+//! Pins and irreplaceable images against the real containerd 1.6 of `scripts/cri-lab` (named
+//! `gc::pins::lab::...`, run one at a time): through the library with the injected clock (a
+//! pin until T keeps its image through prune before T, and prune removes it at T), through the
+//! CLI with the real clock (pin, prune, unpin, prune), an image imported with `ctr images
+//! import` (no repo digest) kept by prune and removed with `--protect-irreplaceable=false`,
+//! and the sandbox image as containerd's verbose Status says it.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use imagekeeper::cri::{CriClient, ImageRuntime};
+use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager};
+use imagekeeper::model::{ImagePin, PinKey, UnixNanos};
+use imagekeeper::store::{Batch, Store};
+
+use crate::support;
+
+const T0: i64 = 1_800_000_000;
+
+fn at(secs: i64) -> UnixNanos {
+    UnixNanos::from_secs(T0 + secs)
+}
+
+async fn listed(client: &CriClient, id: &str) -> bool {
+    client
+        .list_images()
+        .await
+        .expect("list images")
+        .iter()
+        .any(|i| i.id.as_str() == id)
+}
+
+fn imagekeeper(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .args(args)
+        .output()
+        .expect("run imagekeeper")
+}
+
+fn ok(out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test]
+async fn a_pin_for_3s_keeps_its_image_through_prune_and_prune_removes_it_once_expired() {
+    let Some(lab) = support::lab("a_pin_for_3s_keeps_its_image_through_prune").await else {
+        return;
+    };
+    let client = lab.client().await;
+    let row = lab.image("data:1mb").clone();
+    client
+        .pull_image(&row.reference, "", None)
+        .await
+        .expect("pull");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(Store::open(&dir.path().join("records.redb"), at(0)).expect("store"));
+    let manager = ImageGcManager::new(
+        client.clone(),
+        store.clone(),
+        GcConfig {
+            policy: GcPolicy {
+                min_age: std::time::Duration::ZERO,
+                ..GcPolicy::default()
+            },
+            sandbox_image: Some(lab.sandbox_image.clone()),
+            protect_irreplaceable: true,
+            ..GcConfig::default()
+        },
+    )
+    .expect("manager");
+    manager.detect(at(0)).await.expect("detect");
+    // `pin REF --for 3s` at T0: until T0 + 3 s.
+    let mut batch = Batch::new();
+    batch.put_pin(
+        PinKey::new(row.reference.clone(), ""),
+        ImagePin {
+            created_at: at(0),
+            until: at(3),
+            reason: "lab".into(),
+        },
+    );
+    store.apply(&batch).expect("pin");
+    let report = manager.delete_unused_images(at(1)).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert!(
+        !report
+            .removed
+            .iter()
+            .any(|r| r.key.image_id.as_str() == row.image_id),
+        "pinned until T0+3s, pruned at T0+1s"
+    );
+    assert!(listed(&client, &row.image_id).await);
+    let report = manager.delete_unused_images(at(4)).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert!(
+        report
+            .removed
+            .iter()
+            .any(|r| r.key.image_id.as_str() == row.image_id),
+        "the pin expired at T0+3s: {:?}",
+        report.removed
+    );
+    assert!(!listed(&client, &row.image_id).await);
+}
+
+#[tokio::test]
+async fn the_cli_pin_keeps_an_image_through_prune_and_unpin_lets_prune_remove_it() {
+    let Some(lab) = support::lab("the_cli_pin_keeps_an_image_through_prune").await else {
+        return;
+    };
+    let client = lab.client().await;
+    let row = lab.image("data:5mb").clone();
+    client
+        .pull_image(&row.reference, "", None)
+        .await
+        .expect("pull");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("admin.sock");
+    let common = [
+        "--db",
+        db.to_str().expect("utf-8"),
+        "--admin-socket",
+        socket.to_str().expect("utf-8"),
+        "--container-runtime-endpoint",
+        lab.endpoint.as_str(),
+        "--minimum-image-ttl-duration",
+        "0s",
+    ];
+    let run = |first: &[&str]| {
+        let mut args: Vec<&str> = first.to_vec();
+        args.extend_from_slice(&common);
+        imagekeeper(&args)
+    };
+    ok(&run(&[
+        "pin",
+        &row.reference,
+        "--for",
+        "1h",
+        "--reason",
+        "lab",
+    ]));
+    let listing = ok(&run(&["pins"]));
+    assert!(
+        listing.contains(&row.reference) && listing.contains("active"),
+        "{listing}"
+    );
+    ok(&run(&["prune"]));
+    assert!(
+        listed(&client, &row.image_id).await,
+        "pinned: prune kept it"
+    );
+    let pins = ok(&run(&["pins", "-o", "json"]));
+    assert!(
+        pins.contains(&row.image_id),
+        "the pin names the image: {pins}"
+    );
+    ok(&run(&["unpin", &row.reference]));
+    ok(&run(&["prune"]));
+    assert!(
+        !listed(&client, &row.image_id).await,
+        "unpinned: prune removed it"
+    );
+}
+
+/// `skopeo copy` of a lab image to a docker-archive, then `ctr images import`: an image with
+/// a tag and no repo digest, as side-loaded and airgap images are.
+fn import(lab: &support::Lab, reference: &str, name: &str, dir: &Path) {
+    let tar = dir.join("image.tar");
+    let status = Command::new("skopeo")
+        .args(["copy", "--src-tls-verify=false"])
+        .arg(format!("docker://{reference}"))
+        .arg(format!("docker-archive:{}:{name}", tar.display()))
+        .status()
+        .expect("run skopeo");
+    assert!(status.success(), "skopeo copy: {status}");
+    let address = lab.dir.join("containerd/containerd.sock");
+    let status = Command::new("ctr")
+        .arg("--address")
+        .arg(&address)
+        .args(["-n", "k8s.io", "images", "import"])
+        .arg(&tar)
+        .status()
+        .expect("run ctr");
+    assert!(status.success(), "ctr images import: {status}");
+}
+
+#[tokio::test]
+async fn an_imported_image_is_kept_by_prune_and_removed_with_protect_irreplaceable_false() {
+    let Some(lab) = support::lab("an_imported_image_is_kept_by_prune").await else {
+        return;
+    };
+    let client = lab.client().await;
+    // containerd's verbose Status names its sandbox image (the CRI config's sandboxImage).
+    assert_eq!(
+        client.sandbox_image().await.expect("status").as_deref(),
+        Some(lab.sandbox_image.as_str())
+    );
+    let row = lab.image("data:20mb").clone();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let name = "docker.io/imagekeeper-lab/airgap:1";
+    // The same image pulled earlier would lend the import its repo digest: gone first.
+    let _ = client.remove_image(&row.image_id, "").await;
+    import(&lab, &row.reference, name, dir.path());
+    let imported = client
+        .image_status(name, "")
+        .await
+        .expect("image status")
+        .expect("the imported image is there");
+    assert!(imported.repo_digests.is_empty(), "{imported:?}");
+    let db = dir.path().join("records.redb");
+    let socket = dir.path().join("admin.sock");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "prune",
+            "--db",
+            db.to_str().expect("utf-8"),
+            "--admin-socket",
+            socket.to_str().expect("utf-8"),
+            "--container-runtime-endpoint",
+            lab.endpoint.as_str(),
+            "--minimum-image-ttl-duration",
+            "0s",
+        ];
+        args.extend_from_slice(extra);
+        imagekeeper(&args)
+    };
+    ok(&run(&[]));
+    assert!(
+        listed(&client, imported.id.as_str()).await,
+        "irreplaceable: kept"
+    );
+    let plan = ok(&run(&["--dry-run", "-o", "json"]));
+    assert!(!plan.contains(imported.id.as_str()), "{plan}");
+    let plan = ok(&run(&[
+        "--dry-run",
+        "--protect-irreplaceable=false",
+        "-o",
+        "json",
+    ]));
+    assert!(plan.contains(imported.id.as_str()), "{plan}");
+    ok(&run(&["--protect-irreplaceable=false"]));
+    assert!(
+        !listed(&client, imported.id.as_str()).await,
+        "--protect-irreplaceable=false: removed"
+    );
+}
