@@ -17,9 +17,10 @@
 //! and `status.hostIP` is 127.0.0.1 (the lab's node has no other address to offer).
 //! The ConfigMap's `imageMinimumGCAge` is set to 0s here, so that `imagekeeper prune` may take
 //! an image pulled a moment before (the manifest keeps the kubelet's 2m), and its thresholds to
-//! 100 / 99: the lab's image filesystem is the host's disk, whose usage is whatever it is (87 %
-//! on the run that found this, where the agent's own GC at start took the victim first), so
-//! the space pass is off and the removal is the operator's `kubectl exec ... imagekeeper prune`.
+//! 100 / 99 with no MaxAge, which turns the agent's own GC off as the kubelet's rule does (a run
+//! on the host's disk at 87 % once saw the agent's GC at start take the victim first; the lab's
+//! image filesystem is now a tmpfs of its own, but the test does not lean on its usage), so the
+//! removal is the operator's `kubectl exec ... imagekeeper prune`.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
