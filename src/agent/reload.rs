@@ -81,6 +81,14 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
             a.policy.low_threshold_percent != b.policy.low_threshold_percent,
             "imageGCLowThresholdPercent",
         ),
+        (
+            a.policy.inodes != b.policy.inodes,
+            "imageGCHighInodesThresholdPercent/imageGCLowInodesThresholdPercent",
+        ),
+        (
+            a.policy.bytes != b.policy.bytes,
+            "imageGCHighBytes/imageGCLowBytes",
+        ),
         (a.policy.min_age != b.policy.min_age, "imageMinimumGCAge"),
         (a.policy.max_age != b.policy.max_age, "imageMaximumGCAge"),
         (a.pins != b.pins, "pinnedImages"),
@@ -272,5 +280,34 @@ mod tests {
         assert_eq!(report.changed, ["journalMaxAge/journalMaxEntries"]);
         assert!(report.needs_restart.is_empty());
         assert!(differences(&old, &old).changed.is_empty());
+    }
+
+    /// A reload that changes only the inode thresholds or only the byte budget swaps them in
+    /// (CONFIG_FIELDS says they apply on reload), rather than reporting nothing and keeping
+    /// the old rule.
+    #[test]
+    fn changed_inode_thresholds_or_byte_budget_alone_are_swapped_in_by_a_reload() {
+        let old = AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default())
+            .expect("valid");
+        let inodes = FlagValues {
+            image_gc_high_inodes_threshold: Some(90),
+            image_gc_low_inodes_threshold: Some(80),
+            ..FlagValues::default()
+        };
+        let new = AgentConfig::resolve(&FileConfig::default(), None, &inodes).expect("valid");
+        assert_eq!(
+            differences(&old, &new).changed,
+            ["imageGCHighInodesThresholdPercent/imageGCLowInodesThresholdPercent"]
+        );
+        let budget = FlagValues {
+            image_gc_high_bytes: Some("100Gi".into()),
+            image_gc_low_bytes: Some("80Gi".into()),
+            ..FlagValues::default()
+        };
+        let new = AgentConfig::resolve(&FileConfig::default(), None, &budget).expect("valid");
+        assert_eq!(
+            differences(&old, &new).changed,
+            ["imageGCHighBytes/imageGCLowBytes"]
+        );
     }
 }

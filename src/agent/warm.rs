@@ -7,8 +7,10 @@
 //!
 //! Invariants: the loop runs on its own task, so a long pull never delays detect or GC; a
 //! "does not fit" is logged once per entry until it fits again; a warm pull is never made
-//! while the image filesystem's usage is unknown; the GC keeps every warm image (its set is
-//! `GcConfig::warm`), so what the loop pulls is not collected while it is warm.
+//! while the image filesystem's usage is unknown; the GC keeps every image of the warm set
+//! (`GcConfig::warm`: `[[warm]]` and `--warm-set-dir`), so what the loop pulls for it is not
+//! collected while it is warm. `[warmFromHistory]` entries are pulled back but not kept: once
+//! back they are ordinary images.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -17,12 +19,13 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::cri::ImageRuntime;
+use crate::gc::GcPolicy;
 use crate::model::{RecordKey, RuntimeImage, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullRuntime};
 use crate::store::Store;
 use crate::warm::{
     FromHistory, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome, RestoreState, WarmEntry,
-    WarmPlan, WarmState, plan, restore_candidates,
+    WarmPlan, WarmState, inodes_at_or_above_low, plan, restore_candidates,
 };
 
 use super::{Agent, AgentError, AgentRuntime, lock_ignoring_poison};
@@ -119,20 +122,26 @@ impl<R: AgentRuntime> Agent<R> {
         }
         let runtime = self.gc.runtime();
         let images = runtime.list_images().await.map_err(AgentError::Runtime)?;
-        let fs = match runtime.image_fs_stats().await {
-            Ok(stats) => Some((stats.capacity, stats.available)),
+        let stats = match runtime.image_fs_stats().await {
+            Ok(stats) => Some(stats),
             Err(e) => {
                 warn!(error = %e, "Warm cycle: cannot read the image filesystem; no warm pull this cycle");
                 None
             }
         };
+        let fs = stats.as_ref().map(|s| (s.capacity, s.available));
+        let policy = &config.gc.policy;
         let sizes = HistorySizes::read(&self.store)?;
         let mut planned = plan(&PlanInput {
             entries: &entries,
             now,
             images: &images,
             fs,
-            low_threshold_percent: config.gc.policy.low_threshold_percent,
+            low_threshold_percent: policy.low_threshold_percent,
+            bytes_low: policy.bytes.map(|b| b.low),
+            inodes_at_or_above_low: stats
+                .as_ref()
+                .is_some_and(|s| inodes_at_or_above_low(policy, s)),
             max_pulls: config.warm.parallel_pulls,
             known_size: &|e| sizes.size_of(e),
         });
@@ -257,12 +266,12 @@ impl<R: AgentRuntime> Agent<R> {
 
     /// `restore` through the running agent: [`restore_images`] with its image manager.
     pub async fn restore(&self, options: RestoreOptions) -> Result<RestoreOutcome, AgentError> {
-        let low = self.config().gc.policy.low_threshold_percent;
+        let policy = self.config().gc.policy;
         let outcome = restore_images(
             self.gc.runtime(),
             &self.images,
             &self.store,
-            low,
+            &policy,
             self.clock.now(),
             options,
         )
@@ -280,13 +289,13 @@ impl<R: AgentRuntime> Agent<R> {
 
 /// Pulls back, most recently used first, the images the journal says were removed externally
 /// and used within `options.used_within` of `now`, within `options.max_bytes` and under the
-/// GC's low threshold (`low_threshold_percent`) with the same rule as a warm cycle (their
-/// journal sizes are known). One pull at a time; a dry run pulls nothing.
+/// GC's low lines (`policy`: the low threshold, the byte budget's low line, the low inode
+/// threshold) with the same rule as a warm cycle (their journal sizes are known). One pull at a time; a dry run pulls nothing.
 pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
     runtime: &R,
     images: &ImageManager<P, Store>,
     store: &Store,
-    low_threshold_percent: i64,
+    policy: &GcPolicy,
     now: UnixNanos,
     options: RestoreOptions,
 ) -> Result<RestoreOutcome, AgentError> {
@@ -308,7 +317,9 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
         now,
         images: &listed,
         fs: Some((fs.capacity, fs.available)),
-        low_threshold_percent,
+        low_threshold_percent: policy.low_threshold_percent,
+        bytes_low: policy.bytes.map(|b| b.low),
+        inodes_at_or_above_low: inodes_at_or_above_low(policy, &fs),
         max_pulls: usize::MAX,
         known_size: &|_| None,
     });

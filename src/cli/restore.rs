@@ -91,16 +91,10 @@ pub fn run(args: RestoreArgs) -> Result<(), Failure> {
                     ImageManager::new(&config.pull, Arc::new(client.clone()), store.clone(), clock)
                         .context("pull settings")?
                         .with_credential_sources(Arc::new(sources));
-                let outcome = restore_images(
-                    &client,
-                    &images,
-                    &store,
-                    config.gc.policy.low_threshold_percent,
-                    now,
-                    options,
-                )
-                .await
-                .context("restore")?;
+                let outcome =
+                    restore_images(&client, &images, &store, &config.gc.policy, now, options)
+                        .await
+                        .context("restore")?;
                 Ok((
                     outcome,
                     "the database directly (no agent answered on the admin socket)",

@@ -26,7 +26,8 @@ pub enum Verdict {
     KubeletJustPulled,
     /// The runtime or a pin pattern pins it.
     Pinned,
-    /// A warm set entry keeps it (`[[warm]]`, `--warm-set-dir`, `[warmFromHistory]`).
+    /// A warm set entry keeps it (`[[warm]]`, `--warm-set-dir`; `[warmFromHistory]` pulls
+    /// images back but does not keep them).
     Warm,
     /// An operator's pin (`imagekeeper pin`) keeps it until it expires.
     PinnedByImagekeeper,

@@ -603,9 +603,9 @@ impl Sim {
             }
             Kind::Warm => {
                 let entries = self.config.warm.entries.clone();
-                let low = self.config.policy.low_threshold_percent;
+                let policy = self.config.policy;
                 let now = self.clock.now();
-                Box::pin(async move { Done::Warm(warm_cycle(&gc, &entries, low, now).await) })
+                Box::pin(async move { Done::Warm(warm_cycle(&gc, &entries, &policy, now).await) })
             }
             _ => Box::pin(async move {
                 let _ = gc.refresh_image_cache().await;
@@ -1222,7 +1222,7 @@ fn rescues(agent: &Agent) -> u64 {
 async fn warm_cycle(
     gc: &ImageGcManager<SimRuntime>,
     entries: &[WarmEntry],
-    low_threshold_percent: i64,
+    policy: &crate::gc::GcPolicy,
     now: UnixNanos,
 ) -> Vec<String> {
     use crate::cri::ImageRuntime;
@@ -1230,17 +1230,18 @@ async fn warm_cycle(
     let Ok(images) = runtime.list_images().await else {
         return Vec::new();
     };
-    let fs = runtime
-        .image_fs_stats()
-        .await
-        .ok()
-        .map(|s| (s.capacity, s.available));
+    let stats = runtime.image_fs_stats().await.ok();
+    let fs = stats.as_ref().map(|s| (s.capacity, s.available));
     let planned = plan(&PlanInput {
         entries,
         now,
         images: &images,
         fs,
-        low_threshold_percent,
+        low_threshold_percent: policy.low_threshold_percent,
+        bytes_low: policy.bytes.map(|b| b.low),
+        inodes_at_or_above_low: stats
+            .as_ref()
+            .is_some_and(|s| crate::warm::inodes_at_or_above_low(policy, s)),
         max_pulls: 1,
         known_size: &|_| None,
     });

@@ -1,12 +1,15 @@
 //! Warm sets: the images a node keeps present ahead of use. Owns the warm entries (from the
 //! config file's `[[warm]]` tables, the `--warm-set-dir` files and the journal's history),
-//! what keeps an image warm for the GC ([`WarmSet::keeps`]), and the disk-aware plan of one
+//! what keeps an image warm for the GC ([`WarmSet::keeps`]: the config's and the directory's
+//! entries; the history's are pulled back, not kept), and the disk-aware plan of one
 //! warm cycle ([`plan`]), which takes `now` and the image filesystem as arguments and does no
 //! I/O; the agent runs the pulls it plans (`src/agent/warm.rs`).
 //!
 //! Invariants: an entry whose `until` has passed keeps nothing and is never pulled; a warm
 //! pull is planned only when its size is known (a record or journal entry of an image with
-//! that name, else the entry's `size` hint) and fits under the GC's low threshold with the
+//! that name, else the entry's `size` hint) and fits under the GC's low lines (the low
+//! threshold, the byte budget's low line; none while inode use is at or above the low inode
+//! threshold) with the
 //! sizes of the earlier entries planned in the same cycle, or, when its size is unknown, when
 //! the image filesystem is below the low threshold and no other warm pull is planned in that
 //! cycle (the next cycle sees what it took); earlier entries are judged first. An image the
@@ -30,7 +33,7 @@ pub use history::{
     DEFAULT_USED_WITHIN, FromHistory, RestoreCandidate, RestoreItem, RestoreOptions,
     RestoreOutcome, RestoreState, restore_candidates,
 };
-pub use plan::{PlanInput, WarmPlan, WarmState, WarmStatus, plan};
+pub use plan::{PlanInput, WarmPlan, WarmState, WarmStatus, inodes_at_or_above_low, plan};
 
 /// One image the node keeps warm.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

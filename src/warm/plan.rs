@@ -5,8 +5,10 @@
 //! The size rule (the registry's manifest sizes are not available through CRI): an entry's
 //! size is the size of a record or journal entry of an image with its name on this node, else
 //! its `size` hint. A known size is pulled only if the bytes used plus it, plus the sizes of
-//! the earlier entries planned in this cycle, stay at or under `capacity × low / 100`; else
-//! the entry does not fit. An unknown size is pulled only while the bytes used are below that
+//! the earlier entries planned in this cycle, stay at or under `capacity × low / 100` and,
+//! with a byte budget set, the images' total plus them stays at or under the budget's low
+//! line; else the entry does not fit. With inode thresholds set, nothing fits while inode use
+//! is at or above the low inode threshold (CRI does not say how many inodes an image takes). An unknown size is pulled only while the bytes used are below that
 //! limit and no other pull is planned in the cycle, then no further warm pull is planned until
 //! the next cycle sees what it took. The GC keeps every warm image, so a pull is never undone
 //! by the GC.
@@ -103,10 +105,35 @@ pub struct PlanInput<'a> {
     pub fs: Option<(u64, u64)>,
     /// The GC's low threshold percent.
     pub low_threshold_percent: i64,
+    /// The byte budget's low line (`--image-gc-low-bytes`), when a budget is set: the listed
+    /// images' total plus the planned pulls stays at or under it, or the budget's walk would
+    /// take back what the warm cycle pulls.
+    pub bytes_low: Option<u64>,
+    /// Inode use is at or above the low inode threshold (inode thresholds set): no warm pull,
+    /// or the inode pass would take back what it pulls.
+    pub inodes_at_or_above_low: bool,
     /// At most this many pulls per cycle (`warmParallelPulls`).
     pub max_pulls: usize,
     /// The size the node's history knows for an entry's image (a record or journal entry).
     pub known_size: &'a dyn Fn(&WarmEntry) -> Option<u64>,
+}
+
+/// Whether inode thresholds are set and the image filesystem's inode use (statvfs, as the
+/// GC's inode rule reads it) is at or above the low one: then a warm pull or a restore would
+/// only feed the inode pass.
+pub fn inodes_at_or_above_low(
+    policy: &crate::gc::GcPolicy,
+    fs: &crate::model::ImageFsStats,
+) -> bool {
+    let Some(thresholds) = policy.inodes else {
+        return false;
+    };
+    if fs.inodes == 0 {
+        return false;
+    }
+    let used = u128::from(fs.inodes.saturating_sub(fs.inodes_free));
+    let percent = used * 100 / u128::from(fs.inodes);
+    i128::try_from(percent).unwrap_or(i128::MAX) >= i128::from(thresholds.low)
 }
 
 /// Plans one warm cycle (see the module's doc for the rule).
@@ -117,6 +144,7 @@ pub fn plan(input: &PlanInput<'_>) -> WarmPlan {
         let used = u128::from(capacity.saturating_sub(available));
         (limit, used)
     });
+    let images_total: u128 = input.images.iter().map(|i| u128::from(i.size)).sum();
     let mut planned: u128 = 0;
     let mut pulls = 0usize;
     let mut unknown_planned = false;
@@ -155,6 +183,40 @@ pub fn plan(input: &PlanInput<'_>) -> WarmPlan {
             Some(size) => after.saturating_add(u128::from(size)) <= limit,
             None => after < limit,
         };
+        let budget_after = images_total.saturating_add(planned);
+        let fits_budget = input.bytes_low.is_none_or(|low| match size {
+            Some(size) => budget_after.saturating_add(u128::from(size)) <= u128::from(low),
+            None => budget_after < u128::from(low),
+        });
+        if input.inodes_at_or_above_low {
+            statuses.push(status(
+                WarmState::DoesNotFit,
+                size,
+                "the image filesystem's inode use is at or above the low inode threshold".into(),
+            ));
+            continue;
+        }
+        if fits && !fits_budget {
+            let low = input.bytes_low.unwrap_or(0);
+            let detail = match size {
+                Some(size) => format!(
+                    "needs {} and {} is left below the byte budget's low line ({})",
+                    crate::format::format_size(size),
+                    crate::format::format_size(
+                        u64::try_from(u128::from(low).saturating_sub(budget_after))
+                            .unwrap_or(u64::MAX)
+                    ),
+                    crate::format::format_size(low)
+                ),
+                None => format!(
+                    "its size is unknown and the images' total is at or above the byte budget's \
+                     low line ({})",
+                    crate::format::format_size(low)
+                ),
+            };
+            statuses.push(status(WarmState::DoesNotFit, size, detail));
+            continue;
+        }
         if !fits {
             let detail = match size {
                 Some(size) => format!(
@@ -240,6 +302,8 @@ mod tests {
             images: &images,
             fs: Some((100 * GB, 40 * GB)),
             low_threshold_percent: 80,
+            bytes_low: None,
+            inodes_at_or_above_low: false,
             max_pulls: 5,
             known_size: &|_| None,
         });
@@ -257,6 +321,54 @@ mod tests {
             "{}",
             got.statuses[1].detail
         );
+    }
+
+    /// A byte budget's low line bounds warm pulls as the low threshold does (else its walk
+    /// would take back the workload's images each cycle); inode use at or above the low inode
+    /// threshold stops every warm pull. 1 TB disk at 10 %: the percentage rule alone would
+    /// pull everything.
+    #[test]
+    fn the_byte_budget_and_the_inode_threshold_bound_warm_pulls_too() {
+        let entries = vec![
+            entry("a:1", Some(30 * GB)),
+            entry("b:1", Some(30 * GB)),
+            entry("c:1", None),
+        ];
+        let images = vec![present("d:1", 40 * GB)];
+        let input = |bytes_low, inodes_at_or_above_low| PlanInput {
+            entries: &entries,
+            now: UnixNanos(1),
+            images: &images,
+            fs: Some((1000 * GB, 900 * GB)),
+            low_threshold_percent: 80,
+            bytes_low,
+            inodes_at_or_above_low,
+            max_pulls: 5,
+            known_size: &|_| None,
+        };
+        let free = plan(&input(None, false));
+        assert_eq!(free.count(WarmState::Pulling), 2, "{:?}", states(&free));
+        // Budget low 80 GB, 40 GB listed: a (30) fits, b would take the total to 100.
+        let budget = plan(&input(Some(80 * GB), false));
+        assert_eq!(
+            states(&budget)[..2],
+            [("a:1", WarmState::Pulling), ("b:1", WarmState::DoesNotFit)]
+        );
+        assert!(
+            budget.statuses[1].detail.contains("byte budget"),
+            "{}",
+            budget.statuses[1].detail
+        );
+        // The unknown size waits for a later cycle (a pull is planned) while under the line.
+        assert_eq!(budget.statuses[2].state, WarmState::Queued);
+        let inodes = plan(&input(None, true));
+        assert_eq!(
+            inodes.count(WarmState::DoesNotFit),
+            3,
+            "{:?}",
+            states(&inodes)
+        );
+        assert!(inodes.statuses[0].detail.contains("inode"));
     }
 
     /// The history's size wins over the hint; an unknown size pulls alone, and only below the
@@ -278,6 +390,8 @@ mod tests {
             images: &[],
             fs,
             low_threshold_percent: 80,
+            bytes_low: None,
+            inodes_at_or_above_low: false,
             max_pulls,
             known_size: &known,
         };
