@@ -1682,8 +1682,9 @@ mod tests {
             "warmParallelPulls in /etc/ik.toml: must be between 1 and 64 (got 65)"
         );
         assert!(
-            err("[warmFromHistory]\nmaxBytes = \"lots\"", &none)
-                .starts_with("warmFromHistory.maxBytes in /etc/ik.toml: \"lots\" is not a size")
+            err("[warmFromHistory]\nmaxBytes = \"lots\"", &none).starts_with(
+                "warmFromHistory.maxBytes in /etc/ik.toml: \"lots\" is not a quantity"
+            )
         );
         assert!(
             err("[[warm]]\nimage = \"\"", &none)

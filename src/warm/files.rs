@@ -56,49 +56,11 @@ pub struct WarmFile {
     pub warm: Vec<WarmEntrySpec>,
 }
 
-/// Parses a size: bytes (`1048576`), or a number with a binary (`Ki`, `Mi`, `Gi`, `Ti`, `Pi`)
-/// or decimal (`k`/`K`, `M`, `G`, `T`, `P`) suffix, as Kubernetes quantities write them
-/// (`20Gi`, `1.5G`). Refuses a negative, fractional-byte-free overflow or an unknown suffix.
+/// Parses a size: bytes (`1048576`) or a Kubernetes quantity (`20Gi`, `1.5G`), with the one
+/// quantity parser the byte budget uses ([`crate::format::parse_byte_quantity`]): a negative
+/// size, a size over 64 bits or an unknown suffix is refused, saying why.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    if t.starts_with('-') {
-        return Err(format!("{text:?} is negative"));
-    }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, suffix) = t.split_at(split);
-    if number.is_empty() {
-        return Err(format!(
-            "{text:?} is not a size (bytes, or a quantity such as 20Gi)"
-        ));
-    }
-    let multiplier: f64 = match suffix {
-        "" => 1.0,
-        "k" | "K" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        other => {
-            return Err(format!(
-                "unknown size suffix {other:?} in {text:?} (bytes, or Ki Mi Gi Ti Pi, k M G T P)"
-            ));
-        }
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (bytes, or a quantity such as 20Gi)"))?;
-    let bytes = (value * multiplier).round();
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("{text:?} is out of range"));
-    }
-    Ok(bytes as u64)
+    crate::format::parse_byte_quantity(text.trim())
 }
 
 /// Resolves specs; `origin(i)` names the i-th entry in errors and in [`WarmEntry::origin`]. A
@@ -217,13 +179,9 @@ mod tests {
         assert_eq!(parse_size("20Gi"), Ok(20 * 1024 * 1024 * 1024));
         assert_eq!(parse_size("1.5G"), Ok(1_500_000_000));
         assert_eq!(parse_size("2Mi"), Ok(2 * 1024 * 1024));
-        assert!(
-            parse_size("3Gb")
-                .unwrap_err()
-                .contains("unknown size suffix")
-        );
+        assert!(parse_size("3Gb").unwrap_err().contains("not a quantity"));
         assert!(parse_size("-1").unwrap_err().contains("negative"));
-        assert!(parse_size("").unwrap_err().contains("not a size"));
+        assert!(parse_size("").unwrap_err().contains("not a quantity"));
     }
 
     #[test]
