@@ -41,7 +41,7 @@ pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
 pub use protect::{
     Irreplaceable, PinView, Protection, Protections, pin_names, pin_view, pin_views, pinned_at,
-    stored_images,
+    stored_image, stored_images,
 };
 pub use space::{BudgetNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

@@ -210,19 +210,26 @@ pub fn stored_images(store: &Store) -> Result<Vec<RuntimeImage>, StoreError> {
         store.all_names()?.into_iter().collect();
     Ok(store
         .records()?
-        .into_iter()
-        .map(|r| {
-            let n = names.get(&r.key).cloned().unwrap_or_default();
-            RuntimeImage {
-                id: r.key.image_id.clone(),
-                repo_tags: n.repo_tags,
-                repo_digests: n.repo_digests,
-                size: r.record.size,
-                pinned: r.record.pinned,
-                runtime_handler: r.key.runtime_handler,
-            }
-        })
+        .iter()
+        .map(|r| stored_image(r, &names))
         .collect())
+}
+
+/// One record as the runtime would list it, with the names the last detect wrote for it (none
+/// when it has none): what pins are resolved against offline.
+pub fn stored_image(
+    r: &crate::store::StoredRecord,
+    names: &BTreeMap<RecordKey, crate::model::ImageNames>,
+) -> RuntimeImage {
+    let n = names.get(&r.key).cloned().unwrap_or_default();
+    RuntimeImage {
+        id: r.key.image_id.clone(),
+        repo_tags: n.repo_tags,
+        repo_digests: n.repo_digests,
+        size: r.record.size,
+        pinned: r.record.pinned,
+        runtime_handler: r.key.runtime_handler.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -196,17 +196,7 @@ impl Snapshot {
         let names = self.names()?;
         let images: Vec<RuntimeImage> = records
             .iter()
-            .map(|r| {
-                let n = names.get(&r.key).cloned().unwrap_or_default();
-                RuntimeImage {
-                    id: r.key.image_id.clone(),
-                    repo_tags: n.repo_tags,
-                    repo_digests: n.repo_digests,
-                    size: r.record.size,
-                    pinned: r.record.pinned,
-                    runtime_handler: r.key.runtime_handler.clone(),
-                }
-            })
+            .map(|r| crate::gc::stored_image(r, &names))
             .collect();
         Ok(crate::gc::Protections::resolve(&images, &pins, None, now))
     }
