@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::hooked::{Hooked, Hooks};
 use imagekeeper::clock::Clock;
-use imagekeeper::cri::{ContainerSpec, CriClient, ImageRuntime};
+use imagekeeper::cri::{ContainerSpec, ImageRuntime};
 use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager, PinPatterns, RemovalReason};
 use imagekeeper::model::{ImageFsStats, RecordKey, UnixNanos};
 use imagekeeper::store::Store;
@@ -55,16 +55,6 @@ fn one_manifest_per_image(rows: &[LabImage]) -> Vec<LabImage> {
         .collect()
 }
 
-async fn listed_ids(client: &CriClient) -> BTreeSet<String> {
-    client
-        .list_images()
-        .await
-        .expect("ListImages answers")
-        .into_iter()
-        .map(|image| image.id.0)
-        .collect()
-}
-
 /// GarbageCollect over a disk that is "full" removes exactly the least recently used images
 /// that are neither in use, pinned nor the sandbox image, in LRU order, and leaves the store
 /// agreeing with containerd.
@@ -92,7 +82,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
             .unwrap_or_else(|err| panic!("pull {}: {err}", row.reference));
     }
     let lab_ids: BTreeSet<String> = lab.images.iter().map(|row| row.image_id.clone()).collect();
-    let before = listed_ids(&client).await;
+    let before = support::listed_image_ids(&client).await;
     assert_eq!(
         before, lab_ids,
         "containerd holds exactly the lab's images (a leftover image would upset the LRU order)"
@@ -244,7 +234,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
     );
     assert_eq!(report.freed, to_free);
 
-    let after = listed_ids(&client).await;
+    let after = support::listed_image_ids(&client).await;
     let victim_ids: BTreeSet<String> = victims.iter().map(|row| row.image_id.clone()).collect();
     let remaining: BTreeSet<String> = lab_ids.difference(&victim_ids).cloned().collect();
     assert_eq!(after, remaining, "containerd lost exactly the victims");
@@ -270,7 +260,7 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
             .unwrap_or_else(|err| panic!("re-pull {}: {err}", row.reference));
     }
     assert_eq!(
-        listed_ids(&client).await,
+        support::listed_image_ids(&client).await,
         lab_ids,
         "the lab's images are back"
     );
@@ -336,7 +326,7 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
                 .unwrap_or_else(|err| panic!("pull {}: {err}", row.reference));
         }
         assert_eq!(
-            listed_ids(&client).await,
+            support::listed_image_ids(&client).await,
             lab_ids,
             "{command:?}: the lab's images"
         );
@@ -399,7 +389,7 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
             ]));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{command:?}: {stderr}");
-        let after = listed_ids(&client).await;
+        let after = support::listed_image_ids(&client).await;
         let removed: BTreeSet<String> = lab_ids.difference(&after).cloned().collect();
         let want_removed: BTreeSet<String> = lab_ids.difference(&kept).cloned().collect();
         assert_eq!(after, kept, "{command:?}: what containerd keeps");
@@ -417,7 +407,7 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
             .unwrap_or_else(|err| panic!("re-pull {}: {err}", row.reference));
     }
     assert_eq!(
-        listed_ids(&client).await,
+        support::listed_image_ids(&client).await,
         lab_ids,
         "the lab's images are back"
     );
@@ -757,7 +747,7 @@ async fn inode_gc_removes_an_image_of_many_files_until_statvfs_shows_inode_use_b
         // Left by an earlier run: measure without it, pull it back at the end.
         client.remove_image(id, "").await.expect("RemoveImage");
     }
-    let before = listed_ids(&client).await;
+    let before = support::listed_image_ids(&client).await;
     let pins: Vec<String> = found
         .iter()
         .filter(|i| Some(&i.id.0) != files_id_before.as_ref())
@@ -854,7 +844,11 @@ async fn inode_gc_removes_an_image_of_many_files_until_statvfs_shows_inode_use_b
         })
         .collect();
     assert_eq!(removed, [(files_id.as_str(), "inodes")], "{stdout}");
-    assert_eq!(listed_ids(&client).await, before, "the lab's images stay");
+    assert_eq!(
+        support::listed_image_ids(&client).await,
+        before,
+        "the lab's images stay"
+    );
     assert_eq!(
         client.image_fs_stats().await.expect("ImageFsInfo").inodes,
         original,

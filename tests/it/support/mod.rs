@@ -10,7 +10,7 @@
 pub mod agent;
 pub mod bin;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -470,4 +470,15 @@ pub fn tool(test: &str, name: &str, env_var: &str) -> Option<PathBuf> {
     );
     println!("SKIPPED {test}: {name} is not installed (scripts/tools installs it)");
     None
+}
+
+/// The ids of the images the runtime lists now.
+pub async fn listed_image_ids(client: &CriClient) -> BTreeSet<String> {
+    client
+        .list_images()
+        .await
+        .expect("ListImages answers")
+        .into_iter()
+        .map(|image| image.id.0)
+        .collect()
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use imagekeeper::cri::{CriClient, ImageRuntime};
+use imagekeeper::cri::ImageRuntime;
 use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager};
 use imagekeeper::model::{ImagePin, PinKey, UnixNanos};
 use imagekeeper::store::{Batch, Store};
@@ -22,20 +22,8 @@ fn at(secs: i64) -> UnixNanos {
     UnixNanos::from_secs(T0 + secs)
 }
 
-async fn listed(client: &CriClient, id: &str) -> bool {
-    client
-        .list_images()
-        .await
-        .expect("list images")
-        .iter()
-        .any(|i| i.id.as_str() == id)
-}
-
 fn imagekeeper(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-        .args(args)
-        .output()
-        .expect("run imagekeeper")
+    support::bin::run(args)
 }
 
 fn ok(out: &std::process::Output) -> String {
@@ -97,7 +85,11 @@ async fn a_pin_for_3s_keeps_its_image_through_prune_and_prune_removes_it_once_ex
             .any(|r| r.key.image_id.as_str() == row.image_id),
         "pinned until T0+3s, pruned at T0+1s"
     );
-    assert!(listed(&client, &row.image_id).await);
+    assert!(
+        support::listed_image_ids(&client)
+            .await
+            .contains(&row.image_id)
+    );
     let report = manager.delete_unused_images(at(4)).await;
     assert!(report.error.is_none(), "{:?}", report.error);
     assert!(
@@ -108,7 +100,11 @@ async fn a_pin_for_3s_keeps_its_image_through_prune_and_prune_removes_it_once_ex
         "the pin expired at T0+3s: {:?}",
         report.removed
     );
-    assert!(!listed(&client, &row.image_id).await);
+    assert!(
+        !support::listed_image_ids(&client)
+            .await
+            .contains(&row.image_id)
+    );
 }
 
 #[tokio::test]
@@ -155,7 +151,9 @@ async fn the_cli_pin_keeps_an_image_through_prune_and_unpin_lets_prune_remove_it
     );
     ok(&run(&["prune"]));
     assert!(
-        listed(&client, &row.image_id).await,
+        support::listed_image_ids(&client)
+            .await
+            .contains(&row.image_id),
         "pinned: prune kept it"
     );
     let pins = ok(&run(&["pins", "-o", "json"]));
@@ -166,7 +164,9 @@ async fn the_cli_pin_keeps_an_image_through_prune_and_unpin_lets_prune_remove_it
     ok(&run(&["unpin", &row.reference]));
     ok(&run(&["prune"]));
     assert!(
-        !listed(&client, &row.image_id).await,
+        !support::listed_image_ids(&client)
+            .await
+            .contains(&row.image_id),
         "unpinned: prune removed it"
     );
 }
@@ -235,7 +235,9 @@ async fn an_imported_image_is_kept_by_prune_and_removed_with_protect_irreplaceab
     };
     ok(&run(&[]));
     assert!(
-        listed(&client, imported.id.as_str()).await,
+        support::listed_image_ids(&client)
+            .await
+            .contains(imported.id.as_str()),
         "irreplaceable: kept"
     );
     let plan = ok(&run(&["--dry-run", "-o", "json"]));
@@ -249,7 +251,9 @@ async fn an_imported_image_is_kept_by_prune_and_removed_with_protect_irreplaceab
     assert!(plan.contains(imported.id.as_str()), "{plan}");
     ok(&run(&["--protect-irreplaceable=false"]));
     assert!(
-        !listed(&client, imported.id.as_str()).await,
+        !support::listed_image_ids(&client)
+            .await
+            .contains(imported.id.as_str()),
         "--protect-irreplaceable=false: removed"
     );
 }

@@ -212,7 +212,6 @@ async fn irreplaceable_images_are_kept_unless_protection_is_off() {
 /// state), and `unpin` of a name with no pin exits 1.
 #[test]
 fn the_cli_checks_its_input_and_pins_on_the_database_without_an_agent() {
-    use std::process::Command;
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("records.redb");
     let socket = dir.path().join("admin.sock");
@@ -223,10 +222,7 @@ fn the_cli_checks_its_input_and_pins_on_the_database_without_an_agent() {
     let run = |args: &[&str]| {
         let mut all: Vec<&str> = args.to_vec();
         all.extend_from_slice(&["--db", &db_arg, "--admin-socket", &socket_arg]);
-        Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
-            .args(&all)
-            .output()
-            .expect("run imagekeeper")
+        crate::support::bin::run(&all)
     };
     for (args, says) in [
         (

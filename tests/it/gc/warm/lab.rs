@@ -5,7 +5,6 @@
 //! follow the real usage of the lab's tmpfs, so what a pull takes counts), and at "full
 //! pressure" both are.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -99,20 +98,12 @@ async fn ctr_remove(lab: &Lab, client: &CriClient, image: &LabImage) {
     // A name already gone is reported and skipped; the check is the CRI's list below.
     let _ = output;
     assert!(
-        !listed(client).await.contains(&image.image_id),
+        !support::listed_image_ids(client)
+            .await
+            .contains(&image.image_id),
         "ctr images rm removed {}",
         image.reference
     );
-}
-
-async fn listed(client: &CriClient) -> BTreeSet<String> {
-    client
-        .list_images()
-        .await
-        .expect("ListImages answers")
-        .into_iter()
-        .map(|image| image.id.0)
-        .collect()
 }
 
 /// The real bytes containerd's image filesystem uses now.
@@ -204,13 +195,19 @@ async fn a_warm_image_is_pulled_comes_back_after_ctr_rm_and_survives_gc_and_prun
 
     let first = agent.warm_cycle().await;
     assert_eq!(first.statuses[0].state, WarmState::Pulling, "{first:?}");
-    assert!(listed(&client).await.contains(&image.image_id));
+    assert!(
+        support::listed_image_ids(&client)
+            .await
+            .contains(&image.image_id)
+    );
 
     ctr_remove(&lab, &client, &image).await;
     let again = agent.warm_cycle().await;
     assert_eq!(again.statuses[0].state, WarmState::Pulling, "{again:?}");
     assert!(
-        listed(&client).await.contains(&image.image_id),
+        support::listed_image_ids(&client)
+            .await
+            .contains(&image.image_id),
         "the warm image came back after ctr images rm"
     );
     assert_eq!(disk.calls("PullImage", "data:5mb"), 2);
@@ -235,7 +232,9 @@ async fn a_warm_image_is_pulled_comes_back_after_ctr_rm_and_survives_gc_and_prun
     let _ = agent.gc_manager().garbage_collect(now).await;
     let _ = agent.gc_manager().delete_unused_images(now).await;
     assert!(
-        listed(&client).await.contains(&image.image_id),
+        support::listed_image_ids(&client)
+            .await
+            .contains(&image.image_id),
         "gc and prune keep the warm image at {capacity} bytes, 100 % used"
     );
     assert_eq!(disk.calls("RemoveImage", &image.image_id), 0);
@@ -389,7 +388,7 @@ async fn restore_lists_then_pulls_back_an_image_removed_with_ctr() {
         if dry_run {
             command.arg("--dry-run");
         }
-        let output = command.output().expect("imagekeeper restore runs");
+        let output = support::bin::output(&mut command);
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         assert!(
             output.status.success(),
@@ -405,13 +404,17 @@ async fn restore_lists_then_pulls_back_an_image_removed_with_ctr() {
     );
     assert!(dry.contains("would restore 1 image(s)"), "{dry}");
     assert!(
-        !listed(&client).await.contains(&image.image_id),
+        !support::listed_image_ids(&client)
+            .await
+            .contains(&image.image_id),
         "a dry run pulls nothing"
     );
     let done = restore(false);
     assert!(done.contains("restored 1 image(s)"), "{done}");
     assert!(
-        listed(&client).await.contains(&image.image_id),
+        support::listed_image_ids(&client)
+            .await
+            .contains(&image.image_id),
         "restore pulled it back: {done}"
     );
 }
