@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use imagekeeper::replay::{
-    ReplayDb, ReplayError, TraceReadError, TraceReader, check_trace, run_lines,
+    MAX_TRACE_LINE_BYTES, ReplayDb, ReplayError, TraceReadError, TraceReader, check_trace,
+    run_lines,
 };
 
 use super::{Failure, db};
@@ -65,10 +66,11 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
 }
 
 /// Where the trace is read from: a regular file is read twice from disk; anything else (a
-/// pipe, a character device) cannot be read twice and is held in memory, as before streaming.
+/// pipe, a character device) cannot be read twice and is held in memory, as before streaming,
+/// read through the line cap ([`read_capped_lines`]).
 enum TraceSource {
     File(PathBuf),
-    Memory(String),
+    Memory(Vec<u8>),
 }
 
 impl TraceSource {
@@ -76,7 +78,9 @@ impl TraceSource {
         if std::fs::metadata(path)?.is_file() {
             Ok(TraceSource::File(path.to_owned()))
         } else {
-            std::fs::read_to_string(path).map(TraceSource::Memory)
+            let file = std::fs::File::open(path)?;
+            read_capped_lines(&mut BufReader::new(file), MAX_TRACE_LINE_BYTES)
+                .map(TraceSource::Memory)
         }
     }
 
@@ -86,7 +90,27 @@ impl TraceSource {
                 1 << 16,
                 std::fs::File::open(path)?,
             ))),
-            TraceSource::Memory(text) => Ok(Box::new(Cursor::new(text.as_bytes()))),
+            TraceSource::Memory(bytes) => Ok(Box::new(Cursor::new(bytes.as_slice()))),
+        }
+    }
+}
+
+/// Reads `reader` to its end, line by line, but stops after a line longer than `max_line`
+/// (its line end not counted): of that line only as much as [`TraceReader`] reads to refuse it
+/// (the cap, a `\r\n` and one byte) is kept, so the check names it as from a file, and the
+/// rest, however long (a pipe that never ends its line, `/dev/zero`), is never read.
+fn read_capped_lines(reader: &mut impl BufRead, max_line: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let most = u64::try_from(max_line.saturating_add(3)).unwrap_or(u64::MAX);
+    let mut bytes = Vec::new();
+    loop {
+        let start = bytes.len();
+        let n = (&mut *reader).take(most).read_until(b'\n', &mut bytes)?;
+        if n == 0
+            || (u64::try_from(n).unwrap_or(u64::MAX) == most
+                && bytes[start..].last() != Some(&b'\n'))
+        {
+            return Ok(bytes);
         }
     }
 }

@@ -270,3 +270,58 @@ fn a_trace_line_over_64_mib_exits_2_naming_its_line() {
     );
     assert!(out.stdout.is_empty(), "nothing ran");
 }
+
+/// Issue 31: a trace that is not a regular file (a pipe, a device) cannot be read twice and is
+/// held in memory; it was read whole before any line was checked, so a pipe with one endless
+/// line (or `replay /dev/zero`) grew without bound. The line cap now applies while it is read:
+/// a writer that never ends its line is cut off once the command has read the cap and a few
+/// bytes of it (the command exits 2 naming the line, and the writer's next write fails), never
+/// after twice the cap.
+#[test]
+fn a_trace_line_over_64_mib_from_a_pipe_is_refused_without_reading_the_rest() {
+    use std::io::Write;
+    const CAP: usize = 64 << 20;
+    let mut child = bin::imagekeeper()
+        .args(["replay", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run imagekeeper");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || {
+        let first = b"{\"at\": 1, \"detect\": {}}\n";
+        if stdin.write_all(first).is_err() {
+            return Ok(0);
+        }
+        let mut written = first.len();
+        let chunk = [b' '; 1 << 16];
+        // The line never ends: only the reader's going away stops this writer, and twice the
+        // cap (far above what a capped read takes, the pipe's buffer included) is a failure.
+        while written <= 2 * CAP {
+            if stdin.write_all(&chunk).is_err() {
+                return Ok(written);
+            }
+            written += chunk.len();
+        }
+        Err(written)
+    });
+    let written = writer.join().expect("the writer thread");
+    if written.is_err() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let written = written.unwrap_or_else(|n| {
+        panic!("replay read {n} bytes of one line from a pipe without refusing it: {stderr}")
+    });
+    assert!(written > CAP, "refused after {written} bytes only");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "trace /dev/stdin: line 2: the line is longer than 67108864 bytes, the most a trace line may hold"
+        ),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing ran");
+}
