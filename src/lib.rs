@@ -29,6 +29,9 @@ pub mod gc;
 pub mod inspect;
 // What imagekeeper reads, read-only, of the kubelet's own state (image pull records).
 pub mod kubelet;
+// Test only: the book's reliability limits page states the code's numbers.
+#[cfg(test)]
+mod limits_page;
 // The values every layer shares (records, ids, runtime images, times).
 pub mod model;
 // The one reader of operator files (config, secrets, credentials, kubelet files): regular

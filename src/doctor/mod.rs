@@ -15,7 +15,8 @@ use crate::kubelet::StaleIntent;
 use crate::model::{ImageFsStats, RuntimeImage, UnixNanos};
 
 pub use kubelet_config::{
-    CredentialVerification, DEFAULT_KUBELET_CONFIG, KubeletConfig, KubeletConfigError, Threshold,
+    CredentialVerification, DEFAULT_KUBELET_CONFIG, KubeletConfig, KubeletConfigError,
+    MAX_DROP_INS, Threshold,
 };
 use kubelet_config::{
     SIGNAL_IMAGEFS_AVAILABLE, SIGNAL_IMAGEFS_INODES_FREE, SIGNAL_NODEFS_AVAILABLE,
