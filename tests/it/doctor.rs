@@ -521,3 +521,54 @@ fn an_invalid_imagekeeper_setting_exits_2() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--image-gc-high-threshold"), "{stderr}");
 }
+
+/// Issue 24: `doctor --kubelet-config-dir DIR` reads the kubelet's drop-ins (`*.conf`, merged
+/// over `--kubelet-config` in lexical order, as the kubelet's `--config-dir`): one turning the
+/// EventedPLEG gate on makes the container-events check a conflict (the file alone is ok), a
+/// later one setting the locked ImageMaximumGCAge gate false is refused with exit 2 naming the
+/// field and the drop-in directory.
+#[test]
+fn the_kubelet_config_dirs_drop_ins_are_merged_over_the_file() {
+    let files = Files::new();
+    let config = files.write("kubelet.yaml", KUBEADM_DEFAULT);
+    let drop_ins = files.dir.path().join("kubelet.conf.d");
+    std::fs::create_dir(&drop_ins).expect("mkdir");
+    let header = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    std::fs::write(
+        drop_ins.join("10-pleg.conf"),
+        format!("{header}featureGates:\n  EventedPLEG: true\n"),
+    )
+    .expect("write");
+    // Not *.conf: not read (it would be refused).
+    std::fs::write(
+        drop_ins.join("20-gate.yaml"),
+        format!("{header}featureGates:\n  ImageMaximumGCAge: false\n"),
+    )
+    .expect("write");
+    let dir_arg = drop_ins.to_str().expect("utf8");
+    let report = json(&doctor(&config, &["-o", "json"]));
+    assert_eq!(status_of(&report, "container-events"), "ok", "{report:#}");
+    let report = json(&doctor(
+        &config,
+        &["-o", "json", "--kubelet-config-dir", dir_arg],
+    ));
+    assert_eq!(
+        status_of(&report, "container-events"),
+        "conflict",
+        "{report:#}"
+    );
+
+    std::fs::rename(drop_ins.join("20-gate.yaml"), drop_ins.join("20-gate.conf")).expect("mv");
+    let out = doctor(&config, &["--kubelet-config-dir", dir_arg]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("featureGates.ImageMaximumGCAge")
+            && stderr.contains(
+                "cannot set feature gate ImageMaximumGCAge to false, feature is locked to true"
+            )
+            && stderr.contains(dir_arg),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "no report for an invalid config");
+}
