@@ -572,3 +572,54 @@ fn the_kubelet_config_dirs_drop_ins_are_merged_over_the_file() {
     );
     assert!(out.stdout.is_empty(), "no report for an invalid config");
 }
+
+/// Issue 24: doctor reads the kubelet's pull intents under `--kubelet-root-dir` and names one
+/// older than `--kubelet-intent-max-age` (by its file's modification time): the same intent
+/// written now is not named, written 48 h ago it is.
+#[test]
+fn doctor_names_a_stale_kubelet_pull_intent_under_the_kubelet_root_dir() {
+    let files = Files::new();
+    let config = files.write("kubelet.yaml", KUBEADM_DEFAULT);
+    let root = files.dir.path().join("kubelet");
+    let pulling = root.join("image_manager/pulling");
+    std::fs::create_dir_all(&pulling).expect("mkdir");
+    let intent = pulling.join(imagekeeper::kubelet::record_file_name("busybox:1.36"));
+    std::fs::write(
+        &intent,
+        r#"{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1beta1","image":"busybox:1.36"}"#,
+    )
+    .expect("write the intent");
+    let root_arg = format!("--kubelet-root-dir={}", root.display());
+    let finding = |args: &[&str]| {
+        let report = json(&doctor(&config, args));
+        report["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .find(|f| f["check"] == "kubelet-pull-intents")
+            .cloned()
+            .unwrap_or_else(|| panic!("no kubelet-pull-intents in {report:#}"))
+    };
+    let fresh = finding(&["-o", "json", &root_arg]);
+    assert_eq!(fresh["status"], "ok", "{fresh:#}");
+    assert!(
+        fresh["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("no kubelet pull intent")),
+        "{fresh:#}"
+    );
+    let two_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(48 * 3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&intent)
+        .and_then(|f| f.set_modified(two_days_ago))
+        .expect("set the intent's mtime");
+    let stale = finding(&["-o", "json", &root_arg]);
+    assert_eq!(stale["status"], "ok", "{stale:#}");
+    assert!(
+        stale["message"].as_str().is_some_and(|m| m
+            .contains("1 kubelet pull intent(s) are older than --kubelet-intent-max-age")
+            && m.contains("\"busybox:1.36\"")),
+        "{stale:#}"
+    );
+}
