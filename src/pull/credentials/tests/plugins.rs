@@ -575,7 +575,8 @@ fn mkfifo(path: &Path) {
 
 /// A plugin that prints without end is refused once its stdout passes the cap (the kubelet
 /// would read it all: 4.2 GB and an abort), and its process group is killed: the child
-/// writing (started only once its pid is recorded, through a FIFO gate) has ended.
+/// writing (started only once its pid is recorded, through a FIFO gate) has ended, and so has
+/// a child that does not write (no SIGPIPE would end it: only the group's kill does).
 #[tokio::test]
 async fn a_plugin_printing_without_end_is_refused_and_its_group_killed() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -584,7 +585,7 @@ async fn a_plugin_printing_without_end_is_refused_and_its_group_killed() {
     let config = plugin_script(
         dir.path(),
         &format!(
-            "sh -c 'read _ < {d}/gate; exec yes' &\necho $! > {d}/child.pid\necho go > {d}/gate\nwait"
+            "sleep 1000 &\necho $! > {d}/sleeper.pid\nsh -c 'read _ < {d}/gate; exec yes' &\necho $! > {d}/child.pid\necho go > {d}/gate\nwait"
         ),
     );
     let plugins = PluginProviders::load(&config, dir.path())
@@ -606,6 +607,11 @@ async fn a_plugin_printing_without_end_is_refused_and_its_group_killed() {
     assert!(
         has_ended_within(child, Duration::from_secs(10)),
         "yes ({child}) survived"
+    );
+    let sleeper = recorded_pid(&dir.path().join("sleeper.pid"));
+    assert!(
+        has_ended_within(sleeper, Duration::from_secs(10)),
+        "sleep ({sleeper}) survived"
     );
 }
 
