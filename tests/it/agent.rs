@@ -1867,11 +1867,13 @@ async fn a_fifo_at_the_node_credentials_path_stops_no_pull_probe_or_shutdown() {
     let db = dir.path().join("records.redb");
     let socket = dir.path().join("admin.sock");
     let root_flag = format!("--kubelet-root-dir={}", root.display());
+    let grace = Duration::from_secs(5);
+    let grace_flag = format!("--shutdown-grace-seconds={}", grace.as_secs());
     let mut agent = start_agent(
         &fake.endpoint(),
         &db,
         &socket,
-        &["--metrics-address", "127.0.0.1:0", &root_flag],
+        &["--metrics-address", "127.0.0.1:0", &root_flag, &grace_flag],
     )
     .await;
     let metrics = agent.metrics_address().await;
@@ -1898,7 +1900,8 @@ async fn a_fifo_at_the_node_credentials_path_stops_no_pull_probe_or_shutdown() {
         .expect("join");
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     agent.signal(libc::SIGTERM);
-    let status = agent.wait_exit(Duration::from_secs(45)).await;
+    // Within the grace period; past it the watchdog kills the agent and the test fails.
+    let status = agent.wait_exit(grace).await;
     assert!(status.success(), "{status:?}");
 }
 
