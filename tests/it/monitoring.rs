@@ -319,6 +319,7 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts(
         "imagekeeper_image_repulls_after_eviction_total",
         "imagekeeper_image_gc_duration_seconds_bucket",
         "imagekeeper_warm_images",
+        "imagekeeper_image_pins",
         "imagekeeper_image_fs_inodes",
         "imagekeeper_store_healthy",
     ] {
