@@ -226,6 +226,24 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts(
         },
     );
     fake.set_image_fs(fake.dir().display().to_string(), 1500);
+    scrape_and_check(
+        &prometheus,
+        &["--container-runtime-endpoint".to_owned(), fake.endpoint()],
+        "registry.example/b:1",
+        &[
+            "ImagekeeperGCFailing",
+            "ImagekeeperImageFsAboveHighThreshold",
+            "ImagekeeperWarmImagesDoNotFit",
+        ],
+    )
+    .await;
+}
+
+/// Runs the agent with `args` (and a GC every second above a high threshold of 1 % down to 0,
+/// a warm set whose one image cannot fit), pulls `pull` through it, starts Prometheus
+/// scraping it with the rules (each `for:` 0s), and asserts that every dashboard panel's query
+/// has data and that every alert of `expected` fires, and neither agent-down alert.
+async fn scrape_and_check(prometheus: &Path, args: &[String], pull: &str, expected: &[&str]) {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("records.redb");
     let socket = dir.path().join("admin.sock");
@@ -237,10 +255,9 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts(
     )
     .expect("write the warm set");
     let mut agent = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .arg("run")
+        .args(args)
         .args([
-            "run",
-            "--container-runtime-endpoint",
-            &fake.endpoint(),
             "--db",
             db.to_str().expect("utf8"),
             "--admin-socket",
@@ -268,7 +285,7 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts(
     // A pull through the agent, so the pull histogram has a series.
     let out = support::bin::output(
         support::bin::imagekeeper()
-            .args(["pull", "registry.example/b:1", "--admin-socket"])
+            .args(["pull", pull, "--admin-socket"])
             .arg(&socket),
     );
     assert!(out.status.success(), "pull: {out:?}");
@@ -297,7 +314,7 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts(
         ),
     )
     .expect("write config");
-    let (_prometheus, address) = start_prometheus(&prometheus, &config, &dir.path().join("data"));
+    let (_prometheus, address) = start_prometheus(prometheus, &config, &dir.path().join("data"));
 
     let dashboard: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(repo("deploy/monitoring/dashboard.json")).expect("dashboard"),
@@ -355,14 +372,9 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts(
             assert!(!result.is_empty());
         }
     }
-    // The three alerts fire (polled: Prometheus evaluates every second, nothing announces it).
-    const EXPECTED: [&str; 3] = [
-        "ImagekeeperGCFailing",
-        "ImagekeeperImageFsAboveHighThreshold",
-        "ImagekeeperWarmImagesDoNotFit",
-    ];
+    // The alerts fire (polled: Prometheus evaluates every second, nothing announces it).
     let firing = wait_for(
-        &format!("{EXPECTED:?} firing"),
+        &format!("{expected:?} firing"),
         Duration::from_secs(90),
         || {
             let answer = prometheus_get(&address, "/api/v1/alerts");
@@ -373,7 +385,7 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts(
                     .filter(|a| a["state"] == "firing")
                     .filter_map(|a| a["labels"]["alertname"].as_str().map(str::to_owned))
                     .collect();
-                EXPECTED
+                expected
                     .iter()
                     .all(|want| names.iter().any(|n| n == want))
                     .then_some(names)
@@ -389,4 +401,94 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts(
         "{firing:?}"
     );
     drop(agent);
+}
+
+/// The same against the lab's real containerd (named `monitoring::lab::...`, one at a time with
+/// the other lab tests): its image filesystem (a 2 GiB tmpfs) taken above the high threshold
+/// of 1 % by a 64 MiB file beside containerd's root, every lab image kept by the config's
+/// `pinnedImages = ["<lab registry>/imagekeeper-lab/*"]`, so GC cannot free enough (FreeDiskSpaceFailed); a lab image removed
+/// and pulled back through the agent from the lab registry.
+mod lab {
+    use super::*;
+    use imagekeeper::cri::ImageRuntime;
+
+    /// Removes the filler file and the pulled image when dropped.
+    struct Cleanup {
+        filler: PathBuf,
+        endpoint: String,
+        image: String,
+    }
+
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.filler);
+            let (endpoint, image) = (self.endpoint.clone(), self.image.clone());
+            let cleanup = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a current-thread runtime can be built");
+                runtime.block_on(async {
+                    let client =
+                        imagekeeper::cri::CriClient::connect(support::lab_config(&endpoint))
+                            .await
+                            .expect("valid endpoint");
+                    if let Err(err) = client.remove_image(&image, "").await {
+                        eprintln!("cleanup: RemoveImage {image}: {err}");
+                    }
+                });
+            });
+            let _ = cleanup.join();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_real_prometheus_scraping_an_agent_on_the_lab_containerd_answers_every_panel_and_fires_three_alerts()
+     {
+        let test = "monitoring::lab::a_real_prometheus_scraping_an_agent_on_the_lab_containerd_answers_every_panel_and_fires_three_alerts";
+        let Some(lab) = support::lab(test).await else {
+            return;
+        };
+        let Some(prometheus) = support::tool(test, "prometheus", "IMAGEKEEPER_PROMETHEUS") else {
+            return;
+        };
+        let root = lab
+            .imagefs_root
+            .clone()
+            .expect("lab.env names CRI_LAB_IMAGEFS_ROOT (scripts/cri-lab up again)");
+        let image = lab.image("data:1mb").reference.clone();
+        let _cleanup = Cleanup {
+            filler: root.join("monitoring-filler"),
+            endpoint: lab.endpoint.clone(),
+            image: image.clone(),
+        };
+        std::fs::write(root.join("monitoring-filler"), vec![0x5a_u8; 64 << 20]).expect("filler");
+        lab.remove_image(&image).await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("imagekeeper.toml");
+        std::fs::write(
+            &config,
+            format!("pinnedImages = [\"{}/*\"]\n", lab.image_prefix),
+        )
+        .expect("write config");
+        scrape_and_check(
+            &prometheus,
+            &[
+                "--container-runtime-endpoint".to_owned(),
+                lab.endpoint.clone(),
+                "--config".to_owned(),
+                config.display().to_string(),
+                "--pod-infra-container-image".to_owned(),
+                lab.sandbox_image.clone(),
+                "--kubelet-root-dir=".to_owned(),
+            ],
+            &image,
+            &[
+                "ImagekeeperGCFailing",
+                "ImagekeeperImageFsAboveHighThreshold",
+                "ImagekeeperWarmImagesDoNotFit",
+            ],
+        )
+        .await;
+    }
 }
