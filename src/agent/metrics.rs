@@ -26,7 +26,7 @@ use tracing::warn;
 use crate::cri::ImageRuntime;
 use crate::gc::ImageGcManager;
 use crate::gc::metrics::GcProgress;
-use crate::model::saturating_total;
+use crate::model::{UnixNanos, saturating_total};
 use crate::pull::metrics::{EnsureLabels, Histogram};
 use crate::pull::{BackoffStore, ImageManager, PullRuntime};
 use crate::store::Store;
@@ -116,14 +116,30 @@ impl AgentMetrics {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Renders every metric in the OpenMetrics text format (ends with `# EOF`).
+    /// Renders every metric in the OpenMetrics text format (ends with `# EOF`), but
+    /// `imagekeeper_image_pins`, which needs the time ([`AgentMetrics::render_at`]).
     pub fn render<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
         &self,
         gc: &ImageGcManager<R>,
         images: &ImageManager<P, S>,
         store: &Store,
     ) -> String {
-        let snapshot = Snapshot::gather(self, gc, images, store);
+        self.render_snapshot(Snapshot::gather(self, gc, images, store, None))
+    }
+
+    /// Renders every metric in the OpenMetrics text format (ends with `# EOF`), the pins in
+    /// force counted at `now` (the agent's clock).
+    pub fn render_at<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
+        &self,
+        gc: &ImageGcManager<R>,
+        images: &ImageManager<P, S>,
+        store: &Store,
+        now: UnixNanos,
+    ) -> String {
+        self.render_snapshot(Snapshot::gather(self, gc, images, store, Some(now)))
+    }
+
+    fn render_snapshot(&self, snapshot: Snapshot) -> String {
         let mut registry = Registry::with_prefix(METRIC_PREFIX);
         registry.register_collector(Box::new(snapshot));
         let mut out = String::new();
@@ -157,6 +173,8 @@ struct Snapshot {
     store_healthy: bool,
     store_reopens: u64,
     records: Option<u64>,
+    /// Operator pins in force at the scrape's time, when the store could be read.
+    pins: Option<u64>,
     commits: u64,
     commit_seconds: f64,
     /// Configuration reloads: [successes, failures].
@@ -177,6 +195,7 @@ impl Snapshot {
         gc: &ImageGcManager<R>,
         images: &ImageManager<P, S>,
         store: &Store,
+        now: Option<UnixNanos>,
     ) -> Snapshot {
         let g = gc.metrics();
         // Before the record count, whose read of the store reopens it after an I/O failure:
@@ -189,6 +208,13 @@ impl Snapshot {
                 None
             }
         };
+        let pins = now.and_then(|now| match store.pins() {
+            Ok(pins) => Some(pins.iter().filter(|(_, pin)| pin.active_at(now)).count() as u64),
+            Err(e) => {
+                warn!(error = %e, "metrics: cannot count pins");
+                None
+            }
+        });
         Snapshot {
             collected: g.collected(),
             rescued: g.rescued().to_vec(),
@@ -218,6 +244,7 @@ impl Snapshot {
             store_healthy,
             store_reopens: store.reopens(),
             records,
+            pins,
             commits: store.commits(),
             commit_seconds: store.commit_nanos_total() as f64 / 1e9,
             repulls: g.repulls().counts(),
@@ -528,6 +555,16 @@ const IMAGE_RECORDS: MetricFamily = absent_when(
     family("image_records", G, None, &[], "Image records in the store."),
     "when the scrape cannot count the records (the store failed)",
 );
+const IMAGE_PINS: MetricFamily = absent_when(
+    family(
+        "image_pins",
+        G,
+        None,
+        &[],
+        "Operator pins (`imagekeeper pin`) in force: names whose images GC never removes while the pin lasts (the config's pinnedImages patterns are not counted).",
+    ),
+    "when the scrape cannot read the pins (the store failed), or from `AgentMetrics::render` (no time given)",
+);
 const STORE_COMMIT_DURATION: MetricFamily = family(
     "store_commit_duration",
     H,
@@ -611,6 +648,7 @@ pub const METRICS: &[MetricFamily] = &[
     STORE_HEALTHY,
     STORE_REOPENS,
     IMAGE_RECORDS,
+    IMAGE_PINS,
     STORE_COMMIT_DURATION,
     CONFIG_RELOADS,
     WARM_IMAGES,
@@ -713,6 +751,9 @@ impl Collector for Snapshot {
         counter(&mut enc, &STORE_REOPENS, self.store_reopens)?;
         if let Some(records) = self.records {
             gauge(&mut enc, &IMAGE_RECORDS, records)?;
+        }
+        if let Some(pins) = self.pins {
+            gauge(&mut enc, &IMAGE_PINS, pins)?;
         }
         // Sum and count only (one +Inf bucket): the store keeps totals, not a distribution.
         let mut commits = descriptor(&mut enc, &STORE_COMMIT_DURATION)?;
@@ -882,6 +923,7 @@ mod tests {
             store_healthy: true,
             store_reopens: 0,
             records: Some(3),
+            pins: Some(1),
             commits: 1,
             commit_seconds: 0.01,
             config_reloads: [1, 0],

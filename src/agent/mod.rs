@@ -263,7 +263,8 @@ impl<R: AgentRuntime> Agent<R> {
 
     /// The OpenMetrics text exposition of every metric.
     pub fn render_metrics(&self) -> String {
-        self.metrics.render(&self.gc, &self.images, &self.store)
+        self.metrics
+            .render_at(&self.gc, &self.images, &self.store, self.clock.now())
     }
 
     /// The whole agent: binds the admin socket (a stale one of an earlier run removed
@@ -1007,6 +1008,42 @@ mod tests {
         fn publish(&self, event: NodeEvent) {
             lock_ignoring_poison(&self.0).push(event);
         }
+    }
+
+    /// `imagekeeper_image_pins` counts the operator pins in force at the agent's clock: an
+    /// expired one (not pruned yet) is left out.
+    #[tokio::test(start_paused = true)]
+    async fn the_pins_gauge_counts_the_pins_in_force() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let agent = agent_in(dir.path(), Recorder::new());
+        assert!(
+            agent
+                .render_metrics()
+                .contains("\nimagekeeper_image_pins 0\n"),
+            "no pins yet"
+        );
+        let now = agent.clock.now();
+        let mut batch = crate::store::Batch::new();
+        for (image, until) in [
+            ("forever:1", UnixNanos::NEVER),
+            ("later:1", UnixNanos(now.0 + 1_000_000_000)),
+            ("expired:1", UnixNanos(now.0 - 1)),
+        ] {
+            batch.put_pin(
+                PinKey::new(image, ""),
+                ImagePin {
+                    created_at: now,
+                    until,
+                    reason: String::new(),
+                },
+            );
+        }
+        agent.store.apply(&batch).expect("pins written");
+        let metrics = agent.render_metrics();
+        assert!(
+            metrics.contains("\nimagekeeper_image_pins 2\n"),
+            "{metrics}"
+        );
     }
 
     /// The agent's GC cycle tells its Node Events what it removed and why it failed.

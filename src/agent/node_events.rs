@@ -3,7 +3,8 @@
 //! the largest images, not one Event per image), GC failing to free enough (the kubelet's
 //! `FreeDiskSpaceFailed` / `InvalidDiskCapacity` / `ImageGCFailed` reasons and messages,
 //! pkg/kubelet/images/image_gc_manager.go and pkg/kubelet/kubelet.go), the record store
-//! turning unhealthy, and `imagekeeper doctor`'s conflicts found at start.
+//! turning unhealthy, warm set entries that do not fit, and `imagekeeper doctor`'s conflicts
+//! found at start.
 //!
 //! [`NodeEvents`] decides what to say and hands it to an [`EventSink`]; it imports nothing of
 //! Kubernetes. The sink that talks to the API server, [`KubeEventSink`] (feature `kube`, the
@@ -153,6 +154,27 @@ impl NodeEvents {
                 note: truncate(note),
             });
         }
+    }
+
+    /// A warm set entry the warm cycle leaves unpulled because it does not fit (pulling it
+    /// would take the image filesystem above the GC's low threshold, the byte budget's low
+    /// line or the inode threshold): one Warning, `WarmImageDoesNotFit`. The warm loop says
+    /// it once per entry until the entry fits (or leaves the set) again, as it logs it.
+    pub fn warm_does_not_fit(&self, image: &str, runtime_handler: &str, detail: &str) {
+        let Some(sink) = &self.sink else { return };
+        let handler = if runtime_handler.is_empty() {
+            String::new()
+        } else {
+            format!(" (runtime handler {runtime_handler})")
+        };
+        sink.publish(NodeEvent {
+            type_: NodeEventType::Warning,
+            reason: "WarmImageDoesNotFit",
+            action: "PullWarmImage",
+            note: truncate(format!(
+                "Warm image {image}{handler} is not pulled: {detail}"
+            )),
+        });
     }
 
     /// The store's health as a cycle found it: a Warning when it turns unhealthy.

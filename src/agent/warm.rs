@@ -212,7 +212,8 @@ impl<R: AgentRuntime> Agent<R> {
             .map_err(|e| format!("{}: {}", e.reason(), e.message()))
     }
 
-    /// Logs each entry that does not fit once, until it fits (or leaves the set) again.
+    /// Logs each entry that does not fit once, until it fits (or leaves the set) again, and
+    /// says it as a Node Event (`--events`) at the same time.
     fn report_does_not_fit(&self, plan: &WarmPlan) {
         let mut logged = lock_ignoring_poison(&self.warm_logged);
         let now: BTreeSet<(String, String)> = plan
@@ -237,6 +238,11 @@ impl<R: AgentRuntime> Agent<R> {
                     origin = status.entry.origin.as_str(),
                     detail = status.detail.as_str(),
                     "A warm image does not fit: it is not pulled while pulling it would take the image filesystem above the GC's low threshold"
+                );
+                self.node_events.warm_does_not_fit(
+                    &status.entry.image,
+                    &status.entry.runtime_handler,
+                    &status.detail,
                 );
             }
         }
@@ -496,6 +502,14 @@ mod tests {
         runtime: Registry,
         specs: &[WarmEntrySpec],
     ) -> Arc<Agent<Registry>> {
+        Arc::new(unshared_agent(dir, runtime, specs))
+    }
+
+    fn unshared_agent(
+        dir: &std::path::Path,
+        runtime: Registry,
+        specs: &[WarmEntrySpec],
+    ) -> Agent<Registry> {
         let flags = FlagValues {
             db: Some(dir.join("records.redb")),
             admin_socket: Some(dir.join("admin.sock")),
@@ -509,7 +523,7 @@ mod tests {
         config.gc.warm =
             WarmSet::new(resolve_specs(specs, |i| format!("warm[{i}]")).expect("specs"));
         let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(1_800_000_000)));
-        Arc::new(Agent::with_runtime(config, clock, runtime).expect("agent"))
+        Agent::with_runtime(config, clock, runtime).expect("agent")
     }
 
     fn states(plan: &WarmPlan) -> Vec<(String, WarmState)> {
@@ -613,6 +627,66 @@ mod tests {
                 .any(|p| p.contains("b:1")),
             "the entry that does not fit is never pulled"
         );
+    }
+
+    /// Node Events record what they are given.
+    #[derive(Debug, Default, Clone)]
+    struct RecordedEvents(Arc<Mutex<Vec<crate::agent::NodeEvent>>>);
+
+    impl crate::agent::EventSink for RecordedEvents {
+        fn publish(&self, event: crate::agent::NodeEvent) {
+            lock_ignoring_poison(&self.0).push(event);
+        }
+    }
+
+    /// With `--events`, a warm entry that does not fit is one `WarmImageDoesNotFit` Warning on
+    /// the node (naming the image and what is missing), not one per cycle; once it has fit and
+    /// stops fitting again, it is said again.
+    #[tokio::test(start_paused = true)]
+    async fn a_warm_image_that_does_not_fit_is_one_node_event_until_it_fits_again() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Registry {
+            registry: Arc::new(vec![registry_image(2, "b:1", 600)]),
+            ..Registry::default()
+        };
+        // 1000 bytes, 300 used, low threshold 80 %: 500 bytes of headroom for 600.
+        runtime.node.state().fs = Some((1000, 700));
+        let events = RecordedEvents::default();
+        let agent = Arc::new(
+            unshared_agent(dir.path(), runtime.clone(), &[spec("b:1", Some("600"))])
+                .with_node_events(crate::agent::NodeEvents::new(Box::new(events.clone()))),
+        );
+        for _ in 0..3 {
+            assert_eq!(agent.warm_cycle().await.count(WarmState::DoesNotFit), 1);
+        }
+        let said = lock_ignoring_poison(&events.0).clone();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert_eq!(said[0].type_, crate::agent::NodeEventType::Warning);
+        assert_eq!(said[0].reason, "WarmImageDoesNotFit");
+        assert_eq!(
+            said[0].note,
+            format!(
+                "Warm image b:1 is not pulled: needs {} and {} is free below the low threshold",
+                crate::format::format_size(600),
+                crate::format::format_size(500)
+            )
+        );
+
+        // Room made: it fits and is pulled; nothing said.
+        runtime.node.state().fs = Some((1000, 900));
+        assert_eq!(agent.warm_cycle().await.count(WarmState::Pulling), 1);
+        assert_eq!(lock_ignoring_poison(&events.0).len(), 1);
+
+        // Removed behind the agent's back on a fuller disk: it does not fit again, said again.
+        {
+            let mut state = runtime.node.state();
+            state.images.clear();
+            state.fs = Some((1000, 700));
+        }
+        assert_eq!(agent.warm_cycle().await.count(WarmState::DoesNotFit), 1);
+        let said = lock_ignoring_poison(&events.0).clone();
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert_eq!(said[1].reason, "WarmImageDoesNotFit");
     }
 
     /// restore: the image removed externally and used within the window is listed by the dry

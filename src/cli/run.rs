@@ -50,7 +50,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 30)]
     shutdown_grace_seconds: u64,
     /// Publish Kubernetes Events on this node's Node object (GC cycles that removed images,
-    /// GC failing to free enough, the record store unhealthy), with the pod's in-cluster
+    /// GC failing to free enough, the record store unhealthy, warm images that do not fit),
+    /// with the pod's in-cluster
     /// credentials; the node is named by NODE_NAME (the downward API's spec.nodeName). Needs a
     /// binary built with the `kube` feature (the container image is).
     #[arg(long)]

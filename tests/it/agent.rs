@@ -59,21 +59,7 @@ impl AgentProcess {
     /// Waits for the agent's exit (a blocking wait(2), no polling); a watchdog kills it after
     /// `deadline`, only against a hang, and the test then fails.
     async fn wait_exit(&mut self, deadline: Duration) -> std::process::ExitStatus {
-        let pid = self.agent.pid();
-        let (exited, exited_rx) = std::sync::mpsc::channel::<()>();
-        let watchdog = std::thread::spawn(move || {
-            if exited_rx.recv_timeout(deadline).is_err() {
-                // SAFETY: kill(2) on our own child, not reaped yet (wait below reaps it).
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                return true;
-            }
-            false
-        });
-        let status = tokio::task::block_in_place(|| self.agent.wait());
-        let _ = exited.send(());
-        let killed = watchdog.join().expect("watchdog");
-        assert!(!killed, "the agent did not exit within {deadline:?}");
-        status
+        tokio::task::block_in_place(|| self.agent.wait_within(deadline))
     }
 }
 

@@ -2,9 +2,10 @@
 //! `promtool check rules` and `promtool test rules` (the unit tests beside the rules), and a
 //! real Prometheus (Debian's, installed by scripts/tools) scraping a real agent process every
 //! second with the rules loaded: every query of every dashboard panel returns data through
-//! Prometheus' HTTP API (`$instance` as `.*`, `$__rate_interval` as `1m`), and two alerts fire
-//! for real conditions the agent is put in (GC that cannot free enough on a disk above the high
-//! threshold: `ImagekeeperGCFailing` and `ImagekeeperImageFsAboveHighThreshold`).
+//! Prometheus' HTTP API (`$instance` as `.*`, `$__rate_interval` as `1m`), and three alerts
+//! fire for real conditions the agent is put in (GC that cannot free enough on a disk above the
+//! high threshold: `ImagekeeperGCFailing` and `ImagekeeperImageFsAboveHighThreshold`; a warm set
+//! entry that does not fit under the low threshold: `ImagekeeperWarmImagesDoNotFit`).
 //!
 //! The agent runs against the in-process fake CRI runtime (this test is about what Prometheus
 //! sees, not about CRI), whose image filesystem is the host's temp dir, statvfs'd for real. In
@@ -33,6 +34,49 @@ fn the_rules_pass_promtool_check_and_their_unit_tests() {
     ) else {
         return;
     };
+    // Every alert the rules file must have, and each one pinned by a unit test in which it
+    // fires (promtool passes a test file that never names an alert).
+    let rules: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo("deploy/monitoring/imagekeeper-rules.yaml")).expect("rules"),
+    )
+    .expect("rules YAML");
+    let alerts: Vec<&str> = rules["groups"]
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().expect("rules"))
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    for want in [
+        "ImagekeeperGCFailing",
+        "ImagekeeperStoreUnhealthy",
+        "ImagekeeperImageFsAboveHighThreshold",
+        "ImagekeeperRepullRegretHigh",
+        "ImagekeeperWarmImagesDoNotFit",
+        "ImagekeeperAbsent",
+    ] {
+        assert!(alerts.contains(&want), "no alert {want} in {alerts:?}");
+    }
+    let tests: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo("deploy/monitoring/imagekeeper-rules_test.yaml"))
+            .expect("rule tests"),
+    )
+    .expect("rule tests YAML");
+    let fired: Vec<&str> = tests["tests"]
+        .as_sequence()
+        .expect("tests")
+        .iter()
+        .filter_map(|t| t["alert_rule_test"].as_sequence())
+        .flatten()
+        .filter(|t| t["exp_alerts"].as_sequence().is_some_and(|a| !a.is_empty()))
+        .filter_map(|t| t["alertname"].as_str())
+        .collect();
+    for alert in &alerts {
+        assert!(
+            fired.contains(alert),
+            "no unit test in imagekeeper-rules_test.yaml makes {alert} fire"
+        );
+    }
     for args in [
         ["check", "rules", "imagekeeper-rules.yaml"],
         ["test", "rules", "imagekeeper-rules_test.yaml"],
@@ -148,13 +192,15 @@ fn start_prometheus(prometheus: &Path, config: &Path, data: &Path) -> (Killed, S
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts() {
-    let test = "monitoring::a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts";
+async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts() {
+    let test = "monitoring::a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts";
     let Some(prometheus) = support::tool(test, "prometheus", "IMAGEKEEPER_PROMETHEUS") else {
         return;
     };
     // A node whose one image is in use by a running container, on a disk above the high
-    // threshold of 1 %: every GC cycle fails to free what it must.
+    // threshold of 1 %: every GC cycle fails to free what it must; and a warm set (a mounted
+    // ConfigMap's directory) whose one image is missing and cannot fit under the low threshold
+    // of 0 %: the warm cycle never pulls it.
     let fake = FakeRuntime::start().await.expect("fake runtime");
     fake.set_images(vec![RuntimeImage {
         id: ImageId::new("sha256:aaa"),
@@ -180,14 +226,38 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts() 
         },
     );
     fake.set_image_fs(fake.dir().display().to_string(), 1500);
+    scrape_and_check(
+        &prometheus,
+        &["--container-runtime-endpoint".to_owned(), fake.endpoint()],
+        "registry.example/b:1",
+        &[
+            "ImagekeeperGCFailing",
+            "ImagekeeperImageFsAboveHighThreshold",
+            "ImagekeeperWarmImagesDoNotFit",
+        ],
+    )
+    .await;
+}
+
+/// Runs the agent with `args` (and a GC every second above a high threshold of 1 % down to 0,
+/// a warm set whose one image cannot fit), pulls `pull` through it, starts Prometheus
+/// scraping it with the rules (each `for:` 0s), and asserts that every dashboard panel's query
+/// has data and that every alert of `expected` fires, and neither agent-down alert.
+async fn scrape_and_check(prometheus: &Path, args: &[String], pull: &str, expected: &[&str]) {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("records.redb");
     let socket = dir.path().join("admin.sock");
+    let warm_dir = dir.path().join("warm");
+    std::fs::create_dir(&warm_dir).expect("mkdir warm");
+    std::fs::write(
+        warm_dir.join("node.yaml"),
+        "warm:\n  - image: registry.example/model:1\n    size: 100Mi\n",
+    )
+    .expect("write the warm set");
     let mut agent = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .arg("run")
+        .args(args)
         .args([
-            "run",
-            "--container-runtime-endpoint",
-            &fake.endpoint(),
             "--db",
             db.to_str().expect("utf8"),
             "--admin-socket",
@@ -201,6 +271,8 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts() 
             "--image-gc-low-threshold",
             "0",
             "--minimum-image-ttl-duration=0s",
+            "--warm-set-dir",
+            warm_dir.to_str().expect("utf8"),
         ])
         .env_remove("IMAGEKEEPER_LOG")
         .stdout(Stdio::null())
@@ -213,7 +285,7 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts() 
     // A pull through the agent, so the pull histogram has a series.
     let out = support::bin::output(
         support::bin::imagekeeper()
-            .args(["pull", "registry.example/b:1", "--admin-socket"])
+            .args(["pull", pull, "--admin-socket"])
             .arg(&socket),
     );
     assert!(out.status.success(), "pull: {out:?}");
@@ -242,14 +314,37 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts() 
         ),
     )
     .expect("write config");
-    let (_prometheus, address) = start_prometheus(&prometheus, &config, &dir.path().join("data"));
+    let (_prometheus, address) = start_prometheus(prometheus, &config, &dir.path().join("data"));
 
     let dashboard: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(repo("deploy/monitoring/dashboard.json")).expect("dashboard"),
     )
     .expect("dashboard JSON");
     let panels = dashboard["panels"].as_array().expect("panels");
-    assert!(panels.len() >= 10, "{} panels", panels.len());
+    // What an operator watches per node (issue 27's overview), each in some panel's query.
+    let queries: Vec<&str> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().expect("targets"))
+        .map(|t| t["expr"].as_str().expect("expr"))
+        .collect();
+    for metric in [
+        "imagekeeper_image_fs_available_bytes",
+        "imagekeeper_image_gc_high_threshold_percent",
+        "imagekeeper_image_gc_low_threshold_percent",
+        "imagekeeper_image_gc_progress_freed_bytes",
+        "imagekeeper_image_garbage_collected_total",
+        "imagekeeper_image_repulls_after_eviction_total",
+        "imagekeeper_image_gc_duration_seconds_bucket",
+        "imagekeeper_warm_images",
+        "imagekeeper_image_pins",
+        "imagekeeper_image_fs_inodes",
+        "imagekeeper_store_healthy",
+    ] {
+        assert!(
+            queries.iter().any(|q| q.contains(metric)),
+            "no dashboard panel queries {metric}"
+        );
+    }
     for panel in panels {
         for target in panel["targets"].as_array().expect("targets") {
             let expr = target["expr"].as_str().expect("expr");
@@ -277,9 +372,9 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts() 
             assert!(!result.is_empty());
         }
     }
-    // Both alerts fire (polled: Prometheus evaluates every second, nothing announces it).
+    // The alerts fire (polled: Prometheus evaluates every second, nothing announces it).
     let firing = wait_for(
-        "ImagekeeperGCFailing and ImagekeeperImageFsAboveHighThreshold firing",
+        &format!("{expected:?} firing"),
         Duration::from_secs(90),
         || {
             let answer = prometheus_get(&address, "/api/v1/alerts");
@@ -290,11 +385,10 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts() 
                     .filter(|a| a["state"] == "firing")
                     .filter_map(|a| a["labels"]["alertname"].as_str().map(str::to_owned))
                     .collect();
-                (names.iter().any(|n| n == "ImagekeeperGCFailing")
-                    && names
-                        .iter()
-                        .any(|n| n == "ImagekeeperImageFsAboveHighThreshold"))
-                .then_some(names)
+                expected
+                    .iter()
+                    .all(|want| names.iter().any(|n| n == want))
+                    .then_some(names)
             }
         },
     )
@@ -307,4 +401,94 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_two_alerts() 
         "{firing:?}"
     );
     drop(agent);
+}
+
+/// The same against the lab's real containerd (named `monitoring::lab::...`, one at a time with
+/// the other lab tests): its image filesystem (a 2 GiB tmpfs) taken above the high threshold
+/// of 1 % by a 64 MiB file beside containerd's root, every lab image kept by the config's
+/// `pinnedImages = ["<lab registry>/imagekeeper-lab/*"]`, so GC cannot free enough (FreeDiskSpaceFailed); a lab image removed
+/// and pulled back through the agent from the lab registry.
+mod lab {
+    use super::*;
+    use imagekeeper::cri::ImageRuntime;
+
+    /// Removes the filler file and the pulled image when dropped.
+    struct Cleanup {
+        filler: PathBuf,
+        endpoint: String,
+        image: String,
+    }
+
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.filler);
+            let (endpoint, image) = (self.endpoint.clone(), self.image.clone());
+            let cleanup = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a current-thread runtime can be built");
+                runtime.block_on(async {
+                    let client =
+                        imagekeeper::cri::CriClient::connect(support::lab_config(&endpoint))
+                            .await
+                            .expect("valid endpoint");
+                    if let Err(err) = client.remove_image(&image, "").await {
+                        eprintln!("cleanup: RemoveImage {image}: {err}");
+                    }
+                });
+            });
+            let _ = cleanup.join();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_real_prometheus_scraping_an_agent_on_the_lab_containerd_answers_every_panel_and_fires_three_alerts()
+     {
+        let test = "monitoring::lab::a_real_prometheus_scraping_an_agent_on_the_lab_containerd_answers_every_panel_and_fires_three_alerts";
+        let Some(lab) = support::lab(test).await else {
+            return;
+        };
+        let Some(prometheus) = support::tool(test, "prometheus", "IMAGEKEEPER_PROMETHEUS") else {
+            return;
+        };
+        let root = lab
+            .imagefs_root
+            .clone()
+            .expect("lab.env names CRI_LAB_IMAGEFS_ROOT (scripts/cri-lab up again)");
+        let image = lab.image("data:1mb").reference.clone();
+        let _cleanup = Cleanup {
+            filler: root.join("monitoring-filler"),
+            endpoint: lab.endpoint.clone(),
+            image: image.clone(),
+        };
+        std::fs::write(root.join("monitoring-filler"), vec![0x5a_u8; 64 << 20]).expect("filler");
+        lab.remove_image(&image).await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("imagekeeper.toml");
+        std::fs::write(
+            &config,
+            format!("pinnedImages = [\"{}/*\"]\n", lab.image_prefix),
+        )
+        .expect("write config");
+        scrape_and_check(
+            &prometheus,
+            &[
+                "--container-runtime-endpoint".to_owned(),
+                lab.endpoint.clone(),
+                "--config".to_owned(),
+                config.display().to_string(),
+                "--pod-infra-container-image".to_owned(),
+                lab.sandbox_image.clone(),
+                "--kubelet-root-dir=".to_owned(),
+            ],
+            &image,
+            &[
+                "ImagekeeperGCFailing",
+                "ImagekeeperImageFsAboveHighThreshold",
+                "ImagekeeperWarmImagesDoNotFit",
+            ],
+        )
+        .await;
+    }
 }

@@ -283,3 +283,93 @@ fn a_bad_kubelet_config_for_the_doctor_events_exits_2_before_anything_is_created
         crate::support::bin::run(&["run", "--kubelet-config", kubelet.to_str().expect("utf8")]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// `run --events` with NODE_NAME but no in-cluster credentials (no KUBERNETES_SERVICE_HOST, no
+/// service account token: not in a pod) logs "Node Events are off" once, with why, and runs
+/// without them: ready, a pull through the admin socket and a GC cycle served, SIGTERM ends it
+/// with 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_without_in_cluster_credentials_log_once_and_the_agent_runs_without_them() {
+    use crate::support::agent::{image, next_notify};
+    use std::io::BufRead;
+
+    let fake = imagekeeper::cri::FakeRuntime::start()
+        .await
+        .expect("fake runtime");
+    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    fake.add_pullable(
+        "registry.example/b:1",
+        image("sha256:bbb", "registry.example/b:1", 500),
+    );
+    fake.set_image_fs(fake.dir().display().to_string(), 1500);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("admin.sock");
+    let notify_path = dir.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("bind notify");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        .args([
+            "run",
+            "--events",
+            "--container-runtime-endpoint",
+            &fake.endpoint(),
+        ])
+        .arg("--db")
+        .arg(dir.path().join("records.redb"))
+        .arg("--admin-socket")
+        .arg(&socket)
+        // No space pass (the fake's image filesystem is the host's temp dir); a GC cycle
+        // every second still runs and ends (the cycles Events would report).
+        .args(["--image-gc-high-threshold", "100", "--gc-period", "1s"])
+        .env("NODE_NAME", "node-a")
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env_remove("IMAGEKEEPER_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn agent");
+    let stderr = child.stderr.take().expect("piped");
+    let log = std::thread::spawn(move || {
+        std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    let agent = crate::support::agent::AgentChild { child };
+    let first = tokio::task::block_in_place(|| next_notify(&notify));
+    assert!(first.starts_with("READY=1"), "{first}");
+    let out = crate::support::bin::output(
+        crate::support::bin::imagekeeper()
+            .args(["pull", "registry.example/b:1", "--admin-socket"])
+            .arg(&socket),
+    );
+    assert!(out.status.success(), "pull: {out:?}");
+    // A GC cycle through the agent (its dry run answers from the running agent).
+    let out = crate::support::bin::output(
+        crate::support::bin::imagekeeper()
+            .args(["gc", "--dry-run", "--admin-socket"])
+            .arg(&socket),
+    );
+    assert!(out.status.success(), "gc --dry-run: {out:?}");
+    agent.signal(libc::SIGTERM);
+    let mut agent = agent;
+    let status = tokio::task::block_in_place(|| agent.wait_within(Duration::from_secs(30)));
+    assert_eq!(status.code(), Some(0));
+    let log = log.join().expect("the stderr reader");
+    let off: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("Node Events are off"))
+        .collect();
+    assert_eq!(off.len(), 1, "{log:#?}");
+    assert!(
+        off[0].contains("no in-cluster Kubernetes credentials") && off[0].contains("node-a"),
+        "{}",
+        off[0]
+    );
+    assert!(
+        !log.iter()
+            .any(|l| l.contains("Cannot publish a Node Event")),
+        "{log:#?}"
+    );
+}

@@ -187,3 +187,34 @@ fn each_doctor_conflict_at_start_is_one_warning_with_its_fix() {
     );
     NodeEvents::off().doctor_conflicts(&[finding("x", Status::Conflict, Some("y"))]);
 }
+
+#[test]
+fn a_warm_image_that_does_not_fit_is_a_warning_naming_it_and_its_handler() {
+    let recorded = Recorded::default();
+    let events = NodeEvents::new(Box::new(recorded.clone()));
+    events.warm_does_not_fit("registry.example/model:1", "nvidia", "needs 21 GiB");
+    events.warm_does_not_fit("registry.example/small:1", "", &"x".repeat(2000));
+    let said = recorded.take();
+    assert_eq!(
+        said[0],
+        NodeEvent {
+            type_: NodeEventType::Warning,
+            reason: "WarmImageDoesNotFit",
+            action: "PullWarmImage",
+            note: "Warm image registry.example/model:1 (runtime handler nvidia) is not pulled: \
+                   needs 21 GiB"
+                .to_owned(),
+        }
+    );
+    assert!(
+        said[1]
+            .note
+            .starts_with("Warm image registry.example/small:1 is not pulled: x")
+    );
+    assert!(
+        said[1].note.len() <= MAX_NOTE_BYTES,
+        "{}",
+        said[1].note.len()
+    );
+    NodeEvents::off().warm_does_not_fit("a", "", "b");
+}

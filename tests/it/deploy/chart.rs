@@ -5,7 +5,12 @@
 //! below (there is no API server here, and kubectl's client-side dry run needs one to map
 //! kinds, so the objects are checked field by field: kinds, names, the recommended labels, the
 //! selector, mounts against volumes, the runtime socket and image filesystem mounted where the
-//! arguments say, the PrometheusRule equal to the rules file, the dashboard equal to its JSON).
+//! arguments say, the warm set's ConfigMap mounted where `--warm-set-dir` says, the
+//! PrometheusRule equal to the rules file, the dashboard equal to its JSON). Every object of a
+//! Kubernetes kind is also checked against its schema: decoded into its k8s-openapi type (the
+//! API's own Go types, generated) and encoded back, a field the type does not know (misspelt,
+//! misplaced) or of the wrong shape is named; the Prometheus Operator's kinds have no such types
+//! here and get the field checks alone.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +27,8 @@ const PRESETS: [&str; 4] = ["containerd", "k3s", "rke2", "crio"];
 /// Every optional object of the chart switched on.
 const ALL_OBJECTS: &str = "podMonitor.enabled=true,serviceMonitor.enabled=true,\
                            prometheusRule.enabled=true,grafanaDashboard.enabled=true,\
-                           events.enabled=true,events.kubeletConfig=/var/lib/kubelet/config.yaml";
+                           events.enabled=true,events.kubeletConfig=/var/lib/kubelet/config.yaml,\
+                           warmSet.configMap=node-warm-set";
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -117,6 +123,61 @@ fn an_unknown_runtime_preset_is_refused_naming_the_presets() {
         error.contains("runtime \"docker\" is not one of the presets: containerd, crio, k3s, rke2"),
         "{error}"
     );
+}
+
+/// `image.repository`, `image.tag` and `image.digest`: the tag defaults to the chart's
+/// appVersion, and a digest wins over the tag; `image.pullPolicy` is left out unless set.
+#[test]
+fn the_image_is_the_repository_with_the_tag_or_the_digest() {
+    let Some(helm_path) = support::tool(
+        "deploy::chart::the_image_is_the_repository_with_the_tag_or_the_digest",
+        "helm",
+        "IMAGEKEEPER_HELM",
+    ) else {
+        return;
+    };
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let app_version = std::fs::read_to_string(repo(&format!("{CHART}/Chart.yaml")))
+        .expect("Chart.yaml")
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion: "))
+        .expect("appVersion")
+        .trim_matches('"')
+        .to_owned();
+    let cases = [
+        (
+            vec!["image.repository=reg.example/ik".to_owned()],
+            format!("reg.example/ik:{app_version}"),
+            None,
+        ),
+        (
+            vec![
+                "image.repository=reg.example/ik,image.tag=1.2.3,image.pullPolicy=Always"
+                    .to_owned(),
+            ],
+            "reg.example/ik:1.2.3".to_owned(),
+            Some("Always"),
+        ),
+        (
+            vec![format!(
+                "image.repository=reg.example/ik,image.tag=1.2.3,image.digest={digest}"
+            )],
+            format!("reg.example/ik@{digest}"),
+            None,
+        ),
+    ];
+    for (set, want, policy) in cases {
+        let set: Vec<&str> = set.iter().map(String::as_str).collect();
+        let text =
+            render(&helm_path, &set).unwrap_or_else(|e| panic!("helm template {set:?}: {e}"));
+        let daemon_set = serde_yaml_ng::Deserializer::from_str(&text)
+            .map(|d| Value::deserialize(d).expect("YAML"))
+            .find(|v| v["kind"].as_str() == Some("DaemonSet"))
+            .expect("a DaemonSet");
+        let container = &daemon_set["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"].as_str(), Some(want.as_str()), "{set:?}");
+        assert_eq!(container["imagePullPolicy"].as_str(), policy, "{set:?}");
+    }
 }
 
 /// The runtime preset's paths, as values.yaml gives them.
@@ -234,6 +295,27 @@ fn the_object_checks_refuse_a_broken_render() {
             "--kubelet-config=/var/lib/kubelet/config.yaml is not mounted",
         ),
         ("\"patch\"", "\"patch\", \"delete\"", "grants more or less"),
+        (
+            "            - name: warm-set\n              mountPath: /etc/imagekeeper-warm-set\n",
+            "            - name: warm-set\n              mountPath: /etc/warm\n",
+            "--warm-set-dir=/etc/imagekeeper-warm-set is not a ConfigMap volume's mount",
+        ),
+        (
+            "readOnlyRootFilesystem: true",
+            "readOnlyRootFileSystem: true",
+            "spec.template.spec.containers[0].securityContext.readOnlyRootFileSystem",
+        ),
+        ("clusterIP: None", "clusterIp: None", "spec.clusterIp"),
+        (
+            "      hostNetwork: true\n",
+            "      hostNetwork: \"yes\"\n",
+            "DaemonSet imagekeeper: does not decode as apps/v1 DaemonSet",
+        ),
+        (
+            "roleRef:\n  apiGroup: rbac.authorization.k8s.io\n",
+            "roleRef:\n  apiGroups: rbac.authorization.k8s.io\n",
+            "ClusterRoleBinding imagekeeper-events:",
+        ),
     ];
     for (from, to, want) in cases {
         assert!(text.contains(from), "the render has {from:?}");
@@ -280,6 +362,7 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
                 return Err(format!("{kind} {name} lacks the label {label}"));
             }
         }
+        check_schema(kind, name, &value)?;
         match kind {
             "DaemonSet" => check_daemon_set(&value, preset)?,
             "ClusterRole" => {
@@ -402,6 +485,24 @@ fn check_daemon_set(ds: &Value, preset: &Preset) -> Result<(), String> {
             "--kubelet-config={file} is not mounted read-only at its path"
         ));
     }
+    if let Some(dir) = args.iter().find_map(|a| a.strip_prefix("--warm-set-dir=")) {
+        let from_config_map = container["volumeMounts"]
+            .as_sequence()
+            .ok_or("no mounts")?
+            .iter()
+            .any(|m| {
+                m["mountPath"].as_str() == Some(dir)
+                    && m["name"]
+                        .as_str()
+                        .and_then(|v| volumes.get(v))
+                        .is_some_and(|v| v["configMap"]["name"].as_str().is_some())
+            });
+        if !from_config_map {
+            return Err(format!(
+                "--warm-set-dir={dir} is not a ConfigMap volume's mount"
+            ));
+        }
+    }
     let want_sandbox = format!("--pod-infra-container-image={}", preset.sandbox_image);
     if !args.contains(&want_sandbox.as_str()) {
         return Err(format!("no {want_sandbox} in {args:?}"));
@@ -445,6 +546,67 @@ fn check_daemon_set(ds: &Value, preset: &Preset) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// An object of a Kubernetes kind against its schema: decoded into its k8s-openapi type and
+/// encoded back, the first field that does not come back (unknown to the type: misspelt or
+/// misplaced) is named by its path; a field of the wrong shape fails the decoding.
+fn check_schema(kind: &str, name: &str, value: &Value) -> Result<(), String> {
+    use k8s_openapi::api::{apps::v1 as apps, core::v1 as core, rbac::v1 as rbac};
+    fn round_trip<T>(json: &serde_json::Value) -> Result<serde_json::Value, String>
+    where
+        T: serde::de::DeserializeOwned + serde::Serialize,
+    {
+        let typed: T = serde_json::from_value(json.clone()).map_err(|e| e.to_string())?;
+        serde_json::to_value(&typed).map_err(|e| e.to_string())
+    }
+    let json = serde_json::to_value(value).map_err(|e| format!("{kind} {name}: {e}"))?;
+    let back = match kind {
+        "ConfigMap" => round_trip::<core::ConfigMap>(&json),
+        "Service" => round_trip::<core::Service>(&json),
+        "ServiceAccount" => round_trip::<core::ServiceAccount>(&json),
+        "DaemonSet" => round_trip::<apps::DaemonSet>(&json),
+        "ClusterRole" => round_trip::<rbac::ClusterRole>(&json),
+        "ClusterRoleBinding" => round_trip::<rbac::ClusterRoleBinding>(&json),
+        // The Prometheus Operator's kinds: no types here.
+        _ => return Ok(()),
+    }
+    .map_err(|e| {
+        format!(
+            "{kind} {name}: does not decode as {} {kind}: {e}",
+            str_at(value, &["apiVersion"]).unwrap_or("?")
+        )
+    })?;
+    match first_lost(&json, &back, "") {
+        None => Ok(()),
+        Some(path) => Err(format!(
+            "{kind} {name}: {path} is not a field of the {kind} schema (or not of its shape)"
+        )),
+    }
+}
+
+/// The path of the first field of `given` that `back` lacks or holds differently.
+fn first_lost(given: &serde_json::Value, back: &serde_json::Value, path: &str) -> Option<String> {
+    use serde_json::Value as J;
+    match (given, back) {
+        (J::Object(g), J::Object(b)) => g.iter().find_map(|(key, value)| {
+            let at = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            match b.get(key) {
+                Some(kept) => first_lost(value, kept, &at),
+                None => Some(at),
+            }
+        }),
+        (J::Array(g), J::Array(b)) if g.len() == b.len() => g
+            .iter()
+            .zip(b)
+            .enumerate()
+            .find_map(|(i, (g, b))| first_lost(g, b, &format!("{path}[{i}]"))),
+        (g, b) => (g != b).then(|| path.to_owned()),
+    }
 }
 
 fn str_at<'a>(value: &'a Value, path: &[&str]) -> Result<&'a str, String> {

@@ -98,6 +98,26 @@ impl AgentChild {
     pub fn wait(&mut self) -> ExitStatus {
         self.child.wait().expect("wait")
     }
+
+    /// Waits for the agent's exit (a blocking wait(2), no polling); a watchdog kills it after
+    /// `deadline`, only against a hang, and the test then fails.
+    pub fn wait_within(&mut self, deadline: Duration) -> ExitStatus {
+        let pid = self.pid();
+        let (exited, exited_rx) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if exited_rx.recv_timeout(deadline).is_err() {
+                // SAFETY: kill(2) on our own child, not reaped yet (wait below reaps it).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return true;
+            }
+            false
+        });
+        let status = self.wait();
+        let _ = exited.send(());
+        let killed = watchdog.join().expect("watchdog");
+        assert!(!killed, "the agent did not exit within {deadline:?}");
+        status
+    }
 }
 
 /// The next datagram on the service manager's side of `NOTIFY_SOCKET` (a deadline only
