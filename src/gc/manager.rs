@@ -529,7 +529,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             }
         });
         let mut plan = plan_detect(records, &listed, &input)?;
-        let names = self.store.names_that_differ(listed.as_listed())?;
+        let names = self.store.names_that_differ_in_key_order(listed.iter())?;
         plan_names(&mut plan, names);
         // Pins expired for longer than the journal's max age go in the detect's transaction
         // (`migrations/0004_pins.md`).
