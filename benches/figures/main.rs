@@ -78,18 +78,23 @@ fn main() {
         return;
     }
     let out_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    let work = out_dir.join("tmp");
+    // One work dir per group, so two groups (`--node` beside `--detect`) can run at once.
+    let only = std::env::var("IMAGEKEEPER_BENCH_ONLY").ok();
+    let work = out_dir.join(match &only {
+        Some(group) => format!("tmp-{group}"),
+        None => "tmp".to_owned(),
+    });
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).expect("create target/bench/tmp");
     let timing = timing(&out_dir);
     let mut figures = Figures::default();
-    match std::env::var("IMAGEKEEPER_BENCH_ONLY").as_deref() {
-        Ok("bytes") => bytes_only(&work, &mut figures),
-        Ok("detect") => detect_only(&work, &timing, &mut figures),
-        Ok("rss") => rss_figures(&work, &synth_node(100_000, SEED), &mut figures),
-        Ok("node") => node_figures(&work, &timing, &mut figures),
+    match only.as_deref() {
+        Some("bytes") => bytes_only(&work, &mut figures),
+        Some("detect") => detect_only(&work, &timing, &mut figures),
+        Some("rss") => rss_figures(&work, &synth_node(100_000, SEED), &mut figures),
+        Some("node") => node_figures(&work, &timing, &mut figures),
         // `scripts/bench --commit`: the store's commit figures only (`store_figures`).
-        Ok("commit") => {}
+        Some("commit") => {}
         _ => all_figures(&work, &timing, &mut figures),
     }
     figures.write(&out_dir);
@@ -247,7 +252,7 @@ fn node_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
     drop(agents);
     for (name, cost) in ["2k", "idle"].into_iter().zip(costs) {
         println!(
-            "node {name}: `imagekeeper run` with the default periods (detect 5m, GC 5m, image cache 30s) against the fake runtime in its own process, {} images, {} containers, measured over {:.0} s of wall time after a 20 s start-up; RSS peak (VmHWM) {:.1} MiB",
+            "node {name}: `imagekeeper run` with the default periods (detect 5m, GC 5m, image cache 30s) against the fake runtime in its own process (image filesystem: /dev/shm, below the GC threshold), {} images, {} containers, measured over {:.0} s of wall time after a 20 s start-up; RSS peak (VmHWM) {:.1} MiB",
             cost.images,
             cost.containers,
             cost.window.as_secs_f64(),

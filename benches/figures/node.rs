@@ -38,10 +38,15 @@ pub struct NodeAgent {
 impl NodeAgent {
     /// Starts the runtime and `imagekeeper run` with the default periods on it.
     pub fn start(name: &str, n: usize, work: &Path) -> NodeAgent {
-        let runtime = RuntimeProcess::start(n);
-        let db = work.join(format!("node-{name}.redb"));
-        let admin = work.join(format!("node-{name}.sock"));
-        let log = File::create(work.join(format!("node-{name}.log"))).expect("agent log");
+        // An ordinary node is below the GC threshold: the image filesystem reported is a
+        // tmpfs (/dev/shm, next to empty), not this disk, which may be past 85 %.
+        let runtime = RuntimeProcess::start_on(n, Some(Path::new("/dev/shm")));
+        // One directory per agent: the store locks its database's directory.
+        let dir = work.join(format!("node-{name}"));
+        fs::create_dir_all(&dir).expect("the agent's dir");
+        let db = dir.join("records.redb");
+        let admin = dir.join("admin.sock");
+        let log = File::create(dir.join("agent.log")).expect("agent log");
         let agent = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
             .arg("run")
             .arg("--db")

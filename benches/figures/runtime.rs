@@ -14,6 +14,8 @@ use crate::synth::{SEED, synth_lists};
 
 /// The environment variable that makes this bench binary the runtime child.
 pub const RUNTIME_ENV: &str = "IMAGEKEEPER_BENCH_RUNTIME";
+/// The image filesystem's mountpoint the runtime child reports, when set.
+const RUNTIME_FS_ENV: &str = "IMAGEKEEPER_BENCH_RUNTIME_FS";
 
 /// A fake runtime in its own process, serving the synthetic node of `n` images.
 pub struct RuntimeProcess {
@@ -29,8 +31,18 @@ pub struct RuntimeProcess {
 impl RuntimeProcess {
     /// Starts the runtime child for `synth_lists(n, SEED)` and waits until it serves.
     pub fn start(n: usize) -> RuntimeProcess {
+        RuntimeProcess::start_on(n, None)
+    }
+
+    /// As [`RuntimeProcess::start`], with ImageFsInfo reporting `image_fs` as the image
+    /// filesystem's mountpoint (by default the fake's own temp dir).
+    pub fn start_on(n: usize, image_fs: Option<&Path>) -> RuntimeProcess {
         let exe = std::env::current_exe().expect("current exe");
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        if let Some(fs) = image_fs {
+            command.env(RUNTIME_FS_ENV, fs);
+        }
+        let mut child = command
             .env(RUNTIME_ENV, n.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -71,7 +83,7 @@ impl Drop for RuntimeProcess {
 }
 
 /// The child: serves `synth_lists(n, SEED)` (the image filesystem: the fake's own temp dir,
-/// a real directory), prints `<socket> <response bytes> <containers>` and serves until its
+/// a real directory, or `IMAGEKEEPER_BENCH_RUNTIME_FS`), prints `<socket> <response bytes> <containers>` and serves until its
 /// stdin closes.
 pub fn runtime_child(n: &str) {
     let n: usize = n.parse().expect("n");
@@ -86,8 +98,9 @@ pub fn runtime_child(n: &str) {
         let count = containers.len();
         fake.set_images(images);
         fake.set_containers(containers);
-        let dir: &Path = fake.dir();
-        fake.set_image_fs(dir.display().to_string(), 0);
+        let mountpoint =
+            std::env::var(RUNTIME_FS_ENV).unwrap_or_else(|_| fake.dir().display().to_string());
+        fake.set_image_fs(mountpoint, 0);
         println!(
             "{} {} {count}",
             fake.socket_path().display(),

@@ -482,13 +482,29 @@ impl Store {
         &self,
         images: impl IntoIterator<Item = &'a crate::model::RuntimeImage>,
     ) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
+        let mut out = Vec::new();
+        self.for_names_that_differ_in_key_order(images, |key, names| out.push((key, names)))?;
+        Ok(out)
+    }
+
+    /// [`Store::names_that_differ_in_key_order`] handing each difference to `differs` as it
+    /// is found, in key order (detect puts them straight into its batch: a first detect at
+    /// 100k holds no list of 100k differences beside the batch). Returns how many differ. A
+    /// walk retried after a reopen (`guarded`) may hand a difference twice, the same key with
+    /// the same names: a batch keeps the last.
+    pub fn for_names_that_differ_in_key_order<'a>(
+        &self,
+        images: impl IntoIterator<Item = &'a crate::model::RuntimeImage>,
+        differs: impl FnMut(RecordKey, ImageNames),
+    ) -> Result<usize, StoreError> {
         let images: Vec<&crate::model::RuntimeImage> = images.into_iter().collect();
+        let differs = std::cell::RefCell::new(differs);
         self.guarded(|| {
             let txn = self.begin_read()?;
             let table = self.open_read_table(&txn, NAMES)?;
             let mut stored = table.iter().map_err(|e| self.redb_err(e))?;
             let mut current: Option<(RecordKey, redb::AccessGuard<'_, Stored<ImageNames>>)> = None;
-            let mut out = Vec::new();
+            let mut count = 0;
             let mut previous: Option<(&str, &str)> = None;
             for image in images.iter().copied() {
                 let want = (image.id.as_str(), image.runtime_handler.as_str());
@@ -533,10 +549,11 @@ impl Store {
                     None => image.repo_tags.is_empty() && image.repo_digests.is_empty(),
                 };
                 if !same {
-                    out.push((image.record_key(), ImageNames::of(image)));
+                    (differs.borrow_mut())(image.record_key(), ImageNames::of(image));
+                    count += 1;
                 }
             }
-            Ok(out)
+            Ok(count)
         })
     }
 
