@@ -22,14 +22,18 @@
 //! `IMAGEKEEPER_BENCH_ONLY=bytes` measures only the file-size figures on the 100k node
 //! (`scripts/bench --bytes`), `IMAGEKEEPER_BENCH_ONLY=detect` only the detect figures at every
 //! n (`scripts/bench --detect`), `IMAGEKEEPER_BENCH_ONLY=rss` only the peak RSS figures
-//! (`scripts/bench --rss`).
+//! (`scripts/bench --rss`), `IMAGEKEEPER_BENCH_ONLY=node` only what an ordinary node pays
+//! (`scripts/bench --node`; `IMAGEKEEPER_BENCH_NODE_SECS` sets its window, 300 s by
+//! default, 60 s with `--quick`).
 
 mod bytes;
 mod detect;
 mod lab;
+mod node;
 mod plan;
 mod report;
 mod rss;
+mod runtime;
 mod synth;
 
 use std::fs;
@@ -61,6 +65,10 @@ fn main() {
         rss::agent_child(&arg);
         return;
     }
+    if let Ok(n) = std::env::var(runtime::RUNTIME_ENV) {
+        runtime::runtime_child(&n);
+        return;
+    }
     // `cargo bench` passes --bench. Under `cargo test --all-targets` or nextest (which lists
     // with --list) this binary has no tests: the figures take minutes and need a release build.
     if !std::env::args().any(|a| a == "--bench") {
@@ -70,15 +78,23 @@ fn main() {
         return;
     }
     let out_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    let work = out_dir.join("tmp");
+    // One work dir per group, so two groups (`--node` beside `--detect`) can run at once.
+    let only = std::env::var("IMAGEKEEPER_BENCH_ONLY").ok();
+    let work = out_dir.join(match &only {
+        Some(group) => format!("tmp-{group}"),
+        None => "tmp".to_owned(),
+    });
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).expect("create target/bench/tmp");
     let timing = timing(&out_dir);
     let mut figures = Figures::default();
-    match std::env::var("IMAGEKEEPER_BENCH_ONLY").as_deref() {
-        Ok("bytes") => bytes_only(&work, &mut figures),
-        Ok("detect") => detect_only(&work, &timing, &mut figures),
-        Ok("rss") => rss_figures(&work, &synth_node(100_000, SEED), &mut figures),
+    match only.as_deref() {
+        Some("bytes") => bytes_only(&work, &mut figures),
+        Some("detect") => detect_only(&work, &timing, &mut figures),
+        Some("rss") => rss_figures(&work, &synth_node(100_000, SEED), &mut figures),
+        Some("node") => node_figures(&work, &timing, &mut figures),
+        // `scripts/bench --commit`: the store's commit figures only (`store_figures`).
+        Some("commit") => {}
         _ => all_figures(&work, &timing, &mut figures),
     }
     figures.write(&out_dir);
@@ -144,6 +160,8 @@ fn all_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
     drop(node10k);
 
     rss_figures(work, &node100k, figures);
+    drop(node100k);
+    node_figures(work, timing, figures);
 
     match std::env::var_os("IMAGEKEEPER_LAB_ENV") {
         Some(env) if Path::new(&env).is_file() => lab::e2e_gc_lab(Path::new(&env), work, figures),
@@ -151,16 +169,31 @@ fn all_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
     }
 }
 
-/// The peak RSS figures: an agent restarting at 10k and 100k images (and its floor), and
+/// The peak RSS figures: an agent restarting at 10k and 100k images (and its floors), and
 /// `imagekeeper replay` of the 100k node's trace. `scripts/bench --rss` runs these alone.
+///
+/// The agent is measured alone: the fake runtime serves the node from a process of its own
+/// on a unix socket, and the agent child talks to it through the real tonic client.
 fn rss_figures(work: &Path, node100k: &synth::Node, figures: &mut Figures) {
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     for (n, target) in [(10_000, 24.0), (100_000, 48.0)] {
         let k = n / 1000;
+        let runtime = runtime::RuntimeProcess::start(n);
+        println!(
+            "agent at {k}k: the fake runtime in its own process on a unix socket ({} images, {} containers), the agent child through the real tonic client; ListImagesResponse {} bytes ({:.1} MiB)",
+            n,
+            runtime.containers,
+            runtime.response_bytes,
+            mib(runtime.response_bytes)
+        );
         let db = work.join(format!("agent-{n}.redb"));
-        let (first_mib, removed) = rss::agent_peak_rss(n, &db, "first", work);
+        let (first_mib, removed) = rss::agent_peak_rss(n, &db, "first", work, &runtime);
         println!("agent at {k}k, first detect (empty db) + GC: removed {removed} images");
         let one_txn_bytes = fs::metadata(&db).expect("stat").len();
-        let (steady_mib, removed) = rss::agent_peak_rss(n, &db, "steady", work);
+        // The runtime's state is what the first GC left: a fresh runtime for the restart.
+        drop(runtime);
+        let runtime = runtime::RuntimeProcess::start(n);
+        let (steady_mib, removed) = rss::agent_peak_rss(n, &db, "steady", work, &runtime);
         println!("agent at {k}k, restart on the {k}k db, detect + GC: removed {removed} images");
         figures.target(
             &format!("agent_peak_rss_{k}k_mib"),
@@ -170,12 +203,21 @@ fn rss_figures(work: &Path, node100k: &synth::Node, figures: &mut Figures) {
             target,
         );
         figures.add(
+            &format!("agent_peak_rss_{k}k_response_mib"),
+            mib(runtime.response_bytes),
+            "MiB",
+        );
+        figures.add(
             &format!("agent_peak_rss_{k}k_first_detect_mib"),
             first_mib,
             "MiB",
         );
-        let (floor_mib, _) = rss::agent_peak_rss(n, &db, "floor", work);
-        figures.add(&format!("agent_peak_rss_{k}k_floor_mib"), floor_mib, "MiB");
+        let (floor_mib, _) = rss::agent_peak_rss(n, &db, "floor", work, &runtime);
+        figures.add(
+            &format!("agent_peak_rss_{k}k_client_list_mib"),
+            floor_mib,
+            "MiB",
+        );
         figures.add(
             &format!("db_bytes_per_record_{k}k_one_txn"),
             one_txn_bytes as f64 / n as f64,
@@ -186,4 +228,54 @@ fn rss_figures(work: &Path, node100k: &synth::Node, figures: &mut Figures) {
     let (rss_mib, removed) = rss::replay_peak_rss(work, node100k);
     println!("replay at 100k: removed {removed} images");
     figures.target("replay_peak_rss_100k_mib", rss_mib, "MiB", "<=", 64.0);
+}
+
+/// What an ordinary node pays: the real agent (`imagekeeper run`, default periods: detect
+/// 5m, GC 5m, image cache 30s) on a node of 2,000 images and on an idle node of 50, each
+/// against the fake runtime in its own process, measured side by side over one window of
+/// wall time after a 20 s start-up (its first detect). `scripts/bench --node` runs these
+/// alone.
+fn node_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
+    let window = std::env::var("IMAGEKEEPER_BENCH_NODE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if timing.quick { 60 } else { 300 });
+    let agents = [
+        node::NodeAgent::start("2k", 2_000, work),
+        node::NodeAgent::start("idle", 50, work),
+    ];
+    let costs = node::measure(
+        &agents,
+        Duration::from_secs(20),
+        Duration::from_secs(window),
+    );
+    drop(agents);
+    for (name, cost) in ["2k", "idle"].into_iter().zip(costs) {
+        println!(
+            "node {name}: `imagekeeper run` with the default periods (detect 5m, GC 5m, image cache 30s) against the fake runtime in its own process (image filesystem: /dev/shm, below the GC threshold), {} images, {} containers, measured over {:.0} s of wall time after a 20 s start-up; RSS peak (VmHWM) {:.1} MiB",
+            cost.images,
+            cost.containers,
+            cost.window.as_secs_f64(),
+            cost.hwm_mib
+        );
+        figures.target(
+            &format!("agent_cpu_seconds_per_hour_{name}"),
+            cost.cpu_seconds_per_hour,
+            "s",
+            "<=",
+            2.0,
+        );
+        figures.target(
+            &format!("agent_rss_steady_{name}_mib"),
+            cost.rss_mib,
+            "MiB",
+            "<=",
+            16.0,
+        );
+        figures.add(
+            &format!("agent_wakeups_per_minute_{name}"),
+            cost.wakeups_per_minute,
+            "",
+        );
+    }
 }

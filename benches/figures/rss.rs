@@ -1,6 +1,7 @@
-//! Peak RSS of whole processes (wait4's ru_maxrss): the real manager and store as an agent
-//! restarting on an n-image node (this bench binary run as a child), and `imagekeeper replay`
-//! of a 100k-image trace.
+//! Peak RSS of whole processes (wait4's ru_maxrss): the real manager, store and CRI client as
+//! an agent restarting on an n-image node (this bench binary run as a child) against a fake
+//! runtime in a process of its own (`runtime.rs`), and `imagekeeper replay` of a 100k-image
+//! trace.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -10,12 +11,15 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
-use imagekeeper::model::UnixNanos;
-use imagekeeper::replay::ScriptedRuntime;
+use imagekeeper::model::{
+    ContainerUsage, ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage, UnixNanos,
+};
 use imagekeeper::store::Store;
 
-use crate::synth::{NOW_SECS, Node, SEED, secs, synth_lists};
+use crate::runtime::RuntimeProcess;
+use crate::synth::{NOW_SECS, Node, secs};
 
 /// Runs `imagekeeper replay` on a 100k-image trace (detect, then GC that frees ~10 GiB) in a
 /// child process and returns its peak RSS (wait4's ru_maxrss) in MiB and the images removed.
@@ -135,15 +139,25 @@ pub fn measure_child(kib_file: &str) {
 
 /// The environment variable that makes this bench binary the agent child.
 pub const CHILD_ENV: &str = "IMAGEKEEPER_BENCH_CHILD";
+/// The runtime's socket the agent child talks to.
+pub const SOCKET_ENV: &str = "IMAGEKEEPER_BENCH_SOCKET";
 
 /// Runs this bench binary as a child holding n records: the real GC manager and store over
-/// a scripted runtime listing the n-image node (what ListImages would return), no trace to
-/// parse. Returns its peak RSS in MiB and the images its GC removed.
-pub fn agent_peak_rss(n: usize, db: &Path, phase: &str, work: &Path) -> (f64, usize) {
+/// the real CRI client talking to `runtime` (a fake runtime in its own process listing the
+/// n-image node). Returns its peak RSS in MiB and the images its GC removed.
+pub fn agent_peak_rss(
+    n: usize,
+    db: &Path,
+    phase: &str,
+    work: &Path,
+    runtime: &RuntimeProcess,
+) -> (f64, usize) {
     let out = work.join(format!("agent-{n}-{phase}.out"));
     let exe = std::env::current_exe().expect("current exe");
     let mut command = Command::new(exe);
-    command.env(CHILD_ENV, format!("{phase}:{n}:{}", db.display()));
+    command
+        .env(CHILD_ENV, format!("{phase}:{n}:{}", db.display()))
+        .env(SOCKET_ENV, &runtime.socket);
     let rss = run_measured(&command, &out);
     let removed: usize = fs::read_to_string(&out)
         .expect("child output")
@@ -154,40 +168,80 @@ pub fn agent_peak_rss(n: usize, db: &Path, phase: &str, work: &Path) -> (f64, us
     (rss, removed)
 }
 
+/// The agent's runtime: the real CRI client for everything but the image filesystem's
+/// capacity, which is synthetic (85 % of 200 GiB used, so GC frees 10 GiB down to the
+/// default 80 %) where the client would statvfs the fake's temp dir.
+struct BenchRuntime {
+    client: CriClient,
+}
+
+impl ImageRuntime for BenchRuntime {
+    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+        self.client.list_images().await
+    }
+    async fn image_status(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+    ) -> Result<Option<RuntimeImage>, CriError> {
+        self.client.image_status(image, runtime_handler).await
+    }
+    async fn pull_image(
+        &self,
+        image: &str,
+        runtime_handler: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<String, CriError> {
+        self.client
+            .pull_image(image, runtime_handler, credentials)
+            .await
+    }
+    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
+        self.client.remove_image(image, runtime_handler).await
+    }
+    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+        let gib = 1u64 << 30;
+        let mut stats = self.client.image_fs_stats().await?;
+        stats.capacity = 200 * gib;
+        stats.available = 30 * gib;
+        Ok(stats)
+    }
+    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
+        self.client.list_containers().await
+    }
+    async fn container_usage(&self, container_id: &str) -> Result<ContainerUsage, CriError> {
+        self.client.container_usage(container_id).await
+    }
+}
+
 /// The child: `first:<n>:<db>` detects the n images into an empty store (one transaction),
 /// then GCs an hour later; `steady:<n>:<db>` reopens that store two hours later and GCs
 /// (detect + free 10 GiB), as an agent restarting on an n-image node; `floor:<n>:<db>` only
-/// lists the images (the part of the figure that is the runtime's list, not imagekeeper).
-/// Prints the images removed (listed, for the floor).
+/// lists the images through the client (the decoded list, no store, no manager). Prints
+/// the images removed (listed, for the floor).
 pub fn agent_child(arg: &str) {
     let (phase, rest) = arg.split_once(':').expect("phase:n:db");
-    let (n, db) = rest.split_once(':').expect("phase:n:db");
-    let n: usize = n.parse().expect("n");
-    let (images, containers) = synth_lists(n, SEED);
-    // 85 % of 200 GiB used: GC frees 10 GiB, down to the default 80 %.
-    let gib = 1u64 << 30;
-    let (capacity, available) = (200 * gib, 30 * gib);
-    let runtime = ScriptedRuntime::new();
-    {
-        let mut state = runtime.state();
-        state.images = images;
-        state.containers = containers;
-        state.fs = Some((capacity, available));
-    }
+    let (_n, db) = rest.split_once(':').expect("phase:n:db");
+    let socket = std::env::var(SOCKET_ENV).expect("the runtime's socket");
+    let config = CriConfig {
+        runtime_endpoint: format!("unix://{socket}"),
+        ..CriConfig::default()
+    };
     let start = UnixNanos(secs(NOW_SECS));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio");
+    let client = rt
+        .block_on(CriClient::connect(config))
+        .expect("connect to the runtime");
     if phase == "floor" {
-        // The floor of this measurement: the scripted runtime's list and the copy ListImages
-        // hands out, held at once, and nothing else (no store, no manager).
-        let listed = rt
-            .block_on(imagekeeper::cri::ImageRuntime::list_images(&runtime))
-            .expect("list images");
+        // The decoded list alone, as the client returns it: no store, no manager.
+        let listed = rt.block_on(client.list_images()).expect("list images");
         println!("{}", listed.len());
         return;
     }
+    let runtime = BenchRuntime { client };
     let removed = rt.block_on(async {
         let at = match phase {
             "first" => start,

@@ -11,11 +11,14 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
+use tonic::GrpcMethod;
+use tonic::codegen::http;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::ImageRuntime;
 use super::convert;
 use super::error::CriError;
+use super::list_decode::ListedImagesResponse;
 use super::proto;
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
@@ -205,6 +208,8 @@ impl ContainerEventStream {
 pub struct CriClient {
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
+    /// The image service's channel, for ListImages' own decode (`list_decode`).
+    image_channel: Channel,
     runtime_endpoint: String,
     image_endpoint: String,
     call_timeout: Duration,
@@ -275,9 +280,10 @@ impl CriClient {
             runtime: RuntimeServiceClient::new(runtime_channel)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            images: ImageServiceClient::new(image_channel)
+            images: ImageServiceClient::new(image_channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            image_channel,
             runtime_endpoint: config.runtime_endpoint,
             image_endpoint,
             call_timeout: config.call_timeout,
@@ -656,21 +662,43 @@ where
 }
 
 impl ImageRuntime for CriClient {
+    /// ListImages decoded straight into the model's images (`list_decode`: the same images
+    /// as the generated decode, without its intermediate `proto::Image`s), the list trimmed
+    /// to its length.
     async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
         let request = proto::ListImagesRequest { filter: None };
-        let response = self
-            .image_rpc(
-                "ListImages",
-                Some(self.call_timeout),
-                request,
-                |mut client, r| async move { client.list_images(r).await },
-            )
-            .await?;
-        Ok(response
-            .images
-            .into_iter()
-            .map(convert::image_from_proto)
-            .collect())
+        let response = unary_call(
+            "ListImages",
+            &self.image_endpoint,
+            Some(self.call_timeout),
+            request,
+            |mut r| {
+                let mut grpc = tonic::client::Grpc::new(self.image_channel.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+                async move {
+                    grpc.ready().await.map_err(|e| {
+                        tonic::Status::unknown(format!("Service was not ready: {e}"))
+                    })?;
+                    let codec = tonic_prost::ProstCodec::<
+                        proto::ListImagesRequest,
+                        ListedImagesResponse,
+                    >::default();
+                    r.extensions_mut()
+                        .insert(GrpcMethod::new("runtime.v1.ImageService", "ListImages"));
+                    grpc.unary(
+                        r,
+                        http::uri::PathAndQuery::from_static("/runtime.v1.ImageService/ListImages"),
+                        codec,
+                    )
+                    .await
+                }
+            },
+        )
+        .await?;
+        let mut images = response.images;
+        images.shrink_to_fit();
+        Ok(images)
     }
 
     async fn image_status(

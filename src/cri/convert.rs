@@ -234,7 +234,10 @@ pub(super) fn image_to_proto(image: &RuntimeImage) -> proto::Image {
         repo_digests: image.repo_digests.clone(),
         size: image.size,
         pinned: image.pinned,
-        spec: Some(image_spec(image.id.as_str(), &image.runtime_handler)),
+        // containerd's toCRIImage (internal/cri/server/images/image_status.go) sets no
+        // spec; one is sent only for an image of a runtime handler, to carry it.
+        spec: (!image.runtime_handler.is_empty())
+            .then(|| image_spec(image.id.as_str(), &image.runtime_handler)),
         ..Default::default()
     }
 }

@@ -510,6 +510,19 @@ impl FakeRuntime {
         self.lock().images.clone()
     }
 
+    /// The encoded size of the ListImagesResponse the fake answers now: the bytes a client
+    /// receives (before gRPC's 5-byte frame header), the floor of what decoding it holds.
+    pub fn list_images_response_bytes(&self) -> usize {
+        use prost::Message;
+        let images = self
+            .lock()
+            .images
+            .iter()
+            .map(convert::image_to_proto)
+            .collect();
+        proto::ListImagesResponse { images }.encoded_len()
+    }
+
     /// A pull of `reference` yields `image` (its tags are added to an image already present).
     pub fn add_pullable(&self, reference: impl Into<String>, image: RuntimeImage) {
         self.lock().pullable.insert(reference.into(), image);

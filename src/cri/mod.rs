@@ -22,6 +22,7 @@ mod convert;
 mod error;
 #[cfg(any(test, feature = "testing"))]
 mod fake;
+mod list_decode;
 mod statvfs;
 
 pub use client::{

@@ -52,7 +52,7 @@ use crate::store::{Batch, EvictionKey, JournalKey, RecordScan, Store, StoredReco
 
 use super::detect::{
     DetectInput, DetectPlan, ListedImages, apply_to_copy, container_uses, images_in_use,
-    plan_detect, plan_names, volume_uses,
+    plan_detect, volume_uses,
 };
 use super::evict::{Verdict, past_max_age};
 use super::explain::{
@@ -529,8 +529,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             }
         });
         let mut plan = plan_detect(records, &listed, &input)?;
-        let names = self.store.names_that_differ(listed.as_listed())?;
-        plan_names(&mut plan, names);
+        // Names are written at detect only when they change (the store compares again inside
+        // the write transaction): each difference goes straight into the batch.
+        self.store
+            .for_names_that_differ_in_key_order(listed.iter(), |key, names| {
+                plan.batch.set_names(key, names);
+            })?;
         // Pins expired for longer than the journal's max age go in the detect's transaction
         // (`migrations/0004_pins.md`).
         plan.batch.prune_expired_pins(now);

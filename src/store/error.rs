@@ -62,6 +62,12 @@ pub enum StoreError {
     ReadOnly { path: PathBuf },
     #[error("record key {key:?} is invalid: {reason}")]
     InvalidKey { key: String, reason: &'static str },
+    /// `Store::names_that_differ_in_key_order` was given a list out of record key order.
+    #[error("names compared out of record key order: {next} after {previous}")]
+    UnorderedNames {
+        previous: RecordKey,
+        next: RecordKey,
+    },
     #[error("database {path}: a stored value does not decode: {source}")]
     Decode {
         path: PathBuf,

@@ -474,6 +474,89 @@ impl Store {
         })
     }
 
+    /// [`Store::names_that_differ`] for a list already folded and sorted by record key (one
+    /// image per key, in key order: `gc::ListedImages::iter`): one walk of the names table
+    /// merged with the list, no point lookup and no set of the keys seen. The differences
+    /// come back in key order. A list out of key order is an error, never a wrong answer.
+    pub fn names_that_differ_in_key_order<'a>(
+        &self,
+        images: impl IntoIterator<Item = &'a crate::model::RuntimeImage>,
+    ) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
+        let mut out = Vec::new();
+        self.for_names_that_differ_in_key_order(images, |key, names| out.push((key, names)))?;
+        Ok(out)
+    }
+
+    /// [`Store::names_that_differ_in_key_order`] handing each difference to `differs` as it
+    /// is found, in key order (detect puts them straight into its batch: a first detect at
+    /// 100k holds no list of 100k differences beside the batch). Returns how many differ. A
+    /// walk retried after a reopen (`guarded`) may hand a difference twice, the same key with
+    /// the same names: a batch keeps the last.
+    pub fn for_names_that_differ_in_key_order<'a>(
+        &self,
+        images: impl IntoIterator<Item = &'a crate::model::RuntimeImage>,
+        differs: impl FnMut(RecordKey, ImageNames),
+    ) -> Result<usize, StoreError> {
+        let images: Vec<&crate::model::RuntimeImage> = images.into_iter().collect();
+        let differs = std::cell::RefCell::new(differs);
+        self.guarded(|| {
+            let txn = self.begin_read()?;
+            let table = self.open_read_table(&txn, NAMES)?;
+            let mut stored = table.iter().map_err(|e| self.redb_err(e))?;
+            let mut current: Option<(RecordKey, redb::AccessGuard<'_, Stored<ImageNames>>)> = None;
+            let mut count = 0;
+            let mut previous: Option<(&str, &str)> = None;
+            for image in images.iter().copied() {
+                let want = (image.id.as_str(), image.runtime_handler.as_str());
+                if let Some((id, handler)) = previous.filter(|p| *p >= want) {
+                    return Err(StoreError::UnorderedNames {
+                        previous: RecordKey::new(id, handler),
+                        next: image.record_key(),
+                    });
+                }
+                previous = Some(want);
+                // Advance the names walk to the first key at or after the image's.
+                loop {
+                    if let Some((key, _)) = &current
+                        && (key.image_id.as_str(), key.runtime_handler.as_str()) >= want
+                    {
+                        break;
+                    }
+                    match stored.next() {
+                        None => {
+                            current = None;
+                            break;
+                        }
+                        Some(entry) => {
+                            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+                            let key = k.value().decode().map_err(|e| self.decode_err(e))?;
+                            current = Some((key, v));
+                        }
+                    }
+                }
+                let names = match &current {
+                    Some((key, v))
+                        if (key.image_id.as_str(), key.runtime_handler.as_str()) == want =>
+                    {
+                        Some(v.value().decode().map_err(|e| self.decode_err(e))?)
+                    }
+                    _ => None,
+                };
+                let same = match &names {
+                    Some(n) => {
+                        n.repo_tags == image.repo_tags && n.repo_digests == image.repo_digests
+                    }
+                    None => image.repo_tags.is_empty() && image.repo_digests.is_empty(),
+                };
+                if !same {
+                    (differs.borrow_mut())(image.record_key(), ImageNames::of(image));
+                    count += 1;
+                }
+            }
+            Ok(count)
+        })
+    }
+
     /// Every image's names, by record key.
     pub fn all_names(&self) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
         self.guarded(|| self.scan_all(NAMES))

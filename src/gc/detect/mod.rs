@@ -33,8 +33,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::model::{
-    FUTURE_STAMP_TOLERANCE, ImageNames, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage,
-    Sighting, UnixNanos,
+    FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, Sighting,
+    UnixNanos,
 };
 use crate::pull::reference::image_matches;
 use crate::store::{Batch, BatchOp, StoredRecord, meta_keys};
@@ -258,15 +258,6 @@ where
             });
         }
         Ok(Some(current))
-    }
-}
-
-/// Adds to `plan` the names that differ from the stored ones (`Store::names_that_differ`):
-/// names are written at detect only when they change, and the store compares again inside
-/// the write transaction.
-pub fn plan_names(plan: &mut DetectPlan, changed: Vec<(RecordKey, ImageNames)>) {
-    for (key, names) in changed {
-        plan.batch.set_names(key, names);
     }
 }
 

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::super::{Batch, Store, Violation};
+use super::super::{Batch, Store, StoreError, Violation};
 use super::retention_keys;
 use crate::model::{
     EvictionNote, FsUsage, ImageNames, ImageRecord, JournalRetention, RecordKey, RemovalReason,
@@ -357,6 +357,64 @@ fn names_that_differ_takes_the_last_entry_of_a_key_and_only_differences() {
     let swapped = vec![listed("a", Some("a:2")), listed("a", Some("a:1"))];
     let differ = store.names_that_differ(&swapped).expect("names");
     assert_eq!(differ, vec![(key("a"), names("a:1"))]);
+}
+
+/// The merged walk over a list in key order finds exactly the differences the per-image
+/// lookups find (in key order), for random stored names and random lists, handlers
+/// included; a list out of key order is refused.
+#[test]
+fn names_that_differ_in_key_order_is_names_that_differ_over_the_folded_list() {
+    use crate::model::{ImageId, RuntimeImage};
+    for seed_no in 0..30u64 {
+        let mut rng = fastrand::Rng::with_seed(seed_no);
+        let (_dir, store) = store();
+        let handlers = ["", "kata", "runc"];
+        let mut batch = Batch::new();
+        for id in 0..12u8 {
+            for handler in handlers {
+                if rng.bool() {
+                    let key = RecordKey::new(format!("sha256:{id:02}"), handler);
+                    batch.upsert(key.clone(), record(10, 20, 7));
+                    batch.set_names(key, names(&format!("t{}:{}", id, rng.u8(0..2))));
+                }
+            }
+        }
+        store.apply(&batch).expect("apply");
+        let images: Vec<RuntimeImage> = (0..rng.usize(0..40))
+            .map(|_| {
+                let id = rng.u8(0..14);
+                let tag = (rng.u8(0..4) > 0).then(|| format!("t{}:{}", id, rng.u8(0..2)));
+                RuntimeImage {
+                    id: ImageId::new(format!("sha256:{id:02}")),
+                    runtime_handler: handlers[rng.usize(0..3)].to_owned(),
+                    repo_tags: tag.iter().cloned().collect(),
+                    repo_digests: tag
+                        .map(|t| vec![format!("{}@sha256:feed", t.split(':').next().unwrap_or(&t))])
+                        .unwrap_or_default(),
+                    ..RuntimeImage::default()
+                }
+            })
+            .collect();
+        let mut want = store.names_that_differ(&images).expect("names");
+        want.sort_by(|a, b| a.0.cmp(&b.0));
+        // The list folded as detect folds it: the last entry of a key, in key order.
+        let mut folded: std::collections::BTreeMap<RecordKey, &RuntimeImage> =
+            std::collections::BTreeMap::new();
+        for image in &images {
+            folded.insert(image.record_key(), image);
+        }
+        let got = store
+            .names_that_differ_in_key_order(folded.values().copied())
+            .expect("names");
+        assert_eq!(got, want, "seed {seed_no}");
+        if folded.len() > 1 {
+            let backwards = store.names_that_differ_in_key_order(folded.values().rev().copied());
+            assert!(
+                matches!(backwards, Err(StoreError::UnorderedNames { .. })),
+                "seed {seed_no}: {backwards:?}"
+            );
+        }
+    }
 }
 
 /// Regression: one removal journaled while the clock was ahead (2099), the clock corrected;
