@@ -1855,7 +1855,8 @@ fn list_reads_like_crictl_images_and_json_carries_every_tag_and_digest() {
             "FIRST DETECTED",
             "LAST USED",
             "PINNED",
-            "HANDLER"
+            "HANDLER",
+            "WARM"
         ]
     );
     let pause = lines

@@ -187,13 +187,13 @@ pub fn list_columns<'a>(out: &'a OutputArgs, now: UnixNanos) -> Vec<Column<'a, L
                 r.record.record.pinned.to_string()
             }
         }),
-        // The warm set entry's state at the agent's last warm cycle, "-" when no entry
-        // names the image.
-        Column::new("WARM", |r: &ListRow<'_>| {
-            r.warm.map_or("-", StoredWarmState::as_str).to_owned()
-        }),
         Column::new("HANDLER", |r: &ListRow<'_>| {
             handler(&r.record.key.runtime_handler).to_owned()
+        }),
+        // The warm set entry's state at the agent's last warm cycle, "-" when no entry
+        // names the image (schema 5; last, so the columns before it keep their places).
+        Column::new("WARM", |r: &ListRow<'_>| {
+            r.warm.map_or("-", StoredWarmState::as_str).to_owned()
         }),
     ]
 }
