@@ -102,6 +102,7 @@ pub enum BatchOp {
     /// interval has its `last_seen` moved to `now` (never back); one without gets an interval
     /// opened at `now`; every open interval of an image not in `in_use` is closed (its
     /// `last_seen` kept). The use history is then pruned to the journal's retention at `now`.
+    /// Like a note, it commits without counting as a change for the batch's stamps.
     ObserveUses {
         now: UnixNanos,
         in_use: Vec<RecordKey>,

@@ -824,6 +824,7 @@ fn apply_ops(
     // The history's `now`s: the latest use time and pull time this transaction writes, for
     // their prunes.
     let mut uses_now: Option<UnixNanos> = None;
+    let mut uses_changed = false;
     let mut pulls_now: Option<UnixNanos> = None;
     let explicit_pulls: std::collections::BTreeSet<&RecordKey> = batch
         .ops
@@ -992,13 +993,17 @@ fn apply_ops(
                 }
                 !expired.is_empty()
             }
+            // The use history commits, but like a note it does not make the batch's stamps
+            // (`last_detect`: the latest detect that changed a record) move.
             BatchOp::ObserveUses { now, in_use } => {
                 uses_now = uses_now.max(Some(*now));
-                history::observe_uses(&mut uses, *now, in_use)?
+                uses_changed |= history::observe_uses(&mut uses, *now, in_use)?;
+                false
             }
             BatchOp::OpenUse { key, now } => {
                 uses_now = uses_now.max(Some(*now));
-                history::open_use(&mut uses, key, *now)?
+                uses_changed |= history::open_use(&mut uses, key, *now)?;
+                false
             }
             BatchOp::RecordPull { key, entry } => {
                 pulls_now = pulls_now.max(Some(key.at));
@@ -1035,7 +1040,7 @@ fn apply_ops(
         }
     }
     if let Some(now) = uses_now {
-        changed |= history::prune_uses(&mut uses, retention, now)?;
+        uses_changed |= history::prune_uses(&mut uses, retention, now)?;
     }
     if let Some(now) = pulls_now {
         changed |= history::prune_pulls(&mut pulls, retention, now)?;
@@ -1077,7 +1082,7 @@ fn apply_ops(
     for (name, value) in &batch.notes {
         noted |= put_meta(&mut meta, name, *value)?;
     }
-    Ok((changed || noted, repulls, journaled))
+    Ok((changed || noted || uses_changed, repulls, journaled))
 }
 
 type ImagesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageRecord>>;

@@ -299,6 +299,7 @@ impl Model {
         let mut fresh: BTreeSet<JournalKey> = BTreeSet::new();
         let mut txn_now: Option<i64> = None;
         let mut uses_now: Option<i64> = None;
+        let mut uses_changed = false;
         let mut pulls_now: Option<i64> = None;
         let explicit: BTreeSet<RecordKey> = ops
             .iter()
@@ -499,13 +500,16 @@ impl Model {
                         .retain(|_, p| p.until == UnixNanos::NEVER || p.until >= cutoff);
                     self.pins.len() != before
                 }
+                // Committed, but not a change for the stamps.
                 Op::ObserveUses { now, in_use } => {
                     uses_now = uses_now.max(Some(*now));
-                    self.observe_uses(UnixNanos(*now), &uses_of(*in_use))
+                    uses_changed |= self.observe_uses(UnixNanos(*now), &uses_of(*in_use));
+                    false
                 }
                 Op::OpenUse { now, .. } => {
                     uses_now = uses_now.max(Some(*now));
-                    self.observe_open(&key, UnixNanos(*now))
+                    uses_changed |= self.observe_open(&key, UnixNanos(*now));
+                    false
                 }
                 Op::RecordPull { at, .. } => {
                     pulls_now = pulls_now.max(Some(*at));
@@ -559,7 +563,7 @@ impl Model {
             }
         }
         if let Some(now) = uses_now {
-            changed |= self.prune_uses(retention, UnixNanos(now));
+            uses_changed |= self.prune_uses(retention, UnixNanos(now));
         }
         if let Some(now) = pulls_now {
             changed |= self.prune_pulls(retention, UnixNanos(now));
@@ -572,7 +576,7 @@ impl Model {
                 self.set_meta(meta_keys::LAST_DETECT, value);
             }
         }
-        changed
+        changed || uses_changed
     }
 
     /// The journal's pruning, as `store/journal.rs` does it, with the retention in `meta`.

@@ -291,3 +291,17 @@ fn history_layouts_round_trip_and_refuse_bad_bytes() {
     };
     assert!(open < k && open.encode() < k.encode());
 }
+
+#[test]
+fn a_use_commits_but_does_not_move_the_stamps_of_a_detect_that_changed_no_record() {
+    use super::super::meta_keys;
+    let (_dir, store) = store();
+    let mut batch = Batch::new();
+    batch.observe_uses(secs(10), vec![key("a")]);
+    batch.stamp_if_changed(meta_keys::LAST_DETECT, secs(10).0);
+    let commits = store.commits();
+    assert!(store.apply(&batch).expect("apply"));
+    assert_eq!(store.commits(), commits + 1);
+    assert_eq!(store.uses().expect("uses").len(), 1);
+    assert_eq!(store.meta(meta_keys::LAST_DETECT).expect("meta"), None);
+}
