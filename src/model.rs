@@ -686,3 +686,117 @@ impl ImagePin {
         self.until == UnixNanos::NEVER || now < self.until
     }
 }
+
+/// Schema 5: the key of one recorded use interval of an image: whether it is closed, when
+/// it started, and the image's record key. Open intervals sort before closed ones, so the open
+/// ones (one per image in use, at most) are a short prefix range; the closed ones follow in
+/// start order, oldest first, so retention prunes from the front. (Field order is byte order.)
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UseKey {
+    pub closed: bool,
+    pub started_at: UnixNanos,
+    pub key: RecordKey,
+}
+
+/// Schema 5: one use interval's last sighting: the latest time a detect saw the image used by
+/// a running container, or a container event marked it (at least the interval's start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UseInterval {
+    pub last_seen: UnixNanos,
+}
+
+/// Who pulled an image, as the pull history (schema 5's `pulls` table) records it.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PullOrigin {
+    /// imagekeeper's own pull: `imagekeeper pull`, directly or through the agent's admin
+    /// socket (EnsureImage).
+    #[default]
+    Pull,
+    /// The agent's warm cycle pulled a warm set entry.
+    Warm,
+    /// `imagekeeper restore` (or `[warm.fromHistory]`'s restore) pulled it back.
+    Restore,
+    /// Someone else pulled it (the kubelet, `ctr`, another tool): imagekeeper first saw it at
+    /// a detect or a container event, and records it then.
+    Detected,
+}
+
+impl PullOrigin {
+    pub const ALL: [PullOrigin; 4] = [
+        PullOrigin::Pull,
+        PullOrigin::Warm,
+        PullOrigin::Restore,
+        PullOrigin::Detected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullOrigin::Pull => "pull",
+            PullOrigin::Warm => "warm",
+            PullOrigin::Restore => "restore",
+            PullOrigin::Detected => "detected",
+        }
+    }
+}
+
+/// Schema 5: the key of one pull in the pull history: when it completed (or, for
+/// `Detected`, when imagekeeper first saw the image), then the image's record key.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PullKey {
+    pub at: UnixNanos,
+    pub key: RecordKey,
+}
+
+/// Schema 5: one pull: the image's size, who pulled it, how long the pull took (zero when
+/// imagekeeper did not make it) and the name it was pulled by (empty when not known).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PullEntry {
+    pub size: u64,
+    pub origin: PullOrigin,
+    pub took: Duration,
+    pub name: String,
+}
+
+/// Where one warm set entry stood at the agent's last warm cycle, as schema 5's `warm` table
+/// keeps it for `inspect`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StoredWarmState {
+    Present,
+    Pulling,
+    Queued,
+    DoesNotFit,
+    Failed,
+    Expired,
+}
+
+impl StoredWarmState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoredWarmState::Present => "present",
+            StoredWarmState::Pulling => "pulling",
+            StoredWarmState::Queued => "queued",
+            StoredWarmState::DoesNotFit => "does_not_fit",
+            StoredWarmState::Failed => "failed",
+            StoredWarmState::Expired => "expired",
+        }
+    }
+}
+
+/// Schema 5: one warm set entry's state at the last warm cycle, keyed in the `warm` table by
+/// its position in the set (priority order). `image_id` is the image the runtime listed for
+/// the entry (empty when it has none): how `inspect list` marks warm images offline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WarmRow {
+    pub image: String,
+    pub runtime_handler: String,
+    pub state: StoredWarmState,
+    /// When the entry entered this state (kept from the previous cycle while it stays).
+    pub since: UnixNanos,
+    pub image_id: String,
+}

@@ -17,7 +17,7 @@ fn time(u: &mut Unstructured<'_>) -> Result<i64> {
 }
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    Ok(match u.int_in_range(0..=14u8)? {
+    Ok(match u.int_in_range(0..=18u8)? {
         0 => Op::Upsert {
             image: u.arbitrary()?,
             handler: u.arbitrary()?,
@@ -89,6 +89,28 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
             key: u.arbitrary()?,
         },
         13 => Op::PruneExpiredPins { now: time(u)? },
+        14 => Op::ObserveUses {
+            now: time(u)?,
+            in_use: u.arbitrary()?,
+        },
+        15 => Op::OpenUse {
+            image: u.arbitrary()?,
+            handler: u.arbitrary()?,
+            now: time(u)?,
+        },
+        16 => Op::RecordPull {
+            image: u.arbitrary()?,
+            handler: u.arbitrary()?,
+            at: time(u)?,
+            size: u.arbitrary()?,
+            origin: u.arbitrary()?,
+            name_len: u.int_in_range(0..=5_000)?,
+        },
+        17 => Op::ReplaceWarm {
+            rows: u.arbitrary()?,
+            state: u.arbitrary()?,
+            since: time(u)?,
+        },
         _ => Op::Stamp { value: time(u)? },
     })
 }

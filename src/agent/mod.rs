@@ -42,7 +42,7 @@ use crate::admin::{AdminBackend, AdminError, EnsureImageError, EnsureRequest, Gc
 use crate::clock::Clock;
 use crate::cri::{CriClient, CriError};
 use crate::gc::{CycleTime, GcError, ImageGcManager, PinView, pin_view, pin_views, stored_images};
-use crate::model::{ImagePin, PinKey, RuntimeImage, UnixNanos};
+use crate::model::{ImagePin, PinKey, PullOrigin, RuntimeImage, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
 
@@ -717,6 +717,7 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
             namespace: request.pod_namespace,
             name: request.pod_name,
             annotations: Default::default(),
+            origin: PullOrigin::Pull,
         };
         let mut pull_secrets = Vec::with_capacity(request.pull_secrets.len());
         for (i, secret) in request.pull_secrets.iter().enumerate() {

@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use crate::cri::ImageRuntime;
 use crate::gc::GcPolicy;
-use crate::model::{RecordKey, RuntimeImage, UnixNanos};
+use crate::model::{PullOrigin, RecordKey, RuntimeImage, StoredWarmState, UnixNanos, WarmRow};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullRuntime};
 use crate::store::Store;
 use crate::warm::{
@@ -118,6 +118,7 @@ impl<R: AgentRuntime> Agent<R> {
         if entries.is_empty() {
             let plan = WarmPlan::default();
             self.metrics.record_warm_plan(&plan);
+            self.persist_warm(&plan, &[], &BTreeMap::new(), now);
             return Ok(plan);
         }
         let runtime = self.gc.runtime();
@@ -161,6 +162,7 @@ impl<R: AgentRuntime> Agent<R> {
             let entry = status.entry.clone();
             pulls.spawn(async move { (index, agent.warm_pull(&entry).await) });
         }
+        let mut pulled: BTreeMap<usize, String> = BTreeMap::new();
         while let Some(joined) = pulls.join_next().await {
             let Ok((index, result)) = joined else {
                 continue;
@@ -168,6 +170,7 @@ impl<R: AgentRuntime> Agent<R> {
             let status = &mut planned.statuses[index];
             match result {
                 Ok(image_ref) => {
+                    pulled.insert(index, image_ref.clone());
                     info!(
                         image = status.entry.image.as_str(),
                         image_ref = image_ref.as_str(),
@@ -189,8 +192,67 @@ impl<R: AgentRuntime> Agent<R> {
         }
         self.report_does_not_fit(&planned);
         self.metrics.record_warm_plan(&planned);
+        self.persist_warm(&planned, &images, &pulled, now);
         *lock_ignoring_poison(&self.warm_last) = Some(planned.clone());
         Ok(planned)
+    }
+
+    /// Writes the warm set's state for `inspect` (schema 5's `warm` table, replaced whole in
+    /// one transaction): each entry's state, since when (kept from the stored row while the
+    /// state stays), and the image the runtime listed for it, or the image a pull of this
+    /// cycle returned. A failed write is logged: the warm cycle itself does not depend on it.
+    fn persist_warm(
+        &self,
+        plan: &WarmPlan,
+        images: &[RuntimeImage],
+        pulled: &BTreeMap<usize, String>,
+        now: UnixNanos,
+    ) {
+        let before = match self.store.warm_rows() {
+            Ok(rows) => rows,
+            Err(e) => {
+                warn!(error = %e, "Cannot read the stored warm set state");
+                Vec::new()
+            }
+        };
+        let rows: Vec<WarmRow> = plan
+            .statuses
+            .iter()
+            .enumerate()
+            .map(|(i, status)| {
+                let entry = &status.entry;
+                let state = stored_warm_state(status.state);
+                let since = before
+                    .iter()
+                    .find(|r| {
+                        r.image == entry.image
+                            && r.runtime_handler == entry.runtime_handler
+                            && r.state == state
+                    })
+                    .map_or(now, |r| r.since);
+                let image_id = match pulled.get(&i) {
+                    Some(image_ref) => image_ref.clone(),
+                    None => images
+                        .iter()
+                        .rev()
+                        .find(|image| entry.matches(image))
+                        .map(|image| image.id.as_str().to_owned())
+                        .unwrap_or_default(),
+                };
+                WarmRow {
+                    image: entry.image.clone(),
+                    runtime_handler: entry.runtime_handler.clone(),
+                    state,
+                    since,
+                    image_id,
+                }
+            })
+            .collect();
+        let mut batch = crate::store::Batch::new();
+        batch.replace_warm(rows);
+        if let Err(e) = self.store.apply(&batch) {
+            warn!(error = %e, "Cannot record the warm set state in the database");
+        }
     }
 
     /// One warm pull through the image manager: IfNotPresent, for no pod, with the node's
@@ -198,6 +260,7 @@ impl<R: AgentRuntime> Agent<R> {
     async fn warm_pull(&self, entry: &WarmEntry) -> Result<String, String> {
         let pod = PodRef {
             name: WARM_POD_NAME.to_owned(),
+            origin: PullOrigin::Warm,
             ..PodRef::default()
         };
         self.images
@@ -293,6 +356,18 @@ impl<R: AgentRuntime> Agent<R> {
     }
 }
 
+/// The stored form of a warm entry's state.
+fn stored_warm_state(state: WarmState) -> StoredWarmState {
+    match state {
+        WarmState::Present => StoredWarmState::Present,
+        WarmState::Pulling => StoredWarmState::Pulling,
+        WarmState::Queued => StoredWarmState::Queued,
+        WarmState::DoesNotFit => StoredWarmState::DoesNotFit,
+        WarmState::Failed => StoredWarmState::Failed,
+        WarmState::Expired => StoredWarmState::Expired,
+    }
+}
+
 /// Pulls back, most recently used first, the images the journal says were removed externally
 /// and used within `options.used_within` of `now`, within `options.max_bytes` and under the
 /// GC's low lines (`policy`: the low threshold, the byte budget's low line, the low inode
@@ -350,6 +425,7 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
                 WarmState::Pulling => {
                     let pod = PodRef {
                         name: WARM_POD_NAME.to_owned(),
+                        origin: PullOrigin::Restore,
                         ..PodRef::default()
                     };
                     match images
@@ -578,6 +654,38 @@ mod tests {
                 ("c:1".to_owned(), WarmState::Pulling),
             ]
         );
+        // The warm set's state is in the database for `inspect` (schema 5), and each warm
+        // pull is in the pull history with its origin.
+        let rows: Vec<(String, StoredWarmState, String)> = agent
+            .store
+            .warm_rows()
+            .expect("warm rows")
+            .into_iter()
+            .map(|r| (r.image, r.state, r.image_id))
+            .collect();
+        let id = |n: u8| format!("sha256:{n:064x}");
+        assert_eq!(
+            rows,
+            [
+                ("a:1".to_owned(), StoredWarmState::Present, id(1)),
+                ("b:1".to_owned(), StoredWarmState::DoesNotFit, String::new()),
+                ("c:1".to_owned(), StoredWarmState::Pulling, id(3)),
+            ]
+        );
+        let pulls: Vec<(String, PullOrigin, String, u64)> = agent
+            .store
+            .pulls()
+            .expect("pulls")
+            .into_iter()
+            .map(|(k, e)| (k.key.image_id.as_str().to_owned(), e.origin, e.name, e.size))
+            .collect();
+        assert_eq!(
+            pulls,
+            [
+                (id(1), PullOrigin::Warm, "a:1".to_owned(), 300),
+                (id(3), PullOrigin::Warm, "c:1".to_owned(), 100),
+            ]
+        );
         let metrics = agent.render_metrics();
         assert!(
             metrics.contains("imagekeeper_warm_images{state=\"does_not_fit\"} 1"),
@@ -761,6 +869,15 @@ mod tests {
             .await
             .expect("restore");
         assert_eq!(done.items[0].state, RestoreState::Restored);
+        let restored: Vec<(PullOrigin, String)> = agent
+            .store
+            .pulls()
+            .expect("pulls")
+            .into_iter()
+            .filter(|(_, e)| e.origin != PullOrigin::Detected)
+            .map(|(_, e)| (e.origin, e.name))
+            .collect();
+        assert_eq!(restored, [(PullOrigin::Restore, a_by_digest.clone())]);
         assert_eq!(
             lock_ignoring_poison(&runtime.pulls).as_slice(),
             [a_by_digest.as_str()]

@@ -44,8 +44,8 @@ use crate::cri::{ImageRuntime, RpcCode};
 use crate::kubelet::{DEFAULT_INTENT_MAX_AGE, IntentAge, PullRecordsReader};
 use crate::model::JournalEntry;
 use crate::model::{
-    EvictionNote, FUTURE_STAMP_TOLERANCE, FsUsage, ImageFsStats, ImageRecord, JournalRetention,
-    RecordKey, Remover, Repull, RuntimeContainer, RuntimeImage, UnixNanos,
+    ContainerState, EvictionNote, FUTURE_STAMP_TOLERANCE, FsUsage, ImageFsStats, ImageRecord,
+    JournalRetention, RecordKey, Remover, Repull, RuntimeContainer, RuntimeImage, UnixNanos,
 };
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, JournalKey, RecordScan, Store, StoredRecord, meta_keys};
@@ -413,7 +413,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         &self,
         settings: &Settings,
         now: UnixNanos,
-    ) -> Result<(RecordScan, Observed), GcError> {
+    ) -> Result<(RecordScan, Observed, Vec<RecordKey>), GcError> {
         let records = self.store.records_in_key_order()?;
         let images = self
             .runtime
@@ -430,6 +430,23 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mounted: Vec<String> = volumes.values().flatten().cloned().collect();
         let sandbox = self.sandbox_image(settings).await;
         let mut in_use = images_in_use(&images, &containers, &mounted, sandbox.as_deref());
+        // The use history (schema 5) records the images running containers use, their own
+        // and their image volumes: a created or exited container keeps its image from GC, but
+        // runs nothing.
+        let running: Vec<RuntimeContainer> = containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+            .cloned()
+            .collect();
+        let running_volumes: Vec<String> = running
+            .iter()
+            .filter_map(|c| volumes.get(&c.id))
+            .flatten()
+            .cloned()
+            .collect();
+        let running = images_in_use(&images, &running, &running_volumes, None)
+            .into_iter()
+            .collect();
         drop(containers);
         // The pins as they are now, resolved against this list (a tag that moved moves its
         // pin), and the images that cannot come back.
@@ -446,7 +463,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let kubelet = KubeletView::read(settings.kubelet(), &images, settings.intent_age(now));
         in_use.extend(kubelet.pulling.iter().cloned());
         let listed = ListedImages::new(images);
-        Ok((records, (listed, in_use, volumes, kubelet, protections)))
+        Ok((
+            records,
+            (listed, in_use, volumes, kubelet, protections),
+            running,
+        ))
     }
 
     /// The sandbox image name: with `protect_irreplaceable`, the runtime's own answer (a
@@ -513,7 +534,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let stored = |name: &str| meta.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
         let last_detect = stored(meta_keys::LAST_DETECT).map(UnixNanos);
         let watched = WatchHistory::from_meta(stored);
-        let (records, (listed, in_use, volumes, mut kubelet, protections)) =
+        let (records, (listed, in_use, volumes, mut kubelet, protections), running) =
             self.observe(settings, now).await?;
         kubelet.mark_just_pulled(now, settings.config.policy.min_age);
         let input = DetectInput {
@@ -538,6 +559,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         // Pins expired for longer than the journal's max age go in the detect's transaction
         // (`migrations/0004_pins.md`).
         plan.batch.prune_expired_pins(now);
+        // The use history: every image running containers use now, in the detect's
+        // transaction (`migrations/0005_use_and_pull_history.md`).
+        plan.batch.observe_uses(now, running);
         // The heartbeat (and a stretch found unwatched) in the detect's own transaction:
         // written every cycle, so every detect commits.
         let (watch, unwatched) = match self.watch_period {
@@ -676,6 +700,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 let key = image.record_key();
                 if !marked.contains(&key) {
                     batch.mark_used(key.clone(), now, Some(image.size));
+                    // The container starts: its use interval opens now, the next detect
+                    // keeps it open or closes it.
+                    batch.open_use(key.clone(), now);
                     marked.push(key);
                 }
             }

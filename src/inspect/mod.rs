@@ -16,8 +16,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::model::{
-    BackoffEntry, ImageId, ImageNames, ImagePin, JournalEntry, PinKey, RecordKey, RuntimeImage,
-    UnixNanos,
+    BackoffEntry, ImageId, ImageNames, ImagePin, JournalEntry, PinKey, PullEntry, PullKey,
+    RecordKey, RuntimeImage, UnixNanos, UseInterval, UseKey, WarmRow,
 };
 use crate::pull::reference::image_matches;
 use crate::store::{JournalKey, Store, StoreError, StoredRecord, Violation, meta_keys};
@@ -199,6 +199,21 @@ impl Snapshot {
             .map(|r| crate::gc::stored_image(r, &names))
             .collect();
         Ok(crate::gc::Protections::resolve(&images, &pins, None, now))
+    }
+
+    /// The use intervals (schema 5): open ones first, then closed ones, oldest start first.
+    pub fn uses(&self) -> Result<Vec<(UseKey, UseInterval)>, InspectError> {
+        self.read(Store::uses)
+    }
+
+    /// The pull history (schema 5), oldest first.
+    pub fn pulls(&self) -> Result<Vec<(PullKey, PullEntry)>, InspectError> {
+        self.read(Store::pulls)
+    }
+
+    /// The warm set's state at the agent's last warm cycle (schema 5), priority order.
+    pub fn warm_rows(&self) -> Result<Vec<WarmRow>, InspectError> {
+        self.read(Store::warm_rows)
     }
 
     /// The eviction journal (schema 2), oldest first.

@@ -91,8 +91,21 @@ pub struct PullWrite {
     /// The image's names (repo tags and digests) to write with the mark, so `inspect list`
     /// shows them before the next detect.
     pub names: Option<ImageNames>,
+    /// The pull that made the mark, for the pull history (schema 5), in the mark's
+    /// transaction.
+    pub pulled: Option<PulledImage>,
     pub put_backoff: Vec<(String, BackoffEntry)>,
     pub remove_backoff: Vec<String>,
+}
+
+/// A pull imagekeeper made, as the pull history records it with the pull's mark.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PulledImage {
+    pub origin: crate::model::PullOrigin,
+    /// From the pull's start (after the presence and backoff checks) to its end.
+    pub took: std::time::Duration,
+    /// The image name the pull was asked for.
+    pub name: String,
 }
 
 /// A failure of the backoff store, its cause kept.
@@ -218,6 +231,20 @@ impl BackoffStore for crate::store::Store {
             batch.mark_used(key.clone(), *now, *size);
             if let Some(names) = &write.names {
                 batch.set_names(key.clone(), names.clone());
+            }
+            if let Some(pulled) = &write.pulled {
+                batch.record_pull(
+                    crate::model::PullKey {
+                        at: *now,
+                        key: key.clone(),
+                    },
+                    crate::model::PullEntry {
+                        size: size.unwrap_or(0),
+                        origin: pulled.origin,
+                        took: pulled.took,
+                        name: pulled.name.chars().take(4096).collect::<String>(),
+                    },
+                );
             }
         }
         for (k, e) in &write.put_backoff {

@@ -33,7 +33,9 @@ use crate::model::{
 };
 
 use crate::format::{go_duration, go_quote};
-pub use backoff::{BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, StoreFailure};
+pub use backoff::{
+    BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, PulledImage, StoreFailure,
+};
 pub use credentials::{
     CredentialSources, CredentialsError, DockerConfig, DockerConfigEntry, NodeCredentials,
     PluginProviders, ProviderConfigError, parse_pull_secret,
@@ -253,6 +255,9 @@ pub struct PodRef {
     pub namespace: String,
     pub name: String,
     pub annotations: BTreeMap<String, String>,
+    /// Who asks for the pull, as the pull history records it (default: `imagekeeper pull`
+    /// or the admin socket's EnsureImage).
+    pub origin: crate::model::PullOrigin,
 }
 
 /// Kubernetes event types.
@@ -608,7 +613,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                 Err(err)
             }
             Ok(outcome) => Ok(self
-                .pulled(pod, &q, runtime_handler, start, outcome, in_flight)
+                .pulled(pod, (&q, image), runtime_handler, start, outcome, in_flight)
                 .await),
         }
     }
@@ -685,7 +690,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
     async fn pulled(
         &self,
         pod: &PodRef,
-        q: &str,
+        (q, image): (&str, &str),
         runtime_handler: &str,
         start: UnixNanos,
         outcome: puller::PullOutcome,
@@ -715,7 +720,12 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         // list` shows them at once rather than `<none>` until the next detect.
         let names = outcome.status.as_ref().map(ImageNames::of);
         in_flight.pulled(&key.image_id);
-        self.record_success(key, names, end, size).await;
+        let pulled = PulledImage {
+            origin: pod.origin,
+            took: end.since(start),
+            name: image.to_owned(),
+        };
+        self.record_success(key, names, end, size, pulled).await;
         drop(in_flight);
         outcome.image_ref
     }
@@ -750,6 +760,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         names: Option<ImageNames>,
         now: UnixNanos,
         size: Option<u64>,
+        pulled: PulledImage,
     ) {
         let policy = self.policy;
         let store = self.store.clone();
@@ -761,6 +772,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                 store.apply(&PullWrite {
                     mark_used: Some((record, now, size)),
                     names,
+                    pulled: Some(pulled),
                     put_backoff: Vec::new(),
                     remove_backoff: policy.expired_keys(&entries, now),
                 })

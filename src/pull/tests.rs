@@ -140,6 +140,7 @@ fn pod() -> PodRef {
         namespace: "test-ns".into(),
         name: "test_pod".into(),
         annotations: BTreeMap::new(),
+        origin: Default::default(),
     }
 }
 

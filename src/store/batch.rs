@@ -2,8 +2,8 @@
 //! pull outcome, one GC removal. Applying a batch that changes nothing commits nothing.
 
 use crate::model::{
-    BackoffEntry, EvictionNote, ImageNames, ImagePin, ImageRecord, PinKey, RecordKey, Sighting,
-    UnixNanos,
+    BackoffEntry, EvictionNote, ImageNames, ImagePin, ImageRecord, PinKey, PullEntry, PullKey,
+    RecordKey, Sighting, UnixNanos, WarmRow,
 };
 
 /// One change inside a [`Batch`].
@@ -96,6 +96,35 @@ pub enum BatchOp {
     /// for that long. A pin without expiry is never pruned.
     PruneExpiredPins {
         now: UnixNanos,
+    },
+    /// Schema 5: a detect's whole view of the images running containers use at `now`
+    /// (`migrations/0005_use_and_pull_history.md`): each image of `in_use` with an open use
+    /// interval has its `last_seen` moved to `now` (never back); one without gets an interval
+    /// opened at `now`; every open interval of an image not in `in_use` is closed (its
+    /// `last_seen` kept). The use history is then pruned to the journal's retention at `now`.
+    /// Like a note, it commits without counting as a change for the batch's stamps.
+    ObserveUses {
+        now: UnixNanos,
+        in_use: Vec<RecordKey>,
+    },
+    /// Schema 5: a container event's use of `key` at `now`: opens an interval unless one is
+    /// open, else moves its `last_seen` to `now` (never back). Closing is the next detect's.
+    OpenUse {
+        key: RecordKey,
+        now: UnixNanos,
+    },
+    /// Schema 5: one pull in the pull history (replacing a row of the same key), then the
+    /// history pruned to the journal's retention at `key.at`. A record this batch creates
+    /// (a pull's mark, a detect's sighting, a container event's mark) without a `RecordPull` of
+    /// its key in the same batch records itself as a `detected` pull (someone else pulled it).
+    RecordPull {
+        key: PullKey,
+        entry: PullEntry,
+    },
+    /// Schema 5: the warm set's state, replacing the `warm` table as a whole (row `i` is the
+    /// set's entry `i`).
+    ReplaceWarm {
+        rows: Vec<WarmRow>,
     },
 }
 
@@ -230,6 +259,22 @@ impl Batch {
 
     pub fn prune_expired_pins(&mut self, now: UnixNanos) {
         self.ops.push(BatchOp::PruneExpiredPins { now });
+    }
+
+    pub fn observe_uses(&mut self, now: UnixNanos, in_use: Vec<RecordKey>) {
+        self.ops.push(BatchOp::ObserveUses { now, in_use });
+    }
+
+    pub fn open_use(&mut self, key: RecordKey, now: UnixNanos) {
+        self.ops.push(BatchOp::OpenUse { key, now });
+    }
+
+    pub fn record_pull(&mut self, key: PullKey, entry: PullEntry) {
+        self.ops.push(BatchOp::RecordPull { key, entry });
+    }
+
+    pub fn replace_warm(&mut self, rows: Vec<WarmRow>) {
+        self.ops.push(BatchOp::ReplaceWarm { rows });
     }
 
     /// Writes `name = value` only if the rest of the batch changes something.

@@ -11,6 +11,11 @@
 //! `check_at` checks it: none removed more than the maximum age before the newest entry (at
 //! most `now` + tolerance), and none removed later than `now` + tolerance.
 //!
+//! Schema 4's `pins` and schema 5's tables: every key and value decodes; an image has at most
+//! one open use interval; no interval was last seen before it started; the closed intervals
+//! and the pulls are each no more than the retention's maximum count; the warm rows are at
+//! positions 0, 1, 2, ... with no gap.
+//!
 //! `Store::check_at(now)` adds the clock: a record's first_detected or last_used, a journal
 //! entry's removal time, or the
 //! `last_detect` meta, later than the check's own `now` + `FUTURE_STAMP_TOLERANCE` is a
@@ -28,7 +33,9 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{Codec, IndexKey};
 use super::journal::{age_cutoff, prune_reference, retention_keys};
-use super::tables::{BACKOFF, EVICTION_PREFIX, IMAGES, JOURNAL, META, NAMES};
+use super::tables::{
+    BACKOFF, EVICTION_PREFIX, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, USES, WARM,
+};
 use super::{Handle, Store, StoreError, meta_keys};
 use crate::format::{format_rfc3339, go_duration};
 use crate::model::{FUTURE_STAMP_TOLERANCE, JournalRetention, RecordKey, UnixNanos};
@@ -73,6 +80,24 @@ pub enum Violation {
         newest: i64,
         max_age_secs: i64,
     },
+    /// Schema 5: an image with more than one open use interval.
+    DuplicateOpenUse { key: String, open: u64 },
+    /// Schema 5: a use interval last seen before it started (unix nanoseconds).
+    UseSeenBeforeStart {
+        key: String,
+        started_at: i64,
+        last_seen: i64,
+    },
+    /// Schema 5: the use history (`uses`, closed intervals) or the pull history (`pulls`)
+    /// holds more rows than the retention allows.
+    HistoryOverCount {
+        table: &'static str,
+        entries: u64,
+        max_entries: i64,
+    },
+    /// Schema 5: the warm rows' positions are not 0, 1, 2, ...: `position` is where the
+    /// first gap or stray row is.
+    WarmPositionGap { position: u32, expected: u32 },
 }
 
 impl fmt::Display for Violation {
@@ -138,6 +163,33 @@ impl fmt::Display for Violation {
                  newest entry ({}): past its retention",
                 format_rfc3339(UnixNanos(*removed_at)),
                 format_rfc3339(UnixNanos(*newest))
+            ),
+            Violation::DuplicateOpenUse { key, open } => write!(
+                f,
+                "image {key} has {open} open use intervals; at most one may be open"
+            ),
+            Violation::UseSeenBeforeStart {
+                key,
+                started_at,
+                last_seen,
+            } => write!(
+                f,
+                "use interval of {key} started at {} is last seen before it, at {}",
+                format_rfc3339(UnixNanos(*started_at)),
+                format_rfc3339(UnixNanos(*last_seen))
+            ),
+            Violation::HistoryOverCount {
+                table,
+                entries,
+                max_entries,
+            } => write!(
+                f,
+                "table {table} holds {entries} rows, more than its retention of {max_entries}"
+            ),
+            Violation::WarmPositionGap { position, expected } => write!(
+                f,
+                "warm row at position {position} where position {expected} was expected: the \
+                 warm table is written whole, with no gap"
             ),
             Violation::LastDetectInFuture { last_detect, now } => write!(
                 f,
@@ -225,6 +277,7 @@ impl Store {
             violations.push(Violation::MissingSchemaVersion);
         }
         violations.extend(self.check_journal(&txn)?);
+        violations.extend(self.check_history(&txn)?);
         let _ = images.len();
         Ok(violations)
     }
@@ -278,6 +331,98 @@ impl Store {
                     table: "names",
                     detail: e.to_string(),
                 }),
+            }
+        }
+        Ok(violations)
+    }
+
+    /// Schema 4's pins and schema 5's tables: see the module's paragraph.
+    fn check_history(&self, txn: &redb::ReadTransaction) -> Result<Vec<Violation>, StoreError> {
+        let mut violations = Vec::new();
+        let meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
+        let defaults = JournalRetention::default();
+        let max_entries = super::read_meta(&meta, retention_keys::MAX_ENTRIES)
+            .ok()
+            .flatten()
+            .unwrap_or(i64::from(defaults.max_entries));
+        let undecodable = |table: &'static str, e: super::DecodeError| Violation::Undecodable {
+            table,
+            detail: e.to_string(),
+        };
+        let pins = txn.open_table(PINS).map_err(|e| self.redb_err(e))?;
+        for entry in pins.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            if let Err(e) = k.value().decode().and_then(|_| v.value().decode()) {
+                violations.push(undecodable("pins", e));
+            }
+        }
+        let uses = txn.open_table(USES).map_err(|e| self.redb_err(e))?;
+        let mut open: std::collections::BTreeMap<RecordKey, u64> = Default::default();
+        let mut closed = 0u64;
+        for entry in uses.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            match (k.value().decode(), v.value().decode()) {
+                (Ok(key), Ok(interval)) => {
+                    if interval.last_seen < key.started_at {
+                        violations.push(Violation::UseSeenBeforeStart {
+                            key: key.key.to_string(),
+                            started_at: key.started_at.0,
+                            last_seen: interval.last_seen.0,
+                        });
+                    }
+                    if key.closed {
+                        closed += 1;
+                    } else {
+                        *open.entry(key.key).or_default() += 1;
+                    }
+                }
+                (Err(e), _) | (_, Err(e)) => violations.push(undecodable("uses", e)),
+            }
+        }
+        for (key, count) in open.into_iter().filter(|(_, n)| *n > 1) {
+            violations.push(Violation::DuplicateOpenUse {
+                key: key.to_string(),
+                open: count,
+            });
+        }
+        if i64::try_from(closed).unwrap_or(i64::MAX) > max_entries {
+            violations.push(Violation::HistoryOverCount {
+                table: "uses",
+                entries: closed,
+                max_entries,
+            });
+        }
+        let pulls = txn.open_table(PULLS).map_err(|e| self.redb_err(e))?;
+        for entry in pulls.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            if let Err(e) = k.value().decode().and_then(|_| v.value().decode()) {
+                violations.push(undecodable("pulls", e));
+            }
+        }
+        let count = pulls.len().map_err(|e| self.redb_err(e))?;
+        if i64::try_from(count).unwrap_or(i64::MAX) > max_entries {
+            violations.push(Violation::HistoryOverCount {
+                table: "pulls",
+                entries: count,
+                max_entries,
+            });
+        }
+        let warm = txn.open_table(WARM).map_err(|e| self.redb_err(e))?;
+        let mut expected = 0u32;
+        for entry in warm.iter().map_err(|e| self.redb_err(e))? {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            match (k.value().decode(), v.value().decode()) {
+                (Ok(position), Ok(_)) => {
+                    if position.0 != expected {
+                        violations.push(Violation::WarmPositionGap {
+                            position: position.0,
+                            expected,
+                        });
+                        break;
+                    }
+                    expected = expected.saturating_add(1);
+                }
+                (Err(e), _) | (_, Err(e)) => violations.push(undecodable("warm", e)),
             }
         }
         Ok(violations)

@@ -231,3 +231,103 @@ fn check_reports_a_missing_schema_version() {
         [Violation::MissingSchemaVersion]
     );
 }
+
+/// Schema 4's pins and schema 5's tables: an undecodable row of each is reported, naming its
+/// table.
+#[test]
+fn check_reports_undecodable_pins_uses_pulls_and_warm_rows() {
+    let (_dir, mut store) = store_with_two();
+    store.raw_bytes_for_tests("pins", &[1, b'a', 0], &[9]);
+    store.raw_bytes_for_tests("uses", &[1, 7, 0, 0, 0, 0, 0, 0, 0, 0], &[2; 9]);
+    store.raw_bytes_for_tests("pulls", &[1], &[1]);
+    store.raw_bytes_for_tests("warm", &[1, 0, 0, 0, 0], &[2]);
+    let tables: Vec<&str> = store
+        .check()
+        .expect("check")
+        .iter()
+        .map(|v| match v {
+            Violation::Undecodable { table, .. } => *table,
+            other => panic!("not an undecodable row: {other}"),
+        })
+        .collect();
+    assert_eq!(tables, ["pins", "uses", "pulls", "warm"]);
+}
+
+#[test]
+fn check_reports_two_open_uses_of_one_image_and_a_use_seen_before_it_started() {
+    use crate::model::{UseInterval, UseKey};
+    let (_dir, mut store) = store_with_two();
+    let mut batch = Batch::new();
+    batch.observe_uses(UnixNanos::from_secs(10), vec![key("a")]);
+    store.apply(&batch).expect("apply");
+    assert_eq!(store.check().expect("check"), []);
+    // A second open interval of `a`, last seen before it started.
+    let second = UseKey {
+        closed: false,
+        started_at: UnixNanos::from_secs(20),
+        key: key("a"),
+    };
+    let early = UseInterval {
+        last_seen: UnixNanos::from_secs(15),
+    };
+    store.raw_bytes_for_tests("uses", &second.encode(), &early.encode());
+    assert_eq!(
+        store.check().expect("check"),
+        [
+            Violation::UseSeenBeforeStart {
+                key: key("a").to_string(),
+                started_at: UnixNanos::from_secs(20).0,
+                last_seen: UnixNanos::from_secs(15).0,
+            },
+            Violation::DuplicateOpenUse {
+                key: key("a").to_string(),
+                open: 2,
+            },
+        ]
+    );
+}
+
+#[test]
+fn check_reports_pulls_over_the_retention_and_a_gap_in_the_warm_rows() {
+    use super::codec::WarmPosition;
+    use crate::model::{PullEntry, PullKey, PullOrigin, StoredWarmState, WarmRow};
+    let (_dir, mut store) = store_with_two();
+    let mut batch = Batch::new();
+    batch.set_meta(super::retention_keys::MAX_ENTRIES, 1);
+    store.apply(&batch).expect("apply");
+    for at in [1, 2] {
+        let k = PullKey {
+            at: UnixNanos::from_secs(at),
+            key: key("a"),
+        };
+        let v = PullEntry {
+            size: 1,
+            origin: PullOrigin::Warm,
+            took: std::time::Duration::ZERO,
+            name: String::new(),
+        };
+        store.raw_bytes_for_tests("pulls", &k.encode(), &v.encode());
+    }
+    let row = WarmRow {
+        image: "app:1".to_owned(),
+        runtime_handler: String::new(),
+        state: StoredWarmState::Present,
+        since: UnixNanos(1),
+        image_id: String::new(),
+    };
+    store.raw_bytes_for_tests("warm", &WarmPosition(1).encode(), &row.encode());
+    assert_eq!(
+        store.check().expect("check"),
+        [
+            Violation::HistoryOverCount {
+                table: "pulls",
+                entries: 2,
+                max_entries: 1,
+            },
+            Violation::WarmPositionGap {
+                position: 1,
+                expected: 0,
+            },
+        ]
+    );
+}

@@ -26,6 +26,7 @@ mod check_tests;
 mod codec;
 mod compact;
 mod error;
+mod history;
 mod journal;
 mod open;
 #[cfg(any(test, feature = "fault-injection"))]
@@ -65,12 +66,15 @@ use reopen::{Liveness, ScanTie};
 use codec::MAX_ID_BYTES;
 #[cfg(not(feature = "fault-injection"))]
 use codec::{BackoffKey, Codec, MetaKey, MetaValue};
-use tables::{BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, Stored};
+use tables::{
+    BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, Stored, USES,
+    WARM,
+};
 
 use crate::model::{
     BackoffEntry, ImageNames, ImagePin, ImageRecord, JournalEntry, JournalRetention,
-    MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, MAX_POD_UID_BYTES, PinKey, RecordKey, Remover,
-    Repull, UnixNanos,
+    MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, MAX_POD_UID_BYTES, PinKey, PullEntry, PullKey,
+    PullOrigin, RecordKey, Remover, Repull, UnixNanos, UseInterval, UseKey, WarmRow,
 };
 
 enum Handle {
@@ -408,6 +412,25 @@ impl Store {
         self.guarded(|| self.point_get(PINS, key))
     }
 
+    /// Every use interval (schema 5), open ones first, then closed ones oldest first.
+    pub fn uses(&self) -> Result<Vec<(UseKey, UseInterval)>, StoreError> {
+        self.guarded(|| self.scan_all(USES))
+    }
+
+    /// The pull history (schema 5), oldest first.
+    pub fn pulls(&self) -> Result<Vec<(PullKey, PullEntry)>, StoreError> {
+        self.guarded(|| self.scan_all(PULLS))
+    }
+
+    /// The warm set's state at the agent's last warm cycle (schema 5), in priority order.
+    pub fn warm_rows(&self) -> Result<Vec<WarmRow>, StoreError> {
+        Ok(self
+            .guarded(|| self.scan_all(WARM))?
+            .into_iter()
+            .map(|(_, row)| row)
+            .collect())
+    }
+
     /// Sets the journal's retention, applied from the next transaction that writes the journal
     /// (default: 30 days, 10,000 entries).
     pub fn set_journal_retention(&self, retention: JournalRetention) {
@@ -682,6 +705,10 @@ impl Store {
             "meta" => put(&txn, META, key, value),
             "names" => put(&txn, NAMES, key, value),
             "journal" => put(&txn, JOURNAL, key, value),
+            "pins" => put(&txn, PINS, key, value),
+            "uses" => put(&txn, USES, key, value),
+            "pulls" => put(&txn, PULLS, key, value),
+            "warm" => put(&txn, WARM, key, value),
             "eviction_prefix" => {
                 let mut t = txn.open_table(EVICTION_PREFIX).expect("table");
                 match value {
@@ -774,11 +801,58 @@ fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
         BatchOp::PutBackoff { key, .. } => return validate_backoff_key(key),
         BatchOp::PutPin { key, pin } => return validate_pin(key, pin),
         BatchOp::RemovePin { .. } | BatchOp::PruneExpiredPins { .. } => return Ok(()),
+        BatchOp::OpenUse { key, .. } => key,
+        BatchOp::RecordPull { key, entry } => {
+            if entry.name.len() > MAX_IMAGE_NAME_BYTES {
+                return Err(StoreError::InvalidKey {
+                    key: entry.name.chars().take(80).collect(),
+                    reason: "the pulled image name is longer than 4096 bytes",
+                });
+            }
+            &key.key
+        }
+        BatchOp::ObserveUses { in_use, .. } => {
+            for key in in_use {
+                validate_record_key(key)?;
+            }
+            return Ok(());
+        }
+        BatchOp::ReplaceWarm { rows } => {
+            for row in rows {
+                validate_warm_row(row)?;
+            }
+            return Ok(());
+        }
         // A removal is never refused: an entry an older version stored under a longer key
         // must stay removable, and a pull's success removes every expired key in the batch
         // that marks its image.
         BatchOp::RemoveBackoff { .. } | BatchOp::SetMeta { .. } => return Ok(()),
     };
+    validate_record_key(key)
+}
+
+/// Refuses a warm row whose image name is empty or longer than [`MAX_IMAGE_NAME_BYTES`],
+/// whose runtime handler is longer than that, or whose image id is longer than
+/// [`MAX_ID_BYTES`] (the layout would cut them).
+fn validate_warm_row(row: &WarmRow) -> Result<(), StoreError> {
+    let reason = if row.image.is_empty() {
+        "the warm image name is empty"
+    } else if row.image.len() > MAX_IMAGE_NAME_BYTES {
+        "the warm image name is longer than 4096 bytes"
+    } else if row.runtime_handler.len() > MAX_IMAGE_NAME_BYTES {
+        "the warm entry's runtime handler is longer than 4096 bytes"
+    } else if row.image_id.len() > MAX_ID_BYTES {
+        "the warm entry's image id is longer than 65535 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::InvalidKey {
+        key: row.image.chars().take(80).collect(),
+        reason,
+    })
+}
+
+fn validate_record_key(key: &RecordKey) -> Result<(), StoreError> {
     let id = key.image_id.as_str();
     let reason = if id.is_empty() {
         "the image id is empty"
@@ -827,6 +901,22 @@ fn apply_ops(
     let mut names = txn.open_table(NAMES)?;
     let mut journal = txn.open_table(JOURNAL)?;
     let mut pins = txn.open_table(PINS)?;
+    let mut uses = txn.open_table(USES)?;
+    let mut pulls = txn.open_table(PULLS)?;
+    let mut warm = txn.open_table(WARM)?;
+    // The history's `now`s: the latest use time and pull time this transaction writes, for
+    // their prunes.
+    let mut uses_now: Option<UnixNanos> = None;
+    let mut uses_changed = false;
+    let mut pulls_now: Option<UnixNanos> = None;
+    let explicit_pulls: std::collections::BTreeSet<&RecordKey> = batch
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            BatchOp::RecordPull { key, .. } => Some(&key.key),
+            _ => None,
+        })
+        .collect();
     let mut changed = false;
     let mut journal_written = false;
     let mut repulls = Vec::new();
@@ -986,7 +1076,43 @@ fn apply_ops(
                 }
                 !expired.is_empty()
             }
+            // The use history commits, but like a note it does not make the batch's stamps
+            // (`last_detect`: the latest detect that changed a record) move.
+            BatchOp::ObserveUses { now, in_use } => {
+                uses_now = uses_now.max(Some(*now));
+                uses_changed |= history::observe_uses(&mut uses, *now, in_use)?;
+                false
+            }
+            BatchOp::OpenUse { key, now } => {
+                uses_now = uses_now.max(Some(*now));
+                uses_changed |= history::open_use(&mut uses, key, *now)?;
+                false
+            }
+            BatchOp::RecordPull { key, entry } => {
+                pulls_now = pulls_now.max(Some(key.at));
+                history::record_pull(&mut pulls, key, entry)?
+            }
+            BatchOp::ReplaceWarm { rows } => history::replace_warm(&mut warm, rows)?,
         };
+        // A record created without an explicit pull of its key in this batch: someone else
+        // pulled it, and imagekeeper records it as first seen.
+        if let Some((key, now)) = creates
+            && !explicit_pulls.contains(key)
+            && let Some(record) = get_record(&images, key)?
+        {
+            let pkey = PullKey {
+                at: now,
+                key: key.clone(),
+            };
+            let entry = PullEntry {
+                size: record.size,
+                origin: PullOrigin::Detected,
+                took: std::time::Duration::ZERO,
+                name: String::new(),
+            };
+            changed |= history::record_pull(&mut pulls, &pkey, &entry)?;
+            pulls_now = pulls_now.max(Some(now));
+        }
         if let Some((key, now)) = creates
             && get_record(&images, key)?.is_some()
             && let Some(repull) = journal::mark_repull(&mut journal, key, now, retention.max_age)?
@@ -995,6 +1121,12 @@ fn apply_ops(
             repull_times.push(now);
             journal_written = true;
         }
+    }
+    if let Some(now) = uses_now {
+        uses_changed |= history::prune_uses(&mut uses, retention, now)?;
+    }
+    if let Some(now) = pulls_now {
+        changed |= history::prune_pulls(&mut pulls, retention, now)?;
     }
     if journal_written {
         // The transaction's `now`: the latest time it journaled or marked re-pulled (the
@@ -1033,7 +1165,7 @@ fn apply_ops(
     for (name, value) in &batch.notes {
         noted |= put_meta(&mut meta, name, *value)?;
     }
-    Ok((changed || noted, repulls, journaled))
+    Ok((changed || noted || uses_changed, repulls, journaled))
 }
 
 type ImagesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageRecord>>;

@@ -16,13 +16,14 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{Codec, IndexKey};
 use super::tables::{
-    BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS,
+    BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, USES,
+    WARM,
 };
 use super::{BackupConflict, Handle, Source, Store, StoreError, TxnError, put_meta};
 use crate::model::UnixNanos;
 
 /// The schema version this build writes and reads.
-pub const CURRENT_SCHEMA_VERSION: i64 = 4;
+pub const CURRENT_SCHEMA_VERSION: i64 = 5;
 
 /// Names of the entries of the `meta` table.
 pub mod meta_keys {
@@ -72,6 +73,10 @@ const MIGRATIONS: &[Migration] = &[
         from: 3,
         apply: add_pins,
     },
+    Migration {
+        from: 4,
+        apply: add_history,
+    },
 ];
 
 /// Schema 1 → 2 (`migrations/0002_names_and_journal.md`): the `names` and `journal` tables,
@@ -103,6 +108,15 @@ fn short_eviction_index(txn: &WriteTransaction) -> Result<(), TxnError> {
 /// keeps its bytes.
 fn add_pins(txn: &WriteTransaction) -> Result<(), TxnError> {
     txn.open_table(PINS)?;
+    Ok(())
+}
+
+/// Schema 4 → 5 (`migrations/0005_use_and_pull_history.md`): the `uses`, `pulls` and
+/// `warm` tables, empty. Every other table keeps its bytes.
+fn add_history(txn: &WriteTransaction) -> Result<(), TxnError> {
+    txn.open_table(USES)?;
+    txn.open_table(PULLS)?;
+    txn.open_table(WARM)?;
     Ok(())
 }
 
@@ -393,6 +407,9 @@ impl Store {
         txn.open_table(NAMES).map_err(|e| self.redb_err(e))?;
         txn.open_table(JOURNAL).map_err(|e| self.redb_err(e))?;
         txn.open_table(PINS).map_err(|e| self.redb_err(e))?;
+        txn.open_table(USES).map_err(|e| self.redb_err(e))?;
+        txn.open_table(PULLS).map_err(|e| self.redb_err(e))?;
+        txn.open_table(WARM).map_err(|e| self.redb_err(e))?;
         Ok(())
     }
 
@@ -503,6 +520,9 @@ impl Store {
             txn.open_table(NAMES)?;
             txn.open_table(JOURNAL)?;
             txn.open_table(PINS)?;
+            txn.open_table(USES)?;
+            txn.open_table(PULLS)?;
+            txn.open_table(WARM)?;
             let mut meta = txn.open_table(META)?;
             put_meta(
                 &mut meta,
@@ -1336,6 +1356,9 @@ fn reusable_backup(
             n if n == NAMES.name() => same_table(&ours, &theirs, NAMES),
             n if n == JOURNAL.name() => same_table(&ours, &theirs, JOURNAL),
             n if n == PINS.name() => same_table(&ours, &theirs, PINS),
+            n if n == USES.name() => same_table(&ours, &theirs, USES),
+            n if n == PULLS.name() => same_table(&ours, &theirs, PULLS),
+            n if n == WARM.name() => same_table(&ours, &theirs, WARM),
             other => {
                 return Ok(Err(BackupConflict::UnknownTable {
                     table: other.to_owned(),

@@ -21,7 +21,8 @@ use super::{
 };
 use crate::model::{
     BackoffEntry, EvictionNote, ImageNames, ImagePin, ImageRecord, JournalEntry, JournalRetention,
-    PinKey, RecordKey, RemovalReason, Remover, UnixNanos,
+    PinKey, PullEntry, PullKey, PullOrigin, RecordKey, RemovalReason, Remover, StoredWarmState,
+    UnixNanos, UseInterval, UseKey, WarmRow,
 };
 
 /// The creation time of every simulated database.
@@ -125,6 +126,34 @@ pub enum Op {
     PruneExpiredPins {
         now: i64,
     },
+    /// Schema 5: a detect's view of the images in use (`BatchOp::ObserveUses`); bit `i` of
+    /// `in_use` names image `i` (of 8) under handler `i % 3`.
+    ObserveUses {
+        now: i64,
+        in_use: u8,
+    },
+    /// Schema 5: a container event's use (`BatchOp::OpenUse`).
+    OpenUse {
+        image: u8,
+        handler: u8,
+        now: i64,
+    },
+    /// Schema 5: a pull in the history (`BatchOp::RecordPull`).
+    RecordPull {
+        image: u8,
+        handler: u8,
+        at: i64,
+        size: u64,
+        origin: u8,
+        /// The name is this many bytes (cut to 4096): long ones spill redb pages.
+        name_len: u16,
+    },
+    /// Schema 5: the warm table replaced by `rows` rows (`BatchOp::ReplaceWarm`).
+    ReplaceWarm {
+        rows: u8,
+        state: u8,
+        since: i64,
+    },
 }
 
 /// A step of a scenario.
@@ -219,6 +248,9 @@ pub struct Model {
     pub names: BTreeMap<RecordKey, ImageNames>,
     pub journal: BTreeMap<JournalKey, JournalEntry>,
     pub pins: BTreeMap<PinKey, ImagePin>,
+    pub uses: BTreeMap<UseKey, UseInterval>,
+    pub pulls: BTreeMap<PullKey, PullEntry>,
+    pub warm: Vec<WarmRow>,
 }
 
 impl Model {
@@ -249,6 +281,9 @@ impl Model {
             names: store.all_names()?.into_iter().collect(),
             journal: store.journal()?.into_iter().collect(),
             pins: store.pins()?.into_iter().collect(),
+            uses: store.uses()?.into_iter().collect(),
+            pulls: store.pulls()?.into_iter().collect(),
+            warm: store.warm_rows()?,
         })
     }
 
@@ -263,6 +298,14 @@ impl Model {
         // marked re-pulled), as the store's prune takes them.
         let mut fresh: BTreeSet<JournalKey> = BTreeSet::new();
         let mut txn_now: Option<i64> = None;
+        let mut uses_now: Option<i64> = None;
+        let mut uses_changed = false;
+        let mut pulls_now: Option<i64> = None;
+        let explicit: BTreeSet<RecordKey> = ops
+            .iter()
+            .filter(|op| matches!(op, Op::RecordPull { .. }))
+            .map(record_key)
+            .collect();
         for op in ops {
             let key = record_key(op);
             // A pull's mark or a detect's sighting that creates a record: the regret check.
@@ -457,7 +500,50 @@ impl Model {
                         .retain(|_, p| p.until == UnixNanos::NEVER || p.until >= cutoff);
                     self.pins.len() != before
                 }
+                // Committed, but not a change for the stamps.
+                Op::ObserveUses { now, in_use } => {
+                    uses_now = uses_now.max(Some(*now));
+                    uses_changed |= self.observe_uses(UnixNanos(*now), &uses_of(*in_use));
+                    false
+                }
+                Op::OpenUse { now, .. } => {
+                    uses_now = uses_now.max(Some(*now));
+                    uses_changed |= self.observe_open(&key, UnixNanos(*now));
+                    false
+                }
+                Op::RecordPull { at, .. } => {
+                    pulls_now = pulls_now.max(Some(*at));
+                    let entry = pull_of(op);
+                    let pkey = PullKey {
+                        at: UnixNanos(*at),
+                        key: key.clone(),
+                    };
+                    self.pulls.insert(pkey, entry.clone()) != Some(entry)
+                }
+                Op::ReplaceWarm { .. } => {
+                    let rows = warm_of(op);
+                    let same = self.warm == rows;
+                    self.warm = rows;
+                    !same
+                }
             };
+            if let Some(now) = creates_at
+                && !explicit.contains(&key)
+                && let Some(record) = self.records.get(&key)
+            {
+                let entry = PullEntry {
+                    size: record.size,
+                    origin: PullOrigin::Detected,
+                    took: Duration::ZERO,
+                    name: String::new(),
+                };
+                let pkey = PullKey {
+                    at: UnixNanos(now),
+                    key: key.clone(),
+                };
+                changed |= self.pulls.insert(pkey, entry.clone()) != Some(entry);
+                pulls_now = pulls_now.max(Some(now));
+            }
             if let Some(now) = creates_at.filter(|_| self.records.contains_key(&key)) {
                 let newest = self
                     .journal
@@ -476,6 +562,12 @@ impl Model {
                 }
             }
         }
+        if let Some(now) = uses_now {
+            uses_changed |= self.prune_uses(retention, UnixNanos(now));
+        }
+        if let Some(now) = pulls_now {
+            changed |= self.prune_pulls(retention, UnixNanos(now));
+        }
         if journal_written {
             self.prune(retention, UnixNanos(txn_now.unwrap_or(i64::MIN)), &fresh);
         }
@@ -484,7 +576,7 @@ impl Model {
                 self.set_meta(meta_keys::LAST_DETECT, value);
             }
         }
-        changed
+        changed || uses_changed
     }
 
     /// The journal's pruning, as `store/journal.rs` does it, with the retention in `meta`.
@@ -527,6 +619,118 @@ impl Model {
         }
     }
 
+    /// A detect's uses, as `store/history.rs` applies them, written out again.
+    fn observe_uses(&mut self, now: UnixNanos, in_use: &BTreeSet<RecordKey>) -> bool {
+        let open: Vec<(UseKey, UseInterval)> = self
+            .uses
+            .iter()
+            .filter(|(k, _)| !k.closed)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        let mut changed = false;
+        let mut seen = BTreeSet::new();
+        for (k, v) in open {
+            if in_use.contains(&k.key) {
+                seen.insert(k.key.clone());
+                if now > v.last_seen {
+                    self.uses.insert(k, UseInterval { last_seen: now });
+                    changed = true;
+                }
+            } else {
+                self.uses.remove(&k);
+                let closed = UseKey { closed: true, ..k };
+                let last_seen = self
+                    .uses
+                    .get(&closed)
+                    .map_or(v.last_seen, |old| old.last_seen.max(v.last_seen));
+                self.uses.insert(closed, UseInterval { last_seen });
+                changed = true;
+            }
+        }
+        for key in in_use.difference(&seen) {
+            self.uses.insert(
+                UseKey {
+                    closed: false,
+                    started_at: now,
+                    key: key.clone(),
+                },
+                UseInterval { last_seen: now },
+            );
+            changed = true;
+        }
+        changed
+    }
+
+    /// A container event's use.
+    fn observe_open(&mut self, key: &RecordKey, now: UnixNanos) -> bool {
+        let open: Vec<(UseKey, UseInterval)> = self
+            .uses
+            .iter()
+            .filter(|(k, _)| !k.closed && k.key == *key)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        if open.is_empty() {
+            self.uses.insert(
+                UseKey {
+                    closed: false,
+                    started_at: now,
+                    key: key.clone(),
+                },
+                UseInterval { last_seen: now },
+            );
+            return true;
+        }
+        let mut changed = false;
+        for (k, v) in open {
+            if now > v.last_seen {
+                self.uses.insert(k, UseInterval { last_seen: now });
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// The closed intervals' retention: in start order, a row goes while fewer than the
+    /// surplus went, or when it was last seen before the age cutoff.
+    fn prune_uses(&mut self, retention: JournalRetention, now: UnixNanos) -> bool {
+        let cutoff = age_cutoff(now, retention.max_age);
+        let closed: Vec<(UseKey, UseInterval)> = self
+            .uses
+            .iter()
+            .filter(|(k, _)| k.closed)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        let surplus = closed.len().saturating_sub(retention.max_entries as usize);
+        let mut doomed = 0usize;
+        for (k, v) in closed {
+            if doomed < surplus || v.last_seen < cutoff {
+                self.uses.remove(&k);
+                doomed += 1;
+            }
+        }
+        doomed > 0
+    }
+
+    /// The pulls' retention: oldest first, while within the surplus or older than the cutoff.
+    fn prune_pulls(&mut self, retention: JournalRetention, now: UnixNanos) -> bool {
+        let cutoff = age_cutoff(now, retention.max_age);
+        let surplus = self
+            .pulls
+            .len()
+            .saturating_sub(retention.max_entries as usize);
+        let doomed: Vec<PullKey> = self
+            .pulls
+            .keys()
+            .enumerate()
+            .take_while(|(n, k)| *n < surplus || k.at < cutoff)
+            .map(|(_, k)| k.clone())
+            .collect();
+        for k in &doomed {
+            self.pulls.remove(k);
+        }
+        !doomed.is_empty()
+    }
+
     fn set_meta(&mut self, name: &str, value: i64) -> bool {
         self.meta.insert(name.to_owned(), value) != Some(value)
     }
@@ -541,7 +745,9 @@ fn record_key(op: &Op) -> RecordKey {
         | Op::RemoveUnlisted { image, handler, .. }
         | Op::RemoveUnlistedJournaled { image, handler, .. }
         | Op::Evict { image, handler, .. }
-        | Op::SetNames { image, handler, .. } => (*image, *handler),
+        | Op::SetNames { image, handler, .. }
+        | Op::OpenUse { image, handler, .. }
+        | Op::RecordPull { image, handler, .. } => (*image, *handler),
         _ => (0, 0),
     };
     RecordKey::new(
@@ -630,6 +836,71 @@ fn pin_of(op: &Op) -> ImagePin {
     }
 }
 
+/// The images bit `i` of `mask` names: image `i` under handler `i % 3`, as `record_key`.
+fn uses_of(mask: u8) -> BTreeSet<RecordKey> {
+    (0u8..8)
+        .filter(|i| mask & (1 << i) != 0)
+        .map(|i| {
+            record_key(&Op::OpenUse {
+                image: i,
+                handler: i % 3,
+                now: 0,
+            })
+        })
+        .collect()
+}
+
+fn pull_of(op: &Op) -> PullEntry {
+    match op {
+        Op::RecordPull {
+            size,
+            origin,
+            name_len,
+            at,
+            ..
+        } => PullEntry {
+            size: *size,
+            origin: PullOrigin::ALL[usize::from(*origin) % PullOrigin::ALL.len()],
+            took: Duration::from_nanos(at.unsigned_abs() % 1_000_000_000_000),
+            name: "n".repeat(usize::from(*name_len).min(crate::model::MAX_IMAGE_NAME_BYTES)),
+        },
+        _ => PullEntry {
+            size: 0,
+            origin: PullOrigin::Detected,
+            took: Duration::ZERO,
+            name: String::new(),
+        },
+    }
+}
+
+const WARM_STATES: [StoredWarmState; 6] = [
+    StoredWarmState::Present,
+    StoredWarmState::Pulling,
+    StoredWarmState::Queued,
+    StoredWarmState::DoesNotFit,
+    StoredWarmState::Failed,
+    StoredWarmState::Expired,
+];
+
+fn warm_of(op: &Op) -> Vec<WarmRow> {
+    let Op::ReplaceWarm { rows, state, since } = op else {
+        return Vec::new();
+    };
+    (0..*rows % 6)
+        .map(|i| WarmRow {
+            image: format!("registry.example/warm:{i}"),
+            runtime_handler: HANDLERS[usize::from(i) % HANDLERS.len()].to_owned(),
+            state: WARM_STATES[usize::from(state.wrapping_add(i)) % WARM_STATES.len()],
+            since: UnixNanos(*since),
+            image_id: if i % 2 == 0 {
+                format!("sha256:{:064x}", i)
+            } else {
+                String::new()
+            },
+        })
+        .collect()
+}
+
 fn meta_name(name: u8) -> &'static str {
     META_NAMES[usize::from(name) % META_NAMES.len()]
 }
@@ -687,6 +958,18 @@ fn to_batch(ops: &[Op]) -> Batch {
             Op::PutPin { key, .. } => batch.put_pin(pin_key(*key), pin_of(op)),
             Op::RemovePin { key } => batch.remove_pin(pin_key(*key)),
             Op::PruneExpiredPins { now } => batch.prune_expired_pins(UnixNanos(*now)),
+            Op::ObserveUses { now, in_use } => {
+                batch.observe_uses(UnixNanos(*now), uses_of(*in_use).into_iter().collect())
+            }
+            Op::OpenUse { now, .. } => batch.open_use(record_key(op), UnixNanos(*now)),
+            Op::RecordPull { at, .. } => batch.record_pull(
+                PullKey {
+                    at: UnixNanos(*at),
+                    key: record_key(op),
+                },
+                pull_of(op),
+            ),
+            Op::ReplaceWarm { .. } => batch.replace_warm(warm_of(op)),
         }
     }
     batch

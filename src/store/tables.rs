@@ -10,10 +10,11 @@ use redb::{Key, TableDefinition, TypeName, Value};
 
 use super::codec::{
     BackoffKey, Codec, DecodeError, EvictionKey, IndexKey, JournalKey, MetaKey, MetaValue,
-    OrderedCodec,
+    OrderedCodec, WarmPosition,
 };
 use crate::model::{
-    BackoffEntry, ImageNames, ImagePin, ImageRecord, JournalEntry, PinKey, RecordKey,
+    BackoffEntry, ImageNames, ImagePin, ImageRecord, JournalEntry, PinKey, PullEntry, PullKey,
+    RecordKey, UseInterval, UseKey, WarmRow,
 };
 
 /// Image records: RecordKey → ImageRecord.
@@ -46,6 +47,17 @@ pub(super) const JOURNAL: TableDefinition<Stored<JournalKey>, Stored<JournalEntr
 /// (`migrations/0004_pins.md`).
 pub(super) const PINS: TableDefinition<Stored<PinKey>, Stored<ImagePin>> =
     TableDefinition::new("pins");
+
+/// Schema 5: each image's use intervals, (closed, started_at, RecordKey) → last_seen
+/// (`migrations/0005_use_and_pull_history.md`).
+pub(super) const USES: TableDefinition<Stored<UseKey>, Stored<UseInterval>> =
+    TableDefinition::new("uses");
+/// Schema 5: the pull history, (at, RecordKey) → PullEntry.
+pub(super) const PULLS: TableDefinition<Stored<PullKey>, Stored<PullEntry>> =
+    TableDefinition::new("pulls");
+/// Schema 5: the warm set's state at the agent's last warm cycle, position → WarmRow.
+pub(super) const WARM: TableDefinition<Stored<WarmPosition>, Stored<WarmRow>> =
+    TableDefinition::new("warm");
 
 /// A redb column type whose bytes are the [`Codec`] layout of `T`.
 pub(super) struct Stored<T>(PhantomData<T>);

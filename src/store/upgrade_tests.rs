@@ -1,5 +1,5 @@
-//! The schema upgrades under power loss: the v1, v2 and v3 fixtures on a simulated disk are
-//! opened (which upgrades them one transaction per step, 1 → 2 → 3 → 4) with power cut at every
+//! The schema upgrades under power loss: the v1, v2, v3 and v4 fixtures on a simulated disk are
+//! opened (which upgrades them one transaction per step, 1 → 2 → 3 → 4 → 5) with power cut at every
 //! disk operation of the upgrade and a few crash images each; after recovery the disk holds
 //! the file of one schema version, whole, never a mix, and every record, backoff entry and
 //! meta value is intact (and the eviction order with it).
@@ -32,6 +32,19 @@ const V4_TABLES: [&str; 7] = [
     "meta",
     "names",
     "pins",
+];
+
+const V5_TABLES: [&str; 10] = [
+    "backoff",
+    "eviction_prefix",
+    "images",
+    "journal",
+    "meta",
+    "names",
+    "pins",
+    "pulls",
+    "uses",
+    "warm",
 ];
 
 fn fixture(version: i64) -> Vec<u8> {
@@ -80,6 +93,11 @@ fn a_crash_during_the_upgrade_from_v3_leaves_one_whole_schema_never_a_mix() {
     crash_during_upgrade(3, 2);
 }
 
+#[test]
+fn a_crash_during_the_upgrade_from_v4_leaves_one_whole_schema_never_a_mix() {
+    crash_during_upgrade(4, 2);
+}
+
 fn crash_during_upgrade(from: i64, records: usize) {
     // The fixture's content, read through an upgrade without a cut.
     let clean = PowerLossDisk::new(fixture(from), None);
@@ -94,9 +112,17 @@ fn crash_during_upgrade(from: i64, records: usize) {
     assert_eq!(want_order, sorted);
     assert_eq!(
         store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(4)
+        Some(super::CURRENT_SCHEMA_VERSION)
     );
-    assert!(want.pins.is_empty(), "the upgrade adds an empty pins table");
+    if from < 4 {
+        assert!(want.pins.is_empty(), "the upgrade adds an empty pins table");
+    } else {
+        assert_eq!(want.pins.len(), 2, "the v4 fixture's pins are kept");
+    }
+    assert!(
+        want.uses.is_empty() && want.pulls.is_empty() && want.warm.is_empty(),
+        "the upgrade to 5 adds empty uses, pulls and warm tables"
+    );
     drop(store);
     let upgrade_ops = clean.ops() - before;
     assert!(upgrade_ops > 0);
@@ -117,6 +143,7 @@ fn crash_during_upgrade(from: i64, records: usize) {
                 Some(2) => assert_eq!(tables, V2_TABLES, "{case}"),
                 Some(3) => assert_eq!(tables, V3_TABLES, "{case}"),
                 Some(4) => assert_eq!(tables, V4_TABLES, "{case}"),
+                Some(5) => assert_eq!(tables, V5_TABLES, "{case}"),
                 _ => panic!("{case}"),
             }
             assert!(version >= Some(from), "{case}");
@@ -133,7 +160,11 @@ fn crash_during_upgrade(from: i64, records: usize) {
     // Every version from the fixture's to the current one occurs: the cuts land before,
     // between and after the upgrade's commits.
     let versions: Vec<i64> = seen.keys().copied().collect();
-    assert_eq!(versions, (from..=4).collect::<Vec<_>>(), "{seen:?}");
+    assert_eq!(
+        versions,
+        (from..=super::CURRENT_SCHEMA_VERSION).collect::<Vec<_>>(),
+        "{seen:?}"
+    );
 }
 
 /// A v2 database file in a new directory, and the directory.
@@ -217,7 +248,7 @@ fn a_different_file_at_the_backup_name_is_kept_and_the_backup_takes_the_next_nam
     let store = Store::open(&db, UnixNanos(1)).expect("upgrade");
     assert_eq!(
         store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(4)
+        Some(super::CURRENT_SCHEMA_VERSION)
     );
     drop(store);
     assert_eq!(std::fs::read(&taken).expect("read"), fixture(1));

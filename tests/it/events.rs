@@ -135,6 +135,32 @@ async fn a_created_container_marks_its_image_and_image_volume_used_without_waiti
         assert_eq!(record.last_used, UnixNanos::from_secs(T0 + 60), "{id}");
         assert_eq!(record.size, 100);
     }
+    // The event opens a use of each image (schema 5's use history), and the records it
+    // created are pulls someone else made, first seen now.
+    let uses: Vec<(bool, UnixNanos, String)> = store
+        .uses()
+        .expect("uses")
+        .into_iter()
+        .map(|(k, v)| {
+            assert_eq!(v.last_seen, k.started_at);
+            (k.closed, k.started_at, k.key.image_id.as_str().to_owned())
+        })
+        .collect();
+    let t = UnixNanos::from_secs(T0 + 60);
+    assert_eq!(
+        uses,
+        [
+            (false, t, "sha256:app".to_owned()),
+            (false, t, "sha256:volume".to_owned())
+        ]
+    );
+    let pulls: Vec<&str> = store
+        .pulls()
+        .expect("pulls")
+        .iter()
+        .map(|(_, e)| e.origin.as_str())
+        .collect();
+    assert_eq!(pulls, ["detected", "detected"]);
     // A container gone before its status was read marks nothing and the stream goes on.
     w.fake
         .push_event(&event("gone", ContainerEventKind::Created));

@@ -316,7 +316,7 @@ fn stats_count_records_and_show_meta() {
         "records:          5",
         "never used:       3",
         "last detect:      2h ago (2026-01-02T06:00:00Z)",
-        "schema version:   4",
+        "schema version:   5",
     ] {
         assert!(t.stdout.contains(line), "{line} in {}", t.stdout);
     }
@@ -619,7 +619,7 @@ fn bad_files_are_clear_errors_naming_the_path_for_every_command() {
         (
             "newer schema",
             newer,
-            "schema version 5, newer than version 4",
+            "schema version 6, newer than version 5",
         ),
     ];
     let written: Vec<(&str, Vec<u8>, &str)> = vec![
@@ -1855,7 +1855,8 @@ fn list_reads_like_crictl_images_and_json_carries_every_tag_and_digest() {
             "FIRST DETECTED",
             "LAST USED",
             "PINNED",
-            "HANDLER"
+            "HANDLER",
+            "WARM"
         ]
     );
     let pause = lines

@@ -24,3 +24,4 @@ mod replay;
 mod service;
 mod store;
 mod support;
+mod workload;

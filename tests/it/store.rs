@@ -450,8 +450,8 @@ fn newer_schema_is_refused_naming_both_versions() {
             matches!(
                 err,
                 StoreError::SchemaTooNew {
-                    found: 5,
-                    supported: 4,
+                    found: 6,
+                    supported: 5,
                     ..
                 }
             ),
@@ -459,7 +459,7 @@ fn newer_schema_is_refused_naming_both_versions() {
         );
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 5") && msg.contains("version 4"),
+            msg.contains("schema version 6") && msg.contains("version 5"),
             "{msg}"
         );
     }
@@ -996,11 +996,11 @@ fn v1_fixture_is_backed_up_and_upgraded_to_v3_reading_back_every_record() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 1 opens and upgrades");
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(4)
+        Some(5)
     );
     assert_eq!(
         store.commits(),
-        3,
+        4,
         "the upgrade is one transaction per step"
     );
     let backup = dir.path().join("v1.redb.bak-v1");
@@ -1118,12 +1118,12 @@ fn v2_fixture_is_backed_up_and_upgraded_to_v3_with_its_names_and_journal() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 2 opens and upgrades");
     assert_eq!(
         store.commits(),
-        2,
+        3,
         "the upgrade is one transaction per step"
     );
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(4)
+        Some(5)
     );
     let backup = dir.path().join("v2.redb.bak-v2");
     {
@@ -1217,10 +1217,14 @@ fn v3_fixture_is_backed_up_and_upgraded_to_v4_with_an_empty_pins_table() {
     let copy = dir.path().join("v3.redb");
     std::fs::copy(&fixture, &copy).expect("copy fixture");
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 3 opens and upgrades");
-    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
+    assert_eq!(
+        store.commits(),
+        2,
+        "the upgrade is one transaction per step"
+    );
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(4)
+        Some(imagekeeper::store::CURRENT_SCHEMA_VERSION)
     );
     {
         // The backup holds the v3 content: upgraded in turn, it reads back the same records.
@@ -1229,8 +1233,8 @@ fn v3_fixture_is_backed_up_and_upgraded_to_v4_with_an_empty_pins_table() {
         let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
         assert_eq!(
             from_backup.commits(),
-            1,
-            "the backup was a v3 file, upgraded in one commit"
+            2,
+            "the backup was a v3 file, upgraded in one commit per step (3 -> 4 -> 5)"
         );
         assert!(
             from_backup.records().expect("records") == store.records().expect("records"),
@@ -1245,6 +1249,77 @@ fn v3_fixture_is_backed_up_and_upgraded_to_v4_with_an_empty_pins_table() {
         .expect("backoff")
         .expect("the fixture's backoff entry");
     assert_eq!(backoff.backoff, Duration::from_secs(20));
+    assert!(store.check().expect("check").is_empty());
+}
+
+/// The v4 fixture (`cargo run --example make_v4_fixture`, written by the schema-4 build) is
+/// backed up to `<db>.bak-v4` and upgraded to schema 5 in one commit
+/// (`migrations/0005_use_and_pull_history.md`): every table keeps its content, pins included,
+/// and empty `uses`, `pulls` and `warm` tables are added, which then take writes.
+#[test]
+fn v4_fixture_is_backed_up_and_upgraded_to_v5_with_empty_history_tables() {
+    use imagekeeper::model::{PullEntry, PullKey, PullOrigin, RecordKey};
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v4.redb");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("v4.redb");
+    std::fs::copy(&fixture, &copy).expect("copy fixture");
+    let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 4 opens and upgrades");
+    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
+    assert_eq!(
+        store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(5)
+    );
+    {
+        let again = dir.path().join("again.redb");
+        std::fs::copy(dir.path().join("v4.redb.bak-v4"), &again).expect("copy backup");
+        let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
+        assert_eq!(from_backup.commits(), 1, "the backup was a v4 file");
+        assert!(from_backup.pins().expect("pins") == store.pins().expect("pins"));
+    }
+    let pins: Vec<(String, String)> = store
+        .pins()
+        .expect("pins")
+        .into_iter()
+        .map(|(k, p)| (k.image, p.reason))
+        .collect();
+    assert_eq!(
+        pins,
+        [
+            ("docker.io/library/busybox:1.35".to_owned(), String::new()),
+            (
+                "registry.k8s.io/pause:3.10".to_owned(),
+                "the sandbox image".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(store.len().expect("len"), 2);
+    assert_eq!(store.journal().expect("journal").len(), 3);
+    assert!(store.uses().expect("uses").is_empty());
+    assert!(store.pulls().expect("pulls").is_empty());
+    assert!(store.warm_rows().expect("warm").is_empty());
+    assert!(store.check().expect("check").is_empty());
+    // The new tables take writes.
+    let key = RecordKey::new(
+        "sha256:0410e513415e62ba17f2362099aa7f44c71c379344c08ff9a565f145be9dfa26",
+        "",
+    );
+    let mut batch = Batch::new();
+    batch.observe_uses(UnixNanos::from_secs(1_700_004_000), vec![key.clone()]);
+    batch.record_pull(
+        PullKey {
+            at: UnixNanos::from_secs(1_700_004_000),
+            key: key.clone(),
+        },
+        PullEntry {
+            size: 1_088_964,
+            origin: PullOrigin::Pull,
+            took: Duration::from_secs(2),
+            name: "registry.k8s.io/pause:3.10".to_owned(),
+        },
+    );
+    assert!(store.apply(&batch).expect("apply"));
+    assert_eq!(store.uses().expect("uses").len(), 1);
+    assert_eq!(store.pulls().expect("pulls").len(), 1);
     assert!(store.check().expect("check").is_empty());
 }
 
@@ -1538,7 +1613,7 @@ fn a_pre_existing_v1_backup_is_never_overwritten_and_only_a_copy_of_its_content_
         let store = opened.unwrap_or_else(|e| panic!("{case:?}: the upgrade was refused: {e}"));
         assert_eq!(
             store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-            Some(4),
+            Some(5),
             "{case:?}"
         );
         drop(store);

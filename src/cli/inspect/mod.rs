@@ -5,6 +5,7 @@
 //! regular file too (exit 2).
 
 mod print;
+mod workload;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,7 @@ use imagekeeper::inspect::{
     stats,
 };
 use imagekeeper::kubelet::{DEFAULT_KUBELET_ROOT_DIR, PullRecordsReader};
-use imagekeeper::model::{JournalEntry, RemovalReason, UnixNanos};
+use imagekeeper::model::{JournalEntry, PullOrigin, RemovalReason, UnixNanos};
 
 use super::Failure;
 use super::output::OutputArgs;
@@ -87,6 +88,101 @@ enum InspectCommand {
     /// Every record as JSON lines (with -o table, wide or json), or as the List (-o kube-json,
     /// yaml, name).
     Export,
+    /// The pull history (schema 5), newest first: imagekeeper's own pulls (`pull`), warm and
+    /// restore pulls, and images first detected that someone else pulled (`detected`).
+    Pulls {
+        /// Only pulls within this long before now (Go duration, e.g. 24h).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        since: Option<Duration>,
+        /// Only pulls of this origin.
+        #[arg(long, value_enum)]
+        origin: Option<OriginFilter>,
+    },
+    /// The node's recorded history as a workload trace for `imagekeeper simulate` (JSON lines;
+    /// -o is ignored): a `node` line, then a `run` line per recorded use and a `restart` line
+    /// per stretch no detect watched.
+    Workload(WorkloadArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OriginFilter {
+    Pull,
+    Warm,
+    Restore,
+    Detected,
+}
+
+impl OriginFilter {
+    fn keeps(self, origin: PullOrigin) -> bool {
+        matches!(
+            (self, origin),
+            (OriginFilter::Pull, PullOrigin::Pull)
+                | (OriginFilter::Warm, PullOrigin::Warm)
+                | (OriginFilter::Restore, PullOrigin::Restore)
+                | (OriginFilter::Detected, PullOrigin::Detected)
+        )
+    }
+}
+
+#[derive(Args, Debug)]
+struct WorkloadArgs {
+    /// Only the history from this time on: a Go duration before now (24h) or an RFC 3339 time.
+    #[arg(long, value_name = "DURATION|RFC3339", value_parser = parse_since)]
+    since: Option<Since>,
+    /// The node line's image filesystem size in bytes (default: the newest size the journal
+    /// recorded, else a size where every image of the trace fits under the low threshold).
+    #[arg(long, value_name = "BYTES")]
+    capacity: Option<u64>,
+    /// The node line's bytes used by other things than images (default: derived from the
+    /// newest usage the journal recorded, else 0).
+    #[arg(long, value_name = "BYTES")]
+    other_used: Option<u64>,
+    /// The node line's pull rate in bytes per second (default: measured from imagekeeper's own
+    /// pulls, else 100000000).
+    #[arg(long, value_name = "BYTES")]
+    pull_bytes_per_s: Option<u64>,
+    /// The policy's HighThresholdPercent.
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 85,
+        allow_negative_numbers = true
+    )]
+    high: i64,
+    /// The policy's LowThresholdPercent.
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 80,
+        allow_negative_numbers = true
+    )]
+    low: i64,
+    /// The policy's MinAge (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+    min_age: Duration,
+    /// The policy's MaxAge (Go duration); 0 turns it off.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration)]
+    max_age: Duration,
+    /// How often GC runs (Go duration): the kubelet's ImageGCPeriod (5m, pkg/kubelet/kubelet.go).
+    /// The policy's defaults are the kubelet's (85, 80, 2m, 0).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    gc_period: Duration,
+}
+
+/// `--since`: a duration before now, or a time.
+#[derive(Clone, Copy, Debug)]
+enum Since {
+    Ago(Duration),
+    At(UnixNanos),
+}
+
+fn parse_since(s: &str) -> Result<Since, String> {
+    if let Ok(d) = parse_go_duration(s) {
+        return Ok(Since::Ago(d));
+    }
+    imagekeeper::format::parse_rfc3339(s)
+        .map(Since::At)
+        .ok_or_else(|| format!("{s:?} is neither a Go duration (24h) nor an RFC 3339 time"))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -193,7 +289,16 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
             sort_records(&mut records, sort_key(sort));
             let names = snap.names().map_err(inspect_failure)?;
             let protections = snap.protections(&records, now).map_err(inspect_failure)?;
-            Ok(print::list(w, out, &records, &names, &protections, now)?)
+            let warm = snap.warm_rows().map_err(inspect_failure)?;
+            Ok(print::list(
+                w,
+                out,
+                &records,
+                &names,
+                &protections,
+                &warm,
+                now,
+            )?)
         }
         InspectCommand::Show { id } => show(w, out, db, &id, now),
         InspectCommand::Evictions { since, reason } => {
@@ -216,6 +321,21 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
             Ok(print::backoff(w, out, &entries, now)?)
         }
         InspectCommand::Stats => stats_command(w, out, db, now),
+        InspectCommand::Pulls { since, origin } => {
+            let snap = open(db, true)?;
+            let names = snap.names().map_err(inspect_failure)?;
+            let from = since.map(|d| now.saturating_sub(d));
+            let pulls: Vec<_> = snap
+                .pulls()
+                .map_err(inspect_failure)?
+                .into_iter()
+                .rev()
+                .filter(|(k, _)| from.is_none_or(|from| k.at >= from))
+                .filter(|(_, e)| origin.is_none_or(|o| o.keeps(e.origin)))
+                .collect();
+            Ok(print::pulls(w, out, &pulls, &names, now)?)
+        }
+        InspectCommand::Workload(args) => workload_command(w, db, &args, now),
         InspectCommand::Export => {
             let snap = open(db, true)?;
             let mut records = snap.records().map_err(inspect_failure)?;
@@ -395,6 +515,76 @@ fn stats_command(
         last_week: repull_rate(&journal, now, 7 * DAY),
     };
     Ok(print::stats(w, out, &s, &meta, &journal_stats, now)?)
+}
+
+/// `inspect workload`: the recorded history as a workload trace.
+fn workload_command(
+    w: &mut dyn Write,
+    db: &Path,
+    args: &WorkloadArgs,
+    now: UnixNanos,
+) -> Result<(), Failure> {
+    let policy = GcPolicy {
+        high_threshold_percent: args.high,
+        low_threshold_percent: args.low,
+        min_age: args.min_age,
+        max_age: args.max_age,
+        ..GcPolicy::default()
+    };
+    policy
+        .validate()
+        .with_context(|| {
+            format!(
+                "invalid GC policy from --high {} --low {}",
+                args.high, args.low
+            )
+        })
+        .map_err(Failure::usage)?;
+    if args.gc_period.is_zero() {
+        return Err(Failure::usage(anyhow!(
+            "invalid value 0 for --gc-period: GC must run at some period"
+        )));
+    }
+    if args.capacity == Some(0) {
+        return Err(Failure::usage(anyhow!(
+            "invalid value 0 for --capacity: the image filesystem's size must be greater than 0"
+        )));
+    }
+    if args.pull_bytes_per_s == Some(0) {
+        return Err(Failure::usage(anyhow!(
+            "invalid value 0 for --pull-bytes-per-s: pulls must take finite time"
+        )));
+    }
+    let snap = open(db, true)?;
+    let records = snap.records().map_err(inspect_failure)?;
+    let names = snap.names().map_err(inspect_failure)?;
+    let journal = snap.journal().map_err(inspect_failure)?;
+    let uses = snap.uses().map_err(inspect_failure)?;
+    let pulls = snap.pulls().map_err(inspect_failure)?;
+    let meta = snap.meta_entries().map_err(inspect_failure)?;
+    let since = args.since.map(|s| match s {
+        Since::Ago(d) => now.saturating_sub(d),
+        Since::At(t) => t,
+    });
+    let history = workload::History {
+        records: &records,
+        names: &names,
+        journal: &journal,
+        uses: &uses,
+        pulls: &pulls,
+        meta: &meta,
+    };
+    let overrides = workload::Overrides {
+        capacity: args.capacity,
+        other_used: args.other_used,
+        pull_bytes_per_s: args.pull_bytes_per_s,
+        high: args.high,
+        low: args.low,
+        min_age: args.min_age,
+        max_age: args.max_age,
+        gc_period: args.gc_period,
+    };
+    Ok(workload::write(w, &history, since, &overrides)?)
 }
 
 fn sort_key(sort: Sort) -> SortKey {

@@ -10,7 +10,10 @@ use std::io::{self, Write};
 use imagekeeper::format::{format_ago, format_rfc3339, format_size, go_duration};
 use imagekeeper::gc::{Decision, Explanation, ImageExplanation, SpacePass};
 use imagekeeper::inspect::{CheckReport, MetaInfo, NamesByKey, RepullRate, Stats, escape_control};
-use imagekeeper::model::{BackoffEntry, ImageId, ImageNames, JournalEntry, UnixNanos};
+use imagekeeper::model::{
+    BackoffEntry, ImageId, ImageNames, JournalEntry, PullEntry, PullKey, StoredWarmState,
+    UnixNanos, WarmRow,
+};
 use imagekeeper::store::{JournalKey, StoredRecord};
 use serde_json::{Value, json};
 
@@ -153,6 +156,9 @@ pub struct ListRow<'a> {
     pub tag: String,
     /// An active `imagekeeper pin` names the image (schema 4).
     pub pinned_by_imagekeeper: bool,
+    /// A warm set entry names the image, in this state at the agent's last warm cycle
+    /// (schema 5).
+    pub warm: Option<StoredWarmState>,
 }
 
 /// The columns of `inspect list`, in order: `crictl images`' (IMAGE, TAG, IMAGE ID, SIZE),
@@ -184,6 +190,11 @@ pub fn list_columns<'a>(out: &'a OutputArgs, now: UnixNanos) -> Vec<Column<'a, L
         Column::new("HANDLER", |r: &ListRow<'_>| {
             handler(&r.record.key.runtime_handler).to_owned()
         }),
+        // The warm set entry's state at the agent's last warm cycle, "-" when no entry
+        // names the image (schema 5; last, so the columns before it keep their places).
+        Column::new("WARM", |r: &ListRow<'_>| {
+            r.warm.map_or("-", StoredWarmState::as_str).to_owned()
+        }),
     ]
 }
 
@@ -208,9 +219,18 @@ pub fn list(
     records: &[StoredRecord],
     names: &NamesByKey,
     protections: &imagekeeper::gc::Protections,
+    warm: &[WarmRow],
     now: UnixNanos,
 ) -> io::Result<()> {
     let by_pin = |r: &StoredRecord| protections.get(&r.key).is_some_and(|p| p.is_pin());
+    // The first (highest priority) warm entry that names the record's image.
+    let warm_of = |r: &StoredRecord| {
+        warm.iter()
+            .find(|w| {
+                w.image_id == r.key.image_id.as_str() && w.runtime_handler == r.key.runtime_handler
+            })
+            .map(|w| w.state)
+    };
     match out.format() {
         Format::Json => {
             let all: Vec<Value> = records
@@ -220,6 +240,11 @@ pub fn list(
                     if let Some(obj) = v.as_object_mut() {
                         names_json(obj, names.get(&r.key));
                         obj.insert("pinned_by_imagekeeper".to_owned(), Value::Bool(by_pin(r)));
+                        obj.insert("warm".to_owned(), Value::Bool(warm_of(r).is_some()));
+                        obj.insert(
+                            "warm_state".to_owned(),
+                            warm_of(r).map_or(Value::Null, |s| Value::from(s.as_str())),
+                        );
                     }
                     v
                 })
@@ -238,6 +263,7 @@ pub fn list(
                             image,
                             tag,
                             pinned_by_imagekeeper: by_pin(record),
+                            warm: warm_of(record),
                         })
                 })
                 .collect();
@@ -594,6 +620,92 @@ pub fn backoff(
         }),
     ];
     write_table(w, &columns, entries, out.table())
+}
+
+/// One pull in JSON.
+fn pull_json(k: &PullKey, e: &PullEntry, names: Option<&ImageNames>) -> Value {
+    let mut v = json!({
+        "at_unix_nanos": k.at.0,
+        "at": format_rfc3339(k.at),
+        "id": k.key.image_id.as_str(),
+        "short_id": k.key.image_id.short(),
+        "runtime_handler": k.key.runtime_handler,
+        "origin": e.origin.as_str(),
+        "name": e.name,
+        "size": e.size,
+        "took_nanos": u64::try_from(e.took.as_nanos()).unwrap_or(u64::MAX),
+    });
+    if let Some(obj) = v.as_object_mut() {
+        names_json(obj, names);
+    }
+    v
+}
+
+/// The pull history, newest first: `inspect pulls`.
+pub fn pulls(
+    w: &mut dyn Write,
+    out: &OutputArgs,
+    pulls: &[(PullKey, PullEntry)],
+    names: &NamesByKey,
+    now: UnixNanos,
+) -> io::Result<()> {
+    if is_list(out.format()) {
+        let mut list = KubeList::new("ImagePull");
+        for (k, e) in pulls {
+            let mut item = json!({
+                "at": format_rfc3339(k.at),
+                "imageId": k.key.image_id.as_str(),
+                "runtimeHandler": k.key.runtime_handler,
+                "origin": e.origin.as_str(),
+                "name": e.name,
+                "size": e.size,
+                "took": go_duration(e.took),
+            });
+            if let Some(obj) = item.as_object_mut() {
+                names_item(obj, names.get(&k.key));
+            }
+            list.push(
+                format!("{}@{}", k.key.image_id.as_str(), format_rfc3339(k.at)).as_str(),
+                item,
+            );
+        }
+        return list.write(w, out.format());
+    }
+    if out.format() == Format::Json {
+        let all: Vec<Value> = pulls
+            .iter()
+            .map(|(k, e)| pull_json(k, e, names.get(&k.key)))
+            .collect();
+        return json_out(w, &Value::Array(all));
+    }
+    type Pull = (PullKey, PullEntry);
+    let columns = [
+        Column::new("PULLED", move |(k, _): &Pull| when(now, k.at)),
+        Column::new("ORIGIN", |(_, e): &Pull| e.origin.as_str().to_owned()),
+        Column::new("IMAGE", |(k, e): &Pull| {
+            if e.name.is_empty() {
+                display_name(names.get(&k.key))
+            } else {
+                e.name.clone()
+            }
+        }),
+        Column::new("IMAGE ID", move |(k, _): &Pull| {
+            shown_id(&k.key.image_id, out)
+        }),
+        Column::new("SIZE", |(_, e): &Pull| format_size(e.size)),
+        Column::wide("BYTES", |(_, e): &Pull| e.size.to_string()),
+        Column::new("TOOK", |(_, e): &Pull| {
+            if e.took.is_zero() {
+                "-".to_owned()
+            } else {
+                go_duration(e.took)
+            }
+        }),
+        Column::new("HANDLER", |(k, _): &Pull| {
+            handler(&k.key.runtime_handler).to_owned()
+        }),
+    ];
+    write_table(w, &columns, pulls, out.table())
 }
 
 /// The journal's share of `inspect stats`: its size and the re-pull rate of the removals of

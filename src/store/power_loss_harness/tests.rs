@@ -43,7 +43,16 @@ fn op() -> impl Strategy<Value = Op> {
                 key, created_at, until, reason_len,
             }),
         1 => any::<u8>().prop_map(|key| Op::RemovePin { key }),
-        1 => time.prop_map(|now| Op::PruneExpiredPins { now }),
+        1 => time.clone().prop_map(|now| Op::PruneExpiredPins { now }),
+        2 => (time.clone(), any::<u8>()).prop_map(|(now, in_use)| Op::ObserveUses { now, in_use }),
+        1 => (any::<u8>(), any::<u8>(), time.clone())
+            .prop_map(|(image, handler, now)| Op::OpenUse { image, handler, now }),
+        1 => (any::<u8>(), any::<u8>(), time.clone(), any::<u64>(), any::<u8>(), prop_oneof![0u16..64, 0u16..5000])
+            .prop_map(|(image, handler, at, size, origin, name_len)| Op::RecordPull {
+                image, handler, at, size, origin, name_len,
+            }),
+        1 => (any::<u8>(), any::<u8>(), time)
+            .prop_map(|(rows, state, since)| Op::ReplaceWarm { rows, state, since }),
     ]
 }
 

@@ -81,6 +81,22 @@ async fn pull_over_cri_records_the_image_with_its_size_at_once() {
         .await;
     assert_eq!(again, Ok("sha256:aaaa".to_owned()));
     assert_eq!(fake.pulls().len(), 1);
+    // The pull history (schema 5) holds the one pull, imagekeeper's own, by the name asked.
+    let pulls: Vec<(String, imagekeeper::model::PullOrigin, String, u64)> = store
+        .pulls()
+        .expect("pulls")
+        .into_iter()
+        .map(|(k, e)| (k.key.image_id.as_str().to_owned(), e.origin, e.name, e.size))
+        .collect();
+    assert_eq!(
+        pulls,
+        [(
+            "sha256:aaaa".to_owned(),
+            imagekeeper::model::PullOrigin::Pull,
+            "busybox".to_owned(),
+            4_269_694
+        )]
+    );
 }
 
 #[tokio::test]

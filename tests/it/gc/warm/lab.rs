@@ -200,6 +200,35 @@ async fn a_warm_image_is_pulled_comes_back_after_ctr_rm_and_survives_gc_and_prun
             .await
             .contains(&image.image_id)
     );
+    // Offline, beside the running agent (schema 5): `inspect list` marks the image warm and
+    // `inspect pulls` shows the agent's pull of it with origin warm.
+    let db = dir.path().join("records.redb");
+    let inspect = |args: &[&str]| -> serde_json::Value {
+        let out = support::bin::output(
+            support::bin::imagekeeper()
+                .arg("inspect")
+                .arg("--db")
+                .arg(&db)
+                .args(["-o", "json"])
+                .args(args),
+        );
+        assert!(out.status.success(), "inspect {args:?}: {out:?}");
+        serde_json::from_slice(&out.stdout).expect("inspect prints JSON")
+    };
+    let listed = inspect(&["list"]);
+    let row = listed
+        .as_array()
+        .expect("a JSON array")
+        .iter()
+        .find(|r| r["id"] == image.image_id.as_str())
+        .expect("the warm image has a record");
+    assert_eq!(row["warm"], true, "{row}");
+    assert_eq!(row["warm_state"], "pulling", "{row}");
+    let pulls = inspect(&["pulls", "--origin", "warm"]);
+    let pulls = pulls.as_array().expect("a JSON array");
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    assert_eq!(pulls[0]["id"], image.image_id.as_str());
+    assert_eq!(pulls[0]["name"], image.reference.as_str());
 
     ctr_remove(&lab, &client, &image).await;
     let again = agent.warm_cycle().await;
