@@ -65,7 +65,7 @@ use super::plan::SpaceWalk;
 use super::protect::{Irreplaceable, Protections, pinned_at};
 use super::space::{BudgetNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
-use super::{GcError, GcPolicy};
+use super::{GcError, GcOrder, GcPolicy};
 use crate::format::{format_rfc3339, go_duration};
 use crate::warm::WarmSet;
 
@@ -151,6 +151,8 @@ impl Drop for ProgressGuard<'_> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcConfig {
     pub policy: GcPolicy,
+    /// The space walk's order (`imageGCPolicy`): the kubelet's, or the adaptive one.
+    pub order: GcOrder,
     /// The sandbox (pause) image name (`--pod-infra-container-image`); always in use. With
     /// `protect_irreplaceable`, the runtime's own answer (verbose CRI Status) comes first.
     pub sandbox_image: Option<String>,

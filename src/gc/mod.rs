@@ -11,6 +11,7 @@
 // `detect` stays reachable (hidden) for the bench's baseline, `gc::detect::reference` (the
 // map-based planner) and `gc::detect::apply_to_copy`; everything else is reached through the
 // re-exports below.
+pub(crate) mod adaptive;
 #[doc(hidden)]
 pub mod detect;
 mod error;
@@ -26,6 +27,7 @@ mod protect;
 mod space;
 mod watch;
 
+pub use adaptive::GcOrder;
 pub use detect::{DetectInput, DetectPlan, ListedImages, images_in_use};
 pub use error::{GcError, aggregate};
 pub use evict::{Verdict, space_verdict};

@@ -22,5 +22,6 @@ mod node_events;
 mod pull;
 mod replay;
 mod service;
+mod simulate;
 mod store;
 mod support;
