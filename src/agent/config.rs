@@ -393,20 +393,20 @@ pub const CONFIG_FIELDS: &[ConfigField] = &[
         help: "How old (file mtime) a kubelet pull intent may be and still keep its image; at least 1m.",
     },
     ConfigField {
-        key: "imageGCPolicy",
-        flag: "--image-gc-policy",
-        kubelet: None,
-        default: |c| c.gc.order.as_str().to_owned(),
-        on_reload: OnReload::Applied,
-        help: "The order the space pass removes images in: `kubelet-order` (least recently used first, as the kubelet) or `adaptive` (one-off images first, then images by how likely they are to come back; see the GC quality section of the design chapter).",
-    },
-    ConfigField {
         key: "containerEvents",
         flag: "--container-events",
         kubelet: None,
         default: |c| c.container_events.as_str().to_owned(),
         on_reload: OnReload::NeedsRestart,
         help: "`auto` watches the runtime's container events (falling back when it has none); `off` never subscribes.",
+    },
+    ConfigField {
+        key: "imageGCPolicy",
+        flag: "--image-gc-policy",
+        kubelet: None,
+        default: |c| c.gc.order.as_str().to_owned(),
+        on_reload: OnReload::Applied,
+        help: "The order the space pass removes images in: `kubelet-order` (least recently used first, as the kubelet) or `adaptive` (one-off images first, then images by how likely they are to come back; see the GC quality section of the design chapter).",
     },
     ConfigField {
         key: "journalMaxAge",

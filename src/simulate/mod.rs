@@ -32,6 +32,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub mod corpus;
+
 use serde::Serialize;
 
 use crate::gc::{GcConfig, GcError, GcOrder, GcReport, ImageGcManager, SpaceNeed};
