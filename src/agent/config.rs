@@ -1896,6 +1896,39 @@ mod tests {
         assert!(resolve(&file("maxParallelImagePulls = 5\n"), &flags).is_err());
     }
 
+    /// `imageGCPolicy` / `--image-gc-policy`: kubelet-order by default, adaptive when set,
+    /// the flag over the file, anything else refused naming where it came from.
+    #[test]
+    fn image_gc_policy_from_flags_or_file() {
+        let c = resolve(&FileConfig::default(), &FlagValues::default()).expect("valid");
+        assert_eq!(c.gc.order, GcOrder::KubeletOrder, "the default");
+        let file: FileConfig = toml::from_str("imageGCPolicy = \"adaptive\"\n").expect("toml");
+        let c = resolve(&file, &FlagValues::default()).expect("valid");
+        assert_eq!(c.gc.order, GcOrder::Adaptive);
+        let flags = FlagValues {
+            image_gc_policy: Some("kubelet-order".into()),
+            ..FlagValues::default()
+        };
+        let c = resolve(&file, &flags).expect("valid");
+        assert_eq!(c.gc.order, GcOrder::KubeletOrder, "the flag wins");
+        let flags = FlagValues {
+            image_gc_policy: Some("lru".into()),
+            ..FlagValues::default()
+        };
+        let err = resolve(&FileConfig::default(), &flags).expect_err("bad flag");
+        assert!(
+            err.to_string()
+                .contains("--image-gc-policy: \"lru\" is neither kubelet-order nor adaptive"),
+            "{err}"
+        );
+        let file: FileConfig = toml::from_str("imageGCPolicy = \"gdsf\"\n").expect("toml");
+        let err = resolve(&file, &FlagValues::default()).expect_err("bad field");
+        assert!(
+            err.to_string().contains("imageGCPolicy in /etc/ik.toml"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn intent_max_age_and_container_events_from_flags_or_file() {
         let c = resolve(&FileConfig::default(), &FlagValues::default()).expect("valid");

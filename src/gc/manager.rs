@@ -1028,9 +1028,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut resume: Option<EvictionKey> = None;
         // The adaptive order ranks the listed images once per walk (see `adaptive.rs`); the
         // kubelet's reads the index lazily.
+        // DeleteUnusedImages removes every eligible image: it keeps the index's order.
+        let delete_unused = matches!(goal.bytes, Some((_, RemovalReason::Unused, _)));
         let ranked = match settings.config.order {
-            GcOrder::KubeletOrder => None,
-            GcOrder::Adaptive => Some(self.adaptive_order(&view.listed)?),
+            GcOrder::Adaptive if !delete_unused => Some(self.adaptive_order(&view.listed)?),
+            _ => None,
         };
         'walk: loop {
             // One synchronous step: read the index from where the last step stopped and pick

@@ -1020,10 +1020,14 @@ impl Sim {
                         .unwrap_or_default()
                 ));
                 if !cut {
-                    if let Some(message) =
-                        self.oracle
-                            .judge_cycle(id, &report, fs, cycle_now, &self.config.policy)
-                    {
+                    if let Some(message) = self.oracle.judge_cycle(
+                        id,
+                        &report,
+                        fs,
+                        cycle_now,
+                        &self.config.policy,
+                        self.config.order,
+                    ) {
                         self.fail(message);
                     } else if let Some(message) = self.judge_leftovers(&actor, &report, cycle_now) {
                         self.fail(message);
