@@ -150,3 +150,91 @@ fn bad_workloads_exit_2_naming_the_line() {
         );
     }
 }
+
+/// `inspect explain --image-gc-policy adaptive` lists the images in the adaptive order and
+/// says why each ranks where it does; the default keeps the kubelet's order.
+#[test]
+fn inspect_explain_says_where_the_adaptive_order_puts_each_image() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("db.redb");
+    let trace = dir.path().join("trace.jsonl");
+    // app:1 is used from 1000 s to 9000 s, then app:2 arrives (superseding it); scan:1 is never
+    // used.
+    std::fs::write(
+        &trace,
+        r#"{"at": 1000, "images": [{"id": "sha256:a", "size": 10, "tags": ["reg/app:1"]}, {"id": "sha256:c", "size": 10, "tags": ["reg/scan:1"]}]}
+{"at": 1000, "containers": [{"id": "x", "image_id": "sha256:a", "state": "running"}]}
+{"at": 1000, "detect": {}}
+{"at": 9000, "images": [{"id": "sha256:a", "size": 10, "tags": ["reg/app:1"]}, {"id": "sha256:c", "size": 10, "tags": ["reg/scan:1"]}, {"id": "sha256:b", "size": 10, "tags": ["reg/app:2"]}]}
+{"at": 9000, "detect": {}}
+{"at": 9100, "containers": []}
+{"at": 9100, "detect": {}}
+"#,
+    )
+    .expect("write trace");
+    let out = bin::run(&[
+        "replay",
+        trace.to_str().expect("utf8"),
+        "--db",
+        db.to_str().expect("utf8"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let explain = |extra: &[&str]| -> Vec<(String, String)> {
+        let mut args = vec![
+            "inspect",
+            "--db",
+            db.to_str().expect("utf8"),
+            "explain",
+            "--now",
+            "1970-01-01T02:40:00Z",
+            "--kubelet-root-dir",
+            "",
+            "-o",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let out = bin::run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        json["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .map(|i| {
+                (
+                    i["id"].as_str().unwrap_or_default().to_owned(),
+                    i["reason"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let kubelet: Vec<String> = explain(&[]).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(kubelet, ["sha256:c", "sha256:b", "sha256:a"]);
+    let adaptive = explain(&["--image-gc-policy", "adaptive"]);
+    let ids: Vec<&str> = adaptive.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["sha256:a", "sha256:c", "sha256:b"], "{adaptive:?}");
+    assert!(
+        adaptive[0]
+            .1
+            .contains("adaptive: superseded by \"reg/app:2\""),
+        "{adaptive:?}"
+    );
+    assert!(adaptive[1].1.contains("adaptive: one-off"), "{adaptive:?}");
+    let bad = bin::run(&[
+        "inspect",
+        "--db",
+        db.to_str().expect("utf8"),
+        "explain",
+        "--image-gc-policy",
+        "lfu",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+}
