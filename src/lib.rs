@@ -41,10 +41,14 @@ pub mod operator_file;
 pub mod pull;
 // Replay of a trace through the real GC manager and store.
 pub mod replay;
+// `imagekeeper simulate`: what each GC policy costs a workload in bytes pulled again.
+pub mod simulate;
 // The deterministic simulator (feature `simulation`).
 #[cfg(feature = "simulation")]
 pub mod sim;
 // The redb record database (the only module that imports redb).
 pub mod store;
+// The workload trace `simulate` reads and `inspect workload` writes.
+pub mod workload;
 // Warm sets: images kept present ahead of use, and restore after a wipe.
 pub mod warm;

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
 use crate::format::parse_go_duration;
-use crate::gc::{ByteBudget, GcConfig, GcPolicy, InodeThresholds, PinPatterns};
+use crate::gc::{ByteBudget, GcConfig, GcOrder, GcPolicy, InodeThresholds, PinPatterns};
 use crate::kubelet::DEFAULT_KUBELET_ROOT_DIR;
 use crate::model::JournalRetention;
 use crate::pull::{PullConfig, PullConfigError};
@@ -130,6 +130,9 @@ pub struct FileConfig {
     /// Whether to watch the runtime's container events, `auto` or `off` (ours).
     #[serde(rename = "containerEvents")]
     pub container_events: Option<String>,
+    /// The space walk's order, `kubelet-order` or `adaptive` (ours).
+    #[serde(rename = "imageGCPolicy")]
+    pub image_gc_policy: Option<String>,
     /// How long the eviction journal keeps a removal (ours), Go syntax.
     #[serde(rename = "journalMaxAge")]
     pub journal_max_age: Option<String>,
@@ -398,6 +401,14 @@ pub const CONFIG_FIELDS: &[ConfigField] = &[
         help: "`auto` watches the runtime's container events (falling back when it has none); `off` never subscribes.",
     },
     ConfigField {
+        key: "imageGCPolicy",
+        flag: "--image-gc-policy",
+        kubelet: None,
+        default: |c| c.gc.order.as_str().to_owned(),
+        on_reload: OnReload::Applied,
+        help: "The order the space pass removes images in: `kubelet-order` (least recently used first, as the kubelet) or `adaptive` (one-off images first, then images by how likely they are to come back; see the GC quality section of the design chapter).",
+    },
+    ConfigField {
         key: "journalMaxAge",
         flag: "--journal-max-age",
         kubelet: None,
@@ -590,6 +601,7 @@ pub struct FlagValues {
     pub kubelet_root_dir: Option<String>,
     pub kubelet_intent_max_age: Option<String>,
     pub container_events: Option<String>,
+    pub image_gc_policy: Option<String>,
     pub journal_max_age: Option<String>,
     pub journal_max_entries: Option<i64>,
     pub pinned_images: Vec<String>,
@@ -737,6 +749,7 @@ impl AgentConfig {
         let kubelet_root_dir = resolve_kubelet_root_dir(file, flags, &o)?;
         let kubelet_intent_max_age = resolve_intent_max_age(file, flags, &o)?;
         let container_events = resolve_container_events(file, flags, &o)?;
+        let order = resolve_gc_order(file, flags, &o)?;
         let journal_retention = resolve_journal_retention(file, flags, &o)?;
         let metrics_address = resolve_metrics_address(flags)?;
         let credential_providers = resolve_credential_providers(file, flags, &o)?;
@@ -756,6 +769,7 @@ impl AgentConfig {
             cri,
             gc: GcConfig {
                 policy,
+                order,
                 sandbox_image,
                 protect_irreplaceable,
                 pins: PinPatterns::new(pins),
@@ -1152,6 +1166,28 @@ fn resolve_container_events(
         Some((v, _)) if v == "auto" => Ok(ContainerEvents::Auto),
         Some((v, _)) if v == "off" => Ok(ContainerEvents::Off),
         Some((v, from)) => Err(invalid(from, format!("{v:?} is neither auto nor off"))),
+    }
+}
+
+/// The space walk's order: `kubelet-order` (the default) or `adaptive`.
+fn resolve_gc_order(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<GcOrder, ConfigError> {
+    match pick(
+        &flags.image_gc_policy,
+        "--image-gc-policy",
+        &file.image_gc_policy,
+        o.field("imageGCPolicy"),
+    ) {
+        None => Ok(GcOrder::KubeletOrder),
+        Some((v, _)) if v == "kubelet-order" => Ok(GcOrder::KubeletOrder),
+        Some((v, _)) if v == "adaptive" => Ok(GcOrder::Adaptive),
+        Some((v, from)) => Err(invalid(
+            from,
+            format!("{v:?} is neither kubelet-order nor adaptive"),
+        )),
     }
 }
 
@@ -1858,6 +1894,39 @@ mod tests {
             ..FlagValues::default()
         };
         assert!(resolve(&file("maxParallelImagePulls = 5\n"), &flags).is_err());
+    }
+
+    /// `imageGCPolicy` / `--image-gc-policy`: kubelet-order by default, adaptive when set,
+    /// the flag over the file, anything else refused naming where it came from.
+    #[test]
+    fn image_gc_policy_from_flags_or_file() {
+        let c = resolve(&FileConfig::default(), &FlagValues::default()).expect("valid");
+        assert_eq!(c.gc.order, GcOrder::KubeletOrder, "the default");
+        let file: FileConfig = toml::from_str("imageGCPolicy = \"adaptive\"\n").expect("toml");
+        let c = resolve(&file, &FlagValues::default()).expect("valid");
+        assert_eq!(c.gc.order, GcOrder::Adaptive);
+        let flags = FlagValues {
+            image_gc_policy: Some("kubelet-order".into()),
+            ..FlagValues::default()
+        };
+        let c = resolve(&file, &flags).expect("valid");
+        assert_eq!(c.gc.order, GcOrder::KubeletOrder, "the flag wins");
+        let flags = FlagValues {
+            image_gc_policy: Some("lru".into()),
+            ..FlagValues::default()
+        };
+        let err = resolve(&FileConfig::default(), &flags).expect_err("bad flag");
+        assert!(
+            err.to_string()
+                .contains("--image-gc-policy: \"lru\" is neither kubelet-order nor adaptive"),
+            "{err}"
+        );
+        let file: FileConfig = toml::from_str("imageGCPolicy = \"gdsf\"\n").expect("toml");
+        let err = resolve(&file, &FlagValues::default()).expect_err("bad field");
+        assert!(
+            err.to_string().contains("imageGCPolicy in /etc/ik.toml"),
+            "{err}"
+        );
     }
 
     #[test]

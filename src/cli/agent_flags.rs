@@ -87,6 +87,11 @@ pub struct AgentFlags {
     /// [default: auto].
     #[arg(long, value_name = "auto|off")]
     pub container_events: Option<String>,
+    /// The order the space pass removes images in: kubelet-order (least recently used
+    /// first, as the kubelet) or adaptive (one-off images first, then by how likely each is
+    /// to come back) [default: kubelet-order].
+    #[arg(long, value_name = "kubelet-order|adaptive")]
+    pub image_gc_policy: Option<String>,
     /// How long the eviction journal keeps a removal, Go syntax [default: 720h].
     #[arg(long, value_name = "DURATION")]
     pub journal_max_age: Option<String>,
@@ -127,6 +132,7 @@ impl AgentFlags {
             kubelet_root_dir: self.kubelet_root_dir.clone(),
             kubelet_intent_max_age: self.kubelet_intent_max_age.clone(),
             container_events: self.container_events.clone(),
+            image_gc_policy: self.image_gc_policy.clone(),
             journal_max_age: self.journal_max_age.clone(),
             journal_max_entries: self.journal_max_entries,
             admin_socket: self.admin_socket.clone(),

@@ -13,6 +13,7 @@ mod pull;
 mod replay;
 mod restore;
 mod run;
+mod simulate;
 
 use std::process::ExitCode;
 
@@ -50,6 +51,9 @@ enum Command {
     Prune(Box<gc::GcArgs>),
     /// Run the real GC manager and a real store against a scripted runtime (a trace).
     Replay(replay::ReplayArgs),
+    /// What each GC policy would cost a workload in bytes pulled again: the real GC manager
+    /// over a workload trace (kubelet, imagekeeper, adaptive, and a clairvoyant reference).
+    Simulate(simulate::SimulateArgs),
     /// Read the record database offline or beside a running agent; never writes it.
     Inspect(inspect::InspectArgs),
     /// Ensure one image is present (kubelet's EnsureImageExists), with the backoff on disk.
@@ -203,6 +207,7 @@ pub fn main() -> ExitCode {
         Command::Gc(args) => gc::run(*args, gc::Cycle::GarbageCollect),
         Command::Prune(args) => gc::run(*args, gc::Cycle::DeleteUnused),
         Command::Replay(args) => replay::run(args),
+        Command::Simulate(args) => simulate::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Pull(args) => pull::run(args),
         Command::Restore(args) => restore::run(*args),

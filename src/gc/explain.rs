@@ -23,6 +23,7 @@ use crate::model::{
 use crate::store::{JournalKey, StoredRecord};
 
 use super::GcPolicy;
+use super::adaptive::AdaptiveRank;
 use super::evict::{Verdict, past_max_age, protection_verdict, space_verdict, unused_since};
 use super::kubelet::KubeletView;
 use super::protect::{Protection, Protections};
@@ -141,6 +142,9 @@ pub struct ImageExplanation {
     /// Why imagekeeper keeps it whatever the GC would do (a pin, or irreplaceable).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protection: Option<Protection>,
+    /// Under `imageGCPolicy = "adaptive"`: where the adaptive order puts it, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveRank>,
     /// The reason, for people.
     pub reason: String,
 }
@@ -179,6 +183,21 @@ pub fn note_prior_evictions(explanation: &mut Explanation, journal: &[(JournalKe
         image.reason.push_str("; ");
         image.reason.push_str(&prior.describe());
         image.evicted_before = Some(prior);
+    }
+}
+
+/// Notes on each explained image its place in the adaptive order (`ranks`, by key), and says
+/// why in its reason: the explanation's images must be in that order.
+pub fn note_adaptive_ranks(
+    explanation: &mut Explanation,
+    ranks: &std::collections::BTreeMap<RecordKey, AdaptiveRank>,
+) {
+    for image in &mut explanation.images {
+        if let Some(rank) = ranks.get(&image.key) {
+            image.reason.push_str("; ");
+            image.reason.push_str(&rank.describe());
+            image.adaptive = Some(rank.clone());
+        }
     }
 }
 
@@ -437,6 +456,7 @@ pub fn explain_in(
                 kubelet_pulled_at: kubelet.used_at.get(&r.key).copied(),
                 evicted_before: None,
                 protection: protection.cloned(),
+                adaptive: None,
                 reason: String::new(),
             }
         })

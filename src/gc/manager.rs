@@ -50,13 +50,15 @@ use crate::model::{
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, JournalKey, RecordScan, Store, StoredRecord, meta_keys};
 
+use super::adaptive::{self, AdaptiveRank};
 use super::detect::{
     DetectInput, DetectPlan, ListedImages, apply_to_copy, container_uses, images_in_use,
     plan_detect, volume_uses,
 };
 use super::evict::{Verdict, past_max_age};
 use super::explain::{
-    Decision, ExplainContext, Explanation, FsSpace, explain_in, note_prior_evictions,
+    Decision, ExplainContext, Explanation, FsSpace, explain_in, note_adaptive_ranks,
+    note_prior_evictions,
 };
 use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
@@ -65,7 +67,7 @@ use super::plan::SpaceWalk;
 use super::protect::{Irreplaceable, Protections, pinned_at};
 use super::space::{BudgetNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
-use super::{GcError, GcPolicy};
+use super::{GcError, GcOrder, GcPolicy};
 use crate::format::{format_rfc3339, go_duration};
 use crate::warm::WarmSet;
 
@@ -151,6 +153,8 @@ impl Drop for ProgressGuard<'_> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcConfig {
     pub policy: GcPolicy,
+    /// The space walk's order (`imageGCPolicy`): the kubelet's, or the adaptive one.
+    pub order: GcOrder,
     /// The sandbox (pause) image name (`--pod-infra-container-image`); always in use. With
     /// `protect_irreplaceable`, the runtime's own answer (verbose CRI Status) comes first.
     pub sandbox_image: Option<String>,
@@ -1053,6 +1057,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut walked: usize = 0;
         let mut errors = Vec::new();
         let mut resume: Option<EvictionKey> = None;
+        // The adaptive order ranks the listed images once per walk (see `adaptive.rs`); the
+        // kubelet's reads the index lazily.
+        // DeleteUnusedImages removes every eligible image: it keeps the index's order.
+        let delete_unused = matches!(goal.bytes, Some((_, RemovalReason::Unused, _)));
+        let ranked = match settings.config.order {
+            GcOrder::Adaptive if !delete_unused => Some(self.adaptive_order(&view.listed)?),
+            _ => None,
+        };
         'walk: loop {
             // One synchronous step: read the index from where the last step stopped and pick
             // the next eligible images. The read transaction ends before any await.
@@ -1062,7 +1074,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 min_age,
                 bytes_to_free,
             };
-            let step = walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?;
+            let step = match &ranked {
+                None => walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?,
+                Some(ranked) => walk.step_entries(
+                    ranked.iter().skip(walked).map(|(r, _)| Ok(r.clone())),
+                    freed,
+                    WALK_CHUNK,
+                )?,
+            };
             if step.resume.is_some() {
                 resume = step.resume;
             }
@@ -1114,6 +1133,25 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 errors,
             })
         }
+    }
+
+    /// The listed images with a record, in the adaptive order (`adaptive.rs`).
+    fn adaptive_order(
+        &self,
+        listed: &ListedImages,
+    ) -> Result<Vec<(StoredRecord, AdaptiveRank)>, GcError> {
+        let journal = self.store.journal()?;
+        let returns = adaptive::returns(&journal);
+        let mut records = Vec::new();
+        let mut tags = BTreeMap::new();
+        for image in listed.iter() {
+            let key = image.record_key();
+            if let Some(record) = self.store.get(&key)? {
+                tags.insert(key.clone(), image.repo_tags.clone());
+                records.push(StoredRecord { key, record });
+            }
+        }
+        Ok(adaptive::rank(records, &returns, &tags))
     }
 
     /// The last look at one victim, right before its RemoveImage: whether a container (the
@@ -1287,18 +1325,35 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         apply_to_copy(&mut records, &detect.batch);
         let pulling = self.pulling(&listed);
         let warm = self.warm(&settings, &listed, now);
-        // A dry run only: the real cycle reads this order from the index.
+        // A dry run only: the real cycle reads this order from the index (or, adaptive, ranks
+        // the listed images).
         let mut ordered: Vec<StoredRecord> = records
             .into_iter()
             .map(|(key, record)| StoredRecord { key, record })
             .collect();
-        ordered.sort_by(|a, b| {
-            (a.record.last_used, a.record.first_detected, &a.key).cmp(&(
-                b.record.last_used,
-                b.record.first_detected,
-                &b.key,
-            ))
-        });
+        let journal = self.store.journal()?;
+        let mut ranks = BTreeMap::new();
+        match settings.config.order {
+            GcOrder::KubeletOrder => ordered.sort_by(|a, b| {
+                (a.record.last_used, a.record.first_detected, &a.key).cmp(&(
+                    b.record.last_used,
+                    b.record.first_detected,
+                    &b.key,
+                ))
+            }),
+            GcOrder::Adaptive => {
+                let tags = listed
+                    .iter()
+                    .map(|i| (i.record_key(), i.repo_tags.clone()))
+                    .collect();
+                let ranked = adaptive::rank(ordered, &adaptive::returns(&journal), &tags);
+                ordered = Vec::with_capacity(ranked.len());
+                for (record, rank) in ranked {
+                    ranks.insert(record.key.clone(), rank);
+                    ordered.push(record);
+                }
+            }
+        }
         let image_fs = if delete_unused {
             None
         } else {
@@ -1328,7 +1383,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 protections: &protections,
             },
         );
-        note_prior_evictions(&mut explanation, &self.store.journal()?);
+        note_prior_evictions(&mut explanation, &journal);
+        note_adaptive_ranks(&mut explanation, &ranks);
         let removals = explanation
             .images
             .iter()

@@ -11,6 +11,7 @@
 // `detect` stays reachable (hidden) for the bench's baseline, `gc::detect::reference` (the
 // map-based planner) and `gc::detect::apply_to_copy`; everything else is reached through the
 // re-exports below.
+pub(crate) mod adaptive;
 #[doc(hidden)]
 pub mod detect;
 mod error;
@@ -26,12 +27,13 @@ mod protect;
 mod space;
 mod watch;
 
+pub use adaptive::{AdaptiveRank, GcOrder, REUSE_SPAN, rank_adaptive};
 pub use detect::{DetectInput, DetectPlan, ListedImages, images_in_use};
 pub use error::{GcError, aggregate};
 pub use evict::{Verdict, space_verdict};
 pub use explain::{
     Decision, ExplainContext, Explanation, FsSpace, ImageExplanation, PriorEviction, SpacePass,
-    explain, explain_in, explain_with_kubelet, note_prior_evictions,
+    explain, explain_in, explain_with_kubelet, note_adaptive_ranks, note_prior_evictions,
 };
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
 pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};

@@ -50,16 +50,29 @@ impl SpaceWalk<'_> {
         already_planned: i64,
         max_victims: usize,
     ) -> Result<SpaceStep, StoreError> {
-        let mut step = SpaceStep::default();
         if max_victims == 0 {
-            return Ok(step);
+            return Ok(SpaceStep::default());
         }
         let scan = match after {
             None => store.eviction_order()?,
             Some(after) => store.eviction_order_after(after)?,
         };
+        self.step_entries(scan, already_planned, max_victims)
+    }
+
+    /// [`SpaceWalk::step`] over any order of `entries` (the adaptive order's ranked list).
+    pub fn step_entries(
+        &self,
+        entries: impl IntoIterator<Item = Result<StoredRecord, StoreError>>,
+        already_planned: i64,
+        max_victims: usize,
+    ) -> Result<SpaceStep, StoreError> {
+        let mut step = SpaceStep::default();
+        if max_victims == 0 {
+            return Ok(step);
+        }
         let mut planned = already_planned;
-        for entry in scan {
+        for entry in entries {
             let entry = entry?;
             step.read += 1;
             step.resume = Some(EvictionKey::of(&entry.key, &entry.record));

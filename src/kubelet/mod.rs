@@ -7,6 +7,8 @@
 mod pull_records;
 mod sha256;
 
+pub(crate) use sha256::sha256_hex;
+
 pub use pull_records::{
     DEFAULT_INTENT_MAX_AGE, DEFAULT_KUBELET_ROOT_DIR, IntentAge, MAX_RECORD_FILE_BYTES,
     MAX_WARNED_FILES, PullIntent, PullRecordsReader, PulledRecord, RecordError, RecordKind, Scan,

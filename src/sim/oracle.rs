@@ -21,7 +21,10 @@
 //! 5. Order: within one cycle, MaxAge removals come first, and each pass removes in strictly
 //!    increasing (last_used, first_detected, key) of the records as they were when each
 //!    RemoveImage was issued; (judged by the driver, on a quiet cycle) no eligible image that
-//!    comes before the walk's last removal is left.
+//!    comes before the walk's last removal is left. Under `imageGCPolicy = "adaptive"` the
+//!    space walk's passes (space, budget, inodes) follow the adaptive order by design
+//!    (`gc/adaptive.rs`), so their order is not judged; MaxAge and DeleteUnusedImages still
+//!    are, and every other invariant holds unchanged.
 //! 6. Inodes and budget (issue 28): an inode removal is issued only while the cycle's last
 //!    reading of the filesystem showed inode use above the low inode threshold (so the walk
 //!    never goes below low by more than the one image it then removes); the byte budget's
@@ -32,7 +35,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::gc::{GcError, GcPolicy, GcReport, RemovalReason};
+use crate::gc::{GcError, GcOrder, GcPolicy, GcReport, RemovalReason};
 use crate::model::{ImageRecord, RecordKey, UnixNanos};
 use crate::store::Store;
 
@@ -155,6 +158,7 @@ impl Oracle {
         fs: Option<FsAnswer>,
         cycle_now: Option<UnixNanos>,
         policy: &GcPolicy,
+        order: GcOrder,
     ) -> Option<String> {
         // The RemoveImage calls in the order issued; a removal matches the next call for its
         // image (an image can be removed twice in one cycle: pulled again between).
@@ -216,6 +220,13 @@ impl Oracle {
             let Some(record) = issued[cursor - 1].1 else {
                 continue;
             };
+            let walk = matches!(
+                removal.reason,
+                RemovalReason::Space | RemovalReason::Budget | RemovalReason::Inodes
+            );
+            if walk && order == GcOrder::Adaptive {
+                continue;
+            }
             let order = (record.last_used, record.first_detected, removal.key.clone());
             if let Some((reason, previous)) = &last
                 && *reason == removal.reason

@@ -22,6 +22,7 @@ mod node_events;
 mod pull;
 mod replay;
 mod service;
+mod simulate;
 mod store;
 mod support;
 mod workload;

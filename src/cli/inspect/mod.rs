@@ -250,6 +250,19 @@ struct ExplainArgs {
     /// How old (file mtime) a kubelet pull intent may be and still keep its image, Go syntax.
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_intent_max_age)]
     kubelet_intent_max_age: Duration,
+    /// The space pass's order: kubelet-order, or adaptive (each image's reason then says where
+    /// the adaptive order puts it and why).
+    #[arg(long, value_name = "ORDER", default_value = "kubelet-order", value_parser = parse_gc_order)]
+    image_gc_policy: imagekeeper::gc::GcOrder,
+}
+
+/// `--image-gc-policy`: `kubelet-order` or `adaptive`, as `run` takes it.
+fn parse_gc_order(s: &str) -> Result<imagekeeper::gc::GcOrder, String> {
+    match s {
+        "kubelet-order" => Ok(imagekeeper::gc::GcOrder::KubeletOrder),
+        "adaptive" => Ok(imagekeeper::gc::GcOrder::Adaptive),
+        other => Err(format!("{other:?} is neither kubelet-order nor adaptive")),
+    }
 }
 
 /// `--kubelet-intent-max-age`: a Go duration of at least 1m, as `run` takes it.
@@ -444,6 +457,23 @@ fn explain(
     let stored = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
     let (watch, _) = WatchHistory::from_meta(stored).after_detect(now, DEFAULT_WATCH_PERIOD);
     let protections = snap.protections(&records, now).map_err(inspect_failure)?;
+    let journal = snap.journal().map_err(inspect_failure)?;
+    let mut ranks = std::collections::BTreeMap::new();
+    if args.image_gc_policy == imagekeeper::gc::GcOrder::Adaptive {
+        // The repo tags the store last listed for each record (a detect refreshes them).
+        let tags = snap
+            .names()
+            .map_err(inspect_failure)?
+            .into_iter()
+            .map(|(key, names)| (key, names.repo_tags))
+            .collect();
+        let ranked = imagekeeper::gc::rank_adaptive(records, &journal, &tags);
+        records = Vec::with_capacity(ranked.len());
+        for (record, rank) in ranked {
+            ranks.insert(record.key.clone(), rank);
+            records.push(record);
+        }
+    }
     let mut explanation = explain_in(
         &records,
         meta.last_detect,
@@ -459,7 +489,8 @@ fn explain(
             protections: &protections,
         },
     );
-    note_prior_evictions(&mut explanation, &snap.journal().map_err(inspect_failure)?);
+    note_prior_evictions(&mut explanation, &journal);
+    imagekeeper::gc::note_adaptive_ranks(&mut explanation, &ranks);
     Ok(print::explain(w, out, &explanation)?)
 }
 

@@ -1,0 +1,161 @@
+//! `scripts/quality`: GC quality on the seeded corpus (`imagekeeper::simulate::corpus`). For each
+//! workload family, with and without agent restarts, runs every policy through
+//! `imagekeeper::simulate` and prints its `repulled_bytes` and the ratio to `clairvoyant`'s, then
+//! the targets of issue 26 with verdicts as `scripts/bench` prints them:
+//! `(target OP BOUND: ok|MISSED)`.
+//!
+//! Usage: quality [--days D] [--seed S] [--write DIR]   (default: 7 days, seed 1)
+//! `--write DIR` also writes each workload to DIR/<family>.jsonl, for `imagekeeper simulate`.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use imagekeeper::simulate::corpus::{Family, generate};
+use imagekeeper::simulate::{Outcome, SimPolicy, simulate};
+
+fn gb(bytes: u64) -> String {
+    format!("{:.1} GB", bytes as f64 / 1e9)
+}
+
+fn main() -> ExitCode {
+    let mut days = 7.0;
+    let mut seed = 1u64;
+    let mut write: Option<std::path::PathBuf> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let value = args.next();
+        match (arg.as_str(), value) {
+            ("--days", Some(v)) if v.parse::<f64>().is_ok_and(|d| d > 0.0) => {
+                days = v.parse().unwrap_or(days)
+            }
+            ("--seed", Some(v)) if v.parse::<u64>().is_ok() => seed = v.parse().unwrap_or(seed),
+            ("--write", Some(v)) => write = Some(v.into()),
+            _ => {
+                eprintln!("usage: quality [--days D] [--seed S] [--write DIR]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("quality: starting the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut results: BTreeMap<String, Vec<Outcome>> = BTreeMap::new();
+    let mut names = Vec::new();
+    for family in Family::ALL {
+        for restarts in [false, true] {
+            let name = format!(
+                "{}{}",
+                family.as_str(),
+                if restarts { "+restarts" } else { "" }
+            );
+            let workload = generate(family, seed, days, restarts);
+            if let Some(dir) = &write {
+                let path = dir.join(format!("{name}.jsonl"));
+                if let Err(e) = std::fs::write(&path, workload.to_string()) {
+                    eprintln!("quality: writing {}: {e}", path.display());
+                    return ExitCode::from(1);
+                }
+            }
+            let outcomes = match rt.block_on(simulate(&workload, &SimPolicy::ALL)) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("quality: {name}: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let reference = outcomes
+                .iter()
+                .find(|o| o.policy == "clairvoyant")
+                .map_or(0, |o| o.repulled_bytes);
+            let first = outcomes.first().map_or(0, |o| o.first_pulled_bytes);
+            println!(
+                "{name}: {} runs, {} first pulled",
+                outcomes.first().map_or(0, |o| o.runs),
+                gb(first)
+            );
+            for o in &outcomes {
+                let ratio = if reference == 0 {
+                    "-".to_owned()
+                } else {
+                    format!("{:.2}", o.repulled_bytes as f64 / reference as f64)
+                };
+                println!(
+                    "  {:<12} repulled {:>9}  x clairvoyant {:>5}  repulls {:>5}  failed {:>3}  evictions {:>5}  pull wait {:.0} s",
+                    o.policy,
+                    gb(o.repulled_bytes),
+                    ratio,
+                    o.repulls,
+                    o.failed_runs,
+                    o.evictions,
+                    o.pull_wait_s
+                );
+            }
+            names.push(name.clone());
+            results.insert(name, outcomes);
+        }
+    }
+    println!();
+    println!("targets:");
+    let mut missed = 0;
+    let mut verdict = |figure: String, value: String, op: &str, bound: String, met: bool| {
+        if !met {
+            missed += 1;
+        }
+        println!(
+            "{figure}: {value}  (target {op} {bound}: {})",
+            if met { "ok" } else { "MISSED" }
+        );
+    };
+    let mut adaptive_wins = 0;
+    for name in &names {
+        let get = |p: &str| {
+            results[name]
+                .iter()
+                .find(|o| o.policy == p)
+                .map_or(0, |o| o.repulled_bytes)
+        };
+        let (k, i, a, c) = (
+            get("kubelet"),
+            get("imagekeeper"),
+            get("adaptive"),
+            get("clairvoyant"),
+        );
+        verdict(
+            format!("{name} imagekeeper repulled"),
+            gb(i),
+            "<=",
+            format!("kubelet {}", gb(k)),
+            i <= k,
+        );
+        verdict(
+            format!("{name} adaptive repulled"),
+            gb(a),
+            "<=",
+            format!("imagekeeper {}", gb(i)),
+            a <= i,
+        );
+        verdict(
+            format!("{name} clairvoyant repulled"),
+            gb(c),
+            "<=",
+            format!("every other policy {}", gb(k.min(i).min(a))),
+            c <= k.min(i).min(a),
+        );
+        if (a as f64) <= 0.8 * k as f64 {
+            adaptive_wins += 1;
+        }
+    }
+    verdict(
+        "workloads where adaptive repulled <= 0.8 x kubelet".to_owned(),
+        adaptive_wins.to_string(),
+        ">=",
+        "2".to_owned(),
+        adaptive_wins >= 2,
+    );
+    println!("missed: {missed}");
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,141 @@
+//! `imagekeeper simulate WORKLOAD [--policy P]... [-o json|table]`: what each GC policy costs
+//! the workload in bytes pulled again (`imagekeeper::simulate`).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use imagekeeper::format::format_size;
+use imagekeeper::operator_file::{self, Follow};
+use imagekeeper::simulate::{Outcome, SimPolicy, simulate};
+use imagekeeper::workload::{
+    MAX_WORKLOAD_BYTES, Workload, WorkloadError, parse_workload_bytes, read_workload,
+};
+
+use super::Failure;
+use super::output::{Column, TableOptions, write_table};
+
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    /// The workload: JSON lines (a `node` line, then `run` and `restart` lines sorted by
+    /// `at`), or `-` for stdin.
+    workload: PathBuf,
+    /// A policy to run: kubelet, imagekeeper, adaptive, clairvoyant (repeatable; the output
+    /// keeps the order given) [default: all four].
+    #[arg(long = "policy", value_enum, value_name = "POLICY")]
+    policies: Vec<PolicyArg>,
+    /// Output format: table (with each policy's re-pulled bytes as a ratio of clairvoyant's)
+    /// or json (one object per policy and line).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = SimulateFormat::Table)]
+    output: SimulateFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PolicyArg {
+    Kubelet,
+    Imagekeeper,
+    Adaptive,
+    Clairvoyant,
+}
+
+impl From<PolicyArg> for SimPolicy {
+    fn from(p: PolicyArg) -> SimPolicy {
+        match p {
+            PolicyArg::Kubelet => SimPolicy::Kubelet,
+            PolicyArg::Imagekeeper => SimPolicy::Imagekeeper,
+            PolicyArg::Adaptive => SimPolicy::Adaptive,
+            PolicyArg::Clairvoyant => SimPolicy::Clairvoyant,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SimulateFormat {
+    Table,
+    Json,
+}
+
+pub fn run(args: SimulateArgs) -> Result<(), Failure> {
+    let name = if args.workload.as_os_str() == "-" {
+        "<stdin>".to_owned()
+    } else {
+        args.workload.display().to_string()
+    };
+    let workload = read(&args.workload).map_err(|e| match e {
+        WorkloadError::Io(e) => {
+            Failure::usage(anyhow::Error::new(e).context(format!("reading workload {name}")))
+        }
+        other => Failure::usage(anyhow::Error::new(other).context(format!("workload {name}"))),
+    })?;
+    let policies: Vec<SimPolicy> = if args.policies.is_empty() {
+        SimPolicy::ALL.to_vec()
+    } else {
+        args.policies.iter().map(|p| SimPolicy::from(*p)).collect()
+    };
+    // One thread and no timers: nothing in a simulation sleeps or reads a clock; the
+    // workload's times are passed to every call.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .context("starting the async runtime")?;
+    let outcomes = rt
+        .block_on(simulate(&workload, &policies))
+        .map_err(|e| Failure::from(anyhow::Error::new(e).context("simulating")))?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match args.output {
+        SimulateFormat::Json => {
+            for outcome in &outcomes {
+                let line = serde_json::to_string(outcome).context("encoding the output")?;
+                writeln!(out, "{line}").context("writing the output")?;
+            }
+        }
+        SimulateFormat::Table => {
+            write_outcomes(&mut out, &outcomes).context("writing the output")?
+        }
+    }
+    Ok(())
+}
+
+fn read(path: &std::path::Path) -> Result<Workload, WorkloadError> {
+    if path.as_os_str() == "-" {
+        return read_workload(std::io::stdin().lock());
+    }
+    // Every file an operator hands imagekeeper goes through `operator_file`, with a cap
+    // suited to traces.
+    let bytes = operator_file::read_bytes_limited(path, Follow::Yes, MAX_WORKLOAD_BYTES)
+        .map_err(|e| WorkloadError::Io(std::io::Error::other(e.to_string())))?;
+    parse_workload_bytes(&bytes)
+}
+
+/// `repulled_bytes` as a ratio of clairvoyant's (`-` without a clairvoyant run; `inf` when it
+/// re-pulled nothing and this policy did).
+fn ratio(outcome: &Outcome, reference: Option<&Outcome>) -> String {
+    match reference {
+        None => "-".to_owned(),
+        Some(r) if r.repulled_bytes == 0 && outcome.repulled_bytes == 0 => "1.00".to_owned(),
+        Some(r) if r.repulled_bytes == 0 => "inf".to_owned(),
+        Some(r) => format!(
+            "{:.2}",
+            outcome.repulled_bytes as f64 / r.repulled_bytes as f64
+        ),
+    }
+}
+
+fn write_outcomes(out: &mut dyn Write, outcomes: &[Outcome]) -> std::io::Result<()> {
+    let reference = outcomes.iter().find(|o| o.policy == "clairvoyant");
+    let columns: Vec<Column<'_, Outcome>> = vec![
+        Column::new("POLICY", |o: &Outcome| o.policy.to_owned()),
+        Column::new("RUNS", |o: &Outcome| o.runs.to_string()),
+        Column::new("FAILED", |o: &Outcome| o.failed_runs.to_string()),
+        Column::new("PULLS", |o: &Outcome| o.pulls.to_string()),
+        Column::new("PULLED", |o: &Outcome| format_size(o.pulled_bytes)),
+        Column::new("REPULLS", |o: &Outcome| o.repulls.to_string()),
+        Column::new("REPULLED", |o: &Outcome| format_size(o.repulled_bytes)),
+        Column::new("VS CLAIRVOYANT", move |o: &Outcome| ratio(o, reference)),
+        Column::new("EVICTIONS", |o: &Outcome| o.evictions.to_string()),
+        Column::new("PEAK USED", |o: &Outcome| format_size(o.peak_used_bytes)),
+        Column::new("PULL WAIT", |o: &Outcome| format!("{:.1}s", o.pull_wait_s)),
+    ];
+    write_table(out, &columns, outcomes, TableOptions::default())
+}

@@ -1,0 +1,494 @@
+//! The workload trace: what a node ran, as `imagekeeper simulate` reads it and `imagekeeper
+//! inspect workload` writes it (a public contract, `docs/src/reference/workload-trace.md`).
+//! JSON lines, one object per line, sorted by `"at"` (seconds from the trace's start, a
+//! number): a `node` line first and once, then `run` and `restart` lines.
+//!
+//! Invariants: a [`Workload`] that [`parse_workload`] returns has its node line first, its
+//! operations in non-decreasing time, every time and duration finite, non-negative and at
+//! most [`MAX_WORKLOAD_SECONDS`], a valid GC policy (the kubelet's rules and messages), a
+//! positive capacity, pull rate and GC period, and an image name and a positive size on every
+//! run. A refused line is named by its 1-based number; unknown fields and operations are
+//! refused, never ignored. [`format_line`] writes each line so that parsing it gives it back.
+
+use std::fmt;
+use std::io::Read;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::gc::GcPolicy;
+
+/// The most bytes of a workload read (a file or stdin): 256 MiB, about two million runs.
+pub const MAX_WORKLOAD_BYTES: u64 = 256 << 20;
+
+/// The longest workload line, in bytes, without its line end: 64 KiB (a run line is about 100
+/// bytes; an image name is at most a few hundred).
+pub const MAX_WORKLOAD_LINE_BYTES: usize = 64 << 10;
+
+/// The latest time and the longest duration a workload may give: 10 years of seconds.
+pub const MAX_WORKLOAD_SECONDS: f64 = 10.0 * 365.0 * 86_400.0;
+
+/// The node a workload runs on: its first line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadNode {
+    /// When the trace starts (seconds; the node line's `"at"`).
+    pub at: f64,
+    /// The image filesystem's size in bytes.
+    pub capacity: u64,
+    /// Bytes on the image filesystem used by other things than images.
+    pub other_used: u64,
+    /// How fast a pull lands, in bytes per second.
+    pub pull_bytes_per_s: u64,
+    /// The GC policy: thresholds and ages (inode and byte budgets are not simulated).
+    pub policy: GcPolicy,
+    /// Seconds between two GC cycles.
+    pub gc_period_s: f64,
+}
+
+/// One operation after the node line.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum WorkloadOp {
+    /// A container using `image` (of `size` bytes) starts and runs `for_s` seconds.
+    Run {
+        image: String,
+        size: u64,
+        for_s: f64,
+    },
+    /// The agent (or the kubelet) restarts.
+    Restart,
+}
+
+/// One operation with its time and line number.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadLine {
+    /// 1-based line number in the trace (0 for a line built in code).
+    pub line: usize,
+    /// Seconds, as in the trace.
+    pub at: f64,
+    pub op: WorkloadOp,
+}
+
+/// A whole workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    pub node: WorkloadNode,
+    pub ops: Vec<WorkloadLine>,
+}
+
+/// A refused workload line (`line` 0: the workload as a whole).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {reason}")]
+pub struct WorkloadLineError {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// Why a workload was not read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkloadError {
+    #[error(transparent)]
+    Line(#[from] WorkloadLineError),
+    #[error("reading: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the workload is larger than {MAX_WORKLOAD_BYTES} bytes, the most read")]
+    TooLarge,
+}
+
+/// Seconds as a [`Duration`] (the parser keeps them finite, non-negative and bounded).
+pub fn seconds(s: f64) -> Duration {
+    Duration::from_secs_f64(s.clamp(0.0, MAX_WORKLOAD_SECONDS))
+}
+
+/// Reads a workload from `reader` (stdin), at most [`MAX_WORKLOAD_BYTES`].
+pub fn read_workload(reader: impl Read) -> Result<Workload, WorkloadError> {
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_WORKLOAD_BYTES.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_WORKLOAD_BYTES {
+        return Err(WorkloadError::TooLarge);
+    }
+    parse_workload_bytes(&bytes)
+}
+
+/// Parses a workload held in memory (a file read through `operator_file`, or stdin).
+pub fn parse_workload_bytes(bytes: &[u8]) -> Result<Workload, WorkloadError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        // The line of the first bad byte.
+        let line = bytes[..e.valid_up_to()]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count()
+            + 1;
+        WorkloadLineError {
+            line,
+            reason: "not UTF-8".to_owned(),
+        }
+    })?;
+    Ok(parse_workload(text)?)
+}
+
+/// Parses a workload's text. Blank lines are skipped.
+pub fn parse_workload(text: &str) -> Result<Workload, WorkloadLineError> {
+    let mut node: Option<WorkloadNode> = None;
+    let mut ops = Vec::new();
+    let mut prev: Option<(usize, f64)> = None;
+    for (index, raw) in text.split('\n').enumerate() {
+        let line = index + 1;
+        let raw = raw.strip_suffix('\r').unwrap_or(raw);
+        let err = |reason: String| WorkloadLineError { line, reason };
+        if raw.len() > MAX_WORKLOAD_LINE_BYTES {
+            return Err(err(format!(
+                "the line is longer than {MAX_WORKLOAD_LINE_BYTES} bytes, the most a workload line may hold"
+            )));
+        }
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let value: Value = serde_json::from_str(raw).map_err(|e| err(format!("not JSON: {e}")))?;
+        let Value::Object(mut object) = value else {
+            return Err(err("not a JSON object".to_owned()));
+        };
+        let at = match object.remove("at") {
+            None => return Err(err("missing \"at\"".to_owned())),
+            Some(v) => seconds_field(&v, "\"at\"").map_err(err)?,
+        };
+        if let Some((prev_line, _)) = prev.filter(|(_, prev_at)| at < *prev_at) {
+            return Err(err(format!(
+                "\"at\" goes back in time (line {prev_line} is later)"
+            )));
+        }
+        prev = Some((line, at));
+        match &node {
+            None => {
+                if !object.contains_key("node") {
+                    return Err(err("the first line must be the \"node\" line".to_owned()));
+                }
+                node = Some(parse_node(at, object).map_err(err)?);
+            }
+            Some(_) => ops.push(WorkloadLine {
+                line,
+                at,
+                op: parse_op(object).map_err(err)?,
+            }),
+        }
+    }
+    let node = node.ok_or_else(|| WorkloadLineError {
+        line: 0,
+        reason: "the workload is empty: it needs a \"node\" line".to_owned(),
+    })?;
+    Ok(Workload { node, ops })
+}
+
+fn parse_node(at: f64, mut object: Map<String, Value>) -> Result<WorkloadNode, String> {
+    let node = object.remove("node").unwrap_or(Value::Null);
+    let policy = object.remove("policy");
+    let period = object.remove("gc_period_s");
+    if let Some(key) = object.keys().next() {
+        return Err(format!(
+            "unknown field {key:?} on the node line (expected \"node\", \"policy\", \"gc_period_s\")"
+        ));
+    }
+    let mut node = fields(
+        node,
+        "node",
+        &["capacity", "other_used", "pull_bytes_per_s"],
+    )?;
+    let capacity = required_u64(&mut node, "node", "capacity")?;
+    let other_used = optional_u64(&mut node, "node", "other_used")?.unwrap_or(0);
+    let pull_bytes_per_s = required_u64(&mut node, "node", "pull_bytes_per_s")?;
+    if capacity == 0 {
+        return Err("\"node.capacity\" must be greater than 0".to_owned());
+    }
+    if other_used > capacity {
+        return Err("\"node.other_used\" is larger than \"node.capacity\"".to_owned());
+    }
+    if pull_bytes_per_s == 0 {
+        return Err("\"node.pull_bytes_per_s\" must be greater than 0".to_owned());
+    }
+    let mut gc = GcPolicy::default();
+    if let Some(policy) = policy {
+        let mut p = fields(policy, "policy", &["high", "low", "min_age_s", "max_age_s"])?;
+        if let Some(v) = p.remove("high") {
+            gc.high_threshold_percent = percent(&v, "policy.high")?;
+        }
+        if let Some(v) = p.remove("low") {
+            gc.low_threshold_percent = percent(&v, "policy.low")?;
+        }
+        if let Some(v) = p.remove("min_age_s") {
+            gc.min_age = seconds(seconds_field(&v, "\"policy.min_age_s\"")?);
+        }
+        if let Some(v) = p.remove("max_age_s") {
+            gc.max_age = seconds(seconds_field(&v, "\"policy.max_age_s\"")?);
+        }
+        gc.validate().map_err(|e| format!("\"policy\": {e}"))?;
+    }
+    let gc_period_s = match period {
+        None => 300.0,
+        Some(v) => seconds_field(&v, "\"gc_period_s\"")?,
+    };
+    if gc_period_s < 1.0 {
+        return Err("\"gc_period_s\" must be at least 1".to_owned());
+    }
+    Ok(WorkloadNode {
+        at,
+        capacity,
+        other_used,
+        pull_bytes_per_s,
+        policy: gc,
+        gc_period_s,
+    })
+}
+
+fn parse_op(mut object: Map<String, Value>) -> Result<WorkloadOp, String> {
+    if object.contains_key("node") {
+        return Err("the \"node\" line is given again: it comes once, first".to_owned());
+    }
+    let mut keys = object.keys();
+    let (Some(key), None) = (keys.next().cloned(), keys.next()) else {
+        return Err(if object.is_empty() {
+            "no operation: a line needs one of \"run\", \"restart\"".to_owned()
+        } else {
+            let names: Vec<&String> = object.keys().collect();
+            format!("more than one operation: {names:?}")
+        });
+    };
+    let value = object.remove(&key).unwrap_or(Value::Null);
+    match key.as_str() {
+        "run" => {
+            let mut run = fields(value, "run", &["image", "size", "for_s"])?;
+            let image = match run.remove("image") {
+                Some(Value::String(s)) if !s.is_empty() => s,
+                Some(Value::String(_)) => return Err("\"run.image\" is empty".to_owned()),
+                Some(_) => return Err("\"run.image\" must be a string".to_owned()),
+                None => return Err("missing \"run.image\"".to_owned()),
+            };
+            let size = required_u64(&mut run, "run", "size")?;
+            if size == 0 {
+                return Err("\"run.size\" must be greater than 0".to_owned());
+            }
+            let for_s = match run.remove("for_s") {
+                Some(v) => seconds_field(&v, "\"run.for_s\"")?,
+                None => return Err("missing \"run.for_s\"".to_owned()),
+            };
+            Ok(WorkloadOp::Run { image, size, for_s })
+        }
+        "restart" => {
+            fields(value, "restart", &[])?;
+            Ok(WorkloadOp::Restart)
+        }
+        "node" => Err("the \"node\" line is given again: it comes once, first".to_owned()),
+        other => Err(format!(
+            "unknown operation {other:?} (expected \"run\" or \"restart\")"
+        )),
+    }
+}
+
+/// `value` as an object whose keys are all in `allowed`.
+fn fields(value: Value, name: &str, allowed: &[&str]) -> Result<Map<String, Value>, String> {
+    let Value::Object(map) = value else {
+        return Err(format!("{name:?} must be an object"));
+    };
+    if let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        let expected: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
+        return Err(if expected.is_empty() {
+            format!("unknown field {key:?} in {name:?} (it takes none)")
+        } else {
+            format!(
+                "unknown field {key:?} in {name:?} (expected {})",
+                expected.join(", ")
+            )
+        });
+    }
+    Ok(map)
+}
+
+fn required_u64(map: &mut Map<String, Value>, name: &str, field: &str) -> Result<u64, String> {
+    optional_u64(map, name, field)?.ok_or_else(|| format!("missing \"{name}.{field}\""))
+}
+
+fn optional_u64(
+    map: &mut Map<String, Value>,
+    name: &str,
+    field: &str,
+) -> Result<Option<u64>, String> {
+    match map.remove(field) {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("\"{name}.{field}\" must be a non-negative integer")),
+    }
+}
+
+fn percent(value: &Value, name: &str) -> Result<i64, String> {
+    value
+        .as_i64()
+        .ok_or_else(|| format!("\"{name}\" must be an integer percent"))
+}
+
+/// A number of seconds: finite, non-negative, at most [`MAX_WORKLOAD_SECONDS`].
+fn seconds_field(value: &Value, name: &str) -> Result<f64, String> {
+    let Some(s) = value.as_f64() else {
+        return Err(format!("{name} must be a number of seconds"));
+    };
+    if !(0.0..=MAX_WORKLOAD_SECONDS).contains(&s) {
+        return Err(format!(
+            "{name} must be between 0 and {MAX_WORKLOAD_SECONDS} seconds"
+        ));
+    }
+    Ok(s)
+}
+
+/// A number of seconds as JSON: an integer when it is one, else the shortest decimal.
+fn number(s: f64) -> Value {
+    if s.fract() == 0.0 && s.abs() < 9.0e15 {
+        json!(s as i64)
+    } else {
+        json!(s)
+    }
+}
+
+/// The node line, as [`parse_workload`] reads it back.
+pub fn format_node(node: &WorkloadNode) -> String {
+    json!({
+        "at": number(node.at),
+        "node": {
+            "capacity": node.capacity,
+            "other_used": node.other_used,
+            "pull_bytes_per_s": node.pull_bytes_per_s,
+        },
+        "policy": {
+            "high": node.policy.high_threshold_percent,
+            "low": node.policy.low_threshold_percent,
+            "min_age_s": number(node.policy.min_age.as_secs_f64()),
+            "max_age_s": number(node.policy.max_age.as_secs_f64()),
+        },
+        "gc_period_s": number(node.gc_period_s),
+    })
+    .to_string()
+}
+
+/// One operation's line, as [`parse_workload`] reads it back.
+pub fn format_line(line: &WorkloadLine) -> String {
+    match &line.op {
+        WorkloadOp::Run { image, size, for_s } => json!({
+            "at": number(line.at),
+            "run": {"image": image, "size": size, "for_s": number(*for_s)},
+        }),
+        WorkloadOp::Restart => json!({"at": number(line.at), "restart": {}}),
+    }
+    .to_string()
+}
+
+impl fmt::Display for Workload {
+    /// The whole workload, one line each, each ending in `\n`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", format_node(&self.node))?;
+        for line in &self.ops {
+            writeln!(f, "{}", format_line(line))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODE: &str = r#"{"at": 0, "node": {"capacity": 1000, "other_used": 100, "pull_bytes_per_s": 10}, "policy": {"high": 85, "low": 80, "min_age_s": 120, "max_age_s": 0}, "gc_period_s": 300}"#;
+
+    #[test]
+    fn a_workload_round_trips_through_its_lines() {
+        let text = format!(
+            "{NODE}\n{{\"at\": 12.5, \"run\": {{\"image\": \"reg/app:1\", \"size\": 70, \"for_s\": 600}}}}\n\n{{\"at\": 3600, \"restart\": {{}}}}\n"
+        );
+        let workload = parse_workload(&text).expect("parses");
+        assert_eq!(workload.node.capacity, 1000);
+        assert_eq!(workload.node.policy.min_age, Duration::from_secs(120));
+        assert_eq!(
+            workload.ops,
+            vec![
+                WorkloadLine {
+                    line: 2,
+                    at: 12.5,
+                    op: WorkloadOp::Run {
+                        image: "reg/app:1".into(),
+                        size: 70,
+                        for_s: 600.0
+                    }
+                },
+                WorkloadLine {
+                    line: 4,
+                    at: 3600.0,
+                    op: WorkloadOp::Restart
+                },
+            ]
+        );
+        let written = workload.to_string();
+        assert_eq!(
+            written.lines().nth(1),
+            Some(r#"{"at":12.5,"run":{"image":"reg/app:1","size":70,"for_s":600}}"#)
+        );
+        let again = parse_workload(&written).expect("parses back");
+        assert_eq!(again.node, workload.node);
+        let ops: Vec<(f64, WorkloadOp)> = again.ops.into_iter().map(|l| (l.at, l.op)).collect();
+        let want: Vec<(f64, WorkloadOp)> = workload.ops.into_iter().map(|l| (l.at, l.op)).collect();
+        assert_eq!(ops, want);
+    }
+
+    #[test]
+    fn bad_lines_are_refused_naming_the_line_and_the_reason() {
+        let run = r#"{"at": 5, "run": {"image": "a", "size": 1, "for_s": 1}}"#;
+        let cases: Vec<(String, &str)> = vec![
+            (
+                run.to_owned(),
+                "line 1: the first line must be the \"node\" line",
+            ),
+            (
+                format!("{NODE}\n{NODE}"),
+                "line 2: the \"node\" line is given again: it comes once, first",
+            ),
+            (
+                format!(
+                    "{NODE}\n{{\"at\": 5, \"run\": {{\"image\": \"a\", \"size\": 1, \"for_s\": 1, \"cpu\": 2}}}}"
+                ),
+                "line 2: unknown field \"cpu\" in \"run\" (expected \"image\", \"size\", \"for_s\")",
+            ),
+            (
+                format!("{NODE}\n{{\"at\": 5, \"pull\": {{}}}}"),
+                "line 2: unknown operation \"pull\" (expected \"run\" or \"restart\")",
+            ),
+            (
+                format!("{NODE}\n{run}\n{{\"at\": 4, \"restart\": {{}}}}"),
+                "line 3: \"at\" goes back in time (line 2 is later)",
+            ),
+            (
+                format!("{NODE}\n{{\"at\": -1, \"restart\": {{}}}}"),
+                "line 2: \"at\" must be between 0 and 315360000 seconds",
+            ),
+            (
+                NODE.replace("\"high\": 85", "\"high\": 70"),
+                "line 1: \"policy\": LowThresholdPercent 80 can not be higher than HighThresholdPercent 70",
+            ),
+            (
+                NODE.replace("\"gc_period_s\"", "\"gc_every\""),
+                "line 1: unknown field \"gc_every\" on the node line (expected \"node\", \"policy\", \"gc_period_s\")",
+            ),
+            (
+                format!("{NODE}\n{{\"at\": 5, \"restart\": {{\"hard\": true}}}}"),
+                "line 2: unknown field \"hard\" in \"restart\" (it takes none)",
+            ),
+            (
+                String::new(),
+                "line 0: the workload is empty: it needs a \"node\" line",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = parse_workload(&text).expect_err(want).to_string();
+            assert_eq!(got, want);
+        }
+    }
+}

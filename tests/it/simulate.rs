@@ -1,0 +1,240 @@
+//! `imagekeeper simulate` as a process: each workload under tests/simulate/ gives exactly its
+//! `.expected.jsonl` output (one rule each: a pull that does not fit, a failed run, a restart
+//! under `kubelet` vs `imagekeeper`, MinAge, the thresholds), the output is the same byte for
+//! byte from a file and from stdin, and bad workloads exit 2 naming the line.
+
+use crate::support::bin;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workloads_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/simulate")
+}
+
+#[test]
+fn every_workload_gives_its_expected_output() {
+    let mut workloads: Vec<PathBuf> = std::fs::read_dir(workloads_dir())
+        .expect("tests/simulate")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.ends_with(".jsonl") && !name.ends_with(".expected.jsonl")
+        })
+        .collect();
+    workloads.sort();
+    assert!(workloads.len() >= 5, "workloads found: {workloads:?}");
+    for workload in workloads {
+        let expected = std::fs::read_to_string(workload.with_extension("expected.jsonl"))
+            .expect("expected output");
+        let out = bin::run(&[
+            "simulate",
+            workload.to_str().expect("utf8 path"),
+            "-o",
+            "json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            workload.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            expected,
+            "{}",
+            workload.display()
+        );
+    }
+}
+
+/// The policies come out in the order given, and `-` reads stdin with the same result.
+#[test]
+fn policies_in_the_order_given_and_stdin_reads_the_same() {
+    let path = workloads_dir().join("restart.jsonl");
+    // The shell gives the binary the file as its stdin; the one runner keeps its hang guard.
+    let out = bin::output(Command::new("sh").args([
+        "-c",
+        "exec \"$0\" simulate - --policy imagekeeper --policy kubelet -o json < \"$1\"",
+        env!("CARGO_BIN_EXE_imagekeeper"),
+        path.to_str().expect("utf8 path"),
+    ]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected =
+        std::fs::read_to_string(workloads_dir().join("restart.expected.jsonl")).expect("expected");
+    let line = |policy: &str| {
+        expected
+            .lines()
+            .find(|l| l.contains(&format!("\"policy\":\"{policy}\"")))
+            .expect("a line per policy")
+            .to_owned()
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}\n{}\n", line("imagekeeper"), line("kubelet"))
+    );
+}
+
+/// The table adds each policy's re-pulled bytes as a ratio of clairvoyant's.
+#[test]
+fn the_table_gives_the_ratio_to_clairvoyant() {
+    let path = workloads_dir().join("pull-does-not-fit.jsonl");
+    let out = bin::run(&["simulate", path.to_str().expect("utf8 path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Columns are separated by at least three spaces.
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| {
+            l.split("   ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows[0][6..8], ["REPULLED", "VS CLAIRVOYANT"], "{stdout}");
+    // clairvoyant re-pulled nothing, the others 400 bytes.
+    assert_eq!(rows[1][..1], ["kubelet"]);
+    assert_eq!(rows[1][6..8], ["400 B", "inf"], "{stdout}");
+    assert_eq!(rows[4][..1], ["clairvoyant"]);
+    assert_eq!(rows[4][6..8], ["0 B", "1.00"], "{stdout}");
+}
+
+#[test]
+fn bad_workloads_exit_2_naming_the_line() {
+    let node = r#"{"at": 0, "node": {"capacity": 1000, "pull_bytes_per_s": 10}}"#;
+    let run =
+        |at: u32| format!(r#"{{"at": {at}, "run": {{"image": "a", "size": 1, "for_s": 1}}}}"#);
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!(
+                "{node}\n{}\n{{\"at\": 6, \"run\": {{\"image\": \"a\", \"size\": 1, \"for_s\": 1, \"gpu\": 1}}}}\n",
+                run(5)
+            ),
+            "line 3: unknown field \"gpu\" in \"run\"",
+        ),
+        (
+            format!("{node}\n{{\"at\": 6, \"evict\": {{}}}}\n"),
+            "line 2: unknown operation \"evict\"",
+        ),
+        (
+            format!("{node}\n{}\n{}\n", run(9), run(8)),
+            "line 3: \"at\" goes back in time (line 2 is later)",
+        ),
+        (
+            format!("{}\n{node}\n", run(0)),
+            "line 1: the first line must be the \"node\" line",
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad-{i}.jsonl"));
+        std::fs::write(&path, text).expect("write");
+        let out = bin::run(&["simulate", path.to_str().expect("utf8 path")]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{want}: {stderr}");
+        assert!(
+            stderr.contains(&format!("workload {}: {want}", path.display())),
+            "{want}: {stderr}"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "nothing runs before the whole workload is read"
+        );
+    }
+}
+
+/// `inspect explain --image-gc-policy adaptive` lists the images in the adaptive order and
+/// says why each ranks where it does; the default keeps the kubelet's order.
+#[test]
+fn inspect_explain_says_where_the_adaptive_order_puts_each_image() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("db.redb");
+    let trace = dir.path().join("trace.jsonl");
+    // app:1 is used from 1000 s to 9000 s, then app:2 arrives (superseding it); scan:1 is never
+    // used.
+    std::fs::write(
+        &trace,
+        r#"{"at": 1000, "images": [{"id": "sha256:a", "size": 10, "tags": ["reg/app:1"]}, {"id": "sha256:c", "size": 10, "tags": ["reg/scan:1"]}]}
+{"at": 1000, "containers": [{"id": "x", "image_id": "sha256:a", "state": "running"}]}
+{"at": 1000, "detect": {}}
+{"at": 9000, "images": [{"id": "sha256:a", "size": 10, "tags": ["reg/app:1"]}, {"id": "sha256:c", "size": 10, "tags": ["reg/scan:1"]}, {"id": "sha256:b", "size": 10, "tags": ["reg/app:2"]}]}
+{"at": 9000, "detect": {}}
+{"at": 9100, "containers": []}
+{"at": 9100, "detect": {}}
+"#,
+    )
+    .expect("write trace");
+    let out = bin::run(&[
+        "replay",
+        trace.to_str().expect("utf8"),
+        "--db",
+        db.to_str().expect("utf8"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let explain = |extra: &[&str]| -> Vec<(String, String)> {
+        let mut args = vec![
+            "inspect",
+            "--db",
+            db.to_str().expect("utf8"),
+            "explain",
+            "--now",
+            "1970-01-01T02:40:00Z",
+            "--kubelet-root-dir",
+            "",
+            "-o",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let out = bin::run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        json["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .map(|i| {
+                (
+                    i["id"].as_str().unwrap_or_default().to_owned(),
+                    i["reason"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let kubelet: Vec<String> = explain(&[]).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(kubelet, ["sha256:c", "sha256:b", "sha256:a"]);
+    let adaptive = explain(&["--image-gc-policy", "adaptive"]);
+    let ids: Vec<&str> = adaptive.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["sha256:a", "sha256:c", "sha256:b"], "{adaptive:?}");
+    assert!(
+        adaptive[0]
+            .1
+            .contains("adaptive: superseded by \"reg/app:2\""),
+        "{adaptive:?}"
+    );
+    assert!(adaptive[1].1.contains("adaptive: one-off"), "{adaptive:?}");
+    let bad = bin::run(&[
+        "inspect",
+        "--db",
+        db.to_str().expect("utf8"),
+        "explain",
+        "--image-gc-policy",
+        "lfu",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+}
