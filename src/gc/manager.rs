@@ -791,7 +791,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
         let policy = &settings.config.policy;
         // The kubelet's byte rule, unless HighThresholdPercent 100 turns it off (GC runs here
-        // only for the inode or budget rules then).
+        // only for the inode or budget rules then). Capacity 0 fails the percentage rule alone,
+        // with the kubelet's InvalidDiskCapacity (pkg/kubelet/images/image_gc_manager.go,
+        // GarbageCollect: it checks capacity before its percentage, its only rule): the byte
+        // budget needs no capacity and the inode rule reads inodes, so both still run, and the
+        // cycle then reports the capacity error (as `explain` plans it).
+        let mut capacity_error = None;
         let space = if policy.space_pass_off() {
             None
         } else {
@@ -799,7 +804,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 Ok(need) => Some(need),
                 Err(err) => {
                     warn!(reason = "InvalidDiskCapacity", "{err}");
-                    return Err(err);
+                    capacity_error = Some(err);
+                    None
                 }
             }
         };
@@ -868,7 +874,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             (None, b) => b,
         };
         if bytes.is_none() && inodes.is_none() {
-            return Ok(());
+            return capacity_error.map_or(Ok(()), Err);
         }
         let walked = self
             .free_space(
@@ -910,7 +916,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             warn!(reason = "FreeDiskSpaceFailed", "{err}");
             return Err(err);
         }
-        Ok(())
+        capacity_error.map_or(Ok(()), Err)
     }
 
     /// kubelet's DeleteUnusedImages: the space walk with no byte limit.
@@ -1547,5 +1553,53 @@ mod pending_eviction_tests {
         // The note is spent: nothing more to journal.
         manager.detect(t2).await.expect("detect");
         assert_eq!(store.journal().expect("journal").len(), 1);
+    }
+
+    /// Capacity 0 fails the percentage rule alone: the byte budget still frees down to its
+    /// low line, the cycle reports the kubelet's InvalidDiskCapacity error, and the dry run
+    /// (`explain`) plans exactly the removals the cycle makes.
+    #[tokio::test]
+    async fn capacity_zero_fails_the_percentage_rule_and_the_budget_still_runs_as_planned() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let t0 = UnixNanos::from_secs(10_000);
+        let t1 = UnixNanos::from_secs(20_000);
+        let store = Arc::new(Store::open(&dir.path().join("db.redb"), t0).expect("open"));
+        let runtime = ScriptedRuntime::new();
+        runtime.state().images = [(1u8, 400u64), (2, 300), (3, 200), (4, 100)]
+            .map(|(n, size)| RuntimeImage {
+                id: ImageId::new(format!("sha256:{n:064x}")),
+                size,
+                ..RuntimeImage::default()
+            })
+            .to_vec();
+        // No filesystem scripted: ImageFsInfo reports capacity 0.
+        let config = GcConfig {
+            policy: GcPolicy {
+                min_age: Duration::ZERO,
+                bytes: Some(super::super::ByteBudget {
+                    high: 800,
+                    low: 500,
+                }),
+                ..GcPolicy::default()
+            },
+            ..GcConfig::default()
+        };
+        let manager = ImageGcManager::new(runtime.clone(), store, config).expect("new");
+        manager.detect(t0).await.expect("detect");
+        let plan = manager.plan(t1, false).await.expect("plan");
+        assert_eq!(plan.explanation.space, super::super::SpacePass::InvalidCapacity);
+        let planned: Vec<RecordKey> = plan.removals.iter().map(|r| r.key.clone()).collect();
+        let report = manager.garbage_collect(t1).await;
+        let removed: Vec<RecordKey> = report.removed.iter().map(|r| r.key.clone()).collect();
+        assert_eq!(removed.len(), 2, "{report:?}");
+        assert!(
+            report.removed.iter().all(|r| r.reason == RemovalReason::Budget),
+            "{report:?}"
+        );
+        assert_eq!(removed, planned, "the cycle removes what explain plans");
+        assert!(
+            matches!(report.error, Some(GcError::InvalidCapacity)),
+            "{report:?}"
+        );
     }
 }
