@@ -228,6 +228,11 @@ pub struct GcReport {
     pub removed: Vec<Removal>,
     pub freed: u64,
     pub error: Option<GcError>,
+    /// The byte walk's amount to free, when a byte rule needed room this cycle: the larger of
+    /// the percentage rule's and the byte budget's needs (the one its removals' reason names).
+    /// Each of the walk's byte removals after its first is made while less than this was
+    /// freed, so the walk stops at most one image past the low line.
+    pub bytes_to_free: Option<i64>,
 }
 
 /// A dry run: what a cycle would remove, and the full explanation.
@@ -876,6 +881,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         if bytes.is_none() && inodes.is_none() {
             return capacity_error.map_or(Ok(()), Err);
         }
+        report.bytes_to_free = bytes.map(|(amount, _, _)| amount);
         let walked = self
             .free_space(
                 settings,
@@ -1010,11 +1016,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let thresholds = settings.config.policy.inodes;
         let mut freed: i64 = 0;
         let mut bytes_done = goal.bytes.is_none();
+        // The simulator's OverFree mutant: one byte removal past the goal.
+        let mut over_freed = !mutant_over_frees();
         let mut inodes_now = goal.inodes;
         let inodes_done = |now: &Option<InodeNeed>| now.is_none_or(|n| n.met());
         // The walk's byte limit: with an inode goal it reads on, as far as inodes need.
         let bytes_to_free = match (goal.bytes, goal.inodes) {
             (_, Some(_)) => i64::MAX,
+            // (The OverFree mutant reads on too, to take its one image more.)
+            (Some(_), None) if mutant_over_frees() => i64::MAX,
             (Some((amount, _, _)), None) => amount,
             (None, None) => {
                 return Ok(Walked {
@@ -1062,7 +1072,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                         if let Some((amount, _, _)) = goal.bytes
                             && freed >= amount
                         {
-                            bytes_done = true;
+                            bytes_done = over_freed;
+                            over_freed = true;
                         }
                         if !inodes_done(&inodes_now) {
                             // CRI does not say how many inodes an image holds: measure.
@@ -1386,6 +1397,18 @@ fn ignore_warm() -> bool {
     false
 }
 
+/// Whether the simulator's `OverFree` mutant is on (always false without the feature).
+fn mutant_over_frees() -> bool {
+    #[cfg(feature = "sim-mutants")]
+    {
+        crate::sim::mutants::over_free()
+    }
+    #[cfg(not(feature = "sim-mutants"))]
+    {
+        false
+    }
+}
+
 /// Whether the simulator's `NoProtections` mutant is on (always false without the feature).
 fn mutant_ignores_protections() -> bool {
     #[cfg(feature = "sim-mutants")]
@@ -1587,13 +1610,19 @@ mod pending_eviction_tests {
         let manager = ImageGcManager::new(runtime.clone(), store, config).expect("new");
         manager.detect(t0).await.expect("detect");
         let plan = manager.plan(t1, false).await.expect("plan");
-        assert_eq!(plan.explanation.space, super::super::SpacePass::InvalidCapacity);
+        assert_eq!(
+            plan.explanation.space,
+            super::super::SpacePass::InvalidCapacity
+        );
         let planned: Vec<RecordKey> = plan.removals.iter().map(|r| r.key.clone()).collect();
         let report = manager.garbage_collect(t1).await;
         let removed: Vec<RecordKey> = report.removed.iter().map(|r| r.key.clone()).collect();
         assert_eq!(removed.len(), 2, "{report:?}");
         assert!(
-            report.removed.iter().all(|r| r.reason == RemovalReason::Budget),
+            report
+                .removed
+                .iter()
+                .all(|r| r.reason == RemovalReason::Budget),
             "{report:?}"
         );
         assert_eq!(removed, planned, "the cycle removes what explain plans");
