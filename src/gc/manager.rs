@@ -620,7 +620,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         };
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
-        protected.extend(self.warm(settings, &listed, now));
+        protected.extend(self.warm(settings, &listed, now)?);
         protected.extend(kubelet.just_pulled);
         #[cfg(feature = "sim-mutants")]
         let protections = if crate::sim::mutants::ignore_protections() {
@@ -733,26 +733,38 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .collect()
     }
 
-    /// The listed images a warm set entry in force at `now` keeps.
+    /// The listed images a warm set entry in force at `now` keeps: the set's entries and,
+    /// with `[warmFromHistory]`, the history's (read from the journal now).
     fn warm(
         &self,
         settings: &Settings,
         listed: &ListedImages,
         now: UnixNanos,
-    ) -> BTreeSet<RecordKey> {
+    ) -> Result<BTreeSet<RecordKey>, GcError> {
         let warm = &settings.config.warm;
         #[cfg(feature = "sim-mutants")]
         if crate::sim::mutants::ignore_warm() {
-            return BTreeSet::new();
+            return Ok(BTreeSet::new());
         }
-        if warm.is_empty() {
-            return BTreeSet::new();
+        let history = match warm.from_history {
+            Some(window) => {
+                let journal = self.store.journal()?;
+                let names = |key: &RecordKey| self.store.names(key).ok().flatten();
+                crate::warm::history_entries(&journal, &names, now, window)
+            }
+            None => Vec::new(),
+        };
+        if warm.is_empty() && history.is_empty() {
+            return Ok(BTreeSet::new());
         }
-        listed
+        Ok(listed
             .iter()
-            .filter(|image| warm.keeps(image, now).is_some())
+            .filter(|image| {
+                warm.keeps(image, now).is_some()
+                    || history.iter().any(|e| e.active(now) && e.matches(image))
+            })
             .map(RuntimeImage::record_key)
-            .collect()
+            .collect())
     }
 
     /// kubelet's GarbageCollect at `now`: detect, MaxAge, then free space down to the low
@@ -1272,7 +1284,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .await?;
         apply_to_copy(&mut records, &detect.batch);
         let pulling = self.pulling(&listed);
-        let warm = self.warm(&settings, &listed, now);
+        let warm = self.warm(&settings, &listed, now)?;
         // A dry run only: the real cycle reads this order from the index.
         let mut ordered: Vec<StoredRecord> = records
             .into_iter()
