@@ -242,6 +242,18 @@ impl<R: AgentRuntime> Agent<R> {
     }
 
     /// The last warm cycle's plan, if one ran.
+    /// A dry run's outcome with the warm entries that do not fit, as the last warm cycle
+    /// judged them (issue 25: "does not fit" is shown by `explain`).
+    pub(super) fn with_warm_does_not_fit(
+        &self,
+        mut outcome: crate::admin::GcOutcome,
+    ) -> crate::admin::GcOutcome {
+        if let Some(plan) = self.warm_status() {
+            outcome.warm_does_not_fit = crate::admin::WarmDoesNotFit::of_plan(&plan);
+        }
+        outcome
+    }
+
     pub fn warm_status(&self) -> Option<WarmPlan> {
         lock_ignoring_poison(&self.warm_last).clone()
     }
@@ -578,6 +590,20 @@ mod tests {
             metrics.contains("imagekeeper_warm_images{state=\"does_not_fit\"} 1"),
             "{metrics}"
         );
+        // The agent's dry run (`gc --dry-run`, `prune --dry-run` through the admin socket)
+        // names the entry that does not fit.
+        for dry in [
+            crate::admin::AdminBackend::garbage_collect(&*agent, true).await,
+            crate::admin::AdminBackend::delete_unused(&*agent, true).await,
+        ] {
+            let named: Vec<(&str, Option<u64>)> = dry
+                .warm_does_not_fit
+                .iter()
+                .map(|w| (w.image.as_str(), w.size))
+                .collect();
+            assert_eq!(named, [("b:1", Some(500))], "{dry:?}");
+            assert!(!dry.warm_does_not_fit[0].detail.is_empty());
+        }
         assert!(
             metrics.contains("imagekeeper_warm_pulls_total{result=\"success\"} 2"),
             "{metrics}"
