@@ -743,8 +743,9 @@ fn check_image_filesystem(input: &DoctorInput<'_>) -> Finding {
         String::new()
     } else {
         format!(
-            "; further image filesystems reported ({}) are not acted on: imagekeeper's GC \
-             applies its thresholds to the first",
+            "; further image filesystems reported ({}): imagekeeper's GC applies its \
+             thresholds to each, by a measured pass (CRI does not say which filesystem an \
+             image is on)",
             fs.other_image_filesystems.join(", ")
         )
     };

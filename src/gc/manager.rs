@@ -63,7 +63,7 @@ use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
 use super::protect::{Irreplaceable, Protections, pinned_at};
-use super::space::{BudgetNeed, InodeNeed, SpaceNeed};
+use super::space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
 use super::{GcError, GcPolicy};
 use crate::format::{format_rfc3339, go_duration};
@@ -890,51 +890,216 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             (Some(s), _) => Some(s),
             (None, b) => b,
         };
-        if bytes.is_none() && inodes.is_none() {
-            return capacity_error.map_or(Ok(()), Err);
+        let first: Result<(), GcError> = async {
+            if bytes.is_none() && inodes.is_none() {
+                return capacity_error.map_or(Ok(()), Err);
+            }
+            report.bytes_to_free = bytes.map(|(amount, _, _)| amount);
+            let walked = self
+                .free_space(
+                    settings,
+                    Goal { bytes, inodes },
+                    free_time,
+                    &mut view,
+                    report,
+                )
+                .await?;
+            if let Some((amount_to_free, reason, _)) = bytes
+                && walked.freed < amount_to_free
+            {
+                let err = match (reason, space, budget) {
+                    (RemovalReason::Budget, _, Some(b)) => GcError::InsufficientBudget {
+                        total: b.total,
+                        high: b.high,
+                        low: b.low,
+                        freed: walked.freed,
+                    },
+                    (_, Some(need), _) => GcError::InsufficientSpace {
+                        usage_percent: need.usage_percent,
+                        capacity: need.capacity,
+                        freed: walked.freed,
+                    },
+                    _ => unreachable!("a byte goal comes from the space or the budget rule"),
+                };
+                warn!(reason = "FreeDiskSpaceFailed", "{err}");
+                return Err(err);
+            }
+            if let (Some(before), Some(after)) = (inodes, walked.inodes)
+                && !after.met()
+            {
+                let err = GcError::InsufficientInodes {
+                    usage_percent: after.usage_percent,
+                    inodes: after.inodes,
+                    freed: before.used().saturating_sub(after.used()),
+                };
+                warn!(reason = "FreeDiskSpaceFailed", "{err}");
+                return Err(err);
+            }
+            capacity_error.map_or(Ok(()), Err)
         }
-        report.bytes_to_free = bytes.map(|(amount, _, _)| amount);
-        let walked = self
-            .free_space(
-                settings,
-                Goal { bytes, inodes },
-                free_time,
-                &mut view,
-                report,
-            )
-            .await?;
-        if let Some((amount_to_free, reason, _)) = bytes
-            && walked.freed < amount_to_free
-        {
-            let err = match (reason, space, budget) {
-                (RemovalReason::Budget, _, Some(b)) => GcError::InsufficientBudget {
-                    total: b.total,
-                    high: b.high,
-                    low: b.low,
-                    freed: walked.freed,
-                },
-                (_, Some(need), _) => GcError::InsufficientSpace {
-                    usage_percent: need.usage_percent,
-                    capacity: need.capacity,
-                    freed: walked.freed,
-                },
-                _ => unreachable!("a byte goal comes from the space or the budget rule"),
+        .await;
+        // Every further image filesystem, by a measured pass (issue 28).
+        let others = self
+            .free_other_filesystems(settings, &stats, free_time, &mut view, report)
+            .await;
+        first.and(others)
+    }
+
+    /// The thresholds on each image filesystem ImageFsInfo reports after the first (issue
+    /// 28), never on a container filesystem. CRI does not say which filesystem an image is
+    /// on, so a filesystem over a high line gets a measured pass ([`Self::free_measured`]).
+    /// One not read (capacity 0) is not judged. Returns the first failure.
+    async fn free_other_filesystems(
+        &self,
+        settings: &Settings,
+        stats: &ImageFsStats,
+        free_time: UnixNanos,
+        view: &mut CycleView,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        let mut result = Ok(());
+        for (index, fs) in stats.other_image_fs.iter().enumerate() {
+            let Some(need) = FsNeed::compute(fs, &settings.config.policy) else {
+                debug!(
+                    mountpoint = fs.mountpoint.as_str(),
+                    "A further image filesystem reports capacity 0: not judged"
+                );
+                continue;
             };
-            warn!(reason = "FreeDiskSpaceFailed", "{err}");
-            return Err(err);
+            if !need.runs() {
+                continue;
+            }
+            let done = self
+                .free_measured(settings, index, fs, free_time, view, report)
+                .await;
+            if result.is_ok() {
+                result = done;
+            }
         }
-        if let (Some(before), Some(after)) = (inodes, walked.inodes)
-            && !after.met()
-        {
-            let err = GcError::InsufficientInodes {
+        result
+    }
+
+    /// The measured pass on further image filesystem `index` (read as `fs`): removes eligible images in
+    /// eviction order, reads ImageFsInfo again after each removal, and stops once that
+    /// filesystem is at or below its low lines (bytes and inodes), or fails with the kubelet's
+    /// wording when no candidate is left. Removals carry reason `space` (bytes over the high
+    /// threshold) or `inodes`, with that filesystem's usage in the journal.
+    async fn free_measured(
+        &self,
+        settings: &Settings,
+        index: usize,
+        fs: &ImageFsStats,
+        free_time: UnixNanos,
+        view: &mut CycleView,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        let policy = &settings.config.policy;
+        let Some(first_need) = FsNeed::compute(fs, policy) else {
+            return Ok(());
+        };
+        info!(
+            mountpoint = first_need.mountpoint.as_str(),
+            usage = first_need.usage_percent,
+            high_threshold = policy.high_threshold_percent,
+            low_threshold = policy.low_threshold_percent,
+            inode_usage = first_need.inodes.map(|n| n.usage_percent),
+            "A further image filesystem is over a high threshold, trying to free it down to the low thresholds (measured after each removal)"
+        );
+        let (reason, fs_usage) = if first_need.bytes_over_high {
+            let usage = SpaceNeed::compute(fs.capacity, fs.available, policy)
+                .ok()
+                .map(|n| n.fs_usage());
+            (RemovalReason::Space, usage)
+        } else {
+            (
+                RemovalReason::Inodes,
+                first_need.inodes.map(|n| n.fs_usage()),
+            )
+        };
+        let mut need = first_need.clone();
+        let mut freed: i64 = 0;
+        let mut walked: usize = 0;
+        let mut errors = Vec::new();
+        let mut resume: Option<EvictionKey> = None;
+        'walk: loop {
+            let walk = SpaceWalk {
+                in_use: &view.protected,
+                free_time,
+                min_age: policy.min_age,
+                bytes_to_free: i64::MAX,
+            };
+            let step = walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?;
+            if step.resume.is_some() {
+                resume = step.resume;
+            }
+            let before = walked;
+            walked = walked.saturating_add(step.read);
+            if step.victims.is_empty() {
+                break;
+            }
+            for (victim, position) in step.victims.into_iter().zip(step.positions) {
+                if self.rescue(settings, &victim, view, free_time).await? {
+                    continue;
+                }
+                let note = note(free_time, reason, before + position, fs_usage);
+                match self.remove(&victim, note, report).await {
+                    Ok(()) => {
+                        freed = freed.saturating_add(to_i64(victim.record.size));
+                        // CRI does not say which filesystem the image was on: measure.
+                        let reading = self
+                            .runtime
+                            .image_fs_stats()
+                            .await
+                            .map_err(runtime_error("get image filesystem stats"))?;
+                        match reading
+                            .other_image_fs
+                            .get(index)
+                            .filter(|fs| fs.mountpoint == need.mountpoint)
+                            .and_then(|fs| FsNeed::compute(fs, policy))
+                        {
+                            Some(now) => need = now,
+                            // The filesystem is gone from the answer: nothing left to judge.
+                            None => return Ok(()),
+                        }
+                        if need.met() {
+                            break 'walk;
+                        }
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(GcError::SpaceDeletion {
+                wanted: 0,
+                freed,
+                errors,
+            });
+        }
+        if need.met() {
+            return Ok(());
+        }
+        let err = match (need.bytes_at_or_below_low, need.inodes, need.usage_percent) {
+            (false, _, Some(usage_percent)) => GcError::InsufficientSpace {
+                usage_percent,
+                capacity: fs_usage.map_or(0, |u| u.capacity),
+                freed,
+            },
+            (_, Some(after), _) => GcError::InsufficientInodes {
                 usage_percent: after.usage_percent,
                 inodes: after.inodes,
-                freed: before.used().saturating_sub(after.used()),
-            };
-            warn!(reason = "FreeDiskSpaceFailed", "{err}");
-            return Err(err);
-        }
-        capacity_error.map_or(Ok(()), Err)
+                freed: first_need
+                    .inodes
+                    .map_or(0, |b| b.used().saturating_sub(after.used())),
+            },
+            _ => return Ok(()),
+        };
+        warn!(
+            reason = "FreeDiskSpaceFailed",
+            mountpoint = need.mountpoint.as_str(),
+            "{err}"
+        );
+        Err(err)
     }
 
     /// kubelet's DeleteUnusedImages: the space walk with no byte limit.
@@ -1640,6 +1805,93 @@ mod pending_eviction_tests {
         assert_eq!(removed, planned, "the cycle removes what explain plans");
         assert!(
             matches!(report.error, Some(GcError::InvalidCapacity)),
+            "{report:?}"
+        );
+    }
+
+    /// Several image filesystems (issue 28): the thresholds apply to each. The first is
+    /// healthy; the second, 95 % used, gets a measured pass: in eviction order, ImageFsInfo
+    /// read again after each removal, until it is at or below the low threshold (80 %). The
+    /// first image lives on the first filesystem (its removal frees nothing there, so the walk
+    /// goes on), the next two on the second; the fourth stays. The dry run names the
+    /// filesystem and marks the candidates.
+    #[tokio::test]
+    async fn a_further_image_filesystem_over_high_is_freed_by_a_measured_pass_to_low() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let t0 = UnixNanos::from_secs(10_000);
+        let t1 = UnixNanos::from_secs(20_000);
+        let store = Arc::new(Store::open(&dir.path().join("db.redb"), t0).expect("open"));
+        let runtime = ScriptedRuntime::new();
+        let id = |n: u8| format!("sha256:{n:064x}");
+        {
+            let mut state = runtime.state();
+            state.images = (1u8..=4)
+                .map(|n| RuntimeImage {
+                    id: ImageId::new(id(n)),
+                    size: 100,
+                    ..RuntimeImage::default()
+                })
+                .collect();
+            state.fs = Some((100_000, 90_000));
+            state.other_image_fs = vec![(1000, 50, None)];
+            for n in 2u8..=4 {
+                state.image_fs_of.insert(id(n), 1);
+            }
+        }
+        let config = GcConfig {
+            policy: GcPolicy {
+                min_age: Duration::ZERO,
+                ..GcPolicy::default()
+            },
+            ..GcConfig::default()
+        };
+        let manager = ImageGcManager::new(runtime.clone(), store, config).expect("new");
+        manager.detect(t0).await.expect("detect");
+        let plan = manager.plan(t1, false).await.expect("plan");
+        let others = &plan.explanation.other_filesystems;
+        assert_eq!(others.len(), 1, "{others:?}");
+        assert_eq!(others[0].mountpoint, "/scripted-1");
+        assert!(others[0].runs(), "{others:?}");
+        let decisions: Vec<super::super::Decision> =
+            plan.explanation.images.iter().map(|i| i.decision).collect();
+        assert_eq!(decisions, [super::super::Decision::OtherFsCandidate; 4]);
+        assert!(
+            plan.explanation.images[0]
+                .reason
+                .contains("further image filesystem(s) /scripted-1"),
+            "{}",
+            plan.explanation.images[0].reason
+        );
+
+        let report = manager.garbage_collect(t1).await;
+        assert!(report.error.is_none(), "{report:?}");
+        let removed: Vec<String> = report
+            .removed
+            .iter()
+            .map(|r| r.key.image_id.to_string())
+            .collect();
+        assert_eq!(removed, [id(1), id(2), id(3)], "{report:?}");
+        assert!(
+            report
+                .removed
+                .iter()
+                .all(|r| r.reason == RemovalReason::Space)
+        );
+        assert_eq!(runtime.state().other_image_fs, vec![(1000, 250, None)]);
+
+        // Nothing left to remove while it is still over low: the kubelet's failure.
+        runtime.state().other_image_fs = vec![(1000, 0, None)];
+        let report = manager.garbage_collect(UnixNanos::from_secs(30_000)).await;
+        assert_eq!(report.removed.len(), 1, "{report:?}");
+        assert!(
+            matches!(
+                report.error,
+                Some(GcError::InsufficientSpace {
+                    usage_percent: 90,
+                    capacity: 1000,
+                    freed: 100
+                })
+            ),
             "{report:?}"
         );
     }
