@@ -1070,8 +1070,16 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             }
         }
         if !errors.is_empty() {
+            // What the pass wanted in bytes: down to the low threshold at its first reading
+            // (0 for an inode-only pass).
+            let wanted = match reason {
+                RemovalReason::Space => {
+                    fs_usage.map_or(0, |u| to_i64(u.used_before.saturating_sub(u.target_used)))
+                }
+                _ => 0,
+            };
             return Err(GcError::SpaceDeletion {
-                wanted: 0,
+                wanted,
                 freed,
                 errors,
             });

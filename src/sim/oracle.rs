@@ -33,7 +33,9 @@
 //!    half is invariant 6, judged on the readings the cycle took): a GarbageCollect's byte
 //!    walk, for the percentage rule or the byte budget, makes each of its removals after the
 //!    first while what its earlier removals freed is less than its amount to free
-//!    (`GcReport::bytes_to_free`); so it ends at most one image past its low line.
+//!    (`GcReport::bytes_to_free`); so it ends at most one image past its low line. (The
+//!    simulated runtime reports one image filesystem: a further one's measured pass, whose
+//!    removals follow the walk's, is not simulated.)
 
 use std::collections::BTreeMap;
 
