@@ -500,6 +500,11 @@ pub struct ImageFsStats {
     /// one the fields above describe).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_image_filesystems: Vec<String>,
+    /// The further image filesystems' readings, in ImageFsInfo's order (the mountpoints of
+    /// `other_image_filesystems`): what the runtime reports plus statvfs of each mountpoint
+    /// (capacity 0 when it could not be read). Their own lists are empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_image_fs: Vec<ImageFsStats>,
 }
 
 impl ImageFsStats {
@@ -521,6 +526,7 @@ impl ImageFsStats {
             inodes_free: 0,
             container_filesystems: Vec::new(),
             other_image_filesystems: Vec::new(),
+            other_image_fs: Vec::new(),
         }
     }
 

@@ -326,7 +326,7 @@ fn connect_error(path: PathBuf, e: tonic::transport::Error) -> AdminError {
     }
 }
 
-fn outcome(reply: GcResponse) -> GcOutcome {
+pub(super) fn outcome(reply: GcResponse) -> GcOutcome {
     GcOutcome {
         removed: reply
             .removed
@@ -334,17 +334,23 @@ fn outcome(reply: GcResponse) -> GcOutcome {
             .map(|r| Removal {
                 key: RecordKey::new(r.image_id, r.runtime_handler),
                 size: r.size,
-                reason: match r.reason.as_str() {
-                    "age" => RemovalReason::Age,
-                    "unused" => RemovalReason::Unused,
-                    _ => RemovalReason::Space,
-                },
+                reason: RemovalReason::parse(&r.reason).unwrap_or(RemovalReason::Space),
                 evicted_before: Some(r.evicted_before).filter(|e| !e.is_empty()),
             })
             .collect(),
         freed: reply.freed,
         error: Some(reply.error).filter(|e| !e.is_empty()),
         dry_run: reply.dry_run,
+        warm_does_not_fit: reply
+            .warm_does_not_fit
+            .into_iter()
+            .map(|w| super::WarmDoesNotFit {
+                image: w.image,
+                runtime_handler: w.runtime_handler,
+                size: w.size,
+                detail: w.detail,
+            })
+            .collect(),
     }
 }
 

@@ -101,6 +101,37 @@ pub struct GcOutcome {
     pub freed: u64,
     pub error: Option<String>,
     pub dry_run: bool,
+    /// A dry run through the running agent: the warm entries that do not fit, as its last
+    /// warm cycle judged them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warm_does_not_fit: Vec<WarmDoesNotFit>,
+}
+
+/// A warm set entry the warm cycle does not pull: it does not fit under the GC's low lines.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WarmDoesNotFit {
+    pub image: String,
+    pub runtime_handler: String,
+    /// The size the plan judged with, when known.
+    pub size: Option<u64>,
+    /// Why, in the plan's words.
+    pub detail: String,
+}
+
+impl WarmDoesNotFit {
+    /// The entries of `plan` that do not fit.
+    pub fn of_plan(plan: &crate::warm::WarmPlan) -> Vec<WarmDoesNotFit> {
+        plan.statuses
+            .iter()
+            .filter(|s| s.state == crate::warm::WarmState::DoesNotFit)
+            .map(|s| WarmDoesNotFit {
+                image: s.entry.image.clone(),
+                runtime_handler: s.entry.runtime_handler.clone(),
+                size: s.size,
+                detail: s.detail.clone(),
+            })
+            .collect()
+    }
 }
 
 impl GcOutcome {
@@ -110,6 +141,7 @@ impl GcOutcome {
             freed: report.freed,
             error: report.error.map(|e| e.to_string()),
             dry_run,
+            warm_does_not_fit: Vec::new(),
         }
     }
 
@@ -120,6 +152,7 @@ impl GcOutcome {
                 removed: plan.removals,
                 error: None,
                 dry_run: true,
+                warm_does_not_fit: Vec::new(),
             },
             Err(e) => GcOutcome {
                 error: Some(e.to_string()),
@@ -382,6 +415,43 @@ pub enum AdminError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gc::RemovalReason;
+
+    /// A GC outcome crosses the admin socket whole: every removal reason (the inode and budget
+    /// reasons came back as `space` before) and a dry run's warm entries that do not fit.
+    #[test]
+    fn a_gc_outcome_round_trips_through_the_wire_with_its_reasons_and_warm_misfits() {
+        let removed: Vec<Removal> = [
+            RemovalReason::Age,
+            RemovalReason::Space,
+            RemovalReason::Unused,
+            RemovalReason::Inodes,
+            RemovalReason::Budget,
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(n, reason)| Removal {
+            key: crate::model::RecordKey::new(format!("sha256:{n:064x}"), ""),
+            size: 1,
+            reason,
+            evicted_before: None,
+        })
+        .collect();
+        let sent = GcOutcome {
+            freed: 5,
+            removed,
+            error: Some("x".into()),
+            dry_run: true,
+            warm_does_not_fit: vec![WarmDoesNotFit {
+                image: "b:1".into(),
+                runtime_handler: "h".into(),
+                size: Some(500),
+                detail: "why".into(),
+            }],
+        };
+        let received = client::outcome(server::gc_response(sent.clone()));
+        assert_eq!(received, sent);
+    }
 
     /// The requests that carry pull secrets print how many there are, never their bytes.
     #[test]

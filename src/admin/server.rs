@@ -33,7 +33,7 @@ struct Service<B> {
     backend: Arc<B>,
 }
 
-fn gc_response(outcome: GcOutcome) -> GcResponse {
+pub(super) fn gc_response(outcome: GcOutcome) -> GcResponse {
     GcResponse {
         removed: outcome
             .removed
@@ -49,6 +49,16 @@ fn gc_response(outcome: GcOutcome) -> GcResponse {
         freed: outcome.freed,
         error: outcome.error.unwrap_or_default(),
         dry_run: outcome.dry_run,
+        warm_does_not_fit: outcome
+            .warm_does_not_fit
+            .into_iter()
+            .map(|w| super::proto::WarmDoesNotFit {
+                image: w.image,
+                runtime_handler: w.runtime_handler,
+                size: w.size,
+                detail: w.detail,
+            })
+            .collect(),
     }
 }
 

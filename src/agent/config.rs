@@ -1302,7 +1302,7 @@ fn resolve_warm(
         }
     };
     Ok((
-        WarmSet::new(entries),
+        WarmSet::new(entries).with_from_history(from_history),
         WarmConfig {
             dir: dir.map(|(d, _)| d),
             period,

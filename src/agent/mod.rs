@@ -741,14 +741,18 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
 
     async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
         if dry_run {
-            return GcOutcome::from_plan(self.gc.plan(self.clock.now(), false).await);
+            return self.with_warm_does_not_fit(GcOutcome::from_plan(
+                self.gc.plan(self.clock.now(), false).await,
+            ));
         }
         self.garbage_collect_cycle(&*self.clock).await
     }
 
     async fn delete_unused(&self, dry_run: bool) -> GcOutcome {
         if dry_run {
-            return GcOutcome::from_plan(self.gc.plan(self.clock.now(), true).await);
+            return self.with_warm_does_not_fit(GcOutcome::from_plan(
+                self.gc.plan(self.clock.now(), true).await,
+            ));
         }
         GcOutcome::from_report(self.gc.delete_unused_images(&*self.clock).await, false)
     }

@@ -9,8 +9,9 @@
 //! "does not fit" is logged once per entry until it fits again; a warm pull is never made
 //! while the image filesystem's usage is unknown; the GC keeps every image of the warm set
 //! (`GcConfig::warm`: `[[warm]]` and `--warm-set-dir`), so what the loop pulls for it is not
-//! collected while it is warm. `[warmFromHistory]` entries are pulled back but not kept: once
-//! back they are ordinary images.
+//! collected while it is warm. `[warmFromHistory]` entries are pulled back and, once back,
+//! kept warm until their last use plus `usedWithin` (`WarmSet::from_history`: the GC reads
+//! the same entries from its journal).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullRuntime};
 use crate::store::Store;
 use crate::warm::{
     FromHistory, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome, RestoreState, WarmEntry,
-    WarmPlan, WarmState, inodes_at_or_above_low, plan, restore_candidates,
+    WarmPlan, WarmState, history_entries, inodes_at_or_above_low, plan, restore_candidates,
 };
 
 use super::{Agent, AgentError, AgentRuntime, lock_ignoring_poison};
@@ -78,19 +79,16 @@ impl HistorySizes {
     }
 }
 
-/// The warm entries `[warmFromHistory]` adds at `now`.
-fn history_entries(
+/// The warm entries `[warmFromHistory]` adds at `now` (those back too: the plan finds them
+/// present, and the GC keeps them, `WarmSet::from_history`).
+fn history_warm_entries(
     store: &Store,
     window: FromHistory,
     now: UnixNanos,
 ) -> Result<Vec<WarmEntry>, AgentError> {
     let journal = store.journal()?;
     let names = |key: &RecordKey| store.names(key).ok().flatten();
-    Ok(restore_candidates(&journal, &names, now, window)
-        .iter()
-        .filter(|c| c.skipped.is_none())
-        .filter_map(|c| c.entry())
-        .collect())
+    Ok(history_entries(&journal, &names, now, window))
 }
 
 impl<R: AgentRuntime> Agent<R> {
@@ -113,7 +111,7 @@ impl<R: AgentRuntime> Agent<R> {
         let config = self.config();
         let mut entries = config.gc.warm.entries.clone();
         if let Some(window) = config.warm.from_history {
-            entries.extend(history_entries(&self.store, window, now)?);
+            entries.extend(history_warm_entries(&self.store, window, now)?);
         }
         if entries.is_empty() {
             let plan = WarmPlan::default();
@@ -313,6 +311,18 @@ impl<R: AgentRuntime> Agent<R> {
     }
 
     /// The last warm cycle's plan, if one ran.
+    /// A dry run's outcome with the warm entries that do not fit, as the last warm cycle
+    /// judged them (issue 25: "does not fit" is shown by `explain`).
+    pub(super) fn with_warm_does_not_fit(
+        &self,
+        mut outcome: crate::admin::GcOutcome,
+    ) -> crate::admin::GcOutcome {
+        if let Some(plan) = self.warm_status() {
+            outcome.warm_does_not_fit = crate::admin::WarmDoesNotFit::of_plan(&plan);
+        }
+        outcome
+    }
+
     pub fn warm_status(&self) -> Option<WarmPlan> {
         lock_ignoring_poison(&self.warm_last).clone()
     }
@@ -578,13 +588,23 @@ mod tests {
         runtime: Registry,
         specs: &[WarmEntrySpec],
     ) -> Arc<Agent<Registry>> {
-        Arc::new(unshared_agent(dir, runtime, specs))
+        Arc::new(unshared_agent(dir, runtime, specs, None))
+    }
+
+    fn agent_with_history(
+        dir: &std::path::Path,
+        runtime: Registry,
+        specs: &[WarmEntrySpec],
+        from_history: Option<FromHistory>,
+    ) -> Arc<Agent<Registry>> {
+        Arc::new(unshared_agent(dir, runtime, specs, from_history))
     }
 
     fn unshared_agent(
         dir: &std::path::Path,
         runtime: Registry,
         specs: &[WarmEntrySpec],
+        from_history: Option<FromHistory>,
     ) -> Agent<Registry> {
         let flags = FlagValues {
             db: Some(dir.join("records.redb")),
@@ -597,7 +617,9 @@ mod tests {
         let mut config =
             AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
         config.gc.warm =
-            WarmSet::new(resolve_specs(specs, |i| format!("warm[{i}]")).expect("specs"));
+            WarmSet::new(resolve_specs(specs, |i| format!("warm[{i}]")).expect("specs"))
+                .with_from_history(from_history);
+        config.warm.from_history = from_history;
         let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(1_800_000_000)));
         Agent::with_runtime(config, clock, runtime).expect("agent")
     }
@@ -691,6 +713,20 @@ mod tests {
             metrics.contains("imagekeeper_warm_images{state=\"does_not_fit\"} 1"),
             "{metrics}"
         );
+        // The agent's dry run (`gc --dry-run`, `prune --dry-run` through the admin socket)
+        // names the entry that does not fit.
+        for dry in [
+            crate::admin::AdminBackend::garbage_collect(&*agent, true).await,
+            crate::admin::AdminBackend::delete_unused(&*agent, true).await,
+        ] {
+            let named: Vec<(&str, Option<u64>)> = dry
+                .warm_does_not_fit
+                .iter()
+                .map(|w| (w.image.as_str(), w.size))
+                .collect();
+            assert_eq!(named, [("b:1", Some(500))], "{dry:?}");
+            assert!(!dry.warm_does_not_fit[0].detail.is_empty());
+        }
         assert!(
             metrics.contains("imagekeeper_warm_pulls_total{result=\"success\"} 2"),
             "{metrics}"
@@ -761,8 +797,13 @@ mod tests {
         runtime.node.state().fs = Some((1000, 700));
         let events = RecordedEvents::default();
         let agent = Arc::new(
-            unshared_agent(dir.path(), runtime.clone(), &[spec("b:1", Some("600"))])
-                .with_node_events(crate::agent::NodeEvents::new(Box::new(events.clone()))),
+            unshared_agent(
+                dir.path(),
+                runtime.clone(),
+                &[spec("b:1", Some("600"))],
+                None,
+            )
+            .with_node_events(crate::agent::NodeEvents::new(Box::new(events.clone()))),
         );
         for _ in 0..3 {
             assert_eq!(agent.warm_cycle().await.count(WarmState::DoesNotFit), 1);
@@ -882,5 +923,81 @@ mod tests {
             lock_ignoring_poison(&runtime.pulls).as_slice(),
             [a_by_digest.as_str()]
         );
+    }
+
+    /// `[warmFromHistory]`: an image removed behind imagekeeper's back is pulled back by the
+    /// warm cycle and, once back, kept as warm: GC under pressure removes the other unused
+    /// image, not it, until its last use plus `usedWithin` has passed.
+    #[tokio::test(start_paused = true)]
+    async fn an_image_pulled_back_from_history_is_kept_warm_for_the_window() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Registry {
+            registry: Arc::new(vec![
+                registry_image(1, "a:1", 100),
+                registry_image(2, "b:1", 100),
+            ]),
+            ..Registry::default()
+        };
+        runtime.node.state().fs = Some((1000, 800));
+        runtime.node.state().images =
+            vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)];
+        let window = FromHistory {
+            used_within: Duration::from_secs(3600),
+            max_bytes: None,
+        };
+        let agent = agent_with_history(dir.path(), runtime.clone(), &[], Some(window));
+        let t0 = UnixNanos::from_secs(1_800_000_000);
+        let at = |secs: i64| UnixNanos::from_secs(1_800_000_000 + secs);
+        runtime.node.state().containers = [1u8, 2]
+            .map(|n| RuntimeContainer {
+                id: format!("c{n}"),
+                pod_sandbox_id: "pod".into(),
+                image: String::new(),
+                image_id: ImageId::new(format!("sha256:{n:064x}")),
+                state: crate::model::ContainerState::Running,
+                runtime_handler: String::new(),
+            })
+            .to_vec();
+        agent.gc_manager().detect(t0).await.expect("detect");
+        runtime.node.state().containers.clear();
+        // a goes behind imagekeeper's back; the next detect journals it.
+        runtime
+            .node
+            .state()
+            .images
+            .retain(|i| i.repo_tags[0].ends_with("b:1"));
+        agent.gc_manager().detect(at(60)).await.expect("detect");
+        let plan = agent.warm_cycle().await;
+        assert_eq!(plan.count(WarmState::Pulling), 1, "{plan:?}");
+        agent.gc_manager().detect(at(120)).await.expect("detect");
+        let a = ImageId::new(format!("sha256:{:064x}", 1));
+        assert!(
+            runtime.node.state().images.iter().any(|i| i.id == a),
+            "a is back"
+        );
+
+        // Full pressure (95 %): GC takes b, not a, which is warm from history.
+        runtime.node.state().fs = Some((1000, 50));
+        let report = agent.gc_manager().garbage_collect(at(180)).await;
+        let removed: Vec<&ImageId> = report.removed.iter().map(|r| &r.key.image_id).collect();
+        assert_eq!(
+            removed,
+            [&ImageId::new(format!("sha256:{:064x}", 2))],
+            "{report:?}"
+        );
+        let explained = agent.gc_manager().plan(at(240), false).await.expect("plan");
+        let a_decision = explained
+            .explanation
+            .images
+            .iter()
+            .find(|i| i.key.image_id == a)
+            .map(|i| i.decision);
+        assert_eq!(a_decision, Some(crate::gc::Decision::KeepWarm));
+        // Past its last use (t0) plus the window, a is an ordinary image again, and the
+        // warm cycle does not pull it back after GC removes it.
+        runtime.node.state().fs = Some((1000, 50));
+        let report = agent.gc_manager().garbage_collect(at(3601)).await;
+        let removed: Vec<&ImageId> = report.removed.iter().map(|r| &r.key.image_id).collect();
+        assert_eq!(removed, [&a], "{report:?}");
     }
 }

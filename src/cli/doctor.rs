@@ -111,6 +111,7 @@ pub(crate) async fn findings(
         stale_intents: stale_intents.as_deref(),
         images_on_nodefs,
         runtime_sandbox_image: runtime_sandbox.as_deref(),
+        now: SystemClock.now(),
     })
 }
 

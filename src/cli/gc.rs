@@ -166,6 +166,13 @@ fn print(outcome: &GcOutcome, output: &OutputArgs) -> Result<(), Failure> {
                         writeln!(w, "note: {} was {note}", r.key.image_id.short())?;
                     }
                 }
+                for warm in &outcome.warm_does_not_fit {
+                    writeln!(
+                        w,
+                        "warm: {} does not fit, not pulled: {}",
+                        warm.image, warm.detail
+                    )?;
+                }
                 writeln!(
                     w,
                     "{verb} {} image(s), {} ({} bytes)",

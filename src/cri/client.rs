@@ -6,7 +6,7 @@
 //! are never logged, so pull credentials never reach a log.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -806,6 +806,16 @@ impl ImageRuntime for CriClient {
         stats.available = space.available;
         stats.inodes = space.inodes;
         stats.inodes_free = space.inodes_free;
+        // A further image filesystem this process cannot read (another mount namespace) is
+        // left at capacity 0: GC does not judge it.
+        for other in &mut stats.other_image_fs {
+            if let Ok(space) = statvfs::fs_space(Path::new(&other.mountpoint)) {
+                other.capacity = space.capacity;
+                other.available = space.available;
+                other.inodes = space.inodes;
+                other.inodes_free = space.inodes_free;
+            }
+        }
         Ok(stats)
     }
 

@@ -626,7 +626,23 @@ pub(super) fn image_fs_from_proto(
         0,
     );
     stats.inodes_used = first.inodes_used.map(|used| used.value);
-    stats.other_image_filesystems = images.map(|fs| mountpoint(&fs)).collect();
+    stats.other_image_fs = images
+        .map(|fs| {
+            let mut other = ImageFsStats::new(
+                mountpoint(&fs),
+                fs.used_bytes.map(|used| used.value).unwrap_or(0),
+                0,
+                0,
+            );
+            other.inodes_used = fs.inodes_used.map(|used| used.value);
+            other
+        })
+        .collect();
+    stats.other_image_filesystems = stats
+        .other_image_fs
+        .iter()
+        .map(|fs| fs.mountpoint.clone())
+        .collect();
     stats.container_filesystems = info.container_filesystems.iter().map(mountpoint).collect();
     Ok(stats)
 }
@@ -650,12 +666,22 @@ pub(super) fn image_fs_to_proto(
         stats.used_bytes,
         stats.inodes_used,
     )];
-    image_filesystems.extend(
-        stats
-            .other_image_filesystems
-            .iter()
-            .map(|m| usage(m, 0, None)),
-    );
+    // The further image filesystems' readings when given, else their mountpoints alone.
+    if stats.other_image_fs.is_empty() {
+        image_filesystems.extend(
+            stats
+                .other_image_filesystems
+                .iter()
+                .map(|m| usage(m, 0, None)),
+        );
+    } else {
+        image_filesystems.extend(
+            stats
+                .other_image_fs
+                .iter()
+                .map(|fs| usage(&fs.mountpoint, fs.used_bytes, fs.inodes_used)),
+        );
+    }
     proto::ImageFsInfoResponse {
         image_filesystems,
         container_filesystems: stats
@@ -848,6 +874,16 @@ mod tests {
         split.inodes_used = Some(77);
         split.other_image_filesystems = vec!["/mnt/more".into()];
         split.container_filesystems = vec!["/var/lib/containers".into()];
+        let got = image_fs_from_proto(image_fs_to_proto(&split, 1)).expect("two image fs");
+        let mut more = ImageFsStats::new("/mnt/more", 0, 0, 0);
+        assert_eq!(got.other_image_fs, [more.clone()]);
+        let mut read = split.clone();
+        read.other_image_fs = vec![more.clone()];
+        assert_eq!(got, read);
+        // A further image filesystem's own usage is read too (the caller adds statvfs).
+        more.used_bytes = 5;
+        more.inodes_used = Some(3);
+        split.other_image_fs = vec![more];
         let got = image_fs_from_proto(image_fs_to_proto(&split, 1)).expect("two image fs");
         assert_eq!(got, split);
         let empty = proto::ImageFsInfoResponse::default();

@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::agent::{AgentConfig, ContainerEvents};
 use crate::kubelet::StaleIntent;
 use crate::model::{ImageFsStats, RuntimeImage, UnixNanos};
+use crate::warm::WarmState;
 
 pub use kubelet_config::{
     CredentialVerification, DEFAULT_KUBELET_CONFIG, KubeletConfig, KubeletConfigError,
@@ -114,6 +115,8 @@ pub struct DoctorInput<'a> {
     pub images_on_nodefs: Option<bool>,
     /// The sandbox image the runtime names in its verbose CRI Status, if it does.
     pub runtime_sandbox_image: Option<&'a str>,
+    /// Now, for the warm set's entries with an `until` (the warm plan takes `now`).
+    pub now: UnixNanos,
 }
 
 /// The doctor's answer: `imagekeeper doctor -o json` prints it as it is.
@@ -149,6 +152,7 @@ pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
     findings.push(check_credential_verification(input));
     findings.push(check_pinned(input));
     findings.push(check_irreplaceable(input));
+    findings.push(check_warm_set(input));
     findings.push(check_container_events(input));
     findings.push(check_stale_intents(input));
     findings
@@ -572,6 +576,93 @@ fn check_irreplaceable(input: &DoctorInput<'_>) -> Finding {
     }
 }
 
+/// The warm set against the room under the GC's low lines, judged with the warm cycle's own
+/// plan (`crate::warm::plan`) on the runtime's images and image filesystem now, the whole set
+/// at once (as if every entry were pulled in one cycle). The doctor does not read the
+/// database, so an entry's size is its image's when present, else its `size` hint: an entry
+/// of unknown size is left to the warm cycle, and `[warmFromHistory]`'s entries (from the
+/// journal) are not judged. An entry that does not fit is a conflict: the warm cycle never
+/// pulls it.
+fn check_warm_set(input: &DoctorInput<'_>) -> Finding {
+    let name = "warm-set";
+    let gc = &input.imagekeeper.gc;
+    let history = if input.imagekeeper.warm.from_history.is_some() {
+        "; [warmFromHistory]'s entries come from the database, which the doctor does not read"
+    } else {
+        ""
+    };
+    if gc.warm.is_empty() {
+        return Finding::ok(
+            name,
+            format!("no warm set ([[warm]], --warm-set-dir){history}"),
+        );
+    }
+    let RuntimeView::Reached { images, image_fs } = input.runtime else {
+        return Finding::not_checked(
+            name,
+            "the runtime did not answer, so the warm set was not judged against the image \
+             filesystem"
+                .to_owned(),
+        );
+    };
+    let fs = match image_fs {
+        Ok(fs) => fs,
+        Err(e) => {
+            return Finding::not_checked(
+                name,
+                format!(
+                    "the image filesystem is not known ({e}), so the warm set was not judged \
+                     against it"
+                ),
+            );
+        }
+    };
+    let policy = &gc.policy;
+    let planned = crate::warm::plan(&crate::warm::PlanInput {
+        entries: &gc.warm.entries,
+        now: input.now,
+        images,
+        fs: Some((fs.capacity, fs.available)),
+        low_threshold_percent: policy.low_threshold_percent,
+        bytes_low: policy.bytes.map(|b| b.low),
+        inodes_at_or_above_low: crate::warm::inodes_at_or_above_low(policy, fs),
+        max_pulls: usize::MAX,
+        known_size: &|_| None,
+    });
+    let count = |state| planned.count(state);
+    let summary = format!(
+        "{} warm entries on {}: {} present, {} to pull, {} of unknown size (judged by the warm \
+         cycle as it pulls), {} expired",
+        planned.statuses.len(),
+        fs.mountpoint,
+        count(WarmState::Present),
+        count(WarmState::Pulling),
+        count(WarmState::Queued),
+        count(WarmState::Expired),
+    );
+    let misfits: Vec<String> = planned
+        .statuses
+        .iter()
+        .filter(|s| s.state == WarmState::DoesNotFit)
+        .map(|s| format!("{} ({})", s.entry.image, s.detail))
+        .collect();
+    if misfits.is_empty() {
+        return Finding::ok(name, format!("{summary}; every entry fits{history}"));
+    }
+    Finding::conflict(
+        name,
+        format!(
+            "{summary}; {} do not fit and are never pulled: {}{history}",
+            misfits.len(),
+            misfits.join(", ")
+        ),
+        "free room on the image filesystem, raise --image-gc-low-threshold (or the byte \
+         budget's --image-gc-low-bytes), or shorten the warm set: earlier entries have \
+         priority"
+            .to_owned(),
+    )
+}
+
 /// The kubelet since 1.28 protects the sandbox image only through the runtime's `pinned`
 /// (image_gc_manager.go skips pinned images); containerd 1.6 never reports it.
 fn check_pinned(input: &DoctorInput<'_>) -> Finding {
@@ -653,8 +744,9 @@ fn check_image_filesystem(input: &DoctorInput<'_>) -> Finding {
         String::new()
     } else {
         format!(
-            "; further image filesystems reported ({}) are not acted on: imagekeeper's GC \
-             applies its thresholds to the first",
+            "; further image filesystems reported ({}): imagekeeper's GC applies its \
+             thresholds to each, by a measured pass (CRI does not say which filesystem an \
+             image is on)",
             fs.other_image_filesystems.join(", ")
         )
     };

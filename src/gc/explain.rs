@@ -27,7 +27,7 @@ use super::adaptive::AdaptiveRank;
 use super::evict::{Verdict, past_max_age, protection_verdict, space_verdict, unused_since};
 use super::kubelet::KubeletView;
 use super::protect::{Protection, Protections};
-use super::space::{BudgetNeed, InodeNeed, SpaceNeed};
+use super::space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
 use crate::format::{format_size, go_duration};
 
@@ -82,6 +82,10 @@ pub enum Decision {
     /// measured as it runs (CRI does not say how many inodes an image holds), so a dry run
     /// cannot tell.
     InodeCandidate,
+    /// Eligible and in the measured pass of a further image filesystem over a high line:
+    /// removed if that filesystem is still above its low lines when the walk reaches it (CRI
+    /// does not say which filesystem an image is on, so the pass measures after each removal).
+    OtherFsCandidate,
 }
 
 impl Decision {
@@ -106,6 +110,7 @@ impl Decision {
             Decision::KeepSpaceNotEvaluated => "keep_space_not_evaluated",
             Decision::RemoveForBudget => "remove_for_budget",
             Decision::InodeCandidate => "inode_candidate",
+            Decision::OtherFsCandidate => "other_fs_candidate",
         }
     }
 
@@ -288,6 +293,10 @@ pub struct Explanation {
     /// filesystem was read and counts inodes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inodes: Option<InodeNeed>,
+    /// The further image filesystems ImageFsInfo reported (each judged by the thresholds;
+    /// one over a high line gets a measured pass), when read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_filesystems: Vec<FsNeed>,
     pub images: Vec<ImageExplanation>,
     /// The kubelet's pull intents older than the intent max age: they keep no image.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -534,6 +543,19 @@ pub fn explain_in(
         image_fs.and_then(|fs| InodeNeed::compute(fs, policy.inodes))
     };
     let inodes_run = inodes.is_some_and(|n| n.runs);
+    let other_filesystems: Vec<FsNeed> = if disabled {
+        Vec::new()
+    } else {
+        image_fs
+            .map(|fs| {
+                fs.other_image_fs
+                    .iter()
+                    .filter_map(|other| FsNeed::compute(other, &policy))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let others_run = other_filesystems.iter().any(FsNeed::runs);
     for image in &mut images {
         if image.decision.removes() {
             continue;
@@ -541,6 +563,7 @@ pub fn explain_in(
         image.decision = match (image.verdict, space) {
             (Verdict::Eligible, SpacePass::Disabled) => Decision::KeepGcDisabled,
             (Verdict::Eligible, _) if inodes_run => Decision::InodeCandidate,
+            (Verdict::Eligible, _) if others_run => Decision::OtherFsCandidate,
             (_, SpacePass::Disabled) => Decision::KeepGcDisabled,
             (Verdict::InUse, _) => Decision::KeepInUse,
             (Verdict::PullInProgress, _) => Decision::KeepPullInProgress,
@@ -572,6 +595,19 @@ pub fn explain_in(
             now,
             watch,
         );
+        if image.decision == Decision::OtherFsCandidate {
+            let over: Vec<String> = other_filesystems
+                .iter()
+                .filter(|n| n.runs())
+                .map(|n| n.mountpoint.clone())
+                .collect();
+            image.reason = format!(
+                "eligible, in the measured pass of the further image filesystem(s) {}: removed \
+                 if one is still above its low threshold when the walk reaches it (CRI does not \
+                 say which filesystem an image is on: measured after each removal)",
+                over.join(", ")
+            );
+        }
         if let Some(at) = image.kubelet_pulled_at {
             image.reason.push_str(&format!(
                 "; used by a kubelet pull record at {}",
@@ -589,6 +625,7 @@ pub fn explain_in(
         filesystem: image_fs.map(|fs| fs.mountpoint.clone()),
         budget,
         inodes,
+        other_filesystems,
         images,
         stale_kubelet_intents: kubelet.stale_intents.clone(),
     }
@@ -690,6 +727,10 @@ fn reason(
                  high inode threshold; removed if more than {target} of {total} inodes are \
                  still in use when the walk reaches it (measured as it runs)"
             )
+        }
+        // Named with its filesystems by `explain_in`.
+        Decision::OtherFsCandidate => {
+            "eligible, in the measured pass of a further image filesystem".to_owned()
         }
         Decision::KeepGcDisabled => {
             "image GC is disabled (HighThresholdPercent 100 and MaxAge 0)".to_owned()

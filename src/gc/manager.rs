@@ -65,7 +65,7 @@ use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
 use super::protect::{Irreplaceable, Protections, pinned_at};
-use super::space::{BudgetNeed, InodeNeed, SpaceNeed};
+use super::space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
 use super::{GcError, GcOrder, GcPolicy};
 use crate::format::{format_rfc3339, go_duration};
@@ -232,6 +232,11 @@ pub struct GcReport {
     pub removed: Vec<Removal>,
     pub freed: u64,
     pub error: Option<GcError>,
+    /// The byte walk's amount to free, when a byte rule needed room this cycle: the larger of
+    /// the percentage rule's and the byte budget's needs (the one its removals' reason names).
+    /// Each of the walk's byte removals after its first is made while less than this was
+    /// freed, so the walk stops at most one image past the low line.
+    pub bytes_to_free: Option<i64>,
 }
 
 /// A dry run: what a cycle would remove, and the full explanation.
@@ -647,7 +652,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         };
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
-        protected.extend(self.warm(settings, &listed, now));
+        protected.extend(self.warm(settings, &listed, now)?);
         protected.extend(kubelet.just_pulled);
         #[cfg(feature = "sim-mutants")]
         let protections = if crate::sim::mutants::ignore_protections() {
@@ -763,26 +768,38 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .collect()
     }
 
-    /// The listed images a warm set entry in force at `now` keeps.
+    /// The listed images a warm set entry in force at `now` keeps: the set's entries and,
+    /// with `[warmFromHistory]`, the history's (read from the journal now).
     fn warm(
         &self,
         settings: &Settings,
         listed: &ListedImages,
         now: UnixNanos,
-    ) -> BTreeSet<RecordKey> {
+    ) -> Result<BTreeSet<RecordKey>, GcError> {
         let warm = &settings.config.warm;
         #[cfg(feature = "sim-mutants")]
         if crate::sim::mutants::ignore_warm() {
-            return BTreeSet::new();
+            return Ok(BTreeSet::new());
         }
-        if warm.is_empty() {
-            return BTreeSet::new();
+        let history = match warm.from_history {
+            Some(window) => {
+                let journal = self.store.journal()?;
+                let names = |key: &RecordKey| self.store.names(key).ok().flatten();
+                crate::warm::history_entries(&journal, &names, now, window)
+            }
+            None => Vec::new(),
+        };
+        if warm.is_empty() && history.is_empty() {
+            return Ok(BTreeSet::new());
         }
-        listed
+        Ok(listed
             .iter()
-            .filter(|image| warm.keeps(image, now).is_some())
+            .filter(|image| {
+                warm.keeps(image, now).is_some()
+                    || history.iter().any(|e| e.active(now) && e.matches(image))
+            })
             .map(RuntimeImage::record_key)
-            .collect()
+            .collect())
     }
 
     /// kubelet's GarbageCollect at `now`: detect, MaxAge, then free space down to the low
@@ -826,7 +843,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
         let policy = &settings.config.policy;
         // The kubelet's byte rule, unless HighThresholdPercent 100 turns it off (GC runs here
-        // only for the inode or budget rules then).
+        // only for the inode or budget rules then). Capacity 0 fails the percentage rule alone,
+        // with the kubelet's InvalidDiskCapacity (pkg/kubelet/images/image_gc_manager.go,
+        // GarbageCollect: it checks capacity before its percentage, its only rule): the byte
+        // budget needs no capacity and the inode rule reads inodes, so both still run, and the
+        // cycle then reports the capacity error (as `explain` plans it).
+        let mut capacity_error = None;
         let space = if policy.space_pass_off() {
             None
         } else {
@@ -834,7 +856,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 Ok(need) => Some(need),
                 Err(err) => {
                     warn!(reason = "InvalidDiskCapacity", "{err}");
-                    return Err(err);
+                    capacity_error = Some(err);
+                    None
                 }
             }
         };
@@ -902,50 +925,224 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             (Some(s), _) => Some(s),
             (None, b) => b,
         };
-        if bytes.is_none() && inodes.is_none() {
+        let first: Result<(), GcError> = async {
+            if bytes.is_none() && inodes.is_none() {
+                return capacity_error.map_or(Ok(()), Err);
+            }
+            report.bytes_to_free = bytes.map(|(amount, _, _)| amount);
+            let walked = self
+                .free_space(
+                    settings,
+                    Goal { bytes, inodes },
+                    free_time,
+                    &mut view,
+                    report,
+                )
+                .await?;
+            if let Some((amount_to_free, reason, _)) = bytes
+                && walked.freed < amount_to_free
+            {
+                let err = match (reason, space, budget) {
+                    (RemovalReason::Budget, _, Some(b)) => GcError::InsufficientBudget {
+                        total: b.total,
+                        high: b.high,
+                        low: b.low,
+                        freed: walked.freed,
+                    },
+                    (_, Some(need), _) => GcError::InsufficientSpace {
+                        usage_percent: need.usage_percent,
+                        capacity: need.capacity,
+                        freed: walked.freed,
+                    },
+                    _ => unreachable!("a byte goal comes from the space or the budget rule"),
+                };
+                warn!(reason = "FreeDiskSpaceFailed", "{err}");
+                return Err(err);
+            }
+            if let (Some(before), Some(after)) = (inodes, walked.inodes)
+                && !after.met()
+            {
+                let err = GcError::InsufficientInodes {
+                    usage_percent: after.usage_percent,
+                    inodes: after.inodes,
+                    freed: before.used().saturating_sub(after.used()),
+                };
+                warn!(reason = "FreeDiskSpaceFailed", "{err}");
+                return Err(err);
+            }
+            capacity_error.map_or(Ok(()), Err)
+        }
+        .await;
+        // Every further image filesystem, by a measured pass (issue 28).
+        let others = self
+            .free_other_filesystems(settings, &stats, free_time, &mut view, report)
+            .await;
+        first.and(others)
+    }
+
+    /// The thresholds on each image filesystem ImageFsInfo reports after the first (issue
+    /// 28), never on a container filesystem. CRI does not say which filesystem an image is
+    /// on, so a filesystem over a high line gets a measured pass ([`Self::free_measured`]).
+    /// One not read (capacity 0) is not judged. Returns the first failure.
+    async fn free_other_filesystems(
+        &self,
+        settings: &Settings,
+        stats: &ImageFsStats,
+        free_time: UnixNanos,
+        view: &mut CycleView,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        let mut result = Ok(());
+        for (index, fs) in stats.other_image_fs.iter().enumerate() {
+            let Some(need) = FsNeed::compute(fs, &settings.config.policy) else {
+                debug!(
+                    mountpoint = fs.mountpoint.as_str(),
+                    "A further image filesystem reports capacity 0: not judged"
+                );
+                continue;
+            };
+            if !need.runs() {
+                continue;
+            }
+            let done = self
+                .free_measured(settings, index, fs, free_time, view, report)
+                .await;
+            if result.is_ok() {
+                result = done;
+            }
+        }
+        result
+    }
+
+    /// The measured pass on further image filesystem `index` (read as `fs`): removes eligible images in
+    /// eviction order, reads ImageFsInfo again after each removal, and stops once that
+    /// filesystem is at or below its low lines (bytes and inodes), or fails with the kubelet's
+    /// wording when no candidate is left. Removals carry reason `space` (bytes over the high
+    /// threshold) or `inodes`, with that filesystem's usage in the journal.
+    async fn free_measured(
+        &self,
+        settings: &Settings,
+        index: usize,
+        fs: &ImageFsStats,
+        free_time: UnixNanos,
+        view: &mut CycleView,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        let policy = &settings.config.policy;
+        let Some(first_need) = FsNeed::compute(fs, policy) else {
+            return Ok(());
+        };
+        info!(
+            mountpoint = first_need.mountpoint.as_str(),
+            usage = first_need.usage_percent,
+            high_threshold = policy.high_threshold_percent,
+            low_threshold = policy.low_threshold_percent,
+            inode_usage = first_need.inodes.map(|n| n.usage_percent),
+            "A further image filesystem is over a high threshold, trying to free it down to the low thresholds (measured after each removal)"
+        );
+        let (reason, fs_usage) = if first_need.bytes_over_high {
+            let usage = SpaceNeed::compute(fs.capacity, fs.available, policy)
+                .ok()
+                .map(|n| n.fs_usage());
+            (RemovalReason::Space, usage)
+        } else {
+            (
+                RemovalReason::Inodes,
+                first_need.inodes.map(|n| n.fs_usage()),
+            )
+        };
+        let mut need = first_need.clone();
+        let mut freed: i64 = 0;
+        let mut walked: usize = 0;
+        let mut errors = Vec::new();
+        let mut resume: Option<EvictionKey> = None;
+        'walk: loop {
+            let walk = SpaceWalk {
+                in_use: &view.protected,
+                free_time,
+                min_age: policy.min_age,
+                bytes_to_free: i64::MAX,
+            };
+            let step = walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?;
+            if step.resume.is_some() {
+                resume = step.resume;
+            }
+            let before = walked;
+            walked = walked.saturating_add(step.read);
+            if step.victims.is_empty() {
+                break;
+            }
+            for (victim, position) in step.victims.into_iter().zip(step.positions) {
+                if self.rescue(settings, &victim, view, free_time).await? {
+                    continue;
+                }
+                let note = note(free_time, reason, before + position, fs_usage);
+                match self.remove(&victim, note, report).await {
+                    Ok(()) => {
+                        freed = freed.saturating_add(to_i64(victim.record.size));
+                        // CRI does not say which filesystem the image was on: measure.
+                        let reading = self
+                            .runtime
+                            .image_fs_stats()
+                            .await
+                            .map_err(runtime_error("get image filesystem stats"))?;
+                        match reading
+                            .other_image_fs
+                            .get(index)
+                            .filter(|fs| fs.mountpoint == need.mountpoint)
+                            .and_then(|fs| FsNeed::compute(fs, policy))
+                        {
+                            Some(now) => need = now,
+                            // The filesystem is gone from the answer: nothing left to judge.
+                            None => return Ok(()),
+                        }
+                        if need.met() {
+                            break 'walk;
+                        }
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        if !errors.is_empty() {
+            // What the pass wanted in bytes: down to the low threshold at its first reading
+            // (0 for an inode-only pass).
+            let wanted = match reason {
+                RemovalReason::Space => {
+                    fs_usage.map_or(0, |u| to_i64(u.used_before.saturating_sub(u.target_used)))
+                }
+                _ => 0,
+            };
+            return Err(GcError::SpaceDeletion {
+                wanted,
+                freed,
+                errors,
+            });
+        }
+        if need.met() {
             return Ok(());
         }
-        let walked = self
-            .free_space(
-                settings,
-                Goal { bytes, inodes },
-                free_time,
-                &mut view,
-                report,
-            )
-            .await?;
-        if let Some((amount_to_free, reason, _)) = bytes
-            && walked.freed < amount_to_free
-        {
-            let err = match (reason, space, budget) {
-                (RemovalReason::Budget, _, Some(b)) => GcError::InsufficientBudget {
-                    total: b.total,
-                    high: b.high,
-                    low: b.low,
-                    freed: walked.freed,
-                },
-                (_, Some(need), _) => GcError::InsufficientSpace {
-                    usage_percent: need.usage_percent,
-                    capacity: need.capacity,
-                    freed: walked.freed,
-                },
-                _ => unreachable!("a byte goal comes from the space or the budget rule"),
-            };
-            warn!(reason = "FreeDiskSpaceFailed", "{err}");
-            return Err(err);
-        }
-        if let (Some(before), Some(after)) = (inodes, walked.inodes)
-            && !after.met()
-        {
-            let err = GcError::InsufficientInodes {
+        let err = match (need.bytes_at_or_below_low, need.inodes, need.usage_percent) {
+            (false, _, Some(usage_percent)) => GcError::InsufficientSpace {
+                usage_percent,
+                capacity: fs_usage.map_or(0, |u| u.capacity),
+                freed,
+            },
+            (_, Some(after), _) => GcError::InsufficientInodes {
                 usage_percent: after.usage_percent,
                 inodes: after.inodes,
-                freed: before.used().saturating_sub(after.used()),
-            };
-            warn!(reason = "FreeDiskSpaceFailed", "{err}");
-            return Err(err);
-        }
-        Ok(())
+                freed: first_need
+                    .inodes
+                    .map_or(0, |b| b.used().saturating_sub(after.used())),
+            },
+            _ => return Ok(()),
+        };
+        warn!(
+            reason = "FreeDiskSpaceFailed",
+            mountpoint = need.mountpoint.as_str(),
+            "{err}"
+        );
+        Err(err)
     }
 
     /// kubelet's DeleteUnusedImages: the space walk with no byte limit.
@@ -1039,11 +1236,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let thresholds = settings.config.policy.inodes;
         let mut freed: i64 = 0;
         let mut bytes_done = goal.bytes.is_none();
+        // The simulator's OverFree mutant: one byte removal past the goal.
+        let mut over_freed = !mutant_over_frees();
         let mut inodes_now = goal.inodes;
         let inodes_done = |now: &Option<InodeNeed>| now.is_none_or(|n| n.met());
         // The walk's byte limit: with an inode goal it reads on, as far as inodes need.
         let bytes_to_free = match (goal.bytes, goal.inodes) {
             (_, Some(_)) => i64::MAX,
+            // (The OverFree mutant reads on too, to take its one image more.)
+            (Some(_), None) if mutant_over_frees() => i64::MAX,
             (Some((amount, _, _)), None) => amount,
             (None, None) => {
                 return Ok(Walked {
@@ -1106,7 +1307,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                         if let Some((amount, _, _)) = goal.bytes
                             && freed >= amount
                         {
-                            bytes_done = true;
+                            bytes_done = over_freed;
+                            over_freed = true;
                         }
                         if !inodes_done(&inodes_now) {
                             // CRI does not say how many inodes an image holds: measure.
@@ -1324,7 +1526,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .await?;
         apply_to_copy(&mut records, &detect.batch);
         let pulling = self.pulling(&listed);
-        let warm = self.warm(&settings, &listed, now);
+        let warm = self.warm(&settings, &listed, now)?;
         // A dry run only: the real cycle reads this order from the index (or, adaptive, ranks
         // the listed images).
         let mut ordered: Vec<StoredRecord> = records
@@ -1465,6 +1667,18 @@ fn ignore_warm() -> bool {
     return crate::sim::mutants::ignore_warm();
     #[cfg(not(feature = "sim-mutants"))]
     false
+}
+
+/// Whether the simulator's `OverFree` mutant is on (always false without the feature).
+fn mutant_over_frees() -> bool {
+    #[cfg(feature = "sim-mutants")]
+    {
+        crate::sim::mutants::over_free()
+    }
+    #[cfg(not(feature = "sim-mutants"))]
+    {
+        false
+    }
 }
 
 /// Whether the simulator's `NoProtections` mutant is on (always false without the feature).
@@ -1634,5 +1848,146 @@ mod pending_eviction_tests {
         // The note is spent: nothing more to journal.
         manager.detect(t2).await.expect("detect");
         assert_eq!(store.journal().expect("journal").len(), 1);
+    }
+
+    /// Capacity 0 fails the percentage rule alone: the byte budget still frees down to its
+    /// low line, the cycle reports the kubelet's InvalidDiskCapacity error, and the dry run
+    /// (`explain`) plans exactly the removals the cycle makes.
+    #[tokio::test]
+    async fn capacity_zero_fails_the_percentage_rule_and_the_budget_still_runs_as_planned() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let t0 = UnixNanos::from_secs(10_000);
+        let t1 = UnixNanos::from_secs(20_000);
+        let store = Arc::new(Store::open(&dir.path().join("db.redb"), t0).expect("open"));
+        let runtime = ScriptedRuntime::new();
+        runtime.state().images = [(1u8, 400u64), (2, 300), (3, 200), (4, 100)]
+            .map(|(n, size)| RuntimeImage {
+                id: ImageId::new(format!("sha256:{n:064x}")),
+                size,
+                ..RuntimeImage::default()
+            })
+            .to_vec();
+        // No filesystem scripted: ImageFsInfo reports capacity 0.
+        let config = GcConfig {
+            policy: GcPolicy {
+                min_age: Duration::ZERO,
+                bytes: Some(super::super::ByteBudget {
+                    high: 800,
+                    low: 500,
+                }),
+                ..GcPolicy::default()
+            },
+            ..GcConfig::default()
+        };
+        let manager = ImageGcManager::new(runtime.clone(), store, config).expect("new");
+        manager.detect(t0).await.expect("detect");
+        let plan = manager.plan(t1, false).await.expect("plan");
+        assert_eq!(
+            plan.explanation.space,
+            super::super::SpacePass::InvalidCapacity
+        );
+        let planned: Vec<RecordKey> = plan.removals.iter().map(|r| r.key.clone()).collect();
+        let report = manager.garbage_collect(t1).await;
+        let removed: Vec<RecordKey> = report.removed.iter().map(|r| r.key.clone()).collect();
+        assert_eq!(removed.len(), 2, "{report:?}");
+        assert!(
+            report
+                .removed
+                .iter()
+                .all(|r| r.reason == RemovalReason::Budget),
+            "{report:?}"
+        );
+        assert_eq!(removed, planned, "the cycle removes what explain plans");
+        assert!(
+            matches!(report.error, Some(GcError::InvalidCapacity)),
+            "{report:?}"
+        );
+    }
+
+    /// Several image filesystems (issue 28): the thresholds apply to each. The first is
+    /// healthy; the second, 95 % used, gets a measured pass: in eviction order, ImageFsInfo
+    /// read again after each removal, until it is at or below the low threshold (80 %). The
+    /// first image lives on the first filesystem (its removal frees nothing there, so the walk
+    /// goes on), the next two on the second; the fourth stays. The dry run names the
+    /// filesystem and marks the candidates.
+    #[tokio::test]
+    async fn a_further_image_filesystem_over_high_is_freed_by_a_measured_pass_to_low() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let t0 = UnixNanos::from_secs(10_000);
+        let t1 = UnixNanos::from_secs(20_000);
+        let store = Arc::new(Store::open(&dir.path().join("db.redb"), t0).expect("open"));
+        let runtime = ScriptedRuntime::new();
+        let id = |n: u8| format!("sha256:{n:064x}");
+        {
+            let mut state = runtime.state();
+            state.images = (1u8..=4)
+                .map(|n| RuntimeImage {
+                    id: ImageId::new(id(n)),
+                    size: 100,
+                    ..RuntimeImage::default()
+                })
+                .collect();
+            state.fs = Some((100_000, 90_000));
+            state.other_image_fs = vec![(1000, 50, None)];
+            for n in 2u8..=4 {
+                state.image_fs_of.insert(id(n), 1);
+            }
+        }
+        let config = GcConfig {
+            policy: GcPolicy {
+                min_age: Duration::ZERO,
+                ..GcPolicy::default()
+            },
+            ..GcConfig::default()
+        };
+        let manager = ImageGcManager::new(runtime.clone(), store, config).expect("new");
+        manager.detect(t0).await.expect("detect");
+        let plan = manager.plan(t1, false).await.expect("plan");
+        let others = &plan.explanation.other_filesystems;
+        assert_eq!(others.len(), 1, "{others:?}");
+        assert_eq!(others[0].mountpoint, "/scripted-1");
+        assert!(others[0].runs(), "{others:?}");
+        let decisions: Vec<super::super::Decision> =
+            plan.explanation.images.iter().map(|i| i.decision).collect();
+        assert_eq!(decisions, [super::super::Decision::OtherFsCandidate; 4]);
+        assert!(
+            plan.explanation.images[0]
+                .reason
+                .contains("further image filesystem(s) /scripted-1"),
+            "{}",
+            plan.explanation.images[0].reason
+        );
+
+        let report = manager.garbage_collect(t1).await;
+        assert!(report.error.is_none(), "{report:?}");
+        let removed: Vec<String> = report
+            .removed
+            .iter()
+            .map(|r| r.key.image_id.to_string())
+            .collect();
+        assert_eq!(removed, [id(1), id(2), id(3)], "{report:?}");
+        assert!(
+            report
+                .removed
+                .iter()
+                .all(|r| r.reason == RemovalReason::Space)
+        );
+        assert_eq!(runtime.state().other_image_fs, vec![(1000, 250, None)]);
+
+        // Nothing left to remove while it is still over low: the kubelet's failure.
+        runtime.state().other_image_fs = vec![(1000, 0, None)];
+        let report = manager.garbage_collect(UnixNanos::from_secs(30_000)).await;
+        assert_eq!(report.removed.len(), 1, "{report:?}");
+        assert!(
+            matches!(
+                report.error,
+                Some(GcError::InsufficientSpace {
+                    usage_percent: 90,
+                    capacity: 1000,
+                    freed: 100
+                })
+            ),
+            "{report:?}"
+        );
     }
 }

@@ -45,5 +45,5 @@ pub use protect::{
     Irreplaceable, PinView, Protection, Protections, pin_names, pin_view, pin_views, pinned_at,
     stored_image, stored_images,
 };
-pub use space::{BudgetNeed, InodeNeed, SpaceNeed};
+pub use space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

@@ -131,6 +131,14 @@ impl Protections {
         self.by_key.get(key)
     }
 
+    /// Adds `other`'s protections (resolved over other images; this set's win on a key both
+    /// name).
+    pub fn extend(&mut self, other: Protections) {
+        for (key, p) in other.by_key {
+            self.by_key.entry(key).or_insert(p);
+        }
+    }
+
     pub fn contains(&self, key: &RecordKey) -> bool {
         self.by_key.contains_key(key)
     }

@@ -11,7 +11,8 @@
 //!
 //! Beside it, imagekeeper's own rules (issue 28): [`InodeNeed`], the same arithmetic on the
 //! filesystem's inodes (statvfs `f_files`/`f_ffree`), and [`BudgetNeed`], the images' total
-//! size against a byte budget.
+//! size against a byte budget; [`FsNeed`], the thresholds on a further image filesystem
+//! ImageFsInfo reports (the manager's measured pass stops once it is met).
 
 use crate::model::{FsUsage, ImageFsStats};
 
@@ -168,6 +169,65 @@ impl BudgetNeed {
             used_before: self.total,
             target_used: self.low,
         }
+    }
+}
+
+/// One further image filesystem's need (issue 28: ImageFsInfo may report several; the
+/// thresholds apply to each). CRI does not say which filesystem an image is on, so a further
+/// filesystem over a high line gets a measured pass: the walk reads ImageFsInfo again after
+/// each removal and stops once this need is [`FsNeed::met`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FsNeed {
+    pub mountpoint: String,
+    /// The byte-percentage rule at this reading (`None` when HighThresholdPercent 100 turns
+    /// it off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_percent: Option<i64>,
+    /// Bytes used at or above HighThresholdPercent.
+    pub bytes_over_high: bool,
+    /// Bytes used at or below LowThresholdPercent (or the rule is off).
+    pub bytes_at_or_below_low: bool,
+    /// The inode rule at this reading, when set and the filesystem counts inodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes: Option<InodeNeed>,
+}
+
+impl FsNeed {
+    /// The need of `fs` under `policy`; `None` when its capacity is 0 (not read: not judged).
+    pub fn compute(fs: &ImageFsStats, policy: &GcPolicy) -> Option<FsNeed> {
+        if fs.capacity == 0 {
+            return None;
+        }
+        let (usage_percent, bytes_over_high, bytes_at_or_below_low) = if policy.space_pass_off() {
+            (None, false, true)
+        } else {
+            let need = SpaceNeed::compute(fs.capacity, fs.available, policy).ok()?;
+            let capacity = to_i64(need.capacity);
+            let low_amount = capacity.saturating_mul(100 - policy.low_threshold_percent) / 100
+                - to_i64(need.available);
+            (
+                Some(need.usage_percent),
+                need.amount_to_free.is_some(),
+                low_amount <= 0,
+            )
+        };
+        Some(FsNeed {
+            mountpoint: fs.mountpoint.clone(),
+            usage_percent,
+            bytes_over_high,
+            bytes_at_or_below_low,
+            inodes: InodeNeed::compute(fs, policy.inodes),
+        })
+    }
+
+    /// Whether a pass runs on it: bytes or inodes at or above a high line.
+    pub fn runs(&self) -> bool {
+        self.bytes_over_high || self.inodes.is_some_and(|n| n.runs)
+    }
+
+    /// Whether it is at or below every low line (the measured pass stops).
+    pub fn met(&self) -> bool {
+        self.bytes_at_or_below_low && self.inodes.is_none_or(|n| n.met())
     }
 }
 

@@ -181,9 +181,8 @@ impl Snapshot {
 
     /// The pins active at `now` resolved against the names the store last listed for each
     /// record (a detect refreshes them), as the agent resolves them against the runtime's
-    /// list: what `inspect list` marks and `inspect explain` names. Irreplaceable images are
-    /// the running agent's to tell (`gc --dry-run`, `doctor`): the file does not hold the
-    /// runtime's sandbox image or the agent's `--protect-irreplaceable`.
+    /// list: what `inspect list` marks. `inspect explain` also names irreplaceable images
+    /// ([`Self::protections_offline`]).
     pub fn protections(
         &self,
         records: &[StoredRecord],
@@ -214,6 +213,42 @@ impl Snapshot {
     /// The warm set's state at the agent's last warm cycle (schema 5), priority order.
     pub fn warm_rows(&self) -> Result<Vec<WarmRow>, InspectError> {
         self.read(Store::warm_rows)
+    }
+
+    /// What `inspect explain` names offline: the active pins (as [`Self::protections`]) and,
+    /// with `irreplaceable`, the images that cannot come back as far as the file tells: a
+    /// record whose stored names have no repo digest, and the sandbox image the caller names
+    /// (the file does not hold the runtime's). A record with no names stored (no detect since
+    /// it was recorded) is not judged irreplaceable: returned is how many there are.
+    pub fn protections_offline(
+        &self,
+        records: &[StoredRecord],
+        now: UnixNanos,
+        irreplaceable: Option<&crate::gc::Irreplaceable>,
+    ) -> Result<(crate::gc::Protections, usize), InspectError> {
+        let pins = self.pins()?;
+        let names = self.names()?;
+        let (named, unnamed): (Vec<&StoredRecord>, Vec<&StoredRecord>) =
+            records.iter().partition(|r| names.contains_key(&r.key));
+        let image = |r: &&StoredRecord| crate::gc::stored_image(r, &names);
+        let mut protections = crate::gc::Protections::resolve(
+            &named.iter().map(image).collect::<Vec<_>>(),
+            &pins,
+            irreplaceable,
+            now,
+        );
+        protections.extend(crate::gc::Protections::resolve(
+            &unnamed.iter().map(image).collect::<Vec<_>>(),
+            &pins,
+            None,
+            now,
+        ));
+        let unnamed = if irreplaceable.is_some() {
+            unnamed.len()
+        } else {
+            0
+        };
+        Ok((protections, unnamed))
     }
 
     /// The eviction journal (schema 2), oldest first.

@@ -3,6 +3,8 @@
 //! available bytes and its scripted inodes to the free inodes. Used by replay and by fast
 //! tests of the GC layer. A container filesystem, once set, is reported beside the image
 //! filesystem (a split image filesystem); nothing on it changes when an image is removed.
+//! Further image filesystems, when set, are reported after the first; an image attributed to
+//! one (`image_fs_of`) frees its bytes and inodes there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,6 +29,12 @@ pub struct ScriptState {
     /// A separate container filesystem: (capacity, available, (inodes, free)). `None`: the
     /// containers' writable layers share the image filesystem.
     pub container_fs: Option<ContainerFs>,
+    /// Further image filesystems, reported after the first (mountpoints `/scripted-1`,
+    /// `/scripted-2`, ...): (capacity, available, (inodes, free)).
+    pub other_image_fs: Vec<ContainerFs>,
+    /// Which image filesystem an image lives on, by image id: 0 (the default) the first, N
+    /// the Nth of `other_image_fs`. Its removal frees its size and inodes there.
+    pub image_fs_of: BTreeMap<String, usize>,
     /// Image ids whose removal fails.
     pub remove_fails: BTreeSet<String>,
     /// Image ids removed, in order.
@@ -136,14 +144,29 @@ impl ImageRuntime for ScriptedRuntime {
             .copied()
             .unwrap_or(0)
             .saturating_mul(hits);
-        if let Some((total, free)) = state.fs_inodes.as_mut() {
-            *free = free.saturating_add(inodes).min(*total).max(*free);
-        }
-        if let Some((capacity, available)) = state.fs.as_mut() {
-            *available = available
-                .saturating_add(freed)
-                .min(*capacity)
-                .max(*available);
+        let credit = |(total, free): &mut (u64, u64), n: u64| {
+            *free = free.saturating_add(n).min(*total).max(*free);
+        };
+        match state.image_fs_of.get(image).copied().unwrap_or(0) {
+            0 => {
+                if let Some(fs_inodes) = state.fs_inodes.as_mut() {
+                    credit(fs_inodes, inodes);
+                }
+                if let Some(fs) = state.fs.as_mut() {
+                    credit(fs, freed);
+                }
+            }
+            n => {
+                if let Some((capacity, available, fs_inodes)) = state.other_image_fs.get_mut(n - 1)
+                {
+                    let mut bytes = (*capacity, *available);
+                    credit(&mut bytes, freed);
+                    *available = bytes.1;
+                    if let Some(fs_inodes) = fs_inodes.as_mut() {
+                        credit(fs_inodes, inodes);
+                    }
+                }
+            }
         }
         state.removed.push(image.to_owned());
         Ok(())
@@ -171,6 +194,26 @@ impl ImageRuntime for ScriptedRuntime {
         if state.container_fs.is_some() {
             stats.container_filesystems = vec!["/scripted-containers".to_owned()];
         }
+        stats.other_image_fs = state
+            .other_image_fs
+            .iter()
+            .enumerate()
+            .map(|(n, (capacity, available, inodes))| {
+                let (inodes, free) = inodes.unwrap_or((0, 0));
+                ImageFsStats::new(
+                    format!("/scripted-{}", n + 1),
+                    capacity.saturating_sub(*available),
+                    *capacity,
+                    *available,
+                )
+                .with_inodes(inodes, free)
+            })
+            .collect();
+        stats.other_image_filesystems = stats
+            .other_image_fs
+            .iter()
+            .map(|fs| fs.mountpoint.clone())
+            .collect();
         Ok(stats)
     }
 

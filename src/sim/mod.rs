@@ -77,15 +77,19 @@ pub enum Mutant {
     /// GC ignores pins and irreplaceable images (the protections resolved at detect and the
     /// last look's read of the pins).
     NoProtections,
+    /// The GC's byte walk removes one image more after it freed its amount (below the low
+    /// line by more than one image's worth).
+    OverFree,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 5] = [
+    pub const ALL: [Mutant; 6] = [
         Mutant::BlindDetect,
         Mutant::NoLastLook,
         Mutant::NonDurable,
         Mutant::NoWarmKeep,
         Mutant::NoProtections,
+        Mutant::OverFree,
     ];
 
     pub fn name(self) -> &'static str {
@@ -95,6 +99,7 @@ impl Mutant {
             Mutant::NonDurable => "non-durable",
             Mutant::NoWarmKeep => "no-warm-keep",
             Mutant::NoProtections => "no-protections",
+            Mutant::OverFree => "over-free",
         }
     }
 

@@ -10,6 +10,8 @@
 //!   last look keep nothing for it);
 //! - [`Mutant::NoProtections`]: GC ignores pins and irreplaceable images (the hooks in
 //!   `detect_locked` and before the last look's read of the pins);
+//! - [`Mutant::OverFree`]: the GC's byte walk makes one removal more after it freed its
+//!   amount (the hook in `free_space`);
 //! - [`Mutant::NonDurable`]: every commit uses `Durability::None` (no hook: the store's
 //!   `CommitMode::NonDurableForTests`, chosen by the simulator when it opens the store).
 
@@ -82,4 +84,10 @@ pub fn ignore_warm() -> bool {
 /// irreplaceable images protect nothing.
 pub fn ignore_protections() -> bool {
     active(Mutant::NoProtections)
+}
+
+/// The hook in the GC's byte walk: under [`Mutant::OverFree`], the walk takes one image more
+/// once it freed its amount.
+pub fn over_free() -> bool {
+    active(Mutant::OverFree)
 }

@@ -1,4 +1,4 @@
-//! The simulator's oracle: the issue's five invariants, judged after every step (and at each
+//! The simulator's oracle: its invariants (the first five are the issue's), judged after every step (and at each
 //! RemoveImage imagekeeper issues, in `world`).
 //!
 //! 1. RemoveImage is never issued for an image that, in the ground truth at that moment, a
@@ -32,6 +32,13 @@
 //!    need); invariant 1 holds for every rule's removals.
 //! 7. No warm loop: a warm cycle never pulls an image imagekeeper removed earlier in the run
 //!    (pulled, collected, pulled again); judged by the driver when a warm cycle ends.
+//! 8. Never below low by more than one image's worth (issue 28), the byte half (the inode
+//!    half is invariant 6, judged on the readings the cycle took): a GarbageCollect's byte
+//!    walk, for the percentage rule or the byte budget, makes each of its removals after the
+//!    first while what its earlier removals freed is less than its amount to free
+//!    (`GcReport::bytes_to_free`); so it ends at most one image past its low line. (The
+//!    simulated runtime reports one image filesystem: a further one's measured pass, whose
+//!    removals follow the walk's, is not simulated.)
 
 use std::collections::BTreeMap;
 
@@ -247,6 +254,24 @@ impl Oracle {
                 self.last_walk_order = Some(order.clone());
             }
             last = Some((removal.reason, order));
+        }
+        // 8. The byte walk stops at most one image past its low line.
+        if let Some(amount) = report.bytes_to_free {
+            let mut freed: i64 = 0;
+            let walk = report
+                .removed
+                .iter()
+                .filter(|r| matches!(r.reason, RemovalReason::Space | RemovalReason::Budget));
+            for (n, removal) in walk.enumerate() {
+                if n > 0 && freed >= amount {
+                    return Some(format!(
+                        "invariant 8: {} removed for {} after the walk had freed {freed} of the {amount} bytes it had to free: below the low line by more than one image's worth",
+                        removal.key,
+                        removal.reason.as_str()
+                    ));
+                }
+                freed = freed.saturating_add(i64::try_from(removal.size).unwrap_or(i64::MAX));
+            }
         }
         // 4. Liveness.
         let (Some(fs), Some(_now)) = (fs, cycle_now) else {

@@ -1,7 +1,8 @@
 //! Restore after a wipe: the images the journal says someone else removed (a runtime wipe, a
 //! reimaged disk, another tool's GC: `Remover::External`) and that have not come back, used
 //! within a window, most recently used first, within a byte budget. `imagekeeper restore`
-//! pulls them back; `[warmFromHistory]` makes them warm entries.
+//! pulls them back; `[warmFromHistory]` makes them warm entries ([`history_entries`]), which
+//! pull them back and keep them warm once back, until their last use plus the window.
 //!
 //! Invariants: an imagekeeper removal is never restored (the GC chose it); an entry marked
 //! re-pulled is already back; an image with no name stored cannot be pulled and is listed as
@@ -64,6 +65,40 @@ pub fn restore_candidates(
     now: UnixNanos,
     window: FromHistory,
 ) -> Vec<RestoreCandidate> {
+    candidates(journal, names, now, window, false)
+}
+
+/// The warm entries `[warmFromHistory]` makes at `now`: every image the journal says was
+/// removed externally and last used within the window, whether it is back or not (a missing
+/// one is pulled back; one back is kept warm), most recently used first, within the byte
+/// budget (which counts the images back too). Each entry keeps its image until its last use
+/// (before the removal) plus `usedWithin`: then it expires, so GC may take the image and
+/// nothing pulls it back (no pull/remove loop).
+pub fn history_entries(
+    journal: &[(JournalKey, JournalEntry)],
+    names: &dyn Fn(&RecordKey) -> Option<ImageNames>,
+    now: UnixNanos,
+    window: FromHistory,
+) -> Vec<WarmEntry> {
+    candidates(journal, names, now, window, true)
+        .iter()
+        .filter(|c| c.skipped.is_none())
+        .filter_map(|c| {
+            let mut entry = c.entry()?;
+            entry.until = Some(c.last_used.saturating_add(window.used_within));
+            Some(entry)
+        })
+        .collect()
+}
+
+/// [`restore_candidates`], with the images already back too when `back` is set.
+fn candidates(
+    journal: &[(JournalKey, JournalEntry)],
+    names: &dyn Fn(&RecordKey) -> Option<ImageNames>,
+    now: UnixNanos,
+    window: FromHistory,
+    back: bool,
+) -> Vec<RestoreCandidate> {
     let since = now.saturating_sub(window.used_within);
     // The latest external removal of each key.
     let mut latest: BTreeMap<&RecordKey, (&JournalKey, &JournalEntry)> = BTreeMap::new();
@@ -80,7 +115,7 @@ pub fn restore_candidates(
     }
     let mut out: Vec<RestoreCandidate> = latest
         .into_values()
-        .filter(|(_, e)| e.repulled_at.is_none())
+        .filter(|(_, e)| back || e.repulled_at.is_none())
         .filter(|(_, e)| e.last_used != UnixNanos::NEVER && e.last_used >= since)
         .map(|(jk, e)| {
             let image = names(&jk.key).and_then(|n| {

@@ -1,7 +1,8 @@
 //! Warm sets: the images a node keeps present ahead of use. Owns the warm entries (from the
 //! config file's `[[warm]]` tables, the `--warm-set-dir` files and the journal's history),
 //! what keeps an image warm for the GC ([`WarmSet::keeps`]: the config's and the directory's
-//! entries; the history's are pulled back, not kept), and the disk-aware plan of one
+//! entries; with [`WarmSet::from_history`] the GC also keeps the history's entries, read from
+//! its journal at each detect, [`history_entries`]), and the disk-aware plan of one
 //! warm cycle ([`plan`]), which takes `now` and the image filesystem as arguments and does no
 //! I/O; the agent runs the pulls it plans (`src/agent/warm.rs`).
 //!
@@ -31,7 +32,7 @@ pub use files::{
 };
 pub use history::{
     DEFAULT_USED_WITHIN, FromHistory, RestoreCandidate, RestoreItem, RestoreOptions,
-    RestoreOutcome, RestoreState, restore_candidates,
+    RestoreOutcome, RestoreState, history_entries, restore_candidates,
 };
 pub use plan::{PlanInput, WarmPlan, WarmState, WarmStatus, inodes_at_or_above_low, plan};
 
@@ -72,11 +73,24 @@ impl WarmEntry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WarmSet {
     pub entries: Vec<WarmEntry>,
+    /// `[warmFromHistory]`: the GC also keeps, until their last use plus `usedWithin`, the
+    /// images the journal says were removed externally ([`history_entries`]), so an image
+    /// the warm loop pulled back is not collected as an ordinary one.
+    pub from_history: Option<FromHistory>,
 }
 
 impl WarmSet {
     pub fn new(entries: Vec<WarmEntry>) -> WarmSet {
-        WarmSet { entries }
+        WarmSet {
+            entries,
+            from_history: None,
+        }
+    }
+
+    /// The set with `[warmFromHistory]`'s window (see [`WarmSet::from_history`]).
+    pub fn with_from_history(mut self, from_history: Option<FromHistory>) -> WarmSet {
+        self.from_history = from_history;
+        self
     }
 
     pub fn is_empty(&self) -> bool {

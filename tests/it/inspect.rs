@@ -2029,3 +2029,85 @@ fn show_prefers_the_one_record_a_prefix_matches_over_journal_only_ids() {
     assert_ne!(r.code, 0, "{}", r.stdout);
     assert!(r.stderr.contains(&id("abc1")), "{}", r.stderr);
 }
+
+/// Offline `inspect explain` names the images that cannot come back as far as the file
+/// tells: stored names with no repo digest (kept by default, as the agent's
+/// `--protect-irreplaceable`), the sandbox image only when `--pod-infra-container-image` names
+/// it; a record with no names stored is not judged, and stderr says what the file cannot tell.
+#[test]
+fn explain_names_irreplaceable_images_the_file_can_tell() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("records.redb");
+    let store = Store::open(&path, at(NOW - 10 * HOUR)).expect("open");
+    let mut batch = Batch::new();
+    // Eviction order: imported (no digest), pulled (a digest), pause (a digest), unnamed.
+    batch.upsert(key("aaa1", ""), record(NOW - 9 * HOUR, 0, 10, false));
+    batch.upsert(key("aaa2", ""), record(NOW - 9 * HOUR + 1, 0, 10, false));
+    batch.upsert(key("aaa3", ""), record(NOW - 9 * HOUR + 2, 0, 10, false));
+    batch.upsert(key("aaa4", ""), record(NOW - 9 * HOUR + 3, 0, 10, false));
+    let names = |tag: &str, digest: Option<&str>| imagekeeper::model::ImageNames {
+        repo_tags: vec![tag.to_owned()],
+        repo_digests: digest.map(str::to_owned).into_iter().collect(),
+    };
+    batch.set_names(key("aaa1", ""), names("docker.io/airgap/tool:1", None));
+    batch.set_names(
+        key("aaa2", ""),
+        names(
+            "docker.io/library/app:1",
+            Some("docker.io/library/app@sha256:2"),
+        ),
+    );
+    batch.set_names(
+        key("aaa3", ""),
+        names(
+            "registry.k8s.io/pause:3.10",
+            Some("registry.k8s.io/pause@sha256:3"),
+        ),
+    );
+    store.apply(&batch).expect("apply");
+    drop(store);
+    let decisions = |args: &[&str]| -> (Vec<String>, String) {
+        let mut all = vec!["explain", "--output", "json"];
+        all.extend_from_slice(args);
+        let r = inspect(&path, &all);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        let decisions = r.json()["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .map(|i| i["decision"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        (decisions, r.stderr)
+    };
+    let (got, stderr) = decisions(&[]);
+    assert_eq!(
+        got,
+        [
+            "keep_irreplaceable",
+            "keep_space_not_evaluated",
+            "keep_space_not_evaluated",
+            "keep_space_not_evaluated"
+        ]
+    );
+    assert!(
+        stderr.contains("the runtime's sandbox image is not in the database")
+            && stderr.contains("1 record(s) have no names stored"),
+        "{stderr}"
+    );
+    let (got, stderr) = decisions(&["--pod-infra-container-image", "registry.k8s.io/pause:3.10"]);
+    assert_eq!(
+        got,
+        [
+            "keep_irreplaceable",
+            "keep_space_not_evaluated",
+            "keep_irreplaceable",
+            "keep_space_not_evaluated"
+        ]
+    );
+    assert!(
+        stderr.contains("the sandbox image is \"registry.k8s.io/pause:3.10\""),
+        "{stderr}"
+    );
+    let (got, _) = decisions(&["--protect-irreplaceable=false"]);
+    assert_eq!(got, ["keep_space_not_evaluated"; 4]);
+}

@@ -16,8 +16,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::format::{go_duration, parse_go_duration};
 use imagekeeper::gc::{
-    DEFAULT_WATCH_PERIOD, ExplainContext, FsSpace, GcPolicy, OfflineKubelet, WatchHistory,
-    explain_in, fold_offline, note_prior_evictions,
+    DEFAULT_WATCH_PERIOD, ExplainContext, FsSpace, GcPolicy, Irreplaceable, OfflineKubelet,
+    WatchHistory, explain_in, fold_offline, note_prior_evictions,
 };
 use imagekeeper::inspect::{
     InspectError, Snapshot, SortKey, escape_control, repull_rate, resolve_query, sort_records,
@@ -254,6 +254,20 @@ struct ExplainArgs {
     /// the adaptive order puts it and why).
     #[arg(long, value_name = "ORDER", default_value = "kubelet-order", value_parser = parse_gc_order)]
     image_gc_policy: imagekeeper::gc::GcOrder,
+    /// Keep the images that cannot come back, as the agent's flag: offline, the images whose
+    /// stored names have no repo digest, and the --pod-infra-container-image one.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "true",
+        value_name = "BOOL"
+    )]
+    protect_irreplaceable: bool,
+    /// The sandbox image, as the agent's flag (the database does not hold the runtime's own
+    /// answer).
+    #[arg(long, value_name = "IMAGE")]
+    pod_infra_container_image: Option<String>,
 }
 
 /// `--image-gc-policy`: `kubelet-order` or `adaptive`, as `run` takes it.
@@ -456,7 +470,33 @@ fn explain(
     let entries = snap.meta_entries().map_err(inspect_failure)?;
     let stored = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
     let (watch, _) = WatchHistory::from_meta(stored).after_detect(now, DEFAULT_WATCH_PERIOD);
-    let protections = snap.protections(&records, now).map_err(inspect_failure)?;
+    let irreplaceable = args.protect_irreplaceable.then(|| Irreplaceable {
+        sandbox_image: args.pod_infra_container_image.clone(),
+    });
+    let (protections, unnamed) = snap
+        .protections_offline(&records, now, irreplaceable.as_ref())
+        .map_err(inspect_failure)?;
+    if args.protect_irreplaceable {
+        // Say what the file can and cannot tell.
+        let sandbox = match &args.pod_infra_container_image {
+            Some(image) => format!("the sandbox image is {image:?} (--pod-infra-container-image)"),
+            None => "the runtime's sandbox image is not in the database (give \
+                     --pod-infra-container-image, or ask the running agent: gc --dry-run)"
+                .to_owned(),
+        };
+        let unnamed = if unnamed == 0 {
+            String::new()
+        } else {
+            format!(
+                "; {unnamed} record(s) have no names stored (no detect since they were \
+                 recorded), so whether they have a repo digest is not known"
+            )
+        };
+        eprintln!(
+            "imagekeeper: irreplaceable images judged from the names the last detect stored: \
+             no repo digest is irreplaceable; {sandbox}{unnamed}"
+        );
+    }
     let journal = snap.journal().map_err(inspect_failure)?;
     let mut ranks = std::collections::BTreeMap::new();
     if args.image_gc_policy == imagekeeper::gc::GcOrder::Adaptive {

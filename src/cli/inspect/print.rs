@@ -1075,6 +1075,22 @@ fn explain_summary(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -
     if let Some(fs) = &e.filesystem {
         writeln!(w, "filesystem:  {}", escape_control(fs))?;
     }
+    for other in &e.other_filesystems {
+        writeln!(
+            w,
+            "filesystem:  {} (a further image filesystem): {}{}",
+            escape_control(&other.mountpoint),
+            other
+                .usage_percent
+                .map_or_else(String::new, |u| format!("{u}% used; ")),
+            if other.runs() {
+                "over a high threshold: a measured pass removes other_fs_candidate images in \
+                 order until it is at or below the low thresholds"
+            } else {
+                "below the high thresholds: no pass"
+            }
+        )?;
+    }
     writeln!(w, "space pass:  {}", space_summary(e.space, e))?;
     if let Some(b) = e.budget {
         writeln!(
