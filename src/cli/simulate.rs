@@ -78,8 +78,12 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .context("starting the async runtime")?;
-    let outcomes = rt
-        .block_on(simulate(&workload, &policies))
+    // The simulated node's GC logs what a real one would (FreeDiskSpaceFailed at every failed
+    // cycle): the simulation's answer is its output, so those lines are not printed.
+    let outcomes =
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+            rt.block_on(simulate(&workload, &policies))
+        })
         .map_err(|e| Failure::from(anyhow::Error::new(e).context("simulating")))?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

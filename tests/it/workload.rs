@@ -152,6 +152,54 @@ fn the_run_lines_name_exactly_the_images_each_replay_trace_used() {
     assert!(checked >= 5, "only {checked} traces use images");
 }
 
+/// Issue 26's pipeline: `inspect workload` of a database written by each replay trace is a
+/// workload `simulate` accepts, and with no failed run every policy's first pulls are exactly
+/// the distinct images the history used (with nothing printed on stderr).
+#[test]
+fn simulate_accepts_the_workload_of_every_replayed_trace_and_first_pulls_its_images() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay");
+    let mut names: Vec<String> = std::fs::read_dir(&traces)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".jsonl") && !n.ends_with(".expected.jsonl"))
+        .collect();
+    names.sort();
+    let mut simulated = 0;
+    for name in names {
+        let stem = name.trim_end_matches(".jsonl");
+        let db = replayed(dir.path(), stem);
+        let trace = workload(&db, &[]);
+        let distinct: BTreeSet<String> = trace
+            .lines()
+            .skip(1)
+            .map(|l| serde_json::from_str::<Value>(l).expect("json"))
+            .filter_map(|v| v["run"]["image"].as_str().map(str::to_owned))
+            .collect();
+        let file = dir.path().join(format!("{stem}.workload.jsonl"));
+        std::fs::write(&file, &trace).expect("write workload");
+        let (code, stdout, stderr) = run(&["simulate", file.to_str().expect("utf8"), "-o", "json"]);
+        assert_eq!(code, 0, "simulate {stem}: {stderr}");
+        assert_eq!(stderr, "", "simulate {stem} printed on stderr");
+        let outcomes: Vec<Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(outcomes.len(), 4, "{stem}: one object per policy");
+        for outcome in outcomes {
+            if outcome["failed_runs"] == 0 {
+                assert_eq!(
+                    outcome["first_pulls"].as_u64(),
+                    Some(distinct.len() as u64),
+                    "{stem}: {outcome}"
+                );
+            }
+        }
+        simulated += usize::from(!distinct.is_empty());
+    }
+    assert!(simulated >= 5, "only {simulated} traces used images");
+}
+
 #[test]
 fn since_bounds_the_workload_by_a_duration_or_a_time() {
     let dir = tempfile::tempdir().expect("temp dir");
