@@ -83,8 +83,9 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     let outcomes =
         tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
             rt.block_on(simulate(&workload, &policies))
+                .map_err(|e| anyhow::Error::new(e).context("simulating"))
         })
-        .map_err(|e| Failure::from(anyhow::Error::new(e).context("simulating")))?;
+        .map_err(Failure::from)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match args.output {
