@@ -87,7 +87,8 @@ fn history_warm_entries(
     now: UnixNanos,
 ) -> Result<Vec<WarmEntry>, AgentError> {
     let journal = store.journal()?;
-    let names = |key: &RecordKey| store.names(key).ok().flatten();
+    let stored_names = store.names_of_keys(journal.iter().map(|(k, _)| &k.key))?;
+    let names = |key: &RecordKey| stored_names.get(key).cloned();
     Ok(history_entries(&journal, &names, now, window))
 }
 
@@ -391,7 +392,8 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
     options: RestoreOptions,
 ) -> Result<RestoreOutcome, AgentError> {
     let journal = store.journal()?;
-    let names = |key: &RecordKey| store.names(key).ok().flatten();
+    let stored_names = store.names_of_keys(journal.iter().map(|(k, _)| &k.key))?;
+    let names = |key: &RecordKey| stored_names.get(key).cloned();
     let window = FromHistory {
         used_within: options.used_within,
         max_bytes: options.max_bytes,

@@ -784,7 +784,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let history = match warm.from_history {
             Some(window) => {
                 let journal = self.store.journal()?;
-                let names = |key: &RecordKey| self.store.names(key).ok().flatten();
+                let stored_names = self
+                    .store
+                    .names_of_keys(journal.iter().map(|(k, _)| &k.key))?;
+                let names = |key: &RecordKey| stored_names.get(key).cloned();
                 crate::warm::history_entries(&journal, &names, now, window)
             }
             None => Vec::new(),

@@ -453,6 +453,25 @@ impl Store {
         self.guarded(|| self.point_get(NAMES, key))
     }
 
+    /// The stored names of `keys` (each read once; a key without names is absent): what the
+    /// warm set's history entries and restore match the journal's removals against. A read
+    /// error is an error, never "no names" (which would drop a warm image's protection).
+    pub fn names_of_keys<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a RecordKey>,
+    ) -> Result<std::collections::BTreeMap<RecordKey, ImageNames>, StoreError> {
+        let mut out = std::collections::BTreeMap::new();
+        for key in keys {
+            if out.contains_key(key) {
+                continue;
+            }
+            if let Some(names) = self.names(key)? {
+                out.insert(key.clone(), names);
+            }
+        }
+        Ok(out)
+    }
+
     /// The names of `images` (the runtime's list, the last entry of a key winning) that differ
     /// from the stored ones, read in one transaction without loading the names table: what a
     /// detect writes. An image with no names and none stored is not a difference.
@@ -1155,6 +1174,10 @@ fn apply_ops(
             now,
             &fresh,
         )?;
+        // The histories follow the retention this transaction wrote to `meta`, so a lowered
+        // retention never leaves them over it (`Store::check` holds them to it).
+        uses_changed |= history::prune_uses(&mut uses, retention, now)?;
+        uses_changed |= history::prune_pulls(&mut pulls, retention, now)?;
     }
     if changed {
         for (name, value) in &batch.stamps {

@@ -569,7 +569,11 @@ impl Model {
             changed |= self.prune_pulls(retention, UnixNanos(now));
         }
         if journal_written {
-            self.prune(retention, UnixNanos(txn_now.unwrap_or(i64::MIN)), &fresh);
+            let now = UnixNanos(txn_now.unwrap_or(i64::MIN));
+            self.prune(retention, now, &fresh);
+            // As the store: the histories follow the retention just written.
+            uses_changed |= self.prune_uses(retention, now);
+            uses_changed |= self.prune_pulls(retention, now);
         }
         if changed {
             for value in stamps {

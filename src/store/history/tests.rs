@@ -305,3 +305,47 @@ fn a_use_commits_but_does_not_move_the_stamps_of_a_detect_that_changed_no_record
     assert_eq!(store.uses().expect("uses").len(), 1);
     assert_eq!(store.meta(meta_keys::LAST_DETECT).expect("meta"), None);
 }
+
+/// A retention lowered while the pull history is over it: the next transaction that writes
+/// the journal (a removal, no pull) writes the new retention to `meta` and prunes the
+/// histories to it too, so `Store::check` finds nothing over the count.
+#[test]
+fn a_lowered_retention_prunes_the_histories_with_the_next_journal_write() {
+    let (_dir, mut store) = store();
+    for at in [100, 200, 300] {
+        let mut batch = Batch::new();
+        batch.record_pull(
+            PullKey {
+                at: secs(at),
+                key: key(&format!("p{at}")),
+            },
+            PullEntry {
+                size: 7,
+                origin: PullOrigin::Pull,
+                took: Duration::from_secs(1),
+                name: format!("reg/p:{at}"),
+            },
+        );
+        assert!(store.apply(&batch).expect("apply"));
+    }
+    let mut batch = Batch::new();
+    batch.upsert(
+        key("gone"),
+        crate::model::ImageRecord {
+            first_detected: secs(400),
+            last_used: secs(400),
+            size: 5,
+            pinned: false,
+        },
+    );
+    store.apply(&batch).expect("apply");
+    store.set_journal_retention(JournalRetention {
+        max_age: Duration::from_secs(1_000_000),
+        max_entries: 1,
+    });
+    let mut batch = Batch::new();
+    batch.remove_unlisted_journaled(key("gone"), secs(400), secs(500));
+    store.apply(&batch).expect("apply");
+    assert_eq!(store.pulls().expect("pulls").len(), 1);
+    assert_eq!(store.check().expect("check"), Vec::new());
+}
