@@ -505,6 +505,11 @@ pub struct ImageFsStats {
     /// (capacity 0 when it could not be read). Their own lists are empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_image_fs: Vec<ImageFsStats>,
+    /// The device the mountpoint is on (`st_dev` of stat(2)), when it could be read: two
+    /// readings with the same device are one filesystem (containerd may report one image
+    /// filesystem per snapshotter, all on the same disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u64>,
 }
 
 impl ImageFsStats {
@@ -527,6 +532,7 @@ impl ImageFsStats {
             container_filesystems: Vec::new(),
             other_image_filesystems: Vec::new(),
             other_image_fs: Vec::new(),
+            device: None,
         }
     }
 

@@ -800,6 +800,7 @@ impl ImageRuntime for CriClient {
             .await?;
         let mut stats = convert::image_fs_from_proto(response)?;
         let path = PathBuf::from(&stats.mountpoint);
+        stats.device = statvfs::device(&path).ok();
         let space =
             statvfs::fs_space(&path).map_err(|source| CriError::Statvfs { path, source })?;
         stats.capacity = space.capacity;
@@ -807,13 +808,16 @@ impl ImageRuntime for CriClient {
         stats.inodes = space.inodes;
         stats.inodes_free = space.inodes_free;
         // A further image filesystem this process cannot read (another mount namespace) is
-        // left at capacity 0: GC does not judge it.
+        // left at capacity 0: GC does not judge it. Its device tells GC when it is the same
+        // filesystem as the first or an earlier one (judged once, on the first reading).
         for other in &mut stats.other_image_fs {
-            if let Ok(space) = statvfs::fs_space(Path::new(&other.mountpoint)) {
+            let path = Path::new(&other.mountpoint);
+            if let Ok(space) = statvfs::fs_space(path) {
                 other.capacity = space.capacity;
                 other.available = space.available;
                 other.inodes = space.inodes;
                 other.inodes_free = space.inodes_free;
+                other.device = statvfs::device(path).ok();
             }
         }
         Ok(stats)

@@ -4,11 +4,14 @@
 //!
 //! Invariants: capacity is `f_blocks * f_frsize` and available is `f_bavail * f_frsize` (space
 //! for unprivileged users), both saturating; inodes are `f_files` and `f_ffree` (at most
-//! `f_files`); this is the only `unsafe` in the crate, one call.
+//! `f_files`); this is the only `unsafe` in the crate, one call. [`device`] names the
+//! filesystem a path is on (`st_dev`), so two mountpoints on one filesystem are told apart
+//! from two filesystems.
 
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// Size and free space of one filesystem, in bytes, and its inodes.
@@ -52,6 +55,11 @@ pub fn fs_space(path: &Path) -> io::Result<FsSpace> {
     })
 }
 
+/// The device the filesystem holding `path` is on (`st_dev` of stat(2), following links).
+pub fn device(path: &Path) -> io::Result<u64> {
+    Ok(std::fs::metadata(path)?.dev())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,6 +71,16 @@ mod tests {
         assert!(space.capacity > 0);
         assert!(space.available <= space.capacity);
         assert!(space.inodes_free <= space.inodes);
+    }
+
+    #[test]
+    fn two_paths_on_one_filesystem_have_one_device() {
+        let dir = tempfile::tempdir().expect("a temp dir can be made in tests");
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).expect("a subdirectory can be made in a temp dir");
+        let a = device(dir.path()).expect("stat of an existing dir succeeds");
+        assert_eq!(device(&sub).expect("stat of an existing dir succeeds"), a);
+        assert!(device(Path::new("/nonexistent/imagekeeper/statvfs")).is_err());
     }
 
     #[test]

@@ -548,9 +548,9 @@ pub fn explain_in(
     } else {
         image_fs
             .map(|fs| {
-                fs.other_image_fs
-                    .iter()
-                    .filter_map(|other| FsNeed::compute(other, &policy))
+                FsNeed::others(fs, &policy)
+                    .into_iter()
+                    .map(|(_, need)| need)
                     .collect()
             })
             .unwrap_or_default()

@@ -128,6 +128,10 @@ const LAST_LOOK_ROUNDS: usize = 4;
 /// How many eligible images one synchronous step of the walk picks before removing them.
 const WALK_CHUNK: usize = 64;
 
+/// A measured pass on a further image filesystem stops after this many removals in a row that
+/// did not lower its reading (its usage is not the images the walk removes).
+const UNLOWERED_REMOVALS: usize = 3;
+
 /// A long cycle logs its progress every this many removals.
 const PROGRESS_EVERY: u64 = 25;
 
@@ -986,7 +990,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// The thresholds on each image filesystem ImageFsInfo reports after the first (issue
     /// 28), never on a container filesystem. CRI does not say which filesystem an image is
     /// on, so a filesystem over a high line gets a measured pass ([`Self::free_measured`]).
-    /// One not read (capacity 0) is not judged. Returns the first failure.
+    /// One not read (capacity 0) is not judged; one on the same device as the first or an
+    /// earlier one is skipped (its reading is that filesystem's). Returns the first failure.
     async fn free_other_filesystems(
         &self,
         settings: &Settings,
@@ -995,20 +1000,29 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         view: &mut CycleView,
         report: &mut GcReport,
     ) -> Result<(), GcError> {
-        let mut result = Ok(());
-        for (index, fs) in stats.other_image_fs.iter().enumerate() {
-            let Some(need) = FsNeed::compute(fs, &settings.config.policy) else {
+        for fs in &stats.other_image_fs {
+            if fs.capacity == 0 {
                 debug!(
                     mountpoint = fs.mountpoint.as_str(),
                     "A further image filesystem reports capacity 0: not judged"
                 );
+            }
+        }
+        let mut result = Ok(());
+        for (index, need) in FsNeed::others(stats, &settings.config.policy) {
+            if let Some(first) = &need.same_filesystem_as {
+                info!(
+                    mountpoint = need.mountpoint.as_str(),
+                    same_as = first.as_str(),
+                    "A further image filesystem is the same filesystem as an earlier one: skipped"
+                );
                 continue;
-            };
+            }
             if !need.runs() {
                 continue;
             }
             let done = self
-                .free_measured(settings, index, fs, free_time, view, report)
+                .free_measured(settings, index, &need, free_time, view, report)
                 .await;
             if result.is_ok() {
                 result = done;
@@ -1017,24 +1031,54 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         result
     }
 
-    /// The measured pass on further image filesystem `index` (read as `fs`): removes eligible images in
-    /// eviction order, reads ImageFsInfo again after each removal, and stops once that
-    /// filesystem is at or below its low lines (bytes and inodes), or fails with the kubelet's
-    /// wording when no candidate is left. Removals carry reason `space` (bytes over the high
-    /// threshold) or `inodes`, with that filesystem's usage in the journal.
+    /// The measured pass on further image filesystem `index` (judged `trigger` on the cycle's
+    /// first reading): reads
+    /// ImageFsInfo first (the walks before may have freed it already) and returns when that
+    /// filesystem is at or below its low lines; otherwise removes eligible images in eviction
+    /// order, reads ImageFsInfo again after each removal, and stops once it is at or below
+    /// its low lines (bytes and inodes), once the images removed add up to what that first
+    /// reading asked to free (a byte pass, counted by image sizes as the first walk counts),
+    /// or after [`UNLOWERED_REMOVALS`] removals in a row that did not lower its reading (its
+    /// usage is not images'); it fails with the kubelet's wording when no candidate is left.
+    /// Removals carry reason `space` (bytes over the high threshold) or `inodes`, with that
+    /// filesystem's usage in the journal.
     async fn free_measured(
         &self,
         settings: &Settings,
         index: usize,
-        fs: &ImageFsStats,
+        trigger: &FsNeed,
         free_time: UnixNanos,
         view: &mut CycleView,
         report: &mut GcReport,
     ) -> Result<(), GcError> {
         let policy = &settings.config.policy;
-        let Some(first_need) = FsNeed::compute(fs, policy) else {
+        let mountpoint = trigger.mountpoint.as_str();
+        let read = |stats: &ImageFsStats| {
+            stats
+                .other_image_fs
+                .get(index)
+                .filter(|fs| fs.mountpoint == mountpoint)
+                .cloned()
+        };
+        let fresh = self
+            .runtime
+            .image_fs_stats()
+            .await
+            .map_err(runtime_error("get image filesystem stats"))?;
+        let Some(fs) = read(&fresh) else {
+            // The filesystem is gone from the answer: nothing left to judge.
             return Ok(());
         };
+        let Some(first_need) = FsNeed::compute(&fs, policy) else {
+            return Ok(());
+        };
+        if first_need.met() {
+            debug!(
+                mountpoint,
+                "A further image filesystem is at or below the low thresholds after the walks before it: no pass"
+            );
+            return Ok(());
+        }
         info!(
             mountpoint = first_need.mountpoint.as_str(),
             usage = first_need.usage_percent,
@@ -1043,7 +1087,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             inode_usage = first_need.inodes.map(|n| n.usage_percent),
             "A further image filesystem is over a high threshold, trying to free it down to the low thresholds (measured after each removal)"
         );
-        let (reason, fs_usage) = if first_need.bytes_over_high {
+        let (reason, fs_usage) = if trigger.bytes_over_high && !first_need.bytes_at_or_below_low {
             let usage = SpaceNeed::compute(fs.capacity, fs.available, policy)
                 .ok()
                 .map(|n| n.fs_usage());
@@ -1054,6 +1098,22 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 first_need.inodes.map(|n| n.fs_usage()),
             )
         };
+        // What the pass may free in bytes: down to the low threshold at its first reading
+        // (no byte cap on an inode-only pass; the unlowered-removal stop bounds it).
+        let wanted = match reason {
+            RemovalReason::Space => {
+                fs_usage.map_or(0, |u| to_i64(u.used_before.saturating_sub(u.target_used)))
+            }
+            _ => 0,
+        };
+        let cap = match reason {
+            RemovalReason::Space => wanted,
+            _ => i64::MAX,
+        };
+        let used =
+            |fs: &ImageFsStats| (fs.capacity.saturating_sub(fs.available), fs.inodes_in_use());
+        let mut last = used(&fs);
+        let mut unlowered: usize = 0;
         let mut need = first_need.clone();
         let mut freed: i64 = 0;
         let mut walked: usize = 0;
@@ -1064,7 +1124,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 in_use: &view.protected,
                 free_time,
                 min_age: policy.min_age,
-                bytes_to_free: i64::MAX,
+                bytes_to_free: cap,
             };
             let step = walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?;
             if step.resume.is_some() {
@@ -1089,17 +1149,39 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                             .image_fs_stats()
                             .await
                             .map_err(runtime_error("get image filesystem stats"))?;
-                        match reading
-                            .other_image_fs
-                            .get(index)
-                            .filter(|fs| fs.mountpoint == need.mountpoint)
-                            .and_then(|fs| FsNeed::compute(fs, policy))
-                        {
-                            Some(now) => need = now,
+                        let Some(fs) = read(&reading) else {
                             // The filesystem is gone from the answer: nothing left to judge.
+                            return Ok(());
+                        };
+                        match FsNeed::compute(&fs, policy) {
+                            Some(now) => need = now,
                             None => return Ok(()),
                         }
                         if need.met() {
+                            break 'walk;
+                        }
+                        let now_used = used(&fs);
+                        if now_used.0 < last.0 || now_used.1 < last.1 {
+                            unlowered = 0;
+                        } else {
+                            unlowered += 1;
+                        }
+                        last = now_used;
+                        if unlowered >= UNLOWERED_REMOVALS {
+                            warn!(
+                                mountpoint,
+                                removals = unlowered,
+                                "Removals did not lower a further image filesystem's usage: it is not images' (or not these images'), stopping its measured pass"
+                            );
+                            break 'walk;
+                        }
+                        if freed >= cap {
+                            info!(
+                                mountpoint,
+                                freed,
+                                wanted,
+                                "The measured pass removed images adding up to what the further image filesystem's first reading asked to free: stopping"
+                            );
                             break 'walk;
                         }
                     }
@@ -1108,21 +1190,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             }
         }
         if !errors.is_empty() {
-            // What the pass wanted in bytes: down to the low threshold at its first reading
-            // (0 for an inode-only pass).
-            let wanted = match reason {
-                RemovalReason::Space => {
-                    fs_usage.map_or(0, |u| to_i64(u.used_before.saturating_sub(u.target_used)))
-                }
-                _ => 0,
-            };
             return Err(GcError::SpaceDeletion {
                 wanted,
                 freed,
                 errors,
             });
         }
-        if need.met() {
+        // Met, or the images removed add up to what the first reading asked (the kubelet's
+        // success, counted as its walk counts; the next cycle reads it again).
+        if need.met() || (reason == RemovalReason::Space && freed >= cap) {
             return Ok(());
         }
         let err = match (need.bytes_at_or_below_low, need.inodes, need.usage_percent) {
@@ -1738,9 +1814,10 @@ mod pending_eviction_tests {
     use super::*;
     use crate::cri::CriError;
     use crate::model::{ContainerUsage, ImageId, PullCredentials};
-    use crate::replay::ScriptedRuntime;
+    use crate::replay::{ScriptState, ScriptedRuntime};
     use crate::store::CommitMode;
     use crate::store::power_loss::PowerLossDisk;
+    use std::collections::BTreeMap;
 
     /// The scripted runtime on a disk that fails every write from the moment an image is
     /// removed: GC's RemoveImage succeeds and its record deletion (`Evict`) fails, as on a
@@ -1909,10 +1986,12 @@ mod pending_eviction_tests {
 
     /// Several image filesystems (issue 28): the thresholds apply to each. The first is
     /// healthy; the second, 95 % used, gets a measured pass: in eviction order, ImageFsInfo
-    /// read again after each removal, until it is at or below the low threshold (80 %). The
-    /// first image lives on the first filesystem (its removal frees nothing there, so the walk
-    /// goes on), the next two on the second; the fourth stays. The dry run names the
-    /// filesystem and marks the candidates.
+    /// read again after each removal, until it is at or below the low threshold (80 %) or the
+    /// images removed add up to what its first reading asked (150 bytes). The first image
+    /// lives on the first filesystem (its removal frees nothing there, so the walk goes on),
+    /// the next two on the second; the cap stops the pass after the second (85 % used), and
+    /// the next cycle removes the third; the fourth stays. The dry run names the filesystem
+    /// and marks the candidates.
     #[tokio::test]
     async fn a_further_image_filesystem_over_high_is_freed_by_a_measured_pass_to_low() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -1968,18 +2047,29 @@ mod pending_eviction_tests {
             .iter()
             .map(|r| r.key.image_id.to_string())
             .collect();
-        assert_eq!(removed, [id(1), id(2), id(3)], "{report:?}");
+        assert_eq!(removed, [id(1), id(2)], "{report:?}");
         assert!(
             report
                 .removed
                 .iter()
                 .all(|r| r.reason == RemovalReason::Space)
         );
+        assert_eq!(runtime.state().other_image_fs, vec![(1000, 150, None)]);
+
+        // Still at the high threshold (85 %): the next cycle's pass goes on to low.
+        let report = manager.garbage_collect(UnixNanos::from_secs(30_000)).await;
+        assert!(report.error.is_none(), "{report:?}");
+        let removed: Vec<String> = report
+            .removed
+            .iter()
+            .map(|r| r.key.image_id.to_string())
+            .collect();
+        assert_eq!(removed, [id(3)], "{report:?}");
         assert_eq!(runtime.state().other_image_fs, vec![(1000, 250, None)]);
 
         // Nothing left to remove while it is still over low: the kubelet's failure.
         runtime.state().other_image_fs = vec![(1000, 0, None)];
-        let report = manager.garbage_collect(UnixNanos::from_secs(30_000)).await;
+        let report = manager.garbage_collect(UnixNanos::from_secs(40_000)).await;
         assert_eq!(report.removed.len(), 1, "{report:?}");
         assert!(
             matches!(
@@ -1992,5 +2082,140 @@ mod pending_eviction_tests {
             ),
             "{report:?}"
         );
+    }
+
+    /// A manager over `images` (id n, `size` bytes each) on a scripted runtime, detected at
+    /// 10 000 s, with MinAge 0; `script` sets the rest of the state.
+    async fn other_fs_fixture(
+        dir: &Path,
+        images: u8,
+        size: u64,
+        script: impl FnOnce(&mut ScriptState),
+    ) -> (ScriptedRuntime, ImageGcManager<ScriptedRuntime>) {
+        let t0 = UnixNanos::from_secs(10_000);
+        let store = Arc::new(Store::open(&dir.join("db.redb"), t0).expect("open"));
+        let runtime = ScriptedRuntime::new();
+        {
+            let mut state = runtime.state();
+            state.images = (1..=images)
+                .map(|n| RuntimeImage {
+                    id: ImageId::new(format!("sha256:{n:064x}")),
+                    size,
+                    ..RuntimeImage::default()
+                })
+                .collect();
+            script(&mut state);
+        }
+        let config = GcConfig {
+            policy: GcPolicy {
+                min_age: Duration::ZERO,
+                ..GcPolicy::default()
+            },
+            ..GcConfig::default()
+        };
+        let manager = ImageGcManager::new(runtime.clone(), store, config).expect("new");
+        manager.detect(t0).await.expect("detect");
+        (runtime, manager)
+    }
+
+    /// A further image filesystem full of data that is not images (none of the images is on
+    /// it): the measured pass removes images adding up to what its first reading asked to
+    /// free (100 % used, down to 80 %: 200 bytes, two images of 100), never every image.
+    #[tokio::test]
+    async fn a_further_image_filesystem_full_of_other_data_frees_at_most_what_its_reading_asked() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (runtime, manager) = other_fs_fixture(dir.path(), 6, 100, |state| {
+            state.fs = Some((100_000, 90_000));
+            state.other_image_fs = vec![(1000, 0, None)];
+        })
+        .await;
+        let report = manager.garbage_collect(UnixNanos::from_secs(20_000)).await;
+        assert_eq!(report.removed.len(), 2, "{report:?}");
+        assert!(report.error.is_none(), "{report:?}");
+        assert_eq!(runtime.state().other_image_fs, vec![(1000, 0, None)]);
+    }
+
+    /// The same with small images (the cap allows twenty): the pass stops after three
+    /// removals in a row that did not lower the filesystem's reading, and fails with the
+    /// kubelet's wording.
+    #[tokio::test]
+    async fn a_further_image_filesystem_pass_stops_after_three_removals_that_did_not_lower_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (runtime, manager) = other_fs_fixture(dir.path(), 10, 10, |state| {
+            state.fs = Some((100_000, 90_000));
+            state.other_image_fs = vec![(1000, 0, None)];
+        })
+        .await;
+        let report = manager.garbage_collect(UnixNanos::from_secs(20_000)).await;
+        assert_eq!(report.removed.len(), UNLOWERED_REMOVALS, "{report:?}");
+        assert!(
+            matches!(
+                report.error,
+                Some(GcError::InsufficientSpace {
+                    usage_percent: 100,
+                    capacity: 1000,
+                    freed: 30
+                })
+            ),
+            "{report:?}"
+        );
+        assert_eq!(runtime.state().removed.len(), 3);
+    }
+
+    /// Further image filesystems on the device of the first or of an earlier further one
+    /// (containerd's snapshotters under one root) are skipped, in the cycle and in the dry
+    /// run: their readings are that filesystem's, which removals judged by them would never
+    /// lower. /scripted-1 is /scripted's device and full; /scripted-2 is healthy; /scripted-3
+    /// is /scripted-2's device and full. Nothing is removed.
+    #[tokio::test]
+    async fn a_further_image_filesystem_on_the_same_device_as_an_earlier_one_is_skipped() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (runtime, manager) = other_fs_fixture(dir.path(), 4, 100, |state| {
+            state.fs = Some((100_000, 90_000));
+            state.other_image_fs = vec![(1000, 0, None), (1000, 900, None), (1000, 0, None)];
+            state.fs_device = BTreeMap::from([(0, 7), (1, 7), (2, 8), (3, 8)]);
+        })
+        .await;
+        let t1 = UnixNanos::from_secs(20_000);
+        let plan = manager.plan(t1, false).await.expect("plan");
+        let others = &plan.explanation.other_filesystems;
+        let same: Vec<Option<&str>> = others
+            .iter()
+            .map(|o| o.same_filesystem_as.as_deref())
+            .collect();
+        assert_eq!(same, [Some("/scripted"), None, Some("/scripted-2")]);
+        assert!(!others.iter().any(FsNeed::runs), "{others:?}");
+        assert!(plan.removals.is_empty(), "{:?}", plan.removals);
+
+        let report = manager.garbage_collect(t1).await;
+        assert!(report.removed.is_empty(), "{report:?}");
+        assert!(report.error.is_none(), "{report:?}");
+        assert!(runtime.state().removed.is_empty());
+    }
+
+    /// The first filesystem's walk already brought a further one to its low threshold (the
+    /// image it removed was there): the measured pass reads it again first and removes
+    /// nothing more.
+    #[tokio::test]
+    async fn a_further_image_filesystem_freed_by_the_first_walk_gets_no_removal() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (runtime, manager) = other_fs_fixture(dir.path(), 3, 100, |state| {
+            // 90 % used: the first walk frees 100 bytes (down to 80 %), counted by sizes.
+            state.fs = Some((1000, 100));
+            state.other_image_fs = vec![(1000, 100, None)];
+            for n in 1u8..=3 {
+                state.image_fs_of.insert(format!("sha256:{n:064x}"), 1);
+            }
+        })
+        .await;
+        let report = manager.garbage_collect(UnixNanos::from_secs(20_000)).await;
+        let removed: Vec<String> = report
+            .removed
+            .iter()
+            .map(|r| r.key.image_id.to_string())
+            .collect();
+        assert_eq!(removed, [format!("sha256:{:064x}", 1)], "{report:?}");
+        assert!(report.error.is_none(), "{report:?}");
+        assert_eq!(runtime.state().other_image_fs, vec![(1000, 200, None)]);
     }
 }

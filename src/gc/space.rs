@@ -190,6 +190,11 @@ pub struct FsNeed {
     /// The inode rule at this reading, when set and the filesystem counts inodes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inodes: Option<InodeNeed>,
+    /// The mountpoint of the first or an earlier image filesystem on the same device, when
+    /// this one is on one (containerd may report one entry per snapshotter, all on one disk):
+    /// no pass runs on it, as removals judged by its reading would never lower it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub same_filesystem_as: Option<String>,
 }
 
 impl FsNeed {
@@ -217,12 +222,42 @@ impl FsNeed {
             bytes_over_high,
             bytes_at_or_below_low,
             inodes: InodeNeed::compute(fs, policy.inodes),
+            same_filesystem_as: None,
         })
     }
 
-    /// Whether a pass runs on it: bytes or inodes at or above a high line.
+    /// The needs of `stats`' further image filesystems, by their index in
+    /// `stats.other_image_fs` (those with capacity 0 left out). One whose device is the first
+    /// filesystem's or an earlier further one's is marked [`FsNeed::same_filesystem_as`].
+    pub fn others(stats: &ImageFsStats, policy: &GcPolicy) -> Vec<(usize, FsNeed)> {
+        let mut seen: Vec<(u64, &str)> = stats
+            .device
+            .map(|d| (d, stats.mountpoint.as_str()))
+            .into_iter()
+            .collect();
+        let mut needs = Vec::new();
+        for (index, fs) in stats.other_image_fs.iter().enumerate() {
+            let same = fs.device.and_then(|device| {
+                seen.iter()
+                    .find(|(d, _)| *d == device)
+                    .map(|(_, mountpoint)| (*mountpoint).to_owned())
+            });
+            if let (Some(device), None) = (fs.device, &same) {
+                seen.push((device, fs.mountpoint.as_str()));
+            }
+            if let Some(mut need) = FsNeed::compute(fs, policy) {
+                need.same_filesystem_as = same;
+                needs.push((index, need));
+            }
+        }
+        needs
+    }
+
+    /// Whether a pass runs on it: bytes or inodes at or above a high line, on a filesystem
+    /// not already judged under another mountpoint.
     pub fn runs(&self) -> bool {
-        self.bytes_over_high || self.inodes.is_some_and(|n| n.runs)
+        self.same_filesystem_as.is_none()
+            && (self.bytes_over_high || self.inodes.is_some_and(|n| n.runs))
     }
 
     /// Whether it is at or below every low line (the measured pass stops).

@@ -35,6 +35,9 @@ pub struct ScriptState {
     /// Which image filesystem an image lives on, by image id: 0 (the default) the first, N
     /// the Nth of `other_image_fs`. Its removal frees its size and inodes there.
     pub image_fs_of: BTreeMap<String, usize>,
+    /// The device each image filesystem reports, by filesystem (0 the first, N the Nth of
+    /// `other_image_fs`); none when not given. Two with one device are one filesystem.
+    pub fs_device: BTreeMap<usize, u64>,
     /// Image ids whose removal fails.
     pub remove_fails: BTreeSet<String>,
     /// Image ids removed, in order.
@@ -191,6 +194,7 @@ impl ImageRuntime for ScriptedRuntime {
             available,
         )
         .with_inodes(inodes, inodes_free);
+        stats.device = state.fs_device.get(&0).copied();
         if state.container_fs.is_some() {
             stats.container_filesystems = vec!["/scripted-containers".to_owned()];
         }
@@ -200,13 +204,15 @@ impl ImageRuntime for ScriptedRuntime {
             .enumerate()
             .map(|(n, (capacity, available, inodes))| {
                 let (inodes, free) = inodes.unwrap_or((0, 0));
-                ImageFsStats::new(
+                let mut fs = ImageFsStats::new(
                     format!("/scripted-{}", n + 1),
                     capacity.saturating_sub(*available),
                     *capacity,
                     *available,
                 )
-                .with_inodes(inodes, free)
+                .with_inodes(inodes, free);
+                fs.device = state.fs_device.get(&(n + 1)).copied();
+                fs
             })
             .collect();
         stats.other_image_filesystems = stats

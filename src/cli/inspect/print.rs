@@ -1083,11 +1083,16 @@ fn explain_summary(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -
             other
                 .usage_percent
                 .map_or_else(String::new, |u| format!("{u}% used; ")),
-            if other.runs() {
-                "over a high threshold: a measured pass removes other_fs_candidate images in \
-                 order until it is at or below the low thresholds"
-            } else {
-                "below the high thresholds: no pass"
+            match (&other.same_filesystem_as, other.runs()) {
+                (Some(first), _) => format!(
+                    "the same filesystem as {}: skipped (judged there)",
+                    escape_control(first)
+                ),
+                (None, true) => "over a high threshold: a measured pass removes \
+                                 other_fs_candidate images in order until it is at or below \
+                                 the low thresholds"
+                    .to_owned(),
+                (None, false) => "below the high thresholds: no pass".to_owned(),
             }
         )?;
     }
