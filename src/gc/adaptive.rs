@@ -94,7 +94,7 @@ impl AdaptiveRank {
             )
         } else if self.returns > 0 {
             format!(
-                "adaptive: reused (came back {} time{} after a removal), after one-off images and images that came back less often",
+                "adaptive: reused (came back {} time{} after a removal), after one-off images",
                 self.returns,
                 if self.returns == 1 { "" } else { "s" }
             )
@@ -103,7 +103,8 @@ impl AdaptiveRank {
         }
     }
 
-    /// The sort key: one-off first, then fewer returns; the kubelet's order within.
+    /// The sort key: superseded first, then one-off, then reused (returns do not order the
+    /// reused); the kubelet's order within.
     fn class(&self) -> u8 {
         if self.superseded.is_some() {
             0

@@ -238,3 +238,139 @@ fn inspect_explain_says_where_the_adaptive_order_puts_each_image() {
     ]);
     assert_eq!(bad.status.code(), Some(2));
 }
+
+fn simulate_quietly(
+    workload: &imagekeeper::workload::Workload,
+    options: imagekeeper::simulate::SimOptions,
+) -> Vec<(
+    imagekeeper::simulate::Outcome,
+    imagekeeper::simulate::SimStats,
+)> {
+    use imagekeeper::simulate::{SimPolicy, simulate_with};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime");
+    tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+        rt.block_on(simulate_with(workload, &SimPolicy::ALL, options))
+            .expect("the workload simulates")
+    })
+}
+
+/// A small seeded workload: a few images of fixed sizes, runs with gaps from a second to days
+/// (idle stretches GC skips), restarts, and a policy with MinAge and sometimes MaxAge.
+fn generated_workload(seed: u64) -> String {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = |n: u64| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) % n
+    };
+    let high = 50 + next(51);
+    let low = 10 + next(high - 10);
+    let min_age = next(3) * 100;
+    let max_age = if next(3) == 0 {
+        min_age + 500 + next(5000)
+    } else {
+        0
+    };
+    let period = 60 + next(300);
+    let mut out = format!(
+        "{{\"at\": 0, \"node\": {{\"capacity\": 2000, \"other_used\": {}, \"pull_bytes_per_s\": {}}}, \"policy\": {{\"high\": {high}, \"low\": {low}, \"min_age_s\": {min_age}, \"max_age_s\": {max_age}}}, \"gc_period_s\": {period}}}\n",
+        next(300),
+        50 + next(500),
+    );
+    let sizes: Vec<u64> = (0..6).map(|_| 100 + next(600)).collect();
+    let mut at = 0u64;
+    for _ in 0..(10 + next(30)) {
+        at += match next(4) {
+            0 => next(5),
+            1 => next(500),
+            2 => next(5_000),
+            _ => next(30_000),
+        };
+        if next(12) == 0 {
+            out.push_str(&format!("{{\"at\": {at}, \"restart\": {{}}}}\n"));
+        } else {
+            let image = next(6) as usize;
+            out.push_str(&format!(
+                "{{\"at\": {at}, \"run\": {{\"image\": \"reg/i{image}:1\", \"size\": {}, \"for_s\": {}}}}}\n",
+                sizes[image],
+                1 + next(2_000)
+            ));
+        }
+    }
+    out
+}
+
+/// Skipping the GC cycles that change nothing gives the same outcomes as running every one:
+/// each workload of tests/simulate/ and seeded generated ones, every policy.
+#[test]
+fn skipping_idle_gc_cycles_changes_no_outcome() {
+    use imagekeeper::simulate::SimOptions;
+    let mut workloads: Vec<(String, String)> = std::fs::read_dir(workloads_dir())
+        .expect("tests/simulate")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.ends_with(".jsonl") && !name.ends_with(".expected.jsonl")
+        })
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).expect("workload");
+            (p.display().to_string(), text)
+        })
+        .collect();
+    workloads.sort();
+    assert!(workloads.len() >= 5, "workloads found: {workloads:?}");
+    for seed in 0..8 {
+        workloads.push((format!("seed {seed}"), generated_workload(seed)));
+    }
+    let mut skipped = 0;
+    for (name, text) in workloads {
+        let workload = imagekeeper::workload::parse_workload(&text)
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+        let every = simulate_quietly(&workload, SimOptions::every_cycle());
+        let skipping = simulate_quietly(&workload, SimOptions::default());
+        for ((all, all_stats), (some, some_stats)) in every.iter().zip(&skipping) {
+            assert_eq!(all, some, "{name}\n{text}");
+            assert_eq!(all_stats.gc_cycles_skipped, 0, "{name}");
+            assert_eq!(
+                some_stats.gc_cycles + some_stats.gc_cycles_skipped,
+                all_stats.gc_cycles,
+                "{name}: every tick is run or skipped"
+            );
+            skipped += some_stats.gc_cycles_skipped;
+        }
+        let json = |v: &[(imagekeeper::simulate::Outcome, _)]| {
+            v.iter()
+                .map(|(o, _)| serde_json::to_string(o).expect("json"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(json(&every), json(&skipping), "{name}");
+    }
+    // The comparison is not vacuous: the generated idle stretches were skipped.
+    assert!(skipped > 500, "cycles skipped: {skipped}");
+}
+
+/// Ten idle years between the node line and the one run (the latest time a workload may
+/// give) at the default 5-minute period: a handful of GC cycles run, not a million.
+#[test]
+fn ten_idle_years_run_a_handful_of_gc_cycles() {
+    let text = "{\"at\": 0, \"node\": {\"capacity\": 1000, \"other_used\": 0, \"pull_bytes_per_s\": 100}}\n{\"at\": 315360000, \"run\": {\"image\": \"reg/a:1\", \"size\": 100, \"for_s\": 60}}\n";
+    let workload = imagekeeper::workload::parse_workload(text).expect("the workload parses");
+    let ticks = 315_360_000 / 300;
+    for (outcome, stats) in
+        simulate_quietly(&workload, imagekeeper::simulate::SimOptions::default())
+    {
+        assert_eq!(outcome.runs, 1, "{outcome:?}");
+        assert_eq!(outcome.pulls, 1, "{outcome:?}");
+        assert!(stats.gc_cycles <= 5, "{}: {stats:?}", outcome.policy);
+        assert!(
+            stats.gc_cycles_skipped >= ticks - 5,
+            "{}: {stats:?}",
+            outcome.policy
+        );
+    }
+}
