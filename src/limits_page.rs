@@ -97,6 +97,15 @@ fn the_limits_page_states_every_limit_with_the_codes_number() {
             crate::pull::credentials::plugin::DEFAULT_PLUGIN_TIMEOUT.as_secs() / 60
         ),
         format!("at most **{}** `*.conf` files", crate::doctor::MAX_DROP_INS),
+        format!(
+            "the same cap, and at most **{}** in all",
+            mib(crate::replay::MAX_PIPED_TRACE_BYTES)
+        ),
+        format!(
+            "**Workload** (`simulate`): at most **{}** in all, a line at most **{} KiB**",
+            mib(crate::workload::MAX_WORKLOAD_BYTES),
+            crate::workload::MAX_WORKLOAD_LINE_BYTES / 1024
+        ),
     ];
     let missing: Vec<&String> = expected.iter().filter(|e| !page.contains(*e)).collect();
     assert!(

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use imagekeeper::replay::{
-    MAX_TRACE_LINE_BYTES, ReplayDb, ReplayError, TraceReadError, TraceReader, check_trace,
-    run_lines,
+    MAX_PIPED_TRACE_BYTES, MAX_TRACE_LINE_BYTES, ReplayDb, ReplayError, TraceReadError,
+    TraceReader, check_trace, run_lines,
 };
 
 use super::{Failure, db};
@@ -79,8 +79,12 @@ impl TraceSource {
             Ok(TraceSource::File(path.to_owned()))
         } else {
             let file = std::fs::File::open(path)?;
-            read_capped_lines(&mut BufReader::new(file), MAX_TRACE_LINE_BYTES)
-                .map(TraceSource::Memory)
+            read_capped_lines(
+                &mut BufReader::new(file),
+                MAX_TRACE_LINE_BYTES,
+                MAX_PIPED_TRACE_BYTES,
+            )
+            .map(TraceSource::Memory)
         }
     }
 
@@ -98,13 +102,27 @@ impl TraceSource {
 /// Reads `reader` to its end, line by line, but stops after a line longer than `max_line`
 /// (its line end not counted): of that line only as much as [`TraceReader`] reads to refuse it
 /// (the cap, a `\r\n` and one byte) is kept, so the check names it as from a file, and the
-/// rest, however long (a pipe that never ends its line, `/dev/zero`), is never read.
-fn read_capped_lines(reader: &mut impl BufRead, max_line: usize) -> std::io::Result<Vec<u8>> {
+/// rest, however long (a pipe that never ends its line, `/dev/zero`), is never read. More than
+/// `max_total` bytes in all (endless short lines) is an error, read no further.
+fn read_capped_lines(
+    reader: &mut impl BufRead,
+    max_line: usize,
+    max_total: u64,
+) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let most = u64::try_from(max_line.saturating_add(3)).unwrap_or(u64::MAX);
     let mut bytes = Vec::new();
     loop {
         let start = bytes.len();
+        if u64::try_from(start).unwrap_or(u64::MAX) > max_total {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "a trace that is not a regular file is held in memory, and this one is \
+                     longer than {max_total} bytes, the most held: give it as a file"
+                ),
+            ));
+        }
         let n = (&mut *reader).take(most).read_until(b'\n', &mut bytes)?;
         if n == 0
             || (u64::try_from(n).unwrap_or(u64::MAX) == most

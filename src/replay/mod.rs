@@ -25,8 +25,8 @@ use crate::store::{Store, StoreError};
 
 pub use runtime::{ScriptState, ScriptedRuntime};
 pub use trace::{
-    MAX_TRACE_LINE_BYTES, TraceError, TraceLine, TraceOp, TraceReadError, TraceReader, check_trace,
-    parse_trace,
+    MAX_PIPED_TRACE_BYTES, MAX_TRACE_LINE_BYTES, TraceError, TraceLine, TraceOp, TraceReadError,
+    TraceReader, check_trace, parse_trace,
 };
 
 /// Why a replay stopped.

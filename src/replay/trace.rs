@@ -210,6 +210,11 @@ const KEEP_BUFFER_BYTES: usize = 1 << 20;
 /// The longest trace line read, in bytes, without its line end (`\n` or `\r\n`): 64 MiB.
 pub const MAX_TRACE_LINE_BYTES: usize = 64 << 20;
 
+/// The most bytes of a trace that is not a regular file (a pipe or a device: `replay` cannot
+/// read it twice, so it holds it in memory): as `simulate`'s workload cap. A larger trace is
+/// given as a file, which is streamed.
+pub const MAX_PIPED_TRACE_BYTES: u64 = 256 << 20;
+
 impl<R: BufRead> TraceReader<R> {
     pub fn new(reader: R) -> TraceReader<R> {
         TraceReader::with_max_line(reader, MAX_TRACE_LINE_BYTES)

@@ -325,3 +325,53 @@ fn a_trace_line_over_64_mib_from_a_pipe_is_refused_without_reading_the_rest() {
     );
     assert!(out.stdout.is_empty(), "nothing ran");
 }
+
+/// A trace that is not a regular file is held in memory: besides the line cap, at most
+/// `MAX_PIPED_TRACE_BYTES` in all, so a pipe of endless short lines is refused (exit 2, naming
+/// the cap) once it has read that much, never after twice it.
+#[test]
+fn a_piped_trace_of_endless_short_lines_is_refused_at_the_total_cap() {
+    use std::io::Write;
+    const CAP: usize = imagekeeper::replay::MAX_PIPED_TRACE_BYTES as usize;
+    let mut child = bin::imagekeeper()
+        .args(["replay", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run imagekeeper");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || {
+        let line = b"{\"at\": 1, \"detect\": {}}\n";
+        let chunk: Vec<u8> = line
+            .iter()
+            .copied()
+            .cycle()
+            .take(line.len() * 4096)
+            .collect();
+        let mut written = 0;
+        while written <= 2 * CAP {
+            if stdin.write_all(&chunk).is_err() {
+                return Ok(written);
+            }
+            written += chunk.len();
+        }
+        Err(written)
+    });
+    let written = writer.join().expect("the writer thread");
+    if written.is_err() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let written = written.unwrap_or_else(|n| {
+        panic!("replay held {n} bytes of a piped trace without refusing it: {stderr}")
+    });
+    assert!(written > CAP, "refused after {written} bytes only");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("longer than 268435456 bytes, the most held: give it as a file"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing ran");
+}
