@@ -271,16 +271,15 @@ fn a_trace_line_over_64_mib_exits_2_naming_its_line() {
     assert!(out.stdout.is_empty(), "nothing ran");
 }
 
-/// Issue 31: a trace that is not a regular file (a pipe, a device) cannot be read twice and is
-/// held in memory; it was read whole before any line was checked, so a pipe with one endless
-/// line (or `replay /dev/zero`) grew without bound. The line cap now applies while it is read:
-/// a writer that never ends its line is cut off once the command has read the cap and a few
-/// bytes of it (the command exits 2 naming the line, and the writer's next write fails), never
-/// after twice the cap.
-#[test]
-fn a_trace_line_over_64_mib_from_a_pipe_is_refused_without_reading_the_rest() {
+/// Runs `replay /dev/stdin` with a writer thread feeding it `first` and then `chunk` over and
+/// over, until the command stops reading (Ok: the bytes written) or `limit` bytes are written
+/// without it stopping (Err: the bytes written; the command is killed).
+fn replay_a_pipe_fed_without_end(
+    first: &'static [u8],
+    chunk: Vec<u8>,
+    limit: usize,
+) -> (Result<usize, usize>, std::process::Output) {
     use std::io::Write;
-    const CAP: usize = 64 << 20;
     let mut child = bin::imagekeeper()
         .args(["replay", "/dev/stdin"])
         .stdin(std::process::Stdio::piped())
@@ -290,15 +289,11 @@ fn a_trace_line_over_64_mib_from_a_pipe_is_refused_without_reading_the_rest() {
         .expect("run imagekeeper");
     let mut stdin = child.stdin.take().expect("stdin");
     let writer = std::thread::spawn(move || {
-        let first = b"{\"at\": 1, \"detect\": {}}\n";
         if stdin.write_all(first).is_err() {
             return Ok(0);
         }
         let mut written = first.len();
-        let chunk = [b' '; 1 << 16];
-        // The line never ends: only the reader's going away stops this writer, and twice the
-        // cap (far above what a capped read takes, the pipe's buffer included) is a failure.
-        while written <= 2 * CAP {
+        while written <= limit {
             if stdin.write_all(&chunk).is_err() {
                 return Ok(written);
             }
@@ -310,7 +305,25 @@ fn a_trace_line_over_64_mib_from_a_pipe_is_refused_without_reading_the_rest() {
     if written.is_err() {
         let _ = child.kill();
     }
-    let out = child.wait_with_output().expect("wait");
+    (written, child.wait_with_output().expect("wait"))
+}
+
+/// Issue 31: a trace that is not a regular file (a pipe, a device) cannot be read twice and is
+/// held in memory; it was read whole before any line was checked, so a pipe with one endless
+/// line (or `replay /dev/zero`) grew without bound. The line cap now applies while it is read:
+/// a writer that never ends its line is cut off once the command has read the cap and a few
+/// bytes of it (the command exits 2 naming the line, and the writer's next write fails), never
+/// after twice the cap.
+#[test]
+fn a_trace_line_over_64_mib_from_a_pipe_is_refused_without_reading_the_rest() {
+    const CAP: usize = 64 << 20;
+    // The line never ends: only the reader's going away stops the writer, and twice the cap
+    // (far above what a capped read takes, the pipe's buffer included) is a failure.
+    let (written, out) = replay_a_pipe_fed_without_end(
+        b"{\"at\": 1, \"detect\": {}}\n",
+        vec![b' '; 1 << 16],
+        2 * CAP,
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let written = written.unwrap_or_else(|n| {
         panic!("replay read {n} bytes of one line from a pipe without refusing it: {stderr}")
@@ -331,38 +344,15 @@ fn a_trace_line_over_64_mib_from_a_pipe_is_refused_without_reading_the_rest() {
 /// the cap) once it has read that much, never after twice it.
 #[test]
 fn a_piped_trace_of_endless_short_lines_is_refused_at_the_total_cap() {
-    use std::io::Write;
     const CAP: usize = imagekeeper::replay::MAX_PIPED_TRACE_BYTES as usize;
-    let mut child = bin::imagekeeper()
-        .args(["replay", "/dev/stdin"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run imagekeeper");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let writer = std::thread::spawn(move || {
-        let line = b"{\"at\": 1, \"detect\": {}}\n";
-        let chunk: Vec<u8> = line
-            .iter()
-            .copied()
-            .cycle()
-            .take(line.len() * 4096)
-            .collect();
-        let mut written = 0;
-        while written <= 2 * CAP {
-            if stdin.write_all(&chunk).is_err() {
-                return Ok(written);
-            }
-            written += chunk.len();
-        }
-        Err(written)
-    });
-    let written = writer.join().expect("the writer thread");
-    if written.is_err() {
-        let _ = child.kill();
-    }
-    let out = child.wait_with_output().expect("wait");
+    let line = b"{\"at\": 1, \"detect\": {}}\n";
+    let chunk: Vec<u8> = line
+        .iter()
+        .copied()
+        .cycle()
+        .take(line.len() * 4096)
+        .collect();
+    let (written, out) = replay_a_pipe_fed_without_end(b"", chunk, 2 * CAP);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let written = written.unwrap_or_else(|n| {
         panic!("replay held {n} bytes of a piped trace without refusing it: {stderr}")

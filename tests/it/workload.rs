@@ -122,19 +122,25 @@ fn images_used_by_the_trace(trace: &str) -> BTreeSet<String> {
     used
 }
 
-/// Over every replay trace of the repository: the distinct images of the `run` lines are the
-/// distinct images running containers used in the trace.
-#[test]
-fn the_run_lines_name_exactly_the_images_each_replay_trace_used() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// The directory of the repository's replay traces and their file names, sorted.
+fn replay_traces() -> (PathBuf, Vec<String>) {
     let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay");
-    let mut checked = 0;
     let mut names: Vec<String> = std::fs::read_dir(&traces)
         .expect("read dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".jsonl") && !n.ends_with(".expected.jsonl"))
         .collect();
     names.sort();
+    (traces, names)
+}
+
+/// Over every replay trace of the repository: the distinct images of the `run` lines are the
+/// distinct images running containers used in the trace.
+#[test]
+fn the_run_lines_name_exactly_the_images_each_replay_trace_used() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (traces, names) = replay_traces();
+    let mut checked = 0;
     for name in names {
         let stem = name.trim_end_matches(".jsonl");
         let trace = std::fs::read_to_string(traces.join(&name)).expect("read trace");
@@ -158,13 +164,7 @@ fn the_run_lines_name_exactly_the_images_each_replay_trace_used() {
 #[test]
 fn simulate_accepts_the_workload_of_every_replayed_trace_and_first_pulls_its_images() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay");
-    let mut names: Vec<String> = std::fs::read_dir(&traces)
-        .expect("read dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".jsonl") && !n.ends_with(".expected.jsonl"))
-        .collect();
-    names.sort();
+    let (_, names) = replay_traces();
     let mut simulated = 0;
     for name in names {
         let stem = name.trim_end_matches(".jsonl");
