@@ -1995,35 +1995,16 @@ mod pending_eviction_tests {
     #[tokio::test]
     async fn a_further_image_filesystem_over_high_is_freed_by_a_measured_pass_to_low() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let t0 = UnixNanos::from_secs(10_000);
         let t1 = UnixNanos::from_secs(20_000);
-        let store = Arc::new(Store::open(&dir.path().join("db.redb"), t0).expect("open"));
-        let runtime = ScriptedRuntime::new();
         let id = |n: u8| format!("sha256:{n:064x}");
-        {
-            let mut state = runtime.state();
-            state.images = (1u8..=4)
-                .map(|n| RuntimeImage {
-                    id: ImageId::new(id(n)),
-                    size: 100,
-                    ..RuntimeImage::default()
-                })
-                .collect();
+        let (runtime, manager) = other_fs_fixture(dir.path(), 4, 100, |state| {
             state.fs = Some((100_000, 90_000));
             state.other_image_fs = vec![(1000, 50, None)];
             for n in 2u8..=4 {
                 state.image_fs_of.insert(id(n), 1);
             }
-        }
-        let config = GcConfig {
-            policy: GcPolicy {
-                min_age: Duration::ZERO,
-                ..GcPolicy::default()
-            },
-            ..GcConfig::default()
-        };
-        let manager = ImageGcManager::new(runtime.clone(), store, config).expect("new");
-        manager.detect(t0).await.expect("detect");
+        })
+        .await;
         let plan = manager.plan(t1, false).await.expect("plan");
         let others = &plan.explanation.other_filesystems;
         assert_eq!(others.len(), 1, "{others:?}");
