@@ -174,3 +174,21 @@ fn a_failing_seed_replays_exactly() {
         (again.step, &again.message, &again.trace)
     );
 }
+
+/// An operator's unpin while a GC cycle is in flight (the cycle read the pins before it, and
+/// gave up short of low): not a quiet cycle, so the image the unpin freed is not counted an
+/// eligible image the cycle left (invariant 4). The seed a CI smoke run found.
+#[test]
+fn an_unpin_during_a_gc_cycle_makes_the_cycle_not_quiet() {
+    let outcome = run_seed(SimOptions {
+        seed: 13052152494119028567,
+        steps: 3000,
+        mutant: None,
+    })
+    .expect("the simulation sets up");
+    assert!(
+        outcome.violation.is_none(),
+        "{:?}",
+        outcome.violation.map(|v| v.message)
+    );
+}

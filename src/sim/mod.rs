@@ -797,8 +797,11 @@ impl Sim {
         let pins = self.runtime.world().pins.clone();
         if !pins.is_empty() && self.chance(40) {
             let (name, _) = pins[self.pick(pins.len())].clone();
-            // Out of the ground truth first: the world's pins stay a subset of the store's.
+            // Out of the ground truth first: the world's pins stay a subset of the store's. A
+            // pin change is a change of what is eligible: a cycle in flight read the pins
+            // before it, so it is not judged as quiet (invariant 4).
             self.runtime.world().pins.retain(|(n, _)| *n != name);
+            self.runtime.world().churn += 1;
             let mut batch = crate::store::Batch::new();
             batch.remove_pin(crate::model::PinKey::new(name.clone(), ""));
             let outcome = self.agent.store.apply(&batch);

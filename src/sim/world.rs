@@ -156,7 +156,7 @@ pub struct World {
     /// What each actor's lists showed.
     pub seen: BTreeMap<ActorId, Seen>,
     /// Counts every change of what protects or frees an image (containers, pulls, images
-    /// appearing or removed behind imagekeeper's back): a cycle that saw none is judged on
+    /// appearing or removed behind imagekeeper's back, an operator's unpin): a cycle that saw none is judged on
     /// the ground truth at its end.
     pub churn: u64,
     /// The ids of the warm set's images (the GC keeps them; the warm cycles pull them).
