@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::image_list::{ImageLike, ImageList, ImageRef, Names};
+
 /// A point in time as i64 nanoseconds since the Unix epoch.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -258,10 +260,10 @@ pub struct ImageNames {
 }
 
 impl ImageNames {
-    pub fn of(image: &RuntimeImage) -> ImageNames {
+    pub fn of(image: &impl ImageLike) -> ImageNames {
         ImageNames {
-            repo_tags: image.repo_tags.clone(),
-            repo_digests: image.repo_digests.clone(),
+            repo_tags: image.repo_tags().map(str::to_string).collect(),
+            repo_digests: image.repo_digests().map(str::to_string).collect(),
         }
     }
 

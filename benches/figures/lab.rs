@@ -12,7 +12,9 @@ use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime};
 use imagekeeper::gc::images_in_use;
 use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager};
-use imagekeeper::model::{ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage};
+use imagekeeper::model::{
+    ImageFsStats, ImageList, PullCredentials, RuntimeContainer, RuntimeImage,
+};
 use imagekeeper::store::Store;
 
 use crate::report::Figures;
@@ -46,6 +48,10 @@ impl<R> Timed<R> {
 impl<R: ImageRuntime> ImageRuntime for Timed<R> {
     async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
         Self::time(&self.other_nanos, self.inner.list_images()).await
+    }
+
+    async fn list_image_list(&self) -> Result<ImageList, CriError> {
+        Self::time(&self.other_nanos, self.inner.list_image_list()).await
     }
 
     async fn image_status(

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
 use imagekeeper::model::{
-    ContainerUsage, ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage, UnixNanos,
+    ContainerUsage, ImageFsStats, ImageList, PullCredentials, RuntimeContainer, RuntimeImage,
+    UnixNanos,
 };
 use imagekeeper::store::Store;
 
@@ -179,6 +180,9 @@ impl ImageRuntime for BenchRuntime {
     async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
         self.client.list_images().await
     }
+    async fn list_image_list(&self) -> Result<ImageList, CriError> {
+        self.client.list_image_list().await
+    }
     async fn image_status(
         &self,
         image: &str,
@@ -237,7 +241,7 @@ pub fn agent_child(arg: &str) {
         .expect("connect to the runtime");
     if phase == "floor" {
         // The decoded list alone, as the client returns it: no store, no manager.
-        let listed = rt.block_on(client.list_images()).expect("list images");
+        let listed = rt.block_on(client.list_image_list()).expect("list images");
         println!("{}", listed.len());
         return;
     }

@@ -18,14 +18,14 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use super::ImageRuntime;
 use super::convert;
 use super::error::CriError;
-use super::list_decode::ListedImagesResponse;
+use super::list_decode::ListImagesCodec;
 use super::proto;
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::statvfs;
 use crate::model::{
-    ContainerEvent, ContainerState, ContainerUsage, ImageFsStats, ImageId, PullCredentials,
-    PullSpec, RuntimeContainer, RuntimeImage,
+    ContainerEvent, ContainerState, ContainerUsage, ImageFsStats, ImageId, ImageList,
+    PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
 };
 
 /// containerd's default socket, as the kubelet's default `--container-runtime-endpoint`.
@@ -662,12 +662,17 @@ where
 }
 
 impl ImageRuntime for CriClient {
-    /// ListImages decoded straight into the model's images (`list_decode`: the same images
-    /// as the generated decode, without its intermediate `proto::Image`s), the list trimmed
-    /// to its length.
+    /// ListImages, each image copied out of the list [`ImageRuntime::list_image_list`] keeps.
     async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+        self.list_image_list().await.map(ImageList::into_images)
+    }
+
+    /// ListImages decoded by `list_decode`: the list keeps the response's bytes, taken from
+    /// tonic's buffer without a copy, and reads each image's strings out of them (the same
+    /// images as the generated decode, without its intermediate `proto::Image`s).
+    async fn list_image_list(&self) -> Result<ImageList, CriError> {
         let request = proto::ListImagesRequest { filter: None };
-        let response = unary_call(
+        unary_call(
             "ListImages",
             &self.image_endpoint,
             Some(self.call_timeout),
@@ -680,25 +685,18 @@ impl ImageRuntime for CriClient {
                     grpc.ready().await.map_err(|e| {
                         tonic::Status::unknown(format!("Service was not ready: {e}"))
                     })?;
-                    let codec = tonic_prost::ProstCodec::<
-                        proto::ListImagesRequest,
-                        ListedImagesResponse,
-                    >::default();
                     r.extensions_mut()
                         .insert(GrpcMethod::new("runtime.v1.ImageService", "ListImages"));
                     grpc.unary(
                         r,
                         http::uri::PathAndQuery::from_static("/runtime.v1.ImageService/ListImages"),
-                        codec,
+                        ListImagesCodec,
                     )
                     .await
                 }
             },
         )
-        .await?;
-        let mut images = response.images;
-        images.shrink_to_fit();
-        Ok(images)
+        .await
     }
 
     async fn image_status(

@@ -14,7 +14,8 @@
 use std::future::Future;
 
 use crate::model::{
-    ContainerUsage, ImageFsStats, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
+    ContainerUsage, ImageFsStats, ImageList, PullCredentials, PullSpec, RuntimeContainer,
+    RuntimeImage,
 };
 
 mod client;
@@ -49,6 +50,12 @@ mod proto {
 /// which images are in use).
 pub trait ImageRuntime: Send + Sync {
     fn list_images(&self) -> impl Future<Output = Result<Vec<RuntimeImage>, CriError>> + Send;
+    /// ListImages as the list detect holds ([`ImageList`]): the CRI client keeps the
+    /// response's bytes and reads the images out of them; by default, the images
+    /// [`ImageRuntime::list_images`] returns. A runtime that wraps another forwards it.
+    fn list_image_list(&self) -> impl Future<Output = Result<ImageList, CriError>> + Send {
+        async { self.list_images().await.map(ImageList::from) }
+    }
     /// Ok(None) when the runtime does not have the image ("absent" is not an error).
     fn image_status(
         &self,

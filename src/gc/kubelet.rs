@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::kubelet::{IntentAge, PullIntent, PullRecordsReader, PulledRecord, StaleIntent};
-use crate::model::{FUTURE_STAMP_TOLERANCE, RecordKey, RuntimeImage, UnixNanos};
+use crate::model::{FUTURE_STAMP_TOLERANCE, ImageLike, RecordKey, RuntimeImage, UnixNanos};
 use crate::pull::reference::image_matches;
 
 /// The kubelet's pull records resolved to record keys.
@@ -32,19 +32,19 @@ pub struct KubeletView {
 
 impl KubeletView {
     /// Resolves `intents` and `pulled` against the runtime's `images`.
-    pub fn resolve(
-        images: &[RuntimeImage],
+    pub fn resolve<I: ImageLike>(
+        images: impl IntoIterator<Item = I>,
         intents: &[PullIntent],
         pulled: &[PulledRecord],
     ) -> KubeletView {
         let mut view = KubeletView::default();
         for image in images {
-            if intents.iter().any(|i| image_matches(&i.image, image)) {
+            if intents.iter().any(|i| image_matches(&i.image, &image)) {
                 view.pulling.insert(image.record_key());
             }
             let latest = pulled
                 .iter()
-                .filter(|r| pulled_names(r, image))
+                .filter(|r| pulled_names(r, &image))
                 .filter_map(|r| r.last_updated)
                 .max();
             if let Some(t) = latest {
@@ -72,9 +72,9 @@ impl KubeletView {
 
     /// Reads `reader`'s records (none without a reader) and resolves them; intents stale
     /// by `age` keep nothing.
-    pub fn read(
+    pub fn read<I: ImageLike>(
         reader: Option<&PullRecordsReader>,
-        images: &[RuntimeImage],
+        images: impl IntoIterator<Item = I>,
         age: IntentAge,
     ) -> KubeletView {
         match reader {
@@ -148,7 +148,7 @@ pub fn fold_offline(
 
 /// Whether a pull intent read now, and not stale by `age`, names `image` (the last look
 /// before a removal).
-pub fn intent_names(reader: &PullRecordsReader, image: &RuntimeImage, age: IntentAge) -> bool {
+pub fn intent_names(reader: &PullRecordsReader, image: &impl ImageLike, age: IntentAge) -> bool {
     reader
         .intents(age)
         .found
@@ -162,22 +162,22 @@ pub fn intent_names(reader: &PullRecordsReader, image: &RuntimeImage, age: Inten
 /// digests name.
 pub fn pulled_since(
     reader: &PullRecordsReader,
-    image: &RuntimeImage,
+    image: &impl ImageLike,
     last_used: UnixNanos,
     free_time: UnixNanos,
 ) -> bool {
     let limit = free_time.saturating_add(FUTURE_STAMP_TOLERANCE);
-    std::iter::once(image.id.as_str())
-        .chain(image.repo_digests.iter().map(String::as_str))
+    std::iter::once(image.id())
+        .chain(image.repo_digests())
         .filter_map(|r| reader.pulled_for(r))
         .filter_map(|r| r.last_updated)
         .any(|t| t > last_used && t <= limit)
 }
 
 /// Whether `record` is of `image`: its imageRef is the image's id or one of its digests.
-fn pulled_names(record: &PulledRecord, image: &RuntimeImage) -> bool {
+fn pulled_names(record: &PulledRecord, image: &impl ImageLike) -> bool {
     let r = record.image_ref.as_str();
-    r == image.id.as_str() || image.repo_digests.iter().any(|d| d == r)
+    r == image.id() || image.repo_digests().any(|d| d == r)
 }
 
 #[cfg(test)]

@@ -44,8 +44,9 @@ use crate::cri::{ImageRuntime, RpcCode};
 use crate::kubelet::{DEFAULT_INTENT_MAX_AGE, IntentAge, PullRecordsReader};
 use crate::model::JournalEntry;
 use crate::model::{
-    ContainerState, EvictionNote, FUTURE_STAMP_TOLERANCE, FsUsage, ImageFsStats, ImageRecord,
-    JournalRetention, RecordKey, Remover, Repull, RuntimeContainer, RuntimeImage, UnixNanos,
+    ContainerState, EvictionNote, FUTURE_STAMP_TOLERANCE, FsUsage, ImageFsStats, ImageLike,
+    ImageRecord, JournalRetention, RecordKey, Remover, Repull, RuntimeContainer, RuntimeImage,
+    UnixNanos,
 };
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, JournalKey, RecordScan, Store, StoredRecord, meta_keys};
@@ -430,7 +431,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let records = self.store.records_in_key_order()?;
         let images = self
             .runtime
-            .list_images()
+            .list_image_list()
             .await
             .map_err(runtime_error("list images"))?;
         let containers = self
@@ -446,18 +447,17 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         // The use history (schema 5) records the images running containers use, their own
         // and their image volumes: a created or exited container keeps its image from GC, but
         // runs nothing.
-        let running: Vec<RuntimeContainer> = containers
-            .iter()
-            .filter(|c| c.state == ContainerState::Running)
-            .cloned()
-            .collect();
-        let running_volumes: Vec<String> = running
-            .iter()
+        let running = || {
+            containers
+                .iter()
+                .filter(|c| c.state == ContainerState::Running)
+        };
+        let running_volumes: Vec<String> = running()
             .filter_map(|c| volumes.get(&c.id))
             .flatten()
             .cloned()
             .collect();
-        let running = images_in_use(&images, &running, &running_volumes, None)
+        let running = images_in_use(&images, running(), &running_volumes, None)
             .into_iter()
             .collect();
         drop(containers);
@@ -768,7 +768,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         listed
             .iter()
             .filter(|image| self.in_flight.protects(image))
-            .map(RuntimeImage::record_key)
+            .map(|image| image.record_key())
             .collect()
     }
 
@@ -805,7 +805,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 warm.keeps(image, now).is_some()
                     || history.iter().any(|e| e.active(now) && e.matches(image))
             })
-            .map(RuntimeImage::record_key)
+            .map(|image| image.record_key())
             .collect())
     }
 
@@ -887,7 +887,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let total = view
             .listed
             .iter()
-            .fold(0u64, |acc, i| acc.saturating_add(i.size))
+            .fold(0u64, |acc, i| acc.saturating_add(i.size()))
             .saturating_sub(report.freed);
         let budget = BudgetNeed::compute(total, policy.bytes);
         if let Some(BudgetNeed {
@@ -1428,7 +1428,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         for image in listed.iter() {
             let key = image.record_key();
             if let Some(record) = self.store.get(&key)? {
-                tags.insert(key.clone(), image.repo_tags.clone());
+                tags.insert(key.clone(), image.repo_tags().map(str::to_string).collect());
                 records.push(StoredRecord { key, record });
             }
         }
@@ -1459,7 +1459,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         // hold (a pull marked it after the list; the image may be gone or not yet landed) is
         // no candidate: its tags are unknown, so a pull in flight by name cannot be matched,
         // and the bytes it would free are not known to exist. (Found by the simulator.)
-        let Some(image) = view.listed.get(&victim.key).cloned() else {
+        let Some(image) = view.listed.get(&victim.key).map(|i| i.to_image()) else {
             return Ok(self.kept(victim, view, RescueReason::Gone));
         };
         // The containers, listed until a list shows no container whose image volumes are
@@ -1625,7 +1625,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             GcOrder::Adaptive => {
                 let tags = listed
                     .iter()
-                    .map(|i| (i.record_key(), i.repo_tags.clone()))
+                    .map(|i| (i.record_key(), i.repo_tags().map(str::to_string).collect()))
                     .collect();
                 let ranked = adaptive::rank(ordered, &adaptive::returns(&journal), &tags);
                 ordered = Vec::with_capacity(ranked.len());

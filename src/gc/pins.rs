@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::RuntimeImage;
+use crate::model::ImageLike;
 
 /// A set of pin patterns.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,12 +34,11 @@ impl PinPatterns {
     }
 
     /// Whether the image is pinned by the runtime or by a pattern.
-    pub fn pins(&self, image: &RuntimeImage) -> bool {
-        image.pinned
+    pub fn pins(&self, image: &impl ImageLike) -> bool {
+        image.pinned()
             || image
-                .repo_tags
-                .iter()
-                .chain(&image.repo_digests)
+                .repo_tags()
+                .chain(image.repo_digests())
                 .any(|n| self.matches_name(n))
     }
 }
@@ -47,6 +46,7 @@ impl PinPatterns {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::RuntimeImage;
 
     #[test]
     fn exact_and_prefix_patterns() {

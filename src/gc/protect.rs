@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::format::format_rfc3339;
-use crate::model::{ImageId, ImagePin, PinKey, RecordKey, RuntimeImage, UnixNanos};
+use crate::model::{ImageId, ImageLike, ImagePin, PinKey, RecordKey, RuntimeImage, UnixNanos};
 use crate::pull::reference::image_matches;
 use crate::store::{Store, StoreError};
 
@@ -92,8 +92,8 @@ pub struct Protections {
 impl Protections {
     /// Resolves `pins` (active at `now`) and, with `irreplaceable`, the irreplaceable images
     /// against `images` (the runtime's list, or the names the store last saw).
-    pub fn resolve<'a>(
-        images: impl IntoIterator<Item = &'a RuntimeImage>,
+    pub fn resolve<I: ImageLike>(
+        images: impl IntoIterator<Item = I>,
         pins: &[(PinKey, ImagePin)],
         irreplaceable: Option<&Irreplaceable>,
         now: UnixNanos,
@@ -102,7 +102,7 @@ impl Protections {
             pins.iter().filter(|(_, p)| p.active_at(now)).collect();
         let mut by_key = BTreeMap::new();
         for image in images {
-            let pin = active.iter().find(|(k, _)| pin_names(k, image));
+            let pin = active.iter().find(|(k, _)| pin_names(k, &image));
             let protection = if let Some((key, pin)) = pin {
                 Some(Protection::Pinned {
                     image: key.image.clone(),
@@ -111,10 +111,10 @@ impl Protections {
                 })
             } else if let Some(rule) = irreplaceable {
                 match rule.sandbox_image.as_deref() {
-                    Some(name) if image_matches(name, image) => Some(Protection::SandboxImage {
+                    Some(name) if image_matches(name, &image) => Some(Protection::SandboxImage {
                         name: name.to_owned(),
                     }),
-                    _ if image.repo_digests.is_empty() => Some(Protection::NoRepoDigest),
+                    _ if image.repo_digests().next().is_none() => Some(Protection::NoRepoDigest),
                     _ => None,
                 }
             } else {
@@ -162,12 +162,12 @@ impl Protections {
 
 /// Whether the pin `key` names `image`: its name resolves to the image as the runtime
 /// resolves names, under the same runtime handler.
-pub fn pin_names(key: &PinKey, image: &RuntimeImage) -> bool {
-    key.runtime_handler == image.runtime_handler && image_matches(&key.image, image)
+pub fn pin_names(key: &PinKey, image: &impl ImageLike) -> bool {
+    key.runtime_handler == image.runtime_handler() && image_matches(&key.image, image)
 }
 
 /// Whether an active pin of `pins` at `now` names `image` (the GC's last look).
-pub fn pinned_at(pins: &[(PinKey, ImagePin)], image: &RuntimeImage, now: UnixNanos) -> bool {
+pub fn pinned_at(pins: &[(PinKey, ImagePin)], image: &impl ImageLike, now: UnixNanos) -> bool {
     pins.iter()
         .any(|(k, p)| p.active_at(now) && pin_names(k, image))
 }

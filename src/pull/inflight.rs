@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::model::{ImageId, RuntimeImage};
+use crate::model::{ImageId, ImageLike};
 
 use super::reference::image_matches;
 
@@ -78,11 +78,11 @@ impl PullsInFlight {
 
     /// Whether a pull in flight protects `image`: one registered under a name that resolves to
     /// it, or whose pulled image has its id.
-    pub fn protects(&self, image: &RuntimeImage) -> bool {
-        self.lock()
-            .pulls
-            .values()
-            .any(|p| p.id.as_ref() == Some(&image.id) || image_matches(&p.image, image))
+    pub fn protects(&self, image: &impl ImageLike) -> bool {
+        self.lock().pulls.values().any(|p| {
+            p.id.as_ref().is_some_and(|id| id.as_str() == image.id())
+                || image_matches(&p.image, image)
+        })
     }
 
     /// Whether a pull in flight has pulled an image with this id.
@@ -112,6 +112,7 @@ impl Drop for InFlightGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::RuntimeImage;
 
     fn busybox() -> RuntimeImage {
         RuntimeImage {

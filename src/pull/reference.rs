@@ -283,23 +283,22 @@ impl Resolution {
 /// reference that resolves to one of its repo tags or, when it carries a digest, to one of its
 /// repo digests (the digest decides when both are given). Used where a name protects an image
 /// (the sandbox image, pulls in flight), so a short name errs on the side of matching.
-pub fn image_matches(name: &str, image: &crate::model::RuntimeImage) -> bool {
+pub fn image_matches(name: &str, image: &impl crate::model::ImageLike) -> bool {
     if name.is_empty() {
         return false;
     }
-    if name == image.id.as_str() {
+    if name == image.id() {
         return true;
     }
     let Some(wanted) = Resolution::of(name) else {
         return false;
     };
     let listed = if wanted.digest.is_some() {
-        &image.repo_digests
+        image.repo_digests()
     } else {
-        &image.repo_tags
+        image.repo_tags()
     };
     listed
-        .iter()
         .filter_map(|l| Resolution::of(l))
         .any(|l| wanted.resolves_to(&l))
 }

@@ -520,9 +520,9 @@ impl Store {
     /// image per key, in key order: `gc::ListedImages::iter`): one walk of the names table
     /// merged with the list, no point lookup and no set of the keys seen. The differences
     /// come back in key order. A list out of key order is an error, never a wrong answer.
-    pub fn names_that_differ_in_key_order<'a>(
+    pub fn names_that_differ_in_key_order<I: crate::model::ImageLike>(
         &self,
-        images: impl IntoIterator<Item = &'a crate::model::RuntimeImage>,
+        images: impl Iterator<Item = I> + Clone,
     ) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
         let mut out = Vec::new();
         self.for_names_that_differ_in_key_order(images, |key, names| out.push((key, names)))?;
@@ -534,12 +534,11 @@ impl Store {
     /// 100k holds no list of 100k differences beside the batch). Returns how many differ. A
     /// walk retried after a reopen (`guarded`) may hand a difference twice, the same key with
     /// the same names: a batch keeps the last.
-    pub fn for_names_that_differ_in_key_order<'a>(
+    pub fn for_names_that_differ_in_key_order<I: crate::model::ImageLike>(
         &self,
-        images: impl IntoIterator<Item = &'a crate::model::RuntimeImage>,
+        images: impl Iterator<Item = I> + Clone,
         differs: impl FnMut(RecordKey, ImageNames),
     ) -> Result<usize, StoreError> {
-        let images: Vec<&crate::model::RuntimeImage> = images.into_iter().collect();
         let differs = std::cell::RefCell::new(differs);
         self.guarded(|| {
             let txn = self.begin_read()?;
@@ -547,16 +546,18 @@ impl Store {
             let mut stored = table.iter().map_err(|e| self.redb_err(e))?;
             let mut current: Option<(RecordKey, redb::AccessGuard<'_, Stored<ImageNames>>)> = None;
             let mut count = 0;
-            let mut previous: Option<(&str, &str)> = None;
-            for image in images.iter().copied() {
-                let want = (image.id.as_str(), image.runtime_handler.as_str());
-                if let Some((id, handler)) = previous.filter(|p| *p >= want) {
+            let mut previous: Option<I> = None;
+            for image in images.clone() {
+                let want = (image.id(), image.runtime_handler());
+                if let Some(previous) = previous
+                    .as_ref()
+                    .filter(|p| (p.id(), p.runtime_handler()) >= want)
+                {
                     return Err(StoreError::UnorderedNames {
-                        previous: RecordKey::new(id, handler),
+                        previous: previous.record_key(),
                         next: image.record_key(),
                     });
                 }
-                previous = Some(want);
                 // Advance the names walk to the first key at or after the image's.
                 loop {
                     if let Some((key, _)) = &current
@@ -586,14 +587,20 @@ impl Store {
                 };
                 let same = match &names {
                     Some(n) => {
-                        n.repo_tags == image.repo_tags && n.repo_digests == image.repo_digests
+                        image.repo_tags().eq(n.repo_tags.iter().map(String::as_str))
+                            && image
+                                .repo_digests()
+                                .eq(n.repo_digests.iter().map(String::as_str))
                     }
-                    None => image.repo_tags.is_empty() && image.repo_digests.is_empty(),
+                    None => {
+                        image.repo_tags().next().is_none() && image.repo_digests().next().is_none()
+                    }
                 };
                 if !same {
-                    (differs.borrow_mut())(image.record_key(), ImageNames::of(image));
+                    (differs.borrow_mut())(image.record_key(), ImageNames::of(&image));
                     count += 1;
                 }
+                previous = Some(image);
             }
             Ok(count)
         })

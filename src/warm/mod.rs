@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::model::{RuntimeImage, UnixNanos};
+use crate::model::{ImageLike, UnixNanos};
 use crate::pull::image_matches;
 
 pub use files::{
@@ -63,8 +63,8 @@ impl WarmEntry {
     }
 
     /// Whether `image` is this entry's image, as the runtime resolves names, for its handler.
-    pub fn matches(&self, image: &RuntimeImage) -> bool {
-        image.runtime_handler == self.runtime_handler && image_matches(&self.image, image)
+    pub fn matches(&self, image: &impl ImageLike) -> bool {
+        image.runtime_handler() == self.runtime_handler && image_matches(&self.image, image)
     }
 }
 
@@ -120,7 +120,7 @@ impl WarmSet {
 
     /// The entry that keeps `image` warm at `now`, if any: GC, prune and DeleteUnusedImages
     /// never remove it.
-    pub fn keeps(&self, image: &RuntimeImage, now: UnixNanos) -> Option<&WarmEntry> {
+    pub fn keeps(&self, image: &impl ImageLike, now: UnixNanos) -> Option<&WarmEntry> {
         self.entries
             .iter()
             .find(|e| e.active(now) && e.matches(image))

@@ -9,41 +9,52 @@
 
 use std::cmp::{Ordering, Reverse};
 
-use crate::model::{RecordKey, RuntimeImage};
+use crate::model::{ImageList, ImageRef, RecordKey};
 
-/// An image's record key, borrowed: (image id, runtime handler).
-pub(crate) fn key_of(image: &RuntimeImage) -> (&str, &str) {
-    (image.id.as_str(), image.runtime_handler.as_str())
+/// An image's record key as bytes: (image id, runtime handler). UTF-8 bytes order as the
+/// strings do, so this is `RecordKey`'s order.
+pub(crate) fn key_of(image: ImageRef<'_>) -> (&[u8], &[u8]) {
+    image.key_bytes()
 }
 
 /// A record key, borrowed as [`key_of`] borrows an image's.
-pub(crate) fn borrowed(key: &RecordKey) -> (&str, &str) {
-    (key.image_id.as_str(), key.runtime_handler.as_str())
+pub(crate) fn borrowed(key: &RecordKey) -> (&[u8], &[u8]) {
+    (
+        key.image_id.as_str().as_bytes(),
+        key.runtime_handler.as_bytes(),
+    )
 }
 
 /// The runtime's images, folded by record key (the last entry of a key wins) and in key order.
 #[derive(Clone, Debug, Default)]
 pub struct ListedImages {
-    images: Vec<RuntimeImage>,
+    images: ImageList,
     /// Positions in `images`: one per distinct key, in key order.
-    order: Vec<usize>,
+    order: Vec<u32>,
 }
 
 impl ListedImages {
     /// Sorts `images` (as ListImages returned them) by record key, once.
-    pub fn new(images: Vec<RuntimeImage>) -> ListedImages {
-        let mut order: Vec<usize> = (0..images.len()).collect();
+    pub fn new(images: impl Into<ImageList>) -> ListedImages {
+        let images: ImageList = images.into();
+        let at = |i: u32| {
+            images
+                .get(i as usize)
+                .expect("an order position is below the list's length")
+        };
+        let len = u32::try_from(images.len()).expect("a runtime lists fewer than 4G images");
+        let mut order: Vec<u32> = (0..len).collect();
         // Equal keys: the later entry first, so the dedup below keeps the last one listed.
         order.sort_unstable_by(|&a, &b| {
-            (key_of(&images[a]), Reverse(a)).cmp(&(key_of(&images[b]), Reverse(b)))
+            (key_of(at(a)), Reverse(a)).cmp(&(key_of(at(b)), Reverse(b)))
         });
-        order.dedup_by(|later, kept| key_of(&images[*later]) == key_of(&images[*kept]));
+        order.dedup_by(|later, kept| key_of(at(*later)) == key_of(at(*kept)));
         order.shrink_to_fit();
         ListedImages { images, order }
     }
 
     /// The list as the runtime returned it, duplicates and order included.
-    pub fn as_listed(&self) -> &[RuntimeImage] {
+    pub fn as_listed(&self) -> &ImageList {
         &self.images
     }
 
@@ -56,18 +67,24 @@ impl ListedImages {
         self.order.is_empty()
     }
 
+    fn at(&self, position: u32) -> ImageRef<'_> {
+        self.images
+            .get(position as usize)
+            .expect("an order position is below the list's length")
+    }
+
     /// The image that stands for each key, in key order.
-    pub fn iter(&self) -> impl Iterator<Item = &RuntimeImage> {
-        self.order.iter().map(|&i| &self.images[i])
+    pub fn iter(&self) -> impl Iterator<Item = ImageRef<'_>> + Clone {
+        self.order.iter().map(|&i| self.at(i))
     }
 
     /// The image listed under `key` (the last entry of that key).
-    pub fn get(&self, key: &RecordKey) -> Option<&RuntimeImage> {
+    pub fn get(&self, key: &RecordKey) -> Option<ImageRef<'_>> {
         let want = borrowed(key);
         self.order
-            .binary_search_by(|&i| key_of(&self.images[i]).cmp(&want))
+            .binary_search_by(|&i| key_of(self.at(i)).cmp(&want))
             .ok()
-            .map(|at| &self.images[self.order[at]])
+            .map(|at| self.at(self.order[at]))
     }
 
     pub fn contains(&self, key: &RecordKey) -> bool {
@@ -76,14 +93,14 @@ impl ListedImages {
 }
 
 /// Compares a record key with an image's, without allocating.
-pub(crate) fn compare(key: &RecordKey, image: &RuntimeImage) -> Ordering {
+pub(crate) fn compare(key: &RecordKey, image: ImageRef<'_>) -> Ordering {
     borrowed(key).cmp(&key_of(image))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ImageId;
+    use crate::model::{ImageId, ImageLike, RuntimeImage};
 
     fn image(id: &str, handler: &str, size: u64) -> RuntimeImage {
         RuntimeImage {
@@ -111,17 +128,17 @@ mod tests {
             let want = super::super::reference::fold_images(&images);
             let listed = ListedImages::new(images.clone());
             let got: Vec<(RecordKey, u64)> =
-                listed.iter().map(|i| (i.record_key(), i.size)).collect();
+                listed.iter().map(|i| (i.record_key(), i.size())).collect();
             let want_pairs: Vec<(RecordKey, u64)> =
                 want.iter().map(|(k, i)| (k.clone(), i.size)).collect();
             assert_eq!(got, want_pairs, "seed {seed}");
             assert_eq!(listed.len(), want.len(), "seed {seed}");
-            assert_eq!(listed.as_listed(), images.as_slice(), "seed {seed}");
+            assert_eq!(listed.as_listed().to_images(), images, "seed {seed}");
             for id in 0..14u8 {
                 for handler in ["", "runc", "kata", "gvisor"] {
                     let key = RecordKey::new(format!("sha256:{id}"), handler);
                     assert_eq!(
-                        listed.get(&key).map(|i| i.size),
+                        listed.get(&key).map(|i| i.size()),
                         want.get(&key).map(|i| i.size),
                         "seed {seed}, {key}"
                     );

@@ -33,7 +33,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::model::{
-    FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, RuntimeContainer, RuntimeImage, Sighting,
+    FUTURE_STAMP_TOLERANCE, ImageLike, ImageRecord, RecordKey, RuntimeContainer, Sighting,
     UnixNanos,
 };
 use crate::pull::reference::image_matches;
@@ -52,18 +52,18 @@ pub use listed::ListedImages;
 /// digests. The runtime handler is not compared: a container of any handler keeps the image
 /// (the kubelet compares ids alone unless its RuntimeClassInImageCriApi gate is on, and a
 /// record kept too long is cheaper than an image taken from a pod).
-pub fn container_uses(container: &RuntimeContainer, image: &RuntimeImage) -> bool {
+pub fn container_uses(container: &RuntimeContainer, image: &impl ImageLike) -> bool {
     let id = container.image_id.as_str();
-    !id.is_empty() && (id == image.id.as_str() || image.repo_digests.iter().any(|d| d == id))
+    !id.is_empty() && (id == image.id() || image.repo_digests().any(|d| d == id))
 }
 
 /// The record keys in use: the images of every container (running or not), the images
 /// mounted as image volumes (`image_volumes`: the names the running containers' status mounts
 /// give, see [`volume_uses`]), plus the images the sandbox image name refers to (matched as
 /// the runtime resolves names: see [`image_matches`]).
-pub fn images_in_use(
-    images: &[RuntimeImage],
-    containers: &[RuntimeContainer],
+pub fn images_in_use<'c, I: ImageLike>(
+    images: impl IntoIterator<Item = I>,
+    containers: impl IntoIterator<Item = &'c RuntimeContainer>,
     image_volumes: &[String],
     sandbox_image: Option<&str>,
 ) -> BTreeSet<RecordKey> {
@@ -71,22 +71,19 @@ pub fn images_in_use(
     // The containers' image ids, once: `container_uses` for every (container, image) pair
     // without the pairs (an id matches the image's id or one of its repo digests).
     let container_ids: HashSet<&str> = containers
-        .iter()
+        .into_iter()
         .map(|c| c.image_id.as_str())
         .filter(|id| !id.is_empty())
         .collect();
     images
-        .iter()
+        .into_iter()
         .filter(|image| {
-            container_ids.contains(image.id.as_str())
-                || image
-                    .repo_digests
-                    .iter()
-                    .any(|d| container_ids.contains(d.as_str()))
+            container_ids.contains(image.id())
+                || image.repo_digests().any(|d| container_ids.contains(d))
                 || image_volumes.iter().any(|v| volume_uses(v, image))
                 || sandbox.is_some_and(|s| image_matches(s, image))
         })
-        .map(RuntimeImage::record_key)
+        .map(|image| image.record_key())
         .collect()
 }
 
@@ -96,7 +93,7 @@ pub fn images_in_use(
 /// ImageVolume in kubernetes#125663); a runtime may also name it by a repo digest or tag, so
 /// any name that resolves to the image keeps it (a record kept too long is cheaper than a
 /// volume taken from a pod).
-pub fn volume_uses(name: &str, image: &RuntimeImage) -> bool {
+pub fn volume_uses(name: &str, image: &impl ImageLike) -> bool {
     image_matches(name, image)
 }
 
@@ -193,8 +190,8 @@ where
         let sighting = Sighting {
             now,
             in_use: input.in_use.contains(&key),
-            size: image.size,
-            pinned: input.pins.pins(image),
+            size: image.size(),
+            pinned: input.pins.pins(&image),
             used_at: input
                 .used_at
                 .get(&key)
@@ -299,6 +296,7 @@ pub fn apply_to_copy(records: &mut BTreeMap<RecordKey, ImageRecord>, batch: &Bat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::RuntimeImage;
     use crate::model::{ContainerState, ImageId};
 
     /// The streaming planner over a map's records (in key order, as the store scans them).
