@@ -35,8 +35,8 @@ pub trait ImageLike {
     fn to_image(&self) -> RuntimeImage {
         RuntimeImage {
             id: ImageId::new(self.id()),
-            repo_tags: self.repo_tags().map(str::to_string).collect(),
-            repo_digests: self.repo_digests().map(str::to_string).collect(),
+            repo_tags: self.repo_tags().to_strings(),
+            repo_digests: self.repo_digests().to_strings(),
             size: self.size(),
             pinned: self.pinned(),
             runtime_handler: self.runtime_handler().to_string(),
@@ -115,6 +115,14 @@ impl<'a> Names<'a> {
     /// The names of a list of strings.
     pub fn of(strings: &'a [String]) -> Names<'a> {
         Names(NamesInner::Strings(strings.iter()))
+    }
+
+    /// The names as owned strings, in a vector of exactly their number (`collect` would
+    /// start a vector of an unknown length at four).
+    pub fn to_strings(self) -> Vec<String> {
+        let mut strings = Vec::with_capacity(self.len());
+        strings.extend(self.map(str::to_string));
+        strings
     }
 }
 
@@ -574,6 +582,32 @@ mod tests {
         }
         assert_eq!(ImageList::from(images.clone()).to_images(), images);
         assert_eq!(ImageList::from(images.clone()).into_images(), images);
+    }
+
+    /// Owned names come in a vector of exactly their number: 100k images' names copied
+    /// with a capacity of four each held the first detect's batch a quarter larger.
+    #[test]
+    fn names_copied_out_fill_a_vector_of_exactly_their_number() {
+        let images = vec![
+            image(
+                "sha256:a",
+                &["r/a:1"],
+                &["r/a@sha256:1", "r/a@sha256:2"],
+                "",
+            ),
+            image("sha256:b", &[], &[], ""),
+        ];
+        for list in [wire(&images), ImageList::from(images.clone())] {
+            for (got, want) in list.iter().zip(&images) {
+                let names = crate::model::ImageNames::of(&got);
+                assert_eq!(names.repo_tags, want.repo_tags);
+                assert_eq!(names.repo_tags.capacity(), want.repo_tags.len());
+                assert_eq!(names.repo_digests.capacity(), want.repo_digests.len());
+                let image = got.to_image();
+                assert_eq!(image.repo_tags.capacity(), want.repo_tags.len());
+                assert_eq!(image.repo_digests.capacity(), want.repo_digests.len());
+            }
+        }
     }
 
     #[test]

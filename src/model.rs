@@ -262,8 +262,8 @@ pub struct ImageNames {
 impl ImageNames {
     pub fn of(image: &impl ImageLike) -> ImageNames {
         ImageNames {
-            repo_tags: image.repo_tags().map(str::to_string).collect(),
-            repo_digests: image.repo_digests().map(str::to_string).collect(),
+            repo_tags: image.repo_tags().to_strings(),
+            repo_digests: image.repo_digests().to_strings(),
         }
     }
 

@@ -16,6 +16,7 @@ use tonic::codegen::http;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::ImageRuntime;
+use super::containers_decode::ListedContainersResponse;
 use super::convert;
 use super::error::CriError;
 use super::list_decode::ListImagesCodec;
@@ -210,6 +211,8 @@ pub struct CriClient {
     images: ImageServiceClient<Channel>,
     /// The image service's channel, for ListImages' own decode (`list_decode`).
     image_channel: Channel,
+    /// The runtime service's channel, for ListContainers' own decode (`containers_decode`).
+    runtime_channel: Channel,
     runtime_endpoint: String,
     image_endpoint: String,
     call_timeout: Duration,
@@ -277,13 +280,14 @@ impl CriClient {
             lazy_unix_channel(image_path, config.connect_timeout)
         };
         Ok(CriClient {
-            runtime: RuntimeServiceClient::new(runtime_channel)
+            runtime: RuntimeServiceClient::new(runtime_channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             images: ImageServiceClient::new(image_channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             image_channel,
+            runtime_channel,
             runtime_endpoint: config.runtime_endpoint,
             image_endpoint,
             call_timeout: config.call_timeout,
@@ -835,21 +839,45 @@ impl ImageRuntime for CriClient {
         ))
     }
 
+    /// ListContainers decoded straight into the model's containers (`containers_decode`: the
+    /// same containers as the generated decode and conversion, without the generated
+    /// `proto::Container`s).
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
         let request = proto::ListContainersRequest { filter: None };
-        let response = self
-            .runtime_rpc(
-                "ListContainers",
-                Some(self.call_timeout),
-                request,
-                |mut client, r| async move { client.list_containers(r).await },
-            )
-            .await?;
-        Ok(response
-            .containers
-            .into_iter()
-            .map(convert::container_from_proto)
-            .collect())
+        let response = unary_call(
+            "ListContainers",
+            &self.runtime_endpoint,
+            Some(self.call_timeout),
+            request,
+            |mut r| {
+                let mut grpc = tonic::client::Grpc::new(self.runtime_channel.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+                async move {
+                    grpc.ready().await.map_err(|e| {
+                        tonic::Status::unknown(format!("Service was not ready: {e}"))
+                    })?;
+                    let codec = tonic_prost::ProstCodec::<
+                        proto::ListContainersRequest,
+                        ListedContainersResponse,
+                    >::default();
+                    r.extensions_mut().insert(GrpcMethod::new(
+                        "runtime.v1.RuntimeService",
+                        "ListContainers",
+                    ));
+                    grpc.unary(
+                        r,
+                        http::uri::PathAndQuery::from_static(
+                            "/runtime.v1.RuntimeService/ListContainers",
+                        ),
+                        codec,
+                    )
+                    .await
+                }
+            },
+        )
+        .await?;
+        Ok(response.containers)
     }
 
     async fn container_usage(&self, container_id: &str) -> Result<ContainerUsage, CriError> {

@@ -284,7 +284,6 @@ pub(super) fn container_state_from_proto(state: i32) -> ContainerState {
     }
 }
 
-#[cfg(any(test, feature = "testing"))]
 pub(super) fn container_state_to_proto(state: ContainerState) -> proto::ContainerState {
     match state {
         ContainerState::Created => proto::ContainerState::ContainerCreated,
@@ -317,7 +316,6 @@ pub(super) fn container_from_proto(container: proto::Container) -> RuntimeContai
     }
 }
 
-#[cfg(any(test, feature = "testing"))]
 pub(super) fn container_to_proto(container: &RuntimeContainer) -> proto::Container {
     proto::Container {
         id: container.id.clone(),

@@ -236,7 +236,7 @@ pub(super) fn decode_list(body: Bytes) -> Result<ImageList, ListDecodeError> {
         let list = builder.get_or_insert_with(|| {
             // The list's length, counted in the bytes still to decode: one allocation of the
             // exact size instead of doubling.
-            WireImagesBuilder::new(body.clone(), images_ahead(buf.chunk()))
+            WireImagesBuilder::new(body.clone(), entries_ahead(buf.chunk()))
         });
         image.clear();
         each_field(wire_type, &mut buf, |tag, wire_type, buf| {
@@ -248,11 +248,12 @@ pub(super) fn decode_list(body: Bytes) -> Result<ImageList, ListDecodeError> {
     Ok(builder.map(WireImagesBuilder::finish).unwrap_or_default())
 }
 
-/// How many images a ListImagesResponse holds from `bytes` on, where `bytes` start at the
-/// length of an image whose key was just read: that one and every later field 1. A capacity
+/// How many entries of a message's repeated field 1 (a ListImagesResponse's images, a
+/// ListContainersResponse's containers) lie from `bytes` on, where `bytes` start at the
+/// length of an entry whose key was just read: that one and every later field 1. A capacity
 /// hint only: it stops at the first byte that does not parse (the decode then fails or
 /// goes on as it would without the hint).
-fn images_ahead(mut bytes: &[u8]) -> usize {
+pub(super) fn entries_ahead(mut bytes: &[u8]) -> usize {
     let skip = |bytes: &mut &[u8], wire_type: WireType| -> Option<()> {
         let len = match wire_type {
             WireType::Varint => {

@@ -19,6 +19,7 @@ use crate::model::{
 };
 
 mod client;
+mod containers_decode;
 mod convert;
 mod error;
 #[cfg(any(test, feature = "testing"))]

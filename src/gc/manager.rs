@@ -1428,7 +1428,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         for image in listed.iter() {
             let key = image.record_key();
             if let Some(record) = self.store.get(&key)? {
-                tags.insert(key.clone(), image.repo_tags().map(str::to_string).collect());
+                tags.insert(key.clone(), image.repo_tags().to_strings());
                 records.push(StoredRecord { key, record });
             }
         }
@@ -1625,7 +1625,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             GcOrder::Adaptive => {
                 let tags = listed
                     .iter()
-                    .map(|i| (i.record_key(), i.repo_tags().map(str::to_string).collect()))
+                    .map(|i| (i.record_key(), i.repo_tags().to_strings()))
                     .collect();
                 let ranked = adaptive::rank(ordered, &adaptive::returns(&journal), &tags);
                 ordered = Vec::with_capacity(ranked.len());
