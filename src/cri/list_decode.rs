@@ -452,12 +452,12 @@ mod tests {
         let mut checked = 0;
         while checked < 20 {
             let body = bytes::Bytes::from(response_bytes(&mut rng));
-            if let Ok(list) = decode_list(body.clone()) {
-                if let Some(text) = list.wire_text() {
-                    assert_eq!(text.as_ptr(), body.as_ptr());
-                    assert_eq!(text.len(), body.len());
-                    checked += 1;
-                }
+            if let Ok(list) = decode_list(body.clone())
+                && let Some(text) = list.wire_text()
+            {
+                assert_eq!(text.as_ptr(), body.as_ptr());
+                assert_eq!(text.len(), body.len());
+                checked += 1;
             }
         }
     }

@@ -232,13 +232,13 @@ impl Snapshot {
             records.iter().partition(|r| names.contains_key(&r.key));
         let image = |r: &&StoredRecord| crate::gc::stored_image(r, &names);
         let mut protections = crate::gc::Protections::resolve(
-            &named.iter().map(image).collect::<Vec<_>>(),
+            named.iter().map(image).collect::<Vec<_>>(),
             &pins,
             irreplaceable,
             now,
         );
         protections.extend(crate::gc::Protections::resolve(
-            &unnamed.iter().map(image).collect::<Vec<_>>(),
+            unnamed.iter().map(image).collect::<Vec<_>>(),
             &pins,
             None,
             now,

@@ -299,7 +299,7 @@ pub fn image_matches(name: &str, image: &impl crate::model::ImageLike) -> bool {
         image.repo_tags()
     };
     listed
-        .filter_map(|l| Resolution::of(l))
+        .filter_map(Resolution::of)
         .any(|l| wanted.resolves_to(&l))
 }
 
