@@ -9,10 +9,13 @@
 //!   and new records, 1,000 per batch, `compact_if_needed` between batches as the agent calls
 //!   it between cycles): its file size over its size once compacted.
 //! - `commit_*`: p50 of a one-record batch (`mark_used`) on the N store, with and without
-//!   quick repair; a bare redb one-insert durable commit on a fresh file in the same directory,
-//!   each of ours followed by one of those (paired, alternating); a raw `write` + `fdatasync`
-//!   of 4 KiB. `commit_over_redb_floor` is ours / bare redb: the median of 5 paired runs'
-//!   ratios, with their min and max (`scripts/bench --commit` measures only this).
+//!   quick repair; a bare redb one-insert durable commit on a fresh file in the same directory
+//!   (redb's defaults: one-phase commit), and the same insert in the store's redb mode (single
+//!   writer + quick repair: two-phase), each of ours followed by one of each (paired,
+//!   alternating); a raw `write` + `fdatasync` of 4 KiB. `commit_over_redb_floor` is ours /
+//!   bare redb: the median of 5 paired runs' ratios, with their min and max
+//!   (`scripts/bench --commit` measures only this); `commit_over_redb_floor_our_mode` is ours
+//!   over the floor in the store's mode.
 //! - `repair_after_sigkill_*`: a child process opens the N store, commits one batch and is
 //!   SIGKILLed with the file open; the time of the next open (redb's recovery, then our
 //!   checks), with and without quick repair, beside a clean open.
@@ -185,10 +188,18 @@ fn main() {
     let mut rng = fastrand::Rng::with_seed(0xc0);
     const RUNS: usize = 5;
     let floor_db = redb::Database::create(work.join("floor.redb")).expect("create the floor");
+    // Beside the target's floor, for the reader: the same insert with the redb mode the store
+    // must use (single writer, so `inspect` and dry runs open the file read-only beside the
+    // agent, and quick repair): both make every commit two-phase (two flushes, not one).
+    let floor_mode_db = redb::Builder::new()
+        .set_concurrency_mode(redb::ConcurrencyMode::SingleWriter)
+        .create(work.join("floor-mode.redb"))
+        .expect("create the floor in our mode");
     let mut floor_i = 0u64;
-    let mut paired = |store: &Store, rng: &mut fastrand::Rng, offset: i64| -> (f64, f64) {
+    let mut paired = |store: &Store, rng: &mut fastrand::Rng, offset: i64| -> (f64, f64, f64) {
         let mut ours = Vec::with_capacity(samples);
         let mut bare = Vec::with_capacity(samples);
+        let mut bare_mode = Vec::with_capacity(samples);
         for i in 0..samples {
             let (key, _) = &records[rng.usize(..records.len())];
             let mut batch = Batch::new();
@@ -201,9 +212,10 @@ fn main() {
             assert!(store.apply(&batch).expect("commit"));
             ours.push(started.elapsed().as_secs_f64() * 1e6);
             floor_i += 1;
-            bare.push(floor_commit(&floor_db, floor_i));
+            bare.push(floor_commit(&floor_db, floor_i, false));
+            bare_mode.push(floor_commit(&floor_mode_db, floor_i, true));
         }
-        (p50(ours), p50(bare))
+        (p50(ours), p50(bare), p50(bare_mode))
     };
     let mut runs = Vec::with_capacity(RUNS);
     for run in 0..RUNS {
@@ -216,15 +228,19 @@ fn main() {
         StoreOptions::default().with_quick_repair(false),
     )
     .expect("open");
-    let (without_quick_repair, floor_beside) = paired(&store, &mut rng, 1_000_000 * SECOND);
+    let (without_quick_repair, floor_beside, _) = paired(&store, &mut rng, 1_000_000 * SECOND);
     drop(store);
     let fsync = fsync_p50(&work.join("fsync.bin"), samples);
-    let mut ratios: Vec<f64> = runs.iter().map(|(ours, bare)| ours / bare).collect();
+    let mut ratios: Vec<f64> = runs.iter().map(|(ours, bare, _)| ours / bare).collect();
     ratios.sort_by(f64::total_cmp);
     let with_quick_repair = p50(runs.iter().map(|r| r.0).collect());
     let floor = p50(runs.iter().map(|r| r.1).collect());
+    let floor_mode = p50(runs.iter().map(|r| r.2).collect());
     println!(
-        "commit: {RUNS} paired runs of {samples} (our one-record batch, then a bare redb insert, alternating): ratios {}",
+        "commit: ours = one mark_used batch (its record and index row, 2 tables) on the {k}k-record file, single-writer mode + quick repair (two-phase commit); floor = bare redb as created by default (exclusive writer, no quick repair: one-phase commit), one u64 insert at the end of one table in a fresh small file in the same directory; floor in our mode = that insert with single-writer + quick repair"
+    );
+    println!(
+        "commit: {RUNS} paired runs of {samples} (our one-record batch, then a bare redb insert, then one in our mode, alternating): ratios {}",
         ratios
             .iter()
             .map(|r| format!("{r:.2}"))
@@ -239,6 +255,12 @@ fn main() {
         "x",
     );
     figures.add("commit_redb_floor_p50_us", floor, "us");
+    figures.add("commit_redb_floor_our_mode_p50_us", floor_mode, "us");
+    figures.add(
+        "commit_over_redb_floor_our_mode",
+        with_quick_repair / floor_mode,
+        "x",
+    );
     figures.add("fsync_p50_us", fsync, "us");
     if StoreOptions::default().quick_repair {
         figures.target("commit_over_redb_floor", ratios[RUNS / 2], "x", "<=", 2.0);
@@ -372,11 +394,12 @@ fn main() {
 }
 
 /// One insert in a durable commit of a bare redb file, in microseconds: the floor of a commit
-/// on this disk.
-fn floor_commit(db: &redb::Database, i: u64) -> f64 {
+/// on this disk (with `quick_repair`, as the store commits).
+fn floor_commit(db: &redb::Database, i: u64, quick_repair: bool) -> f64 {
     const TABLE: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("t");
     let started = Instant::now();
-    let txn = db.begin_write().expect("begin");
+    let mut txn = db.begin_write().expect("begin");
+    txn.set_quick_repair(quick_repair);
     {
         let mut t = txn.open_table(TABLE).expect("table");
         t.insert(i, i).expect("insert");

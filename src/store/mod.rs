@@ -19,6 +19,8 @@
 //!   panicking; a file that is not ours, corrupt or from a newer schema is refused, never
 //!   wiped.
 
+#[cfg(test)]
+mod apply_tests;
 mod batch;
 mod check;
 #[cfg(test)]
@@ -920,16 +922,18 @@ fn apply_ops(
     batch: &Batch,
     retention: JournalRetention,
 ) -> Result<OpsOutcome, TxnError> {
-    let mut images = txn.open_table(IMAGES)?;
-    let mut index = txn.open_table(EVICTION_PREFIX)?;
-    let mut backoff = txn.open_table(BACKOFF)?;
-    let mut meta = txn.open_table(META)?;
-    let mut names = txn.open_table(NAMES)?;
-    let mut journal = txn.open_table(JOURNAL)?;
-    let mut pins = txn.open_table(PINS)?;
-    let mut uses = txn.open_table(USES)?;
-    let mut pulls = txn.open_table(PULLS)?;
-    let mut warm = txn.open_table(WARM)?;
+    // Each table is opened at its first use: a one-record batch opens `images` and the index
+    // alone, not the schema's ten tables.
+    let mut images = LazyTable::new(txn, IMAGES);
+    let mut index = LazyTable::new(txn, EVICTION_PREFIX);
+    let mut backoff = LazyTable::new(txn, BACKOFF);
+    let mut meta = LazyTable::new(txn, META);
+    let mut names = LazyTable::new(txn, NAMES);
+    let mut journal = LazyTable::new(txn, JOURNAL);
+    let mut pins = LazyTable::new(txn, PINS);
+    let mut uses = LazyTable::new(txn, USES);
+    let mut pulls = LazyTable::new(txn, PULLS);
+    let mut warm = LazyTable::new(txn, WARM);
     // The history's `now`s: the latest use time and pull time this transaction writes, for
     // their prunes.
     let mut uses_now: Option<UnixNanos> = None;
@@ -949,22 +953,19 @@ fn apply_ops(
     let mut journaled = Vec::new();
     let mut repull_times: Vec<UnixNanos> = Vec::new();
     for op in &batch.ops {
-        // A pull's mark or a detect's sighting that creates a record: the regret check.
-        let created_at = match op {
-            BatchOp::MarkUsed { key, now, .. } => Some((key, *now)),
-            BatchOp::Sight { key, sighting } => Some((key, sighting.now)),
-            _ => None,
-        };
-        let creates = match created_at {
-            Some((key, now)) if get_record(&images, key)?.is_none() => Some((key, now)),
-            _ => None,
-        };
+        // A pull's mark or a detect's sighting that creates a record: the regret check. Each
+        // op reads its record once; the write below starts from that read.
+        let mut creates: Option<(&RecordKey, UnixNanos)> = None;
         changed |= match op {
             BatchOp::Upsert { key, record } => {
-                put_record(&mut images, &mut index, key, Some(*record))?
+                put_record(images.get()?, index.get()?, key, Some(*record))?
             }
             BatchOp::MarkUsed { key, now, size } => {
-                let next = match get_record(&images, key)? {
+                let old = get_record(images.get()?, key)?;
+                if old.is_none() {
+                    creates = Some((key, *now));
+                }
+                let next = match old {
                     // A mark never moves last_used back, and always moves it: with the
                     // clock gone back, a mark at or before the stored time lands one
                     // nanosecond after it, so detect's RemoveUnlisted and GC's last look
@@ -982,33 +983,38 @@ fn apply_ops(
                         pinned: false,
                     },
                 };
-                put_record(&mut images, &mut index, key, Some(next))?
+                put_record_over(images.get()?, index.get()?, key, old, Some(next))?
             }
             BatchOp::Sight { key, sighting } => {
-                let next = ImageRecord::after_sighting(get_record(&images, key)?, *sighting);
-                put_record(&mut images, &mut index, key, Some(next))?
+                let old = get_record(images.get()?, key)?;
+                if old.is_none() {
+                    creates = Some((key, sighting.now));
+                }
+                let next = ImageRecord::after_sighting(old, *sighting);
+                put_record_over(images.get()?, index.get()?, key, old, Some(next))?
             }
-            BatchOp::ClampFuture { key, limit, now } => match get_record(&images, key)? {
-                Some(old) if old.has_stamp_after(*limit) => put_record(
-                    &mut images,
-                    &mut index,
+            BatchOp::ClampFuture { key, limit, now } => match get_record(images.get()?, key)? {
+                Some(old) if old.has_stamp_after(*limit) => put_record_over(
+                    images.get()?,
+                    index.get()?,
                     key,
+                    Some(old),
                     Some(old.clamped(*limit, *now)),
                 )?,
                 _ => false,
             },
             BatchOp::Remove { key } => {
-                let removed = put_record(&mut images, &mut index, key, None)?;
-                removed | journal::forget_names(&mut names, &journal, key)?
+                let removed = put_record(images.get()?, index.get()?, key, None)?;
+                removed | journal::forget_names(names.get()?, journal.get()?, key)?
             }
             BatchOp::RemoveUnlisted {
                 key,
                 seen_last_used,
                 journal_at,
                 note,
-            } => match get_record(&images, key)? {
+            } => match get_record(images.get()?, key)? {
                 Some(old) if old.last_used <= *seen_last_used => {
-                    put_record(&mut images, &mut index, key, None)?;
+                    put_record_over(images.get()?, index.get()?, key, Some(old), None)?;
                     match (note, journal_at) {
                         (Some(note), _) => {
                             let jkey = JournalKey {
@@ -1016,7 +1022,7 @@ fn apply_ops(
                                 key: key.clone(),
                             };
                             let entry = journal::entry_of(&old, Remover::Imagekeeper, Some(note));
-                            journal::put_entry(&mut journal, &jkey, &entry)?;
+                            journal::put_entry(journal.get()?, &jkey, &entry)?;
                             journaled.push((jkey, entry));
                             journal_written = true;
                         }
@@ -1026,27 +1032,27 @@ fn apply_ops(
                                 key: key.clone(),
                             };
                             let entry = journal::entry_of(&old, Remover::External, None);
-                            journal::put_entry(&mut journal, &jkey, &entry)?;
+                            journal::put_entry(journal.get()?, &jkey, &entry)?;
                             journaled.push((jkey, entry));
                             journal_written = true;
                         }
                         (None, None) => {
-                            journal::forget_names(&mut names, &journal, key)?;
+                            journal::forget_names(names.get()?, journal.get()?, key)?;
                         }
                     }
                     true
                 }
                 _ => false,
             },
-            BatchOp::Evict { key, note } => match get_record(&images, key)? {
+            BatchOp::Evict { key, note } => match get_record(images.get()?, key)? {
                 Some(old) => {
-                    put_record(&mut images, &mut index, key, None)?;
+                    put_record_over(images.get()?, index.get()?, key, Some(old), None)?;
                     let jkey = JournalKey {
                         removed_at: note.removed_at,
                         key: key.clone(),
                     };
                     let entry = journal::entry_of(&old, Remover::Imagekeeper, Some(note));
-                    journal::put_entry(&mut journal, &jkey, &entry)?;
+                    journal::put_entry(journal.get()?, &jkey, &entry)?;
                     journaled.push((jkey, entry));
                     journal_written = true;
                     true
@@ -1054,10 +1060,11 @@ fn apply_ops(
                 None => false,
             },
             BatchOp::SetNames { key, names: next } => {
-                journal::set_names(&mut names, &images, key, next)?
+                journal::set_names(names.get()?, images.get()?, key, next)?
             }
             BatchOp::PutBackoff { key, entry } => {
                 let k = BackoffKey(key.clone()).encode();
+                let backoff = backoff.get()?;
                 let old = match backoff.get(Encoded::new(&k))? {
                     Some(g) => Some(g.value().decode().map_err(TxnError::Decode)?),
                     None => None,
@@ -1071,12 +1078,13 @@ fn apply_ops(
             }
             BatchOp::RemoveBackoff { key } => {
                 let k = BackoffKey(key.clone()).encode();
-                backoff.remove(Encoded::new(&k))?.is_some()
+                backoff.get()?.remove(Encoded::new(&k))?.is_some()
             }
-            BatchOp::SetMeta { name, value } => put_meta(&mut meta, name, *value)?,
+            BatchOp::SetMeta { name, value } => put_meta(meta.get()?, name, *value)?,
             BatchOp::PutPin { key, pin } => {
                 let k = key.encode();
                 let v = pin.encode();
+                let pins = pins.get()?;
                 let same = match pins.get(Encoded::new(&k))? {
                     Some(g) => g.value().bytes() == v.as_slice(),
                     None => false,
@@ -1086,9 +1094,12 @@ fn apply_ops(
                 }
                 !same
             }
-            BatchOp::RemovePin { key } => pins.remove(Encoded::new(&key.encode()))?.is_some(),
+            BatchOp::RemovePin { key } => {
+                pins.get()?.remove(Encoded::new(&key.encode()))?.is_some()
+            }
             BatchOp::PruneExpiredPins { now } => {
                 let cutoff = now.saturating_sub(retention.max_age);
+                let pins = pins.get()?;
                 let mut expired = Vec::new();
                 for entry in pins.iter()? {
                     let (k, v) = entry?;
@@ -1106,25 +1117,25 @@ fn apply_ops(
             // (`last_detect`: the latest detect that changed a record) move.
             BatchOp::ObserveUses { now, in_use } => {
                 uses_now = uses_now.max(Some(*now));
-                uses_changed |= history::observe_uses(&mut uses, *now, in_use)?;
+                uses_changed |= history::observe_uses(uses.get()?, *now, in_use)?;
                 false
             }
             BatchOp::OpenUse { key, now } => {
                 uses_now = uses_now.max(Some(*now));
-                uses_changed |= history::open_use(&mut uses, key, *now)?;
+                uses_changed |= history::open_use(uses.get()?, key, *now)?;
                 false
             }
             BatchOp::RecordPull { key, entry } => {
                 pulls_now = pulls_now.max(Some(key.at));
-                history::record_pull(&mut pulls, key, entry)?
+                history::record_pull(pulls.get()?, key, entry)?
             }
-            BatchOp::ReplaceWarm { rows } => history::replace_warm(&mut warm, rows)?,
+            BatchOp::ReplaceWarm { rows } => history::replace_warm(warm.get()?, rows)?,
         };
         // A record created without an explicit pull of its key in this batch: someone else
         // pulled it, and imagekeeper records it as first seen.
         if let Some((key, now)) = creates
             && !explicit_pulls.contains(key)
-            && let Some(record) = get_record(&images, key)?
+            && let Some(record) = get_record(images.get()?, key)?
         {
             let pkey = PullKey {
                 at: now,
@@ -1136,12 +1147,12 @@ fn apply_ops(
                 took: std::time::Duration::ZERO,
                 name: String::new(),
             };
-            changed |= history::record_pull(&mut pulls, &pkey, &entry)?;
+            changed |= history::record_pull(pulls.get()?, &pkey, &entry)?;
             pulls_now = pulls_now.max(Some(now));
         }
         if let Some((key, now)) = creates
-            && get_record(&images, key)?.is_some()
-            && let Some(repull) = journal::mark_repull(&mut journal, key, now, retention.max_age)?
+            && get_record(images.get()?, key)?.is_some()
+            && let Some(repull) = journal::mark_repull(journal.get()?, key, now, retention.max_age)?
         {
             repulls.push(repull);
             repull_times.push(now);
@@ -1149,10 +1160,10 @@ fn apply_ops(
         }
     }
     if let Some(now) = uses_now {
-        uses_changed |= history::prune_uses(&mut uses, retention, now)?;
+        uses_changed |= history::prune_uses(uses.get()?, retention, now)?;
     }
     if let Some(now) = pulls_now {
-        changed |= history::prune_pulls(&mut pulls, retention, now)?;
+        changed |= history::prune_pulls(pulls.get()?, retention, now)?;
     }
     if journal_written {
         // The transaction's `now`: the latest time it journaled or marked re-pulled (the
@@ -1173,29 +1184,65 @@ fn apply_ops(
             }))
             .collect();
         journal::prune(
-            &mut journal,
-            &mut names,
-            &images,
-            &mut meta,
+            journal.get()?,
+            names.get()?,
+            images.get()?,
+            meta.get()?,
             retention,
             now,
             &fresh,
         )?;
         // The histories follow the retention this transaction wrote to `meta`, so a lowered
         // retention never leaves them over it (`Store::check` holds them to it).
-        uses_changed |= history::prune_uses(&mut uses, retention, now)?;
-        uses_changed |= history::prune_pulls(&mut pulls, retention, now)?;
+        uses_changed |= history::prune_uses(uses.get()?, retention, now)?;
+        uses_changed |= history::prune_pulls(pulls.get()?, retention, now)?;
     }
     if changed {
         for (name, value) in &batch.stamps {
-            put_meta(&mut meta, name, *value)?;
+            put_meta(meta.get()?, name, *value)?;
         }
     }
     let mut noted = false;
     for (name, value) in &batch.notes {
-        noted |= put_meta(&mut meta, name, *value)?;
+        noted |= put_meta(meta.get()?, name, *value)?;
     }
     Ok((changed || noted || uses_changed, repulls, journaled))
+}
+
+/// A table of the batch's write transaction, opened at its first use, so a batch opens only
+/// the tables its operations touch. Not opening a table commits exactly what opening it
+/// would: every table exists from the file's creation or upgrade (the open reads each
+/// definition), and opening one writes nothing.
+struct LazyTable<'t, K: redb::Key + 'static, V: redb::Value + 'static> {
+    txn: &'t WriteTransaction,
+    def: TableDefinition<'static, K, V>,
+    table: Option<redb::Table<'t, K, V>>,
+}
+
+impl<'t, K: redb::Key + 'static, V: redb::Value + 'static> LazyTable<'t, K, V> {
+    fn new(txn: &'t WriteTransaction, def: TableDefinition<'static, K, V>) -> Self {
+        LazyTable {
+            txn,
+            def,
+            table: None,
+        }
+    }
+
+    /// The table, opened now if this is its first use.
+    fn get(&mut self) -> Result<&mut redb::Table<'t, K, V>, TxnError> {
+        let table = match self.table.take() {
+            Some(table) => table,
+            None => {
+                #[cfg(test)]
+                apply_tests::OPENED.with(|o| {
+                    o.borrow_mut()
+                        .push(redb::TableHandle::name(&self.def).to_owned())
+                });
+                self.txn.open_table(self.def)?
+            }
+        };
+        Ok(self.table.insert(table))
+    }
 }
 
 type ImagesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageRecord>>;
@@ -1219,6 +1266,18 @@ fn put_record(
     next: Option<ImageRecord>,
 ) -> Result<bool, TxnError> {
     let old = get_record(images, key)?;
+    put_record_over(images, index, key, old, next)
+}
+
+/// [`put_record`] over `old`, the record as this transaction already read it (nothing wrote
+/// it since): the op's one read of its record serves the write too.
+fn put_record_over(
+    images: &mut ImagesTable<'_>,
+    index: &mut IndexTable<'_>,
+    key: &RecordKey,
+    old: Option<ImageRecord>,
+    next: Option<ImageRecord>,
+) -> Result<bool, TxnError> {
     if old == next {
         return Ok(false);
     }

@@ -1,0 +1,184 @@
+//! What `Store::apply` opens and writes for a small batch: a batch opens only the tables its
+//! operations touch (each opened at its first use), and a one-record batch writes exactly its
+//! record and its index row, leaving every other table as it was.
+
+use std::cell::RefCell;
+
+use super::{Batch, Store};
+use crate::model::{
+    BackoffEntry, EvictionNote, ImageNames, ImagePin, ImageRecord, PinKey, PullEntry, PullKey,
+    PullOrigin, RecordKey, RemovalReason, UnixNanos,
+};
+
+thread_local! {
+    /// The tables `apply` opened on this thread, in order (test builds only).
+    pub(super) static OPENED: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+const SECOND: i64 = 1_000_000_000;
+
+fn key(id: &str) -> RecordKey {
+    RecordKey::new(format!("sha256:{id}"), "")
+}
+
+fn record(first: i64, last: i64) -> ImageRecord {
+    ImageRecord {
+        first_detected: UnixNanos::from_secs(first),
+        last_used: UnixNanos::from_secs(last),
+        size: 10,
+        pinned: false,
+    }
+}
+
+/// The tables one `apply` of `batch` opened.
+fn opened_by(store: &Store, batch: &Batch) -> Vec<String> {
+    OPENED.with(|o| o.borrow_mut().clear());
+    store.apply(batch).expect("apply");
+    OPENED.with(|o| o.take())
+}
+
+/// A store with something in every table: records a, b, c (c then evicted, so the journal has
+/// an entry), names, a backoff entry, a pin, a use, a pull and the meta written by all that.
+fn populated() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(&dir.path().join("db.redb"), UnixNanos(1)).expect("open");
+    let mut batch = Batch::new();
+    for (id, first, last) in [("a", 1, 5), ("b", 2, 6), ("c", 3, 7)] {
+        batch.upsert(key(id), record(first, last));
+    }
+    batch.set_names(
+        key("a"),
+        ImageNames {
+            repo_tags: vec!["example.com/a:1".into()],
+            repo_digests: vec![],
+        },
+    );
+    batch.put_backoff(
+        "uid_a".into(),
+        BackoffEntry {
+            backoff: std::time::Duration::from_secs(10),
+            last_update: UnixNanos::from_secs(8),
+            last_error: "boom".into(),
+        },
+    );
+    batch.put_pin(
+        PinKey::new("example.com/a:1", ""),
+        ImagePin {
+            created_at: UnixNanos::from_secs(8),
+            until: UnixNanos::NEVER,
+            reason: "test".into(),
+        },
+    );
+    batch.open_use(key("a"), UnixNanos::from_secs(8));
+    batch.record_pull(
+        PullKey {
+            at: UnixNanos::from_secs(8),
+            key: key("b"),
+        },
+        PullEntry {
+            size: 10,
+            origin: PullOrigin::Pull,
+            took: std::time::Duration::from_secs(1),
+            name: "example.com/b:1".into(),
+        },
+    );
+    batch.note_meta("last_heartbeat", 8);
+    assert!(store.apply(&batch).expect("populate"));
+    let mut evict = Batch::new();
+    evict.evict(
+        key("c"),
+        EvictionNote {
+            removed_at: UnixNanos::from_secs(9),
+            reason: RemovalReason::Age,
+            rank: 0,
+            fs: None,
+        },
+    );
+    assert!(store.apply(&evict).expect("evict"));
+    (dir, store)
+}
+
+#[test]
+fn a_batch_opens_only_the_tables_its_operations_touch() {
+    let (_dir, mut store) = populated();
+    // A mark of an existing record: the record and its index row, nothing else.
+    let mut mark = Batch::new();
+    mark.mark_used(key("a"), UnixNanos::from_secs(20), None);
+    assert_eq!(opened_by(&store, &mark), ["images", "eviction_prefix"]);
+    // A note alone: the meta table.
+    let mut note = Batch::new();
+    note.note_meta("last_heartbeat", 21);
+    assert_eq!(opened_by(&store, &note), ["meta"]);
+    // A mark that creates a record also records its detected pull (and prunes the pulls)
+    // and looks for a journal entry to mark re-pulled.
+    let mut create = Batch::new();
+    create.mark_used(key("new"), UnixNanos::from_secs(22), Some(5));
+    assert_eq!(
+        opened_by(&store, &create),
+        ["images", "eviction_prefix", "pulls", "journal"]
+    );
+    assert_eq!(store.check().expect("check"), []);
+}
+
+/// Every table's contents, through the store's readers.
+#[derive(Debug, PartialEq)]
+struct Contents {
+    records: Vec<(RecordKey, ImageRecord)>,
+    eviction_order: Vec<RecordKey>,
+    names: Vec<(RecordKey, ImageNames)>,
+    journal: String,
+    backoff: Vec<(String, BackoffEntry)>,
+    meta: Vec<(String, i64)>,
+    pins: Vec<(PinKey, ImagePin)>,
+    uses: String,
+    pulls: String,
+    warm: String,
+}
+
+fn contents(store: &Store) -> Contents {
+    Contents {
+        records: (store.records().expect("records").into_iter())
+            .map(|r| (r.key, r.record))
+            .collect(),
+        eviction_order: (store.eviction_order().expect("order"))
+            .map(|r| r.expect("record").key)
+            .collect(),
+        names: store.all_names().expect("names"),
+        journal: format!("{:?}", store.journal().expect("journal")),
+        backoff: store.backoff_entries().expect("backoff"),
+        meta: store.meta_entries().expect("meta"),
+        pins: store.pins().expect("pins"),
+        uses: format!("{:?}", store.uses().expect("uses")),
+        pulls: format!("{:?}", store.pulls().expect("pulls")),
+        warm: format!("{:?}", store.warm_rows().expect("warm")),
+    }
+}
+
+#[test]
+fn a_one_record_mark_writes_its_record_and_index_row_and_nothing_else() {
+    let (_dir, mut store) = populated();
+    let before = contents(&store);
+    let commits = store.commits();
+    let now = UnixNanos(30 * SECOND);
+    let mut mark = Batch::new();
+    mark.mark_used(key("a"), now, None);
+    assert!(store.apply(&mark).expect("mark"));
+    assert_eq!(store.commits(), commits + 1, "one commit");
+    let after = contents(&store);
+    let mut expected = before;
+    for (k, r) in &mut expected.records {
+        if *k == key("a") {
+            r.last_used = now;
+        }
+    }
+    // a is now the most recently used: last in eviction order.
+    expected.eviction_order = vec![key("b"), key("a")];
+    assert_eq!(after, expected);
+    assert_eq!(store.check().expect("check"), []);
+    // The same mark again still moves last_used (one nanosecond), so it commits again.
+    assert!(store.apply(&mark).expect("mark again"));
+    assert_eq!(
+        store.get(&key("a")).expect("get").map(|r| r.last_used),
+        Some(UnixNanos(now.0 + 1))
+    );
+}
