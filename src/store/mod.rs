@@ -49,7 +49,7 @@ use redb::{
     ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
 };
 
-pub use batch::{Batch, BatchOp};
+pub use batch::{Batch, BatchOp, SightedNames};
 pub use check::Violation;
 /// The byte layouts the fuzz `decode` target round-trips.
 #[cfg(feature = "fault-injection")]
@@ -945,7 +945,7 @@ fn apply_ops(
         // A pull's mark or a detect's sighting that creates a record: the regret check.
         let created_at = match op {
             BatchOp::MarkUsed { key, now, .. } => Some((key, *now)),
-            BatchOp::Sight { key, sighting } => Some((key, sighting.now)),
+            BatchOp::Sight { key, sighting, .. } => Some((key, sighting.now)),
             _ => None,
         };
         let creates = match created_at {
@@ -977,9 +977,19 @@ fn apply_ops(
                 };
                 put_record(&mut images, &mut index, key, Some(next))?
             }
-            BatchOp::Sight { key, sighting } => {
+            BatchOp::Sight {
+                key,
+                sighting,
+                names: sighted,
+            } => {
                 let next = ImageRecord::after_sighting(get_record(&images, key)?, *sighting);
-                put_record(&mut images, &mut index, key, Some(next))?
+                let record_changed = put_record(&mut images, &mut index, key, Some(next))?;
+                // The names as a `SetNames` right after the sighting would write them.
+                let names_changed = match sighted {
+                    Some(next) => journal::set_names(&mut names, &images, key, next)?,
+                    None => false,
+                };
+                record_changed | names_changed
             }
             BatchOp::ClampFuture { key, limit, now } => match get_record(&images, key)? {
                 Some(old) if old.has_stamp_after(*limit) => put_record(
