@@ -564,10 +564,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         });
         let mut plan = plan_detect(records, &listed, &input)?;
         // Names are written at detect only when they change (the store compares again inside
-        // the write transaction): each difference goes straight into the batch.
+        // the write transaction): each difference goes straight into the batch, with the
+        // sighting of its key when there is one (a new image's: one operation and one key).
+        let mut names_writer = plan.batch.names_in_key_order();
         self.store
             .for_names_that_differ_in_key_order(listed.iter(), |key, names| {
-                plan.batch.set_names(key, names);
+                names_writer.set(key, names);
             })?;
         // Pins expired for longer than the journal's max age go in the detect's transaction
         // (`migrations/0004_pins.md`).
@@ -1815,8 +1817,8 @@ mod pending_eviction_tests {
     use crate::cri::CriError;
     use crate::model::{ContainerUsage, ImageId, PullCredentials};
     use crate::replay::{ScriptState, ScriptedRuntime};
-    use crate::store::CommitMode;
     use crate::store::power_loss::PowerLossDisk;
+    use crate::store::{BatchOp, CommitMode};
     use std::collections::BTreeMap;
 
     /// The scripted runtime on a disk that fails every write from the moment an image is
@@ -2063,6 +2065,67 @@ mod pending_eviction_tests {
             ),
             "{report:?}"
         );
+    }
+
+    /// Issue 29: a first detect held two operations per new image (a `Sight`, then a
+    /// `SetNames` with a second copy of the key); each new image's names now ride on its
+    /// sighting, and an image whose names change later gets a `SetNames` of its own.
+    #[tokio::test]
+    async fn a_first_detect_holds_one_operation_per_new_image() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let t0 = UnixNanos::from_secs(10_000);
+        let store = Arc::new(Store::open(&dir.path().join("db.redb"), t0).expect("open"));
+        let runtime = ScriptedRuntime::new();
+        runtime.state().images = (1..=50u32)
+            .map(|n| RuntimeImage {
+                id: ImageId::new(format!("sha256:{n:064x}")),
+                repo_tags: vec![format!("app-{n}:v1")],
+                size: 10,
+                ..RuntimeImage::default()
+            })
+            .collect();
+        let manager =
+            ImageGcManager::new(runtime.clone(), store, GcConfig::default()).expect("new");
+        let count = |ops: &[BatchOp]| {
+            let sights = ops
+                .iter()
+                .filter(|op| matches!(op, BatchOp::Sight { .. }))
+                .count();
+            let named = ops
+                .iter()
+                .filter(|op| matches!(op, BatchOp::Sight { names: Some(_), .. }))
+                .count();
+            let set_names = ops
+                .iter()
+                .filter(|op| matches!(op, BatchOp::SetNames { .. }))
+                .count();
+            (sights, named, set_names)
+        };
+        let settings = manager.settings();
+        let (_, plan) = manager
+            .observe_and_plan(&settings, t0, None)
+            .await
+            .expect("plan");
+        assert_eq!(count(plan.batch.ops()), (50, 50, 0));
+        manager.detect(t0).await.expect("detect");
+        let key = runtime.state().images[6].record_key();
+        assert_eq!(
+            manager
+                .store()
+                .names(&key)
+                .expect("names")
+                .expect("stored")
+                .repo_tags,
+            vec!["app-7:v1".to_owned()],
+            "written with the sighting"
+        );
+        // A later detect: one image's names changed, no record did.
+        runtime.state().images[6].repo_tags = vec!["app-7:v2".to_owned()];
+        let (_, plan) = manager
+            .observe_and_plan(&settings, t0, None)
+            .await
+            .expect("plan");
+        assert_eq!(count(plan.batch.ops()), (0, 0, 1));
     }
 
     /// A manager over `images` (id n, `size` bytes each) on a scripted runtime, detected at

@@ -396,7 +396,7 @@ impl<'de> Visitor<'de> for TypedLineVisitor {
             }
             op = Some(match &*key {
                 "images" => {
-                    let (images, inodes) = split_images(map.next_value::<ImagesBody>()?.0);
+                    let ImagesBody(images, inodes) = map.next_value()?;
                     TraceOp::Images(images, inodes)
                 }
                 "containers" => TraceOp::Containers(map.next_value::<ContainersBody>()?.0),
@@ -439,14 +439,38 @@ impl<'de> Visitor<'de> for TypedLineVisitor {
 }
 
 /// An `images` body: each entry checked and converted as it is read, so the list is held
-/// once, as the runtime's images (each with the inodes its line gives).
-struct ImagesBody(Vec<(RuntimeImage, Option<u64>)>);
+/// once, as the runtime's images, and the inodes of those whose line gives them. The list
+/// and each image's tags are held at their exact length (no growth's spare room: the
+/// scripted runtime keeps them for the whole replay).
+struct ImagesBody(Vec<RuntimeImage>, ImageInodes);
 
 impl<'de> Deserialize<'de> for ImagesBody {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer
-            .deserialize_seq(ConvertingSeq(image, PhantomData))
-            .map(ImagesBody)
+        deserializer.deserialize_seq(ImagesVisitor)
+    }
+}
+
+struct ImagesVisitor;
+
+impl<'de> Visitor<'de> for ImagesVisitor {
+    type Value = ImagesBody;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ImagesBody, A::Error> {
+        let mut images = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        let mut inodes = ImageInodes::new();
+        while let Some(item) = seq.next_element::<ImageLine>()? {
+            let (image, n) = image(item).map_err(de::Error::custom)?;
+            if let Some(n) = n {
+                inodes.insert(image.id.0.clone(), n);
+            }
+            images.push(image);
+        }
+        images.shrink_to_fit();
+        Ok(ImagesBody(images, inodes))
     }
 }
 
@@ -571,10 +595,14 @@ fn parse_line_by_value(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
 
 fn image(i: ImageLine) -> Result<(RuntimeImage, Option<u64>), String> {
     check_image_id(&i.id, "image \"id\"")?;
+    // Read element by element, the tags have room for four (a quarter of a 100k node's
+    // list as it is held): trimmed, as the runtime's decode trims its name lists.
+    let mut tags = i.tags;
+    tags.shrink_to_fit();
     Ok((
         RuntimeImage {
             id: ImageId(i.id),
-            repo_tags: i.tags,
+            repo_tags: tags,
             repo_digests: Vec::new(),
             size: i.size,
             pinned: i.pinned,
@@ -584,10 +612,10 @@ fn image(i: ImageLine) -> Result<(RuntimeImage, Option<u64>), String> {
     ))
 }
 
-/// The images, and the inodes of those whose line gives them.
+/// The images, and the inodes of those whose line gives them (the original rules' path).
 fn split_images(images: Vec<(RuntimeImage, Option<u64>)>) -> (Vec<RuntimeImage>, ImageInodes) {
     let mut inodes = ImageInodes::new();
-    let images = images
+    let mut images: Vec<RuntimeImage> = images
         .into_iter()
         .map(|(image, n)| {
             if let Some(n) = n {
@@ -596,6 +624,7 @@ fn split_images(images: Vec<(RuntimeImage, Option<u64>)>) -> (Vec<RuntimeImage>,
             image
         })
         .collect();
+    images.shrink_to_fit();
     (images, inodes)
 }
 
@@ -1084,6 +1113,33 @@ mod tests {
                 .expect("good"),
             2
         );
+    }
+
+    /// Issue 29: the scripted runtime holds an `images` line's list for the whole replay;
+    /// read element by element, the list and each image's tags had room to spare (tags for
+    /// four: 96 bytes where one tag needs 24). Both paths hold them at their length.
+    #[test]
+    fn an_images_line_is_held_at_its_exact_length() {
+        let entries: Vec<String> = (0..5)
+            .map(|i| format!(r#"{{"id": "sha256:{i}", "size": 1, "tags": ["t:{i}"]}}"#))
+            .collect();
+        let typed = format!(r#"{{"at": 1, "images": [{}]}}"#, entries.join(", "));
+        // A key given twice: the original rules' path.
+        let by_value = format!(
+            r#"{{"at": 1, "at": 1, "images": [{}]}}"#,
+            entries.join(", ")
+        );
+        for raw in [typed, by_value] {
+            let (_, op) = parse_line(&raw).expect("parses");
+            let TraceOp::Images(images, _) = op else {
+                panic!("images: {op:?}")
+            };
+            assert_eq!(images.len(), 5);
+            assert_eq!(images.capacity(), images.len(), "{raw}");
+            for image in &images {
+                assert_eq!(image.repo_tags.capacity(), 1, "{raw}");
+            }
+        }
     }
 
     #[test]

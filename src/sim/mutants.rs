@@ -51,7 +51,7 @@ pub fn blind_detect(
     let mut batch = Batch::new();
     for op in plan.batch.ops() {
         match op {
-            BatchOp::Sight { key, sighting } => batch.upsert(
+            BatchOp::Sight { key, sighting, .. } => batch.upsert(
                 key.clone(),
                 ImageRecord::after_sighting(existing.get(key).copied(), *sighting),
             ),

@@ -7,6 +7,11 @@ use crate::model::{
 };
 
 /// One change inside a [`Batch`].
+///
+/// A first detect of n images holds n operations (a [`BatchOp::Sight`] with the image's
+/// names per image), so the enum's size is the batch's cost per operation: a `Sight` (a key,
+/// the sighting and the names) is the largest variant (128 bytes, a test holds it), and no
+/// rarer operation is larger (a pull's key and entry, the largest of them, are 112).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BatchOp {
     /// Make the record exactly this.
@@ -26,10 +31,13 @@ pub enum BatchOp {
     },
     /// Detect's write of a listed image, merged with the record as it is inside the write
     /// transaction ([`ImageRecord::after_sighting`]), so a pull's mark committed after the
-    /// detect read its snapshot is kept.
+    /// detect read its snapshot is kept. With `names`, then the image's names, as a
+    /// [`BatchOp::SetNames`] of the key right after it would (see [`SightedNames`]): one
+    /// operation and one key per new image instead of two of each.
     Sight {
         key: RecordKey,
         sighting: Sighting,
+        names: Option<ImageNames>,
     },
     /// Detect's undoing of a clock that was ahead: each of the record's first_detected and
     /// last_used that lies after `limit` (as the record is inside the write transaction)
@@ -174,7 +182,11 @@ impl Batch {
     }
 
     pub fn sight(&mut self, key: RecordKey, sighting: Sighting) {
-        self.ops.push(BatchOp::Sight { key, sighting });
+        self.ops.push(BatchOp::Sight {
+            key,
+            sighting,
+            names: None,
+        });
     }
 
     pub fn clamp_future(&mut self, key: RecordKey, limit: UnixNanos, now: UnixNanos) {
@@ -230,6 +242,15 @@ impl Batch {
         self.ops.push(BatchOp::SetNames { key, names });
     }
 
+    /// Writes names in increasing key order, each with the [`BatchOp::Sight`] of its key when
+    /// the batch has one (see [`SightedNames`]).
+    pub fn names_in_key_order(&mut self) -> SightedNames<'_> {
+        SightedNames {
+            batch: self,
+            next: 0,
+        }
+    }
+
     pub fn remove(&mut self, key: RecordKey) {
         self.ops.push(BatchOp::Remove { key });
     }
@@ -280,5 +301,137 @@ impl Batch {
     /// Writes `name = value` only if the rest of the batch changes something.
     pub fn stamp_if_changed(&mut self, name: impl Into<String>, value: i64) {
         self.stamps.push((name.into(), value));
+    }
+}
+
+/// Names handed in increasing key order (as detect's names walk hands them): the names of a
+/// key the batch sights go into that [`BatchOp::Sight`], any other's into a
+/// [`BatchOp::SetNames`] at the batch's end. A cursor walks the batch's leading run of
+/// sightings and clamps (a detect's, in key order) once, whatever the number of names.
+///
+/// The same as a `SetNames` of each at the end provided no operation after a key's sighting
+/// touches that key's record or names: true of a detect's batch, whose other operations are
+/// removals of keys it does not list, pins, uses and meta values.
+pub struct SightedNames<'a> {
+    batch: &'a mut Batch,
+    /// The first operation not yet passed.
+    next: usize,
+}
+
+impl SightedNames<'_> {
+    /// Sets `key`'s names (if the record exists and they differ, as
+    /// [`BatchOp::SetNames`]).
+    pub fn set(&mut self, key: RecordKey, names: ImageNames) {
+        while let Some(op) = self.batch.ops.get_mut(self.next) {
+            match op {
+                BatchOp::Sight {
+                    key: sighted,
+                    names: slot @ None,
+                    ..
+                } if *sighted == key => {
+                    *slot = Some(names);
+                    self.next += 1;
+                    return;
+                }
+                BatchOp::Sight { key: passed, .. } | BatchOp::ClampFuture { key: passed, .. }
+                    if *passed <= key =>
+                {
+                    self.next += 1;
+                }
+                _ => break,
+            }
+        }
+        self.batch.set_names(key, names);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of a [`BatchOp`]: a `Sight` (a record key, the sighting and the names; the
+    /// tag fits in a niche).
+    const BATCH_OP_BYTES: usize = 128;
+
+    /// Issue 29: a sighting carries its image's names, and no operation is larger than
+    /// that (a rare operation larger than a detect's common one would set the size of a
+    /// detect's 100k).
+    #[test]
+    fn an_op_is_no_larger_than_a_sighting_with_its_names() {
+        assert_eq!(std::mem::size_of::<BatchOp>(), BATCH_OP_BYTES);
+        let sight = std::mem::size_of::<RecordKey>()
+            + std::mem::size_of::<Sighting>()
+            + std::mem::size_of::<ImageNames>();
+        assert!(BATCH_OP_BYTES <= sight + 8, "{sight}");
+    }
+
+    fn names(tag: &str) -> ImageNames {
+        ImageNames {
+            repo_tags: vec![tag.to_owned()],
+            repo_digests: Vec::new(),
+        }
+    }
+
+    fn sighting() -> Sighting {
+        Sighting {
+            now: UnixNanos(5),
+            in_use: false,
+            size: 1,
+            pinned: false,
+            used_at: UnixNanos::NEVER,
+        }
+    }
+
+    /// Issue 29: a first detect held a `Sight` and a `SetNames` (each with its own copy of
+    /// the key) per image. Names in key order go into the sightings of their keys; a key
+    /// not sighted, or handed out of order, gets a `SetNames` at the end.
+    #[test]
+    fn names_in_key_order_ride_on_their_sightings() {
+        let key = |id: &str| RecordKey::new(id, "");
+        let mut batch = Batch::new();
+        batch.sight(key("a"), sighting());
+        batch.clamp_future(key("c"), UnixNanos(9), UnixNanos(5));
+        batch.sight(key("c"), sighting());
+        batch.sight(key("e"), sighting());
+        batch.remove_unlisted_journaled(key("f"), UnixNanos(1), UnixNanos(5));
+        let mut writer = batch.names_in_key_order();
+        writer.set(key("a"), names("a:1"));
+        writer.set(key("b"), names("b:1"));
+        writer.set(key("c"), names("c:1"));
+        writer.set(key("e"), names("e:1"));
+        // Out of order: the cursor is past "a", so it is written at the end.
+        writer.set(key("a"), names("a:2"));
+        let with = |id: &str, tag: Option<&str>| BatchOp::Sight {
+            key: key(id),
+            sighting: sighting(),
+            names: tag.map(names),
+        };
+        assert_eq!(
+            batch.ops(),
+            &[
+                with("a", Some("a:1")),
+                BatchOp::ClampFuture {
+                    key: key("c"),
+                    limit: UnixNanos(9),
+                    now: UnixNanos(5)
+                },
+                with("c", Some("c:1")),
+                with("e", Some("e:1")),
+                BatchOp::RemoveUnlisted {
+                    key: key("f"),
+                    seen_last_used: UnixNanos(1),
+                    journal_at: Some(UnixNanos(5)),
+                    note: None
+                },
+                BatchOp::SetNames {
+                    key: key("b"),
+                    names: names("b:1")
+                },
+                BatchOp::SetNames {
+                    key: key("a"),
+                    names: names("a:2")
+                },
+            ]
+        );
     }
 }

@@ -51,7 +51,7 @@ use redb::{
     ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
 };
 
-pub use batch::{Batch, BatchOp};
+pub use batch::{Batch, BatchOp, SightedNames};
 pub use check::Violation;
 /// The byte layouts the fuzz `decode` target round-trips.
 #[cfg(feature = "fault-injection")]
@@ -985,13 +985,24 @@ fn apply_ops(
                 };
                 put_record_over(images.get()?, index.get()?, key, old, Some(next))?
             }
-            BatchOp::Sight { key, sighting } => {
+            BatchOp::Sight {
+                key,
+                sighting,
+                names: sighted,
+            } => {
                 let old = get_record(images.get()?, key)?;
                 if old.is_none() {
                     creates = Some((key, sighting.now));
                 }
                 let next = ImageRecord::after_sighting(old, *sighting);
-                put_record_over(images.get()?, index.get()?, key, old, Some(next))?
+                let record_changed =
+                    put_record_over(images.get()?, index.get()?, key, old, Some(next))?;
+                // The names as a `SetNames` right after the sighting would write them.
+                let names_changed = match sighted {
+                    Some(next) => journal::set_names(names.get()?, images.get()?, key, next)?,
+                    None => false,
+                };
+                record_changed | names_changed
             }
             BatchOp::ClampFuture { key, limit, now } => match get_record(images.get()?, key)? {
                 Some(old) if old.has_stamp_after(*limit) => put_record_over(

@@ -263,7 +263,7 @@ where
 pub fn apply_to_copy(records: &mut BTreeMap<RecordKey, ImageRecord>, batch: &Batch) {
     for op in batch.ops() {
         match op {
-            BatchOp::Sight { key, sighting } => {
+            BatchOp::Sight { key, sighting, .. } => {
                 let next = ImageRecord::after_sighting(records.get(key).copied(), *sighting);
                 records.insert(key.clone(), next);
             }
