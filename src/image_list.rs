@@ -13,6 +13,8 @@
 //! slice, never a copy or a second check. A list reads back exactly the images it was built
 //! from, in the same order, duplicates included ([`ImageList::to_images`]).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::model::{ImageId, RecordKey, RuntimeImage};
@@ -286,7 +288,8 @@ pub struct ImageList {
 
 #[derive(Clone, Debug)]
 enum Repr {
-    Owned(Vec<RuntimeImage>),
+    /// Shared with whoever handed the list out (a scripted runtime keeps one copy).
+    Owned(Arc<Vec<RuntimeImage>>),
     Wire(WireImages),
 }
 
@@ -298,6 +301,13 @@ impl Default for ImageList {
 
 impl From<Vec<RuntimeImage>> for ImageList {
     fn from(images: Vec<RuntimeImage>) -> ImageList {
+        ImageList::from(Arc::new(images))
+    }
+}
+
+/// A list over images shared with their holder, without a copy.
+impl From<Arc<Vec<RuntimeImage>>> for ImageList {
+    fn from(images: Arc<Vec<RuntimeImage>>) -> ImageList {
         ImageList {
             repr: Repr::Owned(images),
         }
@@ -338,6 +348,15 @@ impl ImageList {
         }
     }
 
+    /// The images an owned list shares with whoever handed it out.
+    #[cfg(test)]
+    pub(crate) fn shared_images(&self) -> Option<&Arc<Vec<RuntimeImage>>> {
+        match &self.repr {
+            Repr::Owned(images) => Some(images),
+            Repr::Wire(_) => None,
+        }
+    }
+
     /// The bytes a wire list reads its strings from.
     #[cfg(test)]
     pub(crate) fn wire_text(&self) -> Option<&Bytes> {
@@ -350,7 +369,7 @@ impl ImageList {
     /// The images as owned [`RuntimeImage`]s, in list order.
     pub fn to_images(&self) -> Vec<RuntimeImage> {
         match &self.repr {
-            Repr::Owned(images) => images.clone(),
+            Repr::Owned(images) => images.as_ref().clone(),
             Repr::Wire(_) => self.iter().map(|image| image.to_image()).collect(),
         }
     }
@@ -358,7 +377,7 @@ impl ImageList {
     /// As [`ImageList::to_images`], without a copy for a list held as images.
     pub fn into_images(self) -> Vec<RuntimeImage> {
         match self.repr {
-            Repr::Owned(images) => images,
+            Repr::Owned(images) => Arc::unwrap_or_clone(images),
             Repr::Wire(_) => self.to_images(),
         }
     }

@@ -102,7 +102,8 @@ async fn a_byte_walk_that_frees_past_its_low_line_is_caught() {
                 size,
                 ..RuntimeImage::default()
             })
-            .to_vec();
+            .to_vec()
+            .into();
         runtime.state().fs = Some((100_000, 90_000));
         // Budget 800/500 over 1000 bytes of images: 500 to free, a and b (700) free it.
         let policy = GcPolicy {

@@ -90,7 +90,7 @@ pub fn measure(node: &Node, work: &Path, rounds: usize) -> DetectTimes {
     let runtime = ScriptedRuntime::new();
     {
         let mut state = runtime.state();
-        state.images = lists[0].clone();
+        state.images = lists[0].clone().into();
         state.containers = node.containers.clone();
     }
     let manager =
@@ -112,7 +112,7 @@ pub fn measure(node: &Node, work: &Path, rounds: usize) -> DetectTimes {
     let mut show = |which: usize| {
         if which != showing {
             let mut state = runtime.state();
-            std::mem::swap(&mut state.images, &mut lists[1]);
+            std::mem::swap(&mut *state.images, &mut lists[1]);
             showing = which;
         }
     };

@@ -1056,7 +1056,7 @@ mod tests {
     async fn a_gc_cycle_publishes_node_events_for_its_removals_and_its_failure() {
         let dir = tempfile::tempdir().expect("temp dir");
         let runtime = Recorder::new();
-        runtime.inner.state().images = vec![image("sha256:a", 700)];
+        runtime.inner.state().images = vec![image("sha256:a", 700)].into();
         // 90 % used (capacity 1000, 100 available): above the default 85.
         runtime.inner.state().fs = Some((1000, 100));
         let events = RecordedEvents::default();
@@ -1156,7 +1156,7 @@ mod tests {
     async fn the_agent_runs_detect_then_image_cache_then_gc_and_each_on_its_period() {
         let dir = tempfile::tempdir().expect("temp dir");
         let runtime = Recorder::new();
-        runtime.inner.state().images = vec![image("sha256:a", 700), image("sha256:b", 300)];
+        runtime.inner.state().images = vec![image("sha256:a", 700), image("sha256:b", 300)].into();
         runtime.inner.state().fs = Some((1_000_000, 900_000));
         let agent = agent_in(dir.path(), runtime.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -1227,7 +1227,8 @@ mod tests {
     async fn a_refused_removal_is_exported_as_image_gc_remove_failures_total() {
         let dir = tempfile::tempdir().expect("temp dir");
         let runtime = Recorder::new();
-        runtime.inner.state().images = vec![image("sha256:stuck", 10), image("sha256:b", 10)];
+        runtime.inner.state().images =
+            vec![image("sha256:stuck", 10), image("sha256:b", 10)].into();
         runtime.inner.state().fs = Some((1_000_000, 900_000));
         runtime
             .inner

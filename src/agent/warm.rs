@@ -854,7 +854,7 @@ mod tests {
         };
         runtime.node.state().fs = Some((1000, 800));
         runtime.node.state().images =
-            vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)];
+            vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)].into();
         let agent = agent(dir.path(), runtime.clone(), &[]);
         let t0 = UnixNanos::from_secs(1_800_000_000);
         // Both used by a container at the first detect.
@@ -942,7 +942,7 @@ mod tests {
         };
         runtime.node.state().fs = Some((1000, 800));
         runtime.node.state().images =
-            vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)];
+            vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)].into();
         let window = FromHistory {
             used_within: Duration::from_secs(3600),
             max_bytes: None,

@@ -1889,7 +1889,7 @@ mod pending_eviction_tests {
             size: 1000,
             ..RuntimeImage::default()
         };
-        inner.state().images = vec![image.clone()];
+        inner.state().images = vec![image.clone()].into();
         let runtime = FullAfterRemove {
             inner,
             disk: disk.clone(),
@@ -1948,7 +1948,8 @@ mod pending_eviction_tests {
                 size,
                 ..RuntimeImage::default()
             })
-            .to_vec();
+            .to_vec()
+            .into();
         // No filesystem scripted: ImageFsInfo reports capacity 0.
         let config = GcConfig {
             policy: GcPolicy {

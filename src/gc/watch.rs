@@ -366,7 +366,7 @@ mod tests {
         let runtime = ScriptedRuntime::new();
         {
             let mut state = runtime.state();
-            state.images = vec![image("sha256:busy"), image("sha256:other")];
+            state.images = vec![image("sha256:busy"), image("sha256:other")].into();
             state.containers = vec![RuntimeContainer {
                 id: "c".into(),
                 pod_sandbox_id: "p".into(),

@@ -85,7 +85,7 @@ where
         let current = match line.op {
             TraceOp::Images(images, inodes) => {
                 let mut state = runtime.state();
-                state.images = images;
+                state.images = images.into();
                 state.image_inodes = inodes;
                 drop(state);
                 current

@@ -10,15 +10,51 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::cri::{CriError, ImageRuntime, RpcCode};
-use crate::model::{ImageFsStats, PullCredentials, RuntimeContainer, RuntimeImage};
+use crate::model::{ImageFsStats, ImageList, PullCredentials, RuntimeContainer, RuntimeImage};
 
 /// A scripted container filesystem: (capacity, available, (inodes, free inodes)).
 pub type ContainerFs = (u64, u64, Option<(u64, u64)>);
 
+/// The script's images, shared with the lists ListImages hands out
+/// ([`ImageRuntime::list_image_list`]): a change while a detect holds one copies them first
+/// (`Arc::make_mut`, through `DerefMut`), so a 100k-image replay holds one list, not the
+/// script's and a copy.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ScriptImages(Arc<Vec<RuntimeImage>>);
+
+impl std::ops::Deref for ScriptImages {
+    type Target = Vec<RuntimeImage>;
+
+    fn deref(&self) -> &Vec<RuntimeImage> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ScriptImages {
+    fn deref_mut(&mut self) -> &mut Vec<RuntimeImage> {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl From<Vec<RuntimeImage>> for ScriptImages {
+    fn from(images: Vec<RuntimeImage>) -> ScriptImages {
+        ScriptImages(Arc::new(images))
+    }
+}
+
+impl FromIterator<RuntimeImage> for ScriptImages {
+    fn from_iter<I: IntoIterator<Item = RuntimeImage>>(images: I) -> ScriptImages {
+        ScriptImages::from(images.into_iter().collect::<Vec<_>>())
+    }
+}
+
 /// The scripted runtime's state.
 #[derive(Clone, Debug, Default)]
 pub struct ScriptState {
-    pub images: Vec<RuntimeImage>,
+    /// Shared with the lists ListImages hands out ([`ImageRuntime::list_image_list`]): a
+    /// change while a detect holds one copies them first (`Arc::make_mut`), so a 100k-image
+    /// replay holds one list, not the script's and a copy.
+    pub images: ScriptImages,
     pub containers: Vec<RuntimeContainer>,
     /// (capacity, available); `None` reports capacity 0.
     pub fs: Option<(u64, u64)>,
@@ -82,7 +118,12 @@ impl ScriptedRuntime {
 impl ImageRuntime for ScriptedRuntime {
     async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
         self.check_up("ListImages")?;
-        Ok(self.state().images.clone())
+        Ok(self.state().images.to_vec())
+    }
+
+    async fn list_image_list(&self) -> Result<ImageList, CriError> {
+        self.check_up("ListImages")?;
+        Ok(ImageList::from(Arc::clone(&self.state().images.0)))
     }
 
     async fn image_status(
@@ -226,5 +267,40 @@ impl ImageRuntime for ScriptedRuntime {
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
         self.check_up("ListContainers")?;
         Ok(self.state().containers.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ImageId;
+
+    fn image(id: &str) -> RuntimeImage {
+        RuntimeImage {
+            id: ImageId::new(id),
+            size: 1,
+            ..RuntimeImage::default()
+        }
+    }
+
+    /// ListImages hands out the script's images themselves, not a copy; a change to the
+    /// script afterwards copies them first, so the list a detect holds never changes under it.
+    #[tokio::test]
+    async fn list_images_shares_the_scripts_images_and_a_later_change_copies_them() {
+        let runtime = ScriptedRuntime::new();
+        runtime.state().images = vec![image("sha256:a"), image("sha256:b")].into();
+        let listed = runtime.list_image_list().await.expect("listed");
+        let shared = listed.shared_images().expect("an owned list");
+        assert!(Arc::ptr_eq(shared, &runtime.state().images.0));
+        runtime
+            .state()
+            .images
+            .retain(|i| i.id.as_str() != "sha256:a");
+        assert!(!Arc::ptr_eq(shared, &runtime.state().images.0));
+        assert_eq!(
+            listed.to_images(),
+            vec![image("sha256:a"), image("sha256:b")]
+        );
+        assert_eq!(*runtime.state().images, vec![image("sha256:b")]);
     }
 }

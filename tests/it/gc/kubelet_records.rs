@@ -201,7 +201,7 @@ async fn the_dry_run_says_the_kubelet_is_pulling_it_and_shows_the_pulled_record(
     write_intent(kubelet.path(), "v1beta1", "registry.example/a:1");
     write_pulled(kubelet.path(), "b", &rfc3339(500));
     let runtime = ScriptedRuntime::new();
-    runtime.state().images = vec![image("a", 1_000), image("b", 1_000), image("c", 1_000)];
+    runtime.state().images = vec![image("a", 1_000), image("b", 1_000), image("c", 1_000)].into();
     runtime.state().fs = Some((3_000, 0));
     let dir = tempfile::tempdir().expect("tempdir");
     let store = std::sync::Arc::new(

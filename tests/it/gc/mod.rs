@@ -119,7 +119,7 @@ impl Node {
     }
 
     fn set_images(&self, images: Vec<RuntimeImage>) {
-        self.runtime.state().images = images;
+        self.runtime.state().images = images.into();
     }
 
     fn set_containers(&self, containers: Vec<RuntimeContainer>) {
@@ -904,7 +904,7 @@ async fn gc_whose_record_delete_fails_on_a_full_disk_converges_at_the_next_detec
     };
     let store = Arc::new(Store::open(&fs.path().join("records.redb"), at(0)).expect("open"));
     let scripted = ScriptedRuntime::new();
-    scripted.state().images = vec![image("victim", 1_000), image("kept", 1_000)];
+    scripted.state().images = vec![image("victim", 1_000), image("kept", 1_000)].into();
     scripted.state().containers = vec![container("c1", "kept")];
     scripted.state().fs = Some((10_000, 1_000));
     let filler = fs.path().join("filler");

@@ -180,7 +180,7 @@ fn tagged(id: &str, size: u64) -> RuntimeImage {
 #[tokio::test]
 async fn a_pull_committed_while_detect_lists_keeps_its_record_and_mark() {
     let rig = Rig::new(GcConfig::default());
-    rig.runtime.inner.state().images = vec![tagged("old", 10)];
+    rig.runtime.inner.state().images = vec![tagged("old", 10)].into();
     let mut parked = rig.runtime.park("ListImages", None);
     let detect = rig.gc.detect(at(100));
     let pull = async {
@@ -211,7 +211,7 @@ async fn a_pull_committed_while_detect_lists_keeps_its_record_and_mark() {
 #[tokio::test]
 async fn detect_merges_with_a_pull_mark_committed_after_its_snapshot() {
     let rig = Rig::new(GcConfig::default());
-    rig.runtime.inner.state().images = vec![tagged("new", 20)];
+    rig.runtime.inner.state().images = vec![tagged("new", 20)].into();
     let mut parked = rig.runtime.park("ListImages", None);
     let detect = rig.gc.detect(at(100));
     let pull = async {
@@ -295,7 +295,7 @@ async fn max_age_victims_that_gain_a_container_during_the_pass_are_kept() {
         policy: policy(100, 80, 0, 60),
         ..GcConfig::default()
     });
-    rig.runtime.inner.state().images = vec![tagged("a", 1), tagged("b", 1)];
+    rig.runtime.inner.state().images = vec![tagged("a", 1), tagged("b", 1)].into();
     rig.runtime.inner.state().fs = Some((10_000, 10_000));
     rig.gc.detect(at(0)).await.expect("detect");
     let mut parked = rig.runtime.park("RemoveImage", Some("a"));
@@ -320,9 +320,9 @@ async fn an_image_with_a_pull_in_flight_is_kept_by_gc_and_by_the_dry_run() {
         policy: policy(85, 80, 0, 0),
         ..GcConfig::default()
     });
-    rig.runtime.inner.state().images = vec![tagged("a", 1_000)];
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000)].into();
     rig.gc.detect(at(1)).await.expect("detect");
-    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)];
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)].into();
     rig.gc.detect(at(2)).await.expect("detect");
     rig.runtime.inner.state().fs = Some((10_000, 1_000)); // free 1,000.
     let mut parked = rig.runtime.park("PullImage", Some("registry.example/a:1"));
@@ -362,7 +362,7 @@ async fn a_dry_run_answers_while_a_gc_is_removing_and_progress_is_reported() {
         policy: policy(85, 80, 0, 0),
         ..GcConfig::default()
     });
-    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)];
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)].into();
     rig.runtime.inner.state().fs = Some((10_000, 0));
     rig.gc.detect(at(1)).await.expect("detect");
     let mut parked = rig.runtime.park("RemoveImage", Some("b"));
@@ -450,7 +450,7 @@ async fn a_cycle_queued_behind_another_reads_the_clock_when_it_starts() {
         policy: policy(85, 80, 120, 0),
         ..GcConfig::default()
     });
-    rig.runtime.inner.state().images = vec![tagged("a", 1_000)];
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000)].into();
     rig.runtime.inner.state().fs = Some((10_000, 0));
     rig.gc.detect(at(-1_000)).await.expect("detect");
     rig.clock.set(at(100));
@@ -492,7 +492,7 @@ async fn a_reconfigure_waits_for_the_cycle_in_flight_which_ends_with_its_own_set
         ..GcConfig::default()
     };
     let rig = Rig::new(old.clone());
-    rig.runtime.inner.state().images = vec![tagged("a", 1), tagged("b", 1)];
+    rig.runtime.inner.state().images = vec![tagged("a", 1), tagged("b", 1)].into();
     rig.runtime.inner.state().fs = Some((10_000, 10_000));
     rig.gc.detect(at(0)).await.expect("detect");
     let mut parked = rig.runtime.park("RemoveImage", Some("a"));
@@ -522,7 +522,7 @@ async fn a_reconfigure_waits_for_the_cycle_in_flight_which_ends_with_its_own_set
     assert_eq!(rig.gc.config(), new);
 
     // The next cycle runs with the new settings: MaxAge is off, so c stays.
-    rig.runtime.inner.state().images = vec![tagged("c", 1)];
+    rig.runtime.inner.state().images = vec![tagged("c", 1)].into();
     rig.gc.detect(at(1_001)).await.expect("detect");
     let report = rig.gc.garbage_collect(at(5_000)).await;
     assert!(report.error.is_none(), "{:?}", report.error);
@@ -558,7 +558,7 @@ async fn a_container_created_while_the_last_look_asks_a_new_containers_status_ke
         policy: policy(85, 80, 0, 0),
         ..GcConfig::default()
     });
-    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)];
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)].into();
     rig.runtime.inner.state().fs = Some((10_000, 0));
     rig.gc.detect(at(1)).await.expect("detect");
     let mut fs = rig.runtime.park("ImageFsInfo", None);
@@ -598,11 +598,11 @@ async fn a_record_detect_did_not_list_is_not_removed_while_a_pull_of_its_image_i
         policy: policy(85, 80, 0, 0),
         ..GcConfig::default()
     });
-    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)];
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)].into();
     rig.gc.detect(at(1)).await.expect("detect");
     rig.runtime.inner.state().fs = Some((10_000, 0));
     // a is gone from the runtime when the GC's detect lists it.
-    rig.runtime.inner.state().images = vec![tagged("b", 1_000)];
+    rig.runtime.inner.state().images = vec![tagged("b", 1_000)].into();
     let mut list = rig.runtime.park("ListImages", None);
     let (gc_done, gc_done_rx) = oneshot::channel();
     let gc = async {
@@ -613,15 +613,15 @@ async fn a_record_detect_did_not_list_is_not_removed_while_a_pull_of_its_image_i
     let meanwhile = async {
         list.reached().await;
         // A pull brings a back and marks it; then a is removed again behind our back.
-        rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)];
+        rig.runtime.inner.state().images = vec![tagged("a", 1_000), tagged("b", 1_000)].into();
         rig.clock.set(at(50));
         rig.pull("registry.example/a:1").await;
-        rig.runtime.inner.state().images = vec![tagged("b", 1_000)];
+        rig.runtime.inner.state().images = vec![tagged("b", 1_000)].into();
         let mut remove_b = rig.runtime.park("RemoveImage", Some("b"));
         list.release();
         // While GC removes b, a pull of a starts and is in flight.
         remove_b.reached().await;
-        rig.runtime.inner.state().images = vec![tagged("a", 1_000)];
+        rig.runtime.inner.state().images = vec![tagged("a", 1_000)].into();
         let mut pulling = rig.runtime.park("PullImage", Some("registry.example/a:1"));
         let pod = PodRef::default();
         let pull = rig.images.ensure_image_exists(
@@ -664,7 +664,7 @@ async fn a_pull_marked_after_the_clock_went_back_keeps_its_record_through_a_dete
         policy: policy(85, 80, 0, 0),
         ..GcConfig::default()
     });
-    rig.runtime.inner.state().images = vec![tagged("a", 1_000)];
+    rig.runtime.inner.state().images = vec![tagged("a", 1_000)].into();
     rig.runtime.inner.state().containers = vec![container("of-a", "a")];
     rig.gc.detect(at(100)).await.expect("detect");
     assert_eq!(rig.record("a").expect("a").last_used, at(100));
@@ -674,7 +674,7 @@ async fn a_pull_marked_after_the_clock_went_back_keeps_its_record_through_a_dete
     let detect = rig.gc.detect(at(200));
     let meanwhile = async {
         list.reached().await;
-        rig.runtime.inner.state().images = vec![tagged("a", 1_000)];
+        rig.runtime.inner.state().images = vec![tagged("a", 1_000)].into();
         rig.clock.set(at(60)); // back 140 s, inside the future-stamp tolerance
         rig.pull("registry.example/a:1").await;
         list.release();

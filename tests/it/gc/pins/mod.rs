@@ -146,7 +146,7 @@ async fn a_pin_written_during_a_cycle_is_seen_by_the_last_look() {
             lists: AtomicUsize::new(0),
         },
     };
-    runtime.inner.state().images = vec![pulled("model", "registry.example/model:1")];
+    runtime.inner.state().images = vec![pulled("model", "registry.example/model:1")].into();
     let _ = runtime.hooks.store.set(store.clone());
     let manager = ImageGcManager::new(
         runtime,
