@@ -160,7 +160,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     // One malloc arena for every thread: glibc gives each thread that allocates an arena of
     // its own (up to eight per core), and each keeps the pages its thread freed. A node
     // agent's threads allocate little at once; on the 2k-image node (`scripts/bench --node`)
-    // this took the agent's anonymous memory from 5.5 to 4.3 MiB.
+    // this took the agent's anonymous memory from 5.3 to 4.2 MiB.
     // SAFETY: mallopt(3) takes no pointers and glibc serializes it with the allocator.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
