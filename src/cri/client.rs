@@ -589,6 +589,34 @@ impl CriClient {
 /// A call that fails because the connection broke (the runtime restarted since the last call)
 /// is sent once more on a fresh connection, within the same deadline, as grpc-go's transparent
 /// retry does; CRI calls are idempotent or keyed by name, so a repeat is harmless.
+/// One unary call over `channel` with a codec of our own (`list_decode`, `containers_decode`),
+/// made as the generated client makes it: the same message size limits, readiness error and
+/// method extension.
+async fn own_codec_unary<C>(
+    channel: Channel,
+    (service, method): (&'static str, &'static str),
+    path: &'static str,
+    mut request: tonic::Request<C::Encode>,
+    codec: C,
+) -> Result<tonic::Response<C::Decode>, tonic::Status>
+where
+    C: tonic::codec::Codec,
+    C::Encode: Sync,
+    C::Decode: Sync,
+{
+    let mut grpc = tonic::client::Grpc::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+    request
+        .extensions_mut()
+        .insert(GrpcMethod::new(service, method));
+    grpc.unary(request, http::uri::PathAndQuery::from_static(path), codec)
+        .await
+}
+
 async fn unary_call<Req, Resp, F, Fut>(
     method: &'static str,
     endpoint: &str,
@@ -681,23 +709,14 @@ impl ImageRuntime for CriClient {
             &self.image_endpoint,
             Some(self.call_timeout),
             request,
-            |mut r| {
-                let mut grpc = tonic::client::Grpc::new(self.image_channel.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES);
-                async move {
-                    grpc.ready().await.map_err(|e| {
-                        tonic::Status::unknown(format!("Service was not ready: {e}"))
-                    })?;
-                    r.extensions_mut()
-                        .insert(GrpcMethod::new("runtime.v1.ImageService", "ListImages"));
-                    grpc.unary(
-                        r,
-                        http::uri::PathAndQuery::from_static("/runtime.v1.ImageService/ListImages"),
-                        ListImagesCodec,
-                    )
-                    .await
-                }
+            |r| {
+                own_codec_unary(
+                    self.image_channel.clone(),
+                    ("runtime.v1.ImageService", "ListImages"),
+                    "/runtime.v1.ImageService/ListImages",
+                    r,
+                    ListImagesCodec,
+                )
             },
         )
         .await
@@ -849,31 +868,17 @@ impl ImageRuntime for CriClient {
             &self.runtime_endpoint,
             Some(self.call_timeout),
             request,
-            |mut r| {
-                let mut grpc = tonic::client::Grpc::new(self.runtime_channel.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES);
-                async move {
-                    grpc.ready().await.map_err(|e| {
-                        tonic::Status::unknown(format!("Service was not ready: {e}"))
-                    })?;
-                    let codec = tonic_prost::ProstCodec::<
+            |r| {
+                own_codec_unary(
+                    self.runtime_channel.clone(),
+                    ("runtime.v1.RuntimeService", "ListContainers"),
+                    "/runtime.v1.RuntimeService/ListContainers",
+                    r,
+                    tonic_prost::ProstCodec::<
                         proto::ListContainersRequest,
                         ListedContainersResponse,
-                    >::default();
-                    r.extensions_mut().insert(GrpcMethod::new(
-                        "runtime.v1.RuntimeService",
-                        "ListContainers",
-                    ));
-                    grpc.unary(
-                        r,
-                        http::uri::PathAndQuery::from_static(
-                            "/runtime.v1.RuntimeService/ListContainers",
-                        ),
-                        codec,
-                    )
-                    .await
-                }
+                    >::default(),
+                )
             },
         )
         .await?;

@@ -77,6 +77,18 @@ impl ContainerFields {
     }
 }
 
+/// One entry of a `map<string, string>` field, decoded (so a malformed one fails as it would)
+/// and dropped. As the generated code: a map field's wire type is not checked.
+fn skip_string_map(buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError> {
+    hash_map::merge(
+        string::merge,
+        string::merge,
+        &mut HashMap::<String, String>::new(),
+        buf,
+        ctx,
+    )
+}
+
 /// One `runtime.v1.ImageSpec` merged into a container: its image and runtime handler are
 /// kept, the other fields are decoded (so a malformed one fails as it would) and dropped.
 #[derive(Debug)]
@@ -105,14 +117,7 @@ impl Message for SpecFields<'_> {
         match tag {
             1 => string::merge(wire_type, self.image, buf, ctx),
             18 | 20 => string::merge(wire_type, &mut String::new(), buf, ctx),
-            // As the generated code: a map field's wire type is not checked.
-            2 => hash_map::merge(
-                string::merge,
-                string::merge,
-                &mut HashMap::<String, String>::new(),
-                buf,
-                ctx,
-            ),
+            2 => skip_string_map(buf, ctx),
             19 => string::merge(wire_type, self.runtime_handler, buf, ctx),
             _ => skip_field(wire_type, tag, buf, ctx),
         }
@@ -166,13 +171,7 @@ impl Message for ContainerFields {
             5 => string::merge(wire_type, &mut self.image_ref, buf, ctx),
             6 => int32::merge(wire_type, &mut self.state, buf, ctx),
             7 => int64::merge(wire_type, &mut 0i64, buf, ctx),
-            8 => hash_map::merge(
-                string::merge,
-                string::merge,
-                &mut HashMap::<String, String>::new(),
-                buf,
-                ctx,
-            ),
+            8 => skip_string_map(buf, ctx),
             10 => string::merge(wire_type, &mut self.image_id, buf, ctx),
             _ => skip_field(wire_type, tag, buf, ctx),
         }
@@ -236,8 +235,10 @@ mod tests {
     use std::collections::HashMap;
 
     use prost::Message;
-    use prost::encoding::{WireType, encode_key, encode_varint};
 
+    use super::super::decode_test_support::{
+        assert_decodes_as_generated, random_spec, response_bytes, text,
+    };
     use super::super::{convert, proto};
     use super::ListedContainersResponse;
     use crate::model::RuntimeContainer;
@@ -253,26 +254,14 @@ mod tests {
     }
 
     fn custom(bytes: &[u8]) -> Result<Vec<RuntimeContainer>, prost::DecodeError> {
-        ListedContainersResponse::decode(bytes).map(|response| response.containers)
-    }
-
-    fn text(rng: &mut fastrand::Rng) -> String {
-        let n = rng.usize(0..10);
-        (0..n)
-            .map(|_| ['a', 'b', ':', '/', '@', 'é'][rng.usize(0..6)])
-            .collect()
+        ListedContainersResponse::decode(bytes).map(|response| {
+            assert_eq!(response.containers.capacity(), response.containers.len());
+            response.containers
+        })
     }
 
     fn random_container(rng: &mut fastrand::Rng) -> proto::Container {
-        let spec = rng.bool().then(|| proto::ImageSpec {
-            image: text(rng),
-            annotations: (0..rng.usize(0..3))
-                .map(|_| (text(rng), text(rng)))
-                .collect::<HashMap<_, _>>(),
-            user_specified_image: text(rng),
-            runtime_handler: ["", "runc", "kata"][rng.usize(0..3)].to_string(),
-            image_ref: text(rng),
-        });
+        let spec = rng.bool().then(|| random_spec(rng));
         proto::Container {
             id: text(rng),
             pod_sandbox_id: text(rng),
@@ -291,80 +280,20 @@ mod tests {
         }
     }
 
-    /// Unknown fields of every wire type, and now and then a known tag (1..=10) with any wire
-    /// type and bytes (mostly malformed).
-    fn unknown_fields(rng: &mut fastrand::Rng, buf: &mut Vec<u8>) {
-        for _ in 0..rng.usize(0..3) {
-            if rng.usize(0..20) == 0 {
-                let wire = [
-                    WireType::Varint,
-                    WireType::SixtyFourBit,
-                    WireType::LengthDelimited,
-                    WireType::ThirtyTwoBit,
-                ][rng.usize(0..4)];
-                encode_key(rng.u32(1..11), wire, buf);
-                buf.extend((0..rng.usize(0..10)).map(|_| rng.u8(..)));
-                continue;
-            }
-            encode_key(rng.u32(100..200), WireType::Varint, buf);
-            encode_varint(rng.u64(..), buf);
-        }
-    }
-
-    fn response_bytes(rng: &mut fastrand::Rng) -> Vec<u8> {
-        let mut buf = Vec::new();
-        for _ in 0..rng.usize(0..8) {
-            unknown_fields(rng, &mut buf);
-            // One to three generated Containers concatenated: protobuf merges them.
-            let mut body = Vec::new();
-            for _ in 0..rng.usize(1..4) {
-                unknown_fields(rng, &mut body);
-                random_container(rng)
-                    .encode(&mut body)
-                    .expect("a Vec grows");
-            }
-            encode_key(1, WireType::LengthDelimited, &mut buf);
-            encode_varint(body.len() as u64, &mut buf);
-            buf.extend_from_slice(&body);
-        }
-        unknown_fields(rng, &mut buf);
-        buf
+    /// A response of containers, each one to three generated Containers concatenated, with
+    /// unknown fields and known tags (1..=10) of any wire type between.
+    fn containers_response(rng: &mut fastrand::Rng) -> Vec<u8> {
+        response_bytes(rng, 11, |rng, body| {
+            random_container(rng).encode(body).expect("a Vec grows");
+        })
     }
 
     /// The custom decode is the generated decode and the conversion: the same containers
-    /// from generated responses with repeated and unknown fields, and an error exactly where
-    /// the generated decode errs (truncated or corrupted bytes).
+    /// from generated responses with repeated and unknown fields, allocated at their number,
+    /// and an error exactly where the generated decode errs (truncated or corrupted bytes).
     #[test]
     fn decodes_exactly_the_containers_the_generated_decode_and_conversion_yield() {
-        let mut rng = fastrand::Rng::with_seed(29);
-        let mut errors = 0;
-        let mut containers = 0;
-        for case in 0..2_000 {
-            let mut bytes = response_bytes(&mut rng);
-            if case % 4 == 3 && !bytes.is_empty() {
-                if rng.bool() {
-                    bytes.truncate(rng.usize(0..bytes.len()));
-                } else {
-                    let at = rng.usize(0..bytes.len());
-                    bytes[at] = rng.u8(..);
-                }
-            }
-            let want = generated(&bytes);
-            let got = custom(&bytes);
-            match (&want, &got) {
-                (Ok(want), Ok(got)) => {
-                    assert_eq!(got, want, "case {case}: {bytes:?}");
-                    assert_eq!(got.capacity(), got.len(), "case {case}");
-                    containers += got.len();
-                }
-                (Err(_), Err(_)) => errors += 1,
-                _ => panic!("case {case}: generated {want:?}, custom {got:?}: {bytes:?}"),
-            }
-        }
-        assert!(
-            errors > 50,
-            "the corruptions reached the error paths ({errors})"
-        );
+        let containers = assert_decodes_as_generated(containers_response, generated, custom);
         assert!(
             containers > 1_000,
             "the cases held containers ({containers})"
@@ -377,7 +306,7 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(7);
         let mut seen = 0;
         while seen < 50 {
-            let Ok(containers) = custom(&response_bytes(&mut rng)) else {
+            let Ok(containers) = custom(&containers_response(&mut rng)) else {
                 continue;
             };
             seen += containers.len();

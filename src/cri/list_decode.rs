@@ -291,11 +291,11 @@ pub(super) fn entries_ahead(mut bytes: &[u8]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use prost::Message;
-    use prost::encoding::{WireType, encode_key, encode_varint};
 
+    use super::super::decode_test_support::{
+        assert_decodes_as_generated, random_spec, response_bytes, text,
+    };
     use super::super::{convert, proto};
     use super::decode_list;
     use crate::model::RuntimeImage;
@@ -315,28 +315,13 @@ mod tests {
         decode_list(bytes::Bytes::copy_from_slice(bytes)).map(|list| list.to_images())
     }
 
-    fn text(rng: &mut fastrand::Rng) -> String {
-        let n = rng.usize(0..12);
-        (0..n)
-            .map(|_| ['a', 'b', ':', '/', '@', 'é'][rng.usize(0..6)])
-            .collect()
-    }
-
     fn words(rng: &mut fastrand::Rng) -> Vec<String> {
         (0..rng.usize(0..4)).map(|_| text(rng)).collect()
     }
 
     /// A generated Image with every field set at random, the dropped ones included.
     fn random_image(rng: &mut fastrand::Rng) -> proto::Image {
-        let spec = rng.bool().then(|| proto::ImageSpec {
-            image: text(rng),
-            annotations: (0..rng.usize(0..3))
-                .map(|_| (text(rng), text(rng)))
-                .collect::<HashMap<_, _>>(),
-            user_specified_image: text(rng),
-            runtime_handler: ["", "runc", "kata"][rng.usize(0..3)].to_string(),
-            image_ref: text(rng),
-        });
+        let spec = rng.bool().then(|| random_spec(rng));
         proto::Image {
             id: text(rng),
             repo_tags: words(rng),
@@ -349,67 +334,12 @@ mod tests {
         }
     }
 
-    /// Unknown fields of every wire type (tags no runtime.v1 message here uses), and now
-    /// and then a known tag (1..=8) with any wire type (mostly malformed).
-    fn unknown_fields(rng: &mut fastrand::Rng, buf: &mut Vec<u8>) {
-        for _ in 0..rng.usize(0..3) {
-            if rng.usize(0..20) == 0 {
-                let wire = [
-                    WireType::Varint,
-                    WireType::SixtyFourBit,
-                    WireType::LengthDelimited,
-                    WireType::ThirtyTwoBit,
-                ][rng.usize(0..4)];
-                encode_key(rng.u32(1..9), wire, buf);
-                buf.extend((0..rng.usize(0..10)).map(|_| rng.u8(..)));
-                continue;
-            }
-            match rng.usize(0..4) {
-                0 => {
-                    encode_key(rng.u32(100..200), WireType::Varint, buf);
-                    encode_varint(rng.u64(..), buf);
-                }
-                1 => {
-                    encode_key(rng.u32(100..200), WireType::SixtyFourBit, buf);
-                    buf.extend_from_slice(&rng.u64(..).to_le_bytes());
-                }
-                2 => {
-                    encode_key(rng.u32(100..200), WireType::ThirtyTwoBit, buf);
-                    buf.extend_from_slice(&rng.u32(..).to_le_bytes());
-                }
-                _ => {
-                    let payload: Vec<u8> = (0..rng.usize(0..6)).map(|_| rng.u8(..)).collect();
-                    encode_key(rng.u32(100..200), WireType::LengthDelimited, buf);
-                    encode_varint(payload.len() as u64, buf);
-                    buf.extend_from_slice(&payload);
-                }
-            }
-        }
-    }
-
-    /// One image's bytes: one to three generated Images concatenated (protobuf merges them:
-    /// every scalar and the spec repeated, the name lists appended), unknown fields between.
-    fn image_bytes(rng: &mut fastrand::Rng) -> Vec<u8> {
-        let mut body = Vec::new();
-        for _ in 0..rng.usize(1..4) {
-            unknown_fields(rng, &mut body);
-            random_image(rng).encode(&mut body).expect("a Vec grows");
-        }
-        unknown_fields(rng, &mut body);
-        body
-    }
-
-    fn response_bytes(rng: &mut fastrand::Rng) -> Vec<u8> {
-        let mut buf = Vec::new();
-        for _ in 0..rng.usize(0..8) {
-            unknown_fields(rng, &mut buf);
-            let body = image_bytes(rng);
-            encode_key(1, WireType::LengthDelimited, &mut buf);
-            encode_varint(body.len() as u64, &mut buf);
-            buf.extend_from_slice(&body);
-        }
-        unknown_fields(rng, &mut buf);
-        buf
+    /// A response of images, each one to three generated Images concatenated, with unknown
+    /// fields and known tags (1..=8) of any wire type between.
+    fn images_response(rng: &mut fastrand::Rng) -> Vec<u8> {
+        response_bytes(rng, 9, |rng, body| {
+            random_image(rng).encode(body).expect("a Vec grows");
+        })
     }
 
     /// The custom decode is the generated decode and the conversion: the same images (ids,
@@ -418,31 +348,8 @@ mod tests {
     /// (truncated or corrupted bytes).
     #[test]
     fn decodes_exactly_the_images_the_generated_decode_and_conversion_yield() {
-        let mut rng = fastrand::Rng::with_seed(29);
-        let mut errors = 0;
-        for case in 0..2_000 {
-            let mut bytes = response_bytes(&mut rng);
-            if case % 4 == 3 && !bytes.is_empty() {
-                // A corruption: truncated, or one byte changed.
-                if rng.bool() {
-                    bytes.truncate(rng.usize(0..bytes.len()));
-                } else {
-                    let at = rng.usize(0..bytes.len());
-                    bytes[at] = rng.u8(..);
-                }
-            }
-            let want = generated(&bytes);
-            let got = custom(&bytes);
-            match (&want, &got) {
-                (Ok(want), Ok(got)) => assert_eq!(got, want, "case {case}: {bytes:?}"),
-                (Err(_), Err(_)) => errors += 1,
-                _ => panic!("case {case}: generated {want:?}, custom {got:?}: {bytes:?}"),
-            }
-        }
-        assert!(
-            errors > 50,
-            "the corruptions reached the error paths ({errors})"
-        );
+        let images = assert_decodes_as_generated(images_response, generated, custom);
+        assert!(images > 1_000, "the cases held images ({images})");
     }
 
     /// The list's text is the response's bytes themselves, not a copy.
@@ -451,7 +358,7 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(3);
         let mut checked = 0;
         while checked < 20 {
-            let body = bytes::Bytes::from(response_bytes(&mut rng));
+            let body = bytes::Bytes::from(images_response(&mut rng));
             if let Ok(list) = decode_list(body.clone())
                 && let Some(text) = list.wire_text()
             {

@@ -21,6 +21,8 @@ use crate::model::{
 mod client;
 mod containers_decode;
 mod convert;
+#[cfg(test)]
+mod decode_test_support;
 mod error;
 #[cfg(any(test, feature = "testing"))]
 mod fake;
