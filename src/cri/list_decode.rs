@@ -41,7 +41,8 @@ pub(super) enum ListDecodeError {
 impl fmt::Display for ListDecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ListDecodeError::Prost(e) => write!(f, "failed to decode Protobuf message: {e}"),
+            // prost's own message starts "failed to decode Protobuf message: ".
+            ListDecodeError::Prost(e) => write!(f, "{e}"),
             ListDecodeError::Malformed(what) => {
                 write!(f, "failed to decode Protobuf message: {what}")
             }
@@ -350,6 +351,25 @@ mod tests {
     fn decodes_exactly_the_images_the_generated_decode_and_conversion_yield() {
         let images = assert_decodes_as_generated(images_response, generated, custom);
         assert!(images > 1_000, "the cases held images ({images})");
+    }
+
+    /// A malformed response says what prost's decode says, once: a wrong wire type from
+    /// prost's checks, a length past the end or bytes that are not UTF-8 from ours.
+    #[test]
+    fn a_malformed_response_names_the_problem_once() {
+        let prefix = "failed to decode Protobuf message: ";
+        // Field 1 as a varint; an image whose id runs past the end; an id that is not UTF-8.
+        for bytes in [
+            &[0x08, 0x01][..],
+            &[0x0a, 0x02, 0x0a, 0x05],
+            &[0x0a, 0x03, 0x0a, 0x01, 0xff],
+        ] {
+            let error = decode_list(bytes::Bytes::copy_from_slice(bytes))
+                .expect_err("malformed")
+                .to_string();
+            assert!(error.starts_with(prefix), "{error}");
+            assert_eq!(error.matches(prefix).count(), 1, "{error}");
+        }
     }
 
     /// The list's text is the response's bytes themselves, not a copy.
