@@ -193,3 +193,21 @@ fn an_unpin_during_a_gc_cycle_makes_the_cycle_not_quiet() {
         outcome.violation.map(|v| v.message)
     );
 }
+
+/// A pin already over, written over a pin in force, fails with a power cut: the commit may
+/// have landed, so the image may be unprotected and GC may remove it (invariant 1 must not
+/// hold the agent to the pin in force). The seed a CI smoke run found.
+#[test]
+fn a_failed_pin_over_one_in_force_may_have_replaced_it() {
+    let outcome = run_seed(SimOptions {
+        seed: 3495867603909010208,
+        steps: 3000,
+        mutant: None,
+    })
+    .expect("the simulation sets up");
+    assert!(
+        outcome.violation.is_none(),
+        "{:?}",
+        outcome.violation.map(|v| v.message)
+    );
+}

@@ -843,9 +843,21 @@ impl Sim {
         if outcome.is_ok() {
             world.pins.retain(|(n, _)| *n != name);
             world.pins.push((name.clone(), until));
-        } else if until != UnixNanos(1) {
-            // The commit may have landed: the liveness checks count it as pinned.
-            world.uncertain_pins.push(name.clone());
+        } else {
+            // The commit may have landed or not: the store holds this pin or the one it would
+            // have replaced, so neither is ground truth (a pin already over that replaced one
+            // in force left nothing in force). The liveness checks count the name as pinned
+            // if either protects.
+            let latest = world.latest;
+            let in_force = |until: UnixNanos| until == UnixNanos::NEVER || until > latest;
+            let before_in_force = world
+                .pins
+                .iter()
+                .any(|(n, before)| *n == name && in_force(*before));
+            world.pins.retain(|(n, _)| *n != name);
+            if before_in_force || until != UnixNanos(1) {
+                world.uncertain_pins.push(name.clone());
+            }
         }
         drop(world);
         self.note(format!(
