@@ -545,6 +545,14 @@ impl ImageFsStats {
         self
     }
 
+    /// With the further image filesystems' readings, and their mountpoints in
+    /// `other_image_filesystems`, in the same order.
+    pub fn with_other_image_fs(mut self, readings: Vec<ImageFsStats>) -> Self {
+        self.other_image_filesystems = readings.iter().map(|fs| fs.mountpoint.clone()).collect();
+        self.other_image_fs = readings;
+        self
+    }
+
     /// Inodes in use on the filesystem (by anything): `inodes - inodes_free`.
     pub fn inodes_in_use(&self) -> u64 {
         self.inodes.saturating_sub(self.inodes_free)

@@ -624,7 +624,7 @@ pub(super) fn image_fs_from_proto(
         0,
     );
     stats.inodes_used = first.inodes_used.map(|used| used.value);
-    stats.other_image_fs = images
+    let others = images
         .map(|fs| {
             let mut other = ImageFsStats::new(
                 mountpoint(&fs),
@@ -636,11 +636,7 @@ pub(super) fn image_fs_from_proto(
             other
         })
         .collect();
-    stats.other_image_filesystems = stats
-        .other_image_fs
-        .iter()
-        .map(|fs| fs.mountpoint.clone())
-        .collect();
+    let mut stats = stats.with_other_image_fs(others);
     stats.container_filesystems = info.container_filesystems.iter().map(mountpoint).collect();
     Ok(stats)
 }

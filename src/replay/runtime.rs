@@ -239,7 +239,7 @@ impl ImageRuntime for ScriptedRuntime {
         if state.container_fs.is_some() {
             stats.container_filesystems = vec!["/scripted-containers".to_owned()];
         }
-        stats.other_image_fs = state
+        let others = state
             .other_image_fs
             .iter()
             .enumerate()
@@ -256,12 +256,7 @@ impl ImageRuntime for ScriptedRuntime {
                 fs
             })
             .collect();
-        stats.other_image_filesystems = stats
-            .other_image_fs
-            .iter()
-            .map(|fs| fs.mountpoint.clone())
-            .collect();
-        Ok(stats)
+        Ok(stats.with_other_image_fs(others))
     }
 
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
