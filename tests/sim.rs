@@ -27,6 +27,21 @@ fn run(seed: u64, mutant: Option<Mutant>) -> SimOutcome {
     .expect("the simulation sets up")
 }
 
+/// A seed a smoke run once failed on (`scripts/sim`'s 3000 steps) runs clean.
+fn assert_seed_runs_clean(seed: u64) {
+    let outcome = run_seed(SimOptions {
+        seed,
+        steps: 3000,
+        mutant: None,
+    })
+    .expect("the simulation sets up");
+    assert!(
+        outcome.violation.is_none(),
+        "seed {seed}: {:?}",
+        outcome.violation.map(|v| v.message)
+    );
+}
+
 /// The first seed (of 1..=SEEDS) on which the mutant breaks an invariant, with the message.
 fn first_caught(mutant: Mutant) -> Option<(u64, String)> {
     (1..=SEEDS).find_map(|seed| run(seed, Some(mutant)).violation.map(|v| (seed, v.message)))
@@ -181,17 +196,7 @@ fn a_failing_seed_replays_exactly() {
 /// eligible image the cycle left (invariant 4). The seed a CI smoke run found.
 #[test]
 fn an_unpin_during_a_gc_cycle_makes_the_cycle_not_quiet() {
-    let outcome = run_seed(SimOptions {
-        seed: 13052152494119028567,
-        steps: 3000,
-        mutant: None,
-    })
-    .expect("the simulation sets up");
-    assert!(
-        outcome.violation.is_none(),
-        "{:?}",
-        outcome.violation.map(|v| v.message)
-    );
+    assert_seed_runs_clean(13052152494119028567);
 }
 
 /// A pin already over, written over a pin in force, fails with a power cut: the commit may
@@ -199,15 +204,5 @@ fn an_unpin_during_a_gc_cycle_makes_the_cycle_not_quiet() {
 /// hold the agent to the pin in force). The seed a CI smoke run found.
 #[test]
 fn a_failed_pin_over_one_in_force_may_have_replaced_it() {
-    let outcome = run_seed(SimOptions {
-        seed: 3495867603909010208,
-        steps: 3000,
-        mutant: None,
-    })
-    .expect("the simulation sets up");
-    assert!(
-        outcome.violation.is_none(),
-        "{:?}",
-        outcome.violation.map(|v| v.message)
-    );
+    assert_seed_runs_clean(3495867603909010208);
 }

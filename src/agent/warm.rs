@@ -577,6 +577,44 @@ mod tests {
         }
     }
 
+    /// A registry serving a:1 and b:1 (100 bytes each), both on the node (1000 bytes, 800
+    /// free).
+    fn registry_of_a_and_b() -> Registry {
+        let runtime = Registry {
+            registry: Arc::new(vec![
+                registry_image(1, "a:1", 100),
+                registry_image(2, "b:1", 100),
+            ]),
+            ..Registry::default()
+        };
+        runtime.node.state().fs = Some((1000, 800));
+        runtime.node.state().images =
+            vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)].into();
+        runtime
+    }
+
+    /// Both a and b used by a running container at a detect at `t0`; then the containers go
+    /// and a goes behind imagekeeper's back.
+    async fn use_both_then_lose_a(agent: &Agent<Registry>, runtime: &Registry, t0: UnixNanos) {
+        runtime.node.state().containers = [1u8, 2]
+            .map(|n| RuntimeContainer {
+                id: format!("c{n}"),
+                pod_sandbox_id: "pod".into(),
+                image: String::new(),
+                image_id: ImageId::new(format!("sha256:{n:064x}")),
+                state: crate::model::ContainerState::Running,
+                runtime_handler: String::new(),
+            })
+            .to_vec();
+        agent.gc_manager().detect(t0).await.expect("detect");
+        runtime.node.state().containers.clear();
+        runtime
+            .node
+            .state()
+            .images
+            .retain(|i| i.repo_tags[0].ends_with("b:1"));
+    }
+
     fn spec(image: &str, size: Option<&str>) -> WarmEntrySpec {
         WarmEntrySpec {
             image: image.into(),
@@ -845,37 +883,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn restore_pulls_back_an_external_removal_and_not_a_gc_one() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let runtime = Registry {
-            registry: Arc::new(vec![
-                registry_image(1, "a:1", 100),
-                registry_image(2, "b:1", 100),
-            ]),
-            ..Registry::default()
-        };
-        runtime.node.state().fs = Some((1000, 800));
-        runtime.node.state().images =
-            vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)].into();
+        let runtime = registry_of_a_and_b();
         let agent = agent(dir.path(), runtime.clone(), &[]);
         let t0 = UnixNanos::from_secs(1_800_000_000);
-        // Both used by a container at the first detect.
-        runtime.node.state().containers = [1u8, 2]
-            .map(|n| RuntimeContainer {
-                id: format!("c{n}"),
-                pod_sandbox_id: "pod".into(),
-                image: String::new(),
-                image_id: ImageId::new(format!("sha256:{n:064x}")),
-                state: crate::model::ContainerState::Running,
-                runtime_handler: String::new(),
-            })
-            .to_vec();
-        agent.gc_manager().detect(t0).await.expect("detect");
-        runtime.node.state().containers.clear();
-        // a goes behind imagekeeper's back; b is removed by imagekeeper (prune).
-        runtime
-            .node
-            .state()
-            .images
-            .retain(|i| i.repo_tags[0].ends_with("b:1"));
+        use_both_then_lose_a(&agent, &runtime, t0).await;
+        // b is removed by imagekeeper (prune).
         agent
             .gc_manager()
             .detect(UnixNanos::from_secs(1_800_000_060))
@@ -933,16 +945,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_image_pulled_back_from_history_is_kept_warm_for_the_window() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let runtime = Registry {
-            registry: Arc::new(vec![
-                registry_image(1, "a:1", 100),
-                registry_image(2, "b:1", 100),
-            ]),
-            ..Registry::default()
-        };
-        runtime.node.state().fs = Some((1000, 800));
-        runtime.node.state().images =
-            vec![registry_image(1, "a:1", 100), registry_image(2, "b:1", 100)].into();
+        let runtime = registry_of_a_and_b();
         let window = FromHistory {
             used_within: Duration::from_secs(3600),
             max_bytes: None,
@@ -950,24 +953,8 @@ mod tests {
         let agent = agent_with_history(dir.path(), runtime.clone(), &[], Some(window));
         let t0 = UnixNanos::from_secs(1_800_000_000);
         let at = |secs: i64| UnixNanos::from_secs(1_800_000_000 + secs);
-        runtime.node.state().containers = [1u8, 2]
-            .map(|n| RuntimeContainer {
-                id: format!("c{n}"),
-                pod_sandbox_id: "pod".into(),
-                image: String::new(),
-                image_id: ImageId::new(format!("sha256:{n:064x}")),
-                state: crate::model::ContainerState::Running,
-                runtime_handler: String::new(),
-            })
-            .to_vec();
-        agent.gc_manager().detect(t0).await.expect("detect");
-        runtime.node.state().containers.clear();
-        // a goes behind imagekeeper's back; the next detect journals it.
-        runtime
-            .node
-            .state()
-            .images
-            .retain(|i| i.repo_tags[0].ends_with("b:1"));
+        use_both_then_lose_a(&agent, &runtime, t0).await;
+        // The next detect journals a's removal.
         agent.gc_manager().detect(at(60)).await.expect("detect");
         let plan = agent.warm_cycle().await;
         assert_eq!(plan.count(WarmState::Pulling), 1, "{plan:?}");

@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 
+use super::check_tests::{key, record};
 use super::{Batch, Store};
 use crate::model::{
     BackoffEntry, EvictionNote, ImageNames, ImagePin, ImageRecord, PinKey, PullEntry, PullKey,
@@ -16,19 +17,6 @@ thread_local! {
 }
 
 const SECOND: i64 = 1_000_000_000;
-
-fn key(id: &str) -> RecordKey {
-    RecordKey::new(format!("sha256:{id}"), "")
-}
-
-fn record(first: i64, last: i64) -> ImageRecord {
-    ImageRecord {
-        first_detected: UnixNanos::from_secs(first),
-        last_used: UnixNanos::from_secs(last),
-        size: 10,
-        pinned: false,
-    }
-}
 
 /// The tables one `apply` of `batch` opened.
 fn opened_by(store: &Store, batch: &Batch) -> Vec<String> {

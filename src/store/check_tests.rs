@@ -8,11 +8,13 @@ use super::codec::{Codec, IndexKey, MetaKey};
 use super::{Batch, IndexMismatch, Store, StoreError, Violation, meta_keys};
 use crate::model::{ImageRecord, RecordKey, UnixNanos};
 
-fn key(id: &str) -> RecordKey {
+/// The record key of image `sha256:<id>` (default handler).
+pub(super) fn key(id: &str) -> RecordKey {
     RecordKey::new(format!("sha256:{id}"), "")
 }
 
-fn record(first: i64, last: i64) -> ImageRecord {
+/// A record of 10 bytes first detected at `first` and last used at `last` (seconds).
+pub(super) fn record(first: i64, last: i64) -> ImageRecord {
     ImageRecord {
         first_detected: UnixNanos::from_secs(first),
         last_used: UnixNanos::from_secs(last),

@@ -3,7 +3,7 @@
 //! writer in a child process and after it is SIGKILLed, the file's bytes unchanged by every
 //! command, and explain agreeing with what the real GC manager removes.
 
-use crate::support::bin;
+use crate::support::{bin, table_rows};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -1840,11 +1840,7 @@ fn list_reads_like_crictl_images_and_json_carries_every_tag_and_digest() {
     let db = v2_fixture(dir.path());
     let table = at_fixture(&db, &["list"]);
     let lines: Vec<&str> = table.stdout.lines().collect();
-    let header: Vec<&str> = lines[0]
-        .split("   ")
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .collect();
+    let header = table_rows(lines[0]).remove(0);
     assert_eq!(
         header,
         [

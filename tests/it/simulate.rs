@@ -3,7 +3,7 @@
 //! under `kubelet` vs `imagekeeper`, MinAge, the thresholds), the output is the same byte for
 //! byte from a file and from stdin, and bad workloads exit 2 naming the line.
 
-use crate::support::bin;
+use crate::support::{bin, table_rows};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -90,15 +90,7 @@ fn the_table_gives_the_ratio_to_clairvoyant() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     // Columns are separated by at least three spaces.
-    let rows: Vec<Vec<&str>> = stdout
-        .lines()
-        .map(|l| {
-            l.split("   ")
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .collect()
-        })
-        .collect();
+    let rows = table_rows(&stdout);
     assert_eq!(rows[0][6..8], ["REPULLED", "VS CLAIRVOYANT"], "{stdout}");
     // clairvoyant re-pulled nothing, the others 400 bytes.
     assert_eq!(rows[1][..1], ["kubelet"]);

@@ -14,7 +14,7 @@ use imagekeeper::model::{
 use imagekeeper::store::{Batch, Store, meta_keys};
 use serde_json::Value;
 
-use crate::support::bin;
+use crate::support::{bin, table_rows};
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let out = bin::output(bin::imagekeeper().args(args));
@@ -363,15 +363,7 @@ fn inspect_pulls_lists_each_origin_in_every_format_and_list_marks_warm_images() 
     let now = "--now=1970-01-01T02:00:00Z";
     let (code, table, stderr) = run(&["inspect", "--db", db, now, "pulls"]);
     assert_eq!(code, 0, "{stderr}");
-    let rows: Vec<Vec<&str>> = table
-        .lines()
-        .map(|l| {
-            l.split("   ")
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .collect()
-        })
-        .collect();
+    let rows = table_rows(&table);
     assert_eq!(
         rows[0],
         [

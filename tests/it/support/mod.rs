@@ -117,6 +117,19 @@ impl Lab {
     }
 }
 
+/// A table the CLI printed, as rows of cells (columns are at least three spaces apart).
+pub fn table_rows(table: &str) -> Vec<Vec<&str>> {
+    table
+        .lines()
+        .map(|l| {
+            l.split("   ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .collect()
+}
+
 pub fn lab_config(endpoint: &str) -> CriConfig {
     CriConfig {
         runtime_endpoint: endpoint.to_string(),
