@@ -206,3 +206,51 @@ fn an_unpin_during_a_gc_cycle_makes_the_cycle_not_quiet() {
 fn a_failed_pin_over_one_in_force_may_have_replaced_it() {
     assert_seed_runs_clean(3495867603909010208);
 }
+
+/// Issue 37's regression switched back on (HighThresholdPercent 100 turns the byte pass off
+/// whatever MaxAge is) is caught by the replay traces that pin the rule, and only by those
+/// with MaxAge set: with MaxAge 0 both rules agree. The real code gives every trace its
+/// expected output (tests/it/replay.rs, every_trace_gives_its_expected_output).
+#[tokio::test(flavor = "current_thread")]
+async fn the_high_100_traces_catch_the_space_pass_turned_off_whatever_max_age() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay");
+    let mut traces: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/replay")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.starts_with("high_100_") && !name.ends_with(".expected.jsonl")
+        })
+        .collect();
+    traces.sort();
+    assert_eq!(traces.len(), 5, "{traces:?}");
+    let mut caught = Vec::new();
+    for trace in &traces {
+        let text = std::fs::read_to_string(trace).expect("trace");
+        let lines = imagekeeper::replay::parse_trace(&text).expect("a valid trace");
+        let expected =
+            std::fs::read_to_string(trace.with_extension("expected.jsonl")).expect("expected");
+        let db = tempfile::tempdir().expect("temp dir");
+        let mut out = Vec::new();
+        mutants::set(Some(Mutant::SpacePassOffAtHigh100));
+        let ran =
+            imagekeeper::replay::run_trace(&lines, &db.path().join("replay.redb"), &mut out).await;
+        mutants::set(None);
+        if ran.is_err() || String::from_utf8_lossy(&out) != expected {
+            caught.push(
+                trace
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or("")
+                    .to_owned(),
+            );
+        }
+    }
+    assert_eq!(
+        caught,
+        [
+            "high_100_with_max_age_and_a_budget_frees_the_larger_need",
+            "high_100_with_max_age_frees_a_full_disk_only",
+        ]
+    );
+}

@@ -328,19 +328,20 @@ fn check_eviction(input: &DoctorInput<'_>) -> Vec<Finding> {
 }
 
 /// The kubelet's space GC (image_gc_manager.go: runs at usage >= imageGCHighThresholdPercent)
-/// against imagekeeper's. A kubelet high threshold of 100 turns its space GC off
-/// (pkg/kubelet/kubelet.go, StartGarbageCollection).
+/// against imagekeeper's. A kubelet high threshold of 100 turns its image GC off only with
+/// imageMaximumGCAge 0 (pkg/kubelet/kubelet.go, StartGarbageCollection); with MaxAge set its
+/// space pass still runs, on a 100 % full image filesystem.
 fn check_image_gc_thresholds(input: &DoctorInput<'_>) -> Finding {
     let name = "image-gc-thresholds";
     let k_high = input.kubelet.image_gc_high_threshold_percent;
     let k_low = input.kubelet.image_gc_low_threshold_percent;
     let high = input.imagekeeper.gc.policy.high_threshold_percent;
     let low = input.imagekeeper.gc.policy.low_threshold_percent;
-    if k_high == 100 {
+    if k_high == 100 && input.kubelet.image_maximum_gc_age.is_zero() {
         return Finding::ok(
             name,
-            "the kubelet's imageGCHighThresholdPercent is 100: its space GC never runs (it is \
-             then no safety net if imagekeeper stops)"
+            "the kubelet's imageGCHighThresholdPercent is 100 and its imageMaximumGCAge 0: its \
+             image GC never runs (it is then no safety net if imagekeeper stops)"
                 .to_owned(),
         );
     }

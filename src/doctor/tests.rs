@@ -209,6 +209,31 @@ fn the_kubelets_gc_thresholds_at_or_below_imagekeepers_conflict() {
     }
 }
 
+/// A kubelet at high 100 turns its image GC off only with imageMaximumGCAge 0
+/// (pkg/kubelet/kubelet.go, StartGarbageCollection): with MaxAge set its space pass runs on a
+/// full disk, so the doctor compares the thresholds as for any other value.
+#[test]
+fn a_kubelet_at_high_100_with_max_age_still_has_a_space_pass() {
+    let check = |body: &str, ours_high: i64| {
+        let findings = run(
+            &kubelet(body),
+            &ours(thresholds(ours_high, 70)),
+            &unreachable(),
+            false,
+        );
+        find(&findings, "image-gc-thresholds").clone()
+    };
+    let off = check("imageGCHighThresholdPercent: 100\n", 100);
+    assert_eq!(off.status, Status::Ok, "{off:?}");
+    assert!(off.message.contains("image GC never runs"), "{off:?}");
+    let body = "imageGCHighThresholdPercent: 100\nimageMaximumGCAge: 168h\n";
+    let on = check(body, 80);
+    assert_eq!(on.status, Status::Ok, "{on:?}");
+    assert!(!on.message.contains("never runs"), "{on:?}");
+    let both_at_100 = check(body, 100);
+    assert_eq!(both_at_100.status, Status::Conflict, "{both_at_100:?}");
+}
+
 #[test]
 fn a_kubelet_max_age_not_longer_than_imagekeepers_conflicts() {
     let ik_flags = |max_age: &str| FlagValues {

@@ -243,8 +243,8 @@ pub enum SpacePass {
         usage_percent: i64,
         available_after_age_pass: u64,
     },
-    /// HighThresholdPercent 100 with an inode threshold or a byte budget set: the
-    /// byte-percentage pass is off, the other rules run.
+    /// HighThresholdPercent 100 and MaxAge 0 with an inode threshold or a byte budget set:
+    /// the byte-percentage pass is off, the other rules run ([`GcPolicy::space_pass_off`]).
     Off,
     /// The walk runs.
     Runs {
@@ -788,8 +788,8 @@ fn reason(
                 policy.high_threshold_percent
             ),
             _ => "eligible, but no rule needs room: the byte-percentage pass is off \
-                      (HighThresholdPercent 100), the budget and inode use are below their \
-                      high marks"
+                      (HighThresholdPercent 100 and MaxAge 0), the budget and inode use are \
+                      below their high marks"
                 .to_owned(),
         },
         Decision::KeepSpaceNotEvaluated => {

@@ -851,8 +851,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             );
         }
         let policy = &settings.config.policy;
-        // The kubelet's byte rule, unless HighThresholdPercent 100 turns it off (GC runs here
-        // only for the inode or budget rules then). Capacity 0 fails the percentage rule alone,
+        // The kubelet's byte rule, unless HighThresholdPercent 100 with MaxAge 0 turns it off
+        // (GC runs here only for the inode or budget rules then; with MaxAge set it runs at
+        // 100 % usage, as the kubelet's: GcPolicy::space_pass_off). Capacity 0 fails the percentage rule alone,
         // with the kubelet's InvalidDiskCapacity (pkg/kubelet/images/image_gc_manager.go,
         // GarbageCollect: it checks capacity before its percentage, its only rule): the byte
         // budget needs no capacity and the inode rule reads inodes, so both still run, and the

@@ -142,16 +142,33 @@ impl GcPolicy {
     /// High = 100 with MaxAge off (and neither an inode threshold nor a byte budget set):
     /// the kubelet's way of turning image GC off.
     pub fn disabled(&self) -> bool {
-        self.space_pass_off()
-            && self.max_age.is_zero()
-            && self.inodes.is_none()
-            && self.bytes.is_none()
+        self.space_pass_off() && self.inodes.is_none() && self.bytes.is_none()
     }
 
-    /// High = 100 turns the kubelet's byte-percentage pass off (the kubelet skips image GC
-    /// then); the other rules still run.
+    /// Whether the kubelet's byte-percentage pass is off: only where the kubelet turns its
+    /// image GC off, HighThresholdPercent 100 **and** MaxAge 0 (kubelet master
+    /// pkg/kubelet/kubelet.go, StartGarbageCollection: it returns before starting the image
+    /// GC loop only then). With MaxAge set the kubelet runs GarbageCollect whole, and its
+    /// space pass frees at `usagePercent >= HighThresholdPercent`
+    /// (pkg/kubelet/images/image_gc_manager.go), i.e. on a 100 % full image filesystem; so
+    /// does imagekeeper. The inode and budget rules run whatever this says (see
+    /// [`GcPolicy::disabled`]; docs/src/operators/filesystems.md, "HighThresholdPercent 100").
     pub fn space_pass_off(&self) -> bool {
         self.high_threshold_percent == 100
+            && (self.max_age.is_zero() || mutant_space_pass_off_at_high_100())
+    }
+}
+
+/// Whether the simulator's `SpacePassOffAtHigh100` mutant is on (always false without the
+/// feature).
+fn mutant_space_pass_off_at_high_100() -> bool {
+    #[cfg(feature = "sim-mutants")]
+    {
+        crate::sim::mutants::space_pass_off_at_high_100()
+    }
+    #[cfg(not(feature = "sim-mutants"))]
+    {
+        false
     }
 }
 
@@ -251,6 +268,63 @@ mod tests {
         }
     }
 
+    /// Every case of the kubelet's TestValidateImageGCPolicy (kubelet master
+    /// pkg/kubelet/images/image_gc_manager_test.go), with its expected error: the policy
+    /// not named in a case is the zero value there (MinAge and MaxAge 0).
+    #[test]
+    fn kubelet_test_validate_image_gc_policy() {
+        let cases: [(&str, i64, i64, Option<&str>); 6] = [
+            (
+                "Test for LowThresholdPercent < HighThresholdPercent",
+                2,
+                1,
+                None,
+            ),
+            (
+                "Test for HighThresholdPercent < 0,",
+                -1,
+                0,
+                Some("invalid HighThresholdPercent -1, must be in range [0-100]"),
+            ),
+            (
+                "Test for HighThresholdPercent > 100",
+                101,
+                0,
+                Some("invalid HighThresholdPercent 101, must be in range [0-100]"),
+            ),
+            (
+                "Test for LowThresholdPercent < 0",
+                0,
+                -1,
+                Some("invalid LowThresholdPercent -1, must be in range [0-100]"),
+            ),
+            (
+                "Test for LowThresholdPercent > 100",
+                0,
+                101,
+                Some("invalid LowThresholdPercent 101, must be in range [0-100]"),
+            ),
+            (
+                "Test for LowThresholdPercent > HighThresholdPercent",
+                1,
+                2,
+                Some("LowThresholdPercent 2 can not be higher than HighThresholdPercent 1"),
+            ),
+        ];
+        for (name, high, low, want) in cases {
+            let policy = GcPolicy {
+                high_threshold_percent: high,
+                low_threshold_percent: low,
+                min_age: Duration::ZERO,
+                max_age: Duration::ZERO,
+                inodes: None,
+                bytes: None,
+            };
+            let got = policy.validate().err().map(|e| e.to_string());
+            assert_eq!(got.as_deref(), want, "{name}");
+        }
+    }
+
     /// The inode thresholds and the byte budget are refused as the byte thresholds are, with
     /// their own names.
     #[test]
@@ -324,6 +398,30 @@ mod tests {
             ..off
         };
         assert!(!bytes.disabled() && bytes.space_pass_off());
+    }
+
+    /// The kubelet stubs image GC out only at high 100 with MaxAge 0; with MaxAge set its
+    /// GarbageCollect runs whole, byte pass included (pkg/kubelet/kubelet.go,
+    /// StartGarbageCollection).
+    #[test]
+    fn high_100_turns_the_space_pass_off_only_with_max_age_0() {
+        let high_100 = GcPolicy {
+            high_threshold_percent: 100,
+            low_threshold_percent: 80,
+            ..GcPolicy::default()
+        };
+        assert!(high_100.space_pass_off());
+        let with_max_age = GcPolicy {
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            ..high_100
+        };
+        assert!(!with_max_age.space_pass_off() && !with_max_age.disabled());
+        let with_budget_and_max_age = GcPolicy {
+            bytes: Some(ByteBudget { high: 9, low: 8 }),
+            ..with_max_age
+        };
+        assert!(!with_budget_and_max_age.space_pass_off());
+        assert!(!GcPolicy::default().space_pass_off());
     }
 
     #[test]

@@ -179,8 +179,8 @@ impl BudgetNeed {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct FsNeed {
     pub mountpoint: String,
-    /// The byte-percentage rule at this reading (`None` when HighThresholdPercent 100 turns
-    /// it off).
+    /// The byte-percentage rule at this reading (`None` when HighThresholdPercent 100 with
+    /// MaxAge 0 turns it off: [`GcPolicy::space_pass_off`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_percent: Option<i64>,
     /// Bytes used at or above HighThresholdPercent.

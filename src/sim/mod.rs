@@ -80,16 +80,21 @@ pub enum Mutant {
     /// The GC's byte walk removes one image more after it freed its amount (below the low
     /// line by more than one image's worth).
     OverFree,
+    /// HighThresholdPercent 100 turns the byte-percentage pass off whatever MaxAge is (issue
+    /// 37's regression); the kubelet turns it off only with MaxAge 0. The replay traces
+    /// `high_100_*` catch it (tests/sim.rs).
+    SpacePassOffAtHigh100,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 7] = [
         Mutant::BlindDetect,
         Mutant::NoLastLook,
         Mutant::NonDurable,
         Mutant::NoWarmKeep,
         Mutant::NoProtections,
         Mutant::OverFree,
+        Mutant::SpacePassOffAtHigh100,
     ];
 
     pub fn name(self) -> &'static str {
@@ -100,6 +105,7 @@ impl Mutant {
             Mutant::NoWarmKeep => "no-warm-keep",
             Mutant::NoProtections => "no-protections",
             Mutant::OverFree => "over-free",
+            Mutant::SpacePassOffAtHigh100 => "space-pass-off-at-high-100",
         }
     }
 

@@ -12,6 +12,8 @@
 //!   `detect_locked` and before the last look's read of the pins);
 //! - [`Mutant::OverFree`]: the GC's byte walk makes one removal more after it freed its
 //!   amount (the hook in `free_space`);
+//! - [`Mutant::SpacePassOffAtHigh100`]: HighThresholdPercent 100 turns the byte-percentage
+//!   pass off whatever MaxAge is (the hook in `GcPolicy::space_pass_off`);
 //! - [`Mutant::NonDurable`]: every commit uses `Durability::None` (no hook: the store's
 //!   `CommitMode::NonDurableForTests`, chosen by the simulator when it opens the store).
 
@@ -90,4 +92,10 @@ pub fn ignore_protections() -> bool {
 /// once it freed its amount.
 pub fn over_free() -> bool {
     active(Mutant::OverFree)
+}
+
+/// The hook in `GcPolicy::space_pass_off`: under [`Mutant::SpacePassOffAtHigh100`], high 100
+/// turns the byte-percentage pass off whatever MaxAge is.
+pub fn space_pass_off_at_high_100() -> bool {
+    active(Mutant::SpacePassOffAtHigh100)
 }

@@ -845,7 +845,7 @@ fn space_summary(space: SpacePass, e: &Explanation) -> String {
         }
         SpacePass::InvalidCapacity => "capacity 0: GC would fail".to_owned(),
         SpacePass::Off => {
-            "off (HighThresholdPercent 100); the inode and budget rules run".to_owned()
+            "off (HighThresholdPercent 100 and MaxAge 0); the inode and budget rules run".to_owned()
         }
         SpacePass::BelowHighThreshold {
             usage_percent,
