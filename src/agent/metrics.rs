@@ -528,14 +528,14 @@ const IMAGE_PULL_DURATION: MetricFamily = family(
     H,
     Some(S),
     &["image_size_in_bytes"],
-    "Duration of image pulls, by image size bucket.",
+    "Duration of image pulls, by image size bucket (the kubelet's: N/A when the size is unknown).",
 );
 const ENSURE_IMAGE_REQUESTS: MetricFamily = family(
     "ensure_image_requests",
     C,
     None,
     &["pull_policy", "present_locally", "pull_required"],
-    "EnsureImageExists requests by pull policy, presence and whether a pull was required.",
+    "EnsureImageExists requests by pull policy (always, ifnotpresent, never), presence and whether a pull was required (unknown: not determined), as the kubelet counts them.",
 );
 const STORE_HEALTHY: MetricFamily = family(
     "store_healthy",
@@ -919,7 +919,7 @@ mod tests {
             image_fs_inodes: Some((1000, 400, Some(300))),
             gc_durations: h.clone(),
             pull_durations: BTreeMap::from([("0-1MB", h.clone())]),
-            ensure_requests: BTreeMap::from([(("Always", "true", "true"), 1)]),
+            ensure_requests: BTreeMap::from([(("always", "unknown", "true"), 1)]),
             store_healthy: true,
             store_reopens: 0,
             records: Some(3),

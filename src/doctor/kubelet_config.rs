@@ -160,9 +160,49 @@ struct RawKubeletConfiguration {
     eviction_soft: Option<BTreeMap<String, String>>,
     merge_default_eviction_settings: Option<bool>,
     image_pull_credentials_verification_policy: Option<String>,
+    preloaded_images_verification_allowlist: Option<Vec<String>>,
     feature_gates: Option<BTreeMap<String, bool>>,
     container_runtime_endpoint: Option<String>,
     image_service_endpoint: Option<String>,
+}
+
+/// Checks one `preloadedImagesVerificationAllowlist` pattern as the kubelet does, with its
+/// messages (kubelet master pkg/kubelet/images/pullmanager/image_pull_policies.go,
+/// getAllowlistImagePattern): no surrounding spaces; a wildcard only as a trailing `/*` after
+/// at least a registry host; otherwise an image name in its normalized form, with neither
+/// tag nor digest (`docker.io/library/nginx`, not `nginx` nor `nginx:1`).
+pub(crate) fn allowlist_image_pattern(pattern: &str) -> Result<(), String> {
+    if pattern != pattern.trim() {
+        return Err(format!(
+            "leading/trailing spaces are not allowed: {pattern}"
+        ));
+    }
+    let (trimmed, wildcard) = match pattern.strip_suffix('*') {
+        Some(rest) if pattern.ends_with("/*") => (rest, true),
+        _ => (pattern, false),
+    };
+    if trimmed.is_empty() {
+        return Err(format!("the supplied pattern is too short: {pattern}"));
+    }
+    if trimmed.contains('*') {
+        return Err(format!(
+            "not a valid wildcard pattern, only patterns ending with '/*' are allowed: {pattern}"
+        ));
+    }
+    if wildcard {
+        if trimmed.len() == 1 {
+            return Err("at least registry hostname is required".to_owned());
+        }
+        return Ok(());
+    }
+    let image = crate::pull::ImageReference::parse_normalized(trimmed)
+        .map_err(|e| format!("failed to parse as an image name: {e}"))?;
+    if trimmed != image.name() {
+        return Err(format!(
+            "neither tag nor digest is accepted in an image reference: {pattern}"
+        ));
+    }
+    Ok(())
 }
 
 /// The kubelet's default hard eviction thresholds for the disk signals that reclaim images
@@ -422,6 +462,16 @@ impl KubeletConfig {
                     ));
                 }
             };
+
+        // The kubelet refuses to start when NeverVerifyAllowlistedImages has a pattern it
+        // cannot use (pkg/kubelet/images/pullmanager/image_pull_policies.go,
+        // NewNeverVerifyAllowListedPullPolicy), with that pattern's message.
+        if credential_verification == CredentialVerification::NeverVerifyAllowlistedImages {
+            for pattern in raw.preloaded_images_verification_allowlist.iter().flatten() {
+                allowlist_image_pattern(pattern)
+                    .map_err(|e| invalid("preloadedImagesVerificationAllowlist", e))?;
+            }
+        }
 
         // defaults.go: containerRuntimeEndpoint defaults to containerd's socket; an empty
         // imageServiceEndpoint means the runtime endpoint.
@@ -848,6 +898,72 @@ mod tests {
             );
             let _ = parse(&body);
         }
+    }
+
+    /// The kubelet's allowlist pattern rules (image_pull_policies.go,
+    /// getAllowlistImagePattern), each with its message; a config the kubelet refuses is
+    /// refused here, naming the field.
+    #[test]
+    fn allowlist_patterns_are_checked_as_the_kubelet_checks_them() {
+        let cases: [(&str, Result<(), &str>); 11] = [
+            ("docker.io/library/nginx", Ok(())),
+            ("registry.k8s.io/*", Ok(())),
+            ("registry.k8s.io/pause", Ok(())),
+            ("registry.k8s.io/sub/*", Ok(())),
+            (
+                " docker.io/library/nginx",
+                Err("leading/trailing spaces are not allowed:  docker.io/library/nginx"),
+            ),
+            ("", Err("the supplied pattern is too short: ")),
+            ("/*", Err("at least registry hostname is required")),
+            (
+                "registry.k8s.io/pa*",
+                Err(
+                    "not a valid wildcard pattern, only patterns ending with '/*' are allowed: registry.k8s.io/pa*",
+                ),
+            ),
+            (
+                "*",
+                Err("not a valid wildcard pattern, only patterns ending with '/*' are allowed: *"),
+            ),
+            (
+                "nginx",
+                Err("neither tag nor digest is accepted in an image reference: nginx"),
+            ),
+            (
+                "registry.k8s.io/pause:3.10",
+                Err(
+                    "neither tag nor digest is accepted in an image reference: registry.k8s.io/pause:3.10",
+                ),
+            ),
+        ];
+        for (pattern, want) in cases {
+            let got = allowlist_image_pattern(pattern);
+            assert_eq!(
+                got.as_ref().copied().map_err(String::as_str),
+                want,
+                "{pattern:?}"
+            );
+        }
+        let bad = allowlist_image_pattern("Registry.example/UPPER").expect_err("not a name");
+        assert!(
+            bad.starts_with("failed to parse as an image name: "),
+            "{bad}"
+        );
+        let err = parse(
+            "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.k8s.io/*\", \"nginx:1\"]\n",
+        )
+        .expect_err("the kubelet refuses it");
+        assert!(
+            matches!(&err, KubeletConfigError::Invalid { field, message, .. }
+                if field == "preloadedImagesVerificationAllowlist"
+                && message == "neither tag nor digest is accepted in an image reference: nginx:1"),
+            "{err}"
+        );
+        parse(
+            "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.k8s.io/*\", \"docker.io/library/busybox\"]\n",
+        )
+        .expect("valid patterns");
     }
 
     #[test]

@@ -14,7 +14,10 @@ use crate::format::{format_size, go_duration};
 pub enum GcError {
     #[error("{message}")]
     InvalidPolicy { message: String },
-    #[error("failed to {op}: {source}")]
+    /// A runtime call that failed, returned as it is (the kubelet returns ListImages',
+    /// GetPods' and ImageFsStats' errors unwrapped: pkg/kubelet/images/image_gc_manager.go,
+    /// detectImages and GarbageCollect); `op` names the call for logs.
+    #[error("{source}")]
     Runtime {
         op: &'static str,
         #[source]

@@ -37,14 +37,19 @@ pub const IMAGE_SIZE_BUCKETS: [(u64, &str); 12] = [
     (100 * GIB, "GT100GB"),
 ];
 
-/// Kubelet's `GetImageSizeBucket`.
+/// Kubelet's `GetImageSizeBucket` (kubelet master pkg/kubelet/metrics/metrics.go): `N/A`
+/// for size 0 (the size could not be read), else the bucket whose lower bound the size is
+/// strictly above (`>`: exactly 10 MiB is still `0-10MB`).
 pub fn image_size_bucket(size: u64) -> &'static str {
+    if size == 0 {
+        return "N/A";
+    }
     IMAGE_SIZE_BUCKETS
         .iter()
         .rev()
-        .find(|(lower, _)| size >= *lower)
+        .find(|(lower, _)| size > *lower)
         .map(|(_, label)| *label)
-        .unwrap_or("0-10MB")
+        .unwrap_or("N/A")
 }
 
 /// A fixed-bucket histogram.
@@ -169,12 +174,19 @@ mod tests {
 
     #[test]
     fn size_buckets_follow_kubelets_lower_bounds() {
+        // GetImageSizeBucket: "N/A" for 0, then `size > lower bound`.
         let cases = [
-            (0, "0-10MB"),
+            (0, "N/A"),
+            (1, "0-10MB"),
             (5 * MIB, "0-10MB"),
+            (10 * MIB, "0-10MB"),
+            (10 * MIB + 1, "10MB-100MB"),
             (15 * MIB, "10MB-100MB"),
-            (500 * MIB, "500MB-1GB"),
+            (500 * MIB, "100MB-500MB"),
+            (500 * MIB + 1, "500MB-1GB"),
             (15 * GIB, "10GB-20GB"),
+            (100 * GIB, "60GB-100GB"),
+            (100 * GIB + 1, "GT100GB"),
             (200 * GIB, "GT100GB"),
         ];
         for (size, want) in cases {

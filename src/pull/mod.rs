@@ -248,6 +248,18 @@ pub enum PullPolicy {
     Never,
 }
 
+impl PullPolicy {
+    /// The `pull_policy` label of `ensure_image_requests_total`: the policy lower-cased
+    /// (pkg/kubelet/images/metrics.go, `strings.ToLower(string(pullPolicy))`).
+    pub fn label(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "always",
+            PullPolicy::IfNotPresent => "ifnotpresent",
+            PullPolicy::Never => "never",
+        }
+    }
+}
+
 /// The pod a pull is for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodRef {
@@ -530,7 +542,12 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         auth: PullAuth<'_>,
         runtime_handler: &str,
     ) -> Result<String, PullError> {
+        // The kubelet counts every EnsureImageExists call, in a defer
+        // (pkg/kubelet/images/image_manager.go, recordEnsureImageRequest): a call that fails
+        // before the presence check counts as `<policy>`/`unknown`/`unknown`.
         if let Some(msg) = over_long(pod, image) {
+            self.metrics
+                .count_ensure((pull_policy.label(), "unknown", "unknown"));
             self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
             return Err(PullError::ErrInvalidImageName(msg));
         }
@@ -541,6 +558,8 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
                 let msg = format!("Failed to apply default image tag {q}: {e}");
                 // An image name with `user:password@` never shows its credentials.
                 let msg = reference::redact_credentials(&msg, image);
+                self.metrics
+                    .count_ensure((pull_policy.label(), "unknown", "unknown"));
                 self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
                 return Err(PullError::ErrInvalidImageName(msg));
             }
@@ -618,8 +637,11 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         }
     }
 
-    /// The presence precheck by pull policy (image_manager.go): `Some(image ref)` when the
-    /// image is present and the policy lets it be used, `None` when it must be pulled.
+    /// The presence precheck by pull policy (image_manager.go, imagePullPrecheck and
+    /// EnsureImageExists): `Some(image ref)` when the image is present and the policy lets it
+    /// be used, `None` when it must be pulled. Counts `ensure_image_requests_total` with the
+    /// kubelet's labels (images/metrics.go, recordEnsureImageRequest: the policy lower-cased,
+    /// `unknown` for what was not determined).
     async fn check_presence(
         &self,
         pod: &PodRef,
@@ -628,18 +650,19 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         pull_policy: PullPolicy,
         runtime_handler: &str,
     ) -> Result<Option<String>, PullError> {
-        let policy_label = match pull_policy {
-            PullPolicy::Always => "Always",
-            PullPolicy::IfNotPresent => "IfNotPresent",
-            PullPolicy::Never => "Never",
-        };
+        let policy_label = pull_policy.label();
         if pull_policy == PullPolicy::Always {
             self.metrics.count_ensure((policy_label, "unknown", "true"));
             return Ok(None);
         }
         match self.runtime.image_status(spec_image, runtime_handler).await {
             Err(e) => {
-                let msg = format!("Failed to inspect image {q}: {e}");
+                // The kubelet prints the image ref GetImageRef returned, which is "" on error
+                // (image_manager.go, imagePullPrecheck), not the requested name; neither
+                // presence nor the need to pull was determined.
+                let msg = format!("Failed to inspect image \"\": {e}");
+                self.metrics
+                    .count_ensure((policy_label, "unknown", "unknown"));
                 self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
                 Err(PullError::ErrImageInspect {
                     message: msg,
@@ -648,12 +671,21 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             }
             Ok(Some(present)) => {
                 self.metrics.count_ensure((policy_label, "true", "false"));
-                let msg = format!("Container image {q} already present on machine");
+                // Kubelet master's text with KubeletEnsureSecretPulledImages on (the default
+                // from 1.35; image_manager.go, EnsureImageExists). imagekeeper checks no pull
+                // credentials for a present image, which is what that kubelet does under
+                // imagePullCredentialsVerificationPolicy NeverVerify, and it says this text
+                // then too.
+                let msg = format!(
+                    "Container image {q} already present on machine and can be accessed by the pod"
+                );
                 self.normal(pod, reasons::PULLED_IMAGE, &msg);
                 Ok(Some(present.id.0))
             }
             Ok(None) if pull_policy == PullPolicy::Never => {
-                self.metrics.count_ensure((policy_label, "false", "false"));
+                // imagePullPrecheck returns before pull_required is set: `unknown`.
+                self.metrics
+                    .count_ensure((policy_label, "false", "unknown"));
                 let msg = format!("Container image {q} is not present with pull policy of Never");
                 self.warn(pod, reasons::ERR_IMAGE_NEVER_PULL_POLICY, &msg);
                 Err(PullError::ErrImageNeverPull(msg))

@@ -217,7 +217,14 @@ fn cases() -> Vec<Case> {
             None,
             None,
             (0..3)
-                .map(|_| e(STATUS, Ok(()), &["Pulled"], "already present on machine"))
+                .map(|_| {
+                    e(
+                        STATUS,
+                        Ok(()),
+                        &["Pulled"],
+                        "Container image \"present_image\" already present on machine and can be accessed by the pod",
+                    )
+                })
                 .collect(),
         ),
         case(
@@ -257,7 +264,8 @@ fn cases() -> Vec<Case> {
                         STATUS,
                         Err("ImageInspectError"),
                         &["InspectFailed"],
-                        "Failed to inspect image \"missing_image\": unknown inspectError",
+                        // The kubelet prints GetImageRef's ref, "" on error.
+                        "Failed to inspect image \"\": unknown inspectError",
                     )
                 })
                 .collect(),
@@ -394,6 +402,32 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// The `ensure_image_requests_total` labels (pull_policy, present_locally, pull_required) each
+/// case's calls count under, from the kubelet's `expectedEnsureImageMetrics` of the same case
+/// (kubelet master pkg/kubelet/images/image_manager_test.go, noFGPullerTestCases). The last
+/// case is imagekeeper's own (the registry-unavailable detail), labelled as the kubelet's
+/// other failed pulls of a missing image.
+fn kubelet_ensure_metric(case: &str) -> (&'static str, &'static str, &'static str) {
+    match case {
+        "image missing, pull" => ("ifnotpresent", "false", "true"),
+        "image present, don't pull" => ("ifnotpresent", "true", "false"),
+        "image present, pull always" => ("always", "unknown", "true"),
+        "image missing, never pull" => ("never", "false", "unknown"),
+        "image missing, inspect fails" => ("ifnotpresent", "unknown", "unknown"),
+        "image missing, unable to fetch, backs off" => ("ifnotpresent", "false", "true"),
+        "image present and qps>0, pull" => ("always", "unknown", "true"),
+        "image present and excessive qps rate, pull QPS exceeded" => ("always", "unknown", "true"),
+        "invalid image name, no pull"
+        | "invalid image name with http, no pull"
+        | "invalid image name with sha256, no pull" => ("always", "unknown", "unknown"),
+        "image missing, signature validation failed"
+        | "image missing, registry unavailable keeps the detail" => {
+            ("ifnotpresent", "false", "true")
+        }
+        other => panic!("no kubelet metric labels for case {other:?}"),
+    }
+}
+
 async fn run_puller_table(serialize: bool) {
     for c in cases() {
         let runtime = Arc::new(
@@ -446,6 +480,13 @@ async fn run_puller_table(serialize: bool) {
                 );
             }
         }
+        let labels = kubelet_ensure_metric(c.name);
+        assert_eq!(
+            manager.metrics().ensure_requests(),
+            BTreeMap::from([(labels, c.expected.len() as u64)]),
+            "ensure_image_requests_total of {} (serialize={serialize})",
+            c.name
+        );
     }
 }
 

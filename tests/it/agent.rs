@@ -463,7 +463,7 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
 
     let body = http_get(&metrics, "/metrics");
     assert!(
-        body.contains("imagekeeper_ensure_image_requests_total{pull_policy=\"IfNotPresent\",present_locally=\"false\",pull_required=\"true\"} 1"),
+        body.contains("imagekeeper_ensure_image_requests_total{pull_policy=\"ifnotpresent\",present_locally=\"false\",pull_required=\"true\"} 1"),
         "{body}"
     );
 
