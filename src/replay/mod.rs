@@ -117,6 +117,11 @@ where
                 runtime.state().remove_fails = ids.into_iter().collect();
                 current
             }
+            TraceOp::FsFails(message) => {
+                runtime.state().fs_error = message;
+                current
+            }
+            TraceOp::Note(_) => current,
             TraceOp::Policy(policy) => {
                 config.policy = policy;
                 let store = current.store().clone();

@@ -64,6 +64,12 @@ pub enum TraceOp {
     DeleteUnused,
     Restart,
     RemoveFails(Vec<String>),
+    /// ImageFsInfo fails with this message from this line on (`None`: it answers again), as
+    /// the kubelet's stats provider failing in TestGarbageCollectCadvisorFailure.
+    FsFails(Option<String>),
+    /// Words for the reader (what a trace ports and the outcome it expects); does nothing
+    /// and prints nothing.
+    Note(String),
 }
 
 /// The inodes each image's removal frees in the scripted runtime, by image id.
@@ -153,6 +159,8 @@ const OPS: &[&str] = &[
     "delete_unused",
     "restart",
     "remove_fails",
+    "fs_fails",
+    "note",
 ];
 
 /// Parses a whole trace held in memory. Blank lines are skipped; times must not go backwards.
@@ -428,6 +436,10 @@ impl<'de> Visitor<'de> for TypedLineVisitor {
                     }
                     TraceOp::RemoveFails(ids)
                 }
+                "fs_fails" => {
+                    TraceOp::FsFails(fs_fails(map.next_value()?).map_err(de::Error::custom)?)
+                }
+                "note" => TraceOp::Note(map.next_value()?),
                 _ => return Err(de::Error::custom("unknown operation")),
             });
         }
@@ -583,6 +595,8 @@ fn parse_line_by_value(raw: &str) -> Result<(UnixNanos, TraceOp), String> {
             }
             TraceOp::RemoveFails(ids)
         }
+        "fs_fails" => TraceOp::FsFails(fs_fails(typed::<Option<String>>(body, "fs_fails")?)?),
+        "note" => TraceOp::Note(typed::<String>(body, "note")?),
         other => {
             return Err(format!(
                 "unknown operation {other:?}; expected one of {}",
@@ -626,6 +640,14 @@ fn split_images(images: Vec<(RuntimeImage, Option<u64>)>) -> (Vec<RuntimeImage>,
         .collect();
     images.shrink_to_fit();
     (images, inodes)
+}
+
+/// An `fs_fails` body: the message ImageFsInfo fails with (not empty), or `null`.
+fn fs_fails(message: Option<String>) -> Result<Option<String>, String> {
+    match message {
+        Some(m) if m.is_empty() => Err("\"fs_fails\" is empty; give a message or null".to_owned()),
+        other => Ok(other),
+    }
 }
 
 /// An `fs` (or `container_fs`) line: `inodes` and `inodes_free` go together, free at most
@@ -1005,6 +1027,9 @@ mod tests {
             r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 60, "max_age_s": 0}}"#,
             r#"{"at": 1, "remove_fails": ["sha256:b"]}"#,
             r#"{"at": 1, "restart": {}}"#,
+            r#"{"at": 1, "fs_fails": "error"}"#,
+            r#"{"at": 1, "fs_fails": null}"#,
+            r#"{"at": 1, "note": "ports the kubelet's TestGarbageCollectCadvisorFailure"}"#,
             r#"{"at": 1, "images": [{"id": "sha256:b", "size": 3, "inodes": 7}]}"#,
             r#"{"at": 1, "fs": {"available": 1, "capacity": 9, "inodes": 5, "inodes_free": 2}}"#,
             r#"{"at": 1, "container_fs": {"available": 1, "capacity": 9}}"#,
