@@ -365,3 +365,168 @@ fn a_piped_trace_of_endless_short_lines_is_refused_at_the_total_cap() {
     );
     assert!(out.stdout.is_empty(), "nothing ran");
 }
+
+/// The rows of the testing page's table of the kubelet's rules (between the `rules-table`
+/// markers): (rule, the names in backticks of its last column).
+fn rules_table() -> Vec<(String, Vec<String>)> {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/design/testing.md");
+    let text = std::fs::read_to_string(&page).expect("the testing page");
+    let table = text
+        .split("<!-- rules-table -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- /rules-table -->").next())
+        .expect("the rules table between its markers");
+    table
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("| rule") && !l.starts_with("| ---"))
+        .map(|row| {
+            let cells: Vec<&str> = row.trim_matches('|').split(" | ").collect();
+            assert_eq!(cells.len(), 3, "a row of three cells: {row}");
+            let names = cells[2]
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect();
+            (cells[0].trim().to_owned(), names)
+        })
+        .collect()
+}
+
+/// Every `.rs` file's text under `dir`.
+fn sources(dir: &Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).expect("a source dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(std::fs::read_to_string(&path).expect("source"));
+        }
+    }
+}
+
+/// The guard of issue 37: each rule names tests that exist, and every trace pins some rule.
+#[test]
+fn every_trace_belongs_to_a_rule_and_every_rule_names_existing_tests() {
+    let rows = rules_table();
+    assert!(rows.len() >= 15, "rows: {rows:?}");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut code = Vec::new();
+    sources(&root.join("src"), &mut code);
+    sources(&root.join("tests"), &mut code);
+    let mut named = std::collections::BTreeSet::new();
+    for (rule, names) in &rows {
+        assert!(!names.is_empty(), "{rule}: names no test");
+        for name in names {
+            match name.rsplit_once("::") {
+                Some((_, function)) => {
+                    let def = format!("fn {function}(");
+                    assert!(
+                        code.iter().any(|text| text.contains(&def)),
+                        "{rule}: no test {name}"
+                    );
+                }
+                None => {
+                    assert!(
+                        replay_dir().join(format!("{name}.jsonl")).is_file(),
+                        "{rule}: no trace tests/replay/{name}.jsonl"
+                    );
+                    named.insert(name.clone());
+                }
+            }
+        }
+    }
+    for entry in std::fs::read_dir(replay_dir()).expect("tests/replay") {
+        let file = entry.expect("entry").file_name();
+        let file = file.to_str().expect("utf8");
+        if let Some(name) = file.strip_suffix(".jsonl")
+            && !file.ends_with(".expected.jsonl")
+        {
+            assert!(
+                named.contains(name),
+                "tests/replay/{file} pins no rule of docs/src/design/testing.md's table"
+            );
+        }
+    }
+}
+
+/// Every case of the kubelet's image GC tests has its trace (kubelet master
+/// pkg/kubelet/images/image_gc_manager_test.go, and the MaxAge cases of
+/// test/e2e_node/image_gc_test.go), opening with a note that names it; the one that is not a
+/// trace is named with the test that ports it.
+#[test]
+fn every_kubelet_gc_test_is_ported() {
+    const GC_TESTS: [&str; 23] = [
+        "TestDetectImagesInitialDetect",
+        "TestDetectImagesInitialDetectWithRuntimeHandlerInImageCriAPIFeatureGate",
+        "TestDetectImagesWithNewImage",
+        "TestDeleteUnusedImagesExemptSandboxImage",
+        "TestDeletePinnedImage",
+        "TestDoNotDeletePinnedImage",
+        "TestDeleteUnPinnedImage",
+        "TestAllPinnedImages",
+        "TestDetectImagesContainerStopped",
+        "TestDetectImagesWithRemovedImages",
+        "TestFreeSpaceImagesInUseContainersAreIgnored",
+        "TestDeleteUnusedImagesRemoveAllUnusedImages",
+        "TestDeleteUnusedImagesLimitByImageLiveTime",
+        "TestFreeSpaceRemoveByLeastRecentlyUsed",
+        "TestFreeSpaceTiesBrokenByDetectedTime",
+        "TestGarbageCollectBelowLowThreshold",
+        "TestGarbageCollectCadvisorFailure",
+        "TestGarbageCollectBelowSuccess",
+        "TestGarbageCollectNotEnoughFreed",
+        "TestGarbageCollectImageNotOldEnough",
+        "TestGarbageCollectImageTooOld",
+        "TestGarbageCollectImageMaxAgeDisabled",
+        "TestValidateImageGCPolicy",
+    ];
+    // Policy validation refuses the whole trace, so its cases are a unit test's table.
+    const NOT_TRACES: [(&str, &str); 1] = [(
+        "TestValidateImageGCPolicy",
+        "src/gc/policy.rs: kubelet_test_validate_image_gc_policy",
+    )];
+    let e2e = [
+        "e2e_ImageMaximumGCAge_should_GC_unused_images",
+        "e2e_ImageMaximumGCAge_should_not_GC_unused_images_prematurely",
+    ];
+    let mut expected = std::collections::BTreeSet::new();
+    for test in GC_TESTS {
+        if let Some((_, ported)) = NOT_TRACES.iter().find(|(t, _)| *t == test) {
+            let (file, function) = ported.split_once(": ").expect("file: function");
+            let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+                .expect("the porting test's file");
+            assert!(text.contains(&format!("fn {function}(")), "{ported}");
+            assert!(text.contains(test), "{file} names {test}");
+            continue;
+        }
+        expected.insert(format!("kubelet_{test}"));
+    }
+    expected.extend(e2e.iter().map(|t| format!("kubelet_{t}")));
+    let mut found = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(replay_dir()).expect("tests/replay") {
+        let file = entry.expect("entry").file_name();
+        let file = file.to_str().expect("utf8").to_owned();
+        if let Some(name) = file.strip_suffix(".jsonl")
+            && name.starts_with("kubelet_")
+            && !file.ends_with(".expected.jsonl")
+        {
+            let text = std::fs::read_to_string(replay_dir().join(&file)).expect("trace");
+            let first = text.lines().next().unwrap_or("");
+            let test = name.trim_start_matches("kubelet_");
+            let named = if let Some(case) = test.strip_prefix("e2e_") {
+                first.contains("test/e2e_node/image_gc_test.go")
+                    && first.contains(&case.replace("ImageMaximumGCAge_", "").replace('_', " "))
+            } else {
+                first.contains("pkg/kubelet/images/image_gc_manager_test.go")
+                    && first.contains(&format!(" {test}:"))
+            };
+            assert!(
+                first.contains("\"note\"") && named,
+                "{file} opens with a note naming the kubelet test it ports: {first}"
+            );
+            found.insert(name.to_owned());
+        }
+    }
+    assert_eq!(found, expected);
+}
