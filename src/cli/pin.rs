@@ -225,7 +225,7 @@ pub fn pins(args: PinsArgs) -> Result<(), Failure> {
             return Ok::<_, Failure>((views, "the running agent"));
         }
         // Read-only: listing creates and changes nothing.
-        let store = db::open_for_dry_run(&config.db)?;
+        let db::DryRunStore { store, copy: _copy } = db::open_for_dry_run(&config.db)?;
         let pins = store.pins().context("reading the pins")?;
         let images = stored_images(&store).context("reading the records")?;
         Ok((pin_views(pins, &images, SystemClock.now()), DIRECT))
