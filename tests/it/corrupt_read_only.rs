@@ -3,8 +3,9 @@
 //! with one byte flipped, must print exactly what they print for the undamaged file or refuse
 //! it with `inspect`'s message (exit 1 or 2, naming the file); never a panic, a signal, or a
 //! different answer with exit 0. The suite runs a seeded sample of flips; `scripts/flip-sweep`
-//! runs the full sweep (`IMAGEKEEPER_FLIP_SWEEP=1`: 10,000 pins, 1,000 flips: one bit at each of
-//! the offsets 0-255, then 744 offsets spread evenly over the file).
+//! runs the full sweep (`IMAGEKEEPER_FLIP_SWEEP=1`: 10,000 pins, or
+//! `IMAGEKEEPER_FLIP_SWEEP_PINS`, 1,000 flips: one bit at each of the offsets 0-255, then 744
+//! offsets spread evenly over the file).
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -160,6 +161,14 @@ fn flips(bytes: &[u8], sweep: bool) -> Vec<(usize, u8)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_commands_on_a_damaged_database_print_the_undamaged_answer_or_refuse() {
     let sweep = std::env::var_os("IMAGEKEEPER_FLIP_SWEEP").is_some_and(|v| v == "1");
+    // The sweep's database: 10,000 pins, or IMAGEKEEPER_FLIP_SWEEP_PINS.
+    let pins: u64 = match std::env::var("IMAGEKEEPER_FLIP_SWEEP_PINS") {
+        Ok(n) if sweep => n
+            .parse()
+            .expect("IMAGEKEEPER_FLIP_SWEEP_PINS: a number of pins"),
+        _ if sweep => 10_000,
+        _ => 1_000,
+    };
     let fake = FakeRuntime::start().await.expect("fake runtime");
     fake.set_images((0..IMAGES).map(runtime_image).collect());
     fake.set_image_fs(fake.dir().display().to_string(), 50_000);
@@ -167,7 +176,7 @@ async fn read_only_commands_on_a_damaged_database_print_the_undamaged_answer_or_
     let dir = tempfile::tempdir().expect("temp dir");
     let socket = dir.path().join("no-agent.sock");
     let good = dir.path().join("good.redb");
-    build(&good, if sweep { 10_000 } else { 1_000 });
+    build(&good, pins);
     let pristine = std::fs::read(&good).expect("read the database");
     let victim = dir.path().join("victim.redb");
     let victim_shown = victim.to_str().expect("utf8 path").to_owned();
@@ -234,7 +243,7 @@ async fn read_only_commands_on_a_damaged_database_print_the_undamaged_answer_or_
          failed",
         cases.len(),
         COMMANDS.len(),
-        if sweep { 10_000 } else { 1_000 },
+        pins,
         failures.len()
     );
     assert!(
