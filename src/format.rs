@@ -257,6 +257,23 @@ pub fn parse_rfc3339(s: &str) -> Option<UnixNanos> {
     parse_rfc3339_checked(s).ok()
 }
 
+/// The times a persisted stamp holds (i64 nanoseconds since 1970), as an operator reads them.
+pub const TIME_RANGE: &str = "1970-01-01T00:00:00Z to 2262-04-11T23:47:16Z";
+
+/// [`parse_rfc3339`], saying why not: the form for a syntax error, the range for a valid time
+/// outside it (`9999-12-31T23:59:59Z` is RFC 3339; it is past what the database holds).
+pub fn parse_rfc3339_or_why(s: &str) -> Result<UnixNanos, String> {
+    match parse_rfc3339_checked(s) {
+        Ok(t) => Ok(t),
+        Err(TimeError::OutOfRange) => Err(format!(
+            "{s:?} is outside the times imagekeeper stores ({TIME_RANGE})"
+        )),
+        Err(TimeError::Syntax) => Err(format!(
+            "{s:?} is not an RFC 3339 time (YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM))"
+        )),
+    }
+}
+
 pub(crate) fn parse_rfc3339_checked(s: &str) -> Result<UnixNanos, TimeError> {
     parse_rfc3339_parts(s).ok_or(TimeError::Syntax)?
 }

@@ -98,6 +98,12 @@ fn the_limits_page_states_every_limit_with_the_codes_number() {
         ),
         format!("at most **{}** `*.conf` files", crate::doctor::MAX_DROP_INS),
         format!(
+            "**Warm set**: at most **{}** entries (the config file's `[[warm]]` tables and the \
+             directory's files together) from at most **{}** files in `--warm-set-dir`",
+            grouped(crate::warm::MAX_WARM_ENTRIES as u64),
+            crate::warm::MAX_WARM_FILES
+        ),
+        format!(
             "the same cap, and at most **{}** in all",
             mib(crate::replay::MAX_PIPED_TRACE_BYTES)
         ),

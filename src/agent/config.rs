@@ -15,8 +15,8 @@ use crate::kubelet::DEFAULT_KUBELET_ROOT_DIR;
 use crate::model::JournalRetention;
 use crate::pull::{PullConfig, PullConfigError};
 use crate::warm::{
-    DEFAULT_USED_WITHIN, DEFAULT_WARM_PERIOD, FromHistory, SizeSpec, WarmConfig, WarmSet,
-    parse_size, read_warm_dir, resolve_specs,
+    DEFAULT_USED_WITHIN, DEFAULT_WARM_PERIOD, FromHistory, MAX_WARM_ENTRIES, SizeSpec, WarmConfig,
+    WarmSet, parse_size, read_warm_dir, resolve_specs,
 };
 
 /// The default record database.
@@ -455,7 +455,7 @@ pub const CONFIG_FIELDS: &[ConfigField] = &[
         key: "warm",
         flag: "(none)",
         kubelet: None,
-        default: |c| c.gc.warm.entries.len().to_string() + " entries",
+        default: |c| c.gc.warm.entries().len().to_string() + " entries",
         on_reload: OnReload::Applied,
         help: "[[warm]] tables: images the node keeps present ahead of use, in priority order; fields image, runtimeHandler, for (Go duration) or until (RFC 3339), size (bytes or a quantity). See Warm sets.",
     },
@@ -1241,9 +1241,20 @@ fn resolve_warm(
     flags: &FlagValues,
     o: &Origin<'_>,
 ) -> Result<(WarmSet, WarmConfig), ConfigError> {
+    let dir = pick(
+        &flags.warm_set_dir,
+        "--warm-set-dir",
+        &file.warm_set_dir,
+        o.field("warmSetDir"),
+    );
+    // A bad entry names itself; a bad warm set file or directory is named under the flag or
+    // field that gave the directory (it is not the config file).
+    let dir_origin = dir
+        .as_ref()
+        .map_or_else(|| o.field("warmSetDir"), |(_, from)| from.clone());
     let warm_error = |e: crate::warm::WarmError| match e {
-        crate::warm::WarmError::File { path, message } => ConfigError::File { path, message },
         crate::warm::WarmError::Invalid { origin, message } => invalid(origin, message),
+        other => invalid(dir_origin.clone(), other.to_string()),
     };
     let mut entries = match &file.warm {
         None => Vec::new(),
@@ -1251,14 +1262,25 @@ fn resolve_warm(
             resolve_specs(specs, |i| o.field(&format!("warm[{i}]"))).map_err(warm_error)?
         }
     };
-    let dir = pick(
-        &flags.warm_set_dir,
-        "--warm-set-dir",
-        &file.warm_set_dir,
-        o.field("warmSetDir"),
-    );
+    let from_file = entries.len();
     if let Some((dir, _)) = &dir {
         entries.extend(read_warm_dir(dir).map_err(warm_error)?);
+    }
+    if entries.len() > MAX_WARM_ENTRIES {
+        let origin = if dir.is_some() {
+            dir_origin.clone()
+        } else {
+            o.field("warm")
+        };
+        return Err(invalid(
+            origin,
+            format!(
+                "the warm set has {} entries ({from_file} [[warm]] tables, {} in the warm set \
+                 directory), more than the {MAX_WARM_ENTRIES} a warm set may hold",
+                entries.len(),
+                entries.len() - from_file
+            ),
+        ));
     }
     let period = match pick(
         &flags.warm_period,
@@ -1676,7 +1698,7 @@ mod tests {
         let from_history = c.warm.from_history.expect("set");
         assert_eq!(from_history.used_within, Duration::from_secs(12 * 3600));
         assert_eq!(from_history.max_bytes, Some(1000));
-        let entries = &c.gc.warm.entries;
+        let entries = c.gc.warm.entries();
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[0].size_hint, Some(20 << 30));
         assert_eq!(entries[1].runtime_handler, "gpu");
@@ -1734,7 +1756,140 @@ mod tests {
                     ..FlagValues::default()
                 }
             )
-            .starts_with("config file /nonexistent/warm: cannot read the warm set directory")
+            .starts_with(
+                "--warm-set-dir: warm set directory /nonexistent/warm: cannot read it: No such file"
+            )
+        );
+    }
+
+    /// Issue 41: a warm set holds at most MAX_WARM_ENTRIES entries (the file's tables and
+    /// the directory's files together) from at most MAX_WARM_FILES files; more is refused
+    /// naming the count, under the flag that gave the directory. Exactly the cap is accepted.
+    #[test]
+    fn a_warm_set_over_its_caps_is_refused_naming_the_count() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let flags = FlagValues {
+            warm_set_dir: Some(dir.path().to_owned()),
+            ..FlagValues::default()
+        };
+        let lines = |from: usize, to: usize| -> String {
+            (from..to)
+                .map(|i| format!("  - image: registry.example/warm-{i}:1\n"))
+                .collect()
+        };
+        // Two tables in the file, the rest in the directory: the cap counts both.
+        let file =
+            toml::from_str::<FileConfig>("[[warm]]\nimage = \"a:1\"\n[[warm]]\nimage = \"b:1\"\n")
+                .expect("toml");
+        let half = MAX_WARM_ENTRIES / 2;
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            format!("warm:\n{}", lines(0, half)),
+        )
+        .expect("write");
+        std::fs::write(
+            dir.path().join("b.yaml"),
+            format!("warm:\n{}", lines(half, MAX_WARM_ENTRIES - 2)),
+        )
+        .expect("write");
+        let c = resolve(&file, &flags).expect("exactly the cap is a valid warm set");
+        assert_eq!(c.gc.warm.entries().len(), MAX_WARM_ENTRIES);
+        std::fs::write(
+            dir.path().join("c.yaml"),
+            "warm:\n  - image: c:1\n  - image: d:1\n",
+        )
+        .expect("write");
+        let err = resolve(&file, &flags)
+            .expect_err("over the cap")
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "--warm-set-dir: the warm set has {} entries (2 [[warm]] tables, {} in the warm \
+                 set directory), more than the {MAX_WARM_ENTRIES} a warm set may hold",
+                MAX_WARM_ENTRIES + 2,
+                MAX_WARM_ENTRIES
+            )
+        );
+        // Too many files: refused before any is read (these are not even valid YAML).
+        for i in 0..=crate::warm::MAX_WARM_FILES {
+            std::fs::write(dir.path().join(format!("z{i:03}.yaml")), "{{{").expect("write");
+        }
+        let err = resolve(&FileConfig::default(), &flags)
+            .expect_err("too many files")
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "--warm-set-dir: warm set directory {}: it holds {} warm set files (*.yaml, \
+                 *.yml, *.json), more than the {} a warm set directory may hold",
+                dir.path().display(),
+                crate::warm::MAX_WARM_FILES + 4,
+                crate::warm::MAX_WARM_FILES
+            )
+        );
+    }
+
+    /// Issue 41's messages: a negative warm `size` says so (not serde's "did not match any
+    /// variant of untagged enum SizeSpec"); an `until` past 2262 says the range (it is RFC
+    /// 3339); a missing warm set directory is not called a config file.
+    #[test]
+    fn warm_messages_say_what_is_wrong() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let flags = FlagValues {
+            warm_set_dir: Some(dir.path().to_owned()),
+            ..FlagValues::default()
+        };
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            "warm:\n  - image: a:1\n    size: -1\n",
+        )
+        .expect("write");
+        let err = resolve(&FileConfig::default(), &flags)
+            .expect_err("negative size")
+            .to_string();
+        assert!(
+            err.contains("a size must not be negative (got -1)") && !err.contains("untagged"),
+            "{err}"
+        );
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            "warm:\n  - image: a:1\n    size: 1.5\n",
+        )
+        .expect("write");
+        let err = resolve(&FileConfig::default(), &flags)
+            .expect_err("fractional size")
+            .to_string();
+        assert!(err.contains("must be a whole number (got 1.5)"), "{err}");
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            "warm:\n  - image: a:1\n    until: \"9999-12-31T23:59:59Z\"\n",
+        )
+        .expect("write");
+        let err = resolve(&FileConfig::default(), &flags)
+            .expect_err("out of range")
+            .to_string();
+        assert!(
+            err.ends_with(
+                "a.yaml: warm[0]: until: \"9999-12-31T23:59:59Z\" is outside the times \
+                 imagekeeper stores (1970-01-01T00:00:00Z to 2262-04-11T23:47:16Z); leave out \
+                 `until` for an entry kept while it is in the set"
+            ),
+            "{err}"
+        );
+        let missing = FlagValues {
+            warm_set_dir: Some(dir.path().join("gone")),
+            ..FlagValues::default()
+        };
+        let err = resolve(&FileConfig::default(), &missing)
+            .expect_err("missing dir")
+            .to_string();
+        assert!(
+            err.starts_with(&format!(
+                "--warm-set-dir: warm set directory {}: cannot read it: No such file",
+                dir.path().join("gone").display()
+            )) && !err.contains("config file"),
+            "{err}"
         );
     }
 

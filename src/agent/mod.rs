@@ -126,6 +126,10 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     warm_last: Mutex<Option<crate::warm::WarmPlan>>,
     /// The warm entries whose "does not fit" was logged, until they fit again.
     warm_logged: Mutex<std::collections::BTreeSet<(String, String)>>,
+    /// The threads the warm cycle's judge ran on (a test checks it is never the async
+    /// worker's).
+    #[cfg(test)]
+    warm_judged_on: Mutex<Vec<std::thread::ThreadId>>,
 }
 
 /// Where the agent's first detect stands: the service manager is told the agent is ready
@@ -214,6 +218,8 @@ impl<R: AgentRuntime> Agent<R> {
             gc_last_unreachable: Mutex::new(false),
             warm_last: Mutex::new(None),
             warm_logged: Mutex::new(Default::default()),
+            #[cfg(test)]
+            warm_judged_on: Mutex::new(Vec::new()),
         })
     }
 

@@ -13,7 +13,7 @@
 //! kept warm until their last use plus `usedWithin` (`WarmSet::from_history`: the GC reads
 //! the same entries from its journal).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -22,7 +22,7 @@ use tracing::{info, warn};
 use crate::cri::ImageRuntime;
 use crate::gc::GcPolicy;
 use crate::model::{PullOrigin, RecordKey, RuntimeImage, StoredWarmState, UnixNanos, WarmRow};
-use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullRuntime};
+use crate::pull::{ImageManager, MatchIndex, PodRef, PullAuth, PullPolicy, PullRuntime};
 use crate::store::Store;
 use crate::warm::{
     FromHistory, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome, RestoreState, WarmEntry,
@@ -38,6 +38,8 @@ pub const WARM_POD_NAME: &str = "imagekeeper-warm";
 /// by the names stored for its key.
 struct HistorySizes {
     known: Vec<(RuntimeImage, u64)>,
+    /// `known`'s images by their names, so an entry's size is one lookup of its name.
+    index: MatchIndex,
 }
 
 impl HistorySizes {
@@ -50,7 +52,7 @@ impl HistorySizes {
         for record in store.records()? {
             sizes.insert(record.key, record.record.size);
         }
-        let known = store
+        let known: Vec<(RuntimeImage, u64)> = store
             .all_names()?
             .into_iter()
             .filter_map(|(key, names)| {
@@ -67,13 +69,15 @@ impl HistorySizes {
                 ))
             })
             .collect();
-        Ok(HistorySizes { known })
+        let index = MatchIndex::of_images(known.iter().map(|(image, _)| image));
+        Ok(HistorySizes { known, index })
     }
 
     fn size_of(&self, entry: &WarmEntry) -> Option<u64> {
-        self.known
-            .iter()
-            .filter(|(image, _)| entry.matches(image))
+        self.index
+            .named_by(&entry.image, &entry.runtime_handler)
+            .into_iter()
+            .filter_map(|at| self.known.get(at))
             .map(|(_, size)| *size)
             .max()
     }
@@ -110,15 +114,28 @@ impl<R: AgentRuntime> Agent<R> {
     async fn warm_cycle_inner(self: &Arc<Self>) -> Result<WarmPlan, AgentError> {
         let now = self.clock.now();
         let config = self.config();
-        let mut entries = config.gc.warm.entries.clone();
-        if let Some(window) = config.warm.from_history {
-            entries.extend(history_warm_entries(&self.store, window, now)?);
-        }
+        let entries = {
+            let agent = Arc::clone(self);
+            let config = config.clone();
+            self.off_the_workers(move || {
+                let mut entries = config.gc.warm.entries().to_vec();
+                if let Some(window) = config.warm.from_history {
+                    entries.extend(history_warm_entries(&agent.store, window, now)?);
+                }
+                Ok(entries)
+            })
+            .await?
+        };
         if entries.is_empty() {
             let plan = WarmPlan::default();
             self.metrics.record_warm_plan(&plan);
-            self.persist_warm(&plan, &[], &BTreeMap::new(), now);
-            return Ok(plan);
+            let agent = Arc::clone(self);
+            return self
+                .off_the_workers(move || {
+                    agent.persist_warm(&plan, &[], &BTreeMap::new(), now);
+                    Ok(plan)
+                })
+                .await;
         }
         let runtime = self.gc.runtime();
         let images = runtime.list_images().await.map_err(AgentError::Runtime)?;
@@ -129,22 +146,32 @@ impl<R: AgentRuntime> Agent<R> {
                 None
             }
         };
-        let fs = stats.as_ref().map(|s| (s.capacity, s.available));
-        let policy = &config.gc.policy;
-        let sizes = HistorySizes::read(&self.store)?;
-        let mut planned = plan(&PlanInput {
-            entries: &entries,
-            now,
-            images: &images,
-            fs,
-            low_threshold_percent: policy.low_threshold_percent,
-            bytes_low: policy.bytes.map(|b| b.low),
-            inodes_at_or_above_low: stats
-                .as_ref()
-                .is_some_and(|s| inodes_at_or_above_low(policy, s)),
-            max_pulls: config.warm.parallel_pulls,
-            known_size: &|e| sizes.size_of(e),
-        });
+        // The judge (the history's sizes and the plan) reads the store and looks up every
+        // entry's name: work that grows with the set, so it runs off the async workers, where
+        // a set of MAX_WARM_ENTRIES cannot hold up the probes, detect or the shutdown.
+        let (mut planned, images) = {
+            let agent = Arc::clone(self);
+            self.off_the_workers(move || {
+                let fs = stats.as_ref().map(|s| (s.capacity, s.available));
+                let policy = &config.gc.policy;
+                let sizes = HistorySizes::read(&agent.store)?;
+                let planned = plan(&PlanInput {
+                    entries: &entries,
+                    now,
+                    images: &images,
+                    fs,
+                    low_threshold_percent: policy.low_threshold_percent,
+                    bytes_low: policy.bytes.map(|b| b.low),
+                    inodes_at_or_above_low: stats
+                        .as_ref()
+                        .is_some_and(|s| inodes_at_or_above_low(policy, s)),
+                    max_pulls: config.warm.parallel_pulls,
+                    known_size: &|e| sizes.size_of(e),
+                });
+                Ok((planned, images))
+            })
+            .await?
+        };
         let mut pulls = tokio::task::JoinSet::new();
         for (index, status) in planned.statuses.iter().enumerate() {
             if status.state != WarmState::Pulling {
@@ -191,9 +218,32 @@ impl<R: AgentRuntime> Agent<R> {
         }
         self.report_does_not_fit(&planned);
         self.metrics.record_warm_plan(&planned);
-        self.persist_warm(&planned, &images, &pulled, now);
         *lock_ignoring_poison(&self.warm_last) = Some(planned.clone());
-        Ok(planned)
+        let agent = Arc::clone(self);
+        self.off_the_workers(move || {
+            agent.persist_warm(&planned, &images, &pulled, now);
+            Ok(planned)
+        })
+        .await
+    }
+
+    /// Runs `work` on tokio's blocking pool, never on an async worker, and waits for it.
+    async fn off_the_workers<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce() -> Result<T, AgentError> + Send + 'static,
+    ) -> Result<T, AgentError> {
+        #[cfg(test)]
+        let agent = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            #[cfg(test)]
+            lock_ignoring_poison(&agent.warm_judged_on).push(std::thread::current().id());
+            work()
+        })
+        .await
+        .map_err(|e| AgentError::Serve {
+            step: "the warm cycle's work on the blocking pool",
+            source: Box::new(e),
+        })?
     }
 
     /// Writes the warm set's state for `inspect` (schema 5's `warm` table, replaced whole in
@@ -214,6 +264,16 @@ impl<R: AgentRuntime> Agent<R> {
                 Vec::new()
             }
         };
+        // Each stored row's `since` by (image, handler, state), the first row of each as a
+        // search from the front finds it; the listed images by their names: one pass each,
+        // no search per entry (issue 41: that was quadratic in the set's size).
+        let mut since_of: HashMap<(&str, &str, StoredWarmState), UnixNanos> = HashMap::new();
+        for r in &before {
+            since_of
+                .entry((r.image.as_str(), r.runtime_handler.as_str(), r.state))
+                .or_insert(r.since);
+        }
+        let listed = MatchIndex::of_images(images);
         let rows: Vec<WarmRow> = plan
             .statuses
             .iter()
@@ -221,20 +281,17 @@ impl<R: AgentRuntime> Agent<R> {
             .map(|(i, status)| {
                 let entry = &status.entry;
                 let state = stored_warm_state(status.state);
-                let since = before
-                    .iter()
-                    .find(|r| {
-                        r.image == entry.image
-                            && r.runtime_handler == entry.runtime_handler
-                            && r.state == state
-                    })
-                    .map_or(now, |r| r.since);
+                let since = since_of
+                    .get(&(entry.image.as_str(), entry.runtime_handler.as_str(), state))
+                    .copied()
+                    .unwrap_or(now);
                 let image_id = match pulled.get(&i) {
                     Some(image_ref) => image_ref.clone(),
-                    None => images
-                        .iter()
-                        .rev()
-                        .find(|image| entry.matches(image))
+                    // The last listed image it names.
+                    None => listed
+                        .named_by(&entry.image, &entry.runtime_handler)
+                        .last()
+                        .and_then(|&at| images.get(at))
                         .map(|image| image.id.as_str().to_owned())
                         .unwrap_or_default(),
                 };
@@ -810,6 +867,44 @@ mod tests {
                 .iter()
                 .any(|p| p.contains("b:1")),
             "the entry that does not fit is never pulled"
+        );
+    }
+
+    /// Issue 41: the warm cycle's judge (the history's sizes, the plan, the stored state) runs
+    /// on the blocking pool, never on the async worker: in this current-thread runtime the
+    /// test's own thread is the only worker, and no judging ran on it. A set of the cap's size
+    /// (MAX_WARM_ENTRIES) is judged whole.
+    #[tokio::test(start_paused = true)]
+    async fn the_warm_cycles_judge_runs_off_the_async_worker() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Registry {
+            registry: Arc::new(vec![registry_image(1, "a:1", 300)]),
+            ..Registry::default()
+        };
+        runtime.node.state().fs = Some((1000, 700));
+        let mut specs = vec![spec("a:1", Some("300"))];
+        specs.extend(
+            (1..crate::warm::MAX_WARM_ENTRIES)
+                .map(|i| spec(&format!("registry.example/warm-{i}:1"), Some("1Gi"))),
+        );
+        let agent = agent(dir.path(), runtime, &specs);
+        let worker = std::thread::current().id();
+        let plan = agent.warm_cycle().await;
+        assert_eq!(plan.statuses.len(), crate::warm::MAX_WARM_ENTRIES);
+        assert_eq!(plan.count(WarmState::Pulling), 1);
+        assert_eq!(
+            plan.count(WarmState::DoesNotFit),
+            crate::warm::MAX_WARM_ENTRIES - 1
+        );
+        assert_eq!(
+            agent.store.warm_rows().expect("rows").len(),
+            crate::warm::MAX_WARM_ENTRIES
+        );
+        let judged = lock_ignoring_poison(&agent.warm_judged_on).clone();
+        assert_eq!(judged.len(), 3, "the entries, the plan, the stored state");
+        assert!(
+            judged.iter().all(|thread| *thread != worker),
+            "judged on the async worker: {judged:?}"
         );
     }
 

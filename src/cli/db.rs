@@ -1,10 +1,12 @@
 //! Opening the database from a command that runs without an agent (`gc`, `prune`, `pull`):
 //! a database another process holds is waited for, a bounded time, before it is refused; a
-//! database path that is not a regular file is a usage error (exit 2).
+//! database path that is not a regular file is a usage error (exit 2); a read-only command
+//! (a dry run, `pins`) reads a verified copy, as `inspect` does.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use imagekeeper::inspect::{InspectError, Snapshot};
 use imagekeeper::model::UnixNanos;
 use imagekeeper::store::{Store, StoreError};
 
@@ -67,19 +69,34 @@ pub async fn open_waiting(path: &Path, now: UnixNanos) -> Result<Store, Failure>
     }
 }
 
-/// Opens the database read-only for a dry run: nothing is created (a missing database is an
-/// error) and nothing is written.
-pub fn open_for_dry_run(path: &Path) -> Result<Store, Failure> {
+/// The store a read-only command reads without an agent: a verified private copy of the
+/// database (see [`open_for_dry_run`]), kept while this lives.
+pub struct DryRunStore {
+    pub store: Store,
+    /// The directory holding the copy: removed when dropped.
+    pub copy: tempfile::TempDir,
+}
+
+/// Opens the database for a read-only command (`gc --dry-run`, `prune --dry-run`, `pins`,
+/// `restore --dry-run` without an agent) the way `inspect` reads it (issue 41): a private copy
+/// verified page by page (redb's integrity check) before anything is read, so a damaged file is
+/// refused with `inspect`'s message, never read into a panic or a wrong answer; a file that
+/// needs crash recovery is read through a repaired copy (said on stderr). Nothing is created
+/// beside the file (a missing database is an error) and the file is never written.
+pub fn open_for_dry_run(path: &Path) -> Result<DryRunStore, Failure> {
     check_path(path)?;
-    match Store::open_read_only(path) {
-        Err(e @ StoreError::Missing { .. }) => Err(Failure::from(anyhow::anyhow!(
-            "{e}; a dry run creates nothing (run the agent, or the command without --dry-run, \
-             to create it)"
-        ))),
-        Err(e) => Err(store_failure(
-            e,
-            "opening the database read-only for a dry run",
-        )),
-        Ok(store) => Ok(store),
+    match Snapshot::open(path) {
+        Err(InspectError::Store(e @ StoreError::Missing { .. })) => {
+            Err(Failure::from(anyhow::anyhow!(
+                "{e}; a dry run creates nothing (run the agent, or the command without \
+                 --dry-run, to create it)"
+            )))
+        }
+        Err(e) => Err(super::inspect::inspect_failure(e)),
+        Ok(snap) => {
+            super::inspect::say_how_it_was_copied(path, &snap, true);
+            let (store, copy) = snap.into_store();
+            Ok(DryRunStore { store, copy })
+        }
     }
 }

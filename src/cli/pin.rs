@@ -9,7 +9,7 @@ use clap::Args;
 use imagekeeper::admin::{AdminClient, AdminError};
 use imagekeeper::agent::FlagValues;
 use imagekeeper::clock::{Clock, SystemClock};
-use imagekeeper::format::{format_rfc3339, parse_go_duration, parse_rfc3339};
+use imagekeeper::format::{format_rfc3339, parse_go_duration, parse_rfc3339_or_why};
 use imagekeeper::gc::{PinView, pin_view, pin_views, stored_images};
 use imagekeeper::model::{ImagePin, MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, PinKey, UnixNanos};
 use imagekeeper::store::Batch;
@@ -100,9 +100,9 @@ fn until_of(args: &PinArgs, now: UnixNanos) -> Result<UnixNanos, Failure> {
             Ok(now.saturating_add(d))
         }
         (None, Some(t)) => {
-            let until = parse_rfc3339(t).ok_or_else(|| {
+            let until = parse_rfc3339_or_why(t).map_err(|why| {
                 Failure::usage(anyhow::anyhow!(
-                    "--until {t:?}: not an RFC 3339 time (YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM))"
+                    "--until: {why}; leave out --until and --for for a pin that never expires"
                 ))
             })?;
             if until <= now {
@@ -225,7 +225,7 @@ pub fn pins(args: PinsArgs) -> Result<(), Failure> {
             return Ok::<_, Failure>((views, "the running agent"));
         }
         // Read-only: listing creates and changes nothing.
-        let store = db::open_for_dry_run(&config.db)?;
+        let db::DryRunStore { store, copy: _copy } = db::open_for_dry_run(&config.db)?;
         let pins = store.pins().context("reading the pins")?;
         let images = stored_images(&store).context("reading the records")?;
         Ok((pin_views(pins, &images, SystemClock.now()), DIRECT))

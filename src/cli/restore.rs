@@ -75,11 +75,14 @@ pub fn run(args: RestoreArgs) -> Result<(), Failure> {
             Err(_) => {
                 let clock: Arc<dyn Clock> = Arc::new(SystemClock);
                 let now = clock.now();
-                let store = Arc::new(if args.dry_run {
-                    db::open_for_dry_run(&config.db)?
+                // (A dry run's verified copy lives while `_copy` does.)
+                let (store, _copy) = if args.dry_run {
+                    let db::DryRunStore { store, copy } = db::open_for_dry_run(&config.db)?;
+                    (store, Some(copy))
                 } else {
-                    db::open_waiting(&config.db, now).await?
-                });
+                    (db::open_waiting(&config.db, now).await?, None)
+                };
+                let store = Arc::new(store);
                 let client = CriClient::connect(config.cri.clone())
                     .await
                     .context("connecting to the runtime")?;

@@ -620,7 +620,7 @@ fn check_warm_set(input: &DoctorInput<'_>) -> Finding {
     };
     let policy = &gc.policy;
     let planned = crate::warm::plan(&crate::warm::PlanInput {
-        entries: &gc.warm.entries,
+        entries: gc.warm.entries(),
         now: input.now,
         images,
         fs: Some((fs.capacity, fs.available)),

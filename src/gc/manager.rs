@@ -801,11 +801,22 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         if warm.is_empty() && history.is_empty() {
             return Ok(BTreeSet::new());
         }
+        // Lookups of each listed image's names in the set's index and in one of the
+        // history's entries: no cost grows with entries times images (issue 41).
+        let history_index = crate::pull::MatchIndex::of_names(
+            history
+                .iter()
+                .map(|e| (e.image.as_str(), e.runtime_handler.as_str())),
+        );
         Ok(listed
             .iter()
             .filter(|image| {
                 warm.keeps(image, now).is_some()
-                    || history.iter().any(|e| e.active(now) && e.matches(image))
+                    || history_index
+                        .naming(image)
+                        .into_iter()
+                        .filter_map(|at| history.get(at))
+                        .any(|e| e.active(now))
             })
             .map(|image| image.record_key())
             .collect())

@@ -135,6 +135,15 @@ impl Snapshot {
         })
     }
 
+    /// The verified copy's store and the private directory holding it (the copy lives while
+    /// the directory does), for a read-only command that runs the GC's or the pins' own code
+    /// on what `inspect` reads (`gc --dry-run`, `prune --dry-run`, `pins`, `restore --dry-run`
+    /// without an agent, issue 41): every page's checksum was verified at the open, so the
+    /// command reads the file as written or is refused here, never a damaged page.
+    pub fn into_store(self) -> (Store, tempfile::TempDir) {
+        (self.store, self._copy)
+    }
+
     /// The inspected file (not the copy).
     pub fn path(&self) -> &Path {
         &self.path

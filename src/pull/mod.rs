@@ -44,7 +44,8 @@ pub use inflight::{InFlightGuard, PullsInFlight};
 pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
 pub use reference::{
-    ImageReference, ReferenceError, apply_default_image_tag, credentials_in, image_matches,
+    ImageReference, MatchIndex, MatchKey, MatchPin, ReferenceError, apply_default_image_tag,
+    credentials_in, image_matches, listed_keys, wanted_keys,
 };
 
 use puller::{PullRequest, Puller};

@@ -216,6 +216,13 @@ pub fn apply_default_image_tag(image: &str) -> Result<String, String> {
     Ok(image.to_owned())
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many names [`Resolution::of`] parsed on this thread: the warm tests bound it, so a
+    /// cost that grows with entries x images (a parse per pair) fails them.
+    pub(crate) static PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// How a runtime may resolve one reference: its normalized repository (`domain/path`), the
 /// repository as written when no registry was named (`pause` for `pause:3.9`, `library/`
 /// dropped), and its tag (the default tag when neither tag nor digest is given) or digest.
@@ -228,6 +235,8 @@ struct Resolution {
 
 impl Resolution {
     fn of(reference: &str) -> Option<Resolution> {
+        #[cfg(test)]
+        PARSES.with(|n| n.set(n.get() + 1));
         let r = ImageReference::parse_normalized(reference).ok()?;
         let named_registry = r.domain() != DEFAULT_DOMAIN
             || reference.starts_with("docker.io/")
@@ -301,6 +310,149 @@ pub fn image_matches(name: &str, image: &impl crate::model::ImageLike) -> bool {
     listed
         .filter_map(Resolution::of)
         .any(|l| wanted.resolves_to(&l))
+}
+
+/// The tag or digest a [`MatchKey`] holds: a tag meets only a listed repo tag, a digest only
+/// a listed repo digest.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MatchPin {
+    Tag(String),
+    Digest(String),
+}
+
+/// One way a name and an image meet in [`image_matches`]: the image id as written, the
+/// normalized repository with its tag or digest, or, for a short name, the path without its
+/// registry with its tag or digest. [`wanted_keys`] gives a name's keys and [`listed_keys`] an
+/// image's; `image_matches(name, image)` holds exactly when they share one (tested below), so
+/// a [`MatchIndex`] of either side finds the other's matches with one lookup per key instead
+/// of a parse per pair.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MatchKey {
+    Id(String),
+    Repository { name: String, pin: MatchPin },
+    Path { path: String, pin: MatchPin },
+}
+
+/// The keys of a wanted name (see [`MatchKey`]): none for an empty name, its id form, and, when
+/// it parses, its repository (and its path, for a short name) with its digest, else its tag
+/// (`latest` when it has neither).
+pub fn wanted_keys(name: &str) -> Vec<MatchKey> {
+    if name.is_empty() {
+        return Vec::new();
+    }
+    let mut keys = vec![MatchKey::Id(name.to_owned())];
+    let Some(wanted) = Resolution::of(name) else {
+        return keys;
+    };
+    let pin = match (wanted.digest, wanted.tag) {
+        (Some(digest), _) => MatchPin::Digest(digest),
+        (None, Some(tag)) => MatchPin::Tag(tag),
+        (None, None) => return keys,
+    };
+    if let Some(path) = wanted.short_path {
+        keys.push(MatchKey::Path {
+            path,
+            pin: pin.clone(),
+        });
+    }
+    keys.push(MatchKey::Repository {
+        name: wanted.name,
+        pin,
+    });
+    keys
+}
+
+/// The keys of a listed image (see [`MatchKey`]): its id, and for each repo tag without a
+/// digest and each repo digest, its repository and its path without the registry, with that
+/// tag or digest.
+pub fn listed_keys(image: &impl crate::model::ImageLike) -> Vec<MatchKey> {
+    let mut keys = vec![MatchKey::Id(image.id().to_owned())];
+    let mut add = |listed: Resolution, pin: MatchPin| {
+        keys.push(MatchKey::Path {
+            path: listed.path_without_registry().to_owned(),
+            pin: pin.clone(),
+        });
+        keys.push(MatchKey::Repository {
+            name: listed.name,
+            pin,
+        });
+    };
+    for listed in image.repo_tags().filter_map(Resolution::of) {
+        if listed.digest.is_none()
+            && let Some(tag) = listed.tag.clone()
+        {
+            add(listed, MatchPin::Tag(tag));
+        }
+    }
+    for listed in image.repo_digests().filter_map(Resolution::of) {
+        if let Some(digest) = listed.digest.clone() {
+            add(listed, MatchPin::Digest(digest));
+        }
+    }
+    keys
+}
+
+/// Names or images by their [`MatchKey`]s and runtime handler, by position: built of one side
+/// ([`MatchIndex::of_names`] or [`MatchIndex::of_images`]) and asked with the other. What it
+/// answers is exactly what `image_matches` and an equal handler answer, pair by pair; its cost
+/// is one parse per name or image name, never one per pair.
+#[derive(Clone, Debug, Default)]
+pub struct MatchIndex {
+    by_key: std::collections::HashMap<(String, MatchKey), Vec<usize>>,
+}
+
+impl MatchIndex {
+    fn insert(&mut self, handler: &str, keys: Vec<MatchKey>, at: usize) {
+        for key in keys {
+            let positions = self.by_key.entry((handler.to_owned(), key)).or_default();
+            if positions.last() != Some(&at) {
+                positions.push(at);
+            }
+        }
+    }
+
+    fn lookup(&self, handler: &str, keys: Vec<MatchKey>) -> Vec<usize> {
+        let mut out: Vec<usize> = keys
+            .into_iter()
+            .filter_map(|key| self.by_key.get(&(handler.to_owned(), key)))
+            .flatten()
+            .copied()
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// An index of wanted names, each `(name, runtime handler)`, asked with [`Self::naming`].
+    pub fn of_names<'a>(names: impl IntoIterator<Item = (&'a str, &'a str)>) -> MatchIndex {
+        let mut index = MatchIndex::default();
+        for (at, (name, handler)) in names.into_iter().enumerate() {
+            index.insert(handler, wanted_keys(name), at);
+        }
+        index
+    }
+
+    /// An index of listed images, asked with [`Self::named_by`].
+    pub fn of_images<'a, I: crate::model::ImageLike + 'a>(
+        images: impl IntoIterator<Item = &'a I>,
+    ) -> MatchIndex {
+        let mut index = MatchIndex::default();
+        for (at, image) in images.into_iter().enumerate() {
+            index.insert(image.runtime_handler(), listed_keys(image), at);
+        }
+        index
+    }
+
+    /// Of an index of names: the positions of the names that name `image`, in order.
+    pub fn naming(&self, image: &impl crate::model::ImageLike) -> Vec<usize> {
+        self.lookup(image.runtime_handler(), listed_keys(image))
+    }
+
+    /// Of an index of images: the positions of the images `name` names under `handler`, in
+    /// order.
+    pub fn named_by(&self, name: &str, handler: &str) -> Vec<usize> {
+        self.lookup(handler, wanted_keys(name))
+    }
 }
 
 /// `^[a-f0-9]{64}$`.
@@ -749,6 +901,97 @@ mod tests {
                 image.repo_tags
             );
         }
+    }
+
+    /// `MatchIndex` answers what `image_matches` answers, pair by pair: every name of a pool
+    /// (short names, Docker Hub forms, registries, digests, ids, junk) against images listing
+    /// one or two of the pool's names as tags or digests, under two handlers.
+    #[test]
+    fn the_match_index_answers_exactly_what_image_matches_answers() {
+        let digest = format!("sha256:{HEX64}");
+        let other = format!("sha256:{}", "b".repeat(64));
+        let pool: Vec<String> = vec![
+            "registry.k8s.io/pause:3.9".into(),
+            "registry.k8s.io/pause:3.8".into(),
+            format!("registry.k8s.io/pause@{digest}"),
+            format!("registry.k8s.io/pause:3.8@{digest}"),
+            format!("other.io/pause@{digest}"),
+            format!("other.io/pause@{other}"),
+            "sha256:1111".into(),
+            "pause:3.9".into(),
+            "pause".into(),
+            "library/pause:3.9".into(),
+            "other.io/pause:3.9".into(),
+            "busybox".into(),
+            "busybox:latest".into(),
+            "library/busybox".into(),
+            "docker.io/busybox:latest".into(),
+            "docker.io/library/busybox:latest".into(),
+            "index.docker.io/library/busybox".into(),
+            format!("busybox@{digest}"),
+            "busybox:1.35".into(),
+            "localhost/busybox:1.35".into(),
+            "localhost:5000/team/busybox:1.35".into(),
+            "team/busybox:1.35".into(),
+            String::new(),
+            "Not A Reference".into(),
+        ];
+        let mut images = Vec::new();
+        for (i, a) in pool.iter().enumerate() {
+            for (j, b) in pool.iter().enumerate().step_by(3) {
+                for handler in ["", "runsc"] {
+                    let (tags, digests): (Vec<String>, Vec<String>) = if a.contains('@') {
+                        (vec![b.clone()], vec![a.clone()])
+                    } else {
+                        (vec![a.clone(), b.clone()], Vec::new())
+                    };
+                    images.push(crate::model::RuntimeImage {
+                        id: crate::model::ImageId::new(if j == 6 {
+                            "sha256:1111".to_owned()
+                        } else {
+                            format!("sha256:{i}-{j}")
+                        }),
+                        repo_tags: tags,
+                        repo_digests: digests,
+                        runtime_handler: handler.into(),
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+        let names: Vec<(&str, &str)> = pool
+            .iter()
+            .flat_map(|n| [(n.as_str(), ""), (n.as_str(), "runsc")])
+            .collect();
+        let by_name = MatchIndex::of_names(names.iter().copied());
+        let by_image = MatchIndex::of_images(images.iter());
+        let mut matched = 0;
+        for (n, (name, handler)) in names.iter().enumerate() {
+            let want: Vec<usize> = (0..images.len())
+                .filter(|&i| {
+                    images[i].runtime_handler == *handler && image_matches(name, &images[i])
+                })
+                .collect();
+            matched += want.len();
+            assert_eq!(
+                by_image.named_by(name, handler),
+                want,
+                "{name:?} {handler:?}"
+            );
+            for (i, image) in images.iter().enumerate() {
+                assert_eq!(
+                    by_name.naming(image).contains(&n),
+                    want.contains(&i),
+                    "{name:?} {handler:?} vs {:?} {:?}",
+                    image.repo_tags,
+                    image.repo_digests
+                );
+            }
+        }
+        assert!(
+            matched > 100,
+            "the pool must match often to prove anything: {matched}"
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::format::{TimeError, parse_rfc3339_checked};
+use crate::format::{TIME_RANGE, TimeError, parse_rfc3339_checked};
 use crate::gc::{ByteBudget, GcPolicy, InodeThresholds};
 use crate::model::{ContainerState, ImageId, RuntimeContainer, RuntimeImage, UnixNanos};
 
@@ -771,9 +771,6 @@ fn container(c: ContainerLine) -> Result<RuntimeContainer, String> {
         runtime_handler: c.runtime_handler,
     })
 }
-
-/// The range of times a trace can hold: unix nanoseconds in an i64, from 1970 on.
-const TIME_RANGE: &str = "1970-01-01T00:00:00Z to 2262-04-11T23:47:16Z";
 
 fn parse_at(v: &Value) -> Result<UnixNanos, String> {
     match v {

@@ -621,7 +621,7 @@ impl Sim {
                 Box::pin(async move { Done::Gc(gc.delete_unused_images(time).await) })
             }
             Kind::Warm => {
-                let entries = self.config.warm.entries.clone();
+                let entries = self.config.warm.entries().to_vec();
                 let policy = self.config.policy;
                 let now = self.clock.now();
                 Box::pin(async move { Done::Warm(warm_cycle(&gc, &entries, &policy, now).await) })

@@ -53,16 +53,32 @@ pub enum CompactOutcome {
 }
 
 /// Whether a file of `file_bytes` holding `live_bytes` of pages is to be compacted.
-fn needs_compaction(file_bytes: u64, live_bytes: u64, last_compacted: u64) -> bool {
+fn needs_compaction(file_bytes: u64, live_bytes: u64, last: LastCompaction) -> bool {
     let slack = (live_bytes / SLACK_DIVISOR).max(MIN_SLACK_BYTES);
-    file_bytes > live_bytes.saturating_add(slack) && may_need_compaction(file_bytes, last_compacted)
+    file_bytes > live_bytes.saturating_add(slack) && may_need_compaction(file_bytes, last)
+}
+
+/// The file's sizes around this handle's last compaction (zeros before any).
+#[derive(Clone, Copy, Debug, Default)]
+struct LastCompaction {
+    /// Its size before it.
+    from: u64,
+    /// Its size after it.
+    to: u64,
 }
 
 /// The part of [`needs_compaction`] the file's size alone decides, checked before the tables'
 /// pages are counted (a walk of every page under the exclusive lock): the file is above the
-/// 1 MiB floor and has grown by 1 MiB since the last compaction.
-fn may_need_compaction(file_bytes: u64, last_compacted: u64) -> bool {
-    file_bytes > MIN_SLACK_BYTES && file_bytes > last_compacted.saturating_add(MIN_SLACK_BYTES)
+/// 1 MiB floor and has grown by 1 MiB since the last compaction, and by 1 MiB past the size it
+/// had before it. A compaction leaves the file tight; redb grows it back at the next commits by
+/// whole regions (a tight file of 16 MiB doubles at its next write), so a file that has only
+/// grown back to its size before the last compaction holds nothing a compaction would keep
+/// off: compacting it again would only start the same growth again (issue 41: with 1,000 pins
+/// of the longest name and reason, whose pages redb counts short, it compacted every cycle).
+fn may_need_compaction(file_bytes: u64, last: LastCompaction) -> bool {
+    file_bytes > MIN_SLACK_BYTES
+        && file_bytes > last.to.saturating_add(MIN_SLACK_BYTES)
+        && file_bytes > last.from.saturating_add(MIN_SLACK_BYTES)
 }
 
 impl Store {
@@ -106,7 +122,10 @@ impl Store {
             }
         };
         let file_bytes_before = self.file_bytes()?;
-        let last = self.last_compacted_bytes.load(Ordering::SeqCst);
+        let last = LastCompaction {
+            from: self.last_compacted_from_bytes.load(Ordering::SeqCst),
+            to: self.last_compacted_bytes.load(Ordering::SeqCst),
+        };
         if !force && !may_need_compaction(file_bytes_before, last) {
             return Ok(CompactOutcome::NotNeeded {
                 file_bytes: file_bytes_before,
@@ -121,7 +140,10 @@ impl Store {
             // freed by recent commits and not yet reusable, which overstated the live size by
             // 1.8x after a churn (measured by benches/store_figures.rs) and kept the file at
             // 1.76x its compacted size.
-            (stats.leaf_pages() + stats.branch_pages()) * stats.page_size() as u64
+            // The stored keys and values too: a value larger than a page lives in one page of
+            // a higher order, which the count takes for one page.
+            ((stats.leaf_pages() + stats.branch_pages()) * stats.page_size() as u64)
+                .max(stats.stored_bytes() + stats.metadata_bytes())
         };
         if !force && !needs_compaction(file_bytes_before, live_bytes, last) {
             return Ok(CompactOutcome::NotNeeded {
@@ -147,6 +169,8 @@ impl Store {
         let file_bytes_after = self.file_bytes()?;
         self.last_compacted_bytes
             .store(file_bytes_after, Ordering::SeqCst);
+        self.last_compacted_from_bytes
+            .store(file_bytes_before, Ordering::SeqCst);
         tracing::info!(
             path = %self.path.display(),
             before = file_bytes_before,
@@ -166,22 +190,80 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::needs_compaction;
+    use super::{CompactOutcome, LastCompaction, needs_compaction};
+    use crate::model::{ImagePin, ImageRecord, PinKey, RecordKey, UnixNanos};
+    use crate::store::{Batch, Store};
+
+    /// Issue 41: 1,000 pins of the longest name (4096 bytes) and reason (1024) made the
+    /// database compact at every GC cycle (seen: 8 compactions in 8 cycles). After the first
+    /// cycle, a detect's small writes leave the file be.
+    #[test]
+    fn pins_larger_than_a_page_do_not_make_every_cycle_compact() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store =
+            Store::open(&dir.path().join("records.redb"), UnixNanos::from_secs(1)).expect("open");
+        let mut batch = Batch::new();
+        for i in 0..1000 {
+            let name = format!("registry.example/{}:{i:04}", "x".repeat(4096 - 22));
+            assert_eq!(name.len(), crate::model::MAX_IMAGE_NAME_BYTES);
+            batch.put_pin(
+                PinKey::new(name, ""),
+                ImagePin {
+                    created_at: UnixNanos::from_secs(1),
+                    until: UnixNanos::NEVER,
+                    reason: "r".repeat(crate::model::MAX_PIN_REASON_BYTES),
+                },
+            );
+        }
+        store.apply(&batch).expect("pins");
+        store.compact().expect("the first compaction");
+        let mut outcomes = Vec::new();
+        for cycle in 0..8i64 {
+            let mut batch = Batch::new();
+            for n in 0..20 {
+                batch.upsert(
+                    RecordKey::new(format!("sha256:{n:064x}"), ""),
+                    ImageRecord {
+                        first_detected: UnixNanos::from_secs(1),
+                        last_used: UnixNanos::from_secs(10 + cycle),
+                        size: 1000,
+                        pinned: false,
+                    },
+                );
+            }
+            store.apply(&batch).expect("a detect's writes");
+            outcomes.push(store.compact_if_needed().expect("compact if needed"));
+        }
+        // The first cycle's write grows the tight file by a whole region (16 MiB to 32 MiB):
+        // that compaction may run; once the file has grown back to it, none again.
+        assert!(
+            outcomes[1..]
+                .iter()
+                .all(|o| matches!(o, CompactOutcome::NotNeeded { .. })),
+            "{outcomes:#?}"
+        );
+    }
 
     #[test]
     fn compaction_is_needed_only_well_above_the_live_size_and_after_new_growth() {
         const MIB: u64 = 1 << 20;
-        // (file, live, last compacted, needed)
+        let never = LastCompaction::default();
+        let after = |from, to| LastCompaction { from, to };
+        // (file, live, last compaction, needed)
         let cases = [
-            (10 * MIB, 10 * MIB, 0, false),
-            (15 * MIB, 10 * MIB, 0, false),
-            (15 * MIB + 1, 10 * MIB, 0, true),
+            (10 * MIB, 10 * MIB, never, false),
+            (15 * MIB, 10 * MIB, never, false),
+            (15 * MIB + 1, 10 * MIB, never, true),
             // Small files: the 1 MiB floor.
-            (MIB, 64 * 1024, 0, false),
-            (2 * MIB, 64 * 1024, 0, true),
+            (MIB, 64 * 1024, never, false),
+            (2 * MIB, 64 * 1024, never, true),
             // Not again until it has grown by 1 MiB since the last compaction.
-            (40 * MIB, 10 * MIB, 39 * MIB + 1, false),
-            (40 * MIB, 10 * MIB, 39 * MIB - 1, true),
+            (40 * MIB, 10 * MIB, after(50 * MIB, 39 * MIB + 1), false),
+            (40 * MIB, 10 * MIB, after(20 * MIB, 39 * MIB - 1), true),
+            // Nor while it has only grown back to its size before the last one (issue 41).
+            (32 * MIB, 9 * MIB, after(32 * MIB, 16 * MIB), false),
+            (33 * MIB, 9 * MIB, after(32 * MIB, 16 * MIB), false),
+            (33 * MIB + 1, 9 * MIB, after(32 * MIB, 16 * MIB), true),
         ];
         for (file, live, last, want) in cases {
             // The size-only precheck never refuses what the full rule compacts.
@@ -191,7 +273,7 @@ mod tests {
             assert_eq!(
                 needs_compaction(file, live, last),
                 want,
-                "file {file} live {live} last {last}"
+                "file {file} live {live} last {last:?}"
             );
         }
     }

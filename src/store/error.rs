@@ -95,6 +95,17 @@ pub enum StoreError {
         #[source]
         source: redb::Error,
     },
+    /// Creating a file failed with ENOSPC on a filesystem with no free inodes: the kernel says
+    /// "No space left on device" for both, and bytes may well be left.
+    #[error(
+        "database {path}: its filesystem has no free inodes ({source}): no file can be created \
+         there, whatever space is left (`df -i` shows it); free some there and run it again"
+    )]
+    NoInodes {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(
         "database {path} is closed after an I/O failure and could not be reopened yet; it is \
          tried again at the next use"
@@ -158,6 +169,25 @@ pub enum IndexMismatch {
 }
 
 impl StoreError {
+    /// The error of an I/O call that creates a file at `path`: ENOSPC on a filesystem whose
+    /// free inodes (`free_inodes` of the file's directory, statvfs's `f_favail`) are none is
+    /// [`StoreError::NoInodes`], else [`StoreError::Io`].
+    pub(super) fn creating(
+        path: &std::path::Path,
+        source: std::io::Error,
+        free_inodes: impl FnOnce(&std::path::Path) -> Option<u64>,
+    ) -> StoreError {
+        let path = path.to_owned();
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        if source.raw_os_error() == Some(libc::ENOSPC) && free_inodes(dir) == Some(0) {
+            return StoreError::NoInodes { path, source };
+        }
+        StoreError::Io { path, source }
+    }
+
     /// The error of a failed redb call on `path`; a full filesystem gets its own variant.
     pub(super) fn from_redb(path: &std::path::Path, source: redb::Error) -> StoreError {
         let path = path.to_owned();

@@ -125,6 +125,9 @@ pub struct Store {
     reopens: AtomicU64,
     /// The file's size after this handle's last compaction (0: none yet).
     last_compacted_bytes: AtomicU64,
+    /// The file's size when this handle last compacted it (0: never): a file that has grown
+    /// back only to it is not compacted again (`compact.rs`).
+    last_compacted_from_bytes: AtomicU64,
     /// The journal's retention, applied by every transaction that writes the journal.
     retention: RwLock<JournalRetention>,
     /// How the file was opened (kept for a reopen) and whether commits set quick repair.
@@ -202,6 +205,7 @@ impl Store {
             }),
             reopens: AtomicU64::new(0),
             last_compacted_bytes: AtomicU64::new(0),
+            last_compacted_from_bytes: AtomicU64::new(0),
             retention: RwLock::new(JournalRetention::default()),
             options: open::StoreOptions::default(),
             upgraded_from: None,

@@ -992,9 +992,10 @@ fn is_empty_regular_file(path: &Path) -> Result<bool, StoreError> {
 /// created meanwhile), and the directory is synced. A power cut while redb initializes a file
 /// in place can leave one it refuses, and the store never wipes files.
 fn create_durably(path: &Path, now: UnixNanos) -> Result<(), StoreError> {
+    // Creating files: an ENOSPC here may be the inodes running out (said as such).
     let io_err = |p: &Path| {
         let p = p.to_owned();
-        move |source| StoreError::Io { path: p, source }
+        move |source| StoreError::creating(&p, source, free_inodes)
     };
     // A name no other process uses: never removed before it is ours (two agents in two
     // containers can share a pid, 1, and a hostPath directory during a rolling update).
@@ -1028,6 +1029,20 @@ fn create_durably(path: &Path, now: UnixNanos) -> Result<(), StoreError> {
 
 /// Creates `<db>.creating-<pid>-<random>-<n>` (0600) next to `path` with `O_EXCL`, trying
 /// another name while one exists; returns its path. Nothing is removed to make room.
+/// The inodes an unprivileged process may still create on `dir`'s filesystem (statvfs's
+/// `f_favail`); `None` when statvfs fails or the filesystem does not count them (0 files).
+fn free_inodes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a zeroed statvfs is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs writes one struct into `st`, which we own; `c` is NUL-terminated.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 || st.f_files == 0 {
+        return None;
+    }
+    Some(st.f_favail)
+}
+
 fn create_new_temporary(path: &Path) -> io::Result<PathBuf> {
     use std::hash::{BuildHasher, Hasher};
     // std's per-process random hash keys: a random number without a clock or a crate.
@@ -1406,6 +1421,38 @@ fn same_table<K: redb::Key + 'static, V: redb::Value + 'static>(
 #[cfg(test)]
 mod lock_tests {
     use super::*;
+
+    /// Issue 41: creating the database on a filesystem out of inodes said only "No space left
+    /// on device"; it says the inodes, and an ENOSPC with inodes left stays an I/O error.
+    #[test]
+    fn enospc_with_no_free_inodes_says_the_inodes() {
+        let enospc = || io::Error::from_raw_os_error(libc::ENOSPC);
+        let path = Path::new("/var/lib/imagekeeper/records.redb");
+        let mut asked = None;
+        let e = StoreError::creating(path, enospc(), |dir| {
+            asked = Some(dir.to_owned());
+            Some(0)
+        });
+        assert_eq!(asked.as_deref(), Some(Path::new("/var/lib/imagekeeper")));
+        let message = e.to_string();
+        assert!(
+            message.contains("no free inodes") && message.contains("df -i"),
+            "{message}"
+        );
+        assert!(matches!(
+            StoreError::creating(path, enospc(), |_| Some(12)),
+            StoreError::Io { .. }
+        ));
+        assert!(matches!(
+            StoreError::creating(path, io::Error::from_raw_os_error(libc::EACCES), |_| Some(
+                0
+            )),
+            StoreError::Io { .. }
+        ));
+        // A temp dir's filesystem counts its inodes, and has some left.
+        let dir = tempfile::tempdir().expect("temp dir");
+        assert!(free_inodes(dir.path()).is_none_or(|n| n > 0));
+    }
 
     fn in_use(result: Result<Store, StoreError>) {
         match result {

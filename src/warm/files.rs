@@ -9,18 +9,22 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::format::{parse_go_duration, parse_rfc3339};
+use crate::format::{parse_go_duration, parse_rfc3339_or_why};
 
 use super::WarmEntry;
 
-/// A bad warm entry or warm file: `origin` names the file and the entry.
+/// A bad warm entry, warm file or warm set directory: `origin` names the file and the entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WarmError {
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
-    #[error("{path}: {message}")]
+    /// A warm set file (of `--warm-set-dir`).
+    #[error("warm set file {path}: {message}")]
     File { path: PathBuf, message: String },
+    /// The warm set directory itself (missing, unreadable, too many files).
+    #[error("warm set directory {path}: {message}")]
+    Dir { path: PathBuf, message: String },
 }
 
 /// One `[[warm]]` table, or one entry of a warm file's `warm:` list.
@@ -40,12 +44,50 @@ pub struct WarmEntrySpec {
     pub size: Option<SizeSpec>,
 }
 
-/// A size: a number of bytes or a quantity string.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
+/// A size: a number of bytes or a quantity string. A negative or fractional number is refused
+/// saying so (not serde's "did not match any variant of untagged enum").
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SizeSpec {
     Bytes(u64),
     Text(String),
+}
+
+impl<'de> Deserialize<'de> for SizeSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<SizeSpec, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = SizeSpec;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a size: whole bytes (1073741824) or a quantity string (\"1Gi\")")
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<SizeSpec, E> {
+                Ok(SizeSpec::Bytes(v))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SizeSpec, E> {
+                u64::try_from(v).map(SizeSpec::Bytes).map_err(|_| {
+                    E::custom(format!(
+                        "a size must not be negative (got {v}); give whole bytes or a quantity \
+                         such as \"1Gi\""
+                    ))
+                })
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<SizeSpec, E> {
+                Err(E::custom(format!(
+                    "a size in bytes must be a whole number (got {v}); for a fraction give a \
+                     quantity string such as \"1.5Gi\""
+                )))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SizeSpec, E> {
+                Ok(SizeSpec::Text(v.to_owned()))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// A warm file: `{"warm": [ {image: ...}, ... ]}` (YAML or JSON).
@@ -92,10 +134,12 @@ pub fn resolve_specs(
                 (None, Some(d))
             }
             (None, Some(t)) => (
-                Some(parse_rfc3339(t).ok_or_else(|| {
+                Some(parse_rfc3339_or_why(t).map_err(|why| {
                     invalid(
                         "until",
-                        format!("{t:?} is not an RFC 3339 time (2026-01-02T15:04:05Z)"),
+                        format!(
+                            "{why}; leave out `until` for an entry kept while it is in the set"
+                        ),
                     )
                 })?),
                 None,
@@ -119,25 +163,38 @@ pub fn resolve_specs(
     Ok(out)
 }
 
-/// Reads every warm file of `dir` (see the module's doc), in name order. Blocking I/O: the
-/// agent calls it on the blocking pool (within a reload).
+/// Whether a directory entry's name is a warm set file's: not hidden (a ConfigMap's `..data`
+/// and timestamped directories are), and `*.yaml`, `*.yml` or `*.json`.
+pub fn is_warm_file_name(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_str().unwrap_or("");
+    !name.starts_with('.')
+        && [".yaml", ".yml", ".json"]
+            .iter()
+            .any(|ext| name.ends_with(ext))
+}
+
+/// Reads every warm file of `dir` (see the module's doc), in name order; more than
+/// [`super::MAX_WARM_FILES`] files is refused, naming the count, before any is read. Blocking
+/// I/O: the agent calls it on the blocking pool (within a reload).
 pub fn read_warm_dir(dir: &Path) -> Result<Vec<WarmEntry>, WarmError> {
-    let dir_error = |message: String| WarmError::File {
+    let dir_error = |message: String| WarmError::Dir {
         path: dir.to_owned(),
         message,
     };
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| dir_error(format!("cannot read the warm set directory: {e}")))?
+        .map_err(|e| dir_error(format!("cannot read it: {e}")))?
         .filter_map(|entry| entry.ok())
+        .filter(|entry| is_warm_file_name(&entry.file_name()))
         .map(|entry| entry.path())
-        .filter(|path| {
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            !name.starts_with('.')
-                && [".yaml", ".yml", ".json"]
-                    .iter()
-                    .any(|ext| name.ends_with(ext))
-        })
         .collect();
+    if names.len() > super::MAX_WARM_FILES {
+        return Err(dir_error(format!(
+            "it holds {} warm set files (*.yaml, *.yml, *.json), more than the {} a warm set \
+             directory may hold",
+            names.len(),
+            super::MAX_WARM_FILES
+        )));
+    }
     names.sort();
     let mut out = Vec::new();
     for path in names {
@@ -216,7 +273,10 @@ mod tests {
         assert_eq!(again.entries[0].until, stamped.entries[0].until);
         assert_eq!(got[0].size_hint, Some(20 << 30));
         assert_eq!(got[1].runtime_handler, "nvidia");
-        assert_eq!(got[1].until, parse_rfc3339("2026-01-02T00:00:00Z"));
+        assert_eq!(
+            got[1].until,
+            crate::format::parse_rfc3339("2026-01-02T00:00:00Z")
+        );
         assert_eq!(got[1].origin, "warm[1]");
 
         let bad = |spec: WarmEntrySpec| {

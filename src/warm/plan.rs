@@ -16,6 +16,7 @@
 use serde::Serialize;
 
 use crate::model::{RuntimeImage, UnixNanos};
+use crate::pull::MatchIndex;
 
 use super::WarmEntry;
 
@@ -145,6 +146,9 @@ pub fn plan(input: &PlanInput<'_>) -> WarmPlan {
         (limit, used)
     });
     let images_total: u128 = input.images.iter().map(|i| u128::from(i.size)).sum();
+    // Which listed image an entry names: one lookup of the entry's name, not a parse of every
+    // image's names per entry.
+    let listed = MatchIndex::of_images(input.images);
     let mut planned: u128 = 0;
     let mut pulls = 0usize;
     let mut unknown_planned = false;
@@ -165,7 +169,11 @@ pub fn plan(input: &PlanInput<'_>) -> WarmPlan {
             statuses.push(status(WarmState::Expired, None, "its time is up".into()));
             continue;
         }
-        if let Some(image) = input.images.iter().find(|i| entry.matches(i)) {
+        let present = listed
+            .named_by(&entry.image, &entry.runtime_handler)
+            .first()
+            .and_then(|&at| input.images.get(at));
+        if let Some(image) = present {
             statuses.push(status(WarmState::Present, Some(image.size), String::new()));
             continue;
         }
@@ -369,6 +377,48 @@ mod tests {
             states(&inodes)
         );
         assert!(inodes.statuses[0].detail.contains("inode"));
+    }
+
+    /// Issue 41: a plan's cost grows with entries plus images, not their product: each name
+    /// is parsed a bounded number of times (a parse per entry x image pair let 30,000 entries
+    /// hold a worker for seconds). The plan itself is the same: present, pulled, queued.
+    #[test]
+    fn a_plan_parses_each_name_a_bounded_number_of_times() {
+        let images: Vec<RuntimeImage> = (0..50)
+            .map(|i| RuntimeImage {
+                id: ImageId::new(format!("sha256:{i:064x}")),
+                repo_tags: vec![format!("registry.example/present-{i}:1")],
+                size: GB,
+                ..RuntimeImage::default()
+            })
+            .collect();
+        let mut entries: Vec<WarmEntry> = (0..2000)
+            .map(|i| entry(&format!("registry.example/warm-{i}:1"), Some(GB)))
+            .collect();
+        entries.insert(0, entry("registry.example/present-7:1", None));
+        crate::pull::reference::PARSES.with(|n| n.set(0));
+        let got = plan(&PlanInput {
+            entries: &entries,
+            now: UnixNanos(1),
+            images: &images,
+            fs: Some((100_000 * GB, 90_000 * GB)),
+            low_threshold_percent: 80,
+            bytes_low: None,
+            inodes_at_or_above_low: false,
+            max_pulls: 5,
+            known_size: &|_| None,
+        });
+        let parses = crate::pull::reference::PARSES.with(std::cell::Cell::get);
+        assert_eq!(got.statuses.len(), entries.len());
+        assert_eq!(got.statuses[0].state, WarmState::Present);
+        assert_eq!(got.count(WarmState::Pulling), 5);
+        assert_eq!(got.count(WarmState::Queued), entries.len() - 6);
+        assert!(
+            parses <= 2 * (entries.len() + images.len()),
+            "{parses} parses for {} entries and {} images",
+            entries.len(),
+            images.len()
+        );
     }
 
     /// The history's size wins over the hint; an unknown size pulls alone, and only below the

@@ -8,6 +8,7 @@
 mod agent;
 mod book;
 mod corrupt;
+mod corrupt_read_only;
 mod crash;
 mod cri;
 mod deploy;

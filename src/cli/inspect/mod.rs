@@ -671,6 +671,13 @@ fn sort_key(sort: Sort) -> SortKey {
 /// (if `say_repaired`) when it is a repaired copy.
 fn open(db: &std::path::Path, say_repaired: bool) -> Result<Snapshot, Failure> {
     let snap = Snapshot::open(db).map_err(inspect_failure)?;
+    say_how_it_was_copied(db, &snap, say_repaired);
+    Ok(snap)
+}
+
+/// Says on stderr what `inspect` says of a snapshot: copies discarded while the file was
+/// written, and (if `say_repaired`) that it is a repaired copy.
+pub(super) fn say_how_it_was_copied(db: &std::path::Path, snap: &Snapshot, say_repaired: bool) {
     if snap.discarded_copies() > 0 {
         eprintln!(
             "imagekeeper: database {} changed while it was being copied (it is being written); \
@@ -691,10 +698,9 @@ fn open(db: &std::path::Path, say_repaired: bool) -> Result<Snapshot, Failure> {
             db.display()
         );
     }
-    Ok(snap)
 }
 
-fn inspect_failure(e: InspectError) -> Failure {
+pub(super) fn inspect_failure(e: InspectError) -> Failure {
     if e.is_usage() {
         Failure::usage(e)
     } else {
