@@ -57,9 +57,9 @@ pub use metrics::{
     AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX, METRICS,
     MetricFamily, MetricKind, MetricUnit,
 };
-#[cfg(feature = "kube")]
-pub use node_events::KubeEventSink;
 pub use node_events::{EVENT_TOP_IMAGES, EventSink, NodeEvent, NodeEventType, NodeEvents};
+#[cfg(feature = "kube")]
+pub use node_events::{EventLimits, KubeEventSink};
 pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
 };
