@@ -44,7 +44,8 @@ pub use inflight::{InFlightGuard, PullsInFlight};
 pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
 pub use reference::{
-    ImageReference, ReferenceError, apply_default_image_tag, credentials_in, image_matches,
+    CredentialsInName, ImageReference, ReferenceError, apply_default_image_tag, credentials_in,
+    image_matches, redact_credentials, redact_image_name, refuse_credentials,
 };
 
 use puller::{PullRequest, Puller};
