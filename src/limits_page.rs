@@ -56,11 +56,26 @@ fn the_limits_page_states_every_limit_with_the_codes_number() {
             secs(metrics.write_timeout),
         ),
         format!(
-            "its own **{}** connections (all {} from one address), {} head, {} response",
+            "its own **{}** connections (**{}** per address, below its slots), {} head, {} response",
             probes.max_connections,
             probes.max_connections_per_ip,
             secs(probes.head_timeout),
             secs(probes.write_timeout),
+        ),
+        format!(
+            "an answer at most **{}** (the CLI reads that much)",
+            mib(crate::admin::MAX_ANSWER_BYTES as u64)
+        ),
+        format!(
+            "a message at most **{}** and a call **{}**",
+            mib(crate::cri::MAX_MESSAGE_BYTES as u64),
+            secs(crate::cri::CriConfig::default().call_timeout),
+        ),
+        #[cfg(feature = "kube")]
+        format!(
+            "read up to **{}** of body, and one publish (request and answer) has **{}**",
+            mib(crate::agent::EventLimits::default().max_response_bytes as u64),
+            secs(crate::agent::EventLimits::default().response_deadline),
         ),
         format!(
             "**{}** connections (more are closed at once",

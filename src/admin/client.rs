@@ -120,7 +120,9 @@ impl AdminClient {
                 }
             })?;
         Ok(AdminClient {
-            inner: Generated::new(channel),
+            // The agent's largest answer ([`super::MAX_ANSWER_BYTES`]) and its counts.
+            inner: Generated::new(channel)
+                .max_decoding_message_size(super::MAX_ANSWER_BYTES + super::ANSWER_SLACK_BYTES),
             timeout,
             path,
             heard,
@@ -182,7 +184,7 @@ impl AdminClient {
             .garbage_collect(GarbageCollectRequest { dry_run })
             .await
             .map_err(self.call_err("GarbageCollect"))?;
-        Ok(outcome(reply.into_inner()))
+        Ok(outcome(reply))
     }
 
     /// Writes (or replaces) a pin through the agent.
@@ -220,12 +222,22 @@ impl AdminClient {
 
     /// Every pin the agent keeps.
     pub async fn pins(&mut self) -> Result<Vec<PinView>, AdminError> {
+        Ok(self.pins_and_omitted().await?.0)
+    }
+
+    /// The pins the agent keeps, and how many it left out at the end of the list to keep its
+    /// answer within [`super::MAX_ANSWER_BYTES`].
+    pub async fn pins_and_omitted(&mut self) -> Result<(Vec<PinView>, u64), AdminError> {
         let reply = self
             .inner
             .list_pins(ListPinsRequest {})
             .await
             .map_err(self.call_err("ListPins"))?;
-        Ok(reply.into_inner().pins.into_iter().map(pin_view).collect())
+        let omitted = count(&reply, super::OMITTED_METADATA_KEY);
+        Ok((
+            reply.into_inner().pins.into_iter().map(pin_view).collect(),
+            omitted,
+        ))
     }
 
     pub async fn delete_unused(&mut self, dry_run: bool) -> Result<GcOutcome, AdminError> {
@@ -234,7 +246,7 @@ impl AdminClient {
             .delete_unused(DeleteUnusedRequest { dry_run })
             .await
             .map_err(self.call_err("DeleteUnused"))?;
-        Ok(outcome(reply.into_inner()))
+        Ok(outcome(reply))
     }
 
     /// `imagekeeper restore` through the agent: its outcome, or the agent's error as
@@ -253,8 +265,9 @@ impl AdminClient {
                 dry_run: options.dry_run,
             })
             .await
-            .map_err(self.call_err("Restore"))?
-            .into_inner();
+            .map_err(self.call_err("Restore"))?;
+        let omitted = count(&reply, super::OMITTED_METADATA_KEY);
+        let reply = reply.into_inner();
         if !reply.error.is_empty() {
             return Err(AdminError::Call {
                 method: "Restore",
@@ -277,6 +290,7 @@ impl AdminClient {
                 })
                 .collect(),
             dry_run: reply.dry_run,
+            omitted,
         })
     }
 }
@@ -326,7 +340,20 @@ fn connect_error(path: PathBuf, e: tonic::transport::Error) -> AdminError {
     }
 }
 
-pub(super) fn outcome(reply: GcResponse) -> GcOutcome {
+/// The count under `key` in an answer's metadata (0 when absent: nothing was cut).
+fn count<T>(reply: &tonic::Response<T>, key: &str) -> u64 {
+    reply
+        .metadata()
+        .get(key)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+pub(super) fn outcome(reply: tonic::Response<GcResponse>) -> GcOutcome {
+    let removed_omitted = count(&reply, super::REMOVED_OMITTED_METADATA_KEY);
+    let warm_does_not_fit_omitted = count(&reply, super::WARM_OMITTED_METADATA_KEY);
+    let reply = reply.into_inner();
     GcOutcome {
         removed: reply
             .removed
@@ -351,6 +378,8 @@ pub(super) fn outcome(reply: GcResponse) -> GcOutcome {
                 detail: w.detail,
             })
             .collect(),
+        removed_omitted,
+        warm_does_not_fit_omitted,
     }
 }
 

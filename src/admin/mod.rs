@@ -8,8 +8,10 @@
 //! `Debug` of the request types shows only how many there are.
 //! Only a socket nobody answers on is ever removed from the socket path ([`remove_stale_socket`]);
 //! the server holds at most [`AdminLimits::max_connections`] connections and closes one that
-//! sends nothing for [`AdminLimits::idle_timeout`] (live clients answer the server's HTTP/2
-//! pings, so a long call is not cut).
+//! has had no call in flight for [`AdminLimits::idle_timeout`] (bytes trickled do not keep
+//! it; a long call is not cut). A `Pin` is checked as the CLI checks it
+//! ([`crate::gc::check_pin_request`]); an answer is at most [`MAX_ANSWER_BYTES`], its list
+//! cut at the end with the count left out.
 
 mod client;
 mod server;
@@ -105,6 +107,37 @@ pub struct GcOutcome {
     /// warm cycle judged them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warm_does_not_fit: Vec<WarmDoesNotFit>,
+    /// Removals left out at the end of `removed` to keep the agent's answer within
+    /// [`MAX_ANSWER_BYTES`] (`freed` still counts them).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub removed_omitted: u64,
+    /// Entries left out at the end of `warm_does_not_fit`, likewise.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub warm_does_not_fit_omitted: u64,
+}
+
+/// The largest answer the agent sends on the admin socket (its lists are cut at the end, with
+/// the count left out, to fit) and, with [`ANSWER_SLACK_BYTES`], the most the client reads:
+/// gRPC's default 4 MiB failed `pins` with 1,000 long pins (5.1 MB) and `gc --dry-run` with a
+/// 20,000-entry warm set that does not fit (5.9 MB) with "decoded message length too large".
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// What the client reads past [`MAX_ANSWER_BYTES`]: the counts of what was left out and
+/// the answer's other fields (an error message is at most a few KiB).
+pub const ANSWER_SLACK_BYTES: usize = 1 << 20;
+
+/// In an answer's metadata: how many items the agent left out at the end of its list
+/// (`ListPins`' pins, `Restore`'s items) to keep the answer within [`MAX_ANSWER_BYTES`]; absent
+/// when nothing was cut. Metadata rather than new message fields, as the reason is.
+pub const OMITTED_METADATA_KEY: &str = "imagekeeper-omitted";
+/// A GC answer's removals left out, likewise.
+pub const REMOVED_OMITTED_METADATA_KEY: &str = "imagekeeper-removed-omitted";
+/// A GC answer's warm entries that do not fit left out, likewise.
+pub const WARM_OMITTED_METADATA_KEY: &str = "imagekeeper-warm-omitted";
+
+/// For serde's `skip_serializing_if`.
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A warm set entry the warm cycle does not pull: it does not fit under the GC's low lines.
@@ -141,7 +174,7 @@ impl GcOutcome {
             freed: report.freed,
             error: report.error.map(|e| e.to_string()),
             dry_run,
-            warm_does_not_fit: Vec::new(),
+            ..GcOutcome::default()
         }
     }
 
@@ -152,7 +185,7 @@ impl GcOutcome {
                 removed: plan.removals,
                 error: None,
                 dry_run: true,
-                warm_does_not_fit: Vec::new(),
+                ..GcOutcome::default()
             },
             Err(e) => GcOutcome {
                 error: Some(e.to_string()),
@@ -179,6 +212,12 @@ pub trait AdminBackend: Send + Sync + 'static {
         _options: crate::warm::RestoreOptions,
     ) -> impl Future<Output = Result<crate::warm::RestoreOutcome, String>> + Send {
         async { Err("this agent does not serve restore".to_owned()) }
+    }
+    /// The time a request is judged at (a pin's expiry must be after it): the backend's
+    /// clock; the wall clock by default.
+    fn now(&self) -> UnixNanos {
+        use crate::clock::Clock;
+        crate::clock::SystemClock.now()
     }
     /// Writes (or replaces) the pin of `key` until `until` (`NEVER`: no expiry). The default
     /// (a backend without pins) refuses.
@@ -329,13 +368,64 @@ pub fn check_socket_path(path: &Path) -> Result<SocketPath, AdminError> {
             kind: what,
         });
     }
-    match std::os::unix::net::UnixStream::connect(path) {
-        Ok(_) => Err(AdminError::InUse {
+    match connect_without_waiting(path) {
+        // A listener there, accepting or with its queue full (it never accepts: a blocking
+        // connect waited for ever, and `run` hung silently).
+        Ok(()) => Err(AdminError::InUse {
+            path: path.to_owned(),
+        }),
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Err(AdminError::InUse {
             path: path.to_owned(),
         }),
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(SocketPath::Stale),
         Err(e) => Err(bind_err(e)),
     }
+}
+
+/// A non-blocking connect to the unix socket `path`: `Ok` when it connected, `EAGAIN` when a
+/// listener is there with its queue full, `ECONNREFUSED` when nothing listens.
+fn connect_without_waiting(path: &Path) -> std::io::Result<()> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= address.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the socket path is too long (or holds a NUL byte)",
+        ));
+    }
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (to, from) in address.sun_path.iter_mut().zip(bytes) {
+        *to = *from as libc::c_char;
+    }
+    // SAFETY: socket(2) takes no pointers.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor this function owns; OwnedFd closes it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let length = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: `address` is a valid sockaddr_un of `length` bytes, alive for the call.
+    let connected = unsafe {
+        libc::connect(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            (&raw const address).cast::<libc::sockaddr>(),
+            length,
+        )
+    };
+    if connected == 0 {
+        return Ok(());
+    }
+    Err(std::io::Error::last_os_error())
 }
 
 /// Removes the socket at `path` if, and only if, it is a stale socket: checked again right
@@ -359,7 +449,7 @@ pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
 pub enum AdminError {
     #[error(
         "admin socket {path}: something answers there (another imagekeeper agent, or another \
-         program's socket); refusing to take it over"
+         program's socket, if only by queueing the connection); refusing to take it over"
     )]
     InUse { path: PathBuf },
     #[error("admin socket {path} is {kind}, not a socket; refusing to remove it")]
@@ -448,6 +538,8 @@ mod tests {
                 size: Some(500),
                 detail: "why".into(),
             }],
+            removed_omitted: 7,
+            warm_does_not_fit_omitted: 9,
         };
         let received = client::outcome(server::gc_response(sent.clone()));
         assert_eq!(received, sent);

@@ -5,7 +5,8 @@ use std::future::Future;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -24,16 +25,78 @@ use super::proto::{
     RestoreItem as ProtoRestoreItem, RestoreRequest, RestoreResponse, UnpinRequest, UnpinResponse,
 };
 use super::{
-    AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome, REASON_METADATA_KEY,
+    AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome, MAX_ANSWER_BYTES,
+    REASON_METADATA_KEY,
 };
-use crate::gc::PinView;
+use crate::gc::{PinView, check_pin_request};
 use crate::model::{PinKey, UnixNanos};
 
 struct Service<B> {
     backend: Arc<B>,
 }
 
-pub(super) fn gc_response(outcome: GcOutcome) -> GcResponse {
+/// Cuts `list` at the end so its items take at most `budget` bytes on the wire; how many
+/// were cut, and the bytes left of `budget`.
+fn cut_to<T: prost::Message>(list: &mut Vec<T>, budget: usize) -> (u64, usize) {
+    let mut used = 0usize;
+    for (i, item) in list.iter().enumerate() {
+        let len = item.encoded_len();
+        // The field's tag (one byte for fields below 16) and the length prefix.
+        let wire = 1 + prost::length_delimiter_len(len) + len;
+        if used + wire > budget {
+            let cut = list.len() - i;
+            list.truncate(i);
+            return (u64::try_from(cut).unwrap_or(u64::MAX), budget - used);
+        }
+        used += wire;
+    }
+    (0, budget - used)
+}
+
+/// The answer's lists cut at the end to keep it within [`MAX_ANSWER_BYTES`] (the client reads
+/// that much and a little more): the fields other than the lists are counted first.
+fn answer_budget(fixed: usize) -> usize {
+    MAX_ANSWER_BYTES.saturating_sub(fixed)
+}
+
+/// The answer to a GC call: its lists cut to fit [`MAX_ANSWER_BYTES`], the counts cut in the
+/// metadata ([`super::REMOVED_OMITTED_METADATA_KEY`], [`super::WARM_OMITTED_METADATA_KEY`]).
+pub(super) fn gc_response(outcome: GcOutcome) -> Response<GcResponse> {
+    let (removed_before, warm_before) =
+        (outcome.removed_omitted, outcome.warm_does_not_fit_omitted);
+    let mut response = gc_response_whole(outcome);
+    let mut removed = std::mem::take(&mut response.removed);
+    let mut warm = std::mem::take(&mut response.warm_does_not_fit);
+    // The fields other than the lists, and the metadata's counts, first.
+    let fixed = prost::Message::encoded_len(&response) + 128;
+    let (removed_cut, left) = cut_to(&mut removed, answer_budget(fixed));
+    let (warm_cut, _) = cut_to(&mut warm, left);
+    response.removed = removed;
+    response.warm_does_not_fit = warm;
+    let mut response = Response::new(response);
+    set_count(
+        &mut response,
+        super::REMOVED_OMITTED_METADATA_KEY,
+        removed_before + removed_cut,
+    );
+    set_count(
+        &mut response,
+        super::WARM_OMITTED_METADATA_KEY,
+        warm_before + warm_cut,
+    );
+    response
+}
+
+/// `count` under `key` in the answer's metadata, when above 0.
+fn set_count<T>(response: &mut Response<T>, key: &'static str, count: u64) {
+    if count > 0 {
+        response
+            .metadata_mut()
+            .insert(key, tonic::metadata::MetadataValue::from(count));
+    }
+}
+
+fn gc_response_whole(outcome: GcOutcome) -> GcResponse {
     GcResponse {
         removed: outcome
             .removed
@@ -111,7 +174,7 @@ impl<B: AdminBackend> Admin for Service<B> {
             .backend
             .garbage_collect(request.into_inner().dry_run)
             .await;
-        Ok(Response::new(gc_response(outcome)))
+        Ok(gc_response(outcome))
     }
 
     async fn delete_unused(
@@ -122,7 +185,7 @@ impl<B: AdminBackend> Admin for Service<B> {
             .backend
             .delete_unused(request.into_inner().dry_run)
             .await;
-        Ok(Response::new(gc_response(outcome)))
+        Ok(gc_response(outcome))
     }
 
     async fn restore(
@@ -135,7 +198,9 @@ impl<B: AdminBackend> Admin for Service<B> {
             max_bytes: r.max_bytes,
             dry_run: r.dry_run,
         };
-        let reply = match self.backend.restore(options).await {
+        let outcome = self.backend.restore(options).await;
+        let omitted = outcome.as_ref().map_or(0, |o| o.omitted);
+        let reply = match outcome {
             Ok(outcome) => RestoreResponse {
                 items: outcome
                     .items
@@ -160,21 +225,29 @@ impl<B: AdminBackend> Admin for Service<B> {
                 error,
             },
         };
-        Ok(Response::new(reply))
+        let mut reply = reply;
+        let mut items = std::mem::take(&mut reply.items);
+        let (cut, _) = cut_to(
+            &mut items,
+            answer_budget(prost::Message::encoded_len(&reply) + 128),
+        );
+        reply.items = items;
+        let mut reply = Response::new(reply);
+        set_count(&mut reply, super::OMITTED_METADATA_KEY, omitted + cut);
+        Ok(reply)
     }
 
     async fn pin(&self, request: Request<PinRequest>) -> Result<Response<PinInfo>, Status> {
         let r = request.into_inner();
-        if r.image.is_empty() {
-            return Err(Status::invalid_argument("the image name is empty"));
-        }
+        let key = PinKey::new(r.image, r.runtime_handler);
+        let until = UnixNanos(r.until_unix_nanos);
+        // The CLI's own check ([`check_pin_request`]): the socket takes nothing it refuses,
+        // and a name with credentials is refused shown redacted.
+        check_pin_request(&key, until, &r.reason, self.backend.now())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let view = self
             .backend
-            .pin(
-                PinKey::new(r.image, r.runtime_handler),
-                UnixNanos(r.until_unix_nanos),
-                r.reason,
-            )
+            .pin(key, until, r.reason)
             .await
             .map_err(Status::internal)?;
         Ok(Response::new(pin_info(view)))
@@ -198,9 +271,11 @@ impl<B: AdminBackend> Admin for Service<B> {
         _request: Request<ListPinsRequest>,
     ) -> Result<Response<ListPinsResponse>, Status> {
         let pins = self.backend.pins().await.map_err(Status::internal)?;
-        Ok(Response::new(ListPinsResponse {
-            pins: pins.into_iter().map(pin_info).collect(),
-        }))
+        let mut pins: Vec<PinInfo> = pins.into_iter().map(pin_info).collect();
+        let (omitted, _) = cut_to(&mut pins, answer_budget(0));
+        let mut reply = Response::new(ListPinsResponse { pins });
+        set_count(&mut reply, super::OMITTED_METADATA_KEY, omitted);
+        Ok(reply)
     }
 }
 
@@ -222,9 +297,11 @@ pub struct AdminLimits {
     /// Connections served at once; a connection beyond this is closed as soon as it is
     /// accepted.
     pub max_connections: usize,
-    /// A connection that sends nothing for this long is closed. The server pings every
-    /// third of it, and a live HTTP/2 client answers, so an idle-but-alive client (waiting
-    /// for a long GC) is kept.
+    /// A connection with no call in flight for this long (since it was accepted, or since
+    /// its last call ended) is closed, whatever bytes it trickles: a client sending one byte
+    /// every 20 s held a connection for ever, and 64 of them locked the CLI out (issue 41). A
+    /// call in flight keeps its connection however long it runs (the server pings every
+    /// third of this, and a live client answers).
     pub idle_timeout: Duration,
 }
 
@@ -280,6 +357,7 @@ pub async fn serve_with_limits<B: AdminBackend>(
         let served = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(ping))
             .http2_keepalive_timeout(Some(ping))
+            .layer(tower::layer::layer_fn(|inner| CallTracking { inner }))
             .serve_with_incoming_shutdown(service, ReceiverStream::new(incoming), shutdown)
             .await;
         accept.abort();
@@ -329,6 +407,10 @@ async fn accept_loop(
             _slot: slot,
             idle_timeout: limits.idle_timeout,
             idle: Box::pin(tokio::time::sleep(limits.idle_timeout)),
+            calls: Arc::new(Calls {
+                in_flight: AtomicUsize::new(0),
+                last_end: Mutex::new(tokio::time::Instant::now()),
+            }),
         };
         if connections.send(Ok(connection)).await.is_err() {
             return;
@@ -336,19 +418,113 @@ async fn accept_loop(
     }
 }
 
+/// The calls of one connection: how many are in flight, and when the last one ended (or the
+/// connection was accepted).
+#[derive(Debug)]
+struct Calls {
+    in_flight: AtomicUsize,
+    last_end: Mutex<tokio::time::Instant>,
+}
+
+/// One call in flight on a connection, counted until dropped.
+struct CallInFlight(Arc<Calls>);
+
+impl CallInFlight {
+    fn begin(calls: &Arc<Calls>) -> CallInFlight {
+        calls.in_flight.fetch_add(1, Ordering::SeqCst);
+        CallInFlight(calls.clone())
+    }
+}
+
+impl Drop for CallInFlight {
+    fn drop(&mut self) {
+        *self
+            .0
+            .last_end
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = tokio::time::Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Counts each call on its connection's [`Calls`] (tonic hands the connection's
+/// `connect_info` to every request's extensions).
+#[derive(Clone)]
+struct CallTracking<S> {
+    inner: S,
+}
+
+impl<S, B> tower::Service<tonic::codegen::http::Request<B>> for CallTracking<S>
+where
+    S: tower::Service<tonic::codegen::http::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
+        let call = request
+            .extensions()
+            .get::<Arc<Calls>>()
+            .map(CallInFlight::begin);
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            drop(call);
+            answer
+        })
+    }
+}
+
 /// One accepted admin connection: holds a connection slot until dropped, and fails its reads
-/// once nothing has been read for the idle timeout.
+/// once it has had no call in flight for the idle timeout (bytes alone do not keep it).
 struct Connection {
     stream: UnixStream,
     _slot: OwnedSemaphorePermit,
     idle_timeout: Duration,
     idle: Pin<Box<Sleep>>,
+    calls: Arc<Calls>,
+}
+
+impl Connection {
+    /// Whether the connection has been without a call for the idle timeout; else the timer
+    /// is armed (and its waker registered) for the next look.
+    fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            if self.idle.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            let now = tokio::time::Instant::now();
+            let next = if self.calls.in_flight.load(Ordering::SeqCst) > 0 {
+                Some(now + self.idle_timeout)
+            } else {
+                let end = *self
+                    .calls
+                    .last_end
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    + self.idle_timeout;
+                (end > now).then_some(end)
+            };
+            match next {
+                Some(deadline) => self.idle.as_mut().reset(deadline),
+                None => return true,
+            }
+        }
+    }
 }
 
 impl Connected for Connection {
-    type ConnectInfo = ();
+    type ConnectInfo = Arc<Calls>;
 
-    fn connect_info(&self) -> Self::ConnectInfo {}
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.calls.clone()
+    }
 }
 
 impl AsyncRead for Connection {
@@ -357,24 +533,13 @@ impl AsyncRead for Connection {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        match Pin::new(&mut self.stream).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
-                    let deadline = tokio::time::Instant::now() + self.idle_timeout;
-                    self.idle.as_mut().reset(deadline);
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => match self.idle.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "admin connection idle for too long",
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
+        if self.idle_expired(cx) {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "admin connection without a call for too long",
+            )));
         }
+        Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }
 

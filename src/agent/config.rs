@@ -738,6 +738,14 @@ impl AgentConfig {
         )
         .map(|(v, _)| v)
         .filter(|v| !v.is_empty());
+        if let Some(sandbox) = &sandbox_image {
+            let origin = if flags.pod_infra_container_image.is_some() {
+                "--pod-infra-container-image".to_owned()
+            } else {
+                o.field("podInfraContainerImage")
+            };
+            crate::pull::refuse_credentials(sandbox).map_err(|e| invalid(origin, e.to_string()))?;
+        }
         let protect_irreplaceable = pick(
             &flags.protect_irreplaceable,
             "--protect-irreplaceable",
@@ -1058,12 +1066,17 @@ fn resolve_pins(
         pins = file.pinned_images.clone().unwrap_or_default();
     }
     for pin in &pins {
-        if pin.is_empty() || pin.starts_with('*') {
-            let origin = if flags.pinned_images.is_empty() {
+        let origin = || {
+            if flags.pinned_images.is_empty() {
                 o.field("pinnedImages")
             } else {
                 "--pinned-image".to_owned()
-            };
+            }
+        };
+        // A pattern with `user:password@` is refused shown redacted.
+        crate::pull::refuse_credentials(pin).map_err(|e| invalid(origin(), e.to_string()))?;
+        if pin.is_empty() || pin.starts_with('*') {
+            let origin = origin();
             return Err(invalid(
                 origin,
                 format!("pattern {pin:?} must name an image (a trailing * matches any suffix)"),

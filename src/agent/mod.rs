@@ -57,9 +57,9 @@ pub use metrics::{
     AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX, METRICS,
     MetricFamily, MetricKind, MetricUnit,
 };
-#[cfg(feature = "kube")]
-pub use node_events::KubeEventSink;
 pub use node_events::{EVENT_TOP_IMAGES, EventSink, NodeEvent, NodeEventType, NodeEvents};
+#[cfg(feature = "kube")]
+pub use node_events::{EventLimits, KubeEventSink};
 pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
 };
@@ -257,7 +257,8 @@ impl<R: AgentRuntime> Agent<R> {
     /// `/readyz`: Ok once a detect completed, while the runtime answers and the store is
     /// healthy; else every reason, one per line.
     pub fn readiness(&self) -> Result<String, String> {
-        self.health.readiness(self.store.is_healthy())
+        self.health
+            .readiness(self.store.is_healthy(), self.clock.now())
     }
 
     /// `/healthz`: Ok while the process answers and its database file is still there.
@@ -442,6 +443,9 @@ impl<R: AgentRuntime> Agent<R> {
     async fn run_cycle(&self, which: Loop) -> CycleOutcome {
         // The cycles read the clock once they hold the cycle lock (`CycleTime`).
         let now = &*self.clock;
+        // A detect or image-cache cycle waits on the runtime: readiness sees how long.
+        let _waiting = matches!(which, Loop::Detect | Loop::ImageCache)
+            .then(|| self.health.waiting_for_runtime(self.clock.now()));
         match which {
             Loop::Detect => match self.gc.detect(now).await {
                 Ok(report) => {
@@ -772,8 +776,15 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
             .map_err(|e| e.to_string())
     }
 
+    fn now(&self) -> UnixNanos {
+        self.clock.now()
+    }
+
     async fn pin(&self, key: PinKey, until: UnixNanos, reason: String) -> Result<PinView, String> {
         let now = self.clock.now();
+        // The admin server checked the request; a caller in-process is checked here too, so
+        // no name with credentials reaches the database or the log.
+        crate::gc::check_pin_request(&key, until, &reason, now).map_err(|e| e.to_string())?;
         let pin = ImagePin {
             created_at: now,
             until,
@@ -801,7 +812,7 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
         store.apply(&batch).map_err(|e| e.to_string())?;
         if existed {
             info!(
-                image = key.image.as_str(),
+                image = crate::pull::redact_image_name(&key.image).as_str(),
                 runtime_handler = key.runtime_handler.as_str(),
                 "Unpinned an image"
             );

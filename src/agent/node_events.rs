@@ -227,11 +227,12 @@ fn truncate(mut note: String) -> String {
 }
 
 #[cfg(feature = "kube")]
-pub use kube_sink::KubeEventSink;
+pub use kube_sink::{EventLimits, KubeEventSink};
 
 #[cfg(feature = "kube")]
 mod kube_sink {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use k8s_openapi::api::core::v1::ObjectReference;
     use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -264,6 +265,27 @@ mod kube_sink {
     /// The longest `reportingInstance` the API server takes.
     const MAX_INSTANCE_CHARS: usize = 128;
 
+    /// The bounds on what the API server (or a proxy in front of it) may answer an Event
+    /// write with: kube-rs reads an answer whole, so without them an endless `201` body is
+    /// buffered until the agent is killed for its memory.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct EventLimits {
+        /// The most bytes of one answer's body read (an Event object back is a few KiB).
+        pub max_response_bytes: usize,
+        /// The most time one publish (request, answer, and a series' PATCH) may take.
+        pub response_deadline: Duration,
+    }
+
+    impl Default for EventLimits {
+        /// 1 MiB, 30 s.
+        fn default() -> EventLimits {
+            EventLimits {
+                max_response_bytes: 1 << 20,
+                response_deadline: Duration::from_secs(30),
+            }
+        }
+    }
+
     /// Publishes to the API server through kube-rs's recorder, on the Node `node_name`.
     #[derive(Debug)]
     pub struct KubeEventSink {
@@ -283,8 +305,26 @@ mod kube_sink {
         /// With an explicit client configuration (tests point it at a stub API server).
         /// Must be called within a tokio runtime: it spawns the publishing task.
         pub fn with_config(config: kube::Config, node_name: &str) -> Result<KubeEventSink, String> {
-            let client = kube::Client::try_from(config)
-                .map_err(|e| format!("cannot build a Kubernetes client: {e}"))?;
+            KubeEventSink::with_limits(config, node_name, EventLimits::default())
+        }
+
+        /// [`Self::with_config`] with explicit bounds on the API server's answers.
+        pub fn with_limits(
+            config: kube::Config,
+            node_name: &str,
+            limits: EventLimits,
+        ) -> Result<KubeEventSink, String> {
+            let max = limits.max_response_bytes;
+            // Every answer's body through a byte cap: past it, reading fails ("length limit
+            // exceeded") and the publish fails with it, the connection dropped.
+            let client = kube::client::ClientBuilder::try_from(config)
+                .map_err(|e| format!("cannot build a Kubernetes client: {e}"))?
+                .with_layer(&tower::util::MapResponseLayer::new(
+                    move |response: ::http::Response<Box<kube::client::DynBody>>| {
+                        response.map(|body| ::http_body_util::Limited::new(body, max))
+                    },
+                ))
+                .build();
             let recorder = Recorder::new(
                 client,
                 Reporter {
@@ -317,8 +357,21 @@ mod kube_sink {
                         action: event.action.to_owned(),
                         secondary: None,
                     };
-                    if let Err(e) = recorder.publish(&event, &reference).await {
-                        warn!(error = %e, reason = %event.reason, "Cannot publish a Node Event");
+                    let published = tokio::time::timeout(
+                        limits.response_deadline,
+                        recorder.publish(&event, &reference),
+                    )
+                    .await;
+                    match published {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            warn!(error = %e, reason = %event.reason, "Cannot publish a Node Event");
+                        }
+                        Err(_) => warn!(
+                            deadline = ?limits.response_deadline,
+                            reason = %event.reason,
+                            "Cannot publish a Node Event: the API server did not answer within the deadline"
+                        ),
                     }
                 }
             });

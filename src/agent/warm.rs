@@ -538,6 +538,7 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
     Ok(RestoreOutcome {
         items,
         dry_run: options.dry_run,
+        omitted: 0,
     })
 }
 

@@ -116,6 +116,11 @@ pub fn run(args: GcArgs, cycle: Cycle) -> Result<(), Failure> {
 }
 
 fn print(outcome: &GcOutcome, output: &OutputArgs) -> Result<(), Failure> {
+    super::note_omitted(outcome.removed_omitted, "removals");
+    super::note_omitted(
+        outcome.warm_does_not_fit_omitted,
+        "warm entries that do not fit",
+    );
     let mut stdout = std::io::stdout().lock();
     let w: &mut dyn std::io::Write = &mut stdout;
     match output.format() {
@@ -176,10 +181,19 @@ fn print(outcome: &GcOutcome, output: &OutputArgs) -> Result<(), Failure> {
                         warm.image, warm.detail
                     )?;
                 }
+                if outcome.warm_does_not_fit_omitted > 0 {
+                    writeln!(
+                        w,
+                        "warm: and {} more entries that do not fit",
+                        outcome.warm_does_not_fit_omitted
+                    )?;
+                }
+                let total = u64::try_from(outcome.removed.len())
+                    .unwrap_or(u64::MAX)
+                    .saturating_add(outcome.removed_omitted);
                 writeln!(
                     w,
-                    "{verb} {} image(s), {} ({} bytes)",
-                    outcome.removed.len(),
+                    "{verb} {total} image(s), {} ({} bytes)",
                     format_size(outcome.freed),
                     outcome.freed
                 )?;

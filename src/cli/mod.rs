@@ -107,6 +107,17 @@ fn exit_codes_help() -> String {
     )
 }
 
+/// On stderr, when the agent cut a list to keep its answer within the admin socket's limit:
+/// "and N more" (the list printed is the part it sent).
+pub fn note_omitted(omitted: u64, what: &str) {
+    if omitted > 0 {
+        eprintln!(
+            "imagekeeper: and {omitted} more {what}: the agent's answer is cut at {} MiB",
+            imagekeeper::admin::MAX_ANSWER_BYTES >> 20
+        );
+    }
+}
+
 /// A failure with its exit code.
 pub struct Failure {
     pub code: u8,
@@ -121,17 +132,11 @@ impl Failure {
         }
     }
 
-    /// The same failure with every occurrence of `secret` (as given, or escaped as `{:?}`
-    /// prints it) in its message replaced by `REDACTED`.
-    pub fn redact(self, secret: &str) -> Failure {
-        if secret.is_empty() {
-            return self;
-        }
-        let escaped = format!("{secret:?}");
-        let escaped = escaped.trim_matches('"');
-        let message = render(&self.error)
-            .replace(secret, "REDACTED")
-            .replace(escaped, "REDACTED");
+    /// The same failure with the credentials `image` carries (`user:password@`), wherever its
+    /// message shows them, replaced by `REDACTED` (the one redaction of image names,
+    /// [`imagekeeper::pull::redact_credentials`]).
+    pub fn redact(self, image: &str) -> Failure {
+        let message = imagekeeper::pull::redact_credentials(&render(&self.error), image);
         Failure {
             code: self.code,
             error: anyhow::anyhow!(message),

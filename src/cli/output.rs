@@ -227,6 +227,9 @@ impl KubeList {
             Format::Name => {
                 let kind = self.kind.to_lowercase();
                 for (name, _) in &self.items {
+                    // One name a line: a newline or an escape sequence in a name (a pin
+                    // written before they were refused) is shown escaped, never acted on.
+                    let name = imagekeeper::inspect::escape_control(name);
                     writeln!(w, "{kind}/{name}")?;
                 }
                 Ok(())
@@ -269,6 +272,13 @@ mod tests {
         let y: Value = serde_yaml_ng::from_str(&render(&list, Format::Yaml)).expect("yaml");
         assert_eq!(y, v, "YAML and JSON are one document");
         assert_eq!(render(&list, Format::Name), "imagerecord/sha256:aaa\n");
+        let mut raw = KubeList::new("ImagePin");
+        raw.push("x:1\n\u{1b}[2Jfake".to_owned(), json!({}));
+        assert_eq!(
+            render(&raw, Format::Name),
+            "imagepin/x:1\\n\\u{1b}[2Jfake\n",
+            "a control character in a name is escaped"
+        );
         let empty: Value =
             serde_json::from_str(&render(&KubeList::new("X"), Format::KubeJson)).expect("json");
         assert_eq!(empty["items"], json!([]));

@@ -10,8 +10,9 @@ use imagekeeper::admin::{AdminClient, AdminError};
 use imagekeeper::agent::FlagValues;
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::format::{format_rfc3339, parse_go_duration, parse_rfc3339_or_why};
-use imagekeeper::gc::{PinView, pin_view, pin_views, stored_images};
-use imagekeeper::model::{ImagePin, MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, PinKey, UnixNanos};
+use imagekeeper::gc::{PinView, check_pin_request, pin_view, pin_views, stored_images};
+use imagekeeper::model::{ImagePin, MAX_IMAGE_NAME_BYTES, PinKey, UnixNanos};
+use imagekeeper::pull::redact_image_name;
 use imagekeeper::store::Batch;
 
 use super::agent_flags::AgentFlags;
@@ -68,7 +69,9 @@ pub struct PinsArgs {
     timeout: std::time::Duration,
 }
 
-/// The checked image name, or a usage error.
+/// The checked image name for `unpin`, or a usage error: a name with credentials may be in a
+/// database written before they were refused, so `unpin` takes it (to remove it) and shows it
+/// only redacted.
 fn image_name(image: &str) -> Result<(), Failure> {
     if image.is_empty() {
         return Err(Failure::usage(anyhow::anyhow!(
@@ -142,16 +145,13 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 const DIRECT: &str = "the database directly (no agent answered on the admin socket)";
 
 pub fn pin(args: PinArgs) -> Result<(), Failure> {
-    image_name(&args.image)?;
-    if args.reason.len() > MAX_PIN_REASON_BYTES {
-        return Err(Failure::usage(anyhow::anyhow!(
-            "--reason: at most {MAX_PIN_REASON_BYTES} bytes"
-        )));
-    }
     let now = SystemClock.now();
+    let key = PinKey::new(args.image.clone(), args.runtime_handler.clone());
+    // The socket's own check, first: a name with credentials is refused before any other
+    // message could quote it.
+    check_pin_request(&key, UnixNanos::NEVER, &args.reason, now).map_err(Failure::usage)?;
     let until = until_of(&args, now)?;
     let config = args.flags.resolve(FlagValues::default())?;
-    let key = PinKey::new(args.image.clone(), args.runtime_handler.clone());
     let (view, via) = runtime()?.block_on(async {
         if let Some(mut client) = agent(&config.admin_socket, args.timeout).await? {
             let view = client
@@ -176,7 +176,7 @@ pub fn pin(args: PinArgs) -> Result<(), Failure> {
     if view.image_ids.is_empty() {
         eprintln!(
             "imagekeeper: no image on the node matches {:?} yet: the pin keeps it once it is pulled",
-            view.key.image
+            redact_image_name(&view.key.image)
         );
     }
     print(&[view], &args.output, true)
@@ -210,10 +210,13 @@ pub fn unpin(args: UnpinArgs) -> Result<(), Failure> {
         };
         return Err(Failure::from(anyhow::anyhow!(
             "no pin of {:?}{handler} (`imagekeeper pins` lists them)",
-            args.image
+            redact_image_name(&args.image)
         )));
     }
-    println!("unpinned {}", args.image);
+    println!(
+        "unpinned {}",
+        imagekeeper::inspect::escape_control(&redact_image_name(&args.image))
+    );
     Ok(())
 }
 
@@ -221,7 +224,11 @@ pub fn pins(args: PinsArgs) -> Result<(), Failure> {
     let config = args.flags.resolve(FlagValues::default())?;
     let (views, via) = runtime()?.block_on(async {
         if let Some(mut client) = agent(&config.admin_socket, args.timeout).await? {
-            let views = client.pins().await.context("calling the running agent")?;
+            let (views, omitted) = client
+                .pins_and_omitted()
+                .await
+                .context("calling the running agent")?;
+            super::note_omitted(omitted, "pins");
             return Ok::<_, Failure>((views, "the running agent"));
         }
         // Read-only: listing creates and changes nothing.
@@ -247,6 +254,17 @@ fn state(view: &PinView) -> &'static str {
 }
 
 fn print(views: &[PinView], output: &OutputArgs, one: bool) -> Result<(), Failure> {
+    // A pin written before credentials in names were refused is shown redacted, in every
+    // format.
+    let views: Vec<PinView> = views
+        .iter()
+        .cloned()
+        .map(|mut v| {
+            v.key.image = redact_image_name(&v.key.image);
+            v
+        })
+        .collect();
+    let views = views.as_slice();
     let mut stdout = std::io::stdout().lock();
     let w: &mut dyn std::io::Write = &mut stdout;
     let trunc = |id: &imagekeeper::model::ImageId| {

@@ -111,11 +111,13 @@ pub fn run(args: PullArgs) -> Result<(), Failure> {
         .context("starting the async runtime")?;
     // An image name may carry registry credentials (`user:password@host/repo`, a common
     // mistake): they never appear in an error.
-    let secret = credentials_in(&args.image).map(str::to_owned);
-    let image_ref = rt.block_on(pull(args)).map_err(|failure| match &secret {
-        Some(secret) => failure.redact(secret),
-        None => failure,
-    })?;
+    let image = args.image.clone();
+    let image_ref = rt
+        .block_on(pull(args))
+        .map_err(|failure| match credentials_in(&image) {
+            Some(_) => failure.redact(&image),
+            None => failure,
+        })?;
     println!("{image_ref}");
     Ok(())
 }

@@ -121,6 +121,7 @@ pub fn run(args: RestoreArgs) -> Result<(), Failure> {
 }
 
 fn print(outcome: &imagekeeper::warm::RestoreOutcome, output: &OutputArgs) -> Result<(), Failure> {
+    super::note_omitted(outcome.omitted, "images");
     let mut stdout = std::io::stdout().lock();
     let w: &mut dyn std::io::Write = &mut stdout;
     let now = SystemClock.now();

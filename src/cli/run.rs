@@ -23,8 +23,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "HOST:PORT")]
     metrics_address: Option<String>,
     /// Serve /healthz and /readyz alone on this address (HOST:PORT), for the kubelet's
-    /// probes, with connection slots of its own: best on loopback (127.0.0.1:PORT), where no
-    /// pod can flood it, as the kubelet's own healthz; off when absent.
+    /// probes, with connection slots of its own, apart from the metrics listener: best on
+    /// loopback, where no pod can flood it, as the kubelet's own healthz (127.0.0.1:10248 by
+    /// default) [default: 127.0.0.1:9898, given up with a warning when that port is taken;
+    /// "" turns it off].
     #[arg(long, value_name = "HOST:PORT")]
     healthz_address: Option<String>,
     /// How often to detect images [default: 5m].
@@ -70,6 +72,16 @@ pub struct RunArgs {
     /// without a restart. 0s (the default): only on SIGHUP.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_watch_period)]
     config_watch_period: Duration,
+}
+
+/// Where the probes are served without `--healthz-address` (the DaemonSet's port).
+const DEFAULT_HEALTHZ_ADDRESS: &str = "127.0.0.1:9898";
+
+/// A non-blocking listener on `address`.
+fn bind_listener(address: &str) -> std::io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(address)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
 /// `--config-watch-period`: 0 (off) or at least 1 s, the floor of the agent's other periods.
@@ -141,7 +153,21 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         None => None,
     };
     let probes_listener = match args.healthz_address.as_deref() {
-        None | Some("") => None,
+        Some("") => None,
+        // The default: the probes apart from a flood of the metrics port without a flag. A
+        // port taken (another agent on this host, a test) is no reason not to run: the
+        // probes are then on --metrics-address only, as before the default.
+        None => match bind_listener(DEFAULT_HEALTHZ_ADDRESS) {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                warn!(
+                    address = DEFAULT_HEALTHZ_ADDRESS,
+                    error = %e,
+                    "Cannot serve the health probes on their default address; they are served on --metrics-address only (set --healthz-address)"
+                );
+                None
+            }
+        },
         Some(text) => {
             let address: std::net::SocketAddr = text
                 .parse()

@@ -31,7 +31,7 @@ mod statvfs;
 
 pub use client::{
     ContainerEventStream, ContainerStatusReport, CriClient, CriConfig, DEFAULT_RUNTIME_ENDPOINT,
-    RuntimeVersion,
+    MAX_MESSAGE_BYTES, RuntimeVersion,
 };
 /// The pod and container specs of the lifecycle calls only tests make.
 #[cfg(any(test, feature = "testing"))]

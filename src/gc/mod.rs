@@ -20,6 +20,7 @@ pub(crate) mod explain;
 pub(crate) mod kubelet;
 pub(crate) mod manager;
 pub(crate) mod metrics;
+mod pin_request;
 mod pins;
 pub(crate) mod plan;
 mod policy;
@@ -38,6 +39,7 @@ pub use explain::{
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
 pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
 pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
+pub use pin_request::{MAX_RUNTIME_HANDLER_BYTES, PinRequestError, check_pin_request};
 pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};

@@ -44,8 +44,9 @@ pub use inflight::{InFlightGuard, PullsInFlight};
 pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
 pub use reference::{
-    ImageReference, MatchIndex, MatchKey, MatchPin, ReferenceError, apply_default_image_tag,
-    credentials_in, image_matches, listed_keys, wanted_keys,
+    CredentialsInName, ImageReference, MatchIndex, MatchKey, MatchPin, ReferenceError,
+    apply_default_image_tag, credentials_in, image_matches, listed_keys, redact_credentials,
+    redact_image_name, refuse_credentials, wanted_keys,
 };
 
 use puller::{PullRequest, Puller};

@@ -122,6 +122,8 @@ pub fn resolve_specs(
         if image.is_empty() {
             return Err(invalid("image", "must not be empty".into()));
         }
+        // A name with `user:password@` is refused shown redacted (on a reload, into the log).
+        crate::pull::refuse_credentials(image).map_err(|e| invalid("image", e.to_string()))?;
         if let Err(e) = crate::pull::apply_default_image_tag(image) {
             return Err(invalid("image", format!("{image:?}: {e}")));
         }
@@ -196,9 +198,31 @@ pub fn read_warm_dir(dir: &Path) -> Result<Vec<WarmEntry>, WarmError> {
         )));
     }
     names.sort();
+    // A name that resolves out of the directory is refused unread: a link to any file (one
+    // to /etc/shadow had its first line quoted in the parse error, on a reload into the log).
+    // A ConfigMap's links (`..data/...`) stay inside.
+    let root = std::fs::canonicalize(dir)
+        .map_err(|e| dir_error(format!("cannot read the warm set directory: {e}")))?;
     let mut out = Vec::new();
     for path in names {
         use crate::operator_file::{Follow, read_text};
+        match std::fs::canonicalize(&path) {
+            Ok(resolved) if resolved.starts_with(&root) => {}
+            Ok(_) => {
+                return Err(WarmError::File {
+                    path: path.clone(),
+                    message: "a symbolic link to a file outside the warm set directory; \
+                              refused unread (a ConfigMap's links stay inside it)"
+                        .to_owned(),
+                });
+            }
+            Err(e) => {
+                return Err(WarmError::File {
+                    path: path.clone(),
+                    message: format!("cannot resolve it: {e}"),
+                });
+            }
+        }
         // A ConfigMap's names are symlinks into its `..data`: followed.
         let text = read_text(&path, Follow::Yes).map_err(|e| WarmError::File {
             path: path.clone(),
@@ -312,6 +336,25 @@ mod tests {
             })
             .starts_with("warm[0] in x.toml: image: \"Bad Name\"")
         );
+    }
+
+    /// Issue 41: a warm file that is a symbolic link out of the directory (to any file the
+    /// agent can read) is refused unread: nothing of that file is in the error.
+    #[test]
+    fn a_warm_file_linked_out_of_the_directory_is_refused_unread() {
+        let outside = tempfile::tempdir().expect("tempdir");
+        let secret = outside.path().join("shadow");
+        std::fs::write(&secret, "root:$y$SECRETLINE:19000:0:99999:7:::\n").expect("write");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::os::unix::fs::symlink(&secret, dir.path().join("a.yaml")).expect("symlink");
+        let err = read_warm_dir(dir.path()).expect_err("refused").to_string();
+        assert!(err.contains("outside the warm set directory"), "{err}");
+        assert!(!err.contains("SECRETLINE"), "{err}");
+        // A link within the directory is followed.
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("real.txt"), "warm: []\n").expect("write");
+        std::os::unix::fs::symlink("real.txt", dir.path().join("b.yaml")).expect("symlink");
+        assert_eq!(read_warm_dir(dir.path()).expect("inside"), Vec::new());
     }
 
     /// A ConfigMap mount: `gpu.yaml -> ..data/gpu.yaml`, `..data -> ..2026_01_01`; the hidden

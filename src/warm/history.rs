@@ -118,11 +118,16 @@ fn candidates(
         .filter(|(_, e)| back || e.repulled_at.is_none())
         .filter(|(_, e)| e.last_used != UnixNanos::NEVER && e.last_used >= since)
         .map(|(jk, e)| {
+            // A name with `user:password@` (a runtime that reported one) is never pulled by,
+            // shown nor stored: the first name without.
             let image = names(&jk.key).and_then(|n| {
-                n.repo_digests
-                    .first()
-                    .or_else(|| n.repo_tags.first())
-                    .cloned()
+                let clean = |names: &[String]| {
+                    names
+                        .iter()
+                        .find(|name| crate::pull::refuse_credentials(name).is_ok())
+                        .cloned()
+                };
+                clean(&n.repo_digests).or_else(|| clean(&n.repo_tags))
             });
             RestoreCandidate {
                 key: jk.key.clone(),
@@ -224,6 +229,9 @@ pub struct RestoreItem {
 pub struct RestoreOutcome {
     pub items: Vec<RestoreItem>,
     pub dry_run: bool,
+    /// Items left out at the end of `items` to keep an admin answer within its limit.
+    #[serde(skip_serializing_if = "crate::admin::is_zero")]
+    pub omitted: u64,
 }
 
 #[cfg(test)]

@@ -603,6 +603,39 @@ fn c_path(path: &Path) -> std::ffi::CString {
     std::ffi::CString::new(path.to_str().expect("utf8")).expect("no NUL")
 }
 
+/// A unix socket listening at `path` with a queue of one connection, already taken, that
+/// nothing accepts: a blocking connect to it waits for ever.
+fn listener_that_never_accepts(
+    path: &Path,
+) -> (std::os::fd::OwnedFd, std::os::unix::net::UnixStream) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket(2) takes no pointers; the new fd is owned by the OwnedFd at once.
+    let fd = unsafe {
+        std::os::fd::OwnedFd::from_raw_fd(libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0))
+    };
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    // SAFETY: sockaddr_un is plain data; zeroes are valid.
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = c_path(path);
+    for (to, from) in address.sun_path.iter_mut().zip(bytes.as_bytes()) {
+        *to = *from as libc::c_char;
+    }
+    let length = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: a valid sockaddr_un for the call; listen(2) with a backlog of 0.
+    unsafe {
+        assert_eq!(
+            libc::bind(raw, (&raw const address).cast::<libc::sockaddr>(), length),
+            0,
+            "bind"
+        );
+        assert_eq!(libc::listen(raw, 0), 0, "listen");
+    }
+    // The one queued connection (a backlog of 0 holds one): the next connect waits.
+    let queued = std::os::unix::net::UnixStream::connect(path).expect("the queued connection");
+    (fd, queued)
+}
+
 fn mkfifo(path: &Path) {
     // SAFETY: mkfifo(3) on a path in the test's temp dir.
     assert_eq!(
@@ -653,6 +686,9 @@ fn run_refuses_bad_paths_and_addresses_with_exit_2_before_creating_anything() {
     // A live socket: something answers there (another agent, or the runtime).
     let live = d("live.sock");
     let _live_listener = std::os::unix::net::UnixListener::bind(&live).expect("bind");
+    // A socket that never accepts, its queue full (issue 41: `run` hung on it silently).
+    let never = d("never.sock");
+    let (_never_listener, _queued) = listener_that_never_accepts(&never);
     let runtime = d("runtime.sock");
     let _runtime_listener = std::os::unix::net::UnixListener::bind(&runtime).expect("bind");
     let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("a busy port");
@@ -699,6 +735,12 @@ fn run_refuses_bad_paths_and_addresses_with_exit_2_before_creating_anything() {
         (
             fresh_db.clone(),
             s(&live),
+            vec![],
+            "something answers there",
+        ),
+        (
+            fresh_db.clone(),
+            s(&never),
             vec![],
             "something answers there",
         ),
@@ -1937,6 +1979,7 @@ impl AdminBackend for RestoreBackend {
                 detail: "needs 123 B".into(),
             }],
             dry_run: options.dry_run,
+            omitted: 0,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! contains `lab::` in a group that runs one test at a time; every other test is fast and
 //! self-contained. Run them all with `scripts/test`.
 
+mod admin_limits;
 mod agent;
 mod book;
 mod corrupt;
@@ -22,6 +23,7 @@ mod monitoring;
 mod node_events;
 mod pull;
 mod replay;
+mod secrets;
 mod service;
 mod simulate;
 mod store;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use imagekeeper::agent::{EventSink, KubeEventSink, NodeEvent, NodeEventType};
+use imagekeeper::agent::{EventLimits, EventSink, KubeEventSink, NodeEvent, NodeEventType};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
@@ -372,4 +372,175 @@ async fn events_without_in_cluster_credentials_log_once_and_the_agent_runs_witho
             .any(|l| l.contains("Cannot publish a Node Event")),
         "{log:#?}"
     );
+}
+
+/// How the stub answers the first Event write (later ones are answered as the API server
+/// does, the Event back with Content-Length).
+#[derive(Clone, Copy)]
+enum FirstAnswer {
+    /// `201` and an endless chunked body of 64 KiB chunks: until the client closes the
+    /// connection, or [`ENDLESS_GIVE_UP_BYTES`] (then the client read it all: the bug).
+    Endless,
+    /// `201` headers, then nothing, the connection held open.
+    Silent,
+}
+
+/// Where the endless stub stops if the client never closes: far past any cap.
+const ENDLESS_GIVE_UP_BYTES: u64 = 256 << 20;
+
+/// What the stub saw of the first answer: the body bytes it got written before the client
+/// closed (or it gave up), and whether the client closed.
+type FirstOutcome = (u64, bool);
+
+/// Reads one request (head and Content-Length body) from `conn`; `None` at EOF.
+async fn read_request(conn: &mut BufReader<tokio::net::TcpStream>) -> Option<(String, Vec<u8>)> {
+    let mut request_line = String::new();
+    if conn.read_line(&mut request_line).await.unwrap_or(0) == 0 {
+        return None;
+    }
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        conn.read_line(&mut line).await.ok()?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().ok()?;
+        }
+    }
+    let mut body = vec![0u8; length];
+    conn.read_exact(&mut body).await.ok()?;
+    Some((request_line, body))
+}
+
+/// A loopback stub API server whose first answer is `first`; it reports the first answer's
+/// outcome on the oneshot and each later request line on the channel.
+async fn misbehaving_api_server(
+    first: FirstAnswer,
+) -> (
+    String,
+    tokio::sync::oneshot::Receiver<FirstOutcome>,
+    mpsc::UnboundedReceiver<String>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address").to_string();
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut first_tx = Some(first_tx);
+        while let Ok((conn, _)) = listener.accept().await {
+            let mut conn = BufReader::new(conn);
+            if let Some(report) = first_tx.take() {
+                tokio::spawn(async move {
+                    if read_request(&mut conn).await.is_none() {
+                        return;
+                    }
+                    let head = "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+                    if conn.get_mut().write_all(head.as_bytes()).await.is_err() {
+                        let _ = report.send((0, true));
+                        return;
+                    }
+                    match first {
+                        FirstAnswer::Endless => {
+                            let chunk = format!("10000\r\n{}\r\n", " ".repeat(1 << 16));
+                            let mut sent = 0u64;
+                            let closed = loop {
+                                if sent >= ENDLESS_GIVE_UP_BYTES {
+                                    break false;
+                                }
+                                if conn.get_mut().write_all(chunk.as_bytes()).await.is_err() {
+                                    break true;
+                                }
+                                sent += 1 << 16;
+                            };
+                            let _ = report.send((sent, closed));
+                        }
+                        FirstAnswer::Silent => {
+                            let _ = report.send((0, false));
+                            // Held open (nothing more is sent) until the client closes it.
+                            let mut rest = Vec::new();
+                            let _ = conn.read_to_end(&mut rest).await;
+                        }
+                    }
+                });
+                continue;
+            }
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while let Some((line, body)) = read_request(&mut conn).await {
+                    let head = format!(
+                        "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.get_mut().write_all(head.as_bytes()).await;
+                    let _ = conn.get_mut().write_all(&body).await;
+                    let _ = tx.send(line.trim_end().to_owned());
+                }
+            });
+        }
+    });
+    (address, first_rx, rx)
+}
+
+/// Issue 41 (2): an API server (or a proxy) answering an Event write with `201` and an
+/// endless chunked body. The agent reads at most its cap (1 MiB) of it and drops the
+/// connection: the stub's writes fail after a few MiB (the cap and the sockets' buffers),
+/// where without the cap the agent took all 256 MiB the stub sent (and more, for ever). The
+/// next Event still goes.
+#[tokio::test]
+async fn an_endless_answer_to_an_event_is_cut_at_the_cap_and_the_next_event_still_goes() {
+    let (address, first, mut requests) = misbehaving_api_server(FirstAnswer::Endless).await;
+    let config = kube::Config::new(format!("http://{address}").parse().expect("uri"));
+    let limits = EventLimits::default();
+    let sink = KubeEventSink::with_limits(config, "node-a", limits).expect("sink");
+    sink.publish(event(NodeEventType::Warning, "ImageGCFailed", "one"));
+    let (sent, closed) = tokio::time::timeout(Duration::from_secs(60), first)
+        .await
+        .expect("the first answer ends within 60 s")
+        .expect("reported");
+    assert!(
+        closed,
+        "the agent read {sent} bytes of an endless answer without closing it"
+    );
+    assert!(
+        sent < 64 << 20,
+        "{sent} bytes were taken before the connection closed (cap {} bytes)",
+        limits.max_response_bytes
+    );
+    sink.publish(event(NodeEventType::Warning, "ImageGCFailed", "two"));
+    let line = tokio::time::timeout(Duration::from_secs(30), requests.recv())
+        .await
+        .expect("the next Event within 30 s")
+        .expect("served");
+    assert!(line.starts_with("POST /apis/events.k8s.io/v1/"), "{line}");
+}
+
+/// An API server that answers `201` and then nothing: the publish ends at its deadline and
+/// the next Event goes (without the deadline the queue's one task waited for ever). The
+/// deadline is set to 1 s here; the wait is the deadline's own, not a guess at a timing.
+#[tokio::test]
+async fn an_answer_that_never_ends_is_given_up_at_the_deadline_and_the_next_event_goes() {
+    let (address, first, mut requests) = misbehaving_api_server(FirstAnswer::Silent).await;
+    let config = kube::Config::new(format!("http://{address}").parse().expect("uri"));
+    let limits = EventLimits {
+        response_deadline: Duration::from_secs(1),
+        ..EventLimits::default()
+    };
+    let sink = KubeEventSink::with_limits(config, "node-a", limits).expect("sink");
+    sink.publish(event(NodeEventType::Warning, "ImageGCFailed", "one"));
+    first
+        .await
+        .expect("the first request answered with headers only");
+    sink.publish(event(NodeEventType::Warning, "ImageGCFailed", "two"));
+    let line = tokio::time::timeout(Duration::from_secs(30), requests.recv())
+        .await
+        .expect("the next Event within 30 s (the first given up at its 1 s deadline)")
+        .expect("served");
+    assert!(line.starts_with("POST /apis/events.k8s.io/v1/"), "{line}");
 }

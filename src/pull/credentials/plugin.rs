@@ -414,9 +414,13 @@ impl Provider {
             "Registry" => registry_of(image).to_owned(),
             "Global" => GLOBAL_CACHE_KEY.to_owned(),
             other => {
+                // The kubelet quotes the value; a plugin's answer may hold a secret (a token
+                // in the wrong field), and this message reaches the pull error and the
+                // backoff's last error in the database: only its length is said.
                 return Err(self.error(format!(
-                    "the plugin did not return a valid cacheKeyType: {other:?} (want Image, \
-                     Registry or Global)"
+                    "the plugin did not return a valid cacheKeyType (a value of {} bytes, \
+                     not shown; want Image, Registry or Global)",
+                    other.len()
                 )));
             }
         };

@@ -216,6 +216,14 @@ async fn a_failing_hanging_or_garbage_plugin_is_a_clear_error_that_quotes_nothin
             format!("echo '{}'", ok.replace("\"Image\"", "\"Pod\"")),
             "did not return a valid cacheKeyType",
         ),
+        // Issue 41: the value itself is not echoed (it reached the backoff's last error).
+        (
+            format!(
+                "echo '{}'",
+                ok.replace("\"Image\"", &format!("\"{PLUGIN_PASSWORD}\""))
+            ),
+            "did not return a valid cacheKeyType (a value of",
+        ),
         (
             format!(
                 "echo '{}'",
