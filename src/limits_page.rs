@@ -127,6 +127,10 @@ fn the_limits_page_states_every_limit_with_the_codes_number() {
             mib(crate::workload::MAX_WORKLOAD_BYTES),
             crate::workload::MAX_WORKLOAD_LINE_BYTES / 1024
         ),
+        format!(
+            "A policy's simulation takes at most **{}** steps",
+            grouped(crate::simulate::MAX_SIMULATED_STEPS)
+        ),
     ];
     let missing: Vec<&String> = expected.iter().filter(|e| !page.contains(*e)).collect();
     assert!(

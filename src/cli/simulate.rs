@@ -3,15 +3,14 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use imagekeeper::format::format_size;
 use imagekeeper::operator_file::{self, Follow};
-use imagekeeper::simulate::{Outcome, SimPolicy, simulate};
-use imagekeeper::workload::{
-    MAX_WORKLOAD_BYTES, Workload, WorkloadError, parse_workload_bytes, read_workload,
-};
+use imagekeeper::simulate::{Outcome, SimOptions, SimPolicy, SimProgress, simulate_reporting};
+use imagekeeper::workload::{Workload, WorkloadError, read_workload};
 
 use super::Failure;
 use super::output::{Column, TableOptions, write_table};
@@ -80,12 +79,19 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         .context("starting the async runtime")?;
     // The simulated node's GC logs what a real one would (FreeDiskSpaceFailed at every failed
     // cycle): the simulation's answer is its output, so those lines are not printed.
+    let mut progress = ProgressOnStderr::new();
     let outcomes =
         tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
-            rt.block_on(simulate(&workload, &policies))
-                .map_err(|e| anyhow::Error::new(e).context("simulating"))
+            rt.block_on(simulate_reporting(
+                &workload,
+                &policies,
+                SimOptions::default(),
+                &mut |p| progress.report(p),
+            ))
+            .map_err(|e| anyhow::Error::new(e).context("simulating"))
         })
         .map_err(Failure::from)?;
+    let outcomes: Vec<Outcome> = outcomes.into_iter().map(|(o, _)| o).collect();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match args.output {
@@ -102,15 +108,61 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Progress of a long simulation on stderr: a first line once it has run
+/// [`ProgressOnStderr::FIRST`], then one every [`ProgressOnStderr::EVERY`] (a short one prints
+/// nothing; stdout keeps only the answer).
+struct ProgressOnStderr {
+    started: Instant,
+    next: Duration,
+}
+
+impl ProgressOnStderr {
+    const FIRST: Duration = Duration::from_secs(1);
+    const EVERY: Duration = Duration::from_secs(5);
+
+    fn new() -> ProgressOnStderr {
+        ProgressOnStderr {
+            started: Instant::now(),
+            next: Self::FIRST,
+        }
+    }
+
+    fn report(&mut self, p: &SimProgress) {
+        let elapsed = self.started.elapsed();
+        if elapsed < self.next {
+            return;
+        }
+        self.next = elapsed + Self::EVERY;
+        let percent = if p.lines == 0 {
+            100.0
+        } else {
+            p.lines_done as f64 * 100.0 / p.lines as f64
+        };
+        // A failed write to stderr is not the simulation's failure.
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "simulate: policy {} ({} of {}): line {} of {} ({percent:.0}%), simulated day {:.1}, {} steps, {:.0}s elapsed",
+            p.policy.as_str(),
+            p.policy_index + 1,
+            p.policies,
+            p.lines_done,
+            p.lines,
+            p.at_s / 86_400.0,
+            p.steps,
+            elapsed.as_secs_f64(),
+        );
+    }
+}
+
 fn read(path: &std::path::Path) -> Result<Workload, WorkloadError> {
     if path.as_os_str() == "-" {
         return read_workload(std::io::stdin().lock());
     }
-    // Every file an operator hands imagekeeper goes through `operator_file`, with a cap
-    // suited to traces.
-    let bytes = operator_file::read_bytes_limited(path, Follow::Yes, MAX_WORKLOAD_BYTES)
+    // Every file an operator hands imagekeeper is opened through `operator_file` (a regular
+    // file only); the workload reader caps each line and the whole.
+    let file = operator_file::open_regular(path, Follow::Yes)
         .map_err(|e| WorkloadError::Io(std::io::Error::other(e.to_string())))?;
-    parse_workload_bytes(&bytes)
+    read_workload(file)
 }
 
 /// `repulled_bytes` as a ratio of clairvoyant's (`-` without a clairvoyant run; `inf` when it

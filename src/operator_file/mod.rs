@@ -150,6 +150,43 @@ pub fn read_bytes_limited(
     limit: u64,
 ) -> Result<Vec<u8>, OperatorFileError> {
     let owned = || path.to_path_buf();
+    let (file, metadata) = open_regular_with_metadata(path, follow)?;
+    if metadata.len() > limit {
+        return Err(OperatorFileError::TooLarge {
+            path: owned(),
+            size: metadata.len(),
+            limit,
+        });
+    }
+    let capacity = usize::try_from(metadata.len()).unwrap_or(0);
+    let mut bytes = Vec::with_capacity(capacity);
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|source| OperatorFileError::Io {
+            path: owned(),
+            source,
+        })?;
+    if bytes.len() as u64 > limit {
+        return Err(OperatorFileError::TooLarge {
+            path: owned(),
+            size: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
+}
+
+/// The regular file at `path`, opened and checked as [`read_bytes`] does, for a reader that
+/// bounds what it reads itself (a workload read a line at a time, each line capped).
+pub fn open_regular(path: &Path, follow: Follow) -> Result<std::fs::File, OperatorFileError> {
+    open_regular_with_metadata(path, follow).map(|(file, _)| file)
+}
+
+fn open_regular_with_metadata(
+    path: &Path,
+    follow: Follow,
+) -> Result<(std::fs::File, std::fs::Metadata), OperatorFileError> {
+    let owned = || path.to_path_buf();
     let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
     if follow == Follow::No {
         flags |= libc::O_NOFOLLOW;
@@ -189,29 +226,7 @@ pub fn read_bytes_limited(
             kind: describe(&file_type),
         });
     }
-    if metadata.len() > limit {
-        return Err(OperatorFileError::TooLarge {
-            path: owned(),
-            size: metadata.len(),
-            limit,
-        });
-    }
-    let capacity = usize::try_from(metadata.len()).unwrap_or(0);
-    let mut bytes = Vec::with_capacity(capacity);
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|source| OperatorFileError::Io {
-            path: owned(),
-            source,
-        })?;
-    if bytes.len() as u64 > limit {
-        return Err(OperatorFileError::TooLarge {
-            path: owned(),
-            size: bytes.len() as u64,
-            limit,
-        });
-    }
-    Ok(bytes)
+    Ok((file, metadata))
 }
 
 /// [`read_bytes`], then UTF-8 and nesting checks: what a YAML, JSON or TOML parser may be

@@ -1,6 +1,7 @@
 //! `imagekeeper simulate`: what a GC policy costs a node in bytes pulled again. A workload
-//! (`crate::workload`) drives the real [`ImageGcManager`] and a real [`Store`] (a redb file in
-//! a temporary directory) against the replay's [`ScriptedRuntime`], whose image set the
+//! (`crate::workload`) drives the real [`ImageGcManager`] and a real [`Store`] (a redb
+//! database held in memory: its commits cost no `fdatasync`, and nothing is left on disk
+//! however the process ends) against the replay's [`ScriptedRuntime`], whose image set the
 //! simulation owns: an image is listed from the end of its pull until GC removes it. Time is
 //! the workload's, passed to every call (nothing sleeps or reads a clock), so the same input
 //! gives the same output byte for byte.
@@ -17,13 +18,15 @@
 //!   space pass), and a detect runs at each restart.
 //! - at one instant: pulls landing and containers ending first, then the GC, then the
 //!   workload's lines in order.
-//! - a GC cycle that provably changes nothing is skipped ([`SimOptions::skip_idle_gc`], on
-//!   by default): nothing pulling or running (no event pending), nothing happened since the
-//!   previous cycle, which removed nothing and reported no error, usage below the high
-//!   threshold, and MaxAge off (a detect's heartbeat only matters to MaxAge's watched time;
-//!   see `gc::watch`). The state is then the same at every tick up to the next workload line,
-//!   so the output is the same byte for byte with or without skipping (a test compares them)
-//!   and an idle stretch of years costs no cycles.
+//! - time is event-driven ([`SimOptions::skip_idle_gc`], on by default): after a GC cycle
+//!   that removed nothing, with nothing happening since, every later tick finds the same
+//!   state until the next instant that can change it (an event, a workload line, an image
+//!   passing MinAge under pressure or MaxAge; see `Sim::settled_until`), so those ticks are
+//!   skipped; while a container runs, the last of them is run, since its detect writes the
+//!   image's last use at its time. The output is the same byte for byte as stepping every
+//!   cycle (a test compares them), and a year-long container costs a handful of cycles.
+//! - work is bounded: a policy's simulation takes at most [`MAX_SIMULATED_STEPS`] steps, and
+//!   reports its progress to a callback ([`simulate_reporting`]).
 //!
 //! Policies ([`SimPolicy`]): `kubelet` records uses only at detect and loses its records at a
 //! restart (a new store), as the kubelet's in-memory ImageGCManager does; `imagekeeper` also
@@ -36,13 +39,14 @@
 //! removes for space only (no MaxAge).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 pub mod corpus;
 
 use serde::Serialize;
 
+use crate::gc::evict::unused_since;
 use crate::gc::{GcConfig, GcError, GcOrder, GcReport, ImageGcManager, SpaceNeed};
 use crate::kubelet::sha256_hex;
 use crate::model::{ContainerState, ImageId, RuntimeContainer, RuntimeImage, UnixNanos};
@@ -122,20 +126,57 @@ pub enum SimulateError {
     Gc(#[from] GcError),
     #[error("creating the simulation's database: {0}")]
     Io(#[from] std::io::Error),
+    #[error(
+        "policy {policy}: the simulation took more than {limit} steps (GC cycles run, pulls landing, containers ending, workload lines), the most one policy may take: simulate a shorter stretch of the workload"
+    )]
+    TooMuchWork { policy: &'static str, limit: u64 },
 }
 
-/// How a simulation runs (not what it answers: every option gives the same output).
+/// The most steps one policy's simulation takes (a GC cycle run, a pull landing, a container
+/// ending, a workload line): a bound on its work whatever the workload. Time is event-driven
+/// (see the module's rules), so a workload costs a few steps per line whatever the time it
+/// spans; the largest workload read (`workload::MAX_WORKLOAD_BYTES`, about two million runs)
+/// fits several times over unless its GC cycles keep removing images.
+pub const MAX_SIMULATED_STEPS: u64 = 20_000_000;
+
+/// How far a simulation is (handed to a progress callback now and then).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SimProgress {
+    pub policy: SimPolicy,
+    /// The policy's place in the run (0-based) and the number of policies.
+    pub policy_index: usize,
+    pub policies: usize,
+    /// Workload lines done, of `lines`.
+    pub lines_done: usize,
+    pub lines: usize,
+    /// The simulated time reached, in seconds from the workload's start.
+    pub at_s: f64,
+    /// The steps taken so far (see [`MAX_SIMULATED_STEPS`]).
+    pub steps: u64,
+}
+
+/// How many steps pass between two progress reports.
+const PROGRESS_EVERY_STEPS: u64 = 256;
+
+/// How a simulation runs (not what it answers: every option gives the same output, or none
+/// past `max_steps`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SimOptions {
-    /// Skip the GC cycles that provably change nothing (see the module's rules). Off only to
-    /// prove that skipping changes no output.
+    /// Skip the GC cycles that provably change nothing (event-driven time; see the module's
+    /// rules). Off only to prove that skipping changes no output.
     pub skip_idle_gc: bool,
+    /// The most steps a policy's simulation takes ([`MAX_SIMULATED_STEPS`]).
+    pub max_steps: u64,
 }
 
 impl Default for SimOptions {
     fn default() -> SimOptions {
-        SimOptions { skip_idle_gc: true }
+        SimOptions {
+            skip_idle_gc: true,
+            max_steps: MAX_SIMULATED_STEPS,
+        }
     }
 }
 
@@ -144,7 +185,14 @@ impl SimOptions {
     pub fn every_cycle() -> SimOptions {
         SimOptions {
             skip_idle_gc: false,
+            ..SimOptions::default()
         }
+    }
+
+    /// Another bound on the steps (tests of the bound).
+    pub fn with_max_steps(mut self, max_steps: u64) -> SimOptions {
+        self.max_steps = max_steps;
+        self
     }
 }
 
@@ -156,10 +204,15 @@ pub struct SimStats {
     pub gc_cycles: u64,
     /// The periodic GC cycles skipped as changing nothing.
     pub gc_cycles_skipped: u64,
+    /// Of those skipped, the ones skipped while a container ran or a pull was under way.
+    pub gc_cycles_skipped_busy: u64,
+    /// The steps taken (see [`MAX_SIMULATED_STEPS`]).
+    pub steps: u64,
 }
 
 /// Runs `workload` under each of `policies`, in that order, each in a database of its own
-/// in a temporary directory removed at the end.
+/// held in memory (nothing is written to disk, so nothing is left behind however the process
+/// ends).
 pub async fn simulate(
     workload: &Workload,
     policies: &[SimPolicy],
@@ -177,39 +230,43 @@ pub async fn simulate_with(
     policies: &[SimPolicy],
     options: SimOptions,
 ) -> Result<Vec<(Outcome, SimStats)>, SimulateError> {
-    let dir = tempfile::tempdir()?;
+    simulate_reporting(workload, policies, options, &mut |_| {}).await
+}
+
+/// [`simulate_with`], handing `progress` how far it is every few thousand steps and at
+/// each policy's start.
+pub async fn simulate_reporting(
+    workload: &Workload,
+    policies: &[SimPolicy],
+    options: SimOptions,
+    progress: &mut dyn FnMut(&SimProgress),
+) -> Result<Vec<(Outcome, SimStats)>, SimulateError> {
     let mut out = Vec::new();
     for (i, policy) in policies.iter().enumerate() {
-        let sub = dir.path().join(format!("{i}-{}", policy.as_str()));
-        std::fs::create_dir(&sub)?;
-        out.push(simulate_one_with(workload, *policy, &sub, options).await?);
+        let mut sim = Sim::new(workload, *policy, options, progress)?;
+        sim.place = (i, policies.len());
+        sim.report(0, at(workload.node.at));
+        sim.run().await?;
+        out.push((sim.outcome, sim.stats));
     }
     Ok(out)
 }
 
-/// Runs `workload` under `policy` with its databases in `dir`.
+/// Runs `workload` under `policy`.
 pub async fn simulate_one(
     workload: &Workload,
     policy: SimPolicy,
-    dir: &Path,
 ) -> Result<Outcome, SimulateError> {
-    Ok(
-        simulate_one_with(workload, policy, dir, SimOptions::default())
-            .await?
-            .0,
-    )
+    let mut quiet = |_: &SimProgress| {};
+    let mut sim = Sim::new(workload, policy, SimOptions::default(), &mut quiet)?;
+    sim.run().await?;
+    Ok(sim.outcome)
 }
 
-/// [`simulate_one`] with `options`, and what the run did.
-pub async fn simulate_one_with(
-    workload: &Workload,
-    policy: SimPolicy,
-    dir: &Path,
-    options: SimOptions,
-) -> Result<(Outcome, SimStats), SimulateError> {
-    let mut sim = Sim::new(workload, policy, dir, options)?;
-    sim.run().await?;
-    Ok((sim.outcome, sim.stats))
+/// A scratch database in memory for `policy`'s `restarts`-th store.
+fn scratch_store(policy: SimPolicy, restarts: u64, now: UnixNanos) -> Result<Store, StoreError> {
+    let label = format!("<simulate {} {restarts}>", policy.as_str());
+    Store::open_in_memory(Path::new(&label), now)
 }
 
 /// Seconds from the workload's start as a store time.
@@ -231,9 +288,11 @@ enum Event {
     ContainerEnd { id: String },
 }
 
-/// A pull under way: its size and the runs waiting for it (how long each runs).
+/// A pull under way: its size, when it lands and the runs waiting for it (how long each
+/// runs).
 struct Pulling {
     size: u64,
+    lands: UnixNanos,
     waiting: Vec<f64>,
 }
 
@@ -241,8 +300,7 @@ struct Pulling {
 enum Gc {
     Manager {
         manager: Box<ImageGcManager<ScriptedRuntime>>,
-        /// The database file (a new one at each kubelet restart).
-        db: PathBuf,
+        /// The restarts so far (the kubelet's store is a new one at each).
         restarts: u64,
     },
     Clairvoyant {
@@ -254,7 +312,6 @@ enum Gc {
 struct Sim<'a> {
     workload: &'a Workload,
     policy: SimPolicy,
-    dir: PathBuf,
     config: GcConfig,
     runtime: ScriptedRuntime,
     gc: Gc,
@@ -271,17 +328,26 @@ struct Sim<'a> {
     outcome: Outcome,
     options: SimOptions,
     stats: SimStats,
-    /// Whether the last periodic GC removed nothing and reported no error, and nothing
-    /// (a run, an event, a restart, a DeleteUnusedImages) happened since.
+    /// Whether the last periodic GC removed nothing, and nothing (a run, an event, a
+    /// restart, a DeleteUnusedImages) happened since.
     quiet: bool,
+    /// When the last periodic GC ran.
+    last_cycle: UnixNanos,
+    /// Workload lines done.
+    lines_done: usize,
+    /// This policy's place among the policies run, and their number.
+    place: (usize, usize),
+    progress: &'a mut dyn FnMut(&SimProgress),
+    /// Each image name's id, computed once (a SHA-256 of the name).
+    ids: std::cell::RefCell<BTreeMap<String, ImageId>>,
 }
 
 impl<'a> Sim<'a> {
     fn new(
         workload: &'a Workload,
         policy: SimPolicy,
-        dir: &Path,
         options: SimOptions,
+        progress: &'a mut dyn FnMut(&SimProgress),
     ) -> Result<Sim<'a>, SimulateError> {
         let node = &workload.node;
         let start = at(node.at);
@@ -301,11 +367,9 @@ impl<'a> Sim<'a> {
                 landed: BTreeMap::new(),
             },
             _ => {
-                let db = dir.join("0.redb");
-                let store = Arc::new(Store::open(&db, start)?);
+                let store = Arc::new(scratch_store(policy, 0, start)?);
                 Gc::Manager {
                     manager: Box::new(ImageGcManager::new(runtime.clone(), store, config.clone())?),
-                    db,
                     restarts: 0,
                 }
             }
@@ -322,7 +386,6 @@ impl<'a> Sim<'a> {
         Ok(Sim {
             workload,
             policy,
-            dir: dir.to_owned(),
             config,
             runtime,
             gc,
@@ -342,7 +405,50 @@ impl<'a> Sim<'a> {
             options,
             stats: SimStats::default(),
             quiet: false,
+            last_cycle: start,
+            lines_done: 0,
+            place: (0, 1),
+            progress,
+            ids: std::cell::RefCell::new(BTreeMap::new()),
         })
+    }
+
+    /// Counts one step, refusing one past [`MAX_SIMULATED_STEPS`], and reports progress
+    /// every [`PROGRESS_EVERY_STEPS`].
+    fn step(&mut self, now: UnixNanos) -> Result<(), SimulateError> {
+        self.stats.steps += 1;
+        if self.stats.steps > self.options.max_steps {
+            return Err(SimulateError::TooMuchWork {
+                policy: self.policy.as_str(),
+                limit: self.options.max_steps,
+            });
+        }
+        if self.stats.steps.is_multiple_of(PROGRESS_EVERY_STEPS) {
+            self.report(self.lines_done, now);
+        }
+        Ok(())
+    }
+
+    /// [`image_id`], from the cache.
+    fn id(&self, name: &str) -> ImageId {
+        self.ids
+            .borrow_mut()
+            .entry(name.to_owned())
+            .or_insert_with(|| image_id(name))
+            .clone()
+    }
+
+    fn report(&mut self, lines_done: usize, now: UnixNanos) {
+        let progress = SimProgress {
+            policy: self.policy,
+            policy_index: self.place.0,
+            policies: self.place.1,
+            lines_done,
+            lines: self.workload.ops.len(),
+            at_s: (now.0 - at(0.0).0) as f64 / 1e9,
+            steps: self.stats.steps,
+        };
+        (self.progress)(&progress);
     }
 
     async fn run(&mut self) -> Result<(), SimulateError> {
@@ -350,12 +456,14 @@ impl<'a> Sim<'a> {
         for line in &workload.ops {
             let now = at(line.at);
             self.advance_to(now).await?;
+            self.step(now)?;
             match &line.op {
                 WorkloadOp::Run { image, size, for_s } => {
                     self.start_run(now, image, *size, *for_s).await?
                 }
                 WorkloadOp::Restart => self.restart(now).await?,
             }
+            self.lines_done += 1;
         }
         // The rest: pulls landing and containers ending, with the GCs meanwhile.
         while let Some(&(when, _)) = self.events.keys().next() {
@@ -365,7 +473,8 @@ impl<'a> Sim<'a> {
     }
 
     /// Runs every internal event and GC up to and including `now`: at one instant, events
-    /// first, then the GC.
+    /// first, then the GC. With [`SimOptions::skip_idle_gc`], time jumps over the cycles
+    /// that cannot change anything (see [`Sim::settled_until`]).
     async fn advance_to(&mut self, now: UnixNanos) -> Result<(), SimulateError> {
         loop {
             let event = self
@@ -377,17 +486,36 @@ impl<'a> Sim<'a> {
             match event {
                 Some(key) if key.0 <= self.next_gc => {
                     let event = self.events.remove(&key).expect("the key was just read");
+                    self.step(key.0)?;
                     self.handle(key.0, event).await?;
                 }
                 _ if self.next_gc <= now => {
                     let when = self.next_gc;
-                    if self.options.skip_idle_gc && self.idle() {
-                        // No event is pending, so nothing changes before the workload's next
-                        // line, at `now` or later (which comes after the GC at one instant):
-                        // every tick up to and including `now` would find the same state.
-                        let ticks = (now.0 - when.0) / self.period + 1;
+                    let settled = if self.options.skip_idle_gc {
+                        self.settled_until(now)?
+                    } else {
+                        None
+                    };
+                    if let Some(bound) = settled.filter(|b| *b > when) {
+                        // The ticks from `when` up to (not including) `bound` all find the
+                        // state the last cycle left.
+                        let ticks = (bound.0 - 1 - when.0) / self.period + 1;
+                        let busy = !self.events.is_empty();
+                        let running = !self.runtime.state().containers.is_empty();
+                        let skipped = if running { ticks - 1 } else { ticks };
+                        self.stats.gc_cycles_skipped += skipped as u64;
+                        if busy {
+                            self.stats.gc_cycles_skipped_busy += skipped as u64;
+                        }
                         self.next_gc = UnixNanos(when.0 + ticks * self.period);
-                        self.stats.gc_cycles_skipped += ticks as u64;
+                        if running {
+                            // A detect with a container running writes its image's last use
+                            // (and its use's last sighting) at the cycle's time, overwriting
+                            // the previous cycle's: the last of these ticks runs, so the store
+                            // ends as if every one had.
+                            let last = UnixNanos(when.0 + (ticks - 1) * self.period);
+                            self.periodic_gc(last).await?;
+                        }
                         continue;
                     }
                     self.next_gc = UnixNanos(when.0 + self.period);
@@ -398,27 +526,87 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Whether a periodic GC now provably changes nothing: no pull or container pending, the
-    /// last cycle quiet with nothing since, usage below the high threshold (at it, even an
-    /// amount of 0 removes one image), MaxAge off (the
-    /// heartbeats a skipped detect does not write count only in MaxAge's watched time).
-    fn idle(&self) -> bool {
-        if !self.quiet || !self.events.is_empty() || !self.pulling.is_empty() {
-            return false;
+    /// Until when (exclusive) every periodic GC provably finds what the last one found, so
+    /// removes nothing either: `None` unless the last cycle removed nothing and nothing
+    /// happened since. Time alone changes what a cycle may remove only through these
+    /// instants, the bound's candidates:
+    /// - the next event (a pull landing, a container ending: before the tick at its time);
+    /// - the workload's next line at `now` (after the tick at its time, which is included);
+    /// - with the space walk running (usage at or above the high threshold; below it, usage
+    ///   stays put until an event or a line), an image not in use becoming older than MinAge
+    ///   (first detected, or landed for the clairvoyant reference, plus MinAge); an image not
+    ///   in use whose last use is not before the last cycle makes no bound (the kubelet's
+    ///   "used too recently" keeps it only for the cycle at that time): no skipping;
+    /// - with MaxAge, an image not in use passing it (its unused time plus MaxAge).
+    ///
+    /// The rest of a cycle does not depend on time: the adaptive order only changes which
+    /// eligible image goes first (a cycle that removed nothing had none), and the heartbeat a
+    /// skipped detect would write counts nowhere here (the simulated manager has no watch
+    /// period, so no stretch is found unwatched).
+    fn settled_until(&self, now: UnixNanos) -> Result<Option<UnixNanos>, SimulateError> {
+        if !self.quiet {
+            return Ok(None);
+        }
+        let mut bound = UnixNanos(now.0.saturating_add(1));
+        if let Some(&(t, _)) = self.events.keys().next() {
+            bound = bound.min(t);
         }
         let policy = &self.workload.node.policy;
-        if !policy.max_age.is_zero() {
-            return false;
-        }
         let capacity = self.workload.node.capacity;
         let available = capacity - self.used().min(capacity);
-        matches!(
+        let space_walk = !matches!(
             SpaceNeed::compute(capacity, available, policy),
             Ok(SpaceNeed {
                 amount_to_free: None,
                 ..
             })
-        )
+        );
+        let max_age = !policy.max_age.is_zero() && matches!(self.gc, Gc::Manager { .. });
+        if !space_walk && !max_age {
+            return Ok(Some(bound));
+        }
+        let in_use: BTreeSet<ImageId> = self
+            .runtime
+            .state()
+            .containers
+            .iter()
+            .map(|c| c.image_id.clone())
+            .collect();
+        let since_last = self.last_cycle;
+        let mut deadline = |d: UnixNanos| {
+            if d > since_last {
+                bound = bound.min(d);
+            }
+        };
+        let plus = |t: UnixNanos, d: std::time::Duration| {
+            UnixNanos(t.0.saturating_add(d.as_nanos().min(i64::MAX as u128) as i64))
+        };
+        match &self.gc {
+            Gc::Manager { manager, .. } => {
+                for r in manager.store().records()? {
+                    if in_use.contains(&r.key.image_id) {
+                        continue;
+                    }
+                    if space_walk {
+                        if r.record.last_used >= since_last {
+                            return Ok(None);
+                        }
+                        deadline(plus(r.record.first_detected, policy.min_age));
+                    }
+                    if max_age {
+                        deadline(plus(unused_since(&r.record), policy.max_age));
+                    }
+                }
+            }
+            Gc::Clairvoyant { landed } => {
+                for (name, landed_at) in landed {
+                    if !in_use.contains(&self.id(name)) {
+                        deadline(plus(*landed_at, policy.min_age));
+                    }
+                }
+            }
+        }
+        Ok(Some(bound))
     }
 
     fn schedule(&mut self, when: UnixNanos, event: Event) {
@@ -437,9 +625,9 @@ impl<'a> Sim<'a> {
                     return Ok(());
                 };
                 let listed = RuntimeImage {
-                    id: image_id(&image),
+                    id: self.id(&image),
                     repo_tags: vec![image.clone()],
-                    repo_digests: vec![format!("{image}@{}", image_id(&image).as_str())],
+                    repo_digests: vec![format!("{image}@{}", self.id(&image).as_str())],
                     size: pulling.size,
                     ..RuntimeImage::default()
                 };
@@ -482,7 +670,7 @@ impl<'a> Sim<'a> {
     }
 
     fn listed(&self, image: &str) -> bool {
-        let id = image_id(image);
+        let id = self.id(image);
         self.runtime.state().images.iter().any(|i| i.id == id)
     }
 
@@ -503,13 +691,7 @@ impl<'a> Sim<'a> {
         }
         if let Some(pulling) = self.pulling.get_mut(image) {
             pulling.waiting.push(for_s);
-            let lands = self
-                .events
-                .iter()
-                .find(|(_, e)| matches!(e, Event::PullDone { image: i } if i == image))
-                .map(|((t, _), _)| *t)
-                .unwrap_or(now);
-            self.outcome.pull_wait_s += lands.since(now).as_secs_f64();
+            self.outcome.pull_wait_s += pulling.lands.since(now).as_secs_f64();
             return Ok(());
         }
         // The size an image had when first pulled stays its size (a later run giving another
@@ -532,6 +714,7 @@ impl<'a> Sim<'a> {
             image.to_owned(),
             Pulling {
                 size,
+                lands,
                 waiting: vec![for_s],
             },
         );
@@ -568,7 +751,7 @@ impl<'a> Sim<'a> {
             id: id.clone(),
             pod_sandbox_id: format!("p{}", self.seq),
             image: image.to_owned(),
-            image_id: image_id(image),
+            image_id: self.id(image),
             state: ContainerState::Running,
             runtime_handler: String::new(),
         });
@@ -580,7 +763,7 @@ impl<'a> Sim<'a> {
             let mut batch = Batch::new();
             batch.mark_used(
                 RuntimeImage {
-                    id: image_id(image),
+                    id: self.id(image),
                     ..RuntimeImage::default()
                 }
                 .record_key(),
@@ -602,10 +785,11 @@ impl<'a> Sim<'a> {
     }
 
     async fn periodic_gc(&mut self, now: UnixNanos) -> Result<(), SimulateError> {
+        self.step(now)?;
         self.sync_fs();
         self.stats.gc_cycles += 1;
+        self.last_cycle = now;
         let evictions = self.outcome.evictions;
-        let mut failed = false;
         match &self.gc {
             Gc::Manager { manager, .. } => {
                 let report = manager.garbage_collect(now).await;
@@ -616,7 +800,6 @@ impl<'a> Sim<'a> {
                 {
                     return Err(report.error.expect("matched just above").into());
                 }
-                failed = report.error.is_some();
                 self.count(&report);
             }
             Gc::Clairvoyant { .. } => {
@@ -625,12 +808,12 @@ impl<'a> Sim<'a> {
                 let need = SpaceNeed::compute(capacity, available, &self.workload.node.policy)?;
                 if let Some(amount) = need.amount_to_free.filter(|a| *a > 0) {
                     self.clairvoyant_free(now, amount as u64);
-                    // Space was needed: the next cycle runs (MinAge may let it free more).
-                    failed = true;
                 }
             }
         }
-        self.quiet = !failed && self.outcome.evictions == evictions;
+        // A cycle that removed nothing, even one that could not free enough, had nothing it
+        // could remove: the next cycles find the same until `settled_until`'s bound.
+        self.quiet = self.outcome.evictions == evictions;
         self.sync_fs();
         Ok(())
     }
@@ -711,34 +894,26 @@ impl<'a> Sim<'a> {
         };
         match std::mem::replace(&mut self.gc, placeholder) {
             clairvoyant @ Gc::Clairvoyant { .. } => self.gc = clairvoyant,
-            Gc::Manager {
-                manager,
-                db,
-                restarts,
-            } => {
-                // The old manager and its store go first: a database is opened by one
-                // process at a time.
-                drop(manager);
+            Gc::Manager { manager, restarts } => {
                 let restarts = restarts + 1;
-                let db = if kubelet {
+                let store = if kubelet {
                     // The kubelet keeps its image records in memory only: every listed image
                     // is detected anew with no last use. Its MaxAge waits for uptime above
                     // MaxAge ("Wait until the MaxAge has passed since the Kubelet has
                     // started", freeOldImages in pkg/kubelet/images/image_gc_manager.go);
                     // with a new store an image's unused time counts from its first
                     // detection at the earliest, which is at or after the restart.
-                    let _ = std::fs::remove_file(&db);
-                    self.dir.join(format!("{restarts}.redb"))
+                    Arc::new(scratch_store(self.policy, restarts, now)?)
                 } else {
-                    db
+                    // The same database, under a new manager (whose memory starts empty).
+                    manager.store().clone()
                 };
-                let store = Arc::new(Store::open(&db, now)?);
+                drop(manager);
                 let manager =
                     ImageGcManager::new(self.runtime.clone(), store, self.config.clone())?;
                 manager.detect(now).await?;
                 self.gc = Gc::Manager {
                     manager: Box::new(manager),
-                    db,
                     restarts,
                 };
             }

@@ -459,6 +459,29 @@ impl Store {
         Ok(store)
     }
 
+    /// A scratch database held in memory (redb's in-memory backend), initialized with `now`
+    /// as its creation time: `simulate`'s databases. A commit never reaches a disk, so it
+    /// costs no `fdatasync` (the backend's sync does nothing) and nothing is left behind when
+    /// the process ends, however it ends. `label` stands for the path in errors. Quick repair
+    /// is off: there is no crash to repair after.
+    pub fn open_in_memory(label: &Path, now: UnixNanos) -> Result<Store, StoreError> {
+        let mut builder = builder();
+        // The only handle on it: no other process can share memory, and the in-memory backend
+        // has no locks for the other modes.
+        builder.set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
+        let db = builder
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(|e| map_open_error(label, e, false))?;
+        let mut store = Store::fixed(Handle::Write(db), label);
+        store.options = StoreOptions {
+            quick_repair: false,
+            ..StoreOptions::default()
+        };
+        store.initialize(now)?;
+        store.read_table_definitions()?;
+        Ok(store)
+    }
+
     fn has_meta_table(&self) -> Result<bool, StoreError> {
         let txn = self.begin_read()?;
         let found = txn

@@ -11,7 +11,7 @@
 //! refused, never ignored. [`format_line`] writes each line so that parsing it gives it back.
 
 use std::fmt;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -101,16 +101,42 @@ pub fn seconds(s: f64) -> Duration {
     Duration::from_secs_f64(s.clamp(0.0, MAX_WORKLOAD_SECONDS))
 }
 
-/// Reads a workload from `reader` (stdin), at most [`MAX_WORKLOAD_BYTES`].
+/// Reads a workload from `reader` (stdin, or a file `operator_file` opened), at most
+/// [`MAX_WORKLOAD_BYTES`], a line at a time: a line longer than [`MAX_WORKLOAD_LINE_BYTES`]
+/// is refused as soon as its limit is passed, naming the line (an endless line is a line too
+/// long, not a workload too large), and no more than a line's limit is read past it.
 pub fn read_workload(reader: impl Read) -> Result<Workload, WorkloadError> {
+    let mut reader = BufReader::new(reader);
     let mut bytes = Vec::new();
-    reader
-        .take(MAX_WORKLOAD_BYTES.saturating_add(1))
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_WORKLOAD_BYTES {
-        return Err(WorkloadError::TooLarge);
+    // A line with its end ("\r\n") at the limit fits; one byte more is too long.
+    let most = MAX_WORKLOAD_LINE_BYTES as u64 + 2;
+    for line in 1usize.. {
+        let start = bytes.len();
+        let read = (&mut reader).take(most).read_until(b'\n', &mut bytes)?;
+        if read == 0 {
+            break;
+        }
+        let got = &bytes[start..];
+        let content = got.strip_suffix(b"\n").unwrap_or(got);
+        let content = content.strip_suffix(b"\r").unwrap_or(content);
+        if content.len() > MAX_WORKLOAD_LINE_BYTES {
+            return Err(WorkloadLineError {
+                line,
+                reason: line_too_long(),
+            }
+            .into());
+        }
+        if bytes.len() as u64 > MAX_WORKLOAD_BYTES {
+            return Err(WorkloadError::TooLarge);
+        }
     }
     parse_workload_bytes(&bytes)
+}
+
+fn line_too_long() -> String {
+    format!(
+        "the line is longer than {MAX_WORKLOAD_LINE_BYTES} bytes, the most a workload line may hold"
+    )
 }
 
 /// Parses a workload held in memory (a file read through `operator_file`, or stdin).
@@ -140,14 +166,12 @@ pub fn parse_workload(text: &str) -> Result<Workload, WorkloadLineError> {
         let raw = raw.strip_suffix('\r').unwrap_or(raw);
         let err = |reason: String| WorkloadLineError { line, reason };
         if raw.len() > MAX_WORKLOAD_LINE_BYTES {
-            return Err(err(format!(
-                "the line is longer than {MAX_WORKLOAD_LINE_BYTES} bytes, the most a workload line may hold"
-            )));
+            return Err(err(line_too_long()));
         }
         if raw.trim().is_empty() {
             continue;
         }
-        let value: Value = serde_json::from_str(raw).map_err(|e| err(format!("not JSON: {e}")))?;
+        let value = parse_json_line(raw).map_err(err)?;
         let Value::Object(mut object) = value else {
             return Err(err("not a JSON object".to_owned()));
         };
@@ -180,6 +204,94 @@ pub fn parse_workload(text: &str) -> Result<Workload, WorkloadLineError> {
         reason: "the workload is empty: it needs a \"node\" line".to_owned(),
     })?;
     Ok(Workload { node, ops })
+}
+
+/// A line's JSON, refusing an object that gives a key twice (at any depth): serde_json
+/// would keep the last one silently, so `{"at": 5, "at": 9}` would run at 9.
+fn parse_json_line(raw: &str) -> Result<Value, String> {
+    match serde_json::from_str::<UniqueKeys>(raw) {
+        Ok(UniqueKeys(value)) => Ok(value),
+        // A data error is the visitor's (a duplicate key): said without serde_json's "at line
+        // 1", which would contradict the workload's line number.
+        Err(e) if e.is_data() => {
+            let text = e.to_string();
+            let position = format!(" at line {} column {}", e.line(), e.column());
+            let reason = text.strip_suffix(&position).unwrap_or(&text);
+            Err(format!("{reason} (column {})", e.column()))
+        }
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
+}
+
+/// A JSON value whose objects hold each key once.
+struct UniqueKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_any(UniqueKeysVisitor)
+            .map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(UniqueKeys(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key {key:?} is given twice in one object"
+                )));
+            }
+            let UniqueKeys(value) = map.next_value()?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 fn parse_node(at: f64, mut object: Map<String, Value>) -> Result<WorkloadNode, String> {
@@ -439,6 +551,38 @@ mod tests {
         assert_eq!(ops, want);
     }
 
+    /// An endless line (a stream with no line end) is refused at the line limit, naming
+    /// its line, after reading no more than that line's limit: not at the workload's cap.
+    #[test]
+    fn an_endless_line_is_refused_at_the_line_limit_not_the_workload_cap() {
+        let mut read = 0u64;
+        let node = format!("{NODE}\n");
+        let endless = CountingReader {
+            inner: node.as_bytes().chain(std::io::repeat(b'x')),
+            read: &mut read,
+        };
+        let err = read_workload(endless).expect_err("an endless line is refused");
+        assert_eq!(
+            err.to_string(),
+            "line 2: the line is longer than 65536 bytes, the most a workload line may hold"
+        );
+        assert!(read < 1 << 20, "read {read} bytes");
+    }
+
+    /// A reader that counts the bytes read through it.
+    struct CountingReader<'a, R> {
+        inner: R,
+        read: &'a mut u64,
+    }
+
+    impl<R: Read> Read for CountingReader<'_, R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            *self.read += n as u64;
+            Ok(n)
+        }
+    }
+
     #[test]
     fn bad_lines_are_refused_naming_the_line_and_the_reason() {
         let run = r#"{"at": 5, "run": {"image": "a", "size": 1, "for_s": 1}}"#;
@@ -484,6 +628,23 @@ mod tests {
             (
                 String::new(),
                 "line 0: the workload is empty: it needs a \"node\" line",
+            ),
+            (
+                format!("{NODE}\n{{\"at\": 5, \"at\": 9, \"restart\": {{}}}}"),
+                "line 2: the key \"at\" is given twice in one object (column 14)",
+            ),
+            (
+                format!(
+                    "{NODE}\n{{\"at\": 5, \"run\": {{\"image\": \"a\", \"size\": 1, \"for_s\": 1, \"image\": \"b\"}}}}"
+                ),
+                "line 2: the key \"image\" is given twice in one object (column 62)",
+            ),
+            (
+                NODE.replace(
+                    "\"capacity\": 1000,",
+                    "\"capacity\": 1000, \"capacity\": 9000,",
+                ),
+                "line 1: the key \"capacity\" is given twice in one object (column 47)",
             ),
         ];
         for (text, want) in cases {

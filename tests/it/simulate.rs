@@ -249,7 +249,8 @@ fn simulate_quietly(
 }
 
 /// A small seeded workload: a few images of fixed sizes, runs with gaps from a second to days
-/// (idle stretches GC skips), restarts, and a policy with MinAge and sometimes MaxAge.
+/// (idle stretches GC skips), containers running from a second to days (stretches time jumps
+/// over while they run), restarts, and a policy with MinAge and sometimes MaxAge.
 fn generated_workload(seed: u64) -> String {
     let mut state = seed
         .wrapping_mul(6364136223846793005)
@@ -287,20 +288,25 @@ fn generated_workload(seed: u64) -> String {
             out.push_str(&format!("{{\"at\": {at}, \"restart\": {{}}}}\n"));
         } else {
             let image = next(6) as usize;
+            // Some containers run for hours or days: time jumps over the cycles meanwhile.
+            let for_s = match next(5) {
+                0 => 3_600 + next(100_000),
+                _ => 1 + next(2_000),
+            };
             out.push_str(&format!(
-                "{{\"at\": {at}, \"run\": {{\"image\": \"reg/i{image}:1\", \"size\": {}, \"for_s\": {}}}}}\n",
+                "{{\"at\": {at}, \"run\": {{\"image\": \"reg/i{image}:1\", \"size\": {}, \"for_s\": {for_s}}}}}\n",
                 sizes[image],
-                1 + next(2_000)
             ));
         }
     }
     out
 }
 
-/// Skipping the GC cycles that change nothing gives the same outcomes as running every one:
-/// each workload of tests/simulate/ and seeded generated ones, every policy.
+/// Event-driven time (jumping over the GC cycles that change nothing, idle or while
+/// containers run and pulls land) gives the same outcomes as stepping every cycle: each
+/// workload of tests/simulate/ and seeded generated ones, every policy.
 #[test]
-fn skipping_idle_gc_cycles_changes_no_outcome() {
+fn event_driven_time_gives_the_outcomes_of_stepping_every_cycle() {
     use imagekeeper::simulate::SimOptions;
     let mut workloads: Vec<(String, String)> = std::fs::read_dir(workloads_dir())
         .expect("tests/simulate")
@@ -316,10 +322,11 @@ fn skipping_idle_gc_cycles_changes_no_outcome() {
         .collect();
     workloads.sort();
     assert!(workloads.len() >= 5, "workloads found: {workloads:?}");
-    for seed in 0..8 {
+    for seed in 0..24 {
         workloads.push((format!("seed {seed}"), generated_workload(seed)));
     }
     let mut skipped = 0;
+    let mut skipped_busy = 0;
     for (name, text) in workloads {
         let workload = imagekeeper::workload::parse_workload(&text)
             .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
@@ -334,6 +341,7 @@ fn skipping_idle_gc_cycles_changes_no_outcome() {
                 "{name}: every tick is run or skipped"
             );
             skipped += some_stats.gc_cycles_skipped;
+            skipped_busy += some_stats.gc_cycles_skipped_busy;
         }
         let json = |v: &[(imagekeeper::simulate::Outcome, _)]| {
             v.iter()
@@ -342,8 +350,166 @@ fn skipping_idle_gc_cycles_changes_no_outcome() {
         };
         assert_eq!(json(&every), json(&skipping), "{name}");
     }
-    // The comparison is not vacuous: the generated idle stretches were skipped.
+    // The comparison is not vacuous: the generated idle stretches were skipped, and so were
+    // stretches with containers running.
     assert!(skipped > 500, "cycles skipped: {skipped}");
+    assert!(
+        skipped_busy > 500,
+        "cycles skipped while busy: {skipped_busy}"
+    );
+}
+
+/// The reproducer: one container running for a year (default 5-minute period, over
+/// 100,000 ticks) runs a handful of GC cycles per policy, not one per tick, and gives the
+/// outcome of one run and one pull.
+#[test]
+fn a_year_long_container_runs_a_handful_of_gc_cycles() {
+    let text = "{\"at\": 0, \"node\": {\"capacity\": 1000000000000, \"pull_bytes_per_s\": 1000000000}}\n{\"at\": 1, \"run\": {\"image\": \"a\", \"size\": 1000, \"for_s\": 31536000}}\n";
+    let workload = imagekeeper::workload::parse_workload(text).expect("the workload parses");
+    let ticks = 31_536_000 / 300;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime");
+    // One policy at a time, so a policy that steps every tick fails the test at its end.
+    for policy in imagekeeper::simulate::SimPolicy::ALL {
+        let (outcome, stats) =
+            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+                rt.block_on(imagekeeper::simulate::simulate_with(
+                    &workload,
+                    &[policy],
+                    imagekeeper::simulate::SimOptions::default(),
+                ))
+                .expect("the workload simulates")
+            })
+            .pop()
+            .expect("one outcome");
+        assert_eq!((outcome.runs, outcome.pulls), (1, 1), "{outcome:?}");
+        assert!(stats.gc_cycles <= 5, "{}: {stats:?}", outcome.policy);
+        assert!(
+            stats.gc_cycles + stats.gc_cycles_skipped >= ticks,
+            "{}: {stats:?}",
+            outcome.policy
+        );
+    }
+}
+
+/// A workload whose simulation would take more steps than the bound stops with a clear error
+/// naming the policy and the bound, not after unbounded work.
+#[test]
+fn a_simulation_past_its_step_bound_stops_with_a_clear_error() {
+    let mut text =
+        "{\"at\": 0, \"node\": {\"capacity\": 1000000, \"pull_bytes_per_s\": 1000}}\n".to_owned();
+    for i in 0..200 {
+        text.push_str(&format!(
+            "{{\"at\": {i}, \"run\": {{\"image\": \"reg/i{i}:1\", \"size\": 10, \"for_s\": 5}}}}\n"
+        ));
+    }
+    let workload = imagekeeper::workload::parse_workload(&text).expect("the workload parses");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime");
+    let options = imagekeeper::simulate::SimOptions::default().with_max_steps(100);
+    let err =
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+            rt.block_on(imagekeeper::simulate::simulate_with(
+                &workload,
+                &[imagekeeper::simulate::SimPolicy::Imagekeeper],
+                options,
+            ))
+            .map_err(|e| e.to_string())
+        })
+        .expect_err("past the bound");
+    assert_eq!(
+        err,
+        "policy imagekeeper: the simulation took more than 100 steps (GC cycles run, pulls landing, containers ending, workload lines), the most one policy may take: simulate a shorter stretch of the workload"
+    );
+    // The same workload within the default bound answers.
+    let outcomes =
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+            rt.block_on(imagekeeper::simulate::simulate_with(
+                &workload,
+                &[imagekeeper::simulate::SimPolicy::Imagekeeper],
+                imagekeeper::simulate::SimOptions::default(),
+            ))
+            .map_err(|e| e.to_string())
+        })
+        .expect("within the bound");
+    assert_eq!(outcomes[0].0.runs, 200);
+}
+
+/// A `simulate` stopped by SIGTERM or SIGINT in the middle of a long run (its progress line
+/// on stderr shows it under way) leaves nothing in its $TMPDIR, as one that ends.
+#[test]
+fn a_simulate_stopped_by_sigterm_or_sigint_leaves_no_temporary_files() {
+    use std::io::BufRead;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Many runs with containers overlapping: seconds of work per policy.
+    let path = dir.path().join("long.jsonl");
+    let mut text = "{\"at\": 0, \"node\": {\"capacity\": 100000000, \"pull_bytes_per_s\": 1000000}, \"gc_period_s\": 60}\n".to_owned();
+    for i in 0..300_000u64 {
+        text.push_str(&format!(
+            "{{\"at\": {}, \"run\": {{\"image\": \"reg/i{}:1\", \"size\": 1000000, \"for_s\": 600}}}}\n",
+            i * 7,
+            i % 97
+        ));
+    }
+    std::fs::write(&path, text).expect("write the workload");
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let tmp = dir.path().join(format!("tmp-{signal}"));
+        std::fs::create_dir(&tmp).expect("a TMPDIR of its own");
+        let mut child = bin::imagekeeper()
+            .args(["simulate", path.to_str().expect("utf8 path")])
+            .env("TMPDIR", &tmp)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start simulate");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // Under way: a progress line, or (a build that writes its databases to $TMPDIR)
+        // something in $TMPDIR. Bounded by the hang guard.
+        let started = std::time::Instant::now();
+        let under_way = loop {
+            match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+                Ok(line) if line.starts_with("simulate: policy") => break line,
+                Ok(line) => panic!("unexpected stderr: {line}"),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("simulate ended before it showed progress")
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            let entries = std::fs::read_dir(&tmp).expect("read TMPDIR").count();
+            if entries > 0 {
+                break format!("{entries} entries in TMPDIR");
+            }
+            assert!(started.elapsed() < bin::HANG_GUARD, "no progress shown");
+        };
+        // SAFETY: kill(2) on the pid of our own child, not reaped yet (wait comes below).
+        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
+        let status = child.wait().expect("wait for simulate");
+        assert_eq!(
+            status.signal(),
+            Some(signal),
+            "stopped by the signal mid-run ({under_way}): {status:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .expect("read TMPDIR")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
+    }
 }
 
 /// Ten idle years between the node line and the one run (the latest time a workload may
