@@ -174,15 +174,19 @@ fn nanos(t: jiff::Timestamp) -> i64 {
 
 /// The outcome of the kubelet's image GC pass at its start (`wait.Until` runs it at once), which
 /// frees nothing: either its stats are not ready yet ("invalid capacity 0 on image
-/// filesystem", as on this machine) or every image is newly detected and MinAge spares them
-/// all ("only found 0 bytes eligible to free"). Panics on any other outcome or on a removal.
+/// filesystem", seen on this machine) or every image is newly detected and MinAge spares them
+/// all ("Failed to free sufficient space by deleting unused images (freed 0 bytes)", after "Disk
+/// usage on image filesystem is over the high threshold"). Panics on any other outcome or on a
+/// removal.
 async fn kubelet_start_pass(kl: &KubeletLab) -> String {
     let (line, _) = kl
         .wait_for_log_line(&["Image garbage collection"], 0, Duration::from_secs(60))
         .await;
     assert!(
         line.contains("invalid capacity 0 on image filesystem")
-            || line.contains("but only found 0 bytes eligible to free"),
+            || line.contains(
+                "Failed to free sufficient space by deleting unused images (freed 0 bytes)"
+            ),
         "the kubelet's pass at its start frees nothing: {line}"
     );
     assert!(
@@ -300,7 +304,21 @@ async fn after_a_real_kubelet_restart_imagekeeper_gc_takes_the_least_recently_us
         "imagekeeper recorded the uses in order: {used:?}"
     );
 
-    // MinAge 10s on both sides, images older than that by the time GC looks.
+    // MinAge 10s on both sides: wait (time passing, not an ordering) until imagekeeper's
+    // records make every image older than that, as on a node where the images are not new.
+    let newest = records(&db)
+        .iter()
+        .map(|r| r.record.first_detected.0)
+        .max()
+        .expect("records");
+    let old_enough = newest + 11_000_000_000;
+    let now = nanos(jiff::Timestamp::now());
+    if now < old_enough {
+        tokio::time::sleep(Duration::from_nanos(
+            u64::try_from(old_enough - now).expect("positive"),
+        ))
+        .await;
+    }
     let (high, low, usage) = thresholds_just_under_usage(&kl);
     kl.write_drop_in(
         "50-amnesia",
@@ -732,4 +750,104 @@ async fn doctor_on_the_real_kubelet_finds_the_conflict_and_its_fix_as_a_drop_in_
     for check in ["eviction-hard-imagefs", "image-gc-thresholds"] {
         assert_eq!(finding(&report, check)["status"], "ok", "{report}");
     }
+}
+
+/// `ctr -n k8s.io images label REF LABEL` with the lab's own ctr (containerd 2.1's).
+fn ctr_label(kl: &KubeletLab, reference: &str, label: &str) {
+    let ctr = Path::new(&kl.lab.env("CRI_LAB_CONTAINERD_BIN")).join("ctr");
+    let out = Command::new(&ctr)
+        .args([
+            "--address",
+            &kl.lab.env("CONTAINERD_ADDRESS"),
+            "-n",
+            "k8s.io",
+        ])
+        .args(["images", "label", reference, label])
+        .output()
+        .expect("ctr runs");
+    assert!(
+        out.status.success(),
+        "ctr images label {reference} {label}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A check of the lab for the keeps test: an image labelled `io.cri-containerd.pinned=pinned`
+/// by hand (containerd 2.1 then lists it pinned) survives the real kubelet's
+/// DeleteUnusedImages under `imagefs.available` pressure (a drop-in: evict below 99 % free),
+/// while an unlabelled unused image goes; once the label is removed, the eviction manager's
+/// next pass (every 10 s) removes it too. Read through crictl and the kubelet's log. (The
+/// agent's own runtime pins, issue 36, are what the keeps test proper needs.)
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_labelled_pinned_survives_the_real_kubelets_delete_unused_images_until_unlabelled()
+{
+    let Some(mut kl) = kubelet_lab("kubelet::lab::pinned_label").await else {
+        return;
+    };
+    remove_all_images_but_the_sandbox(&kl);
+    let kept = reference(&kl, "data:5mb");
+    let other = reference(&kl, "data:1mb");
+    kl.crictl(&["pull", &kept]);
+    kl.crictl(&["pull", &other]);
+    ctr_label(&kl, &kept, "io.cri-containerd.pinned=pinned");
+    let listed: serde_json::Value =
+        serde_json::from_str(&kl.crictl(&["images", "-o", "json"])).expect("JSON");
+    let kept_id = image_id(&kl, "data:5mb");
+    let other_id = image_id(&kl, "data:1mb");
+    let pinned = |id: &str| {
+        listed["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .find(|i| i["id"] == id)
+            .map(|i| i["pinned"].clone())
+    };
+    assert_eq!(pinned(&kept_id), Some(serde_json::Value::Bool(true)));
+    assert_eq!(pinned(&other_id), Some(serde_json::Value::Bool(false)));
+
+    kl.write_drop_in(
+        "70-imagefs-pressure",
+        "imageMinimumGCAge: 1s\nevictionHard:\n  imagefs.available: \"99%\"\n",
+    );
+    kl.restart();
+    // The eviction manager's DeleteUnusedImages removes the unlabelled image...
+    let (removal, _) = kl
+        .wait_for_log_line(
+            &["Removing image to free bytes", &other_id],
+            0,
+            Duration::from_secs(120),
+        )
+        .await;
+    println!("{removal}");
+    assert!(
+        kl.log().contains("Attempting to delete unused images"),
+        "by the eviction manager's DeleteUnusedImages"
+    );
+    let listed = kl.crictl_image_ids();
+    assert!(!listed.contains(&other_id), "{listed:?}");
+    assert!(
+        listed.contains(&kept_id),
+        "the pinned image stays: {listed:?}"
+    );
+    assert!(
+        !kl.log().contains(&format!("imageID=\"{kept_id}\"")),
+        "the kubelet never tried to remove the pinned image"
+    );
+    // ...and, once the label is gone, the pinned one at a later pass.
+    let from = kl.log().len();
+    ctr_label(&kl, &kept, "io.cri-containerd.pinned=");
+    let (removal, _) = kl
+        .wait_for_log_line(
+            &["Removing image to free bytes", &kept_id],
+            from,
+            Duration::from_secs(120),
+        )
+        .await;
+    println!("{removal}");
+    support::wait_for(
+        "crictl to list the unlabelled image no more",
+        Duration::from_secs(30),
+        || async { (!kl.crictl_image_ids().contains(&kept_id)).then_some(()) },
+    )
+    .await;
 }
