@@ -196,14 +196,6 @@ impl KubeletLab {
         self.static_pods.push(path);
     }
 
-    /// Writes a whole static pod manifest (the DaemonSet's pod).
-    pub fn add_static_pod_manifest(&mut self, name: &str, manifest: &str) {
-        let dir = PathBuf::from(self.env("KUBELET_LAB_STATIC_POD_DIR"));
-        let path = dir.join(format!("{name}.yaml"));
-        write_atomically(&path, manifest);
-        self.static_pods.push(path);
-    }
-
     /// Deletes a static pod's manifest; the kubelet stops and removes the pod.
     pub fn remove_static_pod(&mut self, name: &str) {
         let dir = PathBuf::from(self.env("KUBELET_LAB_STATIC_POD_DIR"));
