@@ -2,15 +2,15 @@
 //! one at a time in nextest's `kubelet-lab` group). Each test reads what happened through crictl
 //! or the kubelet's own log (and its files), not only through imagekeeper.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use imagekeeper::kubelet::record_file_name;
 use imagekeeper::model::RemovalReason;
 use imagekeeper::store::Store;
 
-use super::{CONTAINERD_RELEASE, KubeletLab, StaticPod, kubelet_lab};
+use super::{Agent, CONTAINERD_RELEASE, KubeletLab, StaticPod, kubelet_lab};
 use crate::support::{self, bin};
 
 /// How long a static pod may take to run (the kubelet checks its directory every second; a
@@ -20,79 +20,6 @@ const POD_START: Duration = Duration::from_secs(120);
 /// The kubelet's image GC period, a constant (`ImageGCPeriod`, pkg/kubelet/kubelet.go), plus
 /// room for a slow machine: the longest a test waits for a pass.
 const IMAGE_GC_PASS: Duration = Duration::from_secs(5 * 60 + 90);
-
-/// `imagekeeper run` beside the kubelet, as a process; its stderr goes to a file the test
-/// reads. Killed and reaped on drop.
-struct Agent {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Agent {
-    fn spawn(kl: &KubeletLab, dir: &Path, db: &Path, extra: &[&str]) -> Agent {
-        let log = dir.join("agent.log");
-        let stderr = std::fs::File::create(&log).expect("agent log");
-        let child = bin::imagekeeper()
-            .args(["run", "--container-runtime-endpoint"])
-            .arg(kl.env("KUBELET_LAB_ENDPOINT"))
-            .arg("--db")
-            .arg(db)
-            .arg("--admin-socket")
-            .arg(dir.join("admin.sock"))
-            .arg("--kubelet-root-dir")
-            .arg(kl.root_dir())
-            .args(["--metrics-address", "127.0.0.1:0"])
-            .args(extra)
-            .env("IMAGEKEEPER_LOG", "imagekeeper=debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn imagekeeper run");
-        Agent { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for a line of the agent's log containing every one of `parts`, after byte `from`.
-    async fn wait_for_line(&self, parts: &[&str], from: usize) -> String {
-        // Polled: the agent's log is the observable of its detects and marks.
-        support::wait_for(
-            &format!("an agent log line with {parts:?}"),
-            Duration::from_secs(60),
-            || async {
-                self.log()
-                    .get(from..)
-                    .unwrap_or_default()
-                    .lines()
-                    .find(|line| parts.iter().all(|p| line.contains(p)))
-                    .map(str::to_owned)
-            },
-        )
-        .await
-    }
-
-    /// SIGTERM, then waits for the exit (the database is closed after it).
-    fn stop(mut self) {
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let status = self.child.wait().expect("wait for the agent");
-        assert!(
-            status.success(),
-            "the agent exited {status}: {}",
-            self.log()
-        );
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The image ids, in the lab's images.tsv, of short references.
 fn image_id(kl: &KubeletLab, short: &str) -> String {

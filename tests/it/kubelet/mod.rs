@@ -15,10 +15,10 @@ mod lab;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{self, Lab};
+use crate::support::{self, Lab, bin};
 
 static KUBELET_LAB_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -338,6 +338,79 @@ impl Drop for KubeletLab {
                 eprintln!("cleanup: scripts/kubelet-lab restart failed");
             }
         }
+    }
+}
+
+/// `imagekeeper run` beside the kubelet, as a process; its stderr goes to a file the test
+/// reads. Killed and reaped on drop.
+pub struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    pub fn spawn(kl: &KubeletLab, dir: &Path, db: &Path, extra: &[&str]) -> Agent {
+        let log = dir.join("agent.log");
+        let stderr = std::fs::File::create(&log).expect("agent log");
+        let child = bin::imagekeeper()
+            .args(["run", "--container-runtime-endpoint"])
+            .arg(kl.env("KUBELET_LAB_ENDPOINT"))
+            .arg("--db")
+            .arg(db)
+            .arg("--admin-socket")
+            .arg(dir.join("admin.sock"))
+            .arg("--kubelet-root-dir")
+            .arg(kl.root_dir())
+            .args(["--metrics-address", "127.0.0.1:0"])
+            .args(extra)
+            .env("IMAGEKEEPER_LOG", "imagekeeper=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn imagekeeper run");
+        Agent { child, log }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for a line of the agent's log containing every one of `parts`, after byte `from`.
+    pub async fn wait_for_line(&self, parts: &[&str], from: usize) -> String {
+        // Polled: the agent's log is the observable of its detects and marks.
+        support::wait_for(
+            &format!("an agent log line with {parts:?}"),
+            Duration::from_secs(60),
+            || async {
+                self.log()
+                    .get(from..)
+                    .unwrap_or_default()
+                    .lines()
+                    .find(|line| parts.iter().all(|p| line.contains(p)))
+                    .map(str::to_owned)
+            },
+        )
+        .await
+    }
+
+    /// SIGTERM, then waits for the exit (the database is closed after it).
+    pub fn stop(mut self) {
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let status = self.child.wait().expect("wait for the agent");
+        assert!(
+            status.success(),
+            "the agent exited {status}: {}",
+            self.log()
+        );
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
