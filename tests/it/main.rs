@@ -19,6 +19,7 @@ mod events;
 mod gc;
 mod http;
 mod inspect;
+mod kubelet;
 mod monitoring;
 mod node_events;
 mod pull;

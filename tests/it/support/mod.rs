@@ -159,10 +159,16 @@ pub async fn lab(test: &str) -> Option<Lab> {
         return None;
     };
     let serial = LAB_LOCK.lock().await;
-    let text = std::fs::read_to_string(&env_file).unwrap_or_else(|err| {
+    Some(load_lab(Path::new(&env_file), serial))
+}
+
+/// The lab described by the lab.env at `env_file` (and its images.tsv), held with `serial`
+/// (the lock that keeps the tests of that lab one at a time).
+pub fn load_lab(env_file: &Path, serial: tokio::sync::MutexGuard<'static, ()>) -> Lab {
+    let text = std::fs::read_to_string(env_file).unwrap_or_else(|err| {
         panic!(
             "cannot read IMAGEKEEPER_LAB_ENV={}: {err} (is the lab up? scripts/cri-lab up)",
-            Path::new(&env_file).display()
+            env_file.display()
         )
     });
     let env: HashMap<String, String> = text
@@ -182,7 +188,7 @@ pub async fn lab(test: &str) -> Option<Lab> {
         .filter(|line| !line.trim().is_empty())
         .map(parse_image_row)
         .collect();
-    Some(Lab {
+    Lab {
         dir: PathBuf::from(get("CRI_LAB_DIR")),
         endpoint: get("CRI_ENDPOINT"),
         image_prefix: get("CRI_LAB_IMAGE_PREFIX"),
@@ -194,7 +200,7 @@ pub async fn lab(test: &str) -> Option<Lab> {
         imagefs_root: env.get("CRI_LAB_IMAGEFS_ROOT").map(PathBuf::from),
         env,
         _serial: serial,
-    })
+    }
 }
 
 fn parse_image_row(line: &str) -> LabImage {
