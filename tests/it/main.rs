@@ -21,6 +21,7 @@ mod monitoring;
 mod node_events;
 mod pull;
 mod replay;
+mod runtime_pins;
 mod service;
 mod simulate;
 mod store;
