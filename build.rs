@@ -1,7 +1,9 @@
 //! Generates the gRPC code with protox (pure Rust: no system protoc needed) and
 //! tonic-prost-build: the CRI runtime.v1 client and server from `proto/runtime/v1/api.proto`
 //! (used by `src/cri/` only) and the agent's admin service from
-//! `proto/imagekeeper/v1/admin.proto` (used by `src/admin/` only).
+//! `proto/imagekeeper/v1/admin.proto` (used by `src/admin/` only), and the client of
+//! containerd's own Images service from `proto/containerd/services/images/v1/images.proto`
+//! (used by `src/cri/` only: the runtime pins' labels).
 //!
 //! `AuthConfig` and `EnsureImageRequest` get no derived `Debug`: they carry registry secrets,
 //! and `src/cri/convert.rs` and `src/admin/mod.rs` give them redacted ones.
@@ -14,9 +16,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rustc-env=IMAGEKEEPER_REVISION={}", revision());
     let cri = "proto/runtime/v1/api.proto";
     let admin = "proto/imagekeeper/v1/admin.proto";
+    let containerd_images = "proto/containerd/services/images/v1/images.proto";
     println!("cargo:rerun-if-changed={cri}");
     println!("cargo:rerun-if-changed={admin}");
-    let descriptors = protox::compile([cri, admin], ["proto"])?;
+    println!("cargo:rerun-if-changed={containerd_images}");
+    println!("cargo:rerun-if-changed=proto/containerd/types/descriptor.proto");
+    let descriptors = protox::compile([cri, admin, containerd_images], ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

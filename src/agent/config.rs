@@ -130,6 +130,14 @@ pub struct FileConfig {
     /// Whether to watch the runtime's container events, `auto` or `off` (ours).
     #[serde(rename = "containerEvents")]
     pub container_events: Option<String>,
+    /// Whether the runtime carries imagekeeper's keeps as pins (`io.cri-containerd.pinned`
+    /// labels), `auto` or `off` (ours).
+    #[serde(rename = "runtimePins")]
+    pub runtime_pins: Option<String>,
+    /// containerd's own API socket, for the runtime pins' labels (ours); default: the CRI
+    /// runtime endpoint (containerd serves both on one socket).
+    #[serde(rename = "containerdAddress")]
+    pub containerd_address: Option<String>,
     /// The space walk's order, `kubelet-order` or `adaptive` (ours).
     #[serde(rename = "imageGCPolicy")]
     pub image_gc_policy: Option<String>,
@@ -401,6 +409,22 @@ pub const CONFIG_FIELDS: &[ConfigField] = &[
         help: "`auto` watches the runtime's container events (falling back when it has none); `off` never subscribes.",
     },
     ConfigField {
+        key: "runtimePins",
+        flag: "--runtime-pins",
+        kubelet: None,
+        default: |c| c.runtime_pins.as_str().to_owned(),
+        on_reload: OnReload::NeedsRestart,
+        help: "`auto` labels every image imagekeeper keeps `io.cri-containerd.pinned=pinned` in containerd (1.7.3 and later), so the kubelet's image GC and eviction spare it; it turns itself off on containerd 1.6 and other runtimes; `off` writes no label.",
+    },
+    ConfigField {
+        key: "containerdAddress",
+        flag: "--containerd-address",
+        kubelet: None,
+        default: |c| c.containerd_address.clone(),
+        on_reload: OnReload::NeedsRestart,
+        help: "containerd's own API socket, where the runtime pins' labels are written (namespace `k8s.io`); default: the CRI runtime endpoint.",
+    },
+    ConfigField {
         key: "imageGCPolicy",
         flag: "--image-gc-policy",
         kubelet: None,
@@ -601,6 +625,8 @@ pub struct FlagValues {
     pub kubelet_root_dir: Option<String>,
     pub kubelet_intent_max_age: Option<String>,
     pub container_events: Option<String>,
+    pub runtime_pins: Option<String>,
+    pub containerd_address: Option<String>,
     pub image_gc_policy: Option<String>,
     pub journal_max_age: Option<String>,
     pub journal_max_entries: Option<i64>,
@@ -644,6 +670,27 @@ impl ContainerEvents {
     }
 }
 
+/// Whether the agent labels the images it keeps as pinned in containerd (`--runtime-pins`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RuntimePins {
+    /// On where the runtime can carry pins (containerd 1.7.3 and later); off, with one log
+    /// line, a metric and a doctor finding, on containerd 1.6 or another runtime.
+    #[default]
+    Auto,
+    /// Never write a label.
+    Off,
+}
+
+impl RuntimePins {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimePins::Auto => "auto",
+            RuntimePins::Off => "off",
+        }
+    }
+}
+
 /// The shortest `--kubelet-intent-max-age`: an intent younger than a minute is a pull that
 /// has barely started.
 pub const MIN_INTENT_MAX_AGE: Duration = Duration::from_secs(60);
@@ -666,6 +713,10 @@ pub struct AgentConfig {
     pub credential_providers: Option<CredentialProviders>,
     /// Whether the container events watcher runs.
     pub container_events: ContainerEvents,
+    /// Whether the runtime pins' labels are written.
+    pub runtime_pins: RuntimePins,
+    /// containerd's API socket for the runtime pins (default: the CRI runtime endpoint).
+    pub containerd_address: String,
     /// The warm loop's settings (the warm set itself is `gc.warm`).
     pub warm: WarmConfig,
 }
@@ -757,6 +808,19 @@ impl AgentConfig {
         let kubelet_root_dir = resolve_kubelet_root_dir(file, flags, &o)?;
         let kubelet_intent_max_age = resolve_intent_max_age(file, flags, &o)?;
         let container_events = resolve_container_events(file, flags, &o)?;
+        let runtime_pins = resolve_runtime_pins(file, flags, &o)?;
+        let containerd_address = match pick(
+            &flags.containerd_address,
+            "--containerd-address",
+            &file.containerd_address,
+            o.field("containerdAddress"),
+        ) {
+            Some((v, from)) if !v.is_empty() => {
+                crate::cri::socket_path(&v).map_err(|e| invalid(from, e.to_string()))?;
+                v
+            }
+            _ => cri.runtime_endpoint.clone(),
+        };
         let order = resolve_gc_order(file, flags, &o)?;
         let journal_retention = resolve_journal_retention(file, flags, &o)?;
         let metrics_address = resolve_metrics_address(flags)?;
@@ -802,6 +866,8 @@ impl AgentConfig {
             )?,
             credential_providers,
             container_events,
+            runtime_pins,
+            containerd_address,
             warm,
         })
     }
@@ -1178,6 +1244,25 @@ fn resolve_container_events(
         None => Ok(ContainerEvents::Auto),
         Some((v, _)) if v == "auto" => Ok(ContainerEvents::Auto),
         Some((v, _)) if v == "off" => Ok(ContainerEvents::Off),
+        Some((v, from)) => Err(invalid(from, format!("{v:?} is neither auto nor off"))),
+    }
+}
+
+/// Whether the runtime pins run: `auto` (the default) or `off`.
+fn resolve_runtime_pins(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<RuntimePins, ConfigError> {
+    match pick(
+        &flags.runtime_pins,
+        "--runtime-pins",
+        &file.runtime_pins,
+        o.field("runtimePins"),
+    ) {
+        None => Ok(RuntimePins::Auto),
+        Some((v, _)) if v == "auto" => Ok(RuntimePins::Auto),
+        Some((v, _)) if v == "off" => Ok(RuntimePins::Off),
         Some((v, from)) => Err(invalid(from, format!("{v:?} is neither auto nor off"))),
     }
 }

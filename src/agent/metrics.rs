@@ -63,6 +63,19 @@ pub struct AgentMetrics {
     warm_images: Mutex<Option<[u64; WarmState::ALL.len()]>>,
     /// Warm pulls (and `restore`'s): [succeeded, failed].
     warm_pulls: [std::sync::atomic::AtomicU64; 2],
+    /// The runtime pins, once `auto` decided (or with `off`).
+    runtime_pins: Mutex<Option<RuntimePinsSample>>,
+}
+
+/// What the runtime pins' metrics show.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimePinsSample {
+    /// Labels are written (`auto` on a runtime that carries pins).
+    pub enabled: bool,
+    /// Kept images the runtime lists as pinned at the last reconcile.
+    pub pinned_images: u64,
+    /// Label writes: [succeeded, failed].
+    pub writes: [u64; 2],
 }
 
 impl Default for AgentMetrics {
@@ -74,6 +87,7 @@ impl Default for AgentMetrics {
             image_cache_filled: std::sync::atomic::AtomicBool::new(false),
             warm_images: Mutex::new(None),
             warm_pulls: Default::default(),
+            runtime_pins: Mutex::new(None),
         }
     }
 }
@@ -103,6 +117,14 @@ impl AgentMetrics {
         match self.warm_images.lock() {
             Ok(mut w) => *w = Some(counts),
             Err(p) => *p.into_inner() = Some(counts),
+        }
+    }
+
+    /// The runtime pins after a reconcile (or a decision).
+    pub fn record_runtime_pins(&self, sample: RuntimePinsSample) {
+        match self.runtime_pins.lock() {
+            Ok(mut w) => *w = Some(sample),
+            Err(p) => *p.into_inner() = Some(sample),
         }
     }
 
@@ -187,6 +209,7 @@ struct Snapshot {
     repull_delays: Histogram,
     warm_images: Option<[u64; WarmState::ALL.len()]>,
     warm_pulls: [u64; 2],
+    runtime_pins: Option<RuntimePinsSample>,
 }
 
 impl Snapshot {
@@ -259,6 +282,10 @@ impl Snapshot {
             },
             warm_pulls: [0, 1]
                 .map(|i| agent.warm_pulls[i].load(std::sync::atomic::Ordering::Relaxed)),
+            runtime_pins: match agent.runtime_pins.lock() {
+                Ok(w) => *w,
+                Err(p) => *p.into_inner(),
+            },
             thresholds: {
                 let config = gc.config();
                 (
@@ -610,6 +637,36 @@ const WARM_IMAGES: MetricFamily = absent_when(
     ),
     "until the first warm cycle has run",
 );
+const RUNTIME_PINS_ENABLED: MetricFamily = absent_when(
+    family(
+        "runtime_pins_enabled",
+        G,
+        None,
+        &[],
+        "1 while the images imagekeeper keeps are labelled io.cri-containerd.pinned in containerd (--runtime-pins auto on containerd 1.7.3 and later); 0 when off (set off, or auto on containerd 1.6 or another runtime: the kubelet's image GC and eviction cannot see imagekeeper's keeps).",
+    ),
+    "until --runtime-pins auto has read the runtime's version",
+);
+const RUNTIME_PINNED_IMAGES: MetricFamily = absent_when(
+    family(
+        "runtime_pinned_images",
+        G,
+        None,
+        &[],
+        "Images imagekeeper keeps that containerd carries as pinned (one of their names labelled io.cri-containerd.pinned=pinned) at the last reconcile.",
+    ),
+    "until --runtime-pins auto has read the runtime's version",
+);
+const RUNTIME_PIN_WRITES: MetricFamily = absent_when(
+    family(
+        "runtime_pin_label_writes",
+        C,
+        None,
+        &["result"],
+        "Label writes of the runtime pins (containerd Images.Update), by result; a failed write is retried at the next cycle.",
+    ),
+    "until --runtime-pins auto has read the runtime's version",
+);
 const WARM_PULLS: MetricFamily = absent_when(
     family(
         "warm_pulls",
@@ -653,6 +710,9 @@ pub const METRICS: &[MetricFamily] = &[
     CONFIG_RELOADS,
     WARM_IMAGES,
     WARM_PULLS,
+    RUNTIME_PINS_ENABLED,
+    RUNTIME_PINNED_IMAGES,
+    RUNTIME_PIN_WRITES,
     IMAGE_GC_CYCLES,
     IMAGE_GC_HIGH_THRESHOLD_PERCENT,
     IMAGE_GC_LOW_THRESHOLD_PERCENT,
@@ -783,6 +843,19 @@ impl Collector for Snapshot {
             counter_family(
                 &mut enc,
                 &WARM_PULLS,
+                &[
+                    ([("result", "success")], succeeded),
+                    ([("result", "failure")], failed),
+                ],
+            )?;
+        }
+        if let Some(pins) = self.runtime_pins {
+            gauge(&mut enc, &RUNTIME_PINS_ENABLED, u64::from(pins.enabled))?;
+            gauge(&mut enc, &RUNTIME_PINNED_IMAGES, pins.pinned_images)?;
+            let [succeeded, failed] = pins.writes;
+            counter_family(
+                &mut enc,
+                &RUNTIME_PIN_WRITES,
                 &[
                     ([("result", "success")], succeeded),
                     ([("result", "failure")], failed),
@@ -940,6 +1013,11 @@ mod tests {
             repull_delays: h,
             warm_images: Some([1, 0, 0, 1, 0, 0]),
             warm_pulls: [1, 0],
+            runtime_pins: Some(RuntimePinsSample {
+                enabled: true,
+                pinned_images: 2,
+                writes: [3, 1],
+            }),
         }
     }
 

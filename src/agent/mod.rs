@@ -26,6 +26,7 @@ mod node_events;
 mod notify;
 mod reload;
 mod runtime;
+mod runtime_pins;
 mod warm;
 
 use std::future::Future;
@@ -48,7 +49,7 @@ use crate::store::{Batch, Store, StoreError, meta_keys};
 
 pub use config::{
     AgentConfig, CONFIG_FIELDS, ConfigError, ConfigField, ContainerEvents, DEFAULT_ADMIN_SOCKET,
-    EMPTY_CONFIG_MARKER, FileConfig, FlagValues, MIN_INTENT_MAX_AGE, OnReload,
+    EMPTY_CONFIG_MARKER, FileConfig, FlagValues, MIN_INTENT_MAX_AGE, OnReload, RuntimePins,
 };
 pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
 pub use health::Health;
@@ -65,6 +66,10 @@ pub use notify::{
 };
 pub use reload::{ConfigSource, ReloadReport};
 pub use runtime::{AgentRuntime, EventStream, NoEvents};
+pub use runtime_pins::{
+    LabelChange, OWN_LABEL, PINNED_LABEL, PINNED_VALUE, PinsState, plan_label_changes,
+    remove_runtime_pin_labels, runtime_carries_pins,
+};
 pub use warm::{WARM_POD_NAME, restore_images};
 
 /// Why the agent could not start or stopped.
@@ -122,6 +127,8 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     gc_last_unreachable: Mutex<bool>,
     /// Events on the Node object (`--events`); off unless set by `with_node_events`.
     node_events: NodeEvents,
+    /// The runtime pins (`runtime_pins.rs`).
+    runtime_pins: runtime_pins::RuntimePinner,
     /// The last warm cycle's plan (`warm.rs`).
     warm_last: Mutex<Option<crate::warm::WarmPlan>>,
     /// The warm entries whose "does not fit" was logged, until they fit again.
@@ -200,7 +207,14 @@ impl<R: AgentRuntime> Agent<R> {
             .credential_providers
             .as_ref()
             .and_then(|p| crate::pull::credentials::plugin::config_snapshot(&p.config));
+        let runtime_pins =
+            runtime_pins::RuntimePinner::new(config.runtime_pins, &config.containerd_address)
+                .map_err(|e| ConfigError::Invalid {
+                    origin: "--containerd-address".to_owned(),
+                    message: e.to_string(),
+                })?;
         Ok(Agent {
+            runtime_pins,
             config: Mutex::new(config),
             source: None,
             reload_lock: tokio::sync::Mutex::new(()),
@@ -462,6 +476,7 @@ impl<R: AgentRuntime> Agent<R> {
                         *state = DetectState::Done;
                         first
                     });
+                    self.reconcile_runtime_pins().await;
                     CycleOutcome::Done
                 }
                 Err(e) => {
@@ -502,6 +517,27 @@ impl<R: AgentRuntime> Agent<R> {
         }
     }
 
+    /// After a detect: `auto` decides (once the runtime answers Version) and, when on,
+    /// containerd's labels are made to match what the detect found kept. A detect after the
+    /// runtime came back reconciles too, so a restart of either side heals at its first cycle.
+    async fn reconcile_runtime_pins(&self) {
+        if self.runtime_pins.state() == runtime_pins::PinsState::Undecided {
+            self.runtime_pins
+                .decide(self.events_client.runtime_version().await);
+        }
+        if let Some(keeps) = self.gc.last_keeps() {
+            self.runtime_pins.reconcile(&keeps).await;
+        }
+        if let Some(sample) = self.runtime_pins.sample() {
+            self.metrics.record_runtime_pins(sample);
+        }
+    }
+
+    /// Where the runtime pins stand (`auto` undecided, on, or off and why).
+    pub fn runtime_pins_state(&self) -> runtime_pins::PinsState {
+        self.runtime_pins.state()
+    }
+
     /// A detect or image-cache cycle failed: readiness learns whether the runtime was reached.
     fn failed_cycle(&self, e: &GcError) -> CycleOutcome {
         let outcome = CycleOutcome::failed(e);
@@ -536,6 +572,11 @@ impl<R: AgentRuntime> Agent<R> {
         *lock_ignoring_poison(&self.gc_last_unreachable) =
             report.error.as_ref().is_some_and(runtime_unreachable);
         self.metrics.record_gc_cycle(report.error.is_none());
+        // GC detected first: containerd's labels follow what it found kept (the GC loop's
+        // cycle and `imagekeeper gc` through the agent alike; the latter returns after it).
+        if report.error.is_none() {
+            self.reconcile_runtime_pins().await;
+        }
         self.node_events.gc_cycle(&report);
         self.node_events.store_health(self.store.is_healthy());
         let mut failed_before = lock_ignoring_poison(&self.gc_failed_before);

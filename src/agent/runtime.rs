@@ -6,7 +6,9 @@
 
 use std::future::Future;
 
-use crate::cri::{ContainerEventStream, CriClient, CriError, ImageRuntime, RpcCode};
+use crate::cri::{
+    ContainerEventStream, CriClient, CriError, ImageRuntime, RpcCode, RuntimeVersion,
+};
 use crate::model::ContainerEvent;
 use crate::replay::ScriptedRuntime;
 
@@ -17,6 +19,18 @@ pub trait AgentRuntime: ImageRuntime + Clone + Send + Sync + 'static {
 
     /// Opens the CRI GetContainerEvents stream.
     fn container_events(&self) -> impl Future<Output = Result<Self::Events, CriError>> + Send;
+
+    /// CRI Version (the runtime pins' `auto` reads the runtime's name and version); by
+    /// default Unimplemented, so `auto` turns itself off.
+    fn runtime_version(&self) -> impl Future<Output = Result<RuntimeVersion, CriError>> + Send {
+        async {
+            Err(CriError::Rpc {
+                method: "Version",
+                code: RpcCode::Unimplemented,
+                message: "this runtime does not say its version".to_owned(),
+            })
+        }
+    }
 }
 
 /// A stream of container events.
@@ -30,6 +44,10 @@ impl AgentRuntime for CriClient {
 
     async fn container_events(&self) -> Result<ContainerEventStream, CriError> {
         CriClient::container_events(self).await
+    }
+
+    async fn runtime_version(&self) -> Result<RuntimeVersion, CriError> {
+        CriClient::version(self).await
     }
 }
 

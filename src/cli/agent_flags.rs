@@ -87,6 +87,16 @@ pub struct AgentFlags {
     /// [default: auto].
     #[arg(long, value_name = "auto|off")]
     pub container_events: Option<String>,
+    /// Label every image imagekeeper keeps (pins, present warm entries, irreplaceable images)
+    /// io.cri-containerd.pinned=pinned in containerd, so the kubelet's image GC and eviction
+    /// manager spare it (auto: on containerd 1.7.3 and later, off by itself elsewhere; off:
+    /// never) [default: auto].
+    #[arg(long, value_name = "auto|off")]
+    pub runtime_pins: Option<String>,
+    /// containerd's own API socket for the runtime pins' labels [default: the CRI runtime
+    /// endpoint].
+    #[arg(long, value_name = "ENDPOINT")]
+    pub containerd_address: Option<String>,
     /// The order the space pass removes images in: kubelet-order (least recently used
     /// first, as the kubelet) or adaptive (one-off images first, then by how likely each is
     /// to come back) [default: kubelet-order].
@@ -132,6 +142,8 @@ impl AgentFlags {
             kubelet_root_dir: self.kubelet_root_dir.clone(),
             kubelet_intent_max_age: self.kubelet_intent_max_age.clone(),
             container_events: self.container_events.clone(),
+            runtime_pins: self.runtime_pins.clone(),
+            containerd_address: self.containerd_address.clone(),
             image_gc_policy: self.image_gc_policy.clone(),
             journal_max_age: self.journal_max_age.clone(),
             journal_max_entries: self.journal_max_entries,

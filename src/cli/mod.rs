@@ -13,6 +13,7 @@ mod pull;
 mod replay;
 mod restore;
 mod run;
+mod runtime_pins;
 mod simulate;
 
 use std::process::ExitCode;
@@ -71,6 +72,9 @@ enum Command {
     Pins(Box<pin::PinsArgs>),
     /// Check the kubelet's configuration against imagekeeper's: each conflict and what to change.
     Doctor(Box<doctor::DoctorArgs>),
+    /// Remove every io.cri-containerd.pinned label imagekeeper set in containerd (and only
+    /// those): the uninstall step of --runtime-pins. Stop the agent first.
+    RemoveRuntimePins(Box<runtime_pins::RemoveRuntimePinsArgs>),
     /// Print a shell completion script (bash, zsh or fish).
     Completion(docs::CompletionArgs),
     /// Print the man page (or write one per command with --dir).
@@ -220,6 +224,7 @@ pub fn main() -> ExitCode {
         Command::Unpin(args) => pin::unpin(*args),
         Command::Pins(args) => pin::pins(*args),
         Command::Doctor(args) => doctor::run(*args),
+        Command::RemoveRuntimePins(args) => runtime_pins::run(*args),
         Command::Completion(args) => docs::completion(args),
         Command::Man(args) => docs::man(args),
     };

@@ -239,7 +239,7 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
 }
 
 /// A lazy channel that dials `path` on first use and again after the connection breaks.
-fn lazy_unix_channel(path: PathBuf, connect_timeout: Duration) -> Channel {
+pub(super) fn lazy_unix_channel(path: PathBuf, connect_timeout: Duration) -> Channel {
     // The URI is required by tonic but unused: the connector below ignores it.
     let endpoint = Endpoint::from_static("http://cri.invalid").connect_timeout(connect_timeout);
     endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
@@ -617,7 +617,7 @@ where
         .await
 }
 
-async fn unary_call<Req, Resp, F, Fut>(
+pub(super) async fn unary_call<Req, Resp, F, Fut>(
     method: &'static str,
     endpoint: &str,
     deadline: Option<Duration>,

@@ -19,6 +19,7 @@ use crate::model::{
 };
 
 mod client;
+mod containerd_images;
 mod containers_decode;
 mod convert;
 #[cfg(test)]
@@ -31,13 +32,14 @@ mod statvfs;
 
 pub use client::{
     ContainerEventStream, ContainerStatusReport, CriClient, CriConfig, DEFAULT_RUNTIME_ENDPOINT,
-    MAX_MESSAGE_BYTES, RuntimeVersion,
+    MAX_MESSAGE_BYTES, RuntimeVersion, socket_path,
 };
 /// The pod and container specs of the lifecycle calls only tests make.
 #[cfg(any(test, feature = "testing"))]
 pub use client::{
     ContainerSecurity, ContainerSpec, ExecResult, MountSpec, PodSandboxSummary, SandboxSpec,
 };
+pub use containerd_images::{CONTAINERD_CRI_NAMESPACE, ContainerdImages, LabelledImage};
 pub use error::{CriError, RpcCode};
 /// The in-process fake runtime (feature `testing`).
 #[cfg(any(test, feature = "testing"))]

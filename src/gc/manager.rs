@@ -306,6 +306,9 @@ pub struct ImageGcManager<R> {
     pending_evictions: Mutex<BTreeMap<RecordKey, EvictionNote>>,
     /// See [`ImageGcManager::with_watch_period`].
     watch_period: Option<std::time::Duration>,
+    /// What the last detect found kept (pins, present warm entries, irreplaceable images),
+    /// for the runtime pins; `None` before the first detect.
+    last_keeps: Mutex<Option<Vec<super::KeptImage>>>,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -325,6 +328,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             in_flight: PullsInFlight::new(),
             pending_evictions: Mutex::new(BTreeMap::new()),
             watch_period: None,
+            last_keeps: Mutex::new(None),
         })
     }
 
@@ -658,7 +662,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         };
         let mut protected = in_use;
         protected.extend(self.pulling(&listed));
-        protected.extend(self.warm(settings, &listed, now)?);
+        let warm = self.warm(settings, &listed, now)?;
+        self.record_keeps(&listed, &protections, &warm);
+        protected.extend(warm);
         protected.extend(kubelet.just_pulled);
         #[cfg(feature = "sim-mutants")]
         let protections = if crate::sim::mutants::ignore_protections() {
@@ -772,6 +778,46 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .filter(|image| self.in_flight.protects(image))
             .map(|image| image.record_key())
             .collect()
+    }
+
+    /// Records what this detect found kept, with every listed name of each image: an
+    /// operator's pin or the irreplaceable rule (a pin first), else a present warm entry.
+    fn record_keeps(
+        &self,
+        listed: &ListedImages,
+        protections: &Protections,
+        warm: &BTreeSet<RecordKey>,
+    ) {
+        let mut keeps = Vec::new();
+        for image in listed.iter() {
+            let key = image.record_key();
+            let why = match protections.get(&key) {
+                Some(p) => super::KeepReason::of(p),
+                None if warm.contains(&key) => super::KeepReason::Warm,
+                None => continue,
+            };
+            // containerd stores a CRI pull under its tag and its repo digest, and 2.x also under
+            // the image id (`sha256:<config digest>`).
+            let names = image
+                .repo_tags()
+                .chain(image.repo_digests())
+                .chain(std::iter::once(image.id()))
+                .map(str::to_owned)
+                .collect();
+            keeps.push(super::KeptImage { key, names, why });
+        }
+        *self
+            .last_keeps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(keeps);
+    }
+
+    /// What the last detect found kept; `None` before the first detect.
+    pub fn last_keeps(&self) -> Option<Vec<super::KeptImage>> {
+        self.last_keeps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The listed images a warm set entry in force at `now` keeps: the set's entries and,

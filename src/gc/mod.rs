@@ -44,8 +44,8 @@ pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
 pub use protect::{
-    Irreplaceable, PinView, Protection, Protections, pin_names, pin_view, pin_views, pinned_at,
-    stored_image, stored_images,
+    Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, pin_names, pin_view,
+    pin_views, pinned_at, stored_image, stored_images,
 };
 pub use space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

@@ -347,3 +347,50 @@ mod tests {
         assert!(Protections::resolve(all, &[], None, UnixNanos(1)).is_empty());
     }
 }
+
+/// Why imagekeeper keeps an image, as the runtime pins' own label says it
+/// (`io.imagekeeper.pinned=<value>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum KeepReason {
+    /// An operator's pin in force.
+    Pin,
+    /// A warm set entry in force, and the image is present.
+    Warm,
+    /// The runtime's sandbox image (irreplaceable rule).
+    SandboxImage,
+    /// No repo digest (irreplaceable rule).
+    NoRepoDigest,
+}
+
+impl KeepReason {
+    /// The value of imagekeeper's own label on a runtime image it pinned.
+    pub fn label_value(self) -> &'static str {
+        match self {
+            KeepReason::Pin => "pin",
+            KeepReason::Warm => "warm",
+            KeepReason::SandboxImage => "sandbox-image",
+            KeepReason::NoRepoDigest => "no-repo-digest",
+        }
+    }
+
+    /// Why a protection keeps its image.
+    pub fn of(protection: &Protection) -> KeepReason {
+        match protection {
+            Protection::Pinned { .. } => KeepReason::Pin,
+            Protection::SandboxImage { .. } => KeepReason::SandboxImage,
+            Protection::NoRepoDigest => KeepReason::NoRepoDigest,
+        }
+    }
+}
+
+/// An image a detect found kept (by a pin, a present warm entry or the irreplaceable rule),
+/// with every name containerd may store it under (its repo tags, its repo digests and its
+/// image id).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptImage {
+    pub key: RecordKey,
+    pub names: Vec<String>,
+    pub why: KeepReason,
+}

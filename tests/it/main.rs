@@ -24,6 +24,7 @@ mod monitoring;
 mod node_events;
 mod pull;
 mod replay;
+mod runtime_pins;
 mod secrets;
 mod service;
 mod simulate;

@@ -80,6 +80,15 @@ impl Lab {
             .unwrap_or_else(|| panic!("lab.env has no {key}: run scripts/cri-lab up again"))
     }
 
+    /// The value of `key` in lab.env, or `default` when a lab started by an older
+    /// `scripts/cri-lab` lacks it.
+    pub fn env_or(&self, key: &str, default: &str) -> String {
+        self.env
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| default.to_owned())
+    }
+
     /// Removes `image` from the lab's containerd (absent is fine), so that a later success
     /// means a real pull.
     pub async fn remove_image(&self, image: &str) {

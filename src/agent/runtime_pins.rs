@@ -1,0 +1,366 @@
+//! The runtime pins: the agent makes containerd carry what imagekeeper keeps. Every name of
+//! every image a detect found kept (an operator's pin in force, a present warm set entry, an
+//! irreplaceable image) is labelled `io.cri-containerd.pinned=pinned` in containerd's image
+//! store (namespace `k8s.io`, through containerd's own Images API), with imagekeeper's own
+//! label `io.imagekeeper.pinned=<why>` beside it. containerd 1.7.3 and later then list the
+//! image as `pinned: true` in CRI ListImages, and the kubelet's image GC and eviction manager
+//! skip pinned images (kubelet master `pkg/kubelet/images/image_gc_manager.go`,
+//! `imagesInEvictionOrder`).
+//!
+//! Invariants: a label is removed only from a name that carries imagekeeper's own label: a
+//! pin imagekeeper did not set (containerd's sandbox image pin, an operator's `ctr images
+//! label`) is never cleared, and a name already pinned by someone else is left as it is (it is
+//! carried). Labels are read from containerd at every reconcile and only differences are
+//! written, so a steady cycle writes nothing and a failed write is retried at the next one;
+//! each failing name is logged once (until it succeeds) and every failure is counted. `auto`
+//! decides once, from CRI Version, whether the runtime can carry pins (containerd 1.7.3 and
+//! later); on any other runtime it turns itself off with one log line and the
+//! `imagekeeper_runtime_pins_enabled` gauge at 0. CRI-O (a `pinned_images` drop-in and a
+//! config reload) is not built.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tracing::{info, warn};
+
+use super::config::RuntimePins;
+use crate::cri::{ContainerdImages, CriError, LabelledImage, RpcCode, RuntimeVersion};
+use crate::gc::{KeepReason, KeptImage};
+
+/// containerd's CRI plugin lists an image with this label (value [`PINNED_VALUE`]) as pinned.
+pub const PINNED_LABEL: &str = "io.cri-containerd.pinned";
+pub const PINNED_VALUE: &str = "pinned";
+/// imagekeeper's own label beside [`PINNED_LABEL`]: its value says why it keeps the image
+/// ([`KeepReason::label_value`]). Only a name carrying it is ever unpinned.
+pub const OWN_LABEL: &str = "io.imagekeeper.pinned";
+
+/// The first containerd release whose CRI lists a labelled image as pinned.
+pub const FIRST_PINNING_CONTAINERD: (u64, u64, u64) = (1, 7, 3);
+
+/// One label write the reconcile plans for one containerd image name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabelChange {
+    /// Set `io.cri-containerd.pinned=pinned` and `io.imagekeeper.pinned=<why>`.
+    Pin(KeepReason),
+    /// Remove both labels (the name carries imagekeeper's own).
+    Unpin,
+}
+
+impl LabelChange {
+    /// The labels to send: an empty value removes the label.
+    pub fn labels(self) -> [(&'static str, &'static str); 2] {
+        match self {
+            LabelChange::Pin(why) => [(PINNED_LABEL, PINNED_VALUE), (OWN_LABEL, why.label_value())],
+            LabelChange::Unpin => [(PINNED_LABEL, ""), (OWN_LABEL, "")],
+        }
+    }
+}
+
+/// The names of the kept images, each with why it is kept (a name listed under two kept
+/// images keeps the first one's reason).
+pub fn wanted_names(keeps: &[KeptImage]) -> BTreeMap<&str, KeepReason> {
+    let mut wanted = BTreeMap::new();
+    for kept in keeps {
+        for name in &kept.names {
+            wanted.entry(name.as_str()).or_insert(kept.why);
+        }
+    }
+    wanted
+}
+
+/// The label writes that make containerd's `images` carry `keeps`: a kept name not pinned
+/// gets both labels; a kept name with imagekeeper's label and another reason has it
+/// rewritten; a name that is not kept loses both labels only if it carries imagekeeper's own.
+/// A name pinned by someone else (the pinned label without imagekeeper's) is never written.
+pub fn plan_label_changes(
+    keeps: &[KeptImage],
+    images: &[LabelledImage],
+) -> Vec<(usize, LabelChange)> {
+    let wanted = wanted_names(keeps);
+    let mut changes = Vec::new();
+    for (i, image) in images.iter().enumerate() {
+        let pinned = image.labels.get(PINNED_LABEL).map(String::as_str) == Some(PINNED_VALUE);
+        let ours = image.labels.get(OWN_LABEL).map(String::as_str);
+        match (wanted.get(image.name.as_str()), ours) {
+            // Pinned by someone else: carried, and never ours to change.
+            (Some(_), None) if pinned => {}
+            (Some(why), Some(value)) if pinned && value == why.label_value() => {}
+            (Some(why), _) => changes.push((i, LabelChange::Pin(*why))),
+            (None, Some(_)) => changes.push((i, LabelChange::Unpin)),
+            (None, None) => {}
+        }
+    }
+    changes
+}
+
+/// Whether a runtime (CRI Version's name and version) lists labelled images as pinned:
+/// containerd 1.7.3 and later. `Err` says why not.
+pub fn runtime_carries_pins(version: &RuntimeVersion) -> Result<(), String> {
+    let name = version.runtime_name.as_str();
+    if name != "containerd" {
+        return Err(format!(
+            "the runtime is {name:?}, not containerd (CRI-O's pinned_images is not built)"
+        ));
+    }
+    let text = version.runtime_version.trim_start_matches('v');
+    let mut parts = text
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map(|p| p.parse::<u64>().ok());
+    let parsed = (
+        parts.next().flatten(),
+        parts.next().flatten(),
+        parts.next().flatten(),
+    );
+    match parsed {
+        (Some(major), Some(minor), Some(patch))
+            if (major, minor, patch) >= FIRST_PINNING_CONTAINERD =>
+        {
+            Ok(())
+        }
+        (Some(_), Some(_), Some(_)) => Err(format!(
+            "containerd {} does not list labelled images as pinned (1.7.3 and later do)",
+            version.runtime_version
+        )),
+        _ => Err(format!(
+            "containerd's version {:?} is not major.minor.patch",
+            version.runtime_version
+        )),
+    }
+}
+
+/// Where the runtime pins stand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PinsState {
+    /// `auto`, and the runtime has not answered Version yet.
+    Undecided,
+    /// Labels are written.
+    On,
+    /// No label is written; why.
+    Off(String),
+}
+
+/// The counters the metrics read.
+#[derive(Debug, Default)]
+pub struct PinCounters {
+    /// Label writes: [succeeded, failed].
+    pub writes: [AtomicU64; 2],
+}
+
+/// The runtime pins' reconciler.
+#[derive(Debug)]
+pub struct RuntimePinner {
+    client: Option<ContainerdImages>,
+    state: Mutex<PinsState>,
+    /// Names whose last write failed (logged once until a write of them succeeds).
+    failing: Mutex<BTreeSet<String>>,
+    pub counters: PinCounters,
+    /// After the last reconcile: each kept image and whether containerd carries it as pinned
+    /// (one of its names labelled pinned, by imagekeeper or anyone).
+    carried: Mutex<BTreeMap<crate::model::RecordKey, bool>>,
+}
+
+impl RuntimePinner {
+    /// A reconciler for `mode`; with `Auto`, a client of containerd at `address` (not dialed
+    /// yet).
+    pub fn new(mode: RuntimePins, address: &str) -> Result<RuntimePinner, CriError> {
+        let (client, state) = match mode {
+            RuntimePins::Off => (None, PinsState::Off("--runtime-pins off".to_owned())),
+            RuntimePins::Auto => (
+                Some(ContainerdImages::connect(
+                    address,
+                    crate::cri::CONTAINERD_CRI_NAMESPACE,
+                    std::time::Duration::from_secs(5),
+                    std::time::Duration::from_secs(30),
+                )?),
+                PinsState::Undecided,
+            ),
+        };
+        Ok(RuntimePinner {
+            client,
+            state: Mutex::new(state),
+            failing: Mutex::new(BTreeSet::new()),
+            counters: PinCounters::default(),
+            carried: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    pub fn state(&self) -> PinsState {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// With `auto` still undecided: decides from the runtime's Version answer (an unreachable
+    /// runtime leaves it undecided). Logs the decision once.
+    pub fn decide(&self, version: Result<RuntimeVersion, CriError>) {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *state != PinsState::Undecided {
+            return;
+        }
+        let decided = match version {
+            Ok(v) => match runtime_carries_pins(&v) {
+                Ok(()) => {
+                    info!(
+                        runtime = %v.runtime_name,
+                        version = %v.runtime_version,
+                        "Runtime pins on: the images imagekeeper keeps are labelled io.cri-containerd.pinned=pinned, so the kubelet's image GC and eviction spare them"
+                    );
+                    PinsState::On
+                }
+                Err(why) => {
+                    warn!(
+                        reason = %why,
+                        "Runtime pins off: the kubelet's image GC and eviction manager cannot see imagekeeper's keeps on this runtime"
+                    );
+                    PinsState::Off(why)
+                }
+            },
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some(RpcCode::Unavailable | RpcCode::DeadlineExceeded)
+                ) =>
+            {
+                return;
+            }
+            Err(e) => {
+                let why = format!("the runtime did not say its version: {e}");
+                warn!(
+                    reason = %why,
+                    "Runtime pins off: the kubelet's image GC and eviction manager cannot see imagekeeper's keeps on this runtime"
+                );
+                PinsState::Off(why)
+            }
+        };
+        *state = decided;
+    }
+
+    /// Makes containerd's labels match `keeps`: lists containerd's images, writes only the
+    /// differences. Returns how many writes succeeded and failed. Does nothing unless on.
+    pub async fn reconcile(&self, keeps: &[KeptImage]) -> (u64, u64) {
+        let Some(client) = self
+            .client
+            .as_ref()
+            .filter(|_| self.state() == PinsState::On)
+        else {
+            return (0, 0);
+        };
+        let images = match client.list().await {
+            Ok(images) => images,
+            Err(e) => {
+                warn!(error = %e, "Runtime pins: cannot list containerd's images; retrying next cycle");
+                return (0, 0);
+            }
+        };
+        let changes = plan_label_changes(keeps, &images);
+        // Each name's pinned label as containerd will hold it after the writes that succeed.
+        let mut pinned: BTreeMap<&str, bool> = images
+            .iter()
+            .map(|i| {
+                let p = i.labels.get(PINNED_LABEL).map(String::as_str) == Some(PINNED_VALUE);
+                (i.name.as_str(), p)
+            })
+            .collect();
+        let (mut ok, mut failed) = (0, 0);
+        for (i, change) in changes {
+            let image = &images[i];
+            match client.update_labels(image, &change.labels()).await {
+                Ok(()) => {
+                    ok += 1;
+                    self.counters.writes[0].fetch_add(1, Ordering::Relaxed);
+                    pinned.insert(image.name.as_str(), matches!(change, LabelChange::Pin(_)));
+                    let recovered = self
+                        .failing
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(&image.name);
+                    if recovered {
+                        info!(image = %image.name, "Runtime pins: label written after earlier failures");
+                    }
+                    tracing::debug!(image = %image.name, ?change, "Runtime pins: label written");
+                }
+                Err(e) => {
+                    failed += 1;
+                    self.counters.writes[1].fetch_add(1, Ordering::Relaxed);
+                    let first = self
+                        .failing
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(image.name.clone());
+                    if first {
+                        warn!(image = %image.name, ?change, error = %e, "Runtime pins: label write failed; retrying every cycle (logged once)");
+                    }
+                }
+            }
+        }
+        let carried = keeps
+            .iter()
+            .map(|k| {
+                let any = k
+                    .names
+                    .iter()
+                    .any(|n| pinned.get(n.as_str()).copied().unwrap_or(false));
+                (k.key.clone(), any)
+            })
+            .collect();
+        *self
+            .carried
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = carried;
+        (ok, failed)
+    }
+
+    /// After the last reconcile: each kept image and whether containerd carries it as pinned.
+    pub fn carried(&self) -> BTreeMap<crate::model::RecordKey, bool> {
+        self.carried
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The metrics' sample; `None` while `auto` is undecided.
+    pub fn sample(&self) -> Option<super::metrics::RuntimePinsSample> {
+        let enabled = match self.state() {
+            PinsState::Undecided => return None,
+            PinsState::On => true,
+            PinsState::Off(_) => false,
+        };
+        Some(super::metrics::RuntimePinsSample {
+            enabled,
+            pinned_images: self.carried().values().filter(|c| **c).count() as u64,
+            writes: [0, 1].map(|i| self.counters.writes[i].load(Ordering::Relaxed)),
+        })
+    }
+}
+
+/// Removes both labels from every image name in containerd's `k8s.io` namespace that carries
+/// imagekeeper's own label, and from no other (the uninstall step: `imagekeeper
+/// remove-runtime-pins`). With `dry_run`, writes nothing. Returns the names, sorted.
+pub async fn remove_runtime_pin_labels(
+    client: &ContainerdImages,
+    dry_run: bool,
+) -> Result<Vec<String>, CriError> {
+    let mut removed = Vec::new();
+    for image in client.list().await? {
+        if !image.labels.contains_key(OWN_LABEL) {
+            continue;
+        }
+        if !dry_run {
+            client
+                .update_labels(&image, &LabelChange::Unpin.labels())
+                .await?;
+        }
+        removed.push(image.name);
+    }
+    removed.sort();
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,204 @@
+//! The runtime pins' plan and version gate, data-driven.
+
+use super::*;
+use crate::model::RecordKey;
+
+fn image(name: &str, labels: &[(&str, &str)]) -> LabelledImage {
+    LabelledImage {
+        name: name.to_owned(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..LabelledImage::default()
+    }
+}
+
+fn kept(names: &[&str], why: KeepReason) -> KeptImage {
+    KeptImage {
+        key: RecordKey::new(
+            format!("sha256:{}", names.first().copied().unwrap_or("x")),
+            "",
+        ),
+        names: names.iter().map(|n| (*n).to_owned()).collect(),
+        why,
+    }
+}
+
+const OURS_PIN: [(&str, &str); 2] = [(PINNED_LABEL, PINNED_VALUE), (OWN_LABEL, "pin")];
+
+#[test]
+fn the_plan_writes_only_differences_and_never_touches_a_pin_it_did_not_set() {
+    use KeepReason::*;
+    struct Case {
+        what: &'static str,
+        keeps: Vec<KeptImage>,
+        images: Vec<LabelledImage>,
+        want: Vec<(&'static str, LabelChange)>,
+    }
+    let cases = [
+        Case {
+            what: "every name of a kept image gets both labels",
+            keeps: vec![kept(&["r/a:1", "r/a@sha256:1"], Pin)],
+            images: vec![
+                image("r/a:1", &[]),
+                image("r/a@sha256:1", &[("io.cri-containerd.image", "managed")]),
+            ],
+            want: vec![
+                ("r/a:1", LabelChange::Pin(Pin)),
+                ("r/a@sha256:1", LabelChange::Pin(Pin)),
+            ],
+        },
+        Case {
+            what: "a steady cycle writes nothing",
+            keeps: vec![kept(&["r/a:1", "r/a@sha256:1"], Pin)],
+            images: vec![image("r/a:1", &OURS_PIN), image("r/a@sha256:1", &OURS_PIN)],
+            want: vec![],
+        },
+        Case {
+            what: "a name pinned by someone else (sandbox image, ctr images label) is carried and left alone",
+            keeps: vec![kept(&["r/pause:1"], SandboxImage)],
+            images: vec![image("r/pause:1", &[(PINNED_LABEL, PINNED_VALUE)])],
+            want: vec![],
+        },
+        Case {
+            what: "a pin someone else set on an image imagekeeper does not keep is never cleared",
+            keeps: vec![],
+            images: vec![
+                image("r/op:1", &[(PINNED_LABEL, PINNED_VALUE)]),
+                image("r/b:1", &[]),
+            ],
+            want: vec![],
+        },
+        Case {
+            what: "a keep that ended loses both labels where imagekeeper's own is present",
+            keeps: vec![],
+            images: vec![image("r/a:1", &OURS_PIN), image("r/a@sha256:1", &OURS_PIN)],
+            want: vec![
+                ("r/a:1", LabelChange::Unpin),
+                ("r/a@sha256:1", LabelChange::Unpin),
+            ],
+        },
+        Case {
+            what: "a moved tag keeps its pin and the old image's digest name loses it",
+            keeps: vec![kept(&["r/a:1", "r/a@sha256:2"], Pin)],
+            images: vec![
+                image("r/a:1", &OURS_PIN),
+                image("r/a@sha256:1", &OURS_PIN),
+                image("r/a@sha256:2", &[]),
+            ],
+            want: vec![
+                ("r/a@sha256:1", LabelChange::Unpin),
+                ("r/a@sha256:2", LabelChange::Pin(Pin)),
+            ],
+        },
+        Case {
+            what: "a changed reason rewrites imagekeeper's label",
+            keeps: vec![kept(&["r/w:1"], Warm)],
+            images: vec![image("r/w:1", &OURS_PIN)],
+            want: vec![("r/w:1", LabelChange::Pin(Warm))],
+        },
+        Case {
+            what: "imagekeeper's label with the pinned label removed by hand is pinned again",
+            keeps: vec![kept(&["r/a:1"], Pin)],
+            images: vec![image("r/a:1", &[(OWN_LABEL, "pin")])],
+            want: vec![("r/a:1", LabelChange::Pin(Pin))],
+        },
+        Case {
+            what: "a pinned label with another value is not a pin: imagekeeper sets its own",
+            keeps: vec![kept(&["r/a:1"], NoRepoDigest)],
+            images: vec![image("r/a:1", &[(PINNED_LABEL, "yes")])],
+            want: vec![("r/a:1", LabelChange::Pin(NoRepoDigest))],
+        },
+        Case {
+            what: "a kept name containerd does not store is skipped",
+            keeps: vec![kept(&["r/gone:1"], Pin)],
+            images: vec![image("r/other:1", &[])],
+            want: vec![],
+        },
+    ];
+    for case in cases {
+        let got: Vec<(&str, LabelChange)> = plan_label_changes(&case.keeps, &case.images)
+            .into_iter()
+            .map(|(i, c)| (case.images[i].name.as_str(), c))
+            .collect();
+        assert_eq!(got, case.want, "{}", case.what);
+    }
+}
+
+#[test]
+fn label_changes_set_both_labels_or_empty_both() {
+    assert_eq!(
+        LabelChange::Pin(KeepReason::Warm).labels(),
+        [(PINNED_LABEL, "pinned"), (OWN_LABEL, "warm")]
+    );
+    assert_eq!(
+        LabelChange::Unpin.labels(),
+        [(PINNED_LABEL, ""), (OWN_LABEL, "")]
+    );
+    assert_eq!(PINNED_LABEL, "io.cri-containerd.pinned");
+}
+
+#[test]
+fn only_containerd_1_7_3_and_later_carry_pins() {
+    let cases = [
+        ("containerd", "1.6.20~ds1", false),
+        ("containerd", "v1.7.2", false),
+        ("containerd", "v1.7.3", true),
+        ("containerd", "1.7.24~ds1", true),
+        ("containerd", "2.1.9+unknown", true),
+        ("containerd", "v2.4.2", true),
+        ("containerd", "devel", false),
+        ("cri-o", "1.33.0", false),
+    ];
+    for (name, version, carries) in cases {
+        let v = RuntimeVersion {
+            runtime_name: name.to_owned(),
+            runtime_version: version.to_owned(),
+            ..RuntimeVersion::default()
+        };
+        assert_eq!(
+            runtime_carries_pins(&v).is_ok(),
+            carries,
+            "{name} {version}"
+        );
+    }
+}
+
+#[test]
+fn auto_decides_once_and_an_unreachable_runtime_leaves_it_undecided() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime builds");
+    rt.block_on(async {
+        let pinner = RuntimePinner::new(RuntimePins::Auto, "unix:///nonexistent/containerd.sock")
+            .expect("a valid address");
+        assert_eq!(pinner.state(), PinsState::Undecided);
+        pinner.decide(Err(CriError::Rpc {
+            method: "Version",
+            code: RpcCode::Unavailable,
+            message: "connection refused".to_owned(),
+        }));
+        assert_eq!(pinner.state(), PinsState::Undecided);
+        pinner.decide(Ok(RuntimeVersion {
+            runtime_name: "containerd".to_owned(),
+            runtime_version: "1.6.20~ds1".to_owned(),
+            ..RuntimeVersion::default()
+        }));
+        assert!(matches!(pinner.state(), PinsState::Off(why) if why.contains("1.6.20")));
+        // Decided: a later answer changes nothing.
+        pinner.decide(Ok(RuntimeVersion {
+            runtime_name: "containerd".to_owned(),
+            runtime_version: "2.1.9".to_owned(),
+            ..RuntimeVersion::default()
+        }));
+        assert!(matches!(pinner.state(), PinsState::Off(_)));
+        let off = RuntimePinner::new(RuntimePins::Off, "unix:///x.sock").expect("valid");
+        assert!(matches!(off.state(), PinsState::Off(_)));
+        assert_eq!(
+            off.reconcile(&[kept(&["r/a:1"], KeepReason::Pin)]).await,
+            (0, 0)
+        );
+    });
+}
