@@ -11,7 +11,7 @@ use imagekeeper::gc::{ByteBudget, GcConfig, GcOrder, GcPolicy, ImageGcManager};
 use imagekeeper::model::{ImageId, RuntimeImage, UnixNanos};
 use imagekeeper::replay::ScriptedRuntime;
 use imagekeeper::sim::oracle::Oracle;
-use imagekeeper::sim::{Mutant, SimOptions, SimOutcome, mutants, run_seed};
+use imagekeeper::sim::{Mutant, SimOptions, SimOutcome, drawn_order, mutants, run_seed};
 use imagekeeper::store::Store;
 
 /// Seeds each check runs (the smoke budget of a mutant: it must fall in far fewer).
@@ -205,4 +205,31 @@ fn an_unpin_during_a_gc_cycle_makes_the_cycle_not_quiet() {
 #[test]
 fn a_failed_pin_over_one_in_force_may_have_replaced_it() {
     assert_seed_runs_clean(3495867603909010208);
+}
+
+/// Issue 39: the seeds (of 1..=3 * SEEDS) that run the predictive order keep every invariant
+/// (the space walk's order is predictive's by design, every rule that keeps an image is
+/// judged as under the kubelet's order), and the last-look mutant is caught on them too, so
+/// the oracle does judge those runs.
+#[test]
+fn the_predictive_order_keeps_every_invariant() {
+    let seeds: Vec<u64> = (1..=3 * SEEDS)
+        .filter(|s| drawn_order(*s) == GcOrder::Predictive)
+        .collect();
+    assert!(seeds.len() >= 10, "{seeds:?}");
+    for seed in &seeds {
+        let outcome = run(*seed, None);
+        assert!(
+            outcome.violation.is_none(),
+            "seed {seed}: {:?}",
+            outcome.violation.map(|v| v.message)
+        );
+    }
+    let caught = seeds
+        .iter()
+        .find_map(|seed| run(*seed, Some(Mutant::NoLastLook)).violation);
+    assert!(
+        caught.is_some_and(|v| v.message.starts_with("invariant 1:")),
+        "no last look caught on a predictive seed"
+    );
 }

@@ -23,6 +23,7 @@ pub(crate) mod metrics;
 mod pins;
 pub(crate) mod plan;
 mod policy;
+pub(crate) mod predictive;
 mod protect;
 mod space;
 mod watch;
@@ -33,7 +34,8 @@ pub use error::{GcError, aggregate};
 pub use evict::{Verdict, space_verdict};
 pub use explain::{
     Decision, ExplainContext, Explanation, FsSpace, ImageExplanation, PriorEviction, SpacePass,
-    explain, explain_in, explain_with_kubelet, note_adaptive_ranks, note_prior_evictions,
+    explain, explain_in, explain_with_kubelet, note_adaptive_ranks, note_predictive_ranks,
+    note_prior_evictions,
 };
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
 pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
@@ -41,6 +43,7 @@ pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
+pub use predictive::{Basis, Estimate, ImageHistory, PredictiveRank, rank_predictive};
 pub use protect::{
     Irreplaceable, PinView, Protection, Protections, pin_names, pin_view, pin_views, pinned_at,
     stored_image, stored_images,
