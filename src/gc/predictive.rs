@@ -257,7 +257,7 @@ fn rhythm(starts: &[i64]) -> Option<(i64, i64, u32)> {
         let regular = recent.windows(2).all(|w| {
             let d = w[1] - w[0];
             let k = (d + period / 2) / period;
-            k >= 1 && k <= 3 && (d - k * period).abs() <= tolerance
+            (1..=3).contains(&k) && (d - k * period).abs() <= tolerance
         });
         if regular {
             let newest = recent[recent.len() - 1];
