@@ -1,10 +1,12 @@
 //! `scripts/quality`: GC quality on the seeded corpus (`imagekeeper::simulate::corpus`). For each
-//! workload family, with and without agent restarts, runs every policy through
-//! `imagekeeper::simulate` and prints its `repulled_bytes` and the ratio to `clairvoyant`'s, then
-//! the targets of issue 26 with verdicts as `scripts/bench` prints them:
-//! `(target OP BOUND: ok|MISSED)`.
+//! workload family (issue 26's with and without agent restarts, issue 39's as they are), runs
+//! every policy through `imagekeeper::simulate` and prints its `repulled_bytes` and the ratio to
+//! `clairvoyant`'s, then the targets of issues 26 and 39 with verdicts as `scripts/bench`
+//! prints them: `(target OP BOUND: ok|MISSED)`.
 //!
-//! Usage: quality [--days D] [--seed S] [--write DIR]   (default: 7 days, seed 1)
+//! Usage: quality [--days D] [--seed S] [--write DIR] [--family NAME]...
+//! `--family` runs only the named families (repeatable; `ci+restarts` names a variant).
+//! (default: 7 days, seed 1)
 //! `--write DIR` also writes each workload to DIR/<family>.jsonl, for `imagekeeper simulate`.
 
 use std::collections::BTreeMap;
@@ -21,6 +23,7 @@ fn main() -> ExitCode {
     let mut days = 7.0;
     let mut seed = 1u64;
     let mut write: Option<std::path::PathBuf> = None;
+    let mut only: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let value = args.next();
@@ -30,8 +33,9 @@ fn main() -> ExitCode {
             }
             ("--seed", Some(v)) if v.parse::<u64>().is_ok() => seed = v.parse().unwrap_or(seed),
             ("--write", Some(v)) => write = Some(v.into()),
+            ("--family", Some(v)) => only.push(v),
             _ => {
-                eprintln!("usage: quality [--days D] [--seed S] [--write DIR]");
+                eprintln!("usage: quality [--days D] [--seed S] [--write DIR] [--family NAME]...");
                 return ExitCode::from(2);
             }
         }
@@ -46,12 +50,20 @@ fn main() -> ExitCode {
     let mut results: BTreeMap<String, Vec<Outcome>> = BTreeMap::new();
     let mut names = Vec::new();
     for family in Family::ALL {
-        for restarts in [false, true] {
+        let variants: &[bool] = if family.with_restart_variant() {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        for &restarts in variants {
             let name = format!(
                 "{}{}",
                 family.as_str(),
                 if restarts { "+restarts" } else { "" }
             );
+            if !only.is_empty() && !only.contains(&name) {
+                continue;
+            }
             let workload = generate(family, seed, days, restarts);
             if let Some(dir) = &write {
                 let path = dir.join(format!("{name}.jsonl"));
@@ -111,6 +123,7 @@ fn main() -> ExitCode {
         );
     };
     let mut adaptive_wins = 0;
+    let mut predictive_wins = 0;
     for name in &names {
         let get = |p: &str| {
             results[name]
@@ -148,7 +161,48 @@ fn main() -> ExitCode {
         if (a as f64) <= 0.8 * k as f64 {
             adaptive_wins += 1;
         }
+        // Issue 39: predictive within 2 % of (or below) both the kubelet's order and
+        // adaptive on every workload; near clairvoyant on the periodic and drifting ones.
+        let p = get("predictive");
+        verdict(
+            format!("{name} predictive repulled"),
+            gb(p),
+            "<=",
+            format!("1.02 x kubelet {}", gb(k)),
+            p as f64 <= 1.02 * k as f64,
+        );
+        verdict(
+            format!("{name} predictive repulled"),
+            gb(p),
+            "<=",
+            format!("1.02 x adaptive {}", gb(a)),
+            p as f64 <= 1.02 * a as f64,
+        );
+        let near = match name.as_str() {
+            "periodic" => Some(1.3),
+            "drift" => Some(1.5),
+            _ => None,
+        };
+        if let Some(bound) = near {
+            verdict(
+                format!("{name} predictive repulled"),
+                gb(p),
+                "<=",
+                format!("{bound} x clairvoyant {}", gb(c)),
+                p as f64 <= bound * c as f64,
+            );
+        }
+        if (p as f64) <= 0.7 * k as f64 {
+            predictive_wins += 1;
+        }
     }
+    verdict(
+        "workloads where predictive repulled <= 0.7 x kubelet".to_owned(),
+        predictive_wins.to_string(),
+        ">=",
+        "3".to_owned(),
+        predictive_wins >= 3,
+    );
     verdict(
         "workloads where adaptive repulled <= 0.8 x kubelet".to_owned(),
         adaptive_wins.to_string(),

@@ -11,7 +11,7 @@ use imagekeeper::gc::{ByteBudget, GcConfig, GcOrder, GcPolicy, ImageGcManager};
 use imagekeeper::model::{ImageId, RuntimeImage, UnixNanos};
 use imagekeeper::replay::ScriptedRuntime;
 use imagekeeper::sim::oracle::Oracle;
-use imagekeeper::sim::{Mutant, SimOptions, SimOutcome, mutants, run_seed};
+use imagekeeper::sim::{Mutant, SimOptions, SimOutcome, drawn_order, mutants, run_seed};
 use imagekeeper::store::Store;
 
 /// Seeds each check runs (the smoke budget of a mutant: it must fall in far fewer).
@@ -252,5 +252,32 @@ async fn the_high_100_traces_catch_the_space_pass_turned_off_whatever_max_age() 
             "high_100_with_max_age_and_a_budget_frees_the_larger_need",
             "high_100_with_max_age_frees_a_full_disk_only",
         ]
+    );
+}
+
+/// Issue 39: the seeds (of 1..=3 * SEEDS) that run the predictive order keep every invariant
+/// (the space walk's order is predictive's by design, every rule that keeps an image is
+/// judged as under the kubelet's order), and the last-look mutant is caught on them too, so
+/// the oracle does judge those runs.
+#[test]
+fn the_predictive_order_keeps_every_invariant() {
+    let seeds: Vec<u64> = (1..=3 * SEEDS)
+        .filter(|s| drawn_order(*s) == GcOrder::Predictive)
+        .collect();
+    assert!(seeds.len() >= 10, "{seeds:?}");
+    for seed in &seeds {
+        let outcome = run(*seed, None);
+        assert!(
+            outcome.violation.is_none(),
+            "seed {seed}: {:?}",
+            outcome.violation.map(|v| v.message)
+        );
+    }
+    let caught = seeds
+        .iter()
+        .find_map(|seed| run(*seed, Some(Mutant::NoLastLook)).violation);
+    assert!(
+        caught.is_some_and(|v| v.message.starts_with("invariant 1:")),
+        "no last look caught on a predictive seed"
     );
 }

@@ -24,13 +24,15 @@
 //! n (`scripts/bench --detect`), `IMAGEKEEPER_BENCH_ONLY=rss` only the peak RSS figures
 //! (`scripts/bench --rss`), `IMAGEKEEPER_BENCH_ONLY=node` only what an ordinary node pays
 //! (`scripts/bench --node`; `IMAGEKEEPER_BENCH_NODE_SECS` sets its window, 300 s by
-//! default, 60 s with `--quick`).
+//! default, 60 s with `--quick`), `IMAGEKEEPER_BENCH_ONLY=predictive` only the predictive
+//! order's ranking per space walk at 2k and 100k images (`scripts/bench --predictive`).
 
 mod bytes;
 mod detect;
 mod lab;
 mod node;
 mod plan;
+mod predictive;
 mod report;
 mod rss;
 mod runtime;
@@ -93,6 +95,7 @@ fn main() {
         Some("detect") => detect_only(&work, &timing, &mut figures),
         Some("rss") => rss_figures(&work, &synth_node(100_000, SEED), &mut figures),
         Some("node") => node_figures(&work, &timing, &mut figures),
+        Some("predictive") => predictive::figures(&work, &timing, &mut figures),
         // `scripts/bench --commit`: the store's commit figures only (`store_figures`).
         Some("commit") => {}
         _ => all_figures(&work, &timing, &mut figures),
@@ -138,6 +141,8 @@ fn all_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
         .configure_from_args();
     let mut nodes: Vec<plan::PlanNode> = SIZES.iter().map(|&n| plan::build(n, work)).collect();
     plan::figures(&nodes, &mut criterion, timing, figures);
+    drop(criterion);
+    predictive::figures(work, timing, figures);
 
     let node100k = nodes.pop().expect("the 100k node");
     let path100k = node100k.store.path().to_owned();

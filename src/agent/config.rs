@@ -430,7 +430,7 @@ pub const CONFIG_FIELDS: &[ConfigField] = &[
         kubelet: None,
         default: |c| c.gc.order.as_str().to_owned(),
         on_reload: OnReload::Applied,
-        help: "The order the space pass removes images in: `kubelet-order` (least recently used first, as the kubelet) or `adaptive` (one-off images first, then images by how likely they are to come back; see the GC quality section of the design chapter).",
+        help: "The order the space pass removes images in: `kubelet-order` (least recently used first, as the kubelet), `adaptive` (one-off images first, then images by how likely they are to come back) or `predictive` (the furthest estimated next use first, from each image's own use and pull history); see the GC quality section of the design chapter.",
     },
     ConfigField {
         key: "journalMaxAge",
@@ -1267,7 +1267,7 @@ fn resolve_runtime_pins(
     }
 }
 
-/// The space walk's order: `kubelet-order` (the default) or `adaptive`.
+/// The space walk's order: `kubelet-order` (the default), `adaptive` or `predictive`.
 fn resolve_gc_order(
     file: &FileConfig,
     flags: &FlagValues,
@@ -1282,9 +1282,10 @@ fn resolve_gc_order(
         None => Ok(GcOrder::KubeletOrder),
         Some((v, _)) if v == "kubelet-order" => Ok(GcOrder::KubeletOrder),
         Some((v, _)) if v == "adaptive" => Ok(GcOrder::Adaptive),
+        Some((v, _)) if v == "predictive" => Ok(GcOrder::Predictive),
         Some((v, from)) => Err(invalid(
             from,
-            format!("{v:?} is neither kubelet-order nor adaptive"),
+            format!("{v:?} is none of kubelet-order, adaptive, predictive"),
         )),
     }
 }
@@ -2149,7 +2150,8 @@ mod tests {
         assert!(resolve(&file("maxParallelImagePulls = 5\n"), &flags).is_err());
     }
 
-    /// `imageGCPolicy` / `--image-gc-policy`: kubelet-order by default, adaptive when set,
+    /// `imageGCPolicy` / `--image-gc-policy`: kubelet-order by default, adaptive or
+    /// predictive when set,
     /// the flag over the file, anything else refused naming where it came from.
     #[test]
     fn image_gc_policy_from_flags_or_file() {
@@ -2164,14 +2166,18 @@ mod tests {
         };
         let c = resolve(&file, &flags).expect("valid");
         assert_eq!(c.gc.order, GcOrder::KubeletOrder, "the flag wins");
+        let file: FileConfig = toml::from_str("imageGCPolicy = \"predictive\"\n").expect("toml");
+        let c = resolve(&file, &FlagValues::default()).expect("valid");
+        assert_eq!(c.gc.order, GcOrder::Predictive);
         let flags = FlagValues {
             image_gc_policy: Some("lru".into()),
             ..FlagValues::default()
         };
         let err = resolve(&FileConfig::default(), &flags).expect_err("bad flag");
         assert!(
-            err.to_string()
-                .contains("--image-gc-policy: \"lru\" is neither kubelet-order nor adaptive"),
+            err.to_string().contains(
+                "--image-gc-policy: \"lru\" is none of kubelet-order, adaptive, predictive"
+            ),
             "{err}"
         );
         let file: FileConfig = toml::from_str("imageGCPolicy = \"gdsf\"\n").expect("toml");

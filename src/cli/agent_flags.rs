@@ -98,9 +98,10 @@ pub struct AgentFlags {
     #[arg(long, value_name = "ENDPOINT")]
     pub containerd_address: Option<String>,
     /// The order the space pass removes images in: kubelet-order (least recently used
-    /// first, as the kubelet) or adaptive (one-off images first, then by how likely each is
-    /// to come back) [default: kubelet-order].
-    #[arg(long, value_name = "kubelet-order|adaptive")]
+    /// first, as the kubelet), adaptive (one-off images first, then by how likely each is
+    /// to come back) or predictive (the furthest estimated next use first, from each image's
+    /// history) [default: kubelet-order].
+    #[arg(long, value_name = "kubelet-order|adaptive|predictive")]
     pub image_gc_policy: Option<String>,
     /// How long the eviction journal keeps a removal, Go syntax [default: 720h].
     #[arg(long, value_name = "DURATION")]

@@ -53,7 +53,8 @@ enum Command {
     /// Run the real GC manager and a real store against a scripted runtime (a trace).
     Replay(replay::ReplayArgs),
     /// What each GC policy would cost a workload in bytes pulled again: the real GC manager
-    /// over a workload trace (kubelet, imagekeeper, adaptive, and a clairvoyant reference).
+    /// over a workload trace (kubelet, imagekeeper, adaptive, predictive, and a clairvoyant
+    /// reference).
     Simulate(simulate::SimulateArgs),
     /// Read the record database offline or beside a running agent; never writes it.
     Inspect(inspect::InspectArgs),

@@ -20,8 +20,8 @@ pub struct SimulateArgs {
     /// The workload: JSON lines (a `node` line, then `run` and `restart` lines sorted by
     /// `at`), or `-` for stdin.
     workload: PathBuf,
-    /// A policy to run: kubelet, imagekeeper, adaptive, clairvoyant (repeatable; the output
-    /// keeps the order given) [default: all four].
+    /// A policy to run: kubelet, imagekeeper, adaptive, predictive, clairvoyant (repeatable;
+    /// the output keeps the order given) [default: all five].
     #[arg(long = "policy", value_enum, value_name = "POLICY")]
     policies: Vec<PolicyArg>,
     /// Output format: table (with each policy's re-pulled bytes as a ratio of clairvoyant's)
@@ -35,6 +35,7 @@ enum PolicyArg {
     Kubelet,
     Imagekeeper,
     Adaptive,
+    Predictive,
     Clairvoyant,
 }
 
@@ -44,6 +45,7 @@ impl From<PolicyArg> for SimPolicy {
             PolicyArg::Kubelet => SimPolicy::Kubelet,
             PolicyArg::Imagekeeper => SimPolicy::Imagekeeper,
             PolicyArg::Adaptive => SimPolicy::Adaptive,
+            PolicyArg::Predictive => SimPolicy::Predictive,
             PolicyArg::Clairvoyant => SimPolicy::Clairvoyant,
         }
     }

@@ -1,6 +1,7 @@
 //! The order the space walk removes images in: the kubelet's (least recently used first, the
-//! store's eviction index read lazily; the default, `kubelet-order`) or imagekeeper's opt-in
-//! `adaptive` order.
+//! store's eviction index read lazily; the default, `kubelet-order`), imagekeeper's opt-in
+//! `adaptive` order, or the opt-in `predictive` one (`gc/predictive.rs`, which falls back to
+//! `adaptive`'s classes on ties).
 //!
 //! `adaptive` is a segmented order in the spirit of 2Q (Johnson and Shasha, 1994) and of the
 //! idea LRU-K and ARC share (one use is weak evidence of the next), built from what imagekeeper
@@ -49,6 +50,9 @@ pub enum GcOrder {
     KubeletOrder,
     /// imagekeeper's adaptive order (see the module's documentation).
     Adaptive,
+    /// imagekeeper's predictive order: the furthest estimated next use first, from each
+    /// image's own history (`gc/predictive.rs`).
+    Predictive,
 }
 
 impl GcOrder {
@@ -56,6 +60,7 @@ impl GcOrder {
         match self {
             GcOrder::KubeletOrder => "kubelet-order",
             GcOrder::Adaptive => "adaptive",
+            GcOrder::Predictive => "predictive",
         }
     }
 }
@@ -105,7 +110,7 @@ impl AdaptiveRank {
 
     /// The sort key: superseded first, then one-off, then reused (returns do not order the
     /// reused); the kubelet's order within.
-    fn class(&self) -> u8 {
+    pub(crate) fn class(&self) -> u8 {
         if self.superseded.is_some() {
             0
         } else if self.one_off {

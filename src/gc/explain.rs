@@ -26,6 +26,7 @@ use super::GcPolicy;
 use super::adaptive::AdaptiveRank;
 use super::evict::{Verdict, past_max_age, protection_verdict, space_verdict, unused_since};
 use super::kubelet::KubeletView;
+use super::predictive::PredictiveRank;
 use super::protect::{Protection, Protections};
 use super::space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
@@ -150,6 +151,10 @@ pub struct ImageExplanation {
     /// Under `imageGCPolicy = "adaptive"`: where the adaptive order puts it, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveRank>,
+    /// Under `imageGCPolicy = "predictive"`: the estimate of its next use, what it came from,
+    /// and the adaptive class that breaks ties.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predictive: Option<PredictiveRank>,
     /// The reason, for people.
     pub reason: String,
 }
@@ -202,6 +207,22 @@ pub fn note_adaptive_ranks(
             image.reason.push_str("; ");
             image.reason.push_str(&rank.describe());
             image.adaptive = Some(rank.clone());
+        }
+    }
+}
+
+/// Notes on each explained image its place in the predictive order (`ranks`, by key): its
+/// estimate and what it came from, in its reason. The explanation's images must be in that
+/// order (their `rank` is then the predictive rank).
+pub fn note_predictive_ranks(
+    explanation: &mut Explanation,
+    ranks: &std::collections::BTreeMap<RecordKey, PredictiveRank>,
+) {
+    for image in &mut explanation.images {
+        if let Some(rank) = ranks.get(&image.key) {
+            image.reason.push_str("; ");
+            image.reason.push_str(&rank.describe());
+            image.predictive = Some(rank.clone());
         }
     }
 }
@@ -466,6 +487,7 @@ pub fn explain_in(
                 evicted_before: None,
                 protection: protection.cloned(),
                 adaptive: None,
+                predictive: None,
                 reason: String::new(),
             }
         })

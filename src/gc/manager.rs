@@ -59,12 +59,13 @@ use super::detect::{
 use super::evict::{Verdict, past_max_age};
 use super::explain::{
     Decision, ExplainContext, Explanation, FsSpace, explain_in, note_adaptive_ranks,
-    note_prior_evictions,
+    note_predictive_ranks, note_prior_evictions,
 };
 use super::kubelet::{KubeletView, intent_names, pulled_since};
 use super::metrics::{GcMetrics, RemovalReason, RescueReason};
 use super::pins::PinPatterns;
 use super::plan::SpaceWalk;
+use super::predictive::{self, PredictiveRank};
 use super::protect::{Irreplaceable, Protections, pinned_at};
 use super::space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 use super::watch::WatchHistory;
@@ -1402,7 +1403,18 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         // DeleteUnusedImages removes every eligible image: it keeps the index's order.
         let delete_unused = matches!(goal.bytes, Some((_, RemovalReason::Unused, _)));
         let ranked = match settings.config.order {
-            GcOrder::Adaptive if !delete_unused => Some(self.adaptive_order(&view.listed)?),
+            GcOrder::Adaptive if !delete_unused => Some(
+                self.adaptive_order(&view.listed)?
+                    .into_iter()
+                    .map(|(r, _)| r)
+                    .collect::<Vec<_>>(),
+            ),
+            GcOrder::Predictive if !delete_unused => Some(
+                self.predictive_order(&view.listed, free_time)?
+                    .into_iter()
+                    .map(|(r, _)| r)
+                    .collect::<Vec<_>>(),
+            ),
             _ => None,
         };
         'walk: loop {
@@ -1417,7 +1429,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             let step = match &ranked {
                 None => walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?,
                 Some(ranked) => walk.step_entries(
-                    ranked.iter().skip(walked).map(|(r, _)| Ok(r.clone())),
+                    ranked.iter().skip(walked).map(|r| Ok(r.clone())),
                     freed,
                     WALK_CHUNK,
                 )?,
@@ -1493,6 +1505,30 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             }
         }
         Ok(adaptive::rank(records, &returns, &tags))
+    }
+
+    /// The listed images with a record, in the predictive order at `now`
+    /// (`predictive.rs`): the journal, the use and the pull histories read once each.
+    fn predictive_order(
+        &self,
+        listed: &ListedImages,
+        now: UnixNanos,
+    ) -> Result<Vec<(StoredRecord, PredictiveRank)>, GcError> {
+        let journal = self.store.journal()?;
+        let uses = self.store.uses()?;
+        let pulls = self.store.pulls()?;
+        let mut records = Vec::new();
+        let mut tags = BTreeMap::new();
+        for image in listed.iter() {
+            let key = image.record_key();
+            if let Some(record) = self.store.get(&key)? {
+                tags.insert(key.clone(), image.repo_tags().to_strings());
+                records.push(StoredRecord { key, record });
+            }
+        }
+        Ok(predictive::rank_predictive(
+            records, &journal, &tags, &uses, &pulls, now,
+        ))
     }
 
     /// The last look at one victim, right before its RemoveImage: whether a container (the
@@ -1674,6 +1710,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .collect();
         let journal = self.store.journal()?;
         let mut ranks = BTreeMap::new();
+        let mut predictive_ranks = BTreeMap::new();
         match settings.config.order {
             GcOrder::KubeletOrder => ordered.sort_by(|a, b| {
                 (a.record.last_used, a.record.first_detected, &a.key).cmp(&(
@@ -1691,6 +1728,25 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 ordered = Vec::with_capacity(ranked.len());
                 for (record, rank) in ranked {
                     ranks.insert(record.key.clone(), rank);
+                    ordered.push(record);
+                }
+            }
+            GcOrder::Predictive => {
+                let tags = listed
+                    .iter()
+                    .map(|i| (i.record_key(), i.repo_tags().to_strings()))
+                    .collect();
+                let ranked = predictive::rank_predictive(
+                    ordered,
+                    &journal,
+                    &tags,
+                    &self.store.uses()?,
+                    &self.store.pulls()?,
+                    now,
+                );
+                ordered = Vec::with_capacity(ranked.len());
+                for (record, rank) in ranked {
+                    predictive_ranks.insert(record.key.clone(), rank);
                     ordered.push(record);
                 }
             }
@@ -1726,6 +1782,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         );
         note_prior_evictions(&mut explanation, &journal);
         note_adaptive_ranks(&mut explanation, &ranks);
+        note_predictive_ranks(&mut explanation, &predictive_ranks);
         let removals = explanation
             .images
             .iter()

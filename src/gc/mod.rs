@@ -24,6 +24,7 @@ mod pin_request;
 mod pins;
 pub(crate) mod plan;
 mod policy;
+pub(crate) mod predictive;
 mod protect;
 mod space;
 mod watch;
@@ -34,7 +35,8 @@ pub use error::{GcError, aggregate};
 pub use evict::{Verdict, space_verdict};
 pub use explain::{
     Decision, ExplainContext, Explanation, FsSpace, ImageExplanation, PriorEviction, SpacePass,
-    explain, explain_in, explain_with_kubelet, note_adaptive_ranks, note_prior_evictions,
+    explain, explain_in, explain_with_kubelet, note_adaptive_ranks, note_predictive_ranks,
+    note_prior_evictions,
 };
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
 pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
@@ -43,6 +45,7 @@ pub use pin_request::{MAX_RUNTIME_HANDLER_BYTES, PinRequestError, check_pin_requ
 pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
+pub use predictive::{Basis, Estimate, ImageHistory, PredictiveRank, rank_predictive};
 pub use protect::{
     Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, pin_names, pin_view,
     pin_views, pinned_at, stored_image, stored_images,

@@ -21,9 +21,9 @@
 //! 5. Order: within one cycle, MaxAge removals come first, and each pass removes in strictly
 //!    increasing (last_used, first_detected, key) of the records as they were when each
 //!    RemoveImage was issued; (judged by the driver, on a quiet cycle) no eligible image that
-//!    comes before the walk's last removal is left. Under `imageGCPolicy = "adaptive"` the
-//!    space walk's passes (space, budget, inodes) follow the adaptive order by design
-//!    (`gc/adaptive.rs`), so their order is not judged; MaxAge and DeleteUnusedImages still
+//!    comes before the walk's last removal is left. Under `imageGCPolicy = "adaptive"` or
+//!    `"predictive"` the space walk's passes (space, budget, inodes) follow that order by
+//!    design (`gc/adaptive.rs`, `gc/predictive.rs`), so their order is not judged; MaxAge and DeleteUnusedImages still
 //!    are, and every other invariant holds unchanged.
 //! 6. Inodes and budget (issue 28): an inode removal is issued only while the cycle's last
 //!    reading of the filesystem showed inode use above the low inode threshold (so the walk
@@ -231,7 +231,7 @@ impl Oracle {
                 removal.reason,
                 RemovalReason::Space | RemovalReason::Budget | RemovalReason::Inodes
             );
-            if walk && order == GcOrder::Adaptive {
+            if walk && order != GcOrder::KubeletOrder {
                 continue;
             }
             let order = (record.last_used, record.first_detected, removal.key.clone());

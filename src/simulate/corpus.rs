@@ -1,7 +1,9 @@
 //! Seeded workload families for `scripts/quality` (issue 26's corpus): a CI node, an AI node
-//! and a web node, each with or without agent restarts every few hours. Pure: the same family,
-//! seed and length give the same workload, byte for byte (a splitmix64 generator of its own,
-//! no dependency, no clock).
+//! and a web node, each with or without agent restarts every few hours; and issue 39's
+//! families, where history matters differently: periodic big images, bursty CI with a long
+//! tail of one-offs, a drifting mix, a node restarted often. Pure: the same family, seed and
+//! length give the same workload, byte for byte (a splitmix64 generator of its own, seeded
+//! with the seed and the family, no dependency, no clock).
 
 use std::time::Duration;
 
@@ -25,17 +27,48 @@ pub enum Family {
     Ai,
     /// Zipf popularity over a few hundred images, with rolling version upgrades.
     Web,
+    /// Issue 39: big images each used at its own hour every day beside a few small services
+    /// (a cyclic pattern: the least recently used big image is the one needed next).
+    Periodic,
+    /// Issue 39: bursty CI (pipelines in working hours, few at night) over a hot set of tools,
+    /// with a long tail of one-off images (each pull request's own build).
+    BurstyCi,
+    /// Issue 39: a mix that drifts: each day a new window of images is hot, yesterday's go
+    /// cold (a few come back now and then).
+    Drift,
+    /// Issue 39: a node restarted often (every 20 to 60 minutes) under a mixed workload: a
+    /// Zipf set, two nightly jobs, one-off images.
+    Restarted,
 }
 
 impl Family {
-    pub const ALL: [Family; 3] = [Family::Ci, Family::Ai, Family::Web];
+    /// The families `scripts/quality` runs: issue 26's three, then issue 39's four.
+    pub const ALL: [Family; 7] = [
+        Family::Ci,
+        Family::Ai,
+        Family::Web,
+        Family::Periodic,
+        Family::BurstyCi,
+        Family::Drift,
+        Family::Restarted,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Family::Ci => "ci",
             Family::Ai => "ai",
             Family::Web => "web",
+            Family::Periodic => "periodic",
+            Family::BurstyCi => "bursty-ci",
+            Family::Drift => "drift",
+            Family::Restarted => "restarted",
         }
+    }
+
+    /// Whether `scripts/quality` also runs the family with agent restarts every 2 to 5 hours
+    /// (`+restarts`): issue 26's families; `restarted` restarts on its own.
+    pub fn with_restart_variant(self) -> bool {
+        matches!(self, Family::Ci | Family::Ai | Family::Web)
     }
 }
 
@@ -238,6 +271,150 @@ pub fn generate(family: Family, seed: u64, days: f64, restarts: bool) -> Workloa
             }
             node(120 * GB, 20 * GB, 100 * MB)
         }
+        Family::Periodic => {
+            // 8 images of 8-20 GB, image i used every day from 03:00 * i (+ up to 30 minutes)
+            // for 1-2 hours; 20 services of 100-300 MB, one every 2 minutes by Zipf(1.0),
+            // 5-20 minutes each. 100 GB (20 GB other use): about 5 of the 8 fit.
+            let big: Vec<u64> = (0..8)
+                .map(|_| (rng.range(8.0, 20.0) * GB as f64) as u64)
+                .collect();
+            let mut day = 0.0;
+            while day < end {
+                for (i, size) in big.iter().enumerate() {
+                    let at = day + 3.0 * HOUR * i as f64 + rng.range(0.0, 0.5 * HOUR);
+                    events.push((
+                        at,
+                        run(
+                            format!("nightly/job-{i}:1"),
+                            *size,
+                            rng.range(1.0, 2.0) * HOUR,
+                        ),
+                    ));
+                }
+                day += DAY;
+            }
+            small_services(&mut rng, &mut events, end, "svc", 20, 120.0);
+            node(100 * GB, 20 * GB, 200 * MB)
+        }
+        Family::BurstyCi => {
+            // 30 tools of 0.5-2.5 GB; a pipeline every 4 minutes on average from 08:00 to
+            // 18:00 (the workload starts at 08:00), every 40 minutes at night, each running 1-3
+            // tools by Zipf(1.0) for 2-10 minutes; 40 % of pipelines also build their own
+            // one-off image of 1-4 GB. 60 GB (10 GB other use): the tools alone nearly fill it.
+            let tools: Vec<u64> = (0..30)
+                .map(|_| (rng.range(0.5, 2.5) * GB as f64) as u64)
+                .collect();
+            let cdf = zipf(tools.len(), 1.0);
+            let (mut t, mut pr) = (0.0, 0u64);
+            while t < end {
+                // The workload starts at 08:00.
+                let hour = ((t + 8.0 * HOUR) % DAY) / HOUR;
+                t += rng.gap(if (8.0..18.0).contains(&hour) {
+                    240.0
+                } else {
+                    2400.0
+                });
+                for k in 0..1 + rng.below(3) {
+                    let i = draw(&cdf, &mut rng);
+                    events.push((
+                        t + 5.0 * k as f64,
+                        run(format!("ci/tool-{i}:1"), tools[i], rng.range(120.0, 600.0)),
+                    ));
+                }
+                if rng.unit() < 0.4 {
+                    events.push((
+                        t + 20.0,
+                        run(
+                            format!("ci/pr-{pr}:1"),
+                            (rng.range(1.0, 4.0) * GB as f64) as u64,
+                            rng.range(120.0, 600.0),
+                        ),
+                    ));
+                    pr += 1;
+                }
+            }
+            node(60 * GB, 10 * GB, 100 * MB)
+        }
+        Family::Drift => {
+            // 240 images of 0.5-3 GB; on day d the hot window is images 20 d .. 20 d + 30,
+            // one run every 60 s by Zipf(0.8) within it; 10 % of runs go to any image seen
+            // before (an old one coming back). 60 GB (10 GB other use).
+            let sizes: Vec<u64> = (0..240)
+                .map(|_| (rng.range(0.5, 3.0) * GB as f64) as u64)
+                .collect();
+            let cdf = zipf(30, 0.8);
+            let mut t = 0.0;
+            while t < end {
+                t += rng.gap(60.0);
+                let day = (t / DAY) as usize;
+                let first = (20 * day) % (sizes.len() - 30);
+                let i = if rng.unit() < 0.1 && first > 0 {
+                    rng.below(first)
+                } else {
+                    first + draw(&cdf, &mut rng)
+                };
+                events.push((
+                    t,
+                    run(
+                        format!("drift/app-{i}:1"),
+                        sizes[i],
+                        rng.range(300.0, 1800.0),
+                    ),
+                ));
+            }
+            node(60 * GB, 10 * GB, 100 * MB)
+        }
+        Family::Restarted => {
+            // 60 services of 0.3-2 GB by Zipf(1.0), one every 90 s for 5-30 minutes; two
+            // nightly jobs of 10 GB at 01:00 and 04:00; a one-off image of 1-3 GB every
+            // 20 minutes; the agent restarts every 20 to 60 minutes.
+            let sizes: Vec<u64> = (0..60)
+                .map(|_| (rng.range(0.3, 2.0) * GB as f64) as u64)
+                .collect();
+            let cdf = zipf(sizes.len(), 1.0);
+            let mut t = 0.0;
+            while t < end {
+                t += rng.gap(90.0);
+                let i = draw(&cdf, &mut rng);
+                events.push((
+                    t,
+                    run(
+                        format!("mixed/svc-{i}:1"),
+                        sizes[i],
+                        rng.range(300.0, 1800.0),
+                    ),
+                ));
+            }
+            let mut day = 0.0;
+            while day < end {
+                for (j, hour) in [1.0, 4.0].iter().enumerate() {
+                    events.push((
+                        day + hour * HOUR + rng.range(0.0, 600.0),
+                        run(format!("mixed/nightly-{j}:1"), 10 * GB, HOUR),
+                    ));
+                }
+                day += DAY;
+            }
+            let (mut t, mut k) = (0.0, 0u64);
+            while t < end {
+                t += rng.range(600.0, 1800.0);
+                events.push((
+                    t,
+                    run(
+                        format!("mixed/once-{k}:1"),
+                        (rng.range(1.0, 3.0) * GB as f64) as u64,
+                        rng.range(60.0, 600.0),
+                    ),
+                ));
+                k += 1;
+            }
+            let mut t = rng.range(1200.0, 3600.0);
+            while t < end {
+                events.push((t, WorkloadOp::Restart));
+                t += rng.range(1200.0, 3600.0);
+            }
+            node(70 * GB, 10 * GB, 100 * MB)
+        }
     };
     if restarts {
         let mut t = rng.range(2.0, 5.0) * HOUR;
@@ -259,6 +436,35 @@ pub fn generate(family: Family, seed: u64, days: f64, restarts: bool) -> Workloa
             .into_iter()
             .map(|(at, op)| WorkloadLine { line: 0, at, op })
             .collect(),
+    }
+}
+
+/// `n` small services of 100-300 MB, one run every `mean_gap` seconds on average by
+/// Zipf(1.0), 5-20 minutes each.
+fn small_services(
+    rng: &mut Rng,
+    events: &mut Vec<(f64, WorkloadOp)>,
+    end: f64,
+    prefix: &str,
+    n: usize,
+    mean_gap: f64,
+) {
+    let sizes: Vec<u64> = (0..n)
+        .map(|_| (rng.range(100.0, 300.0) * MB as f64) as u64)
+        .collect();
+    let cdf = zipf(n, 1.0);
+    let mut t = 0.0;
+    while t < end {
+        t += rng.gap(mean_gap);
+        let i = draw(&cdf, rng);
+        events.push((
+            t,
+            WorkloadOp::Run {
+                image: format!("{prefix}/small-{i}:1"),
+                size: sizes[i],
+                for_s: ms(rng.range(300.0, 1200.0)),
+            },
+        ));
     }
 }
 
@@ -302,11 +508,27 @@ mod tests {
             let again = parse_workload(&text).expect("a generated workload parses");
             assert_eq!(again.to_string(), text, "{family:?}");
             let outcomes = simulate(&workload, &SimPolicy::ALL).await.expect("runs");
-            assert_eq!(outcomes.len(), 4);
+            assert_eq!(outcomes.len(), SimPolicy::ALL.len());
             for o in &outcomes {
                 assert_eq!(o.first_pulls, outcomes[0].first_pulls, "{family:?} {o:?}");
                 assert_eq!(o.repulls, o.pulls - o.first_pulls, "{family:?} {o:?}");
             }
         }
+    }
+
+    /// Issue 39: on the periodic family (2.5 days: the rhythm shows from the second day) the
+    /// predictive order re-pulls less than the kubelet's, whose least recently used big
+    /// image is the one needed next; and the same workload gives the same outcome twice.
+    #[tokio::test]
+    async fn predictive_learns_the_periodic_family_and_runs_the_same_twice() {
+        let workload = generate(Family::Periodic, 1, 2.5, false);
+        let policies = [SimPolicy::Kubelet, SimPolicy::Predictive];
+        let first = simulate(&workload, &policies).await.expect("runs");
+        let again = simulate(&workload, &policies).await.expect("runs");
+        assert_eq!(first, again);
+        assert!(
+            first[1].repulled_bytes < first[0].repulled_bytes,
+            "{first:?}"
+        );
     }
 }

@@ -31,7 +31,9 @@
 //! Policies ([`SimPolicy`]): `kubelet` records uses only at detect and loses its records at a
 //! restart (a new store), as the kubelet's in-memory ImageGCManager does; `imagekeeper` also
 //! marks at the pull and at the container's creation (the container event) and keeps its
-//! store across restarts; `adaptive` is `imagekeeper` with [`GcOrder::Adaptive`];
+//! store across restarts (the container event also opens the image's use interval, as
+//! the agent's does); `adaptive` is `imagekeeper` with [`GcOrder::Adaptive`], `predictive`
+//! with [`GcOrder::Predictive`];
 //! `clairvoyant` is no manager at all but a reference run by this driver: knowing the future,
 //! when space is needed it removes the unused image whose next use is farthest (never used
 //! again first, ties larger first). It is a reference to measure against, not an optimum
@@ -69,16 +71,19 @@ pub enum SimPolicy {
     Imagekeeper,
     /// imagekeeper's history with the adaptive order ([`GcOrder::Adaptive`]).
     Adaptive,
+    /// imagekeeper's history with the predictive order ([`GcOrder::Predictive`]).
+    Predictive,
     /// The offline reference that knows the future.
     Clairvoyant,
 }
 
 impl SimPolicy {
     /// Every policy, in the default order of the output.
-    pub const ALL: [SimPolicy; 4] = [
+    pub const ALL: [SimPolicy; 5] = [
         SimPolicy::Kubelet,
         SimPolicy::Imagekeeper,
         SimPolicy::Adaptive,
+        SimPolicy::Predictive,
         SimPolicy::Clairvoyant,
     ];
 
@@ -87,6 +92,7 @@ impl SimPolicy {
             SimPolicy::Kubelet => "kubelet",
             SimPolicy::Imagekeeper => "imagekeeper",
             SimPolicy::Adaptive => "adaptive",
+            SimPolicy::Predictive => "predictive",
             SimPolicy::Clairvoyant => "clairvoyant",
         }
     }
@@ -355,10 +361,10 @@ impl<'a> Sim<'a> {
         runtime.state().fs = Some((node.capacity, node.capacity - node.other_used));
         let config = GcConfig {
             policy: node.policy,
-            order: if policy == SimPolicy::Adaptive {
-                GcOrder::Adaptive
-            } else {
-                GcOrder::KubeletOrder
+            order: match policy {
+                SimPolicy::Adaptive => GcOrder::Adaptive,
+                SimPolicy::Predictive => GcOrder::Predictive,
+                _ => GcOrder::KubeletOrder,
             },
             ..GcConfig::default()
         };
@@ -758,18 +764,17 @@ impl<'a> Sim<'a> {
         if let Gc::Manager { manager, .. } = &self.gc
             && self.policy != SimPolicy::Kubelet
         {
-            // The container event's mark (`ImageGcManager::mark_container_used`).
+            // The container event's mark and use interval
+            // (`ImageGcManager::mark_container_used`).
             let size = self.sizes.get(image).copied();
+            let key = RuntimeImage {
+                id: self.id(image),
+                ..RuntimeImage::default()
+            }
+            .record_key();
             let mut batch = Batch::new();
-            batch.mark_used(
-                RuntimeImage {
-                    id: self.id(image),
-                    ..RuntimeImage::default()
-                }
-                .record_key(),
-                now,
-                size,
-            );
+            batch.mark_used(key.clone(), now, size);
+            batch.open_use(key, now);
             manager.store().apply(&batch)?;
         }
         let end = UnixNanos(

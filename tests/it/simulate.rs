@@ -220,6 +220,47 @@ fn inspect_explain_says_where_the_adaptive_order_puts_each_image() {
         "{adaptive:?}"
     );
     assert!(adaptive[1].1.contains("adaptive: one-off"), "{adaptive:?}");
+    // Issue 39: the predictive order names each image's estimate and what it came from.
+    let predictive = explain(&["--image-gc-policy", "predictive"]);
+    let ids: Vec<&str> = predictive.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["sha256:a", "sha256:c", "sha256:b"], "{predictive:?}");
+    assert!(
+        predictive[0]
+            .1
+            .contains("predictive: not expected again (superseded by a newer tag"),
+        "{predictive:?}"
+    );
+    assert!(
+        predictive[1]
+            .1
+            .contains("predictive: next use in 168h0m0s (prior for a one-off image"),
+        "{predictive:?}"
+    );
+    let out = bin::run(&[
+        "inspect",
+        "--db",
+        db.to_str().expect("utf8"),
+        "explain",
+        "--now",
+        "1970-01-01T02:40:00Z",
+        "--kubelet-root-dir",
+        "",
+        "-o",
+        "json",
+        "--image-gc-policy",
+        "predictive",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let first = &json["images"][0];
+    assert_eq!(first["rank"], 1, "{first}");
+    assert_eq!(
+        first["predictive"]["basis"]["kind"], "superseded",
+        "{first}"
+    );
+    assert_eq!(
+        json["images"][1]["predictive"]["next_use_in_s"], 604_800,
+        "{json}"
+    );
     let bad = bin::run(&[
         "inspect",
         "--db",

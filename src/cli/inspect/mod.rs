@@ -250,8 +250,9 @@ struct ExplainArgs {
     /// How old (file mtime) a kubelet pull intent may be and still keep its image, Go syntax.
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_intent_max_age)]
     kubelet_intent_max_age: Duration,
-    /// The space pass's order: kubelet-order, or adaptive (each image's reason then says where
-    /// the adaptive order puts it and why).
+    /// The space pass's order: kubelet-order, adaptive or predictive (each image's reason then
+    /// says where that order puts it and why; predictive: the estimate of its next use and
+    /// what it came from).
     #[arg(long, value_name = "ORDER", default_value = "kubelet-order", value_parser = parse_gc_order)]
     image_gc_policy: imagekeeper::gc::GcOrder,
     /// Keep the images that cannot come back, as the agent's flag: offline, the images whose
@@ -270,12 +271,15 @@ struct ExplainArgs {
     pod_infra_container_image: Option<String>,
 }
 
-/// `--image-gc-policy`: `kubelet-order` or `adaptive`, as `run` takes it.
+/// `--image-gc-policy`: `kubelet-order`, `adaptive` or `predictive`, as `run` takes it.
 fn parse_gc_order(s: &str) -> Result<imagekeeper::gc::GcOrder, String> {
     match s {
         "kubelet-order" => Ok(imagekeeper::gc::GcOrder::KubeletOrder),
         "adaptive" => Ok(imagekeeper::gc::GcOrder::Adaptive),
-        other => Err(format!("{other:?} is neither kubelet-order nor adaptive")),
+        "predictive" => Ok(imagekeeper::gc::GcOrder::Predictive),
+        other => Err(format!(
+            "{other:?} is none of kubelet-order, adaptive, predictive"
+        )),
     }
 }
 
@@ -514,6 +518,23 @@ fn explain(
             records.push(record);
         }
     }
+    let mut predictive_ranks = std::collections::BTreeMap::new();
+    if args.image_gc_policy == imagekeeper::gc::GcOrder::Predictive {
+        let tags = snap
+            .names()
+            .map_err(inspect_failure)?
+            .into_iter()
+            .map(|(key, names)| (key, names.repo_tags))
+            .collect();
+        let uses = snap.uses().map_err(inspect_failure)?;
+        let pulls = snap.pulls().map_err(inspect_failure)?;
+        let ranked = imagekeeper::gc::rank_predictive(records, &journal, &tags, &uses, &pulls, now);
+        records = Vec::with_capacity(ranked.len());
+        for (record, rank) in ranked {
+            predictive_ranks.insert(record.key.clone(), rank);
+            records.push(record);
+        }
+    }
     let mut explanation = explain_in(
         &records,
         meta.last_detect,
@@ -531,6 +552,7 @@ fn explain(
     );
     note_prior_evictions(&mut explanation, &journal);
     imagekeeper::gc::note_adaptive_ranks(&mut explanation, &ranks);
+    imagekeeper::gc::note_predictive_ranks(&mut explanation, &predictive_ranks);
     Ok(print::explain(w, out, &explanation)?)
 }
 

@@ -964,6 +964,17 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
                         }),
                     );
                 }
+                // Under `--image-gc-policy predictive` (issue 39; an extension).
+                if let Some(p) = &i.predictive {
+                    obj.insert(
+                        "predictive".into(),
+                        json!({
+                            "next_use_in_s": p.estimate.next_use_in_s,
+                            "idle_s": p.estimate.idle_s,
+                            "basis": p.estimate.basis,
+                        }),
+                    );
+                }
             }
             v
         })

@@ -1,0 +1,127 @@
+//! The predictive order's ranking cost per space walk (issue 39), at 2k and 100k images: what
+//! the manager does once per walk under `imageGCPolicy = "predictive"` (read the journal, the
+//! use history and the pull history once each, look up each listed image's record, estimate
+//! and sort), over a store whose histories are full (the journal's retention count, 10,000
+//! closed use intervals and 10,000 pulls, spread over the node's images). Run alone with
+//! `IMAGEKEEPER_BENCH_ONLY=predictive` (`scripts/bench --predictive`); timed by criterion in
+//! the `gc_plan` group as `gc_plan/predictive_rank/<n>`.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, SamplingMode};
+use imagekeeper::gc::rank_predictive;
+use imagekeeper::model::{PullEntry, PullKey, PullOrigin, RecordKey, UnixNanos};
+use imagekeeper::store::{Batch, Store, StoredRecord};
+
+use crate::Timing;
+use crate::report::{Figures, criterion_median_ns};
+use crate::synth::{Node, SEED, build_store, synth_node};
+
+/// The node sizes the ranking is timed at.
+pub const SIZES: [usize; 2] = [2_000, 100_000];
+
+/// The histories' rows: the journal retention's default count, each.
+const HISTORY_ROWS: usize = 10_000;
+
+/// A node's store with its records and full use and pull histories over the last week.
+fn build(n: usize, work: &Path) -> (Node, Store) {
+    let node = synth_node(n, SEED);
+    let store = build_store(
+        &work.join(format!("predictive-{n}.redb")),
+        &node.records,
+        node.now,
+    );
+    let mut rng = fastrand::Rng::with_seed(SEED ^ 0x39);
+    let week = 7 * 86_400 * 1_000_000_000i64;
+    let start = node.now.0 - week;
+    // Uses: 100 rounds of 100 images opened, then closed by a detect that sees none in use.
+    for round in 0..HISTORY_ROWS / 100 {
+        let at = start + round as i64 * (week / 200);
+        let mut batch = Batch::new();
+        for _ in 0..100 {
+            let r = &node.records[rng.usize(..node.records.len())];
+            batch.open_use(r.key.clone(), UnixNanos(at));
+        }
+        store.apply(&batch).expect("open uses");
+        let mut close = Batch::new();
+        close.observe_uses(UnixNanos(at + 60_000_000_000), Vec::new());
+        store.apply(&close).expect("close uses");
+    }
+    for chunk in 0..HISTORY_ROWS / 1000 {
+        let mut batch = Batch::new();
+        for i in 0..1000 {
+            let r = &node.records[rng.usize(..node.records.len())];
+            let at = start + ((chunk * 1000 + i) as i64) * (week / HISTORY_ROWS as i64);
+            batch.record_pull(
+                PullKey {
+                    at: UnixNanos(at),
+                    key: r.key.clone(),
+                },
+                PullEntry {
+                    size: r.record.size,
+                    origin: PullOrigin::Detected,
+                    took: Duration::ZERO,
+                    name: String::new(),
+                },
+            );
+        }
+        store.apply(&batch).expect("record pulls");
+    }
+    (node, store)
+}
+
+/// One walk's ranking, as the manager's `predictive_order`.
+fn rank(store: &Store, node: &Node) -> usize {
+    let journal = store.journal().expect("journal");
+    let uses = store.uses().expect("uses");
+    let pulls = store.pulls().expect("pulls");
+    let mut records = Vec::with_capacity(node.images.len());
+    let mut tags: BTreeMap<RecordKey, Vec<String>> = BTreeMap::new();
+    for image in &node.images {
+        let key = image.record_key();
+        if let Some(record) = store.get(&key).expect("get") {
+            tags.insert(key.clone(), image.repo_tags.clone());
+            records.push(StoredRecord { key, record });
+        }
+    }
+    rank_predictive(records, &journal, &tags, &uses, &pulls, node.now).len()
+}
+
+/// `gc_plan_predictive_rank_<k>k_us` at 2k and 100k images.
+pub fn figures(work: &Path, timing: &Timing, figures: &mut Figures) {
+    let mut criterion = Criterion::default()
+        .output_directory(&timing.criterion_dir)
+        .without_plots()
+        .configure_from_args();
+    let nodes: Vec<(Node, Store)> = SIZES.iter().map(|&n| build(n, work)).collect();
+    let mut group = criterion.benchmark_group("gc_plan");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(timing.warm_up)
+        .measurement_time(timing.measure);
+    for (node, store) in &nodes {
+        let n = node.records.len();
+        assert_eq!(rank(store, node), n, "n={n}: every listed image ranked");
+        assert!(store.uses().expect("uses").len() >= HISTORY_ROWS / 2);
+        group.bench_with_input(BenchmarkId::new("predictive_rank", n), &n, |b, _| {
+            b.iter(|| black_box(rank(store, node)))
+        });
+    }
+    group.finish();
+    for (node, _) in &nodes {
+        let n = node.records.len();
+        let us = criterion_median_ns(
+            &timing.criterion_dir,
+            &format!("gc_plan/predictive_rank/{n}"),
+        ) / 1e3;
+        figures.add(
+            &format!("gc_plan_predictive_rank_{}k_us", n / 1000),
+            us,
+            "us",
+        );
+    }
+}

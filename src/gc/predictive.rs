@@ -1,0 +1,405 @@
+//! imagekeeper's opt-in `predictive` order (`imageGCPolicy = "predictive"`, issue 39): the
+//! eligible images ranked by the estimated time to their next use, furthest first, as Belady's
+//! MIN (the clairvoyant reference `simulate` runs) would with the future known. The estimate
+//! comes from each image's own recorded history (schema 5's use intervals and pulls, kept across
+//! restarts), in the spirit of the learned approximations of MIN in caching (Hawkeye, ISCA 2016;
+//! LRB, NSDI 2020) that predict reuse from past accesses, with no model to train:
+//!
+//! 1. *superseded*: a newer tag of its repository is listed (`adaptive`'s evidence): no next
+//!    use is expected, it goes first;
+//! 2. *rhythm*: its uses start at the same time of day (or of the week) on different days,
+//!    each gap between starts a whole number of periods within [`RHYTHM_TOLERANCE_DIVISOR`]ths
+//!    of one: the next use is the next occurrence of that phase (a rhythm that missed two
+//!    occurrences is broken, and the mean gap takes over);
+//! 3. *mean gap*: it came back after an idle gap at least once: the gaps between the end of one
+//!    use and the start of the next, recent ones weighted more (each gap counts half as much as
+//!    the one [`GAP_HALF_LIFE`] gaps newer); the estimate is that mean, or the time it has been
+//!    idle when longer (an image overdue by its own measure has drifted cold: Lindy's rule);
+//! 4. *priors* for an image with one use or none: [`ONE_OFF_PRIOR`] (or its idle time, when
+//!    longer) when `adaptive` calls it one-off or it was never used, else (used for
+//!    [`crate::gc::REUSE_SPAN`] or more in one stretch) its idle time, at least `REUSE_SPAN`.
+//!
+//! Estimates are compared in buckets of about 19 % (four per power of two of seconds): within
+//! a bucket, and for the priors' equal estimates, `adaptive`'s classes decide, then the kubelet's
+//! order (least recently used, then first detected), then the larger image first (fewer
+//! removals free the target), then the key. Size never overrides an estimate: with a re-pull's
+//! cost equal to the image's size, a byte freed costs the same whatever image it comes from.
+//!
+//! Invariants: a pure function of (records, histories, journal's returns, tags, `now`), in
+//! integer arithmetic: the same inputs give the same order, byte for byte. The order only
+//! changes which eligible image the space walk removes first; every rule that keeps an image is
+//! applied unchanged by the walk and the last look (as for `adaptive`). Cost per space walk:
+//! one read of the use and pull histories (bounded by the journal's retention), one record
+//! lookup per listed image, one sort of the listed images.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::adaptive::{self, AdaptiveRank};
+use crate::model::{
+    ImageId, JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey,
+};
+use crate::store::{JournalKey, StoredRecord};
+
+const SEC: i64 = 1_000_000_000;
+const HOUR: i64 = 3600 * SEC;
+const DAY: i64 = 24 * HOUR;
+const WEEK: i64 = 7 * DAY;
+
+/// The estimate of an image that one use (a one-off) or none says little about: a week, about
+/// the time the journal and the histories keep.
+pub const ONE_OFF_PRIOR: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A gap counts half as much as the gap this many newer.
+pub const GAP_HALF_LIFE: u32 = 4;
+
+/// A rhythm's starts may stray from the period's multiple by 1/this of the period (2 h a day,
+/// 14 h a week).
+pub const RHYTHM_TOLERANCE_DIVISOR: i64 = 12;
+
+/// The rhythms looked for, shortest first.
+const PERIODS: [(i64, &str); 2] = [(DAY, "daily"), (WEEK, "weekly")];
+
+/// At most this many of the newest gaps are read (older ones weigh under 1/2^8 of the newest).
+const GAPS_READ: usize = 32;
+
+/// One image's recorded history: its use intervals (start, last seen) and its pulls.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImageHistory {
+    pub uses: Vec<(UnixNanos, UnixNanos)>,
+    pub pulls: Vec<UnixNanos>,
+}
+
+/// The histories of `keys` (the images being ranked), each read once from the use and pull
+/// tables.
+pub fn histories(
+    keys: &BTreeSet<&RecordKey>,
+    uses: &[(UseKey, UseInterval)],
+    pulls: &[(PullKey, PullEntry)],
+) -> BTreeMap<RecordKey, ImageHistory> {
+    let mut out: BTreeMap<RecordKey, ImageHistory> = BTreeMap::new();
+    for (key, interval) in uses {
+        if keys.contains(&key.key) {
+            out.entry(key.key.clone())
+                .or_default()
+                .uses
+                .push((key.started_at, interval.last_seen.max(key.started_at)));
+        }
+    }
+    for (key, _) in pulls {
+        if keys.contains(&key.key) {
+            out.entry(key.key.clone()).or_default().pulls.push(key.at);
+        }
+    }
+    out
+}
+
+/// What an estimate came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+#[non_exhaustive]
+pub enum Basis {
+    /// A newer tag of its repository is listed: not expected again.
+    Superseded,
+    /// Its uses start at one phase of a day or a week.
+    Rhythm {
+        period_s: i64,
+        /// Seconds into the period (UTC days; weeks from the unix epoch's Thursday).
+        phase_s: i64,
+        /// How many use starts showed it.
+        starts: u32,
+    },
+    /// The weighted mean of its idle gaps.
+    MeanGap { mean_s: i64, gaps: u32 },
+    /// One use within `REUSE_SPAN` of its arrival, or none: [`ONE_OFF_PRIOR`].
+    PriorOneOff,
+    /// One stretch of use of `REUSE_SPAN` or more: its idle time, at least `REUSE_SPAN`.
+    PriorReused,
+}
+
+/// When an image is expected to be used next, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Estimate {
+    /// Seconds from `now` to the expected next use; `None`: not expected.
+    pub next_use_in_s: Option<i64>,
+    /// Seconds since its last known use (or its detection, when never used).
+    pub idle_s: i64,
+    pub basis: Basis,
+}
+
+/// Where the predictive order puts one image, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct PredictiveRank {
+    pub estimate: Estimate,
+    /// The adaptive class that breaks ties.
+    pub adaptive: AdaptiveRank,
+}
+
+fn secs(nanos: i64) -> String {
+    crate::format::go_duration(Duration::from_secs(
+        nanos.max(0).unsigned_abs() / SEC as u64,
+    ))
+}
+
+impl PredictiveRank {
+    /// Why the image ranks where it does, for `explain`.
+    pub fn describe(&self) -> String {
+        let e = &self.estimate;
+        let next = match e.next_use_in_s {
+            None => "not expected again".to_owned(),
+            Some(s) => format!("next use in {}", secs(s.saturating_mul(SEC))),
+        };
+        let from = match e.basis {
+            Basis::Superseded => "superseded by a newer tag of its repository".to_owned(),
+            Basis::Rhythm {
+                period_s,
+                phase_s,
+                starts,
+            } => {
+                let name = PERIODS
+                    .iter()
+                    .find(|(p, _)| *p == period_s.saturating_mul(SEC))
+                    .map_or("periodic", |(_, n)| n);
+                format!(
+                    "{name} rhythm from {starts} use starts, at {} into the {}",
+                    secs(phase_s.saturating_mul(SEC)),
+                    if name == "weekly" { "week" } else { "day" }
+                )
+            }
+            Basis::MeanGap { mean_s, gaps } => format!(
+                "mean gap {} over {gaps} gap{}, idle {}",
+                secs(mean_s.saturating_mul(SEC)),
+                if gaps == 1 { "" } else { "s" },
+                secs(e.idle_s.saturating_mul(SEC))
+            ),
+            Basis::PriorOneOff => format!(
+                "prior for a one-off image ({}, or its idle time {} when longer)",
+                crate::format::go_duration(ONE_OFF_PRIOR),
+                secs(e.idle_s.saturating_mul(SEC))
+            ),
+            Basis::PriorReused => format!(
+                "prior for one long use (its idle time {}, at least {})",
+                secs(e.idle_s.saturating_mul(SEC)),
+                crate::format::go_duration(adaptive::REUSE_SPAN)
+            ),
+        };
+        format!("predictive: {next} ({from})")
+    }
+
+    /// The estimate's bucket, larger first: four per power of two of seconds (not expected:
+    /// above all).
+    fn bucket(&self) -> u32 {
+        match self.estimate.next_use_in_s {
+            None => u32::MAX,
+            Some(s) => bucket(s.max(0).unsigned_abs()),
+        }
+    }
+}
+
+/// Four buckets per power of two: the bit length, then the two bits below the top one.
+fn bucket(s: u64) -> u32 {
+    if s < 4 {
+        return s as u32;
+    }
+    let bits = 64 - s.leading_zeros();
+    let below = ((s >> (bits - 3)) & 0b11) as u32;
+    bits * 4 + below
+}
+
+/// Stretches of use less than this apart are one (a pull, its container's start and the
+/// record's mark are one use; the store's records keep last uses apart by a nanosecond).
+pub const MERGE_GAP: Duration = Duration::from_secs(60);
+
+/// The history's stretches of use, oldest first, those less than [`MERGE_GAP`] apart merged:
+/// use intervals, pulls (an instant each) and the record's last use.
+fn sessions(last_used: UnixNanos, history: &ImageHistory) -> Vec<(i64, i64)> {
+    let mut points: Vec<(i64, i64)> = history
+        .uses
+        .iter()
+        .map(|(s, e)| (s.0, e.0.max(s.0)))
+        .chain(history.pulls.iter().map(|p| (p.0, p.0)))
+        .collect();
+    if last_used != UnixNanos::NEVER {
+        points.push((last_used.0, last_used.0));
+    }
+    points.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(points.len());
+    for (s, e) in points {
+        match out.last_mut() {
+            Some(last) if s < last.1.saturating_add(MERGE_GAP.as_nanos() as i64) => {
+                last.1 = last.1.max(e)
+            }
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+/// `x` modulo `p` in (-p/2, p/2].
+fn centred(x: i64, p: i64) -> i64 {
+    let r = x.rem_euclid(p);
+    if r > p / 2 { r - p } else { r }
+}
+
+/// A daily or weekly rhythm in the use starts: (period, anchor, starts), the anchor a start
+/// time the next ones follow by whole periods.
+fn rhythm(starts: &[i64]) -> Option<(i64, i64, u32)> {
+    if starts.len() < 2 {
+        return None;
+    }
+    let recent = &starts[starts.len().saturating_sub(GAPS_READ + 1)..];
+    for (period, _) in PERIODS {
+        let tolerance = period / RHYTHM_TOLERANCE_DIVISOR;
+        let regular = recent.windows(2).all(|w| {
+            let d = w[1] - w[0];
+            let k = (d + period / 2) / period;
+            (1..=3).contains(&k) && (d - k * period).abs() <= tolerance
+        });
+        if regular {
+            let newest = recent[recent.len() - 1];
+            let n = recent.len() as i64;
+            let mean_offset = recent
+                .iter()
+                .map(|s| centred(s - newest, period))
+                .sum::<i64>()
+                / n;
+            return Some((period, newest + mean_offset, recent.len() as u32));
+        }
+    }
+    None
+}
+
+/// The estimate of one image at `now` (see the module's rules).
+pub fn estimate(
+    record: &crate::model::ImageRecord,
+    history: &ImageHistory,
+    adaptive: &AdaptiveRank,
+    now: UnixNanos,
+) -> Estimate {
+    let sessions = sessions(record.last_used, history);
+    let last_end = sessions.last().map_or(record.first_detected.0, |s| s.1);
+    let idle = (now.0 - last_end).max(0);
+    let idle_s = idle / SEC;
+    let at_least = |floor: i64| Some(floor.max(idle) / SEC);
+    if adaptive.superseded.is_some() {
+        return Estimate {
+            next_use_in_s: None,
+            idle_s,
+            basis: Basis::Superseded,
+        };
+    }
+    let starts: Vec<i64> = sessions.iter().map(|s| s.0).collect();
+    if let Some((period, anchor, count)) = rhythm(&starts) {
+        let tolerance = period / RHYTHM_TOLERANCE_DIVISOR;
+        // The first occurrence after the newest start not yet missed by more than the
+        // tolerance.
+        let k = ((now.0 - tolerance - anchor).max(0) + period - 1) / period;
+        let k = k.max(1);
+        if k <= 2 {
+            let next = anchor + k * period;
+            return Estimate {
+                next_use_in_s: Some((next - now.0).max(0) / SEC),
+                idle_s,
+                basis: Basis::Rhythm {
+                    period_s: period / SEC,
+                    phase_s: anchor.rem_euclid(period) / SEC,
+                    starts: count,
+                },
+            };
+        }
+    }
+    if sessions.len() >= 2 {
+        // The weighted mean of the newest gaps (weights in fixed point, the newest 1 << 20).
+        let gaps: Vec<i64> = sessions.windows(2).map(|w| w[1].0 - w[0].1).collect();
+        let recent = &gaps[gaps.len().saturating_sub(GAPS_READ)..];
+        let (mut sum, mut weights) = (0i128, 0i128);
+        for (age, gap) in recent.iter().rev().enumerate() {
+            // 2^(-age / GAP_HALF_LIFE) in fixed point (1 << 20), by halving every half-life
+            // and a linear step within.
+            let halvings = age as u32 / GAP_HALF_LIFE;
+            let within = (age as u32 % GAP_HALF_LIFE) as i128;
+            let w = ((1i128 << 20) >> halvings.min(40)) * (2 * GAP_HALF_LIFE as i128 - within)
+                / (2 * GAP_HALF_LIFE as i128);
+            sum += i128::from(*gap) * w;
+            weights += w;
+        }
+        let mean = if weights > 0 {
+            (sum / weights) as i64
+        } else {
+            0
+        };
+        return Estimate {
+            next_use_in_s: at_least(mean),
+            idle_s,
+            basis: Basis::MeanGap {
+                mean_s: mean / SEC,
+                gaps: recent.len() as u32,
+            },
+        };
+    }
+    if adaptive.one_off || sessions.is_empty() {
+        Estimate {
+            next_use_in_s: at_least(ONE_OFF_PRIOR.as_secs() as i64 * SEC),
+            idle_s,
+            basis: Basis::PriorOneOff,
+        }
+    } else {
+        Estimate {
+            next_use_in_s: at_least(adaptive::REUSE_SPAN.as_secs() as i64 * SEC),
+            idle_s,
+            basis: Basis::PriorReused,
+        }
+    }
+}
+
+/// `records` in the predictive order at `now`, each with its rank.
+pub fn rank(
+    records: Vec<StoredRecord>,
+    returns: &BTreeMap<ImageId, u32>,
+    tags: &BTreeMap<RecordKey, Vec<String>>,
+    histories: &BTreeMap<RecordKey, ImageHistory>,
+    now: UnixNanos,
+) -> Vec<(StoredRecord, PredictiveRank)> {
+    let empty = ImageHistory::default();
+    let mut ranked: Vec<(StoredRecord, PredictiveRank)> = adaptive::rank(records, returns, tags)
+        .into_iter()
+        .map(|(r, adaptive)| {
+            let history = histories.get(&r.key).unwrap_or(&empty);
+            let estimate = estimate(&r.record, history, &adaptive, now);
+            (r, PredictiveRank { estimate, adaptive })
+        })
+        .collect();
+    ranked.sort_by(|(a, ra), (b, rb)| {
+        rb.bucket()
+            .cmp(&ra.bucket())
+            .then(ra.adaptive.class().cmp(&rb.adaptive.class()))
+            .then(a.record.last_used.cmp(&b.record.last_used))
+            .then(a.record.first_detected.cmp(&b.record.first_detected))
+            .then(b.record.size.cmp(&a.record.size))
+            .then(a.key.cmp(&b.key))
+    });
+    ranked
+}
+
+/// `records` in the predictive order at `now`, each with its rank, from the journal (for the
+/// returns) and the use and pull tables (`gc --dry-run`, `inspect explain`, the space walk).
+pub fn rank_predictive(
+    records: Vec<StoredRecord>,
+    journal: &[(JournalKey, JournalEntry)],
+    tags: &BTreeMap<RecordKey, Vec<String>>,
+    uses: &[(UseKey, UseInterval)],
+    pulls: &[(PullKey, PullEntry)],
+    now: UnixNanos,
+) -> Vec<(StoredRecord, PredictiveRank)> {
+    let keys: BTreeSet<&RecordKey> = records.iter().map(|r| &r.key).collect();
+    let histories = histories(&keys, uses, pulls);
+    rank(records, &adaptive::returns(journal), tags, &histories, now)
+}
+
+#[cfg(test)]
+#[path = "predictive_tests.rs"]
+mod tests;

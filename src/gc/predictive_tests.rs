@@ -1,0 +1,423 @@
+//! The predictive order's estimates (data-driven: one case per kind of history) and its
+//! ranking.
+
+use super::*;
+use crate::model::ImageRecord;
+
+const MIN: i64 = 60;
+const H: i64 = 3600;
+const D: i64 = 86_400;
+/// The tests' day 0 starts at a whole UTC day.
+const T0: i64 = 10_000 * D;
+
+fn key(id: &str) -> RecordKey {
+    RecordKey {
+        image_id: ImageId::new(format!("sha256:{id}")),
+        runtime_handler: String::new(),
+    }
+}
+
+fn t(s: i64) -> UnixNanos {
+    UnixNanos::from_secs(T0 + s)
+}
+
+/// An image first detected at `uses[0]`'s start (or at `first` when never used), with these
+/// use intervals (start, end; seconds from T0), its record's last use the newest end.
+fn image(id: &str, first: i64, uses: &[(i64, i64)], size: u64) -> (StoredRecord, ImageHistory) {
+    let history = ImageHistory {
+        uses: uses.iter().map(|(s, e)| (t(*s), t(*e))).collect(),
+        pulls: uses.first().map(|(s, _)| t(*s)).into_iter().collect(),
+    };
+    let record = ImageRecord {
+        first_detected: t(uses.first().map_or(first, |u| u.0)),
+        last_used: uses.last().map_or(UnixNanos::NEVER, |(_, e)| t(*e)),
+        size,
+        pinned: false,
+    };
+    (
+        StoredRecord {
+            key: key(id),
+            record,
+        },
+        history,
+    )
+}
+
+fn class_of(record: &StoredRecord, superseded: bool) -> AdaptiveRank {
+    let use_span = if record.record.last_used == UnixNanos::NEVER {
+        Duration::ZERO
+    } else {
+        record.record.last_used.since(record.record.first_detected)
+    };
+    AdaptiveRank {
+        one_off: use_span < adaptive::REUSE_SPAN,
+        returns: 0,
+        use_span,
+        superseded: superseded.then(|| "reg/app:2".to_owned()),
+    }
+}
+
+/// A daily model: used at 02:00 (+ up to 40 minutes) for 2 hours, on `days` days.
+fn daily(days: i64) -> Vec<(i64, i64)> {
+    (0..days)
+        .map(|d| {
+            let start = d * D + 2 * H + (d * 13 % 40) * MIN;
+            (start, start + 2 * H)
+        })
+        .collect()
+}
+
+/// A CI tool: a 30-second job every 5 minutes for 3 hours from 08:00.
+fn every_five_minutes() -> Vec<(i64, i64)> {
+    (0..36)
+        .map(|i| (8 * H + i * 5 * MIN, 8 * H + i * 5 * MIN + 30))
+        .collect()
+}
+
+fn basis_kind(b: &Basis) -> &'static str {
+    match b {
+        Basis::Superseded => "superseded",
+        Basis::Rhythm { .. } => "rhythm",
+        Basis::MeanGap { .. } => "mean_gap",
+        Basis::PriorOneOff => "prior_one_off",
+        Basis::PriorReused => "prior_reused",
+    }
+}
+
+#[test]
+fn each_history_gives_its_estimate_and_basis() {
+    let ci_end = 8 * H + 35 * 5 * MIN + 30;
+    // Twenty hourly gaps, then six of 5 minutes: recent gaps weigh more.
+    let mut slowing: Vec<(i64, i64)> = (0..21).map(|i| (i * H, i * H + 10)).collect();
+    let fast_from = 20 * H + 10;
+    slowing.extend((1..=6).map(|i| (fast_from + i * 5 * MIN, fast_from + i * 5 * MIN + 10)));
+    let slowing_end = fast_from + 6 * 5 * MIN + 10;
+    // (name, uses, superseded, now in seconds from T0, basis, estimate range in seconds)
+    type Case = (
+        &'static str,
+        Vec<(i64, i64)>,
+        bool,
+        i64,
+        &'static str,
+        Option<(i64, i64)>,
+    );
+    let cases: Vec<Case> = vec![
+        // Five days at 02:00-02:40, asked at 10:00 on day 4: tomorrow's 02:xx, 16-17 hours.
+        (
+            "periodic",
+            daily(5),
+            false,
+            4 * D + 10 * H,
+            "rhythm",
+            Some((16 * H - 40 * MIN, 16 * H + 40 * MIN)),
+        ),
+        // Asked at 02:50 on day 5, not used yet that day: due now.
+        (
+            "periodic, due",
+            daily(5),
+            false,
+            5 * D + 2 * H + 50 * MIN,
+            "rhythm",
+            Some((0, 0)),
+        ),
+        // One missed day (asked on day 5 at 10:00): the day after.
+        (
+            "periodic, one day missed",
+            daily(5),
+            false,
+            5 * D + 10 * H,
+            "rhythm",
+            Some((16 * H - 40 * MIN, 16 * H + 40 * MIN)),
+        ),
+        // Two missed days: the rhythm is broken (drift); the mean gap (a day) is shorter than
+        // the idle time (over two days), which is the estimate.
+        (
+            "periodic, drifted",
+            daily(5),
+            false,
+            7 * D + 10 * H,
+            "mean_gap",
+            Some((
+                7 * D + 10 * H - (4 * D + 4 * H + 12 * MIN),
+                7 * D + 10 * H - (4 * D + 4 * H + 12 * MIN),
+            )),
+        ),
+        // A CI tool every 5 minutes, asked 2 minutes after its last job: its mean gap.
+        (
+            "ci tool",
+            every_five_minutes(),
+            false,
+            ci_end + 2 * MIN,
+            "mean_gap",
+            Some((5 * MIN - 30, 5 * MIN - 30)),
+        ),
+        // The same tool, gone cold for a day: the idle time.
+        (
+            "ci tool, drifted",
+            every_five_minutes(),
+            false,
+            ci_end + D,
+            "mean_gap",
+            Some((D, D)),
+        ),
+        // Hourly for 20 hours, then every 5 minutes: the recent gaps weigh more (the plain
+        // mean is 47 minutes).
+        (
+            "recent gaps weigh more",
+            slowing,
+            false,
+            slowing_end + MIN,
+            "mean_gap",
+            Some((5 * MIN, 30 * MIN)),
+        ),
+        // One use of 3 minutes, 10 minutes ago: the one-off prior.
+        (
+            "one-off",
+            vec![(H, H + 3 * MIN)],
+            false,
+            H + 13 * MIN,
+            "prior_one_off",
+            Some((7 * D, 7 * D)),
+        ),
+        // A one-off idle for longer than the prior: its idle time.
+        (
+            "one-off, long idle",
+            vec![(H, H + 3 * MIN)],
+            false,
+            H + 3 * MIN + 9 * D,
+            "prior_one_off",
+            Some((9 * D, 9 * D)),
+        ),
+        // A pull, its container's start and the record's mark a few seconds apart: one use.
+        (
+            "one use, marked thrice",
+            vec![(H, H), (H + 1, H + 1), (H + 30, H + 30)],
+            false,
+            H + 13 * MIN,
+            "prior_one_off",
+            Some((7 * D, 7 * D)),
+        ),
+        // Never used, detected an hour ago.
+        (
+            "never used",
+            vec![],
+            false,
+            H,
+            "prior_one_off",
+            Some((7 * D, 7 * D)),
+        ),
+        // One stretch of 3 hours, ended 10 minutes ago: an hour at least.
+        (
+            "one long use",
+            vec![(H, 4 * H)],
+            false,
+            4 * H + 10 * MIN,
+            "prior_reused",
+            Some((H, H)),
+        ),
+        // ... ended 5 hours ago: its idle time.
+        (
+            "one long use, idle",
+            vec![(H, 4 * H)],
+            false,
+            9 * H,
+            "prior_reused",
+            Some((5 * H, 5 * H)),
+        ),
+        // A newer tag of its repository is listed: not expected, whatever its history.
+        (
+            "superseded",
+            every_five_minutes(),
+            true,
+            ci_end + 2 * MIN,
+            "superseded",
+            None,
+        ),
+    ];
+    for (name, uses, superseded, now, want_basis, want) in cases {
+        let (record, history) = image(name, 0, &uses, 10);
+        let rank = class_of(&record, superseded);
+        let got = estimate(&record.record, &history, &rank, t(now));
+        assert_eq!(basis_kind(&got.basis), want_basis, "{name}: {got:?}");
+        match (want, got.next_use_in_s) {
+            (None, None) => {}
+            (Some((lo, hi)), Some(s)) => {
+                assert!(
+                    lo <= s && s <= hi,
+                    "{name}: {s} not in [{lo}, {hi}]: {got:?}"
+                )
+            }
+            (want, got) => panic!("{name}: {got:?}, want {want:?}"),
+        }
+        let described = PredictiveRank {
+            estimate: got,
+            adaptive: rank,
+        }
+        .describe();
+        assert!(described.starts_with("predictive: "), "{name}: {described}");
+    }
+}
+
+#[test]
+fn a_rhythm_is_named_with_its_phase_in_explain() {
+    let (record, history) = image("model", 0, &daily(3), 10);
+    let rank = class_of(&record, false);
+    let estimate = estimate(&record.record, &history, &rank, t(2 * D + 10 * H));
+    let described = PredictiveRank {
+        estimate,
+        adaptive: rank,
+    }
+    .describe();
+    assert!(
+        described.contains("daily rhythm from 3 use starts, at 2h"),
+        "{described}"
+    );
+}
+
+fn ids(ranked: &[(StoredRecord, PredictiveRank)]) -> Vec<String> {
+    ranked
+        .iter()
+        .map(|(r, _)| {
+            r.key
+                .image_id
+                .as_str()
+                .trim_start_matches("sha256:")
+                .to_owned()
+        })
+        .collect()
+}
+
+fn ranked(
+    images: &[(StoredRecord, ImageHistory)],
+    tags: &BTreeMap<RecordKey, Vec<String>>,
+    now: i64,
+) -> Vec<(StoredRecord, PredictiveRank)> {
+    let histories = images
+        .iter()
+        .map(|(r, h)| (r.key.clone(), h.clone()))
+        .collect();
+    let records = images.iter().map(|(r, _)| r.clone()).collect();
+    rank(records, &BTreeMap::new(), tags, &histories, t(now))
+}
+
+/// Furthest expected next use first: a superseded image, a one-off, yesterday's hot tool, the
+/// nightly model (due in 16 hours), a tool used every 5 minutes. The kubelet's order (least
+/// recently used first) would remove the nightly model first and the one-off last.
+#[test]
+fn images_are_ranked_furthest_expected_use_first() {
+    let now = 4 * D + 10 * H;
+    let hot: Vec<(i64, i64)> = (0..40)
+        .map(|i| (now - (40 - i) * 5 * MIN, now - (40 - i) * 5 * MIN + 30))
+        .collect();
+    let cold: Vec<(i64, i64)> = (0..40)
+        .map(|i| (3 * D + i * 5 * MIN, 3 * D + i * 5 * MIN + 30))
+        .collect();
+    let images = vec![
+        image("hot", 0, &hot, 10),
+        image("model", 0, &daily(5), 10),
+        image("one-off", 0, &[(now - 30 * MIN, now - 29 * MIN)], 10),
+        image("cold", 0, &cold, 10),
+        image("old-app", 0, &[(now - 6 * H, now - 3 * H)], 10),
+        image("new-app", 0, &[(now - 2 * H, now - H)], 10),
+    ];
+    let tags: BTreeMap<RecordKey, Vec<String>> = [
+        (key("old-app"), vec!["reg/app:1".to_owned()]),
+        (key("new-app"), vec!["reg/app:2".to_owned()]),
+    ]
+    .into_iter()
+    .collect();
+    let order = ranked(&images, &tags, now);
+    assert_eq!(
+        ids(&order),
+        ["old-app", "one-off", "cold", "model", "new-app", "hot"]
+    );
+    assert!(matches!(order[3].1.estimate.basis, Basis::Rhythm { .. }));
+}
+
+/// Equal estimates (the one-off prior) fall to the kubelet's order, least recently used first;
+/// equal in that too, the larger image goes first.
+#[test]
+fn tied_estimates_fall_back_to_recency_then_size() {
+    let now = 10 * H;
+    let images = vec![
+        image("recent", 0, &[(9 * H, 9 * H + MIN)], 10),
+        image("small", 0, &[(5 * H, 5 * H + MIN)], 10),
+        image("large", 0, &[(5 * H, 5 * H + MIN)], 99),
+    ];
+    assert_eq!(
+        ids(&ranked(&images, &BTreeMap::new(), now)),
+        ["large", "small", "recent"]
+    );
+}
+
+/// A pure function of its inputs: the same histories in another order give the same ranking.
+#[test]
+fn the_ranking_does_not_depend_on_the_input_order() {
+    let now = 4 * D + 10 * H;
+    let mut images: Vec<(StoredRecord, ImageHistory)> = (0..30)
+        .map(|i| {
+            let uses: Vec<(i64, i64)> = (0..(i % 5))
+                .map(|k| (k * (i + 1) * 17 * MIN, k * (i + 1) * 17 * MIN + 60))
+                .collect();
+            image(&format!("img-{i:02}"), i * MIN, &uses, 10 + i as u64 % 3)
+        })
+        .collect();
+    let first = ranked(&images, &BTreeMap::new(), now);
+    images.reverse();
+    images.swap(3, 17);
+    assert_eq!(ranked(&images, &BTreeMap::new(), now), first);
+}
+
+#[test]
+fn histories_group_the_tables_by_key_for_the_ranked_images_only() {
+    let a = key("a");
+    let b = key("b");
+    let uses = vec![
+        (
+            UseKey {
+                closed: true,
+                started_at: t(10),
+                key: a.clone(),
+            },
+            UseInterval { last_seen: t(20) },
+        ),
+        (
+            UseKey {
+                closed: true,
+                started_at: t(30),
+                key: b.clone(),
+            },
+            UseInterval { last_seen: t(40) },
+        ),
+    ];
+    let pulls = vec![(
+        PullKey {
+            at: t(5),
+            key: a.clone(),
+        },
+        PullEntry {
+            size: 1,
+            origin: crate::model::PullOrigin::Detected,
+            took: Duration::ZERO,
+            name: String::new(),
+        },
+    )];
+    let keys: BTreeSet<&RecordKey> = [&a].into_iter().collect();
+    let got = histories(&keys, &uses, &pulls);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[&a],
+        ImageHistory {
+            uses: vec![(t(10), t(20))],
+            pulls: vec![t(5)],
+        }
+    );
+}
+
+#[test]
+fn buckets_grow_by_about_a_fifth() {
+    assert!(bucket(0) < bucket(4) && bucket(4) < bucket(5));
+    assert_eq!(bucket(1100), bucket(1200));
+    assert!(bucket(1100) < bucket(1400));
+    assert!(bucket(u64::MAX) < u32::MAX);
+}
