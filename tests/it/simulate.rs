@@ -95,8 +95,9 @@ fn the_table_gives_the_ratio_to_clairvoyant() {
     // clairvoyant re-pulled nothing, the others 400 bytes.
     assert_eq!(rows[1][..1], ["kubelet"]);
     assert_eq!(rows[1][6..8], ["400 B", "inf"], "{stdout}");
-    assert_eq!(rows[4][..1], ["clairvoyant"]);
-    assert_eq!(rows[4][6..8], ["0 B", "1.00"], "{stdout}");
+    let last = rows.len() - 1;
+    assert_eq!(rows[last][..1], ["clairvoyant"], "{stdout}");
+    assert_eq!(rows[last][6..8], ["0 B", "1.00"], "{stdout}");
 }
 
 #[test]

@@ -180,12 +180,24 @@ fn simulate_accepts_the_workload_of_every_replayed_trace_and_first_pulls_its_ima
         std::fs::write(&file, &trace).expect("write workload");
         let (code, stdout, stderr) = run(&["simulate", file.to_str().expect("utf8"), "-o", "json"]);
         assert_eq!(code, 0, "simulate {stem}: {stderr}");
-        assert_eq!(stderr, "", "simulate {stem} printed on stderr");
+        // Only the progress lines a run past a second prints (their timing is the machine's).
+        let said: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.starts_with("simulate: policy "))
+            .collect();
+        assert!(
+            said.is_empty(),
+            "simulate {stem} printed on stderr: {stderr}"
+        );
         let outcomes: Vec<Value> = stdout
             .lines()
             .map(|l| serde_json::from_str(l).expect("json"))
             .collect();
-        assert_eq!(outcomes.len(), 4, "{stem}: one object per policy");
+        assert_eq!(
+            outcomes.len(),
+            imagekeeper::simulate::SimPolicy::ALL.len(),
+            "{stem}: one object per policy"
+        );
         for outcome in outcomes {
             if outcome["failed_runs"] == 0 {
                 assert_eq!(
