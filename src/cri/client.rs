@@ -110,12 +110,17 @@ pub struct ContainerSpec {
 }
 
 #[cfg(any(test, feature = "testing"))]
-/// A bind mount of a host path into a container.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A mount into a container: a bind mount of `host_path`, or with `image` set an image volume
+/// (CRI Mount field 9 `image`, an ImageSpec naming the image, as the kubelet sends the image
+/// id its PullImage returned; `host_path` is then empty, and containerd 2.1 refuses it unless
+/// `readonly`: "readonly must be true while mount image").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MountSpec {
     pub container_path: String,
     pub host_path: String,
     pub readonly: bool,
+    /// The image mounted as a volume; `None` for a bind mount.
+    pub image: Option<String>,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -516,21 +521,21 @@ impl CriClient {
     }
 
     /// Opens the runtime's GetContainerEvents stream. A runtime without evented PLEG
-    /// (containerd 1.6) answers Unimplemented here. Only dialing has a deadline (the call
-    /// timeout, for the stream's headers); the stream itself has none.
+    /// (containerd 1.6) answers Unimplemented here. Neither the call nor the stream has a
+    /// deadline (dialing has its own): containerd 1.7 and 2.1 send the stream's headers with
+    /// its first event, so on a quiet node the call is answered only when a container event
+    /// comes, however long that takes (a deadline would end every quiet subscription, and
+    /// containerd 1.7's handler, left reading its one event channel, would take the next
+    /// event from the new one). A runtime that goes away breaks the connection instead.
     pub async fn container_events(&self) -> Result<ContainerEventStream, CriError> {
         let mut client = self.runtime.clone();
         let endpoint = self.runtime_endpoint.clone();
-        let opened = tokio::time::timeout(
-            self.call_timeout,
-            client.get_container_events(proto::GetEventsRequest {}),
-        )
-        .await
-        .map_err(|_| CriError::Timeout {
-            method: "GetContainerEvents",
-            after: self.call_timeout,
-        })?
-        .map_err(|status| convert::error_from_status("GetContainerEvents", &endpoint, status))?;
+        let opened = client
+            .get_container_events(proto::GetEventsRequest {})
+            .await
+            .map_err(|status| {
+                convert::error_from_status("GetContainerEvents", &endpoint, status)
+            })?;
         Ok(ContainerEventStream {
             inner: opened.into_inner(),
             endpoint,

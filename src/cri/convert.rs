@@ -502,6 +502,7 @@ pub(super) fn container_config(
                 container_path: m.container_path.clone(),
                 host_path: m.host_path.clone(),
                 readonly: m.readonly,
+                image: m.image.as_ref().map(|image| image_spec(image, "")),
                 ..Default::default()
             })
             .collect(),
@@ -688,6 +689,7 @@ pub(super) fn image_fs_to_proto(
 
 #[cfg(test)]
 mod tests {
+    use super::super::client::MountSpec;
     use super::*;
 
     fn sample_image() -> RuntimeImage {
@@ -732,6 +734,40 @@ mod tests {
             report.image_volumes,
             ["sha256:aaa", "registry.local/a@sha256:d1", "sha256:bbb"]
         );
+    }
+
+    /// A mount with `image` set goes out as CRI Mount field 9 (an ImageSpec naming the image,
+    /// no host path); a bind mount carries none.
+    #[test]
+    fn an_image_mount_sets_the_mount_image_spec_and_a_bind_mount_does_not() {
+        let spec = ContainerSpec {
+            name: "c".into(),
+            image: "registry.local/app:1".into(),
+            mounts: vec![
+                MountSpec {
+                    container_path: "/model".into(),
+                    readonly: true,
+                    image: Some("sha256:aaa".into()),
+                    ..MountSpec::default()
+                },
+                MountSpec {
+                    container_path: "/data".into(),
+                    host_path: "/srv/data".into(),
+                    ..MountSpec::default()
+                },
+            ],
+            ..ContainerSpec::default()
+        };
+        let config = container_config(&spec, &SandboxSpec::default());
+        let images: Vec<Option<&str>> = config
+            .mounts
+            .iter()
+            .map(|m| m.image.as_ref().map(|i| i.image.as_str()))
+            .collect();
+        assert_eq!(images, [Some("sha256:aaa"), None]);
+        assert_eq!(config.mounts[0].host_path, "");
+        assert!(config.mounts[0].readonly);
+        assert_eq!(config.mounts[1].host_path, "/srv/data");
     }
 
     #[test]

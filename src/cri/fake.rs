@@ -75,6 +75,12 @@ struct FakeState {
     image_volumes: HashMap<String, Vec<String>>,
     /// The open GetContainerEvents streams.
     event_streams: Vec<EventSender>,
+    /// Answer GetContainerEvents (its headers) only with the stream's first event, as
+    /// containerd 1.7 and 2.1 do; off, the stream opens at once.
+    event_headers_with_first_event: bool,
+    /// How many events were pushed, and a wake-up for the streams waiting on the first.
+    events_pushed: u64,
+    event_pushed: Arc<tokio::sync::Notify>,
     /// The verbose Status `info` map (containerd puts its CRI config under `config`).
     status_info: HashMap<String, String>,
 }
@@ -395,7 +401,25 @@ impl RuntimeService for FakeService {
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
         self.enter("GetContainerEvents").await?;
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        self.lock().event_streams.push(sender);
+        let (wait_for_event, pushed_before, pushed) = {
+            let mut state = self.lock();
+            state.event_streams.push(sender);
+            (
+                state.event_headers_with_first_event,
+                state.events_pushed,
+                state.event_pushed.clone(),
+            )
+        };
+        // containerd sends the headers with the first event: the call answers only then.
+        if wait_for_event {
+            loop {
+                let next = pushed.notified();
+                if self.lock().events_pushed > pushed_before {
+                    break;
+                }
+                next.await;
+            }
+        }
         Ok(Response::new(
             tonic::codegen::tokio_stream::wrappers::UnboundedReceiverStream::new(receiver),
         ))
@@ -611,7 +635,15 @@ impl FakeRuntime {
         state
             .event_streams
             .retain(|stream| stream.send(Ok(message.clone())).is_ok());
+        state.events_pushed += 1;
+        state.event_pushed.notify_waiters();
         state.event_streams.len()
+    }
+
+    /// GetContainerEvents answers (sends its headers) only with the stream's first event, as
+    /// containerd 1.7 and 2.1 do: until then the call is open and the stream receives.
+    pub fn send_event_headers_with_first_event(&self) {
+        self.lock().event_headers_with_first_event = true;
     }
 
     /// Ends every open GetContainerEvents stream with `code` (a runtime restarting: Unavailable),

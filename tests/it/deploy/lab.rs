@@ -160,6 +160,7 @@ async fn run_daemonset_pod(lab: &Lab, image: &str, tweak: Option<Tweak>) -> Runn
             container_path: m.container_path.clone(),
             host_path: m.host_path.display().to_string(),
             readonly: m.readonly,
+            image: None,
         });
     }
     let config_dir = plan

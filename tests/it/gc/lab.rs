@@ -1,4 +1,4 @@
-//! Image GC end to end against the real containerd 1.6 of `scripts/cri-lab` (named
+//! Image GC end to end against the real containerd of `scripts/cri-lab` (any release; named
 //! `gc::lab::...`, run one at a time).
 
 use std::collections::BTreeSet;

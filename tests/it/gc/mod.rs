@@ -5,7 +5,7 @@
 //!
 //! `lab` runs detect and GarbageCollect against the real containerd of `scripts/cri-lab`.
 
-mod hooked;
+pub(crate) mod hooked;
 mod journal;
 mod kubelet_records;
 mod lab;

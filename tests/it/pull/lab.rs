@@ -1,4 +1,4 @@
-//! The pull path against the real containerd 1.6 of `scripts/cri-lab` (named `pull::lab::...`,
+//! The pull path against the real containerd of `scripts/cri-lab` (any release; named `pull::lab::...`,
 //! run one at a time): the image manager in process with a manual clock, and the
 //! `imagekeeper pull` binary run twice on one database to see the backoff outlive a process.
 //! Each test pulls or removes what it needs first and leaves the lab's images pulled.

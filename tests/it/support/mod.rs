@@ -15,7 +15,43 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use imagekeeper::cri::{CriClient, CriConfig, ImageRuntime, SandboxSpec};
+use imagekeeper::cri::{ContainerSpec, CriClient, CriConfig, ImageRuntime, SandboxSpec};
+
+/// A containerd release the lab runs (`scripts/cri-lab up --containerd 1.6|1.7|2.1`), with the
+/// facts the lab tests assert of it (each checked on this machine kind, see
+/// ../shared/README.md and the lab tests that assert them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerdRelease {
+    /// 1.6.20 (Debian 12): no GetContainerEvents, never `pinned`, no image volumes.
+    V1_6,
+    /// 1.7.24 (Debian 13): events stream, sandbox image and labelled images pinned.
+    V1_7,
+    /// 2.1.9 (Debian unstable): as 1.7, plus image volumes (CRI Mount `image`).
+    V2_1,
+}
+
+impl ContainerdRelease {
+    /// The release as `scripts/cri-lab` names it ("1.6", "1.7", "2.1").
+    pub fn name(self) -> &'static str {
+        match self {
+            ContainerdRelease::V1_6 => "1.6",
+            ContainerdRelease::V1_7 => "1.7",
+            ContainerdRelease::V2_1 => "2.1",
+        }
+    }
+
+    /// Whether the release serves CRI GetContainerEvents (1.7 and 2.1; 1.6 answers
+    /// Unimplemented).
+    pub fn serves_container_events(self) -> bool {
+        self != ContainerdRelease::V1_6
+    }
+
+    /// Whether the release lists its sandbox image and images labelled
+    /// `io.cri-containerd.pinned=pinned` as `pinned: true` (1.7 and 2.1; 1.6 never pins).
+    pub fn pins(self) -> bool {
+        self != ContainerdRelease::V1_6
+    }
+}
 
 /// One row of the lab's images.tsv.
 #[derive(Clone, Debug)]
@@ -87,6 +123,18 @@ impl Lab {
             .get(key)
             .cloned()
             .unwrap_or_else(|| default.to_owned())
+    }
+
+    /// The containerd release the lab runs (`CRI_LAB_CONTAINERD` in lab.env, written by
+    /// `scripts/cri-lab up --containerd R`; a lab.env without it is 1.6's, the default). Lab
+    /// tests whose facts differ by release assert that release's facts, each named.
+    pub fn containerd_release(&self) -> ContainerdRelease {
+        match self.env_or("CRI_LAB_CONTAINERD", "1.6").as_str() {
+            "1.6" => ContainerdRelease::V1_6,
+            "1.7" => ContainerdRelease::V1_7,
+            "2.1" => ContainerdRelease::V2_1,
+            other => panic!("lab.env names containerd release {other:?}: not 1.6, 1.7 or 2.1"),
+        }
     }
 
     /// Removes `image` from the lab's containerd (absent is fine), so that a later success
@@ -385,6 +433,45 @@ pub fn sandbox_spec(lab: &Lab, name: &str) -> SandboxSpec {
         log_directory: log_directory.display().to_string(),
         host_network: true,
         ..SandboxSpec::default()
+    }
+}
+
+/// Runs `container` in a new host-network pod named `pod` (RunPodSandbox, CreateContainer,
+/// StartContainer) and returns the pod's guard (it removes the pod and its containers) and the
+/// container's id. Panics naming the call that failed.
+pub async fn run_in_new_pod(
+    lab: &Lab,
+    client: &CriClient,
+    pod: &str,
+    container: &ContainerSpec,
+) -> (PodGuard, String) {
+    let sandbox = sandbox_spec(lab, pod);
+    let sandbox_id = client
+        .run_pod_sandbox(&sandbox)
+        .await
+        .unwrap_or_else(|err| panic!("RunPodSandbox of {pod}: {err}"));
+    let guard = PodGuard {
+        endpoint: lab.endpoint.clone(),
+        sandbox_id: sandbox_id.clone(),
+    };
+    let container_id = client
+        .create_container(&sandbox_id, &sandbox, container)
+        .await
+        .unwrap_or_else(|err| panic!("CreateContainer {} in {pod}: {err}", container.name));
+    client
+        .start_container(&container_id)
+        .await
+        .unwrap_or_else(|err| panic!("StartContainer {} in {pod}: {err}", container.name));
+    (guard, container_id)
+}
+
+/// A container of `image` that sleeps for an hour.
+pub fn sleeper(name: &str, image: &str) -> ContainerSpec {
+    ContainerSpec {
+        name: name.to_owned(),
+        image: image.to_owned(),
+        command: vec!["/bin/sleep".to_owned(), "3600".to_owned()],
+        ..ContainerSpec::default()
     }
 }
 

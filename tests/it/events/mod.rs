@@ -1,7 +1,10 @@
 //! The agent's container events watcher against the in-process fake CRI server: a created
 //! container's images are marked used at once, a runtime without GetContainerEvents (as
 //! containerd 1.6) ends the watcher after one call, and a broken stream is opened again after
-//! a backoff (paused time). The lab test `cri::lab` proves containerd 1.6's answer.
+//! a backoff (paused time). `lab` runs the watcher on the lab's real containerd: the stream of
+//! 1.7 and 2.1 (and across a containerd restart), 1.6's Unimplemented.
+
+mod lab;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -258,6 +261,40 @@ async fn a_failed_mark_is_reported_and_the_stream_goes_on() {
     w.fake.push_event(&event("c1", ContainerEventKind::Created));
     assert!(matches!(w.note().await, EventsNote::Marked { .. }));
     assert_eq!(w.fake.calls("GetContainerEvents"), 1, "the same stream");
+    let _ = w.stop.send(true);
+    w.task.await.expect("the watcher stops");
+}
+
+/// containerd 1.7 and 2.1 send a GetContainerEvents stream's headers with its first event: on
+/// a quiet node the subscription waits for one, past any call timeout (paused time), and is
+/// neither ended nor opened again; the first event then opens it and marks its container.
+#[tokio::test(start_paused = true)]
+async fn a_subscription_answered_only_with_its_first_event_waits_for_it_past_any_call_timeout() {
+    let mut w = watched(|fake| fake.send_event_headers_with_first_event()).await;
+    // The call reaches the fake (its stream is registered), unanswered: polled, since the
+    // open call reports nothing until it is answered.
+    crate::support::wait_for(
+        "the subscription to reach the fake",
+        Duration::from_secs(60),
+        || async { (w.fake.open_event_streams() == 1).then_some(()) },
+    )
+    .await;
+    let call_timeout = w.fake.client_config().call_timeout;
+    tokio::time::sleep(call_timeout * 10).await;
+    assert_eq!(w.fake.calls("GetContainerEvents"), 1, "never reopened");
+    assert!(
+        w.notes.try_recv().is_err(),
+        "no note before the first event"
+    );
+    assert_eq!(
+        w.fake.push_event(&event("c1", ContainerEventKind::Created)),
+        1
+    );
+    assert_eq!(w.note().await, EventsNote::Connected);
+    assert!(matches!(
+        w.note().await,
+        EventsNote::Marked { container_id, .. } if container_id == "c1"
+    ));
     let _ = w.stop.send(true);
     w.task.await.expect("the watcher stops");
 }
