@@ -175,6 +175,46 @@ impl Agent {
         );
     }
 
+    /// `imagekeeper pins -o json` (through the running agent when it answers): each pin's image
+    /// with its `runtime_pinned` and `runtime_pin_note`.
+    fn pins_json(&self) -> Vec<(String, serde_json::Value, String)> {
+        Agent::pins_json_at(&self.dir)
+    }
+
+    fn pins_json_at(dir: &Path) -> Vec<(String, serde_json::Value, String)> {
+        let socket = dir.join("admin.sock");
+        let db = dir.join("records.redb");
+        let out = support::bin::run(&[
+            "pins",
+            "-o",
+            "json",
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--db",
+            db.to_str().expect("utf8"),
+        ]);
+        assert!(
+            out.status.success(),
+            "imagekeeper pins: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("pins JSON");
+        doc.as_array()
+            .expect("a list")
+            .iter()
+            .map(|p| {
+                (
+                    p["key"]["image"].as_str().unwrap_or_default().to_owned(),
+                    p["runtime_pinned"].clone(),
+                    p["runtime_pin_note"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect()
+    }
+
     fn cli(&self, args: &[&str]) {
         let mut all: Vec<&str> = args.to_vec();
         let socket = self.dir.join("admin.sock");
@@ -310,6 +350,25 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
     )
     .await;
     expect_pinned(&client, &data.image_id, carries, "").await;
+    // `pins` through the running agent says the runtime carries each pin (on 1.6: why not).
+    let views = agent.pins_json();
+    assert_eq!(views.len(), 2, "{views:?}");
+    for (image, pinned, note) in &views {
+        if carries {
+            assert_eq!(
+                pinned,
+                &serde_json::Value::Bool(true),
+                "containerd {}: pins says the runtime carries {image} ({note})",
+                release(&lab)
+            );
+        } else {
+            assert!(
+                pinned.is_null() && note.starts_with("runtime pins off: containerd 1.6"),
+                "containerd {}: pins says runtime pins are off for {image}: {pinned} {note}",
+                release(&lab)
+            );
+        }
+    }
     let labelled = own_labelled(&containerd_images(&lab)).await;
     if carries {
         // Every name containerd stores for the pinned image carries both labels.
@@ -377,7 +436,17 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
         ),
     )
     .await;
+    // Offline (no agent answers), `pins` reads the database and says it cannot know.
+    let dir_path = agent.dir.clone();
     let log = agent.kill();
+    let offline = Agent::pins_json_at(&dir_path);
+    assert!(!offline.is_empty());
+    for (image, pinned, note) in &offline {
+        assert!(
+            pinned.is_null() && note.contains("no running agent answered"),
+            "offline pins of {image}: {pinned} {note}"
+        );
+    }
     let off_lines = log.matches("Runtime pins off").count();
     if carries {
         assert_eq!(off_lines, 0, "{log}");
