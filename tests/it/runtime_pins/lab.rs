@@ -215,6 +215,48 @@ impl Agent {
             .collect()
     }
 
+    /// `imagekeeper doctor -o json` beside this agent (its admin socket and database, the lab's
+    /// runtime and sandbox image): the `runtime-pins` finding.
+    fn doctor_runtime_pins(&self, lab: &Lab) -> serde_json::Value {
+        let kubelet = self.dir.join("kubelet.yaml");
+        std::fs::write(
+            &kubelet,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 containerRuntimeEndpoint: {}\n",
+                lab.endpoint
+            ),
+        )
+        .expect("kubelet config");
+        let socket = self.dir.join("admin.sock");
+        let db = self.dir.join("records.redb");
+        let out = support::bin::run(&[
+            "doctor",
+            "--kubelet-config",
+            kubelet.to_str().expect("utf8"),
+            "--container-runtime-endpoint",
+            &lab.endpoint,
+            "--pod-infra-container-image",
+            &lab.sandbox_image,
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--db",
+            db.to_str().expect("utf8"),
+            "-o",
+            "json",
+        ]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("doctor JSON: {e}: {}", String::from_utf8_lossy(&out.stderr))
+        });
+        report["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .find(|f| f["check"] == "runtime-pins")
+            .cloned()
+            .unwrap_or_else(|| panic!("no runtime-pins finding: {report:#}"))
+    }
+
     fn cli(&self, args: &[&str]) {
         let mut all: Vec<&str> = args.to_vec();
         let socket = self.dir.join("admin.sock");
@@ -368,6 +410,30 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
                 release(&lab)
             );
         }
+    }
+    // doctor reads CRI ListImages itself: every keep carried on 1.7/2.1; off on 1.6.
+    let finding = agent.doctor_runtime_pins(&lab);
+    if carries {
+        assert_eq!(
+            finding["status"],
+            "ok",
+            "containerd {}: doctor finds every keep carried: {finding:#}",
+            release(&lab)
+        );
+        assert!(
+            finding["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("lists all")),
+            "{finding:#}"
+        );
+    } else {
+        assert_eq!(finding["status"], "not_checked", "{finding:#}");
+        assert!(
+            finding["message"].as_str().is_some_and(|m| m.contains(
+                "the kubelet's image GC and eviction manager cannot see imagekeeper's keeps"
+            )),
+            "containerd 1.6: doctor says what runtime pins off means: {finding:#}"
+        );
     }
     let labelled = own_labelled(&containerd_images(&lab)).await;
     if carries {
