@@ -393,5 +393,13 @@ fn pin_view(info: PinInfo) -> PinView {
         },
         active: info.active,
         image_ids: info.image_ids.into_iter().map(ImageId).collect(),
+        runtime_pinned: info.runtime_pinned,
+        runtime_pin_note: match (info.runtime_pinned, info.runtime_pin_note) {
+            // An agent from before runtime pins sends neither.
+            (None, note) if note.is_empty() => {
+                "unknown: the running agent did not say (it predates runtime pins)".to_owned()
+            }
+            (_, note) => note,
+        },
     }
 }

@@ -288,6 +288,8 @@ fn pin_info(view: PinView) -> PinInfo {
         reason: view.pin.reason,
         active: view.active,
         image_ids: view.image_ids.into_iter().map(|i| i.0).collect(),
+        runtime_pinned: view.runtime_pinned,
+        runtime_pin_note: view.runtime_pin_note,
     }
 }
 

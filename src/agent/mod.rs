@@ -842,7 +842,9 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
             "Pinned an image"
         );
         let images = self.pin_images().map_err(|e| e.to_string())?;
-        Ok(pin_view(key, pin, &images, now))
+        let mut view = pin_view(key, pin, &images, now);
+        self.runtime_pins.annotate(&mut view);
+        Ok(view)
     }
 
     async fn unpin(&self, key: PinKey) -> Result<bool, String> {
@@ -864,7 +866,11 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
     async fn pins(&self) -> Result<Vec<PinView>, String> {
         let pins = self.gc.store().pins().map_err(|e| e.to_string())?;
         let images = self.pin_images().map_err(|e| e.to_string())?;
-        Ok(pin_views(pins, &images, self.clock.now()))
+        let mut views = pin_views(pins, &images, self.clock.now());
+        for view in &mut views {
+            self.runtime_pins.annotate(view);
+        }
+        Ok(views)
     }
 }
 

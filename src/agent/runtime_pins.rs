@@ -324,6 +324,13 @@ impl RuntimePinner {
             .clone()
     }
 
+    /// Fills `view`'s runtime pin fields from the last reconcile ([`runtime_pin_answer`]).
+    pub fn annotate(&self, view: &mut crate::gc::PinView) {
+        let (pinned, note) = runtime_pin_answer(&self.state(), &self.carried(), view);
+        view.runtime_pinned = pinned;
+        view.runtime_pin_note = note;
+    }
+
     /// The metrics' sample; `None` while `auto` is undecided.
     pub fn sample(&self) -> Option<super::metrics::RuntimePinsSample> {
         let enabled = match self.state() {
@@ -337,6 +344,50 @@ impl RuntimePinner {
             writes: [0, 1].map(|i| self.counters.writes[i].load(Ordering::Relaxed)),
         })
     }
+}
+
+/// Whether the runtime carries a pin's images, from the runtime pins' `state` and the last
+/// reconcile's `carried` map: `Some` only when pins are on, the pin is active, names images
+/// on the node and every one of them was reconciled; else `None` with why (the note).
+pub fn runtime_pin_answer(
+    state: &PinsState,
+    carried: &BTreeMap<crate::model::RecordKey, bool>,
+    view: &crate::gc::PinView,
+) -> (Option<bool>, String) {
+    match state {
+        PinsState::Undecided => {
+            return (
+                None,
+                "unknown: the runtime has not said its version yet (runtime pins undecided)"
+                    .to_owned(),
+            );
+        }
+        PinsState::Off(why) => return (None, format!("runtime pins off: {why}")),
+        PinsState::On => {}
+    }
+    if !view.active {
+        return (None, "the pin has expired".to_owned());
+    }
+    if view.image_ids.is_empty() {
+        return (None, "no image on the node matches the pin".to_owned());
+    }
+    let mut all = true;
+    for id in &view.image_ids {
+        let key = crate::model::RecordKey {
+            image_id: id.clone(),
+            runtime_handler: view.key.runtime_handler.clone(),
+        };
+        match carried.get(&key) {
+            Some(c) => all &= *c,
+            None => {
+                return (
+                    None,
+                    "unknown: not reconciled since the image was seen (next cycle)".to_owned(),
+                );
+            }
+        }
+    }
+    (Some(all), String::new())
 }
 
 /// Removes both labels from every image name in containerd's `k8s.io` namespace that carries

@@ -47,8 +47,8 @@ pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
 pub use predictive::{Basis, Estimate, ImageHistory, PredictiveRank, rank_predictive};
 pub use protect::{
-    Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, pin_names, pin_view,
-    pin_views, pinned_at, stored_image, stored_images,
+    Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, RUNTIME_PIN_OFFLINE,
+    pin_names, pin_view, pin_views, pinned_at, stored_image, stored_images,
 };
 pub use space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

@@ -175,6 +175,88 @@ impl Agent {
         );
     }
 
+    /// `imagekeeper pins -o json` (through the running agent when it answers): each pin's image
+    /// with its `runtime_pinned` and `runtime_pin_note`.
+    fn pins_json(&self) -> Vec<(String, serde_json::Value, String)> {
+        Agent::pins_json_at(&self.dir)
+    }
+
+    fn pins_json_at(dir: &Path) -> Vec<(String, serde_json::Value, String)> {
+        let socket = dir.join("admin.sock");
+        let db = dir.join("records.redb");
+        let out = support::bin::run(&[
+            "pins",
+            "-o",
+            "json",
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--db",
+            db.to_str().expect("utf8"),
+        ]);
+        assert!(
+            out.status.success(),
+            "imagekeeper pins: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("pins JSON");
+        doc.as_array()
+            .expect("a list")
+            .iter()
+            .map(|p| {
+                (
+                    p["key"]["image"].as_str().unwrap_or_default().to_owned(),
+                    p["runtime_pinned"].clone(),
+                    p["runtime_pin_note"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// `imagekeeper doctor -o json` beside this agent (its admin socket and database, the lab's
+    /// runtime and sandbox image): the `runtime-pins` finding.
+    fn doctor_runtime_pins(&self, lab: &Lab) -> serde_json::Value {
+        let kubelet = self.dir.join("kubelet.yaml");
+        std::fs::write(
+            &kubelet,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 containerRuntimeEndpoint: {}\n",
+                lab.endpoint
+            ),
+        )
+        .expect("kubelet config");
+        let socket = self.dir.join("admin.sock");
+        let db = self.dir.join("records.redb");
+        let out = support::bin::run(&[
+            "doctor",
+            "--kubelet-config",
+            kubelet.to_str().expect("utf8"),
+            "--container-runtime-endpoint",
+            &lab.endpoint,
+            "--pod-infra-container-image",
+            &lab.sandbox_image,
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--db",
+            db.to_str().expect("utf8"),
+            "-o",
+            "json",
+        ]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("doctor JSON: {e}: {}", String::from_utf8_lossy(&out.stderr))
+        });
+        report["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .find(|f| f["check"] == "runtime-pins")
+            .cloned()
+            .unwrap_or_else(|| panic!("no runtime-pins finding: {report:#}"))
+    }
+
     fn cli(&self, args: &[&str]) {
         let mut all: Vec<&str> = args.to_vec();
         let socket = self.dir.join("admin.sock");
@@ -310,6 +392,49 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
     )
     .await;
     expect_pinned(&client, &data.image_id, carries, "").await;
+    // `pins` through the running agent says the runtime carries each pin (on 1.6: why not).
+    let views = agent.pins_json();
+    assert_eq!(views.len(), 2, "{views:?}");
+    for (image, pinned, note) in &views {
+        if carries {
+            assert_eq!(
+                pinned,
+                &serde_json::Value::Bool(true),
+                "containerd {}: pins says the runtime carries {image} ({note})",
+                release(&lab)
+            );
+        } else {
+            assert!(
+                pinned.is_null() && note.starts_with("runtime pins off: containerd 1.6"),
+                "containerd {}: pins says runtime pins are off for {image}: {pinned} {note}",
+                release(&lab)
+            );
+        }
+    }
+    // doctor reads CRI ListImages itself: every keep carried on 1.7/2.1; off on 1.6.
+    let finding = agent.doctor_runtime_pins(&lab);
+    if carries {
+        assert_eq!(
+            finding["status"],
+            "ok",
+            "containerd {}: doctor finds every keep carried: {finding:#}",
+            release(&lab)
+        );
+        assert!(
+            finding["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("lists all")),
+            "{finding:#}"
+        );
+    } else {
+        assert_eq!(finding["status"], "not_checked", "{finding:#}");
+        assert!(
+            finding["message"].as_str().is_some_and(|m| m.contains(
+                "the kubelet's image GC and eviction manager cannot see imagekeeper's keeps"
+            )),
+            "containerd 1.6: doctor says what runtime pins off means: {finding:#}"
+        );
+    }
     let labelled = own_labelled(&containerd_images(&lab)).await;
     if carries {
         // Every name containerd stores for the pinned image carries both labels.
@@ -377,7 +502,17 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
         ),
     )
     .await;
+    // Offline (no agent answers), `pins` reads the database and says it cannot know.
+    let dir_path = agent.dir.clone();
     let log = agent.kill();
+    let offline = Agent::pins_json_at(&dir_path);
+    assert!(!offline.is_empty());
+    for (image, pinned, note) in &offline {
+        assert!(
+            pinned.is_null() && note.contains("no running agent answered"),
+            "offline pins of {image}: {pinned} {note}"
+        );
+    }
     let off_lines = log.matches("Runtime pins off").count();
     if carries {
         assert_eq!(off_lines, 0, "{log}");
