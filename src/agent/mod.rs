@@ -863,6 +863,20 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
         Ok(existed)
     }
 
+    async fn runtime_pins(&self) -> Result<crate::admin::RuntimePinsReport, String> {
+        let db = self.config().db;
+        Ok(crate::admin::RuntimePinsReport {
+            note: self.runtime_pins.state_note().unwrap_or_default(),
+            db: std::fs::canonicalize(&db).unwrap_or(db),
+            keeps: self
+                .runtime_pins
+                .carried_keeps()
+                .into_iter()
+                .map(|(key, (why, carried))| (key, why, carried))
+                .collect(),
+        })
+    }
+
     async fn pins(&self) -> Result<Vec<PinView>, String> {
         let pins = self.gc.store().pins().map_err(|e| e.to_string())?;
         let images = self.pin_images().map_err(|e| e.to_string())?;

@@ -389,6 +389,18 @@ impl KeepReason {
         }
     }
 
+    /// The reason whose [`KeepReason::label_value`] is `value`.
+    pub fn from_label_value(value: &str) -> Option<KeepReason> {
+        [
+            KeepReason::Pin,
+            KeepReason::Warm,
+            KeepReason::SandboxImage,
+            KeepReason::NoRepoDigest,
+        ]
+        .into_iter()
+        .find(|r| r.label_value() == value)
+    }
+
     /// Why a protection keeps its image.
     pub fn of(protection: &Protection) -> KeepReason {
         match protection {
