@@ -203,7 +203,8 @@ pub struct RuntimePinsReport {
     pub note: String,
     /// The agent's database file.
     pub db: PathBuf,
-    /// Each image kept at the last reconcile, why, and whether the runtime lists it pinned.
+    /// Each image kept at the last reconcile, why, and whether the runtime lists it pinned
+    /// (runtime pins off or undecided: the last detect's keeps, none carried).
     pub keeps: Vec<(crate::model::RecordKey, crate::gc::KeepReason, bool)>,
 }
 

@@ -865,15 +865,27 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
 
     async fn runtime_pins(&self) -> Result<crate::admin::RuntimePinsReport, String> {
         let db = self.config().db;
-        Ok(crate::admin::RuntimePinsReport {
-            note: self.runtime_pins.state_note().unwrap_or_default(),
-            db: std::fs::canonicalize(&db).unwrap_or(db),
-            keeps: self
+        let note = self.runtime_pins.state_note();
+        let keeps = match note {
+            None => self
                 .runtime_pins
                 .carried_keeps()
                 .into_iter()
                 .map(|(key, (why, carried))| (key, why, carried))
                 .collect(),
+            // Off or undecided: nothing is carried, but the last detect's keeps are known.
+            Some(_) => self
+                .gc
+                .last_keeps()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|k| (k.key, k.why, false))
+                .collect(),
+        };
+        Ok(crate::admin::RuntimePinsReport {
+            note: note.unwrap_or_default(),
+            db: std::fs::canonicalize(&db).unwrap_or(db),
+            keeps,
         })
     }
 

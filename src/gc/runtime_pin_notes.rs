@@ -35,8 +35,23 @@ pub enum RuntimePinsSeen {
     /// The running agent's last reconcile, runtime pins on: each image it keeps, why, and
     /// whether the runtime lists it as pinned.
     Reconciled(BTreeMap<RecordKey, (KeepReason, bool)>),
-    /// Not known, and why (no running agent, runtime pins off, another database, ...).
-    Unknown(String),
+    /// Not known, and why (no running agent, runtime pins off, another database, ...); with
+    /// the images the running agent keeps, when it said (runtime pins off: it still knows
+    /// them, e.g. a warm entry the database alone does not show).
+    Unknown {
+        note: String,
+        agent_keeps: BTreeMap<RecordKey, KeepReason>,
+    },
+}
+
+impl RuntimePinsSeen {
+    /// Not known, and why, with no keeps of an agent's.
+    pub fn unknown(note: impl Into<String>) -> RuntimePinsSeen {
+        RuntimePinsSeen::Unknown {
+            note: note.into(),
+            agent_keeps: BTreeMap::new(),
+        }
+    }
 }
 
 /// The note of a kept image the agent's last reconcile did not keep.
@@ -65,11 +80,15 @@ pub fn note_runtime_pins(explanation: &mut Explanation, seen: &RuntimePinsSeen) 
                 }),
                 (None, None) => None,
             },
-            RuntimePinsSeen::Unknown(note) => own.map(|why| RuntimePinStatus {
-                keep: why,
-                runtime_pinned: None,
-                runtime_pin_note: note.clone(),
-            }),
+            RuntimePinsSeen::Unknown { note, agent_keeps } => agent_keeps
+                .get(&image.key)
+                .copied()
+                .or(own)
+                .map(|why| RuntimePinStatus {
+                    keep: why,
+                    runtime_pinned: None,
+                    runtime_pin_note: note.clone(),
+                }),
         };
     }
 }
@@ -138,7 +157,7 @@ mod tests {
     fn each_kept_image_says_whether_the_runtime_carries_it_and_why_not_when_unknown() {
         use KeepReason::*;
         let key = |id: &str| RecordKey::new(format!("sha256:{id}"), "");
-        let offline = RuntimePinsSeen::Unknown(crate::gc::RUNTIME_PIN_OFFLINE.to_owned());
+        let offline = RuntimePinsSeen::unknown(crate::gc::RUNTIME_PIN_OFFLINE);
         // The agent keeps `pin` (carried), `side` (not carried) and `plain` (a warm entry this
         // offline explain cannot see), and not `warm` (dropped since its last cycle).
         let agent = RuntimePinsSeen::Reconciled(
@@ -174,14 +193,22 @@ mod tests {
             ],
             "through the agent: its reconcile's answer and reason, else why not known"
         );
-        let off = RuntimePinsSeen::Unknown("runtime pins off: containerd 1.6.20".to_owned());
+        // Runtime pins off: nothing is known, the note says so, and the agent's keeps (a warm
+        // entry the file alone does not show) are still named.
+        let off = RuntimePinsSeen::Unknown {
+            note: "runtime pins off: containerd 1.6.20".to_owned(),
+            agent_keeps: [(key("plain"), Warm)].into_iter().collect(),
+        };
         note_runtime_pins(&mut e, &off);
-        assert!(
-            e.images
-                .iter()
-                .filter_map(|i| i.runtime_pin.as_ref())
-                .all(|p| p.runtime_pinned.is_none() && p.runtime_pin_note.contains("off")),
-            "runtime pins off: nothing is known, and the note says so"
+        let note = "runtime pins off: containerd 1.6.20";
+        assert_eq!(
+            answers(&e),
+            vec![
+                ("pin", Some((Pin, None, note))),
+                ("warm", Some((Warm, None, note))),
+                ("side", Some((NoRepoDigest, None, note))),
+                ("plain", Some((Warm, None, note))),
+            ],
         );
     }
 }

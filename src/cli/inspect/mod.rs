@@ -322,10 +322,9 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
             // The running agent's runtime pins are its state now: not an answer for another
             // time.
             let seen = match args.now {
-                Some(_) => RuntimePinsSeen::Unknown(
+                Some(_) => RuntimePinsSeen::unknown(
                     "unknown: --now evaluates another time than the running agent's last \
-                     reconcile"
-                        .to_owned(),
+                     reconcile",
                 ),
                 None => runtime_pins_seen(&explain_args.admin_socket, db),
             };
@@ -582,7 +581,7 @@ fn runtime_pins_seen(socket: &Path, db: &Path) -> RuntimePinsSeen {
         .enable_all()
         .build()
     else {
-        return RuntimePinsSeen::Unknown(imagekeeper::gc::RUNTIME_PIN_OFFLINE.to_owned());
+        return RuntimePinsSeen::unknown(imagekeeper::gc::RUNTIME_PIN_OFFLINE);
     };
     let answer = rt.block_on(async {
         let mut client =
@@ -592,9 +591,9 @@ fn runtime_pins_seen(socket: &Path, db: &Path) -> RuntimePinsSeen {
         Some(client.runtime_pins().await)
     });
     let (report, omitted) = match answer {
-        None => return RuntimePinsSeen::Unknown(imagekeeper::gc::RUNTIME_PIN_OFFLINE.to_owned()),
+        None => return RuntimePinsSeen::unknown(imagekeeper::gc::RUNTIME_PIN_OFFLINE),
         Some(Err(e)) => {
-            return RuntimePinsSeen::Unknown(format!(
+            return RuntimePinsSeen::unknown(format!(
                 "unknown: the running agent on {} did not say ({e})",
                 socket.display()
             ));
@@ -606,14 +605,22 @@ fn runtime_pins_seen(socket: &Path, db: &Path) -> RuntimePinsSeen {
         _ => false,
     };
     if !same(&report.db, db) {
-        return RuntimePinsSeen::Unknown(format!(
+        return RuntimePinsSeen::unknown(format!(
             "unknown: the running agent on {} keeps another database ({})",
             socket.display(),
             report.db.display()
         ));
     }
     if !report.note.is_empty() {
-        return RuntimePinsSeen::Unknown(report.note);
+        // Runtime pins off: the agent still names what it keeps.
+        return RuntimePinsSeen::Unknown {
+            note: report.note,
+            agent_keeps: report
+                .keeps
+                .into_iter()
+                .map(|(key, why, _)| (key, why))
+                .collect(),
+        };
     }
     if omitted > 0 {
         eprintln!(
