@@ -270,7 +270,7 @@ fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
             ),
             "check that the agent runs with --runtime-pins auto against this containerd \
              (--containerd-address), and its log for \"Runtime pins: label write failed\" and \
-             imagekeeper_runtime_pin_label_writes_total{result=\"failed\"}; the agent labels \
+             imagekeeper_runtime_pin_label_writes_total{result=\"failure\"}; the agent labels \
              its keeps after each detect"
                 .to_owned(),
         )
