@@ -139,7 +139,10 @@ mod tests {
         e
     }
 
-    fn answers(e: &Explanation) -> Vec<(&str, Option<(KeepReason, Option<bool>, &str)>)> {
+    /// An image's answer: (keep, runtime_pinned, note).
+    type Answer<'a> = Option<(KeepReason, Option<bool>, &'a str)>;
+
+    fn answers(e: &Explanation) -> Vec<(&str, Answer<'_>)> {
         e.images
             .iter()
             .map(|i| {
