@@ -20,7 +20,7 @@ use tonic::transport::{Endpoint, Uri};
 use super::proto::admin_client::AdminClient as Generated;
 use super::proto::{
     DeleteUnusedRequest, EnsureImageRequest, GarbageCollectRequest, GcResponse, ListPinsRequest,
-    PinInfo, PinRequest, RestoreRequest, UnpinRequest,
+    PinInfo, PinRequest, RestoreRequest, RuntimePinsRequest, UnpinRequest,
 };
 use super::{AdminError, AdminReason, EnsureRequest, GcOutcome, REASON_METADATA_KEY};
 use crate::gc::PinView;
@@ -240,6 +240,39 @@ impl AdminClient {
         ))
     }
 
+    /// The runtime pins as the agent's last reconcile found them, and how many kept images it
+    /// left out at the end to keep its answer within [`super::MAX_ANSWER_BYTES`].
+    pub async fn runtime_pins(&mut self) -> Result<(super::RuntimePinsReport, u64), AdminError> {
+        let reply = self
+            .inner
+            .runtime_pins(RuntimePinsRequest {})
+            .await
+            .map_err(self.call_err("RuntimePins"))?;
+        let omitted = count(&reply, super::OMITTED_METADATA_KEY);
+        let r = reply.into_inner();
+        let keeps = r
+            .keeps
+            .into_iter()
+            .filter_map(|k| {
+                // A reason this client does not know is left out (a newer agent's).
+                let why = crate::gc::KeepReason::from_label_value(&k.keep)?;
+                let key = RecordKey {
+                    image_id: ImageId(k.image_id),
+                    runtime_handler: k.runtime_handler,
+                };
+                Some((key, why, k.runtime_pinned))
+            })
+            .collect();
+        Ok((
+            super::RuntimePinsReport {
+                note: r.note,
+                db: PathBuf::from(r.db),
+                keeps,
+            },
+            omitted,
+        ))
+    }
+
     pub async fn delete_unused(&mut self, dry_run: bool) -> Result<GcOutcome, AdminError> {
         let reply = self
             .inner
@@ -393,5 +426,13 @@ fn pin_view(info: PinInfo) -> PinView {
         },
         active: info.active,
         image_ids: info.image_ids.into_iter().map(ImageId).collect(),
+        runtime_pinned: info.runtime_pinned,
+        runtime_pin_note: match (info.runtime_pinned, info.runtime_pin_note) {
+            // An agent from before runtime pins sends neither.
+            (None, note) if note.is_empty() => {
+                "unknown: the running agent did not say (it predates runtime pins)".to_owned()
+            }
+            (_, note) => note,
+        },
     }
 }

@@ -196,6 +196,18 @@ impl GcOutcome {
     }
 }
 
+/// The runtime pins as the agent's last reconcile found them (the RuntimePins call).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimePinsReport {
+    /// Empty when runtime pins are on; else why nothing is known.
+    pub note: String,
+    /// The agent's database file.
+    pub db: PathBuf,
+    /// Each image kept at the last reconcile, why, and whether the runtime lists it pinned
+    /// (runtime pins off or undecided: the last detect's keeps, none carried).
+    pub keeps: Vec<(crate::model::RecordKey, crate::gc::KeepReason, bool)>,
+}
+
 /// What the admin service calls into (the agent).
 pub trait AdminBackend: Send + Sync + 'static {
     /// The image ref, or why not.
@@ -238,6 +250,10 @@ pub trait AdminBackend: Send + Sync + 'static {
     /// Every pin, with its state now and the images it names.
     fn pins(&self) -> impl Future<Output = Result<Vec<PinView>, String>> + Send {
         std::future::ready(Err("this agent does not keep pins".to_owned()))
+    }
+    /// The runtime pins' last reconcile. The default (a backend without runtime pins) refuses.
+    fn runtime_pins(&self) -> impl Future<Output = Result<RuntimePinsReport, String>> + Send {
+        std::future::ready(Err("this agent does not keep runtime pins".to_owned()))
     }
 }
 

@@ -22,7 +22,8 @@ use super::proto::admin_server::{Admin, AdminServer};
 use super::proto::{
     DeleteUnusedRequest, EnsureImageRequest, EnsureImageResponse, GarbageCollectRequest,
     GcResponse, ListPinsRequest, ListPinsResponse, PinInfo, PinRequest, Removal as ProtoRemoval,
-    RestoreItem as ProtoRestoreItem, RestoreRequest, RestoreResponse, UnpinRequest, UnpinResponse,
+    RestoreItem as ProtoRestoreItem, RestoreRequest, RestoreResponse, RuntimeKeep,
+    RuntimePinsRequest, RuntimePinsResponse, UnpinRequest, UnpinResponse,
 };
 use super::{
     AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome, MAX_ANSWER_BYTES,
@@ -277,6 +278,36 @@ impl<B: AdminBackend> Admin for Service<B> {
         set_count(&mut reply, super::OMITTED_METADATA_KEY, omitted);
         Ok(reply)
     }
+
+    async fn runtime_pins(
+        &self,
+        _request: Request<RuntimePinsRequest>,
+    ) -> Result<Response<RuntimePinsResponse>, Status> {
+        let report = self
+            .backend
+            .runtime_pins()
+            .await
+            .map_err(Status::internal)?;
+        let mut keeps: Vec<RuntimeKeep> = report
+            .keeps
+            .into_iter()
+            .map(|(key, why, runtime_pinned)| RuntimeKeep {
+                image_id: key.image_id.0,
+                runtime_handler: key.runtime_handler,
+                keep: why.label_value().to_owned(),
+                runtime_pinned,
+            })
+            .collect();
+        let db = report.db.to_string_lossy().into_owned();
+        let (omitted, _) = cut_to(&mut keeps, answer_budget(report.note.len() + db.len() + 16));
+        let mut reply = Response::new(RuntimePinsResponse {
+            note: report.note,
+            db,
+            keeps,
+        });
+        set_count(&mut reply, super::OMITTED_METADATA_KEY, omitted);
+        Ok(reply)
+    }
 }
 
 fn pin_info(view: PinView) -> PinInfo {
@@ -288,6 +319,8 @@ fn pin_info(view: PinView) -> PinInfo {
         reason: view.pin.reason,
         active: view.active,
         image_ids: view.image_ids.into_iter().map(|i| i.0).collect(),
+        runtime_pinned: view.runtime_pinned,
+        runtime_pin_note: view.runtime_pin_note,
     }
 }
 

@@ -842,7 +842,9 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
             "Pinned an image"
         );
         let images = self.pin_images().map_err(|e| e.to_string())?;
-        Ok(pin_view(key, pin, &images, now))
+        let mut view = pin_view(key, pin, &images, now);
+        self.runtime_pins.annotate(&mut view);
+        Ok(view)
     }
 
     async fn unpin(&self, key: PinKey) -> Result<bool, String> {
@@ -861,10 +863,40 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
         Ok(existed)
     }
 
+    async fn runtime_pins(&self) -> Result<crate::admin::RuntimePinsReport, String> {
+        let db = self.config().db;
+        let note = self.runtime_pins.state_note();
+        let keeps = match note {
+            None => self
+                .runtime_pins
+                .carried_keeps()
+                .into_iter()
+                .map(|(key, (why, carried))| (key, why, carried))
+                .collect(),
+            // Off or undecided: nothing is carried, but the last detect's keeps are known.
+            Some(_) => self
+                .gc
+                .last_keeps()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|k| (k.key, k.why, false))
+                .collect(),
+        };
+        Ok(crate::admin::RuntimePinsReport {
+            note: note.unwrap_or_default(),
+            db: std::fs::canonicalize(&db).unwrap_or(db),
+            keeps,
+        })
+    }
+
     async fn pins(&self) -> Result<Vec<PinView>, String> {
         let pins = self.gc.store().pins().map_err(|e| e.to_string())?;
         let images = self.pin_images().map_err(|e| e.to_string())?;
-        Ok(pin_views(pins, &images, self.clock.now()))
+        let mut views = pin_views(pins, &images, self.clock.now());
+        for view in &mut views {
+            self.runtime_pins.annotate(view);
+        }
+        Ok(views)
     }
 }
 

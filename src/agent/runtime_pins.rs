@@ -156,9 +156,9 @@ pub struct RuntimePinner {
     /// Names whose last write failed (logged once until a write of them succeeds).
     failing: Mutex<BTreeSet<String>>,
     pub counters: PinCounters,
-    /// After the last reconcile: each kept image and whether containerd carries it as pinned
-    /// (one of its names labelled pinned, by imagekeeper or anyone).
-    carried: Mutex<BTreeMap<crate::model::RecordKey, bool>>,
+    /// After the last reconcile: each kept image, why, and whether containerd carries it as
+    /// pinned (one of its names labelled pinned, by imagekeeper or anyone).
+    carried: Mutex<BTreeMap<crate::model::RecordKey, (KeepReason, bool)>>,
 }
 
 impl RuntimePinner {
@@ -306,7 +306,7 @@ impl RuntimePinner {
                     .names
                     .iter()
                     .any(|n| pinned.get(n.as_str()).copied().unwrap_or(false));
-                (k.key.clone(), any)
+                (k.key.clone(), (k.why, any))
             })
             .collect();
         *self
@@ -318,10 +318,32 @@ impl RuntimePinner {
 
     /// After the last reconcile: each kept image and whether containerd carries it as pinned.
     pub fn carried(&self) -> BTreeMap<crate::model::RecordKey, bool> {
+        self.carried_keeps()
+            .into_iter()
+            .map(|(key, (_, carried))| (key, carried))
+            .collect()
+    }
+
+    /// After the last reconcile: each kept image, why it is kept, and whether containerd
+    /// carries it as pinned.
+    pub fn carried_keeps(&self) -> BTreeMap<crate::model::RecordKey, (KeepReason, bool)> {
         self.carried
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Why nothing is known of the runtime's pins (`pins`' and `inspect explain`'s note), or
+    /// `None` when runtime pins are on.
+    pub fn state_note(&self) -> Option<String> {
+        state_note(&self.state())
+    }
+
+    /// Fills `view`'s runtime pin fields from the last reconcile ([`runtime_pin_answer`]).
+    pub fn annotate(&self, view: &mut crate::gc::PinView) {
+        let (pinned, note) = runtime_pin_answer(&self.state(), &self.carried(), view);
+        view.runtime_pinned = pinned;
+        view.runtime_pin_note = note;
     }
 
     /// The metrics' sample; `None` while `auto` is undecided.
@@ -337,6 +359,53 @@ impl RuntimePinner {
             writes: [0, 1].map(|i| self.counters.writes[i].load(Ordering::Relaxed)),
         })
     }
+}
+
+/// Why nothing is known of the runtime's pins in `state`; `None` when they are on.
+pub fn state_note(state: &PinsState) -> Option<String> {
+    match state {
+        PinsState::Undecided => Some(
+            "unknown: the runtime has not said its version yet (runtime pins undecided)".to_owned(),
+        ),
+        PinsState::Off(why) => Some(format!("runtime pins off: {why}")),
+        PinsState::On => None,
+    }
+}
+
+/// Whether the runtime carries a pin's images, from the runtime pins' `state` and the last
+/// reconcile's `carried` map: `Some` only when pins are on, the pin is active, names images
+/// on the node and every one of them was reconciled; else `None` with why (the note).
+pub fn runtime_pin_answer(
+    state: &PinsState,
+    carried: &BTreeMap<crate::model::RecordKey, bool>,
+    view: &crate::gc::PinView,
+) -> (Option<bool>, String) {
+    if let Some(note) = state_note(state) {
+        return (None, note);
+    }
+    if !view.active {
+        return (None, "the pin has expired".to_owned());
+    }
+    if view.image_ids.is_empty() {
+        return (None, "no image on the node matches the pin".to_owned());
+    }
+    let mut all = true;
+    for id in &view.image_ids {
+        let key = crate::model::RecordKey {
+            image_id: id.clone(),
+            runtime_handler: view.key.runtime_handler.clone(),
+        };
+        match carried.get(&key) {
+            Some(c) => all &= *c,
+            None => {
+                return (
+                    None,
+                    "unknown: not reconciled since the image was seen (next cycle)".to_owned(),
+                );
+            }
+        }
+    }
+    (Some(all), String::new())
 }
 
 /// Removes both labels from every image name in containerd's `k8s.io` namespace that carries

@@ -58,6 +58,7 @@ pub fn run(args: DoctorArgs) -> Result<(), Failure> {
         &kubelet,
         args.pulls_with_credentials,
         args.runtime_timeout,
+        true,
     ));
     let report = Report::new(args.kubelet_config.display().to_string(), findings);
     print(&report, &args.output)?;
@@ -78,18 +79,27 @@ pub(crate) async fn findings(
     kubelet: &KubeletConfig,
     pulls_with_credentials: bool,
     runtime_timeout: Duration,
+    check_runtime_pins: bool,
 ) -> Vec<Finding> {
     let stale_intents = config.gc.kubelet_root_dir.as_deref().map(|root| {
         PullRecordsReader::new(root)
             .intents(config.gc.intent_age(SystemClock.now()))
             .stale
     });
-    let (runtime, runtime_sandbox) = ask_runtime(CriConfig {
+    let (runtime, runtime_sandbox, version) = ask_runtime(CriConfig {
         connect_timeout: runtime_timeout,
         call_timeout: runtime_timeout,
         ..config.cri.clone()
     })
     .await;
+    // At the agent's own start its keeps are not labelled yet: the check is the command's.
+    let runtime_pins = match check_runtime_pins {
+        true => Some(doctor::RuntimePinsView {
+            version,
+            pins: read_pins(config, runtime_timeout).await,
+        }),
+        false => None,
+    };
     let images_on_nodefs = match &runtime {
         RuntimeView::Reached {
             image_fs: Ok(fs), ..
@@ -112,7 +122,37 @@ pub(crate) async fn findings(
         images_on_nodefs,
         runtime_sandbox_image: runtime_sandbox.as_deref(),
         now: SystemClock.now(),
+        runtime_pins: runtime_pins.as_ref(),
     })
+}
+
+/// The operators' pins in force for the runtime pins check: from the running agent when it
+/// answers, else read-only from the database; or why neither could be read.
+async fn read_pins(
+    config: &AgentConfig,
+    timeout: Duration,
+) -> Result<Vec<(imagekeeper::model::PinKey, imagekeeper::model::ImagePin)>, String> {
+    let now = SystemClock.now();
+    if let Ok(mut client) =
+        imagekeeper::admin::AdminClient::connect_with_timeout(&config.admin_socket, timeout).await
+        && let Ok(views) = client.pins().await
+    {
+        return Ok(views
+            .into_iter()
+            .filter(|v| v.active)
+            .map(|v| (v.key, v.pin))
+            .collect());
+    }
+    if !config.db.exists() {
+        return Err(format!(
+            "no agent answered and no database at {}",
+            config.db.display()
+        ));
+    }
+    let super::db::DryRunStore { store, copy: _copy } =
+        super::db::open_for_dry_run(&config.db).map_err(|e| format!("{:#}", e.error))?;
+    let pins = store.pins().map_err(|e| e.to_string())?;
+    Ok(pins.into_iter().filter(|(_, p)| p.active_at(now)).collect())
 }
 
 /// Whether `a` and `b` are on one filesystem (their device numbers); `None` when either
@@ -124,18 +164,32 @@ fn same_filesystem(a: &Path, b: &Path) -> Option<bool> {
 
 /// ListImages and ImageFsInfo, or why the runtime could not be asked; and the sandbox image
 /// the runtime's verbose Status names, if it does.
-async fn ask_runtime(config: CriConfig) -> (RuntimeView, Option<String>) {
+/// And CRI Version's answer (or why none), for the runtime pins check.
+async fn ask_runtime(
+    config: CriConfig,
+) -> (
+    RuntimeView,
+    Option<String>,
+    Result<imagekeeper::cri::RuntimeVersion, String>,
+) {
     let client = match CriClient::connect(config).await {
         Ok(client) => client,
-        Err(e) => return (RuntimeView::Unreachable(e.to_string()), None),
+        Err(e) => {
+            return (
+                RuntimeView::Unreachable(e.to_string()),
+                None,
+                Err(e.to_string()),
+            );
+        }
     };
+    let version = client.version().await.map_err(|e| e.to_string());
     let images = match client.list_images().await {
         Ok(images) => images,
-        Err(e) => return (RuntimeView::Unreachable(e.to_string()), None),
+        Err(e) => return (RuntimeView::Unreachable(e.to_string()), None, version),
     };
     let image_fs = client.image_fs_stats().await.map_err(|e| e.to_string());
     let sandbox = client.sandbox_image().await.ok().flatten();
-    (RuntimeView::Reached { images, image_fs }, sandbox)
+    (RuntimeView::Reached { images, image_fs }, sandbox, version)
 }
 
 /// `table` and `wide` are the same for doctor (each finding's fix is on its own line).

@@ -249,6 +249,16 @@ fn until_text(view: &PinView) -> String {
     }
 }
 
+/// `pins -o wide`'s RUNTIME PINNED: whether the runtime lists the pin's images as pinned (the
+/// kubelet's image GC and eviction manager then spare them), else why it is not known.
+fn runtime_pinned_text(view: &PinView) -> String {
+    match view.runtime_pinned {
+        Some(true) => "yes".to_owned(),
+        Some(false) => "no".to_owned(),
+        None => view.runtime_pin_note.clone(),
+    }
+}
+
 fn state(view: &PinView) -> &'static str {
     if view.active { "active" } else { "expired" }
 }
@@ -295,6 +305,8 @@ fn print(views: &[PinView], output: &OutputArgs, one: bool) -> Result<(), Failur
                         "reason": v.pin.reason,
                         "active": v.active,
                         "imageIds": v.image_ids.iter().map(|i| i.as_str()).collect::<Vec<_>>(),
+                        "runtimePinned": v.runtime_pinned,
+                        "runtimePinNote": v.runtime_pin_note,
                     }),
                 );
             }
@@ -316,6 +328,7 @@ fn print(views: &[PinView], output: &OutputArgs, one: bool) -> Result<(), Failur
                     }
                 }),
                 Column::wide("CREATED", |v: &PinView| format_rfc3339(v.pin.created_at)),
+                Column::wide("RUNTIME PINNED", runtime_pinned_text),
                 Column::new("REASON", |v: &PinView| {
                     imagekeeper::inspect::escape_control(&v.pin.reason).into_owned()
                 }),

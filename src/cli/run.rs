@@ -211,7 +211,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             && node_events.enabled()
         {
             let findings =
-                super::doctor::findings(&config, kubelet, false, Duration::from_secs(10)).await;
+                super::doctor::findings(&config, kubelet, false, Duration::from_secs(10), false)
+                    .await;
             node_events.doctor_conflicts(&findings);
         }
         let agent = Arc::new(

@@ -94,6 +94,18 @@ impl ContainerdImages {
         &self.address
     }
 
+    /// A clone of the client and `request` with the namespace in its `containerd-namespace`
+    /// header: what every call sends (List, Get and Update alike).
+    fn namespaced<T>(
+        &self,
+        mut request: tonic::Request<T>,
+    ) -> (ImagesClient<Channel>, tonic::Request<T>) {
+        request
+            .metadata_mut()
+            .insert("containerd-namespace", self.namespace.clone());
+        (self.client.clone(), request)
+    }
+
     /// Every image name in the namespace (Images.List with no filter).
     pub async fn list(&self) -> Result<Vec<LabelledImage>, CriError> {
         let response = unary_call(
@@ -101,11 +113,8 @@ impl ContainerdImages {
             &self.address,
             Some(self.call_timeout),
             images_v1::ListImagesRequest::default(),
-            |mut request| {
-                let mut client = self.client.clone();
-                request
-                    .metadata_mut()
-                    .insert("containerd-namespace", self.namespace.clone());
+            |request| {
+                let (mut client, request) = self.namespaced(request);
                 async move { client.list(request).await }
             },
         )
@@ -123,11 +132,8 @@ impl ContainerdImages {
             &self.address,
             Some(self.call_timeout),
             request,
-            |mut request| {
-                let mut client = self.client.clone();
-                request
-                    .metadata_mut()
-                    .insert("containerd-namespace", self.namespace.clone());
+            |request| {
+                let (mut client, request) = self.namespaced(request);
                 async move { client.get(request).await }
             },
         )
@@ -170,11 +176,8 @@ impl ContainerdImages {
             &self.address,
             Some(self.call_timeout),
             request,
-            |mut request| {
-                let mut client = self.client.clone();
-                request
-                    .metadata_mut()
-                    .insert("containerd-namespace", self.namespace.clone());
+            |request| {
+                let (mut client, request) = self.namespaced(request);
                 async move { client.update(request).await }
             },
         )

@@ -99,6 +99,16 @@ pub enum RuntimeView {
     },
 }
 
+/// What the runtime pins check needs beyond the runtime's images.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuntimePinsView {
+    /// CRI Version's answer, or why there is none.
+    pub version: Result<crate::cri::RuntimeVersion, String>,
+    /// The operators' pins (from the running agent, else the database), or why they were not
+    /// read.
+    pub pins: Result<Vec<(crate::model::PinKey, crate::model::ImagePin)>, String>,
+}
+
 /// Everything the checks compare.
 #[derive(Clone, Debug)]
 pub struct DoctorInput<'a> {
@@ -117,6 +127,8 @@ pub struct DoctorInput<'a> {
     pub runtime_sandbox_image: Option<&'a str>,
     /// Now, for the warm set's entries with an `until` (the warm plan takes `now`).
     pub now: UnixNanos,
+    /// The runtime's version and the pins, for the runtime pins check; `None`: not asked.
+    pub runtime_pins: Option<&'a RuntimePinsView>,
 }
 
 /// The doctor's answer: `imagekeeper doctor -o json` prints it as it is.
@@ -155,7 +167,114 @@ pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
     findings.push(check_warm_set(input));
     findings.push(check_container_events(input));
     findings.push(check_stale_intents(input));
+    findings.push(check_runtime_pins(input));
     findings
+}
+
+/// What the kubelet does to imagekeeper's keeps when the runtime does not carry them.
+const KEEPS_UNSEEN: &str = "the kubelet's image GC and eviction manager cannot see imagekeeper's \
+    keeps (pins, warm set, irreplaceable images) and may remove them";
+
+/// The runtime pins (`--runtime-pins`): whether the runtime can carry imagekeeper's keeps as
+/// pinned (containerd 1.7.3 and later; the kubelet's image GC and eviction manager skip an
+/// image the runtime lists as pinned: kubelet master
+/// `pkg/kubelet/images/image_gc_manager.go`, `imagesInEvictionOrder`) and, when it can,
+/// whether every image imagekeeper keeps now (an active pin, a present warm entry, the
+/// irreplaceable rule: the agent's own keeps) is listed `pinned: true` by CRI ListImages.
+/// Off (by setting, or `auto` on containerd 1.6 or another runtime) is `not_checked`, with
+/// what it means; a keep not carried while pins are on is a conflict.
+fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
+    let name = "runtime-pins";
+    if input.imagekeeper.runtime_pins == crate::agent::RuntimePins::Off {
+        return Finding::not_checked(
+            name,
+            format!("runtime pins are off (--runtime-pins off): {KEEPS_UNSEEN}"),
+        );
+    }
+    let Some(view) = input.runtime_pins else {
+        return Finding::not_checked(name, "the runtime was not asked".to_owned());
+    };
+    let version = match &view.version {
+        Ok(v) => v,
+        Err(why) => {
+            return Finding::not_checked(
+                name,
+                format!(
+                    "the runtime did not say its version ({why}), so runtime pins were not checked"
+                ),
+            );
+        }
+    };
+    if let Err(why) = crate::agent::runtime_carries_pins(version) {
+        return Finding::not_checked(
+            name,
+            format!("runtime pins are off (--runtime-pins auto): {why}: {KEEPS_UNSEEN}"),
+        );
+    }
+    let RuntimeView::Reached { images, .. } = input.runtime else {
+        return Finding::not_checked(
+            name,
+            "the runtime did not list its images, so whether it carries every keep was not checked"
+                .to_owned(),
+        );
+    };
+    let gc = &input.imagekeeper.gc;
+    let rule = gc.protect_irreplaceable.then(|| crate::gc::Irreplaceable {
+        sandbox_image: input
+            .runtime_sandbox_image
+            .map(str::to_owned)
+            .or_else(|| gc.sandbox_image.clone()),
+    });
+    let pins = view.pins.as_deref().unwrap_or(&[]);
+    let kept = crate::gc::Protections::resolve(images, pins, rule.as_ref(), input.now);
+    let keeps: Vec<&RuntimeImage> = images
+        .iter()
+        .filter(|i| kept.contains(&i.record_key()) || gc.warm.keeps(*i, input.now).is_some())
+        .collect();
+    let pins_note = match &view.pins {
+        Ok(_) => String::new(),
+        Err(why) => format!(
+            "; the pins were not read ({why}), so only the warm set and irreplaceable images were checked"
+        ),
+    };
+    let missing: Vec<String> = keeps
+        .iter()
+        .filter(|i| !i.pinned)
+        .map(|i| {
+            i.repo_tags
+                .first()
+                .map_or(i.id.as_str(), String::as_str)
+                .to_owned()
+        })
+        .collect();
+    if missing.is_empty() {
+        Finding::ok(
+            name,
+            format!(
+                "runtime pins on ({} {}): the runtime lists all {} image(s) imagekeeper keeps as pinned{pins_note}",
+                version.runtime_name,
+                version.runtime_version,
+                keeps.len()
+            ),
+        )
+    } else {
+        Finding::conflict(
+            name,
+            format!(
+                "runtime pins on ({} {}), but the runtime does not list {} of the {} image(s) imagekeeper keeps as pinned, so the kubelet may remove them: {}{pins_note}",
+                version.runtime_name,
+                version.runtime_version,
+                missing.len(),
+                keeps.len(),
+                missing.join(", ")
+            ),
+            "check that the agent runs with --runtime-pins auto against this containerd \
+             (--containerd-address), and its log for \"Runtime pins: label write failed\" and \
+             imagekeeper_runtime_pin_label_writes_total{result=\"failure\"}; the agent labels \
+             its keeps after each detect"
+                .to_owned(),
+        )
+    }
 }
 
 /// The number of conflicts among `findings`.

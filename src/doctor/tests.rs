@@ -47,6 +47,7 @@ fn run(k: &KubeletConfig, ik: &AgentConfig, runtime: &RuntimeView, creds: bool) 
         images_on_nodefs: None,
         runtime_sandbox_image: None,
         now: UnixNanos::from_secs(1_800_000_000),
+        runtime_pins: None,
     })
 }
 
@@ -502,6 +503,7 @@ fn stale_kubelet_intents_are_shown() {
             images_on_nodefs: None,
             runtime_sandbox_image: None,
             now: UnixNanos::from_secs(1_800_000_000),
+            runtime_pins: None,
         })
     };
     let findings = with(Some(&stale));
@@ -541,6 +543,7 @@ fn run_on(
         images_on_nodefs,
         runtime_sandbox_image: None,
         now: UnixNanos::from_secs(1_800_000_000),
+        runtime_pins: None,
     })
 }
 
@@ -665,6 +668,7 @@ fn doctor_lists_the_irreplaceable_images() {
         images_on_nodefs: None,
         runtime_sandbox_image: Some("registry.k8s.io/pause:3.6"),
         now: UnixNanos::from_secs(1_800_000_000),
+        runtime_pins: None,
     });
     let f = find(&findings, "irreplaceable-images");
     assert_eq!(f.status, Status::Ok);
@@ -734,4 +738,127 @@ fn warm_entries_that_do_not_fit_under_the_low_threshold_are_a_conflict() {
     // No warm set: nothing to judge.
     let f = run(&k, &ours(thresholds(90, 80)), &runtime, false);
     assert_eq!(find(&f, "warm-set").status, Status::Ok);
+}
+
+#[test]
+fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinned() {
+    use crate::cri::RuntimeVersion;
+    use crate::model::{ImagePin, PinKey};
+    let version = |name: &str, v: &str| RuntimeVersion {
+        runtime_name: name.to_owned(),
+        runtime_version: v.to_owned(),
+        ..RuntimeVersion::default()
+    };
+    // An image pulled from a registry (a repo digest: not irreplaceable).
+    let pulled = |id: &str, pinned: bool| RuntimeImage {
+        repo_digests: vec![format!("{id}@sha256:{}", "ab".repeat(32))],
+        ..image(id, pinned)
+    };
+    let pin = |name: &str| {
+        (
+            PinKey::new(name.to_owned(), String::new()),
+            ImagePin {
+                created_at: UnixNanos(1),
+                until: UnixNanos::NEVER,
+                reason: String::new(),
+            },
+        )
+    };
+    let k = kubelet("");
+    let auto = ours(FlagValues::default());
+    let off = ours(FlagValues {
+        runtime_pins: Some("off".to_owned()),
+        ..FlagValues::default()
+    });
+    // (what, config, version, images, pins, want status, want in message)
+    type Case<'a> = (
+        &'a str,
+        &'a AgentConfig,
+        RuntimeVersion,
+        Vec<RuntimeImage>,
+        Vec<(PinKey, ImagePin)>,
+        Status,
+        &'a str,
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "off by setting",
+            &off,
+            version("containerd", "2.1.9"),
+            vec![],
+            vec![],
+            Status::NotChecked,
+            "--runtime-pins off): the kubelet's image GC and eviction manager cannot see",
+        ),
+        (
+            "auto on containerd 1.6",
+            &auto,
+            version("containerd", "1.6.20"),
+            vec![],
+            vec![],
+            Status::NotChecked,
+            "containerd 1.6.20 does not list labelled images as pinned (1.7.3 and later do): the kubelet's image GC",
+        ),
+        (
+            "auto on another runtime",
+            &auto,
+            version("cri-o", "1.31.0"),
+            vec![],
+            vec![],
+            Status::NotChecked,
+            "not containerd",
+        ),
+        (
+            "every keep carried",
+            &auto,
+            version("containerd", "2.1.9"),
+            vec![pulled("app", true), pulled("other", false)],
+            vec![pin("app:1")],
+            Status::Ok,
+            "lists all 1 image(s) imagekeeper keeps as pinned",
+        ),
+        (
+            "a pinned image not carried",
+            &auto,
+            version("containerd", "1.7.24"),
+            vec![pulled("app", false), pulled("other", false)],
+            vec![pin("app:1")],
+            Status::Conflict,
+            "does not list 1 of the 1 image(s) imagekeeper keeps as pinned, so the kubelet may remove them: app:1",
+        ),
+        (
+            "an irreplaceable image not carried",
+            &auto,
+            version("containerd", "2.1.9"),
+            vec![image("sideloaded", false), pulled("other", false)],
+            vec![],
+            Status::Conflict,
+            "sideloaded:1",
+        ),
+    ];
+    for (what, ik, version, images, pins, want, text) in cases {
+        let runtime = RuntimeView::Reached {
+            images,
+            image_fs: Err("not asked".to_owned()),
+        };
+        let view = RuntimePinsView {
+            version: Ok(version),
+            pins: Ok(pins),
+        };
+        let findings = check(&DoctorInput {
+            kubelet: &k,
+            imagekeeper: ik,
+            pulls_with_credentials: false,
+            runtime: &runtime,
+            stale_intents: Some(&[]),
+            images_on_nodefs: None,
+            runtime_sandbox_image: None,
+            now: UnixNanos::from_secs(1_800_000_000),
+            runtime_pins: Some(&view),
+        });
+        let f = find(&findings, "runtime-pins");
+        assert_eq!(f.status, want, "{what}: {f:#?}");
+        assert!(f.message.contains(text), "{what}: {}", f.message);
+        assert_eq!(f.fix.is_some(), want == Status::Conflict, "{what}");
+    }
 }

@@ -155,6 +155,10 @@ pub struct ImageExplanation {
     /// and the adaptive class that breaks ties.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predictive: Option<PredictiveRank>,
+    /// A kept image: whether the runtime carries the keep as pinned
+    /// ([`super::note_runtime_pins`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_pin: Option<super::RuntimePinStatus>,
     /// The reason, for people.
     pub reason: String,
 }
@@ -488,6 +492,7 @@ pub fn explain_in(
                 protection: protection.cloned(),
                 adaptive: None,
                 predictive: None,
+                runtime_pin: None,
                 reason: String::new(),
             }
         })

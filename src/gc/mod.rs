@@ -26,6 +26,7 @@ pub(crate) mod plan;
 mod policy;
 pub(crate) mod predictive;
 mod protect;
+mod runtime_pin_notes;
 mod space;
 mod watch;
 
@@ -47,8 +48,11 @@ pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
 pub use predictive::{Basis, Estimate, ImageHistory, PredictiveRank, rank_predictive};
 pub use protect::{
-    Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, pin_names, pin_view,
-    pin_views, pinned_at, stored_image, stored_images,
+    Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, RUNTIME_PIN_OFFLINE,
+    pin_names, pin_view, pin_views, pinned_at, stored_image, stored_images,
+};
+pub use runtime_pin_notes::{
+    NOT_AMONG_AGENT_KEEPS, RuntimePinStatus, RuntimePinsSeen, note_runtime_pins,
 };
 pub use space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};

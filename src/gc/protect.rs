@@ -182,7 +182,19 @@ pub struct PinView {
     pub active: bool,
     /// The images the name resolves to (as the runtime resolves names), under its handler.
     pub image_ids: Vec<ImageId>,
+    /// Whether the runtime carries every one of those images as pinned (CRI ListImages
+    /// `pinned: true`, which the kubelet's image GC and eviction manager obey), as the running
+    /// agent's last runtime-pins reconcile found: `None` when not known, and then
+    /// `runtime_pin_note` says why (read offline, runtime pins off, pin expired, ...).
+    pub runtime_pinned: Option<bool>,
+    /// Why `runtime_pinned` is `None` (empty when it is known).
+    pub runtime_pin_note: String,
 }
+
+/// [`PinView::runtime_pin_note`] of a pin read without a running agent: the runtime's labels
+/// are only read by the agent.
+pub const RUNTIME_PIN_OFFLINE: &str =
+    "unknown: no running agent answered (only the agent reads the runtime's pins)";
 
 /// The pins with their state at `now` and the images of `images` each names.
 pub fn pin_views(
@@ -207,6 +219,8 @@ pub fn pin_view(key: PinKey, pin: ImagePin, images: &[RuntimeImage], now: UnixNa
         key,
         pin,
         image_ids,
+        runtime_pinned: None,
+        runtime_pin_note: RUNTIME_PIN_OFFLINE.to_owned(),
     }
 }
 
@@ -373,6 +387,18 @@ impl KeepReason {
             KeepReason::SandboxImage => "sandbox-image",
             KeepReason::NoRepoDigest => "no-repo-digest",
         }
+    }
+
+    /// The reason whose [`KeepReason::label_value`] is `value`.
+    pub fn from_label_value(value: &str) -> Option<KeepReason> {
+        [
+            KeepReason::Pin,
+            KeepReason::Warm,
+            KeepReason::SandboxImage,
+            KeepReason::NoRepoDigest,
+        ]
+        .into_iter()
+        .find(|r| r.label_value() == value)
     }
 
     /// Why a protection keeps its image.

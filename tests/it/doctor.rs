@@ -298,6 +298,12 @@ async fn a_clean_pair_of_configurations_exits_0() {
     assert_eq!(out.status.code(), Some(0), "{report:#}");
     assert_eq!(report["conflicts"], 0);
     for (check, status) in statuses(&report) {
+        if check == "runtime-pins" {
+            // The fake runtime is not containerd: runtime pins cannot be on, and doctor says
+            // what that means.
+            assert_eq!(status, "not_checked", "{report:#}");
+            continue;
+        }
         assert_eq!(status, "ok", "{check}: {report:#}");
     }
 }

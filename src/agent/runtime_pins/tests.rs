@@ -202,3 +202,98 @@ fn auto_decides_once_and_an_unreachable_runtime_leaves_it_undecided() {
         );
     });
 }
+
+#[test]
+fn a_pin_is_said_carried_only_when_pins_are_on_and_every_image_of_it_was_reconciled_pinned() {
+    use crate::gc::PinView;
+    use crate::model::{ImageId, ImagePin, PinKey, UnixNanos};
+    let view = |active: bool, ids: &[&str]| PinView {
+        key: PinKey::new("app:1".to_owned(), String::new()),
+        pin: ImagePin {
+            created_at: UnixNanos(1),
+            until: UnixNanos::NEVER,
+            reason: String::new(),
+        },
+        active,
+        image_ids: ids.iter().map(|i| ImageId((*i).to_owned())).collect(),
+        runtime_pinned: None,
+        runtime_pin_note: String::new(),
+    };
+    let carried: BTreeMap<RecordKey, bool> = [
+        (RecordKey::new("sha256:a", ""), true),
+        (RecordKey::new("sha256:b", ""), false),
+        (RecordKey::new("sha256:c", "kata"), true),
+    ]
+    .into_iter()
+    .collect();
+    let off = PinsState::Off("containerd 1.6.20 does not list labelled images as pinned".into());
+    // (what, state, view, want pinned, want note contains)
+    let cases: [(&str, PinsState, PinView, Option<bool>, &str); 8] = [
+        (
+            "carried",
+            PinsState::On,
+            view(true, &["sha256:a"]),
+            Some(true),
+            "",
+        ),
+        (
+            "not carried",
+            PinsState::On,
+            view(true, &["sha256:b"]),
+            Some(false),
+            "",
+        ),
+        (
+            "one of two not carried",
+            PinsState::On,
+            view(true, &["sha256:a", "sha256:b"]),
+            Some(false),
+            "",
+        ),
+        (
+            "carried under another handler only",
+            PinsState::On,
+            view(true, &["sha256:c"]),
+            None,
+            "not reconciled",
+        ),
+        (
+            "expired",
+            PinsState::On,
+            view(false, &["sha256:a"]),
+            None,
+            "expired",
+        ),
+        (
+            "no image",
+            PinsState::On,
+            view(true, &[]),
+            None,
+            "no image on the node",
+        ),
+        (
+            "off on 1.6",
+            off,
+            view(true, &["sha256:a"]),
+            None,
+            "runtime pins off: containerd 1.6.20",
+        ),
+        (
+            "undecided",
+            PinsState::Undecided,
+            view(true, &["sha256:a"]),
+            None,
+            "undecided",
+        ),
+    ];
+    for (what, state, view, want, note) in cases {
+        let (got, got_note) = runtime_pin_answer(&state, &carried, &view);
+        assert_eq!(got, want, "{what}");
+        assert!(got_note.contains(note), "{what}: note {got_note:?}");
+        assert_eq!(
+            got.is_some(),
+            got_note.is_empty(),
+            "{what}: a note exactly when unknown"
+        );
+    }
+}

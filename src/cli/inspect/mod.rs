@@ -17,7 +17,7 @@ use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::format::{go_duration, parse_go_duration};
 use imagekeeper::gc::{
     DEFAULT_WATCH_PERIOD, ExplainContext, FsSpace, GcPolicy, Irreplaceable, OfflineKubelet,
-    WatchHistory, explain_in, fold_offline, note_prior_evictions,
+    RuntimePinsSeen, WatchHistory, explain_in, fold_offline, note_prior_evictions,
 };
 use imagekeeper::inspect::{
     InspectError, Snapshot, SortKey, escape_control, repull_rate, resolve_query, sort_records,
@@ -269,6 +269,11 @@ struct ExplainArgs {
     /// answer).
     #[arg(long, value_name = "IMAGE")]
     pod_infra_container_image: Option<String>,
+    /// A running agent's admin socket: when the agent there keeps this --db, each kept image
+    /// says whether the runtime carries it as pinned (its last runtime-pins reconcile);
+    /// otherwise that is unknown, and the note says why.
+    #[arg(long, value_name = "PATH", default_value = imagekeeper::agent::DEFAULT_ADMIN_SOCKET)]
+    admin_socket: PathBuf,
 }
 
 /// `--image-gc-policy`: `kubelet-order`, `adaptive` or `predictive`, as `run` takes it.
@@ -313,7 +318,18 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
     let w = &mut stdout;
     match args.command {
         InspectCommand::Check => check(w, out, db, now),
-        InspectCommand::Explain(explain_args) => explain(w, out, db, &explain_args, now),
+        InspectCommand::Explain(explain_args) => {
+            // The running agent's runtime pins are its state now: not an answer for another
+            // time.
+            let seen = match args.now {
+                Some(_) => RuntimePinsSeen::unknown(
+                    "unknown: --now evaluates another time than the running agent's last \
+                     reconcile",
+                ),
+                None => runtime_pins_seen(&explain_args.admin_socket, db),
+            };
+            explain(w, out, db, &explain_args, now, &seen)
+        }
         InspectCommand::List { sort } => {
             let snap = open(db, true)?;
             let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
@@ -444,6 +460,7 @@ fn explain(
     db: &Path,
     args: &ExplainArgs,
     now: UnixNanos,
+    runtime_pins: &RuntimePinsSeen,
 ) -> Result<(), Failure> {
     let (policy, fs) = explain_policy(args)?;
     let snap = open(db, true)?;
@@ -553,8 +570,75 @@ fn explain(
     note_prior_evictions(&mut explanation, &journal);
     imagekeeper::gc::note_adaptive_ranks(&mut explanation, &ranks);
     imagekeeper::gc::note_predictive_ranks(&mut explanation, &predictive_ranks);
+    imagekeeper::gc::note_runtime_pins(&mut explanation, runtime_pins);
     Ok(print::explain(w, out, &explanation)?)
 }
+
+/// What the running agent on `socket` says of the runtime pins, when it keeps the database
+/// `db`; else why that is not known (the notes `pins -o wide` gives).
+fn runtime_pins_seen(socket: &Path, db: &Path) -> RuntimePinsSeen {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return RuntimePinsSeen::unknown(imagekeeper::gc::RUNTIME_PIN_OFFLINE);
+    };
+    let answer = rt.block_on(async {
+        let mut client =
+            imagekeeper::admin::AdminClient::connect_with_timeout(socket, RUNTIME_PINS_TIMEOUT)
+                .await
+                .ok()?;
+        Some(client.runtime_pins().await)
+    });
+    let (report, omitted) = match answer {
+        None => return RuntimePinsSeen::unknown(imagekeeper::gc::RUNTIME_PIN_OFFLINE),
+        Some(Err(e)) => {
+            return RuntimePinsSeen::unknown(format!(
+                "unknown: the running agent on {} did not say ({e})",
+                socket.display()
+            ));
+        }
+        Some(Ok(answer)) => answer,
+    };
+    let same = |a: &Path, b: &Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same(&report.db, db) {
+        return RuntimePinsSeen::unknown(format!(
+            "unknown: the running agent on {} keeps another database ({})",
+            socket.display(),
+            report.db.display()
+        ));
+    }
+    if !report.note.is_empty() {
+        // Runtime pins off: the agent still names what it keeps.
+        return RuntimePinsSeen::Unknown {
+            note: report.note,
+            agent_keeps: report
+                .keeps
+                .into_iter()
+                .map(|(key, why, _)| (key, why))
+                .collect(),
+        };
+    }
+    if omitted > 0 {
+        eprintln!(
+            "imagekeeper: the running agent left {omitted} kept image(s) out of its runtime pins \
+             answer (too long): those are shown as not among its keeps"
+        );
+    }
+    RuntimePinsSeen::Reconciled(
+        report
+            .keeps
+            .into_iter()
+            .map(|(key, why, carried)| (key, (why, carried)))
+            .collect(),
+    )
+}
+
+/// How long `inspect explain` waits for a running agent's runtime pins.
+const RUNTIME_PINS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `inspect show ID`: the image's records and its removals, newest first.
 fn show(

@@ -911,6 +911,11 @@ fn explain_list(w: &mut dyn Write, format: Format, e: &Explanation) -> io::Resul
             obj.insert("remove".into(), json!(i.decision.removes()));
             obj.insert("decision".into(), json!(i.decision.as_str()));
             obj.insert("reason".into(), json!(i.reason));
+            if let Some(pin) = &i.runtime_pin {
+                obj.insert("keep".into(), json!(pin.keep));
+                obj.insert("runtimePinned".into(), json!(pin.runtime_pinned));
+                obj.insert("runtimePinNote".into(), json!(pin.runtime_pin_note));
+            }
             obj.insert(
                 "kubeletPulledAt".into(),
                 json!(i.kubelet_pulled_at.map(format_rfc3339)),
@@ -952,6 +957,12 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
                 obj.insert("reason".into(), json!(i.reason));
                 if let Some(at) = i.kubelet_pulled_at {
                     obj.insert("kubelet_pulled_at".into(), json!(format_rfc3339(at)));
+                }
+                // A kept image: whether the runtime carries it (issue 36; an extension).
+                if let Some(pin) = &i.runtime_pin {
+                    obj.insert("keep".into(), json!(pin.keep));
+                    obj.insert("runtime_pinned".into(), json!(pin.runtime_pinned));
+                    obj.insert("runtime_pin_note".into(), json!(pin.runtime_pin_note));
                 }
                 if let Some(prior) = i.evicted_before {
                     obj.insert(
@@ -1028,6 +1039,19 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
     json_out(w, &v)
 }
 
+/// `explain -o wide`'s RUNTIME PINNED, as `pins -o wide` says it: yes or no for a kept image
+/// the running agent reconciled, else why it is not known; `-` for an image not kept.
+fn runtime_pinned_text(i: &ImageExplanation) -> String {
+    match &i.runtime_pin {
+        None => "-".to_owned(),
+        Some(pin) => match pin.runtime_pinned {
+            Some(true) => "yes".to_owned(),
+            Some(false) => "no".to_owned(),
+            None => pin.runtime_pin_note.clone(),
+        },
+    }
+}
+
 /// `inspect explain` as a table (`-o table|wide`).
 fn explain_table(w: &mut dyn Write, out: &OutputArgs, e: &Explanation) -> io::Result<()> {
     let columns = [
@@ -1047,6 +1071,7 @@ fn explain_table(w: &mut dyn Write, out: &OutputArgs, e: &Explanation) -> io::Re
             format_ago(e.now, i.record.last_used)
         }),
         Column::wide("PINNED", |i: &ImageExplanation| i.record.pinned.to_string()),
+        Column::wide("RUNTIME PINNED", runtime_pinned_text),
         Column::new("REMOVE", |i: &ImageExplanation| {
             match i.decision {
                 Decision::RemoveForAge => "yes (age)",

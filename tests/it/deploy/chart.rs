@@ -631,3 +631,32 @@ fn is_dns_subdomain(name: &str) -> bool {
                 && !label.ends_with('-')
         })
 }
+
+#[test]
+fn the_uninstall_notes_and_the_systemd_page_name_remove_runtime_pins() {
+    // Runtime pins outlive the agent: whoever uninstalls must be told how to remove them.
+    for (file, section) in [
+        (
+            "deploy/helm/imagekeeper/templates/NOTES.txt",
+            "Uninstalling",
+        ),
+        (
+            "docs/src/operators/install.md",
+            "## Running as a systemd service",
+        ),
+    ] {
+        let text = std::fs::read_to_string(repo(file)).expect(file);
+        let at = text
+            .find(section)
+            .unwrap_or_else(|| panic!("{file} has no {section:?}"));
+        let rest = &text[at..];
+        // Up to the next section of the page.
+        let end = rest[section.len()..]
+            .find("\n## ")
+            .map_or(rest.len(), |e| e + section.len());
+        assert!(
+            rest[..end].contains("imagekeeper remove-runtime-pins"),
+            "{file}: the {section:?} section must name `imagekeeper remove-runtime-pins`"
+        );
+    }
+}

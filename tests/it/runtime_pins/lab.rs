@@ -1,11 +1,14 @@
 //! Runtime pins against the lab's real containerd (`scripts/cri-lab up --containerd R`), read
-//! back through CRI ListImages by the test itself, never through imagekeeper's records. On
-//! 1.7 and 2.1 a pin made through the running agent is `pinned: true` after one cycle (`imagekeeper
-//! gc` through the agent returns after its cycle's reconcile), its expiry and `unpin` make it
-//! `false`, a pin an operator set by hand and the sandbox image's stay, a steady cycle writes no
-//! label, a moved tag moves the pin, a side-loaded image is pinned, and after an agent restart
-//! and a containerd restart the labels match the keeps. On 1.6 `auto` turns itself off: one log
-//! line, `imagekeeper_runtime_pins_enabled 0`, no label written, nothing pinned.
+//! back through CRI ListImages by the test itself, never through imagekeeper's records. Each
+//! test reads the release from lab.env (`CRI_LAB_CONTAINERD`) and asserts that release's
+//! facts. On 1.7 and 2.1 a pin made through the running agent is `pinned: true` after one
+//! cycle (`imagekeeper gc` through the agent returns after its cycle's reconcile), its expiry
+//! and `unpin` make it `false`, a pin an operator set by hand and the sandbox image's stay, a
+//! steady cycle writes no label (counted), a moved tag moves the pin, a present warm entry and
+//! a side-loaded image are pinned, and after an agent restart and a containerd restart the
+//! labelled names are exactly the keeps' names; `pins` and `inspect explain` say the same.
+//! On 1.6 `auto` turns itself off: one log line, `imagekeeper_runtime_pins_enabled 0`, the
+//! doctor's `not_checked`, no label written, nothing pinned.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -74,21 +77,95 @@ async fn cri_pinned(client: &CriClient, id: &str) -> Option<bool> {
         .map(|i| i.pinned)
 }
 
-/// Waits until CRI ListImages lists the image `id` with `pinned == want`, then asserts it.
+/// Waits until CRI ListImages lists the image `id` with `pinned == want`.
 /// containerd's CRI plugin applies a label change when it handles containerd's image update
 /// event, on its own task, so ListImages may lag the Update that `imagekeeper gc` waited for by
 /// a moment: polled (another process's state, which no signal announces); the deadline only
 /// turns a label containerd never applies into a failure.
 async fn expect_pinned(client: &CriClient, id: &str, want: bool, what: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = cri_pinned(client, id).await;
-        if got == Some(want) || std::time::Instant::now() > deadline {
-            assert_eq!(got, Some(want), "CRI ListImages pinned of {id}: {what}");
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    support::wait_for(
+        &format!("CRI ListImages to list {id} with pinned: {want} ({what})"),
+        Duration::from_secs(10),
+        || async { (cri_pinned(client, id).await == Some(want)).then_some(()) },
+    )
+    .await;
+}
+
+/// Asserts that, of the names in `scope` (those a test handles: other tests' images are not
+/// its business), the ones carrying imagekeeper's label are exactly `want` (none lost, none
+/// left behind), each with the pinned label.
+async fn expect_labelled_names(lab: &Lab, scope: &[String], want: &[String], what: &str) {
+    let labelled: Vec<LabelledImage> = own_labelled(&containerd_images(lab))
+        .await
+        .into_iter()
+        .filter(|i| scope.contains(&i.name))
+        .collect();
+    let mut got: Vec<&str> = labelled.iter().map(|i| i.name.as_str()).collect();
+    got.sort_unstable();
+    let mut want: Vec<&str> = want.iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(
+        got,
+        want,
+        "containerd {}: the names imagekeeper labelled ({what})",
+        release(lab)
+    );
+    for image in &labelled {
+        assert_eq!(
+            image.labels.get(PINNED_LABEL).map(String::as_str),
+            Some("pinned"),
+            "{} carries imagekeeper's label without the pinned one",
+            image.name
+        );
     }
+}
+
+/// `imagekeeper inspect explain -o json` on the agent's database (through the agent on its
+/// socket when it answers): each image that says whether the runtime carries it, as
+/// (image id, keep, runtime_pinned, runtime_pin_note).
+fn explain_runtime_pins(
+    dir: &Path,
+    extra: &[&str],
+) -> Vec<(String, String, serde_json::Value, String)> {
+    let socket = dir.join("admin.sock");
+    let db = dir.join("records.redb");
+    let mut args = vec![
+        "inspect",
+        "--db",
+        db.to_str().expect("utf8"),
+        "-o",
+        "json",
+        "explain",
+        "--kubelet-root-dir",
+        "",
+        "--admin-socket",
+        socket.to_str().expect("utf8"),
+    ];
+    args.extend(extra);
+    let out = support::bin::run(&args);
+    assert!(
+        out.status.success(),
+        "inspect explain: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("explain JSON");
+    doc["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .filter(|i| i.get("keep").is_some())
+        .map(|i| {
+            (
+                i["id"].as_str().unwrap_or_default().to_owned(),
+                i["keep"].as_str().unwrap_or_default().to_owned(),
+                i["runtime_pinned"].clone(),
+                i["runtime_pin_note"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// The names in containerd that carry imagekeeper's label.
@@ -173,6 +250,88 @@ impl Agent {
             "imagekeeper gc: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// `imagekeeper pins -o json` (through the running agent when it answers): each pin's image
+    /// with its `runtime_pinned` and `runtime_pin_note`.
+    fn pins_json(&self) -> Vec<(String, serde_json::Value, String)> {
+        Agent::pins_json_at(&self.dir)
+    }
+
+    fn pins_json_at(dir: &Path) -> Vec<(String, serde_json::Value, String)> {
+        let socket = dir.join("admin.sock");
+        let db = dir.join("records.redb");
+        let out = support::bin::run(&[
+            "pins",
+            "-o",
+            "json",
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--db",
+            db.to_str().expect("utf8"),
+        ]);
+        assert!(
+            out.status.success(),
+            "imagekeeper pins: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("pins JSON");
+        doc.as_array()
+            .expect("a list")
+            .iter()
+            .map(|p| {
+                (
+                    p["key"]["image"].as_str().unwrap_or_default().to_owned(),
+                    p["runtime_pinned"].clone(),
+                    p["runtime_pin_note"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// `imagekeeper doctor -o json` beside this agent (its admin socket and database, the lab's
+    /// runtime and sandbox image): the `runtime-pins` finding.
+    fn doctor_runtime_pins(&self, lab: &Lab) -> serde_json::Value {
+        let kubelet = self.dir.join("kubelet.yaml");
+        std::fs::write(
+            &kubelet,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 containerRuntimeEndpoint: {}\n",
+                lab.endpoint
+            ),
+        )
+        .expect("kubelet config");
+        let socket = self.dir.join("admin.sock");
+        let db = self.dir.join("records.redb");
+        let out = support::bin::run(&[
+            "doctor",
+            "--kubelet-config",
+            kubelet.to_str().expect("utf8"),
+            "--container-runtime-endpoint",
+            &lab.endpoint,
+            "--pod-infra-container-image",
+            &lab.sandbox_image,
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--db",
+            db.to_str().expect("utf8"),
+            "-o",
+            "json",
+        ]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("doctor JSON: {e}: {}", String::from_utf8_lossy(&out.stderr))
+        });
+        report["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .find(|f| f["check"] == "runtime-pins")
+            .cloned()
+            .unwrap_or_else(|| panic!("no runtime-pins finding: {report:#}"))
     }
 
     fn cli(&self, args: &[&str]) {
@@ -295,6 +454,10 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
         }
     );
 
+    // A cycle first (it returns after its reconcile): whatever the start had to label is
+    // written before the count begins.
+    agent.cycle();
+    let writes_at_start = pin_writes(&metrics);
     agent.cli(&["pin", &busybox.reference, "--for", "4s", "--reason", "lab"]);
     agent.cli(&["pin", &data.reference]);
     let pinned_at = std::time::Instant::now();
@@ -310,6 +473,76 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
     )
     .await;
     expect_pinned(&client, &data.image_id, carries, "").await;
+    // `pins` through the running agent says the runtime carries each pin (on 1.6: why not).
+    let views = agent.pins_json();
+    assert_eq!(views.len(), 2, "{views:?}");
+    for (image, pinned, note) in &views {
+        if carries {
+            assert_eq!(
+                pinned,
+                &serde_json::Value::Bool(true),
+                "containerd {}: pins says the runtime carries {image} ({note})",
+                release(&lab)
+            );
+        } else {
+            assert!(
+                pinned.is_null() && note.starts_with("runtime pins off: containerd 1.6"),
+                "containerd {}: pins says runtime pins are off for {image}: {pinned} {note}",
+                release(&lab)
+            );
+        }
+    }
+    // `inspect explain` through the agent says the same of each pinned image as `pins`.
+    let explained = explain_runtime_pins(&agent.dir, &[]);
+    for image in [&busybox, &data] {
+        let (_, keep, pinned, note) = explained
+            .iter()
+            .find(|(id, ..)| id == &image.image_id)
+            .unwrap_or_else(|| {
+                panic!("explain says nothing of {}: {explained:?}", image.reference)
+            });
+        assert_eq!(keep, "pin", "{}", image.reference);
+        if carries {
+            assert_eq!(
+                pinned,
+                &serde_json::Value::Bool(true),
+                "containerd {}: explain says the runtime carries {} ({note})",
+                release(&lab),
+                image.reference
+            );
+        } else {
+            assert!(
+                pinned.is_null() && note.starts_with("runtime pins off: containerd 1.6"),
+                "containerd {}: explain says runtime pins are off for {}: {pinned} {note}",
+                release(&lab),
+                image.reference
+            );
+        }
+    }
+    // doctor reads CRI ListImages itself: every keep carried on 1.7/2.1; off on 1.6.
+    let finding = agent.doctor_runtime_pins(&lab);
+    if carries {
+        assert_eq!(
+            finding["status"],
+            "ok",
+            "containerd {}: doctor finds every keep carried: {finding:#}",
+            release(&lab)
+        );
+        assert!(
+            finding["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("lists all")),
+            "{finding:#}"
+        );
+    } else {
+        assert_eq!(finding["status"], "not_checked", "{finding:#}");
+        assert!(
+            finding["message"].as_str().is_some_and(|m| m.contains(
+                "the kubelet's image GC and eviction manager cannot see imagekeeper's keeps"
+            )),
+            "containerd 1.6: doctor says what runtime pins off means: {finding:#}"
+        );
+    }
     let labelled = own_labelled(&containerd_images(&lab)).await;
     if carries {
         // Every name containerd stores for the pinned image carries both labels.
@@ -331,8 +564,26 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
         );
     }
 
-    // A steady cycle writes nothing.
+    // The counter counted the pin cycle's writes: one per name labelled (both labels in one
+    // write; a CRI pull stores two names per image), none on 1.6. A steady cycle writes nothing.
     let before = pin_writes(&metrics);
+    // Every name containerd stores for the two pinned images.
+    let names = own_labelled(&containerd_images(&lab))
+        .await
+        .iter()
+        .filter(|i| {
+            [&busybox, &data]
+                .iter()
+                .any(|p| i.target_digest == p.manifest_digest)
+        })
+        .count() as u64;
+    assert!(!carries || names >= 4, "{names} names labelled");
+    assert_eq!(
+        before - writes_at_start,
+        if carries { names } else { 0 },
+        "containerd {}: label writes counted by the pin cycle",
+        release(&lab)
+    );
     agent.cycle();
     assert_eq!(
         pin_writes(&metrics),
@@ -356,6 +607,31 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
     agent.cycle();
     expect_pinned(&client, &data.image_id, false, "unpin unpins").await;
 
+    // An image the operator labelled by hand (its tag), pinned and unpinned through
+    // imagekeeper too: the hand-labelled name is carried already and never written (its other
+    // names get imagekeeper's labels while the pin lasts, and lose them after), so the
+    // operator's label outlives imagekeeper's keep.
+    agent.cli(&["pin", &operator.reference]);
+    agent.cycle();
+    let tag_labels = |images: Vec<LabelledImage>| {
+        images
+            .into_iter()
+            .find(|i| i.name == operator.reference)
+            .map(|i| i.labels)
+            .expect("the operator's tag is in containerd")
+    };
+    let during = tag_labels(containerd_images(&lab).list().await.expect("Images.List"));
+    assert_eq!(
+        during.get(PINNED_LABEL).map(String::as_str),
+        Some("pinned"),
+        "{during:?}"
+    );
+    assert!(
+        !during.contains_key(OWN_LABEL),
+        "imagekeeper wrote on a name pinned by hand: {during:?}"
+    );
+    agent.cli(&["unpin", &operator.reference]);
+    agent.cycle();
     // Foreign pins: the operator's label and the sandbox image's stay.
     expect_pinned(
         &client,
@@ -377,7 +653,28 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
         ),
     )
     .await;
+    // Offline (no agent answers), `pins` reads the database and says it cannot know.
+    let dir_path = agent.dir.clone();
     let log = agent.kill();
+    let offline = Agent::pins_json_at(&dir_path);
+    assert!(!offline.is_empty());
+    let explained = explain_runtime_pins(
+        &dir_path,
+        &["--pod-infra-container-image", &lab.sandbox_image],
+    );
+    assert!(!explained.is_empty());
+    for (id, _, pinned, note) in &explained {
+        assert!(
+            pinned.is_null() && note.contains("no running agent answered"),
+            "offline explain of {id}: {pinned} {note}"
+        );
+    }
+    for (image, pinned, note) in &offline {
+        assert!(
+            pinned.is_null() && note.contains("no running agent answered"),
+            "offline pins of {image}: {pinned} {note}"
+        );
+    }
     let off_lines = log.matches("Runtime pins off").count();
     if carries {
         assert_eq!(off_lines, 0, "{log}");
@@ -402,20 +699,22 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
 }
 
 #[tokio::test]
-async fn on_1_7_and_2_1_runtime_pins_move_with_a_moved_tag_and_match_the_keeps_after_agent_and_containerd_restarts()
+async fn runtime_pins_move_with_a_moved_tag_and_match_the_keeps_after_agent_and_containerd_restarts_on_1_7_and_2_1_and_stay_unset_on_1_6()
  {
     let Some(lab) = support::lab("runtime_pins_move_with_a_moved_tag").await else {
         return;
     };
-    if !release_carries_pins(&lab) {
-        println!("containerd 1.6 lists nothing as pinned: the 1.6 behaviour is the first test's");
-        return;
-    }
+    // 1.7 and 2.1 list labelled images as pinned; on 1.6 `auto` is off: no label, nothing
+    // pinned, through every step below.
+    let carries = release_carries_pins(&lab);
     let client = lab.client().await;
     let first = lab.image("data:1mb").clone();
     let second = lab.image("data:20mb").clone();
     let kept = lab.image("user:name").clone();
     let moving = format!("{}/moving:tag", lab.image_prefix);
+    let moving_at = |image: &support::LabImage| {
+        format!("{}/moving@{}", lab.image_prefix, image.manifest_digest)
+    };
     let push = |from: &str| {
         let status = Command::new("skopeo")
             .args([
@@ -431,6 +730,15 @@ async fn on_1_7_and_2_1_runtime_pins_move_with_a_moved_tag_and_match_the_keeps_a
             .expect("run skopeo");
         assert!(status.success(), "skopeo copy {from} {moving}: {status}");
     };
+    let scope = vec![
+        moving.clone(),
+        moving_at(&first),
+        moving_at(&second),
+        kept.reference.clone(),
+        kept.by_digest(),
+    ];
+    // Only the names this test labels may carry imagekeeper's label (on 1.7/2.1).
+    let labelled = |names: Vec<String>| if carries { names } else { Vec::new() };
     push(&first.reference);
     client
         .pull_image(&moving, "", None)
@@ -451,7 +759,19 @@ async fn on_1_7_and_2_1_runtime_pins_move_with_a_moved_tag_and_match_the_keeps_a
     agent.cli(&["pin", &kept.reference, "--for", "6s"]);
     let pinned_at = std::time::Instant::now();
     agent.cycle();
-    expect_pinned(&client, &first.image_id, true, "").await;
+    expect_pinned(&client, &first.image_id, carries, "the tag's image").await;
+    expect_labelled_names(
+        &lab,
+        &scope,
+        &labelled(vec![
+            moving.clone(),
+            moving_at(&first),
+            kept.reference.clone(),
+            kept.by_digest(),
+        ]),
+        "both pins",
+    )
+    .await;
     // The tag moves to another image: the pin moves with it.
     push(&second.reference);
     client
@@ -462,7 +782,7 @@ async fn on_1_7_and_2_1_runtime_pins_move_with_a_moved_tag_and_match_the_keeps_a
     expect_pinned(
         &client,
         &second.image_id,
-        true,
+        carries,
         "the tag's new image is pinned",
     )
     .await;
@@ -473,6 +793,18 @@ async fn on_1_7_and_2_1_runtime_pins_move_with_a_moved_tag_and_match_the_keeps_a
         "the tag's old image is not",
     )
     .await;
+    expect_labelled_names(
+        &lab,
+        &scope,
+        &labelled(vec![
+            moving.clone(),
+            moving_at(&second),
+            kept.reference.clone(),
+            kept.by_digest(),
+        ]),
+        "the moved tag's pin on the new image's names only",
+    )
+    .await;
 
     // Agent restart: the 6 s pin expires while the agent is down; after the restart's first
     // cycle its labels are gone and the other pin's are still there.
@@ -481,37 +813,64 @@ async fn on_1_7_and_2_1_runtime_pins_move_with_a_moved_tag_and_match_the_keeps_a
     let agent = Agent::start(&lab, dir.path(), &[]);
     agent.started().await;
     expect_pinned(&client, &kept.image_id, false, "none left behind").await;
-    expect_pinned(&client, &second.image_id, true, "none lost").await;
+    expect_pinned(&client, &second.image_id, carries, "none lost").await;
+    expect_labelled_names(
+        &lab,
+        &scope,
+        &labelled(vec![moving.clone(), moving_at(&second)]),
+        "after the agent restart",
+    )
+    .await;
 
-    // containerd restart under the agent: labels are containerd's own state and stay; a pin
-    // made after the restart is carried at the next cycle.
+    // containerd restart under the agent: labels are containerd's own state and stay; keeps
+    // changed after it are carried at the next cycle, both ways.
     lab.run_lab_script("restart-containerd");
     expect_pinned(
         &client,
         &second.image_id,
-        true,
+        carries,
         "kept across the containerd restart",
     )
     .await;
+    expect_labelled_names(
+        &lab,
+        &scope,
+        &labelled(vec![moving.clone(), moving_at(&second)]),
+        "after the containerd restart, before a cycle",
+    )
+    .await;
     agent.cli(&["pin", &kept.reference]);
+    agent.cli(&["unpin", &moving]);
     agent.cycle();
     expect_pinned(
         &client,
         &kept.image_id,
-        true,
+        carries,
         "pinned after the containerd restart",
     )
     .await;
-    let names: Vec<String> = own_labelled(&containerd_images(&lab))
-        .await
-        .into_iter()
-        .map(|i| i.name)
-        .collect();
-    assert!(
-        names.iter().all(|n| !n.contains(&first.manifest_digest)),
-        "the old image's names carry nothing: {names:?}"
-    );
-    drop(agent.kill());
+    expect_pinned(
+        &client,
+        &second.image_id,
+        false,
+        "unpinned after the containerd restart",
+    )
+    .await;
+    expect_labelled_names(
+        &lab,
+        &scope,
+        &labelled(vec![kept.reference.clone(), kept.by_digest()]),
+        "after the containerd restart and a cycle",
+    )
+    .await;
+    let log = agent.kill();
+    if !carries {
+        assert_eq!(
+            log.matches("Runtime pins off").count(),
+            1,
+            "containerd 1.6: one log line says auto turned itself off\n{log}"
+        );
+    }
 
     // The documented removal leaves no imagekeeper label and no pin of imagekeeper's.
     let out = support::bin::run(&[
@@ -524,22 +883,19 @@ async fn on_1_7_and_2_1_runtime_pins_move_with_a_moved_tag_and_match_the_keeps_a
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(own_labelled(&containerd_images(&lab)).await.is_empty());
-    expect_pinned(&client, &second.image_id, false, "").await;
+    expect_labelled_names(&lab, &scope, &[], "after remove-runtime-pins").await;
     expect_pinned(&client, &kept.image_id, false, "").await;
     lab.remove_image(&moving).await;
 }
 
 #[tokio::test]
-async fn on_1_7_and_2_1_a_present_warm_entry_and_a_side_loaded_image_are_pinned_and_the_sandbox_stays_pinned_when_keeps_end()
+async fn a_present_warm_entry_and_a_side_loaded_image_are_pinned_on_1_7_and_2_1_and_the_sandbox_stays_pinned_when_keeps_end_and_on_1_6_nothing_is()
  {
     let Some(lab) = support::lab("runtime_pins_warm_and_side_loaded").await else {
         return;
     };
-    if !release_carries_pins(&lab) {
-        println!("containerd 1.6 lists nothing as pinned: the 1.6 behaviour is the first test's");
-        return;
-    }
+    // 1.7 and 2.1 list labelled images (and the sandbox image) as pinned; 1.6 nothing.
+    let carries = release_carries_pins(&lab);
     let client = lab.client().await;
     let warm = lab.image("data:5mb").clone();
     client
@@ -600,15 +956,15 @@ async fn on_1_7_and_2_1_a_present_warm_entry_and_a_side_loaded_image_are_pinned_
     expect_pinned(
         &client,
         &warm.image_id,
-        true,
-        "a present warm entry is pinned",
+        carries,
+        &format!("containerd {}: a present warm entry", release(&lab)),
     )
     .await;
     expect_pinned(
         &client,
         &source.image_id,
-        true,
-        "a side-loaded image is pinned",
+        carries,
+        &format!("containerd {}: a side-loaded image", release(&lab)),
     )
     .await;
     let labels = own_labelled(&containerd_images(&lab)).await;
@@ -618,8 +974,31 @@ async fn on_1_7_and_2_1_a_present_warm_entry_and_a_side_loaded_image_are_pinned_
             .find(|i| i.name == name)
             .and_then(|i| i.labels.get(OWN_LABEL).cloned())
     };
-    assert_eq!(why(&warm.reference).as_deref(), Some("warm"));
-    assert_eq!(why(&side_name).as_deref(), Some("no-repo-digest"));
+    let (warm_why, side_why) = if carries {
+        (Some("warm"), Some("no-repo-digest"))
+    } else {
+        (None, None)
+    };
+    assert_eq!(why(&warm.reference).as_deref(), warm_why);
+    assert_eq!(why(&side_name).as_deref(), side_why);
+    // `inspect explain` through the agent: the warm entry (which the file alone cannot show)
+    // and the side-loaded image, each with why it is kept and whether the runtime carries it.
+    let explained = explain_runtime_pins(dir.path(), &[]);
+    for (image, keep) in [(&warm, "warm"), (&source, "no-repo-digest")] {
+        let (_, got_keep, pinned, note) = explained
+            .iter()
+            .find(|(id, ..)| id == &image.image_id)
+            .unwrap_or_else(|| panic!("explain says nothing of {keep}: {explained:?}"));
+        assert_eq!(got_keep, keep);
+        if carries {
+            assert_eq!(pinned, &serde_json::Value::Bool(true), "{keep}: {note}");
+        } else {
+            assert!(
+                pinned.is_null() && note.starts_with("runtime pins off"),
+                "{keep}: {pinned} {note}"
+            );
+        }
+    }
     drop(agent.kill());
     // imagekeeper drops every keep: no warm set, irreplaceable images not protected.
     let agent = Agent::start(&lab, dir.path(), &["--protect-irreplaceable=false"]);
@@ -629,8 +1008,11 @@ async fn on_1_7_and_2_1_a_present_warm_entry_and_a_side_loaded_image_are_pinned_
     expect_pinned(
         &client,
         sandbox_id.as_str(),
-        true,
-        "containerd's own sandbox pin stays",
+        carries,
+        &format!(
+            "containerd {}: containerd's own sandbox pin (1.7, 2.1) stays",
+            release(&lab)
+        ),
     )
     .await;
     assert!(own_labelled(&containerd_images(&lab)).await.is_empty());
