@@ -80,9 +80,10 @@ fn rank(store: &Store, node: &Node) -> usize {
     let pulls = store.pulls().expect("pulls");
     let mut records = Vec::with_capacity(node.images.len());
     let mut tags: BTreeMap<RecordKey, Vec<String>> = BTreeMap::new();
-    for image in &node.images {
-        let key = image.record_key();
-        if let Some(record) = store.get(&key).expect("get") {
+    let keys: Vec<RecordKey> = node.images.iter().map(|image| image.record_key()).collect();
+    let found = store.get_many(&keys).expect("get_many");
+    for ((image, key), record) in node.images.iter().zip(keys).zip(found) {
+        if let Some(record) = record {
             tags.insert(key.clone(), image.repo_tags.clone());
             records.push(StoredRecord { key, record });
         }

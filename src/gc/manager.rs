@@ -1488,6 +1488,25 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
     }
 
+    /// The listed images that have a record, with their repo tags, looked up in one read
+    /// transaction (`Store::get_many`).
+    fn listed_records(
+        &self,
+        listed: &ListedImages,
+    ) -> Result<(Vec<StoredRecord>, BTreeMap<RecordKey, Vec<String>>), GcError> {
+        let keys: Vec<RecordKey> = listed.iter().map(|image| image.record_key()).collect();
+        let found = self.store.get_many(&keys)?;
+        let mut records = Vec::new();
+        let mut tags = BTreeMap::new();
+        for ((image, key), record) in listed.iter().zip(keys).zip(found) {
+            if let Some(record) = record {
+                tags.insert(key.clone(), image.repo_tags().to_strings());
+                records.push(StoredRecord { key, record });
+            }
+        }
+        Ok((records, tags))
+    }
+
     /// The listed images with a record, in the adaptive order (`adaptive.rs`).
     fn adaptive_order(
         &self,
@@ -1495,15 +1514,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     ) -> Result<Vec<(StoredRecord, AdaptiveRank)>, GcError> {
         let journal = self.store.journal()?;
         let returns = adaptive::returns(&journal);
-        let mut records = Vec::new();
-        let mut tags = BTreeMap::new();
-        for image in listed.iter() {
-            let key = image.record_key();
-            if let Some(record) = self.store.get(&key)? {
-                tags.insert(key.clone(), image.repo_tags().to_strings());
-                records.push(StoredRecord { key, record });
-            }
-        }
+        let (records, tags) = self.listed_records(listed)?;
         Ok(adaptive::rank(records, &returns, &tags))
     }
 
@@ -1517,15 +1528,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let journal = self.store.journal()?;
         let uses = self.store.uses()?;
         let pulls = self.store.pulls()?;
-        let mut records = Vec::new();
-        let mut tags = BTreeMap::new();
-        for image in listed.iter() {
-            let key = image.record_key();
-            if let Some(record) = self.store.get(&key)? {
-                tags.insert(key.clone(), image.repo_tags().to_strings());
-                records.push(StoredRecord { key, record });
-            }
-        }
+        let (records, tags) = self.listed_records(listed)?;
         Ok(predictive::rank_predictive(
             records, &journal, &tags, &uses, &pulls, now,
         ))
