@@ -51,7 +51,7 @@ use crate::model::{
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, JournalKey, RecordScan, Store, StoredRecord, meta_keys};
 
-use super::adaptive::{self, AdaptiveRank};
+use super::adaptive::{self, AdaptiveRank, ListedTags};
 use super::detect::{
     DetectInput, DetectPlan, ListedImages, apply_to_copy, container_uses, images_in_use,
     plan_detect, volume_uses,
@@ -1488,19 +1488,19 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
     }
 
-    /// The listed images that have a record, with their repo tags, looked up in one read
-    /// transaction (`Store::get_many`).
-    fn listed_records(
+    /// The listed images that have a record, with their repo tags by position (borrowed from
+    /// the list), looked up in one read transaction (`Store::get_many`).
+    fn listed_records<'l>(
         &self,
-        listed: &ListedImages,
-    ) -> Result<(Vec<StoredRecord>, BTreeMap<RecordKey, Vec<String>>), GcError> {
+        listed: &'l ListedImages,
+    ) -> Result<(Vec<StoredRecord>, ListedTags<'l>), GcError> {
         let keys: Vec<RecordKey> = listed.iter().map(|image| image.record_key()).collect();
         let found = self.store.get_many(&keys)?;
-        let mut records = Vec::new();
-        let mut tags = BTreeMap::new();
+        let mut records = Vec::with_capacity(keys.len());
+        let mut tags = ListedTags::with_capacity(keys.len());
         for ((image, key), record) in listed.iter().zip(keys).zip(found) {
             if let Some(record) = record {
-                tags.insert(key.clone(), image.repo_tags().to_strings());
+                tags.push(image.tags());
                 records.push(StoredRecord { key, record });
             }
         }
@@ -1515,7 +1515,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let journal = self.store.journal()?;
         let returns = adaptive::returns(&journal);
         let (records, tags) = self.listed_records(listed)?;
-        Ok(adaptive::rank(records, &returns, &tags))
+        Ok(adaptive::rank_listed(records, &returns, &tags))
     }
 
     /// The listed images with a record, in the predictive order at `now`
@@ -1529,8 +1529,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let uses = self.store.uses()?;
         let pulls = self.store.pulls()?;
         let (records, tags) = self.listed_records(listed)?;
-        Ok(predictive::rank_predictive(
-            records, &journal, &tags, &uses, &pulls, now,
+        Ok(predictive::rank_listed(
+            records, &tags, &journal, &uses, &pulls, now,
         ))
     }
 
