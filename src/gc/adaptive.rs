@@ -307,6 +307,21 @@ pub fn rank_adaptive(
     rank(records, &returns(journal), tags)
 }
 
+/// Tests of the orders: the ranked images' ids without `sha256:`, in order.
+#[cfg(test)]
+pub(crate) fn short_ids<R>(ranked: &[(StoredRecord, R)]) -> Vec<String> {
+    ranked
+        .iter()
+        .map(|(r, _)| {
+            r.key
+                .image_id
+                .as_str()
+                .trim_start_matches("sha256:")
+                .to_owned()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,16 +347,7 @@ mod tests {
     }
 
     fn order(ranked: &[(StoredRecord, AdaptiveRank)]) -> Vec<String> {
-        ranked
-            .iter()
-            .map(|(r, _)| {
-                r.key
-                    .image_id
-                    .as_str()
-                    .trim_start_matches("sha256:")
-                    .to_owned()
-            })
-            .collect()
+        short_ids(ranked)
     }
 
     /// Superseded images first, then one-off ones, then reused ones; least recently used

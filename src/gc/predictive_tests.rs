@@ -285,16 +285,7 @@ fn a_rhythm_is_named_with_its_phase_in_explain() {
 }
 
 fn ids(ranked: &[(StoredRecord, PredictiveRank)]) -> Vec<String> {
-    ranked
-        .iter()
-        .map(|(r, _)| {
-            r.key
-                .image_id
-                .as_str()
-                .trim_start_matches("sha256:")
-                .to_owned()
-        })
-        .collect()
+    adaptive::short_ids(ranked)
 }
 
 type Rows = (Vec<(UseKey, UseInterval)>, Vec<(PullKey, PullEntry)>);
