@@ -6,13 +6,12 @@
 //! `IMAGEKEEPER_BENCH_ONLY=predictive` (`scripts/bench --predictive`); timed by criterion in
 //! the `gc_plan` group as `gc_plan/predictive_rank/<n>`.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode};
-use imagekeeper::gc::rank_predictive;
+use imagekeeper::gc::{ListedTags, rank_listed};
 use imagekeeper::model::{PullEntry, PullKey, PullOrigin, RecordKey, UnixNanos};
 use imagekeeper::store::{Batch, Store, StoredRecord};
 
@@ -78,16 +77,17 @@ fn rank(store: &Store, node: &Node) -> usize {
     let journal = store.journal().expect("journal");
     let uses = store.uses().expect("uses");
     let pulls = store.pulls().expect("pulls");
-    let mut records = Vec::with_capacity(node.images.len());
-    let mut tags: BTreeMap<RecordKey, Vec<String>> = BTreeMap::new();
-    for image in &node.images {
-        let key = image.record_key();
-        if let Some(record) = store.get(&key).expect("get") {
-            tags.insert(key.clone(), image.repo_tags.clone());
+    let keys: Vec<RecordKey> = node.images.iter().map(|image| image.record_key()).collect();
+    let found = store.get_many(&keys).expect("get_many");
+    let mut records = Vec::with_capacity(keys.len());
+    let mut tags = ListedTags::with_capacity(keys.len());
+    for ((image, key), record) in node.images.iter().zip(keys).zip(found) {
+        if let Some(record) = record {
+            tags.push(image.repo_tags.iter().map(String::as_str));
             records.push(StoredRecord { key, record });
         }
     }
-    rank_predictive(records, &journal, &tags, &uses, &pulls, node.now).len()
+    rank_listed(records, &tags, &journal, &uses, &pulls, node.now).len()
 }
 
 /// `gc_plan_predictive_rank_<k>k_us` at 2k and 100k images.

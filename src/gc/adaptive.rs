@@ -32,7 +32,7 @@
 //! entries by default) and one sort of the listed images, per space walk, not per record
 //! in the store.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -141,46 +141,124 @@ fn repository(tag: &str) -> &str {
     }
 }
 
-/// For each key whose image a newer one of the same repository supersedes, the newer
-/// image's tag: `tags` are the images' repo tags (as the runtime lists them, or as the store
-/// last saw them), `records` their first detection.
-pub fn superseded(
-    records: &[StoredRecord],
-    tags: &BTreeMap<RecordKey, Vec<String>>,
-) -> BTreeMap<RecordKey, String> {
-    // The newest image of each repository: (first detected, key, tag).
-    let mut newest: BTreeMap<&str, (UnixNanos, &RecordKey, &str)> = BTreeMap::new();
-    for r in records {
-        for tag in tags.get(&r.key).into_iter().flatten() {
-            let entry =
-                newest
-                    .entry(repository(tag))
-                    .or_insert((r.record.first_detected, &r.key, tag));
-            if (r.record.first_detected, &r.key) > (entry.0, entry.1) {
-                *entry = (r.record.first_detected, &r.key, tag);
+/// The listed images' repo tags by position, flat (image `i`'s are [`ListedTags::of`]`(i)`),
+/// borrowed from the runtime's list or from a map: no key is cloned or looked up per image.
+#[derive(Clone, Debug, Default)]
+pub struct ListedTags<'a> {
+    names: Vec<&'a str>,
+    /// Where each image's tags end in `names`.
+    ends: Vec<usize>,
+}
+
+impl<'a> ListedTags<'a> {
+    pub fn with_capacity(images: usize) -> ListedTags<'a> {
+        ListedTags {
+            names: Vec::with_capacity(images),
+            ends: Vec::with_capacity(images),
+        }
+    }
+
+    /// The next image's tags.
+    pub fn push(&mut self, tags: impl IntoIterator<Item = &'a str>) {
+        self.names.extend(tags);
+        self.ends.push(self.names.len());
+    }
+
+    /// The tags of the image at `position` (none past the last pushed).
+    pub fn of(&self, position: usize) -> &[&'a str] {
+        let start = match position.checked_sub(1) {
+            None => 0,
+            Some(before) => self.ends.get(before).copied().unwrap_or(self.names.len()),
+        };
+        let end = self.ends.get(position).copied().unwrap_or(start);
+        self.names.get(start..end).unwrap_or_default()
+    }
+
+    /// The tags `map` holds for each of `records`, by position.
+    pub fn from_map(
+        records: &[StoredRecord],
+        map: &'a BTreeMap<RecordKey, Vec<String>>,
+    ) -> ListedTags<'a> {
+        let mut tags = ListedTags::with_capacity(records.len());
+        for r in records {
+            tags.push(map.get(&r.key).into_iter().flatten().map(String::as_str));
+        }
+        tags
+    }
+}
+
+/// For each position of `records`, the tag of the newer image of the same repository that
+/// supersedes it, if one does: `tags` are the images' repo tags by position (as the runtime
+/// lists them, or as the store last saw them), `records` their first detection. The hash map
+/// only looks repositories up; the result follows `records`' order, whatever the hashing.
+pub fn superseded_by<'t>(records: &[StoredRecord], tags: &ListedTags<'t>) -> Vec<Option<&'t str>> {
+    // The newest image of each repository: (first detected, position, tag).
+    let mut newest: HashMap<&str, (UnixNanos, usize, &str)> = HashMap::new();
+    for (i, r) in records.iter().enumerate() {
+        for &tag in tags.of(i) {
+            let entry = newest
+                .entry(repository(tag))
+                .or_insert((r.record.first_detected, i, tag));
+            if (r.record.first_detected, &r.key) > (entry.0, &records[entry.1].key) {
+                *entry = (r.record.first_detected, i, tag);
             }
         }
     }
-    let mut out = BTreeMap::new();
-    for r in records {
-        let tags = tags.get(&r.key).map(Vec::as_slice).unwrap_or_default();
-        // Superseded when every repository it is tagged in has a newer image.
-        let newer: Option<Vec<&str>> = tags
-            .iter()
-            .map(|tag| {
-                newest
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            // Superseded when every repository it is tagged in has a newer image; named by
+            // the first.
+            let mut first = None;
+            for &tag in tags.of(i) {
+                let newer = newest
                     .get(repository(tag))
-                    .filter(|(at, key, _)| *key != &r.key && *at > r.record.first_detected)
-                    .map(|(_, _, newer)| *newer)
-            })
-            .collect();
-        if let Some(newer) = newer.and_then(|n| n.first().copied())
-            && !tags.is_empty()
-        {
-            out.insert(r.key.clone(), newer.to_owned());
+                    .filter(|(at, at_position, _)| {
+                        records[*at_position].key != r.key && *at > r.record.first_detected
+                    })
+                    .map(|(_, _, newer)| *newer);
+                match newer {
+                    None => return None,
+                    Some(newer) => {
+                        first.get_or_insert(newer);
+                    }
+                }
+            }
+            first
+        })
+        .collect()
+}
+
+/// How many times each image id came back after a removal, keyed by the id's text for
+/// lookups by position (as [`returns`]).
+pub(crate) fn returns_by_id(journal: &[(JournalKey, JournalEntry)]) -> HashMap<&str, u32> {
+    let mut out: HashMap<&str, u32> = HashMap::new();
+    for (key, entry) in journal {
+        if entry.repulled_at.is_some() {
+            *out.entry(key.key.image_id.as_str()).or_default() += 1;
         }
     }
     out
+}
+
+/// One image's adaptive rank, from its record, its returns and what supersedes it.
+pub(crate) fn rank_one(
+    record: &crate::model::ImageRecord,
+    returns: u32,
+    superseded: Option<&str>,
+) -> AdaptiveRank {
+    let use_span = if record.last_used == UnixNanos::NEVER {
+        Duration::ZERO
+    } else {
+        record.last_used.since(record.first_detected)
+    };
+    AdaptiveRank {
+        one_off: returns == 0 && use_span < REUSE_SPAN,
+        returns,
+        use_span,
+        superseded: superseded.map(str::to_owned),
+    }
 }
 
 /// `records` in the adaptive order, each with its rank.
@@ -189,25 +267,26 @@ pub fn rank(
     returns: &BTreeMap<ImageId, u32>,
     tags: &BTreeMap<RecordKey, Vec<String>>,
 ) -> Vec<(StoredRecord, AdaptiveRank)> {
-    let superseded = superseded(&records, tags);
-    let mut ranked: Vec<(StoredRecord, AdaptiveRank)> = records
-        .into_iter()
-        .map(|r| {
+    let listed = ListedTags::from_map(&records, tags);
+    rank_listed(records, returns, &listed)
+}
+
+/// `records` in the adaptive order, each with its rank, their repo tags by position.
+pub fn rank_listed(
+    records: Vec<StoredRecord>,
+    returns: &BTreeMap<ImageId, u32>,
+    tags: &ListedTags<'_>,
+) -> Vec<(StoredRecord, AdaptiveRank)> {
+    let superseded = superseded_by(&records, tags);
+    let ranks: Vec<AdaptiveRank> = records
+        .iter()
+        .zip(superseded)
+        .map(|(r, newer)| {
             let returns = returns.get(&r.key.image_id).copied().unwrap_or(0);
-            let use_span = if r.record.last_used == UnixNanos::NEVER {
-                Duration::ZERO
-            } else {
-                r.record.last_used.since(r.record.first_detected)
-            };
-            let rank = AdaptiveRank {
-                one_off: returns == 0 && use_span < REUSE_SPAN,
-                returns,
-                use_span,
-                superseded: superseded.get(&r.key).cloned(),
-            };
-            (r, rank)
+            rank_one(&r.record, returns, newer)
         })
         .collect();
+    let mut ranked: Vec<(StoredRecord, AdaptiveRank)> = records.into_iter().zip(ranks).collect();
     ranked.sort_by(|(a, ra), (b, rb)| {
         ra.class()
             .cmp(&rb.class())
@@ -226,6 +305,21 @@ pub fn rank_adaptive(
     tags: &BTreeMap<RecordKey, Vec<String>>,
 ) -> Vec<(StoredRecord, AdaptiveRank)> {
     rank(records, &returns(journal), tags)
+}
+
+/// Tests of the orders: the ranked images' ids without `sha256:`, in order.
+#[cfg(test)]
+pub(crate) fn short_ids<R>(ranked: &[(StoredRecord, R)]) -> Vec<String> {
+    ranked
+        .iter()
+        .map(|(r, _)| {
+            r.key
+                .image_id
+                .as_str()
+                .trim_start_matches("sha256:")
+                .to_owned()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -253,16 +347,7 @@ mod tests {
     }
 
     fn order(ranked: &[(StoredRecord, AdaptiveRank)]) -> Vec<String> {
-        ranked
-            .iter()
-            .map(|(r, _)| {
-                r.key
-                    .image_id
-                    .as_str()
-                    .trim_start_matches("sha256:")
-                    .to_owned()
-            })
-            .collect()
+        short_ids(ranked)
     }
 
     /// Superseded images first, then one-off ones, then reused ones; least recently used

@@ -51,7 +51,7 @@ use crate::model::{
 use crate::pull::PullsInFlight;
 use crate::store::{Batch, EvictionKey, JournalKey, RecordScan, Store, StoredRecord, meta_keys};
 
-use super::adaptive::{self, AdaptiveRank};
+use super::adaptive::{self, AdaptiveRank, ListedTags};
 use super::detect::{
     DetectInput, DetectPlan, ListedImages, apply_to_copy, container_uses, images_in_use,
     plan_detect, volume_uses,
@@ -1488,6 +1488,25 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
     }
 
+    /// The listed images that have a record, with their repo tags by position (borrowed from
+    /// the list), looked up in one read transaction (`Store::get_many`).
+    fn listed_records<'l>(
+        &self,
+        listed: &'l ListedImages,
+    ) -> Result<(Vec<StoredRecord>, ListedTags<'l>), GcError> {
+        let keys: Vec<RecordKey> = listed.iter().map(|image| image.record_key()).collect();
+        let found = self.store.get_many(&keys)?;
+        let mut records = Vec::with_capacity(keys.len());
+        let mut tags = ListedTags::with_capacity(keys.len());
+        for ((image, key), record) in listed.iter().zip(keys).zip(found) {
+            if let Some(record) = record {
+                tags.push(image.tags());
+                records.push(StoredRecord { key, record });
+            }
+        }
+        Ok((records, tags))
+    }
+
     /// The listed images with a record, in the adaptive order (`adaptive.rs`).
     fn adaptive_order(
         &self,
@@ -1495,16 +1514,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     ) -> Result<Vec<(StoredRecord, AdaptiveRank)>, GcError> {
         let journal = self.store.journal()?;
         let returns = adaptive::returns(&journal);
-        let mut records = Vec::new();
-        let mut tags = BTreeMap::new();
-        for image in listed.iter() {
-            let key = image.record_key();
-            if let Some(record) = self.store.get(&key)? {
-                tags.insert(key.clone(), image.repo_tags().to_strings());
-                records.push(StoredRecord { key, record });
-            }
-        }
-        Ok(adaptive::rank(records, &returns, &tags))
+        let (records, tags) = self.listed_records(listed)?;
+        Ok(adaptive::rank_listed(records, &returns, &tags))
     }
 
     /// The listed images with a record, in the predictive order at `now`
@@ -1517,17 +1528,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let journal = self.store.journal()?;
         let uses = self.store.uses()?;
         let pulls = self.store.pulls()?;
-        let mut records = Vec::new();
-        let mut tags = BTreeMap::new();
-        for image in listed.iter() {
-            let key = image.record_key();
-            if let Some(record) = self.store.get(&key)? {
-                tags.insert(key.clone(), image.repo_tags().to_strings());
-                records.push(StoredRecord { key, record });
-            }
-        }
-        Ok(predictive::rank_predictive(
-            records, &journal, &tags, &uses, &pulls, now,
+        let (records, tags) = self.listed_records(listed)?;
+        Ok(predictive::rank_listed(
+            records, &tags, &journal, &uses, &pulls, now,
         ))
     }
 

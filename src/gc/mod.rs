@@ -30,7 +30,7 @@ mod runtime_pin_notes;
 mod space;
 mod watch;
 
-pub use adaptive::{AdaptiveRank, GcOrder, REUSE_SPAN, rank_adaptive};
+pub use adaptive::{AdaptiveRank, GcOrder, ListedTags, REUSE_SPAN, rank_adaptive};
 pub use detect::{DetectInput, DetectPlan, ListedImages, images_in_use};
 pub use error::{GcError, aggregate};
 pub use evict::{Verdict, space_verdict};
@@ -46,7 +46,7 @@ pub use pin_request::{MAX_RUNTIME_HANDLER_BYTES, PinRequestError, check_pin_requ
 pub use pins::PinPatterns;
 pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
-pub use predictive::{Basis, Estimate, ImageHistory, PredictiveRank, rank_predictive};
+pub use predictive::{Basis, Estimate, ImageHistory, PredictiveRank, rank_listed, rank_predictive};
 pub use protect::{
     Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, RUNTIME_PIN_OFFLINE,
     pin_names, pin_view, pin_views, pinned_at, stored_image, stored_images,

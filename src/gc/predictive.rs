@@ -32,15 +32,13 @@
 //! one read of the use and pull histories (bounded by the journal's retention), one record
 //! lookup per listed image, one sort of the listed images.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::adaptive::{self, AdaptiveRank};
-use crate::model::{
-    ImageId, JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey,
-};
+use super::adaptive::{self, AdaptiveRank, ListedTags};
+use crate::model::{JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey};
 use crate::store::{JournalKey, StoredRecord};
 
 const SEC: i64 = 1_000_000_000;
@@ -72,28 +70,43 @@ pub struct ImageHistory {
     pub pulls: Vec<UnixNanos>,
 }
 
-/// The histories of `keys` (the images being ranked), each read once from the use and pull
-/// tables.
+/// The histories of `records` (the images being ranked), each table read once: for each
+/// position, the index of its history in the returned list (`None`: no row names it). Rows are
+/// grouped by a hash map of the keys the rows name (at most the tables' rows), so no record's
+/// key is cloned; each history keeps its rows in table order, as the tables list them.
 pub fn histories(
-    keys: &BTreeSet<&RecordKey>,
+    records: &[StoredRecord],
     uses: &[(UseKey, UseInterval)],
     pulls: &[(PullKey, PullEntry)],
-) -> BTreeMap<RecordKey, ImageHistory> {
-    let mut out: BTreeMap<RecordKey, ImageHistory> = BTreeMap::new();
-    for (key, interval) in uses {
-        if keys.contains(&key.key) {
-            out.entry(key.key.clone())
-                .or_default()
-                .uses
-                .push((key.started_at, interval.last_seen.max(key.started_at)));
+) -> (Vec<Option<u32>>, Vec<ImageHistory>) {
+    let mut index: HashMap<&RecordKey, u32> = HashMap::new();
+    let mut histories: Vec<ImageHistory> = Vec::new();
+    let mut slot = |key| {
+        let next = u32::try_from(histories.len()).expect("fewer than 4G history rows");
+        let at = *index.entry(key).or_insert(next);
+        if at == next {
+            histories.push(ImageHistory::default());
         }
+        at as usize
+    };
+    let mut use_slots = Vec::with_capacity(uses.len());
+    for (key, _) in uses {
+        use_slots.push(slot(&key.key));
     }
+    let mut pull_slots = Vec::with_capacity(pulls.len());
     for (key, _) in pulls {
-        if keys.contains(&key.key) {
-            out.entry(key.key.clone()).or_default().pulls.push(key.at);
-        }
+        pull_slots.push(slot(&key.key));
     }
-    out
+    for ((key, interval), at) in uses.iter().zip(use_slots) {
+        histories[at]
+            .uses
+            .push((key.started_at, interval.last_seen.max(key.started_at)));
+    }
+    for ((key, _), at) in pulls.iter().zip(pull_slots) {
+        histories[at].pulls.push(key.at);
+    }
+    let of = records.iter().map(|r| index.get(&r.key).copied()).collect();
+    (of, histories)
 }
 
 /// What an estimate came from.
@@ -214,21 +227,31 @@ fn bucket(s: u64) -> u32 {
 /// record's mark are one use; the store's records keep last uses apart by a nanosecond).
 pub const MERGE_GAP: Duration = Duration::from_secs(60);
 
+/// Buffers one ranking reuses from image to image (no allocation per image once warm).
+#[derive(Debug, Default)]
+struct Scratch {
+    points: Vec<(i64, i64)>,
+    sessions: Vec<(i64, i64)>,
+    starts: Vec<i64>,
+}
+
 /// The history's stretches of use, oldest first, those less than [`MERGE_GAP`] apart merged:
-/// use intervals, pulls (an instant each) and the record's last use.
-fn sessions(last_used: UnixNanos, history: &ImageHistory) -> Vec<(i64, i64)> {
-    let mut points: Vec<(i64, i64)> = history
-        .uses
-        .iter()
-        .map(|(s, e)| (s.0, e.0.max(s.0)))
-        .chain(history.pulls.iter().map(|p| (p.0, p.0)))
-        .collect();
+/// use intervals, pulls (an instant each) and the record's last use; into `out`.
+fn sessions(
+    last_used: UnixNanos,
+    history: &ImageHistory,
+    points: &mut Vec<(i64, i64)>,
+    out: &mut Vec<(i64, i64)>,
+) {
+    points.clear();
+    points.extend(history.uses.iter().map(|(s, e)| (s.0, e.0.max(s.0))));
+    points.extend(history.pulls.iter().map(|p| (p.0, p.0)));
     if last_used != UnixNanos::NEVER {
         points.push((last_used.0, last_used.0));
     }
     points.sort_unstable();
-    let mut out: Vec<(i64, i64)> = Vec::with_capacity(points.len());
-    for (s, e) in points {
+    out.clear();
+    for &(s, e) in points.iter() {
         match out.last_mut() {
             Some(last) if s < last.1.saturating_add(MERGE_GAP.as_nanos() as i64) => {
                 last.1 = last.1.max(e)
@@ -236,7 +259,6 @@ fn sessions(last_used: UnixNanos, history: &ImageHistory) -> Vec<(i64, i64)> {
             _ => out.push((s, e)),
         }
     }
-    out
 }
 
 /// `x` modulo `p` in (-p/2, p/2].
@@ -273,14 +295,21 @@ fn rhythm(starts: &[i64]) -> Option<(i64, i64, u32)> {
     None
 }
 
-/// The estimate of one image at `now` (see the module's rules).
-pub fn estimate(
+/// The estimate of one image at `now` (see the module's rules), in `scratch`'s buffers.
+fn estimate_in(
+    scratch: &mut Scratch,
     record: &crate::model::ImageRecord,
     history: &ImageHistory,
     adaptive: &AdaptiveRank,
     now: UnixNanos,
 ) -> Estimate {
-    let sessions = sessions(record.last_used, history);
+    sessions(
+        record.last_used,
+        history,
+        &mut scratch.points,
+        &mut scratch.sessions,
+    );
+    let sessions = &scratch.sessions;
     let last_end = sessions.last().map_or(record.first_detected.0, |s| s.1);
     let idle = (now.0 - last_end).max(0);
     let idle_s = idle / SEC;
@@ -292,8 +321,9 @@ pub fn estimate(
             basis: Basis::Superseded,
         };
     }
-    let starts: Vec<i64> = sessions.iter().map(|s| s.0).collect();
-    if let Some((period, anchor, count)) = rhythm(&starts) {
+    scratch.starts.clear();
+    scratch.starts.extend(sessions.iter().map(|s| s.0));
+    if let Some((period, anchor, count)) = rhythm(&scratch.starts) {
         let tolerance = period / RHYTHM_TOLERANCE_DIVISOR;
         // The first occurrence after the newest start not yet missed by more than the
         // tolerance.
@@ -314,17 +344,18 @@ pub fn estimate(
     }
     if sessions.len() >= 2 {
         // The weighted mean of the newest gaps (weights in fixed point, the newest 1 << 20).
-        let gaps: Vec<i64> = sessions.windows(2).map(|w| w[1].0 - w[0].1).collect();
-        let recent = &gaps[gaps.len().saturating_sub(GAPS_READ)..];
+        let gaps = sessions.len() - 1;
+        let recent = gaps.min(GAPS_READ);
         let (mut sum, mut weights) = (0i128, 0i128);
-        for (age, gap) in recent.iter().rev().enumerate() {
+        let newest_first = sessions.windows(2).rev().map(|w| w[1].0 - w[0].1);
+        for (age, gap) in newest_first.take(recent).enumerate() {
             // 2^(-age / GAP_HALF_LIFE) in fixed point (1 << 20), by halving every half-life
             // and a linear step within.
             let halvings = age as u32 / GAP_HALF_LIFE;
             let within = (age as u32 % GAP_HALF_LIFE) as i128;
             let w = ((1i128 << 20) >> halvings.min(40)) * (2 * GAP_HALF_LIFE as i128 - within)
                 / (2 * GAP_HALF_LIFE as i128);
-            sum += i128::from(*gap) * w;
+            sum += i128::from(gap) * w;
             weights += w;
         }
         let mean = if weights > 0 {
@@ -337,7 +368,7 @@ pub fn estimate(
             idle_s,
             basis: Basis::MeanGap {
                 mean_s: mean / SEC,
-                gaps: recent.len() as u32,
+                gaps: recent as u32,
             },
         };
     }
@@ -356,37 +387,67 @@ pub fn estimate(
     }
 }
 
-/// `records` in the predictive order at `now`, each with its rank.
-pub fn rank(
+/// `records` in the predictive order at `now`, each with its rank: `tags` are their repo tags
+/// by position, `journal` gives the returns, `uses` and `pulls` the histories (rows of images
+/// not ranked are read and left). The space walk's ranking, once per walk: images are indexed
+/// by position, each estimate is computed once in reused buffers, and one sort orders
+/// positions by a key of integers (bucket, class, last used, first detected, size), the record
+/// keys compared only on a full tie; no map is keyed by an image's key but the histories'.
+pub fn rank_listed(
     records: Vec<StoredRecord>,
-    returns: &BTreeMap<ImageId, u32>,
-    tags: &BTreeMap<RecordKey, Vec<String>>,
-    histories: &BTreeMap<RecordKey, ImageHistory>,
+    tags: &ListedTags<'_>,
+    journal: &[(JournalKey, JournalEntry)],
+    uses: &[(UseKey, UseInterval)],
+    pulls: &[(PullKey, PullEntry)],
     now: UnixNanos,
 ) -> Vec<(StoredRecord, PredictiveRank)> {
+    let returns = adaptive::returns_by_id(journal);
+    let superseded = adaptive::superseded_by(&records, tags);
+    let (history_of, histories) = histories(&records, uses, pulls);
     let empty = ImageHistory::default();
-    let mut ranked: Vec<(StoredRecord, PredictiveRank)> = adaptive::rank(records, returns, tags)
-        .into_iter()
-        .map(|(r, adaptive)| {
-            let history = histories.get(&r.key).unwrap_or(&empty);
-            let estimate = estimate(&r.record, history, &adaptive, now);
-            (r, PredictiveRank { estimate, adaptive })
-        })
-        .collect();
-    ranked.sort_by(|(a, ra), (b, rb)| {
-        rb.bucket()
-            .cmp(&ra.bucket())
-            .then(ra.adaptive.class().cmp(&rb.adaptive.class()))
-            .then(a.record.last_used.cmp(&b.record.last_used))
-            .then(a.record.first_detected.cmp(&b.record.first_detected))
-            .then(b.record.size.cmp(&a.record.size))
-            .then(a.key.cmp(&b.key))
+    let mut scratch = Scratch::default();
+    let mut ranks: Vec<PredictiveRank> = Vec::with_capacity(records.len());
+    // (estimate's bucket, larger first; class; last used; first detected; size, larger
+    // first; position).
+    let mut order: Vec<(u32, u8, i64, i64, u64, u32)> = Vec::with_capacity(records.len());
+    for (position, (r, newer)) in records.iter().zip(superseded).enumerate() {
+        let returns = if returns.is_empty() {
+            0
+        } else {
+            returns.get(r.key.image_id.as_str()).copied().unwrap_or(0)
+        };
+        let adaptive = adaptive::rank_one(&r.record, returns, newer);
+        let history = history_of[position].map_or(&empty, |at| &histories[at as usize]);
+        let estimate = estimate_in(&mut scratch, &r.record, history, &adaptive, now);
+        let rank = PredictiveRank { estimate, adaptive };
+        order.push((
+            u32::MAX - rank.bucket(),
+            rank.adaptive.class(),
+            r.record.last_used.0,
+            r.record.first_detected.0,
+            u64::MAX - r.record.size,
+            u32::try_from(position).expect("fewer than 4G listed images"),
+        ));
+        ranks.push(rank);
+    }
+    // Equal in every integer, the key decides, then the position (as a stable sort would).
+    order.sort_unstable_by(|a, b| {
+        (a.0, a.1, a.2, a.3, a.4)
+            .cmp(&(b.0, b.1, b.2, b.3, b.4))
+            .then_with(|| records[a.5 as usize].key.cmp(&records[b.5 as usize].key))
+            .then(a.5.cmp(&b.5))
     });
-    ranked
+    let mut slots: Vec<Option<(StoredRecord, PredictiveRank)>> =
+        records.into_iter().zip(ranks).map(Some).collect();
+    order
+        .iter()
+        .filter_map(|o| slots[o.5 as usize].take())
+        .collect()
 }
 
 /// `records` in the predictive order at `now`, each with its rank, from the journal (for the
-/// returns) and the use and pull tables (`gc --dry-run`, `inspect explain`, the space walk).
+/// returns), their repo tags by key and the use and pull tables (`gc --dry-run`, `inspect
+/// explain`; the space walk gives the tags by position: [`rank_listed`]).
 pub fn rank_predictive(
     records: Vec<StoredRecord>,
     journal: &[(JournalKey, JournalEntry)],
@@ -395,9 +456,8 @@ pub fn rank_predictive(
     pulls: &[(PullKey, PullEntry)],
     now: UnixNanos,
 ) -> Vec<(StoredRecord, PredictiveRank)> {
-    let keys: BTreeSet<&RecordKey> = records.iter().map(|r| &r.key).collect();
-    let histories = histories(&keys, uses, pulls);
-    rank(records, &adaptive::returns(journal), tags, &histories, now)
+    let listed = ListedTags::from_map(&records, tags);
+    rank_listed(records, &listed, journal, uses, pulls, now)
 }
 
 #[cfg(test)]

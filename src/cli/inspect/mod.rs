@@ -519,15 +519,22 @@ fn explain(
         );
     }
     let journal = snap.journal().map_err(inspect_failure)?;
-    let mut ranks = std::collections::BTreeMap::new();
-    if args.image_gc_policy == imagekeeper::gc::GcOrder::Adaptive {
-        // The repo tags the store last listed for each record (a detect refreshes them).
-        let tags = snap
-            .names()
+    // The repo tags the store last listed for each record (a detect refreshes them): what
+    // the adaptive and the predictive orders read.
+    let tags: std::collections::BTreeMap<_, _> = if matches!(
+        args.image_gc_policy,
+        imagekeeper::gc::GcOrder::Adaptive | imagekeeper::gc::GcOrder::Predictive
+    ) {
+        snap.names()
             .map_err(inspect_failure)?
             .into_iter()
             .map(|(key, names)| (key, names.repo_tags))
-            .collect();
+            .collect()
+    } else {
+        std::collections::BTreeMap::new()
+    };
+    let mut ranks = std::collections::BTreeMap::new();
+    if args.image_gc_policy == imagekeeper::gc::GcOrder::Adaptive {
         let ranked = imagekeeper::gc::rank_adaptive(records, &journal, &tags);
         records = Vec::with_capacity(ranked.len());
         for (record, rank) in ranked {
@@ -537,12 +544,6 @@ fn explain(
     }
     let mut predictive_ranks = std::collections::BTreeMap::new();
     if args.image_gc_policy == imagekeeper::gc::GcOrder::Predictive {
-        let tags = snap
-            .names()
-            .map_err(inspect_failure)?
-            .into_iter()
-            .map(|(key, names)| (key, names.repo_tags))
-            .collect();
         let uses = snap.uses().map_err(inspect_failure)?;
         let pulls = snap.pulls().map_err(inspect_failure)?;
         let ranked = imagekeeper::gc::rank_predictive(records, &journal, &tags, &uses, &pulls, now);
