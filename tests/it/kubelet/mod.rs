@@ -196,6 +196,11 @@ impl KubeletLab {
         self.static_pods.push(path);
     }
 
+    /// Registers a static pod manifest a test wrote itself, for removal on drop.
+    pub fn own_static_pod(&mut self, path: PathBuf) {
+        self.static_pods.push(path);
+    }
+
     /// Deletes a static pod's manifest; the kubelet stops and removes the pod.
     pub fn remove_static_pod(&mut self, name: &str) {
         let dir = PathBuf::from(self.env("KUBELET_LAB_STATIC_POD_DIR"));
