@@ -21,6 +21,15 @@
 //! on the host's disk at 87 % once saw the agent's GC at start take the victim first; the lab's
 //! image filesystem is now a tmpfs of its own, but the test does not lean on its usage), so the
 //! removal is the operator's `kubectl exec ... imagekeeper prune`.
+//!
+//! The real kubelet runs the same pod template as a static pod in `kubelet::lab::daemonset`
+//! (its prober, its mounts, its downward API, its stop, on containerd 2.1). What stays here,
+//! because the kubelet lab cannot show it: the pod on every containerd release of the lab
+//! suite (1.6 in the first pass; the kubelet lab runs 2.1 only), a containerd restart under the
+//! running pod (the kubelet would react to it on its own: here the agent alone is observed
+//! going on through the socket directory), and a pod deliberately changed against the manifest
+//! (the bind-mounted socket file going stale). Also only here: `kubectl exec ... prune`
+//! through the admin socket and the agent's peak RSS against the manifest's limit.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

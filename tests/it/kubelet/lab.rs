@@ -13,6 +13,10 @@ use imagekeeper::store::Store;
 use super::{Agent, CONTAINERD_RELEASE, KubeletLab, StaticPod, kubelet_lab};
 use crate::support::{self, bin};
 
+mod daemonset;
+mod intents;
+mod keeps;
+
 /// How long a static pod may take to run (the kubelet checks its directory every second; a
 /// first pull from the namespace's registry is quick).
 const POD_START: Duration = Duration::from_secs(120);

@@ -196,6 +196,11 @@ impl KubeletLab {
         self.static_pods.push(path);
     }
 
+    /// Registers a static pod manifest a test wrote itself, for removal on drop.
+    pub fn own_static_pod(&mut self, path: PathBuf) {
+        self.static_pods.push(path);
+    }
+
     /// Deletes a static pod's manifest; the kubelet stops and removes the pod.
     pub fn remove_static_pod(&mut self, name: &str) {
         let dir = PathBuf::from(self.env("KUBELET_LAB_STATIC_POD_DIR"));
@@ -362,6 +367,9 @@ impl Agent {
             .arg("--kubelet-root-dir")
             .arg(kl.root_dir())
             .args(["--metrics-address", "127.0.0.1:0"])
+            // Probes on the metrics listener: the default 127.0.0.1:9898 is the DaemonSet pod's
+            // (deploy::lab runs it on the host network while this group runs beside it).
+            .args(["--healthz-address", ""])
             .args(extra)
             .env("IMAGEKEEPER_LOG", "imagekeeper=debug")
             .stdin(Stdio::null())
