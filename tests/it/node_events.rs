@@ -189,6 +189,40 @@ async fn node_events_are_created_on_the_node_and_a_repeat_becomes_one_series() {
         ),
         ("PATCH", Some(3))
     );
+
+    // The same reason with other numbers is a new Event with its own note, not a fourth
+    // count of the first one's series under that first, stale note (what one kube-rs recorder
+    // did on the lab cluster: its series key leaves the note out).
+    let changed =
+        "Insufficient free disk space on the node's image filesystem (95% of 100GiB used).";
+    sink.publish(event(
+        NodeEventType::Warning,
+        "FreeDiskSpaceFailed",
+        changed,
+    ));
+    let new = next(&mut requests).await;
+    assert_eq!(
+        (
+            new.method.as_str(),
+            new.event.note.as_deref(),
+            new.event.series.is_none()
+        ),
+        ("POST", Some(changed), true)
+    );
+    // And the first message again still counts on in its own series.
+    sink.publish(event(
+        NodeEventType::Warning,
+        "FreeDiskSpaceFailed",
+        failure,
+    ));
+    let fourth = next(&mut requests).await;
+    assert_eq!(
+        (
+            fourth.method.as_str(),
+            fourth.event.series.as_ref().map(|s| s.count)
+        ),
+        ("PATCH", Some(4))
+    );
 }
 
 #[tokio::test]
