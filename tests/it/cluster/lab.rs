@@ -300,7 +300,11 @@ async fn the_agents_node_events_reach_the_api_server_with_the_documented_reason_
     let (conflict, count) =
         wait_for_event(&cluster, "KubeletConfigConflict", "image-gc-thresholds").await;
     println!("KubeletConfigConflict: {conflict} (count {count})");
-    assert!(conflict.contains("fix:"), "{conflict}");
+    assert!(
+        conflict.starts_with("image-gc-thresholds: the kubelet's image GC thresholds 85/80 are at or below imagekeeper's 90/85")
+            && conflict.contains(" Fix: set imagekeeper's --image-gc-high-threshold below 85"),
+        "{conflict}"
+    );
     let (warm_note, count) = wait_for_event(&cluster, "WarmImageDoesNotFit", &warm_image).await;
     println!("WarmImageDoesNotFit: {warm_note} (count {count})");
     assert!(
