@@ -1,8 +1,10 @@
 //! Node Events through kube-rs's recorder (`agent::KubeEventSink`, feature `kube`) against an
 //! in-process stub of the API server: every request is decoded into the k8s-openapi
 //! `events.k8s.io/v1` Event and its verb and path checked; the stub answers as the API server
-//! does (the object back). There is no API server on these machines: this was not run against
-//! a real cluster.
+//! does (the object back). The stub stays for what the cluster lab cannot show at will: the
+//! exact verbs and paths of each request, an API server that refuses everything, answers that
+//! never end or are too long. The same Events through a real API server v1.37.2:
+//! `cluster::lab` (tests/it/cluster/lab.rs).
 
 use std::time::Duration;
 
