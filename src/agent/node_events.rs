@@ -9,10 +9,13 @@
 //! [`NodeEvents`] decides what to say and hands it to an [`EventSink`]; it imports nothing of
 //! Kubernetes. The sink that talks to the API server, [`KubeEventSink`] (feature `kube`, the
 //! only code that imports kube-rs), publishes through kube-rs's Events recorder, which keeps
-//! a repeating Event (same reason, note and object) to one series (a PATCH of its count)
-//! instead of a new object each time: a condition that flaps with the same message is one
-//! series; a failure whose message carries changing numbers (FreeDiskSpaceFailed's usage and
-//! bytes freed) is a new Event when they change, as the kubelet's are.
+//! a repeating Event to one series (a PATCH of its count) instead of a new object each time.
+//! That recorder's key is the reason, action and object, not the note (kube-runtime 5.0.0,
+//! `EventKey`): one recorder for every note folded a FreeDiskSpaceFailed with new numbers into
+//! the first one's series, its note left stale (seen on the lab cluster). So the sink keeps one
+//! recorder per reason and note: the same message again is one series; a failure whose message
+//! carries changing numbers (FreeDiskSpaceFailed's usage and bytes freed) is a new Event when
+//! they change, as the kubelet's are.
 //!
 //! Invariants: publishing never blocks a GC cycle nor fails it: events go through a bounded
 //! queue to one task (a full queue drops the event with one warning per drop run); an API
@@ -231,6 +234,7 @@ pub use kube_sink::{EventLimits, KubeEventSink};
 
 #[cfg(feature = "kube")]
 mod kube_sink {
+    use std::collections::HashMap;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -264,6 +268,8 @@ mod kube_sink {
 
     /// The longest `reportingInstance` the API server takes.
     const MAX_INSTANCE_CHARS: usize = 128;
+    /// How many (reason, note) recorders the sink keeps before starting afresh.
+    const MAX_RECORDERS: usize = 64;
 
     /// The bounds on what the API server (or a proxy in front of it) may answer an Event
     /// write with: kube-rs reads an answer whole, so without them an endless `201` body is
@@ -325,15 +331,12 @@ mod kube_sink {
                     },
                 ))
                 .build();
-            let recorder = Recorder::new(
-                client,
-                Reporter {
-                    controller: "imagekeeper".into(),
-                    // events.k8s.io/v1 takes at most 128 characters here; a node name may
-                    // have 253.
-                    instance: Some(node_name.chars().take(MAX_INSTANCE_CHARS).collect()),
-                },
-            );
+            let reporter = Reporter {
+                controller: "imagekeeper".into(),
+                // events.k8s.io/v1 takes at most 128 characters here; a node name may
+                // have 253.
+                instance: Some(node_name.chars().take(MAX_INSTANCE_CHARS).collect()),
+            };
             // The kubelet's node reference (kubelet.go): kind Node, the node's name as its
             // name and uid; cluster-scoped, so the recorder writes the Event to "default".
             let reference = ObjectReference {
@@ -346,7 +349,18 @@ mod kube_sink {
             let (queue, mut rx) = mpsc::channel::<NodeEvent>(QUEUE);
             let drops = Arc::new(DropWarning::default());
             tokio::spawn(async move {
+                // One recorder per (reason, note): its series then never carries another note.
+                let mut recorders: HashMap<(&'static str, String), Recorder> = HashMap::new();
                 while let Some(event) = rx.recv().await {
+                    let key = (event.reason, event.note.clone());
+                    if !recorders.contains_key(&key) && recorders.len() >= MAX_RECORDERS {
+                        // Bounded: a long run of distinct messages starts new series afresh.
+                        recorders.clear();
+                    }
+                    let recorder = recorders
+                        .entry(key)
+                        .or_insert_with(|| Recorder::new(client.clone(), reporter.clone()))
+                        .clone();
                     let event = Event {
                         type_: match event.type_ {
                             NodeEventType::Normal => EventType::Normal,

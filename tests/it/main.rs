@@ -8,6 +8,7 @@
 mod admin_limits;
 mod agent;
 mod book;
+mod cluster;
 mod corrupt;
 mod corrupt_read_only;
 mod crash;

@@ -1,8 +1,10 @@
 //! Node Events through kube-rs's recorder (`agent::KubeEventSink`, feature `kube`) against an
 //! in-process stub of the API server: every request is decoded into the k8s-openapi
 //! `events.k8s.io/v1` Event and its verb and path checked; the stub answers as the API server
-//! does (the object back). There is no API server on these machines: this was not run against
-//! a real cluster.
+//! does (the object back). The stub stays for what the cluster lab cannot show at will: the
+//! exact verbs and paths of each request, an API server that refuses everything, answers that
+//! never end or are too long. The same Events through a real API server v1.37.2:
+//! `cluster::lab` (tests/it/cluster/lab.rs).
 
 use std::time::Duration;
 
@@ -188,6 +190,40 @@ async fn node_events_are_created_on_the_node_and_a_repeat_becomes_one_series() {
             third.event.series.as_ref().map(|s| s.count)
         ),
         ("PATCH", Some(3))
+    );
+
+    // The same reason with other numbers is a new Event with its own note, not a fourth
+    // count of the first one's series under that first, stale note (what one kube-rs recorder
+    // did on the lab cluster: its series key leaves the note out).
+    let changed =
+        "Insufficient free disk space on the node's image filesystem (95% of 100GiB used).";
+    sink.publish(event(
+        NodeEventType::Warning,
+        "FreeDiskSpaceFailed",
+        changed,
+    ));
+    let new = next(&mut requests).await;
+    assert_eq!(
+        (
+            new.method.as_str(),
+            new.event.note.as_deref(),
+            new.event.series.is_none()
+        ),
+        ("POST", Some(changed), true)
+    );
+    // And the first message again still counts on in its own series.
+    sink.publish(event(
+        NodeEventType::Warning,
+        "FreeDiskSpaceFailed",
+        failure,
+    ));
+    let fourth = next(&mut requests).await;
+    assert_eq!(
+        (
+            fourth.method.as_str(),
+            fourth.event.series.as_ref().map(|s| s.count)
+        ),
+        ("PATCH", Some(4))
     );
 }
 

@@ -1,0 +1,609 @@
+//! The chart on the real cluster (`cluster::lab::...`, one at a time: `.config/nextest.toml`'s
+//! `cluster-lab` group): `helm install` with the image `scripts/image` built, the DaemonSet's pod
+//! Ready under the kubelet's own prober, the NOTES' `kubectl exec` commands, `helm uninstall`;
+//! the agent's Node Events read back through the API server; the operator's loop (`helm
+//! upgrade` of the config and the warm set reaching the running agent); the static
+//! `deploy/daemonset.yaml` applied with `kubectl apply`.
+//!
+//! What the cluster cannot show here, and stays with the tests that stand in for it: a node on
+//! cgroup v2 or another runtime (the lab's containerd 2.1 on this machine's cgroup v1); a pod
+//! network (every lab pod uses the host network, `../shared/README.md`); more than one node.
+
+use std::time::{Duration, Instant};
+
+use super::{ClusterLab, NAMESPACE, cluster_lab};
+use crate::support;
+
+/// The chart's default config, with GC left to the test's thresholds.
+fn config(high: u32, low: u32, extra: &str) -> String {
+    format!(
+        "imageGCHighThresholdPercent = {high}\nimageGCLowThresholdPercent = {low}\n\
+         imageMinimumGCAge = \"0s\"\nimageMaximumGCAge = \"0s\"\n{extra}"
+    )
+}
+
+/// Every process on the machine whose command line runs the image's binary.
+fn agent_processes() -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.starts_with("/usr/local/bin/imagekeeper ") {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+/// The containerd images (namespace k8s.io) carrying one of imagekeeper's labels.
+fn images_with_imagekeeper_labels(cluster: &ClusterLab) -> Vec<String> {
+    let out = cluster.run_in_namespace(
+        &cluster.env("CLUSTER_LAB_CTR"),
+        &[
+            "--address",
+            &cluster.env("CLUSTER_LAB_CONTAINERD_ADDRESS"),
+            "-n",
+            "k8s.io",
+            "images",
+            "ls",
+        ],
+    );
+    assert!(out.status.success(), "ctr images ls: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| line.contains("io.imagekeeper."))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The pod's sandboxes and containers as the runtime lists them (any state).
+fn runtime_objects_of(cluster: &ClusterLab, namespace: &str, release: &str) -> String {
+    let label = format!("io.kubernetes.pod.namespace={namespace}");
+    let pods = cluster.crictl(&["pods", "--label", &label, "-o", "json"]);
+    let pods: serde_json::Value = serde_json::from_str(&pods).expect("crictl JSON");
+    let mut found = String::new();
+    for pod in pods["items"].as_array().into_iter().flatten() {
+        if pod["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with(release))
+        {
+            found.push_str(&format!(
+                "sandbox {} {}\n",
+                pod["metadata"]["name"], pod["state"]
+            ));
+        }
+    }
+    let containers = cluster.crictl(&["ps", "-a", "--name", "^imagekeeper$", "-q"]);
+    for id in containers.lines() {
+        found.push_str(&format!("container {id}\n"));
+    }
+    found
+}
+
+#[tokio::test]
+async fn helm_install_runs_the_agent_ready_under_the_kubelets_probes_its_notes_commands_work_and_uninstall_leaves_the_node_as_it_was()
+ {
+    let Some(cluster) = cluster_lab("cluster::lab::install").await else {
+        return;
+    };
+    assert!(
+        agent_processes().is_empty(),
+        "an agent runs already: {:?}",
+        agent_processes()
+    );
+    let labelled_before = images_with_imagekeeper_labels(&cluster);
+
+    // With the kubelet's config mounted (events.kubeletConfig), the NOTES print the doctor's
+    // command; without it they say how to get it (a default install's doctor command failed
+    // in the pod: "cannot read the kubelet config: /var/lib/kubelet/config.yaml", exit 2).
+    let kubelet_config = cluster.env("CLUSTER_LAB_KUBELET_CONFIG");
+    let release = cluster.install(
+        "imagekeeper",
+        &config(80, 70, ""),
+        &[
+            "events.enabled=true".to_owned(),
+            format!("events.kubeletConfig={kubelet_config}"),
+        ],
+    );
+    println!(
+        "helm install to the pod Ready: {:?}",
+        release.installed_at.elapsed()
+    );
+
+    // Ready under the kubelet's own prober: the condition the kubelet sets from the
+    // readinessProbe, the startup probe passed, no restart.
+    let pod = release.pod();
+    let status = &pod["status"];
+    let ready = status["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .expect("a Ready condition");
+    assert_eq!(ready["status"], "True", "{pod:#}");
+    let container = &status["containerStatuses"][0];
+    assert_eq!(container["ready"], true, "{container:#}");
+    assert_eq!(container["started"], true, "{container:#}");
+    assert_eq!(container["restartCount"], 0, "{container:#}");
+    assert_eq!(pod["spec"]["nodeName"], cluster.node_name().as_str());
+    // The node's address is the namespace's, and the agent's metrics listen there.
+    let node_ip = cluster.env("CLUSTER_LAB_NODE_IP");
+    assert_eq!(status["hostIP"], node_ip.as_str(), "{pod:#}");
+    let metrics = cluster.curl(&format!("http://{node_ip}:9899/metrics"));
+    assert!(metrics.contains("imagekeeper_build_info"), "{metrics}");
+
+    // The NOTES' commands, as printed, run against the release and print what the docs say.
+    let notes = release.install_output.clone();
+    let commands: Vec<&str> = notes
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("kubectl "))
+        .collect();
+    assert_eq!(commands.len(), 2, "the NOTES name two commands: {notes}");
+    let mut printed = Vec::new();
+    for command in &commands {
+        let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+        let out = cluster.kubectl_output(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        println!(
+            "$ {command}\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        printed.push((command.to_owned(), out.status.code(), stdout));
+    }
+    // doctor (docs/src/operators/beside-the-kubelet.md): the kubelet config it read, one line
+    // per check, the count; the lab kubelet has the kubelet's defaults, above 80/70.
+    let (command, code, out) = &printed[0];
+    assert!(command.contains("imagekeeper doctor"), "{command}");
+    assert!(
+        out.contains(&format!("kubelet config: {kubelet_config}")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ok") && l.contains("image-gc-thresholds")),
+        "{out}"
+    );
+    assert!(out.contains(" 0 conflict(s)"), "{out}");
+    assert_eq!(*code, Some(0), "{out}");
+    // gc --dry-run (docs/src/operators/commands.md): the plan, changing nothing.
+    let (command, code, out) = &printed[1];
+    assert!(command.contains("gc --dry-run"), "{command}");
+    assert_eq!(*code, Some(0), "{out}");
+    assert!(out.starts_with("IMAGE ID"), "{out}");
+    assert!(out.contains("would remove 0 image(s)"), "{out}");
+
+    // The agent logged its start with the node's name from the downward API.
+    release
+        .wait_for_log_line(
+            &["imagekeeper agent started", &cluster.node_name()],
+            Duration::from_secs(10),
+        )
+        .await;
+
+    // helm uninstall: no pod, no container or sandbox of it, no process, no label of ours.
+    let name = release.name.clone();
+    drop(release);
+    let pods = cluster.kubectl(&["-n", NAMESPACE, "get", "pods", "-o", "name"]);
+    assert!(!pods.contains(&name), "{pods}");
+    // The kubelet removes a deleted pod's containers and sandbox at its container GC (every
+    // minute).
+    support::wait_for(
+        "the runtime to hold no sandbox or container of the uninstalled pod (crictl)",
+        Duration::from_secs(150),
+        || async {
+            let left = runtime_objects_of(&cluster, NAMESPACE, &name);
+            if !left.is_empty() {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            left.is_empty().then_some(())
+        },
+    )
+    .await;
+    assert!(agent_processes().is_empty(), "{:?}", agent_processes());
+    assert_eq!(
+        images_with_imagekeeper_labels(&cluster),
+        labelled_before,
+        "helm uninstall left images labelled by the agent"
+    );
+}
+
+/// The Events of imagekeeper's on the node with this reason, as (note, series count).
+fn events_with_reason(cluster: &ClusterLab, reason: &str) -> Vec<(String, String, u64)> {
+    cluster
+        .imagekeeper_node_events()
+        .iter()
+        .filter(|e| e["reason"] == reason)
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or("").to_owned(),
+                e["note"].as_str().unwrap_or("").to_owned(),
+                e["series"]["count"].as_u64().unwrap_or(1),
+            )
+        })
+        .collect()
+}
+
+async fn wait_for_event(cluster: &ClusterLab, reason: &str, note_part: &str) -> (String, u64) {
+    // Polled: the API server's Event list is the observable (once a second).
+    support::wait_for(
+        &format!("a {reason} Event whose note has {note_part:?} (kubectl get events)"),
+        Duration::from_secs(90),
+        || async {
+            let found = events_with_reason(cluster, reason)
+                .into_iter()
+                .find(|(_, note, _)| note.contains(note_part))
+                .map(|(type_, note, count)| {
+                    assert_eq!(
+                        type_,
+                        if reason == "ImageGarbageCollected" {
+                            "Normal"
+                        } else {
+                            "Warning"
+                        }
+                    );
+                    (note, count)
+                });
+            if found.is_none() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            found
+        },
+    )
+    .await
+}
+
+fn crictl_pull(cluster: &ClusterLab, image: &str) {
+    cluster.crictl(&["pull", image]);
+}
+
+fn crictl_image_size(cluster: &ClusterLab, image: &str) -> u64 {
+    let out = cluster.crictl(&["inspecti", "-o", "json", image]);
+    let json: serde_json::Value = serde_json::from_str(&out).expect("crictl JSON");
+    json["status"]["size"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .or_else(|| json["status"]["size"].as_u64())
+        .expect("size")
+}
+
+#[tokio::test]
+async fn the_agents_node_events_reach_the_api_server_with_the_documented_reason_note_and_series_and_a_narrower_role_is_refused()
+ {
+    let Some(cluster) = cluster_lab("cluster::lab::events").await else {
+        return;
+    };
+    cluster.delete_imagekeeper_node_events();
+    // A warm set whose one entry cannot fit (its declared size is far above the lab's 512 MiB
+    // image filesystem).
+    let warm_image = cluster.lab_image("busybox:1.35");
+    let warm = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: imagekeeper-warm-events, namespace: {NAMESPACE}}}\n\
+         data:\n  big.yaml: |\n    warm:\n      - image: {warm_image}\n        size: 100Gi\n"
+    );
+    cluster.kubectl_apply(&warm);
+    let kubelet_config = cluster.env("CLUSTER_LAB_KUBELET_CONFIG");
+    let common = [
+        "events.enabled=true".to_owned(),
+        format!("events.kubeletConfig={kubelet_config}"),
+        "warmSet.configMap=imagekeeper-warm-events".to_owned(),
+    ];
+
+    // 1. At start, with imagekeeper's thresholds above the kubelet's (its defaults, 85/80):
+    //    the doctor's conflict, and the warm image that does not fit.
+    let release = cluster.install("imagekeeper", &config(90, 85, ""), &common);
+    let (conflict, count) =
+        wait_for_event(&cluster, "KubeletConfigConflict", "image-gc-thresholds").await;
+    println!("KubeletConfigConflict: {conflict} (count {count})");
+    assert!(
+        conflict.starts_with("image-gc-thresholds: the kubelet's image GC thresholds 85/80 are at or below imagekeeper's 90/85")
+            && conflict.contains(" Fix: set imagekeeper's --image-gc-high-threshold below 85"),
+        "{conflict}"
+    );
+    let (warm_note, count) = wait_for_event(&cluster, "WarmImageDoesNotFit", &warm_image).await;
+    println!("WarmImageDoesNotFit: {warm_note} (count {count})");
+    assert!(
+        warm_note.starts_with(&format!(
+            "Warm image {warm_image} is not pulled: needs 100.0 GiB"
+        )),
+        "{warm_note}"
+    );
+
+    // 2. A GC cycle that removes images, then GC failing to free enough: two unused images,
+    //    thresholds 1/0 (nothing can take the image filesystem to 0 %), a GC every 5 s. A new
+    //    pod template (the extra arguments) makes the DaemonSet start the agent afresh.
+    let unused = [cluster.lab_image("data:5mb"), cluster.lab_image("data:1mb")];
+    for image in &unused {
+        crictl_pull(&cluster, image);
+    }
+    let sizes: u64 = unused.iter().map(|i| crictl_image_size(&cluster, i)).sum();
+    let mut sets = common.to_vec();
+    sets.push("extraArgs={--gc-period=5s}".to_owned());
+    release.upgrade(Some(&config(1, 0, "")), &sets);
+    release.wait_ready(Duration::from_secs(120));
+    let (removed, count) =
+        wait_for_event(&cluster, "ImageGarbageCollected", "Removed 2 images").await;
+    println!("ImageGarbageCollected: {removed} (count {count})");
+    assert!(
+        removed.starts_with(&format!("Removed 2 images, freed {sizes} bytes")),
+        "{removed} (crictl sizes {sizes})"
+    );
+    let (failed, _) = wait_for_event(
+        &cluster,
+        "FreeDiskSpaceFailed",
+        &format!("(freed {sizes} bytes)"),
+    )
+    .await;
+    assert!(
+        failed.starts_with("Insufficient free disk space on the node's image filesystem ("),
+        "{failed}"
+    );
+    // The next cycles free nothing: one new Event with that message (not a count on the first
+    // one's note), said once however many cycles fail the same way.
+    wait_for_event(&cluster, "FreeDiskSpaceFailed", "(freed 0 bytes)").await;
+    tokio::time::sleep(Duration::from_secs(12)).await; // two more GC periods of 5 s
+    let failures = events_with_reason(&cluster, "FreeDiskSpaceFailed");
+    println!("FreeDiskSpaceFailed: {failures:#?}");
+    let with_freed = failures
+        .iter()
+        .filter(|(_, note, _)| note.contains(&format!("(freed {sizes} bytes)")))
+        .count();
+    let with_none: Vec<_> = failures
+        .iter()
+        .filter(|(_, note, _)| note.contains("(freed 0 bytes)"))
+        .collect();
+    assert_eq!(with_freed, 1, "{failures:#?}");
+    assert_eq!(with_none.len(), 1, "{failures:#?}");
+    assert_eq!(with_none[0].2, 1, "said once: {failures:#?}");
+    let describe = cluster.kubectl(&["describe", "node", &cluster.node_name()]);
+    let events_section = describe
+        .split("\nEvents:")
+        .nth(1)
+        .expect("kubectl describe node has an Events section");
+    println!("kubectl describe node ... Events:{events_section}");
+    assert!(
+        events_section.contains("ImageGarbageCollected"),
+        "{events_section}"
+    );
+
+    // 3. RBAC: with the chart's role narrowed to patch alone (no create), the next Event is
+    //    refused by the API server; the agent logs it once and goes on.
+    let role = format!("{}-events", release.fullname());
+    cluster.kubectl(&[
+        "patch",
+        "clusterrole",
+        &role,
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/rules/0/verbs","value":["patch"]}]"#,
+    ]);
+    let pulled = cluster.lab_image("data:20mb");
+    crictl_pull(&cluster, &pulled);
+    let refused = release
+        .wait_for_log_line(
+            &["Cannot publish a Node Event", "ImageGarbageCollected"],
+            Duration::from_secs(60),
+        )
+        .await;
+    println!("{refused}");
+    assert!(refused.contains("forbidden"), "{refused}");
+    tokio::time::sleep(Duration::from_secs(12)).await; // two more GC periods
+    let logs = release.logs();
+    let refusals = logs
+        .lines()
+        .filter(|l| {
+            l.contains("Cannot publish a Node Event") && l.contains("ImageGarbageCollected")
+        })
+        .count();
+    assert_eq!(refusals, 1, "logged once: {logs}");
+    assert_eq!(
+        events_with_reason(&cluster, "ImageGarbageCollected").len(),
+        1,
+        "the refused Event is not in the API"
+    );
+    drop(release);
+    cluster.kubectl(&[
+        "-n",
+        NAMESPACE,
+        "delete",
+        "configmap",
+        "imagekeeper-warm-events",
+    ]);
+}
+
+/// The agent's metric `name` (a gauge without labels), read on the node's address.
+fn gauge(cluster: &ClusterLab, name: &str) -> f64 {
+    let metrics = cluster.curl(&format!(
+        "http://{}:9899/metrics",
+        cluster.env("CLUSTER_LAB_NODE_IP")
+    ));
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in the metrics"))
+}
+
+#[tokio::test]
+async fn helm_upgrade_of_the_config_and_the_warm_set_reaches_the_running_agent_without_a_restart_and_a_bad_config_is_refused()
+ {
+    let Some(cluster) = cluster_lab("cluster::lab::operator").await else {
+        return;
+    };
+    let warm_map = |images: &[String]| {
+        let entries: String = images
+            .iter()
+            .map(|i| format!("      - image: {i}\n"))
+            .collect();
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: imagekeeper-warm-loop, namespace: {NAMESPACE}}}\n\
+             data:\n  set.yaml: |\n    warm:\n{entries}"
+        )
+    };
+    let first = cluster.lab_image("user:uid");
+    let second = cluster.lab_image("user:name");
+    for image in [&first, &second] {
+        let _ = cluster.crictl_output(&["rmi", image]);
+    }
+    cluster.kubectl_apply(&warm_map(std::slice::from_ref(&first)));
+    let release = cluster.install(
+        "imagekeeper",
+        &config(80, 70, ""),
+        &["warmSet.configMap=imagekeeper-warm-loop".to_owned()],
+    );
+    let pod_uid = release.pod()["metadata"]["uid"].clone();
+    assert_eq!(
+        gauge(&cluster, "imagekeeper_image_gc_high_threshold_percent"),
+        80.0
+    );
+    // The warm set's image is pulled by the agent.
+    cluster
+        .wait_for_image(&first, Duration::from_secs(60))
+        .await;
+
+    // helm upgrade of the config, and the operator's edit of the warm set, at once.
+    let changed = Instant::now();
+    release.upgrade(Some(&config(75, 65, "")), &[]);
+    cluster.kubectl_apply(&warm_map(&[first.clone(), second.clone()]));
+    let reloaded = release
+        .wait_for_log_line(
+            &["Reloaded configuration", "imageGCHighThresholdPercent"],
+            Duration::from_secs(150),
+        )
+        .await;
+    let config_took = changed.elapsed();
+    println!("config change reached the agent after {config_took:?}: {reloaded}");
+    assert_eq!(
+        gauge(&cluster, "imagekeeper_image_gc_high_threshold_percent"),
+        75.0
+    );
+    assert_eq!(
+        gauge(&cluster, "imagekeeper_image_gc_low_threshold_percent"),
+        65.0
+    );
+    cluster
+        .wait_for_image(&second, Duration::from_secs(150))
+        .await;
+    println!(
+        "warm set change pulled {second} after {:?}",
+        changed.elapsed()
+    );
+    // Without a restart: the same pod, its container never restarted.
+    let pod = release.pod();
+    assert_eq!(pod["metadata"]["uid"], pod_uid);
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+
+    // A bad config (low above high) is refused, its message in the log, the settings kept.
+    let bad = Instant::now();
+    release.upgrade(Some(&config(60, 70, "")), &[]);
+    let refused = release
+        .wait_for_log_line(
+            &["Reloading the configuration failed; the running configuration is kept"],
+            Duration::from_secs(150),
+        )
+        .await;
+    println!("bad config refused after {:?}: {refused}", bad.elapsed());
+    assert!(
+        refused.contains("LowThresholdPercent 70 can not be higher than HighThresholdPercent 60"),
+        "{refused}"
+    );
+    assert_eq!(
+        gauge(&cluster, "imagekeeper_image_gc_high_threshold_percent"),
+        75.0
+    );
+    assert_eq!(
+        gauge(&cluster, "imagekeeper_image_gc_low_threshold_percent"),
+        65.0
+    );
+    let pod = release.pod();
+    assert_eq!(pod["metadata"]["uid"], pod_uid);
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+    drop(release);
+    cluster.kubectl(&[
+        "-n",
+        NAMESPACE,
+        "delete",
+        "configmap",
+        "imagekeeper-warm-loop",
+    ]);
+    for image in [&first, &second] {
+        let _ = cluster.crictl_output(&["rmi", image]);
+    }
+}
+
+#[tokio::test]
+async fn the_static_daemonset_yaml_applied_with_kubectl_runs_ready_the_same_way() {
+    let Some(cluster) = cluster_lab("cluster::lab::static").await else {
+        return;
+    };
+    // The manifest as shipped, with the node's paths and the image set as an operator would
+    // (the runtime socket's directory and root, the kubelet's root, the sandbox image).
+    let manifest = crate::deploy::manifest_text();
+    let socket_dir = cluster.env("CLUSTER_LAB_CONTAINERD_SOCKET_DIR");
+    let root = cluster.env("CLUSTER_LAB_CONTAINERD_ROOT");
+    let kubelet_root = cluster.env("CLUSTER_LAB_KUBELET_ROOT_DIR");
+    let (repository, tag) = cluster.image();
+    let edits = [
+        (
+            "image: registry.example/imagekeeper:0.1.0".to_owned(),
+            format!("image: {repository}:{tag}\n          imagePullPolicy: IfNotPresent"),
+        ),
+        (
+            "unix:///run/containerd/containerd.sock".to_owned(),
+            format!("unix://{socket_dir}/containerd.sock"),
+        ),
+        ("/run/containerd".to_owned(), socket_dir.clone()),
+        ("/var/lib/containerd".to_owned(), root.clone()),
+        ("/var/lib/kubelet".to_owned(), kubelet_root.clone()),
+        (
+            "registry.k8s.io/pause:3.10".to_owned(),
+            cluster.env("CLUSTER_LAB_SANDBOX_IMAGE"),
+        ),
+    ];
+    let mut text = manifest.clone();
+    for (from, to) in &edits {
+        assert!(
+            text.contains(from.as_str()),
+            "{} has no {from}",
+            crate::deploy::MANIFEST
+        );
+        text = text.replace(from.as_str(), to);
+    }
+    cluster.kubectl_apply(&text);
+    let out = cluster.kubectl_output(&[
+        "-n",
+        NAMESPACE,
+        "rollout",
+        "status",
+        "ds/imagekeeper",
+        "--timeout=180s",
+    ]);
+    let pods = cluster.kubectl_json(&[
+        "-n",
+        NAMESPACE,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=imagekeeper",
+    ]);
+    let deleted = cluster.kubectl_delete(&text);
+    assert!(out.status.success(), "{out:?}\n{pods:#}");
+    let pod = &pods["items"][0];
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["ready"], true,
+        "{pod:#}"
+    );
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["restartCount"], 0,
+        "{pod:#}"
+    );
+    assert!(
+        deleted.contains("daemonset.apps \"imagekeeper\" deleted"),
+        "{deleted}"
+    );
+}
