@@ -1493,7 +1493,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         &self,
         listed: &ListedImages,
     ) -> Result<Vec<(StoredRecord, AdaptiveRank)>, GcError> {
-        let journal = self.store.journal()?;
+        // The returns count only re-pulled entries: the others are not decoded (issue 41).
+        let journal = self.store.journal_repulled()?;
         let returns = adaptive::returns(&journal);
         let mut records = Vec::new();
         let mut tags = BTreeMap::new();
@@ -1514,9 +1515,6 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         listed: &ListedImages,
         now: UnixNanos,
     ) -> Result<Vec<(StoredRecord, PredictiveRank)>, GcError> {
-        let journal = self.store.journal()?;
-        let uses = self.store.uses()?;
-        let pulls = self.store.pulls()?;
         let mut records = Vec::new();
         let mut tags = BTreeMap::new();
         for image in listed.iter() {
@@ -1526,6 +1524,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 records.push(StoredRecord { key, record });
             }
         }
+        // Only what the ranking reads is decoded: the re-pulled journal entries (the returns)
+        // and the ranked images' histories; decoding every row of the three tables at every
+        // walk was most of a simulated cycle once they held their 10,000 rows (issue 41).
+        let keys: BTreeSet<&RecordKey> = records.iter().map(|r| &r.key).collect();
+        let journal = self.store.journal_repulled()?;
+        let uses = self.store.uses_of(&keys)?;
+        let pulls = self.store.pulls_of(&keys)?;
+        drop(keys);
         Ok(predictive::rank_predictive(
             records, &journal, &tags, &uses, &pulls, now,
         ))
