@@ -478,11 +478,22 @@ impl Store {
 
     /// The journal entries marked re-pulled (as [`Store::journal`] filtered, in the same
     /// order), the others' keys not decoded: what the adaptive order's returns count.
+    /// Each entry is decoded once (the filter is on the decoded entry).
     pub fn journal_repulled(&self) -> Result<Vec<(JournalKey, JournalEntry)>, StoreError> {
         self.guarded(|| {
-            self.scan_matching(JOURNAL, &|_, v| {
-                JournalEntry::decode(v).map_or(true, |e| e.repulled_at.is_some())
-            })
+            let txn = self.begin_read()?;
+            let table = self.open_read_table(&txn, JOURNAL)?;
+            let mut out = Vec::new();
+            for entry in table.iter().map_err(|e| self.redb_err(e))? {
+                let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+                let value: JournalEntry = v.value().decode().map_err(|e| self.decode_err(e))?;
+                if value.repulled_at.is_none() {
+                    continue;
+                }
+                let key = k.value().decode().map_err(|e| self.decode_err(e))?;
+                out.push((key, value));
+            }
+            Ok(out)
         })
     }
 
