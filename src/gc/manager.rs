@@ -1512,7 +1512,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         &self,
         listed: &ListedImages,
     ) -> Result<Vec<(StoredRecord, AdaptiveRank)>, GcError> {
-        let journal = self.store.journal()?;
+        // The returns count only re-pulled entries: the others are not decoded (issue 41).
+        let journal = self.store.journal_repulled()?;
         let returns = adaptive::returns(&journal);
         let (records, tags) = self.listed_records(listed)?;
         Ok(adaptive::rank_listed(records, &returns, &tags))
@@ -1525,10 +1526,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         listed: &ListedImages,
         now: UnixNanos,
     ) -> Result<Vec<(StoredRecord, PredictiveRank)>, GcError> {
-        let journal = self.store.journal()?;
-        let uses = self.store.uses()?;
-        let pulls = self.store.pulls()?;
         let (records, tags) = self.listed_records(listed)?;
+        // Only what the ranking reads is decoded: the re-pulled journal entries (the returns)
+        // and the ranked images' histories; decoding every row of the three tables at every
+        // walk was most of a simulated cycle once they held their 10,000 rows (issue 41).
+        let keys: BTreeSet<&RecordKey> = records.iter().map(|r| &r.key).collect();
+        let journal = self.store.journal_repulled()?;
+        let uses = self.store.uses_of(&keys)?;
+        let pulls = self.store.pulls_of(&keys)?;
+        drop(keys);
         Ok(predictive::rank_listed(
             records, &tags, &journal, &uses, &pulls, now,
         ))

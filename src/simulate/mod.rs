@@ -346,6 +346,12 @@ struct Sim<'a> {
     progress: &'a mut dyn FnMut(&SimProgress),
     /// Each image name's id, computed once (a SHA-256 of the name).
     ids: std::cell::RefCell<BTreeMap<String, ImageId>>,
+    /// The marks and use intervals of pulls landing and containers starting since the store
+    /// was last read, applied as one transaction right before the next read ([`Sim::flush`]):
+    /// nothing reads the store in between, and a batch's operations apply in order inside
+    /// its transaction as they would one transaction each, so the store each read sees is
+    /// the same (issue 41: a commit per event was a third of a simulation).
+    pending: Batch,
 }
 
 impl<'a> Sim<'a> {
@@ -416,6 +422,7 @@ impl<'a> Sim<'a> {
             place: (0, 1),
             progress,
             ids: std::cell::RefCell::new(BTreeMap::new()),
+            pending: Batch::new(),
         })
     }
 
@@ -442,6 +449,19 @@ impl<'a> Sim<'a> {
             .entry(name.to_owned())
             .or_insert_with(|| image_id(name))
             .clone()
+    }
+
+    /// Applies the writes held in [`Sim::pending`]: called before anything reads the store
+    /// (a GC cycle, DeleteUnusedImages, a restart, [`Sim::settled_until`]).
+    fn flush(&mut self) -> Result<(), SimulateError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.pending);
+        if let Gc::Manager { manager, .. } = &self.gc {
+            manager.store().apply(&batch)?;
+        }
+        Ok(())
     }
 
     fn report(&mut self, lines_done: usize, now: UnixNanos) {
@@ -475,7 +495,8 @@ impl<'a> Sim<'a> {
         while let Some(&(when, _)) = self.events.keys().next() {
             self.advance_to(when).await?;
         }
-        Ok(())
+        // The store as it ends (nothing reads it after, but a simulation leaves it whole).
+        self.flush()
     }
 
     /// Runs every internal event and GC up to and including `now`: at one instant, events
@@ -498,6 +519,7 @@ impl<'a> Sim<'a> {
                 _ if self.next_gc <= now => {
                     let when = self.next_gc;
                     let settled = if self.options.skip_idle_gc {
+                        self.flush()?;
                         self.settled_until(now)?
                     } else {
                         None
@@ -643,12 +665,11 @@ impl<'a> Sim<'a> {
                     Gc::Clairvoyant { landed } => {
                         landed.insert(image.clone(), now);
                     }
-                    Gc::Manager { manager, .. } => {
+                    Gc::Manager { .. } => {
                         if self.policy != SimPolicy::Kubelet {
                             // The pull's mark (`pull::ImageManager` marks what it pulled).
-                            let mut batch = Batch::new();
-                            batch.mark_used(key, now, Some(pulling.size));
-                            manager.store().apply(&batch)?;
+                            // (Applied with the next read: `Sim::flush`.)
+                            self.pending.mark_used(key, now, Some(pulling.size));
                         }
                     }
                 }
@@ -761,7 +782,7 @@ impl<'a> Sim<'a> {
             state: ContainerState::Running,
             runtime_handler: String::new(),
         });
-        if let Gc::Manager { manager, .. } = &self.gc
+        if let Gc::Manager { .. } = &self.gc
             && self.policy != SimPolicy::Kubelet
         {
             // The container event's mark and use interval
@@ -772,10 +793,9 @@ impl<'a> Sim<'a> {
                 ..RuntimeImage::default()
             }
             .record_key();
-            let mut batch = Batch::new();
-            batch.mark_used(key.clone(), now, size);
-            batch.open_use(key, now);
-            manager.store().apply(&batch)?;
+            // (Applied with the next read: `Sim::flush`.)
+            self.pending.mark_used(key.clone(), now, size);
+            self.pending.open_use(key, now);
         }
         let end = UnixNanos(
             now.0
@@ -791,6 +811,7 @@ impl<'a> Sim<'a> {
 
     async fn periodic_gc(&mut self, now: UnixNanos) -> Result<(), SimulateError> {
         self.step(now)?;
+        self.flush()?;
         self.sync_fs();
         self.stats.gc_cycles += 1;
         self.last_cycle = now;
@@ -827,6 +848,7 @@ impl<'a> Sim<'a> {
     /// `need`ed bytes, farthest next use first).
     async fn make_room(&mut self, now: UnixNanos, need: u64) -> Result<(), SimulateError> {
         self.quiet = false;
+        self.flush()?;
         self.sync_fs();
         match &self.gc {
             Gc::Manager { manager, .. } => {
@@ -892,6 +914,7 @@ impl<'a> Sim<'a> {
     /// (the same file opened again); either way a detect runs at once.
     async fn restart(&mut self, now: UnixNanos) -> Result<(), SimulateError> {
         self.quiet = false;
+        self.flush()?;
         self.sync_fs();
         let kubelet = self.policy == SimPolicy::Kubelet;
         let placeholder = Gc::Clairvoyant {
