@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode};
-use imagekeeper::gc::{ListedTags, rank_listed};
-use imagekeeper::model::{PullEntry, PullKey, PullOrigin, RecordKey, UnixNanos};
+use imagekeeper::gc::{ListedImages, ListedTags, rank_listed};
+use imagekeeper::model::{ImageLike, PullEntry, PullKey, PullOrigin, RecordKey, UnixNanos};
 use imagekeeper::store::{Batch, Store, StoredRecord};
 
 use crate::Timing;
@@ -72,18 +72,19 @@ fn build(n: usize, work: &Path) -> (Node, Store) {
     (node, store)
 }
 
-/// One walk's ranking, as the manager's `predictive_order`.
-fn rank(store: &Store, node: &Node) -> usize {
+/// One walk's ranking, as the manager's `predictive_order` (and `listed_records`): the listed
+/// images in key order, as a detect's list gives them.
+fn rank(store: &Store, node: &Node, listed: &ListedImages) -> usize {
     let journal = store.journal().expect("journal");
     let uses = store.uses().expect("uses");
     let pulls = store.pulls().expect("pulls");
-    let keys: Vec<RecordKey> = node.images.iter().map(|image| image.record_key()).collect();
+    let keys: Vec<RecordKey> = listed.iter().map(|image| image.record_key()).collect();
     let found = store.get_many(&keys).expect("get_many");
     let mut records = Vec::with_capacity(keys.len());
     let mut tags = ListedTags::with_capacity(keys.len());
-    for ((image, key), record) in node.images.iter().zip(keys).zip(found) {
+    for ((image, key), record) in listed.iter().zip(keys).zip(found) {
         if let Some(record) = record {
-            tags.push(image.repo_tags.iter().map(String::as_str));
+            tags.push(image.tags());
             records.push(StoredRecord { key, record });
         }
     }
@@ -96,23 +97,34 @@ pub fn figures(work: &Path, timing: &Timing, figures: &mut Figures) {
         .output_directory(&timing.criterion_dir)
         .without_plots()
         .configure_from_args();
-    let nodes: Vec<(Node, Store)> = SIZES.iter().map(|&n| build(n, work)).collect();
+    let nodes: Vec<(Node, Store, ListedImages)> = SIZES
+        .iter()
+        .map(|&n| {
+            let (node, store) = build(n, work);
+            let listed = ListedImages::new(node.images.clone());
+            (node, store, listed)
+        })
+        .collect();
     let mut group = criterion.benchmark_group("gc_plan");
     group
         .sampling_mode(SamplingMode::Flat)
         .sample_size(10)
         .warm_up_time(timing.warm_up)
         .measurement_time(timing.measure);
-    for (node, store) in &nodes {
+    for (node, store, listed) in &nodes {
         let n = node.records.len();
-        assert_eq!(rank(store, node), n, "n={n}: every listed image ranked");
+        assert_eq!(
+            rank(store, node, listed),
+            n,
+            "n={n}: every listed image ranked"
+        );
         assert!(store.uses().expect("uses").len() >= HISTORY_ROWS / 2);
         group.bench_with_input(BenchmarkId::new("predictive_rank", n), &n, |b, _| {
-            b.iter(|| black_box(rank(store, node)))
+            b.iter(|| black_box(rank(store, node, listed)))
         });
     }
     group.finish();
-    for (node, _) in &nodes {
+    for (node, _, _) in &nodes {
         let n = node.records.len();
         let us = criterion_median_ns(
             &timing.criterion_dir,

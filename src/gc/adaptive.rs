@@ -32,9 +32,10 @@
 //! entries by default) and one sort of the listed images, per space walk, not per record
 //! in the store.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{ImageId, JournalEntry, RecordKey, UnixNanos};
@@ -193,7 +194,7 @@ impl<'a> ListedTags<'a> {
 /// only looks repositories up; the result follows `records`' order, whatever the hashing.
 pub fn superseded_by<'t>(records: &[StoredRecord], tags: &ListedTags<'t>) -> Vec<Option<&'t str>> {
     // The newest image of each repository: (first detected, position, tag).
-    let mut newest: HashMap<&str, (UnixNanos, usize, &str)> = HashMap::new();
+    let mut newest: HashMap<&str, (UnixNanos, usize, &str)> = HashMap::with_capacity(records.len());
     for (i, r) in records.iter().enumerate() {
         for &tag in tags.of(i) {
             let entry = newest

@@ -32,9 +32,10 @@
 //! one read of the use and pull histories (bounded by the journal's retention), one record
 //! lookup per listed image, one sort of the listed images.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use foldhash::{HashMap, HashMapExt};
 use serde::Serialize;
 
 use super::adaptive::{self, AdaptiveRank, ListedTags};

@@ -272,6 +272,8 @@ impl Store {
     /// The records of `keys`, in their order (`None` where there is none), read in one read
     /// transaction: a ranking that looks up every listed image pays one transaction, not one
     /// per image (at 100k images the per-image transactions were most of a predictive walk).
+    /// Keys in strictly ascending order (a detect's list is) are read by one range scan
+    /// merged with them ([`Store::merge_sorted`]); others by one lookup each.
     pub fn get_many<'k>(
         &self,
         keys: impl IntoIterator<Item = &'k RecordKey> + Clone,
@@ -279,9 +281,13 @@ impl Store {
         self.guarded(|| {
             let txn = self.begin_read()?;
             let table = self.open_read_table(&txn, IMAGES)?;
-            let mut out = Vec::new();
-            for key in keys.clone() {
-                let encoded = key.encode();
+            let encoded: Vec<Vec<u8>> = keys.clone().into_iter().map(Codec::encode).collect();
+            // The codec's byte order is the keys' order (`OrderedCodec`).
+            if encoded.windows(2).all(|w| w[0] < w[1]) {
+                return self.merge_sorted(&table, &encoded);
+            }
+            let mut out = Vec::with_capacity(encoded.len());
+            for encoded in encoded {
                 let found = table
                     .get(Encoded::new(&encoded))
                     .map_err(|e| self.redb_err(e))?;

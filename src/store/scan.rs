@@ -7,7 +7,7 @@
 use std::ops::Bound;
 use std::path::PathBuf;
 
-use redb::ReadTransaction;
+use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::codec::Codec;
 use super::tables::{Encoded, IMAGES, Stored};
@@ -24,6 +24,43 @@ impl Store {
     /// snapshot: resumes a walk.
     pub fn records_in_key_order_from(&self, from: &RecordKey) -> Result<RecordScan, StoreError> {
         self.guarded(|| self.record_scan_once(Some(from)))
+    }
+
+    /// The records of `encoded` (encoded record keys in strictly ascending order), in that
+    /// order, `None` where there is none: one range scan from the first key to the last,
+    /// merged with the keys (both in byte order, which is the keys' order), each matched
+    /// record decoded once, the others' bytes only compared. `get_many`'s read for a sorted
+    /// list: at 100k listed images it replaces 100k descents of the tree.
+    pub(super) fn merge_sorted(
+        &self,
+        table: &ReadOnlyTable<Stored<RecordKey>, Stored<ImageRecord>>,
+        encoded: &[Vec<u8>],
+    ) -> Result<Vec<Option<ImageRecord>>, StoreError> {
+        let mut out = Vec::with_capacity(encoded.len());
+        let (Some(first), Some(last)) = (encoded.first(), encoded.last()) else {
+            return Ok(out);
+        };
+        let range = table
+            .range::<Encoded<RecordKey>>(
+                Encoded::<RecordKey>::new(first)..=Encoded::<RecordKey>::new(last),
+            )
+            .map_err(|e| self.redb_err(e))?;
+        let mut wanted = encoded.iter().peekable();
+        for entry in range {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            let stored = k.value().bytes();
+            while wanted.next_if(|w| w.as_slice() < stored).is_some() {
+                out.push(None);
+            }
+            if wanted.next_if(|w| w.as_slice() == stored).is_some() {
+                out.push(Some(v.value().decode().map_err(|e| self.decode_err(e))?));
+            }
+            if wanted.peek().is_none() {
+                break;
+            }
+        }
+        out.extend(wanted.map(|_| None));
+        Ok(out)
     }
 
     fn record_scan_once(&self, from: Option<&RecordKey>) -> Result<RecordScan, StoreError> {

@@ -137,6 +137,56 @@ fn records_in_key_order_walks_every_record_by_key_from_one_snapshot_and_resumes_
     assert_eq!(empty.records_in_key_order().expect("scan").count(), 0);
 }
 
+/// `get_many` reads sorted keys by one range scan merged with them and others by one lookup
+/// each: both give every key's record (or `None`) in the keys' order, with keys missing before
+/// the first record, between records, past the last, and a handler sorting between two.
+#[test]
+fn get_many_gives_each_keys_record_in_order_sorted_by_one_scan_or_unsorted_by_lookups() {
+    let (_dir, path) = temp_db();
+    let store = open(&path);
+    let mut rng = fastrand::Rng::with_seed(39);
+    let mut batch = Batch::new();
+    for i in 0..400u32 {
+        let handler = if i % 9 == 0 { "kata" } else { "" };
+        let id = format!("sha256:{:08x}", rng.u32(1..u32::MAX - 1));
+        batch.upsert(
+            RecordKey::new(id, handler),
+            record(rng.i64(0..1_000), rng.i64(0..1_000), u64::from(i), false),
+        );
+    }
+    store.apply(&batch).expect("apply");
+    let all = store.records().expect("records");
+    let stored: BTreeMap<RecordKey, ImageRecord> =
+        all.iter().map(|r| (r.key.clone(), r.record)).collect();
+    // Every other record, and keys no record has: before the first, past the last, with a
+    // handler between a record's and the next, and random ones.
+    let mut keys: Vec<RecordKey> = all.iter().step_by(2).map(|r| r.key.clone()).collect();
+    keys.push(RecordKey::new("sha256:00000000", ""));
+    keys.push(RecordKey::new("sha256:ffffffff", "z"));
+    keys.push(RecordKey::new(all[7].key.image_id.0.clone(), "\u{1}"));
+    for _ in 0..50 {
+        keys.push(RecordKey::new(format!("sha256:{:08x}", rng.u32(..)), ""));
+    }
+    keys.sort();
+    keys.dedup();
+    let expected: Vec<Option<ImageRecord>> = keys.iter().map(|k| stored.get(k).copied()).collect();
+    assert!(expected.iter().filter(|r| r.is_some()).count() >= 200);
+    assert!(expected.first().is_some_and(Option::is_none));
+    assert!(expected.last().is_some_and(Option::is_none));
+    assert_eq!(store.get_many(&keys).expect("sorted"), expected);
+    // The same keys shuffled (read by lookups), and a prefix of the sorted ones.
+    let mut shuffled: Vec<usize> = (0..keys.len()).collect();
+    rng.shuffle(&mut shuffled);
+    let got = store
+        .get_many(shuffled.iter().map(|&i| &keys[i]))
+        .expect("shuffled");
+    let want: Vec<Option<ImageRecord>> = shuffled.iter().map(|&i| expected[i]).collect();
+    assert_eq!(got, want);
+    assert_eq!(store.get_many(&keys[..30]).expect("prefix"), expected[..30]);
+    assert_eq!(store.get_many(&keys[..0]).expect("none"), Vec::new());
+    assert_eq!(store.get_many(&keys[3..4]).expect("one"), expected[3..4]);
+}
+
 /// Records drawn so that many share (last_used, first_detected) and many share the 16-byte
 /// key prefix schema 3's index keeps, so index rows stand for several records.
 fn crowded_records(rng: &mut fastrand::Rng, n: usize) -> Vec<(RecordKey, ImageRecord)> {
