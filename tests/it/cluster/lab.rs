@@ -186,7 +186,39 @@ async fn helm_install_runs_the_agent_ready_under_the_kubelets_probes_its_notes_c
         )
         .await;
 
-    // helm uninstall: no pod, no container or sandbox of it, no process, no label of ours.
+    // A pin made through the agent in the pod: the runtime carries it (containerd 2.1), so the
+    // labels the uninstall notes are about exist before the uninstall.
+    let (repository, tag) = cluster.image();
+    let pinned = format!("{repository}:{tag}");
+    let in_pod = |args: &[&str]| {
+        let ds = format!("ds/{}", release.fullname());
+        let mut all = vec!["-n", NAMESPACE, "exec", ds.as_str(), "--", "imagekeeper"];
+        all.extend_from_slice(args);
+        all.extend([
+            "--admin-socket",
+            "/run/imagekeeper/admin.sock",
+            "--db",
+            "/var/lib/imagekeeper/records.redb",
+        ]);
+        let out = cluster.kubectl_output(&all);
+        assert!(
+            out.status.success(),
+            "kubectl exec imagekeeper {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    in_pod(&["pin", &pinned, "--reason", "cluster lab"]);
+    // A cycle through the agent returns after its label writes.
+    in_pod(&["gc"]);
+    let labelled_by_the_agent = images_with_imagekeeper_labels(&cluster);
+    assert!(
+        labelled_by_the_agent.len() > labelled_before.len()
+            && labelled_by_the_agent.iter().any(|l| l.contains(&pinned)),
+        "the pin through the agent is carried by the runtime: {labelled_by_the_agent:#?}"
+    );
+
+    // helm uninstall: no pod, no container or sandbox of it, no process; the runtime's labels
+    // stay (a restarting agent must not drop them) until the NOTES' command removes them.
     let name = release.name.clone();
     drop(release);
     let pods = cluster.kubectl(&["-n", NAMESPACE, "get", "pods", "-o", "name"]);
@@ -208,8 +240,27 @@ async fn helm_install_runs_the_agent_ready_under_the_kubelets_probes_its_notes_c
     assert!(agent_processes().is_empty(), "{:?}", agent_processes());
     assert_eq!(
         images_with_imagekeeper_labels(&cluster),
+        labelled_by_the_agent,
+        "helm uninstall changes no runtime label"
+    );
+    // The NOTES' uninstall command, as printed, with this build's binary: the node is as it was.
+    let remove = notes
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("imagekeeper remove-runtime-pins"))
+        .unwrap_or_else(|| panic!("the NOTES name remove-runtime-pins: {notes}"));
+    let args: Vec<&str> = remove.split_whitespace().skip(1).collect();
+    let out = support::bin::run(&args);
+    assert!(
+        out.status.success(),
+        "$ {remove}\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        images_with_imagekeeper_labels(&cluster),
         labelled_before,
-        "helm uninstall left images labelled by the agent"
+        "after the NOTES' remove-runtime-pins, no image carries a label of imagekeeper's"
     );
 }
 
