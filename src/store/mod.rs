@@ -483,13 +483,8 @@ impl Store {
         &self,
         keys: &std::collections::BTreeSet<&RecordKey>,
     ) -> Result<Vec<(UseKey, UseInterval)>, StoreError> {
-        let wanted = encoded_keys(keys);
         // A use key is [layout][closed][started_at: 8][record key] (`codec.rs`).
-        self.guarded(|| {
-            self.scan_matching(USES, &|k, _| {
-                k.get(10..).is_some_and(|key| wanted.contains(key))
-            })
-        })
+        self.history_of(USES, 10, keys)
     }
 
     /// The pull history of the images `keys` only (as [`Store::pulls`] filtered, in the same
@@ -498,11 +493,23 @@ impl Store {
         &self,
         keys: &std::collections::BTreeSet<&RecordKey>,
     ) -> Result<Vec<(PullKey, PullEntry)>, StoreError> {
-        let wanted = encoded_keys(keys);
         // A pull key is [layout][at: 8][record key] (`codec.rs`).
+        self.history_of(PULLS, 9, keys)
+    }
+
+    /// The rows of a history table whose encoded key ends with one of `keys`' encodings,
+    /// starting at byte `record_key_at` (the history keys' layout), others not decoded.
+    fn history_of<K: codec::OrderedCodec + 'static, V: Codec + 'static>(
+        &self,
+        table: TableDefinition<Stored<K>, Stored<V>>,
+        record_key_at: usize,
+        keys: &std::collections::BTreeSet<&RecordKey>,
+    ) -> Result<Vec<(K, V)>, StoreError> {
+        let wanted = encoded_keys(keys);
         self.guarded(|| {
-            self.scan_matching(PULLS, &|k, _| {
-                k.get(9..).is_some_and(|key| wanted.contains(key))
+            self.scan_matching(table, &|k, _| {
+                k.get(record_key_at..)
+                    .is_some_and(|key| wanted.contains(key))
             })
         })
     }
