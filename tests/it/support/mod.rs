@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod bin;
+pub mod forward;
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
