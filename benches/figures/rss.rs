@@ -11,15 +11,13 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime};
+use imagekeeper::cri::{CriClient, CriConfig, ImageRuntime};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
-use imagekeeper::model::{
-    ContainerUsage, ImageFsStats, ImageList, PullCredentials, RuntimeContainer, RuntimeImage,
-    UnixNanos,
-};
+use imagekeeper::model::{ImageFsStats, UnixNanos};
 use imagekeeper::store::Store;
 
 use crate::runtime::RuntimeProcess;
+use crate::support::forward::{Forward, forward_image_runtime};
 use crate::synth::{NOW_SECS, Node, secs};
 
 /// Runs `imagekeeper replay` on a 100k-image trace (detect, then GC that frees ~10 GiB) in a
