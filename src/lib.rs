@@ -40,6 +40,9 @@ pub mod model;
 pub mod operator_file;
 // Image pulls with the kubelet's backoff, credentials and throttling.
 pub mod pull;
+// Image references as the kubelet reads them (distribution/reference), name matching and
+// the credentials-in-a-name rules: a leaf every layer that names images uses.
+pub mod reference;
 // Replay of a trace through the real GC manager and store.
 pub mod replay;
 // `imagekeeper simulate`: what each GC policy costs a workload in bytes pulled again.

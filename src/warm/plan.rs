@@ -396,7 +396,7 @@ mod tests {
             .map(|i| entry(&format!("registry.example/warm-{i}:1"), Some(GB)))
             .collect();
         entries.insert(0, entry("registry.example/present-7:1", None));
-        crate::pull::reference::PARSES.with(|n| n.set(0));
+        crate::reference::PARSES.with(|n| n.set(0));
         let got = plan(&PlanInput {
             entries: &entries,
             now: UnixNanos(1),
@@ -408,7 +408,7 @@ mod tests {
             max_pulls: 5,
             known_size: &|_| None,
         });
-        let parses = crate::pull::reference::PARSES.with(std::cell::Cell::get);
+        let parses = crate::reference::PARSES.with(std::cell::Cell::get);
         assert_eq!(got.statuses.len(), entries.len());
         assert_eq!(got.statuses[0].state, WarmState::Present);
         assert_eq!(got.count(WarmState::Pulling), 5);
