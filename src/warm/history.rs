@@ -124,7 +124,7 @@ fn candidates(
                 let clean = |names: &[String]| {
                     names
                         .iter()
-                        .find(|name| crate::pull::refuse_credentials(name).is_ok())
+                        .find(|name| crate::reference::refuse_credentials(name).is_ok())
                         .cloned()
                 };
                 clean(&n.repo_digests).or_else(|| clean(&n.repo_tags))

@@ -29,7 +29,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::model::{ImageLike, UnixNanos};
-use crate::pull::{MatchIndex, image_matches};
+use crate::reference::{MatchIndex, image_matches};
 
 pub use files::{
     SizeSpec, WarmEntrySpec, WarmError, WarmFile, is_warm_file_name, parse_size, read_warm_dir,

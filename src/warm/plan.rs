@@ -16,7 +16,7 @@
 use serde::Serialize;
 
 use crate::model::{RuntimeImage, UnixNanos};
-use crate::pull::MatchIndex;
+use crate::reference::MatchIndex;
 
 use super::WarmEntry;
 
