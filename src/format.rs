@@ -132,6 +132,11 @@ pub fn aggregate(errors: &[String]) -> String {
     }
 }
 
+/// For serde's `skip_serializing_if`: a count of zero is left out of a JSON answer.
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Parses a duration in Go's `time.ParseDuration` syntax (`300ms`, `2m`, `1h30m`, `1.5h`,
 /// `0`), refusing negative durations. Errors carry Go's wording (hand-written: Go's syntax,
 /// byte for byte).

@@ -230,7 +230,7 @@ pub struct RestoreOutcome {
     pub items: Vec<RestoreItem>,
     pub dry_run: bool,
     /// Items left out at the end of `items` to keep an admin answer within its limit.
-    #[serde(skip_serializing_if = "crate::admin::is_zero")]
+    #[serde(skip_serializing_if = "crate::format::is_zero")]
     pub omitted: u64,
 }
 
