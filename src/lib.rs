@@ -33,7 +33,6 @@ pub mod kubelet;
 #[cfg(test)]
 mod limits_page;
 // The values every layer shares (records, ids, runtime images, times).
-mod image_list;
 pub mod model;
 // The one reader of operator files (config, secrets, credentials, kubelet files): regular
 // files only, never blocking, capped.

@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::image_list::{ImageLike, ImageList, ImageRef, Names};
+// The runtime's image list as detect holds it (`ImageList`) and `ImageLike`.
+pub(crate) mod image_list;
+
+pub use image_list::{ImageLike, ImageList, ImageRef, Names};
 
 /// A point in time as i64 nanoseconds since the Unix epoch.
 #[derive(
