@@ -14,12 +14,13 @@ use redb::{
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
+use super::apply::put_meta;
 use super::codec::{Codec, IndexKey};
 use super::tables::{
     BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, USES,
     WARM,
 };
-use super::{BackupConflict, Handle, Source, Store, StoreError, TxnError, put_meta};
+use super::{BackupConflict, Handle, Source, Store, StoreError, TxnError};
 use crate::model::UnixNanos;
 
 /// The schema version this build writes and reads.
