@@ -22,6 +22,7 @@
 mod apply;
 #[cfg(test)]
 mod apply_tests;
+mod backup;
 mod batch;
 mod check;
 #[cfg(test)]
@@ -30,6 +31,7 @@ mod codec;
 mod compact;
 mod error;
 mod eviction;
+mod file;
 mod history;
 mod journal;
 mod names;
@@ -43,6 +45,7 @@ mod raw_writes;
 mod read;
 mod reopen;
 mod scan;
+mod schema;
 mod tables;
 #[cfg(test)]
 mod upgrade_tests;
@@ -67,8 +70,9 @@ pub use compact::CompactOutcome;
 pub use error::{BackupConflict, IndexMismatch, StoreError};
 pub use eviction::EvictionIter;
 pub use journal::{age_cutoff, retention_keys};
-pub use open::{CURRENT_SCHEMA_VERSION, DEFAULT_CACHE_BYTES, StoreOptions, meta_keys};
+pub use open::{DEFAULT_CACHE_BYTES, StoreOptions};
 pub use scan::RecordScan;
+pub use schema::{CURRENT_SCHEMA_VERSION, meta_keys};
 
 use reopen::{Liveness, ScanTie};
 
