@@ -1,23 +1,30 @@
 //! The record store: the only module that imports redb.
 //!
-//! It owns one redb file with six tables (see `tables.rs`): `images` (RecordKey →
-//! ImageRecord), `eviction_prefix` ((last_used, first_detected, 16-byte key prefix) → ();
-//! schema 3, see [`IndexKey`]; schemas 1 and 2 had `eviction` with the whole key), `backoff`,
-//! `meta`,
-//! and from schema 2 `names` (RecordKey → repo tags and digests) and `journal` ((removed_at,
-//! RecordKey) → JournalEntry; see `journal.rs`). Invariants:
+//! It owns one redb file with the ten tables of schema 5 (see `tables.rs`): `images`
+//! (RecordKey → ImageRecord), `eviction_prefix` ((last_used, first_detected, 16-byte key
+//! prefix) → (); schema 3, see [`IndexKey`]; schemas 1 and 2 had `eviction` with the whole
+//! key), `backoff`, `meta`, from schema 2 `names` (RecordKey → repo tags and digests) and
+//! `journal` ((removed_at, RecordKey) → JournalEntry; see `journal.rs`), from schema 4 `pins`,
+//! and from schema 5 `uses`, `pulls` and `warm` (see `history.rs`). Invariants:
 //! - every record has exactly one eviction-index entry matching its current fields (records
 //!   with the same times and key prefix share it), and the index holds nothing else; every
-//!   mutation keeps this inside its own write transaction;
+//!   mutation keeps this inside its own write transaction (`apply.rs`);
 //! - a [`Batch`] is one durable (`Durability::Immediate`) write transaction, and a batch that
 //!   changes nothing commits nothing ([`Store::commits`] counts real commits);
-//! - eviction order is read as a lazy range scan over the index, never by loading and sorting;
+//! - eviction order is read as a lazy range scan over the index, never by loading and sorting
+//!   (`eviction.rs`);
 //! - a record's deletion by GC or by detect (an external removal) is journaled in the same
 //!   transaction, and the journal is pruned to its retention in every transaction that writes
 //!   it;
 //! - every byte read from the file is decoded through `codec`, which fails instead of
 //!   panicking; a file that is not ours, corrupt or from a newer schema is refused, never
-//!   wiped.
+//!   wiped (`open.rs`).
+//!
+//! This file holds [`Store`] itself (its handle, its counters, the transaction helpers every
+//! part uses) and the public types; the reads are `read.rs`, `names.rs`, `scan.rs` and
+//! `eviction.rs`, the writes `apply.rs` (checked first by `validate.rs`), opening `open.rs`
+//! with `file.rs`, `schema.rs` and `backup.rs`, and the reopen after an I/O failure
+//! `reopen.rs`.
 
 mod apply;
 #[cfg(test)]
