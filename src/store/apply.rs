@@ -19,12 +19,13 @@
 //! re-pulled; the batch's stamps are written only when something changed, its notes whenever
 //! they differ.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
-use super::codec::{BackoffKey, Codec, IndexKey, JournalKey, MetaKey, MetaValue};
+use super::codec::{BackoffKey, Codec, IndexKey, JournalKey, MetaKey, MetaValue, WarmPosition};
 use super::eviction::row_records;
 use super::read::read_meta;
 use super::tables::{
@@ -36,8 +37,9 @@ use super::{
     Applied, Batch, BatchOp, Handle, IndexMismatch, Store, StoreError, TxnError, history, journal,
 };
 use crate::model::{
-    ImageRecord, JournalEntry, JournalRetention, PullEntry, PullKey, PullOrigin, RecordKey,
-    Remover, Repull, UnixNanos,
+    BackoffEntry, EvictionNote, ImageNames, ImagePin, ImageRecord, JournalEntry, JournalRetention,
+    PinKey, PullEntry, PullKey, PullOrigin, RecordKey, Remover, Repull, Sighting, UnixNanos,
+    UseInterval, UseKey, WarmRow,
 };
 
 impl Store {
@@ -99,237 +101,197 @@ impl Store {
 /// those written.
 type OpsOutcome = (bool, Vec<Repull>, Vec<(JournalKey, JournalEntry)>);
 
-/// Applies every operation.
+/// Applies every operation, in the batch's order, then what the transaction owes at its end
+/// (the histories' and the journal's prunes, the batch's stamps and notes).
 fn apply_ops(
     txn: &WriteTransaction,
     batch: &Batch,
     retention: JournalRetention,
 ) -> Result<OpsOutcome, TxnError> {
-    // Each table is opened at its first use: a one-record batch opens `images` and the index
-    // alone, not the schema's ten tables.
-    let mut images = LazyTable::new(txn, IMAGES);
-    let mut index = LazyTable::new(txn, EVICTION_PREFIX);
-    let mut backoff = LazyTable::new(txn, BACKOFF);
-    let mut meta = LazyTable::new(txn, META);
-    let mut names = LazyTable::new(txn, NAMES);
-    let mut journal = LazyTable::new(txn, JOURNAL);
-    let mut pins = LazyTable::new(txn, PINS);
-    let mut uses = LazyTable::new(txn, USES);
-    let mut pulls = LazyTable::new(txn, PULLS);
-    let mut warm = LazyTable::new(txn, WARM);
-    // The history's `now`s: the latest use time and pull time this transaction writes, for
-    // their prunes.
-    let mut uses_now: Option<UnixNanos> = None;
-    let mut uses_changed = false;
-    let mut pulls_now: Option<UnixNanos> = None;
-    let explicit_pulls: std::collections::BTreeSet<&RecordKey> = batch
-        .ops
-        .iter()
-        .filter_map(|op| match op {
-            BatchOp::RecordPull { key, .. } => Some(&key.key),
-            _ => None,
-        })
-        .collect();
+    let mut writer = BatchWriter::new(txn, batch, retention);
     let mut changed = false;
-    let mut journal_written = false;
-    let mut repulls = Vec::new();
-    let mut journaled = Vec::new();
-    let mut repull_times: Vec<UnixNanos> = Vec::new();
     for op in &batch.ops {
-        // A pull's mark or a detect's sighting that creates a record: the regret check. Each
-        // op reads its record once; the write below starts from that read.
-        let mut creates: Option<(&RecordKey, UnixNanos)> = None;
-        changed |= match op {
-            BatchOp::Upsert { key, record } => {
-                put_record(images.get()?, index.get()?, key, Some(*record))?
-            }
-            BatchOp::MarkUsed { key, now, size } => {
-                let old = get_record(images.get()?, key)?;
-                if old.is_none() {
-                    creates = Some((key, *now));
-                }
-                let next = match old {
-                    // A mark never moves last_used back, and always moves it: with the
-                    // clock gone back, a mark at or before the stored time lands one
-                    // nanosecond after it, so detect's RemoveUnlisted and GC's last look
-                    // (which compare last_used with what they read before) see the mark.
-                    // (Found by the simulator.)
-                    Some(old) => ImageRecord {
-                        last_used: (*now).max(UnixNanos(old.last_used.0.saturating_add(1))),
-                        size: size.unwrap_or(old.size),
-                        ..old
-                    },
-                    None => ImageRecord {
-                        first_detected: *now,
-                        last_used: *now,
-                        size: size.unwrap_or(0),
-                        pinned: false,
-                    },
-                };
-                put_record_over(images.get()?, index.get()?, key, old, Some(next))?
-            }
+        changed |= writer.apply(op)?;
+    }
+    writer.finish(batch, changed)
+}
+
+/// One batch's writes inside its write transaction: the tables, each opened at its first use
+/// (a one-record batch opens `images` and the index alone, not the schema's ten tables), and
+/// what the operations so far wrote that the transaction's end needs.
+struct BatchWriter<'t, 'b> {
+    // The tables close (each staging its root in the transaction) when the writer is dropped
+    // at the transaction's end, in the order of these fields: `warm` first, `images` last.
+    warm: LazyTable<'t, Stored<WarmPosition>, Stored<WarmRow>>,
+    pulls: LazyTable<'t, Stored<PullKey>, Stored<PullEntry>>,
+    uses: LazyTable<'t, Stored<UseKey>, Stored<UseInterval>>,
+    pins: LazyTable<'t, Stored<PinKey>, Stored<ImagePin>>,
+    journal: LazyTable<'t, Stored<JournalKey>, Stored<JournalEntry>>,
+    names: LazyTable<'t, Stored<RecordKey>, Stored<ImageNames>>,
+    meta: LazyTable<'t, Stored<MetaKey>, Stored<MetaValue>>,
+    backoff: LazyTable<'t, Stored<BackoffKey>, Stored<BackoffEntry>>,
+    index: LazyTable<'t, Stored<IndexKey>, ()>,
+    images: LazyTable<'t, Stored<RecordKey>, Stored<ImageRecord>>,
+    /// The journal's retention in force: what the prunes keep.
+    retention: JournalRetention,
+    /// The records the batch records a pull of itself (`RecordPull`): a record it creates
+    /// without one gets a `detected` pull entry.
+    explicit_pulls: BTreeSet<&'b RecordKey>,
+    /// The history's `now`s: the latest use time and pull time this transaction writes, for
+    /// their prunes.
+    uses_now: Option<UnixNanos>,
+    /// Whether the use history (or a history prune) changed: it commits, but like a note it
+    /// does not move the batch's stamps.
+    uses_changed: bool,
+    pulls_now: Option<UnixNanos>,
+    /// Whether a journal entry was written or marked re-pulled: the journal is then pruned.
+    journal_written: bool,
+    /// The journal entries marked re-pulled, and when.
+    repulls: Vec<Repull>,
+    repull_times: Vec<UnixNanos>,
+    /// The journal entries written (each with the deletion of its record).
+    journaled: Vec<(JournalKey, JournalEntry)>,
+}
+
+impl<'t, 'b> BatchWriter<'t, 'b> {
+    fn new(txn: &'t WriteTransaction, batch: &'b Batch, retention: JournalRetention) -> Self {
+        BatchWriter {
+            images: LazyTable::new(txn, IMAGES),
+            index: LazyTable::new(txn, EVICTION_PREFIX),
+            backoff: LazyTable::new(txn, BACKOFF),
+            meta: LazyTable::new(txn, META),
+            names: LazyTable::new(txn, NAMES),
+            journal: LazyTable::new(txn, JOURNAL),
+            pins: LazyTable::new(txn, PINS),
+            uses: LazyTable::new(txn, USES),
+            pulls: LazyTable::new(txn, PULLS),
+            warm: LazyTable::new(txn, WARM),
+            retention,
+            explicit_pulls: batch
+                .ops
+                .iter()
+                .filter_map(|op| match op {
+                    BatchOp::RecordPull { key, .. } => Some(&key.key),
+                    _ => None,
+                })
+                .collect(),
+            uses_now: None,
+            uses_changed: false,
+            pulls_now: None,
+            journal_written: false,
+            repulls: Vec::new(),
+            journaled: Vec::new(),
+            repull_times: Vec::new(),
+        }
+    }
+
+    /// Applies one operation; returns whether it changed anything that moves the batch's
+    /// stamps.
+    fn apply(&mut self, op: &BatchOp) -> Result<bool, TxnError> {
+        match op {
+            BatchOp::Upsert { key, record } => self.upsert(key, *record),
+            BatchOp::MarkUsed { key, now, size } => self.mark_used(key, *now, *size),
             BatchOp::Sight {
                 key,
                 sighting,
-                names: sighted,
-            } => {
-                let old = get_record(images.get()?, key)?;
-                if old.is_none() {
-                    creates = Some((key, sighting.now));
-                }
-                let next = ImageRecord::after_sighting(old, *sighting);
-                let record_changed =
-                    put_record_over(images.get()?, index.get()?, key, old, Some(next))?;
-                // The names as a `SetNames` right after the sighting would write them.
-                let names_changed = match sighted {
-                    Some(next) => journal::set_names(names.get()?, images.get()?, key, next)?,
-                    None => false,
-                };
-                record_changed | names_changed
-            }
-            BatchOp::ClampFuture { key, limit, now } => match get_record(images.get()?, key)? {
-                Some(old) if old.has_stamp_after(*limit) => put_record_over(
-                    images.get()?,
-                    index.get()?,
-                    key,
-                    Some(old),
-                    Some(old.clamped(*limit, *now)),
-                )?,
-                _ => false,
-            },
-            BatchOp::Remove { key } => {
-                let removed = put_record(images.get()?, index.get()?, key, None)?;
-                removed | journal::forget_names(names.get()?, journal.get()?, key)?
-            }
+                names,
+            } => self.sight(key, *sighting, names.as_ref()),
+            BatchOp::ClampFuture { key, limit, now } => self.clamp_future(key, *limit, *now),
+            BatchOp::Remove { key } => self.remove(key),
             BatchOp::RemoveUnlisted {
                 key,
                 seen_last_used,
                 journal_at,
                 note,
-            } => match get_record(images.get()?, key)? {
-                Some(old) if old.last_used <= *seen_last_used => {
-                    put_record_over(images.get()?, index.get()?, key, Some(old), None)?;
-                    match (note, journal_at) {
-                        (Some(note), _) => {
-                            let jkey = JournalKey {
-                                removed_at: note.removed_at,
-                                key: key.clone(),
-                            };
-                            let entry = journal::entry_of(&old, Remover::Imagekeeper, Some(note));
-                            journal::put_entry(journal.get()?, &jkey, &entry)?;
-                            journaled.push((jkey, entry));
-                            journal_written = true;
-                        }
-                        (None, Some(at)) => {
-                            let jkey = JournalKey {
-                                removed_at: *at,
-                                key: key.clone(),
-                            };
-                            let entry = journal::entry_of(&old, Remover::External, None);
-                            journal::put_entry(journal.get()?, &jkey, &entry)?;
-                            journaled.push((jkey, entry));
-                            journal_written = true;
-                        }
-                        (None, None) => {
-                            journal::forget_names(names.get()?, journal.get()?, key)?;
-                        }
-                    }
-                    true
-                }
-                _ => false,
+            } => self.remove_unlisted(key, *seen_last_used, *journal_at, note.as_ref()),
+            BatchOp::Evict { key, note } => self.evict(key, note),
+            BatchOp::SetNames { key, names } => self.set_names(key, names),
+            BatchOp::PutBackoff { key, entry } => self.put_backoff(key, entry),
+            BatchOp::RemoveBackoff { key } => self.remove_backoff(key),
+            BatchOp::SetMeta { name, value } => self.set_meta(name, *value),
+            BatchOp::PutPin { key, pin } => self.put_pin(key, pin),
+            BatchOp::RemovePin { key } => self.remove_pin(key),
+            BatchOp::PruneExpiredPins { now } => self.prune_expired_pins(*now),
+            BatchOp::ObserveUses { now, in_use } => self.observe_uses(*now, in_use),
+            BatchOp::OpenUse { key, now } => self.open_use(key, *now),
+            BatchOp::RecordPull { key, entry } => self.record_pull(key, entry),
+            BatchOp::ReplaceWarm { rows } => self.replace_warm(rows),
+        }
+    }
+
+    /// [`BatchOp::Upsert`]: the record as given.
+    fn upsert(&mut self, key: &RecordKey, record: ImageRecord) -> Result<bool, TxnError> {
+        put_record(self.images.get()?, self.index.get()?, key, Some(record))
+    }
+
+    /// [`BatchOp::MarkUsed`]: a pull's or a container event's use. Reads its record once; the
+    /// write starts from that read.
+    fn mark_used(
+        &mut self,
+        key: &RecordKey,
+        now: UnixNanos,
+        size: Option<u64>,
+    ) -> Result<bool, TxnError> {
+        let old = get_record(self.images.get()?, key)?;
+        let creates = old.is_none();
+        let next = match old {
+            // A mark never moves last_used back, and always moves it: with the
+            // clock gone back, a mark at or before the stored time lands one
+            // nanosecond after it, so detect's RemoveUnlisted and GC's last look
+            // (which compare last_used with what they read before) see the mark.
+            // (Found by the simulator.)
+            Some(old) => ImageRecord {
+                last_used: now.max(UnixNanos(old.last_used.0.saturating_add(1))),
+                size: size.unwrap_or(old.size),
+                ..old
             },
-            BatchOp::Evict { key, note } => match get_record(images.get()?, key)? {
-                Some(old) => {
-                    put_record_over(images.get()?, index.get()?, key, Some(old), None)?;
-                    let jkey = JournalKey {
-                        removed_at: note.removed_at,
-                        key: key.clone(),
-                    };
-                    let entry = journal::entry_of(&old, Remover::Imagekeeper, Some(note));
-                    journal::put_entry(journal.get()?, &jkey, &entry)?;
-                    journaled.push((jkey, entry));
-                    journal_written = true;
-                    true
-                }
-                None => false,
+            None => ImageRecord {
+                first_detected: now,
+                last_used: now,
+                size: size.unwrap_or(0),
+                pinned: false,
             },
-            BatchOp::SetNames { key, names: next } => {
-                journal::set_names(names.get()?, images.get()?, key, next)?
-            }
-            BatchOp::PutBackoff { key, entry } => {
-                let k = BackoffKey(key.clone()).encode();
-                let backoff = backoff.get()?;
-                let old = match backoff.get(Encoded::new(&k))? {
-                    Some(g) => Some(g.value().decode().map_err(TxnError::Decode)?),
-                    None => None,
-                };
-                if old.as_ref() == Some(entry) {
-                    false
-                } else {
-                    backoff.insert(Encoded::new(&k), Encoded::new(&entry.encode()))?;
-                    true
-                }
-            }
-            BatchOp::RemoveBackoff { key } => {
-                let k = BackoffKey(key.clone()).encode();
-                backoff.get()?.remove(Encoded::new(&k))?.is_some()
-            }
-            BatchOp::SetMeta { name, value } => put_meta(meta.get()?, name, *value)?,
-            BatchOp::PutPin { key, pin } => {
-                let k = key.encode();
-                let v = pin.encode();
-                let pins = pins.get()?;
-                let same = match pins.get(Encoded::new(&k))? {
-                    Some(g) => g.value().bytes() == v.as_slice(),
-                    None => false,
-                };
-                if !same {
-                    pins.insert(Encoded::new(&k), Encoded::new(&v))?;
-                }
-                !same
-            }
-            BatchOp::RemovePin { key } => {
-                pins.get()?.remove(Encoded::new(&key.encode()))?.is_some()
-            }
-            BatchOp::PruneExpiredPins { now } => {
-                let cutoff = now.saturating_sub(retention.max_age);
-                let pins = pins.get()?;
-                let mut expired = Vec::new();
-                for entry in pins.iter()? {
-                    let (k, v) = entry?;
-                    let pin = v.value().decode().map_err(TxnError::Decode)?;
-                    if pin.until != UnixNanos::NEVER && pin.until < cutoff {
-                        expired.push(k.value().bytes().to_vec());
-                    }
-                }
-                for k in &expired {
-                    pins.remove(Encoded::new(k))?;
-                }
-                !expired.is_empty()
-            }
-            // The use history commits, but like a note it does not make the batch's stamps
-            // (`last_detect`: the latest detect that changed a record) move.
-            BatchOp::ObserveUses { now, in_use } => {
-                uses_now = uses_now.max(Some(*now));
-                uses_changed |= history::observe_uses(uses.get()?, *now, in_use)?;
-                false
-            }
-            BatchOp::OpenUse { key, now } => {
-                uses_now = uses_now.max(Some(*now));
-                uses_changed |= history::open_use(uses.get()?, key, *now)?;
-                false
-            }
-            BatchOp::RecordPull { key, entry } => {
-                pulls_now = pulls_now.max(Some(key.at));
-                history::record_pull(pulls.get()?, key, entry)?
-            }
-            BatchOp::ReplaceWarm { rows } => history::replace_warm(warm.get()?, rows)?,
         };
-        // A record created without an explicit pull of its key in this batch: someone else
-        // pulled it, and imagekeeper records it as first seen.
-        if let Some((key, now)) = creates
-            && !explicit_pulls.contains(key)
-            && let Some(record) = get_record(images.get()?, key)?
+        let changed = put_record_over(self.images.get()?, self.index.get()?, key, old, Some(next))?;
+        self.after_write(changed, creates.then_some((key, now)))
+    }
+
+    /// [`BatchOp::Sight`]: a detect's sighting merged with the record, then the names it
+    /// carries as a `SetNames` right after the sighting would write them.
+    fn sight(
+        &mut self,
+        key: &RecordKey,
+        sighting: Sighting,
+        sighted: Option<&ImageNames>,
+    ) -> Result<bool, TxnError> {
+        let old = get_record(self.images.get()?, key)?;
+        let creates = old.is_none();
+        let next = ImageRecord::after_sighting(old, sighting);
+        let record_changed =
+            put_record_over(self.images.get()?, self.index.get()?, key, old, Some(next))?;
+        let names_changed = match sighted {
+            Some(next) => journal::set_names(self.names.get()?, self.images.get()?, key, next)?,
+            None => false,
+        };
+        self.after_write(
+            record_changed | names_changed,
+            creates.then_some((key, sighting.now)),
+        )
+    }
+
+    /// What follows a mark's or a sighting's write, `changed` saying whether it changed
+    /// anything. When it created the record (`created`: its key and time), the regret check:
+    /// a record created without an explicit pull of its key in this batch was pulled by
+    /// someone else, and imagekeeper records it as first seen (`detected`); a journal entry
+    /// of its image id within the retention is marked re-pulled.
+    fn after_write(
+        &mut self,
+        mut changed: bool,
+        created: Option<(&RecordKey, UnixNanos)>,
+    ) -> Result<bool, TxnError> {
+        if let Some((key, now)) = created
+            && !self.explicit_pulls.contains(key)
+            && let Some(record) = get_record(self.images.get()?, key)?
         {
             let pkey = PullKey {
                 at: now,
@@ -341,66 +303,284 @@ fn apply_ops(
                 took: std::time::Duration::ZERO,
                 name: String::new(),
             };
-            changed |= history::record_pull(pulls.get()?, &pkey, &entry)?;
-            pulls_now = pulls_now.max(Some(now));
+            changed |= history::record_pull(self.pulls.get()?, &pkey, &entry)?;
+            self.pulls_now = self.pulls_now.max(Some(now));
         }
-        if let Some((key, now)) = creates
-            && get_record(images.get()?, key)?.is_some()
-            && let Some(repull) = journal::mark_repull(journal.get()?, key, now, retention.max_age)?
+        if let Some((key, now)) = created
+            && get_record(self.images.get()?, key)?.is_some()
+            && let Some(repull) =
+                journal::mark_repull(self.journal.get()?, key, now, self.retention.max_age)?
         {
-            repulls.push(repull);
-            repull_times.push(now);
-            journal_written = true;
+            self.repulls.push(repull);
+            self.repull_times.push(now);
+            self.journal_written = true;
+        }
+        Ok(changed)
+    }
+
+    /// [`BatchOp::ClampFuture`]: a record's stamps past `limit` brought back to `now`, judged
+    /// on the record as this transaction reads it.
+    fn clamp_future(
+        &mut self,
+        key: &RecordKey,
+        limit: UnixNanos,
+        now: UnixNanos,
+    ) -> Result<bool, TxnError> {
+        match get_record(self.images.get()?, key)? {
+            Some(old) if old.has_stamp_after(limit) => put_record_over(
+                self.images.get()?,
+                self.index.get()?,
+                key,
+                Some(old),
+                Some(old.clamped(limit, now)),
+            ),
+            _ => Ok(false),
         }
     }
-    if let Some(now) = uses_now {
-        uses_changed |= history::prune_uses(uses.get()?, retention, now)?;
+
+    /// [`BatchOp::Remove`]: the record, and its names unless a journal entry still needs them.
+    fn remove(&mut self, key: &RecordKey) -> Result<bool, TxnError> {
+        let removed = put_record(self.images.get()?, self.index.get()?, key, None)?;
+        Ok(removed | journal::forget_names(self.names.get()?, self.journal.get()?, key)?)
     }
-    if let Some(now) = pulls_now {
-        changed |= history::prune_pulls(pulls.get()?, retention, now)?;
-    }
-    if journal_written {
-        // The transaction's `now`: the latest time it journaled or marked re-pulled (the
-        // store has no clock; the batch's times come from the caller's).
-        let now = journaled
-            .iter()
-            .map(|(k, _): &(JournalKey, JournalEntry)| k.removed_at)
-            .chain(repull_times)
-            .max()
-            .unwrap_or(UnixNanos(i64::MIN));
-        // The entries it wrote or marked re-pulled are kept whatever the retention.
-        let fresh: std::collections::BTreeSet<JournalKey> = journaled
-            .iter()
-            .map(|(k, _)| k.clone())
-            .chain(repulls.iter().map(|r| JournalKey {
-                removed_at: r.removed_at,
-                key: r.key.clone(),
-            }))
-            .collect();
-        journal::prune(
-            journal.get()?,
-            names.get()?,
-            images.get()?,
-            meta.get()?,
-            retention,
-            now,
-            &fresh,
-        )?;
-        // The histories follow the retention this transaction wrote to `meta`, so a lowered
-        // retention never leaves them over it (`Store::check` holds them to it).
-        uses_changed |= history::prune_uses(uses.get()?, retention, now)?;
-        uses_changed |= history::prune_pulls(pulls.get()?, retention, now)?;
-    }
-    if changed {
-        for (name, value) in &batch.stamps {
-            put_meta(meta.get()?, name, *value)?;
+
+    /// [`BatchOp::RemoveUnlisted`]: detect's removal of a record the runtime no longer lists,
+    /// only if it was not marked after detect's snapshot; journaled with the GC's note, or
+    /// as external at `journal_at`, or (neither) not journaled and its names forgotten.
+    fn remove_unlisted(
+        &mut self,
+        key: &RecordKey,
+        seen_last_used: UnixNanos,
+        journal_at: Option<UnixNanos>,
+        note: Option<&EvictionNote>,
+    ) -> Result<bool, TxnError> {
+        match get_record(self.images.get()?, key)? {
+            Some(old) if old.last_used <= seen_last_used => {
+                put_record_over(self.images.get()?, self.index.get()?, key, Some(old), None)?;
+                match (note, journal_at) {
+                    (Some(note), _) => {
+                        let jkey = JournalKey {
+                            removed_at: note.removed_at,
+                            key: key.clone(),
+                        };
+                        let entry = journal::entry_of(&old, Remover::Imagekeeper, Some(note));
+                        self.write_journal_entry(jkey, entry)?;
+                    }
+                    (None, Some(at)) => {
+                        let jkey = JournalKey {
+                            removed_at: at,
+                            key: key.clone(),
+                        };
+                        let entry = journal::entry_of(&old, Remover::External, None);
+                        self.write_journal_entry(jkey, entry)?;
+                    }
+                    (None, None) => {
+                        journal::forget_names(self.names.get()?, self.journal.get()?, key)?;
+                    }
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
         }
     }
-    let mut noted = false;
-    for (name, value) in &batch.notes {
-        noted |= put_meta(meta.get()?, name, *value)?;
+
+    /// [`BatchOp::Evict`]: the GC's removal of a record, journaled with its note.
+    fn evict(&mut self, key: &RecordKey, note: &EvictionNote) -> Result<bool, TxnError> {
+        match get_record(self.images.get()?, key)? {
+            Some(old) => {
+                put_record_over(self.images.get()?, self.index.get()?, key, Some(old), None)?;
+                let jkey = JournalKey {
+                    removed_at: note.removed_at,
+                    key: key.clone(),
+                };
+                let entry = journal::entry_of(&old, Remover::Imagekeeper, Some(note));
+                self.write_journal_entry(jkey, entry)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
-    Ok((changed || noted || uses_changed, repulls, journaled))
+
+    /// A removal's journal entry, written and kept for the transaction's report and prune.
+    fn write_journal_entry(
+        &mut self,
+        jkey: JournalKey,
+        entry: JournalEntry,
+    ) -> Result<(), TxnError> {
+        journal::put_entry(self.journal.get()?, &jkey, &entry)?;
+        self.journaled.push((jkey, entry));
+        self.journal_written = true;
+        Ok(())
+    }
+
+    /// [`BatchOp::SetNames`].
+    fn set_names(&mut self, key: &RecordKey, next: &ImageNames) -> Result<bool, TxnError> {
+        journal::set_names(self.names.get()?, self.images.get()?, key, next)
+    }
+}
+
+/// The operations on backoff, meta, pins, the use and pull histories and the warm table, and
+/// the transaction's end.
+impl BatchWriter<'_, '_> {
+    /// [`BatchOp::PutBackoff`]: written only when it differs from the stored entry.
+    fn put_backoff(&mut self, key: &str, entry: &BackoffEntry) -> Result<bool, TxnError> {
+        let k = BackoffKey(key.to_owned()).encode();
+        let backoff = self.backoff.get()?;
+        let old = match backoff.get(Encoded::new(&k))? {
+            Some(g) => Some(g.value().decode().map_err(TxnError::Decode)?),
+            None => None,
+        };
+        if old.as_ref() == Some(entry) {
+            Ok(false)
+        } else {
+            backoff.insert(Encoded::new(&k), Encoded::new(&entry.encode()))?;
+            Ok(true)
+        }
+    }
+
+    /// [`BatchOp::RemoveBackoff`].
+    fn remove_backoff(&mut self, key: &str) -> Result<bool, TxnError> {
+        let k = BackoffKey(key.to_owned()).encode();
+        Ok(self.backoff.get()?.remove(Encoded::new(&k))?.is_some())
+    }
+
+    /// [`BatchOp::SetMeta`].
+    fn set_meta(&mut self, name: &str, value: i64) -> Result<bool, TxnError> {
+        put_meta(self.meta.get()?, name, value)
+    }
+
+    /// [`BatchOp::PutPin`]: written only when its bytes differ from the stored pin's.
+    fn put_pin(&mut self, key: &PinKey, pin: &ImagePin) -> Result<bool, TxnError> {
+        let k = key.encode();
+        let v = pin.encode();
+        let pins = self.pins.get()?;
+        let same = match pins.get(Encoded::new(&k))? {
+            Some(g) => g.value().bytes() == v.as_slice(),
+            None => false,
+        };
+        if !same {
+            pins.insert(Encoded::new(&k), Encoded::new(&v))?;
+        }
+        Ok(!same)
+    }
+
+    /// [`BatchOp::RemovePin`].
+    fn remove_pin(&mut self, key: &PinKey) -> Result<bool, TxnError> {
+        Ok(self
+            .pins
+            .get()?
+            .remove(Encoded::new(&key.encode()))?
+            .is_some())
+    }
+
+    /// [`BatchOp::PruneExpiredPins`]: pins expired for longer than the journal's max age.
+    fn prune_expired_pins(&mut self, now: UnixNanos) -> Result<bool, TxnError> {
+        let cutoff = now.saturating_sub(self.retention.max_age);
+        let pins = self.pins.get()?;
+        let mut expired = Vec::new();
+        for entry in pins.iter()? {
+            let (k, v) = entry?;
+            let pin = v.value().decode().map_err(TxnError::Decode)?;
+            if pin.until != UnixNanos::NEVER && pin.until < cutoff {
+                expired.push(k.value().bytes().to_vec());
+            }
+        }
+        for k in &expired {
+            pins.remove(Encoded::new(k))?;
+        }
+        Ok(!expired.is_empty())
+    }
+
+    // The use history commits, but like a note it does not make the batch's stamps
+    // (`last_detect`: the latest detect that changed a record) move.
+
+    /// [`BatchOp::ObserveUses`].
+    fn observe_uses(&mut self, now: UnixNanos, in_use: &[RecordKey]) -> Result<bool, TxnError> {
+        self.uses_now = self.uses_now.max(Some(now));
+        self.uses_changed |= history::observe_uses(self.uses.get()?, now, in_use)?;
+        Ok(false)
+    }
+
+    /// [`BatchOp::OpenUse`].
+    fn open_use(&mut self, key: &RecordKey, now: UnixNanos) -> Result<bool, TxnError> {
+        self.uses_now = self.uses_now.max(Some(now));
+        self.uses_changed |= history::open_use(self.uses.get()?, key, now)?;
+        Ok(false)
+    }
+
+    /// [`BatchOp::RecordPull`].
+    fn record_pull(&mut self, key: &PullKey, entry: &PullEntry) -> Result<bool, TxnError> {
+        self.pulls_now = self.pulls_now.max(Some(key.at));
+        history::record_pull(self.pulls.get()?, key, entry)
+    }
+
+    /// [`BatchOp::ReplaceWarm`].
+    fn replace_warm(&mut self, rows: &[WarmRow]) -> Result<bool, TxnError> {
+        history::replace_warm(self.warm.get()?, rows)
+    }
+
+    /// The transaction's end, after every operation (`changed`: whether one changed anything
+    /// that moves the stamps): the histories pruned at their latest times; when the journal
+    /// was written, the journal pruned to the retention (keeping what this transaction wrote
+    /// or marked) and the histories with it; the batch's stamps if something changed, its
+    /// notes whenever they differ.
+    fn finish(mut self, batch: &Batch, mut changed: bool) -> Result<OpsOutcome, TxnError> {
+        let retention = self.retention;
+        if let Some(now) = self.uses_now {
+            self.uses_changed |= history::prune_uses(self.uses.get()?, retention, now)?;
+        }
+        if let Some(now) = self.pulls_now {
+            changed |= history::prune_pulls(self.pulls.get()?, retention, now)?;
+        }
+        if self.journal_written {
+            // The transaction's `now`: the latest time it journaled or marked re-pulled (the
+            // store has no clock; the batch's times come from the caller's).
+            let now = self
+                .journaled
+                .iter()
+                .map(|(k, _): &(JournalKey, JournalEntry)| k.removed_at)
+                .chain(std::mem::take(&mut self.repull_times))
+                .max()
+                .unwrap_or(UnixNanos(i64::MIN));
+            // The entries it wrote or marked re-pulled are kept whatever the retention.
+            let fresh: BTreeSet<JournalKey> = self
+                .journaled
+                .iter()
+                .map(|(k, _)| k.clone())
+                .chain(self.repulls.iter().map(|r| JournalKey {
+                    removed_at: r.removed_at,
+                    key: r.key.clone(),
+                }))
+                .collect();
+            journal::prune(
+                self.journal.get()?,
+                self.names.get()?,
+                self.images.get()?,
+                self.meta.get()?,
+                retention,
+                now,
+                &fresh,
+            )?;
+            // The histories follow the retention this transaction wrote to `meta`, so a
+            // lowered retention never leaves them over it (`Store::check` holds them to it).
+            self.uses_changed |= history::prune_uses(self.uses.get()?, retention, now)?;
+            self.uses_changed |= history::prune_pulls(self.pulls.get()?, retention, now)?;
+        }
+        if changed {
+            for (name, value) in &batch.stamps {
+                put_meta(self.meta.get()?, name, *value)?;
+            }
+        }
+        let mut noted = false;
+        for (name, value) in &batch.notes {
+            noted |= put_meta(self.meta.get()?, name, *value)?;
+        }
+        Ok((
+            changed || noted || self.uses_changed,
+            self.repulls,
+            self.journaled,
+        ))
+    }
 }
 
 /// A table of the batch's write transaction, opened at its first use, so a batch opens only
