@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::format::parse_rfc3339;
+use crate::gc::{ByteBudget, InodeThresholds};
 
 #[test]
 fn rfc3339_times() {
