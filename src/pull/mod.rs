@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::model::{
-    BackoffEntry, ImageNames, MAX_IMAGE_NAME_BYTES, MAX_POD_UID_BYTES, PodSandboxConfig,
-    PullCredentials, PullSpec, RecordKey, UnixNanos,
+    ImageNames, MAX_IMAGE_NAME_BYTES, MAX_POD_UID_BYTES, PodSandboxConfig, PullCredentials,
+    PullSpec, RecordKey, UnixNanos,
 };
 
 use crate::format::{go_duration, go_quote};
@@ -52,6 +52,7 @@ pub use reference::{
 use puller::{PullRequest, Puller};
 
 mod error;
+mod outcome;
 
 pub use error::{
     CRI_REGISTRY_UNAVAILABLE, CRI_SIGNATURE_VALIDATION_FAILED, PullCause, PullError, PullReason,
@@ -578,81 +579,6 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         self.record_success(key, names, end, size, pulled).await;
         drop(in_flight);
         outcome.image_ref
-    }
-
-    /// `backOff.Next` and the previous-error message, in one transaction.
-    async fn record_failure(&self, key: String, err: &PullError) {
-        let policy = self.policy;
-        let store = self.store.clone();
-        let lock = self.backoff_lock.clone();
-        let now = self.clock.now();
-        let last_error = format!("{}: {}", err.reason(), err.message());
-        let written = self
-            .blocking(move || {
-                let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-                let prev = store.backoff(&key)?;
-                let next: BackoffEntry = policy.next(prev.as_ref(), now, last_error);
-                store.apply(&PullWrite {
-                    put_backoff: vec![(key, next)],
-                    ..PullWrite::default()
-                })
-            })
-            .await;
-        if let Err(e) = written {
-            tracing::error!(error = %e, "Recording the image pull backoff failed");
-        }
-    }
-
-    /// The pulled image's record, and `backOff.GC`, in one transaction.
-    async fn record_success(
-        &self,
-        record: RecordKey,
-        names: Option<ImageNames>,
-        now: UnixNanos,
-        size: Option<u64>,
-        pulled: PulledImage,
-    ) {
-        let policy = self.policy;
-        let store = self.store.clone();
-        let lock = self.backoff_lock.clone();
-        let written = self
-            .blocking(move || {
-                let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-                let entries = store.backoff_entries()?;
-                store.apply(&PullWrite {
-                    mark_used: Some((record, now, size)),
-                    names,
-                    pulled: Some(pulled),
-                    put_backoff: Vec::new(),
-                    remove_backoff: policy.expired_keys(&entries, now),
-                })
-            })
-            .await;
-        match written {
-            Ok(repulls) => {
-                for repull in &repulls {
-                    tracing::info!(
-                        image_id = repull.key.image_id.as_str(),
-                        removed_by = repull.remover.as_str(),
-                        reason = repull.reason_label(),
-                        delay_seconds = repull.delay.as_secs(),
-                        "Pulled an image again after its removal"
-                    );
-                    self.repulls.record(repull);
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "Recording the pulled image failed"),
-        }
-    }
-
-    /// Runs a blocking store call off the async threads.
-    async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> Result<T, StoreFailure> + Send + 'static,
-    ) -> Result<T, StoreFailure> {
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(StoreFailure::Task)?
     }
 
     fn normal(&self, pod: &PodRef, reason: &str, msg: &str) {
