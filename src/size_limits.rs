@@ -329,6 +329,7 @@ impl A {
         /* and { in /* a nested */ block } */
         ('{', '}', '\'', "}}\"{", r#"}"{"#)
     }
+    fn opens(&self, c: char) -> bool { c == '{' || c == '"' }
     fn iter(&self) -> impl Iterator<Item = u8> {
         let f = |x: impl Fn()| x;
         std::iter::empty()
@@ -354,9 +355,9 @@ mod inner {
     assert_eq!(
         seen,
         [
-            ("impl A", 5, 11),
-            ("impl<T: Send> Send for super::Wrapper<T>", 19, 1),
-            ("impl B", 22, 3),
+            ("impl A", 5, 12),
+            ("impl<T: Send> Send for super::Wrapper<T>", 20, 1),
+            ("impl B", 23, 3),
         ]
     );
 }
