@@ -282,39 +282,6 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 }
 
 /// Wraps a runtime failure of `op` ("list images", ...).
-/// Whether the simulator's mutant that ignores the warm set is on (never without
-/// `sim-mutants`).
-fn ignore_warm() -> bool {
-    #[cfg(feature = "sim-mutants")]
-    return crate::sim::mutants::ignore_warm();
-    #[cfg(not(feature = "sim-mutants"))]
-    false
-}
-
-/// Whether the simulator's `OverFree` mutant is on (always false without the feature).
-fn mutant_over_frees() -> bool {
-    #[cfg(feature = "sim-mutants")]
-    {
-        crate::sim::mutants::over_free()
-    }
-    #[cfg(not(feature = "sim-mutants"))]
-    {
-        false
-    }
-}
-
-/// Whether the simulator's `NoProtections` mutant is on (always false without the feature).
-fn mutant_ignores_protections() -> bool {
-    #[cfg(feature = "sim-mutants")]
-    {
-        crate::sim::mutants::ignore_protections()
-    }
-    #[cfg(not(feature = "sim-mutants"))]
-    {
-        false
-    }
-}
-
 fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcError {
     move |source| GcError::Runtime { op, source }
 }

@@ -23,6 +23,7 @@ use crate::store::{Batch, RecordScan, meta_keys};
 use crate::format::{format_rfc3339, go_duration};
 use crate::gc::GcError;
 use crate::gc::detect::{DetectInput, DetectPlan, ListedImages, images_in_use, plan_detect};
+use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::kubelet::KubeletView;
 use crate::gc::protect::{Irreplaceable, Protections};
 use crate::gc::watch::WatchHistory;
@@ -163,7 +164,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 
     /// Observes the runtime and plans the detect at `now`: what a detect applies and a dry
     /// run applies to its copy, so both plan from the same rules. With `copy`, every record
-    /// the merge reads is also put there (the dry run's copy; the simulator's mutant).
+    /// the merge reads is also put there (the dry run's copy; the fault hooks' snapshot).
     pub(super) async fn observe_and_plan(
         &self,
         settings: &Settings,
@@ -227,17 +228,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         settings: &Settings,
         now: UnixNanos,
     ) -> Result<(DetectReport, CycleView), GcError> {
-        #[cfg(feature = "sim-mutants")]
+        let faults = fault_hooks();
         let mut existing = BTreeMap::new();
-        #[cfg(feature = "sim-mutants")]
-        let copy = Some(&mut existing);
-        #[cfg(not(feature = "sim-mutants"))]
-        let copy = None;
+        let copy = faults.detect_snapshot().then_some(&mut existing);
         let ((listed, in_use, volumes, kubelet, protections), plan) =
             self.observe_and_plan(settings, now, copy).await?;
-        #[cfg(feature = "sim-mutants")]
-        let plan = crate::sim::mutants::blind_detect(plan, &existing, now);
-        let mut plan = plan;
+        let mut plan = faults.blind_detect(plan, &existing, now);
         let pending: Vec<(RecordKey, EvictionNote)> = self
             .pending_evictions()
             .iter()
@@ -289,8 +285,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         self.record_keeps(&listed, &protections, &warm);
         protected.extend(warm);
         protected.extend(kubelet.just_pulled);
-        #[cfg(feature = "sim-mutants")]
-        let protections = if crate::sim::mutants::ignore_protections() {
+        let protections = if faults.ignore_protections() {
             Protections::default()
         } else {
             protections

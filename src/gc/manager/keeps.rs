@@ -13,6 +13,7 @@ use crate::model::{ImageLike, RecordKey, UnixNanos};
 
 use crate::gc::GcError;
 use crate::gc::detect::ListedImages;
+use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::protect::Protections;
 
 use super::{ImageGcManager, Settings};
@@ -79,8 +80,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         now: UnixNanos,
     ) -> Result<BTreeSet<RecordKey>, GcError> {
         let warm = &settings.config.warm;
-        #[cfg(feature = "sim-mutants")]
-        if crate::sim::mutants::ignore_warm() {
+        if fault_hooks().ignore_warm() {
             return Ok(BTreeSet::new());
         }
         let history = match warm.from_history {

@@ -17,14 +17,12 @@ use crate::store::{Batch, StoredRecord};
 
 use crate::gc::GcError;
 use crate::gc::detect::{container_uses, volume_uses};
+use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::kubelet::{intent_names, pulled_since};
 use crate::gc::metrics::RescueReason;
 use crate::gc::protect::pinned_at;
 
-use super::{
-    CycleView, GcReport, ImageGcManager, Removal, Settings, ignore_warm,
-    mutant_ignores_protections, runtime_error,
-};
+use super::{CycleView, GcReport, ImageGcManager, Removal, Settings, runtime_error};
 
 /// How many times the last look lists the containers again because new ones appeared while
 /// it asked their status, before it keeps the victim instead.
@@ -50,8 +48,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         view: &mut CycleView,
         free_time: UnixNanos,
     ) -> Result<bool, GcError> {
-        #[cfg(feature = "sim-mutants")]
-        if crate::sim::mutants::skip_last_look() {
+        let faults = fault_hooks();
+        if faults.skip_last_look() {
             return Ok(false);
         }
         // The victim's image as this cycle's detect listed it. A record the list did not
@@ -97,7 +95,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Some(RescueReason::Container)
         } else if self.in_flight.protects(&image) {
             Some(RescueReason::Pulling)
-        } else if settings.config.warm.keeps(&image, free_time).is_some() && !ignore_warm() {
+        } else if settings.config.warm.keeps(&image, free_time).is_some() && !faults.ignore_warm() {
             Some(RescueReason::Warm)
         } else if settings
             .kubelet()
@@ -109,7 +107,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .is_some_and(|r| pulled_since(r, &image, victim.record.last_used, free_time))
         {
             Some(RescueReason::KubeletPulled)
-        } else if !mutant_ignores_protections() && pinned_at(&self.store.pins()?, &image, free_time)
+        } else if !faults.ignore_protections() && pinned_at(&self.store.pins()?, &image, free_time)
         {
             Some(RescueReason::Pinned)
         } else {

@@ -16,13 +16,14 @@ use crate::store::{EvictionKey, StoredRecord};
 
 use crate::gc::adaptive::{self, AdaptiveRank, ListedTags};
 use crate::gc::detect::ListedImages;
+use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::metrics::RemovalReason;
 use crate::gc::plan::SpaceWalk;
 use crate::gc::predictive::{self, PredictiveRank};
 use crate::gc::space::InodeNeed;
 use crate::gc::{GcError, GcOrder};
 
-use super::{CycleView, GcReport, ImageGcManager, Settings, mutant_over_frees, note, to_i64};
+use super::{CycleView, GcReport, ImageGcManager, Settings, note, to_i64};
 
 /// How many eligible images one synchronous step of the walk picks before removing them.
 pub(super) const WALK_CHUNK: usize = 64;
@@ -62,15 +63,16 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let thresholds = settings.config.policy.inodes;
         let mut freed: i64 = 0;
         let mut bytes_done = goal.bytes.is_none();
-        // The simulator's OverFree mutant: one byte removal past the goal.
-        let mut over_freed = !mutant_over_frees();
+        // The fault hooks' OverFree: one byte removal past the goal.
+        let over_free = fault_hooks().over_free();
+        let mut over_freed = !over_free;
         let mut inodes_now = goal.inodes;
         let inodes_done = |now: &Option<InodeNeed>| now.is_none_or(|n| n.met());
         // The walk's byte limit: with an inode goal it reads on, as far as inodes need.
         let bytes_to_free = match (goal.bytes, goal.inodes) {
             (_, Some(_)) => i64::MAX,
-            // (The OverFree mutant reads on too, to take its one image more.)
-            (Some(_), None) if mutant_over_frees() => i64::MAX,
+            // (OverFree reads on too, to take its one image more.)
+            (Some(_), None) if over_free => i64::MAX,
             (Some((amount, _, _)), None) => amount,
             (None, None) => {
                 return Ok(Walked {
