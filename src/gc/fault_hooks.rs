@@ -1,9 +1,8 @@
 //! Fault hooks: the points in GC where a test harness may switch a known bug back on, to prove
-//! it catches that bug (the simulator's mutants, feature
-//! `sim-mutants`). GC owns the trait and names no harness: a harness implements
-//! [`FaultHooks`] and installs it once for the process ([`install_fault_hooks`]), and decides
-//! itself when a hook fires (the simulator: per thread, so tests running in parallel do not
-//! see each other's mutant).
+//! it catches that bug (the simulator's mutants, feature `sim-mutants`). GC owns the trait and
+//! names no harness: a harness implements [`FaultHooks`] and installs it once for the process
+//! (`install_fault_hooks`, feature `sim-mutants` only), and decides itself when a hook fires
+//! (the simulator: per thread, so tests running in parallel do not see each other's mutant).
 //!
 //! Invariants: every method's default is the real behaviour (no fault); without the
 //! `sim-mutants` feature nothing can be installed and [`fault_hooks`] is the no-op, so a
