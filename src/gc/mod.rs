@@ -17,6 +17,7 @@ pub mod detect;
 mod error;
 pub(crate) mod evict;
 pub(crate) mod explain;
+pub(crate) mod fault_hooks;
 pub(crate) mod kubelet;
 pub(crate) mod manager;
 pub(crate) mod metrics;

@@ -155,20 +155,8 @@ impl GcPolicy {
     /// [`GcPolicy::disabled`]; docs/src/operators/filesystems.md, "HighThresholdPercent 100").
     pub fn space_pass_off(&self) -> bool {
         self.high_threshold_percent == 100
-            && (self.max_age.is_zero() || mutant_space_pass_off_at_high_100())
-    }
-}
-
-/// Whether the simulator's `SpacePassOffAtHigh100` mutant is on (always false without the
-/// feature).
-fn mutant_space_pass_off_at_high_100() -> bool {
-    #[cfg(feature = "sim-mutants")]
-    {
-        crate::sim::mutants::space_pass_off_at_high_100()
-    }
-    #[cfg(not(feature = "sim-mutants"))]
-    {
-        false
+            && (self.max_age.is_zero()
+                || super::fault_hooks::fault_hooks().space_pass_off_at_high_100())
     }
 }
 

@@ -1,0 +1,512 @@
+//! Unit tests of detect's planner: the merge of the stored records with the runtime's lists,
+//! the use and sighting rules, the clock clamps, and the planner against `reference.rs`.
+
+use super::*;
+use crate::model::RuntimeImage;
+use crate::model::{ContainerState, ImageId};
+
+/// The streaming planner over a map's records (in key order, as the store scans them).
+fn plan_from_map(
+    existing: &BTreeMap<RecordKey, ImageRecord>,
+    last_detect: Option<UnixNanos>,
+    images: &[RuntimeImage],
+    in_use: &BTreeSet<RecordKey>,
+    pins: &PinPatterns,
+    now: UnixNanos,
+) -> DetectPlan {
+    let records = existing.iter().map(|(key, record)| {
+        Ok::<_, GcError>(StoredRecord {
+            key: key.clone(),
+            record: *record,
+        })
+    });
+    let input = DetectInput {
+        last_detect,
+        in_use,
+        used_at: &BTreeMap::new(),
+        pins,
+        now,
+    };
+    plan_detect(records, &ListedImages::new(images.to_vec()), &input).expect("in key order")
+}
+
+fn image(id: &str, size: u64, pinned: bool) -> RuntimeImage {
+    RuntimeImage {
+        id: ImageId::new(id),
+        size,
+        pinned,
+        ..RuntimeImage::default()
+    }
+}
+
+fn container(image_id: &str, handler: &str) -> RuntimeContainer {
+    RuntimeContainer {
+        id: format!("c-{image_id}"),
+        pod_sandbox_id: "sandbox".into(),
+        image: image_id.into(),
+        image_id: ImageId::new(image_id),
+        state: ContainerState::Exited,
+        runtime_handler: handler.into(),
+    }
+}
+
+/// The kubelet's TestDeletePinnedImage lists the pause image pinned and then unpinned and
+/// expects it collected: the last entry wins, and it wins the same way on every detect.
+#[test]
+fn duplicate_list_entries_fold_last_wins_and_stay_stable_across_detects() {
+    let listed = vec![image("pause", 10, true), image("pause", 20, false)];
+    let mut records = BTreeMap::new();
+    for cycle in 0..3 {
+        let now = UnixNanos::from_secs(100 + cycle);
+        let plan = plan_from_map(
+            &records,
+            None,
+            &listed,
+            &BTreeSet::new(),
+            &PinPatterns::default(),
+            now,
+        );
+        apply_to_copy(&mut records, &plan.batch);
+        let stored = records[&RecordKey::new("pause", "")];
+        assert_eq!((stored.size, stored.pinned), (20, false), "cycle {cycle}");
+        if cycle > 0 {
+            assert!(plan.batch.is_empty(), "cycle {cycle} rewrote the record");
+        }
+    }
+}
+
+#[test]
+fn a_container_of_any_runtime_handler_keeps_the_image_in_use() {
+    let images = vec![image("sha256:a", 1, false), image("sha256:b", 1, false)];
+    let in_use = images_in_use(&images, &[container("sha256:a", "runc")], &[], None);
+    assert_eq!(
+        in_use.into_iter().collect::<Vec<_>>(),
+        vec![RecordKey::new("sha256:a", "")]
+    );
+}
+
+/// An image volume keeps its image whether the mount names it by id, by repo digest or by
+/// tag; a name that resolves to no listed image keeps nothing.
+#[test]
+fn an_image_volume_keeps_the_image_it_names_in_use() {
+    let digest = "sha256:5f3ca9e4d82e32203c2fafb410dfae9c8047bc6ebe57d642fe264d479e152955";
+    let mut by_digest = image("sha256:b", 1, false);
+    by_digest.repo_digests = vec![format!("registry.local/b@{digest}")];
+    let mut by_tag = image("sha256:c", 1, false);
+    by_tag.repo_tags = vec!["registry.local/c:1".into()];
+    let images = vec![
+        image("sha256:a", 1, false),
+        by_digest,
+        by_tag,
+        image("sha256:d", 1, false),
+    ];
+    let volumes = [
+        "sha256:a".to_string(),
+        format!("registry.local/b@{digest}"),
+        "registry.local/c:1".to_string(),
+        "registry.local/missing:1".to_string(),
+    ];
+    let in_use = images_in_use(&images, &[], &volumes, None);
+    let ids: Vec<&str> = in_use.iter().map(|k| k.image_id.as_str()).collect();
+    assert_eq!(ids, ["sha256:a", "sha256:b", "sha256:c"]);
+}
+
+#[test]
+fn a_container_naming_a_repo_digest_keeps_the_image_in_use() {
+    let mut listed = image("sha256:a", 1, false);
+    listed.repo_digests = vec!["docker.io/library/busybox@sha256:feed".into()];
+    let in_use = images_in_use(
+        &[listed],
+        &[container("docker.io/library/busybox@sha256:feed", "")],
+        &[],
+        None,
+    );
+    assert!(in_use.contains(&RecordKey::new("sha256:a", "")));
+}
+
+#[test]
+fn an_unlisted_record_marked_after_the_snapshot_is_not_removed() {
+    let key = RecordKey::new("sha256:a", "");
+    let seen = ImageRecord {
+        first_detected: UnixNanos::from_secs(1),
+        last_used: UnixNanos::from_secs(2),
+        size: 1,
+        pinned: false,
+    };
+    let existing = BTreeMap::from([(key.clone(), seen)]);
+    let plan = plan_from_map(
+        &existing,
+        None,
+        &[],
+        &BTreeSet::new(),
+        &PinPatterns::default(),
+        UnixNanos::from_secs(10),
+    );
+    // A pull marked the image after the snapshot.
+    let mut now = BTreeMap::from([(
+        key.clone(),
+        ImageRecord {
+            last_used: UnixNanos::from_secs(5),
+            ..seen
+        },
+    )]);
+    apply_to_copy(&mut now, &plan.batch);
+    assert!(now.contains_key(&key));
+    // Unmarked, it goes.
+    let mut unchanged = existing.clone();
+    apply_to_copy(&mut unchanged, &plan.batch);
+    assert!(unchanged.is_empty());
+}
+
+const HOUR: i64 = 3600;
+const YEAR: i64 = 365 * 24 * HOUR;
+
+fn stamped(first: i64, last: i64) -> ImageRecord {
+    ImageRecord {
+        first_detected: UnixNanos::from_secs(first),
+        last_used: UnixNanos::from_secs(last),
+        size: 1,
+        pinned: false,
+    }
+}
+
+/// Data-driven: (stored first_detected, stored last_used, in use now) -> clamped?, the
+/// record after the detect at `now` = 1000 s (tolerance 10 min).
+#[test]
+fn stamps_beyond_the_tolerance_are_clamped_to_now_and_the_rest_merge_as_before() {
+    let now = 1_000;
+    let cases = [
+        // A clock a year ahead stamped both: both come back to now.
+        ((now + YEAR, now + YEAR), false, true, (now, now)),
+        // Used a year ahead, first seen long ago: last_used comes back, first stays.
+        ((10, now + YEAR), false, true, (10, now)),
+        // In use now as well: last_used is now either way.
+        ((10, now + YEAR), true, true, (10, now)),
+        // Within the tolerance: not clamped; last_used keeps its (future) mark, and
+        // first_detected merges to now as it always did (min).
+        (
+            (now + 5 * 60, now + 5 * 60),
+            false,
+            false,
+            (now, now + 5 * 60),
+        ),
+        // Exactly at the tolerance: not clamped.
+        ((10, now + 10 * 60), false, false, (10, now + 10 * 60)),
+        // One second past it: clamped.
+        ((10, now + 10 * 60 + 1), false, true, (10, now)),
+        // Ordinary stamps: untouched.
+        ((10, 20), false, false, (10, 20)),
+    ];
+    for ((first, last), in_use, clamped, (want_first, want_last)) in cases {
+        let key = RecordKey::new("sha256:a", "");
+        let mut records = BTreeMap::from([(key.clone(), stamped(first, last))]);
+        let used = if in_use {
+            BTreeSet::from([key.clone()])
+        } else {
+            BTreeSet::new()
+        };
+        let plan = plan_from_map(
+            &records,
+            None,
+            &[image("sha256:a", 1, false)],
+            &used,
+            &PinPatterns::default(),
+            UnixNanos::from_secs(now),
+        );
+        let case = format!("stored ({first}, {last}), in use {in_use}");
+        assert_eq!(plan.clamped, usize::from(clamped), "{case}");
+        apply_to_copy(&mut records, &plan.batch);
+        assert_eq!(records[&key], stamped(want_first, want_last), "{case}");
+    }
+}
+
+/// The choice for a clamped stamp: it becomes the detect's `now`, which the kubelet's
+/// freeSpace rule (`lastUsed` equal to or after freeTime: used too recently) reads as a
+/// use in this cycle: the GC whose detect clamps it keeps it, the next one may take it.
+/// (Clamping to just before `now` would leave it removable in the cycle that found it.)
+#[test]
+fn a_clamped_stamp_protects_its_image_for_the_cycle_that_clamps_it_only() {
+    use crate::gc::{Verdict, space_verdict};
+    let key = RecordKey::new("sha256:a", "");
+    let now = UnixNanos::from_secs(1_000);
+    let mut records = BTreeMap::from([(key.clone(), stamped(10, 1_000 + YEAR))]);
+    let plan = plan_from_map(
+        &records,
+        None,
+        &[image("sha256:a", 1, false)],
+        &BTreeSet::new(),
+        &PinPatterns::default(),
+        now,
+    );
+    apply_to_copy(&mut records, &plan.batch);
+    let record = records[&key];
+    assert_eq!(record.last_used, now);
+    let verdict = |free_time| {
+        space_verdict(
+            &key,
+            &record,
+            &BTreeSet::new(),
+            free_time,
+            std::time::Duration::ZERO,
+        )
+    };
+    assert_eq!(verdict(now), Verdict::UsedTooRecently);
+    assert_eq!(verdict(UnixNanos(now.0 + 1)), Verdict::Eligible);
+}
+
+/// The clamp is judged again on the record as it is when the batch is applied: a pull
+/// that marked the image at the real time after detect's snapshot keeps its mark.
+#[test]
+fn a_mark_made_after_the_snapshot_is_not_clamped() {
+    let key = RecordKey::new("sha256:a", "");
+    let now = UnixNanos::from_secs(1_000);
+    let snapshot = BTreeMap::from([(key.clone(), stamped(10, 1_000 + YEAR))]);
+    let plan = plan_from_map(
+        &snapshot,
+        None,
+        &[image("sha256:a", 1, false)],
+        &BTreeSet::new(),
+        &PinPatterns::default(),
+        now,
+    );
+    assert_eq!(plan.clamped, 1);
+    let mut marked = BTreeMap::from([(key.clone(), stamped(10, 1_002))]);
+    apply_to_copy(&mut marked, &plan.batch);
+    assert_eq!(marked[&key].last_used, UnixNanos::from_secs(1_002));
+}
+
+/// A detect more than the tolerance before the stored last_detect: the clock went back.
+/// last_detect follows the clock even when nothing else changes; a smaller gap is no
+/// event and a detect that changes nothing still writes nothing.
+#[test]
+fn a_detect_before_the_stored_last_detect_reports_the_clock_going_back_and_moves_it_back() {
+    let now = UnixNanos::from_secs(1_000);
+    let cases = [
+        (Some(1_000 + HOUR), true),
+        (Some(1_000 + 10 * 60 + 1), true),
+        (Some(1_000 + 10 * 60), false),
+        (Some(1_000 + 5 * 60), false),
+        (Some(900), false),
+        (None, false),
+    ];
+    for (stored, went_back) in cases {
+        let plan = plan_from_map(
+            &BTreeMap::new(),
+            stored.map(UnixNanos::from_secs),
+            &[],
+            &BTreeSet::new(),
+            &PinPatterns::default(),
+            now,
+        );
+        let case = format!("stored last_detect {stored:?}");
+        assert_eq!(
+            plan.clock_went_back_from,
+            stored.filter(|_| went_back).map(UnixNanos::from_secs),
+            "{case}"
+        );
+        let writes_last_detect = plan.batch.ops().iter().any(|op| {
+            matches!(op, BatchOp::SetMeta { name, value }
+                if name == meta_keys::LAST_DETECT && *value == now.0)
+        });
+        assert_eq!(writes_last_detect, went_back, "{case}");
+        assert_eq!(plan.batch.is_empty(), !went_back, "{case}");
+    }
+}
+
+/// Randomized (fixed seeds, n from 0 to 2,000): the streaming detect plans exactly the
+/// batch the map-based reference plans, op for op, with the same counts, over records and
+/// lists that overlap partly, duplicate entries, several runtime handlers, images in use,
+/// kubelet uses (past, within and beyond the tolerance), pins, runtime pins, stamps in the
+/// future and a stored last_detect before or after `now`; and both leave the same records.
+#[test]
+fn streaming_detect_plans_exactly_what_the_map_based_reference_plans() {
+    let pins = PinPatterns::new(vec!["registry.local/pinned/*".into()]);
+    let now = UnixNanos::from_secs(1_000_000);
+    for seed in 0..24u64 {
+        for n in [0usize, 1, 2, 7, 60, 500, 2_000] {
+            let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(7919) ^ n as u64);
+            // Ids drawn from a pool about the size of n, so records and the list overlap.
+            let pool = (n as u64 * 3 / 2).max(1);
+            let key = |rng: &mut fastrand::Rng| {
+                RecordKey::new(
+                    format!("sha256:{:064x}", rng.u64(0..pool)),
+                    ["", "", "runc", "kata"][rng.usize(0..4)],
+                )
+            };
+            let stamp = |rng: &mut fastrand::Rng| match rng.u8(0..10) {
+                0 => UnixNanos::NEVER,
+                // Beyond the tolerance (a clock that was ahead), or just within it.
+                1 => UnixNanos(now.0 + FUTURE_STAMP_TOLERANCE.as_nanos() as i64 * 2),
+                2 => UnixNanos(now.0 + 1),
+                _ => UnixNanos::from_secs(rng.i64(1..1_000_000)),
+            };
+            let mut existing = BTreeMap::new();
+            for _ in 0..n {
+                let record = ImageRecord {
+                    first_detected: stamp(&mut rng),
+                    last_used: stamp(&mut rng),
+                    size: rng.u64(1..4),
+                    pinned: rng.bool(),
+                };
+                existing.insert(key(&mut rng), record);
+            }
+            let images: Vec<RuntimeImage> = (0..n)
+                .map(|_| {
+                    let key = key(&mut rng);
+                    let tag = if rng.u8(0..8) == 0 {
+                        "registry.local/pinned/app:1"
+                    } else {
+                        "registry.local/app:1"
+                    };
+                    RuntimeImage {
+                        id: key.image_id,
+                        runtime_handler: key.runtime_handler,
+                        size: rng.u64(1..4),
+                        pinned: rng.u8(0..10) == 0,
+                        repo_tags: vec![tag.into()],
+                        ..RuntimeImage::default()
+                    }
+                })
+                .collect();
+            let in_use: BTreeSet<RecordKey> = images
+                .iter()
+                .filter(|_| rng.u8(0..4) == 0)
+                .map(RuntimeImage::record_key)
+                .collect();
+            let mut used_at: BTreeMap<RecordKey, UnixNanos> = BTreeMap::new();
+            for image in &images {
+                if rng.u8(0..6) == 0 {
+                    used_at.insert(image.record_key(), stamp(&mut rng));
+                }
+            }
+            let last_detect = match rng.u8(0..3) {
+                0 => None,
+                1 => Some(UnixNanos(now.0 - 1)),
+                _ => Some(UnixNanos(
+                    now.0 + FUTURE_STAMP_TOLERANCE.as_nanos() as i64 + 1,
+                )),
+            };
+            let want = reference::plan_detect_with_uses(
+                &existing,
+                last_detect,
+                &images,
+                &in_use,
+                &used_at,
+                &pins,
+                now,
+            );
+            let records = existing.iter().map(|(key, record)| {
+                Ok::<_, GcError>(StoredRecord {
+                    key: key.clone(),
+                    record: *record,
+                })
+            });
+            let input = DetectInput {
+                last_detect,
+                in_use: &in_use,
+                used_at: &used_at,
+                pins: &pins,
+                now,
+            };
+            let got = plan_detect(records, &ListedImages::new(images), &input)
+                .expect("records in key order");
+            let case = format!("seed {seed}, n {n}");
+            assert_eq!(got, want, "{case}");
+            if n >= 500 {
+                // The case exercises every kind of op, not only the easy ones.
+                assert!(
+                    got.added > 0 && got.removed > 0 && got.clamped > 0,
+                    "{case}"
+                );
+                let sights = got
+                    .batch
+                    .ops()
+                    .iter()
+                    .filter(|op| matches!(op, BatchOp::Sight { .. }))
+                    .count();
+                assert!(sights > got.added, "{case}: no changed record sighted");
+            }
+            let (mut after_want, mut after_got) = (existing.clone(), existing);
+            apply_to_copy(&mut after_want, &want.batch);
+            apply_to_copy(&mut after_got, &got.batch);
+            assert_eq!(after_got, after_want, "{case}");
+        }
+    }
+}
+
+/// Records out of key order (a scan that broke its contract) stop the detect instead of
+/// being merged wrongly (a listed image judged unlisted and its history dropped); an error
+/// from the scan is returned as it is.
+#[test]
+fn records_out_of_key_order_or_failing_stop_the_detect() {
+    let record = stamped(1, 2);
+    let (a, b) = (
+        RecordKey::new("sha256:a", ""),
+        RecordKey::new("sha256:b", ""),
+    );
+    let listed = ListedImages::new(vec![image("sha256:a", 1, false)]);
+    let (in_use, used_at, pins) = (BTreeSet::new(), BTreeMap::new(), PinPatterns::default());
+    let input = DetectInput {
+        last_detect: None,
+        in_use: &in_use,
+        used_at: &used_at,
+        pins: &pins,
+        now: UnixNanos::from_secs(10),
+    };
+    for keys in [vec![b.clone(), a.clone()], vec![a.clone(), a.clone()]] {
+        let records = keys.iter().map(|key| {
+            Ok::<_, GcError>(StoredRecord {
+                key: key.clone(),
+                record,
+            })
+        });
+        let got = plan_detect(records, &listed, &input);
+        assert!(
+            matches!(&got, Err(GcError::UnorderedRecords { previous, next })
+                if *previous == keys[0] && *next == keys[1]),
+            "{keys:?}: {got:?}"
+        );
+    }
+    let failing = [Err(GcError::InvalidCapacity)];
+    let got = plan_detect(failing, &listed, &input);
+    assert!(matches!(got, Err(GcError::InvalidCapacity)), "{got:?}");
+}
+
+/// Randomized: the keys in use are exactly those of the images some container uses by
+/// [`container_uses`] (checked pair by pair), whatever the list's duplicates and digests.
+#[test]
+fn images_in_use_are_the_images_some_container_uses_pair_by_pair() {
+    for seed in 0..20u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let id = |rng: &mut fastrand::Rng| format!("sha256:{}", rng.u8(0..30));
+        let images: Vec<RuntimeImage> = (0..rng.usize(0..40))
+            .map(|_| {
+                let mut i = image(&id(&mut rng), 1, false);
+                if rng.bool() {
+                    i.repo_digests = vec![format!("r/x@{}", id(&mut rng))];
+                }
+                i
+            })
+            .collect();
+        let containers: Vec<RuntimeContainer> = (0..rng.usize(0..10))
+            .map(|_| {
+                let named = match rng.u8(0..3) {
+                    0 => String::new(),
+                    1 => format!("r/x@{}", id(&mut rng)),
+                    _ => id(&mut rng),
+                };
+                container(&named, "")
+            })
+            .collect();
+        let want: BTreeSet<RecordKey> = images
+            .iter()
+            .filter(|i| containers.iter().any(|c| container_uses(c, i)))
+            .map(RuntimeImage::record_key)
+            .collect();
+        assert_eq!(
+            images_in_use(&images, &containers, &[], None),
+            want,
+            "seed {seed}"
+        );
+    }
+}

@@ -1,0 +1,158 @@
+//! The sentence explain gives for each image's decision (`reason`), for people: which rule
+//! removes or keeps it, with the numbers that rule read (ages, usage, amounts to free, the
+//! unwatched time MaxAge left out).
+//!
+//! Invariants: pure; every [`super::Decision`] has its sentence; a keep names the first rule
+//! that keeps the image, in the order the manager applies them.
+
+use std::time::Duration;
+
+use crate::model::UnixNanos;
+
+use crate::format::{format_size, go_duration};
+use crate::gc::GcPolicy;
+use crate::gc::evict::unused_since;
+use crate::gc::protect::Protection;
+use crate::gc::space::InodeNeed;
+use crate::gc::watch::WatchHistory;
+
+use super::{BudgetPass, Decision, ImageExplanation, SpacePass};
+
+pub(super) fn reason(
+    image: &ImageExplanation,
+    policy: &GcPolicy,
+    last_detect: Option<UnixNanos>,
+    (space, budget, inodes): (SpacePass, Option<BudgetPass>, Option<InodeNeed>),
+    now: UnixNanos,
+    watch: &WatchHistory,
+) -> String {
+    let record = &image.record;
+    let dur = |d: Duration| go_duration(Duration::from_secs(d.as_secs()));
+    // MaxAge counts watched time only: say what was left out.
+    let unwatched = watch.unwatched_between(unused_since(record), now);
+    let unused = if unwatched.is_zero() {
+        dur(now.since(unused_since(record)))
+    } else {
+        format!(
+            "{} of watched time ({} unwatched since, not counted)",
+            dur(watch.watched_unused(record, now)),
+            dur(unwatched)
+        )
+    };
+    match image.decision {
+        Decision::RemoveForAge => format!(
+            "unused for {unused}, longer than MaxAge {}",
+            go_duration(policy.max_age)
+        ),
+        Decision::RemoveForSpace => {
+            let amount = match space {
+                SpacePass::Runs { amount_to_free, .. } => amount_to_free,
+                _ => 0,
+            };
+            format!(
+                "eligible, inside the amount to free: {} freed of {} to free",
+                format_size(image.freed_after.unwrap_or(0)),
+                format_size(u64::try_from(amount).unwrap_or(0))
+            )
+        }
+        Decision::RemoveForBudget => {
+            let amount = budget.and_then(|b| b.need.amount_to_free).unwrap_or(0);
+            format!(
+                "eligible, inside the byte budget's amount to free: {} freed of {} to free",
+                format_size(image.freed_after.unwrap_or(0)),
+                format_size(u64::try_from(amount).unwrap_or(0))
+            )
+        }
+        Decision::InodeCandidate => {
+            let (usage, target, total) =
+                inodes.map_or((0, 0, 0), |n| (n.usage_percent, n.target_used, n.inodes));
+            format!(
+                "eligible, in the inode pass's order: inode use {usage}% is at or above the \
+                 high inode threshold; removed if more than {target} of {total} inodes are \
+                 still in use when the walk reaches it (measured as it runs)"
+            )
+        }
+        // Named with its filesystems by `explain_in`.
+        Decision::OtherFsCandidate => {
+            "eligible, in the measured pass of a further image filesystem".to_owned()
+        }
+        Decision::KeepGcDisabled => {
+            "image GC is disabled (HighThresholdPercent 100 and MaxAge 0)".to_owned()
+        }
+        Decision::KeepInUse => format!(
+            "in use at the last detect ({})",
+            last_detect.map_or_else(String::new, crate::format::format_rfc3339)
+        ),
+        Decision::KeepPullInProgress => "pull in progress".to_owned(),
+        Decision::KeepKubeletPulling => {
+            "the kubelet is pulling it (a kubelet pull intent)".to_owned()
+        }
+        Decision::KeepKubeletJustPulled => format!(
+            "the kubelet pulled it less than MinAge {} ago: its container is about to start",
+            go_duration(policy.min_age)
+        ),
+        Decision::KeepPinned => "pinned".to_owned(),
+        Decision::KeepWarm => "in the warm set: kept present ahead of use".to_owned(),
+        Decision::KeepPinnedByImagekeeper | Decision::KeepIrreplaceable => {
+            image.protection.as_ref().map_or_else(
+                || "protected by imagekeeper".to_owned(),
+                Protection::describe,
+            )
+        }
+        Decision::KeepUsedTooRecently => {
+            "used at or after now (is the clock behind the records?)".to_owned()
+        }
+        Decision::KeepYoungerThanMinAge => format!(
+            "first detected {} ago, younger than MinAge {}",
+            dur(now.since(record.first_detected)),
+            go_duration(policy.min_age)
+        ),
+        Decision::KeepBeyondAmountToFree => {
+            let (amount, freed) = match (space, budget) {
+                (_, Some(b)) if b.freed > 0 => (b.need.amount_to_free.unwrap_or(0), b.freed),
+                (
+                    SpacePass::Runs {
+                        amount_to_free,
+                        freed,
+                        ..
+                    },
+                    _,
+                ) => (amount_to_free, freed),
+                _ => (0, 0),
+            };
+            format!(
+                "eligible, beyond the amount to free: the walk stops after freeing {} of {}",
+                format_size(freed),
+                format_size(u64::try_from(amount).unwrap_or(0))
+            )
+        }
+        Decision::KeepBelowHighThreshold => match space {
+            SpacePass::BelowHighThreshold { usage_percent, .. } => format!(
+                "eligible, but usage {usage_percent}% is below HighThresholdPercent {}: no space pass",
+                policy.high_threshold_percent
+            ),
+            _ => "eligible, but no rule needs room: the byte-percentage pass is off \
+                      (HighThresholdPercent 100 and MaxAge 0), the budget and inode use are \
+                      below their high marks"
+                .to_owned(),
+        },
+        Decision::KeepSpaceNotEvaluated => {
+            let max_age = if policy.max_age.is_zero() {
+                "MaxAge is off".to_owned()
+            } else {
+                format!(
+                    "unused for {unused}, not longer than MaxAge {}",
+                    go_duration(policy.max_age)
+                )
+            };
+            if space == SpacePass::InvalidCapacity {
+                format!("eligible for space GC, but capacity 0 fails the space pass; {max_age}")
+            } else {
+                format!(
+                    "eligible for space GC; the space pass is not evaluated (give --capacity \
+                     and --available); {max_age}"
+                )
+            }
+        }
+    }
+}

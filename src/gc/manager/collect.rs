@@ -1,0 +1,294 @@
+//! kubelet's GarbageCollect and DeleteUnusedImages on the manager: the cycle's detect, the
+//! MaxAge pass (`free_old_images`), then the byte rules (the percentage rule, the byte budget)
+//! and the inode rule on the first image filesystem, each cycle freeing the most any byte rule
+//! needs, and the measured pass on every further image filesystem (`measured.rs`).
+//!
+//! Invariants: a cycle holds the cycle lock and takes the settings once, from its start to its
+//! end; it is marked running in the metrics for as long as its future lives (`ProgressGuard`);
+//! capacity 0 fails the percentage rule alone, as the kubelet's InvalidDiskCapacity, while the
+//! budget and inode rules still run; the removals before a failure stand in the report.
+
+use tracing::{info, warn};
+
+use crate::cri::ImageRuntime;
+use crate::model::{ImageLike, UnixNanos};
+use crate::store::StoredRecord;
+
+use crate::gc::GcError;
+use crate::gc::evict::past_max_age;
+use crate::gc::metrics::{GcMetrics, RemovalReason};
+use crate::gc::space::{BudgetNeed, InodeNeed, SpaceNeed};
+
+use super::walk::Goal;
+use super::{CycleTime, CycleView, GcReport, ImageGcManager, Settings, note};
+
+/// Marks a cycle as running in the metrics for as long as it lives (also when the cycle's
+/// future is dropped at shutdown).
+struct ProgressGuard<'a>(&'a GcMetrics);
+
+impl<'a> ProgressGuard<'a> {
+    fn start(metrics: &'a GcMetrics) -> ProgressGuard<'a> {
+        metrics.cycle_started();
+        ProgressGuard(metrics)
+    }
+}
+
+impl Drop for ProgressGuard<'_> {
+    fn drop(&mut self) {
+        self.0.cycle_ended();
+    }
+}
+
+impl<R: ImageRuntime> ImageGcManager<R> {
+    /// kubelet's GarbageCollect at `now`: detect, MaxAge, then free space down to the low
+    /// threshold if usage is at or above the high one.
+    pub async fn garbage_collect(&self, now: impl CycleTime) -> GcReport {
+        let _cycle = self.cycle.lock().await;
+        let now = now.read();
+        let _progress = ProgressGuard::start(&self.metrics);
+        let settings = self.settings();
+        let mut report = GcReport::default();
+        if let Err(e) = self
+            .garbage_collect_locked(&settings, now, &mut report)
+            .await
+        {
+            report.error = Some(e);
+        }
+        report
+    }
+
+    async fn garbage_collect_locked(
+        &self,
+        settings: &Settings,
+        free_time: UnixNanos,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        let (detected, mut view) = self.detect_locked(settings, free_time).await?;
+        report.detect = Some(detected);
+        if settings.config.policy.disabled() {
+            return Ok(());
+        }
+        self.free_old_images(settings, free_time, &mut view, report)
+            .await?;
+
+        let stats = self.observe_image_fs().await?;
+        if stats.available > stats.capacity {
+            info!(
+                available = stats.available,
+                capacity = stats.capacity,
+                "Availability is larger than capacity"
+            );
+        }
+        let policy = &settings.config.policy;
+        // The kubelet's byte rule, unless HighThresholdPercent 100 with MaxAge 0 turns it off
+        // (GC runs here only for the inode or budget rules then; with MaxAge set it runs at
+        // 100 % usage, as the kubelet's: GcPolicy::space_pass_off). Capacity 0 fails the percentage rule alone,
+        // with the kubelet's InvalidDiskCapacity (pkg/kubelet/images/image_gc_manager.go,
+        // GarbageCollect: it checks capacity before its percentage, its only rule): the byte
+        // budget needs no capacity and the inode rule reads inodes, so both still run, and the
+        // cycle then reports the capacity error (as `explain` plans it).
+        let mut capacity_error = None;
+        let space = if policy.space_pass_off() {
+            None
+        } else {
+            match SpaceNeed::compute(stats.capacity, stats.available, policy) {
+                Ok(need) => Some(need),
+                Err(err) => {
+                    warn!(reason = "InvalidDiskCapacity", "{err}");
+                    capacity_error = Some(err);
+                    None
+                }
+            }
+        };
+        if let Some(SpaceNeed {
+            usage_percent,
+            amount_to_free: Some(amount_to_free),
+            ..
+        }) = space
+        {
+            info!(
+                mountpoint = stats.mountpoint.as_str(),
+                usage = usage_percent,
+                high_threshold = policy.high_threshold_percent,
+                amount_to_free,
+                low_threshold = policy.low_threshold_percent,
+                "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
+            );
+        }
+        // The byte budget counts the images the cycle's detect listed, less what MaxAge freed.
+        let total = view
+            .listed
+            .iter()
+            .fold(0u64, |acc, i| acc.saturating_add(i.size()))
+            .saturating_sub(report.freed);
+        let budget = BudgetNeed::compute(total, policy.bytes);
+        if let Some(BudgetNeed {
+            amount_to_free: Some(amount_to_free),
+            high,
+            low,
+            ..
+        }) = budget
+        {
+            info!(
+                total,
+                high_bytes = high,
+                amount_to_free,
+                low_bytes = low,
+                "Images are over the high byte budget, trying to free bytes down to the low budget"
+            );
+        }
+        let inodes = InodeNeed::compute(&stats, policy.inodes).filter(|n| n.runs);
+        if let (Some(need), Some(thresholds)) = (inodes, policy.inodes) {
+            info!(
+                mountpoint = stats.mountpoint.as_str(),
+                usage = need.usage_percent,
+                high_threshold = thresholds.high,
+                inodes = need.inodes,
+                inodes_free = need.inodes_free,
+                low_threshold = thresholds.low,
+                "Inode usage on image filesystem is over the high inode threshold, trying to free inodes down to the low inode threshold"
+            );
+        }
+        // Each cycle frees the most any byte rule needs, under that rule's reason (the
+        // kubelet's on a tie); the inode rule's goal is measured, not summed.
+        let space_goal = space.and_then(|n| {
+            n.amount_to_free
+                .map(|a| (a, RemovalReason::Space, Some(n.fs_usage())))
+        });
+        let budget_goal = budget.and_then(|n| {
+            n.amount_to_free
+                .map(|a| (a, RemovalReason::Budget, Some(n.fs_usage())))
+        });
+        let bytes = match (space_goal, budget_goal) {
+            (Some(s), Some(b)) if b.0 > s.0 => Some(b),
+            (Some(s), _) => Some(s),
+            (None, b) => b,
+        };
+        let first: Result<(), GcError> = async {
+            if bytes.is_none() && inodes.is_none() {
+                return capacity_error.map_or(Ok(()), Err);
+            }
+            report.bytes_to_free = bytes.map(|(amount, _, _)| amount);
+            let walked = self
+                .free_space(
+                    settings,
+                    Goal { bytes, inodes },
+                    free_time,
+                    &mut view,
+                    report,
+                )
+                .await?;
+            if let Some((amount_to_free, reason, _)) = bytes
+                && walked.freed < amount_to_free
+            {
+                let err = match (reason, space, budget) {
+                    (RemovalReason::Budget, _, Some(b)) => GcError::InsufficientBudget {
+                        total: b.total,
+                        high: b.high,
+                        low: b.low,
+                        freed: walked.freed,
+                    },
+                    (_, Some(need), _) => GcError::InsufficientSpace {
+                        usage_percent: need.usage_percent,
+                        capacity: need.capacity,
+                        freed: walked.freed,
+                    },
+                    _ => unreachable!("a byte goal comes from the space or the budget rule"),
+                };
+                warn!(reason = "FreeDiskSpaceFailed", "{err}");
+                return Err(err);
+            }
+            if let (Some(before), Some(after)) = (inodes, walked.inodes)
+                && !after.met()
+            {
+                let err = GcError::InsufficientInodes {
+                    usage_percent: after.usage_percent,
+                    inodes: after.inodes,
+                    freed: before.used().saturating_sub(after.used()),
+                };
+                warn!(reason = "FreeDiskSpaceFailed", "{err}");
+                return Err(err);
+            }
+            capacity_error.map_or(Ok(()), Err)
+        }
+        .await;
+        // Every further image filesystem, by a measured pass (issue 28).
+        let others = self
+            .free_other_filesystems(settings, &stats, free_time, &mut view, report)
+            .await;
+        first.and(others)
+    }
+
+    /// kubelet's DeleteUnusedImages: the space walk with no byte limit.
+    pub async fn delete_unused_images(&self, now: impl CycleTime) -> GcReport {
+        let _cycle = self.cycle.lock().await;
+        let now = now.read();
+        let _progress = ProgressGuard::start(&self.metrics);
+        let settings = self.settings();
+        let mut report = GcReport::default();
+        info!("Attempting to delete unused images");
+        let result = async {
+            let (detected, mut view) = self.detect_locked(&settings, now).await?;
+            report.detect = Some(detected);
+            let goal = Goal {
+                bytes: Some((i64::MAX, RemovalReason::Unused, None)),
+                inodes: None,
+            };
+            self.free_space(&settings, goal, now, &mut view, &mut report)
+                .await
+                .map(|_| ())
+        }
+        .await;
+        if let Err(e) = result {
+            report.error = Some(e);
+        }
+        report
+    }
+
+    /// Removes every image unused for longer than MaxAge, reading only the index range of
+    /// last_used before `free_time - max_age`. Only watched time counts (`view.watch`): an
+    /// image's watched unused time is never more than its time since last use, so the range
+    /// holds every image MaxAge removes.
+    async fn free_old_images(
+        &self,
+        settings: &Settings,
+        free_time: UnixNanos,
+        view: &mut CycleView,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        let max_age = settings.config.policy.max_age;
+        if max_age.is_zero() {
+            return Ok(());
+        }
+        let bound = free_time.saturating_sub(max_age);
+        let mut victims: Vec<(usize, StoredRecord)> = Vec::new();
+        for (position, entry) in self.store.eviction_order_before(bound)?.enumerate() {
+            let entry = entry?;
+            if past_max_age(
+                &entry.key,
+                &entry.record,
+                &view.protected,
+                free_time,
+                max_age,
+                &view.watch,
+            ) {
+                victims.push((position + 1, entry));
+            }
+        }
+        let mut errors = Vec::new();
+        for (rank, victim) in victims {
+            if self.rescue(settings, &victim, view, free_time).await? {
+                continue;
+            }
+            let note = note(free_time, RemovalReason::Age, rank, None);
+            if let Err(e) = self.remove(&victim, note, report).await {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(GcError::AgeDeletion { max_age, errors })
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! What a detect keeps besides the images in use: the listed images a pull in flight protects,
+//! the listed images a warm set entry in force keeps (with `[warmFromHistory]`, the journal's
+//! entries too), and the record of what the last detect found kept (pins, irreplaceable images,
+//! warm entries) for the runtime pins.
+//!
+//! Invariants: the warm lookups go through one index per cycle (no cost grows with entries
+//! times images); `last_keeps` is `None` until the first detect and then replaced whole.
+
+use std::collections::BTreeSet;
+
+use crate::cri::ImageRuntime;
+use crate::model::{ImageLike, RecordKey, UnixNanos};
+
+use crate::gc::GcError;
+use crate::gc::detect::ListedImages;
+use crate::gc::fault_hooks::fault_hooks;
+use crate::gc::protect::Protections;
+
+use super::{ImageGcManager, Settings};
+
+impl<R: ImageRuntime> ImageGcManager<R> {
+    /// The listed images that a pull in flight protects.
+    pub(super) fn pulling(&self, listed: &ListedImages) -> BTreeSet<RecordKey> {
+        if self.in_flight.is_empty() {
+            return BTreeSet::new();
+        }
+        listed
+            .iter()
+            .filter(|image| self.in_flight.protects(image))
+            .map(|image| image.record_key())
+            .collect()
+    }
+
+    /// Records what this detect found kept, with every listed name of each image: an
+    /// operator's pin or the irreplaceable rule (a pin first), else a present warm entry.
+    pub(super) fn record_keeps(
+        &self,
+        listed: &ListedImages,
+        protections: &Protections,
+        warm: &BTreeSet<RecordKey>,
+    ) {
+        let mut keeps = Vec::new();
+        for image in listed.iter() {
+            let key = image.record_key();
+            let why = match protections.get(&key) {
+                Some(p) => crate::gc::KeepReason::of(p),
+                None if warm.contains(&key) => crate::gc::KeepReason::Warm,
+                None => continue,
+            };
+            // containerd stores a CRI pull under its tag and its repo digest, and 2.x also under
+            // the image id (`sha256:<config digest>`).
+            let names = image
+                .repo_tags()
+                .chain(image.repo_digests())
+                .chain(std::iter::once(image.id()))
+                .map(str::to_owned)
+                .collect();
+            keeps.push(crate::gc::KeptImage { key, names, why });
+        }
+        *self
+            .last_keeps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(keeps);
+    }
+
+    /// What the last detect found kept; `None` before the first detect.
+    pub fn last_keeps(&self) -> Option<Vec<crate::gc::KeptImage>> {
+        self.last_keeps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The listed images a warm set entry in force at `now` keeps: the set's entries and,
+    /// with `[warmFromHistory]`, the history's (read from the journal now).
+    pub(super) fn warm(
+        &self,
+        settings: &Settings,
+        listed: &ListedImages,
+        now: UnixNanos,
+    ) -> Result<BTreeSet<RecordKey>, GcError> {
+        let warm = &settings.config.warm;
+        if fault_hooks().ignore_warm() {
+            return Ok(BTreeSet::new());
+        }
+        let history = match warm.from_history {
+            Some(window) => {
+                let journal = self.store.journal()?;
+                let stored_names = self
+                    .store
+                    .names_of_keys(journal.iter().map(|(k, _)| &k.key))?;
+                let names = |key: &RecordKey| stored_names.get(key).cloned();
+                crate::warm::history_entries(&journal, &names, now, window)
+            }
+            None => Vec::new(),
+        };
+        if warm.is_empty() && history.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        // Lookups of each listed image's names in the set's index and in one of the
+        // history's entries: no cost grows with entries times images (issue 41).
+        let history_index = crate::pull::MatchIndex::of_names(
+            history
+                .iter()
+                .map(|e| (e.image.as_str(), e.runtime_handler.as_str())),
+        );
+        Ok(listed
+            .iter()
+            .filter(|image| {
+                warm.keeps(image, now).is_some()
+                    || history_index
+                        .naming(image)
+                        .into_iter()
+                        .filter_map(|at| history.get(at))
+                        .any(|e| e.active(now))
+            })
+            .map(|image| image.record_key())
+            .collect())
+    }
+}

@@ -1,0 +1,265 @@
+//! The measured pass on each further image filesystem ImageFsInfo reports (issue 28): CRI does
+//! not say which filesystem an image is on, so the pass removes eligible images in eviction
+//! order and reads ImageFsInfo again after each removal.
+//!
+//! Invariants: a filesystem not read (capacity 0) is not judged; one on the same device as an
+//! earlier one is skipped; a pass stops at or below the low lines, once its removals add up to
+//! what its first reading asked to free, or after `UNLOWERED_REMOVALS` removals in a row that
+//! did not lower its reading; every victim goes through the last look before its removal.
+
+use tracing::{debug, info, warn};
+
+use crate::cri::ImageRuntime;
+use crate::model::{ImageFsStats, UnixNanos};
+use crate::store::EvictionKey;
+
+use crate::gc::GcError;
+use crate::gc::metrics::RemovalReason;
+use crate::gc::plan::SpaceWalk;
+use crate::gc::space::{FsNeed, SpaceNeed};
+
+use super::walk::WALK_CHUNK;
+use super::{CycleView, GcReport, ImageGcManager, Settings, note, runtime_error, to_i64};
+
+/// A measured pass on a further image filesystem stops after this many removals in a row that
+/// did not lower its reading (its usage is not the images the walk removes).
+pub(super) const UNLOWERED_REMOVALS: usize = 3;
+
+impl<R: ImageRuntime> ImageGcManager<R> {
+    /// The thresholds on each image filesystem ImageFsInfo reports after the first (issue
+    /// 28), never on a container filesystem. CRI does not say which filesystem an image is
+    /// on, so a filesystem over a high line gets a measured pass ([`Self::free_measured`]).
+    /// One not read (capacity 0) is not judged; one on the same device as the first or an
+    /// earlier one is skipped (its reading is that filesystem's). Returns the first failure.
+    pub(super) async fn free_other_filesystems(
+        &self,
+        settings: &Settings,
+        stats: &ImageFsStats,
+        free_time: UnixNanos,
+        view: &mut CycleView,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        for fs in &stats.other_image_fs {
+            if fs.capacity == 0 {
+                debug!(
+                    mountpoint = fs.mountpoint.as_str(),
+                    "A further image filesystem reports capacity 0: not judged"
+                );
+            }
+        }
+        let mut result = Ok(());
+        for (index, need) in FsNeed::others(stats, &settings.config.policy) {
+            if let Some(first) = &need.same_filesystem_as {
+                info!(
+                    mountpoint = need.mountpoint.as_str(),
+                    same_as = first.as_str(),
+                    "A further image filesystem is the same filesystem as an earlier one: skipped"
+                );
+                continue;
+            }
+            if !need.runs() {
+                continue;
+            }
+            let done = self
+                .free_measured(settings, index, &need, free_time, view, report)
+                .await;
+            if result.is_ok() {
+                result = done;
+            }
+        }
+        result
+    }
+
+    /// The measured pass on further image filesystem `index` (judged `trigger` on the cycle's
+    /// first reading): reads
+    /// ImageFsInfo first (the walks before may have freed it already) and returns when that
+    /// filesystem is at or below its low lines; otherwise removes eligible images in eviction
+    /// order, reads ImageFsInfo again after each removal, and stops once it is at or below
+    /// its low lines (bytes and inodes), once the images removed add up to what that first
+    /// reading asked to free (a byte pass, counted by image sizes as the first walk counts),
+    /// or after [`UNLOWERED_REMOVALS`] removals in a row that did not lower its reading (its
+    /// usage is not images'); it fails with the kubelet's wording when no candidate is left.
+    /// Removals carry reason `space` (bytes over the high threshold) or `inodes`, with that
+    /// filesystem's usage in the journal.
+    async fn free_measured(
+        &self,
+        settings: &Settings,
+        index: usize,
+        trigger: &FsNeed,
+        free_time: UnixNanos,
+        view: &mut CycleView,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        let policy = &settings.config.policy;
+        let mountpoint = trigger.mountpoint.as_str();
+        let read = |stats: &ImageFsStats| {
+            stats
+                .other_image_fs
+                .get(index)
+                .filter(|fs| fs.mountpoint == mountpoint)
+                .cloned()
+        };
+        let fresh = self
+            .runtime
+            .image_fs_stats()
+            .await
+            .map_err(runtime_error("get image filesystem stats"))?;
+        let Some(fs) = read(&fresh) else {
+            // The filesystem is gone from the answer: nothing left to judge.
+            return Ok(());
+        };
+        let Some(first_need) = FsNeed::compute(&fs, policy) else {
+            return Ok(());
+        };
+        if first_need.met() {
+            debug!(
+                mountpoint,
+                "A further image filesystem is at or below the low thresholds after the walks before it: no pass"
+            );
+            return Ok(());
+        }
+        info!(
+            mountpoint = first_need.mountpoint.as_str(),
+            usage = first_need.usage_percent,
+            high_threshold = policy.high_threshold_percent,
+            low_threshold = policy.low_threshold_percent,
+            inode_usage = first_need.inodes.map(|n| n.usage_percent),
+            "A further image filesystem is over a high threshold, trying to free it down to the low thresholds (measured after each removal)"
+        );
+        let (reason, fs_usage) = if trigger.bytes_over_high && !first_need.bytes_at_or_below_low {
+            let usage = SpaceNeed::compute(fs.capacity, fs.available, policy)
+                .ok()
+                .map(|n| n.fs_usage());
+            (RemovalReason::Space, usage)
+        } else {
+            (
+                RemovalReason::Inodes,
+                first_need.inodes.map(|n| n.fs_usage()),
+            )
+        };
+        // What the pass may free in bytes: down to the low threshold at its first reading
+        // (no byte cap on an inode-only pass; the unlowered-removal stop bounds it).
+        let wanted = match reason {
+            RemovalReason::Space => {
+                fs_usage.map_or(0, |u| to_i64(u.used_before.saturating_sub(u.target_used)))
+            }
+            _ => 0,
+        };
+        let cap = match reason {
+            RemovalReason::Space => wanted,
+            _ => i64::MAX,
+        };
+        let used =
+            |fs: &ImageFsStats| (fs.capacity.saturating_sub(fs.available), fs.inodes_in_use());
+        let mut last = used(&fs);
+        let mut unlowered: usize = 0;
+        let mut need = first_need.clone();
+        let mut freed: i64 = 0;
+        let mut walked: usize = 0;
+        let mut errors = Vec::new();
+        let mut resume: Option<EvictionKey> = None;
+        'walk: loop {
+            let walk = SpaceWalk {
+                in_use: &view.protected,
+                free_time,
+                min_age: policy.min_age,
+                bytes_to_free: cap,
+            };
+            let step = walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?;
+            if step.resume.is_some() {
+                resume = step.resume;
+            }
+            let before = walked;
+            walked = walked.saturating_add(step.read);
+            if step.victims.is_empty() {
+                break;
+            }
+            for (victim, position) in step.victims.into_iter().zip(step.positions) {
+                if self.rescue(settings, &victim, view, free_time).await? {
+                    continue;
+                }
+                let note = note(free_time, reason, before + position, fs_usage);
+                match self.remove(&victim, note, report).await {
+                    Ok(()) => {
+                        freed = freed.saturating_add(to_i64(victim.record.size));
+                        // CRI does not say which filesystem the image was on: measure.
+                        let reading = self
+                            .runtime
+                            .image_fs_stats()
+                            .await
+                            .map_err(runtime_error("get image filesystem stats"))?;
+                        let Some(fs) = read(&reading) else {
+                            // The filesystem is gone from the answer: nothing left to judge.
+                            return Ok(());
+                        };
+                        match FsNeed::compute(&fs, policy) {
+                            Some(now) => need = now,
+                            None => return Ok(()),
+                        }
+                        if need.met() {
+                            break 'walk;
+                        }
+                        let now_used = used(&fs);
+                        if now_used.0 < last.0 || now_used.1 < last.1 {
+                            unlowered = 0;
+                        } else {
+                            unlowered += 1;
+                        }
+                        last = now_used;
+                        if unlowered >= UNLOWERED_REMOVALS {
+                            warn!(
+                                mountpoint,
+                                removals = unlowered,
+                                "Removals did not lower a further image filesystem's usage: it is not images' (or not these images'), stopping its measured pass"
+                            );
+                            break 'walk;
+                        }
+                        if freed >= cap {
+                            info!(
+                                mountpoint,
+                                freed,
+                                wanted,
+                                "The measured pass removed images adding up to what the further image filesystem's first reading asked to free: stopping"
+                            );
+                            break 'walk;
+                        }
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(GcError::SpaceDeletion {
+                wanted,
+                freed,
+                errors,
+            });
+        }
+        // Met, or the images removed add up to what the first reading asked (the kubelet's
+        // success, counted as its walk counts; the next cycle reads it again).
+        if need.met() || (reason == RemovalReason::Space && freed >= cap) {
+            return Ok(());
+        }
+        let err = match (need.bytes_at_or_below_low, need.inodes, need.usage_percent) {
+            (false, _, Some(usage_percent)) => GcError::InsufficientSpace {
+                usage_percent,
+                capacity: fs_usage.map_or(0, |u| u.capacity),
+                freed,
+            },
+            (_, Some(after), _) => GcError::InsufficientInodes {
+                usage_percent: after.usage_percent,
+                inodes: after.inodes,
+                freed: first_need
+                    .inodes
+                    .map_or(0, |b| b.used().saturating_sub(after.used())),
+            },
+            _ => return Ok(()),
+        };
+        warn!(
+            reason = "FreeDiskSpaceFailed",
+            mountpoint = need.mountpoint.as_str(),
+            "{err}"
+        );
+        Err(err)
+    }
+}

@@ -1,0 +1,72 @@
+//! What the manager's cycles return: one removal ([`Removal`]), a detect's report
+//! ([`DetectReport`]), a GarbageCollect's or DeleteUnusedImages' ([`GcReport`]) and a dry run's
+//! ([`GcPlan`]). Their serialized fields are part of the JSON the CLI prints.
+//!
+//! Invariants: a report's removals are those the runtime confirmed, in the order they were made;
+//! a failed cycle's report keeps the removals before its failure.
+
+use serde::Serialize;
+
+use crate::model::JournalEntry;
+use crate::model::{RecordKey, Repull};
+use crate::store::JournalKey;
+
+use crate::gc::GcError;
+use crate::gc::explain::Explanation;
+use crate::gc::metrics::RemovalReason;
+
+/// One image removed by GC.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Removal {
+    pub key: RecordKey,
+    pub size: u64,
+    pub reason: RemovalReason,
+    /// A dry run's candidate that the journal shows was removed before and pulled back: what
+    /// `gc --dry-run` says of it. Real removals leave it unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evicted_before: Option<String>,
+}
+
+/// What one detect cycle did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct DetectReport {
+    pub records: usize,
+    pub added: usize,
+    pub removed: usize,
+    pub in_use: usize,
+    pub committed: bool,
+    /// Records of images gone from the runtime that imagekeeper did not remove, journaled as
+    /// external removals by this detect's commit.
+    #[serde(skip)]
+    pub external_removals: Vec<(JournalKey, JournalEntry)>,
+    /// Journal entries this detect's commit marked re-pulled.
+    #[serde(skip)]
+    pub repulls: Vec<Repull>,
+}
+
+/// What one GarbageCollect or DeleteUnusedImages did. `error` is set when the cycle failed;
+/// the removals before the failure stand.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct GcReport {
+    /// The cycle's detect, when it ran.
+    pub detect: Option<DetectReport>,
+    pub removed: Vec<Removal>,
+    pub freed: u64,
+    pub error: Option<GcError>,
+    /// The byte walk's amount to free, when a byte rule needed room this cycle: the larger of
+    /// the percentage rule's and the byte budget's needs (the one its removals' reason names).
+    /// Each of the walk's byte removals after its first is made while less than this was
+    /// freed, so the walk stops at most one image past the low line.
+    pub bytes_to_free: Option<i64>,
+}
+
+/// A dry run: what a cycle would remove, and the full explanation.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct GcPlan {
+    pub explanation: Explanation,
+    pub removals: Vec<Removal>,
+}
