@@ -99,7 +99,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
         // Lookups of each listed image's names in the set's index and in one of the
         // history's entries: no cost grows with entries times images (issue 41).
-        let history_index = crate::pull::MatchIndex::of_names(
+        let history_index = crate::reference::MatchIndex::of_names(
             history
                 .iter()
                 .map(|e| (e.image.as_str(), e.runtime_handler.as_str())),
