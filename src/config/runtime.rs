@@ -1,0 +1,79 @@
+//! The runtime settings' resolvers: the CRI endpoints, whether the container events are
+//! watched and whether the runtime pins' labels are written.
+
+use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
+
+use super::resolve::{Origin, invalid, pick};
+use super::validate::check_endpoint;
+use super::{ConfigError, ContainerEvents, FileConfig, FlagValues, RuntimePins};
+
+/// The runtime and image service endpoints.
+pub(super) fn resolve_cri(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<CriConfig, ConfigError> {
+    let runtime_endpoint = pick(
+        &flags.container_runtime_endpoint,
+        "--container-runtime-endpoint",
+        &file.container_runtime_endpoint,
+        o.field("containerRuntimeEndpoint"),
+    );
+    let image_endpoint = pick(
+        &flags.image_service_endpoint,
+        "--image-service-endpoint",
+        &file.image_service_endpoint,
+        o.field("imageServiceEndpoint"),
+    );
+    let mut cri = CriConfig::default();
+    if let Some((endpoint, from)) = runtime_endpoint {
+        check_endpoint(&endpoint, &from)?;
+        cri.runtime_endpoint = endpoint;
+    }
+    if let Some((endpoint, from)) = image_endpoint {
+        check_endpoint(&endpoint, &from)?;
+        cri.image_endpoint = Some(endpoint);
+    }
+    if cri.runtime_endpoint.is_empty() {
+        cri.runtime_endpoint = DEFAULT_RUNTIME_ENDPOINT.to_owned();
+    }
+    Ok(cri)
+}
+
+/// Whether the container events watcher runs: `auto` (the default) or `off`.
+pub(super) fn resolve_container_events(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<ContainerEvents, ConfigError> {
+    match pick(
+        &flags.container_events,
+        "--container-events",
+        &file.container_events,
+        o.field("containerEvents"),
+    ) {
+        None => Ok(ContainerEvents::Auto),
+        Some((v, _)) if v == "auto" => Ok(ContainerEvents::Auto),
+        Some((v, _)) if v == "off" => Ok(ContainerEvents::Off),
+        Some((v, from)) => Err(invalid(from, format!("{v:?} is neither auto nor off"))),
+    }
+}
+
+/// Whether the runtime pins run: `auto` (the default) or `off`.
+pub(super) fn resolve_runtime_pins(
+    file: &FileConfig,
+    flags: &FlagValues,
+    o: &Origin<'_>,
+) -> Result<RuntimePins, ConfigError> {
+    match pick(
+        &flags.runtime_pins,
+        "--runtime-pins",
+        &file.runtime_pins,
+        o.field("runtimePins"),
+    ) {
+        None => Ok(RuntimePins::Auto),
+        Some((v, _)) if v == "auto" => Ok(RuntimePins::Auto),
+        Some((v, _)) if v == "off" => Ok(RuntimePins::Off),
+        Some((v, from)) => Err(invalid(from, format!("{v:?} is neither auto nor off"))),
+    }
+}
