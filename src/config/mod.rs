@@ -34,6 +34,7 @@ pub use fields::{CONFIG_FIELDS, ConfigField, OnReload};
 pub use file::{EMPTY_CONFIG_MARKER, FileConfig, FromHistorySpec, Quantity};
 pub use flags::FlagValues;
 pub use process::parse_host_port;
+pub use runtime::{FIRST_PINNING_CONTAINERD, runtime_carries_pins};
 
 /// The default record database.
 pub const DEFAULT_DB: &str = "/var/lib/imagekeeper/records.redb";
