@@ -1,110 +1,13 @@
-//! The config file: [`FileConfig`] (KubeletConfiguration's field names, all optional), the
-//! values it holds that need their own type ([`Quantity`], [`FromHistorySpec`]), and reading
-//! it through the operator-file reader. Invariants: unknown fields are refused; a reload
+//! Reading the config file ([`FileConfig`], generated from the settings table in
+//! `settings.rs`: KubeletConfiguration's field names, all optional), and the values it holds
+//! that need their own type ([`Quantity`], [`FromHistorySpec`]), read through the operator-file reader. Invariants: unknown fields are refused; a reload
 //! refuses a file that sets nothing unless it carries [`EMPTY_CONFIG_MARKER`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
 
-use super::ConfigError;
-
-/// The config file: KubeletConfiguration's field names, all optional.
-#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    #[serde(rename = "imageGCHighThresholdPercent")]
-    pub image_gc_high_threshold_percent: Option<i64>,
-    #[serde(rename = "imageGCLowThresholdPercent")]
-    pub image_gc_low_threshold_percent: Option<i64>,
-    /// Percent of the image filesystem's inodes used at or above which GC frees inodes (ours).
-    #[serde(rename = "imageGCHighInodesThresholdPercent")]
-    pub image_gc_high_inodes_threshold_percent: Option<i64>,
-    /// Percent of inodes used GC frees down to (ours).
-    #[serde(rename = "imageGCLowInodesThresholdPercent")]
-    pub image_gc_low_inodes_threshold_percent: Option<i64>,
-    /// The images' total size above which GC frees bytes (ours): a quantity (`"500Gi"`) or
-    /// a number of bytes.
-    #[serde(rename = "imageGCHighBytes")]
-    pub image_gc_high_bytes: Option<Quantity>,
-    /// The images' total size GC frees down to (ours).
-    #[serde(rename = "imageGCLowBytes")]
-    pub image_gc_low_bytes: Option<Quantity>,
-    #[serde(rename = "imageMinimumGCAge")]
-    pub image_minimum_gc_age: Option<String>,
-    #[serde(rename = "imageMaximumGCAge")]
-    pub image_maximum_gc_age: Option<String>,
-    #[serde(rename = "serializeImagePulls")]
-    pub serialize_image_pulls: Option<bool>,
-    #[serde(rename = "maxParallelImagePulls")]
-    pub max_parallel_image_pulls: Option<i32>,
-    #[serde(rename = "registryPullQPS")]
-    pub registry_pull_qps: Option<f64>,
-    #[serde(rename = "registryBurst")]
-    pub registry_burst: Option<i64>,
-    #[serde(rename = "pinnedImages")]
-    pub pinned_images: Option<Vec<String>>,
-    #[serde(rename = "podInfraContainerImage")]
-    pub pod_infra_container_image: Option<String>,
-    /// Keep the images that cannot come back: the runtime's sandbox image and images with no
-    /// repo digest (ours; default true).
-    #[serde(rename = "protectIrreplaceable")]
-    pub protect_irreplaceable: Option<bool>,
-    #[serde(rename = "containerRuntimeEndpoint")]
-    pub container_runtime_endpoint: Option<String>,
-    #[serde(rename = "imageServiceEndpoint")]
-    pub image_service_endpoint: Option<String>,
-    /// The kubelet's root directory, whose image pull records are read (the kubelet's own
-    /// setting is the `--root-dir` flag; this name is ours). Empty disables reading them.
-    #[serde(rename = "kubeletRootDir")]
-    pub kubelet_root_dir: Option<String>,
-    /// How old (file mtime) a kubelet pull intent may be and still keep its image (ours), Go
-    /// syntax.
-    #[serde(rename = "kubeletIntentMaxAge")]
-    pub kubelet_intent_max_age: Option<String>,
-    /// Whether to watch the runtime's container events, `auto` or `off` (ours).
-    #[serde(rename = "containerEvents")]
-    pub container_events: Option<String>,
-    /// Whether the runtime carries imagekeeper's keeps as pins (`io.cri-containerd.pinned`
-    /// labels), `auto` or `off` (ours).
-    #[serde(rename = "runtimePins")]
-    pub runtime_pins: Option<String>,
-    /// containerd's own API socket, for the runtime pins' labels (ours); default: the CRI
-    /// runtime endpoint (containerd serves both on one socket).
-    #[serde(rename = "containerdAddress")]
-    pub containerd_address: Option<String>,
-    /// The space walk's order, `kubelet-order` or `adaptive` (ours).
-    #[serde(rename = "imageGCPolicy")]
-    pub image_gc_policy: Option<String>,
-    /// How long the eviction journal keeps a removal (ours), Go syntax.
-    #[serde(rename = "journalMaxAge")]
-    pub journal_max_age: Option<String>,
-    /// How many removals the eviction journal keeps (ours).
-    #[serde(rename = "journalMaxEntries")]
-    pub journal_max_entries: Option<i64>,
-    /// The kubelet's `--image-credential-provider-config` (a CredentialProviderConfig file);
-    /// this name is ours.
-    #[serde(rename = "imageCredentialProviderConfig")]
-    pub image_credential_provider_config: Option<PathBuf>,
-    /// The kubelet's `--image-credential-provider-bin-dir`; this name is ours.
-    #[serde(rename = "imageCredentialProviderBinDir")]
-    pub image_credential_provider_bin_dir: Option<PathBuf>,
-    /// `[[warm]]`: images kept present ahead of use, in priority order (ours).
-    #[serde(rename = "warm")]
-    pub warm: Option<Vec<crate::warm::WarmEntrySpec>>,
-    /// A directory of warm set files, YAML or JSON (a mounted ConfigMap) (ours).
-    #[serde(rename = "warmSetDir")]
-    pub warm_set_dir: Option<PathBuf>,
-    /// How often the warm cycle runs, Go syntax (ours).
-    #[serde(rename = "warmPeriod")]
-    pub warm_period: Option<String>,
-    /// At most this many warm pulls at once (ours).
-    #[serde(rename = "warmParallelPulls")]
-    pub warm_parallel_pulls: Option<i64>,
-    /// `[warmFromHistory]`: images removed externally and used recently, pulled back (ours).
-    #[serde(rename = "warmFromHistory")]
-    pub warm_from_history: Option<FromHistorySpec>,
-}
+use super::{ConfigError, FileConfig};
 
 /// `[warmFromHistory]`: `usedWithin` (Go syntax, default 24h) and `maxBytes` (bytes or a
 /// quantity such as `50Gi`; none: no budget).

@@ -1,5 +1,6 @@
 //! [`FlagValues`]: the settings given as command-line flags, `None` (or empty) when not
-//! given. Invariant: a flag given wins over the file ([`super::AgentConfig::resolve`]).
+//! given, and the `--set KEY=VALUE`s. Invariant: a flag given wins over `--set`, which wins
+//! over the file ([`super::AgentConfig::resolve`]).
 
 use std::path::PathBuf;
 
@@ -42,4 +43,7 @@ pub struct FlagValues {
     pub image_credential_provider_bin_dir: Option<PathBuf>,
     pub warm_set_dir: Option<PathBuf>,
     pub warm_period: Option<String>,
+    /// `--set KEY=VALUE`s, as a file holding just them ([`super::parse_set`]): over the
+    /// file, under a flag that sets the same setting.
+    pub set: super::FileConfig,
 }

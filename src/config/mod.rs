@@ -26,20 +26,28 @@ mod process;
 mod pull;
 mod resolve;
 mod runtime;
+mod settings;
 mod validate;
 mod warm;
 
 pub use error::ConfigError;
-pub use fields::{CONFIG_FIELDS, ConfigField, OnReload};
-pub use file::{EMPTY_CONFIG_MARKER, FileConfig, FromHistorySpec, Quantity};
+pub use fields::{ConfigField, OnReload};
+pub use file::{EMPTY_CONFIG_MARKER, FromHistorySpec, Quantity};
 pub use flags::FlagValues;
 pub use process::parse_host_port;
 pub use runtime::{FIRST_PINNING_CONTAINERD, runtime_carries_pins};
+pub use settings::{CONFIG_FIELDS, FileConfig, FlagStatus, flag_help, parse_set};
 
 /// The default record database.
 pub const DEFAULT_DB: &str = "/var/lib/imagekeeper/records.redb";
 /// The default admin socket.
 pub const DEFAULT_ADMIN_SOCKET: &str = "/run/imagekeeper/admin.sock";
+/// How often the agent detects images without `--detect-period`.
+pub const DEFAULT_DETECT_PERIOD: Duration = Duration::from_secs(300);
+/// How often the agent runs image GC without `--gc-period`.
+pub const DEFAULT_GC_PERIOD: Duration = Duration::from_secs(300);
+/// How often the agent refreshes its image cache without `--image-cache-period`.
+pub const DEFAULT_IMAGE_CACHE_PERIOD: Duration = Duration::from_secs(30);
 
 /// The credential provider plugins' config file and bin dir (both or neither).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! [`AgentConfig::resolve`]: defaults, then the file, then the flags, each area resolved by
+//! [`AgentConfig::resolve`]: defaults, then the file, then `--set`, then the flags, each area resolved by
 //! its own module (gc, pull, runtime, warm, process), then validation; and the helpers the
 //! areas share ([`Origin`], [`pick`]). Invariant: every error names the flag or field the
 //! bad value came from.
@@ -18,7 +18,10 @@ use super::pull::{resolve_credential_providers, resolve_pull};
 use super::runtime::{resolve_container_events, resolve_cri, resolve_runtime_pins};
 use super::validate::check_admin_socket;
 use super::warm::resolve_warm;
-use super::{AgentConfig, ConfigError, DEFAULT_ADMIN_SOCKET, DEFAULT_DB, FileConfig, FlagValues};
+use super::{
+    AgentConfig, ConfigError, DEFAULT_ADMIN_SOCKET, DEFAULT_DB, DEFAULT_DETECT_PERIOD,
+    DEFAULT_GC_PERIOD, DEFAULT_IMAGE_CACHE_PERIOD, FileConfig, FlagValues,
+};
 
 impl AgentConfig {
     /// The configuration when no file and no flag sets anything: the defaults
@@ -28,13 +31,20 @@ impl AgentConfig {
     }
 }
 
-/// Where a value came from, for error messages.
+/// Where a value came from, for error messages: the file, or `--set` for the keys it gave.
 pub(super) struct Origin<'a> {
     file: Option<&'a Path>,
+    set: Vec<&'static str>,
 }
 
 impl Origin<'_> {
+    /// `field` (`warmPeriod`, `warm[2]`, `warmFromHistory.maxBytes`) named where its value
+    /// came from: `--set warmPeriod`, or `warmPeriod in /etc/imagekeeper.toml`.
     pub(super) fn field(&self, field: &str) -> String {
+        let key = field.split(['[', '.']).next().unwrap_or(field);
+        if self.set.contains(&key) {
+            return format!("--set {field}");
+        }
         match self.file {
             Some(path) => format!("{field} in {}", path.display()),
             None => field.to_owned(),
@@ -68,14 +78,27 @@ pub(super) fn duration(value: &str, origin: &str) -> Result<Duration, ConfigErro
 }
 
 impl AgentConfig {
-    /// Defaults, then the file, then the flags; then validation. Each part is resolved by
-    /// its own function below, which names the flag or field a bad value came from.
+    /// Defaults, then the file, then `--set` (`flags.set`), then the flags; then validation. Each
+    /// part is resolved by its own area module, which names the flag or field a bad value came
+    /// from.
     pub fn resolve(
         file: &FileConfig,
         file_path: Option<&Path>,
         flags: &FlagValues,
     ) -> Result<AgentConfig, ConfigError> {
-        let o = Origin { file: file_path };
+        // `--set` is the file's keys given on the command line: over the file, under a flag.
+        let mut with_set;
+        let file = if flags.set == FileConfig::default() {
+            file
+        } else {
+            with_set = file.clone();
+            with_set.overlay(&flags.set);
+            &with_set
+        };
+        let o = Origin {
+            file: file_path,
+            set: flags.set.keys_given(),
+        };
         let policy = resolve_gc_policy(file, flags, &o)?;
         let pull = resolve_pull(file, flags, &o)?;
         let pins = resolve_pins(file, flags, &o)?;
@@ -155,13 +178,13 @@ impl AgentConfig {
             detect_period: period(
                 &flags.detect_period,
                 "--detect-period",
-                Duration::from_secs(300),
+                DEFAULT_DETECT_PERIOD,
             )?,
-            gc_period: period(&flags.gc_period, "--gc-period", Duration::from_secs(300))?,
+            gc_period: period(&flags.gc_period, "--gc-period", DEFAULT_GC_PERIOD)?,
             image_cache_period: period(
                 &flags.image_cache_period,
                 "--image-cache-period",
-                Duration::from_secs(30),
+                DEFAULT_IMAGE_CACHE_PERIOD,
             )?,
             credential_providers,
             container_events,
