@@ -190,9 +190,12 @@ mod tests {
         config
     }
 
+    /// A setting's key, the TOML lines that set it, and the same through its flags.
+    type Case = (&'static str, Vec<String>, Option<Vec<String>>);
+
     /// One case per setting: the TOML lines that set it (with the companions its rule needs)
     /// and, where it has a flag, the same through the flags. A new setting needs its case.
-    fn cases(dir: &str) -> Vec<(&'static str, Vec<String>, Option<Vec<String>>)> {
+    fn cases(dir: &str) -> Vec<Case> {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
         let warm_dir = format!("{dir}/warm");
         let providers = format!("{dir}/providers.yaml");

@@ -506,10 +506,10 @@ pub fn parse_set(arg: &str) -> Result<FileConfig, ConfigError> {
         toml::Value::Table(table).try_into::<FileConfig>()
     };
     let text = toml::Value::String(value.to_owned());
+    // `"48h"` is the text 48h; `48h` (not TOML) is too.
     let typed = toml::from_str::<toml::Table>(&format!("v = {value}"))
         .ok()
-        .and_then(|mut t| t.remove("v"))
-        .filter(|v| !v.is_str());
+        .and_then(|mut t| t.remove("v"));
     let parsed = match typed {
         Some(v) => read(v).or_else(|e| read(text).map_err(|_| e)),
         None => read(text),

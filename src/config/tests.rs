@@ -302,3 +302,54 @@ fn unknown_or_mistyped_file_fields_are_errors_naming_the_file_and_the_problem() 
         }
     }
 }
+
+/// Issue 38: `--set KEY=VALUE` reads VALUE as the file would (TOML), else as text, so a
+/// script need not quote a string; a value of the wrong type or an unknown key is refused
+/// naming the key, and a value the resolver refuses is named `--set KEY`.
+#[test]
+fn set_reads_a_value_as_the_file_would_else_as_text() {
+    let set = |arg: &str| parse_set(arg).unwrap_or_else(|e| panic!("{arg}: {e}"));
+    assert_eq!(
+        set("imageGCHighThresholdPercent=90").image_gc_high_threshold_percent,
+        Some(90)
+    );
+    assert_eq!(
+        set("journalMaxAge=48h").journal_max_age.as_deref(),
+        Some("48h")
+    );
+    assert_eq!(
+        set("journalMaxAge=\"48h\"").journal_max_age.as_deref(),
+        Some("48h")
+    );
+    // 0 reads as a number first; the duration field takes it as text.
+    assert_eq!(
+        set("imageMaximumGCAge=0").image_maximum_gc_age.as_deref(),
+        Some("0")
+    );
+    assert_eq!(set("kubeletRootDir=").kubelet_root_dir.as_deref(), Some(""));
+    assert_eq!(
+        set("pinnedImages=[\"a:1\", \"b:*\"]").pinned_images,
+        Some(vec!["a:1".to_owned(), "b:*".to_owned()])
+    );
+    for (arg, says) in [
+        ("nope=1", "--set: unknown key \"nope\""),
+        (
+            "registryBurst=lots",
+            "--set registryBurst: \"lots\": invalid type: string \"lots\"",
+        ),
+        ("noEquals", "--set: \"noEquals\" is not KEY=VALUE"),
+    ] {
+        let err = parse_set(arg).expect_err(arg).to_string();
+        assert!(err.starts_with(says), "{arg}: {err}");
+    }
+    let flags = FlagValues {
+        set: set("journalMaxEntries=0"),
+        ..FlagValues::default()
+    };
+    let err = resolve(&FileConfig::default(), &flags).expect_err("refused");
+    assert!(
+        err.to_string()
+            .starts_with("--set journalMaxEntries: must be between 1"),
+        "{err}"
+    );
+}
