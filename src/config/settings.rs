@@ -475,7 +475,7 @@ macro_rules! config_from_table {
     };
 }
 
-crate::imagekeeper_settings!(config_from_table);
+imagekeeper_settings!(config_from_table);
 
 /// `--set KEY=VALUE`: the file setting `KEY` to `VALUE`, read as the file reads it (a TOML
 /// value: `85`, `true`, `["a", "b"]`, `{ usedWithin = "1h" }`), else as text (`2m`,
