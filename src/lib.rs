@@ -17,6 +17,9 @@ pub mod admin;
 pub mod agent;
 // The injected clock ([`clock::Clock`]); only `SystemClock` reads the wall clock.
 pub mod clock;
+// The agent's configuration: the TOML file, the flags, the field list, each area's resolver
+// and validation.
+pub mod config;
 // The CRI runtime.v1 client and the `ImageRuntime` trait (the only tonic user besides admin).
 pub mod cri;
 // `imagekeeper doctor`: the kubelet's configuration checked against imagekeeper's.

@@ -17,7 +17,6 @@
 //! one, and keeps the running configuration when the file is invalid. [`Agent::detect_state`]
 //! says when the first detect is done (the service manager's readiness, [`Notifier`]).
 
-mod config;
 mod events;
 mod health;
 mod http;
@@ -41,13 +40,15 @@ use tracing::{error, info, warn};
 
 use crate::admin::{AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome};
 use crate::clock::Clock;
+// Child modules name the configuration as `super::config` (it was `agent::config`).
+use crate::config;
 use crate::cri::{CriClient, CriError};
 use crate::gc::{CycleTime, GcError, ImageGcManager, PinView, pin_view, pin_views, stored_images};
 use crate::model::{ImagePin, PinKey, PullOrigin, RuntimeImage, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
 
-pub use config::{
+pub use crate::config::{
     AgentConfig, CONFIG_FIELDS, ConfigError, ConfigField, ContainerEvents, DEFAULT_ADMIN_SOCKET,
     EMPTY_CONFIG_MARKER, FileConfig, FlagValues, MIN_INTENT_MAX_AGE, OnReload, RuntimePins,
 };

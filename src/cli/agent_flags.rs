@@ -1,170 +1,133 @@
-//! The flags shared by `run`, `gc` and `prune`: kubelet's names and defaults, plus ours.
+//! The flags shared by `run`, `gc`, `prune`, `doctor`, `pin` and `restore`: `--config`, the
+//! process-level `--db` and `--admin-socket`, one flag per setting the settings table gives a
+//! flag (`imagekeeper::imagekeeper_settings!`, generated here: kubelet's names and defaults,
+//! deprecated ones hidden and warning), and the generic `--set KEY=VALUE`.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use imagekeeper::agent::{AgentConfig, ConfigSource, FileConfig, FlagValues};
+use imagekeeper::agent::ConfigSource;
+use imagekeeper::config::{
+    AgentConfig, DEFAULT_ADMIN_SOCKET, DEFAULT_DB, FileConfig, FlagStatus, FlagValues, flag_help,
+};
 
 use super::Failure;
 
-#[derive(Args, Debug, Clone)]
-pub struct AgentFlags {
-    /// A TOML file with KubeletConfiguration's field names; flags win over it. `run` reads it
-    /// again on SIGHUP.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// The record database [default: /var/lib/imagekeeper/records.redb].
-    #[arg(long)]
-    pub db: Option<PathBuf>,
-    /// Disk usage percent at or above which GC frees space [default: 85].
-    #[arg(long, allow_negative_numbers = true)]
-    pub image_gc_high_threshold: Option<i64>,
-    /// Disk usage percent GC frees down to [default: 80].
-    #[arg(long, allow_negative_numbers = true)]
-    pub image_gc_low_threshold: Option<i64>,
-    /// Percent of the image filesystem's inodes used at or above which GC removes images
-    /// until inode use is at or below the low inode threshold; with
-    /// --image-gc-low-inodes-threshold [default: off].
-    #[arg(long, allow_negative_numbers = true, value_name = "PERCENT")]
-    pub image_gc_high_inodes_threshold: Option<i64>,
-    /// Percent of inodes used GC frees down to [default: off].
-    #[arg(long, allow_negative_numbers = true, value_name = "PERCENT")]
-    pub image_gc_low_inodes_threshold: Option<i64>,
-    /// When the images' total size is above this (a quantity: 500Gi), GC frees it down to
-    /// --image-gc-low-bytes, whatever the percentage [default: off].
-    #[arg(long, value_name = "SIZE")]
-    pub image_gc_high_bytes: Option<String>,
-    /// The images' total size GC frees down to (a quantity) [default: off].
-    #[arg(long, value_name = "SIZE")]
-    pub image_gc_low_bytes: Option<String>,
-    /// Minimum age of an unused image before GC may remove it, Go syntax [default: 2m].
-    #[arg(long, value_name = "DURATION")]
-    pub minimum_image_ttl_duration: Option<String>,
-    /// Remove images unused for longer than this, Go syntax; 0 disables [default: 0].
-    #[arg(long, value_name = "DURATION")]
-    pub image_maximum_gc_age: Option<String>,
-    /// Pull one image at a time [default: true].
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub serialize_image_pulls: Option<bool>,
-    /// Maximum parallel pulls when not serialized [default: unlimited].
-    #[arg(long, allow_negative_numbers = true)]
-    pub max_parallel_image_pulls: Option<i32>,
-    /// Registry pull QPS; 0 means no limit [default: 5].
-    #[arg(long, allow_negative_numbers = true)]
-    pub registry_qps: Option<f64>,
-    /// Burst of registry pulls [default: 10].
-    #[arg(long, allow_negative_numbers = true)]
-    pub registry_burst: Option<i64>,
-    /// The sandbox (pause) image; always treated as in use (the runtime's own answer first
-    /// with --protect-irreplaceable).
-    #[arg(long, value_name = "IMAGE")]
-    pub pod_infra_container_image: Option<String>,
-    /// Keep the images that cannot come back: the runtime's sandbox image (from its CRI
-    /// status, else --pod-infra-container-image) and images with no repo digest (imported or
-    /// side-loaded) [default: true].
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub protect_irreplaceable: Option<bool>,
-    /// The CRI runtime endpoint [default: unix:///run/containerd/containerd.sock].
-    #[arg(long, value_name = "URL")]
-    pub container_runtime_endpoint: Option<String>,
-    /// A separate CRI image-service endpoint [default: the runtime endpoint].
-    #[arg(long, value_name = "URL")]
-    pub image_service_endpoint: Option<String>,
-    /// Never collect images whose tags or digests match (exact, or ending in *); repeatable.
-    #[arg(long = "pinned-image", value_name = "PATTERN")]
-    pub pinned_images: Vec<String>,
-    /// The kubelet's root directory: its image pull records (image_manager/) are read, never
-    /// written; empty disables [default: /var/lib/kubelet].
-    #[arg(long, value_name = "DIR")]
-    pub kubelet_root_dir: Option<String>,
-    /// How old (file mtime) a kubelet pull intent may be and still keep the images it names,
-    /// Go syntax, at least 1m [default: 24h].
-    #[arg(long, value_name = "DURATION")]
-    pub kubelet_intent_max_age: Option<String>,
-    /// Watch the runtime's container events (auto) or not (off: beside a kubelet with the
-    /// EventedPLEG gate on, on runtimes that serve the events to one subscriber only)
-    /// [default: auto].
-    #[arg(long, value_name = "auto|off")]
-    pub container_events: Option<String>,
-    /// Label every image imagekeeper keeps (pins, present warm entries, irreplaceable images)
-    /// io.cri-containerd.pinned=pinned in containerd, so the kubelet's image GC and eviction
-    /// manager spare it (auto: on containerd 1.7.3 and later, off by itself elsewhere; off:
-    /// never) [default: auto].
-    #[arg(long, value_name = "auto|off")]
-    pub runtime_pins: Option<String>,
-    /// containerd's own API socket for the runtime pins' labels [default: the CRI runtime
-    /// endpoint].
-    #[arg(long, value_name = "ENDPOINT")]
-    pub containerd_address: Option<String>,
-    /// The order the space pass removes images in: kubelet-order (least recently used
-    /// first, as the kubelet), adaptive (one-off images first, then by how likely each is
-    /// to come back) or predictive (the furthest estimated next use first, from each image's
-    /// history) [default: kubelet-order].
-    #[arg(long, value_name = "kubelet-order|adaptive|predictive")]
-    pub image_gc_policy: Option<String>,
-    /// How long the eviction journal keeps a removal, Go syntax [default: 720h].
-    #[arg(long, value_name = "DURATION")]
-    pub journal_max_age: Option<String>,
-    /// How many removals the eviction journal keeps [default: 10000].
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub journal_max_entries: Option<i64>,
-    /// The agent's admin socket [default: /run/imagekeeper/admin.sock].
-    #[arg(long, value_name = "PATH")]
-    pub admin_socket: Option<PathBuf>,
-    /// A directory of warm set files (YAML or JSON, `warm:` lists; a mounted ConfigMap): the
-    /// images the node keeps present ahead of use and GC keeps; `run` reads it again on SIGHUP
-    /// and, with --config-watch-period, when a file changes.
-    #[arg(long, value_name = "DIR")]
-    pub warm_set_dir: Option<PathBuf>,
+/// Whether a flag was given: `Some`, or a repeatable flag given at least once.
+trait Given {
+    fn given(&self) -> bool;
 }
 
-impl AgentFlags {
-    pub fn values(&self) -> FlagValues {
-        FlagValues {
-            db: self.db.clone(),
-            image_gc_high_threshold: self.image_gc_high_threshold,
-            image_gc_low_threshold: self.image_gc_low_threshold,
-            image_gc_high_inodes_threshold: self.image_gc_high_inodes_threshold,
-            image_gc_low_inodes_threshold: self.image_gc_low_inodes_threshold,
-            image_gc_high_bytes: self.image_gc_high_bytes.clone(),
-            image_gc_low_bytes: self.image_gc_low_bytes.clone(),
-            minimum_image_ttl_duration: self.minimum_image_ttl_duration.clone(),
-            image_maximum_gc_age: self.image_maximum_gc_age.clone(),
-            serialize_image_pulls: self.serialize_image_pulls,
-            max_parallel_image_pulls: self.max_parallel_image_pulls,
-            registry_qps: self.registry_qps,
-            registry_burst: self.registry_burst,
-            pod_infra_container_image: self.pod_infra_container_image.clone(),
-            protect_irreplaceable: self.protect_irreplaceable,
-            container_runtime_endpoint: self.container_runtime_endpoint.clone(),
-            image_service_endpoint: self.image_service_endpoint.clone(),
-            pinned_images: self.pinned_images.clone(),
-            kubelet_root_dir: self.kubelet_root_dir.clone(),
-            kubelet_intent_max_age: self.kubelet_intent_max_age.clone(),
-            container_events: self.container_events.clone(),
-            runtime_pins: self.runtime_pins.clone(),
-            containerd_address: self.containerd_address.clone(),
-            image_gc_policy: self.image_gc_policy.clone(),
-            journal_max_age: self.journal_max_age.clone(),
-            journal_max_entries: self.journal_max_entries,
-            admin_socket: self.admin_socket.clone(),
-            warm_set_dir: self.warm_set_dir.clone(),
-            ..FlagValues::default()
-        }
+impl<T> Given for Option<T> {
+    fn given(&self) -> bool {
+        self.is_some()
     }
+}
 
+impl<T> Given for Vec<T> {
+    fn given(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
+/// `--set KEY=VALUE`, read as the file reads KEY ([`imagekeeper::config::parse_set`]).
+fn parse_set(arg: &str) -> Result<FileConfig, String> {
+    imagekeeper::config::parse_set(arg).map_err(|e| e.to_string())
+}
+
+/// The binary's callback of the settings table: the clap flags, [`AgentFlags::values`] and
+/// the deprecation warnings.
+macro_rules! agent_flags_from_table {
+    ($( {
+        key: $key:literal,
+        field: $field:ident : $ty:ty,
+        flag: [ $( $ff:ident : $fty:ty = $fname:literal, $status:ident, ( $($fattr:tt)* ) )? ],
+        kubelet: [ $( $kubelet:literal )? ],
+        default: $default:expr,
+        reload: $reload:ident,
+        help: $help:literal $(,)?
+    } )*) => {
+        #[derive(Args, Debug, Clone)]
+        pub struct AgentFlags {
+            /// A TOML file with KubeletConfiguration's field names (the keys of
+            /// docs/src/reference/config.md); --set and flags win over it. `run` reads it again
+            /// on SIGHUP.
+            #[arg(long, value_name = "FILE")]
+            pub config: Option<PathBuf>,
+            #[arg(long, value_name = "PATH", help = format!("The record database [default: {DEFAULT_DB}]."))]
+            pub db: Option<PathBuf>,
+            #[arg(long, value_name = "PATH", help = format!("The agent's admin socket [default: {DEFAULT_ADMIN_SOCKET}]."))]
+            pub admin_socket: Option<PathBuf>,
+            /// Set a config file key, as the file would (repeatable): VALUE is read as TOML
+            /// (85, true, ["a","b"], {usedWithin="1h"}), else as text (2m, 500Gi). Over the file,
+            /// under a flag; the keys: docs/src/reference/config.md.
+            #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_set)]
+            pub set: Vec<FileConfig>,
+            $( $(
+                #[arg(
+                    long = $fname,
+                    hide = FlagStatus::$status.hidden(),
+                    help = flag_help($key),
+                    $($fattr)*
+                )]
+                pub $ff: $fty,
+            )? )*
+        }
+
+        impl AgentFlags {
+            /// The flags given, the `--set`s folded in order (a later one wins).
+            pub fn values(&self) -> FlagValues {
+                let mut set = FileConfig::default();
+                for one in &self.set {
+                    set.overlay(one);
+                }
+                FlagValues {
+                    db: self.db.clone(),
+                    admin_socket: self.admin_socket.clone(),
+                    set,
+                    $( $( $ff: self.$ff.clone(), )? )*
+                    ..FlagValues::default()
+                }
+            }
+
+            /// One line on stderr per deprecated flag given, naming the key that replaces it.
+            pub fn warn_deprecated(&self) {
+                for line in self.deprecations() {
+                    eprintln!("{line}");
+                }
+            }
+
+            /// The deprecation warnings of the flags given.
+            pub fn deprecations(&self) -> Vec<String> {
+                let mut lines = Vec::new();
+                $( $(
+                    if FlagStatus::$status == FlagStatus::Deprecated && self.$ff.given() {
+                        lines.push(format!(
+                            "warning: --{} is deprecated; use --set {}=... or the config file key {}",
+                            $fname, $key, $key
+                        ));
+                    }
+                )? )*
+                lines
+            }
+        }
+    };
+}
+
+imagekeeper::imagekeeper_settings!(agent_flags_from_table);
+
+impl AgentFlags {
     /// Where the configuration comes from: the file and the flags given (plus `extra`, the
-    /// flags of `run` alone). A reload reads the same source again.
+    /// flags of `run` alone). A reload reads the same source again. Warns once per deprecated
+    /// flag given.
     pub fn source(&self, extra: FlagValues) -> ConfigSource {
+        self.warn_deprecated();
         let mut flags = self.values();
         flags.metrics_address = extra.metrics_address;
         flags.detect_period = extra.detect_period;
         flags.gc_period = extra.gc_period;
         flags.image_cache_period = extra.image_cache_period;
-        flags.image_credential_provider_config = extra.image_credential_provider_config;
-        flags.image_credential_provider_bin_dir = extra.image_credential_provider_bin_dir;
-        flags.warm_period = extra.warm_period;
         ConfigSource {
             file: self.config.clone(),
             flags,
@@ -186,4 +149,455 @@ pub fn resolve_source(source: &ConfigSource) -> Result<AgentConfig, Failure> {
     AgentConfig::resolve(&file, source.file.as_deref(), &source.flags)
         .context("invalid configuration")
         .map_err(Failure::usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+    use imagekeeper::config::CONFIG_FIELDS;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Flags {
+        #[command(flatten)]
+        flags: AgentFlags,
+    }
+
+    fn parse(args: &[&str]) -> Result<AgentFlags, clap::Error> {
+        let argv = std::iter::once("imagekeeper").chain(args.iter().copied());
+        Flags::try_parse_from(argv).map(|f| f.flags)
+    }
+
+    /// The configuration `args` give, without a file.
+    fn resolved(args: &[&str]) -> AgentConfig {
+        let flags = parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        without_origins(
+            AgentConfig::resolve(&FileConfig::default(), None, &flags.values())
+                .unwrap_or_else(|e| panic!("{args:?}: {e}")),
+        )
+    }
+
+    /// The configuration with its warm entries' origins (`warm[0] in FILE`, `--set warm[0]`:
+    /// where each came from, for messages) left out: the values are what must match.
+    fn without_origins(mut config: AgentConfig) -> AgentConfig {
+        let mut entries = config.gc.warm.entries().to_vec();
+        for entry in &mut entries {
+            entry.origin.clear();
+        }
+        let from_history = config.gc.warm.from_history;
+        config.gc.warm = imagekeeper::warm::WarmSet::new(entries).with_from_history(from_history);
+        config
+    }
+
+    /// A setting's key, the TOML lines that set it, and the same through its flags.
+    type Case = (&'static str, Vec<String>, Option<Vec<String>>);
+
+    /// One case per setting: the TOML lines that set it (with the companions its rule needs)
+    /// and, where it has a flag, the same through the flags. A new setting needs its case.
+    fn cases(dir: &str) -> Vec<Case> {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+        let warm_dir = format!("{dir}/warm");
+        let providers = format!("{dir}/providers.yaml");
+        vec![
+            (
+                "imageGCHighThresholdPercent",
+                s(&["imageGCHighThresholdPercent = 90"]),
+                Some(s(&["--image-gc-high-threshold", "90"])),
+            ),
+            (
+                "imageGCLowThresholdPercent",
+                s(&["imageGCLowThresholdPercent = 70"]),
+                Some(s(&["--image-gc-low-threshold", "70"])),
+            ),
+            (
+                "imageGCHighInodesThresholdPercent",
+                s(&[
+                    "imageGCHighInodesThresholdPercent = 90",
+                    "imageGCLowInodesThresholdPercent = 60",
+                ]),
+                Some(s(&[
+                    "--image-gc-high-inodes-threshold",
+                    "90",
+                    "--image-gc-low-inodes-threshold",
+                    "60",
+                ])),
+            ),
+            (
+                "imageGCLowInodesThresholdPercent",
+                s(&[
+                    "imageGCHighInodesThresholdPercent = 95",
+                    "imageGCLowInodesThresholdPercent = 50",
+                ]),
+                Some(s(&[
+                    "--image-gc-high-inodes-threshold",
+                    "95",
+                    "--image-gc-low-inodes-threshold",
+                    "50",
+                ])),
+            ),
+            (
+                "imageGCHighBytes",
+                s(&["imageGCHighBytes = \"2Gi\"", "imageGCLowBytes = 1073741824"]),
+                Some(s(&[
+                    "--image-gc-high-bytes",
+                    "2Gi",
+                    "--image-gc-low-bytes",
+                    "1Gi",
+                ])),
+            ),
+            (
+                "imageGCLowBytes",
+                s(&["imageGCHighBytes = \"3G\"", "imageGCLowBytes = \"1G\""]),
+                Some(s(&[
+                    "--image-gc-high-bytes",
+                    "3G",
+                    "--image-gc-low-bytes",
+                    "1G",
+                ])),
+            ),
+            (
+                "imageMinimumGCAge",
+                s(&["imageMinimumGCAge = \"5m\""]),
+                Some(s(&["--minimum-image-ttl-duration", "5m"])),
+            ),
+            (
+                "imageMaximumGCAge",
+                s(&["imageMaximumGCAge = \"72h\""]),
+                Some(s(&["--image-maximum-gc-age", "72h"])),
+            ),
+            (
+                "serializeImagePulls",
+                s(&["serializeImagePulls = false"]),
+                Some(s(&["--serialize-image-pulls", "false"])),
+            ),
+            (
+                "maxParallelImagePulls",
+                s(&["serializeImagePulls = false", "maxParallelImagePulls = 3"]),
+                Some(s(&[
+                    "--serialize-image-pulls",
+                    "false",
+                    "--max-parallel-image-pulls",
+                    "3",
+                ])),
+            ),
+            (
+                "registryPullQPS",
+                s(&["registryPullQPS = 2.5"]),
+                Some(s(&["--registry-qps", "2.5"])),
+            ),
+            (
+                "registryBurst",
+                s(&["registryBurst = 20"]),
+                Some(s(&["--registry-burst", "20"])),
+            ),
+            (
+                "pinnedImages",
+                s(&["pinnedImages = [\"registry.k8s.io/pause:*\", \"busybox:1\"]"]),
+                Some(s(&[
+                    "--pinned-image",
+                    "registry.k8s.io/pause:*",
+                    "--pinned-image",
+                    "busybox:1",
+                ])),
+            ),
+            (
+                "podInfraContainerImage",
+                s(&["podInfraContainerImage = \"registry.k8s.io/pause:3.10\""]),
+                Some(s(&[
+                    "--pod-infra-container-image",
+                    "registry.k8s.io/pause:3.10",
+                ])),
+            ),
+            (
+                "protectIrreplaceable",
+                s(&["protectIrreplaceable = false"]),
+                Some(s(&["--protect-irreplaceable", "false"])),
+            ),
+            (
+                "containerRuntimeEndpoint",
+                s(&["containerRuntimeEndpoint = \"unix:///run/crio/crio.sock\""]),
+                Some(s(&[
+                    "--container-runtime-endpoint",
+                    "unix:///run/crio/crio.sock",
+                ])),
+            ),
+            (
+                "imageServiceEndpoint",
+                s(&["imageServiceEndpoint = \"unix:///run/images.sock\""]),
+                Some(s(&["--image-service-endpoint", "unix:///run/images.sock"])),
+            ),
+            (
+                "kubeletRootDir",
+                s(&["kubeletRootDir = \"\""]),
+                Some(s(&["--kubelet-root-dir", ""])),
+            ),
+            (
+                "kubeletIntentMaxAge",
+                s(&["kubeletIntentMaxAge = \"2h\""]),
+                Some(s(&["--kubelet-intent-max-age", "2h"])),
+            ),
+            (
+                "containerEvents",
+                s(&["containerEvents = \"off\""]),
+                Some(s(&["--container-events", "off"])),
+            ),
+            (
+                "runtimePins",
+                s(&["runtimePins = \"off\""]),
+                Some(s(&["--runtime-pins", "off"])),
+            ),
+            (
+                "containerdAddress",
+                s(&["containerdAddress = \"/run/k3s/containerd/containerd.sock\""]),
+                Some(s(&[
+                    "--containerd-address",
+                    "/run/k3s/containerd/containerd.sock",
+                ])),
+            ),
+            (
+                "imageGCPolicy",
+                s(&["imageGCPolicy = \"predictive\""]),
+                Some(s(&["--image-gc-policy", "predictive"])),
+            ),
+            (
+                "journalMaxAge",
+                s(&["journalMaxAge = \"48h\""]),
+                Some(s(&["--journal-max-age", "48h"])),
+            ),
+            (
+                "journalMaxEntries",
+                s(&["journalMaxEntries = 500"]),
+                Some(s(&["--journal-max-entries", "500"])),
+            ),
+            (
+                "imageCredentialProviderConfig",
+                vec![
+                    format!("imageCredentialProviderConfig = \"{providers}\""),
+                    format!("imageCredentialProviderBinDir = \"{dir}\""),
+                ],
+                Some(vec![
+                    "--image-credential-provider-config".into(),
+                    providers.clone(),
+                    "--image-credential-provider-bin-dir".into(),
+                    dir.into(),
+                ]),
+            ),
+            (
+                "imageCredentialProviderBinDir",
+                vec![
+                    format!("imageCredentialProviderConfig = \"{dir}/other.yaml\""),
+                    format!("imageCredentialProviderBinDir = \"{dir}/bin\""),
+                ],
+                Some(vec![
+                    "--image-credential-provider-config".into(),
+                    format!("{dir}/other.yaml"),
+                    "--image-credential-provider-bin-dir".into(),
+                    format!("{dir}/bin"),
+                ]),
+            ),
+            (
+                "warm",
+                s(&[
+                    "warm = [{ image = \"registry.k8s.io/pause:3.10\" }, { image = \"busybox:1\", size = \"5Mi\" }]",
+                ]),
+                None,
+            ),
+            (
+                "warmSetDir",
+                vec![format!("warmSetDir = \"{warm_dir}\"")],
+                Some(vec!["--warm-set-dir".into(), warm_dir.clone()]),
+            ),
+            (
+                "warmPeriod",
+                s(&["warmPeriod = \"10m\""]),
+                Some(s(&["--warm-period", "10m"])),
+            ),
+            ("warmParallelPulls", s(&["warmParallelPulls = 4"]), None),
+            (
+                "warmFromHistory",
+                s(&["warmFromHistory = { usedWithin = \"2h\", maxBytes = \"5Gi\" }"]),
+                None,
+            ),
+        ]
+    }
+
+    /// Issue 38: every setting the table declares reaches the same resolved value from its
+    /// file key, from `--set key=value` and from its flag where it has one; and each case
+    /// changes something from the defaults (a setting no path reaches would pass otherwise).
+    #[test]
+    fn every_setting_resolves_the_same_from_the_file_set_and_its_flag() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().to_str().expect("utf8");
+        std::fs::create_dir(dir.path().join("warm")).expect("warm dir");
+        std::fs::write(
+            dir.path().join("warm/a.yaml"),
+            "warm:\n  - image: registry.k8s.io/pause:3.10\n",
+        )
+        .expect("warm file");
+        let cases = cases(root);
+        let covered: Vec<&str> = cases.iter().map(|(key, _, _)| *key).collect();
+        let keys: Vec<&str> = CONFIG_FIELDS.iter().map(|f| f.key).collect();
+        assert_eq!(
+            covered, keys,
+            "every declared setting needs its round-trip case"
+        );
+        let defaults = AgentConfig::defaults().expect("the defaults are valid");
+        for (key, lines, flags) in &cases {
+            let text = lines.join("\n");
+            let file: FileConfig =
+                toml::from_str(&text).unwrap_or_else(|e| panic!("{key}: {text}: {e}"));
+            let from_file = without_origins(
+                AgentConfig::resolve(
+                    &file,
+                    Some(std::path::Path::new("/f.toml")),
+                    &FlagValues::default(),
+                )
+                .unwrap_or_else(|e| panic!("{key}: {text}: {e}")),
+            );
+            assert_ne!(from_file, defaults, "{key}: the case changes nothing");
+            let mut set_args = Vec::new();
+            for line in lines {
+                let (k, v) = line.split_once(" = ").expect("key = value");
+                // A string is given as plain text: --set needs no TOML quoting for one.
+                let v = v
+                    .strip_prefix('"')
+                    .and_then(|v| v.strip_suffix('"'))
+                    .unwrap_or(v);
+                set_args.push("--set".to_owned());
+                set_args.push(format!("{k}={v}"));
+            }
+            let set_args: Vec<&str> = set_args.iter().map(String::as_str).collect();
+            assert_eq!(resolved(&set_args), from_file, "{key}: --set {set_args:?}");
+            let field = CONFIG_FIELDS
+                .iter()
+                .find(|f| f.key == *key)
+                .expect("declared");
+            assert_eq!(
+                field.flag_name.is_some(),
+                flags.is_some(),
+                "{key}: the flag"
+            );
+            if let Some(flags) = flags {
+                let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+                assert_eq!(resolved(&flags), from_file, "{key}: {flags:?}");
+            }
+        }
+    }
+
+    /// Issue 38: every old flag still works (the round trip above) and, when deprecated, says
+    /// so once, naming the key that replaces it; a kept flag and `--set` warn nothing.
+    #[test]
+    fn a_deprecated_flag_still_works_and_warns_naming_its_key() {
+        let old = parse(&[
+            "--journal-max-age",
+            "48h",
+            "--pinned-image",
+            "a:1",
+            "--pinned-image",
+            "b:2",
+        ])
+        .expect("the old flags parse");
+        assert_eq!(
+            old.deprecations(),
+            [
+                "warning: --pinned-image is deprecated; use --set pinnedImages=... or the config file key pinnedImages",
+                "warning: --journal-max-age is deprecated; use --set journalMaxAge=... or the config file key journalMaxAge",
+            ]
+        );
+        let new = parse(&[
+            "--set",
+            "journalMaxAge=48h",
+            "--set",
+            "pinnedImages=[\"a:1\", \"b:2\"]",
+        ])
+        .expect("--set parses");
+        assert!(new.deprecations().is_empty());
+        assert_eq!(
+            AgentConfig::resolve(&FileConfig::default(), None, &old.values()).expect("valid"),
+            AgentConfig::resolve(&FileConfig::default(), None, &new.values()).expect("valid"),
+        );
+        let kept = parse(&["--image-gc-high-threshold", "90"]).expect("parses");
+        assert!(kept.deprecations().is_empty());
+        for field in CONFIG_FIELDS {
+            if let (Some(name), Some(status)) = (field.flag_name, field.flag_status) {
+                let arg = Flags::command()
+                    .get_arguments()
+                    .find(|a| a.get_long().map(|l| format!("--{l}")).as_deref() == Some(name))
+                    .cloned()
+                    .unwrap_or_else(|| panic!("{name} is a flag"));
+                assert_eq!(
+                    arg.is_hide_set(),
+                    status == FlagStatus::Deprecated,
+                    "{name}"
+                );
+            }
+        }
+    }
+
+    /// Issue 38: a flag given wins over `--set`, which wins over the file; the later of two
+    /// `--set`s of one key wins.
+    #[test]
+    fn a_flag_wins_over_set_which_wins_over_the_file() {
+        let file: FileConfig =
+            toml::from_str("imageGCHighThresholdPercent = 95\njournalMaxEntries = 7")
+                .expect("toml");
+        let both = parse(&[
+            "--set",
+            "imageGCHighThresholdPercent=91",
+            "--set",
+            "imageGCHighThresholdPercent=92",
+            "--image-gc-high-threshold",
+            "93",
+            "--set",
+            "journalMaxEntries=8",
+        ])
+        .expect("parses");
+        let c = AgentConfig::resolve(&file, None, &both.values()).expect("valid");
+        assert_eq!(c.gc.policy.high_threshold_percent, 93);
+        assert_eq!(c.gc.journal_retention.map(|r| r.max_entries), Some(8));
+        let set = parse(&[
+            "--set",
+            "imageGCHighThresholdPercent=91",
+            "--set",
+            "imageGCHighThresholdPercent=92",
+        ])
+        .expect("parses");
+        let c = AgentConfig::resolve(&file, None, &set.values()).expect("valid");
+        assert_eq!(c.gc.policy.high_threshold_percent, 92);
+    }
+
+    /// Issue 38: `--set` with an unknown key or a value of the wrong type is a usage error
+    /// (exit 2, as a malformed flag) naming the key; a value the resolver refuses names
+    /// `--set KEY`.
+    #[test]
+    fn set_with_an_unknown_key_or_a_bad_value_is_a_usage_error_naming_it() {
+        for (arg, says) in [
+            ("notAKey=1", "unknown key \"notAKey\""),
+            (
+                "imageGCHighThresholdPercent=abc",
+                "imageGCHighThresholdPercent: \"abc\": invalid type: string \"abc\", expected i64",
+            ),
+            ("pinnedImages=busybox", "pinnedImages"),
+            ("noEquals", "is not KEY=VALUE"),
+        ] {
+            let err = parse(&["--set", arg]).expect_err(arg);
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{arg}");
+            assert_eq!(
+                err.exit_code(),
+                i32::from(super::super::EXIT_USAGE),
+                "{arg}"
+            );
+            assert!(err.to_string().contains(says), "{arg}: {err}");
+        }
+        let flags = parse(&["--set", "imageGCHighThresholdPercent=200"]).expect("parses");
+        let err = resolve_source(&flags.source(FlagValues::default())).expect_err("refused");
+        assert_eq!(err.code, super::super::EXIT_USAGE);
+        assert!(
+            format!("{:#}", err.error)
+                .contains("--set imageGCHighThresholdPercent: invalid HighThresholdPercent 200"),
+            "{:#}",
+            err.error
+        );
+    }
 }

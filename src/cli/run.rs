@@ -10,6 +10,7 @@ use imagekeeper::agent::{Agent, DetectState, FlagValues, Listeners};
 use imagekeeper::agent::{HttpEndpoints, HttpLimits, serve_probes};
 use imagekeeper::agent::{Notifier, notify_reloading_message, notify_status};
 use imagekeeper::clock::SystemClock;
+use imagekeeper::config::{DEFAULT_DETECT_PERIOD, DEFAULT_GC_PERIOD, DEFAULT_IMAGE_CACHE_PERIOD};
 use tracing::{info, warn};
 
 use super::agent_flags::{AgentFlags, resolve_source};
@@ -22,32 +23,20 @@ pub struct RunArgs {
     /// Serve Prometheus metrics on this address (HOST:PORT); off when absent.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_address: Option<String>,
-    /// Serve /healthz and /readyz alone on this address (HOST:PORT), for the kubelet's
-    /// probes, with connection slots of its own, apart from the metrics listener: best on
-    /// loopback, where no pod can flood it, as the kubelet's own healthz (127.0.0.1:10248 by
-    /// default) [default: 127.0.0.1:9898, given up with a warning when that port is taken;
-    /// "" turns it off].
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", help = format!(
+        "Serve /healthz and /readyz alone on this address (HOST:PORT), for the kubelet's \
+         probes, with connection slots of its own, apart from the metrics listener: best on \
+         loopback, where no pod can flood it, as the kubelet's own healthz (127.0.0.1:10248 by \
+         default) [default: {DEFAULT_HEALTHZ_ADDRESS}, given up with a warning when that port \
+         is taken; \"\" turns it off]."
+    ))]
     healthz_address: Option<String>,
-    /// How often to detect images [default: 5m].
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help = period_help("detect images", DEFAULT_DETECT_PERIOD))]
     detect_period: Option<String>,
-    /// How often to run image GC [default: 5m].
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help = period_help("run image GC", DEFAULT_GC_PERIOD))]
     gc_period: Option<String>,
-    /// How often to refresh the image cache [default: 30s].
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help = period_help("refresh the image cache", DEFAULT_IMAGE_CACHE_PERIOD))]
     image_cache_period: Option<String>,
-    /// How often the warm cycle pulls missing warm images [default: 1m].
-    #[arg(long, value_name = "DURATION")]
-    warm_period: Option<String>,
-    /// The kubelet's CredentialProviderConfig: exec plugins that give registry credentials
-    /// to the agent's pulls (needs --image-credential-provider-bin-dir).
-    #[arg(long, value_name = "FILE")]
-    image_credential_provider_config: Option<std::path::PathBuf>,
-    /// Where the credential provider plugins' executables are.
-    #[arg(long, value_name = "DIR")]
-    image_credential_provider_bin_dir: Option<std::path::PathBuf>,
     /// How long the cycle in flight may run on after SIGTERM/SIGINT, in seconds.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_seconds: u64,
@@ -72,6 +61,14 @@ pub struct RunArgs {
     /// without a restart. 0s (the default): only on SIGHUP.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_watch_period)]
     config_watch_period: Duration,
+}
+
+/// A loop period flag's help, its default from the configuration's constant.
+fn period_help(what: &str, default: Duration) -> String {
+    format!(
+        "How often to {what} [default: {}].",
+        imagekeeper::format::go_duration(default)
+    )
 }
 
 /// Where the probes are served without `--healthz-address` (the DaemonSet's port).
@@ -100,9 +97,6 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         detect_period: args.detect_period.clone(),
         gc_period: args.gc_period.clone(),
         image_cache_period: args.image_cache_period.clone(),
-        warm_period: args.warm_period.clone(),
-        image_credential_provider_config: args.image_credential_provider_config.clone(),
-        image_credential_provider_bin_dir: args.image_credential_provider_bin_dir.clone(),
         ..FlagValues::default()
     });
     let config = resolve_source(&source)?;
@@ -562,5 +556,33 @@ mod tests {
             imagekeeper::warm::MAX_WARM_FILES + 1
         );
         assert_eq!(stats.get(), 3 + 3 + imagekeeper::warm::MAX_WARM_FILES + 1);
+    }
+
+    /// Issue 38: `imagekeeper run --help` lists at most 30 options (the kubelet-named and
+    /// process-level flags, `--set`; the deprecated ones hidden), each once.
+    #[test]
+    fn run_help_lists_at_most_30_options() {
+        use clap::Parser;
+        let help = super::super::Cli::try_parse_from(["imagekeeper", "run", "--help"])
+            .expect_err("--help stops the parse")
+            .to_string();
+        let options: Vec<&str> = help
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| l.starts_with("--") || l.starts_with("-h, --"))
+            .collect();
+        assert!(
+            options.len() <= 30,
+            "{} options: {options:#?}",
+            options.len()
+        );
+        assert!(
+            options.iter().any(|o| o.starts_with("--set <KEY=VALUE>")),
+            "{help}"
+        );
+        assert!(
+            !help.contains("--journal-max-age"),
+            "a deprecated flag is hidden"
+        );
     }
 }

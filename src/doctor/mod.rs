@@ -11,7 +11,7 @@ mod kubelet_config;
 
 use serde::Serialize;
 
-use crate::agent::{AgentConfig, ContainerEvents};
+use crate::config::{AgentConfig, ContainerEvents};
 use crate::kubelet::StaleIntent;
 use crate::model::{ImageFsStats, RuntimeImage, UnixNanos};
 use crate::warm::WarmState;
@@ -186,7 +186,7 @@ const KEEPS_UNSEEN: &str = "the kubelet's image GC and eviction manager cannot s
 /// what it means; a keep not carried while pins are on is a conflict.
 fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
     let name = "runtime-pins";
-    if input.imagekeeper.runtime_pins == crate::agent::RuntimePins::Off {
+    if input.imagekeeper.runtime_pins == crate::config::RuntimePins::Off {
         return Finding::not_checked(
             name,
             format!("runtime pins are off (--runtime-pins off): {KEEPS_UNSEEN}"),
@@ -206,7 +206,7 @@ fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
             );
         }
     };
-    if let Err(why) = crate::agent::runtime_carries_pins(version) {
+    if let Err(why) = crate::config::runtime_carries_pins(version) {
         return Finding::not_checked(
             name,
             format!("runtime pins are off (--runtime-pins auto): {why}: {KEEPS_UNSEEN}"),

@@ -2,7 +2,7 @@
 //! settings.
 
 use super::*;
-use crate::agent::{FileConfig, FlagValues};
+use crate::config::{FileConfig, FlagValues};
 use crate::model::ImageId;
 
 const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";

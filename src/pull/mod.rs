@@ -174,8 +174,8 @@ pub enum InvalidPullSetting {
 }
 
 /// Invalid pull settings: every rule [`PullConfig::validate`] found broken, in kubelet's
-/// order. The agent's [`crate::agent::ConfigError`] wraps it (`ConfigError::Pull`), naming
-/// the flag or file field it came from.
+/// order. It is pull's own error: the configuration (a layer above, `config::ConfigError::Pull`)
+/// wraps it, naming the flag or file field it came from.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub struct PullConfigError(pub Vec<InvalidPullSetting>);
 

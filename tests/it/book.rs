@@ -163,10 +163,12 @@ fn metrics_page() -> String {
 fn config_page() -> String {
     let defaults = AgentConfig::defaults().expect("the defaults are valid");
     let mut page = String::from("# Configuration fields\n\n");
-    page.push_str(&header("`CONFIG_FIELDS` in src/agent/config.rs"));
+    page.push_str(&header("the settings table in src/config/settings.rs"));
     page.push_str(
         "\nThe fields of the `--config` file (TOML, KubeletConfiguration's field names), the \
-         `run` flag that overrides each (a flag wins over the file), the kubelet setting it \
+         `run` flag that overrides each, or `--set KEY=VALUE` for the keys that have no flag or \
+         whose flag is deprecated (a flag wins over `--set`, which wins over the file), the \
+         kubelet setting it \
          matches (none: imagekeeper's own), its default, and whether a reload (SIGHUP, \
          `--config-watch-period`) applies it or it waits for a restart. Durations use Go's \
          syntax (`90s`, `2m`, `1h30m`). How the file is read and reloaded: \

@@ -1,0 +1,57 @@
+//! The configuration's one error type: a bad setting named by the flag or file field that
+//! holds it, a config file that cannot be read or parsed, or pull settings that break the
+//! kubelet's validation. Invariant: every message names where the bad value came from.
+
+use std::path::PathBuf;
+
+use crate::pull::PullConfigError;
+
+/// A bad setting: `origin` is the flag (`--registry-qps`) or the file field
+/// (`registryPullQPS in /etc/imagekeeper.toml`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+    #[error("config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+    /// The pull settings break kubelet's validation; `origin` is the flag or field set last
+    /// (`pull settings` when none was set).
+    #[error("{origin}: {source}")]
+    Pull {
+        origin: String,
+        #[source]
+        source: PullConfigError,
+    },
+}
+
+impl From<PullConfigError> for ConfigError {
+    /// Pull settings that did not come through [`AgentConfig::resolve`]'s flags or file.
+    fn from(source: PullConfigError) -> ConfigError {
+        ConfigError::Pull {
+            origin: "pull settings".to_owned(),
+            source,
+        }
+    }
+}
+
+impl ConfigError {
+    /// The message on one line, for a log line or a status: the TOML parser's source excerpt
+    /// (the `|` lines) is left out, its position and message kept.
+    pub fn one_line(&self) -> String {
+        let text = self.to_string();
+        let mut parts = text.lines().map(str::trim).filter(|line| {
+            let excerpt = line.starts_with('|')
+                || line
+                    .split_once(" |")
+                    .is_some_and(|(n, _)| n.chars().all(|c| c.is_ascii_digit()));
+            !line.is_empty() && !excerpt
+        });
+        let mut out = parts.next().unwrap_or_default().to_owned();
+        for part in parts {
+            out.push_str(": ");
+            out.push_str(part);
+        }
+        out
+    }
+}

@@ -1,0 +1,355 @@
+//! Tests across the settings: the field list, precedence, every bad value's origin, the
+//! file's parse errors.
+
+use std::path::Path;
+
+use super::*;
+use crate::cri::DEFAULT_RUNTIME_ENDPOINT;
+use crate::gc::GcPolicy;
+
+/// The documented fields are the file's fields: the key list serde gives for an unknown
+/// field is exactly [`CONFIG_FIELDS`]' keys, in order, and every default renders.
+#[test]
+fn config_fields_list_every_file_field_and_their_defaults() {
+    let err = toml::from_str::<FileConfig>("notAField = 1")
+        .expect_err("an unknown field is refused")
+        .to_string();
+    let expected = err
+        .split_once("expected one of ")
+        .map(|(_, rest)| rest.lines().next().unwrap_or_default().to_owned())
+        .unwrap_or_else(|| panic!("serde names the fields: {err}"));
+    let fields: Vec<&str> = expected
+        .split(", ")
+        .map(|f| f.trim().trim_matches('`'))
+        .collect();
+    let documented: Vec<&str> = CONFIG_FIELDS.iter().map(|f| f.key).collect();
+    assert_eq!(
+        fields, documented,
+        "FileConfig's fields and CONFIG_FIELDS differ: add the field to CONFIG_FIELDS and run scripts/docs"
+    );
+    let defaults = AgentConfig::defaults().expect("the defaults are valid");
+    for field in CONFIG_FIELDS {
+        assert!(!(field.default)(&defaults).is_empty(), "{}", field.key);
+        // A field with no flag (the warm set's tables) says "(none)".
+        assert!(
+            field.flag.starts_with("--") || field.flag == "(none)",
+            "{}",
+            field.key
+        );
+    }
+}
+
+pub(super) fn resolve(file: &FileConfig, flags: &FlagValues) -> Result<AgentConfig, ConfigError> {
+    AgentConfig::resolve(file, Some(Path::new("/etc/ik.toml")), flags)
+}
+
+/// What follows "config file PATH: ", checked to hold no second copy of the path.
+pub(super) fn err_tail(err: &str, path: &Path) -> String {
+    let head = format!("config file {}: ", path.display());
+    let tail = err.strip_prefix(&head).unwrap_or(err).to_owned();
+    assert!(!tail.contains(&path.display().to_string()), "{err}");
+    tail
+}
+
+#[test]
+fn defaults_are_kubelets() {
+    let c = resolve(&FileConfig::default(), &FlagValues::default()).expect("defaults are valid");
+    assert_eq!(c.gc.policy, GcPolicy::default());
+    assert_eq!(c.pull, PullConfig::default());
+    assert_eq!(c.db, PathBuf::from(DEFAULT_DB));
+    assert_eq!(c.cri.runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+    assert_eq!(c.gc_period, Duration::from_secs(300));
+    assert_eq!(c.image_cache_period, Duration::from_secs(30));
+    assert!(c.metrics_address.is_none(), "metrics are off by default");
+}
+
+#[test]
+fn flags_win_over_the_file() {
+    let file: FileConfig = toml::from_str(
+        "imageGCHighThresholdPercent = 90\nimageGCLowThresholdPercent = 70\nimageMinimumGCAge = \"5m\"\nregistryPullQPS = 2.5\npinnedImages = [\"a:1\"]\n",
+    )
+    .expect("toml");
+    let flags = FlagValues {
+        image_gc_high_threshold: Some(95),
+        ..FlagValues::default()
+    };
+    let c = resolve(&file, &flags).expect("valid");
+    assert_eq!(c.gc.policy.high_threshold_percent, 95);
+    assert_eq!(c.gc.policy.low_threshold_percent, 70);
+    assert_eq!(c.gc.policy.min_age, Duration::from_secs(300));
+    assert_eq!(c.pull.registry_pull_qps, 2.5);
+    assert_eq!(c.gc.pins.patterns(), ["a:1"]);
+}
+
+#[test]
+fn every_bad_value_names_its_flag_or_field() {
+    let cases: Vec<(FileConfig, FlagValues, &str)> = vec![
+        (
+            FileConfig::default(),
+            FlagValues {
+                image_gc_high_threshold: Some(101),
+                ..FlagValues::default()
+            },
+            "--image-gc-high-threshold: invalid HighThresholdPercent 101, must be in range [0-100]",
+        ),
+        (
+            FileConfig {
+                image_gc_low_threshold_percent: Some(-1),
+                ..FileConfig::default()
+            },
+            FlagValues::default(),
+            "imageGCLowThresholdPercent in /etc/ik.toml: invalid LowThresholdPercent -1, must be in range [0-100]",
+        ),
+        (
+            FileConfig {
+                image_gc_low_threshold_percent: Some(90),
+                ..FileConfig::default()
+            },
+            FlagValues::default(),
+            "imageGCLowThresholdPercent in /etc/ik.toml and --image-gc-high-threshold (default): LowThresholdPercent 90 can not be higher than HighThresholdPercent 85",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                minimum_image_ttl_duration: Some("2 minutes".into()),
+                ..FlagValues::default()
+            },
+            "--minimum-image-ttl-duration: ",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                image_maximum_gc_age: Some("1m".into()),
+                ..FlagValues::default()
+            },
+            "--image-maximum-gc-age and --minimum-image-ttl-duration (default): invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                registry_qps: Some(-1.0),
+                ..FlagValues::default()
+            },
+            "--registry-qps: registryPullQPS -1 must not be a negative number",
+        ),
+        (
+            FileConfig {
+                registry_burst: Some(-3),
+                ..FileConfig::default()
+            },
+            FlagValues::default(),
+            "registryBurst in /etc/ik.toml: registryBurst -3 must not be a negative number",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                max_parallel_image_pulls: Some(5),
+                ..FlagValues::default()
+            },
+            "--max-parallel-image-pulls: invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                container_runtime_endpoint: Some("tcp://1.2.3.4:5".into()),
+                ..FlagValues::default()
+            },
+            "--container-runtime-endpoint: \"tcp://1.2.3.4:5\" is not unix:///path/to/socket",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                metrics_address: Some("localhost".into()),
+                ..FlagValues::default()
+            },
+            "--metrics-address: \"localhost\" is not HOST:PORT",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                gc_period: Some("0s".into()),
+                ..FlagValues::default()
+            },
+            "--gc-period: must be at least 1s",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                detect_period: Some("999ms".into()),
+                ..FlagValues::default()
+            },
+            "--detect-period: must be at least 1s (got \"999ms\")",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                image_cache_period: Some("1ns".into()),
+                ..FlagValues::default()
+            },
+            "--image-cache-period: must be at least 1s",
+        ),
+        (
+            FileConfig {
+                registry_burst: Some(i64::from(u32::MAX) + 1),
+                ..FileConfig::default()
+            },
+            FlagValues::default(),
+            "registryBurst in /etc/ik.toml: registryBurst 4294967296 is too large (at most 4294967295)",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                registry_qps: Some(f64::NAN),
+                ..FlagValues::default()
+            },
+            "--registry-qps: registryPullQPS NaN must be a finite number",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                admin_socket: Some(PathBuf::from(format!("/run/{}.sock", "s".repeat(100)))),
+                ..FlagValues::default()
+            },
+            "--admin-socket: /run/sss",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                db: Some("/var/lib/ik/records.redb".into()),
+                admin_socket: Some("/var/lib/ik/records.redb".into()),
+                ..FlagValues::default()
+            },
+            "--admin-socket: /var/lib/ik/records.redb is the database (--db)",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                admin_socket: Some("/run/containerd/containerd.sock".into()),
+                ..FlagValues::default()
+            },
+            "--admin-socket: /run/containerd/containerd.sock is the runtime's socket (--container-runtime-endpoint)",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                image_service_endpoint: Some("unix:///run/img.sock".into()),
+                admin_socket: Some("/run/img.sock".into()),
+                ..FlagValues::default()
+            },
+            "--admin-socket: /run/img.sock is the runtime's socket (--image-service-endpoint)",
+        ),
+        (
+            FileConfig::default(),
+            FlagValues {
+                pinned_images: vec!["*".into()],
+                ..FlagValues::default()
+            },
+            "--pinned-image: pattern \"*\" must name an image",
+        ),
+    ];
+    for (file, flags, want) in cases {
+        let err = resolve(&file, &flags).expect_err(want).to_string();
+        assert!(err.starts_with(want), "got {err:?}, want prefix {want:?}");
+    }
+}
+
+#[test]
+fn one_line_keeps_the_position_and_message_of_a_toml_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "imageGCLowThresholdPercent = 50\nimageGCHighThreshold = 3\n",
+    )
+    .expect("write");
+    let err = FileConfig::load(&path).expect_err("unknown field");
+    let line = err.one_line();
+    assert!(!line.contains('\n'), "{line}");
+    assert!(
+        line.starts_with(&format!(
+            "config file {}: TOML parse error at line 2, column 1: unknown field `imageGCHighThreshold`",
+            path.display()
+        )),
+        "{line}"
+    );
+}
+
+/// Each bad file is refused by `FileConfig::load` with an error naming the file and what
+/// is wrong in it (the field, the type, the line).
+#[test]
+fn unknown_or_mistyped_file_fields_are_errors_naming_the_file_and_the_problem() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("imagekeeper.toml");
+    for (text, says) in [
+        (
+            "imageGCHighThreshold = 3\n",
+            "unknown field `imageGCHighThreshold`",
+        ),
+        ("registryBurst = \"ten\"\n", "registryBurst"),
+        ("not toml at all [", "line 1"),
+    ] {
+        std::fs::write(&path, text).expect("write");
+        match FileConfig::load(&path) {
+            Err(e @ ConfigError::File { .. }) => {
+                let message = e.to_string();
+                assert!(
+                    message.starts_with(&format!("config file {}: ", path.display())),
+                    "{message}"
+                );
+                assert!(message.contains(says), "{text}: {message}");
+            }
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+}
+
+/// Issue 38: `--set KEY=VALUE` reads VALUE as the file would (TOML), else as text, so a
+/// script need not quote a string; a value of the wrong type or an unknown key is refused
+/// naming the key, and a value the resolver refuses is named `--set KEY`.
+#[test]
+fn set_reads_a_value_as_the_file_would_else_as_text() {
+    let set = |arg: &str| parse_set(arg).unwrap_or_else(|e| panic!("{arg}: {e}"));
+    assert_eq!(
+        set("imageGCHighThresholdPercent=90").image_gc_high_threshold_percent,
+        Some(90)
+    );
+    assert_eq!(
+        set("journalMaxAge=48h").journal_max_age.as_deref(),
+        Some("48h")
+    );
+    assert_eq!(
+        set("journalMaxAge=\"48h\"").journal_max_age.as_deref(),
+        Some("48h")
+    );
+    // 0 reads as a number first; the duration field takes it as text.
+    assert_eq!(
+        set("imageMaximumGCAge=0").image_maximum_gc_age.as_deref(),
+        Some("0")
+    );
+    assert_eq!(set("kubeletRootDir=").kubelet_root_dir.as_deref(), Some(""));
+    assert_eq!(
+        set("pinnedImages=[\"a:1\", \"b:*\"]").pinned_images,
+        Some(vec!["a:1".to_owned(), "b:*".to_owned()])
+    );
+    for (arg, says) in [
+        ("nope=1", "--set: unknown key \"nope\""),
+        (
+            "registryBurst=lots",
+            "--set registryBurst: \"lots\": invalid type: string \"lots\"",
+        ),
+        ("noEquals", "--set: \"noEquals\" is not KEY=VALUE"),
+    ] {
+        let err = parse_set(arg).expect_err(arg).to_string();
+        assert!(err.starts_with(says), "{arg}: {err}");
+    }
+    let flags = FlagValues {
+        set: set("journalMaxEntries=0"),
+        ..FlagValues::default()
+    };
+    let err = resolve(&FileConfig::default(), &flags).expect_err("refused");
+    assert!(
+        err.to_string()
+            .starts_with("--set journalMaxEntries: must be between 1"),
+        "{err}"
+    );
+}
