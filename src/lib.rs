@@ -51,5 +51,7 @@ pub mod sim;
 pub mod store;
 // The workload trace `simulate` reads and `inspect workload` writes.
 pub mod workload;
+// What the agent tells the outside: metrics, the HTTP endpoint, health, Node Events.
+pub mod telemetry;
 // Warm sets: images kept present ahead of use, and restore after a wipe.
 pub mod warm;

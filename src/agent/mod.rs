@@ -19,10 +19,6 @@
 
 mod config;
 mod events;
-mod health;
-mod http;
-mod metrics;
-mod node_events;
 mod notify;
 mod reload;
 mod runtime;
@@ -47,20 +43,18 @@ use crate::model::{ImagePin, PinKey, PullOrigin, RuntimeImage, UnixNanos};
 use crate::pull::{ImageManager, PodRef, PullAuth, PullPolicy, PullsInFlight};
 use crate::store::{Batch, Store, StoreError, meta_keys};
 
+pub use crate::telemetry::{
+    AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, EVENT_TOP_IMAGES, EventSink, Health,
+    HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, METRIC_PREFIX, METRICS, MetricFamily, MetricKind,
+    MetricUnit, NodeEvent, NodeEventType, NodeEvents, serve_http, serve_probes,
+};
+#[cfg(feature = "kube")]
+pub use crate::telemetry::{EventLimits, KubeEventSink};
 pub use config::{
     AgentConfig, CONFIG_FIELDS, ConfigError, ConfigField, ContainerEvents, DEFAULT_ADMIN_SOCKET,
     EMPTY_CONFIG_MARKER, FileConfig, FlagValues, MIN_INTENT_MAX_AGE, OnReload, RuntimePins,
 };
 pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
-pub use health::Health;
-pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http, serve_probes};
-pub use metrics::{
-    AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX, METRICS,
-    MetricFamily, MetricKind, MetricUnit,
-};
-pub use node_events::{EVENT_TOP_IMAGES, EventSink, NodeEvent, NodeEventType, NodeEvents};
-#[cfg(feature = "kube")]
-pub use node_events::{EventLimits, KubeEventSink};
 pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
 };
@@ -258,6 +252,12 @@ impl<R: AgentRuntime> Agent<R> {
 
     pub fn metrics(&self) -> &AgentMetrics {
         &self.metrics
+    }
+
+    /// Publishes Node Events through `events` (built by `imagekeeper run --events`).
+    pub fn with_node_events(mut self, events: NodeEvents) -> Agent<R> {
+        self.node_events = events;
+        self
     }
 
     /// Whether the agent can do its job: false while the record store is closed after an I/O

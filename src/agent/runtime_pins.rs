@@ -347,13 +347,13 @@ impl RuntimePinner {
     }
 
     /// The metrics' sample; `None` while `auto` is undecided.
-    pub fn sample(&self) -> Option<super::metrics::RuntimePinsSample> {
+    pub fn sample(&self) -> Option<crate::telemetry::RuntimePinsSample> {
         let enabled = match self.state() {
             PinsState::Undecided => return None,
             PinsState::On => true,
             PinsState::Off(_) => false,
         };
-        Some(super::metrics::RuntimePinsSample {
+        Some(crate::telemetry::RuntimePinsSample {
             enabled,
             pinned_images: self.carried().values().filter(|c| **c).count() as u64,
             writes: [0, 1].map(|i| self.counters.writes[i].load(Ordering::Relaxed)),

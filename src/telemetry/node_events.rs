@@ -198,14 +198,6 @@ impl NodeEvents {
     }
 }
 
-impl<R: super::AgentRuntime> super::Agent<R> {
-    /// Publishes Node Events through `events` (built by `imagekeeper run --events`).
-    pub fn with_node_events(mut self, events: NodeEvents) -> super::Agent<R> {
-        self.node_events = events;
-        self
-    }
-}
-
 /// The kubelet's reason for a GC failure: `FreeDiskSpaceFailed` when space could not be freed
 /// (image_gc_manager.go), `InvalidDiskCapacity` for a capacity of 0, else `ImageGCFailed`
 /// (kubelet.go's StartGarbageCollection).
