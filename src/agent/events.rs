@@ -18,8 +18,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::Backoff;
 use super::config::ContainerEvents;
+use super::loops::Backoff;
 use super::runtime::{AgentRuntime, EventStream};
 use crate::clock::Clock;
 use crate::cri::{CriError, ImageRuntime, RpcCode};
