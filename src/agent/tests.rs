@@ -1,3 +1,7 @@
+//! Tests of the agent's loops, serving and admin backend against a recording runtime, under
+//! tokio's paused time: the schedule and its backoff, the metrics and Node Events a cycle
+//! publishes, the setup and shutdown of `serve`.
+
 use std::path::Path;
 use std::time::Duration;
 

@@ -1,3 +1,6 @@
+//! Tests of the exposition: every family a scrape encodes is in `METRICS` with its labels,
+//! and sums saturate instead of overflowing.
+
 use super::*;
 
 /// A scrape in which every family has samples: every optional one present, every labelled
