@@ -17,7 +17,7 @@ pub mod admin;
 pub mod agent;
 // The injected clock ([`clock::Clock`]); only `SystemClock` reads the wall clock.
 pub mod clock;
-// The CRI runtime.v1 client and the `ImageRuntime` trait (the only tonic user besides admin).
+// The CRI runtime.v1 client implementing `runtime`'s traits (the only tonic user besides admin).
 pub mod cri;
 // `imagekeeper doctor`: the kubelet's configuration checked against imagekeeper's.
 pub mod doctor;
@@ -40,6 +40,9 @@ pub mod model;
 pub mod operator_file;
 // Image pulls with the kubelet's backoff, credentials and throttling.
 pub mod pull;
+// What imagekeeper needs of a container runtime: the `ImageRuntime` and `AgentRuntime`
+// traits, `CriError`, `RpcCode` (no tonic).
+pub mod runtime;
 // Replay of a trace through the real GC manager and store.
 pub mod replay;
 // `imagekeeper simulate`: what each GC policy costs a workload in bytes pulled again.

@@ -20,11 +20,11 @@ use tracing::{debug, info, warn};
 
 use super::config::ContainerEvents;
 use super::loops::Backoff;
-use super::runtime::{AgentRuntime, EventStream};
 use crate::clock::Clock;
 use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::gc::ImageGcManager;
 use crate::model::{ContainerEventKind, RecordKey};
+use crate::runtime::{AgentRuntime, EventStream};
 
 /// The longest wait before the stream is opened again.
 pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(30);

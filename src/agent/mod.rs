@@ -31,7 +31,6 @@ mod events;
 mod loops;
 mod notify;
 mod reload;
-mod runtime;
 mod runtime_pins;
 mod serve;
 mod start;
@@ -49,6 +48,7 @@ use crate::gc::{GcError, ImageGcManager};
 use crate::pull::ImageManager;
 use crate::store::{Store, StoreError};
 
+pub use crate::runtime::{AgentRuntime, EventStream, NoEvents};
 pub use crate::telemetry::{
     AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, EVENT_TOP_IMAGES, EventSink, Health,
     HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, METRIC_PREFIX, METRICS, MetricFamily, MetricKind,
@@ -65,7 +65,6 @@ pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
 };
 pub use reload::{ConfigSource, ReloadReport};
-pub use runtime::{AgentRuntime, EventStream, NoEvents};
 pub use runtime_pins::{
     LabelChange, OWN_LABEL, PINNED_LABEL, PINNED_VALUE, PinsState, plan_label_changes,
     remove_runtime_pin_labels, runtime_carries_pins,
