@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::admin::GcOutcome;
-use crate::cri::CriError;
 use crate::gc::{CycleTime, GcError};
+use crate::runtime::{CriError, RpcCode};
 
 use super::*;
 
@@ -217,7 +217,7 @@ fn runtime_unreachable(e: &GcError) -> bool {
     match e {
         GcError::Runtime { source, .. } => {
             matches!(source, CriError::Connect { .. })
-                || source.code() == Some(crate::cri::RpcCode::Unavailable)
+                || source.code() == Some(RpcCode::Unavailable)
         }
         _ => false,
     }

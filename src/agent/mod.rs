@@ -9,7 +9,8 @@
 //! each, `serve.rs` serves the admin socket and the HTTP endpoint until shutdown,
 //! `admin_backend.rs` answers the admin server, `warm.rs` runs the warm loop and restore,
 //! `events.rs` watches container events, `reload.rs` reloads on SIGHUP, `runtime_pins.rs`
-//! keeps containerd's pin labels, `notify.rs` talks to the service manager.
+//! keeps containerd's pin labels, `notify.rs` talks to the service manager, `doctor_events.rs`
+//! turns the doctor's conflicts at start into Node Events.
 //!
 //! Invariants: a failed cycle is logged and the loop keeps its period, as the kubelet's
 //! wait.Until loops do; only a cycle that could not reach the runtime is retried sooner (1 s
@@ -27,6 +28,7 @@
 
 mod admin_backend;
 mod config;
+mod doctor_events;
 mod events;
 mod loops;
 mod notify;
@@ -43,9 +45,10 @@ use tokio::sync::watch;
 
 use crate::admin::AdminError;
 use crate::clock::Clock;
-use crate::cri::{CriClient, CriError};
+use crate::cri::CriClient;
 use crate::gc::{GcError, ImageGcManager};
 use crate::pull::ImageManager;
+use crate::runtime::CriError;
 use crate::store::{Store, StoreError};
 
 pub use crate::runtime::{AgentRuntime, EventStream, NoEvents};

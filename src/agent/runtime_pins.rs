@@ -25,8 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::{info, warn};
 
 use super::config::RuntimePins;
-use crate::cri::{ContainerdImages, CriError, LabelledImage, RpcCode, RuntimeVersion};
+use crate::cri::{ContainerdImages, LabelledImage};
 use crate::gc::{KeepReason, KeptImage};
+use crate::runtime::{CriError, RpcCode, RuntimeVersion};
 
 /// containerd's CRI plugin lists an image with this label (value [`PINNED_VALUE`]) as pinned.
 pub const PINNED_LABEL: &str = "io.cri-containerd.pinned";

@@ -62,9 +62,9 @@ async fn gc_failures_keep_the_period_and_only_an_unreachable_runtime_retries_fas
 
 use std::collections::BTreeMap;
 
-use crate::cri::ImageRuntime;
 use crate::model::{ImageFsStats, ImageId, PullCredentials, RuntimeContainer, RuntimeImage};
 use crate::replay::ScriptedRuntime;
+use crate::runtime::ImageRuntime;
 
 /// The scripted runtime, recording each call (with the paused clock's seconds since the
 /// test began) and parking ListImages while `park` is set.

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cri::ImageRuntime;
 use crate::gc::GcPolicy;
 use crate::model::{PullOrigin, RecordKey, RuntimeImage, StoredWarmState, UnixNanos, WarmRow};
 use crate::pull::{ImageManager, MatchIndex, PodRef, PullAuth, PullPolicy, PullRuntime};
+use crate::runtime::ImageRuntime;
 use crate::store::Store;
 use crate::warm::{
     FromHistory, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome, RestoreState, WarmEntry,

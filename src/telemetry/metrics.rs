@@ -24,12 +24,12 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tracing::warn;
 
-use crate::cri::ImageRuntime;
 use crate::gc::ImageGcManager;
 use crate::gc::metrics::GcProgress;
 use crate::model::{UnixNanos, saturating_total};
 use crate::pull::metrics::{EnsureLabels, Histogram};
 use crate::pull::{BackoffStore, ImageManager, PullRuntime};
+use crate::runtime::ImageRuntime;
 use crate::store::Store;
 use crate::warm::{WarmPlan, WarmState};
 

@@ -4,10 +4,10 @@
 use super::*;
 use crate::agent::{AgentConfig, FileConfig, FlagValues, NoEvents};
 use crate::clock::ManualClock;
-use crate::cri::{CriError, RpcCode};
 use crate::model::{ImageFsStats, ImageId, PullCredentials, RuntimeContainer};
 use crate::pull::image_matches;
 use crate::replay::ScriptedRuntime;
+use crate::runtime::{CriError, RpcCode};
 use crate::warm::{WarmEntrySpec, WarmSet, resolve_specs};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -21,7 +21,7 @@ struct Registry {
     pulls: Arc<Mutex<Vec<String>>>,
 }
 
-impl crate::cri::ImageRuntime for Registry {
+impl crate::runtime::ImageRuntime for Registry {
     async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
         self.node.list_images().await
     }
