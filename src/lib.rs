@@ -13,7 +13,7 @@
 
 // The local admin service (gRPC on a unix socket) the agent serves and the CLI calls.
 pub mod admin;
-// The long-running agent: configuration, the GC/detect/pull loops, metrics and health.
+// The long-running agent: configuration, the wiring and the GC/detect/pull/warm loops.
 pub mod agent;
 // The injected clock ([`clock::Clock`]); only `SystemClock` reads the wall clock.
 pub mod clock;
