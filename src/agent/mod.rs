@@ -51,7 +51,7 @@ use crate::pull::ImageManager;
 use crate::runtime::CriError;
 use crate::store::{Store, StoreError};
 
-pub use crate::runtime::{AgentRuntime, EventStream, NoEvents};
+pub use crate::runtime::{AgentRuntime, EventStream, NoEvents, runtime_carries_pins};
 pub use crate::telemetry::{
     AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, EVENT_TOP_IMAGES, EventSink, Health,
     HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, METRIC_PREFIX, METRICS, MetricFamily, MetricKind,
@@ -70,7 +70,7 @@ pub use notify::{
 pub use reload::{ConfigSource, ReloadReport};
 pub use runtime_pins::{
     LabelChange, OWN_LABEL, PINNED_LABEL, PINNED_VALUE, PinsState, plan_label_changes,
-    remove_runtime_pin_labels, runtime_carries_pins,
+    remove_runtime_pin_labels,
 };
 pub use serve::{ADMIN_STOP_GRACE, Listeners};
 pub use warm::{WARM_POD_NAME, restore_images};

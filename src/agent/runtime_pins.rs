@@ -27,7 +27,7 @@ use tracing::{info, warn};
 use super::config::RuntimePins;
 use crate::cri::{ContainerdImages, LabelledImage};
 use crate::gc::{KeepReason, KeptImage};
-use crate::runtime::{CriError, RpcCode, RuntimeVersion};
+use crate::runtime::{CriError, RpcCode, RuntimeVersion, runtime_carries_pins};
 
 /// containerd's CRI plugin lists an image with this label (value [`PINNED_VALUE`]) as pinned.
 pub const PINNED_LABEL: &str = "io.cri-containerd.pinned";
@@ -35,9 +35,6 @@ pub const PINNED_VALUE: &str = "pinned";
 /// imagekeeper's own label beside [`PINNED_LABEL`]: its value says why it keeps the image
 /// ([`KeepReason::label_value`]). Only a name carrying it is ever unpinned.
 pub const OWN_LABEL: &str = "io.imagekeeper.pinned";
-
-/// The first containerd release whose CRI lists a labelled image as pinned.
-pub const FIRST_PINNING_CONTAINERD: (u64, u64, u64) = (1, 7, 3);
 
 /// One label write the reconcile plans for one containerd image name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,42 +90,6 @@ pub fn plan_label_changes(
         }
     }
     changes
-}
-
-/// Whether a runtime (CRI Version's name and version) lists labelled images as pinned:
-/// containerd 1.7.3 and later. `Err` says why not.
-pub fn runtime_carries_pins(version: &RuntimeVersion) -> Result<(), String> {
-    let name = version.runtime_name.as_str();
-    if name != "containerd" {
-        return Err(format!(
-            "the runtime is {name:?}, not containerd (CRI-O's pinned_images is not built)"
-        ));
-    }
-    let text = version.runtime_version.trim_start_matches('v');
-    let mut parts = text
-        .split(|c: char| !c.is_ascii_digit())
-        .take(3)
-        .map(|p| p.parse::<u64>().ok());
-    let parsed = (
-        parts.next().flatten(),
-        parts.next().flatten(),
-        parts.next().flatten(),
-    );
-    match parsed {
-        (Some(major), Some(minor), Some(patch))
-            if (major, minor, patch) >= FIRST_PINNING_CONTAINERD =>
-        {
-            Ok(())
-        }
-        (Some(_), Some(_), Some(_)) => Err(format!(
-            "containerd {} does not list labelled images as pinned (1.7.3 and later do)",
-            version.runtime_version
-        )),
-        _ => Err(format!(
-            "containerd's version {:?} is not major.minor.patch",
-            version.runtime_version
-        )),
-    }
 }
 
 /// Where the runtime pins stand.

@@ -19,6 +19,45 @@ pub struct RuntimeVersion {
     pub runtime_api_version: String,
 }
 
+/// The first containerd release whose CRI lists a labelled image as pinned.
+pub const FIRST_PINNING_CONTAINERD: (u64, u64, u64) = (1, 7, 3);
+
+/// Whether a runtime (CRI Version's name and version) lists labelled images as pinned:
+/// containerd 1.7.3 and later. `Err` says why not.
+pub fn runtime_carries_pins(version: &RuntimeVersion) -> Result<(), String> {
+    let name = version.runtime_name.as_str();
+    if name != "containerd" {
+        return Err(format!(
+            "the runtime is {name:?}, not containerd (CRI-O's pinned_images is not built)"
+        ));
+    }
+    let text = version.runtime_version.trim_start_matches('v');
+    let mut parts = text
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map(|p| p.parse::<u64>().ok());
+    let parsed = (
+        parts.next().flatten(),
+        parts.next().flatten(),
+        parts.next().flatten(),
+    );
+    match parsed {
+        (Some(major), Some(minor), Some(patch))
+            if (major, minor, patch) >= FIRST_PINNING_CONTAINERD =>
+        {
+            Ok(())
+        }
+        (Some(_), Some(_), Some(_)) => Err(format!(
+            "containerd {} does not list labelled images as pinned (1.7.3 and later do)",
+            version.runtime_version
+        )),
+        _ => Err(format!(
+            "containerd's version {:?} is not major.minor.patch",
+            version.runtime_version
+        )),
+    }
+}
+
 /// A runtime the agent can run against.
 pub trait AgentRuntime: ImageRuntime + Clone + Send + Sync + 'static {
     /// The stream [`AgentRuntime::container_events`] opens.

@@ -1,7 +1,9 @@
 //! What imagekeeper needs of a container runtime, as traits and plain types: the CRI image
 //! calls ([`ImageRuntime`]), the agent's runtime ([`AgentRuntime`]: those plus a container
 //! event stream, [`EventStream`], and the runtime's [`RuntimeVersion`]), and the error every
-//! runtime call returns ([`CriError`], with [`RpcCode`], our mirror of the gRPC status codes).
+//! runtime call returns ([`CriError`], with [`RpcCode`], our mirror of the gRPC status codes),
+//! and whether a runtime's version lists labelled images as pinned ([`runtime_carries_pins`],
+//! which the agent's runtime pins and the doctor both read).
 //!
 //! Invariants: this is a leaf below everything that talks to a runtime: it imports only
 //! `model`, never tonic, prost or the generated runtime.v1 code (the tonic client that
@@ -18,7 +20,10 @@ use crate::model::{
 mod agent_runtime;
 mod error;
 
-pub use agent_runtime::{AgentRuntime, EventStream, NoEvents, RuntimeVersion};
+pub use agent_runtime::{
+    AgentRuntime, EventStream, FIRST_PINNING_CONTAINERD, NoEvents, RuntimeVersion,
+    runtime_carries_pins,
+};
 pub use error::{CriError, RpcCode};
 
 /// What imagekeeper needs from a container runtime's image service (and ListContainers, to know
