@@ -12,12 +12,10 @@ use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime};
 use imagekeeper::gc::images_in_use;
 use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager};
-use imagekeeper::model::{
-    ImageFsStats, ImageList, PullCredentials, RuntimeContainer, RuntimeImage,
-};
 use imagekeeper::store::Store;
 
 use crate::report::Figures;
+use crate::support::forward::{Forward, forward_image_runtime};
 
 /// A runtime that times the calls it passes on.
 struct Timed<R> {
@@ -45,57 +43,35 @@ impl<R> Timed<R> {
     }
 }
 
-impl<R: ImageRuntime> ImageRuntime for Timed<R> {
-    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
-        Self::time(&self.other_nanos, self.inner.list_images()).await
+/// Every call timed: RemoveImage (counted too) into `remove_nanos`, the others into
+/// `other_nanos`.
+impl<R: ImageRuntime> Forward for Timed<R> {
+    type Inner = R;
+
+    fn inner(&self) -> &R {
+        &self.inner
     }
 
-    async fn list_image_list(&self) -> Result<ImageList, CriError> {
-        Self::time(&self.other_nanos, self.inner.list_image_list()).await
-    }
-
-    async fn image_status(
+    async fn around<T, Fut>(
         &self,
-        image: &str,
-        runtime_handler: &str,
-    ) -> Result<Option<RuntimeImage>, CriError> {
-        Self::time(
-            &self.other_nanos,
-            self.inner.image_status(image, runtime_handler),
-        )
-        .await
-    }
-
-    async fn pull_image(
-        &self,
-        image: &str,
-        runtime_handler: &str,
-        credentials: Option<&PullCredentials>,
-    ) -> Result<String, CriError> {
-        Self::time(
-            &self.other_nanos,
-            self.inner.pull_image(image, runtime_handler, credentials),
-        )
-        .await
-    }
-
-    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
-        self.removes.fetch_add(1, Ordering::Relaxed);
-        Self::time(
-            &self.remove_nanos,
-            self.inner.remove_image(image, runtime_handler),
-        )
-        .await
-    }
-
-    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
-        Self::time(&self.other_nanos, self.inner.image_fs_stats()).await
-    }
-
-    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
-        Self::time(&self.other_nanos, self.inner.list_containers()).await
+        method: &'static str,
+        _arg: &str,
+        call: impl FnOnce() -> Fut + Send,
+    ) -> Result<T, CriError>
+    where
+        T: Send,
+        Fut: Future<Output = Result<T, CriError>> + Send,
+    {
+        if method == "RemoveImage" {
+            self.removes.fetch_add(1, Ordering::Relaxed);
+            Self::time(&self.remove_nanos, call()).await
+        } else {
+            Self::time(&self.other_nanos, call()).await
+        }
     }
 }
+
+forward_image_runtime!(impl[R: ImageRuntime] for Timed<R>);
 
 /// One GC round's times in ms: total, in RemoveImage, in other CRI calls; and images removed.
 struct Round {

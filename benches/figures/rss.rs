@@ -11,15 +11,13 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use imagekeeper::cri::{CriClient, CriConfig, CriError, ImageRuntime};
+use imagekeeper::cri::{CriClient, CriConfig, ImageRuntime};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
-use imagekeeper::model::{
-    ContainerUsage, ImageFsStats, ImageList, PullCredentials, RuntimeContainer, RuntimeImage,
-    UnixNanos,
-};
+use imagekeeper::model::{ImageFsStats, UnixNanos};
 use imagekeeper::store::Store;
 
 use crate::runtime::RuntimeProcess;
+use crate::support::forward::{Forward, forward_image_runtime};
 use crate::synth::{NOW_SECS, Node, secs};
 
 /// Runs `imagekeeper replay` on a 100k-image trace (detect, then GC that frees ~10 GiB) in a
@@ -176,47 +174,22 @@ struct BenchRuntime {
     client: CriClient,
 }
 
-impl ImageRuntime for BenchRuntime {
-    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
-        self.client.list_images().await
+impl Forward for BenchRuntime {
+    type Inner = CriClient;
+
+    fn inner(&self) -> &CriClient {
+        &self.client
     }
-    async fn list_image_list(&self) -> Result<ImageList, CriError> {
-        self.client.list_image_list().await
-    }
-    async fn image_status(
-        &self,
-        image: &str,
-        runtime_handler: &str,
-    ) -> Result<Option<RuntimeImage>, CriError> {
-        self.client.image_status(image, runtime_handler).await
-    }
-    async fn pull_image(
-        &self,
-        image: &str,
-        runtime_handler: &str,
-        credentials: Option<&PullCredentials>,
-    ) -> Result<String, CriError> {
-        self.client
-            .pull_image(image, runtime_handler, credentials)
-            .await
-    }
-    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
-        self.client.remove_image(image, runtime_handler).await
-    }
-    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
+
+    fn image_fs(&self, mut stats: ImageFsStats) -> ImageFsStats {
         let gib = 1u64 << 30;
-        let mut stats = self.client.image_fs_stats().await?;
         stats.capacity = 200 * gib;
         stats.available = 30 * gib;
-        Ok(stats)
-    }
-    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
-        self.client.list_containers().await
-    }
-    async fn container_usage(&self, container_id: &str) -> Result<ContainerUsage, CriError> {
-        self.client.container_usage(container_id).await
+        stats
     }
 }
+
+forward_image_runtime!(impl[] for BenchRuntime);
 
 /// The child: `first:<n>:<db>` detects the n images into an empty store (one transaction),
 /// then GCs an hour later; `steady:<n>:<db>` reopens that store two hours later and GCs

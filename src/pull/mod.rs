@@ -18,7 +18,6 @@ pub(crate) mod credentials;
 pub(crate) mod inflight;
 pub(crate) mod metrics;
 pub(crate) mod puller;
-pub(crate) mod reference;
 pub(crate) mod throttle;
 
 use std::collections::BTreeMap;
@@ -28,11 +27,16 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::model::{
-    BackoffEntry, ImageNames, MAX_IMAGE_NAME_BYTES, MAX_POD_UID_BYTES, PodSandboxConfig,
-    PullCredentials, PullSpec, RecordKey, UnixNanos,
+    ImageNames, MAX_IMAGE_NAME_BYTES, MAX_POD_UID_BYTES, PodSandboxConfig, PullCredentials,
+    PullSpec, RecordKey, UnixNanos,
 };
 
 use crate::format::{go_duration, go_quote};
+pub use crate::reference::{
+    CredentialsInName, ImageReference, MatchIndex, MatchKey, MatchPin, ReferenceError,
+    apply_default_image_tag, credentials_in, image_matches, listed_keys, redact_credentials,
+    redact_image_name, refuse_credentials, wanted_keys,
+};
 pub use backoff::{
     BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, PulledImage, StoreFailure,
 };
@@ -43,204 +47,16 @@ pub use credentials::{
 pub use inflight::{InFlightGuard, PullsInFlight};
 pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
-pub use reference::{
-    CredentialsInName, ImageReference, MatchIndex, MatchKey, MatchPin, ReferenceError,
-    apply_default_image_tag, credentials_in, image_matches, listed_keys, redact_credentials,
-    redact_image_name, refuse_credentials, wanted_keys,
-};
 
 use puller::{PullRequest, Puller};
 
-/// crierrors.ErrRegistryUnavailable's text, the prefix kubelet looks for.
-pub const CRI_REGISTRY_UNAVAILABLE: &str = "RegistryUnavailable";
-/// crierrors.ErrSignatureValidationFailed's text.
-pub const CRI_SIGNATURE_VALIDATION_FAILED: &str = "SignatureValidationFailed";
+mod error;
+mod outcome;
 
-/// Why `ensure_image_exists` failed: kubelet's errors, each with its message (the kubelet's,
-/// verbatim) and, where one failed underneath, the error it came from as its source (a runtime
-/// call, a credential lookup). An invalid image name keeps no source: the reference error
-/// may show credentials the message redacts. Equality compares reasons and messages.
-#[derive(Clone, Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PullError {
-    #[error("{0}")]
-    ErrImagePullBackOff(String),
-    #[error("{message}")]
-    ErrImageInspect {
-        message: String,
-        #[source]
-        cause: PullCause,
-    },
-    #[error("{message}")]
-    ErrImagePull {
-        message: String,
-        #[source]
-        cause: Option<PullCause>,
-    },
-    #[error("{0}")]
-    ErrImageNeverPull(String),
-    #[error("{message}")]
-    RegistryUnavailable {
-        message: String,
-        #[source]
-        cause: PullCause,
-    },
-    #[error("{message}")]
-    SignatureValidationFailed {
-        message: String,
-        #[source]
-        cause: PullCause,
-    },
-    #[error("{0}")]
-    ErrInvalidImageName(String),
-}
-
-impl PartialEq for PullError {
-    fn eq(&self, other: &PullError) -> bool {
-        self.kind() == other.kind() && self.message() == other.message()
-    }
-}
-
-impl Eq for PullError {}
-
-/// The error a pull failure came from (shared, so [`PullError`] stays `Clone`). It shows as
-/// the error it wraps, and its source is that error's source.
-#[derive(Clone, Debug)]
-pub struct PullCause(Arc<dyn std::error::Error + Send + Sync>);
-
-impl PullCause {
-    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> PullCause {
-        PullCause(Arc::new(error))
-    }
-
-    /// The wrapped error.
-    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-        &*self.0
-    }
-}
-
-impl fmt::Display for PullCause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for PullCause {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
-    }
-}
-
-/// The kind of a [`PullError`]: the kubelet reason, as a value that crosses the admin socket
-/// (its [`PullReason::as_str`] is the reason string, [`PullReason::parse`] reads it back).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum PullReason {
-    ImagePullBackOff,
-    ImageInspectError,
-    ErrImagePull,
-    ErrImageNeverPull,
-    RegistryUnavailable,
-    SignatureValidationFailed,
-    InvalidImageName,
-}
-
-impl PullReason {
-    /// Every reason, in declaration order.
-    pub const ALL: [PullReason; 7] = [
-        PullReason::ImagePullBackOff,
-        PullReason::ImageInspectError,
-        PullReason::ErrImagePull,
-        PullReason::ErrImageNeverPull,
-        PullReason::RegistryUnavailable,
-        PullReason::SignatureValidationFailed,
-        PullReason::InvalidImageName,
-    ];
-
-    /// The kubelet's reason string (the Go error's text), as a container's waiting reason
-    /// shows it (`pkg/kubelet/images/types.go`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PullReason::ImagePullBackOff => "ImagePullBackOff",
-            PullReason::ImageInspectError => "ImageInspectError",
-            PullReason::ErrImagePull => "ErrImagePull",
-            PullReason::ErrImageNeverPull => "ErrImageNeverPull",
-            PullReason::RegistryUnavailable => CRI_REGISTRY_UNAVAILABLE,
-            PullReason::SignatureValidationFailed => CRI_SIGNATURE_VALIDATION_FAILED,
-            PullReason::InvalidImageName => "InvalidImageName",
-        }
-    }
-
-    /// The reason whose [`PullReason::as_str`] is `s`.
-    pub fn parse(s: &str) -> Option<PullReason> {
-        PullReason::ALL.into_iter().find(|r| r.as_str() == s)
-    }
-
-    /// Whether the failure is the caller's input (an invalid image name), not the pull's.
-    pub fn is_invalid_input(self) -> bool {
-        self == PullReason::InvalidImageName
-    }
-}
-
-impl PullError {
-    /// The kubelet reason as a value.
-    pub fn kind(&self) -> PullReason {
-        match self {
-            PullError::ErrImagePullBackOff(_) => PullReason::ImagePullBackOff,
-            PullError::ErrImageInspect { .. } => PullReason::ImageInspectError,
-            PullError::ErrImagePull { .. } => PullReason::ErrImagePull,
-            PullError::ErrImageNeverPull(_) => PullReason::ErrImageNeverPull,
-            PullError::RegistryUnavailable { .. } => PullReason::RegistryUnavailable,
-            PullError::SignatureValidationFailed { .. } => PullReason::SignatureValidationFailed,
-            PullError::ErrInvalidImageName(_) => PullReason::InvalidImageName,
-        }
-    }
-
-    /// The kubelet reason (the Go error's text), as a container's waiting reason shows it.
-    pub fn reason(&self) -> &'static str {
-        self.kind().as_str()
-    }
-
-    /// The message (what kubelet puts in the container's waiting message).
-    pub fn message(&self) -> &str {
-        match self {
-            PullError::ErrImagePullBackOff(m)
-            | PullError::ErrImageNeverPull(m)
-            | PullError::ErrInvalidImageName(m) => m,
-            PullError::ErrImageInspect { message, .. }
-            | PullError::ErrImagePull { message, .. }
-            | PullError::RegistryUnavailable { message, .. }
-            | PullError::SignatureValidationFailed { message, .. } => message,
-        }
-    }
-}
-
-/// Kubelet's `evalCRIPullErr`: classify a runtime pull error by the prefix of its message
-/// (`pkg/kubelet/images/image_manager.go`); the runtime error is kept as the source.
-pub fn eval_cri_pull_err(image: &str, err: &RuntimeError) -> PullError {
-    let text = err.message();
-    let cause = PullCause::new(err.clone());
-    if let Some(rest) = text.strip_prefix(CRI_REGISTRY_UNAVAILABLE) {
-        return PullError::RegistryUnavailable {
-            message: format!(
-                "image pull failed for {image} because the registry is unavailable{rest}"
-            ),
-            cause,
-        };
-    }
-    if let Some(rest) = text.strip_prefix(CRI_SIGNATURE_VALIDATION_FAILED) {
-        return PullError::SignatureValidationFailed {
-            message: format!(
-                "image pull failed for {image} because the signature validation failed{rest}"
-            ),
-            cause,
-        };
-    }
-    PullError::ErrImagePull {
-        message: text.to_owned(),
-        cause: Some(cause),
-    }
-}
+pub use error::{
+    CRI_REGISTRY_UNAVAILABLE, CRI_SIGNATURE_VALIDATION_FAILED, PullCause, PullError, PullReason,
+    eval_cri_pull_err,
+};
 
 /// A container's image pull policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -559,7 +375,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             Err(e) => {
                 let msg = format!("Failed to apply default image tag {q}: {e}");
                 // An image name with `user:password@` never shows its credentials.
-                let msg = reference::redact_credentials(&msg, image);
+                let msg = crate::reference::redact_credentials(&msg, image);
                 self.metrics
                     .count_ensure((pull_policy.label(), "unknown", "unknown"));
                 self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
@@ -762,81 +578,6 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         self.record_success(key, names, end, size, pulled).await;
         drop(in_flight);
         outcome.image_ref
-    }
-
-    /// `backOff.Next` and the previous-error message, in one transaction.
-    async fn record_failure(&self, key: String, err: &PullError) {
-        let policy = self.policy;
-        let store = self.store.clone();
-        let lock = self.backoff_lock.clone();
-        let now = self.clock.now();
-        let last_error = format!("{}: {}", err.reason(), err.message());
-        let written = self
-            .blocking(move || {
-                let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-                let prev = store.backoff(&key)?;
-                let next: BackoffEntry = policy.next(prev.as_ref(), now, last_error);
-                store.apply(&PullWrite {
-                    put_backoff: vec![(key, next)],
-                    ..PullWrite::default()
-                })
-            })
-            .await;
-        if let Err(e) = written {
-            tracing::error!(error = %e, "Recording the image pull backoff failed");
-        }
-    }
-
-    /// The pulled image's record, and `backOff.GC`, in one transaction.
-    async fn record_success(
-        &self,
-        record: RecordKey,
-        names: Option<ImageNames>,
-        now: UnixNanos,
-        size: Option<u64>,
-        pulled: PulledImage,
-    ) {
-        let policy = self.policy;
-        let store = self.store.clone();
-        let lock = self.backoff_lock.clone();
-        let written = self
-            .blocking(move || {
-                let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-                let entries = store.backoff_entries()?;
-                store.apply(&PullWrite {
-                    mark_used: Some((record, now, size)),
-                    names,
-                    pulled: Some(pulled),
-                    put_backoff: Vec::new(),
-                    remove_backoff: policy.expired_keys(&entries, now),
-                })
-            })
-            .await;
-        match written {
-            Ok(repulls) => {
-                for repull in &repulls {
-                    tracing::info!(
-                        image_id = repull.key.image_id.as_str(),
-                        removed_by = repull.remover.as_str(),
-                        reason = repull.reason_label(),
-                        delay_seconds = repull.delay.as_secs(),
-                        "Pulled an image again after its removal"
-                    );
-                    self.repulls.record(repull);
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "Recording the pulled image failed"),
-        }
-    }
-
-    /// Runs a blocking store call off the async threads.
-    async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> Result<T, StoreFailure> + Send + 'static,
-    ) -> Result<T, StoreFailure> {
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(StoreFailure::Task)?
     }
 
     fn normal(&self, pod: &PodRef, reason: &str, msg: &str) {

@@ -12,11 +12,10 @@ use imagekeeper::admin::{
     self, AdminBackend, AdminClient, AdminLimits, EnsureImageError, EnsureRequest, GcOutcome,
     MAX_ANSWER_BYTES, WarmDoesNotFit,
 };
-use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImagePin, MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, PinKey, UnixNanos};
 use imagekeeper::store::{Batch, Store};
 
-use crate::support::agent::{AgentChild, image, next_notify};
+use crate::support::agent::{AgentChild, AgentFixture, next_notify};
 
 fn imagekeeper(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
@@ -29,12 +28,16 @@ fn imagekeeper(args: &[&str]) -> Output {
 /// through the running agent (the real binary).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_maximum_length_pins_are_listed_through_the_agent() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/model:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("records.redb");
-    let socket = dir.path().join("admin.sock");
+    let AgentFixture {
+        fake,
+        dir: _dir,
+        db,
+        socket,
+    } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/model:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     {
         let store = Store::open(&db, UnixNanos(1)).expect("open");
         let mut batch = Batch::new();

@@ -13,11 +13,10 @@ use imagekeeper::admin::{
     self, AdminBackend, AdminClient, AdminError, AdminLimits, EnsureImageError, EnsureRequest,
     GcOutcome,
 };
-use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::ImageId;
 use imagekeeper::store::Store;
 
-use crate::support::agent::{AgentChild, image, next_notify};
+use crate::support::agent::{AgentChild, AgentFixture, image, next_notify};
 use crate::support::{http_get, wait_for};
 
 fn bin() -> Command {
@@ -260,15 +259,19 @@ fn run_gc_and_doctor_refuse_a_config_that_is_not_a_regular_file_with_exit_2() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![
-        image("sha256:aaa", "registry.example/a:1", 1000),
-        image("sha256:bbb", "registry.example/pause:1", 2000),
-    ]);
-    fake.set_image_fs(fake.dir().display().to_string(), 3000);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("db/records.redb");
-    let socket = dir.path().join("run/admin.sock");
+    let AgentFixture {
+        fake,
+        dir,
+        db,
+        socket,
+    } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image("sha256:bbb", "registry.example/pause:1", 2000)
+        .image_fs_used(3000)
+        .db("db/records.redb")
+        .socket("run/admin.sock")
+        .start()
+        .await;
     // Port 0: the agent binds a port the kernel chooses and logs it (a port picked here and
     // passed on could be taken by anyone in between).
     let mut agent = start_agent(
@@ -477,15 +480,17 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_gc_cycle_exits_0_and_leaves_a_sound_database() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![
-        image("sha256:aaa", "registry.example/a:1", 1000),
-        image("sha256:bbb", "registry.example/b:1", 1000),
-    ]);
-    fake.set_image_fs(fake.dir().display().to_string(), 3000);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("records.redb");
-    let socket = dir.path().join("admin.sock");
+    let AgentFixture {
+        fake,
+        dir: _dir,
+        db,
+        socket,
+    } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image("sha256:bbb", "registry.example/b:1", 1000)
+        .image_fs_used(3000)
+        .start()
+        .await;
     let mut agent = start_agent(
         &fake.endpoint(),
         &db,
@@ -874,14 +879,19 @@ async fn stale_admin_socket_is_replaced_and_the_agent_starts() {
 /// at the next one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_runs_note_a_candidate_removed_before_and_pulled_back() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
     let a = image("sha256:aaa", "registry.example/a:1", 1000);
     let b = image("sha256:bbb", "registry.example/b:1", 2000);
-    fake.set_images(vec![a.clone(), b.clone()]);
-    fake.set_image_fs(fake.dir().display().to_string(), 3000);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let socket = dir.path().join("no-agent.sock");
-    let db = dir.path().join("records.redb");
+    let AgentFixture {
+        fake,
+        dir: _dir,
+        db,
+        socket,
+    } = AgentFixture::builder()
+        .images([a.clone(), b.clone()])
+        .image_fs_used(3000)
+        .socket("no-agent.sock")
+        .start()
+        .await;
     let endpoint = fake.endpoint();
     let run = |args: &[&str]| {
         let out = bin()
@@ -925,14 +935,15 @@ async fn dry_runs_note_a_candidate_removed_before_and_pulled_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_runs_create_nothing_and_change_no_byte() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![
-        image("sha256:aaa", "registry.example/a:1", 1000),
-        image("sha256:bbb", "registry.example/b:1", 2000),
-    ]);
-    fake.set_image_fs(fake.dir().display().to_string(), 3000);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let socket = dir.path().join("no-agent.sock");
+    let AgentFixture {
+        fake, dir, socket, ..
+    } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image("sha256:bbb", "registry.example/b:1", 2000)
+        .image_fs_used(3000)
+        .socket("no-agent.sock")
+        .start()
+        .await;
     let missing = dir.path().join("missing/records.redb");
     let endpoint = fake.endpoint();
     let run = |command: &str, db: &Path| {
@@ -1397,13 +1408,19 @@ async fn gc_without_agent_on_a_full_disk_says_so_and_works_once_space_is_back() 
     ) else {
         return;
     };
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let AgentFixture {
+        fake,
+        dir: _dir,
+        socket,
+        ..
+    } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .socket("no-agent.sock")
+        .start()
+        .await;
     let db = fs.path().join("records.redb");
     let db_arg = db.to_str().expect("utf8").to_owned();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let socket = dir.path().join("no-agent.sock");
     let endpoint = fake.endpoint();
     let command = |first: &[&str]| {
         let mut args = first.to_vec();
@@ -1495,10 +1512,11 @@ async fn agent_on_a_full_disk_is_not_ready_and_recovers_without_restart_once_spa
     ) else {
         return;
     };
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     let flags = FlagValues {
         db: Some(fs.path().join("records.redb")),
         container_runtime_endpoint: Some(fake.endpoint()),
@@ -1571,12 +1589,16 @@ async fn agent_on_a_full_disk_is_not_ready_and_recovers_without_restart_once_spa
 /// detect (5 minutes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_marks_a_created_containers_image_used_from_the_event_stream() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("records.redb");
-    let socket = dir.path().join("admin.sock");
+    let AgentFixture {
+        fake,
+        dir: _dir,
+        db,
+        socket,
+    } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     let agent = start_agent(&fake.endpoint(), &db, &socket, &[]).await;
     let db_arg = db.to_str().expect("utf8").to_owned();
     let last_used = || {
@@ -1725,10 +1747,12 @@ async fn pull_through_the_agent_prints_a_reasonless_failure_as_the_message_alone
 /// at the same path meanwhile, stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_removes_only_the_socket_the_agent_bound() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("records.redb");
-    let socket = dir.path().join("admin.sock");
+    let AgentFixture {
+        fake,
+        dir: _dir,
+        db,
+        socket,
+    } = AgentFixture::builder().start().await;
     let mut agent = start_agent(&fake.endpoint(), &db, &socket, &[]).await;
     std::fs::remove_file(&socket).expect("remove the agent's socket file");
     let _other = std::os::unix::net::UnixListener::bind(&socket).expect("another socket");
@@ -1879,7 +1903,12 @@ async fn pull_through_the_agent_maps_typed_reasons_to_messages_and_exit_codes() 
 /// without the fix the test fails at one of them instead of hanging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_at_the_node_credentials_path_stops_no_pull_probe_or_shutdown() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
+    let AgentFixture {
+        fake,
+        dir,
+        db,
+        socket,
+    } = AgentFixture::builder().image_fs_used(40).start().await;
     for i in 0..4 {
         let reference = format!("registry.example/app{i}:1");
         fake.add_pullable(
@@ -1887,13 +1916,9 @@ async fn a_fifo_at_the_node_credentials_path_stops_no_pull_probe_or_shutdown() {
             image(&format!("sha256:{i:04}"), &reference, 10),
         );
     }
-    fake.set_image_fs(fake.dir().display().to_string(), 40);
-    let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path().join("kubelet");
     std::fs::create_dir(&root).expect("kubelet root");
     mkfifo(&root.join("config.json"));
-    let db = dir.path().join("records.redb");
-    let socket = dir.path().join("admin.sock");
     let root_flag = format!("--kubelet-root-dir={}", root.display());
     let grace = Duration::from_secs(5);
     let grace_flag = format!("--shutdown-grace-seconds={}", grace.as_secs());
@@ -2047,15 +2072,19 @@ async fn restore_through_the_admin_socket_carries_the_options_and_the_outcome() 
 /// through a `prune` through the agent, and `unpin` of a name with no pin exits 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pins_go_through_the_running_agent_and_keep_their_image_through_its_prune() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![
-        image("sha256:aaa", "registry.example/model:1", 1000),
-        image("sha256:bbb", "registry.example/web:1", 2000),
-    ]);
-    fake.set_image_fs(fake.dir().display().to_string(), 3000);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("db/records.redb");
-    let socket = dir.path().join("run/admin.sock");
+    let AgentFixture {
+        fake,
+        dir: _dir,
+        db,
+        socket,
+    } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/model:1", 1000)
+        .image("sha256:bbb", "registry.example/web:1", 2000)
+        .image_fs_used(3000)
+        .db("db/records.redb")
+        .socket("run/admin.sock")
+        .start()
+        .await;
     let _agent = start_agent(
         &fake.endpoint(),
         &db,

@@ -15,33 +15,66 @@ fn imagekeeper(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf8")
 }
 
-const COMMANDS: [&str; 9] = [
-    "run",
-    "gc",
-    "prune",
-    "replay",
-    "inspect",
-    "pull",
-    "doctor",
-    "completion",
-    "man",
-];
+/// The subcommands `imagekeeper ARGS --help` lists under "Commands:", in its order: the
+/// commands the docs must name, derived from the binary so that a new command is checked
+/// without a hand list to forget. clap's own `help` is left out (it has no page of its own).
+fn commands_in_help(args: &[&str]) -> Vec<String> {
+    let mut with_help = args.to_vec();
+    with_help.push("--help");
+    let help = imagekeeper(&with_help);
+    let (_, section) = help
+        .split_once("\nCommands:\n")
+        .unwrap_or_else(|| panic!("{with_help:?} has no Commands: section: {help}"));
+    // One line per command, indented by two spaces; a wrapped description continues on lines
+    // indented further; a blank line ends the section.
+    let commands: Vec<String> = section
+        .lines()
+        .take_while(|line| line.starts_with("  "))
+        .filter(|line| !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|command| *command != "help")
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        commands.len() >= 2,
+        "{with_help:?} lists too few commands ({commands:?}): {help}"
+    );
+    commands
+}
 
-const INSPECT_COMMANDS: [&str; 7] = [
-    "list", "show", "backoff", "stats", "explain", "check", "export",
-];
+/// The top-level commands (`imagekeeper --help`).
+fn commands() -> Vec<String> {
+    let commands = commands_in_help(&[]);
+    assert!(
+        ["run", "inspect"]
+            .iter()
+            .all(|c| commands.iter().any(|listed| listed == c)),
+        "the parse of --help lost run or inspect: {commands:?}"
+    );
+    commands
+}
+
+/// The `inspect` subcommands (`imagekeeper inspect --help`).
+fn inspect_commands() -> Vec<String> {
+    commands_in_help(&["inspect"])
+}
+
+/// A name as groff shows it in a page's text (`-` escaped as `\-`).
+fn roff(name: &str) -> String {
+    name.replace('-', "\\-")
+}
 
 #[test]
 fn completion_scripts_name_every_command_and_the_output_flags() {
     for shell in ["bash", "zsh", "fish"] {
         let script = imagekeeper(&["completion", shell]);
         assert!(script.len() > 1000, "{shell}: {} bytes", script.len());
-        for word in COMMANDS.iter().chain(&INSPECT_COMMANDS).chain(&[
-            "no-headers",
-            "kube-json",
-            "image-gc-high-threshold",
-        ]) {
-            assert!(script.contains(word), "{shell} completion lacks {word}");
+        let words = commands()
+            .into_iter()
+            .chain(inspect_commands())
+            .chain(["no-headers", "kube-json", "image-gc-high-threshold"].map(str::to_owned));
+        for word in words {
+            assert!(script.contains(&word), "{shell} completion lacks {word}");
         }
     }
     let out = bin::run(&["completion", "powershell"]);
@@ -89,16 +122,17 @@ fn the_man_page_names_every_command_and_renders() {
         page.starts_with(".ie") || page.contains(".TH imagekeeper 1"),
         "{page}"
     );
-    for command in COMMANDS {
+    let commands = commands();
+    for command in &commands {
         assert!(
-            page.contains(&format!("imagekeeper\\-{command}(1)")),
+            page.contains(&format!("imagekeeper\\-{}(1)", roff(command))),
             "the page lacks {command}"
         );
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let dir_arg = dir.path().join("man");
     imagekeeper(&["man", "--dir", dir_arg.to_str().expect("utf8")]);
-    for command in COMMANDS {
+    for command in &commands {
         let sub = std::fs::read_to_string(dir_arg.join(format!("imagekeeper-{command}.1")))
             .unwrap_or_else(|e| panic!("imagekeeper-{command}.1: {e}"));
         assert!(
@@ -106,7 +140,7 @@ fn the_man_page_names_every_command_and_renders() {
             "{command}"
         );
     }
-    for command in INSPECT_COMMANDS {
+    for command in inspect_commands() {
         assert!(
             dir_arg
                 .join(format!("imagekeeper-inspect-{command}.1"))

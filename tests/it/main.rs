@@ -3,7 +3,9 @@
 //! Naming convention: tests that use the real containerd lab live in modules named `lab`
 //! (`cri/lab.rs` -> `cri::lab::...`). `.config/nextest.toml` puts every test whose name
 //! contains `lab::` in a group that runs one test at a time; every other test is fast and
-//! self-contained. Run them all with `scripts/test`.
+//! self-contained. Each lab test is `#[ignore = "needs the <which> lab: ..."]`: a plain
+//! `cargo nextest run` lists it as ignored with that reason; `scripts/test` starts the labs
+//! and runs everything with `--run-ignored all`; a lab test run without its lab fails.
 
 mod admin_limits;
 mod agent;

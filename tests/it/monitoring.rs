@@ -443,15 +443,12 @@ mod lab {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs the cri lab and prometheus: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV, scripts/tools (scripts/test runs it)"]
     async fn a_real_prometheus_scraping_an_agent_on_the_lab_containerd_answers_every_panel_and_fires_three_alerts()
      {
         let test = "monitoring::lab::a_real_prometheus_scraping_an_agent_on_the_lab_containerd_answers_every_panel_and_fires_three_alerts";
-        let Some(lab) = support::lab(test).await else {
-            return;
-        };
-        let Some(prometheus) = support::tool(test, "prometheus", "IMAGEKEEPER_PROMETHEUS") else {
-            return;
-        };
+        let lab = support::lab(test).await;
+        let prometheus = support::lab_tool(test, "prometheus", "IMAGEKEEPER_PROMETHEUS");
         let root = lab
             .imagefs_root
             .clone()

@@ -326,20 +326,20 @@ fn a_bad_kubelet_config_for_the_doctor_events_exits_2_before_anything_is_created
 /// with 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_without_in_cluster_credentials_log_once_and_the_agent_runs_without_them() {
-    use crate::support::agent::{image, next_notify};
+    use crate::support::agent::{AgentFixture, image, next_notify};
     use std::io::BufRead;
 
-    let fake = imagekeeper::cri::FakeRuntime::start()
-        .await
-        .expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
+    let AgentFixture {
+        fake, dir, socket, ..
+    } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1500)
+        .start()
+        .await;
     fake.add_pullable(
         "registry.example/b:1",
         image("sha256:bbb", "registry.example/b:1", 500),
     );
-    fake.set_image_fs(fake.dir().display().to_string(), 1500);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let socket = dir.path().join("admin.sock");
     let notify_path = dir.path().join("notify.sock");
     let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("bind notify");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_imagekeeper"))

@@ -8,11 +8,10 @@
 use std::process::{Command, Output, Stdio};
 
 use imagekeeper::admin::AdminClient;
-use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImagePin, PinKey, UnixNanos};
 use imagekeeper::store::{Batch, Store};
 
-use crate::support::agent::{image, next_notify};
+use crate::support::agent::{AgentFixture, next_notify};
 
 const SECRET: &str = "S3cret";
 const NAME: &str = "user:S3cret@127.0.0.1:5091/y:1";
@@ -66,12 +65,18 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_with_credentials_is_refused_everywhere_and_its_secret_reaches_no_log_database_or_output()
  {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/model:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 3000);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("db/records.redb");
-    let socket = dir.path().join("run/admin.sock");
+    let AgentFixture {
+        fake,
+        dir,
+        db,
+        socket,
+    } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/model:1", 1000)
+        .image_fs_used(3000)
+        .db("db/records.redb")
+        .socket("run/admin.sock")
+        .start()
+        .await;
     let log = dir.path().join("agent.log");
     let warm = dir.path().join("warm");
     std::fs::create_dir(&warm).expect("warm dir");

@@ -13,7 +13,7 @@ use imagekeeper::agent::{Agent, ConfigSource, FlagValues};
 use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::UnixNanos;
 
-use crate::support::agent::{AgentChild, image, next_notify};
+use crate::support::agent::{AgentChild, AgentFixture, next_notify};
 use crate::support::http_get;
 
 /// An in-process agent on `fake` (database and admin socket in `dir`) whose configuration is
@@ -84,10 +84,11 @@ async fn reload_swaps_the_files_gc_settings_flags_still_win_and_an_invalid_file_
         .finish();
     let _log = tracing::subscriber::set_default(subscriber);
 
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     let file = dir.path().join("imagekeeper.toml");
     std::fs::write(
         &file,
@@ -219,10 +220,11 @@ fn start_service(
 /// failure that kept the running threshold), STOPPING=1 at SIGTERM, then exit 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and_stopping() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     let config = dir.path().join("imagekeeper.toml");
     std::fs::write(
         &config,
@@ -294,10 +296,11 @@ async fn notify_socket_gets_ready_after_the_first_detect_reloading_on_sighup_and
 /// waited on; the 1 s period bounds how soon they come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watched_config_file_that_changes_is_reloaded_without_a_signal() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     let config = dir.path().join("imagekeeper.toml");
     std::fs::write(
         &config,
@@ -354,9 +357,7 @@ async fn a_watched_config_file_that_changes_is_reloaded_without_a_signal() {
 /// SIGHUP's reload; an unchanged directory reloads nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watched_warm_set_directory_that_changes_is_reloaded_without_a_signal() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder().image_fs_used(1000).start().await;
     std::fs::write(
         dir.path().join("imagekeeper.toml"),
         "imageGCHighThresholdPercent = 100\n",
@@ -441,10 +442,11 @@ fn a_config_watch_without_a_config_file_or_under_a_second_exits_2() {
 /// on SIGTERM within its grace period.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_replaced_by_a_fifo_fails_the_reload_and_the_agent_answers_and_stops() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     let config = dir.path().join("imagekeeper.toml");
     std::fs::write(&config, "imageGCHighThresholdPercent = 100\n").expect("write config");
     let notify_path = dir.path().join("notify.sock");
@@ -514,10 +516,11 @@ async fn a_config_replaced_by_a_fifo_fails_the_reload_and_the_agent_answers_and_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_serves_the_probes_on_the_healthz_address_and_no_metrics_there() {
     use std::io::BufRead;
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     std::fs::write(dir.path().join("imagekeeper.toml"), "pinnedImages = []\n").expect("write");
     let notify_path = dir.path().join("notify.sock");
     let manager = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
@@ -566,10 +569,11 @@ async fn run_serves_the_probes_on_the_healthz_address_and_no_metrics_there() {
 /// says `# imagekeeper: empty` resets every setting to its default, as it asks.
 #[tokio::test]
 async fn a_reload_of_an_empty_file_keeps_the_pins_unless_the_file_says_it_is_empty() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     let file = dir.path().join("imagekeeper.toml");
     std::fs::write(&file, "pinnedImages = [\"registry.example/a:*\"]\n").expect("write");
     let agent = agent_with_config_file(&fake, dir.path(), &file, FlagValues::default()).await;
@@ -598,15 +602,16 @@ async fn a_reload_of_an_empty_file_keeps_the_pins_unless_the_file_says_it_is_emp
 async fn notify_socket_in_the_abstract_namespace_and_status_while_the_first_detect_fails() {
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::net::SocketAddr;
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     fake.fail(
         "ListImages",
         imagekeeper::cri::RpcCode::Unavailable,
         "runtime starting",
     );
-    let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(
         dir.path().join("imagekeeper.toml"),
         "imageGCHighThresholdPercent = 100\n",
@@ -697,10 +702,11 @@ async fn the_shipped_systemd_unit_starts_reaches_ready_reloads_and_verifies() {
         "TimeoutStopSec {stop} must cover the grace {grace} + 5 s"
     );
 
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     let root = dir.path();
     for sub in ["etc/imagekeeper", "var/lib/imagekeeper", "run/imagekeeper"] {
         std::fs::create_dir_all(root.join(sub)).expect("mkdir");
@@ -778,15 +784,18 @@ async fn the_shipped_systemd_unit_starts_reaches_ready_reloads_and_verifies() {
 /// items (`kube-json`, `yaml`) and `name`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_plan_prints_in_every_output_format() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![
-        image("sha256:aaa", "registry.example/a:1", 1000),
-        image("sha256:bbb", "registry.example/b:1", 2000),
-    ]);
-    fake.set_image_fs(fake.dir().display().to_string(), 3000);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("records.redb");
-    let socket = dir.path().join("no-agent.sock");
+    let AgentFixture {
+        fake,
+        dir: _dir,
+        db,
+        socket,
+    } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image("sha256:bbb", "registry.example/b:1", 2000)
+        .image_fs_used(3000)
+        .socket("no-agent.sock")
+        .start()
+        .await;
     let endpoint = fake.endpoint();
     let run = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
@@ -851,10 +860,11 @@ async fn a_dry_run_plan_prints_in_every_output_format() {
 /// start keep running).
 #[tokio::test]
 async fn a_reload_names_the_credential_settings_that_wait_for_a_restart() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image("sha256:aaa", "registry.example/a:1", 1000)]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
     let bin_dir = dir.path().join("plugins");
     std::fs::create_dir(&bin_dir).expect("bin dir");
     let plugin = bin_dir.join("p");

@@ -5,10 +5,10 @@
 //! (the API server's objects, the kubelet's probes, `kubectl exec` and `kubectl logs`), and
 //! reach the cluster only through `nsenter --net` into that namespace.
 //!
-//! Invariants: a test calls [`cluster_lab`] first. Without `IMAGEKEEPER_CLUSTER_LAB_ENV` (the
-//! cluster.env `scripts/cluster-lab up` writes) it prints that it was skipped and returns
-//! `None`, unless `IMAGEKEEPER_REQUIRE_LAB=1` (as `scripts/test` sets): then a missing lab is a
-//! panic. The tests share one cluster, so they hold [`CLUSTER_LAB_LOCK`] (nextest runs them one
+//! Invariants: every test is `#[ignore = "needs the cluster lab: ..."]` (a plain run lists it
+//! as ignored; `scripts/test` runs it with the cluster up) and calls [`cluster_lab`] first,
+//! which fails the test when `IMAGEKEEPER_CLUSTER_LAB_ENV` (the cluster.env
+//! `scripts/cluster-lab up` writes) is not set. The tests share one cluster, so they hold [`CLUSTER_LAB_LOCK`] (nextest runs them one
 //! at a time anyway: `.config/nextest.toml`'s `cluster-lab` group). What a test installs is
 //! uninstalled when its [`Release`] is dropped, and the images it pulled are removed.
 
@@ -32,19 +32,15 @@ pub struct ClusterLab {
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
-/// The cluster lab, or `None` (after a skip line) when there is none and none is required.
-pub async fn cluster_lab(test: &str) -> Option<ClusterLab> {
+/// The cluster lab, held so that its tests run one at a time; panics, failing the test
+/// `test`, when `IMAGEKEEPER_CLUSTER_LAB_ENV` is not set.
+pub async fn cluster_lab(test: &str) -> ClusterLab {
     let Some(env_file) = std::env::var_os("IMAGEKEEPER_CLUSTER_LAB_ENV") else {
-        assert!(
-            !support::lab_required(),
-            "IMAGEKEEPER_REQUIRE_LAB=1 but IMAGEKEEPER_CLUSTER_LAB_ENV is not set: start it with \
-             `scripts/cluster-lab up` and export IMAGEKEEPER_CLUSTER_LAB_ENV=<lab dir>/cluster.env, \
-             or run scripts/test"
+        panic!(
+            "{test} needs the cluster lab and IMAGEKEEPER_CLUSTER_LAB_ENV is not set: start it \
+             with `scripts/cluster-lab up` and export IMAGEKEEPER_CLUSTER_LAB_ENV=<lab dir>/cluster.env ({})",
+            support::RUN_THE_LAB_TESTS
         );
-        println!(
-            "SKIPPED {test}: no cluster lab (IMAGEKEEPER_CLUSTER_LAB_ENV is not set; scripts/test sets it)"
-        );
-        return None;
     };
     let serial = CLUSTER_LAB_LOCK.lock().await;
     let text = std::fs::read_to_string(&env_file).unwrap_or_else(|err| {
@@ -58,10 +54,10 @@ pub async fn cluster_lab(test: &str) -> Option<ClusterLab> {
         .filter_map(|line| line.split_once('='))
         .map(|(key, value)| (key.trim().to_owned(), value.trim().to_owned()))
         .collect();
-    Some(ClusterLab {
+    ClusterLab {
         env,
         _serial: serial,
-    })
+    }
 }
 
 impl ClusterLab {

@@ -12,11 +12,9 @@ use imagekeeper::model::ContainerState;
 use crate::support::{self, PodGuard, sandbox_spec};
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn pull_by_tag_returns_the_image_id_of_images_tsv() {
-    let Some(lab) = support::lab("cri::lab::pull_by_tag_returns_the_image_id_of_images_tsv").await
-    else {
-        return;
-    };
+    let lab = support::lab("cri::lab::pull_by_tag_returns_the_image_id_of_images_tsv").await;
     let client = lab.client().await;
     let data = lab.image("data:5mb");
     let image_ref = client
@@ -27,13 +25,11 @@ async fn pull_by_tag_returns_the_image_id_of_images_tsv() {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn pull_by_digest_returns_the_same_image_id_and_lists_the_digest() {
-    let Some(lab) =
+    let lab =
         support::lab("cri::lab::pull_by_digest_returns_the_same_image_id_and_lists_the_digest")
-            .await
-    else {
-        return;
-    };
+            .await;
     let client = lab.client().await;
     let data = lab.image("data:1mb");
     client
@@ -61,13 +57,11 @@ async fn pull_by_digest_returns_the_same_image_id_and_lists_the_digest() {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn image_status_reports_a_pulled_image_and_none_for_an_unknown_one() {
-    let Some(lab) =
+    let lab =
         support::lab("cri::lab::image_status_reports_a_pulled_image_and_none_for_an_unknown_one")
-            .await
-    else {
-        return;
-    };
+            .await;
     let client = lab.client().await;
     let busybox = lab.image("busybox:1.35");
     client
@@ -97,12 +91,10 @@ async fn image_status_reports_a_pulled_image_and_none_for_an_unknown_one() {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn list_images_reports_id_size_tags_and_digests_as_images_tsv() {
-    let Some(lab) =
-        support::lab("cri::lab::list_images_reports_id_size_tags_and_digests_as_images_tsv").await
-    else {
-        return;
-    };
+    let lab =
+        support::lab("cri::lab::list_images_reports_id_size_tags_and_digests_as_images_tsv").await;
     let client = lab.client().await;
     let wanted = ["data:20mb", "user:uid", "data-alias:small", "data:1mb"];
     for short in wanted {
@@ -139,12 +131,9 @@ async fn list_images_reports_id_size_tags_and_digests_as_images_tsv() {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn removing_by_one_tag_removes_every_tag_of_the_image() {
-    let Some(lab) =
-        support::lab("cri::lab::removing_by_one_tag_removes_every_tag_of_the_image").await
-    else {
-        return;
-    };
+    let lab = support::lab("cri::lab::removing_by_one_tag_removes_every_tag_of_the_image").await;
     let client = lab.client().await;
     let first = lab.image("busybox:1.35");
     let second = lab.image("busybox:latest");
@@ -201,12 +190,10 @@ async fn removing_by_one_tag_removes_every_tag_of_the_image() {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn image_fs_stats_has_the_lab_mountpoint_and_statvfs_space() {
-    let Some(lab) =
-        support::lab("cri::lab::image_fs_stats_has_the_lab_mountpoint_and_statvfs_space").await
-    else {
-        return;
-    };
+    let lab =
+        support::lab("cri::lab::image_fs_stats_has_the_lab_mountpoint_and_statvfs_space").await;
     let client = lab.client().await;
     client
         .pull_image(&lab.image("data:5mb").reference, "", None)
@@ -232,10 +219,9 @@ async fn image_fs_stats_has_the_lab_mountpoint_and_statvfs_space() {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn pull_of_a_missing_tag_is_not_found() {
-    let Some(lab) = support::lab("cri::lab::pull_of_a_missing_tag_is_not_found").await else {
-        return;
-    };
+    let lab = support::lab("cri::lab::pull_of_a_missing_tag_is_not_found").await;
     let client = lab.client().await;
     let missing = format!("{}/busybox:no-such-tag", lab.image_prefix);
     let err = client.pull_image(&missing, "", None).await.unwrap_err();
@@ -255,12 +241,10 @@ async fn pull_of_a_missing_tag_is_not_found() {
 /// CRI Version names containerd and the release the lab started (lab.env's
 /// CRI_LAB_CONTAINERD_VERSION, the Debian package's version: "1.6.20~ds1-..." runs as 1.6.20).
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn version_names_containerd_and_the_release_the_lab_started() {
-    let Some(lab) =
-        support::lab("cri::lab::version_names_containerd_and_the_release_the_lab_started").await
-    else {
-        return;
-    };
+    let lab =
+        support::lab("cri::lab::version_names_containerd_and_the_release_the_lab_started").await;
     let version = lab.client().await.version().await.expect("Version answers");
     assert_eq!(version.runtime_name, "containerd");
     let release = lab.containerd_release().name();
@@ -283,12 +267,10 @@ async fn version_names_containerd_and_the_release_the_lab_started() {
 /// The sandbox image is listed `pinned: true` on 1.7 and 2.1 (containerd pins its
 /// `sandbox_image` once pulled) and never on 1.6.
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn the_sandbox_image_is_pinned_on_1_7_and_2_1_and_not_on_1_6() {
-    let Some(lab) =
-        support::lab("cri::lab::the_sandbox_image_is_pinned_on_1_7_and_2_1_and_not_on_1_6").await
-    else {
-        return;
-    };
+    let lab =
+        support::lab("cri::lab::the_sandbox_image_is_pinned_on_1_7_and_2_1_and_not_on_1_6").await;
     let client = lab.client().await;
     let pause = lab.image("pause:1.0");
     assert_eq!(
@@ -326,13 +308,11 @@ async fn the_sandbox_image_is_pinned_on_1_7_and_2_1_and_not_on_1_6() {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn a_running_container_lists_its_image_id_and_keeps_it_after_exit() {
-    let Some(lab) =
+    let lab =
         support::lab("cri::lab::a_running_container_lists_its_image_id_and_keeps_it_after_exit")
-            .await
-    else {
-        return;
-    };
+            .await;
     let client = lab.client().await;
     let busybox = lab.image("busybox:1.35");
     client
@@ -440,11 +420,9 @@ async fn a_running_container_lists_its_image_id_and_keeps_it_after_exit() {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn client_recovers_after_containerd_restarts() {
-    let Some(lab) = support::lab("cri::lab::client_recovers_after_containerd_restarts").await
-    else {
-        return;
-    };
+    let lab = support::lab("cri::lab::client_recovers_after_containerd_restarts").await;
     let client = lab.client().await;
     client
         .version()

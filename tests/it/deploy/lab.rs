@@ -47,21 +47,14 @@ use crate::support::{self, Lab, PodGuard, http_status, wait_for};
 
 const BINARY: &str = "/usr/local/bin/imagekeeper";
 
-/// The image `scripts/image` pushed, or None (skipped) without the lab requirement.
-fn pushed_image(test: &str) -> Option<String> {
-    match std::env::var("IMAGEKEEPER_IMAGE") {
-        Ok(image) if !image.is_empty() => Some(image),
-        _ => {
-            assert!(
-                !support::lab_required(),
-                "IMAGEKEEPER_REQUIRE_LAB=1 but IMAGEKEEPER_IMAGE is not set: run \
-                 `scripts/image` (with the lab's CRI_LAB_REGISTRY_PORT) and export \
-                 IMAGEKEEPER_IMAGE=<the reference it prints>, or run scripts/test"
-            );
-            println!("SKIPPED {test}: IMAGEKEEPER_IMAGE is not set (scripts/test sets it)");
-            None
-        }
-    }
+/// The image `scripts/image` pushed (IMAGEKEEPER_IMAGE); the test fails without it.
+fn pushed_image(test: &str) -> String {
+    support::lab_var(
+        test,
+        "IMAGEKEEPER_IMAGE",
+        "run `scripts/image` (with the lab's CRI_LAB_REGISTRY_PORT) and export \
+         IMAGEKEEPER_IMAGE=<the reference it prints>",
+    )
 }
 
 /// The pod, running.
@@ -371,15 +364,12 @@ async fn image_listed(client: &CriClient, id: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the cri lab and the image: scripts/cri-lab up, scripts/image, IMAGEKEEPER_LAB_ENV, IMAGEKEEPER_IMAGE (scripts/test runs it)"]
 async fn the_daemonset_pod_serves_health_and_metrics_collects_survives_a_runtime_restart_and_stops_cleanly()
  {
     const TEST: &str = "deploy::lab::the_daemonset_pod_serves_health_and_metrics_collects_survives_a_runtime_restart_and_stops_cleanly";
-    let Some(lab) = support::lab(TEST).await else {
-        return;
-    };
-    let Some(image) = pushed_image(TEST) else {
-        return;
-    };
+    let lab = support::lab(TEST).await;
+    let image = pushed_image(TEST);
     let started = Instant::now();
     let victim = lab.image("data:5mb").clone();
     let client = lab.client().await;
@@ -555,15 +545,12 @@ async fn the_daemonset_pod_serves_health_and_metrics_collects_survives_a_runtime
 /// with "connection refused" and the pod never becomes ready again (the same pod with the
 /// directory mount goes on: the test above).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the cri lab and the image: scripts/cri-lab up, scripts/image, IMAGEKEEPER_LAB_ENV, IMAGEKEEPER_IMAGE (scripts/test runs it)"]
 async fn a_bind_mounted_socket_file_goes_stale_when_containerd_restarts() {
     const TEST: &str =
         "deploy::lab::a_bind_mounted_socket_file_goes_stale_when_containerd_restarts";
-    let Some(lab) = support::lab(TEST).await else {
-        return;
-    };
-    let Some(image) = pushed_image(TEST) else {
-        return;
-    };
+    let lab = support::lab(TEST).await;
+    let image = pushed_image(TEST);
     /// The socket file mounted instead of its directory; the image cache refreshed every
     /// second, so that readiness notices within seconds (the manifest keeps the 30 s default).
     fn socket_file_instead_of_directory(container: &mut ContainerSpec, lab: &Lab) {

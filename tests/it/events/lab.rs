@@ -23,7 +23,6 @@ use imagekeeper::clock::ManualClock;
 use imagekeeper::cri::{ContainerEventStream, CriClient, CriError, ImageRuntime, RpcCode};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
 use imagekeeper::model::{RecordKey, UnixNanos};
-use imagekeeper::store::Store;
 use tokio::sync::{mpsc, watch};
 
 use crate::gc::hooked::{Hooked, Hooks};
@@ -115,15 +114,12 @@ fn last_used(gc: &ImageGcManager<CriClient>, image_id: &str) -> UnixNanos {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn on_1_7_and_2_1_a_started_container_marks_its_image_through_the_event_stream_and_detect_catches_up_across_containerd_restarts_on_1_6_the_watcher_ends()
  {
-    let Some(lab) = support::lab(
+    let lab = support::lab(
         "events::lab::on_1_7_and_2_1_a_started_container_marks_its_image_through_the_event_stream_and_detect_catches_up_across_containerd_restarts_on_1_6_the_watcher_ends",
-    )
-    .await
-    else {
-        return;
-    };
+    ).await;
     let release = lab.containerd_release();
     let client = lab.client().await;
     // One image per container, so each mark is the mark of one container.
@@ -137,9 +133,9 @@ async fn on_1_7_and_2_1_a_started_container_marks_its_image_through_the_event_st
             .await
             .expect("pull");
     }
-    let dir = tempfile::tempdir().expect("temp dir");
     let t = |s: i64| UnixNanos::from_secs(T0 + s);
-    let store = Arc::new(Store::open(&dir.path().join("records.redb"), t(0)).expect("store"));
+    let (_dir, store) = crate::support::temp_store(t(0));
+    let store = Arc::new(store);
     let gc =
         Arc::new(ImageGcManager::new(client.clone(), store, GcConfig::default()).expect("policy"));
     let clock = Arc::new(ManualClock::new(t(0)));

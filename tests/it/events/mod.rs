@@ -18,7 +18,6 @@ use imagekeeper::model::{
     ContainerEvent, ContainerEventKind, ContainerState, ImageId, RecordKey, RuntimeContainer,
     RuntimeImage, UnixNanos,
 };
-use imagekeeper::store::Store;
 use tokio::sync::{mpsc, watch};
 
 const T0: i64 = 1_800_000_000;
@@ -71,10 +70,8 @@ async fn watched_in(mode: ContainerEvents, setup: impl FnOnce(&FakeRuntime)) -> 
     let client = CriClient::connect(fake.client_config())
         .await
         .expect("valid endpoint");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(
-        Store::open(&dir.path().join("records.redb"), UnixNanos::from_secs(T0)).expect("store"),
-    );
+    let (dir, store) = crate::support::temp_store(UnixNanos::from_secs(T0));
+    let store = Arc::new(store);
     let gc = Arc::new(
         ImageGcManager::new(client.clone(), store, GcConfig::default()).expect("valid policy"),
     );

@@ -203,10 +203,8 @@ async fn the_dry_run_says_the_kubelet_is_pulling_it_and_shows_the_pulled_record(
     let runtime = ScriptedRuntime::new();
     runtime.state().images = vec![image("a", 1_000), image("b", 1_000), image("c", 1_000)].into();
     runtime.state().fs = Some((3_000, 0));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = std::sync::Arc::new(
-        imagekeeper::store::Store::open(&dir.path().join("r.redb"), at(0)).expect("open"),
-    );
+    let (_dir, store) = crate::support::temp_store(at(0));
+    let store = std::sync::Arc::new(store);
     let manager = ImageGcManager::new(
         runtime,
         store,

@@ -65,14 +65,12 @@ fn one_manifest_per_image(rows: &[LabImage]) -> Vec<LabImage> {
 /// a real host-network pod with a running busybox container, the containers that mark the other
 /// images used at distinct times, and RemoveImage. Removed images are pulled again at the end.
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_containerd() {
-    let Some(lab) = support::lab(
+    let lab = support::lab(
         "gc::lab::space_gc_removes_the_least_recently_used_unpinned_unused_images_from_containerd",
     )
-    .await
-    else {
-        return;
-    };
+    .await;
     let client = lab.client().await;
     let pulled = one_manifest_per_image(&lab.images);
     for row in &pulled {
@@ -117,8 +115,8 @@ async fn space_gc_removes_the_least_recently_used_unpinned_unused_images_from_co
     let victims: Vec<LabImage> = use_order[1..4].to_vec();
     let to_free: u64 = victims.iter().map(|row| row.size).sum();
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(Store::open(&dir.path().join("records.redb"), at(0)).expect("store"));
+    let (_dir, store) = crate::support::temp_store(at(0));
+    let store = Arc::new(store);
     let config = GcConfig {
         policy: GcPolicy {
             high_threshold_percent: 60,
@@ -281,14 +279,12 @@ fn write_kubelet_record(root: &std::path::Path, dir: &str, key: &str, json: &str
 /// and equally old, goes, and so does every other unused image (pause stays: the sandbox
 /// image). The database starts with every image first detected and last used an hour ago.
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune_and_gc() {
-    let Some(lab) = support::lab(
+    let lab = support::lab(
         "gc::lab::kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune_and_gc",
     )
-    .await
-    else {
-        return;
-    };
+    .await;
     let client = lab.client().await;
     let pulled = one_manifest_per_image(&lab.images);
     let lab_ids: BTreeSet<String> = lab.images.iter().map(|row| row.image_id.clone()).collect();
@@ -422,18 +418,16 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
 /// `crictl images` does (from the runtime's repo tags). Every other lab image is pinned by a
 /// pattern so that only the three can go; every image is pulled back at the end.
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_metric() {
     use imagekeeper::agent::AgentMetrics;
     use imagekeeper::clock::ManualClock;
     use imagekeeper::pull::{ImageManager, PodRef, PullConfig, PullPolicy};
 
-    let Some(lab) = support::lab(
+    let lab = support::lab(
         "gc::lab::evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_metric",
     )
-    .await
-    else {
-        return;
-    };
+    .await;
     let client = lab.client().await;
     let pulled = one_manifest_per_image(&lab.images);
     for row in &pulled {
@@ -721,14 +715,12 @@ fn remount_inodes(root: &std::path::Path, nr_inodes: u64) {
 /// lab's own images are pinned, so they stay; the files image, pulled for the test, is
 /// the one eligible image.
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn inode_gc_removes_an_image_of_many_files_until_statvfs_shows_inode_use_below_low() {
-    let Some(lab) = support::lab(
+    let lab = support::lab(
         "gc::lab::inode_gc_removes_an_image_of_many_files_until_statvfs_shows_inode_use_below_low",
     )
-    .await
-    else {
-        return;
-    };
+    .await;
     let files = lab
         .files_image
         .clone()

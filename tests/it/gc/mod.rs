@@ -618,8 +618,8 @@ async fn max_age_disabled_removes_nothing_for_age() {
 
 #[tokio::test]
 async fn invalid_policies_are_refused_with_kubelets_messages() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(Store::open(&dir.path().join("db"), at(0)).expect("open"));
+    let (_dir, store) = crate::support::temp_store(at(0));
+    let store = Arc::new(store);
     let cases = [
         (
             policy(101, 80, 0, 0),

@@ -124,8 +124,8 @@ struct Rig {
 
 impl Rig {
     fn new(config: GcConfig) -> Rig {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = Arc::new(Store::open(&dir.path().join("records.redb"), at(0)).expect("open"));
+        let (dir, store) = crate::support::temp_store(at(0));
+        let store = Arc::new(store);
         let runtime = ParkingRuntime::default();
         let clock = Arc::new(ManualClock::new(at(0)));
         let in_flight = PullsInFlight::new();

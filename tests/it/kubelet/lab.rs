@@ -128,10 +128,9 @@ async fn kubelet_start_pass(kl: &KubeletLab) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the kubelet lab: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV (scripts/test runs it)"]
 async fn the_lab_kubelet_is_v1_37_2_answers_healthz_and_runs_a_static_pod_on_containerd_2_1() {
-    let Some(mut kl) = kubelet_lab("kubelet::lab::smoke").await else {
-        return;
-    };
+    let mut kl = kubelet_lab("kubelet::lab::smoke").await;
     let version = Command::new(kl.env("KUBELET_LAB_BIN"))
         .arg("--version")
         .output()
@@ -173,11 +172,10 @@ async fn the_lab_kubelet_is_v1_37_2_answers_healthz_and_runs_a_static_pod_on_con
 /// stays out; the kubelet frees nothing until its next pass, a fixed 5 minutes later (measured),
 /// then removes images by an order that holds no use at all (its log says which).
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the kubelet lab: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV (scripts/test runs it)"]
 async fn after_a_real_kubelet_restart_imagekeeper_gc_takes_the_least_recently_used_image_the_kubelet_spares_then_guesses()
  {
-    let Some(mut kl) = kubelet_lab("kubelet::lab::amnesia").await else {
-        return;
-    };
+    let mut kl = kubelet_lab("kubelet::lab::amnesia").await;
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("records.redb");
     let order = ["data:20mb", "data:5mb", "data:1mb"];
@@ -340,10 +338,9 @@ async fn after_a_real_kubelet_restart_imagekeeper_gc_takes_the_least_recently_us
 /// before any later detect. (2) With the events off, the next detect marks it. Either way the
 /// record's last use is at or after the container's creation as crictl reports it.
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the kubelet lab: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV (scripts/test runs it)"]
 async fn containers_the_real_kubelet_starts_mark_their_images_used_by_event_and_by_detect() {
-    let Some(mut kl) = kubelet_lab("kubelet::lab::use").await else {
-        return;
-    };
+    let mut kl = kubelet_lab("kubelet::lab::use").await;
     let dir = tempfile::tempdir().expect("temp dir");
 
     // (1) events: one detect at the start, then none for an hour.
@@ -436,10 +433,9 @@ async fn containers_the_real_kubelet_starts_mark_their_images_used_by_event_and_
 /// (`keep_kubelet_just_pulled`), which the same database without the kubelet's directory would
 /// remove.
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the kubelet lab: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV (scripts/test runs it)"]
 async fn the_real_kubelets_pulled_record_is_a_use_to_imagekeeper_that_keeps_a_just_pulled_image() {
-    let Some(mut kl) = kubelet_lab("kubelet::lab::records").await else {
-        return;
-    };
+    let mut kl = kubelet_lab("kubelet::lab::records").await;
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("records.redb");
     let image = reference(&kl, "user:uid");
@@ -631,11 +627,10 @@ fn finding<'a>(report: &'a serde_json::Value, check: &str) -> &'a serde_json::Va
 /// as a drop-in in the kubelet's own `--config-dir` and the kubelet restarted, `/configz` shows
 /// the new values (the merged default eviction thresholds kept) and doctor finds none.
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the kubelet lab: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV (scripts/test runs it)"]
 async fn doctor_on_the_real_kubelet_finds_the_conflict_and_its_fix_as_a_drop_in_clears_it_after_a_restart()
  {
-    let Some(mut kl) = kubelet_lab("kubelet::lab::doctor").await else {
-        return;
-    };
+    let mut kl = kubelet_lab("kubelet::lab::doctor").await;
     let before = configz(&kl);
     assert_eq!(before["imageGCHighThresholdPercent"], 85, "{before}");
     assert_eq!(
@@ -710,11 +705,10 @@ fn ctr_label(kl: &KubeletLab, reference: &str, label: &str) {
 /// next pass (every 10 s) removes it too. Read through crictl and the kubelet's log. (The
 /// agent's own runtime pins, issue 36, are what the keeps test proper needs.)
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the kubelet lab: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV (scripts/test runs it)"]
 async fn an_image_labelled_pinned_survives_the_real_kubelets_delete_unused_images_until_unlabelled()
 {
-    let Some(mut kl) = kubelet_lab("kubelet::lab::pinned_label").await else {
-        return;
-    };
+    let mut kl = kubelet_lab("kubelet::lab::pinned_label").await;
     remove_all_images_but_the_sandbox(&kl);
     let kept = reference(&kl, "data:5mb");
     let other = reference(&kl, "data:1mb");

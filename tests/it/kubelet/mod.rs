@@ -2,10 +2,10 @@
 //! server) against the lab's containerd inside a network namespace, and these tests read what
 //! happened through crictl and the kubelet's own log, not only through imagekeeper.
 //!
-//! Invariants: a test calls [`kubelet_lab`] first. Without `IMAGEKEEPER_KUBELET_LAB_ENV` (the
-//! kubelet.env `scripts/kubelet-lab up` writes) it prints that it was skipped and returns
-//! `None`, unless `IMAGEKEEPER_REQUIRE_LAB=1` (as `scripts/test` sets): then a missing lab is a
-//! panic. The tests share one kubelet, so they hold [`KUBELET_LAB_LOCK`] (nextest runs them
+//! Invariants: every test is `#[ignore = "needs the kubelet lab: ..."]` (a plain run lists it
+//! as ignored; `scripts/test` runs it with the lab up) and calls [`kubelet_lab`] first, which
+//! fails the test when `IMAGEKEEPER_KUBELET_LAB_ENV` (the kubelet.env `scripts/kubelet-lab up`
+//! writes) is not set. The tests share one kubelet, so they hold [`KUBELET_LAB_LOCK`] (nextest runs them
 //! one at a time anyway: `.config/nextest.toml`'s `kubelet-lab` group). What a test changes —
 //! static pods, drop-ins, images it pulled — is undone when its [`KubeletLab`] is dropped; a
 //! test that wrote a drop-in restarts the kubelet on drop so the next one meets the base
@@ -34,31 +34,27 @@ pub struct KubeletLab {
     drop_ins: Vec<PathBuf>,
 }
 
-/// The kubelet lab, or `None` (after a skip line) when there is none and none is required.
-pub async fn kubelet_lab(test: &str) -> Option<KubeletLab> {
+/// The kubelet lab, held so that its tests run one at a time; panics, failing the test
+/// `test`, when `IMAGEKEEPER_KUBELET_LAB_ENV` is not set.
+pub async fn kubelet_lab(test: &str) -> KubeletLab {
     let Some(env_file) = std::env::var_os("IMAGEKEEPER_KUBELET_LAB_ENV") else {
-        assert!(
-            !support::lab_required(),
-            "IMAGEKEEPER_REQUIRE_LAB=1 but IMAGEKEEPER_KUBELET_LAB_ENV is not set: start it with \
-             `scripts/kubelet-lab up` and export IMAGEKEEPER_KUBELET_LAB_ENV=<lab dir>/kubelet.env, \
-             or run scripts/test"
+        panic!(
+            "{test} needs the kubelet lab and IMAGEKEEPER_KUBELET_LAB_ENV is not set: start it \
+             with `scripts/kubelet-lab up` and export IMAGEKEEPER_KUBELET_LAB_ENV=<lab dir>/kubelet.env ({})",
+            support::RUN_THE_LAB_TESTS
         );
-        println!(
-            "SKIPPED {test}: no kubelet lab (IMAGEKEEPER_KUBELET_LAB_ENV is not set; scripts/test sets it)"
-        );
-        return None;
     };
     let serial = KUBELET_LAB_LOCK.lock().await;
     let env_file = PathBuf::from(env_file);
     let env = read_env(&env_file);
     let lab = support::load_lab(Path::new(&env["KUBELET_LAB_CRI_LAB_ENV"]), serial);
-    Some(KubeletLab {
+    KubeletLab {
         lab,
         env_file,
         env,
         static_pods: Vec::new(),
         drop_ins: Vec::new(),
-    })
+    }
 }
 
 fn read_env(file: &Path) -> HashMap<String, String> {

@@ -14,9 +14,9 @@ use imagekeeper::model::{ImageId, RuntimeImage, UnixNanos};
 use imagekeeper::pull::{
     CredentialSources, ImageManager, NodeCredentials, PullAuth, PullConfig, PullPolicy,
 };
-use imagekeeper::store::Store;
 
 use super::{NOW, pod};
+use crate::support::agent::AgentFixture;
 use crate::support::bin;
 
 fn mkfifo(path: &Path) {
@@ -59,10 +59,8 @@ fn pulls_complete_with_a_fifo_at_the_node_config_path() {
             let client = CriClient::connect(fake.client_config())
                 .await
                 .expect("connect");
-            let dir = tempfile::tempdir().expect("temp dir");
-            let store = Arc::new(
-                Store::open(&dir.path().join("db.redb"), UnixNanos::from_secs(NOW)).expect("store"),
-            );
+            let (_dir, store) = crate::support::temp_store(UnixNanos::from_secs(NOW));
+            let store = Arc::new(store);
             let sources = CredentialSources {
                 node: Some(NodeCredentials {
                     config_json_dirs: vec![root_dir.clone()],
@@ -148,9 +146,7 @@ fn a_fifo_given_as_pull_secret_is_refused_at_once_with_exit_2() {
 /// directory).
 #[tokio::test]
 async fn a_reload_reports_an_edit_in_place_of_a_provider_config_directory() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder().image_fs_used(1000).start().await;
     let bin_dir = dir.path().join("plugins");
     std::fs::create_dir(&bin_dir).expect("bin dir");
     for name in ["a", "b"] {

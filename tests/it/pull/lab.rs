@@ -61,23 +61,19 @@ async fn remove(client: &CriClient, image: &str) {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn if_not_present_pulls_an_absent_image_returns_its_id_and_records_it_used_now() {
-    let Some(lab) = support::lab(
+    let lab = support::lab(
         "pull::lab::if_not_present_pulls_an_absent_image_returns_its_id_and_records_it_used_now",
     )
-    .await
-    else {
-        return;
-    };
+    .await;
     let client = lab.client().await;
     let row = lab.image("user:name");
     remove(&client, &row.image_id).await;
     let pulls_before = pull_lines(&lab, &row.reference);
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(
-        Store::open(&dir.path().join("records.redb"), UnixNanos::from_secs(NOW)).expect("store"),
-    );
+    let (_dir, store) = crate::support::temp_store(UnixNanos::from_secs(NOW));
+    let store = Arc::new(store);
     let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(NOW)));
     let manager = manager(&client, &store, clock);
     let got = manager
@@ -105,23 +101,19 @@ async fn if_not_present_pulls_an_absent_image_returns_its_id_and_records_it_used
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn never_policy_for_an_absent_image_is_err_image_never_pull_with_kubelets_message() {
-    let Some(lab) = support::lab(
+    let lab = support::lab(
         "pull::lab::never_policy_for_an_absent_image_is_err_image_never_pull_with_kubelets_message",
     )
-    .await
-    else {
-        return;
-    };
+    .await;
     let client = lab.client().await;
     let row = lab.image("user:name");
     remove(&client, &row.image_id).await;
     let pulls_before = pull_lines(&lab, &row.reference);
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(
-        Store::open(&dir.path().join("records.redb"), UnixNanos::from_secs(NOW)).expect("store"),
-    );
+    let (_dir, store) = crate::support::temp_store(UnixNanos::from_secs(NOW));
+    let store = Arc::new(store);
     let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(NOW)));
     let manager = manager(&client, &store, clock);
     let err = manager
@@ -166,14 +158,12 @@ async fn never_policy_for_an_absent_image_is_err_image_never_pull_with_kubelets_
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn missing_tag_is_err_image_pull_then_the_next_process_backs_off_without_pulling() {
-    let Some(lab) = support::lab(
+    let lab = support::lab(
         "pull::lab::missing_tag_is_err_image_pull_then_the_next_process_backs_off_without_pulling",
     )
-    .await
-    else {
-        return;
-    };
+    .await;
     let unique = SystemClock.now().0;
     let missing = format!(
         "{}/busybox:no-such-tag-{}-{unique}",
@@ -248,13 +238,11 @@ async fn missing_tag_is_err_image_pull_then_the_next_process_backs_off_without_p
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn pull_binary_pulls_an_absent_image_prints_its_id_and_records_it() {
-    let Some(lab) =
+    let lab =
         support::lab("pull::lab::pull_binary_pulls_an_absent_image_prints_its_id_and_records_it")
-            .await
-    else {
-        return;
-    };
+            .await;
     let row = lab.image("data:5mb");
     // Absent, so the binary really pulls it (an image already present is not recorded by
     // EnsureImageExists: detect records it).

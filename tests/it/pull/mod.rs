@@ -38,10 +38,8 @@ async fn setup() -> (
     let client = CriClient::connect(fake.client_config())
         .await
         .expect("connect");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(
-        Store::open(&dir.path().join("db.redb"), UnixNanos::from_secs(NOW)).expect("store"),
-    );
+    let (dir, store) = crate::support::temp_store(UnixNanos::from_secs(NOW));
+    let store = Arc::new(store);
     let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(NOW)));
     let manager = ImageManager::new(
         &PullConfig::default(),

@@ -403,11 +403,10 @@ fn pin_writes(address: &str) -> u64 {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_pins_and_write_nothing_when_steady_and_on_1_6_turn_themselves_off()
  {
-    let Some(lab) = support::lab("runtime_pins_follow_pin_expiry_and_unpin").await else {
-        return;
-    };
+    let lab = support::lab("runtime_pins_follow_pin_expiry_and_unpin").await;
     let client = lab.client().await;
     let busybox = lab.image("busybox:1.35").clone();
     let data = lab.image("data:5mb").clone();
@@ -699,11 +698,10 @@ async fn runtime_pins_on_1_7_and_2_1_follow_pin_expiry_and_unpin_spare_foreign_p
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn runtime_pins_move_with_a_moved_tag_and_match_the_keeps_after_agent_and_containerd_restarts_on_1_7_and_2_1_and_stay_unset_on_1_6()
  {
-    let Some(lab) = support::lab("runtime_pins_move_with_a_moved_tag").await else {
-        return;
-    };
+    let lab = support::lab("runtime_pins_move_with_a_moved_tag").await;
     // 1.7 and 2.1 list labelled images as pinned; on 1.6 `auto` is off: no label, nothing
     // pinned, through every step below.
     let carries = release_carries_pins(&lab);
@@ -889,11 +887,10 @@ async fn runtime_pins_move_with_a_moved_tag_and_match_the_keeps_after_agent_and_
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn a_present_warm_entry_and_a_side_loaded_image_are_pinned_on_1_7_and_2_1_and_the_sandbox_stays_pinned_when_keeps_end_and_on_1_6_nothing_is()
  {
-    let Some(lab) = support::lab("runtime_pins_warm_and_side_loaded").await else {
-        return;
-    };
+    let lab = support::lab("runtime_pins_warm_and_side_loaded").await;
     // 1.7 and 2.1 list labelled images (and the sandbox image) as pinned; 1.6 nothing.
     let carries = release_carries_pins(&lab);
     let client = lab.client().await;

@@ -1,6 +1,8 @@
-//! The agent as a process for the tests that spawn `imagekeeper run` against the in-process
-//! fake CRI server (`agent::`, `service::`): one way to spawn it, one child handle, one read of
-//! the service manager's messages, and the runtime image those tests script.
+//! The agent's node for the agent and service tests, and the agent as a process: one
+//! fixture ([`AgentFixture`]: the in-process fake CRI server with the test's images, a temp
+//! dir with the database and admin socket paths), one way to spawn `imagekeeper run` against
+//! it, one child handle, one read of the service manager's messages, and the runtime image
+//! those tests script.
 //!
 //! Invariants: the spawned agent logs at info whatever the caller's `IMAGEKEEPER_LOG` ("Serving
 //! metrics" names the bound address), its stderr is piped for [`AgentChild::metrics_address`],
@@ -8,10 +10,11 @@
 //! The 60 s read deadlines only turn a hang into a failure; no test waits on them.
 
 use std::os::unix::net::UnixDatagram;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
+use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
 
 use super::metrics_address_from_stderr;
@@ -26,6 +29,92 @@ pub fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
         repo_digests: vec![format!("{repo}@sha256:{}", "0".repeat(64))],
         size,
         ..RuntimeImage::default()
+    }
+}
+
+/// A node for one agent test: the fake CRI server (`fake`, with the test's images and image
+/// filesystem) and a temp dir (`dir`) holding the agent's database (`db`) and admin socket
+/// (`socket`), neither created yet. Tests destructure it (`let AgentFixture { fake, dir, db,
+/// socket } = ...`) and use the parts as they used their own.
+pub struct AgentFixture {
+    pub fake: FakeRuntime,
+    pub dir: tempfile::TempDir,
+    pub db: PathBuf,
+    pub socket: PathBuf,
+}
+
+/// The knobs the agent tests vary; [`AgentFixtureBuilder::start`] builds the node.
+#[must_use]
+pub struct AgentFixtureBuilder {
+    images: Vec<RuntimeImage>,
+    image_fs_used: Option<u64>,
+    db: &'static str,
+    socket: &'static str,
+}
+
+impl AgentFixture {
+    /// No images, no image filesystem, the database at `records.redb` and the admin socket
+    /// at `admin.sock` in the temp dir.
+    pub fn builder() -> AgentFixtureBuilder {
+        AgentFixtureBuilder {
+            images: Vec::new(),
+            image_fs_used: None,
+            db: "records.redb",
+            socket: "admin.sock",
+        }
+    }
+}
+
+impl AgentFixtureBuilder {
+    /// One more image the fake lists ([`image`]: one tag, a size, a repo digest).
+    pub fn image(mut self, id: &str, tag: &str, size: u64) -> Self {
+        self.images.push(image(id, tag, size));
+        self
+    }
+
+    /// More images the fake lists, as given.
+    pub fn images(mut self, images: impl IntoIterator<Item = RuntimeImage>) -> Self {
+        self.images.extend(images);
+        self
+    }
+
+    /// The fake's image filesystem: its temp dir (statvfs'd for real) with `used` bytes used.
+    pub fn image_fs_used(mut self, used: u64) -> Self {
+        self.image_fs_used = Some(used);
+        self
+    }
+
+    /// The database's path in the temp dir (default `records.redb`).
+    pub fn db(mut self, relative: &'static str) -> Self {
+        self.db = relative;
+        self
+    }
+
+    /// The admin socket's path in the temp dir (default `admin.sock`).
+    pub fn socket(mut self, relative: &'static str) -> Self {
+        self.socket = relative;
+        self
+    }
+
+    /// Starts the fake (with the images, if any, and the image filesystem, if set) and makes
+    /// the temp dir.
+    pub async fn start(self) -> AgentFixture {
+        let fake = FakeRuntime::start().await.expect("fake runtime");
+        if !self.images.is_empty() {
+            fake.set_images(self.images);
+        }
+        if let Some(used) = self.image_fs_used {
+            fake.set_image_fs(fake.dir().display().to_string(), used);
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join(self.db);
+        let socket = dir.path().join(self.socket);
+        AgentFixture {
+            fake,
+            dir,
+            db,
+            socket,
+        }
     }
 }
 

@@ -2,13 +2,16 @@
 //! waiting on a condition with a deadline, running the binary ([`bin`]), the agent as a
 //! process ([`agent`]) and the lab's password registry ([`registry`]).
 //!
-//! Invariants: a lab test calls [`lab`] first. Without `IMAGEKEEPER_LAB_ENV` it prints that it
-//! was skipped and returns `None`, unless `IMAGEKEEPER_REQUIRE_LAB=1` (as `scripts/test` sets),
-//! in which case a missing lab is a panic. Lab tests also hold [`LabLock`] so that they run one at
-//! a time even under plain `cargo test` (nextest runs them one at a time anyway).
+//! Invariants: a lab test is `#[ignore = "needs the <which> lab: ..."]`, so a plain
+//! `cargo nextest run` lists it as ignored with that reason and `scripts/test` runs it
+//! (`--run-ignored all`, with the labs up). It calls [`lab`] first, which fails the test, naming
+//! what to start, when `IMAGEKEEPER_LAB_ENV` is not set: a lab test run without its lab fails,
+//! never passes. Lab tests also hold the lab's lock so that they run one at a time even under
+//! plain `cargo test` (nextest runs them one at a time anyway).
 
 pub mod agent;
 pub mod bin;
+pub mod forward;
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -16,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use imagekeeper::cri::{ContainerSpec, CriClient, CriConfig, ImageRuntime, SandboxSpec};
+use imagekeeper::store::Store;
 
 /// A containerd release the lab runs (`scripts/cri-lab up --containerd 1.6|1.7|2.1`), with the
 /// facts the lab tests assert of it (each checked on this machine kind, see
@@ -174,6 +178,14 @@ impl Lab {
     }
 }
 
+/// A scratch store: a new `records.redb` in a temp dir of its own, opened at `now`. The
+/// `TempDir` removes the directory when dropped: keep it as long as the store.
+pub fn temp_store(now: imagekeeper::model::UnixNanos) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(&dir.path().join("records.redb"), now).expect("open the scratch store");
+    (dir, store)
+}
+
 /// A table the CLI printed, as rows of cells (columns are at least three spaces apart).
 pub fn table_rows(table: &str) -> Vec<Vec<&str>> {
     table
@@ -197,26 +209,39 @@ pub fn lab_config(endpoint: &str) -> CriConfig {
     }
 }
 
-/// Whether a missing lab (or lab tool, or pushed image) fails a test rather than skipping it:
-/// `IMAGEKEEPER_REQUIRE_LAB=1`, as `scripts/test` sets.
+/// Whether a missing tool of the lab suite (helm, promtool, prometheus: [`tool`]) fails a
+/// test rather than skipping it: `IMAGEKEEPER_REQUIRE_LAB=1`, as `scripts/test` sets. A lab
+/// test needs no such switch: it runs only when asked (`--run-ignored`) and fails without
+/// its lab.
 pub fn lab_required() -> bool {
     std::env::var("IMAGEKEEPER_REQUIRE_LAB").is_ok_and(|v| v == "1")
 }
 
-/// The lab, or `None` (after printing a skip line) when there is none and none is required.
-pub async fn lab(test: &str) -> Option<Lab> {
-    let required = lab_required();
+/// How to run the lab tests, for the failure of one that was run without its lab.
+pub const RUN_THE_LAB_TESTS: &str = "lab tests are #[ignore]d in a plain run; scripts/test \
+     starts the labs and runs them with `cargo nextest run --run-ignored all`";
+
+/// The lab (`IMAGEKEEPER_LAB_ENV`), held so that its tests run one at a time. Panics, failing
+/// the test `test`, when `IMAGEKEEPER_LAB_ENV` is not set: the test was run (its `#[ignore]`
+/// overridden) without the lab.
+pub async fn lab(test: &str) -> Lab {
     let Some(env_file) = std::env::var_os("IMAGEKEEPER_LAB_ENV") else {
-        assert!(
-            !required,
-            "IMAGEKEEPER_REQUIRE_LAB=1 but IMAGEKEEPER_LAB_ENV is not set: start the lab with \
-             `scripts/cri-lab up` and export IMAGEKEEPER_LAB_ENV=<lab dir>/lab.env, or run scripts/test"
+        panic!(
+            "{test} needs the lab and IMAGEKEEPER_LAB_ENV is not set: start the lab with \
+             `scripts/cri-lab up` and export IMAGEKEEPER_LAB_ENV=<lab dir>/lab.env ({RUN_THE_LAB_TESTS})"
         );
-        println!("SKIPPED {test}: no lab (IMAGEKEEPER_LAB_ENV is not set; scripts/test sets it)");
-        return None;
     };
     let serial = LAB_LOCK.lock().await;
-    Some(load_lab(Path::new(&env_file), serial))
+    load_lab(Path::new(&env_file), serial)
+}
+
+/// The environment variable `var` a lab test needs beside its lab (an image `scripts/test`
+/// pushed), non-empty; panics naming how to set it, failing the test `test`, when it is not.
+pub fn lab_var(test: &str, var: &str, how: &str) -> String {
+    match std::env::var(var) {
+        Ok(value) if !value.is_empty() => value,
+        _ => panic!("{test} needs {var}, which is not set: {how} ({RUN_THE_LAB_TESTS})"),
+    }
 }
 
 /// The lab described by the lab.env at `env_file` (and its images.tsv), held with `serial`
@@ -564,16 +589,7 @@ impl Drop for Tmpfs {
 /// name on PATH. `None` (after a skip line) when neither runs and the lab is not required;
 /// with `IMAGEKEEPER_REQUIRE_LAB=1` a missing tool fails the test.
 pub fn tool(test: &str, name: &str, env_var: &str) -> Option<PathBuf> {
-    let candidate = std::env::var_os(env_var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(name));
-    let runs = std::process::Command::new(&candidate)
-        .arg("--help")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok();
-    if runs {
+    if let Some(candidate) = runnable_tool(name, env_var) {
         return Some(candidate);
     }
     let required = lab_required();
@@ -585,6 +601,32 @@ pub fn tool(test: &str, name: &str, env_var: &str) -> Option<PathBuf> {
     );
     println!("SKIPPED {test}: {name} is not installed (scripts/tools installs it)");
     None
+}
+
+/// [`tool`] for a lab test (run only when asked, with the lab suite's tools installed): the
+/// tool, or a panic naming how to install it.
+pub fn lab_tool(test: &str, name: &str, env_var: &str) -> PathBuf {
+    runnable_tool(name, env_var).unwrap_or_else(|| {
+        panic!(
+            "{test} needs {name}, which does not run ({env_var}={:?}): run scripts/tools and \
+             export what it prints ({RUN_THE_LAB_TESTS})",
+            std::env::var_os(env_var)
+        )
+    })
+}
+
+/// The tool's path in `env_var`, else `name` on PATH, if it runs (`--help`).
+fn runnable_tool(name: &str, env_var: &str) -> Option<PathBuf> {
+    let candidate = std::env::var_os(env_var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(name));
+    std::process::Command::new(&candidate)
+        .arg("--help")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok()
+        .then_some(candidate)
 }
 
 /// The ids of the images the runtime lists now.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use imagekeeper::cri::ImageRuntime;
 use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager};
 use imagekeeper::model::{ImagePin, PinKey, UnixNanos};
-use imagekeeper::store::{Batch, Store};
+use imagekeeper::store::Batch;
 
 use crate::support::{self, ContainerdRelease};
 
@@ -38,18 +38,17 @@ fn ok(out: &std::process::Output) -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn a_pin_for_3s_keeps_its_image_through_prune_and_prune_removes_it_once_expired() {
-    let Some(lab) = support::lab("a_pin_for_3s_keeps_its_image_through_prune").await else {
-        return;
-    };
+    let lab = support::lab("a_pin_for_3s_keeps_its_image_through_prune").await;
     let client = lab.client().await;
     let row = lab.image("data:1mb").clone();
     client
         .pull_image(&row.reference, "", None)
         .await
         .expect("pull");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(Store::open(&dir.path().join("records.redb"), at(0)).expect("store"));
+    let (_dir, store) = crate::support::temp_store(at(0));
+    let store = Arc::new(store);
     let manager = ImageGcManager::new(
         client.clone(),
         store.clone(),
@@ -108,10 +107,9 @@ async fn a_pin_for_3s_keeps_its_image_through_prune_and_prune_removes_it_once_ex
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn the_cli_pin_keeps_an_image_through_prune_and_unpin_lets_prune_remove_it() {
-    let Some(lab) = support::lab("the_cli_pin_keeps_an_image_through_prune").await else {
-        return;
-    };
+    let lab = support::lab("the_cli_pin_keeps_an_image_through_prune").await;
     let client = lab.client().await;
     let row = lab.image("data:5mb").clone();
     client
@@ -194,10 +192,9 @@ fn import(lab: &support::Lab, reference: &str, name: &str, dir: &Path) {
 }
 
 #[tokio::test]
+#[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn an_imported_image_is_kept_by_prune_and_removed_with_protect_irreplaceable_false() {
-    let Some(lab) = support::lab("an_imported_image_is_kept_by_prune").await else {
-        return;
-    };
+    let lab = support::lab("an_imported_image_is_kept_by_prune").await;
     let client = lab.client().await;
     // containerd 1.6 and 1.7 name their sandbox image in the verbose Status (the CRI config's
     // sandboxImage); 2.1's Status carries no image config (its sandbox image is listed

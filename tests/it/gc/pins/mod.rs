@@ -137,8 +137,8 @@ impl Hooks for PinDuringCycle {
 
 #[tokio::test]
 async fn a_pin_written_during_a_cycle_is_seen_by_the_last_look() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(Store::open(&dir.path().join("records.redb"), at(0)).expect("store"));
+    let (_dir, store) = crate::support::temp_store(at(0));
+    let store = Arc::new(store);
     let runtime = Hooked {
         inner: ScriptedRuntime::new(),
         hooks: PinDuringCycle {

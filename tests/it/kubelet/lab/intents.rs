@@ -137,11 +137,10 @@ fn journal(db: &Path) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the kubelet lab: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV (scripts/test runs it)"]
 async fn the_real_kubelets_pull_intent_keeps_its_image_from_imagekeepers_gc_while_the_pull_runs_turns_stale_in_doctor_and_is_deleted_when_the_pull_fails()
  {
-    let Some(mut kl) = kubelet_lab("kubelet::lab::intents").await else {
-        return;
-    };
+    let mut kl = kubelet_lab("kubelet::lab::intents").await;
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("records.redb");
     remove_all_images_but_the_sandbox(&kl);
