@@ -35,7 +35,6 @@ pub use fields::{ConfigField, OnReload};
 pub use file::{EMPTY_CONFIG_MARKER, FromHistorySpec, Quantity};
 pub use flags::FlagValues;
 pub use process::parse_host_port;
-pub use runtime::{FIRST_PINNING_CONTAINERD, runtime_carries_pins};
 pub use settings::{CONFIG_FIELDS, FileConfig, FlagStatus, flag_help, parse_set};
 
 /// The default record database.

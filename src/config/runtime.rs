@@ -1,8 +1,8 @@
 //! The runtime settings' resolvers: the CRI endpoints, whether the container events are
-//! watched and whether the runtime pins' labels are written; and which runtimes can carry
-//! those pins ([`runtime_carries_pins`], what `runtimePins = "auto"` turns on by).
+//! watched and whether the runtime pins' labels are written (which runtimes can carry those
+//! pins is `crate::runtime::runtime_carries_pins`).
 
-use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT, RuntimeVersion};
+use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
 
 use super::resolve::{Origin, invalid, pick};
 use super::validate::check_endpoint;
@@ -76,44 +76,5 @@ pub(super) fn resolve_runtime_pins(
         Some((v, _)) if v == "auto" => Ok(RuntimePins::Auto),
         Some((v, _)) if v == "off" => Ok(RuntimePins::Off),
         Some((v, from)) => Err(invalid(from, format!("{v:?} is neither auto nor off"))),
-    }
-}
-
-/// The first containerd release whose CRI lists a labelled image as pinned.
-pub const FIRST_PINNING_CONTAINERD: (u64, u64, u64) = (1, 7, 3);
-
-/// Whether a runtime (CRI Version's name and version) lists labelled images as pinned:
-/// containerd 1.7.3 and later. `Err` says why not.
-pub fn runtime_carries_pins(version: &RuntimeVersion) -> Result<(), String> {
-    let name = version.runtime_name.as_str();
-    if name != "containerd" {
-        return Err(format!(
-            "the runtime is {name:?}, not containerd (CRI-O's pinned_images is not built)"
-        ));
-    }
-    let text = version.runtime_version.trim_start_matches('v');
-    let mut parts = text
-        .split(|c: char| !c.is_ascii_digit())
-        .take(3)
-        .map(|p| p.parse::<u64>().ok());
-    let parsed = (
-        parts.next().flatten(),
-        parts.next().flatten(),
-        parts.next().flatten(),
-    );
-    match parsed {
-        (Some(major), Some(minor), Some(patch))
-            if (major, minor, patch) >= FIRST_PINNING_CONTAINERD =>
-        {
-            Ok(())
-        }
-        (Some(_), Some(_), Some(_)) => Err(format!(
-            "containerd {} does not list labelled images as pinned (1.7.3 and later do)",
-            version.runtime_version
-        )),
-        _ => Err(format!(
-            "containerd's version {:?} is not major.minor.patch",
-            version.runtime_version
-        )),
     }
 }

@@ -206,7 +206,7 @@ fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
             );
         }
     };
-    if let Err(why) = crate::config::runtime_carries_pins(version) {
+    if let Err(why) = crate::runtime::runtime_carries_pins(version) {
         return Finding::not_checked(
             name,
             format!("runtime pins are off (--runtime-pins auto): {why}: {KEEPS_UNSEEN}"),

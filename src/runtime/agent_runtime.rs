@@ -1,0 +1,96 @@
+//! What the agent needs of its container runtime: the CRI image calls ([`ImageRuntime`]) and a
+//! container event stream ([`AgentRuntime::container_events`]). The real one is the CRI
+//! client (`cri::CriClient`, which implements it in `cri`); the replay's scripted runtime
+//! (`replay::ScriptedRuntime`, which implements it in `replay`) serves in-process tests of the
+//! whole agent (no socket, so tokio's paused time drives every loop), and answers the event
+//! stream as containerd 1.6 does (Unimplemented: the watcher ends and detect alone applies).
+
+use std::future::Future;
+
+use super::{CriError, ImageRuntime, RpcCode};
+use crate::model::ContainerEvent;
+
+/// Name and version of the runtime (RuntimeService.Version).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RuntimeVersion {
+    pub version: String,
+    pub runtime_name: String,
+    pub runtime_version: String,
+    pub runtime_api_version: String,
+}
+
+/// The first containerd release whose CRI lists a labelled image as pinned.
+pub const FIRST_PINNING_CONTAINERD: (u64, u64, u64) = (1, 7, 3);
+
+/// Whether a runtime (CRI Version's name and version) lists labelled images as pinned:
+/// containerd 1.7.3 and later. `Err` says why not.
+pub fn runtime_carries_pins(version: &RuntimeVersion) -> Result<(), String> {
+    let name = version.runtime_name.as_str();
+    if name != "containerd" {
+        return Err(format!(
+            "the runtime is {name:?}, not containerd (CRI-O's pinned_images is not built)"
+        ));
+    }
+    let text = version.runtime_version.trim_start_matches('v');
+    let mut parts = text
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map(|p| p.parse::<u64>().ok());
+    let parsed = (
+        parts.next().flatten(),
+        parts.next().flatten(),
+        parts.next().flatten(),
+    );
+    match parsed {
+        (Some(major), Some(minor), Some(patch))
+            if (major, minor, patch) >= FIRST_PINNING_CONTAINERD =>
+        {
+            Ok(())
+        }
+        (Some(_), Some(_), Some(_)) => Err(format!(
+            "containerd {} does not list labelled images as pinned (1.7.3 and later do)",
+            version.runtime_version
+        )),
+        _ => Err(format!(
+            "containerd's version {:?} is not major.minor.patch",
+            version.runtime_version
+        )),
+    }
+}
+
+/// A runtime the agent can run against.
+pub trait AgentRuntime: ImageRuntime + Clone + Send + Sync + 'static {
+    /// The stream [`AgentRuntime::container_events`] opens.
+    type Events: EventStream;
+
+    /// Opens the CRI GetContainerEvents stream.
+    fn container_events(&self) -> impl Future<Output = Result<Self::Events, CriError>> + Send;
+
+    /// CRI Version (the runtime pins' `auto` reads the runtime's name and version); by
+    /// default Unimplemented, so `auto` turns itself off.
+    fn runtime_version(&self) -> impl Future<Output = Result<RuntimeVersion, CriError>> + Send {
+        async {
+            Err(CriError::Rpc {
+                method: "Version",
+                code: RpcCode::Unimplemented,
+                message: "this runtime does not say its version".to_owned(),
+            })
+        }
+    }
+}
+
+/// A stream of container events.
+pub trait EventStream: Send {
+    /// The next event; `None` when the runtime ended the stream, an error when it broke.
+    fn next(&mut self) -> impl Future<Output = Option<Result<ContainerEvent, CriError>>> + Send;
+}
+
+/// A runtime with no event stream: opening one fails as Unimplemented.
+#[derive(Debug)]
+pub enum NoEvents {}
+
+impl EventStream for NoEvents {
+    async fn next(&mut self) -> Option<Result<ContainerEvent, CriError>> {
+        match *self {}
+    }
+}
