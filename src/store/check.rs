@@ -290,7 +290,7 @@ impl Store {
         let names = txn.open_table(NAMES).map_err(|e| self.redb_err(e))?;
         let meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
         let defaults = JournalRetention::default();
-        let read = |name: &str| super::read_meta(&meta, name).ok().flatten();
+        let read = |name: &str| super::read::read_meta(&meta, name).ok().flatten();
         let max_entries =
             read(retention_keys::MAX_ENTRIES).unwrap_or(i64::from(defaults.max_entries));
         let mut journaled: BTreeSet<RecordKey> = BTreeSet::new();
@@ -341,7 +341,7 @@ impl Store {
         let mut violations = Vec::new();
         let meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
         let defaults = JournalRetention::default();
-        let max_entries = super::read_meta(&meta, retention_keys::MAX_ENTRIES)
+        let max_entries = super::read::read_meta(&meta, retention_keys::MAX_ENTRIES)
             .ok()
             .flatten()
             .unwrap_or(i64::from(defaults.max_entries));
@@ -455,7 +455,7 @@ impl Store {
             }
         }
         let meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
-        let last_detect = super::read_meta(&meta, meta_keys::LAST_DETECT)
+        let last_detect = super::read::read_meta(&meta, meta_keys::LAST_DETECT)
             .ok()
             .flatten()
             .map(UnixNanos);
@@ -483,7 +483,7 @@ impl Store {
         let journal = txn.open_table(JOURNAL).map_err(|e| self.redb_err(e))?;
         let meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
         let defaults = JournalRetention::default();
-        let max_age_secs = super::read_meta(&meta, retention_keys::MAX_AGE_SECS)
+        let max_age_secs = super::read::read_meta(&meta, retention_keys::MAX_AGE_SECS)
             .ok()
             .flatten()
             .unwrap_or(i64::try_from(defaults.max_age.as_secs()).unwrap_or(i64::MAX));

@@ -25,9 +25,10 @@ use std::time::Duration;
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
+use super::TxnError;
+use super::apply::{ImagesTable, MetaTable, get_record, put_meta};
 use super::codec::{Codec, JournalKey};
 use super::tables::{Encoded, Stored};
-use super::{ImagesTable, MetaTable, TxnError, get_record, put_meta};
 use crate::model::{
     EvictionNote, FUTURE_STAMP_TOLERANCE, ImageNames, ImageRecord, JournalEntry, JournalRetention,
     RecordKey, Remover, Repull, UnixNanos, duration_nanos,

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::model::{ImagePin, MAX_PIN_REASON_BYTES, PinKey};
 
 fn key(id: &str, handler: &str) -> RecordKey {
     RecordKey::new(id, handler)

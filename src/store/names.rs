@@ -1,0 +1,180 @@
+//! The names table's reads: one image's repo tags and digests, those of a set of keys, and
+//! what a detect writes, the names of the runtime's list that differ from the stored ones.
+//! [`Store::names_that_differ`] looks each listed image up in one read transaction (the last
+//! entry of a key winning); [`Store::for_names_that_differ_in_key_order`] walks the table
+//! once, merged with a list already folded and sorted by record key, and refuses a list out of
+//! key order ([`StoreError::UnorderedNames`]) rather than answer wrong. An image with no names
+//! and none stored is not a difference. Names are written only inside a batch's write
+//! transaction (`journal.rs`, `set_names`).
+
+use redb::ReadableTable;
+
+use super::codec::Codec;
+use super::tables::{Encoded, NAMES, Stored};
+use super::{Store, StoreError};
+use crate::model::{ImageNames, RecordKey};
+
+impl Store {
+    /// The names of `key`'s image, if stored.
+    pub fn names(&self, key: &RecordKey) -> Result<Option<ImageNames>, StoreError> {
+        self.guarded(|| self.point_get(NAMES, key))
+    }
+
+    /// The stored names of `keys` (each read once; a key without names is absent): what the
+    /// warm set's history entries and restore match the journal's removals against. A read
+    /// error is an error, never "no names" (which would drop a warm image's protection).
+    pub fn names_of_keys<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a RecordKey>,
+    ) -> Result<std::collections::BTreeMap<RecordKey, ImageNames>, StoreError> {
+        let mut out = std::collections::BTreeMap::new();
+        for key in keys {
+            if out.contains_key(key) {
+                continue;
+            }
+            if let Some(names) = self.names(key)? {
+                out.insert(key.clone(), names);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The names of `images` (the runtime's list, the last entry of a key winning) that differ
+    /// from the stored ones, read in one transaction without loading the names table: what a
+    /// detect writes. An image with no names and none stored is not a difference.
+    pub fn names_that_differ(
+        &self,
+        images: &[crate::model::RuntimeImage],
+    ) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
+        self.guarded(|| {
+            let txn = self.begin_read()?;
+            let table = self.open_read_table(&txn, NAMES)?;
+            // Last entry of a key wins: walk the list backwards and skip keys already seen
+            // (borrowed, so no key is copied for a list that changed nothing).
+            let mut seen: std::collections::HashSet<(&str, &str)> =
+                std::collections::HashSet::with_capacity(images.len());
+            let mut out = Vec::new();
+            for image in images.iter().rev() {
+                if !seen.insert((image.id.as_str(), image.runtime_handler.as_str())) {
+                    continue;
+                }
+                let key = image.record_key();
+                let encoded = key.encode();
+                let stored = match table
+                    .get(Encoded::new(&encoded))
+                    .map_err(|e| self.redb_err(e))?
+                {
+                    Some(g) => Some(g.value().decode().map_err(|e| self.decode_err(e))?),
+                    None => None,
+                };
+                let same = match &stored {
+                    Some(n) => {
+                        n.repo_tags == image.repo_tags && n.repo_digests == image.repo_digests
+                    }
+                    None => image.repo_tags.is_empty() && image.repo_digests.is_empty(),
+                };
+                if !same {
+                    out.push((key, ImageNames::of(image)));
+                }
+            }
+            // In list order, as detect's other writes.
+            out.reverse();
+            Ok(out)
+        })
+    }
+
+    /// [`Store::names_that_differ`] for a list already folded and sorted by record key (one
+    /// image per key, in key order: `gc::ListedImages::iter`): one walk of the names table
+    /// merged with the list, no point lookup and no set of the keys seen. The differences
+    /// come back in key order. A list out of key order is an error, never a wrong answer.
+    pub fn names_that_differ_in_key_order<I: crate::model::ImageLike>(
+        &self,
+        images: impl Iterator<Item = I> + Clone,
+    ) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
+        let mut out = Vec::new();
+        self.for_names_that_differ_in_key_order(images, |key, names| out.push((key, names)))?;
+        Ok(out)
+    }
+
+    /// [`Store::names_that_differ_in_key_order`] handing each difference to `differs` as it
+    /// is found, in key order (detect puts them straight into its batch: a first detect at
+    /// 100k holds no list of 100k differences beside the batch). Returns how many differ. A
+    /// walk retried after a reopen (`guarded`) may hand a difference twice, the same key with
+    /// the same names: a batch keeps the last.
+    pub fn for_names_that_differ_in_key_order<I: crate::model::ImageLike>(
+        &self,
+        images: impl Iterator<Item = I> + Clone,
+        differs: impl FnMut(RecordKey, ImageNames),
+    ) -> Result<usize, StoreError> {
+        let differs = std::cell::RefCell::new(differs);
+        self.guarded(|| {
+            let txn = self.begin_read()?;
+            let table = self.open_read_table(&txn, NAMES)?;
+            let mut stored = table.iter().map_err(|e| self.redb_err(e))?;
+            let mut current: Option<(RecordKey, redb::AccessGuard<'_, Stored<ImageNames>>)> = None;
+            let mut count = 0;
+            let mut previous: Option<I> = None;
+            for image in images.clone() {
+                let want = (image.id(), image.runtime_handler());
+                if let Some(previous) = previous
+                    .as_ref()
+                    .filter(|p| (p.id(), p.runtime_handler()) >= want)
+                {
+                    return Err(StoreError::UnorderedNames {
+                        previous: previous.record_key(),
+                        next: image.record_key(),
+                    });
+                }
+                // Advance the names walk to the first key at or after the image's.
+                loop {
+                    if let Some((key, _)) = &current
+                        && (key.image_id.as_str(), key.runtime_handler.as_str()) >= want
+                    {
+                        break;
+                    }
+                    match stored.next() {
+                        None => {
+                            current = None;
+                            break;
+                        }
+                        Some(entry) => {
+                            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+                            let key = k.value().decode().map_err(|e| self.decode_err(e))?;
+                            current = Some((key, v));
+                        }
+                    }
+                }
+                let names = match &current {
+                    Some((key, v))
+                        if (key.image_id.as_str(), key.runtime_handler.as_str()) == want =>
+                    {
+                        Some(v.value().decode().map_err(|e| self.decode_err(e))?)
+                    }
+                    _ => None,
+                };
+                let same = match &names {
+                    Some(n) => {
+                        image.repo_tags().eq(n.repo_tags.iter().map(String::as_str))
+                            && image
+                                .repo_digests()
+                                .eq(n.repo_digests.iter().map(String::as_str))
+                    }
+                    None => {
+                        image.repo_tags().next().is_none() && image.repo_digests().next().is_none()
+                    }
+                };
+                if !same {
+                    (differs.borrow_mut())(image.record_key(), ImageNames::of(&image));
+                    count += 1;
+                }
+                previous = Some(image);
+            }
+            Ok(count)
+        })
+    }
+
+    /// Every image's names, by record key.
+    pub fn all_names(&self) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
+        self.guarded(|| self.scan_all(NAMES))
+    }
+}
