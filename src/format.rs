@@ -2,7 +2,8 @@
 //! `time.Duration` string and its parser, Go's `%q` quoting (the kubelet's messages quote image
 //! names with it; both `cri` and `pull` print them), the kubelet's 1024-based size, RFC 3339 UTC
 //! times and relative times ("3m ago"), and Kubernetes quantities (`500Gi`: the doctor's eviction
-//! thresholds and the byte budget flags).
+//! thresholds and the byte budget flags), and apimachinery's aggregate of several errors (`[a,
+//! b]`: the GC's deletion errors and the pull's failed credentials both print it).
 //!
 //! RFC 3339 is jiff's (`jiff::Timestamp`'s `Display`: UTC, the fraction only when there is one,
 //! without trailing zeros). The Go durations and the size are hand-written because they must
@@ -113,6 +114,27 @@ pub fn format_size(size: u64) -> String {
     }
     let prefix = ['K', 'M', 'G', 'T', 'P', 'E'][exp];
     format!("{:.1} {prefix}iB", size as f64 / div as f64)
+}
+
+/// Formats several errors as the `Error()` of apimachinery's `utilerrors.NewAggregate`
+/// (util/errors/errors.go): identical messages once, in first-seen order; one distinct message
+/// alone, several as `[a, b]`.
+pub fn aggregate(errors: &[String]) -> String {
+    let mut distinct: Vec<&str> = Vec::new();
+    for e in errors {
+        if !distinct.contains(&e.as_str()) {
+            distinct.push(e);
+        }
+    }
+    match distinct.as_slice() {
+        [one] => (*one).to_owned(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
+/// For serde's `skip_serializing_if`: a count of zero is left out of a JSON answer.
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Parses a duration in Go's `time.ParseDuration` syntax (`300ms`, `2m`, `1h30m`, `1.5h`,
@@ -612,5 +634,14 @@ mod tests {
         for (text, want) in bad {
             assert_eq!(parse_byte_quantity(text), Err(want.to_owned()), "{text}");
         }
+    }
+
+    #[test]
+    fn aggregate_reports_identical_errors_once_as_apimachinery_does() {
+        let s = |v: &[&str]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        assert_eq!(aggregate(&s(&["a"])), "a");
+        assert_eq!(aggregate(&s(&["a", "a", "a"])), "a");
+        assert_eq!(aggregate(&s(&["a", "b", "a"])), "[a, b]");
+        assert_eq!(aggregate(&s(&["b", "a"])), "[b, a]");
     }
 }

@@ -33,13 +33,15 @@ pub mod kubelet;
 #[cfg(test)]
 mod limits_page;
 // The values every layer shares (records, ids, runtime images, times).
-mod image_list;
 pub mod model;
 // The one reader of operator files (config, secrets, credentials, kubelet files): regular
 // files only, never blocking, capped.
 pub mod operator_file;
 // Image pulls with the kubelet's backoff, credentials and throttling.
 pub mod pull;
+// Image references as the kubelet reads them (distribution/reference), name matching and
+// the credentials-in-a-name rules: a leaf every layer that names images uses.
+pub mod reference;
 // Replay of a trace through the real GC manager and store.
 pub mod replay;
 // `imagekeeper simulate`: what each GC policy costs a workload in bytes pulled again.

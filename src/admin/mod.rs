@@ -19,6 +19,7 @@ mod server;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 
+use crate::format::is_zero;
 use crate::gc::{GcError, GcPlan, GcReport, PinView, Removal};
 use crate::model::{PinKey, UnixNanos};
 use crate::pull::credentials::CredentialsError;
@@ -134,11 +135,6 @@ pub const OMITTED_METADATA_KEY: &str = "imagekeeper-omitted";
 pub const REMOVED_OMITTED_METADATA_KEY: &str = "imagekeeper-removed-omitted";
 /// A GC answer's warm entries that do not fit left out, likewise.
 pub const WARM_OMITTED_METADATA_KEY: &str = "imagekeeper-warm-omitted";
-
-/// For serde's `skip_serializing_if`.
-pub(crate) fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
 
 /// A warm set entry the warm cycle does not pull: it does not fit under the GC's low lines.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]

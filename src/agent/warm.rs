@@ -164,7 +164,7 @@ impl<R: AgentRuntime> Agent<R> {
                     bytes_low: policy.bytes.map(|b| b.low),
                     inodes_at_or_above_low: stats
                         .as_ref()
-                        .is_some_and(|s| inodes_at_or_above_low(policy, s)),
+                        .is_some_and(|s| inodes_at_or_above_low(policy.inodes.map(|t| t.low), s)),
                     max_pulls: config.warm.parallel_pulls,
                     known_size: &|e| sizes.size_of(e),
                 });
@@ -469,7 +469,7 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
         fs: Some((fs.capacity, fs.available)),
         low_threshold_percent: policy.low_threshold_percent,
         bytes_low: policy.bytes.map(|b| b.low),
-        inodes_at_or_above_low: inodes_at_or_above_low(policy, &fs),
+        inodes_at_or_above_low: inodes_at_or_above_low(policy.inodes.map(|t| t.low), &fs),
         max_pulls: usize::MAX,
         known_size: &|_| None,
     });

@@ -26,8 +26,8 @@ use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic_prost::ProstEncoder;
 
 use super::proto;
-use crate::image_list::{ImageSpans, WireImagesBuilder};
 use crate::model::ImageList;
+use crate::model::image_list::{ImageSpans, WireImagesBuilder};
 
 /// Why a response does not decode.
 #[derive(Debug)]

@@ -745,7 +745,10 @@ fn check_warm_set(input: &DoctorInput<'_>) -> Finding {
         fs: Some((fs.capacity, fs.available)),
         low_threshold_percent: policy.low_threshold_percent,
         bytes_low: policy.bytes.map(|b| b.low),
-        inodes_at_or_above_low: crate::warm::inodes_at_or_above_low(policy, fs),
+        inodes_at_or_above_low: crate::warm::inodes_at_or_above_low(
+            policy.inodes.map(|t| t.low),
+            fs,
+        ),
         max_pulls: usize::MAX,
         known_size: &|_| None,
     });

@@ -87,32 +87,5 @@ pub enum GcError {
     },
 }
 
-/// Formats several errors as the `Error()` of apimachinery's `utilerrors.NewAggregate`
-/// (util/errors/errors.go): identical messages once, in first-seen order; one distinct message
-/// alone, several as `[a, b]`.
-pub fn aggregate(errors: &[String]) -> String {
-    let mut distinct: Vec<&str> = Vec::new();
-    for e in errors {
-        if !distinct.contains(&e.as_str()) {
-            distinct.push(e);
-        }
-    }
-    match distinct.as_slice() {
-        [one] => (*one).to_owned(),
-        many => format!("[{}]", many.join(", ")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::aggregate;
-
-    #[test]
-    fn aggregate_reports_identical_errors_once_as_apimachinery_does() {
-        let s = |v: &[&str]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>();
-        assert_eq!(aggregate(&s(&["a"])), "a");
-        assert_eq!(aggregate(&s(&["a", "a", "a"])), "a");
-        assert_eq!(aggregate(&s(&["a", "b", "a"])), "[a, b]");
-        assert_eq!(aggregate(&s(&["b", "a"])), "[b, a]");
-    }
-}
+/// apimachinery's `utilerrors.NewAggregate` text, kept at this path for its users.
+pub use crate::format::aggregate;

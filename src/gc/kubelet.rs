@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::kubelet::{IntentAge, PullIntent, PullRecordsReader, PulledRecord, StaleIntent};
 use crate::model::{FUTURE_STAMP_TOLERANCE, ImageLike, RecordKey, RuntimeImage, UnixNanos};
-use crate::pull::reference::image_matches;
+use crate::reference::image_matches;
 
 /// The kubelet's pull records resolved to record keys.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -6,10 +6,10 @@
 //! characters; an expiry that is none ([`UnixNanos::NEVER`]) or after `now`.
 //!
 //! Invariant: an error never shows a name's credentials (they are redacted by
-//! [`crate::pull::redact_image_name`]) and shows a name's control characters escaped.
+//! [`crate::reference::redact_image_name`]) and shows a name's control characters escaped.
 
 use crate::model::{MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, PinKey, UnixNanos};
-use crate::pull::{CredentialsInName, ImageReference, redact_image_name, refuse_credentials};
+use crate::reference::{CredentialsInName, ImageReference, redact_image_name, refuse_credentials};
 
 /// The longest runtime handler a pin takes: a RuntimeClass handler is a DNS label (63), a
 /// subdomain at most 253.

@@ -3,7 +3,7 @@
 //! and images with no repo digest: imported or side-loaded, which no registry can give back).
 //!
 //! Invariants: pins are resolved to record keys at every detect, against the runtime's list as
-//! the runtime resolves names (`pull::reference::image_matches`) and under the pin's runtime
+//! the runtime resolves names (`reference::image_matches`) and under the pin's runtime
 //! handler, so a pin by tag follows the tag when it moves; a pin protects while `now < until`
 //! by the GC's injected clock (an expired pin protects nothing, whether or not a detect has
 //! pruned its row yet). Irreplaceable images are protected only when
@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::format::format_rfc3339;
 use crate::model::{ImageId, ImageLike, ImagePin, PinKey, RecordKey, RuntimeImage, UnixNanos};
-use crate::pull::reference::image_matches;
+use crate::reference::image_matches;
 use crate::store::{Store, StoreError};
 
 /// Why imagekeeper keeps an image.

@@ -19,7 +19,7 @@ use crate::model::{
     BackoffEntry, ImageId, ImageNames, ImagePin, JournalEntry, PinKey, PullEntry, PullKey,
     RecordKey, RuntimeImage, UnixNanos, UseInterval, UseKey, WarmRow,
 };
-use crate::pull::reference::image_matches;
+use crate::reference::image_matches;
 use crate::store::{JournalKey, Store, StoreError, StoredRecord, Violation, meta_keys};
 
 pub use snapshot::COPY_ATTEMPTS;

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::model::{ImageId, ImageLike};
 
-use super::reference::image_matches;
+use crate::reference::image_matches;
 
 #[derive(Debug, Default)]
 struct Registry {

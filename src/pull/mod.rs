@@ -18,7 +18,6 @@ pub(crate) mod credentials;
 pub(crate) mod inflight;
 pub(crate) mod metrics;
 pub(crate) mod puller;
-pub(crate) mod reference;
 pub(crate) mod throttle;
 
 use std::collections::BTreeMap;
@@ -33,6 +32,11 @@ use crate::model::{
 };
 
 use crate::format::{go_duration, go_quote};
+pub use crate::reference::{
+    CredentialsInName, ImageReference, MatchIndex, MatchKey, MatchPin, ReferenceError,
+    apply_default_image_tag, credentials_in, image_matches, listed_keys, redact_credentials,
+    redact_image_name, refuse_credentials, wanted_keys,
+};
 pub use backoff::{
     BackoffPolicy, BackoffStore, MemoryBackoffStore, PullWrite, PulledImage, StoreFailure,
 };
@@ -43,11 +47,6 @@ pub use credentials::{
 pub use inflight::{InFlightGuard, PullsInFlight};
 pub use metrics::PullMetrics;
 pub use puller::{PullRuntime, RuntimeError};
-pub use reference::{
-    CredentialsInName, ImageReference, MatchIndex, MatchKey, MatchPin, ReferenceError,
-    apply_default_image_tag, credentials_in, image_matches, listed_keys, redact_credentials,
-    redact_image_name, refuse_credentials, wanted_keys,
-};
 
 use puller::{PullRequest, Puller};
 
@@ -559,7 +558,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             Err(e) => {
                 let msg = format!("Failed to apply default image tag {q}: {e}");
                 // An image name with `user:password@` never shows its credentials.
-                let msg = reference::redact_credentials(&msg, image);
+                let msg = crate::reference::redact_credentials(&msg, image);
                 self.metrics
                     .count_ensure((pull_policy.label(), "unknown", "unknown"));
                 self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);

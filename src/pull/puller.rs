@@ -194,7 +194,7 @@ impl<R: PullRuntime> Shared<R> {
         }
         // The messages aggregated as the kubelet does; the last attempt's cause kept.
         Err(RuntimeError {
-            message: crate::gc::aggregate(&errors),
+            message: crate::format::aggregate(&errors),
             source: last_source,
         })
     }

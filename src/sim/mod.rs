@@ -1289,7 +1289,7 @@ async fn warm_cycle(
         bytes_low: policy.bytes.map(|b| b.low),
         inodes_at_or_above_low: stats
             .as_ref()
-            .is_some_and(|s| crate::warm::inodes_at_or_above_low(policy, s)),
+            .is_some_and(|s| crate::warm::inodes_at_or_above_low(policy.inodes.map(|t| t.low), s)),
         max_pulls: 1,
         known_size: &|_| None,
     });

@@ -123,8 +123,8 @@ pub fn resolve_specs(
             return Err(invalid("image", "must not be empty".into()));
         }
         // A name with `user:password@` is refused shown redacted (on a reload, into the log).
-        crate::pull::refuse_credentials(image).map_err(|e| invalid("image", e.to_string()))?;
-        if let Err(e) = crate::pull::apply_default_image_tag(image) {
+        crate::reference::refuse_credentials(image).map_err(|e| invalid("image", e.to_string()))?;
+        if let Err(e) = crate::reference::apply_default_image_tag(image) {
             return Err(invalid("image", format!("{image:?}: {e}")));
         }
         let (until, lifetime) = match (&spec.for_, &spec.until) {

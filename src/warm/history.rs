@@ -124,7 +124,7 @@ fn candidates(
                 let clean = |names: &[String]| {
                     names
                         .iter()
-                        .find(|name| crate::pull::refuse_credentials(name).is_ok())
+                        .find(|name| crate::reference::refuse_credentials(name).is_ok())
                         .cloned()
                 };
                 clean(&n.repo_digests).or_else(|| clean(&n.repo_tags))
@@ -230,7 +230,7 @@ pub struct RestoreOutcome {
     pub items: Vec<RestoreItem>,
     pub dry_run: bool,
     /// Items left out at the end of `items` to keep an admin answer within its limit.
-    #[serde(skip_serializing_if = "crate::admin::is_zero")]
+    #[serde(skip_serializing_if = "crate::format::is_zero")]
     pub omitted: u64,
 }
 

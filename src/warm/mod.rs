@@ -29,7 +29,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::model::{ImageLike, UnixNanos};
-use crate::pull::{MatchIndex, image_matches};
+use crate::reference::{MatchIndex, image_matches};
 
 pub use files::{
     SizeSpec, WarmEntrySpec, WarmError, WarmFile, is_warm_file_name, parse_size, read_warm_dir,
@@ -245,7 +245,7 @@ mod tests {
             repo_tags: vec![tag.into()],
             ..RuntimeImage::default()
         };
-        crate::pull::reference::PARSES.with(|n| n.set(0));
+        crate::reference::PARSES.with(|n| n.set(0));
         let now = UnixNanos(10);
         let kept = set.keeps(&image("registry.example/warm-4000:1"), now);
         assert_eq!(
@@ -259,7 +259,7 @@ mod tests {
             Some("busybox")
         );
         assert!(set.keeps(&image("registry.example/other:1"), now).is_none());
-        let parses = crate::pull::reference::PARSES.with(std::cell::Cell::get);
+        let parses = crate::reference::PARSES.with(std::cell::Cell::get);
         assert!(parses <= 6, "{parses} parses for three lookups");
         // Before its `until`, the first entry is the one that keeps it.
         let early = set.keeps(&image("registry.example/warm-4000:1"), UnixNanos(1));

@@ -16,7 +16,7 @@
 use serde::Serialize;
 
 use crate::model::{RuntimeImage, UnixNanos};
-use crate::pull::MatchIndex;
+use crate::reference::MatchIndex;
 
 use super::WarmEntry;
 
@@ -119,14 +119,15 @@ pub struct PlanInput<'a> {
     pub known_size: &'a dyn Fn(&WarmEntry) -> Option<u64>,
 }
 
-/// Whether inode thresholds are set and the image filesystem's inode use (statvfs, as the
+/// Whether inode thresholds are set (`inode_low_percent`, the GC policy's low inode threshold
+/// percent, `None` when they are off) and the image filesystem's inode use (statvfs, as the
 /// GC's inode rule reads it) is at or above the low one: then a warm pull or a restore would
 /// only feed the inode pass.
 pub fn inodes_at_or_above_low(
-    policy: &crate::gc::GcPolicy,
+    inode_low_percent: Option<i64>,
     fs: &crate::model::ImageFsStats,
 ) -> bool {
-    let Some(thresholds) = policy.inodes else {
+    let Some(low) = inode_low_percent else {
         return false;
     };
     if fs.inodes == 0 {
@@ -134,7 +135,7 @@ pub fn inodes_at_or_above_low(
     }
     let used = u128::from(fs.inodes.saturating_sub(fs.inodes_free));
     let percent = used * 100 / u128::from(fs.inodes);
-    i128::try_from(percent).unwrap_or(i128::MAX) >= i128::from(thresholds.low)
+    i128::try_from(percent).unwrap_or(i128::MAX) >= i128::from(low)
 }
 
 /// Plans one warm cycle (see the module's doc for the rule).
@@ -293,6 +294,30 @@ mod tests {
 
     const GB: u64 = 1_000_000_000;
 
+    /// The low inode threshold bounds warm pulls only when set, on a filesystem that counts
+    /// inodes, from the used percent (rounded down) reaching it: (low, inodes, free, want).
+    #[test]
+    fn inode_use_is_at_or_above_low_only_with_thresholds_set_and_inodes_counted() {
+        let cases: [(Option<i64>, u64, u64, bool); 7] = [
+            (None, 100, 0, false),
+            (Some(80), 0, 0, false),
+            (Some(80), 100, 21, false),
+            (Some(80), 100, 20, true),
+            (Some(80), 1000, 201, false),
+            (Some(0), 100, 100, true),
+            (Some(80), 100, 150, false),
+        ];
+        for (low, inodes, inodes_free, want) in cases {
+            let fs = crate::model::ImageFsStats::new("/images", 0, 100 * GB, 50 * GB)
+                .with_inodes(inodes, inodes_free);
+            assert_eq!(
+                inodes_at_or_above_low(low, &fs),
+                want,
+                "low {low:?}, {inodes} inodes, {inodes_free} free"
+            );
+        }
+    }
+
     /// 100 GB disk, 60 GB used, low threshold 80: 20 GB of headroom. Earlier entries first:
     /// a (15 GB) fits, b (10 GB) no longer does, c (5 GB) still fits; d is present.
     #[test]
@@ -396,7 +421,7 @@ mod tests {
             .map(|i| entry(&format!("registry.example/warm-{i}:1"), Some(GB)))
             .collect();
         entries.insert(0, entry("registry.example/present-7:1", None));
-        crate::pull::reference::PARSES.with(|n| n.set(0));
+        crate::reference::PARSES.with(|n| n.set(0));
         let got = plan(&PlanInput {
             entries: &entries,
             now: UnixNanos(1),
@@ -408,7 +433,7 @@ mod tests {
             max_pulls: 5,
             known_size: &|_| None,
         });
-        let parses = crate::pull::reference::PARSES.with(std::cell::Cell::get);
+        let parses = crate::reference::PARSES.with(std::cell::Cell::get);
         assert_eq!(got.statuses.len(), entries.len());
         assert_eq!(got.statuses[0].state, WarmState::Present);
         assert_eq!(got.count(WarmState::Pulling), 5);

@@ -36,7 +36,7 @@ use crate::model::{
     FUTURE_STAMP_TOLERANCE, ImageLike, ImageRecord, RecordKey, RuntimeContainer, Sighting,
     UnixNanos,
 };
-use crate::pull::reference::image_matches;
+use crate::reference::image_matches;
 use crate::store::{Batch, BatchOp, StoredRecord, meta_keys};
 
 use super::GcError;

@@ -1,0 +1,305 @@
+//! Image references as the kubelet reads them: `ParseNormalizedNamed` of Go's
+//! `github.com/distribution/reference`, and kubelet's `applyDefaultImageTag`.
+//!
+//! The grammar of the path, tag and digest is checked by oci-spec's
+//! [`oci_spec::distribution::Reference`]; this module wraps it where it differs from
+//! distribution/reference: the Docker Hub domain split (`splitDockerDomain`, including "an
+//! uppercase first component is a registry"), bracketed IPv6 registries (`[fe80::1]:5000/foo`),
+//! the rejection of a bare 64-hex identifier, ASCII-only `\w` in tags, lowercase-hex digests,
+//! and Go's error texts.
+//!
+//! Invariants: [`ImageReference::parse_normalized`] never panics, whatever the input; what it
+//! accepts re-serializes with `Display` (`domain/path[:tag][@digest]`, the normalized form) to a
+//! string that parses to an equal reference.
+//!
+//! Beside the parse: `credentials` (user info in a name: found, redacted, refused) and
+//! `matching` (whether a name names an image as a runtime resolves it, and [`MatchIndex`]).
+//! A leaf: it imports only `model` and `format`, and every layer that names images uses it.
+
+use std::fmt;
+
+use crate::format::go_quote;
+use oci_spec::distribution::{ParseError as OciParseError, Reference as OciReference};
+
+mod credentials;
+mod matching;
+#[cfg(test)]
+mod tests;
+
+pub use credentials::{
+    CredentialsInName, credentials_in, redact_credentials, redact_image_name, refuse_credentials,
+};
+#[cfg(test)]
+pub(crate) use matching::PARSES;
+pub use matching::{MatchIndex, MatchKey, MatchPin, image_matches, listed_keys, wanted_keys};
+
+const DEFAULT_DOMAIN: &str = "docker.io";
+const LEGACY_DEFAULT_DOMAIN: &str = "index.docker.io";
+const OFFICIAL_REPO_PREFIX: &str = "library/";
+const LOCALHOST: &str = "localhost";
+/// Kubelet's default tag (`parsers.DefaultImageTag`).
+pub const DEFAULT_TAG: &str = "latest";
+/// distribution/reference `RepositoryNameTotalLengthMax`.
+const NAME_TOTAL_LENGTH_MAX: usize = 255;
+/// A domain that oci-spec always takes as a registry and never rewrites; the real domain is
+/// checked here and the placeholder only lets oci-spec check the rest.
+const PLACEHOLDER_DOMAIN: &str = "placeholder.invalid";
+
+/// Why a string is not an image reference; `Display` is distribution/reference's message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReferenceError {
+    #[error("invalid repository name ({0}), cannot specify 64-byte hexadecimal strings")]
+    Identifier(String),
+    #[error("invalid reference format: repository name ({0}) must be lowercase")]
+    RemoteNotLowercase(String),
+    #[error("invalid reference format")]
+    InvalidFormat,
+    #[error("repository name must be lowercase")]
+    NameContainsUppercase,
+    #[error("repository name must have at least one component")]
+    NameEmpty,
+    #[error("repository name must not be more than 255 characters")]
+    NameTooLong,
+    #[error("invalid checksum digest format")]
+    DigestInvalidFormat,
+    #[error("invalid checksum digest length")]
+    DigestInvalidLength,
+    #[error("unsupported digest algorithm")]
+    DigestUnsupported,
+}
+
+impl From<OciParseError> for ReferenceError {
+    fn from(e: OciParseError) -> ReferenceError {
+        match e {
+            OciParseError::DigestInvalidFormat => ReferenceError::DigestInvalidFormat,
+            OciParseError::DigestInvalidLength => ReferenceError::DigestInvalidLength,
+            OciParseError::DigestUnsupported => ReferenceError::DigestUnsupported,
+            OciParseError::NameContainsUppercase => ReferenceError::NameContainsUppercase,
+            OciParseError::NameEmpty => ReferenceError::NameEmpty,
+            OciParseError::NameTooLong => ReferenceError::NameTooLong,
+            OciParseError::ReferenceInvalidFormat | OciParseError::TagInvalidFormat => {
+                ReferenceError::InvalidFormat
+            }
+        }
+    }
+}
+
+/// A named reference in distribution/reference's normalized form.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ImageReference {
+    domain: String,
+    path: String,
+    tag: Option<String>,
+    digest: Option<String>,
+}
+
+impl ImageReference {
+    /// Go's `reference.ParseNormalizedNamed`: `busybox` becomes `docker.io/library/busybox`.
+    pub fn parse_normalized(s: &str) -> Result<ImageReference, ReferenceError> {
+        if is_identifier(s) {
+            return Err(ReferenceError::Identifier(s.to_owned()));
+        }
+        let (domain, remainder) = split_docker_domain(s);
+        let remote = remainder.split(':').next().unwrap_or("");
+        if remote.to_lowercase() != remote {
+            return Err(ReferenceError::RemoteNotLowercase(remote.to_owned()));
+        }
+        // distribution/reference's classes are all ASCII; Rust's `\w` is not.
+        if !s.is_ascii() {
+            return Err(ReferenceError::InvalidFormat);
+        }
+        let domain_is_domain = is_domain_and_port(&domain);
+        if !domain_is_domain && !is_path_component(&domain) {
+            let lower = domain.to_ascii_lowercase();
+            if lower != domain && (is_domain_and_port(&lower) || is_path_component(&lower)) {
+                return Err(ReferenceError::NameContainsUppercase);
+            }
+            return Err(ReferenceError::InvalidFormat);
+        }
+        let oci = OciReference::try_from(format!("{PLACEHOLDER_DOMAIN}/{remainder}"))?;
+        if oci.registry() != PLACEHOLDER_DOMAIN {
+            // oci-spec keeps a domain with a '.'; anything else means it read the input
+            // differently from us, so refuse rather than guess.
+            return Err(ReferenceError::InvalidFormat);
+        }
+        let path = oci.repository().to_owned();
+        if !domain_is_domain && domain.len() + 1 + path.len() > NAME_TOTAL_LENGTH_MAX {
+            // Go reads a domain that is only a path component as part of the path.
+            return Err(ReferenceError::NameTooLong);
+        }
+        let digest = oci.digest().map(str::to_owned);
+        if let Some(d) = &digest {
+            let hex = d.split_once(':').map(|(_, h)| h).unwrap_or("");
+            if hex.bytes().any(|b| b.is_ascii_uppercase()) {
+                // go-digest accepts only lowercase hex for registered algorithms.
+                return Err(ReferenceError::DigestInvalidFormat);
+            }
+        }
+        // oci-spec fills in "latest" when neither is given; only an explicit tag counts.
+        let explicit_tag = explicit_tag(&remainder);
+        Ok(ImageReference {
+            domain,
+            path,
+            tag: explicit_tag,
+            digest,
+        })
+    }
+
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+
+    /// The path after the domain, e.g. `library/busybox`.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The full name `domain/path`, Go's `Named.Name()`.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.domain, self.path)
+    }
+
+    pub fn tag(&self) -> Option<&str> {
+        self.tag.as_deref()
+    }
+
+    pub fn digest(&self) -> Option<&str> {
+        self.digest.as_deref()
+    }
+}
+
+impl fmt::Display for ImageReference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.domain, self.path)?;
+        if let Some(t) = &self.tag {
+            write!(f, ":{t}")?;
+        }
+        if let Some(d) = &self.digest {
+            write!(f, "@{d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Kubelet's `applyDefaultImageTag`: the image as written, with `:latest` appended when it has
+/// neither tag nor digest. The error is kubelet's `couldn't parse image name %q: %v`.
+pub fn apply_default_image_tag(image: &str) -> Result<String, String> {
+    let named = ImageReference::parse_normalized(image)
+        .map_err(|e| format!("couldn't parse image name {}: {e}", go_quote(image)))?;
+    let tag = match (named.tag(), named.digest()) {
+        (Some(t), _) => t.to_owned(),
+        (None, None) => DEFAULT_TAG.to_owned(),
+        (None, Some(_)) => String::new(),
+    };
+    if named.digest().is_none() && !tag.is_empty() && !image.ends_with(&format!(":{tag}")) {
+        return Ok(format!("{image}:{tag}"));
+    }
+    Ok(image.to_owned())
+}
+
+/// `^[a-f0-9]{64}$`.
+fn is_identifier(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// distribution/reference `splitDockerDomain`.
+fn split_docker_domain(name: &str) -> (String, String) {
+    let Some((maybe_domain, maybe_remote)) = name.split_once('/') else {
+        return (
+            DEFAULT_DOMAIN.to_owned(),
+            format!("{OFFICIAL_REPO_PREFIX}{name}"),
+        );
+    };
+    let (domain, mut remote) = if maybe_domain == LOCALHOST {
+        (maybe_domain.to_owned(), maybe_remote.to_owned())
+    } else if maybe_domain == LEGACY_DEFAULT_DOMAIN {
+        (DEFAULT_DOMAIN.to_owned(), maybe_remote.to_owned())
+    } else if maybe_domain.contains(['.', ':']) || maybe_domain.to_lowercase() != maybe_domain {
+        (maybe_domain.to_owned(), maybe_remote.to_owned())
+    } else {
+        (DEFAULT_DOMAIN.to_owned(), name.to_owned())
+    };
+    if domain == DEFAULT_DOMAIN && !remote.contains('/') {
+        remote = format!("{OFFICIAL_REPO_PREFIX}{remote}");
+    }
+    (domain, remote)
+}
+
+/// The tag as written after the last path component, if any.
+fn explicit_tag(remainder: &str) -> Option<String> {
+    let before_digest = remainder.split('@').next().unwrap_or("");
+    let last = before_digest.rsplit('/').next().unwrap_or("");
+    last.split_once(':').map(|(_, t)| t.to_owned())
+}
+
+/// `domainAndPort`: (domain-name | `[` ipv6 `]`) [`:` port].
+fn is_domain_and_port(s: &str) -> bool {
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let Some(end) = rest.find(']') else {
+            return false;
+        };
+        let addr = &rest[..end];
+        if addr.is_empty() || !addr.bytes().all(|b| b.is_ascii_hexdigit() || b == b':') {
+            return false;
+        }
+        (None, &rest[end + 1..])
+    } else {
+        match s.find(':') {
+            Some(i) => (Some(&s[..i]), &s[i..]),
+            None => (Some(s), ""),
+        }
+    };
+    if let Some(host) = host
+        && !host.split('.').all(is_domain_component)
+    {
+        return false;
+    }
+    match port.strip_prefix(':') {
+        None => port.is_empty(),
+        Some(digits) => !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()),
+    }
+}
+
+/// `[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]`.
+fn is_domain_component(c: &str) -> bool {
+    let b = c.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) => {
+            f.is_ascii_alphanumeric()
+                && l.is_ascii_alphanumeric()
+                && b.iter().all(|x| x.is_ascii_alphanumeric() || *x == b'-')
+        }
+        _ => false,
+    }
+}
+
+/// `pathComponent`: `[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*`.
+fn is_path_component(c: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let b = c.as_bytes();
+    let mut i = 0;
+    loop {
+        let start = i;
+        while i < b.len() && alnum(b[i]) {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+        if i == b.len() {
+            return true;
+        }
+        let sep_start = i;
+        while i < b.len() && !alnum(b[i]) {
+            i += 1;
+        }
+        let sep = &c[sep_start..i];
+        let ok = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|x| x == b'-');
+        if !ok {
+            return false;
+        }
+    }
+}
