@@ -17,7 +17,7 @@ pub mod admin;
 pub mod agent;
 // The injected clock ([`clock::Clock`]); only `SystemClock` reads the wall clock.
 pub mod clock;
-// The CRI runtime.v1 client and the `ImageRuntime` trait (the only tonic user besides admin).
+// The CRI runtime.v1 client implementing `runtime`'s traits (the only tonic user besides admin).
 pub mod cri;
 // `imagekeeper doctor`: the kubelet's configuration checked against imagekeeper's.
 pub mod doctor;
@@ -42,6 +42,9 @@ pub mod pull;
 // Image references as the kubelet reads them (distribution/reference), name matching and
 // the credentials-in-a-name rules: a leaf every layer that names images uses.
 pub mod reference;
+// What imagekeeper needs of a container runtime: the `ImageRuntime` and `AgentRuntime`
+// traits, `CriError`, `RpcCode` (no tonic).
+pub mod runtime;
 // Replay of a trace through the real GC manager and store.
 pub mod replay;
 // `imagekeeper simulate`: what each GC policy costs a workload in bytes pulled again.
@@ -53,5 +56,7 @@ pub mod sim;
 pub mod store;
 // The workload trace `simulate` reads and `inspect workload` writes.
 pub mod workload;
+// What the agent tells the outside: metrics, the HTTP endpoint, health, Node Events.
+pub mod telemetry;
 // Warm sets: images kept present ahead of use, and restore after a wipe.
 pub mod warm;

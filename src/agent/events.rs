@@ -18,13 +18,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::Backoff;
 use super::config::ContainerEvents;
-use super::runtime::{AgentRuntime, EventStream};
+use super::loops::Backoff;
 use crate::clock::Clock;
-use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::gc::ImageGcManager;
 use crate::model::{ContainerEventKind, RecordKey};
+use crate::runtime::{AgentRuntime, EventStream};
+use crate::runtime::{CriError, ImageRuntime, RpcCode};
 
 /// The longest wait before the stream is opened again.
 pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(30);

@@ -25,8 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::{info, warn};
 
 use super::config::RuntimePins;
-use crate::cri::{ContainerdImages, CriError, LabelledImage, RpcCode, RuntimeVersion};
+use crate::cri::{ContainerdImages, LabelledImage};
 use crate::gc::{KeepReason, KeptImage};
+use crate::runtime::{CriError, RpcCode, RuntimeVersion};
 
 /// containerd's CRI plugin lists an image with this label (value [`PINNED_VALUE`]) as pinned.
 pub const PINNED_LABEL: &str = "io.cri-containerd.pinned";
@@ -347,13 +348,13 @@ impl RuntimePinner {
     }
 
     /// The metrics' sample; `None` while `auto` is undecided.
-    pub fn sample(&self) -> Option<super::metrics::RuntimePinsSample> {
+    pub fn sample(&self) -> Option<crate::telemetry::RuntimePinsSample> {
         let enabled = match self.state() {
             PinsState::Undecided => return None,
             PinsState::On => true,
             PinsState::Off(_) => false,
         };
-        Some(super::metrics::RuntimePinsSample {
+        Some(crate::telemetry::RuntimePinsSample {
             enabled,
             pinned_images: self.carried().values().filter(|c| **c).count() as u64,
             writes: [0, 1].map(|i| self.counters.writes[i].load(Ordering::Relaxed)),

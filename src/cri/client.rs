@@ -15,10 +15,8 @@ use tonic::GrpcMethod;
 use tonic::codegen::http;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::ImageRuntime;
 use super::containers_decode::ListedContainersResponse;
 use super::convert;
-use super::error::CriError;
 use super::list_decode::ListImagesCodec;
 use super::proto;
 use super::proto::image_service_client::ImageServiceClient;
@@ -28,6 +26,8 @@ use crate::model::{
     ContainerEvent, ContainerState, ContainerUsage, ImageFsStats, ImageId, ImageList,
     PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
 };
+use crate::runtime::ImageRuntime;
+use crate::runtime::{CriError, RuntimeVersion};
 
 /// containerd's default socket, as the kubelet's default `--container-runtime-endpoint`.
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -62,15 +62,6 @@ impl Default for CriConfig {
             pull_timeout: None,
         }
     }
-}
-
-/// Name and version of the runtime (RuntimeService.Version).
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct RuntimeVersion {
-    pub version: String,
-    pub runtime_name: String,
-    pub runtime_version: String,
-    pub runtime_api_version: String,
 }
 
 #[cfg(any(test, feature = "testing"))]

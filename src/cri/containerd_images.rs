@@ -17,7 +17,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 
 use super::client::{lazy_unix_channel, socket_path, unary_call};
-use super::error::CriError;
+use crate::runtime::CriError;
 
 /// The code generated from `proto/containerd/services/images/v1/images.proto` and
 /// `proto/containerd/types/descriptor.proto` (nested as their packages, as the generated code

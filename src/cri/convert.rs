@@ -10,10 +10,9 @@
 use std::fmt;
 use std::io;
 
+use super::client::ContainerStatusReport;
 #[cfg(any(test, feature = "testing"))]
 use super::client::{ContainerSecurity, ContainerSpec, PodSandboxSummary, SandboxSpec};
-use super::client::{ContainerStatusReport, RuntimeVersion};
-use super::error::{CriError, RpcCode};
 use super::proto;
 #[cfg(any(test, feature = "testing"))]
 use crate::model::PodSandboxConfig;
@@ -21,6 +20,7 @@ use crate::model::{
     ContainerEvent, ContainerEventKind, ContainerState, ContainerUsage, ImageFsStats, ImageId,
     PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
 };
+use crate::runtime::{CriError, RpcCode, RuntimeVersion};
 
 // ---------------------------------------------------------------- status codes and errors
 

@@ -24,15 +24,15 @@ use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 use tower::ServiceExt;
 
-use super::client::{CriConfig, RuntimeVersion};
+use super::client::CriConfig;
 use super::convert;
-use super::error::RpcCode;
 use super::proto;
 use super::proto::image_service_server::{ImageService, ImageServiceServer};
 use super::proto::runtime_service_server::{RuntimeService, RuntimeServiceServer};
 use crate::model::{
     ContainerEvent, ImageFsStats, PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
 };
+use crate::runtime::{RpcCode, RuntimeVersion};
 
 /// A failure the fake answers a method with.
 #[non_exhaustive]

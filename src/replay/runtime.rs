@@ -4,13 +4,16 @@
 //! tests of the GC layer. A container filesystem, once set, is reported beside the image
 //! filesystem (a split image filesystem); nothing on it changes when an image is removed.
 //! Further image filesystems, when set, are reported after the first; an image attributed to
-//! one (`image_fs_of`) frees its bytes and inodes there.
+//! one (`image_fs_of`) frees its bytes and inodes there. It is also an agent's runtime
+//! ([`AgentRuntime`]), for in-process tests of the whole agent: no socket, so tokio's paused
+//! time drives every loop; its event stream answers as containerd 1.6 does (Unimplemented).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::model::{ImageFsStats, ImageList, PullCredentials, RuntimeContainer, RuntimeImage};
+use crate::runtime::{AgentRuntime, NoEvents};
 
 /// A scripted container filesystem: (capacity, available, (inodes, free inodes)).
 pub type ContainerFs = (u64, u64, Option<(u64, u64)>);
@@ -262,6 +265,18 @@ impl ImageRuntime for ScriptedRuntime {
     async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
         self.check_up("ListContainers")?;
         Ok(self.state().containers.clone())
+    }
+}
+
+impl AgentRuntime for ScriptedRuntime {
+    type Events = NoEvents;
+
+    async fn container_events(&self) -> Result<NoEvents, CriError> {
+        Err(CriError::Rpc {
+            method: "GetContainerEvents",
+            code: RpcCode::Unimplemented,
+            message: "method GetContainerEvents not implemented".to_owned(),
+        })
     }
 }
 

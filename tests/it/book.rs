@@ -127,7 +127,7 @@ fn cell(text: &str) -> String {
 
 fn metrics_page() -> String {
     let mut page = String::from("# Metrics\n\n");
-    page.push_str(&header("`METRICS` in src/agent/metrics.rs"));
+    page.push_str(&header("`METRICS` in src/telemetry/metrics/families.rs"));
     page.push_str(
         "\nEvery metric the agent serves at `/metrics` on `--metrics-address` (OpenMetrics \
          text). A counter's sample is its name with `_total`; a histogram's are `_bucket`, \

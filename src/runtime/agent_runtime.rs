@@ -1,16 +1,23 @@
 //! What the agent needs of its container runtime: the CRI image calls ([`ImageRuntime`]) and a
-//! container event stream ([`AgentRuntime::container_events`]). The real one is
-//! [`CriClient`]; the replay's [`ScriptedRuntime`] serves in-process tests of the whole agent
-//! (no socket, so tokio's paused time drives every loop), and answers the event stream as
-//! containerd 1.6 does (Unimplemented: the watcher ends and detect alone applies).
+//! container event stream ([`AgentRuntime::container_events`]). The real one is the CRI
+//! client (`cri::CriClient`, which implements it in `cri`); the replay's scripted runtime
+//! (`replay::ScriptedRuntime`, which implements it in `replay`) serves in-process tests of the
+//! whole agent (no socket, so tokio's paused time drives every loop), and answers the event
+//! stream as containerd 1.6 does (Unimplemented: the watcher ends and detect alone applies).
 
 use std::future::Future;
 
-use crate::cri::{
-    ContainerEventStream, CriClient, CriError, ImageRuntime, RpcCode, RuntimeVersion,
-};
+use super::{CriError, ImageRuntime, RpcCode};
 use crate::model::ContainerEvent;
-use crate::replay::ScriptedRuntime;
+
+/// Name and version of the runtime (RuntimeService.Version).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RuntimeVersion {
+    pub version: String,
+    pub runtime_name: String,
+    pub runtime_version: String,
+    pub runtime_api_version: String,
+}
 
 /// A runtime the agent can run against.
 pub trait AgentRuntime: ImageRuntime + Clone + Send + Sync + 'static {
@@ -39,24 +46,6 @@ pub trait EventStream: Send {
     fn next(&mut self) -> impl Future<Output = Option<Result<ContainerEvent, CriError>>> + Send;
 }
 
-impl AgentRuntime for CriClient {
-    type Events = ContainerEventStream;
-
-    async fn container_events(&self) -> Result<ContainerEventStream, CriError> {
-        CriClient::container_events(self).await
-    }
-
-    async fn runtime_version(&self) -> Result<RuntimeVersion, CriError> {
-        CriClient::version(self).await
-    }
-}
-
-impl EventStream for ContainerEventStream {
-    async fn next(&mut self) -> Option<Result<ContainerEvent, CriError>> {
-        ContainerEventStream::next(self).await
-    }
-}
-
 /// A runtime with no event stream: opening one fails as Unimplemented.
 #[derive(Debug)]
 pub enum NoEvents {}
@@ -64,17 +53,5 @@ pub enum NoEvents {}
 impl EventStream for NoEvents {
     async fn next(&mut self) -> Option<Result<ContainerEvent, CriError>> {
         match *self {}
-    }
-}
-
-impl AgentRuntime for ScriptedRuntime {
-    type Events = NoEvents;
-
-    async fn container_events(&self) -> Result<NoEvents, CriError> {
-        Err(CriError::Rpc {
-            method: "GetContainerEvents",
-            code: RpcCode::Unimplemented,
-            message: "method GetContainerEvents not implemented".to_owned(),
-        })
     }
 }

@@ -1,5 +1,6 @@
-//! The CRI layer's error type. Owns [`CriError`] and [`RpcCode`], our mirror of the gRPC status
-//! codes, so that no other layer needs tonic to tell "not found" from "unavailable".
+//! The runtime layer's error type (every runtime call's, the CRI client's included). Owns
+//! [`CriError`] and [`RpcCode`], our mirror of the gRPC status codes, so that no other layer
+//! needs tonic to tell "not found" from "unavailable".
 //!
 //! Invariants: a runtime's gRPC status keeps its code and message unchanged, and an error that is
 //! not a gRPC status still has the code a Go client would report (`code()`): a dial failure is

@@ -138,25 +138,22 @@ impl NodeEvents {
         }
     }
 
-    /// `imagekeeper doctor`'s conflicts found at start (`run --kubelet-config`): one Warning
-    /// each, `KubeletConfigConflict`, naming the check, what conflicts and the fix.
-    pub fn doctor_conflicts(&self, findings: &[crate::doctor::Finding]) {
+    /// One conflict of `imagekeeper doctor` found at start (`run --kubelet-config`): one
+    /// Warning, `KubeletConfigConflict`, naming the check, what conflicts and the fix. The
+    /// agent hands each conflicting finding here (`NodeEvents::doctor_conflicts`, in `agent`,
+    /// so this module does not import the doctor).
+    pub fn kubelet_config_conflict(&self, check: &str, message: &str, fix: Option<&str>) {
         let Some(sink) = &self.sink else { return };
-        for finding in findings
-            .iter()
-            .filter(|f| f.status == crate::doctor::Status::Conflict)
-        {
-            let mut note = format!("{}: {}", finding.check, finding.message);
-            if let Some(fix) = &finding.fix {
-                note.push_str(&format!(" Fix: {fix}"));
-            }
-            sink.publish(NodeEvent {
-                type_: NodeEventType::Warning,
-                reason: "KubeletConfigConflict",
-                action: "CheckConfiguration",
-                note: truncate(note),
-            });
+        let mut note = format!("{check}: {message}");
+        if let Some(fix) = fix {
+            note.push_str(&format!(" Fix: {fix}"));
         }
+        sink.publish(NodeEvent {
+            type_: NodeEventType::Warning,
+            reason: "KubeletConfigConflict",
+            action: "CheckConfiguration",
+            note: truncate(note),
+        });
     }
 
     /// A warm set entry the warm cycle leaves unpulled because it does not fit (pulling it
@@ -195,14 +192,6 @@ impl NodeEvents {
                     .to_owned(),
             });
         }
-    }
-}
-
-impl<R: super::AgentRuntime> super::Agent<R> {
-    /// Publishes Node Events through `events` (built by `imagekeeper run --events`).
-    pub fn with_node_events(mut self, events: NodeEvents) -> super::Agent<R> {
-        self.node_events = events;
-        self
     }
 }
 

@@ -1,0 +1,175 @@
+//! The agent as the admin server's backend ([`AdminBackend`]): `ensure`, `gc`, `pin`,
+//! `restore` and the runtime pins report, each through the same GC manager, image manager and
+//! store the loops use.
+//!
+//! Invariants: a pin request is checked here too (a caller in-process), so no name with
+//! credentials reaches the database or the log; a dry run plans and writes nothing.
+
+use tracing::info;
+
+use crate::admin::{AdminBackend, EnsureImageError, EnsureRequest, GcOutcome};
+use crate::gc::{PinView, pin_view, pin_views, stored_images};
+use crate::model::{ImagePin, PinKey, PullOrigin, RuntimeImage, UnixNanos};
+use crate::pull::{PodRef, PullAuth, PullPolicy};
+use crate::store::Batch;
+
+use super::*;
+
+impl<R: AgentRuntime> AdminBackend for Agent<R> {
+    async fn ensure_image(&self, request: EnsureRequest) -> Result<String, EnsureImageError> {
+        let policy = match request.pull_policy.as_str() {
+            "" | "IfNotPresent" => PullPolicy::IfNotPresent,
+            "Always" => PullPolicy::Always,
+            "Never" => PullPolicy::Never,
+            other => return Err(EnsureImageError::InvalidPullPolicy(other.to_owned())),
+        };
+        let pod = PodRef {
+            uid: request.pod_uid,
+            namespace: request.pod_namespace,
+            name: request.pod_name,
+            annotations: Default::default(),
+            origin: PullOrigin::Pull,
+        };
+        let mut pull_secrets = Vec::with_capacity(request.pull_secrets.len());
+        for (i, secret) in request.pull_secrets.iter().enumerate() {
+            let what = format!("pull secret {}", i + 1);
+            match crate::pull::credentials::parse_pull_secret(&what, secret) {
+                Ok(config) => pull_secrets.push(config),
+                Err(e) => return Err(EnsureImageError::InvalidPullSecret(e)),
+            }
+        }
+        self.images
+            .ensure_image_exists_with(
+                &pod,
+                &request.image,
+                policy,
+                PullAuth::Keyring(&pull_secrets),
+                &request.runtime_handler,
+            )
+            .await
+            .map_err(EnsureImageError::Pull)
+    }
+
+    async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
+        if dry_run {
+            return self.with_warm_does_not_fit(GcOutcome::from_plan(
+                self.gc.plan(self.clock.now(), false).await,
+            ));
+        }
+        self.garbage_collect_cycle(&*self.clock).await
+    }
+
+    async fn delete_unused(&self, dry_run: bool) -> GcOutcome {
+        if dry_run {
+            return self.with_warm_does_not_fit(GcOutcome::from_plan(
+                self.gc.plan(self.clock.now(), true).await,
+            ));
+        }
+        GcOutcome::from_report(self.gc.delete_unused_images(&*self.clock).await, false)
+    }
+
+    async fn restore(
+        &self,
+        options: crate::warm::RestoreOptions,
+    ) -> Result<crate::warm::RestoreOutcome, String> {
+        Agent::restore(self, options)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn now(&self) -> UnixNanos {
+        self.clock.now()
+    }
+
+    async fn pin(&self, key: PinKey, until: UnixNanos, reason: String) -> Result<PinView, String> {
+        let now = self.clock.now();
+        // The admin server checked the request; a caller in-process is checked here too, so
+        // no name with credentials reaches the database or the log.
+        crate::gc::check_pin_request(&key, until, &reason, now).map_err(|e| e.to_string())?;
+        let pin = ImagePin {
+            created_at: now,
+            until,
+            reason,
+        };
+        let mut batch = Batch::new();
+        batch.put_pin(key.clone(), pin.clone());
+        let store = self.gc.store().clone();
+        store.apply(&batch).map_err(|e| e.to_string())?;
+        info!(
+            image = key.image.as_str(),
+            runtime_handler = key.runtime_handler.as_str(),
+            until = %if until == UnixNanos::NEVER { "never".to_owned() } else { crate::format::format_rfc3339(until) },
+            "Pinned an image"
+        );
+        let images = self.pin_images().map_err(|e| e.to_string())?;
+        let mut view = pin_view(key, pin, &images, now);
+        self.runtime_pins.annotate(&mut view);
+        Ok(view)
+    }
+
+    async fn unpin(&self, key: PinKey) -> Result<bool, String> {
+        let store = self.gc.store().clone();
+        let existed = store.pin(&key).map_err(|e| e.to_string())?.is_some();
+        let mut batch = Batch::new();
+        batch.remove_pin(key.clone());
+        store.apply(&batch).map_err(|e| e.to_string())?;
+        if existed {
+            info!(
+                image = crate::pull::redact_image_name(&key.image).as_str(),
+                runtime_handler = key.runtime_handler.as_str(),
+                "Unpinned an image"
+            );
+        }
+        Ok(existed)
+    }
+
+    async fn runtime_pins(&self) -> Result<crate::admin::RuntimePinsReport, String> {
+        let db = self.config().db;
+        let note = self.runtime_pins.state_note();
+        let keeps = match note {
+            None => self
+                .runtime_pins
+                .carried_keeps()
+                .into_iter()
+                .map(|(key, (why, carried))| (key, why, carried))
+                .collect(),
+            // Off or undecided: nothing is carried, but the last detect's keeps are known.
+            Some(_) => self
+                .gc
+                .last_keeps()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|k| (k.key, k.why, false))
+                .collect(),
+        };
+        Ok(crate::admin::RuntimePinsReport {
+            note: note.unwrap_or_default(),
+            db: std::fs::canonicalize(&db).unwrap_or(db),
+            keeps,
+        })
+    }
+
+    async fn pins(&self) -> Result<Vec<PinView>, String> {
+        let pins = self.gc.store().pins().map_err(|e| e.to_string())?;
+        let images = self.pin_images().map_err(|e| e.to_string())?;
+        let mut views = pin_views(pins, &images, self.clock.now());
+        for view in &mut views {
+            self.runtime_pins.annotate(view);
+        }
+        Ok(views)
+    }
+}
+
+impl<R: AgentRuntime> Agent<R> {
+    /// The images a pin is resolved against for the admin's answers: the image cache (the
+    /// runtime's list), else, before the cache's first refresh, the store's records with their
+    /// names.
+    fn pin_images(&self) -> Result<Vec<RuntimeImage>, crate::store::StoreError> {
+        let cached = self.gc.image_list();
+        if cached.is_empty() {
+            stored_images(self.gc.store())
+        } else {
+            Ok(cached)
+        }
+    }
+}

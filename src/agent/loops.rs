@@ -1,0 +1,296 @@
+//! The agent's loops: detect, the image cache and GC on their periods ([`run_schedule`], the
+//! kubelet's wait.Until), one cycle of each ([`Agent::run_cycle`]), and what a cycle reports
+//! to health, metrics, Node Events and the runtime pins.
+//!
+//! Invariants: a failed cycle keeps its loop's period; only a cycle that could not reach the
+//! runtime is retried sooner (1 s doubling up to the period); the cycles read the clock once
+//! they hold the cycle lock; a GC cycle compacts the database off the async workers.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::admin::GcOutcome;
+use crate::gc::{CycleTime, GcError};
+use crate::runtime::{CriError, RpcCode};
+
+use super::*;
+
+/// One of the agent's periodic loops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Loop {
+    Detect,
+    ImageCache,
+    Gc,
+}
+
+impl<R: AgentRuntime> Agent<R> {
+    pub(super) async fn run_loops(self: Arc<Self>, stop: watch::Receiver<bool>) {
+        let config = self.config();
+        let periods = [
+            (Loop::Detect, config.detect_period),
+            (Loop::ImageCache, config.image_cache_period),
+            (Loop::Gc, config.gc_period),
+        ];
+        run_schedule(periods, stop, |which| {
+            let agent = self.clone();
+            async move { agent.run_cycle(which).await }
+        })
+        .await;
+    }
+
+    /// Runs one cycle; returns how it ended.
+    async fn run_cycle(&self, which: Loop) -> CycleOutcome {
+        // The cycles read the clock once they hold the cycle lock (`CycleTime`).
+        let now = &*self.clock;
+        // A detect or image-cache cycle waits on the runtime: readiness sees how long.
+        let _waiting = matches!(which, Loop::Detect | Loop::ImageCache)
+            .then(|| self.health.waiting_for_runtime(self.clock.now()));
+        match which {
+            Loop::Detect => match self.gc.detect(now).await {
+                Ok(report) => {
+                    self.health.detect_succeeded();
+                    info!(
+                        records = report.records,
+                        added = report.added,
+                        removed = report.removed,
+                        committed = report.committed,
+                        "Detected images"
+                    );
+                    self.detect_state.send_if_modified(|state| {
+                        let first = *state != DetectState::Done;
+                        *state = DetectState::Done;
+                        first
+                    });
+                    self.reconcile_runtime_pins().await;
+                    CycleOutcome::Done
+                }
+                Err(e) => {
+                    error!(error = %e, "Image detection failed");
+                    self.detect_state.send_if_modified(|state| {
+                        if *state == DetectState::Done {
+                            return false;
+                        }
+                        *state = DetectState::Failing(e.to_string());
+                        true
+                    });
+                    self.failed_cycle(&e)
+                }
+            },
+            Loop::ImageCache => match self.gc.refresh_image_cache().await {
+                Ok(()) => {
+                    self.metrics.image_cache_filled();
+                    // The image filesystem gauges; a failure here (statvfs of a mountpoint
+                    // the agent cannot see) is logged and fails nothing else.
+                    if let Err(e) = self.gc.observe_image_fs().await {
+                        warn!(error = %e, "Failed to read the image filesystem");
+                    }
+                    self.health.runtime_reached();
+                    CycleOutcome::Done
+                }
+                Err(e) => {
+                    warn!(error = %e, "Failed to update image list");
+                    self.failed_cycle(&e)
+                }
+            },
+            Loop::Gc => match self.garbage_collect_cycle(now).await.error {
+                None => CycleOutcome::Done,
+                Some(_) => match self.gc_failure_unreachable() {
+                    true => CycleOutcome::RuntimeUnreachable,
+                    false => CycleOutcome::Failed,
+                },
+            },
+        }
+    }
+
+    /// After a detect: `auto` decides (once the runtime answers Version) and, when on,
+    /// containerd's labels are made to match what the detect found kept. A detect after the
+    /// runtime came back reconciles too, so a restart of either side heals at its first cycle.
+    async fn reconcile_runtime_pins(&self) {
+        if self.runtime_pins.state() == runtime_pins::PinsState::Undecided {
+            self.runtime_pins
+                .decide(self.events_client.runtime_version().await);
+        }
+        if let Some(keeps) = self.gc.last_keeps() {
+            self.runtime_pins.reconcile(&keeps).await;
+        }
+        if let Some(sample) = self.runtime_pins.sample() {
+            self.metrics.record_runtime_pins(sample);
+        }
+    }
+
+    /// Where the runtime pins stand (`auto` undecided, on, or off and why).
+    pub fn runtime_pins_state(&self) -> runtime_pins::PinsState {
+        self.runtime_pins.state()
+    }
+
+    /// A detect or image-cache cycle failed: readiness learns whether the runtime was reached.
+    fn failed_cycle(&self, e: &GcError) -> CycleOutcome {
+        let outcome = CycleOutcome::failed(e);
+        match outcome {
+            CycleOutcome::RuntimeUnreachable => self.health.runtime_unreachable(e.to_string()),
+            // The runtime answered (with an error): it is reachable.
+            _ if matches!(e, GcError::Runtime { .. }) => self.health.runtime_reached(),
+            _ => {}
+        }
+        outcome
+    }
+
+    /// Whether the last GC failed because the runtime could not be reached (the outcome of
+    /// `garbage_collect_cycle` carries the error as text only).
+    fn gc_failure_unreachable(&self) -> bool {
+        *lock_ignoring_poison(&self.gc_last_unreachable)
+    }
+
+    pub(super) async fn garbage_collect_cycle(&self, now: impl CycleTime) -> GcOutcome {
+        let started = std::time::Instant::now();
+        let report = self.gc.garbage_collect(now).await;
+        self.metrics.observe_gc(started.elapsed());
+        // Between cycles: give churned space back to the file system (store::compact). It
+        // blocks on disk for up to a fraction of a second, so it runs on tokio's blocking pool,
+        // not on this worker; a failure is logged, never fatal.
+        let store = Arc::clone(self.gc.store());
+        match tokio::task::spawn_blocking(move || store.compact_if_needed()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!(error = %e, "Cannot compact the database"),
+            Err(e) => warn!(error = %e, "The database compaction task failed"),
+        }
+        *lock_ignoring_poison(&self.gc_last_unreachable) =
+            report.error.as_ref().is_some_and(runtime_unreachable);
+        self.metrics.record_gc_cycle(report.error.is_none());
+        // GC detected first: containerd's labels follow what it found kept (the GC loop's
+        // cycle and `imagekeeper gc` through the agent alike; the latter returns after it).
+        if report.error.is_none() {
+            self.reconcile_runtime_pins().await;
+        }
+        self.node_events.gc_cycle(&report);
+        self.node_events.store_health(self.store.is_healthy());
+        let mut failed_before = lock_ignoring_poison(&self.gc_failed_before);
+        match &report.error {
+            Some(e) if *failed_before => {
+                error!(error = %e, reason = "ImageGCFailed", "Image garbage collection failed multiple times in a row");
+            }
+            Some(e) => {
+                error!(error = %e, "Image garbage collection failed once. Stats initialization may not have completed yet");
+                *failed_before = true;
+            }
+            None => {
+                info!(
+                    removed = report.removed.len(),
+                    freed = report.freed,
+                    "Image garbage collection succeeded"
+                );
+                *failed_before = false;
+            }
+        }
+        GcOutcome::from_report(report, false)
+    }
+}
+
+/// How one cycle of a loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CycleOutcome {
+    Done,
+    /// Failed for a reason a quick retry does not fix (not enough space freed, a removal
+    /// failed, a store error): the loop keeps its period, as the kubelet's wait.Until does.
+    Failed,
+    /// The runtime could not be reached: retried soon (1 s doubling up to the period).
+    RuntimeUnreachable,
+}
+
+impl CycleOutcome {
+    fn failed(e: &GcError) -> CycleOutcome {
+        if runtime_unreachable(e) {
+            CycleOutcome::RuntimeUnreachable
+        } else {
+            CycleOutcome::Failed
+        }
+    }
+}
+
+/// A runtime error that means the runtime is not there: a failed dial, or Unavailable.
+fn runtime_unreachable(e: &GcError) -> bool {
+    match e {
+        GcError::Runtime { source, .. } => {
+            matches!(source, CriError::Connect { .. })
+                || source.code() == Some(RpcCode::Unavailable)
+        }
+        _ => false,
+    }
+}
+
+/// The agent's loops: each runs once at start (in the order given, so detect comes first and
+/// the first GC sees fresh records), then every period (the kubelet's wait.Until). A cycle
+/// that failed keeps the period; only a runtime that cannot be reached is retried sooner, 1 s
+/// doubling up to the period. Returns when `stop` turns true (the cycle in flight runs to its
+/// end). Timers are tokio's, so tests drive the schedule with paused time.
+pub(super) async fn run_schedule<F, Fut>(
+    periods: [(Loop, Duration); 3],
+    mut stop: watch::Receiver<bool>,
+    mut run: F,
+) where
+    F: FnMut(Loop) -> Fut,
+    Fut: Future<Output = CycleOutcome>,
+{
+    let start = Instant::now();
+    let mut next = periods.map(|(which, period)| (which, start, Backoff::new(period)));
+    loop {
+        let Some(index) = (0..next.len()).min_by_key(|&i| next[i].1) else {
+            return;
+        };
+        let (which, when, _) = next[index];
+        tokio::select! {
+            _ = tokio::time::sleep_until(when) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let outcome = run(which).await;
+        if *stop.borrow() {
+            return;
+        }
+        let backoff = &mut next[index].2;
+        let delay = match outcome {
+            CycleOutcome::Done | CycleOutcome::Failed => backoff.reset(),
+            CycleOutcome::RuntimeUnreachable => backoff.next_delay(),
+        };
+        next[index].1 = Instant::now() + delay;
+    }
+}
+
+/// The retry delay of one loop: its period after a cycle, 1 s doubling up to the period while
+/// the runtime cannot be reached.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Backoff {
+    period: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    pub(super) fn new(period: Duration) -> Backoff {
+        Backoff {
+            period,
+            current: Duration::ZERO,
+        }
+    }
+
+    pub(super) fn reset(&mut self) -> Duration {
+        self.current = Duration::ZERO;
+        self.period
+    }
+
+    pub(super) fn next_delay(&mut self) -> Duration {
+        self.current = if self.current.is_zero() {
+            Duration::from_secs(1)
+        } else {
+            self.current.saturating_mul(2)
+        }
+        .min(self.period);
+        self.current
+    }
+}

@@ -1,0 +1,306 @@
+//! The agent's Prometheus exposition: the one module that registers and encodes metrics, with
+//! the `prometheus-client` crate (OpenMetrics text). The layers keep owning their counters
+//! (`gc::metrics::GcMetrics`, `pull::metrics::PullMetrics`, the store's commit and reopen
+//! counts, atomics or small locked maps); each scrape copies them into a [`Snapshot`], which a
+//! `prometheus-client` collector encodes under the prefix `imagekeeper_`.
+//!
+//! Invariants: every metric name starts with `imagekeeper_` and keeps the kubelet's name,
+//! suffixes and labels where the kubelet has the metric (`kubelet_image_garbage_collected_total`
+//! becomes `imagekeeper_image_garbage_collected_total{reason}`); no label takes an image name
+//! (labels are fixed enums: reasons, size buckets, pull policies); a scrape never writes the
+//! store; every family is one entry of [`METRICS`], the single list the encoder and the
+//! generated reference (`docs/src/reference/metrics.md`) read. To add a metric: keep its
+//! counter in its layer, copy it in `Snapshot::gather`, add its [`MetricFamily`] to
+//! [`METRICS`], encode it in `Snapshot::encode` with that entry, and run `scripts/docs`.
+//!
+//! This file holds what the agent keeps ([`AgentMetrics`]) and the copy a scrape takes
+//! (`Snapshot::gather`); the family list is `metrics/families.rs`, the encoder
+//! `metrics/encode.rs`.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tracing::warn;
+
+use crate::gc::ImageGcManager;
+use crate::gc::metrics::GcProgress;
+use crate::model::{UnixNanos, saturating_total};
+use crate::pull::metrics::{EnsureLabels, Histogram};
+use crate::pull::{BackoffStore, ImageManager, PullRuntime};
+use crate::runtime::ImageRuntime;
+use crate::store::Store;
+use crate::warm::{WarmPlan, WarmState};
+
+mod encode;
+mod families;
+#[cfg(test)]
+mod tests;
+
+pub use families::{METRICS, MetricFamily, MetricKind, MetricUnit};
+
+/// The prefix of every metric name (with `_` after it).
+pub const METRIC_PREFIX: &str = "imagekeeper";
+
+/// The Content-Type of [`AgentMetrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// kubelet's buckets for GC durations (prometheus.DefBuckets).
+const GC_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The crate's version and the git revision it was built from (`build.rs`; "unknown" when
+/// built outside a git checkout without `IMAGEKEEPER_REVISION`).
+pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const BUILD_REVISION: &str = env!("IMAGEKEEPER_REVISION");
+
+/// Metrics the agent itself keeps.
+#[derive(Debug)]
+pub struct AgentMetrics {
+    gc_durations: Mutex<Histogram>,
+    /// Configuration reloads: [successes, failures].
+    config_reloads: [std::sync::atomic::AtomicU64; 2],
+    /// GC cycles the agent ran: [succeeded, failed].
+    gc_cycles: [std::sync::atomic::AtomicU64; 2],
+    /// Whether the image cache (the GC manager's `image_list`) has been filled once: the
+    /// runtime image gauges are exported from then on.
+    image_cache_filled: std::sync::atomic::AtomicBool,
+    /// The last warm cycle's entries by state (`WarmState::ALL`'s order), once one ran.
+    warm_images: Mutex<Option<[u64; WarmState::ALL.len()]>>,
+    /// Warm pulls (and `restore`'s): [succeeded, failed].
+    warm_pulls: [std::sync::atomic::AtomicU64; 2],
+    /// The runtime pins, once `auto` decided (or with `off`).
+    runtime_pins: Mutex<Option<RuntimePinsSample>>,
+}
+
+/// What the runtime pins' metrics show.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimePinsSample {
+    /// Labels are written (`auto` on a runtime that carries pins).
+    pub enabled: bool,
+    /// Kept images the runtime lists as pinned at the last reconcile.
+    pub pinned_images: u64,
+    /// Label writes: [succeeded, failed].
+    pub writes: [u64; 2],
+}
+
+impl Default for AgentMetrics {
+    fn default() -> AgentMetrics {
+        AgentMetrics {
+            gc_durations: Mutex::new(Histogram::new(GC_BUCKETS)),
+            config_reloads: Default::default(),
+            gc_cycles: Default::default(),
+            image_cache_filled: std::sync::atomic::AtomicBool::new(false),
+            warm_images: Mutex::new(None),
+            warm_pulls: Default::default(),
+            runtime_pins: Mutex::new(None),
+        }
+    }
+}
+
+impl AgentMetrics {
+    pub fn observe_gc(&self, took: Duration) {
+        match self.gc_durations.lock() {
+            Ok(mut h) => h.observe(took.as_secs_f64()),
+            Err(p) => p.into_inner().observe(took.as_secs_f64()),
+        }
+    }
+
+    /// The image cache was refreshed: its images are the runtime image gauges' values.
+    pub fn image_cache_filled(&self) {
+        self.image_cache_filled
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A GC cycle ended, without an error or with one.
+    pub fn record_gc_cycle(&self, success: bool) {
+        self.gc_cycles[usize::from(!success)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A warm cycle's plan: its entries counted by state.
+    pub fn record_warm_plan(&self, plan: &WarmPlan) {
+        let counts = WarmState::ALL.map(|state| plan.count(state) as u64);
+        match self.warm_images.lock() {
+            Ok(mut w) => *w = Some(counts),
+            Err(p) => *p.into_inner() = Some(counts),
+        }
+    }
+
+    /// The runtime pins after a reconcile (or a decision).
+    pub fn record_runtime_pins(&self, sample: RuntimePinsSample) {
+        match self.runtime_pins.lock() {
+            Ok(mut w) => *w = Some(sample),
+            Err(p) => *p.into_inner() = Some(sample),
+        }
+    }
+
+    /// A warm (or restore) pull ended.
+    pub fn record_warm_pull(&self, success: bool) {
+        self.warm_pulls[usize::from(!success)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn record_reload(&self, success: bool) {
+        self.config_reloads[usize::from(!success)]
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Renders every metric in the OpenMetrics text format (ends with `# EOF`), but
+    /// `imagekeeper_image_pins`, which needs the time ([`AgentMetrics::render_at`]).
+    pub fn render<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
+        &self,
+        gc: &ImageGcManager<R>,
+        images: &ImageManager<P, S>,
+        store: &Store,
+    ) -> String {
+        self.render_snapshot(Snapshot::gather(self, gc, images, store, None))
+    }
+
+    /// Renders every metric in the OpenMetrics text format (ends with `# EOF`), the pins in
+    /// force counted at `now` (the agent's clock).
+    pub fn render_at<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
+        &self,
+        gc: &ImageGcManager<R>,
+        images: &ImageManager<P, S>,
+        store: &Store,
+        now: UnixNanos,
+    ) -> String {
+        self.render_snapshot(Snapshot::gather(self, gc, images, store, Some(now)))
+    }
+
+    fn render_snapshot(&self, snapshot: Snapshot) -> String {
+        let mut registry = Registry::with_prefix(METRIC_PREFIX);
+        registry.register_collector(Box::new(snapshot));
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+            // Writing to a String does not fail; an encoder error would be a bug of ours.
+            warn!(error = %e, "metrics: cannot encode");
+        }
+        out
+    }
+}
+
+/// Every value of one scrape, copied from the layers that own them.
+#[derive(Debug)]
+struct Snapshot {
+    collected: [(&'static str, u64); 4],
+    rescued: Vec<(&'static str, u64)>,
+    remove_failures: u64,
+    /// The image cache's (count, total bytes), once it has been filled.
+    runtime_images: Option<(u64, u64)>,
+    future_stamps_clamped: u64,
+    clock_went_back: u64,
+    /// Kubelet pull intents older than the intent max age at the last read, when read.
+    kubelet_stale_intents: Option<u64>,
+    progress: GcProgress,
+    image_fs: Option<(u64, u64)>,
+    /// The image filesystem's inodes (total, free, used by images when reported).
+    image_fs_inodes: Option<(u64, u64, Option<u64>)>,
+    gc_durations: Histogram,
+    pull_durations: BTreeMap<&'static str, Histogram>,
+    ensure_requests: BTreeMap<EnsureLabels, u64>,
+    store_healthy: bool,
+    store_reopens: u64,
+    records: Option<u64>,
+    /// Operator pins in force at the scrape's time, when the store could be read.
+    pins: Option<u64>,
+    commits: u64,
+    commit_seconds: f64,
+    /// Configuration reloads: [successes, failures].
+    config_reloads: [u64; 2],
+    /// GC cycles: [succeeded, failed].
+    gc_cycles: [u64; 2],
+    /// The byte thresholds in force (high, low), in percent.
+    thresholds: (i64, i64),
+    repulls: [(&'static str, u64); 6],
+    repull_delays: Histogram,
+    warm_images: Option<[u64; WarmState::ALL.len()]>,
+    warm_pulls: [u64; 2],
+    runtime_pins: Option<RuntimePinsSample>,
+}
+
+impl Snapshot {
+    fn gather<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
+        agent: &AgentMetrics,
+        gc: &ImageGcManager<R>,
+        images: &ImageManager<P, S>,
+        store: &Store,
+        now: Option<UnixNanos>,
+    ) -> Snapshot {
+        let g = gc.metrics();
+        // Before the record count, whose read of the store reopens it after an I/O failure:
+        // the gauge is the state as the scrape found it.
+        let store_healthy = store.is_healthy();
+        let records = match store.len() {
+            Ok(n) => Some(n),
+            Err(e) => {
+                warn!(error = %e, "metrics: cannot count records");
+                None
+            }
+        };
+        let pins = now.and_then(|now| match store.pins() {
+            Ok(pins) => Some(pins.iter().filter(|(_, pin)| pin.active_at(now)).count() as u64),
+            Err(e) => {
+                warn!(error = %e, "metrics: cannot count pins");
+                None
+            }
+        });
+        Snapshot {
+            collected: g.collected(),
+            rescued: g.rescued().to_vec(),
+            remove_failures: g.remove_failures(),
+            runtime_images: agent
+                .image_cache_filled
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| {
+                    let images = gc.image_list();
+                    (
+                        images.len() as u64,
+                        saturating_total(images.iter().map(|i| i.size)),
+                    )
+                }),
+            future_stamps_clamped: g.future_stamps_clamped(),
+            clock_went_back: g.clock_went_back(),
+            kubelet_stale_intents: gc.kubelet_stale_intents(),
+            progress: g.progress(),
+            image_fs: g.image_fs(),
+            image_fs_inodes: g.image_fs_inodes(),
+            gc_durations: match agent.gc_durations.lock() {
+                Ok(h) => h.clone(),
+                Err(p) => p.into_inner().clone(),
+            },
+            pull_durations: images.metrics().snapshot(),
+            ensure_requests: images.metrics().ensure_requests(),
+            store_healthy,
+            store_reopens: store.reopens(),
+            records,
+            pins,
+            commits: store.commits(),
+            commit_seconds: store.commit_nanos_total() as f64 / 1e9,
+            repulls: g.repulls().counts(),
+            repull_delays: g.repulls().delays(),
+            config_reloads: [0, 1]
+                .map(|i| agent.config_reloads[i].load(std::sync::atomic::Ordering::Relaxed)),
+            gc_cycles: [0, 1]
+                .map(|i| agent.gc_cycles[i].load(std::sync::atomic::Ordering::Relaxed)),
+            warm_images: match agent.warm_images.lock() {
+                Ok(w) => *w,
+                Err(p) => *p.into_inner(),
+            },
+            warm_pulls: [0, 1]
+                .map(|i| agent.warm_pulls[i].load(std::sync::atomic::Ordering::Relaxed)),
+            runtime_pins: match agent.runtime_pins.lock() {
+                Ok(w) => *w,
+                Err(p) => *p.into_inner(),
+            },
+            thresholds: {
+                let config = gc.config();
+                (
+                    config.policy.high_threshold_percent,
+                    config.policy.low_threshold_percent,
+                )
+            },
+        }
+    }
+}

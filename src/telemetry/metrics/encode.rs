@@ -1,0 +1,266 @@
+//! The encoding of one scrape: the `prometheus-client` [`Collector`] of a [`Snapshot`], which
+//! writes every family of [`METRICS`] in its order, each from its entry (`# HELP`, `# TYPE`,
+//! `# UNIT`), and the small helpers that write a counter, a gauge or a histogram.
+//!
+//! Invariants: the encoder only reads the snapshot (a scrape never writes the store); a
+//! family's samples carry exactly the label names its entry lists.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
+
+use super::families::*;
+use super::{BUILD_REVISION, BUILD_VERSION, Snapshot};
+use crate::pull::metrics::Histogram;
+use crate::warm::WarmState;
+
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        gauge_family(
+            &mut enc,
+            &BUILD_INFO,
+            &[(
+                [("version", BUILD_VERSION), ("revision", BUILD_REVISION)],
+                1,
+            )],
+        )?;
+        let collected: Vec<_> = self
+            .collected
+            .iter()
+            .map(|(reason, n)| ([("reason", *reason)], *n))
+            .collect();
+        counter_family(&mut enc, &IMAGE_GARBAGE_COLLECTED, &collected)?;
+        let rescued: Vec<_> = self
+            .rescued
+            .iter()
+            .map(|(why, n)| ([("why", *why)], *n))
+            .collect();
+        counter_family(&mut enc, &GC_VICTIMS_RESCUED, &rescued)?;
+        gauge(
+            &mut enc,
+            &IMAGE_GC_PROGRESS_RUNNING,
+            u64::from(self.progress.running),
+        )?;
+        gauge(&mut enc, &IMAGE_GC_PROGRESS_REMOVED, self.progress.removed)?;
+        gauge(
+            &mut enc,
+            &IMAGE_GC_PROGRESS_FREED,
+            self.progress.freed_bytes,
+        )?;
+        counter(&mut enc, &IMAGE_GC_REMOVE_FAILURES, self.remove_failures)?;
+        // The kubelet's image list cache serves the node status's images; here it serves
+        // these gauges (the node status's image count and sizes, without the names).
+        if let Some((count, bytes)) = self.runtime_images {
+            gauge(&mut enc, &RUNTIME_IMAGES, count)?;
+            gauge(&mut enc, &RUNTIME_IMAGES_SIZE, bytes)?;
+        }
+        counter(
+            &mut enc,
+            &GC_FUTURE_STAMPS_CLAMPED,
+            self.future_stamps_clamped,
+        )?;
+        counter(&mut enc, &GC_CLOCK_WENT_BACK, self.clock_went_back)?;
+        if let Some(stale) = self.kubelet_stale_intents {
+            gauge(&mut enc, &KUBELET_STALE_PULL_INTENTS, stale)?;
+        }
+        if let Some((capacity, available)) = self.image_fs {
+            gauge(&mut enc, &IMAGE_FS_CAPACITY, capacity)?;
+            gauge(&mut enc, &IMAGE_FS_AVAILABLE, available)?;
+        }
+        if let Some((total, free, images)) = self.image_fs_inodes {
+            let mut samples = vec![([("kind", "capacity")], total), ([("kind", "free")], free)];
+            if let Some(images) = images {
+                samples.push(([("kind", "images")], images));
+            }
+            gauge_family(&mut enc, &IMAGE_FS_INODES, &samples)?;
+        }
+        let repulls: Vec<_> = self
+            .repulls
+            .iter()
+            .map(|(reason, n)| ([("reason", *reason)], *n))
+            .collect();
+        counter_family(&mut enc, &IMAGE_REPULLS_AFTER_EVICTION, &repulls)?;
+        histogram(&mut enc, &IMAGE_REPULL_DELAY, &self.repull_delays)?;
+        histogram(&mut enc, &IMAGE_GC_DURATION, &self.gc_durations)?;
+        let pulls: Vec<_> = self
+            .pull_durations
+            .iter()
+            .map(|(bucket, h)| ([("image_size_in_bytes", *bucket)], h))
+            .collect();
+        histogram_family(&mut enc, &IMAGE_PULL_DURATION, &pulls)?;
+        let ensure: Vec<_> = self
+            .ensure_requests
+            .iter()
+            .map(|((policy, present, required), n)| {
+                (
+                    [
+                        ("pull_policy", *policy),
+                        ("present_locally", *present),
+                        ("pull_required", *required),
+                    ],
+                    *n,
+                )
+            })
+            .collect();
+        counter_family(&mut enc, &ENSURE_IMAGE_REQUESTS, &ensure)?;
+        gauge(&mut enc, &STORE_HEALTHY, u64::from(self.store_healthy))?;
+        counter(&mut enc, &STORE_REOPENS, self.store_reopens)?;
+        if let Some(records) = self.records {
+            gauge(&mut enc, &IMAGE_RECORDS, records)?;
+        }
+        if let Some(pins) = self.pins {
+            gauge(&mut enc, &IMAGE_PINS, pins)?;
+        }
+        // Sum and count only (one +Inf bucket): the store keeps totals, not a distribution.
+        let mut commits = descriptor(&mut enc, &STORE_COMMIT_DURATION)?;
+        commits.encode_histogram::<NoLabelSet>(
+            self.commit_seconds,
+            self.commits,
+            &[(f64::INFINITY, self.commits)],
+            None,
+        )?;
+        let [successes, failures] = self.config_reloads;
+        counter_family(
+            &mut enc,
+            &CONFIG_RELOADS,
+            &[
+                ([("result", "success")], successes),
+                ([("result", "failure")], failures),
+            ],
+        )?;
+        if let Some(counts) = self.warm_images {
+            let samples: Vec<_> = WarmState::ALL
+                .iter()
+                .zip(counts)
+                .map(|(state, n)| ([("state", state.as_str())], n))
+                .collect();
+            gauge_family(&mut enc, &WARM_IMAGES, &samples)?;
+            let [succeeded, failed] = self.warm_pulls;
+            counter_family(
+                &mut enc,
+                &WARM_PULLS,
+                &[
+                    ([("result", "success")], succeeded),
+                    ([("result", "failure")], failed),
+                ],
+            )?;
+        }
+        if let Some(pins) = self.runtime_pins {
+            gauge(&mut enc, &RUNTIME_PINS_ENABLED, u64::from(pins.enabled))?;
+            gauge(&mut enc, &RUNTIME_PINNED_IMAGES, pins.pinned_images)?;
+            let [succeeded, failed] = pins.writes;
+            counter_family(
+                &mut enc,
+                &RUNTIME_PIN_WRITES,
+                &[
+                    ([("result", "success")], succeeded),
+                    ([("result", "failure")], failed),
+                ],
+            )?;
+        }
+        let [succeeded, failed] = self.gc_cycles;
+        counter_family(
+            &mut enc,
+            &IMAGE_GC_CYCLES,
+            &[
+                ([("result", "success")], succeeded),
+                ([("result", "failure")], failed),
+            ],
+        )?;
+        let (high, low) = self.thresholds;
+        gauge(
+            &mut enc,
+            &IMAGE_GC_HIGH_THRESHOLD_PERCENT,
+            u64::try_from(high).unwrap_or(0),
+        )?;
+        gauge(
+            &mut enc,
+            &IMAGE_GC_LOW_THRESHOLD_PERCENT,
+            u64::try_from(low).unwrap_or(0),
+        )?;
+        Ok(())
+    }
+}
+
+/// The family's descriptor (`# HELP`, `# TYPE`, `# UNIT`), from its [`METRICS`] entry.
+fn descriptor<'a>(
+    enc: &'a mut DescriptorEncoder,
+    family: &MetricFamily,
+) -> Result<prometheus_client::encoding::MetricEncoder<'a>, std::fmt::Error> {
+    enc.encode_descriptor(
+        family.name,
+        family.help,
+        family.unit.map(MetricUnit::unit),
+        family.kind.metric_type(),
+    )
+}
+
+/// One counter without labels; the encoder adds `_total`.
+fn counter(
+    enc: &mut DescriptorEncoder,
+    family: &MetricFamily,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    descriptor(enc, family)?.encode_counter::<NoLabelSet, u64, u64>(&value, None)
+}
+
+/// One counter with a sample per label set; the encoder adds `_total`.
+fn counter_family<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    family: &MetricFamily,
+    samples: &[(L, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = descriptor(enc, family)?;
+    for (labels, value) in samples {
+        m.encode_family(labels)?
+            .encode_counter::<NoLabelSet, u64, u64>(value, None)?;
+    }
+    Ok(())
+}
+
+/// One gauge without labels; the unit is appended to the name (`_bytes`).
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    family: &MetricFamily,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    descriptor(enc, family)?.encode_gauge(&value)
+}
+
+fn gauge_family<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    family: &MetricFamily,
+    samples: &[(L, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = descriptor(enc, family)?;
+    for (labels, value) in samples {
+        m.encode_family(labels)?.encode_gauge(value)?;
+    }
+    Ok(())
+}
+
+/// One histogram without labels.
+fn histogram(
+    enc: &mut DescriptorEncoder,
+    family: &MetricFamily,
+    h: &Histogram,
+) -> Result<(), std::fmt::Error> {
+    descriptor(enc, family)?.encode_histogram::<NoLabelSet>(h.sum(), h.count(), &h.buckets(), None)
+}
+
+/// One histogram with a sample per label set.
+fn histogram_family<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    family: &MetricFamily,
+    samples: &[(L, &Histogram)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = descriptor(enc, family)?;
+    for (labels, h) in samples {
+        m.encode_family(labels)?.encode_histogram::<NoLabelSet>(
+            h.sum(),
+            h.count(),
+            &h.buckets(),
+            None,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,432 @@
+//! The metric families the agent exports: [`MetricFamily`] (name, type, unit, labels, help),
+//! one constant per family, and [`METRICS`], the single list the encoder (`encode.rs`) and the
+//! generated reference page (`docs/src/reference/metrics.md`, `scripts/docs`) read.
+//!
+//! Invariants: a family's name, type, unit and help are written here once and nowhere else;
+//! [`METRICS`] is in the order a scrape encodes the families (a unit test compares the two).
+
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
+
+use super::METRIC_PREFIX;
+
+/// What kind of metric a family is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl MetricKind {
+    /// The OpenMetrics type name (`# TYPE` line).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+
+    pub(super) fn metric_type(self) -> MetricType {
+        match self {
+            MetricKind::Counter => MetricType::Counter,
+            MetricKind::Gauge => MetricType::Gauge,
+            MetricKind::Histogram => MetricType::Histogram,
+        }
+    }
+}
+
+/// The unit a family's name ends with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricUnit {
+    Bytes,
+    Seconds,
+}
+
+impl MetricUnit {
+    pub(super) fn unit(self) -> &'static Unit {
+        static BYTES: Unit = Unit::Bytes;
+        static SECONDS: Unit = Unit::Seconds;
+        match self {
+            MetricUnit::Bytes => &BYTES,
+            MetricUnit::Seconds => &SECONDS,
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            MetricUnit::Bytes => "bytes",
+            MetricUnit::Seconds => "seconds",
+        }
+    }
+}
+
+/// One metric family the agent exports. [`METRICS`] lists them all: the exporter encodes each
+/// family's name, type, unit and help from its entry (never from a second string), and the
+/// reference page `docs/src/reference/metrics.md` is generated from the same list
+/// (`scripts/docs`), so the two cannot drift.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricFamily {
+    /// The name after `imagekeeper_`, without the unit suffix or the `_total` the encoder adds.
+    pub name: &'static str,
+    pub kind: MetricKind,
+    pub unit: Option<MetricUnit>,
+    /// The label names of every sample, in order (a unit test checks them against a scrape).
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+    /// When the family is left out of a scrape; `None`: always there.
+    pub absent_when: Option<&'static str>,
+}
+
+impl MetricFamily {
+    /// The family's name on the wire: `imagekeeper_<name>[_<unit>]`; a counter's samples add
+    /// `_total`, a histogram's `_bucket`, `_sum` and `_count`.
+    pub fn exposed_name(&self) -> String {
+        let mut name = format!("{METRIC_PREFIX}_{}", self.name);
+        if let Some(unit) = self.unit {
+            name.push('_');
+            name.push_str(unit.suffix());
+        }
+        name
+    }
+}
+
+const fn family(
+    name: &'static str,
+    kind: MetricKind,
+    unit: Option<MetricUnit>,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> MetricFamily {
+    MetricFamily {
+        name,
+        kind,
+        unit,
+        labels,
+        help,
+        absent_when: None,
+    }
+}
+
+const fn absent_when(family: MetricFamily, when: &'static str) -> MetricFamily {
+    MetricFamily {
+        absent_when: Some(when),
+        ..family
+    }
+}
+
+use MetricKind::{Counter as C, Gauge as G, Histogram as H};
+use MetricUnit::{Bytes as B, Seconds as S};
+
+pub(super) const BUILD_INFO: MetricFamily = family(
+    "build_info",
+    G,
+    None,
+    &["version", "revision"],
+    "The imagekeeper version and the git revision it was built from; always 1.",
+);
+pub(super) const IMAGE_GARBAGE_COLLECTED: MetricFamily = family(
+    "image_garbage_collected",
+    C,
+    None,
+    &["reason"],
+    "Images removed by GC, by reason.",
+);
+pub(super) const GC_VICTIMS_RESCUED: MetricFamily = family(
+    "gc_victims_rescued",
+    C,
+    None,
+    &["why"],
+    "Images GC chose but kept at its last look before removing them, by why.",
+);
+pub(super) const IMAGE_GC_PROGRESS_RUNNING: MetricFamily = family(
+    "image_gc_progress_running",
+    G,
+    None,
+    &[],
+    "Whether a GC cycle is running now.",
+);
+pub(super) const IMAGE_GC_PROGRESS_REMOVED: MetricFamily = family(
+    "image_gc_progress_removed",
+    G,
+    None,
+    &[],
+    "Images removed by the running (else the last) GC cycle.",
+);
+pub(super) const IMAGE_GC_PROGRESS_FREED: MetricFamily = family(
+    "image_gc_progress_freed",
+    G,
+    Some(B),
+    &[],
+    "Bytes freed by the running (else the last) GC cycle.",
+);
+pub(super) const IMAGE_GC_REMOVE_FAILURES: MetricFamily = family(
+    "image_gc_remove_failures",
+    C,
+    None,
+    &[],
+    "RemoveImage calls of GC that failed.",
+);
+pub(super) const RUNTIME_IMAGES: MetricFamily = absent_when(
+    family(
+        "runtime_images",
+        G,
+        None,
+        &[],
+        "Images the runtime lists, as the image cache last saw them.",
+    ),
+    "until the image cache has been filled once",
+);
+pub(super) const RUNTIME_IMAGES_SIZE: MetricFamily = absent_when(
+    family(
+        "runtime_images_size",
+        G,
+        Some(B),
+        &[],
+        "Total size of the images the runtime lists, as the image cache last saw them.",
+    ),
+    "until the image cache has been filled once",
+);
+pub(super) const GC_FUTURE_STAMPS_CLAMPED: MetricFamily = family(
+    "gc_future_stamps_clamped",
+    C,
+    None,
+    &[],
+    "Image records whose first_detected or last_used lay in the future (beyond the tolerance) and that detect clamped to its time.",
+);
+pub(super) const GC_CLOCK_WENT_BACK: MetricFamily = family(
+    "gc_clock_went_back",
+    C,
+    None,
+    &[],
+    "Detects that found the stored last_detect later than their own time (beyond the tolerance): the clock went back.",
+);
+pub(super) const KUBELET_STALE_PULL_INTENTS: MetricFamily = absent_when(
+    family(
+        "kubelet_stale_pull_intents",
+        G,
+        None,
+        &[],
+        "Kubelet pull intents older than --kubelet-intent-max-age at the last read: they keep no image.",
+    ),
+    "until the kubelet's pull records have been read (never with --kubelet-root-dir \"\")",
+);
+pub(super) const IMAGE_FS_CAPACITY: MetricFamily = absent_when(
+    family(
+        "image_fs_capacity",
+        G,
+        Some(B),
+        &[],
+        "Size of the image filesystem (statvfs of the mountpoint ImageFsInfo reports), as the last GC read it.",
+    ),
+    "until a GC has read the image filesystem",
+);
+pub(super) const IMAGE_FS_INODES: MetricFamily = absent_when(
+    family(
+        "image_fs_inodes",
+        G,
+        None,
+        &["kind"],
+        "Inodes of the image filesystem as the last GC read them: capacity and free (statvfs f_files, f_ffree of the mountpoint ImageFsInfo reports) and, when the runtime reports it, those images use (ImageFsInfo inodes_used).",
+    ),
+    "until a GC has read the image filesystem's inodes",
+);
+pub(super) const IMAGE_FS_AVAILABLE: MetricFamily = absent_when(
+    family(
+        "image_fs_available",
+        G,
+        Some(B),
+        &[],
+        "Bytes available to unprivileged users on the image filesystem, as the last GC read them.",
+    ),
+    "until a GC has read the image filesystem",
+);
+pub(super) const IMAGE_REPULLS_AFTER_EVICTION: MetricFamily = family(
+    "image_repulls_after_eviction",
+    C,
+    None,
+    &["reason"],
+    "Images pulled (or detected) again while the eviction journal held their removal, by the removal's reason (external: not removed by imagekeeper).",
+);
+pub(super) const IMAGE_REPULL_DELAY: MetricFamily = family(
+    "image_repull_delay",
+    H,
+    Some(S),
+    &[],
+    "Seconds from an image's removal to its re-pull.",
+);
+pub(super) const IMAGE_GC_DURATION: MetricFamily = family(
+    "image_gc_duration",
+    H,
+    Some(S),
+    &[],
+    "Duration of image GC cycles.",
+);
+pub(super) const IMAGE_PULL_DURATION: MetricFamily = family(
+    "image_pull_duration",
+    H,
+    Some(S),
+    &["image_size_in_bytes"],
+    "Duration of image pulls, by image size bucket (the kubelet's: N/A when the size is unknown).",
+);
+pub(super) const ENSURE_IMAGE_REQUESTS: MetricFamily = family(
+    "ensure_image_requests",
+    C,
+    None,
+    &["pull_policy", "present_locally", "pull_required"],
+    "EnsureImageExists requests by pull policy (always, ifnotpresent, never), presence and whether a pull was required (unknown: not determined), as the kubelet counts them.",
+);
+pub(super) const STORE_HEALTHY: MetricFamily = family(
+    "store_healthy",
+    G,
+    None,
+    &[],
+    "Whether the record store is usable (1), or failed an I/O operation (a full disk) and has not reopened yet (0).",
+);
+pub(super) const STORE_REOPENS: MetricFamily = family(
+    "store_reopens",
+    C,
+    None,
+    &[],
+    "Times the record store reopened its file after an I/O failure.",
+);
+pub(super) const IMAGE_RECORDS: MetricFamily = absent_when(
+    family("image_records", G, None, &[], "Image records in the store."),
+    "when the scrape cannot count the records (the store failed)",
+);
+pub(super) const IMAGE_PINS: MetricFamily = absent_when(
+    family(
+        "image_pins",
+        G,
+        None,
+        &[],
+        "Operator pins (`imagekeeper pin`) in force: names whose images GC never removes while the pin lasts (the config's pinnedImages patterns are not counted).",
+    ),
+    "when the scrape cannot read the pins (the store failed), or from `AgentMetrics::render` (no time given)",
+);
+pub(super) const STORE_COMMIT_DURATION: MetricFamily = family(
+    "store_commit_duration",
+    H,
+    Some(S),
+    &[],
+    "Durable commits of the record store.",
+);
+pub(super) const CONFIG_RELOADS: MetricFamily = family(
+    "config_reloads",
+    C,
+    None,
+    &["result"],
+    "Configuration reloads (SIGHUP), by result.",
+);
+pub(super) const IMAGE_GC_CYCLES: MetricFamily = family(
+    "image_gc_cycles",
+    C,
+    None,
+    &["result"],
+    "Image GC cycles the agent ran, by result (failure: the cycle ended with an error, as the kubelet's ImageGCFailed).",
+);
+pub(super) const IMAGE_GC_HIGH_THRESHOLD_PERCENT: MetricFamily = family(
+    "image_gc_high_threshold_percent",
+    G,
+    None,
+    &[],
+    "The imageGCHighThresholdPercent in force: GC starts when image filesystem use is above it.",
+);
+pub(super) const IMAGE_GC_LOW_THRESHOLD_PERCENT: MetricFamily = family(
+    "image_gc_low_threshold_percent",
+    G,
+    None,
+    &[],
+    "The imageGCLowThresholdPercent in force: GC frees down to it.",
+);
+pub(super) const WARM_IMAGES: MetricFamily = absent_when(
+    family(
+        "warm_images",
+        G,
+        None,
+        &["state"],
+        "Warm set entries by state at the last warm cycle (does_not_fit: pulling it would take the image filesystem above the GC's low threshold).",
+    ),
+    "until the first warm cycle has run",
+);
+pub(super) const RUNTIME_PINS_ENABLED: MetricFamily = absent_when(
+    family(
+        "runtime_pins_enabled",
+        G,
+        None,
+        &[],
+        "1 while the images imagekeeper keeps are labelled io.cri-containerd.pinned in containerd (--runtime-pins auto on containerd 1.7.3 and later); 0 when off (set off, or auto on containerd 1.6 or another runtime: the kubelet's image GC and eviction cannot see imagekeeper's keeps).",
+    ),
+    "until --runtime-pins auto has read the runtime's version",
+);
+pub(super) const RUNTIME_PINNED_IMAGES: MetricFamily = absent_when(
+    family(
+        "runtime_pinned_images",
+        G,
+        None,
+        &[],
+        "Images imagekeeper keeps that containerd carries as pinned (one of their names labelled io.cri-containerd.pinned=pinned) at the last reconcile.",
+    ),
+    "until --runtime-pins auto has read the runtime's version",
+);
+pub(super) const RUNTIME_PIN_WRITES: MetricFamily = absent_when(
+    family(
+        "runtime_pin_label_writes",
+        C,
+        None,
+        &["result"],
+        "Label writes of the runtime pins (containerd Images.Update), by result; a failed write is retried at the next cycle.",
+    ),
+    "until --runtime-pins auto has read the runtime's version",
+);
+pub(super) const WARM_PULLS: MetricFamily = absent_when(
+    family(
+        "warm_pulls",
+        C,
+        None,
+        &["result"],
+        "Pulls of warm set entries and of restore, by result.",
+    ),
+    "until the first warm cycle has run",
+);
+
+/// Every metric family the agent exports, in the order a scrape encodes them. To add a
+/// metric: add its entry here, encode it in `Snapshot::encode` with that entry, and run
+/// `scripts/docs` to regenerate the reference page.
+pub const METRICS: &[MetricFamily] = &[
+    BUILD_INFO,
+    IMAGE_GARBAGE_COLLECTED,
+    GC_VICTIMS_RESCUED,
+    IMAGE_GC_PROGRESS_RUNNING,
+    IMAGE_GC_PROGRESS_REMOVED,
+    IMAGE_GC_PROGRESS_FREED,
+    IMAGE_GC_REMOVE_FAILURES,
+    RUNTIME_IMAGES,
+    RUNTIME_IMAGES_SIZE,
+    GC_FUTURE_STAMPS_CLAMPED,
+    GC_CLOCK_WENT_BACK,
+    KUBELET_STALE_PULL_INTENTS,
+    IMAGE_FS_CAPACITY,
+    IMAGE_FS_AVAILABLE,
+    IMAGE_FS_INODES,
+    IMAGE_REPULLS_AFTER_EVICTION,
+    IMAGE_REPULL_DELAY,
+    IMAGE_GC_DURATION,
+    IMAGE_PULL_DURATION,
+    ENSURE_IMAGE_REQUESTS,
+    STORE_HEALTHY,
+    STORE_REOPENS,
+    IMAGE_RECORDS,
+    IMAGE_PINS,
+    STORE_COMMIT_DURATION,
+    CONFIG_RELOADS,
+    WARM_IMAGES,
+    WARM_PULLS,
+    RUNTIME_PINS_ENABLED,
+    RUNTIME_PINNED_IMAGES,
+    RUNTIME_PIN_WRITES,
+    IMAGE_GC_CYCLES,
+    IMAGE_GC_HIGH_THRESHOLD_PERCENT,
+    IMAGE_GC_LOW_THRESHOLD_PERCENT,
+];

@@ -1,0 +1,120 @@
+//! Tests of the exposition: every family a scrape encodes is in `METRICS` with its labels,
+//! and sums saturate instead of overflowing.
+
+use super::*;
+
+/// A scrape in which every family has samples: every optional one present, every labelled
+/// one with at least one label set.
+fn full_snapshot() -> Snapshot {
+    let mut h = Histogram::new(GC_BUCKETS);
+    h.observe(0.2);
+    Snapshot {
+        collected: [("unused", 1), ("age", 2), ("inodes", 3), ("budget", 4)],
+        rescued: vec![("in_use", 1)],
+        remove_failures: 0,
+        runtime_images: Some((3, 300)),
+        future_stamps_clamped: 0,
+        clock_went_back: 0,
+        kubelet_stale_intents: Some(0),
+        progress: GcProgress::default(),
+        image_fs: Some((1000, 500)),
+        image_fs_inodes: Some((1000, 400, Some(300))),
+        gc_durations: h.clone(),
+        pull_durations: BTreeMap::from([("0-1MB", h.clone())]),
+        ensure_requests: BTreeMap::from([(("always", "unknown", "true"), 1)]),
+        store_healthy: true,
+        store_reopens: 0,
+        records: Some(3),
+        pins: Some(1),
+        commits: 1,
+        commit_seconds: 0.01,
+        config_reloads: [1, 0],
+        gc_cycles: [1, 0],
+        thresholds: (85, 80),
+        repulls: [
+            ("unused", 0),
+            ("age", 0),
+            ("prune", 0),
+            ("external", 0),
+            ("inodes", 0),
+            ("budget", 0),
+        ],
+        repull_delays: h,
+        warm_images: Some([1, 0, 0, 1, 0, 0]),
+        warm_pulls: [1, 0],
+        runtime_pins: Some(RuntimePinsSample {
+            enabled: true,
+            pinned_images: 2,
+            writes: [3, 1],
+        }),
+    }
+}
+
+/// The scrape's families, in order, and each sample's label names: what [`METRICS`]
+/// documents is what the encoder writes (the name, type and help come from the entries;
+/// this checks the label names, which the encode calls spell out).
+#[test]
+fn every_family_a_scrape_encodes_is_in_metrics_with_its_labels() {
+    let mut registry = Registry::with_prefix(METRIC_PREFIX);
+    registry.register_collector(Box::new(full_snapshot()));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("name and type");
+            seen.push((name.to_owned(), kind.to_owned()));
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some((_, rest)) = line.split_once('{') else {
+            continue;
+        };
+        let family = seen.last().expect("a sample after its TYPE").0.clone();
+        let names: Vec<String> = rest
+            .split_once('}')
+            .expect("closing brace")
+            .0
+            .split(',')
+            .filter_map(|pair| pair.split_once('=').map(|(k, _)| k.to_owned()))
+            .filter(|k| k != "le")
+            .collect();
+        let had = labels.insert(family.clone(), names.clone());
+        if let Some(had) = had {
+            assert_eq!(had, names, "{family}: samples with different label names");
+        }
+    }
+    let documented: Vec<(String, String)> = METRICS
+        .iter()
+        .map(|f| (f.exposed_name(), f.kind.as_str().to_owned()))
+        .collect();
+    assert_eq!(seen, documented, "the scrape's families and METRICS differ");
+    for family in METRICS {
+        let want: Vec<String> = family.labels.iter().map(|l| (*l).to_owned()).collect();
+        let got = labels
+            .get(&family.exposed_name())
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(got, want, "{}: label names", family.exposed_name());
+    }
+}
+
+#[test]
+fn runtime_image_bytes_saturate_instead_of_overflowing_on_huge_reported_sizes() {
+    let cases: &[(&[u64], u64)] = &[
+        (&[], 0),
+        (&[1, 2, 3], 6),
+        (&[u64::MAX - 1, 5], u64::MAX),
+        (&[u64::MAX, u64::MAX, 1], u64::MAX),
+    ];
+    for (sizes, want) in cases {
+        assert_eq!(
+            saturating_total(sizes.iter().copied()),
+            *want,
+            "sizes {sizes:?}"
+        );
+    }
+}
