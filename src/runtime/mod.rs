@@ -5,8 +5,10 @@
 //!
 //! Invariants: this is a leaf below everything that talks to a runtime: it imports only
 //! `model`, never tonic, prost or the generated runtime.v1 code (the tonic client that
-//! implements these traits is `cri`, above it; the replay's scripted runtime implements them
-//! in `replay`). An image the runtime does not have is `Ok(None)`, not an error.
+//! implements these traits is `cri`, above it). [`ScriptedRuntime`] implements them in memory
+//! (images, containers and filesystems as a script sets them), for the replay, tests and
+//! embedders that have no runtime socket. An image the runtime does not have is `Ok(None)`,
+//! not an error.
 
 use std::future::Future;
 
@@ -17,9 +19,11 @@ use crate::model::{
 
 mod agent_runtime;
 mod error;
+mod scripted;
 
 pub use agent_runtime::{AgentRuntime, EventStream, NoEvents, RuntimeVersion};
 pub use error::{CriError, RpcCode};
+pub use scripted::{ScriptState, ScriptedRuntime};
 
 /// What imagekeeper needs from a container runtime's image service (and ListContainers, to know
 /// which images are in use).

@@ -11,9 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::model::{ImageFsStats, ImageList, PullCredentials, RuntimeContainer, RuntimeImage};
-use crate::runtime::{AgentRuntime, NoEvents};
+use crate::runtime::{AgentRuntime, CriError, ImageRuntime, NoEvents, RpcCode};
 
 /// A scripted container filesystem: (capacity, available, (inodes, free inodes)).
 pub type ContainerFs = (u64, u64, Option<(u64, u64)>);
