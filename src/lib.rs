@@ -12,14 +12,18 @@
 //! simulator only with `simulation`.
 
 // The local admin service (gRPC on a unix socket) the agent serves and the CLI calls.
+#[cfg(feature = "cri")]
 pub mod admin;
 // The long-running agent: configuration, the GC/detect/pull loops, metrics and health.
+#[cfg(feature = "agent")]
 pub mod agent;
 // The injected clock ([`clock::Clock`]); only `SystemClock` reads the wall clock.
 pub mod clock;
 // The CRI runtime.v1 client implementing `runtime`'s traits (the only tonic user besides admin).
+#[cfg(feature = "cri")]
 pub mod cri;
 // `imagekeeper doctor`: the kubelet's configuration checked against imagekeeper's.
+#[cfg(feature = "agent")]
 pub mod doctor;
 // Formatting rules shared by every printer: Go durations, sizes, RFC 3339, relative times.
 pub mod format;
@@ -46,8 +50,10 @@ pub mod reference;
 // traits, `CriError`, `RpcCode` (no tonic).
 pub mod runtime;
 // Replay of a trace through the real GC manager and store.
+#[cfg(feature = "harness")]
 pub mod replay;
 // `imagekeeper simulate`: what each GC policy costs a workload in bytes pulled again.
+#[cfg(feature = "harness")]
 pub mod simulate;
 // The deterministic simulator (feature `simulation`).
 #[cfg(feature = "simulation")]
@@ -55,8 +61,10 @@ pub mod sim;
 // The redb record database (the only module that imports redb).
 pub mod store;
 // The workload trace `simulate` reads and `inspect workload` writes.
+#[cfg(feature = "harness")]
 pub mod workload;
 // What the agent tells the outside: metrics, the HTTP endpoint, health, Node Events.
+#[cfg(feature = "metrics")]
 pub mod telemetry;
 // Warm sets: images kept present ahead of use, and restore after a wipe.
 pub mod warm;

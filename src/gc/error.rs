@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::cri::CriError;
 use crate::model::RecordKey;
+use crate::runtime::CriError;
 use crate::store::StoreError;
 
 use crate::format::{format_size, go_duration};

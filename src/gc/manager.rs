@@ -40,7 +40,6 @@ use std::time::Duration;
 use serde::Serialize;
 use tracing::{debug, info, warn};
 
-use crate::cri::{ImageRuntime, RpcCode};
 use crate::kubelet::{DEFAULT_INTENT_MAX_AGE, IntentAge, PullRecordsReader};
 use crate::model::JournalEntry;
 use crate::model::{
@@ -49,6 +48,7 @@ use crate::model::{
     UnixNanos,
 };
 use crate::pull::PullsInFlight;
+use crate::runtime::{ImageRuntime, RpcCode};
 use crate::store::{Batch, EvictionKey, JournalKey, RecordScan, Store, StoredRecord, meta_keys};
 
 use super::adaptive::{self, AdaptiveRank, ListedTags};
@@ -1898,7 +1898,7 @@ fn mutant_ignores_protections() -> bool {
     }
 }
 
-fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcError {
+fn runtime_error(op: &'static str) -> impl FnOnce(crate::runtime::CriError) -> GcError {
     move |source| GcError::Runtime { op, source }
 }
 
@@ -1938,9 +1938,9 @@ mod pending_eviction_tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::cri::CriError;
     use crate::model::{ContainerUsage, ImageId, PullCredentials};
-    use crate::replay::{ScriptState, ScriptedRuntime};
+    use crate::runtime::CriError;
+    use crate::runtime::{ScriptState, ScriptedRuntime};
     use crate::store::power_loss::PowerLossDisk;
     use crate::store::{BatchOp, CommitMode};
     use std::collections::BTreeMap;

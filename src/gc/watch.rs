@@ -196,7 +196,7 @@ mod tests {
     use super::*;
     use crate::gc::{GcConfig, GcPolicy, ImageGcManager};
     use crate::model::{ContainerState, ImageId, RuntimeContainer, RuntimeImage};
-    use crate::replay::ScriptedRuntime;
+    use crate::runtime::ScriptedRuntime;
     use crate::store::{BatchOp, Store};
 
     const MIN: i64 = 60;

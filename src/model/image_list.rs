@@ -194,6 +194,8 @@ struct WireImages {
 }
 
 /// Why a span cannot be pushed.
+// Only the CRI client (feature `cri`) builds wire lists.
+#[cfg_attr(not(feature = "cri"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpanError {
     /// It does not lie inside the list's bytes (or past 4 GiB).
@@ -203,6 +205,7 @@ pub enum SpanError {
 }
 
 /// The fields of one image as spans into the bytes, for [`WireImagesBuilder::push`].
+#[cfg_attr(not(feature = "cri"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ImageSpans<'a> {
     pub id: (usize, usize),
@@ -214,11 +217,13 @@ pub struct ImageSpans<'a> {
 }
 
 /// Builds a wire list over bytes, one image at a time.
+#[cfg_attr(not(feature = "cri"), allow(dead_code))]
 #[derive(Debug)]
 pub struct WireImagesBuilder {
     list: WireImages,
 }
 
+#[cfg_attr(not(feature = "cri"), allow(dead_code))]
 impl WireImagesBuilder {
     /// A builder over `text` with room for `images` images.
     pub fn new(text: Bytes, images: usize) -> WireImagesBuilder {
@@ -290,6 +295,7 @@ pub struct ImageList {
 enum Repr {
     /// Shared with whoever handed the list out (a scripted runtime keeps one copy).
     Owned(Arc<Vec<RuntimeImage>>),
+    #[cfg_attr(not(feature = "cri"), allow(dead_code))]
     Wire(WireImages),
 }
 

@@ -232,13 +232,13 @@ pub fn read_warm_dir(dir: &Path) -> Result<Vec<WarmEntry>, WarmError> {
                 full.strip_prefix(&shown).unwrap_or(&full).to_owned()
             },
         })?;
-        // JSON is YAML: one parser for both.
+        // JSON is YAML: one parser for both (JSON only without feature `yaml`).
         let file: WarmFile = if text.trim().is_empty() {
             WarmFile::default()
         } else {
-            serde_yaml_ng::from_str(&text).map_err(|e| WarmError::File {
+            crate::operator_file::parse_yaml_or_json(&text).map_err(|e| WarmError::File {
                 path: path.clone(),
-                message: e.to_string(),
+                message: e.message,
             })?
         };
         let shown = path.display().to_string();

@@ -71,7 +71,8 @@ pub enum ProviderConfigError {
     /// Only the position: the parser's message may quote a value (an `env` value may be a
     /// secret).
     #[error(
-        "{path}: not valid YAML or JSON, or a field of the wrong type (at line {line}, column {column})"
+        "{path}: not valid {}, or a field of the wrong type (at line {line}, column {column})",
+        crate::operator_file::YAML_OR_JSON
     )]
     Syntax {
         path: PathBuf,
@@ -200,14 +201,14 @@ impl PluginProviders {
         let mut files = Vec::new();
         for path in config_files(config)? {
             let text = crate::operator_file::read_text(&path, Follow::Yes)?;
-            let file: ConfigFile = serde_yaml_ng::from_str(&text).map_err(|e| {
-                let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-                ProviderConfigError::Syntax {
-                    path: path.clone(),
-                    line,
-                    column,
-                }
-            })?;
+            let file: ConfigFile =
+                crate::operator_file::parse_yaml_or_json(&text).map_err(|e| {
+                    ProviderConfigError::Syntax {
+                        path: path.clone(),
+                        line: e.line,
+                        column: e.column,
+                    }
+                })?;
             files.push((path, file));
         }
         // The merge refuses a provider named twice, in one file or across files, before
@@ -355,6 +356,7 @@ fn config_files(config: &Path) -> Result<Vec<PathBuf>, ProviderConfigError> {
 /// it: every file [`PluginProviders::load`] reads (a directory's, with their names), each
 /// read as an operator file (a FIFO or an oversized file is noted by its error, never read).
 /// `None` when the config cannot be listed at all.
+#[cfg_attr(not(feature = "agent"), allow(dead_code))]
 pub fn config_snapshot(config: &Path) -> Option<Vec<u8>> {
     let files = config_files(config).ok()?;
     let mut snapshot = Vec::new();
@@ -373,6 +375,7 @@ pub fn config_snapshot(config: &Path) -> Option<Vec<u8>> {
 }
 
 /// [`config_snapshot`] on tokio's blocking pool.
+#[cfg_attr(not(feature = "agent"), allow(dead_code))]
 pub async fn config_snapshot_async(config: PathBuf) -> Option<Vec<u8>> {
     tokio::task::spawn_blocking(move || config_snapshot(&config))
         .await
