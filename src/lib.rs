@@ -106,6 +106,7 @@ pub mod format;
 // Image garbage collection as the kubelet's ImageGCManager does it, over the store's index.
 pub mod gc;
 // Offline inspection of a database file from a verified snapshot (`imagekeeper inspect`).
+#[cfg(feature = "harness")]
 pub mod inspect;
 // What imagekeeper reads, read-only, of the kubelet's own state (image pull records).
 pub mod kubelet;
