@@ -335,7 +335,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 
     /// The longest time between two detects in normal operation (the agent's detect and GC
     /// periods; [`super::DEFAULT_WATCH_PERIOD`] for a one-shot command): heartbeats more than
-    /// [`super::GAP_PERIODS`] of them apart leave the stretch between them unwatched, and
+    /// `watch::GAP_PERIODS` of them apart leave the stretch between them unwatched, and
     /// MaxAge does not count it. Without it (a manager driven by explicit times: tests,
     /// replay, the simulator) the heartbeat is still written at every detect but no stretch
     /// is found unwatched. A zero period is ignored.

@@ -17,7 +17,7 @@
 //!    idle when longer (an image overdue by its own measure has drifted cold: Lindy's rule);
 //! 4. *priors* for an image with one use or none: [`ONE_OFF_PRIOR`] (or its idle time, when
 //!    longer) when `adaptive` calls it one-off or it was never used, else (used for
-//!    [`crate::gc::REUSE_SPAN`] or more in one stretch) its idle time, at least `REUSE_SPAN`.
+//!    `adaptive::REUSE_SPAN` or more in one stretch) its idle time, at least `REUSE_SPAN`.
 //!
 //! Estimates are compared in buckets of about 19 % (four per power of two of seconds): within
 //! a bucket, and for the priors' equal estimates, `adaptive`'s classes decide, then the kubelet's
