@@ -108,6 +108,7 @@ struct CycleView {
 /// an image the kubelet pulled meanwhile would get an old first-detected time (and MinAge
 /// would not protect it), and marks written meanwhile would look like stamps from the future.
 pub trait CycleTime: Send {
+    /// The time this cycle runs at.
     fn read(self) -> UnixNanos;
 }
 
@@ -158,6 +159,7 @@ impl Drop for ProgressGuard<'_> {
 // Not #[non_exhaustive]: tests/ and benches/ build it by struct update (`..GcConfig::default()`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcConfig {
+    /// The thresholds, ages and budgets (the kubelet's ImageGCPolicy and imagekeeper's own).
     pub policy: GcPolicy,
     /// The space walk's order (`imageGCPolicy`): the kubelet's, or the adaptive one.
     pub order: GcOrder,
@@ -168,6 +170,7 @@ pub struct GcConfig {
     /// no repo digest (`--protect-irreplaceable`; the agent's default is on, this struct's
     /// `Default` leaves it off so library users and tests opt in).
     pub protect_irreplaceable: bool,
+    /// Image names and patterns GC never removes (`--pin`).
     pub pins: PinPatterns,
     /// The kubelet's root directory, whose `image_manager/` pull records are read (never
     /// written): intents keep the images they name, pulled records' times count as uses.
@@ -201,8 +204,11 @@ impl GcConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Removal {
+    /// The removed image's record.
     pub key: RecordKey,
+    /// Its size in bytes as the record had it.
     pub size: u64,
+    /// Which rule removed it.
     pub reason: RemovalReason,
     /// A dry run's candidate that the journal shows was removed before and pulled back: what
     /// `gc --dry-run` says of it. Real removals leave it unset.
@@ -214,10 +220,15 @@ pub struct Removal {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct DetectReport {
+    /// Records in the store after the detect.
     pub records: usize,
+    /// Records this detect created (images new to the store).
     pub added: usize,
+    /// Records this detect removed (images no longer listed).
     pub removed: usize,
+    /// Images a container uses.
     pub in_use: usize,
+    /// Whether the detect's batch committed (a batch that changes nothing commits nothing).
     pub committed: bool,
     /// Records of images gone from the runtime that imagekeeper did not remove, journaled as
     /// external removals by this detect's commit.
@@ -235,8 +246,11 @@ pub struct DetectReport {
 pub struct GcReport {
     /// The cycle's detect, when it ran.
     pub detect: Option<DetectReport>,
+    /// The images removed, in removal order.
     pub removed: Vec<Removal>,
+    /// The bytes the cycle freed.
     pub freed: u64,
+    /// The cycle's error, if any; removals made before it stay in `removed`.
     pub error: Option<GcError>,
     /// The byte walk's amount to free, when a byte rule needed room this cycle: the larger of
     /// the percentage rule's and the byte budget's needs (the one its removals' reason names).
@@ -249,7 +263,9 @@ pub struct GcReport {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct GcPlan {
+    /// Every image and why it would or would not be removed.
     pub explanation: Explanation,
+    /// What the cycle would remove, in order.
     pub removals: Vec<Removal>,
 }
 
@@ -352,10 +368,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         self
     }
 
+    /// The runtime the manager talks to.
     pub fn runtime(&self) -> &R {
         &self.runtime
     }
 
+    /// The store the manager keeps its records in.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
@@ -399,6 +417,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         Ok(())
     }
 
+    /// The manager's counters and the cycle in progress.
     pub fn metrics(&self) -> &Arc<GcMetrics> {
         &self.metrics
     }

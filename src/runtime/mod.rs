@@ -28,6 +28,7 @@ pub use scripted::{ScriptState, ScriptedRuntime};
 /// What imagekeeper needs from a container runtime's image service (and ListContainers, to know
 /// which images are in use).
 pub trait ImageRuntime: Send + Sync {
+    /// ListImages: every image the runtime holds.
     fn list_images(&self) -> impl Future<Output = Result<Vec<RuntimeImage>, CriError>> + Send;
     /// ListImages as the list detect holds ([`ImageList`]): the CRI client keeps the
     /// response's bytes and reads the images out of them; by default, the images
@@ -57,6 +58,7 @@ pub trait ImageRuntime: Send + Sync {
     ) -> impl Future<Output = Result<String, CriError>> + Send {
         self.pull_image(&spec.image, &spec.runtime_handler, credentials)
     }
+    /// RemoveImage of `image` (an id or a name) for `runtime_handler`; removing an image the runtime does not have is not an error.
     fn remove_image(
         &self,
         image: &str,
