@@ -62,34 +62,49 @@ pub const CRI_SIGNATURE_VALIDATION_FAILED: &str = "SignatureValidationFailed";
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PullError {
+    /// `ImagePullBackOff`: the image is in backoff after failed pulls.
     #[error("{0}")]
     ErrImagePullBackOff(String),
+    /// `ImageInspectError`: the runtime could not say whether it has the image.
     #[error("{message}")]
     ErrImageInspect {
+        /// The kubelet's message.
         message: String,
+        /// What failed.
         #[source]
         cause: PullCause,
     },
+    /// `ErrImagePull`: the pull failed.
     #[error("{message}")]
     ErrImagePull {
+        /// The kubelet's message.
         message: String,
+        /// What failed, when kept.
         #[source]
         cause: Option<PullCause>,
     },
+    /// `ErrImageNeverPull`: the policy is Never and the image is not present.
     #[error("{0}")]
     ErrImageNeverPull(String),
+    /// `RegistryUnavailable`.
     #[error("{message}")]
     RegistryUnavailable {
+        /// The kubelet's message.
         message: String,
+        /// What failed.
         #[source]
         cause: PullCause,
     },
+    /// `SignatureValidationFailed`.
     #[error("{message}")]
     SignatureValidationFailed {
+        /// The kubelet's message.
         message: String,
+        /// What failed.
         #[source]
         cause: PullCause,
     },
+    /// `InvalidImageName`: the name does not parse.
     #[error("{0}")]
     ErrInvalidImageName(String),
 }
@@ -108,6 +123,7 @@ impl Eq for PullError {}
 pub struct PullCause(Arc<dyn std::error::Error + Send + Sync>);
 
 impl PullCause {
+    /// A cause holding `error`.
     pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> PullCause {
         PullCause(Arc::new(error))
     }
@@ -135,12 +151,19 @@ impl std::error::Error for PullCause {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PullReason {
+    /// `ImagePullBackOff`.
     ImagePullBackOff,
+    /// `ImageInspectError`.
     ImageInspectError,
+    /// `ErrImagePull`.
     ErrImagePull,
+    /// `ErrImageNeverPull`.
     ErrImageNeverPull,
+    /// `RegistryUnavailable`.
     RegistryUnavailable,
+    /// `SignatureValidationFailed`.
     SignatureValidationFailed,
+    /// `InvalidImageName`.
     InvalidImageName,
 }
 
@@ -244,8 +267,11 @@ pub fn eval_cri_pull_err(image: &str, err: &RuntimeError) -> PullError {
 /// A container's image pull policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PullPolicy {
+    /// Pull every time.
     Always,
+    /// Pull when the image is not present.
     IfNotPresent,
+    /// Never pull.
     Never,
 }
 
@@ -264,9 +290,13 @@ impl PullPolicy {
 /// The pod a pull is for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodRef {
+    /// The pod's UID.
     pub uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's annotations.
     pub annotations: BTreeMap<String, String>,
     /// Who asks for the pull, as the pull history records it (default: `imagekeeper pull`
     /// or the admin socket's EnsureImage).
@@ -277,22 +307,31 @@ pub struct PodRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EventType {
+    /// `Normal`.
     Normal,
+    /// `Warning`.
     Warning,
 }
 
 /// Kubelet's event reasons (pkg/kubelet/events).
 pub mod reasons {
+    /// `events.PullingImage`.
     pub const PULLING_IMAGE: &str = "Pulling";
+    /// `events.PulledImage`.
     pub const PULLED_IMAGE: &str = "Pulled";
+    /// `events.FailedToPullImage`.
     pub const FAILED_TO_PULL_IMAGE: &str = "Failed";
+    /// `events.FailedToInspectImage`.
     pub const FAILED_TO_INSPECT_IMAGE: &str = "InspectFailed";
+    /// `events.ErrImageNeverPullPolicy`.
     pub const ERR_IMAGE_NEVER_PULL_POLICY: &str = "ErrImageNeverPull";
+    /// `events.BackOffPullImage`.
     pub const BACK_OFF_PULL_IMAGE: &str = "BackOff";
 }
 
 /// Where the manager reports events (kubelet's `record.EventRecorder`).
 pub trait EventRecorder: Send + Sync {
+    /// Records one event about `pod`.
     fn event(&self, pod: &PodRef, event_type: EventType, reason: &str, message: &str);
 }
 
@@ -321,6 +360,7 @@ pub struct PullConfig {
     pub registry_pull_qps: f64,
     /// `registryBurst`.
     pub registry_burst: u32,
+    /// The pull backoff (the kubelet's 10 s doubling to 300 s by default).
     pub backoff: BackoffPolicy,
 }
 
@@ -502,6 +542,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         self
     }
 
+    /// The manager's pull counters.
     pub fn metrics(&self) -> &PullMetrics {
         &self.metrics
     }
