@@ -5,7 +5,7 @@
 //! MaxAge does not count; `space` the space pass's arithmetic (usage, amount to
 //! free, target: [`SpaceNeed`], shared with explain and so the dry run) and the inode and
 //! budget rules' ([`InodeNeed`], [`BudgetNeed`]); `manager` runs detect, GarbageCollect and
-//! DeleteUnusedImages against an [`crate::cri::ImageRuntime`] and the store. Everything takes
+//! DeleteUnusedImages against an [`crate::runtime::ImageRuntime`] and the store. Everything takes
 //! `now` as an argument; nothing here reads a clock or sleeps.
 
 // `detect` stays reachable (hidden) for the bench's baseline, `gc::detect::reference` (the

@@ -397,7 +397,7 @@ pub enum InvalidPullSetting {
 }
 
 /// Invalid pull settings: every rule [`PullConfig::validate`] found broken, in kubelet's
-/// order. The agent's [`crate::agent::ConfigError`] wraps it (`ConfigError::Pull`), naming
+/// order. The agent's `ConfigError` (`crate::agent`) wraps it (`ConfigError::Pull`), naming
 /// the flag or file field it came from.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub struct PullConfigError(pub Vec<InvalidPullSetting>);
