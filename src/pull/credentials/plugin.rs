@@ -63,8 +63,11 @@ const GLOBAL_CACHE_KEY: &str = "global";
 #[non_exhaustive]
 pub enum ProviderConfigError {
     #[error("{path}: {source}")]
+    /// A config file cannot be read.
     Io {
+        /// The config file or directory.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -75,12 +78,21 @@ pub enum ProviderConfigError {
         crate::operator_file::YAML_OR_JSON
     )]
     Syntax {
+        /// The config file.
         path: PathBuf,
+        /// The 1-based line of the error (0: unknown).
         line: usize,
+        /// The 1-based column of the error (0: unknown).
         column: usize,
     },
+    /// The config does not validate.
     #[error("failed to validate credential provider config {path}: {}", aggregate(.errors))]
-    Invalid { path: PathBuf, errors: Vec<String> },
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// Every validation error.
+        errors: Vec<String>,
+    },
     /// A config file that is not a regular file, too large, too deeply nested or unreadable.
     #[error(transparent)]
     File(#[from] crate::operator_file::OperatorFileError),
@@ -89,10 +101,17 @@ pub enum ProviderConfigError {
     NoConfigFiles(PathBuf),
     /// A provider named twice (in one file, or in two files of a config directory).
     #[error("{path}: duplicate provider name {name:?} found in configuration file(s)")]
-    DuplicateProvider { path: PathBuf, name: String },
+    DuplicateProvider {
+        /// The config file.
+        path: PathBuf,
+        /// The provider's name.
+        name: String,
+    },
     #[error("plugin binary directory {0} did not exist")]
+    /// The plugin bin dir does not exist.
     NoBinDir(PathBuf),
     #[error("plugin binary executable {0} did not exist")]
+    /// A provider's executable is not in the bin dir.
     NoBinary(PathBuf),
 }
 
