@@ -19,10 +19,13 @@ pub const MAX_RUNTIME_HANDLER_BYTES: usize = 253;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PinRequestError {
+    /// The name is empty.
     #[error("IMAGE: the image name is empty")]
     EmptyName,
+    /// The name is longer than the cap.
     #[error("IMAGE: an image name is at most {MAX_IMAGE_NAME_BYTES} bytes")]
     NameTooLong,
+    /// The name carries credentials.
     #[error("IMAGE: {0}")]
     Credentials(#[from] CredentialsInName),
     #[error(
@@ -32,7 +35,9 @@ pub enum PinRequestError {
     #[error(
         "--runtime-handler: at most {MAX_RUNTIME_HANDLER_BYTES} bytes, without spaces or control characters"
     )]
+    /// The runtime handler is too long or has spaces or control characters.
     BadHandler,
+    /// The reason is too long or has control characters.
     #[error("--reason: at most {MAX_PIN_REASON_BYTES} bytes, without control characters")]
     BadReason,
     #[error("--until: the time {shown} is not in the future")]

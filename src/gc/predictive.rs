@@ -67,7 +67,9 @@ const GAPS_READ: usize = 32;
 /// One image's recorded history: its use intervals (start, last seen) and its pulls.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImageHistory {
+    /// Its use intervals.
     pub uses: Vec<(UnixNanos, UnixNanos)>,
+    /// Its pulls' times.
     pub pulls: Vec<UnixNanos>,
 }
 
@@ -119,6 +121,7 @@ pub enum Basis {
     Superseded,
     /// Its uses start at one phase of a day or a week.
     Rhythm {
+        /// The period in seconds (a day or a week).
         period_s: i64,
         /// Seconds into the period (UTC days; weeks from the unix epoch's Thursday).
         phase_s: i64,
@@ -141,6 +144,7 @@ pub struct Estimate {
     pub next_use_in_s: Option<i64>,
     /// Seconds since its last known use (or its detection, when never used).
     pub idle_s: i64,
+    /// What the estimate rests on.
     pub basis: Basis,
 }
 
@@ -148,6 +152,7 @@ pub struct Estimate {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct PredictiveRank {
+    /// The estimate.
     pub estimate: Estimate,
     /// The adaptive class that breaks ties.
     pub adaptive: AdaptiveRank,

@@ -143,7 +143,9 @@ impl InodeNeed {
 pub struct BudgetNeed {
     /// The images' total size (the sum of the sizes the runtime lists).
     pub total: u64,
+    /// The budget's high line in bytes.
     pub high: u64,
+    /// The budget's low line in bytes.
     pub low: u64,
     /// `total - low` when `total` is above `high`; `None` within the budget.
     pub amount_to_free: Option<i64>,

@@ -21,14 +21,20 @@ use crate::model::{ImageId, RecordKey, RuntimeImage};
 
 /// What the GC's rules read of an image: the CRI `Image` fields imagekeeper keeps.
 pub trait ImageLike {
+    /// The image id.
     fn id(&self) -> &str;
     /// The runtime handler the image was pulled for; empty for the default.
     fn runtime_handler(&self) -> &str;
+    /// CRI `repo_tags`.
     fn repo_tags(&self) -> Names<'_>;
+    /// CRI `repo_digests`.
     fn repo_digests(&self) -> Names<'_>;
+    /// Size in bytes.
     fn size(&self) -> u64;
+    /// Whether the runtime pins it.
     fn pinned(&self) -> bool;
 
+    /// The image's record key.
     fn record_key(&self) -> RecordKey {
         RecordKey::new(self.id(), self.runtime_handler())
     }
@@ -321,6 +327,7 @@ impl From<Arc<Vec<RuntimeImage>>> for ImageList {
 }
 
 impl ImageList {
+    /// How many images the list holds.
     pub fn len(&self) -> usize {
         match &self.repr {
             Repr::Owned(images) => images.len(),
@@ -328,6 +335,7 @@ impl ImageList {
         }
     }
 
+    /// Whether the list holds no image.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -489,10 +497,12 @@ impl<'a> ImageRef<'a> {
         }
     }
 
+    /// The image's repo tags.
     pub fn tags(self) -> Names<'a> {
         self.names(false)
     }
 
+    /// The image's repo digests.
     pub fn digests(self) -> Names<'a> {
         self.names(true)
     }

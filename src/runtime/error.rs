@@ -132,14 +132,14 @@ pub enum CriError {
         reason: String,
     },
     /// ImageFsInfo listed no image filesystem.
-    /// The mountpoint.
     #[error("ImageFsInfo reported no image filesystem")]
     NoImageFilesystem,
-    /// Why statvfs failed.
     /// statvfs of the image filesystem's mountpoint failed.
     #[error("statvfs {}: {source}", path.display())]
     Statvfs {
+        /// The mountpoint.
         path: PathBuf,
+        /// Why statvfs failed.
         #[source]
         source: std::io::Error,
     },

@@ -127,6 +127,7 @@ impl Store {
         })
     }
 
+    /// Whether the store holds no record.
     pub fn is_empty(&self) -> Result<bool, StoreError> {
         Ok(self.len()? == 0)
     }

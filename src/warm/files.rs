@@ -31,12 +31,14 @@ pub enum WarmError {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmEntrySpec {
+    /// The image to keep present.
     pub image: String,
     /// How long the entry stays warm, Go syntax, from when the agent read it.
     #[serde(rename = "for")]
     pub for_: Option<String>,
     /// Until when the entry stays warm, RFC 3339.
     pub until: Option<String>,
+    /// The runtime handler; `None` for the default.
     #[serde(rename = "runtimeHandler")]
     pub runtime_handler: Option<String>,
     /// The image's size, bytes or a quantity (`20Gi`, `15G`): used to judge whether it fits
@@ -48,7 +50,9 @@ pub struct WarmEntrySpec {
 /// saying so (not serde's "did not match any variant of untagged enum").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SizeSpec {
+    /// A number of bytes.
     Bytes(u64),
+    /// A quantity string (`10Gi`).
     Text(String),
 }
 
@@ -94,6 +98,7 @@ impl<'de> Deserialize<'de> for SizeSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmFile {
+    /// The warm set's entries.
     #[serde(default)]
     pub warm: Vec<WarmEntrySpec>,
 }
