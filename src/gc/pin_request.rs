@@ -31,7 +31,11 @@ pub enum PinRequestError {
     #[error(
         "IMAGE {shown}: not an image reference (registry/repo:tag, repo@sha256:...) nor an image id"
     )]
-    NotAName { shown: String },
+    /// The name is neither an image reference nor an image id.
+    NotAName {
+        /// The value as the message shows it.
+        shown: String,
+    },
     #[error(
         "--runtime-handler: at most {MAX_RUNTIME_HANDLER_BYTES} bytes, without spaces or control characters"
     )]
@@ -41,7 +45,11 @@ pub enum PinRequestError {
     #[error("--reason: at most {MAX_PIN_REASON_BYTES} bytes, without control characters")]
     BadReason,
     #[error("--until: the time {shown} is not in the future")]
-    NotInFuture { shown: String },
+    /// The expiry is not in the future.
+    NotInFuture {
+        /// The value as the message shows it.
+        shown: String,
+    },
 }
 
 /// Whether `name` is an image id: 64 hex digits, or `algorithm:` and at least 32 of them.

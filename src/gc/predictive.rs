@@ -129,7 +129,12 @@ pub enum Basis {
         starts: u32,
     },
     /// The weighted mean of its idle gaps.
-    MeanGap { mean_s: i64, gaps: u32 },
+    MeanGap {
+        /// The weighted mean in seconds.
+        mean_s: i64,
+        /// How many gaps it weighs.
+        gaps: u32,
+    },
     /// One use within `REUSE_SPAN` of its arrival, or none: [`ONE_OFF_PRIOR`].
     PriorOneOff,
     /// One stretch of use of `REUSE_SPAN` or more: its idle time, at least `REUSE_SPAN`.

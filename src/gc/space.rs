@@ -180,6 +180,7 @@ impl BudgetNeed {
 /// each removal and stops once this need is [`FsNeed::met`].
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct FsNeed {
+    /// The filesystem's mountpoint.
     pub mountpoint: String,
     /// The byte-percentage rule at this reading (`None` when HighThresholdPercent 100 with
     /// MaxAge 0 turns it off: [`GcPolicy::space_pass_off`]).

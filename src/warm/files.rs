@@ -18,13 +18,29 @@ use super::WarmEntry;
 #[non_exhaustive]
 pub enum WarmError {
     #[error("{origin}: {message}")]
-    Invalid { origin: String, message: String },
+    /// A bad warm entry.
+    Invalid {
+        /// The file and the entry.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A warm set file (of `--warm-set-dir`).
     #[error("warm set file {path}: {message}")]
-    File { path: PathBuf, message: String },
+    File {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// The warm set directory itself (missing, unreadable, too many files).
     #[error("warm set directory {path}: {message}")]
-    Dir { path: PathBuf, message: String },
+    Dir {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// One `[[warm]]` table, or one entry of a warm file's `warm:` list.
