@@ -83,9 +83,21 @@
 //! drives it; test doubles are compiled only with cfg(test) or the `testing` feature, the
 //! simulator only with `simulation`.
 
-// The public items of the lean library (`--no-default-features`) are documented: checked by
-// `RUSTDOCFLAGS='-D missing_docs' cargo doc --no-default-features --lib --no-deps`.
+// The public items of the lean library (`--no-default-features`) are documented: the lint
+// below warns there (so `cargo clippy --no-default-features --lib -- -D warnings` fails on a
+// gap), as does `RUSTDOCFLAGS='-D missing_docs' cargo doc --no-default-features --lib
+// --no-deps`. The features' layers (cri, metrics, harness, fault-injection and what implies
+// them) are not all documented yet.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![cfg_attr(
+    not(any(
+        feature = "cri",
+        feature = "metrics",
+        feature = "harness",
+        feature = "fault-injection"
+    )),
+    warn(missing_docs)
+)]
 
 // The local admin service (gRPC on a unix socket) the agent serves and the CLI calls.
 #[cfg(feature = "cri")]
