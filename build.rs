@@ -14,6 +14,11 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rustc-env=IMAGEKEEPER_REVISION={}", revision());
+    // The generated code is used only by `cri` and `admin` (feature `cri`): the lean library
+    // (`--no-default-features`) builds no gRPC code and needs none of tonic's crates.
+    if std::env::var_os("CARGO_FEATURE_CRI").is_none() {
+        return Ok(());
+    }
     let cri = "proto/runtime/v1/api.proto";
     let admin = "proto/imagekeeper/v1/admin.proto";
     let containerd_images = "proto/containerd/services/images/v1/images.proto";

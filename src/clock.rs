@@ -9,6 +9,7 @@ use crate::model::{UnixNanos, duration_nanos};
 
 /// A source of the current time as Unix nanoseconds.
 pub trait Clock: Send + Sync {
+    /// The current time.
     fn now(&self) -> UnixNanos;
 }
 
@@ -32,16 +33,19 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock that reads `start` until set or advanced.
     pub fn new(start: UnixNanos) -> ManualClock {
         ManualClock {
             nanos: AtomicI64::new(start.0),
         }
     }
 
+    /// Sets the time to `to` (it may move back).
     pub fn set(&self, to: UnixNanos) {
         self.nanos.store(to.0, Ordering::SeqCst);
     }
 
+    /// Moves the time forward by `by` (saturating).
     pub fn advance(&self, by: Duration) {
         let by = duration_nanos(by);
         let _ = self

@@ -57,6 +57,7 @@ pub enum GcOrder {
 }
 
 impl GcOrder {
+    /// The order's name as text.
     pub fn as_str(self) -> &'static str {
         match self {
             GcOrder::KubeletOrder => "kubelet-order",
@@ -152,6 +153,7 @@ pub struct ListedTags<'a> {
 }
 
 impl<'a> ListedTags<'a> {
+    /// Empty, with room for `images` images.
     pub fn with_capacity(images: usize) -> ListedTags<'a> {
         ListedTags {
             names: Vec::with_capacity(images),

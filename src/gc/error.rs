@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::cri::CriError;
 use crate::model::RecordKey;
+use crate::runtime::CriError;
 use crate::store::StoreError;
 
 use crate::format::{format_size, go_duration};
@@ -12,19 +12,27 @@ use crate::format::{format_size, go_duration};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GcError {
+    /// The policy is one the kubelet refuses; the message is the kubelet's.
     #[error("{message}")]
-    InvalidPolicy { message: String },
+    InvalidPolicy {
+        /// The kubelet's message.
+        message: String,
+    },
     /// A runtime call that failed, returned as it is (the kubelet returns ListImages',
     /// GetPods' and ImageFsStats' errors unwrapped: pkg/kubelet/images/image_gc_manager.go,
     /// detectImages and GarbageCollect); `op` names the call for logs.
     #[error("{source}")]
     Runtime {
+        /// The runtime call.
         op: &'static str,
+        /// The runtime's error.
         #[source]
         source: CriError,
     },
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The image filesystem reported capacity 0 (the kubelet's InvalidDiskCapacity).
     #[error("invalid capacity 0 on image filesystem")]
     InvalidCapacity,
     /// The store's records did not come in strictly increasing key order: detect merges them
@@ -33,16 +41,22 @@ pub enum GcError {
         "the records were not read in key order ({previous} came before {next}): detect stopped"
     )]
     UnorderedRecords {
+        /// The record read first.
         previous: RecordKey,
+        /// The record read after it, not after it in key order.
         next: RecordKey,
     },
     #[error(
         "Insufficient free disk space on the node's image filesystem ({usage_percent}% of {} used). Failed to free sufficient space by deleting unused images (freed {freed} bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data.",
         format_size(*capacity)
     )]
+    /// The percentage rule's failure: the kubelet's InsufficientSpace (pkg/kubelet/images/image_gc_manager.go).
     InsufficientSpace {
+        /// Percent of the filesystem used.
         usage_percent: i64,
+        /// The filesystem's capacity in bytes.
         capacity: u64,
+        /// Bytes freed.
         freed: i64,
     },
     /// The inode rule's failure: the kubelet's InsufficientSpace wording
@@ -51,8 +65,11 @@ pub enum GcError {
         "Insufficient free inodes on the node's image filesystem ({usage_percent}% of {inodes} inodes used). Failed to free sufficient inodes by deleting unused images (freed {freed} inodes). Investigate inode usage, as it could be used by active images, logs, volumes, or other data."
     )]
     InsufficientInodes {
+        /// Percent of the inodes used.
         usage_percent: i64,
+        /// The filesystem's inodes.
         inodes: u64,
+        /// Inodes freed.
         freed: u64,
     },
     /// The byte budget's failure, in the same wording.
@@ -62,18 +79,26 @@ pub enum GcError {
         format_size(*high)
     )]
     InsufficientBudget {
+        /// The images' total bytes.
         total: u64,
+        /// The budget's high line.
         high: u64,
+        /// The budget's low line.
         low: u64,
+        /// Bytes freed.
         freed: i64,
     },
     #[error(
         "wanted to free {wanted} bytes, but freed {freed} bytes space with errors in image deletion: {}",
         aggregate(errors)
     )]
+    /// Removals for space failed (the kubelet's freeSpace error).
     SpaceDeletion {
+        /// Bytes the walk wanted to free.
         wanted: i64,
+        /// Bytes freed.
         freed: i64,
+        /// The removals' errors.
         errors: Vec<String>,
     },
     #[error(
@@ -81,8 +106,11 @@ pub enum GcError {
         go_duration(*max_age),
         aggregate(errors)
     )]
+    /// Removals for age failed (the kubelet's freeOldImages error).
     AgeDeletion {
+        /// The maximum age.
         max_age: Duration,
+        /// The removals' errors.
         errors: Vec<String>,
     },
 }

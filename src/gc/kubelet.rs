@@ -92,6 +92,7 @@ impl KubeletView {
 /// What an offline explain (no runtime) can use of the kubelet's records.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OfflineKubelet {
+    /// What the kubelet's records say.
     pub view: KubeletView,
     /// Intents that name no record by id: without the runtime's tags and digests a name
     /// cannot be resolved to an image (the agent's dry run resolves them).

@@ -43,10 +43,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::cri::ImageRuntime;
 use crate::kubelet::PullRecordsReader;
 use crate::model::{EvictionNote, FsUsage, ImageFsStats, RecordKey, RuntimeImage, UnixNanos};
 use crate::pull::PullsInFlight;
+use crate::runtime::ImageRuntime;
 use crate::store::Store;
 
 use super::GcError;
@@ -105,6 +105,7 @@ struct CycleView {
 /// an image the kubelet pulled meanwhile would get an old first-detected time (and MinAge
 /// would not protect it), and marks written meanwhile would look like stamps from the future.
 pub trait CycleTime: Send {
+    /// The time this cycle runs at.
     fn read(self) -> UnixNanos;
 }
 
@@ -164,7 +165,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 
     /// The longest time between two detects in normal operation (the agent's detect and GC
     /// periods; [`super::DEFAULT_WATCH_PERIOD`] for a one-shot command): heartbeats more than
-    /// [`super::GAP_PERIODS`] of them apart leave the stretch between them unwatched, and
+    /// `watch::GAP_PERIODS` of them apart leave the stretch between them unwatched, and
     /// MaxAge does not count it. Without it (a manager driven by explicit times: tests,
     /// replay, the simulator) the heartbeat is still written at every detect but no stretch
     /// is found unwatched. A zero period is ignored.
@@ -181,10 +182,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         self
     }
 
+    /// The runtime the manager talks to.
     pub fn runtime(&self) -> &R {
         &self.runtime
     }
 
+    /// The store the manager keeps its records in.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
@@ -228,6 +231,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         Ok(())
     }
 
+    /// The manager's counters and the cycle in progress.
     pub fn metrics(&self) -> &Arc<GcMetrics> {
         &self.metrics
     }
@@ -282,7 +286,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 }
 
 /// Wraps a runtime failure of `op` ("list images", ...).
-fn runtime_error(op: &'static str) -> impl FnOnce(crate::cri::CriError) -> GcError {
+fn runtime_error(op: &'static str) -> impl FnOnce(crate::runtime::CriError) -> GcError {
     move |source| GcError::Runtime { op, source }
 }
 

@@ -37,6 +37,7 @@ pub enum RescueReason {
 }
 
 impl RescueReason {
+    /// Every reason, in declaration order.
     pub const ALL: [RescueReason; 8] = [
         RescueReason::Container,
         RescueReason::Used,
@@ -48,6 +49,7 @@ impl RescueReason {
         RescueReason::Pinned,
     ];
 
+    /// The reason's name as text.
     pub fn as_str(self) -> &'static str {
         match self {
             RescueReason::Container => "container",
@@ -93,8 +95,11 @@ pub struct GcMetrics {
 /// Progress of the GC cycle in flight (zeros when none runs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GcProgress {
+    /// Whether a cycle runs.
     pub running: bool,
+    /// Images it removed so far.
     pub removed: u64,
+    /// Bytes it freed so far.
     pub freed_bytes: u64,
 }
 
@@ -105,6 +110,7 @@ impl GcMetrics {
         &self.repulls
     }
 
+    /// Counts one removal for `reason`.
     pub fn record_removal(&self, reason: RemovalReason) {
         let counter = match reason.metric_label() {
             "age" => &self.collected_age,
@@ -115,6 +121,7 @@ impl GcMetrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one failed removal.
     pub fn record_remove_failure(&self) {
         self.remove_failures.fetch_add(1, Ordering::Relaxed);
     }
@@ -142,6 +149,7 @@ impl GcMetrics {
         self.progress_removed.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// Marks the cycle in flight ended.
     pub fn cycle_ended(&self) {
         self.running.store(false, Ordering::Relaxed);
     }
@@ -156,6 +164,7 @@ impl GcMetrics {
         }
     }
 
+    /// Counts one rescue for `why`.
     pub fn record_rescue(&self, why: RescueReason) {
         self.rescued[why as usize].fetch_add(1, Ordering::Relaxed);
     }
@@ -170,10 +179,12 @@ impl GcMetrics {
         })
     }
 
+    /// Failed removals so far.
     pub fn remove_failures(&self) -> u64 {
         self.remove_failures.load(Ordering::Relaxed)
     }
 
+    /// Counts `records` future stamps a detect clamped.
     pub fn record_future_stamps_clamped(&self, records: usize) {
         let n = u64::try_from(records).unwrap_or(u64::MAX);
         self.future_stamps_clamped.fetch_add(n, Ordering::Relaxed);
@@ -215,6 +226,7 @@ impl GcMetrics {
         (capacity > 0).then_some((capacity, available))
     }
 
+    /// Counts one detect that found the clock went back.
     pub fn record_clock_went_back(&self) {
         self.clock_went_back.fetch_add(1, Ordering::Relaxed);
     }

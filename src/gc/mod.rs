@@ -5,7 +5,7 @@
 //! MaxAge does not count; `space` the space pass's arithmetic (usage, amount to
 //! free, target: [`SpaceNeed`], shared with explain and so the dry run) and the inode and
 //! budget rules' ([`InodeNeed`], [`BudgetNeed`]); `manager` runs detect, GarbageCollect and
-//! DeleteUnusedImages against an [`crate::cri::ImageRuntime`] and the store. Everything takes
+//! DeleteUnusedImages against an [`crate::runtime::ImageRuntime`] and the store. Everything takes
 //! `now` as an argument; nothing here reads a clock or sleeps.
 
 // `detect` stays reachable (hidden) for the bench's baseline, `gc::detect::reference` (the
@@ -31,29 +31,26 @@ mod runtime_pin_notes;
 mod space;
 mod watch;
 
-pub use adaptive::{AdaptiveRank, GcOrder, ListedTags, REUSE_SPAN, rank_adaptive};
+pub use adaptive::{AdaptiveRank, GcOrder, ListedTags, rank_adaptive};
 pub use detect::{DetectInput, DetectPlan, ListedImages, images_in_use};
 pub use error::{GcError, aggregate};
 pub use evict::{Verdict, space_verdict};
 pub use explain::{
     Decision, ExplainContext, Explanation, FsSpace, ImageExplanation, PriorEviction, SpacePass,
-    explain, explain_in, explain_with_kubelet, note_adaptive_ranks, note_predictive_ranks,
-    note_prior_evictions,
+    explain, explain_in, note_adaptive_ranks, note_predictive_ranks, note_prior_evictions,
 };
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
 pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
 pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
-pub use pin_request::{MAX_RUNTIME_HANDLER_BYTES, PinRequestError, check_pin_request};
+pub use pin_request::{PinRequestError, check_pin_request};
 pub use pins::PinPatterns;
-pub use plan::{SpaceStep, SpaceWalk, plan_space_victims};
+pub use plan::plan_space_victims;
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
 pub use predictive::{Basis, Estimate, ImageHistory, PredictiveRank, rank_listed, rank_predictive};
 pub use protect::{
     Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, RUNTIME_PIN_OFFLINE,
-    pin_names, pin_view, pin_views, pinned_at, stored_image, stored_images,
+    pin_view, pin_views, pinned_at, stored_image, stored_images,
 };
-pub use runtime_pin_notes::{
-    NOT_AMONG_AGENT_KEEPS, RuntimePinStatus, RuntimePinsSeen, note_runtime_pins,
-};
+pub use runtime_pin_notes::{RuntimePinStatus, RuntimePinsSeen, note_runtime_pins};
 pub use space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
-pub use watch::{DEFAULT_WATCH_PERIOD, GAP_PERIODS, MAX_GAPS, Unwatched, WatchHistory};
+pub use watch::{DEFAULT_WATCH_PERIOD, Unwatched, WatchHistory};

@@ -19,24 +19,37 @@ pub const MAX_RUNTIME_HANDLER_BYTES: usize = 253;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PinRequestError {
+    /// The name is empty.
     #[error("IMAGE: the image name is empty")]
     EmptyName,
+    /// The name is longer than the cap.
     #[error("IMAGE: an image name is at most {MAX_IMAGE_NAME_BYTES} bytes")]
     NameTooLong,
+    /// The name carries credentials.
     #[error("IMAGE: {0}")]
     Credentials(#[from] CredentialsInName),
     #[error(
         "IMAGE {shown}: not an image reference (registry/repo:tag, repo@sha256:...) nor an image id"
     )]
-    NotAName { shown: String },
+    /// The name is neither an image reference nor an image id.
+    NotAName {
+        /// The value as the message shows it.
+        shown: String,
+    },
     #[error(
         "--runtime-handler: at most {MAX_RUNTIME_HANDLER_BYTES} bytes, without spaces or control characters"
     )]
+    /// The runtime handler is too long or has spaces or control characters.
     BadHandler,
+    /// The reason is too long or has control characters.
     #[error("--reason: at most {MAX_PIN_REASON_BYTES} bytes, without control characters")]
     BadReason,
     #[error("--until: the time {shown} is not in the future")]
-    NotInFuture { shown: String },
+    /// The expiry is not in the future.
+    NotInFuture {
+        /// The value as the message shows it.
+        shown: String,
+    },
 }
 
 /// Whether `name` is an image id: 64 hex digits, or `algorithm:` and at least 32 of them.

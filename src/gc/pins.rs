@@ -13,14 +13,17 @@ pub struct PinPatterns {
 }
 
 impl PinPatterns {
+    /// The patterns `patterns`.
     pub fn new(patterns: Vec<String>) -> PinPatterns {
         PinPatterns { patterns }
     }
 
+    /// Whether there is no pattern.
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty()
     }
 
+    /// The patterns, as given.
     pub fn patterns(&self) -> &[String] {
         &self.patterns
     }

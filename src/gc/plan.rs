@@ -126,7 +126,7 @@ mod tests {
     use super::*;
     use crate::gc::{GcConfig, GcPolicy, ImageGcManager};
     use crate::model::{ImageRecord, RuntimeContainer, RuntimeImage};
-    use crate::replay::ScriptedRuntime;
+    use crate::runtime::ScriptedRuntime;
     use crate::store::Batch;
     use std::sync::Arc;
 

@@ -34,7 +34,9 @@ pub struct GcPolicy {
 /// percent are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InodeThresholds {
+    /// Percent of inodes used at or above which GC runs.
     pub high: i64,
+    /// Percent of inodes used that GC frees down to.
     pub low: i64,
 }
 
@@ -42,7 +44,9 @@ pub struct InodeThresholds {
 /// `high` bytes, GC frees it down to `low`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ByteBudget {
+    /// Total image bytes above which GC runs.
     pub high: u64,
+    /// Total image bytes that GC frees down to.
     pub low: u64,
 }
 

@@ -17,7 +17,7 @@
 //!    idle when longer (an image overdue by its own measure has drifted cold: Lindy's rule);
 //! 4. *priors* for an image with one use or none: [`ONE_OFF_PRIOR`] (or its idle time, when
 //!    longer) when `adaptive` calls it one-off or it was never used, else (used for
-//!    [`crate::gc::REUSE_SPAN`] or more in one stretch) its idle time, at least `REUSE_SPAN`.
+//!    `adaptive::REUSE_SPAN` or more in one stretch) its idle time, at least `REUSE_SPAN`.
 //!
 //! Estimates are compared in buckets of about 19 % (four per power of two of seconds): within
 //! a bucket, and for the priors' equal estimates, `adaptive`'s classes decide, then the kubelet's
@@ -67,7 +67,9 @@ const GAPS_READ: usize = 32;
 /// One image's recorded history: its use intervals (start, last seen) and its pulls.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImageHistory {
+    /// Its use intervals.
     pub uses: Vec<(UnixNanos, UnixNanos)>,
+    /// Its pulls' times.
     pub pulls: Vec<UnixNanos>,
 }
 
@@ -119,6 +121,7 @@ pub enum Basis {
     Superseded,
     /// Its uses start at one phase of a day or a week.
     Rhythm {
+        /// The period in seconds (a day or a week).
         period_s: i64,
         /// Seconds into the period (UTC days; weeks from the unix epoch's Thursday).
         phase_s: i64,
@@ -126,7 +129,12 @@ pub enum Basis {
         starts: u32,
     },
     /// The weighted mean of its idle gaps.
-    MeanGap { mean_s: i64, gaps: u32 },
+    MeanGap {
+        /// The weighted mean in seconds.
+        mean_s: i64,
+        /// How many gaps it weighs.
+        gaps: u32,
+    },
     /// One use within `REUSE_SPAN` of its arrival, or none: [`ONE_OFF_PRIOR`].
     PriorOneOff,
     /// One stretch of use of `REUSE_SPAN` or more: its idle time, at least `REUSE_SPAN`.
@@ -141,6 +149,7 @@ pub struct Estimate {
     pub next_use_in_s: Option<i64>,
     /// Seconds since its last known use (or its detection, when never used).
     pub idle_s: i64,
+    /// What the estimate rests on.
     pub basis: Basis,
 }
 
@@ -148,6 +157,7 @@ pub struct Estimate {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct PredictiveRank {
+    /// The estimate.
     pub estimate: Estimate,
     /// The adaptive class that breaks ties.
     pub adaptive: AdaptiveRank,

@@ -31,11 +31,15 @@ pub enum Protection {
         image: String,
         /// When the pin expires; `None`: never.
         until: Option<UnixNanos>,
+        /// The operator's reason.
         reason: String,
     },
     /// The runtime's sandbox (pause) image: no pod starts without it, and a private
     /// registry's may not be pullable again.
-    SandboxImage { name: String },
+    SandboxImage {
+        /// The sandbox image's name.
+        name: String,
+    },
     /// No repo digest: imported or side-loaded (`ctr images import`, airgap tarballs); no
     /// registry can give it back.
     NoRepoDigest,
@@ -127,6 +131,7 @@ impl Protections {
         Protections { by_key }
     }
 
+    /// What protects `key`, if anything.
     pub fn get(&self, key: &RecordKey) -> Option<&Protection> {
         self.by_key.get(key)
     }
@@ -139,22 +144,27 @@ impl Protections {
         }
     }
 
+    /// Whether something protects `key`.
     pub fn contains(&self, key: &RecordKey) -> bool {
         self.by_key.contains_key(key)
     }
 
+    /// The protected keys.
     pub fn keys(&self) -> impl Iterator<Item = &RecordKey> {
         self.by_key.keys()
     }
 
+    /// Each protected key with what protects it.
     pub fn iter(&self) -> impl Iterator<Item = (&RecordKey, &Protection)> {
         self.by_key.iter()
     }
 
+    /// How many keys are protected.
     pub fn len(&self) -> usize {
         self.by_key.len()
     }
 
+    /// Whether nothing is protected.
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
     }
@@ -176,7 +186,9 @@ pub fn pinned_at(pins: &[(PinKey, ImagePin)], image: &impl ImageLike, now: UnixN
 /// it was read, and the images it names now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PinView {
+    /// The pin's key.
     pub key: PinKey,
+    /// The stored pin.
     pub pin: ImagePin,
     /// Whether it protects at the time of the listing (`now < until`, or no expiry).
     pub active: bool,
@@ -416,7 +428,10 @@ impl KeepReason {
 /// image id).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeptImage {
+    /// The image's record key.
     pub key: RecordKey,
+    /// Every name containerd may store it under.
     pub names: Vec<String>,
+    /// What keeps it.
     pub why: KeepReason,
 }

@@ -39,7 +39,9 @@ pub enum RuntimePinsSeen {
     /// the images the running agent keeps, when it said (runtime pins off: it still knows
     /// them, e.g. a warm entry the database alone does not show).
     Unknown {
+        /// Why it is not known.
         note: String,
+        /// The images the running agent keeps, when it said.
         agent_keeps: BTreeMap<RecordKey, KeepReason>,
     },
 }

@@ -143,7 +143,9 @@ impl InodeNeed {
 pub struct BudgetNeed {
     /// The images' total size (the sum of the sizes the runtime lists).
     pub total: u64,
+    /// The budget's high line in bytes.
     pub high: u64,
+    /// The budget's low line in bytes.
     pub low: u64,
     /// `total - low` when `total` is above `high`; `None` within the budget.
     pub amount_to_free: Option<i64>,
@@ -178,6 +180,7 @@ impl BudgetNeed {
 /// each removal and stops once this need is [`FsNeed::met`].
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct FsNeed {
+    /// The filesystem's mountpoint.
     pub mountpoint: String,
     /// The byte-percentage rule at this reading (`None` when HighThresholdPercent 100 with
     /// MaxAge 0 turns it off: [`GcPolicy::space_pass_off`]).

@@ -47,7 +47,9 @@ pub const MAX_GAPS: usize = 8;
 /// their unwatched time, so the watched time between them is not lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Unwatched {
+    /// The stretch's start.
     pub from: UnixNanos,
+    /// The stretch's end.
     pub to: UnixNanos,
     /// The unwatched nanoseconds within `from..to` (all of it unless merged).
     pub nanos: i64,
@@ -196,7 +198,7 @@ mod tests {
     use super::*;
     use crate::gc::{GcConfig, GcPolicy, ImageGcManager};
     use crate::model::{ContainerState, ImageId, RuntimeContainer, RuntimeImage};
-    use crate::replay::ScriptedRuntime;
+    use crate::runtime::ScriptedRuntime;
     use crate::store::{BatchOp, Store};
 
     const MIN: i64 = 60;

@@ -7,6 +7,7 @@
 mod pull_records;
 mod sha256;
 
+#[cfg(feature = "harness")]
 pub(crate) use sha256::sha256_hex;
 
 pub use pull_records::{

@@ -75,7 +75,9 @@ const TMP_SUFFIX: &str = ".tmp";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RecordKind {
+    /// An ImagePullIntent, in `pulling/`.
     Intent,
+    /// An ImagePulledRecord, in `pulled/`.
     Pulled,
 }
 
@@ -100,32 +102,47 @@ impl RecordKind {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RecordError {
+    /// It cannot be read.
     #[error("cannot read it: {0}")]
     Io(std::io::Error),
+    /// It is not a regular file.
     #[error("it is not a regular file")]
     NotAFile,
+    /// It is larger than the cap.
     #[error("it is larger than {MAX_RECORD_FILE_BYTES} bytes")]
     TooLarge,
+    /// Its JSON does not parse as a record.
     #[error("it is not a kubelet record: {0}")]
     Json(serde_json::Error),
+    /// Its apiVersion is not one the kubelet writes.
     #[error("its apiVersion {0:?} is neither kubelet.config.k8s.io/v1alpha1 nor v1beta1")]
     ApiVersion(String),
+    /// Its kind is not the directory's.
     #[error("its kind is {found:?}, not {expected}")]
     Kind {
+        /// The kind it has.
         found: String,
+        /// The directory's kind.
         expected: &'static str,
     },
+    /// A required field is empty.
     #[error("its {0} is empty")]
     Empty(&'static str),
+    /// Its time does not parse.
     #[error("its lastUpdatedTime {0:?} is not an RFC 3339 time from 1970 on")]
     Time(String),
     #[error("its name does not match its content (the kubelet would name it {expected})")]
-    NameMismatch { expected: String },
+    /// Its file name is not the one the kubelet gives its content.
+    NameMismatch {
+        /// The file name the kubelet would give it.
+        expected: String,
+    },
 }
 
 /// An ImagePullIntent: the kubelet is pulling `image` (a name as the pod spec gives it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PullIntent {
+    /// The image as the pod spec names it.
     pub image: String,
 }
 
@@ -164,7 +181,9 @@ impl StaleIntent {
 /// record has no time).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PulledRecord {
+    /// The image id the pull returned.
     pub image_ref: String,
+    /// The record's time; `None` when it has none.
     pub last_updated: Option<UnixNanos>,
 }
 
@@ -233,8 +252,11 @@ pub fn record_file_name(key: &str) -> String {
 /// and the files skipped with why.
 #[derive(Debug)]
 pub struct Scan<T> {
+    /// The records read.
     pub found: Vec<T>,
+    /// The intents too old to count.
     pub stale: Vec<StaleIntent>,
+    /// The files skipped, with why.
     pub skipped: Vec<(PathBuf, RecordError)>,
 }
 
@@ -276,11 +298,14 @@ impl Default for Warned {
 /// `now` (a zero `max_age` never makes an intent stale).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IntentAge {
+    /// The time intents are judged at.
     pub now: UnixNanos,
+    /// The age past which an intent is stale; zero: never.
     pub max_age: Duration,
 }
 
 impl IntentAge {
+    /// Intents judged at `now` against `max_age`.
     pub fn new(now: UnixNanos, max_age: Duration) -> IntentAge {
         IntentAge { now, max_age }
     }

@@ -21,14 +21,20 @@ use crate::model::{ImageId, RecordKey, RuntimeImage};
 
 /// What the GC's rules read of an image: the CRI `Image` fields imagekeeper keeps.
 pub trait ImageLike {
+    /// The image id.
     fn id(&self) -> &str;
     /// The runtime handler the image was pulled for; empty for the default.
     fn runtime_handler(&self) -> &str;
+    /// CRI `repo_tags`.
     fn repo_tags(&self) -> Names<'_>;
+    /// CRI `repo_digests`.
     fn repo_digests(&self) -> Names<'_>;
+    /// Size in bytes.
     fn size(&self) -> u64;
+    /// Whether the runtime pins it.
     fn pinned(&self) -> bool;
 
+    /// The image's record key.
     fn record_key(&self) -> RecordKey {
         RecordKey::new(self.id(), self.runtime_handler())
     }
@@ -194,6 +200,8 @@ struct WireImages {
 }
 
 /// Why a span cannot be pushed.
+// Only the CRI client (feature `cri`) builds wire lists.
+#[cfg_attr(not(feature = "cri"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpanError {
     /// It does not lie inside the list's bytes (or past 4 GiB).
@@ -203,6 +211,7 @@ pub enum SpanError {
 }
 
 /// The fields of one image as spans into the bytes, for [`WireImagesBuilder::push`].
+#[cfg_attr(not(feature = "cri"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ImageSpans<'a> {
     pub id: (usize, usize),
@@ -214,11 +223,13 @@ pub struct ImageSpans<'a> {
 }
 
 /// Builds a wire list over bytes, one image at a time.
+#[cfg_attr(not(feature = "cri"), allow(dead_code))]
 #[derive(Debug)]
 pub struct WireImagesBuilder {
     list: WireImages,
 }
 
+#[cfg_attr(not(feature = "cri"), allow(dead_code))]
 impl WireImagesBuilder {
     /// A builder over `text` with room for `images` images.
     pub fn new(text: Bytes, images: usize) -> WireImagesBuilder {
@@ -290,6 +301,7 @@ pub struct ImageList {
 enum Repr {
     /// Shared with whoever handed the list out (a scripted runtime keeps one copy).
     Owned(Arc<Vec<RuntimeImage>>),
+    #[cfg_attr(not(feature = "cri"), allow(dead_code))]
     Wire(WireImages),
 }
 
@@ -315,6 +327,7 @@ impl From<Arc<Vec<RuntimeImage>>> for ImageList {
 }
 
 impl ImageList {
+    /// How many images the list holds.
     pub fn len(&self) -> usize {
         match &self.repr {
             Repr::Owned(images) => images.len(),
@@ -322,6 +335,7 @@ impl ImageList {
         }
     }
 
+    /// Whether the list holds no image.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -483,10 +497,12 @@ impl<'a> ImageRef<'a> {
         }
     }
 
+    /// The image's repo tags.
     pub fn tags(self) -> Names<'a> {
         self.names(false)
     }
 
+    /// The image's repo digests.
     pub fn digests(self) -> Names<'a> {
         self.names(true)
     }

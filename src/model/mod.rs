@@ -27,10 +27,12 @@ impl UnixNanos {
     /// "Never used": sorts before every real time.
     pub const NEVER: UnixNanos = UnixNanos(0);
 
+    /// `secs` seconds after the Unix epoch (saturating at the ends of the i64 range).
     pub fn from_secs(secs: i64) -> UnixNanos {
         UnixNanos(secs.saturating_mul(1_000_000_000))
     }
 
+    /// Whole seconds since the Unix epoch, rounded down.
     pub fn as_secs(self) -> i64 {
         self.0.div_euclid(1_000_000_000)
     }
@@ -76,10 +78,12 @@ pub fn duration_nanos(d: Duration) -> i64 {
 pub struct ImageId(pub String);
 
 impl ImageId {
+    /// An image id as the runtime gives it (e.g. `sha256:…`).
     pub fn new(id: impl Into<String>) -> ImageId {
         ImageId(id.into())
     }
 
+    /// The id's text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -101,11 +105,14 @@ impl fmt::Display for ImageId {
 /// (KEP-4216). The empty handler is the runtime's default.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RecordKey {
+    /// The image id.
     pub image_id: ImageId,
+    /// The runtime handler the image is for; empty for the default.
     pub runtime_handler: String,
 }
 
 impl RecordKey {
+    /// The key of `image_id` under `runtime_handler`.
     pub fn new(image_id: impl Into<String>, runtime_handler: impl Into<String>) -> RecordKey {
         RecordKey {
             image_id: ImageId::new(image_id),
@@ -143,10 +150,15 @@ pub struct ImageRecord {
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sighting {
+    /// When the detect ran.
     pub now: UnixNanos,
+    /// Whether a container used the image at `now`.
     pub in_use: bool,
+    /// The image's size as listed.
     pub size: u64,
+    /// Whether the runtime lists it pinned.
     pub pinned: bool,
+    /// A use recorded elsewhere; `UnixNanos::NEVER` when none.
     pub used_at: UnixNanos,
 }
 
@@ -220,6 +232,7 @@ pub enum RemovalReason {
 }
 
 impl RemovalReason {
+    /// Every reason, in declaration order.
     pub const ALL: [RemovalReason; 5] = [
         RemovalReason::Age,
         RemovalReason::Space,
@@ -228,6 +241,7 @@ impl RemovalReason {
         RemovalReason::Budget,
     ];
 
+    /// The reason's name as text.
     pub fn as_str(self) -> &'static str {
         match self {
             RemovalReason::Age => "age",
@@ -258,11 +272,14 @@ impl RemovalReason {
 /// An image's names as the runtime last listed them (CRI `repo_tags`, `repo_digests`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ImageNames {
+    /// CRI `repo_tags`.
     pub repo_tags: Vec<String>,
+    /// CRI `repo_digests`.
     pub repo_digests: Vec<String>,
 }
 
 impl ImageNames {
+    /// The names `image` lists.
     pub fn of(image: &impl ImageLike) -> ImageNames {
         ImageNames {
             repo_tags: image.repo_tags().to_strings(),
@@ -270,6 +287,7 @@ impl ImageNames {
         }
     }
 
+    /// Whether the image has neither tags nor digests.
     pub fn is_empty(&self) -> bool {
         self.repo_tags.is_empty() && self.repo_digests.is_empty()
     }
@@ -288,6 +306,7 @@ pub enum Remover {
 }
 
 impl Remover {
+    /// The remover's name as text.
     pub fn as_str(self) -> &'static str {
         match self {
             Remover::Imagekeeper => "imagekeeper",
@@ -300,8 +319,11 @@ impl Remover {
 /// cycle started, and the bytes used the cycle aimed for (the low threshold).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsUsage {
+    /// The filesystem's capacity in bytes.
     pub capacity: u64,
+    /// Bytes used when the cycle started.
     pub used_before: u64,
+    /// Bytes used the cycle aimed for.
     pub target_used: u64,
 }
 
@@ -311,7 +333,9 @@ pub struct FsUsage {
 pub struct JournalEntry {
     /// The record as it was when removed.
     pub size: u64,
+    /// When the record was first detected.
     pub first_detected: UnixNanos,
+    /// When the image was last used.
     pub last_used: UnixNanos,
     /// Why imagekeeper removed it; `None` for an external removal.
     pub reason: Option<RemovalReason>,
@@ -319,6 +343,7 @@ pub struct JournalEntry {
     pub rank: Option<u32>,
     /// The filesystem when the cycle started and its target: removals for space only.
     pub fs: Option<FsUsage>,
+    /// Who removed it.
     pub remover: Remover,
     /// When the same image id was seen again (a pull or a detect) within retention.
     pub repulled_at: Option<UnixNanos>,
@@ -327,9 +352,13 @@ pub struct JournalEntry {
 /// How an imagekeeper removal is journaled: the fields the store cannot know.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EvictionNote {
+    /// When imagekeeper removed the image.
     pub removed_at: UnixNanos,
+    /// Why.
     pub reason: RemovalReason,
+    /// Its place in the cycle's eviction order, from 1.
     pub rank: u32,
+    /// The filesystem around the removal: removals for space only.
     pub fs: Option<FsUsage>,
 }
 
@@ -337,7 +366,9 @@ pub struct EvictionNote {
 /// the transactions that write the journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JournalRetention {
+    /// Entries older than this are pruned.
     pub max_age: Duration,
+    /// At most this many entries are kept, the oldest pruned first.
     pub max_entries: u32,
 }
 
@@ -356,10 +387,15 @@ impl Default for JournalRetention {
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Repull {
+    /// The image's record key.
     pub key: RecordKey,
+    /// When it had been removed.
     pub removed_at: UnixNanos,
+    /// Why imagekeeper removed it; `None` for an external removal.
     pub reason: Option<RemovalReason>,
+    /// Who removed it.
     pub remover: Remover,
+    /// How long after the removal it came back.
     pub delay: Duration,
 }
 
@@ -393,16 +429,22 @@ pub struct BackoffEntry {
 /// One image as the runtime lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RuntimeImage {
+    /// The image id.
     pub id: ImageId,
+    /// CRI `repo_tags`.
     pub repo_tags: Vec<String>,
+    /// CRI `repo_digests`.
     pub repo_digests: Vec<String>,
+    /// Size in bytes as the runtime reports it.
     pub size: u64,
+    /// Whether the runtime pins it (CRI `pinned`).
     pub pinned: bool,
     /// The runtime handler the image was pulled for; empty for the default.
     pub runtime_handler: String,
 }
 
 impl RuntimeImage {
+    /// The image's record key (id and runtime handler).
     pub fn record_key(&self) -> RecordKey {
         RecordKey {
             image_id: self.id.clone(),
@@ -416,9 +458,13 @@ impl RuntimeImage {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ContainerState {
+    /// CRI `CONTAINER_CREATED`.
     Created,
+    /// CRI `CONTAINER_RUNNING`.
     Running,
+    /// CRI `CONTAINER_EXITED`.
     Exited,
+    /// CRI `CONTAINER_UNKNOWN`.
     #[default]
     Unknown,
 }
@@ -426,12 +472,15 @@ pub enum ContainerState {
 /// One container as the runtime lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeContainer {
+    /// The container id.
     pub id: String,
+    /// The pod sandbox it belongs to.
     pub pod_sandbox_id: String,
     /// The image as the container spec named it.
     pub image: String,
     /// The image id the container runs (CRI `image_ref`).
     pub image_id: ImageId,
+    /// Its state.
     pub state: ContainerState,
     /// The runtime handler of the container's image; empty for the default.
     pub runtime_handler: String,
@@ -442,6 +491,7 @@ pub struct RuntimeContainer {
 #[non_exhaustive]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerUsage {
+    /// The container's state.
     pub state: ContainerState,
     /// The image id the container runs; empty when the runtime did not say.
     pub image_id: ImageId,
@@ -457,9 +507,13 @@ pub struct ContainerUsage {
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContainerEventKind {
+    /// CRI `CONTAINER_CREATED_EVENT`.
     Created,
+    /// CRI `CONTAINER_STARTED_EVENT`.
     Started,
+    /// CRI `CONTAINER_STOPPED_EVENT`.
     Stopped,
+    /// CRI `CONTAINER_DELETED_EVENT`.
     Deleted,
     /// A type this version does not know.
     Unknown,
@@ -468,7 +522,9 @@ pub enum ContainerEventKind {
 /// A container event as the runtime streams it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerEvent {
+    /// The container the event is about.
     pub container_id: String,
+    /// What happened to it.
     pub kind: ContainerEventKind,
     /// Unix nanoseconds, as the runtime stamped it.
     pub created_at: i64,
@@ -478,6 +534,7 @@ pub struct ContainerEvent {
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageFsStats {
+    /// Where the image filesystem is mounted.
     pub mountpoint: String,
     /// Bytes used by images, as the runtime reports it.
     pub used_bytes: u64,
@@ -567,11 +624,17 @@ impl ImageFsStats {
 #[non_exhaustive]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodSandboxConfig {
+    /// The pod's name.
     pub name: String,
+    /// The pod's UID.
     pub uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The sandbox's attempt number.
     pub attempt: u32,
+    /// The pod's labels.
     pub labels: BTreeMap<String, String>,
+    /// The pod's annotations.
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -581,9 +644,13 @@ pub struct PodSandboxConfig {
 #[non_exhaustive]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PullSpec {
+    /// The image name to pull.
     pub image: String,
+    /// The runtime handler to pull it for; empty for the default.
     pub runtime_handler: String,
+    /// The ImageSpec's annotations (the pod's).
     pub annotations: BTreeMap<String, String>,
+    /// The pod the pull is for, when known.
     pub sandbox: Option<PodSandboxConfig>,
 }
 
@@ -602,11 +669,17 @@ impl PullSpec {
 /// stored: `Debug` prints only which fields are set.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct PullCredentials {
+    /// CRI AuthConfig `username`.
     pub username: String,
+    /// CRI AuthConfig `password`.
     pub password: String,
+    /// CRI AuthConfig `auth` (base64 of `user:password`).
     pub auth: String,
+    /// CRI AuthConfig `server_address`.
     pub server_address: String,
+    /// CRI AuthConfig `identity_token`.
     pub identity_token: String,
+    /// CRI AuthConfig `registry_token`.
     pub registry_token: String,
 }
 
@@ -650,11 +723,14 @@ pub const MAX_PIN_REASON_BYTES: usize = 1024;
 /// (empty: the default). Schema 4's `pins` table is keyed by it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PinKey {
+    /// The image name as pinned.
     pub image: String,
+    /// The runtime handler; empty for the default.
     pub runtime_handler: String,
 }
 
 impl PinKey {
+    /// The pin key of `image` under `runtime_handler`.
     pub fn new(image: impl Into<String>, runtime_handler: impl Into<String>) -> PinKey {
         PinKey {
             image: image.into(),
@@ -667,9 +743,11 @@ impl PinKey {
 /// the operator's reason.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImagePin {
+    /// When the pin was written.
     pub created_at: UnixNanos,
     /// The pin protects while `now < until`; `NEVER` (0) is a pin without expiry.
     pub until: UnixNanos,
+    /// The operator's reason.
     pub reason: String,
 }
 
@@ -686,8 +764,11 @@ impl ImagePin {
 /// start order, oldest first, so retention prunes from the front. (Field order is byte order.)
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct UseKey {
+    /// Whether the interval has ended.
     pub closed: bool,
+    /// When the interval started.
     pub started_at: UnixNanos,
+    /// The image's record key.
     pub key: RecordKey,
 }
 
@@ -695,6 +776,7 @@ pub struct UseKey {
 /// a running container, or a container event marked it (at least the interval's start).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UseInterval {
+    /// The latest time the image was seen in use.
     pub last_seen: UnixNanos,
 }
 
@@ -719,6 +801,7 @@ pub enum PullOrigin {
 }
 
 impl PullOrigin {
+    /// Every origin, in declaration order.
     pub const ALL: [PullOrigin; 4] = [
         PullOrigin::Pull,
         PullOrigin::Warm,
@@ -726,6 +809,7 @@ impl PullOrigin {
         PullOrigin::Detected,
     ];
 
+    /// The origin's name as text.
     pub fn as_str(self) -> &'static str {
         match self {
             PullOrigin::Pull => "pull",
@@ -740,7 +824,9 @@ impl PullOrigin {
 /// `Detected`, when imagekeeper first saw the image), then the image's record key.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PullKey {
+    /// When the pull completed (or the image was first seen).
     pub at: UnixNanos,
+    /// The image's record key.
     pub key: RecordKey,
 }
 
@@ -748,9 +834,13 @@ pub struct PullKey {
 /// imagekeeper did not make it) and the name it was pulled by (empty when not known).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PullEntry {
+    /// The image's size in bytes.
     pub size: u64,
+    /// Who pulled it.
     pub origin: PullOrigin,
+    /// How long the pull took; zero when imagekeeper did not make it.
     pub took: Duration,
+    /// The name it was pulled by; empty when not known.
     pub name: String,
 }
 
@@ -760,15 +850,22 @@ pub struct PullEntry {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum StoredWarmState {
+    /// The image is present.
     Present,
+    /// A pull is running.
     Pulling,
+    /// Waiting for a pull slot.
     Queued,
+    /// It does not fit the space the warm plan allows.
     DoesNotFit,
+    /// Its last pull failed.
     Failed,
+    /// The entry has expired.
     Expired,
 }
 
 impl StoredWarmState {
+    /// The state's name as text.
     pub fn as_str(self) -> &'static str {
         match self {
             StoredWarmState::Present => "present",
@@ -786,10 +883,14 @@ impl StoredWarmState {
 /// the entry (empty when it has none): how `inspect list` marks warm images offline.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WarmRow {
+    /// The entry's image name.
     pub image: String,
+    /// The runtime handler; empty for the default.
     pub runtime_handler: String,
+    /// Where the entry stood.
     pub state: StoredWarmState,
     /// When the entry entered this state (kept from the previous cycle while it stays).
     pub since: UnixNanos,
+    /// The image the runtime listed for the entry; empty when none.
     pub image_id: String,
 }

@@ -26,6 +26,10 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+mod document;
+
+pub use document::{DocumentError, YAML_OR_JSON, parse_yaml_or_json};
+
 /// The most bytes read of any operator file: 1 MiB, the size limit of a Kubernetes ConfigMap
 /// or Secret, far above any real config, secret or provider config.
 pub const MAX_OPERATOR_FILE_BYTES: u64 = 1 << 20;

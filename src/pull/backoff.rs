@@ -23,7 +23,9 @@ use crate::model::{BackoffEntry, ImageNames, RecordKey, UnixNanos};
 /// Kubelet's image backoff: 10 s initial (`backOffPeriod`), 300 s max (`MaxContainerBackOff`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackoffPolicy {
+    /// The first backoff.
     pub initial: Duration,
+    /// The longest backoff.
     pub max: Duration,
 }
 
@@ -94,13 +96,16 @@ pub struct PullWrite {
     /// The pull that made the mark, for the pull history (schema 5), in the mark's
     /// transaction.
     pub pulled: Option<PulledImage>,
+    /// Backoff entries to write.
     pub put_backoff: Vec<(String, BackoffEntry)>,
+    /// Backoff entries to delete.
     pub remove_backoff: Vec<String>,
 }
 
 /// A pull imagekeeper made, as the pull history records it with the pull's mark.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PulledImage {
+    /// Who pulled it.
     pub origin: crate::model::PullOrigin,
     /// From the pull's start (after the presence and backoff checks) to its end.
     pub took: std::time::Duration,
@@ -122,7 +127,9 @@ pub enum StoreFailure {
 
 /// Where the pull path keeps backoff state and records pulled images. Blocking calls.
 pub trait BackoffStore: Send + Sync + 'static {
+    /// The backoff entry of `key`, if any.
     fn backoff(&self, key: &str) -> Result<Option<BackoffEntry>, StoreFailure>;
+    /// Every backoff entry.
     fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, StoreFailure>;
     /// Applies `write` in one transaction.
     /// Applies `write` in one transaction; returns the journal entries it marked re-pulled
@@ -144,6 +151,7 @@ struct MemoryState {
 }
 
 impl MemoryBackoffStore {
+    /// An empty store.
     pub fn new() -> MemoryBackoffStore {
         MemoryBackoffStore::default()
     }

@@ -22,34 +22,49 @@ pub const CRI_SIGNATURE_VALIDATION_FAILED: &str = "SignatureValidationFailed";
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PullError {
+    /// `ImagePullBackOff`: the image is in backoff after failed pulls.
     #[error("{0}")]
     ErrImagePullBackOff(String),
+    /// `ImageInspectError`: the runtime could not say whether it has the image.
     #[error("{message}")]
     ErrImageInspect {
+        /// The kubelet's message.
         message: String,
+        /// What failed.
         #[source]
         cause: PullCause,
     },
+    /// `ErrImagePull`: the pull failed.
     #[error("{message}")]
     ErrImagePull {
+        /// The kubelet's message.
         message: String,
+        /// What failed, when kept.
         #[source]
         cause: Option<PullCause>,
     },
+    /// `ErrImageNeverPull`: the policy is Never and the image is not present.
     #[error("{0}")]
     ErrImageNeverPull(String),
+    /// `RegistryUnavailable`.
     #[error("{message}")]
     RegistryUnavailable {
+        /// The kubelet's message.
         message: String,
+        /// What failed.
         #[source]
         cause: PullCause,
     },
+    /// `SignatureValidationFailed`.
     #[error("{message}")]
     SignatureValidationFailed {
+        /// The kubelet's message.
         message: String,
+        /// What failed.
         #[source]
         cause: PullCause,
     },
+    /// `InvalidImageName`: the name does not parse.
     #[error("{0}")]
     ErrInvalidImageName(String),
 }
@@ -68,6 +83,7 @@ impl Eq for PullError {}
 pub struct PullCause(Arc<dyn std::error::Error + Send + Sync>);
 
 impl PullCause {
+    /// A cause holding `error`.
     pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> PullCause {
         PullCause(Arc::new(error))
     }
@@ -95,12 +111,19 @@ impl std::error::Error for PullCause {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PullReason {
+    /// `ImagePullBackOff`.
     ImagePullBackOff,
+    /// `ImageInspectError`.
     ImageInspectError,
+    /// `ErrImagePull`.
     ErrImagePull,
+    /// `ErrImageNeverPull`.
     ErrImageNeverPull,
+    /// `RegistryUnavailable`.
     RegistryUnavailable,
+    /// `SignatureValidationFailed`.
     SignatureValidationFailed,
+    /// `InvalidImageName`.
     InvalidImageName,
 }
 

@@ -41,6 +41,7 @@ pub struct InFlightGuard {
 }
 
 impl PullsInFlight {
+    /// A tracker with no pull in flight.
     pub fn new() -> PullsInFlight {
         PullsInFlight::default()
     }
@@ -72,6 +73,7 @@ impl PullsInFlight {
         self.lock().pulls.len()
     }
 
+    /// Whether no pull is in flight.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

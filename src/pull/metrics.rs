@@ -152,6 +152,7 @@ impl PullMetrics {
             .clone()
     }
 
+    /// Records one pull: its image's size and how long it took.
     pub fn observe_pull(&self, image_size: u64, total: Duration) {
         let mut m = self.by_size.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(image_size_bucket(image_size))

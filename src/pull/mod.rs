@@ -61,8 +61,11 @@ pub use error::{
 /// A container's image pull policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PullPolicy {
+    /// Pull every time.
     Always,
+    /// Pull when the image is not present.
     IfNotPresent,
+    /// Never pull.
     Never,
 }
 
@@ -81,9 +84,13 @@ impl PullPolicy {
 /// The pod a pull is for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodRef {
+    /// The pod's UID.
     pub uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's annotations.
     pub annotations: BTreeMap<String, String>,
     /// Who asks for the pull, as the pull history records it (default: `imagekeeper pull`
     /// or the admin socket's EnsureImage).
@@ -94,22 +101,31 @@ pub struct PodRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EventType {
+    /// `Normal`.
     Normal,
+    /// `Warning`.
     Warning,
 }
 
 /// Kubelet's event reasons (pkg/kubelet/events).
 pub mod reasons {
+    /// `events.PullingImage`.
     pub const PULLING_IMAGE: &str = "Pulling";
+    /// `events.PulledImage`.
     pub const PULLED_IMAGE: &str = "Pulled";
+    /// `events.FailedToPullImage`.
     pub const FAILED_TO_PULL_IMAGE: &str = "Failed";
+    /// `events.FailedToInspectImage`.
     pub const FAILED_TO_INSPECT_IMAGE: &str = "InspectFailed";
+    /// `events.ErrImageNeverPullPolicy`.
     pub const ERR_IMAGE_NEVER_PULL_POLICY: &str = "ErrImageNeverPull";
+    /// `events.BackOffPullImage`.
     pub const BACK_OFF_PULL_IMAGE: &str = "BackOff";
 }
 
 /// Where the manager reports events (kubelet's `record.EventRecorder`).
 pub trait EventRecorder: Send + Sync {
+    /// Records one event about `pod`.
     fn event(&self, pod: &PodRef, event_type: EventType, reason: &str, message: &str);
 }
 
@@ -138,6 +154,7 @@ pub struct PullConfig {
     pub registry_pull_qps: f64,
     /// `registryBurst`.
     pub registry_burst: u32,
+    /// The pull backoff (the kubelet's 10 s doubling to 300 s by default).
     pub backoff: BackoffPolicy,
 }
 
@@ -319,6 +336,7 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         self
     }
 
+    /// The manager's pull counters.
     pub fn metrics(&self) -> &PullMetrics {
         &self.metrics
     }

@@ -14,9 +14,9 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::clock::Clock;
-use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::model::{PullCredentials, PullSpec, RuntimeImage};
 use crate::pull::throttle::TokenBucket;
+use crate::runtime::{CriError, ImageRuntime, RpcCode};
 
 /// Kubelet's `maxImagePullRequests`: the serial puller's queue length.
 pub const MAX_IMAGE_PULL_REQUESTS: usize = 10;

@@ -107,7 +107,9 @@ pub fn image_matches(name: &str, image: &impl crate::model::ImageLike) -> bool {
 /// a listed repo digest.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MatchPin {
+    /// A tag.
     Tag(String),
+    /// A digest.
     Digest(String),
 }
 
@@ -119,9 +121,22 @@ pub enum MatchPin {
 /// of a parse per pair.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MatchKey {
+    /// The image id as written.
     Id(String),
-    Repository { name: String, pin: MatchPin },
-    Path { path: String, pin: MatchPin },
+    /// The normalized repository with its tag or digest.
+    Repository {
+        /// The normalized repository name.
+        name: String,
+        /// Its tag or digest.
+        pin: MatchPin,
+    },
+    /// A short name's path without its registry, with its tag or digest.
+    Path {
+        /// The path without its registry.
+        path: String,
+        /// Its tag or digest.
+        pin: MatchPin,
+    },
 }
 
 /// The keys of a wanted name (see [`MatchKey`]): none for an empty name, its id form, and, when

@@ -49,22 +49,31 @@ const PLACEHOLDER_DOMAIN: &str = "placeholder.invalid";
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReferenceError {
+    /// The name is a bare 64-hex identifier.
     #[error("invalid repository name ({0}), cannot specify 64-byte hexadecimal strings")]
     Identifier(String),
+    /// The repository is not lower case.
     #[error("invalid reference format: repository name ({0}) must be lowercase")]
     RemoteNotLowercase(String),
+    /// The reference does not parse.
     #[error("invalid reference format")]
     InvalidFormat,
+    /// The name has upper-case letters.
     #[error("repository name must be lowercase")]
     NameContainsUppercase,
+    /// The name is empty.
     #[error("repository name must have at least one component")]
     NameEmpty,
+    /// The name is too long.
     #[error("repository name must not be more than 255 characters")]
     NameTooLong,
+    /// The digest does not parse.
     #[error("invalid checksum digest format")]
     DigestInvalidFormat,
+    /// The digest has the wrong length.
     #[error("invalid checksum digest length")]
     DigestInvalidLength,
+    /// The digest's algorithm is not supported.
     #[error("unsupported digest algorithm")]
     DigestUnsupported,
 }
@@ -146,6 +155,7 @@ impl ImageReference {
         })
     }
 
+    /// The registry domain.
     pub fn domain(&self) -> &str {
         &self.domain
     }
@@ -160,10 +170,12 @@ impl ImageReference {
         format!("{}/{}", self.domain, self.path)
     }
 
+    /// The tag, if any.
     pub fn tag(&self) -> Option<&str> {
         self.tag.as_deref()
     }
 
+    /// The digest, if any.
     pub fn digest(&self) -> Option<&str> {
         self.digest.as_deref()
     }

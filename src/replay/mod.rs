@@ -10,7 +10,6 @@
 //! runtime's scripted state and the manager's, never the whole trace. The command checks the
 //! whole trace first ([`check_trace`]) and then reads it again to run it.
 
-mod runtime;
 mod trace;
 
 use std::io::Write;
@@ -23,7 +22,8 @@ use crate::gc::{DetectReport, GcConfig, GcError, GcReport, ImageGcManager};
 use crate::model::UnixNanos;
 use crate::store::{Store, StoreError};
 
-pub use runtime::{ScriptState, ScriptedRuntime};
+/// The scripted runtime lives in `crate::runtime` (no harness needed); same names here.
+pub use crate::runtime::{ScriptState, ScriptedRuntime};
 pub use trace::{
     MAX_PIPED_TRACE_BYTES, MAX_TRACE_LINE_BYTES, TraceError, TraceLine, TraceOp, TraceReadError,
     TraceReader, check_trace, parse_trace,

@@ -13,9 +13,13 @@ use crate::model::ContainerEvent;
 /// Name and version of the runtime (RuntimeService.Version).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct RuntimeVersion {
+    /// VersionResponse.version: the kubelet runtime API version the runtime reports.
     pub version: String,
+    /// The runtime's name (e.g. `containerd`).
     pub runtime_name: String,
+    /// The runtime's own version.
     pub runtime_version: String,
+    /// The CRI API version the runtime speaks (e.g. `v1`).
     pub runtime_api_version: String,
 }
 

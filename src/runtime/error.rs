@@ -14,22 +14,39 @@ use std::time::Duration;
 /// A gRPC status code, named as grpc-go names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RpcCode {
+    /// `OK` (0): not an error.
     Ok,
+    /// `CANCELLED` (1).
     Canceled,
+    /// `UNKNOWN` (2).
     Unknown,
+    /// `INVALID_ARGUMENT` (3).
     InvalidArgument,
+    /// `DEADLINE_EXCEEDED` (4).
     DeadlineExceeded,
+    /// `NOT_FOUND` (5).
     NotFound,
+    /// `ALREADY_EXISTS` (6).
     AlreadyExists,
+    /// `PERMISSION_DENIED` (7).
     PermissionDenied,
+    /// `RESOURCE_EXHAUSTED` (8).
     ResourceExhausted,
+    /// `FAILED_PRECONDITION` (9).
     FailedPrecondition,
+    /// `ABORTED` (10).
     Aborted,
+    /// `OUT_OF_RANGE` (11).
     OutOfRange,
+    /// `UNIMPLEMENTED` (12).
     Unimplemented,
+    /// `INTERNAL` (13).
     Internal,
+    /// `UNAVAILABLE` (14).
     Unavailable,
+    /// `DATA_LOSS` (15).
     DataLoss,
+    /// `UNAUTHENTICATED` (16).
     Unauthenticated,
 }
 
@@ -71,8 +88,11 @@ pub enum CriError {
     /// The runtime answered with a gRPC error status.
     #[error("rpc error: code = {code} desc = {message}")]
     Rpc {
+        /// The CRI method called.
         method: &'static str,
+        /// The status code.
         code: RpcCode,
+        /// The status message.
         message: String,
     },
     /// The runtime's socket could not be dialed (missing, refused, or the dial timed out).
@@ -80,33 +100,46 @@ pub enum CriError {
         "rpc error: code = Unavailable desc = connection error: cannot connect to {endpoint}: {source}"
     )]
     Connect {
+        /// The endpoint dialed.
         endpoint: String,
+        /// Why the dial failed.
         #[source]
         source: std::io::Error,
     },
     /// No answer within the call's deadline.
     #[error("rpc error: code = DeadlineExceeded desc = {method}: no answer within {after:?}")]
     Timeout {
+        /// The CRI method called.
         method: &'static str,
+        /// The deadline that passed.
         after: Duration,
     },
     /// The runtime answered, but with a reply the kubelet refuses (an image with no id or
     /// size, a pull with no image ref); the message is the kubelet's.
     #[error("{message}")]
     InvalidReply {
+        /// The CRI method called.
         method: &'static str,
+        /// The kubelet's message for the reply.
         message: String,
     },
     /// The endpoint is not `unix:///<path>` or an absolute socket path.
     #[error("invalid CRI endpoint {endpoint:?}: {reason}")]
-    InvalidEndpoint { endpoint: String, reason: String },
+    InvalidEndpoint {
+        /// The endpoint as configured.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// ImageFsInfo listed no image filesystem.
     #[error("ImageFsInfo reported no image filesystem")]
     NoImageFilesystem,
     /// statvfs of the image filesystem's mountpoint failed.
     #[error("statvfs {}: {source}", path.display())]
     Statvfs {
+        /// The mountpoint.
         path: PathBuf,
+        /// Why statvfs failed.
         #[source]
         source: std::io::Error,
     },

@@ -7,8 +7,10 @@
 //!
 //! Invariants: this is a leaf below everything that talks to a runtime: it imports only
 //! `model`, never tonic, prost or the generated runtime.v1 code (the tonic client that
-//! implements these traits is `cri`, above it; the replay's scripted runtime implements them
-//! in `replay`). An image the runtime does not have is `Ok(None)`, not an error.
+//! implements these traits is `cri`, above it). [`ScriptedRuntime`] implements them in memory
+//! (images, containers and filesystems as a script sets them), for the replay, tests and
+//! embedders that have no runtime socket. An image the runtime does not have is `Ok(None)`,
+//! not an error.
 
 use std::future::Future;
 
@@ -19,16 +21,19 @@ use crate::model::{
 
 mod agent_runtime;
 mod error;
+mod scripted;
 
 pub use agent_runtime::{
     AgentRuntime, EventStream, FIRST_PINNING_CONTAINERD, NoEvents, RuntimeVersion,
     runtime_carries_pins,
 };
 pub use error::{CriError, RpcCode};
+pub use scripted::{ScriptState, ScriptedRuntime};
 
 /// What imagekeeper needs from a container runtime's image service (and ListContainers, to know
 /// which images are in use).
 pub trait ImageRuntime: Send + Sync {
+    /// ListImages: every image the runtime holds.
     fn list_images(&self) -> impl Future<Output = Result<Vec<RuntimeImage>, CriError>> + Send;
     /// ListImages as the list detect holds ([`ImageList`]): the CRI client keeps the
     /// response's bytes and reads the images out of them; by default, the images
@@ -58,6 +63,7 @@ pub trait ImageRuntime: Send + Sync {
     ) -> impl Future<Output = Result<String, CriError>> + Send {
         self.pull_image(&spec.image, &spec.runtime_handler, credentials)
     }
+    /// RemoveImage of `image` (an id or a name) for `runtime_handler`; removing an image the runtime does not have is not an error.
     fn remove_image(
         &self,
         image: &str,

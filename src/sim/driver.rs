@@ -337,7 +337,7 @@ async fn warm_cycle(
     policy: &crate::gc::GcPolicy,
     now: UnixNanos,
 ) -> Vec<String> {
-    use crate::cri::ImageRuntime;
+    use crate::runtime::ImageRuntime;
     let runtime = gc.runtime();
     let Ok(images) = runtime.list_images().await else {
         return Vec::new();

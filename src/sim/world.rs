@@ -17,11 +17,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use crate::cri::{CriError, ImageRuntime, RpcCode};
 use crate::model::{
     ContainerState, ContainerUsage, ImageFsStats, ImageId, PullCredentials, PullSpec,
     RuntimeContainer, RuntimeImage, UnixNanos,
 };
+use crate::runtime::{CriError, ImageRuntime, RpcCode};
 
 /// Who makes a call: the simulator's actor being polled.
 pub type ActorId = u64;

@@ -16,7 +16,9 @@ use crate::model::{
 pub enum BatchOp {
     /// Make the record exactly this.
     Upsert {
+        /// The record's key.
         key: RecordKey,
+        /// The record to write.
         record: ImageRecord,
     },
     /// Create the record as first detected and used now, or move its last_used to now, or
@@ -25,8 +27,11 @@ pub enum BatchOp {
     /// or a GC that read the record before sees the mark. A known size replaces the stored
     /// one.
     MarkUsed {
+        /// The record's key.
         key: RecordKey,
+        /// The time of the use.
         now: UnixNanos,
+        /// The image's size, when known.
         size: Option<u64>,
     },
     /// Detect's write of a listed image, merged with the record as it is inside the write
@@ -35,21 +40,28 @@ pub enum BatchOp {
     /// [`BatchOp::SetNames`] of the key right after it would (see [`SightedNames`]): one
     /// operation and one key per new image instead of two of each.
     Sight {
+        /// The record's key.
         key: RecordKey,
+        /// What the detect saw.
         sighting: Sighting,
+        /// The image's names, for a new image.
         names: Option<ImageNames>,
     },
     /// Detect's undoing of a clock that was ahead: each of the record's first_detected and
     /// last_used that lies after `limit` (as the record is inside the write transaction)
     /// becomes `now`; a record with no such stamp, or none, is left as it is.
     ClampFuture {
+        /// The record's key.
         key: RecordKey,
+        /// Stamps after this are ahead of the clock.
         limit: UnixNanos,
+        /// The time they become.
         now: UnixNanos,
     },
     /// Delete the record if it exists (and its names, unless a journal entry keeps them). No
     /// journal entry: GC's removals are [`BatchOp::Evict`], detect's [`BatchOp::RemoveUnlisted`].
     Remove {
+        /// The record's key.
         key: RecordKey,
     },
     /// Detect's removal of a record the runtime no longer lists: deleted only if its last_used
@@ -57,8 +69,11 @@ pub enum BatchOp {
     /// keeps it; the next detect decides again). With `journal_at`, the deletion is journaled
     /// at that time as an external removal, in the same transaction.
     RemoveUnlisted {
+        /// The record's key.
         key: RecordKey,
+        /// The last_used the detect read.
         seen_last_used: UnixNanos,
+        /// When to journal the external removal, if at all.
         journal_at: Option<UnixNanos>,
         /// imagekeeper removed the image but could not delete the record then (its
         /// [`BatchOp::Evict`] failed): the deletion is journaled as that eviction, at
@@ -69,33 +84,48 @@ pub enum BatchOp {
     /// fields as they are inside the transaction, plus `note`) in the same transaction; the
     /// names stay for the journal entry. No record, nothing happens.
     Evict {
+        /// The record's key.
         key: RecordKey,
+        /// What the journal entry adds to the record's fields.
         note: EvictionNote,
     },
     /// Set the image's names (as the runtime lists them) if the record exists and they
     /// differ.
     SetNames {
+        /// The record's key.
         key: RecordKey,
+        /// The names as the runtime lists them.
         names: ImageNames,
     },
+    /// Write a pull's backoff entry (replacing one of the same key).
     PutBackoff {
+        /// The backoff key.
         key: String,
+        /// The entry to write.
         entry: BackoffEntry,
     },
+    /// Delete a pull's backoff entry if it exists.
     RemoveBackoff {
+        /// The backoff key.
         key: String,
     },
+    /// Write a meta value.
     SetMeta {
+        /// The meta key.
         name: String,
+        /// Its value.
         value: i64,
     },
     /// Schema 4: write the operator's pin (replacing one of the same key).
     PutPin {
+        /// The pin's key.
         key: PinKey,
+        /// The pin.
         pin: ImagePin,
     },
     /// Schema 4: delete the pin if it exists.
     RemovePin {
+        /// The pin's key.
         key: PinKey,
     },
     /// Schema 4: delete every pin that expired more than the journal's maximum age (the
@@ -103,6 +133,7 @@ pub enum BatchOp {
     /// are pruned with the journal's retention, and an expired pin stays listed (as expired)
     /// for that long. A pin without expiry is never pruned.
     PruneExpiredPins {
+        /// The time the expiry is judged at.
         now: UnixNanos,
     },
     /// Schema 5: a detect's whole view of the images running containers use at `now`
@@ -112,13 +143,17 @@ pub enum BatchOp {
     /// `last_seen` kept). The use history is then pruned to the journal's retention at `now`.
     /// Like a note, it commits without counting as a change for the batch's stamps.
     ObserveUses {
+        /// The detect's time.
         now: UnixNanos,
+        /// The images running containers use.
         in_use: Vec<RecordKey>,
     },
     /// Schema 5: a container event's use of `key` at `now`: opens an interval unless one is
     /// open, else moves its `last_seen` to `now` (never back). Closing is the next detect's.
     OpenUse {
+        /// The record's key.
         key: RecordKey,
+        /// The time of the event.
         now: UnixNanos,
     },
     /// Schema 5: one pull in the pull history (replacing a row of the same key), then the
@@ -126,12 +161,15 @@ pub enum BatchOp {
     /// (a pull's mark, a detect's sighting, a container event's mark) without a `RecordPull` of
     /// its key in the same batch records itself as a `detected` pull (someone else pulled it).
     RecordPull {
+        /// When and which image.
         key: PullKey,
+        /// The pull.
         entry: PullEntry,
     },
     /// Schema 5: the warm set's state, replacing the `warm` table as a whole (row `i` is the
     /// set's entry `i`).
     ReplaceWarm {
+        /// The warm set's rows, in priority order.
         rows: Vec<WarmRow>,
     },
 }
@@ -150,10 +188,12 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// An empty batch.
     pub fn new() -> Batch {
         Batch::default()
     }
 
+    /// Whether the batch holds no operation and no note.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty() && self.notes.is_empty()
     }
@@ -169,18 +209,22 @@ impl Batch {
         &self.notes
     }
 
+    /// The operations, in order.
     pub fn ops(&self) -> &[BatchOp] {
         &self.ops
     }
 
+    /// Adds a [`BatchOp::Upsert`].
     pub fn upsert(&mut self, key: RecordKey, record: ImageRecord) {
         self.ops.push(BatchOp::Upsert { key, record });
     }
 
+    /// Adds a [`BatchOp::MarkUsed`].
     pub fn mark_used(&mut self, key: RecordKey, now: UnixNanos, size: Option<u64>) {
         self.ops.push(BatchOp::MarkUsed { key, now, size });
     }
 
+    /// Adds a [`BatchOp::Sight`] without names.
     pub fn sight(&mut self, key: RecordKey, sighting: Sighting) {
         self.ops.push(BatchOp::Sight {
             key,
@@ -189,10 +233,12 @@ impl Batch {
         });
     }
 
+    /// Adds a [`BatchOp::ClampFuture`].
     pub fn clamp_future(&mut self, key: RecordKey, limit: UnixNanos, now: UnixNanos) {
         self.ops.push(BatchOp::ClampFuture { key, limit, now });
     }
 
+    /// Adds a [`BatchOp::RemoveUnlisted`] without a journal entry.
     pub fn remove_unlisted(&mut self, key: RecordKey, seen_last_used: UnixNanos) {
         self.ops.push(BatchOp::RemoveUnlisted {
             key,
@@ -234,10 +280,12 @@ impl Batch {
         false
     }
 
+    /// Adds a [`BatchOp::Evict`].
     pub fn evict(&mut self, key: RecordKey, note: EvictionNote) {
         self.ops.push(BatchOp::Evict { key, note });
     }
 
+    /// Adds a [`BatchOp::SetNames`].
     pub fn set_names(&mut self, key: RecordKey, names: ImageNames) {
         self.ops.push(BatchOp::SetNames { key, names });
     }
@@ -251,18 +299,22 @@ impl Batch {
         }
     }
 
+    /// Adds a [`BatchOp::Remove`].
     pub fn remove(&mut self, key: RecordKey) {
         self.ops.push(BatchOp::Remove { key });
     }
 
+    /// Adds a [`BatchOp::PutBackoff`].
     pub fn put_backoff(&mut self, key: String, entry: BackoffEntry) {
         self.ops.push(BatchOp::PutBackoff { key, entry });
     }
 
+    /// Adds a [`BatchOp::RemoveBackoff`].
     pub fn remove_backoff(&mut self, key: String) {
         self.ops.push(BatchOp::RemoveBackoff { key });
     }
 
+    /// Adds a [`BatchOp::SetMeta`].
     pub fn set_meta(&mut self, name: impl Into<String>, value: i64) {
         self.ops.push(BatchOp::SetMeta {
             name: name.into(),
@@ -270,30 +322,37 @@ impl Batch {
         });
     }
 
+    /// Adds a [`BatchOp::PutPin`].
     pub fn put_pin(&mut self, key: PinKey, pin: ImagePin) {
         self.ops.push(BatchOp::PutPin { key, pin });
     }
 
+    /// Adds a [`BatchOp::RemovePin`].
     pub fn remove_pin(&mut self, key: PinKey) {
         self.ops.push(BatchOp::RemovePin { key });
     }
 
+    /// Adds a [`BatchOp::PruneExpiredPins`].
     pub fn prune_expired_pins(&mut self, now: UnixNanos) {
         self.ops.push(BatchOp::PruneExpiredPins { now });
     }
 
+    /// Adds a [`BatchOp::ObserveUses`].
     pub fn observe_uses(&mut self, now: UnixNanos, in_use: Vec<RecordKey>) {
         self.ops.push(BatchOp::ObserveUses { now, in_use });
     }
 
+    /// Adds a [`BatchOp::OpenUse`].
     pub fn open_use(&mut self, key: RecordKey, now: UnixNanos) {
         self.ops.push(BatchOp::OpenUse { key, now });
     }
 
+    /// Adds a [`BatchOp::RecordPull`].
     pub fn record_pull(&mut self, key: PullKey, entry: PullEntry) {
         self.ops.push(BatchOp::RecordPull { key, entry });
     }
 
+    /// Adds a [`BatchOp::ReplaceWarm`].
     pub fn replace_warm(&mut self, rows: Vec<WarmRow>) {
         self.ops.push(BatchOp::ReplaceWarm { rows });
     }

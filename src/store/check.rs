@@ -48,56 +48,107 @@ pub const JOURNAL_REMOVED_AT: &str = "journal_removed_at";
 #[non_exhaustive]
 pub enum Violation {
     /// A stored key or value does not decode.
-    Undecodable { table: &'static str, detail: String },
+    Undecodable {
+        /// The table.
+        table: &'static str,
+        /// What does not decode.
+        detail: String,
+    },
     /// A record has no eviction-index entry matching its fields.
-    MissingIndexEntry { key: String },
+    MissingIndexEntry {
+        /// The record's key.
+        key: String,
+    },
     /// An index entry matches no record.
-    StrayIndexEntry { entry: String },
+    StrayIndexEntry {
+        /// The index entry.
+        entry: String,
+    },
     /// The meta table has no schema version.
     MissingSchemaVersion,
     /// redb's integrity check failed or repaired something.
-    Integrity { detail: String },
+    Integrity {
+        /// What redb reported.
+        detail: String,
+    },
     /// A record's `field` (first_detected or last_used) is later than the check's `now` by
     /// more than the tolerance (unix nanoseconds).
     FutureStamp {
+        /// The record's key.
         key: String,
+        /// `first_detected` or `last_used`.
         field: &'static str,
+        /// The stored stamp.
         stamp: i64,
+        /// The check's time.
         now: i64,
     },
     /// The `last_detect` meta is later than the check's `now` by more than the tolerance:
     /// the clock went back since the last detect (unix nanoseconds).
-    LastDetectInFuture { last_detect: i64, now: i64 },
+    LastDetectInFuture {
+        /// The stored `last_detect`.
+        last_detect: i64,
+        /// The check's time.
+        now: i64,
+    },
     /// A names row whose key has neither a record nor a journal entry.
-    OrphanNames { key: String },
+    OrphanNames {
+        /// The names row's key.
+        key: String,
+    },
     /// The journal holds more entries than its retention allows.
-    JournalOverCount { entries: u64, max_entries: i64 },
+    JournalOverCount {
+        /// Entries held.
+        entries: u64,
+        /// Entries the retention allows.
+        max_entries: i64,
+    },
     /// A journal entry removed more than the retention's maximum age before the newest one
     /// (unix nanoseconds).
     JournalPastMaxAge {
+        /// The entry's record key.
         key: String,
+        /// When it was removed.
         removed_at: i64,
+        /// The newest entry's removal time.
         newest: i64,
+        /// The retention's maximum age in seconds.
         max_age_secs: i64,
     },
     /// Schema 5: an image with more than one open use interval.
-    DuplicateOpenUse { key: String, open: u64 },
+    DuplicateOpenUse {
+        /// The image's record key.
+        key: String,
+        /// Its open intervals.
+        open: u64,
+    },
     /// Schema 5: a use interval last seen before it started (unix nanoseconds).
     UseSeenBeforeStart {
+        /// The image's record key.
         key: String,
+        /// When the interval started.
         started_at: i64,
+        /// When it was last seen.
         last_seen: i64,
     },
     /// Schema 5: the use history (`uses`, closed intervals) or the pull history (`pulls`)
     /// holds more rows than the retention allows.
     HistoryOverCount {
+        /// `uses` or `pulls`.
         table: &'static str,
+        /// Rows held.
         entries: u64,
+        /// Rows the retention allows.
         max_entries: i64,
     },
     /// Schema 5: the warm rows' positions are not 0, 1, 2, ...: `position` is where the
     /// first gap or stray row is.
-    WarmPositionGap { position: u32, expected: u32 },
+    WarmPositionGap {
+        /// Where the first gap or stray row is.
+        position: u32,
+        /// The position expected there.
+        expected: u32,
+    },
 }
 
 impl fmt::Display for Violation {

@@ -28,23 +28,43 @@ pub const LAYOUT_V1: u8 = 1;
 #[non_exhaustive]
 pub enum DecodeError {
     #[error("{what}: empty input")]
-    Empty { what: &'static str },
-    #[error("{what}: unknown layout version {version}")]
-    UnknownVersion { what: &'static str, version: u8 },
-    #[error("{what}: expected {expected} bytes, found {found}")]
-    Length {
+    /// No bytes at all.
+    Empty {
+        /// What was decoded.
         what: &'static str,
+    },
+    #[error("{what}: unknown layout version {version}")]
+    /// A layout version this build does not know.
+    UnknownVersion {
+        /// What was decoded.
+        what: &'static str,
+        /// The version byte.
+        version: u8,
+    },
+    #[error("{what}: expected {expected} bytes, found {found}")]
+    /// The wrong number of bytes.
+    Length {
+        /// What was decoded.
+        what: &'static str,
+        /// Bytes expected.
         expected: usize,
+        /// Bytes found.
         found: usize,
     },
     #[error("{what}: {field} is not valid UTF-8")]
+    /// A text field that is not UTF-8.
     Utf8 {
+        /// What was decoded.
         what: &'static str,
+        /// The field.
         field: &'static str,
     },
     #[error("{what}: invalid {field}")]
+    /// A field's value is out of its range.
     Invalid {
+        /// What was decoded.
         what: &'static str,
+        /// The field.
         field: &'static str,
     },
 }
@@ -65,12 +85,16 @@ pub trait OrderedCodec: Codec {}
 /// One row of the eviction index: the fields GC orders by, then the record's key.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct EvictionKey {
+    /// When the image was last used.
     pub last_used: UnixNanos,
+    /// When it was first detected.
     pub first_detected: UnixNanos,
+    /// The record's key.
     pub key: RecordKey,
 }
 
 impl EvictionKey {
+    /// The index row of `record` under `key`.
     pub fn of(key: &RecordKey, record: &ImageRecord) -> EvictionKey {
         EvictionKey {
             last_used: record.last_used,
@@ -310,8 +334,11 @@ const INDEX_KEY_WIDTH: usize = 1 + 8 + 8 + INDEX_KEY_PREFIX_BYTES;
 /// [`IndexKey::scan_start`], the keys whose padded prefix is the row's being contiguous.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct IndexKey {
+    /// The record's last_used.
     pub last_used: UnixNanos,
+    /// The record's first_detected.
     pub first_detected: UnixNanos,
+    /// The record key's encoding's first bytes, zero-padded.
     pub prefix: [u8; INDEX_KEY_PREFIX_BYTES],
 }
 

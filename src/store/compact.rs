@@ -32,19 +32,30 @@ pub enum CompactOutcome {
     /// when the file's size alone settled it (at most 1 MiB, or at most 1 MiB above its size
     /// after the last compaction): the tables' pages were not counted.
     NotNeeded {
+        /// The file's size in bytes.
         file_bytes: u64,
+        /// The tables' live bytes, when counted.
         live_bytes: Option<u64>,
     },
     /// Compacted.
     Compacted {
+        /// The file's size before.
         file_bytes_before: u64,
+        /// The file's size after.
         file_bytes_after: u64,
+        /// The tables' live bytes.
         live_bytes: u64,
+        /// How long it took.
         took: Duration,
     },
     /// A read transaction begun earlier is still held (a scan not yet dropped): nothing done;
     /// the next call tries again.
-    ReadersActive { file_bytes: u64, live_bytes: u64 },
+    ReadersActive {
+        /// The file's size in bytes.
+        file_bytes: u64,
+        /// The tables' live bytes.
+        live_bytes: u64,
+    },
     /// A read-only handle: never compacted.
     ReadOnly,
     /// The store is waiting for a reopen after an I/O failure: a compaction neither reopens

@@ -174,7 +174,9 @@ pub enum CommitMode {
 /// One image record, as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredRecord {
+    /// The record's key.
     pub key: RecordKey,
+    /// The record.
     pub record: ImageRecord,
 }
 

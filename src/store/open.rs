@@ -64,11 +64,13 @@ impl Default for StoreOptions {
 }
 
 impl StoreOptions {
+    /// Sets the cache size in bytes.
     pub fn with_cache_bytes(mut self, bytes: usize) -> StoreOptions {
         self.cache_bytes = bytes;
         self
     }
 
+    /// Sets whether quick repair is on.
     pub fn with_quick_repair(mut self, on: bool) -> StoreOptions {
         self.quick_repair = on;
         self

@@ -127,6 +127,7 @@ impl Store {
         })
     }
 
+    /// Whether the store holds no record.
     pub fn is_empty(&self) -> Result<bool, StoreError> {
         Ok(self.len()? == 0)
     }
@@ -157,7 +158,7 @@ impl Store {
     }
 
     /// Every pin (schema 4), ordered by key, active or expired (expired pins stay until a
-    /// detect prunes them: see [`BatchOp::PruneExpiredPins`]).
+    /// detect prunes them: see [`crate::store::BatchOp::PruneExpiredPins`]).
     pub fn pins(&self) -> Result<Vec<(PinKey, ImagePin)>, StoreError> {
         self.guarded(|| self.scan_all(PINS))
     }

@@ -18,25 +18,43 @@ use super::WarmEntry;
 #[non_exhaustive]
 pub enum WarmError {
     #[error("{origin}: {message}")]
-    Invalid { origin: String, message: String },
+    /// A bad warm entry.
+    Invalid {
+        /// The file and the entry.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A warm set file (of `--warm-set-dir`).
     #[error("warm set file {path}: {message}")]
-    File { path: PathBuf, message: String },
+    File {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// The warm set directory itself (missing, unreadable, too many files).
     #[error("warm set directory {path}: {message}")]
-    Dir { path: PathBuf, message: String },
+    Dir {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// One `[[warm]]` table, or one entry of a warm file's `warm:` list.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmEntrySpec {
+    /// The image to keep present.
     pub image: String,
     /// How long the entry stays warm, Go syntax, from when the agent read it.
     #[serde(rename = "for")]
     pub for_: Option<String>,
     /// Until when the entry stays warm, RFC 3339.
     pub until: Option<String>,
+    /// The runtime handler; `None` for the default.
     #[serde(rename = "runtimeHandler")]
     pub runtime_handler: Option<String>,
     /// The image's size, bytes or a quantity (`20Gi`, `15G`): used to judge whether it fits
@@ -48,7 +66,9 @@ pub struct WarmEntrySpec {
 /// saying so (not serde's "did not match any variant of untagged enum").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SizeSpec {
+    /// A number of bytes.
     Bytes(u64),
+    /// A quantity string (`10Gi`).
     Text(String),
 }
 
@@ -94,6 +114,7 @@ impl<'de> Deserialize<'de> for SizeSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmFile {
+    /// The warm set's entries.
     #[serde(default)]
     pub warm: Vec<WarmEntrySpec>,
 }
@@ -232,13 +253,13 @@ pub fn read_warm_dir(dir: &Path) -> Result<Vec<WarmEntry>, WarmError> {
                 full.strip_prefix(&shown).unwrap_or(&full).to_owned()
             },
         })?;
-        // JSON is YAML: one parser for both.
+        // JSON is YAML: one parser for both (JSON only without feature `yaml`).
         let file: WarmFile = if text.trim().is_empty() {
             WarmFile::default()
         } else {
-            serde_yaml_ng::from_str(&text).map_err(|e| WarmError::File {
+            crate::operator_file::parse_yaml_or_json(&text).map_err(|e| WarmError::File {
                 path: path.clone(),
-                message: e.to_string(),
+                message: e.message,
             })?
         };
         let shown = path.display().to_string();

@@ -33,11 +33,15 @@ pub const DEFAULT_USED_WITHIN: Duration = Duration::from_secs(24 * 3600);
 /// One image the journal says was removed externally and used within the window.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RestoreCandidate {
+    /// The image's record key.
     pub key: RecordKey,
     /// The name it is pulled back by: a repo digest (exactly that image) if stored, else a tag.
     pub image: Option<String>,
+    /// Its size in bytes.
     pub size: u64,
+    /// When it was last used.
     pub last_used: UnixNanos,
+    /// When it was removed.
     pub removed_at: UnixNanos,
     /// Why it is left out (no name to pull it by, over the byte budget); `None`: restored.
     pub skipped: Option<String>,
@@ -159,8 +163,11 @@ fn candidates(
 /// What `restore` is asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RestoreOptions {
+    /// The window: only images used within it are considered.
     pub used_within: Duration,
+    /// At most this many bytes are pulled back; `None`: no cap.
     pub max_bytes: Option<u64>,
+    /// Say what would be pulled, pull nothing.
     pub dry_run: bool,
 }
 
@@ -184,6 +191,7 @@ pub enum RestoreState {
 }
 
 impl RestoreState {
+    /// The state's name as text.
     pub fn as_str(self) -> &'static str {
         match self {
             RestoreState::Restored => "restored",
@@ -195,6 +203,7 @@ impl RestoreState {
         }
     }
 
+    /// The state named `s` ([`RestoreState::as_str`]), if any.
     pub fn parse(s: &str) -> Option<RestoreState> {
         [
             RestoreState::Restored,
@@ -212,13 +221,19 @@ impl RestoreState {
 /// One image `restore` considered, most recently used first.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RestoreItem {
+    /// The image id.
     pub image_id: String,
+    /// The runtime handler; empty for the default.
     pub runtime_handler: String,
     /// The name it is (or would be) pulled by; empty when none is stored.
     pub image: String,
+    /// Its size in bytes.
     pub size: u64,
+    /// When it was last used.
     pub last_used: UnixNanos,
+    /// When it was removed.
     pub removed_at: UnixNanos,
+    /// What became of it.
     pub state: RestoreState,
     /// Why, for every state but `restored` and `would_restore`.
     pub detail: String,
@@ -227,7 +242,9 @@ pub struct RestoreItem {
 /// What `restore` did (or, dry, would do).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RestoreOutcome {
+    /// Each image considered, most recently used first.
     pub items: Vec<RestoreItem>,
+    /// Whether it was a dry run.
     pub dry_run: bool,
     /// Items left out at the end of `items` to keep an admin answer within its limit.
     #[serde(skip_serializing_if = "crate::format::is_zero")]

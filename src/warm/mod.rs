@@ -109,6 +109,7 @@ impl PartialEq for WarmSet {
 impl Eq for WarmSet {}
 
 impl WarmSet {
+    /// A warm set of `entries`, in priority order.
     pub fn new(entries: Vec<WarmEntry>) -> WarmSet {
         let index = MatchIndex::of_names(
             entries
@@ -133,6 +134,7 @@ impl WarmSet {
         self
     }
 
+    /// Whether the set has no entry.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -42,6 +42,7 @@ pub enum WarmState {
 }
 
 impl WarmState {
+    /// Every state, in declaration order.
     pub const ALL: [WarmState; 6] = [
         WarmState::Present,
         WarmState::Pulling,
@@ -67,7 +68,9 @@ impl WarmState {
 /// One entry's state, with the size the plan used and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WarmStatus {
+    /// The entry.
     pub entry: WarmEntry,
+    /// Where it stands.
     pub state: WarmState,
     /// The size the plan judged with (`None`: unknown).
     pub size: Option<u64>,
@@ -78,6 +81,7 @@ pub struct WarmStatus {
 /// A warm cycle's plan: every entry, in priority order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct WarmPlan {
+    /// Each entry's status, in priority order.
     pub statuses: Vec<WarmStatus>,
 }
 
@@ -97,7 +101,9 @@ impl WarmPlan {
 
 /// What a plan reads.
 pub struct PlanInput<'a> {
+    /// The warm set's entries.
     pub entries: &'a [WarmEntry],
+    /// The plan's time.
     pub now: UnixNanos,
     /// The runtime's images, listed now.
     pub images: &'a [RuntimeImage],

@@ -23,7 +23,9 @@ use crate::gc::watch::WatchHistory;
 /// The image filesystem as the operator says it is now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct FsSpace {
+    /// Capacity in bytes.
     pub capacity: u64,
+    /// Available bytes.
     pub available: u64,
 }
 
@@ -57,6 +59,7 @@ pub enum Decision {
     KeepIrreplaceable,
     /// Last used at or after `now` (the clock went back?).
     KeepUsedTooRecently,
+    /// First detected less than MinAge before `now`.
     KeepYoungerThanMinAge,
     /// Eligible, but the walk reached the amount to free before it.
     KeepBeyondAmountToFree,
@@ -119,11 +122,15 @@ impl Decision {
 pub struct ImageExplanation {
     /// 1-based position in eviction order.
     pub rank: usize,
+    /// The image's record key.
     pub key: RecordKey,
+    /// Its record.
     pub record: ImageRecord,
+    /// Whether it is in use.
     pub in_use: bool,
     /// The space walk's verdict (before the amount to free is considered).
     pub verdict: Verdict,
+    /// What GC would do with it.
     pub decision: Decision,
     /// Bytes the space walk has freed once it is done with this image (removed ones only).
     pub freed_after: Option<u64>,
@@ -164,7 +171,9 @@ pub enum SpacePass {
     InvalidCapacity,
     /// Usage below the high threshold.
     BelowHighThreshold {
+        /// Percent of the filesystem used.
         usage_percent: i64,
+        /// Available bytes after the MaxAge pass.
         available_after_age_pass: u64,
     },
     /// HighThresholdPercent 100 and MaxAge 0 with an inode threshold or a byte budget set:
@@ -172,9 +181,13 @@ pub enum SpacePass {
     Off,
     /// The walk runs.
     Runs {
+        /// Percent of the filesystem used.
         usage_percent: i64,
+        /// Available bytes after the MaxAge pass.
         available_after_age_pass: u64,
+        /// Bytes the walk must free (down to the low threshold).
         amount_to_free: i64,
+        /// Bytes the walk frees.
         freed: u64,
         /// Whether the walk frees enough (else the manager reports insufficient space).
         sufficient: bool,
@@ -197,14 +210,18 @@ pub struct BudgetPass {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Explanation {
+    /// The time explained.
     pub now: UnixNanos,
+    /// The policy applied.
     pub policy: GcPolicy,
     /// The last detect's time, which marks the images in use.
     pub last_detect: Option<UnixNanos>,
     /// The heartbeat and the unwatched stretches MaxAge does not count (as the cycle's
     /// detect at `now` would leave them).
     pub watch: WatchHistory,
+    /// Bytes the MaxAge pass frees.
     pub freed_for_age: u64,
+    /// The byte-percentage pass.
     pub space: SpacePass,
     /// The image filesystem the decisions are for (ImageFsInfo's first image filesystem),
     /// when it was read.
@@ -221,6 +238,7 @@ pub struct Explanation {
     /// one over a high line gets a measured pass), when read.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub other_filesystems: Vec<FsNeed>,
+    /// Every image, in eviction order.
     pub images: Vec<ImageExplanation>,
     /// The kubelet's pull intents older than the intent max age: they keep no image.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -20,9 +20,13 @@ use super::Explanation;
 /// A removal of an image that was pulled again afterwards, as the journal holds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct PriorEviction {
+    /// When it was removed.
     pub removed_at: UnixNanos,
+    /// Who removed it.
     pub remover: Remover,
+    /// Why imagekeeper removed it; `None` for an external removal.
     pub reason: Option<RemovalReason>,
+    /// When it was pulled again.
     pub repulled_at: UnixNanos,
 }
 

@@ -10,8 +10,8 @@
 
 use tracing::{info, warn};
 
-use crate::cri::ImageRuntime;
 use crate::model::{ImageLike, UnixNanos};
+use crate::runtime::ImageRuntime;
 use crate::store::StoredRecord;
 
 use crate::gc::GcError;

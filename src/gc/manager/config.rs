@@ -20,6 +20,7 @@ use crate::warm::WarmSet;
 // Not #[non_exhaustive]: tests/ and benches/ build it by struct update (`..GcConfig::default()`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcConfig {
+    /// The thresholds, ages and budgets (the kubelet's ImageGCPolicy and imagekeeper's own).
     pub policy: GcPolicy,
     /// The space walk's order (`imageGCPolicy`): the kubelet's, or the adaptive one.
     pub order: GcOrder,
@@ -30,6 +31,7 @@ pub struct GcConfig {
     /// no repo digest (`--protect-irreplaceable`; the agent's default is on, this struct's
     /// `Default` leaves it off so library users and tests opt in).
     pub protect_irreplaceable: bool,
+    /// Image names and patterns GC never removes (`--pin`).
     pub pins: PinPatterns,
     /// The kubelet's root directory, whose `image_manager/` pull records are read (never
     /// written): intents keep the images they name, pulled records' times count as uses.

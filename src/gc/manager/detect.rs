@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 
 use tracing::{debug, info, warn};
 
-use crate::cri::{ImageRuntime, RpcCode};
 use crate::model::{
     ContainerState, EvictionNote, FUTURE_STAMP_TOLERANCE, ImageRecord, RecordKey, Remover, Repull,
     RuntimeContainer, UnixNanos,
 };
+use crate::runtime::{ImageRuntime, RpcCode};
 use crate::store::{Batch, RecordScan, meta_keys};
 
 use crate::format::{format_rfc3339, go_duration};

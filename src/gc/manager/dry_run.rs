@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::cri::ImageRuntime;
 use crate::model::{ImageLike, UnixNanos};
+use crate::runtime::ImageRuntime;
 use crate::store::StoredRecord;
 
 use crate::gc::adaptive::{self};

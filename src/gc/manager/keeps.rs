@@ -8,8 +8,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::cri::ImageRuntime;
 use crate::model::{ImageLike, RecordKey, UnixNanos};
+use crate::runtime::ImageRuntime;
 
 use crate::gc::GcError;
 use crate::gc::detect::ListedImages;

@@ -11,8 +11,8 @@
 
 use tracing::{info, warn};
 
-use crate::cri::ImageRuntime;
 use crate::model::{EvictionNote, ImageLike, UnixNanos};
+use crate::runtime::ImageRuntime;
 use crate::store::{Batch, StoredRecord};
 
 use crate::gc::GcError;

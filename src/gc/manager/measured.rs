@@ -9,8 +9,8 @@
 
 use tracing::{debug, info, warn};
 
-use crate::cri::ImageRuntime;
 use crate::model::{ImageFsStats, UnixNanos};
+use crate::runtime::ImageRuntime;
 use crate::store::EvictionKey;
 
 use crate::gc::GcError;

@@ -9,16 +9,16 @@ use super::measured::UNLOWERED_REMOVALS;
 use super::*;
 use std::sync::Arc;
 
-use crate::cri::ImageRuntime;
 use crate::model::{ImageFsStats, RecordKey, Remover, RuntimeContainer, RuntimeImage, UnixNanos};
+use crate::runtime::ImageRuntime;
 use crate::store::Store;
 
-use crate::cri::CriError;
 use crate::gc::metrics::RemovalReason;
 use crate::gc::space::FsNeed;
 use crate::gc::{GcError, GcPolicy};
 use crate::model::{ContainerUsage, ImageId, PullCredentials};
 use crate::replay::{ScriptState, ScriptedRuntime};
+use crate::runtime::CriError;
 use crate::store::power_loss::PowerLossDisk;
 use crate::store::{BatchOp, CommitMode};
 use std::collections::BTreeMap;

@@ -19,8 +19,11 @@ use crate::gc::metrics::RemovalReason;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Removal {
+    /// The removed image's record.
     pub key: RecordKey,
+    /// Its size in bytes as the record had it.
     pub size: u64,
+    /// Which rule removed it.
     pub reason: RemovalReason,
     /// A dry run's candidate that the journal shows was removed before and pulled back: what
     /// `gc --dry-run` says of it. Real removals leave it unset.
@@ -32,10 +35,15 @@ pub struct Removal {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct DetectReport {
+    /// Records in the store after the detect.
     pub records: usize,
+    /// Records this detect created (images new to the store).
     pub added: usize,
+    /// Records this detect removed (images no longer listed).
     pub removed: usize,
+    /// Images a container uses.
     pub in_use: usize,
+    /// Whether the detect's batch committed (a batch that changes nothing commits nothing).
     pub committed: bool,
     /// Records of images gone from the runtime that imagekeeper did not remove, journaled as
     /// external removals by this detect's commit.
@@ -53,8 +61,11 @@ pub struct DetectReport {
 pub struct GcReport {
     /// The cycle's detect, when it ran.
     pub detect: Option<DetectReport>,
+    /// The images removed, in removal order.
     pub removed: Vec<Removal>,
+    /// The bytes the cycle freed.
     pub freed: u64,
+    /// The cycle's error, if any; removals made before it stay in `removed`.
     pub error: Option<GcError>,
     /// The byte walk's amount to free, when a byte rule needed room this cycle: the larger of
     /// the percentage rule's and the byte budget's needs (the one its removals' reason names).
@@ -67,6 +78,8 @@ pub struct GcReport {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct GcPlan {
+    /// Every image and why it would or would not be removed.
     pub explanation: Explanation,
+    /// What the cycle would remove, in order.
     pub removals: Vec<Removal>,
 }

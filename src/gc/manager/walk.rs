@@ -10,8 +10,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::cri::ImageRuntime;
 use crate::model::{FsUsage, ImageLike, RecordKey, UnixNanos};
+use crate::runtime::ImageRuntime;
 use crate::store::{EvictionKey, StoredRecord};
 
 use crate::gc::adaptive::{self, AdaptiveRank, ListedTags};

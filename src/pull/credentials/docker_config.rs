@@ -127,16 +127,15 @@ pub fn parse_pull_secret(what: &str, bytes: &[u8]) -> Result<DockerConfig, Crede
     let text = std::str::from_utf8(bytes).map_err(|_| invalid(what, "not UTF-8 text"))?;
     // A secret from the admin socket is not a file: bound its nesting here too.
     crate::operator_file::check_nesting(text).map_err(|e| invalid(what, e.to_string()))?;
-    // YAML 1.2 reads JSON too; the value is kept only as serde_json's tree.
-    let value: Value = serde_yaml_ng::from_str(text).map_err(|e| {
-        let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-        CredentialsError::Syntax {
+    // YAML 1.2 reads JSON too (JSON only without feature `yaml`); the value is kept only as
+    // serde_json's tree, and the parser's message (it may quote a secret) is dropped.
+    let value: Value =
+        crate::operator_file::parse_yaml_or_json(text).map_err(|e| CredentialsError::Syntax {
             what: what.to_owned(),
-            format: "YAML or JSON",
-            line,
-            column,
-        }
-    })?;
+            format: crate::operator_file::YAML_OR_JSON,
+            line: e.line,
+            column: e.column,
+        })?;
     let Value::Object(top) = &value else {
         return Err(invalid(
             what,

@@ -36,8 +36,11 @@ pub use plugin::{PluginProviders, ProviderConfigError};
 /// One registry location's credentials in a docker config (`DockerConfigEntry`).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct DockerConfigEntry {
+    /// The user name.
     pub username: String,
+    /// The password.
     pub password: String,
+    /// The e-mail address.
     pub email: String,
 }
 
@@ -69,8 +72,11 @@ pub struct DockerConfig(pub BTreeMap<String, DockerConfigEntry>);
 #[non_exhaustive]
 pub enum CredentialsError {
     #[error("{path}: {source}")]
+    /// A credentials file cannot be read.
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -78,15 +84,31 @@ pub enum CredentialsError {
     /// quote the input).
     #[error("{what}: not valid {format} (at line {line}, column {column})")]
     Syntax {
+        /// Which input.
         what: String,
+        /// The formats it may be in.
         format: &'static str,
+        /// The 1-based line of the error (0: unknown).
         line: usize,
+        /// The 1-based column of the error (0: unknown).
         column: usize,
     },
     #[error("{what}: {reason}")]
-    Invalid { what: String, reason: String },
+    /// The input parses but is not a valid credentials document.
+    Invalid {
+        /// Which input.
+        what: String,
+        /// What is wrong.
+        reason: String,
+    },
     #[error("credential provider {provider}: {reason}")]
-    Plugin { provider: String, reason: String },
+    /// A credential provider plugin failed.
+    Plugin {
+        /// The provider's name.
+        provider: String,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// The kubelet's `BasicDockerKeyring` (`keyring.go`): credentials by location key, the
@@ -212,7 +234,9 @@ pub fn repo_to_pull(image: &str) -> Option<String> {
 /// node's docker config files and the credential provider plugins.
 #[derive(Debug, Default)]
 pub struct CredentialSources {
+    /// The node's docker config files, when configured.
     pub node: Option<NodeCredentials>,
+    /// The credential provider plugins, when configured.
     pub plugins: Option<PluginProviders>,
 }
 

@@ -67,23 +67,36 @@ const GLOBAL_CACHE_KEY: &str = "global";
 #[non_exhaustive]
 pub enum ProviderConfigError {
     #[error("{path}: {source}")]
+    /// A config file cannot be read.
     Io {
+        /// The config file or directory.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
     /// Only the position: the parser's message may quote a value (an `env` value may be a
     /// secret).
     #[error(
-        "{path}: not valid YAML or JSON, or a field of the wrong type (at line {line}, column {column})"
+        "{path}: not valid {}, or a field of the wrong type (at line {line}, column {column})",
+        crate::operator_file::YAML_OR_JSON
     )]
     Syntax {
+        /// The config file.
         path: PathBuf,
+        /// The 1-based line of the error (0: unknown).
         line: usize,
+        /// The 1-based column of the error (0: unknown).
         column: usize,
     },
+    /// The config does not validate.
     #[error("failed to validate credential provider config {path}: {}", aggregate(.errors))]
-    Invalid { path: PathBuf, errors: Vec<String> },
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// Every validation error.
+        errors: Vec<String>,
+    },
     /// A config file that is not a regular file, too large, too deeply nested or unreadable.
     #[error(transparent)]
     File(#[from] crate::operator_file::OperatorFileError),
@@ -92,10 +105,17 @@ pub enum ProviderConfigError {
     NoConfigFiles(PathBuf),
     /// A provider named twice (in one file, or in two files of a config directory).
     #[error("{path}: duplicate provider name {name:?} found in configuration file(s)")]
-    DuplicateProvider { path: PathBuf, name: String },
+    DuplicateProvider {
+        /// The config file.
+        path: PathBuf,
+        /// The provider's name.
+        name: String,
+    },
     #[error("plugin binary directory {0} did not exist")]
+    /// The plugin bin dir does not exist.
     NoBinDir(PathBuf),
     #[error("plugin binary executable {0} did not exist")]
+    /// A provider's executable is not in the bin dir.
     NoBinary(PathBuf),
 }
 
@@ -204,14 +224,14 @@ impl PluginProviders {
         let mut files = Vec::new();
         for path in config_files(config)? {
             let text = crate::operator_file::read_text(&path, Follow::Yes)?;
-            let file: ConfigFile = serde_yaml_ng::from_str(&text).map_err(|e| {
-                let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-                ProviderConfigError::Syntax {
-                    path: path.clone(),
-                    line,
-                    column,
-                }
-            })?;
+            let file: ConfigFile =
+                crate::operator_file::parse_yaml_or_json(&text).map_err(|e| {
+                    ProviderConfigError::Syntax {
+                        path: path.clone(),
+                        line: e.line,
+                        column: e.column,
+                    }
+                })?;
             files.push((path, file));
         }
         // The merge refuses a provider named twice, in one file or across files, before
@@ -359,6 +379,7 @@ fn config_files(config: &Path) -> Result<Vec<PathBuf>, ProviderConfigError> {
 /// it: every file [`PluginProviders::load`] reads (a directory's, with their names), each
 /// read as an operator file (a FIFO or an oversized file is noted by its error, never read).
 /// `None` when the config cannot be listed at all.
+#[cfg_attr(not(feature = "agent"), allow(dead_code))]
 pub fn config_snapshot(config: &Path) -> Option<Vec<u8>> {
     let files = config_files(config).ok()?;
     let mut snapshot = Vec::new();
@@ -377,6 +398,7 @@ pub fn config_snapshot(config: &Path) -> Option<Vec<u8>> {
 }
 
 /// [`config_snapshot`] on tokio's blocking pool.
+#[cfg_attr(not(feature = "agent"), allow(dead_code))]
 pub async fn config_snapshot_async(config: PathBuf) -> Option<Vec<u8>> {
     tokio::task::spawn_blocking(move || config_snapshot(&config))
         .await

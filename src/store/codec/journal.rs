@@ -16,7 +16,9 @@ use crate::model::{
 /// journal reads oldest first and a range up to a time is a prefix scan.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct JournalKey {
+    /// When the image was removed.
     pub removed_at: UnixNanos,
+    /// The image's record key.
     pub key: RecordKey,
 }
 

@@ -57,6 +57,7 @@ pub struct ScriptState {
     /// change while a detect holds one copies them first (`Arc::make_mut`), so a 100k-image
     /// replay holds one list, not the script's and a copy.
     pub images: ScriptImages,
+    /// The containers ListContainers reports.
     pub containers: Vec<RuntimeContainer>,
     /// (capacity, available); `None` reports capacity 0.
     pub fs: Option<(u64, u64)>,
@@ -93,6 +94,7 @@ pub struct ScriptedRuntime {
 }
 
 impl ScriptedRuntime {
+    /// A runtime with no images, no containers and no filesystem (capacity 0).
     pub fn new() -> ScriptedRuntime {
         ScriptedRuntime::default()
     }
