@@ -2,11 +2,8 @@
 //! node the way the kubelet's ImageManager and ImageGCManager do, with every image's history
 //! and the pull backoff kept in a crash-safe redb database.
 //!
-//! Layers (see ARCHITECTURE.md): `model` (values), `clock` (time), `runtime` (what a container
-//! runtime must answer, no tonic), `store` (the only module that imports redb), `gc` and `pull`
-//! (logic that takes `now` as an argument), `cri` and `admin` (the only modules that import
-//! tonic), `agent` (wiring and loops), `doctor` (the kubelet's config against imagekeeper's),
-//! `cli` (parse and print, in the binary).
+//! The modules and which may use which: the layer table in ARCHITECTURE.md (the one layer
+//! list; `layer_order`, a unit test, reads it and fails on any other `use crate::` edge).
 //!
 //! # Embedding
 //!
@@ -132,6 +129,9 @@ mod limits_page;
 // Test only: no production file past 1,000 lines, no impl block past 500.
 #[cfg(test)]
 mod size_limits;
+// Test only: every `use crate::` edge is one ARCHITECTURE.md's layer table allows.
+#[cfg(test)]
+mod layer_order;
 // The values every layer shares (records, ids, runtime images, times).
 pub mod model;
 // The one reader of operator files (config, secrets, credentials, kubelet files): regular
