@@ -6,12 +6,14 @@
 //! (`IMAGEKEEPER_WRITE_DOCS=1` rewrites them; `scripts/docs` does that); every relative link
 //! in README.md and docs/src/**/*.md names a file that exists, and an anchor a heading of it;
 //! the book links nothing outside docs/src (mdBook would not copy it); SUMMARY.md lists every
-//! page. No network: external links are not followed.
+//! page; no deprecated flag in scripts/, deploy/ or a command the README or the book shows.
+//! No network: external links are not followed.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use imagekeeper::agent::{AgentConfig, CONFIG_FIELDS, METRICS, MetricKind, OnReload};
+use imagekeeper::config::FlagStatus;
 
 use crate::support::bin;
 
@@ -446,4 +448,108 @@ fn links_and_anchors_follow_the_markdown() {
     let a = anchors(text);
     assert!(a.contains("a-code-title"), "{a:?}");
     assert!(a.contains("same") && a.contains("same-1"), "{a:?}");
+}
+
+/// The flags the settings table deprecates (`--pinned-image`, `--warm-set-dir`, ...): each
+/// still works, printing a warning.
+fn deprecated_flags() -> Vec<&'static str> {
+    let flags: Vec<&'static str> = CONFIG_FIELDS
+        .iter()
+        .filter(|f| f.flag_status == Some(FlagStatus::Deprecated))
+        .filter_map(|f| f.flag_name)
+        .collect();
+    assert!(flags.contains(&"--warm-set-dir"), "{flags:?}");
+    flags
+}
+
+/// The deprecated flags `text` names, each as a whole word (`--warm-set-dir`, not
+/// `--warm-set-dirs`).
+fn deprecated_flags_in(text: &str, flags: &[&'static str]) -> Vec<&'static str> {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-');
+    flags
+        .iter()
+        .copied()
+        .filter(|flag| {
+            text.match_indices(flag).any(|(at, _)| {
+                !word(text[..at].chars().next_back())
+                    && !word(text[at + flag.len()..].chars().next())
+            })
+        })
+        .collect()
+}
+
+/// Nothing the project ships or shows operators as a command prints a deprecation warning:
+/// no deprecated flag in `scripts/` or `deploy/` (the chart, its render, the unit file), nor
+/// in a command of a fenced code block of the README or the book (the generated reference
+/// pages aside; `inspect explain` and `remove-runtime-pins` have flags of their own by those
+/// names). The configuration page's prose names the old flags once; prose is not checked.
+#[test]
+fn what_the_project_runs_or_shows_as_a_command_uses_no_deprecated_flag() {
+    let flags = deprecated_flags();
+    let mut found = Vec::new();
+    let mut stack = vec![root().join("scripts"), root().join("deploy")];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            // Binary files hold no command.
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            for (n, line) in text.lines().enumerate() {
+                for flag in deprecated_flags_in(line, &flags) {
+                    found.push(format!("{}:{}: {flag}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    let reference = root().join("docs/src/reference");
+    for path in markdown_files() {
+        if path.starts_with(&reference) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("markdown");
+        let mut fenced = false;
+        let mut command = String::new();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if !fenced {
+                continue;
+            }
+            // A command continued with `\` is one command.
+            command.push_str(line);
+            if line.ends_with('\\') {
+                continue;
+            }
+            let own_flags = ["inspect explain", "remove-runtime-pins"]
+                .iter()
+                .any(|c| command.contains(c));
+            if !own_flags {
+                for flag in deprecated_flags_in(&command, &flags) {
+                    found.push(format!("{}:{}: {flag}", path.display(), n + 1));
+                }
+            }
+            command.clear();
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "deprecated flags (use the config file key, or --set KEY=VALUE):\n{}",
+        found.join("\n")
+    );
+    // The check sees a deprecated flag where there is one.
+    assert_eq!(
+        deprecated_flags_in(
+            "run --pinned-image 'a:*' --warm-set-dir=/w --warm-period-x",
+            &flags
+        ),
+        ["--pinned-image", "--warm-set-dir"]
+    );
 }

@@ -5,7 +5,8 @@
 //! below (there is no API server here, and kubectl's client-side dry run needs one to map
 //! kinds, so the objects are checked field by field: kinds, names, the recommended labels, the
 //! selector, mounts against volumes, the runtime socket and image filesystem mounted where the
-//! arguments say, the warm set's ConfigMap mounted where `--warm-set-dir` says, the
+//! arguments say, the config file parsed as the agent parses it, the warm set's ConfigMap
+//! mounted where the config's `warmSetDir` says, no flag the agent deprecates in the args, the
 //! PrometheusRule equal to the rules file, the dashboard equal to its JSON). Every object of a
 //! Kubernetes kind is also checked against its schema: decoded into its k8s-openapi type (the
 //! API's own Go types, generated) and encoded back, a field the type does not know (misspelt,
@@ -18,6 +19,8 @@ use std::process::Command;
 
 use serde::Deserialize;
 use serde_yaml_ng::Value;
+
+use imagekeeper::config::{CONFIG_FIELDS, FileConfig, FlagStatus};
 
 use super::MANIFEST;
 use crate::support;
@@ -123,6 +126,58 @@ fn an_unknown_runtime_preset_is_refused_naming_the_presets() {
         error.contains("runtime \"docker\" is not one of the presets: containerd, crio, k3s, rke2"),
         "{error}"
     );
+}
+
+/// With `warmSet.configMap` the chart writes `warmSetDir` at the top of the config file; a
+/// `config` that sets it too is refused by helm, naming it (the agent would refuse the
+/// duplicate TOML key only when the pod starts). A comment naming it is no setting.
+#[test]
+fn a_config_that_sets_warm_set_dir_beside_the_warm_set_config_map_is_refused() {
+    let Some(helm_path) = support::tool(
+        "deploy::chart::a_config_that_sets_warm_set_dir_beside_the_warm_set_config_map_is_refused",
+        "helm",
+        "IMAGEKEEPER_HELM",
+    ) else {
+        return;
+    };
+    let cases = [
+        ("warmSetDir = \"/x\"", true),
+        (
+            "imageGCHighThresholdPercent = 80\n  \"warmSetDir\" = \"/x\"",
+            true,
+        ),
+        (
+            "# warmSetDir comes from the chart\nimageGCHighThresholdPercent = 80",
+            false,
+        ),
+    ];
+    for (config, refused) in cases {
+        let config = format!("config={config}");
+        let args = [
+            "template",
+            "imagekeeper",
+            CHART,
+            "--namespace",
+            "kube-system",
+            "--set",
+            "warmSet.configMap=node-warm-set",
+            "--set-string",
+            &config,
+        ];
+        match (helm(&helm_path, &args), refused) {
+            (Err(error), true) => assert!(
+                error.contains(
+                    "config sets warmSetDir, which the chart sets to the mount of warmSet.configMap"
+                ),
+                "{config}: {error}"
+            ),
+            (Ok(text), false) => assert!(
+                text.contains("    warmSetDir = \"/etc/imagekeeper-warm-set\"\n"),
+                "{config}: {text}"
+            ),
+            (got, _) => panic!("{config}: refused {refused} expected, got {got:?}"),
+        }
+    }
 }
 
 /// `image.repository`, `image.tag` and `image.digest`: the tag defaults to the chart's
@@ -298,7 +353,27 @@ fn the_object_checks_refuse_a_broken_render() {
         (
             "            - name: warm-set\n              mountPath: /etc/imagekeeper-warm-set\n",
             "            - name: warm-set\n              mountPath: /etc/warm\n",
-            "--warm-set-dir=/etc/imagekeeper-warm-set is not a ConfigMap volume's mount",
+            "the config's warmSetDir /etc/imagekeeper-warm-set is not a ConfigMap volume's mount",
+        ),
+        (
+            "    warmSetDir = \"/etc/imagekeeper-warm-set\"\n",
+            "",
+            "a ConfigMap is mounted at /etc/imagekeeper-warm-set, which neither",
+        ),
+        (
+            "    warmSetDir = \"/etc/imagekeeper-warm-set\"\n",
+            "    warmSetDirectory = \"/etc/imagekeeper-warm-set\"\n",
+            "unknown field `warmSetDirectory`",
+        ),
+        (
+            "            - --log-format=json\n",
+            "            - --log-format=json\n            - --warm-set-dir=/etc/imagekeeper-warm-set\n",
+            "--warm-set-dir is deprecated: the config file's warmSetDir replaces it",
+        ),
+        (
+            "            - --log-format=json\n",
+            "            - --log-format=json\n            - --pinned-image\n            - pause\n",
+            "--pinned-image is deprecated: the config file's pinnedImages replaces it",
         ),
         (
             "readOnlyRootFilesystem: true",
@@ -327,9 +402,23 @@ fn the_object_checks_refuse_a_broken_render() {
 
 /// The checks of one render; the kinds found, sorted.
 fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
+    let documents = serde_yaml_ng::Deserializer::from_str(text)
+        .map(|document| Value::deserialize(document).map_err(|e| format!("YAML: {e}")))
+        .collect::<Result<Vec<Value>, String>>()?;
+    // The agent's config file, as the agent reads it (unknown keys refused): the DaemonSet's
+    // checks need its warmSetDir.
+    let mut config = None;
+    for value in &documents {
+        if value["kind"].as_str() == Some("ConfigMap")
+            && let Some(toml_text) = value["data"]["imagekeeper.toml"].as_str()
+        {
+            let file: FileConfig =
+                toml::from_str(toml_text).map_err(|e| format!("imagekeeper.toml: {e}"))?;
+            config = Some(file);
+        }
+    }
     let mut kinds = Vec::new();
-    for document in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = Value::deserialize(document).map_err(|e| format!("YAML: {e}"))?;
+    for value in documents {
         if value.is_null() {
             continue;
         }
@@ -364,7 +453,7 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
         }
         check_schema(kind, name, &value)?;
         match kind {
-            "DaemonSet" => check_daemon_set(&value, preset)?,
+            "DaemonSet" => check_daemon_set(&value, preset, config.as_ref())?,
             "ClusterRole" => {
                 let rules = serde_yaml_ng::to_string(&value["rules"]).map_err(|e| e.to_string())?;
                 if rules
@@ -408,10 +497,8 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
                 }
             }
             "ConfigMap" => {
-                let toml_text = str_at(&value, &["data", "imagekeeper.toml"])?;
-                toml_text
-                    .parse::<toml::Table>()
-                    .map_err(|e| format!("imagekeeper.toml: {e}"))?;
+                // Parsed as the agent's config above.
+                str_at(&value, &["data", "imagekeeper.toml"])?;
             }
             _ => {}
         }
@@ -421,7 +508,13 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
     Ok(kinds)
 }
 
-fn check_daemon_set(ds: &Value, preset: &Preset) -> Result<(), String> {
+/// The DaemonSet against the preset's paths and the agent's config file (`config`, the
+/// ConfigMap's `imagekeeper.toml`).
+fn check_daemon_set(
+    ds: &Value,
+    preset: &Preset,
+    config: Option<&FileConfig>,
+) -> Result<(), String> {
     let selector = ds["spec"]["selector"]["matchLabels"]
         .as_mapping()
         .ok_or("no selector")?;
@@ -485,23 +578,66 @@ fn check_daemon_set(ds: &Value, preset: &Preset) -> Result<(), String> {
             "--kubelet-config={file} is not mounted read-only at its path"
         ));
     }
-    if let Some(dir) = args.iter().find_map(|a| a.strip_prefix("--warm-set-dir=")) {
-        let from_config_map = container["volumeMounts"]
-            .as_sequence()
-            .ok_or("no mounts")?
+    // What the chart runs prints no deprecation warning: no flag the settings table deprecates
+    // (the config file key, or `--set`, replaces it).
+    for arg in &args {
+        let flag = arg.split_once('=').map_or(*arg, |(flag, _)| flag);
+        if let Some(field) = CONFIG_FIELDS
             .iter()
-            .any(|m| {
-                m["mountPath"].as_str() == Some(dir)
-                    && m["name"]
-                        .as_str()
-                        .and_then(|v| volumes.get(v))
-                        .is_some_and(|v| v["configMap"]["name"].as_str().is_some())
-            });
-        if !from_config_map {
+            .find(|f| f.flag_name == Some(flag) && f.flag_status == Some(FlagStatus::Deprecated))
+        {
             return Err(format!(
-                "--warm-set-dir={dir} is not a ConfigMap volume's mount"
+                "{flag} is deprecated: the config file's {} replaces it",
+                field.key
             ));
         }
+    }
+    // ConfigMap volumes: each mounted where the --config file's directory or the config's
+    // warmSetDir says.
+    let config_map_mounts: Vec<&str> = container["volumeMounts"]
+        .as_sequence()
+        .ok_or("no mounts")?
+        .iter()
+        .filter(|m| {
+            m["name"]
+                .as_str()
+                .and_then(|v| volumes.get(v))
+                .is_some_and(|v| v["configMap"]["name"].as_str().is_some())
+        })
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    let config_file = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--config="))
+        .ok_or("no --config=")?;
+    let config_dir = Path::new(config_file)
+        .parent()
+        .and_then(Path::to_str)
+        .ok_or("--config names no directory")?;
+    let warm_set_dir = config
+        .and_then(|c| c.warm_set_dir.as_deref())
+        .map(|d| d.to_str().ok_or("warmSetDir is not UTF-8"))
+        .transpose()?;
+    if !config_map_mounts.contains(&config_dir) {
+        return Err(format!(
+            "--config={config_file}: {config_dir} is not a ConfigMap volume's mount"
+        ));
+    }
+    if let Some(dir) = warm_set_dir
+        && !config_map_mounts.contains(&dir)
+    {
+        return Err(format!(
+            "the config's warmSetDir {dir} is not a ConfigMap volume's mount"
+        ));
+    }
+    if let Some(stray) = config_map_mounts
+        .iter()
+        .find(|at| **at != config_dir && Some(**at) != warm_set_dir)
+    {
+        return Err(format!(
+            "a ConfigMap is mounted at {stray}, which neither --config nor the config's \
+             warmSetDir names"
+        ));
     }
     let want_sandbox = format!("--pod-infra-container-image={}", preset.sandbox_image);
     if !args.contains(&want_sandbox.as_str()) {
