@@ -16,7 +16,8 @@ use std::time::Duration;
 use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
 use imagekeeper::clock::{Clock, SystemClock};
-use imagekeeper::format::parse_go_duration;
+use imagekeeper::config::DEFAULT_GC_PERIOD;
+use imagekeeper::format::{go_duration, parse_go_duration};
 use imagekeeper::gc::{
     DEFAULT_WATCH_PERIOD, ExplainContext, FsSpace, GcConfig, Irreplaceable, OfflineKubelet,
     RuntimePinsSeen, WatchHistory, explain_in, fold_offline, note_prior_evictions,
@@ -145,9 +146,17 @@ struct WorkloadArgs {
     /// pulls, else 100000000).
     #[arg(long, value_name = "BYTES")]
     pull_bytes_per_s: Option<u64>,
-    /// How often GC runs (Go duration): the kubelet's ImageGCPeriod (5m, pkg/kubelet/kubelet.go).
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
-    gc_period: Duration,
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        help = format!(
+            "How often GC runs (Go duration; `run`'s --gc-period): the kubelet's ImageGCPeriod \
+             (pkg/kubelet/kubelet.go) [default: {}]",
+            go_duration(DEFAULT_GC_PERIOD)
+        )
+    )]
+    gc_period: Option<Duration>,
     // The node line's policy: the thresholds and ages, as `run` takes them.
     #[command(flatten, next_help_heading = "GC settings (as `run` takes them)")]
     settings: GcSettingArgs,
@@ -398,7 +407,8 @@ fn workload_command(
     now: UnixNanos,
 ) -> Result<(), Failure> {
     let policy = args.settings.resolve()?.gc.policy;
-    if args.gc_period.is_zero() {
+    let gc_period = args.gc_period.unwrap_or(DEFAULT_GC_PERIOD);
+    if gc_period.is_zero() {
         return Err(Failure::usage(anyhow!(
             "invalid value 0 for --gc-period: GC must run at some period"
         )));
@@ -440,7 +450,7 @@ fn workload_command(
         low: policy.low_threshold_percent,
         min_age: policy.min_age,
         max_age: policy.max_age,
-        gc_period: args.gc_period,
+        gc_period,
     };
     Ok(workload::write(w, &history, since, &overrides)?)
 }
