@@ -1,7 +1,8 @@
 //! The flags shared by `run`, `gc`, `prune`, `doctor`, `pin` and `restore`: `--config`, the
-//! process-level `--db` and `--admin-socket`, one flag per setting the settings table gives a
-//! flag (`imagekeeper::imagekeeper_settings!`, generated here: kubelet's names and defaults,
-//! deprecated ones hidden and warning), and the generic `--set KEY=VALUE`.
+//! process-level `--db` and `--admin-socket`, and [`SettingFlags`]: one flag per setting the
+//! settings table gives a flag (`imagekeeper::imagekeeper_settings!`, generated here: kubelet's
+//! names and defaults, deprecated ones hidden and warning) and the generic `--set KEY=VALUE`.
+//! `inspect explain` and `inspect workload` take [`SettingFlags`] too (`src/cli/inspect/`).
 
 use std::path::PathBuf;
 
@@ -48,17 +49,10 @@ macro_rules! agent_flags_from_table {
         reload: $reload:ident,
         help: $help:literal $(,)?
     } )*) => {
+        /// `--set KEY=VALUE` and one flag per setting that has one: what every command
+        /// reading the agent's settings takes, beside its `--config`.
         #[derive(Args, Debug, Clone)]
-        pub struct AgentFlags {
-            /// A TOML file with KubeletConfiguration's field names (the keys of
-            /// docs/src/reference/config.md); --set and flags win over it. `run` reads it again
-            /// on SIGHUP.
-            #[arg(long, value_name = "FILE")]
-            pub config: Option<PathBuf>,
-            #[arg(long, value_name = "PATH", help = format!("The record database [default: {DEFAULT_DB}]."))]
-            pub db: Option<PathBuf>,
-            #[arg(long, value_name = "PATH", help = format!("The agent's admin socket [default: {DEFAULT_ADMIN_SOCKET}]."))]
-            pub admin_socket: Option<PathBuf>,
+        pub struct SettingFlags {
             /// Set a config file key, as the file would (repeatable): VALUE is read as TOML
             /// (85, true, ["a","b"], {usedWithin="1h"}), else as text (2m, 500Gi). Over the file,
             /// under a flag; the keys: docs/src/reference/config.md.
@@ -75,7 +69,7 @@ macro_rules! agent_flags_from_table {
             )? )*
         }
 
-        impl AgentFlags {
+        impl SettingFlags {
             /// The flags given, the `--set`s folded in order (a later one wins).
             pub fn values(&self) -> FlagValues {
                 let mut set = FileConfig::default();
@@ -83,18 +77,9 @@ macro_rules! agent_flags_from_table {
                     set.overlay(one);
                 }
                 FlagValues {
-                    db: self.db.clone(),
-                    admin_socket: self.admin_socket.clone(),
                     set,
                     $( $( $ff: self.$ff.clone(), )? )*
                     ..FlagValues::default()
-                }
-            }
-
-            /// One line on stderr per deprecated flag given, naming the key that replaces it.
-            pub fn warn_deprecated(&self) {
-                for line in self.deprecations() {
-                    eprintln!("{line}");
                 }
             }
 
@@ -117,7 +102,43 @@ macro_rules! agent_flags_from_table {
 
 imagekeeper::imagekeeper_settings!(agent_flags_from_table);
 
+#[derive(Args, Debug, Clone)]
+pub struct AgentFlags {
+    /// A TOML file with KubeletConfiguration's field names (the keys of
+    /// docs/src/reference/config.md); --set and flags win over it. `run` reads it again
+    /// on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[arg(long, value_name = "PATH", help = format!("The record database [default: {DEFAULT_DB}]."))]
+    pub db: Option<PathBuf>,
+    #[arg(long, value_name = "PATH", help = format!("The agent's admin socket [default: {DEFAULT_ADMIN_SOCKET}]."))]
+    pub admin_socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub settings: SettingFlags,
+}
+
 impl AgentFlags {
+    /// The flags given, the `--set`s folded in order (a later one wins).
+    pub fn values(&self) -> FlagValues {
+        FlagValues {
+            db: self.db.clone(),
+            admin_socket: self.admin_socket.clone(),
+            ..self.settings.values()
+        }
+    }
+
+    /// One line on stderr per deprecated flag given, naming the key that replaces it.
+    pub fn warn_deprecated(&self) {
+        for line in self.deprecations() {
+            eprintln!("{line}");
+        }
+    }
+
+    /// The deprecation warnings of the flags given.
+    pub fn deprecations(&self) -> Vec<String> {
+        self.settings.deprecations()
+    }
+
     /// Where the configuration comes from: the file and the flags given (plus `extra`, the
     /// flags of `run` alone). A reload reads the same source again. Warns once per deprecated
     /// flag given.

@@ -59,7 +59,7 @@ enum Command {
     /// Read the record database offline or beside a running agent; never writes it.
     Inspect(inspect::InspectArgs),
     /// Ensure one image is present (kubelet's EnsureImageExists), with the backoff on disk.
-    Pull(pull::PullArgs),
+    Pull(Box<pull::PullArgs>),
     /// Pull back the images removed externally (a wipe, another tool's GC) and used recently,
     /// most recently used first, within a byte budget and the disk's headroom (through the
     /// agent when it runs).
@@ -219,7 +219,7 @@ pub fn main() -> ExitCode {
         Command::Replay(args) => replay::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Inspect(args) => inspect::run(args),
-        Command::Pull(args) => pull::run(args),
+        Command::Pull(args) => pull::run(*args),
         Command::Restore(args) => restore::run(*args),
         Command::Pin(args) => pin::pin(*args),
         Command::Unpin(args) => pin::unpin(*args),

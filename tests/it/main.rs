@@ -22,6 +22,7 @@ mod events;
 mod gc;
 mod http;
 mod inspect;
+mod inspect_settings;
 mod kubelet;
 mod monitoring;
 mod node_events;

@@ -1,4 +1,5 @@
-//! `imagekeeper inspect explain`: the GC policy and image filesystem from its flags, the
+//! `imagekeeper inspect explain`: the GC settings resolved as `run` resolves them (the agent's
+//! config file, `--set`, the flags: `settings.rs`) and the image filesystem from its flags, the
 //! database's verified snapshot, the kubelet's pull records and a running agent's runtime
 //! pins (asked over the admin socket, with a deadline; unasked or unreachable is said, not
 //! guessed) folded into `imagekeeper::gc::explain_in`, and the result handed to the printer.
@@ -6,28 +7,10 @@
 
 use super::*;
 
-/// The GC policy and image filesystem `inspect explain` evaluates, from its flags (bad ones are
-/// usage errors, exit 2).
-fn explain_policy(args: &ExplainArgs) -> Result<(GcPolicy, Option<FsSpace>), Failure> {
-    let policy = GcPolicy {
-        high_threshold_percent: args.high,
-        low_threshold_percent: args.low,
-        min_age: args.min_age,
-        max_age: args.max_age,
-        ..GcPolicy::default()
-    };
-    policy
-        .validate()
-        .with_context(|| {
-            format!(
-                "invalid GC policy from --high {} --low {} --min-age {} --max-age {}",
-                policy.high_threshold_percent,
-                policy.low_threshold_percent,
-                go_duration(policy.min_age),
-                go_duration(policy.max_age)
-            )
-        })
-        .map_err(Failure::usage)?;
+/// The GC settings and image filesystem `inspect explain` evaluates: the settings resolved as
+/// `run` resolves them, the filesystem from its flags (bad ones are usage errors, exit 2).
+fn explain_settings(args: &ExplainArgs) -> Result<(GcConfig, Option<FsSpace>), Failure> {
+    let gc = args.settings.resolve()?.gc;
     let fs = match (args.capacity, args.available) {
         (Some(0), _) => {
             return Err(Failure::usage(anyhow!(
@@ -41,7 +24,7 @@ fn explain_policy(args: &ExplainArgs) -> Result<(GcPolicy, Option<FsSpace>), Fai
         }),
         _ => None,
     };
-    Ok((policy, fs))
+    Ok((gc, fs))
 }
 
 /// `inspect explain`: what GC would do now, with the kubelet's pull records when readable.
@@ -53,21 +36,20 @@ pub(super) fn explain(
     now: UnixNanos,
     runtime_pins: &RuntimePinsSeen,
 ) -> Result<(), Failure> {
-    let (policy, fs) = explain_policy(args)?;
+    let (gc, fs) = explain_settings(args)?;
+    let policy = gc.policy;
     let snap = open(db, true)?;
     let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
     let meta = snap.meta().map_err(inspect_failure)?;
-    let kubelet = if args.kubelet_root_dir.is_empty() {
-        OfflineKubelet::default()
-    } else {
-        let reader = PullRecordsReader::new(Path::new(&args.kubelet_root_dir));
-        fold_offline(
-            &reader,
+    let kubelet = match &gc.kubelet_root_dir {
+        None => OfflineKubelet::default(),
+        Some(dir) => fold_offline(
+            &PullRecordsReader::new(dir),
             &mut records,
             now,
             policy.min_age,
-            args.kubelet_intent_max_age,
-        )
+            gc.kubelet_intent_max_age.unwrap_or(DEFAULT_INTENT_MAX_AGE),
+        ),
     };
     for stale in &kubelet.view.stale_intents {
         eprintln!("imagekeeper: {}", escape_control(&stale.describe()));
@@ -82,15 +64,15 @@ pub(super) fn explain(
     let entries = snap.meta_entries().map_err(inspect_failure)?;
     let stored = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
     let (watch, _) = WatchHistory::from_meta(stored).after_detect(now, DEFAULT_WATCH_PERIOD);
-    let irreplaceable = args.protect_irreplaceable.then(|| Irreplaceable {
-        sandbox_image: args.pod_infra_container_image.clone(),
+    let irreplaceable = gc.protect_irreplaceable.then(|| Irreplaceable {
+        sandbox_image: gc.sandbox_image.clone(),
     });
     let (protections, unnamed) = snap
         .protections_offline(&records, now, irreplaceable.as_ref())
         .map_err(inspect_failure)?;
-    if args.protect_irreplaceable {
+    if gc.protect_irreplaceable {
         // Say what the file can and cannot tell.
-        let sandbox = match &args.pod_infra_container_image {
+        let sandbox = match &gc.sandbox_image {
             Some(image) => format!("the sandbox image is {image:?} (--pod-infra-container-image)"),
             None => "the runtime's sandbox image is not in the database (give \
                      --pod-infra-container-image, or ask the running agent: gc --dry-run)"
@@ -113,7 +95,7 @@ pub(super) fn explain(
     // The repo tags the store last listed for each record (a detect refreshes them): what
     // the adaptive and the predictive orders read.
     let tags: std::collections::BTreeMap<_, _> = if matches!(
-        args.image_gc_policy,
+        gc.order,
         imagekeeper::gc::GcOrder::Adaptive | imagekeeper::gc::GcOrder::Predictive
     ) {
         snap.names()
@@ -125,7 +107,7 @@ pub(super) fn explain(
         std::collections::BTreeMap::new()
     };
     let mut ranks = std::collections::BTreeMap::new();
-    if args.image_gc_policy == imagekeeper::gc::GcOrder::Adaptive {
+    if gc.order == imagekeeper::gc::GcOrder::Adaptive {
         let ranked = imagekeeper::gc::rank_adaptive(records, &journal, &tags);
         records = Vec::with_capacity(ranked.len());
         for (record, rank) in ranked {
@@ -134,7 +116,7 @@ pub(super) fn explain(
         }
     }
     let mut predictive_ranks = std::collections::BTreeMap::new();
-    if args.image_gc_policy == imagekeeper::gc::GcOrder::Predictive {
+    if gc.order == imagekeeper::gc::GcOrder::Predictive {
         let uses = snap.uses().map_err(inspect_failure)?;
         let pulls = snap.pulls().map_err(inspect_failure)?;
         let ranked = imagekeeper::gc::rank_predictive(records, &journal, &tags, &uses, &pulls, now);

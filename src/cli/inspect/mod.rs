@@ -6,30 +6,33 @@
 
 mod explain;
 mod print;
+mod settings;
 mod workload;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
 use imagekeeper::clock::{Clock, SystemClock};
+use imagekeeper::config::DEFAULT_GC_PERIOD;
 use imagekeeper::format::{go_duration, parse_go_duration};
 use imagekeeper::gc::{
-    DEFAULT_WATCH_PERIOD, ExplainContext, FsSpace, GcPolicy, Irreplaceable, OfflineKubelet,
+    DEFAULT_WATCH_PERIOD, ExplainContext, FsSpace, GcConfig, Irreplaceable, OfflineKubelet,
     RuntimePinsSeen, WatchHistory, explain_in, fold_offline, note_prior_evictions,
 };
 use imagekeeper::inspect::{
     InspectError, Snapshot, SortKey, escape_control, repull_rate, resolve_query, sort_records,
     stats,
 };
-use imagekeeper::kubelet::{DEFAULT_KUBELET_ROOT_DIR, PullRecordsReader};
+use imagekeeper::kubelet::{DEFAULT_INTENT_MAX_AGE, PullRecordsReader};
 use imagekeeper::model::{JournalEntry, PullOrigin, RemovalReason, UnixNanos};
 
 use super::Failure;
 use super::output::OutputArgs;
 use explain::{explain, runtime_pins_seen};
+use settings::GcSettingArgs;
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -83,7 +86,7 @@ enum InspectCommand {
     /// Counts, total size, a histogram by last use, and the database's meta entries.
     Stats,
     /// For each image, whether GC would remove it now, and why or why not.
-    Explain(ExplainArgs),
+    Explain(Box<ExplainArgs>),
     /// The store's invariants and redb's integrity (on a temporary copy); exit 1 on any
     /// violation.
     Check,
@@ -103,7 +106,7 @@ enum InspectCommand {
     /// The node's recorded history as a workload trace for `imagekeeper simulate` (JSON lines;
     /// -o is ignored): a `node` line, then a `run` line per recorded use and a `restart` line
     /// per stretch no detect watched.
-    Workload(WorkloadArgs),
+    Workload(Box<WorkloadArgs>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -143,32 +146,20 @@ struct WorkloadArgs {
     /// pulls, else 100000000).
     #[arg(long, value_name = "BYTES")]
     pull_bytes_per_s: Option<u64>,
-    /// The policy's HighThresholdPercent.
     #[arg(
         long,
-        value_name = "PERCENT",
-        default_value_t = 85,
-        allow_negative_numbers = true
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        help = format!(
+            "How often GC runs (Go duration; `run`'s --gc-period): the kubelet's ImageGCPeriod \
+             (pkg/kubelet/kubelet.go) [default: {}]",
+            go_duration(DEFAULT_GC_PERIOD)
+        )
     )]
-    high: i64,
-    /// The policy's LowThresholdPercent.
-    #[arg(
-        long,
-        value_name = "PERCENT",
-        default_value_t = 80,
-        allow_negative_numbers = true
-    )]
-    low: i64,
-    /// The policy's MinAge (Go duration).
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
-    min_age: Duration,
-    /// The policy's MaxAge (Go duration); 0 turns it off.
-    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration)]
-    max_age: Duration,
-    /// How often GC runs (Go duration): the kubelet's ImageGCPeriod (5m, pkg/kubelet/kubelet.go).
-    /// The policy's defaults are the kubelet's (85, 80, 2m, 0).
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
-    gc_period: Duration,
+    gc_period: Option<Duration>,
+    // The node line's policy: the thresholds and ages, as `run` takes them.
+    #[command(flatten, next_help_heading = "GC settings (as `run` takes them)")]
+    settings: GcSettingArgs,
 }
 
 /// `--since`: a duration before now, or a time.
@@ -217,86 +208,23 @@ enum Sort {
 
 #[derive(Args, Debug)]
 struct ExplainArgs {
-    /// HighThresholdPercent: disk usage at or above which the space pass runs.
-    #[arg(
-        long,
-        value_name = "PERCENT",
-        default_value_t = 85,
-        allow_negative_numbers = true
-    )]
-    high: i64,
-    /// LowThresholdPercent: disk usage the space pass frees down to.
-    #[arg(
-        long,
-        value_name = "PERCENT",
-        default_value_t = 80,
-        allow_negative_numbers = true
-    )]
-    low: i64,
-    /// MinAge (Go duration): images first detected more recently are not removed for space.
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
-    min_age: Duration,
-    /// MaxAge (Go duration): images unused for longer are removed; 0 turns it off.
-    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration)]
-    max_age: Duration,
     /// The image filesystem's size in bytes; with --available, evaluates the space pass.
     #[arg(long, value_name = "BYTES", requires = "available")]
     capacity: Option<u64>,
     /// The image filesystem's available bytes.
     #[arg(long, value_name = "BYTES", requires = "capacity")]
     available: Option<u64>,
-    /// The kubelet's root directory: its image pull records count as GC does (matched by
-    /// image id only, without the runtime); empty disables.
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT_DIR)]
-    kubelet_root_dir: String,
-    /// How old (file mtime) a kubelet pull intent may be and still keep its image, Go syntax.
-    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_intent_max_age)]
-    kubelet_intent_max_age: Duration,
-    /// The space pass's order: kubelet-order, adaptive or predictive (each image's reason then
-    /// says where that order puts it and why; predictive: the estimate of its next use and
-    /// what it came from).
-    #[arg(long, value_name = "ORDER", default_value = "kubelet-order", value_parser = parse_gc_order)]
-    image_gc_policy: imagekeeper::gc::GcOrder,
-    /// Keep the images that cannot come back, as the agent's flag: offline, the images whose
-    /// stored names have no repo digest, and the --pod-infra-container-image one.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        default_value = "true",
-        value_name = "BOOL"
-    )]
-    protect_irreplaceable: bool,
-    /// The sandbox image, as the agent's flag (the database does not hold the runtime's own
-    /// answer).
-    #[arg(long, value_name = "IMAGE")]
-    pod_infra_container_image: Option<String>,
     /// A running agent's admin socket: when the agent there keeps this --db, each kept image
     /// says whether the runtime carries it as pinned (its last runtime-pins reconcile);
     /// otherwise that is unknown, and the note says why.
     #[arg(long, value_name = "PATH", default_value = imagekeeper::agent::DEFAULT_ADMIN_SOCKET)]
     admin_socket: PathBuf,
-}
-
-/// `--image-gc-policy`: `kubelet-order`, `adaptive` or `predictive`, as `run` takes it.
-fn parse_gc_order(s: &str) -> Result<imagekeeper::gc::GcOrder, String> {
-    match s {
-        "kubelet-order" => Ok(imagekeeper::gc::GcOrder::KubeletOrder),
-        "adaptive" => Ok(imagekeeper::gc::GcOrder::Adaptive),
-        "predictive" => Ok(imagekeeper::gc::GcOrder::Predictive),
-        other => Err(format!(
-            "{other:?} is none of kubelet-order, adaptive, predictive"
-        )),
-    }
-}
-
-/// `--kubelet-intent-max-age`: a Go duration of at least 1m, as `run` takes it.
-fn parse_intent_max_age(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d < imagekeeper::agent::MIN_INTENT_MAX_AGE {
-        return Err(format!("must be at least 1m0s (got {s:?})"));
-    }
-    Ok(d)
+    // The policy, the space pass's order, the kubelet's root directory and intent age, and
+    // the irreplaceable images kept (with the sandbox image), as `run` takes them (the
+    // kubelet's pull records count as GC counts them, matched by image id only, without the
+    // runtime; the database does not hold the runtime's own sandbox image).
+    #[command(flatten, next_help_heading = "GC settings (as `run` takes them)")]
+    settings: GcSettingArgs,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -478,23 +406,9 @@ fn workload_command(
     args: &WorkloadArgs,
     now: UnixNanos,
 ) -> Result<(), Failure> {
-    let policy = GcPolicy {
-        high_threshold_percent: args.high,
-        low_threshold_percent: args.low,
-        min_age: args.min_age,
-        max_age: args.max_age,
-        ..GcPolicy::default()
-    };
-    policy
-        .validate()
-        .with_context(|| {
-            format!(
-                "invalid GC policy from --high {} --low {}",
-                args.high, args.low
-            )
-        })
-        .map_err(Failure::usage)?;
-    if args.gc_period.is_zero() {
+    let policy = args.settings.resolve()?.gc.policy;
+    let gc_period = args.gc_period.unwrap_or(DEFAULT_GC_PERIOD);
+    if gc_period.is_zero() {
         return Err(Failure::usage(anyhow!(
             "invalid value 0 for --gc-period: GC must run at some period"
         )));
@@ -532,11 +446,11 @@ fn workload_command(
         capacity: args.capacity,
         other_used: args.other_used,
         pull_bytes_per_s: args.pull_bytes_per_s,
-        high: args.high,
-        low: args.low,
-        min_age: args.min_age,
-        max_age: args.max_age,
-        gc_period: args.gc_period,
+        high: policy.high_threshold_percent,
+        low: policy.low_threshold_percent,
+        min_age: policy.min_age,
+        max_age: policy.max_age,
+        gc_period,
     };
     Ok(workload::write(w, &history, since, &overrides)?)
 }
