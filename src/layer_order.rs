@@ -14,6 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::size_limits::{blank_literals, is_test_file, rust_files};
+
 const BEGIN: &str = "<!-- layer-order: begin -->";
 const END: &str = "<!-- layer-order: end -->";
 
@@ -56,9 +58,13 @@ fn is_test_cfg(line: &str) -> bool {
             || line.contains("\"sim-mutants\""))
 }
 
-/// The file's text with test-gated items blanked out (lines kept, so line numbers hold).
+/// The file's code (comments and literals blanked, [`blank_literals`]) with test-gated items
+/// blanked out too, one entry per line of `text`, so line numbers hold. The attributes are
+/// judged on `text` itself: a feature's name is a string literal.
 fn production_lines(text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().collect();
+    let blanked = blank_literals(text);
+    let code: Vec<&str> = blanked.lines().collect();
     let mut out: Vec<String> = Vec::with_capacity(lines.len());
     let mut index = 0;
     while index < lines.len() {
@@ -69,7 +75,7 @@ fn production_lines(text: &str) -> Vec<String> {
             let mut opened = false;
             let mut cursor = index;
             while cursor < lines.len() {
-                let line = strip_comment_and_strings(lines[cursor]);
+                let line = code.get(cursor).copied().unwrap_or("");
                 for ch in line.chars() {
                     match ch {
                         '{' => {
@@ -92,55 +98,8 @@ fn production_lines(text: &str) -> Vec<String> {
             }
             index = cursor;
         } else {
-            out.push(lines[index].to_owned());
+            out.push(code.get(index).copied().unwrap_or("").to_owned());
             index += 1;
-        }
-    }
-    out
-}
-
-/// A line without its `//` comment and with string literals emptied (good enough for this
-/// codebase: no raw strings holding braces on the lines this reads).
-fn strip_comment_and_strings(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    let mut in_string = false;
-    while let Some(ch) = chars.next() {
-        if in_string {
-            match ch {
-                '\\' => {
-                    chars.next();
-                }
-                '"' => {
-                    in_string = false;
-                    out.push('"');
-                }
-                _ => {}
-            }
-            continue;
-        }
-        match ch {
-            '"' => {
-                in_string = true;
-                out.push('"');
-            }
-            '\'' => {
-                // A char literal like '{' or '"': skip it whole; a lifetime stays.
-                let rest: String = chars.clone().take(3).collect();
-                if rest.starts_with("\\") {
-                    let skip = rest.find('\'').map_or(0, |at| at + 1).max(3);
-                    for _ in 0..skip {
-                        chars.next();
-                    }
-                } else if rest.chars().nth(1) == Some('\'') {
-                    chars.next();
-                    chars.next();
-                } else {
-                    out.push(ch);
-                }
-            }
-            '/' if chars.peek() == Some(&'/') => break,
-            _ => out.push(ch),
         }
     }
     out
@@ -149,17 +108,12 @@ fn strip_comment_and_strings(line: &str) -> String {
 /// Files under `src/` that are test code as a whole: `tests.rs`, `*_tests.rs`, anything under
 /// a `tests/` directory, and modules whose `mod` line in the parent is test-gated.
 fn test_only_files(src: &Path, files: &[PathBuf]) -> BTreeSet<PathBuf> {
-    let mut test_only = BTreeSet::new();
-    for file in files {
-        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let relative = file.strip_prefix(src).unwrap_or(file);
-        if name == "tests.rs"
-            || name.ends_with("_tests.rs")
-            || relative.components().any(|c| c.as_os_str() == "tests")
-        {
-            test_only.insert(file.clone());
-        }
-    }
+    let root = src.parent().unwrap_or(src);
+    let mut test_only: BTreeSet<PathBuf> = files
+        .iter()
+        .filter(|file| is_test_file(file.strip_prefix(root).unwrap_or(file)))
+        .cloned()
+        .collect();
     for file in files {
         let Ok(text) = std::fs::read_to_string(file) else {
             continue;
@@ -209,22 +163,6 @@ fn module_dir(file: &Path) -> PathBuf {
     }
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .expect("src/ is readable")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The top-level module a file under `src/` belongs to; `None` for the crate root and the
 /// binaries (`lib.rs`, `main.rs`, `cli/`, `bin/`), which may import anything.
 fn top_level_module(src: &Path, file: &Path) -> Option<String> {
@@ -240,8 +178,7 @@ fn top_level_module(src: &Path, file: &Path) -> Option<String> {
 /// Every `crate::<module>` edge of the production code: (from, to) -> the first place seen.
 fn edges(src: &Path) -> BTreeMap<(String, String), String> {
     let modules = top_level_modules(src);
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
+    let files = rust_files(src);
     let test_only = test_only_files(src, &files);
     let mut found = BTreeMap::new();
     for file in &files {
@@ -252,8 +189,7 @@ fn edges(src: &Path) -> BTreeMap<(String, String), String> {
             continue;
         };
         let text = std::fs::read_to_string(file).expect("a source file is readable");
-        for (number, line) in production_lines(&text).iter().enumerate() {
-            let code = strip_comment_and_strings(line);
+        for (number, code) in production_lines(&text).iter().enumerate() {
             let mut rest = code.as_str();
             while let Some(at) = rest.find("crate::") {
                 let before = rest[..at].chars().last();

@@ -26,7 +26,7 @@ struct ImplBlock {
 
 /// `source` with every comment, string literal (plain, raw, byte) and character literal
 /// replaced by spaces, newlines kept, so line numbers and the braces of code are unchanged.
-fn blank_literals(source: &str) -> String {
+pub(crate) fn blank_literals(source: &str) -> String {
     let chars: Vec<char> = source.chars().collect();
     let mut out = String::with_capacity(source.len());
     let blank = |out: &mut String, c: char| out.push(if c == '\n' { '\n' } else { ' ' });
@@ -230,7 +230,7 @@ fn impl_blocks(source: &str) -> Vec<ImplBlock> {
 
 /// Whether `path` (relative to the crate root) is test code: `tests.rs`, `*_tests.rs`, or
 /// anything under a `tests/` directory.
-fn is_test_file(path: &Path) -> bool {
+pub(crate) fn is_test_file(path: &Path) -> bool {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     name == "tests.rs"
         || name.ends_with("_tests.rs")
@@ -238,7 +238,7 @@ fn is_test_file(path: &Path) -> bool {
 }
 
 /// Every `.rs` file under `dir`, sorted.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(dir) = pending.pop() {
