@@ -163,11 +163,23 @@ impl AgentFlags {
 
 /// Loads the source's file (if any) and resolves it; every error is a usage error.
 pub fn resolve_source(source: &ConfigSource) -> Result<AgentConfig, Failure> {
-    let file = match &source.file {
+    resolve_file_and_flags(source.file.as_deref(), &source.flags, |e| e)
+}
+
+/// Loads `file` (if any) and resolves it under `flags`; every error is a usage error. A
+/// refusal passes through `rename` first (`inspect` names the old flag given in place of
+/// `run`'s).
+pub fn resolve_file_and_flags(
+    file: Option<&std::path::Path>,
+    flags: &FlagValues,
+    rename: impl FnOnce(imagekeeper::config::ConfigError) -> imagekeeper::config::ConfigError,
+) -> Result<AgentConfig, Failure> {
+    let loaded = match file {
         Some(path) => FileConfig::load(path).map_err(Failure::usage)?,
         None => FileConfig::default(),
     };
-    AgentConfig::resolve(&file, source.file.as_deref(), &source.flags)
+    AgentConfig::resolve(&loaded, file, flags)
+        .map_err(rename)
         .context("invalid configuration")
         .map_err(Failure::usage)
 }

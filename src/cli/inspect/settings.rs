@@ -11,13 +11,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::anyhow;
 use clap::Args;
-use imagekeeper::config::{AgentConfig, ConfigError, FileConfig, FlagValues};
+use imagekeeper::config::{AgentConfig, ConfigError, FlagValues};
 use imagekeeper::format::go_duration;
 
 use super::super::Failure;
-use super::super::agent_flags::SettingFlags;
+use super::super::agent_flags::{SettingFlags, resolve_file_and_flags};
 use super::parse_duration;
 
 /// `--config`, `--set`, `run`'s setting flags and the old names of four of them.
@@ -139,15 +138,8 @@ impl GcSettingArgs {
         for line in self.deprecations() {
             eprintln!("{line}");
         }
-        let file = match &self.config {
-            Some(path) => FileConfig::load(path).map_err(Failure::usage)?,
-            None => FileConfig::default(),
-        };
-        AgentConfig::resolve(&file, self.config.as_deref(), &self.values()).map_err(|e| {
-            Failure::usage(anyhow!(
-                "invalid configuration: {}",
-                self.naming_old_flags(e)
-            ))
+        resolve_file_and_flags(self.config.as_deref(), &self.values(), |e| {
+            self.naming_old_flags(e)
         })
     }
 
