@@ -7,6 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::super::hooked::{Hooked, Hooks};
 use imagekeeper::agent::{Agent, AgentConfig, AgentRuntime, FileConfig, FlagValues, NoEvents};
@@ -97,13 +98,23 @@ async fn ctr_remove(lab: &Lab, client: &CriClient, image: &LabImage) {
         .expect("ctr runs");
     // A name already gone is reported and skipped; the check is the CRI's list below.
     let _ = output;
-    assert!(
-        !support::listed_image_ids(client)
-            .await
-            .contains(&image.image_id),
-        "ctr images rm removed {}",
-        image.reference
-    );
+    // The CRI plugin's image cache learns of a removal made behind its back from containerd's
+    // event stream, after `ctr images rm` has returned (seen on 1.6: the image was still
+    // listed right after); no signal announces it, so the CRI's list is polled.
+    support::wait_for(
+        &format!(
+            "the CRI to list {} no more after ctr images rm",
+            image.reference
+        ),
+        Duration::from_secs(10),
+        || async {
+            (!support::listed_image_ids(client)
+                .await
+                .contains(&image.image_id))
+            .then_some(())
+        },
+    )
+    .await;
 }
 
 /// The real bytes containerd's image filesystem uses now.
