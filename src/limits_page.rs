@@ -114,7 +114,7 @@ fn the_limits_page_states_every_limit_with_the_codes_number() {
         format!("at most **{}** `*.conf` files", crate::doctor::MAX_DROP_INS),
         format!(
             "**Warm set**: at most **{}** entries (the config file's `[[warm]]` tables and the \
-             directory's files together) from at most **{}** files in `--warm-set-dir`",
+             directory's files together) from at most **{}** files in `warmSetDir`",
             grouped(crate::warm::MAX_WARM_ENTRIES as u64),
             crate::warm::MAX_WARM_FILES
         ),

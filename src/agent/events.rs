@@ -69,7 +69,7 @@ pub async fn watch_container_events<E: AgentRuntime, R: ImageRuntime>(
     mut note: impl FnMut(EventsNote),
 ) {
     if mode == ContainerEvents::Off {
-        info!("Not watching the runtime's container events (--container-events off)");
+        info!("Not watching the runtime's container events (containerEvents = off)");
         note(EventsNote::Off);
         return;
     }

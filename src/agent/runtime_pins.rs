@@ -128,7 +128,7 @@ impl RuntimePinner {
     /// yet).
     pub fn new(mode: RuntimePins, address: &str) -> Result<RuntimePinner, CriError> {
         let (client, state) = match mode {
-            RuntimePins::Off => (None, PinsState::Off("--runtime-pins off".to_owned())),
+            RuntimePins::Off => (None, PinsState::Off("runtimePins = off".to_owned())),
             RuntimePins::Auto => (
                 Some(ContainerdImages::connect(
                     address,

@@ -68,7 +68,7 @@ impl<R: AgentRuntime> Agent<R> {
         let runtime_pins =
             runtime_pins::RuntimePinner::new(config.runtime_pins, &config.containerd_address)
                 .map_err(|e| ConfigError::Invalid {
-                    origin: "--containerd-address".to_owned(),
+                    origin: "containerdAddress".to_owned(),
                     message: e.to_string(),
                 })?;
         Ok(Agent {

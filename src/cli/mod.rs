@@ -74,7 +74,7 @@ enum Command {
     /// Check the kubelet's configuration against imagekeeper's: each conflict and what to change.
     Doctor(Box<doctor::DoctorArgs>),
     /// Remove every io.cri-containerd.pinned label imagekeeper set in containerd (and only
-    /// those): the uninstall step of --runtime-pins. Stop the agent first.
+    /// those): the uninstall step of the runtime pins (runtimePins). Stop the agent first.
     RemoveRuntimePins(Box<runtime_pins::RemoveRuntimePinsArgs>),
     /// Print a shell completion script (bash, zsh or fish).
     Completion(docs::CompletionArgs),

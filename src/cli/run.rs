@@ -112,7 +112,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         (false, false) => Some((watched, args.config_watch_period)),
         (true, false) => {
             return Err(Failure::usage(anyhow::anyhow!(
-                "--config-watch-period: there is no --config file nor --warm-set-dir to watch"
+                "--config-watch-period: there is no --config file nor warmSetDir to watch"
             )));
         }
         _ => None,

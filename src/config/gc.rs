@@ -65,15 +65,16 @@ pub(super) fn resolve_gc_policy(
                 &flags.image_gc_high_inodes_threshold,
                 "--image-gc-high-inodes-threshold",
                 &file.image_gc_high_inodes_threshold_percent,
-                o.field("imageGCHighInodesThresholdPercent"),
+                "imageGCHighInodesThresholdPercent",
             ),
             (
                 &flags.image_gc_low_inodes_threshold,
                 "--image-gc-low-inodes-threshold",
                 &file.image_gc_low_inodes_threshold_percent,
-                o.field("imageGCLowInodesThresholdPercent"),
+                "imageGCLowInodesThresholdPercent",
             ),
         ],
+        o,
         |v: i64, _| Ok(v),
         |high, low| GcPolicy {
             inodes: Some(InodeThresholds { high, low }),
@@ -89,15 +90,16 @@ pub(super) fn resolve_gc_policy(
                 &flag_bytes(&flags.image_gc_high_bytes),
                 "--image-gc-high-bytes",
                 &file_bytes(&file.image_gc_high_bytes),
-                o.field("imageGCHighBytes"),
+                "imageGCHighBytes",
             ),
             (
                 &flag_bytes(&flags.image_gc_low_bytes),
                 "--image-gc-low-bytes",
                 &file_bytes(&file.image_gc_low_bytes),
-                o.field("imageGCLowBytes"),
+                "imageGCLowBytes",
             ),
         ],
+        o,
         |q: Quantity, from: &str| q.bytes().map_err(|e| invalid(from.to_owned(), e)),
         |high, low| GcPolicy {
             bytes: Some(ByteBudget { high, low }),
@@ -109,21 +111,24 @@ pub(super) fn resolve_gc_policy(
 }
 
 /// One of imagekeeper's threshold pairs (inodes, bytes): off when neither is given, refused
-/// when one is given without the other, each value converted by `value` (naming its flag or
-/// field), the pair validated alone by the policy's rules (`policy` builds a policy holding
-/// just it) with the error naming both origins.
-pub(super) type PairSource<'a, T> = (&'a Option<T>, &'a str, &'a Option<T>, String);
+/// when one is given without the other (naming the missing one by its config key: the flag,
+/// if any, is deprecated), each value converted by `value` (naming its flag or field as it
+/// was given), the pair validated alone by the policy's rules (`policy` builds a policy
+/// holding just it) with the error naming both origins.
+/// Each side: the flag's value, the flag, the file's value, the config key.
+pub(super) type PairSource<'a, T> = (&'a Option<T>, &'a str, &'a Option<T>, &'static str);
 
 pub(super) fn resolve_pair<T: Clone, V: Copy, P>(
     [high, low]: [PairSource<'_, T>; 2],
+    o: &Origin<'_>,
     value: impl Fn(T, &str) -> Result<V, ConfigError>,
     policy: impl Fn(V, V) -> GcPolicy,
     make: impl Fn((V, V)) -> P,
 ) -> Result<Option<P>, ConfigError> {
-    let high_name = high.1.to_owned();
-    let low_name = low.1.to_owned();
-    let high = pick(high.0, high.1, high.2, high.3);
-    let low = pick(low.0, low.1, low.2, low.3);
+    let high_name = high.3;
+    let low_name = low.3;
+    let high = pick(high.0, high.1, high.2, o.field(high.3));
+    let low = pick(low.0, low.1, low.2, o.field(low.3));
     let ((h, high_from), (l, low_from)) = match (high, low) {
         (None, None) => return Ok(None),
         (Some(h), Some(l)) => (h, l),

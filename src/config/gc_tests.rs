@@ -245,14 +245,14 @@ fn inode_thresholds_and_byte_budgets_resolve_and_refuse_with_their_names() {
                 image_gc_high_inodes_threshold: Some(90),
                 ..FlagValues::default()
             },
-            "--image-gc-high-inodes-threshold: set without --image-gc-low-inodes-threshold (give both, or neither to leave the rule off)",
+            "--image-gc-high-inodes-threshold: set without imageGCLowInodesThresholdPercent (give both, or neither to leave the rule off)",
         ),
         (
             FlagValues {
                 image_gc_low_bytes: Some("1Gi".into()),
                 ..FlagValues::default()
             },
-            "--image-gc-low-bytes: set without --image-gc-high-bytes (give both, or neither to leave the rule off)",
+            "--image-gc-low-bytes: set without imageGCHighBytes (give both, or neither to leave the rule off)",
         ),
         (
             FlagValues {
@@ -268,7 +268,7 @@ fn inode_thresholds_and_byte_budgets_resolve_and_refuse_with_their_names() {
                 image_gc_low_inodes_threshold: Some(80),
                 ..FlagValues::default()
             },
-            "--image-gc-low-inodes-threshold and --image-gc-high-inodes-threshold: invalid configuration: imageGCLowInodesThresholdPercent (--image-gc-low-inodes-threshold) 80 must be less than imageGCHighInodesThresholdPercent (--image-gc-high-inodes-threshold) 80",
+            "--image-gc-low-inodes-threshold and --image-gc-high-inodes-threshold: invalid configuration: imageGCLowInodesThresholdPercent 80 must be less than imageGCHighInodesThresholdPercent 80",
         ),
         (
             FlagValues {
@@ -291,6 +291,25 @@ fn inode_thresholds_and_byte_budgets_resolve_and_refuse_with_their_names() {
         let err = resolve(&FileConfig::default(), &flags).expect_err(want);
         assert_eq!(err.to_string(), want);
     }
+    // Issue 38: one of a pair from the file or `--set` names the missing one by its config
+    // key, never by its deprecated flag.
+    let half: FileConfig = toml::from_str("imageGCLowInodesThresholdPercent = 70\n").expect("toml");
+    let err = resolve(&half, &FlagValues::default()).expect_err("half a pair");
+    assert_eq!(
+        err.to_string(),
+        "imageGCLowInodesThresholdPercent in /etc/ik.toml: set without \
+         imageGCHighInodesThresholdPercent (give both, or neither to leave the rule off)"
+    );
+    let set = FlagValues {
+        set: toml::from_str("imageGCHighBytes = \"2Gi\"\n").expect("toml"),
+        ..FlagValues::default()
+    };
+    let err = resolve(&FileConfig::default(), &set).expect_err("half a pair");
+    assert_eq!(
+        err.to_string(),
+        "--set imageGCHighBytes: set without imageGCLowBytes (give both, or neither to leave \
+         the rule off)"
+    );
     let file: FileConfig =
         toml::from_str("imageGCHighBytes = \"-1\"\nimageGCLowBytes = 0\n").expect("toml");
     let err = resolve(&file, &FlagValues::default()).expect_err("negative");

@@ -312,7 +312,7 @@ pub(super) fn check_image_filesystem(input: &DoctorInput<'_>) -> Finding {
 /// The inode signals (pkg/kubelet/eviction/helpers.go, buildSignalToNodeReclaimFuncs: an
 /// inodesFree signal reclaims like its filesystem's available signal, DeleteUnusedImages
 /// included; defaults 5% each, pkg/kubelet/eviction/defaults_linux.go). A percentage is
-/// compared with imagekeeper's --image-gc-high-inodes-threshold when one is set, as the byte
+/// compared with imagekeeper's imageGCHighInodesThresholdPercent when one is set, as the byte
 /// signals are with --image-gc-high-threshold; a nodefs signal only when the images are on
 /// nodefs.
 pub(super) fn check_inodes(input: &DoctorInput<'_>) -> Vec<Finding> {
@@ -371,7 +371,7 @@ pub(super) fn check_inodes(input: &DoctorInput<'_>) -> Vec<Finding> {
                     &name,
                     format!(
                         "{fires}; imagekeeper's inode thresholds are off \
-                         (--image-gc-high-inodes-threshold), so a filesystem that runs out of \
+                         (imageGCHighInodesThresholdPercent), so a filesystem that runs out of \
                          inodes before bytes reaches this line first"
                     ),
                 ),
@@ -379,7 +379,7 @@ pub(super) fn check_inodes(input: &DoctorInput<'_>) -> Vec<Finding> {
                     &name,
                     format!(
                         "{fires}; a count of inodes is compared with \
-                         --image-gc-high-inodes-threshold only as a share of the filesystem's \
+                         imageGCHighInodesThresholdPercent only as a share of the filesystem's \
                          inodes, which the doctor does not compare"
                     ),
                 ),
@@ -390,14 +390,16 @@ pub(super) fn check_inodes(input: &DoctorInput<'_>) -> Vec<Finding> {
                         &name,
                         format!(
                             "{fires}, at {} of inodes used, at or below imagekeeper's \
-                             --image-gc-high-inodes-threshold {}%: it acts before imagekeeper's GC",
+                             imageGCHighInodesThresholdPercent {}%: it acts before imagekeeper's GC",
                             percent(line),
                             t.high
                         ),
                         format!(
-                            "set --image-gc-high-inodes-threshold below {}, for example \
-                             --image-gc-high-inodes-threshold {suggest_high} \
-                             --image-gc-low-inodes-threshold {suggest_low}",
+                            "set imageGCHighInodesThresholdPercent below {} in the config \
+                             file, for example imageGCHighInodesThresholdPercent = {suggest_high} \
+                             and imageGCLowInodesThresholdPercent = {suggest_low} (or --set \
+                             imageGCHighInodesThresholdPercent={suggest_high} --set \
+                             imageGCLowInodesThresholdPercent={suggest_low})",
                             percent(line)
                         ),
                     )
@@ -406,7 +408,7 @@ pub(super) fn check_inodes(input: &DoctorInput<'_>) -> Vec<Finding> {
                     &name,
                     format!(
                         "{fires}, at {} of inodes used, above imagekeeper's \
-                         --image-gc-high-inodes-threshold {}%",
+                         imageGCHighInodesThresholdPercent {}%",
                         percent(line),
                         t.high
                     ),

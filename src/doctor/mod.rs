@@ -176,7 +176,7 @@ pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
 const KEEPS_UNSEEN: &str = "the kubelet's image GC and eviction manager cannot see imagekeeper's \
     keeps (pins, warm set, irreplaceable images) and may remove them";
 
-/// The runtime pins (`--runtime-pins`): whether the runtime can carry imagekeeper's keeps as
+/// The runtime pins (`runtimePins`): whether the runtime can carry imagekeeper's keeps as
 /// pinned (containerd 1.7.3 and later; the kubelet's image GC and eviction manager skip an
 /// image the runtime lists as pinned: kubelet master
 /// `pkg/kubelet/images/image_gc_manager.go`, `imagesInEvictionOrder`) and, when it can,
@@ -189,7 +189,7 @@ fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
     if input.imagekeeper.runtime_pins == crate::config::RuntimePins::Off {
         return Finding::not_checked(
             name,
-            format!("runtime pins are off (--runtime-pins off): {KEEPS_UNSEEN}"),
+            format!("runtime pins are off (runtimePins = off): {KEEPS_UNSEEN}"),
         );
     }
     let Some(view) = input.runtime_pins else {
@@ -209,7 +209,7 @@ fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
     if let Err(why) = crate::runtime::runtime_carries_pins(version) {
         return Finding::not_checked(
             name,
-            format!("runtime pins are off (--runtime-pins auto): {why}: {KEEPS_UNSEEN}"),
+            format!("runtime pins are off (runtimePins = auto): {why}: {KEEPS_UNSEEN}"),
         );
     }
     let RuntimeView::Reached { images, .. } = input.runtime else {
@@ -269,8 +269,8 @@ fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
                 keeps.len(),
                 missing.join(", ")
             ),
-            "check that the agent runs with --runtime-pins auto against this containerd \
-             (--containerd-address), and its log for \"Runtime pins: label write failed\" and \
+            "check that the agent runs with runtimePins = auto (its default) against this \
+             containerd (containerdAddress), and its log for \"Runtime pins: label write failed\" and \
              imagekeeper_runtime_pin_label_writes_total{result=\"failure\"}; the agent labels \
              its keeps after each detect"
                 .to_owned(),
@@ -396,7 +396,7 @@ fn check_credential_verification(input: &DoctorInput<'_>) -> Finding {
 }
 
 /// The images that cannot come back (the runtime's sandbox image, images with no repo
-/// digest), listed: kept with `--protect-irreplaceable` (the default), collectible without.
+/// digest), listed: kept with `protectIrreplaceable` (the default), collectible without.
 fn check_irreplaceable(input: &DoctorInput<'_>) -> Finding {
     let name = "irreplaceable-images";
     let RuntimeView::Reached { images, .. } = input.runtime else {
@@ -434,13 +434,13 @@ fn check_irreplaceable(input: &DoctorInput<'_>) -> Finding {
     if gc.protect_irreplaceable {
         Finding::ok(
             name,
-            format!("kept as irreplaceable (--protect-irreplaceable): {list}"),
+            format!("kept as irreplaceable (protectIrreplaceable): {list}"),
         )
     } else {
         Finding::ok(
             name,
             format!(
-                "--protect-irreplaceable=false: GC may remove these images no registry can give back: {list}"
+                "protectIrreplaceable = false: GC may remove these images no registry can give back: {list}"
             ),
         )
     }
@@ -462,10 +462,7 @@ fn check_warm_set(input: &DoctorInput<'_>) -> Finding {
         ""
     };
     if gc.warm.is_empty() {
-        return Finding::ok(
-            name,
-            format!("no warm set ([[warm]], --warm-set-dir){history}"),
-        );
+        return Finding::ok(name, format!("no warm set ([[warm]], warmSetDir){history}"));
     }
     let RuntimeView::Reached { images, image_fs } = input.runtime else {
         return Finding::not_checked(
@@ -530,7 +527,7 @@ fn check_warm_set(input: &DoctorInput<'_>) -> Finding {
             misfits.join(", ")
         ),
         "free room on the image filesystem, raise --image-gc-low-threshold (or the byte \
-         budget's --image-gc-low-bytes), or shorten the warm set: earlier entries have \
+         budget's imageGCLowBytes), or shorten the warm set: earlier entries have \
          priority"
             .to_owned(),
     )
@@ -544,7 +541,7 @@ fn check_pinned(input: &DoctorInput<'_>) -> Finding {
     if !pins.is_empty() {
         return Finding::ok(
             name,
-            format!("--pinned-image patterns are set: {}", pins.join(", ")),
+            format!("pinnedImages patterns are set: {}", pins.join(", ")),
         );
     }
     match input.runtime {
@@ -576,13 +573,13 @@ fn check_pinned(input: &DoctorInput<'_>) -> Finding {
                     name,
                     format!(
                         "the runtime reports none of its {} image(s) as pinned and no \
-                         --pinned-image pattern is set: nothing keeps the sandbox (pause) image \
+                         pinnedImages pattern is set: nothing keeps the sandbox (pause) image \
                          or an image the node must keep from being collected",
                         images.len()
                     ),
-                    "set --pinned-image PATTERN (repeatable; pinnedImages in --config) for the \
-                     sandbox image and every image to keep, for example --pinned-image \
-                     'registry.k8s.io/pause:*'"
+                    "set pinnedImages in the config file for the sandbox image and every image \
+                     to keep, for example pinnedImages = [\"registry.k8s.io/pause:*\"] (or \
+                     --set 'pinnedImages=[\"registry.k8s.io/pause:*\"]')"
                         .to_owned(),
                 )
             }
@@ -601,7 +598,7 @@ fn check_container_events(input: &DoctorInput<'_>) -> Finding {
             name,
             format!(
                 "the kubelet's EventedPLEG feature gate is off: it does not subscribe to the \
-                 runtime's container events, so imagekeeper's watcher (--container-events {}) \
+                 runtime's container events, so imagekeeper's watcher (containerEvents = {}) \
                  takes none from it",
                 ours.as_str()
             ),
@@ -616,13 +613,13 @@ fn check_container_events(input: &DoctorInput<'_>) -> Finding {
             name,
             format!(
                 "the kubelet's EventedPLEG feature gate is on and imagekeeper watches the \
-                 runtime's container events too (--container-events {}): on containerd 1.7 and \
+                 runtime's container events too (containerEvents = {}): on containerd 1.7 and \
                  CRI-O 1.26-1.27 each event goes to one subscriber, so imagekeeper would take \
                  events the kubelet's PLEG needs",
                 ours.as_str()
             ),
-            "set imagekeeper's --container-events off (containerEvents = \"off\" in --config); \
-             images are then marked used at each detect"
+            "set imagekeeper's containerEvents = \"off\" in its config file (or --set \
+             containerEvents=off); images are then marked used at each detect"
                 .to_owned(),
         ),
     }
@@ -639,12 +636,12 @@ fn check_stale_intents(input: &DoctorInput<'_>) -> Finding {
         ),
         Some([]) => Finding::ok(
             name,
-            "no kubelet pull intent is older than --kubelet-intent-max-age".to_owned(),
+            "no kubelet pull intent is older than kubeletIntentMaxAge".to_owned(),
         ),
         Some(stale) => Finding::ok(
             name,
             format!(
-                "{} kubelet pull intent(s) are older than --kubelet-intent-max-age and keep no \
+                "{} kubelet pull intent(s) are older than kubeletIntentMaxAge and keep no \
                  image (the kubelet removes an intent when the pull ends, but never one whose \
                  name is not exactly one of the runtime's tags or digests): {}",
                 stale.len(),

@@ -473,10 +473,9 @@ fn evented_pleg_conflicts_with_imagekeepers_watcher_unless_it_is_off() {
         assert_eq!(f.status, want, "{body} {flags:?}: {f:?}");
         if want == Status::Conflict {
             assert!(
-                f.fix
-                    .as_deref()
-                    .unwrap_or_default()
-                    .contains("--container-events off"),
+                f.fix.as_deref().unwrap_or_default().contains(
+                    "containerEvents = \"off\" in its config file (or --set containerEvents=off)"
+                ),
                 "{f:?}"
             );
         }
@@ -606,7 +605,7 @@ fn a_split_or_dedicated_image_filesystem_is_reported() {
 }
 
 /// Issue 28: with inode thresholds set, an inodesFree percentage is compared with
-/// --image-gc-high-inodes-threshold as the byte signals are with --image-gc-high-threshold.
+/// imageGCHighInodesThresholdPercent as the byte signals are with --image-gc-high-threshold.
 #[test]
 fn an_inode_signal_is_compared_with_the_high_inode_threshold() {
     // The kubelet's default imagefs.inodesFree 5% evicts at 95% of inodes used.
@@ -623,10 +622,11 @@ fn an_inode_signal_is_compared_with_the_high_inode_threshold() {
     .clone();
     assert_eq!(f.status, Status::Conflict, "{f:?}");
     assert!(
-        f.fix
-            .as_deref()
-            .unwrap_or_default()
-            .contains("--image-gc-high-inodes-threshold 90 --image-gc-low-inodes-threshold 80"),
+        f.fix.as_deref().unwrap_or_default().contains(
+            "imageGCHighInodesThresholdPercent = 90 and imageGCLowInodesThresholdPercent = 80 \
+                 (or --set imageGCHighInodesThresholdPercent=90 --set \
+                 imageGCLowInodesThresholdPercent=80)"
+        ),
         "{f:?}"
     );
     let f = find(
@@ -637,7 +637,7 @@ fn an_inode_signal_is_compared_with_the_high_inode_threshold() {
     assert_eq!(f.status, Status::Ok, "{f:?}");
     assert!(
         f.message
-            .contains("above imagekeeper's --image-gc-high-inodes-threshold 85%"),
+            .contains("above imagekeeper's imageGCHighInodesThresholdPercent 85%"),
         "{f:?}"
     );
 }
@@ -788,7 +788,7 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
             vec![],
             vec![],
             Status::NotChecked,
-            "--runtime-pins off): the kubelet's image GC and eviction manager cannot see",
+            "(runtimePins = off): the kubelet's image GC and eviction manager cannot see",
         ),
         (
             "auto on containerd 1.6",
@@ -860,5 +860,70 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
         assert_eq!(f.status, want, "{what}: {f:#?}");
         assert!(f.message.contains(text), "{what}: {}", f.message);
         assert_eq!(f.fix.is_some(), want == Status::Conflict, "{what}");
+    }
+}
+
+/// Issue 38: the doctor's findings and fixes name a deprecated flag's config key (and
+/// `--set KEY=VALUE`), never the flag itself, across the checks that name a setting: pins,
+/// container events, inode thresholds (off, conflicting, fine), irreplaceable images (kept and
+/// not), the warm set, the pull intents and the runtime pins.
+#[test]
+fn no_finding_or_fix_names_a_deprecated_flag() {
+    let deprecated: Vec<&str> = crate::config::CONFIG_FIELDS
+        .iter()
+        .filter(|f| f.flag_status == Some(crate::config::FlagStatus::Deprecated))
+        .filter_map(|f| f.flag_name)
+        .collect();
+    assert!(deprecated.contains(&"--pinned-image"), "{deprecated:?}");
+    let evented = kubelet("featureGates:\n  EventedPLEG: true\n");
+    let images = RuntimeView::Reached {
+        images: vec![image("sha256:a", false), image("sha256:b", false)],
+        image_fs: Err("not asked".to_owned()),
+    };
+    let inodes = |high, low| FlagValues {
+        image_gc_high_inodes_threshold: Some(high),
+        image_gc_low_inodes_threshold: Some(low),
+        ..thresholds(80, 70)
+    };
+    let mut findings = Vec::new();
+    for flags in [
+        thresholds(80, 70),
+        inodes(96, 80),
+        inodes(85, 75),
+        FlagValues {
+            protect_irreplaceable: Some(false),
+            runtime_pins: Some("off".to_owned()),
+            ..thresholds(80, 70)
+        },
+        FlagValues {
+            pinned_images: vec!["registry.k8s.io/pause:*".to_owned()],
+            ..thresholds(80, 70)
+        },
+    ] {
+        findings.extend(run_on(&evented, &ours(flags.clone()), &images, Some(true)));
+        findings.extend(run(&kubelet(""), &ours(flags), &images, false));
+    }
+    let conflicts: Vec<&str> = findings
+        .iter()
+        .filter(|f| f.status == Status::Conflict)
+        .map(|f| f.check.as_str())
+        .collect();
+    for check in [
+        "pinned-images",
+        "container-events",
+        "eviction-hard-imagefs-inodes",
+    ] {
+        assert!(conflicts.contains(&check), "{check}: {conflicts:?}");
+    }
+    for f in &findings {
+        for text in std::iter::once(&f.message).chain(f.fix.as_ref()) {
+            for flag in &deprecated {
+                assert!(
+                    !text.contains(flag),
+                    "{}: {text:?} names the deprecated {flag}",
+                    f.check
+                );
+            }
+        }
     }
 }

@@ -29,7 +29,7 @@ pub struct GcPolicy {
     pub bytes: Option<ByteBudget>,
 }
 
-/// `--image-gc-high-inodes-threshold` / `--image-gc-low-inodes-threshold`: at or above `high`
+/// `imageGCHighInodesThresholdPercent` / `imageGCLowInodesThresholdPercent`: at or above `high`
 /// percent of the image filesystem's inodes used, GC removes images until at most `low`
 /// percent are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,7 +40,7 @@ pub struct InodeThresholds {
     pub low: i64,
 }
 
-/// `--image-gc-high-bytes` / `--image-gc-low-bytes`: when the images' total size is above
+/// `imageGCHighBytes` / `imageGCLowBytes`: when the images' total size is above
 /// `high` bytes, GC frees it down to `low`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ByteBudget {
@@ -121,7 +121,7 @@ impl GcPolicy {
             }
             if low == high {
                 return invalid(format!(
-                    "invalid configuration: imageGCLowInodesThresholdPercent (--image-gc-low-inodes-threshold) {low} must be less than imageGCHighInodesThresholdPercent (--image-gc-high-inodes-threshold) {high}"
+                    "invalid configuration: imageGCLowInodesThresholdPercent {low} must be less than imageGCHighInodesThresholdPercent {high}"
                 ));
             }
         }
@@ -136,7 +136,7 @@ impl GcPolicy {
             }
             if low == high {
                 return invalid(format!(
-                    "invalid configuration: imageGCLowBytes (--image-gc-low-bytes) {low} must be less than imageGCHighBytes (--image-gc-high-bytes) {high}"
+                    "invalid configuration: imageGCLowBytes {low} must be less than imageGCHighBytes {high}"
                 ));
             }
         }
@@ -349,7 +349,7 @@ mod tests {
             (
                 inodes(80, 80),
                 Some(
-                    "invalid configuration: imageGCLowInodesThresholdPercent (--image-gc-low-inodes-threshold) 80 must be less than imageGCHighInodesThresholdPercent (--image-gc-high-inodes-threshold) 80",
+                    "invalid configuration: imageGCLowInodesThresholdPercent 80 must be less than imageGCHighInodesThresholdPercent 80",
                 ),
             ),
             (bytes(500, 400), None),
@@ -362,7 +362,7 @@ mod tests {
             (
                 bytes(500, 500),
                 Some(
-                    "invalid configuration: imageGCLowBytes (--image-gc-low-bytes) 500 must be less than imageGCHighBytes (--image-gc-high-bytes) 500",
+                    "invalid configuration: imageGCLowBytes 500 must be less than imageGCHighBytes 500",
                 ),
             ),
         ];

@@ -59,7 +59,7 @@ pub const MAX_RECORD_FILE_BYTES: u64 = MAX_OPERATOR_FILE_BYTES;
 pub const MAX_WARNED_FILES: usize = 4096;
 
 /// The default age past which a pull intent no longer protects its image
-/// (`--kubelet-intent-max-age`). The kubelet sets no deadline on a pull (PullImage runs until
+/// (`kubeletIntentMaxAge`). The kubelet sets no deadline on a pull (PullImage runs until
 /// it ends), so this is a bound no real pull reaches: a 100 GB image at 100 Mbit/s takes about
 /// 2h15m; 24 hours is ten times that.
 pub const DEFAULT_INTENT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
@@ -163,11 +163,11 @@ pub struct StaleIntent {
 
 impl StaleIntent {
     /// `the kubelet's pull intent for "busybox:1.36" (FILE) was written 48h0m0s ago, more
-    /// than --kubelet-intent-max-age 24h0m0s: it no longer keeps any image`.
+    /// than kubeletIntentMaxAge 24h0m0s: it no longer keeps any image`.
     pub fn describe(&self) -> String {
         format!(
             "the kubelet's pull intent for {:?} ({}) was written {} ago, more than \
-             --kubelet-intent-max-age {}: it no longer keeps any image",
+             kubeletIntentMaxAge {}: it no longer keeps any image",
             self.image,
             self.file.display(),
             go_duration(Duration::from_secs(self.age_seconds)),

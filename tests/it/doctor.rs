@@ -624,7 +624,7 @@ fn doctor_names_a_stale_kubelet_pull_intent_under_the_kubelet_root_dir() {
     assert_eq!(stale["status"], "ok", "{stale:#}");
     assert!(
         stale["message"].as_str().is_some_and(|m| m
-            .contains("1 kubelet pull intent(s) are older than --kubelet-intent-max-age")
+            .contains("1 kubelet pull intent(s) are older than kubeletIntentMaxAge")
             && m.contains("\"busybox:1.36\"")),
         "{stale:#}"
     );

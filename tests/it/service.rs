@@ -415,7 +415,7 @@ fn a_config_watch_without_a_config_file_or_under_a_second_exits_2() {
     for (args, want) in [
         (
             vec!["run", "--config-watch-period", "1s"],
-            "--config-watch-period: there is no --config file nor --warm-set-dir to watch",
+            "--config-watch-period: there is no --config file nor warmSetDir to watch",
         ),
         (
             vec![

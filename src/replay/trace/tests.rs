@@ -302,7 +302,7 @@ fn inode_and_budget_fields_parse_and_bad_ones_are_named() {
         ),
         (
             r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "inodes_high": 70, "inodes_low": 70}}"#,
-            "imageGCLowInodesThresholdPercent (--image-gc-low-inodes-threshold) 70 must be less than",
+            "imageGCLowInodesThresholdPercent 70 must be less than",
         ),
         (
             r#"{"at": 1, "policy": {"high": 90, "low": 80, "min_age_s": 0, "max_age_s": 0, "bytes_high": 5, "bytes_low": 6}}"#,

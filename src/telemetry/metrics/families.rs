@@ -208,7 +208,7 @@ pub(super) const KUBELET_STALE_PULL_INTENTS: MetricFamily = absent_when(
         G,
         None,
         &[],
-        "Kubelet pull intents older than --kubelet-intent-max-age at the last read: they keep no image.",
+        "Kubelet pull intents older than kubeletIntentMaxAge at the last read: they keep no image.",
     ),
     "until the kubelet's pull records have been read (never with --kubelet-root-dir \"\")",
 );
@@ -356,9 +356,9 @@ pub(super) const RUNTIME_PINS_ENABLED: MetricFamily = absent_when(
         G,
         None,
         &[],
-        "1 while the images imagekeeper keeps are labelled io.cri-containerd.pinned in containerd (--runtime-pins auto on containerd 1.7.3 and later); 0 when off (set off, or auto on containerd 1.6 or another runtime: the kubelet's image GC and eviction cannot see imagekeeper's keeps).",
+        "1 while the images imagekeeper keeps are labelled io.cri-containerd.pinned in containerd (runtimePins = auto on containerd 1.7.3 and later); 0 when off (set off, or auto on containerd 1.6 or another runtime: the kubelet's image GC and eviction cannot see imagekeeper's keeps).",
     ),
-    "until --runtime-pins auto has read the runtime's version",
+    "until runtimePins = auto has read the runtime's version",
 );
 pub(super) const RUNTIME_PINNED_IMAGES: MetricFamily = absent_when(
     family(
@@ -368,7 +368,7 @@ pub(super) const RUNTIME_PINNED_IMAGES: MetricFamily = absent_when(
         &[],
         "Images imagekeeper keeps that containerd carries as pinned (one of their names labelled io.cri-containerd.pinned=pinned) at the last reconcile.",
     ),
-    "until --runtime-pins auto has read the runtime's version",
+    "until runtimePins = auto has read the runtime's version",
 );
 pub(super) const RUNTIME_PIN_WRITES: MetricFamily = absent_when(
     family(
@@ -378,7 +378,7 @@ pub(super) const RUNTIME_PIN_WRITES: MetricFamily = absent_when(
         &["result"],
         "Label writes of the runtime pins (containerd Images.Update), by result; a failed write is retried at the next cycle.",
     ),
-    "until --runtime-pins auto has read the runtime's version",
+    "until runtimePins = auto has read the runtime's version",
 );
 pub(super) const WARM_PULLS: MetricFamily = absent_when(
     family(

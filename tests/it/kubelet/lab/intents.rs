@@ -12,7 +12,7 @@
 //! with `imagePullPolicy: Always`, so the intent names an image the runtime lists. What
 //! imagekeeper does with that real file: its GC keeps the image (the kubelet is pulling it),
 //! `inspect explain` (offline, no runtime) says it cannot tell which image the name is, and once
-//! the intent is older than `--kubelet-intent-max-age` `doctor` reports it stale and GC no
+//! the intent is older than `kubeletIntentMaxAge` `doctor` reports it stale and GC no
 //! longer keeps the image. When the pull fails the kubelet deletes the intent.
 
 use std::io::BufRead;
@@ -231,7 +231,7 @@ async fn the_real_kubelets_pull_intent_keeps_its_image_from_imagekeepers_gc_whil
         "{stderr}"
     );
 
-    // (3) Older than --kubelet-intent-max-age (1m, its least): doctor reports it stale and
+    // (3) Older than kubeletIntentMaxAge (1m, its least): doctor reports it stale and
     // GC no longer keeps the image. Time passes here (not an ordering).
     let age = SystemTime::now()
         .duration_since(written)
@@ -250,8 +250,8 @@ async fn the_real_kubelets_pull_intent_keeps_its_image_from_imagekeepers_gc_whil
         &kl.env("KUBELET_LAB_ENDPOINT"),
         "--kubelet-root-dir",
         kl.root_dir().to_str().expect("utf8"),
-        "--kubelet-intent-max-age",
-        "1m",
+        "--set",
+        "kubeletIntentMaxAge=1m",
         "-o",
         "json",
     ]);
@@ -270,11 +270,11 @@ async fn the_real_kubelets_pull_intent_keeps_its_image_from_imagekeepers_gc_whil
         .unwrap_or_else(|| panic!("a kubelet-pull-intents finding: {report}"));
     let message = finding["message"].as_str().expect("a message");
     assert!(
-        message.contains("1 kubelet pull intent(s) are older than --kubelet-intent-max-age")
+        message.contains("1 kubelet pull intent(s) are older than kubeletIntentMaxAge")
             && message.contains(&name),
         "{finding}"
     );
-    gc_everything(&kl, &db, dir.path(), &["--kubelet-intent-max-age", "1m"]);
+    gc_everything(&kl, &db, dir.path(), &["--set", "kubeletIntentMaxAge=1m"]);
     let removed = journal(&db);
     assert!(
         removed.contains(&named_id),
@@ -308,14 +308,14 @@ async fn the_real_kubelets_pull_intent_keeps_its_image_from_imagekeepers_gc_whil
         &kl.env("KUBELET_LAB_ENDPOINT"),
         "--kubelet-root-dir",
         kl.root_dir().to_str().expect("utf8"),
-        "--kubelet-intent-max-age",
-        "1m",
+        "--set",
+        "kubeletIntentMaxAge=1m",
         "-o",
         "json",
     ]);
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
-        report.contains("no kubelet pull intent is older than --kubelet-intent-max-age"),
+        report.contains("no kubelet pull intent is older than kubeletIntentMaxAge"),
         "{report}"
     );
 }
