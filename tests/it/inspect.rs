@@ -1552,7 +1552,7 @@ fn explain_shows_a_stale_pull_intent_and_does_not_keep_its_image() {
     assert_ne!(decision(&r).as_deref(), Some("keep_kubelet_pulling"));
     assert!(
         r.stderr
-            .contains("written 48h0m0s ago, more than --kubelet-intent-max-age 24h0m0s"),
+            .contains("written 48h0m0s ago, more than kubeletIntentMaxAge 24h0m0s"),
         "{}",
         r.stderr
     );
@@ -2106,4 +2106,84 @@ fn explain_names_irreplaceable_images_the_file_can_tell() {
     );
     let (got, _) = decisions(&["--protect-irreplaceable=false"]);
     assert_eq!(got, ["keep_space_not_evaluated"; 4]);
+}
+
+/// Issue 38: `inspect explain --config` applies the file's `pinnedImages` as the agent's
+/// detect does (a record whose stored names match a pattern is pinned), over the `pinned` the
+/// database stores: an image a pattern names is kept (`keep_pinned`) where without the
+/// pattern the space pass removes it; `--set pinnedImages=...` does the same; the runtime's
+/// stored `pinned` still keeps its image.
+#[test]
+fn explain_keeps_an_image_a_pinned_pattern_of_the_config_file_names() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("records.redb");
+    let store = Store::open(&path, at(NOW - 10 * HOUR)).expect("open");
+    let mut batch = Batch::new();
+    // Eviction order: the app to keep, another app, the runtime-pinned pause image.
+    batch.upsert(key("bbb1", ""), record(NOW - 9 * HOUR, 0, 10, false));
+    batch.upsert(key("bbb2", ""), record(NOW - 9 * HOUR + 1, 0, 10, false));
+    batch.upsert(key("bbb3", ""), record(NOW - 9 * HOUR + 2, 0, 10, true));
+    let names = |tag: &str, digest: &str| imagekeeper::model::ImageNames {
+        repo_tags: vec![tag.to_owned()],
+        repo_digests: vec![digest.to_owned()],
+    };
+    batch.set_names(
+        key("bbb1", ""),
+        names(
+            "registry.example/keep/app:1",
+            "registry.example/keep/app@sha256:1",
+        ),
+    );
+    batch.set_names(
+        key("bbb2", ""),
+        names(
+            "registry.example/other:1",
+            "registry.example/other@sha256:2",
+        ),
+    );
+    batch.set_names(
+        key("bbb3", ""),
+        names(
+            "registry.k8s.io/pause:3.10",
+            "registry.k8s.io/pause@sha256:3",
+        ),
+    );
+    store.apply(&batch).expect("apply");
+    drop(store);
+    let config = dir.path().join("imagekeeper.toml");
+    std::fs::write(&config, "pinnedImages = [\"registry.example/keep/*\"]\n").expect("write");
+    let decisions = |args: &[&str]| -> Vec<String> {
+        // 95% used: the space pass frees 15 bytes down to 80%, two images of 10.
+        let mut all = vec![
+            "explain",
+            "--output",
+            "json",
+            "--kubelet-root-dir",
+            "",
+            "--capacity",
+            "100",
+            "--available",
+            "5",
+        ];
+        all.extend_from_slice(args);
+        let r = inspect(&path, &all);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        r.json()["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .map(|i| i["decision"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        decisions(&[]),
+        ["remove_for_space", "remove_for_space", "keep_pinned"]
+    );
+    let config = config.to_str().expect("utf8");
+    let pinned = decisions(&["--config", config]);
+    assert_eq!(pinned, ["keep_pinned", "remove_for_space", "keep_pinned"]);
+    assert_eq!(
+        decisions(&["--set", "pinnedImages=[\"registry.example/keep/*\"]"]),
+        pinned
+    );
 }

@@ -10,7 +10,7 @@ use super::*;
 /// The GC settings and image filesystem `inspect explain` evaluates: the settings resolved as
 /// `run` resolves them, the filesystem from its flags (bad ones are usage errors, exit 2).
 fn explain_settings(args: &ExplainArgs) -> Result<(GcConfig, Option<FsSpace>), Failure> {
-    let gc = args.settings.resolve()?.gc;
+    let gc = args.settings.resolve()?;
     let fs = match (args.capacity, args.available) {
         (Some(0), _) => {
             return Err(Failure::usage(anyhow!(
@@ -27,6 +27,27 @@ fn explain_settings(args: &ExplainArgs) -> Result<(GcConfig, Option<FsSpace>), F
     Ok((gc, fs))
 }
 
+/// The configured pinned patterns (`pinnedImages`) applied as the agent's detect applies them
+/// (`imagekeeper::gc::detect`: a record is pinned when the runtime lists it pinned or one of
+/// its names matches a pattern), against the names the last detect stored: a record the
+/// patterns match is pinned, over what the database stores (which holds the runtime's
+/// `pinned` and the agent's patterns at that detect; offline the two cannot be told apart, so
+/// a pattern dropped since is not undone). A record with no names stored matches no pattern.
+fn pin_by_patterns(
+    snap: &Snapshot,
+    records: &mut [imagekeeper::store::StoredRecord],
+    pins: &imagekeeper::gc::PinPatterns,
+) -> Result<(), Failure> {
+    if pins.is_empty() {
+        return Ok(());
+    }
+    let names = snap.names().map_err(inspect_failure)?;
+    for r in records.iter_mut() {
+        r.record.pinned = pins.pins(&imagekeeper::gc::stored_image(r, &names));
+    }
+    Ok(())
+}
+
 /// `inspect explain`: what GC would do now, with the kubelet's pull records when readable.
 pub(super) fn explain(
     w: &mut dyn Write,
@@ -40,6 +61,7 @@ pub(super) fn explain(
     let policy = gc.policy;
     let snap = open(db, true)?;
     let mut records = snap.records_in_eviction_order().map_err(inspect_failure)?;
+    pin_by_patterns(&snap, &mut records, &gc.pins)?;
     let meta = snap.meta().map_err(inspect_failure)?;
     let kubelet = match &gc.kubelet_root_dir {
         None => OfflineKubelet::default(),

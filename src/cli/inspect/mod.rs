@@ -32,7 +32,7 @@ use imagekeeper::model::{JournalEntry, PullOrigin, RemovalReason, UnixNanos};
 use super::Failure;
 use super::output::OutputArgs;
 use explain::{explain, runtime_pins_seen};
-use settings::GcSettingArgs;
+use settings::{Explain, GcSettingArgs, Workload};
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -159,7 +159,7 @@ struct WorkloadArgs {
     gc_period: Option<Duration>,
     // The node line's policy: the thresholds and ages, as `run` takes them.
     #[command(flatten, next_help_heading = "GC settings (as `run` takes them)")]
-    settings: GcSettingArgs,
+    settings: GcSettingArgs<Workload>,
 }
 
 /// `--since`: a duration before now, or a time.
@@ -224,7 +224,7 @@ struct ExplainArgs {
     // kubelet's pull records count as GC counts them, matched by image id only, without the
     // runtime; the database does not hold the runtime's own sandbox image).
     #[command(flatten, next_help_heading = "GC settings (as `run` takes them)")]
-    settings: GcSettingArgs,
+    settings: GcSettingArgs<Explain>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -406,7 +406,7 @@ fn workload_command(
     args: &WorkloadArgs,
     now: UnixNanos,
 ) -> Result<(), Failure> {
-    let policy = args.settings.resolve()?.gc.policy;
+    let policy = args.settings.resolve()?;
     let gc_period = args.gc_period.unwrap_or(DEFAULT_GC_PERIOD);
     if gc_period.is_zero() {
         return Err(Failure::usage(anyhow!(
@@ -446,8 +446,8 @@ fn workload_command(
         capacity: args.capacity,
         other_used: args.other_used,
         pull_bytes_per_s: args.pull_bytes_per_s,
-        high: policy.high_threshold_percent,
-        low: policy.low_threshold_percent,
+        high: policy.high,
+        low: policy.low,
         min_age: policy.min_age,
         max_age: policy.max_age,
         gc_period,
