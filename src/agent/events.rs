@@ -9,7 +9,7 @@
 //! backoff (1 s doubling up to [`MAX_RECONNECT_DELAY`], reset once a stream delivers an
 //! event); a failed mark is logged and the stream goes on (the next detect sees the container
 //! anyway). Timers are tokio's, so tests drive the backoff with paused time. With
-//! `--container-events off` ([`ContainerEvents::Off`]) it never subscribes: on containerd 1.7
+//! `containerEvents = off` ([`ContainerEvents::Off`]) it never subscribes: on containerd 1.7
 //! and CRI-O 1.26-1.27 the events go to one subscriber, and beside a kubelet running evented
 //! PLEG (KEP-3386) that must be the kubelet.
 
@@ -44,7 +44,7 @@ pub enum EventsNote {
     MarkFailed { container_id: String, error: String },
     /// The runtime does not serve GetContainerEvents: the watcher ends.
     Unsupported,
-    /// The watcher is off (`--container-events off`): it ends without subscribing.
+    /// The watcher is off (`containerEvents = off`): it ends without subscribing.
     Off,
     /// The stream could not be opened, broke or ended; the next attempt is in `retry_in`.
     Broken { retry_in: Duration },

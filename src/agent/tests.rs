@@ -145,7 +145,7 @@ impl AgentRuntime for Recorder {
     }
 }
 
-/// A pulled image: it has a repo digest, so `--protect-irreplaceable` (on by default)
+/// A pulled image: it has a repo digest, so `protectIrreplaceable` (on by default)
 /// does not keep it.
 fn image(id: &str, size: u64) -> RuntimeImage {
     RuntimeImage {

@@ -8,7 +8,7 @@
 //! Invariants: the loop runs on its own task, so a long pull never delays detect or GC; a
 //! "does not fit" is logged once per entry until it fits again; a warm pull is never made
 //! while the image filesystem's usage is unknown; the GC keeps every image of the warm set
-//! (`GcConfig::warm`: `[[warm]]` and `--warm-set-dir`), so what the loop pulls for it is not
+//! (`GcConfig::warm`: `[[warm]]` and `warmSetDir`), so what the loop pulls for it is not
 //! collected while it is warm. `[warmFromHistory]` entries are pulled back and, once back,
 //! kept warm until their last use plus `usedWithin` (`WarmSet::from_history`: the GC reads
 //! the same entries from its journal).

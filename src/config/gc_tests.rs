@@ -111,7 +111,7 @@ fn kubelet_root_dir_defaults_to_the_kubelets_flag_wins_and_empty_disables() {
     );
 }
 
-/// `imageGCPolicy` / `--image-gc-policy`: kubelet-order by default, adaptive or
+/// `imageGCPolicy`: kubelet-order by default, adaptive or
 /// predictive when set,
 /// the flag over the file, anything else refused naming where it came from.
 #[test]

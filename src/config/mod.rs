@@ -55,7 +55,7 @@ pub struct CredentialProviders {
     pub bin_dir: PathBuf,
 }
 
-/// Whether the agent watches the runtime's container events (`--container-events`).
+/// Whether the agent watches the runtime's container events (`containerEvents`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ContainerEvents {
@@ -76,7 +76,7 @@ impl ContainerEvents {
     }
 }
 
-/// Whether the agent labels the images it keeps as pinned in containerd (`--runtime-pins`).
+/// Whether the agent labels the images it keeps as pinned in containerd (`runtimePins`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RuntimePins {
@@ -97,7 +97,7 @@ impl RuntimePins {
     }
 }
 
-/// The shortest `--kubelet-intent-max-age`: an intent younger than a minute is a pull that
+/// The shortest `kubeletIntentMaxAge`: an intent younger than a minute is a pull that
 /// has barely started.
 pub const MIN_INTENT_MAX_AGE: Duration = Duration::from_secs(60);
 

@@ -26,13 +26,13 @@ pub enum Verdict {
     KubeletJustPulled,
     /// The runtime or a pin pattern pins it.
     Pinned,
-    /// A warm set entry keeps it (`[[warm]]`, `--warm-set-dir`; `[warmFromHistory]` pulls
+    /// A warm set entry keeps it (`[[warm]]`, `warmSetDir`; `[warmFromHistory]` pulls
     /// images back but does not keep them).
     Warm,
     /// An operator's pin (`imagekeeper pin`) keeps it until it expires.
     PinnedByImagekeeper,
     /// It cannot come back (the sandbox image, or no repo digest) and
-    /// `--protect-irreplaceable` keeps it.
+    /// `protectIrreplaceable` keeps it.
     Irreplaceable,
     /// Its last use is not before the GC's start.
     UsedTooRecently,

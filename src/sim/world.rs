@@ -173,7 +173,7 @@ pub struct World {
     /// The latest time the clock has shown: a pin whose `until` is later protects at every
     /// `now` a cycle can have read.
     pub latest: UnixNanos,
-    /// Whether images with no repo digest are protected (`--protect-irreplaceable`).
+    /// Whether images with no repo digest are protected (`protectIrreplaceable`).
     pub protect_irreplaceable: bool,
 }
 

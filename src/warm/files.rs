@@ -1,5 +1,5 @@
 //! Warm entries as an operator writes them: the config file's `[[warm]]` tables and the YAML
-//! or JSON files of `--warm-set-dir` (a mounted ConfigMap: its visible names are symlinks
+//! or JSON files of `warmSetDir` (a mounted ConfigMap: its visible names are symlinks
 //! through `..data` to a hidden timestamped directory, swapped at once on an update). Every
 //! file is read through [`crate::operator_file`]; names starting with `.` (`..data`, the
 //! timestamped directories) are skipped, and only `*.yaml`, `*.yml` and `*.json` are read, in
@@ -25,7 +25,7 @@ pub enum WarmError {
         /// What is wrong.
         message: String,
     },
-    /// A warm set file (of `--warm-set-dir`).
+    /// A warm set file (of `warmSetDir`).
     #[error("warm set file {path}: {message}")]
     File {
         /// The file or directory.

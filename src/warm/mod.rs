@@ -1,5 +1,5 @@
 //! Warm sets: the images a node keeps present ahead of use. Owns the warm entries (from the
-//! config file's `[[warm]]` tables, the `--warm-set-dir` files and the journal's history),
+//! config file's `[[warm]]` tables, the `warmSetDir` files and the journal's history),
 //! what keeps an image warm for the GC ([`WarmSet::keeps`]: the config's and the directory's
 //! entries; with [`WarmSet::from_history`] the GC also keeps the history's entries, read from
 //! its journal at each detect, [`history_entries`]), and the disk-aware plan of one
@@ -79,7 +79,7 @@ impl WarmEntry {
 /// and the GC asks it of every image it lists.
 pub const MAX_WARM_ENTRIES: usize = 10_000;
 
-/// The most warm set files `--warm-set-dir` holds (`*.yaml`, `*.yml`, `*.json`, not hidden):
+/// The most warm set files `warmSetDir` holds (`*.yaml`, `*.yml`, `*.json`, not hidden):
 /// past it the directory is refused, naming the count, before any file is read.
 pub const MAX_WARM_FILES: usize = 100;
 
@@ -189,9 +189,9 @@ impl WarmSet {
 /// what it names).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WarmConfig {
-    /// `--warm-set-dir`, read again at each reload.
+    /// `warmSetDir`, read again at each reload.
     pub dir: Option<std::path::PathBuf>,
-    /// `--warm-period` / `warmPeriod`.
+    /// `warmPeriod`.
     pub period: Duration,
     /// `warmParallelPulls`: at most this many warm pulls at once.
     pub parallel_pulls: usize,

@@ -112,7 +112,7 @@ pub struct PlanInput<'a> {
     pub fs: Option<(u64, u64)>,
     /// The GC's low threshold percent.
     pub low_threshold_percent: i64,
-    /// The byte budget's low line (`--image-gc-low-bytes`), when a budget is set: the listed
+    /// The byte budget's low line (`imageGCLowBytes`), when a budget is set: the listed
     /// images' total plus the planned pulls stays at or under it, or the budget's walk would
     /// take back what the warm cycle pulls.
     pub bytes_low: Option<u64>,

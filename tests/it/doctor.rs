@@ -580,7 +580,7 @@ fn the_kubelet_config_dirs_drop_ins_are_merged_over_the_file() {
 }
 
 /// Issue 24: doctor reads the kubelet's pull intents under `--kubelet-root-dir` and names one
-/// older than `--kubelet-intent-max-age` (by its file's modification time): the same intent
+/// older than `kubeletIntentMaxAge` (by its file's modification time): the same intent
 /// written now is not named, written 48 h ago it is.
 #[test]
 fn doctor_names_a_stale_kubelet_pull_intent_under_the_kubelet_root_dir() {

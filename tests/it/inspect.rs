@@ -1498,7 +1498,7 @@ fn explain_reads_the_kubelets_pull_intents_and_pulled_records() {
     );
 }
 
-/// An intent older than --kubelet-intent-max-age (its file's mtime against --now) keeps
+/// An intent older than kubeletIntentMaxAge (its file's mtime against --now) keeps
 /// nothing: explain says so on stderr, in the table's summary and in the JSON.
 #[test]
 fn explain_shows_a_stale_pull_intent_and_does_not_keep_its_image() {
@@ -2028,7 +2028,7 @@ fn show_prefers_the_one_record_a_prefix_matches_over_journal_only_ids() {
 
 /// Offline `inspect explain` names the images that cannot come back as far as the file
 /// tells: stored names with no repo digest (kept by default, as the agent's
-/// `--protect-irreplaceable`), the sandbox image only when `--pod-infra-container-image` names
+/// `protectIrreplaceable`), the sandbox image only when `--pod-infra-container-image` names
 /// it; a record with no names stored is not judged, and stderr says what the file cannot tell.
 #[test]
 fn explain_names_irreplaceable_images_the_file_can_tell() {

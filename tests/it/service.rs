@@ -352,7 +352,7 @@ async fn a_watched_config_file_that_changes_is_reloaded_without_a_signal() {
     assert_eq!(service.wait().code(), Some(0));
 }
 
-/// `--config-watch-period` watches `--warm-set-dir` too: a ConfigMap-style update (a new
+/// `--config-watch-period` watches `warmSetDir` too: a ConfigMap-style update (a new
 /// timestamped directory, `..data` swapped to it) is reloaded without a signal, framed as a
 /// SIGHUP's reload; an unchanged directory reloads nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,7 +144,7 @@ fn bad_workloads_exit_2_naming_the_line() {
     }
 }
 
-/// `inspect explain --image-gc-policy adaptive` lists the images in the adaptive order and
+/// `inspect explain` with `imageGCPolicy = adaptive` lists the images in the adaptive order and
 /// says why each ranks where it does; the default keeps the kubelet's order.
 #[test]
 fn inspect_explain_says_where_the_adaptive_order_puts_each_image() {

@@ -79,7 +79,7 @@ impl AgentRuntime for Registry {
     }
 }
 
-/// An image a registry serves: it has a repo digest, so `--protect-irreplaceable` (on by
+/// An image a registry serves: it has a repo digest, so `protectIrreplaceable` (on by
 /// default) does not keep it.
 fn registry_image(n: u8, name: &str, size: u64) -> RuntimeImage {
     let repo = name.split_once(':').map_or(name, |(repo, _)| repo);

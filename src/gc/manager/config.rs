@@ -28,7 +28,7 @@ pub struct GcConfig {
     /// `protect_irreplaceable`, the runtime's own answer (verbose CRI Status) comes first.
     pub sandbox_image: Option<String>,
     /// Keep the images that cannot come back: the runtime's sandbox image and images with
-    /// no repo digest (`--protect-irreplaceable`; the agent's default is on, this struct's
+    /// no repo digest (`protectIrreplaceable`; the agent's default is on, this struct's
     /// `Default` leaves it off so library users and tests opt in).
     pub protect_irreplaceable: bool,
     /// Image names and patterns GC never removes (`--pin`).

@@ -191,7 +191,7 @@ async fn a_runtime_without_container_events_ends_the_watcher_after_one_call() {
     assert!(w.notes.recv().await.is_none(), "nothing after the fallback");
 }
 
-/// `--container-events off`: the watcher never subscribes (on containerd 1.7 and CRI-O
+/// `containerEvents = off`: the watcher never subscribes (on containerd 1.7 and CRI-O
 /// 1.26-1.27 the runtime's events go to one subscriber, the kubelet's evented PLEG).
 #[tokio::test]
 async fn with_container_events_off_the_watcher_never_subscribes() {

@@ -20,7 +20,7 @@ use imagekeeper::model::{ImageId, RuntimeImage};
 use super::metrics_address_from_stderr;
 
 /// An image as the fake runtime lists it: one tag, a size, and a repo digest (a pulled
-/// image, so `--protect-irreplaceable`, on by default, does not keep it).
+/// image, so `protectIrreplaceable`, on by default, does not keep it).
 pub fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
     let repo = tag.rsplit_once(':').map_or(tag, |(repo, _)| repo);
     RuntimeImage {

@@ -155,7 +155,7 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
                         }),
                     );
                 }
-                // Under `--image-gc-policy predictive` (issue 39; an extension).
+                // Under `imageGCPolicy = predictive` (issue 39; an extension).
                 if let Some(p) = &i.predictive {
                     obj.insert(
                         "predictive".into(),

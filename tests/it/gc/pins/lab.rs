@@ -2,7 +2,7 @@
 //! `gc::pins::lab::...`, run one at a time): through the library with the injected clock (a
 //! pin until T keeps its image through prune before T, and prune removes it at T), through the
 //! CLI with the real clock (pin, prune, unpin, prune), an image imported with `ctr images
-//! import` (no repo digest) kept by prune and removed with `--protect-irreplaceable=false`,
+//! import` (no repo digest) kept by prune and removed with `protectIrreplaceable = false`,
 //! and the sandbox image as containerd's verbose Status says it (1.6 and 1.7; 2.1 does not say).
 
 use std::path::Path;
