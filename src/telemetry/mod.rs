@@ -15,12 +15,10 @@ mod http;
 mod metrics;
 mod node_events;
 
-pub use health::Health;
+pub(crate) use health::Health;
 pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http, serve_probes};
-pub use metrics::{
-    AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, METRIC_PREFIX, METRICS,
-    MetricFamily, MetricKind, MetricUnit, RuntimePinsSample,
-};
-pub use node_events::{EVENT_TOP_IMAGES, EventSink, NodeEvent, NodeEventType, NodeEvents};
+pub(crate) use metrics::RuntimePinsSample;
+pub use metrics::{AgentMetrics, METRICS, MetricFamily, MetricKind};
 #[cfg(feature = "kube")]
 pub use node_events::{EventLimits, KubeEventSink};
+pub use node_events::{EventSink, NodeEvent, NodeEventType, NodeEvents};
