@@ -9,7 +9,7 @@
 //! file, too large or deep, not TOML, an unknown field, a bad value) changes nothing: the agent
 //! keeps running with what it had, logs one error naming the field (or the file), and counts
 //! the failure. So does a file that sets nothing (empty, or comments only: an editor truncating
-//! it in place) unless it holds the line [`crate::config::EMPTY_CONFIG_MARKER`]. A valid one
+//! it in place) unless it holds the line `# imagekeeper: empty`. A valid one
 //! swaps the GC settings — thresholds, MinAge, MaxAge, pinned images, the sandbox image and
 //! the kubelet's root directory — in one step between cycles
 //! ([`crate::gc::ImageGcManager::reconfigure`]: a cycle runs wholly with the old or wholly

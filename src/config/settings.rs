@@ -20,7 +20,9 @@ use super::{AgentConfig, ConfigError};
 /// deprecated: hidden, still accepted, warning that `--set KEY=VALUE` or the file replaces it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlagStatus {
+    /// On `--help`.
     Kept,
+    /// Hidden; still accepted, with a warning naming the key.
     Deprecated,
 }
 
