@@ -161,6 +161,8 @@ pub struct WarmDoesNotFit {
 
 impl WarmDoesNotFit {
     /// The entries of `plan` that do not fit.
+    // The agent's alone (a `cri` build without it has no caller).
+    #[cfg_attr(not(feature = "agent"), allow(dead_code))]
     pub(crate) fn of_plan(plan: &crate::warm::WarmPlan) -> Vec<WarmDoesNotFit> {
         plan.statuses
             .iter()
@@ -460,6 +462,8 @@ fn connect_without_waiting(path: &Path) -> std::io::Result<()> {
 
 /// Removes the socket at `path` if, and only if, it is a stale socket: checked again right
 /// before the removal (see [`check_socket_path`]).
+// The agent's alone (a `cri` build without it has no caller).
+#[cfg_attr(not(feature = "agent"), allow(dead_code))]
 pub(crate) fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
     match check_socket_path(path)? {
         SocketPath::Free => Ok(()),

@@ -23,7 +23,7 @@ impl<R: AgentRuntime> Agent<R> {
     /// The whole agent: binds the admin socket (a stale one of an earlier run removed
     /// first), serves the metrics/health endpoint on `listeners.metrics` if given, runs the
     /// loops until `shutdown` resolves ([`Agent::run`], with `grace` for the cycle in flight),
-    /// then stops the admin server (waiting up to [`ADMIN_STOP_GRACE`] for calls in flight) and
+    /// then stops the admin server (waiting up to 5 s for calls in flight) and
     /// the HTTP endpoint, and removes the admin socket it bound, and only that one (by device
     /// and inode: another agent may have bound the path meanwhile).
     pub async fn serve(

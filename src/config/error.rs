@@ -40,7 +40,7 @@ pub enum ConfigError {
 }
 
 impl From<PullConfigError> for ConfigError {
-    /// Pull settings that did not come through [`AgentConfig::resolve`]'s flags or file.
+    /// Pull settings that did not come through [`AgentConfig::resolve`](super::AgentConfig::resolve)'s flags or file.
     fn from(source: PullConfigError) -> ConfigError {
         ConfigError::Pull {
             origin: "pull settings".to_owned(),

@@ -1,5 +1,5 @@
 //! The agent's configuration: kubelet's flag names and KubeletConfiguration's field names, a
-//! TOML file ([`file`]), flags over the file ([`flags`]), the field list ([`fields`]), one
+//! TOML file (`file`), flags over the file (`flags`), the field list (`fields`), one
 //! resolver per area (`gc`, `pull`, `runtime`, `warm`, `process`) and validation whose every
 //! error names the flag or field that holds the bad value ([`ConfigError`]). This module holds
 //! the resolved [`AgentConfig`] and the plain types it is made of.

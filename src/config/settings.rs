@@ -429,6 +429,9 @@ macro_rules! config_from_table {
         /// the settings table, [`crate::imagekeeper_settings`]).
         #[derive(Debug, Default, Clone, PartialEq, serde::Deserialize)]
         #[serde(deny_unknown_fields)]
+        // The fields' docs are the help texts, whose `[[warm]]` and `[warmFromHistory]` name
+        // TOML tables, not items.
+        #[allow(rustdoc::broken_intra_doc_links)]
         pub struct FileConfig {
             $(
                 #[doc = $help]

@@ -151,6 +151,8 @@ impl ContainerdImages {
 
     /// Sets each `(key, value)` label on `image` (an empty value removes the label) with one
     /// Images.Update whose mask names only `labels.<key>` of those keys.
+    // The agent's runtime pins alone (a `cri` build without it has no caller).
+    #[cfg_attr(not(feature = "agent"), allow(dead_code))]
     pub(crate) async fn update_labels(
         &self,
         image: &LabelledImage,

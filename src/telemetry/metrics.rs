@@ -148,7 +148,7 @@ impl AgentMetrics {
     }
 
     /// Renders every metric in the OpenMetrics text format (ends with `# EOF`), but
-    /// `imagekeeper_image_pins`, which needs the time ([`AgentMetrics::render_at`]).
+    /// `imagekeeper_image_pins`, which needs the time (`render_at`, the agent's).
     pub fn render<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
         &self,
         gc: &ImageGcManager<R>,
