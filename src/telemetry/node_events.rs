@@ -36,7 +36,8 @@ pub(crate) const EVENT_TOP_IMAGES: usize = 3;
 pub enum NodeEventType {
     /// Something the agent did (images removed).
     Normal,
-    /// Something that needs an operator (a failed cycle, a conflict, an unhealthy store).
+    /// Something that needs an operator: a failed GC cycle, a kubelet config conflict, a warm
+    /// image that does not fit, an unhealthy store.
     Warning,
 }
 
