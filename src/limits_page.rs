@@ -104,7 +104,7 @@ fn the_limits_page_states_every_limit_with_the_codes_number() {
         format!(
             "(default **{}h**, at least {}m)",
             intent_age.as_secs() / 3600,
-            crate::agent::MIN_INTENT_MAX_AGE.as_secs() / 60
+            crate::config::MIN_INTENT_MAX_AGE.as_secs() / 60
         ),
         format!(
             "at most **{}** of stdout (\"the plugin's stdout is too large\"), **{} min** per run",

@@ -77,7 +77,7 @@ impl AsyncWrite for Watched {
 
 /// How long one admin call may take by default (a GC cycle with many removals can be slow:
 /// containerd removes about one image a second).
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl AdminClient {
     /// Connects to the agent at `socket`, with the default call deadline. Fails (quickly)
@@ -161,6 +161,8 @@ impl AdminClient {
         }
     }
 
+    /// EnsureImage: the agent ensures the image is present as the kubelet would (pull
+    /// policy, backoff, credentials) and answers its image ref.
     pub async fn ensure_image(&mut self, request: EnsureRequest) -> Result<String, AdminError> {
         let reply = self
             .inner
@@ -178,6 +180,7 @@ impl AdminClient {
         Ok(reply.into_inner().image_ref)
     }
 
+    /// One GC cycle in the agent now (dry: what it would remove).
     pub async fn garbage_collect(&mut self, dry_run: bool) -> Result<GcOutcome, AdminError> {
         let reply = self
             .inner
@@ -273,6 +276,7 @@ impl AdminClient {
         ))
     }
 
+    /// Removes every unused image in the agent (dry: what it would remove).
     pub async fn delete_unused(&mut self, dry_run: bool) -> Result<GcOutcome, AdminError> {
         let reply = self
             .inner

@@ -6,7 +6,7 @@
 //! processes; nothing it returns carries pull credentials. EnsureImage takes pull secrets (the
 //! only secrets on the socket): they go to the agent's image manager and nowhere else, and
 //! `Debug` of the request types shows only how many there are.
-//! Only a socket nobody answers on is ever removed from the socket path ([`remove_stale_socket`]);
+//! Only a socket nobody answers on is ever removed from the socket path (`remove_stale_socket`);
 //! the server holds at most [`AdminLimits::max_connections`] connections and closes one that
 //! has had no call in flight for [`AdminLimits::idle_timeout`] (bytes trickled do not keep
 //! it; a long call is not cut). A `Pin` is checked as the CLI checks it
@@ -25,7 +25,7 @@ use crate::model::{PinKey, UnixNanos};
 use crate::pull::credentials::CredentialsError;
 use crate::pull::{PullError, PullReason};
 
-pub use client::{AdminClient, DEFAULT_CALL_TIMEOUT};
+pub use client::AdminClient;
 pub use server::{AdminLimits, serve, serve_with_limits};
 
 #[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
@@ -36,11 +36,17 @@ mod proto {
 /// An EnsureImage request.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct EnsureRequest {
+    /// The image reference as a pod spec names it (`nginx`, `registry.example/app:1`).
     pub image: String,
+    /// `Always`, `IfNotPresent` or `Never`; empty: `IfNotPresent`.
     pub pull_policy: String,
+    /// The pod the image is for (its UID), as the kubelet's pull records name it; may be empty.
     pub pod_uid: String,
+    /// The pod's namespace; may be empty.
     pub pod_namespace: String,
+    /// The pod's name; may be empty.
     pub pod_name: String,
+    /// The runtime handler (RuntimeClass) the image is pulled for; empty: the default.
     pub runtime_handler: String,
     /// Pull secret files' contents (see [`crate::pull::credentials::parse_pull_secret`]).
     pub pull_secrets: Vec<Vec<u8>>,
@@ -100,9 +106,13 @@ impl std::fmt::Debug for proto::EnsureImageRequest {
 /// What a GC or delete-unused call did, or with `dry_run` would do.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GcOutcome {
+    /// The images removed (or, dry, that would be), in the order removed.
     pub removed: Vec<Removal>,
+    /// Bytes freed: the removed images' sizes.
     pub freed: u64,
+    /// Why the run stopped short or could not start, if it did.
     pub error: Option<String>,
+    /// Whether this is a plan only: nothing was removed.
     pub dry_run: bool,
     /// A dry run through the running agent: the warm entries that do not fit, as its last
     /// warm cycle judged them.
@@ -118,28 +128,30 @@ pub struct GcOutcome {
 }
 
 /// The largest answer the agent sends on the admin socket (its lists are cut at the end, with
-/// the count left out, to fit) and, with [`ANSWER_SLACK_BYTES`], the most the client reads:
+/// the count left out, to fit) and, with 1 MiB of slack, the most the client reads:
 /// gRPC's default 4 MiB failed `pins` with 1,000 long pins (5.1 MB) and `gc --dry-run` with a
 /// 20,000-entry warm set that does not fit (5.9 MB) with "decoded message length too large".
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// What the client reads past [`MAX_ANSWER_BYTES`]: the counts of what was left out and
 /// the answer's other fields (an error message is at most a few KiB).
-pub const ANSWER_SLACK_BYTES: usize = 1 << 20;
+pub(crate) const ANSWER_SLACK_BYTES: usize = 1 << 20;
 
 /// In an answer's metadata: how many items the agent left out at the end of its list
 /// (`ListPins`' pins, `Restore`'s items) to keep the answer within [`MAX_ANSWER_BYTES`]; absent
 /// when nothing was cut. Metadata rather than new message fields, as the reason is.
-pub const OMITTED_METADATA_KEY: &str = "imagekeeper-omitted";
+pub(crate) const OMITTED_METADATA_KEY: &str = "imagekeeper-omitted";
 /// A GC answer's removals left out, likewise.
-pub const REMOVED_OMITTED_METADATA_KEY: &str = "imagekeeper-removed-omitted";
+pub(crate) const REMOVED_OMITTED_METADATA_KEY: &str = "imagekeeper-removed-omitted";
 /// A GC answer's warm entries that do not fit left out, likewise.
-pub const WARM_OMITTED_METADATA_KEY: &str = "imagekeeper-warm-omitted";
+pub(crate) const WARM_OMITTED_METADATA_KEY: &str = "imagekeeper-warm-omitted";
 
 /// A warm set entry the warm cycle does not pull: it does not fit under the GC's low lines.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WarmDoesNotFit {
+    /// The entry's image reference.
     pub image: String,
+    /// The entry's runtime handler; empty: the default.
     pub runtime_handler: String,
     /// The size the plan judged with, when known.
     pub size: Option<u64>,
@@ -149,7 +161,9 @@ pub struct WarmDoesNotFit {
 
 impl WarmDoesNotFit {
     /// The entries of `plan` that do not fit.
-    pub fn of_plan(plan: &crate::warm::WarmPlan) -> Vec<WarmDoesNotFit> {
+    // The agent's alone (a `cri` build without it has no caller).
+    #[cfg_attr(not(feature = "agent"), allow(dead_code))]
+    pub(crate) fn of_plan(plan: &crate::warm::WarmPlan) -> Vec<WarmDoesNotFit> {
         plan.statuses
             .iter()
             .filter(|s| s.state == crate::warm::WarmState::DoesNotFit)
@@ -164,6 +178,7 @@ impl WarmDoesNotFit {
 }
 
 impl GcOutcome {
+    /// A run's report as the answer (`dry_run` as given).
     pub fn from_report(report: GcReport, dry_run: bool) -> GcOutcome {
         GcOutcome {
             removed: report.removed,
@@ -174,6 +189,7 @@ impl GcOutcome {
         }
     }
 
+    /// A plan (a dry run) as the answer: what it would remove and free, or why there is none.
     pub fn from_plan(plan: Result<GcPlan, GcError>) -> GcOutcome {
         match plan {
             Ok(plan) => GcOutcome {
@@ -211,7 +227,9 @@ pub trait AdminBackend: Send + Sync + 'static {
         &self,
         request: EnsureRequest,
     ) -> impl Future<Output = Result<String, EnsureImageError>> + Send;
+    /// One GC cycle now, as the GC loop runs it (dry: the plan only).
     fn garbage_collect(&self, dry_run: bool) -> impl Future<Output = GcOutcome> + Send;
+    /// Removes every unused image, as the kubelet's DeleteUnusedImages (dry: the plan only).
     fn delete_unused(&self, dry_run: bool) -> impl Future<Output = GcOutcome> + Send;
     /// `imagekeeper restore`: what was (or, dry, would be) pulled back, or why it could not
     /// run. A backend without it answers that it does not serve it.
@@ -297,19 +315,21 @@ impl EnsureImageError {
 }
 
 /// The structured reason of a failed admin call: sent in the status's
-/// [`REASON_METADATA_KEY`] metadata as [`AdminReason::as_str`], beside the status code
+/// `imagekeeper-reason` metadata as [`AdminReason::as_str`], beside the status code
 /// (InvalidArgument for the caller's bad input, FailedPrecondition for a failed pull).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AdminReason {
     /// The kubelet's pull failure (ErrImagePull, ImagePullBackOff, InvalidImageName ...).
     Pull(PullReason),
+    /// A pull secret in the request does not parse.
     InvalidPullSecret,
+    /// The request's pull policy is not Always, IfNotPresent or Never.
     InvalidPullPolicy,
 }
 
 /// The metadata key of a failed call's [`AdminReason`].
-pub const REASON_METADATA_KEY: &str = "imagekeeper-reason";
+pub(crate) const REASON_METADATA_KEY: &str = "imagekeeper-reason";
 
 impl AdminReason {
     /// The reason's name on the wire and in messages (the kubelet's reason for a pull).
@@ -442,7 +462,9 @@ fn connect_without_waiting(path: &Path) -> std::io::Result<()> {
 
 /// Removes the socket at `path` if, and only if, it is a stale socket: checked again right
 /// before the removal (see [`check_socket_path`]).
-pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
+// The agent's alone (a `cri` build without it has no caller).
+#[cfg_attr(not(feature = "agent"), allow(dead_code))]
+pub(crate) fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
     match check_socket_path(path)? {
         SocketPath::Free => Ok(()),
         SocketPath::Stale => match std::fs::remove_file(path) {
@@ -459,27 +481,47 @@ pub fn remove_stale_socket(path: &Path) -> Result<(), AdminError> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AdminError {
+    /// Something answers at the socket path: the agent does not take it over.
     #[error(
         "admin socket {path}: something answers there (another imagekeeper agent, or another \
          program's socket, if only by queueing the connection); refusing to take it over"
     )]
-    InUse { path: PathBuf },
+    InUse {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// The socket path holds something else than a socket: it is left alone.
     #[error("admin socket {path} is {kind}, not a socket; refusing to remove it")]
-    NotASocket { path: PathBuf, kind: &'static str },
+    NotASocket {
+        /// The socket path.
+        path: PathBuf,
+        /// What is there ("a regular file", "a directory", ...).
+        kind: &'static str,
+    },
+    /// The caller may not connect to the socket (it is root-only).
     #[error(
         "admin socket {path}: permission denied; the agent's admin socket is root-only \
          (mode 0600): run this command as root"
     )]
-    PermissionDenied { path: PathBuf },
+    PermissionDenied {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// The socket could not be checked, removed, created or bound.
     #[error("admin socket {path}: {source}")]
     Bind {
+        /// The socket path.
         path: PathBuf,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
+    /// The client could not connect (no agent listens there, or another I/O error).
     #[error("admin socket {path}: {source}")]
     Connect {
+        /// The socket path.
         path: PathBuf,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
@@ -487,14 +529,19 @@ pub enum AdminError {
     /// message is the agent's, without the reason.
     #[error("{}: {message}", reason.as_str())]
     Rejected {
+        /// The admin call (`EnsureImage`, `Pin`, ...).
         method: &'static str,
+        /// The agent's reason.
         reason: AdminReason,
+        /// The agent's message.
         message: String,
     },
     /// The call failed without a reason (a transport failure, or an agent of another version).
     #[error("admin call {method}: {message}")]
     Call {
+        /// The admin call.
         method: &'static str,
+        /// The status message.
         message: String,
     },
     /// The agent accepted the connection and closed it without a byte, as it does with a
@@ -503,13 +550,19 @@ pub enum AdminError {
         "admin socket {path}: the agent is busy: it accepted the connection and closed it \
          without a word, as it does beyond its limit of admin connections; try again shortly"
     )]
-    Busy { path: PathBuf },
+    Busy {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// The call passed its deadline; the agent goes on with the work.
     #[error(
         "the agent did not answer {method} within {}: it goes on with the work (see its log and the image_gc_progress_* metrics); give --timeout to wait longer",
         crate::format::go_duration(*after)
     )]
     Timeout {
+        /// The admin call.
         method: &'static str,
+        /// The deadline that passed.
         after: std::time::Duration,
     },
 }

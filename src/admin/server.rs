@@ -349,7 +349,7 @@ impl Default for AdminLimits {
 
 /// Binds `socket` (mode 0600; its directory is created 0700 if missing) and serves until
 /// `shutdown` resolves, with the default [`AdminLimits`]. The caller removes a stale socket
-/// file first if it may ([`super::remove_stale_socket`]).
+/// file first if it may (`remove_stale_socket`).
 pub async fn serve<B: AdminBackend>(
     socket: &Path,
     backend: Arc<B>,

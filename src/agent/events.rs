@@ -27,7 +27,7 @@ use crate::runtime::{AgentRuntime, EventStream};
 use crate::runtime::{CriError, ImageRuntime, RpcCode};
 
 /// The longest wait before the stream is opened again.
-pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(30);
+pub(crate) const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(30);
 
 /// What the watcher did, for logs and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,17 +37,27 @@ pub enum EventsNote {
     Connected,
     /// A created container's images were marked used.
     Marked {
+        /// The container the event named.
         container_id: String,
+        /// The records marked used.
         keys: Vec<RecordKey>,
     },
     /// Marking a created container's images failed.
-    MarkFailed { container_id: String, error: String },
+    MarkFailed {
+        /// The container the event named.
+        container_id: String,
+        /// Why the mark failed.
+        error: String,
+    },
     /// The runtime does not serve GetContainerEvents: the watcher ends.
     Unsupported,
     /// The watcher is off (`containerEvents = off`): it ends without subscribing.
     Off,
     /// The stream could not be opened, broke or ended; the next attempt is in `retry_in`.
-    Broken { retry_in: Duration },
+    Broken {
+        /// The wait before the next attempt (doubling up to 30 s).
+        retry_in: Duration,
+    },
 }
 
 /// Why one open stream stopped.

@@ -53,18 +53,18 @@ use crate::runtime::CriError;
 use crate::store::{Store, StoreError};
 
 pub use crate::config::{
-    AgentConfig, CONFIG_FIELDS, ConfigError, ConfigField, ContainerEvents, DEFAULT_ADMIN_SOCKET,
-    EMPTY_CONFIG_MARKER, FileConfig, FlagValues, MIN_INTENT_MAX_AGE, OnReload, RuntimePins,
+    AgentConfig, CONFIG_FIELDS, ConfigError, ContainerEvents, DEFAULT_ADMIN_SOCKET, FileConfig,
+    FlagValues, OnReload,
 };
-pub use crate::runtime::{AgentRuntime, EventStream, NoEvents, runtime_carries_pins};
+pub use crate::runtime::{AgentRuntime, NoEvents};
+use crate::telemetry::Health;
 pub use crate::telemetry::{
-    AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, EVENT_TOP_IMAGES, EventSink, Health,
-    HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, METRIC_PREFIX, METRICS, MetricFamily, MetricKind,
-    MetricUnit, NodeEvent, NodeEventType, NodeEvents, serve_http, serve_probes,
+    AgentMetrics, EventSink, HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, METRICS, MetricKind,
+    NodeEvent, NodeEventType, NodeEvents, serve_http, serve_probes,
 };
 #[cfg(feature = "kube")]
 pub use crate::telemetry::{EventLimits, KubeEventSink};
-pub use events::{EventsNote, MAX_RECONNECT_DELAY, watch_container_events};
+pub use events::{EventsNote, watch_container_events};
 pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
 };
@@ -73,23 +73,29 @@ pub use runtime_pins::{
     LabelChange, OWN_LABEL, PINNED_LABEL, PINNED_VALUE, PinsState, plan_label_changes,
     remove_runtime_pin_labels,
 };
-pub use serve::{ADMIN_STOP_GRACE, Listeners};
+pub use serve::Listeners;
 pub use warm::{WARM_POD_NAME, restore_images};
 
 /// Why the agent could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AgentError {
+    /// The record database could not be opened or written.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The container runtime could not be reached or refused a call.
     #[error(transparent)]
     Runtime(#[from] CriError),
+    /// The GC manager could not be built from the configuration.
     #[error(transparent)]
     Gc(#[from] GcError),
+    /// The configuration is invalid (the error names the flag or field).
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The credential provider config could not be read or is invalid.
     #[error("credential providers: {0}")]
     CredentialProviders(#[from] crate::pull::credentials::ProviderConfigError),
+    /// The admin socket could not be set up.
     #[error(transparent)]
     Admin(#[from] AdminError),
     /// A setup step of [`Agent::serve`] failed: `step` names it as `imagekeeper run` reports
@@ -98,7 +104,9 @@ pub enum AgentError {
     /// says why.
     #[error("{step}")]
     Serve {
+        /// The step, as `imagekeeper run` reports it.
         step: &'static str,
+        /// Why it failed.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },

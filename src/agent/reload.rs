@@ -9,7 +9,7 @@
 //! file, too large or deep, not TOML, an unknown field, a bad value) changes nothing: the agent
 //! keeps running with what it had, logs one error naming the field (or the file), and counts
 //! the failure. So does a file that sets nothing (empty, or comments only: an editor truncating
-//! it in place) unless it holds the line [`super::EMPTY_CONFIG_MARKER`]. A valid one
+//! it in place) unless it holds the line `# imagekeeper: empty`. A valid one
 //! swaps the GC settings — thresholds, MinAge, MaxAge, pinned images, the sandbox image and
 //! the kubelet's root directory — in one step between cycles
 //! ([`crate::gc::ImageGcManager::reconfigure`]: a cycle runs wholly with the old or wholly
@@ -34,7 +34,9 @@ use super::{Agent, AgentRuntime, lock_ignoring_poison};
 /// on the command line (`None` or empty: not given).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ConfigSource {
+    /// The `--config` file; `None`: defaults under the flags.
     pub file: Option<PathBuf>,
+    /// The flags given, which win over the file's settings.
     pub flags: FlagValues,
 }
 
@@ -51,7 +53,7 @@ impl ConfigSource {
     /// [`ConfigSource::resolve`] for a reload: a file that sets nothing is refused unless it
     /// says so ([`FileConfig::load_for_reload`]). Blocking I/O: [`Agent::reload`] runs it on
     /// the blocking pool.
-    pub fn resolve_for_reload(&self) -> Result<AgentConfig, ConfigError> {
+    pub(crate) fn resolve_for_reload(&self) -> Result<AgentConfig, ConfigError> {
         let file = match &self.file {
             Some(path) => FileConfig::load_for_reload(path)?,
             None => FileConfig::default(),
@@ -65,7 +67,9 @@ impl ConfigSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReloadReport {
+    /// The settings the reload swapped in.
     pub changed: Vec<&'static str>,
+    /// The settings that differ from the running ones but apply only after a restart.
     pub needs_restart: Vec<&'static str>,
 }
 

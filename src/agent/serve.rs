@@ -23,7 +23,7 @@ impl<R: AgentRuntime> Agent<R> {
     /// The whole agent: binds the admin socket (a stale one of an earlier run removed
     /// first), serves the metrics/health endpoint on `listeners.metrics` if given, runs the
     /// loops until `shutdown` resolves ([`Agent::run`], with `grace` for the cycle in flight),
-    /// then stops the admin server (waiting up to [`ADMIN_STOP_GRACE`] for calls in flight) and
+    /// then stops the admin server (waiting up to 5 s for calls in flight) and
     /// the HTTP endpoint, and removes the admin socket it bound, and only that one (by device
     /// and inode: another agent may have bound the path meanwhile).
     pub async fn serve(
@@ -173,7 +173,7 @@ impl<R: AgentRuntime> Agent<R> {
 }
 
 /// How long the admin server may finish calls in flight at shutdown.
-pub const ADMIN_STOP_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const ADMIN_STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// What [`Agent::serve`] serves beside its loops.
 #[derive(Debug, Default)]
@@ -182,7 +182,9 @@ pub struct Listeners {
     /// The metrics/health HTTP endpoint, bound beforehand (non-blocking) so a bad address
     /// fails before anything is created; `None`: no endpoint.
     pub metrics: Option<std::net::TcpListener>,
+    /// The metrics endpoint's bounds (connections, timeouts).
     pub http_limits: HttpLimits,
+    /// The admin socket's bounds (connections at once, idle timeout).
     pub admin_limits: crate::admin::AdminLimits,
     /// Told once the admin socket is bound and the metrics endpoint set up, before the loops
     /// start (`imagekeeper run` logs "agent started" and talks to the service manager from

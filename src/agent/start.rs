@@ -106,14 +106,17 @@ impl<R: AgentRuntime> Agent<R> {
         self.detect_state.subscribe()
     }
 
+    /// The record database the agent opened.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
 
+    /// The GC manager the detect, image cache and GC loops run.
     pub fn gc_manager(&self) -> &ImageGcManager<R> {
         &self.gc
     }
 
+    /// The counters the agent keeps for `/metrics`.
     pub fn metrics(&self) -> &AgentMetrics {
         &self.metrics
     }

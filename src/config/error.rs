@@ -11,22 +11,36 @@ use crate::pull::PullConfigError;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// A setting's value is refused.
     #[error("{origin}: {message}")]
-    Invalid { origin: String, message: String },
+    Invalid {
+        /// The flag or file field that holds it.
+        origin: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The config file cannot be read or parsed (unknown keys included).
     #[error("config file {path}: {message}")]
-    File { path: PathBuf, message: String },
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The reader's or the TOML parser's message.
+        message: String,
+    },
     /// The pull settings break kubelet's validation; `origin` is the flag or field set last
     /// (`pull settings` when none was set).
     #[error("{origin}: {source}")]
     Pull {
+        /// The flag or field set last.
         origin: String,
+        /// The kubelet's validation error.
         #[source]
         source: PullConfigError,
     },
 }
 
 impl From<PullConfigError> for ConfigError {
-    /// Pull settings that did not come through [`AgentConfig::resolve`]'s flags or file.
+    /// Pull settings that did not come through [`AgentConfig::resolve`](super::AgentConfig::resolve)'s flags or file.
     fn from(source: PullConfigError) -> ConfigError {
         ConfigError::Pull {
             origin: "pull settings".to_owned(),

@@ -28,12 +28,15 @@ pub struct ConfigField {
     /// The flag that sets it (`--registry-qps`), kept or deprecated; `None` when only the file
     /// and `--set` do.
     pub flag_name: Option<&'static str>,
+    /// Whether that flag is on `--help` or deprecated; `None` when there is no flag.
     pub flag_status: Option<FlagStatus>,
     /// The kubelet's setting it matches, or `None` when the field is imagekeeper's own.
     pub kubelet: Option<&'static str>,
     /// The value in force when neither the file nor the flag sets it, read from the
     /// configuration [`AgentConfig::resolve`] makes out of nothing.
     pub default: fn(&AgentConfig) -> String,
+    /// What a reload does with a changed value.
     pub on_reload: OnReload,
+    /// One paragraph: the reference page's text and the flag's `--help`.
     pub help: &'static str,
 }

@@ -14,8 +14,10 @@ use super::{ConfigError, FileConfig};
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FromHistorySpec {
+    /// `usedWithin`: a Go duration; images used this recently are pulled back (default 24h).
     #[serde(rename = "usedWithin")]
     pub used_within: Option<String>,
+    /// `maxBytes`: the most bytes pulled back; `None`: no budget.
     #[serde(rename = "maxBytes")]
     pub max_bytes: Option<crate::warm::SizeSpec>,
 }
@@ -24,7 +26,9 @@ pub struct FromHistorySpec {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum Quantity {
+    /// A number of bytes (`500000000000`).
     Bytes(u64),
+    /// A Kubernetes quantity (`"500Gi"`), checked when the setting is resolved.
     Text(String),
 }
 
@@ -41,7 +45,7 @@ impl Quantity {
 /// with no setting (empty, white space, comments only: what an editor truncating the file in
 /// place leaves for a moment) unless one of its lines is exactly this (surrounding white space
 /// aside). Then every setting goes back to its default, as the file says.
-pub const EMPTY_CONFIG_MARKER: &str = "# imagekeeper: empty";
+pub(crate) const EMPTY_CONFIG_MARKER: &str = "# imagekeeper: empty";
 
 impl FileConfig {
     /// Reads and parses a TOML file through the operator-file reader
@@ -55,7 +59,7 @@ impl FileConfig {
     /// [`FileConfig::load`] for a reload: a file that sets nothing is refused unless it says
     /// so with [`EMPTY_CONFIG_MARKER`], so that a file caught empty does not silently put
     /// every setting (pinned images among them) back to its default.
-    pub fn load_for_reload(path: &Path) -> Result<FileConfig, ConfigError> {
+    pub(crate) fn load_for_reload(path: &Path) -> Result<FileConfig, ConfigError> {
         let (config, text) = FileConfig::load_text(path)?;
         let sets_nothing = toml::from_str::<toml::Table>(&text).is_ok_and(|t| t.is_empty());
         if sets_nothing && !text.lines().any(|l| l.trim() == EMPTY_CONFIG_MARKER) {

@@ -1,5 +1,5 @@
 //! The agent's configuration: kubelet's flag names and KubeletConfiguration's field names, a
-//! TOML file ([`file`]), flags over the file ([`flags`]), the field list ([`fields`]), one
+//! TOML file (`file`), flags over the file (`flags`), the field list (`fields`), one
 //! resolver per area (`gc`, `pull`, `runtime`, `warm`, `process`) and validation whose every
 //! error names the flag or field that holds the bad value ([`ConfigError`]). This module holds
 //! the resolved [`AgentConfig`] and the plain types it is made of.
@@ -32,9 +32,8 @@ mod warm;
 
 pub use error::ConfigError;
 pub use fields::{ConfigField, OnReload};
-pub use file::{EMPTY_CONFIG_MARKER, FromHistorySpec, Quantity};
+pub use file::{FromHistorySpec, Quantity};
 pub use flags::FlagValues;
-pub use process::parse_host_port;
 pub use settings::{CONFIG_FIELDS, FileConfig, FlagStatus, flag_help, parse_set};
 
 /// The default record database.
@@ -51,7 +50,9 @@ pub const DEFAULT_IMAGE_CACHE_PERIOD: Duration = Duration::from_secs(30);
 /// The credential provider plugins' config file and bin dir (both or neither).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CredentialProviders {
+    /// The CredentialProviderConfig file (`--image-credential-provider-config`).
     pub config: PathBuf,
+    /// The directory holding the plugins (`--image-credential-provider-bin-dir`).
     pub bin_dir: PathBuf,
 }
 
@@ -68,6 +69,7 @@ pub enum ContainerEvents {
 }
 
 impl ContainerEvents {
+    /// The setting's value as written: `auto` or `off`.
     pub fn as_str(self) -> &'static str {
         match self {
             ContainerEvents::Auto => "auto",
@@ -89,6 +91,7 @@ pub enum RuntimePins {
 }
 
 impl RuntimePins {
+    /// The setting's value as written: `auto` or `off`.
     pub fn as_str(self) -> &'static str {
         match self {
             RuntimePins::Auto => "auto",
@@ -99,20 +102,29 @@ impl RuntimePins {
 
 /// The shortest `kubeletIntentMaxAge`: an intent younger than a minute is a pull that
 /// has barely started.
-pub const MIN_INTENT_MAX_AGE: Duration = Duration::from_secs(60);
+pub(crate) const MIN_INTENT_MAX_AGE: Duration = Duration::from_secs(60);
 
 /// Everything the agent runs with.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AgentConfig {
+    /// The record database file.
     pub db: PathBuf,
+    /// Where the CRI runtime is and its deadlines.
     pub cri: CriConfig,
+    /// The GC manager's settings: thresholds, ages, pins, the warm set, the removal order.
     pub gc: GcConfig,
+    /// The image manager's settings: parallel pulls, the registry rate limit, the backoff.
     pub pull: PullConfig,
+    /// The admin socket the agent binds.
     pub admin_socket: PathBuf,
+    /// The metrics and health endpoint; `None`: not served.
     pub metrics_address: Option<SocketAddr>,
+    /// Time between two detects.
     pub detect_period: Duration,
+    /// Time between two GC cycles.
     pub gc_period: Duration,
+    /// Time between two refreshes of the image cache.
     pub image_cache_period: Duration,
     /// Keyring pulls (the admin EnsureImage) look for node credentials on the kubelet's docker
     /// config search path from `gc.kubelet_root_dir`, and ask these plugins.
@@ -129,11 +141,11 @@ pub struct AgentConfig {
 
 /// The shortest loop period (`--detect-period`, `--gc-period`, `--image-cache-period`): a
 /// smaller one would spin the loops against the runtime and the disk.
-pub const MIN_LOOP_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const MIN_LOOP_PERIOD: Duration = Duration::from_secs(1);
 
 /// The longest path a unix socket can be bound at: `sun_path` is 108 bytes on Linux, with
 /// its terminating NUL.
-pub const MAX_SOCKET_PATH_BYTES: usize = 107;
+pub(crate) const MAX_SOCKET_PATH_BYTES: usize = 107;
 
 #[cfg(test)]
 mod tests;

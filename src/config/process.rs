@@ -27,7 +27,7 @@ pub(super) fn resolve_metrics_address(
 /// `HOST:PORT` with an IP host: `127.0.0.1:9899`, `[fd00::1]:9899`, and also an IPv6 host
 /// without brackets, `fd00::1:9899`, as the DaemonSet's `$(HOST_IP):9899` gives on an IPv6
 /// node (the port is what follows the last colon).
-pub fn parse_host_port(a: &str) -> Result<SocketAddr, std::net::AddrParseError> {
+pub(crate) fn parse_host_port(a: &str) -> Result<SocketAddr, std::net::AddrParseError> {
     a.parse::<SocketAddr>().or_else(|e| {
         let (host, port) = a.rsplit_once(':').ok_or(e.clone())?;
         match (host.parse::<std::net::Ipv6Addr>(), port.parse::<u16>()) {

@@ -25,7 +25,7 @@ use super::{
 
 impl AgentConfig {
     /// The configuration when no file and no flag sets anything: the defaults
-    /// [`CONFIG_FIELDS`] shows.
+    /// [`CONFIG_FIELDS`](super::CONFIG_FIELDS) shows.
     pub fn defaults() -> Result<AgentConfig, ConfigError> {
         AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default())
     }

@@ -20,7 +20,9 @@ use super::{AgentConfig, ConfigError};
 /// deprecated: hidden, still accepted, warning that `--set KEY=VALUE` or the file replaces it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlagStatus {
+    /// On `--help`.
     Kept,
+    /// Hidden; still accepted, with a warning naming the key.
     Deprecated,
 }
 
@@ -427,6 +429,9 @@ macro_rules! config_from_table {
         /// the settings table, [`crate::imagekeeper_settings`]).
         #[derive(Debug, Default, Clone, PartialEq, serde::Deserialize)]
         #[serde(deny_unknown_fields)]
+        // The fields' docs are the help texts, whose `[[warm]]` and `[warmFromHistory]` name
+        // TOML tables, not items.
+        #[allow(rustdoc::broken_intra_doc_links)]
         pub struct FileConfig {
             $(
                 #[doc = $help]

@@ -39,7 +39,7 @@ pub use pods::{
 /// containerd's default socket, as the kubelet's default `--container-runtime-endpoint`.
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 /// Largest message the client accepts, as the kubelet (16 MiB).
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Where the runtime is and how long to wait for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,13 +75,19 @@ impl Default for CriConfig {
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerStatusReport {
+    /// The container's id.
     pub id: String,
+    /// Created, running, exited or unknown.
     pub state: ContainerState,
+    /// The image as the container's spec names it.
     pub image: String,
+    /// The image's id (CRI `image_id`, else `image_ref` from older runtimes).
     pub image_id: ImageId,
     /// The runtime handler of the container's ImageSpec; empty for the default.
     pub runtime_handler: String,
+    /// The exit code, once exited.
     pub exit_code: i32,
+    /// Why the container is in its state (`Completed`, `Error`, ...), as the runtime says.
     pub reason: String,
     /// The images of the container's image volumes (see [`crate::model::ContainerUsage`]).
     pub image_volumes: Vec<String>,
@@ -208,10 +214,12 @@ impl CriClient {
         })
     }
 
+    /// The runtime service's endpoint, as configured.
     pub fn runtime_endpoint(&self) -> &str {
         &self.runtime_endpoint
     }
 
+    /// The image service's endpoint: the runtime's unless configured apart.
     pub fn image_endpoint(&self) -> &str {
         &self.image_endpoint
     }

@@ -51,12 +51,15 @@ pub struct LabelledImage {
     /// The name, as containerd stores it (a CRI pull stores two: the tag and
     /// `repo@sha256:<manifest digest>`).
     pub name: String,
+    /// The image's labels (imagekeeper's pin labels among them).
     pub labels: BTreeMap<String, String>,
     /// The target descriptor, sent back unchanged with an Update (containerd's service
-    /// converts it whatever the mask says).
-    pub target_media_type: String,
+    /// converts it whatever the mask says): its media type, digest and size.
+    pub(crate) target_media_type: String,
+    /// The target's digest (`sha256:...`).
     pub target_digest: String,
-    pub target_size: i64,
+    /// The target's size in bytes.
+    pub(crate) target_size: i64,
 }
 
 /// A client of containerd's Images service in one namespace.
@@ -90,6 +93,7 @@ impl ContainerdImages {
         })
     }
 
+    /// The containerd address given to [`ContainerdImages::connect`].
     pub fn address(&self) -> &str {
         &self.address
     }
@@ -147,7 +151,9 @@ impl ContainerdImages {
 
     /// Sets each `(key, value)` label on `image` (an empty value removes the label) with one
     /// Images.Update whose mask names only `labels.<key>` of those keys.
-    pub async fn update_labels(
+    // The agent's runtime pins alone (a `cri` build without it has no caller).
+    #[cfg_attr(not(feature = "agent"), allow(dead_code))]
+    pub(crate) async fn update_labels(
         &self,
         image: &LabelledImage,
         labels: &[(&str, &str)],

@@ -37,9 +37,9 @@ use crate::runtime::{RpcCode, RuntimeVersion};
 /// A failure the fake answers a method with.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FakeFailure {
-    pub code: RpcCode,
-    pub message: String,
+struct FakeFailure {
+    code: RpcCode,
+    message: String,
 }
 
 /// One PullImage request as the fake received it (credentials included, for tests to check
@@ -47,8 +47,11 @@ pub struct FakeFailure {
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FakePull {
+    /// The ImageSpec's image reference.
     pub image: String,
+    /// The ImageSpec's runtime handler.
     pub runtime_handler: String,
+    /// The AuthConfig the request carried, if any.
     pub credentials: Option<PullCredentials>,
     /// The ImageSpec's annotations and the sandbox config the request carried.
     pub spec: PullSpec,
@@ -502,6 +505,7 @@ impl FakeRuntime {
         format!("unix://{}", self.socket.display())
     }
 
+    /// The fake's unix socket.
     pub fn socket_path(&self) -> &Path {
         &self.socket
     }
@@ -526,10 +530,12 @@ impl FakeRuntime {
         lock_state(&self.state)
     }
 
+    /// ListImages answers `images` from now on.
     pub fn set_images(&self, images: Vec<RuntimeImage>) {
         self.lock().images = images;
     }
 
+    /// The images the fake holds now (pulls add, RemoveImage removes).
     pub fn images(&self) -> Vec<RuntimeImage> {
         self.lock().images.clone()
     }
@@ -552,6 +558,7 @@ impl FakeRuntime {
         self.lock().pullable.insert(reference.into(), image);
     }
 
+    /// ListContainers answers `containers` from now on.
     pub fn set_containers(&self, containers: Vec<RuntimeContainer>) {
         self.lock().containers = containers;
     }
@@ -567,6 +574,7 @@ impl FakeRuntime {
         self.lock().image_fs = Some(stats);
     }
 
+    /// Version answers `version` from now on.
     pub fn set_version(&self, version: RuntimeVersion) {
         self.lock().version = version;
     }
@@ -606,7 +614,6 @@ impl FakeRuntime {
         state.delays.remove(method);
     }
 
-    /// Every PullImage request received so far.
     /// Makes `method` answer only after `delay` (a slow runtime).
     pub fn delay(&self, method: &str, delay: Duration) {
         self.lock().delays.insert(method.to_string(), delay);
@@ -617,6 +624,7 @@ impl FakeRuntime {
         self.lock().empty_image_ref = on;
     }
 
+    /// Every PullImage request received so far.
     pub fn pulls(&self) -> Vec<FakePull> {
         self.lock().pulls.clone()
     }

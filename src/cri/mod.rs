@@ -29,8 +29,11 @@ mod statvfs;
 pub use crate::runtime::{CriError, ImageRuntime, RpcCode, RuntimeVersion};
 pub use client::{
     ContainerEventStream, ContainerStatusReport, CriClient, CriConfig, DEFAULT_RUNTIME_ENDPOINT,
-    MAX_MESSAGE_BYTES, socket_path,
+    socket_path,
 };
+// The limits page (a unit test) states it.
+#[cfg(test)]
+pub(crate) use client::MAX_MESSAGE_BYTES;
 /// The pod and container specs of the lifecycle calls only tests make.
 #[cfg(any(test, feature = "testing"))]
 pub use client::{
@@ -39,7 +42,7 @@ pub use client::{
 pub use containerd_images::{CONTAINERD_CRI_NAMESPACE, ContainerdImages, LabelledImage};
 /// The in-process fake runtime (feature `testing`).
 #[cfg(any(test, feature = "testing"))]
-pub use fake::{FakeFailure, FakePull, FakeRuntime};
+pub use fake::{FakePull, FakeRuntime};
 
 /// The code generated from `proto/runtime/v1/api.proto` (package `runtime.v1`).
 #[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
@@ -52,7 +55,7 @@ mod proto {
 /// `pinnedImages.sandbox` (containerd 2.x, `pinned_images.sandbox`). `None` when the runtime
 /// says neither or the JSON does not parse: the caller falls back to the configured
 /// `--pod-infra-container-image`.
-pub fn sandbox_image_of_status_info<'a>(
+pub(crate) fn sandbox_image_of_status_info<'a>(
     info: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Option<String> {
     let (_, config) = info.into_iter().find(|(k, _)| *k == "config")?;

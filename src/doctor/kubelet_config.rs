@@ -65,24 +65,40 @@ pub const EVENTED_PLEG_GATE: &str = "EventedPLEG";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KubeletConfigError {
+    /// The file (or a drop-in) could not be read.
     #[error("cannot read the kubelet config: {source}")]
     Read {
+        /// The file.
         path: String,
+        /// Why it could not be read.
         #[source]
         source: crate::operator_file::OperatorFileError,
     },
+    /// The `--config-dir` could not be listed.
     #[error("cannot list the kubelet's config dir {path}: {source}")]
     ReadDir {
+        /// The directory.
         path: String,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
+    /// The file is not a KubeletConfiguration in YAML or JSON.
     #[error("the kubelet config {path} is not valid YAML for a KubeletConfiguration: {message}")]
-    Parse { path: String, message: String },
+    Parse {
+        /// The file.
+        path: String,
+        /// The decoder's message.
+        message: String,
+    },
+    /// A field holds a value the kubelet would refuse.
     #[error("the kubelet config {path}: {field}: {message}")]
     Invalid {
+        /// The file.
         path: String,
+        /// The field, as the KubeletConfiguration spells it.
         field: String,
+        /// What is wrong with its value.
         message: String,
     },
 }
@@ -91,7 +107,7 @@ pub enum KubeletConfigError {
 /// (pkg/kubelet/eviction/helpers.go) takes a percentage of the filesystem or a quantity.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub enum Threshold {
+pub(crate) enum Threshold {
     /// Evict when less than this percent of the filesystem is available.
     Percent(f64),
     /// Evict when fewer than this many bytes are available; `text` is the value as written.
@@ -102,7 +118,7 @@ pub enum Threshold {
 /// v1beta1/types.go), or the gate being off, in which case the kubelet verifies nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum CredentialVerification {
+pub(crate) enum CredentialVerification {
     GateOff,
     NeverVerify,
     NeverVerifyPreloadedImages,
@@ -125,23 +141,23 @@ impl CredentialVerification {
 /// The kubelet's settings the doctor compares, after the kubelet's defaulting.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KubeletConfig {
-    pub image_gc_high_threshold_percent: i64,
-    pub image_gc_low_threshold_percent: i64,
-    pub image_minimum_gc_age: Duration,
+    pub(crate) image_gc_high_threshold_percent: i64,
+    pub(crate) image_gc_low_threshold_percent: i64,
+    pub(crate) image_minimum_gc_age: Duration,
     /// Zero: off.
-    pub image_maximum_gc_age: Duration,
+    pub(crate) image_maximum_gc_age: Duration,
     /// The hard eviction thresholds in force, by signal (defaults merged as the kubelet does).
-    pub eviction_hard: BTreeMap<String, Threshold>,
+    pub(crate) eviction_hard: BTreeMap<String, Threshold>,
     /// The soft eviction thresholds, by signal (no defaults).
-    pub eviction_soft: BTreeMap<String, Threshold>,
-    pub credential_verification: CredentialVerification,
-    pub container_runtime_endpoint: String,
+    pub(crate) eviction_soft: BTreeMap<String, Threshold>,
+    pub(crate) credential_verification: CredentialVerification,
+    pub(crate) container_runtime_endpoint: String,
     /// `None`: the runtime endpoint serves images too.
-    pub image_service_endpoint: Option<String>,
+    pub(crate) image_service_endpoint: Option<String>,
     /// `featureGates.EventedPLEG` (off by default).
-    pub evented_pleg: bool,
+    pub(crate) evented_pleg: bool,
     /// The drop-in files merged over the file, in the order applied.
-    pub drop_ins: Vec<PathBuf>,
+    pub(crate) drop_ins: Vec<PathBuf>,
 }
 
 /// The fields read; everything else in the file is ignored.
@@ -576,7 +592,7 @@ fn parse_thresholds(
 /// One threshold value, as the kubelet's `parseThresholdStatement`
 /// (pkg/kubelet/eviction/helpers.go): "0%" and "100%" are ignored, another percentage must be
 /// within [0, 100], and a quantity must be positive.
-pub fn parse_threshold(value: &str) -> Result<Option<Threshold>, String> {
+pub(crate) fn parse_threshold(value: &str) -> Result<Option<Threshold>, String> {
     if let Some(number) = value.strip_suffix('%') {
         if value == "0%" || value == "100%" {
             return Ok(None);
@@ -601,7 +617,7 @@ pub fn parse_threshold(value: &str) -> Result<Option<Threshold>, String> {
 
 /// A Kubernetes resource quantity ([`crate::format::parse_quantity`]), with this module's
 /// message (a threshold may also be a percentage).
-pub fn parse_quantity(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_quantity(text: &str) -> Result<f64, String> {
     crate::format::parse_quantity(text).map_err(|e| format!("{e} or a percentage"))
 }
 

@@ -20,22 +20,27 @@ use disk::{
     check_eviction, check_image_filesystem, check_image_gc_thresholds, check_inodes,
     check_maximum_age,
 };
-pub use kubelet_config::{
-    CredentialVerification, DEFAULT_KUBELET_CONFIG, KubeletConfig, KubeletConfigError,
-    MAX_DROP_INS, Threshold,
-};
+// The limits page (a unit test) states it.
+#[cfg(test)]
+pub(crate) use kubelet_config::MAX_DROP_INS;
+pub(crate) use kubelet_config::{CredentialVerification, Threshold};
+pub use kubelet_config::{DEFAULT_KUBELET_CONFIG, KubeletConfig, KubeletConfigError};
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Status {
+    /// The two configurations agree on what the check compares.
     Ok,
+    /// They disagree: the finding's `fix` says what to change.
     Conflict,
+    /// The check lacked what it needs (the runtime, a capacity); the message says what.
     NotChecked,
 }
 
 impl Status {
+    /// The status as printed and in JSON: `ok`, `conflict`, `not_checked`.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -51,6 +56,7 @@ impl Status {
 pub struct Finding {
     /// A stable name for the check (`eviction-hard-imagefs`, `image-gc-thresholds`, ...).
     pub check: String,
+    /// How the check came out.
     pub status: Status,
     /// What was compared and what follows from it.
     pub message: String,
@@ -93,7 +99,9 @@ impl Finding {
 pub enum RuntimeView {
     /// The runtime did not answer (the reason, for the finding).
     Unreachable(String),
+    /// The runtime answered.
     Reached {
+        /// Its images (CRI ListImages).
         images: Vec<RuntimeImage>,
         /// The image filesystem, or why it is not known.
         image_fs: Result<ImageFsStats, String>,
@@ -113,10 +121,13 @@ pub struct RuntimePinsView {
 /// Everything the checks compare.
 #[derive(Clone, Debug)]
 pub struct DoctorInput<'a> {
+    /// The kubelet's configuration, defaulted as the kubelet does.
     pub kubelet: &'a KubeletConfig,
+    /// imagekeeper's resolved configuration.
     pub imagekeeper: &'a AgentConfig,
     /// The operator says images are pulled through imagekeeper with credentials.
     pub pulls_with_credentials: bool,
+    /// What the runtime answered, or why it did not.
     pub runtime: &'a RuntimeView,
     /// The kubelet's pull intents older than imagekeeper's intent max age, as read now;
     /// `None` when imagekeeper does not read the kubelet's pull records.
@@ -140,10 +151,13 @@ pub struct Report {
     pub kubelet_config: String,
     /// How many findings are conflicts (the command exits 1 when this is not 0).
     pub conflicts: usize,
+    /// Every check's finding, in [`check`]'s order.
     pub findings: Vec<Finding>,
 }
 
 impl Report {
+    /// The report of `findings` read against the kubelet config file named `kubelet_config`;
+    /// counts the conflicts.
     pub fn new(kubelet_config: String, findings: Vec<Finding>) -> Report {
         Report {
             kubelet_config,
@@ -279,7 +293,7 @@ fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
 }
 
 /// The number of conflicts among `findings`.
-pub fn conflicts(findings: &[Finding]) -> usize {
+pub(crate) fn conflicts(findings: &[Finding]) -> usize {
     findings
         .iter()
         .filter(|f| f.status == Status::Conflict)

@@ -38,23 +38,24 @@ mod families;
 #[cfg(test)]
 mod tests;
 
-pub use families::{METRICS, MetricFamily, MetricKind, MetricUnit};
+pub use families::{METRICS, MetricFamily, MetricKind};
 
 /// The prefix of every metric name (with `_` after it).
-pub const METRIC_PREFIX: &str = "imagekeeper";
+pub(crate) const METRIC_PREFIX: &str = "imagekeeper";
 
 /// The Content-Type of [`AgentMetrics::render`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// kubelet's buckets for GC durations (prometheus.DefBuckets).
 const GC_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// The crate's version and the git revision it was built from (`build.rs`; "unknown" when
-/// built outside a git checkout without `IMAGEKEEPER_REVISION`).
-pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
-pub const BUILD_REVISION: &str = env!("IMAGEKEEPER_REVISION");
+/// The crate's version (Cargo.toml's `version`).
+pub(super) const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git revision the crate was built from (`build.rs`; "unknown" when built outside a git
+/// checkout without `IMAGEKEEPER_REVISION`).
+pub(super) const BUILD_REVISION: &str = env!("IMAGEKEEPER_REVISION");
 
 /// Metrics the agent itself keeps.
 #[derive(Debug)]
@@ -77,7 +78,7 @@ pub struct AgentMetrics {
 
 /// What the runtime pins' metrics show.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RuntimePinsSample {
+pub(crate) struct RuntimePinsSample {
     /// Labels are written (`auto` on a runtime that carries pins).
     pub enabled: bool,
     /// Kept images the runtime lists as pinned at the last reconcile.
@@ -101,7 +102,7 @@ impl Default for AgentMetrics {
 }
 
 impl AgentMetrics {
-    pub fn observe_gc(&self, took: Duration) {
+    pub(crate) fn observe_gc(&self, took: Duration) {
         match self.gc_durations.lock() {
             Ok(mut h) => h.observe(took.as_secs_f64()),
             Err(p) => p.into_inner().observe(took.as_secs_f64()),
@@ -109,18 +110,18 @@ impl AgentMetrics {
     }
 
     /// The image cache was refreshed: its images are the runtime image gauges' values.
-    pub fn image_cache_filled(&self) {
+    pub(crate) fn image_cache_filled(&self) {
         self.image_cache_filled
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A GC cycle ended, without an error or with one.
-    pub fn record_gc_cycle(&self, success: bool) {
+    pub(crate) fn record_gc_cycle(&self, success: bool) {
         self.gc_cycles[usize::from(!success)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A warm cycle's plan: its entries counted by state.
-    pub fn record_warm_plan(&self, plan: &WarmPlan) {
+    pub(crate) fn record_warm_plan(&self, plan: &WarmPlan) {
         let counts = WarmState::ALL.map(|state| plan.count(state) as u64);
         match self.warm_images.lock() {
             Ok(mut w) => *w = Some(counts),
@@ -129,7 +130,7 @@ impl AgentMetrics {
     }
 
     /// The runtime pins after a reconcile (or a decision).
-    pub fn record_runtime_pins(&self, sample: RuntimePinsSample) {
+    pub(crate) fn record_runtime_pins(&self, sample: RuntimePinsSample) {
         match self.runtime_pins.lock() {
             Ok(mut w) => *w = Some(sample),
             Err(p) => *p.into_inner() = Some(sample),
@@ -137,17 +138,17 @@ impl AgentMetrics {
     }
 
     /// A warm (or restore) pull ended.
-    pub fn record_warm_pull(&self, success: bool) {
+    pub(crate) fn record_warm_pull(&self, success: bool) {
         self.warm_pulls[usize::from(!success)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    pub fn record_reload(&self, success: bool) {
+    pub(crate) fn record_reload(&self, success: bool) {
         self.config_reloads[usize::from(!success)]
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Renders every metric in the OpenMetrics text format (ends with `# EOF`), but
-    /// `imagekeeper_image_pins`, which needs the time ([`AgentMetrics::render_at`]).
+    /// `imagekeeper_image_pins`, which needs the time (`render_at`, the agent's).
     pub fn render<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
         &self,
         gc: &ImageGcManager<R>,
@@ -159,7 +160,7 @@ impl AgentMetrics {
 
     /// Renders every metric in the OpenMetrics text format (ends with `# EOF`), the pins in
     /// force counted at `now` (the agent's clock).
-    pub fn render_at<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
+    pub(crate) fn render_at<R: ImageRuntime, P: PullRuntime, S: BackoffStore>(
         &self,
         gc: &ImageGcManager<R>,
         images: &ImageManager<P, S>,

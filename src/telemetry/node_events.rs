@@ -29,18 +29,22 @@ use crate::format::format_size;
 use crate::gc::{GcError, GcReport};
 
 /// How many images a GC Event names (the largest first).
-pub const EVENT_TOP_IMAGES: usize = 3;
+pub(crate) const EVENT_TOP_IMAGES: usize = 3;
 
 /// The severity of an Event (`kubectl describe`'s Type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeEventType {
+    /// Something the agent did (images removed).
     Normal,
+    /// Something that needs an operator: a failed GC cycle, a kubelet config conflict, a warm
+    /// image that does not fit, an unhealthy store.
     Warning,
 }
 
 /// One Event on the node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeEvent {
+    /// Normal or Warning.
     pub type_: NodeEventType,
     /// PascalCase, at most 128 characters (`kubectl describe`'s Reason).
     pub reason: &'static str,
@@ -83,12 +87,13 @@ impl NodeEvents {
         NodeEvents::default()
     }
 
+    /// Whether Events go to a sink (false after [`NodeEvents::off`]).
     pub fn enabled(&self) -> bool {
         self.sink.is_some()
     }
 
     /// A GC cycle ended: one Event if it removed images, one if it failed.
-    pub fn gc_cycle(&self, report: &GcReport) {
+    pub(crate) fn gc_cycle(&self, report: &GcReport) {
         let Some(sink) = &self.sink else { return };
         if !report.removed.is_empty() {
             let mut largest: Vec<_> = report.removed.iter().collect();
@@ -142,7 +147,7 @@ impl NodeEvents {
     /// Warning, `KubeletConfigConflict`, naming the check, what conflicts and the fix. The
     /// agent hands each conflicting finding here (`NodeEvents::doctor_conflicts`, in `agent`,
     /// so this module does not import the doctor).
-    pub fn kubelet_config_conflict(&self, check: &str, message: &str, fix: Option<&str>) {
+    pub(crate) fn kubelet_config_conflict(&self, check: &str, message: &str, fix: Option<&str>) {
         let Some(sink) = &self.sink else { return };
         let mut note = format!("{check}: {message}");
         if let Some(fix) = fix {
@@ -160,7 +165,7 @@ impl NodeEvents {
     /// would take the image filesystem above the GC's low threshold, the byte budget's low
     /// line or the inode threshold): one Warning, `WarmImageDoesNotFit`. The warm loop says
     /// it once per entry until the entry fits (or leaves the set) again, as it logs it.
-    pub fn warm_does_not_fit(&self, image: &str, runtime_handler: &str, detail: &str) {
+    pub(crate) fn warm_does_not_fit(&self, image: &str, runtime_handler: &str, detail: &str) {
         let Some(sink) = &self.sink else { return };
         let handler = if runtime_handler.is_empty() {
             String::new()
@@ -178,7 +183,7 @@ impl NodeEvents {
     }
 
     /// The store's health as a cycle found it: a Warning when it turns unhealthy.
-    pub fn store_health(&self, healthy: bool) {
+    pub(crate) fn store_health(&self, healthy: bool) {
         let Some(sink) = &self.sink else { return };
         if healthy {
             self.store_unhealthy_said.store(false, Ordering::Relaxed);

@@ -5,10 +5,11 @@
 //!
 //! Invariants: a [`Workload`] that [`parse_workload`] returns has its node line first, its
 //! operations in non-decreasing time, every time and duration finite, non-negative and at
-//! most [`MAX_WORKLOAD_SECONDS`], a valid GC policy (the kubelet's rules and messages), a
+//! most 10 years, a valid GC policy (the kubelet's rules and messages), a
 //! positive capacity, pull rate and GC period, and an image name and a positive size on every
 //! run. A refused line is named by its 1-based number; unknown fields and operations are
-//! refused, never ignored. [`format_line`] writes each line so that parsing it gives it back.
+//! refused, never ignored. `Workload`'s `Display` writes each line so that parsing it gives it
+//! back.
 
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
@@ -19,18 +20,18 @@ use serde_json::{Map, Value, json};
 use crate::gc::GcPolicy;
 
 /// The most bytes of a workload read (a file or stdin): 256 MiB, about two million runs.
-pub const MAX_WORKLOAD_BYTES: u64 = 256 << 20;
+pub(crate) const MAX_WORKLOAD_BYTES: u64 = 256 << 20;
 
 /// The longest workload line, in bytes, without its line end: 64 KiB (a run line is about 100
 /// bytes; an image name is at most a few hundred).
-pub const MAX_WORKLOAD_LINE_BYTES: usize = 64 << 10;
+pub(crate) const MAX_WORKLOAD_LINE_BYTES: usize = 64 << 10;
 
 /// The latest time and the longest duration a workload may give: 10 years of seconds.
-pub const MAX_WORKLOAD_SECONDS: f64 = 10.0 * 365.0 * 86_400.0;
+pub(crate) const MAX_WORKLOAD_SECONDS: f64 = 10.0 * 365.0 * 86_400.0;
 
 /// The node a workload runs on: its first line.
 #[derive(Clone, Debug, PartialEq)]
-pub struct WorkloadNode {
+pub(crate) struct WorkloadNode {
     /// When the trace starts (seconds; the node line's `"at"`).
     pub at: f64,
     /// The image filesystem's size in bytes.
@@ -48,7 +49,7 @@ pub struct WorkloadNode {
 /// One operation after the node line.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub enum WorkloadOp {
+pub(crate) enum WorkloadOp {
     /// A container using `image` (of `size` bytes) starts and runs `for_s` seconds.
     Run {
         image: String,
@@ -61,7 +62,7 @@ pub enum WorkloadOp {
 
 /// One operation with its time and line number.
 #[derive(Clone, Debug, PartialEq)]
-pub struct WorkloadLine {
+pub(crate) struct WorkloadLine {
     /// 1-based line number in the trace (0 for a line built in code).
     pub line: usize,
     /// Seconds, as in the trace.
@@ -72,15 +73,19 @@ pub struct WorkloadLine {
 /// A whole workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Workload {
-    pub node: WorkloadNode,
-    pub ops: Vec<WorkloadLine>,
+    /// The node line.
+    pub(crate) node: WorkloadNode,
+    /// The operations, in time order.
+    pub(crate) ops: Vec<WorkloadLine>,
 }
 
 /// A refused workload line (`line` 0: the workload as a whole).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {reason}")]
 pub struct WorkloadLineError {
+    /// The 1-based line number; 0: the workload as a whole.
     pub line: usize,
+    /// Why the line was refused.
     pub reason: String,
 }
 
@@ -88,23 +93,26 @@ pub struct WorkloadLineError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WorkloadError {
+    /// A line was refused.
     #[error(transparent)]
     Line(#[from] WorkloadLineError),
+    /// The input could not be read.
     #[error("reading: {0}")]
     Io(#[from] std::io::Error),
+    /// The input is larger than 256 MiB.
     #[error("the workload is larger than {MAX_WORKLOAD_BYTES} bytes, the most read")]
     TooLarge,
 }
 
 /// Seconds as a [`Duration`] (the parser keeps them finite, non-negative and bounded).
-pub fn seconds(s: f64) -> Duration {
+pub(crate) fn seconds(s: f64) -> Duration {
     Duration::from_secs_f64(s.clamp(0.0, MAX_WORKLOAD_SECONDS))
 }
 
-/// Reads a workload from `reader` (stdin, or a file `operator_file` opened), at most
-/// [`MAX_WORKLOAD_BYTES`], a line at a time: a line longer than [`MAX_WORKLOAD_LINE_BYTES`]
-/// is refused as soon as its limit is passed, naming the line (an endless line is a line too
-/// long, not a workload too large), and no more than a line's limit is read past it.
+/// Reads a workload from `reader` (stdin, or a file `operator_file` opened), at most 256 MiB,
+/// a line at a time: a line longer than 64 KiB is refused as soon as its limit is passed,
+/// naming the line (an endless line is a line too long, not a workload too large), and no
+/// more than a line's limit is read past it.
 pub fn read_workload(reader: impl Read) -> Result<Workload, WorkloadError> {
     let mut reader = BufReader::new(reader);
     let mut bytes = Vec::new();
@@ -140,7 +148,7 @@ fn line_too_long() -> String {
 }
 
 /// Parses a workload held in memory (a file read through `operator_file`, or stdin).
-pub fn parse_workload_bytes(bytes: &[u8]) -> Result<Workload, WorkloadError> {
+fn parse_workload_bytes(bytes: &[u8]) -> Result<Workload, WorkloadError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
         // The line of the first bad byte.
         let line = bytes[..e.valid_up_to()]
@@ -464,7 +472,7 @@ fn number(s: f64) -> Value {
 }
 
 /// The node line, as [`parse_workload`] reads it back.
-pub fn format_node(node: &WorkloadNode) -> String {
+fn format_node(node: &WorkloadNode) -> String {
     json!({
         "at": number(node.at),
         "node": {
@@ -484,7 +492,7 @@ pub fn format_node(node: &WorkloadNode) -> String {
 }
 
 /// One operation's line, as [`parse_workload`] reads it back.
-pub fn format_line(line: &WorkloadLine) -> String {
+fn format_line(line: &WorkloadLine) -> String {
     match &line.op {
         WorkloadOp::Run { image, size, for_s } => json!({
             "at": number(line.at),

@@ -11,8 +11,11 @@ use super::{CriClient, CriError, convert, proto};
 /// A pod sandbox to run (tests and tools only: imagekeeper itself never runs pods).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SandboxSpec {
+    /// The pod's name (the sandbox metadata's `name`).
     pub name: String,
+    /// The pod's UID.
     pub uid: String,
+    /// The pod's namespace.
     pub namespace: String,
     /// Absolute directory for the containers' logs.
     pub log_directory: String,
@@ -28,12 +31,17 @@ pub struct SandboxSpec {
 /// A container to create in a sandbox; its log goes to `<log_directory>/<name>.log`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerSpec {
+    /// The container's name (also its log file's name).
     pub name: String,
+    /// The image reference to run; the runtime must already hold it.
     pub image: String,
+    /// The entrypoint; empty: the image's.
     pub command: Vec<String>,
+    /// The entrypoint's arguments; empty: the image's.
     pub args: Vec<String>,
     /// Environment variables, in order.
     pub env: Vec<(String, String)>,
+    /// Bind mounts and image volumes.
     pub mounts: Vec<MountSpec>,
     /// The container's Linux security context; None leaves everything to the runtime.
     pub security: Option<ContainerSecurity>,
@@ -50,8 +58,11 @@ pub struct ContainerSpec {
 /// `readonly`: "readonly must be true while mount image").
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MountSpec {
+    /// Where it appears in the container.
     pub container_path: String,
+    /// The node's path bind-mounted; empty for an image volume.
     pub host_path: String,
+    /// Mounted read-only.
     pub readonly: bool,
     /// The image mounted as a volume; `None` for a bind mount.
     pub image: Option<String>,
@@ -61,19 +72,26 @@ pub struct MountSpec {
 /// The parts of a container's Linux security context the kubelet sets from a pod spec.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerSecurity {
+    /// `runAsUser`; `None`: the image's user.
     pub run_as_user: Option<i64>,
+    /// `runAsGroup`; `None`: the image's group.
     pub run_as_group: Option<i64>,
+    /// `privileged: true`.
     pub privileged: bool,
+    /// `readOnlyRootFilesystem: true`.
     pub readonly_rootfs: bool,
     /// `allowPrivilegeEscalation: false`.
     pub no_new_privs: bool,
     /// Capabilities to drop, as the kubelet passes them (`ALL`, or names without `CAP_`).
     pub drop_capabilities: Vec<String>,
+    /// Capabilities to add, named likewise.
     pub add_capabilities: Vec<String>,
+    /// The seccomp profile is RuntimeDefault (else unconfined).
     pub seccomp_runtime_default: bool,
     /// Paths masked and made read-only (the kubelet's defaults for a non-privileged
     /// container with the default procMount).
     pub masked_paths: Vec<String>,
+    /// Paths made read-only (likewise the kubelet's defaults).
     pub readonly_paths: Vec<String>,
 }
 
@@ -81,8 +99,11 @@ pub struct ContainerSecurity {
 /// What ExecSync returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecResult {
+    /// The command's exit code.
     pub exit_code: i32,
+    /// Everything it wrote to stdout.
     pub stdout: Vec<u8>,
+    /// Everything it wrote to stderr.
     pub stderr: Vec<u8>,
 }
 
@@ -90,10 +111,15 @@ pub struct ExecResult {
 /// One pod sandbox as ListPodSandbox reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodSandboxSummary {
+    /// The sandbox's id.
     pub id: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's UID.
     pub uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The sandbox is ready (not stopped).
     pub ready: bool,
 }
 
@@ -117,6 +143,7 @@ impl CriClient {
         Ok(response.pod_sandbox_id)
     }
 
+    /// Stops a pod sandbox and its containers.
     pub async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
         let request = proto::StopPodSandboxRequest {
             pod_sandbox_id: pod_sandbox_id.to_string(),
@@ -131,6 +158,7 @@ impl CriClient {
         Ok(())
     }
 
+    /// Removes a pod sandbox and its containers.
     pub async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
         let request = proto::RemovePodSandboxRequest {
             pod_sandbox_id: pod_sandbox_id.to_string(),
@@ -186,6 +214,7 @@ impl CriClient {
         Ok(response.container_id)
     }
 
+    /// Starts a created container.
     pub async fn start_container(&self, container_id: &str) -> Result<(), CriError> {
         let request = proto::StartContainerRequest {
             container_id: container_id.to_string(),
@@ -250,6 +279,7 @@ impl CriClient {
         })
     }
 
+    /// Removes a container (a running one by force, as CRI says).
     pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
         let request = proto::RemoveContainerRequest {
             container_id: container_id.to_string(),

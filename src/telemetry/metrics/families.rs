@@ -13,8 +13,11 @@ use super::METRIC_PREFIX;
 /// What kind of metric a family is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {
+    /// Only goes up; its samples end with `_total`.
     Counter,
+    /// A value that goes up and down.
     Gauge,
+    /// Observations counted into buckets (`_bucket`, `_sum`, `_count`).
     Histogram,
 }
 
@@ -39,7 +42,7 @@ impl MetricKind {
 
 /// The unit a family's name ends with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetricUnit {
+pub(crate) enum MetricUnit {
     Bytes,
     Seconds,
 }
@@ -70,10 +73,13 @@ impl MetricUnit {
 pub struct MetricFamily {
     /// The name after `imagekeeper_`, without the unit suffix or the `_total` the encoder adds.
     pub name: &'static str,
+    /// Counter, gauge or histogram (the `# TYPE` line).
     pub kind: MetricKind,
-    pub unit: Option<MetricUnit>,
+    /// The unit the name ends with, if any.
+    pub(crate) unit: Option<MetricUnit>,
     /// The label names of every sample, in order (a unit test checks them against a scrape).
     pub labels: &'static [&'static str],
+    /// The `# HELP` line's text.
     pub help: &'static str,
     /// When the family is left out of a scrape; `None`: always there.
     pub absent_when: Option<&'static str>,
