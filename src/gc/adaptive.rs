@@ -75,7 +75,7 @@ pub const REUSE_SPAN: Duration = Duration::from_secs(3600);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct AdaptiveRank {
-    /// Never came back and used only within [`REUSE_SPAN`] of its arrival.
+    /// Never came back and used only within an hour (`REUSE_SPAN`) of its arrival.
     pub one_off: bool,
     /// How many of its removals the journal shows followed by a re-pull.
     pub returns: u32,

@@ -6,7 +6,7 @@ use crate::model::RecordKey;
 use crate::runtime::CriError;
 use crate::store::StoreError;
 
-use crate::format::{format_size, go_duration};
+use crate::format::{aggregate, format_size, go_duration};
 
 /// What can go wrong in detect, GarbageCollect or DeleteUnusedImages.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +114,3 @@ pub enum GcError {
         errors: Vec<String>,
     },
 }
-
-/// apimachinery's `utilerrors.NewAggregate` text, kept at this path for its users.
-pub use crate::format::aggregate;

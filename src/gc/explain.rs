@@ -51,8 +51,10 @@ pub fn in_use_at(records: &[StoredRecord], last_detect: Option<UnixNanos>) -> BT
 }
 
 /// Explains one GarbageCollect at `now`. `records` must be in eviction order (as
-/// `Store::eviction_order` yields them).
-pub fn explain(
+/// `Store::eviction_order` yields them). The tests' shorthand: no pulls in flight, no kubelet
+/// records.
+#[cfg(test)]
+pub(crate) fn explain(
     records: &[StoredRecord],
     last_detect: Option<UnixNanos>,
     policy: GcPolicy,
@@ -70,14 +72,10 @@ pub fn explain(
     )
 }
 
-/// [`explain`] by the running agent, which also knows the pulls in flight (their images are
-/// kept as in use, "pull in progress", as the manager keeps them) and the kubelet's pull
-/// records: the images its pull
-/// intents name are kept ("the kubelet is pulling it", before any other reason, as detect
-/// marks them in use), each image's pulled record time is shown, and the intents too old to
-/// keep anything are listed. The records' last_used
-/// must already count the pulled records' times (detect folds them in).
-pub fn explain_with_kubelet(
+/// [`explain`] with pulls in flight and the kubelet's pull records (the tests' shorthand for
+/// [`explain_in`] with no watch history, warm set or protections).
+#[cfg(test)]
+pub(crate) fn explain_with_kubelet(
     records: &[StoredRecord],
     last_detect: Option<UnixNanos>,
     policy: GcPolicy,
@@ -120,8 +118,14 @@ pub struct ExplainContext<'a> {
     pub protections: &'a Protections,
 }
 
-/// [`explain_with_kubelet`] with the unwatched stretches MaxAge does not count: the running
-/// agent's dry run and `inspect explain` (from the file's heartbeat).
+/// Explains one GarbageCollect at `now`: the running agent's dry run and `inspect explain`
+/// (from the file's heartbeat). `records` must be in eviction order (as
+/// `Store::eviction_order` yields them) and their last_used must already count the kubelet's
+/// pulled records' times (detect folds them in). From `context`: the pulls in flight keep
+/// their images as in use ("pull in progress", as the manager keeps them); the images the
+/// kubelet's pull intents name are kept ("the kubelet is pulling it", before any other reason,
+/// as detect marks them in use), each image's pulled record time is shown and the intents too
+/// old to keep anything are listed; MaxAge counts only the watched time.
 pub fn explain_in(
     records: &[StoredRecord],
     last_detect: Option<UnixNanos>,

@@ -32,12 +32,12 @@ mod space;
 mod watch;
 
 pub use adaptive::{AdaptiveRank, GcOrder, ListedTags, rank_adaptive};
-pub use detect::{DetectInput, DetectPlan, ListedImages, images_in_use};
-pub use error::{GcError, aggregate};
+pub use detect::{ListedImages, images_in_use};
+pub use error::GcError;
 pub use evict::{Verdict, space_verdict};
 pub use explain::{
     Decision, ExplainContext, Explanation, FsSpace, ImageExplanation, PriorEviction, SpacePass,
-    explain, explain_in, note_adaptive_ranks, note_predictive_ranks, note_prior_evictions,
+    explain_in, note_adaptive_ranks, note_predictive_ranks, note_prior_evictions,
 };
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
 pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
@@ -46,10 +46,10 @@ pub use pin_request::{PinRequestError, check_pin_request};
 pub use pins::PinPatterns;
 pub use plan::plan_space_victims;
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
-pub use predictive::{Basis, Estimate, ImageHistory, PredictiveRank, rank_listed, rank_predictive};
+pub use predictive::{Basis, Estimate, PredictiveRank, rank_listed, rank_predictive};
 pub use protect::{
     Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, RUNTIME_PIN_OFFLINE,
-    pin_view, pin_views, pinned_at, stored_image, stored_images,
+    pin_view, pin_views, stored_image, stored_images,
 };
 pub use runtime_pin_notes::{RuntimePinStatus, RuntimePinsSeen, note_runtime_pins};
 pub use space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};

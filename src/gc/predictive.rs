@@ -135,7 +135,7 @@ pub enum Basis {
         /// How many gaps it weighs.
         gaps: u32,
     },
-    /// One use within `REUSE_SPAN` of its arrival, or none: [`ONE_OFF_PRIOR`].
+    /// One use within `REUSE_SPAN` of its arrival, or none: `ONE_OFF_PRIOR` (a week).
     PriorOneOff,
     /// One stretch of use of `REUSE_SPAN` or more: its idle time, at least `REUSE_SPAN`.
     PriorReused,

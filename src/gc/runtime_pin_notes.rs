@@ -98,7 +98,8 @@ pub fn note_runtime_pins(explanation: &mut Explanation, seen: &RuntimePinsSeen) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gc::{GcPolicy, Protection, explain};
+    use crate::gc::explain::explain;
+    use crate::gc::{GcPolicy, Protection};
     use crate::model::{ImageRecord, UnixNanos};
     use crate::store::StoredRecord;
 

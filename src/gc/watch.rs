@@ -71,7 +71,8 @@ impl Unwatched {
 pub struct WatchHistory {
     /// The last time a detect watched the node.
     pub heartbeat: Option<UnixNanos>,
-    /// Unwatched stretches, oldest first, at most [`MAX_GAPS`].
+    /// Unwatched stretches, oldest first, at most eight (`MAX_GAPS`; beyond it the oldest two
+    /// merge).
     pub unwatched: Vec<Unwatched>,
 }
 
@@ -109,8 +110,8 @@ impl WatchHistory {
     }
 
     /// The history after a detect at `now` with watch period `period`: the heartbeat is
-    /// `now`, and when the stored heartbeat is more than [`GAP_PERIODS`] periods before `now`
-    /// the stretch between them is unwatched (returned as the second value).
+    /// `now`, and when the stored heartbeat is more than three periods (`GAP_PERIODS`) before
+    /// `now` the stretch between them is unwatched (returned as the second value).
     pub fn after_detect(
         &self,
         now: UnixNanos,

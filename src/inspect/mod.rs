@@ -22,22 +22,30 @@ use crate::model::{
 use crate::reference::image_matches;
 use crate::store::{JournalKey, Store, StoreError, StoredRecord, Violation, meta_keys};
 
-pub use snapshot::COPY_ATTEMPTS;
-
 /// What can go wrong inspecting a database.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InspectError {
+    /// The copy could not be opened or read.
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(
         "database {path} is a {kind}, not a regular file; inspect reads only a regular file \
          (a symlink is followed to one)"
     )]
-    NotRegular { path: PathBuf, kind: &'static str },
+    /// The path is not a regular file (after symlinks); exit 2.
+    NotRegular {
+        /// The path given.
+        path: PathBuf,
+        /// What it is instead (`directory`, `socket`, ...).
+        kind: &'static str,
+    },
+    /// The private copy could not be made (the file unreadable, no room for the copy).
     #[error("database {path}: making a temporary copy: {source}")]
     Copy {
+        /// The path given.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -45,22 +53,44 @@ pub enum InspectError {
         "database {path} is damaged: redb failed an internal assertion reading a verified copy \
          ({detail}); the file was left as it is"
     )]
-    Damaged { path: PathBuf, detail: String },
+    /// redb panicked reading the verified copy: the file is damaged and left as it is.
+    Damaged {
+        /// The path given.
+        path: PathBuf,
+        /// The panic's message.
+        detail: String,
+    },
     #[error(
         "database {path} changed while it was being copied, on each of {attempts} attempts, and \
          no copy verified; it is being written right now: try again"
     )]
-    KeptChanging { path: PathBuf, attempts: u32 },
+    /// Every copy changed under the copier (a writer at work): try again.
+    KeptChanging {
+        /// The path given.
+        path: PathBuf,
+        /// The copies taken (`snapshot::COPY_ATTEMPTS`).
+        attempts: u32,
+    },
+    /// An empty image id prefix was given; exit 2.
     #[error("the image id prefix is empty")]
     EmptyPrefix,
+    /// No record or journal entry matches the query.
     #[error("no image id starts with {prefix:?} in {path}")]
-    NotFound { prefix: String, path: PathBuf },
+    NotFound {
+        /// The query.
+        prefix: String,
+        /// The database.
+        path: PathBuf,
+    },
     #[error(
         "image id prefix {prefix:?} is ambiguous, it matches: {}",
         escaped_list(matches)
     )]
+    /// The query matches several image ids.
     Ambiguous {
+        /// The query.
         prefix: String,
+        /// The ids it matches.
         matches: Vec<String>,
     },
 }
@@ -174,6 +204,7 @@ impl Snapshot {
         self.read(Store::records)
     }
 
+    /// Every pull backoff entry, by key (`{pod uid}_{image}`), ordered by key.
     pub fn backoff_entries(&self) -> Result<Vec<(String, BackoffEntry)>, InspectError> {
         self.read(Store::backoff_entries)
     }
@@ -270,6 +301,8 @@ impl Snapshot {
         self.read(Store::meta_entries)
     }
 
+    /// The file's meta entries the inspector shows (the schema version the file had before
+    /// the copy was upgraded).
     pub fn meta(&self) -> Result<MetaInfo, InspectError> {
         let entries = self.read(Store::meta_entries)?;
         let get = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
@@ -303,9 +336,13 @@ impl Snapshot {
 /// The meta entries the inspector shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MetaInfo {
+    /// The file's schema version (before any upgrade of the copy).
     pub schema_version: Option<i64>,
+    /// When the database was created.
     pub created_at: Option<UnixNanos>,
+    /// When an agent last started on it.
     pub agent_started_at: Option<UnixNanos>,
+    /// The last detect's time (the records' in-use stamp).
     pub last_detect: Option<UnixNanos>,
     /// The latest detect's time, written at every detect: the last time the agent watched.
     pub heartbeat: Option<UnixNanos>,
@@ -325,7 +362,7 @@ pub enum SortKey {
     FirstDetected,
 }
 
-/// Sorts records that are in eviction order; ties keep eviction order.
+/// Sorts records that are in eviction order by `by`; ties keep eviction order.
 pub fn sort_records(records: &mut [StoredRecord], by: SortKey) {
     match by {
         SortKey::Eviction => {}
@@ -338,7 +375,7 @@ pub fn sort_records(records: &mut [StoredRecord], by: SortKey) {
 /// The records of the one image id that `prefix` names, like crictl: a prefix of the id with
 /// or without `sha256:`; an exact id wins over longer ids it is a prefix of. Several records
 /// come back when the image is recorded for several runtime handlers.
-pub fn resolve_prefix(
+fn resolve_prefix(
     records: &[StoredRecord],
     prefix: &str,
     path: &Path,
@@ -386,7 +423,7 @@ pub type NamesByKey = std::collections::BTreeMap<RecordKey, ImageNames>;
 /// Finds the image `query` names for `inspect show`: a unique prefix of an image id (with or
 /// without `sha256:`) among the records, then among the records and the journal (so a prefix
 /// matching one record is that record even if journal-only ids share it), as
-/// [`resolve_prefix`]; failing that, a
+/// `resolve_prefix` does (an exact id wins over longer ids it is a prefix of); failing that, a
 /// name (`busybox:1.35`, a full reference, `repo@sha256:...`, or a bare digest) matched
 /// against the stored names as the runtime resolves names ([`image_matches`]). A name that
 /// matches several ids prefers those with a record; several left is ambiguous. Returns the
@@ -474,7 +511,9 @@ pub fn resolve_query(
 /// Removals in a window and how many of them came back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct RepullRate {
+    /// Journaled removals in the window.
     pub removals: u64,
+    /// Of those, the images pulled again since.
     pub repulled: u64,
     /// `repulled / removals`; 0 without removals.
     pub rate: f64,
@@ -503,17 +542,24 @@ pub fn repull_rate(
 pub struct AgeBucket {
     /// `<1h`, `<1d`, `<7d`, `<30d`, `older` or `never`.
     pub label: &'static str,
+    /// Records in the bucket.
     pub count: u64,
+    /// Their bytes.
     pub size: u64,
 }
 
 /// Counts over the records and the backoff table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stats {
+    /// Records.
     pub records: u64,
+    /// Records of images the runtime pins.
     pub pinned: u64,
+    /// Records never used.
     pub never_used: u64,
+    /// Pull backoff entries.
     pub backoff_entries: u64,
+    /// The records' bytes.
     pub total_size: u64,
     /// Records by time since last use at `now`.
     pub last_used: Vec<AgeBucket>,
@@ -574,14 +620,8 @@ pub fn stats(records: &[StoredRecord], backoff_entries: usize, now: UnixNanos) -
 pub struct CheckReport {
     /// The file was not closed cleanly (normal after a crash; the agent repairs it on start).
     pub needed_recovery: bool,
+    /// What the check found wrong (empty: the file is sound).
     pub violations: Vec<Violation>,
-}
-
-/// The full check of `path` at `now`: a verified snapshot, then the store's invariants,
-/// redb's integrity check and future stamps on it. A file that does not verify is an error,
-/// not a report.
-pub fn check(path: &Path, now: UnixNanos) -> Result<CheckReport, InspectError> {
-    Snapshot::open(path)?.check(now)
 }
 
 #[cfg(test)]

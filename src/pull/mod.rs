@@ -53,10 +53,8 @@ use puller::{PullRequest, Puller};
 mod error;
 mod outcome;
 
-pub use error::{
-    CRI_REGISTRY_UNAVAILABLE, CRI_SIGNATURE_VALIDATION_FAILED, PullCause, PullError, PullReason,
-    eval_cri_pull_err,
-};
+use error::eval_cri_pull_err;
+pub use error::{PullCause, PullError, PullReason};
 
 /// A container's image pull policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

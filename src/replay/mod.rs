@@ -33,14 +33,19 @@ pub use trace::{
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {
+    /// A trace line does not parse.
     #[error("trace {0}")]
     Trace(#[from] TraceError),
+    /// The trace could not be read (or is not UTF-8).
     #[error("reading trace: {0}")]
     ReadTrace(std::io::Error),
+    /// The replay database failed (opening it, or a commit).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The GC manager refused the trace's policy, or a detect failed.
     #[error(transparent)]
     Gc(#[from] GcError),
+    /// An output line could not be written.
     #[error("writing output: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -252,6 +257,8 @@ pub struct ReplayDb {
 }
 
 impl ReplayDb {
+    /// The database at `db`, or (`None`) `replay.redb` in a new temporary directory, removed
+    /// when the `ReplayDb` drops.
     pub fn new(db: Option<&Path>) -> std::io::Result<ReplayDb> {
         match db {
             Some(p) => Ok(ReplayDb {
@@ -268,6 +275,7 @@ impl ReplayDb {
         }
     }
 
+    /// The database file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -36,7 +36,9 @@ use rules::{
 pub struct TraceLine {
     /// 1-based line number in the trace.
     pub line: usize,
+    /// The line's `at`: whole seconds since 1970 or RFC 3339, never before the line before.
     pub at: UnixNanos,
+    /// What the line does.
     pub op: TraceOp,
 }
 
@@ -47,26 +49,42 @@ pub enum TraceOp {
     /// The runtime's images, and the inodes each one's removal frees (by image id, for those
     /// whose line gives `"inodes"`).
     Images(Vec<RuntimeImage>, ImageInodes),
+    /// The runtime's containers from this line on.
     Containers(Vec<RuntimeContainer>),
     /// The image filesystem (and, until a `container_fs` line, the containers' too), with
     /// its (inodes, free inodes) when the line gives them.
     Fs {
+        /// The filesystem's size in bytes.
         capacity: u64,
+        /// Its free bytes.
         available: u64,
+        /// Its (inodes, free inodes), when given.
         inodes: Option<(u64, u64)>,
     },
     /// A separate container filesystem from this line on (KEP-4191's split), with the
     /// fields of `fs`.
     ContainerFs {
+        /// The filesystem's size in bytes.
         capacity: u64,
+        /// Its free bytes.
         available: u64,
+        /// Its (inodes, free inodes), when given.
         inodes: Option<(u64, u64)>,
     },
+    /// The GC policy from this line on (the manager is built again with it, on the same
+    /// store).
     Policy(GcPolicy),
+    /// One detect at the line's time.
     Detect,
+    /// One GarbageCollect at the line's time.
     Gc,
+    /// One DeleteUnusedImages at the line's time.
     DeleteUnused,
+    /// The agent restarts: the manager and the store are dropped and opened again on the
+    /// same database.
     Restart,
+    /// RemoveImage fails for these image ids from this line on (an empty list: it succeeds
+    /// again).
     RemoveFails(Vec<String>),
     /// ImageFsInfo fails with this message from this line on (`None`: it answers again), as
     /// the kubelet's stats provider failing in TestGarbageCollectCadvisorFailure.
@@ -84,7 +102,9 @@ pub type ImageInodes = std::collections::BTreeMap<String, u64>;
 #[error("line {line}: {reason}")]
 #[non_exhaustive]
 pub struct TraceError {
+    /// The 1-based line number.
     pub line: usize,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -92,8 +112,10 @@ pub struct TraceError {
 /// not parse.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceReadError {
+    /// The trace could not be read, or is not UTF-8.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// A line does not parse.
     #[error(transparent)]
     Line(#[from] TraceError),
 }
@@ -228,6 +250,7 @@ pub const MAX_TRACE_LINE_BYTES: usize = 64 << 20;
 pub const MAX_PIPED_TRACE_BYTES: u64 = 256 << 20;
 
 impl<R: BufRead> TraceReader<R> {
+    /// A reader of `reader`'s lines, each at most [`MAX_TRACE_LINE_BYTES`].
     pub fn new(reader: R) -> TraceReader<R> {
         TraceReader::with_max_line(reader, MAX_TRACE_LINE_BYTES)
     }

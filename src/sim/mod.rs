@@ -1,6 +1,6 @@
 //! Deterministic simulation (feature `simulation`): seeded interleavings of the real
 //! `ImageGcManager`, the real `ImageManager` and a real `Store` on the power-loss disk,
-//! against a runtime that holds the ground truth ([`world`]) and parks every CRI call until a
+//! against a runtime that holds the ground truth (`world`) and parks every CRI call until a
 //! seeded scheduler releases it. An oracle ([`oracle`]) judges the run after every step.
 //!
 //! How a run goes: the agent's operations (detect, GC, DeleteUnusedImages, the image cache,
@@ -30,7 +30,7 @@ mod driver;
 pub mod oracle;
 mod settle;
 mod workload;
-pub mod world;
+pub(crate) mod world;
 
 #[cfg(feature = "sim-mutants")]
 pub mod mutants;
@@ -89,6 +89,7 @@ pub enum Mutant {
 }
 
 impl Mutant {
+    /// Every mutant, in the order `sim --mutant` lists them.
     pub const ALL: [Mutant; 7] = [
         Mutant::BlindDetect,
         Mutant::NoLastLook,
@@ -99,6 +100,7 @@ impl Mutant {
         Mutant::SpacePassOffAtHigh100,
     ];
 
+    /// The mutant's name on the command line (`sim --mutant NAME`), kebab-case.
     pub fn name(self) -> &'static str {
         match self {
             Mutant::BlindDetect => "blind-detect",
@@ -111,6 +113,7 @@ impl Mutant {
         }
     }
 
+    /// The mutant [`Mutant::name`] gives `name`, if any.
     pub fn parse(name: &str) -> Option<Mutant> {
         Mutant::ALL.into_iter().find(|m| m.name() == name)
     }
@@ -119,8 +122,11 @@ impl Mutant {
 /// One run's settings.
 #[derive(Clone, Copy, Debug)]
 pub struct SimOptions {
+    /// The seed: every choice of the run follows from it.
     pub seed: u64,
+    /// Steps to run (fewer if a violation stops the run).
     pub steps: u64,
+    /// The known bug to switch on for this run (needs feature `sim-mutants`).
     pub mutant: Option<Mutant>,
 }
 
@@ -143,7 +149,9 @@ pub fn drawn_order(seed: u64) -> GcOrder {
 /// The first invariant a run broke.
 #[derive(Clone, Debug)]
 pub struct Violation {
+    /// The step (from 1) after which the oracle found it.
     pub step: u64,
+    /// Which invariant broke, and how.
     pub message: String,
     /// The steps before it, oldest first.
     pub trace: Vec<String>,
@@ -152,8 +160,11 @@ pub struct Violation {
 /// What one run did.
 #[derive(Clone, Debug)]
 pub struct SimOutcome {
+    /// The run's seed.
     pub seed: u64,
+    /// Steps run (the last is the violation's, if any).
     pub steps: u64,
+    /// Power cuts the run went through.
     pub crashes: u64,
     /// RemoveImage calls imagekeeper issued.
     pub removals: u64,
@@ -161,24 +172,31 @@ pub struct SimOutcome {
     pub over_threshold: u64,
     /// Uses acknowledged, and acknowledged uses checked against the store.
     pub acknowledged: u64,
+    /// Acknowledged uses checked against the store, summed over the steps.
     pub ack_checks: u64,
     /// GC and DeleteUnusedImages cycles judged for the eligible images they left.
     pub quiet_cycles: u64,
-    /// Removals a GC made for the inode rule and for the byte budget (issue 28).
+    /// Removals a GC made for the inode rule (issue 28).
     pub inode_removals: u64,
+    /// Removals a GC made for the byte budget (issue 28).
     pub budget_removals: u64,
+    /// The first invariant the run broke (`None`: the run kept them all).
     pub violation: Option<Violation>,
 }
 
 /// A run that could not be set up (not a finding of the oracle).
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
+    /// The current-thread tokio runtime could not be built.
     #[error("building the runtime: {0}")]
     Runtime(#[from] std::io::Error),
+    /// The store did not open on the power-loss disk.
     #[error("opening the store: {0}")]
     Store(#[from] StoreError),
+    /// The GC manager or image manager refused the run's configuration.
     #[error("setting up the agent: {0}")]
     Setup(String),
+    /// A mutant was asked for in a build without feature `sim-mutants` (its name).
     #[error("mutant {0} needs a build with the sim-mutants feature")]
     MutantsNotBuilt(&'static str),
 }

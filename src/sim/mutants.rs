@@ -1,5 +1,5 @@
 //! Known bug classes switched back on, to prove the simulator catches them (feature
-//! `sim-mutants` only). GC's [`FaultHooks`] name the points; [`SimFaults`] implements them,
+//! `sim-mutants` only). GC's `FaultHooks` name the points; [`SimFaults`] implements them,
 //! installed for the process by the first [`set`] (without the feature nothing can be
 //! installed and the hooks are GC's no-op). The mutant is chosen per thread (the simulator
 //! runs each seed on one thread), so tests running in parallel do not see each other's mutant.

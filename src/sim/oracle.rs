@@ -49,7 +49,7 @@ use crate::store::Store;
 use super::world::{ActorId, FsAnswer, SimRuntime};
 
 /// Where a record stands in the eviction order.
-pub type Order = (UnixNanos, UnixNanos, RecordKey);
+pub(crate) type Order = (UnixNanos, UnixNanos, RecordKey);
 
 /// A RemoveImage a cycle issued: the image, its record at that moment, and the inode
 /// reading the cycle had then.
@@ -57,10 +57,12 @@ type Issued = (String, Option<ImageRecord>, Option<(u64, u64)>);
 
 /// An acknowledged use of an image.
 #[derive(Clone, Debug)]
-pub struct Ack {
+pub(crate) struct Ack {
+    /// When the use was acknowledged (the simulated clock).
     pub at: UnixNanos,
     /// The image's generation when it was acknowledged.
     pub generation: u64,
+    /// The acknowledged operation, for the violation's message.
     pub what: String,
 }
 
@@ -70,41 +72,43 @@ pub struct Oracle {
     acks: BTreeMap<RecordKey, Ack>,
     commits_seen: u64,
     /// RemoveImage calls issued, over the run.
-    pub removals: u64,
+    pub(crate) removals: u64,
     /// GarbageCollect cycles that found usage over the high threshold (judged for liveness).
-    pub over_threshold: u64,
+    pub(crate) over_threshold: u64,
     /// Acknowledged uses recorded.
-    pub acknowledged: u64,
-    /// Removals GC reported for the inode rule and for the byte budget.
-    pub inode_removals: u64,
-    pub budget_removals: u64,
+    pub(crate) acknowledged: u64,
+    /// Removals GC reported for the inode rule.
+    pub(crate) inode_removals: u64,
+    /// Removals GC reported for the byte budget.
+    pub(crate) budget_removals: u64,
     /// Acknowledged uses checked against the store (summed over steps).
-    pub ack_checks: u64,
+    pub(crate) ack_checks: u64,
     /// The (last_used, first_detected, key) of the last space or unused removal of the cycle
     /// judged last, to judge what it left.
-    pub last_walk_order: Option<Order>,
+    pub(crate) last_walk_order: Option<Order>,
     /// Per cycle: each RemoveImage it issued, with the victim's record at that moment.
     issued: BTreeMap<ActorId, Vec<Issued>>,
 }
 
 impl Oracle {
     /// Records the latest acknowledged use of `key`.
-    pub fn acknowledge(&mut self, key: RecordKey, ack: Ack) {
+    pub(crate) fn acknowledge(&mut self, key: RecordKey, ack: Ack) {
         self.acknowledged += 1;
         self.acks.insert(key, ack);
     }
 
     /// A new store handle counts its commits from zero.
-    pub fn restarted(&mut self) {
+    pub(crate) fn restarted(&mut self) {
         self.commits_seen = 0;
     }
 
-    pub fn forget_cycle(&mut self, actor: ActorId) {
+    /// Drops the RemoveImage calls a cycle issued, unjudged (a power cut ended the cycle).
+    pub(crate) fn forget_cycle(&mut self, actor: ActorId) {
         self.issued.remove(&actor);
     }
 
     /// Invariants 1, 2 and 3 after a step.
-    pub fn judge_step(&mut self, store: &Store, runtime: &SimRuntime) -> Option<String> {
+    pub(crate) fn judge_step(&mut self, store: &Store, runtime: &SimRuntime) -> Option<String> {
         let mut world = runtime.world();
         if let Some(v) = world.violations.first() {
             return Some(v.clone());

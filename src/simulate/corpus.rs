@@ -53,6 +53,7 @@ impl Family {
         Family::Restarted,
     ];
 
+    /// The family's name (`quality --family NAME`, the report's rows, `--write`'s file names).
     pub fn as_str(self) -> &'static str {
         match self {
             Family::Ci => "ci",

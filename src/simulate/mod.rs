@@ -88,6 +88,7 @@ impl SimPolicy {
         SimPolicy::Clairvoyant,
     ];
 
+    /// The policy's name in `simulate`'s output (`Outcome::policy`, the table's rows).
     pub fn as_str(self) -> &'static str {
         match self {
             SimPolicy::Kubelet => "kubelet",
@@ -103,17 +104,23 @@ impl SimPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct Outcome {
+    /// The policy ([`SimPolicy::as_str`]).
     pub policy: &'static str,
+    /// Container runs the workload asked for.
     pub runs: u64,
     /// Runs whose pull did not fit even after DeleteUnusedImages.
     pub failed_runs: u64,
+    /// Pulls started (a run whose image is being pulled waits for that pull).
     pub pulls: u64,
+    /// The bytes of those pulls.
     pub pulled_bytes: u64,
     /// Each image's first pull.
     pub first_pulls: u64,
+    /// The bytes of the first pulls.
     pub first_pulled_bytes: u64,
     /// `pulls - first_pulls`.
     pub repulls: u64,
+    /// The bytes of the repulls: what the policy cost (`pulled_bytes - first_pulled_bytes`).
     pub repulled_bytes: u64,
     /// Images GC removed (every reason).
     pub evictions: u64,
@@ -127,16 +134,26 @@ pub struct Outcome {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SimulateError {
+    /// The scratch database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The GC manager failed.
     #[error(transparent)]
     Gc(#[from] GcError),
+    /// An I/O error making a scratch database (none since the scratch databases live in
+    /// memory).
     #[error("creating the simulation's database: {0}")]
     Io(#[from] std::io::Error),
     #[error(
         "policy {policy}: the simulation took more than {limit} steps (GC cycles run, pulls landing, containers ending, workload lines), the most one policy may take: simulate a shorter stretch of the workload"
     )]
-    TooMuchWork { policy: &'static str, limit: u64 },
+    /// A policy took more than [`MAX_SIMULATED_STEPS`] steps.
+    TooMuchWork {
+        /// The policy ([`SimPolicy::as_str`]).
+        policy: &'static str,
+        /// The limit, [`MAX_SIMULATED_STEPS`].
+        limit: u64,
+    },
 }
 
 /// The most steps one policy's simulation takes (a GC cycle run, a pull landing, a container
@@ -150,12 +167,15 @@ pub const MAX_SIMULATED_STEPS: u64 = 20_000_000;
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct SimProgress {
+    /// The policy being simulated.
     pub policy: SimPolicy,
     /// The policy's place in the run (0-based) and the number of policies.
     pub policy_index: usize,
+    /// The number of policies in the run.
     pub policies: usize,
     /// Workload lines done, of `lines`.
     pub lines_done: usize,
+    /// The workload's lines.
     pub lines: usize,
     /// The simulated time reached, in seconds from the workload's start.
     pub at_s: f64,
@@ -257,17 +277,6 @@ pub async fn simulate_reporting(
         out.push((sim.outcome, sim.stats));
     }
     Ok(out)
-}
-
-/// Runs `workload` under `policy`.
-pub async fn simulate_one(
-    workload: &Workload,
-    policy: SimPolicy,
-) -> Result<Outcome, SimulateError> {
-    let mut quiet = |_: &SimProgress| {};
-    let mut sim = Sim::new(workload, policy, SimOptions::default(), &mut quiet)?;
-    sim.run().await?;
-    Ok(sim.outcome)
 }
 
 /// A scratch database in memory for `policy`'s `restarts`-th store.

@@ -75,7 +75,10 @@ pub trait Codec: Sized + std::fmt::Debug {
     const TYPE_NAME: &'static str;
     /// The encoded width when every value has the same width.
     const FIXED_WIDTH: Option<usize>;
+    /// The value's bytes in its layout (what [`Codec::decode`] reads back).
     fn encode(&self) -> Vec<u8>;
+    /// The value `bytes` encode: an error for any input that is not exactly one value's
+    /// encoding, never a panic (`fuzz/fuzz_targets/decode.rs` holds it to that).
     fn decode(bytes: &[u8]) -> Result<Self, DecodeError>;
 }
 

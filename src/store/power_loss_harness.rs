@@ -15,7 +15,7 @@ use std::path::Path;
 mod model;
 mod ops;
 
-pub use model::Model;
+pub(crate) use model::Model;
 use ops::to_batch;
 
 use super::power_loss::PowerLossDisk;
@@ -37,118 +37,180 @@ const META_NAMES: [&str; 3] = [
 pub enum Op {
     /// A detect-like upsert of the whole record.
     Upsert {
+        /// The image: `sha256:` of `image % 16` (16 digests, so operations collide).
         image: u8,
+        /// The runtime handler: `""`, `runc` or `kata` by `handler % 3`.
         handler: u8,
+        /// When the record was first detected (unix nanoseconds).
         first_detected: i64,
+        /// When its image was last used (unix nanoseconds).
         last_used: i64,
+        /// The image's size in bytes.
         size: u64,
+        /// Whether the runtime pins the image.
         pinned: bool,
     },
     /// A last-used bump (creating the record if missing).
     MarkUsed {
+        /// The image: `sha256:` of `image % 16` (16 digests, so operations collide).
         image: u8,
+        /// The runtime handler: `""`, `runc` or `kata` by `handler % 3`.
         handler: u8,
+        /// The use's time (unix nanoseconds); a record's last_used moves at least 1 ns forward.
         now: i64,
+        /// The size to record in bytes (`None`: keep the record's).
         size: Option<u64>,
     },
+    /// A record's removal (`BatchOp::Remove`).
     Remove {
+        /// The image: `sha256:` of `image % 16` (16 digests, so operations collide).
         image: u8,
+        /// The runtime handler: `""`, `runc` or `kata` by `handler % 3`.
         handler: u8,
     },
     /// Detect's merge of a listed image (`BatchOp::Sight`).
     Sight {
+        /// The image: `sha256:` of `image % 16` (16 digests, so operations collide).
         image: u8,
+        /// The runtime handler: `""`, `runc` or `kata` by `handler % 3`.
         handler: u8,
+        /// The detect's time (unix nanoseconds).
         now: i64,
+        /// Whether a container uses the image.
         in_use: bool,
+        /// The listed size in bytes.
         size: u64,
+        /// Whether the runtime pins the image.
         pinned: bool,
     },
     /// Detect's removal of an unlisted record unless marked since (`BatchOp::RemoveUnlisted`).
     RemoveUnlisted {
+        /// The image: `sha256:` of `image % 16` (16 digests, so operations collide).
         image: u8,
+        /// The runtime handler: `""`, `runc` or `kata` by `handler % 3`.
         handler: u8,
+        /// The last_used detect read: a record marked used since is kept.
         seen_last_used: i64,
     },
     /// The same, journaled at `at` as an external removal (schema 2).
     RemoveUnlistedJournaled {
+        /// The image: `sha256:` of `image % 16` (16 digests, so operations collide).
         image: u8,
+        /// The runtime handler: `""`, `runc` or `kata` by `handler % 3`.
         handler: u8,
+        /// The last_used detect read: a record marked used since is kept.
         seen_last_used: i64,
+        /// The journal entry's removal time (unix nanoseconds).
         at: i64,
     },
     /// GC's removal: the record's deletion and its journal entry (`BatchOp::Evict`).
     Evict {
+        /// The image: `sha256:` of `image % 16` (16 digests, so operations collide).
         image: u8,
+        /// The runtime handler: `""`, `runc` or `kata` by `handler % 3`.
         handler: u8,
+        /// The removal time (unix nanoseconds).
         at: i64,
+        /// The image's place in the eviction walk.
         rank: u32,
     },
     /// Detect's names of an image (`BatchOp::SetNames`): `names` picks one of a few lists.
     SetNames {
+        /// The image: `sha256:` of `image % 16` (16 digests, so operations collide).
         image: u8,
+        /// The runtime handler: `""`, `runc` or `kata` by `handler % 3`.
         handler: u8,
+        /// Which name list (`% 4`; 0: no names).
         names: u8,
     },
+    /// A pull backoff entry written (`BatchOp::PutBackoff`).
     PutBackoff {
+        /// The backoff key: one of 12 pod/image pairs (`key % 4`, `key % 3`).
         key: u8,
+        /// The backoff in seconds.
         backoff_secs: u32,
+        /// The entry's last update (unix nanoseconds).
         last_update: i64,
         /// The error message is this many bytes (cut to 4096): long ones spill redb pages.
         message_len: u16,
     },
+    /// A pull backoff entry removed.
     RemoveBackoff {
+        /// The backoff key, as `PutBackoff`'s.
         key: u8,
     },
+    /// A meta value written (`BatchOp::SetMeta`).
     SetMeta {
+        /// Which meta key (`% 3`): last detect, agent start or a free-form one.
         name: u8,
+        /// The value stored.
         value: i64,
     },
     /// `stamp_if_changed(last_detect, value)`.
     Stamp {
+        /// The last detect time to stamp (unix nanoseconds); written only if it differs.
         value: i64,
     },
     /// Schema 4: an operator's pin (`BatchOp::PutPin`); `key` picks one of a few names.
     PutPin {
+        /// The pinned name (`key % 3`) and handler (`key / 3 % 3`).
         key: u8,
+        /// When the pin was made (unix nanoseconds).
         created_at: i64,
+        /// When the pin expires (unix nanoseconds).
         until: i64,
         /// The reason is this many bytes (cut to 1024): long ones spill redb pages.
         reason_len: u16,
     },
+    /// An operator's pin removed (`BatchOp::RemovePin`).
     RemovePin {
+        /// The pin, as `PutPin`'s.
         key: u8,
     },
     /// A detect's pruning of pins expired for longer than the journal's max age.
     PruneExpiredPins {
+        /// The detect's time (unix nanoseconds).
         now: i64,
     },
     /// Schema 5: a detect's view of the images in use (`BatchOp::ObserveUses`); bit `i` of
     /// `in_use` names image `i` (of 8) under handler `i % 3`.
     ObserveUses {
+        /// The detect's time (unix nanoseconds).
         now: i64,
+        /// Bit `i` names image `i` under handler `i % 3` as in use.
         in_use: u8,
     },
     /// Schema 5: a container event's use (`BatchOp::OpenUse`).
     OpenUse {
+        /// The image: `sha256:` of `image % 16` (16 digests, so operations collide).
         image: u8,
+        /// The runtime handler: `""`, `runc` or `kata` by `handler % 3`.
         handler: u8,
+        /// The event's time (unix nanoseconds).
         now: i64,
     },
     /// Schema 5: a pull in the history (`BatchOp::RecordPull`).
     RecordPull {
+        /// The image: `sha256:` of `image % 16` (16 digests, so operations collide).
         image: u8,
+        /// The runtime handler: `""`, `runc` or `kata` by `handler % 3`.
         handler: u8,
+        /// The pull's time (unix nanoseconds), also its key.
         at: i64,
+        /// The pulled size in bytes.
         size: u64,
+        /// Who pulled: `PullOrigin::ALL[origin % len]`.
         origin: u8,
         /// The name is this many bytes (cut to 4096): long ones spill redb pages.
         name_len: u16,
     },
     /// Schema 5: the warm table replaced by `rows` rows (`BatchOp::ReplaceWarm`).
     ReplaceWarm {
+        /// How many rows (`rows % 6`), `registry.example/warm:{i}` each.
         rows: u8,
+        /// The first row's state (of six); each next row takes the next.
         state: u8,
+        /// Every row's since time (unix nanoseconds).
         since: i64,
     },
 }
@@ -172,9 +234,14 @@ pub enum Step {
 /// new file leaves a file that it refuses (see `docs/testing-fuzz.md`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scenario {
+    /// The batches, reopens and compactions, in order.
     pub steps: Vec<Step>,
+    /// The number of the mutating disk operation (from the end of the first open) that fails
+    /// first; [`count_disk_ops`] gives a run's total.
     pub cut_after: u64,
+    /// Picks which unsynced writes survive the cut.
     pub crash_seed: u64,
+    /// How the store commits (durable or not) in every open.
     pub mode: CommitMode,
 }
 
@@ -196,6 +263,7 @@ pub struct Outcome {
     pub cut_during_run: bool,
     /// Whether a commit that changes something was in flight at the cut.
     pub in_flight: bool,
+    /// Which acceptable state the recovered store held.
     pub recovered: Recovered,
     /// Mutating disk operations before the cut.
     pub disk_ops: u64,
@@ -208,25 +276,43 @@ pub enum HarnessFailure {
     #[error(
         "after the crash the store holds neither the acknowledged state nor the in-flight one: {detail}"
     )]
-    WrongState { detail: String },
+    /// The recovered store matches neither acceptable model.
+    WrongState {
+        /// The differences, table by table.
+        detail: String,
+    },
     #[error("the database does not open after the crash: {0}")]
+    /// The crashed disk's database does not open.
     ReopenFailed(#[source] Box<StoreError>),
     #[error("check after recovery: {}", list(.0))]
+    /// `Store::check` found these violations in the recovered store.
     CheckFailed(Vec<Violation>),
     #[error("{what} failed without a power cut: {source}")]
+    /// A store call failed before the cut (a harness or store bug, not a crash effect).
     Unexpected {
+        /// The call.
         what: &'static str,
+        /// Its error.
         #[source]
         source: Box<StoreError>,
     },
     #[error("the store says batch {step} changed {store}, the model says {model}")]
+    /// The store's commit and the model disagree on whether a batch changed anything.
     ModelDisagrees {
+        /// The step's index in the scenario.
         step: usize,
+        /// Whether the store said the batch changed something.
         store: bool,
+        /// Whether the model says it did.
         model: bool,
     },
     #[error("the recovered store: {detail}")]
-    AfterRecovery { detail: String },
+    /// The recovered store failed a use after recovery: its check, its eviction walk, a new
+    /// commit or the reopen after it.
+    AfterRecovery {
+        /// What failed.
+        detail: String,
+    },
 }
 
 fn list(v: &[Violation]) -> String {

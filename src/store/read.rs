@@ -30,7 +30,7 @@ impl Store {
     /// transaction: a ranking that looks up every listed image pays one transaction, not one
     /// per image (at 100k images the per-image transactions were most of a predictive walk).
     /// Keys in strictly ascending order (a detect's list is) are read by one range scan
-    /// merged with them ([`Store::merge_sorted`]); others by one lookup each.
+    /// merged with them (`Store::merge_sorted`); others by one lookup each.
     pub fn get_many<'k>(
         &self,
         keys: impl IntoIterator<Item = &'k RecordKey> + Clone,

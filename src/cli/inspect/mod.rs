@@ -1,6 +1,6 @@
 //! `imagekeeper inspect`: read-only inspection of the record database, alongside a running
 //! agent or after a crash. Parses flags, calls `imagekeeper::inspect` and
-//! `imagekeeper::gc::explain`, and prints (`print.rs`). It never writes the database file and
+//! `imagekeeper::gc::explain_in`, and prints (`print.rs`). It never writes the database file and
 //! reads only a verified copy of it; a damaged file is refused (exit 1), a path that is not a
 //! regular file too (exit 2).
 
