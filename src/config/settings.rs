@@ -4,7 +4,8 @@
 //! counterpart, its default as read off the resolved [`AgentConfig`], whether a reload applies
 //! it, its help). Everything else is generated from it: [`FileConfig`], [`CONFIG_FIELDS`] (and
 //! from that the reference page and every flag's `[default: ...]`), `--set KEY=VALUE`
-//! ([`parse_set`]), and in the binary the clap flags (`src/cli/agent_flags.rs`).
+//! ([`parse_set`]), the flag's field of [`FlagValues`](super::FlagValues) (`flags.rs`), and in
+//! the binary the clap flags (`src/cli/agent_flags.rs`).
 //!
 //! Adding a setting: one entry here, its resolver (`config/<area>.rs`), a case in the
 //! round-trip test (`src/cli/agent_flags.rs`). Following the kubelet, a new policy setting
@@ -34,7 +35,8 @@ impl FlagStatus {
 }
 
 /// The settings table. It hands its entries to `$callback`, a macro that generates what it
-/// needs from them (here [`FileConfig`] and [`CONFIG_FIELDS`]; in the binary the clap flags).
+/// needs from them (here [`FileConfig`] and [`CONFIG_FIELDS`]; in `flags.rs`
+/// [`FlagValues`](super::FlagValues); in the binary the clap flags).
 /// Each entry:
 ///
 /// - `key`: the TOML key (KubeletConfiguration's name where the kubelet has one);
