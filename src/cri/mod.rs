@@ -25,6 +25,7 @@ mod fake;
 mod list_decode;
 mod statvfs;
 
+pub use crate::runtime::LabelledImage;
 /// The runtime traits and their plain types, which live in `crate::runtime` (no tonic there).
 pub use crate::runtime::{CriError, ImageRuntime, RpcCode, RuntimeVersion};
 pub use client::{
@@ -36,7 +37,7 @@ pub use client::{
 pub use client::{
     ContainerSecurity, ContainerSpec, ExecResult, MountSpec, PodSandboxSummary, SandboxSpec,
 };
-pub use containerd_images::{CONTAINERD_CRI_NAMESPACE, ContainerdImages, LabelledImage};
+pub use containerd_images::{CONTAINERD_CRI_NAMESPACE, ContainerdImages};
 /// The in-process fake runtime (feature `testing`).
 #[cfg(any(test, feature = "testing"))]
 pub use fake::{FakeFailure, FakePull, FakeRuntime};

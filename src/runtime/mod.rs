@@ -24,7 +24,7 @@ mod error;
 mod scripted;
 
 pub use agent_runtime::{
-    AgentRuntime, EventStream, FIRST_PINNING_CONTAINERD, NoEvents, RuntimeVersion,
+    AgentRuntime, EventStream, FIRST_PINNING_CONTAINERD, LabelledImage, NoEvents, RuntimeVersion,
     runtime_carries_pins,
 };
 pub use error::{CriError, RpcCode};
