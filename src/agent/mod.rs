@@ -56,6 +56,9 @@ pub use crate::config::{
     AgentConfig, CONFIG_FIELDS, ConfigError, ConfigField, ContainerEvents, DEFAULT_ADMIN_SOCKET,
     EMPTY_CONFIG_MARKER, FileConfig, FlagValues, MIN_INTENT_MAX_AGE, OnReload, RuntimePins,
 };
+pub use crate::gc::runtime_pins::{
+    LabelChange, OWN_LABEL, PINNED_LABEL, PINNED_VALUE, PinsState, plan_label_changes,
+};
 pub use crate::runtime::{AgentRuntime, EventStream, NoEvents, runtime_carries_pins};
 pub use crate::telemetry::{
     AgentMetrics, BUILD_REVISION, BUILD_VERSION, CONTENT_TYPE, EVENT_TOP_IMAGES, EventSink, Health,
@@ -69,10 +72,7 @@ pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
 };
 pub use reload::{ConfigSource, ReloadReport};
-pub use runtime_pins::{
-    LabelChange, OWN_LABEL, PINNED_LABEL, PINNED_VALUE, PinsState, plan_label_changes,
-    remove_runtime_pin_labels,
-};
+pub use runtime_pins::remove_runtime_pin_labels;
 pub use serve::{ADMIN_STOP_GRACE, Listeners};
 pub use warm::{WARM_POD_NAME, restore_images};
 
