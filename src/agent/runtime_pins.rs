@@ -5,18 +5,18 @@
 //! label `io.imagekeeper.pinned=<why>` beside it. containerd 1.7.3 and later then list the
 //! image as `pinned: true` in CRI ListImages, and the kubelet's image GC and eviction manager
 //! skip pinned images (kubelet master `pkg/kubelet/images/image_gc_manager.go`,
-//! `imagesInEvictionOrder`).
+//! `imagesInEvictionOrder`). Which names get which label, and which keeps containerd then
+//! carries, is `gc::runtime_pins` (pure); this file is the wiring: it reads containerd's
+//! labels, calls the plan, writes the labels and keeps the reconciler's state.
 //!
-//! Invariants: a label is removed only from a name that carries imagekeeper's own label: a
-//! pin imagekeeper did not set (containerd's sandbox image pin, an operator's `ctr images
-//! label`) is never cleared, and a name already pinned by someone else is left as it is (it is
-//! carried). Labels are read from containerd at every reconcile and only differences are
-//! written, so a steady cycle writes nothing and a failed write is retried at the next one;
-//! each failing name is logged once (until it succeeds) and every failure is counted. `auto`
-//! decides once, from CRI Version, whether the runtime can carry pins (containerd 1.7.3 and
-//! later); on any other runtime it turns itself off with one log line and the
-//! `imagekeeper_runtime_pins_enabled` gauge at 0. CRI-O (a `pinned_images` drop-in and a
-//! config reload) is not built.
+//! Invariants: only the plan's writes are made (a pin imagekeeper did not set is never
+//! cleared, see `gc::runtime_pins`). Labels are read from containerd at every reconcile and
+//! only differences are written, so a steady cycle writes nothing and a failed write is
+//! retried at the next one; each failing name is logged once (until it succeeds) and every
+//! failure is counted. `auto` decides once, from CRI Version, whether the runtime can carry
+//! pins (containerd 1.7.3 and later); on any other runtime it turns itself off with one log
+//! line and the `imagekeeper_runtime_pins_enabled` gauge at 0. CRI-O (a `pinned_images`
+//! drop-in and a config reload) is not built.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -27,7 +27,7 @@ use tracing::{info, warn};
 use super::config::RuntimePins;
 use crate::cri::ContainerdImages;
 use crate::gc::runtime_pins::{
-    LabelChange, OWN_LABEL, PINNED_LABEL, PINNED_VALUE, PinsState, plan_label_changes,
+    LabelChange, OWN_LABEL, PinsState, carried_keeps, pinned_names, plan_label_changes,
     runtime_pin_answer, state_note,
 };
 use crate::gc::{KeepReason, KeptImage};
@@ -152,13 +152,7 @@ impl RuntimePinner {
         };
         let changes = plan_label_changes(keeps, &images);
         // Each name's pinned label as containerd will hold it after the writes that succeed.
-        let mut pinned: BTreeMap<&str, bool> = images
-            .iter()
-            .map(|i| {
-                let p = i.labels.get(PINNED_LABEL).map(String::as_str) == Some(PINNED_VALUE);
-                (i.name.as_str(), p)
-            })
-            .collect();
+        let mut pinned = pinned_names(&images);
         let (mut ok, mut failed) = (0, 0);
         for (i, change) in changes {
             let image = &images[i];
@@ -191,16 +185,7 @@ impl RuntimePinner {
                 }
             }
         }
-        let carried = keeps
-            .iter()
-            .map(|k| {
-                let any = k
-                    .names
-                    .iter()
-                    .any(|n| pinned.get(n.as_str()).copied().unwrap_or(false));
-                (k.key.clone(), (k.why, any))
-            })
-            .collect();
+        let carried = carried_keeps(keeps, &pinned);
         *self
             .carried
             .lock()

@@ -1,9 +1,10 @@
 //! The runtime pins' pure part: which containerd image names get the pinned label from what
 //! the GC keeps ([`plan_label_changes`]: a keep's every name gets
 //! `io.cri-containerd.pinned=pinned` and imagekeeper's own `io.imagekeeper.pinned=<why>`),
+//! which kept images containerd carries as pinned once the writes are made ([`carried_keeps`]),
 //! where the runtime pins stand ([`PinsState`]) and what `pins -o wide` says of a pin from
 //! the last reconcile ([`runtime_pin_answer`]). The agent lists containerd's labels, calls
-//! the plan and writes the labels (`agent/runtime_pins.rs`).
+//! the plan and writes the labels (`agent/runtime_pins.rs`); nothing here does I/O.
 //!
 //! Invariants: a label is removed only from a name that carries imagekeeper's own label: a
 //! pin imagekeeper did not set (containerd's sandbox image pin, an operator's `ctr images
@@ -13,10 +14,12 @@
 use std::collections::BTreeMap;
 
 use super::{KeepReason, KeptImage};
+use crate::model::RecordKey;
 use crate::runtime::LabelledImage;
 
 /// containerd's CRI plugin lists an image with this label (value [`PINNED_VALUE`]) as pinned.
 pub const PINNED_LABEL: &str = "io.cri-containerd.pinned";
+/// The value of [`PINNED_LABEL`] containerd reads as pinned (any other value is not a pin).
 pub const PINNED_VALUE: &str = "pinned";
 /// imagekeeper's own label beside [`PINNED_LABEL`]: its value says why it keeps the image
 /// ([`KeepReason::label_value`]). Only a name carrying it is ever unpinned.
@@ -64,7 +67,7 @@ pub fn plan_label_changes(
     let wanted = wanted_names(keeps);
     let mut changes = Vec::new();
     for (i, image) in images.iter().enumerate() {
-        let pinned = image.labels.get(PINNED_LABEL).map(String::as_str) == Some(PINNED_VALUE);
+        let pinned = is_pinned(image);
         let ours = image.labels.get(OWN_LABEL).map(String::as_str);
         match (wanted.get(image.name.as_str()), ours) {
             // Pinned by someone else: carried, and never ours to change.
@@ -76,6 +79,40 @@ pub fn plan_label_changes(
         }
     }
     changes
+}
+
+/// Whether containerd lists `image` as pinned: it carries [`PINNED_LABEL`] with
+/// [`PINNED_VALUE`], set by imagekeeper or anyone.
+pub fn is_pinned(image: &LabelledImage) -> bool {
+    image.labels.get(PINNED_LABEL).map(String::as_str) == Some(PINNED_VALUE)
+}
+
+/// Each of containerd's image names and whether it is pinned ([`is_pinned`]); the reconcile
+/// updates it with each label write that succeeds.
+pub fn pinned_names(images: &[LabelledImage]) -> BTreeMap<&str, bool> {
+    images
+        .iter()
+        .map(|image| (image.name.as_str(), is_pinned(image)))
+        .collect()
+}
+
+/// Each kept image, why it is kept, and whether containerd carries it as pinned: whether any
+/// of its names is pinned in `pinned` (as [`pinned_names`] gives, after the writes that
+/// succeeded). A name containerd does not store is not pinned.
+pub fn carried_keeps(
+    keeps: &[KeptImage],
+    pinned: &BTreeMap<&str, bool>,
+) -> BTreeMap<RecordKey, (KeepReason, bool)> {
+    keeps
+        .iter()
+        .map(|kept| {
+            let any = kept
+                .names
+                .iter()
+                .any(|name| pinned.get(name.as_str()).copied().unwrap_or(false));
+            (kept.key.clone(), (kept.why, any))
+        })
+        .collect()
 }
 
 /// Where the runtime pins stand.
@@ -105,7 +142,7 @@ pub fn state_note(state: &PinsState) -> Option<String> {
 /// on the node and every one of them was reconciled; else `None` with why (the note).
 pub fn runtime_pin_answer(
     state: &PinsState,
-    carried: &BTreeMap<crate::model::RecordKey, bool>,
+    carried: &BTreeMap<RecordKey, bool>,
     view: &crate::gc::PinView,
 ) -> (Option<bool>, String) {
     if let Some(note) = state_note(state) {
@@ -119,7 +156,7 @@ pub fn runtime_pin_answer(
     }
     let mut all = true;
     for id in &view.image_ids {
-        let key = crate::model::RecordKey {
+        let key = RecordKey {
             image_id: id.clone(),
             runtime_handler: view.key.runtime_handler.clone(),
         };

@@ -30,11 +30,15 @@ pub struct LabelledImage {
     /// The name, as containerd stores it (a CRI pull stores two: the tag and
     /// `repo@sha256:<manifest digest>`).
     pub name: String,
+    /// Its labels (`io.cri-containerd.pinned=pinned` makes containerd 1.7.3 and later list it
+    /// as pinned).
     pub labels: BTreeMap<String, String>,
-    /// The target descriptor, sent back unchanged with an Update (containerd's service
-    /// converts it whatever the mask says).
+    /// The target descriptor's media type, sent back unchanged with an Update (containerd's
+    /// service converts the target whatever the mask says), as are its digest and size.
     pub target_media_type: String,
+    /// The target descriptor's digest.
     pub target_digest: String,
+    /// The target descriptor's size in bytes.
     pub target_size: i64,
 }
 

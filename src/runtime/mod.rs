@@ -3,7 +3,8 @@
 //! event stream, [`EventStream`], and the runtime's [`RuntimeVersion`]), and the error every
 //! runtime call returns ([`CriError`], with [`RpcCode`], our mirror of the gRPC status codes),
 //! and whether a runtime's version lists labelled images as pinned ([`runtime_carries_pins`],
-//! which the agent's runtime pins and the doctor both read).
+//! which the agent's runtime pins and the doctor both read), with containerd's image names and
+//! their labels as the runtime pins read them ([`LabelledImage`]).
 //!
 //! Invariants: this is a leaf below everything that talks to a runtime: it imports only
 //! `model`, never tonic, prost or the generated runtime.v1 code (the tonic client that

@@ -233,3 +233,60 @@ fn a_pin_is_said_carried_only_when_pins_are_on_and_every_image_of_it_was_reconci
         );
     }
 }
+
+#[test]
+fn a_keep_is_carried_when_any_of_its_names_is_pinned_after_the_writes() {
+    use KeepReason::*;
+    let images = [
+        image("r/a:1", &[(PINNED_LABEL, PINNED_VALUE)]),
+        image("r/a@sha256:1", &[]),
+        image("r/b:1", &[(PINNED_LABEL, "yes"), (OWN_LABEL, "pin")]),
+        image("r/pause:1", &[(PINNED_LABEL, PINNED_VALUE)]),
+    ];
+    let pinned = pinned_names(&images);
+    assert_eq!(
+        pinned.into_iter().collect::<Vec<_>>(),
+        [
+            ("r/a:1", true),
+            ("r/a@sha256:1", false),
+            ("r/b:1", false),
+            ("r/pause:1", true),
+        ],
+        "only the pinned label with the value `pinned` is a pin"
+    );
+    // (what, keep, pinned after the writes)
+    let cases: [(&str, KeptImage, bool); 5] = [
+        (
+            "one name of two pinned",
+            kept(&["r/a@sha256:1", "r/a:1"], Pin),
+            true,
+        ),
+        ("no name pinned", kept(&["r/a@sha256:1"], Warm), false),
+        (
+            "pinned by someone else",
+            kept(&["r/pause:1"], SandboxImage),
+            true,
+        ),
+        (
+            "a name containerd does not store",
+            kept(&["r/gone:1"], Pin),
+            false,
+        ),
+        ("no names", kept(&[], NoRepoDigest), false),
+    ];
+    for (what, keep, want) in cases {
+        let pinned = pinned_names(&images);
+        let got = carried_keeps(std::slice::from_ref(&keep), &pinned);
+        assert_eq!(
+            got.into_iter().collect::<Vec<_>>(),
+            [(keep.key.clone(), (keep.why, want))],
+            "{what}"
+        );
+    }
+    // A write that succeeded counts: the map is what containerd holds after the writes.
+    let mut pinned = pinned_names(&images);
+    pinned.insert("r/a@sha256:1", true);
+    pinned.insert("r/a:1", false);
+    let got = carried_keeps(&[kept(&["r/a@sha256:1"], Warm)], &pinned);
+    assert_eq!(got.values().collect::<Vec<_>>(), [&(Warm, true)]);
+}
