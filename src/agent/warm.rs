@@ -26,75 +26,14 @@ use crate::runtime::ImageRuntime;
 use crate::store::Store;
 use crate::warm::{
     FromHistory, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome, RestoreState, WarmEntry,
-    WarmPlan, WarmState, history_entries, inodes_at_or_above_low, plan, restore_candidates,
+    WarmPlan, WarmState, inodes_at_or_above_low, plan, restore_candidates,
 };
+use crate::warm::{HistorySizes, history_warm_entries};
 
 use super::{Agent, AgentError, AgentRuntime, lock_ignoring_poison};
 
 /// The pod name warm and restore pulls are logged under (they are for no pod).
 pub const WARM_POD_NAME: &str = "imagekeeper-warm";
-
-/// The sizes this node's history knows: each stored record's and each journaled removal's,
-/// by the names stored for its key.
-struct HistorySizes {
-    known: Vec<(RuntimeImage, u64)>,
-    /// `known`'s images by their names, so an entry's size is one lookup of its name.
-    index: MatchIndex,
-}
-
-impl HistorySizes {
-    fn read(store: &Store) -> Result<HistorySizes, AgentError> {
-        let mut sizes: BTreeMap<RecordKey, u64> = BTreeMap::new();
-        // The journal first (oldest first), then the records: a present record's size wins.
-        for (jk, entry) in store.journal()? {
-            sizes.insert(jk.key, entry.size);
-        }
-        for record in store.records()? {
-            sizes.insert(record.key, record.record.size);
-        }
-        let known: Vec<(RuntimeImage, u64)> = store
-            .all_names()?
-            .into_iter()
-            .filter_map(|(key, names)| {
-                let size = *sizes.get(&key)?;
-                Some((
-                    RuntimeImage {
-                        id: key.image_id,
-                        repo_tags: names.repo_tags,
-                        repo_digests: names.repo_digests,
-                        runtime_handler: key.runtime_handler,
-                        ..RuntimeImage::default()
-                    },
-                    size,
-                ))
-            })
-            .collect();
-        let index = MatchIndex::of_images(known.iter().map(|(image, _)| image));
-        Ok(HistorySizes { known, index })
-    }
-
-    fn size_of(&self, entry: &WarmEntry) -> Option<u64> {
-        self.index
-            .named_by(&entry.image, &entry.runtime_handler)
-            .into_iter()
-            .filter_map(|at| self.known.get(at))
-            .map(|(_, size)| *size)
-            .max()
-    }
-}
-
-/// The warm entries `[warmFromHistory]` adds at `now` (those back too: the plan finds them
-/// present, and the GC keeps them, `WarmSet::from_history`).
-fn history_warm_entries(
-    store: &Store,
-    window: FromHistory,
-    now: UnixNanos,
-) -> Result<Vec<WarmEntry>, AgentError> {
-    let journal = store.journal()?;
-    let stored_names = store.names_of_keys(journal.iter().map(|(k, _)| &k.key))?;
-    let names = |key: &RecordKey| stored_names.get(key).cloned();
-    Ok(history_entries(&journal, &names, now, window))
-}
 
 impl<R: AgentRuntime> Agent<R> {
     /// One warm cycle at the clock's now: plans (see `crate::warm`) and runs the pulls it

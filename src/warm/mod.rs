@@ -21,6 +21,7 @@
 //! [`MatchIndex`] (one parse per name).
 
 mod files;
+mod from_store;
 mod history;
 mod plan;
 
@@ -35,6 +36,7 @@ pub use files::{
     SizeSpec, WarmEntrySpec, WarmError, WarmFile, is_warm_file_name, parse_size, read_warm_dir,
     resolve_specs,
 };
+pub use from_store::{HistorySizes, history_warm_entries};
 pub use history::{
     DEFAULT_USED_WITHIN, FromHistory, RestoreCandidate, RestoreItem, RestoreOptions,
     RestoreOutcome, RestoreState, history_entries, restore_candidates,
