@@ -3,7 +3,10 @@
 //! pulls what the plan says through the image manager (credentials from the node and the
 //! plugins, the persisted backoff and the QPS limit, as for any pull; at most
 //! `warmParallelPulls` at once). `restore` ([`restore_images`]) pulls back the images the
-//! journal says were removed externally, with the same disk rule.
+//! journal says were removed externally, with the same disk rule. What the history holds
+//! (`warm::HistorySizes`, `warm::history_warm_entries`, `warm::restore_candidates_in`) and
+//! what restore does with each candidate (`warm::restore_step`) are `warm`'s; this file runs
+//! the pulls and records their outcome.
 //!
 //! Invariants: the loop runs on its own task, so a long pull never delays detect or GC; a
 //! "does not fit" is logged once per entry until it fits again; a warm pull is never made
@@ -20,15 +23,15 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::gc::GcPolicy;
-use crate::model::{PullOrigin, RecordKey, RuntimeImage, StoredWarmState, UnixNanos, WarmRow};
+use crate::model::{PullOrigin, RuntimeImage, StoredWarmState, UnixNanos, WarmRow};
 use crate::pull::{ImageManager, MatchIndex, PodRef, PullAuth, PullPolicy, PullRuntime};
 use crate::runtime::ImageRuntime;
 use crate::store::Store;
 use crate::warm::{
-    FromHistory, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome, RestoreState, WarmEntry,
-    WarmPlan, WarmState, inodes_at_or_above_low, plan, restore_candidates,
+    FromHistory, HistorySizes, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome,
+    RestoreState, RestoreStep, WarmEntry, WarmPlan, WarmState, history_warm_entries,
+    inodes_at_or_above_low, plan, restore_candidates_in, restore_step,
 };
-use crate::warm::{HistorySizes, history_warm_entries};
 
 use super::{Agent, AgentError, AgentRuntime, lock_ignoring_poison};
 
@@ -387,14 +390,11 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
     now: UnixNanos,
     options: RestoreOptions,
 ) -> Result<RestoreOutcome, AgentError> {
-    let journal = store.journal()?;
-    let stored_names = store.names_of_keys(journal.iter().map(|(k, _)| &k.key))?;
-    let names = |key: &RecordKey| stored_names.get(key).cloned();
     let window = FromHistory {
         used_within: options.used_within,
         max_bytes: options.max_bytes,
     };
-    let candidates = restore_candidates(&journal, &names, now, window);
+    let candidates = restore_candidates_in(store, now, window)?;
     let entries: Vec<WarmEntry> = candidates.iter().filter_map(|c| c.entry()).collect();
     let listed = runtime.list_images().await.map_err(AgentError::Runtime)?;
     let fs = runtime
@@ -414,59 +414,43 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
     });
     let mut items = Vec::with_capacity(candidates.len());
     for candidate in &candidates {
-        let image = candidate.image.clone().unwrap_or_default();
-        let status = planned.statuses.iter().find(|s| {
-            s.entry.image == image && s.entry.runtime_handler == candidate.key.runtime_handler
-        });
-        let (state, detail) = match (&candidate.skipped, status) {
-            (Some(why), _) => (RestoreState::Skipped, why.clone()),
-            (None, None) => (
-                RestoreState::Skipped,
-                "another removal of the same name comes first".to_owned(),
-            ),
-            (None, Some(status)) => match status.state {
-                WarmState::Present => (RestoreState::Present, String::new()),
-                WarmState::DoesNotFit => (RestoreState::DoesNotFit, status.detail.clone()),
-                WarmState::Pulling if options.dry_run => {
-                    (RestoreState::WouldRestore, String::new())
-                }
-                WarmState::Pulling => {
-                    let pod = PodRef {
-                        name: WARM_POD_NAME.to_owned(),
-                        origin: PullOrigin::Restore,
-                        ..PodRef::default()
-                    };
-                    match images
-                        .ensure_image_exists_with(
-                            &pod,
-                            &image,
-                            PullPolicy::IfNotPresent,
-                            PullAuth::Keyring(&[]),
-                            &candidate.key.runtime_handler,
-                        )
-                        .await
-                    {
-                        Ok(image_ref) => {
-                            info!(
-                                image = image.as_str(),
-                                image_ref = image_ref.as_str(),
-                                "Restored an image removed externally"
-                            );
-                            (RestoreState::Restored, String::new())
-                        }
-                        Err(e) => (
-                            RestoreState::Failed,
-                            format!("{}: {}", e.reason(), e.message()),
-                        ),
+        let (state, detail) = match restore_step(candidate, &planned, options.dry_run) {
+            RestoreStep::Settled(state, detail) => (state, detail),
+            RestoreStep::Pull(image) => {
+                let pod = PodRef {
+                    name: WARM_POD_NAME.to_owned(),
+                    origin: PullOrigin::Restore,
+                    ..PodRef::default()
+                };
+                match images
+                    .ensure_image_exists_with(
+                        &pod,
+                        &image,
+                        PullPolicy::IfNotPresent,
+                        PullAuth::Keyring(&[]),
+                        &candidate.key.runtime_handler,
+                    )
+                    .await
+                {
+                    Ok(image_ref) => {
+                        info!(
+                            image = image.as_str(),
+                            image_ref = image_ref.as_str(),
+                            "Restored an image removed externally"
+                        );
+                        (RestoreState::Restored, String::new())
                     }
+                    Err(e) => (
+                        RestoreState::Failed,
+                        format!("{}: {}", e.reason(), e.message()),
+                    ),
                 }
-                _ => (RestoreState::Skipped, status.detail.clone()),
-            },
+            }
         };
         items.push(RestoreItem {
             image_id: candidate.key.image_id.as_str().to_owned(),
             runtime_handler: candidate.key.runtime_handler.clone(),
-            image,
+            image: candidate.image.clone().unwrap_or_default(),
             size: candidate.size,
             last_used: candidate.last_used,
             removed_at: candidate.removed_at,

@@ -1,15 +1,15 @@
 //! What the warm plan and restore read of the store's history: the sizes the node's records
 //! and journal know by name ([`HistorySizes`], the plan's `known_size`) and the warm entries
-//! `[warmFromHistory]` adds ([`history_warm_entries`]). Reads only; the agent calls them off
-//! its async workers.
+//! `[warmFromHistory]` adds ([`history_warm_entries`]) and what `restore` pulls back
+//! ([`restore_candidates_in`]). Reads only.
 
 use std::collections::BTreeMap;
 
-use crate::model::{RecordKey, RuntimeImage, UnixNanos};
+use crate::model::{ImageNames, JournalEntry, RecordKey, RuntimeImage, UnixNanos};
 use crate::reference::MatchIndex;
-use crate::store::{Store, StoreError};
+use crate::store::{JournalKey, Store, StoreError};
 
-use super::{FromHistory, WarmEntry, history_entries};
+use super::{FromHistory, RestoreCandidate, WarmEntry, history_entries, restore_candidates};
 
 /// The sizes this node's history knows: each stored record's and each journaled removal's,
 /// by the names stored for its key.
@@ -69,8 +69,32 @@ pub fn history_warm_entries(
     window: FromHistory,
     now: UnixNanos,
 ) -> Result<Vec<WarmEntry>, StoreError> {
-    let journal = store.journal()?;
-    let stored_names = store.names_of_keys(journal.iter().map(|(k, _)| &k.key))?;
+    let (journal, stored_names) = journal_with_names(store)?;
     let names = |key: &RecordKey| stored_names.get(key).cloned();
     Ok(history_entries(&journal, &names, now, window))
+}
+
+/// What `restore` pulls back at `now` within `window` ([`restore_candidates`] of the store's
+/// journal and the names stored for its keys), most recently used first.
+pub fn restore_candidates_in(
+    store: &Store,
+    now: UnixNanos,
+    window: FromHistory,
+) -> Result<Vec<RestoreCandidate>, StoreError> {
+    let (journal, stored_names) = journal_with_names(store)?;
+    let names = |key: &RecordKey| stored_names.get(key).cloned();
+    Ok(restore_candidates(&journal, &names, now, window))
+}
+
+/// The store's journal and the names stored for the keys it names.
+type JournalWithNames = (
+    Vec<(JournalKey, JournalEntry)>,
+    BTreeMap<RecordKey, ImageNames>,
+);
+
+/// The journal, oldest first, and the names the store keeps for its keys (one read each).
+fn journal_with_names(store: &Store) -> Result<JournalWithNames, StoreError> {
+    let journal = store.journal()?;
+    let names = store.names_of_keys(journal.iter().map(|(k, _)| &k.key))?;
+    Ok((journal, names))
 }
