@@ -11,7 +11,8 @@
 //! implements these traits is `cri`, above it). [`ScriptedRuntime`] implements them in memory
 //! (images, containers and filesystems as a script sets them), for the replay, tests and
 //! embedders that have no runtime socket. An image the runtime does not have is `Ok(None)`,
-//! not an error.
+//! not an error. A test wrapper around a runtime gets its `ImageRuntime` impl from
+//! [`forward_image_runtime!`](crate::forward_image_runtime) (`forward`, feature `testing`).
 
 use std::future::Future;
 
@@ -22,6 +23,8 @@ use crate::model::{
 
 mod agent_runtime;
 mod error;
+#[cfg(any(test, feature = "testing"))]
+pub mod forward;
 mod scripted;
 
 pub use agent_runtime::{
