@@ -15,7 +15,8 @@ use imagekeeper::gc::{GcConfig, GcPolicy, ImageGcManager};
 use imagekeeper::store::Store;
 
 use crate::report::Figures;
-use crate::support::forward::{Forward, forward_image_runtime};
+use imagekeeper::forward_image_runtime;
+use imagekeeper::runtime::forward::Forward;
 
 /// A runtime that times the calls it passes on.
 struct Timed<R> {

@@ -29,10 +29,6 @@
 
 mod bytes;
 mod detect;
-/// The forwarding `ImageRuntime` impl, shared with the integration tests, at the path it has
-/// there (`crate::support::forward`, which its macro names).
-#[path = "../../tests/it/support/forward.rs"]
-mod forward;
 mod lab;
 mod node;
 mod plan;
@@ -41,9 +37,6 @@ mod report;
 mod rss;
 mod runtime;
 mod synth;
-mod support {
-    pub(crate) use super::forward;
-}
 
 use std::fs;
 use std::path::{Path, PathBuf};

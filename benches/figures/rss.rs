@@ -17,8 +17,9 @@ use imagekeeper::model::{ImageFsStats, UnixNanos};
 use imagekeeper::store::Store;
 
 use crate::runtime::RuntimeProcess;
-use crate::support::forward::{Forward, forward_image_runtime};
 use crate::synth::{NOW_SECS, Node, secs};
+use imagekeeper::forward_image_runtime;
+use imagekeeper::runtime::forward::Forward;
 
 /// Runs `imagekeeper replay` on a 100k-image trace (detect, then GC that frees ~10 GiB) in a
 /// child process and returns its peak RSS (wait4's ru_maxrss) in MiB and the images removed.

@@ -111,7 +111,7 @@ impl<R: AgentRuntime> Agent<R> {
     /// containerd's labels are made to match what the detect found kept. A detect after the
     /// runtime came back reconciles too, so a restart of either side heals at its first cycle.
     async fn reconcile_runtime_pins(&self) {
-        if self.runtime_pins.state() == runtime_pins::PinsState::Undecided {
+        if self.runtime_pins.state() == crate::gc::runtime_pins::PinsState::Undecided {
             self.runtime_pins
                 .decide(self.events_client.runtime_version().await);
         }
@@ -124,7 +124,7 @@ impl<R: AgentRuntime> Agent<R> {
     }
 
     /// Where the runtime pins stand (`auto` undecided, on, or off and why).
-    pub fn runtime_pins_state(&self) -> runtime_pins::PinsState {
+    pub fn runtime_pins_state(&self) -> crate::gc::runtime_pins::PinsState {
         self.runtime_pins.state()
     }
 

@@ -69,10 +69,7 @@ pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
 };
 pub use reload::{ConfigSource, ReloadReport};
-pub use runtime_pins::{
-    LabelChange, OWN_LABEL, PINNED_LABEL, PINNED_VALUE, PinsState, plan_label_changes,
-    remove_runtime_pin_labels,
-};
+pub use runtime_pins::remove_runtime_pin_labels;
 pub use serve::Listeners;
 pub use warm::{WARM_POD_NAME, restore_images};
 

@@ -5,18 +5,18 @@
 //! label `io.imagekeeper.pinned=<why>` beside it. containerd 1.7.3 and later then list the
 //! image as `pinned: true` in CRI ListImages, and the kubelet's image GC and eviction manager
 //! skip pinned images (kubelet master `pkg/kubelet/images/image_gc_manager.go`,
-//! `imagesInEvictionOrder`).
+//! `imagesInEvictionOrder`). Which names get which label, and which keeps containerd then
+//! carries, is `gc::runtime_pins` (pure); this file is the wiring: it reads containerd's
+//! labels, calls the plan, writes the labels and keeps the reconciler's state.
 //!
-//! Invariants: a label is removed only from a name that carries imagekeeper's own label: a
-//! pin imagekeeper did not set (containerd's sandbox image pin, an operator's `ctr images
-//! label`) is never cleared, and a name already pinned by someone else is left as it is (it is
-//! carried). Labels are read from containerd at every reconcile and only differences are
-//! written, so a steady cycle writes nothing and a failed write is retried at the next one;
-//! each failing name is logged once (until it succeeds) and every failure is counted. `auto`
-//! decides once, from CRI Version, whether the runtime can carry pins (containerd 1.7.3 and
-//! later); on any other runtime it turns itself off with one log line and the
-//! `imagekeeper_runtime_pins_enabled` gauge at 0. CRI-O (a `pinned_images` drop-in and a
-//! config reload) is not built.
+//! Invariants: only the plan's writes are made (a pin imagekeeper did not set is never
+//! cleared, see `gc::runtime_pins`). Labels are read from containerd at every reconcile and
+//! only differences are written, so a steady cycle writes nothing and a failed write is
+//! retried at the next one; each failing name is logged once (until it succeeds) and every
+//! failure is counted. `auto` decides once, from CRI Version, whether the runtime can carry
+//! pins (containerd 1.7.3 and later); on any other runtime it turns itself off with one log
+//! line and the `imagekeeper_runtime_pins_enabled` gauge at 0. CRI-O (a `pinned_images`
+//! drop-in and a config reload) is not built.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -25,83 +25,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::{info, warn};
 
 use super::config::RuntimePins;
-use crate::cri::{ContainerdImages, LabelledImage};
+use crate::cri::ContainerdImages;
+use crate::gc::runtime_pins::{
+    LabelChange, OWN_LABEL, PinsState, carried_keeps, pinned_names, plan_label_changes,
+    runtime_pin_answer, state_note,
+};
 use crate::gc::{KeepReason, KeptImage};
 use crate::runtime::{CriError, RpcCode, RuntimeVersion, runtime_carries_pins};
-
-/// containerd's CRI plugin lists an image with this label (value [`PINNED_VALUE`]) as pinned.
-pub const PINNED_LABEL: &str = "io.cri-containerd.pinned";
-pub const PINNED_VALUE: &str = "pinned";
-/// imagekeeper's own label beside [`PINNED_LABEL`]: its value says why it keeps the image
-/// ([`KeepReason::label_value`]). Only a name carrying it is ever unpinned.
-pub const OWN_LABEL: &str = "io.imagekeeper.pinned";
-
-/// One label write the reconcile plans for one containerd image name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LabelChange {
-    /// Set `io.cri-containerd.pinned=pinned` and `io.imagekeeper.pinned=<why>`.
-    Pin(KeepReason),
-    /// Remove both labels (the name carries imagekeeper's own).
-    Unpin,
-}
-
-impl LabelChange {
-    /// The labels to send: an empty value removes the label.
-    pub fn labels(self) -> [(&'static str, &'static str); 2] {
-        match self {
-            LabelChange::Pin(why) => [(PINNED_LABEL, PINNED_VALUE), (OWN_LABEL, why.label_value())],
-            LabelChange::Unpin => [(PINNED_LABEL, ""), (OWN_LABEL, "")],
-        }
-    }
-}
-
-/// The names of the kept images, each with why it is kept (a name listed under two kept
-/// images keeps the first one's reason).
-pub fn wanted_names(keeps: &[KeptImage]) -> BTreeMap<&str, KeepReason> {
-    let mut wanted = BTreeMap::new();
-    for kept in keeps {
-        for name in &kept.names {
-            wanted.entry(name.as_str()).or_insert(kept.why);
-        }
-    }
-    wanted
-}
-
-/// The label writes that make containerd's `images` carry `keeps`: a kept name not pinned
-/// gets both labels; a kept name with imagekeeper's label and another reason has it
-/// rewritten; a name that is not kept loses both labels only if it carries imagekeeper's own.
-/// A name pinned by someone else (the pinned label without imagekeeper's) is never written.
-pub fn plan_label_changes(
-    keeps: &[KeptImage],
-    images: &[LabelledImage],
-) -> Vec<(usize, LabelChange)> {
-    let wanted = wanted_names(keeps);
-    let mut changes = Vec::new();
-    for (i, image) in images.iter().enumerate() {
-        let pinned = image.labels.get(PINNED_LABEL).map(String::as_str) == Some(PINNED_VALUE);
-        let ours = image.labels.get(OWN_LABEL).map(String::as_str);
-        match (wanted.get(image.name.as_str()), ours) {
-            // Pinned by someone else: carried, and never ours to change.
-            (Some(_), None) if pinned => {}
-            (Some(why), Some(value)) if pinned && value == why.label_value() => {}
-            (Some(why), _) => changes.push((i, LabelChange::Pin(*why))),
-            (None, Some(_)) => changes.push((i, LabelChange::Unpin)),
-            (None, None) => {}
-        }
-    }
-    changes
-}
-
-/// Where the runtime pins stand.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PinsState {
-    /// `auto`, and the runtime has not answered Version yet.
-    Undecided,
-    /// Labels are written.
-    On,
-    /// No label is written; why.
-    Off(String),
-}
 
 /// The counters the metrics read.
 #[derive(Debug, Default)]
@@ -222,13 +152,7 @@ impl RuntimePinner {
         };
         let changes = plan_label_changes(keeps, &images);
         // Each name's pinned label as containerd will hold it after the writes that succeed.
-        let mut pinned: BTreeMap<&str, bool> = images
-            .iter()
-            .map(|i| {
-                let p = i.labels.get(PINNED_LABEL).map(String::as_str) == Some(PINNED_VALUE);
-                (i.name.as_str(), p)
-            })
-            .collect();
+        let mut pinned = pinned_names(&images);
         let (mut ok, mut failed) = (0, 0);
         for (i, change) in changes {
             let image = &images[i];
@@ -261,16 +185,7 @@ impl RuntimePinner {
                 }
             }
         }
-        let carried = keeps
-            .iter()
-            .map(|k| {
-                let any = k
-                    .names
-                    .iter()
-                    .any(|n| pinned.get(n.as_str()).copied().unwrap_or(false));
-                (k.key.clone(), (k.why, any))
-            })
-            .collect();
+        let carried = carried_keeps(keeps, &pinned);
         *self
             .carried
             .lock()
@@ -321,53 +236,6 @@ impl RuntimePinner {
             writes: [0, 1].map(|i| self.counters.writes[i].load(Ordering::Relaxed)),
         })
     }
-}
-
-/// Why nothing is known of the runtime's pins in `state`; `None` when they are on.
-pub fn state_note(state: &PinsState) -> Option<String> {
-    match state {
-        PinsState::Undecided => Some(
-            "unknown: the runtime has not said its version yet (runtime pins undecided)".to_owned(),
-        ),
-        PinsState::Off(why) => Some(format!("runtime pins off: {why}")),
-        PinsState::On => None,
-    }
-}
-
-/// Whether the runtime carries a pin's images, from the runtime pins' `state` and the last
-/// reconcile's `carried` map: `Some` only when pins are on, the pin is active, names images
-/// on the node and every one of them was reconciled; else `None` with why (the note).
-pub fn runtime_pin_answer(
-    state: &PinsState,
-    carried: &BTreeMap<crate::model::RecordKey, bool>,
-    view: &crate::gc::PinView,
-) -> (Option<bool>, String) {
-    if let Some(note) = state_note(state) {
-        return (None, note);
-    }
-    if !view.active {
-        return (None, "the pin has expired".to_owned());
-    }
-    if view.image_ids.is_empty() {
-        return (None, "no image on the node matches the pin".to_owned());
-    }
-    let mut all = true;
-    for id in &view.image_ids {
-        let key = crate::model::RecordKey {
-            image_id: id.clone(),
-            runtime_handler: view.key.runtime_handler.clone(),
-        };
-        match carried.get(&key) {
-            Some(c) => all &= *c,
-            None => {
-                return (
-                    None,
-                    "unknown: not reconciled since the image was seen (next cycle)".to_owned(),
-                );
-            }
-        }
-    }
-    (Some(all), String::new())
 }
 
 /// Removes both labels from every image name in containerd's `k8s.io` namespace that carries

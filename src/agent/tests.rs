@@ -62,9 +62,8 @@ async fn gc_failures_keep_the_period_and_only_an_unreachable_runtime_retries_fas
 
 use std::collections::BTreeMap;
 
-use crate::model::{ImageFsStats, ImageId, PullCredentials, RuntimeContainer, RuntimeImage};
+use crate::model::{ImageId, RuntimeImage};
 use crate::replay::ScriptedRuntime;
-use crate::runtime::ImageRuntime;
 
 /// The scripted runtime, recording each call (with the paused clock's seconds since the
 /// test began) and parking ListImages while `park` is set.
@@ -100,42 +99,39 @@ impl Recorder {
     }
 }
 
-impl ImageRuntime for Recorder {
-    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
-        self.note("ListImages");
-        if self.park.load(std::sync::atomic::Ordering::SeqCst) {
+impl crate::runtime::forward::Forward for Recorder {
+    type Inner = ScriptedRuntime;
+
+    fn inner(&self) -> &ScriptedRuntime {
+        &self.inner
+    }
+
+    /// Notes ListImages (parked while `park` is set), RemoveImage, ImageFsInfo and
+    /// ListContainers before they reach the scripted runtime.
+    async fn around<T, Fut>(
+        &self,
+        method: &'static str,
+        _arg: &str,
+        call: impl FnOnce() -> Fut + Send,
+    ) -> Result<T, CriError>
+    where
+        T: Send,
+        Fut: std::future::Future<Output = Result<T, CriError>> + Send,
+    {
+        if matches!(
+            method,
+            "ListImages" | "RemoveImage" | "ImageFsInfo" | "ListContainers"
+        ) {
+            self.note(method);
+        }
+        if method == "ListImages" && self.park.load(std::sync::atomic::Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
-        self.inner.list_images().await
-    }
-    async fn image_status(
-        &self,
-        image: &str,
-        handler: &str,
-    ) -> Result<Option<RuntimeImage>, CriError> {
-        self.inner.image_status(image, handler).await
-    }
-    async fn pull_image(
-        &self,
-        image: &str,
-        handler: &str,
-        credentials: Option<&PullCredentials>,
-    ) -> Result<String, CriError> {
-        self.inner.pull_image(image, handler, credentials).await
-    }
-    async fn remove_image(&self, image: &str, handler: &str) -> Result<(), CriError> {
-        self.note("RemoveImage");
-        self.inner.remove_image(image, handler).await
-    }
-    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
-        self.note("ImageFsInfo");
-        self.inner.image_fs_stats().await
-    }
-    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
-        self.note("ListContainers");
-        self.inner.list_containers().await
+        call().await
     }
 }
+
+crate::forward_image_runtime!(impl[] for Recorder);
 
 impl AgentRuntime for Recorder {
     type Events = NoEvents;

@@ -3,7 +3,10 @@
 //! pulls what the plan says through the image manager (credentials from the node and the
 //! plugins, the persisted backoff and the QPS limit, as for any pull; at most
 //! `warmParallelPulls` at once). `restore` ([`restore_images`]) pulls back the images the
-//! journal says were removed externally, with the same disk rule.
+//! journal says were removed externally, with the same disk rule. What the history holds
+//! (`warm::HistorySizes`, `warm::history_warm_entries`, `warm::restore_candidates_in`) and
+//! what restore does with each candidate (`warm::restore_step`) are `warm`'s; this file runs
+//! the pulls and records their outcome.
 //!
 //! Invariants: the loop runs on its own task, so a long pull never delays detect or GC; a
 //! "does not fit" is logged once per entry until it fits again; a warm pull is never made
@@ -20,81 +23,20 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::gc::GcPolicy;
-use crate::model::{PullOrigin, RecordKey, RuntimeImage, StoredWarmState, UnixNanos, WarmRow};
+use crate::model::{PullOrigin, RuntimeImage, StoredWarmState, UnixNanos, WarmRow};
 use crate::pull::{ImageManager, MatchIndex, PodRef, PullAuth, PullPolicy, PullRuntime};
 use crate::runtime::ImageRuntime;
 use crate::store::Store;
 use crate::warm::{
-    FromHistory, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome, RestoreState, WarmEntry,
-    WarmPlan, WarmState, history_entries, inodes_at_or_above_low, plan, restore_candidates,
+    FromHistory, HistorySizes, PlanInput, RestoreItem, RestoreOptions, RestoreOutcome,
+    RestoreState, RestoreStep, WarmEntry, WarmPlan, WarmState, history_warm_entries,
+    inodes_at_or_above_low, plan, restore_candidates_in, restore_step,
 };
 
 use super::{Agent, AgentError, AgentRuntime, lock_ignoring_poison};
 
 /// The pod name warm and restore pulls are logged under (they are for no pod).
 pub const WARM_POD_NAME: &str = "imagekeeper-warm";
-
-/// The sizes this node's history knows: each stored record's and each journaled removal's,
-/// by the names stored for its key.
-struct HistorySizes {
-    known: Vec<(RuntimeImage, u64)>,
-    /// `known`'s images by their names, so an entry's size is one lookup of its name.
-    index: MatchIndex,
-}
-
-impl HistorySizes {
-    fn read(store: &Store) -> Result<HistorySizes, AgentError> {
-        let mut sizes: BTreeMap<RecordKey, u64> = BTreeMap::new();
-        // The journal first (oldest first), then the records: a present record's size wins.
-        for (jk, entry) in store.journal()? {
-            sizes.insert(jk.key, entry.size);
-        }
-        for record in store.records()? {
-            sizes.insert(record.key, record.record.size);
-        }
-        let known: Vec<(RuntimeImage, u64)> = store
-            .all_names()?
-            .into_iter()
-            .filter_map(|(key, names)| {
-                let size = *sizes.get(&key)?;
-                Some((
-                    RuntimeImage {
-                        id: key.image_id,
-                        repo_tags: names.repo_tags,
-                        repo_digests: names.repo_digests,
-                        runtime_handler: key.runtime_handler,
-                        ..RuntimeImage::default()
-                    },
-                    size,
-                ))
-            })
-            .collect();
-        let index = MatchIndex::of_images(known.iter().map(|(image, _)| image));
-        Ok(HistorySizes { known, index })
-    }
-
-    fn size_of(&self, entry: &WarmEntry) -> Option<u64> {
-        self.index
-            .named_by(&entry.image, &entry.runtime_handler)
-            .into_iter()
-            .filter_map(|at| self.known.get(at))
-            .map(|(_, size)| *size)
-            .max()
-    }
-}
-
-/// The warm entries `[warmFromHistory]` adds at `now` (those back too: the plan finds them
-/// present, and the GC keeps them, `WarmSet::from_history`).
-fn history_warm_entries(
-    store: &Store,
-    window: FromHistory,
-    now: UnixNanos,
-) -> Result<Vec<WarmEntry>, AgentError> {
-    let journal = store.journal()?;
-    let stored_names = store.names_of_keys(journal.iter().map(|(k, _)| &k.key))?;
-    let names = |key: &RecordKey| stored_names.get(key).cloned();
-    Ok(history_entries(&journal, &names, now, window))
-}
 
 impl<R: AgentRuntime> Agent<R> {
     /// One warm cycle at the clock's now: plans (see `crate::warm`) and runs the pulls it
@@ -448,14 +390,11 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
     now: UnixNanos,
     options: RestoreOptions,
 ) -> Result<RestoreOutcome, AgentError> {
-    let journal = store.journal()?;
-    let stored_names = store.names_of_keys(journal.iter().map(|(k, _)| &k.key))?;
-    let names = |key: &RecordKey| stored_names.get(key).cloned();
     let window = FromHistory {
         used_within: options.used_within,
         max_bytes: options.max_bytes,
     };
-    let candidates = restore_candidates(&journal, &names, now, window);
+    let candidates = restore_candidates_in(store, now, window)?;
     let entries: Vec<WarmEntry> = candidates.iter().filter_map(|c| c.entry()).collect();
     let listed = runtime.list_images().await.map_err(AgentError::Runtime)?;
     let fs = runtime
@@ -475,59 +414,43 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
     });
     let mut items = Vec::with_capacity(candidates.len());
     for candidate in &candidates {
-        let image = candidate.image.clone().unwrap_or_default();
-        let status = planned.statuses.iter().find(|s| {
-            s.entry.image == image && s.entry.runtime_handler == candidate.key.runtime_handler
-        });
-        let (state, detail) = match (&candidate.skipped, status) {
-            (Some(why), _) => (RestoreState::Skipped, why.clone()),
-            (None, None) => (
-                RestoreState::Skipped,
-                "another removal of the same name comes first".to_owned(),
-            ),
-            (None, Some(status)) => match status.state {
-                WarmState::Present => (RestoreState::Present, String::new()),
-                WarmState::DoesNotFit => (RestoreState::DoesNotFit, status.detail.clone()),
-                WarmState::Pulling if options.dry_run => {
-                    (RestoreState::WouldRestore, String::new())
-                }
-                WarmState::Pulling => {
-                    let pod = PodRef {
-                        name: WARM_POD_NAME.to_owned(),
-                        origin: PullOrigin::Restore,
-                        ..PodRef::default()
-                    };
-                    match images
-                        .ensure_image_exists_with(
-                            &pod,
-                            &image,
-                            PullPolicy::IfNotPresent,
-                            PullAuth::Keyring(&[]),
-                            &candidate.key.runtime_handler,
-                        )
-                        .await
-                    {
-                        Ok(image_ref) => {
-                            info!(
-                                image = image.as_str(),
-                                image_ref = image_ref.as_str(),
-                                "Restored an image removed externally"
-                            );
-                            (RestoreState::Restored, String::new())
-                        }
-                        Err(e) => (
-                            RestoreState::Failed,
-                            format!("{}: {}", e.reason(), e.message()),
-                        ),
+        let (state, detail) = match restore_step(candidate, &planned, options.dry_run) {
+            RestoreStep::Settled(state, detail) => (state, detail),
+            RestoreStep::Pull(image) => {
+                let pod = PodRef {
+                    name: WARM_POD_NAME.to_owned(),
+                    origin: PullOrigin::Restore,
+                    ..PodRef::default()
+                };
+                match images
+                    .ensure_image_exists_with(
+                        &pod,
+                        &image,
+                        PullPolicy::IfNotPresent,
+                        PullAuth::Keyring(&[]),
+                        &candidate.key.runtime_handler,
+                    )
+                    .await
+                {
+                    Ok(image_ref) => {
+                        info!(
+                            image = image.as_str(),
+                            image_ref = image_ref.as_str(),
+                            "Restored an image removed externally"
+                        );
+                        (RestoreState::Restored, String::new())
                     }
+                    Err(e) => (
+                        RestoreState::Failed,
+                        format!("{}: {}", e.reason(), e.message()),
+                    ),
                 }
-                _ => (RestoreState::Skipped, status.detail.clone()),
-            },
+            }
         };
         items.push(RestoreItem {
             image_id: candidate.key.image_id.as_str().to_owned(),
             runtime_handler: candidate.key.runtime_handler.clone(),
-            image,
+            image: candidate.image.clone().unwrap_or_default(),
             size: candidate.size,
             last_used: candidate.last_used,
             removed_at: candidate.removed_at,

@@ -10,14 +10,13 @@
 //! change nothing but those labels (an empty value removes the label, as containerd's
 //! metadata store does). The generated code and its conversions stay in this file.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 
 use super::client::{lazy_unix_channel, socket_path, unary_call};
-use crate::runtime::CriError;
+use crate::runtime::{CriError, LabelledImage};
 
 /// The code generated from `proto/containerd/services/images/v1/images.proto` and
 /// `proto/containerd/types/descriptor.proto` (nested as their packages, as the generated code
@@ -44,23 +43,6 @@ use proto::containerd::types::Descriptor;
 
 /// The namespace containerd's CRI plugin keeps the kubelet's images in.
 pub const CONTAINERD_CRI_NAMESPACE: &str = "k8s.io";
-
-/// One image name in containerd's image store, with its labels and the content it names.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct LabelledImage {
-    /// The name, as containerd stores it (a CRI pull stores two: the tag and
-    /// `repo@sha256:<manifest digest>`).
-    pub name: String,
-    /// The image's labels (imagekeeper's pin labels among them).
-    pub labels: BTreeMap<String, String>,
-    /// The target descriptor, sent back unchanged with an Update (containerd's service
-    /// converts it whatever the mask says): its media type, digest and size.
-    pub(crate) target_media_type: String,
-    /// The target's digest (`sha256:...`).
-    pub target_digest: String,
-    /// The target's size in bytes.
-    pub(crate) target_size: i64,
-}
 
 /// A client of containerd's Images service in one namespace.
 #[derive(Clone, Debug)]

@@ -25,6 +25,7 @@ mod fake;
 mod list_decode;
 mod statvfs;
 
+pub use crate::runtime::LabelledImage;
 /// The runtime traits and their plain types, which live in `crate::runtime` (no tonic there).
 pub use crate::runtime::{CriError, ImageRuntime, RpcCode, RuntimeVersion};
 pub use client::{
@@ -39,7 +40,7 @@ pub(crate) use client::MAX_MESSAGE_BYTES;
 pub use client::{
     ContainerSecurity, ContainerSpec, ExecResult, MountSpec, PodSandboxSummary, SandboxSpec,
 };
-pub use containerd_images::{CONTAINERD_CRI_NAMESPACE, ContainerdImages, LabelledImage};
+pub use containerd_images::{CONTAINERD_CRI_NAMESPACE, ContainerdImages};
 /// The in-process fake runtime (feature `testing`).
 #[cfg(any(test, feature = "testing"))]
 pub use fake::{FakePull, FakeRuntime};

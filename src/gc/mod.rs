@@ -28,6 +28,7 @@ mod policy;
 pub(crate) mod predictive;
 mod protect;
 mod runtime_pin_notes;
+pub mod runtime_pins;
 mod space;
 mod watch;
 

@@ -5,6 +5,7 @@
 //! whole agent (no socket, so tokio's paused time drives every loop), and answers the event
 //! stream as containerd 1.6 does (Unimplemented: the watcher ends and detect alone applies).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use super::{CriError, ImageRuntime, RpcCode};
@@ -21,6 +22,24 @@ pub struct RuntimeVersion {
     pub runtime_version: String,
     /// The CRI API version the runtime speaks (e.g. `v1`).
     pub runtime_api_version: String,
+}
+
+/// One image name in containerd's image store, with its labels and the content it names.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LabelledImage {
+    /// The name, as containerd stores it (a CRI pull stores two: the tag and
+    /// `repo@sha256:<manifest digest>`).
+    pub name: String,
+    /// Its labels (`io.cri-containerd.pinned=pinned` makes containerd 1.7.3 and later list it
+    /// as pinned).
+    pub labels: BTreeMap<String, String>,
+    /// The target descriptor's media type, sent back unchanged with an Update (containerd's
+    /// service converts the target whatever the mask says), as are its digest and size.
+    pub target_media_type: String,
+    /// The target descriptor's digest.
+    pub target_digest: String,
+    /// The target descriptor's size in bytes.
+    pub target_size: i64,
 }
 
 /// The first containerd release whose CRI lists a labelled image as pinned.

@@ -3,14 +3,16 @@
 //! event stream, [`EventStream`], and the runtime's [`RuntimeVersion`]), and the error every
 //! runtime call returns ([`CriError`], with [`RpcCode`], our mirror of the gRPC status codes),
 //! and whether a runtime's version lists labelled images as pinned ([`runtime_carries_pins`],
-//! which the agent's runtime pins and the doctor both read).
+//! which the agent's runtime pins and the doctor both read), with containerd's image names and
+//! their labels as the runtime pins read them ([`LabelledImage`]).
 //!
 //! Invariants: this is a leaf below everything that talks to a runtime: it imports only
 //! `model`, never tonic, prost or the generated runtime.v1 code (the tonic client that
 //! implements these traits is `cri`, above it). [`ScriptedRuntime`] implements them in memory
 //! (images, containers and filesystems as a script sets them), for the replay, tests and
 //! embedders that have no runtime socket. An image the runtime does not have is `Ok(None)`,
-//! not an error.
+//! not an error. A test wrapper around a runtime gets its `ImageRuntime` impl from
+//! [`forward_image_runtime!`](crate::forward_image_runtime) (`forward`, feature `testing`).
 
 use std::future::Future;
 
@@ -21,10 +23,12 @@ use crate::model::{
 
 mod agent_runtime;
 mod error;
+#[cfg(any(test, feature = "testing"))]
+pub mod forward;
 mod scripted;
 
 pub use agent_runtime::{
-    AgentRuntime, EventStream, FIRST_PINNING_CONTAINERD, NoEvents, RuntimeVersion,
+    AgentRuntime, EventStream, FIRST_PINNING_CONTAINERD, LabelledImage, NoEvents, RuntimeVersion,
     runtime_carries_pins,
 };
 pub use error::{CriError, RpcCode};

@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::model::{ImageNames, JournalEntry, RecordKey, Remover, UnixNanos};
 use crate::store::JournalKey;
 
-use super::WarmEntry;
+use super::{WarmEntry, WarmPlan, WarmState};
 
 /// `[warmFromHistory]` / `restore`'s window and budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -93,6 +93,49 @@ pub fn history_entries(
             Some(entry)
         })
         .collect()
+}
+
+/// What restore does with one candidate ([`restore_step`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestoreStep {
+    /// Pull the image back by this name.
+    Pull(String),
+    /// Nothing to pull: the item's state and detail.
+    Settled(RestoreState, String),
+}
+
+/// What restore does with `candidate`, given `planned`, the warm plan of the candidates'
+/// entries: a skipped candidate stays skipped with its reason; one the plan does not hold
+/// (another removal of the same name comes first) is skipped; present is present; does not
+/// fit is said with the plan's detail; a planned pull is pulled (a dry run says it would
+/// restore); anything else is skipped with the plan's detail.
+pub fn restore_step(
+    candidate: &RestoreCandidate,
+    planned: &WarmPlan,
+    dry_run: bool,
+) -> RestoreStep {
+    let image = candidate.image.clone().unwrap_or_default();
+    let status = planned.statuses.iter().find(|s| {
+        s.entry.image == image && s.entry.runtime_handler == candidate.key.runtime_handler
+    });
+    match (&candidate.skipped, status) {
+        (Some(why), _) => RestoreStep::Settled(RestoreState::Skipped, why.clone()),
+        (None, None) => RestoreStep::Settled(
+            RestoreState::Skipped,
+            "another removal of the same name comes first".to_owned(),
+        ),
+        (None, Some(status)) => match status.state {
+            WarmState::Present => RestoreStep::Settled(RestoreState::Present, String::new()),
+            WarmState::DoesNotFit => {
+                RestoreStep::Settled(RestoreState::DoesNotFit, status.detail.clone())
+            }
+            WarmState::Pulling if dry_run => {
+                RestoreStep::Settled(RestoreState::WouldRestore, String::new())
+            }
+            WarmState::Pulling => RestoreStep::Pull(image),
+            _ => RestoreStep::Settled(RestoreState::Skipped, status.detail.clone()),
+        },
+    }
 }
 
 /// [`restore_candidates`], with the images already back too when `back` is set.
@@ -334,5 +377,91 @@ mod tests {
         );
         assert!(got[0].entry().is_none());
         assert_eq!(got[2].entry().map(|e| e.size_hint), Some(Some(100)));
+    }
+
+    #[test]
+    fn restore_pulls_only_what_the_plan_says_to_pull_and_says_why_of_the_rest() {
+        let candidate = |image: Option<&str>, skipped: Option<&str>| RestoreCandidate {
+            key: RecordKey::new("sha256:1", "kata"),
+            image: image.map(str::to_owned),
+            size: 100,
+            last_used: UnixNanos(1),
+            removed_at: UnixNanos(2),
+            skipped: skipped.map(str::to_owned),
+        };
+        let planned = |handler: &str, state: WarmState| WarmPlan {
+            statuses: vec![super::super::WarmStatus {
+                entry: WarmEntry {
+                    image: "x/a:1".into(),
+                    runtime_handler: handler.into(),
+                    until: None,
+                    lifetime: None,
+                    size_hint: Some(100),
+                    origin: "history".into(),
+                },
+                state,
+                size: Some(100),
+                detail: format!("{} detail", state.as_str()),
+            }],
+        };
+        let settled =
+            |state: RestoreState, detail: &str| RestoreStep::Settled(state, detail.into());
+        use RestoreState as R;
+        use WarmState as W;
+        // (what, candidate, plan, dry run, want)
+        let cases = [
+            (
+                "skipped keeps its reason whatever the plan",
+                candidate(None, Some("no name is stored to pull it by")),
+                planned("kata", W::Pulling),
+                false,
+                settled(R::Skipped, "no name is stored to pull it by"),
+            ),
+            (
+                "planned pull is pulled by its name",
+                candidate(Some("x/a:1"), None),
+                planned("kata", W::Pulling),
+                false,
+                RestoreStep::Pull("x/a:1".into()),
+            ),
+            (
+                "a dry run pulls nothing",
+                candidate(Some("x/a:1"), None),
+                planned("kata", W::Pulling),
+                true,
+                settled(R::WouldRestore, ""),
+            ),
+            (
+                "present",
+                candidate(Some("x/a:1"), None),
+                planned("kata", W::Present),
+                false,
+                settled(R::Present, ""),
+            ),
+            (
+                "does not fit, with the plan's detail",
+                candidate(Some("x/a:1"), None),
+                planned("kata", W::DoesNotFit),
+                false,
+                settled(R::DoesNotFit, "does_not_fit detail"),
+            ),
+            (
+                "queued is skipped with the plan's detail",
+                candidate(Some("x/a:1"), None),
+                planned("kata", W::Queued),
+                false,
+                settled(R::Skipped, "queued detail"),
+            ),
+            (
+                "the plan's entry for another handler is not this candidate's",
+                candidate(Some("x/a:1"), None),
+                planned("", W::Pulling),
+                false,
+                settled(R::Skipped, "another removal of the same name comes first"),
+            ),
+        ];
+        for (what, candidate, plan, dry_run, want) in cases {
+            assert_eq!(restore_step(&candidate, &plan, dry_run), want, "{what}");
+        }
     }
 }

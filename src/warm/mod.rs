@@ -21,6 +21,7 @@
 //! [`MatchIndex`] (one parse per name).
 
 mod files;
+mod from_store;
 mod history;
 mod plan;
 
@@ -35,9 +36,10 @@ pub use files::{
     SizeSpec, WarmEntrySpec, WarmError, WarmFile, is_warm_file_name, parse_size, read_warm_dir,
     resolve_specs,
 };
+pub use from_store::{HistorySizes, history_warm_entries, restore_candidates_in};
 pub use history::{
     DEFAULT_USED_WITHIN, FromHistory, RestoreCandidate, RestoreItem, RestoreOptions,
-    RestoreOutcome, RestoreState, history_entries, restore_candidates,
+    RestoreOutcome, RestoreState, RestoreStep, history_entries, restore_candidates, restore_step,
 };
 pub use plan::{PlanInput, WarmPlan, WarmState, WarmStatus, inodes_at_or_above_low, plan};
 

@@ -11,7 +11,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
 
-use imagekeeper::cri::FakeRuntime;
+use crate::support::agent::AgentFixture;
 use imagekeeper::model::{
     ImageId, ImageNames, ImagePin, ImageRecord, PinKey, RecordKey, RuntimeImage, UnixNanos,
 };
@@ -169,12 +169,15 @@ async fn read_only_commands_on_a_damaged_database_print_the_undamaged_answer_or_
         _ if sweep => 10_000,
         _ => 1_000,
     };
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images((0..IMAGES).map(runtime_image).collect());
-    fake.set_image_fs(fake.dir().display().to_string(), 50_000);
+    let AgentFixture {
+        fake, dir, socket, ..
+    } = AgentFixture::builder()
+        .images((0..IMAGES).map(runtime_image))
+        .image_fs_used(50_000)
+        .socket("no-agent.sock")
+        .start()
+        .await;
     let endpoint = fake.endpoint();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let socket = dir.path().join("no-agent.sock");
     let good = dir.path().join("good.redb");
     build(&good, pins);
     let pristine = std::fs::read(&good).expect("read the database");

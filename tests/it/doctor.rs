@@ -3,11 +3,11 @@
 //! imagekeeper's own settings from flags and `--config`, and the runtime's answers through the
 //! in-process fake CRI server (or no runtime at all).
 
+use crate::support::agent::AgentFixture;
 use crate::support::bin;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ImageId, RuntimeImage};
 use serde_json::Value;
 
@@ -267,13 +267,15 @@ fn a_conflicting_kubelet_config_reports_every_conflict_with_its_fix_as_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_pair_of_configurations_exits_0() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![
-        image("sha256:pause", "registry.k8s.io/pause:3.10", true),
-        image("sha256:app", "example.com/app:1", false),
-    ]);
     // The image filesystem is reported (the doctor says where it is).
-    fake.set_image_fs(std::env::temp_dir().display().to_string(), 0);
+    let AgentFixture { fake, .. } = AgentFixture::builder()
+        .images([
+            image("sha256:pause", "registry.k8s.io/pause:3.10", true),
+            image("sha256:app", "example.com/app:1", false),
+        ])
+        .image_fs_used(0)
+        .start()
+        .await;
     let files = Files::new();
     let config = files.write(
         "kubelet.yaml",
@@ -310,11 +312,13 @@ async fn a_clean_pair_of_configurations_exits_0() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_that_reports_no_pinned_image_conflicts_without_pin_patterns() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![
-        image("sha256:pause", "registry.k8s.io/pause:3.10", false),
-        image("sha256:app", "example.com/app:1", false),
-    ]);
+    let AgentFixture { fake, .. } = AgentFixture::builder()
+        .images([
+            image("sha256:pause", "registry.k8s.io/pause:3.10", false),
+            image("sha256:app", "example.com/app:1", false),
+        ])
+        .start()
+        .await;
     let files = Files::new();
     let config = files.write(
         "kubelet.yaml",
@@ -356,13 +360,11 @@ async fn a_runtime_that_reports_no_pinned_image_conflicts_without_pin_patterns()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quantity_threshold_is_judged_against_the_image_filesystems_capacity() {
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![image(
-        "sha256:pause",
-        "registry.k8s.io/pause:3.10",
-        true,
-    )]);
-    fake.set_image_fs(fake.dir().display().to_string(), 1000);
+    let AgentFixture { fake, .. } = AgentFixture::builder()
+        .images([image("sha256:pause", "registry.k8s.io/pause:3.10", true)])
+        .image_fs_used(1000)
+        .start()
+        .await;
     let files = Files::new();
     let args = |endpoint: String| {
         vec![

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use imagekeeper::cri::FakeRuntime;
 use imagekeeper::model::{ContainerState, ImageId, RuntimeContainer, RuntimeImage};
 
+use crate::support::agent::AgentFixture;
 use crate::support::{self, metrics_address_from_stderr, wait_for};
 
 fn repo(path: &str) -> PathBuf {
@@ -201,13 +201,16 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts(
     // threshold of 1 %: every GC cycle fails to free what it must; and a warm set (a mounted
     // ConfigMap's directory) whose one image is missing and cannot fit under the low threshold
     // of 0 %: the warm cycle never pulls it.
-    let fake = FakeRuntime::start().await.expect("fake runtime");
-    fake.set_images(vec![RuntimeImage {
-        id: ImageId::new("sha256:aaa"),
-        repo_tags: vec!["registry.example/a:1".to_owned()],
-        size: 1000,
-        ..RuntimeImage::default()
-    }]);
+    let AgentFixture { fake, .. } = AgentFixture::builder()
+        .images([RuntimeImage {
+            id: ImageId::new("sha256:aaa"),
+            repo_tags: vec!["registry.example/a:1".to_owned()],
+            size: 1000,
+            ..RuntimeImage::default()
+        }])
+        .image_fs_used(1500)
+        .start()
+        .await;
     fake.set_containers(vec![RuntimeContainer {
         id: "c1".into(),
         pod_sandbox_id: "pod".into(),
@@ -225,7 +228,6 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_fires_three_alerts(
             ..RuntimeImage::default()
         },
     );
-    fake.set_image_fs(fake.dir().display().to_string(), 1500);
     scrape_and_check(
         &prometheus,
         &["--container-runtime-endpoint".to_owned(), fake.endpoint()],

@@ -9,14 +9,13 @@ use super::measured::UNLOWERED_REMOVALS;
 use super::*;
 use std::sync::Arc;
 
-use crate::model::{ImageFsStats, RecordKey, Remover, RuntimeContainer, RuntimeImage, UnixNanos};
-use crate::runtime::ImageRuntime;
+use crate::model::{RecordKey, Remover, RuntimeImage, UnixNanos};
 use crate::store::Store;
 
 use crate::gc::metrics::RemovalReason;
 use crate::gc::space::FsNeed;
 use crate::gc::{GcError, GcPolicy};
-use crate::model::{ContainerUsage, ImageId, PullCredentials};
+use crate::model::ImageId;
 use crate::replay::{ScriptState, ScriptedRuntime};
 use crate::runtime::CriError;
 use crate::store::power_loss::PowerLossDisk;
@@ -31,42 +30,33 @@ struct FullAfterRemove {
     disk: PowerLossDisk,
 }
 
-impl ImageRuntime for FullAfterRemove {
-    async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
-        self.inner.list_images().await
+impl crate::runtime::forward::Forward for FullAfterRemove {
+    type Inner = ScriptedRuntime;
+
+    fn inner(&self) -> &ScriptedRuntime {
+        &self.inner
     }
-    async fn image_status(
+
+    /// Cuts the disk's power right after RemoveImage answered.
+    async fn around<T, Fut>(
         &self,
-        image: &str,
-        runtime_handler: &str,
-    ) -> Result<Option<RuntimeImage>, CriError> {
-        self.inner.image_status(image, runtime_handler).await
-    }
-    async fn pull_image(
-        &self,
-        image: &str,
-        runtime_handler: &str,
-        credentials: Option<&PullCredentials>,
-    ) -> Result<String, CriError> {
-        self.inner
-            .pull_image(image, runtime_handler, credentials)
-            .await
-    }
-    async fn remove_image(&self, image: &str, runtime_handler: &str) -> Result<(), CriError> {
-        let done = self.inner.remove_image(image, runtime_handler).await;
-        self.disk.cut_now();
+        method: &'static str,
+        _arg: &str,
+        call: impl FnOnce() -> Fut + Send,
+    ) -> Result<T, CriError>
+    where
+        T: Send,
+        Fut: std::future::Future<Output = Result<T, CriError>> + Send,
+    {
+        let done = call().await;
+        if method == "RemoveImage" {
+            self.disk.cut_now();
+        }
         done
     }
-    async fn image_fs_stats(&self) -> Result<ImageFsStats, CriError> {
-        self.inner.image_fs_stats().await
-    }
-    async fn list_containers(&self) -> Result<Vec<RuntimeContainer>, CriError> {
-        self.inner.list_containers().await
-    }
-    async fn container_usage(&self, container_id: &str) -> Result<ContainerUsage, CriError> {
-        self.inner.container_usage(container_id).await
-    }
 }
+
+crate::forward_image_runtime!(impl[] for FullAfterRemove);
 
 /// A GC removal whose record deletion failed is journaled by the next detect as
 /// imagekeeper's removal with the cycle's note, not as an external one.

@@ -6,9 +6,9 @@
 use std::future::Future;
 
 use imagekeeper::cri::{CriError, ImageRuntime};
+use imagekeeper::forward_image_runtime;
 use imagekeeper::model::ImageFsStats;
-
-use crate::support::forward::{Forward, forward_image_runtime};
+use imagekeeper::runtime::forward::Forward;
 
 /// What a test does around the calls. `method` is the CRI method's name (`ListImages`,
 /// `ImageStatus`, `PullImage`, `RemoveImage`, `ImageFsInfo`, `ListContainers`,

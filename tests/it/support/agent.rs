@@ -32,7 +32,8 @@ pub fn image(id: &str, tag: &str, size: u64) -> RuntimeImage {
     }
 }
 
-/// A node for one agent test: the fake CRI server (`fake`, with the test's images and image
+/// A node for one agent test (and for the doctor's, monitoring's and the damaged-database
+/// tests' runtime, which use only the parts they need): the fake CRI server (`fake`, with the test's images and image
 /// filesystem) and a temp dir (`dir`) holding the agent's database (`db`) and admin socket
 /// (`socket`), neither created yet. Tests destructure it (`let AgentFixture { fake, dir, db,
 /// socket } = ...`) and use the parts as they used their own.

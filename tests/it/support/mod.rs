@@ -11,7 +11,6 @@
 
 pub mod agent;
 pub mod bin;
-pub mod forward;
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;

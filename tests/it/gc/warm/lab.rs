@@ -91,6 +91,17 @@ async fn ctr_remove(lab: &Lab, client: &CriClient, image: &LabImage) {
         names.push(same.reference.clone());
         names.push(same.by_digest());
     }
+    // And every other name the runtime lists for the same image: an earlier lab test on the
+    // same containerd may have left one (a tag it pushed or pulled under another name), and
+    // containerd's CRI lists the image while any name is left.
+    for listed in client.list_images().await.expect("ListImages answers") {
+        if listed.id.0 == image.image_id {
+            names.extend(listed.repo_tags);
+            names.extend(listed.repo_digests);
+        }
+    }
+    names.sort();
+    names.dedup();
     let output = std::process::Command::new("ctr")
         .args(["--address", socket, "-n", "k8s.io", "images", "rm"])
         .args(&names)

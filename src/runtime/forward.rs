@@ -1,8 +1,8 @@
-//! The one forwarding `ImageRuntime` impl of the test and bench wrappers: a wrapper (a runtime
-//! that passes every call on to an inner runtime, adding something around it) implements
-//! [`Forward`] and invokes [`forward_image_runtime!`], which writes the `ImageRuntime` impl.
-//! Shared with the benches through `#[path]` (benches/figures/main.rs mounts this file at the
-//! same `crate::support::forward` path).
+//! The one forwarding [`ImageRuntime`](super::ImageRuntime) impl of the test and bench
+//! wrappers (feature `testing`, and the crate's own tests): a wrapper (a runtime that passes
+//! every call on to an inner runtime, adding something around it) implements [`Forward`] and
+//! invokes [`forward_image_runtime!`](crate::forward_image_runtime), which writes the
+//! `ImageRuntime` impl. The unit tests, the integration tests and the benches all use it.
 //!
 //! Invariants: the macro implements every method of `ImageRuntime`, each passed through
 //! [`Forward::around`] with its CRI method's name and then to the same method of the inner
@@ -12,8 +12,8 @@
 
 use std::future::Future;
 
-use imagekeeper::cri::{CriError, ImageRuntime};
-use imagekeeper::model::ImageFsStats;
+use super::{CriError, ImageRuntime};
+use crate::model::ImageFsStats;
 
 /// What a wrapper adds around the calls it forwards to [`Forward::inner`].
 pub trait Forward: Send + Sync {
@@ -49,22 +49,23 @@ pub trait Forward: Send + Sync {
 
 /// `forward_image_runtime!(impl[GENERICS] for WRAPPER)`: `ImageRuntime` for `WRAPPER` (which
 /// implements [`Forward`]), every method forwarded through [`Forward::around`].
+#[macro_export]
 macro_rules! forward_image_runtime {
     (impl[$($generics:tt)*] for $wrapper:ty) => {
-        impl<$($generics)*> ::imagekeeper::cri::ImageRuntime for $wrapper {
+        impl<$($generics)*> $crate::runtime::ImageRuntime for $wrapper {
             async fn list_images(
                 &self,
-            ) -> Result<Vec<::imagekeeper::model::RuntimeImage>, ::imagekeeper::cri::CriError>
+            ) -> Result<Vec<$crate::model::RuntimeImage>, $crate::runtime::CriError>
             {
-                use $crate::support::forward::Forward as _;
+                use $crate::runtime::forward::Forward as _;
                 self.around("ListImages", "", || self.inner().list_images())
                     .await
             }
 
             async fn list_image_list(
                 &self,
-            ) -> Result<::imagekeeper::model::ImageList, ::imagekeeper::cri::CriError> {
-                use $crate::support::forward::Forward as _;
+            ) -> Result<$crate::model::ImageList, $crate::runtime::CriError> {
+                use $crate::runtime::forward::Forward as _;
                 self.around("ListImages", "", || self.inner().list_image_list())
                     .await
             }
@@ -73,9 +74,9 @@ macro_rules! forward_image_runtime {
                 &self,
                 image: &str,
                 runtime_handler: &str,
-            ) -> Result<Option<::imagekeeper::model::RuntimeImage>, ::imagekeeper::cri::CriError>
+            ) -> Result<Option<$crate::model::RuntimeImage>, $crate::runtime::CriError>
             {
-                use $crate::support::forward::Forward as _;
+                use $crate::runtime::forward::Forward as _;
                 self.around("ImageStatus", image, || {
                     self.inner().image_status(image, runtime_handler)
                 })
@@ -86,9 +87,9 @@ macro_rules! forward_image_runtime {
                 &self,
                 image: &str,
                 runtime_handler: &str,
-                credentials: Option<&::imagekeeper::model::PullCredentials>,
-            ) -> Result<String, ::imagekeeper::cri::CriError> {
-                use $crate::support::forward::Forward as _;
+                credentials: Option<&$crate::model::PullCredentials>,
+            ) -> Result<String, $crate::runtime::CriError> {
+                use $crate::runtime::forward::Forward as _;
                 self.around("PullImage", image, || {
                     self.inner().pull_image(image, runtime_handler, credentials)
                 })
@@ -97,10 +98,10 @@ macro_rules! forward_image_runtime {
 
             async fn pull_image_for(
                 &self,
-                spec: &::imagekeeper::model::PullSpec,
-                credentials: Option<&::imagekeeper::model::PullCredentials>,
-            ) -> Result<String, ::imagekeeper::cri::CriError> {
-                use $crate::support::forward::Forward as _;
+                spec: &$crate::model::PullSpec,
+                credentials: Option<&$crate::model::PullCredentials>,
+            ) -> Result<String, $crate::runtime::CriError> {
+                use $crate::runtime::forward::Forward as _;
                 self.around("PullImage", &spec.image, || {
                     self.inner().pull_image_for(spec, credentials)
                 })
@@ -111,8 +112,8 @@ macro_rules! forward_image_runtime {
                 &self,
                 image: &str,
                 runtime_handler: &str,
-            ) -> Result<(), ::imagekeeper::cri::CriError> {
-                use $crate::support::forward::Forward as _;
+            ) -> Result<(), $crate::runtime::CriError> {
+                use $crate::runtime::forward::Forward as _;
                 self.around("RemoveImage", image, || {
                     self.inner().remove_image(image, runtime_handler)
                 })
@@ -121,8 +122,8 @@ macro_rules! forward_image_runtime {
 
             async fn image_fs_stats(
                 &self,
-            ) -> Result<::imagekeeper::model::ImageFsStats, ::imagekeeper::cri::CriError> {
-                use $crate::support::forward::Forward as _;
+            ) -> Result<$crate::model::ImageFsStats, $crate::runtime::CriError> {
+                use $crate::runtime::forward::Forward as _;
                 let stats = self
                     .around("ImageFsInfo", "", || self.inner().image_fs_stats())
                     .await?;
@@ -131,9 +132,9 @@ macro_rules! forward_image_runtime {
 
             async fn list_containers(
                 &self,
-            ) -> Result<Vec<::imagekeeper::model::RuntimeContainer>, ::imagekeeper::cri::CriError>
+            ) -> Result<Vec<$crate::model::RuntimeContainer>, $crate::runtime::CriError>
             {
-                use $crate::support::forward::Forward as _;
+                use $crate::runtime::forward::Forward as _;
                 self.around("ListContainers", "", || self.inner().list_containers())
                     .await
             }
@@ -141,21 +142,19 @@ macro_rules! forward_image_runtime {
             async fn container_usage(
                 &self,
                 container_id: &str,
-            ) -> Result<::imagekeeper::model::ContainerUsage, ::imagekeeper::cri::CriError> {
-                use $crate::support::forward::Forward as _;
+            ) -> Result<$crate::model::ContainerUsage, $crate::runtime::CriError> {
+                use $crate::runtime::forward::Forward as _;
                 self.around("ContainerStatus", container_id, || {
                     self.inner().container_usage(container_id)
                 })
                 .await
             }
 
-            async fn sandbox_image(&self) -> Result<Option<String>, ::imagekeeper::cri::CriError> {
-                use $crate::support::forward::Forward as _;
+            async fn sandbox_image(&self) -> Result<Option<String>, $crate::runtime::CriError> {
+                use $crate::runtime::forward::Forward as _;
                 self.around("Status", "", || self.inner().sandbox_image())
                     .await
             }
         }
     };
 }
-
-pub(crate) use forward_image_runtime;

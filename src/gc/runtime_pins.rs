@@ -1,0 +1,177 @@
+//! The runtime pins' pure part: which containerd image names get the pinned label from what
+//! the GC keeps ([`plan_label_changes`]: a keep's every name gets
+//! `io.cri-containerd.pinned=pinned` and imagekeeper's own `io.imagekeeper.pinned=<why>`),
+//! which kept images containerd carries as pinned once the writes are made ([`carried_keeps`]),
+//! where the runtime pins stand ([`PinsState`]) and what `pins -o wide` says of a pin from
+//! the last reconcile ([`runtime_pin_answer`]). The agent lists containerd's labels, calls
+//! the plan and writes the labels (`agent/runtime_pins.rs`); nothing here does I/O.
+//!
+//! Invariants: a label is removed only from a name that carries imagekeeper's own label: a
+//! pin imagekeeper did not set (containerd's sandbox image pin, an operator's `ctr images
+//! label`) is never cleared, and a name already pinned by someone else is left as it is (it is
+//! carried); the plan holds only differences, so a steady cycle writes nothing.
+
+use std::collections::BTreeMap;
+
+use super::{KeepReason, KeptImage};
+use crate::model::RecordKey;
+use crate::runtime::LabelledImage;
+
+/// containerd's CRI plugin lists an image with this label (value [`PINNED_VALUE`]) as pinned.
+pub const PINNED_LABEL: &str = "io.cri-containerd.pinned";
+/// The value of [`PINNED_LABEL`] containerd reads as pinned (any other value is not a pin).
+pub const PINNED_VALUE: &str = "pinned";
+/// imagekeeper's own label beside [`PINNED_LABEL`]: its value says why it keeps the image
+/// ([`KeepReason::label_value`]). Only a name carrying it is ever unpinned.
+pub const OWN_LABEL: &str = "io.imagekeeper.pinned";
+
+/// One label write the reconcile plans for one containerd image name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabelChange {
+    /// Set `io.cri-containerd.pinned=pinned` and `io.imagekeeper.pinned=<why>`.
+    Pin(KeepReason),
+    /// Remove both labels (the name carries imagekeeper's own).
+    Unpin,
+}
+
+impl LabelChange {
+    /// The labels to send: an empty value removes the label.
+    pub fn labels(self) -> [(&'static str, &'static str); 2] {
+        match self {
+            LabelChange::Pin(why) => [(PINNED_LABEL, PINNED_VALUE), (OWN_LABEL, why.label_value())],
+            LabelChange::Unpin => [(PINNED_LABEL, ""), (OWN_LABEL, "")],
+        }
+    }
+}
+
+/// The names of the kept images, each with why it is kept (a name listed under two kept
+/// images keeps the first one's reason).
+pub fn wanted_names(keeps: &[KeptImage]) -> BTreeMap<&str, KeepReason> {
+    let mut wanted = BTreeMap::new();
+    for kept in keeps {
+        for name in &kept.names {
+            wanted.entry(name.as_str()).or_insert(kept.why);
+        }
+    }
+    wanted
+}
+
+/// The label writes that make containerd's `images` carry `keeps`: a kept name not pinned
+/// gets both labels; a kept name with imagekeeper's label and another reason has it
+/// rewritten; a name that is not kept loses both labels only if it carries imagekeeper's own.
+/// A name pinned by someone else (the pinned label without imagekeeper's) is never written.
+pub fn plan_label_changes(
+    keeps: &[KeptImage],
+    images: &[LabelledImage],
+) -> Vec<(usize, LabelChange)> {
+    let wanted = wanted_names(keeps);
+    let mut changes = Vec::new();
+    for (i, image) in images.iter().enumerate() {
+        let pinned = is_pinned(image);
+        let ours = image.labels.get(OWN_LABEL).map(String::as_str);
+        match (wanted.get(image.name.as_str()), ours) {
+            // Pinned by someone else: carried, and never ours to change.
+            (Some(_), None) if pinned => {}
+            (Some(why), Some(value)) if pinned && value == why.label_value() => {}
+            (Some(why), _) => changes.push((i, LabelChange::Pin(*why))),
+            (None, Some(_)) => changes.push((i, LabelChange::Unpin)),
+            (None, None) => {}
+        }
+    }
+    changes
+}
+
+/// Whether containerd lists `image` as pinned: it carries [`PINNED_LABEL`] with
+/// [`PINNED_VALUE`], set by imagekeeper or anyone.
+pub fn is_pinned(image: &LabelledImage) -> bool {
+    image.labels.get(PINNED_LABEL).map(String::as_str) == Some(PINNED_VALUE)
+}
+
+/// Each of containerd's image names and whether it is pinned ([`is_pinned`]); the reconcile
+/// updates it with each label write that succeeds.
+pub fn pinned_names(images: &[LabelledImage]) -> BTreeMap<&str, bool> {
+    images
+        .iter()
+        .map(|image| (image.name.as_str(), is_pinned(image)))
+        .collect()
+}
+
+/// Each kept image, why it is kept, and whether containerd carries it as pinned: whether any
+/// of its names is pinned in `pinned` (as [`pinned_names`] gives, after the writes that
+/// succeeded). A name containerd does not store is not pinned.
+pub fn carried_keeps(
+    keeps: &[KeptImage],
+    pinned: &BTreeMap<&str, bool>,
+) -> BTreeMap<RecordKey, (KeepReason, bool)> {
+    keeps
+        .iter()
+        .map(|kept| {
+            let any = kept
+                .names
+                .iter()
+                .any(|name| pinned.get(name.as_str()).copied().unwrap_or(false));
+            (kept.key.clone(), (kept.why, any))
+        })
+        .collect()
+}
+
+/// Where the runtime pins stand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PinsState {
+    /// `auto`, and the runtime has not answered Version yet.
+    Undecided,
+    /// Labels are written.
+    On,
+    /// No label is written; why.
+    Off(String),
+}
+
+/// Why nothing is known of the runtime's pins in `state`; `None` when they are on.
+pub fn state_note(state: &PinsState) -> Option<String> {
+    match state {
+        PinsState::Undecided => Some(
+            "unknown: the runtime has not said its version yet (runtime pins undecided)".to_owned(),
+        ),
+        PinsState::Off(why) => Some(format!("runtime pins off: {why}")),
+        PinsState::On => None,
+    }
+}
+
+/// Whether the runtime carries a pin's images, from the runtime pins' `state` and the last
+/// reconcile's `carried` map: `Some` only when pins are on, the pin is active, names images
+/// on the node and every one of them was reconciled; else `None` with why (the note).
+pub fn runtime_pin_answer(
+    state: &PinsState,
+    carried: &BTreeMap<RecordKey, bool>,
+    view: &crate::gc::PinView,
+) -> (Option<bool>, String) {
+    if let Some(note) = state_note(state) {
+        return (None, note);
+    }
+    if !view.active {
+        return (None, "the pin has expired".to_owned());
+    }
+    if view.image_ids.is_empty() {
+        return (None, "no image on the node matches the pin".to_owned());
+    }
+    let mut all = true;
+    for id in &view.image_ids {
+        let key = RecordKey {
+            image_id: id.clone(),
+            runtime_handler: view.key.runtime_handler.clone(),
+        };
+        match carried.get(&key) {
+            Some(c) => all &= *c,
+            None => {
+                return (
+                    None,
+                    "unknown: not reconciled since the image was seen (next cycle)".to_owned(),
+                );
+            }
+        }
+    }
+    (Some(all), String::new())
+}
+
+#[cfg(test)]
+mod tests;
