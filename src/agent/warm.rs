@@ -323,6 +323,8 @@ impl<R: AgentRuntime> Agent<R> {
         outcome
     }
 
+    /// The last warm cycle's plan (what was pulled, what did not fit and why), or `None`
+    /// before the first warm cycle.
     pub fn warm_status(&self) -> Option<WarmPlan> {
         lock_ignoring_poison(&self.warm_last).clone()
     }

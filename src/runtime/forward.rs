@@ -20,6 +20,7 @@ pub trait Forward: Send + Sync {
     /// The runtime every call goes to.
     type Inner: ImageRuntime;
 
+    /// The wrapped runtime, which answers every call the wrapper does not change.
     fn inner(&self) -> &Self::Inner;
 
     /// Runs `call` (the inner runtime's answer to `method`, the CRI method's name: `ListImages`,
