@@ -19,6 +19,9 @@
 //! - `repair_after_sigkill_*`: a child process opens the N store, commits one batch and is
 //!   SIGKILLed with the file open; the time of the next open (redb's recovery, then our
 //!   checks), with and without quick repair, beside a clean open.
+//! - `scripts/bench --repair` (`IMAGEKEEPER_BENCH_ONLY=repair`) measures only the quick-repair
+//!   table of issue 40 (see [`repair_table`]): at 10k, 100k and 1M records, the one-record
+//!   commit and the open after a SIGKILL (warm and cold page cache), quick repair on and off.
 //! - `store_peak_rss_*_cache_*`: a child process opens the N store with a given redb cache,
 //!   walks every record in key order and the whole eviction order (what a detect and a GC
 //!   read), and reports its peak RSS (VmHWM).
@@ -143,8 +146,10 @@ fn main() {
     }
     // `scripts/bench --commit` measures the commits alone; the other groups skip this bench.
     let only = std::env::var("IMAGEKEEPER_BENCH_ONLY").ok();
-    let only_commit = only.as_deref() == Some("commit");
-    if let Some(only) = only.as_deref().filter(|_| !only_commit) {
+    // `--ratios` (every timed ratio with a target) includes the commit's.
+    let only_commit = matches!(only.as_deref(), Some("commit" | "ratios"));
+    let only_repair = only.as_deref() == Some("repair");
+    if let Some(only) = only.as_deref().filter(|_| !only_commit && !only_repair) {
         println!("store_figures: skipped (IMAGEKEEPER_BENCH_ONLY={only})");
         return;
     }
@@ -159,6 +164,12 @@ fn main() {
     let mut figures = Figures {
         lines: String::new(),
     };
+    if only_repair {
+        repair_table(&work, samples, &mut figures);
+        fs::write(root.join("store_figures.txt"), &figures.lines).expect("write figures");
+        let _ = fs::remove_dir_all(&work);
+        return;
+    }
     let records = synth(n, 0x5eed);
 
     // --- bytes ---------------------------------------------------------------------------
@@ -182,15 +193,17 @@ fn main() {
 
     // --- commits ---------------------------------------------------------------------------
     // Five paired runs: in each, every sample is one of our one-record batches on the N store
-    // and, right after it, one bare redb insert on the floor file (same directory, same file
-    // system), so both see the same disk; the run's ratio is its two p50s. The figure is the
-    // median of the five ratios, printed with their min and max.
+    // (in the store's default mode) and, right after it, one bare redb insert on the floor file
+    // (same directory, same file system), so both see the same disk; the run's ratio is its
+    // two p50s. The figure is the median of the five ratios, printed with their min and max.
+    // Then one run in the other quick-repair mode, paired with its own floor samples.
     let mut rng = fastrand::Rng::with_seed(0xc0);
     const RUNS: usize = 5;
+    let default_quick = StoreOptions::default().quick_repair;
     let floor_db = redb::Database::create(work.join("floor.redb")).expect("create the floor");
     // Beside the target's floor, for the reader: the same insert with the redb mode the store
-    // must use (single writer, so `inspect` and dry runs open the file read-only beside the
-    // agent, and quick repair): both make every commit two-phase (two flushes, not one).
+    // uses (single writer, so `inspect` and dry runs open the file read-only beside the agent,
+    // which makes every commit two-phase; quick repair as the store's default).
     let floor_mode_db = redb::Builder::new()
         .set_concurrency_mode(redb::ConcurrencyMode::SingleWriter)
         .create(work.join("floor-mode.redb"))
@@ -213,7 +226,7 @@ fn main() {
             ours.push(started.elapsed().as_secs_f64() * 1e6);
             floor_i += 1;
             bare.push(floor_commit(&floor_db, floor_i, false));
-            bare_mode.push(floor_commit(&floor_mode_db, floor_i, true));
+            bare_mode.push(floor_commit(&floor_mode_db, floor_i, default_quick));
         }
         (p50(ours), p50(bare), p50(bare_mode))
     };
@@ -225,19 +238,29 @@ fn main() {
     let store = Store::open_with_options(
         &path,
         UnixNanos(NOW),
-        StoreOptions::default().with_quick_repair(false),
+        StoreOptions::default().with_quick_repair(!default_quick),
     )
     .expect("open");
-    let (without_quick_repair, floor_beside, _) = paired(&store, &mut rng, 1_000_000 * SECOND);
+    let (other_mode, other_floor, _) = paired(&store, &mut rng, 1_000_000 * SECOND);
     drop(store);
     let fsync = fsync_p50(&work.join("fsync.bin"), samples);
     let mut ratios: Vec<f64> = runs.iter().map(|(ours, bare, _)| ours / bare).collect();
     ratios.sort_by(f64::total_cmp);
-    let with_quick_repair = p50(runs.iter().map(|r| r.0).collect());
+    let default_mode = p50(runs.iter().map(|r| r.0).collect());
     let floor = p50(runs.iter().map(|r| r.1).collect());
     let floor_mode = p50(runs.iter().map(|r| r.2).collect());
+    let ((with_qr, with_qr_floor), (without_qr, without_qr_floor)) = if default_quick {
+        ((default_mode, floor), (other_mode, other_floor))
+    } else {
+        ((other_mode, other_floor), (default_mode, floor))
+    };
+    let mode_name = if default_quick {
+        "single-writer mode + quick repair"
+    } else {
+        "single-writer mode, no quick repair"
+    };
     println!(
-        "commit: ours = one mark_used batch (its record and index row, 2 tables) on the {k}k-record file, single-writer mode + quick repair (two-phase commit); floor = bare redb as created by default (exclusive writer, no quick repair: one-phase commit), one u64 insert at the end of one table in a fresh small file in the same directory; floor in our mode = that insert with single-writer + quick repair"
+        "commit: ours = one mark_used batch (its record and index row, 2 tables) on the {k}k-record file, {mode_name} (two-phase commit: a single-writer file is shared with readers); floor = bare redb as created by default (exclusive writer, no quick repair: one-phase commit), one u64 insert at the end of one table in a fresh small file in the same directory; floor in our mode = that insert in the store's mode"
     );
     println!(
         "commit: {RUNS} paired runs of {samples} (our one-record batch, then a bare redb insert, then one in our mode, alternating): ratios {}",
@@ -247,32 +270,27 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    figures.add("commit_p50_us_quick_repair", with_quick_repair, "us");
-    figures.add("commit_p50_us_no_quick_repair", without_quick_repair, "us");
+    figures.add("commit_p50_us_quick_repair", with_qr, "us");
+    figures.add("commit_p50_us_no_quick_repair", without_qr, "us");
+    figures.add(
+        "commit_quick_repair_over_redb_floor",
+        with_qr / with_qr_floor,
+        "x",
+    );
     figures.add(
         "commit_no_quick_repair_over_redb_floor",
-        without_quick_repair / floor_beside,
+        without_qr / without_qr_floor,
         "x",
     );
     figures.add("commit_redb_floor_p50_us", floor, "us");
     figures.add("commit_redb_floor_our_mode_p50_us", floor_mode, "us");
     figures.add(
         "commit_over_redb_floor_our_mode",
-        with_quick_repair / floor_mode,
+        default_mode / floor_mode,
         "x",
     );
     figures.add("fsync_p50_us", fsync, "us");
-    if StoreOptions::default().quick_repair {
-        figures.target("commit_over_redb_floor", ratios[RUNS / 2], "x", "<=", 2.0);
-    } else {
-        figures.target(
-            "commit_over_redb_floor",
-            without_quick_repair / floor_beside,
-            "x",
-            "<=",
-            2.0,
-        );
-    }
+    figures.target("commit_over_redb_floor", ratios[RUNS / 2], "x", "<=", 2.0);
     figures.add("commit_over_redb_floor_min", ratios[0], "x");
     figures.add("commit_over_redb_floor_max", ratios[RUNS - 1], "x");
     if only_commit {
@@ -485,4 +503,175 @@ fn child(what: &str) {
         }
         other => panic!("unknown child {other}"),
     }
+}
+
+/// `scripts/bench --repair` (issue 40): the quick-repair table. At each size (10k, 100k, 1M
+/// records; `IMAGEKEEPER_STORE_BENCH_REPAIR_SIZES` overrides), on the store's own file
+/// written as the agent writes it, with quick repair on and off:
+///
+/// - the one-record commit: p50s of interleaved samples, ours with quick repair on, off, and
+///   the bare redb floor (three files in one directory: a copy of the store's file per mode);
+///   the ratio over the floor is the median of `RUNS` paired runs' ratios;
+/// - the open after a SIGKILL (a child opens the file in the mode, commits one batch and is
+///   killed with the file open): the next open in the same mode, warm (the file in the page
+///   cache) and cold (the file's pages dropped with `posix_fadvise(DONTNEED)`), median of
+///   `REPAIRS` each, beside a clean open.
+fn repair_table(work: &Path, samples: usize, figures: &mut Figures) {
+    const RUNS: usize = 5;
+    const REPAIRS: usize = 5;
+    let sizes: Vec<usize> = std::env::var("IMAGEKEEPER_STORE_BENCH_REPAIR_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10_000, 100_000, 1_000_000]);
+    let floor_db = redb::Database::create(work.join("floor.redb")).expect("create the floor");
+    // The same insert in a single-writer file without quick repair: what sharing the file
+    // with readers costs (two-phase commit) before the store's own work.
+    let floor_sw_db = redb::Builder::new()
+        .set_concurrency_mode(redb::ConcurrencyMode::SingleWriter)
+        .create(work.join("floor-sw.redb"))
+        .expect("create the single-writer floor");
+    let mut floor_i = 0u64;
+    for n in sizes {
+        let name = if n >= 1_000_000 {
+            format!("{}m", n / 1_000_000)
+        } else {
+            format!("{}k", n / 1000)
+        };
+        let records = synth(n, 0x5eed ^ n as u64);
+        let started = Instant::now();
+        let on_path = work.join(format!("repair-{name}-quick.redb"));
+        let off_path = work.join(format!("repair-{name}-full.redb"));
+        drop(build(&on_path, &records, StoreOptions::default()));
+        fs::copy(&on_path, &off_path).expect("copy the store");
+        let bytes = fs::metadata(&on_path).expect("stat").len();
+        println!(
+            "repair {name}: {n} records written 1,000 per commit, {bytes} B, in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        // --- commits, interleaved: quick repair on, off, the floor -------------------------
+        let on = Store::open_with_options(&on_path, UnixNanos(NOW), mode(true)).expect("open");
+        let off = Store::open_with_options(&off_path, UnixNanos(NOW), mode(false)).expect("open");
+        let mut rng = fastrand::Rng::with_seed(0xc1);
+        let (mut on_p50, mut off_p50, mut floor_p50) = (Vec::new(), Vec::new(), Vec::new());
+        let mut sw_p50 = Vec::new();
+        let (mut on_ratio, mut off_ratio) = (Vec::new(), Vec::new());
+        for run in 0..RUNS {
+            let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for i in 0..samples {
+                let (key, _) = &records[rng.usize(..records.len())];
+                let at = UnixNanos(NOW + (run * samples + i) as i64 * SECOND);
+                for (store, out) in [(&on, &mut a), (&off, &mut b)] {
+                    let mut batch = Batch::new();
+                    batch.mark_used(key.clone(), at, None);
+                    let started = Instant::now();
+                    assert!(store.apply(&batch).expect("commit"));
+                    out.push(started.elapsed().as_secs_f64() * 1e6);
+                }
+                floor_i += 1;
+                c.push(floor_commit(&floor_db, floor_i, false));
+                d.push(floor_commit(&floor_sw_db, floor_i, false));
+            }
+            sw_p50.push(p50(d));
+            let (a, b, c) = (p50(a), p50(b), p50(c));
+            on_ratio.push(a / c);
+            off_ratio.push(b / c);
+            on_p50.push(a);
+            off_p50.push(b);
+            floor_p50.push(c);
+        }
+        drop(on);
+        drop(off);
+        figures.add(
+            &format!("commit_{name}_quick_repair_p50_us"),
+            p50(on_p50),
+            "us",
+        );
+        figures.add(
+            &format!("commit_{name}_no_quick_repair_p50_us"),
+            p50(off_p50),
+            "us",
+        );
+        figures.add(
+            &format!("commit_{name}_redb_floor_p50_us"),
+            p50(floor_p50),
+            "us",
+        );
+        figures.add(
+            &format!("commit_{name}_redb_floor_single_writer_p50_us"),
+            p50(sw_p50),
+            "us",
+        );
+        figures.add(
+            &format!("commit_{name}_quick_repair_over_floor"),
+            p50(on_ratio),
+            "x",
+        );
+        figures.add(
+            &format!("commit_{name}_no_quick_repair_over_floor"),
+            p50(off_ratio),
+            "x",
+        );
+        // --- opens: clean, and after a SIGKILL, warm and cold ---------------------------------
+        for (quick, path) in [(true, &on_path), (false, &off_path)] {
+            let label = if quick {
+                "quick_repair"
+            } else {
+                "no_quick_repair"
+            };
+            for cold in [false, true] {
+                let temp = if cold { "cold" } else { "warm" };
+                let (mut clean, mut repair) = (Vec::new(), Vec::new());
+                for _ in 0..REPAIRS {
+                    if cold {
+                        drop_file_cache(path);
+                    }
+                    clean.push(time_open(path, mode(quick)));
+                    crash_child(path, quick);
+                    if cold {
+                        drop_file_cache(path);
+                    }
+                    repair.push(time_open(path, mode(quick)));
+                }
+                figures.add(
+                    &format!("open_clean_{name}_{label}_{temp}_ms"),
+                    p50(clean),
+                    "ms",
+                );
+                figures.add(
+                    &format!("repair_after_sigkill_{name}_{label}_{temp}_ms"),
+                    p50(repair),
+                    "ms",
+                );
+            }
+        }
+        let _ = fs::remove_file(&on_path);
+        let _ = fs::remove_file(&off_path);
+    }
+}
+
+fn mode(quick_repair: bool) -> StoreOptions {
+    StoreOptions::default().with_quick_repair(quick_repair)
+}
+
+/// A child opens `path` with quick repair `quick`, commits one batch and SIGKILLs itself.
+fn crash_child(path: &Path, quick: bool) {
+    let status = Command::new(std::env::current_exe().expect("own path"))
+        .env(CHILD_ENV, format!("crash:{quick}"))
+        .env("IMAGEKEEPER_STORE_BENCH_PATH", path)
+        .status()
+        .expect("run the child");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL),
+        "the child must die by SIGKILL"
+    );
+}
+
+/// Evicts `path` from the page cache (its pages are clean: every commit was fsynced).
+fn drop_file_cache(path: &Path) {
+    use std::os::fd::AsRawFd;
+    let file = fs::File::open(path).expect("open for fadvise");
+    // SAFETY: a valid open descriptor; posix_fadvise only advises the kernel.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0, "posix_fadvise");
 }

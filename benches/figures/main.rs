@@ -6,8 +6,8 @@
 //! figures, file growth under churn and the commit against redb's floor, are
 //! `benches/store_figures.rs`.)
 //!
-//! Run it with `scripts/bench`. Criterion times the plan; the rest is timed here (medians of
-//! repeated runs). Every figure is printed and written to `target/bench/figures.txt` as
+//! Run it with `scripts/bench`. Timed here: medians of repeated runs, and every ratio with a
+//! target the median of interleaved pairs (`report::Paired`). Every figure is printed and written to `target/bench/figures.txt` as
 //! `name: value unit`, with `(target OP BOUND: ok|MISSED)` when it has one, and to
 //! `target/bench/summary.json`. The bench asserts (panics, failing `scripts/bench`) only facts
 //! that do not depend on timing: at every n the index scan chooses exactly the victims of the
@@ -25,7 +25,9 @@
 //! (`scripts/bench --rss`), `IMAGEKEEPER_BENCH_ONLY=node` only what an ordinary node pays
 //! (`scripts/bench --node`; `IMAGEKEEPER_BENCH_NODE_SECS` sets its window, 300 s by
 //! default, 60 s with `--quick`), `IMAGEKEEPER_BENCH_ONLY=predictive` only the predictive
-//! order's ranking per space walk at 2k and 100k images (`scripts/bench --predictive`).
+//! order's ranking per space walk at 2k and 100k images (`scripts/bench --predictive`),
+//! `IMAGEKEEPER_BENCH_ONLY=ratios` only the timed ratios with a target (`scripts/bench
+//! --ratios`, with the commit's from `store_figures`).
 
 mod bytes;
 mod detect;
@@ -41,8 +43,6 @@ mod synth;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-use criterion::Criterion;
 
 use report::Figures;
 use synth::{SEED, build_store, synth_node};
@@ -93,15 +93,22 @@ fn main() {
     match only.as_deref() {
         Some("bytes") => bytes_only(&work, &mut figures),
         Some("detect") => detect_only(&work, &timing, &mut figures),
+        Some("ratios") => ratios_only(&work, &timing, &mut figures),
         Some("rss") => rss_figures(&work, &synth_node(100_000, SEED), &mut figures),
         Some("node") => node_figures(&work, &timing, &mut figures),
         Some("predictive") => predictive::figures(&work, &timing, &mut figures),
-        // `scripts/bench --commit`: the store's commit figures only (`store_figures`).
-        Some("commit") => {}
+        // `scripts/bench --commit` / `--repair`: the store's figures only (`store_figures`).
+        Some("commit" | "repair") => {}
         _ => all_figures(&work, &timing, &mut figures),
     }
     figures.write(&out_dir);
-    let _ = fs::remove_dir_all(&work);
+    // `IMAGEKEEPER_BENCH_KEEP_WORK=1` keeps the work dir (the traces and files measured), to
+    // profile one figure's process by hand.
+    if std::env::var("IMAGEKEEPER_BENCH_KEEP_WORK").is_ok_and(|v| v == "1") {
+        println!("work dir kept: {}", work.display());
+    } else {
+        let _ = fs::remove_dir_all(&work);
+    }
 }
 
 fn timing(out_dir: &Path) -> Timing {
@@ -134,14 +141,19 @@ fn detect_only(work: &Path, timing: &Timing, figures: &mut Figures) {
     detect::figures(&refs, work, timing.quick, figures);
 }
 
+/// `scripts/bench --ratios`: every timed ratio with a target (the plan's speedup and growth,
+/// detect's overhead; `store_figures` adds the commit's), each the median of interleaved
+/// pairs, and the absolute times beside them.
+fn ratios_only(work: &Path, timing: &Timing, figures: &mut Figures) {
+    let nodes: Vec<plan::PlanNode> = SIZES.iter().map(|&n| plan::build(n, work)).collect();
+    plan::figures(&nodes, timing, figures);
+    let detect_nodes: Vec<&synth::Node> = nodes.iter().map(|p| &p.node).collect();
+    detect::figures(&detect_nodes, work, timing.quick, figures);
+}
+
 fn all_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
-    let mut criterion = Criterion::default()
-        .output_directory(&timing.criterion_dir)
-        .without_plots()
-        .configure_from_args();
     let mut nodes: Vec<plan::PlanNode> = SIZES.iter().map(|&n| plan::build(n, work)).collect();
-    plan::figures(&nodes, &mut criterion, timing, figures);
-    drop(criterion);
+    plan::figures(&nodes, timing, figures);
     predictive::figures(work, timing, figures);
 
     let node100k = nodes.pop().expect("the 100k node");

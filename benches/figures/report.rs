@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -165,4 +166,76 @@ pub fn median(v: &mut [f64]) -> f64 {
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The two sides of a ratio, timed interleaved: pair after pair, one side then the other
+/// (which goes first alternates), so a busy neighbour that slows the machine for a while
+/// slows both sides of the pairs it overlaps, and their ratio stays. Each side of a pair is
+/// the mean of as many calls as take about [`PAIR_SIDE`] (at least one).
+pub struct Paired {
+    /// Per pair, the first side's time per call (ns).
+    pub a_ns: Vec<f64>,
+    /// Per pair, the second side's time per call (ns).
+    pub b_ns: Vec<f64>,
+}
+
+/// About how long each side of a pair runs (its calls repeated up to this).
+pub const PAIR_SIDE: Duration = Duration::from_millis(5);
+
+impl Paired {
+    /// Runs `pairs` timed pairs of `a` and `b` after two untimed ones.
+    pub fn measure(pairs: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> Paired {
+        let reps = |f: &mut dyn FnMut()| -> usize {
+            let started = Instant::now();
+            f();
+            let once = started.elapsed().as_secs_f64().max(1e-9);
+            ((PAIR_SIDE.as_secs_f64() / once).ceil() as usize).max(1)
+        };
+        let (reps_a, reps_b) = (reps(&mut a), reps(&mut b));
+        let time = |f: &mut dyn FnMut(), reps: usize| -> f64 {
+            let started = Instant::now();
+            for _ in 0..reps {
+                f();
+            }
+            started.elapsed().as_secs_f64() * 1e9 / reps as f64
+        };
+        let mut out = Paired {
+            a_ns: Vec::with_capacity(pairs),
+            b_ns: Vec::with_capacity(pairs),
+        };
+        for pair in 0..pairs + 2 {
+            let (ta, tb) = if pair % 2 == 0 {
+                let ta = time(&mut a, reps_a);
+                (ta, time(&mut b, reps_b))
+            } else {
+                let tb = time(&mut b, reps_b);
+                (time(&mut a, reps_a), tb)
+            };
+            if pair >= 2 {
+                out.a_ns.push(ta);
+                out.b_ns.push(tb);
+            }
+        }
+        out
+    }
+
+    /// The median of the pairs' ratios b / a.
+    pub fn median_ratio_b_over_a(&self) -> f64 {
+        median_ratio(&self.b_ns, &self.a_ns)
+    }
+
+    /// The median of each side's times (ns).
+    pub fn medians_ns(&self) -> (f64, f64) {
+        (
+            median(&mut self.a_ns.clone()),
+            median(&mut self.b_ns.clone()),
+        )
+    }
+}
+
+/// The median of `num[i] / den[i]` over the pairs.
+pub fn median_ratio(num: &[f64], den: &[f64]) -> f64 {
+    assert_eq!(num.len(), den.len(), "paired samples");
+    let mut ratios: Vec<f64> = num.iter().zip(den).map(|(n, d)| n / d).collect();
+    median(&mut ratios)
 }

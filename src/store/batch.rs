@@ -198,6 +198,13 @@ impl Batch {
         self.ops.is_empty() && self.notes.is_empty()
     }
 
+    /// Makes room for `additional` more operations at once, exactly (a first detect knows
+    /// its length: one sighting per listed image), so the operations are not grown by
+    /// doubling.
+    pub fn reserve(&mut self, additional: usize) {
+        self.ops.reserve_exact(additional);
+    }
+
     /// Writes `name = value` (when it differs) whatever the rest of the batch does, without
     /// counting as a change for [`Batch::stamp_if_changed`].
     pub fn note_meta(&mut self, name: impl Into<String>, value: i64) {

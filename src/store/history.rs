@@ -230,20 +230,25 @@ pub(super) fn prune_pulls(
     let cutoff = age_cutoff(now, retention.max_age);
     let len = usize::try_from(pulls.len()?).unwrap_or(usize::MAX);
     let surplus = len.saturating_sub(retention.max_entries as usize);
-    let mut doomed: Vec<Vec<u8>> = Vec::new();
-    for row in pulls.iter()? {
-        let (k, _) = row?;
-        let key: PullKey = k.value().decode().map_err(TxnError::Decode)?;
-        if doomed.len() < surplus || key.at < cutoff {
-            doomed.push(k.value().bytes().to_vec());
-        } else {
+    // The doomed rows are the first ones in key order (the oldest): each is popped as it is
+    // looked at, so no list of them is held (a first detect of 100k images writes 100k
+    // `detected` pulls and prunes 90k of them in its own transaction: issue 40).
+    let mut removed = 0usize;
+    loop {
+        let doomed = match pulls.first()? {
+            Some((k, _)) => {
+                let key: PullKey = k.value().decode().map_err(TxnError::Decode)?;
+                removed < surplus || key.at < cutoff
+            }
+            None => false,
+        };
+        if !doomed {
             break;
         }
+        pulls.pop_first()?;
+        removed += 1;
     }
-    for k in &doomed {
-        pulls.remove(Encoded::new(k))?;
-    }
-    Ok(!doomed.is_empty())
+    Ok(removed > 0)
 }
 
 /// [`super::BatchOp::ReplaceWarm`]: the table becomes exactly `rows` (row `i` at position

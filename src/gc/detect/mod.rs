@@ -134,6 +134,10 @@ pub struct DetectInput<'a> {
     pub now: UnixNanos,
 }
 
+/// The operations a first detect's batch holds beyond one per listed image (a clamp of the
+/// clock, the expired pins, the uses, spare).
+const FIRST_DETECT_SPARE_OPS: usize = 8;
+
 /// Plans one detect cycle at `input.now` by merging `records` (the records as read before the
 /// runtime was listed, in key order, one at a time) with `listed`: new images get
 /// first_detected = now, images in use get last_used = now, size and pinned are refreshed,
@@ -154,6 +158,13 @@ where
     let mut plan = DetectPlan::default();
     let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
     let mut records = Cursor::start(records.into_iter())?;
+    if records.peek().is_none() {
+        // A first detect (no record yet): a sighting per listed image and a few operations
+        // after them (the manager's pins, uses, meta), held at that length rather than grown
+        // by doubling (issue 40: the first detect of 100k images is the replay's peak).
+        plan.batch
+            .reserve(listed.len().saturating_add(FIRST_DETECT_SPARE_OPS));
+    }
     // Unlisted records' removals, written after every sighting as the reference orders them.
     let mut unlisted: Vec<(RecordKey, UnixNanos)> = Vec::new();
     for image in listed.iter() {
