@@ -35,7 +35,40 @@ pub fn size_figures(node: &Node, path: &Path, work: &Path, figures: &mut Figures
         compacted_size(path, work) as f64 / n as f64,
         "B",
     );
+    written_once_bytes(node, work, figures);
     names_and_journal_bytes(node, file_bytes, work, figures);
+}
+
+/// The same records + index written in one transaction (as a first detect writes them), in
+/// key order and shuffled, each into a new file: `db_bytes_per_record_100k` writes 1,000
+/// records per commit, so these say how much of its size is the commits' freed pages and
+/// how much redb's growth (a file below its 4 GiB region grows by doubling).
+fn written_once_bytes(node: &Node, work: &Path, figures: &mut Figures) {
+    let n = node.records.len();
+    for (name, shuffled) in [("key_order", false), ("shuffled", true)] {
+        let mut records: Vec<_> = node.records.iter().collect();
+        if shuffled {
+            Rng::with_seed(SEED ^ 0x0005_4f1e).shuffle(&mut records);
+        }
+        let path = work.join(format!("written-once-{name}.redb"));
+        let _ = fs::remove_file(&path);
+        let store = Store::open(&path, node.now).expect("open a new store");
+        let mut batch = Batch::new();
+        for r in records {
+            batch.upsert(r.key.clone(), r.record);
+        }
+        store
+            .apply(&batch)
+            .expect("write every record in one transaction");
+        drop(store);
+        let bytes = fs::metadata(&path).expect("stat").len();
+        figures.add(
+            &format!("db_bytes_per_record_{}k_one_txn_{name}", n / 1000),
+            bytes as f64 / n as f64,
+            "B",
+        );
+        let _ = fs::remove_file(&path);
+    }
 }
 
 /// `reopen_plan_100k_ms`: `Store::open` of the file and the first plan, warm (median of 11)

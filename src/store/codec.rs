@@ -19,6 +19,7 @@ mod journal;
 
 pub use history::{WarmPosition, closed_uses_prefix};
 pub use journal::JournalKey;
+pub(crate) use journal::names_equal_encoded;
 
 /// The version byte every layout of schema 1 starts with.
 pub const LAYOUT_V1: u8 = 1;
@@ -219,23 +220,7 @@ impl Codec for RecordKey {
     }
 
     fn decode(bytes: &[u8]) -> Result<RecordKey, DecodeError> {
-        let mut r = Reader::start("record key", bytes)?;
-        let Some(id_len) = r.bytes.iter().position(|&b| b == 0) else {
-            return Err(DecodeError::Invalid {
-                what: "record key",
-                field: "image id terminator",
-            });
-        };
-        let total = bytes.len();
-        let id = r.str(id_len, total, "image id")?;
-        if id.is_empty() || id.len() > MAX_ID_BYTES {
-            return Err(DecodeError::Invalid {
-                what: "record key",
-                field: "image id",
-            });
-        }
-        r.take(1, total)?;
-        let handler = r.rest_str("runtime handler")?;
+        let (id, handler) = record_key_parts(bytes)?;
         Ok(RecordKey {
             image_id: ImageId::new(id),
             runtime_handler: handler.to_owned(),
@@ -243,6 +228,30 @@ impl Codec for RecordKey {
     }
 }
 impl OrderedCodec for RecordKey {}
+
+/// A record key's (image id, runtime handler) borrowed from its encoding, checked exactly as
+/// [`RecordKey`]'s `decode` checks it (which calls this): the same error for the same bytes,
+/// without allocating. Walks that only compare keys (detect's names walk) read keys so.
+pub(crate) fn record_key_parts(bytes: &[u8]) -> Result<(&str, &str), DecodeError> {
+    let mut r = Reader::start("record key", bytes)?;
+    let Some(id_len) = r.bytes.iter().position(|&b| b == 0) else {
+        return Err(DecodeError::Invalid {
+            what: "record key",
+            field: "image id terminator",
+        });
+    };
+    let total = bytes.len();
+    let id = r.str(id_len, total, "image id")?;
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(DecodeError::Invalid {
+            what: "record key",
+            field: "image id",
+        });
+    }
+    r.take(1, total)?;
+    let handler = r.rest_str("runtime handler")?;
+    Ok((id, handler))
+}
 
 // ImageRecord: [1][first_detected i64][last_used i64][size u64][flags u8: bit 0 pinned]
 const RECORD_WIDTH: usize = 1 + 8 + 8 + 8 + 1;

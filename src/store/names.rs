@@ -9,7 +9,7 @@
 
 use redb::ReadableTable;
 
-use super::codec::Codec;
+use super::codec::{self, Codec};
 use super::tables::{Encoded, NAMES, Stored};
 use super::{Store, StoreError};
 use crate::model::{ImageNames, RecordKey};
@@ -111,7 +111,11 @@ impl Store {
             let txn = self.begin_read()?;
             let table = self.open_read_table(&txn, NAMES)?;
             let mut stored = table.iter().map_err(|e| self.redb_err(e))?;
-            let mut current: Option<(RecordKey, redb::AccessGuard<'_, Stored<ImageNames>>)> = None;
+            // The entry the walk is at: its key's image id length (the key checked as a
+            // record key's decode checks it, see `stored_key`) and its raw key and names,
+            // compared in place: no key or name is copied for an image whose names did not
+            // change.
+            let mut current: Option<(usize, NamesRow<'_>)> = None;
             let mut count = 0;
             let mut previous: Option<I> = None;
             for image in images.clone() {
@@ -125,10 +129,11 @@ impl Store {
                         next: image.record_key(),
                     });
                 }
+                let want = (want.0.as_bytes(), want.1.as_bytes());
                 // Advance the names walk to the first key at or after the image's.
                 loop {
-                    if let Some((key, _)) = &current
-                        && (key.image_id.as_str(), key.runtime_handler.as_str()) >= want
+                    if let Some((id_len, (k, _))) = &current
+                        && stored_key(k.value().bytes(), *id_len) >= want
                     {
                         break;
                     }
@@ -139,27 +144,22 @@ impl Store {
                         }
                         Some(entry) => {
                             let (k, v) = entry.map_err(|e| self.redb_err(e))?;
-                            let key = k.value().decode().map_err(|e| self.decode_err(e))?;
-                            current = Some((key, v));
+                            let (id, _) = codec::record_key_parts(k.value().bytes())
+                                .map_err(|e| self.decode_err(e))?;
+                            current = Some((id.len(), (k, v)));
                         }
                     }
                 }
-                let names = match &current {
-                    Some((key, v))
-                        if (key.image_id.as_str(), key.runtime_handler.as_str()) == want =>
-                    {
-                        Some(v.value().decode().map_err(|e| self.decode_err(e))?)
+                let same = match &current {
+                    Some((id_len, (k, v))) if stored_key(k.value().bytes(), *id_len) == want => {
+                        codec::names_equal_encoded(
+                            v.value().bytes(),
+                            image.repo_tags(),
+                            image.repo_digests(),
+                        )
+                        .map_err(|e| self.decode_err(e))?
                     }
-                    _ => None,
-                };
-                let same = match &names {
-                    Some(n) => {
-                        image.repo_tags().eq(n.repo_tags.iter().map(String::as_str))
-                            && image
-                                .repo_digests()
-                                .eq(n.repo_digests.iter().map(String::as_str))
-                    }
-                    None => {
+                    _ => {
                         image.repo_tags().next().is_none() && image.repo_digests().next().is_none()
                     }
                 };
@@ -177,4 +177,20 @@ impl Store {
     pub fn all_names(&self) -> Result<Vec<(RecordKey, ImageNames)>, StoreError> {
         self.guarded(|| self.scan_all(NAMES))
     }
+}
+
+/// One entry of the names table as the walk holds it: its key and value, undecoded.
+type NamesRow<'a> = (
+    redb::AccessGuard<'a, Stored<RecordKey>>,
+    redb::AccessGuard<'a, Stored<ImageNames>>,
+);
+
+/// An encoded record key (`[1][id][0x00][handler]`, already checked by
+/// `codec::record_key_parts`, whose id is `id_len` bytes) as (id, handler) bytes: the order of
+/// `(image id, runtime handler)` as strings.
+fn stored_key(raw: &[u8], id_len: usize) -> (&[u8], &[u8]) {
+    (
+        raw.get(1..1 + id_len).unwrap_or_default(),
+        raw.get(2 + id_len..).unwrap_or_default(),
+    )
 }

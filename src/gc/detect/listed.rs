@@ -43,11 +43,24 @@ impl ListedImages {
                 .expect("an order position is below the list's length")
         };
         let len = u32::try_from(images.len()).expect("a runtime lists fewer than 4G images");
-        let mut order: Vec<u32> = (0..len).collect();
+        // Every id shares a prefix (`sha256:`): the sort compares first the 8 bytes after it
+        // as one integer (the bytes big-endian, zero-padded: an order that never contradicts
+        // the ids' byte order), then the whole keys only where those are equal.
+        let shared = shared_prefix(images.iter().map(|i| key_of(i).0));
+        let head = |i: u32| {
+            let rest = key_of(at(i)).0.get(shared..).unwrap_or_default();
+            let mut eight = [0u8; 8];
+            let n = rest.len().min(8);
+            eight[..n].copy_from_slice(&rest[..n]);
+            u64::from_be_bytes(eight)
+        };
+        let mut keyed: Vec<(u64, u32)> = (0..len).map(|i| (head(i), i)).collect();
         // Equal keys: the later entry first, so the dedup below keeps the last one listed.
-        order.sort_unstable_by(|&a, &b| {
-            (key_of(at(a)), Reverse(a)).cmp(&(key_of(at(b)), Reverse(b)))
+        keyed.sort_unstable_by(|&(ha, a), &(hb, b)| {
+            ha.cmp(&hb)
+                .then_with(|| (key_of(at(a)), Reverse(a)).cmp(&(key_of(at(b)), Reverse(b))))
         });
+        let mut order: Vec<u32> = keyed.into_iter().map(|(_, i)| i).collect();
         order.dedup_by(|later, kept| key_of(at(*later)) == key_of(at(*kept)));
         order.shrink_to_fit();
         ListedImages { images, order }
@@ -90,6 +103,25 @@ impl ListedImages {
     pub fn contains(&self, key: &RecordKey) -> bool {
         self.get(key).is_some()
     }
+}
+
+/// The length of the prefix every one of `ids` starts with (0 for no ids).
+fn shared_prefix<'a>(mut ids: impl Iterator<Item = &'a [u8]>) -> usize {
+    let Some(first) = ids.next() else {
+        return 0;
+    };
+    let mut len = first.len();
+    for id in ids {
+        len = first[..len]
+            .iter()
+            .zip(id)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if len == 0 {
+            break;
+        }
+    }
+    len
 }
 
 /// Compares a record key with an image's, without allocating.

@@ -167,7 +167,25 @@ where
     }
     // Unlisted records' removals, written after every sighting as the reference orders them.
     let mut unlisted: Vec<(RecordKey, UnixNanos)> = Vec::new();
+    // The keys in use and the uses recorded elsewhere, walked beside the list (all three in
+    // key order): one comparison or two per image instead of a tree lookup of its key.
+    let mut in_use = input.in_use.iter().peekable();
+    let mut used_at = input.used_at.iter().peekable();
     for image in listed.iter() {
+        while in_use
+            .next_if(|k| listed::compare(k, image).is_lt())
+            .is_some()
+        {}
+        let image_in_use = in_use
+            .next_if(|k| listed::compare(k, image).is_eq())
+            .is_some();
+        while used_at
+            .next_if(|(k, _)| listed::compare(k, image).is_lt())
+            .is_some()
+        {}
+        let image_used_at = used_at
+            .next_if(|(k, _)| listed::compare(k, image).is_eq())
+            .map(|(_, t)| *t);
         // Records before this image's key are not listed.
         while records
             .peek()
@@ -200,14 +218,12 @@ where
         }
         let sighting = Sighting {
             now,
-            in_use: input.in_use.contains(&key),
+            in_use: image_in_use,
             size: image.size(),
             pinned: input.pins.pins(&image),
-            used_at: input
-                .used_at
-                .get(&key)
-                .filter(|t| **t <= limit)
-                .map_or(UnixNanos::NEVER, |t| (*t).min(now)),
+            used_at: image_used_at
+                .filter(|t| *t <= limit)
+                .map_or(UnixNanos::NEVER, |t| t.min(now)),
         };
         if old != Some(ImageRecord::after_sighting(base, sighting)) {
             plan.batch.sight(key, sighting);

@@ -368,7 +368,7 @@ fn streaming_detect_plans_exactly_what_the_map_based_reference_plans() {
                     }
                 })
                 .collect();
-            let in_use: BTreeSet<RecordKey> = images
+            let mut in_use: BTreeSet<RecordKey> = images
                 .iter()
                 .filter(|_| rng.u8(0..4) == 0)
                 .map(RuntimeImage::record_key)
@@ -378,6 +378,12 @@ fn streaming_detect_plans_exactly_what_the_map_based_reference_plans() {
                 if rng.u8(0..6) == 0 {
                     used_at.insert(image.record_key(), stamp(&mut rng));
                 }
+            }
+            // Keys in use and uses recorded elsewhere that the runtime may not list (a pull
+            // the kubelet has in flight, its pulled records), between the listed keys.
+            for _ in 0..rng.usize(0..4) {
+                in_use.insert(key(&mut rng));
+                used_at.insert(key(&mut rng), stamp(&mut rng));
             }
             let last_detect = match rng.u8(0..3) {
                 0 => None,

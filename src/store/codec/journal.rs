@@ -232,3 +232,47 @@ impl Codec for ImageNames {
         })
     }
 }
+
+/// Whether the encoded names `bytes` are exactly `tags` and then `digests`, in order, read in
+/// place: no name is copied. The bytes are checked as [`ImageNames`]'s `decode` checks them
+/// (bytes it refuses are the same error here, whether or not the names differ before the
+/// bad part); a stored name equal to a listed one is UTF-8 because the listed one is, so only
+/// the names that differ are checked for it. Detect's names walk compares so.
+pub(crate) fn names_equal_encoded<'a>(
+    bytes: &[u8],
+    tags: impl Iterator<Item = &'a str>,
+    digests: impl Iterator<Item = &'a str>,
+) -> Result<bool, DecodeError> {
+    let total = bytes.len();
+    let mut r = Reader::start("image names", bytes)?;
+    let same = list_equal_encoded(&mut r, total, tags, true)?;
+    let same = list_equal_encoded(&mut r, total, digests, same)?;
+    r.finish(total)?;
+    Ok(same)
+}
+
+/// One list of [`names_equal_encoded`]: reads its count and names from `r`, comparing them
+/// with `listed` while `same` holds; whether they are still the same.
+fn list_equal_encoded<'a>(
+    r: &mut Reader<'_>,
+    total: usize,
+    mut listed: impl Iterator<Item = &'a str>,
+    mut same: bool,
+) -> Result<bool, DecodeError> {
+    let count = r.u32(total)?;
+    for _ in 0..count {
+        let len = usize::try_from(r.u32(total)?).map_err(|_| DecodeError::Invalid {
+            what: "image names",
+            field: "name length",
+        })?;
+        let stored = r.take(len, total)?;
+        if !(same && listed.next().is_some_and(|l| l.as_bytes() == stored)) {
+            same = false;
+            std::str::from_utf8(stored).map_err(|_| DecodeError::Utf8 {
+                what: "image names",
+                field: "name",
+            })?;
+        }
+    }
+    Ok(same && listed.next().is_none())
+}

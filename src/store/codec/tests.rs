@@ -399,3 +399,73 @@ proptest! {
         prop_assert_eq!(ka.encode().cmp(&kb.encode()), ka.cmp(&kb));
     }
 }
+
+/// Listed names near `names` (the same, one changed, one added or dropped, a tag moved to the
+/// digests), so the in-place comparison meets equal and unequal lists at every position.
+fn arb_listed_near(
+    tags: Vec<String>,
+    digests: Vec<String>,
+) -> impl Strategy<Value = (Vec<String>, Vec<String>)> {
+    (0u8..6, any::<prop::sample::Index>(), "[a-z:]{0,4}").prop_map(move |(how, at, name)| {
+        let (mut t, mut d) = (tags.clone(), digests.clone());
+        match how {
+            0 | 1 => {}
+            2 if !t.is_empty() => {
+                let i = at.index(t.len());
+                t[i] = name;
+            }
+            3 => {
+                let i = at.index(d.len() + 1);
+                d.insert(i, name);
+            }
+            4 if !t.is_empty() => {
+                let i = at.index(t.len());
+                t.remove(i);
+            }
+            5 if !t.is_empty() => {
+                let last = t.len() - 1;
+                d.insert(0, t.remove(last));
+            }
+            _ => t.push(name),
+        }
+        (t, d)
+    })
+}
+
+proptest! {
+    /// Detect's names walk compares the stored bytes in place: its answer is the decoded
+    /// comparison's, and bytes decode refuses are the same error, whether the listed names
+    /// are equal or not (the stored bytes as encoded, with one byte changed, or cut).
+    #[test]
+    fn names_compared_in_place_answer_as_the_decoded_names_do(
+        (tags, digests, listed_tags, listed_digests) in (
+            proptest::collection::vec("[a-z:./@0-9]{0,6}", 0..4),
+            proptest::collection::vec("[a-z:./@0-9]{0,6}", 0..3),
+        ).prop_flat_map(|(t, d)| (Just(t.clone()), Just(d.clone()), arb_listed_near(t, d)).prop_map(|(t, d, (lt, ld))| (t, d, lt, ld))),
+        damage in (0u8..4, any::<prop::sample::Index>(), any::<u8>()),
+    ) {
+        let names = crate::model::ImageNames { repo_tags: tags, repo_digests: digests };
+        let mut bytes = names.encode();
+        match damage.0 {
+            0 | 1 => {}
+            2 => { let at = damage.1.index(bytes.len()); bytes[at] = damage.2; }
+            _ => bytes.truncate(damage.1.index(bytes.len() + 1)),
+        }
+        let want = crate::model::ImageNames::decode(&bytes)
+            .map(|n| n.repo_tags == listed_tags && n.repo_digests == listed_digests);
+        let got = names_equal_encoded(
+            &bytes,
+            listed_tags.iter().map(String::as_str),
+            listed_digests.iter().map(String::as_str),
+        );
+        prop_assert_eq!(got, want);
+    }
+
+    /// The names walk reads stored keys borrowed: the same parts and the same errors as the
+    /// owned decode, for any bytes.
+    #[test]
+    fn record_key_parts_is_the_decoded_key_borrowed(bytes in proptest::collection::vec(any::<u8>(), 0..24)) {
+        let got = record_key_parts(&bytes).map(|(id, handler)| RecordKey::new(id, handler));
+        prop_assert_eq!(got, RecordKey::decode(&bytes));
+    }
+}
