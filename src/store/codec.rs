@@ -17,7 +17,7 @@ use crate::model::{BackoffEntry, ImageId, ImageRecord, RecordKey, UnixNanos};
 mod history;
 mod journal;
 
-pub use history::{WarmPosition, closed_uses_prefix};
+pub use history::{WarmPosition, closed_uses_prefix, pull_key_at, use_key_start};
 pub use journal::JournalKey;
 
 /// The version byte every layout of schema 1 starts with.
@@ -216,23 +216,7 @@ impl Codec for RecordKey {
     }
 
     fn decode(bytes: &[u8]) -> Result<RecordKey, DecodeError> {
-        let mut r = Reader::start("record key", bytes)?;
-        let Some(id_len) = r.bytes.iter().position(|&b| b == 0) else {
-            return Err(DecodeError::Invalid {
-                what: "record key",
-                field: "image id terminator",
-            });
-        };
-        let total = bytes.len();
-        let id = r.str(id_len, total, "image id")?;
-        if id.is_empty() || id.len() > MAX_ID_BYTES {
-            return Err(DecodeError::Invalid {
-                what: "record key",
-                field: "image id",
-            });
-        }
-        r.take(1, total)?;
-        let handler = r.rest_str("runtime handler")?;
+        let (id, handler) = record_key_parts(bytes)?;
         Ok(RecordKey {
             image_id: ImageId::new(id),
             runtime_handler: handler.to_owned(),
@@ -240,6 +224,29 @@ impl Codec for RecordKey {
     }
 }
 impl OrderedCodec for RecordKey {}
+
+/// An encoded record key's (image id, runtime handler), borrowed: every check of
+/// `RecordKey::decode`, which is this and two copies, without allocating.
+fn record_key_parts(bytes: &[u8]) -> Result<(&str, &str), DecodeError> {
+    let mut r = Reader::start("record key", bytes)?;
+    let Some(id_len) = r.bytes.iter().position(|&b| b == 0) else {
+        return Err(DecodeError::Invalid {
+            what: "record key",
+            field: "image id terminator",
+        });
+    };
+    let total = bytes.len();
+    let id = r.str(id_len, total, "image id")?;
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(DecodeError::Invalid {
+            what: "record key",
+            field: "image id",
+        });
+    }
+    r.take(1, total)?;
+    let handler = r.rest_str("runtime handler")?;
+    Ok((id, handler))
+}
 
 // ImageRecord: [1][first_detected i64][last_used i64][size u64][flags u8: bit 0 pinned]
 const RECORD_WIDTH: usize = 1 + 8 + 8 + 8 + 1;
