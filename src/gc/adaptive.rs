@@ -226,7 +226,8 @@ pub(crate) fn superseded_among<'t>(
         let first = first_detected(i);
         for &tag in tags.of(i) {
             let entry = newest.entry(repository(tag)).or_insert((first, i, tag));
-            if (first, key) > (entry.0, &keys[entry.1]) {
+            // (An image is never newer than itself: its key is not compared with itself.)
+            if entry.1 != i && (first, key) > (entry.0, &keys[entry.1]) {
                 *entry = (first, i, tag);
             }
         }
@@ -242,7 +243,7 @@ pub(crate) fn superseded_among<'t>(
                 let newer = newest
                     .get(repository(tag))
                     .filter(|(at, at_position, _)| {
-                        keys[*at_position] != *key && *at > first_detected
+                        *at > first_detected && *at_position != i && keys[*at_position] != *key
                     })
                     .map(|(_, _, newer)| *newer);
                 match newer {

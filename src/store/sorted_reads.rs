@@ -69,16 +69,46 @@ fn cmp_pieces(a: &[&[u8]], b: &[&[u8]]) -> Ordering {
 /// How the stored bytes of a record key compare with the encoding of `key` (`codec.rs`:
 /// `[1][id][0][handler]`), without encoding it.
 pub(super) fn cmp_encoded(stored: &[u8], (id, handler): KeyParts<'_>) -> Ordering {
-    cmp_pieces(&[stored], &[&[LAYOUT_V1], id, &[0], handler])
+    let Some((&layout, rest)) = stored.split_first() else {
+        return Ordering::Less;
+    };
+    if layout != LAYOUT_V1 {
+        return layout.cmp(&LAYOUT_V1);
+    }
+    // One comparison of the ids' bytes, then the separator and the handlers'.
+    let n = rest.len().min(id.len());
+    match rest[..n].cmp(&id[..n]) {
+        Ordering::Equal => {}
+        other => return other,
+    }
+    if rest.len() < id.len() {
+        return Ordering::Less;
+    }
+    match rest[n..].split_first() {
+        None => Ordering::Less,
+        Some((&separator, after)) => separator.cmp(&0).then_with(|| after.cmp(handler)),
+    }
+}
+
+/// How the encodings of two keys compare: one comparison of the ids' bytes when they differ
+/// within the shorter id (as ids of one length do), else the pieces that follow.
+fn cmp_keys_encoded((a_id, a_handler): KeyParts<'_>, (b_id, b_handler): KeyParts<'_>) -> Ordering {
+    let n = a_id.len().min(b_id.len());
+    match a_id[..n].cmp(&b_id[..n]) {
+        Ordering::Equal if a_id.len() == b_id.len() => a_handler.cmp(b_handler),
+        Ordering::Equal => cmp_pieces(
+            &[&a_id[n..], &[0], a_handler],
+            &[&b_id[n..], &[0], b_handler],
+        ),
+        other => other,
+    }
 }
 
 /// Whether `keys` are in strictly ascending order of their encodings (a detect's sorted list
 /// is, unless an id holds a NUL, which no stored key does).
 fn strictly_ascending(keys: &[KeyParts<'_>]) -> bool {
-    keys.windows(2).all(|w| {
-        let ((a_id, a_handler), (b_id, b_handler)) = (w[0], w[1]);
-        cmp_pieces(&[a_id, &[0], a_handler], &[b_id, &[0], b_handler]) == Ordering::Less
-    })
+    keys.windows(2)
+        .all(|w| cmp_keys_encoded(w[0], w[1]) == Ordering::Less)
 }
 
 /// Finds keys by their encodings: by binary search in the keys themselves when they are
@@ -93,10 +123,7 @@ impl<'k, 'a> Lookup<'k, 'a> {
         let sorted = (!strictly_ascending(keys)).then(|| {
             let len = u32::try_from(keys.len()).expect("fewer than 4G keys");
             let mut sorted: Vec<u32> = (0..len).collect();
-            sorted.sort_by(|&a, &b| {
-                let ((a_id, a_handler), (b_id, b_handler)) = (keys[a as usize], keys[b as usize]);
-                cmp_pieces(&[a_id, &[0], a_handler], &[b_id, &[0], b_handler])
-            });
+            sorted.sort_by(|&a, &b| cmp_keys_encoded(keys[a as usize], keys[b as usize]));
             sorted
         });
         Lookup { keys, sorted }
@@ -170,17 +197,20 @@ impl Store {
             for entry in range {
                 let (k, v) = entry.map_err(|e| self.redb_err(e))?;
                 let stored = k.value().bytes();
-                while wanted
-                    .next_if(|w| cmp_encoded(stored, **w) == Ordering::Greater)
-                    .is_some()
-                {
-                    out.push(None);
-                }
-                if wanted
-                    .next_if(|w| cmp_encoded(stored, **w) == Ordering::Equal)
-                    .is_some()
-                {
-                    out.push(Some(v.value().decode().map_err(|e| self.decode_err(e))?));
+                // Each wanted key compared once with each stored key it is not past.
+                while let Some(&&w) = wanted.peek() {
+                    match cmp_encoded(stored, w) {
+                        Ordering::Greater => {
+                            wanted.next();
+                            out.push(None);
+                        }
+                        Ordering::Equal => {
+                            wanted.next();
+                            out.push(Some(v.value().decode().map_err(|e| self.decode_err(e))?));
+                            break;
+                        }
+                        Ordering::Less => break,
+                    }
                 }
                 if wanted.peek().is_none() {
                     break;
@@ -270,8 +300,9 @@ mod tests {
         }
         for &a in &keys {
             for &b in &keys {
-                let want = encode(a) < encode(b);
-                assert_eq!(strictly_ascending(&[a, b]), want, "{a:?} {b:?}");
+                let want = encode(a).cmp(&encode(b));
+                assert_eq!(cmp_keys_encoded(a, b), want, "{a:?} {b:?}");
+                assert_eq!(strictly_ascending(&[a, b]), want.is_lt(), "{a:?} {b:?}");
             }
         }
     }
