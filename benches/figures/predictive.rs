@@ -1,8 +1,9 @@
-//! The predictive order's ranking cost per space walk (issue 39), at 2k and 100k images: what
-//! the manager does once per walk under `imageGCPolicy = "predictive"` (read the journal, the
-//! use history and the pull history once each, look up each listed image's record, estimate
-//! and sort), over a store whose histories are full (the journal's retention count, 10,000
-//! closed use intervals and 10,000 pulls, spread over the node's images). Run alone with
+//! The predictive order's ranking cost per space walk (issue 39), at 2k and 100k images: the
+//! function the manager's space walk calls once per walk under `imageGCPolicy = "predictive"`
+//! (`gc::predictive_walk`: read the listed images' records, the journal's returns, the use
+//! history and the pull history once each, estimate and sort), over a store whose journal and
+//! histories are full (the journal's retention count: 10,000 removals, one in ten of an image
+//! listed again, 10,000 closed use intervals and 10,000 pulls, spread over the node's images). Run alone with
 //! `IMAGEKEEPER_BENCH_ONLY=predictive` (`scripts/bench --predictive`); timed by criterion in
 //! the `gc_plan` group as `gc_plan/predictive_rank/<n>`.
 
@@ -11,13 +12,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode};
-use imagekeeper::gc::{ListedImages, ListedTags, rank_listed};
-use imagekeeper::model::{ImageLike, PullEntry, PullKey, PullOrigin, RecordKey, UnixNanos};
-use imagekeeper::store::{Batch, Store, StoredRecord};
+use imagekeeper::gc::{ListedImages, predictive_walk};
+use imagekeeper::model::{
+    EvictionNote, ImageRecord, PullEntry, PullKey, PullOrigin, RecordKey, RemovalReason, UnixNanos,
+};
+use imagekeeper::store::{Batch, Store};
 
 use crate::Timing;
 use crate::report::{Figures, criterion_median_ns};
-use crate::synth::{Node, SEED, build_store, synth_node};
+use crate::synth::{Node, SEED, build_store, hex64, synth_node};
 
 /// The node sizes the ranking is timed at.
 pub const SIZES: [usize; 2] = [2_000, 100_000];
@@ -69,26 +72,58 @@ fn build(n: usize, work: &Path) -> (Node, Store) {
         }
         store.apply(&batch).expect("record pulls");
     }
+    // The journal: the retention's 10,000 removals over the week, one in ten of an image
+    // listed now, pulled back an hour after its removal (the returns the ranking counts).
+    for chunk in 0..HISTORY_ROWS / 1000 {
+        let (mut gone, mut evict, mut back) = (Batch::new(), Batch::new(), Batch::new());
+        let mut pulled_back = 0;
+        for i in 0..1000 {
+            let at = start + ((chunk * 1000 + i) as i64) * (week / HISTORY_ROWS as i64);
+            let note = EvictionNote {
+                removed_at: UnixNanos(at),
+                reason: RemovalReason::Space,
+                rank: 1,
+                fs: None,
+            };
+            if rng.u8(0..10) == 0 {
+                // Distinct within the chunk: an image is removed once per batch.
+                let r = &node.records[(chunk * 100 + pulled_back) % node.records.len()];
+                pulled_back += 1;
+                evict.evict(r.key.clone(), note);
+                // A pull's mark creates the record (the journal marks the return), then its
+                // record as the node has it.
+                back.mark_used(
+                    r.key.clone(),
+                    UnixNanos(at + 3_600_000_000_000),
+                    Some(r.record.size),
+                );
+                back.upsert(r.key.clone(), r.record);
+            } else {
+                let key = RecordKey::new(format!("sha256:{}", hex64(&mut rng)), "");
+                let record = ImageRecord {
+                    first_detected: UnixNanos(at - 86_400_000_000_000),
+                    last_used: UnixNanos(at - 3_600_000_000_000),
+                    size: 100_000_000,
+                    pinned: false,
+                };
+                gone.upsert(key.clone(), record);
+                evict.evict(key, note);
+            }
+        }
+        for batch in [gone, evict, back] {
+            store.apply(&batch).expect("journal removals");
+        }
+    }
     (node, store)
 }
 
-/// One walk's ranking, as the manager's `predictive_order` (and `listed_records`): the listed
-/// images in key order, as a detect's list gives them.
+/// One walk's ranking: the function the manager's space walk calls once per walk under
+/// `imageGCPolicy = "predictive"` (`gc::predictive_walk`, every read of the store included),
+/// on the listed images as a detect's list holds them.
 fn rank(store: &Store, node: &Node, listed: &ListedImages) -> usize {
-    let journal = store.journal().expect("journal");
-    let uses = store.uses().expect("uses");
-    let pulls = store.pulls().expect("pulls");
-    let keys: Vec<RecordKey> = listed.iter().map(|image| image.record_key()).collect();
-    let found = store.get_many(&keys).expect("get_many");
-    let mut records = Vec::with_capacity(keys.len());
-    let mut tags = ListedTags::with_capacity(keys.len());
-    for ((image, key), record) in listed.iter().zip(keys).zip(found) {
-        if let Some(record) = record {
-            tags.push(image.tags());
-            records.push(StoredRecord { key, record });
-        }
-    }
-    rank_listed(records, &tags, &journal, &uses, &pulls, node.now).len()
+    predictive_walk(store, listed, node.now)
+        .expect("predictive walk")
+        .len()
 }
 
 /// `gc_plan_predictive_rank_<k>k_us` at 2k and 100k images.
@@ -119,6 +154,16 @@ pub fn figures(work: &Path, timing: &Timing, figures: &mut Figures) {
             "n={n}: every listed image ranked"
         );
         assert!(store.uses().expect("uses").len() >= HISTORY_ROWS / 2);
+        let journal = store.journal().expect("journal");
+        assert_eq!(journal.len(), HISTORY_ROWS, "n={n}: a full journal");
+        assert!(
+            journal
+                .iter()
+                .filter(|(_, e)| e.repulled_at.is_some())
+                .count()
+                >= HISTORY_ROWS / 20,
+            "n={n}: returns in the journal"
+        );
         group.bench_with_input(BenchmarkId::new("predictive_rank", n), &n, |b, _| {
             b.iter(|| black_box(rank(store, node, listed)))
         });

@@ -39,7 +39,7 @@ use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{ImageId, JournalEntry, RecordKey, UnixNanos};
-use crate::store::{JournalKey, StoredRecord};
+use crate::store::{JournalKey, KeyParts, StoredRecord};
 
 /// `imageGCPolicy`: the order the space walk removes images in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,13 +113,19 @@ impl AdaptiveRank {
     /// The sort key: superseded first, then one-off, then reused (returns do not order the
     /// reused); the kubelet's order within.
     pub(crate) fn class(&self) -> u8 {
-        if self.superseded.is_some() {
-            0
-        } else if self.one_off {
-            1
-        } else {
-            2
-        }
+        class_of(self.superseded.is_some(), self.one_off)
+    }
+}
+
+/// The class's sort key (see [`AdaptiveRank::class`]) of an image superseded or not, one-off
+/// or not.
+pub(crate) fn class_of(superseded: bool, one_off: bool) -> u8 {
+    if superseded {
+        0
+    } else if one_off {
+        1
+    } else {
+        2
     }
 }
 
@@ -195,22 +201,41 @@ impl<'a> ListedTags<'a> {
 /// lists them, or as the store last saw them), `records` their first detection. The hash map
 /// only looks repositories up; the result follows `records`' order, whatever the hashing.
 pub fn superseded_by<'t>(records: &[StoredRecord], tags: &ListedTags<'t>) -> Vec<Option<&'t str>> {
+    let keys: Vec<KeyParts<'_>> = records.iter().map(|r| key_parts(&r.key)).collect();
+    superseded_among(&keys, |i| records[i].record.first_detected, tags)
+}
+
+/// A record key as the bytes of its parts (whose order is the key's).
+pub(crate) fn key_parts(key: &RecordKey) -> KeyParts<'_> {
+    (
+        key.image_id.as_str().as_bytes(),
+        key.runtime_handler.as_bytes(),
+    )
+}
+
+/// [`superseded_by`] of the images whose keys are `keys` (by position), `first_detected(i)`
+/// the first detection of the image at position `i`.
+pub(crate) fn superseded_among<'t>(
+    keys: &[KeyParts<'_>],
+    first_detected: impl Fn(usize) -> UnixNanos,
+    tags: &ListedTags<'t>,
+) -> Vec<Option<&'t str>> {
     // The newest image of each repository: (first detected, position, tag).
-    let mut newest: HashMap<&str, (UnixNanos, usize, &str)> = HashMap::with_capacity(records.len());
-    for (i, r) in records.iter().enumerate() {
+    let mut newest: HashMap<&str, (UnixNanos, usize, &str)> = HashMap::with_capacity(keys.len());
+    for (i, key) in keys.iter().enumerate() {
+        let first = first_detected(i);
         for &tag in tags.of(i) {
-            let entry = newest
-                .entry(repository(tag))
-                .or_insert((r.record.first_detected, i, tag));
-            if (r.record.first_detected, &r.key) > (entry.0, &records[entry.1].key) {
-                *entry = (r.record.first_detected, i, tag);
+            let entry = newest.entry(repository(tag)).or_insert((first, i, tag));
+            // (An image is never newer than itself: its key is not compared with itself.)
+            if entry.1 != i && (first, key) > (entry.0, &keys[entry.1]) {
+                *entry = (first, i, tag);
             }
         }
     }
-    records
-        .iter()
+    keys.iter()
         .enumerate()
-        .map(|(i, r)| {
+        .map(|(i, key)| {
+            let first_detected = first_detected(i);
             // Superseded when every repository it is tagged in has a newer image; named by
             // the first.
             let mut first = None;
@@ -218,7 +243,7 @@ pub fn superseded_by<'t>(records: &[StoredRecord], tags: &ListedTags<'t>) -> Vec
                 let newer = newest
                     .get(repository(tag))
                     .filter(|(at, at_position, _)| {
-                        records[*at_position].key != r.key && *at > r.record.first_detected
+                        *at > first_detected && *at_position != i && keys[*at_position] != *key
                     })
                     .map(|(_, _, newer)| *newer);
                 match newer {
@@ -235,14 +260,29 @@ pub fn superseded_by<'t>(records: &[StoredRecord], tags: &ListedTags<'t>) -> Vec
 
 /// How many times each image id came back after a removal, keyed by the id's text for
 /// lookups by position (as [`returns`]).
-pub(crate) fn returns_by_id(journal: &[(JournalKey, JournalEntry)]) -> HashMap<&str, u32> {
-    let mut out: HashMap<&str, u32> = HashMap::new();
+pub(crate) fn returns_by_id(journal: &[(JournalKey, JournalEntry)]) -> HashMap<&[u8], u32> {
+    let mut out: HashMap<&[u8], u32> = HashMap::new();
     for (key, entry) in journal {
         if entry.repulled_at.is_some() {
-            *out.entry(key.key.image_id.as_str()).or_default() += 1;
+            *out.entry(key.key.image_id.as_str().as_bytes()).or_default() += 1;
         }
     }
     out
+}
+
+/// Whether an image with this record and this many returns is one-off: it never came back
+/// and its uses span less than [`REUSE_SPAN`] from its arrival.
+pub(crate) fn is_one_off(record: &crate::model::ImageRecord, returns: u32) -> bool {
+    returns == 0 && use_span(record) < REUSE_SPAN
+}
+
+/// From an image's first detection to its last use (zero when never used).
+fn use_span(record: &crate::model::ImageRecord) -> Duration {
+    if record.last_used == UnixNanos::NEVER {
+        Duration::ZERO
+    } else {
+        record.last_used.since(record.first_detected)
+    }
 }
 
 /// One image's adaptive rank, from its record, its returns and what supersedes it.
@@ -251,15 +291,10 @@ pub(crate) fn rank_one(
     returns: u32,
     superseded: Option<&str>,
 ) -> AdaptiveRank {
-    let use_span = if record.last_used == UnixNanos::NEVER {
-        Duration::ZERO
-    } else {
-        record.last_used.since(record.first_detected)
-    };
     AdaptiveRank {
-        one_off: returns == 0 && use_span < REUSE_SPAN,
+        one_off: is_one_off(record, returns),
         returns,
-        use_span,
+        use_span: use_span(record),
         superseded: superseded.map(str::to_owned),
     }
 }

@@ -26,6 +26,7 @@ mod pins;
 pub(crate) mod plan;
 mod policy;
 pub(crate) mod predictive;
+mod predictive_walk;
 mod protect;
 mod runtime_pin_notes;
 pub mod runtime_pins;
@@ -48,6 +49,7 @@ pub use pins::PinPatterns;
 pub use plan::plan_space_victims;
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
 pub use predictive::{Basis, Estimate, PredictiveRank, rank_listed, rank_predictive};
+pub use predictive_walk::{PredictiveWalk, predictive_walk};
 pub use protect::{
     Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, RUNTIME_PIN_OFFLINE,
     pin_view, pin_views, stored_image, stored_images,

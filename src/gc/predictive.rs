@@ -39,8 +39,10 @@ use foldhash::{HashMap, HashMapExt};
 use serde::Serialize;
 
 use super::adaptive::{self, AdaptiveRank, ListedTags};
-use crate::model::{JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey};
-use crate::store::{JournalKey, StoredRecord};
+use crate::model::{
+    ImageRecord, JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey,
+};
+use crate::store::{HistoryRows, JournalKey, KeyParts, StoredRecord};
 
 const SEC: i64 = 1_000_000_000;
 const HOUR: i64 = 3600 * SEC;
@@ -216,11 +218,17 @@ impl PredictiveRank {
 
     /// The estimate's bucket, larger first: four per power of two of seconds (not expected:
     /// above all).
+    #[cfg(test)]
     fn bucket(&self) -> u32 {
-        match self.estimate.next_use_in_s {
-            None => u32::MAX,
-            Some(s) => bucket(s.max(0).unsigned_abs()),
-        }
+        bucket_of(&self.estimate)
+    }
+}
+
+/// An estimate's bucket, larger first (see [`PredictiveRank`]'s ordering).
+fn bucket_of(estimate: &Estimate) -> u32 {
+    match estimate.next_use_in_s {
+        None => u32::MAX,
+        Some(s) => bucket(s.max(0).unsigned_abs()),
     }
 }
 
@@ -306,12 +314,28 @@ fn rhythm(starts: &[i64]) -> Option<(i64, i64, u32)> {
     None
 }
 
-/// The estimate of one image at `now` (see the module's rules), in `scratch`'s buffers.
+/// The estimate of one image at `now` (see the module's rules), in `scratch`'s buffers, from
+/// its adaptive rank.
+#[cfg(test)]
 fn estimate_in(
     scratch: &mut Scratch,
-    record: &crate::model::ImageRecord,
+    record: &ImageRecord,
     history: &ImageHistory,
     adaptive: &AdaptiveRank,
+    now: UnixNanos,
+) -> Estimate {
+    let superseded = adaptive.superseded.is_some();
+    estimate_of(scratch, record, history, superseded, adaptive.one_off, now)
+}
+
+/// The estimate of one image at `now` (see the module's rules), in `scratch`'s buffers:
+/// `superseded` and `one_off` are its adaptive evidence.
+fn estimate_of(
+    scratch: &mut Scratch,
+    record: &ImageRecord,
+    history: &ImageHistory,
+    superseded: bool,
+    one_off: bool,
     now: UnixNanos,
 ) -> Estimate {
     sessions(
@@ -325,7 +349,7 @@ fn estimate_in(
     let idle = (now.0 - last_end).max(0);
     let idle_s = idle / SEC;
     let at_least = |floor: i64| Some(floor.max(idle) / SEC);
-    if adaptive.superseded.is_some() {
+    if superseded {
         return Estimate {
             next_use_in_s: None,
             idle_s,
@@ -383,7 +407,7 @@ fn estimate_in(
             },
         };
     }
-    if adaptive.one_off || sessions.is_empty() {
+    if one_off || sessions.is_empty() {
         Estimate {
             next_use_in_s: at_least(ONE_OFF_PRIOR.as_secs() as i64 * SEC),
             idle_s,
@@ -400,10 +424,7 @@ fn estimate_in(
 
 /// `records` in the predictive order at `now`, each with its rank: `tags` are their repo tags
 /// by position, `journal` gives the returns, `uses` and `pulls` the histories (rows of images
-/// not ranked are read and left). The space walk's ranking, once per walk: images are indexed
-/// by position, each estimate is computed once in reused buffers, and one sort orders
-/// positions by a key of integers (bucket, class, last used, first detected, size), the record
-/// keys compared only on a full tie; no map is keyed by an image's key but the histories'.
+/// not ranked are read and left). The ranking itself is [`rank_positions`], the space walk's.
 pub fn rank_listed(
     records: Vec<StoredRecord>,
     tags: &ListedTags<'_>,
@@ -413,47 +434,124 @@ pub fn rank_listed(
     now: UnixNanos,
 ) -> Vec<(StoredRecord, PredictiveRank)> {
     let returns = adaptive::returns_by_id(journal);
-    let superseded = adaptive::superseded_by(&records, tags);
     let (history_of, histories) = histories(&records, uses, pulls);
+    let mut ranks: Vec<PredictiveRank> = Vec::with_capacity(records.len());
+    let order = {
+        let keys: Vec<KeyParts<'_>> = records
+            .iter()
+            .map(|r| adaptive::key_parts(&r.key))
+            .collect();
+        let listing = Listing {
+            keys: &keys,
+            tags,
+            history_of: &history_of,
+            histories: &histories,
+            returns: &returns,
+        };
+        rank_positions(&listing, |i| records[i].record, now, Some(&mut ranks))
+    };
+    let mut slots: Vec<Option<(StoredRecord, PredictiveRank)>> =
+        records.into_iter().zip(ranks).map(Some).collect();
+    order
+        .iter()
+        .filter_map(|&at| slots[at as usize].take())
+        .collect()
+}
+
+/// What the ranking reads of the images besides their records, by position: their keys (the
+/// last tie-break, and the returns' lookup by id), their repo tags, their histories (by index
+/// into `histories`; `None`: no row names it) and the journal's returns by image id.
+pub(crate) struct Listing<'a, 'k, 't> {
+    pub(crate) keys: &'a [KeyParts<'k>],
+    pub(crate) tags: &'a ListedTags<'t>,
+    pub(crate) history_of: &'a [Option<u32>],
+    pub(crate) histories: &'a [ImageHistory],
+    pub(crate) returns: &'a HashMap<&'a [u8], u32>,
+}
+
+/// The predictive ranking of `listing`'s images (`record(i)` the record of position `i`) at
+/// `now`: their positions in the predictive order, and each position's rank pushed to `ranks`
+/// when given (the walk needs the order only). Images are indexed by position, each estimate
+/// is computed once in reused buffers, and one sort orders positions by a key of integers
+/// (bucket, class, last used, first detected, size), the keys compared only on a full tie; no
+/// map is keyed by an image's key.
+pub(crate) fn rank_positions(
+    listing: &Listing<'_, '_, '_>,
+    record: impl Fn(usize) -> ImageRecord,
+    now: UnixNanos,
+    mut ranks: Option<&mut Vec<PredictiveRank>>,
+) -> Vec<u32> {
+    let keys = listing.keys;
+    let superseded = adaptive::superseded_among(keys, |i| record(i).first_detected, listing.tags);
     let empty = ImageHistory::default();
     let mut scratch = Scratch::default();
-    let mut ranks: Vec<PredictiveRank> = Vec::with_capacity(records.len());
     // (estimate's bucket, larger first; class; last used; first detected; size, larger
     // first; position).
-    let mut order: Vec<(u32, u8, i64, i64, u64, u32)> = Vec::with_capacity(records.len());
-    for (position, (r, newer)) in records.iter().zip(superseded).enumerate() {
-        let returns = if returns.is_empty() {
+    let mut order: Vec<(u32, u8, i64, i64, u64, u32)> = Vec::with_capacity(keys.len());
+    for (position, newer) in superseded.into_iter().enumerate() {
+        let r = record(position);
+        let returns = if listing.returns.is_empty() {
             0
         } else {
-            returns.get(r.key.image_id.as_str()).copied().unwrap_or(0)
+            listing.returns.get(keys[position].0).copied().unwrap_or(0)
         };
-        let adaptive = adaptive::rank_one(&r.record, returns, newer);
-        let history = history_of[position].map_or(&empty, |at| &histories[at as usize]);
-        let estimate = estimate_in(&mut scratch, &r.record, history, &adaptive, now);
-        let rank = PredictiveRank { estimate, adaptive };
+        let one_off = adaptive::is_one_off(&r, returns);
+        let history =
+            listing.history_of[position].map_or(&empty, |at| &listing.histories[at as usize]);
+        let estimate = estimate_of(&mut scratch, &r, history, newer.is_some(), one_off, now);
         order.push((
-            u32::MAX - rank.bucket(),
-            rank.adaptive.class(),
-            r.record.last_used.0,
-            r.record.first_detected.0,
-            u64::MAX - r.record.size,
+            u32::MAX - bucket_of(&estimate),
+            adaptive::class_of(newer.is_some(), one_off),
+            r.last_used.0,
+            r.first_detected.0,
+            u64::MAX - r.size,
             u32::try_from(position).expect("fewer than 4G listed images"),
         ));
-        ranks.push(rank);
+        if let Some(ranks) = ranks.as_deref_mut() {
+            ranks.push(PredictiveRank {
+                estimate,
+                adaptive: adaptive::rank_one(&r, returns, newer),
+            });
+        }
     }
     // Equal in every integer, the key decides, then the position (as a stable sort would).
     order.sort_unstable_by(|a, b| {
         (a.0, a.1, a.2, a.3, a.4)
             .cmp(&(b.0, b.1, b.2, b.3, b.4))
-            .then_with(|| records[a.5 as usize].key.cmp(&records[b.5 as usize].key))
+            .then_with(|| keys[a.5 as usize].cmp(&keys[b.5 as usize]))
             .then(a.5.cmp(&b.5))
     });
-    let mut slots: Vec<Option<(StoredRecord, PredictiveRank)>> =
-        records.into_iter().zip(ranks).map(Some).collect();
-    order
-        .iter()
-        .filter_map(|o| slots[o.5 as usize].take())
-        .collect()
+    order.into_iter().map(|o| o.5).collect()
+}
+
+/// The histories of the images of a list of `len` from the rows that name them (by index in
+/// the list), as [`histories`] groups the tables' rows: for each index, the index of its
+/// history (`None`: no row names it); each history keeps its rows in table order.
+pub(crate) fn histories_of_rows(
+    len: usize,
+    rows: &HistoryRows,
+) -> (Vec<Option<u32>>, Vec<ImageHistory>) {
+    let mut of: Vec<Option<u32>> = vec![None; len];
+    let mut histories: Vec<ImageHistory> = Vec::new();
+    let mut slot = |at: u32, histories: &mut Vec<ImageHistory>| {
+        let next = u32::try_from(histories.len()).expect("fewer than 4G history rows");
+        let index = *of[at as usize].get_or_insert(next);
+        if index == next {
+            histories.push(ImageHistory::default());
+        }
+        index as usize
+    };
+    for &(at, started_at, last_seen) in &rows.uses {
+        let index = slot(at, &mut histories);
+        histories[index]
+            .uses
+            .push((started_at, last_seen.max(started_at)));
+    }
+    for &(at, pulled_at) in &rows.pulls {
+        let index = slot(at, &mut histories);
+        histories[index].pulls.push(pulled_at);
+    }
+    (of, histories)
 }
 
 /// `records` in the predictive order at `now`, each with its rank, from the journal (for the

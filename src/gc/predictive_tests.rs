@@ -506,3 +506,79 @@ fn the_ranking_equals_the_reference_ranking_on_generated_histories() {
         assert_eq!(by_position, expected, "seed {seed}, tags by position");
     }
 }
+
+/// The space walk's ranking (`predictive_walk`: the cycle's list sorted by key, the store's
+/// sorted reads, only the ranked images' history times decoded, keys built when reached) is
+/// the reference ranking of the listed images that have a record over the store's own tables,
+/// on generated nodes written to a store: records not listed, listed images without a record,
+/// rows of images not ranked, a list in no particular order.
+#[test]
+fn the_walks_order_is_the_reference_ranking_over_the_stores_tables() {
+    use crate::gc::detect::ListedImages;
+    use crate::model::RuntimeImage;
+    use crate::store::{Codec, Store};
+
+    for seed in 0..100u64 {
+        let node = reference::generate(seed);
+        let store = Store::open_in_memory(std::path::Path::new("walk.redb"), node.now)
+            .expect("an in-memory store");
+        for r in &node.records {
+            store.raw_bytes_for_tests("images", &r.key.encode(), &r.record.encode());
+        }
+        for (k, v) in &node.journal {
+            store.raw_bytes_for_tests("journal", &k.encode(), &v.encode());
+        }
+        for (k, v) in &node.uses {
+            store.raw_bytes_for_tests("uses", &k.encode(), &v.encode());
+        }
+        for (k, v) in &node.pulls {
+            store.raw_bytes_for_tests("pulls", &k.encode(), &v.encode());
+        }
+        let mut rng = fastrand::Rng::with_seed(seed ^ 0x39);
+        let mut images: Vec<RuntimeImage> = Vec::new();
+        for r in &node.records {
+            if rng.u8(0..8) == 0 {
+                continue; // a record the runtime no longer lists
+            }
+            images.push(RuntimeImage {
+                id: r.key.image_id.clone(),
+                runtime_handler: r.key.runtime_handler.clone(),
+                repo_tags: node.tags.get(&r.key).cloned().unwrap_or_default(),
+                size: r.record.size,
+                ..RuntimeImage::default()
+            });
+        }
+        for i in 0..rng.usize(0..4) {
+            images.push(RuntimeImage {
+                id: ImageId::new(format!("sha256:{i:04x}-no-record")),
+                ..RuntimeImage::default()
+            });
+        }
+        rng.shuffle(&mut images);
+        let listed = ListedImages::new(images);
+        let walk = crate::gc::predictive_walk(&store, &listed, node.now).expect("the walk's reads");
+        let ranked: Vec<StoredRecord> = store
+            .records()
+            .expect("records")
+            .into_iter()
+            .filter(|r| listed.contains(&r.key))
+            .collect();
+        let expected: Vec<StoredRecord> = reference::rank(
+            ranked,
+            &store.journal().expect("journal"),
+            &node.tags,
+            &store.uses().expect("uses"),
+            &store.pulls().expect("pulls"),
+            node.now,
+        )
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+        let got: Vec<StoredRecord> = walk.records_from(&listed, 0).collect();
+        assert_eq!(got, expected, "seed {seed}");
+        assert_eq!(walk.len(), expected.len(), "seed {seed}");
+        let skip = rng.usize(0..=expected.len());
+        let rest: Vec<StoredRecord> = walk.records_from(&listed, skip).collect();
+        assert_eq!(rest, expected[skip..], "seed {seed}, from {skip}");
+    }
+}

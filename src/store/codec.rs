@@ -17,7 +17,7 @@ use crate::model::{BackoffEntry, ImageId, ImageRecord, RecordKey, UnixNanos};
 mod history;
 mod journal;
 
-pub use history::{WarmPosition, closed_uses_prefix};
+pub use history::{WarmPosition, closed_uses_prefix, pull_key_at, use_key_start};
 pub use journal::JournalKey;
 pub(crate) use journal::names_equal_encoded;
 

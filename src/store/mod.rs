@@ -53,6 +53,7 @@ mod read;
 mod reopen;
 mod scan;
 mod schema;
+mod sorted_reads;
 mod tables;
 #[cfg(test)]
 mod upgrade_tests;
@@ -80,6 +81,7 @@ pub use journal::{age_cutoff, retention_keys};
 pub use open::{DEFAULT_CACHE_BYTES, StoreOptions};
 pub use scan::RecordScan;
 pub use schema::{CURRENT_SCHEMA_VERSION, meta_keys};
+pub use sorted_reads::{HistoryRows, KeyParts};
 
 use reopen::{Liveness, ScanTie};
 

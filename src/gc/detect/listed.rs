@@ -91,6 +91,12 @@ impl ListedImages {
         self.order.iter().map(|&i| self.at(i))
     }
 
+    /// The image that stands for the `index`-th key in key order ([`ListedImages::iter`]'s
+    /// `index`-th), found without walking the ones before it.
+    pub fn nth_in_key_order(&self, index: usize) -> Option<ImageRef<'_>> {
+        self.order.get(index).map(|&i| self.at(i))
+    }
+
     /// The image listed under `key` (the last entry of that key).
     pub fn get(&self, key: &RecordKey) -> Option<ImageRef<'_>> {
         let want = borrowed(key);

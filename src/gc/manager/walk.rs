@@ -8,8 +8,6 @@
 //! the kubelet; a victim the last look keeps frees nothing; DeleteUnusedImages keeps the index's
 //! order whatever the configured order.
 
-use std::collections::BTreeSet;
-
 use crate::model::{FsUsage, ImageLike, RecordKey, UnixNanos};
 use crate::runtime::ImageRuntime;
 use crate::store::{EvictionKey, StoredRecord};
@@ -19,7 +17,7 @@ use crate::gc::detect::ListedImages;
 use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::metrics::RemovalReason;
 use crate::gc::plan::SpaceWalk;
-use crate::gc::predictive::{self, PredictiveRank};
+use crate::gc::predictive_walk::{PredictiveWalk, predictive_walk};
 use crate::gc::space::InodeNeed;
 use crate::gc::{GcError, GcOrder};
 
@@ -27,6 +25,14 @@ use super::{CycleView, GcReport, ImageGcManager, Settings, note, to_i64};
 
 /// How many eligible images one synchronous step of the walk picks before removing them.
 pub(super) const WALK_CHUNK: usize = 64;
+
+/// The listed images ranked once per walk by an order other than the index's.
+enum Ranked {
+    /// The adaptive order's records.
+    Records(Vec<StoredRecord>),
+    /// The predictive order, by place in the cycle's list.
+    Predictive(PredictiveWalk),
+}
 
 /// What a space walk is to free: bytes (the amount, the reason its removals carry and the
 /// filesystem or budget their journal entries record), inodes (the reading that found them
@@ -91,18 +97,19 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         // DeleteUnusedImages removes every eligible image: it keeps the index's order.
         let delete_unused = matches!(goal.bytes, Some((_, RemovalReason::Unused, _)));
         let ranked = match settings.config.order {
-            GcOrder::Adaptive if !delete_unused => Some(
+            GcOrder::Adaptive if !delete_unused => Some(Ranked::Records(
                 self.adaptive_order(&view.listed)?
                     .into_iter()
                     .map(|(r, _)| r)
                     .collect::<Vec<_>>(),
-            ),
-            GcOrder::Predictive if !delete_unused => Some(
-                self.predictive_order(&view.listed, free_time)?
-                    .into_iter()
-                    .map(|(r, _)| r)
-                    .collect::<Vec<_>>(),
-            ),
+            )),
+            // The predictive order keeps each ranked image's place in the list: its key is
+            // built only when the walk reaches it (`predictive_walk.rs`).
+            GcOrder::Predictive if !delete_unused => Some(Ranked::Predictive(predictive_walk(
+                &self.store,
+                &view.listed,
+                free_time,
+            )?)),
             _ => None,
         };
         'walk: loop {
@@ -116,8 +123,13 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             };
             let step = match &ranked {
                 None => walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?,
-                Some(ranked) => walk.step_entries(
+                Some(Ranked::Records(ranked)) => walk.step_entries(
                     ranked.iter().skip(walked).map(|r| Ok(r.clone())),
+                    freed,
+                    WALK_CHUNK,
+                )?,
+                Some(Ranked::Predictive(ranked)) => walk.step_entries(
+                    ranked.records_from(&view.listed, walked).map(Ok),
                     freed,
                     WALK_CHUNK,
                 )?,
@@ -205,26 +217,5 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let returns = adaptive::returns(&journal);
         let (records, tags) = self.listed_records(listed)?;
         Ok(adaptive::rank_listed(records, &returns, &tags))
-    }
-
-    /// The listed images with a record, in the predictive order at `now`
-    /// (`predictive.rs`): the journal, the use and the pull histories read once each.
-    fn predictive_order(
-        &self,
-        listed: &ListedImages,
-        now: UnixNanos,
-    ) -> Result<Vec<(StoredRecord, PredictiveRank)>, GcError> {
-        let (records, tags) = self.listed_records(listed)?;
-        // Only what the ranking reads is decoded: the re-pulled journal entries (the returns)
-        // and the ranked images' histories; decoding every row of the three tables at every
-        // walk was most of a simulated cycle once they held their 10,000 rows (issue 41).
-        let keys: BTreeSet<&RecordKey> = records.iter().map(|r| &r.key).collect();
-        let journal = self.store.journal_repulled()?;
-        let uses = self.store.uses_of(&keys)?;
-        let pulls = self.store.pulls_of(&keys)?;
-        drop(keys);
-        Ok(predictive::rank_listed(
-            records, &tags, &journal, &uses, &pulls, now,
-        ))
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::{
     Codec, DecodeError, LAYOUT_V1, MAX_ID_BYTES, OrderedCodec, Reader, from_ordered_i64,
-    ordered_i64, truncate_utf8, u32_len,
+    ordered_i64, record_key_parts, truncate_utf8, u32_len,
 };
 use crate::model::{
     ImagePin, MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, PinKey, PullEntry, PullKey, PullOrigin,
@@ -112,27 +112,54 @@ impl Codec for UseKey {
     }
 
     fn decode(bytes: &[u8]) -> Result<UseKey, DecodeError> {
-        let mut r = Reader::start("use key", bytes)?;
-        let closed = match r.take(1, 10)?[0] {
-            0 => false,
-            1 => true,
-            _ => {
-                return Err(DecodeError::Invalid {
-                    what: "use key",
-                    field: "closed flag",
-                });
-            }
-        };
-        let started_at = from_ordered_i64(r.array8(10)?);
-        let key = RecordKey::decode(r.bytes)?;
+        let (closed, started_at, (id, handler)) = use_key_borrowed(bytes)?;
         Ok(UseKey {
             closed,
-            started_at: UnixNanos(started_at),
-            key,
+            started_at,
+            key: RecordKey::new(id, handler),
         })
     }
 }
 impl OrderedCodec for UseKey {}
+
+/// A use key's fields, its record key borrowed: every check of `UseKey::decode`, which is this
+/// and the record key's copies.
+fn use_key_borrowed(bytes: &[u8]) -> Result<(bool, UnixNanos, (&str, &str)), DecodeError> {
+    let mut r = Reader::start("use key", bytes)?;
+    let closed = match r.take(1, 10)?[0] {
+        0 => false,
+        1 => true,
+        _ => {
+            return Err(DecodeError::Invalid {
+                what: "use key",
+                field: "closed flag",
+            });
+        }
+    };
+    let started_at = from_ordered_i64(r.array8(10)?);
+    let key = record_key_parts(r.bytes)?;
+    Ok((closed, UnixNanos(started_at), key))
+}
+
+/// The start of the use interval whose encoded key is `bytes`, the key checked as
+/// `UseKey::decode` checks it, nothing allocated (the predictive walk's history read).
+pub fn use_key_start(bytes: &[u8]) -> Result<UnixNanos, DecodeError> {
+    use_key_borrowed(bytes).map(|(_, started_at, _)| started_at)
+}
+
+/// A pull key's fields, its record key borrowed: every check of `PullKey::decode`.
+fn pull_key_borrowed(bytes: &[u8]) -> Result<(UnixNanos, (&str, &str)), DecodeError> {
+    let mut r = Reader::start("pull key", bytes)?;
+    let at = from_ordered_i64(r.array8(9)?);
+    let key = record_key_parts(r.bytes)?;
+    Ok((UnixNanos(at), key))
+}
+
+/// The time of the pull whose encoded key is `bytes`, the key checked as `PullKey::decode`
+/// checks it, nothing allocated.
+pub fn pull_key_at(bytes: &[u8]) -> Result<UnixNanos, DecodeError> {
+    pull_key_borrowed(bytes).map(|(at, _)| at)
+}
 
 /// The encoded prefix of every open use interval's key (schema 5): the open intervals are the
 /// range below [`closed_uses_prefix`].
@@ -177,12 +204,10 @@ impl Codec for PullKey {
     }
 
     fn decode(bytes: &[u8]) -> Result<PullKey, DecodeError> {
-        let mut r = Reader::start("pull key", bytes)?;
-        let at = from_ordered_i64(r.array8(9)?);
-        let key = RecordKey::decode(r.bytes)?;
+        let (at, (id, handler)) = pull_key_borrowed(bytes)?;
         Ok(PullKey {
-            at: UnixNanos(at),
-            key,
+            at,
+            key: RecordKey::new(id, handler),
         })
     }
 }

@@ -1,0 +1,108 @@
+//! The predictive order as the space walk reads it, once per walk (`imageGCPolicy =
+//! "predictive"`): the cycle's detect list ranked by `predictive.rs`'s [`rank_positions`], the
+//! walk's own reads of the store shaped so that nothing is paid per listed image but one
+//! record decoded and one estimate. The listed images' keys and repo tags are borrowed from the
+//! detect's list (sorted by key once by detect), never copied; the records come from one range
+//! scan of the records table merged with those keys, the histories from one scan of each
+//! history table whose rows are looked up among the keys by binary search, the journal's
+//! re-pulled entries from one scan; a victim's `RecordKey` is built only when the walk reaches
+//! it.
+//!
+//! Invariants: the order is exactly [`rank_listed`]'s (`gc::predictive`) for the listed images
+//! that have a record, with the journal's re-pulled entries and the tables' rows of those images
+//! (`the_walks_order_is_rank_listed_over_the_stores_tables`); the walk's records are the ones
+//! read in the ranking's read transaction, as before.
+
+use super::adaptive::{self, ListedTags};
+use super::detect::ListedImages;
+#[cfg(doc)]
+use super::predictive::rank_listed;
+use super::predictive::{Listing, histories_of_rows, rank_positions};
+use crate::model::{ImageLike, ImageRecord, UnixNanos};
+use crate::store::{KeyParts, Store, StoreError, StoredRecord};
+
+/// The listed images with a record in the predictive order: each one's place in the detect's
+/// list (in key order) and its record.
+#[derive(Clone, Debug, Default)]
+pub struct PredictiveWalk {
+    order: Vec<(u32, ImageRecord)>,
+}
+
+impl PredictiveWalk {
+    /// How many images it ranks.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether it ranks none.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The ranked images from the `skip`-th on, in order, each key read from `listed` (the
+    /// list it was ranked from) only when reached.
+    pub fn records_from<'a>(
+        &'a self,
+        listed: &'a ListedImages,
+        skip: usize,
+    ) -> impl Iterator<Item = StoredRecord> + 'a {
+        self.order
+            .iter()
+            .skip(skip)
+            .filter_map(move |&(position, record)| {
+                listed
+                    .nth_in_key_order(position as usize)
+                    .map(|image| StoredRecord {
+                        key: image.record_key(),
+                        record,
+                    })
+            })
+    }
+}
+
+/// The space walk's predictive order at `now` of `listed` (the cycle's detect list): the
+/// listed images with a record, furthest estimated next use first. One read of the records
+/// table (a range scan), of each history table and of the journal.
+pub fn predictive_walk(
+    store: &Store,
+    listed: &ListedImages,
+    now: UnixNanos,
+) -> Result<PredictiveWalk, StoreError> {
+    let listed_keys: Vec<KeyParts<'_>> = listed.iter().map(|image| image.key_bytes()).collect();
+    let found = store.get_sorted(&listed_keys)?;
+    // The ranked images, by position: the listed ones with a record.
+    let mut positions: Vec<u32> = Vec::with_capacity(found.len());
+    let mut records: Vec<ImageRecord> = Vec::with_capacity(found.len());
+    let mut keys: Vec<KeyParts<'_>> = Vec::with_capacity(found.len());
+    let mut tags = ListedTags::with_capacity(found.len());
+    for (position, ((image, key), record)) in listed.iter().zip(listed_keys).zip(found).enumerate()
+    {
+        if let Some(record) = record {
+            positions.push(u32::try_from(position).expect("fewer than 4G listed images"));
+            records.push(record);
+            keys.push(key);
+            tags.push(image.tags());
+        }
+    }
+    // Only what the ranking reads is decoded: the re-pulled journal entries (the returns) and
+    // the times of the ranked images' history rows.
+    let journal = store.journal_repulled()?;
+    let rows = store.histories_of_keys(&keys)?;
+    let (history_of, histories) = histories_of_rows(keys.len(), &rows);
+    drop(rows);
+    let returns = adaptive::returns_by_id(&journal);
+    let listing = Listing {
+        keys: &keys,
+        tags: &tags,
+        history_of: &history_of,
+        histories: &histories,
+        returns: &returns,
+    };
+    let order = rank_positions(&listing, |i| records[i], now, None);
+    Ok(PredictiveWalk {
+        order: order
+            .into_iter()
+            .map(|at| (positions[at as usize], records[at as usize]))
+            .collect(),
+    })
+}

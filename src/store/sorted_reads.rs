@@ -1,0 +1,410 @@
+//! The store's reads for a sorted list of images given by borrowed key parts (a detect's list:
+//! the predictive space walk's once per walk): their records by one range scan, and the rows of
+//! the use and pull histories that name them, with no record key encoded, allocated or hashed.
+//!
+//! Invariants: the results are those of [`Store::get_many`] and of [`Store::uses_of`] /
+//! [`Store::pulls_of`] for the same keys, in the same order (the encoded record key's byte
+//! order, `[1][id][0][handler]`, is compared with the parts directly: [`cmp_encoded`]); a
+//! history row is decoded (through the codec's checked readers) only when its raw record key
+//! matched, as those scans do; a pull row's entry, which the ranking does not read, is not
+//! decoded at all.
+
+use std::cmp::Ordering;
+
+use redb::ReadableTable;
+
+use super::codec::{self, LAYOUT_V1};
+use super::tables::{Encoded, IMAGES, PULLS, USES};
+use super::{Store, StoreError};
+use crate::model::{ImageRecord, RecordKey, UnixNanos, UseInterval};
+
+/// A record key borrowed as the bytes of its parts, (image id, runtime handler): the order of
+/// these pairs is [`RecordKey`]'s.
+pub type KeyParts<'a> = (&'a [u8], &'a [u8]);
+
+/// The rows of the use and pull histories that name images of a sorted list, each with the
+/// image's index in that list, in the tables' order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HistoryRows {
+    /// Each use interval of a listed image: (index, started at, last seen), open intervals
+    /// first, then closed ones oldest first (the table's order, as [`Store::uses`]).
+    pub uses: Vec<(u32, UnixNanos, UnixNanos)>,
+    /// Each pull of a listed image: (index, at), oldest first (as [`Store::pulls`]).
+    pub pulls: Vec<(u32, UnixNanos)>,
+}
+
+/// How the byte sequences that are the concatenations of `a`'s and of `b`'s pieces compare,
+/// without concatenating them.
+fn cmp_pieces(a: &[&[u8]], b: &[&[u8]]) -> Ordering {
+    let (mut a, mut b) = (a.iter().copied(), b.iter().copied());
+    let (mut x, mut y): (&[u8], &[u8]) = (&[], &[]);
+    loop {
+        while x.is_empty() {
+            match a.next() {
+                Some(next) => x = next,
+                None => break,
+            }
+        }
+        while y.is_empty() {
+            match b.next() {
+                Some(next) => y = next,
+                None => break,
+            }
+        }
+        if x.is_empty() || y.is_empty() {
+            // One sequence ended: the shorter is first.
+            return (!x.is_empty()).cmp(&!y.is_empty());
+        }
+        let n = x.len().min(y.len());
+        match x[..n].cmp(&y[..n]) {
+            Ordering::Equal => {
+                x = &x[n..];
+                y = &y[n..];
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How the stored bytes of a record key compare with the encoding of `key` (`codec.rs`:
+/// `[1][id][0][handler]`), without encoding it.
+pub(super) fn cmp_encoded(stored: &[u8], (id, handler): KeyParts<'_>) -> Ordering {
+    let Some((&layout, rest)) = stored.split_first() else {
+        return Ordering::Less;
+    };
+    if layout != LAYOUT_V1 {
+        return layout.cmp(&LAYOUT_V1);
+    }
+    // One comparison of the ids' bytes, then the separator and the handlers'.
+    let n = rest.len().min(id.len());
+    match rest[..n].cmp(&id[..n]) {
+        Ordering::Equal => {}
+        other => return other,
+    }
+    if rest.len() < id.len() {
+        return Ordering::Less;
+    }
+    match rest[n..].split_first() {
+        None => Ordering::Less,
+        Some((&separator, after)) => separator.cmp(&0).then_with(|| after.cmp(handler)),
+    }
+}
+
+/// How the encodings of two keys compare: one comparison of the ids' bytes when they differ
+/// within the shorter id (as ids of one length do), else the pieces that follow.
+fn cmp_keys_encoded((a_id, a_handler): KeyParts<'_>, (b_id, b_handler): KeyParts<'_>) -> Ordering {
+    let n = a_id.len().min(b_id.len());
+    match a_id[..n].cmp(&b_id[..n]) {
+        Ordering::Equal if a_id.len() == b_id.len() => a_handler.cmp(b_handler),
+        Ordering::Equal => cmp_pieces(
+            &[&a_id[n..], &[0], a_handler],
+            &[&b_id[n..], &[0], b_handler],
+        ),
+        other => other,
+    }
+}
+
+/// Whether `keys` are in strictly ascending order of their encodings (a detect's sorted list
+/// is, unless an id holds a NUL, which no stored key does).
+fn strictly_ascending(keys: &[KeyParts<'_>]) -> bool {
+    keys.windows(2)
+        .all(|w| cmp_keys_encoded(w[0], w[1]) == Ordering::Less)
+}
+
+/// Finds keys by their encodings: by binary search in the keys themselves when they are
+/// strictly ascending (a detect's list), else in their indexes sorted by encoding.
+struct Lookup<'k, 'a> {
+    keys: &'k [KeyParts<'a>],
+    sorted: Option<Vec<u32>>,
+}
+
+impl<'k, 'a> Lookup<'k, 'a> {
+    fn new(keys: &'k [KeyParts<'a>]) -> Lookup<'k, 'a> {
+        let sorted = (!strictly_ascending(keys)).then(|| {
+            let len = u32::try_from(keys.len()).expect("fewer than 4G keys");
+            let mut sorted: Vec<u32> = (0..len).collect();
+            sorted.sort_by(|&a, &b| cmp_keys_encoded(keys[a as usize], keys[b as usize]));
+            sorted
+        });
+        Lookup { keys, sorted }
+    }
+
+    /// The index in the keys of one whose encoding `stored` is.
+    fn find(&self, stored: &[u8]) -> Option<u32> {
+        match &self.sorted {
+            None => self
+                .keys
+                .binary_search_by(|key| cmp_encoded(stored, *key).reverse())
+                .ok()
+                .map(|at| u32::try_from(at).expect("fewer than 4G keys")),
+            Some(sorted) => sorted
+                .binary_search_by(|&i| cmp_encoded(stored, self.keys[i as usize]).reverse())
+                .ok()
+                .map(|at| sorted[at]),
+        }
+    }
+}
+
+fn encode(key: KeyParts<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + key.0.len() + key.1.len());
+    out.push(LAYOUT_V1);
+    out.extend_from_slice(key.0);
+    out.push(0);
+    out.extend_from_slice(key.1);
+    out
+}
+
+impl Store {
+    /// The records of `keys`, in their order (`None` where there is none), in one read
+    /// transaction: as [`Store::get_many`] of the same keys, without a key encoded or
+    /// allocated. Keys in strictly ascending order (a detect's list) are read by one range
+    /// scan from the first to the last, merged with them, each matched record decoded once;
+    /// others by one lookup each.
+    pub fn get_sorted(
+        &self,
+        keys: &[KeyParts<'_>],
+    ) -> Result<Vec<Option<ImageRecord>>, StoreError> {
+        let ascending = strictly_ascending(keys);
+        self.guarded(|| {
+            let txn = self.begin_read()?;
+            let table = self.open_read_table(&txn, IMAGES)?;
+            let mut out = Vec::with_capacity(keys.len());
+            if !ascending {
+                for &key in keys {
+                    let encoded = encode(key);
+                    let found = table
+                        .get(Encoded::<RecordKey>::new(&encoded))
+                        .map_err(|e| self.redb_err(e))?;
+                    out.push(match found {
+                        None => None,
+                        Some(guard) => {
+                            Some(guard.value().decode().map_err(|e| self.decode_err(e))?)
+                        }
+                    });
+                }
+                return Ok(out);
+            }
+            let (Some(&first), Some(&last)) = (keys.first(), keys.last()) else {
+                return Ok(out);
+            };
+            let (first, last) = (encode(first), encode(last));
+            let range = table
+                .range::<Encoded<RecordKey>>(
+                    Encoded::<RecordKey>::new(&first)..=Encoded::<RecordKey>::new(&last),
+                )
+                .map_err(|e| self.redb_err(e))?;
+            let mut wanted = keys.iter().peekable();
+            for entry in range {
+                let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+                let stored = k.value().bytes();
+                // Each wanted key compared once with each stored key it is not past.
+                while let Some(&&w) = wanted.peek() {
+                    match cmp_encoded(stored, w) {
+                        Ordering::Greater => {
+                            wanted.next();
+                            out.push(None);
+                        }
+                        Ordering::Equal => {
+                            wanted.next();
+                            out.push(Some(v.value().decode().map_err(|e| self.decode_err(e))?));
+                            break;
+                        }
+                        Ordering::Less => break,
+                    }
+                }
+                if wanted.peek().is_none() {
+                    break;
+                }
+            }
+            out.extend(wanted.map(|_| None));
+            Ok(out)
+        })
+    }
+
+    /// The use intervals and pulls of the images `keys`, in one read transaction: the rows
+    /// [`Store::uses_of`] and [`Store::pulls_of`] return for the same keys, in the same order,
+    /// as (index in `keys`, times; a key given twice has its rows under one of its indexes).
+    /// Each row's raw record key is looked up in `keys` by binary search (in the keys
+    /// themselves when strictly ascending, as a detect's list is), and only a matched row's
+    /// times are decoded.
+    pub fn histories_of_keys(&self, keys: &[KeyParts<'_>]) -> Result<HistoryRows, StoreError> {
+        let lookup = Lookup::new(keys);
+        self.guarded(|| {
+            let txn = self.begin_read()?;
+            let mut rows = HistoryRows::default();
+            let uses = self.open_read_table(&txn, USES)?;
+            for entry in uses.iter().map_err(|e| self.redb_err(e))? {
+                let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+                let raw = k.value().bytes();
+                // A use key is [layout][closed][started_at: 8][record key] (`codec.rs`).
+                let Some(at) = raw.get(10..).and_then(|key| lookup.find(key)) else {
+                    continue;
+                };
+                let started_at = codec::use_key_start(raw).map_err(|e| self.decode_err(e))?;
+                let interval: UseInterval = v.value().decode().map_err(|e| self.decode_err(e))?;
+                rows.uses.push((at, started_at, interval.last_seen));
+            }
+            let pulls = self.open_read_table(&txn, PULLS)?;
+            for entry in pulls.iter().map_err(|e| self.redb_err(e))? {
+                let (k, _) = entry.map_err(|e| self.redb_err(e))?;
+                let raw = k.value().bytes();
+                // A pull key is [layout][at: 8][record key] (`codec.rs`).
+                let Some(at) = raw.get(9..).and_then(|key| lookup.find(key)) else {
+                    continue;
+                };
+                let pulled_at = codec::pull_key_at(raw).map_err(|e| self.decode_err(e))?;
+                rows.pulls.push((at, pulled_at));
+            }
+            Ok(rows)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The comparison without encoding is the encoded bytes' comparison, on ids and handlers
+    /// that share prefixes, are empty, or hold the separator and bytes around it.
+    #[test]
+    fn comparing_with_the_parts_is_comparing_the_encodings() {
+        let parts: Vec<&[u8]> = [
+            "",
+            "\0",
+            "\x01",
+            "a",
+            "a\0",
+            "a\0b",
+            "ab",
+            "b",
+            "sha256:1",
+            "sha256:12",
+        ]
+        .iter()
+        .map(|s| s.as_bytes())
+        .collect();
+        let keys: Vec<KeyParts<'_>> = parts
+            .iter()
+            .flat_map(|id| parts.iter().map(move |handler| (*id, *handler)))
+            .collect();
+        let mut stored: Vec<Vec<u8>> = keys.iter().map(|k| encode(*k)).collect();
+        stored.extend([vec![], vec![0], vec![2], vec![1], vec![1, 0], vec![1, b'a']]);
+        for s in &stored {
+            for &key in &keys {
+                assert_eq!(
+                    cmp_encoded(s, key),
+                    s.as_slice().cmp(&encode(key)),
+                    "{s:?} {key:?}"
+                );
+            }
+        }
+        for &a in &keys {
+            for &b in &keys {
+                let want = encode(a).cmp(&encode(b));
+                assert_eq!(cmp_keys_encoded(a, b), want, "{a:?} {b:?}");
+                assert_eq!(strictly_ascending(&[a, b]), want.is_lt(), "{a:?} {b:?}");
+            }
+        }
+    }
+
+    /// `get_sorted` and `histories_of_keys` give what `get_many`, `uses_of` and `pulls_of` give
+    /// for the same keys: sorted (one range scan), shuffled (lookups), with keys the store
+    /// lacks, keys between and around stored ones, and rows of images not asked for.
+    #[test]
+    fn sorted_reads_equal_the_keyed_reads_for_the_same_keys() {
+        use crate::model::{PullEntry, PullKey, PullOrigin, RecordKey, UseKey};
+        use crate::store::Codec;
+        use std::collections::BTreeSet;
+
+        for seed in 0..40u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let store = Store::open_in_memory(std::path::Path::new("sorted.redb"), UnixNanos(1))
+                .expect("an in-memory store");
+            let key_of = |i: u32, h: u8| {
+                RecordKey::new(format!("sha256:{i:x}"), ["", "runc", "runc-b"][h as usize])
+            };
+            let mut all: Vec<RecordKey> = (0..rng.u32(0..60))
+                .map(|_| key_of(rng.u32(0..80), rng.u8(0..3)))
+                .collect();
+            all.sort();
+            all.dedup();
+            for key in &all {
+                if rng.u8(0..4) != 0 {
+                    let record = ImageRecord {
+                        first_detected: UnixNanos(rng.i64(1..1000)),
+                        last_used: UnixNanos(rng.i64(0..1000)),
+                        size: rng.u64(1..100),
+                        pinned: rng.bool(),
+                    };
+                    store.raw_bytes_for_tests("images", &key.encode(), &record.encode());
+                }
+                for _ in 0..rng.usize(0..4) {
+                    let use_key = UseKey {
+                        closed: rng.bool(),
+                        started_at: UnixNanos(rng.i64(-5..1000)),
+                        key: key.clone(),
+                    };
+                    let interval = UseInterval {
+                        last_seen: UnixNanos(rng.i64(0..2000)),
+                    };
+                    store.raw_bytes_for_tests("uses", &use_key.encode(), &interval.encode());
+                }
+                for _ in 0..rng.usize(0..3) {
+                    let pull_key = PullKey {
+                        at: UnixNanos(rng.i64(-5..1000)),
+                        key: key.clone(),
+                    };
+                    let entry = PullEntry {
+                        size: 1,
+                        origin: PullOrigin::Pull,
+                        took: std::time::Duration::ZERO,
+                        name: "reg/app:1".to_owned(),
+                    };
+                    store.raw_bytes_for_tests("pulls", &pull_key.encode(), &entry.encode());
+                }
+            }
+            // Asked: a subset of the stored keys and keys the store lacks.
+            let mut asked: Vec<RecordKey> = all.iter().filter(|_| rng.bool()).cloned().collect();
+            asked.extend((0..rng.usize(0..5)).map(|_| key_of(rng.u32(80..90), rng.u8(0..3))));
+            asked.sort();
+            asked.dedup();
+            for shuffled in [false, true] {
+                if shuffled {
+                    rng.shuffle(&mut asked);
+                }
+                let parts: Vec<KeyParts<'_>> = asked
+                    .iter()
+                    .map(|k| (k.image_id.as_str().as_bytes(), k.runtime_handler.as_bytes()))
+                    .collect();
+                let want = store.get_many(&asked).expect("get_many");
+                assert_eq!(
+                    store.get_sorted(&parts).expect("get_sorted"),
+                    want,
+                    "seed {seed}"
+                );
+                let set: BTreeSet<&RecordKey> = asked.iter().collect();
+                let index = |key: &RecordKey| {
+                    asked.iter().position(|k| k == key).expect("an asked key") as u32
+                };
+                let rows = store.histories_of_keys(&parts).expect("histories");
+                let uses: Vec<(u32, UnixNanos, UnixNanos)> = store
+                    .uses_of(&set)
+                    .expect("uses_of")
+                    .into_iter()
+                    .map(|(k, v)| (index(&k.key), k.started_at, v.last_seen))
+                    .collect();
+                let pulls: Vec<(u32, UnixNanos)> = store
+                    .pulls_of(&set)
+                    .expect("pulls_of")
+                    .into_iter()
+                    .map(|(k, _)| (index(&k.key), k.at))
+                    .collect();
+                assert_eq!(
+                    rows,
+                    HistoryRows { uses, pulls },
+                    "seed {seed}, shuffled {shuffled}"
+                );
+            }
+        }
+    }
+}
