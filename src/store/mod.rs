@@ -70,8 +70,8 @@ use redb::{
 
 pub use batch::{Batch, BatchOp, SightedNames};
 pub use check::Violation;
-/// The byte layouts the fuzz `decode` target round-trips.
-#[cfg(feature = "fault-injection")]
+/// The byte layouts the fuzz `decode` target (and the crate's own tests) round-trip.
+#[cfg(any(test, feature = "fault-injection"))]
 pub use codec::{BackoffKey, Codec, MetaKey, MetaValue};
 pub use codec::{DecodeError, EvictionKey, IndexKey, JournalKey};
 pub use compact::CompactOutcome;
@@ -85,7 +85,7 @@ pub use sorted_reads::{HistoryRows, KeyParts};
 
 use reopen::{Liveness, ScanTie};
 
-#[cfg(not(feature = "fault-injection"))]
+#[cfg(not(any(test, feature = "fault-injection")))]
 use codec::Codec;
 use tables::Stored;
 
