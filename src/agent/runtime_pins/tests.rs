@@ -3,17 +3,6 @@
 use super::*;
 use crate::model::RecordKey;
 
-fn kept(names: &[&str], why: KeepReason) -> KeptImage {
-    KeptImage {
-        key: RecordKey::new(
-            format!("sha256:{}", names.first().copied().unwrap_or("x")),
-            "",
-        ),
-        names: names.iter().map(|n| (*n).to_owned()).collect(),
-        why,
-    }
-}
-
 #[test]
 fn only_containerd_1_7_3_and_later_carry_pins() {
     let cases = [
@@ -72,7 +61,12 @@ fn auto_decides_once_and_an_unreachable_runtime_leaves_it_undecided() {
         let off = RuntimePinner::new(RuntimePins::Off, "unix:///x.sock").expect("valid");
         assert!(matches!(off.state(), PinsState::Off(_)));
         assert_eq!(
-            off.reconcile(&[kept(&["r/a:1"], KeepReason::Pin)]).await,
+            off.reconcile(&[KeptImage {
+                key: RecordKey::new("sha256:r/a:1", ""),
+                names: vec!["r/a:1".to_owned()],
+                why: KeepReason::Pin,
+            }])
+            .await,
             (0, 0)
         );
     });
