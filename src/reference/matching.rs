@@ -251,12 +251,21 @@ impl MatchIndex {
 
     /// Of an index of names: the positions of the names that name `image`, in order.
     pub fn naming(&self, image: &impl crate::model::ImageLike) -> Vec<usize> {
+        // An empty index names nothing: asked without parsing the image's names, so a GC
+        // with no warm set never builds the reference parser (oci-spec's regex, about 16 MiB
+        // once compiled: `scripts/bench --rss`).
+        if self.by_key.is_empty() {
+            return Vec::new();
+        }
         self.lookup(image.runtime_handler(), listed_keys(image))
     }
 
     /// Of an index of images: the positions of the images `name` names under `handler`, in
     /// order.
     pub fn named_by(&self, name: &str, handler: &str) -> Vec<usize> {
+        if self.by_key.is_empty() {
+            return Vec::new();
+        }
         self.lookup(handler, wanted_keys(name))
     }
 }
