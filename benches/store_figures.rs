@@ -22,6 +22,11 @@
 //! - `scripts/bench --repair` (`IMAGEKEEPER_BENCH_ONLY=repair`) measures only the quick-repair
 //!   table of issue 40 (see [`repair_table`]): at 10k, 100k and 1M records, the one-record
 //!   commit and the open after a SIGKILL (warm and cold page cache), quick repair on and off.
+//! - `IMAGEKEEPER_BENCH_ONLY=commit-io` counts, not times, what one commit writes: a child
+//!   makes `IMAGEKEEPER_STORE_BENCH_COMMITS` one-record commits per mode (ours on the N store
+//!   with quick repair on and off, the one-phase floor, the single-writer floor with quick
+//!   repair off and on) and reports write syscalls and bytes per commit from `/proc/self/io`
+//!   (`commit_io_*`); under `strace -f` its stderr markers cut out the commits (syncs, locks).
 //! - `store_peak_rss_*_cache_*`: a child process opens the N store with a given redb cache,
 //!   walks every record in key order and the whole eviction order (what a detect and a GC
 //!   read), and reports its peak RSS (VmHWM).
@@ -149,7 +154,11 @@ fn main() {
     // `--ratios` (every timed ratio with a target) includes the commit's.
     let only_commit = matches!(only.as_deref(), Some("commit" | "ratios"));
     let only_repair = only.as_deref() == Some("repair");
-    if let Some(only) = only.as_deref().filter(|_| !only_commit && !only_repair) {
+    let only_io = only.as_deref() == Some("commit-io");
+    if let Some(only) = only
+        .as_deref()
+        .filter(|_| !only_commit && !only_repair && !only_io)
+    {
         println!("store_figures: skipped (IMAGEKEEPER_BENCH_ONLY={only})");
         return;
     }
@@ -164,6 +173,12 @@ fn main() {
     let mut figures = Figures {
         lines: String::new(),
     };
+    if only.as_deref() == Some("commit-io") {
+        commit_io_table(&work, n, samples, &mut figures);
+        fs::write(root.join("store_figures.txt"), &figures.lines).expect("write figures");
+        let _ = fs::remove_dir_all(&work);
+        return;
+    }
     if only_repair {
         repair_table(&work, samples, &mut figures);
         fs::write(root.join("store_figures.txt"), &figures.lines).expect("write figures");
@@ -501,6 +516,7 @@ fn child(what: &str) {
                 .expect("VmHWM");
             println!("{hwm} {took}");
         }
+        "commits" => commits_child(&path, arg),
         other => panic!("unknown child {other}"),
     }
 }
@@ -674,4 +690,121 @@ fn drop_file_cache(path: &Path) {
     // SAFETY: a valid open descriptor; posix_fadvise only advises the kernel.
     let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     assert_eq!(rc, 0, "posix_fadvise");
+}
+
+/// The write syscalls and bytes a process made so far (`/proc/self/io`: `syscw`, `wchar`).
+fn io_counters() -> (u64, u64) {
+    let io = fs::read_to_string("/proc/self/io").expect("/proc/self/io");
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .expect("an io counter")
+    };
+    (field("syscw:"), field("wchar:"))
+}
+
+/// Child `commits:MODE:COUNT`: COUNT one-record commits in MODE, between two marker writes to
+/// stderr (`== commits begin`, `== commits end`) for `strace` to cut at; prints the write
+/// syscalls and bytes per commit (`/proc/self/io`). MODE: `quick` / `full` (our `mark_used`
+/// batch on the store at the path, quick repair on / off), `floor` (bare redb, exclusive
+/// writer, one-phase), `floor_sw` / `floor_sw_quick` (the same insert in a single-writer file,
+/// quick repair off / on; a fresh file beside the path).
+fn commits_child(path: &Path, arg: &str) {
+    let (mode, count) = arg.split_once(':').expect("MODE:COUNT");
+    let count: u64 = count.parse().expect("count");
+    let marker = |text: &str| {
+        std::io::stderr()
+            .write_all(text.as_bytes())
+            .expect("stderr")
+    };
+    let (before, after) = if let Some(quick) = match mode {
+        "quick" => Some(true),
+        "full" => Some(false),
+        _ => None,
+    } {
+        let store = Store::open_with_options(
+            path,
+            UnixNanos(NOW),
+            StoreOptions::default().with_quick_repair(quick),
+        )
+        .expect("open");
+        let keys: Vec<RecordKey> = store
+            .records_in_key_order()
+            .expect("scan")
+            .take(4096)
+            .map(|r| r.expect("record").key)
+            .collect();
+        let mut rng = fastrand::Rng::with_seed(0xc5);
+        marker("== commits begin\n");
+        let before = io_counters();
+        for i in 0..count {
+            let mut batch = Batch::new();
+            let key = keys[rng.usize(..keys.len())].clone();
+            batch.mark_used(key, UnixNanos(NOW + (i as i64 + 1) * SECOND), None);
+            assert!(store.apply(&batch).expect("commit"));
+        }
+        let after = io_counters();
+        marker("== commits end\n");
+        (before, after)
+    } else {
+        let floor_path = path.with_extension(format!("{mode}.redb"));
+        let _ = fs::remove_file(&floor_path);
+        let db = match mode {
+            "floor" => redb::Database::create(&floor_path),
+            "floor_sw" | "floor_sw_quick" => redb::Builder::new()
+                .set_concurrency_mode(redb::ConcurrencyMode::SingleWriter)
+                .create(&floor_path),
+            other => panic!("unknown commit mode {other}"),
+        }
+        .expect("create the floor");
+        // One commit first, so the table exists as it does in the bench's warm floor.
+        floor_commit(&db, 0, false);
+        marker("== commits begin\n");
+        let before = io_counters();
+        for i in 1..=count {
+            floor_commit(&db, i, mode == "floor_sw_quick");
+        }
+        let after = io_counters();
+        marker("== commits end\n");
+        (before, after)
+    };
+    // The end marker's own write is outside the counted span.
+    println!(
+        "{} {}",
+        (after.0 - before.0) as f64 / count as f64,
+        (after.1 - before.1) as f64 / count as f64
+    );
+}
+
+/// `IMAGEKEEPER_BENCH_ONLY=commit-io`: what one commit writes, counted, not timed (the
+/// kernel's `/proc/self/io` of a child making `samples` commits: write syscalls and bytes per
+/// commit), for our `mark_used` batch on the N store with quick repair on and off and for the
+/// floors. Run a child under `strace -f` (see [`commits_child`]) for the syncs.
+fn commit_io_table(work: &Path, n: usize, samples: usize, figures: &mut Figures) {
+    let k = n / 1000;
+    let path = work.join("io.redb");
+    drop(build(&path, &synth(n, 0x5eed), StoreOptions::default()));
+    for mode in ["quick", "full", "floor", "floor_sw", "floor_sw_quick"] {
+        let out = Command::new(std::env::current_exe().expect("own path"))
+            .env(CHILD_ENV, format!("commits:{mode}:{samples}"))
+            .env("IMAGEKEEPER_STORE_BENCH_PATH", &path)
+            .output()
+            .expect("run the child");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut parts = text.split_whitespace();
+        let writes: f64 = parts.next().and_then(|v| v.parse().ok()).expect("writes");
+        let bytes: f64 = parts.next().and_then(|v| v.parse().ok()).expect("bytes");
+        let name = match mode {
+            "quick" | "full" => format!("{k}k_{mode}"),
+            floor => floor.to_owned(),
+        };
+        figures.add(&format!("commit_io_{name}_writes"), writes, "per commit");
+        figures.add(&format!("commit_io_{name}_bytes"), bytes, "B per commit");
+    }
 }
