@@ -24,7 +24,7 @@
 //!   commit and the open after a SIGKILL (warm and cold page cache), quick repair on and off.
 //! - `IMAGEKEEPER_BENCH_ONLY=commit-io` counts, not times, what one commit writes: a child
 //!   makes `IMAGEKEEPER_STORE_BENCH_COMMITS` one-record commits per mode (ours on the N store
-//!   with quick repair on and off, the one-phase floor, the single-writer floor with quick
+//!   with quick repair on and off, a size update with quick repair, the one-phase floor, the single-writer floor with quick
 //!   repair off and on) and reports write syscalls and bytes per commit from `/proc/self/io`
 //!   (`commit_io_*`); under `strace -f` its stderr markers cut out the commits (syncs, locks).
 //! - `store_peak_rss_*_cache_*`: a child process opens the N store with a given redb cache,
@@ -719,7 +719,7 @@ fn commits_child(path: &Path, arg: &str) {
             .expect("stderr")
     };
     let (before, after) = if let Some(quick) = match mode {
-        "quick" => Some(true),
+        "quick" | "resize" => Some(true),
         "full" => Some(false),
         _ => None,
     } {
@@ -741,7 +741,19 @@ fn commits_child(path: &Path, arg: &str) {
         for i in 0..count {
             let mut batch = Batch::new();
             let key = keys[rng.usize(..keys.len())].clone();
-            batch.mark_used(key, UnixNanos(NOW + (i as i64 + 1) * SECOND), None);
+            if mode == "resize" {
+                // A size update: the record's times, so its index row, stay.
+                let record = store.get(&key).expect("get").expect("a record");
+                batch.upsert(
+                    key,
+                    ImageRecord {
+                        size: record.size + 1,
+                        ..record
+                    },
+                );
+            } else {
+                batch.mark_used(key, UnixNanos(NOW + (i as i64 + 1) * SECOND), None);
+            }
             assert!(store.apply(&batch).expect("commit"));
         }
         let after = io_counters();
@@ -785,7 +797,14 @@ fn commit_io_table(work: &Path, n: usize, samples: usize, figures: &mut Figures)
     let k = n / 1000;
     let path = work.join("io.redb");
     drop(build(&path, &synth(n, 0x5eed), StoreOptions::default()));
-    for mode in ["quick", "full", "floor", "floor_sw", "floor_sw_quick"] {
+    for mode in [
+        "quick",
+        "full",
+        "resize",
+        "floor",
+        "floor_sw",
+        "floor_sw_quick",
+    ] {
         let out = Command::new(std::env::current_exe().expect("own path"))
             .env(CHILD_ENV, format!("commits:{mode}:{samples}"))
             .env("IMAGEKEEPER_STORE_BENCH_PATH", &path)
@@ -801,7 +820,7 @@ fn commit_io_table(work: &Path, n: usize, samples: usize, figures: &mut Figures)
         let writes: f64 = parts.next().and_then(|v| v.parse().ok()).expect("writes");
         let bytes: f64 = parts.next().and_then(|v| v.parse().ok()).expect("bytes");
         let name = match mode {
-            "quick" | "full" => format!("{k}k_{mode}"),
+            "quick" | "full" | "resize" => format!("{k}k_{mode}"),
             floor => floor.to_owned(),
         };
         figures.add(&format!("commit_io_{name}_writes"), writes, "per commit");

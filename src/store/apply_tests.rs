@@ -2,7 +2,7 @@
 //! operations touch (each opened at its first use), and a one-record batch writes exactly its
 //! record and its index row, leaving every other table as it was.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use super::check_tests::{key, record};
 use super::{Batch, Store};
@@ -14,6 +14,8 @@ use crate::model::{
 thread_local! {
     /// The tables `apply` opened on this thread, in order (test builds only).
     pub(super) static OPENED: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    /// The eviction-index rows `apply` removed or inserted on this thread (test builds only).
+    pub(super) static INDEX_WRITES: Cell<u32> = const { Cell::new(0) };
 }
 
 const SECOND: i64 = 1_000_000_000;
@@ -169,4 +171,46 @@ fn a_one_record_mark_writes_its_record_and_index_row_and_nothing_else() {
         store.get(&key("a")).expect("get").map(|r| r.last_used),
         Some(UnixNanos(now.0 + 1))
     );
+}
+
+/// The index rows one `apply` of `batch` removed or inserted.
+fn index_writes_by(store: &Store, batch: &Batch) -> u32 {
+    INDEX_WRITES.with(|n| n.set(0));
+    assert!(store.apply(batch).expect("apply"));
+    INDEX_WRITES.with(Cell::get)
+}
+
+#[test]
+fn a_record_update_that_keeps_its_times_keeps_its_index_row_unwritten() {
+    let (_dir, mut store) = populated();
+    let a = store.get(&key("a")).expect("get").expect("a");
+    // A size or pin change keeps the record's times, so its row: not written again (each
+    // write copies the index's path to the row, a few pages per commit).
+    for changed in [
+        ImageRecord {
+            size: a.size + 1,
+            ..a
+        },
+        ImageRecord {
+            size: a.size + 1,
+            pinned: !a.pinned,
+            ..a
+        },
+    ] {
+        let mut update = Batch::new();
+        update.upsert(key("a"), changed);
+        assert_eq!(index_writes_by(&store, &update), 0, "{changed:?}");
+        assert_eq!(store.get(&key("a")).expect("get"), Some(changed));
+    }
+    // A mark moves the row: the old one removed, the new one inserted.
+    let mut mark = Batch::new();
+    mark.mark_used(key("a"), UnixNanos(40 * SECOND), None);
+    assert_eq!(index_writes_by(&store, &mark), 2);
+    assert_eq!(
+        (store.eviction_order().expect("order"))
+            .map(|r| r.expect("record").key)
+            .collect::<Vec<_>>(),
+        [key("b"), key("a")]
+    );
+    assert_eq!(store.check().expect("check"), []);
 }
