@@ -147,7 +147,7 @@ fn repository(tag: &str) -> &str {
     // `rsplit_once(':')` without a call to `memrchr`).
     let bytes = tag.as_bytes();
     match bytes.iter().rposition(|&b| b == b':') {
-        Some(at) if !bytes[at + 1..].iter().any(|&b| b == b'/') => tag.get(..at).unwrap_or(tag),
+        Some(at) if !bytes[at + 1..].contains(&b'/') => tag.get(..at).unwrap_or(tag),
         _ => tag,
     }
 }
