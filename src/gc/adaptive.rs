@@ -143,8 +143,11 @@ pub fn returns(journal: &[(JournalKey, JournalEntry)]) -> BTreeMap<ImageId, u32>
 /// The repository of a repo tag (`reg/app:1` → `reg/app`; a name without a tag is its own
 /// repository).
 fn repository(tag: &str) -> &str {
-    match tag.rsplit_once(':') {
-        Some((repo, tag)) if !tag.contains('/') => repo,
+    // The last ':', by a short scan from the end (a tag is a name's last few bytes; this is
+    // `rsplit_once(':')` without a call to `memrchr`).
+    let bytes = tag.as_bytes();
+    match bytes.iter().rposition(|&b| b == b':') {
+        Some(at) if !bytes[at + 1..].contains(&b'/') => tag.get(..at).unwrap_or(tag),
         _ => tag,
     }
 }
@@ -220,28 +223,45 @@ pub(crate) fn superseded_among<'t>(
     first_detected: impl Fn(usize) -> UnixNanos,
     tags: &ListedTags<'t>,
 ) -> Vec<Option<&'t str>> {
-    // The newest image of each repository: (first detected, position, tag).
-    let mut newest: HashMap<&str, (UnixNanos, usize, &str)> = HashMap::with_capacity(keys.len());
+    // The newest image of each repository: (first detected, position, tag), found by the
+    // repository's slot (each tag's repository hashed once: the slots are kept, in the order
+    // the tags are visited, for the second pass).
+    let mut slot_of: HashMap<&str, u32> = HashMap::with_capacity(keys.len());
+    let mut newest: Vec<(UnixNanos, usize, &str)> = Vec::with_capacity(keys.len());
+    let mut slots: Vec<u32> = Vec::with_capacity(keys.len());
     for (i, key) in keys.iter().enumerate() {
         let first = first_detected(i);
         for &tag in tags.of(i) {
-            let entry = newest.entry(repository(tag)).or_insert((first, i, tag));
+            let next = u32::try_from(newest.len()).expect("fewer than 4G repositories");
+            let slot = *slot_of.entry(repository(tag)).or_insert(next);
+            slots.push(slot);
+            if slot == next {
+                newest.push((first, i, tag));
+                continue;
+            }
+            let entry = &mut newest[slot as usize];
             // (An image is never newer than itself: its key is not compared with itself.)
             if entry.1 != i && (first, key) > (entry.0, &keys[entry.1]) {
                 *entry = (first, i, tag);
             }
         }
     }
+    drop(slot_of);
+    let mut visited = 0;
     keys.iter()
         .enumerate()
         .map(|(i, key)| {
             let first_detected = first_detected(i);
+            // This image's tags' slots, in the order the first pass visited them.
+            let count = tags.of(i).len();
+            let mine = slots.get(visited..visited + count).unwrap_or_default();
+            visited += count;
             // Superseded when every repository it is tagged in has a newer image; named by
             // the first.
             let mut first = None;
-            for &tag in tags.of(i) {
+            for &slot in mine {
                 let newer = newest
-                    .get(repository(tag))
+                    .get(slot as usize)
                     .filter(|(at, at_position, _)| {
                         *at > first_detected && *at_position != i && keys[*at_position] != *key
                     })
@@ -386,6 +406,35 @@ mod tests {
 
     fn order(ranked: &[(StoredRecord, AdaptiveRank)]) -> Vec<String> {
         short_ids(ranked)
+    }
+
+    /// A repository is the tag's text before its last ':' unless a '/' follows it (a port),
+    /// as `rsplit_once` splits it.
+    #[test]
+    fn a_repository_is_the_name_before_the_tag() {
+        let reference = |tag: &str| -> String {
+            match tag.rsplit_once(':') {
+                Some((repo, t)) if !t.contains('/') => repo.to_owned(),
+                _ => tag.to_owned(),
+            }
+        };
+        for tag in [
+            "",
+            ":",
+            "a:",
+            ":b",
+            "reg/app:1",
+            "reg:5000/app",
+            "reg:5000/app:v1",
+            "app",
+            "a:b:c",
+            "reg/app:1/x",
+            "ü:ß",
+            "reg/äpp:1",
+        ] {
+            assert_eq!(repository(tag), reference(tag), "{tag:?}");
+        }
+        assert_eq!(repository("reg:5000/app:v1"), "reg:5000/app");
     }
 
     /// Superseded images first, then one-off ones, then reused ones; least recently used

@@ -33,6 +33,23 @@ pub struct HistoryRows {
     pub pulls: Vec<(u32, UnixNanos)>,
 }
 
+/// How two byte strings compare (as `<[u8]>::cmp`), 8 bytes at a time inline: keys' ids
+/// differ within their first 16 bytes, where a call to `memcmp` costs more than comparing.
+fn cmp_bytes(a: &[u8], b: &[u8]) -> Ordering {
+    let n = a.len().min(b.len());
+    let (mut a8, mut b8) = (a[..n].chunks_exact(8), b[..n].chunks_exact(8));
+    for (x, y) in a8.by_ref().zip(b8.by_ref()) {
+        let word = |c: &[u8]| u64::from_be_bytes(c.try_into().expect("chunks of exactly 8"));
+        let (x, y) = (word(x), word(y));
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    a8.remainder()
+        .cmp(b8.remainder())
+        .then(a.len().cmp(&b.len()))
+}
+
 /// How the byte sequences that are the concatenations of `a`'s and of `b`'s pieces compare,
 /// without concatenating them.
 fn cmp_pieces(a: &[&[u8]], b: &[&[u8]]) -> Ordering {
@@ -77,7 +94,7 @@ pub(super) fn cmp_encoded(stored: &[u8], (id, handler): KeyParts<'_>) -> Orderin
     }
     // One comparison of the ids' bytes, then the separator and the handlers'.
     let n = rest.len().min(id.len());
-    match rest[..n].cmp(&id[..n]) {
+    match cmp_bytes(&rest[..n], &id[..n]) {
         Ordering::Equal => {}
         other => return other,
     }
@@ -86,7 +103,7 @@ pub(super) fn cmp_encoded(stored: &[u8], (id, handler): KeyParts<'_>) -> Orderin
     }
     match rest[n..].split_first() {
         None => Ordering::Less,
-        Some((&separator, after)) => separator.cmp(&0).then_with(|| after.cmp(handler)),
+        Some((&separator, after)) => separator.cmp(&0).then_with(|| cmp_bytes(after, handler)),
     }
 }
 
@@ -94,8 +111,8 @@ pub(super) fn cmp_encoded(stored: &[u8], (id, handler): KeyParts<'_>) -> Orderin
 /// within the shorter id (as ids of one length do), else the pieces that follow.
 fn cmp_keys_encoded((a_id, a_handler): KeyParts<'_>, (b_id, b_handler): KeyParts<'_>) -> Ordering {
     let n = a_id.len().min(b_id.len());
-    match a_id[..n].cmp(&b_id[..n]) {
-        Ordering::Equal if a_id.len() == b_id.len() => a_handler.cmp(b_handler),
+    match cmp_bytes(&a_id[..n], &b_id[..n]) {
+        Ordering::Equal if a_id.len() == b_id.len() => cmp_bytes(a_handler, b_handler),
         Ordering::Equal => cmp_pieces(
             &[&a_id[n..], &[0], a_handler],
             &[&b_id[n..], &[0], b_handler],
@@ -111,11 +128,59 @@ fn strictly_ascending(keys: &[KeyParts<'_>]) -> bool {
         .all(|w| cmp_keys_encoded(w[0], w[1]) == Ordering::Less)
 }
 
-/// Finds keys by their encodings: by binary search in the keys themselves when they are
-/// strictly ascending (a detect's list), else in their indexes sorted by encoding.
+/// The byte at `at` of the encoding of `key` (`[1][id][0][handler]`), `None` past its end.
+fn encoded_byte((id, handler): KeyParts<'_>, at: usize) -> Option<u8> {
+    match at.checked_sub(1) {
+        None => Some(LAYOUT_V1),
+        Some(i) if i < id.len() => Some(id[i]),
+        Some(i) if i == id.len() => Some(0),
+        Some(i) => handler.get(i - id.len() - 1).copied(),
+    }
+}
+
+/// The 8 bytes of `key`'s encoding from `at`, big-endian, zeros past its end. For encodings
+/// that agree before `at`, `a < b` gives `window(a) <= window(b)`: windows compared first, and
+/// the encodings only on equal windows, order such keys as their encodings do.
+fn key_window(key: KeyParts<'_>, at: usize) -> u64 {
+    let id = key.0;
+    // Most often the window lies within the id (an id is 71 bytes, the common prefix 8).
+    if let Some(bytes) = at
+        .checked_sub(1)
+        .and_then(|from| id.get(from..from + 8))
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+    {
+        return u64::from_be_bytes(bytes);
+    }
+    (0..8).fold(0, |w, j| {
+        (w << 8) | u64::from(encoded_byte(key, at + j).unwrap_or(0))
+    })
+}
+
+/// [`key_window`] of stored encoded bytes.
+fn stored_window(stored: &[u8], at: usize) -> u64 {
+    match stored
+        .get(at..)
+        .and_then(|rest| rest.get(..8))
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+    {
+        Some(bytes) => u64::from_be_bytes(bytes),
+        None => (0..8).fold(0, |w, j| {
+            (w << 8) | u64::from(stored.get(at + j).copied().unwrap_or(0))
+        }),
+    }
+}
+
+/// Finds keys by their encodings: by binary search over the keys in the encodings' order (the
+/// keys themselves when strictly ascending, as a detect's list is; else their indexes sorted),
+/// comparing first an integer per key (the 8 bytes of its encoding after the prefix every key's
+/// encoding shares, in one contiguous array) and the encodings only where those are equal.
 struct Lookup<'k, 'a> {
     keys: &'k [KeyParts<'a>],
     sorted: Option<Vec<u32>>,
+    /// The prefix every key's encoding starts with.
+    common: Vec<u8>,
+    /// Each key's [`key_window`] after `common`, in the encodings' order.
+    windows: Vec<u64>,
 }
 
 impl<'k, 'a> Lookup<'k, 'a> {
@@ -126,22 +191,65 @@ impl<'k, 'a> Lookup<'k, 'a> {
             sorted.sort_by(|&a, &b| cmp_keys_encoded(keys[a as usize], keys[b as usize]));
             sorted
         });
-        Lookup { keys, sorted }
+        let mut lookup = Lookup {
+            keys,
+            sorted,
+            common: Vec::new(),
+            windows: Vec::with_capacity(keys.len()),
+        };
+        // The first and the last encodings' common prefix is every one's.
+        if let (Some(first), Some(last)) = (lookup.key(0), lookup.key(keys.len().wrapping_sub(1))) {
+            lookup.common = (0..)
+                .map_while(|at| {
+                    encoded_byte(first, at).filter(|&b| encoded_byte(last, at) == Some(b))
+                })
+                .collect();
+        }
+        let at = lookup.common.len();
+        let windows = (0..keys.len()).filter_map(|i| lookup.key(i).map(|k| key_window(k, at)));
+        let windows: Vec<u64> = windows.collect();
+        lookup.windows = windows;
+        lookup
+    }
+
+    /// The key `rank`-th in the encodings' order.
+    fn key(&self, rank: usize) -> Option<KeyParts<'a>> {
+        match &self.sorted {
+            None => self.keys.get(rank).copied(),
+            Some(sorted) => sorted
+                .get(rank)
+                .and_then(|&i| self.keys.get(i as usize))
+                .copied(),
+        }
     }
 
     /// The index in the keys of one whose encoding `stored` is.
     fn find(&self, stored: &[u8]) -> Option<u32> {
-        match &self.sorted {
-            None => self
-                .keys
-                .binary_search_by(|key| cmp_encoded(stored, *key).reverse())
-                .ok()
-                .map(|at| u32::try_from(at).expect("fewer than 4G keys")),
-            Some(sorted) => sorted
-                .binary_search_by(|&i| cmp_encoded(stored, self.keys[i as usize]).reverse())
-                .ok()
-                .map(|at| sorted[at]),
+        if !stored.starts_with(&self.common) {
+            return None;
         }
+        let window = stored_window(stored, self.common.len());
+        // The keys whose windows equal `stored`'s, then the encodings among them.
+        let mut lo = self.windows.partition_point(|&w| w < window);
+        if self.windows.get(lo) != Some(&window) {
+            return None;
+        }
+        let mut hi = lo + self.windows[lo..].partition_point(|&w| w == window);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match cmp_encoded(stored, self.key(mid)?) {
+                Ordering::Less => hi = mid,
+                Ordering::Greater => lo = mid + 1,
+                Ordering::Equal => {
+                    let index = match &self.sorted {
+                        None => mid,
+                        Some(sorted) => sorted[mid] as usize,
+                    };
+                    return Some(u32::try_from(index).expect("fewer than 4G keys"));
+                }
+            }
+        }
+        None
     }
 }
 
@@ -303,6 +411,76 @@ mod tests {
                 let want = encode(a).cmp(&encode(b));
                 assert_eq!(cmp_keys_encoded(a, b), want, "{a:?} {b:?}");
                 assert_eq!(strictly_ascending(&[a, b]), want.is_lt(), "{a:?} {b:?}");
+            }
+        }
+    }
+
+    /// Comparing 8 bytes at a time is the slices' comparison, on every pair of strings of up
+    /// to 19 bytes over a small alphabet (differences in and after the words, prefixes).
+    #[test]
+    fn comparing_by_words_is_comparing_the_bytes() {
+        let mut rng = fastrand::Rng::with_seed(8);
+        let strings: Vec<Vec<u8>> = (0..400)
+            .map(|_| {
+                let len = rng.usize(0..20);
+                (0..len)
+                    .map(|_| [0u8, 1, b'a', 0xff][rng.usize(0..4)])
+                    .collect()
+            })
+            .collect();
+        for a in &strings {
+            for b in &strings {
+                assert_eq!(cmp_bytes(a, b), a.cmp(b), "{a:?} {b:?}");
+            }
+        }
+    }
+
+    /// The lookup finds exactly the keys whose encodings a stored key's bytes are (a linear
+    /// search's answer), for sets of keys sorted and shuffled, with ids and handlers that are
+    /// empty, hold the separator, share long prefixes (equal windows) or end within the window,
+    /// and stored bytes that are no key's encoding.
+    #[test]
+    fn the_lookup_finds_what_a_linear_search_finds() {
+        let mut parts: Vec<String> = [
+            "",
+            "\0",
+            "\x01",
+            "a",
+            "a\0",
+            "a\0b",
+            "ab",
+            "b",
+            "sha256:1",
+            "sha256:12",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        for i in 0..6 {
+            parts.push(format!("sha256:0123456789abcdef{i}"));
+            parts.push(format!("sha256:0123456{i}"));
+        }
+        let all: Vec<KeyParts<'_>> = parts
+            .iter()
+            .flat_map(|id| parts.iter().map(move |h| (id.as_bytes(), h.as_bytes())))
+            .collect();
+        let mut stored: Vec<Vec<u8>> = all.iter().map(|k| encode(*k)).collect();
+        stored.extend([vec![], vec![0], vec![2], vec![1], vec![1, 0], vec![1, b'a']]);
+        stored.push(b"\x01sha256:0123456789abcdef9\0".to_vec());
+        for seed in 0..200u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut keys: Vec<KeyParts<'_>> =
+                all.iter().copied().filter(|_| rng.u8(0..4) == 0).collect();
+            keys.sort_by_key(|k| encode(*k));
+            keys.dedup_by_key(|k| encode(*k));
+            if seed % 2 == 1 {
+                rng.shuffle(&mut keys);
+            }
+            let lookup = Lookup::new(&keys);
+            for s in &stored {
+                let want = keys.iter().position(|k| encode(*k) == *s);
+                let got = lookup.find(s).map(|i| i as usize);
+                assert_eq!(got, want, "seed {seed}: {s:?} among {keys:?}");
             }
         }
     }
