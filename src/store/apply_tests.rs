@@ -142,35 +142,6 @@ fn contents(store: &Store) -> Contents {
     }
 }
 
-#[test]
-fn a_one_record_mark_writes_its_record_and_index_row_and_nothing_else() {
-    let (_dir, mut store) = populated();
-    let before = contents(&store);
-    let commits = store.commits();
-    let now = UnixNanos(30 * SECOND);
-    let mut mark = Batch::new();
-    mark.mark_used(key("a"), now, None);
-    assert!(store.apply(&mark).expect("mark"));
-    assert_eq!(store.commits(), commits + 1, "one commit");
-    let after = contents(&store);
-    let mut expected = before;
-    for (k, r) in &mut expected.records {
-        if *k == key("a") {
-            r.last_used = now;
-        }
-    }
-    // a is now the most recently used: last in eviction order.
-    expected.eviction_order = vec![key("b"), key("a")];
-    assert_eq!(after, expected);
-    assert_eq!(store.check().expect("check"), []);
-    // The same mark again still moves last_used (one nanosecond), so it commits again.
-    assert!(store.apply(&mark).expect("mark again"));
-    assert_eq!(
-        store.get(&key("a")).expect("get").map(|r| r.last_used),
-        Some(UnixNanos(now.0 + 1))
-    );
-}
-
 /// The image `sha256:<id>` with `tags`, as a runtime lists it.
 fn listed(id: &str, tags: &[&str]) -> crate::model::RuntimeImage {
     crate::model::RuntimeImage {
@@ -274,4 +245,33 @@ fn listed_sightings_write_what_their_expanded_operations_write() {
     assert_eq!(applied.repulls.len(), 1, "c came back: {applied:?}");
     assert_eq!(contents(&store_a), contents(&store_b));
     assert_eq!(store_a.check().expect("check"), []);
+}
+
+#[test]
+fn a_one_record_mark_writes_its_record_and_index_row_and_nothing_else() {
+    let (_dir, mut store) = populated();
+    let before = contents(&store);
+    let commits = store.commits();
+    let now = UnixNanos(30 * SECOND);
+    let mut mark = Batch::new();
+    mark.mark_used(key("a"), now, None);
+    assert!(store.apply(&mark).expect("mark"));
+    assert_eq!(store.commits(), commits + 1, "one commit");
+    let after = contents(&store);
+    let mut expected = before;
+    for (k, r) in &mut expected.records {
+        if *k == key("a") {
+            r.last_used = now;
+        }
+    }
+    // a is now the most recently used: last in eviction order.
+    expected.eviction_order = vec![key("b"), key("a")];
+    assert_eq!(after, expected);
+    assert_eq!(store.check().expect("check"), []);
+    // The same mark again still moves last_used (one nanosecond), so it commits again.
+    assert!(store.apply(&mark).expect("mark again"));
+    assert_eq!(
+        store.get(&key("a")).expect("get").map(|r| r.last_used),
+        Some(UnixNanos(now.0 + 1))
+    );
 }
