@@ -285,7 +285,7 @@ impl WireImagesBuilder {
         self.list.images.shrink_to_fit();
         self.list.names.shrink_to_fit();
         ImageList {
-            repr: Repr::Wire(self.list),
+            repr: Repr::Wire(Arc::new(self.list)),
         }
     }
 }
@@ -301,8 +301,10 @@ pub struct ImageList {
 enum Repr {
     /// Shared with whoever handed the list out (a scripted runtime keeps one copy).
     Owned(Arc<Vec<RuntimeImage>>),
+    /// Shared too: a clone (a detect's batch holds the list its sightings point into) is a
+    /// count, not a copy of the spans.
     #[cfg_attr(not(feature = "cri"), allow(dead_code))]
-    Wire(WireImages),
+    Wire(Arc<WireImages>),
 }
 
 impl Default for ImageList {
@@ -338,6 +340,15 @@ impl ImageList {
     /// Whether the list holds no image.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether `other` is a clone of this list (the same images, shared).
+    pub fn same_as(&self, other: &ImageList) -> bool {
+        match (&self.repr, &other.repr) {
+            (Repr::Owned(a), Repr::Owned(b)) => Arc::ptr_eq(a, b),
+            (Repr::Wire(a), Repr::Wire(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 
     /// The image at `index` in list order.

@@ -66,8 +66,8 @@ impl FaultHooks for SimFaults {
             return plan;
         }
         let mut batch = Batch::new();
-        for op in plan.batch.ops() {
-            match op {
+        for op in plan.batch.expanded_ops() {
+            match op.as_ref() {
                 BatchOp::Sight { key, sighting, .. } => batch.upsert(
                     key.clone(),
                     ImageRecord::after_sighting(existing.get(key).copied(), *sighting),

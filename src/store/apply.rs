@@ -34,12 +34,13 @@ use super::tables::{
 };
 use super::validate::validate_op;
 use super::{
-    Applied, Batch, BatchOp, Handle, IndexMismatch, Store, StoreError, TxnError, history, journal,
+    Applied, Batch, BatchOp, Handle, IndexMismatch, ListedSightings, Store, StoreError, TxnError,
+    history, journal,
 };
 use crate::model::{
-    BackoffEntry, EvictionNote, ImageNames, ImagePin, ImageRecord, JournalEntry, JournalRetention,
-    PinKey, PullEntry, PullKey, PullOrigin, RecordKey, Remover, Repull, Sighting, UnixNanos,
-    UseInterval, UseKey, WarmRow,
+    BackoffEntry, EvictionNote, ImageLike, ImageNames, ImagePin, ImageRecord, JournalEntry,
+    JournalRetention, PinKey, PullEntry, PullKey, PullOrigin, RecordKey, Remover, Repull, Sighting,
+    UnixNanos, UseInterval, UseKey, WarmRow,
 };
 
 impl Store {
@@ -196,6 +197,7 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
                 sighting,
                 names,
             } => self.sight(key, *sighting, names.as_ref()),
+            BatchOp::Sightings(sightings) => self.sightings(sightings),
             BatchOp::ClampFuture { key, limit, now } => self.clamp_future(key, *limit, *now),
             BatchOp::Remove { key } => self.remove(key),
             BatchOp::RemoveUnlisted {
@@ -277,6 +279,22 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
             record_changed | names_changed,
             creates.then_some((key, sighting.now)),
         )
+    }
+
+    /// [`BatchOp::Sightings`]: each entry as the operations it stands for, a clamp (when
+    /// flagged) then the sighting, the key and names read from the listed image (a key built
+    /// for the entry's writes and dropped after them: the batch holds none).
+    fn sightings(&mut self, sightings: &ListedSightings) -> Result<bool, TxnError> {
+        let mut changed = false;
+        for (image, clamp, sighting, names) in sightings.iter() {
+            let key = image.record_key();
+            if let Some(limit) = clamp {
+                changed |= self.clamp_future(&key, limit, sighting.now)?;
+            }
+            let names = names.then(|| ImageNames::of(&image));
+            changed |= self.sight(&key, sighting, names.as_ref())?;
+        }
+        Ok(changed)
     }
 
     /// What follows a mark's or a sighting's write, `changed` saying whether it changed

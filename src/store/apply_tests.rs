@@ -144,6 +144,111 @@ fn contents(store: &Store) -> Contents {
     }
 }
 
+/// The image `sha256:<id>` with `tags`, as a runtime lists it.
+fn listed(id: &str, tags: &[&str]) -> crate::model::RuntimeImage {
+    crate::model::RuntimeImage {
+        id: crate::model::ImageId::new(format!("sha256:{id}")),
+        repo_tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+        size: 20,
+        ..Default::default()
+    }
+}
+
+fn names(tags: &[&str]) -> ImageNames {
+    ImageNames {
+        repo_tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+        repo_digests: Vec::new(),
+    }
+}
+
+/// Issue 40: a detect's sightings held as positions in the runtime's list
+/// (`Batch::sight_listed`, no owned key or names) write exactly what the same operations with
+/// owned keys and names write: records, index, names, the detected pulls of the records it
+/// creates and the re-pull mark of c's journal entry; the names a listed image does not list
+/// go to a `SetNames` at the end, as for a key not sighted.
+#[test]
+fn listed_sightings_write_what_their_expanded_operations_write() {
+    let images: crate::model::ImageList = vec![
+        listed("d", &["d:1"]),
+        listed("a", &["a:2"]),
+        listed("e", &[]),
+        listed("c", &["c:1"]),
+    ]
+    .into();
+    let now = UnixNanos(30 * SECOND);
+    let sighting = |in_use: bool| crate::model::Sighting {
+        now,
+        in_use,
+        size: 20,
+        pinned: false,
+        used_at: UnixNanos::NEVER,
+    };
+    let limit = UnixNanos(3 * SECOND);
+    let mut compact = Batch::new();
+    // Key order: a (clamped: its last_used 5 s is after the limit), c, d, e.
+    assert!(compact.sight_listed(&images, 1, Some(limit), sighting(true)));
+    assert!(compact.sight_listed(&images, 3, None, sighting(false)));
+    assert!(compact.sight_listed(&images, 0, None, sighting(false)));
+    assert!(compact.sight_listed(&images, 2, None, sighting(false)));
+    assert!(
+        !compact.sight_listed(&images, 4, None, sighting(false)),
+        "outside the list"
+    );
+    let mut writer = compact.names_in_key_order();
+    writer.set(key("a"), names(&["a:2"]));
+    writer.set(key("b"), names(&["b:9"]));
+    writer.set(key("c"), names(&["c:1"]));
+    writer.set(key("d"), names(&["d:1"]));
+    writer.set(key("e"), names(&["e:9"]));
+    compact.stamp_if_changed("last_detect", now.0);
+    assert_eq!(compact.ops().len(), 3, "one Sightings, two SetNames");
+    let sight = |id: &str, in_use: bool, tags: Option<&[&str]>| super::BatchOp::Sight {
+        key: key(id),
+        sighting: sighting(in_use),
+        names: tags.map(names),
+    };
+    let expanded: Vec<super::BatchOp> = compact
+        .expanded_ops()
+        .into_iter()
+        .map(std::borrow::Cow::into_owned)
+        .collect();
+    assert_eq!(
+        expanded,
+        vec![
+            super::BatchOp::ClampFuture {
+                key: key("a"),
+                limit,
+                now
+            },
+            sight("a", true, Some(&["a:2"])),
+            sight("c", false, Some(&["c:1"])),
+            sight("d", false, Some(&["d:1"])),
+            sight("e", false, None),
+            super::BatchOp::SetNames {
+                key: key("b"),
+                names: names(&["b:9"])
+            },
+            super::BatchOp::SetNames {
+                key: key("e"),
+                names: names(&["e:9"])
+            },
+        ]
+    );
+    let classic = Batch {
+        ops: expanded,
+        stamps: compact.stamps.clone(),
+        notes: compact.notes.clone(),
+    };
+    assert_eq!(classic, compact, "equal batches: the same operations");
+    let (_dir_a, mut store_a) = populated();
+    let (_dir_b, store_b) = populated();
+    let applied = store_a.apply_reporting(&compact).expect("compact");
+    assert_eq!(applied, store_b.apply_reporting(&classic).expect("classic"));
+    assert_eq!(applied.repulls.len(), 1, "c came back: {applied:?}");
+    assert_eq!(contents(&store_a), contents(&store_b));
+    assert_eq!(store_a.check().expect("check"), []);
+}
+
 #[test]
 fn a_one_record_mark_writes_its_record_and_index_row_and_nothing_else() {
     let (_dir, mut store) = populated();

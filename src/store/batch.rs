@@ -1,17 +1,24 @@
 //! A batch of changes that the store applies as one write transaction: one detect cycle, one
 //! pull outcome, one GC removal. Applying a batch that changes nothing commits nothing.
 
+use std::borrow::Cow;
+
 use crate::model::{
-    BackoffEntry, EvictionNote, ImageNames, ImagePin, ImageRecord, PinKey, PullEntry, PullKey,
-    RecordKey, Sighting, UnixNanos, WarmRow,
+    BackoffEntry, EvictionNote, ImageList, ImageNames, ImagePin, ImageRecord, PinKey, PullEntry,
+    PullKey, RecordKey, Sighting, UnixNanos, WarmRow,
 };
+
+mod sightings;
+
+pub use sightings::ListedSightings;
 
 /// One change inside a [`Batch`].
 ///
-/// A first detect of n images holds n operations (a [`BatchOp::Sight`] with the image's
-/// names per image), so the enum's size is the batch's cost per operation: a `Sight` (a key,
-/// the sighting and the names) is the largest variant (128 bytes, a test holds it), and no
-/// rarer operation is larger (a pull's key and entry, the largest of them, are 112).
+/// A detect's sightings go into one [`BatchOp::Sightings`] (an entry of 40 bytes per image,
+/// its key and names read from the runtime's list), so a first detect of n images holds a
+/// few operations, not n. A `Sight` (a key, the sighting and the names) is the largest
+/// variant (128 bytes, a test holds it): the size of every operation of a batch that does not
+/// come from a detect's walk.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BatchOp {
     /// Make the record exactly this.
@@ -47,6 +54,10 @@ pub enum BatchOp {
         /// The image's names, for a new image.
         names: Option<ImageNames>,
     },
+    /// Detect's sightings of images of one runtime list, each with its clamp and names: the
+    /// operations [`ListedSightings::expanded`] gives, in order, held without an owned key or
+    /// names per image (see [`Batch::sight_listed`]).
+    Sightings(Box<ListedSightings>),
     /// Detect's undoing of a clock that was ahead: each of the record's first_detected and
     /// last_used that lies after `limit` (as the record is inside the write transaction)
     /// becomes `now`; a record with no such stamp, or none, is left as it is.
@@ -174,8 +185,10 @@ pub enum BatchOp {
     },
 }
 
-/// Changes applied together, atomically and durably, by [`super::Store::apply`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Changes applied together, atomically and durably, by [`super::Store::apply`]. Two batches
+/// are equal when they apply the same operations ([`Batch::expanded_ops`]), however their
+/// sightings are held.
+#[derive(Clone, Debug, Default)]
 pub struct Batch {
     pub(super) ops: Vec<BatchOp>,
     /// Meta values written only when the other operations changed something, so that a
@@ -198,11 +211,68 @@ impl Batch {
         self.ops.is_empty() && self.notes.is_empty()
     }
 
-    /// Makes room for `additional` more operations at once, exactly (a first detect knows
-    /// its length: one sighting per listed image), so the operations are not grown by
+    /// Makes room for `additional` more sightings of `images` at once, exactly (a first
+    /// detect knows its length: one sighting per listed image), so they are not grown by
     /// doubling.
-    pub fn reserve(&mut self, additional: usize) {
-        self.ops.reserve_exact(additional);
+    /// No room asked, nothing is added (an empty batch stays empty).
+    pub fn reserve_sightings(&mut self, images: &ImageList, additional: usize) {
+        if additional == 0 {
+            return;
+        }
+        self.listed_sightings(images, None).reserve(additional);
+    }
+
+    /// Adds the sighting of the image at `position` in `images` (the runtime's list as the
+    /// detect read it), after a [`BatchOp::ClampFuture`] of its key at `clamp` (and the
+    /// sighting's `now`) if given: the same as those operations with the image's record key,
+    /// held as 40 bytes in the batch's [`BatchOp::Sightings`] of that list. Returns false,
+    /// adding nothing, for a position outside the list.
+    pub fn sight_listed(
+        &mut self,
+        images: &ImageList,
+        position: usize,
+        clamp: Option<UnixNanos>,
+        sighting: Sighting,
+    ) -> bool {
+        self.listed_sightings(images, clamp)
+            .push(position, clamp, sighting)
+    }
+
+    /// The last operation if it is a [`BatchOp::Sightings`] that can take a sighting of
+    /// `images` clamped at `clamp`, else a new one pushed.
+    fn listed_sightings(
+        &mut self,
+        images: &ImageList,
+        clamp: Option<UnixNanos>,
+    ) -> &mut ListedSightings {
+        let fits = matches!(
+            self.ops.last(),
+            Some(BatchOp::Sightings(s)) if s.accepts(images, clamp)
+        );
+        if !fits {
+            self.ops
+                .push(BatchOp::Sightings(Box::new(ListedSightings::new(
+                    images.clone(),
+                ))));
+        }
+        match self.ops.last_mut() {
+            Some(BatchOp::Sightings(s)) => s,
+            _ => unreachable!("a Sightings operation was just found or pushed last"),
+        }
+    }
+
+    /// The operations as the store applies them: each [`BatchOp::Sightings`] as the
+    /// operations it stands for, with owned keys and names (see
+    /// [`ListedSightings::expanded`]), the others as they are.
+    pub fn expanded_ops(&self) -> Vec<Cow<'_, BatchOp>> {
+        let mut out = Vec::with_capacity(self.ops.len());
+        for op in &self.ops {
+            match op {
+                BatchOp::Sightings(s) => out.extend(s.expanded().into_iter().map(Cow::Owned)),
+                other => out.push(Cow::Borrowed(other)),
+            }
+        }
+        out
     }
 
     /// Writes `name = value` (when it differs) whatever the rest of the batch does, without
@@ -303,6 +373,7 @@ impl Batch {
         SightedNames {
             batch: self,
             next: 0,
+            entry: 0,
         }
     }
 
@@ -370,6 +441,16 @@ impl Batch {
     }
 }
 
+impl PartialEq for Batch {
+    fn eq(&self, other: &Batch) -> bool {
+        self.stamps == other.stamps
+            && self.notes == other.notes
+            && self.expanded_ops() == other.expanded_ops()
+    }
+}
+
+impl Eq for Batch {}
+
 /// Names handed in increasing key order (as detect's names walk hands them): the names of a
 /// key the batch sights go into that [`BatchOp::Sight`], any other's into a
 /// [`BatchOp::SetNames`] at the batch's end. A cursor walks the batch's leading run of
@@ -382,6 +463,8 @@ pub struct SightedNames<'a> {
     batch: &'a mut Batch,
     /// The first operation not yet passed.
     next: usize,
+    /// In a [`BatchOp::Sightings`] at `next`, its first entry not yet passed.
+    entry: usize,
 }
 
 impl SightedNames<'_> {
@@ -390,6 +473,16 @@ impl SightedNames<'_> {
     pub fn set(&mut self, key: RecordKey, names: ImageNames) {
         while let Some(op) = self.batch.ops.get_mut(self.next) {
             match op {
+                BatchOp::Sightings(sightings) => {
+                    match sightings.name(&mut self.entry, &key, &names) {
+                        sightings::Named::Taken => return,
+                        sightings::Named::Passed => {
+                            self.next += 1;
+                            self.entry = 0;
+                        }
+                        sightings::Named::Stopped => break,
+                    }
+                }
                 BatchOp::Sight {
                     key: sighted,
                     names: slot @ None,
@@ -429,6 +522,20 @@ mod tests {
             + std::mem::size_of::<Sighting>()
             + std::mem::size_of::<ImageNames>();
         assert!(BATCH_OP_BYTES <= sight + 8, "{sight}");
+    }
+
+    /// Issue 40: a detect's sighting costs [`sightings::ENTRY_BYTES`] in the batch (a
+    /// position in the runtime's list, not a `Sight` of 128 bytes with an owned key and
+    /// names): at 100k new images the first detect's batch was the replay's peak, so an entry
+    /// must not silently grow.
+    #[test]
+    fn a_listed_sighting_is_no_larger_than_its_sighting_and_a_position() {
+        assert!(
+            std::mem::size_of::<sightings::Entry>() <= sightings::ENTRY_BYTES,
+            "{}",
+            std::mem::size_of::<sightings::Entry>()
+        );
+        assert!(sightings::ENTRY_BYTES <= std::mem::size_of::<Sighting>() + 8);
     }
 
     fn names(tag: &str) -> ImageNames {

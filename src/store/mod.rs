@@ -68,7 +68,7 @@ use redb::{
     TableDefinition,
 };
 
-pub use batch::{Batch, BatchOp, SightedNames};
+pub use batch::{Batch, BatchOp, ListedSightings, SightedNames};
 pub use check::Violation;
 /// The byte layouts the fuzz `decode` target (and the crate's own tests) round-trip.
 #[cfg(any(test, feature = "fault-injection"))]

@@ -76,6 +76,12 @@ pub(super) fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
             }
             &key.key
         }
+        BatchOp::Sightings(sightings) => {
+            for (image, ..) in sightings.iter() {
+                validate_image_id(image.id_str())?;
+            }
+            return Ok(());
+        }
         BatchOp::ObserveUses { in_use, .. } => {
             for key in in_use {
                 validate_record_key(key)?;
@@ -118,7 +124,11 @@ fn validate_warm_row(row: &WarmRow) -> Result<(), StoreError> {
 }
 
 fn validate_record_key(key: &RecordKey) -> Result<(), StoreError> {
-    let id = key.image_id.as_str();
+    validate_image_id(key.image_id.as_str())
+}
+
+/// A record key's check: only its image id has rules.
+fn validate_image_id(id: &str) -> Result<(), StoreError> {
     let reason = if id.is_empty() {
         "the image id is empty"
     } else if id.contains('\0') {

@@ -91,6 +91,11 @@ impl ListedImages {
         self.order.iter().map(|&i| self.at(i))
     }
 
+    /// Each key's image with its position in [`ListedImages::as_listed`], in key order.
+    pub fn iter_with_positions(&self) -> impl Iterator<Item = (usize, ImageRef<'_>)> + Clone {
+        self.order.iter().map(|&i| (i as usize, self.at(i)))
+    }
+
     /// The image that stands for the `index`-th key in key order ([`ListedImages::iter`]'s
     /// `index`-th), found without walking the ones before it.
     pub fn nth_in_key_order(&self, index: usize) -> Option<ImageRef<'_>> {

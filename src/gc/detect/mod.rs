@@ -134,10 +134,6 @@ pub struct DetectInput<'a> {
     pub now: UnixNanos,
 }
 
-/// The operations a first detect's batch holds beyond one per listed image (a clamp of the
-/// clock, the expired pins, the uses, spare).
-const FIRST_DETECT_SPARE_OPS: usize = 8;
-
 /// Plans one detect cycle at `input.now` by merging `records` (the records as read before the
 /// runtime was listed, in key order, one at a time) with `listed`: new images get
 /// first_detected = now, images in use get last_used = now, size and pinned are refreshed,
@@ -159,11 +155,11 @@ where
     let limit = now.saturating_add(FUTURE_STAMP_TOLERANCE);
     let mut records = Cursor::start(records.into_iter())?;
     if records.peek().is_none() {
-        // A first detect (no record yet): a sighting per listed image and a few operations
-        // after them (the manager's pins, uses, meta), held at that length rather than grown
-        // by doubling (issue 40: the first detect of 100k images is the replay's peak).
+        // A first detect (no record yet): a sighting per listed image, held at that length
+        // rather than grown by doubling (issue 40: the first detect of 100k images is the
+        // replay's peak), each 40 bytes pointing into the list (`Batch::sight_listed`).
         plan.batch
-            .reserve(listed.len().saturating_add(FIRST_DETECT_SPARE_OPS));
+            .reserve_sightings(listed.as_listed(), listed.len());
     }
     // Unlisted records' removals, written after every sighting as the reference orders them.
     let mut unlisted: Vec<(RecordKey, UnixNanos)> = Vec::new();
@@ -171,7 +167,7 @@ where
     // key order): one comparison or two per image instead of a tree lookup of its key.
     let mut in_use = input.in_use.iter().peekable();
     let mut used_at = input.used_at.iter().peekable();
-    for image in listed.iter() {
+    for (position, image) in listed.iter_with_positions() {
         while in_use
             .next_if(|k| listed::compare(k, image).is_lt())
             .is_some()
@@ -203,16 +199,16 @@ where
         } else {
             None
         };
-        let (key, old) = match stored {
-            Some(r) => (r.key, Some(r.record)),
-            None => {
-                plan.added += 1;
-                (image.record_key(), None)
-            }
-        };
+        // The image's key is the stored record's (equal keys): the batch reads it from the
+        // list, so a new image's key is never copied.
+        let old = stored.map(|r| r.record);
+        if old.is_none() {
+            plan.added += 1;
+        }
         let mut base = old;
+        let mut clamp = None;
         if let Some(future) = old.filter(|r| r.has_stamp_after(limit)) {
-            plan.batch.clamp_future(key.clone(), limit, now);
+            clamp = Some(limit);
             plan.clamped += 1;
             base = Some(future.clamped(limit, now));
         }
@@ -225,8 +221,11 @@ where
                 .filter(|t| *t <= limit)
                 .map_or(UnixNanos::NEVER, |t| t.min(now)),
         };
-        if old != Some(ImageRecord::after_sighting(base, sighting)) {
-            plan.batch.sight(key, sighting);
+        if clamp.is_some() || old != Some(ImageRecord::after_sighting(base, sighting)) {
+            let added = plan
+                .batch
+                .sight_listed(listed.as_listed(), position, clamp, sighting);
+            debug_assert!(added, "a listed position is inside its list");
         }
     }
     while let Some(r) = records.pop()? {
@@ -288,8 +287,8 @@ where
 /// Applies a detect plan's batch to an in-memory copy of the records with the store's own
 /// merge rules (the dry run's view of what the detect would leave).
 pub fn apply_to_copy(records: &mut BTreeMap<RecordKey, ImageRecord>, batch: &Batch) {
-    for op in batch.ops() {
-        match op {
+    for op in batch.expanded_ops() {
+        match op.as_ref() {
             BatchOp::Sight { key, sighting, .. } => {
                 let next = ImageRecord::after_sighting(records.get(key).copied(), *sighting);
                 records.insert(key.clone(), next);

@@ -50,6 +50,28 @@ fn container(image_id: &str, handler: &str) -> RuntimeContainer {
     }
 }
 
+/// Issue 40: a first detect of n images holds its n sightings as one operation of entries
+/// pointing into the runtime's list (no operation, key or names of its own per image: at
+/// 100k that batch was the replay's peak), standing for the reference's operations.
+#[test]
+fn a_first_detect_holds_its_sightings_as_positions_in_the_list_not_an_op_per_image() {
+    let images: Vec<RuntimeImage> = (0..50)
+        .map(|n| image(&format!("sha256:{:064x}", (n * 7919) % 50), 10, false))
+        .collect();
+    let now = UnixNanos::from_secs(100);
+    let (in_use, pins) = (BTreeSet::new(), PinPatterns::default());
+    let plan = plan_from_map(&BTreeMap::new(), None, &images, &in_use, &pins, now);
+    assert_eq!(plan.added, 50);
+    assert!(
+        matches!(plan.batch.ops(), [BatchOp::Sightings(_)]),
+        "{:?}",
+        plan.batch.ops().len()
+    );
+    let want = reference::plan_detect(&BTreeMap::new(), None, &images, &in_use, &pins, now);
+    assert_eq!(want.batch.ops().len(), 50, "the reference: an op per image");
+    assert_eq!(plan, want);
+}
+
 /// The kubelet's TestDeletePinnedImage lists the pause image pinned and then unpinned and
 /// expects it collected: the last entry wins, and it wins the same way on every detect.
 #[test]
@@ -426,9 +448,9 @@ fn streaming_detect_plans_exactly_what_the_map_based_reference_plans() {
                 );
                 let sights = got
                     .batch
-                    .ops()
+                    .expanded_ops()
                     .iter()
-                    .filter(|op| matches!(op, BatchOp::Sight { .. }))
+                    .filter(|op| matches!(op.as_ref(), BatchOp::Sight { .. }))
                     .count();
                 assert!(sights > got.added, "{case}: no changed record sighted");
             }

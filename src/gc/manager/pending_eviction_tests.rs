@@ -278,18 +278,18 @@ async fn a_first_detect_holds_one_operation_per_new_image() {
         })
         .collect();
     let manager = ImageGcManager::new(runtime.clone(), store, GcConfig::default()).expect("new");
-    let count = |ops: &[BatchOp]| {
+    let count = |ops: Vec<std::borrow::Cow<'_, BatchOp>>| {
         let sights = ops
             .iter()
-            .filter(|op| matches!(op, BatchOp::Sight { .. }))
+            .filter(|op| matches!(op.as_ref(), BatchOp::Sight { .. }))
             .count();
         let named = ops
             .iter()
-            .filter(|op| matches!(op, BatchOp::Sight { names: Some(_), .. }))
+            .filter(|op| matches!(op.as_ref(), BatchOp::Sight { names: Some(_), .. }))
             .count();
         let set_names = ops
             .iter()
-            .filter(|op| matches!(op, BatchOp::SetNames { .. }))
+            .filter(|op| matches!(op.as_ref(), BatchOp::SetNames { .. }))
             .count();
         (sights, named, set_names)
     };
@@ -298,7 +298,7 @@ async fn a_first_detect_holds_one_operation_per_new_image() {
         .observe_and_plan(&settings, t0, None)
         .await
         .expect("plan");
-    assert_eq!(count(plan.batch.ops()), (50, 50, 0));
+    assert_eq!(count(plan.batch.expanded_ops()), (50, 50, 0));
     manager.detect(t0).await.expect("detect");
     let key = runtime.state().images[6].record_key();
     assert_eq!(
@@ -317,7 +317,7 @@ async fn a_first_detect_holds_one_operation_per_new_image() {
         .observe_and_plan(&settings, t0, None)
         .await
         .expect("plan");
-    assert_eq!(count(plan.batch.ops()), (0, 0, 1));
+    assert_eq!(count(plan.batch.expanded_ops()), (0, 0, 1));
 }
 
 /// A manager over `images` (id n, `size` bytes each) on a scripted runtime, detected at

@@ -379,3 +379,29 @@ fn a_good_trace_parses() {
     assert_eq!(trace[1].at, UnixNanos::from_secs(20));
     assert_eq!(trace[3].op, TraceOp::Gc);
 }
+
+/// Issue 40: the line reader reads what `read_until` reads, line for line across the reader's
+/// chunk ends, but grows its buffer by a quarter: a line of 1.1 MB read in 8 KiB chunks ends in
+/// a buffer of at most a quarter more (doubling took up to twice the line: 32 MiB for the
+/// 100k replay's 18.9 MB `images` line).
+#[test]
+fn the_line_reader_reads_as_read_until_and_grows_its_buffer_by_a_quarter() {
+    let long = "x".repeat(1_100_000);
+    let text = format!("a\n\nbc\r\n{long}\nlast without end");
+    let mut ours = std::io::BufReader::with_capacity(8192, text.as_bytes());
+    let mut theirs = std::io::BufReader::with_capacity(8192, text.as_bytes());
+    loop {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let n = read_line_growing_by_a_quarter(&mut ours, &mut a).expect("ours");
+        assert_eq!(n, theirs.read_until(b'\n', &mut b).expect("theirs"));
+        assert_eq!(a, b);
+        assert!(
+            a.capacity() <= a.len() + a.len() / 4 + 8192,
+            "{}",
+            a.capacity()
+        );
+        if n == 0 {
+            break;
+        }
+    }
+}
