@@ -341,7 +341,7 @@ pub fn median_ratio(num: &[f64], den: &[f64]) -> f64 {
 pub fn print_clocks() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| println!(
-        "clocks: gc_plan_* and detect_overhead_* ratios (and their *_us sides) are thread CPU time (CLOCK_THREAD_CPUTIME_ID, resolution {} ns by clock_getres; each plan side runs >= {} ms of CPU; detect's store side leaves out its wait on fdatasync), the *_wall* figures beside them wall time; commit_over_redb_floor (store_figures) is wall time (its cost is fsync, I/O not CPU)",
+        "clocks: the gc_plan_ours/kubelet/speedup figures and detect_overhead_*, detect_store_*_us, detect_in_memory_*_us are thread CPU time (CLOCK_THREAD_CPUTIME_ID, resolution {} ns by clock_getres; each plan side runs >= {} ms of CPU; detect's store side leaves out its wait on fdatasync), the *_wall* figures beside them wall time; commit_over_redb_floor (store_figures) is wall time (its cost is fsync, I/O not CPU)",
         show(thread_cpu_resolution_ns()),
         PAIR_SIDE.as_millis()
     ));
