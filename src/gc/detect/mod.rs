@@ -37,7 +37,7 @@ use crate::model::{
     UnixNanos,
 };
 use crate::reference::image_matches;
-use crate::store::{Batch, BatchOp, StoredRecord, meta_keys};
+use crate::store::{Batch, BatchOp, ScannedRecord, StoredRecord, meta_keys};
 
 use super::GcError;
 use super::pins::PinPatterns;
@@ -146,8 +146,8 @@ const FIRST_DETECT_SPARE_OPS: usize = 8;
 /// applied (see the module's invariants). Stamps in the future and a clock that went back
 /// are handled as the module says. Fails with the records' first error, or when they are not
 /// in strictly increasing key order.
-pub fn plan_detect<E>(
-    records: impl IntoIterator<Item = Result<StoredRecord, E>>,
+pub fn plan_detect<R: MergedRecord, E>(
+    records: impl IntoIterator<Item = Result<R, E>>,
     listed: &ListedImages,
     input: &DetectInput<'_>,
 ) -> Result<DetectPlan, GcError>
@@ -189,30 +189,37 @@ where
         // Records before this image's key are not listed.
         while records
             .peek()
-            .is_some_and(|r| listed::compare(&r.key, image).is_lt())
+            .is_some_and(|r| listed::compare_bytes(r.key_bytes(), image).is_lt())
         {
             if let Some(r) = records.pop()? {
-                unlisted.push((r.key, r.record.last_used));
+                unlisted.push((r.key(), r.record().last_used));
             }
         }
         let stored = if records
             .peek()
-            .is_some_and(|r| listed::compare(&r.key, image).is_eq())
+            .is_some_and(|r| listed::compare_bytes(r.key_bytes(), image).is_eq())
         {
             records.pop()?
         } else {
             None
         };
-        let (key, old) = match stored {
-            Some(r) => (r.key, Some(r.record)),
-            None => {
-                plan.added += 1;
-                (image.record_key(), None)
-            }
+        let old = stored.as_ref().map(MergedRecord::record);
+        if old.is_none() {
+            plan.added += 1;
+        }
+        // The owned key, built only for a record the batch writes (most listed records are
+        // unchanged: their keys are compared in place and never copied).
+        let owned_key = || {
+            stored
+                .as_ref()
+                .map_or_else(|| image.record_key(), MergedRecord::key)
         };
+        let mut key = None;
         let mut base = old;
         if let Some(future) = old.filter(|r| r.has_stamp_after(limit)) {
-            plan.batch.clamp_future(key.clone(), limit, now);
+            let clamped_key = owned_key();
+            plan.batch.clamp_future(clamped_key.clone(), limit, now);
+            key = Some(clamped_key);
             plan.clamped += 1;
             base = Some(future.clamped(limit, now));
         }
@@ -226,11 +233,11 @@ where
                 .map_or(UnixNanos::NEVER, |t| t.min(now)),
         };
         if old != Some(ImageRecord::after_sighting(base, sighting)) {
-            plan.batch.sight(key, sighting);
+            plan.batch.sight(key.unwrap_or_else(owned_key), sighting);
         }
     }
     while let Some(r) = records.pop()? {
-        unlisted.push((r.key, r.record.last_used));
+        unlisted.push((r.key(), r.record().last_used));
     }
     for (key, last_used) in unlisted {
         // Still recorded but no longer listed: someone else removed it (imagekeeper deletes
@@ -248,37 +255,73 @@ where
     Ok(plan)
 }
 
-/// The records' iterator with one record looked ahead, checking that keys strictly increase.
-struct Cursor<I> {
-    records: I,
-    head: Option<StoredRecord>,
+/// A stored record as detect's merge reads it: its key as (image id, runtime handler) bytes,
+/// compared with the listed keys in place, and its record; an owned key is built only for a
+/// record the batch writes. The store's in-place scan ([`ScannedRecord`]) and a decoded
+/// [`StoredRecord`] answer alike.
+pub trait MergedRecord {
+    /// The key's (image id, runtime handler) as UTF-8 bytes, ordered as [`RecordKey`] is.
+    fn key_bytes(&self) -> (&[u8], &[u8]);
+    fn record(&self) -> ImageRecord;
+    /// The key, owned.
+    fn key(&self) -> RecordKey;
 }
 
-impl<E, I: Iterator<Item = Result<StoredRecord, E>>> Cursor<I>
+impl MergedRecord for StoredRecord {
+    fn key_bytes(&self) -> (&[u8], &[u8]) {
+        listed::borrowed(&self.key)
+    }
+    fn record(&self) -> ImageRecord {
+        self.record
+    }
+    fn key(&self) -> RecordKey {
+        self.key.clone()
+    }
+}
+
+impl MergedRecord for ScannedRecord {
+    fn key_bytes(&self) -> (&[u8], &[u8]) {
+        ScannedRecord::key_bytes(self)
+    }
+    fn record(&self) -> ImageRecord {
+        self.record
+    }
+    fn key(&self) -> RecordKey {
+        ScannedRecord::key(self)
+    }
+}
+
+/// The records' iterator with one record looked ahead, checking that keys strictly increase.
+struct Cursor<I, R> {
+    records: I,
+    head: Option<R>,
+}
+
+impl<R: MergedRecord, E, I: Iterator<Item = Result<R, E>>> Cursor<I, R>
 where
     GcError: From<E>,
 {
-    fn start(mut records: I) -> Result<Cursor<I>, GcError> {
+    fn start(mut records: I) -> Result<Cursor<I, R>, GcError> {
         let head = records.next().transpose()?;
         Ok(Cursor { records, head })
     }
 
-    fn peek(&self) -> Option<&StoredRecord> {
+    fn peek(&self) -> Option<&R> {
         self.head.as_ref()
     }
 
     /// Takes the record looked at and looks at the next one.
-    fn pop(&mut self) -> Result<Option<StoredRecord>, GcError> {
+    fn pop(&mut self) -> Result<Option<R>, GcError> {
         let Some(current) = self.head.take() else {
             return Ok(None);
         };
         self.head = self.records.next().transpose()?;
         if let Some(next) = &self.head
-            && next.key <= current.key
+            && next.key_bytes() <= current.key_bytes()
         {
             return Err(GcError::UnorderedRecords {
-                previous: current.key,
-                next: next.key.clone(),
+                previous: current.key(),
+                next: next.key(),
             });
         }
         Ok(Some(current))
