@@ -30,11 +30,12 @@
 //! caught up, and `inspect explain` takes the records whose last_used equals `last_detect` as
 //! the ones in use at it).
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::model::{
-    FUTURE_STAMP_TOLERANCE, ImageLike, ImageRecord, RecordKey, RuntimeContainer, Sighting,
-    UnixNanos,
+    FUTURE_STAMP_TOLERANCE, ImageLike, ImageRecord, ImageRef, RecordKey, RuntimeContainer,
+    Sighting, UnixNanos,
 };
 use crate::reference::image_matches;
 use crate::store::{Batch, BatchOp, ScannedRecord, StoredRecord, meta_keys};
@@ -172,37 +173,26 @@ where
     let mut in_use = input.in_use.iter().peekable();
     let mut used_at = input.used_at.iter().peekable();
     for image in listed.iter() {
-        while in_use
-            .next_if(|k| listed::compare(k, image).is_lt())
-            .is_some()
-        {}
-        let image_in_use = in_use
-            .next_if(|k| listed::compare(k, image).is_eq())
-            .is_some();
-        while used_at
-            .next_if(|(k, _)| listed::compare(k, image).is_lt())
-            .is_some()
-        {}
-        let image_used_at = used_at
-            .next_if(|(k, _)| listed::compare(k, image).is_eq())
-            .map(|(_, t)| *t);
+        // One comparison per key passed or taken (a key equal to the image's is compared
+        // once, not once to pass and again to take).
+        let image_in_use = take_equal(&mut in_use, |k| k, image).is_some();
+        let image_used_at = take_equal(&mut used_at, |(k, _)| k, image).map(|(_, t)| *t);
         // Records before this image's key are not listed.
-        while records
-            .peek()
-            .is_some_and(|r| listed::compare_bytes(r.key_bytes(), image).is_lt())
-        {
-            if let Some(r) = records.pop()? {
-                unlisted.push((r.key(), r.record().last_used));
+        let mut stored = None;
+        while let Some(r) = records.peek() {
+            match listed::compare_bytes(r.key_bytes(), image) {
+                Ordering::Less => {
+                    if let Some(r) = records.pop()? {
+                        unlisted.push((r.key(), r.record().last_used));
+                    }
+                }
+                Ordering::Equal => {
+                    stored = records.pop()?;
+                    break;
+                }
+                Ordering::Greater => break,
             }
         }
-        let stored = if records
-            .peek()
-            .is_some_and(|r| listed::compare_bytes(r.key_bytes(), image).is_eq())
-        {
-            records.pop()?
-        } else {
-            None
-        };
         let old = stored.as_ref().map(MergedRecord::record);
         if old.is_none() {
             plan.added += 1;
@@ -253,6 +243,25 @@ where
         plan.batch.stamp_if_changed(meta_keys::LAST_DETECT, now.0);
     }
     Ok(plan)
+}
+
+/// Advances `keys` (in key order) past the keys before `image`'s and takes the one equal to
+/// it, if any: one comparison per key passed or taken.
+fn take_equal<'k, T: Copy>(
+    keys: &mut std::iter::Peekable<impl Iterator<Item = T>>,
+    key: impl Fn(T) -> &'k RecordKey,
+    image: ImageRef<'_>,
+) -> Option<T> {
+    while let Some(&k) = keys.peek() {
+        match listed::compare(key(k), image) {
+            Ordering::Less => {
+                keys.next();
+            }
+            Ordering::Equal => return keys.next(),
+            Ordering::Greater => return None,
+        }
+    }
+    None
 }
 
 /// A stored record as detect's merge reads it: its key as (image id, runtime handler) bytes,
