@@ -79,7 +79,7 @@ pub use error::{BackupConflict, IndexMismatch, StoreError};
 pub use eviction::EvictionIter;
 pub use journal::{age_cutoff, retention_keys};
 pub use open::{DEFAULT_CACHE_BYTES, StoreOptions};
-pub use scan::RecordScan;
+pub use scan::{InPlaceScan, RecordScan, ScannedRecord};
 pub use schema::{CURRENT_SCHEMA_VERSION, meta_keys};
 pub use sorted_reads::{HistoryRows, KeyParts};
 

@@ -3,13 +3,19 @@
 //! another sorted list (detect) never holds all records. The scan sees the snapshot of the
 //! moment it began; writes committed later are not in it. A reopen of the store after an I/O
 //! failure ends it with [`StoreError::Reopened`] (see `reopen.rs`).
+//!
+//! [`RecordScan::in_place`] walks the same snapshot without copying the keys: each
+//! [`ScannedRecord`] holds its key's bytes where redb keeps them, checked exactly as the
+//! key's decode checks them (`codec::record_key_parts`: the same error for the same bytes),
+//! and builds an owned [`RecordKey`] only when asked (detect asks only for the records it
+//! writes).
 
 use std::ops::Bound;
 use std::path::PathBuf;
 
 use redb::{ReadOnlyTable, ReadTransaction};
 
-use super::codec::Codec;
+use super::codec::{self, Codec};
 use super::tables::{Encoded, IMAGES, Stored};
 use super::{ScanTie, Store, StoreError, StoredRecord};
 use crate::model::{ImageRecord, RecordKey};
@@ -92,10 +98,13 @@ pub struct RecordScan {
     _txn: ReadTransaction,
 }
 
-impl Iterator for RecordScan {
-    type Item = Result<StoredRecord, StoreError>;
+impl RecordScan {
+    /// The same walk, each record with its key borrowed in place (see the module's doc).
+    pub fn in_place(self) -> InPlaceScan {
+        InPlaceScan(self)
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
+    fn next_scanned(&mut self) -> Option<Result<ScannedRecord, StoreError>> {
         let Self {
             range, path, tie, ..
         } = self;
@@ -103,23 +112,86 @@ impl Iterator for RecordScan {
     }
 }
 
+impl Iterator for RecordScan {
+    type Item = Result<StoredRecord, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(self.next_scanned()?.map(|r| StoredRecord {
+            key: r.key(),
+            record: r.record,
+        }))
+    }
+}
+
+/// [`RecordScan`] yielding [`ScannedRecord`]s: see [`RecordScan::in_place`].
+pub struct InPlaceScan(RecordScan);
+
+impl Iterator for InPlaceScan {
+    type Item = Result<ScannedRecord, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next_scanned()
+    }
+}
+
+/// One record of an [`InPlaceScan`]: its key's bytes as redb holds them (already checked as a
+/// record key's decode checks them) and its record.
+pub struct ScannedRecord {
+    key: redb::AccessGuard<'static, Stored<RecordKey>>,
+    /// The image id's length in bytes (the key is `[1][id][0x00][handler]`).
+    id_len: usize,
+    /// The record, decoded (fixed width: no allocation).
+    pub record: ImageRecord,
+}
+
+impl ScannedRecord {
+    /// The key's (image id, runtime handler) as UTF-8 bytes: their order is [`RecordKey`]'s.
+    pub fn key_bytes(&self) -> (&[u8], &[u8]) {
+        let raw = self.key.value().bytes();
+        (
+            raw.get(1..1 + self.id_len).unwrap_or_default(),
+            raw.get(2 + self.id_len..).unwrap_or_default(),
+        )
+    }
+
+    /// The key, owned.
+    pub fn key(&self) -> RecordKey {
+        let (id, handler) = codec::record_key_parts(self.key.value().bytes())
+            .expect("a scanned key's bytes were checked when it was read and never change");
+        RecordKey::new(id, handler)
+    }
+}
+
+impl std::fmt::Debug for ScannedRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScannedRecord")
+            .field("key", &self.key())
+            .field("record", &self.record)
+            .finish()
+    }
+}
+
 fn next_record(
     range: &mut redb::Range<'static, Stored<RecordKey>, Stored<ImageRecord>>,
     path: &std::path::Path,
-) -> Option<Result<StoredRecord, StoreError>> {
-    {
-        let (k, v) = match range.next()? {
-            Ok(entry) => entry,
-            Err(e) => return Some(Err(StoreError::from_redb(path, e.into()))),
-        };
-        let decoded = k.value().decode().and_then(|key| {
-            v.value()
-                .decode()
-                .map(|record| StoredRecord { key, record })
-        });
-        Some(decoded.map_err(|source| StoreError::Decode {
+) -> Option<Result<ScannedRecord, StoreError>> {
+    let (k, v) = match range.next()? {
+        Ok(entry) => entry,
+        Err(e) => return Some(Err(StoreError::from_redb(path, e.into()))),
+    };
+    let decoded = codec::record_key_parts(k.value().bytes()).and_then(|(id, _)| {
+        let id_len = id.len();
+        v.value().decode().map(|record| (id_len, record))
+    });
+    Some(match decoded {
+        Ok((id_len, record)) => Ok(ScannedRecord {
+            key: k,
+            id_len,
+            record,
+        }),
+        Err(source) => Err(StoreError::Decode {
             path: path.to_owned(),
             source,
-        }))
-    }
+        }),
+    })
 }

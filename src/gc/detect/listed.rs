@@ -137,7 +137,12 @@ fn shared_prefix<'a>(mut ids: impl Iterator<Item = &'a [u8]>) -> usize {
 
 /// Compares a record key with an image's, without allocating.
 pub(crate) fn compare(key: &RecordKey, image: ImageRef<'_>) -> Ordering {
-    borrowed(key).cmp(&key_of(image))
+    compare_bytes(borrowed(key), image)
+}
+
+/// Compares a record key's (image id, runtime handler) bytes with an image's.
+pub(crate) fn compare_bytes(key: (&[u8], &[u8]), image: ImageRef<'_>) -> Ordering {
+    key.cmp(&key_of(image))
 }
 
 #[cfg(test)]

@@ -30,14 +30,15 @@
 //! caught up, and `inspect explain` takes the records whose last_used equals `last_detect` as
 //! the ones in use at it).
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::model::{
-    FUTURE_STAMP_TOLERANCE, ImageLike, ImageRecord, RecordKey, RuntimeContainer, Sighting,
-    UnixNanos,
+    FUTURE_STAMP_TOLERANCE, ImageLike, ImageRecord, ImageRef, RecordKey, RuntimeContainer,
+    Sighting, UnixNanos,
 };
 use crate::reference::image_matches;
-use crate::store::{Batch, BatchOp, StoredRecord, meta_keys};
+use crate::store::{Batch, BatchOp, ScannedRecord, StoredRecord, meta_keys};
 
 use super::GcError;
 use super::pins::PinPatterns;
@@ -142,8 +143,8 @@ pub struct DetectInput<'a> {
 /// applied (see the module's invariants). Stamps in the future and a clock that went back
 /// are handled as the module says. Fails with the records' first error, or when they are not
 /// in strictly increasing key order.
-pub fn plan_detect<E>(
-    records: impl IntoIterator<Item = Result<StoredRecord, E>>,
+pub fn plan_detect<R: MergedRecord, E>(
+    records: impl IntoIterator<Item = Result<R, E>>,
     listed: &ListedImages,
     input: &DetectInput<'_>,
 ) -> Result<DetectPlan, GcError>
@@ -168,40 +169,29 @@ where
     let mut in_use = input.in_use.iter().peekable();
     let mut used_at = input.used_at.iter().peekable();
     for (position, image) in listed.iter_with_positions() {
-        while in_use
-            .next_if(|k| listed::compare(k, image).is_lt())
-            .is_some()
-        {}
-        let image_in_use = in_use
-            .next_if(|k| listed::compare(k, image).is_eq())
-            .is_some();
-        while used_at
-            .next_if(|(k, _)| listed::compare(k, image).is_lt())
-            .is_some()
-        {}
-        let image_used_at = used_at
-            .next_if(|(k, _)| listed::compare(k, image).is_eq())
-            .map(|(_, t)| *t);
+        // One comparison per key passed or taken (a key equal to the image's is compared
+        // once, not once to pass and again to take).
+        let image_in_use = take_equal(&mut in_use, |k| k, image).is_some();
+        let image_used_at = take_equal(&mut used_at, |(k, _)| k, image).map(|(_, t)| *t);
         // Records before this image's key are not listed.
-        while records
-            .peek()
-            .is_some_and(|r| listed::compare(&r.key, image).is_lt())
-        {
-            if let Some(r) = records.pop()? {
-                unlisted.push((r.key, r.record.last_used));
+        let mut stored = None;
+        while let Some(r) = records.peek() {
+            match listed::compare_bytes(r.key_bytes(), image) {
+                Ordering::Less => {
+                    if let Some(r) = records.pop()? {
+                        unlisted.push((r.key(), r.record().last_used));
+                    }
+                }
+                Ordering::Equal => {
+                    stored = records.pop()?;
+                    break;
+                }
+                Ordering::Greater => break,
             }
         }
-        let stored = if records
-            .peek()
-            .is_some_and(|r| listed::compare(&r.key, image).is_eq())
-        {
-            records.pop()?
-        } else {
-            None
-        };
         // The image's key is the stored record's (equal keys): the batch reads it from the
-        // list, so a new image's key is never copied.
-        let old = stored.map(|r| r.record);
+        // list, so no key is copied, a new image's or a stored one's.
+        let old = stored.as_ref().map(MergedRecord::record);
         if old.is_none() {
             plan.added += 1;
         }
@@ -229,7 +219,7 @@ where
         }
     }
     while let Some(r) = records.pop()? {
-        unlisted.push((r.key, r.record.last_used));
+        unlisted.push((r.key(), r.record().last_used));
     }
     for (key, last_used) in unlisted {
         // Still recorded but no longer listed: someone else removed it (imagekeeper deletes
@@ -247,37 +237,92 @@ where
     Ok(plan)
 }
 
-/// The records' iterator with one record looked ahead, checking that keys strictly increase.
-struct Cursor<I> {
-    records: I,
-    head: Option<StoredRecord>,
+/// Advances `keys` (in key order) past the keys before `image`'s and takes the one equal to
+/// it, if any: one comparison per key passed or taken.
+fn take_equal<'k, T: Copy>(
+    keys: &mut std::iter::Peekable<impl Iterator<Item = T>>,
+    key: impl Fn(T) -> &'k RecordKey,
+    image: ImageRef<'_>,
+) -> Option<T> {
+    while let Some(&k) = keys.peek() {
+        match listed::compare(key(k), image) {
+            Ordering::Less => {
+                keys.next();
+            }
+            Ordering::Equal => return keys.next(),
+            Ordering::Greater => return None,
+        }
+    }
+    None
 }
 
-impl<E, I: Iterator<Item = Result<StoredRecord, E>>> Cursor<I>
+/// A stored record as detect's merge reads it: its key as (image id, runtime handler) bytes,
+/// compared with the listed keys in place, and its record; an owned key is built only for a
+/// record the batch writes. The store's in-place scan ([`ScannedRecord`]) and a decoded
+/// [`StoredRecord`] answer alike.
+pub trait MergedRecord {
+    /// The key's (image id, runtime handler) as UTF-8 bytes, ordered as [`RecordKey`] is.
+    fn key_bytes(&self) -> (&[u8], &[u8]);
+    fn record(&self) -> ImageRecord;
+    /// The key, owned.
+    fn key(&self) -> RecordKey;
+}
+
+impl MergedRecord for StoredRecord {
+    fn key_bytes(&self) -> (&[u8], &[u8]) {
+        listed::borrowed(&self.key)
+    }
+    fn record(&self) -> ImageRecord {
+        self.record
+    }
+    fn key(&self) -> RecordKey {
+        self.key.clone()
+    }
+}
+
+impl MergedRecord for ScannedRecord {
+    fn key_bytes(&self) -> (&[u8], &[u8]) {
+        ScannedRecord::key_bytes(self)
+    }
+    fn record(&self) -> ImageRecord {
+        self.record
+    }
+    fn key(&self) -> RecordKey {
+        ScannedRecord::key(self)
+    }
+}
+
+/// The records' iterator with one record looked ahead, checking that keys strictly increase.
+struct Cursor<I, R> {
+    records: I,
+    head: Option<R>,
+}
+
+impl<R: MergedRecord, E, I: Iterator<Item = Result<R, E>>> Cursor<I, R>
 where
     GcError: From<E>,
 {
-    fn start(mut records: I) -> Result<Cursor<I>, GcError> {
+    fn start(mut records: I) -> Result<Cursor<I, R>, GcError> {
         let head = records.next().transpose()?;
         Ok(Cursor { records, head })
     }
 
-    fn peek(&self) -> Option<&StoredRecord> {
+    fn peek(&self) -> Option<&R> {
         self.head.as_ref()
     }
 
     /// Takes the record looked at and looks at the next one.
-    fn pop(&mut self) -> Result<Option<StoredRecord>, GcError> {
+    fn pop(&mut self) -> Result<Option<R>, GcError> {
         let Some(current) = self.head.take() else {
             return Ok(None);
         };
         self.head = self.records.next().transpose()?;
         if let Some(next) = &self.head
-            && next.key <= current.key
+            && next.key_bytes() <= current.key_bytes()
         {
             return Err(GcError::UnorderedRecords {
-                previous: current.key,
-                next: next.key.clone(),
+                previous: current.key(),
+                next: next.key(),
             });
         }
         Ok(Some(current))

@@ -495,7 +495,7 @@ fn records_out_of_key_order_or_failing_stop_the_detect() {
             "{keys:?}: {got:?}"
         );
     }
-    let failing = [Err(GcError::InvalidCapacity)];
+    let failing: [Result<StoredRecord, GcError>; 1] = [Err(GcError::InvalidCapacity)];
     let got = plan_detect(failing, &listed, &input);
     assert!(matches!(got, Err(GcError::InvalidCapacity)), "{got:?}");
 }
@@ -536,5 +536,113 @@ fn images_in_use_are_the_images_some_container_uses_pair_by_pair() {
             want,
             "seed {seed}"
         );
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// The store's in-place scan (keys compared as bytes where redb keeps them, an owned key
+    /// only for the records the batch writes) plans exactly what the decoded records plan:
+    /// ids that are prefixes of each other or differ past the shared `sha256:`, any handler,
+    /// non-ASCII text, stamps in the future, listed or not, in use or not. The scan yields the
+    /// decoded scan's keys and records, and its keys' byte order is `RecordKey`'s.
+    #[test]
+    fn the_in_place_record_scan_plans_what_the_decoded_records_plan(
+        stored in proptest::collection::btree_map(
+            ("sha256:[a-cé]{1,3}", "(|runc|run|é)"),
+            (0i64..40, 0i64..40, 0u64..3, proptest::bool::ANY),
+            0..24,
+        ),
+        listed_ids in proptest::collection::vec(("sha256:[a-cé]{1,3}", "(|runc|run|é)", 0u64..3, proptest::bool::ANY), 0..24),
+        in_use_picks in proptest::collection::vec(proptest::bool::ANY, 0..48),
+        listed_stored in proptest::collection::vec(proptest::bool::ANY, 0..24),
+    ) {
+        let now = UnixNanos::from_secs(1200);
+        // Stamps up to 40 minutes: some beyond `now` plus the tolerance, which the plan clamps.
+        let at = |minutes: i64| UnixNanos::from_secs(minutes * 60);
+        let records: BTreeMap<RecordKey, ImageRecord> = stored
+            .iter()
+            .map(|((id, handler), &(first, used, size, pinned))| {
+                (
+                    RecordKey::new(id.as_str(), handler.as_str()),
+                    ImageRecord {
+                        first_detected: at(first.min(used)),
+                        last_used: at(used),
+                        size,
+                        pinned,
+                    },
+                )
+            })
+            .collect();
+        // The list: some stored keys (sized as stored or not), and other ids.
+        let mut images: Vec<RuntimeImage> = records
+            .iter()
+            .zip(&listed_stored)
+            .filter(|(_, listed)| **listed)
+            .map(|((key, record), _)| RuntimeImage {
+                id: key.image_id.clone(),
+                runtime_handler: key.runtime_handler.clone(),
+                size: record.size,
+                pinned: record.pinned,
+                ..RuntimeImage::default()
+            })
+            .collect();
+        images.extend(listed_ids.iter().map(|(id, handler, size, pinned)| RuntimeImage {
+            id: ImageId::new(id.as_str()),
+            runtime_handler: handler.clone(),
+            size: *size,
+            pinned: *pinned,
+            ..RuntimeImage::default()
+        }));
+        let in_use: BTreeSet<RecordKey> = images
+            .iter()
+            .zip(&in_use_picks)
+            .filter(|(_, used)| **used)
+            .map(|(i, _)| i.record_key())
+            .collect();
+        let store = crate::store::Store::open_in_memory(std::path::Path::new("scan.redb"), now)
+            .expect("open");
+        let mut batch = Batch::new();
+        for (key, record) in &records {
+            batch.upsert(key.clone(), *record);
+        }
+        store.apply(&batch).expect("write records");
+        // The scan in place yields the decoded scan's records, keys ordered as RecordKey's.
+        let scanned: Vec<ScannedRecord> = store
+            .records_in_key_order()
+            .expect("scan")
+            .in_place()
+            .collect::<Result<_, _>>()
+            .expect("scan in place");
+        let decoded: Vec<StoredRecord> = store
+            .records_in_key_order()
+            .expect("scan")
+            .collect::<Result<_, _>>()
+            .expect("scan");
+        proptest::prop_assert_eq!(scanned.len(), records.len());
+        for (s, d) in scanned.iter().zip(&decoded) {
+            proptest::prop_assert_eq!(&s.key(), &d.key);
+            proptest::prop_assert_eq!(s.record, d.record);
+            proptest::prop_assert_eq!(MergedRecord::key_bytes(s), listed::borrowed(&d.key));
+        }
+        for a in &scanned {
+            for b in &scanned {
+                proptest::prop_assert_eq!(a.key_bytes().cmp(&b.key_bytes()), a.key().cmp(&b.key()));
+            }
+        }
+        let (used_at, pins) = (BTreeMap::new(), PinPatterns::default());
+        let input = DetectInput {
+            last_detect: Some(at(10)),
+            in_use: &in_use,
+            used_at: &used_at,
+            pins: &pins,
+            now,
+        };
+        let listed = ListedImages::new(images);
+        let want = plan_detect(decoded.into_iter().map(Ok::<_, GcError>), &listed, &input)
+            .expect("decoded records in key order");
+        let got = plan_detect(store.records_in_key_order().expect("scan").in_place(), &listed, &input)
+            .expect("scanned records in key order");
+        proptest::prop_assert_eq!(got, want);
     }
 }

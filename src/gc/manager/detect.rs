@@ -18,7 +18,7 @@ use crate::model::{
     RuntimeContainer, UnixNanos,
 };
 use crate::runtime::{ImageRuntime, RpcCode};
-use crate::store::{Batch, RecordScan, meta_keys};
+use crate::store::{Batch, InPlaceScan, meta_keys};
 
 use crate::format::{format_rfc3339, go_duration};
 use crate::gc::GcError;
@@ -55,8 +55,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         &self,
         settings: &Settings,
         now: UnixNanos,
-    ) -> Result<(RecordScan, Observed, Vec<RecordKey>), GcError> {
-        let records = self.store.records_in_key_order()?;
+    ) -> Result<(InPlaceScan, Observed, Vec<RecordKey>), GcError> {
+        let records = self.store.records_in_key_order()?.in_place();
         let images = self
             .runtime
             .list_image_list()
@@ -187,7 +187,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         };
         let records = records.inspect(|r| {
             if let (Some(copy), Ok(r)) = (copy.as_deref_mut(), r) {
-                copy.insert(r.key.clone(), r.record);
+                copy.insert(r.key(), r.record);
             }
         });
         let mut plan = plan_detect(records, &listed, &input)?;
