@@ -335,17 +335,7 @@ fn main() {
 
     // --- redb cache size vs peak RSS ---------------------------------------------------------
     for cache_mib in [1usize, 4, 8, 16, 64] {
-        let out = Command::new(std::env::current_exe().expect("own path"))
-            .env(CHILD_ENV, format!("rss:{cache_mib}"))
-            .env("IMAGEKEEPER_STORE_BENCH_PATH", &path)
-            .output()
-            .expect("run the child");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = child_output(&format!("rss:{cache_mib}"), &path);
         let mut parts = text.split_whitespace();
         let rss_kib: f64 = parts.next().and_then(|v| v.parse().ok()).expect("rss");
         let walk_ms: f64 = parts.next().and_then(|v| v.parse().ok()).expect("time");
@@ -805,17 +795,7 @@ fn commit_io_table(work: &Path, n: usize, samples: usize, figures: &mut Figures)
         "floor_sw",
         "floor_sw_quick",
     ] {
-        let out = Command::new(std::env::current_exe().expect("own path"))
-            .env(CHILD_ENV, format!("commits:{mode}:{samples}"))
-            .env("IMAGEKEEPER_STORE_BENCH_PATH", &path)
-            .output()
-            .expect("run the child");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = child_output(&format!("commits:{mode}:{samples}"), &path);
         let mut parts = text.split_whitespace();
         let writes: f64 = parts.next().and_then(|v| v.parse().ok()).expect("writes");
         let bytes: f64 = parts.next().and_then(|v| v.parse().ok()).expect("bytes");
@@ -826,4 +806,20 @@ fn commit_io_table(work: &Path, n: usize, samples: usize, figures: &mut Figures)
         figures.add(&format!("commit_io_{name}_writes"), writes, "per commit");
         figures.add(&format!("commit_io_{name}_bytes"), bytes, "B per commit");
     }
+}
+
+/// Runs this bench binary as the child `what` (`CHILD_ENV`) on the store file `path` and
+/// returns what it printed; panics with its stderr if it failed.
+fn child_output(what: &str, path: &Path) -> String {
+    let out = Command::new(std::env::current_exe().expect("own path"))
+        .env(CHILD_ENV, what)
+        .env("IMAGEKEEPER_STORE_BENCH_PATH", path)
+        .output()
+        .expect("run the child");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

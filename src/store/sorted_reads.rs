@@ -372,25 +372,26 @@ impl Store {
 mod tests {
     use super::*;
 
+    /// Ids and handlers at the edges of the key encoding: empty, the separator and the bytes
+    /// around it, shared prefixes.
+    const EDGE_PARTS: [&str; 10] = [
+        "",
+        "\0",
+        "\x01",
+        "a",
+        "a\0",
+        "a\0b",
+        "ab",
+        "b",
+        "sha256:1",
+        "sha256:12",
+    ];
+
     /// The comparison without encoding is the encoded bytes' comparison, on ids and handlers
     /// that share prefixes, are empty, or hold the separator and bytes around it.
     #[test]
     fn comparing_with_the_parts_is_comparing_the_encodings() {
-        let parts: Vec<&[u8]> = [
-            "",
-            "\0",
-            "\x01",
-            "a",
-            "a\0",
-            "a\0b",
-            "ab",
-            "b",
-            "sha256:1",
-            "sha256:12",
-        ]
-        .iter()
-        .map(|s| s.as_bytes())
-        .collect();
+        let parts: Vec<&[u8]> = EDGE_PARTS.iter().map(|s| s.as_bytes()).collect();
         let keys: Vec<KeyParts<'_>> = parts
             .iter()
             .flat_map(|id| parts.iter().map(move |handler| (*id, *handler)))
@@ -441,21 +442,7 @@ mod tests {
     /// and stored bytes that are no key's encoding.
     #[test]
     fn the_lookup_finds_what_a_linear_search_finds() {
-        let mut parts: Vec<String> = [
-            "",
-            "\0",
-            "\x01",
-            "a",
-            "a\0",
-            "a\0b",
-            "ab",
-            "b",
-            "sha256:1",
-            "sha256:12",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+        let mut parts: Vec<String> = EDGE_PARTS.iter().map(|s| (*s).to_owned()).collect();
         for i in 0..6 {
             parts.push(format!("sha256:0123456789abcdef{i}"));
             parts.push(format!("sha256:0123456{i}"));
