@@ -485,10 +485,9 @@ pub(crate) fn rank_positions(
     let superseded = adaptive::superseded_among(keys, |i| record(i).first_detected, listing.tags);
     let empty = ImageHistory::default();
     let mut scratch = Scratch::default();
-    // The sort key in two integers: (estimate's bucket, larger first; class; last used) and
-    // (first detected; size, larger first), each field mapped to an unsigned one of the same
-    // order; then the position.
-    let mut order: Vec<(u128, u128, u32)> = Vec::with_capacity(keys.len());
+    // (estimate's bucket, larger first; class; last used; first detected; size, larger
+    // first; position).
+    let mut order: Vec<(u32, u8, i64, i64, u64, u32)> = Vec::with_capacity(keys.len());
     for (position, newer) in superseded.into_iter().enumerate() {
         let r = record(position);
         let returns = if listing.returns.is_empty() {
@@ -500,14 +499,12 @@ pub(crate) fn rank_positions(
         let history =
             listing.history_of[position].map_or(&empty, |at| &listing.histories[at as usize]);
         let estimate = estimate_of(&mut scratch, &r, history, newer.is_some(), one_off, now);
-        let bucket = u32::MAX - bucket_of(&estimate);
-        let class = adaptive::class_of(newer.is_some(), one_off);
         order.push((
-            (u128::from(bucket) << 72)
-                | (u128::from(class) << 64)
-                | u128::from(order_preserving(r.last_used.0)),
-            (u128::from(order_preserving(r.first_detected.0)) << 64)
-                | u128::from(u64::MAX - r.size),
+            u32::MAX - bucket_of(&estimate),
+            adaptive::class_of(newer.is_some(), one_off),
+            r.last_used.0,
+            r.first_detected.0,
+            u64::MAX - r.size,
             u32::try_from(position).expect("fewer than 4G listed images"),
         ));
         if let Some(ranks) = ranks.as_deref_mut() {
@@ -519,17 +516,12 @@ pub(crate) fn rank_positions(
     }
     // Equal in every integer, the key decides, then the position (as a stable sort would).
     order.sort_unstable_by(|a, b| {
-        (a.0, a.1)
-            .cmp(&(b.0, b.1))
-            .then_with(|| keys[a.2 as usize].cmp(&keys[b.2 as usize]))
-            .then(a.2.cmp(&b.2))
+        (a.0, a.1, a.2, a.3, a.4)
+            .cmp(&(b.0, b.1, b.2, b.3, b.4))
+            .then_with(|| keys[a.5 as usize].cmp(&keys[b.5 as usize]))
+            .then(a.5.cmp(&b.5))
     });
-    order.into_iter().map(|o| o.2).collect()
-}
-
-/// `x` as an unsigned integer of the same order (the sign bit flipped).
-fn order_preserving(x: i64) -> u64 {
-    (x as u64) ^ (1 << 63)
+    order.into_iter().map(|o| o.5).collect()
 }
 
 /// The histories of the images of a list of `len` from the rows that name them (by index in

@@ -450,31 +450,6 @@ fn histories_group_the_tables_by_key_for_the_ranked_images_only() {
     );
 }
 
-/// The sort's integers keep the times' order, negative ones and the extremes included.
-#[test]
-fn times_as_unsigned_integers_keep_their_order() {
-    let times = [
-        i64::MIN,
-        i64::MIN + 1,
-        -HOUR,
-        -1,
-        0,
-        1,
-        HOUR,
-        i64::MAX - 1,
-        i64::MAX,
-    ];
-    for a in times {
-        for b in times {
-            assert_eq!(
-                order_preserving(a).cmp(&order_preserving(b)),
-                a.cmp(&b),
-                "{a} {b}"
-            );
-        }
-    }
-}
-
 #[test]
 fn buckets_grow_by_about_a_fifth() {
     assert!(bucket(0) < bucket(4) && bucket(4) < bucket(5));

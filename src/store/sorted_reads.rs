@@ -33,23 +33,6 @@ pub struct HistoryRows {
     pub pulls: Vec<(u32, UnixNanos)>,
 }
 
-/// How two byte strings compare (as `<[u8]>::cmp`), 8 bytes at a time inline: keys' ids
-/// differ within their first 16 bytes, where a call to `memcmp` costs more than comparing.
-fn cmp_bytes(a: &[u8], b: &[u8]) -> Ordering {
-    let n = a.len().min(b.len());
-    let (mut a8, mut b8) = (a[..n].chunks_exact(8), b[..n].chunks_exact(8));
-    for (x, y) in a8.by_ref().zip(b8.by_ref()) {
-        let word = |c: &[u8]| u64::from_be_bytes(c.try_into().expect("chunks of exactly 8"));
-        let (x, y) = (word(x), word(y));
-        if x != y {
-            return x.cmp(&y);
-        }
-    }
-    a8.remainder()
-        .cmp(b8.remainder())
-        .then(a.len().cmp(&b.len()))
-}
-
 /// How the byte sequences that are the concatenations of `a`'s and of `b`'s pieces compare,
 /// without concatenating them.
 fn cmp_pieces(a: &[&[u8]], b: &[&[u8]]) -> Ordering {
@@ -94,7 +77,7 @@ pub(super) fn cmp_encoded(stored: &[u8], (id, handler): KeyParts<'_>) -> Orderin
     }
     // One comparison of the ids' bytes, then the separator and the handlers'.
     let n = rest.len().min(id.len());
-    match cmp_bytes(&rest[..n], &id[..n]) {
+    match rest[..n].cmp(&id[..n]) {
         Ordering::Equal => {}
         other => return other,
     }
@@ -103,7 +86,7 @@ pub(super) fn cmp_encoded(stored: &[u8], (id, handler): KeyParts<'_>) -> Orderin
     }
     match rest[n..].split_first() {
         None => Ordering::Less,
-        Some((&separator, after)) => separator.cmp(&0).then_with(|| cmp_bytes(after, handler)),
+        Some((&separator, after)) => separator.cmp(&0).then_with(|| after.cmp(handler)),
     }
 }
 
@@ -111,8 +94,8 @@ pub(super) fn cmp_encoded(stored: &[u8], (id, handler): KeyParts<'_>) -> Orderin
 /// within the shorter id (as ids of one length do), else the pieces that follow.
 fn cmp_keys_encoded((a_id, a_handler): KeyParts<'_>, (b_id, b_handler): KeyParts<'_>) -> Ordering {
     let n = a_id.len().min(b_id.len());
-    match cmp_bytes(&a_id[..n], &b_id[..n]) {
-        Ordering::Equal if a_id.len() == b_id.len() => cmp_bytes(a_handler, b_handler),
+    match a_id[..n].cmp(&b_id[..n]) {
+        Ordering::Equal if a_id.len() == b_id.len() => a_handler.cmp(b_handler),
         Ordering::Equal => cmp_pieces(
             &[&a_id[n..], &[0], a_handler],
             &[&b_id[n..], &[0], b_handler],
@@ -206,9 +189,9 @@ impl<'k, 'a> Lookup<'k, 'a> {
                 .collect();
         }
         let at = lookup.common.len();
-        let windows = (0..keys.len()).filter_map(|i| lookup.key(i).map(|k| key_window(k, at)));
-        let windows: Vec<u64> = windows.collect();
-        lookup.windows = windows;
+        lookup.windows = (0..keys.len())
+            .filter_map(|i| lookup.key(i).map(|k| key_window(k, at)))
+            .collect();
         lookup
     }
 
@@ -412,26 +395,6 @@ mod tests {
                 let want = encode(a).cmp(&encode(b));
                 assert_eq!(cmp_keys_encoded(a, b), want, "{a:?} {b:?}");
                 assert_eq!(strictly_ascending(&[a, b]), want.is_lt(), "{a:?} {b:?}");
-            }
-        }
-    }
-
-    /// Comparing 8 bytes at a time is the slices' comparison, on every pair of strings of up
-    /// to 19 bytes over a small alphabet (differences in and after the words, prefixes).
-    #[test]
-    fn comparing_by_words_is_comparing_the_bytes() {
-        let mut rng = fastrand::Rng::with_seed(8);
-        let strings: Vec<Vec<u8>> = (0..400)
-            .map(|_| {
-                let len = rng.usize(0..20);
-                (0..len)
-                    .map(|_| [0u8, 1, b'a', 0xff][rng.usize(0..4)])
-                    .collect()
-            })
-            .collect();
-        for a in &strings {
-            for b in &strings {
-                assert_eq!(cmp_bytes(a, b), a.cmp(b), "{a:?} {b:?}");
             }
         }
     }
