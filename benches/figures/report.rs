@@ -172,33 +172,32 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`. Time the thread spends waiting in the run queue
 /// (a busy neighbour holding the CPU) or on I/O (`fdatasync`) does not count.
 pub fn thread_cpu_ns() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
     // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(
-        rc,
-        0,
-        "clock_gettime(CLOCK_THREAD_CPUTIME_ID): {}",
-        std::io::Error::last_os_error()
-    );
-    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
+    thread_cpu_clock("clock_gettime", |ts| unsafe {
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, ts)
+    })
 }
 
 /// `clock_getres(CLOCK_THREAD_CPUTIME_ID)`, in ns: the thread CPU clock's resolution.
 pub fn thread_cpu_resolution_ns() -> f64 {
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    thread_cpu_clock("clock_getres", |ts| unsafe {
+        libc::clock_getres(libc::CLOCK_THREAD_CPUTIME_ID, ts)
+    })
+}
+
+/// Runs `call` (`name`, one of the clock calls on CLOCK_THREAD_CPUTIME_ID) on a zeroed
+/// timespec and returns what it wrote, in ns; panics with the OS error if it failed.
+fn thread_cpu_clock(name: &str, call: impl FnOnce(&mut libc::timespec) -> libc::c_int) -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    let rc = unsafe { libc::clock_getres(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let rc = call(&mut ts);
     assert_eq!(
         rc,
         0,
-        "clock_getres(CLOCK_THREAD_CPUTIME_ID): {}",
+        "{name}(CLOCK_THREAD_CPUTIME_ID): {}",
         std::io::Error::last_os_error()
     );
     ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64

@@ -42,8 +42,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let mut keeps = Vec::new();
         // Nothing protected and no warm entry (the common node): no listed image is kept, and
         // none of the list's keys is copied to look it up (100k copies at 100k images).
-        let none_kept = protections.is_empty() && warm.is_empty();
-        for image in listed.iter().take(if none_kept { 0 } else { usize::MAX }) {
+        let images = (!protections.is_empty() || !warm.is_empty()).then(|| listed.iter());
+        for image in images.into_iter().flatten() {
             let key = image.record_key();
             let why = match protections.get(&key) {
                 Some(p) => crate::gc::KeepReason::of(p),

@@ -140,10 +140,7 @@ impl ListedSightings {
     pub(super) fn name(&mut self, next: &mut usize, key: &RecordKey, names: &ImageNames) -> Named {
         let want = (key.image_id.as_str(), key.runtime_handler.as_str());
         while let Some(entry) = self.entries.get(*next) {
-            let image = self
-                .images
-                .get(entry.position as usize)
-                .expect("an entry's position is inside its list (checked when pushed)");
+            let image = self.image(entry);
             match (image.id_str(), image.handler_str()).cmp(&want) {
                 std::cmp::Ordering::Less => *next += 1,
                 std::cmp::Ordering::Equal if !entry.names => {
