@@ -170,6 +170,14 @@ impl<'a> ListedTags<'a> {
         }
     }
 
+    /// Tags laid out flat (`names`), each image's ending at its entry of `ends` (ascending,
+    /// none past `names.len()`).
+    pub(crate) fn from_ends(names: Vec<&'a str>, ends: Vec<usize>) -> ListedTags<'a> {
+        debug_assert!(ends.windows(2).all(|w| w[0] <= w[1]));
+        debug_assert!(ends.last().is_none_or(|&end| end <= names.len()));
+        ListedTags { names, ends }
+    }
+
     /// The next image's tags.
     pub fn push(&mut self, tags: impl IntoIterator<Item = &'a str>) {
         self.names.extend(tags);

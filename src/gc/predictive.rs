@@ -433,7 +433,6 @@ pub fn rank_listed(
     pulls: &[(PullKey, PullEntry)],
     now: UnixNanos,
 ) -> Vec<(StoredRecord, PredictiveRank)> {
-    let returns = adaptive::returns_by_id(journal);
     let (history_of, histories) = histories(&records, uses, pulls);
     let mut ranks: Vec<PredictiveRank> = Vec::with_capacity(records.len());
     let order = {
@@ -441,6 +440,14 @@ pub fn rank_listed(
             .iter()
             .map(|r| adaptive::key_parts(&r.key))
             .collect();
+        let by_id = adaptive::returns_by_id(journal);
+        let returns: Vec<u32> = if by_id.is_empty() {
+            vec![0; keys.len()]
+        } else {
+            keys.iter()
+                .map(|(id, _)| by_id.get(id).copied().unwrap_or(0))
+                .collect()
+        };
         let listing = Listing {
             keys: &keys,
             tags,
@@ -460,21 +467,22 @@ pub fn rank_listed(
 
 /// What the ranking reads of the images besides their records, by position: their keys (the
 /// last tie-break, and the returns' lookup by id), their repo tags, their histories (by index
-/// into `histories`; `None`: no row names it) and the journal's returns by image id.
+/// into `histories`; `None`: no row names it) and how many times the journal saw each one's
+/// image id come back.
 pub(crate) struct Listing<'a, 'k, 't> {
     pub(crate) keys: &'a [KeyParts<'k>],
     pub(crate) tags: &'a ListedTags<'t>,
     pub(crate) history_of: &'a [Option<u32>],
     pub(crate) histories: &'a [ImageHistory],
-    pub(crate) returns: &'a HashMap<&'a [u8], u32>,
+    pub(crate) returns: &'a [u32],
 }
 
 /// The predictive ranking of `listing`'s images (`record(i)` the record of position `i`) at
 /// `now`: their positions in the predictive order, and each position's rank pushed to `ranks`
 /// when given (the walk needs the order only). Images are indexed by position, each estimate
 /// is computed once in reused buffers, and one sort orders positions by a key of integers
-/// (bucket, class, last used, first detected, size), the keys compared only on a full tie; no
-/// map is keyed by an image's key.
+/// (bucket, class, last used, first detected, size; a 64-bit prefix of it first), the keys
+/// compared only on a full tie; no map is keyed by an image's key.
 pub(crate) fn rank_positions(
     listing: &Listing<'_, '_, '_>,
     record: impl Fn(usize) -> ImageRecord,
@@ -485,27 +493,22 @@ pub(crate) fn rank_positions(
     let superseded = adaptive::superseded_among(keys, |i| record(i).first_detected, listing.tags);
     let empty = ImageHistory::default();
     let mut scratch = Scratch::default();
-    // (estimate's bucket, larger first; class; last used; first detected; size, larger
-    // first; position).
-    let mut order: Vec<(u32, u8, i64, i64, u64, u32)> = Vec::with_capacity(keys.len());
+    // Per position: (estimate's bucket, larger first; class; last used; first detected; size,
+    // larger first).
+    let mut sort_keys: Vec<SortKey> = Vec::with_capacity(keys.len());
     for (position, newer) in superseded.into_iter().enumerate() {
         let r = record(position);
-        let returns = if listing.returns.is_empty() {
-            0
-        } else {
-            listing.returns.get(keys[position].0).copied().unwrap_or(0)
-        };
+        let returns = listing.returns.get(position).copied().unwrap_or(0);
         let one_off = adaptive::is_one_off(&r, returns);
         let history =
             listing.history_of[position].map_or(&empty, |at| &listing.histories[at as usize]);
         let estimate = estimate_of(&mut scratch, &r, history, newer.is_some(), one_off, now);
-        order.push((
+        sort_keys.push((
             u32::MAX - bucket_of(&estimate),
             adaptive::class_of(newer.is_some(), one_off),
             r.last_used.0,
             r.first_detected.0,
             u64::MAX - r.size,
-            u32::try_from(position).expect("fewer than 4G listed images"),
         ));
         if let Some(ranks) = ranks.as_deref_mut() {
             ranks.push(PredictiveRank {
@@ -514,14 +517,63 @@ pub(crate) fn rank_positions(
             });
         }
     }
-    // Equal in every integer, the key decides, then the position (as a stable sort would).
+    // One sort of (prefix, position) pairs: equal prefixes compare the whole key, then the
+    // image's key, then the position (as a stable sort would).
+    let prefix = SortPrefix::of(&sort_keys);
+    let mut order: Vec<(u64, u32)> = sort_keys
+        .iter()
+        .enumerate()
+        .map(|(position, key)| {
+            (
+                prefix.of_key(key),
+                u32::try_from(position).expect("fewer than 4G listed images"),
+            )
+        })
+        .collect();
     order.sort_unstable_by(|a, b| {
-        (a.0, a.1, a.2, a.3, a.4)
-            .cmp(&(b.0, b.1, b.2, b.3, b.4))
-            .then_with(|| keys[a.5 as usize].cmp(&keys[b.5 as usize]))
-            .then(a.5.cmp(&b.5))
+        a.0.cmp(&b.0).then_with(|| {
+            let (x, y) = (a.1 as usize, b.1 as usize);
+            sort_keys[x]
+                .cmp(&sort_keys[y])
+                .then_with(|| keys[x].cmp(&keys[y]))
+                .then(x.cmp(&y))
+        })
     });
-    order.into_iter().map(|o| o.5).collect()
+    order.into_iter().map(|(_, position)| position).collect()
+}
+
+/// What the predictive order compares, per image, before its key: (estimate's bucket, larger
+/// first; class; last used; first detected; size, larger first).
+type SortKey = (u32, u8, i64, i64, u64);
+
+/// A 64-bit prefix of a [`SortKey`]'s order: the bucket (32 bits), the class (8 bits) and
+/// the last use's top 24 significant bits above the listing's earliest last use. Monotone:
+/// a key ordered before another never has a larger prefix, so ordering by prefix and then,
+/// on equal prefixes, by the whole key is the keys' order (the sort moves 16 bytes and
+/// compares one word for nearly every pair).
+struct SortPrefix {
+    earliest: i64,
+    shift: u32,
+}
+
+/// The bits of the last use in a [`SortPrefix`].
+const PREFIX_LAST_USED_BITS: u32 = 24;
+
+impl SortPrefix {
+    fn of(keys: &[SortKey]) -> SortPrefix {
+        let earliest = keys.iter().map(|k| k.2).min().unwrap_or(0);
+        let latest = keys.iter().map(|k| k.2).max().unwrap_or(0);
+        let span_bits = u64::BITS - latest.abs_diff(earliest).leading_zeros();
+        SortPrefix {
+            earliest,
+            shift: span_bits.saturating_sub(PREFIX_LAST_USED_BITS),
+        }
+    }
+
+    fn of_key(&self, key: &SortKey) -> u64 {
+        let last_used = key.2.abs_diff(self.earliest) >> self.shift;
+        (u64::from(key.0) << 32) | (u64::from(key.1) << PREFIX_LAST_USED_BITS) | last_used
+    }
 }
 
 /// The histories of the images of a list of `len` from the rows that name them (by index in

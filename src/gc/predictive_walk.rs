@@ -2,7 +2,10 @@
 //! "predictive"`): the cycle's detect list ranked by `predictive.rs`'s [`rank_positions`], the
 //! walk's own reads of the store shaped so that nothing is paid per listed image but one
 //! record decoded and one estimate. The listed images' keys and repo tags are borrowed from the
-//! detect's list (sorted by key once by detect), never copied; the records come from one range
+//! detect's list (sorted by key once by detect), never copied, and read in the list's own order
+//! (its memory's), each placed at its key's index: at 100k images a pass through the list in
+//! key order is a cache miss per image, and the walk used to make several. The returns are
+//! found among the keys by binary search per returning id. The records come from one range
 //! scan of the records table merged with those keys, the histories from one scan of each
 //! history table whose rows are looked up among the keys by binary search, the journal's
 //! re-pulled entries from one scan; a victim's `RecordKey` is built only when the walk reaches
@@ -18,8 +21,8 @@ use super::detect::ListedImages;
 #[cfg(doc)]
 use super::predictive::rank_listed;
 use super::predictive::{Listing, histories_of_rows, rank_positions};
-use crate::model::{ImageLike, ImageRecord, UnixNanos};
-use crate::store::{KeyParts, Store, StoreError, StoredRecord};
+use crate::model::{ImageLike, ImageRecord, JournalEntry, UnixNanos};
+use crate::store::{JournalKey, KeyParts, Store, StoreError, StoredRecord};
 
 /// The listed images with a record in the predictive order: each one's place in the detect's
 /// list (in key order) and its record.
@@ -68,29 +71,61 @@ pub fn predictive_walk(
     listed: &ListedImages,
     now: UnixNanos,
 ) -> Result<PredictiveWalk, StoreError> {
-    let listed_keys: Vec<KeyParts<'_>> = listed.iter().map(|image| image.key_bytes()).collect();
+    // The keys and the tags are read in two passes over the list in its own order (its memory's
+    // order), each image's placed at its key's index: in key order they would be one jump
+    // through the list per image.
+    let index_of = listed.key_indexes_in_list_order();
+    let mut listed_keys: Vec<KeyParts<'_>> = vec![(&[], &[]); listed.len()];
+    let mut tag_counts: Vec<u32> = vec![0; listed.len()];
+    for (image, index) in listed.as_listed().iter().zip(&index_of) {
+        if let &Some(index) = index {
+            listed_keys[index as usize] = image.key_bytes();
+            tag_counts[index as usize] =
+                u32::try_from(image.tags().len()).expect("fewer than 4G tags an image");
+        }
+    }
     let found = store.get_sorted(&listed_keys)?;
-    // The ranked images, by position: the listed ones with a record.
+    // The ranked images, by position: the listed ones with a record, and where each one's tags
+    // start among the ranked images' tags (`u32::MAX`: not ranked).
     let mut positions: Vec<u32> = Vec::with_capacity(found.len());
     let mut records: Vec<ImageRecord> = Vec::with_capacity(found.len());
     let mut keys: Vec<KeyParts<'_>> = Vec::with_capacity(found.len());
-    let mut tags = ListedTags::with_capacity(found.len());
-    for (position, ((image, key), record)) in listed.iter().zip(listed_keys).zip(found).enumerate()
+    let mut tags_at: Vec<u32> = vec![u32::MAX; found.len()];
+    let mut ends: Vec<usize> = Vec::with_capacity(found.len());
+    let mut tag_total = 0usize;
+    for (position, ((key, record), count)) in listed_keys
+        .into_iter()
+        .zip(found)
+        .zip(tag_counts)
+        .enumerate()
     {
         if let Some(record) = record {
             positions.push(u32::try_from(position).expect("fewer than 4G listed images"));
             records.push(record);
             keys.push(key);
-            tags.push(image.tags());
+            tags_at[position] = u32::try_from(tag_total).expect("fewer than 4G tags");
+            tag_total += count as usize;
+            ends.push(tag_total);
         }
     }
+    let mut names: Vec<&str> = vec![""; tag_total];
+    for (image, index) in listed.as_listed().iter().zip(&index_of) {
+        if let Some(&at) = index.and_then(|index| tags_at.get(index as usize))
+            && at != u32::MAX
+        {
+            for (slot, tag) in names[at as usize..].iter_mut().zip(image.tags()) {
+                *slot = tag;
+            }
+        }
+    }
+    let tags = ListedTags::from_ends(names, ends);
     // Only what the ranking reads is decoded: the re-pulled journal entries (the returns) and
     // the times of the ranked images' history rows.
     let journal = store.journal_repulled()?;
     let rows = store.histories_of_keys(&keys)?;
     let (history_of, histories) = histories_of_rows(keys.len(), &rows);
     drop(rows);
-    let returns = adaptive::returns_by_id(&journal);
+    let returns = returns_by_position(&keys, &journal);
     let listing = Listing {
         keys: &keys,
         tags: &tags,
@@ -105,4 +140,23 @@ pub fn predictive_walk(
             .map(|at| (positions[at as usize], records[at as usize]))
             .collect(),
     })
+}
+
+/// How many times the journal saw each of `keys`' image ids come back, by position: each
+/// returning id found among the keys by binary search (they are in key order, so one id's keys
+/// are adjacent), not each key looked up among the returns.
+fn returns_by_position(keys: &[KeyParts<'_>], journal: &[(JournalKey, JournalEntry)]) -> Vec<u32> {
+    debug_assert!(keys.windows(2).all(|w| w[0] < w[1]), "keys in key order");
+    let mut out = vec![0; keys.len()];
+    for (id, returns) in adaptive::returns_by_id(journal) {
+        let first = keys.partition_point(|(key_id, _)| *key_id < id);
+        for (slot, _) in out[first..]
+            .iter_mut()
+            .zip(&keys[first..])
+            .take_while(|(_, (key_id, _))| *key_id == id)
+        {
+            *slot = returns;
+        }
+    }
+    out
 }

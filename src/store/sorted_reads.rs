@@ -11,10 +11,10 @@
 
 use std::cmp::Ordering;
 
-use redb::ReadableTable;
+use redb::{ReadOnlyTable, ReadableTable};
 
 use super::codec::{self, LAYOUT_V1};
-use super::tables::{Encoded, IMAGES, PULLS, USES};
+use super::tables::{Encoded, IMAGES, PULLS, Stored, USES};
 use super::{Store, StoreError};
 use crate::model::{ImageRecord, RecordKey, UnixNanos, UseInterval};
 
@@ -104,13 +104,6 @@ fn cmp_keys_encoded((a_id, a_handler): KeyParts<'_>, (b_id, b_handler): KeyParts
     }
 }
 
-/// Whether `keys` are in strictly ascending order of their encodings (a detect's sorted list
-/// is, unless an id holds a NUL, which no stored key does).
-fn strictly_ascending(keys: &[KeyParts<'_>]) -> bool {
-    keys.windows(2)
-        .all(|w| cmp_keys_encoded(w[0], w[1]) == Ordering::Less)
-}
-
 /// The byte at `at` of the encoding of `key` (`[1][id][0][handler]`), `None` past its end.
 fn encoded_byte((id, handler): KeyParts<'_>, at: usize) -> Option<u8> {
     match at.checked_sub(1) {
@@ -168,31 +161,59 @@ struct Lookup<'k, 'a> {
 
 impl<'k, 'a> Lookup<'k, 'a> {
     fn new(keys: &'k [KeyParts<'a>]) -> Lookup<'k, 'a> {
-        let sorted = (!strictly_ascending(keys)).then(|| {
+        Lookup::in_given_order(keys).unwrap_or_else(|| {
             let len = u32::try_from(keys.len()).expect("fewer than 4G keys");
             let mut sorted: Vec<u32> = (0..len).collect();
             sorted.sort_by(|&a, &b| cmp_keys_encoded(keys[a as usize], keys[b as usize]));
-            sorted
-        });
+            let mut lookup = Lookup {
+                keys,
+                sorted: Some(sorted),
+                common: Vec::new(),
+                windows: Vec::with_capacity(keys.len()),
+            };
+            lookup.common = lookup.common_prefix();
+            let at = lookup.common.len();
+            lookup.windows = (0..keys.len())
+                .filter_map(|i| lookup.key(i).map(|k| key_window(k, at)))
+                .collect();
+            lookup
+        })
+    }
+
+    /// The lookup over `keys` as given, `None` unless they are strictly ascending: the order
+    /// is checked in the pass that reads each key for its window, each key against the one
+    /// read just before (no pass of its own through the keys' bytes).
+    fn in_given_order(keys: &'k [KeyParts<'a>]) -> Option<Lookup<'k, 'a>> {
         let mut lookup = Lookup {
             keys,
-            sorted,
+            sorted: None,
             common: Vec::new(),
             windows: Vec::with_capacity(keys.len()),
         };
-        // The first and the last encodings' common prefix is every one's.
-        if let (Some(first), Some(last)) = (lookup.key(0), lookup.key(keys.len().wrapping_sub(1))) {
-            lookup.common = (0..)
+        // The first and the last encodings' common prefix is every one's once the order holds.
+        lookup.common = lookup.common_prefix();
+        let at = lookup.common.len();
+        let mut previous: Option<KeyParts<'a>> = None;
+        for &key in keys {
+            if previous.is_some_and(|p| cmp_keys_encoded(p, key) != Ordering::Less) {
+                return None;
+            }
+            lookup.windows.push(key_window(key, at));
+            previous = Some(key);
+        }
+        Some(lookup)
+    }
+
+    /// The common prefix of the first and the last keys' encodings in the encodings' order.
+    fn common_prefix(&self) -> Vec<u8> {
+        match (self.key(0), self.key(self.keys.len().wrapping_sub(1))) {
+            (Some(first), Some(last)) => (0..)
                 .map_while(|at| {
                     encoded_byte(first, at).filter(|&b| encoded_byte(last, at) == Some(b))
                 })
-                .collect();
+                .collect(),
+            _ => Vec::new(),
         }
-        let at = lookup.common.len();
-        lookup.windows = (0..keys.len())
-            .filter_map(|i| lookup.key(i).map(|k| key_window(k, at)))
-            .collect();
-        lookup
     }
 
     /// The key `rank`-th in the encodings' order.
@@ -249,67 +270,97 @@ impl Store {
     /// The records of `keys`, in their order (`None` where there is none), in one read
     /// transaction: as [`Store::get_many`] of the same keys, without a key encoded or
     /// allocated. Keys in strictly ascending order (a detect's list) are read by one range
-    /// scan from the first to the last, merged with them, each matched record decoded once;
-    /// others by one lookup each.
+    /// scan from the first to the last, merged with them, each matched record decoded once
+    /// (the order checked as the merge goes); others by one lookup each (also when the merge
+    /// meets a key out of order).
     pub fn get_sorted(
         &self,
         keys: &[KeyParts<'_>],
     ) -> Result<Vec<Option<ImageRecord>>, StoreError> {
-        let ascending = strictly_ascending(keys);
         self.guarded(|| {
             let txn = self.begin_read()?;
             let table = self.open_read_table(&txn, IMAGES)?;
+            if let Some(out) = self.merge_in_key_order(&table, keys)? {
+                return Ok(out);
+            }
             let mut out = Vec::with_capacity(keys.len());
-            if !ascending {
-                for &key in keys {
-                    let encoded = encode(key);
-                    let found = table
-                        .get(Encoded::<RecordKey>::new(&encoded))
-                        .map_err(|e| self.redb_err(e))?;
-                    out.push(match found {
-                        None => None,
-                        Some(guard) => {
-                            Some(guard.value().decode().map_err(|e| self.decode_err(e))?)
-                        }
-                    });
-                }
-                return Ok(out);
+            for &key in keys {
+                let encoded = encode(key);
+                let found = table
+                    .get(Encoded::<RecordKey>::new(&encoded))
+                    .map_err(|e| self.redb_err(e))?;
+                out.push(match found {
+                    None => None,
+                    Some(guard) => Some(guard.value().decode().map_err(|e| self.decode_err(e))?),
+                });
             }
-            let (Some(&first), Some(&last)) = (keys.first(), keys.last()) else {
-                return Ok(out);
-            };
-            let (first, last) = (encode(first), encode(last));
-            let range = table
-                .range::<Encoded<RecordKey>>(
-                    Encoded::<RecordKey>::new(&first)..=Encoded::<RecordKey>::new(&last),
-                )
-                .map_err(|e| self.redb_err(e))?;
-            let mut wanted = keys.iter().peekable();
-            for entry in range {
-                let (k, v) = entry.map_err(|e| self.redb_err(e))?;
-                let stored = k.value().bytes();
-                // Each wanted key compared once with each stored key it is not past.
-                while let Some(&&w) = wanted.peek() {
-                    match cmp_encoded(stored, w) {
-                        Ordering::Greater => {
-                            wanted.next();
-                            out.push(None);
-                        }
-                        Ordering::Equal => {
-                            wanted.next();
-                            out.push(Some(v.value().decode().map_err(|e| self.decode_err(e))?));
-                            break;
-                        }
-                        Ordering::Less => break,
-                    }
-                }
-                if wanted.peek().is_none() {
-                    break;
-                }
-            }
-            out.extend(wanted.map(|_| None));
             Ok(out)
         })
+    }
+
+    /// [`Store::get_sorted`] by one range scan merged with `keys`, `None` unless `keys` are
+    /// strictly ascending: the order is checked as the merge reaches each key, against the
+    /// key it reached before (no pass of its own through the keys' bytes).
+    fn merge_in_key_order<'k>(
+        &self,
+        table: &ReadOnlyTable<Stored<RecordKey>, Stored<ImageRecord>>,
+        keys: &[KeyParts<'k>],
+    ) -> Result<Option<Vec<Option<ImageRecord>>>, StoreError> {
+        let (Some(&first), Some(&last)) = (keys.first(), keys.last()) else {
+            return Ok(Some(Vec::new()));
+        };
+        if cmp_keys_encoded(first, last) == Ordering::Greater {
+            return Ok(None);
+        }
+        let mut previous: Option<KeyParts<'k>> = None;
+        let mut in_order = |key: KeyParts<'k>| {
+            let ascending = previous.is_none_or(|p| cmp_keys_encoded(p, key) == Ordering::Less);
+            previous = Some(key);
+            ascending
+        };
+        let (first, last) = (encode(first), encode(last));
+        let range = table
+            .range::<Encoded<RecordKey>>(
+                Encoded::<RecordKey>::new(&first)..=Encoded::<RecordKey>::new(&last),
+            )
+            .map_err(|e| self.redb_err(e))?;
+        let mut out = Vec::with_capacity(keys.len());
+        let mut wanted = keys.iter().peekable();
+        for entry in range {
+            let (k, v) = entry.map_err(|e| self.redb_err(e))?;
+            let stored = k.value().bytes();
+            // Each wanted key compared once with each stored key it is not past.
+            while let Some(&&w) = wanted.peek() {
+                match cmp_encoded(stored, w) {
+                    Ordering::Greater => {
+                        if !in_order(w) {
+                            return Ok(None);
+                        }
+                        wanted.next();
+                        out.push(None);
+                    }
+                    Ordering::Equal => {
+                        if !in_order(w) {
+                            return Ok(None);
+                        }
+                        wanted.next();
+                        out.push(Some(v.value().decode().map_err(|e| self.decode_err(e))?));
+                        break;
+                    }
+                    Ordering::Less => break,
+                }
+            }
+            if wanted.peek().is_none() {
+                break;
+            }
+        }
+        for &w in wanted {
+            if !in_order(w) {
+                return Ok(None);
+            }
+            out.push(None);
+        }
+        Ok(Some(out))
     }
 
     /// The use intervals and pulls of the images `keys`, in one read transaction: the rows
@@ -394,7 +445,6 @@ mod tests {
             for &b in &keys {
                 let want = encode(a).cmp(&encode(b));
                 assert_eq!(cmp_keys_encoded(a, b), want, "{a:?} {b:?}");
-                assert_eq!(strictly_ascending(&[a, b]), want.is_lt(), "{a:?} {b:?}");
             }
         }
     }
@@ -436,8 +486,9 @@ mod tests {
     }
 
     /// `get_sorted` and `histories_of_keys` give what `get_many`, `uses_of` and `pulls_of` give
-    /// for the same keys: sorted (one range scan), shuffled (lookups), with keys the store
-    /// lacks, keys between and around stored ones, and rows of images not asked for.
+    /// for the same keys: sorted (one range scan), out of order at the end or throughout or
+    /// asked twice (lookups, once the merge meets the disorder), with keys the store lacks,
+    /// keys between and around stored ones, and rows of images not asked for.
     #[test]
     fn sorted_reads_equal_the_keyed_reads_for_the_same_keys() {
         use crate::model::{PullEntry, PullKey, PullOrigin, RecordKey, UseKey};
@@ -496,9 +547,16 @@ mod tests {
             asked.extend((0..rng.usize(0..5)).map(|_| key_of(rng.u32(80..90), rng.u8(0..3))));
             asked.sort();
             asked.dedup();
-            for shuffled in [false, true] {
-                if shuffled {
-                    rng.shuffle(&mut asked);
+            // In key order, then out of it only at the end (found by the merge's last
+            // comparisons), then shuffled.
+            for disorder in ["none", "last two swapped", "shuffled"] {
+                match disorder {
+                    "last two swapped" if asked.len() >= 2 => {
+                        let n = asked.len();
+                        asked.swap(n - 2, n - 1);
+                    }
+                    "shuffled" => rng.shuffle(&mut asked),
+                    _ => {}
                 }
                 let parts: Vec<KeyParts<'_>> = asked
                     .iter()
@@ -530,8 +588,22 @@ mod tests {
                 assert_eq!(
                     rows,
                     HistoryRows { uses, pulls },
-                    "seed {seed}, shuffled {shuffled}"
+                    "seed {seed}, disorder {disorder}"
                 );
+                // A key asked twice (not strictly ascending) is found twice.
+                if let Some(last) = asked.last().cloned() {
+                    let mut twice = asked.clone();
+                    twice.push(last);
+                    let parts: Vec<KeyParts<'_>> = twice
+                        .iter()
+                        .map(|k| (k.image_id.as_str().as_bytes(), k.runtime_handler.as_bytes()))
+                        .collect();
+                    assert_eq!(
+                        store.get_sorted(&parts).expect("get_sorted"),
+                        store.get_many(&twice).expect("get_many"),
+                        "seed {seed}, disorder {disorder}, the last key twice"
+                    );
+                }
             }
         }
     }

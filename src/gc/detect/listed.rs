@@ -66,6 +66,20 @@ impl ListedImages {
         ListedImages { images, order }
     }
 
+    /// For each entry of the list, in the runtime's order ([`ListedImages::as_listed`]), the
+    /// index of its key in key order ([`ListedImages::iter`]'s), or `None` for an entry that a
+    /// later one of the same key stands for. Reading the list in its own order and placing
+    /// what is read by this index visits the list's memory front to back, where a walk in key
+    /// order jumps through it.
+    pub fn key_indexes_in_list_order(&self) -> Vec<Option<u32>> {
+        let mut out = vec![None; self.images.len()];
+        for (index, &position) in self.order.iter().enumerate() {
+            out[position as usize] =
+                Some(u32::try_from(index).expect("a runtime lists fewer than 4G images"));
+        }
+        out
+    }
+
     /// The list as the runtime returned it, duplicates and order included.
     pub fn as_listed(&self) -> &ImageList {
         &self.images
