@@ -86,11 +86,11 @@ pub fn predictive_walk(
     }
     let found = store.get_sorted(&listed_keys)?;
     // The ranked images, by position: the listed ones with a record, and where each one's tags
-    // start among the ranked images' tags (`u32::MAX`: not ranked).
+    // start among the ranked images' tags (`None`: not ranked).
     let mut positions: Vec<u32> = Vec::with_capacity(found.len());
     let mut records: Vec<ImageRecord> = Vec::with_capacity(found.len());
     let mut keys: Vec<KeyParts<'_>> = Vec::with_capacity(found.len());
-    let mut tags_at: Vec<u32> = vec![u32::MAX; found.len()];
+    let mut tags_at: Vec<Option<u32>> = vec![None; found.len()];
     let mut ends: Vec<usize> = Vec::with_capacity(found.len());
     let mut tag_total = 0usize;
     for (position, ((key, record), count)) in listed_keys
@@ -103,16 +103,14 @@ pub fn predictive_walk(
             positions.push(u32::try_from(position).expect("fewer than 4G listed images"));
             records.push(record);
             keys.push(key);
-            tags_at[position] = u32::try_from(tag_total).expect("fewer than 4G tags");
+            tags_at[position] = Some(u32::try_from(tag_total).expect("fewer than 4G tags"));
             tag_total += count as usize;
             ends.push(tag_total);
         }
     }
     let mut names: Vec<&str> = vec![""; tag_total];
     for (image, index) in listed.as_listed().iter().zip(&index_of) {
-        if let Some(&at) = index.and_then(|index| tags_at.get(index as usize))
-            && at != u32::MAX
-        {
+        if let Some(at) = index.and_then(|index| tags_at.get(index as usize).copied().flatten()) {
             for (slot, tag) in names[at as usize..].iter_mut().zip(image.tags()) {
                 *slot = tag;
             }
