@@ -36,13 +36,16 @@ impl PinPatterns {
         })
     }
 
-    /// Whether the image is pinned by the runtime or by a pattern.
+    /// Whether the image is pinned by the runtime or by a pattern. With no pattern its names
+    /// are not read (detect asks this of every listed image: at 100k, a walk through the
+    /// list's names for nothing).
     pub fn pins(&self, image: &impl ImageLike) -> bool {
         image.pinned()
-            || image
-                .repo_tags()
-                .chain(image.repo_digests())
-                .any(|n| self.matches_name(n))
+            || (!self.patterns.is_empty()
+                && image
+                    .repo_tags()
+                    .chain(image.repo_digests())
+                    .any(|n| self.matches_name(n)))
     }
 }
 
