@@ -142,6 +142,10 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     warm_last: Mutex<Option<crate::warm::WarmPlan>>,
     /// The warm entries whose "does not fit" was logged, until they fit again.
     warm_logged: Mutex<std::collections::BTreeSet<(String, String)>>,
+    /// Whether this process wrote the warm table empty and has written no row since: a warm
+    /// cycle with no entry then has nothing to read or write (`warm.rs`). False at start, so
+    /// the first cycle clears what an earlier configuration left.
+    warm_table_cleared: std::sync::atomic::AtomicBool,
     /// The threads the warm cycle's judge ran on (a test checks it is never the async
     /// worker's).
     #[cfg(test)]

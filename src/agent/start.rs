@@ -90,6 +90,7 @@ impl<R: AgentRuntime> Agent<R> {
             gc_last_unreachable: Mutex::new(false),
             warm_last: Mutex::new(None),
             warm_logged: Mutex::new(Default::default()),
+            warm_table_cleared: std::sync::atomic::AtomicBool::new(false),
             #[cfg(test)]
             warm_judged_on: Mutex::new(Vec::new()),
         })

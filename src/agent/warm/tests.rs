@@ -364,6 +364,53 @@ async fn the_warm_cycles_judge_runs_off_the_async_worker() {
     );
 }
 
+/// A node with no warm set: the first cycle clears the rows an earlier configuration left
+/// (off the async worker, as every store write of the loop), and the cycles after it have
+/// nothing to read, judge or write: no work on the blocking pool, the table still empty.
+#[tokio::test(start_paused = true)]
+async fn without_a_warm_set_the_first_cycle_clears_the_table_and_later_ones_do_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let agent = agent(dir.path(), Registry::default(), &[]);
+    let mut stale = crate::store::Batch::new();
+    stale.replace_warm(vec![WarmRow {
+        image: "registry.example/left:1".into(),
+        runtime_handler: String::new(),
+        state: StoredWarmState::Present,
+        since: UnixNanos::from_secs(1_700_000_000),
+        image_id: "sha256:left".into(),
+    }]);
+    agent
+        .store
+        .apply(&stale)
+        .expect("an earlier configuration's row");
+
+    let plan = agent.warm_cycle().await;
+    assert!(plan.statuses.is_empty());
+    assert_eq!(
+        agent.store.warm_rows().expect("rows"),
+        Vec::<WarmRow>::new()
+    );
+    let after_first = lock_ignoring_poison(&agent.warm_judged_on).len();
+    assert!(
+        after_first > 0,
+        "the first cycle wrote the empty table off the worker"
+    );
+
+    for _ in 0..3 {
+        let plan = agent.warm_cycle().await;
+        assert!(plan.statuses.is_empty());
+    }
+    assert_eq!(
+        lock_ignoring_poison(&agent.warm_judged_on).len(),
+        after_first,
+        "a cycle with no warm set and the table cleared ran work off the worker"
+    );
+    assert_eq!(
+        agent.store.warm_rows().expect("rows"),
+        Vec::<WarmRow>::new()
+    );
+}
+
 /// Node Events record what they are given.
 #[derive(Debug, Default, Clone)]
 struct RecordedEvents(Arc<Mutex<Vec<crate::agent::NodeEvent>>>);
