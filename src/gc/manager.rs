@@ -95,7 +95,7 @@ struct CycleView {
     watch: WatchHistory,
     protected: BTreeSet<RecordKey>,
     /// The image volumes detect saw, grown by those of containers the last look finds new, so
-    /// each running container costs one ContainerStatus per cycle.
+    /// a cycle asks ContainerStatus only of containers no detect has seen.
     volumes: ImageVolumes,
 }
 
@@ -140,6 +140,10 @@ pub struct ImageGcManager<R> {
     /// What the last detect found kept (pins, present warm entries, irreplaceable images),
     /// for the runtime pins; `None` before the first detect.
     last_keeps: Mutex<Option<Vec<super::KeptImage>>>,
+    /// Each container's image volumes as its ContainerStatus gave them, for the containers the
+    /// last detect listed: a container's mounts are fixed when it is created, so a detect asks
+    /// only about containers it has not seen (`detect.rs`, `observe`).
+    volumes_seen: Mutex<ImageVolumes>,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -160,6 +164,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             pending_evictions: Mutex::new(BTreeMap::new()),
             watch_period: None,
             last_keeps: Mutex::new(None),
+            volumes_seen: Mutex::new(ImageVolumes::new()),
         })
     }
 

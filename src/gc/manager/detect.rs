@@ -67,8 +67,24 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .list_containers()
             .await
             .map_err(runtime_error("list containers"))?;
-        let mut volumes = ImageVolumes::new();
+        // A container's mounts are fixed when it is created: the answers of the containers
+        // still listed are kept from the detects before, and only the others are asked. The
+        // kept answers are then exactly the listed containers' (a container gone is forgotten).
+        let mut volumes: ImageVolumes = {
+            let seen = self
+                .volumes_seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            containers
+                .iter()
+                .filter_map(|c| Some((c.id.clone(), seen.get(&c.id)?.clone())))
+                .collect()
+        };
         self.read_image_volumes(&containers, &mut volumes).await?;
+        *self
+            .volumes_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = volumes.clone();
         let mounted: Vec<String> = volumes.values().flatten().cloned().collect();
         let sandbox = self.sandbox_image(settings).await;
         let mut in_use = images_in_use(&images, &containers, &mounted, sandbox.as_deref());
