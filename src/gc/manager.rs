@@ -141,8 +141,9 @@ pub struct ImageGcManager<R> {
     /// for the runtime pins; `None` before the first detect.
     last_keeps: Mutex<Option<Vec<super::KeptImage>>>,
     /// Each container's image volumes as its ContainerStatus gave them, for the containers the
-    /// last detect listed: a container's mounts are fixed when it is created, so a detect asks
-    /// only about containers it has not seen (`detect.rs`, `observe`).
+    /// last detect listed and those a last look asked about since: a container's mounts are
+    /// fixed when it is created, so a cycle asks only about containers not seen (`detect.rs`,
+    /// `observe` and `read_image_volumes`).
     volumes_seen: Mutex<ImageVolumes>,
 }
 
@@ -208,6 +209,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
         }
+    }
+
+    fn volumes_seen(&self) -> std::sync::MutexGuard<'_, ImageVolumes> {
+        self.volumes_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn settings(&self) -> Arc<Settings> {

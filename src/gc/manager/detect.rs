@@ -68,23 +68,18 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .await
             .map_err(runtime_error("list containers"))?;
         // A container's mounts are fixed when it is created: the answers of the containers
-        // still listed are kept from the detects before, and only the others are asked. The
-        // kept answers are then exactly the listed containers' (a container gone is forgotten).
+        // still listed are kept from the cycles before (`read_image_volumes` keeps each one it
+        // gets), and only the others are asked. Then the kept answers are cut to the listed
+        // containers' (a container gone is forgotten).
         let mut volumes: ImageVolumes = {
-            let seen = self
-                .volumes_seen
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let seen = self.volumes_seen();
             containers
                 .iter()
                 .filter_map(|c| Some((c.id.clone(), seen.get(&c.id)?.clone())))
                 .collect()
         };
         self.read_image_volumes(&containers, &mut volumes).await?;
-        *self
-            .volumes_seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = volumes.clone();
+        self.volumes_seen().retain(|id, _| volumes.contains_key(id));
         let mounted: Vec<String> = volumes.values().flatten().cloned().collect();
         let sandbox = self.sandbox_image(settings).await;
         let mut in_use = images_in_use(&images, &containers, &mounted, sandbox.as_deref());
@@ -152,7 +147,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// Adds to `known` the image volumes of each running container it does not have yet: one
     /// ContainerStatus per such container (image volumes are seen only in a container's
     /// status mounts, as the kubelet's detectImages reads them; ListContainers does not carry
-    /// mounts). A container gone since the list (NotFound) is skipped; any other failure fails
+    /// mounts), each answer also kept for the next detects (detect's and the last look's
+    /// alike). A container gone since the list (NotFound) is skipped; any other failure fails
     /// the cycle, as a failed list does: GC never removes without knowing what runs.
     pub(super) async fn read_image_volumes(
         &self,
@@ -169,6 +165,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             asked += 1;
             match self.runtime.container_usage(&container.id).await {
                 Ok(usage) => {
+                    self.volumes_seen()
+                        .insert(container.id.clone(), usage.image_volumes.clone());
                     known.insert(container.id.clone(), usage.image_volumes);
                 }
                 Err(e) if e.code() == Some(RpcCode::NotFound) => {}

@@ -134,6 +134,14 @@ async fn the_last_look_keeps_an_image_a_container_started_since_detect_mounts() 
         "the volume and the app image are kept"
     );
     assert_eq!(ids(&fake.images()), ["sha256:app", "sha256:volume"]);
+    // The last look's answer is kept: the next detect asks no container.
+    let before = fake.calls("ContainerStatus");
+    gc.detect(at(20)).await.expect("detect");
+    assert_eq!(
+        fake.calls("ContainerStatus") - before,
+        0,
+        "the container the last look asked about is not asked again"
+    );
 }
 
 /// The cost: one ContainerStatus per container (of any state) the first time a detect lists
@@ -180,18 +188,25 @@ async fn finding_image_volumes_costs_one_container_status_per_container_in_its_l
         "the next cycle's detect and its {IDLE} last looks reuse the answers"
     );
 
-    // A container created since: asked once, and the volume it mounts is in use.
+    // A container created since: asked once, and the volume it mounts (an image no other
+    // container uses) is in use; the detect after it asks none.
+    let mut images = fake.images();
+    images.push(image("sha256:late-volume", 100));
+    fake.set_images(images);
     containers.push(container("late", "sha256:app"));
-    fake.set_image_volumes("late", vec!["sha256:volume0".into()]);
+    fake.set_image_volumes("late", vec!["sha256:late-volume".into()]);
     fake.set_containers(containers);
     let before = fake.calls("ContainerStatus");
     let detect = gc.detect(at(25)).await.expect("detect");
-    assert_eq!(detect.in_use, 1 + RUNNING);
+    assert_eq!(detect.in_use, 2 + RUNNING);
     assert_eq!(
         fake.calls("ContainerStatus") - before,
         1,
         "the new one alone"
     );
+    let before = fake.calls("ContainerStatus");
+    gc.detect(at(26)).await.expect("detect");
+    assert_eq!(fake.calls("ContainerStatus") - before, 0);
 
     // The same node without running containers: the detect's other calls alone.
     fake.set_containers(Vec::new());
