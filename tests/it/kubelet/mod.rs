@@ -271,7 +271,10 @@ impl KubeletLab {
     }
 
     /// Waits for a line of the current kubelet log that contains every one of `parts`, at or
-    /// after byte `from`; returns (that line, when it was seen).
+    /// after byte `from`; returns (that line, when it was seen). On a timeout it panics with
+    /// what the kubelet logged since `from` that explains a missing pass: its eviction
+    /// manager's and image GC's lines, its warnings and errors, and the log's last lines (the
+    /// lab's directory, and the log with it, is gone when CI prints the failure).
     pub async fn wait_for_log_line(
         &self,
         parts: &[&str],
@@ -279,22 +282,26 @@ impl KubeletLab {
         deadline: Duration,
     ) -> (String, Instant) {
         // Polled: the kubelet's log is the observable of its GC and eviction passes.
-        support::wait_for(
-            &format!(
-                "a kubelet log line with {parts:?} in {}",
-                self.log_path().display()
-            ),
-            deadline,
-            || async {
-                let log = self.log();
-                log.get(from..)
-                    .unwrap_or_default()
-                    .lines()
-                    .find(|line| parts.iter().all(|p| line.contains(p)))
-                    .map(|line| (line.to_owned(), Instant::now()))
-            },
-        )
-        .await
+        let start = Instant::now();
+        loop {
+            let log = self.log();
+            let after = log.get(from..).unwrap_or_default();
+            if let Some(line) = after
+                .lines()
+                .find(|line| parts.iter().all(|p| line.contains(p)))
+            {
+                return (line.to_owned(), Instant::now());
+            }
+            if start.elapsed() >= deadline {
+                panic!(
+                    "timed out after {deadline:?} waiting for a kubelet log line with {parts:?} \
+                     in {}; since then the kubelet logged:\n{}",
+                    self.log_path().display(),
+                    log_excerpt(after)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// `curl` inside the lab's network namespace (the kubelet listens on its loopback).
@@ -425,4 +432,31 @@ fn write_atomically(path: &Path, text: &str) {
     let tmp = path.with_file_name(format!(".{name}.tmp"));
     std::fs::write(&tmp, text).expect("write");
     std::fs::rename(&tmp, path).expect("rename");
+}
+
+/// The lines of a kubelet log that explain a pass that did not come: the eviction manager's
+/// and the image GC's (their last 40), warnings and errors (their last 20), then the log's
+/// last 15 lines.
+fn log_excerpt(log: &str) -> String {
+    fn last<'a>(lines: impl Iterator<Item = &'a str>, n: usize) -> Vec<&'a str> {
+        let all: Vec<&str> = lines.collect();
+        all[all.len().saturating_sub(n)..].to_vec()
+    }
+    let passes = last(
+        log.lines()
+            .filter(|l| l.contains("eviction_manager.go") || l.contains("image_gc_manager.go")),
+        40,
+    );
+    let problems = last(
+        log.lines()
+            .filter(|l| l.starts_with('E') || l.starts_with('W')),
+        20,
+    );
+    let tail = last(log.lines(), 15);
+    format!(
+        "-- eviction manager and image GC --\n{}\n-- warnings and errors --\n{}\n-- last lines --\n{}",
+        passes.join("\n"),
+        problems.join("\n"),
+        tail.join("\n")
+    )
 }
