@@ -6,7 +6,7 @@
 //! what detect found kept), `collect.rs` (GarbageCollect, DeleteUnusedImages, MaxAge),
 //! `walk.rs` (the space walk), `measured.rs` (further image filesystems), `last_look.rs` (the
 //! last look and the removal), `dry_run.rs` (the plan); `config.rs` and `report.rs` hold the
-//! configuration and the reports.
+//! configuration and the reports, `image_cache.rs` the image cache's list.
 //!
 //! Invariants: detect, GarbageCollect and DeleteUnusedImages never run at once (one async
 //! lock); a record is deleted only after the runtime confirms the removal; no write
@@ -16,13 +16,13 @@
 //!
 //! What GC never removes: an image a container of any state uses, an image a running
 //! container mounts as an image volume (seen in its ContainerStatus mounts: one call per
-//! running container per cycle, the last looks reusing detect's answers), a pinned image, an image a
-//! pull through imagekeeper has in flight, an image used at or after the GC's start. Pulls and
-//! containers are not under the cycle lock, so right before each RemoveImage call the manager
-//! takes a last look (`rescue`): it lists the containers (again, when it had to ask a new
-//! container's status after the list), then re-reads the victim's record and the pulls in
-//! flight with no await before the call; a victim that gained a container, a newer last_used
-//! or a pull, or whose image the cycle's detect did not list, is kept
+//! container while the runtime lists it, kept across cycles and last looks), a pinned image,
+//! an image a pull through imagekeeper has in flight, an image used at or after the GC's
+//! start. Pulls and containers are not under the cycle lock, so right before each RemoveImage
+//! call the manager takes a last look (`rescue`): it lists the containers (again, when it had
+//! to ask a new container's status after the list), then re-reads the victim's record and the
+//! pulls in flight with no await before the call; a victim that gained a container, a newer
+//! last_used or a pull, or whose image the cycle's detect did not list, is kept
 //! (`gc_victims_rescued_total{why}`) and the walk goes on to the next candidate.
 //!
 //! Settings: the configuration ([`GcConfig`]) and the kubelet pull records reader it implies
@@ -60,6 +60,7 @@ mod collect;
 mod config;
 mod detect;
 mod dry_run;
+mod image_cache;
 mod keeps;
 mod last_look;
 mod measured;
@@ -68,6 +69,7 @@ mod walk;
 
 pub use config::GcConfig;
 use config::Settings;
+use image_cache::ImageCache;
 pub use report::{DetectReport, GcPlan, GcReport, Removal};
 
 /// The runtime's images (sorted once by key), the keys in use (by a container, the sandbox
@@ -127,7 +129,7 @@ pub struct ImageGcManager<R> {
     store: Arc<Store>,
     settings: RwLock<Arc<Settings>>,
     cycle: tokio::sync::Mutex<()>,
-    cache: RwLock<Vec<RuntimeImage>>,
+    cache: RwLock<ImageCache>,
     metrics: Arc<GcMetrics>,
     in_flight: PullsInFlight,
     /// Removals whose record deletion failed after the runtime removed the image (e.g. a full
@@ -159,7 +161,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             store,
             settings: RwLock::new(Arc::new(Settings::new(config, None))),
             cycle: tokio::sync::Mutex::new(()),
-            cache: RwLock::new(Vec::new()),
+            cache: RwLock::new(ImageCache::default()),
             metrics: Arc::new(GcMetrics::default()),
             in_flight: PullsInFlight::new(),
             pending_evictions: Mutex::new(BTreeMap::new()),
@@ -257,18 +259,20 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// Refreshes the image cache from the runtime: sorted by size descending, ties by id
-    /// descending (kubelet's GetImageList order).
+    /// descending (kubelet's GetImageList order), held as the runtime's answer ([`ImageCache`]).
     pub async fn refresh_image_cache(&self) -> Result<(), GcError> {
-        let mut images = self
+        let listed = self
             .runtime
-            .list_images()
+            .list_image_list()
             .await
             .map_err(runtime_error("list images"))?;
-        images.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| b.id.cmp(&a.id)));
-        match self.cache.write() {
-            Ok(mut cache) => *cache = images,
-            Err(poisoned) => *poisoned.into_inner() = images,
-        }
+        let next = ImageCache::new(listed);
+        let previous = match self.cache.write() {
+            Ok(mut cache) => std::mem::replace(&mut *cache, next),
+            Err(poisoned) => std::mem::replace(&mut *poisoned.into_inner(), next),
+        };
+        // Dropped outside the lock: a reader waits for the swap, not for the old list's frees.
+        drop(previous);
         Ok(())
     }
 
@@ -288,11 +292,21 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         Ok(stats)
     }
 
-    /// The cached image list (kubelet's GetImageList).
+    /// The cached image list (kubelet's GetImageList), as owned images.
     pub fn image_list(&self) -> Vec<RuntimeImage> {
+        self.read_cache(ImageCache::images)
+    }
+
+    /// How many images the cached list holds and their total size (saturating), without
+    /// copying the list (the metrics' `imagekeeper_runtime_images` and its bytes).
+    pub fn image_list_totals(&self) -> (u64, u64) {
+        self.read_cache(|cache| (cache.len() as u64, cache.total_size()))
+    }
+
+    fn read_cache<T>(&self, read: impl FnOnce(&ImageCache) -> T) -> T {
         match self.cache.read() {
-            Ok(cache) => cache.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+            Ok(cache) => read(&cache),
+            Err(poisoned) => read(&poisoned.into_inner()),
         }
     }
 }

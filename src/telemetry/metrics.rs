@@ -26,7 +26,7 @@ use tracing::warn;
 
 use crate::gc::ImageGcManager;
 use crate::gc::metrics::GcProgress;
-use crate::model::{UnixNanos, saturating_total};
+use crate::model::UnixNanos;
 use crate::pull::metrics::{EnsureLabels, Histogram};
 use crate::pull::{BackoffStore, ImageManager, PullRuntime};
 use crate::runtime::ImageRuntime;
@@ -254,13 +254,7 @@ impl Snapshot {
             runtime_images: agent
                 .image_cache_filled
                 .load(std::sync::atomic::Ordering::Relaxed)
-                .then(|| {
-                    let images = gc.image_list();
-                    (
-                        images.len() as u64,
-                        saturating_total(images.iter().map(|i| i.size)),
-                    )
-                }),
+                .then(|| gc.image_list_totals()),
             future_stamps_clamped: g.future_stamps_clamped(),
             clock_went_back: g.clock_went_back(),
             kubelet_stale_intents: gc.kubelet_stale_intents(),

@@ -2,6 +2,7 @@
 //! and sums saturate instead of overflowing.
 
 use super::*;
+use crate::model::saturating_total;
 
 /// A scrape in which every family has samples: every optional one present, every labelled
 /// one with at least one label set.
