@@ -4,7 +4,8 @@
 //!
 //! Invariants: a failed cycle keeps its loop's period; only a cycle that could not reach the
 //! runtime is retried sooner (1 s doubling up to the period); the cycles read the clock once
-//! they hold the cycle lock; a GC cycle compacts the database off the async workers.
+//! they hold the cycle lock; a GC cycle compacts the database off the async workers; after
+//! each cycle the heap's free pages go back to the system (`memory.rs`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -38,7 +39,11 @@ impl<R: AgentRuntime> Agent<R> {
         ];
         run_schedule(periods, stop, |which| {
             let agent = self.clone();
-            async move { agent.run_cycle(which).await }
+            async move {
+                let outcome = agent.run_cycle(which).await;
+                memory::release_free_memory();
+                outcome
+            }
         })
         .await;
     }

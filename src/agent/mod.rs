@@ -10,7 +10,8 @@
 //! `admin_backend.rs` answers the admin server, `warm.rs` runs the warm loop and restore,
 //! `events.rs` watches container events, `reload.rs` reloads on SIGHUP, `runtime_pins.rs`
 //! keeps containerd's pin labels, `notify.rs` talks to the service manager, `doctor_events.rs`
-//! turns the doctor's conflicts at start into Node Events.
+//! turns the doctor's conflicts at start into Node Events, `memory.rs` gives the heap's free
+//! pages back after each cycle.
 //!
 //! Invariants: a failed cycle is logged and the loop keeps its period, as the kubelet's
 //! wait.Until loops do; only a cycle that could not reach the runtime is retried sooner (1 s
@@ -30,6 +31,7 @@ mod admin_backend;
 mod doctor_events;
 mod events;
 mod loops;
+mod memory;
 mod notify;
 mod reload;
 mod runtime_pins;
