@@ -267,9 +267,16 @@ fn node_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
         Duration::from_secs(window),
     );
     drop(agents);
+    let (binary, binary_what) = node::agent_binary();
+    let binary_mb = std::fs::metadata(&binary)
+        .map(|m| m.len() as f64 / 1e6)
+        .unwrap_or(f64::NAN);
     for (name, cost) in ["2k", "idle"].into_iter().zip(costs) {
         println!(
-            "node {name}: `imagekeeper run` with the default periods (detect 5m, GC 5m, image cache 30s) against the fake runtime in its own process (image filesystem: /dev/shm, below the GC threshold), {} images, {} containers, measured over {:.0} s of wall time after a 20 s start-up; RSS peak (VmHWM) {:.1} MiB",
+            "node {name}: `imagekeeper run` ({}: {}, {:.1} MB) with the default periods (detect 5m, GC 5m, image cache 30s) against the fake runtime in its own process (image filesystem: /dev/shm, below the GC threshold), {} images, {} containers, measured over {:.0} s of wall time after a 20 s start-up; RSS peak (VmHWM) {:.1} MiB",
+            binary_what,
+            binary.display(),
+            binary_mb,
             cost.images,
             cost.containers,
             cost.window.as_secs_f64(),

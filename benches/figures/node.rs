@@ -2,6 +2,11 @@
 //! the fake runtime in a process of its own, measured from /proc over a window of wall time
 //! after its start-up detect.
 //!
+//! The agent is the shipped build when `IMAGEKEEPER_BENCH_AGENT` names it (`scripts/bench`
+//! builds it with `cargo build --release --bin imagekeeper`), else this bench's own build of the
+//! binary, which carries the dev-dependency's features (`testing`, `kube`: a larger binary, so
+//! more resident pages); [`agent_binary`] says which, and the figures' log line names it.
+//!
 //! CPU is the process's utime + stime (/proc/PID/stat, every thread, exited ones included)
 //! over the window, scaled to an hour; RSS is VmRSS at the window's end (VmHWM beside it);
 //! wakeups are the voluntary + involuntary context switches of its threads
@@ -47,7 +52,7 @@ impl NodeAgent {
         let db = dir.join("records.redb");
         let admin = dir.join("admin.sock");
         let log = File::create(dir.join("agent.log")).expect("agent log");
-        let agent = Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+        let agent = Command::new(agent_binary().0)
             .arg("run")
             .arg("--db")
             .arg(&db)
@@ -119,6 +124,21 @@ fn switches(pid: u32) -> HashMap<String, u64> {
     }
     out
 }
+
+/// The agent binary the node figures run, and what it is: `IMAGEKEEPER_BENCH_AGENT` (the shipped
+/// build, as `scripts/bench` sets it) or this bench's own build.
+pub fn agent_binary() -> (std::path::PathBuf, &'static str) {
+    match std::env::var_os(AGENT_ENV) {
+        Some(path) if !path.is_empty() => (path.into(), "the shipped build"),
+        _ => (
+            env!("CARGO_BIN_EXE_imagekeeper").into(),
+            "the bench's own build (with the `testing` and `kube` features)",
+        ),
+    }
+}
+
+/// Names the agent binary the node figures run (see the module).
+const AGENT_ENV: &str = "IMAGEKEEPER_BENCH_AGENT";
 
 /// Measures every agent over the same window (they run side by side), after `warm_up`.
 pub fn measure(agents: &[NodeAgent], warm_up: Duration, window: Duration) -> Vec<NodeCost> {
