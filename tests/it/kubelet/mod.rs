@@ -282,26 +282,24 @@ impl KubeletLab {
         deadline: Duration,
     ) -> (String, Instant) {
         // Polled: the kubelet's log is the observable of its GC and eviction passes.
-        let start = Instant::now();
-        loop {
-            let log = self.log();
-            let after = log.get(from..).unwrap_or_default();
-            if let Some(line) = after
+        let found = support::try_wait_for(deadline, || async {
+            self.log()
+                .get(from..)
+                .unwrap_or_default()
                 .lines()
                 .find(|line| parts.iter().all(|p| line.contains(p)))
-            {
-                return (line.to_owned(), Instant::now());
-            }
-            if start.elapsed() >= deadline {
-                panic!(
-                    "timed out after {deadline:?} waiting for a kubelet log line with {parts:?} \
-                     in {}; since then the kubelet logged:\n{}",
-                    self.log_path().display(),
-                    log_excerpt(after)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+                .map(|line| (line.to_owned(), Instant::now()))
+        })
+        .await;
+        found.unwrap_or_else(|| {
+            let log = self.log();
+            panic!(
+                "timed out after {deadline:?} waiting for a kubelet log line with {parts:?} in \
+                 {}; since then the kubelet logged:\n{}",
+                self.log_path().display(),
+                log_excerpt(log.get(from..).unwrap_or_default())
+            )
+        })
     }
 
     /// `curl` inside the lab's network namespace (the kubelet listens on its loopback).

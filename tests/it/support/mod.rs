@@ -309,7 +309,19 @@ fn parse_image_row(line: &str) -> LabImage {
 /// fake runtime, a cycle the agent does not report): where one exists (the agent's READY=1 on
 /// its NOTIFY_SOCKET, a child's exit, a channel), wait on it and assert once. A caller says in
 /// a comment why it polls. The deadline guards only against a hang.
-pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    try_wait_for(deadline, check)
+        .await
+        .unwrap_or_else(|| panic!("timed out after {deadline:?} waiting for {what}"))
+}
+
+/// As [`wait_for`], but `None` once `deadline` has passed, for a caller that says more than
+/// `wait_for`'s message when it panics.
+pub async fn try_wait_for<T, F, Fut>(deadline: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -317,12 +329,11 @@ where
     let start = Instant::now();
     loop {
         if let Some(value) = check().await {
-            return value;
+            return Some(value);
         }
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for {what}"
-        );
+        if start.elapsed() >= deadline {
+            return None;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
