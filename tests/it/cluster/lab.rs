@@ -6,7 +6,7 @@
 //! `deploy/daemonset.yaml` applied with `kubectl apply`.
 //!
 //! What the cluster cannot show here, and stays with the tests that stand in for it: a node on
-//! cgroup v2 or another runtime (the lab's containerd 2.1 on this machine's cgroup v1); a pod
+//! cgroup v2 or another runtime (the lab's containerd 2.3 on this machine's cgroup v1); a pod
 //! network (every lab pod uses the host network, `../shared/README.md`); more than one node.
 
 use std::time::{Duration, Instant};
@@ -185,7 +185,7 @@ async fn helm_install_runs_the_agent_ready_under_the_kubelets_probes_its_notes_c
         )
         .await;
 
-    // A pin made through the agent in the pod: the runtime carries it (containerd 2.1), so the
+    // A pin made through the agent in the pod: the runtime carries it (containerd 2.3), so the
     // labels the uninstall notes are about exist before the uninstall.
     let (repository, tag) = cluster.image();
     let pinned = format!("{repository}:{tag}");

@@ -1,6 +1,6 @@
 //! Tests on a real single-node cluster: `scripts/cluster-lab` runs etcd v3.6.16, kube-apiserver,
 //! kube-controller-manager, kube-scheduler and a kubelet v1.37.2 registered through the API
-//! server, beside the lab's containerd 2.1, all inside a network namespace of the lab's own.
+//! server, beside the lab's containerd 2.3, all inside a network namespace of the lab's own.
 //! The tests install the chart with the real helm, read what happened with the real kubectl
 //! (the API server's objects, the kubelet's probes, `kubectl exec` and `kubectl logs`), and
 //! reach the cluster only through `nsenter --net` into that namespace.

@@ -1,5 +1,5 @@
 //! Tests against the real containerd of `scripts/cri-lab` (named `cri::lab::...`, run one at a
-//! time), on whichever release the lab runs (1.6, 1.7 or 2.1, from lab.env): a fact that differs
+//! time), on whichever release the lab runs (2.3, 2.4, 1.7, 2.1 or 1.6, from lab.env): a fact that differs
 //! by release is asserted for that release and named in the test or its assertion. Each test
 //! first pulls the images it needs, so none depends on another's leftovers, and pods are torn
 //! down by a guard even when an assertion fails.
@@ -239,7 +239,8 @@ async fn pull_of_a_missing_tag_is_not_found() {
 }
 
 /// CRI Version names containerd and the release the lab started (lab.env's
-/// CRI_LAB_CONTAINERD_VERSION, the Debian package's version: "1.6.20~ds1-..." runs as 1.6.20).
+/// CRI_LAB_CONTAINERD_VERSION: the Debian package's version, "1.6.20~ds1-..." runs as 1.6.20,
+/// or the Go module's, "2.3.7" runs as v2.3.7, as containerd's own release builds say it).
 #[tokio::test]
 #[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn version_names_containerd_and_the_release_the_lab_started() {
@@ -248,16 +249,17 @@ async fn version_names_containerd_and_the_release_the_lab_started() {
     let version = lab.client().await.version().await.expect("Version answers");
     assert_eq!(version.runtime_name, "containerd");
     let release = lab.containerd_release().name();
+    let runtime_version = version.runtime_version.trim_start_matches('v');
     assert!(
-        version.runtime_version.starts_with(&format!("{release}.")),
+        runtime_version.starts_with(&format!("{release}.")),
         "the lab runs containerd {release}: {version:?}"
     );
-    // The upstream part of the Debian version (1.6.20, 1.7.24, 2.1.9).
+    // The upstream part of the version (1.6.20, 1.7.24, 2.1.9, 2.3.7, 2.4.2).
     let package = lab.env_or("CRI_LAB_CONTAINERD_VERSION", "");
     let upstream = package.split(['~', '+', '-']).next().unwrap_or_default();
     if !upstream.is_empty() && upstream.starts_with(release) {
         assert!(
-            version.runtime_version.starts_with(upstream),
+            runtime_version.starts_with(upstream),
             "lab.env says containerd {package}: {version:?}"
         );
     }

@@ -1,4 +1,4 @@
-//! Beside a real kubelet (v1.37.2, `scripts/kubelet-lab`) on containerd 2.1 (named `kubelet::lab::...`,
+//! Beside a real kubelet (v1.37.2, `scripts/kubelet-lab`) on containerd 2.3 (named `kubelet::lab::...`,
 //! one at a time in nextest's `kubelet-lab` group). Each test reads what happened through crictl
 //! or the kubelet's own log (and its files), not only through imagekeeper.
 
@@ -41,7 +41,7 @@ fn remove_if_present(kl: &KubeletLab, reference: &str) {
     );
 }
 
-/// Removes every image but the sandbox image (which containerd 2.1 pins): a test that needs the
+/// Removes every image but the sandbox image (which containerd 2.x pins): a test that needs the
 /// image filesystem to hold its own images alone starts here.
 fn remove_all_images_but_the_sandbox(kl: &KubeletLab) {
     let json: serde_json::Value =
@@ -129,7 +129,7 @@ async fn kubelet_start_pass(kl: &KubeletLab) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the kubelet lab: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV (scripts/test runs it)"]
-async fn the_lab_kubelet_is_v1_37_2_answers_healthz_and_runs_a_static_pod_on_containerd_2_1() {
+async fn the_lab_kubelet_is_v1_37_2_answers_healthz_and_runs_a_static_pod_on_containerd_2_3() {
     let mut kl = kubelet_lab("kubelet::lab::smoke").await;
     let version = Command::new(kl.env("KUBELET_LAB_BIN"))
         .arg("--version")
@@ -145,7 +145,9 @@ async fn the_lab_kubelet_is_v1_37_2_answers_healthz_and_runs_a_static_pod_on_con
     assert_eq!(healthz, "ok");
     let runtime = kl.crictl(&["version"]);
     assert!(
-        runtime.contains(&format!("RuntimeVersion:  {CONTAINERD_RELEASE}.")),
+        // containerd's release builds say v2.3.7, Debian's packages 2.1.9~ds1.
+        runtime.contains(&format!("RuntimeVersion:  {CONTAINERD_RELEASE}."))
+            || runtime.contains(&format!("RuntimeVersion:  v{CONTAINERD_RELEASE}.")),
         "the lab runs containerd {CONTAINERD_RELEASE}: {runtime}"
     );
     let image = reference(&kl, "busybox:1.35");
@@ -206,7 +208,7 @@ async fn after_a_real_kubelet_restart_imagekeeper_gc_takes_the_least_recently_us
             pull_policy: "IfNotPresent",
         });
         let container = kl.running_container(&name, POD_START).await;
-        // The container the kubelet started is marked used by the event (containerd 2.1)...
+        // The container the kubelet started is marked used by the event (containerd 2.3)...
         agent
             .wait_for_line(&["marked its images used", &container], 0)
             .await;
@@ -334,7 +336,7 @@ async fn after_a_real_kubelet_restart_imagekeeper_gc_takes_the_least_recently_us
 }
 
 /// Use seen from the kubelet's containers. (1) With a detect only at its start, the agent marks
-/// the image of a container the kubelet starts used through containerd 2.1's container events,
+/// the image of a container the kubelet starts used through containerd 2.3's container events,
 /// before any later detect. (2) With the events off, the next detect marks it. Either way the
 /// record's last use is at or after the container's creation as crictl reports it.
 #[tokio::test(flavor = "multi_thread")]
@@ -678,7 +680,7 @@ async fn doctor_on_the_real_kubelet_finds_the_conflict_and_its_fix_as_a_drop_in_
     }
 }
 
-/// `ctr -n k8s.io images label REF LABEL` with the lab's own ctr (containerd 2.1's).
+/// `ctr -n k8s.io images label REF LABEL` with the lab's own ctr (containerd 2.3's).
 fn ctr_label(kl: &KubeletLab, reference: &str, label: &str) {
     let ctr = Path::new(&kl.lab.env("CRI_LAB_CONTAINERD_BIN")).join("ctr");
     let out = Command::new(&ctr)
@@ -699,7 +701,7 @@ fn ctr_label(kl: &KubeletLab, reference: &str, label: &str) {
 }
 
 /// A check of the lab for the keeps test: an image labelled `io.cri-containerd.pinned=pinned`
-/// by hand (containerd 2.1 then lists it pinned) survives the real kubelet's
+/// by hand (containerd 2.3 then lists it pinned) survives the real kubelet's
 /// DeleteUnusedImages under `imagefs.available` pressure (a drop-in: evict below 99 % free),
 /// while an unlabelled unused image goes; once the label is removed, the eviction manager's
 /// next pass (every 10 s) removes it too. Read through crictl and the kubelet's log. (The

@@ -22,8 +22,9 @@ use crate::support::{self, Lab, bin};
 
 static KUBELET_LAB_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The containerd release the kubelet lab runs (the tests name it in their assertions).
-pub const CONTAINERD_RELEASE: &str = "2.1";
+/// The containerd release the kubelet lab runs (the tests name it in their assertions):
+/// scripts/kubelet-lab's default, the long-term release.
+pub const CONTAINERD_RELEASE: &str = "2.3";
 
 /// The running kubelet lab, from kubelet.env and the cri-lab's lab.env beside it.
 pub struct KubeletLab {

@@ -28,9 +28,9 @@ fn release(lab: &Lab) -> String {
     lab.env_or("CRI_LAB_CONTAINERD", "1.6")
 }
 
-/// Whether this release lists labelled images as pinned (1.7 and 2.1; 1.6 never sets it).
+/// Whether this release lists labelled images as pinned (all but 1.6, which never sets it).
 fn release_carries_pins(lab: &Lab) -> bool {
-    release(lab) != "1.6"
+    lab.containerd_release().pins()
 }
 
 /// The lab release's `ctr` (its bin dir from lab.env, else the system's).

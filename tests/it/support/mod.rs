@@ -20,9 +20,11 @@ use std::time::{Duration, Instant};
 use imagekeeper::cri::{ContainerSpec, CriClient, CriConfig, ImageRuntime, SandboxSpec};
 use imagekeeper::store::Store;
 
-/// A containerd release the lab runs (`scripts/cri-lab up --containerd 1.6|1.7|2.1`), with the
-/// facts the lab tests assert of it (each checked on this machine kind, see
-/// ../shared/README.md and the lab tests that assert them).
+/// A containerd release the lab runs (`scripts/cri-lab up --containerd 2.3|2.4|1.7|2.1|1.6`),
+/// with the facts the lab tests assert of it (each checked on this machine kind, see
+/// ../shared/README.md and the lab tests that assert them). `scripts/test` runs 2.3 (the
+/// long-term release), 2.4 and 1.7 (the last 1.x); 2.1 and 1.6, past their end of life, run by
+/// name (`IMAGEKEEPER_LAB_RELEASES`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContainerdRelease {
     /// 1.6.20 (Debian 12): no GetContainerEvents, never `pinned`, no image volumes.
@@ -31,26 +33,41 @@ pub enum ContainerdRelease {
     V1_7,
     /// 2.1.9 (Debian unstable): as 1.7, plus image volumes (CRI Mount `image`).
     V2_1,
+    /// 2.3.7, built from containerd's Go module: as 2.1.
+    V2_3,
+    /// 2.4.2, built from containerd's Go module: as 2.1.
+    V2_4,
 }
 
 impl ContainerdRelease {
-    /// The release as `scripts/cri-lab` names it ("1.6", "1.7", "2.1").
+    /// The release as `scripts/cri-lab` names it ("1.6", "1.7", "2.1", "2.3", "2.4").
     pub fn name(self) -> &'static str {
         match self {
             ContainerdRelease::V1_6 => "1.6",
             ContainerdRelease::V1_7 => "1.7",
             ContainerdRelease::V2_1 => "2.1",
+            ContainerdRelease::V2_3 => "2.3",
+            ContainerdRelease::V2_4 => "2.4",
         }
     }
 
-    /// Whether the release serves CRI GetContainerEvents (1.7 and 2.1; 1.6 answers
+    /// Whether the release is a 2.x one (image volumes; no sandbox image in the verbose
+    /// Status).
+    pub fn is_v2(self) -> bool {
+        matches!(
+            self,
+            ContainerdRelease::V2_1 | ContainerdRelease::V2_3 | ContainerdRelease::V2_4
+        )
+    }
+
+    /// Whether the release serves CRI GetContainerEvents (all but 1.6, which answers
     /// Unimplemented).
     pub fn serves_container_events(self) -> bool {
         self != ContainerdRelease::V1_6
     }
 
     /// Whether the release lists its sandbox image and images labelled
-    /// `io.cri-containerd.pinned=pinned` as `pinned: true` (1.7 and 2.1; 1.6 never pins).
+    /// `io.cri-containerd.pinned=pinned` as `pinned: true` (all but 1.6, which never pins).
     pub fn pins(self) -> bool {
         self != ContainerdRelease::V1_6
     }
@@ -136,7 +153,11 @@ impl Lab {
             "1.6" => ContainerdRelease::V1_6,
             "1.7" => ContainerdRelease::V1_7,
             "2.1" => ContainerdRelease::V2_1,
-            other => panic!("lab.env names containerd release {other:?}: not 1.6, 1.7 or 2.1"),
+            "2.3" => ContainerdRelease::V2_3,
+            "2.4" => ContainerdRelease::V2_4,
+            other => {
+                panic!("lab.env names containerd release {other:?}: not 1.6, 1.7, 2.1, 2.3 or 2.4")
+            }
         }
     }
 

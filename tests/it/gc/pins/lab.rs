@@ -197,11 +197,11 @@ async fn an_imported_image_is_kept_by_prune_and_removed_with_protect_irreplaceab
     let lab = support::lab("an_imported_image_is_kept_by_prune").await;
     let client = lab.client().await;
     // containerd 1.6 and 1.7 name their sandbox image in the verbose Status (the CRI config's
-    // sandboxImage); 2.1's Status carries no image config (its sandbox image is listed
+    // sandboxImage); 2.x's Status carries no image config (its sandbox image is listed
     // `pinned: true` instead, which keeps it): imagekeeper then takes the configured one.
     let named = match lab.containerd_release() {
         ContainerdRelease::V1_6 | ContainerdRelease::V1_7 => Some(lab.sandbox_image.as_str()),
-        ContainerdRelease::V2_1 => None,
+        ContainerdRelease::V2_1 | ContainerdRelease::V2_3 | ContainerdRelease::V2_4 => None,
     };
     assert_eq!(
         client.sandbox_image().await.expect("status").as_deref(),

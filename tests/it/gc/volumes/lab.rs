@@ -91,12 +91,12 @@ async fn on_2_1_an_image_mounted_as_a_volume_is_in_use_for_gc_until_its_containe
     }
     // The kubelet mounts the image id its PullImage returned.
     let spec = volume_user(&busybox.reference, &volume.image_id, true);
-    if release != ContainerdRelease::V2_1 {
+    if !release.is_v2() {
         refused_on_1_6_and_1_7(&lab, &client, release, &spec).await;
         return;
     }
 
-    // 2.1 refuses a writable image mount.
+    // 2.x refuses a writable image mount.
     let sandbox = support::sandbox_spec(&lab, "ik-volume-writable");
     let sandbox_id = client
         .run_pod_sandbox(&sandbox)

@@ -1,4 +1,4 @@
-//! The DaemonSet's pod run by the real kubelet v1.37.2 on containerd 2.1
+//! The DaemonSet's pod run by the real kubelet v1.37.2 on containerd 2.3
 //! (`kubelet::lab::daemonset::...`): `deploy/daemonset.yaml`'s pod template as a static pod,
 //! with the image `scripts/image` built, pushed to the kubelet lab's registry
 //! (`IMAGEKEEPER_KUBELET_IMAGE`, exported by `scripts/test`).
@@ -179,7 +179,7 @@ fn exec(kl: &KubeletLab, container: &str, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the kubelet lab and the image: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV, IMAGEKEEPER_KUBELET_IMAGE (scripts/test runs it)"]
-async fn the_daemonset_pod_run_by_the_real_kubelet_passes_its_probes_gets_the_kubelets_mounts_and_downward_api_and_manages_the_labs_images_on_containerd_2_1()
+async fn the_daemonset_pod_run_by_the_real_kubelet_passes_its_probes_gets_the_kubelets_mounts_and_downward_api_and_manages_the_labs_images_on_containerd_2_3()
  {
     const TEST: &str = "kubelet::lab::daemonset";
     let mut kl = kubelet_lab(TEST).await;

@@ -1,5 +1,5 @@
 //! The kubelet's KEP-2535 pull intents, as the real kubelet v1.37.2 writes them, on containerd
-//! 2.1 (`kubelet::lab::intents::...`). Kubelet master pkg/kubelet/images/pullmanager/
+//! 2.3 (`kubelet::lab::intents::...`). Kubelet master pkg/kubelet/images/pullmanager/
 //! image_pull_manager.go: `RecordPullIntent` writes `<root>/image_manager/pulling/sha256-<sha256
 //! of the image name>` before every pull; `RecordImagePulled` (success) and
 //! `RecordImagePullFailed` (failure) delete it when the pull ends, so in a running kubelet an

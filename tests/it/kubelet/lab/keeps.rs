@@ -1,5 +1,5 @@
 //! It obeys imagekeeper's keeps: the agent's runtime pins (issue 36) beside the real kubelet
-//! v1.37.2 on containerd 2.1 (`kubelet::lab::keeps::...`). The kubelet's image GC and its
+//! v1.37.2 on containerd 2.3 (`kubelet::lab::keeps::...`). The kubelet's image GC and its
 //! eviction manager's DeleteUnusedImages both skip an image the runtime lists `pinned`
 //! (kubelet master pkg/kubelet/images/image_gc_manager.go, `imagesInEvictionOrder`); the test
 //! reads what the kubelet did through crictl and the kubelet's own log.
@@ -189,7 +189,7 @@ fn removals_of(log: &str, from: usize, id: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the kubelet lab: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV (scripts/test runs it)"]
-async fn the_real_kubelets_image_gc_and_delete_unused_images_spare_the_agents_pin_warm_and_side_loaded_images_on_containerd_2_1_and_take_the_pin_after_unpin()
+async fn the_real_kubelets_image_gc_and_delete_unused_images_spare_the_agents_pin_warm_and_side_loaded_images_on_containerd_2_3_and_take_the_pin_after_unpin()
  {
     let mut kl = kubelet_lab("kubelet::lab::keeps").await;
     let test_started = Instant::now();
