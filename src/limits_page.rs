@@ -89,6 +89,10 @@ fn the_limits_page_states_every_limit_with_the_codes_number() {
             crate::model::MAX_PIN_REASON_BYTES,
         ),
         format!(
+            "**Pins**: at most **{}** pins in force",
+            grouped(crate::model::MAX_ACTIVE_PINS as u64)
+        ),
+        format!(
             "a line of at most **{}** ({} bytes",
             mib(trace),
             grouped(trace)

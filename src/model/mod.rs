@@ -718,6 +718,12 @@ mod tests;
 /// by the store).
 pub const MAX_PIN_REASON_BYTES: usize = 1024;
 
+/// The most pins in force (`imagekeeper pin`) the store takes: a new pin beyond them is refused
+/// (`StoreError::TooManyPins`); replacing a pin, removing one and a database already holding
+/// more (written before the cap) work as before. Every detect resolves every pin against every
+/// listed image name (issue 53), so the count is kept within what one detect does at once.
+pub const MAX_ACTIVE_PINS: usize = 10_000;
+
 /// What an operator pinned (`imagekeeper pin`): an image name as the runtime resolves names
 /// (a tag, a digest reference or an image id) and the runtime handler it is pinned under
 /// (empty: the default). Schema 4's `pins` table is keyed by it.

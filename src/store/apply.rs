@@ -37,6 +37,7 @@ use super::{
     Applied, Batch, BatchOp, Handle, IndexMismatch, ListedSightings, Store, StoreError, TxnError,
     history, journal,
 };
+use crate::model::MAX_ACTIVE_PINS;
 use crate::model::{
     BackoffEntry, EvictionNote, ImageLike, ImageNames, ImagePin, ImageRecord, JournalEntry,
     JournalRetention, PinKey, PullEntry, PullKey, PullOrigin, RecordKey, Remover, Repull, Sighting,
@@ -152,6 +153,9 @@ struct BatchWriter<'t, 'b> {
     repull_times: Vec<UnixNanos>,
     /// The journal entries written (each with the deletion of its record).
     journaled: Vec<(JournalKey, JournalEntry)>,
+    /// The pins in force counted by this batch's first new pin, plus the new pins written
+    /// since; `None` until a new pin is written, and again after a pin is removed or pruned.
+    active_pins: Option<usize>,
 }
 
 impl<'t, 'b> BatchWriter<'t, 'b> {
@@ -183,6 +187,7 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
             repulls: Vec::new(),
             journaled: Vec::new(),
             repull_times: Vec::new(),
+            active_pins: None,
         }
     }
 
@@ -467,14 +472,28 @@ impl BatchWriter<'_, '_> {
         put_meta(self.meta.get()?, name, value)
     }
 
-    /// [`BatchOp::PutPin`]: written only when its bytes differ from the stored pin's.
+    /// [`BatchOp::PutPin`]: written only when its bytes differ from the stored pin's. A new
+    /// key is refused when [`MAX_ACTIVE_PINS`] pins are in force at the pin's creation (a
+    /// pin replaced, or a table already past the cap, is not refused for it).
     fn put_pin(&mut self, key: &PinKey, pin: &ImagePin) -> Result<bool, TxnError> {
         let k = key.encode();
         let v = pin.encode();
         let pins = self.pins.get()?;
         let same = match pins.get(Encoded::new(&k))? {
             Some(g) => g.value().bytes() == v.as_slice(),
-            None => false,
+            None => {
+                // Counted once per batch (at its first new pin's creation), then kept: a batch
+                // of many new pins reads the table once, not once per pin.
+                let active = match self.active_pins {
+                    Some(n) => n,
+                    None => active_pins(pins, pin.created_at)?,
+                };
+                if active >= MAX_ACTIVE_PINS {
+                    return Err(TxnError::TooManyPins { active });
+                }
+                self.active_pins = Some(active + 1);
+                false
+            }
         };
         if !same {
             pins.insert(Encoded::new(&k), Encoded::new(&v))?;
@@ -484,6 +503,7 @@ impl BatchWriter<'_, '_> {
 
     /// [`BatchOp::RemovePin`].
     fn remove_pin(&mut self, key: &PinKey) -> Result<bool, TxnError> {
+        self.active_pins = None;
         Ok(self
             .pins
             .get()?
@@ -493,6 +513,7 @@ impl BatchWriter<'_, '_> {
 
     /// [`BatchOp::PruneExpiredPins`]: pins expired for longer than the journal's max age.
     fn prune_expired_pins(&mut self, now: UnixNanos) -> Result<bool, TxnError> {
+        self.active_pins = None;
         let cutoff = now.saturating_sub(self.retention.max_age);
         let pins = self.pins.get()?;
         let mut expired = Vec::new();
@@ -723,4 +744,20 @@ pub(super) fn put_meta(meta: &mut MetaTable<'_>, name: &str, value: i64) -> Resu
     let k = MetaKey(name.to_owned()).encode();
     meta.insert(Encoded::new(&k), Encoded::new(&MetaValue(value).encode()))?;
     Ok(true)
+}
+
+/// How many pins of `pins` are in force at `now`; one decode per row, counted only when a new
+/// pin is written.
+fn active_pins(
+    pins: &redb::Table<'_, Stored<PinKey>, Stored<ImagePin>>,
+    now: UnixNanos,
+) -> Result<usize, TxnError> {
+    let mut active = 0;
+    for entry in pins.iter()? {
+        let (_, v) = entry?;
+        if v.value().decode().map_err(TxnError::Decode)?.active_at(now) {
+            active += 1;
+        }
+    }
+    Ok(active)
 }

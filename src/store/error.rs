@@ -87,6 +87,18 @@ pub enum StoreError {
         /// The database file.
         path: PathBuf,
     },
+    /// A new pin past [`crate::model::MAX_ACTIVE_PINS`] pins in force; nothing was written.
+    #[error(
+        "refusing a new pin: {active} pins are in force and at most {limit} are kept (each is \
+         matched against every image at every detect); remove pins no longer needed \
+         (`imagekeeper unpin`), or replace one: pinning a name already pinned is not refused"
+    )]
+    TooManyPins {
+        /// The pins in force when the new one was refused.
+        active: usize,
+        /// [`crate::model::MAX_ACTIVE_PINS`].
+        limit: usize,
+    },
     /// A write to a database opened read-only.
     #[error("database {path} is open read-only; it cannot be written")]
     ReadOnly {

@@ -164,6 +164,12 @@ fn next_entry(
                         detail,
                     }));
                 }
+                Err(TxnError::TooManyPins { active }) => {
+                    return Some(Err(StoreError::TooManyPins {
+                        active,
+                        limit: crate::model::MAX_ACTIVE_PINS,
+                    }));
+                }
             };
             if records.is_empty() {
                 return Some(Err(StoreError::IndexMismatch {

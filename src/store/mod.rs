@@ -43,6 +43,8 @@ mod history;
 mod journal;
 mod names;
 mod open;
+#[cfg(test)]
+mod pin_cap_tests;
 #[cfg(any(test, feature = "fault-injection"))]
 pub mod power_loss;
 #[cfg(any(test, feature = "fault-injection"))]
@@ -286,6 +288,10 @@ impl Store {
                 path: self.path.clone(),
                 detail,
             },
+            TxnError::TooManyPins { active } => StoreError::TooManyPins {
+                active,
+                limit: crate::model::MAX_ACTIVE_PINS,
+            },
         }
     }
 }
@@ -295,6 +301,11 @@ enum TxnError {
     Redb(redb::Error),
     Decode(DecodeError),
     Mismatch(IndexMismatch),
+    /// A new pin past [`crate::model::MAX_ACTIVE_PINS`] pins in force.
+    TooManyPins {
+        /// The pins in force at the new pin's creation.
+        active: usize,
+    },
 }
 
 impl<E: Into<redb::Error>> From<E> for TxnError {
