@@ -147,6 +147,9 @@ pub struct ImageGcManager<R> {
     /// fixed when it is created, so a cycle asks only about containers not seen (`detect.rs`,
     /// `observe` and `read_image_volumes`).
     volumes_seen: Mutex<ImageVolumes>,
+    /// The pins the last look read last, indexed (`last_look.rs`): rebuilt only when a read
+    /// differs from it, so a cycle's looks parse the pins once, not once per removal.
+    pin_index: Mutex<Arc<super::protect::PinIndex>>,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -168,6 +171,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             watch_period: None,
             last_keeps: Mutex::new(None),
             volumes_seen: Mutex::new(ImageVolumes::new()),
+            pin_index: Mutex::new(Arc::default()),
         })
     }
 

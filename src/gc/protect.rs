@@ -9,7 +9,9 @@
 //! pruned its row yet). Irreplaceable images are protected only when
 //! [`GcConfig::protect_irreplaceable`](super::GcConfig) is on. Protection is by record key:
 //! GC, prune and DeleteUnusedImages (the space walk and the MaxAge pass) never remove a
-//! protected key, and the last look before each removal reads the pins again.
+//! protected key, and the last look before each removal reads the pins again. Pins meet
+//! images through a `reference::MatchIndex` (each pin and each listed name parsed once, the
+//! same answers as `image_matches` pair by pair), so no cost grows with pins times images.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +19,7 @@ use serde::Serialize;
 
 use crate::format::format_rfc3339;
 use crate::model::{ImageId, ImageLike, ImagePin, PinKey, RecordKey, RuntimeImage, UnixNanos};
-use crate::reference::image_matches;
+use crate::reference::{MatchIndex, image_matches};
 use crate::store::{Store, StoreError};
 
 /// Why imagekeeper keeps an image.
@@ -104,9 +106,17 @@ impl Protections {
     ) -> Protections {
         let active: Vec<&(PinKey, ImagePin)> =
             pins.iter().filter(|(_, p)| p.active_at(now)).collect();
+        // Each pin parsed once and each image's names once, met through one index: the first
+        // active pin (in the pins' order) naming an image is the one `pin_names` pair by pair
+        // finds (issue 53: 10,000 pins beside 10,000 images was a parse per pair).
+        let index = MatchIndex::of_names(
+            active
+                .iter()
+                .map(|(k, _)| (k.image.as_str(), k.runtime_handler.as_str())),
+        );
         let mut by_key = BTreeMap::new();
         for image in images {
-            let pin = active.iter().find(|(k, _)| pin_names(k, &image));
+            let pin = index.naming(&image).first().and_then(|&at| active.get(at));
             let protection = if let Some((key, pin)) = pin {
                 Some(Protection::Pinned {
                     image: key.image.clone(),
@@ -176,10 +186,40 @@ pub fn pin_names(key: &PinKey, image: &impl ImageLike) -> bool {
     key.runtime_handler == image.runtime_handler() && image_matches(&key.image, image)
 }
 
-/// Whether an active pin of `pins` at `now` names `image` (the GC's last look).
-pub fn pinned_at(pins: &[(PinKey, ImagePin)], image: &impl ImageLike, now: UnixNanos) -> bool {
-    pins.iter()
-        .any(|(k, p)| p.active_at(now) && pin_names(k, image))
+/// The pins as one read of the table gave them, with an index of their names: the GC's last
+/// look reads the pins before every RemoveImage and asks about one image; the index is built
+/// once per distinct read (the manager keeps the last one, see `ImageGcManager::pin_index`),
+/// so a look parses the image's names once, not every pin.
+#[derive(Debug, Default)]
+pub struct PinIndex {
+    pins: Vec<(PinKey, ImagePin)>,
+    index: MatchIndex,
+}
+
+impl PinIndex {
+    /// Every pin of `pins` (in force or not: asked with a time), indexed by name and handler.
+    pub fn new(pins: Vec<(PinKey, ImagePin)>) -> PinIndex {
+        let index = MatchIndex::of_names(
+            pins.iter()
+                .map(|(k, _)| (k.image.as_str(), k.runtime_handler.as_str())),
+        );
+        PinIndex { pins, index }
+    }
+
+    /// The pins it was built of.
+    pub fn pins(&self) -> &[(PinKey, ImagePin)] {
+        &self.pins
+    }
+
+    /// Whether a pin of these in force at `now` names `image` (the GC's last look): its
+    /// handler is the image's and its name resolves to the image (`pin_names`).
+    pub fn pinned_at(&self, image: &impl ImageLike, now: UnixNanos) -> bool {
+        self.index
+            .naming(image)
+            .into_iter()
+            .filter_map(|at| self.pins.get(at))
+            .any(|(_, p)| p.active_at(now))
+    }
 }
 
 /// One pin as `imagekeeper pins` shows it: the stored pin, whether it protects at the time
@@ -214,8 +254,18 @@ pub fn pin_views(
     images: &[RuntimeImage],
     now: UnixNanos,
 ) -> Vec<PinView> {
+    // The images' names parsed once, each pin's name once (not a parse per pin and image).
+    let index = MatchIndex::of_images(images);
     pins.into_iter()
-        .map(|(key, pin)| pin_view(key, pin, images, now))
+        .map(|(key, pin)| {
+            let image_ids = index
+                .named_by(&key.image, &key.runtime_handler)
+                .into_iter()
+                .filter_map(|at| images.get(at))
+                .map(|i| i.id.clone())
+                .collect();
+            view_of(key, pin, image_ids, now)
+        })
         .collect()
 }
 
@@ -226,6 +276,11 @@ pub fn pin_view(key: PinKey, pin: ImagePin, images: &[RuntimeImage], now: UnixNa
         .filter(|i| pin_names(&key, i))
         .map(|i| i.id.clone())
         .collect();
+    view_of(key, pin, image_ids, now)
+}
+
+/// One pin with its state at `now` and the ids of the images it names.
+fn view_of(key: PinKey, pin: ImagePin, image_ids: Vec<ImageId>, now: UnixNanos) -> PinView {
     PinView {
         active: pin.active_at(now),
         key,
@@ -338,6 +393,171 @@ mod tests {
                 .map(Protection::describe)
                 .as_deref(),
             Some("pinned by imagekeeper with no expiry (by id)")
+        );
+    }
+
+    /// A name of a small grammar: a registry form (none, Docker Hub's three spellings, two
+    /// others), a path (official, with `library/`, a team's) and a tag, digest, both or none;
+    /// or an image id, or junk. Pools of these meet often, in every way `image_matches` knows.
+    fn name_of(seed: (u8, u8, u8)) -> String {
+        let digest = |d: u8| format!("sha256:{}", format!("{d:02x}").repeat(32));
+        let registry = [
+            "",
+            "docker.io/",
+            "index.docker.io/",
+            "registry.k8s.io/",
+            "localhost:5000/",
+        ][usize::from(seed.0 % 5)];
+        let path = ["pause", "library/pause", "team/pause"][usize::from(seed.1 % 3)];
+        let suffix = match seed.2 % 6 {
+            0 => String::new(),
+            1 => ":3.9".to_owned(),
+            2 => ":latest".to_owned(),
+            3 => format!("@{}", digest(seed.2 % 2)),
+            4 => format!(":3.9@{}", digest(seed.2 % 2)),
+            _ => ":3.8".to_owned(),
+        };
+        match seed.0 % 11 {
+            9 => format!("sha256:id{}", seed.1 % 4),
+            10 => "Not A Reference".to_owned(),
+            _ => format!("{registry}{path}{suffix}"),
+        }
+    }
+
+    /// What the pins protected pair by pair before the index (issue 53): each image's first
+    /// active pin in order whose handler and name match it.
+    fn pairwise(
+        images: &[RuntimeImage],
+        pins: &[(PinKey, ImagePin)],
+        now: UnixNanos,
+    ) -> Vec<Option<String>> {
+        images
+            .iter()
+            .map(|image| {
+                pins.iter()
+                    .find(|(k, p)| p.active_at(now) && pin_names(k, image))
+                    .map(|(k, _)| k.image.clone())
+            })
+            .collect()
+    }
+
+    mod generated {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn seed() -> impl Strategy<Value = (u8, u8, u8)> {
+            (any::<u8>(), any::<u8>(), any::<u8>())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            /// The index answers what `pin_names` answers pair by pair: which pin protects each
+            /// image (`resolve`), which images each pin names (`pin_views`) and the last look
+            /// (`PinIndex::pinned_at`), over generated pins (active or expired, two handlers)
+            /// and images (tags, digests, ids of the same pool).
+            #[test]
+            fn the_indexed_pins_answer_what_pin_names_answers_pair_by_pair(
+                pin_seeds in prop::collection::vec((seed(), any::<bool>(), any::<bool>()), 0..24),
+                image_seeds in prop::collection::vec((seed(), seed(), seed(), any::<bool>()), 0..24),
+            ) {
+                let now = UnixNanos(50);
+                let pins: Vec<(PinKey, ImagePin)> = pin_seeds
+                    .iter()
+                    .map(|&(s, expired, kata)| {
+                        let handler = if kata { "kata" } else { "" };
+                        (PinKey::new(name_of(s), handler), pin(if expired { 10 } else { 0 }, "r"))
+                    })
+                    .collect();
+                let images: Vec<RuntimeImage> = image_seeds
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(tag, other, digest, kata))| {
+                        // One id per image (a runtime lists an id once per handler); the
+                        // pool's ids name the first four.
+                        let id = format!("sha256:id{i}");
+                        let mut image = image(
+                            &id,
+                            &[name_of(tag).as_str(), name_of(other).as_str()],
+                            &[name_of(digest).as_str()],
+                        );
+                        if kata {
+                            image.runtime_handler = "kata".into();
+                        }
+                        image
+                    })
+                    .collect();
+                let indexed = Protections::resolve(&images, &pins, None, now);
+                let indexed_pins = PinIndex::new(pins.clone());
+                let want = pairwise(&images, &pins, now);
+                for (image, want) in images.iter().zip(&want) {
+                    let got = match indexed.get(&image.record_key()) {
+                        Some(Protection::Pinned { image, .. }) => Some(image.clone()),
+                        _ => None,
+                    };
+                    prop_assert_eq!(&got, want, "{:?}", image);
+                    prop_assert_eq!(indexed_pins.pinned_at(image, now), want.is_some());
+                }
+                for view in pin_views(pins.clone(), &images, now) {
+                    let pairwise_ids: Vec<ImageId> = images
+                        .iter()
+                        .filter(|i| pin_names(&view.key, *i))
+                        .map(|i| i.id.clone())
+                        .collect();
+                    prop_assert_eq!(&view.image_ids, &pairwise_ids, "{:?}", view.key);
+                }
+            }
+        }
+    }
+
+    /// 300 pins beside 300 images (a tag and a digest each): each pin and each listed name is
+    /// parsed once per resolve, and once per pin listing, not once per pair (issue 53: pair
+    /// by pair this is 180,000 parses; at 10,000 x 10,000 it stalled the agent for minutes).
+    #[test]
+    fn pins_and_listed_names_are_parsed_once_not_once_per_pair() {
+        let n = 300;
+        let images: Vec<RuntimeImage> = (0..n)
+            .map(|i| {
+                image(
+                    &format!("sha256:{i}"),
+                    &[format!("registry.example/app-{i}:1").as_str()],
+                    &[format!("registry.example/app-{i}@sha256:{}", "ab".repeat(32)).as_str()],
+                )
+            })
+            .collect();
+        // Every other pin names an image; the others name nothing listed.
+        let pins: Vec<(PinKey, ImagePin)> = (0..n)
+            .map(|i| {
+                let name = if i % 2 == 0 {
+                    format!("registry.example/app-{i}:1")
+                } else {
+                    format!("registry.example/absent-{i}:1")
+                };
+                (PinKey::new(name, ""), pin(0, ""))
+            })
+            .collect();
+        let parses = || crate::reference::PARSES.with(std::cell::Cell::get);
+        crate::reference::PARSES.with(|c| c.set(0));
+        let p = Protections::resolve(&images, &pins, None, UnixNanos(1));
+        let resolving = parses();
+        assert_eq!(p.len(), n / 2);
+        for (i, image) in images.iter().enumerate() {
+            assert_eq!(p.contains(&image.record_key()), i % 2 == 0, "{i}");
+        }
+        crate::reference::PARSES.with(|c| c.set(0));
+        let views = pin_views(pins, &images, UnixNanos(1));
+        let listing = parses();
+        assert_eq!(
+            views.iter().filter(|v| !v.image_ids.is_empty()).count(),
+            n / 2
+        );
+        // A pin's name and an image's two names: three parses per position.
+        assert!(
+            resolving <= 3 * n,
+            "{resolving} parses to resolve {n} pins over {n} images"
+        );
+        assert!(
+            listing <= 3 * n,
+            "{listing} parses to list {n} pins over {n} images"
         );
     }
 

@@ -20,9 +20,27 @@ use crate::gc::detect::{container_uses, volume_uses};
 use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::kubelet::{intent_names, pulled_since};
 use crate::gc::metrics::RescueReason;
-use crate::gc::protect::pinned_at;
+use crate::gc::protect::PinIndex;
 
 use super::{CycleView, GcReport, ImageGcManager, Removal, Settings, runtime_error};
+
+impl<R: ImageRuntime> ImageGcManager<R> {
+    /// `pins` (just read) with their index: the one kept from the look before when they are
+    /// the same pins, else a new one, kept for the next look.
+    fn pin_index(
+        &self,
+        pins: Vec<(crate::model::PinKey, crate::model::ImagePin)>,
+    ) -> std::sync::Arc<PinIndex> {
+        let mut kept = self
+            .pin_index
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.pins() != pins.as_slice() {
+            *kept = std::sync::Arc::new(PinIndex::new(pins));
+        }
+        std::sync::Arc::clone(&kept)
+    }
+}
 
 /// How many times the last look lists the containers again because new ones appeared while
 /// it asked their status, before it keeps the victim instead.
@@ -107,7 +125,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .is_some_and(|r| pulled_since(r, &image, victim.record.last_used, free_time))
         {
             Some(RescueReason::KubeletPulled)
-        } else if !faults.ignore_protections() && pinned_at(&self.store.pins()?, &image, free_time)
+        } else if !faults.ignore_protections()
+            && self
+                .pin_index(self.store.pins()?)
+                .pinned_at(&image, free_time)
         {
             Some(RescueReason::Pinned)
         } else {
