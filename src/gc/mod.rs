@@ -21,6 +21,7 @@ pub(crate) mod fault_hooks;
 pub(crate) mod kubelet;
 pub(crate) mod manager;
 pub(crate) mod metrics;
+mod off_workers;
 mod pin_request;
 mod pins;
 pub(crate) mod plan;

@@ -25,6 +25,7 @@ use crate::gc::GcError;
 use crate::gc::detect::{DetectInput, DetectPlan, ListedImages, images_in_use, plan_detect};
 use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::kubelet::KubeletView;
+use crate::gc::off_workers::off_the_workers;
 use crate::gc::protect::{Irreplaceable, Protections};
 use crate::gc::watch::WatchHistory;
 
@@ -82,44 +83,47 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         self.volumes_seen().retain(|id, _| volumes.contains_key(id));
         let mounted: Vec<String> = volumes.values().flatten().cloned().collect();
         let sandbox = self.sandbox_image(settings).await;
-        let mut in_use = images_in_use(&images, &containers, &mounted, sandbox.as_deref());
-        // The use history (schema 5) records the images running containers use, their own
-        // and their image volumes: a created or exited container keeps its image from GC, but
-        // runs nothing.
-        let running = || {
-            containers
-                .iter()
-                .filter(|c| c.state == ContainerState::Running)
-        };
-        let running_volumes: Vec<String> = running()
-            .filter_map(|c| volumes.get(&c.id))
-            .flatten()
-            .cloned()
-            .collect();
-        let running = images_in_use(&images, running(), &running_volumes, None)
-            .into_iter()
-            .collect();
-        drop(containers);
-        // The pins as they are now, resolved against this list (a tag that moved moves its
-        // pin), and the images that cannot come back.
-        let pins = self.store.pins()?;
-        let irreplaceable = settings
-            .config
-            .protect_irreplaceable
-            .then(|| Irreplaceable {
-                sandbox_image: sandbox.clone(),
-            });
-        let protections = Protections::resolve(&images, &pins, irreplaceable.as_ref(), now);
-        // Read after the runtime's lists: an intent the kubelet wrote before pulling an image
-        // already listed is seen here; one written later is seen by the last look.
-        let kubelet = KubeletView::read(settings.kubelet(), &images, settings.intent_age(now));
-        in_use.extend(kubelet.pulling.iter().cloned());
-        let listed = ListedImages::new(images);
-        Ok((
-            records,
-            (listed, in_use, volumes, kubelet, protections),
-            running,
-        ))
+        // The rest never awaits: the images in use, the pins matched, the kubelet's records read.
+        off_the_workers(|| {
+            let mut in_use = images_in_use(&images, &containers, &mounted, sandbox.as_deref());
+            // The use history (schema 5) records the images running containers use, their own
+            // and their image volumes: a created or exited container keeps its image from GC, but
+            // runs nothing.
+            let running = || {
+                containers
+                    .iter()
+                    .filter(|c| c.state == ContainerState::Running)
+            };
+            let running_volumes: Vec<String> = running()
+                .filter_map(|c| volumes.get(&c.id))
+                .flatten()
+                .cloned()
+                .collect();
+            let running = images_in_use(&images, running(), &running_volumes, None)
+                .into_iter()
+                .collect();
+            drop(containers);
+            // The pins as they are now, resolved against this list (a tag that moved moves its
+            // pin), and the images that cannot come back.
+            let pins = self.store.pins()?;
+            let irreplaceable = settings
+                .config
+                .protect_irreplaceable
+                .then(|| Irreplaceable {
+                    sandbox_image: sandbox.clone(),
+                });
+            let protections = Protections::resolve(&images, &pins, irreplaceable.as_ref(), now);
+            // Read after the runtime's lists: an intent the kubelet wrote before pulling an image
+            // already listed is seen here; one written later is seen by the last look.
+            let kubelet = KubeletView::read(settings.kubelet(), &images, settings.intent_age(now));
+            in_use.extend(kubelet.pulling.iter().cloned());
+            let listed = ListedImages::new(images);
+            Ok((
+                records,
+                (listed, in_use, volumes, kubelet, protections),
+                running,
+            ))
+        })
     }
 
     /// The sandbox image name: with `protect_irreplaceable`, the runtime's own answer (a
@@ -191,50 +195,53 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let watched = WatchHistory::from_meta(stored);
         let (records, (listed, in_use, volumes, mut kubelet, protections), running) =
             self.observe(settings, now).await?;
-        kubelet.mark_just_pulled(now, settings.config.policy.min_age);
-        let input = DetectInput {
-            last_detect,
-            in_use: &in_use,
-            used_at: &kubelet.used_at,
-            pins: &settings.config.pins,
-            now,
-        };
-        let records = records.inspect(|r| {
-            if let (Some(copy), Ok(r)) = (copy.as_deref_mut(), r) {
-                copy.insert(r.key(), r.record);
-            }
-        });
-        let mut plan = plan_detect(records, &listed, &input)?;
-        // Names are written at detect only when they change (the store compares again inside
-        // the write transaction): each difference goes straight into the batch, with the
-        // sighting of its key when there is one (a new image's: one operation and one key).
-        let mut names_writer = plan.batch.names_in_key_order();
-        self.store
-            .for_names_that_differ_in_key_order(listed.iter(), |key, names| {
-                names_writer.set(key, names);
-            })?;
-        // Pins expired for longer than the journal's max age go in the detect's transaction
-        // (`migrations/0004_pins.md`).
-        plan.batch.prune_expired_pins(now);
-        // The use history: every image running containers use now, in the detect's
-        // transaction (`migrations/0005_use_and_pull_history.md`).
-        plan.batch.observe_uses(now, running);
-        // The heartbeat (and a stretch found unwatched) in the detect's own transaction:
-        // written every cycle, so every detect commits.
-        let (watch, unwatched) = match self.watch_period {
-            Some(period) => watched.after_detect(now, period),
-            None => (
-                WatchHistory {
-                    heartbeat: Some(now),
-                    ..watched
-                },
-                None,
-            ),
-        };
-        watch.write(&mut plan.batch);
-        plan.watch = watch;
-        plan.unwatched = unwatched;
-        Ok(((listed, in_use, volumes, kubelet, protections), plan))
+        // The rest never awaits: the plan (each pin and listed name parsed once, see `protect`).
+        off_the_workers(|| {
+            kubelet.mark_just_pulled(now, settings.config.policy.min_age);
+            let input = DetectInput {
+                last_detect,
+                in_use: &in_use,
+                used_at: &kubelet.used_at,
+                pins: &settings.config.pins,
+                now,
+            };
+            let records = records.inspect(|r| {
+                if let (Some(copy), Ok(r)) = (copy.as_deref_mut(), r) {
+                    copy.insert(r.key(), r.record);
+                }
+            });
+            let mut plan = plan_detect(records, &listed, &input)?;
+            // Names are written at detect only when they change (the store compares again inside
+            // the write transaction): each difference goes straight into the batch, with the
+            // sighting of its key when there is one (a new image's: one operation and one key).
+            let mut names_writer = plan.batch.names_in_key_order();
+            self.store
+                .for_names_that_differ_in_key_order(listed.iter(), |key, names| {
+                    names_writer.set(key, names);
+                })?;
+            // Pins expired for longer than the journal's max age go in the detect's transaction
+            // (`migrations/0004_pins.md`).
+            plan.batch.prune_expired_pins(now);
+            // The use history: every image running containers use now, in the detect's
+            // transaction (`migrations/0005_use_and_pull_history.md`).
+            plan.batch.observe_uses(now, running);
+            // The heartbeat (and a stretch found unwatched) in the detect's own transaction:
+            // written every cycle, so every detect commits.
+            let (watch, unwatched) = match self.watch_period {
+                Some(period) => watched.after_detect(now, period),
+                None => (
+                    WatchHistory {
+                        heartbeat: Some(now),
+                        ..watched
+                    },
+                    None,
+                ),
+            };
+            watch.write(&mut plan.batch);
+            plan.watch = watch;
+            plan.unwatched = unwatched;
+            Ok(((listed, in_use, volumes, kubelet, protections), plan))
+        })
     }
 
     pub(super) async fn detect_locked(
@@ -247,73 +254,76 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let copy = faults.detect_snapshot().then_some(&mut existing);
         let ((listed, in_use, volumes, kubelet, protections), plan) =
             self.observe_and_plan(settings, now, copy).await?;
-        let mut plan = faults.blind_detect(plan, &existing, now);
-        let pending: Vec<(RecordKey, EvictionNote)> = self
-            .pending_evictions()
-            .iter()
-            .map(|(k, n)| (k.clone(), *n))
-            .collect();
-        for (key, note) in pending {
-            if plan.batch.attribute_unlisted(&key, note) {
-                plan.removed = plan.removed.saturating_sub(1);
+        // The rest never awaits: the write transaction, the warm and keep lookups.
+        off_the_workers(|| {
+            let mut plan = faults.blind_detect(plan, &existing, now);
+            let pending: Vec<(RecordKey, EvictionNote)> = self
+                .pending_evictions()
+                .iter()
+                .map(|(k, n)| (k.clone(), *n))
+                .collect();
+            for (key, note) in pending {
+                if plan.batch.attribute_unlisted(&key, note) {
+                    plan.removed = plan.removed.saturating_sub(1);
+                }
             }
-        }
-        let applied = self.store.apply_reporting(&plan.batch)?;
-        let committed = applied.committed;
-        // Committed: each note is spent. A key this detect did not find unlisted was listed
-        // again (pulled back) or has no record left, so there is nothing to journal for it
-        // (detect and GC share the cycle lock: no removal happens between them).
-        self.pending_evictions().clear();
-        self.report_clock(&plan, now);
-        if let Some(gap) = plan.unwatched {
-            info!(
-                from = %format_rfc3339(gap.from),
-                to = %format_rfc3339(gap.to),
-                "No detect watched the node between these times: MaxAge does not count them as unused time"
-            );
-        }
-        if committed && plan.removed > 0 {
-            info!(
-                count = plan.removed,
-                "Images gone from the runtime that imagekeeper did not remove: journaled as external removals"
-            );
-        }
-        self.report_repulls(&applied.repulls);
-        let external_removals = applied
-            .journaled
-            .into_iter()
-            .filter(|(_, e)| e.remover == Remover::External)
-            .collect();
-        let report = DetectReport {
-            records: plan.records,
-            added: plan.added,
-            removed: plan.removed,
-            in_use: in_use.len(),
-            committed,
-            external_removals,
-            repulls: applied.repulls,
-        };
-        let mut protected = in_use;
-        protected.extend(self.pulling(&listed));
-        let warm = self.warm(settings, &listed, now)?;
-        self.record_keeps(&listed, &protections, &warm);
-        protected.extend(warm);
-        protected.extend(kubelet.just_pulled);
-        let protections = if faults.ignore_protections() {
-            Protections::default()
-        } else {
-            protections
-        };
-        protected.extend(protections.keys().cloned());
-        Ok((
-            report,
-            CycleView {
-                listed,
-                watch: plan.watch,
-                protected,
-                volumes,
-            },
-        ))
+            let applied = self.store.apply_reporting(&plan.batch)?;
+            let committed = applied.committed;
+            // Committed: each note is spent. A key this detect did not find unlisted was listed
+            // again (pulled back) or has no record left, so there is nothing to journal for it
+            // (detect and GC share the cycle lock: no removal happens between them).
+            self.pending_evictions().clear();
+            self.report_clock(&plan, now);
+            if let Some(gap) = plan.unwatched {
+                info!(
+                    from = %format_rfc3339(gap.from),
+                    to = %format_rfc3339(gap.to),
+                    "No detect watched the node between these times: MaxAge does not count them as unused time"
+                );
+            }
+            if committed && plan.removed > 0 {
+                info!(
+                    count = plan.removed,
+                    "Images gone from the runtime that imagekeeper did not remove: journaled as external removals"
+                );
+            }
+            self.report_repulls(&applied.repulls);
+            let external_removals = applied
+                .journaled
+                .into_iter()
+                .filter(|(_, e)| e.remover == Remover::External)
+                .collect();
+            let report = DetectReport {
+                records: plan.records,
+                added: plan.added,
+                removed: plan.removed,
+                in_use: in_use.len(),
+                committed,
+                external_removals,
+                repulls: applied.repulls,
+            };
+            let mut protected = in_use;
+            protected.extend(self.pulling(&listed));
+            let warm = self.warm(settings, &listed, now)?;
+            self.record_keeps(&listed, &protections, &warm);
+            protected.extend(warm);
+            protected.extend(kubelet.just_pulled);
+            let protections = if faults.ignore_protections() {
+                Protections::default()
+            } else {
+                protections
+            };
+            protected.extend(protections.keys().cloned());
+            Ok((
+                report,
+                CycleView {
+                    listed,
+                    watch: plan.watch,
+                    protected,
+                    volumes,
+                },
+            ))
+        })
     }
 
     /// Marks the images one container uses, its image and its image volumes, as used at
