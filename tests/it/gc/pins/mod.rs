@@ -110,6 +110,118 @@ async fn a_pin_by_tag_moves_with_the_tag_at_the_next_detect() {
     assert_eq!(removed_ids(&report), ["old"]);
 }
 
+/// Issue 53: 10,000 pins beside 10,000 listed images (a tag and a repo digest each), through
+/// one detect of the real manager: each pin keeps exactly the image it names, by tag, by
+/// digest, by id or by a short name (the path without the registry), an expired one keeps
+/// nothing, one naming nothing listed keeps nothing; `pins` lists each pin's image; and a new
+/// pin past the 10,000 in force is refused with nothing written. Correctness only: the time
+/// of the detect is in the performance page (tests assert no time).
+#[tokio::test]
+async fn ten_thousand_pins_beside_ten_thousand_images_keep_exactly_what_they_name() {
+    const N: usize = 10_000;
+    let id = |i: usize| format!("sha256:{i:064x}");
+    let node = Node::new(policy(100, 90, 0, 0));
+    node.set_images(
+        (0..N)
+            .map(|i| RuntimeImage {
+                repo_tags: vec![format!("registry.example/team/app-{i}:1")],
+                repo_digests: vec![format!("registry.example/team/app-{i}@{}", id(i))],
+                ..image(&id(i), 1)
+            })
+            .collect(),
+    );
+    let mut batch = Batch::new();
+    for i in 0..N {
+        let name = match i % 5 {
+            0 => format!("registry.example/team/app-{i}:1"),
+            1 => format!("registry.example/team/app-{i}@{}", id(i)),
+            2 => id(i),
+            3 => format!("team/app-{i}:1"),
+            _ => format!("registry.example/team/absent-{i}:1"),
+        };
+        let until = if i % 7 == 3 { at(1) } else { UnixNanos::NEVER };
+        batch.put_pin(
+            PinKey::new(name, ""),
+            ImagePin {
+                created_at: at(0),
+                until,
+                reason: String::new(),
+            },
+        );
+    }
+    let store = node.manager().store().clone();
+    store.apply(&batch).expect("10,000 pins, the cap");
+    node.detect(2).await;
+    let kept: std::collections::BTreeSet<String> = node
+        .manager()
+        .last_keeps()
+        .expect("a detect ran")
+        .into_iter()
+        .filter(|k| k.why == imagekeeper::gc::KeepReason::Pin)
+        .map(|k| k.key.image_id.as_str().to_owned())
+        .collect();
+    let want: std::collections::BTreeSet<String> = (0..N)
+        .filter(|i| i % 5 != 4 && i % 7 != 3)
+        .map(id)
+        .collect();
+    assert_eq!(kept.len(), want.len());
+    assert!(
+        kept == want,
+        "the pinned images differ from the pins' names"
+    );
+    // The pins listing: every pin, active or not, with the image its name resolves to.
+    let pins = store.pins().expect("pins");
+    let images: Vec<RuntimeImage> = node.runtime.state().images.iter().cloned().collect();
+    let views = imagekeeper::gc::pin_views(pins, &images, at(2));
+    assert_eq!(views.len(), N);
+    for view in &views {
+        let named: Option<usize> = view
+            .key
+            .image
+            .split(['-', ':', '@'])
+            .find_map(|part| part.parse().ok());
+        let absent = view.key.image.contains("absent");
+        let want: Vec<String> = match named {
+            _ if view.key.image.starts_with("sha256:") => vec![view.key.image.clone()],
+            Some(i) if !absent => vec![id(i)],
+            _ => Vec::new(),
+        };
+        let got: Vec<String> = view
+            .image_ids
+            .iter()
+            .map(|i| i.as_str().to_owned())
+            .collect();
+        assert_eq!(got, want, "{}", view.key.image);
+    }
+    // The cap: the 10,001st pin is refused, nothing written; renewing a pin is not refused.
+    let mut one_more = Batch::new();
+    one_more.put_pin(
+        PinKey::new("registry.example/team/one-more:1", ""),
+        ImagePin {
+            created_at: at(0),
+            until: UnixNanos::NEVER,
+            reason: String::new(),
+        },
+    );
+    let err = store.apply(&one_more).expect_err("past the cap");
+    assert!(
+        matches!(
+            err,
+            imagekeeper::store::StoreError::TooManyPins {
+                active: N,
+                limit: N
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("remove pins no longer needed"),
+        "{err}"
+    );
+    assert_eq!(store.pins().expect("pins").len(), N);
+    pin(&node, "registry.example/team/app-0:1", at(9), "renewed");
+}
+
 /// Writes a pin right before the cycle's second ListContainers (the last look's, after the
 /// detect read the pins).
 struct PinDuringCycle {
