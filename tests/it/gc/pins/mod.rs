@@ -25,16 +25,18 @@ fn pulled(id: &str, tag: &str) -> RuntimeImage {
     }
 }
 
+/// A pin made at t0, in force until `until`.
+fn made_at_t0(until: UnixNanos, reason: &str) -> ImagePin {
+    ImagePin {
+        created_at: at(0),
+        until,
+        reason: reason.to_owned(),
+    }
+}
+
 fn pin(node: &Node, name: &str, until: UnixNanos, reason: &str) {
     let mut batch = Batch::new();
-    batch.put_pin(
-        PinKey::new(name, ""),
-        ImagePin {
-            created_at: at(0),
-            until,
-            reason: reason.to_owned(),
-        },
-    );
+    batch.put_pin(PinKey::new(name, ""), made_at_t0(until, reason));
     node.manager().store().apply(&batch).expect("pin");
 }
 
@@ -140,14 +142,7 @@ async fn ten_thousand_pins_beside_ten_thousand_images_keep_exactly_what_they_nam
             _ => format!("registry.example/team/absent-{i}:1"),
         };
         let until = if i % 7 == 3 { at(1) } else { UnixNanos::NEVER };
-        batch.put_pin(
-            PinKey::new(name, ""),
-            ImagePin {
-                created_at: at(0),
-                until,
-                reason: String::new(),
-            },
-        );
+        batch.put_pin(PinKey::new(name, ""), made_at_t0(until, ""));
     }
     let store = node.manager().store().clone();
     store.apply(&batch).expect("10,000 pins, the cap");
@@ -197,11 +192,7 @@ async fn ten_thousand_pins_beside_ten_thousand_images_keep_exactly_what_they_nam
     let mut one_more = Batch::new();
     one_more.put_pin(
         PinKey::new("registry.example/team/one-more:1", ""),
-        ImagePin {
-            created_at: at(0),
-            until: UnixNanos::NEVER,
-            reason: String::new(),
-        },
+        made_at_t0(UnixNanos::NEVER, ""),
     );
     let err = store.apply(&one_more).expect_err("past the cap");
     assert!(
@@ -235,11 +226,7 @@ impl Hooks for PinDuringCycle {
             let mut batch = Batch::new();
             batch.put_pin(
                 PinKey::new("registry.example/model:1", ""),
-                ImagePin {
-                    created_at: at(0),
-                    until: UnixNanos::NEVER,
-                    reason: String::new(),
-                },
+                made_at_t0(UnixNanos::NEVER, ""),
             );
             let store = self.store.get().expect("the store is set before the cycle");
             store.apply(&batch).expect("pin");
