@@ -101,9 +101,14 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
             until = %if until == UnixNanos::NEVER { "never".to_owned() } else { crate::format::format_rfc3339(until) },
             "Pinned an image"
         );
+        // The pin reaches the runtime now (the next cycle may be minutes away while the
+        // kubelet's DeleteUnusedImages runs every 10 s under pressure), and the answer says
+        // what CRI ListImages then lists.
+        self.carry_keeps_now().await;
         let images = self.pin_images().map_err(|e| e.to_string())?;
         let mut view = pin_view(key, pin, &images, now);
         self.runtime_pins.annotate(&mut view);
+        self.answer_from_the_runtime(&mut view).await;
         Ok(view)
     }
 
@@ -119,6 +124,8 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
                 runtime_handler = key.runtime_handler.as_str(),
                 "Unpinned an image"
             );
+            // The runtime's pin goes as the pin does (unless something else still keeps it).
+            self.carry_keeps_now().await;
         }
         Ok(existed)
     }
@@ -160,7 +167,48 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
     }
 }
 
+/// How long a pin's answer waits for CRI ListImages to list the pinned images `pinned: true`
+/// after the label is written: containerd's CRI plugin applies a label change from its own
+/// image event handler, a moment after the Update (seen: within one ListImages on 2.3).
+const PIN_CARRIED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often that wait asks ListImages.
+const PIN_CARRIED_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl<R: AgentRuntime> Agent<R> {
+    /// With runtime pins on: waits (up to [`PIN_CARRIED_WAIT`]) until CRI ListImages, what the
+    /// kubelet's image GC reads, lists every image the pin names `pinned: true`, and fills the
+    /// view's runtime fields from that list (`runtime_pin_answer_listed`), so the answer says
+    /// plainly when the runtime does not carry the pin. Off or undecided: the view keeps what
+    /// `annotate` said.
+    async fn answer_from_the_runtime(&self, view: &mut PinView) {
+        let state = self.runtime_pins.state();
+        if state != crate::gc::runtime_pins::PinsState::On
+            || !view.active
+            || view.image_ids.is_empty()
+        {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + PIN_CARRIED_WAIT;
+        loop {
+            let (pinned, note) = match self.events_client.list_images().await {
+                Ok(listed) => {
+                    crate::gc::runtime_pins::runtime_pin_answer_listed(&state, &listed, view)
+                }
+                Err(e) => (
+                    None,
+                    format!("unknown: the runtime's ListImages failed: {e}"),
+                ),
+            };
+            let done = pinned == Some(true) || tokio::time::Instant::now() >= deadline;
+            view.runtime_pinned = pinned;
+            view.runtime_pin_note = note;
+            if done {
+                return;
+            }
+            tokio::time::sleep(PIN_CARRIED_POLL).await;
+        }
+    }
+
     /// The images a pin is resolved against for the admin's answers: the image cache (the
     /// runtime's list), else, before the cache's first refresh, the store's records with their
     /// names.

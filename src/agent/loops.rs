@@ -116,6 +116,7 @@ impl<R: AgentRuntime> Agent<R> {
     /// containerd's labels are made to match what the detect found kept. A detect after the
     /// runtime came back reconciles too, so a restart of either side heals at its first cycle.
     async fn reconcile_runtime_pins(&self) {
+        let _turn = self.runtime_pins_turn.lock().await;
         if self.runtime_pins.state() == crate::gc::runtime_pins::PinsState::Undecided {
             self.runtime_pins
                 .decide(self.events_client.runtime_version().await);
@@ -126,6 +127,16 @@ impl<R: AgentRuntime> Agent<R> {
         if let Some(sample) = self.runtime_pins.sample() {
             self.metrics.record_runtime_pins(sample);
         }
+    }
+
+    /// Carries the keeps to the runtime now, as the next detect cycle would: a detect (the
+    /// pins, warm entries and irreplaceable images as the store holds them now), then the
+    /// runtime pins' reconcile. An operator's pin or unpin reaches containerd's labels before
+    /// the admin call answers, not minutes later at the next cycle (the kubelet's
+    /// DeleteUnusedImages runs every 10 s under pressure). A failed detect is logged by the
+    /// cycle; the caller's answer then says what the runtime lists.
+    pub(super) async fn carry_keeps_now(&self) {
+        let _ = self.run_cycle(Loop::Detect).await;
     }
 
     /// Where the runtime pins stand (`auto` undecided, on, or off and why).

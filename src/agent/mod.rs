@@ -140,6 +140,9 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     node_events: NodeEvents,
     /// The runtime pins (`runtime_pins.rs`).
     runtime_pins: runtime_pins::RuntimePinner,
+    /// Reconciles of the runtime pins run one at a time, each with the keeps of the latest
+    /// detect (a loop's and an admin call's may overlap: the later must not undo the earlier).
+    runtime_pins_turn: tokio::sync::Mutex<()>,
     /// The last warm cycle's plan (`warm.rs`).
     warm_last: Mutex<Option<crate::warm::WarmPlan>>,
     /// The warm entries whose "does not fit" was logged, until they fit again.

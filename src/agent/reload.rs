@@ -62,6 +62,13 @@ impl ConfigSource {
     }
 }
 
+/// The settings whose change changes what the agent keeps (`ReloadReport::changed` names):
+/// a reload that changes one carries the keeps to the runtime at once.
+const KEEP_SETTINGS: [&str; 3] = [WARM_SET, "podInfraContainerImage", "protectIrreplaceable"];
+
+/// The warm set's name in a reload's report.
+const WARM_SET: &str = "warm (the warm set: [[warm]], warmSetDir)";
+
 /// What a successful reload did: the settings it changed and those that differ but wait for a
 /// restart, by their KubeletConfiguration field names.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -113,10 +120,7 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
         ),
         // The warm set is the GC's (it keeps what the set names); the warm loop reads its
         // settings at each cycle.
-        (
-            a.warm != b.warm,
-            "warm (the warm set: [[warm]], warmSetDir)",
-        ),
+        (a.warm != b.warm, WARM_SET),
         (old.warm.period != new.warm.period, "warmPeriod"),
         (
             old.warm.parallel_pulls != new.warm.parallel_pulls,
@@ -257,9 +261,16 @@ impl<R: AgentRuntime> Agent<R> {
                     origin: "GC policy".to_owned(),
                     message: e.to_string(),
                 })?;
-            let mut running = lock_ignoring_poison(&self.config);
-            running.gc = new.gc;
-            running.warm = new.warm;
+            {
+                let mut running = lock_ignoring_poison(&self.config);
+                running.gc = new.gc;
+                running.warm = new.warm;
+            }
+            // A change of what is kept (the warm set, the sandbox image, the irreplaceable
+            // rule) reaches the runtime's pins now, not at the next detect.
+            if report.changed.iter().any(|c| KEEP_SETTINGS.contains(c)) {
+                self.carry_keeps_now().await;
+            }
         }
         Ok(report)
     }

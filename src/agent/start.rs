@@ -91,6 +91,7 @@ impl<R: AgentRuntime> Agent<R> {
             warm_last: Mutex::new(None),
             warm_logged: Mutex::new(Default::default()),
             warm_table_cleared: std::sync::atomic::AtomicBool::new(false),
+            runtime_pins_turn: tokio::sync::Mutex::new(()),
             #[cfg(test)]
             warm_judged_on: Mutex::new(Vec::new()),
         })

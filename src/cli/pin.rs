@@ -173,6 +173,16 @@ pub fn pin(args: PinArgs) -> Result<(), Failure> {
         Ok((pin_view(key, pin, &images, now), DIRECT))
     })?;
     eprintln!("imagekeeper: ran through {via}");
+    // Through the agent, the answer comes once the runtime lists the pin's images pinned (or
+    // the agent gave up waiting): say plainly when it does not.
+    if view.runtime_pinned == Some(false) {
+        eprintln!(
+            "imagekeeper: warning: the runtime does not list {:?} as pinned: the kubelet's image \
+             GC and eviction manager may still remove it (imagekeeper's own GC keeps it); \
+             `imagekeeper doctor` says why",
+            redact_image_name(&view.key.image)
+        );
+    }
     if view.image_ids.is_empty() {
         eprintln!(
             "imagekeeper: no image on the node matches {:?} yet: the pin keeps it once it is pulled",

@@ -137,6 +137,44 @@ pub fn state_note(state: &PinsState) -> Option<String> {
     }
 }
 
+/// Whether the runtime carries `view`'s pin as CRI ListImages (`listed`) says it, what the
+/// kubelet's image GC and eviction manager read: `Some(true)` when every image the pin names is
+/// listed `pinned: true`, `Some(false)` when one is listed unpinned, `None` with why (the
+/// note; empty exactly when known) when it is not known (runtime pins off or undecided, the pin expired, no
+/// image named, an image no longer listed).
+pub fn runtime_pin_answer_listed(
+    state: &PinsState,
+    listed: &[crate::model::RuntimeImage],
+    view: &crate::gc::PinView,
+) -> (Option<bool>, String) {
+    if let Some(note) = state_note(state) {
+        return (None, note);
+    }
+    if !view.active {
+        return (None, "the pin has expired".to_owned());
+    }
+    if view.image_ids.is_empty() {
+        return (None, "no image on the node matches the pin".to_owned());
+    }
+    let mut unpinned = 0usize;
+    for id in &view.image_ids {
+        let image = listed
+            .iter()
+            .find(|i| &i.id == id && i.runtime_handler == view.key.runtime_handler);
+        match image {
+            Some(image) if image.pinned => {}
+            Some(_) => unpinned += 1,
+            None => {
+                return (
+                    None,
+                    format!("unknown: the runtime no longer lists image {}", id.as_str()),
+                );
+            }
+        }
+    }
+    (Some(unpinned == 0), String::new())
+}
+
 /// Whether the runtime carries a pin's images, from the runtime pins' `state` and the last
 /// reconcile's `carried` map: `Some` only when pins are on, the pin is active, names images
 /// on the node and every one of them was reconciled; else `None` with why (the note).

@@ -290,3 +290,105 @@ fn a_keep_is_carried_when_any_of_its_names_is_pinned_after_the_writes() {
     let got = carried_keeps(&[kept(&["r/a@sha256:1"], Warm)], &pinned);
     assert_eq!(got.values().collect::<Vec<_>>(), [&(Warm, true)]);
 }
+
+/// The answer a pin through the agent gives (`pin` waits for it): what CRI ListImages lists,
+/// not containerd's labels. An image listed unpinned is `Some(false)` whatever its labels say;
+/// one under another handler or gone is unknown.
+#[test]
+fn a_pin_is_said_carried_from_cri_list_images_only_when_every_image_of_it_is_listed_pinned() {
+    use crate::gc::PinView;
+    use crate::model::{ImageId, ImagePin, PinKey, RuntimeImage, UnixNanos};
+    let view = |active: bool, ids: &[&str]| PinView {
+        key: PinKey::new("app:1".to_owned(), String::new()),
+        pin: ImagePin {
+            created_at: UnixNanos(1),
+            until: UnixNanos::NEVER,
+            reason: String::new(),
+        },
+        active,
+        image_ids: ids.iter().map(|i| ImageId((*i).to_owned())).collect(),
+        runtime_pinned: None,
+        runtime_pin_note: String::new(),
+    };
+    let listed = |id: &str, handler: &str, pinned: bool| RuntimeImage {
+        id: ImageId(id.to_owned()),
+        runtime_handler: handler.to_owned(),
+        pinned,
+        ..RuntimeImage::default()
+    };
+    let images = [
+        listed("sha256:a", "", true),
+        listed("sha256:b", "", false),
+        listed("sha256:c", "kata", true),
+    ];
+    let off = PinsState::Off("containerd 1.6.20 does not list labelled images as pinned".into());
+    // (what, state, view, want pinned, want note contains)
+    let cases: [(&str, PinsState, PinView, Option<bool>, &str); 8] = [
+        (
+            "listed pinned",
+            PinsState::On,
+            view(true, &["sha256:a"]),
+            Some(true),
+            "",
+        ),
+        (
+            "listed unpinned",
+            PinsState::On,
+            view(true, &["sha256:b"]),
+            Some(false),
+            "",
+        ),
+        (
+            "one of two listed unpinned",
+            PinsState::On,
+            view(true, &["sha256:a", "sha256:b"]),
+            Some(false),
+            "",
+        ),
+        (
+            "pinned under another handler only",
+            PinsState::On,
+            view(true, &["sha256:c"]),
+            None,
+            "no longer lists image sha256:c",
+        ),
+        (
+            "expired",
+            PinsState::On,
+            view(false, &["sha256:a"]),
+            None,
+            "expired",
+        ),
+        (
+            "no image",
+            PinsState::On,
+            view(true, &[]),
+            None,
+            "no image on the node",
+        ),
+        (
+            "off on 1.6",
+            off,
+            view(true, &["sha256:a"]),
+            None,
+            "runtime pins off: containerd 1.6.20",
+        ),
+        (
+            "undecided",
+            PinsState::Undecided,
+            view(true, &["sha256:a"]),
+            None,
+            "undecided",
+        ),
+    ];
+    for (what, state, view, want, note) in cases {
+        let (got, got_note) = runtime_pin_answer_listed(&state, &images, &view);
+        assert_eq!(got, want, "{what}");
+        assert!(got_note.contains(note), "{what}: note {got_note:?}");
+        assert_eq!(
+            got.is_some(),
+            got_note.is_empty(),
+            "{what}: a note exactly when unknown"
+        );
+    }
+}
