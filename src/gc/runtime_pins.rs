@@ -137,6 +137,24 @@ pub fn state_note(state: &PinsState) -> Option<String> {
     }
 }
 
+/// Why whether the runtime carries `view`'s pin is not known before any image is looked at:
+/// runtime pins off or undecided, the pin expired, no image on the node named by it.
+fn unknown_whatever_the_runtime_says(
+    state: &PinsState,
+    view: &crate::gc::PinView,
+) -> Option<String> {
+    if let Some(note) = state_note(state) {
+        return Some(note);
+    }
+    if !view.active {
+        return Some("the pin has expired".to_owned());
+    }
+    if view.image_ids.is_empty() {
+        return Some("no image on the node matches the pin".to_owned());
+    }
+    None
+}
+
 /// Whether the runtime carries `view`'s pin as CRI ListImages (`listed`) says it, what the
 /// kubelet's image GC and eviction manager read: `Some(true)` when every image the pin names is
 /// listed `pinned: true`, `Some(false)` when one is listed unpinned, `None` with why (the
@@ -147,14 +165,8 @@ pub fn runtime_pin_answer_listed(
     listed: &[crate::model::RuntimeImage],
     view: &crate::gc::PinView,
 ) -> (Option<bool>, String) {
-    if let Some(note) = state_note(state) {
+    if let Some(note) = unknown_whatever_the_runtime_says(state, view) {
         return (None, note);
-    }
-    if !view.active {
-        return (None, "the pin has expired".to_owned());
-    }
-    if view.image_ids.is_empty() {
-        return (None, "no image on the node matches the pin".to_owned());
     }
     let mut unpinned = 0usize;
     for id in &view.image_ids {
@@ -183,14 +195,8 @@ pub fn runtime_pin_answer(
     carried: &BTreeMap<RecordKey, bool>,
     view: &crate::gc::PinView,
 ) -> (Option<bool>, String) {
-    if let Some(note) = state_note(state) {
+    if let Some(note) = unknown_whatever_the_runtime_says(state, view) {
         return (None, note);
-    }
-    if !view.active {
-        return (None, "the pin has expired".to_owned());
-    }
-    if view.image_ids.is_empty() {
-        return (None, "no image on the node matches the pin".to_owned());
     }
     let mut all = true;
     for id in &view.image_ids {

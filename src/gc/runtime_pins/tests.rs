@@ -139,11 +139,10 @@ fn label_changes_set_both_labels_or_empty_both() {
     assert_eq!(PINNED_LABEL, "io.cri-containerd.pinned");
 }
 
-#[test]
-fn a_pin_is_said_carried_only_when_pins_are_on_and_every_image_of_it_was_reconciled_pinned() {
-    use crate::gc::PinView;
+/// One pin's view: `app:1`, active or not, naming the images `ids`.
+fn pin_view(active: bool, ids: &[&str]) -> crate::gc::PinView {
     use crate::model::{ImageId, ImagePin, PinKey, UnixNanos};
-    let view = |active: bool, ids: &[&str]| PinView {
+    crate::gc::PinView {
         key: PinKey::new("app:1".to_owned(), String::new()),
         pin: ImagePin {
             created_at: UnixNanos(1),
@@ -154,76 +153,89 @@ fn a_pin_is_said_carried_only_when_pins_are_on_and_every_image_of_it_was_reconci
         image_ids: ids.iter().map(|i| ImageId((*i).to_owned())).collect(),
         runtime_pinned: None,
         runtime_pin_note: String::new(),
-    };
-    let carried: BTreeMap<RecordKey, bool> = [
-        (RecordKey::new("sha256:a", ""), true),
-        (RecordKey::new("sha256:b", ""), false),
-        (RecordKey::new("sha256:c", "kata"), true),
-    ]
-    .into_iter()
-    .collect();
+    }
+}
+
+/// The cases both answers are held to, over images `sha256:a` (pinned), `sha256:b` (not) and
+/// `sha256:c` (pinned under handler `kata` only): (what, state, view, want pinned, want note
+/// contains). The one case whose note differs by answer takes `other_handler_note`.
+fn answer_cases(
+    other_handler_note: &'static str,
+) -> [(
+    &'static str,
+    PinsState,
+    crate::gc::PinView,
+    Option<bool>,
+    &'static str,
+); 8] {
     let off = PinsState::Off("containerd 1.6.20 does not list labelled images as pinned".into());
-    // (what, state, view, want pinned, want note contains)
-    let cases: [(&str, PinsState, PinView, Option<bool>, &str); 8] = [
+    [
         (
             "carried",
             PinsState::On,
-            view(true, &["sha256:a"]),
+            pin_view(true, &["sha256:a"]),
             Some(true),
             "",
         ),
         (
             "not carried",
             PinsState::On,
-            view(true, &["sha256:b"]),
+            pin_view(true, &["sha256:b"]),
             Some(false),
             "",
         ),
         (
             "one of two not carried",
             PinsState::On,
-            view(true, &["sha256:a", "sha256:b"]),
+            pin_view(true, &["sha256:a", "sha256:b"]),
             Some(false),
             "",
         ),
         (
             "carried under another handler only",
             PinsState::On,
-            view(true, &["sha256:c"]),
+            pin_view(true, &["sha256:c"]),
             None,
-            "not reconciled",
+            other_handler_note,
         ),
         (
             "expired",
             PinsState::On,
-            view(false, &["sha256:a"]),
+            pin_view(false, &["sha256:a"]),
             None,
             "expired",
         ),
         (
             "no image",
             PinsState::On,
-            view(true, &[]),
+            pin_view(true, &[]),
             None,
             "no image on the node",
         ),
         (
             "off on 1.6",
             off,
-            view(true, &["sha256:a"]),
+            pin_view(true, &["sha256:a"]),
             None,
             "runtime pins off: containerd 1.6.20",
         ),
         (
             "undecided",
             PinsState::Undecided,
-            view(true, &["sha256:a"]),
+            pin_view(true, &["sha256:a"]),
             None,
             "undecided",
         ),
-    ];
+    ]
+}
+
+/// Holds `answer` to `cases`: the value, the note, and a note exactly when unknown.
+fn check_answers(
+    cases: [(&str, PinsState, crate::gc::PinView, Option<bool>, &str); 8],
+    answer: impl Fn(&PinsState, &crate::gc::PinView) -> (Option<bool>, String),
+) {
     for (what, state, view, want, note) in cases {
-        let (got, got_note) = runtime_pin_answer(&state, &carried, &view);
+        let (got, got_note) = answer(&state, &view);
         assert_eq!(got, want, "{what}");
         assert!(got_note.contains(note), "{what}: note {got_note:?}");
         assert_eq!(
@@ -232,6 +244,20 @@ fn a_pin_is_said_carried_only_when_pins_are_on_and_every_image_of_it_was_reconci
             "{what}: a note exactly when unknown"
         );
     }
+}
+
+#[test]
+fn a_pin_is_said_carried_only_when_pins_are_on_and_every_image_of_it_was_reconciled_pinned() {
+    let carried: BTreeMap<RecordKey, bool> = [
+        (RecordKey::new("sha256:a", ""), true),
+        (RecordKey::new("sha256:b", ""), false),
+        (RecordKey::new("sha256:c", "kata"), true),
+    ]
+    .into_iter()
+    .collect();
+    check_answers(answer_cases("not reconciled"), |state, view| {
+        runtime_pin_answer(state, &carried, view)
+    });
 }
 
 #[test]
@@ -296,20 +322,7 @@ fn a_keep_is_carried_when_any_of_its_names_is_pinned_after_the_writes() {
 /// one under another handler or gone is unknown.
 #[test]
 fn a_pin_is_said_carried_from_cri_list_images_only_when_every_image_of_it_is_listed_pinned() {
-    use crate::gc::PinView;
-    use crate::model::{ImageId, ImagePin, PinKey, RuntimeImage, UnixNanos};
-    let view = |active: bool, ids: &[&str]| PinView {
-        key: PinKey::new("app:1".to_owned(), String::new()),
-        pin: ImagePin {
-            created_at: UnixNanos(1),
-            until: UnixNanos::NEVER,
-            reason: String::new(),
-        },
-        active,
-        image_ids: ids.iter().map(|i| ImageId((*i).to_owned())).collect(),
-        runtime_pinned: None,
-        runtime_pin_note: String::new(),
-    };
+    use crate::model::{ImageId, RuntimeImage};
     let listed = |id: &str, handler: &str, pinned: bool| RuntimeImage {
         id: ImageId(id.to_owned()),
         runtime_handler: handler.to_owned(),
@@ -321,74 +334,8 @@ fn a_pin_is_said_carried_from_cri_list_images_only_when_every_image_of_it_is_lis
         listed("sha256:b", "", false),
         listed("sha256:c", "kata", true),
     ];
-    let off = PinsState::Off("containerd 1.6.20 does not list labelled images as pinned".into());
-    // (what, state, view, want pinned, want note contains)
-    let cases: [(&str, PinsState, PinView, Option<bool>, &str); 8] = [
-        (
-            "listed pinned",
-            PinsState::On,
-            view(true, &["sha256:a"]),
-            Some(true),
-            "",
-        ),
-        (
-            "listed unpinned",
-            PinsState::On,
-            view(true, &["sha256:b"]),
-            Some(false),
-            "",
-        ),
-        (
-            "one of two listed unpinned",
-            PinsState::On,
-            view(true, &["sha256:a", "sha256:b"]),
-            Some(false),
-            "",
-        ),
-        (
-            "pinned under another handler only",
-            PinsState::On,
-            view(true, &["sha256:c"]),
-            None,
-            "no longer lists image sha256:c",
-        ),
-        (
-            "expired",
-            PinsState::On,
-            view(false, &["sha256:a"]),
-            None,
-            "expired",
-        ),
-        (
-            "no image",
-            PinsState::On,
-            view(true, &[]),
-            None,
-            "no image on the node",
-        ),
-        (
-            "off on 1.6",
-            off,
-            view(true, &["sha256:a"]),
-            None,
-            "runtime pins off: containerd 1.6.20",
-        ),
-        (
-            "undecided",
-            PinsState::Undecided,
-            view(true, &["sha256:a"]),
-            None,
-            "undecided",
-        ),
-    ];
-    for (what, state, view, want, note) in cases {
-        let (got, got_note) = runtime_pin_answer_listed(&state, &images, &view);
-        assert_eq!(got, want, "{what}");
-        assert!(got_note.contains(note), "{what}: note {got_note:?}");
-        assert_eq!(
-            got.is_some(),
-            got_note.is_empty(),
-            "{what}: a note exactly when unknown"
-        );
-    }
+    check_answers(
+        answer_cases("no longer lists image sha256:c"),
+        |state, view| runtime_pin_answer_listed(state, &images, view),
+    );
 }

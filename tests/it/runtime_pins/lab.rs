@@ -334,7 +334,8 @@ impl Agent {
             .unwrap_or_else(|| panic!("no runtime-pins finding: {report:#}"))
     }
 
-    fn cli(&self, args: &[&str]) {
+    /// `imagekeeper ARGS` through the agent (its socket and database); its stdout.
+    fn cli(&self, args: &[&str]) -> Vec<u8> {
         let mut all: Vec<&str> = args.to_vec();
         let socket = self.dir.join("admin.sock");
         let db = self.dir.join("records.redb");
@@ -346,27 +347,14 @@ impl Agent {
             "imagekeeper {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        out.stdout
     }
 
     /// `imagekeeper ARGS -o json` through the agent: the answer's JSON (one object).
     fn cli_json(&self, args: &[&str]) -> serde_json::Value {
         let mut all: Vec<&str> = args.to_vec();
-        let socket = self.dir.join("admin.sock");
-        let db = self.dir.join("records.redb");
-        all.extend([
-            "-o",
-            "json",
-            "--admin-socket",
-            socket.to_str().expect("utf8"),
-        ]);
-        all.extend(["--db", db.to_str().expect("utf8")]);
-        let out = support::bin::run(&all);
-        assert!(
-            out.status.success(),
-            "imagekeeper {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON answer");
+        all.extend(["-o", "json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&self.cli(&all)).expect("JSON answer");
         match doc {
             serde_json::Value::Array(mut list) if list.len() == 1 => list.remove(0),
             other => other,
@@ -385,6 +373,20 @@ impl Drop for Agent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A fresh agent against the lab, in a temp dir the caller holds, once its first cycle ran,
+/// with the cleanup of its labels: bound as `let (_cleanup, _dir, agent)`, the agent is
+/// dropped (killed) first, then its dir, then the labels go.
+async fn started_agent(lab: &Lab) -> (Cleanup<'_>, tempfile::TempDir, Agent) {
+    let cleanup = Cleanup {
+        lab,
+        by_hand: Vec::new(),
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let agent = Agent::start(lab, dir.path(), &[]);
+    agent.started().await;
+    (cleanup, dir, agent)
 }
 
 /// Leaves containerd as the test found it, even when the test fails: imagekeeper's labels
@@ -771,13 +773,7 @@ async fn runtime_pins_move_with_a_moved_tag_and_match_the_keeps_after_agent_and_
         .pull_image(&kept.reference, "", None)
         .await
         .expect("pull");
-    let _cleanup = Cleanup {
-        lab: &lab,
-        by_hand: Vec::new(),
-    };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let agent = Agent::start(&lab, dir.path(), &[]);
-    agent.started().await;
+    let (_cleanup, _dir, agent) = started_agent(&lab).await;
     agent.cli(&["pin", &moving, "--reason", "moves"]);
     agent.cli(&["pin", &kept.reference, "--for", "6s"]);
     let pinned_at = std::time::Instant::now();
@@ -1060,13 +1056,7 @@ async fn a_pin_through_the_agent_is_pinned_in_cri_list_images_when_pin_answers_a
         .pull_image(&data.reference, "", None)
         .await
         .expect("pull");
-    let _cleanup = Cleanup {
-        lab: &lab,
-        by_hand: Vec::new(),
-    };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let agent = Agent::start(&lab, dir.path(), &[]);
-    agent.started().await;
+    let (_cleanup, _dir, agent) = started_agent(&lab).await;
     let carries = release_carries_pins(&lab);
     assert_eq!(
         cri_pinned(&client, &data.image_id).await,
