@@ -773,7 +773,7 @@ async fn runtime_pins_move_with_a_moved_tag_and_match_the_keeps_after_agent_and_
         .pull_image(&kept.reference, "", None)
         .await
         .expect("pull");
-    let (_cleanup, _dir, agent) = started_agent(&lab).await;
+    let (_cleanup, dir, agent) = started_agent(&lab).await;
     agent.cli(&["pin", &moving, "--reason", "moves"]);
     agent.cli(&["pin", &kept.reference, "--for", "6s"]);
     let pinned_at = std::time::Instant::now();
