@@ -105,6 +105,11 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
         // kubelet's DeleteUnusedImages runs every 10 s under pressure), and the answer says
         // what CRI ListImages then lists.
         self.carry_keeps_now().await;
+        // The view names the images the runtime lists now (an image pulled since the cache's
+        // last refresh included); a failed refresh leaves the cache as it was.
+        if let Err(e) = self.gc.refresh_image_cache().await {
+            tracing::warn!(error = %e, "Failed to update image list");
+        }
         let images = self.pin_images().map_err(|e| e.to_string())?;
         let mut view = pin_view(key, pin, &images, now);
         self.runtime_pins.annotate(&mut view);

@@ -376,17 +376,18 @@ impl Drop for Agent {
 }
 
 /// A fresh agent against the lab, in a temp dir the caller holds, once its first cycle ran,
-/// with the cleanup of its labels: bound as `let (_cleanup, _dir, agent)`, the agent is
-/// dropped (killed) first, then its dir, then the labels go.
-async fn started_agent(lab: &Lab) -> (Cleanup<'_>, tempfile::TempDir, Agent) {
+/// with the cleanup of its labels and its metrics address: bound as
+/// `let (_cleanup, _dir, agent, metrics)`, the agent is dropped (killed) first, then its dir,
+/// then the labels go.
+async fn started_agent(lab: &Lab) -> (Cleanup<'_>, tempfile::TempDir, Agent, String) {
     let cleanup = Cleanup {
         lab,
         by_hand: Vec::new(),
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let agent = Agent::start(lab, dir.path(), &[]);
-    agent.started().await;
-    (cleanup, dir, agent)
+    let metrics = agent.started().await;
+    (cleanup, dir, agent, metrics)
 }
 
 /// Leaves containerd as the test found it, even when the test fails: imagekeeper's labels
@@ -773,7 +774,7 @@ async fn runtime_pins_move_with_a_moved_tag_and_match_the_keeps_after_agent_and_
         .pull_image(&kept.reference, "", None)
         .await
         .expect("pull");
-    let (_cleanup, dir, agent) = started_agent(&lab).await;
+    let (_cleanup, dir, agent, _) = started_agent(&lab).await;
     agent.cli(&["pin", &moving, "--reason", "moves"]);
     agent.cli(&["pin", &kept.reference, "--for", "6s"]);
     let pinned_at = std::time::Instant::now();
@@ -1038,12 +1039,12 @@ async fn a_present_warm_entry_and_a_side_loaded_image_are_pinned_on_1_7_and_2_1_
     lab.remove_image(&side_name).await;
 }
 
-/// Issue 53 (a pin reaches the runtime only at the next cycle): with detect and GC an hour
-/// apart, a pin through the running agent is listed `pinned: true` by CRI ListImages — what
-/// the kubelet's image GC and its DeleteUnusedImages (every 10 s under pressure) read — the
-/// moment `pin` answers, and its answer says so; `unpin` takes the runtime's pin away before
-/// it answers. Nothing waits here: the checks run right after each command returns. On 1.6
-/// (no runtime pins) the answer says why the runtime cannot carry it.
+/// A pin must not wait for the next cycle: with detect and GC an hour apart, a pin through
+/// the running agent is listed `pinned: true` by CRI ListImages (what the kubelet's image GC
+/// and its DeleteUnusedImages, every 10 s under pressure, read) the moment `pin` answers, and
+/// its answer names the image (pulled after the agent's last look) and says so; the check runs
+/// right after `pin` returns, with no wait. `unpin` takes the runtime's pin away without a
+/// cycle. On 1.6 (no runtime pins) the answer says why the runtime cannot carry it.
 #[tokio::test]
 #[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn a_pin_through_the_agent_is_pinned_in_cri_list_images_when_pin_answers_and_unpin_unpins_it_when_unpin_answers()
@@ -1052,11 +1053,25 @@ async fn a_pin_through_the_agent_is_pinned_in_cri_list_images_when_pin_answers_a
         support::lab("runtime_pins::lab::a_pin_through_the_agent_is_pinned_when_pin_answers").await;
     let client = lab.client().await;
     let data = lab.image("data:1mb").clone();
+    lab.remove_image(&data.reference).await;
+    let (_cleanup, _dir, agent, metrics) = started_agent(&lab).await;
+    // Pulled once the agent's image cache (refreshed every 30 s) holds the runtime's list, so
+    // that neither a detect nor that cache has seen it: the pin's answer must still name it.
+    support::wait_for(
+        "the agent's image cache filled (imagekeeper_runtime_images)",
+        Duration::from_secs(60),
+        || async {
+            metric(
+                &support::http_get(&metrics, "/metrics"),
+                "imagekeeper_runtime_images ",
+            )
+        },
+    )
+    .await;
     client
         .pull_image(&data.reference, "", None)
         .await
         .expect("pull");
-    let (_cleanup, _dir, agent) = started_agent(&lab).await;
     let carries = release_carries_pins(&lab);
     assert_eq!(
         cri_pinned(&client, &data.image_id).await,
@@ -1072,6 +1087,11 @@ async fn a_pin_through_the_agent_is_pinned_in_cri_list_images_when_pin_answers_a
         Some(carries),
         "containerd {}: CRI ListImages lists the image pinned: {carries} when `pin` answers ({answer})",
         release(&lab)
+    );
+    assert_eq!(
+        answer["image_ids"],
+        serde_json::json!([data.image_id]),
+        "the pin's answer names the image the runtime lists now: {answer}"
     );
     if carries {
         assert_eq!(
