@@ -27,31 +27,55 @@ use super::super::{KubeletLab, StaticPod, kubelet_lab};
 use super::{POD_START, image_id, reference, remove_all_images_but_the_sandbox};
 use crate::support::{self, bin};
 
-/// A registry that accepts connections and never answers, inside the lab's namespace; its
-/// `certs.d` entry makes containerd speak plain HTTP to it. Killed (and the entry removed)
-/// when dropped.
+/// A registry whose pulls never end, inside the lab's namespace; its `certs.d` entry makes
+/// containerd speak plain HTTP to it. It answers a manifest's HEAD at once (so the name
+/// resolves, to a digest that exists nowhere) and every GET with its headers only: the body
+/// never comes. containerd 2.3 gives up on a request whose response headers have not come in
+/// 60 s ("net/http: timeout awaiting response headers", seen here), 2.1 did not: a registry
+/// that answered nothing ended the kubelet's pull before its intent was a minute old. A body
+/// that never comes is bounded only by the CRI's pull progress timeout (5 minutes by
+/// default). Killed (its connections closed: the pull fails) and the entry removed when
+/// dropped.
 struct HangingRegistry {
     child: Child,
     port: u16,
     hosts_dir: PathBuf,
 }
 
+/// The hanging registry's program (python3, in the lab's namespace).
+const HANGING_REGISTRY: &str = "import socket, threading
+s = socket.socket()
+s.bind(('127.0.0.1', 0))
+s.listen(64)
+print(s.getsockname()[1], flush=True)
+held = []
+head = ('HTTP/1.1 200 OK\\r\\n'
+        'Content-Type: application/vnd.oci.image.manifest.v1+json\\r\\n'
+        'Docker-Content-Digest: sha256:' + '0' * 64 + '\\r\\n'
+        'Content-Length: 512\\r\\n\\r\\n').encode()
+def serve(c):
+    held.append(c)
+    buf = b''
+    while True:
+        data = c.recv(65536)
+        if not data:
+            return
+        buf += data
+        while b'\\r\\n\\r\\n' in buf:
+            request, buf = buf.split(b'\\r\\n\\r\\n', 1)
+            c.sendall(head)
+            if not request.startswith(b'HEAD '):
+                return
+while True:
+    c = s.accept()[0]
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+";
+
 impl HangingRegistry {
     fn start(kl: &KubeletLab) -> HangingRegistry {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kubelet-lab");
         let mut child = Command::new(&script)
-            .args([
-                "exec",
-                "python3",
-                "-c",
-                "import socket\n\
-                 s = socket.socket()\n\
-                 s.bind(('127.0.0.1', 0))\n\
-                 s.listen(64)\n\
-                 print(s.getsockname()[1], flush=True)\n\
-                 held = []\n\
-                 while True:\n    held.append(s.accept()[0])\n",
-            ])
+            .args(["exec", "python3", "-c", HANGING_REGISTRY])
             .env("CRI_LAB_DIR", &kl.lab.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
