@@ -105,15 +105,29 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
         // kubelet's DeleteUnusedImages runs every 10 s under pressure), and the answer says
         // what CRI ListImages then lists.
         self.carry_keeps_now().await;
-        // The view names the images the runtime lists now (an image pulled since the cache's
-        // last refresh included); a failed refresh leaves the cache as it was.
-        if let Err(e) = self.gc.refresh_image_cache().await {
-            tracing::warn!(error = %e, "Failed to update image list");
-        }
-        let images = self.pin_images().map_err(|e| e.to_string())?;
-        let mut view = pin_view(key, pin, &images, now);
+        // The runtime's list now, read once: the view names the images it lists (an image
+        // pulled since the image cache's last refresh included) and the answer's first look
+        // at what the runtime carries is this list. The cache (or the records) when the
+        // runtime does not answer.
+        let listed = match self.events_client.list_images().await {
+            Ok(listed) => Some(listed),
+            Err(e) => {
+                tracing::warn!(error = %e, "Failed to list images for the pin's answer");
+                None
+            }
+        };
+        let cached;
+        let images = match &listed {
+            Some(listed) => listed.as_slice(),
+            None => {
+                cached = self.pin_images().map_err(|e| e.to_string())?;
+                cached.as_slice()
+            }
+        };
+        let mut view = pin_view(key, pin, images, now);
         self.runtime_pins.annotate(&mut view);
-        self.answer_from_the_runtime(&mut view).await;
+        self.answer_from_the_runtime(&mut view, listed.as_deref())
+            .await;
         Ok(view)
     }
 
@@ -174,7 +188,7 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
 
 /// How long a pin's answer waits for CRI ListImages to list the pinned images `pinned: true`
 /// after the label is written: containerd's CRI plugin applies a label change from its own
-/// image event handler, a moment after the Update (seen: within one ListImages on 2.3).
+/// image event handler, a moment after the Update.
 const PIN_CARRIED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How often that wait asks ListImages.
 const PIN_CARRIED_POLL: std::time::Duration = std::time::Duration::from_millis(50);
@@ -183,9 +197,9 @@ impl<R: AgentRuntime> Agent<R> {
     /// With runtime pins on: waits (up to [`PIN_CARRIED_WAIT`]) until CRI ListImages, what the
     /// kubelet's image GC reads, lists every image the pin names `pinned: true`, and fills the
     /// view's runtime fields from that list (`runtime_pin_answer_listed`), so the answer says
-    /// plainly when the runtime does not carry the pin. Off or undecided: the view keeps what
-    /// `annotate` said.
-    async fn answer_from_the_runtime(&self, view: &mut PinView) {
+    /// plainly when the runtime does not carry the pin. `listed`, when given, is the first
+    /// look (a list read just before). Off or undecided: the view keeps what `annotate` said.
+    async fn answer_from_the_runtime(&self, view: &mut PinView, listed: Option<&[RuntimeImage]>) {
         let state = self.runtime_pins.state();
         if state != crate::gc::runtime_pins::PinsState::On
             || !view.active
@@ -193,16 +207,19 @@ impl<R: AgentRuntime> Agent<R> {
         {
             return;
         }
+        let answer = crate::gc::runtime_pins::runtime_pin_answer_listed;
         let deadline = tokio::time::Instant::now() + PIN_CARRIED_WAIT;
+        let mut first = listed;
         loop {
-            let (pinned, note) = match self.events_client.list_images().await {
-                Ok(listed) => {
-                    crate::gc::runtime_pins::runtime_pin_answer_listed(&state, &listed, view)
-                }
-                Err(e) => (
-                    None,
-                    format!("unknown: the runtime's ListImages failed: {e}"),
-                ),
+            let (pinned, note) = match first.take() {
+                Some(listed) => answer(&state, listed, view),
+                None => match self.events_client.list_images().await {
+                    Ok(listed) => answer(&state, &listed, view),
+                    Err(e) => (
+                        None,
+                        format!("unknown: the runtime's ListImages failed: {e}"),
+                    ),
+                },
             };
             let done = pinned == Some(true) || tokio::time::Instant::now() >= deadline;
             view.runtime_pinned = pinned;

@@ -157,9 +157,9 @@ fn unknown_whatever_the_runtime_says(
 
 /// Whether the runtime carries `view`'s pin as CRI ListImages (`listed`) says it, what the
 /// kubelet's image GC and eviction manager read: `Some(true)` when every image the pin names is
-/// listed `pinned: true`, `Some(false)` when one is listed unpinned, `None` with why (the
-/// note; empty exactly when known) when it is not known (runtime pins off or undecided, the pin expired, no
-/// image named, an image no longer listed).
+/// listed `pinned: true`, `Some(false)` when one is listed unpinned, `None` with why (the note;
+/// empty exactly when known) when it is not known: runtime pins off or undecided, the pin
+/// expired, no image named, an image no longer listed.
 pub fn runtime_pin_answer_listed(
     state: &PinsState,
     listed: &[crate::model::RuntimeImage],
