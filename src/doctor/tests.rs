@@ -797,7 +797,7 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
             vec![],
             vec![],
             Status::NotChecked,
-            "containerd 1.6.20 does not list labelled images as pinned (1.7.3 and later do): the kubelet's image GC",
+            "containerd 1.6.20 does not carry a label added to an image already present into CRI ListImages' pinned flag (1.7.10 and later do: containerd issue 9328): the kubelet's image GC",
         ),
         (
             "auto on another runtime",
@@ -827,6 +827,15 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
             "does not list 1 of the 1 image(s) imagekeeper keeps as pinned, so the kubelet may remove them: app:1",
         ),
         (
+            "a pinned image labelled, but listed pinned: false",
+            &auto,
+            version("containerd", "1.7.24"),
+            vec![pulled("app", false), pulled("other", false)],
+            vec![pin("app:1")],
+            Status::Conflict,
+            "app:1; 1 of them carry containerd's io.cri-containerd.pinned=pinned label, which the CRI does not list (containerd before 1.7.10 does not carry a label added to an image already present: containerd issue 9328): app:1",
+        ),
+        (
             "an irreplaceable image not carried",
             &auto,
             version("containerd", "2.1.9"),
@@ -837,6 +846,11 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
         ),
     ];
     for (what, ik, version, images, pins, want, text) in cases {
+        // containerd's names labelled pinned: `app:1` in the case that says so.
+        let labelled: &[&str] = match what.contains("labelled") {
+            true => &["app:1"],
+            false => &[],
+        };
         let runtime = RuntimeView::Reached {
             images,
             image_fs: Err("not asked".to_owned()),
@@ -844,6 +858,7 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
         let view = RuntimePinsView {
             version: Ok(version),
             pins: Ok(pins),
+            labelled: Ok(labelled.iter().map(|n| (*n).to_owned()).collect()),
         };
         let findings = check(&DoctorInput {
             kubelet: &k,
