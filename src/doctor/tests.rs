@@ -942,3 +942,53 @@ fn no_finding_or_fix_names_a_deprecated_flag() {
         }
     }
 }
+
+/// A kubelet configuration the kubelet itself refuses is refused with its
+/// `ValidateKubeletConfiguration` texts (pkg/kubelet/apis/config/validation/validation.go),
+/// every image GC rule it breaks aggregated as `utilerrors.NewAggregate` prints them,
+/// including a negative `imageMinimumGCAge` (refused since 1.36) and `imageMaximumGCAge`.
+#[test]
+fn an_invalid_kubelet_config_is_refused_with_the_kubelets_validation_texts_aggregated() {
+    let refused = |body: &str| match KubeletConfig::parse(&format!("{HEADER}{body}"), "/k.yaml") {
+        Err(crate::doctor::KubeletConfigError::Invalid { field, message, .. }) => (field, message),
+        other => panic!("{body}: refused as invalid, got {other:?}"),
+    };
+    let cases = [
+        (
+            "imageGCHighThresholdPercent: 150\n",
+            "imageGCHighThresholdPercent",
+            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 150 must be between 0 and 100, inclusive",
+        ),
+        (
+            "imageGCHighThresholdPercent: 80\nimageGCLowThresholdPercent: 80\n",
+            "imageGCLowThresholdPercent and imageGCHighThresholdPercent",
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 80 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80",
+        ),
+        (
+            "imageMinimumGCAge: -1m\n",
+            "imageMinimumGCAge",
+            "invalid configuration: imageMinimumGCAge -1m0s must not be negative",
+        ),
+        (
+            "imageGCHighThresholdPercent: -1\nimageMinimumGCAge: -1m\nimageMaximumGCAge: -2h\n",
+            "imageGCHighThresholdPercent",
+            "[invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) -1 must be between 0 and 100, inclusive, \
+             invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 80 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) -1, \
+             invalid configuration: imageMinimumGCAge -1m0s must not be negative, \
+             invalid configuration: imageMaximumGCAge -2h0m0s must not be negative]",
+        ),
+        (
+            "imageMaximumGCAge: 1m\n",
+            "imageMaximumGCAge",
+            "invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s",
+        ),
+    ];
+    for (body, want_field, want) in cases {
+        let (field, message) = refused(body);
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            (want_field, want),
+            "{body}"
+        );
+    }
+}

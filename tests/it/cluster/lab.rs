@@ -568,7 +568,7 @@ async fn helm_upgrade_of_the_config_and_the_warm_set_reaches_the_running_agent_w
         .await;
     println!("bad config refused after {:?}: {refused}", bad.elapsed());
     assert!(
-        refused.contains("LowThresholdPercent 70 can not be higher than HighThresholdPercent 60"),
+        refused.contains("invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 70 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 60"),
         "{refused}"
     );
     assert_eq!(
