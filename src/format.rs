@@ -98,21 +98,25 @@ fn trim_fraction(value: u128, unit: u128) -> String {
 }
 
 /// A size in bytes, 1024-based with one decimal, as the kubelet's messages print it
-/// (hand-written: byte for byte): `512 B`, `1.5 KiB`, `100.0 GiB`.
+/// (hand-written: byte for byte): `512 B`, `1.5 KiB`, `100.0 GiB`. Like the kubelet's
+/// `formatSize` (kubelet master `pkg/kubelet/images/image_gc_manager.go`, the
+/// FreeDiskSpaceFailed message's capacity) it stops at TiB: a pebibyte is `1024.0 TiB`.
 pub fn format_size(size: u64) -> String {
     const UNIT: u64 = 1024;
+    /// The largest unit's index in `KMGT`: TiB.
+    const LARGEST: usize = 3;
     if size < UNIT {
         return format!("{size} B");
     }
     let mut div = UNIT;
     let mut exp = 0usize;
     let mut n = size / UNIT;
-    while n >= UNIT && exp < 5 {
+    while n >= UNIT && exp < LARGEST {
         div *= UNIT;
         exp += 1;
         n /= UNIT;
     }
-    let prefix = ['K', 'M', 'G', 'T', 'P', 'E'][exp];
+    let prefix = ['K', 'M', 'G', 'T'][exp];
     format!("{:.1} {prefix}iB", size as f64 / div as f64)
 }
 
@@ -594,14 +598,19 @@ mod tests {
     }
 
     #[test]
-    fn sizes_are_1024_based_with_one_decimal() {
+    fn sizes_are_1024_based_with_one_decimal_up_to_tib() {
         let cases = [
             (0, "0 B"),
             (1023, "1023 B"),
             (1024, "1.0 KiB"),
             (1536, "1.5 KiB"),
             (100 * 1024 * 1024 * 1024, "100.0 GiB"),
-            (u64::MAX, "16.0 EiB"),
+            ((1 << 40) - 1, "1024.0 GiB"),
+            (1 << 40, "1.0 TiB"),
+            // The kubelet's formatSize stops at TiB (image_gc_manager.go).
+            (1 << 50, "1024.0 TiB"),
+            (3 << 50, "3072.0 TiB"),
+            (u64::MAX, "16777216.0 TiB"),
         ];
         for (size, want) in cases {
             assert_eq!(format_size(size), want);

@@ -263,7 +263,14 @@ impl AdminClient {
                     image_id: ImageId(k.image_id),
                     runtime_handler: k.runtime_handler,
                 };
-                Some((key, why, k.runtime_pinned))
+                Some((
+                    key,
+                    crate::gc::runtime_pins::CarriedKeep {
+                        why,
+                        carried: k.runtime_pinned,
+                        labelled: k.runtime_labelled,
+                    },
+                ))
             })
             .collect();
         Ok((
@@ -431,6 +438,7 @@ fn pin_view(info: PinInfo) -> PinView {
         active: info.active,
         image_ids: info.image_ids.into_iter().map(ImageId).collect(),
         runtime_pinned: info.runtime_pinned,
+        runtime_labelled: info.runtime_labelled,
         runtime_pin_note: match (info.runtime_pinned, info.runtime_pin_note) {
             // An agent from before runtime pins sends neither.
             (None, note) if note.is_empty() => {

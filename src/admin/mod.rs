@@ -215,9 +215,13 @@ pub struct RuntimePinsReport {
     pub note: String,
     /// The agent's database file.
     pub db: PathBuf,
-    /// Each image kept at the last reconcile, why, and whether the runtime lists it pinned
-    /// (runtime pins off or undecided: the last detect's keeps, none carried).
-    pub keeps: Vec<(crate::model::RecordKey, crate::gc::KeepReason, bool)>,
+    /// Each image kept at the last reconcile, why, whether CRI ListImages listed it pinned at
+    /// the last detect and whether containerd's pinned label was on it (runtime pins off or
+    /// undecided: the last detect's keeps, none carried, none labelled).
+    pub keeps: Vec<(
+        crate::model::RecordKey,
+        crate::gc::runtime_pins::CarriedKeep,
+    )>,
 }
 
 /// What the admin service calls into (the agent).

@@ -291,11 +291,12 @@ impl<B: AdminBackend> Admin for Service<B> {
         let mut keeps: Vec<RuntimeKeep> = report
             .keeps
             .into_iter()
-            .map(|(key, why, runtime_pinned)| RuntimeKeep {
+            .map(|(key, keep)| RuntimeKeep {
                 image_id: key.image_id.0,
                 runtime_handler: key.runtime_handler,
-                keep: why.label_value().to_owned(),
-                runtime_pinned,
+                keep: keep.why.label_value().to_owned(),
+                runtime_pinned: keep.carried,
+                runtime_labelled: keep.labelled,
             })
             .collect();
         let db = report.db.to_string_lossy().into_owned();
@@ -321,6 +322,7 @@ fn pin_info(view: PinView) -> PinInfo {
         image_ids: view.image_ids.into_iter().map(|i| i.0).collect(),
         runtime_pinned: view.runtime_pinned,
         runtime_pin_note: view.runtime_pin_note,
+        runtime_labelled: view.runtime_labelled,
     }
 }
 

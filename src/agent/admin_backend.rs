@@ -153,19 +153,21 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
         let db = self.config().db;
         let note = self.runtime_pins.state_note();
         let keeps = match note {
-            None => self
-                .runtime_pins
-                .carried_keeps()
-                .into_iter()
-                .map(|(key, (why, carried))| (key, why, carried))
-                .collect(),
+            None => self.runtime_pins.carried_keeps().into_iter().collect(),
             // Off or undecided: nothing is carried, but the last detect's keeps are known.
             Some(_) => self
                 .gc
                 .last_keeps()
                 .unwrap_or_default()
                 .into_iter()
-                .map(|k| (k.key, k.why, false))
+                .map(|k| {
+                    let keep = crate::gc::runtime_pins::CarriedKeep {
+                        why: k.why,
+                        carried: false,
+                        labelled: false,
+                    };
+                    (k.key, keep)
+                })
                 .collect(),
         };
         Ok(crate::admin::RuntimePinsReport {

@@ -2,7 +2,7 @@
 //! every image a detect found kept (an operator's pin in force, a present warm set entry, an
 //! irreplaceable image) is labelled `io.cri-containerd.pinned=pinned` in containerd's image
 //! store (namespace `k8s.io`, through containerd's own Images API), with imagekeeper's own
-//! label `io.imagekeeper.pinned=<why>` beside it. containerd 1.7.3 and later then list the
+//! label `io.imagekeeper.pinned=<why>` beside it. containerd 1.7.10 and later then list the
 //! image as `pinned: true` in CRI ListImages, and the kubelet's image GC and eviction manager
 //! skip pinned images (kubelet master `pkg/kubelet/images/image_gc_manager.go`,
 //! `imagesInEvictionOrder`). Which names get which label, and which keeps containerd then
@@ -14,7 +14,7 @@
 //! only differences are written, so a steady cycle writes nothing and a failed write is
 //! retried at the next one; each failing name is logged once (until it succeeds) and every
 //! failure is counted. `auto` decides once, from CRI Version, whether the runtime can carry
-//! pins (containerd 1.7.3 and later); on any other runtime it turns itself off with one log
+//! pins (containerd 1.7.10 and later); on any other runtime it turns itself off with one log
 //! line and the `imagekeeper_runtime_pins_enabled` gauge at 0. CRI-O (a `pinned_images`
 //! drop-in and a config reload) is not built.
 
@@ -26,11 +26,11 @@ use tracing::{info, warn};
 
 use super::config::RuntimePins;
 use crate::cri::ContainerdImages;
+use crate::gc::KeptImage;
 use crate::gc::runtime_pins::{
-    LabelChange, OWN_LABEL, PinsState, carried_keeps, pinned_names, plan_label_changes,
-    runtime_pin_answer, state_note,
+    CarriedKeep, LabelChange, OWN_LABEL, PinsState, carried_keeps, pinned_names,
+    plan_label_changes, runtime_pin_answer, state_note,
 };
-use crate::gc::{KeepReason, KeptImage};
 use crate::runtime::{CriError, RpcCode, RuntimeVersion, runtime_carries_pins};
 
 /// The counters the metrics read.
@@ -48,9 +48,10 @@ pub struct RuntimePinner {
     /// Names whose last write failed (logged once until a write of them succeeds).
     failing: Mutex<BTreeSet<String>>,
     pub counters: PinCounters,
-    /// After the last reconcile: each kept image, why, and whether containerd carries it as
-    /// pinned (one of its names labelled pinned, by imagekeeper or anyone).
-    carried: Mutex<BTreeMap<crate::model::RecordKey, (KeepReason, bool)>>,
+    /// After the last reconcile: each kept image, why, whether CRI ListImages listed it pinned
+    /// at the detect before it, and whether containerd's pinned label was on one of its names
+    /// (by imagekeeper or anyone) when the reconcile read the labels.
+    carried: Mutex<BTreeMap<crate::model::RecordKey, CarriedKeep>>,
 }
 
 impl RuntimePinner {
@@ -151,8 +152,10 @@ impl RuntimePinner {
             }
         };
         let changes = plan_label_changes(keeps, &images);
-        // Each name's pinned label as containerd will hold it after the writes that succeed.
-        let mut pinned = pinned_names(&images);
+        // The labels as they stand before this reconcile's writes, beside the CRI's list of the
+        // detect just before: what containerd carries is the CRI's own `pinned` flag, and a
+        // label it does not carry is a disagreement (`CarriedKeep::disagrees`).
+        let carried = carried_keeps(keeps, &pinned_names(&images));
         let (mut ok, mut failed) = (0, 0);
         for (i, change) in changes {
             let image = &images[i];
@@ -160,7 +163,6 @@ impl RuntimePinner {
                 Ok(()) => {
                     ok += 1;
                     self.counters.writes[0].fetch_add(1, Ordering::Relaxed);
-                    pinned.insert(image.name.as_str(), matches!(change, LabelChange::Pin(_)));
                     let recovered = self
                         .failing
                         .lock()
@@ -185,7 +187,6 @@ impl RuntimePinner {
                 }
             }
         }
-        let carried = carried_keeps(keeps, &pinned);
         *self
             .carried
             .lock()
@@ -193,17 +194,9 @@ impl RuntimePinner {
         (ok, failed)
     }
 
-    /// After the last reconcile: each kept image and whether containerd carries it as pinned.
-    pub fn carried(&self) -> BTreeMap<crate::model::RecordKey, bool> {
-        self.carried_keeps()
-            .into_iter()
-            .map(|(key, (_, carried))| (key, carried))
-            .collect()
-    }
-
-    /// After the last reconcile: each kept image, why it is kept, and whether containerd
-    /// carries it as pinned.
-    pub fn carried_keeps(&self) -> BTreeMap<crate::model::RecordKey, (KeepReason, bool)> {
+    /// After the last reconcile: each kept image, why it is kept, whether CRI ListImages
+    /// listed it pinned at the detect before, and whether containerd's label was on it.
+    pub fn carried_keeps(&self) -> BTreeMap<crate::model::RecordKey, CarriedKeep> {
         self.carried
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -218,9 +211,11 @@ impl RuntimePinner {
 
     /// Fills `view`'s runtime pin fields from the last reconcile ([`runtime_pin_answer`]).
     pub fn annotate(&self, view: &mut crate::gc::PinView) {
-        let (pinned, note) = runtime_pin_answer(&self.state(), &self.carried(), view);
+        let (pinned, note, labelled) =
+            runtime_pin_answer(&self.state(), &self.carried_keeps(), view);
         view.runtime_pinned = pinned;
         view.runtime_pin_note = note;
+        view.runtime_labelled = labelled;
     }
 
     /// The metrics' sample; `None` while `auto` is undecided.
@@ -230,9 +225,11 @@ impl RuntimePinner {
             PinsState::On => true,
             PinsState::Off(_) => false,
         };
+        let carried = self.carried_keeps();
         Some(crate::telemetry::RuntimePinsSample {
             enabled,
-            pinned_images: self.carried().values().filter(|c| **c).count() as u64,
+            pinned_images: carried.values().filter(|c| c.carried).count() as u64,
+            disagreeing_images: carried.values().filter(|c| c.disagrees()).count() as u64,
             writes: [0, 1].map(|i| self.counters.writes[i].load(Ordering::Relaxed)),
         })
     }

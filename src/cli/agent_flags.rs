@@ -628,7 +628,7 @@ mod tests {
         assert_eq!(err.code, super::super::EXIT_USAGE);
         assert!(
             format!("{:#}", err.error)
-                .contains("--set imageGCHighThresholdPercent: invalid HighThresholdPercent 200"),
+                .contains("--set imageGCHighThresholdPercent: invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 200 must be between 0 and 100, inclusive"),
             "{:#}",
             err.error
         );

@@ -97,6 +97,7 @@ pub(crate) async fn findings(
         true => Some(doctor::RuntimePinsView {
             version,
             pins: read_pins(config, runtime_timeout).await,
+            labelled: read_pin_labels(config, runtime_timeout).await,
         }),
         false => None,
     };
@@ -124,6 +125,25 @@ pub(crate) async fn findings(
         now: SystemClock.now(),
         runtime_pins: runtime_pins.as_ref(),
     })
+}
+
+/// containerd's image names labelled `io.cri-containerd.pinned=pinned` (its Images service at
+/// `containerdAddress`, namespace `k8s.io`), or why they were not read.
+async fn read_pin_labels(config: &AgentConfig, timeout: Duration) -> Result<Vec<String>, String> {
+    use imagekeeper::gc::runtime_pins::is_pinned;
+    let client = imagekeeper::cri::ContainerdImages::connect(
+        &config.containerd_address,
+        imagekeeper::cri::CONTAINERD_CRI_NAMESPACE,
+        timeout,
+        timeout,
+    )
+    .map_err(|e| e.to_string())?;
+    let images = client.list().await.map_err(|e| e.to_string())?;
+    Ok(images
+        .into_iter()
+        .filter(is_pinned)
+        .map(|i| i.name)
+        .collect())
 }
 
 /// The operators' pins in force for the runtime pins check: from the running agent when it

@@ -262,11 +262,11 @@ fn until_text(view: &PinView) -> String {
 /// `pins -o wide`'s RUNTIME PINNED: whether the runtime lists the pin's images as pinned (the
 /// kubelet's image GC and eviction manager then spare them), else why it is not known.
 fn runtime_pinned_text(view: &PinView) -> String {
-    match view.runtime_pinned {
-        Some(true) => "yes".to_owned(),
-        Some(false) => "no".to_owned(),
-        None => view.runtime_pin_note.clone(),
-    }
+    imagekeeper::gc::runtime_pins::runtime_pinned_text(
+        view.runtime_pinned,
+        view.runtime_labelled,
+        &view.runtime_pin_note,
+    )
 }
 
 fn state(view: &PinView) -> &'static str {
@@ -317,6 +317,7 @@ fn print(views: &[PinView], output: &OutputArgs, one: bool) -> Result<(), Failur
                         "imageIds": v.image_ids.iter().map(|i| i.as_str()).collect::<Vec<_>>(),
                         "runtimePinned": v.runtime_pinned,
                         "runtimePinNote": v.runtime_pin_note,
+                        "runtimeLabelled": v.runtime_labelled,
                     }),
                 );
             }

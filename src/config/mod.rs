@@ -82,7 +82,7 @@ impl ContainerEvents {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RuntimePins {
-    /// On where the runtime can carry pins (containerd 1.7.3 and later); off, with one log
+    /// On where the runtime can carry pins (containerd 1.7.10 and later); off, with one log
     /// line, a metric and a doctor finding, on containerd 1.6 or another runtime.
     #[default]
     Auto,

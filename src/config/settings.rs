@@ -182,7 +182,7 @@ macro_rules! imagekeeper_settings {
                 kubelet: [],
                 default: |c| format!("{:?}", c.gc.pins.patterns()),
                 reload: Applied,
-                help: "Patterns of images GC never removes: an exact name, or a prefix ending in `*` (CRI-O's pinned_images; containerd 1.6 never reports pinned).",
+                help: "Patterns of images GC never removes: an exact name, or a prefix ending in `*` (CRI-O's pinned_images; containerd 1.6 before 1.6.22 and 1.7 before 1.7.3 never reports pinned).",
             }
             {
                 key: "podInfraContainerImage",
@@ -271,7 +271,7 @@ macro_rules! imagekeeper_settings {
                 kubelet: [],
                 default: |c| c.runtime_pins.as_str().to_owned(),
                 reload: NeedsRestart,
-                help: "`auto` labels every image imagekeeper keeps `io.cri-containerd.pinned=pinned` in containerd (1.7.3 and later), so the kubelet's image GC and eviction spare it; it turns itself off on containerd 1.6 and other runtimes; `off` writes no label.",
+                help: "`auto` labels every image imagekeeper keeps `io.cri-containerd.pinned=pinned` in containerd (1.7.10 and later), so the kubelet's image GC and eviction spare it; it turns itself off on containerd before 1.7.10 (which does not list a label added to an image already present as pinned: containerd issue 9328) and other runtimes; `off` writes no label.",
             }
             {
                 key: "containerdAddress",

@@ -90,7 +90,7 @@ fn every_bad_value_names_its_flag_or_field() {
                 image_gc_high_threshold: Some(101),
                 ..FlagValues::default()
             },
-            "--image-gc-high-threshold: invalid HighThresholdPercent 101, must be in range [0-100]",
+            "--image-gc-high-threshold: invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive",
         ),
         (
             FileConfig {
@@ -98,7 +98,7 @@ fn every_bad_value_names_its_flag_or_field() {
                 ..FileConfig::default()
             },
             FlagValues::default(),
-            "imageGCLowThresholdPercent in /etc/ik.toml: invalid LowThresholdPercent -1, must be in range [0-100]",
+            "imageGCLowThresholdPercent in /etc/ik.toml: invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) -1 must be between 0 and 100, inclusive",
         ),
         (
             FileConfig {
@@ -106,7 +106,7 @@ fn every_bad_value_names_its_flag_or_field() {
                 ..FileConfig::default()
             },
             FlagValues::default(),
-            "imageGCLowThresholdPercent in /etc/ik.toml and --image-gc-high-threshold (default): LowThresholdPercent 90 can not be higher than HighThresholdPercent 85",
+            "imageGCLowThresholdPercent in /etc/ik.toml and --image-gc-high-threshold (default): invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 90 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 85",
         ),
         (
             FileConfig::default(),

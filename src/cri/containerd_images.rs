@@ -1,6 +1,6 @@
 //! [`ContainerdImages`]: the client of containerd's own Images service
 //! (`containerd.services.images.v1.Images`, not CRI), which the runtime pins use to put
-//! `io.cri-containerd.pinned=pinned` on the images imagekeeper keeps. containerd 1.7.3 and
+//! `io.cri-containerd.pinned=pinned` on the images imagekeeper keeps. containerd 1.7.10 and
 //! later list an image carrying that label in namespace `k8s.io` as `pinned: true` in CRI
 //! ListImages, and the kubelet's image GC and eviction manager skip pinned images.
 //!
@@ -20,9 +20,10 @@ use crate::runtime::{CriError, LabelledImage};
 
 /// The code generated from `proto/containerd/services/images/v1/images.proto` and
 /// `proto/containerd/types/descriptor.proto` (nested as their packages, as the generated code
-/// refers to `containerd.types` through `super`).
+/// refers to `containerd.types` through `super`); the fake runtime's Images service
+/// (`cri::fake`) serves them too.
 #[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
-mod proto {
+pub(super) mod proto {
     pub mod containerd {
         pub mod types {
             tonic::include_proto!("containerd.types");

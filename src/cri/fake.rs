@@ -1,7 +1,8 @@
 //! [`FakeRuntime`]: an in-process CRI runtime for tests. A tonic server on a unix socket in its
 //! own temp dir serves the ImageService and RuntimeService subset from a state the test sets
 //! (images, pullable references, containers, the image filesystem, failures and hangs), and
-//! records the pulls it was asked for.
+//! records the pulls it was asked for. containerd's Images service (List, Get, Update of the
+//! labels) answers on the same socket (`fake/containerd_images.rs`), for the runtime pins.
 //!
 //! Invariants: it answers like containerd 1.6 where imagekeeper depends on it (an unknown image
 //! in ImageStatus is OK with no image; RemoveImage of an unknown image is OK; removing by one
@@ -12,7 +13,7 @@
 //! volumes it set), and GetContainerEvents streams what the test pushes until the test ends
 //! the streams (or answers Unimplemented, as containerd 1.6, when the test says `fail`). The server stops when the `FakeRuntime` is dropped.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -24,7 +25,10 @@ use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 use tower::ServiceExt;
 
+mod containerd_images;
+
 use super::client::CriConfig;
+use super::containerd_images::proto::containerd::services::images::v1::images_server::ImagesServer;
 use super::convert;
 use super::proto;
 use super::proto::image_service_server::{ImageService, ImageServiceServer};
@@ -86,6 +90,12 @@ struct FakeState {
     event_pushed: Arc<tokio::sync::Notify>,
     /// The verbose Status `info` map (containerd puts its CRI config under `config`).
     status_info: HashMap<String, String>,
+    /// containerd's labels of each image name (its Images service, `containerd_images`).
+    image_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// ListImages lists an image pinned when one of its names carries the pinned label, as
+    /// containerd 1.7.10 and later do; off, only the image's own `pinned` (1.7.3 to 1.7.9
+    /// with a label added to an image already present: containerd issue 9328).
+    pin_labels_listed: bool,
 }
 
 type EventSender =
@@ -177,11 +187,16 @@ impl ImageService for FakeService {
         _request: Request<proto::ListImagesRequest>,
     ) -> Result<Response<proto::ListImagesResponse>, Status> {
         self.enter("ListImages").await?;
-        let images = self
-            .lock()
+        let state = self.lock();
+        let images = state
             .images
             .iter()
-            .map(convert::image_to_proto)
+            .map(|image| {
+                let mut image = image.clone();
+                image.pinned |= state.pin_labels_listed
+                    && containerd_images::labelled_pinned(&image, &state.image_labels);
+                convert::image_to_proto(&image)
+            })
             .collect();
         Ok(Response::new(proto::ListImagesResponse { images }))
     }
@@ -463,18 +478,21 @@ impl FakeRuntime {
         let service = FakeService {
             state: state.clone(),
         };
+        let containerd = ImagesServer::new(containerd_images::FakeImages {
+            state: state.clone(),
+        });
         let images = ImageServiceServer::new(service.clone());
         let runtime = RuntimeServiceServer::new(service);
         // tonic's router is not compiled in (no `router` feature): route by gRPC service name.
         let router = tower::service_fn(move |request: http::Request<tonic::body::Body>| {
             let images = images.clone();
             let runtime = runtime.clone();
+            let containerd = containerd.clone();
             async move {
-                if request
-                    .uri()
-                    .path()
-                    .starts_with("/runtime.v1.ImageService/")
-                {
+                let path = request.uri().path();
+                if path.starts_with("/containerd.services.images.v1.Images/") {
+                    containerd.oneshot(request).await
+                } else if path.starts_with("/runtime.v1.ImageService/") {
                     images.oneshot(request).await
                 } else {
                     runtime.oneshot(request).await
@@ -671,6 +689,30 @@ impl FakeRuntime {
         let mut state = self.lock();
         state.event_streams.retain(|stream| !stream.is_closed());
         state.event_streams.len()
+    }
+}
+
+impl FakeRuntime {
+    /// containerd's labels of image name `name` (its Images service) from now on.
+    pub fn set_image_labels(&self, name: impl Into<String>, labels: BTreeMap<String, String>) {
+        self.lock().image_labels.insert(name.into(), labels);
+    }
+
+    /// containerd's labels of image name `name` now (none when it has none).
+    pub fn image_labels(&self, name: &str) -> BTreeMap<String, String> {
+        self.lock()
+            .image_labels
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// With `on`, ListImages lists an image pinned when one of its names carries
+    /// `io.cri-containerd.pinned=pinned`, as containerd 1.7.10 and later do; off (the
+    /// default), only as the test set it, as containerd 1.7.3 to 1.7.9 do for a label added
+    /// to an image already present (containerd issue 9328).
+    pub fn list_pin_labels_as_pinned(&self, on: bool) {
+        self.lock().pin_labels_listed = on;
     }
 }
 

@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use crate::cri::DEFAULT_RUNTIME_ENDPOINT;
 use crate::format::parse_go_duration;
-use crate::gc::GcPolicy;
+use crate::gc::{GcPolicy, SignedAge};
 
 /// The only group/version a KubeletConfiguration file is written in.
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -376,36 +376,57 @@ impl KubeletConfig {
 
         // SetDefaults_KubeletConfiguration (pkg/kubelet/apis/config/v1beta1/defaults.go):
         // thresholds 85/80 when unset, imageMinimumGCAge 2m when zero, imageMaximumGCAge 0.
-        let duration = |field: &str, value: &Option<String>| -> Result<Duration, _> {
-            match value {
-                None => Ok(Duration::ZERO),
-                Some(v) => parse_go_duration(v).map_err(|e| invalid(field, e.to_string())),
-            }
+        // A Go duration, which may be negative (ValidateKubeletConfiguration refuses that).
+        let duration = |field: &str, value: &Option<String>| -> Result<SignedAge, _> {
+            let Some(v) = value else {
+                return Ok(SignedAge::positive(Duration::ZERO));
+            };
+            let (negative, magnitude) = match v.strip_prefix('-') {
+                Some(rest) => (true, rest),
+                None => (false, v.as_str()),
+            };
+            parse_go_duration(magnitude)
+                .map(|magnitude| SignedAge {
+                    negative,
+                    magnitude,
+                })
+                .map_err(|e| invalid(field, e.to_string()))
         };
         let mut min_age = duration("imageMinimumGCAge", &raw.image_minimum_gc_age)?;
-        if min_age.is_zero() {
-            min_age = Duration::from_secs(120);
+        if min_age.magnitude.is_zero() {
+            min_age = SignedAge::positive(Duration::from_secs(120));
         }
+        let max_age = duration("imageMaximumGCAge", &raw.image_maximum_gc_age)?;
         let policy = GcPolicy {
             high_threshold_percent: raw.image_gc_high_threshold_percent.unwrap_or(85),
             low_threshold_percent: raw.image_gc_low_threshold_percent.unwrap_or(80),
-            min_age,
-            max_age: duration("imageMaximumGCAge", &raw.image_maximum_gc_age)?,
+            min_age: min_age.magnitude,
+            max_age: max_age.magnitude,
             ..GcPolicy::default()
         };
-        // The kubelet's own validation (ValidateKubeletConfiguration), with its messages.
-        policy.validate().map_err(|e| {
+        // The kubelet's own validation (ValidateKubeletConfiguration,
+        // pkg/kubelet/apis/config/validation/validation.go): every image GC rule it breaks,
+        // with its texts, aggregated as utilerrors.NewAggregate prints them.
+        let errors = crate::gc::kubelet_validation_errors(
+            policy.high_threshold_percent,
+            policy.low_threshold_percent,
+            min_age,
+            max_age,
+        );
+        if !errors.is_empty() {
             let field = if !(0..=100).contains(&policy.high_threshold_percent) {
                 "imageGCHighThresholdPercent"
             } else if !(0..=100).contains(&policy.low_threshold_percent) {
                 "imageGCLowThresholdPercent"
             } else if policy.low_threshold_percent >= policy.high_threshold_percent {
                 "imageGCLowThresholdPercent and imageGCHighThresholdPercent"
+            } else if min_age.negative {
+                "imageMinimumGCAge"
             } else {
                 "imageMaximumGCAge"
             };
-            invalid(field, e.to_string())
-        })?;
+            return Err(invalid(field, crate::format::aggregate(&errors)));
+        }
 
         // types.go, mergeDefaultEvictionSettings: with evictionHard unset the defaults apply;
         // with it set, a signal it does not name is off unless mergeDefaultEvictionSettings

@@ -116,6 +116,9 @@ pub struct RuntimePinsView {
     /// The operators' pins (from the running agent, else the database), or why they were not
     /// read.
     pub pins: Result<Vec<(crate::model::PinKey, crate::model::ImagePin)>, String>,
+    /// containerd's image names that carry `io.cri-containerd.pinned=pinned` (its Images
+    /// service, namespace `k8s.io`), or why they were not read.
+    pub labelled: Result<Vec<String>, String>,
 }
 
 /// Everything the checks compare.
@@ -191,12 +194,12 @@ const KEEPS_UNSEEN: &str = "the kubelet's image GC and eviction manager cannot s
     keeps (pins, warm set, irreplaceable images) and may remove them";
 
 /// The runtime pins (`runtimePins`): whether the runtime can carry imagekeeper's keeps as
-/// pinned (containerd 1.7.3 and later; the kubelet's image GC and eviction manager skip an
+/// pinned (containerd 1.7.10 and later; the kubelet's image GC and eviction manager skip an
 /// image the runtime lists as pinned: kubelet master
 /// `pkg/kubelet/images/image_gc_manager.go`, `imagesInEvictionOrder`) and, when it can,
 /// whether every image imagekeeper keeps now (an active pin, a present warm entry, the
 /// irreplaceable rule: the agent's own keeps) is listed `pinned: true` by CRI ListImages.
-/// Off (by setting, or `auto` on containerd 1.6 or another runtime) is `not_checked`, with
+/// Off (by setting, or `auto` on containerd before 1.7.10 or another runtime) is `not_checked`, with
 /// what it means; a keep not carried while pins are on is a conflict.
 fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
     let name = "runtime-pins";
@@ -252,16 +255,40 @@ fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
             "; the pins were not read ({why}), so only the warm set and irreplaceable images were checked"
         ),
     };
-    let missing: Vec<String> = keeps
-        .iter()
-        .filter(|i| !i.pinned)
-        .map(|i| {
-            i.repo_tags
-                .first()
-                .map_or(i.id.as_str(), String::as_str)
-                .to_owned()
-        })
-        .collect();
+    let missing: Vec<&RuntimeImage> = keeps.iter().copied().filter(|i| !i.pinned).collect();
+    let shown = |i: &RuntimeImage| {
+        i.repo_tags
+            .first()
+            .map_or(i.id.as_str(), String::as_str)
+            .to_owned()
+    };
+    // A keep containerd labels pinned but the CRI lists `pinned: false`: containerd before
+    // 1.7.10 does not carry a label added to an image already present (containerd issue 9328).
+    let labelled_note = match &view.labelled {
+        Ok(names) => {
+            let labelled: Vec<String> = missing
+                .iter()
+                .filter(|i| {
+                    i.repo_tags
+                        .iter()
+                        .chain(&i.repo_digests)
+                        .chain(std::iter::once(&i.id.0))
+                        .any(|n| names.contains(n))
+                })
+                .map(|i| shown(i))
+                .collect();
+            match labelled.is_empty() {
+                true => String::new(),
+                false => format!(
+                    "; {} of them carry containerd's io.cri-containerd.pinned=pinned label, which the CRI does not list (containerd before 1.7.10 does not carry a label added to an image already present: containerd issue 9328): {}",
+                    labelled.len(),
+                    labelled.join(", ")
+                ),
+            }
+        }
+        Err(_) => String::new(),
+    };
+    let missing: Vec<String> = missing.into_iter().map(shown).collect();
     if missing.is_empty() {
         Finding::ok(
             name,
@@ -276,7 +303,7 @@ fn check_runtime_pins(input: &DoctorInput<'_>) -> Finding {
         Finding::conflict(
             name,
             format!(
-                "runtime pins on ({} {}), but the runtime does not list {} of the {} image(s) imagekeeper keeps as pinned, so the kubelet may remove them: {}{pins_note}",
+                "runtime pins on ({} {}), but the runtime does not list {} of the {} image(s) imagekeeper keeps as pinned, so the kubelet may remove them: {}{labelled_note}{pins_note}",
                 version.runtime_name,
                 version.runtime_version,
                 missing.len(),
@@ -548,7 +575,7 @@ fn check_warm_set(input: &DoctorInput<'_>) -> Finding {
 }
 
 /// The kubelet since 1.28 protects the sandbox image only through the runtime's `pinned`
-/// (image_gc_manager.go skips pinned images); containerd 1.6 never reports it.
+/// (image_gc_manager.go skips pinned images); containerd 1.6 before 1.6.22 and 1.7 before 1.7.3 never report it.
 fn check_pinned(input: &DoctorInput<'_>) -> Finding {
     let name = "pinned-images";
     let pins = input.imagekeeper.gc.pins.patterns();

@@ -797,7 +797,7 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
             vec![],
             vec![],
             Status::NotChecked,
-            "containerd 1.6.20 does not list labelled images as pinned (1.7.3 and later do): the kubelet's image GC",
+            "containerd 1.6.20 does not carry a label added to an image already present into CRI ListImages' pinned flag (1.7.10 and later do: containerd issue 9328): the kubelet's image GC",
         ),
         (
             "auto on another runtime",
@@ -827,6 +827,15 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
             "does not list 1 of the 1 image(s) imagekeeper keeps as pinned, so the kubelet may remove them: app:1",
         ),
         (
+            "a pinned image labelled, but listed pinned: false",
+            &auto,
+            version("containerd", "1.7.24"),
+            vec![pulled("app", false), pulled("other", false)],
+            vec![pin("app:1")],
+            Status::Conflict,
+            "app:1; 1 of them carry containerd's io.cri-containerd.pinned=pinned label, which the CRI does not list (containerd before 1.7.10 does not carry a label added to an image already present: containerd issue 9328): app:1",
+        ),
+        (
             "an irreplaceable image not carried",
             &auto,
             version("containerd", "2.1.9"),
@@ -837,6 +846,11 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
         ),
     ];
     for (what, ik, version, images, pins, want, text) in cases {
+        // containerd's names labelled pinned: `app:1` in the case that says so.
+        let labelled: &[&str] = match what.contains("labelled") {
+            true => &["app:1"],
+            false => &[],
+        };
         let runtime = RuntimeView::Reached {
             images,
             image_fs: Err("not asked".to_owned()),
@@ -844,6 +858,7 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
         let view = RuntimePinsView {
             version: Ok(version),
             pins: Ok(pins),
+            labelled: Ok(labelled.iter().map(|n| (*n).to_owned()).collect()),
         };
         let findings = check(&DoctorInput {
             kubelet: &k,
@@ -925,5 +940,55 @@ fn no_finding_or_fix_names_a_deprecated_flag() {
                 );
             }
         }
+    }
+}
+
+/// A kubelet configuration the kubelet itself refuses is refused with its
+/// `ValidateKubeletConfiguration` texts (pkg/kubelet/apis/config/validation/validation.go),
+/// every image GC rule it breaks aggregated as `utilerrors.NewAggregate` prints them,
+/// including a negative `imageMinimumGCAge` (refused since 1.36) and `imageMaximumGCAge`.
+#[test]
+fn an_invalid_kubelet_config_is_refused_with_the_kubelets_validation_texts_aggregated() {
+    let refused = |body: &str| match KubeletConfig::parse(&format!("{HEADER}{body}"), "/k.yaml") {
+        Err(crate::doctor::KubeletConfigError::Invalid { field, message, .. }) => (field, message),
+        other => panic!("{body}: refused as invalid, got {other:?}"),
+    };
+    let cases = [
+        (
+            "imageGCHighThresholdPercent: 150\n",
+            "imageGCHighThresholdPercent",
+            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 150 must be between 0 and 100, inclusive",
+        ),
+        (
+            "imageGCHighThresholdPercent: 80\nimageGCLowThresholdPercent: 80\n",
+            "imageGCLowThresholdPercent and imageGCHighThresholdPercent",
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 80 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80",
+        ),
+        (
+            "imageMinimumGCAge: -1m\n",
+            "imageMinimumGCAge",
+            "invalid configuration: imageMinimumGCAge -1m0s must not be negative",
+        ),
+        (
+            "imageGCHighThresholdPercent: -1\nimageMinimumGCAge: -1m\nimageMaximumGCAge: -2h\n",
+            "imageGCHighThresholdPercent",
+            "[invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) -1 must be between 0 and 100, inclusive, \
+             invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 80 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) -1, \
+             invalid configuration: imageMinimumGCAge -1m0s must not be negative, \
+             invalid configuration: imageMaximumGCAge -2h0m0s must not be negative]",
+        ),
+        (
+            "imageMaximumGCAge: 1m\n",
+            "imageMaximumGCAge",
+            "invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s",
+        ),
+    ];
+    for (body, want_field, want) in cases {
+        let (field, message) = refused(body);
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            (want_field, want),
+            "{body}"
+        );
     }
 }

@@ -114,3 +114,24 @@ pub enum GcError {
         errors: Vec<String>,
     },
 }
+
+impl GcError {
+    /// The reason of the Event (and log line) the image GC manager gives this failure itself,
+    /// at every one of them: kubelet master `pkg/kubelet/images/image_gc_manager.go`
+    /// `GarbageCollect` says `InvalidDiskCapacity` for a capacity of 0 and
+    /// `FreeDiskSpaceFailed` when the space pass freed less than it had to with no removal
+    /// failing; a failed removal (`freeSpace`'s error) and every other error have none there
+    /// (the kubelet's `StartGarbageCollection` says `ImageGCFailed` of a repeated failure).
+    /// imagekeeper's own rules have names of their own: `FreeInodesFailed` (the inode
+    /// threshold, which the kubelet's image GC does not have) and `ImageBudgetNotMet` (the byte
+    /// budget).
+    pub fn event_reason(&self) -> Option<&'static str> {
+        match self {
+            GcError::InsufficientSpace { .. } => Some("FreeDiskSpaceFailed"),
+            GcError::InvalidCapacity => Some("InvalidDiskCapacity"),
+            GcError::InsufficientInodes { .. } => Some("FreeInodesFailed"),
+            GcError::InsufficientBudget { .. } => Some("ImageBudgetNotMet"),
+            _ => None,
+        }
+    }
+}

@@ -48,7 +48,7 @@ pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pin_request::{PinRequestError, check_pin_request};
 pub use pins::PinPatterns;
 pub use plan::plan_space_victims;
-pub use policy::{ByteBudget, GcPolicy, InodeThresholds};
+pub use policy::{ByteBudget, GcPolicy, InodeThresholds, SignedAge, kubelet_validation_errors};
 pub use predictive::{Basis, Estimate, PredictiveRank, rank_listed, rank_predictive};
 pub use predictive_walk::{PredictiveWalk, predictive_walk};
 pub use protect::{

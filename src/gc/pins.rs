@@ -1,5 +1,5 @@
 //! Pin patterns: images whose tags or digests match are never collected, whatever the runtime
-//! reports (containerd 1.6 never reports `pinned`). Patterns follow CRI-O's pinned_images: an
+//! reports (containerd 1.6 before 1.6.22 and 1.7 before 1.7.3 never reports `pinned`). Patterns follow CRI-O's pinned_images: an
 //! exact name, or a name ending in `*` that matches every name starting with what precedes it.
 
 use serde::{Deserialize, Serialize};

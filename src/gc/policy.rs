@@ -63,44 +63,108 @@ impl Default for GcPolicy {
     }
 }
 
+/// A Go `time.Duration` as a KubeletConfiguration may hold it: a magnitude and a sign (an
+/// imagekeeper policy's ages are never negative; the kubelet's file's may be).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignedAge {
+    /// Below zero.
+    pub negative: bool,
+    /// The magnitude.
+    pub magnitude: Duration,
+}
+
+impl SignedAge {
+    /// `age`, not negative.
+    pub fn positive(age: Duration) -> SignedAge {
+        SignedAge {
+            negative: false,
+            magnitude: age,
+        }
+    }
+
+    /// Go's `%v` of the duration (`-1m0s`).
+    fn go(self) -> String {
+        let sign = if self.negative && !self.magnitude.is_zero() {
+            "-"
+        } else {
+            ""
+        };
+        format!("{sign}{}", crate::format::go_duration(self.magnitude))
+    }
+
+    fn below_zero(self) -> bool {
+        self.negative && !self.magnitude.is_zero()
+    }
+
+    fn above_zero(self) -> bool {
+        !self.negative && !self.magnitude.is_zero()
+    }
+}
+
+/// The image GC rules of kubelet master's `ValidateKubeletConfiguration`
+/// (`pkg/kubelet/apis/config/validation/validation.go`), in its order and with its texts, every
+/// broken rule (the caller aggregates them as it does, `utilerrors.NewAggregate`): thresholds
+/// between 0 and 100, low below high, `imageMinimumGCAge` and `imageMaximumGCAge` not negative,
+/// a MaxAge above MinAge. The kubelet refuses such a configuration before its image GC manager
+/// exists, so `NewImageGCManager`'s own checks never speak.
+pub fn kubelet_validation_errors(
+    high: i64,
+    low: i64,
+    min_age: SignedAge,
+    max_age: SignedAge,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    if !(0..=100).contains(&high) {
+        errors.push(format!(
+            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, inclusive"
+        ));
+    }
+    if !(0..=100).contains(&low) {
+        errors.push(format!(
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be between 0 and 100, inclusive"
+        ));
+    }
+    if low >= high {
+        errors.push(format!(
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
+        ));
+    }
+    if min_age.below_zero() {
+        errors.push(format!(
+            "invalid configuration: imageMinimumGCAge {} must not be negative",
+            min_age.go()
+        ));
+    }
+    if max_age.below_zero() {
+        errors.push(format!(
+            "invalid configuration: imageMaximumGCAge {} must not be negative",
+            max_age.go()
+        ));
+    }
+    let max_at_most_min = !min_age.below_zero() && max_age.magnitude <= min_age.magnitude;
+    if max_age.above_zero() && max_at_most_min {
+        errors.push(format!(
+            "invalid configuration: imageMaximumGCAge {} must be greater than imageMinimumGCAge {}",
+            max_age.go(),
+            min_age.go()
+        ));
+    }
+    errors
+}
+
 impl GcPolicy {
-    /// Checks the policy as the kubelet does, with its messages.
+    /// Checks the policy as the kubelet does, with its messages: the kubelet's own rules
+    /// ([`kubelet_validation_errors`], aggregated), then imagekeeper's own (inodes, bytes).
     pub fn validate(&self) -> Result<(), GcError> {
         let invalid = |message: String| Err(GcError::InvalidPolicy { message });
-        if !(0..=100).contains(&self.high_threshold_percent) {
-            return invalid(format!(
-                "invalid HighThresholdPercent {}, must be in range [0-100]",
-                self.high_threshold_percent
-            ));
-        }
-        if !(0..=100).contains(&self.low_threshold_percent) {
-            return invalid(format!(
-                "invalid LowThresholdPercent {}, must be in range [0-100]",
-                self.low_threshold_percent
-            ));
-        }
-        if self.low_threshold_percent > self.high_threshold_percent {
-            // NewImageGCManager's check (image_gc_manager.go).
-            return invalid(format!(
-                "LowThresholdPercent {} can not be higher than HighThresholdPercent {}",
-                self.low_threshold_percent, self.high_threshold_percent
-            ));
-        }
-        if self.low_threshold_percent == self.high_threshold_percent {
-            // The constructor lets equal thresholds through, but every kubelet refuses them
-            // first in ValidateKubeletConfiguration (pkg/kubelet/apis/config/validation),
-            // with this message: the space pass would free nothing and run every cycle.
-            return invalid(format!(
-                "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {}",
-                self.low_threshold_percent, self.high_threshold_percent
-            ));
-        }
-        if !self.max_age.is_zero() && self.max_age <= self.min_age {
-            return invalid(format!(
-                "invalid configuration: imageMaximumGCAge {} must be greater than imageMinimumGCAge {}",
-                crate::format::go_duration(self.max_age),
-                crate::format::go_duration(self.min_age)
-            ));
+        let kubelet = kubelet_validation_errors(
+            self.high_threshold_percent,
+            self.low_threshold_percent,
+            SignedAge::positive(self.min_age),
+            SignedAge::positive(self.max_age),
+        );
+        if !kubelet.is_empty() {
+            return invalid(crate::format::aggregate(&kubelet));
         }
         if let Some(InodeThresholds { high, low }) = self.inodes {
             // The byte thresholds' rules and message style, with the inode names.
@@ -179,35 +243,45 @@ mod tests {
                 80,
                 secs(0),
                 secs(0),
-                Some("invalid HighThresholdPercent 101, must be in range [0-100]"),
+                Some(
+                    "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive",
+                ),
             ),
             (
                 -1,
                 0,
                 secs(0),
                 secs(0),
-                Some("invalid HighThresholdPercent -1, must be in range [0-100]"),
+                Some(
+                    "[invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) -1 must be between 0 and 100, inclusive, invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 0 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) -1]",
+                ),
             ),
             (
                 90,
                 101,
                 secs(0),
                 secs(0),
-                Some("invalid LowThresholdPercent 101, must be in range [0-100]"),
+                Some(
+                    "[invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 101 must be between 0 and 100, inclusive, invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 101 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 90]",
+                ),
             ),
             (
                 90,
                 -5,
                 secs(0),
                 secs(0),
-                Some("invalid LowThresholdPercent -5, must be in range [0-100]"),
+                Some(
+                    "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) -5 must be between 0 and 100, inclusive",
+                ),
             ),
             (
                 80,
                 85,
                 secs(0),
                 secs(0),
-                Some("LowThresholdPercent 85 can not be higher than HighThresholdPercent 80"),
+                Some(
+                    "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80",
+                ),
             ),
             (
                 85,
@@ -276,31 +350,41 @@ mod tests {
                 "Test for HighThresholdPercent < 0,",
                 -1,
                 0,
-                Some("invalid HighThresholdPercent -1, must be in range [0-100]"),
+                Some(
+                    "[invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) -1 must be between 0 and 100, inclusive, invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 0 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) -1]",
+                ),
             ),
             (
                 "Test for HighThresholdPercent > 100",
                 101,
                 0,
-                Some("invalid HighThresholdPercent 101, must be in range [0-100]"),
+                Some(
+                    "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive",
+                ),
             ),
             (
                 "Test for LowThresholdPercent < 0",
                 0,
                 -1,
-                Some("invalid LowThresholdPercent -1, must be in range [0-100]"),
+                Some(
+                    "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) -1 must be between 0 and 100, inclusive",
+                ),
             ),
             (
                 "Test for LowThresholdPercent > 100",
                 0,
                 101,
-                Some("invalid LowThresholdPercent 101, must be in range [0-100]"),
+                Some(
+                    "[invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 101 must be between 0 and 100, inclusive, invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 101 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 0]",
+                ),
             ),
             (
                 "Test for LowThresholdPercent > HighThresholdPercent",
                 1,
                 2,
-                Some("LowThresholdPercent 2 can not be higher than HighThresholdPercent 1"),
+                Some(
+                    "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 2 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 1",
+                ),
             ),
         ];
         for (name, high, low, want) in cases {

@@ -241,6 +241,11 @@ pub struct PinView {
     pub runtime_pinned: Option<bool>,
     /// Why `runtime_pinned` is `None` (empty when it is known).
     pub runtime_pin_note: String,
+    /// Whether containerd's `io.cri-containerd.pinned` label was on every one of those images
+    /// at the same reconcile (`Some` exactly when `runtime_pinned` is): `Some(true)` beside
+    /// `runtime_pinned: Some(false)` is a label the CRI does not carry (containerd before
+    /// 1.7.10, containerd issue 9328).
+    pub runtime_labelled: Option<bool>,
 }
 
 /// [`PinView::runtime_pin_note`] of a pin read without a running agent: the runtime's labels
@@ -288,6 +293,7 @@ fn view_of(key: PinKey, pin: ImagePin, image_ids: Vec<ImageId>, now: UnixNanos) 
         image_ids,
         runtime_pinned: None,
         runtime_pin_note: RUNTIME_PIN_OFFLINE.to_owned(),
+        runtime_labelled: None,
     }
 }
 
@@ -654,4 +660,6 @@ pub struct KeptImage {
     pub names: Vec<String>,
     /// What keeps it.
     pub why: KeepReason,
+    /// Whether the runtime's CRI ListImages of that detect listed it `pinned: true`.
+    pub listed_pinned: bool,
 }

@@ -27,14 +27,17 @@ pub struct RuntimePinStatus {
     pub runtime_pinned: Option<bool>,
     /// Why `runtime_pinned` is `None` (empty when it is known).
     pub runtime_pin_note: String,
+    /// Whether containerd's pinned label was on it at the same reconcile (`Some` exactly when
+    /// `runtime_pinned` is; differing from it is a label the CRI does not carry).
+    pub runtime_labelled: Option<bool>,
 }
 
 /// What is known of the runtime's pins.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RuntimePinsSeen {
-    /// The running agent's last reconcile, runtime pins on: each image it keeps, why, and
-    /// whether the runtime lists it as pinned.
-    Reconciled(BTreeMap<RecordKey, (KeepReason, bool)>),
+    /// The running agent's last reconcile, runtime pins on: each image it keeps, why, whether
+    /// CRI ListImages listed it pinned at the last detect and whether it was labelled pinned.
+    Reconciled(BTreeMap<RecordKey, super::runtime_pins::CarriedKeep>),
     /// Not known, and why (no running agent, runtime pins off, another database, ...); with
     /// the images the running agent keeps, when it said (runtime pins off: it still knows
     /// them, e.g. a warm entry the database alone does not show).
@@ -70,15 +73,17 @@ pub fn note_runtime_pins(explanation: &mut Explanation, seen: &RuntimePinsSeen) 
             .or_else(|| (image.decision == Decision::KeepWarm).then_some(KeepReason::Warm));
         image.runtime_pin = match seen {
             RuntimePinsSeen::Reconciled(keeps) => match (keeps.get(&image.key), own) {
-                (Some((why, carried)), _) => Some(RuntimePinStatus {
-                    keep: *why,
-                    runtime_pinned: Some(*carried),
+                (Some(keep), _) => Some(RuntimePinStatus {
+                    keep: keep.why,
+                    runtime_pinned: Some(keep.carried),
                     runtime_pin_note: String::new(),
+                    runtime_labelled: Some(keep.labelled),
                 }),
                 (None, Some(why)) => Some(RuntimePinStatus {
                     keep: why,
                     runtime_pinned: None,
                     runtime_pin_note: NOT_AMONG_AGENT_KEEPS.to_owned(),
+                    runtime_labelled: None,
                 }),
                 (None, None) => None,
             },
@@ -90,6 +95,7 @@ pub fn note_runtime_pins(explanation: &mut Explanation, seen: &RuntimePinsSeen) 
                     keep: why,
                     runtime_pinned: None,
                     runtime_pin_note: note.clone(),
+                    runtime_labelled: None,
                 }),
         };
     }
@@ -166,11 +172,16 @@ mod tests {
         let offline = RuntimePinsSeen::unknown(crate::gc::RUNTIME_PIN_OFFLINE);
         // The agent keeps `pin` (carried), `side` (not carried) and `plain` (a warm entry this
         // offline explain cannot see), and not `warm` (dropped since its last cycle).
+        let keep = |why, carried| crate::gc::runtime_pins::CarriedKeep {
+            why,
+            carried,
+            labelled: true,
+        };
         let agent = RuntimePinsSeen::Reconciled(
             [
-                (key("pin"), (Pin, true)),
-                (key("side"), (NoRepoDigest, false)),
-                (key("plain"), (Warm, true)),
+                (key("pin"), keep(Pin, true)),
+                (key("side"), keep(NoRepoDigest, false)),
+                (key("plain"), keep(Warm, true)),
             ]
             .into_iter()
             .collect(),

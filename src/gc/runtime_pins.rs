@@ -1,7 +1,9 @@
 //! The runtime pins' pure part: which containerd image names get the pinned label from what
 //! the GC keeps ([`plan_label_changes`]: a keep's every name gets
 //! `io.cri-containerd.pinned=pinned` and imagekeeper's own `io.imagekeeper.pinned=<why>`),
-//! which kept images containerd carries as pinned once the writes are made ([`carried_keeps`]),
+//! which kept images the CRI carries as pinned and which containerd labels pinned
+//! ([`carried_keeps`]: carried is CRI ListImages' own `pinned` flag at the last detect, never
+//! inferred from a label),
 //! where the runtime pins stand ([`PinsState`]) and what `pins -o wide` says of a pin from
 //! the last reconcile ([`runtime_pin_answer`]). The agent lists containerd's labels, calls
 //! the plan and writes the labels (`agent/runtime_pins.rs`); nothing here does I/O.
@@ -96,21 +98,54 @@ pub fn pinned_names(images: &[LabelledImage]) -> BTreeMap<&str, bool> {
         .collect()
 }
 
-/// Each kept image, why it is kept, and whether containerd carries it as pinned: whether any
-/// of its names is pinned in `pinned` (as [`pinned_names`] gives, after the writes that
-/// succeeded). A name containerd does not store is not pinned.
+/// One kept image as the runtime pins saw it at the last detect and the reconcile right after
+/// it: why it is kept, whether CRI ListImages listed it `pinned: true` (what the kubelet's
+/// image GC and eviction manager read), and whether containerd's pinned label was on one of
+/// its names (read by that reconcile before its writes, so both are as they stood at the same
+/// moment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CarriedKeep {
+    /// What keeps it.
+    pub why: KeepReason,
+    /// CRI ListImages listed it `pinned: true` at the last detect: the runtime carries it.
+    pub carried: bool,
+    /// One of its names carried [`PINNED_LABEL`]`=`[`PINNED_VALUE`] at the reconcile after
+    /// that detect, before its writes.
+    pub labelled: bool,
+}
+
+impl CarriedKeep {
+    /// containerd's label and the CRI's list disagree: containerd before 1.7.10 does not carry
+    /// a label added to (or removed from) an image already present into the CRI's `pinned`
+    /// flag (containerd issue 9328, fixed by PR 9338 and in 1.7 by PR 9381, release 1.7.10).
+    pub fn disagrees(&self) -> bool {
+        self.carried != self.labelled
+    }
+}
+
+/// Each kept image with why it is kept, whether the CRI carries it (its `pinned` flag in the
+/// ListImages of the detect that found it kept, [`KeptImage::listed_pinned`]) and whether any
+/// of its names is labelled pinned in `labelled` (as [`pinned_names`] gives of containerd's
+/// labels read before the writes). A name containerd does not store is not labelled.
 pub fn carried_keeps(
     keeps: &[KeptImage],
-    pinned: &BTreeMap<&str, bool>,
-) -> BTreeMap<RecordKey, (KeepReason, bool)> {
+    labelled: &BTreeMap<&str, bool>,
+) -> BTreeMap<RecordKey, CarriedKeep> {
     keeps
         .iter()
         .map(|kept| {
             let any = kept
                 .names
                 .iter()
-                .any(|name| pinned.get(name.as_str()).copied().unwrap_or(false));
-            (kept.key.clone(), (kept.why, any))
+                .any(|name| labelled.get(name.as_str()).copied().unwrap_or(false));
+            (
+                kept.key.clone(),
+                CarriedKeep {
+                    why: kept.why,
+                    carried: kept.listed_pinned,
+                    labelled: any,
+                },
+            )
         })
         .collect()
 }
@@ -188,33 +223,55 @@ pub fn runtime_pin_answer_listed(
 }
 
 /// Whether the runtime carries a pin's images, from the runtime pins' `state` and the last
-/// reconcile's `carried` map: `Some` only when pins are on, the pin is active, names images
-/// on the node and every one of them was reconciled; else `None` with why (the note).
+/// reconcile's `carried` map (CRI ListImages' `pinned` flag at the last detect): `Some` only
+/// when pins are on, the pin is active, names images on the node and every one of them was
+/// reconciled; else `None` with why (the note). The third value is whether containerd's
+/// pinned label was on every one of them at that reconcile (`Some` exactly when the first
+/// is): a `Some(false)` beside `Some(true)` is a label the CRI does not carry.
 pub fn runtime_pin_answer(
     state: &PinsState,
-    carried: &BTreeMap<RecordKey, bool>,
+    carried: &BTreeMap<RecordKey, CarriedKeep>,
     view: &crate::gc::PinView,
-) -> (Option<bool>, String) {
+) -> (Option<bool>, String, Option<bool>) {
     if let Some(note) = unknown_whatever_the_runtime_says(state, view) {
-        return (None, note);
+        return (None, note, None);
     }
-    let mut all = true;
+    let (mut all, mut labelled) = (true, true);
     for id in &view.image_ids {
         let key = RecordKey {
             image_id: id.clone(),
             runtime_handler: view.key.runtime_handler.clone(),
         };
         match carried.get(&key) {
-            Some(c) => all &= *c,
+            Some(c) => {
+                all &= c.carried;
+                labelled &= c.labelled;
+            }
             None => {
                 return (
                     None,
                     "unknown: not reconciled since the image was seen (next cycle)".to_owned(),
+                    None,
                 );
             }
         }
     }
-    (Some(all), String::new())
+    (Some(all), String::new(), Some(labelled))
+}
+
+/// The RUNTIME PINNED column of `pins -o wide` and `inspect explain -o wide`: `yes` or `no`
+/// as CRI ListImages listed the images at the last detect, with the disagreement named when
+/// containerd's pinned label says otherwise; else the note (why it is not known).
+pub fn runtime_pinned_text(pinned: Option<bool>, labelled: Option<bool>, note: &str) -> String {
+    match (pinned, labelled) {
+        (Some(true), Some(false)) => "yes (listed pinned: true, with no pinned label)".to_owned(),
+        (Some(true), _) => "yes".to_owned(),
+        (Some(false), Some(true)) => {
+            "no (labelled pinned, but CRI ListImages lists it pinned: false)".to_owned()
+        }
+        (Some(false), _) => "no".to_owned(),
+        (None, _) => note.to_owned(),
+    }
 }
 
 #[cfg(test)]

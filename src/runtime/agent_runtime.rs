@@ -30,8 +30,8 @@ pub struct LabelledImage {
     /// The name, as containerd stores it (a CRI pull stores two: the tag and
     /// `repo@sha256:<manifest digest>`).
     pub name: String,
-    /// Its labels (`io.cri-containerd.pinned=pinned` makes containerd 1.7.3 and later list it
-    /// as pinned).
+    /// Its labels (`io.cri-containerd.pinned=pinned` makes containerd 1.7.10 and later list it
+    /// as pinned, whenever the label is set).
     pub labels: BTreeMap<String, String>,
     /// The target descriptor's media type, sent back unchanged with an Update (containerd's
     /// service converts the target whatever the mask says), as are its digest and size.
@@ -42,11 +42,18 @@ pub struct LabelledImage {
     pub target_size: i64,
 }
 
-/// The first containerd release whose CRI lists a labelled image as pinned.
-pub const FIRST_PINNING_CONTAINERD: (u64, u64, u64) = (1, 7, 3);
+/// The first containerd release the runtime pins trust: its CRI lists an image as pinned
+/// whenever one of its names carries the pinned label, including a label added to or removed
+/// from an image already present. containerd 1.7.3 to 1.7.9 set the CRI's `pinned` flag only
+/// from the labels an image had when the CRI first saw it (at a pull or a containerd start):
+/// containerd issue 9328, fixed on main by PR 9338 and in 1.7 by PR 9381, released in 1.7.10.
+/// The 1.6 branch has pinned images too (PR 8720, in 1.6.22) and the same fix (PR 9382,
+/// merged November 2023); imagekeeper does not turn pins on for 1.6, whose release carrying
+/// that fix it has not checked.
+pub const FIRST_PINNING_CONTAINERD: (u64, u64, u64) = (1, 7, 10);
 
-/// Whether a runtime (CRI Version's name and version) lists labelled images as pinned:
-/// containerd 1.7.3 and later. `Err` says why not.
+/// Whether a runtime (CRI Version's name and version) lists labelled images as pinned as
+/// soon as they are labelled: containerd 1.7.10 and later. `Err` says why not.
 pub fn runtime_carries_pins(version: &RuntimeVersion) -> Result<(), String> {
     let name = version.runtime_name.as_str();
     if name != "containerd" {
@@ -71,7 +78,7 @@ pub fn runtime_carries_pins(version: &RuntimeVersion) -> Result<(), String> {
             Ok(())
         }
         (Some(_), Some(_), Some(_)) => Err(format!(
-            "containerd {} does not list labelled images as pinned (1.7.3 and later do)",
+            "containerd {} does not carry a label added to an image already present into CRI ListImages' pinned flag (1.7.10 and later do: containerd issue 9328)",
             version.runtime_version
         )),
         _ => Err(format!(

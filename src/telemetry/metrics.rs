@@ -81,8 +81,10 @@ pub struct AgentMetrics {
 pub(crate) struct RuntimePinsSample {
     /// Labels are written (`auto` on a runtime that carries pins).
     pub enabled: bool,
-    /// Kept images the runtime lists as pinned at the last reconcile.
+    /// Kept images CRI ListImages listed as pinned at the last detect.
     pub pinned_images: u64,
+    /// Kept images whose pinned label and CRI `pinned` flag disagreed at the last reconcile.
+    pub disagreeing_images: u64,
     /// Label writes: [succeeded, failed].
     pub writes: [u64; 2],
 }

@@ -1,8 +1,11 @@
 //! Kubernetes Events on the Node object (`imagekeeper run --events`), what an operator sees in
 //! `kubectl describe node`: one Event per GC cycle that removed something (counts, bytes and
-//! the largest images, not one Event per image), GC failing to free enough (the kubelet's
-//! `FreeDiskSpaceFailed` / `InvalidDiskCapacity` / `ImageGCFailed` reasons and messages,
-//! pkg/kubelet/images/image_gc_manager.go and pkg/kubelet/kubelet.go), the record store
+//! the largest images, not one Event per image), a failed GC cycle as the kubelet says it (the
+//! image GC manager's `FreeDiskSpaceFailed` / `InvalidDiskCapacity` at every such failure,
+//! pkg/kubelet/images/image_gc_manager.go `GarbageCollect`, and `ImageGCFailed` with the
+//! error's text from the second failed cycle in a row on, pkg/kubelet/kubelet.go
+//! `StartGarbageCollection`; imagekeeper's own rules' failures under names of their own,
+//! `FreeInodesFailed` and `ImageBudgetNotMet`), the record store
 //! turning unhealthy, warm set entries that do not fit, and `imagekeeper doctor`'s conflicts
 //! found at start.
 //!
@@ -22,11 +25,10 @@
 //! server error is logged, never retried in a loop; without the feature or without in-cluster
 //! credentials the agent logs once and runs without Events.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::format::format_size;
-use crate::gc::{GcError, GcReport};
+use crate::gc::GcReport;
 
 /// How many images a GC Event names (the largest first).
 pub(crate) const EVENT_TOP_IMAGES: usize = 3;
@@ -68,9 +70,8 @@ const MAX_NOTE_BYTES: usize = 1024;
 pub struct NodeEvents {
     sink: Option<Box<dyn EventSink>>,
     store_unhealthy_said: AtomicBool,
-    /// The last GC failure said, so a failure that repeats is said once per change (the
-    /// recorder would fold repeats into a series anyway; this keeps the queue quiet).
-    last_failure: Mutex<Option<String>>,
+    /// The last GC cycle failed (kubelet.go's `prevImageGCFailed`).
+    gc_failed_before: AtomicBool,
 }
 
 impl NodeEvents {
@@ -122,24 +123,28 @@ impl NodeEvents {
                 note: truncate(note),
             });
         }
-        let mut last = match self.last_failure.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
+        let Some(error) = &report.error else {
+            self.gc_failed_before.store(false, Ordering::Relaxed);
+            return;
         };
-        match &report.error {
-            Some(error) => {
-                let note = truncate(error.to_string());
-                if last.as_deref() != Some(note.as_str()) {
-                    sink.publish(NodeEvent {
-                        type_: NodeEventType::Warning,
-                        reason: failure_reason(error),
-                        action: "GarbageCollect",
-                        note: note.clone(),
-                    });
-                    *last = Some(note);
-                }
-            }
-            None => *last = None,
+        let note = truncate(error.to_string());
+        // What the image GC manager itself says of this failure, at every one of them.
+        if let Some(reason) = error.event_reason() {
+            sink.publish(NodeEvent {
+                type_: NodeEventType::Warning,
+                reason,
+                action: "GarbageCollect",
+                note: note.clone(),
+            });
+        }
+        // kubelet.go StartGarbageCollection: "Only create an event for repeated failures".
+        if self.gc_failed_before.swap(true, Ordering::Relaxed) {
+            sink.publish(NodeEvent {
+                type_: NodeEventType::Warning,
+                reason: "ImageGCFailed",
+                action: "GarbageCollect",
+                note,
+            });
         }
     }
 
@@ -197,17 +202,6 @@ impl NodeEvents {
                     .to_owned(),
             });
         }
-    }
-}
-
-/// The kubelet's reason for a GC failure: `FreeDiskSpaceFailed` when space could not be freed
-/// (image_gc_manager.go), `InvalidDiskCapacity` for a capacity of 0, else `ImageGCFailed`
-/// (kubelet.go's StartGarbageCollection).
-fn failure_reason(error: &GcError) -> &'static str {
-    match error {
-        GcError::InsufficientSpace { .. } | GcError::SpaceDeletion { .. } => "FreeDiskSpaceFailed",
-        GcError::InvalidCapacity => "InvalidDiskCapacity",
-        _ => "ImageGCFailed",
     }
 }
 

@@ -623,7 +623,7 @@ mod tests {
             ),
             (
                 NODE.replace("\"high\": 85", "\"high\": 70"),
-                "line 1: \"policy\": LowThresholdPercent 80 can not be higher than HighThresholdPercent 70",
+                "line 1: \"policy\": invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 80 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 70",
             ),
             (
                 NODE.replace("\"gc_period_s\"", "\"gc_every\""),

@@ -115,11 +115,11 @@ fn bad_configuration_exits_2_naming_the_flag_or_field() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec!["--image-gc-high-threshold=101".into()],
-            "--image-gc-high-threshold: invalid HighThresholdPercent 101",
+            "--image-gc-high-threshold: invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive",
         ),
         (
             vec!["--image-gc-low-threshold=-2".into()],
-            "--image-gc-low-threshold: invalid LowThresholdPercent -2",
+            "--image-gc-low-threshold: invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) -2 must be between 0 and 100, inclusive",
         ),
         (
             vec!["--minimum-image-ttl-duration=2x".into()],
@@ -1350,7 +1350,7 @@ fn equal_gc_thresholds_are_refused_by_every_command_with_the_kubelets_message() 
         (vec!["replay".into(), trace(80, 80)], equal("80")),
         (
             vec!["replay".into(), trace(80, 85)],
-            "LowThresholdPercent 85 can not be higher than HighThresholdPercent 80".into(),
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80".into(),
         ),
     ];
     for (args, want) in cases {

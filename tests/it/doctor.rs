@@ -461,7 +461,7 @@ fn an_invalid_or_missing_kubelet_config_exits_2_naming_the_problem() {
         (
             "bad-threshold.yaml",
             format!("{header}imageGCHighThresholdPercent: 150\n"),
-            "imageGCHighThresholdPercent: invalid HighThresholdPercent 150",
+            "imageGCHighThresholdPercent: invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 150 must be between 0 and 100, inclusive",
         ),
         (
             "bad-eviction.yaml",

@@ -552,16 +552,16 @@ fn bad_flag_values_exit_2_naming_the_flag() {
     let cases: Vec<(&[&str], &str)> = vec![
         (
             &["explain", "--high", "101"],
-            "invalid HighThresholdPercent 101",
+            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive",
         ),
         (&["explain", "--high", "101"], "--high"),
         (
             &["explain", "--low", "90"],
-            "LowThresholdPercent 90 can not be higher than HighThresholdPercent 85",
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 90 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 85",
         ),
         (
             &["explain", "--low", "-1"],
-            "invalid LowThresholdPercent -1",
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) -1 must be between 0 and 100, inclusive",
         ),
         (&["explain", "--min-age", "2x"], "--min-age"),
         (

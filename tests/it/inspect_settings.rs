@@ -273,12 +273,12 @@ fn bad_settings_for_explain_and_workload_exit_2_naming_the_setting() {
         ),
         (
             vec!["--config", &bad],
-            format!("imageGCHighThresholdPercent in {bad}: invalid HighThresholdPercent 101"),
+            format!("imageGCHighThresholdPercent in {bad}: invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive"),
         ),
         (vec!["--config", &missing], missing.clone()),
         (
             vec!["--high", "101"],
-            "--high: invalid HighThresholdPercent 101".to_owned(),
+            "--high: invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive".to_owned(),
         ),
         (
             vec!["--high", "80", "--image-gc-high-threshold", "80"],

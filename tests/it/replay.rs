@@ -91,7 +91,7 @@ fn bad_traces_exit_2_with_the_line_and_reason() {
     let cases: Vec<(String, &str)> = vec![
         (
             "{\"at\": 1, \"detect\": {}}\n{\"at\": 2, \"policy\": {\"high\": 70, \"low\": 90, \"min_age_s\": 0, \"max_age_s\": 0}}\n".into(),
-            "line 2: LowThresholdPercent 90 can not be higher than HighThresholdPercent 70",
+            "line 2: invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 90 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 70",
         ),
         ("{\"at\": 1, \"gc\": {}}\n\n{oops\n".into(), "line 3: not JSON"),
         ("[1, 2]\n".into(), "line 1: a trace line must be a JSON object"),

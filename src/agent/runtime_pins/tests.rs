@@ -1,14 +1,21 @@
 //! The runtime pins' version gate and reconciler state, data-driven.
 
 use super::*;
+use crate::gc::KeepReason;
 use crate::model::RecordKey;
 
 #[test]
-fn only_containerd_1_7_3_and_later_carry_pins() {
+fn only_containerd_1_7_10_and_later_carry_pins() {
+    // containerd 1.7.3 to 1.7.9 list as pinned only an image labelled when the CRI first saw
+    // it (containerd issue 9328; PR 9381 in 1.7.10); 1.6.22 and later have pinned images too
+    // (PR 8720) but are not trusted.
     let cases = [
         ("containerd", "1.6.20~ds1", false),
+        ("containerd", "1.6.33", false),
         ("containerd", "v1.7.2", false),
-        ("containerd", "v1.7.3", true),
+        ("containerd", "v1.7.3", false),
+        ("containerd", "1.7.9", false),
+        ("containerd", "v1.7.10", true),
         ("containerd", "1.7.24~ds1", true),
         ("containerd", "2.1.9+unknown", true),
         ("containerd", "v2.4.2", true),
@@ -65,6 +72,7 @@ fn auto_decides_once_and_an_unreachable_runtime_leaves_it_undecided() {
                 key: RecordKey::new("sha256:r/a:1", ""),
                 names: vec!["r/a:1".to_owned()],
                 why: KeepReason::Pin,
+                listed_pinned: false,
             }])
             .await,
             (0, 0)

@@ -214,7 +214,7 @@ pub(super) fn runtime_pins_seen(socket: &Path, db: &Path) -> RuntimePinsSeen {
             agent_keeps: report
                 .keeps
                 .into_iter()
-                .map(|(key, why, _)| (key, why))
+                .map(|(key, keep)| (key, keep.why))
                 .collect(),
         };
     }
@@ -224,13 +224,7 @@ pub(super) fn runtime_pins_seen(socket: &Path, db: &Path) -> RuntimePinsSeen {
              answer (too long): those are shown as not among its keeps"
         );
     }
-    RuntimePinsSeen::Reconciled(
-        report
-            .keeps
-            .into_iter()
-            .map(|(key, why, carried)| (key, (why, carried)))
-            .collect(),
-    )
+    RuntimePinsSeen::Reconciled(report.keeps.into_iter().collect())
 }
 
 /// How long `inspect explain` waits for a running agent's runtime pins.

@@ -195,7 +195,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                     },
                     _ => unreachable!("a byte goal comes from the space or the budget rule"),
                 };
-                warn!(reason = "FreeDiskSpaceFailed", "{err}");
+                warn!(reason = err.event_reason().unwrap_or_default(), "{err}");
                 return Err(err);
             }
             if let (Some(before), Some(after)) = (inodes, walked.inodes)
@@ -206,7 +206,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                     inodes: after.inodes,
                     freed: before.used().saturating_sub(after.used()),
                 };
-                warn!(reason = "FreeDiskSpaceFailed", "{err}");
+                warn!(reason = err.event_reason().unwrap_or_default(), "{err}");
                 return Err(err);
             }
             capacity_error.map_or(Ok(()), Err)

@@ -58,7 +58,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 .chain(std::iter::once(image.id()))
                 .map(str::to_owned)
                 .collect();
-            keeps.push(crate::gc::KeptImage { key, names, why });
+            keeps.push(crate::gc::KeptImage {
+                key,
+                names,
+                why,
+                listed_pinned: image.pinned(),
+            });
         }
         *self
             .last_keeps

@@ -256,7 +256,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             _ => return Ok(()),
         };
         warn!(
-            reason = "FreeDiskSpaceFailed",
+            reason = err.event_reason().unwrap_or_default(),
             mountpoint = need.mountpoint.as_str(),
             "{err}"
         );

@@ -22,6 +22,7 @@ fn kept(names: &[&str], why: KeepReason) -> KeptImage {
         ),
         names: names.iter().map(|n| (*n).to_owned()).collect(),
         why,
+        listed_pinned: false,
     }
 }
 
@@ -153,6 +154,7 @@ fn pin_view(active: bool, ids: &[&str]) -> crate::gc::PinView {
         image_ids: ids.iter().map(|i| ImageId((*i).to_owned())).collect(),
         runtime_pinned: None,
         runtime_pin_note: String::new(),
+        runtime_labelled: None,
     }
 }
 
@@ -248,20 +250,34 @@ fn check_answers(
 
 #[test]
 fn a_pin_is_said_carried_only_when_pins_are_on_and_every_image_of_it_was_reconciled_pinned() {
-    let carried: BTreeMap<RecordKey, bool> = [
-        (RecordKey::new("sha256:a", ""), true),
-        (RecordKey::new("sha256:b", ""), false),
-        (RecordKey::new("sha256:c", "kata"), true),
+    let keep = |carried| CarriedKeep {
+        why: KeepReason::Pin,
+        carried,
+        labelled: true,
+    };
+    let carried: BTreeMap<RecordKey, CarriedKeep> = [
+        (RecordKey::new("sha256:a", ""), keep(true)),
+        (RecordKey::new("sha256:b", ""), keep(false)),
+        (RecordKey::new("sha256:c", "kata"), keep(true)),
     ]
     .into_iter()
     .collect();
     check_answers(answer_cases("not reconciled"), |state, view| {
-        runtime_pin_answer(state, &carried, view)
+        let (pinned, note, labelled) = runtime_pin_answer(state, &carried, view);
+        assert_eq!(
+            labelled.is_some(),
+            pinned.is_some(),
+            "labelled known exactly when pinned is"
+        );
+        (pinned, note)
     });
 }
 
+/// Carried is CRI ListImages' own `pinned` flag at the detect (containerd before 1.7.10 keeps a
+/// label without listing the image pinned: containerd issue 9328), labelled is containerd's
+/// label read before the writes, and the two disagreeing is reported.
 #[test]
-fn a_keep_is_carried_when_any_of_its_names_is_pinned_after_the_writes() {
+fn a_keep_is_carried_as_the_cri_lists_it_and_a_label_it_does_not_carry_is_a_disagreement() {
     use KeepReason::*;
     let images = [
         image("r/a:1", &[(PINNED_LABEL, PINNED_VALUE)]),
@@ -269,9 +285,9 @@ fn a_keep_is_carried_when_any_of_its_names_is_pinned_after_the_writes() {
         image("r/b:1", &[(PINNED_LABEL, "yes"), (OWN_LABEL, "pin")]),
         image("r/pause:1", &[(PINNED_LABEL, PINNED_VALUE)]),
     ];
-    let pinned = pinned_names(&images);
+    let labelled = pinned_names(&images);
     assert_eq!(
-        pinned.into_iter().collect::<Vec<_>>(),
+        labelled.clone().into_iter().collect::<Vec<_>>(),
         [
             ("r/a:1", true),
             ("r/a@sha256:1", false),
@@ -280,41 +296,95 @@ fn a_keep_is_carried_when_any_of_its_names_is_pinned_after_the_writes() {
         ],
         "only the pinned label with the value `pinned` is a pin"
     );
-    // (what, keep, pinned after the writes)
-    let cases: [(&str, KeptImage, bool); 5] = [
+    let listed = |mut keep: KeptImage, pinned: bool| {
+        keep.listed_pinned = pinned;
+        keep
+    };
+    // (what, keep with the CRI's flag, want carried, want labelled, want a disagreement)
+    let cases: [(&str, KeptImage, bool, bool, bool); 6] = [
         (
-            "one name of two pinned",
-            kept(&["r/a@sha256:1", "r/a:1"], Pin),
+            "labelled and listed pinned",
+            listed(kept(&["r/a@sha256:1", "r/a:1"], Pin), true),
+            true,
+            true,
+            false,
+        ),
+        (
+            "labelled, but the CRI lists it pinned: false (containerd 1.7.3 to 1.7.9)",
+            listed(kept(&["r/a@sha256:1", "r/a:1"], Pin), false),
+            false,
+            true,
             true,
         ),
-        ("no name pinned", kept(&["r/a@sha256:1"], Warm), false),
         (
-            "pinned by someone else",
-            kept(&["r/pause:1"], SandboxImage),
+            "neither (a label written by this reconcile is seen at the next)",
+            listed(kept(&["r/a@sha256:1"], Warm), false),
+            false,
+            false,
+            false,
+        ),
+        (
+            "listed pinned with no label (a label removed that the CRI did not clear)",
+            listed(kept(&["r/a@sha256:1"], Warm), true),
+            true,
+            false,
             true,
         ),
         (
             "a name containerd does not store",
-            kept(&["r/gone:1"], Pin),
+            listed(kept(&["r/gone:1"], Pin), false),
+            false,
+            false,
             false,
         ),
-        ("no names", kept(&[], NoRepoDigest), false),
+        (
+            "pinned by someone else and listed",
+            listed(kept(&["r/pause:1"], SandboxImage), true),
+            true,
+            true,
+            false,
+        ),
     ];
-    for (what, keep, want) in cases {
-        let pinned = pinned_names(&images);
-        let got = carried_keeps(std::slice::from_ref(&keep), &pinned);
+    for (what, keep, carried, want_labelled, disagrees) in cases {
+        let got = carried_keeps(std::slice::from_ref(&keep), &labelled);
+        let want = CarriedKeep {
+            why: keep.why,
+            carried,
+            labelled: want_labelled,
+        };
         assert_eq!(
             got.into_iter().collect::<Vec<_>>(),
-            [(keep.key.clone(), (keep.why, want))],
+            [(keep.key.clone(), want)],
             "{what}"
         );
+        assert_eq!(want.disagrees(), disagrees, "{what}");
     }
-    // A write that succeeded counts: the map is what containerd holds after the writes.
-    let mut pinned = pinned_names(&images);
-    pinned.insert("r/a@sha256:1", true);
-    pinned.insert("r/a:1", false);
-    let got = carried_keeps(&[kept(&["r/a@sha256:1"], Warm)], &pinned);
-    assert_eq!(got.values().collect::<Vec<_>>(), [&(Warm, true)]);
+}
+
+#[test]
+fn the_runtime_pinned_column_names_a_label_the_cri_does_not_carry() {
+    let cases = [
+        (Some(true), Some(true), "yes"),
+        (Some(false), Some(false), "no"),
+        (
+            Some(false),
+            Some(true),
+            "no (labelled pinned, but CRI ListImages lists it pinned: false)",
+        ),
+        (
+            Some(true),
+            Some(false),
+            "yes (listed pinned: true, with no pinned label)",
+        ),
+        (None, None, "unknown: why"),
+    ];
+    for (pinned, labelled, want) in cases {
+        assert_eq!(
+            runtime_pinned_text(pinned, labelled, "unknown: why"),
+            want,
+            "{pinned:?} {labelled:?}"
+        );
+    }
 }
 
 /// The answer a pin through the agent gives (`pin` waits for it): what CRI ListImages lists,

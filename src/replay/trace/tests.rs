@@ -44,7 +44,7 @@ fn bad_lines_name_the_line_and_the_reason() {
         (
             "{\"at\": 1, \"policy\": {\"high\": 101, \"low\": 80, \"min_age_s\": 0, \"max_age_s\": 0}}",
             1,
-            "invalid HighThresholdPercent 101, must be in range [0-100]",
+            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive",
         ),
         (
             "{\"at\": 5, \"gc\": {}}\n{\"at\": 4, \"gc\": {}}",

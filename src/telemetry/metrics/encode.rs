@@ -147,6 +147,11 @@ impl Collector for Snapshot {
         if let Some(pins) = self.runtime_pins {
             gauge(&mut enc, &RUNTIME_PINS_ENABLED, u64::from(pins.enabled))?;
             gauge(&mut enc, &RUNTIME_PINNED_IMAGES, pins.pinned_images)?;
+            gauge(
+                &mut enc,
+                &RUNTIME_PIN_DISAGREEMENTS,
+                pins.disagreeing_images,
+            )?;
             let [succeeded, failed] = pins.writes;
             counter_family(
                 &mut enc,

@@ -362,7 +362,7 @@ pub(super) const RUNTIME_PINS_ENABLED: MetricFamily = absent_when(
         G,
         None,
         &[],
-        "1 while the images imagekeeper keeps are labelled io.cri-containerd.pinned in containerd (runtimePins = auto on containerd 1.7.3 and later); 0 when off (set off, or auto on containerd 1.6 or another runtime: the kubelet's image GC and eviction cannot see imagekeeper's keeps).",
+        "1 while the images imagekeeper keeps are labelled io.cri-containerd.pinned in containerd (runtimePins = auto on containerd 1.7.10 and later); 0 when off (set off, or auto on containerd before 1.7.10 or another runtime: the kubelet's image GC and eviction cannot see imagekeeper's keeps).",
     ),
     "until runtimePins = auto has read the runtime's version",
 );
@@ -372,7 +372,17 @@ pub(super) const RUNTIME_PINNED_IMAGES: MetricFamily = absent_when(
         G,
         None,
         &[],
-        "Images imagekeeper keeps that containerd carries as pinned (one of their names labelled io.cri-containerd.pinned=pinned) at the last reconcile.",
+        "Images imagekeeper keeps that the runtime carries as pinned: CRI ListImages listed them pinned: true at the last detect (what the kubelet's image GC reads, whatever containerd's labels say).",
+    ),
+    "until runtimePins = auto has read the runtime's version",
+);
+pub(super) const RUNTIME_PIN_DISAGREEMENTS: MetricFamily = absent_when(
+    family(
+        "runtime_pin_label_disagreements",
+        G,
+        None,
+        &[],
+        "Images imagekeeper keeps whose io.cri-containerd.pinned label (read right after the last detect) and CRI ListImages pinned flag (at that detect) disagree: above 0 past one detect after a write, containerd does not carry the label (before 1.7.10: containerd issue 9328).",
     ),
     "until runtimePins = auto has read the runtime's version",
 );
@@ -431,6 +441,7 @@ pub const METRICS: &[MetricFamily] = &[
     WARM_PULLS,
     RUNTIME_PINS_ENABLED,
     RUNTIME_PINNED_IMAGES,
+    RUNTIME_PIN_DISAGREEMENTS,
     RUNTIME_PIN_WRITES,
     IMAGE_GC_CYCLES,
     IMAGE_GC_HIGH_THRESHOLD_PERCENT,

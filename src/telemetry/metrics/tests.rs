@@ -46,6 +46,7 @@ fn full_snapshot() -> Snapshot {
         runtime_pins: Some(RuntimePinsSample {
             enabled: true,
             pinned_images: 2,
+            disagreeing_images: 1,
             writes: [3, 1],
         }),
     }

@@ -1,7 +1,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::gc::Removal;
+use crate::gc::{GcError, Removal};
 use crate::model::{RecordKey, RemovalReason};
 
 #[derive(Debug, Default, Clone)]
@@ -69,8 +69,15 @@ fn a_cycle_that_removed_images_is_one_event_naming_the_three_largest() {
     assert_eq!(sink.take(), []);
 }
 
+/// The Events of a run of GC cycles as kubelet master publishes them: the image GC manager's
+/// `FreeDiskSpaceFailed` / `InvalidDiskCapacity` at every such failure
+/// (pkg/kubelet/images/image_gc_manager.go `GarbageCollect`), none for a failed removal
+/// (`freeSpace`'s error), and `ImageGCFailed` with the error's text only from the second
+/// failed cycle in a row (pkg/kubelet/kubelet.go `StartGarbageCollection`,
+/// `prevImageGCFailed`); a success in between starts the count again. imagekeeper's own rules
+/// have names of their own.
 #[test]
-fn failures_carry_the_kubelets_reasons_and_a_repeat_is_said_once() {
+fn failed_cycles_publish_the_kubelets_events_in_the_kubelets_order() {
     let sink = Recorded::default();
     let events = NodeEvents::new(Box::new(sink.clone()));
     let space = || GcError::InsufficientSpace {
@@ -78,33 +85,91 @@ fn failures_carry_the_kubelets_reasons_and_a_repeat_is_said_once() {
         capacity: 100 << 30,
         freed: 0,
     };
-    events.gc_cycle(&report(vec![], Some(space())));
-    events.gc_cycle(&report(vec![], Some(space())));
-    let said = sink.take();
-    assert_eq!(said.len(), 1, "{said:?}");
-    assert_eq!(said[0].type_, NodeEventType::Warning);
-    assert_eq!(said[0].reason, "FreeDiskSpaceFailed");
-    assert_eq!(said[0].note, space().to_string());
+    let deletion = || GcError::SpaceDeletion {
+        wanted: 10,
+        freed: 0,
+        errors: vec!["rpc error: code = Unknown desc = busy".to_owned()],
+    };
+    let inodes = || GcError::InsufficientInodes {
+        usage_percent: 95,
+        inodes: 1000,
+        freed: 0,
+    };
+    let budget = || GcError::InsufficientBudget {
+        total: 10,
+        high: 5,
+        low: 4,
+        freed: 0,
+    };
+    // (what, the cycle's error, the Events it publishes: reason and note)
+    type Cycle<'a> = (&'a str, Option<GcError>, Vec<(&'a str, String)>);
+    let cycles: Vec<Cycle<'_>> = vec![
+        (
+            "a first insufficient-space failure: the manager's Event only",
+            Some(space()),
+            vec![("FreeDiskSpaceFailed", space().to_string())],
+        ),
+        (
+            "the second in a row: FreeDiskSpaceFailed, then ImageGCFailed with the same text",
+            Some(space()),
+            vec![
+                ("FreeDiskSpaceFailed", space().to_string()),
+                ("ImageGCFailed", space().to_string()),
+            ],
+        ),
+        ("a success", None, vec![]),
+        (
+            "a failed removal, first in a row: nothing",
+            Some(deletion()),
+            vec![],
+        ),
+        (
+            "a failed removal again: ImageGCFailed alone, no FreeDiskSpaceFailed",
+            Some(deletion()),
+            vec![("ImageGCFailed", deletion().to_string())],
+        ),
+        (
+            "a capacity of 0 after a failure: InvalidDiskCapacity, then ImageGCFailed",
+            Some(GcError::InvalidCapacity),
+            vec![
+                ("InvalidDiskCapacity", GcError::InvalidCapacity.to_string()),
+                ("ImageGCFailed", GcError::InvalidCapacity.to_string()),
+            ],
+        ),
+        ("a success", None, vec![]),
+        (
+            "the inode rule, imagekeeper's own: its own name",
+            Some(inodes()),
+            vec![("FreeInodesFailed", inodes().to_string())],
+        ),
+        (
+            "the byte budget, imagekeeper's own, after a failure",
+            Some(budget()),
+            vec![
+                ("ImageBudgetNotMet", budget().to_string()),
+                ("ImageGCFailed", budget().to_string()),
+            ],
+        ),
+    ];
+    for (what, error, want) in cycles {
+        events.gc_cycle(&report(vec![], error));
+        let said: Vec<(&str, String)> = sink
+            .take()
+            .into_iter()
+            .map(|e| {
+                assert_eq!(e.type_, NodeEventType::Warning, "{what}");
+                (e.reason, e.note)
+            })
+            .collect();
+        assert_eq!(said, want, "{what}");
+    }
     assert!(
-        said[0].note.starts_with(
+        space().to_string().starts_with(
             "Insufficient free disk space on the node's image filesystem (93% of 100.0 GiB used)"
         ),
         "{}",
-        said[0].note
+        space()
     );
-    events.gc_cycle(&report(vec![], Some(GcError::InvalidCapacity)));
-    assert_eq!(sink.take()[0].reason, "InvalidDiskCapacity");
-    events.gc_cycle(&report(
-        vec![],
-        Some(GcError::InvalidPolicy {
-            message: "x".into(),
-        }),
-    ));
-    assert_eq!(sink.take()[0].reason, "ImageGCFailed");
-    // A success in between: the same failure is said again.
-    events.gc_cycle(&report(vec![], None));
-    events.gc_cycle(&report(vec![], Some(space())));
-    assert_eq!(sink.take().len(), 1);
 }
 
 #[test]

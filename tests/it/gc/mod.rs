@@ -623,11 +623,11 @@ async fn invalid_policies_are_refused_with_kubelets_messages() {
     let cases = [
         (
             policy(101, 80, 0, 0),
-            "invalid HighThresholdPercent 101, must be in range [0-100]",
+            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive",
         ),
         (
             policy(80, 90, 0, 0),
-            "LowThresholdPercent 90 can not be higher than HighThresholdPercent 80",
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 90 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80",
         ),
     ];
     for (policy, message) in cases {

@@ -538,7 +538,7 @@ async fn a_reconfigure_waits_for_the_cycle_in_flight_which_ends_with_its_own_set
         matches!(
             &refused,
             Err(GcError::InvalidPolicy { message })
-                if message == "LowThresholdPercent 90 can not be higher than HighThresholdPercent 80"
+                if message == "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 90 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80"
         ),
         "{refused:?}"
     );

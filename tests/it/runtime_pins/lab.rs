@@ -28,7 +28,8 @@ fn release(lab: &Lab) -> String {
     lab.env_or("CRI_LAB_CONTAINERD", "1.6")
 }
 
-/// Whether this release lists labelled images as pinned (all but 1.6, which never sets it).
+/// Whether the runtime pins are on for this release (all but 1.6: imagekeeper trusts
+/// containerd 1.7.10 and later, containerd issue 9328).
 fn release_carries_pins(lab: &Lab) -> bool {
     lab.containerd_release().pins()
 }

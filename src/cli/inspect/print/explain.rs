@@ -95,6 +95,7 @@ fn explain_list(w: &mut dyn Write, format: Format, e: &Explanation) -> io::Resul
                 obj.insert("keep".into(), json!(pin.keep));
                 obj.insert("runtimePinned".into(), json!(pin.runtime_pinned));
                 obj.insert("runtimePinNote".into(), json!(pin.runtime_pin_note));
+                obj.insert("runtimeLabelled".into(), json!(pin.runtime_labelled));
             }
             obj.insert(
                 "kubeletPulledAt".into(),
@@ -143,6 +144,7 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
                     obj.insert("keep".into(), json!(pin.keep));
                     obj.insert("runtime_pinned".into(), json!(pin.runtime_pinned));
                     obj.insert("runtime_pin_note".into(), json!(pin.runtime_pin_note));
+                    obj.insert("runtime_labelled".into(), json!(pin.runtime_labelled));
                 }
                 if let Some(prior) = i.evicted_before {
                     obj.insert(
@@ -224,11 +226,11 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
 fn runtime_pinned_text(i: &ImageExplanation) -> String {
     match &i.runtime_pin {
         None => "-".to_owned(),
-        Some(pin) => match pin.runtime_pinned {
-            Some(true) => "yes".to_owned(),
-            Some(false) => "no".to_owned(),
-            None => pin.runtime_pin_note.clone(),
-        },
+        Some(pin) => imagekeeper::gc::runtime_pins::runtime_pinned_text(
+            pin.runtime_pinned,
+            pin.runtime_labelled,
+            &pin.runtime_pin_note,
+        ),
     }
 }
 

@@ -1,0 +1,125 @@
+//! Runtime pins against the in-process fake runtime, whose containerd Images service keeps the
+//! labels the agent writes while its CRI ListImages answers `pinned: false`: what containerd
+//! 1.7.3 to 1.7.9 do with a label added to an image already present (containerd issue 9328,
+//! fixed by PR 9338, in 1.7 by PR 9381 in 1.7.10), and what a containerd carrying a label it
+//! loaded at its start and cannot clear does the other way round. "Carried" is what the CRI
+//! lists, never what the label says, and the disagreement is shown in `pins`, the
+//! `RuntimePins` answer (`inspect explain`'s source) and a metric.
+
+use std::sync::Arc;
+
+use imagekeeper::admin::AdminBackend;
+use imagekeeper::agent::{Agent, AgentConfig, FileConfig, FlagValues};
+use imagekeeper::cri::RuntimeVersion;
+use imagekeeper::model::{ImagePin, PinKey, UnixNanos};
+use imagekeeper::store::Batch;
+
+use crate::support::agent::AgentFixture;
+
+const TAG: &str = "registry.example/app:1";
+
+fn metric(metrics: &str, name: &str) -> Option<String> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_the_cri_lists_pinned_false_is_not_carried_and_the_disagreement_is_shown() {
+    let AgentFixture { fake, dir, db, .. } = AgentFixture::builder()
+        .image("sha256:aaa", TAG, 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
+    fake.set_version(RuntimeVersion {
+        version: "0.1.0".into(),
+        runtime_name: "containerd".into(),
+        runtime_version: "v2.1.0".into(),
+        runtime_api_version: "v1".into(),
+    });
+    let flags = FlagValues {
+        db: Some(db),
+        container_runtime_endpoint: Some(fake.endpoint()),
+        admin_socket: Some(dir.path().join("admin.sock")),
+        image_gc_high_threshold: Some(100),
+        image_gc_low_threshold: Some(99),
+        ..FlagValues::default()
+    };
+    let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
+    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
+        1_800_000_000,
+    )));
+    let agent = Agent::start(config, clock).await.expect("agent starts");
+    let mut batch = Batch::new();
+    batch.put_pin(
+        PinKey::new(TAG.to_owned(), String::new()),
+        ImagePin {
+            created_at: UnixNanos::from_secs(1_800_000_000),
+            until: UnixNanos::NEVER,
+            reason: "lab".to_owned(),
+        },
+    );
+    agent.store().apply(&batch).expect("the pin is stored");
+
+    // The first cycle labels both names of the kept image; the CRI listed it unpinned.
+    assert_eq!(agent.garbage_collect(false).await.error, None);
+    assert_eq!(
+        fake.image_labels(TAG)
+            .get("io.cri-containerd.pinned")
+            .map(String::as_str),
+        Some("pinned"),
+        "the agent labelled the kept image"
+    );
+    // The next cycle: the label is there, the CRI still lists `pinned: false`.
+    assert_eq!(agent.garbage_collect(false).await.error, None);
+    let views = agent.pins().await.expect("pins");
+    assert_eq!(views.len(), 1);
+    assert_eq!(
+        (views[0].runtime_pinned, views[0].runtime_labelled),
+        (Some(false), Some(true)),
+        "pins: not carried (the CRI's answer) though labelled: {:?}",
+        views[0]
+    );
+    let report = agent.runtime_pins().await.expect("runtime pins");
+    let keeps: Vec<_> = report
+        .keeps
+        .iter()
+        .map(|(key, keep)| (key.image_id.as_str(), keep.carried, keep.labelled))
+        .collect();
+    assert_eq!(
+        keeps,
+        [("sha256:aaa", false, true)],
+        "the RuntimePins answer"
+    );
+    let metrics = agent.render_metrics();
+    assert_eq!(
+        metric(&metrics, "imagekeeper_runtime_pinned_images").as_deref(),
+        Some("0"),
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "imagekeeper_runtime_pin_label_disagreements").as_deref(),
+        Some("1"),
+        "{metrics}"
+    );
+
+    // A runtime that carries the label (containerd 1.7.10 and later): carried, no disagreement.
+    fake.list_pin_labels_as_pinned(true);
+    assert_eq!(agent.garbage_collect(false).await.error, None);
+    let views = agent.pins().await.expect("pins");
+    assert_eq!(
+        (views[0].runtime_pinned, views[0].runtime_labelled),
+        (Some(true), Some(true))
+    );
+    let metrics = agent.render_metrics();
+    assert_eq!(
+        metric(&metrics, "imagekeeper_runtime_pinned_images").as_deref(),
+        Some("1"),
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "imagekeeper_runtime_pin_label_disagreements").as_deref(),
+        Some("0"),
+        "{metrics}"
+    );
+}
