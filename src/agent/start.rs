@@ -65,12 +65,15 @@ impl<R: AgentRuntime> Agent<R> {
             .credential_providers
             .as_ref()
             .and_then(|p| crate::pull::credentials::plugin::config_snapshot(&p.config));
-        let runtime_pins =
-            runtime_pins::RuntimePinner::new(config.runtime_pins, &config.containerd_address)
-                .map_err(|e| ConfigError::Invalid {
-                    origin: "containerdAddress".to_owned(),
-                    message: e.to_string(),
-                })?;
+        let runtime_pins = runtime_pins::RuntimePinner::new(
+            config.runtime_pins,
+            &config.containerd_address,
+            runtime_pins::instance_id(&store)?,
+        )
+        .map_err(|e| ConfigError::Invalid {
+            origin: "containerdAddress".to_owned(),
+            message: e.to_string(),
+        })?;
         Ok(Agent {
             runtime_pins,
             config: Mutex::new(config),

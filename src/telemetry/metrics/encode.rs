@@ -152,6 +152,11 @@ impl Collector for Snapshot {
                 &RUNTIME_PIN_DISAGREEMENTS,
                 pins.disagreeing_images,
             )?;
+            gauge(
+                &mut enc,
+                &RUNTIME_PIN_OTHER_INSTANCES,
+                pins.other_instance_names,
+            )?;
             let [succeeded, failed] = pins.writes;
             counter_family(
                 &mut enc,

@@ -386,6 +386,16 @@ pub(super) const RUNTIME_PIN_DISAGREEMENTS: MetricFamily = absent_when(
     ),
     "until runtimePins = auto has read the runtime's version",
 );
+pub(super) const RUNTIME_PIN_OTHER_INSTANCES: MetricFamily = absent_when(
+    family(
+        "runtime_pin_names_of_other_instances",
+        G,
+        None,
+        &[],
+        "containerd image names that carry another imagekeeper instance's runtime pin labels (io.imagekeeper.instance names another database's agent) at the last reconcile: left alone by this agent; above 0, two agents share this containerd (doctor's runtime-pin-instances check names them).",
+    ),
+    "until runtimePins = auto has read the runtime's version",
+);
 pub(super) const RUNTIME_PIN_WRITES: MetricFamily = absent_when(
     family(
         "runtime_pin_label_writes",
@@ -442,6 +452,7 @@ pub const METRICS: &[MetricFamily] = &[
     RUNTIME_PINS_ENABLED,
     RUNTIME_PINNED_IMAGES,
     RUNTIME_PIN_DISAGREEMENTS,
+    RUNTIME_PIN_OTHER_INSTANCES,
     RUNTIME_PIN_WRITES,
     IMAGE_GC_CYCLES,
     IMAGE_GC_HIGH_THRESHOLD_PERCENT,
