@@ -35,6 +35,11 @@ use crate::gc::runtime_pins::{
 };
 use crate::runtime::{CriError, RpcCode, RuntimeVersion, runtime_carries_pins};
 
+/// How long a reconcile may take before its caller gives up on it (a containerd Images
+/// service that accepts calls and never answers): the reconcile is then reported failing.
+/// Its calls' own timeout is 30 s; a healthy containerd lists and labels in milliseconds.
+pub const RECONCILE_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The counters the metrics read.
 #[derive(Debug, Default)]
 pub struct PinCounters {
@@ -59,6 +64,9 @@ pub struct RuntimePinner {
     instance: String,
     /// After the last reconcile: how many names carry each other instance's labels.
     others: Mutex<BTreeMap<String, usize>>,
+    /// Why the last reconcile did not carry every keep (containerd's images not listed, a
+    /// label write failed, no answer within [`RECONCILE_BOUND`]); `None` after one that did.
+    failure: Mutex<Option<String>>,
 }
 
 /// The `meta` entry that names this database's agent instance (a random non-zero 64-bit
@@ -109,7 +117,40 @@ impl RuntimePinner {
             carried: Mutex::new(BTreeMap::new()),
             instance,
             others: Mutex::new(BTreeMap::new()),
+            failure: Mutex::new(None),
         })
+    }
+
+    /// Why the last reconcile did not carry every keep, or `None`.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_failure(&self, why: Option<String>) {
+        let mut failure = self
+            .failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (&*failure, &why) {
+            (None, Some(why)) => {
+                warn!(reason = %why, "Runtime pins failing: the kubelet's image GC and eviction manager may remove imagekeeper's keeps (reported on /readyz and imagekeeper_runtime_pins_failing until a reconcile succeeds)");
+            }
+            (Some(_), None) => info!("Runtime pins: a reconcile carried every keep again"),
+            _ => {}
+        }
+        *failure = why;
+    }
+
+    /// The caller gave up on a reconcile after `bound` (containerd's Images service did not
+    /// answer).
+    pub fn gave_up(&self, bound: std::time::Duration) {
+        self.set_failure(Some(format!(
+            "containerd's Images service did not answer within {} s",
+            bound.as_secs()
+        )));
     }
 
     /// After the last reconcile: how many of containerd's names carry each other instance's
@@ -191,6 +232,7 @@ impl RuntimePinner {
             Ok(images) => images,
             Err(e) => {
                 warn!(error = %e, "Runtime pins: cannot list containerd's images; retrying next cycle");
+                self.set_failure(Some(format!("cannot list containerd's images: {e}")));
                 return (0, 0);
             }
         };
@@ -262,6 +304,9 @@ impl RuntimePinner {
             .carried
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = carried;
+        self.set_failure(
+            (failed > 0).then(|| format!("{failed} label write(s) failed (retried every cycle)")),
+        );
         (ok, failed)
     }
 
@@ -302,6 +347,7 @@ impl RuntimePinner {
             pinned_images: carried.values().filter(|c| c.carried).count() as u64,
             disagreeing_images: carried.values().filter(|c| c.disagrees()).count() as u64,
             other_instance_names: self.other_instances().values().sum::<usize>() as u64,
+            failing: self.failure().is_some(),
             writes: [0, 1].map(|i| self.counters.writes[i].load(Ordering::Relaxed)),
         })
     }

@@ -157,6 +157,7 @@ impl Collector for Snapshot {
                 &RUNTIME_PIN_OTHER_INSTANCES,
                 pins.other_instance_names,
             )?;
+            gauge(&mut enc, &RUNTIME_PINS_FAILING, u64::from(pins.failing))?;
             let [succeeded, failed] = pins.writes;
             counter_family(
                 &mut enc,

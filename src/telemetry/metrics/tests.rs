@@ -48,6 +48,7 @@ fn full_snapshot() -> Snapshot {
             pinned_images: 2,
             disagreeing_images: 1,
             other_instance_names: 2,
+            failing: false,
             writes: [3, 1],
         }),
     }

@@ -250,3 +250,123 @@ async fn a_second_agent_on_the_same_containerd_leaves_the_first_ones_pins_alone(
         "the first instance's pin is gone"
     );
 }
+
+/// Issue 53: a containerd Images service that accepts calls and never answers. Before, every
+/// detect and GC cycle awaited the runtime pins' reconcile (the 30 s call timeout each time),
+/// `imagekeeper gc` through the agent timed out and `/readyz` said "ok". Now a detect cycle
+/// leaves the reconcile to the runtime pins' own task (the image cache cycle after it runs
+/// while that reconcile's call still hangs: no call to the Images service has ended yet), a
+/// GC cycle gives up on it after 10 s, and `/readyz` (a `degraded:` line, still ready) and
+/// `imagekeeper_runtime_pins_failing` report it until a reconcile carries the keeps again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containerd_images_service_that_never_answers_holds_no_cycle_and_is_reported() {
+    let AgentFixture { fake, dir, db, .. } = AgentFixture::builder()
+        .image("sha256:aaa", TAG, 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
+    fake.set_version(RuntimeVersion {
+        version: "0.1.0".into(),
+        runtime_name: "containerd".into(),
+        runtime_version: "v2.1.0".into(),
+        runtime_api_version: "v1".into(),
+    });
+    fake.list_pin_labels_as_pinned(true);
+    fake.hang("Images.List");
+    let flags = FlagValues {
+        db: Some(db),
+        container_runtime_endpoint: Some(fake.endpoint()),
+        admin_socket: Some(dir.path().join("admin.sock")),
+        image_gc_high_threshold: Some(100),
+        image_gc_low_threshold: Some(99),
+        detect_period: Some("3600s".into()),
+        image_cache_period: Some("3600s".into()),
+        gc_period: Some("3600s".into()),
+        ..FlagValues::default()
+    };
+    let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
+    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
+        1_800_000_000,
+    )));
+    let agent = Arc::new(Agent::start(config, clock).await.expect("agent starts"));
+    let mut batch = Batch::new();
+    batch.put_pin(
+        PinKey::new(TAG.to_owned(), String::new()),
+        ImagePin {
+            created_at: UnixNanos::from_secs(1_800_000_000),
+            until: UnixNanos::NEVER,
+            reason: "lab".to_owned(),
+        },
+    );
+    agent.store().apply(&batch).expect("the pin is stored");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(agent.clone().serve(
+        imagekeeper::agent::Listeners::default(),
+        async move {
+            let _ = stop_rx.await;
+        },
+        std::time::Duration::from_secs(5),
+    ));
+
+    // The start-up detect, then the image cache cycle, with the detect's reconcile hanging.
+    crate::support::wait_for(
+        "the image cache cycle and a hanging Images.List",
+        std::time::Duration::from_secs(60),
+        || async {
+            (fake.calls("ImageFsInfo") >= 1 && fake.hanging("Images.List") >= 1).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        fake.calls("Images.List"),
+        fake.hanging("Images.List"),
+        "the cycles went on while the reconcile's first call still hung (none had ended)"
+    );
+    // The start-up GC cycle gives its reconcile up: reported, still ready.
+    let degraded = crate::support::wait_for(
+        "/readyz to say the runtime pins are failing",
+        std::time::Duration::from_secs(60),
+        || async {
+            agent
+                .readiness()
+                .ok()
+                .filter(|text| text.contains("degraded: the runtime pins cannot be carried"))
+        },
+    )
+    .await;
+    assert!(
+        degraded.contains("did not answer within 10 s"),
+        "{degraded}"
+    );
+    assert_eq!(
+        metric(&agent.render_metrics(), "imagekeeper_runtime_pins_failing").as_deref(),
+        Some("1")
+    );
+
+    // containerd answers again: the next reconcile carries the pin and the report clears.
+    fake.clear("Images.List");
+    crate::support::wait_for(
+        "a reconcile to carry the pin once containerd answers",
+        std::time::Duration::from_secs(60),
+        || async {
+            assert_eq!(agent.garbage_collect(false).await.error, None);
+            (agent
+                .readiness()
+                .is_ok_and(|text| !text.contains("degraded")))
+            .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        fake.image_labels(TAG)
+            .get("io.cri-containerd.pinned")
+            .map(String::as_str),
+        Some("pinned")
+    );
+    assert_eq!(
+        metric(&agent.render_metrics(), "imagekeeper_runtime_pins_failing").as_deref(),
+        Some("0")
+    );
+    stop_tx.send(()).expect("the agent waits for the stop");
+    serving.await.expect("join").expect("served");
+}
