@@ -34,6 +34,7 @@ mod detect;
 mod lab;
 mod node;
 mod pins;
+mod pins_agent;
 mod plan;
 mod predictive;
 mod report;
@@ -98,7 +99,10 @@ fn main() {
         Some("rss") => rss_figures(&work, &synth_node(100_000, SEED), &mut figures),
         Some("node") => node_figures(&work, &timing, &mut figures),
         Some("predictive") => predictive::figures(&work, &timing, &mut figures),
-        Some("pins") => pins::figures(&work, timing.quick, &mut figures),
+        Some("pins") => {
+            pins::figures(&work, timing.quick, &mut figures);
+            pins_agent::figures(&work, timing.quick, &mut figures);
+        }
         // `scripts/bench --commit` / `--repair`: the store's figures only (`store_figures`).
         Some("commit" | "repair") => {}
         _ => all_figures(&work, &timing, &mut figures),
@@ -158,6 +162,7 @@ fn all_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
     plan::figures(&nodes, timing, figures);
     predictive::figures(work, timing, figures);
     pins::figures(work, timing.quick, figures);
+    pins_agent::figures(work, timing.quick, figures);
 
     let node100k = nodes.pop().expect("the 100k node");
     let path100k = node100k.store.path().to_owned();

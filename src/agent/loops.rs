@@ -37,6 +37,24 @@ impl<R: AgentRuntime> Agent<R> {
             (Loop::ImageCache, config.image_cache_period),
             (Loop::Gc, config.gc_period),
         ];
+        let pins_task = {
+            let agent = self.clone();
+            let mut stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = agent.runtime_pins_wanted.notified() => {
+                            agent.reconcile_runtime_pins_bounded().await;
+                        }
+                        changed = stop.changed() => {
+                            if changed.is_err() || *stop.borrow() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            })
+        };
         run_schedule(periods, stop, |which| {
             let agent = self.clone();
             async move {
@@ -46,6 +64,7 @@ impl<R: AgentRuntime> Agent<R> {
             }
         })
         .await;
+        pins_task.abort();
     }
 
     /// Runs one cycle; returns how it ended.
@@ -71,7 +90,9 @@ impl<R: AgentRuntime> Agent<R> {
                         *state = DetectState::Done;
                         first
                     });
-                    self.reconcile_runtime_pins().await;
+                    // The runtime pins' task reconciles; the cycle never waits on containerd's
+                    // Images service (one that accepts and never answers stalled every cycle).
+                    self.runtime_pins_wanted.notify_one();
                     CycleOutcome::Done
                 }
                 Err(e) => {
@@ -115,6 +136,23 @@ impl<R: AgentRuntime> Agent<R> {
     /// After a detect: `auto` decides (once the runtime answers Version) and, when on,
     /// containerd's labels are made to match what the detect found kept. A detect after the
     /// runtime came back reconciles too, so a restart of either side heals at its first cycle.
+    /// A reconcile of the runtime pins, given up after [`runtime_pins::RECONCILE_BOUND`]: a
+    /// containerd Images service that accepts calls and never answers holds its caller (a GC
+    /// cycle, `imagekeeper gc` or `pin` through the agent) that long at most, and is reported
+    /// (`/readyz`'s `degraded:` line, `imagekeeper_runtime_pins_failing`).
+    async fn reconcile_runtime_pins_bounded(&self) {
+        let bound = runtime_pins::RECONCILE_BOUND;
+        if tokio::time::timeout(bound, self.reconcile_runtime_pins())
+            .await
+            .is_err()
+        {
+            self.runtime_pins.gave_up(bound);
+            if let Some(sample) = self.runtime_pins.sample() {
+                self.metrics.record_runtime_pins(sample);
+            }
+        }
+    }
+
     async fn reconcile_runtime_pins(&self) {
         let _turn = self.runtime_pins_turn.lock().await;
         if self.runtime_pins.state() == crate::gc::runtime_pins::PinsState::Undecided {
@@ -137,6 +175,7 @@ impl<R: AgentRuntime> Agent<R> {
     /// cycle; the caller's answer then says what the runtime lists.
     pub(super) async fn carry_keeps_now(&self) {
         let _ = self.run_cycle(Loop::Detect).await;
+        self.reconcile_runtime_pins_bounded().await;
     }
 
     /// Where the runtime pins stand (`auto` undecided, on, or off and why).
@@ -181,7 +220,7 @@ impl<R: AgentRuntime> Agent<R> {
         // GC detected first: containerd's labels follow what it found kept (the GC loop's
         // cycle and `imagekeeper gc` through the agent alike; the latter returns after it).
         if report.error.is_none() {
-            self.reconcile_runtime_pins().await;
+            self.reconcile_runtime_pins_bounded().await;
         }
         self.node_events.gc_cycle(&report);
         self.node_events.store_health(self.store.is_healthy());

@@ -71,7 +71,7 @@ pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
 };
 pub use reload::{ConfigSource, ReloadReport};
-pub use runtime_pins::remove_runtime_pin_labels;
+pub use runtime_pins::{INSTANCE_ID_META, RemovedPinLabel, instance_id, remove_runtime_pin_labels};
 pub use serve::Listeners;
 pub use warm::{WARM_POD_NAME, restore_images};
 
@@ -143,6 +143,9 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     /// Reconciles of the runtime pins run one at a time, each with the keeps of the latest
     /// detect (a loop's and an admin call's may overlap: the later must not undo the earlier).
     runtime_pins_turn: tokio::sync::Mutex<()>,
+    /// A detect cycle asks the runtime pins' own task for a reconcile (`loops.rs`): the cycle
+    /// never waits on containerd's Images service.
+    runtime_pins_wanted: tokio::sync::Notify,
     /// The last warm cycle's plan (`warm.rs`).
     warm_last: Mutex<Option<crate::warm::WarmPlan>>,
     /// The warm entries whose "does not fit" was logged, until they fit again.

@@ -2,7 +2,9 @@
 //! every image a detect found kept (an operator's pin in force, a present warm set entry, an
 //! irreplaceable image) is labelled `io.cri-containerd.pinned=pinned` in containerd's image
 //! store (namespace `k8s.io`, through containerd's own Images API), with imagekeeper's own
-//! label `io.imagekeeper.pinned=<why>` beside it. containerd 1.7.10 and later then list the
+//! label `io.imagekeeper.pinned=<why>` and its instance `io.imagekeeper.instance=<id>` (the
+//! database's `instance_id`: a second agent on the same containerd leaves these alone) beside
+//! it. containerd 1.7.10 and later then list the
 //! image as `pinned: true` in CRI ListImages, and the kubelet's image GC and eviction manager
 //! skip pinned images (kubelet master `pkg/kubelet/images/image_gc_manager.go`,
 //! `imagesInEvictionOrder`). Which names get which label, and which keeps containerd then
@@ -28,10 +30,15 @@ use super::config::RuntimePins;
 use crate::cri::ContainerdImages;
 use crate::gc::KeptImage;
 use crate::gc::runtime_pins::{
-    CarriedKeep, LabelChange, OWN_LABEL, PinsState, carried_keeps, pinned_names,
-    plan_label_changes, runtime_pin_answer, state_note,
+    CarriedKeep, INSTANCE_LABEL, LabelChange, OWN_LABEL, PinsState, carried_keeps, other_instances,
+    pinned_names, plan_label_changes, runtime_pin_answer, state_note,
 };
 use crate::runtime::{CriError, RpcCode, RuntimeVersion, runtime_carries_pins};
+
+/// How long a reconcile may take before its caller gives up on it (a containerd Images
+/// service that accepts calls and never answers): the reconcile is then reported failing.
+/// Its calls' own timeout is 30 s; a healthy containerd lists and labels in milliseconds.
+pub const RECONCILE_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The counters the metrics read.
 #[derive(Debug, Default)]
@@ -52,12 +59,44 @@ pub struct RuntimePinner {
     /// at the detect before it, and whether containerd's pinned label was on one of its names
     /// (by imagekeeper or anyone) when the reconcile read the labels.
     carried: Mutex<BTreeMap<crate::model::RecordKey, CarriedKeep>>,
+    /// This agent's instance ([`instance_id`]): the value of `io.imagekeeper.instance` on the
+    /// labels it writes; it changes only names that carry it (or an unnamed label).
+    instance: String,
+    /// After the last reconcile: how many names carry each other instance's labels.
+    others: Mutex<BTreeMap<String, usize>>,
+    /// Why the last reconcile did not carry every keep (containerd's images not listed, a
+    /// label write failed, no answer within [`RECONCILE_BOUND`]); `None` after one that did.
+    failure: Mutex<Option<String>>,
+}
+
+/// The `meta` entry that names this database's agent instance (a random non-zero 64-bit
+/// value, written at the first start that needs it).
+pub const INSTANCE_ID_META: &str = "instance_id";
+
+/// This database's agent instance, as `io.imagekeeper.instance` carries it (16 hex digits):
+/// read from the `meta` table, or drawn at random and written there the first time.
+pub fn instance_id(store: &crate::store::Store) -> Result<String, crate::store::StoreError> {
+    let id = match store.meta(INSTANCE_ID_META)? {
+        Some(id) if id != 0 => id,
+        _ => {
+            let id = fastrand::i64(1..);
+            let mut batch = crate::store::Batch::new();
+            batch.set_meta(INSTANCE_ID_META, id);
+            store.apply(&batch)?;
+            id
+        }
+    };
+    Ok(format!("{:016x}", id as u64))
 }
 
 impl RuntimePinner {
-    /// A reconciler for `mode`; with `Auto`, a client of containerd at `address` (not dialed
-    /// yet).
-    pub fn new(mode: RuntimePins, address: &str) -> Result<RuntimePinner, CriError> {
+    /// A reconciler for `mode` writing as `instance` ([`instance_id`]); with `Auto`, a client
+    /// of containerd at `address` (not dialed yet).
+    pub fn new(
+        mode: RuntimePins,
+        address: &str,
+        instance: String,
+    ) -> Result<RuntimePinner, CriError> {
         let (client, state) = match mode {
             RuntimePins::Off => (None, PinsState::Off("runtimePins = off".to_owned())),
             RuntimePins::Auto => (
@@ -76,7 +115,51 @@ impl RuntimePinner {
             failing: Mutex::new(BTreeSet::new()),
             counters: PinCounters::default(),
             carried: Mutex::new(BTreeMap::new()),
+            instance,
+            others: Mutex::new(BTreeMap::new()),
+            failure: Mutex::new(None),
         })
+    }
+
+    /// Why the last reconcile did not carry every keep, or `None`.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_failure(&self, why: Option<String>) {
+        let mut failure = self
+            .failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (&*failure, &why) {
+            (None, Some(why)) => {
+                warn!(reason = %why, "Runtime pins failing: the kubelet's image GC and eviction manager may remove imagekeeper's keeps (reported on /readyz and imagekeeper_runtime_pins_failing until a reconcile succeeds)");
+            }
+            (Some(_), None) => info!("Runtime pins: a reconcile carried every keep again"),
+            _ => {}
+        }
+        *failure = why;
+    }
+
+    /// The caller gave up on a reconcile after `bound` (containerd's Images service did not
+    /// answer).
+    pub fn gave_up(&self, bound: std::time::Duration) {
+        self.set_failure(Some(format!(
+            "containerd's Images service did not answer within {} s",
+            bound.as_secs()
+        )));
+    }
+
+    /// After the last reconcile: how many of containerd's names carry each other instance's
+    /// labels (left alone by this agent).
+    pub fn other_instances(&self) -> BTreeMap<String, usize> {
+        self.others
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub fn state(&self) -> PinsState {
@@ -102,6 +185,7 @@ impl RuntimePinner {
                     info!(
                         runtime = %v.runtime_name,
                         version = %v.runtime_version,
+                        instance = %self.instance,
                         "Runtime pins on: the images imagekeeper keeps are labelled io.cri-containerd.pinned=pinned, so the kubelet's image GC and eviction spare them"
                     );
                     PinsState::On
@@ -148,10 +232,36 @@ impl RuntimePinner {
             Ok(images) => images,
             Err(e) => {
                 warn!(error = %e, "Runtime pins: cannot list containerd's images; retrying next cycle");
+                self.set_failure(Some(format!("cannot list containerd's images: {e}")));
                 return (0, 0);
             }
         };
-        let changes = plan_label_changes(keeps, &images);
+        let changes = plan_label_changes(keeps, &images, &self.instance);
+        let others: BTreeMap<String, usize> = other_instances(&images, &self.instance)
+            .into_iter()
+            .map(|(owner, names)| (owner.to_owned(), names))
+            .collect();
+        let new_owners: Vec<String> = {
+            let mut known = self
+                .others
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let new = others
+                .keys()
+                .filter(|owner| !known.contains_key(*owner))
+                .cloned()
+                .collect();
+            *known = others.clone();
+            new
+        };
+        for owner in new_owners {
+            warn!(
+                instance = %self.instance,
+                other = %owner,
+                names = others[&owner],
+                "Runtime pins: another imagekeeper instance labels images on this containerd; its labels are left alone (one agent per containerd is the supported setup)"
+            );
+        }
         // The labels as they stand before this reconcile's writes, beside the CRI's list of the
         // detect just before: what containerd carries is the CRI's own `pinned` flag, and a
         // label it does not carry is a disagreement (`CarriedKeep::disagrees`).
@@ -159,7 +269,10 @@ impl RuntimePinner {
         let (mut ok, mut failed) = (0, 0);
         for (i, change) in changes {
             let image = &images[i];
-            match client.update_labels(image, &change.labels()).await {
+            match client
+                .update_labels(image, &change.labels(&self.instance))
+                .await
+            {
                 Ok(()) => {
                     ok += 1;
                     self.counters.writes[0].fetch_add(1, Ordering::Relaxed);
@@ -191,6 +304,9 @@ impl RuntimePinner {
             .carried
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = carried;
+        self.set_failure(
+            (failed > 0).then(|| format!("{failed} label write(s) failed (retried every cycle)")),
+        );
         (ok, failed)
     }
 
@@ -230,31 +346,56 @@ impl RuntimePinner {
             enabled,
             pinned_images: carried.values().filter(|c| c.carried).count() as u64,
             disagreeing_images: carried.values().filter(|c| c.disagrees()).count() as u64,
+            other_instance_names: self.other_instances().values().sum::<usize>() as u64,
+            failing: self.failure().is_some(),
             writes: [0, 1].map(|i| self.counters.writes[i].load(Ordering::Relaxed)),
         })
     }
 }
 
-/// Removes both labels from every image name in containerd's `k8s.io` namespace that carries
-/// imagekeeper's own label, and from no other (the uninstall step: `imagekeeper
-/// remove-runtime-pins`). With `dry_run`, writes nothing. Returns the names, sorted.
+/// One name `remove_runtime_pin_labels` cleared (or would clear), and whose label it was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemovedPinLabel {
+    /// The containerd image name.
+    pub name: String,
+    /// The instance its `io.imagekeeper.instance` named; `None`: written before instances.
+    pub instance: Option<String>,
+}
+
+/// Removes imagekeeper's labels (the pinned label, `io.imagekeeper.pinned` and
+/// `io.imagekeeper.instance`) from every image name in containerd's `k8s.io` namespace that
+/// carries imagekeeper's own label — only `instance`'s when given — and from no other (the
+/// uninstall step: `imagekeeper remove-runtime-pins`). With `dry_run`, writes nothing.
+/// Returns the names with whose labels they were, sorted by name.
 pub async fn remove_runtime_pin_labels(
     client: &ContainerdImages,
     dry_run: bool,
-) -> Result<Vec<String>, CriError> {
+    instance: Option<&str>,
+) -> Result<Vec<RemovedPinLabel>, CriError> {
     let mut removed = Vec::new();
     for image in client.list().await? {
         if !image.labels.contains_key(OWN_LABEL) {
             continue;
         }
+        let owner = image
+            .labels
+            .get(INSTANCE_LABEL)
+            .filter(|o| !o.is_empty())
+            .cloned();
+        if instance.is_some_and(|wanted| owner.as_deref() != Some(wanted)) {
+            continue;
+        }
         if !dry_run {
             client
-                .update_labels(&image, &LabelChange::Unpin.labels())
+                .update_labels(&image, &LabelChange::Unpin.labels(""))
                 .await?;
         }
-        removed.push(image.name);
+        removed.push(RemovedPinLabel {
+            name: image.name,
+            instance: owner,
+        });
     }
-    removed.sort();
+    removed.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(removed)
 }
 

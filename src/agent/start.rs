@@ -65,12 +65,15 @@ impl<R: AgentRuntime> Agent<R> {
             .credential_providers
             .as_ref()
             .and_then(|p| crate::pull::credentials::plugin::config_snapshot(&p.config));
-        let runtime_pins =
-            runtime_pins::RuntimePinner::new(config.runtime_pins, &config.containerd_address)
-                .map_err(|e| ConfigError::Invalid {
-                    origin: "containerdAddress".to_owned(),
-                    message: e.to_string(),
-                })?;
+        let runtime_pins = runtime_pins::RuntimePinner::new(
+            config.runtime_pins,
+            &config.containerd_address,
+            runtime_pins::instance_id(&store)?,
+        )
+        .map_err(|e| ConfigError::Invalid {
+            origin: "containerdAddress".to_owned(),
+            message: e.to_string(),
+        })?;
         Ok(Agent {
             runtime_pins,
             config: Mutex::new(config),
@@ -92,6 +95,7 @@ impl<R: AgentRuntime> Agent<R> {
             warm_logged: Mutex::new(Default::default()),
             warm_table_cleared: std::sync::atomic::AtomicBool::new(false),
             runtime_pins_turn: tokio::sync::Mutex::new(()),
+            runtime_pins_wanted: tokio::sync::Notify::new(),
             #[cfg(test)]
             warm_judged_on: Mutex::new(Vec::new()),
         })
@@ -139,9 +143,23 @@ impl<R: AgentRuntime> Agent<R> {
 
     /// `/readyz`: Ok once a detect completed, while the runtime answers and the store is
     /// healthy; else every reason, one per line.
+    /// Runtime pins that cannot be carried (containerd's Images service failing or not
+    /// answering within its bound) leave the agent ready (its GC works) with a `degraded:`
+    /// line that says so: the kubelet's image GC and eviction may then remove its keeps.
     pub fn readiness(&self) -> Result<String, String> {
-        self.health
-            .readiness(self.store.is_healthy(), self.clock.now())
+        let ready = self
+            .health
+            .readiness(self.store.is_healthy(), self.clock.now());
+        let Some(why) = self.runtime_pins.failure() else {
+            return ready;
+        };
+        let degraded = format!(
+            "degraded: the runtime pins cannot be carried to containerd ({why}): the kubelet's image GC and eviction manager may remove imagekeeper's keeps\n"
+        );
+        match ready {
+            Ok(text) => Ok(text + &degraded),
+            Err(text) => Err(text + &degraded),
+        }
     }
 
     /// `/healthz`: Ok while the process answers and its database file is still there.

@@ -94,10 +94,37 @@ pub(crate) async fn findings(
     .await;
     // At the agent's own start its keeps are not labelled yet: the check is the command's.
     let runtime_pins = match check_runtime_pins {
-        true => Some(doctor::RuntimePinsView {
-            version,
-            pins: read_pins(config, runtime_timeout).await,
-            labelled: read_pin_labels(config, runtime_timeout).await,
+        true => Some({
+            let labels = read_containerd_labels(config, runtime_timeout).await;
+            doctor::RuntimePinsView {
+                version,
+                pins: read_pins(config, runtime_timeout).await,
+                labelled: labels.clone().map(|images| {
+                    images
+                        .iter()
+                        .filter(|i| imagekeeper::gc::runtime_pins::is_pinned(i))
+                        .map(|i| i.name.clone())
+                        .collect()
+                }),
+                owners: labels.map(|images| {
+                    images
+                        .into_iter()
+                        .filter(|i| {
+                            i.labels
+                                .contains_key(imagekeeper::gc::runtime_pins::OWN_LABEL)
+                        })
+                        .map(|i| {
+                            let owner = i
+                                .labels
+                                .get(imagekeeper::gc::runtime_pins::INSTANCE_LABEL)
+                                .filter(|o| !o.is_empty())
+                                .cloned();
+                            (i.name, owner)
+                        })
+                        .collect()
+                }),
+                instance: read_instance(config),
+            }
         }),
         false => None,
     };
@@ -127,10 +154,28 @@ pub(crate) async fn findings(
     })
 }
 
-/// containerd's image names labelled `io.cri-containerd.pinned=pinned` (its Images service at
-/// `containerdAddress`, namespace `k8s.io`), or why they were not read.
-async fn read_pin_labels(config: &AgentConfig, timeout: Duration) -> Result<Vec<String>, String> {
-    use imagekeeper::gc::runtime_pins::is_pinned;
+/// This database's agent instance (`instance_id` in its meta table, as the agent's runtime pin
+/// labels name it), read from a copy; `None` when there is no database or it has none yet.
+fn read_instance(config: &AgentConfig) -> Option<String> {
+    if !config.db.exists() {
+        return None;
+    }
+    let super::db::DryRunStore { store, copy: _copy } =
+        super::db::open_for_dry_run(&config.db).ok()?;
+    let id = store
+        .meta(imagekeeper::agent::INSTANCE_ID_META)
+        .ok()
+        .flatten()
+        .filter(|id| *id != 0)?;
+    Some(format!("{:016x}", id as u64))
+}
+
+/// containerd's image names and labels (its Images service at `containerdAddress`, namespace
+/// `k8s.io`), or why they were not read.
+async fn read_containerd_labels(
+    config: &AgentConfig,
+    timeout: Duration,
+) -> Result<Vec<imagekeeper::runtime::LabelledImage>, String> {
     let client = imagekeeper::cri::ContainerdImages::connect(
         &config.containerd_address,
         imagekeeper::cri::CONTAINERD_CRI_NAMESPACE,
@@ -138,12 +183,7 @@ async fn read_pin_labels(config: &AgentConfig, timeout: Duration) -> Result<Vec<
         timeout,
     )
     .map_err(|e| e.to_string())?;
-    let images = client.list().await.map_err(|e| e.to_string())?;
-    Ok(images
-        .into_iter()
-        .filter(is_pinned)
-        .map(|i| i.name)
-        .collect())
+    client.list().await.map_err(|e| e.to_string())
 }
 
 /// The operators' pins in force for the runtime pins check: from the running agent when it

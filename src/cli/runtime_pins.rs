@@ -1,8 +1,11 @@
-//! `imagekeeper remove-runtime-pins [--containerd-address A] [--dry-run]`: the uninstall step
-//! of the runtime pins. Removes `io.cri-containerd.pinned` and `io.imagekeeper.pinned` from
-//! every containerd image name (namespace `k8s.io`) that carries imagekeeper's own label, and
-//! touches no other name: the sandbox image's pin and an operator's own labels stay. Prints
-//! each name, one a line. Stop the agent first, or it labels its keeps again at its next cycle.
+//! `imagekeeper remove-runtime-pins [--containerd-address A] [--instance ID] [--dry-run]`: the
+//! uninstall step of the runtime pins. Removes `io.cri-containerd.pinned`,
+//! `io.imagekeeper.pinned` and `io.imagekeeper.instance` from every containerd image name
+//! (namespace `k8s.io`) that carries imagekeeper's own label (only instance ID's with
+//! `--instance`), and touches no other name: the sandbox image's pin and an operator's own
+//! labels stay. Prints each name, one a line; stderr says whose labels they were (each
+//! instance and its count). Stop the agent first, or it labels its keeps again at its next
+//! cycle.
 
 use anyhow::Context;
 use clap::Args;
@@ -22,6 +25,10 @@ pub struct RemoveRuntimePinsArgs {
     /// Print the names that carry imagekeeper's label; change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Only the labels of this agent instance (the `io.imagekeeper.instance` value: `doctor`
+    /// and the agent's log name it); by default every instance's.
+    #[arg(long, value_name = "ID")]
+    instance: Option<String>,
 }
 
 pub fn run(args: RemoveRuntimePinsArgs) -> Result<(), Failure> {
@@ -41,23 +48,42 @@ pub fn run(args: RemoveRuntimePinsArgs) -> Result<(), Failure> {
             std::time::Duration::from_secs(60),
         )
         .map_err(Failure::usage)?;
-        remove_runtime_pin_labels(&client, args.dry_run)
+        remove_runtime_pin_labels(&client, args.dry_run, args.instance.as_deref())
             .await
             .with_context(|| format!("containerd at {address}"))
             .map_err(failure)
     })?;
-    for name in &names {
-        println!("{name}");
+    for removed in &names {
+        println!("{}", removed.name);
     }
+    let mut owners: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for removed in &names {
+        let owner = removed
+            .instance
+            .as_deref()
+            .unwrap_or("unnamed (written before instances)");
+        *owners.entry(owner).or_insert(0) += 1;
+    }
+    let whose: Vec<String> = owners
+        .iter()
+        .map(|(owner, n)| format!("instance {owner}: {n}"))
+        .collect();
     let verb = if args.dry_run {
         "would remove"
     } else {
         "removed"
     };
-    eprintln!(
-        "{verb} imagekeeper's runtime pin labels from {} image name(s)",
-        names.len()
-    );
+    match whose.is_empty() {
+        true => eprintln!(
+            "{verb} imagekeeper's runtime pin labels from {} image name(s)",
+            names.len()
+        ),
+        false => eprintln!(
+            "{verb} imagekeeper's runtime pin labels from {} image name(s) ({})",
+            names.len(),
+            whose.join(", ")
+        ),
+    }
     Ok(())
 }
 

@@ -71,6 +71,9 @@ struct FakeState {
     version: RuntimeVersion,
     failures: HashMap<String, FakeFailure>,
     hangs: HashSet<String>,
+    /// The calls hanging now (see [`FakeState::hangs`]), by method: a call the client gave up
+    /// on (its deadline, a dropped request) is no longer counted.
+    hanging: HashMap<String, u64>,
     /// Methods that answer only after this long.
     delays: HashMap<String, Duration>,
     pulls: Vec<FakePull>,
@@ -151,15 +154,47 @@ impl FakeService {
 
     /// Applies the injected failure or hang of `method`.
     async fn enter(&self, method: &str) -> Result<(), Status> {
+        enter_state(&self.state, method).await
+    }
+}
+
+/// A hanging call, counted in [`FakeState::hanging`] while its future lives.
+struct HangingCall {
+    state: Arc<Mutex<FakeState>>,
+    method: String,
+}
+
+impl Drop for HangingCall {
+    fn drop(&mut self) {
+        if let Some(n) = lock_state(&self.state).hanging.get_mut(&self.method) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// Counts a call of `method` and applies its injected failure, hang or delay (the CRI's
+/// methods and the containerd Images service's alike).
+async fn enter_state(state: &Arc<Mutex<FakeState>>, method: &str) -> Result<(), Status> {
+    {
         let injected = {
-            let mut state = self.lock();
-            *state.calls.entry(method.to_string()).or_default() += 1;
-            state.injected(method)
+            let mut locked = lock_state(state);
+            *locked.calls.entry(method.to_string()).or_default() += 1;
+            let injected = locked.injected(method);
+            if matches!(injected, Injected::Hang) {
+                *locked.hanging.entry(method.to_owned()).or_default() += 1;
+            }
+            injected
         };
         match injected {
             Injected::Nothing => Ok(()),
             Injected::Fail(status) => Err(status),
-            Injected::Hang => std::future::pending().await,
+            Injected::Hang => {
+                let _counted = HangingCall {
+                    state: state.clone(),
+                    method: method.to_owned(),
+                };
+                std::future::pending().await
+            }
             Injected::Delay(delay) => {
                 tokio::time::sleep(delay).await;
                 Ok(())
@@ -619,7 +654,14 @@ impl FakeRuntime {
         self.lock().calls.get(method).copied().unwrap_or(0)
     }
 
-    /// `method` never answers until cleared.
+    /// How many calls of `method` hang now (the client has not given up on them).
+    pub fn hanging(&self, method: &str) -> u64 {
+        self.lock().hanging.get(method).copied().unwrap_or(0)
+    }
+
+    /// `method` never answers: each call from now on until cleared hangs for good (until
+    /// the client gives up on it). containerd's Images service's methods are named
+    /// `Images.List`, `Images.Get`, `Images.Update`.
     pub fn hang(&self, method: &str) {
         self.lock().hangs.insert(method.to_string());
     }

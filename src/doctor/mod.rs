@@ -119,6 +119,12 @@ pub struct RuntimePinsView {
     /// containerd's image names that carry `io.cri-containerd.pinned=pinned` (its Images
     /// service, namespace `k8s.io`), or why they were not read.
     pub labelled: Result<Vec<String>, String>,
+    /// containerd's image names that carry imagekeeper's own label, each with the instance its
+    /// `io.imagekeeper.instance` names (`None`: written before instances were named), or why
+    /// they were not read.
+    pub owners: Result<Vec<(String, Option<String>)>, String>,
+    /// This database's agent instance (its `instance_id`), when the database was read.
+    pub instance: Option<String>,
 }
 
 /// Everything the checks compare.
@@ -186,7 +192,85 @@ pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
     findings.push(check_container_events(input));
     findings.push(check_stale_intents(input));
     findings.push(check_runtime_pins(input));
+    if let Some(view) = input.runtime_pins {
+        findings.push(check_runtime_pin_instances(view));
+    }
     findings
+}
+
+/// Whose runtime pin labels containerd holds (issue 53): an agent labels only with its own
+/// instance (`io.imagekeeper.instance`, its database's `instance_id`) and leaves another
+/// instance's labels alone, so two agents on one containerd no longer strip each other's pins,
+/// but both agents' keeps are then pinned: a second install, or a `run --db` left running, is
+/// a conflict, named with its instance and how to remove its labels once it is stopped.
+fn check_runtime_pin_instances(view: &RuntimePinsView) -> Finding {
+    let name = "runtime-pin-instances";
+    let owners = match &view.owners {
+        Ok(owners) => owners,
+        Err(why) => {
+            return Finding::not_checked(
+                name,
+                format!("containerd's image labels were not read ({why})"),
+            );
+        }
+    };
+    let mut by_instance: std::collections::BTreeMap<Option<&str>, Vec<&str>> =
+        std::collections::BTreeMap::new();
+    for (image, owner) in owners {
+        by_instance
+            .entry(owner.as_deref())
+            .or_default()
+            .push(image.as_str());
+    }
+    let this = view.instance.as_deref();
+    let others: Vec<String> = by_instance
+        .iter()
+        .filter(|(owner, _)| owner.is_some() && *owner != &this)
+        .map(|(owner, names)| {
+            let shown: Vec<&str> = names.iter().take(3).copied().collect();
+            format!(
+                "instance {} on {} name(s) ({}{})",
+                owner.unwrap_or_default(),
+                names.len(),
+                shown.join(", "),
+                if names.len() > shown.len() {
+                    ", ..."
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect();
+    let this_shown = this.unwrap_or("unknown: the database was not read");
+    if others.is_empty() || this.is_none() {
+        let summary: Vec<String> = by_instance
+            .iter()
+            .map(|(owner, names)| match owner {
+                Some(owner) => format!("instance {owner}: {}", names.len()),
+                None => format!("unnamed (written before instances): {}", names.len()),
+            })
+            .collect();
+        return Finding::ok(
+            name,
+            format!(
+                "imagekeeper's runtime pin labels on containerd: {} name(s){}; this agent's instance: {this_shown}",
+                owners.len(),
+                match summary.is_empty() {
+                    true => String::new(),
+                    false => format!(" ({})", summary.join(", ")),
+                },
+            ),
+        );
+    }
+    Finding::conflict(
+        name,
+        format!(
+            "containerd holds the runtime pin labels of another imagekeeper agent beside this one (instance {this_shown}): {}; each agent leaves the other's labels alone, so the kubelet spares both agents' keeps",
+            others.join("; ")
+        ),
+        "run one agent per containerd; once the other agent is stopped (a second install, or a          `run --db` left running), `imagekeeper remove-runtime-pins --instance ID` removes its labels"
+            .to_owned(),
+    )
 }
 
 /// What the kubelet does to imagekeeper's keeps when the runtime does not carry them.

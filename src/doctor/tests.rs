@@ -859,6 +859,8 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
             version: Ok(version),
             pins: Ok(pins),
             labelled: Ok(labelled.iter().map(|n| (*n).to_owned()).collect()),
+            owners: Ok(vec![]),
+            instance: None,
         };
         let findings = check(&DoctorInput {
             kubelet: &k,
@@ -875,6 +877,73 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
         assert_eq!(f.status, want, "{what}: {f:#?}");
         assert!(f.message.contains(text), "{what}: {}", f.message);
         assert_eq!(f.fix.is_some(), want == Status::Conflict, "{what}");
+    }
+}
+
+/// Issue 53: whose runtime pin labels containerd holds. Another instance's labels beside this
+/// database's are a conflict naming that instance and how to remove its labels; this
+/// instance's alone (or unnamed ones, from before instances) are fine; unread labels are
+/// not checked.
+#[test]
+fn another_instances_runtime_pin_labels_are_a_conflict_that_names_it() {
+    let me = "00000000000000aa";
+    let other = "00000000000000bb";
+    let owned = |pairs: &[(&str, Option<&str>)]| -> Result<Vec<(String, Option<String>)>, String> {
+        Ok(pairs
+            .iter()
+            .map(|(n, o)| ((*n).to_owned(), o.map(str::to_owned)))
+            .collect())
+    };
+    let cases = [
+        (
+            "this instance's labels alone",
+            owned(&[("r/a:1", Some(me)), ("r/b:1", None)]),
+            Some(me),
+            Status::Ok,
+            "2 name(s) (unnamed (written before instances): 1, instance 00000000000000aa: 1); this agent's instance: 00000000000000aa",
+        ),
+        (
+            "another instance's labels beside this one's",
+            owned(&[
+                ("r/a:1", Some(me)),
+                ("r/b:1", Some(other)),
+                ("r/c:1", Some(other)),
+            ]),
+            Some(me),
+            Status::Conflict,
+            "instance 00000000000000bb on 2 name(s) (r/b:1, r/c:1)",
+        ),
+        (
+            "no database read: every instance is listed, none judged",
+            owned(&[("r/b:1", Some(other))]),
+            None,
+            Status::Ok,
+            "instance 00000000000000bb: 1",
+        ),
+        (
+            "containerd's labels not read",
+            Err("connection refused".to_owned()),
+            Some(me),
+            Status::NotChecked,
+            "connection refused",
+        ),
+    ];
+    for (what, owners, instance, want, text) in cases {
+        let view = RuntimePinsView {
+            version: Err("not asked".to_owned()),
+            pins: Ok(vec![]),
+            labelled: Ok(vec![]),
+            owners,
+            instance: instance.map(str::to_owned),
+        };
+        let f = check_runtime_pin_instances(&view);
+        assert_eq!(f.check, "runtime-pin-instances");
+        assert_eq!(f.status, want, "{what}: {f:#?}");
+        assert!(f.message.contains(text), "{what}: {}", f.message);
+        if want == Status::Conflict {
+            let fix = f.fix.as_deref().unwrap_or_default();
+            assert!(fix.contains("remove-runtime-pins --instance ID"), "{fix}");
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The runtime pins' pure part: which containerd image names get the pinned label from what
 //! the GC keeps ([`plan_label_changes`]: a keep's every name gets
-//! `io.cri-containerd.pinned=pinned` and imagekeeper's own `io.imagekeeper.pinned=<why>`),
+//! `io.cri-containerd.pinned=pinned`, imagekeeper's own `io.imagekeeper.pinned=<why>` and
+//! the writing agent's `io.imagekeeper.instance=<id>`),
 //! which kept images the CRI carries as pinned and which containerd labels pinned
 //! ([`carried_keeps`]: carried is CRI ListImages' own `pinned` flag at the last detect, never
 //! inferred from a label),
@@ -8,9 +9,10 @@
 //! the last reconcile ([`runtime_pin_answer`]). The agent lists containerd's labels, calls
 //! the plan and writes the labels (`agent/runtime_pins.rs`); nothing here does I/O.
 //!
-//! Invariants: a label is removed only from a name that carries imagekeeper's own label: a
-//! pin imagekeeper did not set (containerd's sandbox image pin, an operator's `ctr images
-//! label`) is never cleared, and a name already pinned by someone else is left as it is (it is
+//! Invariants: a label is removed only from a name that carries this instance's label (or an
+//! unnamed one, from before instances were named): a pin imagekeeper did not set
+//! (containerd's sandbox image pin, an operator's `ctr images label`) or another instance set
+//! is never cleared, and a name already pinned by someone else is left as it is (it is
 //! carried); the plan holds only differences, so a steady cycle writes nothing.
 
 use std::collections::BTreeMap;
@@ -26,6 +28,51 @@ pub const PINNED_VALUE: &str = "pinned";
 /// imagekeeper's own label beside [`PINNED_LABEL`]: its value says why it keeps the image
 /// ([`KeepReason::label_value`]). Only a name carrying it is ever unpinned.
 pub const OWN_LABEL: &str = "io.imagekeeper.pinned";
+/// Whose [`OWN_LABEL`] it is: the instance of the agent that wrote it (its database's
+/// `instance_id`, 16 hex digits). An agent changes only its own instance's labels (and adopts
+/// a label written before instances were named), so two agents on one containerd (a second
+/// install, a `run --db other.redb` while debugging) leave each other's pins alone.
+pub const INSTANCE_LABEL: &str = "io.imagekeeper.instance";
+
+/// Whose imagekeeper label a containerd image name carries, seen from one instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabelOwner<'a> {
+    /// No [`OWN_LABEL`]: not imagekeeper's (a pin on it is someone else's).
+    NotImagekeepers,
+    /// This instance's.
+    Mine,
+    /// [`OWN_LABEL`] without [`INSTANCE_LABEL`]: written before instances were named;
+    /// adopted (rewritten with this instance, or removed when not kept).
+    Unnamed,
+    /// Another instance's: carried when pinned, never changed.
+    Other(&'a str),
+}
+
+/// Whose imagekeeper label `image` carries, seen from `instance`.
+pub fn label_owner<'a>(image: &'a LabelledImage, instance: &str) -> LabelOwner<'a> {
+    if !image.labels.contains_key(OWN_LABEL) {
+        return LabelOwner::NotImagekeepers;
+    }
+    match image.labels.get(INSTANCE_LABEL).map(String::as_str) {
+        None | Some("") => LabelOwner::Unnamed,
+        Some(owner) if owner == instance => LabelOwner::Mine,
+        Some(owner) => LabelOwner::Other(owner),
+    }
+}
+
+/// How many of containerd's names carry each other instance's labels (not `instance`'s).
+pub fn other_instances<'a>(
+    images: &'a [LabelledImage],
+    instance: &str,
+) -> BTreeMap<&'a str, usize> {
+    let mut others = BTreeMap::new();
+    for image in images {
+        if let LabelOwner::Other(owner) = label_owner(image, instance) {
+            *others.entry(owner).or_insert(0) += 1;
+        }
+    }
+    others
+}
 
 /// One label write the reconcile plans for one containerd image name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,11 +84,16 @@ pub enum LabelChange {
 }
 
 impl LabelChange {
-    /// The labels to send: an empty value removes the label.
-    pub fn labels(self) -> [(&'static str, &'static str); 2] {
+    /// The labels to send for `instance` (the writing agent's): an empty value removes the
+    /// label.
+    pub fn labels(self, instance: &str) -> [(&'static str, &str); 3] {
         match self {
-            LabelChange::Pin(why) => [(PINNED_LABEL, PINNED_VALUE), (OWN_LABEL, why.label_value())],
-            LabelChange::Unpin => [(PINNED_LABEL, ""), (OWN_LABEL, "")],
+            LabelChange::Pin(why) => [
+                (PINNED_LABEL, PINNED_VALUE),
+                (OWN_LABEL, why.label_value()),
+                (INSTANCE_LABEL, instance),
+            ],
+            LabelChange::Unpin => [(PINNED_LABEL, ""), (OWN_LABEL, ""), (INSTANCE_LABEL, "")],
         }
     }
 }
@@ -58,26 +110,32 @@ pub fn wanted_names(keeps: &[KeptImage]) -> BTreeMap<&str, KeepReason> {
     wanted
 }
 
-/// The label writes that make containerd's `images` carry `keeps`: a kept name not pinned
-/// gets both labels; a kept name with imagekeeper's label and another reason has it
-/// rewritten; a name that is not kept loses both labels only if it carries imagekeeper's own.
-/// A name pinned by someone else (the pinned label without imagekeeper's) is never written.
+/// The label writes that make containerd's `images` carry `keeps`, for the agent of
+/// `instance`: a kept name not pinned gets the three labels; a kept name with this instance's
+/// label and another reason has it rewritten; a name that is not kept loses them only if it
+/// carries this instance's label (or an unnamed one, adopted). A name pinned by someone else
+/// (the pinned label without imagekeeper's) or by another instance is never written.
 pub fn plan_label_changes(
     keeps: &[KeptImage],
     images: &[LabelledImage],
+    instance: &str,
 ) -> Vec<(usize, LabelChange)> {
+    use LabelOwner::*;
     let wanted = wanted_names(keeps);
     let mut changes = Vec::new();
     for (i, image) in images.iter().enumerate() {
         let pinned = is_pinned(image);
-        let ours = image.labels.get(OWN_LABEL).map(String::as_str);
-        match (wanted.get(image.name.as_str()), ours) {
-            // Pinned by someone else: carried, and never ours to change.
-            (Some(_), None) if pinned => {}
-            (Some(why), Some(value)) if pinned && value == why.label_value() => {}
+        let value = image.labels.get(OWN_LABEL).map(String::as_str);
+        match (
+            wanted.get(image.name.as_str()),
+            label_owner(image, instance),
+        ) {
+            // Pinned by someone else or by another instance: carried, never ours to change.
+            (Some(_), NotImagekeepers | Other(_)) if pinned => {}
+            (Some(why), Mine) if pinned && value == Some(why.label_value()) => {}
             (Some(why), _) => changes.push((i, LabelChange::Pin(*why))),
-            (None, Some(_)) => changes.push((i, LabelChange::Unpin)),
-            (None, None) => {}
+            (None, Mine | Unnamed) => changes.push((i, LabelChange::Unpin)),
+            (None, NotImagekeepers | Other(_)) => {}
         }
     }
     changes

@@ -85,6 +85,10 @@ pub(crate) struct RuntimePinsSample {
     pub pinned_images: u64,
     /// Kept images whose pinned label and CRI `pinned` flag disagreed at the last reconcile.
     pub disagreeing_images: u64,
+    /// containerd names labelled by other imagekeeper instances at the last reconcile.
+    pub other_instance_names: u64,
+    /// The last reconcile did not carry every keep (or was given up on).
+    pub failing: bool,
     /// Label writes: [succeeded, failed].
     pub writes: [u64; 2],
 }

@@ -43,8 +43,12 @@ fn auto_decides_once_and_an_unreachable_runtime_leaves_it_undecided() {
         .build()
         .expect("a current-thread runtime builds");
     rt.block_on(async {
-        let pinner = RuntimePinner::new(RuntimePins::Auto, "unix:///nonexistent/containerd.sock")
-            .expect("a valid address");
+        let pinner = RuntimePinner::new(
+            RuntimePins::Auto,
+            "unix:///nonexistent/containerd.sock",
+            "00000000000000aa".to_owned(),
+        )
+        .expect("a valid address");
         assert_eq!(pinner.state(), PinsState::Undecided);
         pinner.decide(Err(CriError::Rpc {
             method: "Version",
@@ -65,7 +69,8 @@ fn auto_decides_once_and_an_unreachable_runtime_leaves_it_undecided() {
             ..RuntimeVersion::default()
         }));
         assert!(matches!(pinner.state(), PinsState::Off(_)));
-        let off = RuntimePinner::new(RuntimePins::Off, "unix:///x.sock").expect("valid");
+        let off =
+            RuntimePinner::new(RuntimePins::Off, "unix:///x.sock", String::new()).expect("valid");
         assert!(matches!(off.state(), PinsState::Off(_)));
         assert_eq!(
             off.reconcile(&[KeptImage {

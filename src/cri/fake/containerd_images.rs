@@ -5,6 +5,9 @@
 //! carry (containerd 1.7.3 to 1.7.9, containerd issue 9328) or one that does (1.7.10 and
 //! later: [`super::FakeRuntime::list_pin_labels_as_pinned`]).
 //!
+//! Its calls are counted, failed and hung as the CRI's are ([`super::FakeRuntime::hang`]
+//! with `Images.List`, `Images.Get`, `Images.Update`).
+//!
 //! Invariants: an Update changes only the `labels.<key>` paths its mask names (an empty value
 //! removes the label), as containerd's metadata store does; a name the fake does not hold is
 //! NotFound; the namespace header is not checked.
@@ -16,7 +19,7 @@ use tonic::{Request, Response, Status};
 
 use super::super::containerd_images::proto::containerd::services::images::v1 as images_v1;
 use super::super::containerd_images::proto::containerd::types::Descriptor;
-use super::{FakeState, lock_state};
+use super::{FakeState, enter_state, lock_state};
 use crate::model::RuntimeImage;
 use images_v1::images_server::Images;
 
@@ -73,6 +76,7 @@ impl Images for FakeImages {
         &self,
         request: Request<images_v1::GetImageRequest>,
     ) -> Result<Response<images_v1::GetImageResponse>, Status> {
+        enter_state(&self.state, "Images.Get").await?;
         let name = request.into_inner().name;
         let state = lock_state(&self.state);
         let image = state
@@ -92,6 +96,7 @@ impl Images for FakeImages {
         &self,
         _request: Request<images_v1::ListImagesRequest>,
     ) -> Result<Response<images_v1::ListImagesResponse>, Status> {
+        enter_state(&self.state, "Images.List").await?;
         let state = lock_state(&self.state);
         let images = state
             .images
@@ -110,8 +115,8 @@ impl Images for FakeImages {
         let given = request
             .image
             .ok_or_else(|| Status::invalid_argument("no image"))?;
+        enter_state(&self.state, "Images.Update").await?;
         let mut state = lock_state(&self.state);
-        *state.calls.entry("Images.Update".to_owned()).or_default() += 1;
         let Some(image) = state
             .images
             .iter()

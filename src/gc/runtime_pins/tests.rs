@@ -26,7 +26,21 @@ fn kept(names: &[&str], why: KeepReason) -> KeptImage {
     }
 }
 
-const OURS_PIN: [(&str, &str); 2] = [(PINNED_LABEL, PINNED_VALUE), (OWN_LABEL, "pin")];
+/// This instance (the agent planning) and another one on the same containerd.
+const ME: &str = "00000000000000aa";
+const OTHER: &str = "00000000000000bb";
+const OURS_PIN: [(&str, &str); 3] = [
+    (PINNED_LABEL, PINNED_VALUE),
+    (OWN_LABEL, "pin"),
+    (INSTANCE_LABEL, ME),
+];
+const OTHERS_PIN: [(&str, &str); 3] = [
+    (PINNED_LABEL, PINNED_VALUE),
+    (OWN_LABEL, "pin"),
+    (INSTANCE_LABEL, OTHER),
+];
+/// imagekeeper's labels as written before instances were named.
+const UNNAMED_PIN: [(&str, &str); 2] = [(PINNED_LABEL, PINNED_VALUE), (OWN_LABEL, "pin")];
 
 #[test]
 fn the_plan_writes_only_differences_and_never_touches_a_pin_it_did_not_set() {
@@ -102,8 +116,38 @@ fn the_plan_writes_only_differences_and_never_touches_a_pin_it_did_not_set() {
         Case {
             what: "imagekeeper's label with the pinned label removed by hand is pinned again",
             keeps: vec![kept(&["r/a:1"], Pin)],
-            images: vec![image("r/a:1", &[(OWN_LABEL, "pin")])],
+            images: vec![image("r/a:1", &[(OWN_LABEL, "pin"), (INSTANCE_LABEL, ME)])],
             want: vec![("r/a:1", LabelChange::Pin(Pin))],
+        },
+        Case {
+            what: "another instance's pin on a name this one keeps is carried and left alone",
+            keeps: vec![kept(&["r/a:1"], Pin)],
+            images: vec![image("r/a:1", &OTHERS_PIN)],
+            want: vec![],
+        },
+        Case {
+            what: "another instance's pin on a name this one does not keep is never cleared",
+            keeps: vec![],
+            images: vec![image("r/a:1", &OTHERS_PIN)],
+            want: vec![],
+        },
+        Case {
+            what: "another instance's label without the pinned label: this one pins what it keeps",
+            keeps: vec![kept(&["r/a:1"], Pin)],
+            images: vec![image(
+                "r/a:1",
+                &[(OWN_LABEL, "pin"), (INSTANCE_LABEL, OTHER)],
+            )],
+            want: vec![("r/a:1", LabelChange::Pin(Pin))],
+        },
+        Case {
+            what: "an unnamed label (written before instances) is adopted: stamped when kept, removed when not",
+            keeps: vec![kept(&["r/a:1"], Pin)],
+            images: vec![image("r/a:1", &UNNAMED_PIN), image("r/b:1", &UNNAMED_PIN)],
+            want: vec![
+                ("r/a:1", LabelChange::Pin(Pin)),
+                ("r/b:1", LabelChange::Unpin),
+            ],
         },
         Case {
             what: "a pinned label with another value is not a pin: imagekeeper sets its own",
@@ -119,7 +163,7 @@ fn the_plan_writes_only_differences_and_never_touches_a_pin_it_did_not_set() {
         },
     ];
     for case in cases {
-        let got: Vec<(&str, LabelChange)> = plan_label_changes(&case.keeps, &case.images)
+        let got: Vec<(&str, LabelChange)> = plan_label_changes(&case.keeps, &case.images, ME)
             .into_iter()
             .map(|(i, c)| (case.images[i].name.as_str(), c))
             .collect();
@@ -128,15 +172,20 @@ fn the_plan_writes_only_differences_and_never_touches_a_pin_it_did_not_set() {
 }
 
 #[test]
-fn label_changes_set_both_labels_or_empty_both() {
+fn label_changes_set_the_three_labels_or_empty_them() {
     assert_eq!(
-        LabelChange::Pin(KeepReason::Warm).labels(),
-        [(PINNED_LABEL, "pinned"), (OWN_LABEL, "warm")]
+        LabelChange::Pin(KeepReason::Warm).labels(ME),
+        [
+            (PINNED_LABEL, "pinned"),
+            (OWN_LABEL, "warm"),
+            (INSTANCE_LABEL, ME)
+        ]
     );
     assert_eq!(
-        LabelChange::Unpin.labels(),
-        [(PINNED_LABEL, ""), (OWN_LABEL, "")]
+        LabelChange::Unpin.labels(ME),
+        [(PINNED_LABEL, ""), (OWN_LABEL, ""), (INSTANCE_LABEL, "")]
     );
+    assert_eq!(INSTANCE_LABEL, "io.imagekeeper.instance");
     assert_eq!(PINNED_LABEL, "io.cri-containerd.pinned");
 }
 
@@ -408,4 +457,17 @@ fn a_pin_is_said_carried_from_cri_list_images_only_when_every_image_of_it_is_lis
         answer_cases("no longer lists image sha256:c"),
         |state, view| runtime_pin_answer_listed(state, &images, view),
     );
+}
+
+#[test]
+fn other_instances_counts_the_names_each_other_instance_labelled() {
+    let images = [
+        image("r/a:1", &OURS_PIN),
+        image("r/b:1", &OTHERS_PIN),
+        image("r/c:1", &OTHERS_PIN),
+        image("r/d:1", &UNNAMED_PIN),
+        image("r/e:1", &[(PINNED_LABEL, PINNED_VALUE)]),
+    ];
+    assert_eq!(other_instances(&images, ME), BTreeMap::from([(OTHER, 2)]));
+    assert_eq!(other_instances(&images, OTHER), BTreeMap::from([(ME, 1)]));
 }

@@ -152,6 +152,12 @@ impl Collector for Snapshot {
                 &RUNTIME_PIN_DISAGREEMENTS,
                 pins.disagreeing_images,
             )?;
+            gauge(
+                &mut enc,
+                &RUNTIME_PIN_OTHER_INSTANCES,
+                pins.other_instance_names,
+            )?;
+            gauge(&mut enc, &RUNTIME_PINS_FAILING, u64::from(pins.failing))?;
             let [succeeded, failed] = pins.writes;
             counter_family(
                 &mut enc,

@@ -386,6 +386,26 @@ pub(super) const RUNTIME_PIN_DISAGREEMENTS: MetricFamily = absent_when(
     ),
     "until runtimePins = auto has read the runtime's version",
 );
+pub(super) const RUNTIME_PIN_OTHER_INSTANCES: MetricFamily = absent_when(
+    family(
+        "runtime_pin_names_of_other_instances",
+        G,
+        None,
+        &[],
+        "containerd image names that carry another imagekeeper instance's runtime pin labels (io.imagekeeper.instance names another database's agent) at the last reconcile: left alone by this agent; above 0, two agents share this containerd (doctor's runtime-pin-instances check names them).",
+    ),
+    "until runtimePins = auto has read the runtime's version",
+);
+pub(super) const RUNTIME_PINS_FAILING: MetricFamily = absent_when(
+    family(
+        "runtime_pins_failing",
+        G,
+        None,
+        &[],
+        "1 while the last reconcile of the runtime pins did not carry every keep to containerd: its Images service could not list the images, a label write failed, or it did not answer within 10 s (the reconcile is given up; /readyz says degraded); 0 after one that did.",
+    ),
+    "until runtimePins = auto has read the runtime's version",
+);
 pub(super) const RUNTIME_PIN_WRITES: MetricFamily = absent_when(
     family(
         "runtime_pin_label_writes",
@@ -442,6 +462,8 @@ pub const METRICS: &[MetricFamily] = &[
     RUNTIME_PINS_ENABLED,
     RUNTIME_PINNED_IMAGES,
     RUNTIME_PIN_DISAGREEMENTS,
+    RUNTIME_PIN_OTHER_INSTANCES,
+    RUNTIME_PINS_FAILING,
     RUNTIME_PIN_WRITES,
     IMAGE_GC_CYCLES,
     IMAGE_GC_HIGH_THRESHOLD_PERCENT,

@@ -47,6 +47,8 @@ fn full_snapshot() -> Snapshot {
             enabled: true,
             pinned_images: 2,
             disagreeing_images: 1,
+            other_instance_names: 2,
+            failing: false,
             writes: [3, 1],
         }),
     }

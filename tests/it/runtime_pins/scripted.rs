@@ -123,3 +123,250 @@ async fn a_label_the_cri_lists_pinned_false_is_not_carried_and_the_disagreement_
         "{metrics}"
     );
 }
+
+/// Issue 53: two agents on one containerd (a second install, a `run --db other.redb` while
+/// debugging). Each labels with its own instance and leaves the other's labels alone: the
+/// second agent, which keeps nothing, no longer strips the first one's pin every cycle (before,
+/// every label carrying `io.imagekeeper.pinned` was its to remove). It counts the other's
+/// names in a metric, and `remove-runtime-pins --instance` removes one instance's labels only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_agent_on_the_same_containerd_leaves_the_first_ones_pins_alone() {
+    let AgentFixture { fake, dir, db, .. } = AgentFixture::builder()
+        .image("sha256:aaa", TAG, 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
+    fake.set_version(RuntimeVersion {
+        version: "0.1.0".into(),
+        runtime_name: "containerd".into(),
+        runtime_version: "v2.1.0".into(),
+        runtime_api_version: "v1".into(),
+    });
+    fake.list_pin_labels_as_pinned(true);
+    let other_dir = tempfile::tempdir().expect("temp dir");
+    let start = |db: std::path::PathBuf, dir: &std::path::Path| {
+        let flags = FlagValues {
+            db: Some(db),
+            container_runtime_endpoint: Some(fake.endpoint()),
+            admin_socket: Some(dir.join("admin.sock")),
+            image_gc_high_threshold: Some(100),
+            image_gc_low_threshold: Some(99),
+            ..FlagValues::default()
+        };
+        let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
+        let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
+            1_800_000_000,
+        )));
+        Agent::start(config, clock)
+    };
+    let first = start(db, dir.path()).await.expect("the first agent starts");
+    let second = start(other_dir.path().join("records.redb"), other_dir.path())
+        .await
+        .expect("the second agent starts");
+    let instance = |agent: &Agent| {
+        let id = agent
+            .store()
+            .meta(imagekeeper::agent::INSTANCE_ID_META)
+            .expect("meta")
+            .expect("an instance id once started");
+        format!("{:016x}", id as u64)
+    };
+    let (first_id, second_id) = (instance(&first), instance(&second));
+    assert_ne!(first_id, second_id, "each database has its own instance");
+
+    let mut batch = Batch::new();
+    batch.put_pin(
+        PinKey::new(TAG.to_owned(), String::new()),
+        ImagePin {
+            created_at: UnixNanos::from_secs(1_800_000_000),
+            until: UnixNanos::NEVER,
+            reason: "first".to_owned(),
+        },
+    );
+    first.store().apply(&batch).expect("the pin is stored");
+    assert_eq!(first.garbage_collect(false).await.error, None);
+    let labels = fake.image_labels(TAG);
+    assert_eq!(
+        labels.get("io.cri-containerd.pinned").map(String::as_str),
+        Some("pinned")
+    );
+    assert_eq!(
+        labels.get("io.imagekeeper.instance"),
+        Some(&first_id),
+        "the first agent's label names its instance"
+    );
+
+    // The second agent keeps nothing: its cycles leave the first one's labels as they are.
+    for _ in 0..2 {
+        assert_eq!(second.garbage_collect(false).await.error, None);
+        assert_eq!(
+            fake.image_labels(TAG),
+            labels,
+            "the second agent never touches the first one's labels"
+        );
+    }
+    let others = metric(
+        &second.render_metrics(),
+        "imagekeeper_runtime_pin_names_of_other_instances",
+    );
+    assert_ne!(others.as_deref(), Some("0"), "the second agent counts them");
+    assert!(others.is_some(), "the gauge is exported");
+    assert_eq!(
+        metric(
+            &first.render_metrics(),
+            "imagekeeper_runtime_pin_names_of_other_instances"
+        )
+        .as_deref(),
+        Some("0")
+    );
+
+    // The documented removal, scoped to one instance: the second's removes nothing here.
+    let client = imagekeeper::cri::ContainerdImages::connect(
+        &fake.endpoint(),
+        imagekeeper::cri::CONTAINERD_CRI_NAMESPACE,
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_secs(5),
+    )
+    .expect("a client");
+    let removed = imagekeeper::agent::remove_runtime_pin_labels(&client, false, Some(&second_id))
+        .await
+        .expect("remove");
+    assert!(removed.is_empty(), "{removed:?}");
+    assert_eq!(fake.image_labels(TAG), labels);
+    let removed = imagekeeper::agent::remove_runtime_pin_labels(&client, false, Some(&first_id))
+        .await
+        .expect("remove");
+    assert!(!removed.is_empty());
+    assert!(
+        removed
+            .iter()
+            .all(|r| r.instance.as_deref() == Some(first_id.as_str())),
+        "{removed:?}"
+    );
+    assert!(
+        !fake
+            .image_labels(TAG)
+            .contains_key("io.cri-containerd.pinned"),
+        "the first instance's pin is gone"
+    );
+}
+
+/// Issue 53: a containerd Images service that accepts calls and never answers. Before, every
+/// detect and GC cycle awaited the runtime pins' reconcile (the 30 s call timeout each time),
+/// `imagekeeper gc` through the agent timed out and `/readyz` said "ok". Now a detect cycle
+/// leaves the reconcile to the runtime pins' own task (the image cache cycle after it runs
+/// while that reconcile's call still hangs: no call to the Images service has ended yet), a
+/// GC cycle gives up on it after 10 s, and `/readyz` (a `degraded:` line, still ready) and
+/// `imagekeeper_runtime_pins_failing` report it until a reconcile carries the keeps again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containerd_images_service_that_never_answers_holds_no_cycle_and_is_reported() {
+    let AgentFixture { fake, dir, db, .. } = AgentFixture::builder()
+        .image("sha256:aaa", TAG, 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
+    fake.set_version(RuntimeVersion {
+        version: "0.1.0".into(),
+        runtime_name: "containerd".into(),
+        runtime_version: "v2.1.0".into(),
+        runtime_api_version: "v1".into(),
+    });
+    fake.list_pin_labels_as_pinned(true);
+    fake.hang("Images.List");
+    let flags = FlagValues {
+        db: Some(db),
+        container_runtime_endpoint: Some(fake.endpoint()),
+        admin_socket: Some(dir.path().join("admin.sock")),
+        image_gc_high_threshold: Some(100),
+        image_gc_low_threshold: Some(99),
+        detect_period: Some("3600s".into()),
+        image_cache_period: Some("3600s".into()),
+        gc_period: Some("3600s".into()),
+        ..FlagValues::default()
+    };
+    let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
+    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
+        1_800_000_000,
+    )));
+    let agent = Arc::new(Agent::start(config, clock).await.expect("agent starts"));
+    let mut batch = Batch::new();
+    batch.put_pin(
+        PinKey::new(TAG.to_owned(), String::new()),
+        ImagePin {
+            created_at: UnixNanos::from_secs(1_800_000_000),
+            until: UnixNanos::NEVER,
+            reason: "lab".to_owned(),
+        },
+    );
+    agent.store().apply(&batch).expect("the pin is stored");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(agent.clone().serve(
+        imagekeeper::agent::Listeners::default(),
+        async move {
+            let _ = stop_rx.await;
+        },
+        std::time::Duration::from_secs(5),
+    ));
+
+    // The start-up detect, then the image cache cycle, with the detect's reconcile hanging.
+    crate::support::wait_for(
+        "the image cache cycle and a hanging Images.List",
+        std::time::Duration::from_secs(60),
+        || async {
+            (fake.calls("ImageFsInfo") >= 1 && fake.hanging("Images.List") >= 1).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        fake.calls("Images.List"),
+        fake.hanging("Images.List"),
+        "the cycles went on while the reconcile's first call still hung (none had ended)"
+    );
+    // The start-up GC cycle gives its reconcile up: reported, still ready.
+    let degraded = crate::support::wait_for(
+        "/readyz to say the runtime pins are failing",
+        std::time::Duration::from_secs(60),
+        || async {
+            agent
+                .readiness()
+                .ok()
+                .filter(|text| text.contains("degraded: the runtime pins cannot be carried"))
+        },
+    )
+    .await;
+    assert!(
+        degraded.contains("did not answer within 10 s"),
+        "{degraded}"
+    );
+    assert_eq!(
+        metric(&agent.render_metrics(), "imagekeeper_runtime_pins_failing").as_deref(),
+        Some("1")
+    );
+
+    // containerd answers again: the next reconcile carries the pin and the report clears.
+    fake.clear("Images.List");
+    crate::support::wait_for(
+        "a reconcile to carry the pin once containerd answers",
+        std::time::Duration::from_secs(60),
+        || async {
+            assert_eq!(agent.garbage_collect(false).await.error, None);
+            (agent
+                .readiness()
+                .is_ok_and(|text| !text.contains("degraded")))
+            .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        fake.image_labels(TAG)
+            .get("io.cri-containerd.pinned")
+            .map(String::as_str),
+        Some("pinned")
+    );
+    assert_eq!(
+        metric(&agent.render_metrics(), "imagekeeper_runtime_pins_failing").as_deref(),
+        Some("0")
+    );
+    stop_tx.send(()).expect("the agent waits for the stop");
+    serving.await.expect("join").expect("served");
+}

@@ -111,7 +111,7 @@ impl Drop for Filler {
 struct Cleanup {
     endpoint: String,
     crictl: String,
-    side_loaded: String,
+    side_loaded: Option<String>,
 }
 
 impl Drop for Cleanup {
@@ -121,6 +121,9 @@ impl Drop for Cleanup {
             "--container-runtime-endpoint",
             &self.endpoint,
         ]);
+        let Some(side_loaded) = &self.side_loaded else {
+            return;
+        };
         let _ = std::process::Command::new(&self.crictl)
             .args([
                 "--runtime-endpoint",
@@ -128,7 +131,7 @@ impl Drop for Cleanup {
                 "--image-endpoint",
                 &self.endpoint,
             ])
-            .args(["rmi", &self.side_loaded])
+            .args(["rmi", side_loaded])
             .output();
     }
 }
@@ -230,7 +233,7 @@ async fn the_real_kubelets_image_gc_and_delete_unused_images_spare_the_agents_pi
     let _cleanup = Cleanup {
         endpoint: kl.env("KUBELET_LAB_ENDPOINT"),
         crictl: kl.env("KUBELET_LAB_CRICTL"),
-        side_loaded: side_loaded.clone(),
+        side_loaded: Some(side_loaded.clone()),
     };
     let ctr = std::path::Path::new(&kl.lab.env("CRI_LAB_CONTAINERD_BIN")).join("ctr");
     let out = std::process::Command::new(&ctr)
@@ -345,6 +348,13 @@ async fn the_real_kubelets_image_gc_and_delete_unused_images_spare_the_agents_pi
         restarted.elapsed().as_secs_f64()
     );
     filler.remove();
+    // What the image filesystem holds without the filler (statvfs, as the kubelet's cadvisor
+    // reads it): a pressure that outlasts the filler's removal names its cause from here.
+    let (capacity, available) = imagefs(&kl);
+    println!(
+        "filler removed: image filesystem {:.1} % used, {available} of {capacity} bytes available",
+        (capacity - available) as f64 * 100.0 / capacity as f64
+    );
     let log = kl.log();
     assert!(
         log.contains(
@@ -462,4 +472,91 @@ async fn the_real_kubelets_image_gc_and_delete_unused_images_spare_the_agents_pi
         "keeps test: {:.0} s in all",
         test_started.elapsed().as_secs_f64()
     );
+}
+
+/// A pin reaches the runtime when it is made (issue 53, item 2), proved the way a node would
+/// press on it: the agent at its default periods (a detect every 5 minutes, its own GC off),
+/// `imagekeeper pin` through it, and the kubelet's pressure at once, with no wait for a label
+/// or a cycle: when `pin` answers, crictl already lists the image `pinned: true`, and the
+/// eviction manager's DeleteUnusedImages (every 10 s under pressure, MinAge 1 s) removes the
+/// other unused image and leaves the pinned one. `unpin` answers once the runtime carries
+/// that too, and the next pass takes the image. Before the fix, the label came with the next
+/// detect, minutes away, and the kubelet removed the image about 20 s after the pin.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the kubelet lab: scripts/kubelet-lab up, IMAGEKEEPER_KUBELET_LAB_ENV (scripts/test runs it)"]
+async fn a_pin_through_the_agent_at_its_default_periods_is_carried_when_pin_answers_so_the_real_kubelets_delete_unused_images_right_after_spares_it_until_unpin()
+ {
+    let mut kl = kubelet_lab("kubelet::lab::keeps::pin_under_pressure").await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    remove_all_images_but_the_sandbox(&kl);
+    let kept = reference(&kl, "data:5mb");
+    let other = reference(&kl, "data:1mb");
+    kl.crictl(&["pull", &kept]);
+    kl.crictl(&["pull", &other]);
+    let (kept_id, other_id) = (crictl_id(&kl, &kept), crictl_id(&kl, &other));
+    let _cleanup = Cleanup {
+        endpoint: kl.env("KUBELET_LAB_ENDPOINT"),
+        crictl: kl.env("KUBELET_LAB_CRICTL"),
+        side_loaded: None,
+    };
+    let db = dir.path().join("records.redb");
+    let agent = Agent::spawn(
+        &kl,
+        dir.path(),
+        &db,
+        &[
+            "--image-gc-high-threshold",
+            "100",
+            "--image-gc-low-threshold",
+            "99",
+        ],
+    );
+    agent.wait_for_line(&["Detected images"], 0).await;
+    assert_eq!(crictl_pinned(&kl, &kept_id), Some(false), "{kept}");
+
+    through_agent(dir.path(), &["pin", &kept, "--reason", "kubelet-lab"]);
+    assert_eq!(
+        crictl_pinned(&kl, &kept_id),
+        Some(true),
+        "the runtime carries the pin when `pin` answers"
+    );
+    // The pressure, right after: every image unused and past MinAge is the eviction
+    // manager's to remove at its next pass.
+    kl.write_drop_in(
+        "70-imagefs-pressure",
+        "imageMinimumGCAge: 1s\nevictionHard:\n  imagefs.available: \"99%\"\n",
+    );
+    kl.restart();
+    let (removal, _) = kl
+        .wait_for_log_line(
+            &["Removing image to free bytes", &other_id],
+            0,
+            EVICTION_PASS,
+        )
+        .await;
+    println!("{removal}");
+    let listed = kl.crictl_image_ids();
+    assert!(!listed.contains(&other_id), "{listed:?}");
+    assert!(
+        listed.contains(&kept_id),
+        "the pinned image stays: {listed:?}"
+    );
+    assert_eq!(removals_of(&kl.log(), 0, &kept_id), 0, "never tried");
+
+    let from = kl.log().len();
+    through_agent(dir.path(), &["unpin", &kept]);
+    assert_eq!(
+        crictl_pinned(&kl, &kept_id),
+        Some(false),
+        "the runtime drops the pin when `unpin` answers"
+    );
+    let (removal, _) = kl
+        .wait_for_log_line(
+            &["Removing image to free bytes", &kept_id],
+            from,
+            EVICTION_PASS,
+        )
+        .await;
+    println!("after unpin: {removal}");
+    drop(agent);
 }
