@@ -138,8 +138,27 @@ pub(super) fn check_eviction(input: &DoctorInput<'_>) -> Vec<Finding> {
             if high as f64 >= line {
                 // Five points of margin under the line (GC runs every period, usage climbs
                 // in between), and ten between the thresholds: 80 / 70 under 85.
-                let suggest_high = (line.ceil() as i64 - 5).max(1);
+                let suggest_high = line.ceil() as i64 - 5;
                 let suggest_low = (suggest_high - 10).max(0);
+                // An absurd threshold (100% free evicts at 0% used) leaves no GC threshold
+                // below it to suggest: the kubelet's setting is what to fix (issue 53).
+                let fix = if suggest_high < 1 {
+                    format!(
+                        "lower the kubelet's {field} {signal} to a share that leaves room for \
+                         image GC below its line (the kubelet's default, 15%, evicts at 85% \
+                         used): at {shown} it evicts at {} used, below any \
+                         --image-gc-high-threshold imagekeeper could set",
+                        percent(line)
+                    )
+                } else {
+                    format!(
+                        "set imagekeeper's --image-gc-high-threshold (imageGCHighThresholdPercent) \
+                         below {}, for example --image-gc-high-threshold {suggest_high} \
+                         --image-gc-low-threshold {suggest_low}, or lower the kubelet's {field} \
+                         {signal} so that it evicts above {high}% used",
+                        percent(line)
+                    )
+                };
                 findings.push(Finding::conflict(
                     &name,
                     format!(
@@ -149,13 +168,7 @@ pub(super) fn check_eviction(input: &DoctorInput<'_>) -> Vec<Finding> {
                          own order without imagekeeper's history, before imagekeeper's GC acts",
                         percent(line)
                     ),
-                    format!(
-                        "set imagekeeper's --image-gc-high-threshold (imageGCHighThresholdPercent) \
-                         below {}, for example --image-gc-high-threshold {suggest_high} \
-                         --image-gc-low-threshold {suggest_low}, or lower the kubelet's {field} \
-                         {signal} so that it evicts above {high}% used",
-                        percent(line)
-                    ),
+                    fix,
                 ));
             } else {
                 findings.push(Finding::ok(

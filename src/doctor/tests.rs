@@ -1061,3 +1061,46 @@ fn an_invalid_kubelet_config_is_refused_with_the_kubelets_validation_texts_aggre
         );
     }
 }
+
+/// Issue 53: an absurd evictionHard (imagefs.available 99%: evicts at 1% used) was advised
+/// "below 1%, for example --image-gc-high-threshold 1". No threshold fits below such a
+/// line: the advice is to fix the kubelet's setting.
+#[test]
+fn an_absurd_eviction_threshold_is_advised_to_be_lowered_not_undercut() {
+    for available in ["99%", "97%"] {
+        let findings = run(
+            &kubelet(&format!(
+                "evictionHard:\n  imagefs.available: {available}\n"
+            )),
+            &ours(FlagValues::default()),
+            &unreachable(),
+            false,
+        );
+        let eviction = find(&findings, "eviction-hard-imagefs");
+        assert_eq!(eviction.status, Status::Conflict, "{eviction:?}");
+        let fix = eviction.fix.as_deref().unwrap_or_default();
+        assert!(
+            !fix.contains("--image-gc-high-threshold (") && !fix.contains("below 0%"),
+            "{fix}"
+        );
+        assert!(
+            fix.contains("lower the kubelet's evictionHard imagefs.available"),
+            "{fix}"
+        );
+    }
+    // A sane line keeps the threshold advice.
+    let findings = run(
+        &kubelet("evictionHard:\n  imagefs.available: 90%\n"),
+        &ours(FlagValues::default()),
+        &unreachable(),
+        false,
+    );
+    let fix = find(&findings, "eviction-hard-imagefs")
+        .fix
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        fix.contains("--image-gc-high-threshold 5 --image-gc-low-threshold 0"),
+        "{fix}"
+    );
+}
