@@ -751,6 +751,14 @@ impl Writer {
     }
 }
 
+impl Drop for Writer {
+    /// A test that fails (panics) while its writer runs takes the writer down with it.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The writer child's whole life (see [`Writer`]): it runs inside the test binary started
 /// again on [`WRITER_TEST`] with [`WRITER_ENV`] set, so no `#[test]` exists only to host it.
 fn writer_child(db: &std::ffi::OsStr) {
@@ -811,7 +819,12 @@ fn gc_burst(store: &Store, commands: &Receiver<String>) -> u64 {
     let mut commits = 9u64;
     println!("bursting");
     let mut next = LIVE;
-    while commands.try_recv().is_err() {
+    // Until `stop`, or until the test that started it is gone (its stdin closed): a writer
+    // orphaned by a failed test once committed back to back for over an hour.
+    while matches!(
+        commands.try_recv(),
+        Err(std::sync::mpsc::TryRecvError::Empty)
+    ) {
         let mut batch = Batch::new();
         for n in next - LIVE..next - LIVE + CHURN {
             batch.remove(key(&format!("b{n:x}"), ""));
