@@ -1002,7 +1002,9 @@ async fn a_present_warm_entry_and_a_side_loaded_image_are_pinned_on_1_7_and_2_1_
     assert_eq!(why(&warm.reference).as_deref(), warm_why);
     assert_eq!(why(&side_name).as_deref(), side_why);
     // `inspect explain` through the agent: the warm entry (which the file alone cannot show)
-    // and the side-loaded image, each with why it is kept and whether the runtime carries it.
+    // and the side-loaded image, each with why it is kept and whether the runtime carries it:
+    // what CRI ListImages listed at the agent's last detect, so one cycle after the labels.
+    agent.cycle();
     let explained = explain_runtime_pins(dir.path(), &[]);
     for (image, keep) in [(&warm, "warm"), (&source, "no-repo-digest")] {
         let (_, got_keep, pinned, note) = explained
