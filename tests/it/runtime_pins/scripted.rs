@@ -18,6 +18,30 @@ use crate::support::agent::AgentFixture;
 
 const TAG: &str = "registry.example/app:1";
 
+/// The fake answers CRI Version as containerd 2.1 does: runtime pins turn on.
+fn speak_containerd_2_1(fake: &imagekeeper::cri::FakeRuntime) {
+    fake.set_version(RuntimeVersion {
+        version: "0.1.0".into(),
+        runtime_name: "containerd".into(),
+        runtime_version: "v2.1.0".into(),
+        runtime_api_version: "v1".into(),
+    });
+}
+
+/// An operator's pin of [`TAG`], in force for good, stored in `agent`'s database.
+fn pin_tag(agent: &Agent, reason: &str) {
+    let mut batch = Batch::new();
+    batch.put_pin(
+        PinKey::new(TAG.to_owned(), String::new()),
+        ImagePin {
+            created_at: UnixNanos::from_secs(1_800_000_000),
+            until: UnixNanos::NEVER,
+            reason: reason.to_owned(),
+        },
+    );
+    agent.store().apply(&batch).expect("the pin is stored");
+}
+
 fn metric(metrics: &str, name: &str) -> Option<String> {
     metrics
         .lines()
@@ -31,12 +55,7 @@ async fn a_label_the_cri_lists_pinned_false_is_not_carried_and_the_disagreement_
         .image_fs_used(1000)
         .start()
         .await;
-    fake.set_version(RuntimeVersion {
-        version: "0.1.0".into(),
-        runtime_name: "containerd".into(),
-        runtime_version: "v2.1.0".into(),
-        runtime_api_version: "v1".into(),
-    });
+    speak_containerd_2_1(&fake);
     let flags = FlagValues {
         db: Some(db),
         container_runtime_endpoint: Some(fake.endpoint()),
@@ -50,16 +69,7 @@ async fn a_label_the_cri_lists_pinned_false_is_not_carried_and_the_disagreement_
         1_800_000_000,
     )));
     let agent = Agent::start(config, clock).await.expect("agent starts");
-    let mut batch = Batch::new();
-    batch.put_pin(
-        PinKey::new(TAG.to_owned(), String::new()),
-        ImagePin {
-            created_at: UnixNanos::from_secs(1_800_000_000),
-            until: UnixNanos::NEVER,
-            reason: "lab".to_owned(),
-        },
-    );
-    agent.store().apply(&batch).expect("the pin is stored");
+    pin_tag(&agent, "lab");
 
     // The first cycle labels both names of the kept image; the CRI listed it unpinned.
     assert_eq!(agent.garbage_collect(false).await.error, None);
@@ -136,12 +146,7 @@ async fn a_second_agent_on_the_same_containerd_leaves_the_first_ones_pins_alone(
         .image_fs_used(1000)
         .start()
         .await;
-    fake.set_version(RuntimeVersion {
-        version: "0.1.0".into(),
-        runtime_name: "containerd".into(),
-        runtime_version: "v2.1.0".into(),
-        runtime_api_version: "v1".into(),
-    });
+    speak_containerd_2_1(&fake);
     fake.list_pin_labels_as_pinned(true);
     let other_dir = tempfile::tempdir().expect("temp dir");
     let start = |db: std::path::PathBuf, dir: &std::path::Path| {
@@ -174,16 +179,7 @@ async fn a_second_agent_on_the_same_containerd_leaves_the_first_ones_pins_alone(
     let (first_id, second_id) = (instance(&first), instance(&second));
     assert_ne!(first_id, second_id, "each database has its own instance");
 
-    let mut batch = Batch::new();
-    batch.put_pin(
-        PinKey::new(TAG.to_owned(), String::new()),
-        ImagePin {
-            created_at: UnixNanos::from_secs(1_800_000_000),
-            until: UnixNanos::NEVER,
-            reason: "first".to_owned(),
-        },
-    );
-    first.store().apply(&batch).expect("the pin is stored");
+    pin_tag(&first, "first");
     assert_eq!(first.garbage_collect(false).await.error, None);
     let labels = fake.image_labels(TAG);
     assert_eq!(
@@ -265,12 +261,7 @@ async fn a_containerd_images_service_that_never_answers_holds_no_cycle_and_is_re
         .image_fs_used(1000)
         .start()
         .await;
-    fake.set_version(RuntimeVersion {
-        version: "0.1.0".into(),
-        runtime_name: "containerd".into(),
-        runtime_version: "v2.1.0".into(),
-        runtime_api_version: "v1".into(),
-    });
+    speak_containerd_2_1(&fake);
     fake.list_pin_labels_as_pinned(true);
     fake.hang("Images.List");
     let flags = FlagValues {
@@ -289,16 +280,7 @@ async fn a_containerd_images_service_that_never_answers_holds_no_cycle_and_is_re
         1_800_000_000,
     )));
     let agent = Arc::new(Agent::start(config, clock).await.expect("agent starts"));
-    let mut batch = Batch::new();
-    batch.put_pin(
-        PinKey::new(TAG.to_owned(), String::new()),
-        ImagePin {
-            created_at: UnixNanos::from_secs(1_800_000_000),
-            until: UnixNanos::NEVER,
-            reason: "lab".to_owned(),
-        },
-    );
-    agent.store().apply(&batch).expect("the pin is stored");
+    pin_tag(&agent, "lab");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(agent.clone().serve(
         imagekeeper::agent::Listeners::default(),
