@@ -133,9 +133,6 @@ impl<R: AgentRuntime> Agent<R> {
         }
     }
 
-    /// After a detect: `auto` decides (once the runtime answers Version) and, when on,
-    /// containerd's labels are made to match what the detect found kept. A detect after the
-    /// runtime came back reconciles too, so a restart of either side heals at its first cycle.
     /// A reconcile of the runtime pins, given up after [`runtime_pins::RECONCILE_BOUND`]: a
     /// containerd Images service that accepts calls and never answers holds its caller (a GC
     /// cycle, `imagekeeper gc` or `pin` through the agent) that long at most, and is reported
@@ -153,6 +150,9 @@ impl<R: AgentRuntime> Agent<R> {
         }
     }
 
+    /// After a detect: `auto` decides (once the runtime answers Version) and, when on,
+    /// containerd's labels are made to match what the detect found kept. A detect after the
+    /// runtime came back reconciles too, so a restart of either side heals at its first cycle.
     async fn reconcile_runtime_pins(&self) {
         let _turn = self.runtime_pins_turn.lock().await;
         if self.runtime_pins.state() == crate::gc::runtime_pins::PinsState::Undecided {

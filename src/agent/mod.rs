@@ -71,7 +71,9 @@ pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
 };
 pub use reload::{ConfigSource, ReloadReport};
-pub use runtime_pins::{INSTANCE_ID_META, RemovedPinLabel, instance_id, remove_runtime_pin_labels};
+pub use runtime_pins::{
+    INSTANCE_ID_META, RemovedPinLabel, instance_id, remove_runtime_pin_labels, stored_instance_id,
+};
 pub use serve::Listeners;
 pub use warm::{WARM_POD_NAME, restore_images};
 

@@ -30,7 +30,7 @@ use super::config::RuntimePins;
 use crate::cri::ContainerdImages;
 use crate::gc::KeptImage;
 use crate::gc::runtime_pins::{
-    CarriedKeep, INSTANCE_LABEL, LabelChange, OWN_LABEL, PinsState, carried_keeps, other_instances,
+    CarriedKeep, LabelChange, OWN_LABEL, PinsState, carried_keeps, label_instance, other_instances,
     pinned_names, plan_label_changes, runtime_pin_answer, state_note,
 };
 use crate::runtime::{CriError, RpcCode, RuntimeVersion, runtime_carries_pins};
@@ -76,17 +76,29 @@ pub const INSTANCE_ID_META: &str = "instance_id";
 /// This database's agent instance, as `io.imagekeeper.instance` carries it (16 hex digits):
 /// read from the `meta` table, or drawn at random and written there the first time.
 pub fn instance_id(store: &crate::store::Store) -> Result<String, crate::store::StoreError> {
-    let id = match store.meta(INSTANCE_ID_META)? {
-        Some(id) if id != 0 => id,
-        _ => {
-            let id = fastrand::i64(1..);
-            let mut batch = crate::store::Batch::new();
-            batch.set_meta(INSTANCE_ID_META, id);
-            store.apply(&batch)?;
-            id
-        }
-    };
-    Ok(format!("{:016x}", id as u64))
+    if let Some(instance) = stored_instance_id(store)? {
+        return Ok(instance);
+    }
+    let id = fastrand::i64(1..);
+    let mut batch = crate::store::Batch::new();
+    batch.set_meta(INSTANCE_ID_META, id);
+    store.apply(&batch)?;
+    Ok(instance_text(id))
+}
+
+/// The agent instance `store` names (16 hex digits), if an agent has named one; read-only.
+pub fn stored_instance_id(
+    store: &crate::store::Store,
+) -> Result<Option<String>, crate::store::StoreError> {
+    Ok(store
+        .meta(INSTANCE_ID_META)?
+        .filter(|id| *id != 0)
+        .map(instance_text))
+}
+
+/// An instance id as `io.imagekeeper.instance` carries it: 16 hex digits.
+fn instance_text(id: i64) -> String {
+    format!("{:016x}", id as u64)
 }
 
 impl RuntimePinner {
@@ -377,11 +389,7 @@ pub async fn remove_runtime_pin_labels(
         if !image.labels.contains_key(OWN_LABEL) {
             continue;
         }
-        let owner = image
-            .labels
-            .get(INSTANCE_LABEL)
-            .filter(|o| !o.is_empty())
-            .cloned();
+        let owner = label_instance(&image).map(str::to_owned);
         if instance.is_some_and(|wanted| owner.as_deref() != Some(wanted)) {
             continue;
         }

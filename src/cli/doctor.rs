@@ -114,11 +114,8 @@ pub(crate) async fn findings(
                                 .contains_key(imagekeeper::gc::runtime_pins::OWN_LABEL)
                         })
                         .map(|i| {
-                            let owner = i
-                                .labels
-                                .get(imagekeeper::gc::runtime_pins::INSTANCE_LABEL)
-                                .filter(|o| !o.is_empty())
-                                .cloned();
+                            let owner = imagekeeper::gc::runtime_pins::label_instance(&i)
+                                .map(str::to_owned);
                             (i.name, owner)
                         })
                         .collect()
@@ -162,12 +159,9 @@ fn read_instance(config: &AgentConfig) -> Option<String> {
     }
     let super::db::DryRunStore { store, copy: _copy } =
         super::db::open_for_dry_run(&config.db).ok()?;
-    let id = store
-        .meta(imagekeeper::agent::INSTANCE_ID_META)
+    imagekeeper::agent::stored_instance_id(&store)
         .ok()
         .flatten()
-        .filter(|id| *id != 0)?;
-    Some(format!("{:016x}", id as u64))
 }
 
 /// containerd's image names and labels (its Images service at `containerdAddress`, namespace

@@ -48,13 +48,22 @@ pub enum LabelOwner<'a> {
     Other(&'a str),
 }
 
+/// The instance `image`'s [`INSTANCE_LABEL`] names; `None` when it has none (or an empty one).
+pub fn label_instance(image: &LabelledImage) -> Option<&str> {
+    image
+        .labels
+        .get(INSTANCE_LABEL)
+        .map(String::as_str)
+        .filter(|owner| !owner.is_empty())
+}
+
 /// Whose imagekeeper label `image` carries, seen from `instance`.
 pub fn label_owner<'a>(image: &'a LabelledImage, instance: &str) -> LabelOwner<'a> {
     if !image.labels.contains_key(OWN_LABEL) {
         return LabelOwner::NotImagekeepers;
     }
-    match image.labels.get(INSTANCE_LABEL).map(String::as_str) {
-        None | Some("") => LabelOwner::Unnamed,
+    match label_instance(image) {
+        None => LabelOwner::Unnamed,
         Some(owner) if owner == instance => LabelOwner::Mine,
         Some(owner) => LabelOwner::Other(owner),
     }

@@ -169,12 +169,9 @@ async fn a_second_agent_on_the_same_containerd_leaves_the_first_ones_pins_alone(
         .await
         .expect("the second agent starts");
     let instance = |agent: &Agent| {
-        let id = agent
-            .store()
-            .meta(imagekeeper::agent::INSTANCE_ID_META)
+        imagekeeper::agent::stored_instance_id(agent.store())
             .expect("meta")
-            .expect("an instance id once started");
-        format!("{:016x}", id as u64)
+            .expect("an instance id once started")
     };
     let (first_id, second_id) = (instance(&first), instance(&second));
     assert_ne!(first_id, second_id, "each database has its own instance");
