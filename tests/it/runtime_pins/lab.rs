@@ -34,14 +34,9 @@ fn release_carries_pins(lab: &Lab) -> bool {
     lab.containerd_release().pins()
 }
 
-/// The lab release's `ctr` (its bin dir from lab.env, else the system's).
+/// The lab release's `ctr` in the CRI's namespace.
 fn ctr(lab: &Lab) -> Command {
-    let bin = lab.env_or("CRI_LAB_CONTAINERD_BIN", "/usr/bin");
-    let mut c = Command::new(Path::new(&bin).join("ctr"));
-    c.arg("--address")
-        .arg(lab.dir.join("containerd/containerd.sock"))
-        .args(["-n", "k8s.io"]);
-    c
+    lab.ctr()
 }
 
 /// `ctr images label NAME key=value` (an empty value removes the label), as an operator does.

@@ -136,6 +136,19 @@ impl Lab {
             .unwrap_or_else(|| panic!("lab.env has no {key}: run scripts/cri-lab up again"))
     }
 
+    /// The lab release's `ctr` (its bin dir from lab.env, else the system's) on the lab's
+    /// socket, in the CRI's namespace (`k8s.io`). The system's `ctr` may be of another release
+    /// than the lab's containerd.
+    pub fn ctr(&self) -> std::process::Command {
+        let bin = self.env_or("CRI_LAB_CONTAINERD_BIN", "/usr/bin");
+        let mut command = std::process::Command::new(Path::new(&bin).join("ctr"));
+        command
+            .arg("--address")
+            .arg(self.dir.join("containerd/containerd.sock"))
+            .args(["-n", "k8s.io"]);
+        command
+    }
+
     /// The value of `key` in lab.env, or `default` when a lab started by an older
     /// `scripts/cri-lab` lacks it.
     pub fn env_or(&self, key: &str, default: &str) -> String {

@@ -180,11 +180,9 @@ fn import(lab: &support::Lab, reference: &str, name: &str, dir: &Path) {
         .status()
         .expect("run skopeo");
     assert!(status.success(), "skopeo copy: {status}");
-    let address = lab.dir.join("containerd/containerd.sock");
-    let status = Command::new("ctr")
-        .arg("--address")
-        .arg(&address)
-        .args(["-n", "k8s.io", "images", "import"])
+    let status = lab
+        .ctr()
+        .args(["images", "import"])
         .arg(&tar)
         .status()
         .expect("run ctr");
@@ -215,11 +213,14 @@ async fn an_imported_image_is_kept_by_prune_and_removed_with_protect_irreplaceab
     // The same image pulled earlier would lend the import its repo digest: gone first.
     let _ = client.remove_image(&row.image_id, "").await;
     import(&lab, &row.reference, name, dir.path());
-    let imported = client
-        .image_status(name, "")
-        .await
-        .expect("image status")
-        .expect("the imported image is there");
+    // containerd's CRI learns of an image created through the images service (as `ctr
+    // images import` creates it) from its event stream, after `ctr` has returned: polled.
+    let imported = support::wait_for(
+        "the CRI to list the imported image",
+        std::time::Duration::from_secs(30),
+        || async { client.image_status(name, "").await.expect("image status") },
+    )
+    .await;
     assert!(imported.repo_digests.is_empty(), "{imported:?}");
     let db = dir.path().join("records.redb");
     let socket = dir.path().join("admin.sock");
