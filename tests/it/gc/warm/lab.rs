@@ -85,7 +85,6 @@ impl AgentRuntime for LabRuntime {
 /// containerd with `ctr -n k8s.io images rm`, as an operator (or another tool) would, behind
 /// imagekeeper's back; then the CRI lists it no more.
 async fn ctr_remove(lab: &Lab, client: &CriClient, image: &LabImage) {
-    let socket = lab.endpoint.trim_start_matches("unix://");
     let mut names = vec![image.image_id.clone()];
     for same in lab.images.iter().filter(|i| i.image_id == image.image_id) {
         names.push(same.reference.clone());
@@ -102,8 +101,9 @@ async fn ctr_remove(lab: &Lab, client: &CriClient, image: &LabImage) {
     }
     names.sort();
     names.dedup();
-    let output = std::process::Command::new("ctr")
-        .args(["--address", socket, "-n", "k8s.io", "images", "rm"])
+    let output = lab
+        .ctr()
+        .args(["images", "rm"])
         .args(&names)
         .output()
         .expect("ctr runs");
