@@ -17,7 +17,8 @@
 //! settings, the credential providers — their paths and the contents of their config file —
 //! and the node credentials' search path that a changed `kubeletRootDir` moves; the database,
 //! sockets and periods are flags only) keep their running value and are named in a warning:
-//! they take effect at the next start.
+//! they take effect at the next start. Every setting of the table ([`CONFIG_FIELDS`]) whose
+//! value differs is named in the report, where its `reload` column puts it.
 //!
 //! Invariants: reloads run one at a time; the running configuration ([`Agent::config`]) is
 //! replaced only after the manager accepted the new one; every reload is counted once, as a
@@ -29,6 +30,7 @@ use tracing::{error, info, warn};
 
 use super::config::{AgentConfig, ConfigError, FileConfig, FlagValues};
 use super::{Agent, AgentRuntime, lock_ignoring_poison};
+use crate::config::{CONFIG_FIELDS, OnReload};
 
 /// Where the agent's configuration came from: the `--config` file (if any) and the flags given
 /// on the command line (`None` or empty: not given).
@@ -175,9 +177,42 @@ fn differences(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
             .map(|(_, name)| *name)
             .collect()
     };
-    ReloadReport {
+    let mut report = ReloadReport {
         changed: names(&swapped),
         needs_restart: names(&restart),
+    };
+    // Every other setting of the table whose value differs, reported as the table says a
+    // reload treats it: a setting the lists above miss is named, never `changed=nothing`.
+    for field in CONFIG_FIELDS {
+        if (field.default)(old) == (field.default)(new)
+            || names_setting(&report.changed, field.key)
+            || names_setting(&report.needs_restart, field.key)
+        {
+            continue;
+        }
+        match field.on_reload {
+            OnReload::Applied => report.changed.push(field.key),
+            OnReload::NeedsRestart => report.needs_restart.push(field.key),
+        }
+    }
+    report
+}
+
+/// Whether one of `names` (a report's entries: `imageGCHighBytes/imageGCLowBytes`, `warm (the
+/// warm set: [[warm]], warmSetDir)`) names the setting `key`, as a whole word.
+fn names_setting(names: &[&str], key: &str) -> bool {
+    names.iter().any(|name| {
+        name.split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|word| word == key)
+    })
+}
+
+impl ReloadReport {
+    /// What a reload from `old` to `new` reports: the settings it swaps in and those that
+    /// wait for a restart, as [`Agent::reload`] computes them (every setting of
+    /// [`CONFIG_FIELDS`] whose value differs is named in one of the two).
+    pub fn between(old: &AgentConfig, new: &AgentConfig) -> ReloadReport {
+        differences(old, new)
     }
 }
 

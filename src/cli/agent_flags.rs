@@ -518,6 +518,50 @@ mod tests {
         }
     }
 
+    /// Issue 53: a reload names every setting whose value changed, where the table says a
+    /// reload puts it (swapped in, or waiting for a restart), so SIGHUP never logs
+    /// `changed=nothing` for a changed `runtimePins`, `containerdAddress` or `imageGCPolicy`.
+    #[test]
+    fn a_reload_names_every_changed_setting_where_the_table_says_it_applies() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().to_str().expect("utf8");
+        std::fs::create_dir(dir.path().join("warm")).expect("warm dir");
+        std::fs::write(
+            dir.path().join("warm/a.yaml"),
+            "warm:\n  - image: registry.k8s.io/pause:3.10\n",
+        )
+        .expect("warm file");
+        let defaults = AgentConfig::defaults().expect("the defaults are valid");
+        for (key, lines, _) in cases(root) {
+            let text = lines.join("\n");
+            let file: FileConfig =
+                toml::from_str(&text).unwrap_or_else(|e| panic!("{key}: {text}: {e}"));
+            let changed = AgentConfig::resolve(
+                &file,
+                Some(std::path::Path::new("/f.toml")),
+                &FlagValues::default(),
+            )
+            .unwrap_or_else(|e| panic!("{key}: {text}: {e}"));
+            let report = imagekeeper::agent::ReloadReport::between(&defaults, &changed);
+            let field = CONFIG_FIELDS
+                .iter()
+                .find(|f| f.key == key)
+                .expect("a case per declared setting");
+            let (named_in, list) = match field.on_reload {
+                imagekeeper::config::OnReload::Applied => ("changed", &report.changed),
+                imagekeeper::config::OnReload::NeedsRestart => {
+                    ("needs_restart", &report.needs_restart)
+                }
+            };
+            assert!(
+                list.iter().any(|name| name
+                    .split(|c: char| !c.is_ascii_alphanumeric())
+                    .any(|word| word == key)),
+                "{key} should be named in {named_in}: {report:?}"
+            );
+        }
+    }
+
     /// Issue 38: every old flag still works (the round trip above) and, when deprecated, says
     /// so once, naming the key that replaces it; a kept flag and `--set` warn nothing.
     #[test]

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use imagekeeper::agent::{Agent, ConfigSource, FlagValues};
 use imagekeeper::cri::FakeRuntime;
+use imagekeeper::gc::GcOrder;
 use imagekeeper::model::UnixNanos;
 
 use crate::support::agent::{AgentChild, AgentFixture, next_notify};
@@ -908,4 +909,43 @@ async fn a_reload_names_the_credential_settings_that_wait_for_a_restart() {
     let report = agent.reload().await.expect("reload");
     assert!(report.changed.is_empty(), "{report:?}");
     assert_eq!(report.needs_restart, ["imageCredentialProviderConfig"]);
+}
+
+/// A reload names the settings the running agent keeps until a restart (`runtimePins`,
+/// `containerdAddress`: the runtime pins' writer is built at start) and swaps in the removal
+/// order (`imageGCPolicy`, documented as applied on reload), rather than logging
+/// `changed=nothing` and keeping the old order.
+#[tokio::test]
+async fn a_reload_swaps_in_the_gc_policy_and_names_the_runtime_pin_settings_that_wait_for_a_restart()
+ {
+    let AgentFixture { fake, dir, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/a:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
+    let file = dir.path().join("imagekeeper.toml");
+    std::fs::write(&file, "imageGCHighThresholdPercent = 100\n").expect("write config");
+    let agent = agent_with_config_file(&fake, dir.path(), &file, FlagValues::default()).await;
+    let running = agent.config();
+    assert_eq!(agent.gc_manager().config().order, GcOrder::KubeletOrder);
+
+    std::fs::write(
+        &file,
+        "imageGCHighThresholdPercent = 100\nimageGCPolicy = \"predictive\"\nruntimePins = \"off\"\ncontainerdAddress = \"/run/other/containerd.sock\"\n",
+    )
+    .expect("rewrite config");
+    let report = agent.reload().await.expect("a valid file reloads");
+    assert_eq!(report.changed, ["imageGCPolicy"], "{report:?}");
+    assert_eq!(
+        report.needs_restart,
+        ["runtimePins", "containerdAddress"],
+        "{report:?}"
+    );
+    assert_eq!(agent.gc_manager().config().order, GcOrder::Predictive);
+    let now = agent.config();
+    assert_eq!(
+        now.runtime_pins, running.runtime_pins,
+        "kept until a restart"
+    );
+    assert_eq!(now.containerd_address, running.containerd_address);
 }
