@@ -205,9 +205,14 @@ impl NodeEvents {
     }
 }
 
-fn truncate(mut note: String) -> String {
-    if note.len() > MAX_NOTE_BYTES {
-        let mut end = MAX_NOTE_BYTES - 3;
+fn truncate(note: String) -> String {
+    truncate_to(note, MAX_NOTE_BYTES)
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), ending in `...` when cut.
+fn truncate_to(mut note: String, max: usize) -> String {
+    if note.len() > max {
+        let mut end = max - 3;
         while !note.is_char_boundary(end) {
             end -= 1;
         }
@@ -233,7 +238,10 @@ mod kube_sink {
 
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use super::{EventSink, NodeEvent, NodeEventType};
+    use super::{EventSink, NodeEvent, NodeEventType, truncate_to};
+
+    /// The most bytes of an API server's error logged for a lost Event.
+    const MAX_LOGGED_ERROR_BYTES: usize = 1024;
 
     /// Logs a dropped event once per run of drops.
     #[derive(Debug, Default)]
@@ -367,7 +375,10 @@ mod kube_sink {
                     match published {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => {
-                            warn!(error = %e, reason = %event.reason, "Cannot publish a Node Event");
+                            // The API server's (or a proxy's) text, cut: a Status message
+                            // of up to the body cap would otherwise be one log line.
+                            let error = truncate_to(e.to_string(), MAX_LOGGED_ERROR_BYTES);
+                            warn!(%error, reason = %event.reason, "Cannot publish a Node Event");
                         }
                         Err(_) => warn!(
                             deadline = ?limits.response_deadline,
