@@ -38,7 +38,8 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
                 Err(e) => return Err(EnsureImageError::InvalidPullSecret(e)),
             }
         }
-        self.images
+        let image_ref = self
+            .images
             .ensure_image_exists_with(
                 &pod,
                 &request.image,
@@ -47,7 +48,18 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
                 &request.runtime_handler,
             )
             .await
-            .map_err(EnsureImageError::Pull)
+            .map_err(EnsureImageError::Pull)?;
+        // A pulled image a keep names (a pinned tag that moved, a warm entry) carries its
+        // runtime pin when the answer comes, not at the next detect: the kubelet's
+        // DeleteUnusedImages may run before it.
+        // (Undecided too: the first reconcile asks the runtime's Version and decides.)
+        if !matches!(
+            self.runtime_pins.state(),
+            crate::gc::runtime_pins::PinsState::Off(_)
+        ) {
+            self.carry_keeps_now().await;
+        }
+        Ok(image_ref)
     }
 
     async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {

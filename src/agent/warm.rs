@@ -173,12 +173,20 @@ impl<R: AgentRuntime> Agent<R> {
         self.report_does_not_fit(&planned);
         self.metrics.record_warm_plan(&planned);
         *lock_ignoring_poison(&self.warm_last) = Some(planned.clone());
+        let any_pulled = !pulled.is_empty();
         let agent = Arc::clone(self);
-        self.off_the_workers(move || {
-            agent.persist_warm(&planned, &images, &pulled, now);
-            Ok(planned)
-        })
-        .await
+        let planned = self
+            .off_the_workers(move || {
+                agent.persist_warm(&planned, &images, &pulled, now);
+                Ok(planned)
+            })
+            .await?;
+        // A warm image just pulled is kept: its runtime pin is written now, not at the next
+        // detect (the kubelet's DeleteUnusedImages may run first, under pressure every 10 s).
+        if any_pulled {
+            self.carry_keeps_now().await;
+        }
+        Ok(planned)
     }
 
     /// Runs `work` on tokio's blocking pool, never on an async worker, and waits for it.

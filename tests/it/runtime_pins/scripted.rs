@@ -349,3 +349,68 @@ async fn a_containerd_images_service_that_never_answers_holds_no_cycle_and_is_re
     stop_tx.send(()).expect("the agent waits for the stop");
     serving.await.expect("join").expect("served");
 }
+
+/// Issue 53 (2): an image the agent pulls itself is pinned in the runtime when the pull is
+/// answered, not at the next detect (the kubelet's DeleteUnusedImages, every 10 s under
+/// pressure, may come first): a pinned name pulled through the admin `ensure`, and a warm
+/// entry pulled by the warm cycle. No GC cycle or detect runs in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_the_agent_pulls_for_a_keep_is_labelled_when_the_pull_is_answered() {
+    const WARM: &str = "registry.example/warm:1";
+    let AgentFixture { fake, dir, db, .. } = AgentFixture::builder()
+        .image("sha256:aaa", "registry.example/other:1", 1000)
+        .image_fs_used(1000)
+        .start()
+        .await;
+    speak_containerd_2_1(&fake);
+    fake.add_pullable(TAG, crate::support::agent::image("sha256:bbb", TAG, 1000));
+    fake.add_pullable(WARM, crate::support::agent::image("sha256:ccc", WARM, 1000));
+    let flags = FlagValues {
+        db: Some(db),
+        container_runtime_endpoint: Some(fake.endpoint()),
+        admin_socket: Some(dir.path().join("admin.sock")),
+        image_gc_high_threshold: Some(100),
+        image_gc_low_threshold: Some(99),
+        ..FlagValues::default()
+    };
+    let file: FileConfig =
+        toml::from_str(&format!("[[warm]]\nimage = \"{WARM}\"\n")).expect("toml");
+    let config = AgentConfig::resolve(&file, None, &flags).expect("config");
+    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
+        1_800_000_000,
+    )));
+    let agent = Arc::new(Agent::start(config, clock).await.expect("agent starts"));
+    pin_tag(&agent, "pinned before it was pulled");
+    let pinned = |name: &str| {
+        fake.image_labels(name)
+            .get("io.cri-containerd.pinned")
+            .cloned()
+    };
+    assert_eq!(pinned(TAG), None, "not present, not labelled");
+
+    let image_ref = agent
+        .ensure_image(imagekeeper::admin::EnsureRequest {
+            image: TAG.to_owned(),
+            ..imagekeeper::admin::EnsureRequest::default()
+        })
+        .await
+        .expect("pulled");
+    assert_eq!(image_ref, "sha256:bbb");
+    assert_eq!(
+        pinned(TAG).as_deref(),
+        Some("pinned"),
+        "the pinned name is labelled when the pull is answered"
+    );
+
+    assert_eq!(pinned(WARM), None);
+    let plan = agent.warm_cycle().await;
+    assert!(
+        fake.pulls().iter().any(|p| p.image == WARM),
+        "the warm cycle pulled the entry: {plan:?}"
+    );
+    assert_eq!(
+        pinned(WARM).as_deref(),
+        Some("pinned"),
+        "the warm image is labelled when the warm cycle ends"
+    );
+}
