@@ -822,6 +822,31 @@ async fn runtime_pins_move_with_a_moved_tag_and_match_the_keeps_after_agent_and_
     )
     .await;
 
+    // The tag moves back and forth, pulled through the agent (`imagekeeper pull --policy
+    // Always`), with no cycle: containerd's CRI drops the moved name's labels at the pull, and
+    // the agent labels it again before the pull answers (its detect period is 1 h here).
+    // (The 6 s pin's names stay out of this check: it may expire during it.)
+    let moving_scope = vec![moving.clone(), moving_at(&first), moving_at(&second)];
+    for (now, before) in [(&first, &second), (&second, &first)] {
+        push(&now.reference);
+        agent.cli(&["pull", &moving, "--policy", "Always"]);
+        expect_pinned(
+            &client,
+            &now.image_id,
+            carries,
+            "the tag's image, pulled through the agent",
+        )
+        .await;
+        expect_pinned(&client, &before.image_id, false, "the tag's old image").await;
+        expect_labelled_names(
+            &lab,
+            &moving_scope,
+            &labelled(vec![moving.clone(), moving_at(now)]),
+            "the tag moved by a pull through the agent",
+        )
+        .await;
+    }
+
     // Agent restart: the 6 s pin expires while the agent is down; after the restart's first
     // cycle its labels are gone and the other pin's are still there.
     drop(agent.kill());
