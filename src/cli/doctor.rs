@@ -81,11 +81,15 @@ pub(crate) async fn findings(
     runtime_timeout: Duration,
     check_runtime_pins: bool,
 ) -> Vec<Finding> {
-    let stale_intents = config.gc.kubelet_root_dir.as_deref().map(|root| {
-        PullRecordsReader::new(root)
-            .intents(config.gc.intent_age(SystemClock.now()))
-            .stale
-    });
+    let reader = config
+        .gc
+        .kubelet_root_dir
+        .as_deref()
+        .map(PullRecordsReader::new);
+    let stale_intents = reader
+        .as_ref()
+        .map(|r| r.intents(config.gc.intent_age(SystemClock.now())).stale);
+    let kubelet_preloaded = reader.as_ref().map(PullRecordsReader::preloaded);
     let (runtime, runtime_sandbox, version) = ask_runtime(CriConfig {
         connect_timeout: runtime_timeout,
         call_timeout: runtime_timeout,
@@ -144,6 +148,7 @@ pub(crate) async fn findings(
         pulls_with_credentials,
         runtime: &runtime,
         stale_intents: stale_intents.as_deref(),
+        kubelet_preloaded: kubelet_preloaded.as_ref(),
         images_on_nodefs,
         runtime_sandbox_image: runtime_sandbox.as_deref(),
         now: SystemClock.now(),

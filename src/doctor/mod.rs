@@ -12,7 +12,7 @@ mod kubelet_config;
 use serde::Serialize;
 
 use crate::config::{AgentConfig, ContainerEvents};
-use crate::kubelet::StaleIntent;
+use crate::kubelet::{PreloadedRecord, Scan, StaleIntent};
 use crate::model::{ImageFsStats, RuntimeImage, UnixNanos};
 use crate::warm::WarmState;
 
@@ -141,6 +141,9 @@ pub struct DoctorInput<'a> {
     /// The kubelet's pull intents older than imagekeeper's intent max age, as read now;
     /// `None` when imagekeeper does not read the kubelet's pull records.
     pub stale_intents: Option<&'a [StaleIntent]>,
+    /// The kubelet's observed preloaded records as read now (and the files skipped); `None`
+    /// when imagekeeper does not read the kubelet's pull records.
+    pub kubelet_preloaded: Option<&'a Scan<PreloadedRecord>>,
     /// Whether the image filesystem is the node's filesystem (the one holding the kubelet's
     /// root directory, the kubelet's nodefs): `None` when unknown.
     pub images_on_nodefs: Option<bool>,
@@ -191,6 +194,7 @@ pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
     findings.push(check_warm_set(input));
     findings.push(check_container_events(input));
     findings.push(check_stale_intents(input));
+    findings.push(check_preloaded_records(input));
     findings.push(check_runtime_pins(input));
     if let Some(view) = input.runtime_pins {
         findings.push(check_runtime_pin_instances(view));
@@ -778,6 +782,72 @@ fn check_stale_intents(input: &DoctorInput<'_>) -> Finding {
             ),
         ),
     }
+}
+
+/// How many preloaded records, and damaged files, the finding names.
+const PRELOADED_NAMED: usize = 10;
+
+/// The kubelet's observed preloaded records (KEP-2535, kubelet master
+/// pkg/kubelet/images/pullmanager/fs_pullrecords.go, `observed-preloaded/`): images it found
+/// present without having pulled them. Never a conflict: listed, with the damaged files
+/// skipped, because imagekeeper counts them as no use.
+fn check_preloaded_records(input: &DoctorInput<'_>) -> Finding {
+    let name = "kubelet-preloaded-records";
+    let Some(scan) = input.kubelet_preloaded else {
+        return Finding::not_checked(
+            name,
+            "imagekeeper does not read the kubelet's pull records (--kubelet-root-dir is empty)"
+                .to_owned(),
+        );
+    };
+    let mut message = if scan.found.is_empty() {
+        "the kubelet has no observed preloaded record".to_owned()
+    } else {
+        let mut records: Vec<String> = scan
+            .found
+            .iter()
+            .take(PRELOADED_NAMED)
+            .map(|r| match &r.observed_images[..] {
+                [] => r.image_ref.clone(),
+                names => format!("{} as {}", r.image_ref, quoted(names)),
+            })
+            .collect();
+        if scan.found.len() > PRELOADED_NAMED {
+            records.push(format!("and {} more", scan.found.len() - PRELOADED_NAMED));
+        }
+        format!(
+            "the kubelet observed {} image(s) preloaded (present on the node without a kubelet \
+             pull; imagekeeper's GC, like the kubelet's, counts this as no use): {}",
+            scan.found.len(),
+            records.join("; ")
+        )
+    };
+    if !scan.skipped.is_empty() {
+        let mut skipped: Vec<String> = scan
+            .skipped
+            .iter()
+            .take(PRELOADED_NAMED)
+            .map(|(path, e)| format!("{}: {e}", path.display()))
+            .collect();
+        if scan.skipped.len() > PRELOADED_NAMED {
+            skipped.push(format!("and {} more", scan.skipped.len() - PRELOADED_NAMED));
+        }
+        message.push_str(&format!(
+            "; {} observed preloaded record file(s) skipped: {}",
+            scan.skipped.len(),
+            skipped.join("; ")
+        ));
+    }
+    Finding::ok(name, message)
+}
+
+/// Names quoted as Go's `%q` quotes them, comma-separated.
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| crate::format::go_quote(n))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ fn run(k: &KubeletConfig, ik: &AgentConfig, runtime: &RuntimeView, creds: bool) 
         pulls_with_credentials: creds,
         runtime,
         stale_intents: Some(&[]),
+        kubelet_preloaded: None,
         images_on_nodefs: None,
         runtime_sandbox_image: None,
         now: UnixNanos::from_secs(1_800_000_000),
@@ -499,6 +500,7 @@ fn stale_kubelet_intents_are_shown() {
             pulls_with_credentials: false,
             runtime: &rt,
             stale_intents,
+            kubelet_preloaded: None,
             images_on_nodefs: None,
             runtime_sandbox_image: None,
             now: UnixNanos::from_secs(1_800_000_000),
@@ -539,6 +541,7 @@ fn run_on(
         pulls_with_credentials: false,
         runtime,
         stale_intents: Some(&[]),
+        kubelet_preloaded: None,
         images_on_nodefs,
         runtime_sandbox_image: None,
         now: UnixNanos::from_secs(1_800_000_000),
@@ -665,6 +668,7 @@ fn doctor_lists_the_irreplaceable_images() {
         pulls_with_credentials: false,
         runtime: &rt,
         stale_intents: None,
+        kubelet_preloaded: None,
         images_on_nodefs: None,
         runtime_sandbox_image: Some("registry.k8s.io/pause:3.6"),
         now: UnixNanos::from_secs(1_800_000_000),
@@ -868,6 +872,7 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
             pulls_with_credentials: false,
             runtime: &runtime,
             stale_intents: Some(&[]),
+            kubelet_preloaded: None,
             images_on_nodefs: None,
             runtime_sandbox_image: None,
             now: UnixNanos::from_secs(1_800_000_000),
@@ -1102,5 +1107,76 @@ fn an_absurd_eviction_threshold_is_advised_to_be_lowered_not_undercut() {
     assert!(
         fix.contains("--image-gc-high-threshold 5 --image-gc-low-threshold 0"),
         "{fix}"
+    );
+}
+
+/// The kubelet's observed preloaded records: listed (at most ten, then a count), with the
+/// damaged files skipped, never a conflict.
+#[test]
+fn observed_preloaded_records_are_listed_never_a_conflict() {
+    use crate::kubelet::{PreloadedRecord, RecordError, Scan};
+    let (k, ik, rt) = (kubelet(""), ours(FlagValues::default()), unreachable());
+    let with = |preloaded: Option<&Scan<PreloadedRecord>>| {
+        check(&DoctorInput {
+            kubelet: &k,
+            imagekeeper: &ik,
+            pulls_with_credentials: false,
+            runtime: &rt,
+            stale_intents: None,
+            kubelet_preloaded: preloaded,
+            images_on_nodefs: None,
+            runtime_sandbox_image: None,
+            now: UnixNanos::from_secs(1_800_000_000),
+            runtime_pins: None,
+        })
+    };
+    let record = |n: usize, names: &[&str]| PreloadedRecord {
+        image_ref: format!("sha256:{n:02}"),
+        observed_images: names.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    let cases: Vec<(Scan<PreloadedRecord>, Vec<&str>)> = vec![
+        (
+            Scan::default(),
+            vec!["the kubelet has no observed preloaded record"],
+        ),
+        (
+            Scan {
+                found: vec![record(1, &["registry.example/app", "app"]), record(2, &[])],
+                ..Scan::default()
+            },
+            vec![
+                "the kubelet observed 2 image(s) preloaded",
+                "sha256:01 as \"registry.example/app\", \"app\"; sha256:02",
+            ],
+        ),
+        (
+            Scan {
+                found: (0..12).map(|n| record(n, &["x"])).collect(),
+                skipped: vec![(
+                    "/var/lib/kubelet/image_manager/observed-preloaded/sha256-00".into(),
+                    RecordError::Empty("imageRef"),
+                )],
+                ..Scan::default()
+            },
+            vec![
+                "the kubelet observed 12 image(s) preloaded",
+                "sha256:09 as \"x\"; and 2 more",
+                "1 observed preloaded record file(s) skipped: \
+                 /var/lib/kubelet/image_manager/observed-preloaded/sha256-00: its imageRef is empty",
+            ],
+        ),
+    ];
+    for (scan, wants) in &cases {
+        let findings = with(Some(scan));
+        let f = find(&findings, "kubelet-preloaded-records");
+        assert_eq!(f.status, Status::Ok, "{f:?}");
+        assert!(f.fix.is_none(), "{f:?}");
+        for want in wants {
+            assert!(f.message.contains(want), "{want:?} in {f:?}");
+        }
+    }
+    assert_eq!(
+        find(&with(None), "kubelet-preloaded-records").status,
+        Status::NotChecked
     );
 }

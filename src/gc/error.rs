@@ -20,8 +20,9 @@ pub enum GcError {
     },
     /// A runtime call that failed, returned as it is (the kubelet returns ListImages',
     /// GetPods' and ImageFsStats' errors unwrapped: pkg/kubelet/images/image_gc_manager.go,
-    /// detectImages and GarbageCollect); `op` names the call for logs.
-    #[error("{source}")]
+    /// detectImages and GarbageCollect), except ContainerStatus's, wrapped as the kubelet
+    /// wraps it (see [`runtime_text`]); `op` names the call for logs.
+    #[error("{}", runtime_text(op, source))]
     Runtime {
         /// The runtime call.
         op: &'static str,
@@ -133,5 +134,21 @@ impl GcError {
             GcError::InsufficientBudget { .. } => Some("ImageBudgetNotMet"),
             _ => None,
         }
+    }
+}
+
+/// The `op` of a ContainerStatus call (detect's image volumes, a container-created mark).
+pub(crate) const CONTAINER_STATUS_OP: &str = "get container status";
+
+/// A failed runtime call's text. The kubelet returns most runtime errors as they are, but a
+/// ContainerStatus failure twice wrapped: `handleImageVolumes` returns `get container
+/// status: %w` around the runtime manager's `runtime container status: %w`
+/// (pkg/kubelet/images/image_gc_manager.go, pkg/kubelet/kuberuntime/kuberuntime_manager.go,
+/// kubelet v1.37.2), so an ImageGCFailed Event reads the same from either.
+fn runtime_text(op: &str, source: &CriError) -> String {
+    if op == CONTAINER_STATUS_OP {
+        format!("{CONTAINER_STATUS_OP}: runtime container status: {source}")
+    } else {
+        source.to_string()
     }
 }

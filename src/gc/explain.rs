@@ -185,6 +185,7 @@ pub fn explain_in(
                 },
                 freed_after: None,
                 kubelet_pulled_at: kubelet.used_at.get(&r.key).copied(),
+                kubelet_preloaded: kubelet.preloaded.get(&r.key).cloned().unwrap_or_default(),
                 evicted_before: None,
                 protection: protection.cloned(),
                 adaptive: None,
@@ -338,6 +339,12 @@ pub fn explain_in(
                 crate::format::format_rfc3339(at)
             ));
         }
+        if !image.kubelet_preloaded.is_empty() {
+            image.reason.push_str(&format!(
+                "; the kubelet saw it preloaded (as {}): not a use",
+                preloaded_names(&image.kubelet_preloaded)
+            ));
+        }
     }
     Explanation {
         now,
@@ -400,4 +407,19 @@ fn walk_bytes(images: &mut [ImageExplanation], amount_to_free: i64, decision: De
 
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The names of a preloaded record as explain's reason gives them: at most three, quoted,
+/// quoted as Go's `%q` quotes them, then how many more.
+fn preloaded_names(names: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text: Vec<String> = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| crate::format::go_quote(n))
+        .collect();
+    if names.len() > SHOWN {
+        text.push(format!("and {} more", names.len() - SHOWN));
+    }
+    text.join(", ")
 }

@@ -1,6 +1,8 @@
 //! What the kubelet's pull records mean to GC: the runtime's images an intent names (the
-//! kubelet is pulling them: in use) and the times its pulled records give each image (a use).
-//! Pure: takes the records read (by `crate::kubelet`) and the runtime's images.
+//! kubelet is pulling them: in use), the times its pulled records give each image (a use),
+//! and the names its observed preloaded records give an image (shown, not a use: see
+//! [`KubeletView::preloaded`]). Pure: takes the records read (by `crate::kubelet`) and the
+//! runtime's images.
 //!
 //! Invariants: an intent's name is resolved as every protecting name is, with
 //! [`image_matches`] (the image id, or a reference resolving to one of its repo tags or, with a
@@ -12,7 +14,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::kubelet::{IntentAge, PullIntent, PullRecordsReader, PulledRecord, StaleIntent};
+use crate::kubelet::{
+    IntentAge, PreloadedRecord, PullIntent, PullRecordsReader, PulledRecord, StaleIntent,
+};
 use crate::model::{FUTURE_STAMP_TOLERANCE, ImageLike, RecordKey, RuntimeImage, UnixNanos};
 use crate::reference::image_matches;
 
@@ -28,6 +32,12 @@ pub struct KubeletView {
     pub just_pulled: BTreeSet<RecordKey>,
     /// Intents older than the intent max age: they keep nothing (explain shows them).
     pub stale_intents: Vec<StaleIntent>,
+    /// The names the kubelet's observed preloaded records give each image that has one: the
+    /// kubelet found it present without having pulled it when pods asked for it by these
+    /// names. Shown by explain; not a use: the record has no time (nothing to order by), it
+    /// lives as long as the image does, and the kubelet's own GC does not read it. Filled only
+    /// by [`KubeletView::with_preloaded`] (explain's paths), never by detect.
+    pub preloaded: BTreeMap<RecordKey, Vec<String>>,
 }
 
 impl KubeletView {
@@ -68,6 +78,28 @@ impl KubeletView {
             .filter(|(_, t)| **t <= limit && now.saturating_sub(min_age) < **t)
             .map(|(k, _)| k.clone())
             .collect();
+    }
+
+    /// Adds the observed preloaded records of `images` (matched as pulled records are, by id
+    /// or repo digest); several records of one image give the union of their names, sorted.
+    pub fn with_preloaded<I: ImageLike>(
+        &mut self,
+        images: impl IntoIterator<Item = I>,
+        preloaded: &[PreloadedRecord],
+    ) {
+        for image in images {
+            let mut matched = preloaded
+                .iter()
+                .filter(|r| names_image(&r.image_ref, &image))
+                .peekable();
+            if matched.peek().is_none() {
+                continue;
+            }
+            let slot = self.preloaded.entry(image.record_key()).or_default();
+            slot.extend(matched.flat_map(|r| r.observed_images.iter().cloned()));
+            slot.sort();
+            slot.dedup();
+        }
     }
 
     /// Reads `reader`'s records (none without a reader) and resolves them; intents stale
@@ -122,6 +154,7 @@ pub fn fold_offline(
     let intents = scan.found;
     let mut view = KubeletView::resolve(&images, &intents, &reader.pulled().found);
     view.stale_intents = scan.stale;
+    view.with_preloaded(&images, &reader.preloaded().found);
     view.mark_just_pulled(now, min_age);
     let unresolved_intents = intents
         .into_iter()
@@ -177,8 +210,13 @@ pub fn pulled_since(
 
 /// Whether `record` is of `image`: its imageRef is the image's id or one of its digests.
 fn pulled_names(record: &PulledRecord, image: &impl ImageLike) -> bool {
-    let r = record.image_ref.as_str();
-    r == image.id() || image.repo_digests().any(|d| d == r)
+    names_image(&record.image_ref, image)
+}
+
+/// Whether a record's `image_ref` (an id as the runtime returned it) is `image`'s id or one of
+/// its repo digests.
+fn names_image(image_ref: &str, image: &impl ImageLike) -> bool {
+    image_ref == image.id() || image.repo_digests().any(|d| d == image_ref)
 }
 
 #[cfg(test)]
@@ -248,6 +286,43 @@ mod tests {
             view.used_at,
             BTreeMap::from([(RecordKey::new("sha256:a", ""), UnixNanos::from_secs(30))])
         );
+    }
+
+    /// An observed preloaded record names its image by id or repo digest, as a pulled record
+    /// does; several records of one image give the union of their names; it gives no time.
+    #[test]
+    fn a_preloaded_record_names_its_image_by_id_or_digest_and_gives_no_use() {
+        let images = [
+            image("sha256:a", &[], &["docker.io/library/busybox@sha256:feed"]),
+            image("sha256:b", &[], &[]),
+        ];
+        let rec = |r: &str, names: &[&str]| PreloadedRecord {
+            image_ref: r.into(),
+            observed_images: names.iter().map(|n| (*n).to_owned()).collect(),
+        };
+        let mut view = KubeletView::resolve(&images, &[], &[]);
+        view.with_preloaded(
+            &images,
+            &[
+                rec("sha256:a", &["registry.example/a"]),
+                rec(
+                    "docker.io/library/busybox@sha256:feed",
+                    &["docker.io/library/busybox", "registry.example/a"],
+                ),
+                rec("sha256:gone", &["gone"]),
+            ],
+        );
+        assert_eq!(
+            view.preloaded,
+            BTreeMap::from([(
+                RecordKey::new("sha256:a", ""),
+                vec![
+                    "docker.io/library/busybox".to_owned(),
+                    "registry.example/a".to_owned()
+                ]
+            )])
+        );
+        assert!(view.used_at.is_empty() && view.pulling.is_empty());
     }
 
     /// The kubelet never removes an intent whose name it wrote differently from the runtime's

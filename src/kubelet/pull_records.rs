@@ -3,10 +3,17 @@
 //! Kubelets from 1.33 keep, under `<kubelet root>/image_manager/`, a `pulling/` directory of
 //! ImagePullIntent files (an image name the kubelet is pulling now) and a `pulled/` directory
 //! of ImagePulledRecord files (an image id, the time the record was last written, and the
-//! credentials it was pulled or verified with). Each file is JSON of
+//! credentials it was pulled or verified with); kubelets from master on also keep an
+//! `observed-preloaded/` directory of ImagePreloadedRecord files (an image id the kubelet found
+//! present without having pulled it, and the names pods asked for it by). Each file is JSON of
 //! `kubelet.config.k8s.io/v1alpha1` or `v1beta1`, written to `<name>.tmp` and renamed, and
 //! named `sha256-<hex>` after the SHA-256 of the intent's `image` or the record's `imageRef`
-//! (the kubelet's pkg/kubelet/images/pullmanager/fs_pullrecords.go, `cacheFilename`).
+//! (the kubelet's pkg/kubelet/images/pullmanager/fs_pullrecords.go, `cacheFilename`;
+//! `WriteImagePreloadedRecord` names a preloaded record after its `imageRef` too). The
+//! versioned ImagePreloadedRecord type was not at hand (k8s.io/kubelet v0.38.0-beta.0 has
+//! none): its JSON names `imageRef` and `observedImages` are the internal type's `ImageRef`
+//! and `ObservedImages` in the API's lowerCamel form, as ImagePulledRecord's `imageRef` is;
+//! unknown fields are ignored, so a field added there is read as nothing, never refused.
 //!
 //! An intent is stale once its file (mtime) is older than the intent max age given with
 //! `now`: the kubelet deletes an intent when the pull ends, but not always
@@ -19,7 +26,7 @@
 //! Invariants: this module never writes, renames or removes anything there; it reads files
 //! through [`crate::operator_file::read_bytes`] with [`Follow::No`] (regular files only, no
 //! symlink followed, no FIFO blocked on, at most [`MAX_RECORD_FILE_BYTES`]), refuses an
-//! `image_manager`, `pulling` or `pulled` directory that is a symlink (it would lead out of
+//! `image_manager`, `pulling`, `pulled` or `observed-preloaded` directory that is a symlink (it would lead out of
 //! the kubelet's root; treated as no records, logged once), and skips what it cannot use
 //! (unreadable, too large, malformed, a name that does not match the content) with one warning
 //! per file for the life of the reader, up to [`MAX_WARNED_FILES`] files; past that, one
@@ -27,10 +34,12 @@
 //! Files not named `sha256-*`, `*.tmp` files and directories are ignored as the kubelet
 //! ignores them. Unknown JSON fields are ignored (the kubelet decodes strictly, but a newer
 //! kubelet may add fields). A missing `image_manager` directory (an older kubelet, or the gate
-//! off) is normal and logged once. Credentials in the records are never decoded, stored or
+//! off) is normal and logged once; a missing `observed-preloaded` directory is normal and not
+//! logged (the kubelet creates it at its first preloaded record, and kubelets up to 1.38.0-beta.0
+//! never do). Credentials in the records are never decoded, stored or
 //! logged.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::DirEntry;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -71,7 +80,7 @@ const API_VERSIONS: [&str; 2] = [
 const FILE_PREFIX: &str = "sha256-";
 const TMP_SUFFIX: &str = ".tmp";
 
-/// The two kinds of record, and the directory each lives in.
+/// The three kinds of record, and the directory each lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RecordKind {
@@ -79,6 +88,8 @@ pub enum RecordKind {
     Intent,
     /// An ImagePulledRecord, in `pulled/`.
     Pulled,
+    /// An ImagePreloadedRecord, in `observed-preloaded/`.
+    Preloaded,
 }
 
 impl RecordKind {
@@ -86,6 +97,7 @@ impl RecordKind {
         match self {
             RecordKind::Intent => "ImagePullIntent",
             RecordKind::Pulled => "ImagePulledRecord",
+            RecordKind::Preloaded => "ImagePreloadedRecord",
         }
     }
 
@@ -93,6 +105,7 @@ impl RecordKind {
         match self {
             RecordKind::Intent => "pulling",
             RecordKind::Pulled => "pulled",
+            RecordKind::Preloaded => "observed-preloaded",
         }
     }
 }
@@ -187,6 +200,20 @@ pub struct PulledRecord {
     pub last_updated: Option<UnixNanos>,
 }
 
+/// An ImagePreloadedRecord: the kubelet found the image `image_ref` (an id as the runtime
+/// lists it) present without having pulled it, when pods asked for it by the names in
+/// `observed_images` (each without its tag or digest: the kubelet removes one name with
+/// `DeleteImagePreloadedRecordObservedImage`, which trims the name first, and the whole file
+/// when none is left; pkg/kubelet/images/pullmanager/fs_pullrecords.go). It has no time, so
+/// it orders nothing: imagekeeper shows it and counts it as no use (see `gc.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreloadedRecord {
+    /// The image id the runtime lists.
+    pub image_ref: String,
+    /// The names pods asked for it by (tag and digest trimmed), sorted.
+    pub observed_images: Vec<String>,
+}
+
 /// The fields read; every other field (credentials included) is skipped unread.
 #[derive(Deserialize)]
 struct Wire {
@@ -198,6 +225,10 @@ struct Wire {
     image_ref: Option<String>,
     #[serde(rename = "lastUpdatedTime")]
     last_updated_time: Option<String>,
+    /// A preloaded record's names (the internal type's `ObservedImages`, a map from a name to
+    /// a `PreloadedImage`); the values are skipped unread.
+    #[serde(rename = "observedImages")]
+    observed_images: Option<BTreeMap<String, serde::de::IgnoredAny>>,
 }
 
 fn decode_wire(bytes: &[u8], kind: RecordKind) -> Result<Wire, RecordError> {
@@ -240,6 +271,22 @@ pub fn decode_pulled_record(bytes: &[u8]) -> Result<PulledRecord, RecordError> {
     Ok(PulledRecord {
         image_ref,
         last_updated,
+    })
+}
+
+/// Decodes an ImagePreloadedRecord file's bytes.
+pub fn decode_preloaded_record(bytes: &[u8]) -> Result<PreloadedRecord, RecordError> {
+    let wire = decode_wire(bytes, RecordKind::Preloaded)?;
+    let image_ref = wire.image_ref.unwrap_or_default();
+    if image_ref.is_empty() {
+        return Err(RecordError::Empty("imageRef"));
+    }
+    Ok(PreloadedRecord {
+        image_ref,
+        observed_images: wire
+            .observed_images
+            .map(|m| m.into_keys().collect())
+            .unwrap_or_default(),
     })
 }
 
@@ -392,6 +439,14 @@ impl PullRecordsReader {
         })
     }
 
+    /// The preloaded records (`observed-preloaded/`): images the kubelet found present without
+    /// having pulled them. Read with the pulled records' limits and damaged-file handling.
+    pub fn preloaded(&self) -> Scan<PreloadedRecord> {
+        self.scan(RecordKind::Preloaded, |bytes, _| {
+            decode_preloaded_record(bytes).map(|r| (r.image_ref.clone(), Some(r)))
+        })
+    }
+
     /// The pulled record of `image_ref`, read from the one file the kubelet would name for
     /// it; `None` when there is none or it cannot be used (warned about once).
     pub fn pulled_for(&self, image_ref: &str) -> Option<PulledRecord> {
@@ -454,8 +509,11 @@ impl PullRecordsReader {
         let mut unnamed = 0u64;
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
+            // The kubelet creates `observed-preloaded` only at its first preloaded record.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                self.missing_once(&dir);
+                if kind != RecordKind::Preloaded {
+                    self.missing_once(&dir);
+                }
                 return scan;
             }
             Err(e) => {
@@ -598,3 +656,6 @@ fn read_path(path: &Path) -> Result<Vec<u8>, RecordError> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod preloaded_tests;

@@ -631,3 +631,65 @@ fn doctor_names_a_stale_kubelet_pull_intent_under_the_kubelet_root_dir() {
         "{stale:#}"
     );
 }
+
+/// Doctor lists the kubelet's observed preloaded records under `--kubelet-root-dir`
+/// (`kubelet-preloaded-records`, kubelet master `image_manager/observed-preloaded/`,
+/// pkg/kubelet/images/pullmanager/fs_pullrecords.go) with the damaged files skipped, never as
+/// a conflict; none (no directory: the kubelet creates it at its first such record) is ok, an
+/// empty root is not_checked. The text report shows the same finding.
+#[test]
+fn doctor_lists_the_kubelets_observed_preloaded_records_and_the_damaged_ones() {
+    let files = Files::new();
+    let config = files.write("kubelet.yaml", KUBEADM_DEFAULT);
+    let root = files.dir.path().join("kubelet");
+    std::fs::create_dir_all(root.join("image_manager/pulled")).expect("mkdir");
+    let root_arg = format!("--kubelet-root-dir={}", root.display());
+    let finding = |args: &[&str]| {
+        let report = json(&doctor(&config, args));
+        report["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .find(|f| f["check"] == "kubelet-preloaded-records")
+            .cloned()
+            .unwrap_or_else(|| panic!("no kubelet-preloaded-records in {report:#}"))
+    };
+    let none = finding(&["-o", "json", &root_arg]);
+    assert_eq!(none["status"], "ok", "{none:#}");
+    assert_eq!(
+        none["message"], "the kubelet has no observed preloaded record",
+        "{none:#}"
+    );
+    let off = finding(&["-o", "json", "--kubelet-root-dir="]);
+    assert_eq!(off["status"], "not_checked", "{off:#}");
+
+    let dir = root.join("image_manager/observed-preloaded");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let image_ref = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    std::fs::write(
+        dir.join(imagekeeper::kubelet::record_file_name(image_ref)),
+        format!(
+            r#"{{"kind":"ImagePreloadedRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","imageRef":"{image_ref}","observedImages":{{"registry.example/app":{{}}}}}}"#
+        ),
+    )
+    .expect("write the record");
+    std::fs::write(dir.join("sha256-00"), b"{").expect("write a damaged one");
+    let listed = finding(&["-o", "json", &root_arg]);
+    assert_eq!(listed["status"], "ok", "{listed:#}");
+    let message = listed["message"].as_str().expect("message");
+    assert!(
+        message.starts_with("the kubelet observed 1 image(s) preloaded")
+            && message.contains(&format!("{image_ref} as \"registry.example/app\""))
+            && message.contains("counts this as no use")
+            && message.contains("1 observed preloaded record file(s) skipped")
+            && message.contains("sha256-00"),
+        "{listed:#}"
+    );
+    let text = doctor(&config, &[&root_arg]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains("kubelet-preloaded-records")
+            && stdout.contains("the kubelet observed 1 image(s) preloaded"),
+        "{stdout}"
+    );
+}

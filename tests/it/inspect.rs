@@ -1511,6 +1511,87 @@ fn explain_reads_the_kubelets_pull_intents_and_pulled_records() {
     );
 }
 
+/// The kubelet's observed preloaded records (kubelet master `image_manager/observed-preloaded/`,
+/// pkg/kubelet/images/pullmanager/fs_pullrecords.go): explain shows their names on the image
+/// (`kubelet_preloaded`; `kubeletPreloaded` in the kube lists; the reason in the table) and
+/// counts them as no use: the order and every decision are those without the record. A
+/// damaged record file is skipped.
+#[test]
+fn explain_shows_the_kubelets_observed_preloaded_records_and_counts_them_as_no_use() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = example_db(dir.path());
+    let kubelet = tempfile::tempdir().expect("temp dir");
+    let root = kubelet.path().to_str().expect("utf8").to_owned();
+    let decisions = |r: &Run| -> Vec<(String, String)> {
+        r.json()["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .map(|i| {
+                (
+                    i["id"].as_str().unwrap_or_default().to_owned(),
+                    i["decision"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let explain = |format: &str| {
+        let r = inspect(
+            &db,
+            &["explain", "--output", format, "--kubelet-root-dir", &root],
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r
+    };
+    let without = decisions(&explain("json"));
+
+    let b0b = id("b0b");
+    write_kubelet_record(
+        kubelet.path(),
+        "observed-preloaded",
+        &b0b,
+        &format!(
+            r#"{{"kind":"ImagePreloadedRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","imageRef":"{b0b}","observedImages":{{"registry.example/app":{{}}}}}}"#
+        ),
+    );
+    let damaged = kubelet
+        .path()
+        .join("image_manager/observed-preloaded/sha256-00");
+    std::fs::write(&damaged, b"{").expect("write");
+    let r = explain("json");
+    assert_eq!(decisions(&r), without, "the record changes no decision");
+    let v = r.json();
+    let images = v["images"].as_array().expect("images");
+    let b0b_row = images.iter().find(|i| i["id"] == b0b).expect("b0b");
+    assert_eq!(
+        b0b_row["kubelet_preloaded"],
+        serde_json::json!(["registry.example/app"])
+    );
+    assert!(b0b_row.get("kubelet_pulled_at").is_none(), "{b0b_row}");
+    assert!(
+        b0b_row["reason"]
+            .as_str()
+            .is_some_and(|r| r
+                .contains("the kubelet saw it preloaded (as \"registry.example/app\"): not a use")),
+        "{b0b_row}"
+    );
+    assert!(
+        images
+            .iter()
+            .filter(|i| i["id"] != b0b)
+            .all(|i| i.get("kubelet_preloaded").is_none()),
+        "only b0b has the field"
+    );
+    let table = explain("wide").stdout;
+    assert!(table.contains("the kubelet saw it preloaded"), "{table}");
+    let list = explain("kube-json").stdout;
+    assert!(
+        list.contains(r#""kubeletPreloaded":["registry.example/app"]"#)
+            || list.contains(r#""kubeletPreloaded": ["#),
+        "{list}"
+    );
+}
+
 /// An intent older than kubeletIntentMaxAge (its file's mtime against --now) keeps
 /// nothing: explain says so on stderr, in the table's summary and in the JSON.
 #[test]

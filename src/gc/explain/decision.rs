@@ -137,6 +137,10 @@ pub struct ImageExplanation {
     /// The time of the kubelet's pulled record of this image, when it has one (a use).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubelet_pulled_at: Option<UnixNanos>,
+    /// The names the kubelet's observed preloaded records give this image (it found the image
+    /// present without having pulled it): shown, not a use. Empty when it has none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kubelet_preloaded: Vec<String>,
     /// The image's newest removal the journal holds after which it came back (a regret).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evicted_before: Option<PriorEviction>,

@@ -34,9 +34,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         // One configuration for the whole dry run, even if a reload swaps it meanwhile.
         let settings = self.settings();
         let mut records = BTreeMap::new();
-        let ((listed, _, _, kubelet, protections), detect) = self
+        let ((listed, _, _, mut kubelet, protections), detect) = self
             .observe_and_plan(&settings, now, Some(&mut records))
             .await?;
+        // The kubelet's observed preloaded records are shown, never a use: read here for the
+        // explanation only, not at every detect.
+        if let Some(reader) = settings.kubelet() {
+            kubelet.with_preloaded(listed.iter(), &reader.preloaded().found);
+        }
         apply_to_copy(&mut records, &detect.batch);
         let pulling = self.pulling(&listed);
         let warm = self.warm(&settings, &listed, now)?;

@@ -1,7 +1,8 @@
 //! The kubelet's image pull records (KEP-2535) in GC, over a scripted runtime and a kubelet
 //! root directory holding files in the kubelet's own format: a pull intent keeps the images
 //! it names through GarbageCollect, DeleteUnusedImages (prune) and the dry run; a pulled
-//! record's time counts as a use for LRU order and MaxAge, never moving last_used back.
+//! record's time counts as a use for LRU order and MaxAge, never moving last_used back; an
+//! observed preloaded record is shown by the dry run and counts as no use.
 
 use std::path::Path;
 
@@ -324,4 +325,87 @@ async fn a_stale_pull_intent_stops_keeping_its_image() {
     );
     let report = node.manager().delete_unused_images(at(later)).await;
     assert_eq!(removed_ids(&report), vec!["bb"], "{report:?}");
+}
+
+/// Writes an ImagePreloadedRecord as kubelet master does (`observed-preloaded/`, named after
+/// its imageRef: pkg/kubelet/images/pullmanager/fs_pullrecords.go), observed under `names`.
+pub(crate) fn write_preloaded(root: &Path, image_ref: &str, names: &[&str]) {
+    let observed: Vec<String> = names.iter().map(|n| format!(r#""{n}":{{}}"#)).collect();
+    write(
+        root,
+        "observed-preloaded",
+        image_ref,
+        &format!(
+            r#"{{"kind":"ImagePreloadedRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","imageRef":"{image_ref}","observedImages":{{{}}}}}"#,
+            observed.join(",")
+        ),
+    );
+}
+
+/// The kubelet's observed preloaded record names an image the kubelet found present without
+/// pulling it. It has no time and lives as long as the image, and the kubelet's own GC does
+/// not read it (pkg/kubelet/images/image_gc_manager.go reads no pull record): it is no use.
+/// GC and prune remove such an image like any unused one, in the same order as without the
+/// record, and the dry run shows the names. Fails if the record starts counting as a use.
+#[tokio::test]
+async fn an_observed_preloaded_record_is_shown_by_the_dry_run_and_counts_as_no_use() {
+    for prune in [false, true] {
+        let kubelet = tempfile::tempdir().expect("tempdir");
+        write_preloaded(
+            kubelet.path(),
+            "p",
+            &["registry.example/app", "docker.io/library/busybox"],
+        );
+        // A damaged file beside it is skipped, never a failure.
+        let dir = kubelet.path().join("image_manager/observed-preloaded");
+        std::fs::write(dir.join("sha256-00"), b"{\"kind\":").expect("write");
+        let node = node_reading(kubelet.path(), policy(85, 80, 0, 0));
+        // p is detected first, so it goes first by LRU whether or not the record counted.
+        node.set_images(vec![image("p", 1_000)]);
+        node.detect(0).await;
+        node.set_images(vec![image("p", 1_000), image("q", 1_000)]);
+        node.detect(10).await;
+        node.detect(1_000).await;
+        assert_eq!(
+            node.record("p").expect("p").last_used.0,
+            0,
+            "no use from the record"
+        );
+
+        node.set_fs(10_000, 1_000); // 90 % used: free 1,000.
+        let plan = node.manager().plan(at(2_000), prune).await.expect("plan");
+        let p = plan
+            .explanation
+            .images
+            .iter()
+            .find(|i| i.key.image_id.as_str() == "p")
+            .expect("p explained");
+        assert_eq!(
+            p.kubelet_preloaded,
+            ["docker.io/library/busybox", "registry.example/app"]
+        );
+        assert!(
+            p.reason.contains(
+                "the kubelet saw it preloaded (as \"docker.io/library/busybox\", \
+                 \"registry.example/app\"): not a use"
+            ),
+            "{}",
+            p.reason
+        );
+        assert_eq!(p.kubelet_pulled_at, None);
+        let planned: Vec<&str> = plan
+            .removals
+            .iter()
+            .map(|r| r.key.image_id.as_str())
+            .collect();
+        let report = if prune {
+            node.manager().delete_unused_images(at(2_000)).await
+        } else {
+            node.gc(2_000).await
+        };
+        assert!(report.error.is_none(), "{:?}", report.error);
+        let expected: &[&str] = if prune { &["p", "q"] } else { &["p"] };
+        assert_eq!(planned, expected, "prune: {prune}");
+        assert_eq!(removed_ids(&report), expected, "prune: {prune}");
+    }
 }

@@ -101,6 +101,10 @@ fn explain_list(w: &mut dyn Write, format: Format, e: &Explanation) -> io::Resul
                 "kubeletPulledAt".into(),
                 json!(i.kubelet_pulled_at.map(format_rfc3339)),
             );
+            // The names of the kubelet's observed preloaded records (shown, not a use).
+            if !i.kubelet_preloaded.is_empty() {
+                obj.insert("kubeletPreloaded".into(), json!(i.kubelet_preloaded));
+            }
             obj.insert(
                 "evictedBefore".into(),
                 json!(i.evicted_before.map(|prior| json!({
@@ -138,6 +142,10 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
                 obj.insert("reason".into(), json!(i.reason));
                 if let Some(at) = i.kubelet_pulled_at {
                     obj.insert("kubelet_pulled_at".into(), json!(format_rfc3339(at)));
+                }
+                // The names of the kubelet's observed preloaded records (shown, not a use).
+                if !i.kubelet_preloaded.is_empty() {
+                    obj.insert("kubelet_preloaded".into(), json!(i.kubelet_preloaded));
                 }
                 // A kept image: whether the runtime carries it (issue 36; an extension).
                 if let Some(pin) = &i.runtime_pin {

@@ -1,7 +1,8 @@
 //! Image volumes (KEP-4639) through the in-process fake CRI server: an image a container (of
 //! any state) mounts as a volume is in use at detect and in the last look before a removal,
 //! and finding them costs one ContainerStatus per container in its life (its mounts are fixed
-//! when it is created). `lab` proves it on the
+//! when it is created). A container gone between the list and its ContainerStatus is skipped
+//! where the kubelet fails the cycle (a deviation, stated by its test). `lab` proves it on the
 //! real containerd 2.1 (1.6 and 1.7 serve no image volumes: it asserts what they answer).
 
 mod lab;
@@ -15,6 +16,7 @@ use imagekeeper::cri::FakeRuntime;
 use imagekeeper::cri::{CriClient, ImageRuntime};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
 use imagekeeper::model::{ContainerState, RuntimeContainer, RuntimeImage};
+use imagekeeper::runtime::RpcCode;
 use imagekeeper::store::Store;
 
 use super::{at, container, image, policy};
@@ -237,4 +239,98 @@ async fn an_image_an_exited_container_mounts_as_a_volume_stays_in_use() {
     let report = gc.delete_unused_images(at(10)).await;
     assert!(report.error.is_none(), "{:?}", report.error);
     assert_eq!(ids(&fake.images()), ["sha256:app", "sha256:volume"]);
+}
+
+/// Hooks over the fake that leave only `left` listed right after detect's first
+/// ListContainers: a container removed then answers ContainerStatus with NotFound, as
+/// containerd answers for a container removed between the list and the status (the kubelet's
+/// container GC, a pod deleted).
+struct GoneAfterList {
+    fake: Arc<FakeRuntime>,
+    left: Mutex<Option<Vec<RuntimeContainer>>>,
+}
+
+impl Hooks for GoneAfterList {
+    async fn after(&self, method: &'static str, _: &str, _: bool) {
+        if method == "ListContainers" {
+            let left = self.left.lock().expect("lock").take();
+            if let Some(left) = left {
+                self.fake.set_containers(left);
+            }
+        }
+    }
+}
+
+/// A container gone between the list and its ContainerStatus (NotFound), and one whose status
+/// fails otherwise. Kubelet master fails the whole detect, and so the GC cycle or
+/// DeleteUnusedImages, on any ContainerStatus error, NotFound included:
+/// pkg/kubelet/images/image_gc_manager.go, `handleImageVolumes` returns `get container status:
+/// %w` and `detectImages` returns it (kubelet v1.37.2). imagekeeper skips the gone container,
+/// a deviation (docs: beside-the-kubelet.md): it mounts nothing any more, the next cycle
+/// would not list it either, and failing for it would hold a full disk for a GC period on a
+/// node whose pods come and go. Any other failure fails the cycle as the kubelet's does, with
+/// its words. Fails if either choice changes.
+#[tokio::test]
+async fn a_container_gone_before_its_status_is_skipped_where_the_kubelet_fails_the_cycle_and_other_status_errors_fail_it()
+ {
+    let fake = fake().await;
+    fake.set_images(vec![
+        image("sha256:app", 100),
+        image("sha256:volume", 100),
+        image("sha256:gone-volume", 100),
+        image("sha256:idle", 100),
+    ]);
+    fake.set_containers(vec![
+        container("c1", "sha256:app"),
+        container("gone", "sha256:app"),
+    ]);
+    fake.set_image_volumes("c1", vec!["sha256:volume".into()]);
+    fake.set_image_volumes("gone", vec!["sha256:gone-volume".into()]);
+    let runtime = Hooked {
+        inner: client(&fake).await,
+        hooks: GoneAfterList {
+            fake: fake.clone(),
+            left: Mutex::new(Some(vec![container("c1", "sha256:app")])),
+        },
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gc = manager(runtime, &dir);
+    let report = gc.delete_unused_images(at(10)).await;
+    // imagekeeper: the cycle goes on without the gone container. (The kubelet: this cycle
+    // fails with "get container status: runtime container status: rpc error: code = NotFound
+    // desc = an error occurred when try to find container \"gone\": not found" and removes
+    // nothing.)
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(fake.calls("ContainerStatus"), 2, "c1's and the gone one's");
+    let mut removed: Vec<&str> = report
+        .removed
+        .iter()
+        .map(|r| r.key.image_id.as_str())
+        .collect();
+    removed.sort();
+    assert_eq!(
+        removed,
+        ["sha256:gone-volume", "sha256:idle"],
+        "the gone container's volume is used by nothing left"
+    );
+    assert_eq!(ids(&fake.images()), ["sha256:app", "sha256:volume"]);
+
+    // Any other ContainerStatus failure: the cycle fails, as the kubelet's does, with its
+    // words, and nothing is removed.
+    let fake = self::fake().await;
+    fake.set_images(vec![image("sha256:app", 100), image("sha256:idle", 100)]);
+    fake.set_containers(vec![container("c1", "sha256:app")]);
+    fake.fail("ContainerStatus", RpcCode::Internal, "status unavailable");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gc = manager(client(&fake).await, &dir);
+    let report = gc.delete_unused_images(at(10)).await;
+    assert_eq!(
+        report.error.map(|e| e.to_string()).as_deref(),
+        Some(
+            "get container status: runtime container status: rpc error: code = Internal desc = \
+             status unavailable"
+        )
+    );
+    assert!(report.removed.is_empty());
+    assert_eq!(ids(&fake.images()), ["sha256:app", "sha256:idle"]);
 }
