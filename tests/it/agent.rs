@@ -364,6 +364,17 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
         body.contains("\nimagekeeper_image_garbage_collected_total{reason=\"space\"} 1\n"),
         "{body}"
     );
+    // KEP-6053: the prune is a delete_unused_images attempt of trigger unknown (an operator's,
+    // not an eviction manager's), timed by the agent; the GC loop's deletion series exist at
+    // 0 from the start (MaxAge is off: its error series stays 0).
+    for line in [
+        "imagekeeper_image_gc_attempts_total{operation=\"delete_unused_images\",trigger=\"unknown\",result=\"success\",reason=\"all_unused\"} 1",
+        "imagekeeper_image_gc_image_deletions_total{operation=\"delete_unused_images\",trigger=\"unknown\",reason=\"all_unused\",result=\"success\"} 1",
+        "imagekeeper_image_gc_duration_seconds_count{operation=\"delete_unused_images\",trigger=\"unknown\",result=\"success\"} 1",
+        "imagekeeper_image_gc_image_deletions_total{operation=\"garbage_collect\",trigger=\"periodic\",reason=\"age\",result=\"error\"} 0",
+    ] {
+        assert!(body.contains(&format!("\n{line}\n")), "{line} in {body}");
+    }
     assert!(body.contains("\nimagekeeper_image_records 1\n"), "{body}");
     assert!(
         body.contains("\nimagekeeper_gc_future_stamps_clamped_total 0\n"),
