@@ -413,6 +413,20 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
         }
     })
     .await;
+    // The GC loop's first cycle (at start) is KEP-6053's trigger periodic, timed by the agent.
+    // Polled: the loop runs beside the first detect and signals nothing when it ends.
+    wait_for("the GC loop's periodic attempt", Duration::from_secs(30), || {
+        let body = http_get(&metrics, "/metrics");
+        async move {
+            (body.contains(
+                "\nimagekeeper_image_gc_attempts_total{operation=\"garbage_collect\",trigger=\"periodic\",",
+            ) && body.contains(
+                "\nimagekeeper_image_gc_duration_seconds_count{operation=\"garbage_collect\",trigger=\"periodic\",",
+            ))
+            .then_some(())
+        }
+    })
+    .await;
     let gauge = |name: &str| -> u64 {
         let line = body
             .lines()

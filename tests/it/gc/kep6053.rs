@@ -1,7 +1,8 @@
 //! KEP-6053's image GC series ("Kubelet Image Garbage Collection Observability", proposed,
 //! alpha) as the agent exports them: one case per outcome the KEP's unit tests name (noop below
 //! the threshold, a stats error, invalid capacity, success, partial for too little freed, a
-//! deletion error, age-based cleanup, DeleteUnusedImages) and a failed detect, each run against
+//! deletion error, age-based cleanup, DeleteUnusedImages), a failed detect, an image MinAge keeps
+//! and the byte budget (imagekeeper's own threshold rule), each run against
 //! the scripted runtime and a real store at fixed times, its scrape's KEP lines compared whole:
 //! every series with its labels and value, nothing more. A changed mapping (a result, a reason,
 //! a trigger, a skip or deletion reason) changes a line and fails its case.
@@ -9,7 +10,7 @@
 use std::sync::Arc;
 
 use imagekeeper::agent::AgentMetrics;
-use imagekeeper::gc::{GcPolicy, GcReport, GcTrigger};
+use imagekeeper::gc::{ByteBudget, GcPolicy, GcReport, GcTrigger};
 use imagekeeper::pull::{ImageManager, PullConfig};
 
 use super::{Node, at, container, image, policy};
@@ -93,7 +94,7 @@ fn listed(images: &[(&str, u64, bool)]) -> Vec<imagekeeper::model::RuntimeImage>
 }
 
 async fn run_case(case: &Case) -> (GcReport, Vec<String>) {
-    let node = Node::new(case.policy.clone());
+    let node = Node::new(case.policy);
     node.set_fs(1000, 1000);
     if !case.earlier.is_empty() {
         node.set_images(listed(case.earlier));
@@ -250,6 +251,48 @@ fn cases() -> Vec<Case> {
                 "imagekeeper_image_gc_skipped_images_total{operation=\"garbage_collect\",trigger=\"unknown\",reason=\"in_use\"} 1",
                 "imagekeeper_image_gc_target_bytes_count{operation=\"garbage_collect\",trigger=\"unknown\"} 1",
                 "imagekeeper_image_gc_target_bytes_sum{operation=\"garbage_collect\",trigger=\"unknown\"} 150.0",
+            ],
+            ..base()
+        },
+        Case {
+            // MinAge 60 s: the image first seen at the run is too young.
+            name: "only an image younger than MinAge: noop, insufficient_freed; skipped min_age",
+            policy: policy(85, 80, 60, 0),
+            images: &[("a", 900, false)],
+            fs: Some((1000, 50)),
+            want: &[
+                "imagekeeper_image_gc_attempts_total{operation=\"garbage_collect\",trigger=\"periodic\",result=\"noop\",reason=\"insufficient_freed\"} 1",
+                "imagekeeper_image_gc_freed_bytes_count{operation=\"garbage_collect\",trigger=\"periodic\",result=\"noop\",reason=\"insufficient_freed\"} 1",
+                "imagekeeper_image_gc_freed_bytes_sum{operation=\"garbage_collect\",trigger=\"periodic\",result=\"noop\",reason=\"insufficient_freed\"} 0.0",
+                "imagekeeper_image_gc_image_fs_usage_percent{phase=\"before\"} 95",
+                "imagekeeper_image_gc_skipped_images_total{operation=\"garbage_collect\",trigger=\"periodic\",reason=\"min_age\"} 1",
+                "imagekeeper_image_gc_target_bytes_count{operation=\"garbage_collect\",trigger=\"periodic\"} 1",
+                "imagekeeper_image_gc_target_bytes_sum{operation=\"garbage_collect\",trigger=\"periodic\"} 150.0",
+            ],
+            ..base()
+        },
+        Case {
+            // Under the percentage thresholds, over the byte budget (350 > 300, down to 200):
+            // the budget is a threshold rule, its removal a `space` deletion.
+            name: "the byte budget frees enough: success, threshold; deletion reason space",
+            policy: GcPolicy {
+                bytes: Some(ByteBudget {
+                    high: 300,
+                    low: 200,
+                }),
+                ..policy(85, 80, 0, 0)
+            },
+            images: &[("a", 150, false), ("b", 200, false)],
+            in_use: &["b"],
+            want: &[
+                "imagekeeper_image_garbage_collected_total{reason=\"budget\"} 1",
+                "imagekeeper_image_gc_attempts_total{operation=\"garbage_collect\",trigger=\"periodic\",result=\"success\",reason=\"threshold\"} 1",
+                "imagekeeper_image_gc_freed_bytes_count{operation=\"garbage_collect\",trigger=\"periodic\",result=\"success\",reason=\"threshold\"} 1",
+                "imagekeeper_image_gc_freed_bytes_sum{operation=\"garbage_collect\",trigger=\"periodic\",result=\"success\",reason=\"threshold\"} 150.0",
+                "imagekeeper_image_gc_image_deletions_total{operation=\"garbage_collect\",trigger=\"periodic\",reason=\"space\",result=\"success\"} 1",
+                "imagekeeper_image_gc_image_fs_usage_percent{phase=\"before\"} 50",
+                "imagekeeper_image_gc_target_bytes_count{operation=\"garbage_collect\",trigger=\"periodic\"} 1",
+                "imagekeeper_image_gc_target_bytes_sum{operation=\"garbage_collect\",trigger=\"periodic\"} 150.0",
             ],
             ..base()
         },
