@@ -428,3 +428,38 @@ async fn the_kubelets_older_counter_still_counts_every_successful_deletion() {
         "{text}"
     );
 }
+
+/// A record protected by something other than a container (here an operator's pin, kept in the
+/// walk's protected set beside the images in use) is skipped as `pinned`, not `in_use`.
+#[tokio::test]
+async fn an_operators_pin_is_a_pinned_skip_not_an_in_use_one() {
+    use imagekeeper::model::{ImagePin, PinKey};
+    use imagekeeper::store::Batch;
+    let node = Node::new(policy(85, 80, 0, 0));
+    node.set_images(vec![image("a", 100), image("b", 200), image("c", 300)]);
+    node.set_containers(vec![container("c1", "c")]);
+    node.set_fs(1000, 500);
+    let mut batch = Batch::new();
+    batch.put_pin(
+        PinKey::new("registry.example/a:1", ""),
+        ImagePin {
+            created_at: at(0),
+            until: at(1000),
+            reason: "rollout".to_owned(),
+        },
+    );
+    node.manager().store().apply(&batch).expect("pin");
+    let report = node.manager().delete_unused_images(at(100)).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let skipped: Vec<String> = kep_lines(&scrape(&node))
+        .into_iter()
+        .filter(|l| l.starts_with("imagekeeper_image_gc_skipped_images_total{"))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            "imagekeeper_image_gc_skipped_images_total{operation=\"delete_unused_images\",trigger=\"unknown\",reason=\"in_use\"} 1",
+            "imagekeeper_image_gc_skipped_images_total{operation=\"delete_unused_images\",trigger=\"unknown\",reason=\"pinned\"} 1",
+        ]
+    );
+}
