@@ -8,7 +8,7 @@
 use tracing::info;
 
 use crate::admin::{AdminBackend, EnsureImageError, EnsureRequest, GcOutcome};
-use crate::gc::{PinView, pin_view, pin_views, stored_images};
+use crate::gc::{GcTrigger, PinView, pin_view, pin_views, stored_images};
 use crate::model::{ImagePin, PinKey, PullOrigin, RuntimeImage, UnixNanos};
 use crate::pull::{PodRef, PullAuth, PullPolicy};
 use crate::store::Batch;
@@ -68,7 +68,8 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
                 self.gc.plan(self.clock.now(), false).await,
             ));
         }
-        self.garbage_collect_cycle(&*self.clock).await
+        self.garbage_collect_cycle(GcTrigger::Unknown, &*self.clock)
+            .await
     }
 
     async fn delete_unused(&self, dry_run: bool) -> GcOutcome {
@@ -77,7 +78,14 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
                 self.gc.plan(self.clock.now(), true).await,
             ));
         }
-        GcOutcome::from_report(self.gc.delete_unused_images(&*self.clock).await, false)
+        // An operator's prune, not an eviction manager's reclaim: trigger unknown (KEP-6053).
+        let started = std::time::Instant::now();
+        let report = self
+            .gc
+            .delete_unused_images_for(GcTrigger::Unknown, &*self.clock)
+            .await;
+        self.metrics.observe_gc(&report, started.elapsed());
+        GcOutcome::from_report(report, false)
     }
 
     async fn restore(

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::admin::GcOutcome;
-use crate::gc::{CycleTime, GcError};
+use crate::gc::{CycleTime, GcError, GcTrigger};
 use crate::runtime::{CriError, RpcCode};
 
 use super::*;
@@ -123,7 +123,11 @@ impl<R: AgentRuntime> Agent<R> {
                     self.failed_cycle(&e)
                 }
             },
-            Loop::Gc => match self.garbage_collect_cycle(now).await.error {
+            Loop::Gc => match self
+                .garbage_collect_cycle(GcTrigger::Periodic, now)
+                .await
+                .error
+            {
                 None => CycleOutcome::Done,
                 Some(_) => match self.gc_failure_unreachable() {
                     true => CycleOutcome::RuntimeUnreachable,
@@ -201,10 +205,16 @@ impl<R: AgentRuntime> Agent<R> {
         *lock_ignoring_poison(&self.gc_last_unreachable)
     }
 
-    pub(super) async fn garbage_collect_cycle(&self, now: impl CycleTime) -> GcOutcome {
+    /// One GarbageCollect asked for by `trigger` (the GC loop's: `periodic`; `imagekeeper gc`
+    /// through the agent: `unknown`), timed for KEP-6053's duration histogram.
+    pub(super) async fn garbage_collect_cycle(
+        &self,
+        trigger: GcTrigger,
+        now: impl CycleTime,
+    ) -> GcOutcome {
         let started = std::time::Instant::now();
-        let report = self.gc.garbage_collect(now).await;
-        self.metrics.observe_gc(started.elapsed());
+        let report = self.gc.garbage_collect_for(trigger, now).await;
+        self.metrics.observe_gc(&report, started.elapsed());
         // Between cycles: give churned space back to the file system (store::compact). It
         // blocks on disk for up to a fraction of a second, so it runs on tokio's blocking pool,
         // not on this worker; a failure is logged, never fatal.

@@ -51,6 +51,12 @@ impl<R: AgentRuntime> Agent<R> {
             // the shorter period (a longer wait, a GC cycle holding the lock, only leaves a
             // stretch unwatched: images kept longer, never removed sooner).
             .with_watch_period(config.detect_period.min(config.gc_period));
+        // The GC loop's deletion and skip series exist at 0 from the start (KEP-6053's, for
+        // the dashboard's rates before the first removal).
+        gc.metrics().attempts().seed(
+            crate::gc::GcOperation::GarbageCollect,
+            crate::gc::GcTrigger::Periodic,
+        );
         let images = ImageManager::new(
             &config.pull,
             Arc::new(client.clone()),

@@ -231,11 +231,15 @@ async fn a_gc_cycle_publishes_node_events_for_its_removals_and_its_failure() {
     };
     let agent = agent.with_node_events(NodeEvents::new(Box::new(events.clone())));
     let now = crate::model::UnixNanos::from_secs(1_800_000_100);
-    agent.garbage_collect_cycle(now).await;
+    agent
+        .garbage_collect_cycle(crate::gc::GcTrigger::Periodic, now)
+        .await;
     assert_eq!(runtime.inner.state().removed, ["sha256:a"]);
     // Nothing left to remove, and the disk full again: the kubelet's FreeDiskSpaceFailed.
     runtime.inner.state().fs = Some((1000, 50));
-    agent.garbage_collect_cycle(now).await;
+    agent
+        .garbage_collect_cycle(crate::gc::GcTrigger::Periodic, now)
+        .await;
     let said = lock_ignoring_poison(&events.0).clone();
     let reasons: Vec<(NodeEventType, &str)> = said.iter().map(|e| (e.type_, e.reason)).collect();
     assert_eq!(

@@ -42,6 +42,23 @@ pub enum Verdict {
     Eligible,
 }
 
+impl Verdict {
+    /// Every verdict, in declaration order.
+    pub const ALL: [Verdict; 11] = [
+        Verdict::InUse,
+        Verdict::PullInProgress,
+        Verdict::KubeletPulling,
+        Verdict::KubeletJustPulled,
+        Verdict::Pinned,
+        Verdict::Warm,
+        Verdict::PinnedByImagekeeper,
+        Verdict::Irreplaceable,
+        Verdict::UsedTooRecently,
+        Verdict::YoungerThanMinAge,
+        Verdict::Eligible,
+    ];
+}
+
 /// The verdict of a record imagekeeper protects (see `protect.rs`).
 pub fn protection_verdict(protection: &super::protect::Protection) -> Verdict {
     if protection.is_pin() {

@@ -50,6 +50,7 @@ use crate::runtime::ImageRuntime;
 use crate::store::Store;
 
 use super::GcError;
+use super::attempt::STATS_OP;
 use super::detect::ListedImages;
 use super::kubelet::KubeletView;
 use super::metrics::{GcMetrics, RemovalReason};
@@ -96,6 +97,11 @@ struct CycleView {
     /// watched time.
     watch: WatchHistory,
     protected: BTreeSet<RecordKey>,
+    /// Why each protected key that is not in use is kept (a pull in flight, a warm entry, a
+    /// kubelet pulled record younger than MinAge, a pin, an irreplaceable image), as the
+    /// walk's verdict on it: KEP-6053's skip reason of a walk passing over it; a protected key
+    /// without an entry is in use.
+    kept_by: BTreeMap<RecordKey, super::evict::Verdict>,
     /// The image volumes detect saw, grown by those of containers the last look finds new, so
     /// a cycle asks ContainerStatus only of containers no detect has seen.
     volumes: ImageVolumes,
@@ -288,7 +294,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .runtime
             .image_fs_stats()
             .await
-            .map_err(runtime_error("get image filesystem stats"))?;
+            .map_err(runtime_error(STATS_OP))?;
         self.metrics
             .record_image_fs(stats.capacity, stats.available);
         self.metrics

@@ -3,13 +3,17 @@
 //! clock's: `gc_future_stamps_clamped_total` (records detect clamped because a stamp lay in
 //! the future) and `gc_clock_went_back_total` (detects that found `last_detect` ahead of them);
 //! the regret counters detect and pulls share ([`RepullMetrics`]); and the image filesystem's
-//! capacity and available bytes and its inodes as the last GC read them. The agent's metrics module turns
-//! these into the Prometheus exposition.
+//! capacity and available bytes and its inodes as the last GC read them; and KEP-6053's attempt
+//! series ([`AttemptMetrics`], `attempt_metrics.rs`). The agent's metrics module turns these
+//! into the Prometheus exposition.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::pull::metrics::RepullMetrics;
+
+use super::attempt::SkipReason;
+use super::attempt_metrics::AttemptMetrics;
 
 pub use crate::model::RemovalReason;
 
@@ -48,6 +52,19 @@ impl RescueReason {
         RescueReason::Warm,
         RescueReason::Pinned,
     ];
+
+    /// KEP-6053's skip reason of a victim the last look kept: a container's use or a kubelet
+    /// pull intent is `in_use`, a pin or warm entry `pinned`, anything else `other`.
+    pub fn skip_reason(self) -> SkipReason {
+        match self {
+            RescueReason::Container | RescueReason::KubeletPulling => SkipReason::InUse,
+            RescueReason::Pinned | RescueReason::Warm => SkipReason::Pinned,
+            RescueReason::Used
+            | RescueReason::Pulling
+            | RescueReason::Gone
+            | RescueReason::KubeletPulled => SkipReason::Other,
+        }
+    }
 
     /// The reason's name as text.
     pub fn as_str(self) -> &'static str {
@@ -90,6 +107,8 @@ pub struct GcMetrics {
     image_fs_inodes: AtomicU64,
     image_fs_inodes_free: AtomicU64,
     image_fs_inodes_images: AtomicU64,
+    /// KEP-6053's attempt, deletion and skip series.
+    attempts: AttemptMetrics,
 }
 
 /// Progress of the GC cycle in flight (zeros when none runs).
@@ -108,6 +127,11 @@ impl GcMetrics {
     /// hand the `Arc` to the image manager so pulls count into the same ones.
     pub fn repulls(&self) -> &Arc<RepullMetrics> {
         &self.repulls
+    }
+
+    /// KEP-6053's series: attempts, freed and target bytes, deletions, skipped images.
+    pub fn attempts(&self) -> &AttemptMetrics {
+        &self.attempts
     }
 
     /// Counts one removal for `reason`.

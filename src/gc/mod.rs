@@ -5,13 +5,16 @@
 //! MaxAge does not count; `space` the space pass's arithmetic (usage, amount to
 //! free, target: [`SpaceNeed`], shared with explain and so the dry run) and the inode and
 //! budget rules' ([`InodeNeed`], [`BudgetNeed`]); `manager` runs detect, GarbageCollect and
-//! DeleteUnusedImages against an [`crate::runtime::ImageRuntime`] and the store. Everything takes
+//! DeleteUnusedImages against an [`crate::runtime::ImageRuntime`] and the store; `attempt` and
+//! `attempt_metrics` name and count each cycle in KEP-6053's terms. Everything takes
 //! `now` as an argument; nothing here reads a clock or sleeps.
 
 // `detect` stays reachable (hidden) for the bench's baseline, `gc::detect::reference` (the
 // map-based planner) and `gc::detect::apply_to_copy`; everything else is reached through the
 // re-exports below.
 pub(crate) mod adaptive;
+pub(crate) mod attempt;
+pub(crate) mod attempt_metrics;
 #[doc(hidden)]
 pub mod detect;
 mod error;
@@ -35,6 +38,11 @@ mod space;
 mod watch;
 
 pub use adaptive::{AdaptiveRank, GcOrder, ListedTags, rank_adaptive};
+pub use attempt::{
+    Attempt, AttemptReason, AttemptResult, DeletionReason, GcOperation, GcTrigger, SkipReason,
+    classify,
+};
+pub use attempt_metrics::{AttemptCounts, AttemptMetrics};
 pub use detect::{ListedImages, images_in_use};
 pub use error::GcError;
 pub use evict::{Verdict, space_verdict};

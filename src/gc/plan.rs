@@ -23,6 +23,8 @@ pub struct SpaceStep {
     /// The last index entry the step read; the next step resumes after it. `None` when the
     /// step read nothing.
     pub resume: Option<EvictionKey>,
+    /// The entries the step read and passed over, each with why (KEP-6053's skipped images).
+    pub skipped: Vec<(Verdict, RecordKey)>,
 }
 
 /// The fixed inputs of one space walk (kubelet's freeSpace).
@@ -84,6 +86,7 @@ impl SpaceWalk<'_> {
                 self.min_age,
             );
             if verdict != Verdict::Eligible {
+                step.skipped.push((verdict, entry.key));
                 continue;
             }
             planned = planned.saturating_add(to_i64(entry.record.size));

@@ -6,7 +6,9 @@
 //!
 //! Invariants: every metric name starts with `imagekeeper_` and keeps the kubelet's name,
 //! suffixes and labels where the kubelet has the metric (`kubelet_image_garbage_collected_total`
-//! becomes `imagekeeper_image_garbage_collected_total{reason}`); no label takes an image name
+//! becomes `imagekeeper_image_garbage_collected_total{reason}`), or where a KEP proposes it:
+//! the image GC series of KEP-6053 as proposed (alpha, text of 2026; `gc::attempt` holds their
+//! label values and how imagekeeper's cycles map onto them); no label takes an image name
 //! (labels are fixed enums: reasons, size buckets, pull policies); a scrape never writes the
 //! store; every family is one entry of [`METRICS`], the single list the encoder and the
 //! generated reference (`docs/src/reference/metrics.md`) read. To add a metric: keep its
@@ -24,8 +26,8 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tracing::warn;
 
-use crate::gc::ImageGcManager;
 use crate::gc::metrics::GcProgress;
+use crate::gc::{AttemptCounts, AttemptResult, GcOperation, GcReport, GcTrigger, ImageGcManager};
 use crate::model::UnixNanos;
 use crate::pull::metrics::{EnsureLabels, Histogram};
 use crate::pull::{BackoffStore, ImageManager, PullRuntime};
@@ -57,10 +59,14 @@ pub(super) const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// checkout without `IMAGEKEEPER_REVISION`).
 pub(super) const BUILD_REVISION: &str = env!("IMAGEKEEPER_REVISION");
 
+/// The labels of `image_gc_duration_seconds` (KEP-6053): operation, trigger, result.
+pub(crate) type DurationLabels = (GcOperation, GcTrigger, AttemptResult);
+
 /// Metrics the agent itself keeps.
 #[derive(Debug)]
 pub struct AgentMetrics {
-    gc_durations: Mutex<Histogram>,
+    /// The durations of the GC attempts the agent ran, by KEP-6053's labels.
+    gc_durations: Mutex<BTreeMap<DurationLabels, Histogram>>,
     /// Configuration reloads: [successes, failures].
     config_reloads: [std::sync::atomic::AtomicU64; 2],
     /// GC cycles the agent ran: [succeeded, failed].
@@ -96,7 +102,7 @@ pub(crate) struct RuntimePinsSample {
 impl Default for AgentMetrics {
     fn default() -> AgentMetrics {
         AgentMetrics {
-            gc_durations: Mutex::new(Histogram::new(GC_BUCKETS)),
+            gc_durations: Mutex::new(BTreeMap::new()),
             config_reloads: Default::default(),
             gc_cycles: Default::default(),
             image_cache_filled: std::sync::atomic::AtomicBool::new(false),
@@ -108,11 +114,21 @@ impl Default for AgentMetrics {
 }
 
 impl AgentMetrics {
-    pub(crate) fn observe_gc(&self, took: Duration) {
-        match self.gc_durations.lock() {
-            Ok(mut h) => h.observe(took.as_secs_f64()),
-            Err(p) => p.into_inner().observe(took.as_secs_f64()),
-        }
+    /// A GC attempt the agent ran took `took`: observed under the labels its report's
+    /// attempt carries (an attempt without them is not observed: every cycle sets them).
+    pub(crate) fn observe_gc(&self, report: &GcReport, took: Duration) {
+        let Some(attempt) = report.attempt else {
+            return;
+        };
+        let labels = (attempt.operation, attempt.trigger, attempt.result);
+        let mut durations = self
+            .gc_durations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        durations
+            .entry(labels)
+            .or_insert_with(|| Histogram::new(GC_BUCKETS))
+            .observe(took.as_secs_f64());
     }
 
     /// The image cache was refreshed: its images are the runtime image gauges' values.
@@ -204,7 +220,9 @@ struct Snapshot {
     image_fs: Option<(u64, u64)>,
     /// The image filesystem's inodes (total, free, used by images when reported).
     image_fs_inodes: Option<(u64, u64, Option<u64>)>,
-    gc_durations: Histogram,
+    gc_durations: BTreeMap<DurationLabels, Histogram>,
+    /// KEP-6053's attempt, freed, target, deletion, skip and usage series.
+    attempts: AttemptCounts,
     pull_durations: BTreeMap<&'static str, Histogram>,
     ensure_requests: BTreeMap<EnsureLabels, u64>,
     store_healthy: bool,
@@ -271,6 +289,7 @@ impl Snapshot {
                 Ok(h) => h.clone(),
                 Err(p) => p.into_inner().clone(),
             },
+            attempts: g.attempts().counts(),
             pull_durations: images.metrics().snapshot(),
             ensure_requests: images.metrics().ensure_requests(),
             store_healthy,

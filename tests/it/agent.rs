@@ -364,6 +364,17 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
         body.contains("\nimagekeeper_image_garbage_collected_total{reason=\"space\"} 1\n"),
         "{body}"
     );
+    // KEP-6053: the prune is a delete_unused_images attempt of trigger unknown (an operator's,
+    // not an eviction manager's), timed by the agent; the GC loop's deletion series exist at
+    // 0 from the start (MaxAge is off: its error series stays 0).
+    for line in [
+        "imagekeeper_image_gc_attempts_total{operation=\"delete_unused_images\",trigger=\"unknown\",result=\"success\",reason=\"all_unused\"} 1",
+        "imagekeeper_image_gc_image_deletions_total{operation=\"delete_unused_images\",trigger=\"unknown\",reason=\"all_unused\",result=\"success\"} 1",
+        "imagekeeper_image_gc_duration_seconds_count{operation=\"delete_unused_images\",trigger=\"unknown\",result=\"success\"} 1",
+        "imagekeeper_image_gc_image_deletions_total{operation=\"garbage_collect\",trigger=\"periodic\",reason=\"age\",result=\"error\"} 0",
+    ] {
+        assert!(body.contains(&format!("\n{line}\n")), "{line} in {body}");
+    }
     assert!(body.contains("\nimagekeeper_image_records 1\n"), "{body}");
     assert!(
         body.contains("\nimagekeeper_gc_future_stamps_clamped_total 0\n"),
@@ -399,6 +410,20 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
         async move {
             body.contains("\nimagekeeper_image_fs_capacity_bytes ")
                 .then_some(body)
+        }
+    })
+    .await;
+    // The GC loop's first cycle (at start) is KEP-6053's trigger periodic, timed by the agent.
+    // Polled: the loop runs beside the first detect and signals nothing when it ends.
+    wait_for("the GC loop's periodic attempt", Duration::from_secs(30), || {
+        let body = http_get(&metrics, "/metrics");
+        async move {
+            (body.contains(
+                "\nimagekeeper_image_gc_attempts_total{operation=\"garbage_collect\",trigger=\"periodic\",",
+            ) && body.contains(
+                "\nimagekeeper_image_gc_duration_seconds_count{operation=\"garbage_collect\",trigger=\"periodic\",",
+            ))
+            .then_some(())
         }
     })
     .await;

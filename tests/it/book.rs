@@ -159,7 +159,160 @@ fn metrics_page() -> String {
             cell(family.absent_when.unwrap_or("")),
         ));
     }
+    page.push_str(&kep6053_section());
     page
+}
+
+/// The KEP-6053 section of the metrics page: the label values and the mappings, read from
+/// the enums and the mapping functions themselves.
+fn kep6053_section() -> String {
+    use imagekeeper::gc::{
+        AttemptReason, AttemptResult, DeletionReason, GcOperation, GcTrigger, RemovalReason,
+        RescueReason, SkipReason, Verdict,
+    };
+    let values = |v: Vec<&str>| {
+        v.iter()
+            .map(|s| format!("`{s}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let verdict_name = |v: Verdict| {
+        serde_json::to_value(v)
+            .expect("a verdict serializes")
+            .as_str()
+            .expect("a verdict is a string")
+            .to_owned()
+    };
+    let mut out = String::from(
+        "\n## Image GC attempts (KEP-6053)\n\n\
+         Each of `imagekeeper_image_gc_attempts_total`, \
+         `imagekeeper_image_gc_duration_seconds`, `imagekeeper_image_gc_freed_bytes`, \
+         `imagekeeper_image_gc_target_bytes`, `imagekeeper_image_gc_image_deletions_total`, \
+         `imagekeeper_image_gc_skipped_images_total` and \
+         `imagekeeper_image_gc_image_fs_usage_percent` follows KEP-6053 as proposed (alpha, \
+         text of 2026), \"Kubelet Image Garbage Collection Observability\": the kubelet's \
+         name with `imagekeeper_` for `kubelet_`, the KEP's label names and values. They are alpha \
+         as the KEP's are: a later text of the KEP may change them, and these with it. Every \
+         name that was here before stays: `imagekeeper_image_garbage_collected_total{reason}` \
+         counts every successful deletion, as \
+         `imagekeeper_image_gc_image_deletions_total{result=\"success\"}` does (the KEP keeps \
+         both); `imagekeeper_image_gc_duration_seconds` gained the labels `operation`, \
+         `trigger` and `result` (a query that sums `by (le)` reads as before); \
+         `imagekeeper_image_gc_cycles_total{result}` still counts the agent's GarbageCollect \
+         cycles (its loop's and `gc` through it).\n\n\
+         | label | of | values |\n|---|---|---|\n",
+    );
+    let rows: [(&str, &str, Vec<&str>); 8] = [
+        (
+            "operation",
+            "all but the usage gauge",
+            GcOperation::ALL.iter().map(|v| v.as_str()).collect(),
+        ),
+        (
+            "trigger",
+            "all but the usage gauge",
+            GcTrigger::ALL.iter().map(|v| v.as_str()).collect(),
+        ),
+        (
+            "result",
+            "attempts, duration, freed bytes",
+            AttemptResult::ALL.iter().map(|v| v.as_str()).collect(),
+        ),
+        (
+            "reason",
+            "attempts, freed bytes",
+            AttemptReason::ALL.iter().map(|v| v.as_str()).collect(),
+        ),
+        (
+            "reason",
+            "image deletions",
+            DeletionReason::ALL.iter().map(|v| v.as_str()).collect(),
+        ),
+        ("result", "image deletions", vec!["success", "error"]),
+        (
+            "reason",
+            "skipped images",
+            SkipReason::ALL.iter().map(|v| v.as_str()).collect(),
+        ),
+        ("phase", "image filesystem usage", vec!["before"]),
+    ];
+    for (label, of, v) in rows {
+        out.push_str(&format!("| `{label}` | {of} | {} |\n", values(v)));
+    }
+    out.push_str(
+        "\n**Operations and triggers.** The agent's GC loop (`--gc-period`) is \
+         `operation=\"garbage_collect\"`, `trigger=\"periodic\"`; `imagekeeper gc` through the \
+         agent is `garbage_collect`, `unknown`; `imagekeeper prune` through the agent is \
+         `delete_unused_images`, `unknown` (an operator's request, not an eviction manager's \
+         node reclaim). imagekeeper has no eviction manager and never reports `eviction` \
+         itself: a program that embeds the library reports it with \
+         `ImageGcManager::delete_unused_images_for(GcTrigger::Eviction, ..)` \
+         (`garbage_collect` and `delete_unused_images` report `unknown`). One-shot `gc` and \
+         `prune`, `replay` and `simulate` count as `unknown` too, and serve no `/metrics`. \
+         MaxAge, the byte budget, the inode rule and the measured pass on further image \
+         filesystems are parts of `garbage_collect`, not operations of their own; the budget \
+         and the inode rule are threshold rules. Dry runs count nothing.\n\n\
+         **Result and reason of an attempt**, read from the cycle's report when it ends: an \
+         error before its detect completed is `error`, `detect_error`; an ImageFsInfo failure \
+         `error`, `stats_error`; capacity 0 `error`, `invalid_capacity`; a failed RemoveImage \
+         (MaxAge's or a walk's) `error`, `delete_error`; a threshold rule (the percentage, the \
+         byte budget, the inode rule) that freed too little is `partial`, \
+         `insufficient_freed` when the attempt removed an image, and `noop`, \
+         `insufficient_freed` when it removed none; any other error (the store's, a container \
+         list at the last look) `error`, `unknown`. Without an error, `delete_unused_images` \
+         is `success` (it removed an image) or `noop`, with `all_unused`; `garbage_collect` is \
+         `success`, `threshold` when a threshold rule removed an image, `success`, `age` when \
+         only MaxAge did, and `noop`, `threshold` when nothing was removed (usage under the \
+         thresholds, or GC disabled).\n\n\
+         **Bytes.** `freed_bytes` observes every attempt's freed bytes: the sizes the runtime \
+         listed for the images it removed (an estimate from image metadata, not a filesystem \
+         measurement), 0 for an attempt that removed nothing. `target_bytes` observes a \
+         `garbage_collect`'s amount to free on the first image filesystem when a byte rule \
+         needed room (nothing for an attempt under the thresholds, or one only the inode rule \
+         ran), and every `delete_unused_images`' total size of the images it found eligible and \
+         tried to remove (0 when none), never a sentinel. Their buckets are powers of 4 from \
+         1 MiB to 1 TiB (the KEP names none); the duration's are the kubelet's default \
+         buckets, and only the attempts the agent runs (its loop, `gc` and `prune` through it) \
+         are timed. `image_fs_usage_percent{phase=\"before\"}` is the usage the percentage rule \
+         computed at the last `garbage_collect`, after MaxAge and before the threshold pass; \
+         absent until one did.\n\n\
+         **Series.** A series exists once counted. The agent creates at 0, when it starts, the \
+         deletion series of `garbage_collect`, `periodic` for `space` and `age` with each \
+         result, and its skip series for each reason, so a rate has a series before the first \
+         removal.\n\n\
+         **Deletions** count each RemoveImage call of GC under the reason of its removal:\n\n\
+         | removal reason | `reason` |\n|---|---|\n",
+    );
+    for r in RemovalReason::ALL {
+        out.push_str(&format!(
+            "| `{}` | `{}` |\n",
+            r.as_str(),
+            DeletionReason::of_removal(r).as_str()
+        ));
+    }
+    out.push_str(
+        "\n**Skipped images** count each record a space walk read and passed over, by its \
+         verdict (a walk stops once it has freed its amount, and does not read the records \
+         after; `delete_unused_images` reads them all), and each victim the last look before \
+         RemoveImage kept, by why. MaxAge counts only its last look's keeps. A record a \
+         container uses or mounts as an image volume, the sandbox image, or one a kubelet pull \
+         intent names has the verdict `in_use`.\n\n\
+         | walk verdict | `reason` |\n|---|---|\n",
+    );
+    for v in Verdict::ALL {
+        if let Some(why) = SkipReason::of_verdict(v) {
+            out.push_str(&format!("| `{}` | `{}` |\n", verdict_name(v), why.as_str()));
+        }
+    }
+    out.push_str("\n| last look kept it for | `reason` |\n|---|---|\n");
+    for why in RescueReason::ALL {
+        out.push_str(&format!(
+            "| `{}` | `{}` |\n",
+            why.as_str(),
+            why.skip_reason().as_str()
+        ));
+    }
+    out
 }
 
 fn config_page() -> String {

@@ -341,6 +341,13 @@ async fn scrape_and_check(prometheus: &Path, args: &[String], pull: &str, expect
         "imagekeeper_image_pins",
         "imagekeeper_image_fs_inodes",
         "imagekeeper_store_healthy",
+        // KEP-6053's series (issue 52).
+        "imagekeeper_image_gc_attempts_total",
+        "imagekeeper_image_gc_target_bytes_sum",
+        "imagekeeper_image_gc_freed_bytes_sum",
+        "imagekeeper_image_gc_image_deletions_total",
+        "imagekeeper_image_gc_skipped_images_total",
+        "imagekeeper_image_gc_image_fs_usage_percent",
     ] {
         assert!(
             queries.iter().any(|q| q.contains(metric)),

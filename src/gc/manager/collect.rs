@@ -6,7 +6,8 @@
 //! Invariants: a cycle holds the cycle lock and takes the settings once, from its start to its
 //! end; it is marked running in the metrics for as long as its future lives (`ProgressGuard`);
 //! capacity 0 fails the percentage rule alone, as the kubelet's InvalidDiskCapacity, while the
-//! budget and inode rules still run; the removals before a failure stand in the report.
+//! budget and inode rules still run; the removals before a failure stand in the report; every
+//! cycle is counted once in KEP-6053's attempt series when it ends (`end_attempt`).
 
 use tracing::{info, warn};
 
@@ -15,6 +16,7 @@ use crate::runtime::ImageRuntime;
 use crate::store::StoredRecord;
 
 use crate::gc::GcError;
+use crate::gc::attempt::{Attempt, GcOperation, GcTrigger, classify};
 use crate::gc::evict::past_max_age;
 use crate::gc::metrics::{GcMetrics, RemovalReason};
 use crate::gc::space::{BudgetNeed, InodeNeed, SpaceNeed};
@@ -41,11 +43,21 @@ impl Drop for ProgressGuard<'_> {
 
 impl<R: ImageRuntime> ImageGcManager<R> {
     /// kubelet's GarbageCollect at `now`: detect, MaxAge, then free space down to the low
-    /// threshold if usage is at or above the high one.
+    /// threshold if usage is at or above the high one. Counted in KEP-6053's series with
+    /// `trigger="unknown"` ([`ImageGcManager::garbage_collect_for`] names the trigger).
     pub async fn garbage_collect(&self, now: impl CycleTime) -> GcReport {
+        self.garbage_collect_for(GcTrigger::Unknown, now).await
+    }
+
+    /// [`ImageGcManager::garbage_collect`] asked for by `trigger` (the agent's GC loop:
+    /// `periodic`); the report's `attempt` says how KEP-6053's series counted it.
+    pub async fn garbage_collect_for(&self, trigger: GcTrigger, now: impl CycleTime) -> GcReport {
         let _cycle = self.cycle.lock().await;
         let now = now.read();
         let _progress = ProgressGuard::start(&self.metrics);
+        self.metrics
+            .attempts()
+            .begin(GcOperation::GarbageCollect, trigger);
         let settings = self.settings();
         let mut report = GcReport::default();
         if let Err(e) = self
@@ -54,7 +66,33 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         {
             report.error = Some(e);
         }
+        let target = report
+            .bytes_to_free
+            .and_then(|b| u64::try_from(b).ok())
+            .filter(|b| *b > 0);
+        self.end_attempt(GcOperation::GarbageCollect, trigger, target, &mut report);
         report
+    }
+
+    /// Names the cycle that just ended in KEP-6053's terms (`attempt::classify`), keeps that in
+    /// the report and counts it.
+    fn end_attempt(
+        &self,
+        operation: GcOperation,
+        trigger: GcTrigger,
+        target_bytes: Option<u64>,
+        report: &mut GcReport,
+    ) {
+        let (result, reason) = classify(operation, report);
+        let attempt = Attempt {
+            operation,
+            trigger,
+            result,
+            reason,
+            target_bytes,
+        };
+        self.metrics.attempts().finish(&attempt, report.freed);
+        report.attempt = Some(attempt);
     }
 
     async fn garbage_collect_locked(
@@ -92,7 +130,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             None
         } else {
             match SpaceNeed::compute(stats.capacity, stats.available, policy) {
-                Ok(need) => Some(need),
+                Ok(need) => {
+                    self.metrics.attempts().usage_before(need.usage_percent);
+                    Some(need)
+                }
                 Err(err) => {
                     warn!(reason = "InvalidDiskCapacity", "{err}");
                     capacity_error = Some(err);
@@ -219,11 +260,27 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         first.and(others)
     }
 
-    /// kubelet's DeleteUnusedImages: the space walk with no byte limit.
+    /// kubelet's DeleteUnusedImages: the space walk with no byte limit. Counted in
+    /// KEP-6053's series with `trigger="unknown"`
+    /// ([`ImageGcManager::delete_unused_images_for`] names the trigger).
     pub async fn delete_unused_images(&self, now: impl CycleTime) -> GcReport {
+        self.delete_unused_images_for(GcTrigger::Unknown, now).await
+    }
+
+    /// [`ImageGcManager::delete_unused_images`] asked for by `trigger` (`eviction` for an
+    /// eviction manager's node reclaim); its KEP-6053 target is the total size of the images
+    /// it found eligible.
+    pub async fn delete_unused_images_for(
+        &self,
+        trigger: GcTrigger,
+        now: impl CycleTime,
+    ) -> GcReport {
         let _cycle = self.cycle.lock().await;
         let now = now.read();
         let _progress = ProgressGuard::start(&self.metrics);
+        self.metrics
+            .attempts()
+            .begin(GcOperation::DeleteUnusedImages, trigger);
         let settings = self.settings();
         let mut report = GcReport::default();
         info!("Attempting to delete unused images");
@@ -242,6 +299,13 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         if let Err(e) = result {
             report.error = Some(e);
         }
+        let target = Some(report.eligible_bytes);
+        self.end_attempt(
+            GcOperation::DeleteUnusedImages,
+            trigger,
+            target,
+            &mut report,
+        );
         report
     }
 

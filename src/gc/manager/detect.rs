@@ -9,7 +9,7 @@
 //! imagekeeper's by the next detect and then forgotten; a dry run plans from the same
 //! `observe_and_plan` as the real detect.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{debug, info, warn};
 
@@ -24,6 +24,7 @@ use crate::format::{format_rfc3339, go_duration};
 use crate::gc::GcError;
 use crate::gc::detect::{DetectInput, DetectPlan, ListedImages, images_in_use, plan_detect};
 use crate::gc::error::CONTAINER_STATUS_OP;
+use crate::gc::evict::{Verdict, protection_verdict};
 use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::kubelet::KubeletView;
 use crate::gc::off_workers::off_the_workers;
@@ -308,24 +309,41 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 external_removals,
                 repulls: applied.repulls,
             };
+            // What keeps each protected key that is not in use (KEP-6053's skip reasons).
+            let mut kept_by: BTreeMap<RecordKey, Verdict> = BTreeMap::new();
             let mut protected = in_use;
-            protected.extend(self.pulling(&listed));
+            let mut keep = |protected: &mut BTreeSet<RecordKey>, key: RecordKey, why| {
+                if !protected.contains(&key) {
+                    kept_by.insert(key.clone(), why);
+                    protected.insert(key);
+                }
+            };
+            for key in self.pulling(&listed) {
+                keep(&mut protected, key, Verdict::PullInProgress);
+            }
             let warm = self.warm(settings, &listed, now)?;
             self.record_keeps(&listed, &protections, &warm);
-            protected.extend(warm);
-            protected.extend(kubelet.just_pulled);
+            for key in warm {
+                keep(&mut protected, key, Verdict::Warm);
+            }
+            for key in kubelet.just_pulled {
+                keep(&mut protected, key, Verdict::KubeletJustPulled);
+            }
             let protections = if faults.ignore_protections() {
                 Protections::default()
             } else {
                 protections
             };
-            protected.extend(protections.keys().cloned());
+            for (key, protection) in protections.iter() {
+                keep(&mut protected, key.clone(), protection_verdict(protection));
+            }
             Ok((
                 report,
                 CycleView {
                     listed,
                     watch: plan.watch,
                     protected,
+                    kept_by,
                     volumes,
                 },
             ))

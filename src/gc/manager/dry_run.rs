@@ -12,6 +12,7 @@ use crate::runtime::ImageRuntime;
 use crate::store::StoredRecord;
 
 use crate::gc::adaptive::{self};
+use crate::gc::attempt::STATS_OP;
 use crate::gc::detect::apply_to_copy;
 use crate::gc::evict::Verdict;
 use crate::gc::explain::{
@@ -101,7 +102,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 self.runtime
                     .image_fs_stats()
                     .await
-                    .map_err(runtime_error("get image filesystem stats"))?,
+                    .map_err(runtime_error(STATS_OP))?,
             )
         };
         let fs = image_fs.as_ref().map(|stats| FsSpace {

@@ -5,7 +5,7 @@
 //! journaling the removal in the same transaction.
 //!
 //! Invariants: a victim gone from the cycle's list, used, pulled, pinned or warm is kept,
-//! counted (`gc_victims_rescued_total{why}`) and protected for the rest of the cycle; a runtime
+//! counted (`gc_victims_rescued_total{why}`, and KEP-6053's skipped images) and protected for the rest of the cycle; a runtime
 //! that cannot list its containers fails the cycle; a record is deleted only after the runtime
 //! confirms the removal, and a failed deletion is left to the next detect to journal.
 
@@ -16,6 +16,7 @@ use crate::runtime::ImageRuntime;
 use crate::store::{Batch, StoredRecord};
 
 use crate::gc::GcError;
+use crate::gc::attempt::DeletionReason;
 use crate::gc::detect::{container_uses, volume_uses};
 use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::kubelet::{intent_names, pulled_since};
@@ -154,6 +155,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             "Kept an image GC had chosen: it is needed now"
         );
         self.metrics.record_rescue(why);
+        self.metrics.attempts().skipped(why.skip_reason(), 1);
         view.protected.insert(victim.key.clone());
         true
     }
@@ -177,8 +179,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             reason = reason.as_str(),
             "Removing image to free bytes"
         );
+        let kep_reason = DeletionReason::of_removal(reason);
         if let Err(e) = self.runtime.remove_image(id, handler).await {
             self.metrics.record_remove_failure();
+            self.metrics.attempts().deletion(kep_reason, false);
             warn!(image_id = id, error = %e, "Failed to remove image");
             return Err(e.to_string());
         }
@@ -191,6 +195,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             self.pending_evictions().insert(victim.key.clone(), note);
         }
         self.metrics.record_removal(reason);
+        self.metrics.attempts().deletion(kep_reason, true);
         let so_far = self.metrics.cycle_removed(victim.record.size);
         if so_far.is_multiple_of(PROGRESS_EVERY) {
             info!(

@@ -14,6 +14,7 @@ use crate::runtime::ImageRuntime;
 use crate::store::EvictionKey;
 
 use crate::gc::GcError;
+use crate::gc::attempt::STATS_OP;
 use crate::gc::metrics::RemovalReason;
 use crate::gc::plan::SpaceWalk;
 use crate::gc::space::{FsNeed, SpaceNeed};
@@ -103,7 +104,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .runtime
             .image_fs_stats()
             .await
-            .map_err(runtime_error("get image filesystem stats"))?;
+            .map_err(runtime_error(STATS_OP))?;
         let Some(fs) = read(&fresh) else {
             // The filesystem is gone from the answer: nothing left to judge.
             return Ok(());
@@ -169,6 +170,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             if step.resume.is_some() {
                 resume = step.resume;
             }
+            self.count_skipped(view, &step.skipped);
             let before = walked;
             walked = walked.saturating_add(step.read);
             if step.victims.is_empty() {
@@ -187,7 +189,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                             .runtime
                             .image_fs_stats()
                             .await
-                            .map_err(runtime_error("get image filesystem stats"))?;
+                            .map_err(runtime_error(STATS_OP))?;
                         let Some(fs) = read(&reading) else {
                             // The filesystem is gone from the answer: nothing left to judge.
                             return Ok(());

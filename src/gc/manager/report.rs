@@ -72,6 +72,12 @@ pub struct GcReport {
     /// Each of the walk's byte removals after its first is made while less than this was
     /// freed, so the walk stops at most one image past the low line.
     pub bytes_to_free: Option<i64>,
+    /// The total size of the images the space walks chose and did not rescue (whether their
+    /// removal then succeeded or not): DeleteUnusedImages' target in KEP-6053's series.
+    pub eligible_bytes: u64,
+    /// The cycle as KEP-6053 labels it (operation, trigger, result, reason, target), set when
+    /// it ends.
+    pub attempt: Option<crate::gc::attempt::Attempt>,
 }
 
 /// A dry run: what a cycle would remove, and the full explanation.

@@ -13,7 +13,9 @@ use crate::runtime::ImageRuntime;
 use crate::store::{EvictionKey, StoredRecord};
 
 use crate::gc::adaptive::{self, AdaptiveRank, ListedTags};
+use crate::gc::attempt::SkipReason;
 use crate::gc::detect::ListedImages;
+use crate::gc::evict::Verdict;
 use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::metrics::RemovalReason;
 use crate::gc::plan::SpaceWalk;
@@ -137,6 +139,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             if step.resume.is_some() {
                 resume = step.resume;
             }
+            self.count_skipped(view, &step.skipped);
             let before = walked;
             walked = walked.saturating_add(step.read);
             let chunk = step.victims;
@@ -152,6 +155,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                     _ => (RemovalReason::Inodes, goal.inodes.map(|n| n.fs_usage())),
                 };
                 let note = note(free_time, reason, before + position, fs);
+                report.eligible_bytes = report.eligible_bytes.saturating_add(victim.record.size);
                 match self.remove(&victim, note, report).await {
                     Ok(()) => {
                         freed = freed.saturating_add(to_i64(victim.record.size));
@@ -185,6 +189,26 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 freed,
                 errors,
             })
+        }
+    }
+
+    /// Counts the entries a walk's step passed over in KEP-6053's skipped images, each under
+    /// its verdict's reason ([`SkipReason::of_verdict`]); a protected key's verdict is what
+    /// keeps it (`CycleView::kept_by`; in use when nothing else does).
+    pub(super) fn count_skipped(&self, view: &CycleView, skipped: &[(Verdict, RecordKey)]) {
+        let mut counts = [0u64; SkipReason::ALL.len()];
+        for (verdict, key) in skipped {
+            let verdict = match verdict {
+                Verdict::InUse => view.kept_by.get(key).copied().unwrap_or(Verdict::InUse),
+                other => *other,
+            };
+            let why = SkipReason::of_verdict(verdict);
+            if let Some(why) = why {
+                counts[why as usize] += 1;
+            }
+        }
+        for (why, n) in SkipReason::ALL.into_iter().zip(counts) {
+            self.metrics.attempts().skipped(why, n);
         }
     }
 

@@ -10,6 +10,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet}
 
 use super::families::*;
 use super::{BUILD_REVISION, BUILD_VERSION, Snapshot};
+use crate::gc::attempt_metrics::AttemptLabels;
 use crate::pull::metrics::Histogram;
 use crate::warm::WarmState;
 
@@ -80,7 +81,21 @@ impl Collector for Snapshot {
             .collect();
         counter_family(&mut enc, &IMAGE_REPULLS_AFTER_EVICTION, &repulls)?;
         histogram(&mut enc, &IMAGE_REPULL_DELAY, &self.repull_delays)?;
-        histogram(&mut enc, &IMAGE_GC_DURATION, &self.gc_durations)?;
+        let durations: Vec<_> = self
+            .gc_durations
+            .iter()
+            .map(|((operation, trigger, result), h)| {
+                (
+                    [
+                        ("operation", operation.as_str()),
+                        ("trigger", trigger.as_str()),
+                        ("result", result.as_str()),
+                    ],
+                    h,
+                )
+            })
+            .collect();
+        histogram_family(&mut enc, &IMAGE_GC_DURATION, &durations)?;
         let pulls: Vec<_> = self
             .pull_durations
             .iter()
@@ -188,6 +203,86 @@ impl Collector for Snapshot {
             &IMAGE_GC_LOW_THRESHOLD_PERCENT,
             u64::try_from(low).unwrap_or(0),
         )?;
+        self.encode_attempts(&mut enc)
+    }
+}
+
+impl Snapshot {
+    /// KEP-6053's series, each sample labelled with the KEP's names and values.
+    fn encode_attempts(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let a = &self.attempts;
+        let attempt_labels = |(operation, trigger, result, reason): &AttemptLabels| {
+            [
+                ("operation", operation.as_str()),
+                ("trigger", trigger.as_str()),
+                ("result", result.as_str()),
+                ("reason", reason.as_str()),
+            ]
+        };
+        let attempts: Vec<_> = a
+            .attempts
+            .iter()
+            .map(|(labels, n)| (attempt_labels(labels), *n))
+            .collect();
+        counter_family(enc, &IMAGE_GC_ATTEMPTS, &attempts)?;
+        let freed: Vec<_> = a
+            .freed
+            .iter()
+            .map(|(labels, h)| (attempt_labels(labels), h))
+            .collect();
+        histogram_family(enc, &IMAGE_GC_FREED, &freed)?;
+        let target: Vec<_> = a
+            .target
+            .iter()
+            .map(|((operation, trigger), h)| {
+                (
+                    [
+                        ("operation", operation.as_str()),
+                        ("trigger", trigger.as_str()),
+                    ],
+                    h,
+                )
+            })
+            .collect();
+        histogram_family(enc, &IMAGE_GC_TARGET, &target)?;
+        let deletions: Vec<_> = a
+            .deletions
+            .iter()
+            .map(|((operation, trigger, reason, success), n)| {
+                (
+                    [
+                        ("operation", operation.as_str()),
+                        ("trigger", trigger.as_str()),
+                        ("reason", reason.as_str()),
+                        ("result", if *success { "success" } else { "error" }),
+                    ],
+                    *n,
+                )
+            })
+            .collect();
+        counter_family(enc, &IMAGE_GC_IMAGE_DELETIONS, &deletions)?;
+        let skipped: Vec<_> = a
+            .skipped
+            .iter()
+            .map(|((operation, trigger, reason), n)| {
+                (
+                    [
+                        ("operation", operation.as_str()),
+                        ("trigger", trigger.as_str()),
+                        ("reason", reason.as_str()),
+                    ],
+                    *n,
+                )
+            })
+            .collect();
+        counter_family(enc, &IMAGE_GC_SKIPPED_IMAGES, &skipped)?;
+        if let Some(percent) = a.usage_before {
+            gauge_family(
+                enc,
+                &IMAGE_GC_IMAGE_FS_USAGE_PERCENT,
+                &[([("phase", "before")], u64::try_from(percent).unwrap_or(0))],
+            )?;
+        }
         Ok(())
     }
 }

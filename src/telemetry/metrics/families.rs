@@ -266,8 +266,8 @@ pub(super) const IMAGE_GC_DURATION: MetricFamily = family(
     "image_gc_duration",
     H,
     Some(S),
-    &[],
-    "Duration of image GC cycles.",
+    &["operation", "trigger", "result"],
+    "Duration of image GC attempts the agent ran (its GC loop, gc and prune through it), by operation, trigger and result (KEP-6053).",
 );
 pub(super) const IMAGE_PULL_DURATION: MetricFamily = family(
     "image_pull_duration",
@@ -427,6 +427,52 @@ pub(super) const WARM_PULLS: MetricFamily = absent_when(
     "until the first warm cycle has run",
 );
 
+pub(super) const IMAGE_GC_ATTEMPTS: MetricFamily = family(
+    "image_gc_attempts",
+    C,
+    None,
+    &["operation", "trigger", "result", "reason"],
+    "Image GC attempts by operation, trigger, result and reason (KEP-6053).",
+);
+pub(super) const IMAGE_GC_FREED: MetricFamily = family(
+    "image_gc_freed",
+    H,
+    Some(B),
+    &["operation", "trigger", "result", "reason"],
+    "Bytes an image GC attempt freed, as the sizes the runtime listed for the images it removed (an estimate from image metadata, not a filesystem measurement) (KEP-6053).",
+);
+pub(super) const IMAGE_GC_TARGET: MetricFamily = family(
+    "image_gc_target",
+    H,
+    Some(B),
+    &["operation", "trigger"],
+    "Bytes an image GC attempt set out to free: garbage_collect's byte rules' amount to free, delete_unused_images' total size of the images it found eligible (KEP-6053).",
+);
+pub(super) const IMAGE_GC_IMAGE_DELETIONS: MetricFamily = family(
+    "image_gc_image_deletions",
+    C,
+    None,
+    &["operation", "trigger", "reason", "result"],
+    "RemoveImage calls of image GC by operation, trigger, reason (space, age, all_unused) and result (success, error); each success also counts in image_garbage_collected_total (KEP-6053).",
+);
+pub(super) const IMAGE_GC_SKIPPED_IMAGES: MetricFamily = family(
+    "image_gc_skipped_images",
+    C,
+    None,
+    &["operation", "trigger", "reason"],
+    "Images an image GC walk read but did not remove, by operation, trigger and reason (in_use, min_age, pinned, other) (KEP-6053).",
+);
+pub(super) const IMAGE_GC_IMAGE_FS_USAGE_PERCENT: MetricFamily = absent_when(
+    family(
+        "image_gc_image_fs_usage_percent",
+        G,
+        None,
+        &["phase"],
+        "Image filesystem usage in percent before the threshold-based pass of the last garbage_collect (phase before) (KEP-6053).",
+    ),
+    "until a garbage_collect has read the image filesystem's usage",
+);
+
 /// Every metric family the agent exports, in the order a scrape encodes them. To add a
 /// metric: add its entry here, encode it in `Snapshot::encode` with that entry, and run
 /// `scripts/docs` to regenerate the reference page.
@@ -468,4 +514,10 @@ pub const METRICS: &[MetricFamily] = &[
     IMAGE_GC_CYCLES,
     IMAGE_GC_HIGH_THRESHOLD_PERCENT,
     IMAGE_GC_LOW_THRESHOLD_PERCENT,
+    IMAGE_GC_ATTEMPTS,
+    IMAGE_GC_FREED,
+    IMAGE_GC_TARGET,
+    IMAGE_GC_IMAGE_DELETIONS,
+    IMAGE_GC_SKIPPED_IMAGES,
+    IMAGE_GC_IMAGE_FS_USAGE_PERCENT,
 ];

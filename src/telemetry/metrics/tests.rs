@@ -20,7 +20,15 @@ fn full_snapshot() -> Snapshot {
         progress: GcProgress::default(),
         image_fs: Some((1000, 500)),
         image_fs_inodes: Some((1000, 400, Some(300))),
-        gc_durations: h.clone(),
+        gc_durations: BTreeMap::from([(
+            (
+                GcOperation::GarbageCollect,
+                GcTrigger::Periodic,
+                AttemptResult::Success,
+            ),
+            h.clone(),
+        )]),
+        attempts: kep6053_counts(&h),
         pull_durations: BTreeMap::from([("0-1MB", h.clone())]),
         ensure_requests: BTreeMap::from([(("always", "unknown", "true"), 1)]),
         store_healthy: true,
@@ -51,6 +59,43 @@ fn full_snapshot() -> Snapshot {
             failing: false,
             writes: [3, 1],
         }),
+    }
+}
+
+/// KEP-6053's counts with one sample in every family.
+fn kep6053_counts(h: &Histogram) -> AttemptCounts {
+    use crate::gc::{AttemptReason, DeletionReason, SkipReason};
+    let attempt = (
+        GcOperation::GarbageCollect,
+        GcTrigger::Periodic,
+        AttemptResult::Success,
+        AttemptReason::Threshold,
+    );
+    AttemptCounts {
+        attempts: BTreeMap::from([(attempt, 1)]),
+        freed: BTreeMap::from([(attempt, h.clone())]),
+        target: BTreeMap::from([(
+            (GcOperation::GarbageCollect, GcTrigger::Periodic),
+            h.clone(),
+        )]),
+        deletions: BTreeMap::from([(
+            (
+                GcOperation::GarbageCollect,
+                GcTrigger::Periodic,
+                DeletionReason::Space,
+                true,
+            ),
+            1,
+        )]),
+        skipped: BTreeMap::from([(
+            (
+                GcOperation::GarbageCollect,
+                GcTrigger::Periodic,
+                SkipReason::InUse,
+            ),
+            1,
+        )]),
+        usage_before: Some(90),
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub(crate) mod hooked;
 mod journal;
+mod kep6053;
 mod kubelet_records;
 mod lab;
 mod pins;
