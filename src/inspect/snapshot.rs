@@ -14,6 +14,7 @@ use std::hash::Hasher;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::Duration;
 
 use super::InspectError;
 use crate::store::{Store, StoreError};
@@ -138,10 +139,57 @@ pub fn verified_copy(path: &Path) -> Result<VerifiedCopy, InspectError> {
     verified_copy_with(path, |_, _| {})
 }
 
+/// How long one attempt waits for its read pin. redb's read-only open takes the file's header
+/// lock shared, waiting (`F_OFD_SETLKW`), and a writer committing back to back (a GC burst)
+/// takes it exclusively again as soon as it lets it go: the waiter can starve for as long as
+/// the burst lasts (an `inspect export` beside one waited over 60 s). Past this wait the copy
+/// is taken without the pin, and the verification decides, as for a file held exclusively.
+pub const PIN_WAIT: Duration = Duration::from_secs(2);
+
+/// Whether the file needed crash recovery, and the read pin when one came within `wait`
+/// (`pin` runs on a thread of its own; one that comes later is dropped, and so released, by
+/// that thread).
+fn pin_within<P: Send + 'static>(
+    path: &Path,
+    wait: Duration,
+    pin: impl FnOnce(fs::File, &Path) -> Result<P, StoreError> + Send + 'static,
+) -> Result<(Option<P>, bool), InspectError> {
+    let file = open_regular(path)?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let owned = path.to_owned();
+    let spawned = std::thread::Builder::new()
+        .name("inspect-read-pin".to_owned())
+        .spawn(move || {
+            let _ = tx.send(pin(file, &owned));
+        });
+    if spawned.is_err() {
+        // No thread for it: copy without the pin (the verification decides).
+        return Ok((None, false));
+    }
+    Ok(match rx.recv_timeout(wait) {
+        Ok(Ok(pin)) => (Some(pin), false),
+        Ok(Err(StoreError::NeedsRecovery { .. })) => (None, true),
+        // Damaged, foreign, held by an exclusive writer, or not pinned within the wait: the
+        // verification decides.
+        Ok(Err(_)) | Err(_) => (None, false),
+    })
+}
+
 /// [`verified_copy`], calling `after_copy(attempt, copy)` between taking each copy and opening
 /// it: tests tear a copy there, and commit to the file as a writer would.
 fn verified_copy_with(
     path: &Path,
+    after_copy: impl FnMut(u32, &Path),
+) -> Result<VerifiedCopy, InspectError> {
+    verified_copy_pinned_by(path, PIN_WAIT, Store::pin_read_only, after_copy)
+}
+
+/// [`verified_copy_with`] with the read pin taken by `pin` within `wait` (tests give one that
+/// never comes).
+fn verified_copy_pinned_by<P: Send + 'static>(
+    path: &Path,
+    wait: Duration,
+    pin: impl Fn(fs::File, &Path) -> Result<P, StoreError> + Send + Sync + Clone + 'static,
     mut after_copy: impl FnMut(u32, &Path),
 ) -> Result<VerifiedCopy, InspectError> {
     let copy_err = |source| InspectError::Copy {
@@ -155,12 +203,7 @@ fn verified_copy_with(
     for attempt in 1..=COPY_ATTEMPTS {
         // The pin's read transaction is held while the copy is taken, no longer: it keeps the
         // writer from reusing pages, so the file grows a little while it lives.
-        let (pin, needed_recovery) = match Store::pin_read_only(open_regular(path)?, path) {
-            Ok(pin) => (Some(pin), false),
-            Err(StoreError::NeedsRecovery { .. }) => (None, true),
-            // Damaged, foreign or held by an exclusive writer: the verification decides.
-            Err(_) => (None, false),
-        };
+        let (pin, needed_recovery) = pin_within(path, wait, pin.clone())?;
         let copy = dir.path().join(format!("copy-{attempt}.redb"));
         let copied = {
             let mut to = fs::OpenOptions::new()
@@ -233,6 +276,27 @@ mod tests {
     fn ids(copy: &VerifiedCopy) -> Vec<String> {
         let records = copy.store.records().expect("records");
         records.iter().map(|r| r.key.image_id.0.clone()).collect()
+    }
+
+    /// A writer committing back to back can starve redb's read-only open of the header lock
+    /// (an `inspect export` beside a GC burst waited over 60 s): a pin that does not come
+    /// within its wait (here one parked until the test ends) does not hold the copy up.
+    #[test]
+    fn a_read_pin_that_does_not_come_within_its_wait_does_not_hold_up_the_copy() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = db(dir.path());
+        let (release, parked) = std::sync::mpsc::channel::<()>();
+        let parked = std::sync::Arc::new(std::sync::Mutex::new(parked));
+        let never_pinned = move |_: fs::File, _: &Path| -> Result<(), StoreError> {
+            let _ = parked.lock().map(|rx| rx.recv());
+            Ok(())
+        };
+        let copy =
+            verified_copy_pinned_by(&path, Duration::from_millis(50), never_pinned, |_, _| {})
+                .expect("copied without the pin");
+        assert_eq!(ids(&copy), ["sha256:a"]);
+        assert_eq!(copy.discarded, 0);
+        drop(release);
     }
 
     #[test]
