@@ -88,37 +88,54 @@ pub fn open_regular(path: &Path) -> Result<fs::File, InspectError> {
     Ok(file)
 }
 
-/// A fingerprint of a file's bytes, to tell whether it changed between two reads.
+/// What tells whether the file changed between two looks: its length and a hash of its first
+/// [`HEADER_BYTES`]. redb rewrites its header (a commit slot: the transaction id, the roots and
+/// their checksums) at every commit, so a writer's commit always changes the hash; the rest of
+/// the file is not hashed (hashing every byte made a copy slow enough, on a loaded machine, for
+/// a writer in a GC burst to grow the file faster than it was read).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Fingerprint {
     len: u64,
     hash: u64,
 }
 
-/// Reads `from` to its end, writing every byte to `to` if given; returns the fingerprint.
-fn stream(from: &mut fs::File, mut to: Option<&mut fs::File>) -> io::Result<Fingerprint> {
+/// The start of the file that [`Fingerprint`] hashes; redb's header lies within it.
+const HEADER_BYTES: u64 = 64 << 10;
+
+/// Reads up to [`HEADER_BYTES`] from the start of `from` and hashes them.
+fn read_header(from: &mut fs::File) -> io::Result<(Vec<u8>, u64)> {
+    let mut head = Vec::new();
+    from.take(HEADER_BYTES).read_to_end(&mut head)?;
     // SipHash with fixed keys: not a defence against an adversary, only a change detector.
     #[allow(deprecated)]
     let mut hasher = std::hash::SipHasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut len = 0u64;
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        let chunk = &buf[..n];
-        hasher.write(chunk);
-        len += n as u64;
-        if let Some(to) = to.as_deref_mut() {
-            to.write_all(chunk)?;
-        }
-    }
+    hasher.write(&head);
+    Ok((head, hasher.finish()))
+}
+
+/// Copies `from` into `to`: the header first, then the rest up to the file's length as it was
+/// right after the header was read, never to an end that moves (a writer in a GC burst, its
+/// freed pages held by the read pin, grows the file while it is read). The header read names
+/// a commit whose pages were written, and the file extended, before it, so they lie within that
+/// length.
+fn copy_file(from: &mut fs::File, to: &mut fs::File) -> io::Result<Fingerprint> {
+    let (head, hash) = read_header(from)?;
+    to.write_all(&head)?;
+    let head_len = head.len() as u64;
+    let end = from.metadata()?.len().max(head_len);
+    let rest = io::copy(&mut from.take(end - head_len), to)?;
     Ok(Fingerprint {
-        len,
-        hash: hasher.finish(),
+        len: head_len + rest,
+        hash,
+    })
+}
+
+/// The file's fingerprint now.
+fn fingerprint(from: &mut fs::File) -> io::Result<Fingerprint> {
+    let (_, hash) = read_header(from)?;
+    Ok(Fingerprint {
+        len: from.metadata()?.len(),
+        hash,
     })
 }
 
@@ -212,7 +229,7 @@ fn verified_copy_pinned_by<P: Send + 'static>(
                 .mode(0o600)
                 .open(&copy)
                 .map_err(copy_err)?;
-            stream(&mut open_regular(path)?, Some(&mut to)).map_err(copy_err)?
+            copy_file(&mut open_regular(path)?, &mut to).map_err(copy_err)?
         };
         drop(pin);
         after_copy(attempt, &copy);
@@ -228,7 +245,7 @@ fn verified_copy_pinned_by<P: Send + 'static>(
             }
             Err(e) => e,
         };
-        let now = stream(&mut open_regular(path)?, None).map_err(copy_err)?;
+        let now = fingerprint(&mut open_regular(path)?).map_err(copy_err)?;
         if now == copied {
             // The file holds exactly what was copied: the copy's failure is the file's.
             return Err(error.into());
