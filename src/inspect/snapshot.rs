@@ -157,10 +157,10 @@ pub fn verified_copy(path: &Path) -> Result<VerifiedCopy, InspectError> {
 }
 
 /// How long one attempt waits for its read pin. redb's read-only open takes the file's header
-/// lock shared, waiting (`F_OFD_SETLKW`), and a writer committing back to back (a GC burst)
-/// takes it exclusively again as soon as it lets it go: the waiter can starve for as long as
-/// the burst lasts (an `inspect export` beside one waited over 60 s). Past this wait the copy
-/// is taken without the pin, and the verification decides, as for a file held exclusively.
+/// lock shared, waiting (`F_OFD_SETLKW`), while a writer committing back to back (a GC burst)
+/// takes it exclusively for every commit: a bound on that wait, so an inspect never waits on a
+/// writer for longer. Past it the copy is taken without the pin, and the verification decides,
+/// as for a file held exclusively.
 pub const PIN_WAIT: Duration = Duration::from_secs(2);
 
 /// Whether the file needed crash recovery, and the read pin when one came within `wait`
