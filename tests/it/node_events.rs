@@ -619,15 +619,7 @@ async fn misbehaving_api_server(
 /// is cut before 64 MiB; log: a 900 KiB error message is logged cut to 1 KiB.
 #[tokio::test]
 async fn an_api_server_that_answers_slowly_endlessly_or_with_garbage_costs_one_event_each() {
-    let log = CapturedLog::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let log = log.clone();
-            move || log.clone()
-        })
-        .with_ansi(false)
-        .finish();
-    let _log = tracing::subscriber::set_default(subscriber);
+    let (log, _log) = crate::support::CapturedLog::install();
     // (the first answer, the deadline, whether the client must close an endless answer)
     let cases = [
         (
@@ -677,7 +669,7 @@ async fn an_api_server_that_answers_slowly_endlessly_or_with_garbage_costs_one_e
             .expect("served");
         assert!(line.starts_with("POST /apis/events.k8s.io/v1/"), "{line}");
     }
-    let lines = log.lines();
+    let lines = log.take();
     let warnings: Vec<&String> = lines
         .iter()
         .filter(|l| l.contains("Cannot publish a Node Event"))
@@ -692,27 +684,4 @@ async fn an_api_server_that_answers_slowly_endlessly_or_with_garbage_costs_one_e
         longest < 4096,
         "a warning of {longest} bytes: an API server's error text is cut"
     );
-}
-
-/// A log sink for one test's tracing events.
-#[derive(Clone, Default)]
-struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for CapturedLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl CapturedLog {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().expect("log buffer"))
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
 }

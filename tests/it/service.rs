@@ -6,7 +6,7 @@
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use imagekeeper::agent::{Agent, ConfigSource, FlagValues};
@@ -15,7 +15,7 @@ use imagekeeper::gc::GcOrder;
 use imagekeeper::model::UnixNanos;
 
 use crate::support::agent::{AgentChild, AgentFixture, next_notify};
-use crate::support::http_get;
+use crate::support::{CapturedLog, http_get};
 
 /// An in-process agent on `fake` (database and admin socket in `dir`) whose configuration is
 /// `file` under the flags `extra` sets besides those: a reload reads the file again under them.
@@ -44,46 +44,14 @@ async fn agent_with_config_file(
         .with_config_source(source)
 }
 
-/// A log sink for one test's tracing events (the reload's error must be logged exactly once).
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    /// The log lines written since the last call.
-    fn take(&self) -> Vec<String> {
-        let bytes = std::mem::take(&mut *self.0.lock().expect("log buffer"));
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
 /// In-process, through the function SIGHUP calls: a valid file swaps the GC settings it
 /// changed while a flag given at start still wins over the file; an invalid file (a value the
 /// kubelet refuses, an unknown field, not TOML, gone) keeps the running configuration, logs
 /// exactly one error naming the field or file, and counts a failure.
 #[tokio::test]
 async fn reload_swaps_the_files_gc_settings_flags_still_win_and_an_invalid_file_changes_nothing() {
-    let log = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let log = log.clone();
-            move || log.clone()
-        })
-        .with_ansi(false)
-        .finish();
-    let _log = tracing::subscriber::set_default(subscriber);
+    // The reload's error must be logged exactly once.
+    let (log, _log) = CapturedLog::install();
 
     let AgentFixture { fake, dir, .. } = AgentFixture::builder()
         .image("sha256:aaa", "registry.example/a:1", 1000)

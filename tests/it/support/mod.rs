@@ -683,3 +683,43 @@ pub async fn listed_image_ids(client: &CriClient) -> BTreeSet<String> {
         .map(|image| image.id.0)
         .collect()
 }
+
+/// A log sink for one test's tracing events, installed as the thread's default subscriber by
+/// [`CapturedLog::install`] (a current-thread runtime's spawned tasks log to it too).
+#[derive(Clone, Default)]
+pub struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLog {
+    /// A sink, and the guard that keeps it the thread's subscriber (plain text, no colours).
+    pub fn install() -> (CapturedLog, tracing::subscriber::DefaultGuard) {
+        let log = CapturedLog::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer({
+                let log = log.clone();
+                move || log.clone()
+            })
+            .with_ansi(false)
+            .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        (log, guard)
+    }
+
+    /// The log lines written since the last call.
+    pub fn take(&self) -> Vec<String> {
+        let bytes = std::mem::take(&mut *self.0.lock().expect("log buffer"));
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
