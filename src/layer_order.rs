@@ -6,7 +6,9 @@
 //! under a `#[cfg(...)]` that names `test` or the `testing`/`sim-mutants` features), collects
 //! each `crate::<module>` path, and fails on any edge the table does not allow, naming the
 //! file and the line. It also fails when a top-level module is missing from the table, so a
-//! new module gets its row when it is added.
+//! new module gets its row when it is added, and on an edge the table allows that no
+//! production code uses, so the table says what the code does, not what it once did.
+//! [`file_cycles`] holds the same line inside each module: no circle between its files.
 //!
 //! Invariant: the table is the only statement of the layer order; the README, the book and
 //! the `//!` paragraphs link to it instead of repeating it.
@@ -15,6 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::size_limits::{blank_literals, is_test_file, rust_files};
+
+mod file_cycles;
 
 const BEGIN: &str = "<!-- layer-order: begin -->";
 const END: &str = "<!-- layer-order: end -->";
@@ -259,6 +263,26 @@ fn every_import_between_top_level_modules_is_one_the_layer_table_allows() {
         forbidden.is_empty(),
         "imports the layer table in ARCHITECTURE.md does not allow:\n  {}",
         forbidden.join("\n  ")
+    );
+}
+
+#[test]
+fn every_edge_the_layer_table_allows_is_one_the_code_uses() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let architecture =
+        std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md is readable");
+    let used = edges(&root.join("src"));
+    let unused: Vec<String> = allowed_table(&architecture)
+        .into_iter()
+        .flat_map(|(from, imports)| imports.into_iter().map(move |to| (from.clone(), to)))
+        .filter(|edge| !used.contains_key(edge))
+        .map(|(from, to)| format!("{from} -> {to}"))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "edges ARCHITECTURE.md's layer table allows that no production code uses (remove them \
+         from the table):\n  {}",
+        unused.join("\n  ")
     );
 }
 

@@ -35,8 +35,8 @@ fn the_limits_page_states_every_limit_with_the_codes_number() {
     // The page wraps lines: compare with white space runs as one space.
     let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
     let file = crate::operator_file::MAX_OPERATOR_FILE_BYTES;
-    let metrics = crate::agent::HttpLimits::default();
-    let probes = crate::agent::HttpLimits::probes();
+    let metrics = crate::telemetry::HttpLimits::default();
+    let probes = crate::telemetry::HttpLimits::probes();
     let admin = crate::admin::AdminLimits::default();
     let trace = crate::replay::MAX_TRACE_LINE_BYTES as u64;
     let plugin = crate::pull::credentials::plugin::MAX_PLUGIN_STDOUT_BYTES as u64;
@@ -52,7 +52,7 @@ fn the_limits_page_states_every_limit_with_the_codes_number() {
             metrics.max_connections,
             metrics.max_connections_per_ip,
             secs(metrics.head_timeout),
-            crate::agent::MAX_HEAD_BYTES / 1024,
+            crate::telemetry::MAX_HEAD_BYTES / 1024,
             secs(metrics.write_timeout),
         ),
         format!(
@@ -74,8 +74,8 @@ fn the_limits_page_states_every_limit_with_the_codes_number() {
         #[cfg(feature = "kube")]
         format!(
             "read up to **{}** of body, and one publish (request and answer) has **{}**",
-            mib(crate::agent::EventLimits::default().max_response_bytes as u64),
-            secs(crate::agent::EventLimits::default().response_deadline),
+            mib(crate::telemetry::EventLimits::default().max_response_bytes as u64),
+            secs(crate::telemetry::EventLimits::default().response_deadline),
         ),
         format!(
             "**{}** connections (more are closed at once",

@@ -36,6 +36,7 @@ mod notify;
 mod reload;
 mod runtime_pins;
 mod serve;
+mod service_manager;
 mod start;
 mod warm;
 
@@ -54,18 +55,10 @@ use crate::pull::ImageManager;
 use crate::runtime::CriError;
 use crate::store::{Store, StoreError};
 
-pub use crate::config::{
-    AgentConfig, CONFIG_FIELDS, ConfigError, ContainerEvents, DEFAULT_ADMIN_SOCKET, FileConfig,
-    FlagValues, OnReload,
-};
-pub use crate::runtime::{AgentRuntime, NoEvents};
+use crate::config::{AgentConfig, ConfigError};
+use crate::runtime::AgentRuntime;
 use crate::telemetry::Health;
-pub use crate::telemetry::{
-    AgentMetrics, EventSink, HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, METRICS, MetricKind,
-    NodeEvent, NodeEventType, NodeEvents, serve_http, serve_probes,
-};
-#[cfg(feature = "kube")]
-pub use crate::telemetry::{EventLimits, KubeEventSink};
+use crate::telemetry::{AgentMetrics, HttpEndpoints, HttpLimits, NodeEvents, serve_http};
 pub use events::{EventsNote, watch_container_events};
 pub use notify::{
     NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
@@ -75,6 +68,7 @@ pub use runtime_pins::{
     INSTANCE_ID_META, RemovedPinLabel, instance_id, remove_runtime_pin_labels, stored_instance_id,
 };
 pub use serve::Listeners;
+pub use service_manager::{say as notify_say, serve_service_manager};
 pub use warm::{WARM_POD_NAME, restore_images};
 
 /// Why the agent could not start or stopped.

@@ -10,7 +10,10 @@ use tokio::time::Instant;
 use super::loops::{Backoff, CycleOutcome, Loop, run_schedule};
 use super::*;
 use crate::admin::AdminBackend;
+use crate::config::{FileConfig, FlagValues};
 use crate::model::{ImagePin, PinKey, UnixNanos};
+use crate::runtime::NoEvents;
+use crate::telemetry::{EventSink, NodeEvent, NodeEventType};
 
 /// The GC loop after failures, under paused time: a failed GC (space not freed, a removal
 /// failed) waits the full period as the kubelet's wait.Until does; only an unreachable

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use imagekeeper::agent::{AgentConfig, FlagValues};
 use imagekeeper::clock::{Clock, SystemClock};
+use imagekeeper::config::{AgentConfig, FlagValues};
 use imagekeeper::cri::{CriClient, CriConfig, ImageRuntime};
 use imagekeeper::doctor::{
     self, DEFAULT_KUBELET_CONFIG, DoctorInput, Finding, KubeletConfig, Report, RuntimeView,

@@ -7,8 +7,8 @@
 use anyhow::Context;
 use clap::Args;
 use imagekeeper::admin::{AdminClient, AdminError};
-use imagekeeper::agent::FlagValues;
 use imagekeeper::clock::{Clock, SystemClock};
+use imagekeeper::config::FlagValues;
 use imagekeeper::format::{format_rfc3339, parse_go_duration, parse_rfc3339_or_why};
 use imagekeeper::gc::{PinView, check_pin_request, pin_view, pin_views, stored_images};
 use imagekeeper::model::{ImagePin, MAX_IMAGE_NAME_BYTES, PinKey, UnixNanos};

@@ -51,7 +51,7 @@ pub struct PullArgs {
     #[arg(long, default_value = "")]
     runtime_handler: String,
     /// A running agent's admin socket: when an agent answers there, it does the pull.
-    #[arg(long, default_value = imagekeeper::agent::DEFAULT_ADMIN_SOCKET)]
+    #[arg(long, default_value = imagekeeper::config::DEFAULT_ADMIN_SOCKET)]
     admin_socket: PathBuf,
     /// A pull secret: a Secret manifest (YAML or JSON) of type kubernetes.io/dockerconfigjson
     /// or kubernetes.io/dockercfg, or a docker config.json; repeatable. Its credentials are

@@ -4,7 +4,23 @@
 //! (`settings.rs`); `scripts/docs` writes the reference page from it.
 
 use super::AgentConfig;
-use super::settings::FlagStatus;
+
+/// Whether a setting's flag stays on `--help` (the kubelet-named and process-level ones) or is
+/// deprecated: hidden, still accepted, warning that `--set KEY=VALUE` or the file replaces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagStatus {
+    /// On `--help`.
+    Kept,
+    /// Hidden; still accepted, with a warning naming the key.
+    Deprecated,
+}
+
+impl FlagStatus {
+    /// Whether clap hides the flag from `--help`.
+    pub const fn hidden(self) -> bool {
+        matches!(self, FlagStatus::Deprecated)
+    }
+}
 
 /// When a changed field takes effect on a reload (SIGHUP or `--config-watch-period`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

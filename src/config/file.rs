@@ -1,45 +1,12 @@
 //! Reading the config file ([`FileConfig`], generated from the settings table in
-//! `settings.rs`: KubeletConfiguration's field names, all optional), and the values it holds
-//! that need their own type ([`Quantity`], [`FromHistorySpec`]), read through the operator-file reader. Invariants: unknown fields are refused; a reload
-//! refuses a file that sets nothing unless it carries [`EMPTY_CONFIG_MARKER`].
+//! `settings.rs`: KubeletConfiguration's field names, all optional), through the operator-file
+//! reader; the values that need their own type are `values.rs`, below the table. Invariants:
+//! unknown fields are refused; a reload refuses a file that sets nothing unless it carries
+//! [`EMPTY_CONFIG_MARKER`].
 
 use std::path::Path;
 
-use serde::Deserialize;
-
 use super::{ConfigError, FileConfig};
-
-/// `[warmFromHistory]`: `usedWithin` (Go syntax, default 24h) and `maxBytes` (bytes or a
-/// quantity such as `50Gi`; none: no budget).
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FromHistorySpec {
-    /// `usedWithin`: a Go duration; images used this recently are pulled back (default 24h).
-    #[serde(rename = "usedWithin")]
-    pub used_within: Option<String>,
-    /// `maxBytes`: the most bytes pulled back; `None`: no budget.
-    #[serde(rename = "maxBytes")]
-    pub max_bytes: Option<crate::warm::SizeSpec>,
-}
-
-/// A size in a config file: a Kubernetes quantity string (`"500Gi"`) or a number of bytes.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
-pub enum Quantity {
-    /// A number of bytes (`500000000000`).
-    Bytes(u64),
-    /// A Kubernetes quantity (`"500Gi"`), checked when the setting is resolved.
-    Text(String),
-}
-
-impl Quantity {
-    pub(super) fn bytes(&self) -> Result<u64, String> {
-        match self {
-            Quantity::Bytes(n) => Ok(*n),
-            Quantity::Text(t) => crate::format::parse_byte_quantity(t),
-        }
-    }
-}
 
 /// The line that makes a config file setting nothing a deliberate one: a reload refuses a file
 /// with no setting (empty, white space, comments only: what an editor truncating the file in

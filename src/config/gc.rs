@@ -9,7 +9,7 @@ use crate::gc::{ByteBudget, GcOrder, GcPolicy, InodeThresholds};
 use crate::kubelet::DEFAULT_KUBELET_ROOT_DIR;
 use crate::model::JournalRetention;
 
-use super::resolve::{Origin, duration, invalid, pick};
+use super::origin::{Origin, duration, invalid, pick};
 use super::validate::{PolicyOrigins, validate_policy};
 use super::{ConfigError, FileConfig, FlagValues, MIN_INTENT_MAX_AGE, Quantity};
 

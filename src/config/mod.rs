@@ -22,19 +22,21 @@ mod fields;
 mod file;
 mod flags;
 mod gc;
+mod origin;
 mod process;
 mod pull;
 mod resolve;
 mod runtime;
 mod settings;
 mod validate;
+mod values;
 mod warm;
 
 pub use error::ConfigError;
-pub use fields::{ConfigField, OnReload};
-pub use file::{FromHistorySpec, Quantity};
+pub use fields::{ConfigField, FlagStatus, OnReload};
 pub use flags::FlagValues;
-pub use settings::{CONFIG_FIELDS, FileConfig, FlagStatus, flag_help, parse_set};
+pub use settings::{CONFIG_FIELDS, FileConfig, flag_help, parse_set};
+pub use values::{FromHistorySpec, Quantity};
 
 /// The default record database.
 pub const DEFAULT_DB: &str = "/var/lib/imagekeeper/records.redb";

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::resolve::{duration, invalid};
+use super::origin::{duration, invalid};
 use super::{ConfigError, FlagValues, MIN_LOOP_PERIOD};
 
 /// The metrics endpoint's address (a flag only).

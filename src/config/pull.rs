@@ -4,7 +4,7 @@
 
 use crate::pull::PullConfig;
 
-use super::resolve::{Origin, invalid, pick};
+use super::origin::{Origin, invalid, pick};
 use super::{ConfigError, CredentialProviders, FileConfig, FlagValues};
 
 /// The pull settings, validated as the kubelet does.

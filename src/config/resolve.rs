@@ -1,18 +1,17 @@
 //! [`AgentConfig::resolve`]: defaults, then the file, then `--set`, then the flags, each area resolved by
-//! its own module (gc, pull, runtime, warm, process), then validation; and the helpers the
-//! areas share ([`Origin`], [`pick`]). Invariant: every error names the flag or field the
-//! bad value came from.
+//! its own module (gc, pull, runtime, warm, process), then validation. The helpers the areas
+//! share (`Origin`, `pick`) live below them all, in `origin.rs`. Invariant: every error
+//! names the flag or field the bad value came from.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use crate::format::parse_go_duration;
 use crate::gc::{GcConfig, PinPatterns};
 
 use super::gc::{
     resolve_gc_order, resolve_gc_policy, resolve_intent_max_age, resolve_journal_retention,
     resolve_kubelet_root_dir, resolve_pins,
 };
+use super::origin::{Origin, invalid, pick};
 use super::process::{period, resolve_metrics_address};
 use super::pull::{resolve_credential_providers, resolve_pull};
 use super::runtime::{resolve_container_events, resolve_cri, resolve_runtime_pins};
@@ -29,52 +28,6 @@ impl AgentConfig {
     pub fn defaults() -> Result<AgentConfig, ConfigError> {
         AgentConfig::resolve(&FileConfig::default(), None, &FlagValues::default())
     }
-}
-
-/// Where a value came from, for error messages: the file, or `--set` for the keys it gave.
-pub(super) struct Origin<'a> {
-    file: Option<&'a Path>,
-    set: Vec<&'static str>,
-}
-
-impl Origin<'_> {
-    /// `field` (`warmPeriod`, `warm[2]`, `warmFromHistory.maxBytes`) named where its value
-    /// came from: `--set warmPeriod`, or `warmPeriod in /etc/imagekeeper.toml`.
-    pub(super) fn field(&self, field: &str) -> String {
-        let key = field.split(['[', '.']).next().unwrap_or(field);
-        if self.set.contains(&key) {
-            return format!("--set {field}");
-        }
-        match self.file {
-            Some(path) => format!("{field} in {}", path.display()),
-            None => field.to_owned(),
-        }
-    }
-}
-
-/// Picks the flag value over the file value, remembering which one won.
-pub(super) fn pick<T: Clone>(
-    flag: &Option<T>,
-    flag_name: &str,
-    file: &Option<T>,
-    field: String,
-) -> Option<(T, String)> {
-    match (flag, file) {
-        (Some(v), _) => Some((v.clone(), flag_name.to_owned())),
-        (None, Some(v)) => Some((v.clone(), field)),
-        (None, None) => None,
-    }
-}
-
-pub(super) fn invalid(origin: String, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        origin,
-        message: message.into(),
-    }
-}
-
-pub(super) fn duration(value: &str, origin: &str) -> Result<Duration, ConfigError> {
-    parse_go_duration(value).map_err(|e| invalid(origin.to_owned(), e.to_string()))
 }
 
 impl AgentConfig {

@@ -4,7 +4,7 @@
 
 use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
 
-use super::resolve::{Origin, invalid, pick};
+use super::origin::{Origin, invalid, pick};
 use super::validate::check_endpoint;
 use super::{ConfigError, ContainerEvents, FileConfig, FlagValues, RuntimePins};
 

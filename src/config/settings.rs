@@ -15,24 +15,8 @@
 //! `--set`, which wins over the file; a deprecated flag still works, hidden from `--help`, and
 //! warns naming its key.
 
+use super::fields::FlagStatus;
 use super::{AgentConfig, ConfigError};
-
-/// Whether a setting's flag stays on `--help` (the kubelet-named and process-level ones) or is
-/// deprecated: hidden, still accepted, warning that `--set KEY=VALUE` or the file replaces it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlagStatus {
-    /// On `--help`.
-    Kept,
-    /// Hidden; still accepted, with a warning naming the key.
-    Deprecated,
-}
-
-impl FlagStatus {
-    /// Whether clap hides the flag from `--help`.
-    pub const fn hidden(self) -> bool {
-        matches!(self, FlagStatus::Deprecated)
-    }
-}
 
 /// The settings table. It hands its entries to `$callback`, a macro that generates what it
 /// needs from them (here [`FileConfig`] and [`CONFIG_FIELDS`]; in `flags.rs`

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::cri::CriConfig;
 use crate::gc::GcPolicy;
 
-use super::resolve::invalid;
+use super::origin::invalid;
 use super::{ConfigError, MAX_SOCKET_PATH_BYTES};
 
 #[derive(Default)]

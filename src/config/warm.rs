@@ -7,8 +7,8 @@ use crate::warm::{
     WarmSet, parse_size, read_warm_dir, resolve_specs,
 };
 
+use super::origin::{Origin, duration, invalid, pick};
 use super::process::period;
-use super::resolve::{Origin, duration, invalid, pick};
 use super::{ConfigError, FileConfig, FlagValues};
 
 /// The warm set (the file's `[[warm]]` entries, then the directory's files in name order)

@@ -15,6 +15,7 @@ use tonic::GrpcMethod;
 use tonic::codegen::http;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use super::container_status::ContainerStatusReport;
 use super::containers_decode::ListedContainersResponse;
 use super::convert;
 use super::list_decode::ListImagesCodec;
@@ -23,8 +24,8 @@ use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::statvfs;
 use crate::model::{
-    ContainerEvent, ContainerState, ContainerUsage, ImageFsStats, ImageId, ImageList,
-    PullCredentials, PullSpec, RuntimeContainer, RuntimeImage,
+    ContainerEvent, ContainerUsage, ImageFsStats, ImageList, PullCredentials, PullSpec,
+    RuntimeContainer, RuntimeImage,
 };
 use crate::runtime::ImageRuntime;
 use crate::runtime::{CriError, RuntimeVersion};
@@ -32,7 +33,7 @@ use crate::runtime::{CriError, RuntimeVersion};
 #[cfg(any(test, feature = "testing"))]
 mod pods;
 #[cfg(any(test, feature = "testing"))]
-pub use pods::{
+pub use super::pod_specs::{
     ContainerSecurity, ContainerSpec, ExecResult, MountSpec, PodSandboxSummary, SandboxSpec,
 };
 
@@ -69,28 +70,6 @@ impl Default for CriConfig {
             pull_timeout: None,
         }
     }
-}
-
-/// One container as ContainerStatus reports it.
-#[non_exhaustive]
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContainerStatusReport {
-    /// The container's id.
-    pub id: String,
-    /// Created, running, exited or unknown.
-    pub state: ContainerState,
-    /// The image as the container's spec names it.
-    pub image: String,
-    /// The image's id (CRI `image_id`, else `image_ref` from older runtimes).
-    pub image_id: ImageId,
-    /// The runtime handler of the container's ImageSpec; empty for the default.
-    pub runtime_handler: String,
-    /// The exit code, once exited.
-    pub exit_code: i32,
-    /// Why the container is in its state (`Completed`, `Error`, ...), as the runtime says.
-    pub reason: String,
-    /// The images of the container's image volumes (see [`crate::model::ContainerUsage`]).
-    pub image_volumes: Vec<String>,
 }
 
 /// A CRI GetContainerEvents stream. It has no deadline: it lives until the runtime ends it,

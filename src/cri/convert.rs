@@ -10,9 +10,9 @@
 use std::fmt;
 use std::io;
 
-use super::client::ContainerStatusReport;
+use super::container_status::ContainerStatusReport;
 #[cfg(any(test, feature = "testing"))]
-use super::client::{ContainerSecurity, ContainerSpec, PodSandboxSummary, SandboxSpec};
+use super::pod_specs::{ContainerSecurity, ContainerSpec, PodSandboxSummary, SandboxSpec};
 use super::proto;
 #[cfg(any(test, feature = "testing"))]
 use crate::model::PodSandboxConfig;

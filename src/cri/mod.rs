@@ -15,6 +15,7 @@
 
 mod agent_runtime;
 mod client;
+mod container_status;
 mod containerd_images;
 mod containers_decode;
 mod convert;
@@ -23,15 +24,17 @@ mod decode_test_support;
 #[cfg(any(test, feature = "testing"))]
 mod fake;
 mod list_decode;
+#[cfg(any(test, feature = "testing"))]
+mod pod_specs;
 mod statvfs;
 
 pub use crate::runtime::LabelledImage;
 /// The runtime traits and their plain types, which live in `crate::runtime` (no tonic there).
 pub use crate::runtime::{CriError, ImageRuntime, RpcCode, RuntimeVersion};
 pub use client::{
-    ContainerEventStream, ContainerStatusReport, CriClient, CriConfig, DEFAULT_RUNTIME_ENDPOINT,
-    socket_path,
+    ContainerEventStream, CriClient, CriConfig, DEFAULT_RUNTIME_ENDPOINT, socket_path,
 };
+pub use container_status::ContainerStatusReport;
 // The limits page (a unit test) states it.
 #[cfg(test)]
 pub(crate) use client::MAX_MESSAGE_BYTES;

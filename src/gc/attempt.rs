@@ -1,8 +1,8 @@
 //! The labels of KEP-6053's image GC series ("Kubelet Image Garbage Collection Observability",
 //! proposed, alpha, text of 2026) and the rule that names one attempt's outcome: which
 //! operation ran ([`GcOperation`]), who asked for it ([`GcTrigger`]), its result and reason
-//! ([`AttemptResult`], [`AttemptReason`], read from the cycle's [`GcReport`] by
-//! [`classify`]), why an image it read was not removed ([`SkipReason`]) and under which reason
+//! ([`AttemptResult`], [`AttemptReason`], read from the cycle's report by
+//! `report.rs`'s `classify`), why an image it read was not removed ([`SkipReason`]) and under which reason
 //! a removal is counted ([`DeletionReason`]). Pure: nothing here reads a clock or the runtime.
 //!
 //! Invariants: every label value is one of the KEP's, spelled as the KEP spells it; no label
@@ -13,9 +13,7 @@
 
 use crate::model::RemovalReason;
 
-use super::GcError;
 use super::evict::Verdict;
-use super::manager::GcReport;
 
 /// KEP-6053's `operation` label: the kubelet method the attempt is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -263,53 +261,5 @@ pub struct Attempt {
     pub target_bytes: Option<u64>,
 }
 
-/// The ImageFsInfo call's name in [`GcError::Runtime`] (the manager's `observe_image_fs`).
+/// The ImageFsInfo call's name in [`GcError::Runtime`](super::GcError::Runtime) (the manager's `observe_image_fs`).
 pub(crate) const STATS_OP: &str = "get image filesystem stats";
-
-/// The result and reason of an attempt of `operation` that ended as `report` says.
-///
-/// An error before the detect completed is `detect_error`; ImageFsInfo's, `stats_error`;
-/// capacity 0, `invalid_capacity`; a failed removal (MaxAge's or a walk's), `delete_error`;
-/// a threshold rule that freed too little is `partial` when the attempt removed an image and
-/// `noop` when it removed none, both `insufficient_freed`. Without an error, DeleteUnusedImages
-/// is `all_unused` (success when it removed an image, else noop); GarbageCollect is
-/// `threshold` success when a threshold rule removed an image, `age` success when only MaxAge
-/// did, and `threshold` noop when nothing was removed.
-pub fn classify(operation: GcOperation, report: &GcReport) -> (AttemptResult, AttemptReason) {
-    use AttemptReason as Why;
-    use AttemptResult as Res;
-    let removed_any = !report.removed.is_empty();
-    if let Some(error) = &report.error {
-        if report.detect.is_none() {
-            return (Res::Error, Why::DetectError);
-        }
-        return match error {
-            GcError::Runtime { op, .. } if *op == STATS_OP => (Res::Error, Why::StatsError),
-            GcError::InvalidCapacity => (Res::Error, Why::InvalidCapacity),
-            GcError::SpaceDeletion { .. } | GcError::AgeDeletion { .. } => {
-                (Res::Error, Why::DeleteError)
-            }
-            GcError::InsufficientSpace { .. }
-            | GcError::InsufficientBudget { .. }
-            | GcError::InsufficientInodes { .. } => (
-                if removed_any { Res::Partial } else { Res::Noop },
-                Why::InsufficientFreed,
-            ),
-            _ => (Res::Error, Why::Unknown),
-        };
-    }
-    let result = if removed_any { Res::Success } else { Res::Noop };
-    match operation {
-        GcOperation::DeleteUnusedImages => (result, Why::AllUnused),
-        GcOperation::GarbageCollect
-            if removed_any
-                && report
-                    .removed
-                    .iter()
-                    .all(|r| r.reason == RemovalReason::Age) =>
-        {
-            (result, Why::Age)
-        }
-        GcOperation::GarbageCollect => (result, Why::Threshold),
-    }
-}

@@ -97,16 +97,6 @@ pub fn space_verdict(
     }
 }
 
-/// The time an image has been unused from: its last use, or, if it was never used, when it
-/// was first detected (it has not been unused for longer than it has been known).
-pub fn unused_since(record: &ImageRecord) -> UnixNanos {
-    if record.last_used == UnixNanos::NEVER {
-        record.first_detected
-    } else {
-        record.last_used
-    }
-}
-
 /// Whether MaxAge removes this record at `free_time`: unused for longer than `max_age` of
 /// watched time (the unwatched stretches of `watch` after its last use do not count; see
 /// `watch.rs`); no MinAge check, as in the kubelet. In-use and pinned images are never removed.

@@ -34,8 +34,11 @@ mod reason;
 #[cfg(test)]
 mod tests;
 
-pub use decision::{BudgetPass, Decision, Explanation, FsSpace, ImageExplanation, SpacePass};
-pub use notes::{PriorEviction, note_adaptive_ranks, note_predictive_ranks, note_prior_evictions};
+pub use decision::{
+    BudgetPass, Decision, Explanation, FsSpace, ImageExplanation, PriorEviction, RuntimePinStatus,
+    SpacePass,
+};
+pub use notes::{note_adaptive_ranks, note_predictive_ranks, note_prior_evictions};
 use reason::reason;
 
 /// The records in use: those whose last_used is the last detect's time.

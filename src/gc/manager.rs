@@ -65,13 +65,12 @@ mod image_cache;
 mod keeps;
 mod last_look;
 mod measured;
-mod report;
 mod walk;
 
+pub use super::report::{DetectReport, GcPlan, GcReport, Removal};
 pub use config::GcConfig;
 use config::Settings;
 use image_cache::ImageCache;
-pub use report::{DetectReport, GcPlan, GcReport, Removal};
 
 /// The runtime's images (sorted once by key), the keys in use (by a container, the sandbox
 /// image or a kubelet pull intent), the running containers' image volumes, and the kubelet's

@@ -32,6 +32,7 @@ mod policy;
 pub(crate) mod predictive;
 mod predictive_walk;
 mod protect;
+mod report;
 mod runtime_pin_notes;
 pub mod runtime_pins;
 mod space;
@@ -40,18 +41,18 @@ mod watch;
 pub use adaptive::{AdaptiveRank, GcOrder, ListedTags, rank_adaptive};
 pub use attempt::{
     Attempt, AttemptReason, AttemptResult, DeletionReason, GcOperation, GcTrigger, SkipReason,
-    classify,
 };
 pub use attempt_metrics::{AttemptCounts, AttemptMetrics};
 pub use detect::{ListedImages, images_in_use};
 pub use error::GcError;
 pub use evict::{Verdict, space_verdict};
 pub use explain::{
-    Decision, ExplainContext, Explanation, FsSpace, ImageExplanation, PriorEviction, SpacePass,
-    explain_in, note_adaptive_ranks, note_predictive_ranks, note_prior_evictions,
+    Decision, ExplainContext, Explanation, FsSpace, ImageExplanation, PriorEviction,
+    RuntimePinStatus, SpacePass, explain_in, note_adaptive_ranks, note_predictive_ranks,
+    note_prior_evictions,
 };
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
-pub use manager::{CycleTime, DetectReport, GcConfig, GcPlan, GcReport, ImageGcManager, Removal};
+pub use manager::{CycleTime, GcConfig, ImageGcManager};
 pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pin_request::{PinRequestError, check_pin_request};
 pub use pins::PinPatterns;
@@ -63,6 +64,7 @@ pub use protect::{
     Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, RUNTIME_PIN_OFFLINE,
     pin_view, pin_views, stored_image, stored_images,
 };
-pub use runtime_pin_notes::{RuntimePinStatus, RuntimePinsSeen, note_runtime_pins};
+pub use report::{DetectReport, GcPlan, GcReport, Removal, classify};
+pub use runtime_pin_notes::{RuntimePinsSeen, note_runtime_pins};
 pub use space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
-pub use watch::{DEFAULT_WATCH_PERIOD, Unwatched, WatchHistory};
+pub use watch::{DEFAULT_WATCH_PERIOD, Unwatched, WatchHistory, unused_since};

@@ -12,25 +12,9 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
-use super::explain::{Decision, Explanation};
+use super::explain::{Decision, Explanation, RuntimePinStatus};
 use super::protect::KeepReason;
 use crate::model::RecordKey;
-
-/// Whether the runtime carries the keep of one kept image.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RuntimePinStatus {
-    /// Why imagekeeper keeps it (the running agent's reason when it keeps it, else explain's).
-    pub keep: KeepReason,
-    /// Whether the runtime lists it as pinned; `None` when not known.
-    pub runtime_pinned: Option<bool>,
-    /// Why `runtime_pinned` is `None` (empty when it is known).
-    pub runtime_pin_note: String,
-    /// Whether containerd's pinned label was on it at the same reconcile (`Some` exactly when
-    /// `runtime_pinned` is; differing from it is a label the CRI does not carry).
-    pub runtime_labelled: Option<bool>,
-}
 
 /// What is known of the runtime's pins.
 #[derive(Clone, Debug, PartialEq, Eq)]

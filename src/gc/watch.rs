@@ -30,7 +30,15 @@ use serde::Serialize;
 use crate::model::{ImageRecord, UnixNanos};
 use crate::store::{Batch, meta_keys};
 
-use super::evict::unused_since;
+/// The time an image has been unused from: its last use, or, if it was never used, when it
+/// was first detected (it has not been unused for longer than it has been known).
+pub fn unused_since(record: &ImageRecord) -> UnixNanos {
+    if record.last_used == UnixNanos::NEVER {
+        record.first_detected
+    } else {
+        record.last_used
+    }
+}
 
 /// The watch period when none is set: the kubelet's default ImageGCPeriod (5 minutes) and the
 /// agent's default detect and GC periods.

@@ -8,6 +8,7 @@
 
 mod guard;
 mod snapshot;
+pub mod workload;
 
 use std::cmp::Reverse;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,7 @@
 //! Tests of the shared values: credentials never shown, short ids, time differences.
 
+use std::time::Duration;
+
 use super::*;
 
 #[test]

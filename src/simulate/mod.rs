@@ -49,7 +49,7 @@ pub mod corpus;
 
 use serde::Serialize;
 
-use crate::gc::evict::unused_since;
+use crate::gc::unused_since;
 use crate::gc::{GcConfig, GcError, GcOrder, GcReport, ImageGcManager, SpaceNeed};
 use crate::kubelet::sha256_hex;
 use crate::model::{ContainerState, ImageId, RuntimeContainer, RuntimeImage, UnixNanos};

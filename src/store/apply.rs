@@ -27,7 +27,7 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
 use super::codec::{BackoffKey, Codec, IndexKey, JournalKey, MetaKey, MetaValue, WarmPosition};
 use super::eviction::row_records;
-use super::read::read_meta;
+use super::rows::{ImagesTable, get_record, put_meta};
 use super::tables::{
     BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, Stored, USES,
     WARM,
@@ -658,20 +658,7 @@ impl<'t, K: redb::Key + 'static, V: redb::Value + 'static> LazyTable<'t, K, V> {
     }
 }
 
-pub(super) type ImagesTable<'t> = redb::Table<'t, Stored<RecordKey>, Stored<ImageRecord>>;
 type IndexTable<'t> = redb::Table<'t, Stored<IndexKey>, ()>;
-pub(super) type MetaTable<'t> = redb::Table<'t, Stored<MetaKey>, Stored<MetaValue>>;
-
-pub(super) fn get_record(
-    images: &ImagesTable<'_>,
-    key: &RecordKey,
-) -> Result<Option<ImageRecord>, TxnError> {
-    let k = key.encode();
-    match images.get(Encoded::new(&k))? {
-        Some(g) => Ok(Some(g.value().decode().map_err(TxnError::Decode)?)),
-        None => Ok(None),
-    }
-}
 
 /// Sets (or, with `None`, removes) one record and keeps its index row in step: the old row
 /// goes unless another record still shares it. Returns whether anything changed.
@@ -735,15 +722,6 @@ fn put_record_over(
 fn note_index_write() {
     #[cfg(test)]
     super::apply_tests::INDEX_WRITES.with(|n| n.set(n.get() + 1));
-}
-
-pub(super) fn put_meta(meta: &mut MetaTable<'_>, name: &str, value: i64) -> Result<bool, TxnError> {
-    if read_meta(meta, name)? == Some(value) {
-        return Ok(false);
-    }
-    let k = MetaKey(name.to_owned()).encode();
-    meta.insert(Encoded::new(&k), Encoded::new(&MetaValue(value).encode()))?;
-    Ok(true)
 }
 
 /// How many pins of `pins` are in force at `now`; one decode per row, counted only when a new

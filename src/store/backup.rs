@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use redb::{ReadableTable, ReadableTableMetadata, TableHandle};
 
+use super::database::{builder, map_open_error, open_read_only_unchecked, refuse_panics};
 use super::file::create_new_temporary;
-use super::open::{builder, map_open_error, open_read_only_unchecked, refuse_panics};
 use super::tables::{
     BACKOFF, EVICTION, EVICTION_PREFIX, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, USES, WARM,
 };

@@ -18,7 +18,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::StoreError;
-use super::open::{StoreOptions, open_writable};
+use super::database::{StoreOptions, open_writable};
 use crate::model::UnixNanos;
 
 /// Creates the file's directory (0700) if it does not exist yet.

@@ -26,8 +26,8 @@ use std::time::Duration;
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::TxnError;
-use super::apply::{ImagesTable, MetaTable, get_record, put_meta};
 use super::codec::{Codec, JournalKey};
+use super::rows::{ImagesTable, MetaTable, get_record, put_meta};
 use super::tables::{Encoded, Stored};
 use crate::model::{
     EvictionNote, FUTURE_STAMP_TOLERANCE, ImageNames, ImageRecord, JournalEntry, JournalRetention,

@@ -36,6 +36,7 @@ mod check;
 mod check_tests;
 mod codec;
 mod compact;
+mod database;
 mod error;
 mod eviction;
 mod file;
@@ -53,6 +54,7 @@ pub mod power_loss_harness;
 mod raw_writes;
 mod read;
 mod reopen;
+mod rows;
 mod scan;
 mod schema;
 mod sorted_reads;
@@ -77,10 +79,10 @@ pub use check::Violation;
 pub use codec::{BackoffKey, Codec, MetaKey, MetaValue};
 pub use codec::{DecodeError, EvictionKey, IndexKey, JournalKey};
 pub use compact::CompactOutcome;
+pub use database::{DEFAULT_CACHE_BYTES, StoreOptions};
 pub use error::{BackupConflict, IndexMismatch, StoreError};
 pub use eviction::EvictionIter;
 pub use journal::{age_cutoff, retention_keys};
-pub use open::{DEFAULT_CACHE_BYTES, StoreOptions};
 pub use scan::{InPlaceScan, RecordScan, ScannedRecord};
 pub use schema::{CURRENT_SCHEMA_VERSION, meta_keys};
 pub use sorted_reads::{HistoryRows, KeyParts};
@@ -145,7 +147,7 @@ pub struct Store {
     /// The journal's retention, applied by every transaction that writes the journal.
     retention: RwLock<JournalRetention>,
     /// How the file was opened (kept for a reopen) and whether commits set quick repair.
-    options: open::StoreOptions,
+    options: database::StoreOptions,
     /// The schema version the file had before this handle's open upgraded it (a verified
     /// copy for `inspect`), if it did.
     upgraded_from: Option<i64>,
@@ -223,7 +225,7 @@ impl Store {
             last_compacted_bytes: AtomicU64::new(0),
             last_compacted_from_bytes: AtomicU64::new(0),
             retention: RwLock::new(JournalRetention::default()),
-            options: open::StoreOptions::default(),
+            options: database::StoreOptions::default(),
             upgraded_from: None,
         }
     }

@@ -11,8 +11,8 @@
 
 use redb::{Durability, ReadableTable, TableHandle, WriteTransaction};
 
-use super::apply::put_meta;
 use super::codec::{Codec, IndexKey};
+use super::rows::put_meta;
 use super::tables::{
     BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, USES,
     WARM,

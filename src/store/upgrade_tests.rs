@@ -184,7 +184,7 @@ fn with_suffix(db: &Path, suffix: &str) -> std::path::PathBuf {
 
 /// The schema version and the number of image records of the file at `path`, read-only.
 fn version_and_records(path: &Path) -> (Option<i64>, u64) {
-    let store = super::open::open_read_only_unchecked(path).expect("opens read-only");
+    let store = super::database::open_read_only_unchecked(path).expect("opens read-only");
     let version = store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta");
     let txn = store.begin_read().expect("read");
     let records =
@@ -322,7 +322,7 @@ fn an_upgrade_beside_a_running_agent_process_leaves_no_backup() {
     if let Some(db) = std::env::var_os(WRITER_ENV) {
         // The child: holds the file open read-write (the store's redb settings) until its
         // stdin closes.
-        let held = super::open::builder()
+        let held = super::database::builder()
             .create(Path::new(&db))
             .expect("the writer's open");
         println!("open");

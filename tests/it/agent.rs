@@ -1530,7 +1530,8 @@ async fn gc_without_agent_on_a_full_disk_says_so_and_works_once_space_is_back() 
 /// restart. Before the fix every later commit failed with redb's "Previous I/O error".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_on_a_full_disk_is_not_ready_and_recovers_without_restart_once_space_is_back() {
-    use imagekeeper::agent::{Agent, AgentConfig, FileConfig, FlagValues};
+    use imagekeeper::agent::Agent;
+    use imagekeeper::config::{AgentConfig, FileConfig, FlagValues};
     let Some(fs) = crate::support::Tmpfs::mount(
         "agent_on_a_full_disk_is_not_ready_and_recovers_without_restart_once_space_is_back",
         "2m",

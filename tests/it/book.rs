@@ -2,7 +2,7 @@
 //! relative link between them resolving.
 //!
 //! Invariants: `docs/src/reference/{commands,exit-codes,metrics,config}.md` are exactly what
-//! this module renders from the binary's clap help, `agent::METRICS` and `agent::CONFIG_FIELDS`
+//! this module renders from the binary's clap help, `telemetry::METRICS` and `config::CONFIG_FIELDS`
 //! (`IMAGEKEEPER_WRITE_DOCS=1` rewrites them; `scripts/docs` does that); every relative link
 //! in README.md and docs/src/**/*.md names a file that exists, and an anchor a heading of it;
 //! the book links nothing outside docs/src (mdBook would not copy it); SUMMARY.md lists every
@@ -12,8 +12,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use imagekeeper::agent::{AgentConfig, CONFIG_FIELDS, METRICS, MetricKind, OnReload};
 use imagekeeper::config::FlagStatus;
+use imagekeeper::config::{AgentConfig, CONFIG_FIELDS, OnReload};
+use imagekeeper::telemetry::{METRICS, MetricKind};
 
 use crate::support::bin;
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use imagekeeper::agent::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http, serve_probes};
+use imagekeeper::telemetry::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http, serve_probes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use imagekeeper::agent::{EventLimits, EventSink, KubeEventSink, NodeEvent, NodeEventType};
+use imagekeeper::telemetry::{EventLimits, EventSink, KubeEventSink, NodeEvent, NodeEventType};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;

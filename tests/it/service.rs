@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use imagekeeper::agent::{Agent, ConfigSource, FlagValues};
+use imagekeeper::agent::{Agent, ConfigSource};
+use imagekeeper::config::FlagValues;
 use imagekeeper::cri::FakeRuntime;
 use imagekeeper::gc::GcOrder;
 use imagekeeper::model::UnixNanos;

@@ -2,11 +2,12 @@
 //! tokio's paused time: what fits is pulled, the rest reported once, GC keeps the warm set.
 
 use super::*;
-use crate::agent::{AgentConfig, FileConfig, FlagValues, NoEvents};
 use crate::clock::ManualClock;
+use crate::config::{AgentConfig, FileConfig, FlagValues};
 use crate::model::{ImageFsStats, ImageId, PullCredentials, RuntimeContainer};
 use crate::pull::image_matches;
 use crate::replay::ScriptedRuntime;
+use crate::runtime::NoEvents;
 use crate::runtime::{CriError, RpcCode};
 use crate::warm::{WarmEntrySpec, WarmSet, resolve_specs};
 use std::sync::Mutex;
@@ -413,10 +414,10 @@ async fn without_a_warm_set_the_first_cycle_clears_the_table_and_later_ones_do_n
 
 /// Node Events record what they are given.
 #[derive(Debug, Default, Clone)]
-struct RecordedEvents(Arc<Mutex<Vec<crate::agent::NodeEvent>>>);
+struct RecordedEvents(Arc<Mutex<Vec<crate::telemetry::NodeEvent>>>);
 
-impl crate::agent::EventSink for RecordedEvents {
-    fn publish(&self, event: crate::agent::NodeEvent) {
+impl crate::telemetry::EventSink for RecordedEvents {
+    fn publish(&self, event: crate::telemetry::NodeEvent) {
         lock_ignoring_poison(&self.0).push(event);
     }
 }
@@ -441,14 +442,14 @@ async fn a_warm_image_that_does_not_fit_is_one_node_event_until_it_fits_again() 
             &[spec("b:1", Some("600"))],
             None,
         )
-        .with_node_events(crate::agent::NodeEvents::new(Box::new(events.clone()))),
+        .with_node_events(crate::telemetry::NodeEvents::new(Box::new(events.clone()))),
     );
     for _ in 0..3 {
         assert_eq!(agent.warm_cycle().await.count(WarmState::DoesNotFit), 1);
     }
     let said = lock_ignoring_poison(&events.0).clone();
     assert_eq!(said.len(), 1, "{said:?}");
-    assert_eq!(said[0].type_, crate::agent::NodeEventType::Warning);
+    assert_eq!(said[0].type_, crate::telemetry::NodeEventType::Warning);
     assert_eq!(said[0].reason, "WarmImageDoesNotFit");
     assert_eq!(
         said[0].note,

@@ -7,7 +7,7 @@
 mod explain;
 mod print;
 mod settings;
-mod workload;
+use imagekeeper::inspect::workload;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -217,7 +217,7 @@ struct ExplainArgs {
     /// A running agent's admin socket: when the agent there keeps this --db, each kept image
     /// says whether the runtime carries it as pinned (its last runtime-pins reconcile);
     /// otherwise that is unknown, and the note says why.
-    #[arg(long, value_name = "PATH", default_value = imagekeeper::agent::DEFAULT_ADMIN_SOCKET)]
+    #[arg(long, value_name = "PATH", default_value = imagekeeper::config::DEFAULT_ADMIN_SOCKET)]
     admin_socket: PathBuf,
     // The policy, the space pass's order, the kubelet's root directory and intent age, and
     // the irreplaceable images kept (with the sandbox image), as `run` takes them (the

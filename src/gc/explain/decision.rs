@@ -8,15 +8,14 @@
 
 use serde::Serialize;
 
-use crate::model::{ImageRecord, RecordKey, UnixNanos};
+use crate::model::{ImageRecord, RecordKey, RemovalReason, Remover, UnixNanos};
 
 use crate::gc::GcPolicy;
 
-use super::PriorEviction;
 use crate::gc::adaptive::AdaptiveRank;
 use crate::gc::evict::Verdict;
 use crate::gc::predictive::PredictiveRank;
-use crate::gc::protect::Protection;
+use crate::gc::protect::{KeepReason, Protection};
 use crate::gc::space::{BudgetNeed, FsNeed, InodeNeed};
 use crate::gc::watch::WatchHistory;
 
@@ -157,7 +156,7 @@ pub struct ImageExplanation {
     /// A kept image: whether the runtime carries the keep as pinned
     /// ([`crate::gc::note_runtime_pins`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub runtime_pin: Option<crate::gc::RuntimePinStatus>,
+    pub runtime_pin: Option<RuntimePinStatus>,
     /// The reason, for people.
     pub reason: String,
 }
@@ -264,4 +263,31 @@ impl Explanation {
         });
         age.chain(space).map(|i| i.key.clone()).collect()
     }
+}
+
+/// A removal of an image that was pulled again afterwards, as the journal holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PriorEviction {
+    /// When it was removed.
+    pub removed_at: UnixNanos,
+    /// Who removed it.
+    pub remover: Remover,
+    /// Why imagekeeper removed it; `None` for an external removal.
+    pub reason: Option<RemovalReason>,
+    /// When it was pulled again.
+    pub repulled_at: UnixNanos,
+}
+
+/// Whether the runtime carries the keep of one kept image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RuntimePinStatus {
+    /// Why imagekeeper keeps it (the running agent's reason when it keeps it, else explain's).
+    pub keep: KeepReason,
+    /// Whether the runtime lists it as pinned; `None` when not known.
+    pub runtime_pinned: Option<bool>,
+    /// Why `runtime_pinned` is `None` (empty when it is known).
+    pub runtime_pin_note: String,
+    /// Whether containerd's pinned label was on it at the same reconcile (`Some` exactly when
+    /// `runtime_pinned` is; differing from it is a label the CRI does not carry).
+    pub runtime_labelled: Option<bool>,
 }

@@ -6,29 +6,14 @@
 //! Invariants: notes only add to an image's reason and fields, never change a decision; the
 //! explanation's images must already be in the order whose ranks are noted.
 
-use serde::Serialize;
-
-use crate::model::{JournalEntry, RecordKey, RemovalReason, Remover, UnixNanos};
+use crate::model::{JournalEntry, RecordKey, Remover};
 use crate::store::JournalKey;
 
 use crate::format::go_duration;
 use crate::gc::adaptive::AdaptiveRank;
 use crate::gc::predictive::PredictiveRank;
 
-use super::Explanation;
-
-/// A removal of an image that was pulled again afterwards, as the journal holds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct PriorEviction {
-    /// When it was removed.
-    pub removed_at: UnixNanos,
-    /// Who removed it.
-    pub remover: Remover,
-    /// Why imagekeeper removed it; `None` for an external removal.
-    pub reason: Option<RemovalReason>,
-    /// When it was pulled again.
-    pub repulled_at: UnixNanos,
-}
+use super::{Explanation, PriorEviction};
 
 /// Notes on each explained image the newest journaled removal of its image id after which
 /// it was pulled back, and says so in its reason: a candidate that was evicted before and

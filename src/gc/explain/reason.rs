@@ -11,9 +11,9 @@ use crate::model::UnixNanos;
 
 use crate::format::{format_size, go_duration};
 use crate::gc::GcPolicy;
-use crate::gc::evict::unused_since;
 use crate::gc::protect::Protection;
 use crate::gc::space::InodeNeed;
+use crate::gc::unused_since;
 use crate::gc::watch::WatchHistory;
 
 use super::{BudgetPass, Decision, ImageExplanation, SpacePass};

@@ -16,9 +16,10 @@ use crate::runtime::ImageRuntime;
 use crate::store::StoredRecord;
 
 use crate::gc::GcError;
-use crate::gc::attempt::{Attempt, GcOperation, GcTrigger, classify};
+use crate::gc::attempt::{Attempt, GcOperation, GcTrigger};
 use crate::gc::evict::past_max_age;
 use crate::gc::metrics::{GcMetrics, RemovalReason};
+use crate::gc::report::classify;
 use crate::gc::space::{BudgetNeed, InodeNeed, SpaceNeed};
 
 use super::walk::Goal;

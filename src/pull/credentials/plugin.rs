@@ -90,7 +90,7 @@ pub enum ProviderConfigError {
         column: usize,
     },
     /// The config does not validate.
-    #[error("failed to validate credential provider config {path}: {}", aggregate(.errors))]
+    #[error("failed to validate credential provider config {path}: {}", crate::format::aggregate(.errors))]
     Invalid {
         /// The config file.
         path: PathBuf,
@@ -117,13 +117,6 @@ pub enum ProviderConfigError {
     #[error("plugin binary executable {0} did not exist")]
     /// A provider's executable is not in the bin dir.
     NoBinary(PathBuf),
-}
-
-fn aggregate(errors: &[String]) -> String {
-    match errors {
-        [one] => one.clone(),
-        many => format!("[{}]", many.join(", ")),
-    }
 }
 
 #[derive(Deserialize)]

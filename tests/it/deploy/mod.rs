@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use imagekeeper::agent::HttpLimits;
+use imagekeeper::telemetry::HttpLimits;
 use serde::Deserialize;
 
 pub const MANIFEST: &str = "deploy/daemonset.yaml";

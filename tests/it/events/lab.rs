@@ -18,11 +18,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use imagekeeper::agent::{AgentRuntime, ContainerEvents, EventsNote, watch_container_events};
+use imagekeeper::agent::{EventsNote, watch_container_events};
 use imagekeeper::clock::ManualClock;
+use imagekeeper::config::ContainerEvents;
 use imagekeeper::cri::{ContainerEventStream, CriClient, CriError, ImageRuntime, RpcCode};
 use imagekeeper::gc::{GcConfig, ImageGcManager};
 use imagekeeper::model::{RecordKey, UnixNanos};
+use imagekeeper::runtime::AgentRuntime;
 use tokio::sync::{mpsc, watch};
 
 use crate::gc::hooked::{Hooked, Hooks};

@@ -9,8 +9,9 @@ mod lab;
 use std::sync::Arc;
 use std::time::Duration;
 
-use imagekeeper::agent::{ContainerEvents, EventsNote, watch_container_events};
+use imagekeeper::agent::{EventsNote, watch_container_events};
 use imagekeeper::clock::ManualClock;
+use imagekeeper::config::ContainerEvents;
 use imagekeeper::cri::FakeRuntime;
 use imagekeeper::cri::{CriClient, RpcCode};
 use imagekeeper::gc::{GcConfig, ImageGcManager};

@@ -221,7 +221,7 @@ async fn names_are_written_at_detect_only_when_they_change() {
 /// 50,000 entries / 90 days), not the defaults (10,000 / 30 days), and leaves meta as it was.
 #[tokio::test]
 async fn a_manager_resolved_without_retention_flags_keeps_the_retention_the_file_records() {
-    use imagekeeper::agent::{AgentConfig, FileConfig, FlagValues};
+    use imagekeeper::config::{AgentConfig, FileConfig, FlagValues};
     use imagekeeper::model::{EvictionNote, JournalRetention};
     use imagekeeper::store::{Batch, retention_keys};
     const DAY: i64 = 86_400;

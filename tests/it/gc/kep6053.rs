@@ -9,9 +9,9 @@
 
 use std::sync::Arc;
 
-use imagekeeper::agent::AgentMetrics;
 use imagekeeper::gc::{ByteBudget, GcPolicy, GcReport, GcTrigger};
 use imagekeeper::pull::{ImageManager, PullConfig};
+use imagekeeper::telemetry::AgentMetrics;
 
 use super::{Node, at, container, image, policy};
 

@@ -420,9 +420,9 @@ async fn kubelet_pull_intents_and_fresh_pulled_records_keep_images_through_prune
 #[tokio::test]
 #[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
 async fn evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_metric() {
-    use imagekeeper::agent::AgentMetrics;
     use imagekeeper::clock::ManualClock;
     use imagekeeper::pull::{ImageManager, PodRef, PullConfig, PullPolicy};
+    use imagekeeper::telemetry::AgentMetrics;
 
     let lab = support::lab(
         "gc::lab::evictions_show_gc_and_external_removals_and_a_re_pull_counted_by_the_metric",

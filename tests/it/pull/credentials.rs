@@ -7,8 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use imagekeeper::agent::{Agent, ConfigSource, FlagValues};
+use imagekeeper::agent::{Agent, ConfigSource};
 use imagekeeper::clock::ManualClock;
+use imagekeeper::config::FlagValues;
 use imagekeeper::cri::{CriClient, FakeRuntime};
 use imagekeeper::model::{ImageId, RuntimeImage, UnixNanos};
 use imagekeeper::pull::{

@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 use imagekeeper::admin::AdminBackend;
-use imagekeeper::agent::{Agent, AgentConfig, FileConfig, FlagValues};
+use imagekeeper::agent::Agent;
+use imagekeeper::config::{AgentConfig, FileConfig, FlagValues};
 use imagekeeper::cri::RuntimeVersion;
 use imagekeeper::model::{ImagePin, PinKey, UnixNanos};
 use imagekeeper::store::Batch;

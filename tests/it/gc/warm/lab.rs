@@ -10,11 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::super::hooked::{Hooked, Hooks};
-use imagekeeper::agent::{Agent, AgentConfig, AgentRuntime, FileConfig, FlagValues, NoEvents};
+use imagekeeper::agent::Agent;
 use imagekeeper::clock::{Clock, SystemClock};
+use imagekeeper::config::{AgentConfig, FileConfig, FlagValues};
 use imagekeeper::cri::{CriClient, CriError, ImageRuntime};
 use imagekeeper::gc::{Decision, PinPatterns};
 use imagekeeper::model::{ImageFsStats, UnixNanos};
+use imagekeeper::runtime::{AgentRuntime, NoEvents};
 use imagekeeper::warm::{WarmEntrySpec, WarmSet, WarmState, resolve_specs};
 
 use crate::support::{self, Lab, LabImage};

@@ -2,18 +2,20 @@
 //! ([`DetectReport`]), a GarbageCollect's or DeleteUnusedImages' ([`GcReport`]) and a dry run's
 //! ([`GcPlan`]). Their serialized fields are part of the JSON the CLI prints.
 //!
+//! [`classify`] reads a finished cycle's report as KEP-6053 labels it (its result and reason).
+//!
 //! Invariants: a report's removals are those the runtime confirmed, in the order they were made;
 //! a failed cycle's report keeps the removals before its failure.
 
 use serde::Serialize;
 
 use crate::model::JournalEntry;
-use crate::model::{RecordKey, Repull};
+use crate::model::{RecordKey, RemovalReason, Repull};
 use crate::store::JournalKey;
 
 use crate::gc::GcError;
+use crate::gc::attempt::{AttemptReason, AttemptResult, GcOperation, STATS_OP};
 use crate::gc::explain::Explanation;
-use crate::gc::metrics::RemovalReason;
 
 /// One image removed by GC.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -88,4 +90,52 @@ pub struct GcPlan {
     pub explanation: Explanation,
     /// What the cycle would remove, in order.
     pub removals: Vec<Removal>,
+}
+
+/// The result and reason of an attempt of `operation` that ended as `report` says.
+///
+/// An error before the detect completed is `detect_error`; ImageFsInfo's, `stats_error`;
+/// capacity 0, `invalid_capacity`; a failed removal (MaxAge's or a walk's), `delete_error`;
+/// a threshold rule that freed too little is `partial` when the attempt removed an image and
+/// `noop` when it removed none, both `insufficient_freed`. Without an error, DeleteUnusedImages
+/// is `all_unused` (success when it removed an image, else noop); GarbageCollect is
+/// `threshold` success when a threshold rule removed an image, `age` success when only MaxAge
+/// did, and `threshold` noop when nothing was removed.
+pub fn classify(operation: GcOperation, report: &GcReport) -> (AttemptResult, AttemptReason) {
+    use AttemptReason as Why;
+    use AttemptResult as Res;
+    let removed_any = !report.removed.is_empty();
+    if let Some(error) = &report.error {
+        if report.detect.is_none() {
+            return (Res::Error, Why::DetectError);
+        }
+        return match error {
+            GcError::Runtime { op, .. } if *op == STATS_OP => (Res::Error, Why::StatsError),
+            GcError::InvalidCapacity => (Res::Error, Why::InvalidCapacity),
+            GcError::SpaceDeletion { .. } | GcError::AgeDeletion { .. } => {
+                (Res::Error, Why::DeleteError)
+            }
+            GcError::InsufficientSpace { .. }
+            | GcError::InsufficientBudget { .. }
+            | GcError::InsufficientInodes { .. } => (
+                if removed_any { Res::Partial } else { Res::Noop },
+                Why::InsufficientFreed,
+            ),
+            _ => (Res::Error, Why::Unknown),
+        };
+    }
+    let result = if removed_any { Res::Success } else { Res::Noop };
+    match operation {
+        GcOperation::DeleteUnusedImages => (result, Why::AllUnused),
+        GcOperation::GarbageCollect
+            if removed_any
+                && report
+                    .removed
+                    .iter()
+                    .all(|r| r.reason == RemovalReason::Age) =>
+        {
+            (result, Why::Age)
+        }
+        GcOperation::GarbageCollect => (result, Why::Threshold),
+    }
 }

@@ -12,12 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 use std::time::Duration;
 
-use imagekeeper::gc::WatchHistory;
-use imagekeeper::inspect::NamesByKey;
-use imagekeeper::model::{
-    JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey,
-};
-use imagekeeper::store::{JournalKey, StoredRecord};
+use crate::gc::WatchHistory;
+use crate::inspect::NamesByKey;
+use crate::model::{JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey};
+use crate::store::{JournalKey, StoredRecord};
 use serde::{Serialize, Serializer};
 
 /// A pull rate when no pull imagekeeper made has a duration: 100 MB/s.
@@ -101,23 +99,37 @@ struct Empty {}
 /// What the operator may set instead of what the file knows.
 #[derive(Clone, Copy, Debug)]
 pub struct Overrides {
+    /// The image filesystem's capacity in bytes (`--capacity`).
     pub capacity: Option<u64>,
+    /// Bytes on it that are not images (`--other-used`).
     pub other_used: Option<u64>,
+    /// The pull rate in bytes per second (`--pull-bytes-per-s`).
     pub pull_bytes_per_s: Option<u64>,
+    /// The high threshold, percent.
     pub high: i64,
+    /// The low threshold, percent.
     pub low: i64,
+    /// MinAge.
     pub min_age: Duration,
+    /// MaxAge (0: off).
     pub max_age: Duration,
+    /// The GC period.
     pub gc_period: Duration,
 }
 
 /// What the workload is made from, as read from the file.
 pub struct History<'a> {
+    /// Every image record.
     pub records: &'a [StoredRecord],
+    /// The names each record key had.
     pub names: &'a NamesByKey,
+    /// The eviction journal.
     pub journal: &'a [(JournalKey, JournalEntry)],
+    /// The use intervals (schema 5).
     pub uses: &'a [(UseKey, UseInterval)],
+    /// The pull history (schema 5).
     pub pulls: &'a [(PullKey, PullEntry)],
+    /// The meta table's values (the heartbeat and the unwatched stretches).
     pub meta: &'a [(String, i64)],
 }
 
