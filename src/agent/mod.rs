@@ -60,15 +60,13 @@ use crate::runtime::AgentRuntime;
 use crate::telemetry::Health;
 use crate::telemetry::{AgentMetrics, HttpEndpoints, HttpLimits, NodeEvents, serve_http};
 pub use events::{EventsNote, watch_container_events};
-pub use notify::{
-    NOTIFY_SOCKET, Notifier, reloading_message as notify_reloading_message, status as notify_status,
-};
+pub use notify::{NOTIFY_SOCKET, Notifier};
 pub use reload::{ConfigSource, ReloadReport};
 pub use runtime_pins::{
     INSTANCE_ID_META, RemovedPinLabel, instance_id, remove_runtime_pin_labels, stored_instance_id,
 };
 pub use serve::Listeners;
-pub use service_manager::{say as notify_say, serve_service_manager};
+pub use service_manager::serve_service_manager;
 pub use warm::{WARM_POD_NAME, restore_images};
 
 /// Why the agent could not start or stopped.

@@ -57,6 +57,14 @@ impl Notifier {
         self.target.is_some()
     }
 
+    /// Sends one message and logs a failure instead of returning it: a message the service
+    /// manager misses is never fatal to the agent.
+    pub fn say(&self, message: &str) {
+        if let Err(e) = self.notify(message) {
+            tracing::warn!(error = %e, "Could not notify the service manager");
+        }
+    }
+
     /// Sends one message (`KEY=value` lines); nothing when disabled.
     pub fn notify(&self, message: &str) -> io::Result<()> {
         let Some((socket, address)) = &self.target else {

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{info, warn};
+use tracing::info;
 
 use super::notify::{
     Notifier, reloading_message as notify_reloading_message, status as notify_status,
@@ -44,16 +44,15 @@ pub async fn serve_service_manager(
             match state {
                 DetectState::Done => {
                     ready = true;
-                    say(
-                        &notifier,
-                        &format!("READY=1\n{}", notify_status("Running: first detect done")),
-                    );
+                    notifier.say(&format!(
+                        "READY=1\n{}",
+                        notify_status("Running: first detect done")
+                    ));
                 }
                 DetectState::Failing(e) => {
-                    say(
-                        &notifier,
-                        &notify_status(&format!("First detect failed, retrying: {e}")),
-                    );
+                    notifier.say(&notify_status(&format!(
+                        "First detect failed, retrying: {e}"
+                    )));
                 }
                 // NotYet, and any state added later: nothing to tell yet.
                 _ => {}
@@ -166,7 +165,7 @@ async fn file_changed(watch: &mut Option<ConfigWatch>) -> bool {
 /// One reload (SIGHUP's or the file watch's), framed for the service manager once ready.
 async fn reload_and_tell(agent: &Agent, notifier: &Notifier, ready: bool) {
     if ready {
-        say(notifier, &notify_reloading_message());
+        notifier.say(&notify_reloading_message());
     }
     let status = match agent.reload().await {
         Ok(_) => "Running: configuration reloaded".to_owned(),
@@ -177,16 +176,9 @@ async fn reload_and_tell(agent: &Agent, notifier: &Notifier, ready: bool) {
     };
     let status = notify_status(&status);
     if ready {
-        say(notifier, &format!("READY=1\n{status}"));
+        notifier.say(&format!("READY=1\n{status}"));
     } else {
-        say(notifier, &status);
-    }
-}
-
-/// Sends one message to the service manager; a failure is logged, never fatal.
-pub fn say(notifier: &Notifier, message: &str) {
-    if let Err(e) = notifier.notify(message) {
-        warn!(error = %e, "Could not notify the service manager");
+        notifier.say(&status);
     }
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use imagekeeper::admin;
+use imagekeeper::agent::Notifier;
 use imagekeeper::agent::{Agent, Listeners, serve_service_manager};
-use imagekeeper::agent::{Notifier, notify_say};
 use imagekeeper::clock::SystemClock;
 use imagekeeper::config::FlagValues;
 use imagekeeper::config::{DEFAULT_DETECT_PERIOD, DEFAULT_GC_PERIOD, DEFAULT_IMAGE_CACHE_PERIOD};
@@ -239,7 +239,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             async move {
                 shutdown_signal().await;
                 service.abort();
-                notify_say(&notifier, "STOPPING=1");
+                notifier.say("STOPPING=1");
             }
         };
         let probes = match probes_listener {

@@ -44,12 +44,18 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// Reads the identifier at `at` (after whitespace); returns it and the index after it.
-fn ident_at(chars: &[char], mut at: usize) -> Option<(String, usize)> {
+/// The index of the first character at or after `at` that is not white space.
+fn skip_space(chars: &[char], mut at: usize) -> usize {
     while chars.get(at).is_some_and(|c| c.is_whitespace()) {
         at += 1;
     }
-    let start = at;
+    at
+}
+
+/// Reads the identifier at `at` (after whitespace); returns it and the index after it.
+fn ident_at(chars: &[char], at: usize) -> Option<(String, usize)> {
+    let start = skip_space(chars, at);
+    let mut at = start;
     while chars.get(at).is_some_and(|c| is_ident(*c)) {
         at += 1;
     }
@@ -57,10 +63,8 @@ fn ident_at(chars: &[char], mut at: usize) -> Option<(String, usize)> {
 }
 
 /// Index after `::` at `at` (after whitespace), if there is one.
-fn colons_at(chars: &[char], mut at: usize) -> Option<usize> {
-    while chars.get(at).is_some_and(|c| c.is_whitespace()) {
-        at += 1;
-    }
+fn colons_at(chars: &[char], at: usize) -> Option<usize> {
+    let at = skip_space(chars, at);
     (chars.get(at) == Some(&':') && chars.get(at + 1) == Some(&':')).then_some(at + 2)
 }
 
@@ -70,10 +74,7 @@ fn parse_tree(chars: &[char], at: usize, prefix: Vec<String>, out: &mut Vec<Vec<
     let mut path = prefix;
     let mut at = at;
     loop {
-        let mut probe = at;
-        while chars.get(probe).is_some_and(|c| c.is_whitespace()) {
-            probe += 1;
-        }
+        let probe = skip_space(chars, at);
         if chars.get(probe) == Some(&'{') {
             at = probe + 1;
             loop {
@@ -138,23 +139,23 @@ fn lines_of(chars: &[char]) -> Vec<usize> {
 
 /// Whether the code before `at` ends with the keyword `use` (a `use` statement's path).
 fn after_use(chars: &[char], at: usize) -> bool {
-    let before: String = chars[..at].iter().rev().take(8).collect::<String>();
-    let before: String = before.chars().rev().collect();
-    let trimmed = before.trim_end();
-    trimmed.len() < before.len()
-        && trimmed.ends_with("use")
-        && !trimmed[..trimmed.len() - 3]
-            .chars()
-            .last()
-            .is_some_and(is_ident)
+    let mut end = at;
+    while end > 0 && chars[end - 1].is_whitespace() {
+        end -= 1;
+    }
+    end < at
+        && end >= 3
+        && chars[end - 3..end] == ['u', 's', 'e']
+        && (end == 3 || !is_ident(chars[end - 4]))
 }
 
 /// A path the code names: absolute, the line it starts on, and whether a `use` names it.
 type NamedPath = (Vec<String>, usize, bool);
 
-/// Every absolute path the code names through `crate::`, `super::` or `self::`. `module` is
-/// the file's module path.
-fn named_paths(module: &[String], code: &str) -> Vec<NamedPath> {
+/// Every absolute path the code names through `crate::`, `super::` or `self::`, and every
+/// `use child::...` (a path that starts at one of the file's own child modules, as Rust 2018
+/// allows in `use`). `module` is the file's module path; `modules`, every module's.
+fn named_paths(module: &[String], modules: &BTreeSet<Vec<String>>, code: &str) -> Vec<NamedPath> {
     let chars: Vec<char> = code.chars().collect();
     let line_of = lines_of(&chars);
     let mut found = Vec::new();
@@ -168,10 +169,16 @@ fn named_paths(module: &[String], code: &str) -> Vec<NamedPath> {
             at += 1;
             continue;
         };
+        let used = after_use(&chars, at);
         let base: Option<Vec<String>> = match word.as_str() {
             "crate" => Some(Vec::new()),
             "self" => Some(module.to_vec()),
             "super" => Some(module[..module.len().saturating_sub(1)].to_vec()),
+            child if used => {
+                let mut path = module.to_vec();
+                path.push(child.to_owned());
+                modules.contains(&path).then_some(path)
+            }
             _ => None,
         };
         let (Some(mut base), Some(mut next)) = (base, colons_at(&chars, after)) else {
@@ -191,47 +198,8 @@ fn named_paths(module: &[String], code: &str) -> Vec<NamedPath> {
         }
         let mut paths = Vec::new();
         let end = parse_tree(&chars, next, base, &mut paths);
-        let used = after_use(&chars, at);
         found.extend(paths.into_iter().map(|path| (path, line_of[at], used)));
         at = end.max(after);
-    }
-    found
-}
-
-/// The paths of `use child::...` statements (a path that starts at one of the file's own
-/// child modules, as Rust 2018 allows in `use`), absolute.
-fn child_use_paths(
-    module: &[String],
-    modules: &BTreeSet<Vec<String>>,
-    code: &str,
-) -> Vec<NamedPath> {
-    let chars: Vec<char> = code.chars().collect();
-    let line_of = lines_of(&chars);
-    let mut found = Vec::new();
-    let mut at = 0;
-    while at + 4 < chars.len() {
-        let starts = chars[at..].starts_with(&['u', 's', 'e'])
-            && chars[at + 3].is_whitespace()
-            && (at == 0 || !is_ident(chars[at - 1]));
-        if !starts {
-            at += 1;
-            continue;
-        }
-        let Some((first, after)) = ident_at(&chars, at + 3) else {
-            at += 3;
-            continue;
-        };
-        let mut child = module.to_vec();
-        child.push(first.clone());
-        match colons_at(&chars, after) {
-            Some(next) if modules.contains(&child) => {
-                let mut paths = Vec::new();
-                let end = parse_tree(&chars, next, child, &mut paths);
-                found.extend(paths.into_iter().map(|path| (path, line_of[at], true)));
-                at = end.max(next);
-            }
-            _ => at = after,
-        }
     }
     found
 }
@@ -283,8 +251,7 @@ fn folder_edges(src: &Path) -> FolderEdges {
         let from = module_path(src, file);
         let text = std::fs::read_to_string(file).expect("a source file is readable");
         let code = production_lines(&text).join("\n");
-        let mut paths = named_paths(&from, &code);
-        paths.extend(child_use_paths(&from, &modules, &code));
+        let paths = named_paths(&from, &modules, &code);
         for (path, _, used) in &paths {
             if let Some(name) = path.last().filter(|_| *used && path.len() > 1) {
                 imports
