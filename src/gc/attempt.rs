@@ -13,8 +13,6 @@
 
 use crate::model::RemovalReason;
 
-use super::evict::Verdict;
-
 /// KEP-6053's `operation` label: the kubelet method the attempt is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum GcOperation {
@@ -184,22 +182,6 @@ impl SkipReason {
             SkipReason::MinAge => "min_age",
             SkipReason::Pinned => "pinned",
             SkipReason::Other => "other",
-        }
-    }
-
-    /// Why the space walk passed over a record, or `None` for an eligible one.
-    pub fn of_verdict(verdict: Verdict) -> Option<SkipReason> {
-        match verdict {
-            Verdict::Eligible => None,
-            Verdict::InUse | Verdict::KubeletPulling => Some(SkipReason::InUse),
-            Verdict::YoungerThanMinAge => Some(SkipReason::MinAge),
-            Verdict::Pinned
-            | Verdict::PinnedByImagekeeper
-            | Verdict::Warm
-            | Verdict::Irreplaceable => Some(SkipReason::Pinned),
-            Verdict::PullInProgress | Verdict::KubeletJustPulled | Verdict::UsedTooRecently => {
-                Some(SkipReason::Other)
-            }
         }
     }
 }

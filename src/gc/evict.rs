@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::model::{ImageRecord, RecordKey, UnixNanos};
 
+use super::attempt::SkipReason;
 use super::watch::WatchHistory;
 
 /// Why the space walk keeps or may remove an image.
@@ -59,6 +60,26 @@ impl Verdict {
     ];
 }
 
+impl Verdict {
+    /// KEP-6053's reason for a walk passing over a record with this verdict (`None` for an
+    /// eligible one): a container's use or the kubelet's pull intent is `in_use`, MinAge
+    /// `min_age`, a pin, warm entry or irreplaceable image `pinned`, anything else `other`.
+    pub fn skip_reason(self) -> Option<SkipReason> {
+        match self {
+            Verdict::Eligible => None,
+            Verdict::InUse | Verdict::KubeletPulling => Some(SkipReason::InUse),
+            Verdict::YoungerThanMinAge => Some(SkipReason::MinAge),
+            Verdict::Pinned
+            | Verdict::PinnedByImagekeeper
+            | Verdict::Warm
+            | Verdict::Irreplaceable => Some(SkipReason::Pinned),
+            Verdict::PullInProgress | Verdict::KubeletJustPulled | Verdict::UsedTooRecently => {
+                Some(SkipReason::Other)
+            }
+        }
+    }
+}
+
 /// The verdict of a record imagekeeper protects (see `protect.rs`).
 pub fn protection_verdict(protection: &super::protect::Protection) -> Verdict {
     if protection.is_pin() {
@@ -68,7 +89,8 @@ pub fn protection_verdict(protection: &super::protect::Protection) -> Verdict {
     }
 }
 
-/// The space walk's rule for one record (kubelet's imagesInEvictionOrder + freeSpace).
+/// The space walk's rule for one record (kubelet's imagesInEvictionOrder + freeSpace): in use,
+/// else the record's own rules ([`record_verdict`]).
 pub fn space_verdict(
     key: &RecordKey,
     record: &ImageRecord,
@@ -78,7 +100,15 @@ pub fn space_verdict(
 ) -> Verdict {
     if in_use.contains(key) {
         Verdict::InUse
-    } else if record.pinned {
+    } else {
+        record_verdict(record, free_time, min_age)
+    }
+}
+
+/// The kubelet's freeSpace rules that read the record alone: pinned, used at or after the
+/// GC's start, first detected less than MinAge before it; else eligible.
+pub fn record_verdict(record: &ImageRecord, free_time: UnixNanos, min_age: Duration) -> Verdict {
+    if record.pinned {
         Verdict::Pinned
     } else if record.last_used >= free_time {
         // The kubelet's freeSpace skips an image whose lastUsed equals or is after freeTime

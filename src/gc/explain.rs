@@ -22,10 +22,11 @@ use crate::model::{ImageFsStats, RecordKey, UnixNanos};
 use crate::store::StoredRecord;
 
 use super::GcPolicy;
-use super::evict::{Verdict, past_max_age, protection_verdict, space_verdict};
+use super::cycle::{ByteGoal, ByteRule, ByteWalk, CycleNeeds, KeepSets, Keeps, SpaceRule};
+use super::evict::{Verdict, past_max_age};
 use super::kubelet::KubeletView;
 use super::protect::Protections;
-use super::space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
+use super::space::FsNeed;
 use super::watch::WatchHistory;
 
 mod decision;
@@ -89,12 +90,15 @@ pub(crate) fn explain_with_kubelet(
 ) -> Explanation {
     let watch = WatchHistory::default();
     let protections = Protections::default();
+    let sets = KeepSets {
+        pulling: pulling.clone(),
+        ..KeepSets::default()
+    };
     let context = ExplainContext {
-        pulling,
+        sets: &sets,
         kubelet,
         watch: &watch,
         image_fs: None,
-        warm: &BTreeSet::new(),
         protections: &protections,
     };
     explain_in(records, last_detect, policy, fs, now, &context)
@@ -103,8 +107,10 @@ pub(crate) fn explain_with_kubelet(
 /// What explain knows besides the records and the policy.
 #[derive(Clone, Copy, Debug)]
 pub struct ExplainContext<'a> {
-    /// The images pulls through imagekeeper are fetching (the running agent's explain).
-    pub pulling: &'a BTreeSet<RecordKey>,
+    /// The agent's own keep sets: the images pulls through imagekeeper are fetching (the
+    /// running agent's explain), those a warm set entry keeps (the running agent's explain,
+    /// and a one-shot command's from its configuration).
+    pub sets: &'a KeepSets,
     /// The kubelet's pull records.
     pub kubelet: &'a KubeletView,
     /// The heartbeat and unwatched stretches, as the cycle's detect at `now` leaves them
@@ -113,9 +119,6 @@ pub struct ExplainContext<'a> {
     /// The image filesystem as the runtime and statvfs report it (the running agent's dry
     /// run): its mountpoint and inodes, for the inode rule.
     pub image_fs: Option<&'a ImageFsStats>,
-    /// The images a warm set entry keeps (the running agent's explain, and a one-shot
-    /// command's from its configuration).
-    pub warm: &'a BTreeSet<RecordKey>,
     /// What imagekeeper protects (pins, irreplaceable images): named before every other
     /// reason, as they keep the image whatever runs.
     pub protections: &'a Protections,
@@ -129,6 +132,9 @@ pub struct ExplainContext<'a> {
 /// kubelet's pull intents name are kept ("the kubelet is pulling it", before any other reason,
 /// as detect marks them in use), each image's pulled record time is shown and the intents too
 /// old to keep anything are listed; MaxAge counts only the watched time.
+///
+/// It walks the cycle's own rules (`cycle.rs`): the keeps, the MaxAge pass, the needs after
+/// it, the byte walk, the cycle's end.
 pub fn explain_in(
     records: &[StoredRecord],
     last_detect: Option<UnixNanos>,
@@ -137,126 +143,205 @@ pub fn explain_in(
     now: UnixNanos,
     context: &ExplainContext<'_>,
 ) -> Explanation {
-    let ExplainContext {
-        pulling,
-        kubelet,
-        watch,
-        image_fs,
-        warm,
-        protections,
-    } = *context;
     let in_use = in_use_at(records, last_detect);
-    let protected: BTreeSet<RecordKey> = in_use
-        .union(pulling)
-        .chain(&kubelet.pulling)
-        .chain(&kubelet.just_pulled)
-        .chain(warm)
-        .chain(protections.keys())
-        .cloned()
-        .collect();
+    let keeps = Keeps {
+        in_use: &in_use,
+        sets: context.sets,
+        kubelet_pulling: &context.kubelet.pulling,
+        kubelet_just_pulled: &context.kubelet.just_pulled,
+        protections: context.protections,
+    };
+    let mut images = judge(records, &keeps, &policy, now, context);
+    let freed_for_age: u64 = images
+        .iter()
+        .filter(|i| i.decision == Decision::RemoveForAge)
+        .fold(0u64, |acc, i| acc.saturating_add(i.record.size));
+    // The byte budget counts the images' sizes, less what the MaxAge pass frees; what the
+    // MaxAge pass frees is available when the manager reads the filesystem again.
+    let total = images
+        .iter()
+        .fold(0u64, |acc, i| acc.saturating_add(i.record.size))
+        .saturating_sub(freed_for_age);
+    let fs = fs.map(|fs| FsSpace {
+        capacity: fs.capacity,
+        available: fs.available.saturating_add(freed_for_age),
+    });
+    let needs = CycleNeeds::plan(&policy, fs, total, context.image_fs);
+    let goal = needs.byte_goal();
+    let freed = goal.map_or(0, |goal| walk_bytes(&mut images, goal));
+    let space = space_pass(&needs, freed);
+    let budget = budget_pass(&needs, freed);
+    let other_filesystems: Vec<FsNeed> = match (context.image_fs, needs.space) {
+        (Some(fs), rule) if rule != SpaceRule::Disabled => FsNeed::others(fs, &policy)
+            .into_iter()
+            .map(|(_, need)| need)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let later = LaterPasses {
+        inodes: needs.inode_goal().is_some(),
+        other_filesystems: other_filesystems.iter().any(FsNeed::runs),
+        budget: needs.budget.and_then(|n| n.amount_to_free).is_some(),
+    };
+    for image in &mut images {
+        if !image.decision.removes() {
+            image.decision = keep_decision(image.verdict, space, later);
+        }
+    }
+    let passes = (space, budget, needs.inodes);
+    for image in &mut images {
+        image.reason = full_reason(image, &policy, last_detect, passes, now, context);
+        if image.decision == Decision::OtherFsCandidate {
+            image.reason = other_fs_reason(&other_filesystems);
+        }
+    }
+    Explanation {
+        now,
+        policy,
+        last_detect,
+        watch: context.watch.clone(),
+        freed_for_age,
+        space,
+        filesystem: context.image_fs.map(|fs| fs.mountpoint.clone()),
+        budget,
+        inodes: needs.inodes,
+        other_filesystems,
+        images,
+        stale_kubelet_intents: context.kubelet.stale_intents.clone(),
+    }
+}
+
+/// Each record's verdict ([`Keeps::verdict`]) and whether the MaxAge pass removes it, in
+/// eviction order; every other decision is settled once the byte walk is done.
+fn judge(
+    records: &[StoredRecord],
+    keeps: &Keeps<'_>,
+    policy: &GcPolicy,
+    now: UnixNanos,
+    context: &ExplainContext<'_>,
+) -> Vec<ImageExplanation> {
+    let protected = keeps.protected();
     let disabled = policy.disabled();
-    let mut images: Vec<ImageExplanation> = records
+    records
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let protection = protections.get(&r.key);
-            let verdict = if let Some(p) = protection {
-                protection_verdict(p)
-            } else if kubelet.pulling.contains(&r.key) {
-                Verdict::KubeletPulling
-            } else if kubelet.just_pulled.contains(&r.key) && !in_use.contains(&r.key) {
-                Verdict::KubeletJustPulled
-            } else if pulling.contains(&r.key) && !in_use.contains(&r.key) {
-                Verdict::PullInProgress
-            } else if warm.contains(&r.key) && !in_use.contains(&r.key) {
-                Verdict::Warm
-            } else {
-                space_verdict(&r.key, &r.record, &in_use, now, policy.min_age)
-            };
             let aged = !disabled
-                && past_max_age(&r.key, &r.record, &protected, now, policy.max_age, watch);
+                && past_max_age(
+                    &r.key,
+                    &r.record,
+                    &protected,
+                    now,
+                    policy.max_age,
+                    context.watch,
+                );
             ImageExplanation {
                 rank: i + 1,
                 key: r.key.clone(),
                 record: r.record,
-                in_use: in_use.contains(&r.key),
-                verdict,
+                in_use: keeps.in_use.contains(&r.key),
+                verdict: keeps.verdict(&r.key, &r.record, now, policy.min_age),
                 decision: if aged {
                     Decision::RemoveForAge
                 } else {
                     Decision::KeepSpaceNotEvaluated
                 },
                 freed_after: None,
-                kubelet_pulled_at: kubelet.used_at.get(&r.key).copied(),
-                kubelet_preloaded: kubelet.preloaded.get(&r.key).cloned().unwrap_or_default(),
+                kubelet_pulled_at: context.kubelet.used_at.get(&r.key).copied(),
+                kubelet_preloaded: context
+                    .kubelet
+                    .preloaded
+                    .get(&r.key)
+                    .cloned()
+                    .unwrap_or_default(),
                 evicted_before: None,
-                protection: protection.cloned(),
+                protection: context.protections.get(&r.key).cloned(),
                 adaptive: None,
                 predictive: None,
                 runtime_pin: None,
                 reason: String::new(),
             }
         })
-        .collect();
-    let freed_for_age: u64 = images
-        .iter()
-        .filter(|i| i.decision == Decision::RemoveForAge)
-        .fold(0u64, |acc, i| acc.saturating_add(i.record.size));
+        .collect()
+}
 
-    let space = if disabled {
-        SpacePass::Disabled
-    } else if policy.space_pass_off() {
-        SpacePass::Off
-    } else {
-        match fs {
-            None => SpacePass::NotEvaluated,
-            Some(FsSpace { capacity: 0, .. }) => SpacePass::InvalidCapacity,
-            Some(fs) => space_pass(fs, freed_for_age, &policy),
+/// The passes after the byte walk that an eligible image it did not reach may still meet.
+#[derive(Clone, Copy, Debug)]
+struct LaterPasses {
+    /// The inode rule runs.
+    inodes: bool,
+    /// A further image filesystem is over a high line.
+    other_filesystems: bool,
+    /// The byte budget needs room.
+    budget: bool,
+}
+
+/// The decision on an image neither the MaxAge pass nor the byte walk removes: the rule that
+/// keeps it, or, eligible, the pass that may still reach it or why none runs.
+fn keep_decision(verdict: Verdict, space: SpacePass, later: LaterPasses) -> Decision {
+    if space == SpacePass::Disabled {
+        return Decision::KeepGcDisabled;
+    }
+    if let Some(kept) = Decision::keeping(verdict) {
+        return kept;
+    }
+    match space {
+        _ if later.inodes => Decision::InodeCandidate,
+        _ if later.other_filesystems => Decision::OtherFsCandidate,
+        SpacePass::Runs { .. } => Decision::KeepBeyondAmountToFree,
+        _ if later.budget => Decision::KeepBeyondAmountToFree,
+        SpacePass::Off | SpacePass::BelowHighThreshold { .. } => Decision::KeepBelowHighThreshold,
+        SpacePass::NotEvaluated | SpacePass::InvalidCapacity | SpacePass::Disabled => {
+            Decision::KeepSpaceNotEvaluated
         }
-    };
-    // The byte budget counts the images' sizes, less what the MaxAge pass frees.
-    let total = images
+    }
+}
+
+/// The decision's sentence ([`reason`]) with the kubelet's records of the image after it.
+fn full_reason(
+    image: &ImageExplanation,
+    policy: &GcPolicy,
+    last_detect: Option<UnixNanos>,
+    passes: reason::Passes,
+    now: UnixNanos,
+    context: &ExplainContext<'_>,
+) -> String {
+    let mut text = reason(image, policy, last_detect, passes, now, context.watch);
+    if let Some(at) = image.kubelet_pulled_at {
+        text.push_str(&format!(
+            "; used by a kubelet pull record at {}",
+            crate::format::format_rfc3339(at)
+        ));
+    }
+    if !image.kubelet_preloaded.is_empty() {
+        text.push_str(&format!(
+            "; the kubelet saw it preloaded (as {}): not a use",
+            preloaded_names(&image.kubelet_preloaded)
+        ));
+    }
+    text
+}
+
+/// The reason of an eligible image left to the measured pass of further filesystems.
+fn other_fs_reason(other_filesystems: &[FsNeed]) -> String {
+    let over: Vec<String> = other_filesystems
         .iter()
-        .fold(0u64, |acc, i| acc.saturating_add(i.record.size))
-        .saturating_sub(freed_for_age);
-    let budget_need = if disabled {
-        None
-    } else {
-        BudgetNeed::compute(total, policy.bytes)
-    };
-    // One walk frees the larger byte need, under that rule's name (the space rule's on a
-    // tie), as the manager does.
-    let space_amount = match space {
-        SpacePass::Runs { amount_to_free, .. } => Some(amount_to_free),
-        _ => None,
-    };
-    let budget_amount = budget_need.and_then(|n| n.amount_to_free);
-    let walk = match (space_amount, budget_amount) {
-        (Some(s), Some(b)) if b > s => Some((b, Decision::RemoveForBudget)),
-        (Some(s), _) => Some((s, Decision::RemoveForSpace)),
-        (None, Some(b)) => Some((b, Decision::RemoveForBudget)),
-        (None, None) => None,
-    };
-    let freed = walk.map_or(0, |(amount, decision)| {
-        walk_bytes(&mut images, amount, decision)
-    });
-    let space = match space {
-        SpacePass::Runs {
-            usage_percent,
-            available_after_age_pass,
-            amount_to_free,
-            ..
-        } => SpacePass::Runs {
-            usage_percent,
-            available_after_age_pass,
-            amount_to_free,
-            freed,
-            sufficient: to_i64(freed) >= amount_to_free,
-        },
-        other => other,
-    };
-    let budget = budget_need.map(|need| {
-        let walked = budget_amount.map_or(0, |_| freed);
+        .filter(|n| n.runs())
+        .map(|n| n.mountpoint.clone())
+        .collect();
+    format!(
+        "eligible, in the measured pass of the further image filesystem(s) {}: removed \
+         if one is still above its low threshold when the walk reaches it (CRI does not \
+         say which filesystem an image is on: measured after each removal)",
+        over.join(", ")
+    )
+}
+
+/// The byte budget as explain shows it, once the walk freed `freed` bytes (counted for the
+/// budget when it needs room, whichever rule the walk freed for).
+fn budget_pass(needs: &CycleNeeds, freed: u64) -> Option<BudgetPass> {
+    needs.budget.map(|need| {
+        let walked = need.amount_to_free.map_or(0, |_| freed);
         BudgetPass {
             need,
             freed: walked,
@@ -264,148 +349,52 @@ pub fn explain_in(
                 .amount_to_free
                 .is_none_or(|amount| to_i64(walked) >= amount),
         }
-    });
-    let inodes = if disabled {
-        None
-    } else {
-        image_fs.and_then(|fs| InodeNeed::compute(fs, policy.inodes))
-    };
-    let inodes_run = inodes.is_some_and(|n| n.runs);
-    let other_filesystems: Vec<FsNeed> = if disabled {
-        Vec::new()
-    } else {
-        image_fs
-            .map(|fs| {
-                FsNeed::others(fs, &policy)
-                    .into_iter()
-                    .map(|(_, need)| need)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let others_run = other_filesystems.iter().any(FsNeed::runs);
-    for image in &mut images {
-        if image.decision.removes() {
-            continue;
-        }
-        image.decision = match (image.verdict, space) {
-            (Verdict::Eligible, SpacePass::Disabled) => Decision::KeepGcDisabled,
-            (Verdict::Eligible, _) if inodes_run => Decision::InodeCandidate,
-            (Verdict::Eligible, _) if others_run => Decision::OtherFsCandidate,
-            (_, SpacePass::Disabled) => Decision::KeepGcDisabled,
-            (Verdict::InUse, _) => Decision::KeepInUse,
-            (Verdict::PullInProgress, _) => Decision::KeepPullInProgress,
-            (Verdict::KubeletPulling, _) => Decision::KeepKubeletPulling,
-            (Verdict::KubeletJustPulled, _) => Decision::KeepKubeletJustPulled,
-            (Verdict::Pinned, _) => Decision::KeepPinned,
-            (Verdict::Warm, _) => Decision::KeepWarm,
-            (Verdict::PinnedByImagekeeper, _) => Decision::KeepPinnedByImagekeeper,
-            (Verdict::Irreplaceable, _) => Decision::KeepIrreplaceable,
-            (Verdict::UsedTooRecently, _) => Decision::KeepUsedTooRecently,
-            (Verdict::YoungerThanMinAge, _) => Decision::KeepYoungerThanMinAge,
-            (Verdict::Eligible, SpacePass::Runs { .. }) => Decision::KeepBeyondAmountToFree,
-            (Verdict::Eligible, _) if budget_amount.is_some() => Decision::KeepBeyondAmountToFree,
-            (Verdict::Eligible, SpacePass::Off) => Decision::KeepBelowHighThreshold,
-            (Verdict::Eligible, SpacePass::BelowHighThreshold { .. }) => {
-                Decision::KeepBelowHighThreshold
-            }
-            (Verdict::Eligible, SpacePass::NotEvaluated | SpacePass::InvalidCapacity) => {
-                Decision::KeepSpaceNotEvaluated
-            }
-        };
-    }
-    for image in &mut images {
-        image.reason = reason(
-            image,
-            &policy,
-            last_detect,
-            (space, budget, inodes),
-            now,
-            watch,
-        );
-        if image.decision == Decision::OtherFsCandidate {
-            let over: Vec<String> = other_filesystems
-                .iter()
-                .filter(|n| n.runs())
-                .map(|n| n.mountpoint.clone())
-                .collect();
-            image.reason = format!(
-                "eligible, in the measured pass of the further image filesystem(s) {}: removed \
-                 if one is still above its low threshold when the walk reaches it (CRI does not \
-                 say which filesystem an image is on: measured after each removal)",
-                over.join(", ")
-            );
-        }
-        if let Some(at) = image.kubelet_pulled_at {
-            image.reason.push_str(&format!(
-                "; used by a kubelet pull record at {}",
-                crate::format::format_rfc3339(at)
-            ));
-        }
-        if !image.kubelet_preloaded.is_empty() {
-            image.reason.push_str(&format!(
-                "; the kubelet saw it preloaded (as {}): not a use",
-                preloaded_names(&image.kubelet_preloaded)
-            ));
-        }
-    }
-    Explanation {
-        now,
-        policy,
-        last_detect,
-        watch: watch.clone(),
-        freed_for_age,
-        space,
-        filesystem: image_fs.map(|fs| fs.mountpoint.clone()),
-        budget,
-        inodes,
-        other_filesystems,
-        images,
-        stale_kubelet_intents: kubelet.stale_intents.clone(),
-    }
+    })
 }
 
-/// The manager's space pass: usage after the MaxAge pass (the walk is [`walk_bytes`]).
-fn space_pass(fs: FsSpace, freed_for_age: u64, policy: &GcPolicy) -> SpacePass {
-    // What the MaxAge pass frees is available when the manager reads the filesystem again.
-    let available = fs.available.saturating_add(freed_for_age);
-    let need = match SpaceNeed::compute(fs.capacity, available, policy) {
-        Ok(need) => need,
-        Err(_) => return SpacePass::InvalidCapacity,
-    };
-    let (usage_percent, available) = (need.usage_percent, need.available);
-    match need.amount_to_free {
-        None => SpacePass::BelowHighThreshold {
-            usage_percent,
-            available_after_age_pass: available,
-        },
-        Some(amount_to_free) => SpacePass::Runs {
-            usage_percent,
-            available_after_age_pass: available,
-            amount_to_free,
-            freed: 0,
-            sufficient: false,
+/// The percentage rule as explain shows it, once the walk freed `freed` bytes.
+fn space_pass(needs: &CycleNeeds, freed: u64) -> SpacePass {
+    match needs.space {
+        SpaceRule::Disabled => SpacePass::Disabled,
+        SpaceRule::Off => SpacePass::Off,
+        SpaceRule::NotRead => SpacePass::NotEvaluated,
+        SpaceRule::InvalidCapacity => SpacePass::InvalidCapacity,
+        SpaceRule::Need(need) => match need.amount_to_free {
+            None => SpacePass::BelowHighThreshold {
+                usage_percent: need.usage_percent,
+                available_after_age_pass: need.available,
+            },
+            Some(amount_to_free) => SpacePass::Runs {
+                usage_percent: need.usage_percent,
+                available_after_age_pass: need.available,
+                amount_to_free,
+                freed,
+                sufficient: to_i64(freed) >= amount_to_free,
+            },
         },
     }
 }
 
-/// The byte walk in eviction order until `amount_to_free` is reached (the first eligible
-/// image always goes, as in the kubelet), marking each removal `decision`. Returns the
-/// bytes freed.
-fn walk_bytes(images: &mut [ImageExplanation], amount_to_free: i64, decision: Decision) -> u64 {
-    let mut freed: i64 = 0;
+/// The byte walk in eviction order ([`ByteWalk`]), every removal assumed to succeed, marking
+/// each removal with the goal's decision. Returns the bytes freed.
+fn walk_bytes(images: &mut [ImageExplanation], goal: ByteGoal) -> u64 {
+    let decision = match goal.rule {
+        ByteRule::Space(_) => Decision::RemoveForSpace,
+        ByteRule::Budget(_) => Decision::RemoveForBudget,
+    };
+    let mut walk = ByteWalk::new(Some(goal.amount));
     for image in images.iter_mut() {
         if image.decision == Decision::RemoveForAge || image.verdict != Verdict::Eligible {
             continue;
         }
-        freed = freed.saturating_add(to_i64(image.record.size));
+        let done = walk.removed(image.record.size);
         image.decision = decision;
-        image.freed_after = Some(u64::try_from(freed).unwrap_or(0));
-        if freed >= amount_to_free {
+        image.freed_after = Some(u64::try_from(walk.freed()).unwrap_or(0));
+        if done {
             break;
         }
     }
-    u64::try_from(freed).unwrap_or(0)
+    u64::try_from(walk.freed()).unwrap_or(0)
 }
 
 fn to_i64(v: u64) -> i64 {

@@ -15,6 +15,7 @@
 pub(crate) mod adaptive;
 pub(crate) mod attempt;
 pub(crate) mod attempt_metrics;
+pub(crate) mod cycle;
 #[doc(hidden)]
 pub mod detect;
 mod error;

@@ -328,6 +328,56 @@ fn estimate_in(
     estimate_of(scratch, record, history, superseded, adaptive.one_off, now)
 }
 
+/// The estimate from a rhythm of the session starts, when they keep one and its next
+/// occurrence is at most two periods after the newest start not yet missed by more than the
+/// tolerance.
+fn rhythm_estimate(starts: &[i64], idle_s: i64, now: UnixNanos) -> Option<Estimate> {
+    let (period, anchor, count) = rhythm(starts)?;
+    let tolerance = period / RHYTHM_TOLERANCE_DIVISOR;
+    // The first occurrence after the newest start not yet missed by more than the
+    // tolerance.
+    let k = ((now.0 - tolerance - anchor).max(0) + period - 1) / period;
+    let k = k.max(1);
+    if k > 2 {
+        return None;
+    }
+    let next = anchor + k * period;
+    Some(Estimate {
+        next_use_in_s: Some((next - now.0).max(0) / SEC),
+        idle_s,
+        basis: Basis::Rhythm {
+            period_s: period / SEC,
+            phase_s: anchor.rem_euclid(period) / SEC,
+            starts: count,
+        },
+    })
+}
+
+/// The weighted mean of the newest gaps between sessions (at least two), in nanoseconds,
+/// with how many gaps it read (weights in fixed point, the newest 1 << 20).
+fn weighted_mean_gap(sessions: &[(i64, i64)]) -> (i64, usize) {
+    let gaps = sessions.len() - 1;
+    let recent = gaps.min(GAPS_READ);
+    let (mut sum, mut weights) = (0i128, 0i128);
+    let newest_first = sessions.windows(2).rev().map(|w| w[1].0 - w[0].1);
+    for (age, gap) in newest_first.take(recent).enumerate() {
+        // 2^(-age / GAP_HALF_LIFE) in fixed point (1 << 20), by halving every half-life
+        // and a linear step within.
+        let halvings = age as u32 / GAP_HALF_LIFE;
+        let within = (age as u32 % GAP_HALF_LIFE) as i128;
+        let w = ((1i128 << 20) >> halvings.min(40)) * (2 * GAP_HALF_LIFE as i128 - within)
+            / (2 * GAP_HALF_LIFE as i128);
+        sum += i128::from(gap) * w;
+        weights += w;
+    }
+    let mean = if weights > 0 {
+        (sum / weights) as i64
+    } else {
+        0
+    };
+    (mean, recent)
+}
+
 /// The estimate of one image at `now` (see the module's rules), in `scratch`'s buffers:
 /// `superseded` and `one_off` are its adaptive evidence.
 fn estimate_of(
@@ -358,46 +408,11 @@ fn estimate_of(
     }
     scratch.starts.clear();
     scratch.starts.extend(sessions.iter().map(|s| s.0));
-    if let Some((period, anchor, count)) = rhythm(&scratch.starts) {
-        let tolerance = period / RHYTHM_TOLERANCE_DIVISOR;
-        // The first occurrence after the newest start not yet missed by more than the
-        // tolerance.
-        let k = ((now.0 - tolerance - anchor).max(0) + period - 1) / period;
-        let k = k.max(1);
-        if k <= 2 {
-            let next = anchor + k * period;
-            return Estimate {
-                next_use_in_s: Some((next - now.0).max(0) / SEC),
-                idle_s,
-                basis: Basis::Rhythm {
-                    period_s: period / SEC,
-                    phase_s: anchor.rem_euclid(period) / SEC,
-                    starts: count,
-                },
-            };
-        }
+    if let Some(estimate) = rhythm_estimate(&scratch.starts, idle_s, now) {
+        return estimate;
     }
     if sessions.len() >= 2 {
-        // The weighted mean of the newest gaps (weights in fixed point, the newest 1 << 20).
-        let gaps = sessions.len() - 1;
-        let recent = gaps.min(GAPS_READ);
-        let (mut sum, mut weights) = (0i128, 0i128);
-        let newest_first = sessions.windows(2).rev().map(|w| w[1].0 - w[0].1);
-        for (age, gap) in newest_first.take(recent).enumerate() {
-            // 2^(-age / GAP_HALF_LIFE) in fixed point (1 << 20), by halving every half-life
-            // and a linear step within.
-            let halvings = age as u32 / GAP_HALF_LIFE;
-            let within = (age as u32 % GAP_HALF_LIFE) as i128;
-            let w = ((1i128 << 20) >> halvings.min(40)) * (2 * GAP_HALF_LIFE as i128 - within)
-                / (2 * GAP_HALF_LIFE as i128);
-            sum += i128::from(gap) * w;
-            weights += w;
-        }
-        let mean = if weights > 0 {
-            (sum / weights) as i64
-        } else {
-            0
-        };
+        let (mean, recent) = weighted_mean_gap(sessions);
         return Estimate {
             next_use_in_s: at_least(mean),
             idle_s,

@@ -19,6 +19,15 @@ use crate::model::{FsUsage, ImageFsStats};
 use super::policy::{ByteBudget, InodeThresholds};
 use super::{GcError, GcPolicy};
 
+/// The image filesystem as the operator says it is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FsSpace {
+    /// Capacity in bytes.
+    pub capacity: u64,
+    /// Available bytes.
+    pub available: u64,
+}
+
 /// What the space pass needs, at one reading of the image filesystem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpaceNeed {

@@ -301,7 +301,7 @@ fn kep6053_section() -> String {
          | walk verdict | `reason` |\n|---|---|\n",
     );
     for v in Verdict::ALL {
-        if let Some(why) = SkipReason::of_verdict(v) {
+        if let Some(why) = v.skip_reason() {
             out.push_str(&format!("| `{}` | `{}` |\n", verdict_name(v), why.as_str()));
         }
     }

@@ -155,11 +155,10 @@ pub(super) fn explain(
         fs,
         now,
         &ExplainContext {
-            pulling: &Default::default(),
+            sets: &Default::default(),
             kubelet: &kubelet.view,
             watch: &watch,
             image_fs: None,
-            warm: &Default::default(),
             protections: &protections,
         },
     );

@@ -175,50 +175,19 @@ where
         // once, not once to pass and again to take).
         let image_in_use = take_equal(&mut in_use, |k| k, image).is_some();
         let image_used_at = take_equal(&mut used_at, |(k, _)| k, image).map(|(_, t)| *t);
-        // Records before this image's key are not listed.
-        let mut stored = None;
-        while let Some(r) = records.peek() {
-            match listed::compare_bytes(r.key_bytes(), image) {
-                Ordering::Less => {
-                    if let Some(r) = records.pop()? {
-                        unlisted.push((r.key(), r.record().last_used));
-                    }
-                }
-                Ordering::Equal => {
-                    stored = records.pop()?;
-                    break;
-                }
-                Ordering::Greater => break,
-            }
-        }
-        // The image's key is the stored record's (equal keys): the batch reads it from the
-        // list, so no key is copied, a new image's or a stored one's.
+        let stored = records.take_listed(image, &mut unlisted)?;
         let old = stored.as_ref().map(MergedRecord::record);
-        if old.is_none() {
-            plan.added += 1;
-        }
-        let mut base = old;
-        let mut clamp = None;
-        if let Some(future) = old.filter(|r| r.has_stamp_after(limit)) {
-            clamp = Some(limit);
-            plan.clamped += 1;
-            base = Some(future.clamped(limit, now));
-        }
+        let used_at = image_used_at
+            .filter(|t| *t <= limit)
+            .map_or(UnixNanos::NEVER, |t| t.min(now));
         let sighting = Sighting {
             now,
             in_use: image_in_use,
             size: image.size(),
             pinned: input.pins.pins(&image),
-            used_at: image_used_at
-                .filter(|t| *t <= limit)
-                .map_or(UnixNanos::NEVER, |t| t.min(now)),
+            used_at,
         };
-        if clamp.is_some() || old != Some(ImageRecord::after_sighting(base, sighting)) {
-            let added = plan
-                .batch
-                .sight_listed(listed.as_listed(), position, clamp, sighting);
-            debug_assert!(added, "a listed position is inside its list");
-        }
+        plan_sighting(&mut plan, listed, position, old, sighting, limit);
     }
     while let Some(r) = records.pop()? {
         unlisted.push((r.key(), r.record().last_used));
@@ -237,6 +206,35 @@ where
         plan.batch.stamp_if_changed(meta_keys::LAST_DETECT, now.0);
     }
     Ok(plan)
+}
+
+/// Writes the sighting of the listed image at `position` when it changes its record `old`
+/// (the image's key is the stored record's: the batch reads it from the list, so no key is
+/// copied); a record stamped after `limit` is clamped to it.
+fn plan_sighting(
+    plan: &mut DetectPlan,
+    listed: &ListedImages,
+    position: usize,
+    old: Option<ImageRecord>,
+    sighting: Sighting,
+    limit: UnixNanos,
+) {
+    if old.is_none() {
+        plan.added += 1;
+    }
+    let mut base = old;
+    let mut clamp = None;
+    if let Some(future) = old.filter(|r| r.has_stamp_after(limit)) {
+        clamp = Some(limit);
+        plan.clamped += 1;
+        base = Some(future.clamped(limit, sighting.now));
+    }
+    if clamp.is_some() || old != Some(ImageRecord::after_sighting(base, sighting)) {
+        let added = plan
+            .batch
+            .sight_listed(listed.as_listed(), position, clamp, sighting);
+        debug_assert!(added, "a listed position is inside its list");
+    }
 }
 
 /// Advances `keys` (in key order) past the keys before `image`'s and takes the one equal to
@@ -311,6 +309,27 @@ where
 
     fn peek(&self) -> Option<&R> {
         self.head.as_ref()
+    }
+
+    /// Passes the records before `image`'s key (not listed: each goes to `unlisted` with its
+    /// last use) and takes the one with its key, if any.
+    fn take_listed(
+        &mut self,
+        image: ImageRef<'_>,
+        unlisted: &mut Vec<(RecordKey, UnixNanos)>,
+    ) -> Result<Option<R>, GcError> {
+        while let Some(r) = self.peek() {
+            match listed::compare_bytes(r.key_bytes(), image) {
+                Ordering::Less => {
+                    if let Some(r) = self.pop()? {
+                        unlisted.push((r.key(), r.record().last_used));
+                    }
+                }
+                Ordering::Equal => return self.pop(),
+                Ordering::Greater => break,
+            }
+        }
+        Ok(None)
     }
 
     /// Takes the record looked at and looks at the next one.

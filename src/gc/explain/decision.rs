@@ -16,17 +16,9 @@ use crate::gc::adaptive::AdaptiveRank;
 use crate::gc::evict::Verdict;
 use crate::gc::predictive::PredictiveRank;
 use crate::gc::protect::{KeepReason, Protection};
+pub use crate::gc::space::FsSpace;
 use crate::gc::space::{BudgetNeed, FsNeed, InodeNeed};
 use crate::gc::watch::WatchHistory;
-
-/// The image filesystem as the operator says it is now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct FsSpace {
-    /// Capacity in bytes.
-    pub capacity: u64,
-    /// Available bytes.
-    pub available: u64,
-}
 
 /// What GarbageCollect would do to one image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -103,6 +95,23 @@ impl Decision {
             Decision::InodeCandidate => "inode_candidate",
             Decision::OtherFsCandidate => "other_fs_candidate",
         }
+    }
+
+    /// The decision on an image the keep rule of `verdict` keeps; `None` for an eligible one.
+    pub fn keeping(verdict: Verdict) -> Option<Decision> {
+        Some(match verdict {
+            Verdict::Eligible => return None,
+            Verdict::InUse => Decision::KeepInUse,
+            Verdict::PullInProgress => Decision::KeepPullInProgress,
+            Verdict::KubeletPulling => Decision::KeepKubeletPulling,
+            Verdict::KubeletJustPulled => Decision::KeepKubeletJustPulled,
+            Verdict::Pinned => Decision::KeepPinned,
+            Verdict::Warm => Decision::KeepWarm,
+            Verdict::PinnedByImagekeeper => Decision::KeepPinnedByImagekeeper,
+            Verdict::Irreplaceable => Decision::KeepIrreplaceable,
+            Verdict::UsedTooRecently => Decision::KeepUsedTooRecently,
+            Verdict::YoungerThanMinAge => Decision::KeepYoungerThanMinAge,
+        })
     }
 
     /// Whether the image would be removed (an inode candidate may be: see

@@ -18,52 +18,80 @@ use crate::gc::watch::WatchHistory;
 
 use super::{BudgetPass, Decision, ImageExplanation, SpacePass};
 
+/// The rules' figures a sentence may quote: the percentage pass, the budget, the inode rule.
+pub(super) type Passes = (SpacePass, Option<BudgetPass>, Option<InodeNeed>);
+
 pub(super) fn reason(
     image: &ImageExplanation,
     policy: &GcPolicy,
     last_detect: Option<UnixNanos>,
-    (space, budget, inodes): (SpacePass, Option<BudgetPass>, Option<InodeNeed>),
+    passes: Passes,
     now: UnixNanos,
     watch: &WatchHistory,
 ) -> String {
-    let record = &image.record;
-    let dur = |d: Duration| go_duration(Duration::from_secs(d.as_secs()));
-    // MaxAge counts watched time only: say what was left out.
-    let unwatched = watch.unwatched_between(unused_since(record), now);
-    let unused = if unwatched.is_zero() {
-        dur(now.since(unused_since(record)))
-    } else {
-        format!(
-            "{} of watched time ({} unwatched since, not counted)",
-            dur(watch.watched_unused(record, now)),
-            dur(unwatched)
-        )
-    };
+    let unused = unused_text(image, now, watch);
     match image.decision {
         Decision::RemoveForAge => format!(
             "unused for {unused}, longer than MaxAge {}",
             go_duration(policy.max_age)
         ),
+        Decision::RemoveForSpace | Decision::RemoveForBudget | Decision::InodeCandidate => {
+            removal_reason(image, passes)
+        }
+        // Named with its filesystems by `explain_in`.
+        Decision::OtherFsCandidate => {
+            "eligible, in the measured pass of a further image filesystem".to_owned()
+        }
+        Decision::KeepBeyondAmountToFree => beyond_amount_reason(passes),
+        Decision::KeepBelowHighThreshold => below_high_reason(policy, passes.0),
+        Decision::KeepSpaceNotEvaluated => not_evaluated_reason(policy, passes.0, &unused),
+        _ => keep_reason(image, policy, last_detect, now),
+    }
+}
+
+/// How long the image has been unused; MaxAge counts watched time only, so say what was left
+/// out.
+fn unused_text(image: &ImageExplanation, now: UnixNanos, watch: &WatchHistory) -> String {
+    let record = &image.record;
+    let unwatched = watch.unwatched_between(unused_since(record), now);
+    if unwatched.is_zero() {
+        seconds(now.since(unused_since(record)))
+    } else {
+        format!(
+            "{} of watched time ({} unwatched since, not counted)",
+            seconds(watch.watched_unused(record, now)),
+            seconds(unwatched)
+        )
+    }
+}
+
+/// A Go duration in whole seconds.
+fn seconds(d: Duration) -> String {
+    go_duration(Duration::from_secs(d.as_secs()))
+}
+
+/// The sentence of a removal by the byte walk, or of an inode candidate.
+fn removal_reason(image: &ImageExplanation, (space, budget, inodes): Passes) -> String {
+    let freed = format_size(image.freed_after.unwrap_or(0));
+    match image.decision {
         Decision::RemoveForSpace => {
             let amount = match space {
                 SpacePass::Runs { amount_to_free, .. } => amount_to_free,
                 _ => 0,
             };
             format!(
-                "eligible, inside the amount to free: {} freed of {} to free",
-                format_size(image.freed_after.unwrap_or(0)),
+                "eligible, inside the amount to free: {freed} freed of {} to free",
                 format_size(u64::try_from(amount).unwrap_or(0))
             )
         }
         Decision::RemoveForBudget => {
             let amount = budget.and_then(|b| b.need.amount_to_free).unwrap_or(0);
             format!(
-                "eligible, inside the byte budget's amount to free: {} freed of {} to free",
-                format_size(image.freed_after.unwrap_or(0)),
+                "eligible, inside the byte budget's amount to free: {freed} freed of {} to free",
                 format_size(u64::try_from(amount).unwrap_or(0))
             )
         }
-        Decision::InodeCandidate => {
+        _ => {
             let (usage, target, total) =
                 inodes.map_or((0, 0, 0), |n| (n.usage_percent, n.target_used, n.inodes));
             format!(
@@ -72,10 +100,18 @@ pub(super) fn reason(
                  still in use when the walk reaches it (measured as it runs)"
             )
         }
-        // Named with its filesystems by `explain_in`.
-        Decision::OtherFsCandidate => {
-            "eligible, in the measured pass of a further image filesystem".to_owned()
-        }
+    }
+}
+
+/// The sentence of an image a keep rule keeps: the first rule that keeps it, in the order the
+/// manager applies them.
+fn keep_reason(
+    image: &ImageExplanation,
+    policy: &GcPolicy,
+    last_detect: Option<UnixNanos>,
+    now: UnixNanos,
+) -> String {
+    match image.decision {
         Decision::KeepGcDisabled => {
             "image GC is disabled (HighThresholdPercent 100 and MaxAge 0)".to_owned()
         }
@@ -104,55 +140,64 @@ pub(super) fn reason(
         }
         Decision::KeepYoungerThanMinAge => format!(
             "first detected {} ago, younger than MinAge {}",
-            dur(now.since(record.first_detected)),
+            seconds(now.since(image.record.first_detected)),
             go_duration(policy.min_age)
         ),
-        Decision::KeepBeyondAmountToFree => {
-            let (amount, freed) = match (space, budget) {
-                (_, Some(b)) if b.freed > 0 => (b.need.amount_to_free.unwrap_or(0), b.freed),
-                (
-                    SpacePass::Runs {
-                        amount_to_free,
-                        freed,
-                        ..
-                    },
-                    _,
-                ) => (amount_to_free, freed),
-                _ => (0, 0),
-            };
-            format!(
-                "eligible, beyond the amount to free: the walk stops after freeing {} of {}",
-                format_size(freed),
-                format_size(u64::try_from(amount).unwrap_or(0))
-            )
-        }
-        Decision::KeepBelowHighThreshold => match space {
-            SpacePass::BelowHighThreshold { usage_percent, .. } => format!(
-                "eligible, but usage {usage_percent}% is below HighThresholdPercent {}: no space pass",
-                policy.high_threshold_percent
-            ),
-            _ => "eligible, but no rule needs room: the byte-percentage pass is off \
-                      (HighThresholdPercent 100 and MaxAge 0), the budget and inode use are \
-                      below their high marks"
-                .to_owned(),
-        },
-        Decision::KeepSpaceNotEvaluated => {
-            let max_age = if policy.max_age.is_zero() {
-                "MaxAge is off".to_owned()
-            } else {
-                format!(
-                    "unused for {unused}, not longer than MaxAge {}",
-                    go_duration(policy.max_age)
-                )
-            };
-            if space == SpacePass::InvalidCapacity {
-                format!("eligible for space GC, but capacity 0 fails the space pass; {max_age}")
-            } else {
-                format!(
-                    "eligible for space GC; the space pass is not evaluated (give --capacity \
-                     and --available); {max_age}"
-                )
-            }
-        }
+        other => other.as_str().to_owned(),
+    }
+}
+
+/// The sentence of an eligible image the byte walk stopped before.
+fn beyond_amount_reason((space, budget, _): Passes) -> String {
+    let (amount, freed) = match (space, budget) {
+        (_, Some(b)) if b.freed > 0 => (b.need.amount_to_free.unwrap_or(0), b.freed),
+        (
+            SpacePass::Runs {
+                amount_to_free,
+                freed,
+                ..
+            },
+            _,
+        ) => (amount_to_free, freed),
+        _ => (0, 0),
+    };
+    format!(
+        "eligible, beyond the amount to free: the walk stops after freeing {} of {}",
+        format_size(freed),
+        format_size(u64::try_from(amount).unwrap_or(0))
+    )
+}
+
+/// The sentence of an eligible image no rule needs room for.
+fn below_high_reason(policy: &GcPolicy, space: SpacePass) -> String {
+    match space {
+        SpacePass::BelowHighThreshold { usage_percent, .. } => format!(
+            "eligible, but usage {usage_percent}% is below HighThresholdPercent {}: no space pass",
+            policy.high_threshold_percent
+        ),
+        _ => "eligible, but no rule needs room: the byte-percentage pass is off \
+                  (HighThresholdPercent 100 and MaxAge 0), the budget and inode use are \
+                  below their high marks"
+            .to_owned(),
+    }
+}
+
+/// The sentence of an eligible image when the percentage pass could not be judged.
+fn not_evaluated_reason(policy: &GcPolicy, space: SpacePass, unused: &str) -> String {
+    let max_age = if policy.max_age.is_zero() {
+        "MaxAge is off".to_owned()
+    } else {
+        format!(
+            "unused for {unused}, not longer than MaxAge {}",
+            go_duration(policy.max_age)
+        )
+    };
+    if space == SpacePass::InvalidCapacity {
+        format!("eligible for space GC, but capacity 0 fails the space pass; {max_age}")
+    } else {
+        format!(
+            "eligible for space GC; the space pass is not evaluated (give --capacity \
+             and --available); {max_age}"
+        )
     }
 }

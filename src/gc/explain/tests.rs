@@ -58,11 +58,13 @@ fn a_warm_image_is_kept_for_space_and_age_and_says_so() {
             }),
             now,
             &ExplainContext {
-                pulling: &BTreeSet::new(),
+                sets: &KeepSets {
+                    warm: warm.clone(),
+                    ..KeepSets::default()
+                },
                 kubelet: &KubeletView::default(),
                 watch: &WatchHistory::default(),
                 image_fs: None,
-                warm,
                 protections: &Protections::default(),
             },
         )
@@ -269,11 +271,10 @@ fn max_age_counts_only_watched_time_and_says_so() {
             None,
             now,
             &ExplainContext {
-                pulling: &BTreeSet::new(),
+                sets: &KeepSets::default(),
                 kubelet: &KubeletView::default(),
                 watch,
                 image_fs: None,
-                warm: &BTreeSet::new(),
                 protections: &Protections::default(),
             },
         )
@@ -376,11 +377,10 @@ fn the_budget_walks_and_the_inode_pass_names_its_candidates() {
         Some(fs),
         now,
         &ExplainContext {
-            pulling: &BTreeSet::new(),
+            sets: &KeepSets::default(),
             kubelet: &KubeletView::default(),
             watch: &watch,
             image_fs: Some(&stats),
-            warm: &BTreeSet::new(),
             protections: &Protections::default(),
         },
     );
@@ -461,11 +461,10 @@ fn pinned_and_irreplaceable_images_are_kept_with_their_reasons_before_any_other(
         }),
         now,
         &ExplainContext {
-            pulling: &BTreeSet::new(),
+            sets: &KeepSets::default(),
             kubelet: &KubeletView::default(),
             watch: &WatchHistory::default(),
             image_fs: None,
-            warm: &BTreeSet::new(),
             protections: &protections,
         },
     );

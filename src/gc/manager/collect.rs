@@ -11,16 +11,17 @@
 
 use tracing::{info, warn};
 
-use crate::model::{ImageLike, UnixNanos};
+use crate::model::{ImageFsStats, ImageLike, UnixNanos};
 use crate::runtime::ImageRuntime;
 use crate::store::StoredRecord;
 
-use crate::gc::GcError;
 use crate::gc::attempt::{Attempt, GcOperation, GcTrigger};
+use crate::gc::cycle::{CycleNeeds, SpaceRule};
 use crate::gc::evict::past_max_age;
 use crate::gc::metrics::{GcMetrics, RemovalReason};
 use crate::gc::report::classify;
-use crate::gc::space::{BudgetNeed, InodeNeed, SpaceNeed};
+use crate::gc::space::{BudgetNeed, FsSpace};
+use crate::gc::{GcError, GcPolicy};
 
 use super::walk::Goal;
 use super::{CycleTime, CycleView, GcReport, ImageGcManager, Settings, note};
@@ -109,8 +110,28 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         }
         self.free_old_images(settings, free_time, &mut view, report)
             .await?;
-
         let stats = self.observe_image_fs().await?;
+        let needs = self.needs_after_age(settings, &stats, &view, report);
+        let first = self
+            .free_for_needs(settings, &needs, free_time, &mut view, report)
+            .await;
+        // Every further image filesystem, by a measured pass (issue 28).
+        let others = self
+            .free_other_filesystems(settings, &stats, free_time, &mut view, report)
+            .await;
+        first.and(others)
+    }
+
+    /// The needs of the percentage, budget and inode rules at `stats`, read after the MaxAge
+    /// pass ([`CycleNeeds::plan`]), each logged as the kubelet logs its own. The byte budget
+    /// counts the images the cycle's detect listed, less what MaxAge freed.
+    fn needs_after_age(
+        &self,
+        settings: &Settings,
+        stats: &ImageFsStats,
+        view: &CycleView,
+        report: &GcReport,
+    ) -> CycleNeeds {
         if stats.available > stats.capacity {
             info!(
                 available = stats.available,
@@ -119,146 +140,61 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             );
         }
         let policy = &settings.config.policy;
-        // The kubelet's byte rule, unless HighThresholdPercent 100 with MaxAge 0 turns it off
-        // (GC runs here only for the inode or budget rules then; with MaxAge set it runs at
-        // 100 % usage, as the kubelet's: GcPolicy::space_pass_off). Capacity 0 fails the percentage rule alone,
-        // with the kubelet's InvalidDiskCapacity (pkg/kubelet/images/image_gc_manager.go,
-        // GarbageCollect: it checks capacity before its percentage, its only rule): the byte
-        // budget needs no capacity and the inode rule reads inodes, so both still run, and the
-        // cycle then reports the capacity error (as `explain` plans it).
-        let mut capacity_error = None;
-        let space = if policy.space_pass_off() {
-            None
-        } else {
-            match SpaceNeed::compute(stats.capacity, stats.available, policy) {
-                Ok(need) => {
-                    self.metrics.attempts().usage_before(need.usage_percent);
-                    Some(need)
-                }
-                Err(err) => {
-                    warn!(reason = "InvalidDiskCapacity", "{err}");
-                    capacity_error = Some(err);
-                    None
-                }
-            }
-        };
-        if let Some(SpaceNeed {
-            usage_percent,
-            amount_to_free: Some(amount_to_free),
-            ..
-        }) = space
-        {
-            info!(
-                mountpoint = stats.mountpoint.as_str(),
-                usage = usage_percent,
-                high_threshold = policy.high_threshold_percent,
-                amount_to_free,
-                low_threshold = policy.low_threshold_percent,
-                "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
-            );
-        }
-        // The byte budget counts the images the cycle's detect listed, less what MaxAge freed.
         let total = view
             .listed
             .iter()
             .fold(0u64, |acc, i| acc.saturating_add(i.size()))
             .saturating_sub(report.freed);
-        let budget = BudgetNeed::compute(total, policy.bytes);
-        if let Some(BudgetNeed {
-            amount_to_free: Some(amount_to_free),
-            high,
-            low,
-            ..
-        }) = budget
-        {
-            info!(
-                total,
-                high_bytes = high,
-                amount_to_free,
-                low_bytes = low,
-                "Images are over the high byte budget, trying to free bytes down to the low budget"
-            );
-        }
-        let inodes = InodeNeed::compute(&stats, policy.inodes).filter(|n| n.runs);
-        if let (Some(need), Some(thresholds)) = (inodes, policy.inodes) {
-            info!(
-                mountpoint = stats.mountpoint.as_str(),
-                usage = need.usage_percent,
-                high_threshold = thresholds.high,
-                inodes = need.inodes,
-                inodes_free = need.inodes_free,
-                low_threshold = thresholds.low,
-                "Inode usage on image filesystem is over the high inode threshold, trying to free inodes down to the low inode threshold"
-            );
-        }
-        // Each cycle frees the most any byte rule needs, under that rule's reason (the
-        // kubelet's on a tie); the inode rule's goal is measured, not summed.
-        let space_goal = space.and_then(|n| {
-            n.amount_to_free
-                .map(|a| (a, RemovalReason::Space, Some(n.fs_usage())))
-        });
-        let budget_goal = budget.and_then(|n| {
-            n.amount_to_free
-                .map(|a| (a, RemovalReason::Budget, Some(n.fs_usage())))
-        });
-        let bytes = match (space_goal, budget_goal) {
-            (Some(s), Some(b)) if b.0 > s.0 => Some(b),
-            (Some(s), _) => Some(s),
-            (None, b) => b,
+        let fs = FsSpace {
+            capacity: stats.capacity,
+            available: stats.available,
         };
-        let first: Result<(), GcError> = async {
-            if bytes.is_none() && inodes.is_none() {
-                return capacity_error.map_or(Ok(()), Err);
+        let needs = CycleNeeds::plan(policy, Some(fs), total, Some(stats));
+        match needs.space {
+            SpaceRule::Need(need) => self.metrics.attempts().usage_before(need.usage_percent),
+            SpaceRule::InvalidCapacity => {
+                warn!(
+                    reason = "InvalidDiskCapacity",
+                    "{}",
+                    GcError::InvalidCapacity
+                );
             }
-            report.bytes_to_free = bytes.map(|(amount, _, _)| amount);
-            let walked = self
-                .free_space(
-                    settings,
-                    Goal { bytes, inodes },
-                    free_time,
-                    &mut view,
-                    report,
-                )
-                .await?;
-            if let Some((amount_to_free, reason, _)) = bytes
-                && walked.freed < amount_to_free
-            {
-                let err = match (reason, space, budget) {
-                    (RemovalReason::Budget, _, Some(b)) => GcError::InsufficientBudget {
-                        total: b.total,
-                        high: b.high,
-                        low: b.low,
-                        freed: walked.freed,
-                    },
-                    (_, Some(need), _) => GcError::InsufficientSpace {
-                        usage_percent: need.usage_percent,
-                        capacity: need.capacity,
-                        freed: walked.freed,
-                    },
-                    _ => unreachable!("a byte goal comes from the space or the budget rule"),
-                };
-                warn!(reason = err.event_reason().unwrap_or_default(), "{err}");
-                return Err(err);
-            }
-            if let (Some(before), Some(after)) = (inodes, walked.inodes)
-                && !after.met()
-            {
-                let err = GcError::InsufficientInodes {
-                    usage_percent: after.usage_percent,
-                    inodes: after.inodes,
-                    freed: before.used().saturating_sub(after.used()),
-                };
-                warn!(reason = err.event_reason().unwrap_or_default(), "{err}");
-                return Err(err);
-            }
-            capacity_error.map_or(Ok(()), Err)
+            _ => {}
         }
-        .await;
-        // Every further image filesystem, by a measured pass (issue 28).
-        let others = self
-            .free_other_filesystems(settings, &stats, free_time, &mut view, report)
-            .await;
-        first.and(others)
+        log_needs(policy, stats, &needs, total);
+        needs
+    }
+
+    /// The walk for the byte and inode needs, then the cycle's end ([`CycleNeeds::result`]):
+    /// a shortfall is logged under its Event reason (capacity 0 was logged when read).
+    async fn free_for_needs(
+        &self,
+        settings: &Settings,
+        needs: &CycleNeeds,
+        free_time: UnixNanos,
+        view: &mut CycleView,
+        report: &mut GcReport,
+    ) -> Result<(), GcError> {
+        let bytes = needs.byte_goal();
+        let inodes = needs.inode_goal();
+        if bytes.is_none() && inodes.is_none() {
+            return needs.result(0, None);
+        }
+        report.bytes_to_free = bytes.map(|goal| goal.amount);
+        let goal = Goal {
+            bytes: bytes.map(|goal| (goal.amount, goal.reason(), Some(goal.fs_usage()))),
+            inodes,
+        };
+        let walked = self
+            .free_space(settings, goal, free_time, view, report)
+            .await?;
+        let result = needs.result(walked.freed, walked.inodes);
+        if let Err(err) = &result
+            && !matches!(err, GcError::InvalidCapacity)
+        {
+            warn!(reason = err.event_reason().unwrap_or_default(), "{err}");
+        }
+        result
     }
 
     /// kubelet's DeleteUnusedImages: the space walk with no byte limit. Counted in
@@ -355,5 +291,45 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         } else {
             Err(GcError::AgeDeletion { max_age, errors })
         }
+    }
+}
+
+/// Logs each rule that needs room, as the kubelet logs its percentage rule's.
+fn log_needs(policy: &GcPolicy, stats: &ImageFsStats, needs: &CycleNeeds, total: u64) {
+    if let Some(need) = needs.space_need() {
+        info!(
+            mountpoint = stats.mountpoint.as_str(),
+            usage = need.usage_percent,
+            high_threshold = policy.high_threshold_percent,
+            amount_to_free = need.amount_to_free.unwrap_or(0),
+            low_threshold = policy.low_threshold_percent,
+            "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
+        );
+    }
+    if let Some(BudgetNeed {
+        amount_to_free: Some(amount_to_free),
+        high,
+        low,
+        ..
+    }) = needs.budget
+    {
+        info!(
+            total,
+            high_bytes = high,
+            amount_to_free,
+            low_bytes = low,
+            "Images are over the high byte budget, trying to free bytes down to the low budget"
+        );
+    }
+    if let (Some(need), Some(thresholds)) = (needs.inode_goal(), policy.inodes) {
+        info!(
+            mountpoint = stats.mountpoint.as_str(),
+            usage = need.usage_percent,
+            high_threshold = thresholds.high,
+            inodes = need.inodes,
+            inodes_free = need.inodes_free,
+            low_threshold = thresholds.low,
+            "Inode usage on image filesystem is over the high inode threshold, trying to free inodes down to the low inode threshold"
+        );
     }
 }

@@ -9,7 +9,7 @@
 //! imagekeeper's by the next detect and then forgotten; a dry run plans from the same
 //! `observe_and_plan` as the real detect.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use tracing::{debug, info, warn};
 
@@ -22,9 +22,10 @@ use crate::store::{Batch, InPlaceScan, meta_keys};
 
 use crate::format::{format_rfc3339, go_duration};
 use crate::gc::GcError;
+use crate::gc::cycle::Keeps;
 use crate::gc::detect::{DetectInput, DetectPlan, ListedImages, images_in_use, plan_detect};
 use crate::gc::error::CONTAINER_STATUS_OP;
-use crate::gc::evict::{Verdict, protection_verdict};
+use crate::gc::evict::Verdict;
 use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::kubelet::KubeletView;
 use crate::gc::off_workers::off_the_workers;
@@ -309,44 +310,46 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 external_removals,
                 repulls: applied.repulls,
             };
-            // What keeps each protected key that is not in use (KEP-6053's skip reasons).
-            let mut kept_by: BTreeMap<RecordKey, Verdict> = BTreeMap::new();
-            let mut protected = in_use;
-            let mut keep = |protected: &mut BTreeSet<RecordKey>, key: RecordKey, why| {
-                if !protected.contains(&key) {
-                    kept_by.insert(key.clone(), why);
-                    protected.insert(key);
-                }
-            };
-            for key in self.pulling(&listed) {
-                keep(&mut protected, key, Verdict::PullInProgress);
-            }
-            let warm = self.warm(settings, &listed, now)?;
-            self.record_keeps(&listed, &protections, &warm);
-            for key in warm {
-                keep(&mut protected, key, Verdict::Warm);
-            }
-            for key in kubelet.just_pulled {
-                keep(&mut protected, key, Verdict::KubeletJustPulled);
-            }
-            let protections = if faults.ignore_protections() {
-                Protections::default()
-            } else {
-                protections
-            };
-            for (key, protection) in protections.iter() {
-                keep(&mut protected, key.clone(), protection_verdict(protection));
-            }
-            Ok((
-                report,
-                CycleView {
-                    listed,
-                    watch: plan.watch,
-                    protected,
-                    kept_by,
-                    volumes,
-                },
-            ))
+            let observed = (listed, in_use, volumes, kubelet, protections);
+            let view = self.cycle_view(settings, now, observed, plan.watch)?;
+            Ok((report, view))
+        })
+    }
+
+    /// What the cycle keeps after its detect: the keys each keep rule holds, in the cycle's
+    /// one order ([`Keeps`]; KEP-6053's skip reasons read it), and the listed images.
+    fn cycle_view(
+        &self,
+        settings: &Settings,
+        now: UnixNanos,
+        (listed, in_use, volumes, kubelet, protections): Observed,
+        watch: WatchHistory,
+    ) -> Result<CycleView, GcError> {
+        let sets = self.keep_sets(settings, &listed, now)?;
+        self.record_keeps(&listed, &protections, &sets.warm);
+        let protections = if fault_hooks().ignore_protections() {
+            Protections::default()
+        } else {
+            protections
+        };
+        let keeps = Keeps {
+            in_use: &in_use,
+            sets: &sets,
+            kubelet_pulling: &kubelet.pulling,
+            kubelet_just_pulled: &kubelet.just_pulled,
+            protections: &protections,
+        };
+        let protected = keeps.protected();
+        let kept_by: BTreeMap<RecordKey, Verdict> = protected
+            .iter()
+            .filter_map(|key| keeps.kept_by(key).map(|why| (key.clone(), why)))
+            .collect();
+        Ok(CycleView {
+            listed,
+            watch,
+            protected,
+            kept_by,
+            volumes,
         })
     }
 

@@ -7,23 +7,24 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{ImageLike, UnixNanos};
+use crate::model::{ImageLike, JournalEntry, RecordKey, UnixNanos};
 use crate::runtime::ImageRuntime;
-use crate::store::StoredRecord;
+use crate::store::{JournalKey, StoredRecord};
 
-use crate::gc::adaptive::{self};
+use crate::gc::adaptive::{self, AdaptiveRank};
 use crate::gc::attempt::STATS_OP;
+use crate::gc::detect::ListedImages;
 use crate::gc::detect::apply_to_copy;
 use crate::gc::evict::Verdict;
 use crate::gc::explain::{
-    Decision, ExplainContext, FsSpace, explain_in, note_adaptive_ranks, note_predictive_ranks,
-    note_prior_evictions,
+    Decision, ExplainContext, Explanation, FsSpace, explain_in, note_adaptive_ranks,
+    note_predictive_ranks, note_prior_evictions,
 };
 use crate::gc::metrics::RemovalReason;
-use crate::gc::predictive::{self};
+use crate::gc::predictive::{self, PredictiveRank};
 use crate::gc::{GcError, GcOrder};
 
-use super::{GcPlan, ImageGcManager, Removal, runtime_error};
+use super::{GcPlan, ImageGcManager, Removal, Settings, runtime_error};
 
 impl<R: ImageRuntime> ImageGcManager<R> {
     /// What GarbageCollect (or, with `delete_unused`, DeleteUnusedImages) would do at `now`,
@@ -44,57 +45,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             kubelet.with_preloaded(listed.iter(), &reader.preloaded().found);
         }
         apply_to_copy(&mut records, &detect.batch);
-        let pulling = self.pulling(&listed);
-        let warm = self.warm(&settings, &listed, now)?;
+        let sets = self.keep_sets(&settings, &listed, now)?;
         // A dry run only: the real cycle reads this order from the index (or, adaptive, ranks
         // the listed images).
-        let mut ordered: Vec<StoredRecord> = records
+        let ordered: Vec<StoredRecord> = records
             .into_iter()
             .map(|(key, record)| StoredRecord { key, record })
             .collect();
         let journal = self.store.journal()?;
-        let mut ranks = BTreeMap::new();
-        let mut predictive_ranks = BTreeMap::new();
-        match settings.config.order {
-            GcOrder::KubeletOrder => ordered.sort_by(|a, b| {
-                (a.record.last_used, a.record.first_detected, &a.key).cmp(&(
-                    b.record.last_used,
-                    b.record.first_detected,
-                    &b.key,
-                ))
-            }),
-            GcOrder::Adaptive => {
-                let tags = listed
-                    .iter()
-                    .map(|i| (i.record_key(), i.repo_tags().to_strings()))
-                    .collect();
-                let ranked = adaptive::rank(ordered, &adaptive::returns(&journal), &tags);
-                ordered = Vec::with_capacity(ranked.len());
-                for (record, rank) in ranked {
-                    ranks.insert(record.key.clone(), rank);
-                    ordered.push(record);
-                }
-            }
-            GcOrder::Predictive => {
-                let tags = listed
-                    .iter()
-                    .map(|i| (i.record_key(), i.repo_tags().to_strings()))
-                    .collect();
-                let ranked = predictive::rank_predictive(
-                    ordered,
-                    &journal,
-                    &tags,
-                    &self.store.uses()?,
-                    &self.store.pulls()?,
-                    now,
-                );
-                ordered = Vec::with_capacity(ranked.len());
-                for (record, rank) in ranked {
-                    predictive_ranks.insert(record.key.clone(), rank);
-                    ordered.push(record);
-                }
-            }
-        }
+        let ranked = self.dry_run_order(&settings, ordered, &listed, &journal, now)?;
         let image_fs = if delete_unused {
             None
         } else {
@@ -110,51 +69,117 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             available: stats.available,
         });
         let mut explanation = explain_in(
-            &ordered,
+            &ranked.records,
             Some(now),
             settings.config.policy,
             fs,
             now,
             &ExplainContext {
-                pulling: &pulling,
+                sets: &sets,
                 kubelet: &kubelet,
                 watch: &detect.watch,
                 image_fs: image_fs.as_ref(),
-                warm: &warm,
                 protections: &protections,
             },
         );
         note_prior_evictions(&mut explanation, &journal);
-        note_adaptive_ranks(&mut explanation, &ranks);
-        note_predictive_ranks(&mut explanation, &predictive_ranks);
-        let removals = explanation
-            .images
-            .iter()
-            .filter_map(|i| {
-                let reason = if delete_unused {
-                    (i.verdict == Verdict::Eligible).then_some(RemovalReason::Unused)
-                } else {
-                    match i.decision {
-                        Decision::RemoveForAge => Some(RemovalReason::Age),
-                        Decision::RemoveForSpace => Some(RemovalReason::Space),
-                        Decision::RemoveForBudget => Some(RemovalReason::Budget),
-                        _ => None,
-                    }
-                };
-                reason.map(|reason| Removal {
-                    key: i.key.clone(),
-                    size: i.record.size,
-                    reason,
-                    evicted_before: i.evicted_before.map(|p| p.describe()),
-                })
-            })
-            .collect::<Vec<_>>();
-        let mut removals = removals;
-        // The MaxAge pass runs before the space walk.
-        removals.sort_by_key(|r| r.reason != RemovalReason::Age);
+        note_adaptive_ranks(&mut explanation, &ranked.adaptive);
+        note_predictive_ranks(&mut explanation, &ranked.predictive);
+        let removals = planned_removals(&explanation, delete_unused);
         Ok(GcPlan {
             explanation,
             removals,
         })
     }
+
+    /// The records in the order the real cycle's walk would read them: the index's (kubelet
+    /// order), or the adaptive or predictive ranking with each image's rank for explain.
+    fn dry_run_order(
+        &self,
+        settings: &Settings,
+        mut ordered: Vec<StoredRecord>,
+        listed: &ListedImages,
+        journal: &[(JournalKey, JournalEntry)],
+        now: UnixNanos,
+    ) -> Result<DryRunOrder, GcError> {
+        let mut order = DryRunOrder::default();
+        let tags = || -> BTreeMap<RecordKey, Vec<String>> {
+            listed
+                .iter()
+                .map(|i| (i.record_key(), i.repo_tags().to_strings()))
+                .collect()
+        };
+        match settings.config.order {
+            GcOrder::KubeletOrder => {
+                ordered.sort_by(|a, b| {
+                    (a.record.last_used, a.record.first_detected, &a.key).cmp(&(
+                        b.record.last_used,
+                        b.record.first_detected,
+                        &b.key,
+                    ))
+                });
+                order.records = ordered;
+            }
+            GcOrder::Adaptive => {
+                let ranked = adaptive::rank(ordered, &adaptive::returns(journal), &tags());
+                for (record, rank) in ranked {
+                    order.adaptive.insert(record.key.clone(), rank);
+                    order.records.push(record);
+                }
+            }
+            GcOrder::Predictive => {
+                let ranked = predictive::rank_predictive(
+                    ordered,
+                    journal,
+                    &tags(),
+                    &self.store.uses()?,
+                    &self.store.pulls()?,
+                    now,
+                );
+                for (record, rank) in ranked {
+                    order.predictive.insert(record.key.clone(), rank);
+                    order.records.push(record);
+                }
+            }
+        }
+        Ok(order)
+    }
+}
+
+/// The records of a dry run in the walk's order, with the adaptive or predictive ranks.
+#[derive(Default)]
+struct DryRunOrder {
+    records: Vec<StoredRecord>,
+    adaptive: BTreeMap<RecordKey, AdaptiveRank>,
+    predictive: BTreeMap<RecordKey, PredictiveRank>,
+}
+
+/// What the cycle would remove, in the order it would (MaxAge first); DeleteUnusedImages
+/// removes every eligible image.
+fn planned_removals(explanation: &Explanation, delete_unused: bool) -> Vec<Removal> {
+    let mut removals: Vec<Removal> = explanation
+        .images
+        .iter()
+        .filter_map(|i| {
+            let reason = if delete_unused {
+                (i.verdict == Verdict::Eligible).then_some(RemovalReason::Unused)
+            } else {
+                match i.decision {
+                    Decision::RemoveForAge => Some(RemovalReason::Age),
+                    Decision::RemoveForSpace => Some(RemovalReason::Space),
+                    Decision::RemoveForBudget => Some(RemovalReason::Budget),
+                    _ => None,
+                }
+            };
+            reason.map(|reason| Removal {
+                key: i.key.clone(),
+                size: i.record.size,
+                reason,
+                evicted_before: i.evicted_before.map(|p| p.describe()),
+            })
+        })
+        .collect();
+    // The MaxAge pass runs before the space walk.
+    removals.sort_by_key(|r| r.reason != RemovalReason::Age);
+    removals
 }

@@ -12,6 +12,7 @@ use crate::model::{ImageLike, RecordKey, UnixNanos};
 use crate::runtime::ImageRuntime;
 
 use crate::gc::GcError;
+use crate::gc::cycle::KeepSets;
 use crate::gc::detect::ListedImages;
 use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::protect::Protections;
@@ -19,6 +20,20 @@ use crate::gc::protect::Protections;
 use super::{ImageGcManager, Settings};
 
 impl<R: ImageRuntime> ImageGcManager<R> {
+    /// The keep sets of the agent's own sources at `now` ([`KeepSets`]), for the cycle's
+    /// detect and the dry run alike: one place reads each source.
+    pub(super) fn keep_sets(
+        &self,
+        settings: &Settings,
+        listed: &ListedImages,
+        now: UnixNanos,
+    ) -> Result<KeepSets, GcError> {
+        Ok(KeepSets {
+            pulling: self.pulling(listed),
+            warm: self.warm(settings, listed, now)?,
+        })
+    }
+
     /// The listed images that a pull in flight protects.
     pub(super) fn pulling(&self, listed: &ListedImages) -> BTreeSet<RecordKey> {
         if self.in_flight.is_empty() {

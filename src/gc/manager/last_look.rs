@@ -11,7 +11,7 @@
 
 use tracing::{info, warn};
 
-use crate::model::{EvictionNote, ImageLike, UnixNanos};
+use crate::model::{EvictionNote, ImageLike, RuntimeContainer, RuntimeImage, UnixNanos};
 use crate::runtime::ImageRuntime;
 use crate::store::{Batch, StoredRecord};
 
@@ -78,30 +78,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let Some(image) = view.listed.get(&victim.key).map(|i| i.to_image()) else {
             return Ok(self.kept(victim, view, RescueReason::Gone));
         };
-        // The containers, listed until a list shows no container whose image volumes are
-        // unknown: asking a new container's status awaits, and a container created during
-        // that call would be missed by the list before it. The decision below follows a list
-        // with no await after it. (Found by the simulator.)
-        let mut rounds = 0;
-        let containers = loop {
-            let containers = self
-                .runtime
-                .list_containers()
-                .await
-                .map_err(runtime_error("list containers"))?;
-            if self
-                .read_image_volumes(&containers, &mut view.volumes)
-                .await?
-                == 0
-            {
-                break containers;
-            }
-            rounds += 1;
-            if rounds == LAST_LOOK_ROUNDS {
-                // Containers keep appearing: keep the victim rather than decide on a list
-                // that may be stale.
-                return Ok(self.kept(victim, view, RescueReason::Container));
-            }
+        let Some(containers) = self.containers_for_last_look(view).await? else {
+            // Containers keep appearing: keep the victim rather than decide on a list that
+            // may be stale.
+            return Ok(self.kept(victim, view, RescueReason::Container));
         };
         // From here to the RemoveImage call nothing awaits: the record, the pulls in flight
         // and the kubelet's pull records are read at the last moment.
@@ -112,24 +92,67 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .any(|name| volume_uses(name, &image));
         let why = if mounted || containers.iter().any(|c| container_uses(c, &image)) {
             Some(RescueReason::Container)
-        } else if self.in_flight.protects(&image) {
+        } else {
+            self.needed_now(settings, victim, &image, free_time)?
+        };
+        Ok(match why {
+            Some(why) => self.kept(victim, view, why),
+            None => false,
+        })
+    }
+
+    /// The containers, listed until a list shows no container whose image volumes are
+    /// unknown: asking a new container's status awaits, and a container created during that
+    /// call would be missed by the list before it, so the decision follows a list with no
+    /// await after it. (Found by the simulator.) `None` when containers keep appearing for
+    /// `LAST_LOOK_ROUNDS` lists.
+    async fn containers_for_last_look(
+        &self,
+        view: &mut CycleView,
+    ) -> Result<Option<Vec<RuntimeContainer>>, GcError> {
+        for _ in 0..LAST_LOOK_ROUNDS {
+            let containers = self
+                .runtime
+                .list_containers()
+                .await
+                .map_err(runtime_error("list containers"))?;
+            if self
+                .read_image_volumes(&containers, &mut view.volumes)
+                .await?
+                == 0
+            {
+                return Ok(Some(containers));
+            }
+        }
+        Ok(None)
+    }
+
+    /// What needs the victim now besides a container, read with no await: a pull in flight,
+    /// a warm entry, a kubelet pull intent or pulled record newer than its last use, a pin,
+    /// or a newer mark on its record (or its record gone).
+    fn needed_now(
+        &self,
+        settings: &Settings,
+        victim: &StoredRecord,
+        image: &RuntimeImage,
+        free_time: UnixNanos,
+    ) -> Result<Option<RescueReason>, GcError> {
+        let faults = fault_hooks();
+        let kubelet = settings.kubelet();
+        Ok(if self.in_flight.protects(image) {
             Some(RescueReason::Pulling)
-        } else if settings.config.warm.keeps(&image, free_time).is_some() && !faults.ignore_warm() {
+        } else if settings.config.warm.keeps(image, free_time).is_some() && !faults.ignore_warm() {
             Some(RescueReason::Warm)
-        } else if settings
-            .kubelet()
-            .is_some_and(|r| intent_names(r, &image, settings.intent_age(free_time)))
-        {
+        } else if kubelet.is_some_and(|r| intent_names(r, image, settings.intent_age(free_time))) {
             Some(RescueReason::KubeletPulling)
-        } else if settings
-            .kubelet()
-            .is_some_and(|r| pulled_since(r, &image, victim.record.last_used, free_time))
+        } else if kubelet
+            .is_some_and(|r| pulled_since(r, image, victim.record.last_used, free_time))
         {
             Some(RescueReason::KubeletPulled)
         } else if !faults.ignore_protections()
             && self
                 .pin_index(self.store.pins()?)
-                .pinned_at(&image, free_time)
+                .pinned_at(image, free_time)
         {
             Some(RescueReason::Pinned)
         } else {
@@ -138,10 +161,6 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 Some(now) if now.last_used > victim.record.last_used => Some(RescueReason::Used),
                 Some(_) => None,
             }
-        };
-        Ok(match why {
-            Some(why) => self.kept(victim, view, why),
-            None => false,
         })
     }
 

@@ -9,12 +9,13 @@
 
 use tracing::{debug, info, warn};
 
-use crate::model::{ImageFsStats, UnixNanos};
+use crate::model::{FsUsage, ImageFsStats, UnixNanos};
 use crate::runtime::ImageRuntime;
-use crate::store::EvictionKey;
+use crate::store::{EvictionKey, StoredRecord};
 
 use crate::gc::GcError;
 use crate::gc::attempt::STATS_OP;
+use crate::gc::cycle::ByteWalk;
 use crate::gc::metrics::RemovalReason;
 use crate::gc::plan::SpaceWalk;
 use crate::gc::space::{FsNeed, SpaceNeed};
@@ -72,16 +73,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// The measured pass on further image filesystem `index` (judged `trigger` on the cycle's
-    /// first reading): reads
-    /// ImageFsInfo first (the walks before may have freed it already) and returns when that
-    /// filesystem is at or below its low lines; otherwise removes eligible images in eviction
-    /// order, reads ImageFsInfo again after each removal, and stops once it is at or below
-    /// its low lines (bytes and inodes), once the images removed add up to what that first
-    /// reading asked to free (a byte pass, counted by image sizes as the first walk counts),
-    /// or after [`UNLOWERED_REMOVALS`] removals in a row that did not lower its reading (its
-    /// usage is not images'); it fails with the kubelet's wording when no candidate is left.
-    /// Removals carry reason `space` (bytes over the high threshold) or `inodes`, with that
-    /// filesystem's usage in the journal.
+    /// first reading): reads ImageFsInfo first (the walks before may have freed it already)
+    /// and returns when that filesystem is at or below its low lines; otherwise removes
+    /// eligible images in eviction order, reads ImageFsInfo again after each removal, and
+    /// stops once it is at or below its low lines (bytes and inodes), once the images removed
+    /// add up to what that first reading asked to free (a byte pass, counted by image sizes
+    /// as the first walk counts: [`ByteWalk`]), or after [`UNLOWERED_REMOVALS`] removals in a
+    /// row that did not lower its reading (its usage is not images'); it fails with the
+    /// kubelet's wording when no candidate is left. Removals carry reason `space` (bytes over
+    /// the high threshold) or `inodes`, with that filesystem's usage in the journal.
     async fn free_measured(
         &self,
         settings: &Settings,
@@ -91,33 +91,86 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         view: &mut CycleView,
         report: &mut GcReport,
     ) -> Result<(), GcError> {
+        let Some((pass, fs)) = self.start_measured(settings, index, trigger).await? else {
+            return Ok(());
+        };
+        let mut run = MeasuredRun {
+            need: pass.first_need.clone(),
+            last: used(&fs),
+            unlowered: 0,
+            bytes: ByteWalk::new(Some(pass.cap)),
+            walked: 0,
+            resume: None,
+        };
+        let mut errors = Vec::new();
+        'walk: loop {
+            let walk = SpaceWalk {
+                in_use: &view.protected,
+                free_time,
+                min_age: settings.config.policy.min_age,
+                bytes_to_free: pass.cap,
+            };
+            let resume = run.resume.as_ref();
+            let step = walk.step(&self.store, resume, run.bytes.freed(), WALK_CHUNK)?;
+            if step.resume.is_some() {
+                run.resume = step.resume;
+            }
+            self.count_skipped(view, &step.skipped);
+            let before = run.walked;
+            run.walked = run.walked.saturating_add(step.read);
+            if step.victims.is_empty() {
+                break;
+            }
+            for (victim, position) in step.victims.into_iter().zip(step.positions) {
+                if self.rescue(settings, &victim, view, free_time).await? {
+                    continue;
+                }
+                let note = note(free_time, pass.reason, before + position, pass.fs_usage);
+                match self.remove(&victim, note, report).await {
+                    Ok(()) => match self
+                        .measure_after(settings, &pass, &mut run, &victim)
+                        .await?
+                    {
+                        AfterRemoval::Go => {}
+                        AfterRemoval::Stop => break 'walk,
+                        AfterRemoval::Gone => return Ok(()),
+                    },
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        pass.end(&run, errors)
+    }
+
+    /// The measured pass's first reading: `None` when the filesystem is gone from the answer,
+    /// not judged, or already at or below its low lines (logged); else the pass and the
+    /// reading.
+    async fn start_measured<'t>(
+        &self,
+        settings: &Settings,
+        index: usize,
+        trigger: &'t FsNeed,
+    ) -> Result<Option<(MeasuredPass<'t>, ImageFsStats)>, GcError> {
         let policy = &settings.config.policy;
         let mountpoint = trigger.mountpoint.as_str();
-        let read = |stats: &ImageFsStats| {
-            stats
-                .other_image_fs
-                .get(index)
-                .filter(|fs| fs.mountpoint == mountpoint)
-                .cloned()
-        };
         let fresh = self
             .runtime
             .image_fs_stats()
             .await
             .map_err(runtime_error(STATS_OP))?;
-        let Some(fs) = read(&fresh) else {
-            // The filesystem is gone from the answer: nothing left to judge.
-            return Ok(());
+        // The filesystem gone from the answer: nothing left to judge.
+        let Some(fs) = reading(&fresh, index, mountpoint) else {
+            return Ok(None);
         };
         let Some(first_need) = FsNeed::compute(&fs, policy) else {
-            return Ok(());
+            return Ok(None);
         };
         if first_need.met() {
             debug!(
                 mountpoint,
                 "A further image filesystem is at or below the low thresholds after the walks before it: no pass"
             );
-            return Ok(());
+            return Ok(None);
         }
         info!(
             mountpoint = first_need.mountpoint.as_str(),
@@ -140,118 +193,122 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         };
         // What the pass may free in bytes: down to the low threshold at its first reading
         // (no byte cap on an inode-only pass; the unlowered-removal stop bounds it).
-        let wanted = match reason {
+        let (wanted, cap) = match reason {
             RemovalReason::Space => {
-                fs_usage.map_or(0, |u| to_i64(u.used_before.saturating_sub(u.target_used)))
+                let wanted =
+                    fs_usage.map_or(0, |u| to_i64(u.used_before.saturating_sub(u.target_used)));
+                (wanted, wanted)
             }
-            _ => 0,
+            _ => (0, i64::MAX),
         };
-        let cap = match reason {
-            RemovalReason::Space => wanted,
-            _ => i64::MAX,
+        let pass = MeasuredPass {
+            index,
+            mountpoint,
+            first_need,
+            reason,
+            fs_usage,
+            wanted,
+            cap,
         };
-        let used =
-            |fs: &ImageFsStats| (fs.capacity.saturating_sub(fs.available), fs.inodes_in_use());
-        let mut last = used(&fs);
-        let mut unlowered: usize = 0;
-        let mut need = first_need.clone();
-        let mut freed: i64 = 0;
-        let mut walked: usize = 0;
-        let mut errors = Vec::new();
-        let mut resume: Option<EvictionKey> = None;
-        'walk: loop {
-            let walk = SpaceWalk {
-                in_use: &view.protected,
-                free_time,
-                min_age: policy.min_age,
-                bytes_to_free: cap,
-            };
-            let step = walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?;
-            if step.resume.is_some() {
-                resume = step.resume;
-            }
-            self.count_skipped(view, &step.skipped);
-            let before = walked;
-            walked = walked.saturating_add(step.read);
-            if step.victims.is_empty() {
-                break;
-            }
-            for (victim, position) in step.victims.into_iter().zip(step.positions) {
-                if self.rescue(settings, &victim, view, free_time).await? {
-                    continue;
-                }
-                let note = note(free_time, reason, before + position, fs_usage);
-                match self.remove(&victim, note, report).await {
-                    Ok(()) => {
-                        freed = freed.saturating_add(to_i64(victim.record.size));
-                        // CRI does not say which filesystem the image was on: measure.
-                        let reading = self
-                            .runtime
-                            .image_fs_stats()
-                            .await
-                            .map_err(runtime_error(STATS_OP))?;
-                        let Some(fs) = read(&reading) else {
-                            // The filesystem is gone from the answer: nothing left to judge.
-                            return Ok(());
-                        };
-                        match FsNeed::compute(&fs, policy) {
-                            Some(now) => need = now,
-                            None => return Ok(()),
-                        }
-                        if need.met() {
-                            break 'walk;
-                        }
-                        let now_used = used(&fs);
-                        if now_used.0 < last.0 || now_used.1 < last.1 {
-                            unlowered = 0;
-                        } else {
-                            unlowered += 1;
-                        }
-                        last = now_used;
-                        if unlowered >= UNLOWERED_REMOVALS {
-                            warn!(
-                                mountpoint,
-                                removals = unlowered,
-                                "Removals did not lower a further image filesystem's usage: it is not images' (or not these images'), stopping its measured pass"
-                            );
-                            break 'walk;
-                        }
-                        if freed >= cap {
-                            info!(
-                                mountpoint,
-                                freed,
-                                wanted,
-                                "The measured pass removed images adding up to what the further image filesystem's first reading asked to free: stopping"
-                            );
-                            break 'walk;
-                        }
-                    }
-                    Err(e) => errors.push(e),
-                }
-            }
+        Ok(Some((pass, fs)))
+    }
+
+    /// After a confirmed removal: counts it and reads the filesystem again (CRI does not say
+    /// which filesystem the image was on), then says whether the pass goes on.
+    async fn measure_after(
+        &self,
+        settings: &Settings,
+        pass: &MeasuredPass<'_>,
+        run: &mut MeasuredRun,
+        victim: &StoredRecord,
+    ) -> Result<AfterRemoval, GcError> {
+        run.bytes.removed(victim.record.size);
+        let answer = self
+            .runtime
+            .image_fs_stats()
+            .await
+            .map_err(runtime_error(STATS_OP))?;
+        let Some(fs) = reading(&answer, pass.index, pass.mountpoint) else {
+            return Ok(AfterRemoval::Gone);
+        };
+        match FsNeed::compute(&fs, &settings.config.policy) {
+            Some(now) => run.need = now,
+            None => return Ok(AfterRemoval::Gone),
         }
+        if run.need.met() {
+            return Ok(AfterRemoval::Stop);
+        }
+        let now_used = used(&fs);
+        if now_used.0 < run.last.0 || now_used.1 < run.last.1 {
+            run.unlowered = 0;
+        } else {
+            run.unlowered += 1;
+        }
+        run.last = now_used;
+        let mountpoint = pass.mountpoint;
+        if run.unlowered >= UNLOWERED_REMOVALS {
+            warn!(
+                mountpoint,
+                removals = run.unlowered,
+                "Removals did not lower a further image filesystem's usage: it is not images' (or not these images'), stopping its measured pass"
+            );
+            return Ok(AfterRemoval::Stop);
+        }
+        if run.bytes.done() {
+            info!(
+                mountpoint,
+                freed = run.bytes.freed(),
+                wanted = pass.wanted,
+                "The measured pass removed images adding up to what the further image filesystem's first reading asked to free: stopping"
+            );
+            return Ok(AfterRemoval::Stop);
+        }
+        Ok(AfterRemoval::Go)
+    }
+}
+
+/// A measured pass's fixed inputs, from its first reading.
+struct MeasuredPass<'t> {
+    index: usize,
+    mountpoint: &'t str,
+    first_need: FsNeed,
+    reason: RemovalReason,
+    /// The filesystem as the pass's removals journal it.
+    fs_usage: Option<FsUsage>,
+    /// The bytes its first reading asked to free (0 for an inode pass).
+    wanted: i64,
+    /// The walk's byte limit.
+    cap: i64,
+}
+
+impl MeasuredPass<'_> {
+    /// How the pass ends: the removals' errors, else met or the images removed add up to what
+    /// the first reading asked (the kubelet's success, counted as its walk counts; the next
+    /// cycle reads it again), else the kubelet's insufficient space or inodes.
+    fn end(&self, run: &MeasuredRun, errors: Vec<String>) -> Result<(), GcError> {
+        let freed = run.bytes.freed();
         if !errors.is_empty() {
             return Err(GcError::SpaceDeletion {
-                wanted,
+                wanted: self.wanted,
                 freed,
                 errors,
             });
         }
-        // Met, or the images removed add up to what the first reading asked (the kubelet's
-        // success, counted as its walk counts; the next cycle reads it again).
-        if need.met() || (reason == RemovalReason::Space && freed >= cap) {
+        let need = &run.need;
+        if need.met() || (self.reason == RemovalReason::Space && freed >= self.cap) {
             return Ok(());
         }
         let err = match (need.bytes_at_or_below_low, need.inodes, need.usage_percent) {
             (false, _, Some(usage_percent)) => GcError::InsufficientSpace {
                 usage_percent,
-                capacity: fs_usage.map_or(0, |u| u.capacity),
+                capacity: self.fs_usage.map_or(0, |u| u.capacity),
                 freed,
             },
             (_, Some(after), _) => GcError::InsufficientInodes {
                 usage_percent: after.usage_percent,
                 inodes: after.inodes,
-                freed: first_need
+                freed: self
+                    .first_need
                     .inodes
                     .map_or(0, |b| b.used().saturating_sub(after.used())),
             },
@@ -264,4 +321,39 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         );
         Err(err)
     }
+}
+
+/// Where a measured pass is.
+struct MeasuredRun {
+    /// The filesystem's need at the last reading.
+    need: FsNeed,
+    /// Bytes and inodes used at the last reading.
+    last: (u64, u64),
+    /// Removals in a row that did not lower the reading.
+    unlowered: usize,
+    bytes: ByteWalk,
+    walked: usize,
+    resume: Option<EvictionKey>,
+}
+
+/// What a measured pass does after a removal.
+enum AfterRemoval {
+    Go,
+    Stop,
+    /// The filesystem is gone from the answer (or no longer read): nothing left to judge.
+    Gone,
+}
+
+/// Further image filesystem `index` in `stats`, when it is still `mountpoint`.
+fn reading(stats: &ImageFsStats, index: usize, mountpoint: &str) -> Option<ImageFsStats> {
+    stats
+        .other_image_fs
+        .get(index)
+        .filter(|fs| fs.mountpoint == mountpoint)
+        .cloned()
+}
+
+/// Bytes and inodes in use.
+fn used(fs: &ImageFsStats) -> (u64, u64) {
+    (fs.capacity.saturating_sub(fs.available), fs.inodes_in_use())
 }

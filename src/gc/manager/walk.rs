@@ -14,16 +14,17 @@ use crate::store::{EvictionKey, StoredRecord};
 
 use crate::gc::adaptive::{self, AdaptiveRank, ListedTags};
 use crate::gc::attempt::SkipReason;
+use crate::gc::cycle::ByteWalk;
 use crate::gc::detect::ListedImages;
 use crate::gc::evict::Verdict;
 use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::metrics::RemovalReason;
-use crate::gc::plan::SpaceWalk;
+use crate::gc::plan::{SpaceStep, SpaceWalk};
 use crate::gc::predictive_walk::{PredictiveWalk, predictive_walk};
 use crate::gc::space::InodeNeed;
 use crate::gc::{GcError, GcOrder};
 
-use super::{CycleView, GcReport, ImageGcManager, Settings, note, to_i64};
+use super::{CycleView, GcReport, ImageGcManager, Settings, note};
 
 /// How many eligible images one synchronous step of the walk picks before removing them.
 pub(super) const WALK_CHUNK: usize = 64;
@@ -52,13 +53,65 @@ pub(super) struct Walked {
     pub(super) inodes: Option<InodeNeed>,
 }
 
+/// Where one walk is: the byte walk's progress ([`ByteWalk`]), the last inode reading, the
+/// index entries read so far and where the next step resumes.
+struct WalkState {
+    goal: Goal,
+    bytes: ByteWalk,
+    inodes_now: Option<InodeNeed>,
+    /// Index entries the walk read before the current step: a victim's rank is its position
+    /// in the eviction order as the walk read it.
+    walked: usize,
+    resume: Option<EvictionKey>,
+}
+
+impl WalkState {
+    fn new(goal: Goal) -> WalkState {
+        // The fault hooks' OverFree: one byte removal past the goal.
+        let extra = u32::from(fault_hooks().over_free());
+        WalkState {
+            goal,
+            bytes: ByteWalk::new(goal.bytes.map(|(amount, _, _)| amount))
+                .with_extra_removals(extra),
+            inodes_now: goal.inodes,
+            walked: 0,
+            resume: None,
+        }
+    }
+
+    /// The step's byte limit: the goal's amount, or, with an inode goal (or OverFree), as
+    /// far as the index goes.
+    fn limit(&self, over_free: bool) -> i64 {
+        match (self.goal.bytes, self.goal.inodes) {
+            (Some((amount, _, _)), None) if !over_free => amount,
+            _ => i64::MAX,
+        }
+    }
+
+    /// The next removal's reason and journaled filesystem: the byte goal's while bytes remain
+    /// to free, then the inode rule's.
+    fn reason(&self) -> (RemovalReason, Option<FsUsage>) {
+        match self.goal.bytes {
+            Some((_, reason, fs)) if !self.bytes.done() => (reason, fs),
+            _ => (
+                RemovalReason::Inodes,
+                self.goal.inodes.map(|n| n.fs_usage()),
+            ),
+        }
+    }
+
+    fn inodes_done(&self) -> bool {
+        self.inodes_now.is_none_or(|n| n.met())
+    }
+}
+
 impl<R: ImageRuntime> ImageGcManager<R> {
     /// kubelet's freeSpace: walks the eviction order, removing eligible images until the
-    /// goal's bytes are freed (the first eligible image is always removed, as in the kubelet)
-    /// and, with an inode goal, until the image filesystem, read again after each removal,
-    /// has its inode use at or below the low inode threshold. A victim the last look keeps
-    /// frees nothing, and the walk goes on to the next candidate. Each removal's reason is
-    /// the byte goal's while bytes remain to free, then `inodes`.
+    /// goal's bytes are freed (the first eligible image is always removed, as in the kubelet:
+    /// [`ByteWalk`]) and, with an inode goal, until the image filesystem, read again after
+    /// each removal, has its inode use at or below the low inode threshold. A victim the last
+    /// look keeps frees nothing, and the walk goes on to the next candidate. Each removal's
+    /// reason is the byte goal's while bytes remain to free, then `inodes`.
     pub(super) async fn free_space(
         &self,
         settings: &Settings,
@@ -67,38 +120,74 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         view: &mut CycleView,
         report: &mut GcReport,
     ) -> Result<Walked, GcError> {
-        let min_age = settings.config.policy.min_age;
-        let thresholds = settings.config.policy.inodes;
-        let mut freed: i64 = 0;
-        let mut bytes_done = goal.bytes.is_none();
-        // The fault hooks' OverFree: one byte removal past the goal.
+        if goal.bytes.is_none() && goal.inodes.is_none() {
+            return Ok(Walked {
+                freed: 0,
+                inodes: None,
+            });
+        }
         let over_free = fault_hooks().over_free();
-        let mut over_freed = !over_free;
-        let mut inodes_now = goal.inodes;
-        let inodes_done = |now: &Option<InodeNeed>| now.is_none_or(|n| n.met());
-        // The walk's byte limit: with an inode goal it reads on, as far as inodes need.
-        let bytes_to_free = match (goal.bytes, goal.inodes) {
-            (_, Some(_)) => i64::MAX,
-            // (OverFree reads on too, to take its one image more.)
-            (Some(_), None) if over_free => i64::MAX,
-            (Some((amount, _, _)), None) => amount,
-            (None, None) => {
-                return Ok(Walked {
-                    freed: 0,
-                    inodes: None,
-                });
-            }
-        };
-        // Index entries the walk read before this step: a victim's rank is its position in
-        // the eviction order as the walk read it.
-        let mut walked: usize = 0;
+        let mut state = WalkState::new(goal);
+        let ranked = self.walk_order(settings, &goal, view, free_time)?;
         let mut errors = Vec::new();
-        let mut resume: Option<EvictionKey> = None;
-        // The adaptive order ranks the listed images once per walk (see `adaptive.rs`); the
-        // kubelet's reads the index lazily.
-        // DeleteUnusedImages removes every eligible image: it keeps the index's order.
+        'walk: loop {
+            let step = self.walk_step(settings, &ranked, &state, view, free_time, over_free)?;
+            if step.resume.is_some() {
+                state.resume = step.resume;
+            }
+            self.count_skipped(view, &step.skipped);
+            let before = state.walked;
+            state.walked = state.walked.saturating_add(step.read);
+            if step.victims.is_empty() {
+                break;
+            }
+            for (victim, position) in step.victims.into_iter().zip(step.positions) {
+                if self.rescue(settings, &victim, view, free_time).await? {
+                    continue;
+                }
+                let (reason, fs) = state.reason();
+                let note = note(free_time, reason, before + position, fs);
+                report.eligible_bytes = report.eligible_bytes.saturating_add(victim.record.size);
+                match self.remove(&victim, note, report).await {
+                    Ok(()) => {
+                        if self
+                            .after_removal(settings, &mut state, victim.record.size)
+                            .await?
+                        {
+                            break 'walk;
+                        }
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        let freed = state.bytes.freed();
+        if errors.is_empty() {
+            Ok(Walked {
+                freed,
+                inodes: state.inodes_now,
+            })
+        } else {
+            Err(GcError::SpaceDeletion {
+                wanted: goal.bytes.map_or(0, |(amount, _, _)| amount),
+                freed,
+                errors,
+            })
+        }
+    }
+
+    /// The walk's order: the adaptive or predictive ranking of the listed images, ranked once
+    /// per walk (see `adaptive.rs`, `predictive_walk.rs`), or `None` for the index's, read
+    /// lazily. DeleteUnusedImages removes every eligible image: it keeps the index's order.
+    fn walk_order(
+        &self,
+        settings: &Settings,
+        goal: &Goal,
+        view: &CycleView,
+        free_time: UnixNanos,
+    ) -> Result<Option<Ranked>, GcError> {
         let delete_unused = matches!(goal.bytes, Some((_, RemovalReason::Unused, _)));
-        let ranked = match settings.config.order {
+        Ok(match settings.config.order {
             GcOrder::Adaptive if !delete_unused => Some(Ranked::Records(
                 self.adaptive_order(&view.listed)?
                     .into_iter()
@@ -113,87 +202,61 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 free_time,
             )?)),
             _ => None,
+        })
+    }
+
+    /// One synchronous step: reads the order from where the last step stopped and picks the
+    /// next eligible images. The read transaction ends before it returns.
+    fn walk_step(
+        &self,
+        settings: &Settings,
+        ranked: &Option<Ranked>,
+        state: &WalkState,
+        view: &CycleView,
+        free_time: UnixNanos,
+        over_free: bool,
+    ) -> Result<SpaceStep, GcError> {
+        let walk = SpaceWalk {
+            in_use: &view.protected,
+            free_time,
+            min_age: settings.config.policy.min_age,
+            bytes_to_free: state.limit(over_free),
         };
-        'walk: loop {
-            // One synchronous step: read the index from where the last step stopped and pick
-            // the next eligible images. The read transaction ends before any await.
-            let walk = SpaceWalk {
-                in_use: &view.protected,
-                free_time,
-                min_age,
-                bytes_to_free,
-            };
-            let step = match &ranked {
-                None => walk.step(&self.store, resume.as_ref(), freed, WALK_CHUNK)?,
-                Some(Ranked::Records(ranked)) => walk.step_entries(
-                    ranked.iter().skip(walked).map(|r| Ok(r.clone())),
-                    freed,
-                    WALK_CHUNK,
-                )?,
-                Some(Ranked::Predictive(ranked)) => walk.step_entries(
-                    ranked.records_from(&view.listed, walked).map(Ok),
-                    freed,
-                    WALK_CHUNK,
-                )?,
-            };
-            if step.resume.is_some() {
-                resume = step.resume;
-            }
-            self.count_skipped(view, &step.skipped);
-            let before = walked;
-            walked = walked.saturating_add(step.read);
-            let chunk = step.victims;
-            if chunk.is_empty() {
-                break;
-            }
-            for (victim, position) in chunk.into_iter().zip(step.positions) {
-                if self.rescue(settings, &victim, view, free_time).await? {
-                    continue;
-                }
-                let (reason, fs) = match goal.bytes {
-                    Some((_, reason, fs)) if !bytes_done => (reason, fs),
-                    _ => (RemovalReason::Inodes, goal.inodes.map(|n| n.fs_usage())),
-                };
-                let note = note(free_time, reason, before + position, fs);
-                report.eligible_bytes = report.eligible_bytes.saturating_add(victim.record.size);
-                match self.remove(&victim, note, report).await {
-                    Ok(()) => {
-                        freed = freed.saturating_add(to_i64(victim.record.size));
-                        if let Some((amount, _, _)) = goal.bytes
-                            && freed >= amount
-                        {
-                            bytes_done = over_freed;
-                            over_freed = true;
-                        }
-                        if !inodes_done(&inodes_now) {
-                            // CRI does not say how many inodes an image holds: measure.
-                            let stats = self.observe_image_fs().await?;
-                            inodes_now = InodeNeed::compute(&stats, thresholds);
-                        }
-                        if bytes_done && inodes_done(&inodes_now) {
-                            break 'walk;
-                        }
-                    }
-                    Err(e) => errors.push(e),
-                }
-            }
-        }
-        if errors.is_empty() {
-            Ok(Walked {
+        let freed = state.bytes.freed();
+        Ok(match ranked {
+            None => walk.step(&self.store, state.resume.as_ref(), freed, WALK_CHUNK)?,
+            Some(Ranked::Records(ranked)) => walk.step_entries(
+                ranked.iter().skip(state.walked).map(|r| Ok(r.clone())),
                 freed,
-                inodes: inodes_now,
-            })
-        } else {
-            Err(GcError::SpaceDeletion {
-                wanted: goal.bytes.map_or(0, |(amount, _, _)| amount),
+                WALK_CHUNK,
+            )?,
+            Some(Ranked::Predictive(ranked)) => walk.step_entries(
+                ranked.records_from(&view.listed, state.walked).map(Ok),
                 freed,
-                errors,
-            })
+                WALK_CHUNK,
+            )?,
+        })
+    }
+
+    /// Counts a confirmed removal of `size` bytes and, while the inode goal is not met,
+    /// measures the filesystem again (CRI does not say how many inodes an image holds).
+    /// Returns whether the walk is done.
+    async fn after_removal(
+        &self,
+        settings: &Settings,
+        state: &mut WalkState,
+        size: u64,
+    ) -> Result<bool, GcError> {
+        state.bytes.removed(size);
+        if !state.inodes_done() {
+            let stats = self.observe_image_fs().await?;
+            state.inodes_now = InodeNeed::compute(&stats, settings.config.policy.inodes);
         }
+        Ok(state.bytes.done() && state.inodes_done())
     }
 
     /// Counts the entries a walk's step passed over in KEP-6053's skipped images, each under
-    /// its verdict's reason ([`SkipReason::of_verdict`]); a protected key's verdict is what
+    /// its verdict's reason ([`Verdict::skip_reason`]); a protected key's verdict is what
     /// keeps it (`CycleView::kept_by`; in use when nothing else does).
     pub(super) fn count_skipped(&self, view: &CycleView, skipped: &[(Verdict, RecordKey)]) {
         let mut counts = [0u64; SkipReason::ALL.len()];
@@ -202,7 +265,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 Verdict::InUse => view.kept_by.get(key).copied().unwrap_or(Verdict::InUse),
                 other => *other,
             };
-            let why = SkipReason::of_verdict(verdict);
+            let why = verdict.skip_reason();
             if let Some(why) = why {
                 counts[why as usize] += 1;
             }
