@@ -116,18 +116,38 @@ pub fn check_pin_request(
 mod tests {
     use super::*;
 
-    /// Every field's refusal, and what passes: the same cases for the CLI and the socket.
+    /// The time every case is checked at.
+    const NOW: UnixNanos = UnixNanos(1_000_000_000_000);
+
+    /// (what, key, until, reason, passes or a part of the refusal)
+    type Case<'a> = (&'a str, PinKey, UnixNanos, &'a str, Result<(), &'a str>);
+
+    fn key(image: &str, handler: &str) -> PinKey {
+        PinKey::new(image, handler)
+    }
+
+    /// Every case passes or is refused with its part, and no refusal shows the secret.
+    fn check(cases: Vec<Case>) {
+        for (what, key, until, reason, want) in cases {
+            let got = check_pin_request(&key, until, reason, NOW).map_err(|e| e.to_string());
+            match (want, got) {
+                (Ok(()), Ok(())) => {}
+                (Err(part), Err(message)) => {
+                    assert!(message.contains(part), "{what}: {message}");
+                    assert!(!message.contains("S3cret"), "{what}: {message}");
+                }
+                (want, got) => panic!("{what}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    // Every field's refusal, and what passes: the same cases for the CLI and the socket.
+
     #[test]
-    fn a_pin_request_is_refused_naming_the_field_and_never_showing_a_secret() {
-        let now = UnixNanos(1_000_000_000_000);
+    fn a_tag_an_image_id_or_a_bare_id_with_a_handler_reason_and_future_expiry_passes() {
         let id64 = "a".repeat(64);
         let sha = format!("sha256:{id64}");
-        let long_name = format!("registry.example/{}:1", "a".repeat(MAX_IMAGE_NAME_BYTES));
-        let long_handler = "h".repeat(MAX_RUNTIME_HANDLER_BYTES + 1);
-        let long_reason = "r".repeat(MAX_PIN_REASON_BYTES + 1);
-        let key = |image: &str, handler: &str| PinKey::new(image, handler);
-        type Case<'a> = (&'a str, PinKey, UnixNanos, &'a str, Result<(), &'a str>);
-        let cases: Vec<Case> = vec![
+        check(vec![
             (
                 "a tag",
                 key("registry.example/x:1", ""),
@@ -138,7 +158,7 @@ mod tests {
             (
                 "an image id",
                 key(&sha, ""),
-                UnixNanos(now.0 + 1),
+                UnixNanos(NOW.0 + 1),
                 "why",
                 Ok(()),
             ),
@@ -149,6 +169,13 @@ mod tests {
                 "",
                 Ok(()),
             ),
+        ]);
+    }
+
+    #[test]
+    fn an_image_name_is_refused_naming_the_image_and_never_showing_a_secret() {
+        let long_name = format!("registry.example/{}:1", "a".repeat(MAX_IMAGE_NAME_BYTES));
+        check(vec![
             (
                 "empty",
                 key("", ""),
@@ -191,6 +218,14 @@ mod tests {
                 "",
                 Err("not an image reference"),
             ),
+        ]);
+    }
+
+    #[test]
+    fn a_long_or_unprintable_handler_or_reason_is_refused_naming_its_flag() {
+        let long_handler = "h".repeat(MAX_RUNTIME_HANDLER_BYTES + 1);
+        let long_reason = "r".repeat(MAX_PIN_REASON_BYTES + 1);
+        check(vec![
             (
                 "long handler",
                 key("x:1", &long_handler),
@@ -219,14 +254,20 @@ mod tests {
                 "a\u{1b}[2J",
                 Err("--reason"),
             ),
+        ]);
+    }
+
+    #[test]
+    fn an_expiry_now_or_past_or_negative_is_refused_as_not_in_the_future() {
+        check(vec![
             (
                 "past",
                 key("x:1", ""),
-                UnixNanos(now.0 - 1),
+                UnixNanos(NOW.0 - 1),
                 "",
                 Err("is not in the future"),
             ),
-            ("now", key("x:1", ""), now, "", Err("is not in the future")),
+            ("now", key("x:1", ""), NOW, "", Err("is not in the future")),
             (
                 "negative",
                 key("x:1", ""),
@@ -234,17 +275,6 @@ mod tests {
                 "",
                 Err("-5 ns (negative) is not in the future"),
             ),
-        ];
-        for (what, key, until, reason, want) in cases {
-            let got = check_pin_request(&key, until, reason, now).map_err(|e| e.to_string());
-            match (want, got) {
-                (Ok(()), Ok(())) => {}
-                (Err(part), Err(message)) => {
-                    assert!(message.contains(part), "{what}: {message}");
-                    assert!(!message.contains("S3cret"), "{what}: {message}");
-                }
-                (want, got) => panic!("{what}: want {want:?}, got {got:?}"),
-            }
-        }
+        ]);
     }
 }

@@ -232,11 +232,13 @@ impl GcPolicy {
 mod tests {
     use super::*;
 
-    #[test]
-    fn validation_uses_kubelets_messages() {
+    /// (high, low, min age, max age, the kubelet's message or none)
+    type Case = (i64, i64, Duration, Duration, Option<&'static str>);
+
+    /// The thresholds' cases: out of range, and low not under high.
+    fn threshold_cases() -> Vec<Case> {
         let secs = Duration::from_secs;
-        let cases: Vec<(i64, i64, Duration, Duration, Option<&str>)> = vec![
-            (85, 80, secs(120), secs(0), None),
+        vec![
             (100, 0, secs(0), secs(0), None),
             (
                 101,
@@ -283,6 +285,14 @@ mod tests {
                     "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80",
                 ),
             ),
+        ]
+    }
+
+    /// Equal thresholds, and the ages: max age (when set) over min age.
+    fn equal_threshold_and_age_cases() -> Vec<Case> {
+        let secs = Duration::from_secs;
+        vec![
+            (85, 80, secs(120), secs(0), None),
             (
                 85,
                 80,
@@ -320,8 +330,15 @@ mod tests {
                     "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 100 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 100",
                 ),
             ),
-        ];
-        for (high, low, min_age, max_age, want) in cases {
+        ]
+    }
+
+    #[test]
+    fn validation_uses_kubelets_messages() {
+        for (high, low, min_age, max_age, want) in threshold_cases()
+            .into_iter()
+            .chain(equal_threshold_and_age_cases())
+        {
             let policy = GcPolicy {
                 high_threshold_percent: high,
                 low_threshold_percent: low,

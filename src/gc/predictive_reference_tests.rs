@@ -163,6 +163,148 @@ const MIN: i64 = 60 * SEC;
 const HOUR: i64 = 60 * MIN;
 const DAY: i64 = 24 * HOUR;
 
+/// One of about `n` * 2 image ids, under the default handler or (one in five) `runc-b`.
+fn random_key(rng: &mut fastrand::Rng, n: usize) -> RecordKey {
+    RecordKey {
+        image_id: ImageId::new(format!("sha256:{:04x}", rng.u32(0..(n as u32 * 2 + 4)))),
+        runtime_handler: if rng.u8(0..5) == 0 {
+            "runc-b".to_owned()
+        } else {
+            String::new()
+        },
+    }
+}
+
+/// When an image's uses start, before `now`: daily or weekly rhythms (some days missed),
+/// a burst, a few uses anywhere, one use or none.
+fn use_starts(rng: &mut fastrand::Rng, start: i64, now: UnixNanos) -> Vec<i64> {
+    let mut starts: Vec<i64> = Vec::new();
+    match rng.u8(0..6) {
+        // Daily (or weekly) at one hour, jittered, some days missed.
+        0 | 1 => {
+            let period = if rng.bool() { DAY } else { 7 * DAY };
+            let phase = rng.i64(0..24) * HOUR;
+            let mut at = start + phase;
+            while at < now.0 {
+                if rng.u8(0..6) != 0 {
+                    starts.push(at + rng.i64(-40..40) * MIN);
+                }
+                at += period;
+            }
+        }
+        // A burst every few minutes.
+        2 => {
+            let mut at = start + rng.i64(0..10 * DAY);
+            for _ in 0..rng.usize(2..40) {
+                starts.push(at);
+                at += rng.i64(1..20) * MIN;
+            }
+        }
+        // A few uses anywhere.
+        3 => starts.extend((0..rng.usize(1..5)).map(|_| start + rng.i64(0..10 * DAY))),
+        // One use, or none.
+        4 => starts.extend((0..rng.usize(0..2)).map(|_| start + rng.i64(0..10 * DAY))),
+        _ => {}
+    }
+    starts.retain(|s| *s < now.0);
+    starts
+}
+
+/// Adds the use rows (two in three, some open) and pull rows (one in three) of the uses at
+/// `starts` to `node`; the newest end of a use is the image's last use.
+fn push_uses_and_pulls(
+    rng: &mut fastrand::Rng,
+    key: &RecordKey,
+    starts: &[i64],
+    node: &mut Node,
+) -> UnixNanos {
+    let mut last_used = UnixNanos::NEVER;
+    for s in starts {
+        let end = (s + rng.i64(0..4) * 10 * MIN).min(node.now.0);
+        last_used = last_used.max(UnixNanos(end));
+        if rng.u8(0..3) != 0 {
+            node.uses.push((
+                UseKey {
+                    closed: rng.u8(0..8) != 0,
+                    started_at: UnixNanos(*s),
+                    key: key.clone(),
+                },
+                UseInterval {
+                    last_seen: UnixNanos(end),
+                },
+            ));
+        }
+        if rng.u8(0..3) == 0 {
+            node.pulls.push((
+                PullKey {
+                    at: UnixNanos(*s),
+                    key: key.clone(),
+                },
+                PullEntry {
+                    size: 1,
+                    origin: PullOrigin::Detected,
+                    took: Duration::ZERO,
+                    name: String::new(),
+                },
+            ));
+        }
+    }
+    last_used
+}
+
+/// A removal of `key`'s image at some time of the ten days, re-pulled (at `now`) or not.
+fn journal_row(
+    rng: &mut fastrand::Rng,
+    key: &RecordKey,
+    start: i64,
+    (first_detected, last_used): (UnixNanos, UnixNanos),
+    now: UnixNanos,
+) -> (JournalKey, JournalEntry) {
+    (
+        JournalKey {
+            removed_at: UnixNanos(start + rng.i64(0..10 * DAY)),
+            key: key.clone(),
+        },
+        JournalEntry {
+            size: 1,
+            first_detected,
+            last_used,
+            reason: None,
+            rank: None,
+            fs: None,
+            remover: Remover::External,
+            repulled_at: rng.bool().then_some(now),
+        },
+    )
+}
+
+/// Adds a ranked image to `node`: its repo tags (up to two) and its record (never used one
+/// time in ten, a coarse size).
+fn push_record(
+    rng: &mut fastrand::Rng,
+    key: RecordKey,
+    (first_detected, last_used): (UnixNanos, UnixNanos),
+    node: &mut Node,
+) {
+    let repo_tags: Vec<String> = (0..rng.usize(0..3))
+        .map(|_| format!("reg/app-{}:{}", rng.u8(0..6), rng.u8(0..4)))
+        .collect();
+    node.tags.insert(key.clone(), repo_tags);
+    node.records.push(StoredRecord {
+        key,
+        record: ImageRecord {
+            first_detected,
+            last_used: if rng.u8(0..10) == 0 {
+                UnixNanos::NEVER
+            } else {
+                last_used
+            },
+            size: rng.u64(1..4) * 1000,
+            pinned: false,
+        },
+    });
+}
+
 /// A node of 1..120 images (plus images with rows but no record) over ten days, from `seed`:
 /// daily and weekly rhythms (some broken), bursts a few minutes apart, one-offs, never-used
 /// images, a few repositories with several tags (superseded images), two runtime handlers,
@@ -173,49 +315,17 @@ pub fn generate(seed: u64) -> Node {
     let now = UnixNanos(start + 10 * DAY + rng.i64(0..DAY));
     let n = rng.usize(1..120);
     let extra = rng.usize(0..10);
-    let mut records = Vec::new();
-    let mut tags = BTreeMap::new();
-    let mut journal = Vec::new();
-    let mut uses = Vec::new();
-    let mut pulls = Vec::new();
+    let mut node = Node {
+        records: Vec::new(),
+        tags: BTreeMap::new(),
+        journal: Vec::new(),
+        uses: Vec::new(),
+        pulls: Vec::new(),
+        now,
+    };
     for i in 0..n + extra {
-        let key = RecordKey {
-            image_id: ImageId::new(format!("sha256:{:04x}", rng.u32(0..(n as u32 * 2 + 4)))),
-            runtime_handler: if rng.u8(0..5) == 0 {
-                "runc-b".to_owned()
-            } else {
-                String::new()
-            },
-        };
-        let mut starts: Vec<i64> = Vec::new();
-        match rng.u8(0..6) {
-            // Daily (or weekly) at one hour, jittered, some days missed.
-            0 | 1 => {
-                let period = if rng.bool() { DAY } else { 7 * DAY };
-                let phase = rng.i64(0..24) * HOUR;
-                let mut at = start + phase;
-                while at < now.0 {
-                    if rng.u8(0..6) != 0 {
-                        starts.push(at + rng.i64(-40..40) * MIN);
-                    }
-                    at += period;
-                }
-            }
-            // A burst every few minutes.
-            2 => {
-                let mut at = start + rng.i64(0..10 * DAY);
-                for _ in 0..rng.usize(2..40) {
-                    starts.push(at);
-                    at += rng.i64(1..20) * MIN;
-                }
-            }
-            // A few uses anywhere.
-            3 => starts.extend((0..rng.usize(1..5)).map(|_| start + rng.i64(0..10 * DAY))),
-            // One use, or none.
-            4 => starts.extend((0..rng.usize(0..2)).map(|_| start + rng.i64(0..10 * DAY))),
-            _ => {}
-        }
-        starts.retain(|s| *s < now.0);
+        let key = random_key(&mut rng, n);
+        let starts = use_starts(&mut rng, start, now);
         let first_detected = UnixNanos(
             starts
                 .iter()
@@ -223,90 +333,26 @@ pub fn generate(seed: u64) -> Node {
                 .copied()
                 .unwrap_or(start + rng.i64(0..10) * DAY),
         );
-        let mut last_used = UnixNanos::NEVER;
-        for s in &starts {
-            let end = (s + rng.i64(0..4) * 10 * MIN).min(now.0);
-            last_used = last_used.max(UnixNanos(end));
-            if rng.u8(0..3) != 0 {
-                uses.push((
-                    UseKey {
-                        closed: rng.u8(0..8) != 0,
-                        started_at: UnixNanos(*s),
-                        key: key.clone(),
-                    },
-                    UseInterval {
-                        last_seen: UnixNanos(end),
-                    },
-                ));
-            }
-            if rng.u8(0..3) == 0 {
-                pulls.push((
-                    PullKey {
-                        at: UnixNanos(*s),
-                        key: key.clone(),
-                    },
-                    PullEntry {
-                        size: 1,
-                        origin: PullOrigin::Detected,
-                        took: Duration::ZERO,
-                        name: String::new(),
-                    },
-                ));
-            }
-        }
+        let last_used = push_uses_and_pulls(&mut rng, &key, &starts, &mut node);
+        let stamps = (first_detected, last_used);
         if rng.u8(0..6) == 0 {
-            journal.push((
-                JournalKey {
-                    removed_at: UnixNanos(start + rng.i64(0..10 * DAY)),
-                    key: key.clone(),
-                },
-                JournalEntry {
-                    size: 1,
-                    first_detected,
-                    last_used,
-                    reason: None,
-                    rank: None,
-                    fs: None,
-                    remover: Remover::External,
-                    repulled_at: rng.bool().then_some(now),
-                },
-            ));
+            let row = journal_row(&mut rng, &key, start, stamps, now);
+            node.journal.push(row);
         }
-        if i >= n || tags.contains_key(&key) {
+        if i >= n || node.tags.contains_key(&key) {
             // Rows of an image not ranked (or more rows of one ranked: the ranked images'
             // keys are distinct, as the listed images' and the store's are).
             continue;
         }
-        let repo_tags: Vec<String> = (0..rng.usize(0..3))
-            .map(|_| format!("reg/app-{}:{}", rng.u8(0..6), rng.u8(0..4)))
-            .collect();
-        tags.insert(key.clone(), repo_tags);
-        records.push(StoredRecord {
-            key,
-            record: ImageRecord {
-                first_detected,
-                last_used: if rng.u8(0..10) == 0 {
-                    UnixNanos::NEVER
-                } else {
-                    last_used
-                },
-                size: rng.u64(1..4) * 1000,
-                pinned: false,
-            },
-        });
+        push_record(&mut rng, key, stamps, &mut node);
     }
     // Rows in the tables' order (by time, then key), as the store lists them.
-    uses.sort_by(|a, b| {
+    node.uses.sort_by(|a, b| {
         (a.0.closed, a.0.started_at, &a.0.key).cmp(&(b.0.closed, b.0.started_at, &b.0.key))
     });
-    pulls.sort_by(|a, b| (a.0.at, &a.0.key).cmp(&(b.0.at, &b.0.key)));
-    journal.sort_by(|a, b| (a.0.removed_at, &a.0.key).cmp(&(b.0.removed_at, &b.0.key)));
-    Node {
-        records,
-        tags,
-        journal,
-        uses,
-        pulls,
-        now,
-    }
+    node.pulls
+        .sort_by(|a, b| (a.0.at, &a.0.key).cmp(&(b.0.at, &b.0.key)));
+    node.journal
+        .sort_by(|a, b| (a.0.removed_at, &a.0.key).cmp(&(b.0.removed_at, &b.0.key)));
+    node
 }

@@ -94,24 +94,50 @@ fn basis_kind(b: &Basis) -> &'static str {
     }
 }
 
+/// One history's case: (name, uses, superseded, now in seconds from T0, basis, estimate range
+/// in seconds).
+type Case = (
+    &'static str,
+    Vec<(i64, i64)>,
+    bool,
+    i64,
+    &'static str,
+    Option<(i64, i64)>,
+);
+
+/// Each case's estimate has its basis and falls in its range (or is none), and it describes
+/// itself as the predictive order.
+fn check_estimates(cases: Vec<Case>) {
+    for (name, uses, superseded, now, want_basis, want) in cases {
+        let (record, history) = image(name, 0, &uses, 10);
+        let rank = class_of(&record, superseded);
+        let got = estimate(&record.record, &history, &rank, t(now));
+        assert_eq!(basis_kind(&got.basis), want_basis, "{name}: {got:?}");
+        match (want, got.next_use_in_s) {
+            (None, None) => {}
+            (Some((lo, hi)), Some(s)) => {
+                assert!(
+                    lo <= s && s <= hi,
+                    "{name}: {s} not in [{lo}, {hi}]: {got:?}"
+                )
+            }
+            (want, got) => panic!("{name}: {got:?}, want {want:?}"),
+        }
+        let described = PredictiveRank {
+            estimate: got,
+            adaptive: rank,
+        }
+        .describe();
+        assert!(described.starts_with("predictive: "), "{name}: {described}");
+    }
+}
+
+/// The end of `every_five_minutes`' last job.
+const CI_END: i64 = 8 * H + 35 * 5 * MIN + 30;
+
 #[test]
-fn each_history_gives_its_estimate_and_basis() {
-    let ci_end = 8 * H + 35 * 5 * MIN + 30;
-    // Twenty hourly gaps, then six of 5 minutes: recent gaps weigh more.
-    let mut slowing: Vec<(i64, i64)> = (0..21).map(|i| (i * H, i * H + 10)).collect();
-    let fast_from = 20 * H + 10;
-    slowing.extend((1..=6).map(|i| (fast_from + i * 5 * MIN, fast_from + i * 5 * MIN + 10)));
-    let slowing_end = fast_from + 6 * 5 * MIN + 10;
-    // (name, uses, superseded, now in seconds from T0, basis, estimate range in seconds)
-    type Case = (
-        &'static str,
-        Vec<(i64, i64)>,
-        bool,
-        i64,
-        &'static str,
-        Option<(i64, i64)>,
-    );
-    let cases: Vec<Case> = vec![
+fn a_daily_rhythm_gives_its_next_window_until_two_missed_days_break_it() {
+    check_estimates(vec![
         // Five days at 02:00-02:40, asked at 10:00 on day 4: tomorrow's 02:xx, 16-17 hours.
         (
             "periodic",
@@ -152,12 +178,23 @@ fn each_history_gives_its_estimate_and_basis() {
                 7 * D + 10 * H - (4 * D + 4 * H + 12 * MIN),
             )),
         ),
+    ]);
+}
+
+#[test]
+fn frequent_uses_give_their_mean_gap_recent_gaps_weighing_more_or_the_longer_idle_time() {
+    // Twenty hourly gaps, then six of 5 minutes: recent gaps weigh more.
+    let mut slowing: Vec<(i64, i64)> = (0..21).map(|i| (i * H, i * H + 10)).collect();
+    let fast_from = 20 * H + 10;
+    slowing.extend((1..=6).map(|i| (fast_from + i * 5 * MIN, fast_from + i * 5 * MIN + 10)));
+    let slowing_end = fast_from + 6 * 5 * MIN + 10;
+    check_estimates(vec![
         // A CI tool every 5 minutes, asked 2 minutes after its last job: its mean gap.
         (
             "ci tool",
             every_five_minutes(),
             false,
-            ci_end + 2 * MIN,
+            CI_END + 2 * MIN,
             "mean_gap",
             Some((5 * MIN - 30, 5 * MIN - 30)),
         ),
@@ -166,7 +203,7 @@ fn each_history_gives_its_estimate_and_basis() {
             "ci tool, drifted",
             every_five_minutes(),
             false,
-            ci_end + D,
+            CI_END + D,
             "mean_gap",
             Some((D, D)),
         ),
@@ -180,6 +217,12 @@ fn each_history_gives_its_estimate_and_basis() {
             "mean_gap",
             Some((5 * MIN, 30 * MIN)),
         ),
+    ]);
+}
+
+#[test]
+fn one_use_or_none_gives_the_prior_of_its_kind_or_the_longer_idle_time() {
+    check_estimates(vec![
         // One use of 3 minutes, 10 minutes ago: the one-off prior.
         (
             "one-off",
@@ -234,38 +277,22 @@ fn each_history_gives_its_estimate_and_basis() {
             "prior_reused",
             Some((5 * H, 5 * H)),
         ),
+    ]);
+}
+
+#[test]
+fn a_superseded_image_is_not_expected_whatever_its_history() {
+    check_estimates(vec![
         // A newer tag of its repository is listed: not expected, whatever its history.
         (
             "superseded",
             every_five_minutes(),
             true,
-            ci_end + 2 * MIN,
+            CI_END + 2 * MIN,
             "superseded",
             None,
         ),
-    ];
-    for (name, uses, superseded, now, want_basis, want) in cases {
-        let (record, history) = image(name, 0, &uses, 10);
-        let rank = class_of(&record, superseded);
-        let got = estimate(&record.record, &history, &rank, t(now));
-        assert_eq!(basis_kind(&got.basis), want_basis, "{name}: {got:?}");
-        match (want, got.next_use_in_s) {
-            (None, None) => {}
-            (Some((lo, hi)), Some(s)) => {
-                assert!(
-                    lo <= s && s <= hi,
-                    "{name}: {s} not in [{lo}, {hi}]: {got:?}"
-                )
-            }
-            (want, got) => panic!("{name}: {got:?}, want {want:?}"),
-        }
-        let described = PredictiveRank {
-            estimate: got,
-            adaptive: rank,
-        }
-        .describe();
-        assert!(described.starts_with("predictive: "), "{name}: {described}");
-    }
+    ]);
 }
 
 #[test]

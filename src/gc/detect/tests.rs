@@ -335,6 +335,178 @@ fn a_detect_before_the_stored_last_detect_reports_the_clock_going_back_and_moves
     }
 }
 
+/// A key of an id drawn from a pool of `pool` (so records and the list overlap), under the
+/// default handler (twice as likely) or another.
+fn random_key(rng: &mut fastrand::Rng, pool: u64) -> RecordKey {
+    RecordKey::new(
+        format!("sha256:{:064x}", rng.u64(0..pool)),
+        ["", "", "runc", "kata"][rng.usize(0..4)],
+    )
+}
+
+/// A stamp: never, in the future, or in the past.
+fn random_stamp(rng: &mut fastrand::Rng, now: UnixNanos) -> UnixNanos {
+    match rng.u8(0..10) {
+        0 => UnixNanos::NEVER,
+        // Beyond the tolerance (a clock that was ahead), or just within it.
+        1 => UnixNanos(now.0 + FUTURE_STAMP_TOLERANCE.as_nanos() as i64 * 2),
+        2 => UnixNanos(now.0 + 1),
+        _ => UnixNanos::from_secs(rng.i64(1..1_000_000)),
+    }
+}
+
+/// What a randomized detect reads.
+struct RandomDetect {
+    existing: BTreeMap<RecordKey, ImageRecord>,
+    images: Vec<RuntimeImage>,
+    in_use: BTreeSet<RecordKey>,
+    used_at: BTreeMap<RecordKey, UnixNanos>,
+    last_detect: Option<UnixNanos>,
+}
+
+/// `n` stored records (duplicate keys fold), sized and pinned at random.
+fn random_records(
+    rng: &mut fastrand::Rng,
+    n: usize,
+    pool: u64,
+    now: UnixNanos,
+) -> BTreeMap<RecordKey, ImageRecord> {
+    let mut existing = BTreeMap::new();
+    for _ in 0..n {
+        let record = ImageRecord {
+            first_detected: random_stamp(rng, now),
+            last_used: random_stamp(rng, now),
+            size: rng.u64(1..4),
+            pinned: rng.bool(),
+        };
+        existing.insert(random_key(rng, pool), record);
+    }
+    existing
+}
+
+/// A list of `n` images (duplicates kept), one in eight tagged under the pinned pattern.
+fn random_images(rng: &mut fastrand::Rng, n: usize, pool: u64) -> Vec<RuntimeImage> {
+    (0..n)
+        .map(|_| {
+            let key = random_key(rng, pool);
+            let tag = if rng.u8(0..8) == 0 {
+                "registry.local/pinned/app:1"
+            } else {
+                "registry.local/app:1"
+            };
+            RuntimeImage {
+                id: key.image_id,
+                runtime_handler: key.runtime_handler,
+                size: rng.u64(1..4),
+                pinned: rng.u8(0..10) == 0,
+                repo_tags: vec![tag.into()],
+                ..RuntimeImage::default()
+            }
+        })
+        .collect()
+}
+
+/// The records, list, keys in use, kubelet uses and stored last_detect of `seed` and `n`.
+fn random_detect(seed: u64, n: usize, now: UnixNanos) -> RandomDetect {
+    let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(7919) ^ n as u64);
+    // Ids drawn from a pool about the size of n, so records and the list overlap.
+    let pool = (n as u64 * 3 / 2).max(1);
+    let existing = random_records(&mut rng, n, pool, now);
+    let images = random_images(&mut rng, n, pool);
+    let mut in_use: BTreeSet<RecordKey> = images
+        .iter()
+        .filter(|_| rng.u8(0..4) == 0)
+        .map(RuntimeImage::record_key)
+        .collect();
+    let mut used_at: BTreeMap<RecordKey, UnixNanos> = BTreeMap::new();
+    for image in &images {
+        if rng.u8(0..6) == 0 {
+            used_at.insert(image.record_key(), random_stamp(&mut rng, now));
+        }
+    }
+    // Keys in use and uses recorded elsewhere that the runtime may not list (a pull
+    // the kubelet has in flight, its pulled records), between the listed keys.
+    for _ in 0..rng.usize(0..4) {
+        in_use.insert(random_key(&mut rng, pool));
+        used_at.insert(random_key(&mut rng, pool), random_stamp(&mut rng, now));
+    }
+    let last_detect = match rng.u8(0..3) {
+        0 => None,
+        1 => Some(UnixNanos(now.0 - 1)),
+        _ => Some(UnixNanos(
+            now.0 + FUTURE_STAMP_TOLERANCE.as_nanos() as i64 + 1,
+        )),
+    };
+    RandomDetect {
+        existing,
+        images,
+        in_use,
+        used_at,
+        last_detect,
+    }
+}
+
+/// The streaming detect plans what the reference plans over `detect`, and both leave the
+/// same records; from 500 images (`n`) on, the case has every kind of op.
+fn check_streaming_against_reference(
+    detect: RandomDetect,
+    pins: &PinPatterns,
+    now: UnixNanos,
+    n: usize,
+    case: &str,
+) {
+    let RandomDetect {
+        existing,
+        images,
+        in_use,
+        used_at,
+        last_detect,
+    } = detect;
+    let want = reference::plan_detect_with_uses(
+        &existing,
+        last_detect,
+        &images,
+        &in_use,
+        &used_at,
+        pins,
+        now,
+    );
+    let records = existing.iter().map(|(key, record)| {
+        Ok::<_, GcError>(StoredRecord {
+            key: key.clone(),
+            record: *record,
+        })
+    });
+    let input = DetectInput {
+        last_detect,
+        in_use: &in_use,
+        used_at: &used_at,
+        pins,
+        now,
+    };
+    let got =
+        plan_detect(records, &ListedImages::new(images), &input).expect("records in key order");
+    assert_eq!(got, want, "{case}");
+    if n >= 500 {
+        // The case exercises every kind of op, not only the easy ones.
+        assert!(
+            got.added > 0 && got.removed > 0 && got.clamped > 0,
+            "{case}"
+        );
+        let sights = got
+            .batch
+            .expanded_ops()
+            .iter()
+            .filter(|op| matches!(op.as_ref(), BatchOp::Sight { .. }))
+            .count();
+        assert!(sights > got.added, "{case}: no changed record sighted");
+    }
+    let (mut after_want, mut after_got) = (existing.clone(), existing);
+    apply_to_copy(&mut after_want, &want.batch);
+    apply_to_copy(&mut after_got, &got.batch);
+    assert_eq!(after_got, after_want, "{case}");
+}
+
 /// Randomized (fixed seeds, n from 0 to 2,000): the streaming detect plans exactly the
 /// batch the map-based reference plans, op for op, with the same counts, over records and
 /// lists that overlap partly, duplicate entries, several runtime handlers, images in use,
@@ -346,118 +518,14 @@ fn streaming_detect_plans_exactly_what_the_map_based_reference_plans() {
     let now = UnixNanos::from_secs(1_000_000);
     for seed in 0..24u64 {
         for n in [0usize, 1, 2, 7, 60, 500, 2_000] {
-            let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(7919) ^ n as u64);
-            // Ids drawn from a pool about the size of n, so records and the list overlap.
-            let pool = (n as u64 * 3 / 2).max(1);
-            let key = |rng: &mut fastrand::Rng| {
-                RecordKey::new(
-                    format!("sha256:{:064x}", rng.u64(0..pool)),
-                    ["", "", "runc", "kata"][rng.usize(0..4)],
-                )
-            };
-            let stamp = |rng: &mut fastrand::Rng| match rng.u8(0..10) {
-                0 => UnixNanos::NEVER,
-                // Beyond the tolerance (a clock that was ahead), or just within it.
-                1 => UnixNanos(now.0 + FUTURE_STAMP_TOLERANCE.as_nanos() as i64 * 2),
-                2 => UnixNanos(now.0 + 1),
-                _ => UnixNanos::from_secs(rng.i64(1..1_000_000)),
-            };
-            let mut existing = BTreeMap::new();
-            for _ in 0..n {
-                let record = ImageRecord {
-                    first_detected: stamp(&mut rng),
-                    last_used: stamp(&mut rng),
-                    size: rng.u64(1..4),
-                    pinned: rng.bool(),
-                };
-                existing.insert(key(&mut rng), record);
-            }
-            let images: Vec<RuntimeImage> = (0..n)
-                .map(|_| {
-                    let key = key(&mut rng);
-                    let tag = if rng.u8(0..8) == 0 {
-                        "registry.local/pinned/app:1"
-                    } else {
-                        "registry.local/app:1"
-                    };
-                    RuntimeImage {
-                        id: key.image_id,
-                        runtime_handler: key.runtime_handler,
-                        size: rng.u64(1..4),
-                        pinned: rng.u8(0..10) == 0,
-                        repo_tags: vec![tag.into()],
-                        ..RuntimeImage::default()
-                    }
-                })
-                .collect();
-            let mut in_use: BTreeSet<RecordKey> = images
-                .iter()
-                .filter(|_| rng.u8(0..4) == 0)
-                .map(RuntimeImage::record_key)
-                .collect();
-            let mut used_at: BTreeMap<RecordKey, UnixNanos> = BTreeMap::new();
-            for image in &images {
-                if rng.u8(0..6) == 0 {
-                    used_at.insert(image.record_key(), stamp(&mut rng));
-                }
-            }
-            // Keys in use and uses recorded elsewhere that the runtime may not list (a pull
-            // the kubelet has in flight, its pulled records), between the listed keys.
-            for _ in 0..rng.usize(0..4) {
-                in_use.insert(key(&mut rng));
-                used_at.insert(key(&mut rng), stamp(&mut rng));
-            }
-            let last_detect = match rng.u8(0..3) {
-                0 => None,
-                1 => Some(UnixNanos(now.0 - 1)),
-                _ => Some(UnixNanos(
-                    now.0 + FUTURE_STAMP_TOLERANCE.as_nanos() as i64 + 1,
-                )),
-            };
-            let want = reference::plan_detect_with_uses(
-                &existing,
-                last_detect,
-                &images,
-                &in_use,
-                &used_at,
+            let detect = random_detect(seed, n, now);
+            check_streaming_against_reference(
+                detect,
                 &pins,
                 now,
+                n,
+                &format!("seed {seed}, n {n}"),
             );
-            let records = existing.iter().map(|(key, record)| {
-                Ok::<_, GcError>(StoredRecord {
-                    key: key.clone(),
-                    record: *record,
-                })
-            });
-            let input = DetectInput {
-                last_detect,
-                in_use: &in_use,
-                used_at: &used_at,
-                pins: &pins,
-                now,
-            };
-            let got = plan_detect(records, &ListedImages::new(images), &input)
-                .expect("records in key order");
-            let case = format!("seed {seed}, n {n}");
-            assert_eq!(got, want, "{case}");
-            if n >= 500 {
-                // The case exercises every kind of op, not only the easy ones.
-                assert!(
-                    got.added > 0 && got.removed > 0 && got.clamped > 0,
-                    "{case}"
-                );
-                let sights = got
-                    .batch
-                    .expanded_ops()
-                    .iter()
-                    .filter(|op| matches!(op.as_ref(), BatchOp::Sight { .. }))
-                    .count();
-                assert!(sights > got.added, "{case}: no changed record sighted");
-            }
-            let (mut after_want, mut after_got) = (existing.clone(), existing);
-            apply_to_copy(&mut after_want, &want.batch);
-            apply_to_copy(&mut after_got, &got.batch);
-            assert_eq!(after_got, after_want, "{case}");
         }
     }
 }
@@ -539,6 +607,110 @@ fn images_in_use_are_the_images_some_container_uses_pair_by_pair() {
     }
 }
 
+/// A stamp `minutes` after the epoch.
+fn at_minute(minutes: i64) -> UnixNanos {
+    UnixNanos::from_secs(minutes * 60)
+}
+
+/// Stored rows as the property draws them: (id, handler) -> (first, used, size, pinned).
+type DrawnRecords = BTreeMap<(String, String), (i64, i64, u64, bool)>;
+
+/// The drawn records, first detected no later than last used.
+fn drawn_records(stored: &DrawnRecords) -> BTreeMap<RecordKey, ImageRecord> {
+    stored
+        .iter()
+        .map(|((id, handler), &(first, used, size, pinned))| {
+            (
+                RecordKey::new(id.as_str(), handler.as_str()),
+                ImageRecord {
+                    first_detected: at_minute(first.min(used)),
+                    last_used: at_minute(used),
+                    size,
+                    pinned,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The list: the stored keys `listed_stored` picks (sized as stored), and other ids.
+fn drawn_list(
+    records: &BTreeMap<RecordKey, ImageRecord>,
+    listed_stored: &[bool],
+    listed_ids: &[(String, String, u64, bool)],
+) -> Vec<RuntimeImage> {
+    let mut images: Vec<RuntimeImage> = records
+        .iter()
+        .zip(listed_stored)
+        .filter(|(_, listed)| **listed)
+        .map(|((key, record), _)| RuntimeImage {
+            id: key.image_id.clone(),
+            runtime_handler: key.runtime_handler.clone(),
+            size: record.size,
+            pinned: record.pinned,
+            ..RuntimeImage::default()
+        })
+        .collect();
+    images.extend(
+        listed_ids
+            .iter()
+            .map(|(id, handler, size, pinned)| RuntimeImage {
+                id: ImageId::new(id.as_str()),
+                runtime_handler: handler.clone(),
+                size: *size,
+                pinned: *pinned,
+                ..RuntimeImage::default()
+            }),
+    );
+    images
+}
+
+/// An in-memory store holding `records`.
+fn store_holding(
+    records: &BTreeMap<RecordKey, ImageRecord>,
+    now: UnixNanos,
+) -> crate::store::Store {
+    let store =
+        crate::store::Store::open_in_memory(std::path::Path::new("scan.redb"), now).expect("open");
+    let mut batch = Batch::new();
+    for (key, record) in records {
+        batch.upsert(key.clone(), *record);
+    }
+    store.apply(&batch).expect("write records");
+    store
+}
+
+/// The scan in place yields the decoded scan's records, keys ordered as RecordKey's; the
+/// decoded scan's records are returned.
+fn in_place_scan_matches_decoded(
+    store: &crate::store::Store,
+    records: &BTreeMap<RecordKey, ImageRecord>,
+) -> Result<Vec<StoredRecord>, proptest::test_runner::TestCaseError> {
+    let scanned: Vec<ScannedRecord> = store
+        .records_in_key_order()
+        .expect("scan")
+        .in_place()
+        .collect::<Result<_, _>>()
+        .expect("scan in place");
+    let decoded: Vec<StoredRecord> = store
+        .records_in_key_order()
+        .expect("scan")
+        .collect::<Result<_, _>>()
+        .expect("scan");
+    proptest::prop_assert_eq!(scanned.len(), records.len());
+    for (s, d) in scanned.iter().zip(&decoded) {
+        proptest::prop_assert_eq!(&s.key(), &d.key);
+        proptest::prop_assert_eq!(s.record, d.record);
+        proptest::prop_assert_eq!(MergedRecord::key_bytes(s), listed::borrowed(&d.key));
+    }
+    for a in &scanned {
+        for b in &scanned {
+            proptest::prop_assert_eq!(a.key_bytes().cmp(&b.key_bytes()), a.key().cmp(&b.key()));
+        }
+    }
+    Ok(decoded)
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
     /// The store's in-place scan (keys compared as bytes where redb keeps them, an owned key
@@ -559,80 +731,19 @@ proptest::proptest! {
     ) {
         let now = UnixNanos::from_secs(1200);
         // Stamps up to 40 minutes: some beyond `now` plus the tolerance, which the plan clamps.
-        let at = |minutes: i64| UnixNanos::from_secs(minutes * 60);
-        let records: BTreeMap<RecordKey, ImageRecord> = stored
-            .iter()
-            .map(|((id, handler), &(first, used, size, pinned))| {
-                (
-                    RecordKey::new(id.as_str(), handler.as_str()),
-                    ImageRecord {
-                        first_detected: at(first.min(used)),
-                        last_used: at(used),
-                        size,
-                        pinned,
-                    },
-                )
-            })
-            .collect();
-        // The list: some stored keys (sized as stored or not), and other ids.
-        let mut images: Vec<RuntimeImage> = records
-            .iter()
-            .zip(&listed_stored)
-            .filter(|(_, listed)| **listed)
-            .map(|((key, record), _)| RuntimeImage {
-                id: key.image_id.clone(),
-                runtime_handler: key.runtime_handler.clone(),
-                size: record.size,
-                pinned: record.pinned,
-                ..RuntimeImage::default()
-            })
-            .collect();
-        images.extend(listed_ids.iter().map(|(id, handler, size, pinned)| RuntimeImage {
-            id: ImageId::new(id.as_str()),
-            runtime_handler: handler.clone(),
-            size: *size,
-            pinned: *pinned,
-            ..RuntimeImage::default()
-        }));
+        let records = drawn_records(&stored);
+        let images = drawn_list(&records, &listed_stored, &listed_ids);
         let in_use: BTreeSet<RecordKey> = images
             .iter()
             .zip(&in_use_picks)
             .filter(|(_, used)| **used)
             .map(|(i, _)| i.record_key())
             .collect();
-        let store = crate::store::Store::open_in_memory(std::path::Path::new("scan.redb"), now)
-            .expect("open");
-        let mut batch = Batch::new();
-        for (key, record) in &records {
-            batch.upsert(key.clone(), *record);
-        }
-        store.apply(&batch).expect("write records");
-        // The scan in place yields the decoded scan's records, keys ordered as RecordKey's.
-        let scanned: Vec<ScannedRecord> = store
-            .records_in_key_order()
-            .expect("scan")
-            .in_place()
-            .collect::<Result<_, _>>()
-            .expect("scan in place");
-        let decoded: Vec<StoredRecord> = store
-            .records_in_key_order()
-            .expect("scan")
-            .collect::<Result<_, _>>()
-            .expect("scan");
-        proptest::prop_assert_eq!(scanned.len(), records.len());
-        for (s, d) in scanned.iter().zip(&decoded) {
-            proptest::prop_assert_eq!(&s.key(), &d.key);
-            proptest::prop_assert_eq!(s.record, d.record);
-            proptest::prop_assert_eq!(MergedRecord::key_bytes(s), listed::borrowed(&d.key));
-        }
-        for a in &scanned {
-            for b in &scanned {
-                proptest::prop_assert_eq!(a.key_bytes().cmp(&b.key_bytes()), a.key().cmp(&b.key()));
-            }
-        }
+        let store = store_holding(&records, now);
+        let decoded = in_place_scan_matches_decoded(&store, &records)?;
         let (used_at, pins) = (BTreeMap::new(), PinPatterns::default());
         let input = DetectInput {
-            last_detect: Some(at(10)),
+            last_detect: Some(at_minute(10)),
             in_use: &in_use,
             used_at: &used_at,
             pins: &pins,

@@ -42,17 +42,30 @@ const OTHERS_PIN: [(&str, &str); 3] = [
 /// imagekeeper's labels as written before instances were named.
 const UNNAMED_PIN: [(&str, &str); 2] = [(PINNED_LABEL, PINNED_VALUE), (OWN_LABEL, "pin")];
 
-#[test]
-fn the_plan_writes_only_differences_and_never_touches_a_pin_it_did_not_set() {
-    use KeepReason::*;
-    struct Case {
-        what: &'static str,
-        keeps: Vec<KeptImage>,
-        images: Vec<LabelledImage>,
-        want: Vec<(&'static str, LabelChange)>,
+/// One plan's case: what it shows, the keeps and containerd's images, and the changes wanted.
+struct PlanCase {
+    what: &'static str,
+    keeps: Vec<KeptImage>,
+    images: Vec<LabelledImage>,
+    want: Vec<(&'static str, LabelChange)>,
+}
+
+/// Each case's plan changes exactly the names it wants, as it wants.
+fn check_plans(cases: impl IntoIterator<Item = PlanCase>) {
+    for case in cases {
+        let got: Vec<(&str, LabelChange)> = plan_label_changes(&case.keeps, &case.images, ME)
+            .into_iter()
+            .map(|(i, c)| (case.images[i].name.as_str(), c))
+            .collect();
+        assert_eq!(got, case.want, "{}", case.what);
     }
-    let cases = [
-        Case {
+}
+
+#[test]
+fn the_plan_pins_every_kept_name_writing_only_differences() {
+    use KeepReason::*;
+    check_plans([
+        PlanCase {
             what: "every name of a kept image gets both labels",
             keeps: vec![kept(&["r/a:1", "r/a@sha256:1"], Pin)],
             images: vec![
@@ -64,28 +77,44 @@ fn the_plan_writes_only_differences_and_never_touches_a_pin_it_did_not_set() {
                 ("r/a@sha256:1", LabelChange::Pin(Pin)),
             ],
         },
-        Case {
+        PlanCase {
             what: "a steady cycle writes nothing",
             keeps: vec![kept(&["r/a:1", "r/a@sha256:1"], Pin)],
             images: vec![image("r/a:1", &OURS_PIN), image("r/a@sha256:1", &OURS_PIN)],
             want: vec![],
         },
-        Case {
-            what: "a name pinned by someone else (sandbox image, ctr images label) is carried and left alone",
-            keeps: vec![kept(&["r/pause:1"], SandboxImage)],
-            images: vec![image("r/pause:1", &[(PINNED_LABEL, PINNED_VALUE)])],
+        PlanCase {
+            what: "a changed reason rewrites imagekeeper's label",
+            keeps: vec![kept(&["r/w:1"], Warm)],
+            images: vec![image("r/w:1", &OURS_PIN)],
+            want: vec![("r/w:1", LabelChange::Pin(Warm))],
+        },
+        PlanCase {
+            what: "imagekeeper's label with the pinned label removed by hand is pinned again",
+            keeps: vec![kept(&["r/a:1"], Pin)],
+            images: vec![image("r/a:1", &[(OWN_LABEL, "pin"), (INSTANCE_LABEL, ME)])],
+            want: vec![("r/a:1", LabelChange::Pin(Pin))],
+        },
+        PlanCase {
+            what: "a pinned label with another value is not a pin: imagekeeper sets its own",
+            keeps: vec![kept(&["r/a:1"], NoRepoDigest)],
+            images: vec![image("r/a:1", &[(PINNED_LABEL, "yes")])],
+            want: vec![("r/a:1", LabelChange::Pin(NoRepoDigest))],
+        },
+        PlanCase {
+            what: "a kept name containerd does not store is skipped",
+            keeps: vec![kept(&["r/gone:1"], Pin)],
+            images: vec![image("r/other:1", &[])],
             want: vec![],
         },
-        Case {
-            what: "a pin someone else set on an image imagekeeper does not keep is never cleared",
-            keeps: vec![],
-            images: vec![
-                image("r/op:1", &[(PINNED_LABEL, PINNED_VALUE)]),
-                image("r/b:1", &[]),
-            ],
-            want: vec![],
-        },
-        Case {
+    ]);
+}
+
+#[test]
+fn the_plan_unpins_the_names_it_labelled_once_they_are_no_longer_kept() {
+    use KeepReason::*;
+    check_plans([
+        PlanCase {
             what: "a keep that ended loses both labels where imagekeeper's own is present",
             keeps: vec![],
             images: vec![image("r/a:1", &OURS_PIN), image("r/a@sha256:1", &OURS_PIN)],
@@ -94,7 +123,7 @@ fn the_plan_writes_only_differences_and_never_touches_a_pin_it_did_not_set() {
                 ("r/a@sha256:1", LabelChange::Unpin),
             ],
         },
-        Case {
+        PlanCase {
             what: "a moved tag keeps its pin and the old image's digest name loses it",
             keeps: vec![kept(&["r/a:1", "r/a@sha256:2"], Pin)],
             images: vec![
@@ -107,40 +136,7 @@ fn the_plan_writes_only_differences_and_never_touches_a_pin_it_did_not_set() {
                 ("r/a@sha256:2", LabelChange::Pin(Pin)),
             ],
         },
-        Case {
-            what: "a changed reason rewrites imagekeeper's label",
-            keeps: vec![kept(&["r/w:1"], Warm)],
-            images: vec![image("r/w:1", &OURS_PIN)],
-            want: vec![("r/w:1", LabelChange::Pin(Warm))],
-        },
-        Case {
-            what: "imagekeeper's label with the pinned label removed by hand is pinned again",
-            keeps: vec![kept(&["r/a:1"], Pin)],
-            images: vec![image("r/a:1", &[(OWN_LABEL, "pin"), (INSTANCE_LABEL, ME)])],
-            want: vec![("r/a:1", LabelChange::Pin(Pin))],
-        },
-        Case {
-            what: "another instance's pin on a name this one keeps is carried and left alone",
-            keeps: vec![kept(&["r/a:1"], Pin)],
-            images: vec![image("r/a:1", &OTHERS_PIN)],
-            want: vec![],
-        },
-        Case {
-            what: "another instance's pin on a name this one does not keep is never cleared",
-            keeps: vec![],
-            images: vec![image("r/a:1", &OTHERS_PIN)],
-            want: vec![],
-        },
-        Case {
-            what: "another instance's label without the pinned label: this one pins what it keeps",
-            keeps: vec![kept(&["r/a:1"], Pin)],
-            images: vec![image(
-                "r/a:1",
-                &[(OWN_LABEL, "pin"), (INSTANCE_LABEL, OTHER)],
-            )],
-            want: vec![("r/a:1", LabelChange::Pin(Pin))],
-        },
-        Case {
+        PlanCase {
             what: "an unnamed label (written before instances) is adopted: stamped when kept, removed when not",
             keeps: vec![kept(&["r/a:1"], Pin)],
             images: vec![image("r/a:1", &UNNAMED_PIN), image("r/b:1", &UNNAMED_PIN)],
@@ -149,26 +145,50 @@ fn the_plan_writes_only_differences_and_never_touches_a_pin_it_did_not_set() {
                 ("r/b:1", LabelChange::Unpin),
             ],
         },
-        Case {
-            what: "a pinned label with another value is not a pin: imagekeeper sets its own",
-            keeps: vec![kept(&["r/a:1"], NoRepoDigest)],
-            images: vec![image("r/a:1", &[(PINNED_LABEL, "yes")])],
-            want: vec![("r/a:1", LabelChange::Pin(NoRepoDigest))],
-        },
-        Case {
-            what: "a kept name containerd does not store is skipped",
-            keeps: vec![kept(&["r/gone:1"], Pin)],
-            images: vec![image("r/other:1", &[])],
+    ]);
+}
+
+#[test]
+fn the_plan_never_touches_a_pin_it_did_not_set() {
+    use KeepReason::*;
+    check_plans([
+        PlanCase {
+            what: "a name pinned by someone else (sandbox image, ctr images label) is carried and left alone",
+            keeps: vec![kept(&["r/pause:1"], SandboxImage)],
+            images: vec![image("r/pause:1", &[(PINNED_LABEL, PINNED_VALUE)])],
             want: vec![],
         },
-    ];
-    for case in cases {
-        let got: Vec<(&str, LabelChange)> = plan_label_changes(&case.keeps, &case.images, ME)
-            .into_iter()
-            .map(|(i, c)| (case.images[i].name.as_str(), c))
-            .collect();
-        assert_eq!(got, case.want, "{}", case.what);
-    }
+        PlanCase {
+            what: "a pin someone else set on an image imagekeeper does not keep is never cleared",
+            keeps: vec![],
+            images: vec![
+                image("r/op:1", &[(PINNED_LABEL, PINNED_VALUE)]),
+                image("r/b:1", &[]),
+            ],
+            want: vec![],
+        },
+        PlanCase {
+            what: "another instance's pin on a name this one keeps is carried and left alone",
+            keeps: vec![kept(&["r/a:1"], Pin)],
+            images: vec![image("r/a:1", &OTHERS_PIN)],
+            want: vec![],
+        },
+        PlanCase {
+            what: "another instance's pin on a name this one does not keep is never cleared",
+            keeps: vec![],
+            images: vec![image("r/a:1", &OTHERS_PIN)],
+            want: vec![],
+        },
+        PlanCase {
+            what: "another instance's label without the pinned label: this one pins what it keeps",
+            keeps: vec![kept(&["r/a:1"], Pin)],
+            images: vec![image(
+                "r/a:1",
+                &[(OWN_LABEL, "pin"), (INSTANCE_LABEL, OTHER)],
+            )],
+            want: vec![("r/a:1", LabelChange::Pin(Pin))],
+        },
+    ]);
 }
 
 #[test]
@@ -322,35 +342,26 @@ fn a_pin_is_said_carried_only_when_pins_are_on_and_every_image_of_it_was_reconci
     });
 }
 
-/// Carried is CRI ListImages' own `pinned` flag at the detect (containerd before 1.7.10 keeps a
-/// label without listing the image pinned: containerd issue 9328), labelled is containerd's
-/// label read before the writes, and the two disagreeing is reported.
-#[test]
-fn a_keep_is_carried_as_the_cri_lists_it_and_a_label_it_does_not_carry_is_a_disagreement() {
-    use KeepReason::*;
-    let images = [
+/// The images whose labels the keeps below are read against.
+fn labelled_images() -> [LabelledImage; 4] {
+    [
         image("r/a:1", &[(PINNED_LABEL, PINNED_VALUE)]),
         image("r/a@sha256:1", &[]),
         image("r/b:1", &[(PINNED_LABEL, "yes"), (OWN_LABEL, "pin")]),
         image("r/pause:1", &[(PINNED_LABEL, PINNED_VALUE)]),
-    ];
-    let labelled = pinned_names(&images);
-    assert_eq!(
-        labelled.clone().into_iter().collect::<Vec<_>>(),
-        [
-            ("r/a:1", true),
-            ("r/a@sha256:1", false),
-            ("r/b:1", false),
-            ("r/pause:1", true),
-        ],
-        "only the pinned label with the value `pinned` is a pin"
-    );
-    let listed = |mut keep: KeptImage, pinned: bool| {
-        keep.listed_pinned = pinned;
-        keep
-    };
-    // (what, keep with the CRI's flag, want carried, want labelled, want a disagreement)
-    let cases: [(&str, KeptImage, bool, bool, bool); 6] = [
+    ]
+}
+
+/// A keep as the CRI listed it, pinned or not.
+fn listed(mut keep: KeptImage, pinned: bool) -> KeptImage {
+    keep.listed_pinned = pinned;
+    keep
+}
+
+/// (what, keep with the CRI's flag, want carried, want labelled, want a disagreement)
+fn carried_cases() -> [(&'static str, KeptImage, bool, bool, bool); 6] {
+    use KeepReason::*;
+    [
         (
             "labelled and listed pinned",
             listed(kept(&["r/a@sha256:1", "r/a:1"], Pin), true),
@@ -393,8 +404,27 @@ fn a_keep_is_carried_as_the_cri_lists_it_and_a_label_it_does_not_carry_is_a_disa
             true,
             false,
         ),
-    ];
-    for (what, keep, carried, want_labelled, disagrees) in cases {
+    ]
+}
+
+/// Carried is CRI ListImages' own `pinned` flag at the detect (containerd before 1.7.10 keeps a
+/// label without listing the image pinned: containerd issue 9328), labelled is containerd's
+/// label read before the writes, and the two disagreeing is reported.
+#[test]
+fn a_keep_is_carried_as_the_cri_lists_it_and_a_label_it_does_not_carry_is_a_disagreement() {
+    let images = labelled_images();
+    let labelled = pinned_names(&images);
+    assert_eq!(
+        labelled.clone().into_iter().collect::<Vec<_>>(),
+        [
+            ("r/a:1", true),
+            ("r/a@sha256:1", false),
+            ("r/b:1", false),
+            ("r/pause:1", true),
+        ],
+        "only the pinned label with the value `pinned` is a pin"
+    );
+    for (what, keep, carried, want_labelled, disagrees) in carried_cases() {
         let got = carried_keeps(std::slice::from_ref(&keep), &labelled);
         let want = CarriedKeep {
             why: keep.why,
