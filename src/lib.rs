@@ -96,6 +96,9 @@ pub mod admin;
 pub mod agent;
 // The injected clock ([`clock::Clock`]); only `SystemClock` reads the wall clock.
 pub mod clock;
+
+#[cfg(feature = "kube")]
+pub mod cluster;
 // The agent's configuration: the TOML file, the flags, the field list, each area's resolver
 // and validation.
 #[cfg(feature = "agent")]

@@ -48,6 +48,12 @@ pub struct RunArgs {
     /// binary built with the `kube` feature (the container image is).
     #[arg(long)]
     events: bool,
+    /// Keep the images of the pods bound to this node, whether or not their containers exist
+    /// yet (an init container still running, a container not yet created): watch them through
+    /// the API server with the pod's in-cluster credentials (list and watch pods, field
+    /// selector spec.nodeName=NODE_NAME). Needs a binary built with the `kube` feature.
+    #[arg(long)]
+    cluster_signals: bool,
     /// With --events: the kubelet's configuration file (KubeletConfiguration), checked at start
     /// as `imagekeeper doctor` checks it; each conflict found is a Warning Event on the Node
     /// (KubeletConfigConflict). Read once; a bad file exits 2.
@@ -101,7 +107,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         ..FlagValues::default()
     });
     let config = resolve_source(&source)?;
-    let events_node = events_node(args.events)?;
+    let events_node = flag_node("--events", args.events)?;
+    let signals_node = flag_node("--cluster-signals", args.cluster_signals)?;
     // The config file and the warm set directory, watched alike.
     let watched: Vec<std::path::PathBuf> = source
         .file
@@ -217,6 +224,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 .with_config_source(source)
                 .with_node_events(node_events),
         );
+        if let Some(node) = signals_node {
+            watch_bound_pods(agent.gc_manager().bound_pods(), node);
+        }
         // "agent started" and the service manager's messages come once the admin socket is
         // bound and the metrics endpoint set up (`Listeners::bound`); not at all if that fails.
         let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
@@ -276,24 +286,52 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     result
 }
 
-/// With `--events`, the node to publish Events on (NODE_NAME), checked before anything is
-/// created: exit 2 without NODE_NAME or in a binary built without the `kube` feature.
-fn events_node(events: bool) -> Result<Option<String>, Failure> {
-    if !events {
+/// With `--events` (or `--cluster-signals`: `flag`), the node to publish Events on or watch
+/// the pods of (NODE_NAME), checked before anything is created: exit 2 without NODE_NAME or in
+/// a binary built without the `kube` feature.
+fn flag_node(flag: &str, on: bool) -> Result<Option<String>, Failure> {
+    if !on {
         return Ok(None);
     }
     if !cfg!(feature = "kube") {
         return Err(Failure::usage(anyhow::anyhow!(
-            "--events: this imagekeeper was built without the `kube` feature (cargo build \
+            "{flag}: this imagekeeper was built without the `kube` feature (cargo build \
              --features kube; the container image has it)"
         )));
     }
     match std::env::var("NODE_NAME") {
         Ok(node) if !node.is_empty() => Ok(Some(node)),
         _ => Err(Failure::usage(anyhow::anyhow!(
-            "--events: NODE_NAME is not set: give the node's name (the downward API's \
+            "{flag}: NODE_NAME is not set: give the node's name (the downward API's \
              spec.nodeName, as the DaemonSet does)"
         ))),
+    }
+}
+
+/// The watch of the pods bound to `node` (`--cluster-signals`), writing their images to
+/// `pods` for the GC, in the background for the agent's life; without in-cluster credentials
+/// one warning, and the agent runs on the node's own knowledge.
+fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) {
+    #[cfg(feature = "kube")]
+    tokio::spawn(async move {
+        match kube::Client::try_default().await {
+            Ok(client) => {
+                info!(
+                    node,
+                    "Watching the pods bound to this node: their images are kept"
+                );
+                imagekeeper::cluster::watch_bound_pods(client, node, pods).await;
+            }
+            Err(e) => warn!(error = %e, node, "Cluster signals are off: no API server credentials"),
+        }
+    });
+    #[cfg(not(feature = "kube"))]
+    {
+        let _ = pods;
+        warn!(
+            node,
+            "Cluster signals are off: built without the kube feature"
+        );
     }
 }
 

@@ -23,6 +23,9 @@ pub enum Verdict {
     PullInProgress,
     /// A kubelet pull intent names it: the kubelet is pulling it.
     KubeletPulling,
+    /// A pod bound to this node names it (`run --cluster-signals`): needed now, whether or
+    /// not its container exists yet.
+    NeededByPod,
     /// The kubelet's pulled record of it is younger than MinAge.
     KubeletJustPulled,
     /// The runtime or a pin pattern pins it.
@@ -45,10 +48,11 @@ pub enum Verdict {
 
 impl Verdict {
     /// Every verdict, in declaration order.
-    pub const ALL: [Verdict; 11] = [
+    pub const ALL: [Verdict; 12] = [
         Verdict::InUse,
         Verdict::PullInProgress,
         Verdict::KubeletPulling,
+        Verdict::NeededByPod,
         Verdict::KubeletJustPulled,
         Verdict::Pinned,
         Verdict::Warm,
@@ -62,12 +66,14 @@ impl Verdict {
 
 impl Verdict {
     /// KEP-6053's reason for a walk passing over a record with this verdict (`None` for an
-    /// eligible one): a container's use or the kubelet's pull intent is `in_use`, MinAge
+    /// eligible one): a container's use, the kubelet's pull intent or a bound pod is `in_use`, MinAge
     /// `min_age`, a pin, warm entry or irreplaceable image `pinned`, anything else `other`.
     pub fn skip_reason(self) -> Option<SkipReason> {
         match self {
             Verdict::Eligible => None,
-            Verdict::InUse | Verdict::KubeletPulling => Some(SkipReason::InUse),
+            Verdict::InUse | Verdict::KubeletPulling | Verdict::NeededByPod => {
+                Some(SkipReason::InUse)
+            }
             Verdict::YoungerThanMinAge => Some(SkipReason::MinAge),
             Verdict::Pinned
             | Verdict::PinnedByImagekeeper

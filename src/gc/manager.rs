@@ -155,6 +155,8 @@ pub struct ImageGcManager<R> {
     /// The pins the last look read last, indexed (`last_look.rs`): rebuilt only when a read
     /// differs from it, so a cycle's looks parse the pins once, not once per removal.
     pin_index: Mutex<Arc<super::protect::PinIndex>>,
+    /// The images the pods bound to this node name ([`ImageGcManager::bound_pods`]).
+    bound_pods: super::BoundPods,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -177,6 +179,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             last_keeps: Mutex::new(None),
             volumes_seen: Mutex::new(ImageVolumes::new()),
             pin_index: Mutex::new(Arc::default()),
+            bound_pods: super::BoundPods::default(),
         })
     }
 
@@ -191,6 +194,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             self.watch_period = Some(period);
         }
         self
+    }
+
+    /// The pods bound to this node, as the cluster's watch gives them: a handle the watch
+    /// writes and each detect reads (empty, keeping nothing, with no watch).
+    pub fn bound_pods(&self) -> super::BoundPods {
+        self.bound_pods.clone()
     }
 
     /// Keeps the images of `in_flight`'s pulls (share it with the image manager).

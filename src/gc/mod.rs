@@ -15,6 +15,7 @@
 pub(crate) mod adaptive;
 pub(crate) mod attempt;
 pub(crate) mod attempt_metrics;
+mod bound_pods;
 pub(crate) mod cycle;
 #[doc(hidden)]
 pub mod detect;
@@ -44,6 +45,7 @@ pub use attempt::{
     Attempt, AttemptReason, AttemptResult, DeletionReason, GcOperation, GcTrigger, SkipReason,
 };
 pub use attempt_metrics::{AttemptCounts, AttemptMetrics};
+pub use bound_pods::BoundPods;
 pub use detect::{ListedImages, images_in_use};
 pub use error::GcError;
 pub use evict::{Verdict, space_verdict};

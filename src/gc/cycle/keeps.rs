@@ -22,6 +22,8 @@ pub struct KeepSets {
     pub pulling: BTreeSet<RecordKey>,
     /// The listed images a warm set entry in force keeps.
     pub warm: BTreeSet<RecordKey>,
+    /// The listed images a pod bound to this node names (`BoundPods`).
+    pub needed_by_pods: BTreeSet<RecordKey>,
 }
 
 /// The keys a cycle keeps whatever its walks need, by rule.
@@ -42,7 +44,8 @@ pub struct Keeps<'a> {
 impl Keeps<'_> {
     /// The first rule from outside the record that keeps `key`, as the verdict the walks give
     /// it: protections first (they keep the image whatever runs), then the kubelet pulling
-    /// it, in use, the kubelet's fresh pull, a pull in flight, the warm set.
+    /// it, in use, a bound pod naming it, the kubelet's fresh pull, a pull in flight, the warm
+    /// set.
     pub fn kept_by(&self, key: &RecordKey) -> Option<Verdict> {
         if let Some(protection) = self.protections.get(key) {
             Some(protection_verdict(protection))
@@ -50,6 +53,8 @@ impl Keeps<'_> {
             Some(Verdict::KubeletPulling)
         } else if self.in_use.contains(key) {
             Some(Verdict::InUse)
+        } else if self.sets.needed_by_pods.contains(key) {
+            Some(Verdict::NeededByPod)
         } else if self.kubelet_just_pulled.contains(key) {
             Some(Verdict::KubeletJustPulled)
         } else if self.sets.pulling.contains(key) {
@@ -82,6 +87,7 @@ impl Keeps<'_> {
             .chain(self.kubelet_pulling)
             .chain(self.kubelet_just_pulled)
             .chain(&self.sets.warm)
+            .chain(&self.sets.needed_by_pods)
             .chain(self.protections.keys())
             .cloned()
             .collect()
@@ -102,15 +108,18 @@ mod tests {
     }
 
     #[test]
-    fn a_key_kept_by_several_rules_is_kept_by_the_first_in_order() {
+    fn a_key_kept_by_several_rules_is_kept_by_the_first_in_order_and_a_bound_pod_keeps_its_images()
+    {
         let set = |keys: &[u8]| keys.iter().map(|n| key(*n)).collect::<BTreeSet<_>>();
-        // Key 1 is in every set; key 2 in all but in use; key 3 only warm; key 4 in none.
+        // Key 1 is in every set; key 2 in all but in use and the kubelet's intents; key 3
+        // only warm; key 4 in none; keys 5 to 8 in one set each.
         let in_use = set(&[1]);
         let kubelet_pulling = set(&[1, 5]);
         let just_pulled = set(&[1, 2, 6]);
         let sets = KeepSets {
             pulling: set(&[1, 2, 7]),
             warm: set(&[1, 2, 3]),
+            needed_by_pods: set(&[1, 2, 8]),
         };
         let protections = Protections::default();
         let keeps = Keeps {
@@ -122,17 +131,18 @@ mod tests {
         };
         let cases = [
             (1, Some(Verdict::KubeletPulling)),
-            (2, Some(Verdict::KubeletJustPulled)),
+            (2, Some(Verdict::NeededByPod)),
             (3, Some(Verdict::Warm)),
             (4, None),
             (5, Some(Verdict::KubeletPulling)),
             (6, Some(Verdict::KubeletJustPulled)),
             (7, Some(Verdict::PullInProgress)),
+            (8, Some(Verdict::NeededByPod)),
         ];
         for (n, want) in cases {
             assert_eq!(keeps.kept_by(&key(n)), want, "key {n}");
         }
-        assert_eq!(keeps.protected().len(), 6);
+        assert_eq!(keeps.protected().len(), 7);
         let record = ImageRecord {
             first_detected: UnixNanos(1),
             last_used: UnixNanos::NEVER,

@@ -65,6 +65,8 @@ pub enum Decision {
     /// measured as it runs (CRI does not say how many inodes an image holds), so a dry run
     /// cannot tell.
     InodeCandidate,
+    /// A pod bound to this node names it: needed now, its container may not exist yet.
+    KeepNeededByPod,
     /// Eligible and in the measured pass of a further image filesystem over a high line:
     /// removed if that filesystem is still above its low lines when the walk reaches it (CRI
     /// does not say which filesystem an image is on, so the pass measures after each removal).
@@ -94,6 +96,7 @@ impl Decision {
             Decision::RemoveForBudget => "remove_for_budget",
             Decision::InodeCandidate => "inode_candidate",
             Decision::OtherFsCandidate => "other_fs_candidate",
+            Decision::KeepNeededByPod => "keep_needed_by_pod",
         }
     }
 
@@ -104,6 +107,7 @@ impl Decision {
             Verdict::InUse => Decision::KeepInUse,
             Verdict::PullInProgress => Decision::KeepPullInProgress,
             Verdict::KubeletPulling => Decision::KeepKubeletPulling,
+            Verdict::NeededByPod => Decision::KeepNeededByPod,
             Verdict::KubeletJustPulled => Decision::KeepKubeletJustPulled,
             Verdict::Pinned => Decision::KeepPinned,
             Verdict::Warm => Decision::KeepWarm,

@@ -127,6 +127,9 @@ fn keep_reason(
             "the kubelet pulled it less than MinAge {} ago: its container is about to start",
             go_duration(policy.min_age)
         ),
+        Decision::KeepNeededByPod => "a pod bound to this node names it: needed now, whether or \
+                                      not its container exists yet"
+            .to_owned(),
         Decision::KeepPinned => "pinned".to_owned(),
         Decision::KeepWarm => "in the warm set: kept present ahead of use".to_owned(),
         Decision::KeepPinnedByImagekeeper | Decision::KeepIrreplaceable => {

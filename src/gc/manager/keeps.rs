@@ -31,7 +31,23 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         Ok(KeepSets {
             pulling: self.pulling(listed),
             warm: self.warm(settings, listed, now)?,
+            needed_by_pods: self.needed_by_pods(listed),
         })
+    }
+
+    /// The listed images a pod bound to this node names, under the default runtime handler
+    /// (the kubelet pulls a pod's images under it unless RuntimeClassInImageCriApi is on).
+    fn needed_by_pods(&self, listed: &ListedImages) -> BTreeSet<RecordKey> {
+        let wanted = self.bound_pods.images();
+        if wanted.is_empty() {
+            return BTreeSet::new();
+        }
+        let index = crate::reference::MatchIndex::of_names(wanted.keys().map(|n| (n.as_str(), "")));
+        listed
+            .iter()
+            .filter(|image| !index.naming(image).is_empty())
+            .map(|image| image.record_key())
+            .collect()
     }
 
     /// The listed images that a pull in flight protects.
@@ -139,5 +155,76 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             })
             .map(|image| image.record_key())
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::gc::{Decision, GcConfig, GcPolicy, ImageGcManager};
+    use crate::model::{ImageId, RuntimeImage, UnixNanos};
+    use crate::runtime::ScriptedRuntime;
+    use crate::store::Store;
+
+    fn image(n: u64, tag: &str) -> RuntimeImage {
+        RuntimeImage {
+            id: ImageId::new(format!("sha256:{n:064x}")),
+            repo_tags: vec![tag.to_owned()],
+            size: 100,
+            ..RuntimeImage::default()
+        }
+    }
+
+    /// A pod bound to the node names `main:1`, whose container does not exist yet: at full
+    /// disk GarbageCollect removes every other unused image and keeps it, the dry run says
+    /// why; once the pod is gone the next cycle removes it.
+    #[tokio::test]
+    async fn a_bound_pods_image_is_kept_until_the_pod_is_gone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t0 = UnixNanos::from_secs(10_000);
+        let runtime = ScriptedRuntime::new();
+        {
+            let mut state = runtime.state();
+            state.images = vec![image(1, "main:1"), image(2, "other:1")].into();
+            state.fs = Some((1_000, 0));
+        }
+        let store = Arc::new(Store::open(&dir.path().join("db.redb"), t0).expect("open"));
+        let config = GcConfig {
+            policy: GcPolicy {
+                min_age: Duration::ZERO,
+                ..GcPolicy::default()
+            },
+            ..GcConfig::default()
+        };
+        let manager = ImageGcManager::new(runtime.clone(), store, config).expect("new");
+        manager.detect(t0).await.expect("detect");
+        manager
+            .bound_pods()
+            .set_pod("ns/job".into(), vec!["main:1".into()]);
+        let t1 = UnixNanos::from_secs(20_000);
+        let plan = manager.plan(t1, false).await.expect("plan");
+        let main = image(1, "main:1").record_key();
+        let decision = |key| {
+            plan.explanation
+                .images
+                .iter()
+                .find(|i| i.key == key)
+                .map(|i| (i.decision, i.reason.clone()))
+        };
+        let (kept, reason) = decision(main.clone()).expect("main:1 explained");
+        assert_eq!(kept, Decision::KeepNeededByPod, "{reason}");
+        assert!(
+            reason.contains("a pod bound to this node names it"),
+            "{reason}"
+        );
+        let report = manager.garbage_collect(t1).await;
+        let removed: Vec<_> = report.removed.iter().map(|r| r.key.clone()).collect();
+        assert_eq!(removed, [image(2, "other:1").record_key()]);
+        manager.bound_pods().remove_pod("ns/job");
+        let report = manager.garbage_collect(UnixNanos::from_secs(30_000)).await;
+        let removed: Vec<_> = report.removed.iter().map(|r| r.key.clone()).collect();
+        assert_eq!(removed, [main]);
     }
 }

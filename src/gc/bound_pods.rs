@@ -1,0 +1,103 @@
+//! The images the pods bound to this node name, as the cluster's watch last saw them (`run
+//! --cluster-signals`: the `cluster` module, feature `kube`, writes them; each detect reads
+//! them). A pod bound to the node needs every image it names now, whether or not its
+//! container exists yet: an init container still running leaves the main container's image
+//! unused in the runtime's view (kubernetes issue 123631), and the kubelet's GC may remove it.
+//!
+//! Invariants: a handle is shared (clones see one set); a pod is held with its images until
+//! the watch says it is gone or a relist leaves it out; with no watch running the set is empty
+//! and nothing is kept by it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+/// The pods bound to this node and the images each names, by `namespace/name`.
+#[derive(Clone, Debug, Default)]
+pub struct BoundPods {
+    pods: Arc<RwLock<BTreeMap<String, Vec<String>>>>,
+}
+
+impl BoundPods {
+    /// Sets the images `pod` names (a pod naming none is removed).
+    pub fn set_pod(&self, pod: String, images: Vec<String>) {
+        let mut pods = self.write();
+        if images.is_empty() {
+            pods.remove(&pod);
+        } else {
+            pods.insert(pod, images);
+        }
+    }
+
+    /// Removes `pod`.
+    pub fn remove_pod(&self, pod: &str) {
+        self.write().remove(pod);
+    }
+
+    /// Replaces every pod at once (a relist).
+    pub fn replace_all(&self, pods: BTreeMap<String, Vec<String>>) {
+        *self.write() = pods.into_iter().filter(|(_, i)| !i.is_empty()).collect();
+    }
+
+    /// Each image name with the first pod (by name) that names it.
+    pub fn images(&self) -> BTreeMap<String, String> {
+        let mut images = BTreeMap::new();
+        for (pod, names) in self.read().iter() {
+            for name in names {
+                images.entry(name.clone()).or_insert_with(|| pod.clone());
+            }
+        }
+        images
+    }
+
+    /// How many pods are held.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether no pod is held.
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Vec<String>>> {
+        self.pods
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Vec<String>>> {
+        self.pods
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_holds_its_images_until_it_is_removed_or_a_relist_leaves_it_out() {
+        let pods = BoundPods::default();
+        let seen = pods.clone();
+        pods.set_pod("a/one".into(), vec!["busybox:1".into(), "nginx:1".into()]);
+        pods.set_pod("b/two".into(), vec!["nginx:1".into()]);
+        pods.set_pod("c/none".into(), Vec::new());
+        assert_eq!(
+            seen.len(),
+            2,
+            "a clone sees the same set; a pod naming none is not held"
+        );
+        let images = seen.images();
+        assert_eq!(images.get("nginx:1").map(String::as_str), Some("a/one"));
+        assert_eq!(images.len(), 2);
+        pods.remove_pod("a/one");
+        assert_eq!(
+            seen.images().get("nginx:1").map(String::as_str),
+            Some("b/two")
+        );
+        assert!(!seen.images().contains_key("busybox:1"));
+        pods.replace_all([("d/three".to_owned(), vec!["redis:7".to_owned()])].into());
+        assert_eq!(seen.images().keys().collect::<Vec<_>>(), ["redis:7"]);
+    }
+}
