@@ -225,6 +225,13 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, InvalidDuration> {
     Ok(Duration::from_nanos(nanos))
 }
 
+/// A Go duration as [`go_duration`] writes it (`90m` is `1h30m0s`), refused as
+/// [`parse_go_duration`] refuses it: a flag checked when it is parsed, its value then read as
+/// text (the settings table's older `inspect` flags, `--min-age` and `--max-age`).
+pub fn canonical_go_duration(input: &str) -> Result<String, InvalidDuration> {
+    parse_go_duration(input).map(go_duration)
+}
+
 /// A time as RFC 3339 in UTC, with nanoseconds only when there are any, without trailing
 /// zeros: `2026-01-02T03:04:05Z`, `2026-01-02T03:04:05.5Z`.
 pub fn format_rfc3339(t: UnixNanos) -> String {
@@ -531,6 +538,22 @@ mod tests {
         for s in ["2m0s", "1h30m0s", "1.5s", "250ms", "25h0m1s", "0s"] {
             let d = parse_go_duration(s).expect("parses");
             assert_eq!(go_duration(d), s);
+        }
+    }
+
+    /// `inspect`'s older `--min-age` and `--max-age` take a duration this way: refused as
+    /// [`parse_go_duration`] refuses it, else read as the text Go prints for it.
+    #[test]
+    fn a_canonical_go_duration_is_the_text_go_prints_and_refuses_as_go_does() {
+        for (input, want) in [("90m", "1h30m0s"), ("8h30m", "8h30m0s"), ("0", "0s")] {
+            assert_eq!(canonical_go_duration(input).as_deref(), Ok(want), "{input}");
+        }
+        for input in ["2x", "5", "-1h", ""] {
+            assert_eq!(
+                canonical_go_duration(input).map_err(|e| e.to_string()),
+                Err(parse_go_duration(input).expect_err(input).to_string()),
+                "{input}"
+            );
         }
     }
 

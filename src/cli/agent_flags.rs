@@ -2,8 +2,11 @@
 //! process-level `--db` and `--admin-socket`, and [`SettingFlags`]: one flag per setting the
 //! settings table gives a flag (`imagekeeper::imagekeeper_settings!`, generated here: kubelet's
 //! names and defaults, deprecated ones hidden and warning) and the generic `--set KEY=VALUE`.
-//! `inspect explain` and `inspect workload` take [`SettingFlags`] too (`src/cli/inspect/`).
+//! `inspect explain` and `inspect workload` take [`SettingFlags`] too, scoped to the settings
+//! they evaluate ([`FlagScope`]: the other flags hidden), and [`InspectOldFlags`], their older
+//! flags, generated from the entries' `inspect_old` (`src/cli/inspect/settings.rs`).
 
+use std::marker::PhantomData;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -37,39 +40,105 @@ fn parse_set(arg: &str) -> Result<FileConfig, String> {
     imagekeeper::config::parse_set(arg).map_err(|e| e.to_string())
 }
 
-/// The binary's callback of the settings table: the clap flags, [`AgentFlags::values`] and
-/// the deprecation warnings.
+/// Which settings a command evaluates: the flags of the others stay accepted, hidden from
+/// its `--help`.
+pub trait FlagScope {
+    /// Whether the command evaluates the setting `key`.
+    fn evaluates(key: &str) -> bool;
+}
+
+/// `run`, `gc`, `prune`, `doctor`, `pin` and `restore`: every setting.
+#[derive(Debug, Clone, Copy)]
+pub struct EverySetting;
+
+impl FlagScope for EverySetting {
+    fn evaluates(_: &str) -> bool {
+        true
+    }
+}
+
+/// A setting flag given: its name, its key and whether it is deprecated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GivenFlag {
+    /// `--journal-max-age`.
+    pub flag: &'static str,
+    /// `journalMaxAge`.
+    pub key: &'static str,
+    /// Kept, or deprecated (warning).
+    pub status: FlagStatus,
+}
+
+impl GivenFlag {
+    /// The warning of a deprecated flag, naming the key that replaces it.
+    pub fn deprecation(&self) -> Option<String> {
+        (self.status == FlagStatus::Deprecated).then(|| {
+            format!(
+                "warning: {} is deprecated; use --set {}=... or the config file key {}",
+                self.flag, self.key, self.key
+            )
+        })
+    }
+}
+
+/// An older flag of `inspect explain` and `inspect workload` given: it, the `run` flag it
+/// duplicates and that flag's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GivenInspectOld {
+    /// `--high`.
+    pub old: &'static str,
+    /// `--image-gc-high-threshold`.
+    pub run: &'static str,
+    /// `imageGCHighThresholdPercent`.
+    pub key: &'static str,
+}
+
+impl GivenInspectOld {
+    /// Its warning, naming the `run` flag and the key that replace it.
+    pub fn deprecation(&self) -> String {
+        let (old, run, key) = (self.old, self.run, self.key);
+        format!(
+            "warning: {old} is deprecated; use {run} (as `run`), --set {key}=... or the config \
+             file key {key}"
+        )
+    }
+}
+
+/// The binary's callback of the settings table: the clap flags ([`SettingFlags`], and
+/// [`InspectOldFlags`] for the entries naming an `inspect_old` flag), what was given, and the
+/// values.
 macro_rules! agent_flags_from_table {
-    ($( {
-        key: $key:literal,
-        field: $field:ident : $ty:ty,
-        flag: [ $( $ff:ident : $fty:ty = $fname:literal, $status:ident, ( $($fattr:tt)* ) )? ],
-        kubelet: [ $( $kubelet:literal )? ],
-        default: $default:expr,
-        reload: $reload:ident,
-        help: $help:literal $(,)?
-    } )*) => {
+    (
+        settings: $settings:tt
+        flags: [ $( (
+            $key:literal, $ff:ident : $fty:ty = $fname:literal, $status:ident,
+            ( $($attribute:tt)* ), $help:literal,
+            [ $( $old:ident = $old_name:literal, ( $($old_attribute:tt)* ) )? ]
+        ) )* ]
+    ) => {
         /// `--set KEY=VALUE` and one flag per setting that has one: what every command
-        /// reading the agent's settings takes, beside its `--config`.
+        /// reading the agent's settings takes, beside its `--config`. A deprecated flag, or
+        /// one of a setting the command does not evaluate (`S`), is hidden from `--help`.
         #[derive(Args, Debug, Clone)]
-        pub struct SettingFlags {
+        pub struct SettingFlags<S: FlagScope = EverySetting> {
             /// Set a config file key, as the file would (repeatable): VALUE is read as TOML
             /// (85, true, ["a","b"], {usedWithin="1h"}), else as text (2m, 500Gi). Over the file,
             /// under a flag; the keys: docs/src/reference/config.md.
             #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_set)]
             pub set: Vec<FileConfig>,
-            $( $(
+            $(
                 #[arg(
                     long = $fname,
-                    hide = FlagStatus::$status.hidden(),
+                    hide = FlagStatus::$status.hidden() || !S::evaluates($key),
                     help = flag_help($key),
-                    $($fattr)*
+                    $($attribute)*
                 )]
                 pub $ff: $fty,
-            )? )*
+            )*
+            #[arg(skip)]
+            scope: PhantomData<S>,
         }
 
-        impl SettingFlags {
+        impl<S: FlagScope> SettingFlags<S> {
             /// The flags given, the `--set`s folded in order (a later one wins).
             pub fn values(&self) -> FlagValues {
                 let mut set = FileConfig::default();
@@ -78,23 +147,67 @@ macro_rules! agent_flags_from_table {
                 }
                 FlagValues {
                     set,
-                    $( $( $ff: self.$ff.clone(), )? )*
+                    $( $ff: self.$ff.clone(), )*
                     ..FlagValues::default()
                 }
             }
 
-            /// The deprecation warnings of the flags given.
-            pub fn deprecations(&self) -> Vec<String> {
-                let mut lines = Vec::new();
+            /// The setting flags given, in the table's order.
+            pub fn given(&self) -> Vec<GivenFlag> {
+                let mut given = Vec::new();
+                $(
+                    if self.$ff.given() {
+                        given.push(GivenFlag {
+                            flag: concat!("--", $fname),
+                            key: $key,
+                            status: FlagStatus::$status,
+                        });
+                    }
+                )*
+                given
+            }
+        }
+
+        /// The older flags of `inspect explain` and `inspect workload`, each for the setting
+        /// flag it duplicates: hidden, refused beside that flag.
+        #[derive(Args, Debug, Clone)]
+        #[group(skip)]
+        pub struct InspectOldFlags {
+            $( $(
+                #[arg(
+                    long = $old_name,
+                    hide = true,
+                    help = concat!("Deprecated: --", $fname),
+                    conflicts_with = stringify!($ff),
+                    $($old_attribute)*
+                )]
+                pub $old: $fty,
+            )? )*
+        }
+
+        impl InspectOldFlags {
+            /// The older flags given, in the table's order.
+            pub fn given(&self) -> Vec<GivenInspectOld> {
+                let mut given = Vec::new();
                 $( $(
-                    if FlagStatus::$status == FlagStatus::Deprecated && self.$ff.given() {
-                        lines.push(format!(
-                            "warning: --{} is deprecated; use --set {}=... or the config file key {}",
-                            $fname, $key, $key
-                        ));
+                    if self.$old.given() {
+                        given.push(GivenInspectOld {
+                            old: concat!("--", $old_name),
+                            run: concat!("--", $fname),
+                            key: $key,
+                        });
                     }
                 )? )*
-                lines
+                given
+            }
+
+            /// `values` with each older flag given as the flag it duplicates.
+            pub fn apply(&self, values: &mut FlagValues) {
+                $( $(
+                    if !values.$ff.given() {
+                        values.$ff = self.$old.clone();
+                    }
+                )? )*
             }
         }
     };
@@ -136,7 +249,8 @@ impl AgentFlags {
 
     /// The deprecation warnings of the flags given.
     pub fn deprecations(&self) -> Vec<String> {
-        self.settings.deprecations()
+        let given = self.settings.given();
+        given.iter().filter_map(GivenFlag::deprecation).collect()
     }
 
     /// Where the configuration comes from: the file and the flags given (plus `extra`, the

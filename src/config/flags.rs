@@ -10,24 +10,22 @@ use std::path::PathBuf;
 
 /// The settings table's callback: [`FlagValues`], with a field per entry that has a flag.
 macro_rules! flag_values_from_table {
-    ($( {
-        key: $key:literal,
-        field: $field:ident : $ty:ty,
-        flag: [ $( $ff:ident : $fty:ty = $fname:literal, $status:ident, ( $($fattr:tt)* ) )? ],
-        kubelet: [ $( $kubelet:literal )? ],
-        default: $default:expr,
-        reload: $reload:ident,
-        help: $help:literal $(,)?
-    } )*) => {
+    (
+        settings: $settings:tt
+        flags: [ $( (
+            $key:literal, $ff:ident : $fty:ty = $fname:literal, $status:ident, $attributes:tt,
+            $help:literal, $inspect_old:tt
+        ) )* ]
+    ) => {
         /// Values given as flags; `None` means not given.
         #[derive(Debug, Default, Clone, PartialEq)]
         pub struct FlagValues {
             /// `--db`: the record database file.
             pub db: Option<PathBuf>,
-            $( $(
+            $(
                 #[doc = concat!("`--", $fname, "`, which sets `", $key, "`: ", $help)]
                 pub $ff: $fty,
-            )? )*
+            )*
             /// `--admin-socket`: the agent's admin socket.
             pub admin_socket: Option<PathBuf>,
             /// `run --metrics-address`: `HOST:PORT` of the metrics and health endpoint.

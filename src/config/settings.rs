@@ -1,45 +1,65 @@
 //! One declaration per setting: [`imagekeeper_settings!`](crate::imagekeeper_settings) holds
 //! the table of every config file setting (its TOML key, its [`FileConfig`] field and type,
-//! the flag that also sets it if any, whether that flag is kept or deprecated, the kubelet's
-//! counterpart, its default as read off the resolved [`AgentConfig`], whether a reload applies
-//! it, its help). Everything else is generated from it: [`FileConfig`], [`CONFIG_FIELDS`] (and
-//! from that the reference page and every flag's `[default: ...]`), `--set KEY=VALUE`
-//! ([`parse_set`]), the flag's field of [`FlagValues`](super::FlagValues) (`flags.rs`), and in
-//! the binary the clap flags (`src/cli/agent_flags.rs`).
+//! the flag that also sets it if any, whether that flag is kept or deprecated, the older
+//! `inspect` flag that duplicates it if any, the kubelet's counterpart, its default as read off
+//! the resolved [`AgentConfig`], whether a reload applies it, its help). Everything else is
+//! generated from it: [`FileConfig`], [`CONFIG_FIELDS`] (and from that the reference page and
+//! every flag's `[default: ...]`), `--set KEY=VALUE` ([`parse_set`]), the flag's field of
+//! [`FlagValues`](super::FlagValues) (`flags.rs`), and in the binary the clap flags, their
+//! warnings and `inspect`'s older flags (`src/cli/agent_flags.rs`).
 //!
 //! Adding a setting: one entry here, its resolver (`config/<area>.rs`), a case in the
-//! round-trip test (`src/cli/agent_flags.rs`). Following the kubelet, a new policy setting
-//! gets no flag (`flag: []`): the file and `--set` reach it.
+//! round-trip test (`src/cli/agent_flags.rs`) and a line in `inspect`'s scope test
+//! (`src/cli/inspect/settings.rs`). Following the kubelet, a new policy setting gets no flag
+//! (`flag: []`): the file and `--set` reach it. A callback (one more thing generated from the
+//! table) matches the short form the table hands it (below), never an entry's named fields:
+//! those are read in one place, the table's `@entries` rule.
 //!
 //! Invariants: the table's keys are exactly the file's fields, in order; a flag given wins over
 //! `--set`, which wins over the file; a deprecated flag still works, hidden from `--help`, and
-//! warns naming its key.
+//! warns naming its key; an older `inspect` flag still works as the flag it duplicates, hidden,
+//! warning, refused beside that flag.
 
 use super::fields::FlagStatus;
 use super::{AgentConfig, ConfigError};
 
-/// The settings table. It hands its entries to `$callback`, a macro that generates what it
-/// needs from them (here [`FileConfig`] and [`CONFIG_FIELDS`]; in `flags.rs`
-/// [`FlagValues`](super::FlagValues); in the binary the clap flags).
-/// Each entry:
+/// The settings table. Each entry names its fields:
 ///
 /// - `key`: the TOML key (KubeletConfiguration's name where the kubelet has one);
 /// - `field`: the [`FileConfig`] field and its type (the field is an `Option` of it);
 /// - `flag`: `[]`, or `[FlagValues field: its type = "flag-name", Kept|Deprecated, (clap
-///   attributes)]`;
+///   attributes)]`, optionally followed by `, inspect_old: field = "old-name", (clap
+///   attributes)`: the older flag `inspect explain` and `inspect workload` still take for this
+///   setting (hidden, warning, refused beside the flag; its type is the flag's);
 /// - `kubelet`: `[]` (imagekeeper's own) or `["the kubelet's setting"]`;
 /// - `default`: the value in force when nothing sets it, read off [`AgentConfig::defaults`];
 /// - `reload`: [`OnReload`](super::OnReload)`::Applied` or `NeedsRestart`;
 /// - `help`: one paragraph, for the file's reference page and the flag's `--help`.
+///
+/// `imagekeeper_settings!(callback)` reads the entries once (its `@entries` rule) and hands
+/// `callback` (a macro generating what it needs: here [`FileConfig`] and [`CONFIG_FIELDS`], in
+/// `flags.rs` [`FlagValues`](super::FlagValues), in the binary the clap flags) two lists in
+/// short, positional form:
+///
+/// ```text
+/// settings: [ (key, field: type, [flag-name, status], [kubelet], default, reload, help) ... ]
+/// flags: [ (key, flag_field: type = flag-name, status, (attributes), help,
+///           [old_field = old-name, (old attributes)]) ... ]
+/// ```
+///
+/// `settings` has every entry (the brackets empty when it has no flag or no kubelet
+/// counterpart); `flags` the entries with a flag (the last bracket empty without an older
+/// `inspect` flag). A callback matches the list it needs and takes the other as one `tt`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! imagekeeper_settings {
     ($callback:ident) => {
-        $callback! {
+        $crate::imagekeeper_settings! { @entries $callback
             {
                 key: "imageGCHighThresholdPercent",
                 field: image_gc_high_threshold_percent: i64,
-                flag: [image_gc_high_threshold: Option<i64> = "image-gc-high-threshold", Kept, (allow_negative_numbers = true, value_name = "PERCENT")],
+                flag: [image_gc_high_threshold: Option<i64> = "image-gc-high-threshold", Kept, (allow_negative_numbers = true, value_name = "PERCENT"),
+                    inspect_old: high = "high", (value_name = "PERCENT", allow_negative_numbers = true)],
                 kubelet: ["KubeletConfiguration imageGCHighThresholdPercent"],
                 default: |c| c.gc.policy.high_threshold_percent.to_string(),
                 reload: Applied,
@@ -48,7 +68,8 @@ macro_rules! imagekeeper_settings {
             {
                 key: "imageGCLowThresholdPercent",
                 field: image_gc_low_threshold_percent: i64,
-                flag: [image_gc_low_threshold: Option<i64> = "image-gc-low-threshold", Kept, (allow_negative_numbers = true, value_name = "PERCENT")],
+                flag: [image_gc_low_threshold: Option<i64> = "image-gc-low-threshold", Kept, (allow_negative_numbers = true, value_name = "PERCENT"),
+                    inspect_old: low = "low", (value_name = "PERCENT", allow_negative_numbers = true)],
                 kubelet: ["KubeletConfiguration imageGCLowThresholdPercent"],
                 default: |c| c.gc.policy.low_threshold_percent.to_string(),
                 reload: Applied,
@@ -105,7 +126,8 @@ macro_rules! imagekeeper_settings {
             {
                 key: "imageMinimumGCAge",
                 field: image_minimum_gc_age: String,
-                flag: [minimum_image_ttl_duration: Option<String> = "minimum-image-ttl-duration", Kept, (value_name = "DURATION")],
+                flag: [minimum_image_ttl_duration: Option<String> = "minimum-image-ttl-duration", Kept, (value_name = "DURATION"),
+                    inspect_old: min_age = "min-age", (value_name = "DURATION", value_parser = $crate::format::canonical_go_duration)],
                 kubelet: ["KubeletConfiguration imageMinimumGCAge"],
                 default: |c| $crate::format::go_duration(c.gc.policy.min_age),
                 reload: Applied,
@@ -114,7 +136,8 @@ macro_rules! imagekeeper_settings {
             {
                 key: "imageMaximumGCAge",
                 field: image_maximum_gc_age: String,
-                flag: [image_maximum_gc_age: Option<String> = "image-maximum-gc-age", Kept, (value_name = "DURATION")],
+                flag: [image_maximum_gc_age: Option<String> = "image-maximum-gc-age", Kept, (value_name = "DURATION"),
+                    inspect_old: max_age = "max-age", (value_name = "DURATION", value_parser = $crate::format::canonical_go_duration)],
                 kubelet: ["KubeletConfiguration imageMaximumGCAge"],
                 default: |c| $crate::format::go_duration(c.gc.policy.max_age),
                 reload: Applied,
@@ -375,6 +398,32 @@ macro_rules! imagekeeper_settings {
             }
         }
     };
+    // The one place an entry's shape is read: every entry, then every flag, in the short form
+    // the callbacks match (see the doc above).
+    (@entries $callback:ident $( {
+        key: $key:literal,
+        field: $field:ident : $ty:ty,
+        flag: [ $(
+            $ff:ident : $fty:ty = $fname:literal, $status:ident, ( $($fattr:tt)* )
+            $( , inspect_old: $old:ident = $old_name:literal, ( $($old_attr:tt)* ) )?
+        )? ],
+        kubelet: [ $( $kubelet:literal )? ],
+        default: $default:expr,
+        reload: $reload:ident,
+        help: $help:literal $(,)?
+    } )*) => {
+        $callback! {
+            settings: [ $(
+                ($key, $field: $ty, [$($fname, $status)?], [$($kubelet)?], $default, $reload, $help)
+            )* ]
+            flags: [ $( $(
+                (
+                    $key, $ff: $fty = $fname, $status, ($($fattr)*), $help,
+                    [$($old = $old_name, ($($old_attr)*))?]
+                )
+            )? )* ]
+        }
+    };
 }
 
 /// The flag column of the reference page: the flag, or how `--set` reaches the key.
@@ -402,15 +451,13 @@ macro_rules! optional {
 
 /// The library's callback: [`FileConfig`], [`CONFIG_FIELDS`] and the overlay `--set` uses.
 macro_rules! config_from_table {
-    ($( {
-        key: $key:literal,
-        field: $field:ident : $ty:ty,
-        flag: [ $( $ff:ident : $fty:ty = $fname:literal, $status:ident, ( $($fattr:tt)* ) )? ],
-        kubelet: [ $( $kubelet:literal )? ],
-        default: $default:expr,
-        reload: $reload:ident,
-        help: $help:literal $(,)?
-    } )*) => {
+    (
+        settings: [ $( (
+            $key:literal, $field:ident : $ty:ty, [$($fname:literal, $status:ident)?],
+            [$($kubelet:literal)?], $default:expr, $reload:ident, $help:literal
+        ) )* ]
+        flags: $flags:tt
+    ) => {
         /// The config file: KubeletConfiguration's field names, all optional (generated from
         /// the settings table, [`crate::imagekeeper_settings`]).
         #[derive(Debug, Default, Clone, PartialEq, serde::Deserialize)]

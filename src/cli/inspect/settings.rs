@@ -4,28 +4,27 @@
 //! ([`SettingFlags`]). Each command lists on `--help` only the flags of the settings it
 //! evaluates ([`SettingsScope::KEYS`]); `run`'s other setting flags stay accepted, hidden,
 //! each warning once that it has no effect there (as does a `--set` of such a key). Their own
-//! older flags (`--high`, `--low`, `--min-age`, `--max-age`) keep working as explicit flags
-//! for the setting they duplicate, hidden from `--help`, each warning once naming `run`'s flag
-//! and the key; one given beside its replacement is a usage error. Invariants: an explicit
-//! flag wins over `--set`, which wins over the file, which wins over the default; every error
-//! names the flag, key or file the bad value came from (the old flag when that is what was
-//! given); every error is a usage error (exit 2); a command reads of the resolved
-//! configuration only [`SettingsScope::settings`], which changes with exactly the keys of
-//! [`SettingsScope::KEYS`] (a test holds each command to it).
+//! older flags (`--high`, `--low`, `--min-age`, `--max-age`: [`InspectOldFlags`], declared in
+//! the settings table's entries as `inspect_old`) keep working as explicit flags for the
+//! setting they duplicate, hidden from `--help`, each warning once naming `run`'s flag and the
+//! key; one given beside its replacement is a usage error. Invariants: an explicit flag wins
+//! over `--set`, which wins over the file, which wins over the default; every error names the
+//! flag, key or file the bad value came from (the older flag when that is what was given);
+//! every error is a usage error (exit 2); a command reads of the resolved configuration only
+//! [`SettingsScope::settings`], which changes with exactly the keys of [`SettingsScope::KEYS`]
+//! (a test holds each command to it).
 
-use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::parser::ValueSource;
-use clap::{ArgMatches, Args, Command, FromArgMatches};
-use imagekeeper::config::{AgentConfig, CONFIG_FIELDS, ConfigError, FlagValues};
-use imagekeeper::format::go_duration;
+use clap::Args;
+use imagekeeper::config::{AgentConfig, ConfigError, FlagValues};
 use imagekeeper::gc::GcConfig;
 
 use super::super::Failure;
-use super::super::agent_flags::{SettingFlags, resolve_file_and_flags};
-use super::parse_duration;
+use super::super::agent_flags::{
+    FlagScope, GivenFlag, InspectOldFlags, SettingFlags, resolve_file_and_flags,
+};
 
 /// An `inspect` command that evaluates some of `run`'s settings: its name, the config keys it
 /// evaluates, and what it reads of the resolved configuration.
@@ -112,221 +111,59 @@ impl SettingsScope for Workload {
     }
 }
 
-/// The flags of the settings table's entries that `S` does not evaluate (`--registry-qps`
-/// for explain): hidden from its `--help`, still accepted.
-fn no_effect_flags<S: SettingsScope>() -> impl Iterator<Item = (&'static str, &'static str)> {
-    CONFIG_FIELDS
-        .iter()
-        .filter(|f| !S::KEYS.contains(&f.key))
-        .filter_map(|f| Some((f.flag_name?, f.key)))
-}
-
-/// [`SettingFlags`] as `S` takes them: `--help` lists the flags of the settings `S` evaluates
-/// and `--set`; the others are hidden, parsed as `run` parses them, and remembered when given
-/// so that [`GcSettingArgs::resolve`] warns that they have no effect.
-#[derive(Debug)]
-pub(super) struct ScopedSettingFlags<S> {
-    flags: SettingFlags,
-    /// The flags given that `S` does not evaluate, with their keys, in the table's order.
-    given_without_effect: Vec<(&'static str, &'static str)>,
-    scope: PhantomData<S>,
-}
-
-impl<S: SettingsScope> ScopedSettingFlags<S> {
-    /// `cmd` with the flags `S` does not evaluate hidden.
-    fn hide_no_effect(cmd: Command) -> Command {
-        let hidden: Vec<clap::Id> = cmd
-            .get_arguments()
-            .filter(|a| {
-                a.get_long().is_some_and(|long| {
-                    no_effect_flags::<S>().any(|(flag, _)| flag.strip_prefix("--") == Some(long))
-                })
-            })
-            .map(|a| a.get_id().clone())
-            .collect();
-        hidden
-            .into_iter()
-            .fold(cmd, |cmd, id| cmd.mut_arg(id, |a| a.hide(true)))
-    }
-
-    /// The flags `matches` holds from the command line that `S` does not evaluate.
-    fn given_without_effect(matches: &ArgMatches) -> Vec<(&'static str, &'static str)> {
-        let ids = SettingFlags::augment_args(Command::new("settings"));
-        no_effect_flags::<S>()
-            .filter(|(flag, _)| {
-                ids.get_arguments().any(|a| {
-                    a.get_long()
-                        .is_some_and(|l| flag.strip_prefix("--") == Some(l))
-                        && matches.value_source(a.get_id().as_str())
-                            == Some(ValueSource::CommandLine)
-                })
-            })
-            .collect()
+/// A command's setting flags on `--help` are those of its keys.
+impl<S: SettingsScope> FlagScope for S {
+    fn evaluates(key: &str) -> bool {
+        S::KEYS.contains(&key)
     }
 }
 
-impl<S: SettingsScope> FromArgMatches for ScopedSettingFlags<S> {
-    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
-        Ok(ScopedSettingFlags {
-            flags: SettingFlags::from_arg_matches(matches)?,
-            given_without_effect: Self::given_without_effect(matches),
-            scope: PhantomData,
-        })
-    }
-
-    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
-        self.flags.update_from_arg_matches(matches)?;
-        self.given_without_effect = Self::given_without_effect(matches);
-        Ok(())
-    }
-}
-
-impl<S: SettingsScope> Args for ScopedSettingFlags<S> {
-    fn augment_args(cmd: Command) -> Command {
-        Self::hide_no_effect(SettingFlags::augment_args(cmd))
-    }
-
-    fn augment_args_for_update(cmd: Command) -> Command {
-        Self::hide_no_effect(SettingFlags::augment_args_for_update(cmd))
-    }
-}
-
-/// `--config`, `--set`, `run`'s setting flags (those `S` evaluates on `--help`) and the old
-/// names of four of them.
+/// `--config`, `--set`, `run`'s setting flags (those `S` evaluates on `--help`) and the older
+/// flags the settings table gives `inspect` (`--high`, `--low`, `--min-age`, `--max-age`).
 #[derive(Args, Debug)]
-pub(super) struct GcSettingArgs<S: SettingsScope + Send + Sync + 'static> {
+pub(super) struct GcSettingArgs<S: SettingsScope> {
     /// The agent's config file (TOML, KubeletConfiguration's field names: the keys of
     /// docs/src/reference/config.md): its GC settings are evaluated, as `run` reads them;
     /// --set and the flags win over it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     #[command(flatten)]
-    settings: ScopedSettingFlags<S>,
-    /// Deprecated: --image-gc-high-threshold.
-    #[arg(
-        long,
-        hide = true,
-        value_name = "PERCENT",
-        allow_negative_numbers = true,
-        conflicts_with = "image_gc_high_threshold"
-    )]
-    high: Option<i64>,
-    /// Deprecated: --image-gc-low-threshold.
-    #[arg(
-        long,
-        hide = true,
-        value_name = "PERCENT",
-        allow_negative_numbers = true,
-        conflicts_with = "image_gc_low_threshold"
-    )]
-    low: Option<i64>,
-    /// Deprecated: --minimum-image-ttl-duration.
-    #[arg(
-        long,
-        hide = true,
-        value_name = "DURATION",
-        value_parser = parse_duration,
-        conflicts_with = "minimum_image_ttl_duration"
-    )]
-    min_age: Option<Duration>,
-    /// Deprecated: --image-maximum-gc-age.
-    #[arg(
-        long,
-        hide = true,
-        value_name = "DURATION",
-        value_parser = parse_duration,
-        conflicts_with = "image_maximum_gc_age"
-    )]
-    max_age: Option<Duration>,
+    settings: SettingFlags<S>,
+    #[command(flatten)]
+    old: InspectOldFlags,
 }
 
-/// An old flag of `inspect`, the `run` flag it duplicates and that flag's config key.
-struct OldFlag {
-    old: &'static str,
-    run: &'static str,
-    key: &'static str,
-    given: bool,
-}
-
-impl<S: SettingsScope + Send + Sync + 'static> GcSettingArgs<S> {
-    fn old_flags(&self) -> [OldFlag; 4] {
-        [
-            OldFlag {
-                old: "--high",
-                run: "--image-gc-high-threshold",
-                key: "imageGCHighThresholdPercent",
-                given: self.high.is_some(),
-            },
-            OldFlag {
-                old: "--low",
-                run: "--image-gc-low-threshold",
-                key: "imageGCLowThresholdPercent",
-                given: self.low.is_some(),
-            },
-            OldFlag {
-                old: "--min-age",
-                run: "--minimum-image-ttl-duration",
-                key: "imageMinimumGCAge",
-                given: self.min_age.is_some(),
-            },
-            OldFlag {
-                old: "--max-age",
-                run: "--image-maximum-gc-age",
-                key: "imageMaximumGCAge",
-                given: self.max_age.is_some(),
-            },
-        ]
-    }
-
-    /// The flags given, an old flag as the `run` flag it duplicates (clap refuses both).
+impl<S: SettingsScope> GcSettingArgs<S> {
+    /// The flags given, an older flag as the `run` flag it duplicates (clap refuses both).
     fn values(&self) -> FlagValues {
-        let mut values = self.settings.flags.values();
-        values.image_gc_high_threshold = values.image_gc_high_threshold.or(self.high);
-        values.image_gc_low_threshold = values.image_gc_low_threshold.or(self.low);
-        values.minimum_image_ttl_duration = values
-            .minimum_image_ttl_duration
-            .or_else(|| self.min_age.map(go_duration));
-        values.image_maximum_gc_age = values
-            .image_maximum_gc_age
-            .or_else(|| self.max_age.map(go_duration));
+        let mut values = self.settings.values();
+        self.old.apply(&mut values);
         values
     }
 
     /// The warnings of the flags given: those without effect here (and `--set`s of their
-    /// keys), `run`'s deprecated ones (unless without effect) and the old ones.
+    /// keys), `run`'s deprecated ones (unless without effect) and the older ones.
     fn deprecations(&self) -> Vec<String> {
-        let without_effect = &self.settings.given_without_effect;
-        let mut lines: Vec<String> = without_effect
+        let given = self.settings.given();
+        let without_effect = given.iter().filter(|f| !S::evaluates(f.key)).map(|f| {
+            let (flag, key) = (f.flag, f.key);
+            format!("warning: {flag} ({key}) has no effect on {}", S::COMMAND)
+        });
+        let keys_set = self.settings.values().set.keys_given();
+        let set_without_effect = keys_set
+            .into_iter()
+            .filter(|key| !S::evaluates(key))
+            .map(|key| format!("warning: --set {key} has no effect on {}", S::COMMAND));
+        let deprecated = given
             .iter()
-            .map(|(flag, key)| format!("warning: {flag} ({key}) has no effect on {}", S::COMMAND))
-            .collect();
-        for key in self.settings.flags.values().set.keys_given() {
-            if !S::KEYS.contains(&key) {
-                lines.push(format!(
-                    "warning: --set {key} has no effect on {}",
-                    S::COMMAND
-                ));
-            }
-        }
-        lines.extend(
-            self.settings
-                .flags
-                .deprecations()
-                .into_iter()
-                .filter(|line| {
-                    !without_effect
-                        .iter()
-                        .any(|(flag, _)| line.starts_with(&format!("warning: {flag} ")))
-                }),
-        );
-        for flag in self.old_flags().iter().filter(|f| f.given) {
-            lines.push(format!(
-                "warning: {} is deprecated; use {} (as `run`), --set {}=... or the config file \
-                 key {}",
-                flag.old, flag.run, flag.key, flag.key
-            ));
-        }
-        lines
+            .filter(|f| S::evaluates(f.key))
+            .filter_map(GivenFlag::deprecation);
+        let old = self.old.given().into_iter().map(|f| f.deprecation());
+        without_effect
+            .chain(set_without_effect)
+            .chain(deprecated)
+            .chain(old)
+            .collect()
     }
 
     /// Warns once per deprecated or ineffective flag given, loads the file (if any) and
@@ -342,19 +179,15 @@ impl<S: SettingsScope + Send + Sync + 'static> GcSettingArgs<S> {
         .map(S::settings)
     }
 
-    /// The error with `run`'s flag named as the old flag given in its place.
+    /// The error with `run`'s flag named as the older flag given in its place.
     fn naming_old_flags(&self, e: ConfigError) -> ConfigError {
         let ConfigError::Invalid { origin, message } = e else {
             return e;
         };
-        let old = self.old_flags();
+        let old = self.old.given();
         let origin = origin
             .split(" and ")
-            .map(|part| {
-                old.iter()
-                    .find(|f| f.given && f.run == part)
-                    .map_or(part, |f| f.old)
-            })
+            .map(|part| old.iter().find(|f| f.run == part).map_or(part, |f| f.old))
             .collect::<Vec<_>>()
             .join(" and ");
         ConfigError::Invalid { origin, message }
@@ -364,7 +197,7 @@ impl<S: SettingsScope + Send + Sync + 'static> GcSettingArgs<S> {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
-    use imagekeeper::config::{FileConfig, FlagStatus};
+    use imagekeeper::config::{CONFIG_FIELDS, FileConfig, FlagStatus};
 
     use super::*;
 
@@ -589,5 +422,71 @@ mod tests {
         let quiet = ExplainFlags::try_parse_from(["explain", "--image-gc-high-threshold", "90"])
             .expect("parses");
         assert!(quiet.settings.deprecations().is_empty());
+    }
+
+    /// Issue 38: each older flag of `inspect` (the settings table's `inspect_old`) sets what
+    /// the `run` flag it duplicates sets, warns once naming that flag and the key, is hidden
+    /// from `--help`, and beside that flag is a usage error (exit 2).
+    #[test]
+    fn an_older_flag_works_as_its_run_flag_hidden_warning_and_refused_beside_it() {
+        let explain = listed_options(&["inspect", "explain"]);
+        let workload = listed_options(&["inspect", "workload"]);
+        for (old, run, key, value) in [
+            (
+                "--high",
+                "--image-gc-high-threshold",
+                "imageGCHighThresholdPercent",
+                "90",
+            ),
+            (
+                "--low",
+                "--image-gc-low-threshold",
+                "imageGCLowThresholdPercent",
+                "70",
+            ),
+            (
+                "--min-age",
+                "--minimum-image-ttl-duration",
+                "imageMinimumGCAge",
+                "90m",
+            ),
+            (
+                "--max-age",
+                "--image-maximum-gc-age",
+                "imageMaximumGCAge",
+                "72h",
+            ),
+        ] {
+            let by_old = ExplainFlags::try_parse_from(["explain", old, value]).expect(old);
+            let by_run = ExplainFlags::try_parse_from(["explain", run, value]).expect(run);
+            let (Ok(from_old), Ok(from_run)) =
+                (by_old.settings.resolve(), by_run.settings.resolve())
+            else {
+                panic!("{old} {value} or {run} {value} refused");
+            };
+            assert_eq!(from_old, from_run, "{old}");
+            assert_ne!(
+                from_old,
+                Explain::settings(AgentConfig::defaults().expect("valid")),
+                "{old}"
+            );
+            assert_eq!(
+                by_old.settings.deprecations(),
+                [format!(
+                    "warning: {old} is deprecated; use {run} (as `run`), --set {key}=... or the \
+                     config file key {key}"
+                )]
+            );
+            assert!(!explain.iter().any(|o| o == old), "{old}: {explain:?}");
+            assert!(!workload.iter().any(|o| o == old), "{old}: {workload:?}");
+            let both = ExplainFlags::try_parse_from(["explain", old, value, run, value])
+                .expect_err("both refused");
+            assert_eq!(
+                both.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{old}"
+            );
+            assert_eq!(both.exit_code(), i32::from(crate::cli::EXIT_USAGE), "{old}");
+        }
     }
 }
