@@ -115,21 +115,11 @@ fn policy(high: i64, low: i64, min_age: i64, max_age: i64) -> GcPolicy {
     }
 }
 
-#[test]
-fn each_rule_gives_its_decision() {
+/// `each_rule_gives_its_decision`'s cases: (name, policy, filesystem, the decision on each of
+/// its six records in eviction order).
+fn rule_cases() -> Vec<(&'static str, GcPolicy, Option<FsSpace>, Vec<Decision>)> {
     use Decision::*;
-    let now = 100 * MIN;
-    // Eviction order: never used first, then by last_used.
-    let records = vec![
-        rec("never", 10 * MIN, 0, 100, false),
-        rec("young", now - 30, 0, 100, false),
-        rec("old", MIN, 20 * MIN, 100, false),
-        rec("pinned", MIN, 30 * MIN, 100, true),
-        rec("mid", MIN, 40 * MIN, 100, false),
-        rec("inuse", MIN, 90 * MIN, 100, false),
-    ];
-    let last_detect = Some(UnixNanos::from_secs(90 * MIN));
-    let cases: Vec<(&str, GcPolicy, Option<FsSpace>, Vec<Decision>)> = vec![
+    vec![
         (
             "no space given, MaxAge off",
             GcPolicy::default(),
@@ -197,8 +187,23 @@ fn each_rule_gives_its_decision() {
             }),
             vec![KeepGcDisabled; 6],
         ),
+    ]
+}
+
+#[test]
+fn each_rule_gives_its_decision() {
+    let now = 100 * MIN;
+    // Eviction order: never used first, then by last_used.
+    let records = vec![
+        rec("never", 10 * MIN, 0, 100, false),
+        rec("young", now - 30, 0, 100, false),
+        rec("old", MIN, 20 * MIN, 100, false),
+        rec("pinned", MIN, 30 * MIN, 100, true),
+        rec("mid", MIN, 40 * MIN, 100, false),
+        rec("inuse", MIN, 90 * MIN, 100, false),
     ];
-    for (name, policy, fs, want) in cases {
+    let last_detect = Some(UnixNanos::from_secs(90 * MIN));
+    for (name, policy, fs, want) in rule_cases() {
         let e = explain(&records, last_detect, policy, fs, UnixNanos::from_secs(now));
         let got: Vec<Decision> = decisions(&e).into_iter().map(|(_, d)| d).collect();
         assert_eq!(got, want, "{name}");
@@ -325,11 +330,8 @@ fn what_max_age_frees_counts_toward_available() {
     ));
 }
 
-/// Issue 28: the byte budget walks as the space rule does, under its own decision; with
-/// inode use over the high inode threshold the eligible images left are inode
-/// candidates; the explanation names the filesystem.
-#[test]
-fn the_budget_walks_and_the_inode_pass_names_its_candidates() {
+/// Four records of 1,000 bytes in all, and a byte budget of 800 down to 500.
+fn budget_case() -> (Vec<StoredRecord>, GcPolicy) {
     let records = vec![
         rec("a", 0, 10, 400, false),
         rec("b", 0, 20, 300, false),
@@ -343,6 +345,13 @@ fn the_budget_walks_and_the_inode_pass_names_its_candidates() {
         }),
         ..policy(85, 80, 0, 0)
     };
+    (records, policy)
+}
+
+/// Issue 28: the byte budget walks as the space rule does, under its own decision.
+#[test]
+fn the_budget_walks_under_its_own_decision() {
+    let (records, policy) = budget_case();
     let now = UnixNanos::from_secs(1000);
     let e = explain(&records, Some(UnixNanos::from_secs(999)), policy, None, now);
     let got: Vec<Decision> = e.images.iter().map(|i| i.decision).collect();
@@ -358,8 +367,15 @@ fn the_budget_walks_and_the_inode_pass_names_its_candidates() {
     let budget = e.budget.expect("a budget is set");
     assert_eq!(budget.need.amount_to_free, Some(500));
     assert_eq!((budget.freed, budget.sufficient), (700, true));
+}
 
-    // The byte rule needs one image, the budget two: the larger need wins.
+/// Issue 28: the byte rule needs one image, the budget two: the larger need wins; with inode
+/// use over the high inode threshold the eligible images left are inode candidates; the
+/// explanation names the filesystem.
+#[test]
+fn the_larger_byte_need_wins_and_the_inode_pass_names_its_candidates() {
+    let (records, policy) = budget_case();
+    let now = UnixNanos::from_secs(1000);
     let fs = FsSpace {
         capacity: 10_000,
         available: 1_550,
