@@ -55,6 +55,27 @@ impl<R: AgentRuntime> Agent<R> {
                 }
             })
         };
+        // A change of the pods bound to this node (`run --cluster-signals`) detects at once,
+        // so the runtime pins follow it (changes during a detect are one more detect).
+        let pods_task = {
+            let agent = self.clone();
+            let pods = self.gc.bound_pods();
+            let mut stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = pods.changed() => {
+                            agent.run_cycle(Loop::Detect).await;
+                        }
+                        changed = stop.changed() => {
+                            if changed.is_err() || *stop.borrow() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            })
+        };
         run_schedule(periods, stop, |which| {
             let agent = self.clone();
             async move {
@@ -65,6 +86,7 @@ impl<R: AgentRuntime> Agent<R> {
         })
         .await;
         pins_task.abort();
+        pods_task.abort();
     }
 
     /// Runs one cycle; returns how it ended.

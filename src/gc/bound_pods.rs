@@ -15,27 +15,53 @@ use std::sync::{Arc, RwLock};
 #[derive(Clone, Debug, Default)]
 pub struct BoundPods {
     pods: Arc<RwLock<BTreeMap<String, Vec<String>>>>,
+    /// Told when the set changes: the agent detects then, so the runtime pins follow a pod
+    /// at once, not at the next detect period (changes while one detect runs are one).
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl BoundPods {
     /// Sets the images `pod` names (a pod naming none is removed).
     pub fn set_pod(&self, pod: String, images: Vec<String>) {
-        let mut pods = self.write();
-        if images.is_empty() {
-            pods.remove(&pod);
-        } else {
-            pods.insert(pod, images);
-        }
+        let changed = {
+            let mut pods = self.write();
+            if images.is_empty() {
+                pods.remove(&pod).is_some()
+            } else {
+                pods.insert(pod, images.clone()) != Some(images)
+            }
+        };
+        self.told(changed);
     }
 
     /// Removes `pod`.
     pub fn remove_pod(&self, pod: &str) {
-        self.write().remove(pod);
+        let changed = self.write().remove(pod).is_some();
+        self.told(changed);
     }
 
     /// Replaces every pod at once (a relist).
     pub fn replace_all(&self, pods: BTreeMap<String, Vec<String>>) {
-        *self.write() = pods.into_iter().filter(|(_, i)| !i.is_empty()).collect();
+        let pods: BTreeMap<_, _> = pods.into_iter().filter(|(_, i)| !i.is_empty()).collect();
+        let changed = {
+            let mut held = self.write();
+            let changed = *held != pods;
+            *held = pods;
+            changed
+        };
+        self.told(changed);
+    }
+
+    /// Resolves at the set's next change (at once when it changed since the last call
+    /// resolved).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    fn told(&self, changed: bool) {
+        if changed {
+            self.changed.notify_one();
+        }
     }
 
     /// Each image name with the first pod (by name) that names it.
@@ -75,6 +101,22 @@ impl BoundPods {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A change is told once however many come before the waiter looks; setting what is
+    /// already held tells nothing.
+    #[tokio::test]
+    async fn a_change_is_told_and_a_repeat_is_not() {
+        let pods = BoundPods::default();
+        pods.set_pod("a/one".into(), vec!["busybox:1".into()]);
+        pods.set_pod("a/two".into(), vec!["nginx:1".into()]);
+        pods.changed().await;
+        pods.set_pod("a/one".into(), vec!["busybox:1".into()]);
+        pods.remove_pod("a/gone");
+        let told = tokio::time::timeout(std::time::Duration::ZERO, pods.changed()).await;
+        assert!(told.is_err(), "no change since the last one told");
+        pods.remove_pod("a/one");
+        pods.changed().await;
+    }
 
     #[test]
     fn a_pod_holds_its_images_until_it_is_removed_or_a_relist_leaves_it_out() {

@@ -614,6 +614,8 @@ pub enum KeepReason {
     SandboxImage,
     /// No repo digest (irreplaceable rule).
     NoRepoDigest,
+    /// A pod bound to this node names it (`run --cluster-signals`).
+    NeededByPod,
 }
 
 impl KeepReason {
@@ -624,6 +626,7 @@ impl KeepReason {
             KeepReason::Warm => "warm",
             KeepReason::SandboxImage => "sandbox-image",
             KeepReason::NoRepoDigest => "no-repo-digest",
+            KeepReason::NeededByPod => "needed-by-pod",
         }
     }
 
@@ -634,6 +637,7 @@ impl KeepReason {
             KeepReason::Warm,
             KeepReason::SandboxImage,
             KeepReason::NoRepoDigest,
+            KeepReason::NeededByPod,
         ]
         .into_iter()
         .find(|r| r.label_value() == value)

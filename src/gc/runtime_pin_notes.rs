@@ -54,7 +54,11 @@ pub fn note_runtime_pins(explanation: &mut Explanation, seen: &RuntimePinsSeen) 
             .protection
             .as_ref()
             .map(KeepReason::of)
-            .or_else(|| (image.decision == Decision::KeepWarm).then_some(KeepReason::Warm));
+            .or(match image.decision {
+                Decision::KeepWarm => Some(KeepReason::Warm),
+                Decision::KeepNeededByPod => Some(KeepReason::NeededByPod),
+                _ => None,
+            });
         image.runtime_pin = match seen {
             RuntimePinsSeen::Reconciled(keeps) => match (keeps.get(&image.key), own) {
                 (Some(keep), _) => Some(RuntimePinStatus {

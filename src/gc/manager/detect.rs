@@ -326,7 +326,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         watch: WatchHistory,
     ) -> Result<CycleView, GcError> {
         let sets = self.keep_sets(settings, &listed, now)?;
-        self.record_keeps(&listed, &protections, &sets.warm);
+        self.record_keeps(&listed, &protections, &sets);
         let protections = if fault_hooks().ignore_protections() {
             Protections::default()
         } else {

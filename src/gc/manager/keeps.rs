@@ -63,22 +63,26 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// Records what this detect found kept, with every listed name of each image: an
-    /// operator's pin or the irreplaceable rule (a pin first), else a present warm entry.
+    /// operator's pin or the irreplaceable rule (a pin first), else a present warm entry, else
+    /// a pod bound to this node.
     pub(super) fn record_keeps(
         &self,
         listed: &ListedImages,
         protections: &Protections,
-        warm: &BTreeSet<RecordKey>,
+        sets: &KeepSets,
     ) {
+        let (warm, needed) = (&sets.warm, &sets.needed_by_pods);
         let mut keeps = Vec::new();
         // Nothing protected and no warm entry (the common node): no listed image is kept, and
         // none of the list's keys is copied to look it up (100k copies at 100k images).
-        let images = (!protections.is_empty() || !warm.is_empty()).then(|| listed.iter());
+        let images = (!protections.is_empty() || !warm.is_empty() || !needed.is_empty())
+            .then(|| listed.iter());
         for image in images.into_iter().flatten() {
             let key = image.record_key();
             let why = match protections.get(&key) {
                 Some(p) => crate::gc::KeepReason::of(p),
                 None if warm.contains(&key) => crate::gc::KeepReason::Warm,
+                None if needed.contains(&key) => crate::gc::KeepReason::NeededByPod,
                 None => continue,
             };
             // containerd stores a CRI pull under its tag and its repo digest, and 2.x also under
@@ -204,8 +208,17 @@ mod tests {
             .bound_pods()
             .set_pod("ns/job".into(), vec!["main:1".into()]);
         let t1 = UnixNanos::from_secs(20_000);
-        let plan = manager.plan(t1, false).await.expect("plan");
+        // The keep is recorded for the runtime pins, under its own label value.
+        manager.detect(t1).await.expect("detect");
+        let keeps = manager.last_keeps().expect("a detect ran");
+        let why: Vec<_> = keeps.iter().map(|k| (k.key.clone(), k.why)).collect();
         let main = image(1, "main:1").record_key();
+        assert_eq!(why, [(main.clone(), crate::gc::KeepReason::NeededByPod)]);
+        assert_eq!(
+            crate::gc::KeepReason::NeededByPod.label_value(),
+            "needed-by-pod"
+        );
+        let plan = manager.plan(t1, false).await.expect("plan");
         let decision = |key| {
             plan.explanation
                 .images
