@@ -415,6 +415,25 @@ fn invalid_provider_configs_are_refused_with_the_kubelets_messages() {
     );
 }
 
+/// The validation error prints its list of errors as the kubelet's `utilerrors.NewAggregate`
+/// does: a message repeated (by two providers alike) is printed once, in first-seen order.
+#[test]
+fn a_validation_errors_repeated_messages_are_printed_once() {
+    let name = "providers[0].name: Required value: name is required";
+    let cache =
+        "providers[0].defaultCacheDuration: Required value: defaultCacheDuration is required";
+    let err = plugin::ProviderConfigError::Invalid {
+        path: "/etc/kubernetes/credential-provider.yaml".into(),
+        errors: vec![name.to_owned(), cache.to_owned(), name.to_owned()],
+    };
+    assert_eq!(
+        err.to_string(),
+        "failed to validate credential provider config /etc/kubernetes/credential-provider.yaml: \
+         [providers[0].name: Required value: name is required, \
+         providers[0].defaultCacheDuration: Required value: defaultCacheDuration is required]"
+    );
+}
+
 /// A provider config `with` a provider `name` in service account token mode
 /// (`tokenAttributes`), requiring a service account or not.
 fn token_mode_config(dir: &Path, name: &str, require: bool) -> std::path::PathBuf {
