@@ -376,29 +376,8 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
         auth: PullAuth<'_>,
         runtime_handler: &str,
     ) -> Result<String, PullError> {
-        // The kubelet counts every EnsureImageExists call, in a defer
-        // (pkg/kubelet/images/image_manager.go, recordEnsureImageRequest): a call that fails
-        // before the presence check counts as `<policy>`/`unknown`/`unknown`.
-        if let Some(msg) = over_long(pod, image) {
-            self.metrics
-                .count_ensure((pull_policy.label(), "unknown", "unknown"));
-            self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
-            return Err(PullError::ErrInvalidImageName(msg));
-        }
+        let spec_image = self.default_tagged_image(pod, image, pull_policy)?;
         let q = go_quote(image);
-        let spec_image = match apply_default_image_tag(image) {
-            Ok(i) => i,
-            Err(e) => {
-                let msg = format!("Failed to apply default image tag {q}: {e}");
-                // An image name with `user:password@` never shows its credentials.
-                let msg = crate::reference::redact_credentials(&msg, image);
-                self.metrics
-                    .count_ensure((pull_policy.label(), "unknown", "unknown"));
-                self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
-                return Err(PullError::ErrInvalidImageName(msg));
-            }
-        };
-
         if let Some(present) = self
             .check_presence(pod, &q, &spec_image, pull_policy, runtime_handler)
             .await?
@@ -408,42 +387,10 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
 
         let key = format!("{}_{}", pod.uid, image);
         let now = self.clock.now();
-        let entry = match self
-            .blocking({
-                let store = self.store.clone();
-                let key = key.clone();
-                move || store.backoff(&key)
-            })
-            .await
-        {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(key, error = %e, "Reading the image pull backoff failed; pulling");
-                None
-            }
-        };
-        if self.policy.is_in_backoff(entry.as_ref(), now) {
-            let mut msg = format!("Back-off pulling image {q}");
-            self.normal(pod, reasons::BACK_OFF_PULL_IMAGE, &msg);
-            if let Some(e) = entry.filter(|e| !e.last_error.is_empty()) {
-                msg = format!("{msg}: {}", e.last_error);
-            }
-            return Err(PullError::ErrImagePullBackOff(msg));
-        }
-
-        let credentials = match self.credentials_for(&spec_image, auth, now).await {
-            Ok(found) => found,
-            Err(e) => {
-                let msg = format!("Failed to pull image {q}: {e}");
-                self.warn(pod, reasons::FAILED_TO_PULL_IMAGE, &msg);
-                let err = PullError::ErrImagePull {
-                    message: e.to_string(),
-                    cause: Some(PullCause::new(e)),
-                };
-                self.record_failure(key, &err).await;
-                return Err(err);
-            }
-        };
+        self.refuse_in_backoff(pod, &q, &key, now).await?;
+        let credentials = self
+            .pull_credentials(pod, &q, &spec_image, auth, now, &key)
+            .await?;
         self.normal(pod, reasons::PULLING_IMAGE, &format!("Pulling image {q}"));
         let start = self.clock.now();
         let in_flight = self.in_flight.register(&spec_image);
@@ -468,6 +415,94 @@ impl<R: PullRuntime, S: BackoffStore> ImageManager<R, S> {
             Ok(outcome) => Ok(self
                 .pulled(pod, (&q, image), runtime_handler, start, outcome, in_flight)
                 .await),
+        }
+    }
+
+    /// `image` with the default tag applied: the name the runtime is asked for. An image name
+    /// or pod uid over its limit, or a name that does not parse, is ErrInvalidImageName.
+    fn default_tagged_image(
+        &self,
+        pod: &PodRef,
+        image: &str,
+        pull_policy: PullPolicy,
+    ) -> Result<String, PullError> {
+        // The kubelet counts every EnsureImageExists call, in a defer
+        // (pkg/kubelet/images/image_manager.go, recordEnsureImageRequest): a call that fails
+        // before the presence check counts as `<policy>`/`unknown`/`unknown`.
+        if let Some(msg) = over_long(pod, image) {
+            self.metrics
+                .count_ensure((pull_policy.label(), "unknown", "unknown"));
+            self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
+            return Err(PullError::ErrInvalidImageName(msg));
+        }
+        apply_default_image_tag(image).map_err(|e| {
+            let msg = format!("Failed to apply default image tag {}: {e}", go_quote(image));
+            // An image name with `user:password@` never shows its credentials.
+            let msg = crate::reference::redact_credentials(&msg, image);
+            self.metrics
+                .count_ensure((pull_policy.label(), "unknown", "unknown"));
+            self.warn(pod, reasons::FAILED_TO_INSPECT_IMAGE, &msg);
+            PullError::ErrInvalidImageName(msg)
+        })
+    }
+
+    /// ErrImagePullBackOff when the pull backoff stored at `key` has not run out at `now`; a
+    /// backoff that cannot be read lets the pull go ahead.
+    async fn refuse_in_backoff(
+        &self,
+        pod: &PodRef,
+        q: &str,
+        key: &str,
+        now: UnixNanos,
+    ) -> Result<(), PullError> {
+        let entry = match self
+            .blocking({
+                let store = self.store.clone();
+                let key = key.to_owned();
+                move || store.backoff(&key)
+            })
+            .await
+        {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(key, error = %e, "Reading the image pull backoff failed; pulling");
+                None
+            }
+        };
+        if self.policy.is_in_backoff(entry.as_ref(), now) {
+            let mut msg = format!("Back-off pulling image {q}");
+            self.normal(pod, reasons::BACK_OFF_PULL_IMAGE, &msg);
+            if let Some(e) = entry.filter(|e| !e.last_error.is_empty()) {
+                msg = format!("{msg}: {}", e.last_error);
+            }
+            return Err(PullError::ErrImagePullBackOff(msg));
+        }
+        Ok(())
+    }
+
+    /// The credentials to pull `spec_image` with; a lookup that fails is ErrImagePull,
+    /// recorded for backoff at `key`.
+    async fn pull_credentials(
+        &self,
+        pod: &PodRef,
+        q: &str,
+        spec_image: &str,
+        auth: PullAuth<'_>,
+        now: UnixNanos,
+        key: &str,
+    ) -> Result<Vec<PullCredentials>, PullError> {
+        match self.credentials_for(spec_image, auth, now).await {
+            Ok(found) => Ok(found),
+            Err(e) => {
+                let msg = format!("Failed to pull image {q}: {e}");
+                self.warn(pod, reasons::FAILED_TO_PULL_IMAGE, &msg);
+                let err = PullError::ErrImagePull {
+                    message: e.to_string(),
+                    cause: Some(PullCause::new(e)),
+                };
+                self.record_failure(key.to_owned(), &err).await;
+                Err(err)
+            }
         }
     }
 

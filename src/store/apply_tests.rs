@@ -161,6 +161,47 @@ fn names(tags: &[&str]) -> ImageNames {
     }
 }
 
+/// A listed image's sighting at `now`, as the listed-sightings test makes them.
+fn listed_sighting(now: UnixNanos, in_use: bool) -> crate::model::Sighting {
+    crate::model::Sighting {
+        now,
+        in_use,
+        size: 20,
+        pinned: false,
+        used_at: UnixNanos::NEVER,
+    }
+}
+
+/// The operations that test's batch expands to: a's clamp to `limit`, the sightings in key
+/// order with the names each lists, and the names of the key not sighted (b) and of the
+/// image that lists none (e).
+fn expanded_listed_sightings(now: UnixNanos, limit: UnixNanos) -> Vec<super::BatchOp> {
+    let sight = |id: &str, in_use: bool, tags: Option<&[&str]>| super::BatchOp::Sight {
+        key: key(id),
+        sighting: listed_sighting(now, in_use),
+        names: tags.map(names),
+    };
+    vec![
+        super::BatchOp::ClampFuture {
+            key: key("a"),
+            limit,
+            now,
+        },
+        sight("a", true, Some(&["a:2"])),
+        sight("c", false, Some(&["c:1"])),
+        sight("d", false, Some(&["d:1"])),
+        sight("e", false, None),
+        super::BatchOp::SetNames {
+            key: key("b"),
+            names: names(&["b:9"]),
+        },
+        super::BatchOp::SetNames {
+            key: key("e"),
+            names: names(&["e:9"]),
+        },
+    ]
+}
+
 /// Issue 40: a detect's sightings held as positions in the runtime's list
 /// (`Batch::sight_listed`, no owned key or names) write exactly what the same operations with
 /// owned keys and names write: records, index, names, the detected pulls of the records it
@@ -176,13 +217,7 @@ fn listed_sightings_write_what_their_expanded_operations_write() {
     ]
     .into();
     let now = UnixNanos(30 * SECOND);
-    let sighting = |in_use: bool| crate::model::Sighting {
-        now,
-        in_use,
-        size: 20,
-        pinned: false,
-        used_at: UnixNanos::NEVER,
-    };
+    let sighting = |in_use: bool| listed_sighting(now, in_use);
     let limit = UnixNanos(3 * SECOND);
     let mut compact = Batch::new();
     // Key order: a (clamped: its last_used 5 s is after the limit), c, d, e.
@@ -202,38 +237,12 @@ fn listed_sightings_write_what_their_expanded_operations_write() {
     writer.set(key("e"), names(&["e:9"]));
     compact.stamp_if_changed("last_detect", now.0);
     assert_eq!(compact.ops().len(), 3, "one Sightings, two SetNames");
-    let sight = |id: &str, in_use: bool, tags: Option<&[&str]>| super::BatchOp::Sight {
-        key: key(id),
-        sighting: sighting(in_use),
-        names: tags.map(names),
-    };
     let expanded: Vec<super::BatchOp> = compact
         .expanded_ops()
         .into_iter()
         .map(std::borrow::Cow::into_owned)
         .collect();
-    assert_eq!(
-        expanded,
-        vec![
-            super::BatchOp::ClampFuture {
-                key: key("a"),
-                limit,
-                now
-            },
-            sight("a", true, Some(&["a:2"])),
-            sight("c", false, Some(&["c:1"])),
-            sight("d", false, Some(&["d:1"])),
-            sight("e", false, None),
-            super::BatchOp::SetNames {
-                key: key("b"),
-                names: names(&["b:9"])
-            },
-            super::BatchOp::SetNames {
-                key: key("e"),
-                names: names(&["e:9"])
-            },
-        ]
-    );
+    assert_eq!(expanded, expanded_listed_sightings(now, limit));
     let classic = Batch {
         ops: expanded,
         stamps: compact.stamps.clone(),

@@ -43,19 +43,10 @@ const BACKUP_NAMES: u32 = 100;
 /// upgrade commits.
 pub(super) fn backup(store: &Store, version: i64) -> Result<PathBuf, StoreError> {
     let path = store.path.as_path();
-    let io_err = |p: &Path| {
-        let p = p.to_owned();
-        move |source| StoreError::Io { path: p, source }
-    };
     let mut last_detail: Option<BackupConflict> = None;
     let mut first = None;
     for n in 0..BACKUP_NAMES {
-        let mut name = path.as_os_str().to_owned();
-        name.push(format!(".bak-v{version}"));
-        if n > 0 {
-            name.push(format!(".{n}"));
-        }
-        let dest = PathBuf::from(name);
+        let dest = backup_name(path, version, n);
         first.get_or_insert_with(|| dest.clone());
         match fs::symlink_metadata(&dest) {
             Ok(_) => match reusable_backup(store, version, &dest)? {
@@ -72,52 +63,18 @@ pub(super) fn backup(store: &Store, version: i64) -> Result<PathBuf, StoreError>
                 }
             },
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(&dest)(e)),
+            Err(e) => return Err(io_error(&dest)(e)),
         }
-        let tmp = create_new_temporary(path).map_err(io_err(path))?;
-        // The copy's errors, then the link's result. The temporary file is removed whatever
-        // happens, so its errors name the backup's final path (a full disk there is what the
-        // operator must fix), never the temporary name that is gone by the time they are read.
-        let linked = (|| -> Result<io::Result<()>, StoreError> {
-            {
-                // Nothing writes the file while the copy is read: no write transaction of
-                // this handle is begun yet, the lock excludes other processes, and the read
-                // transaction pins the committed state besides.
-                let _pin = store.begin_read()?;
-                let mut from = fs::File::open(path).map_err(io_err(path))?;
-                let mut to = fs::OpenOptions::new()
-                    .write(true)
-                    .open(&tmp)
-                    .map_err(io_err(&dest))?;
-                io::copy(&mut from, &mut to).map_err(io_err(&dest))?;
-            }
-            // The live handle's header says "recovery required"; a read-write open of the
-            // copy (the temporary file, never a backup) clears it.
-            drop(
-                builder()
-                    .create(&tmp)
-                    .map_err(|e| map_open_error(&dest, e, false))?,
-            );
-            fs::File::open(&tmp)
-                .and_then(|f| f.sync_all())
-                .map_err(io_err(&dest))?;
-            Ok(fs::hard_link(&tmp, &dest))
-        })();
-        let _ = fs::remove_file(&tmp);
-        match linked? {
+        match link_new_backup(store, &dest)? {
             Ok(()) => {}
             // Something appeared at the name meanwhile: keep it, try the next name.
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 last_detail = Some(BackupConflict::AppearedMeanwhile);
                 continue;
             }
-            Err(e) => return Err(io_err(&dest)(e)),
+            Err(e) => return Err(io_error(&dest)(e)),
         }
-        if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io_err(dir))?;
-        }
+        sync_parent_directory(&dest)?;
         tracing::info!(path = %path.display(), backup = %dest.display(), "Backed up the database before its upgrade");
         return Ok(dest);
     }
@@ -131,6 +88,75 @@ pub(super) fn backup(store: &Store, version: i64) -> Result<PathBuf, StoreError>
     })
 }
 
+/// The `n`th backup name of `path` at schema `version`: `<path>.bak-v<version>`, then
+/// `<path>.bak-v<version>.<n>`.
+fn backup_name(path: &Path, version: i64, n: u32) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".bak-v{version}"));
+    if n > 0 {
+        name.push(format!(".{n}"));
+    }
+    PathBuf::from(name)
+}
+
+/// An I/O error's [`StoreError`], naming `path`.
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError {
+    let path = path.to_owned();
+    move |source| StoreError::Io { path, source }
+}
+
+/// Copies `store`'s file to a new temporary file beside it and hard-links that to `dest`: the
+/// copy's errors, then the link's result (`AlreadyExists` when something took the name).
+fn link_new_backup(store: &Store, dest: &Path) -> Result<io::Result<()>, StoreError> {
+    let path = store.path.as_path();
+    let tmp = create_new_temporary(path).map_err(io_error(path))?;
+    // The temporary file is removed whatever happens, so its errors name the backup's final
+    // path (a full disk there is what the operator must fix), never the temporary name that
+    // is gone by the time they are read.
+    let linked = copy_and_link(store, &tmp, dest);
+    let _ = fs::remove_file(&tmp);
+    linked
+}
+
+/// [`link_new_backup`]'s copy into `tmp`, the recovery flag's clearing and the sync, then the
+/// link to `dest`; every error names `dest`.
+fn copy_and_link(store: &Store, tmp: &Path, dest: &Path) -> Result<io::Result<()>, StoreError> {
+    let path = store.path.as_path();
+    {
+        // Nothing writes the file while the copy is read: no write transaction of this
+        // handle is begun yet, the lock excludes other processes, and the read transaction
+        // pins the committed state besides.
+        let _pin = store.begin_read()?;
+        let mut from = fs::File::open(path).map_err(io_error(path))?;
+        let mut to = fs::OpenOptions::new()
+            .write(true)
+            .open(tmp)
+            .map_err(io_error(dest))?;
+        io::copy(&mut from, &mut to).map_err(io_error(dest))?;
+    }
+    // The live handle's header says "recovery required"; a read-write open of the copy (the
+    // temporary file, never a backup) clears it.
+    drop(
+        builder()
+            .create(tmp)
+            .map_err(|e| map_open_error(dest, e, false))?,
+    );
+    fs::File::open(tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io_error(dest))?;
+    Ok(fs::hard_link(tmp, dest))
+}
+
+/// Syncs the directory holding `dest`, so the new link survives a crash.
+fn sync_parent_directory(dest: &Path) -> Result<(), StoreError> {
+    if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_error(dir))?;
+    }
+    Ok(())
+}
+
 /// Whether the file at `dest` is a backup of `store`'s file at schema `version`: a regular
 /// file (not a symlink) that opens read-only as a database of that schema version with the
 /// same tables holding the same entries. `Err(detail)` says why not; an I/O error reading the
@@ -140,46 +166,17 @@ fn reusable_backup(
     version: i64,
     dest: &Path,
 ) -> Result<Result<(), BackupConflict>, StoreError> {
-    let meta = match fs::symlink_metadata(dest) {
-        Ok(meta) => meta,
-        Err(e) => return Ok(Err(BackupConflict::Unreadable(e))),
-    };
-    if !meta.file_type().is_file() {
-        return Ok(Err(BackupConflict::NotARegularFile));
-    }
-    let backup = match refuse_panics(dest, || open_read_only_unchecked(dest)) {
+    let backup = match open_backup_of_schema(dest, version) {
         Ok(backup) => backup,
-        Err(e) => return Ok(Err(BackupConflict::NotADatabase(Box::new(e)))),
+        Err(detail) => return Ok(Err(detail)),
     };
-    let found = backup
-        .has_meta_table()
-        .and_then(|has| match has {
-            true => backup.meta(super::meta_keys::SCHEMA_VERSION),
-            false => Ok(None),
-        })
-        .map_err(|e| BackupConflict::ReadFailed(Box::new(e)));
-    match found {
-        Ok(Some(v)) if v == version => {}
-        Ok(found) => {
-            return Ok(Err(BackupConflict::OtherSchema {
-                found,
-                want: version,
-            }));
-        }
-        Err(e) => return Ok(Err(e)),
-    }
     let ours = store.begin_read()?;
     let theirs = match backup.begin_read() {
         Ok(txn) => txn,
         Err(e) => return Ok(Err(BackupConflict::ReadFailed(Box::new(e)))),
     };
-    let names = |txn: &redb::ReadTransaction| -> Result<Vec<String>, redb::StorageError> {
-        let mut names: Vec<String> = txn.list_tables()?.map(|t| t.name().to_owned()).collect();
-        names.sort();
-        Ok(names)
-    };
-    let ours_names = names(&ours).map_err(|e| store.redb_err(e))?;
-    match names(&theirs) {
+    let ours_names = table_names(&ours).map_err(|e| store.redb_err(e))?;
+    match table_names(&theirs) {
         Ok(n) if n == ours_names => {}
         Ok(found) => {
             return Ok(Err(BackupConflict::OtherTables {
@@ -193,40 +190,89 @@ fn reusable_backup(
             ))));
         }
     }
-    for name in &ours_names {
-        let same = match name.as_str() {
-            n if n == IMAGES.name() => same_table(&ours, &theirs, IMAGES),
-            n if n == EVICTION.name() => same_table(&ours, &theirs, EVICTION),
-            n if n == EVICTION_PREFIX.name() => same_table(&ours, &theirs, EVICTION_PREFIX),
-            n if n == BACKOFF.name() => same_table(&ours, &theirs, BACKOFF),
-            n if n == META.name() => same_table(&ours, &theirs, META),
-            n if n == NAMES.name() => same_table(&ours, &theirs, NAMES),
-            n if n == JOURNAL.name() => same_table(&ours, &theirs, JOURNAL),
-            n if n == PINS.name() => same_table(&ours, &theirs, PINS),
-            n if n == USES.name() => same_table(&ours, &theirs, USES),
-            n if n == PULLS.name() => same_table(&ours, &theirs, PULLS),
-            n if n == WARM.name() => same_table(&ours, &theirs, WARM),
-            other => {
-                return Ok(Err(BackupConflict::UnknownTable {
-                    table: other.to_owned(),
-                }));
-            }
+    Ok(same_contents(&backup, &ours, &theirs, &ours_names))
+}
+
+/// The file at `dest` opened read-only, when it is a regular file (not a symlink) holding a
+/// database of schema `version`.
+fn open_backup_of_schema(dest: &Path, version: i64) -> Result<Store, BackupConflict> {
+    let meta = fs::symlink_metadata(dest).map_err(BackupConflict::Unreadable)?;
+    if !meta.file_type().is_file() {
+        return Err(BackupConflict::NotARegularFile);
+    }
+    let backup = refuse_panics(dest, || open_read_only_unchecked(dest))
+        .map_err(|e| BackupConflict::NotADatabase(Box::new(e)))?;
+    let found = backup
+        .has_meta_table()
+        .and_then(|has| match has {
+            true => backup.meta(super::meta_keys::SCHEMA_VERSION),
+            false => Ok(None),
+        })
+        .map_err(|e| BackupConflict::ReadFailed(Box::new(e)))?;
+    match found {
+        Some(v) if v == version => Ok(backup),
+        found => Err(BackupConflict::OtherSchema {
+            found,
+            want: version,
+        }),
+    }
+}
+
+/// The names of the tables `txn` sees, sorted.
+fn table_names(txn: &redb::ReadTransaction) -> Result<Vec<String>, redb::StorageError> {
+    let mut names: Vec<String> = txn.list_tables()?.map(|t| t.name().to_owned()).collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Whether every table of `names` holds the same entries in `ours` and in `theirs`, the
+/// transaction of `backup`; `Err(detail)` names the first that does not, or is unknown.
+fn same_contents(
+    backup: &Store,
+    ours: &redb::ReadTransaction,
+    theirs: &redb::ReadTransaction,
+    names: &[String],
+) -> Result<(), BackupConflict> {
+    for name in names {
+        let Some(same) = same_named_table(ours, theirs, name) else {
+            return Err(BackupConflict::UnknownTable {
+                table: name.clone(),
+            });
         };
         match same {
             Ok(true) => {}
             Ok(false) => {
-                return Ok(Err(BackupConflict::OtherContents {
+                return Err(BackupConflict::OtherContents {
                     table: name.clone(),
-                }));
+                });
             }
-            Err(e) => {
-                return Ok(Err(BackupConflict::ReadFailed(Box::new(
-                    backup.redb_err(e),
-                ))));
-            }
+            Err(e) => return Err(BackupConflict::ReadFailed(Box::new(backup.redb_err(e)))),
         }
     }
-    Ok(Ok(()))
+    Ok(())
+}
+
+/// [`same_table`] for the store's table named `name`; `None` when the store has no table of
+/// that name.
+fn same_named_table(
+    ours: &redb::ReadTransaction,
+    theirs: &redb::ReadTransaction,
+    name: &str,
+) -> Option<Result<bool, redb::Error>> {
+    Some(match name {
+        n if n == IMAGES.name() => same_table(ours, theirs, IMAGES),
+        n if n == EVICTION.name() => same_table(ours, theirs, EVICTION),
+        n if n == EVICTION_PREFIX.name() => same_table(ours, theirs, EVICTION_PREFIX),
+        n if n == BACKOFF.name() => same_table(ours, theirs, BACKOFF),
+        n if n == META.name() => same_table(ours, theirs, META),
+        n if n == NAMES.name() => same_table(ours, theirs, NAMES),
+        n if n == JOURNAL.name() => same_table(ours, theirs, JOURNAL),
+        n if n == PINS.name() => same_table(ours, theirs, PINS),
+        n if n == USES.name() => same_table(ours, theirs, USES),
+        n if n == PULLS.name() => same_table(ours, theirs, PULLS),
+        n if n == WARM.name() => same_table(ours, theirs, WARM),
+        _ => return None,
+    })
 }
 
 /// Whether table `def` holds the same entries (as bytes) in both transactions.

@@ -167,32 +167,10 @@ impl fmt::Display for Violation {
             Violation::Integrity { detail } => write!(f, "redb integrity: {detail}"),
             Violation::FutureStamp {
                 key,
-                field: JOURNAL_REMOVED_AT,
-                stamp,
-                now,
-            } => write!(
-                f,
-                "journal entry of {key}: removed at {}, later than now ({}) by more than {}: \
-                 journaled while the clock was ahead; pruning measures the journal's age from \
-                 no later than now + {}, and retention drops the entry in time",
-                format_rfc3339(UnixNanos(*stamp)),
-                format_rfc3339(UnixNanos(*now)),
-                go_duration(FUTURE_STAMP_TOLERANCE),
-                go_duration(FUTURE_STAMP_TOLERANCE)
-            ),
-            Violation::FutureStamp {
-                key,
                 field,
                 stamp,
                 now,
-            } => write!(
-                f,
-                "record {key}: {field} {} is later than now ({}) by more than {}: stamped while \
-                 the clock was ahead; the agent's next detect clamps it to its time",
-                format_rfc3339(UnixNanos(*stamp)),
-                format_rfc3339(UnixNanos(*now)),
-                go_duration(FUTURE_STAMP_TOLERANCE)
-            ),
+            } => write_future_stamp(f, key, field, *stamp, *now),
             Violation::OrphanNames { key } => {
                 write!(f, "names of {key} belong to no record and no journal entry")
             }
@@ -242,15 +220,66 @@ impl fmt::Display for Violation {
                 "warm row at position {position} where position {expected} was expected: the \
                  warm table is written whole, with no gap"
             ),
-            Violation::LastDetectInFuture { last_detect, now } => write!(
-                f,
-                "last_detect {} is later than now ({}) by more than {}: the clock went back \
-                 since the last detect; the agent's next detect moves it back",
-                format_rfc3339(UnixNanos(*last_detect)),
-                format_rfc3339(UnixNanos(*now)),
-                go_duration(FUTURE_STAMP_TOLERANCE)
-            ),
+            Violation::LastDetectInFuture { last_detect, now } => {
+                write_last_detect_in_future(f, *last_detect, *now)
+            }
         }
+    }
+}
+
+/// [`Violation::FutureStamp`]'s message: a journal entry's removal time (retention drops it
+/// in time) or a record's stamp (the next detect clamps it).
+fn write_future_stamp(
+    f: &mut fmt::Formatter<'_>,
+    key: &str,
+    field: &str,
+    stamp: i64,
+    now: i64,
+) -> fmt::Result {
+    if field == JOURNAL_REMOVED_AT {
+        write!(
+            f,
+            "journal entry of {key}: removed at {}, later than now ({}) by more than {}: \
+             journaled while the clock was ahead; pruning measures the journal's age from \
+             no later than now + {}, and retention drops the entry in time",
+            format_rfc3339(UnixNanos(stamp)),
+            format_rfc3339(UnixNanos(now)),
+            go_duration(FUTURE_STAMP_TOLERANCE),
+            go_duration(FUTURE_STAMP_TOLERANCE)
+        )
+    } else {
+        write!(
+            f,
+            "record {key}: {field} {} is later than now ({}) by more than {}: stamped while \
+             the clock was ahead; the agent's next detect clamps it to its time",
+            format_rfc3339(UnixNanos(stamp)),
+            format_rfc3339(UnixNanos(now)),
+            go_duration(FUTURE_STAMP_TOLERANCE)
+        )
+    }
+}
+
+/// [`Violation::LastDetectInFuture`]'s message.
+fn write_last_detect_in_future(
+    f: &mut fmt::Formatter<'_>,
+    last_detect: i64,
+    now: i64,
+) -> fmt::Result {
+    write!(
+        f,
+        "last_detect {} is later than now ({}) by more than {}: the clock went back since the \
+         last detect; the agent's next detect moves it back",
+        format_rfc3339(UnixNanos(last_detect)),
+        format_rfc3339(UnixNanos(now)),
+        go_duration(FUTURE_STAMP_TOLERANCE)
+    )
+}
+
+/// A row of `table` that does not decode.
+fn undecodable(table: &'static str, e: super::DecodeError) -> Violation {
+    Violation::Undecodable {
+        table,
+        detail: e.to_string(),
     }
 }
 
@@ -389,17 +418,22 @@ impl Store {
 
     /// Schema 4's pins and schema 5's tables: see the module's paragraph.
     fn check_history(&self, txn: &redb::ReadTransaction) -> Result<Vec<Violation>, StoreError> {
-        let mut violations = Vec::new();
         let meta = txn.open_table(META).map_err(|e| self.redb_err(e))?;
         let defaults = JournalRetention::default();
         let max_entries = super::read::read_meta(&meta, retention_keys::MAX_ENTRIES)
             .ok()
             .flatten()
             .unwrap_or(i64::from(defaults.max_entries));
-        let undecodable = |table: &'static str, e: super::DecodeError| Violation::Undecodable {
-            table,
-            detail: e.to_string(),
-        };
+        let mut violations = self.check_pins(txn)?;
+        violations.extend(self.check_uses(txn, max_entries)?);
+        violations.extend(self.check_pulls(txn, max_entries)?);
+        violations.extend(self.check_warm(txn)?);
+        Ok(violations)
+    }
+
+    /// Schema 4's pins: every key and value decodes.
+    fn check_pins(&self, txn: &redb::ReadTransaction) -> Result<Vec<Violation>, StoreError> {
+        let mut violations = Vec::new();
         let pins = txn.open_table(PINS).map_err(|e| self.redb_err(e))?;
         for entry in pins.iter().map_err(|e| self.redb_err(e))? {
             let (k, v) = entry.map_err(|e| self.redb_err(e))?;
@@ -407,6 +441,18 @@ impl Store {
                 violations.push(undecodable("pins", e));
             }
         }
+        Ok(violations)
+    }
+
+    /// The use history: every row decodes, none was last seen before it started, an image
+    /// has at most one open interval, and the closed intervals are no more than
+    /// `max_entries`.
+    fn check_uses(
+        &self,
+        txn: &redb::ReadTransaction,
+        max_entries: i64,
+    ) -> Result<Vec<Violation>, StoreError> {
+        let mut violations = Vec::new();
         let uses = txn.open_table(USES).map_err(|e| self.redb_err(e))?;
         let mut open: std::collections::BTreeMap<RecordKey, u64> = Default::default();
         let mut closed = 0u64;
@@ -443,6 +489,16 @@ impl Store {
                 max_entries,
             });
         }
+        Ok(violations)
+    }
+
+    /// The pull history: every row decodes, and the rows are no more than `max_entries`.
+    fn check_pulls(
+        &self,
+        txn: &redb::ReadTransaction,
+        max_entries: i64,
+    ) -> Result<Vec<Violation>, StoreError> {
+        let mut violations = Vec::new();
         let pulls = txn.open_table(PULLS).map_err(|e| self.redb_err(e))?;
         for entry in pulls.iter().map_err(|e| self.redb_err(e))? {
             let (k, v) = entry.map_err(|e| self.redb_err(e))?;
@@ -458,6 +514,13 @@ impl Store {
                 max_entries,
             });
         }
+        Ok(violations)
+    }
+
+    /// The warm rows: every row decodes, at positions 0, 1, 2, ... with no gap (the first gap
+    /// or stray row is reported, once).
+    fn check_warm(&self, txn: &redb::ReadTransaction) -> Result<Vec<Violation>, StoreError> {
+        let mut violations = Vec::new();
         let warm = txn.open_table(WARM).map_err(|e| self.redb_err(e))?;
         let mut expected = 0u32;
         for entry in warm.iter().map_err(|e| self.redb_err(e))? {

@@ -326,16 +326,19 @@ fn open(disk: &PowerLossDisk, mode: CommitMode) -> Result<Store, StoreError> {
     Store::open_with_backend(disk.backend(), Path::new(LABEL), CREATED_AT, mode)
 }
 
+/// The failure of a store call that fails only on a harness or store bug: `what` names the
+/// call.
+fn unexpected(what: &'static str) -> impl Fn(StoreError) -> HarnessFailure {
+    move |source| HarnessFailure::Unexpected {
+        what,
+        source: Box::new(source),
+    }
+}
+
 /// How many mutating disk operations `scenario` makes after the first open when power is never
 /// cut: the range in which a cut lands inside the run.
 pub fn count_disk_ops(scenario: &Scenario) -> Result<u64, HarnessFailure> {
     let disk = PowerLossDisk::new(Vec::new(), None);
-    let unexpected = |what| {
-        move |source| HarnessFailure::Unexpected {
-            what,
-            source: Box::new(source),
-        }
-    };
     let mut store = Some(open(&disk, scenario.mode).map_err(unexpected("open"))?);
     let created = disk.ops();
     for step in &scenario.steps {
@@ -362,46 +365,92 @@ pub fn count_disk_ops(scenario: &Scenario) -> Result<u64, HarnessFailure> {
 /// Runs `scenario`; `Ok` when the store kept its promise.
 pub fn run(scenario: &Scenario) -> Result<Outcome, HarnessFailure> {
     let disk = PowerLossDisk::new(Vec::new(), None);
-    let mut acked = Model::initial();
-    let mut in_flight: Option<Model> = None;
-    let mut acknowledged = 0;
-    let unexpected = |what| {
-        move |source| HarnessFailure::Unexpected {
-            what,
-            source: Box::new(source),
-        }
-    };
+    let (committed, store) = run_steps(scenario, &disk)?;
+    let cut_during_run = disk.is_cut();
+    let disk_ops = disk.ops();
+    // Power goes off with the store still open: nothing of a clean close reaches the disk.
+    disk.cut_now();
+    drop(store);
 
-    let mut store = Some(open(&disk, scenario.mode).map_err(unexpected("open"))?);
+    let after = PowerLossDisk::new(disk.crash_image(scenario.crash_seed), None);
+    let recovered = recover(&after, &committed)?;
+    Ok(Outcome {
+        acknowledged: committed.acknowledged,
+        cut_during_run,
+        in_flight: committed.in_flight.is_some(),
+        recovered,
+        disk_ops,
+    })
+}
+
+/// What a run committed before the cut: the states recovery may hold, and the count.
+struct Committed {
+    /// The state after the last acknowledged commit.
+    acked: Model,
+    /// The state after the commit in flight at the cut, when that commit changes something.
+    in_flight: Option<Model>,
+    /// Commits the store acknowledged as changing something.
+    acknowledged: usize,
+}
+
+impl Committed {
+    /// Applies step `index`'s batch to the store and to the model; returns whether the store
+    /// is still open (`false`: power was cut during the commit).
+    fn apply_batch(
+        &mut self,
+        store: &Store,
+        disk: &PowerLossDisk,
+        index: usize,
+        ops: &[Op],
+    ) -> Result<bool, HarnessFailure> {
+        let mut next = self.acked.clone();
+        let model_changed = next.apply(ops);
+        match store.apply(&to_batch(ops)) {
+            Ok(changed) => {
+                if changed != model_changed {
+                    return Err(HarnessFailure::ModelDisagrees {
+                        step: index,
+                        store: changed,
+                        model: model_changed,
+                    });
+                }
+                self.acknowledged += usize::from(changed);
+                self.acked = next;
+                Ok(true)
+            }
+            Err(_) if disk.is_cut() => {
+                self.in_flight = model_changed.then_some(next);
+                Ok(false)
+            }
+            Err(e) => Err(unexpected("apply")(e)),
+        }
+    }
+}
+
+/// Opens the store on `disk`, arms the cut and runs the scenario's steps until they end or a
+/// step fails at the cut; returns what was committed and the store if it is still open.
+fn run_steps(
+    scenario: &Scenario,
+    disk: &PowerLossDisk,
+) -> Result<(Committed, Option<Store>), HarnessFailure> {
+    let mut committed = Committed {
+        acked: Model::initial(),
+        in_flight: None,
+        acknowledged: 0,
+    };
+    let mut store = Some(open(disk, scenario.mode).map_err(unexpected("open"))?);
     disk.cut_after(scenario.cut_after);
     for (index, step) in scenario.steps.iter().enumerate() {
         let Some(current) = store.as_ref() else { break };
         match step {
             Step::Batch(ops) => {
-                let mut next = acked.clone();
-                let model_changed = next.apply(ops);
-                match current.apply(&to_batch(ops)) {
-                    Ok(changed) => {
-                        if changed != model_changed {
-                            return Err(HarnessFailure::ModelDisagrees {
-                                step: index,
-                                store: changed,
-                                model: model_changed,
-                            });
-                        }
-                        acknowledged += usize::from(changed);
-                        acked = next;
-                    }
-                    Err(_) if disk.is_cut() => {
-                        in_flight = model_changed.then_some(next);
-                        store = None;
-                    }
-                    Err(e) => return Err(unexpected("apply")(e)),
+                if !committed.apply_batch(current, disk, index, ops)? {
+                    store = None;
                 }
             }
             Step::Reopen => {
                 drop(store.take());
-                match open(&disk, scenario.mode) {
+                match open(disk, scenario.mode) {
                     Ok(s) => store = Some(s),
                     Err(_) if disk.is_cut() => {}
                     Err(e) => return Err(unexpected("reopen")(e)),
@@ -416,23 +465,22 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, HarnessFailure> {
             },
         }
     }
-    let cut_during_run = disk.is_cut();
-    let disk_ops = disk.ops();
-    // Power goes off with the store still open: nothing of a clean close reaches the disk.
-    disk.cut_now();
-    drop(store);
+    Ok((committed, store))
+}
 
-    let after = PowerLossDisk::new(disk.crash_image(scenario.crash_seed), None);
+/// Reopens the crashed disk `after`, holds what it finds to the acknowledged and the in-flight
+/// state, checks it and uses it; returns which state it held.
+fn recover(after: &PowerLossDisk, committed: &Committed) -> Result<Recovered, HarnessFailure> {
     let mut store =
-        open(&after, CommitMode::Durable).map_err(|e| HarnessFailure::ReopenFailed(Box::new(e)))?;
+        open(after, CommitMode::Durable).map_err(|e| HarnessFailure::ReopenFailed(Box::new(e)))?;
     let found = Model::read(&store).map_err(|e| HarnessFailure::ReopenFailed(Box::new(e)))?;
-    let recovered = if found == acked {
+    let recovered = if found == committed.acked {
         Recovered::Acknowledged
-    } else if in_flight.as_ref() == Some(&found) {
+    } else if committed.in_flight.as_ref() == Some(&found) {
         Recovered::InFlight
     } else {
         return Err(HarnessFailure::WrongState {
-            detail: describe(&acked, in_flight.as_ref(), &found),
+            detail: describe(&committed.acked, committed.in_flight.as_ref(), &found),
         });
     };
     let violations = store.check().map_err(|e| HarnessFailure::AfterRecovery {
@@ -441,14 +489,8 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, HarnessFailure> {
     if !violations.is_empty() {
         return Err(HarnessFailure::CheckFailed(violations));
     }
-    usable_after_recovery(store, &after, found)?;
-    Ok(Outcome {
-        acknowledged,
-        cut_during_run,
-        in_flight: in_flight.is_some(),
-        recovered,
-        disk_ops,
-    })
+    usable_after_recovery(store, after, found)?;
+    Ok(recovered)
 }
 
 /// The recovered store walks its eviction index in order and takes a commit that a clean

@@ -485,66 +485,128 @@ mod tests {
         }
     }
 
+    /// The test's record key: image `sha256:<i in hex>` under handler `""`, `runc` or
+    /// `runc-b` by `h`.
+    fn numbered_key(i: u32, h: u8) -> crate::model::RecordKey {
+        crate::model::RecordKey::new(format!("sha256:{i:x}"), ["", "runc", "runc-b"][h as usize])
+    }
+
+    /// Writes, for `key`, a random record (three times in four), up to three random use
+    /// intervals and up to two pulls.
+    fn write_random_rows(store: &Store, rng: &mut fastrand::Rng, key: &crate::model::RecordKey) {
+        use crate::model::{PullEntry, PullKey, PullOrigin, UseKey};
+        use crate::store::Codec;
+
+        if rng.u8(0..4) != 0 {
+            let record = ImageRecord {
+                first_detected: UnixNanos(rng.i64(1..1000)),
+                last_used: UnixNanos(rng.i64(0..1000)),
+                size: rng.u64(1..100),
+                pinned: rng.bool(),
+            };
+            store.raw_bytes_for_tests("images", &key.encode(), &record.encode());
+        }
+        for _ in 0..rng.usize(0..4) {
+            let use_key = UseKey {
+                closed: rng.bool(),
+                started_at: UnixNanos(rng.i64(-5..1000)),
+                key: key.clone(),
+            };
+            let interval = UseInterval {
+                last_seen: UnixNanos(rng.i64(0..2000)),
+            };
+            store.raw_bytes_for_tests("uses", &use_key.encode(), &interval.encode());
+        }
+        for _ in 0..rng.usize(0..3) {
+            let pull_key = PullKey {
+                at: UnixNanos(rng.i64(-5..1000)),
+                key: key.clone(),
+            };
+            let entry = PullEntry {
+                size: 1,
+                origin: PullOrigin::Pull,
+                took: std::time::Duration::ZERO,
+                name: "reg/app:1".to_owned(),
+            };
+            store.raw_bytes_for_tests("pulls", &pull_key.encode(), &entry.encode());
+        }
+    }
+
+    fn parts_of(keys: &[crate::model::RecordKey]) -> Vec<KeyParts<'_>> {
+        keys.iter()
+            .map(|k| (k.image_id.as_str().as_bytes(), k.runtime_handler.as_bytes()))
+            .collect()
+    }
+
+    /// `get_sorted` and `histories_of_keys` on `asked` give what `get_many`, `uses_of` and
+    /// `pulls_of` give, and so does `get_sorted` with the last key asked twice.
+    fn assert_sorted_reads_equal_keyed_reads(
+        store: &Store,
+        asked: &[crate::model::RecordKey],
+        context: &str,
+    ) {
+        use crate::model::RecordKey;
+        use std::collections::BTreeSet;
+
+        let parts = parts_of(asked);
+        let want = store.get_many(asked).expect("get_many");
+        assert_eq!(
+            store.get_sorted(&parts).expect("get_sorted"),
+            want,
+            "{context}"
+        );
+        let set: BTreeSet<&RecordKey> = asked.iter().collect();
+        let index =
+            |key: &RecordKey| asked.iter().position(|k| k == key).expect("an asked key") as u32;
+        let rows = store.histories_of_keys(&parts).expect("histories");
+        let uses: Vec<(u32, UnixNanos, UnixNanos)> = store
+            .uses_of(&set)
+            .expect("uses_of")
+            .into_iter()
+            .map(|(k, v)| (index(&k.key), k.started_at, v.last_seen))
+            .collect();
+        let pulls: Vec<(u32, UnixNanos)> = store
+            .pulls_of(&set)
+            .expect("pulls_of")
+            .into_iter()
+            .map(|(k, _)| (index(&k.key), k.at))
+            .collect();
+        assert_eq!(rows, HistoryRows { uses, pulls }, "{context}");
+        // A key asked twice (not strictly ascending) is found twice.
+        if let Some(last) = asked.last().cloned() {
+            let mut twice = asked.to_vec();
+            twice.push(last);
+            assert_eq!(
+                store.get_sorted(&parts_of(&twice)).expect("get_sorted"),
+                store.get_many(&twice).expect("get_many"),
+                "{context}, the last key twice"
+            );
+        }
+    }
+
     /// `get_sorted` and `histories_of_keys` give what `get_many`, `uses_of` and `pulls_of` give
     /// for the same keys: sorted (one range scan), out of order at the end or throughout or
     /// asked twice (lookups, once the merge meets the disorder), with keys the store lacks,
     /// keys between and around stored ones, and rows of images not asked for.
     #[test]
     fn sorted_reads_equal_the_keyed_reads_for_the_same_keys() {
-        use crate::model::{PullEntry, PullKey, PullOrigin, RecordKey, UseKey};
-        use crate::store::Codec;
-        use std::collections::BTreeSet;
+        use crate::model::RecordKey;
 
         for seed in 0..40u64 {
             let mut rng = fastrand::Rng::with_seed(seed);
             let store = Store::open_in_memory(std::path::Path::new("sorted.redb"), UnixNanos(1))
                 .expect("an in-memory store");
-            let key_of = |i: u32, h: u8| {
-                RecordKey::new(format!("sha256:{i:x}"), ["", "runc", "runc-b"][h as usize])
-            };
             let mut all: Vec<RecordKey> = (0..rng.u32(0..60))
-                .map(|_| key_of(rng.u32(0..80), rng.u8(0..3)))
+                .map(|_| numbered_key(rng.u32(0..80), rng.u8(0..3)))
                 .collect();
             all.sort();
             all.dedup();
             for key in &all {
-                if rng.u8(0..4) != 0 {
-                    let record = ImageRecord {
-                        first_detected: UnixNanos(rng.i64(1..1000)),
-                        last_used: UnixNanos(rng.i64(0..1000)),
-                        size: rng.u64(1..100),
-                        pinned: rng.bool(),
-                    };
-                    store.raw_bytes_for_tests("images", &key.encode(), &record.encode());
-                }
-                for _ in 0..rng.usize(0..4) {
-                    let use_key = UseKey {
-                        closed: rng.bool(),
-                        started_at: UnixNanos(rng.i64(-5..1000)),
-                        key: key.clone(),
-                    };
-                    let interval = UseInterval {
-                        last_seen: UnixNanos(rng.i64(0..2000)),
-                    };
-                    store.raw_bytes_for_tests("uses", &use_key.encode(), &interval.encode());
-                }
-                for _ in 0..rng.usize(0..3) {
-                    let pull_key = PullKey {
-                        at: UnixNanos(rng.i64(-5..1000)),
-                        key: key.clone(),
-                    };
-                    let entry = PullEntry {
-                        size: 1,
-                        origin: PullOrigin::Pull,
-                        took: std::time::Duration::ZERO,
-                        name: "reg/app:1".to_owned(),
-                    };
-                    store.raw_bytes_for_tests("pulls", &pull_key.encode(), &entry.encode());
-                }
+                write_random_rows(&store, &mut rng, key);
             }
             // Asked: a subset of the stored keys and keys the store lacks.
             let mut asked: Vec<RecordKey> = all.iter().filter(|_| rng.bool()).cloned().collect();
-            asked.extend((0..rng.usize(0..5)).map(|_| key_of(rng.u32(80..90), rng.u8(0..3))));
+            asked.extend((0..rng.usize(0..5)).map(|_| numbered_key(rng.u32(80..90), rng.u8(0..3))));
             asked.sort();
             asked.dedup();
             // In key order, then out of it only at the end (found by the merge's last
@@ -558,52 +620,8 @@ mod tests {
                     "shuffled" => rng.shuffle(&mut asked),
                     _ => {}
                 }
-                let parts: Vec<KeyParts<'_>> = asked
-                    .iter()
-                    .map(|k| (k.image_id.as_str().as_bytes(), k.runtime_handler.as_bytes()))
-                    .collect();
-                let want = store.get_many(&asked).expect("get_many");
-                assert_eq!(
-                    store.get_sorted(&parts).expect("get_sorted"),
-                    want,
-                    "seed {seed}"
-                );
-                let set: BTreeSet<&RecordKey> = asked.iter().collect();
-                let index = |key: &RecordKey| {
-                    asked.iter().position(|k| k == key).expect("an asked key") as u32
-                };
-                let rows = store.histories_of_keys(&parts).expect("histories");
-                let uses: Vec<(u32, UnixNanos, UnixNanos)> = store
-                    .uses_of(&set)
-                    .expect("uses_of")
-                    .into_iter()
-                    .map(|(k, v)| (index(&k.key), k.started_at, v.last_seen))
-                    .collect();
-                let pulls: Vec<(u32, UnixNanos)> = store
-                    .pulls_of(&set)
-                    .expect("pulls_of")
-                    .into_iter()
-                    .map(|(k, _)| (index(&k.key), k.at))
-                    .collect();
-                assert_eq!(
-                    rows,
-                    HistoryRows { uses, pulls },
-                    "seed {seed}, disorder {disorder}"
-                );
-                // A key asked twice (not strictly ascending) is found twice.
-                if let Some(last) = asked.last().cloned() {
-                    let mut twice = asked.clone();
-                    twice.push(last);
-                    let parts: Vec<KeyParts<'_>> = twice
-                        .iter()
-                        .map(|k| (k.image_id.as_str().as_bytes(), k.runtime_handler.as_bytes()))
-                        .collect();
-                    assert_eq!(
-                        store.get_sorted(&parts).expect("get_sorted"),
-                        store.get_many(&twice).expect("get_many"),
-                        "seed {seed}, disorder {disorder}, the last key twice"
-                    );
-                }
+                let context = format!("seed {seed}, disorder {disorder}");
+                assert_sorted_reads_equal_keyed_reads(&store, &asked, &context);
             }
         }
     }

@@ -79,9 +79,10 @@ fn golden_bytes_of_every_layout() {
     }
 }
 
-#[test]
-fn bad_bytes_give_errors_naming_the_problem() {
-    let cases: Vec<(&str, Result<ImageRecord, DecodeError>, DecodeError)> = vec![
+/// Image record bytes that do not decode: each case's name, what decoding gives and the
+/// error it must be.
+fn bad_image_records() -> Vec<(&'static str, Result<ImageRecord, DecodeError>, DecodeError)> {
+    vec![
         (
             "empty",
             ImageRecord::decode(&[]),
@@ -119,19 +120,20 @@ fn bad_bytes_give_errors_naming_the_problem() {
                 field: "flags",
             },
         ),
-    ];
-    for (name, got, want) in cases {
-        assert_eq!(got, Err(want), "case {name}");
-    }
+    ]
+}
+
+/// Record key bytes that do not decode, with the error each must give.
+fn bad_record_keys() -> Vec<(&'static str, Vec<u8>, DecodeError)> {
     // A record key is the version, the id, a 0 byte and the runtime handler.
     let too_long: Vec<u8> = std::iter::once(1)
         .chain(std::iter::repeat_n(b'a', MAX_ID_BYTES + 1))
         .chain([0])
         .collect();
-    let key_cases: [(&str, &[u8], DecodeError); 5] = [
+    vec![
         (
             "empty id",
-            &[1, 0, b'h'],
+            vec![1, 0, b'h'],
             DecodeError::Invalid {
                 what: "record key",
                 field: "image id",
@@ -139,7 +141,7 @@ fn bad_bytes_give_errors_naming_the_problem() {
         ),
         (
             "id longer than the limit",
-            &too_long,
+            too_long,
             DecodeError::Invalid {
                 what: "record key",
                 field: "image id",
@@ -147,7 +149,7 @@ fn bad_bytes_give_errors_naming_the_problem() {
         ),
         (
             "no terminator after the id",
-            &[1, b'a', b'b'],
+            vec![1, b'a', b'b'],
             DecodeError::Invalid {
                 what: "record key",
                 field: "image id terminator",
@@ -155,7 +157,7 @@ fn bad_bytes_give_errors_naming_the_problem() {
         ),
         (
             "id not UTF-8",
-            &[1, 0xff, 0],
+            vec![1, 0xff, 0],
             DecodeError::Utf8 {
                 what: "record key",
                 field: "image id",
@@ -163,15 +165,22 @@ fn bad_bytes_give_errors_naming_the_problem() {
         ),
         (
             "handler not UTF-8",
-            &[1, b'a', 0, 0xff],
+            vec![1, b'a', 0, 0xff],
             DecodeError::Utf8 {
                 what: "record key",
                 field: "runtime handler",
             },
         ),
-    ];
-    for (name, bytes, want) in key_cases {
-        assert_eq!(RecordKey::decode(bytes), Err(want), "case {name}");
+    ]
+}
+
+#[test]
+fn bad_bytes_give_errors_naming_the_problem() {
+    for (name, got, want) in bad_image_records() {
+        assert_eq!(got, Err(want), "case {name}");
+    }
+    for (name, bytes, want) in bad_record_keys() {
+        assert_eq!(RecordKey::decode(&bytes), Err(want), "case {name}");
     }
     assert_eq!(
         BackoffEntry::decode(&[1; 20]),

@@ -67,301 +67,387 @@ impl Model {
             warm: store.warm_rows()?,
         })
     }
+}
 
+/// One `apply`'s running state: what its operations changed, the stamps it holds back until
+/// it knows, and the journal writes and times its prunes take.
+struct Transaction {
+    retention: JournalRetention,
+    /// Whether a counted write changed anything (the stamps follow it).
+    changed: bool,
+    /// The `Stamp` values, written only if the transaction changed something.
+    stamps: Vec<i64>,
+    journal_written: bool,
+    /// The transaction's journal writes and its `now` (the latest time it journaled or
+    /// marked re-pulled), as the store's prune takes them.
+    fresh: BTreeSet<JournalKey>,
+    txn_now: Option<i64>,
+    uses_now: Option<i64>,
+    /// Whether a history changed beyond the counted writes: committed, but not a change for
+    /// the stamps.
+    uses_changed: bool,
+    pulls_now: Option<i64>,
+    /// The records the batch records a pull of itself: no detected pull is added for them.
+    explicit: BTreeSet<RecordKey>,
+}
+
+impl Transaction {
+    fn new(ops: &[Op]) -> Transaction {
+        Transaction {
+            retention: JournalRetention::default(),
+            changed: false,
+            stamps: Vec::new(),
+            journal_written: false,
+            fresh: BTreeSet::new(),
+            txn_now: None,
+            uses_now: None,
+            uses_changed: false,
+            pulls_now: None,
+            explicit: ops
+                .iter()
+                .filter(|op| matches!(op, Op::RecordPull { .. }))
+                .map(record_key)
+                .collect(),
+        }
+    }
+
+    /// Notes a journal write at `jkey` made at `now`, for the prune at the end.
+    fn journaled(&mut self, jkey: JournalKey, now: i64) {
+        self.fresh.insert(jkey);
+        self.txn_now = self.txn_now.max(Some(now));
+        self.journal_written = true;
+    }
+}
+
+/// The record a record operation leaves (`None`: no record), given the one it found.
+fn next_record(op: &Op, old: Option<ImageRecord>) -> Option<ImageRecord> {
+    match op {
+        Op::Upsert {
+            first_detected,
+            last_used,
+            size,
+            pinned,
+            ..
+        } => Some(ImageRecord {
+            first_detected: UnixNanos(*first_detected),
+            last_used: UnixNanos(*last_used),
+            size: *size,
+            pinned: *pinned,
+        }),
+        Op::MarkUsed { now, size, .. } => Some(match old {
+            Some(old) => ImageRecord {
+                last_used: UnixNanos((*now).max(old.last_used.0.saturating_add(1))),
+                size: size.unwrap_or(old.size),
+                ..old
+            },
+            None => ImageRecord {
+                first_detected: UnixNanos(*now),
+                last_used: UnixNanos(*now),
+                size: size.unwrap_or(0),
+                pinned: false,
+            },
+        }),
+        // The merge rules written out again, independently of the store's.
+        Op::Sight {
+            now,
+            in_use,
+            size,
+            pinned,
+            ..
+        } => {
+            let used = if *in_use { *now } else { 0 };
+            Some(match old {
+                Some(old) => ImageRecord {
+                    first_detected: UnixNanos(old.first_detected.0.min(*now)),
+                    last_used: UnixNanos(old.last_used.0.max(used)),
+                    size: *size,
+                    pinned: *pinned,
+                },
+                None => ImageRecord {
+                    first_detected: UnixNanos(*now),
+                    last_used: UnixNanos(used),
+                    size: *size,
+                    pinned: *pinned,
+                },
+            })
+        }
+        Op::RemoveUnlisted { seen_last_used, .. } => match old {
+            Some(r) if r.last_used.0 > *seen_last_used => Some(r),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl Model {
     /// Applies `ops` as `Store::apply` does; returns whether anything changed. The rules are
     /// written out again here, independently of the store's (`store/journal.rs`).
     pub(super) fn apply(&mut self, ops: &[Op]) -> bool {
-        let retention = JournalRetention::default();
-        let mut changed = false;
-        let mut stamps = Vec::new();
-        let mut journal_written = false;
-        // The transaction's journal writes and its `now` (the latest time it journaled or
-        // marked re-pulled), as the store's prune takes them.
-        let mut fresh: BTreeSet<JournalKey> = BTreeSet::new();
-        let mut txn_now: Option<i64> = None;
-        let mut uses_now: Option<i64> = None;
-        let mut uses_changed = false;
-        let mut pulls_now: Option<i64> = None;
-        let explicit: BTreeSet<RecordKey> = ops
-            .iter()
-            .filter(|op| matches!(op, Op::RecordPull { .. }))
-            .map(record_key)
-            .collect();
+        let mut txn = Transaction::new(ops);
         for op in ops {
             let key = record_key(op);
-            // A pull's mark or a detect's sighting that creates a record: the regret check.
-            let creates_at = match op {
-                Op::MarkUsed { now, .. } | Op::Sight { now, .. }
-                    if !self.records.contains_key(&key) =>
-                {
-                    Some(*now)
-                }
-                _ => None,
-            };
-            changed |= match op {
-                Op::Upsert { .. }
-                | Op::MarkUsed { .. }
-                | Op::Remove { .. }
-                | Op::Sight { .. }
-                | Op::RemoveUnlisted { .. } => {
-                    let old = self.records.get(&key).copied();
-                    let next = match op {
-                        Op::Upsert {
-                            first_detected,
-                            last_used,
-                            size,
-                            pinned,
-                            ..
-                        } => Some(ImageRecord {
-                            first_detected: UnixNanos(*first_detected),
-                            last_used: UnixNanos(*last_used),
-                            size: *size,
-                            pinned: *pinned,
-                        }),
-                        Op::MarkUsed { now, size, .. } => Some(match old {
-                            Some(old) => ImageRecord {
-                                last_used: UnixNanos((*now).max(old.last_used.0.saturating_add(1))),
-                                size: size.unwrap_or(old.size),
-                                ..old
-                            },
-                            None => ImageRecord {
-                                first_detected: UnixNanos(*now),
-                                last_used: UnixNanos(*now),
-                                size: size.unwrap_or(0),
-                                pinned: false,
-                            },
-                        }),
-                        // The merge rules written out again, independently of the store's.
-                        Op::Sight {
-                            now,
-                            in_use,
-                            size,
-                            pinned,
-                            ..
-                        } => {
-                            let used = if *in_use { *now } else { 0 };
-                            Some(match old {
-                                Some(old) => ImageRecord {
-                                    first_detected: UnixNanos(old.first_detected.0.min(*now)),
-                                    last_used: UnixNanos(old.last_used.0.max(used)),
-                                    size: *size,
-                                    pinned: *pinned,
-                                },
-                                None => ImageRecord {
-                                    first_detected: UnixNanos(*now),
-                                    last_used: UnixNanos(used),
-                                    size: *size,
-                                    pinned: *pinned,
-                                },
-                            })
-                        }
-                        Op::RemoveUnlisted { seen_last_used, .. } => match old {
-                            Some(r) if r.last_used.0 > *seen_last_used => Some(r),
-                            _ => None,
-                        },
-                        _ => None,
-                    };
-                    let record_changed = match next {
-                        _ if next == old => false,
-                        Some(r) => {
-                            self.records.insert(key.clone(), r);
-                            true
-                        }
-                        None => self.records.remove(&key).is_some(),
-                    };
-                    // A deletion without a journal entry drops the names no entry keeps.
-                    let deleted = old.is_some() && !self.records.contains_key(&key);
-                    let names_dropped = (matches!(op, Op::Remove { .. })
-                        || (matches!(op, Op::RemoveUnlisted { .. }) && deleted))
-                        && !self.records.contains_key(&key)
-                        && !self.journal.keys().any(|k| k.key == key)
-                        && self.names.remove(&key).is_some();
-                    // The store counts a plain removal's names; detect's removal changed the
-                    // record anyway.
-                    record_changed || (matches!(op, Op::Remove { .. }) && names_dropped)
-                }
-                Op::RemoveUnlistedJournaled {
-                    seen_last_used, at, ..
-                } => match self.records.get(&key).copied() {
-                    Some(old) if old.last_used.0 <= *seen_last_used => {
-                        self.records.remove(&key);
-                        fresh.insert(JournalKey {
-                            removed_at: UnixNanos(*at),
-                            key: key.clone(),
-                        });
-                        txn_now = txn_now.max(Some(*at));
-                        self.journal.insert(
-                            JournalKey {
-                                removed_at: UnixNanos(*at),
-                                key: key.clone(),
-                            },
-                            JournalEntry {
-                                size: old.size,
-                                first_detected: old.first_detected,
-                                last_used: old.last_used,
-                                reason: None,
-                                rank: None,
-                                fs: None,
-                                remover: Remover::External,
-                                repulled_at: None,
-                            },
-                        );
-                        journal_written = true;
-                        true
-                    }
-                    _ => false,
-                },
-                Op::Evict { at, rank, .. } => match self.records.remove(&key) {
-                    Some(old) => {
-                        let note = evict_note(*at, *rank);
-                        fresh.insert(JournalKey {
-                            removed_at: note.removed_at,
-                            key: key.clone(),
-                        });
-                        txn_now = txn_now.max(Some(note.removed_at.0));
-                        self.journal.insert(
-                            JournalKey {
-                                removed_at: note.removed_at,
-                                key: key.clone(),
-                            },
-                            JournalEntry {
-                                size: old.size,
-                                first_detected: old.first_detected,
-                                last_used: old.last_used,
-                                reason: Some(note.reason),
-                                rank: Some(note.rank),
-                                fs: note.fs,
-                                remover: Remover::Imagekeeper,
-                                repulled_at: None,
-                            },
-                        );
-                        journal_written = true;
-                        true
-                    }
-                    None => false,
-                },
-                Op::SetNames { names, .. } => {
-                    let next = names_of(*names);
-                    let old = self.names.get(&key);
-                    if !self.records.contains_key(&key)
-                        || old == Some(&next)
-                        || (old.is_none() && next.is_empty())
-                    {
-                        false
-                    } else {
-                        self.names.insert(key.clone(), next);
-                        true
-                    }
-                }
-                Op::PutBackoff { key, .. } => {
-                    let entry = backoff_entry(op);
-                    let key = backoff_key(*key);
-                    if self.backoff.get(&key) == Some(&entry) {
-                        false
-                    } else {
-                        self.backoff.insert(key, entry);
-                        true
-                    }
-                }
-                Op::RemoveBackoff { key } => self.backoff.remove(&backoff_key(*key)).is_some(),
-                Op::SetMeta { name, value } => self.set_meta(meta_name(*name), *value),
-                Op::Stamp { value } => {
-                    stamps.push(*value);
-                    false
-                }
-                Op::PutPin { key, .. } => {
-                    let pin = pin_of(op);
-                    self.pins.insert(pin_key(*key), pin.clone()) != Some(pin)
-                }
-                Op::RemovePin { key } => self.pins.remove(&pin_key(*key)).is_some(),
-                Op::PruneExpiredPins { now } => {
-                    let cutoff = UnixNanos(*now).saturating_sub(retention.max_age);
-                    let before = self.pins.len();
-                    self.pins
-                        .retain(|_, p| p.until == UnixNanos::NEVER || p.until >= cutoff);
-                    self.pins.len() != before
-                }
-                // Committed, but not a change for the stamps.
-                Op::ObserveUses { now, in_use } => {
-                    uses_now = uses_now.max(Some(*now));
-                    uses_changed |= self.observe_uses(UnixNanos(*now), &uses_of(*in_use));
-                    false
-                }
-                Op::OpenUse { now, .. } => {
-                    uses_now = uses_now.max(Some(*now));
-                    uses_changed |= self.observe_open(&key, UnixNanos(*now));
-                    false
-                }
-                Op::RecordPull { at, .. } => {
-                    pulls_now = pulls_now.max(Some(*at));
-                    let entry = pull_of(op);
-                    let pkey = PullKey {
-                        at: UnixNanos(*at),
-                        key: key.clone(),
-                    };
-                    self.pulls.insert(pkey, entry.clone()) != Some(entry)
-                }
-                Op::ReplaceWarm { .. } => {
-                    let rows = warm_of(op);
-                    let same = self.warm == rows;
-                    self.warm = rows;
-                    !same
-                }
-            };
-            if let Some(now) = creates_at
-                && !explicit.contains(&key)
-                && let Some(record) = self.records.get(&key)
-            {
-                let entry = PullEntry {
-                    size: record.size,
-                    origin: PullOrigin::Detected,
-                    took: Duration::ZERO,
-                    name: String::new(),
-                };
-                let pkey = PullKey {
-                    at: UnixNanos(now),
+            let creates_at = self.creates_at(op, &key);
+            let op_changed = self.apply_op(op, &key, &mut txn);
+            txn.changed |= op_changed;
+            if let Some(now) = creates_at {
+                self.record_detected_pull(&key, now, &mut txn);
+                self.mark_repulled(&key, now, &mut txn);
+            }
+        }
+        self.finish(txn)
+    }
+
+    /// A pull's mark or a detect's sighting that creates a record: the regret check's time.
+    fn creates_at(&self, op: &Op, key: &RecordKey) -> Option<i64> {
+        match op {
+            Op::MarkUsed { now, .. } | Op::Sight { now, .. } if !self.records.contains_key(key) => {
+                Some(*now)
+            }
+            _ => None,
+        }
+    }
+
+    /// One operation's writes; returns whether it changed anything the stamps count.
+    fn apply_op(&mut self, op: &Op, key: &RecordKey, txn: &mut Transaction) -> bool {
+        match op {
+            Op::Upsert { .. }
+            | Op::MarkUsed { .. }
+            | Op::Remove { .. }
+            | Op::Sight { .. }
+            | Op::RemoveUnlisted { .. } => self.apply_record_op(op, key),
+            Op::RemoveUnlistedJournaled {
+                seen_last_used, at, ..
+            } => self.remove_unlisted_journaled(key, *seen_last_used, *at, txn),
+            Op::Evict { at, rank, .. } => self.evict(key, *at, *rank, txn),
+            Op::SetNames { names, .. } => self.set_names(key, names_of(*names)),
+            Op::PutBackoff { key: which, .. } => {
+                self.put_backoff(backoff_key(*which), backoff_entry(op))
+            }
+            Op::RemoveBackoff { key: which } => self.backoff.remove(&backoff_key(*which)).is_some(),
+            Op::SetMeta { name, value } => self.set_meta(meta_name(*name), *value),
+            Op::Stamp { value } => {
+                txn.stamps.push(*value);
+                false
+            }
+            Op::PutPin { key: which, .. } => {
+                let pin = pin_of(op);
+                self.pins.insert(pin_key(*which), pin.clone()) != Some(pin)
+            }
+            Op::RemovePin { key: which } => self.pins.remove(&pin_key(*which)).is_some(),
+            Op::PruneExpiredPins { now } => self.prune_expired_pins(txn.retention, UnixNanos(*now)),
+            // Committed, but not a change for the stamps.
+            Op::ObserveUses { now, in_use } => {
+                txn.uses_now = txn.uses_now.max(Some(*now));
+                txn.uses_changed |= self.observe_uses(UnixNanos(*now), &uses_of(*in_use));
+                false
+            }
+            Op::OpenUse { now, .. } => {
+                txn.uses_now = txn.uses_now.max(Some(*now));
+                txn.uses_changed |= self.observe_open(key, UnixNanos(*now));
+                false
+            }
+            Op::RecordPull { at, .. } => {
+                txn.pulls_now = txn.pulls_now.max(Some(*at));
+                self.record_pull(key, UnixNanos(*at), pull_of(op))
+            }
+            Op::ReplaceWarm { .. } => {
+                let rows = warm_of(op);
+                let same = self.warm == rows;
+                self.warm = rows;
+                !same
+            }
+        }
+    }
+
+    /// An upsert, mark, removal or sighting of the record at `key`, and the names a deletion
+    /// drops; returns whether it changed anything the stamps count.
+    fn apply_record_op(&mut self, op: &Op, key: &RecordKey) -> bool {
+        let old = self.records.get(key).copied();
+        let next = next_record(op, old);
+        let record_changed = match next {
+            _ if next == old => false,
+            Some(r) => {
+                self.records.insert(key.clone(), r);
+                true
+            }
+            None => self.records.remove(key).is_some(),
+        };
+        // A deletion without a journal entry drops the names no entry keeps.
+        let deleted = old.is_some() && !self.records.contains_key(key);
+        let names_dropped = (matches!(op, Op::Remove { .. })
+            || (matches!(op, Op::RemoveUnlisted { .. }) && deleted))
+            && !self.records.contains_key(key)
+            && !self.journal.keys().any(|k| k.key == *key)
+            && self.names.remove(key).is_some();
+        // The store counts a plain removal's names; detect's removal changed the record
+        // anyway.
+        record_changed || (matches!(op, Op::Remove { .. }) && names_dropped)
+    }
+
+    /// Detect's removal of an unlisted record not used since it read it, journaled at `at`
+    /// as an external removal.
+    fn remove_unlisted_journaled(
+        &mut self,
+        key: &RecordKey,
+        seen_last_used: i64,
+        at: i64,
+        txn: &mut Transaction,
+    ) -> bool {
+        match self.records.get(key).copied() {
+            Some(old) if old.last_used.0 <= seen_last_used => {
+                self.records.remove(key);
+                let jkey = JournalKey {
+                    removed_at: UnixNanos(at),
                     key: key.clone(),
                 };
-                changed |= self.pulls.insert(pkey, entry.clone()) != Some(entry);
-                pulls_now = pulls_now.max(Some(now));
+                txn.journaled(jkey.clone(), at);
+                self.journal.insert(
+                    jkey,
+                    JournalEntry {
+                        size: old.size,
+                        first_detected: old.first_detected,
+                        last_used: old.last_used,
+                        reason: None,
+                        rank: None,
+                        fs: None,
+                        remover: Remover::External,
+                        repulled_at: None,
+                    },
+                );
+                true
             }
-            if let Some(now) = creates_at.filter(|_| self.records.contains_key(&key)) {
-                let newest = self
-                    .journal
-                    .iter()
-                    .rev()
-                    .find(|(k, e)| k.key.image_id == key.image_id && e.repulled_at.is_none())
-                    .map(|(k, _)| k.clone());
-                if let Some(jkey) =
-                    newest.filter(|k| k.removed_at >= age_cutoff(UnixNanos(now), retention.max_age))
-                    && let Some(entry) = self.journal.get_mut(&jkey)
-                {
-                    entry.repulled_at = Some(UnixNanos(now));
-                    txn_now = txn_now.max(Some(now));
-                    fresh.insert(jkey.clone());
-                    journal_written = true;
-                }
-            }
+            _ => false,
         }
-        if let Some(now) = uses_now {
-            uses_changed |= self.prune_uses(retention, UnixNanos(now));
+    }
+
+    /// GC's removal: the record goes and its journal entry carries the eviction's note.
+    fn evict(&mut self, key: &RecordKey, at: i64, rank: u32, txn: &mut Transaction) -> bool {
+        let Some(old) = self.records.remove(key) else {
+            return false;
+        };
+        let note = evict_note(at, rank);
+        let jkey = JournalKey {
+            removed_at: note.removed_at,
+            key: key.clone(),
+        };
+        txn.journaled(jkey.clone(), note.removed_at.0);
+        self.journal.insert(
+            jkey,
+            JournalEntry {
+                size: old.size,
+                first_detected: old.first_detected,
+                last_used: old.last_used,
+                reason: Some(note.reason),
+                rank: Some(note.rank),
+                fs: note.fs,
+                remover: Remover::Imagekeeper,
+                repulled_at: None,
+            },
+        );
+        true
+    }
+
+    /// Detect's names of an existing record; an absent list and an empty one are the same.
+    fn set_names(&mut self, key: &RecordKey, next: ImageNames) -> bool {
+        let old = self.names.get(key);
+        if !self.records.contains_key(key)
+            || old == Some(&next)
+            || (old.is_none() && next.is_empty())
+        {
+            return false;
         }
-        if let Some(now) = pulls_now {
-            changed |= self.prune_pulls(retention, UnixNanos(now));
+        self.names.insert(key.clone(), next);
+        true
+    }
+
+    fn put_backoff(&mut self, key: String, entry: BackoffEntry) -> bool {
+        if self.backoff.get(&key) == Some(&entry) {
+            return false;
         }
-        if journal_written {
-            let now = UnixNanos(txn_now.unwrap_or(i64::MIN));
-            self.prune(retention, now, &fresh);
+        self.backoff.insert(key, entry);
+        true
+    }
+
+    /// Drops the pins that expired before the retention's age cutoff; `NEVER` pins stay.
+    fn prune_expired_pins(&mut self, retention: JournalRetention, now: UnixNanos) -> bool {
+        let cutoff = now.saturating_sub(retention.max_age);
+        let before = self.pins.len();
+        self.pins
+            .retain(|_, p| p.until == UnixNanos::NEVER || p.until >= cutoff);
+        self.pins.len() != before
+    }
+
+    fn record_pull(&mut self, key: &RecordKey, at: UnixNanos, entry: PullEntry) -> bool {
+        let pkey = PullKey {
+            at,
+            key: key.clone(),
+        };
+        self.pulls.insert(pkey, entry.clone()) != Some(entry)
+    }
+
+    /// A record created at `now` by anything but the batch's own pull records a detected
+    /// pull of it.
+    fn record_detected_pull(&mut self, key: &RecordKey, now: i64, txn: &mut Transaction) {
+        if txn.explicit.contains(key) {
+            return;
+        }
+        let Some(record) = self.records.get(key) else {
+            return;
+        };
+        let entry = PullEntry {
+            size: record.size,
+            origin: PullOrigin::Detected,
+            took: Duration::ZERO,
+            name: String::new(),
+        };
+        txn.changed |= self.record_pull(key, UnixNanos(now), entry);
+        txn.pulls_now = txn.pulls_now.max(Some(now));
+    }
+
+    /// A record created at `now` marks the image's newest journal entry not yet re-pulled as
+    /// re-pulled, if that entry is within the retention's age.
+    fn mark_repulled(&mut self, key: &RecordKey, now: i64, txn: &mut Transaction) {
+        if !self.records.contains_key(key) {
+            return;
+        }
+        let newest = self
+            .journal
+            .iter()
+            .rev()
+            .find(|(k, e)| k.key.image_id == key.image_id && e.repulled_at.is_none())
+            .map(|(k, _)| k.clone());
+        if let Some(jkey) =
+            newest.filter(|k| k.removed_at >= age_cutoff(UnixNanos(now), txn.retention.max_age))
+            && let Some(entry) = self.journal.get_mut(&jkey)
+        {
+            entry.repulled_at = Some(UnixNanos(now));
+            txn.journaled(jkey, now);
+        }
+    }
+
+    /// The transaction's end: the histories' and the journal's prunes, and the stamps if
+    /// anything changed; returns whether anything changed.
+    fn finish(&mut self, mut txn: Transaction) -> bool {
+        let retention = txn.retention;
+        if let Some(now) = txn.uses_now {
+            txn.uses_changed |= self.prune_uses(retention, UnixNanos(now));
+        }
+        if let Some(now) = txn.pulls_now {
+            txn.changed |= self.prune_pulls(retention, UnixNanos(now));
+        }
+        if txn.journal_written {
+            let now = UnixNanos(txn.txn_now.unwrap_or(i64::MIN));
+            self.prune(retention, now, &txn.fresh);
             // As the store: the histories follow the retention just written.
-            uses_changed |= self.prune_uses(retention, now);
-            uses_changed |= self.prune_pulls(retention, now);
+            txn.uses_changed |= self.prune_uses(retention, now);
+            txn.uses_changed |= self.prune_pulls(retention, now);
         }
-        if changed {
-            for value in stamps {
+        if txn.changed {
+            for value in txn.stamps {
                 self.set_meta(meta_keys::LAST_DETECT, value);
             }
         }
-        changed || uses_changed
+        txn.changed || txn.uses_changed
     }
 }
 

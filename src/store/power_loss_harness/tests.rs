@@ -206,13 +206,9 @@ fn the_harness_catches_non_durable_commits() {
     );
 }
 
-/// Compaction under power loss: a file churned well above its live size (many records
-/// written, most removed) is compacted with power cut at every disk operation of the
-/// compaction and several crash images each; the recovered store holds exactly the
-/// acknowledged records, checks clean, and takes a new commit. The same run without a cut
-/// shrinks the file, so the cuts land inside a compaction that does work.
-#[test]
-fn a_power_cut_at_every_write_of_a_compaction_keeps_exactly_the_committed_records() {
+/// A file churned well above its live size: 8 rounds of 32 large backoff entries and 8
+/// records, then every backoff entry removed.
+fn churn_steps() -> Vec<Step> {
     let mut steps: Vec<Step> = (0..8u8)
         .map(|round| {
             Step::Batch(
@@ -244,6 +240,35 @@ fn a_power_cut_at_every_write_of_a_compaction_keeps_exactly_the_committed_record
                 .collect(),
         ));
     }
+    steps
+}
+
+/// Without a cut, the compaction that ends `scenario`'s batches shrinks the file.
+fn assert_the_compaction_shrinks_the_file(scenario: &Scenario) {
+    let disk = PowerLossDisk::new(Vec::new(), None);
+    let store = super::open(&disk, CommitMode::Durable).expect("open");
+    for step in &scenario.steps {
+        if let Step::Batch(ops) = step {
+            store.apply(&super::to_batch(ops)).expect("apply");
+        }
+    }
+    let before = store.file_bytes().expect("size");
+    match store.compact().expect("compact") {
+        super::super::CompactOutcome::Compacted {
+            file_bytes_after, ..
+        } => assert!(file_bytes_after < before, "{file_bytes_after} >= {before}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Compaction under power loss: a file churned well above its live size (many records
+/// written, most removed) is compacted with power cut at every disk operation of the
+/// compaction and several crash images each; the recovered store holds exactly the
+/// acknowledged records, checks clean, and takes a new commit. The same run without a cut
+/// shrinks the file, so the cuts land inside a compaction that does work.
+#[test]
+fn a_power_cut_at_every_write_of_a_compaction_keeps_exactly_the_committed_records() {
+    let mut steps = churn_steps();
     let before_compaction = Scenario {
         steps: steps.clone(),
         cut_after: u64::MAX,
@@ -259,23 +284,7 @@ fn a_power_cut_at_every_write_of_a_compaction_keeps_exactly_the_committed_record
     let total = count_disk_ops(&base).expect("runs");
     assert!(total > churn_ops, "the compaction wrote nothing");
 
-    // Without a cut, the compaction shrinks the file.
-    {
-        let disk = PowerLossDisk::new(Vec::new(), None);
-        let store = super::open(&disk, CommitMode::Durable).expect("open");
-        for step in &base.steps {
-            if let Step::Batch(ops) = step {
-                store.apply(&super::to_batch(ops)).expect("apply");
-            }
-        }
-        let before = store.file_bytes().expect("size");
-        match store.compact().expect("compact") {
-            super::super::CompactOutcome::Compacted {
-                file_bytes_after, ..
-            } => assert!(file_bytes_after < before, "{file_bytes_after} >= {before}"),
-            other => panic!("{other:?}"),
-        }
-    }
+    assert_the_compaction_shrinks_the_file(&base);
 
     let mut cuts_inside = 0;
     for cut_after in churn_ops..=total {

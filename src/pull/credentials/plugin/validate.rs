@@ -26,71 +26,77 @@ pub(super) fn validate(file: &ConfigFile) -> Vec<String> {
         ));
     }
     for (i, p) in file.providers.iter().enumerate() {
-        let at = format!("providers[{i}]");
-        if p.name.is_empty() {
-            errs.push(format!("{at}.name: Required value: name is required"));
-        }
-        if p.name.contains('/') {
-            errs.push(format!(
-                "{at}.name: Invalid value: {:?}: provider name cannot contain '/'",
-                p.name
-            ));
-        }
-        if p.name.contains(' ') {
-            errs.push(format!(
-                "{at}.name: Invalid value: {:?}: provider name cannot contain spaces",
-                p.name
-            ));
-        }
-        if p.name == "." || p.name == ".." {
-            errs.push(format!(
-                "{at}.name: Invalid value: {:?}: provider name cannot be '.' or '..'",
-                p.name
-            ));
-        }
-        if p.api_version.is_empty() {
-            errs.push(format!(
-                "{at}.apiVersion: Required value: apiVersion is required"
-            ));
-        } else if !SUPPORTED_PLUGIN_API_VERSIONS.contains(&p.api_version.as_str()) {
-            errs.push(format!(
-                "{at}.apiVersion: Unsupported value: {:?}: supported values: {}",
-                p.api_version,
-                SUPPORTED_PLUGIN_API_VERSIONS.join(", ")
-            ));
-        }
-        if p.match_images.is_empty() {
-            errs.push(format!(
-                "{at}.matchImages: Required value: at least 1 item in matchImages is required"
-            ));
-        }
-        for (j, m) in p.match_images.iter().enumerate() {
-            if url_match::parse_schemeless(m).is_none() {
-                errs.push(format!(
-                    "{at}.matchImages[{j}]: Invalid value: {m:?}: match image is invalid"
-                ));
-            }
-        }
-        match p.default_cache_duration.as_deref() {
-            None => errs.push(format!("{at}.defaultCacheDuration: Required value: defaultCacheDuration is required")),
-            Some(d) => match crate::format::parse_go_duration(d) {
-                Ok(_) => {}
-                Err(_) if d.starts_with('-') => errs.push(format!(
-                    "{at}.defaultCacheDuration: Invalid value: {d:?}: defaultCacheDuration must be greater than or equal to 0"
-                )),
-                Err(e) => errs.push(format!("{at}.defaultCacheDuration: Invalid value: {d:?}: {e}")),
-            },
-        }
-        for (j, e) in p.env.iter().enumerate() {
-            if e.name.is_empty() {
-                errs.push(format!("{at}.env[{j}].name: Required value"));
-            }
-        }
-        if let Some(token) = &p.token_attributes {
-            validate_token_attributes(&format!("{at}.tokenAttributes"), p, token, &mut errs);
-        }
+        validate_provider(&format!("providers[{i}]"), p, &mut errs);
     }
     errs
+}
+
+/// The checks of one provider, `at` its path (`providers[i]`).
+fn validate_provider(at: &str, p: &ProviderFile, errs: &mut Vec<String>) {
+    validate_provider_name(at, &p.name, errs);
+    if p.api_version.is_empty() {
+        errs.push(format!(
+            "{at}.apiVersion: Required value: apiVersion is required"
+        ));
+    } else if !SUPPORTED_PLUGIN_API_VERSIONS.contains(&p.api_version.as_str()) {
+        errs.push(format!(
+            "{at}.apiVersion: Unsupported value: {:?}: supported values: {}",
+            p.api_version,
+            SUPPORTED_PLUGIN_API_VERSIONS.join(", ")
+        ));
+    }
+    if p.match_images.is_empty() {
+        errs.push(format!(
+            "{at}.matchImages: Required value: at least 1 item in matchImages is required"
+        ));
+    }
+    for (j, m) in p.match_images.iter().enumerate() {
+        if url_match::parse_schemeless(m).is_none() {
+            errs.push(format!(
+                "{at}.matchImages[{j}]: Invalid value: {m:?}: match image is invalid"
+            ));
+        }
+    }
+    match p.default_cache_duration.as_deref() {
+        None => errs.push(format!("{at}.defaultCacheDuration: Required value: defaultCacheDuration is required")),
+        Some(d) => match crate::format::parse_go_duration(d) {
+            Ok(_) => {}
+            Err(_) if d.starts_with('-') => errs.push(format!(
+                "{at}.defaultCacheDuration: Invalid value: {d:?}: defaultCacheDuration must be greater than or equal to 0"
+            )),
+            Err(e) => errs.push(format!("{at}.defaultCacheDuration: Invalid value: {d:?}: {e}")),
+        },
+    }
+    for (j, e) in p.env.iter().enumerate() {
+        if e.name.is_empty() {
+            errs.push(format!("{at}.env[{j}].name: Required value"));
+        }
+    }
+    if let Some(token) = &p.token_attributes {
+        validate_token_attributes(&format!("{at}.tokenAttributes"), p, token, errs);
+    }
+}
+
+/// The checks of a provider's name, `at` the provider's path.
+fn validate_provider_name(at: &str, name: &str, errs: &mut Vec<String>) {
+    if name.is_empty() {
+        errs.push(format!("{at}.name: Required value: name is required"));
+    }
+    if name.contains('/') {
+        errs.push(format!(
+            "{at}.name: Invalid value: {name:?}: provider name cannot contain '/'"
+        ));
+    }
+    if name.contains(' ') {
+        errs.push(format!(
+            "{at}.name: Invalid value: {name:?}: provider name cannot contain spaces"
+        ));
+    }
+    if name == "." || name == ".." {
+        errs.push(format!(
+            "{at}.name: Invalid value: {name:?}: provider name cannot be '.' or '..'"
+        ));
+    }
 }
 
 const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and \

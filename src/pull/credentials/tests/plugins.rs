@@ -108,20 +108,19 @@ async fn a_matching_plugin_gets_the_request_on_stdin_and_its_credentials_are_use
     assert_eq!(runs(dir.path()), 1);
 }
 
-/// plugin.go's cache: a response is kept for its cacheDuration (or the provider's default when
-/// it has none; 0 keeps nothing) under the image, its registry, or one global key, and
-/// expiry is judged by the `now` given (the injected clock).
-#[tokio::test]
-async fn plugin_answers_are_cached_by_their_key_type_for_their_duration() {
-    // (cacheKeyType, cacheDuration, defaultCacheDuration, lookups: (image, seconds after T0),
-    // runs after each lookup)
-    type Case<'a> = (
-        &'a str,
-        Option<&'a str>,
-        &'a str,
-        Vec<(&'a str, i64, usize)>,
-    );
-    let cases: Vec<Case> = vec![
+/// A cache case: (cacheKeyType, cacheDuration, defaultCacheDuration, lookups: (image, seconds
+/// after T0, runs after the lookup)).
+type CacheCase = (
+    &'static str,
+    Option<&'static str>,
+    &'static str,
+    Vec<(&'static str, i64, usize)>,
+);
+
+/// plugin_test.go's cache cases: per key type, lookups within and past the duration, and the
+/// provider's default when the response has none.
+fn cache_cases() -> Vec<CacheCase> {
+    vec![
         (
             "Image",
             Some("10m"),
@@ -176,8 +175,15 @@ async fn plugin_answers_are_cached_by_their_key_type_for_their_duration() {
             "0s",
             vec![("a.example.com/x", 0, 1), ("a.example.com/x", 1, 2)],
         ),
-    ];
-    for (key_type, duration, default, lookups) in cases {
+    ]
+}
+
+/// plugin.go's cache: a response is kept for its cacheDuration (or the provider's default when
+/// it has none; 0 keeps nothing) under the image, its registry, or one global key, and
+/// expiry is judged by the `now` given (the injected clock).
+#[tokio::test]
+async fn plugin_answers_are_cached_by_their_key_type_for_their_duration() {
+    for (key_type, duration, default, lookups) in cache_cases() {
         let dir = tempfile::tempdir().expect("tempdir");
         write_plugin(dir.path(), "p", &response(key_type, duration));
         let config = write_config(dir.path(), "p", r#"["*.example.com"]"#, default);
@@ -258,86 +264,95 @@ async fn a_failing_hanging_or_garbage_plugin_is_a_clear_error_that_quotes_nothin
     }
 }
 
-/// config_test.go's validation, and RegisterCredentialProviderPlugins' checks of the bin dir
-/// and the executables.
-#[test]
-fn invalid_provider_configs_are_refused_with_the_kubelets_messages() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    write_plugin(dir.path(), "p", "{}");
-    let provider = |fields: &str| {
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- {fields}\n"
-        )
-    };
-    let good = "name: p\n  matchImages: ['*.example.com']\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1";
-    let cases = [
+/// A valid provider's fields, as YAML under `providers:`.
+const GOOD_PROVIDER: &str = "name: p\n  matchImages: ['*.example.com']\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1";
+
+/// A `CredentialProviderConfig` of one provider with `fields`.
+fn config_with_provider(fields: &str) -> String {
+    format!(
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- {fields}\n"
+    )
+}
+
+/// config_test.go's invalid configs and what the error must say: no providers, names,
+/// matchImages, cache durations, API versions, a duplicate, a missing executable, bad YAML.
+fn invalid_config_cases() -> Vec<(String, &'static str)> {
+    vec![
         (
             "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n"
                 .to_owned(),
             "at least 1 item in plugins is required",
         ),
         (
-            provider(&good.replace("name: p", "name: ''")),
+            config_with_provider(&GOOD_PROVIDER.replace("name: p", "name: ''")),
             "name is required",
         ),
         (
-            provider(&good.replace("name: p", "name: a/b")),
+            config_with_provider(&GOOD_PROVIDER.replace("name: p", "name: a/b")),
             "provider name cannot contain '/'",
         ),
         (
-            provider(&good.replace("name: p", "name: ..")),
+            config_with_provider(&GOOD_PROVIDER.replace("name: p", "name: ..")),
             "provider name cannot be '.' or '..'",
         ),
         (
-            provider(&good.replace("  matchImages: ['*.example.com']\n", "")),
+            config_with_provider(&GOOD_PROVIDER.replace("  matchImages: ['*.example.com']\n", "")),
             "at least 1 item in matchImages is required",
         ),
         (
-            provider(&good.replace("*.example.com", "bad host")),
+            config_with_provider(&GOOD_PROVIDER.replace("*.example.com", "bad host")),
             "match image is invalid",
         ),
         (
-            provider(&good.replace("  defaultCacheDuration: 1m\n", "")),
+            config_with_provider(&GOOD_PROVIDER.replace("  defaultCacheDuration: 1m\n", "")),
             "defaultCacheDuration is required",
         ),
         (
-            provider(&good.replace("1m", "-1m")),
+            config_with_provider(&GOOD_PROVIDER.replace("1m", "-1m")),
             "defaultCacheDuration must be greater than or equal to 0",
         ),
         (
-            provider(&good.replace("credentialprovider.kubelet.k8s.io/v1", "v2")),
+            config_with_provider(
+                &GOOD_PROVIDER.replace("credentialprovider.kubelet.k8s.io/v1", "v2"),
+            ),
             "supported values",
         ),
         (
-            provider(good).replace("kubelet.config.k8s.io/v1\n", "v9\n"),
+            config_with_provider(GOOD_PROVIDER).replace("kubelet.config.k8s.io/v1\n", "v9\n"),
             "apiVersion: Unsupported value",
         ),
         (
-            format!("{}- {good}\n", provider(good)),
+            format!("{}- {GOOD_PROVIDER}\n", config_with_provider(GOOD_PROVIDER)),
             "duplicate provider name \"p\" found in configuration file(s)",
         ),
         (
-            provider(&good.replace("name: p", "name: q")),
+            config_with_provider(&GOOD_PROVIDER.replace("name: p", "name: q")),
             "plugin binary executable",
         ),
         ("providers: [".to_owned(), "not valid YAML or JSON"),
-        // KEP-4412's tokenAttributes (config.go), the gate on as from 1.34.
+    ]
+}
+
+/// KEP-4412's invalid `tokenAttributes` (config.go), the gate on as from 1.34, and the
+/// kubelet's message for each.
+fn invalid_token_attributes_cases() -> Vec<(String, &'static str)> {
+    vec![
         (
-            provider(&format!(
-                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true}}"
+            config_with_provider(&format!(
+                "{GOOD_PROVIDER}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true}}"
             )),
             "providers[0].tokenAttributes.cacheType: Required value: cacheType is required to be set when tokenAttributes is specified. Supported values are: ServiceAccount, Token",
         ),
         (
-            provider(&format!(
-                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Pod}}"
+            config_with_provider(&format!(
+                "{GOOD_PROVIDER}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Pod}}"
             )),
             "providers[0].tokenAttributes.cacheType: Unsupported value: \"Pod\"",
         ),
         (
-            provider(&format!(
+            config_with_provider(&format!(
                 "{}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token}}",
-                good.replace(
+                GOOD_PROVIDER.replace(
                     "credentialprovider.kubelet.k8s.io/v1",
                     "credentialprovider.kubelet.k8s.io/v1beta1"
                 )
@@ -345,29 +360,42 @@ fn invalid_provider_configs_are_refused_with_the_kubelets_messages() {
             "providers[0].tokenAttributes: Forbidden: tokenAttributes is only supported for credentialprovider.kubelet.k8s.io/v1 API version",
         ),
         (
-            provider(&format!("{good}\n  tokenAttributes: {{cacheType: Token}}")),
+            config_with_provider(&format!(
+                "{GOOD_PROVIDER}\n  tokenAttributes: {{cacheType: Token}}"
+            )),
             "[providers[0].tokenAttributes.serviceAccountTokenAudience: Required value, providers[0].tokenAttributes.requireServiceAccount: Required value]",
         ),
         (
-            provider(&format!(
-                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: false, cacheType: Token, requiredServiceAccountAnnotationKeys: [k]}}"
+            config_with_provider(&format!(
+                "{GOOD_PROVIDER}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: false, cacheType: Token, requiredServiceAccountAnnotationKeys: [k]}}"
             )),
             "providers[0].tokenAttributes.requiredServiceAccountAnnotationKeys: Forbidden: requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set",
         ),
         (
-            provider(&format!(
-                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token, requiredServiceAccountAnnotationKeys: [k, j], optionalServiceAccountAnnotationKeys: [k, k]}}"
+            config_with_provider(&format!(
+                "{GOOD_PROVIDER}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token, requiredServiceAccountAnnotationKeys: [k, j], optionalServiceAccountAnnotationKeys: [k, k]}}"
             )),
             "[providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Duplicate value: \"k\", providers[0].tokenAttributes: Invalid value: [\"k\"]: annotation keys cannot be both required and optional]",
         ),
         (
-            provider(&format!(
-                "{good}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token, optionalServiceAccountAnnotationKeys: ['example.com/Role', '-x', 'a/b/c', 'Bad_Prefix/x']}}"
+            config_with_provider(&format!(
+                "{GOOD_PROVIDER}\n  tokenAttributes: {{serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token, optionalServiceAccountAnnotationKeys: ['example.com/Role', '-x', 'a/b/c', 'Bad_Prefix/x']}}"
             )),
             "[providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"-x\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]'), providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"a/b/c\": a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName'), providers[0].tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"Bad_Prefix/x\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')]",
         ),
-    ];
-    for (text, want) in cases {
+    ]
+}
+
+/// config_test.go's validation, and RegisterCredentialProviderPlugins' checks of the bin dir
+/// and the executables.
+#[test]
+fn invalid_provider_configs_are_refused_with_the_kubelets_messages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_plugin(dir.path(), "p", "{}");
+    for (text, want) in invalid_config_cases()
+        .into_iter()
+        .chain(invalid_token_attributes_cases())
+    {
         let config = dir.path().join("config.yaml");
         std::fs::write(&config, &text).expect("write");
         let err = PluginProviders::load(&config, dir.path())
@@ -376,7 +404,7 @@ fn invalid_provider_configs_are_refused_with_the_kubelets_messages() {
         assert!(err.contains(want), "{text}\n=> {err}");
     }
     let config = dir.path().join("config.yaml");
-    std::fs::write(&config, provider(good)).expect("write");
+    std::fs::write(&config, config_with_provider(GOOD_PROVIDER)).expect("write");
     assert!(PluginProviders::load(&config, dir.path()).is_ok());
     let err = PluginProviders::load(&config, &dir.path().join("missing"))
         .expect_err("no bin dir")
@@ -384,6 +412,25 @@ fn invalid_provider_configs_are_refused_with_the_kubelets_messages() {
     assert!(
         err.contains("plugin binary directory") && err.contains("did not exist"),
         "{err}"
+    );
+}
+
+/// The validation error prints its list of errors as the kubelet's `utilerrors.NewAggregate`
+/// does: a message repeated (by two providers alike) is printed once, in first-seen order.
+#[test]
+fn a_validation_errors_repeated_messages_are_printed_once() {
+    let name = "providers[0].name: Required value: name is required";
+    let cache =
+        "providers[0].defaultCacheDuration: Required value: defaultCacheDuration is required";
+    let err = plugin::ProviderConfigError::Invalid {
+        path: "/etc/kubernetes/credential-provider.yaml".into(),
+        errors: vec![name.to_owned(), cache.to_owned(), name.to_owned()],
+    };
+    assert_eq!(
+        err.to_string(),
+        "failed to validate credential provider config /etc/kubernetes/credential-provider.yaml: \
+         [providers[0].name: Required value: name is required, \
+         providers[0].defaultCacheDuration: Required value: defaultCacheDuration is required]"
     );
 }
 
