@@ -55,7 +55,7 @@ impl<R: AgentRuntime> Agent<R> {
                 }
             })
         };
-        // A change of the pods bound to this node (`run --cluster-signals`) detects at once,
+        // A change of the pods bound to this node (`clusterSignals`) detects at once,
         // so the runtime pins follow it (changes during a detect are one more detect).
         let pods_task = {
             let agent = self.clone();

@@ -489,6 +489,7 @@ mod tests {
                 s(&["containerEvents = \"off\""]),
                 Some(s(&["--container-events", "off"])),
             ),
+            ("clusterSignals", s(&["clusterSignals = true"]), None),
             (
                 "runtimePins",
                 s(&["runtimePins = \"off\""]),

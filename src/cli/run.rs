@@ -48,12 +48,6 @@ pub struct RunArgs {
     /// binary built with the `kube` feature (the container image is).
     #[arg(long)]
     events: bool,
-    /// Keep the images of the pods bound to this node, whether or not their containers exist
-    /// yet (an init container still running, a container not yet created): watch them through
-    /// the API server with the pod's in-cluster credentials (list and watch pods, field
-    /// selector spec.nodeName=NODE_NAME). Needs a binary built with the `kube` feature.
-    #[arg(long)]
-    cluster_signals: bool,
     /// With --events: the kubelet's configuration file (KubeletConfiguration), checked at start
     /// as `imagekeeper doctor` checks it; each conflict found is a Warning Event on the Node
     /// (KubeletConfigConflict). Read once; a bad file exits 2.
@@ -108,7 +102,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     });
     let config = resolve_source(&source)?;
     let events_node = flag_node("--events", args.events)?;
-    let signals_node = flag_node("--cluster-signals", args.cluster_signals)?;
+    let signals_node = flag_node("clusterSignals", config.cluster_signals)?;
     // The config file and the warm set directory, watched alike.
     let watched: Vec<std::path::PathBuf> = source
         .file
@@ -225,7 +219,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 .with_node_events(node_events),
         );
         if let Some(node) = signals_node {
-            watch_bound_pods(agent.gc_manager().bound_pods(), node);
+            let pods = agent.gc_manager().bound_pods();
+            watch_bound_pods(pods.clone(), node);
+            wait_for_first_list(&pods).await;
         }
         // "agent started" and the service manager's messages come once the admin socket is
         // bound and the metrics endpoint set up (`Listeners::bound`); not at all if that fails.
@@ -286,8 +282,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     result
 }
 
-/// With `--events` (or `--cluster-signals`: `flag`), the node to publish Events on or watch
-/// the pods of (NODE_NAME), checked before anything is created: exit 2 without NODE_NAME or in
+/// With `--events` (or the setting `clusterSignals`: `flag`), the node to publish Events on or
+/// watch the pods of (NODE_NAME), checked before anything is created: exit 2 without NODE_NAME or in
 /// a binary built without the `kube` feature.
 fn flag_node(flag: &str, on: bool) -> Result<Option<String>, Failure> {
     if !on {
@@ -308,7 +304,25 @@ fn flag_node(flag: &str, on: bool) -> Result<Option<String>, Failure> {
     }
 }
 
-/// The watch of the pods bound to `node` (`--cluster-signals`), writing their images to
+/// Waits, at most [`FIRST_LIST`], for the watch's first list of the pods bound to this node
+/// before the loops start, so that the first GC cycle cannot remove the image of a pod it has
+/// not heard of yet; past it, one warning, and the agent runs on the node's own knowledge.
+async fn wait_for_first_list(pods: &imagekeeper::gc::BoundPods) {
+    if tokio::time::timeout(FIRST_LIST, pods.synced())
+        .await
+        .is_err()
+    {
+        warn!(
+            waited_seconds = FIRST_LIST.as_secs(),
+            "The pods bound to this node are not listed yet: GC starts without them, and keeps their images once the list comes"
+        );
+    }
+}
+
+/// How long the agent's start waits for the first list of the bound pods.
+const FIRST_LIST: Duration = Duration::from_secs(30);
+
+/// The watch of the pods bound to `node` (`clusterSignals`), writing their images to
 /// `pods` for the GC, in the background for the agent's life; without in-cluster credentials
 /// one warning, and the agent runs on the node's own knowledge.
 fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) {

@@ -1,6 +1,6 @@
-//! The cluster's knowledge of what runs next, read from the API server (feature `kube`, `run
-//! --cluster-signals`). Today: the pods bound to this node (`pods.rs`), whose images are needed
-//! now whether or not their containers exist yet; the GC keeps them ([`crate::gc::BoundPods`]).
+//! The cluster's knowledge of what runs next, read from the API server (feature `kube`,
+//! `clusterSignals`). Today: the pods bound to this node (`pods.rs`), whose images are needed now
+//! whether or not their containers exist yet; the GC keeps them ([`crate::gc::BoundPods`]).
 //!
 //! Invariants: only reads (list and watch), through kube-rs's watcher with a field selector
 //! on `spec.nodeName`, so the API server sends this node's pods only; each pod is held as its

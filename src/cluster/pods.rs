@@ -85,6 +85,7 @@ impl PodWatch {
             Event::InitDone => {
                 if let Some(relist) = self.relist.take() {
                     self.pods.replace_all(relist);
+                    self.pods.mark_synced();
                     info!(pods = self.pods.len(), "Listed the pods bound to this node");
                 }
             }
@@ -188,7 +189,9 @@ mod tests {
             pods.images().contains_key("main:1"),
             "held until the relist completes"
         );
+        assert!(!pods.is_synced());
         watch.apply(Event::InitDone);
+        assert!(pods.is_synced(), "a complete list marks the set synced");
         assert_eq!(pods.images().keys().collect::<Vec<_>>(), ["batch:2"]);
         assert_eq!(pods.images()["batch:2"], "ns/c");
     }

@@ -135,6 +135,8 @@ pub struct AgentConfig {
     pub container_events: ContainerEvents,
     /// Whether the runtime pins' labels are written.
     pub runtime_pins: RuntimePins,
+    /// Whether the agent watches the pods bound to this node (`clusterSignals`).
+    pub cluster_signals: bool,
     /// containerd's API socket for the runtime pins (default: the CRI runtime endpoint).
     pub containerd_address: String,
     /// The warm loop's settings (the warm set itself is `gc.warm`).

@@ -142,6 +142,7 @@ impl AgentConfig {
             credential_providers,
             container_events,
             runtime_pins,
+            cluster_signals: file.cluster_signals.unwrap_or(false),
             containerd_address,
             warm,
         })

@@ -272,6 +272,15 @@ macro_rules! imagekeeper_settings {
                 help: "`auto` watches the runtime's container events (falling back when it has none); `off` never subscribes.",
             }
             {
+                key: "clusterSignals",
+                field: cluster_signals: bool,
+                flag: [],
+                kubelet: [],
+                default: |c| c.cluster_signals.to_string(),
+                reload: NeedsRestart,
+                help: "Watch the pods bound to this node through the API server (NODE_NAME, in-cluster credentials, a binary with the `kube` feature) and keep, runtime-pinned, every image they name, whether or not their containers exist yet.",
+            }
+            {
                 key: "runtimePins",
                 field: runtime_pins: String,
                 flag: [runtime_pins: Option<String> = "runtime-pins", Deprecated, (value_name = "auto|off")],

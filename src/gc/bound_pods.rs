@@ -1,8 +1,8 @@
-//! The images the pods bound to this node name, as the cluster's watch last saw them (`run
-//! --cluster-signals`: the `cluster` module, feature `kube`, writes them; each detect reads
-//! them). A pod bound to the node needs every image it names now, whether or not its
-//! container exists yet: an init container still running leaves the main container's image
-//! unused in the runtime's view (kubernetes issue 123631), and the kubelet's GC may remove it.
+//! The images the pods bound to this node name, as the cluster's watch last saw them
+//! (`clusterSignals`: the `cluster` module, feature `kube`, writes them; each detect reads them). A
+//! pod bound to the node needs every image it names now, whether or not its container exists yet:
+//! an init container still running leaves the main container's image unused in the runtime's view
+//! (kubernetes issue 123631), and the kubelet's GC may remove it.
 //!
 //! Invariants: a handle is shared (clones see one set); a pod is held with its images until
 //! the watch says it is gone or a relist leaves it out; with no watch running the set is empty
@@ -18,6 +18,8 @@ pub struct BoundPods {
     /// Told when the set changes: the agent detects then, so the runtime pins follow a pod
     /// at once, not at the next detect period (changes while one detect runs are one).
     changed: Arc<tokio::sync::Notify>,
+    /// Whether the watch has listed the pods once: until then the set is not the node's.
+    synced: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl BoundPods {
@@ -56,6 +58,23 @@ impl BoundPods {
     /// resolved).
     pub async fn changed(&self) {
         self.changed.notified().await;
+    }
+
+    /// Marks the set complete: the watch listed the pods once.
+    pub fn mark_synced(&self) {
+        self.synced.send_replace(true);
+    }
+
+    /// Whether the watch has listed the pods once.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Resolves once the watch has listed the pods (at once if it has).
+    pub async fn synced(&self) {
+        let mut synced = self.synced.subscribe();
+        // The sender lives as long as `self`: the wait ends only with a list.
+        let _ = synced.wait_for(|listed| *listed).await;
     }
 
     fn told(&self, changed: bool) {
@@ -104,6 +123,17 @@ mod tests {
 
     /// A change is told once however many come before the waiter looks; setting what is
     /// already held tells nothing.
+    #[tokio::test]
+    async fn the_first_list_is_awaited_once() {
+        let pods = BoundPods::default();
+        let waiting = tokio::time::timeout(std::time::Duration::ZERO, pods.synced()).await;
+        assert!(waiting.is_err(), "not listed yet");
+        assert!(!pods.is_synced());
+        pods.clone().mark_synced();
+        pods.synced().await;
+        assert!(pods.is_synced());
+    }
+
     #[tokio::test]
     async fn a_change_is_told_and_a_repeat_is_not() {
         let pods = BoundPods::default();

@@ -23,7 +23,7 @@ pub enum Verdict {
     PullInProgress,
     /// A kubelet pull intent names it: the kubelet is pulling it.
     KubeletPulling,
-    /// A pod bound to this node names it (`run --cluster-signals`): needed now, whether or
+    /// A pod bound to this node names it (`clusterSignals = true`): needed now, whether or
     /// not its container exists yet.
     NeededByPod,
     /// The kubelet's pulled record of it is younger than MinAge.

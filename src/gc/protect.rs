@@ -614,7 +614,7 @@ pub enum KeepReason {
     SandboxImage,
     /// No repo digest (irreplaceable rule).
     NoRepoDigest,
-    /// A pod bound to this node names it (`run --cluster-signals`).
+    /// A pod bound to this node names it (`clusterSignals`).
     NeededByPod,
 }
 

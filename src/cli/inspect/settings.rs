@@ -260,6 +260,7 @@ mod tests {
             ("kubeletRootDir", "kubeletRootDir = \"\"".into()),
             ("kubeletIntentMaxAge", "kubeletIntentMaxAge = \"2h\"".into()),
             ("containerEvents", "containerEvents = \"off\"".into()),
+            ("clusterSignals", "clusterSignals = true".into()),
             ("runtimePins", "runtimePins = \"off\"".into()),
             (
                 "containerdAddress",

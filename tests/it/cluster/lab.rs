@@ -3,7 +3,8 @@
 //! Ready under the kubelet's own prober, the NOTES' `kubectl exec` commands, `helm uninstall`;
 //! the agent's Node Events read back through the API server; the operator's loop (`helm
 //! upgrade` of the config and the warm set reaching the running agent); the static
-//! `deploy/daemonset.yaml` applied with `kubectl apply`.
+//! `deploy/daemonset.yaml` applied with `kubectl apply`; the cluster signals (a bound pod's
+//! image kept and runtime-pinned while its init container runs).
 //!
 //! What the cluster cannot show here, and stays with the tests that stand in for it: a node on
 //! cgroup v2 or another runtime (the lab's containerd 2.3 on this machine's cgroup v1); a pod
@@ -664,4 +665,116 @@ async fn the_static_daemonset_yaml_applied_with_kubectl_runs_ready_the_same_way(
         deleted.contains("daemonset.apps \"imagekeeper\" deleted"),
         "{deleted}"
     );
+}
+
+/// Whether the runtime lists `image` (crictl), and whether the CRI says it is pinned.
+fn runtime_image(cluster: &ClusterLab, image: &str) -> Option<bool> {
+    let out = cluster.crictl_output(&["inspecti", "-o", "json", image]);
+    if !out.status.success() {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("crictl JSON");
+    Some(json["status"]["pinned"].as_bool().unwrap_or(false))
+}
+
+/// Issue 55: a pod bound to the node whose init container runs for a while, its main image
+/// present and in no container yet. With `clusterSignals.enabled` and GC at 1/0 every 5 s, the
+/// agent removes an unused image and keeps the pod's (runtime-pinned, as the CRI lists it),
+/// and the pod's main container then starts with the kubelet's "already present on machine".
+#[tokio::test]
+#[ignore = "needs the cluster lab: scripts/cluster-lab up, IMAGEKEEPER_CLUSTER_LAB_ENV (scripts/test runs it)"]
+async fn with_cluster_signals_a_bound_pods_image_survives_gc_while_its_init_container_runs() {
+    let cluster = cluster_lab("cluster::lab::cluster_signals").await;
+    let (main, unused) = (cluster.lab_image("data:5mb"), cluster.lab_image("data:1mb"));
+    let init = cluster.lab_image("busybox:1.35");
+    for image in [&main, &unused, &init] {
+        crictl_pull(&cluster, image);
+    }
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: signals-init, namespace: default}}\n\
+         spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
+         \x20 initContainers:\n  - {{name: wait, image: {init}, imagePullPolicy: IfNotPresent, \
+         command: [sleep, \"100\"]}}\n\
+         \x20 containers:\n  - {{name: main, image: {main}, imagePullPolicy: IfNotPresent, \
+         command: [\"true\"]}}\n"
+    );
+    cluster.kubectl_apply(&pod);
+    let sets = [
+        "clusterSignals.enabled=true".to_owned(),
+        "extraArgs={--gc-period=5s}".to_owned(),
+    ];
+    let release = cluster.install("imagekeeper", &config(1, 0, ""), &sets);
+    let listed = release
+        .wait_for_log_line(
+            &["Listed the pods bound to this node"],
+            Duration::from_secs(60),
+        )
+        .await;
+    println!("{listed}");
+    // The GC at 1/0 removes every unused image: the unused one goes, the pod's stays pinned.
+    support::wait_for(
+        &format!("{unused} removed by the agent's GC"),
+        Duration::from_secs(60),
+        || async {
+            let gone = runtime_image(&cluster, &unused).is_none();
+            if !gone {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            gone.then_some(())
+        },
+    )
+    .await;
+    let phase = cluster.kubectl(&[
+        "-n",
+        "default",
+        "get",
+        "pod",
+        "signals-init",
+        "-o",
+        "jsonpath={.status.phase}",
+    ]);
+    assert_eq!(phase.trim(), "Pending", "the init container still runs");
+    assert_eq!(
+        runtime_image(&cluster, &main),
+        Some(true),
+        "{main}: present and pinned as the CRI lists it"
+    );
+    // The main container starts with no pull.
+    let started = support::wait_for(
+        "the pod's main container created (kubectl get events)",
+        Duration::from_secs(200),
+        || async {
+            let events = cluster.kubectl(&[
+                "-n",
+                "default",
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=signals-init,reason=Pulled",
+                "-o",
+                "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+            ]);
+            let found = events
+                .lines()
+                .find(|line| line.contains(&main))
+                .map(str::to_owned);
+            if found.is_none() {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            found
+        },
+    )
+    .await;
+    println!("{started}");
+    assert!(started.contains("already present on machine"), "{started}");
+    cluster.kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        "signals-init",
+        "--wait=false",
+    ]);
+    drop(release);
+    let _ = cluster.crictl_output(&["rmi", &main]);
 }

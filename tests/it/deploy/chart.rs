@@ -31,7 +31,7 @@ const PRESETS: [&str; 4] = ["containerd", "k3s", "rke2", "crio"];
 const ALL_OBJECTS: &str = "podMonitor.enabled=true,serviceMonitor.enabled=true,\
                            prometheusRule.enabled=true,grafanaDashboard.enabled=true,\
                            events.enabled=true,events.kubeletConfig=/var/lib/kubelet/config.yaml,\
-                           warmSet.configMap=node-warm-set";
+                           clusterSignals.enabled=true,warmSet.configMap=node-warm-set";
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -279,6 +279,8 @@ fn every_runtime_preset_renders_objects_that_check_out() {
             kinds,
             [
                 "ClusterRole",
+                "ClusterRole",
+                "ClusterRoleBinding",
                 "ClusterRoleBinding",
                 "ConfigMap",
                 "ConfigMap",
@@ -340,9 +342,9 @@ fn the_object_checks_refuse_a_broken_render() {
             "--pod-infra-container-image",
         ),
         (
-            "            - --events\n",
+            "      serviceAccountName: imagekeeper\n",
             "",
-            "--events and serviceAccountName",
+            "--events or clusterSignals and serviceAccountName",
         ),
         (
             "            - name: kubelet-config\n              mountPath: /var/lib/kubelet/config.yaml\n",
@@ -350,6 +352,11 @@ fn the_object_checks_refuse_a_broken_render() {
             "--kubelet-config=/var/lib/kubelet/config.yaml is not mounted",
         ),
         ("\"patch\"", "\"patch\", \"delete\"", "grants more or less"),
+        (
+            "\"watch\"",
+            "\"watch\", \"get\"",
+            "the cluster signals ClusterRole grants more or less",
+        ),
         (
             "            - name: warm-set\n              mountPath: /etc/imagekeeper-warm-set\n",
             "            - name: warm-set\n              mountPath: /etc/warm\n",
@@ -456,11 +463,20 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
             "DaemonSet" => check_daemon_set(&value, preset, config.as_ref())?,
             "ClusterRole" => {
                 let rules = serde_yaml_ng::to_string(&value["rules"]).map_err(|e| e.to_string())?;
-                if rules
-                    != "- apiGroups:\n  - events.k8s.io\n  resources:\n  - events\n  verbs:\n  - create\n  - patch\n"
-                {
+                let (what, want) = if name.ends_with("-cluster-signals") {
+                    (
+                        "cluster signals",
+                        "- apiGroups:\n  - ''\n  resources:\n  - pods\n  verbs:\n  - list\n  - watch\n",
+                    )
+                } else {
+                    (
+                        "events",
+                        "- apiGroups:\n  - events.k8s.io\n  resources:\n  - events\n  verbs:\n  - create\n  - patch\n",
+                    )
+                };
+                if rules != want {
                     return Err(format!(
-                        "the events ClusterRole grants more or less: {rules}"
+                        "the {what} ClusterRole grants more or less: {rules}"
                     ));
                 }
             }
@@ -566,8 +582,9 @@ fn check_daemon_set(
     if !args.contains(&want_endpoint.as_str()) {
         return Err(format!("no {want_endpoint} in {args:?}"));
     }
-    if args.contains(&"--events") != pod["serviceAccountName"].as_str().is_some() {
-        return Err("--events and serviceAccountName go together".into());
+    let needs_account = args.contains(&"--events") || args.contains(&"--set=clusterSignals=true");
+    if needs_account != pod["serviceAccountName"].as_str().is_some() {
+        return Err("--events or clusterSignals and serviceAccountName go together".into());
     }
     if let Some(file) = args
         .iter()
