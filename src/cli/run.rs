@@ -220,8 +220,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         );
         if let Some(node) = signals_node {
             let pods = agent.gc_manager().bound_pods();
-            watch_bound_pods(pods.clone(), node);
-            wait_for_first_list(&pods).await;
+            if watch_bound_pods(pods.clone(), node).await {
+                wait_for_first_list(&pods).await;
+            }
         }
         // "agent started" and the service manager's messages come once the admin socket is
         // bound and the metrics endpoint set up (`Listeners::bound`); not at all if that fails.
@@ -322,23 +323,28 @@ async fn wait_for_first_list(pods: &imagekeeper::gc::BoundPods) {
 /// How long the agent's start waits for the first list of the bound pods.
 const FIRST_LIST: Duration = Duration::from_secs(30);
 
-/// The watch of the pods bound to `node` (`clusterSignals`), writing their images to
-/// `pods` for the GC, in the background for the agent's life; without in-cluster credentials
-/// one warning, and the agent runs on the node's own knowledge.
-fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) {
+/// The watch of the pods bound to `node` (`clusterSignals`), writing their images to `pods`
+/// for the GC, in the background for the agent's life. Returns whether it started: without
+/// in-cluster credentials one warning, and the agent runs on the node's own knowledge (its
+/// start does not wait for a list that cannot come).
+async fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) -> bool {
     #[cfg(feature = "kube")]
-    tokio::spawn(async move {
+    {
         match kube::Client::try_default().await {
             Ok(client) => {
                 info!(
                     node,
                     "Watching the pods bound to this node: their images are kept"
                 );
-                imagekeeper::cluster::watch_bound_pods(client, node, pods).await;
+                tokio::spawn(imagekeeper::cluster::watch_bound_pods(client, node, pods));
+                true
             }
-            Err(e) => warn!(error = %e, node, "Cluster signals are off: no API server credentials"),
+            Err(e) => {
+                warn!(error = %e, node, "Cluster signals are off: no API server credentials");
+                false
+            }
         }
-    });
+    }
     #[cfg(not(feature = "kube"))]
     {
         let _ = pods;
@@ -346,6 +352,7 @@ fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) {
             node,
             "Cluster signals are off: built without the kube feature"
         );
+        false
     }
 }
 
