@@ -156,7 +156,6 @@ pub(crate) fn blank_literals(source: &str) -> String {
 fn impl_blocks(source: &str) -> Vec<ImplBlock> {
     let code: Vec<char> = blank_literals(source).chars().collect();
     let ident = |c: char| c.is_alphanumeric() || c == '_';
-    let line_of = |at: usize| 1 + code[..at].iter().filter(|&&c| c == '\n').count();
     let previous_significant = |mut at: usize| -> Option<usize> {
         while at > 0 {
             at -= 1;
@@ -205,33 +204,42 @@ fn impl_blocks(source: &str) -> Vec<ImplBlock> {
             i = open;
             continue;
         }
-        let mut depth = 0usize;
-        let mut close = None;
-        for (at, &c) in code.iter().enumerate().skip(open) {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        close = Some(at);
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let close = close.unwrap_or(code.len() - 1);
+        let close = closing_brace(&code, open);
         let header: String = code[i..open].iter().collect();
-        let line = line_of(i);
+        let line = line_of(&code, i);
         blocks.push(ImplBlock {
             header: header.split_whitespace().collect::<Vec<_>>().join(" "),
             line,
-            lines: line_of(close) - line + 1,
+            lines: line_of(&code, close) - line + 1,
         });
         // Go on inside the block: an impl in a function body or a test module counts too.
         i = open + 1;
     }
     blocks
+}
+
+/// The 1-based line of position `at` in `code`.
+fn line_of(code: &[char], at: usize) -> usize {
+    1 + code[..at].iter().filter(|&&c| c == '\n').count()
+}
+
+/// The position of the brace that closes the one at `open` in `code` (literals and comments
+/// blanked), or the last position when none does.
+fn closing_brace(code: &[char], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (at, &c) in code.iter().enumerate().skip(open) {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return at;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len() - 1
 }
 
 /// Every function with a body in `source` (test functions and nested ones too): `fn NAME`, its
@@ -240,7 +248,6 @@ fn impl_blocks(source: &str) -> Vec<ImplBlock> {
 fn fn_blocks(source: &str) -> Vec<ImplBlock> {
     let code: Vec<char> = blank_literals(source).chars().collect();
     let ident = |c: char| c.is_alphanumeric() || c == '_';
-    let line_of = |at: usize| 1 + code[..at].iter().filter(|&&c| c == '\n').count();
     let mut blocks = Vec::new();
     let mut i = 0;
     while i + 2 < code.len() {
@@ -270,26 +277,12 @@ fn fn_blocks(source: &str) -> Vec<ImplBlock> {
             i = open;
             continue;
         }
-        let mut depth = 0usize;
-        let mut close = code.len() - 1;
-        for (at, &c) in code.iter().enumerate().skip(open) {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        close = at;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let line = line_of(i);
+        let close = closing_brace(&code, open);
+        let line = line_of(&code, i);
         blocks.push(ImplBlock {
             header: format!("fn {name}"),
             line,
-            lines: line_of(close) - line + 1,
+            lines: line_of(&code, close) - line + 1,
         });
         i = open + 1;
     }

@@ -96,10 +96,9 @@ struct CycleView {
     /// watched time.
     watch: WatchHistory,
     protected: BTreeSet<RecordKey>,
-    /// Why each protected key that is not in use is kept (a pull in flight, a warm entry, a
-    /// kubelet pulled record younger than MinAge, a pin, an irreplaceable image), as the
-    /// walk's verdict on it: KEP-6053's skip reason of a walk passing over it; a protected key
-    /// without an entry is in use.
+    /// Why each key a keep rule protects is kept, as the walk's verdict on it (the first rule
+    /// in `cycle::Keeps`' order): KEP-6053's skip reason of a walk passing over it. A victim
+    /// the last look rescued has no entry (the look counted it) and counts as in use after.
     kept_by: BTreeMap<RecordKey, super::evict::Verdict>,
     /// The image volumes detect saw, grown by those of containers the last look finds new, so
     /// a cycle asks ContainerStatus only of containers no detect has seen.

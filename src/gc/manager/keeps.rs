@@ -164,13 +164,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use crate::gc::{Decision, GcConfig, GcPolicy, ImageGcManager};
+    use crate::gc::Decision;
+    use crate::gc::manager::pending_eviction_tests::other_fs_fixture;
     use crate::model::{ImageId, RuntimeImage, UnixNanos};
-    use crate::runtime::ScriptedRuntime;
-    use crate::store::Store;
 
     fn image(n: u64, tag: &str) -> RuntimeImage {
         RuntimeImage {
@@ -187,23 +183,12 @@ mod tests {
     #[tokio::test]
     async fn a_bound_pods_image_is_kept_until_the_pod_is_gone() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let t0 = UnixNanos::from_secs(10_000);
-        let runtime = ScriptedRuntime::new();
-        {
-            let mut state = runtime.state();
+        // Detected at 10 000 s, MinAge 0.
+        let (_runtime, manager) = other_fs_fixture(dir.path(), 0, 0, |state| {
             state.images = vec![image(1, "main:1"), image(2, "other:1")].into();
             state.fs = Some((1_000, 0));
-        }
-        let store = Arc::new(Store::open(&dir.path().join("db.redb"), t0).expect("open"));
-        let config = GcConfig {
-            policy: GcPolicy {
-                min_age: Duration::ZERO,
-                ..GcPolicy::default()
-            },
-            ..GcConfig::default()
-        };
-        let manager = ImageGcManager::new(runtime.clone(), store, config).expect("new");
-        manager.detect(t0).await.expect("detect");
+        })
+        .await;
         manager
             .bound_pods()
             .set_pod("ns/job".into(), vec!["main:1".into()]);

@@ -322,7 +322,7 @@ async fn a_first_detect_holds_one_operation_per_new_image() {
 
 /// A manager over `images` (id n, `size` bytes each) on a scripted runtime, detected at
 /// 10 000 s, with MinAge 0; `script` sets the rest of the state.
-async fn other_fs_fixture(
+pub(super) async fn other_fs_fixture(
     dir: &Path,
     images: u8,
     size: u64,

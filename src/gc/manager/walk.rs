@@ -63,27 +63,30 @@ struct WalkState {
     /// in the eviction order as the walk read it.
     walked: usize,
     resume: Option<EvictionKey>,
+    /// The fault hooks' OverFree: one byte removal past the goal (off but under the
+    /// simulator's mutants).
+    over_free: bool,
 }
 
 impl WalkState {
     fn new(goal: Goal) -> WalkState {
-        // The fault hooks' OverFree: one byte removal past the goal.
-        let extra = u32::from(fault_hooks().over_free());
+        let over_free = fault_hooks().over_free();
         WalkState {
             goal,
             bytes: ByteWalk::new(goal.bytes.map(|(amount, _, _)| amount))
-                .with_extra_removals(extra),
+                .with_extra_removals(u32::from(over_free)),
             inodes_now: goal.inodes,
             walked: 0,
             resume: None,
+            over_free,
         }
     }
 
     /// The step's byte limit: the goal's amount, or, with an inode goal (or OverFree), as
     /// far as the index goes.
-    fn limit(&self, over_free: bool) -> i64 {
+    fn limit(&self) -> i64 {
         match (self.goal.bytes, self.goal.inodes) {
-            (Some((amount, _, _)), None) if !over_free => amount,
+            (Some((amount, _, _)), None) if !self.over_free => amount,
             _ => i64::MAX,
         }
     }
@@ -126,12 +129,11 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 inodes: None,
             });
         }
-        let over_free = fault_hooks().over_free();
         let mut state = WalkState::new(goal);
         let ranked = self.walk_order(settings, &goal, view, free_time)?;
         let mut errors = Vec::new();
         'walk: loop {
-            let step = self.walk_step(settings, &ranked, &state, view, free_time, over_free)?;
+            let step = self.walk_step(settings, &ranked, &state, view, free_time)?;
             if step.resume.is_some() {
                 state.resume = step.resume;
             }
@@ -214,13 +216,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         state: &WalkState,
         view: &CycleView,
         free_time: UnixNanos,
-        over_free: bool,
     ) -> Result<SpaceStep, GcError> {
         let walk = SpaceWalk {
             in_use: &view.protected,
             free_time,
             min_age: settings.config.policy.min_age,
-            bytes_to_free: state.limit(over_free),
+            bytes_to_free: state.limit(),
         };
         let freed = state.bytes.freed();
         Ok(match ranked {
