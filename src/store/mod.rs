@@ -141,9 +141,10 @@ pub struct Store {
     reopens: AtomicU64,
     /// The file's size after this handle's last compaction (0: none yet).
     last_compacted_bytes: AtomicU64,
-    /// The file's size when this handle last compacted it (0: never): a file that has grown
-    /// back only to it is not compacted again (`compact.rs`).
-    last_compacted_from_bytes: AtomicU64,
+    /// The tables' live bytes, as counted, when this handle last compacted the file (0:
+    /// never): with `last_compacted_bytes`, how much file redb needs per counted live byte
+    /// (`compact.rs`).
+    last_compacted_live_bytes: AtomicU64,
     /// The journal's retention, applied by every transaction that writes the journal.
     retention: RwLock<JournalRetention>,
     /// How the file was opened (kept for a reopen) and whether commits set quick repair.
@@ -223,7 +224,7 @@ impl Store {
             }),
             reopens: AtomicU64::new(0),
             last_compacted_bytes: AtomicU64::new(0),
-            last_compacted_from_bytes: AtomicU64::new(0),
+            last_compacted_live_bytes: AtomicU64::new(0),
             retention: RwLock::new(JournalRetention::default()),
             options: database::StoreOptions::default(),
             upgraded_from: None,
