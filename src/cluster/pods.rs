@@ -98,11 +98,13 @@ pub async fn watch_bound_pods(client: Client, node: String, pods: BoundPods) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
-    let mut watch = PodWatch::new(pods);
+    pods.watch_started();
+    let mut watch = PodWatch::new(pods.clone());
     let mut failing = false;
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => {
+                pods.watch_answered();
                 if failing {
                     info!(node, "Watching the pods bound to this node again");
                     failing = false;
@@ -110,6 +112,7 @@ pub async fn watch_bound_pods(client: Client, node: String, pods: BoundPods) {
                 watch.apply(event);
             }
             Err(e) => {
+                pods.watch_failed();
                 if !failing {
                     warn!(node, error = %e, "The watch of the pods bound to this node failed: the last set holds, retrying");
                     failing = true;

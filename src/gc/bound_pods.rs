@@ -9,6 +9,7 @@
 //! and nothing is kept by it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The pods bound to this node and the images each names, by `namespace/name`.
@@ -20,6 +21,34 @@ pub struct BoundPods {
     changed: Arc<tokio::sync::Notify>,
     /// Whether the watch has listed the pods once: until then the set is not the node's.
     synced: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The watch's health, for the metrics.
+    health: Arc<WatchHealth>,
+}
+
+/// How the watch writing a [`BoundPods`] fares.
+#[derive(Debug, Default)]
+struct WatchHealth {
+    /// A watch was started (`clusterSignals` on, with the API server's credentials).
+    started: AtomicBool,
+    /// Its last event was an error: the set is the last one seen, perhaps stale.
+    failing: AtomicBool,
+    /// Errors it met (each retried with kube-rs's backoff).
+    errors: AtomicU64,
+}
+
+/// The cluster signals' state at one moment, for the metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoundPodsSample {
+    /// Pods bound to this node that name an image.
+    pub pods: u64,
+    /// Distinct images they name.
+    pub images: u64,
+    /// The watch has listed the pods once.
+    pub synced: bool,
+    /// The watch's last event was an error.
+    pub failing: bool,
+    /// Errors the watch met.
+    pub errors: u64,
 }
 
 impl BoundPods {
@@ -75,6 +104,41 @@ impl BoundPods {
         let mut synced = self.synced.subscribe();
         // The sender lives as long as `self`: the wait ends only with a list.
         let _ = synced.wait_for(|listed| *listed).await;
+    }
+
+    /// A watch now writes this set.
+    pub fn watch_started(&self) {
+        self.health.started.store(true, Ordering::Relaxed);
+    }
+
+    /// The watch met an error (it retries; the set holds).
+    pub fn watch_failed(&self) {
+        self.health.errors.fetch_add(1, Ordering::Relaxed);
+        self.health.failing.store(true, Ordering::Relaxed);
+    }
+
+    /// The watch delivered an event again.
+    pub fn watch_answered(&self) {
+        self.health.failing.store(false, Ordering::Relaxed);
+    }
+
+    /// The state now; `None` until a watch started (signals off, or no API server).
+    pub fn sample(&self) -> Option<BoundPodsSample> {
+        if !self.health.started.load(Ordering::Relaxed) {
+            return None;
+        }
+        let (pods, images) = {
+            let held = self.read();
+            let images: std::collections::BTreeSet<&String> = held.values().flatten().collect();
+            (held.len() as u64, images.len() as u64)
+        };
+        Some(BoundPodsSample {
+            pods,
+            images,
+            synced: self.is_synced(),
+            failing: self.health.failing.load(Ordering::Relaxed),
+            errors: self.health.errors.load(Ordering::Relaxed),
+        })
     }
 
     fn told(&self, changed: bool) {
@@ -171,5 +235,28 @@ mod tests {
         assert!(!seen.images().contains_key("busybox:1"));
         pods.replace_all([("d/three".to_owned(), vec!["redis:7".to_owned()])].into());
         assert_eq!(seen.images().keys().collect::<Vec<_>>(), ["redis:7"]);
+    }
+
+    #[test]
+    fn the_sample_counts_pods_and_distinct_images_and_says_how_the_watch_fares() {
+        let pods = BoundPods::default();
+        pods.set_pod("a/one".into(), vec!["busybox:1".into(), "nginx:1".into()]);
+        assert_eq!(pods.sample(), None, "no watch started: no sample");
+        pods.watch_started();
+        pods.set_pod("b/two".into(), vec!["nginx:1".into()]);
+        let sample = |synced, failing, errors| BoundPodsSample {
+            pods: 2,
+            images: 2,
+            synced,
+            failing,
+            errors,
+        };
+        assert_eq!(pods.sample(), Some(sample(false, false, 0)));
+        pods.mark_synced();
+        pods.watch_failed();
+        pods.watch_failed();
+        assert_eq!(pods.sample(), Some(sample(true, true, 2)));
+        pods.watch_answered();
+        assert_eq!(pods.sample(), Some(sample(true, false, 2)));
     }
 }

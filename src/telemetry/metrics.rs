@@ -243,6 +243,8 @@ struct Snapshot {
     warm_images: Option<[u64; WarmState::ALL.len()]>,
     warm_pulls: [u64; 2],
     runtime_pins: Option<RuntimePinsSample>,
+    /// The cluster signals, once their watch started.
+    cluster_signals: Option<crate::gc::BoundPodsSample>,
 }
 
 impl Snapshot {
@@ -314,6 +316,7 @@ impl Snapshot {
                 Ok(w) => *w,
                 Err(p) => *p.into_inner(),
             },
+            cluster_signals: gc.bound_pods().sample(),
             thresholds: {
                 let config = gc.config();
                 (

@@ -183,6 +183,26 @@ impl Collector for Snapshot {
                 ],
             )?;
         }
+        if let Some(signals) = self.cluster_signals {
+            gauge(&mut enc, &CLUSTER_SIGNAL_PODS, signals.pods)?;
+            gauge_family(
+                &mut enc,
+                &CLUSTER_SIGNAL_IMAGES,
+                &[([("kind", "bound_pod")], signals.images)],
+            )?;
+            let pods = [("resource", "pods")];
+            gauge_family(
+                &mut enc,
+                &CLUSTER_WATCH_SYNCED,
+                &[(pods, u64::from(signals.synced))],
+            )?;
+            gauge_family(
+                &mut enc,
+                &CLUSTER_WATCH_FAILING,
+                &[(pods, u64::from(signals.failing))],
+            )?;
+            counter_family(&mut enc, &CLUSTER_WATCH_ERRORS, &[(pods, signals.errors)])?;
+        }
         let [succeeded, failed] = self.gc_cycles;
         counter_family(
             &mut enc,

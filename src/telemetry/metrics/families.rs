@@ -472,6 +472,56 @@ pub(super) const IMAGE_GC_IMAGE_FS_USAGE_PERCENT: MetricFamily = absent_when(
     ),
     "until a garbage_collect has read the image filesystem's usage",
 );
+pub(super) const CLUSTER_SIGNAL_PODS: MetricFamily = absent_when(
+    family(
+        "cluster_signal_pods",
+        G,
+        None,
+        &[],
+        "Pods bound to this node that the cluster signals' watch holds (any phase; a pod naming no image is not held).",
+    ),
+    "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
+);
+pub(super) const CLUSTER_SIGNAL_IMAGES: MetricFamily = absent_when(
+    family(
+        "cluster_signal_images",
+        G,
+        None,
+        &["kind"],
+        "Distinct images the cluster says are needed, by signal kind (bound_pod: named by a pod bound to this node): kept, and runtime-pinned where runtime pins are on.",
+    ),
+    "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
+);
+pub(super) const CLUSTER_WATCH_SYNCED: MetricFamily = absent_when(
+    family(
+        "cluster_watch_synced",
+        G,
+        None,
+        &["resource"],
+        "1 once the watch has listed its resource (pods: the pods bound to this node) at least once; 0 before: the agent does not yet know the cluster's needs.",
+    ),
+    "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
+);
+pub(super) const CLUSTER_WATCH_FAILING: MetricFamily = absent_when(
+    family(
+        "cluster_watch_failing",
+        G,
+        None,
+        &["resource"],
+        "1 while the watch's last answer was an error (the API server away, RBAC denied, an expired list): it retries with backoff and the last set it saw holds; 0 once it answers again.",
+    ),
+    "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
+);
+pub(super) const CLUSTER_WATCH_ERRORS: MetricFamily = absent_when(
+    family(
+        "cluster_watch_errors",
+        C,
+        None,
+        &["resource"],
+        "Errors the cluster signals' watch met, by resource; each is retried with backoff.",
+    ),
+    "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
+);
 
 /// Every metric family the agent exports, in the order a scrape encodes them. To add a
 /// metric: add its entry here, encode it in `Snapshot::encode` with that entry, and run
@@ -511,6 +561,11 @@ pub const METRICS: &[MetricFamily] = &[
     RUNTIME_PIN_OTHER_INSTANCES,
     RUNTIME_PINS_FAILING,
     RUNTIME_PIN_WRITES,
+    CLUSTER_SIGNAL_PODS,
+    CLUSTER_SIGNAL_IMAGES,
+    CLUSTER_WATCH_SYNCED,
+    CLUSTER_WATCH_FAILING,
+    CLUSTER_WATCH_ERRORS,
     IMAGE_GC_CYCLES,
     IMAGE_GC_HIGH_THRESHOLD_PERCENT,
     IMAGE_GC_LOW_THRESHOLD_PERCENT,

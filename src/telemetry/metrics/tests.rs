@@ -59,6 +59,13 @@ fn full_snapshot() -> Snapshot {
             failing: false,
             writes: [3, 1],
         }),
+        cluster_signals: Some(crate::gc::BoundPodsSample {
+            pods: 3,
+            images: 4,
+            synced: true,
+            failing: true,
+            errors: 2,
+        }),
     }
 }
 
@@ -166,4 +173,30 @@ fn runtime_image_bytes_saturate_instead_of_overflowing_on_huge_reported_sizes() 
             "sizes {sizes:?}"
         );
     }
+}
+
+/// The cluster signals' sample reaches the scrape: the pods, the images by kind and the
+/// watch's health; with no watch started, none of their families is written.
+#[test]
+fn the_cluster_signals_watch_is_scraped_only_once_it_started() {
+    let scrape = |snapshot: Snapshot| {
+        let mut registry = Registry::with_prefix(METRIC_PREFIX);
+        registry.register_collector(Box::new(snapshot));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        text
+    };
+    let text = scrape(full_snapshot());
+    for line in [
+        "imagekeeper_cluster_signal_pods 3",
+        "imagekeeper_cluster_signal_images{kind=\"bound_pod\"} 4",
+        "imagekeeper_cluster_watch_synced{resource=\"pods\"} 1",
+        "imagekeeper_cluster_watch_failing{resource=\"pods\"} 1",
+        "imagekeeper_cluster_watch_errors_total{resource=\"pods\"} 2",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+    let mut off = full_snapshot();
+    off.cluster_signals = None;
+    assert!(!scrape(off).contains("imagekeeper_cluster_"));
 }

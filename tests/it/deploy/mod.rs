@@ -307,6 +307,9 @@ pub fn plan(text: &str, node: &NodePaths) -> Result<PodPlan, String> {
                     service_target_ports.push(endpoint["port"].clone());
                 }
             }
+            // The API server's objects (the service account and its roles): nothing the
+            // kubelet runs.
+            Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding") => {}
             other => return Err(format!("unexpected document kind {other:?}")),
         }
     }
