@@ -17,7 +17,7 @@ fn time(u: &mut Unstructured<'_>) -> Result<i64> {
 }
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    Ok(match u.int_in_range(0..=18u8)? {
+    Ok(match u.int_in_range(0..=20u8)? {
         0 => Op::Upsert {
             image: u.arbitrary()?,
             handler: u.arbitrary()?,
@@ -110,6 +110,14 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
             rows: u.arbitrary()?,
             state: u.arbitrary()?,
             since: time(u)?,
+        },
+        18 => Op::PutRuntimeLabel {
+            name: u.arbitrary()?,
+            written_at: time(u)?,
+            value_len: u.int_in_range(0..=300)?,
+        },
+        19 => Op::RemoveRuntimeLabel {
+            name: u.arbitrary()?,
         },
         _ => Op::Stamp { value: time(u)? },
     })

@@ -186,7 +186,9 @@ impl<R: AgentRuntime> Agent<R> {
                 .decide(self.events_client.runtime_version().await);
         }
         if let Some(keeps) = self.gc.last_keeps() {
-            self.runtime_pins.reconcile(&keeps).await;
+            self.runtime_pins
+                .reconcile(&keeps, &self.store, self.clock.now())
+                .await;
         }
         if let Some(sample) = self.runtime_pins.sample() {
             self.metrics.record_runtime_pins(sample);

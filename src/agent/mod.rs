@@ -63,7 +63,9 @@ pub use events::{EventsNote, watch_container_events};
 pub use notify::{NOTIFY_SOCKET, Notifier};
 pub use reload::{ConfigSource, ReloadReport};
 pub use runtime_pins::{
-    INSTANCE_ID_META, RemovedPinLabel, instance_id, remove_runtime_pin_labels, stored_instance_id,
+    INSTANCE_ID_META, LabelRecord, RecordFindings, RemovedPinLabel, RemovedPinLabels, instance_id,
+    label_record, remove_recorded_runtime_pin_labels, remove_runtime_pin_labels,
+    stored_instance_id,
 };
 pub use serve::Listeners;
 pub use service_manager::serve_service_manager;

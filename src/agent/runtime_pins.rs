@@ -12,7 +12,10 @@
 //! labels, calls the plan, writes the labels and keeps the reconciler's state.
 //!
 //! Invariants: only the plan's writes are made (a pin imagekeeper did not set is never
-//! cleared, see `gc::runtime_pins`). Labels are read from containerd at every reconcile and
+//! cleared, see `gc::runtime_pins`), and only on names the record of what this agent labelled
+//! holds (schema 6's `runtime_labels`, `gc::runtime_pin_record`): each pin's row is written
+//! durably before its label, each unpin's row removed after it; the labels this instance wrote
+//! before the record are adopted once, at the first reconcile of the file. Labels are read from containerd at every reconcile and
 //! only differences are written, so a steady cycle writes nothing and a failed write is
 //! retried at the next one; each failing name is logged once (until it succeeds) and every
 //! failure is counted. `auto` decides once, from CRI Version, whether the runtime can carry
@@ -29,9 +32,10 @@ use tracing::{info, warn};
 use super::config::RuntimePins;
 use crate::cri::ContainerdImages;
 use crate::gc::KeptImage;
+use crate::gc::runtime_pin_record::{RecordPlan, plan_with_record};
 use crate::gc::runtime_pins::{
     CarriedKeep, LabelChange, OWN_LABEL, PinsState, carried_keeps, label_instance, other_instances,
-    pinned_names, plan_label_changes, runtime_pin_answer, state_note,
+    pinned_names, runtime_pin_answer, state_note,
 };
 use crate::runtime::{CriError, RpcCode, RuntimeVersion, runtime_carries_pins};
 
@@ -67,6 +71,47 @@ pub struct RuntimePinner {
     /// Why the last reconcile did not carry every keep (containerd's images not listed, a
     /// label write failed, no answer within [`RECONCILE_BOUND`]); `None` after one that did.
     failure: Mutex<Option<String>>,
+    /// After the last reconcile: the orphaned and foreign names it found.
+    findings: Mutex<RecordFindings>,
+}
+
+/// What the last reconcile found against the record of the labels this agent wrote
+/// (`gc::runtime_pin_record`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordFindings {
+    /// Recorded names whose `io.imagekeeper.pinned` another client stripped, the pinned label
+    /// left: still the agent's (relabelled while kept, cleared after).
+    pub orphaned: BTreeSet<String>,
+    /// Names carrying this agent's labels (or unnamed ones) it never wrote: left alone.
+    pub foreign: BTreeSet<String>,
+}
+
+/// The record of what this agent labelled (by name) and whether its labels from before the
+/// record were adopted (`runtime_labels_adopted`).
+fn read_record(
+    store: &crate::store::Store,
+) -> Result<(BTreeMap<String, crate::model::RuntimeLabel>, bool), crate::store::StoreError> {
+    let record = store.runtime_labels()?.into_iter().collect();
+    let adopted = store
+        .meta(crate::store::meta_keys::RUNTIME_LABELS_ADOPTED)?
+        .is_some();
+    Ok((record, adopted))
+}
+
+/// The rows a plan writes before its label writes: the forgotten ones removed, then each
+/// adopted and each pinned name's written, and the adoption's mark (one transaction).
+fn rows_before(plan: &RecordPlan, now: crate::model::UnixNanos) -> crate::store::Batch {
+    let mut batch = crate::store::Batch::new();
+    for name in &plan.forget {
+        batch.remove_runtime_label(name.clone());
+    }
+    for (name, label) in &plan.put {
+        batch.put_runtime_label(name.clone(), label.clone());
+    }
+    if plan.adopts {
+        batch.set_meta(crate::store::meta_keys::RUNTIME_LABELS_ADOPTED, now.0);
+    }
+    batch
 }
 
 /// The `meta` entry that names this database's agent instance (a random non-zero 64-bit
@@ -130,6 +175,7 @@ impl RuntimePinner {
             instance,
             others: Mutex::new(BTreeMap::new()),
             failure: Mutex::new(None),
+            findings: Mutex::new(RecordFindings::default()),
         })
     }
 
@@ -230,9 +276,17 @@ impl RuntimePinner {
         *state = decided;
     }
 
-    /// Makes containerd's labels match `keeps`: lists containerd's images, writes only the
-    /// differences. Returns how many writes succeeded and failed. Does nothing unless on.
-    pub async fn reconcile(&self, keeps: &[KeptImage]) -> (u64, u64) {
+    /// Makes containerd's labels match `keeps`: lists containerd's images, reads the record of
+    /// what this agent labelled (`store`'s `runtime_labels`), writes only the differences and
+    /// only on recorded names (`gc::runtime_pin_record`): each pin's row durably before its
+    /// label, each unpin's row removed after it. Returns how many label writes succeeded and
+    /// failed. Does nothing unless on.
+    pub async fn reconcile(
+        &self,
+        keeps: &[KeptImage],
+        store: &crate::store::Store,
+        now: crate::model::UnixNanos,
+    ) -> (u64, u64) {
         let Some(client) = self
             .client
             .as_ref()
@@ -248,8 +302,50 @@ impl RuntimePinner {
                 return (0, 0);
             }
         };
-        let changes = plan_label_changes(keeps, &images, &self.instance);
-        let others: BTreeMap<String, usize> = other_instances(&images, &self.instance)
+        let plan = match read_record(store) {
+            Ok((record, adopted)) => {
+                plan_with_record(keeps, &images, &self.instance, &record, !adopted, now)
+            }
+            Err(e) => {
+                warn!(error = %e, "Runtime pins: cannot read the record of the labels written; retrying next cycle");
+                self.set_failure(Some(format!("cannot read the runtime labels' record: {e}")));
+                return (0, 0);
+            }
+        };
+        self.note_others(&images);
+        self.note_record_findings(&plan);
+        // The labels as they stand before this reconcile's writes, beside the CRI's list of the
+        // detect just before: what containerd carries is the CRI's own `pinned` flag, and a
+        // label it does not carry is a disagreement (`CarriedKeep::disagrees`).
+        let carried = carried_keeps(keeps, &pinned_names(&images));
+        // The rows first, durably: a label is the agent's only once its row is written.
+        if let Err(e) = store.apply(&rows_before(&plan, now)) {
+            warn!(error = %e, "Runtime pins: cannot record the labels about to be written; retrying next cycle");
+            self.set_failure(Some(format!("cannot record the runtime labels: {e}")));
+            return (0, 0);
+        }
+        let (ok, failed, unpinned) = self.write_labels(client, &images, &plan).await;
+        let mut after = crate::store::Batch::new();
+        for name in unpinned {
+            after.remove_runtime_label(name);
+        }
+        if let Err(e) = store.apply(&after) {
+            // The labels are gone; the next reconcile forgets the rows.
+            warn!(error = %e, "Runtime pins: cannot remove the record of labels removed; the next reconcile does");
+        }
+        *self
+            .carried
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = carried;
+        self.set_failure(
+            (failed > 0).then(|| format!("{failed} label write(s) failed (retried every cycle)")),
+        );
+        (ok, failed)
+    }
+
+    /// Counts the names of other instances and logs each new one once.
+    fn note_others(&self, images: &[crate::runtime::LabelledImage]) {
+        let others: BTreeMap<String, usize> = other_instances(images, &self.instance)
             .into_iter()
             .map(|(owner, names)| (owner.to_owned(), names))
             .collect();
@@ -274,12 +370,44 @@ impl RuntimePinner {
                 "Runtime pins: another imagekeeper instance labels images on this containerd; its labels are left alone (one agent per containerd is the supported setup)"
             );
         }
-        // The labels as they stand before this reconcile's writes, beside the CRI's list of the
-        // detect just before: what containerd carries is the CRI's own `pinned` flag, and a
-        // label it does not carry is a disagreement (`CarriedKeep::disagrees`).
-        let carried = carried_keeps(keeps, &pinned_names(&images));
-        let (mut ok, mut failed) = (0, 0);
-        for (i, change) in changes {
+    }
+
+    /// Keeps the orphaned and foreign names the plan found (the metric's) and logs each new
+    /// one once.
+    fn note_record_findings(&self, plan: &RecordPlan) {
+        let mut findings = self
+            .findings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for name in plan
+            .orphaned
+            .iter()
+            .filter(|n| !findings.orphaned.contains(*n))
+        {
+            warn!(image = %name, "Runtime pins: another client stripped io.imagekeeper.pinned from a name this agent labelled, leaving its io.cri-containerd.pinned label: the agent still owns it (its record says so) and clears it once the image is no longer kept");
+        }
+        for name in plan
+            .foreign
+            .iter()
+            .filter(|n| !findings.foreign.contains(*n))
+        {
+            warn!(image = %name, instance = %self.instance, "Runtime pins: a name carries this agent's labels but the agent never wrote them (forged, or its record lost): left alone; `imagekeeper doctor` names it");
+        }
+        *findings = RecordFindings {
+            orphaned: plan.orphaned.iter().cloned().collect(),
+            foreign: plan.foreign.iter().cloned().collect(),
+        };
+    }
+
+    /// The plan's label writes; returns how many succeeded and failed, and the names unpinned.
+    async fn write_labels(
+        &self,
+        client: &ContainerdImages,
+        images: &[crate::runtime::LabelledImage],
+        plan: &RecordPlan,
+    ) -> (u64, u64, Vec<String>) {
+        let (mut ok, mut failed, mut unpinned) = (0, 0, Vec::new());
+        for &(i, change) in &plan.changes {
             let image = &images[i];
             match client
                 .update_labels(image, &change.labels(&self.instance))
@@ -288,6 +416,9 @@ impl RuntimePinner {
                 Ok(()) => {
                     ok += 1;
                     self.counters.writes[0].fetch_add(1, Ordering::Relaxed);
+                    if change == LabelChange::Unpin {
+                        unpinned.push(image.name.clone());
+                    }
                     let recovered = self
                         .failing
                         .lock()
@@ -312,14 +443,16 @@ impl RuntimePinner {
                 }
             }
         }
-        *self
-            .carried
+        (ok, failed, unpinned)
+    }
+
+    /// After the last reconcile: the recorded names whose own label was stripped (orphaned)
+    /// and the names labelled as this agent's it never wrote (foreign).
+    pub fn record_findings(&self) -> RecordFindings {
+        self.findings
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = carried;
-        self.set_failure(
-            (failed > 0).then(|| format!("{failed} label write(s) failed (retried every cycle)")),
-        );
-        (ok, failed)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// After the last reconcile: each kept image, why it is kept, whether CRI ListImages
@@ -354,11 +487,14 @@ impl RuntimePinner {
             PinsState::Off(_) => false,
         };
         let carried = self.carried_keeps();
+        let findings = self.record_findings();
         Some(crate::telemetry::RuntimePinsSample {
             enabled,
             pinned_images: carried.values().filter(|c| c.carried).count() as u64,
             disagreeing_images: carried.values().filter(|c| c.disagrees()).count() as u64,
             other_instance_names: self.other_instances().values().sum::<usize>() as u64,
+            orphaned_names: findings.orphaned.len() as u64,
+            foreign_names: findings.foreign.len() as u64,
             failing: self.failure().is_some(),
             writes: [0, 1].map(|i| self.counters.writes[i].load(Ordering::Relaxed)),
         })
@@ -377,34 +513,126 @@ pub struct RemovedPinLabel {
 /// Removes imagekeeper's labels (the pinned label, `io.imagekeeper.pinned` and
 /// `io.imagekeeper.instance`) from every image name in containerd's `k8s.io` namespace that
 /// carries imagekeeper's own label — only `instance`'s when given — and from no other (the
-/// uninstall step: `imagekeeper remove-runtime-pins`). With `dry_run`, writes nothing.
-/// Returns the names with whose labels they were, sorted by name.
+/// uninstall step: `imagekeeper remove-runtime-pins`, with no database to read). With
+/// `dry_run`, writes nothing. Returns the names with whose labels they were, sorted by name.
 pub async fn remove_runtime_pin_labels(
     client: &ContainerdImages,
     dry_run: bool,
     instance: Option<&str>,
 ) -> Result<Vec<RemovedPinLabel>, CriError> {
-    let mut removed = Vec::new();
+    Ok(remove_labels(client, dry_run, instance, None)
+        .await?
+        .removed)
+}
+
+/// The database's record of what its agent labelled, for [`remove_recorded_runtime_pin_labels`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelRecord {
+    /// The database's agent instance.
+    pub instance: String,
+    /// The names its record holds (`runtime_labels`).
+    pub names: BTreeSet<String>,
+    /// Whether its agent adopted its labels from before the record (`runtime_labels_adopted`):
+    /// until then its instance's labels count as recorded, as its first reconcile would take
+    /// them.
+    pub adopted: bool,
+}
+
+/// The database of `store`'s record of the labels its agent wrote; `None` before any agent
+/// ran on it (no instance).
+pub fn label_record(
+    store: &crate::store::Store,
+) -> Result<Option<LabelRecord>, crate::store::StoreError> {
+    let Some(instance) = stored_instance_id(store)? else {
+        return Ok(None);
+    };
+    let (names, adopted) = read_record(store)?;
+    Ok(Some(LabelRecord {
+        instance,
+        names: names.into_keys().collect(),
+        adopted,
+    }))
+}
+
+/// What [`remove_recorded_runtime_pin_labels`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RemovedPinLabels {
+    /// The names cleared (or that would be), sorted by name.
+    pub removed: Vec<RemovedPinLabel>,
+    /// Names carrying the record's instance's labels (or unnamed ones) that its agent never
+    /// wrote (forged, or the record lost): left as they are, sorted.
+    pub foreign: Vec<String>,
+}
+
+/// [`remove_runtime_pin_labels`] with `record`, the database's: a name carrying its
+/// instance's labels (or unnamed ones) is cleared only when the record holds it, and a
+/// recorded name whose `io.imagekeeper.pinned` another client stripped has its pinned label
+/// cleared too (the agent wrote it); another instance's labels as without a record.
+pub async fn remove_recorded_runtime_pin_labels(
+    client: &ContainerdImages,
+    dry_run: bool,
+    instance: Option<&str>,
+    record: &LabelRecord,
+) -> Result<RemovedPinLabels, CriError> {
+    remove_labels(client, dry_run, instance, Some(record)).await
+}
+
+/// Whether `image` is to be cleared: `Some(owner)` (whose labels) when it is, `Err(())` when
+/// it claims to be `record`'s instance's and the record does not hold it.
+fn to_remove(
+    image: &crate::runtime::LabelledImage,
+    instance: Option<&str>,
+    record: Option<&LabelRecord>,
+) -> Result<Option<Option<String>>, ()> {
+    let owner = label_instance(image).map(str::to_owned);
+    let own = image.labels.contains_key(OWN_LABEL);
+    let Some(record) = record else {
+        let wanted = own && instance.is_none_or(|w| owner.as_deref() == Some(w));
+        return Ok(wanted.then_some(owner));
+    };
+    if instance.is_some_and(|w| w != record.instance) {
+        let wanted = own && owner.as_deref() == instance;
+        return Ok(wanted.then_some(owner));
+    }
+    let recorded = record.names.contains(&image.name);
+    let claims = own && owner.as_deref().is_none_or(|o| o == record.instance);
+    if claims && !recorded && record.adopted {
+        return Err(());
+    }
+    let orphan = recorded && !own && crate::gc::runtime_pins::is_pinned(image);
+    let other = own && !claims && instance.is_none();
+    Ok((claims || orphan || other).then_some(owner))
+}
+
+async fn remove_labels(
+    client: &ContainerdImages,
+    dry_run: bool,
+    instance: Option<&str>,
+    record: Option<&LabelRecord>,
+) -> Result<RemovedPinLabels, CriError> {
+    let mut out = RemovedPinLabels::default();
     for image in client.list().await? {
-        if !image.labels.contains_key(OWN_LABEL) {
-            continue;
-        }
-        let owner = label_instance(&image).map(str::to_owned);
-        if instance.is_some_and(|wanted| owner.as_deref() != Some(wanted)) {
-            continue;
-        }
+        let owner = match to_remove(&image, instance, record) {
+            Ok(Some(owner)) => owner,
+            Ok(None) => continue,
+            Err(()) => {
+                out.foreign.push(image.name);
+                continue;
+            }
+        };
         if !dry_run {
             client
                 .update_labels(&image, &LabelChange::Unpin.labels(""))
                 .await?;
         }
-        removed.push(RemovedPinLabel {
+        out.removed.push(RemovedPinLabel {
             name: image.name,
             instance: owner,
         });
     }
-    removed.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(removed)
+    out.removed.sort_by(|a, b| a.name.cmp(&b.name));
+    out.foreign.sort();
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -100,6 +100,7 @@ pub(crate) async fn findings(
     let runtime_pins = match check_runtime_pins {
         true => Some({
             let labels = read_containerd_labels(config, runtime_timeout).await;
+            let (instance, record) = read_instance(config);
             doctor::RuntimePinsView {
                 version,
                 pins: read_pins(config, runtime_timeout).await,
@@ -124,7 +125,8 @@ pub(crate) async fn findings(
                         })
                         .collect()
                 }),
-                instance: read_instance(config),
+                instance,
+                record,
             }
         }),
         false => None,
@@ -157,16 +159,31 @@ pub(crate) async fn findings(
 }
 
 /// This database's agent instance (`instance_id` in its meta table, as the agent's runtime pin
-/// labels name it), read from a copy; `None` when there is no database or it has none yet.
-fn read_instance(config: &AgentConfig) -> Option<String> {
+/// labels name it) and its record of the names its agent labelled, read from a copy; `None`
+/// when there is no database or it has none yet.
+fn read_instance(config: &AgentConfig) -> (Option<String>, Option<doctor::RecordView>) {
     if !config.db.exists() {
-        return None;
+        return (None, None);
     }
-    let super::db::DryRunStore { store, copy: _copy } =
-        super::db::open_for_dry_run(&config.db).ok()?;
-    imagekeeper::agent::stored_instance_id(&store)
-        .ok()
-        .flatten()
+    let Ok(super::db::DryRunStore { store, copy: _copy }) = super::db::open_for_dry_run(&config.db)
+    else {
+        return (None, None);
+    };
+    match imagekeeper::agent::label_record(&store) {
+        Ok(Some(record)) => (
+            Some(record.instance),
+            Some(doctor::RecordView {
+                names: record.names,
+                adopted: record.adopted,
+            }),
+        ),
+        _ => (
+            imagekeeper::agent::stored_instance_id(&store)
+                .ok()
+                .flatten(),
+            None,
+        ),
+    }
 }
 
 /// containerd's image names and labels (its Images service at `containerdAddress`, namespace

@@ -1,15 +1,20 @@
-//! `imagekeeper remove-runtime-pins [--containerd-address A] [--instance ID] [--dry-run]`: the
-//! uninstall step of the runtime pins. Removes `io.cri-containerd.pinned`,
+//! `imagekeeper remove-runtime-pins [--containerd-address A] [--instance ID] [--db PATH]
+//! [--dry-run]`: the uninstall step of the runtime pins. Removes `io.cri-containerd.pinned`,
 //! `io.imagekeeper.pinned` and `io.imagekeeper.instance` from every containerd image name
 //! (namespace `k8s.io`) that carries imagekeeper's own label (only instance ID's with
 //! `--instance`), and touches no other name: the sandbox image's pin and an operator's own
-//! labels stay. Prints each name, one a line; stderr says whose labels they were (each
-//! instance and its count). Stop the agent first, or it labels its keeps again at its next
-//! cycle.
+//! labels stay. When the agent's database (`--db`) is there, its instance's labels are removed
+//! only from the names its record says the agent labelled (schema 6's `runtime_labels`), with
+//! the pinned label of a recorded name whose own label another client stripped; a name
+//! carrying that instance's labels the agent never wrote (forged) is left and named on stderr.
+//! Prints each name, one a line; stderr says whose labels they were (each instance and its
+//! count). Stop the agent first, or it labels its keeps again at its next cycle.
 
 use anyhow::Context;
 use clap::Args;
-use imagekeeper::agent::remove_runtime_pin_labels;
+use imagekeeper::agent::{
+    RemovedPinLabels, label_record, remove_recorded_runtime_pin_labels, remove_runtime_pin_labels,
+};
 use imagekeeper::cri::{CONTAINERD_CRI_NAMESPACE, ContainerdImages, DEFAULT_RUNTIME_ENDPOINT};
 
 use super::Failure;
@@ -29,6 +34,10 @@ pub struct RemoveRuntimePinsArgs {
     /// and the agent's log name it); by default every instance's.
     #[arg(long, value_name = "ID")]
     instance: Option<String>,
+    /// The agent's database: its record of the names it labelled limits the removal of its
+    /// instance's labels to them (read from a copy; when absent, the labels alone decide).
+    #[arg(long, value_name = "PATH", default_value = imagekeeper::config::DEFAULT_DB)]
+    db: std::path::PathBuf,
 }
 
 pub fn run(args: RemoveRuntimePinsArgs) -> Result<(), Failure> {
@@ -40,7 +49,20 @@ pub fn run(args: RemoveRuntimePinsArgs) -> Result<(), Failure> {
         .build()
         .context("starting the async runtime")
         .map_err(failure)?;
-    let names = rt.block_on(async {
+    let record = match args.db.exists() {
+        true => {
+            let super::db::DryRunStore { store, copy: _copy } =
+                super::db::open_for_dry_run(&args.db)?;
+            label_record(&store)
+                .with_context(|| format!("reading the database {}", args.db.display()))
+                .map_err(failure)?
+        }
+        false => None,
+    };
+    let RemovedPinLabels {
+        removed: names,
+        foreign,
+    } = rt.block_on(async {
         let client = ContainerdImages::connect(
             &address,
             CONTAINERD_CRI_NAMESPACE,
@@ -48,11 +70,30 @@ pub fn run(args: RemoveRuntimePinsArgs) -> Result<(), Failure> {
             std::time::Duration::from_secs(60),
         )
         .map_err(Failure::usage)?;
-        remove_runtime_pin_labels(&client, args.dry_run, args.instance.as_deref())
-            .await
+        let instance = args.instance.as_deref();
+        let removed = match &record {
+            Some(record) => {
+                remove_recorded_runtime_pin_labels(&client, args.dry_run, instance, record).await
+            }
+            None => remove_runtime_pin_labels(&client, args.dry_run, instance)
+                .await
+                .map(|removed| RemovedPinLabels {
+                    removed,
+                    foreign: Vec::new(),
+                }),
+        };
+        removed
             .with_context(|| format!("containerd at {address}"))
             .map_err(failure)
     })?;
+    if let (Some(record), false) = (&record, foreign.is_empty()) {
+        eprintln!(
+            "left {} name(s) carrying instance {}'s labels that its database's record does not hold (forged, or the record lost): {}",
+            foreign.len(),
+            record.instance,
+            foreign.join(", ")
+        );
+    }
     for removed in &names {
         println!("{}", removed.name);
     }

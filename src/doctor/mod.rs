@@ -9,6 +9,9 @@
 mod disk;
 mod kubelet_config;
 
+mod runtime_pin_record;
+pub use runtime_pin_record::RecordView;
+
 use serde::Serialize;
 
 use crate::config::{AgentConfig, ContainerEvents};
@@ -125,6 +128,8 @@ pub struct RuntimePinsView {
     pub owners: Result<Vec<(String, Option<String>)>, String>,
     /// This database's agent instance (its `instance_id`), when the database was read.
     pub instance: Option<String>,
+    /// The database's record of the names its agent labelled, when it was read.
+    pub record: Option<RecordView>,
 }
 
 /// Everything the checks compare.
@@ -198,6 +203,7 @@ pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
     findings.push(check_runtime_pins(input));
     if let Some(view) = input.runtime_pins {
         findings.push(check_runtime_pin_instances(view));
+        findings.push(runtime_pin_record::check_runtime_pin_record(view));
     }
     findings
 }

@@ -865,6 +865,7 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
             labelled: Ok(labelled.iter().map(|n| (*n).to_owned()).collect()),
             owners: Ok(vec![]),
             instance: None,
+            record: None,
         };
         let findings = check(&DoctorInput {
             kubelet: &k,
@@ -940,6 +941,7 @@ fn another_instances_runtime_pin_labels_are_a_conflict_that_names_it() {
             labelled: Ok(vec![]),
             owners,
             instance: instance.map(str::to_owned),
+            record: None,
         };
         let f = check_runtime_pin_instances(&view);
         assert_eq!(f.check, "runtime-pin-instances");
@@ -1179,4 +1181,50 @@ fn observed_preloaded_records_are_listed_never_a_conflict() {
         find(&with(None), "kubelet-preloaded-records").status,
         Status::NotChecked
     );
+}
+
+/// Issue 53 (6): containerd's labels against the database's record of the names its agent
+/// labelled. A recorded name stripped of `io.imagekeeper.pinned` with its pinned label left is
+/// orphaned; a name carrying this instance's labels the record does not hold is foreign: both a
+/// conflict naming them; before the agent's adoption, or with nothing amiss, `ok`.
+#[test]
+fn orphaned_and_foreign_runtime_pin_labels_are_a_conflict_that_names_them() {
+    use super::runtime_pin_record::check_runtime_pin_record;
+    let me = "00000000000000aa";
+    let view = |adopted: bool, record: &[&str]| RuntimePinsView {
+        version: Err("not asked".to_owned()),
+        pins: Ok(vec![]),
+        labelled: Ok(vec![
+            "r/orphan:1".to_owned(),
+            "r/mine:1".to_owned(),
+            "r/pause:1".to_owned(),
+        ]),
+        owners: Ok(vec![
+            ("r/mine:1".to_owned(), Some(me.to_owned())),
+            ("r/pause:1".to_owned(), Some(me.to_owned())),
+        ]),
+        instance: Some(me.to_owned()),
+        record: Some(RecordView {
+            names: record.iter().map(|n| (*n).to_owned()).collect(),
+            adopted,
+        }),
+    };
+    let f = check_runtime_pin_record(&view(true, &["r/orphan:1", "r/mine:1"]));
+    assert_eq!(f.check, "runtime-pin-record");
+    assert_eq!(f.status, Status::Conflict, "{f:#?}");
+    assert!(
+        f.message.contains("1 orphaned") && f.message.contains("r/orphan:1"),
+        "{}",
+        f.message
+    );
+    assert!(
+        f.message.contains("1 foreign") && f.message.contains("r/pause:1"),
+        "{}",
+        f.message
+    );
+    let clean = check_runtime_pin_record(&view(true, &["r/mine:1", "r/pause:1"]));
+    assert_eq!(clean.status, Status::Ok, "{clean:#?}");
+    let before = check_runtime_pin_record(&view(false, &[]));
+    assert_eq!(before.status, Status::Ok, "{before:#?}");
+    assert!(before.message.contains("not adopted"), "{}", before.message);
 }

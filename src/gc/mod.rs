@@ -36,6 +36,7 @@ mod predictive_walk;
 mod protect;
 mod report;
 mod runtime_pin_notes;
+pub mod runtime_pin_record;
 pub mod runtime_pins;
 mod space;
 mod watch;

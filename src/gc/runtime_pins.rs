@@ -1,5 +1,5 @@
 //! The runtime pins' pure part: which containerd image names get the pinned label from what
-//! the GC keeps ([`plan_label_changes`]: a keep's every name gets
+//! the GC keeps (a keep's every name gets
 //! `io.cri-containerd.pinned=pinned`, imagekeeper's own `io.imagekeeper.pinned=<why>` and
 //! the writing agent's `io.imagekeeper.instance=<id>`),
 //! which kept images the CRI carries as pinned and which containerd labels pinned
@@ -9,11 +9,13 @@
 //! the last reconcile ([`runtime_pin_answer`]). The agent lists containerd's labels, calls
 //! the plan and writes the labels (`agent/runtime_pins.rs`); nothing here does I/O.
 //!
-//! Invariants: a label is removed only from a name that carries this instance's label (or an
-//! unnamed one, from before instances were named): a pin imagekeeper did not set
-//! (containerd's sandbox image pin, an operator's `ctr images label`) or another instance set
-//! is never cleared, and a name already pinned by someone else is left as it is (it is
-//! carried); the plan holds only differences, so a steady cycle writes nothing.
+//! The plan itself is `gc::runtime_pin_record` (schema 6): it changes only the names the
+//! agent's record says it labelled, whatever their labels claim.
+//!
+//! Invariants: a pin imagekeeper did not set (containerd's sandbox image pin, an operator's
+//! `ctr images label`) or another instance set is never cleared, and a name already pinned by
+//! someone else is left as it is (it is carried); the plan holds only differences, so a
+//! steady cycle writes nothing.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +28,8 @@ pub const PINNED_LABEL: &str = "io.cri-containerd.pinned";
 /// The value of [`PINNED_LABEL`] containerd reads as pinned (any other value is not a pin).
 pub const PINNED_VALUE: &str = "pinned";
 /// imagekeeper's own label beside [`PINNED_LABEL`]: its value says why it keeps the image
-/// ([`KeepReason::label_value`]). Only a name carrying it is ever unpinned.
+/// ([`KeepReason::label_value`]). Only a name the agent's record of what it labelled holds is
+/// ever unpinned (`gc::runtime_pin_record`), whatever its labels say.
 pub const OWN_LABEL: &str = "io.imagekeeper.pinned";
 /// Whose [`OWN_LABEL`] it is: the instance of the agent that wrote it (its database's
 /// `instance_id`, 16 hex digits). An agent changes only its own instance's labels (and adopts
@@ -117,37 +120,6 @@ pub fn wanted_names(keeps: &[KeptImage]) -> BTreeMap<&str, KeepReason> {
         }
     }
     wanted
-}
-
-/// The label writes that make containerd's `images` carry `keeps`, for the agent of
-/// `instance`: a kept name not pinned gets the three labels; a kept name with this instance's
-/// label and another reason has it rewritten; a name that is not kept loses them only if it
-/// carries this instance's label (or an unnamed one, adopted). A name pinned by someone else
-/// (the pinned label without imagekeeper's) or by another instance is never written.
-pub fn plan_label_changes(
-    keeps: &[KeptImage],
-    images: &[LabelledImage],
-    instance: &str,
-) -> Vec<(usize, LabelChange)> {
-    use LabelOwner::*;
-    let wanted = wanted_names(keeps);
-    let mut changes = Vec::new();
-    for (i, image) in images.iter().enumerate() {
-        let pinned = is_pinned(image);
-        let value = image.labels.get(OWN_LABEL).map(String::as_str);
-        match (
-            wanted.get(image.name.as_str()),
-            label_owner(image, instance),
-        ) {
-            // Pinned by someone else or by another instance: carried, never ours to change.
-            (Some(_), NotImagekeepers | Other(_)) if pinned => {}
-            (Some(why), Mine) if pinned && value == Some(why.label_value()) => {}
-            (Some(why), _) => changes.push((i, LabelChange::Pin(*why))),
-            (None, Mine | Unnamed) => changes.push((i, LabelChange::Unpin)),
-            (None, NotImagekeepers | Other(_)) => {}
-        }
-    }
-    changes
 }
 
 /// Whether containerd lists `image` as pinned: it carries [`PINNED_LABEL`] with

@@ -16,6 +16,7 @@ mod journal;
 mod pin;
 mod pull;
 mod runtime;
+mod runtime_label;
 mod time;
 mod warm;
 
@@ -31,6 +32,7 @@ pub use runtime::{
     ContainerEvent, ContainerEventKind, ContainerState, ContainerUsage, ImageFsStats,
     PodSandboxConfig, RuntimeContainer, RuntimeImage,
 };
+pub use runtime_label::{MAX_RUNTIME_LABEL_VALUE_BYTES, RuntimeLabel};
 pub use time::{FUTURE_STAMP_TOLERANCE, UnixNanos, duration_nanos, saturating_total};
 pub use warm::{StoredWarmState, WarmRow};
 

@@ -29,19 +29,19 @@ use super::codec::{BackoffKey, Codec, IndexKey, JournalKey, MetaKey, MetaValue, 
 use super::eviction::row_records;
 use super::rows::{ImagesTable, get_record, put_meta};
 use super::tables::{
-    BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, Stored, USES,
-    WARM,
+    BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, RUNTIME_LABELS,
+    Stored, USES, WARM,
 };
 use super::validate::validate_op;
 use super::{
     Applied, Batch, BatchOp, Handle, IndexMismatch, ListedSightings, Store, StoreError, TxnError,
-    history, journal,
+    history, journal, runtime_labels,
 };
 use crate::model::MAX_ACTIVE_PINS;
 use crate::model::{
     BackoffEntry, EvictionNote, ImageLike, ImageNames, ImagePin, ImageRecord, JournalEntry,
-    JournalRetention, PinKey, PullEntry, PullKey, PullOrigin, RecordKey, Remover, Repull, Sighting,
-    UnixNanos, UseInterval, UseKey, WarmRow,
+    JournalRetention, PinKey, PullEntry, PullKey, PullOrigin, RecordKey, Remover, Repull,
+    RuntimeLabel, Sighting, UnixNanos, UseInterval, UseKey, WarmRow,
 };
 
 impl Store {
@@ -123,7 +123,8 @@ fn apply_ops(
 /// what the operations so far wrote that the transaction's end needs.
 struct BatchWriter<'t, 'b> {
     // The tables close (each staging its root in the transaction) when the writer is dropped
-    // at the transaction's end, in the order of these fields: `warm` first, `images` last.
+    // at the transaction's end, in the order of these fields: `labels` first, `images` last.
+    labels: LazyTable<'t, Stored<super::codec::LabelledName>, Stored<RuntimeLabel>>,
     warm: LazyTable<'t, Stored<WarmPosition>, Stored<WarmRow>>,
     pulls: LazyTable<'t, Stored<PullKey>, Stored<PullEntry>>,
     uses: LazyTable<'t, Stored<UseKey>, Stored<UseInterval>>,
@@ -171,6 +172,7 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
             uses: LazyTable::new(txn, USES),
             pulls: LazyTable::new(txn, PULLS),
             warm: LazyTable::new(txn, WARM),
+            labels: LazyTable::new(txn, RUNTIME_LABELS),
             retention,
             explicit_pulls: batch
                 .ops
@@ -223,6 +225,12 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
             BatchOp::OpenUse { key, now } => self.open_use(key, *now),
             BatchOp::RecordPull { key, entry } => self.record_pull(key, entry),
             BatchOp::ReplaceWarm { rows } => self.replace_warm(rows),
+            BatchOp::PutRuntimeLabel { name, label } => {
+                runtime_labels::put_label(self.labels.get()?, name, label)
+            }
+            BatchOp::RemoveRuntimeLabel { name } => {
+                runtime_labels::remove_label(self.labels.get()?, name)
+            }
         }
     }
 

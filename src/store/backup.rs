@@ -19,7 +19,8 @@ use redb::{ReadableTable, ReadableTableMetadata, TableHandle};
 use super::database::{builder, map_open_error, open_read_only_unchecked, refuse_panics};
 use super::file::create_new_temporary;
 use super::tables::{
-    BACKOFF, EVICTION, EVICTION_PREFIX, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, USES, WARM,
+    BACKOFF, EVICTION, EVICTION_PREFIX, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, RUNTIME_LABELS,
+    USES, WARM,
 };
 use super::{BackupConflict, Store, StoreError};
 
@@ -271,6 +272,7 @@ fn same_named_table(
         n if n == USES.name() => same_table(ours, theirs, USES),
         n if n == PULLS.name() => same_table(ours, theirs, PULLS),
         n if n == WARM.name() => same_table(ours, theirs, WARM),
+        n if n == RUNTIME_LABELS.name() => same_table(ours, theirs, RUNTIME_LABELS),
         _ => return None,
     })
 }

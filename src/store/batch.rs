@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use crate::model::{
     BackoffEntry, EvictionNote, ImageList, ImageNames, ImagePin, ImageRecord, PinKey, PullEntry,
-    PullKey, RecordKey, Sighting, UnixNanos, WarmRow,
+    PullKey, RecordKey, RuntimeLabel, Sighting, UnixNanos, WarmRow,
 };
 
 mod sightings;
@@ -182,6 +182,21 @@ pub enum BatchOp {
     ReplaceWarm {
         /// The warm set's rows, in priority order.
         rows: Vec<WarmRow>,
+    },
+    /// Schema 6: the agent is about to write (or adopts) its runtime pin labels on the
+    /// containerd image `name` (`migrations/0006_runtime_labels.md`): the row is written
+    /// (replacing one of the same name) before the label write it stands for.
+    PutRuntimeLabel {
+        /// The containerd image name.
+        name: String,
+        /// What the agent writes there.
+        label: RuntimeLabel,
+    },
+    /// Schema 6: the agent's labels on `name` are gone (it removed them, or containerd no
+    /// longer lists the name): the row is deleted if it exists.
+    RemoveRuntimeLabel {
+        /// The containerd image name.
+        name: String,
     },
 }
 
@@ -433,6 +448,16 @@ impl Batch {
     /// Adds a [`BatchOp::ReplaceWarm`].
     pub fn replace_warm(&mut self, rows: Vec<WarmRow>) {
         self.ops.push(BatchOp::ReplaceWarm { rows });
+    }
+
+    /// Adds a [`BatchOp::PutRuntimeLabel`].
+    pub fn put_runtime_label(&mut self, name: String, label: RuntimeLabel) {
+        self.ops.push(BatchOp::PutRuntimeLabel { name, label });
+    }
+
+    /// Adds a [`BatchOp::RemoveRuntimeLabel`].
+    pub fn remove_runtime_label(&mut self, name: String) {
+        self.ops.push(BatchOp::RemoveRuntimeLabel { name });
     }
 
     /// Writes `name = value` only if the rest of the batch changes something.

@@ -14,7 +14,8 @@
 //! Schema 4's `pins` and schema 5's tables: every key and value decodes; an image has at most
 //! one open use interval; no interval was last seen before it started; the closed intervals
 //! and the pulls are each no more than the retention's maximum count; the warm rows are at
-//! positions 0, 1, 2, ... with no gap.
+//! positions 0, 1, 2, ... with no gap. Schema 6's `runtime_labels`: every key (a non-empty
+//! name of at most 4096 bytes) and value decodes (`runtime_labels.rs`).
 //!
 //! `Store::check_at(now)` adds the clock: a record's first_detected or last_used, a journal
 //! entry's removal time, or the
@@ -428,6 +429,7 @@ impl Store {
         violations.extend(self.check_uses(txn, max_entries)?);
         violations.extend(self.check_pulls(txn, max_entries)?);
         violations.extend(self.check_warm(txn)?);
+        violations.extend(self.check_runtime_labels(txn)?);
         Ok(violations)
     }
 

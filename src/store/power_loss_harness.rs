@@ -213,6 +213,20 @@ pub enum Op {
         /// Every row's since time (unix nanoseconds).
         since: i64,
     },
+    /// Schema 6: a runtime label row written (`BatchOp::PutRuntimeLabel`).
+    PutRuntimeLabel {
+        /// The containerd name: `registry.example/labelled:{name % 4}`.
+        name: u8,
+        /// When it was written (unix nanoseconds).
+        written_at: i64,
+        /// The value is this many bytes (cut to 256).
+        value_len: u16,
+    },
+    /// Schema 6: a runtime label row removed (`BatchOp::RemoveRuntimeLabel`).
+    RemoveRuntimeLabel {
+        /// The name, as `PutRuntimeLabel`'s.
+        name: u8,
+    },
 }
 
 /// A step of a scenario.

@@ -13,11 +13,13 @@
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::codec::{self, BackoffKey, Codec, JournalKey, MetaKey, MetaValue};
-use super::tables::{BACKOFF, Encoded, IMAGES, JOURNAL, META, PINS, PULLS, Stored, USES, WARM};
+use super::tables::{
+    BACKOFF, Encoded, IMAGES, JOURNAL, META, PINS, PULLS, RUNTIME_LABELS, Stored, USES, WARM,
+};
 use super::{Store, StoreError, StoredRecord, TxnError};
 use crate::model::{
     BackoffEntry, ImagePin, ImageRecord, JournalEntry, JournalRetention, PinKey, PullEntry,
-    PullKey, RecordKey, UseInterval, UseKey, WarmRow,
+    PullKey, RecordKey, RuntimeLabel, UseInterval, UseKey, WarmRow,
 };
 
 impl Store {
@@ -235,6 +237,16 @@ impl Store {
     /// The pull history (schema 5), oldest first.
     pub fn pulls(&self) -> Result<Vec<(PullKey, PullEntry)>, StoreError> {
         self.guarded(|| self.scan_all(PULLS))
+    }
+
+    /// What the agent labelled in containerd (schema 6), by image name: each name's
+    /// [`RuntimeLabel`] (`migrations/0006_runtime_labels.md`).
+    pub fn runtime_labels(&self) -> Result<Vec<(String, RuntimeLabel)>, StoreError> {
+        Ok(self
+            .guarded(|| self.scan_all(RUNTIME_LABELS))?
+            .into_iter()
+            .map(|(name, label)| (name.0, label))
+            .collect())
     }
 
     /// The warm set's state at the agent's last warm cycle (schema 5), in priority order.

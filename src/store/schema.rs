@@ -14,14 +14,14 @@ use redb::{Durability, ReadableTable, TableHandle, WriteTransaction};
 use super::codec::{Codec, IndexKey};
 use super::rows::put_meta;
 use super::tables::{
-    BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, USES,
-    WARM,
+    BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS,
+    RUNTIME_LABELS, USES, WARM,
 };
 use super::{Handle, Store, StoreError, TxnError};
 use crate::model::UnixNanos;
 
 /// The schema version this build writes and reads.
-pub const CURRENT_SCHEMA_VERSION: i64 = 5;
+pub const CURRENT_SCHEMA_VERSION: i64 = 6;
 
 /// Names of the entries of the `meta` table.
 pub mod meta_keys {
@@ -38,6 +38,11 @@ pub mod meta_keys {
     /// The time of the last detect, written at every detect even when nothing else changed:
     /// the last time the agent watched the node (unix nanoseconds; see `gc::WatchHistory`).
     pub const HEARTBEAT: &str = "heartbeat";
+    /// When the agent adopted the runtime pin labels it found on containerd's names as its own
+    /// (unix nanoseconds): once per file, at the first reconcile of schema 6 (the names
+    /// carrying this database's instance, or no instance, then go into `runtime_labels`);
+    /// never again, so a label forged later is never taken for the agent's own.
+    pub const RUNTIME_LABELS_ADOPTED: &str = "runtime_labels_adopted";
 
     /// The names of the `i`-th unwatched stretch's start and end (unix nanoseconds), oldest
     /// first: `unwatched_<i>_from`, `unwatched_<i>_to` (see `gc::WatchHistory`).
@@ -74,6 +79,10 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     Migration {
         from: 4,
         apply: add_history,
+    },
+    Migration {
+        from: 5,
+        apply: add_runtime_labels,
     },
 ];
 
@@ -118,6 +127,14 @@ fn add_history(txn: &WriteTransaction) -> Result<(), TxnError> {
     Ok(())
 }
 
+/// Schema 5 → 6 (`migrations/0006_runtime_labels.md`): the `runtime_labels` table, empty.
+/// Every other table keeps its bytes; `runtime_labels_adopted` is not set, so the agent's
+/// first reconcile adopts the labels this instance wrote before the upgrade.
+fn add_runtime_labels(txn: &WriteTransaction) -> Result<(), TxnError> {
+    txn.open_table(RUNTIME_LABELS)?;
+    Ok(())
+}
+
 impl Store {
     /// Opens every table once, so that redb decodes every table definition while the open is
     /// still guarded against its panics; later opens read the same bytes.
@@ -135,6 +152,8 @@ impl Store {
         txn.open_table(USES).map_err(|e| self.redb_err(e))?;
         txn.open_table(PULLS).map_err(|e| self.redb_err(e))?;
         txn.open_table(WARM).map_err(|e| self.redb_err(e))?;
+        txn.open_table(RUNTIME_LABELS)
+            .map_err(|e| self.redb_err(e))?;
         Ok(())
     }
 
@@ -202,6 +221,7 @@ impl Store {
             txn.open_table(USES)?;
             txn.open_table(PULLS)?;
             txn.open_table(WARM)?;
+            txn.open_table(RUNTIME_LABELS)?;
             let mut meta = txn.open_table(META)?;
             put_meta(
                 &mut meta,

@@ -9,12 +9,12 @@ use std::marker::PhantomData;
 use redb::{Key, TableDefinition, TypeName, Value};
 
 use super::codec::{
-    BackoffKey, Codec, DecodeError, EvictionKey, IndexKey, JournalKey, MetaKey, MetaValue,
-    OrderedCodec, WarmPosition,
+    BackoffKey, Codec, DecodeError, EvictionKey, IndexKey, JournalKey, LabelledName, MetaKey,
+    MetaValue, OrderedCodec, WarmPosition,
 };
 use crate::model::{
     BackoffEntry, ImageNames, ImagePin, ImageRecord, JournalEntry, PinKey, PullEntry, PullKey,
-    RecordKey, UseInterval, UseKey, WarmRow,
+    RecordKey, RuntimeLabel, UseInterval, UseKey, WarmRow,
 };
 
 /// Image records: RecordKey → ImageRecord.
@@ -58,6 +58,11 @@ pub(super) const PULLS: TableDefinition<Stored<PullKey>, Stored<PullEntry>> =
 /// Schema 5: the warm set's state at the agent's last warm cycle, position → WarmRow.
 pub(super) const WARM: TableDefinition<Stored<WarmPosition>, Stored<WarmRow>> =
     TableDefinition::new("warm");
+
+/// Schema 6: what the agent labelled in containerd, image name → RuntimeLabel
+/// (`migrations/0006_runtime_labels.md`).
+pub(super) const RUNTIME_LABELS: TableDefinition<Stored<LabelledName>, Stored<RuntimeLabel>> =
+    TableDefinition::new("runtime_labels");
 
 /// A redb column type whose bytes are the [`Codec`] layout of `T`.
 pub(super) struct Stored<T>(PhantomData<T>);

@@ -1,5 +1,5 @@
-//! The schema upgrades under power loss: the v1, v2, v3 and v4 fixtures on a simulated disk are
-//! opened (which upgrades them one transaction per step, 1 → 2 → 3 → 4 → 5) with power cut at every
+//! The schema upgrades under power loss: the v1, v2, v3, v4 and v5 fixtures on a simulated disk
+//! are opened (which upgrades them one transaction per step, 1 → 2 → 3 → 4 → 5 → 6) with power cut at every
 //! disk operation of the upgrade and a few crash images each; after recovery the disk holds
 //! the file of one schema version, whole, never a mix, and every record, backoff entry and
 //! meta value is intact (and the eviction order with it).
@@ -43,6 +43,20 @@ const V5_TABLES: [&str; 10] = [
     "names",
     "pins",
     "pulls",
+    "uses",
+    "warm",
+];
+
+const V6_TABLES: [&str; 11] = [
+    "backoff",
+    "eviction_prefix",
+    "images",
+    "journal",
+    "meta",
+    "names",
+    "pins",
+    "pulls",
+    "runtime_labels",
     "uses",
     "warm",
 ];
@@ -98,6 +112,43 @@ fn a_crash_during_the_upgrade_from_v4_leaves_one_whole_schema_never_a_mix() {
     crash_during_upgrade(4, 2);
 }
 
+#[test]
+fn a_crash_during_the_upgrade_from_v5_leaves_one_whole_schema_never_a_mix() {
+    crash_during_upgrade(5, 2);
+}
+
+/// The tables each upgrade adds are empty, and the fixture's own kept: pins from v4, the
+/// histories from v5; the adoption of the runtime labels is left to the agent.
+fn check_upgraded_tables(from: i64, want: &Model) {
+    if from < 4 {
+        assert!(want.pins.is_empty(), "the upgrade adds an empty pins table");
+    } else {
+        assert_eq!(want.pins.len(), 2, "the v4 fixture's pins are kept");
+    }
+    if from < 5 {
+        assert!(
+            want.uses.is_empty() && want.pulls.is_empty() && want.warm.is_empty(),
+            "the upgrade to 5 adds empty uses, pulls and warm tables"
+        );
+    } else {
+        assert_eq!(
+            (want.uses.len(), want.pulls.len()),
+            (1, 1),
+            "the v5 fixture's histories are kept"
+        );
+    }
+    assert!(
+        want.runtime_labels.is_empty(),
+        "the upgrade to 6 adds an empty runtime_labels table"
+    );
+    assert!(
+        !want
+            .meta
+            .contains_key(super::meta_keys::RUNTIME_LABELS_ADOPTED),
+        "the upgrade leaves the adoption to the agent's first reconcile"
+    );
+}
+
 fn crash_during_upgrade(from: i64, records: usize) {
     // The fixture's content, read through an upgrade without a cut.
     let clean = PowerLossDisk::new(fixture(from), None);
@@ -114,15 +165,7 @@ fn crash_during_upgrade(from: i64, records: usize) {
         store.meta(super::meta_keys::SCHEMA_VERSION).expect("meta"),
         Some(super::CURRENT_SCHEMA_VERSION)
     );
-    if from < 4 {
-        assert!(want.pins.is_empty(), "the upgrade adds an empty pins table");
-    } else {
-        assert_eq!(want.pins.len(), 2, "the v4 fixture's pins are kept");
-    }
-    assert!(
-        want.uses.is_empty() && want.pulls.is_empty() && want.warm.is_empty(),
-        "the upgrade to 5 adds empty uses, pulls and warm tables"
-    );
+    check_upgraded_tables(from, &want);
     drop(store);
     let upgrade_ops = clean.ops() - before;
     assert!(upgrade_ops > 0);
@@ -144,6 +187,7 @@ fn crash_during_upgrade(from: i64, records: usize) {
                 Some(3) => assert_eq!(tables, V3_TABLES, "{case}"),
                 Some(4) => assert_eq!(tables, V4_TABLES, "{case}"),
                 Some(5) => assert_eq!(tables, V5_TABLES, "{case}"),
+                Some(6) => assert_eq!(tables, V6_TABLES, "{case}"),
                 _ => panic!("{case}"),
             }
             assert!(version >= Some(from), "{case}");

@@ -2,7 +2,7 @@
 //! transaction begins ([`Store::apply_reporting`](super::Store::apply_reporting) checks them
 //! all first): a record key's image id is non-empty, holds no NUL byte and fits its layout
 //! ([`MAX_ID_BYTES`]); a backoff key's pod uid and length, a pin's image name, handler and
-//! reason, a pulled image's name and a warm row's fields are bounded as the codec's layouts
+//! reason, a pulled image's name, a warm row's fields and a runtime label row are bounded as the codec's layouts
 //! need. A refused operation is [`StoreError::InvalidKey`] (naming at most 80 characters of the
 //! key) and nothing of its batch is written. Removals are never refused, so an entry an older
 //! version stored under a longer key stays removable.
@@ -10,8 +10,8 @@
 use super::codec::MAX_ID_BYTES;
 use super::{BatchOp, StoreError};
 use crate::model::{
-    ImagePin, MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, MAX_POD_UID_BYTES, PinKey, RecordKey,
-    WarmRow,
+    ImagePin, MAX_IMAGE_NAME_BYTES, MAX_PIN_REASON_BYTES, MAX_POD_UID_BYTES,
+    MAX_RUNTIME_LABEL_VALUE_BYTES, PinKey, RecordKey, RuntimeLabel, WarmRow,
 };
 
 /// Refuses to write a backoff key (`<pod uid>_<image>`) longer than [`MAX_POD_UID_BYTES`] +
@@ -97,9 +97,30 @@ pub(super) fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
         // A removal is never refused: an entry an older version stored under a longer key
         // must stay removable, and a pull's success removes every expired key in the batch
         // that marks its image.
-        BatchOp::RemoveBackoff { .. } | BatchOp::SetMeta { .. } => return Ok(()),
+        BatchOp::RemoveBackoff { .. }
+        | BatchOp::SetMeta { .. }
+        | BatchOp::RemoveRuntimeLabel { .. } => return Ok(()),
+        BatchOp::PutRuntimeLabel { name, label } => return validate_runtime_label(name, label),
     };
     validate_record_key(key)
+}
+
+/// Refuses a runtime label row whose image name is empty or longer than
+/// [`MAX_IMAGE_NAME_BYTES`], or whose value is longer than [`MAX_RUNTIME_LABEL_VALUE_BYTES`].
+fn validate_runtime_label(name: &str, label: &RuntimeLabel) -> Result<(), StoreError> {
+    let reason = if name.is_empty() {
+        "the labelled image name is empty"
+    } else if name.len() > MAX_IMAGE_NAME_BYTES {
+        "the labelled image name is longer than 4096 bytes"
+    } else if label.value.len() > MAX_RUNTIME_LABEL_VALUE_BYTES {
+        "the runtime label's value is longer than 256 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::InvalidKey {
+        key: name.chars().take(80).collect(),
+        reason,
+    })
 }
 
 /// Refuses a warm row whose image name is empty or longer than [`MAX_IMAGE_NAME_BYTES`],

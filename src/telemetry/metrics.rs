@@ -93,6 +93,12 @@ pub(crate) struct RuntimePinsSample {
     pub disagreeing_images: u64,
     /// containerd names labelled by other imagekeeper instances at the last reconcile.
     pub other_instance_names: u64,
+    /// Names this agent labelled whose own label another client stripped, the pinned label
+    /// left, at the last reconcile.
+    pub orphaned_names: u64,
+    /// Names carrying this agent's labels it never wrote (its record does not hold them) at the
+    /// last reconcile.
+    pub foreign_names: u64,
     /// The last reconcile did not carry every keep (or was given up on).
     pub failing: bool,
     /// Label writes: [succeeded, failed].

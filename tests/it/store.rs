@@ -500,8 +500,8 @@ fn newer_schema_is_refused_naming_both_versions() {
             matches!(
                 err,
                 StoreError::SchemaTooNew {
-                    found: 6,
-                    supported: 5,
+                    found: 7,
+                    supported: 6,
                     ..
                 }
             ),
@@ -509,7 +509,7 @@ fn newer_schema_is_refused_naming_both_versions() {
         );
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 6") && msg.contains("version 5"),
+            msg.contains("schema version 7") && msg.contains("version 6"),
             "{msg}"
         );
     }
@@ -1046,11 +1046,11 @@ fn v1_fixture_is_backed_up_and_upgraded_to_v3_reading_back_every_record() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 1 opens and upgrades");
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(5)
+        Some(6)
     );
     assert_eq!(
         store.commits(),
-        4,
+        5,
         "the upgrade is one transaction per step"
     );
     let backup = dir.path().join("v1.redb.bak-v1");
@@ -1168,12 +1168,12 @@ fn v2_fixture_is_backed_up_and_upgraded_to_v3_with_its_names_and_journal() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 2 opens and upgrades");
     assert_eq!(
         store.commits(),
-        3,
+        4,
         "the upgrade is one transaction per step"
     );
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(5)
+        Some(6)
     );
     let backup = dir.path().join("v2.redb.bak-v2");
     {
@@ -1269,7 +1269,7 @@ fn v3_fixture_is_backed_up_and_upgraded_to_v4_with_an_empty_pins_table() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 3 opens and upgrades");
     assert_eq!(
         store.commits(),
-        2,
+        3,
         "the upgrade is one transaction per step"
     );
     assert_eq!(
@@ -1283,8 +1283,8 @@ fn v3_fixture_is_backed_up_and_upgraded_to_v4_with_an_empty_pins_table() {
         let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
         assert_eq!(
             from_backup.commits(),
-            2,
-            "the backup was a v3 file, upgraded in one commit per step (3 -> 4 -> 5)"
+            3,
+            "the backup was a v3 file, upgraded in one commit per step (3 -> 4 -> 5 -> 6)"
         );
         assert!(
             from_backup.records().expect("records") == store.records().expect("records"),
@@ -1314,16 +1314,20 @@ fn v4_fixture_is_backed_up_and_upgraded_to_v5_with_empty_history_tables() {
     let copy = dir.path().join("v4.redb");
     std::fs::copy(&fixture, &copy).expect("copy fixture");
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 4 opens and upgrades");
-    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
+    assert_eq!(
+        store.commits(),
+        2,
+        "the upgrade is one transaction per step"
+    );
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(5)
+        Some(6)
     );
     {
         let again = dir.path().join("again.redb");
         std::fs::copy(dir.path().join("v4.redb.bak-v4"), &again).expect("copy backup");
         let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
-        assert_eq!(from_backup.commits(), 1, "the backup was a v4 file");
+        assert_eq!(from_backup.commits(), 2, "the backup was a v4 file");
         assert!(from_backup.pins().expect("pins") == store.pins().expect("pins"));
     }
     let pins: Vec<(String, String)> = store
@@ -1371,6 +1375,71 @@ fn v4_fixture_is_backed_up_and_upgraded_to_v5_with_empty_history_tables() {
     assert_eq!(store.uses().expect("uses").len(), 1);
     assert_eq!(store.pulls().expect("pulls").len(), 1);
     assert!(store.check().expect("check").is_empty());
+}
+
+/// The v5 fixture (`cargo run --example make_v5_fixture`, written by the schema-5 build) is
+/// backed up to `<db>.bak-v5` and upgraded to schema 6 in one commit
+/// (`migrations/0006_runtime_labels.md`): every table keeps its content, the agent's instance
+/// included, and an empty `runtime_labels` table is added, without `runtime_labels_adopted`
+/// (the agent's first reconcile adopts its labels once), which then takes writes.
+#[test]
+fn v5_fixture_is_backed_up_and_upgraded_to_v6_with_an_empty_runtime_labels_table() {
+    use imagekeeper::model::RuntimeLabel;
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v5.redb");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("v5.redb");
+    std::fs::copy(&fixture, &copy).expect("copy fixture");
+    let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 5 opens and upgrades");
+    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
+    assert_eq!(
+        store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(6)
+    );
+    {
+        let again = dir.path().join("again.redb");
+        std::fs::copy(dir.path().join("v5.redb.bak-v5"), &again).expect("copy backup");
+        let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
+        assert_eq!(from_backup.commits(), 1, "the backup was a v5 file");
+        assert!(from_backup.pulls().expect("pulls") == store.pulls().expect("pulls"));
+    }
+    assert_eq!(store.len().expect("len"), 2);
+    assert_eq!(store.journal().expect("journal").len(), 3);
+    assert_eq!(store.pins().expect("pins").len(), 2);
+    assert_eq!(store.uses().expect("uses").len(), 1);
+    assert_eq!(store.pulls().expect("pulls").len(), 1);
+    assert_eq!(
+        imagekeeper::agent::stored_instance_id(&store).expect("meta"),
+        Some("00000000c0ffee05".to_owned()),
+        "the agent's instance is kept"
+    );
+    assert!(store.runtime_labels().expect("labels").is_empty());
+    assert_eq!(
+        store.meta(meta_keys::RUNTIME_LABELS_ADOPTED).expect("meta"),
+        None,
+        "adoption is the agent's first reconcile's"
+    );
+    assert!(store.check().expect("check").is_empty());
+    // The new table takes writes and removals.
+    let label = RuntimeLabel {
+        written_at: UnixNanos::from_secs(1_700_004_000),
+        value: "pin".to_owned(),
+    };
+    let mut batch = Batch::new();
+    batch.put_runtime_label("registry.k8s.io/pause:3.10".to_owned(), label.clone());
+    assert!(store.apply(&batch).expect("apply"));
+    assert!(
+        !store.apply(&batch).expect("apply"),
+        "the same row commits nothing"
+    );
+    assert_eq!(
+        store.runtime_labels().expect("labels"),
+        [("registry.k8s.io/pause:3.10".to_owned(), label)]
+    );
+    assert!(store.check().expect("check").is_empty());
+    let mut batch = Batch::new();
+    batch.remove_runtime_label("registry.k8s.io/pause:3.10".to_owned());
+    assert!(store.apply(&batch).expect("apply"));
+    assert!(store.runtime_labels().expect("labels").is_empty());
 }
 
 /// Pins (schema 4) are written, replaced and removed in durable batches, survive a reopen,
@@ -1663,7 +1732,7 @@ fn a_pre_existing_v1_backup_is_never_overwritten_and_only_a_copy_of_its_content_
         let store = opened.unwrap_or_else(|e| panic!("{case:?}: the upgrade was refused: {e}"));
         assert_eq!(
             store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-            Some(5),
+            Some(6),
             "{case:?}"
         );
         drop(store);

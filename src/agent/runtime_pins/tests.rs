@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::gc::KeepReason;
-use crate::model::RecordKey;
+use crate::model::{RecordKey, UnixNanos};
 
 #[test]
 fn only_containerd_1_7_10_and_later_carry_pins() {
@@ -72,15 +72,16 @@ fn auto_decides_once_and_an_unreachable_runtime_leaves_it_undecided() {
         let off =
             RuntimePinner::new(RuntimePins::Off, "unix:///x.sock", String::new()).expect("valid");
         assert!(matches!(off.state(), PinsState::Off(_)));
-        assert_eq!(
-            off.reconcile(&[KeptImage {
-                key: RecordKey::new("sha256:r/a:1", ""),
-                names: vec!["r/a:1".to_owned()],
-                why: KeepReason::Pin,
-                listed_pinned: false,
-            }])
-            .await,
-            (0, 0)
-        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store =
+            crate::store::Store::open(&dir.path().join("db.redb"), UnixNanos(1)).expect("a store");
+        let keeps = [KeptImage {
+            key: RecordKey::new("sha256:r/a:1", ""),
+            names: vec!["r/a:1".to_owned()],
+            why: KeepReason::Pin,
+            listed_pinned: false,
+        }];
+        assert_eq!(off.reconcile(&keeps, &store, UnixNanos(1)).await, (0, 0));
+        assert!(store.runtime_labels().expect("labels").is_empty());
     });
 }

@@ -53,7 +53,18 @@ struct PlanCase {
 /// Each case's plan changes exactly the names it wants, as it wants.
 fn check_plans(cases: impl IntoIterator<Item = PlanCase>) {
     for case in cases {
-        let got: Vec<(&str, LabelChange)> = plan_label_changes(&case.keeps, &case.images, ME)
+        // Every label of this instance taken as the agent's: the plan of the reconcile that
+        // adopts them (`gc::runtime_pin_record`), which decides as the labels alone did.
+        let plan = crate::gc::runtime_pin_record::plan_with_record(
+            &case.keeps,
+            &case.images,
+            ME,
+            &BTreeMap::new(),
+            true,
+            crate::model::UnixNanos(0),
+        );
+        let got: Vec<(&str, LabelChange)> = plan
+            .changes
             .into_iter()
             .map(|(i, c)| (case.images[i].name.as_str(), c))
             .collect();

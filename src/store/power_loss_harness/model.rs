@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::ops::{
-    backoff_entry, backoff_key, evict_note, meta_name, names_of, pin_key, pin_of, pull_of,
-    record_key, uses_of, warm_of,
+    backoff_entry, backoff_key, evict_note, labelled_name, meta_name, names_of, pin_key, pin_of,
+    pull_of, record_key, runtime_label_of, uses_of, warm_of,
 };
 use super::{CREATED_AT, Op};
 use crate::model::{
@@ -32,6 +32,7 @@ pub struct Model {
     pub uses: BTreeMap<UseKey, UseInterval>,
     pub pulls: BTreeMap<PullKey, PullEntry>,
     pub warm: Vec<WarmRow>,
+    pub runtime_labels: BTreeMap<String, crate::model::RuntimeLabel>,
 }
 
 impl Model {
@@ -65,6 +66,7 @@ impl Model {
             uses: store.uses()?.into_iter().collect(),
             pulls: store.pulls()?.into_iter().collect(),
             warm: store.warm_rows()?,
+            runtime_labels: store.runtime_labels()?.into_iter().collect(),
         })
     }
 }
@@ -255,6 +257,15 @@ impl Model {
                 let same = self.warm == rows;
                 self.warm = rows;
                 !same
+            }
+            Op::PutRuntimeLabel { name, .. } => {
+                let label = runtime_label_of(op);
+                self.runtime_labels
+                    .insert(labelled_name(*name), label.clone())
+                    != Some(label)
+            }
+            Op::RemoveRuntimeLabel { name } => {
+                self.runtime_labels.remove(&labelled_name(*name)).is_some()
             }
         }
     }

@@ -95,6 +95,27 @@ pub(super) fn pin_key(key: u8) -> PinKey {
     )
 }
 
+/// The containerd name a runtime label op names (4 names, so operations collide).
+pub(super) fn labelled_name(name: u8) -> String {
+    format!("registry.example/labelled:{}", name % 4)
+}
+
+/// The row a [`Op::PutRuntimeLabel`] writes.
+pub(super) fn runtime_label_of(op: &Op) -> crate::model::RuntimeLabel {
+    let (written_at, value_len) = match op {
+        Op::PutRuntimeLabel {
+            written_at,
+            value_len,
+            ..
+        } => (*written_at, *value_len),
+        _ => (0, 0),
+    };
+    crate::model::RuntimeLabel {
+        written_at: UnixNanos(written_at),
+        value: "v".repeat(usize::from(value_len).min(crate::model::MAX_RUNTIME_LABEL_VALUE_BYTES)),
+    }
+}
+
 pub(super) fn pin_of(op: &Op) -> ImagePin {
     match op {
         Op::PutPin {
@@ -249,6 +270,10 @@ pub(super) fn to_batch(ops: &[Op]) -> Batch {
                 pull_of(op),
             ),
             Op::ReplaceWarm { .. } => batch.replace_warm(warm_of(op)),
+            Op::PutRuntimeLabel { name, .. } => {
+                batch.put_runtime_label(labelled_name(*name), runtime_label_of(op))
+            }
+            Op::RemoveRuntimeLabel { name } => batch.remove_runtime_label(labelled_name(*name)),
         }
     }
     batch

@@ -51,8 +51,11 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(image, handler, at, size, origin, name_len)| Op::RecordPull {
                 image, handler, at, size, origin, name_len,
             }),
-        1 => (any::<u8>(), any::<u8>(), time)
+        1 => (any::<u8>(), any::<u8>(), time.clone())
             .prop_map(|(rows, state, since)| Op::ReplaceWarm { rows, state, since }),
+        1 => (any::<u8>(), time, 0u16..300)
+            .prop_map(|(name, written_at, value_len)| Op::PutRuntimeLabel { name, written_at, value_len }),
+        1 => any::<u8>().prop_map(|name| Op::RemoveRuntimeLabel { name }),
     ]
 }
 

@@ -172,6 +172,14 @@ impl Collector for Snapshot {
                 &RUNTIME_PIN_OTHER_INSTANCES,
                 pins.other_instance_names,
             )?;
+            gauge_family(
+                &mut enc,
+                &RUNTIME_PIN_LABELS,
+                &[
+                    ([("state", "orphaned")], pins.orphaned_names),
+                    ([("state", "foreign")], pins.foreign_names),
+                ],
+            )?;
             gauge(&mut enc, &RUNTIME_PINS_FAILING, u64::from(pins.failing))?;
             let [succeeded, failed] = pins.writes;
             counter_family(

@@ -396,6 +396,16 @@ pub(super) const RUNTIME_PIN_OTHER_INSTANCES: MetricFamily = absent_when(
     ),
     "until runtimePins = auto has read the runtime's version",
 );
+pub(super) const RUNTIME_PIN_LABELS: MetricFamily = absent_when(
+    family(
+        "runtime_pin_labels",
+        G,
+        None,
+        &["state"],
+        "containerd image names at the last reconcile whose runtime pin labels and this agent's record of what it labelled disagree, by state: orphaned, a name the agent labelled whose io.imagekeeper.pinned another client stripped, leaving io.cri-containerd.pinned (the agent still clears it once the image is no longer kept); foreign, a name carrying this agent's labels (its instance, or none) that it never wrote: forged, or the record lost, left alone (doctor's runtime-pin-record check names them).",
+    ),
+    "until runtimePins = auto has read the runtime's version",
+);
 pub(super) const RUNTIME_PINS_FAILING: MetricFamily = absent_when(
     family(
         "runtime_pins_failing",
@@ -559,6 +569,7 @@ pub const METRICS: &[MetricFamily] = &[
     RUNTIME_PINNED_IMAGES,
     RUNTIME_PIN_DISAGREEMENTS,
     RUNTIME_PIN_OTHER_INSTANCES,
+    RUNTIME_PIN_LABELS,
     RUNTIME_PINS_FAILING,
     RUNTIME_PIN_WRITES,
     CLUSTER_SIGNAL_PODS,

@@ -56,6 +56,8 @@ fn full_snapshot() -> Snapshot {
             pinned_images: 2,
             disagreeing_images: 1,
             other_instance_names: 2,
+            orphaned_names: 1,
+            foreign_names: 1,
             failing: false,
             writes: [3, 1],
         }),
