@@ -15,8 +15,9 @@
 //! cleared, see `gc::runtime_pins`), and only on names the record of what this agent labelled
 //! holds (schema 6's `runtime_labels`, `gc::runtime_pin_record`): each pin's row is written
 //! durably before its label, each unpin's row removed after it; the labels this instance wrote
-//! before the record are adopted once, at the first reconcile of the file. Labels are read from containerd at every reconcile and
-//! only differences are written, so a steady cycle writes nothing and a failed write is
+//! before the record are adopted once, at the first reconcile of the file. Labels are read
+//! from containerd at every reconcile and only differences are written, so a steady cycle
+//! writes nothing and a failed write is
 //! retried at the next one; each failing name is logged once (until it succeeds) and every
 //! failure is counted. `auto` decides once, from CRI Version, whether the runtime can carry
 //! pins (containerd 1.7.10 and later); on any other runtime it turns itself off with one log

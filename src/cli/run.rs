@@ -330,7 +330,13 @@ const FIRST_LIST: Duration = Duration::from_secs(30);
 async fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) -> bool {
     #[cfg(feature = "kube")]
     {
-        match kube::Client::try_default().await {
+        let client = match kube::Config::infer().await {
+            Ok(config) => {
+                imagekeeper::cluster::capped_client(config, imagekeeper::cluster::MAX_ANSWER_BYTES)
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match client {
             Ok(client) => {
                 info!(
                     node,

@@ -7,6 +7,8 @@
 //! image names, never as the object; a relist replaces the set at once when it is complete,
 //! not before; with the API server away the last set holds.
 
+mod client;
 mod pods;
 
+pub use client::{MAX_ANSWER_BYTES, capped_client};
 pub use pods::{PodWatch, pod_images, watch_bound_pods};

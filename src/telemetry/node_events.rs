@@ -316,17 +316,9 @@ mod kube_sink {
             node_name: &str,
             limits: EventLimits,
         ) -> Result<KubeEventSink, String> {
-            let max = limits.max_response_bytes;
             // Every answer's body through a byte cap: past it, reading fails ("length limit
             // exceeded") and the publish fails with it, the connection dropped.
-            let client = kube::client::ClientBuilder::try_from(config)
-                .map_err(|e| format!("cannot build a Kubernetes client: {e}"))?
-                .with_layer(&tower::util::MapResponseLayer::new(
-                    move |response: ::http::Response<Box<kube::client::DynBody>>| {
-                        response.map(|body| ::http_body_util::Limited::new(body, max))
-                    },
-                ))
-                .build();
+            let client = crate::cluster::capped_client(config, limits.max_response_bytes)?;
             let reporter = Reporter {
                 controller: "imagekeeper".into(),
                 // events.k8s.io/v1 takes at most 128 characters here; a node name may

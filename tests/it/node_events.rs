@@ -413,7 +413,7 @@ async fn events_without_in_cluster_credentials_log_once_and_the_agent_runs_witho
 /// How the stub answers the first Event write (later ones are answered as the API server
 /// does, the Event back with Content-Length).
 #[derive(Clone, Copy, Debug)]
-enum FirstAnswer {
+pub(crate) enum FirstAnswer {
     /// `201` and an endless chunked body of 64 KiB chunks: until the client closes the
     /// connection, or [`ENDLESS_GIVE_UP_BYTES`] (then the client read it all: the bug).
     Endless,
@@ -438,7 +438,7 @@ const ENDLESS_GIVE_UP_BYTES: u64 = 256 << 20;
 
 /// What the stub saw of the first answer: the body bytes it got written before the client
 /// closed (or it gave up), and whether the client closed.
-type FirstOutcome = (u64, bool);
+pub(crate) type FirstOutcome = (u64, bool);
 
 /// Reads one request (head and Content-Length body) from `conn`; `None` at EOF.
 async fn read_request(conn: &mut BufReader<tokio::net::TcpStream>) -> Option<(String, Vec<u8>)> {
@@ -568,7 +568,7 @@ async fn answer_first(first: FirstAnswer, conn: &mut tokio::net::TcpStream) -> F
 
 /// A loopback stub API server whose first answer is `first`; it reports the first answer's
 /// outcome on the oneshot and each later request line on the channel.
-async fn misbehaving_api_server(
+pub(crate) async fn misbehaving_api_server(
     first: FirstAnswer,
 ) -> (
     String,

@@ -71,6 +71,9 @@ struct PodSpec {
     host_network: bool,
     dns_policy: Option<String>,
     security_context: Option<PodSecurityContext>,
+    /// The API server's: its token is what the Node Events and the cluster signals use; with
+    /// none here (no API server), the agent runs on the node's own knowledge.
+    service_account_name: Option<String>,
     containers: Vec<Container>,
     volumes: Vec<Volume>,
 }
