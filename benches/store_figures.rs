@@ -412,7 +412,7 @@ fn main() {
         churned as f64 / live as f64,
         "x",
         "<=",
-        2.0 + (1u64 << 20) as f64 / live as f64,
+        ((2.0 + (1u64 << 20) as f64 / live as f64) * 100.0).round() / 100.0,
     );
     figures.add("db_growth_after_churn_mean", mean / live as f64, "x");
     figures.add("db_growth_after_churn_peak", peak as f64 / live as f64, "x");
