@@ -27,6 +27,7 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
 use super::codec::{BackoffKey, Codec, IndexKey, JournalKey, MetaKey, MetaValue, WarmPosition};
 use super::eviction::row_records;
+use super::journal_keys::JournalKeys;
 use super::rows::{ImagesTable, get_record, put_meta};
 use super::tables::{
     BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, RUNTIME_LABELS,
@@ -80,14 +81,22 @@ impl Store {
             .map_err(|e| self.redb_err(e))?;
         txn.set_quick_repair(self.options.quick_repair);
         let retention = self.journal_retention();
-        let (changed, repulls, journaled) =
-            apply_ops(&txn, batch, retention).map_err(|e| self.wrap(e))?;
+        // Held to the commit: the next transaction takes the keys this one leaves.
+        let mut held_keys = self.lock_journal_keys();
+        let ((changed, repulls, journaled), keys) =
+            apply_ops(&txn, batch, retention, held_keys.take()).map_err(|e| self.wrap(e))?;
+        self.history_rows_read
+            .fetch_add(keys.rows_read, Ordering::Relaxed);
         if !changed {
             txn.abort().map_err(|e| self.redb_err(e))?;
+            if !keys.journal_written {
+                *held_keys = keys.keys;
+            }
             return Ok(Applied::default());
         }
         let started = Instant::now();
         txn.commit().map_err(|e| self.redb_err(e))?;
+        *held_keys = keys.keys;
         let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.commit_nanos_total.fetch_add(took, Ordering::SeqCst);
         self.commits.fetch_add(1, Ordering::SeqCst);
@@ -103,14 +112,27 @@ impl Store {
 /// those written.
 type OpsOutcome = (bool, Vec<Repull>, Vec<(JournalKey, JournalEntry)>);
 
+/// The journal's keys a transaction leaves (`journal_keys.rs`): for the store to hold after
+/// its commit, and after an abort (only when it wrote nothing to the journal).
+struct KeysAfter {
+    keys: Option<JournalKeys>,
+    /// Whether the transaction wrote to the journal: its keys are then the committed ones
+    /// only once it commits.
+    journal_written: bool,
+    /// The journal entries the transaction read (`Store::history_rows_read`).
+    rows_read: u64,
+}
+
 /// Applies every operation, in the batch's order, then what the transaction owes at its end
-/// (the histories' and the journal's prunes, the batch's stamps and notes).
+/// (the histories' and the journal's prunes, the batch's stamps and notes). `keys`: the
+/// journal's committed keys, if the store holds them.
 fn apply_ops(
     txn: &WriteTransaction,
     batch: &Batch,
     retention: JournalRetention,
-) -> Result<OpsOutcome, TxnError> {
-    let mut writer = BatchWriter::new(txn, batch, retention);
+    keys: Option<JournalKeys>,
+) -> Result<(OpsOutcome, KeysAfter), TxnError> {
+    let mut writer = BatchWriter::new(txn, batch, retention, keys);
     let mut changed = false;
     for op in &batch.ops {
         changed |= writer.apply(op)?;
@@ -157,10 +179,20 @@ struct BatchWriter<'t, 'b> {
     /// The pins in force counted by this batch's first new pin, plus the new pins written
     /// since; `None` until a new pin is written, and again after a pin is removed or pruned.
     active_pins: Option<usize>,
+    /// The journal's keys as this transaction sees them, built at their first use when the
+    /// store held none.
+    journal_keys: Option<JournalKeys>,
+    /// The journal entries read (regret lookups, building the keys): `Store::history_rows_read`.
+    journal_rows_read: u64,
 }
 
 impl<'t, 'b> BatchWriter<'t, 'b> {
-    fn new(txn: &'t WriteTransaction, batch: &'b Batch, retention: JournalRetention) -> Self {
+    fn new(
+        txn: &'t WriteTransaction,
+        batch: &'b Batch,
+        retention: JournalRetention,
+        journal_keys: Option<JournalKeys>,
+    ) -> Self {
         BatchWriter {
             images: LazyTable::new(txn, IMAGES),
             index: LazyTable::new(txn, EVICTION_PREFIX),
@@ -190,6 +222,8 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
             journaled: Vec::new(),
             repull_times: Vec::new(),
             active_pins: None,
+            journal_keys,
+            journal_rows_read: 0,
         }
     }
 
@@ -339,8 +373,19 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
         }
         if let Some((key, now)) = created
             && get_record(self.images.get()?, key)?.is_some()
-            && let Some(repull) =
-                journal::mark_repull(self.journal.get()?, key, now, self.retention.max_age)?
+            && let keys = journal_keys(
+                &mut self.journal_keys,
+                &mut self.journal,
+                &mut self.journal_rows_read,
+            )?
+            && let Some(repull) = journal::mark_repull(
+                self.journal.get()?,
+                keys,
+                key,
+                now,
+                self.retention.max_age,
+                &mut self.journal_rows_read,
+            )?
         {
             self.repulls.push(repull);
             self.repull_times.push(now);
@@ -372,7 +417,12 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
     /// [`BatchOp::Remove`]: the record, and its names unless a journal entry still needs them.
     fn remove(&mut self, key: &RecordKey) -> Result<bool, TxnError> {
         let removed = put_record(self.images.get()?, self.index.get()?, key, None)?;
-        Ok(removed | journal::forget_names(self.names.get()?, self.journal.get()?, key)?)
+        let keys = journal_keys(
+            &mut self.journal_keys,
+            &mut self.journal,
+            &mut self.journal_rows_read,
+        )?;
+        Ok(removed | journal::forget_names(self.names.get()?, keys, key)?)
     }
 
     /// [`BatchOp::RemoveUnlisted`]: detect's removal of a record the runtime no longer lists,
@@ -406,7 +456,12 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
                         self.write_journal_entry(jkey, entry)?;
                     }
                     (None, None) => {
-                        journal::forget_names(self.names.get()?, self.journal.get()?, key)?;
+                        let keys = journal_keys(
+                            &mut self.journal_keys,
+                            &mut self.journal,
+                            &mut self.journal_rows_read,
+                        )?;
+                        journal::forget_names(self.names.get()?, keys, key)?;
                     }
                 }
                 Ok(true)
@@ -438,7 +493,15 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
         jkey: JournalKey,
         entry: JournalEntry,
     ) -> Result<(), TxnError> {
-        journal::put_entry(self.journal.get()?, &jkey, &entry)?;
+        let keys = journal_keys(
+            &mut self.journal_keys,
+            &mut self.journal,
+            &mut self.journal_rows_read,
+        )?;
+        let key = jkey.key.clone();
+        if journal::put_entry(self.journal.get()?, &jkey, &entry)? {
+            keys.added(&key);
+        }
         self.journaled.push((jkey, entry));
         self.journal_written = true;
         Ok(())
@@ -571,7 +634,11 @@ impl BatchWriter<'_, '_> {
     /// was written, the journal pruned to the retention (keeping what this transaction wrote
     /// or marked) and the histories with it; the batch's stamps if something changed, its
     /// notes whenever they differ.
-    fn finish(mut self, batch: &Batch, mut changed: bool) -> Result<OpsOutcome, TxnError> {
+    fn finish(
+        mut self,
+        batch: &Batch,
+        mut changed: bool,
+    ) -> Result<(OpsOutcome, KeysAfter), TxnError> {
         let retention = self.retention;
         if let Some(now) = self.uses_now {
             self.uses_changed |= history::prune_uses(self.uses.get()?, retention, now)?;
@@ -599,11 +666,17 @@ impl BatchWriter<'_, '_> {
                     key: r.key.clone(),
                 }))
                 .collect();
+            let keys = journal_keys(
+                &mut self.journal_keys,
+                &mut self.journal,
+                &mut self.journal_rows_read,
+            )?;
+            journal::record_retention(self.meta.get()?, retention)?;
             journal::prune(
                 self.journal.get()?,
                 self.names.get()?,
                 self.images.get()?,
-                self.meta.get()?,
+                keys,
                 retention,
                 now,
                 &fresh,
@@ -622,11 +695,31 @@ impl BatchWriter<'_, '_> {
         for (name, value) in &batch.notes {
             noted |= put_meta(self.meta.get()?, name, *value)?;
         }
+        let keys = KeysAfter {
+            keys: self.journal_keys,
+            journal_written: self.journal_written,
+            rows_read: self.journal_rows_read,
+        };
         Ok((
-            changed || noted || self.uses_changed,
-            self.repulls,
-            self.journaled,
+            (
+                changed || noted || self.uses_changed,
+                self.repulls,
+                self.journaled,
+            ),
+            keys,
         ))
+    }
+}
+
+/// The transaction's journal keys, built from its journal at their first use.
+fn journal_keys<'k>(
+    keys: &'k mut Option<JournalKeys>,
+    journal: &mut LazyTable<'_, Stored<JournalKey>, Stored<JournalEntry>>,
+    rows_read: &mut u64,
+) -> Result<&'k mut JournalKeys, TxnError> {
+    match keys {
+        Some(keys) => Ok(keys),
+        None => Ok(keys.insert(JournalKeys::build(journal.get()?, rows_read)?)),
     }
 }
 

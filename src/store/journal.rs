@@ -16,9 +16,10 @@
 //!   entry within retention, not marked yet, marks the newest such entry re-pulled with its
 //!   time (the regret), and the transaction reports it ([`super::Applied::repulls`]).
 //!
-//! The journal is bounded (10,000 entries by default), so the scans here (a regret lookup per
-//! record a transaction creates, newest first and only back to the retention's age; a prune;
-//! a plain removal's names) read at most that many entries.
+//! The journal is bounded (10,000 entries by default). Which keys it holds is known without
+//! reading it (`journal_keys.rs`), so a removal's names and a prune's kept names read no
+//! entry, and a regret lookup reads entries only for an image the journal has entries of:
+//! newest first, back to the retention's age or that image's first unmarked entry.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::TxnError;
 use super::codec::{Codec, JournalKey};
+use super::journal_keys::JournalKeys;
 use super::rows::{ImagesTable, MetaTable, get_record, put_meta};
 use super::tables::{Encoded, Stored};
 use crate::model::{
@@ -63,35 +65,25 @@ pub(super) fn entry_of(
     }
 }
 
+/// Writes `entry` at `key`; returns whether the key is new (not an entry rewritten).
 pub(super) fn put_entry(
     journal: &mut JournalTable<'_>,
     key: &JournalKey,
     entry: &JournalEntry,
-) -> Result<(), TxnError> {
-    journal.insert(Encoded::new(&key.encode()), Encoded::new(&entry.encode()))?;
-    Ok(())
-}
-
-/// Whether any journal entry has record key `key`.
-fn has_entry_for(journal: &JournalTable<'_>, key: &RecordKey) -> Result<bool, TxnError> {
-    for row in journal.iter()? {
-        let (k, _) = row?;
-        if k.value().decode().map_err(TxnError::Decode)?.key == *key {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+) -> Result<bool, TxnError> {
+    let old = journal.insert(Encoded::new(&key.encode()), Encoded::new(&entry.encode()))?;
+    Ok(old.is_none())
 }
 
 /// After a record's deletion without a journal entry: drops its names unless a journal entry
-/// of the key keeps them.
+/// of the key keeps them (`keys`: the journal's keys, see `journal_keys.rs`).
 pub(super) fn forget_names(
     names: &mut NamesTable<'_>,
-    journal: &JournalTable<'_>,
+    keys: &JournalKeys,
     key: &RecordKey,
 ) -> Result<bool, TxnError> {
     let k = key.encode();
-    if names.get(Encoded::new(&k))?.is_none() || has_entry_for(journal, key)? {
+    if names.get(Encoded::new(&k))?.is_none() || keys.holds(key) {
         return Ok(false);
     }
     names.remove(Encoded::new(&k))?;
@@ -120,30 +112,39 @@ pub(super) fn set_names(
     Ok(true)
 }
 
-/// Prunes the journal to `retention` (see the module's invariants) and records the retention
-/// in `meta`; drops the names only pruned entries kept. Returns whether anything changed.
-pub(super) fn prune(
-    journal: &mut JournalTable<'_>,
-    names: &mut NamesTable<'_>,
-    images: &ImagesTable<'_>,
+/// Records the retention in force in `meta`; returns whether it changed.
+pub(super) fn record_retention(
     meta: &mut MetaTable<'_>,
     retention: JournalRetention,
-    now: UnixNanos,
-    fresh: &BTreeSet<JournalKey>,
 ) -> Result<bool, TxnError> {
-    let mut changed = put_meta(
+    let changed = put_meta(
         meta,
         retention_keys::MAX_AGE_SECS,
         i64::try_from(retention.max_age.as_secs()).unwrap_or(i64::MAX),
     )?;
-    changed |= put_meta(
-        meta,
-        retention_keys::MAX_ENTRIES,
-        i64::from(retention.max_entries),
-    )?;
+    Ok(changed
+        | put_meta(
+            meta,
+            retention_keys::MAX_ENTRIES,
+            i64::from(retention.max_entries),
+        )?)
+}
+
+/// Prunes the journal to `retention` (see the module's invariants), `keys` with it; drops
+/// the names only pruned entries kept. Returns whether anything changed. (The retention is
+/// recorded in `meta` by [`record_retention`], in the same transaction.)
+pub(super) fn prune(
+    journal: &mut JournalTable<'_>,
+    names: &mut NamesTable<'_>,
+    images: &ImagesTable<'_>,
+    keys: &mut JournalKeys,
+    retention: JournalRetention,
+    now: UnixNanos,
+    fresh: &BTreeSet<JournalKey>,
+) -> Result<bool, TxnError> {
     let newest = match journal.last()? {
         Some((k, _)) => k.value().decode().map_err(TxnError::Decode)?.removed_at,
-        None => return Ok(changed),
+        None => return Ok(false),
     };
     let cutoff = age_cutoff(prune_reference(newest, now), retention.max_age);
     let mut doomed: Vec<JournalKey> = Vec::new();
@@ -162,21 +163,15 @@ pub(super) fn prune(
         }
     }
     if doomed.is_empty() {
-        return Ok(changed);
+        return Ok(false);
     }
     for key in &doomed {
-        journal.remove(Encoded::new(&key.encode()))?;
-    }
-    let pruned: BTreeSet<RecordKey> = doomed.into_iter().map(|k| k.key).collect();
-    let mut kept: BTreeSet<RecordKey> = BTreeSet::new();
-    for row in journal.iter()? {
-        let (k, _) = row?;
-        let key = k.value().decode().map_err(TxnError::Decode)?.key;
-        if pruned.contains(&key) {
-            kept.insert(key);
+        if journal.remove(Encoded::new(&key.encode()))?.is_some() {
+            keys.removed(&key.key);
         }
     }
-    for key in pruned.difference(&kept) {
+    let pruned: BTreeSet<RecordKey> = doomed.into_iter().map(|k| k.key).collect();
+    for key in pruned.iter().filter(|k| !keys.holds(k)) {
         if get_record(images, key)?.is_none() {
             names.remove(Encoded::new(&key.encode()))?;
         }
@@ -196,18 +191,26 @@ pub fn age_cutoff(newest: UnixNanos, max_age: Duration) -> UnixNanos {
 }
 
 /// Marks the newest unmarked journal entry of `key`'s image id removed within `max_age`
-/// before `now` as re-pulled at `now`; returns it. Reads the journal newest first, keys only,
-/// and stops at the first entry older than the window: at most the window's entries (the
-/// journal is bounded), once per record a transaction creates.
+/// before `now` as re-pulled at `now`; returns it. Reads nothing when `keys` has no entry of
+/// the image; else the journal newest first, keys only, stopping at the first entry older
+/// than the window: at most the window's entries (the journal is bounded).
 pub(super) fn mark_repull(
     journal: &mut JournalTable<'_>,
+    keys: &JournalKeys,
     key: &RecordKey,
     now: UnixNanos,
     max_age: Duration,
+    rows_read: &mut u64,
 ) -> Result<Option<Repull>, TxnError> {
+    if !keys.holds_image(&key.image_id) {
+        // No entry of the image at all: nothing to read (a new image's record, the common
+        // case, costs no journal read).
+        return Ok(None);
+    }
     let cutoff = age_cutoff(now, max_age);
     let mut found: Option<(JournalKey, JournalEntry)> = None;
     for row in journal.iter()?.rev() {
+        *rows_read += 1;
         let (k, v) = row?;
         let jkey = k.value().decode().map_err(TxnError::Decode)?;
         if jkey.removed_at < cutoff {

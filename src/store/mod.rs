@@ -43,6 +43,7 @@ mod eviction;
 mod file;
 mod history;
 mod journal;
+mod journal_keys;
 mod names;
 mod open;
 #[cfg(test)]
@@ -154,6 +155,13 @@ pub struct Store {
     /// The schema version the file had before this handle's open upgraded it (a verified
     /// copy for `inspect`), if it did.
     upgraded_from: Option<i64>,
+    /// The committed journal's keys (`journal_keys.rs`), once a write transaction built
+    /// them; locked for a whole write transaction.
+    journal_keys: std::sync::Mutex<Option<journal_keys::JournalKeys>>,
+    /// The history rows the lookups whose cost once grew with the history have read: journal
+    /// entries (regret lookups, building the journal's keys) and names rows the names walk
+    /// stepped over ([`Store::history_rows_read`]).
+    history_rows_read: AtomicU64,
 }
 
 /// What one [`Store::apply_reporting`] did.
@@ -230,7 +238,29 @@ impl Store {
             retention: RwLock::new(JournalRetention::default()),
             options: database::StoreOptions::default(),
             upgraded_from: None,
+            journal_keys: std::sync::Mutex::new(None),
+            history_rows_read: AtomicU64::new(0),
         }
+    }
+
+    /// How many history rows this handle's lookups have read (journal entries by regret
+    /// lookups and by building the journal's keys, names rows stepped over by the names
+    /// walk): a count tests hold flat as the history grows (issue 53 item 4).
+    pub fn history_rows_read(&self) -> u64 {
+        self.history_rows_read.load(Ordering::Relaxed)
+    }
+
+    /// The journal's keys, locked: held by a write transaction to its commit.
+    fn lock_journal_keys(&self) -> std::sync::MutexGuard<'_, Option<journal_keys::JournalKeys>> {
+        // A panic while holding the lock leaves whole keys or none (each write replaces them).
+        self.journal_keys.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops the journal's keys: called by every writer of the journal other than
+    /// [`Store::apply`] (a migration, a reopen, raw test writes); the next transaction that
+    /// needs them reads them from the journal.
+    fn forget_journal_keys(&self) {
+        *self.lock_journal_keys() = None;
     }
 
     /// The schema version the file had when this handle was opened, if the open upgraded it

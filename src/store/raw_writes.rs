@@ -36,6 +36,7 @@ impl Store {
         let Handle::Write(db) = &*self.read_handle() else {
             panic!("a read-write store");
         };
+        self.forget_journal_keys();
         let txn = db.begin_write().expect("begin");
         match table {
             "images" => put(&txn, IMAGES, key, value),

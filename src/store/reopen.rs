@@ -168,6 +168,7 @@ impl Store {
                 path: self.path.clone(),
             });
         }
+        self.forget_journal_keys();
         // Before the old handle goes: from here no scan on it reads again (see the module doc).
         *self
             .liveness

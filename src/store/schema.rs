@@ -249,6 +249,7 @@ impl Store {
                 .ok_or_else(|| {
                     self.not_ours(&format!("no upgrade from schema version {version}"))
                 })?;
+            self.forget_journal_keys();
             let txn = db.begin_write().map_err(|e| self.redb_err(e))?;
             (step.apply)(&txn).map_err(|e| self.wrap(e))?;
             {

@@ -490,3 +490,109 @@ fn an_entry_marked_re_pulled_is_not_pruned_by_the_marking_transaction() {
         .collect();
     assert_eq!(marked, ["a"]);
 }
+
+/// The journal's keys the store holds (`journal_keys.rs`) are the committed journal's after
+/// every transaction: random evictions, re-pulls, plain removals, batches that change nothing
+/// and a small retention pruning by count, over a few ids and two handlers.
+#[test]
+fn the_journal_keys_held_in_memory_are_the_journals_after_every_transaction() {
+    use super::super::journal_keys::JournalKeys;
+    for seed_no in 0..20u64 {
+        let mut rng = fastrand::Rng::with_seed(seed_no);
+        let (_dir, store) = store();
+        store.set_journal_retention(JournalRetention {
+            max_age: Duration::from_secs(30 * DAY as u64),
+            max_entries: 6,
+        });
+        let mut at = 100;
+        for _ in 0..80 {
+            at += rng.i64(1..50);
+            let key = RecordKey::new(
+                format!("sha256:{}", rng.u8(0..5)),
+                ["", "kata"][rng.usize(0..2)],
+            );
+            let mut batch = Batch::new();
+            match rng.u8(0..4) {
+                0 => batch.evict(key.clone(), note(at, RemovalReason::Space, 1)),
+                1 => batch.remove(key.clone()),
+                2 => batch.mark_used(key.clone(), UnixNanos::from_secs(at), Some(7)),
+                _ => {
+                    batch.upsert(key.clone(), record(at, at, 7));
+                    batch.set_names(key.clone(), names(&format!("t{}:1", rng.u8(0..3))));
+                }
+            }
+            store.apply(&batch).expect("apply");
+            let held = store.lock_journal_keys().clone();
+            let mut want = JournalKeys::default();
+            for (k, _) in store.journal().expect("journal") {
+                want.added(&k.key);
+            }
+            if let Some(held) = held {
+                assert_eq!(held, want, "seed {seed_no} at {at}");
+            }
+        }
+        assert!(store.lock_journal_keys().is_some(), "seed {seed_no}: built");
+    }
+}
+
+/// Issue 53 item 4: a new image's record, a plain removal and the names walk read no more of
+/// the history when the journal is long: before, each read the journal whole (or stepped over
+/// every journaled image's names), so every simulated step cost in proportion to the past.
+#[test]
+fn a_new_record_a_removal_and_the_names_walk_read_no_more_rows_when_the_journal_is_longer() {
+    use crate::model::{ImageId, RuntimeImage};
+    let rows_for = |journaled: u32| {
+        let (_dir, store) = store();
+        let mut batch = Batch::new();
+        for i in 0..journaled {
+            batch.upsert(key(&format!("j{i:05}")), record(10, 20, 7));
+            batch.set_names(key(&format!("j{i:05}")), names(&format!("j{i}:1")));
+        }
+        store.apply(&batch).expect("apply");
+        let mut evict = Batch::new();
+        for i in 0..journaled {
+            evict.evict(
+                key(&format!("j{i:05}")),
+                note(100 + i64::from(i), RemovalReason::Space, 1),
+            );
+        }
+        store.apply(&evict).expect("apply");
+        assert_eq!(store.journal().expect("journal").len(), journaled as usize);
+        seed(&store, "zz", "zz:1");
+        let before = store.history_rows_read();
+        // A new image's record (a pull's mark), then a plain removal of another.
+        let mut pull = Batch::new();
+        pull.mark_used(key("new"), UnixNanos::from_secs(50_000), Some(7));
+        assert!(
+            store
+                .apply_reporting(&pull)
+                .expect("apply")
+                .repulls
+                .is_empty()
+        );
+        let mut remove = Batch::new();
+        remove.remove(key("zz"));
+        assert!(store.apply(&remove).expect("apply"));
+        // The names walk for the one listed image past every journaled image's names.
+        let listed = RuntimeImage {
+            id: ImageId::new("sha256:zz"),
+            repo_tags: vec!["zz:2".to_owned()],
+            ..RuntimeImage::default()
+        };
+        assert_eq!(
+            store
+                .names_that_differ_in_key_order(std::iter::once(&listed))
+                .expect("names")
+                .len(),
+            1
+        );
+        store.history_rows_read() - before
+    };
+    let short = rows_for(20);
+    let long = rows_for(2_000);
+    assert_eq!(
+        short, long,
+        "rows read: {short} with 20 entries, {long} with 2,000"
+    );
+    assert!(long <= 4, "{long} rows read");
+}
