@@ -7,6 +7,12 @@
 //! - the image: the pushed build instead of the placeholder (same repository name);
 //! - the `config` volume: a static pod cannot mount a ConfigMap, so it is a hostPath directory
 //!   holding the manifest's own ConfigMap data, unchanged;
+//! - no `serviceAccountName`: the kubelet refuses a static pod that names any API object,
+//!   a ServiceAccount as a ConfigMap ("static pods may not reference serviceaccounts",
+//!   `tryDecodeSinglePod` in kubelet's `pkg/kubelet/config/common.go`, the
+//!   PreventStaticPodAPIReferences gate), and a static pod has no token to use anyway: the
+//!   agent's cluster signals, on in the chart, find no credentials, say so once and run on
+//!   the node's own knowledge;
 //! - every hostPath's `path`: the lab's directories instead of the node's (`/run/containerd` is
 //!   the lab containerd's socket directory, `/var/lib/kubelet/image_manager` the lab kubelet's,
 //!   `/var/lib/imagekeeper` and `/run/imagekeeper` directories of the test);
@@ -70,6 +76,10 @@ fn static_pod_manifest(image: &str, node: &LabNode) -> String {
         .expect("write the config file");
     }
     let spec = &mut template["spec"];
+    // A static pod may name no ServiceAccount (see the module's list).
+    spec.as_mapping_mut()
+        .expect("a pod spec")
+        .remove("serviceAccountName");
     let mut runtime_root = None;
     for volume in spec["volumes"]
         .as_sequence_mut()
