@@ -20,8 +20,8 @@ pub struct SimulateArgs {
     /// The workload: JSON lines (a `node` line, then `run` and `restart` lines sorted by
     /// `at`), or `-` for stdin.
     workload: PathBuf,
-    /// A policy to run: kubelet, imagekeeper, adaptive, predictive, clairvoyant (repeatable;
-    /// the output keeps the order given) [default: all five].
+    /// A policy to run: kubelet, imagekeeper, adaptive, predictive, sieve, s3fifo, clairvoyant
+    /// (repeatable; the output keeps the order given) [default: all seven].
     #[arg(long = "policy", value_enum, value_name = "POLICY")]
     policies: Vec<PolicyArg>,
     /// Output format: table (with each policy's re-pulled bytes as a ratio of clairvoyant's)
@@ -36,6 +36,8 @@ enum PolicyArg {
     Imagekeeper,
     Adaptive,
     Predictive,
+    Sieve,
+    S3fifo,
     Clairvoyant,
 }
 
@@ -46,6 +48,8 @@ impl From<PolicyArg> for SimPolicy {
             PolicyArg::Imagekeeper => SimPolicy::Imagekeeper,
             PolicyArg::Adaptive => SimPolicy::Adaptive,
             PolicyArg::Predictive => SimPolicy::Predictive,
+            PolicyArg::Sieve => SimPolicy::Sieve,
+            PolicyArg::S3fifo => SimPolicy::S3Fifo,
             PolicyArg::Clairvoyant => SimPolicy::Clairvoyant,
         }
     }

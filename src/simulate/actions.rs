@@ -22,6 +22,13 @@ impl<'a> Sim<'a> {
             *passed += 1;
         }
         if self.listed(image) {
+            if let Gc::Reference {
+                online: Some(online),
+                ..
+            } = &mut self.gc
+            {
+                online.hit(image);
+            }
             return self.start_container(now, image, for_s);
         }
         if let Some(pulling) = self.pulling.get_mut(image) {
@@ -136,12 +143,12 @@ impl<'a> Sim<'a> {
                 }
                 self.count(&report);
             }
-            Gc::Clairvoyant { .. } => {
+            Gc::Reference { .. } => {
                 let capacity = self.workload.node.capacity;
                 let available = capacity - self.used().min(capacity);
                 let need = SpaceNeed::compute(capacity, available, &self.workload.node.policy)?;
                 if let Some(amount) = need.amount_to_free.filter(|a| *a > 0) {
-                    self.clairvoyant_free(now, amount as u64);
+                    self.reference_free(now, amount as u64);
                 }
             }
         }
@@ -170,17 +177,18 @@ impl<'a> Sim<'a> {
                 }
                 self.count(&report);
             }
-            Gc::Clairvoyant { .. } => self.clairvoyant_free(now, need),
+            Gc::Reference { .. } => self.reference_free(now, need),
         }
         self.sync_fs();
         Ok(())
     }
 
-    /// The clairvoyant reference's walk: the listed images no container uses, first listed
-    /// at least MinAge ago, never used again first, then farthest next use first; ties larger
-    /// first, then by name. Removes until `amount` bytes are freed.
-    pub(super) fn clairvoyant_free(&mut self, now: UnixNanos, amount: u64) {
-        let Gc::Clairvoyant { landed } = &mut self.gc else {
+    /// A reference's walk over the listed images no container uses, first listed at least
+    /// MinAge ago, until `amount` bytes are freed: an online order's own (`online_orders.rs`),
+    /// or the clairvoyant one: never used again first, then farthest next use first; ties
+    /// larger first, then by name.
+    pub(super) fn reference_free(&mut self, now: UnixNanos, amount: u64) {
+        let Gc::Reference { landed, online } = &mut self.gc else {
             return;
         };
         let min_age = self.workload.node.policy.min_age;
@@ -190,6 +198,19 @@ impl<'a> Sim<'a> {
             .iter()
             .map(|c| c.image_id.clone())
             .collect();
+        if let Some(online) = online {
+            let removable = |name: &str| {
+                !in_use.contains(&image_id(name))
+                    && now.since(landed.get(name).copied().unwrap_or(now)) >= min_age
+            };
+            for name in online.evict(amount, removable) {
+                let id = image_id(&name);
+                state.images.retain(|i| i.id != id);
+                landed.remove(&name);
+                self.outcome.evictions += 1;
+            }
+            return;
+        }
         let mut candidates: Vec<(std::cmp::Reverse<i64>, std::cmp::Reverse<u64>, String)> = state
             .images
             .iter()
@@ -229,11 +250,12 @@ impl<'a> Sim<'a> {
         self.flush()?;
         self.sync_fs();
         let kubelet = self.policy == SimPolicy::Kubelet;
-        let placeholder = Gc::Clairvoyant {
+        let placeholder = Gc::Reference {
             landed: BTreeMap::new(),
+            online: None,
         };
         match std::mem::replace(&mut self.gc, placeholder) {
-            clairvoyant @ Gc::Clairvoyant { .. } => self.gc = clairvoyant,
+            reference @ Gc::Reference { .. } => self.gc = reference,
             Gc::Manager { manager, restarts } => {
                 let restarts = restarts + 1;
                 let store = if kubelet {

@@ -46,6 +46,7 @@ use std::sync::Arc;
 
 mod actions;
 pub mod corpus;
+mod online_orders;
 
 use serde::Serialize;
 
@@ -74,17 +75,23 @@ pub enum SimPolicy {
     Adaptive,
     /// imagekeeper's history with the predictive order ([`GcOrder::Predictive`]).
     Predictive,
+    /// SIEVE (NSDI 2024), an online reference order run by the driver (`online_orders.rs`).
+    Sieve,
+    /// S3-FIFO (SOSP 2023), an online reference order run by the driver.
+    S3Fifo,
     /// The offline reference that knows the future.
     Clairvoyant,
 }
 
 impl SimPolicy {
     /// Every policy, in the default order of the output.
-    pub const ALL: [SimPolicy; 5] = [
+    pub const ALL: [SimPolicy; 7] = [
         SimPolicy::Kubelet,
         SimPolicy::Imagekeeper,
         SimPolicy::Adaptive,
         SimPolicy::Predictive,
+        SimPolicy::Sieve,
+        SimPolicy::S3Fifo,
         SimPolicy::Clairvoyant,
     ];
 
@@ -95,6 +102,8 @@ impl SimPolicy {
             SimPolicy::Imagekeeper => "imagekeeper",
             SimPolicy::Adaptive => "adaptive",
             SimPolicy::Predictive => "predictive",
+            SimPolicy::Sieve => "sieve",
+            SimPolicy::S3Fifo => "s3fifo",
             SimPolicy::Clairvoyant => "clairvoyant",
         }
     }
@@ -319,9 +328,12 @@ enum Gc {
         /// The restarts so far (the kubelet's store is a new one at each).
         restarts: u64,
     },
-    Clairvoyant {
+    /// A reference run by the driver: the clairvoyant one (`online: None`), or an online
+    /// order (`online_orders.rs`).
+    Reference {
         /// When each listed image landed (its MinAge counts from there).
         landed: BTreeMap<String, UnixNanos>,
+        online: Option<Box<online_orders::OnlineOrder>>,
     },
 }
 
@@ -385,8 +397,21 @@ impl<'a> Sim<'a> {
             ..GcConfig::default()
         };
         let gc = match policy {
-            SimPolicy::Clairvoyant => Gc::Clairvoyant {
+            SimPolicy::Clairvoyant => Gc::Reference {
                 landed: BTreeMap::new(),
+                online: None,
+            },
+            SimPolicy::Sieve => Gc::Reference {
+                landed: BTreeMap::new(),
+                online: Some(Box::new(online_orders::OnlineOrder::Sieve(
+                    Default::default(),
+                ))),
+            },
+            SimPolicy::S3Fifo => Gc::Reference {
+                landed: BTreeMap::new(),
+                online: Some(Box::new(online_orders::OnlineOrder::S3Fifo(
+                    Default::default(),
+                ))),
             },
             _ => {
                 let store = Arc::new(scratch_store(policy, 0, start)?);
@@ -636,7 +661,7 @@ impl<'a> Sim<'a> {
                     }
                 }
             }
-            Gc::Clairvoyant { landed } => {
+            Gc::Reference { landed, .. } => {
                 for (name, landed_at) in landed {
                     if !in_use.contains(&self.id(name)) {
                         deadline(plus(*landed_at, policy.min_age));
@@ -672,8 +697,11 @@ impl<'a> Sim<'a> {
                 let key = listed.record_key();
                 self.runtime.state().images.push(listed);
                 match &mut self.gc {
-                    Gc::Clairvoyant { landed } => {
+                    Gc::Reference { landed, online } => {
                         landed.insert(image.clone(), now);
+                        if let Some(online) = online {
+                            online.landed(&image, pulling.size);
+                        }
                     }
                     Gc::Manager { .. } => {
                         if self.policy != SimPolicy::Kubelet {
