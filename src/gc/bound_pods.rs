@@ -6,11 +6,24 @@
 //!
 //! Invariants: a handle is shared (clones see one set); a pod is held with its images until
 //! the watch says it is gone or a relist leaves it out; with no watch running the set is empty
-//! and nothing is kept by it.
+//! and nothing is kept by it. Memory is bounded whatever the API server sends: at most
+//! [`MAX_BOUND_PODS`] pods (a node runs a few hundred; the kubelet's default maxPods is 110),
+//! [`MAX_IMAGES_PER_POD`] images a pod, each name at most [`MAX_IMAGE_NAME_BYTES`]; a pod past
+//! the cap is not held, counted and logged once (its images are then kept by nothing of this
+//! set).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+
+use tracing::warn;
+
+/// The most pods a [`BoundPods`] holds.
+pub const MAX_BOUND_PODS: usize = 4_096;
+/// The most images held for one pod (the first, in name order).
+pub const MAX_IMAGES_PER_POD: usize = 128;
+/// The longest image name held (the limit of an image name the agent stores elsewhere).
+pub const MAX_IMAGE_NAME_BYTES: usize = 4_096;
 
 /// The pods bound to this node and the images each names, by `namespace/name`.
 #[derive(Clone, Debug, Default)]
@@ -34,6 +47,10 @@ struct WatchHealth {
     failing: AtomicBool,
     /// Errors it met (each retried with kube-rs's backoff).
     errors: AtomicU64,
+    /// Pods not held because [`MAX_BOUND_PODS`] were (each refusal counted).
+    refused: AtomicU64,
+    /// The set is at its cap and refused a pod since it last was not (logged once).
+    full: AtomicBool,
 }
 
 /// The cluster signals' state at one moment, for the metrics.
@@ -49,15 +66,22 @@ pub struct BoundPodsSample {
     pub failing: bool,
     /// Errors the watch met.
     pub errors: u64,
+    /// Pods not held because the set was full ([`MAX_BOUND_PODS`]).
+    pub refused: u64,
 }
 
 impl BoundPods {
-    /// Sets the images `pod` names (a pod naming none is removed).
+    /// Sets the images `pod` names (a pod naming none is removed; see the module's bounds).
     pub fn set_pod(&self, pod: String, images: Vec<String>) {
+        let images = bounded(images);
         let changed = {
             let mut pods = self.write();
             if images.is_empty() {
                 pods.remove(&pod).is_some()
+            } else if pods.len() >= MAX_BOUND_PODS && !pods.contains_key(&pod) {
+                drop(pods);
+                self.refuse(1);
+                false
             } else {
                 pods.insert(pod, images.clone()) != Some(images)
             }
@@ -65,15 +89,44 @@ impl BoundPods {
         self.told(changed);
     }
 
+    /// Counts `n` pods refused for the cap; logs the first refusal since the set was last not
+    /// full.
+    fn refuse(&self, n: u64) {
+        if n == 0 {
+            self.health.full.store(false, Ordering::Relaxed);
+            return;
+        }
+        self.health.refused.fetch_add(n, Ordering::Relaxed);
+        if !self.health.full.swap(true, Ordering::Relaxed) {
+            warn!(
+                max_pods = MAX_BOUND_PODS,
+                "The pods bound to this node are more than the cluster signals hold: the images of the pods past the cap are not kept by them"
+            );
+        }
+    }
+
     /// Removes `pod`.
     pub fn remove_pod(&self, pod: &str) {
         let changed = self.write().remove(pod).is_some();
+        if changed {
+            self.health.full.store(false, Ordering::Relaxed);
+        }
         self.told(changed);
     }
 
-    /// Replaces every pod at once (a relist).
+    /// Replaces every pod at once (a relist): the first [`MAX_BOUND_PODS`] by name.
     pub fn replace_all(&self, pods: BTreeMap<String, Vec<String>>) {
-        let pods: BTreeMap<_, _> = pods.into_iter().filter(|(_, i)| !i.is_empty()).collect();
+        let mut pods: BTreeMap<_, _> = pods
+            .into_iter()
+            .map(|(pod, images)| (pod, bounded(images)))
+            .filter(|(_, i)| !i.is_empty())
+            .collect();
+        let mut refused = 0u64;
+        while pods.len() > MAX_BOUND_PODS {
+            pods.pop_last();
+            refused += 1;
+        }
+        self.refuse(refused);
         let changed = {
             let mut held = self.write();
             let changed = *held != pods;
@@ -138,6 +191,7 @@ impl BoundPods {
             synced: self.is_synced(),
             failing: self.health.failing.load(Ordering::Relaxed),
             errors: self.health.errors.load(Ordering::Relaxed),
+            refused: self.health.refused.load(Ordering::Relaxed),
         })
     }
 
@@ -179,6 +233,14 @@ impl BoundPods {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// `images` within the module's bounds: names past [`MAX_IMAGE_NAME_BYTES`] dropped, the
+/// first [`MAX_IMAGES_PER_POD`] kept.
+fn bounded(mut images: Vec<String>) -> Vec<String> {
+    images.retain(|name| name.len() <= MAX_IMAGE_NAME_BYTES);
+    images.truncate(MAX_IMAGES_PER_POD);
+    images
 }
 
 #[cfg(test)]
@@ -250,6 +312,7 @@ mod tests {
             synced,
             failing,
             errors,
+            refused: 0,
         };
         assert_eq!(pods.sample(), Some(sample(false, false, 0)));
         pods.mark_synced();
@@ -258,5 +321,53 @@ mod tests {
         assert_eq!(pods.sample(), Some(sample(true, true, 2)));
         pods.watch_answered();
         assert_eq!(pods.sample(), Some(sample(true, false, 2)));
+    }
+
+    /// Whatever the API server sends, the set holds at most MAX_BOUND_PODS pods (more are
+    /// refused and counted; a removal makes room), MAX_IMAGES_PER_POD images a pod and no
+    /// name past MAX_IMAGE_NAME_BYTES; a relist keeps the first pods by name.
+    #[test]
+    fn the_set_is_bounded_in_pods_images_and_name_length_and_counts_what_it_refuses() {
+        let pods = BoundPods::default();
+        pods.watch_started();
+        for i in 0..MAX_BOUND_PODS + 5 {
+            pods.set_pod(format!("ns/p{i:05}"), vec![format!("img:{i}")]);
+        }
+        assert_eq!(pods.len(), MAX_BOUND_PODS);
+        assert_eq!(pods.sample().map(|s| s.refused), Some(5));
+        // A held pod may still change; a removal makes room for a new one.
+        pods.set_pod("ns/p00000".into(), vec!["other:1".into()]);
+        assert!(pods.images().contains_key("other:1"));
+        pods.remove_pod("ns/p00001");
+        pods.set_pod("ns/late".into(), vec!["late:1".into()]);
+        assert!(pods.images().contains_key("late:1"));
+        assert_eq!(pods.sample().map(|s| s.refused), Some(5));
+        // One pod's images and names.
+        let many: Vec<String> = (0..MAX_IMAGES_PER_POD + 10)
+            .map(|i| format!("many:{i:04}"))
+            .collect();
+        let long = format!("reg/{}:1", "x".repeat(MAX_IMAGE_NAME_BYTES));
+        pods.replace_all(
+            [
+                ("a/many".to_owned(), many),
+                ("a/long".to_owned(), vec![long.clone(), "ok:1".into()]),
+            ]
+            .into(),
+        );
+        assert_eq!(pods.read()["a/many"].len(), MAX_IMAGES_PER_POD);
+        assert_eq!(pods.read()["a/long"], ["ok:1"]);
+        // A relist past the cap keeps the first pods by name.
+        let relist: BTreeMap<String, Vec<String>> = (0..MAX_BOUND_PODS + 3)
+            .map(|i| (format!("ns/r{i:05}"), vec!["busybox:1".to_owned()]))
+            .collect();
+        pods.replace_all(relist);
+        assert_eq!(pods.len(), MAX_BOUND_PODS);
+        assert!(pods.read().contains_key("ns/r00000"));
+        assert!(
+            !pods
+                .read()
+                .contains_key(&format!("ns/r{:05}", MAX_BOUND_PODS))
+        );
+        assert_eq!(pods.sample().map(|s| s.refused), Some(8));
     }
 }

@@ -193,6 +193,7 @@ impl Collector for Snapshot {
         }
         if let Some(signals) = self.cluster_signals {
             gauge(&mut enc, &CLUSTER_SIGNAL_PODS, signals.pods)?;
+            counter(&mut enc, &CLUSTER_SIGNAL_PODS_REFUSED, signals.refused)?;
             gauge_family(
                 &mut enc,
                 &CLUSTER_SIGNAL_IMAGES,

@@ -502,6 +502,16 @@ pub(super) const CLUSTER_SIGNAL_IMAGES: MetricFamily = absent_when(
     ),
     "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
 );
+pub(super) const CLUSTER_SIGNAL_PODS_REFUSED: MetricFamily = absent_when(
+    family(
+        "cluster_signal_pods_refused",
+        C,
+        None,
+        &[],
+        "Pods bound to this node the cluster signals did not hold because they already held their cap of 4,096 (each refusal counted): those pods' images are not kept by the signals.",
+    ),
+    "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
+);
 pub(super) const CLUSTER_WATCH_SYNCED: MetricFamily = absent_when(
     family(
         "cluster_watch_synced",
@@ -573,6 +583,7 @@ pub const METRICS: &[MetricFamily] = &[
     RUNTIME_PINS_FAILING,
     RUNTIME_PIN_WRITES,
     CLUSTER_SIGNAL_PODS,
+    CLUSTER_SIGNAL_PODS_REFUSED,
     CLUSTER_SIGNAL_IMAGES,
     CLUSTER_WATCH_SYNCED,
     CLUSTER_WATCH_FAILING,

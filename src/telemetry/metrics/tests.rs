@@ -67,6 +67,7 @@ fn full_snapshot() -> Snapshot {
             synced: true,
             failing: true,
             errors: 2,
+            refused: 1,
         }),
     }
 }
@@ -191,6 +192,7 @@ fn the_cluster_signals_watch_is_scraped_only_once_it_started() {
     let text = scrape(full_snapshot());
     for line in [
         "imagekeeper_cluster_signal_pods 3",
+        "imagekeeper_cluster_signal_pods_refused_total 1",
         "imagekeeper_cluster_signal_images{kind=\"bound_pod\"} 4",
         "imagekeeper_cluster_watch_synced{resource=\"pods\"} 1",
         "imagekeeper_cluster_watch_failing{resource=\"pods\"} 1",
