@@ -33,10 +33,12 @@ use tracing::{info, warn};
 use super::config::RuntimePins;
 use crate::cri::ContainerdImages;
 use crate::gc::KeptImage;
-use crate::gc::runtime_pin_record::{RecordPlan, plan_with_record};
+use crate::gc::runtime_pin_record::{
+    RecordPlan, RecordStanding, plan_with_record, record_standing,
+};
 use crate::gc::runtime_pins::{
-    CarriedKeep, LabelChange, OWN_LABEL, PinsState, carried_keeps, label_instance, other_instances,
-    pinned_names, runtime_pin_answer, state_note,
+    CarriedKeep, LabelChange, OWN_LABEL, PinsState, carried_keeps, label_instance, label_owner,
+    other_instances, pinned_names, runtime_pin_answer, state_note,
 };
 use crate::runtime::{CriError, RpcCode, RuntimeVersion, runtime_carries_pins};
 
@@ -595,14 +597,20 @@ fn to_remove(
         let wanted = own && owner.as_deref() == instance;
         return Ok(wanted.then_some(owner));
     }
-    let recorded = record.names.contains(&image.name);
-    let claims = own && owner.as_deref().is_none_or(|o| o == record.instance);
-    if claims && !recorded && record.adopted {
-        return Err(());
-    }
-    let orphan = recorded && !own && crate::gc::runtime_pins::is_pinned(image);
-    let other = own && !claims && instance.is_none();
-    Ok((claims || orphan || other).then_some(owner))
+    let standing = record_standing(
+        label_owner(image, &record.instance),
+        crate::gc::runtime_pins::is_pinned(image),
+        record.names.contains(&image.name),
+    );
+    let remove = match standing {
+        RecordStanding::Foreign if record.adopted => return Err(()),
+        // Before adoption this instance's labels count as recorded (its first reconcile would
+        // take them).
+        RecordStanding::Own | RecordStanding::Foreign | RecordStanding::Orphaned => true,
+        RecordStanding::OtherInstance => instance.is_none(),
+        RecordStanding::Cleared | RecordStanding::NotImagekeepers => false,
+    };
+    Ok(remove.then_some(owner))
 }
 
 async fn remove_labels(

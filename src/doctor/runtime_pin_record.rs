@@ -6,9 +6,11 @@
 //! the agent never wrote them (forged, or the record lost), and the agent never touches it.
 //! Either means another client changes imagekeeper's labels: a conflict naming the names.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Finding, RuntimePinsView};
+use crate::gc::runtime_pin_record::{RecordStanding, record_standing};
+use crate::gc::runtime_pins::LabelOwner;
 
 /// The database's record of the names its agent labelled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,16 +66,28 @@ pub(super) fn check_runtime_pin_record(view: &RuntimePinsView) -> Finding {
             ),
         );
     }
-    let own: BTreeSet<&str> = owners.iter().map(|(image, _)| image.as_str()).collect();
-    let orphaned: Vec<&str> = labelled
+    // Each name against the record, by the reconcile's own rule.
+    let own: BTreeMap<&str, Option<&str>> = owners
         .iter()
-        .map(String::as_str)
-        .filter(|n| record.names.contains(*n) && !own.contains(n))
+        .map(|(image, owner)| (image.as_str(), owner.as_deref()))
         .collect();
-    let foreign: Vec<&str> = claimed
-        .into_iter()
-        .filter(|n| !record.names.contains(*n))
-        .collect();
+    let pinned: BTreeSet<&str> = labelled.iter().map(String::as_str).collect();
+    let names: BTreeSet<&str> = own.keys().chain(&pinned).copied().collect();
+    let standing = |name: &str| {
+        let owner = LabelOwner::of(own.get(name).copied(), this);
+        record_standing(owner, pinned.contains(name), record.names.contains(name))
+    };
+    let with = |wanted: RecordStanding| -> Vec<&str> {
+        names
+            .iter()
+            .copied()
+            .filter(|n| standing(n) == wanted)
+            .collect()
+    };
+    let (orphaned, foreign) = (
+        with(RecordStanding::Orphaned),
+        with(RecordStanding::Foreign),
+    );
     if orphaned.is_empty() && foreign.is_empty() {
         return Finding::ok(
             name,

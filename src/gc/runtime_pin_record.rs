@@ -34,6 +34,40 @@ use super::{KeepReason, KeptImage};
 use crate::model::{RuntimeLabel, UnixNanos};
 use crate::runtime::LabelledImage;
 
+/// How one of containerd's names stands against the record of the names an instance's agent
+/// labelled: the one definition of *orphaned* and *foreign* the reconcile, `doctor` and
+/// `remove-runtime-pins` share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordStanding {
+    /// Recorded, carrying the instance's labels (or unnamed ones): the agent's own.
+    Own,
+    /// Recorded; `io.imagekeeper.pinned` stripped by another client while
+    /// `io.cri-containerd.pinned=pinned` stays.
+    Orphaned,
+    /// Recorded; neither the agent's labels nor the pinned label left.
+    Cleared,
+    /// Not recorded, yet carrying the instance's labels (or unnamed ones): forged, or the
+    /// record lost.
+    Foreign,
+    /// Another instance's labels, recorded or not.
+    OtherInstance,
+    /// Not recorded, and no imagekeeper label.
+    NotImagekeepers,
+}
+
+/// How a name whose labels are `owner`'s (seen from the record's instance), pinned or not,
+/// recorded or not, stands.
+pub fn record_standing(owner: LabelOwner<'_>, pinned: bool, recorded: bool) -> RecordStanding {
+    match (owner, recorded) {
+        (LabelOwner::Other(_), _) => RecordStanding::OtherInstance,
+        (LabelOwner::Mine | LabelOwner::Unnamed, true) => RecordStanding::Own,
+        (LabelOwner::Mine | LabelOwner::Unnamed, false) => RecordStanding::Foreign,
+        (LabelOwner::NotImagekeepers, true) if pinned => RecordStanding::Orphaned,
+        (LabelOwner::NotImagekeepers, true) => RecordStanding::Cleared,
+        (LabelOwner::NotImagekeepers, false) => RecordStanding::NotImagekeepers,
+    }
+}
+
 /// What one reconcile does with the record and the labels, and what it found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordPlan {
@@ -85,9 +119,10 @@ pub fn plan_with_record(
             recorded = true;
         }
         let why = wanted.get(image.name.as_str()).copied();
+        let standing = record_standing(owner, is_pinned(image), recorded);
         match recorded {
-            true => plan_recorded(&mut plan, (i, image), why, owner, now),
-            false => plan_unrecorded(&mut plan, (i, image), why, mine, now),
+            true => plan_recorded(&mut plan, (i, image), why, (owner, standing), now),
+            false => plan_unrecorded(&mut plan, (i, image), why, standing, now),
         }
     }
     plan.forget.extend(
@@ -123,18 +158,20 @@ fn plan_recorded(
     plan: &mut RecordPlan,
     (i, image): (usize, &LabelledImage),
     why: Option<KeepReason>,
-    owner: LabelOwner<'_>,
+    (owner, standing): (LabelOwner<'_>, RecordStanding),
     now: UnixNanos,
 ) {
-    let pinned = is_pinned(image);
-    if pinned && owner == LabelOwner::NotImagekeepers {
+    if standing == RecordStanding::Orphaned {
         plan.orphaned.push(image.name.clone());
     }
     let value = image.labels.get(OWN_LABEL).map(String::as_str);
     match why {
-        Some(why) if pinned && owner == LabelOwner::Mine && value == Some(why.label_value()) => {}
+        Some(why)
+            if is_pinned(image)
+                && owner == LabelOwner::Mine
+                && value == Some(why.label_value()) => {}
         Some(why) => pin(plan, (i, image), why, now),
-        None if pinned || owner != LabelOwner::NotImagekeepers => {
+        None if standing != RecordStanding::Cleared => {
             plan.changes.push((i, LabelChange::Unpin));
         }
         None => plan.forget.push(image.name.clone()),
@@ -147,12 +184,12 @@ fn plan_unrecorded(
     plan: &mut RecordPlan,
     (i, image): (usize, &LabelledImage),
     why: Option<KeepReason>,
-    mine: bool,
+    standing: RecordStanding,
     now: UnixNanos,
 ) {
     match why {
         Some(why) if !is_pinned(image) => pin(plan, (i, image), why, now),
-        _ if mine => plan.foreign.push(image.name.clone()),
+        _ if standing == RecordStanding::Foreign => plan.foreign.push(image.name.clone()),
         _ => {}
     }
 }

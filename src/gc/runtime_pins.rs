@@ -62,13 +62,25 @@ pub fn label_instance(image: &LabelledImage) -> Option<&str> {
 
 /// Whose imagekeeper label `image` carries, seen from `instance`.
 pub fn label_owner<'a>(image: &'a LabelledImage, instance: &str) -> LabelOwner<'a> {
-    if !image.labels.contains_key(OWN_LABEL) {
-        return LabelOwner::NotImagekeepers;
-    }
-    match label_instance(image) {
-        None => LabelOwner::Unnamed,
-        Some(owner) if owner == instance => LabelOwner::Mine,
-        Some(owner) => LabelOwner::Other(owner),
+    LabelOwner::of(
+        image
+            .labels
+            .contains_key(OWN_LABEL)
+            .then(|| label_instance(image)),
+        instance,
+    )
+}
+
+impl<'a> LabelOwner<'a> {
+    /// The owner of a name whose [`OWN_LABEL`] is `own` (`None`: absent; `Some(instance)`:
+    /// present, with the instance its [`INSTANCE_LABEL`] names, if any), seen from `instance`.
+    pub fn of(own: Option<Option<&'a str>>, instance: &str) -> LabelOwner<'a> {
+        match own {
+            None => LabelOwner::NotImagekeepers,
+            Some(None) => LabelOwner::Unnamed,
+            Some(Some(owner)) if owner == instance => LabelOwner::Mine,
+            Some(Some(owner)) => LabelOwner::Other(owner),
+        }
     }
 }
 

@@ -172,3 +172,33 @@ fn adoption_takes_this_instances_and_unnamed_labels_as_they_stand_once() {
     assert!(later.changes.is_empty());
     assert_eq!(later.foreign, ["r/mine:1", "r/unnamed:1"]);
 }
+
+/// The one rule of orphaned and foreign the reconcile, `doctor` and `remove-runtime-pins`
+/// share, case by case: whose labels, pinned or not, recorded or not.
+#[test]
+fn a_names_standing_against_the_record_is_one_rule_case_by_case() {
+    use super::{RecordStanding as S, record_standing};
+    use crate::gc::runtime_pins::LabelOwner as O;
+    let cases = [
+        (O::Mine, true, true, S::Own),
+        (O::Unnamed, false, true, S::Own),
+        (O::Mine, true, false, S::Foreign),
+        (O::Unnamed, true, false, S::Foreign),
+        (O::NotImagekeepers, true, true, S::Orphaned),
+        (O::NotImagekeepers, false, true, S::Cleared),
+        (O::NotImagekeepers, true, false, S::NotImagekeepers),
+        (O::Other("b"), true, true, S::OtherInstance),
+        (O::Other("b"), true, false, S::OtherInstance),
+    ];
+    for (owner, pinned, recorded, want) in cases {
+        assert_eq!(
+            record_standing(owner, pinned, recorded),
+            want,
+            "{owner:?} pinned {pinned} recorded {recorded}"
+        );
+    }
+    assert_eq!(O::of(None, "a"), O::NotImagekeepers);
+    assert_eq!(O::of(Some(None), "a"), O::Unnamed);
+    assert_eq!(O::of(Some(Some("a")), "a"), O::Mine);
+    assert_eq!(O::of(Some(Some("b")), "a"), O::Other("b"));
+}
