@@ -56,7 +56,6 @@ async fn an_api_server_that_answers_endlessly_slowly_or_with_garbage_costs_the_w
                 if pods.sample().is_some_and(|s| s.errors > 0) {
                     return;
                 }
-                tokio::task::yield_now().await;
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         };

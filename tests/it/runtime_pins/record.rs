@@ -7,11 +7,9 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use imagekeeper::admin::AdminBackend;
 use imagekeeper::agent::Agent;
-use imagekeeper::config::{AgentConfig, FileConfig, FlagValues};
 use imagekeeper::cri::{FakeRuntime, RuntimeVersion};
 use imagekeeper::model::{ImagePin, PinKey, UnixNanos};
 use imagekeeper::store::{Batch, meta_keys};
@@ -34,26 +32,13 @@ async fn start(fake: &FakeRuntime, dir: &Path, db: std::path::PathBuf) -> Agent 
         runtime_api_version: "v1".into(),
     });
     fake.list_pin_labels_as_pinned(true);
-    let flags = FlagValues {
-        db: Some(db),
-        container_runtime_endpoint: Some(fake.endpoint()),
-        admin_socket: Some(dir.join("admin.sock")),
-        image_gc_high_threshold: Some(100),
-        image_gc_low_threshold: Some(99),
-        protect_irreplaceable: Some(false),
-        ..FlagValues::default()
-    };
-    let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
-    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
-        1_800_000_000,
-    )));
-    Agent::start(config, clock).await.expect("agent starts")
+    let mut flags = super::agent_flags(fake, dir, db);
+    flags.protect_irreplaceable = Some(false);
+    super::start_agent(flags).await
 }
 
 fn instance(agent: &Agent) -> String {
-    imagekeeper::agent::stored_instance_id(agent.store())
-        .expect("meta")
-        .expect("an instance once started")
+    super::instance_of(agent)
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -150,30 +150,14 @@ async fn a_second_agent_on_the_same_containerd_leaves_the_first_ones_pins_alone(
     speak_containerd_2_1(&fake);
     fake.list_pin_labels_as_pinned(true);
     let other_dir = tempfile::tempdir().expect("temp dir");
-    let start = |db: std::path::PathBuf, dir: &std::path::Path| {
-        let flags = FlagValues {
-            db: Some(db),
-            container_runtime_endpoint: Some(fake.endpoint()),
-            admin_socket: Some(dir.join("admin.sock")),
-            image_gc_high_threshold: Some(100),
-            image_gc_low_threshold: Some(99),
-            ..FlagValues::default()
-        };
-        let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
-        let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
-            1_800_000_000,
-        )));
-        Agent::start(config, clock)
-    };
-    let first = start(db, dir.path()).await.expect("the first agent starts");
-    let second = start(other_dir.path().join("records.redb"), other_dir.path())
-        .await
-        .expect("the second agent starts");
-    let instance = |agent: &Agent| {
-        imagekeeper::agent::stored_instance_id(agent.store())
-            .expect("meta")
-            .expect("an instance id once started")
-    };
+    let first = super::start_agent(super::agent_flags(&fake, dir.path(), db)).await;
+    let second = super::start_agent(super::agent_flags(
+        &fake,
+        other_dir.path(),
+        other_dir.path().join("records.redb"),
+    ))
+    .await;
+    let instance = super::instance_of;
     let (first_id, second_id) = (instance(&first), instance(&second));
     assert_ne!(first_id, second_id, "each database has its own instance");
 
@@ -263,21 +247,12 @@ async fn a_containerd_images_service_that_never_answers_holds_no_cycle_and_is_re
     fake.list_pin_labels_as_pinned(true);
     fake.hang("Images.List");
     let flags = FlagValues {
-        db: Some(db),
-        container_runtime_endpoint: Some(fake.endpoint()),
-        admin_socket: Some(dir.path().join("admin.sock")),
-        image_gc_high_threshold: Some(100),
-        image_gc_low_threshold: Some(99),
         detect_period: Some("3600s".into()),
         image_cache_period: Some("3600s".into()),
         gc_period: Some("3600s".into()),
-        ..FlagValues::default()
+        ..super::agent_flags(&fake, dir.path(), db)
     };
-    let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
-    let clock = Arc::new(imagekeeper::clock::ManualClock::new(UnixNanos::from_secs(
-        1_800_000_000,
-    )));
-    let agent = Arc::new(Agent::start(config, clock).await.expect("agent starts"));
+    let agent = Arc::new(super::start_agent(flags).await);
     pin_tag(&agent, "lab");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(agent.clone().serve(
