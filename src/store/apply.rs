@@ -151,7 +151,7 @@ struct BatchWriter<'t, 'b> {
     pulls: LazyTable<'t, Stored<PullKey>, Stored<PullEntry>>,
     uses: LazyTable<'t, Stored<UseKey>, Stored<UseInterval>>,
     pins: LazyTable<'t, Stored<PinKey>, Stored<ImagePin>>,
-    journal: LazyTable<'t, Stored<JournalKey>, Stored<JournalEntry>>,
+    journal: TrackedJournal<'t>,
     names: LazyTable<'t, Stored<RecordKey>, Stored<ImageNames>>,
     meta: LazyTable<'t, Stored<MetaKey>, Stored<MetaValue>>,
     backoff: LazyTable<'t, Stored<BackoffKey>, Stored<BackoffEntry>>,
@@ -179,11 +179,6 @@ struct BatchWriter<'t, 'b> {
     /// The pins in force counted by this batch's first new pin, plus the new pins written
     /// since; `None` until a new pin is written, and again after a pin is removed or pruned.
     active_pins: Option<usize>,
-    /// The journal's keys as this transaction sees them, built at their first use when the
-    /// store held none.
-    journal_keys: Option<JournalKeys>,
-    /// The journal entries read (regret lookups, building the keys): `Store::history_rows_read`.
-    journal_rows_read: u64,
 }
 
 impl<'t, 'b> BatchWriter<'t, 'b> {
@@ -199,7 +194,11 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
             backoff: LazyTable::new(txn, BACKOFF),
             meta: LazyTable::new(txn, META),
             names: LazyTable::new(txn, NAMES),
-            journal: LazyTable::new(txn, JOURNAL),
+            journal: TrackedJournal {
+                table: LazyTable::new(txn, JOURNAL),
+                keys: journal_keys,
+                rows_read: 0,
+            },
             pins: LazyTable::new(txn, PINS),
             uses: LazyTable::new(txn, USES),
             pulls: LazyTable::new(txn, PULLS),
@@ -222,8 +221,6 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
             journaled: Vec::new(),
             repull_times: Vec::new(),
             active_pins: None,
-            journal_keys,
-            journal_rows_read: 0,
         }
     }
 
@@ -373,19 +370,9 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
         }
         if let Some((key, now)) = created
             && get_record(self.images.get()?, key)?.is_some()
-            && let keys = journal_keys(
-                &mut self.journal_keys,
-                &mut self.journal,
-                &mut self.journal_rows_read,
-            )?
-            && let Some(repull) = journal::mark_repull(
-                self.journal.get()?,
-                keys,
-                key,
-                now,
-                self.retention.max_age,
-                &mut self.journal_rows_read,
-            )?
+            && let (table, keys, rows_read) = self.journal.open()?
+            && let Some(repull) =
+                journal::mark_repull(table, keys, key, now, self.retention.max_age, rows_read)?
         {
             self.repulls.push(repull);
             self.repull_times.push(now);
@@ -417,11 +404,7 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
     /// [`BatchOp::Remove`]: the record, and its names unless a journal entry still needs them.
     fn remove(&mut self, key: &RecordKey) -> Result<bool, TxnError> {
         let removed = put_record(self.images.get()?, self.index.get()?, key, None)?;
-        let keys = journal_keys(
-            &mut self.journal_keys,
-            &mut self.journal,
-            &mut self.journal_rows_read,
-        )?;
+        let (_, keys, _) = self.journal.open()?;
         Ok(removed | journal::forget_names(self.names.get()?, keys, key)?)
     }
 
@@ -456,11 +439,7 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
                         self.write_journal_entry(jkey, entry)?;
                     }
                     (None, None) => {
-                        let keys = journal_keys(
-                            &mut self.journal_keys,
-                            &mut self.journal,
-                            &mut self.journal_rows_read,
-                        )?;
+                        let (_, keys, _) = self.journal.open()?;
                         journal::forget_names(self.names.get()?, keys, key)?;
                     }
                 }
@@ -493,14 +472,9 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
         jkey: JournalKey,
         entry: JournalEntry,
     ) -> Result<(), TxnError> {
-        let keys = journal_keys(
-            &mut self.journal_keys,
-            &mut self.journal,
-            &mut self.journal_rows_read,
-        )?;
-        let key = jkey.key.clone();
-        if journal::put_entry(self.journal.get()?, &jkey, &entry)? {
-            keys.added(&key);
+        let (table, keys, _) = self.journal.open()?;
+        if journal::put_entry(table, &jkey, &entry)? {
+            keys.added(&jkey.key);
         }
         self.journaled.push((jkey, entry));
         self.journal_written = true;
@@ -666,14 +640,10 @@ impl BatchWriter<'_, '_> {
                     key: r.key.clone(),
                 }))
                 .collect();
-            let keys = journal_keys(
-                &mut self.journal_keys,
-                &mut self.journal,
-                &mut self.journal_rows_read,
-            )?;
             journal::record_retention(self.meta.get()?, retention)?;
+            let (table, keys, _) = self.journal.open()?;
             journal::prune(
-                self.journal.get()?,
+                table,
                 self.names.get()?,
                 self.images.get()?,
                 keys,
@@ -696,9 +666,9 @@ impl BatchWriter<'_, '_> {
             noted |= put_meta(self.meta.get()?, name, *value)?;
         }
         let keys = KeysAfter {
-            keys: self.journal_keys,
+            keys: self.journal.keys,
             journal_written: self.journal_written,
-            rows_read: self.journal_rows_read,
+            rows_read: self.journal.rows_read,
         };
         Ok((
             (
@@ -711,15 +681,29 @@ impl BatchWriter<'_, '_> {
     }
 }
 
-/// The transaction's journal keys, built from its journal at their first use.
-fn journal_keys<'k>(
-    keys: &'k mut Option<JournalKeys>,
-    journal: &mut LazyTable<'_, Stored<JournalKey>, Stored<JournalEntry>>,
-    rows_read: &mut u64,
-) -> Result<&'k mut JournalKeys, TxnError> {
-    match keys {
-        Some(keys) => Ok(keys),
-        None => Ok(keys.insert(JournalKeys::build(journal.get()?, rows_read)?)),
+/// The journal table of a batch's transaction and its keys (`journal_keys.rs`), opened and
+/// built together at their first use: every read or write of the journal goes through
+/// [`TrackedJournal::open`], so the keys always describe the table beside them.
+struct TrackedJournal<'t> {
+    table: LazyTable<'t, Stored<JournalKey>, Stored<JournalEntry>>,
+    /// The keys as this transaction sees them; `None` until built, when the store held none.
+    keys: Option<JournalKeys>,
+    /// The journal entries read (building the keys, regret lookups):
+    /// `Store::history_rows_read`.
+    rows_read: u64,
+}
+
+impl<'t> TrackedJournal<'t> {
+    /// The table, its keys and the count of entries read.
+    fn open(
+        &mut self,
+    ) -> Result<(&mut journal::JournalTable<'t>, &mut JournalKeys, &mut u64), TxnError> {
+        let table = self.table.get()?;
+        let keys = match &mut self.keys {
+            Some(keys) => keys,
+            none => none.insert(JournalKeys::build(table, &mut self.rows_read)?),
+        };
+        Ok((table, keys, &mut self.rows_read))
     }
 }
 

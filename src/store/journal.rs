@@ -112,22 +112,22 @@ pub(super) fn set_names(
     Ok(true)
 }
 
-/// Records the retention in force in `meta`; returns whether it changed.
+/// Records the retention in force in `meta` (the prune's rule, for `Store::check`).
 pub(super) fn record_retention(
     meta: &mut MetaTable<'_>,
     retention: JournalRetention,
-) -> Result<bool, TxnError> {
-    let changed = put_meta(
+) -> Result<(), TxnError> {
+    put_meta(
         meta,
         retention_keys::MAX_AGE_SECS,
         i64::try_from(retention.max_age.as_secs()).unwrap_or(i64::MAX),
     )?;
-    Ok(changed
-        | put_meta(
-            meta,
-            retention_keys::MAX_ENTRIES,
-            i64::from(retention.max_entries),
-        )?)
+    put_meta(
+        meta,
+        retention_keys::MAX_ENTRIES,
+        i64::from(retention.max_entries),
+    )?;
+    Ok(())
 }
 
 /// Prunes the journal to `retention` (see the module's invariants), `keys` with it; drops
