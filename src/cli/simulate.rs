@@ -137,12 +137,11 @@ fn run_policies(
             });
         }
     });
-    let results = results
+    let mut results = results
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     // A failure stops the policies not yet taken, whatever their place: the first failure in
     // the policies' order is the answer.
-    let mut results = results;
     if let Some(failed) = results.iter().position(|r| matches!(r, Some(Err(_))))
         && let Some(Err(e)) = results.swap_remove(failed)
     {

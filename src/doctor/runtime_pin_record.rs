@@ -52,12 +52,37 @@ pub(super) fn check_runtime_pin_record(view: &RuntimePinsView) -> Finding {
             ),
         );
     };
-    let claimed: Vec<&str> = owners
+    // Each name against the record, by the reconcile's own rule.
+    let own: BTreeMap<&str, Option<&str>> = owners
         .iter()
-        .filter(|(_, owner)| owner.as_deref().is_none_or(|o| o == this))
-        .map(|(image, _)| image.as_str())
+        .map(|(image, owner)| (image.as_str(), owner.as_deref()))
         .collect();
+    let pinned: BTreeSet<&str> = labelled.iter().map(String::as_str).collect();
+    let standings: Vec<(&str, RecordStanding)> = own
+        .keys()
+        .chain(&pinned)
+        .copied()
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .map(|name| {
+            let owner = LabelOwner::of(own.get(name).copied(), this);
+            let recorded = record.names.contains(name);
+            (
+                name,
+                record_standing(owner, pinned.contains(name), recorded),
+            )
+        })
+        .collect();
+    let with = |wanted: &[RecordStanding]| -> Vec<&str> {
+        standings
+            .iter()
+            .filter(|(_, standing)| wanted.contains(standing))
+            .map(|(name, _)| *name)
+            .collect()
+    };
     if !record.adopted {
+        // This instance's labels, recorded or not.
+        let claimed = with(&[RecordStanding::Own, RecordStanding::Foreign]);
         return Finding::ok(
             name,
             format!(
@@ -66,27 +91,9 @@ pub(super) fn check_runtime_pin_record(view: &RuntimePinsView) -> Finding {
             ),
         );
     }
-    // Each name against the record, by the reconcile's own rule.
-    let own: BTreeMap<&str, Option<&str>> = owners
-        .iter()
-        .map(|(image, owner)| (image.as_str(), owner.as_deref()))
-        .collect();
-    let pinned: BTreeSet<&str> = labelled.iter().map(String::as_str).collect();
-    let names: BTreeSet<&str> = own.keys().chain(&pinned).copied().collect();
-    let standing = |name: &str| {
-        let owner = LabelOwner::of(own.get(name).copied(), this);
-        record_standing(owner, pinned.contains(name), record.names.contains(name))
-    };
-    let with = |wanted: RecordStanding| -> Vec<&str> {
-        names
-            .iter()
-            .copied()
-            .filter(|n| standing(n) == wanted)
-            .collect()
-    };
     let (orphaned, foreign) = (
-        with(RecordStanding::Orphaned),
-        with(RecordStanding::Foreign),
+        with(&[RecordStanding::Orphaned]),
+        with(&[RecordStanding::Foreign]),
     );
     if orphaned.is_empty() && foreign.is_empty() {
         return Finding::ok(

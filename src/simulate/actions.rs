@@ -193,17 +193,18 @@ impl<'a> Sim<'a> {
         };
         let min_age = self.workload.node.policy.min_age;
         let mut state = self.runtime.state();
-        let in_use: BTreeSet<ImageId> = state
-            .containers
-            .iter()
-            .map(|c| c.image_id.clone())
-            .collect();
         if let Some(online) = online {
+            // By name, as the order holds them (a container's image is its run's name): no id
+            // is computed at each step of the order's walk.
+            let in_use: BTreeSet<&str> =
+                state.containers.iter().map(|c| c.image.as_str()).collect();
             let removable = |name: &str| {
-                !in_use.contains(&image_id(name))
+                !in_use.contains(name)
                     && now.since(landed.get(name).copied().unwrap_or(now)) >= min_age
             };
-            for name in online.evict(amount, removable) {
+            let out = online.evict(amount, removable);
+            drop(in_use);
+            for name in out {
                 let id = image_id(&name);
                 state.images.retain(|i| i.id != id);
                 landed.remove(&name);
@@ -211,6 +212,11 @@ impl<'a> Sim<'a> {
             }
             return;
         }
+        let in_use: BTreeSet<ImageId> = state
+            .containers
+            .iter()
+            .map(|c| c.image_id.clone())
+            .collect();
         let mut candidates: Vec<(std::cmp::Reverse<i64>, std::cmp::Reverse<u64>, String)> = state
             .images
             .iter()
