@@ -57,10 +57,12 @@ impl<R: AgentRuntime> Agent<R> {
     async fn warm_cycle_inner(self: &Arc<Self>) -> Result<WarmPlan, AgentError> {
         let now = self.clock.now();
         let config = self.config();
+        let cluster = self.cluster_warm_entries(config.gc.warm.entries());
         // No warm set (the common node): once the table is written empty, a cycle has
         // nothing to read, judge or write, so it takes no thread of the blocking pool and no
         // transaction (every minute, at 2k images about 3 ms of CPU for nothing).
         if config.gc.warm.entries().is_empty()
+            && cluster.is_empty()
             && config.warm.from_history.is_none()
             && self.warm_table_cleared.load(Ordering::Acquire)
         {
@@ -73,6 +75,7 @@ impl<R: AgentRuntime> Agent<R> {
             let config = config.clone();
             self.off_the_workers(move || {
                 let mut entries = config.gc.warm.entries().to_vec();
+                entries.extend(cluster);
                 if let Some(window) = config.warm.from_history {
                     entries.extend(history_warm_entries(&agent.store, window, now)?);
                 }
@@ -187,6 +190,28 @@ impl<R: AgentRuntime> Agent<R> {
             self.carry_keeps_now().await;
         }
         Ok(planned)
+    }
+
+    /// The cluster's prefetch as warm entries: each image the template of a DaemonSet owning a
+    /// pod bound to this node names (`clusterSignals`), that pod's next run here, unless the
+    /// configured set names it already. Origin `DaemonSet namespace/name`; no size hint, so
+    /// an image of unknown size is pulled only below the low threshold, one a cycle (the
+    /// warm plan's rule). The GC keeps these images through the bound pods, not the set.
+    fn cluster_warm_entries(&self, configured: &[WarmEntry]) -> Vec<WarmEntry> {
+        self.gc
+            .bound_pods()
+            .daemonset_images()
+            .into_iter()
+            .filter(|(image, _)| !configured.iter().any(|e| e.image == *image))
+            .map(|(image, daemonset)| WarmEntry {
+                image,
+                runtime_handler: String::new(),
+                until: None,
+                lifetime: None,
+                size_hint: None,
+                origin: format!("DaemonSet {daemonset}"),
+            })
+            .collect()
     }
 
     /// Runs `work` on tokio's blocking pool, never on an async worker, and waits for it.
@@ -357,8 +382,10 @@ impl<R: AgentRuntime> Agent<R> {
     }
 
     /// The warm loop: a cycle at start, then every `warmPeriod` (read again after each
-    /// cycle, so a reload changes it), until `stop`.
+    /// cycle, so a reload changes it) and at each change of the cluster's needs (a
+    /// DaemonSet's new template is pulled ahead at once), until `stop`.
     pub(super) async fn warm_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let pods = self.gc.bound_pods();
         loop {
             if *stop.borrow() {
                 return;
@@ -367,6 +394,7 @@ impl<R: AgentRuntime> Agent<R> {
             let period = self.config().warm.period;
             tokio::select! {
                 _ = tokio::time::sleep(period) => {}
+                () = pods.changed_for_warm() => {}
                 _ = stop.changed() => return,
             }
         }

@@ -324,7 +324,8 @@ async fn wait_for_first_list(pods: &imagekeeper::gc::BoundPods) {
 const FIRST_LIST: Duration = Duration::from_secs(30);
 
 /// The watch of the pods bound to `node` (`clusterSignals`), writing their images to `pods`
-/// for the GC, in the background for the agent's life. Returns whether it started: without
+/// for the GC, and the watch of the DaemonSets (the templates those pods run next), in the
+/// background for the agent's life. Returns whether it started: without
 /// in-cluster credentials one warning, and the agent runs on the node's own knowledge (its
 /// start does not wait for a list that cannot come).
 async fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) -> bool {
@@ -342,6 +343,10 @@ async fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) -> boo
                     node,
                     "Watching the pods bound to this node: their images are kept"
                 );
+                tokio::spawn(imagekeeper::cluster::watch_daemonsets(
+                    client.clone(),
+                    pods.clone(),
+                ));
                 tokio::spawn(imagekeeper::cluster::watch_bound_pods(client, node, pods));
                 true
             }

@@ -1,6 +1,8 @@
 //! The cluster's knowledge of what runs next, read from the API server (feature `kube`,
 //! `clusterSignals`). Today: the pods bound to this node (`pods.rs`), whose images are needed now
-//! whether or not their containers exist yet; the GC keeps them ([`crate::gc::BoundPods`]).
+//! whether or not their containers exist yet, and the templates of the DaemonSets owning them
+//! (`daemonsets.rs`), which those pods run next; the GC keeps them ([`crate::gc::BoundPods`]) and
+//! the warm loop pulls a template's images ahead.
 //!
 //! Invariants: only reads (list and watch), through kube-rs's watcher with a field selector
 //! on `spec.nodeName`, so the API server sends this node's pods only; each pod is held as its
@@ -8,7 +10,9 @@
 //! not before; with the API server away the last set holds.
 
 mod client;
+mod daemonsets;
 mod pods;
 
 pub use client::{MAX_ANSWER_BYTES, capped_client};
-pub use pods::{PodWatch, pod_images, watch_bound_pods};
+pub use daemonsets::{DaemonSetWatch, daemonset_images, watch_daemonsets};
+pub use pods::{PodWatch, controller_daemonset, pod_images, spec_images, watch_bound_pods};

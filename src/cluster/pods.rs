@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
@@ -20,9 +20,30 @@ use crate::gc::BoundPods;
 /// Every image `pod` names: its init, regular and ephemeral containers' and its image
 /// volumes' (`spec.volumes[].image.reference`), sorted, each once.
 pub fn pod_images(pod: &Pod) -> Vec<String> {
-    let Some(spec) = &pod.spec else {
-        return Vec::new();
-    };
+    pod.spec.as_ref().map(spec_images).unwrap_or_default()
+}
+
+/// The pod's controller when it is a DaemonSet (`ownerReferences[]` with `controller: true`,
+/// kind `DaemonSet` of `apps/v1`), as `namespace/name` in the pod's namespace.
+pub fn controller_daemonset(pod: &Pod) -> Option<String> {
+    let owner = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))?;
+    (owner.kind == "DaemonSet" && owner.api_version == "apps/v1").then(|| {
+        format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            owner.name
+        )
+    })
+}
+
+/// Every image a pod spec names (see [`pod_images`]), sorted, each once: a pod's, or a
+/// workload's template's.
+pub fn spec_images(spec: &PodSpec) -> Vec<String> {
     let containers = spec
         .init_containers
         .iter()
@@ -62,7 +83,14 @@ fn pod_key(pod: &Pod) -> String {
 #[derive(Debug)]
 pub struct PodWatch {
     pods: BoundPods,
-    relist: Option<BTreeMap<String, Vec<String>>>,
+    relist: Option<Relist>,
+}
+
+/// A relist in progress: each pod's images, and its DaemonSet when one owns it.
+#[derive(Debug, Default)]
+struct Relist {
+    images: BTreeMap<String, Vec<String>>,
+    owners: BTreeMap<String, String>,
 }
 
 impl PodWatch {
@@ -74,17 +102,27 @@ impl PodWatch {
     /// Applies one watch event.
     pub fn apply(&mut self, event: Event<Pod>) {
         match event {
-            Event::Apply(pod) => self.pods.set_pod(pod_key(&pod), pod_images(&pod)),
+            Event::Apply(pod) => {
+                self.pods.set_pod_owned(
+                    pod_key(&pod),
+                    pod_images(&pod),
+                    controller_daemonset(&pod),
+                );
+            }
             Event::Delete(pod) => self.pods.remove_pod(&pod_key(&pod)),
-            Event::Init => self.relist = Some(BTreeMap::new()),
+            Event::Init => self.relist = Some(Relist::default()),
             Event::InitApply(pod) => {
                 if let Some(relist) = &mut self.relist {
-                    relist.insert(pod_key(&pod), pod_images(&pod));
+                    let key = pod_key(&pod);
+                    if let Some(ds) = controller_daemonset(&pod) {
+                        relist.owners.insert(key.clone(), ds);
+                    }
+                    relist.images.insert(key, pod_images(&pod));
                 }
             }
             Event::InitDone => {
                 if let Some(relist) = self.relist.take() {
-                    self.pods.replace_all(relist);
+                    self.pods.replace_all_owned(relist.images, relist.owners);
                     self.pods.mark_synced();
                     info!(pods = self.pods.len(), "Listed the pods bound to this node");
                 }

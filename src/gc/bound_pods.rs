@@ -2,21 +2,33 @@
 //! (`clusterSignals`: the `cluster` module, feature `kube`, writes them; each detect reads them). A
 //! pod bound to the node needs every image it names now, whether or not its container exists yet:
 //! an init container still running leaves the main container's image unused in the runtime's view
-//! (kubernetes issue 123631), and the kubelet's GC may remove it.
+//! (kubernetes issue 123631), and the kubelet's GC may remove it. A pod a DaemonSet owns is
+//! replaced by that DaemonSet's current template (a rollout's new revision, or the same): the
+//! template's images are needed on this node too ([`BoundPods::daemonset_images`]; the
+//! DaemonSets' watch writes them, `daemonsets.rs`).
 //!
 //! Invariants: a handle is shared (clones see one set); a pod is held with its images until
 //! the watch says it is gone or a relist leaves it out; with no watch running the set is empty
-//! and nothing is kept by it. Memory is bounded whatever the API server sends: at most
-//! [`MAX_BOUND_PODS`] pods (a node runs a few hundred; the kubelet's default maxPods is 110),
-//! [`MAX_IMAGES_PER_POD`] images a pod, each name at most [`MAX_IMAGE_NAME_BYTES`]; a pod past
-//! the cap is not held, counted and logged once (its images are then kept by nothing of this
-//! set).
+//! and nothing is kept by it. A DaemonSet's template keeps its images only while a held pod
+//! names that DaemonSet as its controller. Memory is bounded whatever the API server sends: at
+//! most [`MAX_BOUND_PODS`] pods (a node runs a few hundred; the kubelet's default maxPods is
+//! 110) and [`MAX_DAEMONSETS`] DaemonSets, [`MAX_IMAGES_PER_POD`] images a pod or template, each
+//! name at most [`MAX_IMAGE_NAME_BYTES`]; a pod past the cap is not held, counted and logged
+//! once (its images are then kept by nothing of this set).
+
+mod daemonsets;
+mod health;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
 use tracing::warn;
+
+use daemonsets::DaemonSetTemplates;
+pub use daemonsets::MAX_DAEMONSETS;
+use health::WatchHealth;
+pub use health::WatchSample;
 
 /// The most pods a [`BoundPods`] holds.
 pub const MAX_BOUND_PODS: usize = 4_096;
@@ -32,25 +44,17 @@ pub struct BoundPods {
     /// Told when the set changes: the agent detects then, so the runtime pins follow a pod
     /// at once, not at the next detect period (changes while one detect runs are one).
     changed: Arc<tokio::sync::Notify>,
+    /// Told with `changed`, for the warm loop (a second waiter: `Notify` wakes one).
+    changed_for_warm: Arc<tokio::sync::Notify>,
     /// Whether the watch has listed the pods once: until then the set is not the node's.
     synced: Arc<tokio::sync::watch::Sender<bool>>,
-    /// The watch's health, for the metrics.
+    /// The pods' watch's health, for the metrics (`refused`: pods not held because
+    /// [`MAX_BOUND_PODS`] were).
     health: Arc<WatchHealth>,
-}
-
-/// How the watch writing a [`BoundPods`] fares.
-#[derive(Debug, Default)]
-struct WatchHealth {
-    /// A watch was started (`clusterSignals` on, with the API server's credentials).
-    started: AtomicBool,
-    /// Its last event was an error: the set is the last one seen, perhaps stale.
-    failing: AtomicBool,
-    /// Errors it met (each retried with kube-rs's backoff).
-    errors: AtomicU64,
-    /// Pods not held because [`MAX_BOUND_PODS`] were (each refusal counted).
-    refused: AtomicU64,
-    /// The set is at its cap and refused a pod since it last was not (logged once).
-    full: AtomicBool,
+    /// Each held pod's controller, when it is a DaemonSet: `namespace/name`.
+    owners: Arc<RwLock<BTreeMap<String, String>>>,
+    /// The DaemonSets' templates (written by their own watch).
+    daemonsets: DaemonSetTemplates,
 }
 
 /// The cluster signals' state at one moment, for the metrics.
@@ -68,11 +72,32 @@ pub struct BoundPodsSample {
     pub errors: u64,
     /// Pods not held because the set was full ([`MAX_BOUND_PODS`]).
     pub refused: u64,
+    /// The DaemonSets' watch; `None` until it started.
+    pub daemonsets: Option<DaemonSetsSample>,
+}
+
+/// The DaemonSets' watch at one moment, for the metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DaemonSetsSample {
+    /// DaemonSets held (any node's).
+    pub held: u64,
+    /// DaemonSets not held because [`MAX_DAEMONSETS`] were.
+    pub refused: u64,
+    /// Distinct images the templates of the DaemonSets owning a pod bound to this node name.
+    pub images: u64,
+    /// How the watch fares.
+    pub watch: WatchSample,
 }
 
 impl BoundPods {
     /// Sets the images `pod` names (a pod naming none is removed; see the module's bounds).
     pub fn set_pod(&self, pod: String, images: Vec<String>) {
+        self.set_pod_owned(pod, images, None);
+    }
+
+    /// Sets the images `pod` names and its controller when a DaemonSet owns it
+    /// (`namespace/name`): that DaemonSet's template is needed here too.
+    pub fn set_pod_owned(&self, pod: String, images: Vec<String>, daemonset: Option<String>) {
         let images = bounded(images);
         let changed = {
             let mut pods = self.write();
@@ -83,10 +108,28 @@ impl BoundPods {
                 self.refuse(1);
                 false
             } else {
-                pods.insert(pod, images.clone()) != Some(images)
+                pods.insert(pod.clone(), images.clone()) != Some(images)
             }
         };
-        self.told(changed);
+        let held = self.read().contains_key(&pod);
+        let owner_changed = self.set_owner(&pod, daemonset.filter(|_| held));
+        self.told(changed || owner_changed);
+    }
+
+    /// Sets or clears `pod`'s DaemonSet; returns whether that changes what is needed.
+    fn set_owner(&self, pod: &str, daemonset: Option<String>) -> bool {
+        let old = {
+            let mut owners = self.owners_mut();
+            match &daemonset {
+                Some(ds) => owners.insert(pod.to_owned(), ds.clone()),
+                None => owners.remove(pod),
+            }
+        };
+        old != daemonset
+            && old
+                .iter()
+                .chain(daemonset.iter())
+                .any(|ds| self.daemonsets.images_of(ds).is_some())
     }
 
     /// Counts `n` pods refused for the cap; logs the first refusal since the set was last not
@@ -107,6 +150,7 @@ impl BoundPods {
 
     /// Removes `pod`.
     pub fn remove_pod(&self, pod: &str) {
+        self.owners_mut().remove(pod);
         let changed = self.write().remove(pod).is_some();
         if changed {
             self.health.full.store(false, Ordering::Relaxed);
@@ -116,6 +160,15 @@ impl BoundPods {
 
     /// Replaces every pod at once (a relist): the first [`MAX_BOUND_PODS`] by name.
     pub fn replace_all(&self, pods: BTreeMap<String, Vec<String>>) {
+        self.replace_all_owned(pods, BTreeMap::new());
+    }
+
+    /// [`BoundPods::replace_all`] with each pod's DaemonSet, when one owns it.
+    pub fn replace_all_owned(
+        &self,
+        pods: BTreeMap<String, Vec<String>>,
+        mut owners: BTreeMap<String, String>,
+    ) {
         let mut pods: BTreeMap<_, _> = pods
             .into_iter()
             .map(|(pod, images)| (pod, bounded(images)))
@@ -127,13 +180,76 @@ impl BoundPods {
             refused += 1;
         }
         self.refuse(refused);
+        owners.retain(|pod, _| pods.contains_key(pod));
+        let owners_changed = {
+            let mut held = self.owners_mut();
+            let changed = *held != owners;
+            *held = owners;
+            changed
+        };
         let changed = {
             let mut held = self.write();
             let changed = *held != pods;
             *held = pods;
             changed
         };
-        self.told(changed);
+        self.told(changed || owners_changed);
+    }
+
+    /// The DaemonSets' watch started.
+    pub fn daemonset_watch_started(&self) {
+        self.daemonsets.health.started();
+    }
+
+    /// The DaemonSets' watch met an error (it retries; the set holds).
+    pub fn daemonset_watch_failed(&self) {
+        self.daemonsets.health.failed();
+    }
+
+    /// The DaemonSets' watch delivered an event again.
+    pub fn daemonset_watch_answered(&self) {
+        self.daemonsets.health.answered();
+    }
+
+    /// Sets `daemonset`'s (`namespace/name`) template images (none: removes it).
+    pub fn set_daemonset(&self, daemonset: String, images: Vec<String>) {
+        let key = daemonset.clone();
+        let changed = self.daemonsets.set(daemonset, bounded(images));
+        self.told(changed && self.owns_a_pod(&key));
+    }
+
+    /// Removes `daemonset`.
+    pub fn remove_daemonset(&self, daemonset: &str) {
+        let changed = self.daemonsets.remove(daemonset);
+        self.told(changed && self.owns_a_pod(daemonset));
+    }
+
+    /// Replaces every DaemonSet at once (a relist).
+    pub fn replace_daemonsets(&self, daemonsets: BTreeMap<String, Vec<String>>) {
+        let bounded = daemonsets
+            .into_iter()
+            .map(|(name, images)| (name, bounded(images)))
+            .collect();
+        let changed = self.daemonsets.replace_all(bounded);
+        self.told(changed.iter().any(|ds| self.owns_a_pod(ds)));
+    }
+
+    fn owns_a_pod(&self, daemonset: &str) -> bool {
+        self.owners_ref().values().any(|ds| ds == daemonset)
+    }
+
+    /// The images the templates of the DaemonSets owning a pod bound to this node name, each
+    /// with its first DaemonSet (by name): what those pods run next, here.
+    pub fn daemonset_images(&self) -> BTreeMap<String, String> {
+        let owners: std::collections::BTreeSet<String> =
+            self.owners_ref().values().cloned().collect();
+        let mut images = BTreeMap::new();
+        for ds in owners {
+            for name in self.daemonsets.images_of(&ds).into_iter().flatten() {
+                images.entry(name).or_insert_with(|| ds.clone());
+            }
+        }
+        images
     }
 
     /// Resolves at the set's next change (at once when it changed since the last call
@@ -161,53 +277,76 @@ impl BoundPods {
 
     /// A watch now writes this set.
     pub fn watch_started(&self) {
-        self.health.started.store(true, Ordering::Relaxed);
+        self.health.started();
     }
 
     /// The watch met an error (it retries; the set holds).
     pub fn watch_failed(&self) {
-        self.health.errors.fetch_add(1, Ordering::Relaxed);
-        self.health.failing.store(true, Ordering::Relaxed);
+        self.health.failed();
     }
 
     /// The watch delivered an event again.
     pub fn watch_answered(&self) {
-        self.health.failing.store(false, Ordering::Relaxed);
+        self.health.answered();
     }
 
     /// The state now; `None` until a watch started (signals off, or no API server).
     pub fn sample(&self) -> Option<BoundPodsSample> {
-        if !self.health.started.load(Ordering::Relaxed) {
-            return None;
-        }
+        let watch = self.health.sample(self.is_synced())?;
         let (pods, images) = {
             let held = self.read();
             let images: std::collections::BTreeSet<&String> = held.values().flatten().collect();
             (held.len() as u64, images.len() as u64)
         };
+        let (held, refused, synced) = self.daemonsets.counts();
+        let daemonsets = self
+            .daemonsets
+            .health
+            .sample(synced)
+            .map(|watch| DaemonSetsSample {
+                held,
+                refused,
+                images: self.daemonset_images().len() as u64,
+                watch,
+            });
         Some(BoundPodsSample {
             pods,
             images,
-            synced: self.is_synced(),
-            failing: self.health.failing.load(Ordering::Relaxed),
-            errors: self.health.errors.load(Ordering::Relaxed),
+            synced: watch.synced,
+            failing: watch.failing,
+            errors: watch.errors,
             refused: self.health.refused.load(Ordering::Relaxed),
+            daemonsets,
         })
+    }
+
+    /// Resolves at the set's next change, as [`BoundPods::changed`] does, for a second waiter
+    /// (the warm loop, which pulls a DaemonSet's new template ahead).
+    pub async fn changed_for_warm(&self) {
+        self.changed_for_warm.notified().await;
     }
 
     fn told(&self, changed: bool) {
         if changed {
+            self.changed_for_warm.notify_one();
             self.changed.notify_one();
         }
     }
 
-    /// Each image name with the first pod (by name) that names it.
+    /// Each image name with the first pod (by name) that names it, then each image a
+    /// DaemonSet owning one of them runs next ([`BoundPods::daemonset_images`]) with
+    /// `DaemonSet namespace/name`.
     pub fn images(&self) -> BTreeMap<String, String> {
         let mut images = BTreeMap::new();
         for (pod, names) in self.read().iter() {
             for name in names {
                 images.entry(name.clone()).or_insert_with(|| pod.clone());
             }
+        }
+        for (name, ds) in self.daemonset_images() {
+            images
+                .entry(name)
+                .or_insert_with(|| format!("DaemonSet {ds}"));
         }
         images
     }
@@ -230,6 +369,18 @@ impl BoundPods {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Vec<String>>> {
         self.pods
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn owners_ref(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, String>> {
+        self.owners
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn owners_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, String>> {
+        self.owners
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -313,6 +464,7 @@ mod tests {
             failing,
             errors,
             refused: 0,
+            daemonsets: None,
         };
         assert_eq!(pods.sample(), Some(sample(false, false, 0)));
         pods.mark_synced();

@@ -46,7 +46,7 @@ pub use attempt::{
     Attempt, AttemptReason, AttemptResult, DeletionReason, GcOperation, GcTrigger, SkipReason,
 };
 pub use attempt_metrics::{AttemptCounts, AttemptMetrics};
-pub use bound_pods::{BoundPods, BoundPodsSample};
+pub use bound_pods::{BoundPods, BoundPodsSample, DaemonSetsSample, MAX_DAEMONSETS, WatchSample};
 pub use detect::{ListedImages, images_in_use};
 pub use error::GcError;
 pub use evict::{Verdict, space_verdict};

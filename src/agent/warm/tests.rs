@@ -588,3 +588,60 @@ async fn an_image_pulled_back_from_history_is_kept_warm_for_the_window() {
     let removed: Vec<&ImageId> = report.removed.iter().map(|r| &r.key.image_id).collect();
     assert_eq!(removed, [&a], "{report:?}");
 }
+
+/// `clusterSignals`: the template of a DaemonSet owning a pod bound to this node names an
+/// absent image (a rollout's new revision): the warm cycle pulls it, as an entry of origin
+/// `DaemonSet namespace/name`, with no warm set configured; GC then keeps it under pressure
+/// while that pod is bound here. An image the configured set names is not entered twice, and
+/// a DaemonSet with no pod here pulls nothing.
+#[tokio::test(start_paused = true)]
+async fn a_daemonsets_new_template_image_is_pulled_ahead_and_kept_while_its_pod_is_bound_here() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = Registry {
+        registry: Arc::new(vec![
+            registry_image(1, "agent:1", 100),
+            registry_image(2, "agent:2", 100),
+            registry_image(3, "gpu:1", 100),
+        ]),
+        ..Registry::default()
+    };
+    runtime.node.state().fs = Some((1000, 900));
+    runtime.node.state().images = vec![registry_image(1, "agent:1", 100)].into();
+    let agent = agent(dir.path(), runtime.clone(), &[]);
+    let pods = agent.gc_manager().bound_pods();
+    pods.set_daemonset("kube-system/agent".into(), vec!["agent:1".into()]);
+    pods.set_daemonset("kube-system/gpu".into(), vec!["gpu:1".into()]);
+    pods.set_pod_owned(
+        "kube-system/agent-x1".into(),
+        vec!["agent:1".into()],
+        Some("kube-system/agent".into()),
+    );
+    let plan = agent.warm_cycle().await;
+    assert_eq!(
+        states(&plan),
+        [("agent:1".to_owned(), WarmState::Present)],
+        "the running template: present; the DaemonSet with no pod here: nothing"
+    );
+    // The rollout.
+    pods.set_daemonset("kube-system/agent".into(), vec!["agent:2".into()]);
+    let plan = agent.warm_cycle().await;
+    assert_eq!(states(&plan), [("agent:2".to_owned(), WarmState::Pulling)]);
+    assert_eq!(plan.statuses[0].entry.origin, "DaemonSet kube-system/agent");
+    assert_eq!(
+        lock_ignoring_poison(&runtime.pulls).as_slice(),
+        ["agent:2"],
+        "only the new template's image was pulled"
+    );
+    // Under pressure, GC keeps both: the pod runs agent:1, its next run needs agent:2.
+    runtime.node.state().fs = Some((1000, 50));
+    let now = UnixNanos::from_secs(1_800_100_000);
+    let report = agent.gc_manager().garbage_collect(now).await;
+    assert!(report.removed.is_empty(), "{:?}", report.removed);
+    // The pod goes: agent:2 is no longer kept, and no cycle pulls it again.
+    pods.remove_pod("kube-system/agent-x1");
+    let report = agent.gc_manager().garbage_collect(now).await;
+    assert_eq!(report.removed.len(), 2, "{:?}", report.removed);
+    let plan = agent.warm_cycle().await;
+    assert!(plan.statuses.is_empty(), "{plan:?}");
+    assert_eq!(lock_ignoring_poison(&runtime.pulls).len(), 1);
+}

@@ -194,23 +194,22 @@ impl Collector for Snapshot {
         if let Some(signals) = self.cluster_signals {
             gauge(&mut enc, &CLUSTER_SIGNAL_PODS, signals.pods)?;
             counter(&mut enc, &CLUSTER_SIGNAL_PODS_REFUSED, signals.refused)?;
-            gauge_family(
-                &mut enc,
-                &CLUSTER_SIGNAL_IMAGES,
-                &[([("kind", "bound_pod")], signals.images)],
-            )?;
+            let mut images = vec![([("kind", "bound_pod")], signals.images)];
             let pods = [("resource", "pods")];
-            gauge_family(
-                &mut enc,
-                &CLUSTER_WATCH_SYNCED,
-                &[(pods, u64::from(signals.synced))],
-            )?;
-            gauge_family(
-                &mut enc,
-                &CLUSTER_WATCH_FAILING,
-                &[(pods, u64::from(signals.failing))],
-            )?;
-            counter_family(&mut enc, &CLUSTER_WATCH_ERRORS, &[(pods, signals.errors)])?;
+            let mut synced = vec![(pods, u64::from(signals.synced))];
+            let mut failing = vec![(pods, u64::from(signals.failing))];
+            let mut errors = vec![(pods, signals.errors)];
+            if let Some(ds) = signals.daemonsets {
+                let daemonsets = [("resource", "daemonsets")];
+                images.push(([("kind", "daemonset")], ds.images));
+                synced.push((daemonsets, u64::from(ds.watch.synced)));
+                failing.push((daemonsets, u64::from(ds.watch.failing)));
+                errors.push((daemonsets, ds.watch.errors));
+            }
+            gauge_family(&mut enc, &CLUSTER_SIGNAL_IMAGES, &images)?;
+            gauge_family(&mut enc, &CLUSTER_WATCH_SYNCED, &synced)?;
+            gauge_family(&mut enc, &CLUSTER_WATCH_FAILING, &failing)?;
+            counter_family(&mut enc, &CLUSTER_WATCH_ERRORS, &errors)?;
         }
         let [succeeded, failed] = self.gc_cycles;
         counter_family(

@@ -498,7 +498,7 @@ pub(super) const CLUSTER_SIGNAL_IMAGES: MetricFamily = absent_when(
         G,
         None,
         &["kind"],
-        "Distinct images the cluster says are needed, by signal kind (bound_pod: named by a pod bound to this node): kept, and runtime-pinned where runtime pins are on.",
+        "Distinct images the cluster says are needed, by signal kind (bound_pod: named by a pod bound to this node; daemonset: named by the template of a DaemonSet owning such a pod, which that pod runs next): kept, and runtime-pinned where runtime pins are on.",
     ),
     "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
 );
@@ -518,7 +518,7 @@ pub(super) const CLUSTER_WATCH_SYNCED: MetricFamily = absent_when(
         G,
         None,
         &["resource"],
-        "1 once the watch has listed its resource (pods: the pods bound to this node) at least once; 0 before: the agent does not yet know the cluster's needs.",
+        "1 once the watch has listed its resource (pods: the pods bound to this node; daemonsets: every DaemonSet) at least once; 0 before: the agent does not yet know the cluster's needs.",
     ),
     "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
 );

@@ -68,6 +68,16 @@ fn full_snapshot() -> Snapshot {
             failing: true,
             errors: 2,
             refused: 1,
+            daemonsets: Some(crate::gc::DaemonSetsSample {
+                held: 7,
+                refused: 0,
+                images: 2,
+                watch: crate::gc::WatchSample {
+                    synced: true,
+                    failing: false,
+                    errors: 5,
+                },
+            }),
         }),
     }
 }
@@ -197,6 +207,10 @@ fn the_cluster_signals_watch_is_scraped_only_once_it_started() {
         "imagekeeper_cluster_watch_synced{resource=\"pods\"} 1",
         "imagekeeper_cluster_watch_failing{resource=\"pods\"} 1",
         "imagekeeper_cluster_watch_errors_total{resource=\"pods\"} 2",
+        "imagekeeper_cluster_signal_images{kind=\"daemonset\"} 2",
+        "imagekeeper_cluster_watch_synced{resource=\"daemonsets\"} 1",
+        "imagekeeper_cluster_watch_failing{resource=\"daemonsets\"} 0",
+        "imagekeeper_cluster_watch_errors_total{resource=\"daemonsets\"} 5",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
     }

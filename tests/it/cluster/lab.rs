@@ -778,3 +778,155 @@ async fn with_cluster_signals_a_bound_pods_image_survives_gc_while_its_init_cont
     drop(release);
     let _ = cluster.crictl_output(&["rmi", &main]);
 }
+
+/// A DaemonSet rollout with `updateStrategy: OnDelete`: once its template names a new image,
+/// the agent pulls it onto the node (the change wakes the warm loop; `warmPeriod` is an hour,
+/// so no period did it) while the old pod still runs, and the replacement pod the DaemonSet
+/// creates when the old one is deleted starts with the kubelet's "already present on machine".
+#[tokio::test]
+#[ignore = "needs the cluster lab: scripts/cluster-lab up, IMAGEKEEPER_CLUSTER_LAB_ENV (scripts/test runs it)"]
+async fn with_cluster_signals_a_daemonsets_new_template_is_pulled_ahead_and_its_next_pod_finds_it_present()
+ {
+    let cluster = cluster_lab("cluster::lab::cluster_signals_daemonset").await;
+    let (old, new) = (
+        cluster.lab_image("busybox:1.35"),
+        cluster.lab_image("data:1mb"),
+    );
+    crictl_pull(&cluster, &old);
+    let _ = cluster.crictl_output(&["rmi", &new]);
+    assert_eq!(
+        runtime_image(&cluster, &new),
+        None,
+        "{new} absent at the start"
+    );
+    let daemonset = format!(
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: signals-ds, namespace: default}}\n\
+         spec:\n  selector: {{matchLabels: {{app: signals-ds}}}}\n\
+         \x20 updateStrategy: {{type: OnDelete}}\n\
+         \x20 template:\n    metadata: {{labels: {{app: signals-ds}}}}\n    spec:\n\
+         \x20     hostNetwork: true\n      terminationGracePeriodSeconds: 0\n\
+         \x20     containers:\n      - {{name: main, image: {old}, imagePullPolicy: IfNotPresent, \
+         command: [sleep, \"3600\"]}}\n"
+    );
+    cluster.kubectl_apply(&daemonset);
+    let selector = ["-n", "default", "-l", "app=signals-ds"];
+    let old_pod = support::wait_for(
+        "the DaemonSet's pod running (kubectl get pods)",
+        Duration::from_secs(120),
+        || async {
+            let pod = cluster.kubectl(&[
+                selector[0],
+                selector[1],
+                "get",
+                "pods",
+                selector[2],
+                selector[3],
+                "-o",
+                "jsonpath={range .items[?(@.status.phase==\"Running\")]}{.metadata.name}{end}",
+            ]);
+            let pod = pod.trim().to_owned();
+            if pod.is_empty() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            (!pod.is_empty()).then_some(pod)
+        },
+    )
+    .await;
+    let sets = ["clusterSignals.enabled=true".to_owned()];
+    let release = cluster.install(
+        "imagekeeper",
+        &config(85, 80, "warmPeriod = \"1h\"\n"),
+        &sets,
+    );
+    release
+        .wait_for_log_line(&["Listed the DaemonSets"], Duration::from_secs(60))
+        .await;
+    release
+        .wait_for_log_line(
+            &["Listed the pods bound to this node"],
+            Duration::from_secs(60),
+        )
+        .await;
+    cluster.kubectl(&[
+        "-n",
+        "default",
+        "set",
+        "image",
+        "daemonset/signals-ds",
+        &format!("main={new}"),
+    ]);
+    let pulling = release
+        .wait_for_log_line(
+            &["Pulling a warm image", "DaemonSet default/signals-ds"],
+            Duration::from_secs(60),
+        )
+        .await;
+    println!("{pulling}");
+    support::wait_for(
+        &format!("{new} present on the node (crictl)"),
+        Duration::from_secs(60),
+        || async {
+            let present = runtime_image(&cluster, &new).is_some();
+            if !present {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            present.then_some(())
+        },
+    )
+    .await;
+    let running = cluster.kubectl(&[
+        "-n",
+        "default",
+        "get",
+        "pod",
+        &old_pod,
+        "-o",
+        "jsonpath={.status.phase} {.spec.containers[0].image}",
+    ]);
+    assert_eq!(
+        running.trim(),
+        format!("Running {old}"),
+        "OnDelete: the old pod still runs the old image while the new one is pulled"
+    );
+    cluster.kubectl(&["-n", "default", "delete", "pod", &old_pod, "--wait=false"]);
+    let pulled = support::wait_for(
+        "the replacement pod's Pulled event (kubectl get events)",
+        Duration::from_secs(120),
+        || async {
+            let events = cluster.kubectl(&[
+                "-n",
+                "default",
+                "get",
+                "events",
+                "--field-selector",
+                "reason=Pulled",
+                "-o",
+                "jsonpath={range .items[*]}{.involvedObject.name} {.message}{\"\\n\"}{end}",
+            ]);
+            let found = events
+                .lines()
+                .find(|line| line.starts_with("signals-ds-") && line.contains(&new))
+                .map(str::to_owned);
+            if found.is_none() {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            found
+        },
+    )
+    .await;
+    println!("{pulled}");
+    assert!(
+        pulled.contains("already present on machine"),
+        "the replacement pod found the image pulled ahead: {pulled}"
+    );
+    cluster.kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "daemonset",
+        "signals-ds",
+        "--wait=false",
+    ]);
+    drop(release);
+    let _ = cluster.crictl_output(&["rmi", &new]);
+}

@@ -466,7 +466,8 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
                 let (what, want) = if name.ends_with("-cluster-signals") {
                     (
                         "cluster signals",
-                        "- apiGroups:\n  - ''\n  resources:\n  - pods\n  verbs:\n  - list\n  - watch\n",
+                        "- apiGroups:\n  - ''\n  resources:\n  - pods\n  verbs:\n  - list\n  - watch\n\
+                         - apiGroups:\n  - apps\n  resources:\n  - daemonsets\n  verbs:\n  - list\n  - watch\n",
                     )
                 } else {
                     (
