@@ -256,6 +256,7 @@ fn judge(
                     .unwrap_or_default(),
                 evicted_before: None,
                 protection: context.protections.get(&r.key).cloned(),
+                needed_by: context.sets.needed_by_pods.get(&r.key).cloned(),
                 adaptive: None,
                 predictive: None,
                 runtime_pin: None,

@@ -5,7 +5,7 @@
 //! Invariant: [`Keeps::kept_by`] is the one order of the keep rules; the manager's skip
 //! counts, its protected set and explain's verdicts all read it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::model::{ImageRecord, RecordKey, UnixNanos};
@@ -22,8 +22,10 @@ pub struct KeepSets {
     pub pulling: BTreeSet<RecordKey>,
     /// The listed images a warm set entry in force keeps.
     pub warm: BTreeSet<RecordKey>,
-    /// The listed images a pod bound to this node names (`BoundPods`).
-    pub needed_by_pods: BTreeSet<RecordKey>,
+    /// The listed images a pod bound to this node names (`BoundPods`), each with what needs
+    /// it: the pod (`namespace/name`) or the DaemonSet whose template it is
+    /// (`DaemonSet namespace/name`).
+    pub needed_by_pods: BTreeMap<RecordKey, String>,
 }
 
 /// The keys a cycle keeps whatever its walks need, by rule.
@@ -53,7 +55,7 @@ impl Keeps<'_> {
             Some(Verdict::KubeletPulling)
         } else if self.in_use.contains(key) {
             Some(Verdict::InUse)
-        } else if self.sets.needed_by_pods.contains(key) {
+        } else if self.sets.needed_by_pods.contains_key(key) {
             Some(Verdict::NeededByPod)
         } else if self.kubelet_just_pulled.contains(key) {
             Some(Verdict::KubeletJustPulled)
@@ -87,7 +89,7 @@ impl Keeps<'_> {
             .chain(self.kubelet_pulling)
             .chain(self.kubelet_just_pulled)
             .chain(&self.sets.warm)
-            .chain(&self.sets.needed_by_pods)
+            .chain(self.sets.needed_by_pods.keys())
             .chain(self.protections.keys())
             .cloned()
             .collect()
@@ -119,7 +121,10 @@ mod tests {
         let sets = KeepSets {
             pulling: set(&[1, 2, 7]),
             warm: set(&[1, 2, 3]),
-            needed_by_pods: set(&[1, 2, 8]),
+            needed_by_pods: set(&[1, 2, 8])
+                .into_iter()
+                .map(|k| (k, "ns/pod".to_owned()))
+                .collect(),
         };
         let protections = Protections::default();
         let keeps = Keeps {

@@ -166,6 +166,11 @@ pub struct ImageExplanation {
     /// and the adaptive class that breaks ties.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predictive: Option<PredictiveRank>,
+    /// Kept because the cluster needs it now (`keep_needed_by_pod`): what needs it, the pod
+    /// bound to this node (`namespace/name`) or the DaemonSet whose template names it
+    /// (`DaemonSet namespace/name`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub needed_by: Option<String>,
     /// A kept image: whether the runtime carries the keep as pinned
     /// ([`crate::gc::note_runtime_pins`]).
     #[serde(skip_serializing_if = "Option::is_none")]

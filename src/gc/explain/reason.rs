@@ -127,9 +127,19 @@ fn keep_reason(
             "the kubelet pulled it less than MinAge {} ago: its container is about to start",
             go_duration(policy.min_age)
         ),
-        Decision::KeepNeededByPod => "a pod bound to this node names it: needed now, whether or \
-                                      not its container exists yet"
-            .to_owned(),
+        Decision::KeepNeededByPod => match image.needed_by.as_deref() {
+            Some(daemonset) if daemonset.starts_with("DaemonSet ") => format!(
+                "{daemonset}, which owns a pod bound to this node, names it in its template: \
+                 needed by that pod's next run here"
+            ),
+            Some(pod) => format!(
+                "a pod bound to this node names it ({pod}): needed now, whether or not its \
+                 container exists yet"
+            ),
+            None => "a pod bound to this node names it: needed now, whether or not its \
+                     container exists yet"
+                .to_owned(),
+        },
         Decision::KeepPinned => "pinned".to_owned(),
         Decision::KeepWarm => "in the warm set: kept present ahead of use".to_owned(),
         Decision::KeepPinnedByImagekeeper | Decision::KeepIrreplaceable => {

@@ -6,7 +6,7 @@
 //! Invariants: the warm lookups go through one index per cycle (no cost grows with entries
 //! times images); `last_keeps` is `None` until the first detect and then replaced whole.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{ImageLike, RecordKey, UnixNanos};
 use crate::runtime::ImageRuntime;
@@ -36,17 +36,22 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     }
 
     /// The listed images a pod bound to this node names, under the default runtime handler
-    /// (the kubelet pulls a pod's images under it unless RuntimeClassInImageCriApi is on).
-    fn needed_by_pods(&self, listed: &ListedImages) -> BTreeSet<RecordKey> {
+    /// (the kubelet pulls a pod's images under it unless RuntimeClassInImageCriApi is on),
+    /// each with the first (by name) of the names' sources.
+    fn needed_by_pods(&self, listed: &ListedImages) -> BTreeMap<RecordKey, String> {
         let wanted = self.bound_pods.images();
         if wanted.is_empty() {
-            return BTreeSet::new();
+            return BTreeMap::new();
         }
         let index = crate::reference::MatchIndex::of_names(wanted.keys().map(|n| (n.as_str(), "")));
+        let sources: Vec<&String> = wanted.values().collect();
         listed
             .iter()
-            .filter(|image| !index.naming(image).is_empty())
-            .map(|image| image.record_key())
+            .filter_map(|image| {
+                let first = index.naming(&image).into_iter().min()?;
+                let source = sources.get(first)?;
+                Some((image.record_key(), (*source).clone()))
+            })
             .collect()
     }
 
@@ -82,7 +87,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             let why = match protections.get(&key) {
                 Some(p) => crate::gc::KeepReason::of(p),
                 None if warm.contains(&key) => crate::gc::KeepReason::Warm,
-                None if needed.contains(&key) => crate::gc::KeepReason::NeededByPod,
+                None if needed.contains_key(&key) => crate::gc::KeepReason::NeededByPod,
                 None => continue,
             };
             // containerd stores a CRI pull under its tag and its repo digest, and 2.x also under
@@ -214,9 +219,40 @@ mod tests {
         let (kept, reason) = decision(main.clone()).expect("main:1 explained");
         assert_eq!(kept, Decision::KeepNeededByPod, "{reason}");
         assert!(
-            reason.contains("a pod bound to this node names it"),
+            reason.contains("a pod bound to this node names it (ns/job)"),
             "{reason}"
         );
+        // A DaemonSet owning a pod here: its template's image is explained with its source.
+        manager
+            .bound_pods()
+            .set_daemonset("ns/agent".into(), vec!["other:1".into()]);
+        manager.bound_pods().set_pod_owned(
+            "ns/agent-x1".into(),
+            vec!["gone:1".into()],
+            Some("ns/agent".into()),
+        );
+        let plan = manager.plan(t1, false).await.expect("plan");
+        let other = plan
+            .explanation
+            .images
+            .iter()
+            .find(|i| i.key == image(2, "other:1").record_key())
+            .expect("other:1 explained");
+        assert_eq!(
+            other.decision,
+            Decision::KeepNeededByPod,
+            "{}",
+            other.reason
+        );
+        assert_eq!(other.needed_by.as_deref(), Some("DaemonSet ns/agent"));
+        assert!(
+            other
+                .reason
+                .starts_with("DaemonSet ns/agent, which owns a pod bound to this node"),
+            "{}",
+            other.reason
+        );
+        manager.bound_pods().remove_pod("ns/agent-x1");
         let report = manager.garbage_collect(t1).await;
         let removed: Vec<_> = report.removed.iter().map(|r| r.key.clone()).collect();
         assert_eq!(removed, [image(2, "other:1").record_key()]);
