@@ -101,6 +101,9 @@ fn explain_list(w: &mut dyn Write, format: Format, e: &Explanation) -> io::Resul
                 "kubeletPulledAt".into(),
                 json!(i.kubelet_pulled_at.map(format_rfc3339)),
             );
+            if let Some(source) = &i.needed_by {
+                obj.insert("neededBy".into(), json!(source));
+            }
             // The names of the kubelet's observed preloaded records (shown, not a use).
             if !i.kubelet_preloaded.is_empty() {
                 obj.insert("kubeletPreloaded".into(), json!(i.kubelet_preloaded));
@@ -146,6 +149,10 @@ fn explain_json(w: &mut dyn Write, e: &Explanation, count: u64, bytes: u64) -> i
                 // The names of the kubelet's observed preloaded records (shown, not a use).
                 if !i.kubelet_preloaded.is_empty() {
                     obj.insert("kubelet_preloaded".into(), json!(i.kubelet_preloaded));
+                }
+                // Kept for the cluster: what needs it (issue 55; an extension).
+                if let Some(source) = &i.needed_by {
+                    obj.insert("needed_by".into(), json!(source));
                 }
                 // A kept image: whether the runtime carries it (issue 36; an extension).
                 if let Some(pin) = &i.runtime_pin {
