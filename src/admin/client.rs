@@ -19,8 +19,9 @@ use tonic::transport::{Endpoint, Uri};
 
 use super::proto::admin_client::AdminClient as Generated;
 use super::proto::{
-    DeleteUnusedRequest, EnsureImageRequest, GarbageCollectRequest, GcResponse, ListPinsRequest,
-    PinInfo, PinRequest, RestoreRequest, RuntimePinsRequest, UnpinRequest,
+    ClusterSignalsRequest, DeleteUnusedRequest, EnsureImageRequest, GarbageCollectRequest,
+    GcResponse, ListPinsRequest, PinInfo, PinRequest, RestoreRequest, RuntimePinsRequest,
+    UnpinRequest,
 };
 use super::{AdminError, AdminReason, EnsureRequest, GcOutcome, REASON_METADATA_KEY};
 use crate::gc::PinView;
@@ -241,6 +242,38 @@ impl AdminClient {
             reply.into_inner().pins.into_iter().map(pin_view).collect(),
             omitted,
         ))
+    }
+
+    /// The cluster signals' watches as the agent sees them now; `None` when it runs none.
+    pub async fn cluster_signals(
+        &mut self,
+    ) -> Result<Option<crate::gc::BoundPodsSample>, AdminError> {
+        let r = self
+            .inner
+            .cluster_signals(ClusterSignalsRequest {})
+            .await
+            .map_err(self.call_err("ClusterSignals"))?
+            .into_inner();
+        let watch = |w: super::proto::ClusterWatch| crate::gc::WatchSample {
+            synced: w.synced,
+            failing: w.failing,
+            errors: w.errors,
+        };
+        let pods = watch(r.pods.unwrap_or_default());
+        Ok(r.started.then(|| crate::gc::BoundPodsSample {
+            pods: r.bound_pods,
+            images: r.bound_pod_images,
+            synced: pods.synced,
+            failing: pods.failing,
+            errors: pods.errors,
+            refused: r.pods_refused,
+            daemonsets: r.daemonsets.map(|w| crate::gc::DaemonSetsSample {
+                held: r.daemonsets_held,
+                refused: r.daemonsets_refused,
+                images: r.daemonset_images,
+                watch: watch(w),
+            }),
+        }))
     }
 
     /// The runtime pins as the agent's last reconcile found them, and how many kept images it

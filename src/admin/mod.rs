@@ -273,6 +273,11 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn runtime_pins(&self) -> impl Future<Output = Result<RuntimePinsReport, String>> + Send {
         std::future::ready(Err("this agent does not keep runtime pins".to_owned()))
     }
+    /// The cluster signals' watches now; `None` when none runs. The default (a backend with no
+    /// cluster signals) has none.
+    fn cluster_signals(&self) -> Option<crate::gc::BoundPodsSample> {
+        None
+    }
 }
 
 /// Why the agent did not ensure an image (the server side of EnsureImage's failure).

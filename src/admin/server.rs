@@ -20,8 +20,9 @@ use tonic::{Request, Response, Status};
 
 use super::proto::admin_server::{Admin, AdminServer};
 use super::proto::{
-    DeleteUnusedRequest, EnsureImageRequest, EnsureImageResponse, GarbageCollectRequest,
-    GcResponse, ListPinsRequest, ListPinsResponse, PinInfo, PinRequest, Removal as ProtoRemoval,
+    ClusterSignalsRequest, ClusterSignalsResponse, ClusterWatch, DeleteUnusedRequest,
+    EnsureImageRequest, EnsureImageResponse, GarbageCollectRequest, GcResponse, ListPinsRequest,
+    ListPinsResponse, PinInfo, PinRequest, Removal as ProtoRemoval,
     RestoreItem as ProtoRestoreItem, RestoreRequest, RestoreResponse, RuntimeKeep,
     RuntimePinsRequest, RuntimePinsResponse, UnpinRequest, UnpinResponse,
 };
@@ -308,6 +309,35 @@ impl<B: AdminBackend> Admin for Service<B> {
         });
         set_count(&mut reply, super::OMITTED_METADATA_KEY, omitted);
         Ok(reply)
+    }
+
+    async fn cluster_signals(
+        &self,
+        _request: Request<ClusterSignalsRequest>,
+    ) -> Result<Response<ClusterSignalsResponse>, Status> {
+        let Some(sample) = self.backend.cluster_signals() else {
+            return Ok(Response::new(ClusterSignalsResponse::default()));
+        };
+        let watch = |w: crate::gc::WatchSample| ClusterWatch {
+            synced: w.synced,
+            failing: w.failing,
+            errors: w.errors,
+        };
+        Ok(Response::new(ClusterSignalsResponse {
+            started: true,
+            pods: Some(ClusterWatch {
+                synced: sample.synced,
+                failing: sample.failing,
+                errors: sample.errors,
+            }),
+            bound_pods: sample.pods,
+            bound_pod_images: sample.images,
+            pods_refused: sample.refused,
+            daemonsets: sample.daemonsets.map(|d| watch(d.watch)),
+            daemonset_images: sample.daemonsets.map_or(0, |d| d.images),
+            daemonsets_held: sample.daemonsets.map_or(0, |d| d.held),
+            daemonsets_refused: sample.daemonsets.map_or(0, |d| d.refused),
+        }))
     }
 }
 

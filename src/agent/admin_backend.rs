@@ -169,6 +169,10 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
         Ok(existed)
     }
 
+    fn cluster_signals(&self) -> Option<crate::gc::BoundPodsSample> {
+        self.gc.bound_pods().sample()
+    }
+
     async fn runtime_pins(&self) -> Result<crate::admin::RuntimePinsReport, String> {
         let db = self.config().db;
         let note = self.runtime_pins.state_note();

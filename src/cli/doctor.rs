@@ -131,6 +131,11 @@ pub(crate) async fn findings(
         }),
         false => None,
     };
+    // The running agent's watches: the command's check, as the runtime pins'.
+    let cluster_signals = match check_runtime_pins && config.cluster_signals {
+        true => Some(read_cluster_signals(config, runtime_timeout).await),
+        false => None,
+    };
     let images_on_nodefs = match &runtime {
         RuntimeView::Reached {
             image_fs: Ok(fs), ..
@@ -155,7 +160,25 @@ pub(crate) async fn findings(
         runtime_sandbox_image: runtime_sandbox.as_deref(),
         now: SystemClock.now(),
         runtime_pins: runtime_pins.as_ref(),
+        cluster_signals: cluster_signals.as_ref(),
     })
+}
+
+/// The running agent's cluster signals, asked on its admin socket within `timeout`.
+async fn read_cluster_signals(
+    config: &AgentConfig,
+    timeout: Duration,
+) -> doctor::ClusterSignalsSeen {
+    let client =
+        imagekeeper::admin::AdminClient::connect_with_timeout(&config.admin_socket, timeout).await;
+    let answer = match client {
+        Ok(mut client) => client.cluster_signals().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match answer {
+        Ok(sample) => doctor::ClusterSignalsSeen::Answered(sample),
+        Err(why) => doctor::ClusterSignalsSeen::Unreachable(why),
+    }
 }
 
 /// This database's agent instance (`instance_id` in its meta table, as the agent's runtime pin

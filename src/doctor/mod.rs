@@ -6,10 +6,12 @@
 //! `conflict` or `not_checked` (never a silent skip); a check that needs what it does not have
 //! (a capacity, the runtime) says so rather than guess; nothing here does I/O.
 
+mod cluster_signals;
 mod disk;
 mod kubelet_config;
 
 mod runtime_pin_record;
+pub use cluster_signals::ClusterSignalsSeen;
 pub use runtime_pin_record::RecordView;
 
 use serde::Serialize;
@@ -158,6 +160,8 @@ pub struct DoctorInput<'a> {
     pub now: UnixNanos,
     /// The runtime's version and the pins, for the runtime pins check; `None`: not asked.
     pub runtime_pins: Option<&'a RuntimePinsView>,
+    /// The running agent's cluster signals, for their check; `None`: not asked.
+    pub cluster_signals: Option<&'a ClusterSignalsSeen>,
 }
 
 /// The doctor's answer: `imagekeeper doctor -o json` prints it as it is.
@@ -204,6 +208,12 @@ pub fn check(input: &DoctorInput<'_>) -> Vec<Finding> {
     if let Some(view) = input.runtime_pins {
         findings.push(check_runtime_pin_instances(view));
         findings.push(runtime_pin_record::check_runtime_pin_record(view));
+    }
+    if input.cluster_signals.is_some() {
+        findings.push(cluster_signals::check_cluster_signals(
+            input.imagekeeper.cluster_signals,
+            input.cluster_signals,
+        ));
     }
     findings
 }

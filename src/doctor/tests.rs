@@ -49,6 +49,7 @@ fn run(k: &KubeletConfig, ik: &AgentConfig, runtime: &RuntimeView, creds: bool) 
         runtime_sandbox_image: None,
         now: UnixNanos::from_secs(1_800_000_000),
         runtime_pins: None,
+        cluster_signals: None,
     })
 }
 
@@ -505,6 +506,7 @@ fn stale_kubelet_intents_are_shown() {
             runtime_sandbox_image: None,
             now: UnixNanos::from_secs(1_800_000_000),
             runtime_pins: None,
+            cluster_signals: None,
         })
     };
     let findings = with(Some(&stale));
@@ -546,6 +548,7 @@ fn run_on(
         runtime_sandbox_image: None,
         now: UnixNanos::from_secs(1_800_000_000),
         runtime_pins: None,
+        cluster_signals: None,
     })
 }
 
@@ -673,6 +676,7 @@ fn doctor_lists_the_irreplaceable_images() {
         runtime_sandbox_image: Some("registry.k8s.io/pause:3.6"),
         now: UnixNanos::from_secs(1_800_000_000),
         runtime_pins: None,
+        cluster_signals: None,
     });
     let f = find(&findings, "irreplaceable-images");
     assert_eq!(f.status, Status::Ok);
@@ -878,6 +882,7 @@ fn runtime_pins_off_is_reported_and_with_them_on_every_keep_must_be_listed_pinne
             runtime_sandbox_image: None,
             now: UnixNanos::from_secs(1_800_000_000),
             runtime_pins: Some(&view),
+            cluster_signals: None,
         });
         let f = find(&findings, "runtime-pins");
         assert_eq!(f.status, want, "{what}: {f:#?}");
@@ -1130,6 +1135,7 @@ fn observed_preloaded_records_are_listed_never_a_conflict() {
             runtime_sandbox_image: None,
             now: UnixNanos::from_secs(1_800_000_000),
             runtime_pins: None,
+            cluster_signals: None,
         })
     };
     let record = |n: usize, names: &[&str]| PreloadedRecord {

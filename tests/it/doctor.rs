@@ -7,6 +7,7 @@ use crate::support::agent::AgentFixture;
 use crate::support::bin;
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::time::Duration;
 
 use imagekeeper::model::{ImageId, RuntimeImage};
 use serde_json::Value;
@@ -692,4 +693,107 @@ fn doctor_lists_the_kubelets_observed_preloaded_records_and_the_damaged_ones() {
             && stdout.contains("the kubelet observed 1 image(s) preloaded"),
         "{stdout}"
     );
+}
+
+/// `doctor` asks the running agent how its cluster signals' watches fare (issue 55): with
+/// `clusterSignals` on and no API server credentials the agent runs no watch, a conflict naming
+/// the cause; with an API server that answers every list with garbage, the watch's failure is a
+/// conflict naming the pods' watch and its errors, while the agent runs on. Each agent is a
+/// real `imagekeeper run` against the fake runtime; doctor reads it on its admin socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_when_the_agents_cluster_signals_run_no_watch_or_their_watch_fails() {
+    use crate::node_events::{FirstAnswer, misbehaving_api_server};
+    let AgentFixture {
+        fake, dir, socket, ..
+    } = AgentFixture::builder().image_fs_used(0).start().await;
+    let (address, _first, _requests) = misbehaving_api_server(FirstAnswer::NotJson).await;
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: stub\n  cluster: {{server: \"http://{address}\"}}\n\
+             users:\n- name: stub\n  user: {{}}\ncontexts:\n- name: stub\n  context: {{cluster: stub, user: stub}}\n\
+             current-context: stub\n"
+        ),
+    )
+    .expect("kubeconfig");
+    let files = Files::new();
+    let kubelet = files.write(
+        "kubelet.yaml",
+        &format!("{CLEAN}containerRuntimeEndpoint: {}\n", fake.endpoint()),
+    );
+    // (the agent's KUBECONFIG, what doctor must say)
+    let cases = [
+        (dir.path().join("no-such-kubeconfig"), "runs no watch"),
+        (kubeconfig, "the watch of the pods bound to this node ("),
+    ];
+    for (i, (kubeconfig, want)) in cases.into_iter().enumerate() {
+        let db = dir.path().join(format!("records-{i}.redb"));
+        let socket = socket.with_file_name(format!("admin-{i}.sock"));
+        let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_imagekeeper"))
+            .args(["run", "--container-runtime-endpoint", &fake.endpoint()])
+            .arg("--db")
+            .arg(&db)
+            .arg("--admin-socket")
+            .arg(&socket)
+            .args(["--gc-period", "1h", "--set", "clusterSignals=true"])
+            .env("NODE_NAME", "node-a")
+            .env("KUBECONFIG", &kubeconfig)
+            .env("HOME", dir.path())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the agent");
+        let args: Vec<String> = [
+            "--set",
+            "clusterSignals=true",
+            "--admin-socket",
+            socket.to_str().expect("utf8"),
+            "--container-runtime-endpoint",
+            &fake.endpoint(),
+            "-o",
+            "json",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        // The agent serves its admin socket once started: a failing API server holds its
+        // start up to 30 s, waiting for the first list of the bound pods.
+        let finding = crate::support::wait_for(
+            &format!("doctor's cluster-signals finding with {want:?}"),
+            Duration::from_secs(90),
+            || {
+                let (kubelet, args) = (kubelet.clone(), args.clone());
+                async move {
+                    let report = json(&doctor_async(kubelet, args).await);
+                    let finding = report["findings"]
+                        .as_array()
+                        .expect("findings")
+                        .iter()
+                        .find(|f| f["check"] == "cluster-signals")
+                        .cloned()
+                        .expect("a cluster-signals finding");
+                    if finding["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(want))
+                    {
+                        return Some(finding);
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    None
+                }
+            },
+        )
+        .await;
+        assert_eq!(finding["status"], "conflict", "{finding:#}");
+        assert!(finding["fix"].is_string(), "{finding:#}");
+        assert_eq!(
+            agent.try_wait().expect("the agent's status"),
+            None,
+            "the agent runs on: {finding:#}"
+        );
+        let _ = agent.kill();
+        let _ = agent.wait();
+    }
 }
