@@ -68,9 +68,15 @@ pub(super) fn task_state(status: i32) -> TaskState {
     }
 }
 
-/// A task's container id and state.
+/// A task's container id and state. Tasks.List leaves `container_id` empty and names the task
+/// by `id`, which for a container's task is the container's id (containerd's
+/// plugins/services/tasks/local.go, getProcessState, sets only `ID`).
 pub(super) fn task(process: task_types::Process) -> (String, TaskState) {
-    (process.container_id, task_state(process.status))
+    let id = match process.container_id.is_empty() {
+        true => process.id,
+        false => process.container_id,
+    };
+    (id, task_state(process.status))
 }
 
 pub(super) fn snapshot(snapshotter: &str, info: snapshots_v1::Info) -> ContainerdSnapshot {
@@ -206,5 +212,15 @@ mod tests {
         assert_eq!(task_state(3), TaskState::Stopped);
         assert_eq!(task_state(1), TaskState::Created);
         assert_eq!(task_state(99), TaskState::Unknown);
+        let listed = |container_id: &str, id: &str| {
+            task(task_types::Process {
+                container_id: container_id.into(),
+                id: id.into(),
+                pid: 1,
+                status: 2,
+            })
+        };
+        assert_eq!(listed("", "c1"), ("c1".to_owned(), TaskState::Running));
+        assert_eq!(listed("c2", "exec"), ("c2".to_owned(), TaskState::Running));
     }
 }

@@ -4,8 +4,8 @@
 //! has in use ([`FilesystemUsage`]), and splits the usage by owner: CRI images (the `k8s.io`
 //! namespace, one row per target digest with its names), the CRI's containers (running first)
 //! by their writable layers, other namespaces' images and containers, leases (in force, then
-//! expired), `containerd.io/gc.root` objects, and what nothing holds: orphaned snapshots (with
-//! their age and parent chain), unreferenced blobs, ingests; then containerd's own databases,
+//! expired), and what none of them holds: orphaned snapshots (with their age and parent chain),
+//! unreferenced blobs, ingests, each saying whether a `containerd.io/gc.root` label keeps it; then containerd's own databases,
 //! and the rest, `unexplained` (usage minus the sum, signed: negative when the stores count
 //! more than statvfs, e.g. a snapshot's hard links into another).
 //!
@@ -50,11 +50,10 @@ pub enum RowKind {
     Container,
     /// A lease and what it holds that nothing above holds.
     Lease,
-    /// A blob or snapshot labelled `containerd.io/gc.root`.
-    GcRoot,
-    /// A snapshot no container, image, lease or root holds.
+    /// A snapshot no container, image or lease holds (`gc_root` says whether a
+    /// `containerd.io/gc.root` label keeps it from containerd's garbage collection).
     OrphanSnapshot,
-    /// A content blob no image, snapshot, lease or root references.
+    /// A content blob no image, container, snapshot or lease references (`gc_root` likewise).
     UnreferencedBlob,
     /// A write to the content store in progress or abandoned.
     Ingest,
@@ -71,7 +70,6 @@ impl RowKind {
             RowKind::Image => "image",
             RowKind::Container => "container",
             RowKind::Lease => "lease",
-            RowKind::GcRoot => "gcRoot",
             RowKind::OrphanSnapshot => "orphanSnapshot",
             RowKind::UnreferencedBlob => "unreferencedBlob",
             RowKind::Ingest => "ingest",
@@ -142,6 +140,11 @@ pub struct DiskRow {
     /// Whether a lease is flat (`containerd.io/gc.flat`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flat: Option<bool>,
+    /// Whether an orphaned snapshot, unreferenced blob or ingest is kept by a
+    /// `containerd.io/gc.root` label (its own, or an object's that references it): containerd's
+    /// garbage collection leaves it; without one, its next collection removes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gc_root: Option<bool>,
 }
 
 /// The rows of one kind, summed.
@@ -292,6 +295,10 @@ pub const JSON_FIELDS: &[(&str, &str)] = &[
     (
         "rows[].flat",
         "whether a lease is flat (containerd.io/gc.flat: it holds only the resources it names)",
+    ),
+    (
+        "rows[].gcRoot",
+        "whether an orphaned snapshot, unreferenced blob or ingest is kept by a containerd.io/gc.root label (its own or a referrer's); false: containerd's next garbage collection removes it",
     ),
     ("totals[].kind", "a row kind"),
     ("totals[].rows", "its rows"),

@@ -1,7 +1,7 @@
 //! Who owns what: the owners in the order they claim objects (CRI images, the CRI's running
 //! then other containers, other namespaces' images and containers, leases in force then
-//! expired ones, `gc.root` objects), each owner's row, and the rows of what no owner reaches
-//! (orphaned snapshots, unreferenced blobs, ingests).
+//! expired ones), each owner's row, and the rows of what no owner reaches (orphaned snapshots,
+//! unreferenced blobs, ingests), each saying whether a `containerd.io/gc.root` label keeps it.
 //!
 //! Invariant: every object is counted in exactly one row's `bytes`: the first owner that
 //! reaches it, or its own residual row when none does. `referenced_bytes` counts everything an
@@ -188,30 +188,6 @@ fn lease_owners(state: &ContainerdState, graph: &Graph, now: UnixNanos) -> Vec<O
     live
 }
 
-/// One owner per `containerd.io/gc.root` object.
-fn root_owners(state: &ContainerdState, graph: &Graph) -> Vec<Owner> {
-    graph
-        .roots
-        .iter()
-        .map(|&(n, node)| {
-            let object = graph.reach(&[node], true).first().copied();
-            let name = match object.map(|o| &graph.objects[o].kind) {
-                Some(ObjectKind::Snapshot { ns, index }) => {
-                    let s = &state.namespaces[*ns].snapshots[*index];
-                    format!("{}/{}", s.snapshotter, s.name)
-                }
-                Some(ObjectKind::Blob(d)) => d.clone(),
-                Some(ObjectKind::Ingest { .. }) | None => String::new(),
-            };
-            Owner {
-                row: row(RowKind::GcRoot, &state.namespaces[n].name, name),
-                roots: vec![node],
-                flat: false,
-            }
-        })
-        .collect()
-}
-
 /// Every owner, in the order they claim objects.
 pub(super) fn owners(
     state: &ContainerdState,
@@ -224,7 +200,6 @@ pub(super) fn owners(
     out.extend(image_owners(state, graph, cri, false));
     out.extend(container_owners(state, graph, cri, false, now));
     out.extend(lease_owners(state, graph, now));
-    out.extend(root_owners(state, graph));
     out
 }
 
@@ -305,8 +280,14 @@ fn snapshot_kind(kind: SnapshotKind) -> &'static str {
     }
 }
 
-/// The row of an object no owner reaches.
-fn residual_row(state: &ContainerdState, graph: &Graph, object: usize, now: UnixNanos) -> DiskRow {
+/// The row of an object no owner reaches (`rooted`: a `containerd.io/gc.root` keeps it).
+fn residual_row(
+    state: &ContainerdState,
+    graph: &Graph,
+    object: usize,
+    rooted: bool,
+    now: UnixNanos,
+) -> DiskRow {
     let mut r = match &graph.objects[object].kind {
         ObjectKind::Snapshot { ns, index } => {
             let s = &state.namespaces[*ns].snapshots[*index];
@@ -357,6 +338,7 @@ fn residual_row(state: &ContainerdState, graph: &Graph, object: usize, now: Unix
     };
     count(&mut r, graph, object);
     r.referenced_bytes = graph.objects[object].bytes;
+    r.gc_root = Some(rooted);
     r
 }
 
@@ -367,9 +349,14 @@ pub(super) fn residual_rows(
     claimed: &[bool],
     now: UnixNanos,
 ) -> Vec<DiskRow> {
+    let roots: Vec<usize> = graph.roots.iter().map(|&(_, node)| node).collect();
+    let mut rooted = vec![false; graph.objects.len()];
+    for o in graph.reach(&roots, false) {
+        rooted[o] = true;
+    }
     let mut rows: Vec<DiskRow> = (0..graph.objects.len())
         .filter(|&o| !claimed[o])
-        .map(|o| residual_row(state, graph, o, now))
+        .map(|o| residual_row(state, graph, o, rooted[o], now))
         .collect();
     rows.sort_by(|a, b| {
         (a.kind, std::cmp::Reverse(a.bytes), &a.namespace, &a.name).cmp(&(

@@ -449,7 +449,7 @@ fn leases_hold_what_nothing_else_holds_expired_ones_last_and_flat_ones_only_what
 }
 
 #[test]
-fn roots_back_references_and_an_ingest_no_lease_holds() {
+fn back_references_hold_and_residual_objects_say_whether_a_gc_root_label_keeps_them() {
     let mut state = ContainerdState {
         namespaces: vec![ns("buildkit")],
         ..ContainerdState::default()
@@ -477,12 +477,12 @@ fn roots_back_references_and_an_ingest_no_lease_holds() {
         (2 * BLOCK, 2),
         "target and its back-referenced child"
     );
-    assert_eq!(find(&report, RowKind::GcRoot, "rooted").bytes, BLOCK);
-    assert_eq!(
-        find(&report, RowKind::GcRoot, "overlayfs/cache").bytes,
-        5_000
-    );
-    assert_eq!(find(&report, RowKind::Ingest, "abandoned").bytes, BLOCK);
+    let rooted = find(&report, RowKind::UnreferencedBlob, "rooted");
+    assert_eq!((rooted.bytes, rooted.gc_root), (BLOCK, Some(true)));
+    let cache = find(&report, RowKind::OrphanSnapshot, "cache");
+    assert_eq!((cache.bytes, cache.gc_root), (5_000, Some(true)));
+    let ingest = find(&report, RowKind::Ingest, "abandoned");
+    assert_eq!((ingest.bytes, ingest.gc_root), (BLOCK, Some(false)));
 }
 
 #[test]

@@ -123,7 +123,12 @@ fn cells(r: &DiskRow, out: &OutputArgs, wide: bool) -> Vec<String> {
         format_size(r.bytes),
         r.inodes.to_string(),
         format_size(r.shared_bytes),
-        r.state.clone().unwrap_or_else(|| "-".into()),
+        match (&r.state, r.gc_root) {
+            (Some(state), _) => state.clone(),
+            (None, Some(true)) => "gc.root".into(),
+            (None, Some(false)) => "collectable".into(),
+            (None, None) => "-".into(),
+        },
         age,
     ];
     if wide {
