@@ -14,7 +14,7 @@
 //! error: the rest is still accounted. The generated types never leave this file and
 //! `containerd_convert.rs`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
@@ -42,6 +42,8 @@ const SNAPSHOTTER_PLUGIN: &str = "io.containerd.snapshotter.v1";
 const CONTENT_PLUGIN: &str = "io.containerd.content.v1";
 /// The plugin type of the metadata store (`bolt`, exporting its `meta.db` path).
 const METADATA_PLUGIN: &str = "io.containerd.metadata.v1";
+/// How many Snapshots.Usage calls are in flight at once.
+const USAGE_IN_FLIGHT: usize = 16;
 /// The label prefix naming a snapshot a content blob references, `...snapshot.<snapshotter>`.
 const SNAPSHOT_REF_LABEL: &str = "containerd.io/gc.ref.snapshot.";
 
@@ -81,11 +83,26 @@ impl ContainerdView {
     pub async fn read(&self) -> Result<ContainerdState, CriError> {
         let mut state = ContainerdState::default();
         let plugins = self.plugins(&mut state).await?;
-        let names = self.namespaces().await?;
         let mut snapshotters: BTreeSet<String> = plugins.clone();
-        for name in names {
-            let ns = self.namespace(&name, &mut snapshotters, &mut state).await?;
+        for name in self.namespaces().await? {
+            let ns = self.namespace(&name, &mut state).await?;
+            snapshotters.extend(snapshotters_named(&ns));
             state.namespaces.push(ns);
+        }
+        // Every namespace's snapshots of every snapshotter in use (one a later namespace
+        // names is read in the earlier ones too).
+        for i in 0..state.namespaces.len() {
+            let name = state.namespaces[i].name.clone();
+            let ns = self.ns_header(&name)?;
+            for snapshotter in &snapshotters {
+                match self.snapshots(&ns, snapshotter, &name, &mut state).await {
+                    Ok(mut list) => state.namespaces[i].snapshots.append(&mut list),
+                    Err(e) => state.warnings.push(format!(
+                        "namespace {name}: the snapshots of snapshotter {snapshotter} could not \
+                         be listed: {e}"
+                    )),
+                }
+            }
         }
         // A snapshotter named by a container or a label but not listed by introspection: its
         // root is unknown (its bytes are counted on the image filesystem).
@@ -182,12 +199,10 @@ impl ContainerdView {
         Ok(response.namespaces.into_iter().map(|n| n.name).collect())
     }
 
-    /// One namespace, every part; `snapshotters` gains the names its containers and content
-    /// labels use.
+    /// One namespace, every part but its snapshots.
     async fn namespace(
         &self,
         name: &str,
-        snapshotters: &mut BTreeSet<String>,
         state: &mut ContainerdState,
     ) -> Result<NamespaceState, CriError> {
         let ns = self.ns_header(name)?;
@@ -199,37 +214,13 @@ impl ContainerdView {
             ingests: self.ingests(&ns).await?,
             ..NamespaceState::default()
         };
-        for (id, task) in self.tasks(&ns).await? {
-            if let Some(c) = out.containers.iter_mut().find(|c| c.id == id) {
-                c.task = task;
+        let tasks: HashMap<String, TaskState> = self.tasks(&ns).await?.into_iter().collect();
+        for c in &mut out.containers {
+            if let Some(task) = tasks.get(&c.id) {
+                c.task = *task;
             }
         }
         out.leases = self.leases(&ns, name, state).await?;
-        snapshotters.extend(
-            out.containers
-                .iter()
-                .map(|c| c.snapshotter.clone())
-                .filter(|s| !s.is_empty()),
-        );
-        for blob in &out.content {
-            for key in blob.labels.keys() {
-                if let Some(rest) = key.strip_prefix(SNAPSHOT_REF_LABEL) {
-                    let sn = rest.split('/').next().unwrap_or(rest);
-                    if !sn.is_empty() {
-                        snapshotters.insert(sn.to_owned());
-                    }
-                }
-            }
-        }
-        for snapshotter in snapshotters.iter() {
-            match self.snapshots(&ns, snapshotter, name, state).await {
-                Ok(mut list) => out.snapshots.append(&mut list),
-                Err(e) => state.warnings.push(format!(
-                    "namespace {name}: the snapshots of snapshotter {snapshotter} could not be \
-                     listed: {e}"
-                )),
-            }
-        }
         Ok(out)
     }
 
@@ -434,29 +425,47 @@ impl ContainerdView {
                     .map(|info| convert::snapshot(snapshotter, info)),
             );
         }
-        for snapshot in &mut out {
+        // Usage calls, USAGE_IN_FLIGHT at a time (an active snapshot's usage is a walk of its
+        // directory in containerd: many at once would only queue there).
+        let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(USAGE_IN_FLIGHT));
+        let mut calls = tokio::task::JoinSet::new();
+        for (index, snapshot) in out.iter().enumerate() {
+            let Ok(permit) = limit.clone().acquire_owned().await else {
+                break;
+            };
             let request = snapshots_v1::UsageRequest {
                 snapshotter: snapshotter.to_owned(),
                 key: snapshot.name.clone(),
             };
-            let usage = unary_call(
-                "containerd.Snapshots.Usage",
-                &self.address,
-                Some(self.call_timeout),
-                request,
-                |request| {
-                    let mut client = client.clone();
-                    let request = namespaced(request, ns);
-                    async move { client.usage(request).await }
-                },
-            )
-            .await;
+            let (client, ns) = (client.clone(), ns.clone());
+            let (address, deadline) = (self.address.clone(), self.call_timeout);
+            calls.spawn(async move {
+                let usage = unary_call(
+                    "containerd.Snapshots.Usage",
+                    &address,
+                    Some(deadline),
+                    request,
+                    |request| {
+                        let mut client = client.clone();
+                        let request = namespaced(request, &ns);
+                        async move { client.usage(request).await }
+                    },
+                )
+                .await;
+                drop(permit);
+                (index, usage)
+            });
+        }
+        while let Some(joined) = calls.join_next().await {
+            let Ok((index, usage)) = joined else {
+                continue;
+            };
             match usage {
-                Ok(usage) => snapshot.usage = Some(convert::usage(usage)),
+                Ok(usage) => out[index].usage = Some(convert::usage(usage)),
                 Err(e) => state.warnings.push(format!(
                     "namespace {name}: the usage of snapshot {snapshotter}/{} could not be read: \
                      {e}",
-                    snapshot.name
+                    out[index].name
                 )),
             }
         }
@@ -482,6 +491,27 @@ impl ContainerdView {
             }),
         }
     }
+}
+
+/// The snapshotters a namespace's containers and content labels name.
+fn snapshotters_named(ns: &NamespaceState) -> BTreeSet<String> {
+    let mut out: BTreeSet<String> = ns
+        .containers
+        .iter()
+        .map(|c| c.snapshotter.clone())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for blob in &ns.content {
+        for key in blob.labels.keys() {
+            if let Some(rest) = key.strip_prefix(SNAPSHOT_REF_LABEL) {
+                let sn = rest.split('/').next().unwrap_or(rest);
+                if !sn.is_empty() {
+                    out.insert(sn.to_owned());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A file's bytes on disk (st_blocks × 512) and its device; `None` when it cannot be read.
