@@ -224,6 +224,11 @@ impl Graph {
         self.index.get(&(ty, ns, key.to_owned())).copied()
     }
 
+    /// The object node `node` holds, if any.
+    pub(super) fn object(&self, node: usize) -> Option<usize> {
+        self.object_of.get(node).copied().flatten()
+    }
+
     fn edge(&mut self, from: Option<usize>, to: Option<usize>, kind: Edge) {
         if let (Some(from), Some(to)) = (from, to) {
             self.edges[from].push((to, kind));

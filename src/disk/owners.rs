@@ -7,12 +7,14 @@
 //! reaches it, or its own residual row when none does. `referenced_bytes` counts everything an
 //! owner reaches, and `shared_bytes` the part of it another owner reaches too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::graph::{Graph, NodeType, ObjectKind};
 use super::{DiskRow, RowKind};
 use crate::format::{format_rfc3339, parse_rfc3339};
-use crate::model::{ContainerdState, LeaseResource, SnapshotKind, TaskState, UnixNanos};
+use crate::model::{
+    ContainerdBlob, ContainerdState, LeaseResource, SnapshotKind, TaskState, UnixNanos,
+};
 
 /// The label that ends a lease (RFC 3339), as containerd's GC reads it.
 pub(super) const LEASE_EXPIRE_LABEL: &str = "containerd.io/gc.expire";
@@ -253,23 +255,29 @@ pub(super) fn attribute(graph: &Graph, owners: Vec<Owner>) -> (Vec<DiskRow>, Vec
     (rows, claimed)
 }
 
-/// The snapshot's parent chain, nearest first (stopping at a loop or a missing parent).
-fn parent_chain(state: &ContainerdState, ns: usize, index: usize) -> Vec<String> {
+/// The snapshot's parent chain, nearest first (stopping at a loop or a missing parent), each
+/// parent found through the graph's index.
+fn parent_chain(state: &ContainerdState, graph: &Graph, ns: usize, index: usize) -> Vec<String> {
     let snapshots = &state.namespaces[ns].snapshots;
     let mut chain = Vec::new();
     let mut at = &snapshots[index];
     while !at.parent.is_empty() && chain.len() < snapshots.len() {
         chain.push(at.parent.clone());
-        match snapshots
-            .iter()
-            .find(|s| s.snapshotter == at.snapshotter && s.name == at.parent)
-        {
-            Some(parent) => at = parent,
-            None => break,
+        let key = format!("{}/{}", at.snapshotter, at.parent);
+        let parent = graph
+            .node(NodeType::Snapshot, ns, &key)
+            .and_then(|node| graph.object(node))
+            .map(|o| &graph.objects[o].kind);
+        match parent {
+            Some(ObjectKind::Snapshot { index, .. }) => at = &snapshots[*index],
+            _ => break,
         }
     }
     chain
 }
+
+/// Each unreferenced digest's listings: (namespace, blob) for every namespace listing it.
+type Holders<'a> = HashMap<&'a str, Vec<(&'a str, &'a ContainerdBlob)>>;
 
 fn snapshot_kind(kind: SnapshotKind) -> &'static str {
     match kind {
@@ -284,8 +292,8 @@ fn snapshot_kind(kind: SnapshotKind) -> &'static str {
 fn residual_row(
     state: &ContainerdState,
     graph: &Graph,
-    object: usize,
-    rooted: bool,
+    holders: &Holders<'_>,
+    (object, rooted): (usize, bool),
     now: UnixNanos,
 ) -> DiskRow {
     let mut r = match &graph.objects[object].kind {
@@ -300,16 +308,12 @@ fn residual_row(
             r.snapshot_kind = Some(snapshot_kind(s.kind).to_owned());
             r.created_at = time(s.created_at);
             r.age_seconds = age(now, s.created_at);
-            r.parent_chain = Some(parent_chain(state, *ns, *index));
+            r.parent_chain = Some(parent_chain(state, graph, *ns, *index));
             r
         }
         ObjectKind::Blob(digest) => {
-            let holders: Vec<_> = state
-                .namespaces
-                .iter()
-                .filter_map(|ns| Some(ns).zip(ns.content.iter().find(|b| &b.digest == digest)))
-                .collect();
-            let namespaces: Vec<&str> = holders.iter().map(|(ns, _)| ns.name.as_str()).collect();
+            let holders = holders.get(digest.as_str()).map_or(&[][..], Vec::as_slice);
+            let namespaces: Vec<&str> = holders.iter().map(|(ns, _)| *ns).collect();
             let mut r = row(
                 RowKind::UnreferencedBlob,
                 &namespaces.join(","),
@@ -354,9 +358,22 @@ pub(super) fn residual_rows(
     for o in graph.reach(&roots, false) {
         rooted[o] = true;
     }
+    let mut holders: Holders<'_> = HashMap::new();
+    for (o, object) in graph.objects.iter().enumerate() {
+        if let (false, ObjectKind::Blob(digest)) = (claimed[o], &object.kind) {
+            holders.insert(digest, Vec::new());
+        }
+    }
+    for ns in &state.namespaces {
+        for blob in &ns.content {
+            if let Some(list) = holders.get_mut(blob.digest.as_str()) {
+                list.push((&ns.name, blob));
+            }
+        }
+    }
     let mut rows: Vec<DiskRow> = (0..graph.objects.len())
         .filter(|&o| !claimed[o])
-        .map(|o| residual_row(state, graph, o, rooted[o], now))
+        .map(|o| residual_row(state, graph, &holders, (o, rooted[o]), now))
         .collect();
     rows.sort_by(|a, b| {
         (a.kind, std::cmp::Reverse(a.bytes), &a.namespace, &a.name).cmp(&(
