@@ -29,9 +29,12 @@
 //! dangling references are dropped, parent loops end.
 
 mod graph;
+mod orphans;
 mod owners;
 
 use serde::Serialize;
+
+pub use orphans::{OrphanKept, OrphanPlan, OrphanRemoval, orphan_plan};
 
 use crate::model::{ContainerdState, FilesystemUsage, UnixNanos};
 

@@ -621,3 +621,63 @@ fn the_json_fields_documented_are_exactly_those_the_report_has() {
         );
     }
 }
+
+#[test]
+fn prune_orphans_plans_old_leftovers_of_named_namespaces_children_first_and_nothing_held() {
+    let mut state = two_images();
+    let k8s = &mut state.namespaces[0];
+    let old = |name: &str, parent: &str, hours: i64| {
+        let mut s = snap(name, parent, 1_000, SnapshotKind::Active);
+        s.created_at = UnixNanos(NOW.0 - hours * HOUR);
+        s
+    };
+    k8s.snapshots.push(old("leaf", "mid", 5));
+    k8s.snapshots.push(old("mid", "top1", 5));
+    k8s.snapshots.push(old("young", "top1", 0));
+    k8s.content.push(blob("k8s-only", 100, &[]));
+    k8s.content.push(blob("shared", 100, &[]));
+    let mut other = ns("default");
+    other.content.push(blob("shared", 100, &[]));
+    state.namespaces.push(other);
+    let report = account(&state, &fs(0), "k8s.io", NOW);
+
+    let plan = orphan_plan(&report, 3600, &["k8s.io"]);
+    let removals: Vec<(&str, RowKind)> = plan
+        .removals
+        .iter()
+        .map(|r| (r.name.as_str(), r.kind))
+        .collect();
+    assert_eq!(
+        removals,
+        [
+            ("leaf", RowKind::OrphanSnapshot),
+            ("mid", RowKind::OrphanSnapshot),
+            ("k8s-only", RowKind::UnreferencedBlob),
+        ],
+        "a child before its parent; nothing an image or a container holds"
+    );
+    assert_eq!(plan.bytes, 1_000 + 1_000 + BLOCK);
+    let kept: Vec<(&str, &str)> = plan
+        .kept
+        .iter()
+        .map(|k| (k.name.as_str(), k.reason.as_str()))
+        .collect();
+    assert!(
+        kept.iter()
+            .any(|(n, r)| *n == "young" && r.starts_with("younger than the minimum age")),
+        "{kept:?}"
+    );
+    assert!(
+        kept.iter()
+            .any(|(n, r)| *n == "shared" && r.contains("namespace default, which was not named")),
+        "{kept:?}"
+    );
+    let both = orphan_plan(&report, 3600, &["k8s.io", "default"]);
+    assert!(both.removals.iter().any(|r| r.name == "shared"));
+    assert!(
+        orphan_plan(&report, 0, &["k8s.io"])
+            .removals
+            .iter()
+            .all(|r| matches!(r.kind, RowKind::OrphanSnapshot | RowKind::UnreferencedBlob)),
+    );
+}

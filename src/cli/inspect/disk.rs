@@ -5,21 +5,17 @@
 //! unexplained rest.
 
 use std::io::Write;
-use std::path::Path;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
-use imagekeeper::cri::{
-    CONTAINERD_CRI_NAMESPACE, ContainerdView, CriClient, CriConfig, DEFAULT_RUNTIME_ENDPOINT,
-    ImageRuntime, filesystem_usage,
-};
+use imagekeeper::cri::{CONTAINERD_CRI_NAMESPACE, DEFAULT_RUNTIME_ENDPOINT};
 use imagekeeper::disk::{DiskReport, DiskRow, JSON_FIELDS, account};
 use imagekeeper::format::format_size;
 use imagekeeper::model::UnixNanos;
 use serde_json::json;
 
 use super::super::Failure;
+use super::super::disk_read::read_runtime;
 use super::super::output::{Format, KubeList, OutputArgs, is_list, table};
 
 /// The JSON fields, at the end of `inspect disk --help` (and so in the generated reference).
@@ -57,32 +53,11 @@ pub(super) fn disk(
         .containerd_address
         .clone()
         .unwrap_or_else(|| args.container_runtime_endpoint.clone());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let (state, fs) = rt.block_on(async {
-        let cri = CriClient::connect(CriConfig {
-            runtime_endpoint: args.container_runtime_endpoint.clone(),
-            connect_timeout: Duration::from_secs(5),
-            call_timeout: args.runtime_timeout,
-            ..CriConfig::default()
-        })
-        .await
-        .map_err(Failure::usage)?;
-        let view = ContainerdView::connect(&address, Duration::from_secs(5), args.runtime_timeout)
-            .map_err(Failure::usage)?;
-        let image_fs = cri
-            .image_fs_stats()
-            .await
-            .with_context(|| format!("ImageFsInfo of {}", args.container_runtime_endpoint))?;
-        let state = view
-            .read()
-            .await
-            .with_context(|| format!("containerd at {address}"))?;
-        let fs = filesystem_usage(Path::new(&image_fs.mountpoint))?;
-        Ok::<_, Failure>((state, fs))
-    })?;
+    let (state, fs) = read_runtime(
+        &args.container_runtime_endpoint,
+        &address,
+        args.runtime_timeout,
+    )?;
     let report = account(&state, &fs, CONTAINERD_CRI_NAMESPACE, now);
     for warning in &report.warnings {
         eprintln!("imagekeeper: warning: {warning}");

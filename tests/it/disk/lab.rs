@@ -432,5 +432,66 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
         percent.abs() < 1.0,
         "unexplained {percent} % of the usage: {report:#}"
     );
+
+    // prune --orphans --dry-run plans the orphan and the blob (k8s.io), nothing an image, a
+    // container or a lease holds, nothing of the other namespace, and changes nothing.
+    let out = bin::run(&[
+        "prune",
+        "--orphans",
+        "--dry-run",
+        "--min-age",
+        "0s",
+        "--container-runtime-endpoint",
+        &lab.endpoint,
+        "--db",
+        &lab.dir.join("disk-lab-none.redb").display().to_string(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        listings(&lab),
+        listed_before,
+        "prune --orphans --dry-run changed containerd"
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("prune --orphans -o json");
+    let planned: Vec<(&str, &str)> = plan["removals"]
+        .as_array()
+        .expect("removals")
+        .iter()
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap_or(""),
+                r["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert!(
+        planned.contains(&("orphanSnapshot", cleanup.orphan.as_str())),
+        "{plan:#}"
+    );
+    assert!(
+        planned.contains(&("unreferencedBlob", digest.as_str())),
+        "{plan:#}"
+    );
+    for held in [container.as_str(), mount.as_str()] {
+        assert!(
+            planned.iter().all(|(_, name)| *name != held),
+            "{held} planned: {plan:#}"
+        );
+    }
+    assert!(
+        plan["removals"]
+            .as_array()
+            .expect("removals")
+            .iter()
+            .all(|r| r["namespace"] == "k8s.io"),
+        "{plan:#}"
+    );
     drop(cleanup);
 }

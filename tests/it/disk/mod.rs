@@ -43,3 +43,19 @@ fn inspect_disk_help_lists_every_json_field() {
         assert!(text.contains(&format!("  {field}: ")), "{field} in --help");
     }
 }
+
+#[test]
+fn prune_orphans_without_dry_run_is_refused_and_its_flags_need_orphans() {
+    let out = bin::run(&["prune", "--orphans"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("removes nothing yet: run it with --dry-run"),
+        "{out:?}"
+    );
+    let out = bin::run(&["prune", "--min-age", "1h"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--min-age needs --orphans: {out:?}"
+    );
+}
