@@ -3,7 +3,9 @@
 //! (used by `src/cri/` only) and the agent's admin service from
 //! `proto/imagekeeper/v1/admin.proto` (used by `src/admin/` only), and the client of
 //! containerd's own Images service from `proto/containerd/services/images/v1/images.proto`
-//! (used by `src/cri/` only: the runtime pins' labels).
+//! (used by `src/cri/` only: the runtime pins' labels), and of the containerd services `inspect
+//! disk` reads (namespaces, containers, tasks, snapshots, content, leases, introspection: the
+//! subsets under `proto/containerd/services/`, used by `src/cri/containerd_view.rs` only).
 //!
 //! `AuthConfig` and `EnsureImageRequest` get no derived `Debug`: they carry registry secrets,
 //! and `src/cri/convert.rs` and `src/admin/mod.rs` give them redacted ones.
@@ -26,7 +28,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={admin}");
     println!("cargo:rerun-if-changed={containerd_images}");
     println!("cargo:rerun-if-changed=proto/containerd/types/descriptor.proto");
-    let descriptors = protox::compile([cri, admin, containerd_images], ["proto"])?;
+    // The services `inspect disk` reads (each file imports only well-known types, the task
+    // types and google.rpc.Status, all under proto/).
+    let containerd_view = [
+        "proto/containerd/services/namespaces/v1/namespace.proto",
+        "proto/containerd/services/containers/v1/containers.proto",
+        "proto/containerd/services/tasks/v1/tasks.proto",
+        "proto/containerd/services/snapshots/v1/snapshots.proto",
+        "proto/containerd/services/content/v1/content.proto",
+        "proto/containerd/services/leases/v1/leases.proto",
+        "proto/containerd/services/introspection/v1/introspection.proto",
+    ];
+    for file in containerd_view.iter().chain(&[
+        "proto/containerd/types/task/task.proto",
+        "proto/google/rpc/status.proto",
+    ]) {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    let mut files = vec![cri, admin, containerd_images];
+    files.extend(containerd_view);
+    let descriptors = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

@@ -109,6 +109,9 @@ pub mod cri;
 // `imagekeeper doctor`: the kubelet's configuration checked against imagekeeper's.
 #[cfg(feature = "agent")]
 pub mod doctor;
+// Where the image filesystem's bytes are: containerd's objects accounted by owner (`inspect
+// disk`), pure.
+pub mod disk;
 // Formatting rules shared by every printer: Go durations, sizes, RFC 3339, relative times.
 pub mod format;
 // Image garbage collection as the kubelet's ImageGCManager does it, over the store's index.

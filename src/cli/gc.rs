@@ -20,12 +20,12 @@ use super::{Failure, db};
 #[derive(Args, Debug)]
 pub struct GcArgs {
     #[command(flatten)]
-    flags: AgentFlags,
+    pub(super) flags: AgentFlags,
     /// Print the plan and change nothing.
     #[arg(long)]
-    dry_run: bool,
+    pub(super) dry_run: bool,
     #[command(flatten)]
-    output: OutputArgs,
+    pub(super) output: OutputArgs,
     /// How long to wait for a running agent's answer; the agent goes on with the cycle after
     /// it (Go duration syntax).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = super::parse_timeout)]

@@ -3,12 +3,14 @@
 
 mod agent_flags;
 mod db;
+mod disk_read;
 mod docs;
 mod doctor;
 mod gc;
 mod inspect;
 mod output;
 mod pin;
+mod prune_orphans;
 mod pull;
 mod replay;
 mod restore;
@@ -48,8 +50,9 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Run one image GC now (through the agent when it runs).
     Gc(Box<gc::GcArgs>),
-    /// Remove every unused image now, as DeleteUnusedImages (through the agent when it runs).
-    Prune(Box<gc::GcArgs>),
+    /// Remove every unused image now, as DeleteUnusedImages (through the agent when it runs);
+    /// with --orphans --dry-run, print the plan of containerd's leftovers nothing uses.
+    Prune(Box<prune_orphans::PruneArgs>),
     /// Run the real GC manager and a real store against a scripted runtime (a trace).
     Replay(replay::ReplayArgs),
     /// What each GC policy would cost a workload in bytes pulled again: the real GC manager
@@ -215,7 +218,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(*args),
         Command::Gc(args) => gc::run(*args, gc::Cycle::GarbageCollect),
-        Command::Prune(args) => gc::run(*args, gc::Cycle::DeleteUnused),
+        Command::Prune(args) => prune_orphans::run(*args),
         Command::Replay(args) => replay::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Inspect(args) => inspect::run(args),

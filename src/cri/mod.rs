@@ -4,7 +4,10 @@
 //! [`ImageRuntime`] and `AgentRuntime`), the conversions to and from the model types
 //! (`convert`, the only place they happen), statvfs of the image filesystem, and an in-process
 //! fake runtime for tests (`FakeRuntime`, a tonic server, only with cfg(test) or the `testing`
-//! feature).
+//! feature). Beside the CRI it talks containerd's own API on the same socket: its Images service
+//! for the runtime pins (`containerd_images`), and the read-only calls `inspect disk` makes of
+//! every namespace ([`ContainerdView`]: the calls in `containerd_view.rs`, the generated code in
+//! `containerd_proto.rs`, every conversion to the model in `containerd_convert.rs`).
 //!
 //! Invariants: this and `admin` are the only modules that import tonic, and this is the only one
 //! that imports prost or the runtime.v1 generated code; other layers see `crate::runtime`'s
@@ -16,7 +19,10 @@
 mod agent_runtime;
 mod client;
 mod container_status;
+mod containerd_convert;
 mod containerd_images;
+mod containerd_proto;
+mod containerd_view;
 mod containers_decode;
 mod convert;
 #[cfg(test)]
@@ -44,6 +50,7 @@ pub use client::{
     ContainerSecurity, ContainerSpec, ExecResult, MountSpec, PodSandboxSummary, SandboxSpec,
 };
 pub use containerd_images::{CONTAINERD_CRI_NAMESPACE, ContainerdImages};
+pub use containerd_view::{ContainerdView, filesystem_usage};
 /// The in-process fake runtime (feature `testing`).
 #[cfg(any(test, feature = "testing"))]
 pub use fake::{FakePull, FakeRuntime};

@@ -23,6 +23,11 @@ pub struct FsSpace {
     pub inodes: u64,
     /// `f_ffree`: free inodes.
     pub inodes_free: u64,
+    /// `f_bfree × f_frsize`: free bytes, the blocks reserved for root included (`capacity -
+    /// free` is what the filesystem has in use).
+    pub free: u64,
+    /// `f_frsize`: the fragment size every file's allocation is a multiple of.
+    pub block_size: u64,
 }
 
 /// statvfs of the filesystem holding `path`.
@@ -40,8 +45,9 @@ pub fn fs_space(path: &Path) -> io::Result<FsSpace> {
     let stat = unsafe { stat.assume_init() };
     // The field types are u64 on 64-bit Linux but narrower on 32-bit targets.
     #[allow(clippy::useless_conversion)]
-    let (blocks, bavail, frsize, files, ffree) = (
+    let (blocks, bfree, bavail, frsize, files, ffree) = (
         u64::from(stat.f_blocks),
+        u64::from(stat.f_bfree),
         u64::from(stat.f_bavail),
         u64::from(stat.f_frsize),
         u64::from(stat.f_files),
@@ -52,6 +58,8 @@ pub fn fs_space(path: &Path) -> io::Result<FsSpace> {
         available: bavail.saturating_mul(frsize),
         inodes: files,
         inodes_free: ffree.min(files),
+        free: bfree.min(blocks).saturating_mul(frsize),
+        block_size: frsize,
     })
 }
 
@@ -71,6 +79,8 @@ mod tests {
         assert!(space.capacity > 0);
         assert!(space.available <= space.capacity);
         assert!(space.inodes_free <= space.inodes);
+        assert!(space.available <= space.free && space.free <= space.capacity);
+        assert!(space.block_size > 0);
     }
 
     #[test]

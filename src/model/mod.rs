@@ -10,6 +10,7 @@ pub(crate) mod image_list;
 
 pub use image_list::{ImageLike, ImageList, ImageRef, Names};
 
+mod containerd;
 mod history;
 mod image;
 mod journal;
@@ -20,6 +21,11 @@ mod runtime_label;
 mod time;
 mod warm;
 
+pub use containerd::{
+    ContainerdBlob, ContainerdContainer, ContainerdImage, ContainerdIngest, ContainerdLease,
+    ContainerdSnapshot, ContainerdState, FileUsage, FilesystemUsage, LeaseResource, NamespaceState,
+    SnapshotKind, SnapshotUsage, StoreRoot, TaskState,
+};
 pub use history::{PullEntry, PullKey, PullOrigin, UseInterval, UseKey};
 pub use image::{ImageId, ImageRecord, RecordKey, Sighting};
 pub use journal::{

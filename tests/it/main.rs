@@ -16,6 +16,7 @@ mod corrupt_read_only;
 mod crash;
 mod cri;
 mod deploy;
+mod disk;
 mod docs;
 mod doctor;
 mod events;

@@ -1,9 +1,10 @@
 //! `imagekeeper inspect`: read-only inspection of the record database, alongside a running
-//! agent or after a crash. Parses flags, calls `imagekeeper::inspect` and
+//! agent or after a crash (and `inspect disk`, read-only inspection of the runtime's disk). Parses flags, calls `imagekeeper::inspect` and
 //! `imagekeeper::gc::explain_in`, and prints (`print.rs`). It never writes the database file and
 //! reads only a verified copy of it; a damaged file is refused (exit 1), a path that is not a
 //! regular file too (exit 2).
 
+mod disk;
 mod explain;
 mod print;
 mod settings;
@@ -107,6 +108,11 @@ enum InspectCommand {
     /// -o is ignored): a `node` line, then a `run` line per recorded use and a `restart` line
     /// per stretch no detect watched.
     Workload(Box<WorkloadArgs>),
+    /// Where the image filesystem's bytes are: containerd's images, containers, snapshots,
+    /// blobs, ingests and leases of every namespace by owner, each byte once, orphaned
+    /// snapshots and unreferenced blobs, and what statvfs's usage leaves unexplained. Reads
+    /// the runtime (read-only), not the database.
+    Disk(Box<disk::DiskArgs>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -313,6 +319,7 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
             Ok(print::pulls(w, out, &pulls, &names, now)?)
         }
         InspectCommand::Workload(args) => workload_command(w, db, &args, now),
+        InspectCommand::Disk(args) => disk::disk(w, out, &args, now),
         InspectCommand::Export => {
             let snap = open(db, true)?;
             let mut records = snap.records().map_err(inspect_failure)?;

@@ -1,0 +1,61 @@
+//! `imagekeeper inspect disk`: its flags and failures without a runtime here; against the
+//! lab's real containerd in `lab` (an orphaned snapshot, another namespace's image, a blob
+//! with no image, leases, a running container, each named with its `du`-measured size).
+
+mod lab;
+
+use crate::support::bin;
+
+#[test]
+fn inspect_disk_refuses_a_bad_endpoint_and_fails_on_a_runtime_that_is_not_there() {
+    let bad = bin::run(&[
+        "inspect",
+        "disk",
+        "--container-runtime-endpoint",
+        "tcp://127.0.0.1:1",
+    ]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("only unix:// endpoints are supported"),
+        "{bad:?}"
+    );
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let socket = format!("unix://{}/none.sock", dir.path().display());
+    let gone = bin::run(&[
+        "inspect",
+        "disk",
+        "--container-runtime-endpoint",
+        &socket,
+        "--runtime-timeout",
+        "2s",
+    ]);
+    assert_eq!(gone.status.code(), Some(1), "{gone:?}");
+    let stderr = String::from_utf8_lossy(&gone.stderr);
+    assert!(stderr.contains("none.sock"), "names the socket: {stderr}");
+}
+
+#[test]
+fn inspect_disk_help_lists_every_json_field() {
+    let help = bin::run(&["inspect", "disk", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    for (field, _) in imagekeeper::disk::JSON_FIELDS {
+        assert!(text.contains(&format!("  {field}: ")), "{field} in --help");
+    }
+}
+
+#[test]
+fn prune_orphans_without_dry_run_is_refused_and_its_flags_need_orphans() {
+    let out = bin::run(&["prune", "--orphans"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("removes nothing yet: run it with --dry-run"),
+        "{out:?}"
+    );
+    let out = bin::run(&["prune", "--min-age", "1h"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--min-age needs --orphans: {out:?}"
+    );
+}
