@@ -28,6 +28,7 @@
 //! says when the first detect is done (the service manager's readiness, [`Notifier`]).
 
 mod admin_backend;
+mod disk;
 mod doctor_events;
 mod events;
 mod loops;

@@ -150,6 +150,12 @@ impl<R: AgentRuntime> Agent<R> {
             let stop = stop_rx.clone();
             tokio::spawn(async move { agent.warm_loop(stop).await })
         };
+        // The disk accounting on a task of its own too (it reads containerd's every namespace).
+        let disk = {
+            let agent = self.clone();
+            let stop = stop_rx.clone();
+            tokio::spawn(async move { agent.disk_loop(stop).await })
+        };
         let loops = {
             let agent = self.clone();
             tokio::spawn(async move { agent.run_loops(stop_rx).await })
@@ -169,6 +175,7 @@ impl<R: AgentRuntime> Agent<R> {
         // A warm pull in flight is dropped: the runtime finishes or drops it, and the next
         // start's cycle sees what landed.
         warm.abort();
+        disk.abort();
     }
 }
 

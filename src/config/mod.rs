@@ -139,6 +139,8 @@ pub struct AgentConfig {
     pub cluster_signals: bool,
     /// containerd's API socket for the runtime pins (default: the CRI runtime endpoint).
     pub containerd_address: String,
+    /// How often the disk accounting runs (`diskAccountingPeriod`); `None`: off.
+    pub disk_accounting_period: Option<Duration>,
     /// The warm loop's settings (the warm set itself is `gc.warm`).
     pub warm: WarmConfig,
 }

@@ -14,7 +14,9 @@ use super::gc::{
 use super::origin::{Origin, invalid, pick};
 use super::process::{period, resolve_metrics_address};
 use super::pull::{resolve_credential_providers, resolve_pull};
-use super::runtime::{resolve_container_events, resolve_cri, resolve_runtime_pins};
+use super::runtime::{
+    resolve_container_events, resolve_cri, resolve_disk_accounting_period, resolve_runtime_pins,
+};
 use super::validate::check_admin_socket;
 use super::warm::resolve_warm;
 use super::{
@@ -144,6 +146,7 @@ impl AgentConfig {
             runtime_pins,
             cluster_signals: file.cluster_signals.unwrap_or(false),
             containerd_address,
+            disk_accounting_period: resolve_disk_accounting_period(file, &o)?,
             warm,
         })
     }

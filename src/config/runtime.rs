@@ -2,6 +2,8 @@
 //! watched and whether the runtime pins' labels are written (which runtimes can carry those
 //! pins is `crate::runtime::runtime_carries_pins`).
 
+use std::time::Duration;
+
 use crate::cri::{CriConfig, DEFAULT_RUNTIME_ENDPOINT};
 
 use super::origin::{Origin, invalid, pick};
@@ -77,4 +79,30 @@ pub(super) fn resolve_runtime_pins(
         Some((v, _)) if v == "off" => Ok(RuntimePins::Off),
         Some((v, from)) => Err(invalid(from, format!("{v:?} is neither auto nor off"))),
     }
+}
+
+/// The disk accounting's period when unset: often enough for a dashboard, rare enough that
+/// reading containerd's every namespace (tens of milliseconds on a lab node) costs nothing.
+pub(super) const DEFAULT_DISK_ACCOUNTING_PERIOD: Duration = Duration::from_secs(600);
+
+/// `diskAccountingPeriod`: a Go duration, `0s` for off, else at least a minute.
+pub(super) fn resolve_disk_accounting_period(
+    file: &FileConfig,
+    o: &Origin<'_>,
+) -> Result<Option<Duration>, ConfigError> {
+    let Some(value) = &file.disk_accounting_period else {
+        return Ok(Some(DEFAULT_DISK_ACCOUNTING_PERIOD));
+    };
+    let from = o.field("diskAccountingPeriod");
+    let period = super::origin::duration(value, &from)?;
+    if period.is_zero() {
+        return Ok(None);
+    }
+    if period < Duration::from_secs(60) {
+        return Err(invalid(
+            from,
+            format!("must be 0s (off) or at least 1m (got {value:?})"),
+        ));
+    }
+    Ok(Some(period))
 }

@@ -278,7 +278,19 @@ macro_rules! imagekeeper_settings {
                 kubelet: [],
                 default: |c| c.cluster_signals.to_string(),
                 reload: NeedsRestart,
-                help: "Watch the pods bound to this node through the API server (NODE_NAME, in-cluster credentials, a binary with the `kube` feature) and keep, runtime-pinned, every image they name, whether or not their containers exist yet.",
+                help: "Watch the pods bound to this node through the API server (NODE_NAME, in-cluster credentials, a binary with the `kube` feature) and keep, runtime-pinned, every image they name, whether or not their containers exist yet; and the DaemonSets owning them, whose templates' images are kept and pulled ahead (a rollout's next pod here).",
+            }
+            {
+                key: "diskAccountingPeriod",
+                field: disk_accounting_period: String,
+                flag: [],
+                kubelet: [],
+                default: |c| match c.disk_accounting_period {
+                    Some(period) => $crate::format::go_duration(period),
+                    None => "0s".to_owned(),
+                },
+                reload: NeedsRestart,
+                help: "How often the agent accounts the image filesystem's bytes by owner through containerd's API (`inspect disk`'s split, as the `imagekeeper_disk_*` metrics); `0s` turns it off; at least 1m otherwise.",
             }
             {
                 key: "runtimePins",

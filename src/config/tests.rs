@@ -353,3 +353,31 @@ fn set_reads_a_value_as_the_file_would_else_as_text() {
         "{err}"
     );
 }
+
+/// `diskAccountingPeriod`: 10m by default, `0s` turns the accounting off, under a minute is
+/// refused naming the field, and a duration that is not one is refused too.
+#[test]
+fn the_disk_accounting_period_defaults_to_ten_minutes_and_0s_turns_it_off() {
+    let with = |v: &str| FileConfig {
+        disk_accounting_period: Some(v.to_owned()),
+        ..FileConfig::default()
+    };
+    let flags = FlagValues::default();
+    let period = |file: &FileConfig| resolve(file, &flags).map(|c| c.disk_accounting_period);
+    assert_eq!(
+        period(&FileConfig::default()).expect("default"),
+        Some(std::time::Duration::from_secs(600))
+    );
+    assert_eq!(period(&with("0s")).expect("off"), None);
+    assert_eq!(
+        period(&with("1h")).expect("an hour"),
+        Some(std::time::Duration::from_secs(3600))
+    );
+    for bad in ["30s", "soon"] {
+        let err = period(&with(bad)).expect_err(bad).to_string();
+        assert!(
+            err.contains("diskAccountingPeriod in /etc/ik.toml"),
+            "{bad}: {err}"
+        );
+    }
+}

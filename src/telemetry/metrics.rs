@@ -80,6 +80,23 @@ pub struct AgentMetrics {
     warm_pulls: [std::sync::atomic::AtomicU64; 2],
     /// The runtime pins, once `auto` decided (or with `off`).
     runtime_pins: Mutex<Option<RuntimePinsSample>>,
+    /// The last disk accounting (`diskAccountingPeriod`), once one succeeded.
+    disk: Mutex<Option<DiskSample>>,
+    /// Disk accountings: [succeeded, failed].
+    disk_accountings: [std::sync::atomic::AtomicU64; 2],
+}
+
+/// What the disk accounting's metrics show: the image filesystem's bytes and inodes by owner
+/// kind (`inspect disk`'s totals) and what no owner explains.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskSample {
+    /// Each owner kind's bytes and inodes (`criImage`, `orphanSnapshot`, ...), in the report's
+    /// order.
+    pub owners: Vec<(&'static str, u64, u64)>,
+    /// The filesystem's used bytes less the owners' (0 when the stores count more).
+    pub unexplained_bytes: u64,
+    /// The filesystem's bytes in use.
+    pub used_bytes: u64,
 }
 
 /// What the runtime pins' metrics show.
@@ -115,6 +132,8 @@ impl Default for AgentMetrics {
             warm_images: Mutex::new(None),
             warm_pulls: Default::default(),
             runtime_pins: Mutex::new(None),
+            disk: Mutex::new(None),
+            disk_accountings: Default::default(),
         }
     }
 }
@@ -162,6 +181,18 @@ impl AgentMetrics {
         match self.runtime_pins.lock() {
             Ok(mut w) => *w = Some(sample),
             Err(p) => *p.into_inner() = Some(sample),
+        }
+    }
+
+    /// A disk accounting ended: its sample, or `None` when it failed (the last sample stays).
+    pub(crate) fn record_disk(&self, sample: Option<DiskSample>) {
+        self.disk_accountings[usize::from(sample.is_none())]
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(sample) = sample {
+            match self.disk.lock() {
+                Ok(mut w) => *w = Some(sample),
+                Err(p) => *p.into_inner() = Some(sample),
+            }
         }
     }
 
@@ -251,6 +282,8 @@ struct Snapshot {
     runtime_pins: Option<RuntimePinsSample>,
     /// The cluster signals, once their watch started.
     cluster_signals: Option<crate::gc::BoundPodsSample>,
+    /// The last disk accounting, once one succeeded; the accountings [succeeded, failed].
+    disk: (Option<DiskSample>, [u64; 2]),
 }
 
 impl Snapshot {
@@ -323,6 +356,14 @@ impl Snapshot {
                 Err(p) => *p.into_inner(),
             },
             cluster_signals: gc.bound_pods().sample(),
+            disk: (
+                match agent.disk.lock() {
+                    Ok(w) => w.clone(),
+                    Err(p) => p.into_inner().clone(),
+                },
+                [0, 1]
+                    .map(|i| agent.disk_accountings[i].load(std::sync::atomic::Ordering::Relaxed)),
+            ),
             thresholds: {
                 let config = gc.config();
                 (

@@ -22,7 +22,7 @@ mod node_events;
 pub(crate) use health::Health;
 pub use http::{HttpEndpoints, HttpLimits, MAX_HEAD_BYTES, serve_http, serve_probes};
 pub(crate) use metrics::RuntimePinsSample;
-pub use metrics::{AgentMetrics, METRICS, MetricFamily, MetricKind};
+pub use metrics::{AgentMetrics, DiskSample, METRICS, MetricFamily, MetricKind};
 #[cfg(feature = "kube")]
 pub use node_events::{EventLimits, KubeEventSink};
 pub use node_events::{EventSink, NodeEvent, NodeEventType, NodeEvents};

@@ -357,6 +357,12 @@ async fn scrape_and_check(prometheus: &Path, args: &[String], pull: &str, expect
     for panel in panels {
         for target in panel["targets"].as_array().expect("targets") {
             let expr = target["expr"].as_str().expect("expr");
+            // The disk accounting reads containerd's own API, which the fake runtime does not
+            // serve: its panel has no data here (the disk lab test scrapes the metric from an
+            // agent on the real containerd and compares it with `inspect disk`).
+            if expr.contains("imagekeeper_disk_bytes") {
+                continue;
+            }
             let query = expr
                 .replace("$instance", ".*")
                 .replace("$__rate_interval", "1m");

@@ -211,6 +211,30 @@ impl Collector for Snapshot {
             gauge_family(&mut enc, &CLUSTER_WATCH_FAILING, &failing)?;
             counter_family(&mut enc, &CLUSTER_WATCH_ERRORS, &errors)?;
         }
+        if let Some(disk) = &self.disk.0 {
+            let mut bytes: Vec<([(&str, &str); 1], u64)> = disk
+                .owners
+                .iter()
+                .map(|(owner, b, _)| ([("owner", *owner)], *b))
+                .collect();
+            bytes.push(([("owner", "unexplained")], disk.unexplained_bytes));
+            gauge_family(&mut enc, &DISK_BYTES, &bytes)?;
+            let inodes: Vec<([(&str, &str); 1], u64)> = disk
+                .owners
+                .iter()
+                .map(|(owner, _, i)| ([("owner", *owner)], *i))
+                .collect();
+            gauge_family(&mut enc, &DISK_INODES, &inodes)?;
+        }
+        let [succeeded, failed] = self.disk.1;
+        counter_family(
+            &mut enc,
+            &DISK_ACCOUNTINGS,
+            &[
+                ([("result", "success")], succeeded),
+                ([("result", "failure")], failed),
+            ],
+        )?;
         let [succeeded, failed] = self.gc_cycles;
         counter_family(
             &mut enc,

@@ -543,6 +543,34 @@ pub(super) const CLUSTER_WATCH_ERRORS: MetricFamily = absent_when(
     "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
 );
 
+pub(super) const DISK_BYTES: MetricFamily = absent_when(
+    family(
+        "disk_bytes",
+        G,
+        None,
+        &["owner"],
+        "The image filesystem's bytes by owner kind at the last disk accounting (inspect disk's totals: criImage, criContainer, image, container, lease, orphanSnapshot, unreferencedBlob, ingest, containerdMetadata), each byte counted once; owner unexplained: what the filesystem has in use beyond them (0 when the stores count more).",
+    ),
+    "until a disk accounting succeeded (diskAccountingPeriod, on containerd)",
+);
+pub(super) const DISK_INODES: MetricFamily = absent_when(
+    family(
+        "disk_inodes",
+        G,
+        None,
+        &["owner"],
+        "The image filesystem's inodes by owner kind at the last disk accounting.",
+    ),
+    "until a disk accounting succeeded (diskAccountingPeriod, on containerd)",
+);
+pub(super) const DISK_ACCOUNTINGS: MetricFamily = family(
+    "disk_accountings",
+    C,
+    None,
+    &["result"],
+    "Disk accountings run (diskAccountingPeriod): success, or failure (containerd's API or the filesystem unreadable; the last accounting's figures stay).",
+);
+
 /// Every metric family the agent exports, in the order a scrape encodes them. To add a
 /// metric: add its entry here, encode it in `Snapshot::encode` with that entry, and run
 /// `scripts/docs` to regenerate the reference page.
@@ -588,6 +616,9 @@ pub const METRICS: &[MetricFamily] = &[
     CLUSTER_WATCH_SYNCED,
     CLUSTER_WATCH_FAILING,
     CLUSTER_WATCH_ERRORS,
+    DISK_BYTES,
+    DISK_INODES,
+    DISK_ACCOUNTINGS,
     IMAGE_GC_CYCLES,
     IMAGE_GC_HIGH_THRESHOLD_PERCENT,
     IMAGE_GC_LOW_THRESHOLD_PERCENT,

@@ -79,7 +79,47 @@ fn full_snapshot() -> Snapshot {
                 },
             }),
         }),
+        disk: (
+            Some(super::DiskSample {
+                owners: vec![("criImage", 700, 70), ("orphanSnapshot", 30, 3)],
+                unexplained_bytes: 12,
+                used_bytes: 742,
+            }),
+            [4, 1],
+        ),
     }
+}
+
+/// The disk accounting's figures reach the scrape: bytes and inodes by owner, the unexplained
+/// bytes, and the accountings' count; before the first success only the count is written.
+#[test]
+fn the_disk_accounting_is_scraped_by_owner_with_the_unexplained_bytes() {
+    let scrape = |snapshot: Snapshot| {
+        let mut registry = Registry::with_prefix(METRIC_PREFIX);
+        registry.register_collector(Box::new(snapshot));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        text
+    };
+    let text = scrape(full_snapshot());
+    for line in [
+        "imagekeeper_disk_bytes{owner=\"criImage\"} 700",
+        "imagekeeper_disk_bytes{owner=\"orphanSnapshot\"} 30",
+        "imagekeeper_disk_bytes{owner=\"unexplained\"} 12",
+        "imagekeeper_disk_inodes{owner=\"orphanSnapshot\"} 3",
+        "imagekeeper_disk_accountings_total{result=\"success\"} 4",
+        "imagekeeper_disk_accountings_total{result=\"failure\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+    let mut none = full_snapshot();
+    none.disk.0 = None;
+    let text = scrape(none);
+    assert!(!text.contains("imagekeeper_disk_bytes"), "{text}");
+    assert!(
+        text.contains("imagekeeper_disk_accountings_total"),
+        "{text}"
+    );
 }
 
 /// KEP-6053's counts with one sample in every family.

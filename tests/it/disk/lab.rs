@@ -493,5 +493,81 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
             .all(|r| r["namespace"] == "k8s.io"),
         "{plan:#}"
     );
+
+    // The agent's disk accounting (diskAccountingPeriod): the same split as metrics. Runtime
+    // pins off and the space pass off (high threshold 100): it changes nothing either.
+    let agent_dir = tempfile::tempdir().expect("temp dir");
+    let notify = agent_dir.path().join("notify.sock");
+    let _notify = std::os::unix::net::UnixDatagram::bind(&notify).expect("bind notify");
+    let mut agent = crate::support::agent::AgentChild::spawn(
+        &lab.endpoint,
+        &agent_dir.path().join("records.redb"),
+        &agent_dir.path().join("admin.sock"),
+        notify.to_str().expect("utf8"),
+        &[
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--image-gc-high-threshold",
+            "100",
+            "--set",
+            "runtimePins=off",
+            "--set",
+            "diskAccountingPeriod=1m",
+        ],
+    );
+    let metrics = agent.metrics_address().await;
+    let scraped = support::wait_for(
+        "the agent's first disk accounting (imagekeeper_disk_bytes)",
+        std::time::Duration::from_secs(60),
+        || {
+            let metrics = metrics.clone();
+            async move {
+                let text =
+                    tokio::task::spawn_blocking(move || support::http_get(&metrics, "/metrics"))
+                        .await
+                        .expect("scrape");
+                if text.contains("imagekeeper_disk_bytes{") {
+                    return Some(text);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                None
+            }
+        },
+    )
+    .await;
+    let gauge = |owner: &str| -> u64 {
+        let prefix = format!("imagekeeper_disk_bytes{{owner=\"{owner}\"}} ");
+        scraped
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in\n{scraped}"))
+    };
+    let total = |kind: &str| -> u64 {
+        report["totals"]
+            .as_array()
+            .expect("totals")
+            .iter()
+            .find(|t| t["kind"] == kind)
+            .and_then(|t| t["bytes"].as_u64())
+            .unwrap_or_else(|| panic!("no {kind} total in {report:#}"))
+    };
+    for kind in ["orphanSnapshot", "unreferencedBlob", "image"] {
+        assert_eq!(
+            gauge(kind),
+            total(kind),
+            "{kind}: the agent's metric and inspect disk"
+        );
+    }
+    assert!(
+        gauge("unexplained") < used / 100 + 1,
+        "unexplained under 1 % of {used}:\n{scraped}"
+    );
+    assert_eq!(
+        listings(&lab),
+        listed_before,
+        "the agent's accounting changed containerd"
+    );
+    drop(agent);
     drop(cleanup);
 }
