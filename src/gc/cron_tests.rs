@@ -71,6 +71,15 @@ fn the_next_run_follows_the_cronjob_controllers_rules() {
             utc(2024, 1, 1, 10, 7),
             Some(utc(2024, 1, 1, 10, 8)),
         ),
+    ];
+    check(cases);
+}
+
+/// The day rules (robfig's `dayMatches`: both restricted, either; one unrestricted, both),
+/// names, leap days and the horizon.
+#[test]
+fn the_next_run_follows_the_controllers_day_rules() {
+    let cases: &[(&str, i64, Option<i64>)] = &[
         // Day of month and day of week both restricted: either (1st of the month or Monday).
         (
             "0 0 1 * 1",
@@ -128,6 +137,14 @@ fn the_next_run_follows_the_cronjob_controllers_rules() {
         // Never within robfig's horizon: none.
         ("0 0 30 2 *", utc(2024, 1, 1, 0, 0), None),
         ("0 0 31 4 *", utc(2024, 1, 1, 0, 0), None),
+    ];
+    check(cases);
+}
+
+/// The descriptors `ParseStandard` reads, and ranges with steps and names.
+#[test]
+fn the_next_run_of_descriptors_and_stepped_ranges() {
+    let cases: &[(&str, i64, Option<i64>)] = &[
         (
             "@hourly",
             utc(2024, 1, 1, 10, 0),
@@ -179,6 +196,10 @@ fn the_next_run_follows_the_cronjob_controllers_rules() {
             Some(utc(1970, 1, 1, 0, 0)),
         ),
     ];
+    check(cases);
+}
+
+fn check(cases: &[(&str, i64, Option<i64>)]) {
     for (spec, after, want) in cases {
         assert_eq!(next(spec, *after), *want, "{spec} after {after}");
     }

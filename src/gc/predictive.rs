@@ -39,7 +39,7 @@ use foldhash::{HashMap, HashMapExt};
 use serde::Serialize;
 
 use super::adaptive::{self, AdaptiveRank, ListedTags};
-use super::signals::{self, KnownUse};
+use super::signals::KnownUse;
 use crate::model::{
     ImageRecord, JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey,
 };
@@ -527,7 +527,7 @@ pub(crate) fn rank_positions(
         let estimate = estimate_of(&mut scratch, &r, history, newer.is_some(), one_off, now);
         let bucket = estimate_bucket(&estimate);
         sort_keys.push((
-            signals::place(bucket, None, 0, now),
+            known_place(bucket, None, now),
             adaptive::class_of(newer.is_some(), one_off),
             r.last_used.0,
             r.first_detected.0,
@@ -567,6 +567,39 @@ pub(crate) fn rank_positions(
     order.into_iter().map(|(_, position)| position).collect()
 }
 
+/// The predictive order's first sort key of an image (smaller: removed first) from its
+/// estimate's bucket (`None`: not expected again) and its known use at `now` (see `signals.rs`' rule).
+pub(crate) fn known_place(bucket: Option<u32>, known: Option<KnownUse>, now: UnixNanos) -> u32 {
+    match known {
+        None => estimate_place(bucket) * 4,
+        Some(KnownUse::Superseded) => 0,
+        Some(KnownUse::Rollback) => estimate_place(Some(rollback_bucket())) * 4 + 1,
+        Some(KnownUse::Current) => {
+            (estimate_place(bucket) * 4).max(estimate_place(Some(rollback_bucket())) * 4 + 2)
+        }
+        Some(KnownUse::At(t)) => {
+            let s = (t.0.saturating_sub(now.0)).max(0) / SEC;
+            estimate_place(Some(self::bucket(s.unsigned_abs()))) * 4 + 2
+        }
+        Some(KnownUse::Now) => u32::MAX,
+    }
+}
+
+/// The bucket a rollback image's next use is taken to be in: the one-off prior's (a week,
+/// about what the journal and the histories keep).
+fn rollback_bucket() -> u32 {
+    bucket(ONE_OFF_PRIOR.as_secs())
+}
+
+/// The place of an estimate alone: 0 for "not expected again", else 1 + (255 - bucket), so
+/// that a nearer estimate (a smaller bucket) is removed later.
+fn estimate_place(bucket: Option<u32>) -> u32 {
+    match bucket {
+        None => 0,
+        Some(b) => 1 + 255u32.saturating_sub(b),
+    }
+}
+
 /// An estimate's bucket, `None` for "not expected again".
 fn estimate_bucket(estimate: &Estimate) -> Option<u32> {
     estimate
@@ -575,7 +608,7 @@ fn estimate_bucket(estimate: &Estimate) -> Option<u32> {
 }
 
 /// Replaces the places of the images the cluster knows a next use of (`known`, by position;
-/// empty: none) with the known use's (`signals::place`).
+/// empty: none) with the known use's ([`known_place`]).
 fn place_known(
     sort_keys: &mut [SortKey],
     buckets: &[Option<u32>],
@@ -585,16 +618,9 @@ fn place_known(
     if known.iter().all(Option::is_none) {
         return;
     }
-    let known_at = |position: usize| known.get(position).copied().flatten();
-    let floor = signals::rollback_floor(
-        buckets
-            .iter()
-            .enumerate()
-            .map(|(position, bucket)| (*bucket, known_at(position))),
-    );
     for (position, key) in sort_keys.iter_mut().enumerate() {
-        if let Some(k) = known_at(position) {
-            key.0 = signals::place(buckets[position], Some(k), floor, now);
+        if let Some(k) = known.get(position).copied().flatten() {
+            key.0 = known_place(buckets[position], Some(k), now);
         }
     }
 }

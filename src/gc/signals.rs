@@ -12,15 +12,22 @@
 //!   [`super::BoundPods`] keep); in the order, last of all;
 //! - *at T* (a CronJob's next run; the earliest, when several name the image): the next use is
 //!   T, compared with the other images' estimates in the same buckets;
-//! - *rollback* (a previous revision of a workload that rolled out): after every image with no
-//!   known next use (its place is that of the nearest estimated next use, after those images),
-//!   and before an image whose known next use is as near;
+//! - *rollback* (a previous revision of a workload that rolled out): its next use is taken to
+//!   be a week away (the one-off prior, about what the histories keep): removed after every
+//!   image expected no sooner (not expected again, an image the predictive order gives the
+//!   one-off prior, one idle a week or more), before every image expected sooner, and before
+//!   an image whose known use is as far. (The wording, after *every* image with no
+//!   known next use, removes the hot current revisions first: measured on
+//!   `tests/simulate/signals-rollout-undo.jsonl` it re-pulled 8 times what `predictive` did.)
+//! - *current* (a workload's current revision): its estimate, but never removed before its
+//!   rollback set (a revision just rolled out has one use and looks like a one-off; after an
+//!   undo the predictive order finds it superseded by the newer tag);
 //! - *superseded* (an older revision than the rollback set): first, with the images the
 //!   predictive order finds superseded.
 //!
 //! When signals disagree on an image, the nearest use wins: now, then the earliest time, then
-//! rollback, then superseded; an image that is the current revision of a workload is never
-//! superseded by another's history.
+//! current, rollback, superseded (so an image one workload runs now is never superseded by
+//! another's history).
 //!
 //! Invariants: with no known use the order is exactly the predictive one (the places are a
 //! monotone map of its buckets); a handle is shared (clones see one set); memory is bounded: at
@@ -52,6 +59,9 @@ pub enum KnownUse {
     Superseded,
     /// A workload's previous revision: used again if the rollout is undone, at no known time.
     Rollback,
+    /// A workload's current revision: its pods run it, so it is expected at least as soon as
+    /// its rollback set (its estimate stands when nearer).
+    Current,
     /// Used at this time (a CronJob's next run).
     At(UnixNanos),
     /// Needed now (a pod bound to the node names it).
@@ -66,6 +76,7 @@ impl KnownUse {
             (Now, _) | (_, Now) => Now,
             (At(a), At(b)) => At(a.min(b)),
             (At(a), _) | (_, At(a)) => At(a),
+            (Current, _) | (_, Current) => Current,
             (Rollback, _) | (_, Rollback) => Rollback,
             (Superseded, Superseded) => Superseded,
         }
@@ -126,48 +137,6 @@ impl KnownIndex {
             .filter_map(|at| self.uses.get(at).copied())
             .reduce(KnownUse::nearer)
     }
-}
-
-/// The predictive order's first sort key of an image (smaller: removed first) from its
-/// estimate's bucket (`None`: not expected again) and its known use at `now`; `rollback_floor`
-/// is the largest place of the images with no known use (see [`rollback_floor`]).
-pub(crate) fn place(
-    bucket: Option<u32>,
-    known: Option<KnownUse>,
-    rollback_floor: u32,
-    now: UnixNanos,
-) -> u32 {
-    match known {
-        None => estimate_place(bucket) * 4,
-        Some(KnownUse::Superseded) => 0,
-        Some(KnownUse::Rollback) => rollback_floor * 4 + 1,
-        Some(KnownUse::At(t)) => {
-            let s = (t.0.saturating_sub(now.0)).max(0) / SEC;
-            estimate_place(Some(super::predictive::bucket(s.unsigned_abs()))) * 4 + 2
-        }
-        Some(KnownUse::Now) => u32::MAX,
-    }
-}
-
-/// The place of an estimate alone: 0 for "not expected again", else 1 + (255 - bucket), so
-/// that a nearer estimate (a smaller bucket) is removed later.
-fn estimate_place(bucket: Option<u32>) -> u32 {
-    match bucket {
-        None => 0,
-        Some(b) => 1 + 255u32.saturating_sub(b),
-    }
-}
-
-/// The largest estimate place of the images with no known use (0 when none), from each image's
-/// bucket and known use.
-pub(crate) fn rollback_floor<'a>(
-    images: impl Iterator<Item = (Option<u32>, Option<KnownUse>)> + 'a,
-) -> u32 {
-    images
-        .filter(|(_, known)| known.is_none())
-        .map(|(bucket, _)| estimate_place(bucket))
-        .max()
-        .unwrap_or(0)
 }
 
 /// A CronJob as the signals read it: its schedule, whether it is suspended, its images.
@@ -283,8 +252,8 @@ impl ClusterSignals {
 
     /// The known next uses at `now`: each CronJob's images at its next run (a run due at this
     /// very second still to come: its Job is created after it), none while suspended or when it
-    /// has no run within its horizon; each workload's previous revision as the rollback set, its
-    /// older ones superseded (unless an image is a current revision).
+    /// has no run within its horizon; each workload's current revision, its previous one as the
+    /// rollback set, its older ones superseded.
     pub fn known_uses(&self, now: UnixNanos) -> KnownUses {
         let state = self.read();
         let mut out = KnownUses::default();
@@ -299,13 +268,14 @@ impl ClusterSignals {
                 out.insert(image.clone(), KnownUse::At(at));
             }
         }
-        let current: BTreeSet<&String> =
-            state.workloads.values().flat_map(|w| &w.current).collect();
         for revisions in state.workloads.values() {
+            for image in &revisions.current {
+                out.insert(image.clone(), KnownUse::Current);
+            }
             for image in &revisions.previous {
                 out.insert(image.clone(), KnownUse::Rollback);
             }
-            for image in revisions.superseded.iter().filter(|i| !current.contains(i)) {
+            for image in &revisions.superseded {
                 out.insert(image.clone(), KnownUse::Superseded);
             }
         }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::gc::predictive::known_place;
 
 const S: i64 = SEC;
 
@@ -70,11 +71,7 @@ fn a_rollout_makes_the_previous_revision_the_rollback_set_and_older_ones_superse
     signals.set_rollout("shop/web".into(), names(&["web:2"]), names(&["web:1"]));
     let known = signals.known_uses(at(JAN_1));
     assert_eq!(known.get("web:1"), Some(KnownUse::Rollback));
-    assert_eq!(
-        known.get("web:2"),
-        None,
-        "the current revision: its estimate stands"
-    );
+    assert_eq!(known.get("web:2"), Some(KnownUse::Current));
     signals.set_rollout("shop/web".into(), names(&["web:3"]), names(&["web:2"]));
     let known = signals.known_uses(at(JAN_1));
     assert_eq!(known.get("web:2"), Some(KnownUse::Rollback));
@@ -83,11 +80,14 @@ fn a_rollout_makes_the_previous_revision_the_rollback_set_and_older_ones_superse
     signals.set_rollout("shop/web".into(), names(&["web:2"]), names(&["web:3"]));
     let known = signals.known_uses(at(JAN_1));
     assert_eq!(known.get("web:3"), Some(KnownUse::Rollback));
-    assert_eq!(known.get("web:2"), None);
+    assert_eq!(known.get("web:2"), Some(KnownUse::Current));
     assert_eq!(known.get("web:1"), Some(KnownUse::Superseded));
     // An image another workload runs now is never superseded by this one's history.
     signals.set_rollout("shop/admin".into(), names(&["web:1"]), vec![]);
-    assert_eq!(signals.known_uses(at(JAN_1)).get("web:1"), None);
+    assert_eq!(
+        signals.known_uses(at(JAN_1)).get("web:1"),
+        Some(KnownUse::Current)
+    );
     // A CronJob's run is nearer than a rollback.
     signals.set_cronjob("shop/warm".into(), cron("@daily", false, &["web:3"]));
     assert_eq!(
@@ -101,6 +101,8 @@ fn the_nearest_known_use_wins() {
     use KnownUse::*;
     let cases = [
         (Superseded, Rollback, Rollback),
+        (Rollback, Current, Current),
+        (Current, At(at(5)), At(at(5))),
         (Rollback, At(at(5)), At(at(5))),
         (At(at(9)), At(at(5)), At(at(5))),
         (At(at(5)), Now, Now),
@@ -117,14 +119,15 @@ fn the_nearest_known_use_wins() {
     }
 }
 
-/// The rule's order, on places alone (smaller: removed first): superseded first; images with
-/// no known use by their estimates; the rollback set after every one of them; a CronJob's
-/// image by its run's time among the estimates (after a rollback image at the same place);
-/// needed now last.
+/// The rule's order, on places alone (smaller: removed first): superseded first, with the
+/// images not expected again; images with no known use by their estimates; the rollback set
+/// as if used in a week (after the images expected no sooner, before those expected sooner);
+/// a CronJob's image by its run's time among the estimates; needed now last.
 #[test]
 fn the_known_use_replaces_the_estimate_in_the_order() {
     let now = at(JAN_1);
     let hour = 3600;
+    let week = 7 * 86_400;
     // (name, estimate in seconds (None: not expected), known use)
     let images: Vec<(&str, Option<i64>, Option<KnownUse>)> = vec![
         ("needed", Some(30 * 86_400), Some(KnownUse::Now)),
@@ -132,7 +135,7 @@ fn the_known_use_replaces_the_estimate_in_the_order() {
         ("superseded-revision", Some(60), Some(KnownUse::Superseded)),
         (
             "cron-in-5m",
-            Some(7 * 86_400),
+            Some(week),
             Some(KnownUse::At(at(JAN_1 + 300))),
         ),
         (
@@ -142,45 +145,51 @@ fn the_known_use_replaces_the_estimate_in_the_order() {
         ),
         ("estimated-1h", Some(hour), None),
         ("estimated-2d", Some(2 * 86_400), None),
-        ("one-off", None, None),
+        ("one-off-prior", Some(week), None),
+        ("idle-30d", Some(30 * 86_400), None),
+        ("not-expected", None, None),
+        ("current-one-off", Some(week), Some(KnownUse::Current)),
+        ("current-superseded-tag", None, Some(KnownUse::Current)),
+        ("current-hot", Some(60), Some(KnownUse::Current)),
     ];
-    let buckets: Vec<Option<u32>> = images
-        .iter()
-        .map(|(_, e, _)| e.map(|s| crate::gc::predictive::bucket(s as u64)))
-        .collect();
-    let floor = rollback_floor(buckets.iter().zip(&images).map(|(b, i)| (*b, i.2)));
-    let mut order: Vec<(u32, &str)> = images
-        .iter()
-        .zip(&buckets)
-        .map(|((name, _, known), bucket)| (place(*bucket, *known, floor, now), *name))
-        .collect();
+    let place_of = |(name, estimate, known): &(&'static str, Option<i64>, Option<KnownUse>)| {
+        let bucket = estimate.map(|s| crate::gc::predictive::bucket(s as u64));
+        (known_place(bucket, *known, now), *name)
+    };
+    let mut order: Vec<(u32, &str)> = images.iter().map(place_of).collect();
     order.sort();
     let names: Vec<&str> = order.iter().map(|(_, n)| *n).collect();
     assert_eq!(
         names,
         [
-            "one-off",
+            "not-expected",
             "superseded-revision",
+            "idle-30d",
+            "one-off-prior",
+            "rollback",
+            "current-one-off",
+            "current-superseded-tag",
             "cron-in-3d",
             "estimated-2d",
             "estimated-1h",
-            "rollback",
             "cron-in-5m",
+            "current-hot",
             "needed",
         ],
         "{order:?}"
     );
     // With no known use the places keep the estimates' order (a larger bucket first).
+    let buckets = |i: &(&'static str, Option<i64>, Option<KnownUse>)| {
+        i.1.map(|s| crate::gc::predictive::bucket(s as u64))
+    };
     let mut plain: Vec<(u32, &str)> = images
         .iter()
-        .zip(&buckets)
-        .map(|((name, _, _), bucket)| (place(*bucket, None, 0, now), *name))
+        .map(|i| (known_place(buckets(i), None, now), i.0))
         .collect();
     plain.sort();
     let mut by_bucket: Vec<(std::cmp::Reverse<u32>, &str)> = images
         .iter()
-        .zip(&buckets)
-        .map(|((name, _, _), bucket)| (std::cmp::Reverse(bucket.unwrap_or(u32::MAX)), *name))
+        .map(|i| (std::cmp::Reverse(buckets(i).unwrap_or(u32::MAX)), i.0))
         .collect();
     by_bucket.sort();
     assert_eq!(
