@@ -417,7 +417,11 @@ fn parse_node(at: f64, mut object: Map<String, Value>) -> Result<WorkloadNode, S
 /// The latest `start_unix_s`: 9999-12-31T23:59:59Z.
 const MAX_START_UNIX_S: i64 = 253_402_300_799;
 
-/// The operations a line after the node line may give.
+/// The operations a line after the node line may give (the workload trace page has a row for
+/// each: a test holds it to this list).
+pub const WORKLOAD_OPERATIONS: [&str; 5] = ["run", "restart", "cronjob", "bound", "rollout"];
+
+/// [`WORKLOAD_OPERATIONS`] as the parser's messages name them.
 const OPERATIONS: &str = "\"run\", \"restart\", \"cronjob\", \"bound\" or \"rollout\"";
 
 fn parse_op(mut object: Map<String, Value>) -> Result<WorkloadOp, String> {

@@ -731,3 +731,32 @@ fn policies_that_read_no_signals_ignore_the_signal_lines() {
     }
     assert!(compared >= 2, "families compared: {compared}");
 }
+
+/// The workload trace page (`docs/src/reference/workload-trace.md`, written by hand) stays the
+/// parser's: it has a row for every operation the parser reads, and each example line it shows
+/// parses (after a node line, for the examples that show none).
+#[test]
+fn the_workload_trace_page_names_every_operation_and_its_examples_parse() {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/reference/workload-trace.md"),
+    )
+    .expect("the page");
+    for op in imagekeeper::workload::WORKLOAD_OPERATIONS {
+        assert!(page.contains(&format!("| `{op}` |")), "no row for {op:?}");
+    }
+    let node = r#"{"at": 0, "node": {"capacity": 1000, "pull_bytes_per_s": 10}}"#;
+    let mut blocks = 0;
+    for block in page.split("```").skip(1).step_by(2) {
+        let lines: Vec<&str> = block.lines().filter(|l| l.starts_with("{\"at\"")).collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        if !lines[0].contains("\"node\"") {
+            text = format!("{node}\n{text}");
+        }
+        imagekeeper::workload::parse_workload(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+        blocks += 1;
+    }
+    assert!(blocks >= 2, "example blocks: {blocks}");
+}
