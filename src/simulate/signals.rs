@@ -104,3 +104,33 @@ impl Sim<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bound pod's images are needed until a run of each starts: the bound pods' set loses
+    /// each image at its run, and the pod once none is left; `[]` unbinds at once.
+    #[test]
+    fn a_bound_pods_images_are_needed_until_each_ones_run_starts() {
+        let mut feed = SignalFeed::new(0);
+        let bound = |pod: &str, images: &[&str]| WorkloadOp::Bound {
+            pod: pod.to_owned(),
+            images: images.iter().map(|i| (*i).to_owned()).collect(),
+        };
+        feed.apply(&bound("ml/a", &["init:1", "serve:2"]));
+        feed.apply(&bound("ml/b", &["serve:2"]));
+        let held = |feed: &SignalFeed| feed.pods.images().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(held(&feed), ["init:1", "serve:2"]);
+        feed.run_starts("init:1");
+        assert_eq!(held(&feed), ["serve:2"]);
+        feed.run_starts("other:1");
+        assert_eq!(held(&feed), ["serve:2"]);
+        feed.run_starts("serve:2");
+        assert!(held(&feed).is_empty(), "{:?}", held(&feed));
+        assert!(feed.bound.is_empty());
+        feed.apply(&bound("ml/c", &["x:1"]));
+        feed.apply(&bound("ml/c", &[]));
+        assert!(held(&feed).is_empty());
+    }
+}
