@@ -17,8 +17,8 @@
 //!   image expected no sooner (not expected again, an image the predictive order gives the
 //!   one-off prior, one idle a week or more), before every image expected sooner, and before
 //!   an image whose known use is as far. (The wording, after *every* image with no
-//!   known next use, removes the hot current revisions first: measured on
-//!   `tests/simulate/signals-rollout-undo.jsonl` it re-pulled 8 times what `predictive` did.)
+//!   known next use, removes the hot current revisions first: on a first version of the
+//!   rollout-undo family it re-pulled about 8 times what `predictive` did.)
 //! - *current* (a workload's current revision): its estimate, but never removed before its
 //!   rollback set (a revision just rolled out has one use and looks like a one-off; after an
 //!   undo the predictive order finds it superseded by the newer tag);
