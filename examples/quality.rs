@@ -1,7 +1,8 @@
 //! `scripts/quality`: GC quality on the seeded corpus (`imagekeeper::simulate::corpus`). For each
 //! workload family (issue 26's with and without agent restarts, issue 39's as they are), runs
 //! every policy through `imagekeeper::simulate` and prints its `repulled_bytes` and the ratio to
-//! `clairvoyant`'s, then the targets of issues 26 and 39 with verdicts as `scripts/bench`
+//! `clairvoyant`'s (and the same for the families of tests/simulate with signal lines, issue
+//! 55), then the targets of issues 26, 39 and 55 with verdicts as `scripts/bench`
 //! prints them: `(target OP BOUND: ok|MISSED)`.
 //!
 //! Usage: quality [--days D] [--seed S] [--write DIR] [--family NAME]...
@@ -17,6 +18,40 @@ use imagekeeper::simulate::{Outcome, SimPolicy, simulate};
 
 fn gb(bytes: u64) -> String {
     format!("{:.1} GB", bytes as f64 / 1e9)
+}
+
+/// The families of tests/simulate with signal lines that the report adds (issue 55).
+const SIGNAL_FAMILIES: [&str; 2] = ["signals-nightly-cronjobs", "signals-rollout-undo"];
+
+/// One family's report: per policy its re-pulled bytes and their ratio to clairvoyant's.
+fn print_family(name: &str, outcomes: &[Outcome]) {
+    let reference = outcomes
+        .iter()
+        .find(|o| o.policy == "clairvoyant")
+        .map_or(0, |o| o.repulled_bytes);
+    let first = outcomes.first().map_or(0, |o| o.first_pulled_bytes);
+    println!(
+        "{name}: {} runs, {} first pulled",
+        outcomes.first().map_or(0, |o| o.runs),
+        gb(first)
+    );
+    for o in outcomes {
+        let ratio = if reference == 0 {
+            "-".to_owned()
+        } else {
+            format!("{:.2}", o.repulled_bytes as f64 / reference as f64)
+        };
+        println!(
+            "  {:<12} repulled {:>9}  x clairvoyant {:>5}  repulls {:>5}  failed {:>3}  evictions {:>5}  pull wait {:.0} s",
+            o.policy,
+            gb(o.repulled_bytes),
+            ratio,
+            o.repulls,
+            o.failed_runs,
+            o.evictions,
+            o.pull_wait_s
+        );
+    }
 }
 
 fn main() -> ExitCode {
@@ -79,36 +114,40 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            let reference = outcomes
-                .iter()
-                .find(|o| o.policy == "clairvoyant")
-                .map_or(0, |o| o.repulled_bytes);
-            let first = outcomes.first().map_or(0, |o| o.first_pulled_bytes);
-            println!(
-                "{name}: {} runs, {} first pulled",
-                outcomes.first().map_or(0, |o| o.runs),
-                gb(first)
-            );
-            for o in &outcomes {
-                let ratio = if reference == 0 {
-                    "-".to_owned()
-                } else {
-                    format!("{:.2}", o.repulled_bytes as f64 / reference as f64)
-                };
-                println!(
-                    "  {:<12} repulled {:>9}  x clairvoyant {:>5}  repulls {:>5}  failed {:>3}  evictions {:>5}  pull wait {:.0} s",
-                    o.policy,
-                    gb(o.repulled_bytes),
-                    ratio,
-                    o.repulls,
-                    o.failed_runs,
-                    o.evictions,
-                    o.pull_wait_s
-                );
-            }
+            print_family(&name, &outcomes);
             names.push(name.clone());
             results.insert(name, outcomes);
         }
+    }
+    // Issue 55: the families of tests/simulate with signal lines (what the cluster knew), for
+    // the signals policy beside the others.
+    for name in SIGNAL_FAMILIES {
+        if !only.is_empty() && !only.iter().any(|o| o == name) {
+            continue;
+        }
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/simulate")
+            .join(format!("{name}.jsonl"));
+        let workload = match std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| imagekeeper::workload::parse_workload(&t).map_err(|e| e.to_string()))
+        {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("quality: {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        };
+        let outcomes = match rt.block_on(simulate(&workload, &SimPolicy::ALL)) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("quality: {name}: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        print_family(name, &outcomes);
+        names.push(name.to_string());
+        results.insert(name.to_string(), outcomes);
     }
     println!();
     println!("targets:");
@@ -194,6 +233,25 @@ fn main() -> ExitCode {
         }
         if (p as f64) <= 0.7 * k as f64 {
             predictive_wins += 1;
+        }
+        // Issue 55: the signal-reading policy no worse than predictive anywhere, and within
+        // 1.2 x clairvoyant on the families with signal lines.
+        let s = get("signals");
+        verdict(
+            format!("{name} signals repulled"),
+            gb(s),
+            "<=",
+            format!("predictive {}", gb(p)),
+            s <= p,
+        );
+        if SIGNAL_FAMILIES.contains(&name.as_str()) {
+            verdict(
+                format!("{name} signals repulled"),
+                gb(s),
+                "<=",
+                format!("1.2 x clairvoyant {}", gb(c)),
+                s as f64 <= 1.2 * c as f64,
+            );
         }
     }
     verdict(

@@ -17,11 +17,11 @@ use super::output::{Column, TableOptions, write_table};
 
 #[derive(Args, Debug)]
 pub struct SimulateArgs {
-    /// The workload: JSON lines (a `node` line, then `run` and `restart` lines sorted by
-    /// `at`), or `-` for stdin.
+    /// The workload: JSON lines (a `node` line, then `run`, `restart` and the signal lines
+    /// `cronjob`, `bound`, `rollout` sorted by `at`), or `-` for stdin.
     workload: PathBuf,
-    /// A policy to run: kubelet, imagekeeper, adaptive, predictive, sieve, s3fifo, clairvoyant
-    /// (repeatable; the output keeps the order given) [default: all seven].
+    /// A policy to run: kubelet, imagekeeper, adaptive, predictive, signals, sieve, s3fifo,
+    /// clairvoyant (repeatable; the output keeps the order given) [default: all eight].
     #[arg(long = "policy", value_enum, value_name = "POLICY")]
     policies: Vec<PolicyArg>,
     /// Output format: table (with each policy's re-pulled bytes as a ratio of clairvoyant's)
@@ -36,6 +36,7 @@ enum PolicyArg {
     Imagekeeper,
     Adaptive,
     Predictive,
+    Signals,
     Sieve,
     S3fifo,
     Clairvoyant,
@@ -48,6 +49,7 @@ impl From<PolicyArg> for SimPolicy {
             PolicyArg::Imagekeeper => SimPolicy::Imagekeeper,
             PolicyArg::Adaptive => SimPolicy::Adaptive,
             PolicyArg::Predictive => SimPolicy::Predictive,
+            PolicyArg::Signals => SimPolicy::Signals,
             PolicyArg::Sieve => SimPolicy::Sieve,
             PolicyArg::S3fifo => SimPolicy::S3Fifo,
             PolicyArg::Clairvoyant => SimPolicy::Clairvoyant,
@@ -170,7 +172,7 @@ fn run_policies(
 /// at 12 s and the run took 60 s.
 fn cost_rank(policy: SimPolicy) -> u8 {
     match policy {
-        SimPolicy::Predictive => 0,
+        SimPolicy::Predictive | SimPolicy::Signals => 0,
         SimPolicy::Adaptive => 1,
         SimPolicy::Imagekeeper => 2,
         SimPolicy::Kubelet => 3,

@@ -33,6 +33,14 @@ pub enum GcError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A CronJob schedule the CronJob controller would not read (`gc::CronSchedule::parse`).
+    #[error("invalid schedule {schedule:?}: {reason}")]
+    InvalidSchedule {
+        /// The schedule as given.
+        schedule: String,
+        /// Why it was refused (robfig/cron's reasons).
+        reason: String,
+    },
     /// The image filesystem reported capacity 0 (the kubelet's InvalidDiskCapacity).
     #[error("invalid capacity 0 on image filesystem")]
     InvalidCapacity,

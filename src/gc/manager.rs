@@ -156,6 +156,8 @@ pub struct ImageGcManager<R> {
     pin_index: Mutex<Arc<super::protect::PinIndex>>,
     /// The images the pods bound to this node name ([`ImageGcManager::bound_pods`]).
     bound_pods: super::BoundPods,
+    /// What the cluster declared of the images' next uses ([`ImageGcManager::cluster_signals`]).
+    cluster_signals: super::ClusterSignals,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -179,6 +181,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             volumes_seen: Mutex::new(ImageVolumes::new()),
             pin_index: Mutex::new(Arc::default()),
             bound_pods: super::BoundPods::default(),
+            cluster_signals: super::ClusterSignals::default(),
         })
     }
 
@@ -199,6 +202,27 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// writes and each detect reads (empty, keeping nothing, with no watch).
     pub fn bound_pods(&self) -> super::BoundPods {
         self.bound_pods.clone()
+    }
+
+    /// Reads `pods` as the pods bound to this node (a handle another manager shares: the
+    /// simulator's restart keeps the cluster's knowledge, as the agent's watch would).
+    pub fn with_bound_pods(mut self, pods: super::BoundPods) -> Self {
+        self.bound_pods = pods;
+        self
+    }
+
+    /// The cluster's declarations of the images' next uses (CronJobs, rollouts): a handle the
+    /// writer fills and the predictive order's space walk reads (empty, changing nothing, with
+    /// no writer).
+    pub fn cluster_signals(&self) -> super::ClusterSignals {
+        self.cluster_signals.clone()
+    }
+
+    /// Reads `signals` as the cluster's declarations (a shared handle, as for
+    /// [`ImageGcManager::with_bound_pods`]).
+    pub fn with_cluster_signals(mut self, signals: super::ClusterSignals) -> Self {
+        self.cluster_signals = signals;
+        self
     }
 
     /// Keeps the images of `in_flight`'s pulls (share it with the image manager).

@@ -16,6 +16,7 @@ pub(crate) mod adaptive;
 pub(crate) mod attempt;
 pub(crate) mod attempt_metrics;
 mod bound_pods;
+mod cron;
 pub(crate) mod cycle;
 #[doc(hidden)]
 pub mod detect;
@@ -38,6 +39,7 @@ mod report;
 mod runtime_pin_notes;
 pub mod runtime_pin_record;
 pub mod runtime_pins;
+mod signals;
 mod space;
 mod watch;
 
@@ -47,6 +49,7 @@ pub use attempt::{
 };
 pub use attempt_metrics::{AttemptCounts, AttemptMetrics};
 pub use bound_pods::{BoundPods, BoundPodsSample, DaemonSetsSample, MAX_DAEMONSETS, WatchSample};
+pub use cron::CronSchedule;
 pub use detect::{ListedImages, images_in_use};
 pub use error::GcError;
 pub use evict::{Verdict, space_verdict};
@@ -63,12 +66,16 @@ pub use pins::PinPatterns;
 pub use plan::plan_space_victims;
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds, SignedAge, kubelet_validation_errors};
 pub use predictive::{Basis, Estimate, PredictiveRank, rank_listed, rank_predictive};
-pub use predictive_walk::{PredictiveWalk, predictive_walk};
+pub use predictive_walk::{PredictiveWalk, predictive_walk, predictive_walk_with};
 pub use protect::{
     Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, RUNTIME_PIN_OFFLINE,
     pin_view, pin_views, stored_image, stored_images,
 };
 pub use report::{DetectReport, GcPlan, GcReport, Removal, classify};
 pub use runtime_pin_notes::{RuntimePinsSeen, note_runtime_pins};
+pub use signals::{
+    ClusterSignals, CronJobSignal, KnownUse, KnownUses, MAX_CRONJOBS, MAX_SIGNAL_IMAGES,
+    MAX_SUPERSEDED, MAX_WORKLOADS,
+};
 pub use space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, Unwatched, WatchHistory, unused_since};

@@ -39,6 +39,7 @@ use foldhash::{HashMap, HashMapExt};
 use serde::Serialize;
 
 use super::adaptive::{self, AdaptiveRank, ListedTags};
+use super::signals::KnownUse;
 use crate::model::{
     ImageRecord, JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey,
 };
@@ -225,6 +226,7 @@ impl PredictiveRank {
 }
 
 /// An estimate's bucket, larger first (see [`PredictiveRank`]'s ordering).
+#[cfg(test)]
 fn bucket_of(estimate: &Estimate) -> u32 {
     match estimate.next_use_in_s {
         None => u32::MAX,
@@ -233,7 +235,7 @@ fn bucket_of(estimate: &Estimate) -> u32 {
 }
 
 /// Four buckets per power of two: the bit length, then the two bits below the top one.
-fn bucket(s: u64) -> u32 {
+pub(crate) fn bucket(s: u64) -> u32 {
     if s < 4 {
         return s as u32;
     }
@@ -469,6 +471,7 @@ pub fn rank_listed(
             history_of: &history_of,
             histories: &histories,
             returns: &returns,
+            known: &[],
         };
         rank_positions(&listing, |i| records[i].record, now, Some(&mut ranks))
     };
@@ -490,6 +493,9 @@ pub(crate) struct Listing<'a, 'k, 't> {
     pub(crate) history_of: &'a [Option<u32>],
     pub(crate) histories: &'a [ImageHistory],
     pub(crate) returns: &'a [u32],
+    /// What the cluster knows of each one's next use, by position (`signals.rs`); empty: nothing
+    /// known of any, the predictive order alone.
+    pub(crate) known: &'a [Option<KnownUse>],
 }
 
 /// The predictive ranking of `listing`'s images (`record(i)` the record of position `i`) at
@@ -508,9 +514,10 @@ pub(crate) fn rank_positions(
     let superseded = adaptive::superseded_among(keys, |i| record(i).first_detected, listing.tags);
     let empty = ImageHistory::default();
     let mut scratch = Scratch::default();
-    // Per position: (estimate's bucket, larger first; class; last used; first detected; size,
-    // larger first).
+    // Per position: (place: the estimate's bucket, larger first, or the known use's, see
+    // `signals::place`; class; last used; first detected; size, larger first).
     let mut sort_keys: Vec<SortKey> = Vec::with_capacity(keys.len());
+    let mut buckets: Vec<Option<u32>> = Vec::with_capacity(keys.len());
     for (position, newer) in superseded.into_iter().enumerate() {
         let r = record(position);
         let returns = listing.returns.get(position).copied().unwrap_or(0);
@@ -518,13 +525,15 @@ pub(crate) fn rank_positions(
         let history =
             listing.history_of[position].map_or(&empty, |at| &listing.histories[at as usize]);
         let estimate = estimate_of(&mut scratch, &r, history, newer.is_some(), one_off, now);
+        let bucket = estimate_bucket(&estimate);
         sort_keys.push((
-            u32::MAX - bucket_of(&estimate),
+            known_place(bucket, None, now),
             adaptive::class_of(newer.is_some(), one_off),
             r.last_used.0,
             r.first_detected.0,
             u64::MAX - r.size,
         ));
+        buckets.push(bucket);
         if let Some(ranks) = ranks.as_deref_mut() {
             ranks.push(PredictiveRank {
                 estimate,
@@ -532,6 +541,7 @@ pub(crate) fn rank_positions(
             });
         }
     }
+    place_known(&mut sort_keys, &buckets, listing.known, now);
     // One sort of (prefix, position) pairs: equal prefixes compare the whole key, then the
     // image's key, then the position (as a stable sort would).
     let prefix = SortPrefix::of(&sort_keys);
@@ -555,6 +565,64 @@ pub(crate) fn rank_positions(
         })
     });
     order.into_iter().map(|(_, position)| position).collect()
+}
+
+/// The predictive order's first sort key of an image (smaller: removed first) from its
+/// estimate's bucket (`None`: not expected again) and its known use at `now` (see `signals.rs`' rule).
+pub(crate) fn known_place(bucket: Option<u32>, known: Option<KnownUse>, now: UnixNanos) -> u32 {
+    match known {
+        None => estimate_place(bucket) * 4,
+        Some(KnownUse::Superseded) => 0,
+        Some(KnownUse::Rollback) => estimate_place(Some(rollback_bucket())) * 4 + 1,
+        Some(KnownUse::Current) => {
+            (estimate_place(bucket) * 4).max(estimate_place(Some(rollback_bucket())) * 4 + 2)
+        }
+        Some(KnownUse::At(t)) => {
+            let s = (t.0.saturating_sub(now.0)).max(0) / SEC;
+            estimate_place(Some(self::bucket(s.unsigned_abs()))) * 4 + 2
+        }
+        Some(KnownUse::Now) => u32::MAX,
+    }
+}
+
+/// The bucket a rollback image's next use is taken to be in: the one-off prior's (a week,
+/// about what the journal and the histories keep).
+fn rollback_bucket() -> u32 {
+    bucket(ONE_OFF_PRIOR.as_secs())
+}
+
+/// The place of an estimate alone: 0 for "not expected again", else 1 + (255 - bucket), so
+/// that a nearer estimate (a smaller bucket) is removed later.
+fn estimate_place(bucket: Option<u32>) -> u32 {
+    match bucket {
+        None => 0,
+        Some(b) => 1 + 255u32.saturating_sub(b),
+    }
+}
+
+/// An estimate's bucket, `None` for "not expected again".
+fn estimate_bucket(estimate: &Estimate) -> Option<u32> {
+    estimate
+        .next_use_in_s
+        .map(|s| bucket(s.max(0).unsigned_abs()))
+}
+
+/// Replaces the places of the images the cluster knows a next use of (`known`, by position;
+/// empty: none) with the known use's ([`known_place`]).
+fn place_known(
+    sort_keys: &mut [SortKey],
+    buckets: &[Option<u32>],
+    known: &[Option<KnownUse>],
+    now: UnixNanos,
+) {
+    if known.iter().all(Option::is_none) {
+        return;
+    }
+    for (position, key) in sort_keys.iter_mut().enumerate() {
+        if let Some(k) = known.get(position).copied().flatten() {
+            key.0 = known_place(buckets[position], Some(k), now);
+        }
+    }
 }
 
 /// What the predictive order compares, per image, before its key: (estimate's bucket, larger

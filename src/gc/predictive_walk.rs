@@ -21,6 +21,7 @@ use super::detect::ListedImages;
 #[cfg(doc)]
 use super::predictive::rank_listed;
 use super::predictive::{Listing, histories_of_rows, rank_positions};
+use super::signals::{KnownIndex, KnownUse, KnownUses};
 use crate::model::{ImageLike, ImageRecord, JournalEntry, UnixNanos};
 use crate::store::{JournalKey, KeyParts, Store, StoreError, StoredRecord};
 
@@ -69,6 +70,18 @@ impl PredictiveWalk {
 pub fn predictive_walk(
     store: &Store,
     listed: &ListedImages,
+    now: UnixNanos,
+) -> Result<PredictiveWalk, StoreError> {
+    predictive_walk_with(store, listed, &KnownUses::default(), now)
+}
+
+/// [`predictive_walk`] with what the cluster knows of the images' next uses (`known`, by the
+/// names the cluster gives them): each listed image a known name names is placed by its known
+/// use instead of its estimate (`signals.rs`).
+pub fn predictive_walk_with(
+    store: &Store,
+    listed: &ListedImages,
+    known: &KnownUses,
     now: UnixNanos,
 ) -> Result<PredictiveWalk, StoreError> {
     // The keys and the tags are read in two passes over the list in its own order (its memory's
@@ -124,12 +137,14 @@ pub fn predictive_walk(
     let (history_of, histories) = histories_of_rows(keys.len(), &rows);
     drop(rows);
     let returns = returns_by_position(&keys, &journal);
+    let known = known_by_position(listed, &positions, known);
     let listing = Listing {
         keys: &keys,
         tags: &tags,
         history_of: &history_of,
         histories: &histories,
         returns: &returns,
+        known: &known,
     };
     let order = rank_positions(&listing, |i| records[i], now, None);
     Ok(PredictiveWalk {
@@ -138,6 +153,27 @@ pub fn predictive_walk(
             .map(|at| (positions[at as usize], records[at as usize]))
             .collect(),
     })
+}
+
+/// What the cluster knows of the next use of each ranked image (`positions`: their places in
+/// `listed`'s key order), by rank position; empty when nothing is known (no lookup is made).
+fn known_by_position(
+    listed: &ListedImages,
+    positions: &[u32],
+    known: &KnownUses,
+) -> Vec<Option<KnownUse>> {
+    if known.is_empty() {
+        return Vec::new();
+    }
+    let index = KnownIndex::of(known);
+    positions
+        .iter()
+        .map(|&at| {
+            listed
+                .nth_in_key_order(at as usize)
+                .and_then(|image| index.of_image(&image))
+        })
+        .collect()
 }
 
 /// How many times the journal saw each of `keys`' image ids come back, by position: each

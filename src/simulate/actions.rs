@@ -18,6 +18,10 @@ impl<'a> Sim<'a> {
     ) -> Result<(), SimulateError> {
         self.quiet = false;
         self.outcome.runs += 1;
+        if let Some(feed) = &mut self.signals {
+            // Its run starts: a pod bound ahead of it needs it no more (its container keeps it).
+            feed.run_starts(image);
+        }
         if let Some((_, passed)) = self.future.get_mut(image) {
             *passed += 1;
         }
@@ -277,8 +281,12 @@ impl<'a> Sim<'a> {
                     manager.store().clone()
                 };
                 drop(manager);
-                let manager =
+                let mut manager =
                     ImageGcManager::new(self.runtime.clone(), store, self.config.clone())?;
+                if let Some(feed) = &self.signals {
+                    // The cluster's knowledge outlives the agent (its watches list it again).
+                    manager = feed.fed(manager);
+                }
                 manager.detect(now).await?;
                 self.gc = Gc::Manager {
                     manager: Box::new(manager),

@@ -484,6 +484,7 @@ fn node(capacity: u64, other_used: u64, pull_bytes_per_s: u64) -> WorkloadNode {
             bytes: None,
         },
         gc_period_s: 300.0,
+        start_unix_s: 0,
     }
 }
 

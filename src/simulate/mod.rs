@@ -47,6 +47,7 @@ use std::sync::Arc;
 mod actions;
 pub mod corpus;
 mod online_orders;
+mod signals;
 
 use serde::Serialize;
 
@@ -75,6 +76,8 @@ pub enum SimPolicy {
     Adaptive,
     /// imagekeeper's history with the predictive order ([`GcOrder::Predictive`]).
     Predictive,
+    /// `predictive` reading the workload's signal lines: what the cluster knew (`gc::signals`).
+    Signals,
     /// SIEVE (NSDI 2024), an online reference order run by the driver (`online_orders.rs`).
     Sieve,
     /// S3-FIFO (SOSP 2023), an online reference order run by the driver.
@@ -85,11 +88,12 @@ pub enum SimPolicy {
 
 impl SimPolicy {
     /// Every policy, in the default order of the output.
-    pub const ALL: [SimPolicy; 7] = [
+    pub const ALL: [SimPolicy; 8] = [
         SimPolicy::Kubelet,
         SimPolicy::Imagekeeper,
         SimPolicy::Adaptive,
         SimPolicy::Predictive,
+        SimPolicy::Signals,
         SimPolicy::Sieve,
         SimPolicy::S3Fifo,
         SimPolicy::Clairvoyant,
@@ -102,6 +106,7 @@ impl SimPolicy {
             SimPolicy::Imagekeeper => "imagekeeper",
             SimPolicy::Adaptive => "adaptive",
             SimPolicy::Predictive => "predictive",
+            SimPolicy::Signals => "signals",
             SimPolicy::Sieve => "sieve",
             SimPolicy::S3Fifo => "s3fifo",
             SimPolicy::Clairvoyant => "clairvoyant",
@@ -374,6 +379,9 @@ struct Sim<'a> {
     /// its transaction as they would one transaction each, so the store each read sees is
     /// the same (issue 41: a commit per event was a third of a simulation).
     pending: Batch,
+    /// What the cluster knows, fed from the workload's signal lines (the `signals` policy
+    /// only; `None` for the others, which skip those lines).
+    signals: Option<signals::SignalFeed>,
 }
 
 impl<'a> Sim<'a> {
@@ -385,13 +393,15 @@ impl<'a> Sim<'a> {
     ) -> Result<Sim<'a>, SimulateError> {
         let node = &workload.node;
         let start = at(node.at);
+        let signals = (policy == SimPolicy::Signals)
+            .then(|| signals::SignalFeed::new(node.start_unix_s - EPOCH_SECS));
         let runtime = ScriptedRuntime::new();
         runtime.state().fs = Some((node.capacity, node.capacity - node.other_used));
         let config = GcConfig {
             policy: node.policy,
             order: match policy {
                 SimPolicy::Adaptive => GcOrder::Adaptive,
-                SimPolicy::Predictive => GcOrder::Predictive,
+                SimPolicy::Predictive | SimPolicy::Signals => GcOrder::Predictive,
                 _ => GcOrder::KubeletOrder,
             },
             ..GcConfig::default()
@@ -415,8 +425,12 @@ impl<'a> Sim<'a> {
             },
             _ => {
                 let store = Arc::new(scratch_store(policy, 0, start)?);
+                let manager = ImageGcManager::new(runtime.clone(), store, config.clone())?;
                 Gc::Manager {
-                    manager: Box::new(ImageGcManager::new(runtime.clone(), store, config.clone())?),
+                    manager: Box::new(match &signals {
+                        Some(feed) => feed.fed(manager),
+                        None => manager,
+                    }),
                     restarts: 0,
                 }
             }
@@ -458,6 +472,7 @@ impl<'a> Sim<'a> {
             progress,
             ids: std::cell::RefCell::new(BTreeMap::new()),
             pending: Batch::new(),
+            signals,
         })
     }
 
@@ -515,6 +530,11 @@ impl<'a> Sim<'a> {
     async fn run(&mut self) -> Result<(), SimulateError> {
         let workload = self.workload;
         for line in &workload.ops {
+            if line.op.is_signal() && self.signals.is_none() {
+                // A policy that reads no signals runs as if the line were not there.
+                self.lines_done += 1;
+                continue;
+            }
             let now = at(line.at);
             self.advance_to(now).await?;
             self.step(now)?;
@@ -523,6 +543,7 @@ impl<'a> Sim<'a> {
                     self.start_run(now, image, *size, *for_s).await?
                 }
                 WorkloadOp::Restart => self.restart(now).await?,
+                op => self.signal(op),
             }
             self.lines_done += 1;
         }

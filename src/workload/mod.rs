@@ -1,7 +1,8 @@
 //! The workload trace: what a node ran, as `imagekeeper simulate` reads it and `imagekeeper
 //! inspect workload` writes it (a public contract, `docs/src/reference/workload-trace.md`).
 //! JSON lines, one object per line, sorted by `"at"` (seconds from the trace's start, a
-//! number): a `node` line first and once, then `run` and `restart` lines.
+//! number): a `node` line first and once, then `run` and `restart` lines, and the signal lines
+//! (`cronjob`, `bound`, `rollout`: what the cluster knew, `signals.rs`).
 //!
 //! Invariants: a [`Workload`] that [`parse_workload`] returns has its node line first, its
 //! operations in non-decreasing time, every time and duration finite, non-negative and at
@@ -17,7 +18,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::gc::GcPolicy;
+use crate::gc::{CronSchedule, GcPolicy};
+
+mod signals;
 
 /// The most bytes of a workload read (a file or stdin): 256 MiB, about two million runs.
 pub(crate) const MAX_WORKLOAD_BYTES: u64 = 256 << 20;
@@ -44,6 +47,9 @@ pub(crate) struct WorkloadNode {
     pub policy: GcPolicy,
     /// Seconds between two GC cycles.
     pub gc_period_s: f64,
+    /// The unix time (seconds, UTC) of the trace's second 0, the calendar CronJob schedules
+    /// are read in (default 0: 1970-01-01T00:00:00Z). Read only by the `signals` policy.
+    pub start_unix_s: i64,
 }
 
 /// One operation after the node line.
@@ -58,6 +64,39 @@ pub(crate) enum WorkloadOp {
     },
     /// The agent (or the kubelet) restarts.
     Restart,
+    /// The cluster holds the CronJob `name` (set or replaced): it runs on `schedule` (UTC)
+    /// unless suspended, its job template naming `images`.
+    CronJob {
+        name: String,
+        /// The schedule as written.
+        schedule: String,
+        /// The schedule as the CronJob controller reads it.
+        cron: CronSchedule,
+        /// `spec.timeZone` as written (UTC only), or none.
+        time_zone: Option<String>,
+        suspend: bool,
+        images: Vec<String>,
+    },
+    /// The pod `pod` is bound to the node (set or replaced; no images: gone): each of `images`
+    /// is needed from this line until a run of it starts.
+    Bound { pod: String, images: Vec<String> },
+    /// The workload `workload` rolled out `images`; `previous` are its previous revision's
+    /// (the rollback set).
+    Rollout {
+        workload: String,
+        images: Vec<String>,
+        previous: Vec<String>,
+    },
+}
+
+impl WorkloadOp {
+    /// Whether the line declares what the cluster knows (read by the `signals` policy only).
+    pub(crate) fn is_signal(&self) -> bool {
+        matches!(
+            self,
+            WorkloadOp::CronJob { .. } | WorkloadOp::Bound { .. } | WorkloadOp::Rollout { .. }
+        )
+    }
 }
 
 /// One operation with its time and line number.
@@ -306,11 +345,23 @@ fn parse_node(at: f64, mut object: Map<String, Value>) -> Result<WorkloadNode, S
     let node = object.remove("node").unwrap_or(Value::Null);
     let policy = object.remove("policy");
     let period = object.remove("gc_period_s");
+    let start = object.remove("start_unix_s");
     if let Some(key) = object.keys().next() {
         return Err(format!(
-            "unknown field {key:?} on the node line (expected \"node\", \"policy\", \"gc_period_s\")"
+            "unknown field {key:?} on the node line (expected \"node\", \"policy\", \"gc_period_s\", \"start_unix_s\")"
         ));
     }
+    let start_unix_s = match start {
+        None => 0,
+        Some(v) => match v.as_i64() {
+            Some(s) if (0..=MAX_START_UNIX_S).contains(&s) => s,
+            _ => {
+                return Err(format!(
+                    "\"start_unix_s\" must be a whole number of seconds from 0 to {MAX_START_UNIX_S}"
+                ));
+            }
+        },
+    };
     let mut node = fields(
         node,
         "node",
@@ -359,8 +410,19 @@ fn parse_node(at: f64, mut object: Map<String, Value>) -> Result<WorkloadNode, S
         pull_bytes_per_s,
         policy: gc,
         gc_period_s,
+        start_unix_s,
     })
 }
+
+/// The latest `start_unix_s`: 9999-12-31T23:59:59Z.
+const MAX_START_UNIX_S: i64 = 253_402_300_799;
+
+/// The operations a line after the node line may give (the workload trace page has a row for
+/// each: a test holds it to this list).
+pub const WORKLOAD_OPERATIONS: [&str; 5] = ["run", "restart", "cronjob", "bound", "rollout"];
+
+/// [`WORKLOAD_OPERATIONS`] as the parser's messages name them.
+const OPERATIONS: &str = "\"run\", \"restart\", \"cronjob\", \"bound\" or \"rollout\"";
 
 fn parse_op(mut object: Map<String, Value>) -> Result<WorkloadOp, String> {
     if object.contains_key("node") {
@@ -369,7 +431,7 @@ fn parse_op(mut object: Map<String, Value>) -> Result<WorkloadOp, String> {
     let mut keys = object.keys();
     let (Some(key), None) = (keys.next().cloned(), keys.next()) else {
         return Err(if object.is_empty() {
-            "no operation: a line needs one of \"run\", \"restart\"".to_owned()
+            format!("no operation: a line needs one of {OPERATIONS}")
         } else {
             let names: Vec<&String> = object.keys().collect();
             format!("more than one operation: {names:?}")
@@ -399,9 +461,12 @@ fn parse_op(mut object: Map<String, Value>) -> Result<WorkloadOp, String> {
             fields(value, "restart", &[])?;
             Ok(WorkloadOp::Restart)
         }
+        "cronjob" => signals::parse_cronjob(value),
+        "bound" => signals::parse_bound(value),
+        "rollout" => signals::parse_rollout(value),
         "node" => Err("the \"node\" line is given again: it comes once, first".to_owned()),
         other => Err(format!(
-            "unknown operation {other:?} (expected \"run\" or \"restart\")"
+            "unknown operation {other:?} (expected {OPERATIONS})"
         )),
     }
 }
@@ -473,7 +538,7 @@ fn number(s: f64) -> Value {
 
 /// The node line, as [`parse_workload`] reads it back.
 fn format_node(node: &WorkloadNode) -> String {
-    json!({
+    let mut value = json!({
         "at": number(node.at),
         "node": {
             "capacity": node.capacity,
@@ -487,8 +552,12 @@ fn format_node(node: &WorkloadNode) -> String {
             "max_age_s": number(node.policy.max_age.as_secs_f64()),
         },
         "gc_period_s": number(node.gc_period_s),
-    })
-    .to_string()
+    });
+    // Written only when given, so a workload without it reads and writes as before.
+    if let (true, Some(map)) = (node.start_unix_s != 0, value.as_object_mut()) {
+        map.insert("start_unix_s".to_owned(), json!(node.start_unix_s));
+    }
+    value.to_string()
 }
 
 /// One operation's line, as [`parse_workload`] reads it back.
@@ -499,6 +568,15 @@ fn format_line(line: &WorkloadLine) -> String {
             "run": {"image": image, "size": size, "for_s": number(*for_s)},
         }),
         WorkloadOp::Restart => json!({"at": number(line.at), "restart": {}}),
+        op => match signals::format_signal(op) {
+            Some((name, body)) => {
+                let mut object = Map::new();
+                object.insert("at".to_owned(), number(line.at));
+                object.insert(name.to_owned(), body);
+                Value::Object(object)
+            }
+            None => json!({"at": number(line.at)}),
+        },
     }
     .to_string()
 }
@@ -591,6 +669,180 @@ mod tests {
         }
     }
 
+    /// The signal lines read and write back as they were given, the node line's
+    /// `start_unix_s` with them (written only when given).
+    #[test]
+    fn signal_lines_round_trip() {
+        let text = format!(
+            "{}\n{}\n{}\n{}\n{}\n",
+            NODE.replace(
+                "\"gc_period_s\": 300",
+                "\"gc_period_s\": 300, \"start_unix_s\": 1704067200"
+            ),
+            r#"{"at": 1, "cronjob": {"name": "batch/nightly", "schedule": "0 2 * * *", "time_zone": "UTC", "suspend": false, "images": ["reg/etl:1", "reg/etl-init:1"]}}"#,
+            r#"{"at": 2, "cronjob": {"name": "batch/weekly", "schedule": "@weekly", "images": ["reg/report:3"]}}"#,
+            r#"{"at": 3, "bound": {"pod": "ci/build-7", "images": ["reg/init:1", "reg/build:4"]}}"#,
+            r#"{"at": 4, "rollout": {"workload": "shop/web", "images": ["reg/web:2"], "previous": ["reg/web:1"]}}"#,
+        );
+        let workload = parse_workload(&text).expect("parses");
+        assert_eq!(workload.node.start_unix_s, 1_704_067_200);
+        let WorkloadOp::CronJob {
+            name,
+            cron,
+            suspend,
+            images,
+            time_zone,
+            ..
+        } = &workload.ops[0].op
+        else {
+            panic!("{:?}", workload.ops[0]);
+        };
+        assert_eq!(name, "batch/nightly");
+        assert_eq!(*cron, CronSchedule::parse("0 2 * * *").expect("a schedule"));
+        assert_eq!(
+            (*suspend, images.len(), time_zone.as_deref()),
+            (false, 2, Some("UTC"))
+        );
+        assert!(workload.ops.iter().all(|l| l.op.is_signal()));
+        let written = workload.to_string();
+        assert_eq!(
+            written.lines().nth(2),
+            Some(
+                r#"{"at":2,"cronjob":{"name":"batch/weekly","schedule":"@weekly","suspend":false,"images":["reg/report:3"]}}"#
+            )
+        );
+        let again = parse_workload(&written).expect("parses back");
+        assert_eq!(again.node, workload.node);
+        let ops = |w: &Workload| {
+            w.ops
+                .iter()
+                .map(|l| (l.at, l.op.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ops(&again), ops(&workload));
+        // Without it, the node line is written as before.
+        let plain = parse_workload(NODE).expect("parses");
+        assert!(!plain.to_string().contains("start_unix_s"));
+    }
+
+    /// Malformed signal lines, a field at a time (cron fields above all): each is refused
+    /// naming its line and the field, never a panic.
+    #[test]
+    fn malformed_signal_lines_are_refused_naming_the_line() {
+        let cron = |body: &str| format!("{NODE}\n{{\"at\": 5, \"cronjob\": {body}}}");
+        let cases: Vec<(String, &str)> = vec![
+            (
+                cron(r#"{"name": "a/b", "schedule": "0 25 * * *", "images": ["x"]}"#),
+                "line 2: \"cronjob.schedule\": invalid schedule \"0 25 * * *\": hour field \"25\": end of range (25) above maximum (23): 25",
+            ),
+            (
+                cron(r#"{"name": "a/b", "schedule": "0 2 * *", "images": ["x"]}"#),
+                "line 2: \"cronjob.schedule\": invalid schedule \"0 2 * *\": expected exactly 5 fields, found 4: [\"0\", \"2\", \"*\", \"*\"]",
+            ),
+            (
+                cron(r#"{"name": "a/b", "schedule": 5, "images": ["x"]}"#),
+                "line 2: \"cronjob.schedule\" must be a string",
+            ),
+            (
+                cron(r#"{"name": "a/b", "images": ["x"]}"#),
+                "line 2: missing \"cronjob.schedule\"",
+            ),
+            (
+                cron(r#"{"name": "", "schedule": "@daily", "images": ["x"]}"#),
+                "line 2: \"cronjob.name\" is empty",
+            ),
+            (
+                cron(r#"{"name": "a/b", "schedule": "@daily", "images": []}"#),
+                "line 2: \"cronjob.images\" names no image",
+            ),
+            (
+                cron(r#"{"name": "a/b", "schedule": "@daily", "images": ["x", 3]}"#),
+                "line 2: \"cronjob.images[1]\" must be a string",
+            ),
+            (
+                cron(
+                    r#"{"name": "a/b", "schedule": "@daily", "images": ["x"], "time_zone": "Europe/Paris"}"#,
+                ),
+                "line 2: \"cronjob.time_zone\" \"Europe/Paris\": only UTC is simulated (\"UTC\", \"Etc/UTC\" or none)",
+            ),
+            (
+                cron(r#"{"name": "a/b", "schedule": "@daily", "images": ["x"], "suspend": "yes"}"#),
+                "line 2: \"cronjob.suspend\" must be true or false",
+            ),
+            (
+                cron(r#"{"name": "a/b", "schedule": "@daily", "images": ["x"], "concurrency": 1}"#),
+                "line 2: unknown field \"concurrency\" in \"cronjob\" (expected \"name\", \"schedule\", \"time_zone\", \"suspend\", \"images\")",
+            ),
+            (
+                format!("{NODE}\n{{\"at\": 5, \"bound\": {{\"pod\": \"a/b\"}}}}"),
+                "line 2: missing \"bound.images\"",
+            ),
+            (
+                format!(
+                    "{NODE}\n{{\"at\": 5, \"bound\": {{\"pod\": \"a/b\", \"images\": \"x\"}}}}"
+                ),
+                "line 2: \"bound.images\" must be a list of image names",
+            ),
+            (
+                format!(
+                    "{NODE}\n{{\"at\": 5, \"rollout\": {{\"workload\": \"a/b\", \"images\": [\"x\"], \"previous\": [\"\"]}}}}"
+                ),
+                "line 2: \"rollout.previous[0]\" is empty",
+            ),
+            (
+                format!("{NODE}\n{{\"at\": 5, \"rollout\": {{\"images\": [\"x\"]}}}}"),
+                "line 2: missing \"rollout.workload\"",
+            ),
+            (
+                NODE.replace(
+                    "\"gc_period_s\": 300",
+                    "\"gc_period_s\": 300, \"start_unix_s\": -1",
+                ),
+                "line 1: \"start_unix_s\" must be a whole number of seconds from 0 to 253402300799",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = parse_workload(&text).expect_err(want).to_string();
+            assert_eq!(got, want);
+        }
+        let many: Vec<String> = (0..=MAX_SIGNAL_IMAGES_TEST)
+            .map(|i| format!("\"i{i}\""))
+            .collect();
+        let text = format!(
+            "{NODE}\n{{\"at\": 5, \"bound\": {{\"pod\": \"a/b\", \"images\": [{}]}}}}",
+            many.join(",")
+        );
+        let got = parse_workload(&text)
+            .expect_err("too many images")
+            .to_string();
+        assert_eq!(
+            got,
+            "line 2: \"bound.images\" names 129 images, more than the 128 a line may"
+        );
+        // Each cron field broken in turn, with every kind of bad value: refused, line named.
+        let good = ["0", "2", "1", "1", "0"];
+        for field in 0..5 {
+            for bad in [
+                "", "-1", "99", "a", "1-", "*/0", "5-1", "1/2/3", "1,,2", "\u{e9}", "*-1",
+            ] {
+                let mut spec: Vec<&str> = good.to_vec();
+                spec[field] = bad;
+                let spec = spec.join(" ");
+                let text = cron(&format!(
+                    "{{\"name\": \"a/b\", \"schedule\": {}, \"images\": [\"x\"]}}",
+                    serde_json::to_string(&spec).expect("a JSON string")
+                ));
+                let got = parse_workload(&text).expect_err(&spec).to_string();
+                assert!(
+                    got.starts_with("line 2: \"cronjob.schedule\": invalid schedule "),
+                    "{spec:?}: {got}"
+                );
+            }
+        }
+    }
+
+    const MAX_SIGNAL_IMAGES_TEST: usize = crate::gc::MAX_SIGNAL_IMAGES;
+
     #[test]
     fn bad_lines_are_refused_naming_the_line_and_the_reason() {
         let run = r#"{"at": 5, "run": {"image": "a", "size": 1, "for_s": 1}}"#;
@@ -611,7 +863,7 @@ mod tests {
             ),
             (
                 format!("{NODE}\n{{\"at\": 5, \"pull\": {{}}}}"),
-                "line 2: unknown operation \"pull\" (expected \"run\" or \"restart\")",
+                "line 2: unknown operation \"pull\" (expected \"run\", \"restart\", \"cronjob\", \"bound\" or \"rollout\")",
             ),
             (
                 format!("{NODE}\n{run}\n{{\"at\": 4, \"restart\": {{}}}}"),
@@ -627,7 +879,7 @@ mod tests {
             ),
             (
                 NODE.replace("\"gc_period_s\"", "\"gc_every\""),
-                "line 1: unknown field \"gc_every\" on the node line (expected \"node\", \"policy\", \"gc_period_s\")",
+                "line 1: unknown field \"gc_every\" on the node line (expected \"node\", \"policy\", \"gc_period_s\", \"start_unix_s\")",
             ),
             (
                 format!("{NODE}\n{{\"at\": 5, \"restart\": {{\"hard\": true}}}}"),

@@ -280,14 +280,38 @@ fn simulate_quietly(
     imagekeeper::simulate::Outcome,
     imagekeeper::simulate::SimStats,
 )> {
-    use imagekeeper::simulate::{SimPolicy, simulate_with};
+    simulate_policies_quietly(workload, &imagekeeper::simulate::SimPolicy::ALL, options)
+}
+
+fn simulate_policies_quietly(
+    workload: &imagekeeper::workload::Workload,
+    policies: &[imagekeeper::simulate::SimPolicy],
+    options: imagekeeper::simulate::SimOptions,
+) -> Vec<(
+    imagekeeper::simulate::Outcome,
+    imagekeeper::simulate::SimStats,
+)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a current-thread runtime");
     tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
-        rt.block_on(simulate_with(workload, &SimPolicy::ALL, options))
-            .expect("the workload simulates")
+        rt.block_on(imagekeeper::simulate::simulate_with(
+            workload, policies, options,
+        ))
+        .expect("the workload simulates")
     })
+}
+
+/// The policies the every-cycle comparison runs on a workload: all of them, but on the long
+/// generated signal families (days of one-minute GC periods: minutes of every-cycle stepping in
+/// a debug build) only `signals`, the policy those families add.
+fn policies_to_step(text: &str) -> Vec<imagekeeper::simulate::SimPolicy> {
+    use imagekeeper::simulate::SimPolicy;
+    if text.lines().count() > 1_000 && has_signal_lines(text) {
+        vec![SimPolicy::Signals]
+    } else {
+        SimPolicy::ALL.to_vec()
+    }
 }
 
 /// A small seeded workload: a few images of fixed sizes, runs with gaps from a second to days
@@ -372,8 +396,9 @@ fn event_driven_time_gives_the_outcomes_of_stepping_every_cycle() {
     for (name, text) in workloads {
         let workload = imagekeeper::workload::parse_workload(&text)
             .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
-        let every = simulate_quietly(&workload, SimOptions::every_cycle());
-        let skipping = simulate_quietly(&workload, SimOptions::default());
+        let policies = policies_to_step(&text);
+        let every = simulate_policies_quietly(&workload, &policies, SimOptions::every_cycle());
+        let skipping = simulate_policies_quietly(&workload, &policies, SimOptions::default());
         for ((all, all_stats), (some, some_stats)) in every.iter().zip(&skipping) {
             assert_eq!(all, some, "{name}\n{text}");
             assert_eq!(all_stats.gc_cycles_skipped, 0, "{name}");
@@ -573,4 +598,165 @@ fn ten_idle_years_run_a_handful_of_gc_cycles() {
             outcome.policy
         );
     }
+}
+
+/// The families of tests/simulate/ and their expected outputs: (name, workload text, the
+/// outcomes by policy).
+fn families() -> Vec<(
+    String,
+    String,
+    std::collections::BTreeMap<String, serde_json::Value>,
+)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(workloads_dir()).expect("tests/simulate") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_owned();
+        if !name.ends_with(".jsonl") || name.ends_with(".expected.jsonl") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("workload");
+        let expected =
+            std::fs::read_to_string(path.with_extension("expected.jsonl")).expect("expected");
+        let outcomes = expected
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("an outcome");
+                (v["policy"].as_str().expect("policy").to_owned(), v)
+            })
+            .collect();
+        out.push((name, text, outcomes));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Whether a workload has signal lines (`cronjob`, `bound`, `rollout`).
+fn has_signal_lines(text: &str) -> bool {
+    text.lines().filter(|l| !l.trim().is_empty()).any(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+        ["cronjob", "bound", "rollout"]
+            .iter()
+            .any(|k| v.get(k).is_some())
+    })
+}
+
+/// Issue 55's done-when on the repository's families (each one's expected output, which
+/// `every_workload_gives_its_expected_output` holds to the code): the signal-reading policy
+/// pulls again no more than `predictive` on every family, and no more than 1.2 times the
+/// clairvoyant reference on each family with signal lines (at least two); on a family without
+/// any it is `predictive` exactly.
+#[test]
+fn the_signals_policy_repulls_no_more_than_predictive_and_near_clairvoyant_with_signals() {
+    let families = families();
+    let mut with_signals = 0;
+    for (name, text, outcomes) in &families {
+        let bytes = |p: &str| {
+            outcomes[p]["repulled_bytes"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{name}: {p}"))
+        };
+        let (signals, predictive, clairvoyant) =
+            (bytes("signals"), bytes("predictive"), bytes("clairvoyant"));
+        assert!(
+            signals <= predictive,
+            "{name}: signals re-pulled {signals} bytes, predictive {predictive}"
+        );
+        if has_signal_lines(text) {
+            with_signals += 1;
+            assert!(
+                signals as f64 <= 1.2 * clairvoyant as f64,
+                "{name}: signals re-pulled {signals} bytes, more than 1.2 x clairvoyant's {clairvoyant}"
+            );
+        } else {
+            let mut as_predictive = outcomes["signals"].clone();
+            as_predictive["policy"] = "predictive".into();
+            assert_eq!(as_predictive, outcomes["predictive"], "{name}");
+        }
+    }
+    assert!(
+        with_signals >= 2,
+        "families with signal lines: {with_signals}"
+    );
+}
+
+/// Every policy but `signals` runs a workload as if its signal lines were not there: the
+/// outcomes with them are those of the workload without them.
+#[test]
+fn policies_that_read_no_signals_ignore_the_signal_lines() {
+    use imagekeeper::simulate::{SimOptions, SimPolicy, simulate_with};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime");
+    let all_others: Vec<SimPolicy> = SimPolicy::ALL
+        .into_iter()
+        .filter(|p| *p != SimPolicy::Signals)
+        .collect();
+    let mut compared = 0;
+    for (name, text, _) in families() {
+        if !has_signal_lines(&text) {
+            continue;
+        }
+        let stripped: String = text
+            .lines()
+            .filter(|l| {
+                !(l.contains("\"cronjob\"") || l.contains("\"bound\"") || l.contains("\"rollout\""))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(!has_signal_lines(&stripped), "{name}");
+        // Every other policy on the small families; on the long generated ones (minutes in a
+        // debug build) the one the signals policy is measured against and the kubelet's: the
+        // lines are skipped before any policy's step (`Sim::run`), whichever it is.
+        let others = if text.lines().count() > 1_000 {
+            vec![SimPolicy::Predictive, SimPolicy::Kubelet]
+        } else {
+            all_others.clone()
+        };
+        let run = |t: &str| {
+            let workload = imagekeeper::workload::parse_workload(t).expect("parses");
+            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+                rt.block_on(simulate_with(&workload, &others, SimOptions::default()))
+                    .expect("simulates")
+                    .into_iter()
+                    .map(|(o, _)| serde_json::to_string(&o).expect("json"))
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(run(&text), run(&stripped), "{name}");
+        compared += 1;
+    }
+    assert!(compared >= 2, "families compared: {compared}");
+}
+
+/// The workload trace page (`docs/src/reference/workload-trace.md`, written by hand) stays the
+/// parser's: it has a row for every operation the parser reads, and each example line it shows
+/// parses (after a node line, for the examples that show none).
+#[test]
+fn the_workload_trace_page_names_every_operation_and_its_examples_parse() {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/reference/workload-trace.md"),
+    )
+    .expect("the page");
+    for op in imagekeeper::workload::WORKLOAD_OPERATIONS {
+        assert!(page.contains(&format!("| `{op}` |")), "no row for {op:?}");
+    }
+    let node = r#"{"at": 0, "node": {"capacity": 1000, "pull_bytes_per_s": 10}}"#;
+    let mut blocks = 0;
+    for block in page.split("```").skip(1).step_by(2) {
+        let lines: Vec<&str> = block.lines().filter(|l| l.starts_with("{\"at\"")).collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        if !lines[0].contains("\"node\"") {
+            text = format!("{node}\n{text}");
+        }
+        imagekeeper::workload::parse_workload(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+        blocks += 1;
+    }
+    assert!(blocks >= 2, "example blocks: {blocks}");
 }

@@ -20,7 +20,7 @@ use crate::gc::evict::Verdict;
 use crate::gc::fault_hooks::fault_hooks;
 use crate::gc::metrics::RemovalReason;
 use crate::gc::plan::{SpaceStep, SpaceWalk};
-use crate::gc::predictive_walk::{PredictiveWalk, predictive_walk};
+use crate::gc::predictive_walk::{PredictiveWalk, predictive_walk_with};
 use crate::gc::space::InodeNeed;
 use crate::gc::{GcError, GcOrder};
 
@@ -198,11 +198,15 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             )),
             // The predictive order keeps each ranked image's place in the list: its key is
             // built only when the walk reaches it (`predictive_walk.rs`).
-            GcOrder::Predictive if !delete_unused => Some(Ranked::Predictive(predictive_walk(
-                &self.store,
-                &view.listed,
-                free_time,
-            )?)),
+            // What the cluster knows replaces the estimates it covers (`signals.rs`).
+            GcOrder::Predictive if !delete_unused => {
+                Some(Ranked::Predictive(predictive_walk_with(
+                    &self.store,
+                    &view.listed,
+                    &self.cluster_signals.known_uses(free_time),
+                    free_time,
+                )?))
+            }
             _ => None,
         })
     }
