@@ -14,8 +14,27 @@ fn now() -> IntentAge {
     )
 }
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kubelet-pull-records")
+/// A copy of the kubelet's testdata records (`tests/kubelet-pull-records`), written now: an
+/// intent's age is its file's mtime, and a checkout more than a day old would make the
+/// repository's files stale intents.
+fn fixtures() -> tempfile::TempDir {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kubelet-pull-records");
+    let copy = tempfile::tempdir().expect("tempdir");
+    copy_tree(&source, copy.path());
+    copy
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("read fixtures") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            std::fs::create_dir_all(&target).expect("mkdir");
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::write(&target, std::fs::read(entry.path()).expect("read")).expect("write");
+        }
+    }
 }
 
 fn intent_json(version: &str, image: &str) -> String {
@@ -58,7 +77,8 @@ fn file_names_are_the_kubelets_sha256_of_the_image_or_image_ref() {
 
 #[test]
 fn the_kubelets_testdata_and_v1beta1_records_are_read_and_tmp_files_ignored() {
-    let reader = PullRecordsReader::new(&fixtures());
+    let fixtures = fixtures();
+    let reader = PullRecordsReader::new(fixtures.path());
     let intents = reader.intents(now());
     assert!(intents.skipped.is_empty(), "{:?}", intents.skipped);
     let mut images: Vec<String> = intents.found.into_iter().map(|i| i.image).collect();
