@@ -81,7 +81,21 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         args.policies.iter().map(|p| SimPolicy::from(*p)).collect()
     };
     let progress = std::sync::Mutex::new(ProgressOnStderr::new());
-    let outcomes = run_policies(&workload, &policies, &progress)?;
+    // A workload that declares nothing of the cluster: `signals` is `predictive`'s order with
+    // no known use (`gc::signals`), so its outcome is `predictive`'s, renamed; it is run once.
+    // (`simulate --policy signals` alone runs it; a test compares the two runs.)
+    let shared = !workload.declares_signals()
+        && policies.contains(&SimPolicy::Predictive)
+        && policies.contains(&SimPolicy::Signals);
+    let run: Vec<SimPolicy> = policies
+        .iter()
+        .copied()
+        .filter(|p| !(shared && *p == SimPolicy::Signals))
+        .collect();
+    let mut outcomes = run_policies(&workload, &run, &progress)?;
+    if shared {
+        outcomes = share_predictive_with_signals(&policies, outcomes);
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match args.output {
@@ -178,6 +192,29 @@ fn cost_rank(policy: SimPolicy) -> u8 {
         SimPolicy::Kubelet => 3,
         _ => 4,
     }
+}
+
+/// The outcomes of `policies` from those of the policies run (every one but `signals`):
+/// `signals` takes `predictive`'s, renamed, at its place.
+fn share_predictive_with_signals(policies: &[SimPolicy], run: Vec<Outcome>) -> Vec<Outcome> {
+    let predictive = run
+        .iter()
+        .find(|o| o.policy == SimPolicy::Predictive.as_str())
+        .cloned();
+    let mut run = run.into_iter();
+    let mut outcomes = Vec::with_capacity(policies.len());
+    for policy in policies {
+        if *policy == SimPolicy::Signals {
+            if let Some(p) = &predictive {
+                let mut shared = p.clone();
+                shared.policy = SimPolicy::Signals.as_str();
+                outcomes.push(shared);
+            }
+        } else if let Some(outcome) = run.next() {
+            outcomes.push(outcome);
+        }
+    }
+    outcomes
 }
 
 /// One policy's simulation on the calling thread, `place` its place among the policies run.

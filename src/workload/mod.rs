@@ -118,6 +118,14 @@ pub struct Workload {
     pub(crate) ops: Vec<WorkloadLine>,
 }
 
+impl Workload {
+    /// Whether a line declares what the cluster knows (`cronjob`, `bound`, `rollout`): without
+    /// one, the `signals` policy knows nothing more than `predictive` and is its order exactly.
+    pub fn declares_signals(&self) -> bool {
+        self.ops.iter().any(|l| l.op.is_signal())
+    }
+}
+
 /// A refused workload line (`line` 0: the workload as a whole).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {reason}")]

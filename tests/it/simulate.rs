@@ -760,3 +760,26 @@ fn the_workload_trace_page_names_every_operation_and_its_examples_parse() {
     }
     assert!(blocks >= 2, "example blocks: {blocks}");
 }
+
+/// `simulate` runs `signals` once with `predictive` on a workload without signal lines (the
+/// CLI gives it `predictive`'s outcome, renamed): the `signals` policy run alone, through the
+/// library, gives that outcome on every such family of tests/simulate/.
+#[test]
+fn on_a_workload_without_signal_lines_the_signals_policy_run_alone_is_predictive() {
+    use imagekeeper::simulate::{SimOptions, SimPolicy};
+    let mut checked = 0;
+    for (name, text, outcomes) in families() {
+        if has_signal_lines(&text) {
+            continue;
+        }
+        let workload = imagekeeper::workload::parse_workload(&text).expect("the family parses");
+        assert!(!workload.declares_signals(), "{name}");
+        let ran =
+            simulate_policies_quietly(&workload, &[SimPolicy::Signals], SimOptions::default());
+        let mut outcome = serde_json::to_value(&ran[0].0).expect("an outcome");
+        outcome["policy"] = "predictive".into();
+        assert_eq!(outcome, outcomes["predictive"], "{name}");
+        checked += 1;
+    }
+    assert!(checked >= 8, "families without signal lines: {checked}");
+}
