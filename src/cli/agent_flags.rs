@@ -491,6 +491,11 @@ mod tests {
             ),
             ("clusterSignals", s(&["clusterSignals = true"]), None),
             (
+                "diskAccountingPeriod",
+                s(&["diskAccountingPeriod = \"1h\""]),
+                None,
+            ),
+            (
                 "runtimePins",
                 s(&["runtimePins = \"off\""]),
                 Some(s(&["--runtime-pins", "off"])),

@@ -736,7 +736,15 @@ async fn doctor_says_when_the_agents_cluster_signals_run_no_watch_or_their_watch
             .arg(&db)
             .arg("--admin-socket")
             .arg(&socket)
-            .args(["--gc-period", "1h", "--set", "clusterSignals=true"])
+            // No probe listener: the default one (127.0.0.1:9898) is the DaemonSet's port,
+            // which a lab test's pod binds on this host at the same time.
+            .args([
+                "--gc-period",
+                "1h",
+                "--healthz-address=",
+                "--set",
+                "clusterSignals=true",
+            ])
             .env("NODE_NAME", "node-a")
             .env("KUBECONFIG", &kubeconfig)
             .env("HOME", dir.path())

@@ -261,6 +261,10 @@ mod tests {
             ("kubeletIntentMaxAge", "kubeletIntentMaxAge = \"2h\"".into()),
             ("containerEvents", "containerEvents = \"off\"".into()),
             ("clusterSignals", "clusterSignals = true".into()),
+            (
+                "diskAccountingPeriod",
+                "diskAccountingPeriod = \"1h\"".into(),
+            ),
             ("runtimePins", "runtimePins = \"off\"".into()),
             (
                 "containerdAddress",

@@ -507,6 +507,8 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
         &[
             "--metrics-address",
             "127.0.0.1:0",
+            // Not the DaemonSet's default probe port, which the deploy lab's pod binds.
+            "--healthz-address=",
             "--image-gc-high-threshold",
             "100",
             "--set",
