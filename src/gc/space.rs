@@ -13,13 +13,6 @@
 //! filesystem's inodes (statvfs `f_files`/`f_ffree`), and [`BudgetNeed`], the images' total
 //! size against a byte budget; [`FsNeed`], the thresholds on a further image filesystem
 //! ImageFsInfo reports (the manager's measured pass stops once it is met).
-//!
-//! The runtime may free late (issue 57, item 4): the CRI says (cri-api 65ec8e4) that
-//! RemoveImage frees space asynchronously and that ImageFsInfo may still count removed images.
-//! A reading taken after removals is therefore never trusted below the pass's own accounting:
-//! [`accounted_after_removals`] takes the smaller of the used bytes measured and the used bytes
-//! of a reading before the removals less the sizes removed, as the kubelet's freeSpace counts
-//! what it freed from image sizes, never from a new reading.
 
 use crate::model::{FsUsage, ImageFsStats};
 
@@ -285,36 +278,6 @@ impl FsNeed {
     }
 }
 
-/// The image filesystem as the space pass plans against it after removals of `removed` bytes
-/// (image sizes) made since `before` was read: `after`, with its used bytes (capacity less
-/// available) at most `before`'s less `removed`. A runtime that frees asynchronously (cri-api
-/// 65ec8e4) may report in `after` bytes it has not released yet; counting them again would
-/// make the pass remove more than its target. A runtime that did release them (or more) reads
-/// at or below the accounting and its reading stands. `before` of another mountpoint or
-/// capacity (another filesystem, a resize) is no basis: `after` stands. The second value says
-/// whether the accounting lowered the reading. Kubelet's freeSpace
-/// (pkg/kubelet/images/image_gc_manager.go) counts the same way: `spaceFreed += image.size`
-/// until `spaceFreed >= bytesToFree`, with no new reading mid-walk.
-pub fn accounted_after_removals(
-    before: &ImageFsStats,
-    mut after: ImageFsStats,
-    removed: u64,
-) -> (ImageFsStats, bool) {
-    if removed == 0 || before.mountpoint != after.mountpoint || before.capacity != after.capacity {
-        return (after, false);
-    }
-    let capacity = after.capacity;
-    let measured = capacity.saturating_sub(after.available);
-    let accounted = capacity
-        .saturating_sub(before.available)
-        .saturating_sub(removed);
-    if accounted >= measured {
-        return (after, false);
-    }
-    after.available = capacity - accounted;
-    (after, true)
-}
-
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -448,43 +411,5 @@ mod tests {
                 "available {available}: {got:?}"
             );
         }
-    }
-
-    #[test]
-    fn a_reading_that_still_counts_removed_images_is_lowered_to_the_accounting() {
-        let before = ImageFsStats::new("/fs", 0, 10_000, 1_000);
-        // Removed 3,000 bytes; the runtime still reports 9,000 used (it frees late).
-        let (after, lowered) =
-            accounted_after_removals(&before, ImageFsStats::new("/fs", 0, 10_000, 1_000), 3_000);
-        assert!(lowered);
-        assert_eq!(after.available, 4_000);
-        // Released in part: 8,000 measured, 6,000 accounted.
-        let (after, _) =
-            accounted_after_removals(&before, ImageFsStats::new("/fs", 0, 10_000, 2_000), 3_000);
-        assert_eq!(after.available, 4_000);
-    }
-
-    #[test]
-    fn a_reading_at_or_below_the_accounting_or_of_another_filesystem_stands() {
-        let before = ImageFsStats::new("/fs", 0, 10_000, 1_000);
-        for (after, removed) in [
-            // Released, and more (another process freed space meanwhile).
-            (ImageFsStats::new("/fs", 0, 10_000, 5_000), 3_000),
-            // Nothing removed.
-            (ImageFsStats::new("/fs", 0, 10_000, 1_000), 0),
-            // Another mountpoint, another capacity: no basis.
-            (ImageFsStats::new("/other", 0, 10_000, 1_000), 3_000),
-            (ImageFsStats::new("/fs", 0, 20_000, 1_000), 3_000),
-        ] {
-            let available = after.available;
-            let (read, lowered) = accounted_after_removals(&before, after, removed);
-            assert!(!lowered);
-            assert_eq!(read.available, available);
-        }
-        // Removed more than the reading before counted as used: used 0, never below.
-        let (after, lowered) =
-            accounted_after_removals(&before, ImageFsStats::new("/fs", 0, 10_000, 1_000), 50_000);
-        assert!(lowered);
-        assert_eq!(after.available, 10_000);
     }
 }

@@ -9,7 +9,7 @@
 //! budget and inode rules still run; the removals before a failure stand in the report; every
 //! cycle is counted once in KEP-6053's attempt series when it ends (`end_attempt`).
 
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::model::{ImageFsStats, ImageLike, UnixNanos};
 use crate::runtime::ImageRuntime;
@@ -20,7 +20,7 @@ use crate::gc::cycle::{CycleNeeds, SpaceRule};
 use crate::gc::evict::past_max_age;
 use crate::gc::metrics::{GcMetrics, RemovalReason};
 use crate::gc::report::classify;
-use crate::gc::space::{BudgetNeed, FsSpace, accounted_after_removals};
+use crate::gc::space::{BudgetNeed, FsSpace};
 use crate::gc::{GcError, GcPolicy};
 
 use super::walk::Goal;
@@ -108,14 +108,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         if settings.config.policy.disabled() {
             return Ok(());
         }
-        let before_age = self.reading_before_age(settings).await;
         self.free_old_images(settings, free_time, &mut view, report)
             .await?;
         let stats = self.observe_image_fs().await?;
-        let stats = match &before_age {
-            Some(before) => accounted(before, stats, report.freed),
-            None => stats,
-        };
         let needs = self.needs_after_age(settings, &stats, &view, report);
         let first = self
             .free_for_needs(settings, &needs, free_time, &mut view, report)
@@ -125,23 +120,6 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .free_other_filesystems(settings, &stats, free_time, &mut view, report)
             .await;
         first.and(others)
-    }
-
-    /// The image filesystem before the MaxAge pass (issue 57, item 4), when that pass may
-    /// remove: the basis of the accounting the space pass plans against after it
-    /// ([`accounted`]). `None` with MaxAge off or when the reading fails (the reading after
-    /// the pass then stands alone, as before; its failure is the cycle's).
-    async fn reading_before_age(&self, settings: &Settings) -> Option<ImageFsStats> {
-        if settings.config.policy.max_age.is_zero() {
-            return None;
-        }
-        match self.runtime.image_fs_stats().await {
-            Ok(stats) => Some(stats),
-            Err(e) => {
-                debug!(error = %e, "ImageFsInfo before the MaxAge pass failed: no accounting of its removals");
-                None
-            }
-        }
     }
 
     /// The needs of the percentage, budget and inode rules at `stats`, read after the MaxAge
@@ -314,25 +292,6 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             Err(GcError::AgeDeletion { max_age, errors })
         }
     }
-}
-
-/// The reading after the MaxAge pass as the space pass plans against it: at most the reading
-/// before less the bytes MaxAge removed ([`accounted_after_removals`]), so a runtime that frees
-/// late (cri-api 65ec8e4: RemoveImage frees asynchronously, ImageFsInfo may still count removed
-/// images) does not make the space pass free those bytes a second time.
-fn accounted(before: &ImageFsStats, after: ImageFsStats, removed: u64) -> ImageFsStats {
-    let measured = after.available;
-    let (stats, lowered) = accounted_after_removals(before, after, removed);
-    if lowered {
-        info!(
-            mountpoint = stats.mountpoint.as_str(),
-            removed,
-            measured_available = measured,
-            accounted_available = stats.available,
-            "The image filesystem does not show the MaxAge removals released yet: planning against the bytes removed"
-        );
-    }
-    stats
 }
 
 /// Logs each rule that needs room, as the kubelet logs its percentage rule's.

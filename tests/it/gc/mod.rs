@@ -10,7 +10,6 @@ mod journal;
 mod kep6053;
 mod kubelet_records;
 mod lab;
-mod late_release;
 mod pins;
 mod races;
 mod volumes;
