@@ -198,11 +198,15 @@ impl<R: AgentRuntime> Agent<R> {
     /// an image of unknown size is pulled only below the low threshold, one a cycle (the
     /// warm plan's rule). The GC keeps these images through the bound pods, not the set.
     fn cluster_warm_entries(&self, configured: &[WarmEntry]) -> Vec<WarmEntry> {
-        self.gc
-            .bound_pods()
-            .daemonset_images()
+        let wanted = self.gc.bound_pods().daemonset_images();
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        // One lookup per image, not a scan of the configured set (up to MAX_WARM_ENTRIES).
+        let configured: BTreeSet<&str> = configured.iter().map(|e| e.image.as_str()).collect();
+        wanted
             .into_iter()
-            .filter(|(image, _)| !configured.iter().any(|e| e.image == *image))
+            .filter(|(image, _)| !configured.contains(image.as_str()))
             .map(|(image, daemonset)| WarmEntry {
                 image,
                 runtime_handler: String::new(),

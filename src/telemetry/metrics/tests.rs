@@ -94,13 +94,6 @@ fn full_snapshot() -> Snapshot {
 /// bytes, and the accountings' count; before the first success only the count is written.
 #[test]
 fn the_disk_accounting_is_scraped_by_owner_with_the_unexplained_bytes() {
-    let scrape = |snapshot: Snapshot| {
-        let mut registry = Registry::with_prefix(METRIC_PREFIX);
-        registry.register_collector(Box::new(snapshot));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
-        text
-    };
     let text = scrape(full_snapshot());
     for line in [
         "imagekeeper_disk_bytes{owner=\"criImage\"} 700",
@@ -120,6 +113,15 @@ fn the_disk_accounting_is_scraped_by_owner_with_the_unexplained_bytes() {
         text.contains("imagekeeper_disk_accountings_total"),
         "{text}"
     );
+}
+
+/// The text a scrape of `snapshot` alone gives.
+fn scrape(snapshot: Snapshot) -> String {
+    let mut registry = Registry::with_prefix(METRIC_PREFIX);
+    registry.register_collector(Box::new(snapshot));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    text
 }
 
 /// KEP-6053's counts with one sample in every family.
@@ -232,13 +234,6 @@ fn runtime_image_bytes_saturate_instead_of_overflowing_on_huge_reported_sizes() 
 /// watch's health; with no watch started, none of their families is written.
 #[test]
 fn the_cluster_signals_watch_is_scraped_only_once_it_started() {
-    let scrape = |snapshot: Snapshot| {
-        let mut registry = Registry::with_prefix(METRIC_PREFIX);
-        registry.register_collector(Box::new(snapshot));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
-        text
-    };
     let text = scrape(full_snapshot());
     for line in [
         "imagekeeper_cluster_signal_pods 3",
