@@ -273,6 +273,8 @@ impl AdminClient {
                 images: r.daemonset_images,
                 watch: watch(w),
             }),
+            cronjobs: r.cronjobs.map(watch),
+            replicasets: r.replicasets.map(watch),
         }))
     }
 

@@ -337,6 +337,8 @@ impl<B: AdminBackend> Admin for Service<B> {
             daemonset_images: sample.daemonsets.map_or(0, |d| d.images),
             daemonsets_held: sample.daemonsets.map_or(0, |d| d.held),
             daemonsets_refused: sample.daemonsets.map_or(0, |d| d.refused),
+            cronjobs: sample.cronjobs.map(watch),
+            replicasets: sample.replicasets.map(watch),
         }))
     }
 }

@@ -170,7 +170,9 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
     }
 
     fn cluster_signals(&self) -> Option<crate::gc::BoundPodsSample> {
-        self.gc.bound_pods().sample()
+        self.gc
+            .cluster_signals()
+            .with_watches(self.gc.bound_pods().sample())
     }
 
     async fn runtime_pins(&self) -> Result<crate::admin::RuntimePinsReport, String> {

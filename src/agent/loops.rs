@@ -56,15 +56,32 @@ impl<R: AgentRuntime> Agent<R> {
             })
         };
         // A change of the pods bound to this node (`clusterSignals`) detects at once,
-        // so the runtime pins follow it (changes during a detect are one more detect).
+        // so the runtime pins follow it (changes during a detect are one more detect); so
+        // does a CronJob run entering (or leaving) the lead before it, when its images'
+        // keep starts (or ends).
         let pods_task = {
             let agent = self.clone();
             let pods = self.gc.bound_pods();
+            let signals = self.gc.cluster_signals();
             let mut stop = stop.clone();
             tokio::spawn(async move {
                 loop {
+                    let now = agent.clock.now();
+                    let lead_change = signals.next_lead_change(now).map(|at| at.since(now));
+                    let lead_change = async move {
+                        match lead_change {
+                            Some(wait) => tokio::time::sleep(wait).await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
                         () = pods.changed() => {
+                            agent.run_cycle(Loop::Detect).await;
+                        }
+                        () = signals.changed() => {
+                            agent.run_cycle(Loop::Detect).await;
+                        }
+                        () = lead_change => {
                             agent.run_cycle(Loop::Detect).await;
                         }
                         changed = stop.changed() => {

@@ -51,6 +51,11 @@ impl<R: AgentRuntime> Agent<R> {
             // the shorter period (a longer wait, a GC cycle holding the lock, only leaves a
             // stretch unwatched: images kept longer, never removed sooner).
             .with_watch_period(config.detect_period.min(config.gc_period));
+        // With the cluster signals, a CronJob's images are kept from the lead before its run.
+        if config.cluster_signals {
+            gc.cluster_signals()
+                .set_lead(config.cluster_signals_cronjob_lead);
+        }
         // The GC loop's deletion and skip series exist at 0 from the start (KEP-6053's, for
         // the dashboard's rates before the first removal).
         gc.metrics().attempts().seed(

@@ -57,7 +57,7 @@ impl<R: AgentRuntime> Agent<R> {
     async fn warm_cycle_inner(self: &Arc<Self>) -> Result<WarmPlan, AgentError> {
         let now = self.clock.now();
         let config = self.config();
-        let cluster = self.cluster_warm_entries(config.gc.warm.entries());
+        let cluster = self.cluster_warm_entries(config.gc.warm.entries(), now);
         // No warm set (the common node): once the table is written empty, a cycle has
         // nothing to read, judge or write, so it takes no thread of the blocking pool and no
         // transaction (every minute, at 2k images about 3 ms of CPU for nothing).
@@ -193,12 +193,27 @@ impl<R: AgentRuntime> Agent<R> {
     }
 
     /// The cluster's prefetch as warm entries: each image the template of a DaemonSet owning a
-    /// pod bound to this node names (`clusterSignals`), that pod's next run here, unless the
-    /// configured set names it already. Origin `DaemonSet namespace/name`; no size hint, so
-    /// an image of unknown size is pulled only below the low threshold, one a cycle (the
-    /// warm plan's rule). The GC keeps these images through the bound pods, not the set.
-    fn cluster_warm_entries(&self, configured: &[WarmEntry]) -> Vec<WarmEntry> {
-        let wanted = self.gc.bound_pods().daemonset_images();
+    /// pod bound to this node names (`clusterSignals`), that pod's next run here (origin
+    /// `DaemonSet namespace/name`), and each image of a CronJob run due within the lead whose
+    /// runs are this node's (its template names the node, or a pod of one of its Jobs is bound
+    /// here; origin `CronJob namespace/name`), unless the configured set names it already. No
+    /// size hint, so an image of unknown size is pulled only below the low threshold, one a
+    /// cycle (the warm plan's rule). The GC keeps these images through the bound pods and the
+    /// CronJobs' lead, not the set.
+    fn cluster_warm_entries(&self, configured: &[WarmEntry], now: UnixNanos) -> Vec<WarmEntry> {
+        let pods = self.gc.bound_pods();
+        let mut wanted: BTreeMap<String, String> = pods
+            .daemonset_images()
+            .into_iter()
+            .map(|(image, ds)| (image, format!("DaemonSet {ds}")))
+            .collect();
+        for (image, run) in self.gc.cluster_signals().due_within_lead(now) {
+            if run.here || pods.ran_cronjob(&run.cronjob) {
+                wanted
+                    .entry(image)
+                    .or_insert_with(|| format!("CronJob {}", run.cronjob));
+            }
+        }
         if wanted.is_empty() {
             return Vec::new();
         }
@@ -207,13 +222,13 @@ impl<R: AgentRuntime> Agent<R> {
         wanted
             .into_iter()
             .filter(|(image, _)| !configured.contains(image.as_str()))
-            .map(|(image, daemonset)| WarmEntry {
+            .map(|(image, origin)| WarmEntry {
                 image,
                 runtime_handler: String::new(),
                 until: None,
                 lifetime: None,
                 size_hint: None,
-                origin: format!("DaemonSet {daemonset}"),
+                origin,
             })
             .collect()
     }
@@ -390,15 +405,22 @@ impl<R: AgentRuntime> Agent<R> {
     /// DaemonSet's new template is pulled ahead at once), until `stop`.
     pub(super) async fn warm_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let pods = self.gc.bound_pods();
+        let signals = self.gc.cluster_signals();
         loop {
             if *stop.borrow() {
                 return;
             }
             self.warm_cycle().await;
-            let period = self.config().warm.period;
+            let mut wait = self.config().warm.period;
+            // A CronJob run entering the lead is pulled ahead then, not a period later.
+            let now = self.clock.now();
+            if let Some(at) = signals.next_lead_change(now) {
+                wait = wait.min(at.since(now));
+            }
             tokio::select! {
-                _ = tokio::time::sleep(period) => {}
+                _ = tokio::time::sleep(wait) => {}
                 () = pods.changed_for_warm() => {}
+                () = signals.changed_for_warm() => {}
                 _ = stop.changed() => return,
             }
         }

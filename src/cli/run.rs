@@ -220,7 +220,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         );
         if let Some(node) = signals_node {
             let pods = agent.gc_manager().bound_pods();
-            if watch_bound_pods(pods.clone(), node).await {
+            let signals = agent.gc_manager().cluster_signals();
+            if watch_bound_pods(pods.clone(), signals, node).await {
                 wait_for_first_list(&pods).await;
             }
         }
@@ -324,11 +325,16 @@ async fn wait_for_first_list(pods: &imagekeeper::gc::BoundPods) {
 const FIRST_LIST: Duration = Duration::from_secs(30);
 
 /// The watch of the pods bound to `node` (`clusterSignals`), writing their images to `pods`
-/// for the GC, and the watch of the DaemonSets (the templates those pods run next), in the
+/// for the GC, and the watches of the DaemonSets (the templates those pods run next), the
+/// CronJobs and the ReplicaSets (written to `signals`: next runs, rollback sets), in the
 /// background for the agent's life. Returns whether it started: without
 /// in-cluster credentials one warning, and the agent runs on the node's own knowledge (its
 /// start does not wait for a list that cannot come).
-async fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) -> bool {
+async fn watch_bound_pods(
+    pods: imagekeeper::gc::BoundPods,
+    signals: imagekeeper::gc::ClusterSignals,
+    node: String,
+) -> bool {
     #[cfg(feature = "kube")]
     {
         let client = match kube::Config::infer().await {
@@ -347,6 +353,15 @@ async fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) -> boo
                     client.clone(),
                     pods.clone(),
                 ));
+                tokio::spawn(imagekeeper::cluster::watch_cronjobs(
+                    client.clone(),
+                    node.clone(),
+                    signals.clone(),
+                ));
+                tokio::spawn(imagekeeper::cluster::watch_replicasets(
+                    client.clone(),
+                    signals,
+                ));
                 tokio::spawn(imagekeeper::cluster::watch_bound_pods(client, node, pods));
                 true
             }
@@ -358,7 +373,7 @@ async fn watch_bound_pods(pods: imagekeeper::gc::BoundPods, node: String) -> boo
     }
     #[cfg(not(feature = "kube"))]
     {
-        let _ = pods;
+        let _ = (pods, signals);
         warn!(
             node,
             "Cluster signals are off: built without the kube feature"

@@ -13,12 +13,10 @@
 
 use std::collections::BTreeMap;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
-use tracing::{info, warn};
+use tracing::info;
 
 use super::pods::spec_images;
 use crate::gc::BoundPods;
@@ -84,30 +82,15 @@ impl DaemonSetWatch {
 /// images to `pods`.
 pub async fn watch_daemonsets(client: Client, pods: BoundPods) {
     let api: Api<DaemonSet> = Api::all(client);
-    let mut events =
-        std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
-    pods.daemonset_watch_started();
     let mut watch = DaemonSetWatch::new(pods.clone());
-    let mut failing = false;
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => {
-                pods.daemonset_watch_answered();
-                if failing {
-                    info!("Watching the DaemonSets again");
-                    failing = false;
-                }
-                watch.apply(event);
-            }
-            Err(e) => {
-                pods.daemonset_watch_failed();
-                if !failing {
-                    warn!(error = %e, "The watch of the DaemonSets failed: the last set holds, retrying");
-                    failing = true;
-                }
-            }
-        }
-    }
+    super::drive::drive(
+        api,
+        watcher::Config::default(),
+        "the DaemonSets",
+        pods.daemonset_watch_health(),
+        |event| watch.apply(event),
+    )
+    .await;
 }
 
 #[cfg(test)]

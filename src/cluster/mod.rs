@@ -1,8 +1,11 @@
 //! The cluster's knowledge of what runs next, read from the API server (feature `kube`,
-//! `clusterSignals`). Today: the pods bound to this node (`pods.rs`), whose images are needed now
+//! `clusterSignals`): the pods bound to this node (`pods.rs`), whose images are needed now
 //! whether or not their containers exist yet, and the templates of the DaemonSets owning them
-//! (`daemonsets.rs`), which those pods run next; the GC keeps them ([`crate::gc::BoundPods`]) and
-//! the warm loop pulls a template's images ahead.
+//! (`daemonsets.rs`), which those pods run next (the GC keeps them, [`crate::gc::BoundPods`],
+//! and the warm loop pulls a template's images ahead); the CronJobs (`cronjobs.rs`: each
+//! image's next run) and the Deployments' revisions (`replicasets.rs`: current, rollback,
+//! superseded), which the predictive order reads ([`crate::gc::ClusterSignals`]). Every watch
+//! runs one loop (`drive.rs`).
 //!
 //! Invariants: only reads (list and watch), through kube-rs's watcher with a field selector
 //! on `spec.nodeName`, so the API server sends this node's pods only; each pod is held as its
@@ -10,9 +13,19 @@
 //! not before; with the API server away the last set holds.
 
 mod client;
+mod cronjobs;
 mod daemonsets;
+mod drive;
 mod pods;
+mod replicasets;
 
 pub use client::{MAX_ANSWER_BYTES, capped_client};
+pub use cronjobs::{CronJobWatch, cronjob_signal, watch_cronjobs};
 pub use daemonsets::{DaemonSetWatch, daemonset_images, watch_daemonsets};
-pub use pods::{PodWatch, controller_daemonset, pod_images, spec_images, watch_bound_pods};
+pub use pods::{
+    PodWatch, controller_daemonset, controller_job, pod_images, spec_images, watch_bound_pods,
+};
+pub use replicasets::{
+    MAX_REPLICASETS, REVISION_ANNOTATION, ReplicaSetRevision, ReplicaSetWatch, replicaset_revision,
+    revisions_of, watch_replicasets,
+};

@@ -8,12 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::gc::BoundPods;
 
@@ -33,6 +31,26 @@ pub fn controller_daemonset(pod: &Pod) -> Option<String> {
         .flatten()
         .find(|o| o.controller == Some(true))?;
     (owner.kind == "DaemonSet" && owner.api_version == "apps/v1").then(|| {
+        format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            owner.name
+        )
+    })
+}
+
+/// The pod's controller when it is a Job (`batch/v1`), as `namespace/name`: a CronJob's Job
+/// is named `<cronjob>-<scheduled minutes>` (kubernetes pkg/controller/cronjob/utils.go,
+/// `getJobName`), so the pods bound here tell which CronJobs ran here
+/// ([`crate::gc::BoundPods::ran_cronjob`]).
+pub fn controller_job(pod: &Pod) -> Option<String> {
+    let owner = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))?;
+    (owner.kind == "Job" && owner.api_version == "batch/v1").then(|| {
         format!(
             "{}/{}",
             pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -91,6 +109,7 @@ pub struct PodWatch {
 struct Relist {
     images: BTreeMap<String, Vec<String>>,
     owners: BTreeMap<String, String>,
+    jobs: BTreeMap<String, String>,
 }
 
 impl PodWatch {
@@ -103,11 +122,10 @@ impl PodWatch {
     pub fn apply(&mut self, event: Event<Pod>) {
         match event {
             Event::Apply(pod) => {
-                self.pods.set_pod_owned(
-                    pod_key(&pod),
-                    pod_images(&pod),
-                    controller_daemonset(&pod),
-                );
+                let key = pod_key(&pod);
+                self.pods.set_pod_job(&key, controller_job(&pod));
+                self.pods
+                    .set_pod_owned(key, pod_images(&pod), controller_daemonset(&pod));
             }
             Event::Delete(pod) => self.pods.remove_pod(&pod_key(&pod)),
             Event::Init => self.relist = Some(Relist::default()),
@@ -117,11 +135,15 @@ impl PodWatch {
                     if let Some(ds) = controller_daemonset(&pod) {
                         relist.owners.insert(key.clone(), ds);
                     }
+                    if let Some(job) = controller_job(&pod) {
+                        relist.jobs.insert(key.clone(), job);
+                    }
                     relist.images.insert(key, pod_images(&pod));
                 }
             }
             Event::InitDone => {
                 if let Some(relist) = self.relist.take() {
+                    self.pods.replace_pod_jobs(relist.jobs);
                     self.pods.replace_all_owned(relist.images, relist.owners);
                     self.pods.mark_synced();
                     info!(pods = self.pods.len(), "Listed the pods bound to this node");
@@ -135,29 +157,15 @@ impl PodWatch {
 pub async fn watch_bound_pods(client: Client, node: String, pods: BoundPods) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
-    pods.watch_started();
     let mut watch = PodWatch::new(pods.clone());
-    let mut failing = false;
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => {
-                pods.watch_answered();
-                if failing {
-                    info!(node, "Watching the pods bound to this node again");
-                    failing = false;
-                }
-                watch.apply(event);
-            }
-            Err(e) => {
-                pods.watch_failed();
-                if !failing {
-                    warn!(node, error = %e, "The watch of the pods bound to this node failed: the last set holds, retrying");
-                    failing = true;
-                }
-            }
-        }
-    }
+    super::drive::drive(
+        api,
+        config,
+        "the pods bound to this node",
+        pods.watch_health(),
+        |event| watch.apply(event),
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -106,3 +106,26 @@ pub(super) fn resolve_disk_accounting_period(
     }
     Ok(Some(period))
 }
+
+/// The CronJob lead when unset: a pull of a large image fits in it, and a keep that long
+/// before a run holds little disk for little time.
+pub(super) const DEFAULT_CRONJOB_LEAD: Duration = Duration::from_secs(600);
+
+/// `clusterSignalsCronJobLead`: a Go duration, `0s` for off, at most 24h.
+pub(super) fn resolve_cronjob_lead(
+    file: &FileConfig,
+    o: &Origin<'_>,
+) -> Result<Duration, ConfigError> {
+    let Some(value) = &file.cluster_signals_cronjob_lead else {
+        return Ok(DEFAULT_CRONJOB_LEAD);
+    };
+    let from = o.field("clusterSignalsCronJobLead");
+    let lead = super::origin::duration(value, &from)?;
+    if lead > crate::gc::MAX_CRONJOB_LEAD {
+        return Err(invalid(
+            from,
+            format!("must be at most 24h (got {value:?})"),
+        ));
+    }
+    Ok(lead)
+}

@@ -278,7 +278,16 @@ macro_rules! imagekeeper_settings {
                 kubelet: [],
                 default: |c| c.cluster_signals.to_string(),
                 reload: NeedsRestart,
-                help: "Watch the pods bound to this node through the API server (NODE_NAME, in-cluster credentials, a binary with the `kube` feature) and keep, runtime-pinned, every image they name, whether or not their containers exist yet; and the DaemonSets owning them, whose templates' images are kept and pulled ahead (a rollout's next pod here).",
+                help: "Watch the pods bound to this node through the API server (NODE_NAME, in-cluster credentials, a binary with the `kube` feature) and keep, runtime-pinned, every image they name, whether or not their containers exist yet; the DaemonSets owning them, whose templates' images are kept and pulled ahead (a rollout's next pod here); every CronJob (its next run: kept from clusterSignalsCronJobLead before it, and a known next use for the predictive order) and every ReplicaSet (a Deployment's previous revision: its rollback set, ranked by the predictive order).",
+            }
+            {
+                key: "clusterSignalsCronJobLead",
+                field: cluster_signals_cronjob_lead: String,
+                flag: [],
+                kubelet: [],
+                default: |c| $crate::format::go_duration(c.cluster_signals_cronjob_lead),
+                reload: NeedsRestart,
+                help: "With clusterSignals: how long before a CronJob's next run its images are kept and runtime-pinned, and pulled ahead when its runs are this node's (its template names the node, or a pod of one of its Jobs is bound here); `0s` turns both off; at most 24h.",
             }
             {
                 key: "diskAccountingPeriod",

@@ -55,6 +55,14 @@ pub(super) fn check_cluster_signals(enabled: bool, seen: Option<&ClusterSignalsS
     if let Some(ds) = sample.daemonsets.filter(|d| d.watch.failing) {
         failing.push(format!("DaemonSets ({} errors)", ds.watch.errors));
     }
+    for (what, watch) in [
+        ("CronJobs", sample.cronjobs),
+        ("ReplicaSets", sample.replicasets),
+    ] {
+        if let Some(watch) = watch.filter(|w| w.failing) {
+            failing.push(format!("{what} ({} errors)", watch.errors));
+        }
+    }
     if !failing.is_empty() {
         return conflict(
             format!(
@@ -65,7 +73,7 @@ pub(super) fn check_cluster_signals(enabled: bool, seen: Option<&ClusterSignalsS
                 sample.images
             ),
             "check the agent's log for the error, the API server, and the ClusterRole's rules \
-             (list and watch on pods and daemonsets)",
+             (list and watch on pods, daemonsets, replicasets and cronjobs)",
         );
     }
     if !pods.synced {
@@ -134,6 +142,12 @@ mod tests {
                     errors: u64::from(f),
                 },
             }),
+            cronjobs: ds_failing.map(|f| WatchSample {
+                synced: true,
+                failing: f,
+                errors: 3,
+            }),
+            replicasets: None,
         }
     }
 
@@ -166,7 +180,7 @@ mod tests {
                 true,
                 answered(Some(sample(true, Some(true)))),
                 Status::Conflict,
-                "pods bound to this node (2 errors) and the DaemonSets (1 errors)",
+                "pods bound to this node (2 errors) and the DaemonSets (1 errors) and the CronJobs (3 errors)",
             ),
             (
                 true,

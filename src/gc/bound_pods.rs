@@ -17,7 +17,6 @@
 //! once (its images are then kept by nothing of this set).
 
 mod daemonsets;
-mod health;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -25,10 +24,9 @@ use std::sync::{Arc, RwLock};
 
 use tracing::warn;
 
+use super::watch_health::{WatchHealth, WatchSample};
 use daemonsets::DaemonSetTemplates;
 pub use daemonsets::MAX_DAEMONSETS;
-use health::WatchHealth;
-pub use health::WatchSample;
 
 /// The most pods a [`BoundPods`] holds.
 pub const MAX_BOUND_PODS: usize = 4_096;
@@ -55,6 +53,9 @@ pub struct BoundPods {
     owners: Arc<RwLock<BTreeMap<String, String>>>,
     /// The DaemonSets' templates (written by their own watch).
     daemonsets: DaemonSetTemplates,
+    /// Each held pod's controller, when it is a Job: `namespace/name` (which CronJobs ran
+    /// here, [`BoundPods::ran_cronjob`]).
+    jobs: Arc<RwLock<BTreeMap<String, String>>>,
 }
 
 /// The cluster signals' state at one moment, for the metrics.
@@ -74,6 +75,11 @@ pub struct BoundPodsSample {
     pub refused: u64,
     /// The DaemonSets' watch; `None` until it started.
     pub daemonsets: Option<DaemonSetsSample>,
+    /// The CronJobs' watch ([`super::ClusterSignals`]); `None` until it started (filled by
+    /// whoever holds both sets: the agent's admin backend).
+    pub cronjobs: Option<WatchSample>,
+    /// The ReplicaSets' watch; `None` until it started.
+    pub replicasets: Option<WatchSample>,
 }
 
 /// The DaemonSets' watch at one moment, for the metrics.
@@ -148,9 +154,52 @@ impl BoundPods {
         }
     }
 
+    /// Sets or clears `pod`'s Job (`namespace/name`); nothing is needed by it, so nothing is
+    /// told.
+    pub fn set_pod_job(&self, pod: &str, job: Option<String>) {
+        let mut jobs = self
+            .jobs
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match job {
+            Some(job) if jobs.len() < MAX_BOUND_PODS || jobs.contains_key(pod) => {
+                jobs.insert(pod.to_owned(), job);
+            }
+            _ => {
+                jobs.remove(pod);
+            }
+        }
+    }
+
+    /// Replaces every pod's Job at once (a relist): the first [`MAX_BOUND_PODS`] by pod.
+    pub fn replace_pod_jobs(&self, mut jobs: BTreeMap<String, String>) {
+        while jobs.len() > MAX_BOUND_PODS {
+            jobs.pop_last();
+        }
+        *self
+            .jobs
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = jobs;
+    }
+
+    /// Whether a pod bound here belongs to a Job of `cronjob` (`namespace/name`): a Job
+    /// named `<cronjob>-<digits>` in its namespace (the CronJob controller's naming).
+    pub fn ran_cronjob(&self, cronjob: &str) -> bool {
+        let jobs = self
+            .jobs
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        jobs.values().any(|job| {
+            job.strip_prefix(cronjob)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+    }
+
     /// Removes `pod`.
     pub fn remove_pod(&self, pod: &str) {
         self.owners_mut().remove(pod);
+        self.set_pod_job(pod, None);
         let changed = self.write().remove(pod).is_some();
         if changed {
             self.health.full.store(false, Ordering::Relaxed);
@@ -199,16 +248,6 @@ impl BoundPods {
     /// The DaemonSets' watch started.
     pub fn daemonset_watch_started(&self) {
         self.daemonsets.health.started();
-    }
-
-    /// The DaemonSets' watch met an error (it retries; the set holds).
-    pub fn daemonset_watch_failed(&self) {
-        self.daemonsets.health.failed();
-    }
-
-    /// The DaemonSets' watch delivered an event again.
-    pub fn daemonset_watch_answered(&self) {
-        self.daemonsets.health.answered();
     }
 
     /// Sets `daemonset`'s (`namespace/name`) template images (none: removes it).
@@ -275,6 +314,16 @@ impl BoundPods {
         let _ = synced.wait_for(|listed| *listed).await;
     }
 
+    /// The pods' watch's health, for its driver (`cluster`).
+    pub fn watch_health(&self) -> Arc<WatchHealth> {
+        Arc::clone(&self.health)
+    }
+
+    /// The DaemonSets' watch's health, for its driver (`cluster`).
+    pub fn daemonset_watch_health(&self) -> Arc<WatchHealth> {
+        Arc::clone(&self.daemonsets.health)
+    }
+
     /// A watch now writes this set.
     pub fn watch_started(&self) {
         self.health.started();
@@ -317,6 +366,8 @@ impl BoundPods {
             errors: watch.errors,
             refused: self.health.refused.load(Ordering::Relaxed),
             daemonsets,
+            cronjobs: None,
+            replicasets: None,
         })
     }
 
@@ -465,6 +516,8 @@ mod tests {
             errors,
             refused: 0,
             daemonsets: None,
+            cronjobs: None,
+            replicasets: None,
         };
         assert_eq!(pods.sample(), Some(sample(false, false, 0)));
         pods.mark_synced();

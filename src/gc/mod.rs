@@ -39,16 +39,17 @@ mod report;
 mod runtime_pin_notes;
 pub mod runtime_pin_record;
 pub mod runtime_pins;
-mod signals;
+pub(crate) mod signals;
 mod space;
 mod watch;
+mod watch_health;
 
 pub use adaptive::{AdaptiveRank, GcOrder, ListedTags, rank_adaptive};
 pub use attempt::{
     Attempt, AttemptReason, AttemptResult, DeletionReason, GcOperation, GcTrigger, SkipReason,
 };
 pub use attempt_metrics::{AttemptCounts, AttemptMetrics};
-pub use bound_pods::{BoundPods, BoundPodsSample, DaemonSetsSample, MAX_DAEMONSETS, WatchSample};
+pub use bound_pods::{BoundPods, BoundPodsSample, DaemonSetsSample, MAX_DAEMONSETS};
 pub use cron::CronSchedule;
 pub use detect::{ListedImages, images_in_use};
 pub use error::GcError;
@@ -65,7 +66,10 @@ pub use pin_request::{PinRequestError, check_pin_request};
 pub use pins::PinPatterns;
 pub use plan::plan_space_victims;
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds, SignedAge, kubelet_validation_errors};
-pub use predictive::{Basis, Estimate, PredictiveRank, rank_listed, rank_predictive};
+pub use predictive::{
+    Basis, Estimate, PredictiveRank, rank_listed, rank_listed_with, rank_predictive,
+    rank_predictive_with,
+};
 pub use predictive_walk::{PredictiveWalk, predictive_walk, predictive_walk_with};
 pub use protect::{
     Irreplaceable, KeepReason, KeptImage, PinView, Protection, Protections, RUNTIME_PIN_OFFLINE,
@@ -74,8 +78,9 @@ pub use protect::{
 pub use report::{DetectReport, GcPlan, GcReport, Removal, classify};
 pub use runtime_pin_notes::{RuntimePinsSeen, note_runtime_pins};
 pub use signals::{
-    ClusterSignals, CronJobSignal, KnownUse, KnownUses, MAX_CRONJOBS, MAX_SIGNAL_IMAGES,
-    MAX_SUPERSEDED, MAX_WORKLOADS,
+    ClusterSignals, ClusterSignalsSample, CronJobSignal, DueRun, KnownUse, KnownUses,
+    MAX_CRONJOB_LEAD, MAX_CRONJOBS, MAX_SIGNAL_IMAGES, MAX_SUPERSEDED, MAX_WORKLOADS, Revisions,
 };
 pub use space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, Unwatched, WatchHistory, unused_since};
+pub use watch_health::{WatchHealth, WatchSample};

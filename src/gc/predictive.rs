@@ -164,6 +164,11 @@ pub struct PredictiveRank {
     pub estimate: Estimate,
     /// The adaptive class that breaks ties.
     pub adaptive: AdaptiveRank,
+    /// What the cluster knows of its next use (`clusterSignals`), which places it instead of
+    /// the estimate (`signals.rs`' rule): `now`, `at <RFC 3339>`, `current`, `rollback`,
+    /// `superseded`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub known: Option<KnownUse>,
 }
 
 fn secs(nanos: i64) -> String {
@@ -214,7 +219,13 @@ impl PredictiveRank {
                 crate::format::go_duration(adaptive::REUSE_SPAN)
             ),
         };
-        format!("predictive: {next} ({from})")
+        match self.known {
+            None => format!("predictive: {next} ({from})"),
+            Some(known) => format!(
+                "predictive: {}, known to the cluster, in place of its estimate {next} ({from})",
+                known.describe()
+            ),
+        }
     }
 
     /// The estimate's bucket, larger first: four per power of two of seconds (not expected:
@@ -450,6 +461,20 @@ pub fn rank_listed(
     pulls: &[(PullKey, PullEntry)],
     now: UnixNanos,
 ) -> Vec<(StoredRecord, PredictiveRank)> {
+    rank_listed_with(records, tags, journal, uses, pulls, &[], now)
+}
+
+/// [`rank_listed`] with what the cluster knows of each record's next use, by position (empty:
+/// nothing known), as the space walk places them.
+pub fn rank_listed_with(
+    records: Vec<StoredRecord>,
+    tags: &ListedTags<'_>,
+    journal: &[(JournalKey, JournalEntry)],
+    uses: &[(UseKey, UseInterval)],
+    pulls: &[(PullKey, PullEntry)],
+    known: &[Option<KnownUse>],
+    now: UnixNanos,
+) -> Vec<(StoredRecord, PredictiveRank)> {
     let (history_of, histories) = histories(&records, uses, pulls);
     let mut ranks: Vec<PredictiveRank> = Vec::with_capacity(records.len());
     let order = {
@@ -471,7 +496,7 @@ pub fn rank_listed(
             history_of: &history_of,
             histories: &histories,
             returns: &returns,
-            known: &[],
+            known,
         };
         rank_positions(&listing, |i| records[i].record, now, Some(&mut ranks))
     };
@@ -538,6 +563,7 @@ pub(crate) fn rank_positions(
             ranks.push(PredictiveRank {
                 estimate,
                 adaptive: adaptive::rank_one(&r, returns, newer),
+                known: listing.known.get(position).copied().flatten(),
             });
         }
     }
@@ -700,8 +726,27 @@ pub fn rank_predictive(
     pulls: &[(PullKey, PullEntry)],
     now: UnixNanos,
 ) -> Vec<(StoredRecord, PredictiveRank)> {
+    rank_predictive_with(records, journal, tags, uses, pulls, &BTreeMap::new(), now)
+}
+
+/// [`rank_predictive`] with what the cluster knows of the records' next uses, by key (the
+/// dry run's, as the space walk places them).
+pub fn rank_predictive_with(
+    records: Vec<StoredRecord>,
+    journal: &[(JournalKey, JournalEntry)],
+    tags: &BTreeMap<RecordKey, Vec<String>>,
+    uses: &[(UseKey, UseInterval)],
+    pulls: &[(PullKey, PullEntry)],
+    known: &BTreeMap<RecordKey, KnownUse>,
+    now: UnixNanos,
+) -> Vec<(StoredRecord, PredictiveRank)> {
     let listed = ListedTags::from_map(&records, tags);
-    rank_listed(records, &listed, journal, uses, pulls, now)
+    let known: Vec<Option<KnownUse>> = if known.is_empty() {
+        Vec::new()
+    } else {
+        records.iter().map(|r| known.get(&r.key).copied()).collect()
+    };
+    rank_listed_with(records, &listed, journal, uses, pulls, &known, now)
 }
 
 #[cfg(test)]

@@ -133,7 +133,14 @@ pub fn rank(
         .map(|(r, adaptive)| {
             let history = histories.get(&r.key).unwrap_or(&empty);
             let estimate = estimate(&r.record, history, &adaptive, now);
-            (r, PredictiveRank { estimate, adaptive })
+            (
+                r,
+                PredictiveRank {
+                    estimate,
+                    adaptive,
+                    known: None,
+                },
+            )
         })
         .collect();
     ranked.sort_by(|(a, ra), (b, rb)| {

@@ -126,6 +126,7 @@ fn check_estimates(cases: Vec<Case>) {
         let described = PredictiveRank {
             estimate: got,
             adaptive: rank,
+            known: None,
         }
         .describe();
         assert!(described.starts_with("predictive: "), "{name}: {described}");
@@ -303,6 +304,7 @@ fn a_rhythm_is_named_with_its_phase_in_explain() {
     let described = PredictiveRank {
         estimate,
         adaptive: rank,
+        known: None,
     }
     .describe();
     assert!(

@@ -69,6 +69,24 @@ pub enum KnownUse {
 }
 
 impl KnownUse {
+    /// For `explain`: `needed now`, `used at 2026-11-30T02:00:00Z (a CronJob's next run)`,
+    /// `the current revision of a Deployment`, `the rollback set of a Deployment (its previous
+    /// revision)`, `superseded (an older revision of a Deployment)`.
+    pub fn describe(self) -> String {
+        match self {
+            KnownUse::Now => "needed now".to_owned(),
+            KnownUse::At(t) => format!(
+                "used at {} (a CronJob's next run)",
+                crate::format::format_rfc3339(t)
+            ),
+            KnownUse::Current => "the current revision of a Deployment".to_owned(),
+            KnownUse::Rollback => {
+                "the rollback set of a Deployment (its previous revision)".to_owned()
+            }
+            KnownUse::Superseded => "superseded (an older revision of a Deployment)".to_owned(),
+        }
+    }
+
     /// The nearer of two known uses (see the module's rule).
     fn nearer(self, other: KnownUse) -> KnownUse {
         use KnownUse::*;
@@ -79,6 +97,21 @@ impl KnownUse {
             (Current, _) | (_, Current) => Current,
             (Rollback, _) | (_, Rollback) => Rollback,
             (Superseded, Superseded) => Superseded,
+        }
+    }
+}
+
+/// As JSON, a string: `now`, `at <RFC 3339>`, `current`, `rollback`, `superseded`.
+impl serde::Serialize for KnownUse {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            KnownUse::Now => serializer.serialize_str("now"),
+            KnownUse::At(t) => {
+                serializer.serialize_str(&format!("at {}", crate::format::format_rfc3339(*t)))
+            }
+            KnownUse::Current => serializer.serialize_str("current"),
+            KnownUse::Rollback => serializer.serialize_str("rollback"),
+            KnownUse::Superseded => serializer.serialize_str("superseded"),
         }
     }
 }
@@ -148,15 +181,21 @@ pub struct CronJobSignal {
     pub suspend: bool,
     /// The images its job template names.
     pub images: Vec<String>,
+    /// Its job template selects this node by name (`nodeName`, or the node selector's
+    /// `kubernetes.io/hostname`): its runs are this node's, so its images are pulled ahead.
+    pub here: bool,
 }
 
-/// A workload's revisions as the signals read them.
+/// A workload's revisions as the signals read them: the images of its current revision, of
+/// the one before (the rollback set) and of older ones (superseded).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Revisions {
-    current: Vec<String>,
-    previous: Vec<String>,
-    /// Newest last.
-    superseded: Vec<String>,
+pub struct Revisions {
+    /// The current revision's images.
+    pub current: Vec<String>,
+    /// The previous revision's images.
+    pub previous: Vec<String>,
+    /// Older revisions' images in neither, newest last.
+    pub superseded: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -167,6 +206,8 @@ struct SignalState {
     cronjobs: BTreeMap<String, CronJobSignal>,
     workloads: BTreeMap<String, Revisions>,
     refused: u64,
+    /// How long before a CronJob's next run its images are kept and pulled ahead (zero: not).
+    lead: std::time::Duration,
 }
 
 /// The cluster's declarations the known uses come from (CronJobs, rollouts), shared between
@@ -174,6 +215,15 @@ struct SignalState {
 #[derive(Clone, Debug, Default)]
 pub struct ClusterSignals {
     state: Arc<RwLock<SignalState>>,
+    /// Told when the CronJobs change (the agent's keep timer reads their next runs again).
+    changed: Arc<tokio::sync::Notify>,
+    /// Told with `changed`, for the warm loop (a second waiter: `Notify` wakes one).
+    changed_for_warm: Arc<tokio::sync::Notify>,
+    /// The CronJobs' watch's health (`refused`: CronJobs not held at [`MAX_CRONJOBS`], or with
+    /// a schedule or time zone the signals do not read).
+    cronjobs_health: Arc<super::WatchHealth>,
+    /// The ReplicaSets' watch's health.
+    replicasets_health: Arc<super::WatchHealth>,
 }
 
 /// The first [`MAX_SIGNAL_IMAGES`] of `images`, sorted and without repeats.
@@ -201,14 +251,19 @@ impl ClusterSignals {
         let mut state = self.write();
         if state.cronjobs.len() >= MAX_CRONJOBS && !state.cronjobs.contains_key(&name) {
             state.refused += 1;
+            self.cronjobs_health.refuse();
             return;
         }
+        let changed = state.cronjobs.get(&name) != Some(&job);
         state.cronjobs.insert(name, job);
+        drop(state);
+        self.told(changed);
     }
 
     /// Forgets the CronJob `name`.
     pub fn remove_cronjob(&self, name: &str) {
-        self.write().cronjobs.remove(name);
+        let changed = self.write().cronjobs.remove(name).is_some();
+        self.told(changed);
     }
 
     /// The workload `name` rolled out `images` with `previous` as its previous revision's
@@ -258,12 +313,10 @@ impl ClusterSignals {
         let state = self.read();
         let mut out = KnownUses::default();
         let offset = state.calendar_offset_s;
-        let calendar_now = now.0.div_euclid(SEC).saturating_add(offset);
-        for job in state.cronjobs.values().filter(|j| !j.suspend) {
-            let Some(next) = job.schedule.next_after(calendar_now.saturating_sub(1)) else {
+        for job in state.cronjobs.values() {
+            let Some(at) = next_run(job, offset, now) else {
                 continue;
             };
-            let at = UnixNanos(next.saturating_sub(offset).saturating_mul(SEC));
             for image in &job.images {
                 out.insert(image.clone(), KnownUse::At(at));
             }
@@ -282,6 +335,21 @@ impl ClusterSignals {
         out
     }
 }
+
+/// `job`'s next run at or after `now` (a run due at this very second is still to come), its
+/// calendar read `offset_s` ahead; none while suspended or past robfig's horizon.
+fn next_run(job: &CronJobSignal, offset_s: i64, now: UnixNanos) -> Option<UnixNanos> {
+    if job.suspend {
+        return None;
+    }
+    let calendar_now = now.0.div_euclid(SEC).saturating_add(offset_s);
+    let next = job.schedule.next_after(calendar_now.saturating_sub(1))?;
+    Some(UnixNanos(next.saturating_sub(offset_s).saturating_mul(SEC)))
+}
+
+#[path = "signals_agent.rs"]
+mod agent;
+pub use agent::{ClusterSignalsSample, DueRun, MAX_CRONJOB_LEAD};
 
 #[cfg(test)]
 #[path = "signals_tests.rs"]

@@ -12,6 +12,7 @@ fn cron(spec: &str, suspend: bool, images: &[&str]) -> CronJobSignal {
         schedule: CronSchedule::parse(spec).expect("a schedule"),
         suspend,
         images: images.iter().map(|i| (*i).to_owned()).collect(),
+        here: false,
     }
 }
 
@@ -241,4 +242,64 @@ fn the_declarations_are_bounded_and_what_is_refused_is_counted() {
         Some(KnownUse::Superseded)
     );
     assert_eq!(known.get("web:0"), None);
+}
+
+/// The lead: a CronJob's images are due from `lead` before its next run until the run, the
+/// nearest run (this node's first) naming an image wins, and the timer's next instant is when
+/// a run enters the lead or a due run passes. A zero lead keeps nothing.
+#[test]
+fn a_cronjobs_images_are_due_from_the_lead_before_its_run_until_the_run() {
+    let signals = ClusterSignals::default();
+    signals.set_cronjob(
+        "batch/nightly".into(),
+        cron("0 2 * * *", false, &["etl:1", "base:1"]),
+    );
+    signals.set_cronjob(
+        "batch/here".into(),
+        CronJobSignal {
+            here: true,
+            ..cron("30 2 * * *", false, &["base:1"])
+        },
+    );
+    let two = JAN_1 + 7200;
+    assert!(
+        signals.due_within_lead(at(two - 60)).is_empty(),
+        "no lead: nothing due"
+    );
+    assert_eq!(signals.next_lead_change(at(two - 60)), None);
+    signals.set_lead(std::time::Duration::from_secs(600));
+    assert!(signals.due_within_lead(at(two - 601)).is_empty());
+    assert_eq!(signals.next_lead_change(at(two - 601)), Some(at(two - 600)));
+    let due = signals.due_within_lead(at(two - 600));
+    assert_eq!(due.keys().collect::<Vec<_>>(), ["base:1", "etl:1"]);
+    assert_eq!(due["etl:1"].cronjob, "batch/nightly");
+    assert_eq!(
+        due["etl:1"].source(),
+        "CronJob batch/nightly runs at 2024-01-01T02:00:00Z"
+    );
+    assert_eq!(
+        due["base:1"].cronjob, "batch/nightly",
+        "the other run is not due yet"
+    );
+    // Both due: this node's run wins for the shared image.
+    let due = signals.due_within_lead(at(two + 1200));
+    assert_eq!(due["base:1"].cronjob, "batch/here");
+    assert!(due["base:1"].here);
+    // Within the lead, the next change is the run passing; at the run, still due.
+    assert_eq!(
+        signals.next_lead_change(at(two - 300)),
+        Some(UnixNanos(at(two).0 + 1))
+    );
+    assert!(signals.due_within_lead(at(two)).contains_key("etl:1"));
+    assert!(
+        !signals.due_within_lead(at(two + 1)).contains_key("etl:1"),
+        "ran: tomorrow"
+    );
+    signals.set_cronjob("batch/nightly".into(), cron("0 2 * * *", true, &["etl:1"]));
+    assert!(
+        !signals.due_within_lead(at(two - 60)).contains_key("etl:1"),
+        "suspended"
+    );
+    signals.set_lead(MAX_CRONJOB_LEAD * 2);
+    assert_eq!(signals.lead(), MAX_CRONJOB_LEAD, "capped");
 }

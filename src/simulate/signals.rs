@@ -72,6 +72,7 @@ impl SignalFeed {
                     schedule: *cron,
                     suspend: *suspend,
                     images: images.clone(),
+                    here: false,
                 },
             ),
             WorkloadOp::Rollout {

@@ -282,6 +282,8 @@ struct Snapshot {
     runtime_pins: Option<RuntimePinsSample>,
     /// The cluster signals, once their watch started.
     cluster_signals: Option<crate::gc::BoundPodsSample>,
+    /// The CronJobs' and ReplicaSets' signals, once one of their watches started.
+    cluster_knowledge: Option<crate::gc::ClusterSignalsSample>,
     /// The last disk accounting, once one succeeded; the accountings [succeeded, failed].
     disk: (Option<DiskSample>, [u64; 2]),
 }
@@ -356,6 +358,7 @@ impl Snapshot {
                 Err(p) => *p.into_inner(),
             },
             cluster_signals: gc.bound_pods().sample(),
+            cluster_knowledge: now.and_then(|now| gc.cluster_signals().sample(now)),
             disk: (
                 match agent.disk.lock() {
                     Ok(w) => w.clone(),

@@ -645,3 +645,81 @@ async fn a_daemonsets_new_template_image_is_pulled_ahead_and_kept_while_its_pod_
     assert!(plan.statuses.is_empty(), "{plan:?}");
     assert_eq!(lock_ignoring_poison(&runtime.pulls).len(), 1);
 }
+
+/// `clusterSignals` with a CronJob (its lead, 10 minutes by default): before the lead nothing
+/// is pulled; from the lead the warm cycle pulls the absent image of a CronJob whose runs are
+/// this node's (its template names the node), as an entry of origin `CronJob ns/name`, and GC
+/// keeps it under pressure until the run; a CronJob that may run anywhere and never ran here
+/// pulls nothing; once a pod of its Job is bound here, it is this node's too.
+#[tokio::test(start_paused = true)]
+async fn a_cronjobs_image_is_pulled_ahead_from_the_lead_and_kept_until_its_run() {
+    use crate::clock::Clock;
+    use crate::gc::{CronJobSignal, CronSchedule};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = Registry {
+        registry: Arc::new(vec![
+            registry_image(1, "etl:1", 100),
+            registry_image(2, "report:1", 100),
+        ]),
+        ..Registry::default()
+    };
+    runtime.node.state().fs = Some((1000, 900));
+    let flags = FlagValues {
+        db: Some(dir.path().join("records.redb")),
+        admin_socket: Some(dir.path().join("admin.sock")),
+        minimum_image_ttl_duration: Some("0s".into()),
+        image_gc_high_threshold: Some(90),
+        image_gc_low_threshold: Some(80),
+        ..FlagValues::default()
+    };
+    let file = FileConfig {
+        cluster_signals: Some(true),
+        ..FileConfig::default()
+    };
+    let config = AgentConfig::resolve(&file, None, &flags).expect("config");
+    // 2027-01-15T08:00:00Z; the CronJobs run at 09:00.
+    let eight = UnixNanos::from_secs(1_800_000_000 - 1_800_000_000 % 3600);
+    let clock = Arc::new(ManualClock::new(eight));
+    let agent =
+        Arc::new(Agent::with_runtime(config, clock.clone(), runtime.clone()).expect("agent"));
+    let signals = agent.gc_manager().cluster_signals();
+    let nine = eight.saturating_add(Duration::from_secs(3600));
+    let hour = (nine.0 / 1_000_000_000 / 3600 % 24).to_string();
+    let job = |image: &str, here: bool| CronJobSignal {
+        schedule: CronSchedule::parse(&format!("0 {hour} * * *")).expect("schedule"),
+        suspend: false,
+        images: vec![image.into()],
+        here,
+    };
+    signals.set_cronjob("batch/etl".into(), job("etl:1", true));
+    signals.set_cronjob("batch/report".into(), job("report:1", false));
+    let plan = agent.warm_cycle().await;
+    assert!(plan.statuses.is_empty(), "before the lead: {plan:?}");
+    assert_eq!(
+        signals.next_lead_change(eight),
+        Some(nine.saturating_sub(Duration::from_secs(600)))
+    );
+    clock.set(nine.saturating_sub(Duration::from_secs(600)));
+    let plan = agent.warm_cycle().await;
+    assert_eq!(states(&plan), [("etl:1".to_owned(), WarmState::Pulling)]);
+    assert_eq!(plan.statuses[0].entry.origin, "CronJob batch/etl");
+    // Under pressure before the run, GC keeps it: needed by the CronJob's run.
+    runtime.node.state().fs = Some((1000, 50));
+    let report = agent.gc_manager().garbage_collect(clock.now()).await;
+    assert!(report.removed.is_empty(), "{:?}", report.removed);
+    // A pod of the report CronJob's Job bound here: its runs are this node's.
+    let pods = agent.gc_manager().bound_pods();
+    pods.set_pod_job(
+        "batch/report-29012345-x7",
+        Some("batch/report-29012345".into()),
+    );
+    runtime.node.state().fs = Some((1000, 900));
+    let plan = agent.warm_cycle().await;
+    let pulled: Vec<String> = lock_ignoring_poison(&runtime.pulls).clone();
+    assert_eq!(pulled, ["etl:1", "report:1"], "{plan:?}");
+    // Past the run, nothing keeps them.
+    runtime.node.state().fs = Some((1000, 50));
+    clock.set(nine.saturating_add(Duration::from_secs(1)));
+    let report = agent.gc_manager().garbage_collect(clock.now()).await;
+    assert_eq!(report.removed.len(), 2, "{:?}", report.removed);
+}

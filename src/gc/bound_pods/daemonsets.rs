@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
-use super::health::WatchHealth;
+use crate::gc::watch_health::WatchHealth;
 
 /// The most DaemonSets held.
 pub const MAX_DAEMONSETS: usize = 4_096;

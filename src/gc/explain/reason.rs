@@ -132,6 +132,18 @@ fn keep_reason(
                 "{daemonset}, which owns a pod bound to this node, names it in its template: \
                  needed by that pod's next run here"
             ),
+            Some(cronjob) if cronjob.starts_with("CronJob ") => {
+                let when = cronjob
+                    .rsplit(" runs at ")
+                    .next()
+                    .and_then(crate::format::parse_rfc3339)
+                    .map(|at| format!(", {}", crate::format::format_ago(now, at)))
+                    .unwrap_or_default();
+                format!(
+                    "{cronjob}{when}: kept (and runtime-pinned) from the cluster signals' lead \
+                     before its run"
+                )
+            }
             Some(pod) => format!(
                 "a pod bound to this node names it ({pod}): needed now, whether or not its \
                  container exists yet"

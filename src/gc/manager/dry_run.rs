@@ -128,12 +128,24 @@ impl<R: ImageRuntime> ImageGcManager<R> {
                 }
             }
             GcOrder::Predictive => {
-                let ranked = predictive::rank_predictive(
+                // What the cluster knows, as the real walk reads it (`walk.rs`).
+                let known = self.cluster_signals.known_uses(now);
+                let known: BTreeMap<RecordKey, crate::gc::KnownUse> = if known.is_empty() {
+                    BTreeMap::new()
+                } else {
+                    let index = crate::gc::signals::KnownIndex::of(&known);
+                    listed
+                        .iter()
+                        .filter_map(|i| index.of_image(&i).map(|k| (i.record_key(), k)))
+                        .collect()
+                };
+                let ranked = predictive::rank_predictive_with(
                     ordered,
                     journal,
                     &tags(),
                     &self.store.uses()?,
                     &self.store.pulls()?,
+                    &known,
                     now,
                 );
                 for (record, rank) in ranked {

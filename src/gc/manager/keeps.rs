@@ -31,15 +31,19 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         Ok(KeepSets {
             pulling: self.pulling(listed),
             warm: self.warm(settings, listed, now)?,
-            needed_by_pods: self.needed_by_pods(listed),
+            needed_by_pods: self.needed_by_pods(listed, now),
         })
     }
 
-    /// The listed images a pod bound to this node names, under the default runtime handler
-    /// (the kubelet pulls a pod's images under it unless RuntimeClassInImageCriApi is on),
-    /// each with the first (by name) of the names' sources.
-    fn needed_by_pods(&self, listed: &ListedImages) -> BTreeMap<RecordKey, String> {
-        let wanted = self.bound_pods.images();
+    /// The listed images a pod bound to this node names, or a CronJob run due within the
+    /// signals' lead at `now`, under the default runtime handler (the kubelet pulls a pod's
+    /// images under it unless RuntimeClassInImageCriApi is on), each with the first (by name)
+    /// of the names' sources (a pod's before a CronJob's).
+    fn needed_by_pods(&self, listed: &ListedImages, now: UnixNanos) -> BTreeMap<RecordKey, String> {
+        let mut wanted = self.bound_pods.images();
+        for (image, run) in self.cluster_signals.due_within_lead(now) {
+            wanted.entry(image).or_insert_with(|| run.source());
+        }
         if wanted.is_empty() {
             return BTreeMap::new();
         }
@@ -48,7 +52,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         listed
             .iter()
             .filter_map(|image| {
-                let first = index.naming(&image).into_iter().min()?;
+                let first = index.naming(&image).into_iter().min_by_key(|at| {
+                    (
+                        sources.get(*at).is_some_and(|s| s.starts_with("CronJob ")),
+                        *at,
+                    )
+                })?;
                 let source = sources.get(first)?;
                 Some((image.record_key(), (*source).clone()))
             })
@@ -260,5 +269,64 @@ mod tests {
         let report = manager.garbage_collect(UnixNanos::from_secs(30_000)).await;
         let removed: Vec<_> = report.removed.iter().map(|r| r.key.clone()).collect();
         assert_eq!(removed, [main]);
+    }
+
+    /// A CronJob's images are kept from the signals' lead before its next run until the run:
+    /// before the lead GC removes it, within it the detect records the keep (for the runtime
+    /// pins) and explain names the run; a pod bound here names its source first.
+    #[tokio::test]
+    async fn a_cronjobs_image_is_kept_from_the_lead_before_its_run_until_the_run() {
+        use crate::gc::{CronJobSignal, CronSchedule};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (runtime, manager) = other_fs_fixture(dir.path(), 0, 0, |state| {
+            state.images = vec![image(1, "etl:1"), image(2, "other:1")].into();
+            state.fs = Some((1_000, 0));
+        })
+        .await;
+        let signals = manager.cluster_signals();
+        // Runs at 06:00 UTC every day: 1970-01-01T06:00:00Z is 21 600 s.
+        signals.set_cronjob(
+            "batch/etl".into(),
+            CronJobSignal {
+                schedule: CronSchedule::parse("0 6 * * *").expect("schedule"),
+                suspend: false,
+                images: vec!["etl:1".into()],
+                here: false,
+            },
+        );
+        signals.set_lead(std::time::Duration::from_secs(600));
+        let etl = image(1, "etl:1").record_key();
+        let in_lead = UnixNanos::from_secs(21_600 - 300);
+        manager.detect(in_lead).await.expect("detect");
+        let keeps = manager.last_keeps().expect("a detect ran");
+        assert_eq!(keeps.len(), 1, "{keeps:?}");
+        assert_eq!(keeps[0].key, etl);
+        let plan = manager.plan(in_lead, false).await.expect("plan");
+        let explained = plan
+            .explanation
+            .images
+            .iter()
+            .find(|i| i.key == etl)
+            .expect("etl:1 explained");
+        assert_eq!(explained.decision, Decision::KeepNeededByPod);
+        assert_eq!(
+            explained.needed_by.as_deref(),
+            Some("CronJob batch/etl runs at 1970-01-01T06:00:00Z")
+        );
+        assert!(
+            explained.reason.starts_with(
+                "CronJob batch/etl runs at 1970-01-01T06:00:00Z, in 5m: kept (and runtime-pinned)"
+            ),
+            "{}",
+            explained.reason
+        );
+        let report = manager.garbage_collect(in_lead).await;
+        let removed: Vec<_> = report.removed.iter().map(|r| r.key.clone()).collect();
+        assert_eq!(removed, [image(2, "other:1").record_key()]);
+        // Past the run: nothing keeps it.
+        let after = UnixNanos::from_secs(21_601);
+        let report = manager.garbage_collect(after).await;
+        let removed: Vec<_> = report.removed.iter().map(|r| r.key.clone()).collect();
+        assert_eq!(removed, [etl], "{:?}", runtime.state().images);
     }
 }

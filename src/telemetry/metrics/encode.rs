@@ -206,6 +206,21 @@ impl Collector for Snapshot {
                 failing.push((daemonsets, u64::from(ds.watch.failing)));
                 errors.push((daemonsets, ds.watch.errors));
             }
+            if let Some(known) = self.cluster_knowledge {
+                images.push(([("kind", "cronjob")], known.due_images));
+                images.push(([("kind", "rollback")], known.rollback_images));
+                for (resource, watch) in [
+                    ("cronjobs", known.cronjobs_watch),
+                    ("replicasets", known.replicasets_watch),
+                ] {
+                    if let Some(watch) = watch {
+                        synced.push(([("resource", resource)], u64::from(watch.synced)));
+                        failing.push(([("resource", resource)], u64::from(watch.failing)));
+                        errors.push(([("resource", resource)], watch.errors));
+                    }
+                }
+                counter(&mut enc, &CLUSTER_SIGNAL_OBJECTS_REFUSED, known.refused)?;
+            }
             gauge_family(&mut enc, &CLUSTER_SIGNAL_IMAGES, &images)?;
             gauge_family(&mut enc, &CLUSTER_WATCH_SYNCED, &synced)?;
             gauge_family(&mut enc, &CLUSTER_WATCH_FAILING, &failing)?;

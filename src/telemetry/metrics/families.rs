@@ -498,7 +498,7 @@ pub(super) const CLUSTER_SIGNAL_IMAGES: MetricFamily = absent_when(
         G,
         None,
         &["kind"],
-        "Distinct images the cluster says are needed, by signal kind (bound_pod: named by a pod bound to this node; daemonset: named by the template of a DaemonSet owning such a pod, which that pod runs next): kept, and runtime-pinned where runtime pins are on.",
+        "Distinct images the cluster says are needed, by signal kind (bound_pod: named by a pod bound to this node; daemonset: named by the template of a DaemonSet owning such a pod, which that pod runs next; cronjob: named by a CronJob whose next run is within clusterSignalsCronJobLead): kept, and runtime-pinned where runtime pins are on; rollback: named by a Deployment's previous revision (kubectl rollout undo's), which the predictive order removes after the images expected no sooner.",
     ),
     "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
 );
@@ -512,13 +512,24 @@ pub(super) const CLUSTER_SIGNAL_PODS_REFUSED: MetricFamily = absent_when(
     ),
     "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
 );
+pub(super) const CLUSTER_SIGNAL_OBJECTS_REFUSED: MetricFamily = absent_when(
+    family(
+        "cluster_signal_objects_refused",
+        C,
+        None,
+        &[],
+        "CronJobs and Deployments the cluster signals did not hold: a cap reached (4,096 each), or a CronJob whose schedule or timeZone they do not read (only UTC is; each CronJob counted once until it changes): their images get no known next use.",
+    ),
+    "until the watch of the CronJobs or the ReplicaSets started (clusterSignals on, with the API server's credentials)",
+);
+
 pub(super) const CLUSTER_WATCH_SYNCED: MetricFamily = absent_when(
     family(
         "cluster_watch_synced",
         G,
         None,
         &["resource"],
-        "1 once the watch has listed its resource (pods: the pods bound to this node; daemonsets: every DaemonSet) at least once; 0 before: the agent does not yet know the cluster's needs.",
+        "1 once the watch has listed its resource (pods: the pods bound to this node; daemonsets, cronjobs, replicasets: every namespace's) at least once; 0 before: the agent does not yet know the cluster's needs.",
     ),
     "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
 );
@@ -612,6 +623,7 @@ pub const METRICS: &[MetricFamily] = &[
     RUNTIME_PIN_WRITES,
     CLUSTER_SIGNAL_PODS,
     CLUSTER_SIGNAL_PODS_REFUSED,
+    CLUSTER_SIGNAL_OBJECTS_REFUSED,
     CLUSTER_SIGNAL_IMAGES,
     CLUSTER_WATCH_SYNCED,
     CLUSTER_WATCH_FAILING,

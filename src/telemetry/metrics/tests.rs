@@ -78,6 +78,25 @@ fn full_snapshot() -> Snapshot {
                     errors: 5,
                 },
             }),
+            cronjobs: None,
+            replicasets: None,
+        }),
+        cluster_knowledge: Some(crate::gc::ClusterSignalsSample {
+            cronjobs: 4,
+            workloads: 6,
+            due_images: 1,
+            rollback_images: 3,
+            cronjobs_watch: Some(crate::gc::WatchSample {
+                synced: true,
+                failing: false,
+                errors: 0,
+            }),
+            replicasets_watch: Some(crate::gc::WatchSample {
+                synced: false,
+                failing: true,
+                errors: 9,
+            }),
+            refused: 2,
         }),
         disk: (
             Some(super::DiskSample {
@@ -246,10 +265,17 @@ fn the_cluster_signals_watch_is_scraped_only_once_it_started() {
         "imagekeeper_cluster_watch_synced{resource=\"daemonsets\"} 1",
         "imagekeeper_cluster_watch_failing{resource=\"daemonsets\"} 0",
         "imagekeeper_cluster_watch_errors_total{resource=\"daemonsets\"} 5",
+        "imagekeeper_cluster_signal_images{kind=\"cronjob\"} 1",
+        "imagekeeper_cluster_signal_images{kind=\"rollback\"} 3",
+        "imagekeeper_cluster_signal_objects_refused_total 2",
+        "imagekeeper_cluster_watch_synced{resource=\"cronjobs\"} 1",
+        "imagekeeper_cluster_watch_failing{resource=\"replicasets\"} 1",
+        "imagekeeper_cluster_watch_errors_total{resource=\"replicasets\"} 9",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
     }
     let mut off = full_snapshot();
     off.cluster_signals = None;
+    off.cluster_knowledge = None;
     assert!(!scrape(off).contains("imagekeeper_cluster_"));
 }

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use super::{ClusterLab, NAMESPACE, cluster_lab};
 use crate::support;
 
+#[path = "lab_signals.rs"]
+mod signals;
+
 /// The chart's default config, with GC left to the test's thresholds.
 fn config(high: u32, low: u32, extra: &str) -> String {
     format!(

@@ -467,7 +467,8 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
                     (
                         "cluster signals",
                         "- apiGroups:\n  - ''\n  resources:\n  - pods\n  verbs:\n  - list\n  - watch\n\
-                         - apiGroups:\n  - apps\n  resources:\n  - daemonsets\n  verbs:\n  - list\n  - watch\n",
+                         - apiGroups:\n  - apps\n  resources:\n  - daemonsets\n  - replicasets\n  verbs:\n  - list\n  - watch\n\
+                         - apiGroups:\n  - batch\n  resources:\n  - cronjobs\n  verbs:\n  - list\n  - watch\n",
                     )
                 } else {
                     (

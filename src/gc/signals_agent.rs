@@ -1,0 +1,260 @@
+//! The agent's side of [`ClusterSignals`]: what its CronJob and ReplicaSet watches write (a
+//! relist replaces a whole set at once), the keep of a CronJob's images from a lead before its
+//! next run ([`ClusterSignals::due_within_lead`]: kept and runtime-pinned like a bound pod's,
+//! pulled ahead when the CronJob's runs are this node's), the instant the next lead starts
+//! (the agent's timer), and the sample the metrics and doctor read.
+//!
+//! Invariants: a lead of zero keeps nothing and pulls nothing ahead (the simulator's default:
+//! its figures are the order's alone); the lead is at most [`MAX_CRONJOB_LEAD`]; every set
+//! written here keeps the caps of `signals.rs` (refusals counted in the watch's health).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    ClusterSignals, CronJobSignal, MAX_CRONJOBS, MAX_WORKLOADS, Revisions, bounded, next_run,
+};
+use crate::gc::{WatchHealth, WatchSample};
+use crate::model::UnixNanos;
+
+/// The longest lead a CronJob's images are kept and pulled ahead of its run.
+pub const MAX_CRONJOB_LEAD: Duration = Duration::from_secs(24 * 3600);
+
+/// A CronJob run due within the lead, as the keeps and the prefetch read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DueRun {
+    /// The CronJob, `namespace/name` (the first by name when several name the image).
+    pub cronjob: String,
+    /// Its next run.
+    pub at: UnixNanos,
+    /// Its runs are this node's ([`CronJobSignal::here`]).
+    pub here: bool,
+}
+
+impl DueRun {
+    /// How the keep names its source: `CronJob batch/nightly runs at 2026-11-30T02:00:00Z`.
+    pub fn source(&self) -> String {
+        format!(
+            "CronJob {} runs at {}",
+            self.cronjob,
+            crate::format::format_rfc3339(self.at)
+        )
+    }
+}
+
+/// The CronJobs' and ReplicaSets' signals at one moment, for the metrics and doctor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClusterSignalsSample {
+    /// CronJobs held.
+    pub cronjobs: u64,
+    /// Workloads (Deployments) with revisions held.
+    pub workloads: u64,
+    /// Distinct images of the CronJob runs due within the lead.
+    pub due_images: u64,
+    /// Distinct images of the workloads' rollback sets.
+    pub rollback_images: u64,
+    /// The CronJobs' watch; `None` until it started.
+    pub cronjobs_watch: Option<WatchSample>,
+    /// The ReplicaSets' watch; `None` until it started.
+    pub replicasets_watch: Option<WatchSample>,
+    /// CronJobs and workloads not held (a cap reached, or a schedule not read).
+    pub refused: u64,
+}
+
+impl ClusterSignals {
+    /// The CronJobs' watch's health, for its driver.
+    pub fn cronjobs_watch_health(&self) -> Arc<WatchHealth> {
+        Arc::clone(&self.cronjobs_health)
+    }
+
+    /// The ReplicaSets' watch's health, for its driver.
+    pub fn replicasets_watch_health(&self) -> Arc<WatchHealth> {
+        Arc::clone(&self.replicasets_health)
+    }
+
+    /// Counts a CronJob the watch could not read (its schedule or time zone).
+    pub fn refuse_cronjob(&self) {
+        self.write().refused += 1;
+        self.cronjobs_health.refuse();
+    }
+
+    /// Replaces every CronJob at once (a relist): the first [`MAX_CRONJOBS`] by name.
+    pub fn replace_cronjobs(&self, jobs: BTreeMap<String, CronJobSignal>) {
+        let mut kept = BTreeMap::new();
+        for (name, mut job) in jobs {
+            if kept.len() >= MAX_CRONJOBS {
+                self.write().refused += 1;
+                self.cronjobs_health.refuse();
+                continue;
+            }
+            job.images = bounded(job.images);
+            kept.insert(name, job);
+        }
+        let changed = {
+            let mut state = self.write();
+            let changed = state.cronjobs != kept;
+            state.cronjobs = kept;
+            changed
+        };
+        self.cronjobs_health.mark_synced();
+        self.told(changed);
+    }
+
+    /// Sets `workload`'s revisions (none with an image: forgets it).
+    pub fn set_revisions(&self, workload: String, revisions: Revisions) {
+        let revisions = Revisions {
+            current: bounded(revisions.current),
+            previous: bounded(revisions.previous),
+            superseded: revisions.superseded,
+        };
+        let mut state = self.write();
+        if revisions == Revisions::default() {
+            state.workloads.remove(&workload);
+        } else if state.workloads.len() >= MAX_WORKLOADS && !state.workloads.contains_key(&workload)
+        {
+            state.refused += 1;
+            self.replicasets_health.refuse();
+        } else {
+            state.workloads.insert(workload, revisions);
+        }
+    }
+
+    /// Replaces every workload's revisions at once (a relist).
+    pub fn replace_workloads(&self, workloads: BTreeMap<String, Revisions>) {
+        self.write().workloads.clear();
+        for (name, revisions) in workloads {
+            self.set_revisions(name, revisions);
+        }
+        self.replicasets_health.mark_synced();
+    }
+
+    /// Keeps a CronJob's images from `lead` before its next run (at most
+    /// [`MAX_CRONJOB_LEAD`]; zero: not at all).
+    pub fn set_lead(&self, lead: Duration) {
+        self.write().lead = lead.min(MAX_CRONJOB_LEAD);
+        self.told(true);
+    }
+
+    /// The lead in force.
+    pub fn lead(&self) -> Duration {
+        self.read().lead
+    }
+
+    /// Each image of a CronJob run due within the lead at `now` (its next run at or after
+    /// `now`, no later than `now` plus the lead), with the earliest such run (the first
+    /// CronJob by name among equals); a run that is this node's wins over one that is not.
+    pub fn due_within_lead(&self, now: UnixNanos) -> BTreeMap<String, DueRun> {
+        let state = self.read();
+        let mut due: BTreeMap<String, DueRun> = BTreeMap::new();
+        if state.lead.is_zero() {
+            return due;
+        }
+        let horizon = now.saturating_add(state.lead);
+        for (name, job) in &state.cronjobs {
+            let Some(at) = next_run(job, state.calendar_offset_s, now).filter(|at| *at <= horizon)
+            else {
+                continue;
+            };
+            for image in &job.images {
+                let run = DueRun {
+                    cronjob: name.clone(),
+                    at,
+                    here: job.here,
+                };
+                let better = |old: &DueRun| (!run.here, run.at) < (!old.here, old.at);
+                match due.get(image) {
+                    Some(old) if !better(old) => {}
+                    _ => {
+                        due.insert(image.clone(), run);
+                    }
+                }
+            }
+        }
+        due
+    }
+
+    /// The first instant after `now` at which a CronJob run enters the lead (its next run
+    /// minus the lead), or a run due within it passes (its keep ends); `None` with no lead or
+    /// no CronJob run to come.
+    pub fn next_lead_change(&self, now: UnixNanos) -> Option<UnixNanos> {
+        let state = self.read();
+        if state.lead.is_zero() {
+            return None;
+        }
+        state
+            .cronjobs
+            .values()
+            .filter_map(|job| next_run(job, state.calendar_offset_s, now))
+            .map(|at| {
+                let enters = at.saturating_sub(state.lead);
+                // Within the lead already: the change to come is the run passing.
+                if enters <= now {
+                    UnixNanos(at.0.saturating_add(1))
+                } else {
+                    enters
+                }
+            })
+            .min()
+    }
+
+    /// Resolves at the CronJobs' (or the lead's) next change (at once when they changed since
+    /// the last call resolved).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// [`ClusterSignals::changed`] for the warm loop.
+    pub async fn changed_for_warm(&self) {
+        self.changed_for_warm.notified().await;
+    }
+
+    pub(super) fn told(&self, changed: bool) {
+        if changed {
+            self.changed.notify_one();
+            self.changed_for_warm.notify_one();
+        }
+    }
+
+    /// `pods` with the CronJobs' and ReplicaSets' watches' health (the admin call's answer).
+    pub fn with_watches(
+        &self,
+        pods: Option<crate::gc::BoundPodsSample>,
+    ) -> Option<crate::gc::BoundPodsSample> {
+        pods.map(|sample| crate::gc::BoundPodsSample {
+            cronjobs: self
+                .cronjobs_health
+                .sample(self.cronjobs_health.is_synced()),
+            replicasets: self
+                .replicasets_health
+                .sample(self.replicasets_health.is_synced()),
+            ..sample
+        })
+    }
+
+    /// The state at `now`; `None` until a watch of the CronJobs or ReplicaSets started.
+    pub fn sample(&self, now: UnixNanos) -> Option<ClusterSignalsSample> {
+        let cronjobs_watch = self
+            .cronjobs_health
+            .sample(self.cronjobs_health.is_synced());
+        let replicasets_watch = self
+            .replicasets_health
+            .sample(self.replicasets_health.is_synced());
+        if cronjobs_watch.is_none() && replicasets_watch.is_none() {
+            return None;
+        }
+        let due_images = self.due_within_lead(now).len() as u64;
+        let state = self.read();
+        let rollback: std::collections::BTreeSet<&String> =
+            state.workloads.values().flat_map(|r| &r.previous).collect();
+        Some(ClusterSignalsSample {
+            cronjobs: state.cronjobs.len() as u64,
+            workloads: state.workloads.len() as u64,
+            due_images,
+            rollback_images: rollback.len() as u64,
+            cronjobs_watch,
+            replicasets_watch,
+            refused: state.refused,
+        })
+    }
+}

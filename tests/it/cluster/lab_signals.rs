@@ -1,0 +1,132 @@
+//! The cluster signals read from CronJobs on the real cluster (`cluster::lab::signals::...`):
+//! what the kubelet, crictl and the API server's Events show, never only imagekeeper.
+
+use std::time::Duration;
+
+use super::{config, crictl_pull, runtime_image};
+use crate::cluster::cluster_lab;
+use crate::support;
+
+/// The CronJob schedule of a run at the whole minute two (or three, late in a minute) minutes
+/// from now, in UTC (the lab's controller manager runs in UTC), and that minute's text.
+fn schedule_in_two_minutes() -> (String, String) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let ahead = if now % 60 > 45 { 3 } else { 2 };
+    let minute = now / 60 + ahead;
+    let (m, h) = (minute % 60, minute / 60 % 24);
+    (format!("{m} {h} * * *"), format!("{h:02}:{m:02}"))
+}
+
+/// Issue 55's CronJob case: a CronJob whose image is absent and whose job template names this
+/// node, its next run two minutes away. With `clusterSignalsCronJobLead = "5m"` the run is
+/// within the lead at once: the agent pulls the image ahead (a warm pull of origin `CronJob
+/// default/signals-cron`), crictl lists it runtime-pinned before the run, and the run's pod,
+/// created by the CronJob controller at the scheduled minute, finds it "already present on
+/// machine" (the kubelet's Pulled event).
+#[tokio::test]
+#[ignore = "needs the cluster lab: scripts/cluster-lab up, IMAGEKEEPER_CLUSTER_LAB_ENV (scripts/test runs it)"]
+async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned_and_its_run_finds_it_present()
+ {
+    let cluster = cluster_lab("cluster::lab::signals::cronjob_prefetch").await;
+    let image = cluster.lab_image("data:5mb");
+    crictl_pull(&cluster, &cluster.lab_image("busybox:1.35"));
+    let _ = cluster.crictl_output(&["rmi", &image]);
+    assert_eq!(
+        runtime_image(&cluster, &image),
+        None,
+        "{image} absent at the start"
+    );
+    let sets = ["clusterSignals.enabled=true".to_owned()];
+    let release = cluster.install(
+        "imagekeeper",
+        &config(
+            85,
+            80,
+            "warmPeriod = \"1h\"\nclusterSignalsCronJobLead = \"5m\"\n",
+        ),
+        &sets,
+    );
+    release
+        .wait_for_log_line(&["Listed the CronJobs"], Duration::from_secs(60))
+        .await;
+    let (schedule, at) = schedule_in_two_minutes();
+    let node = cluster.node_name();
+    let cronjob = format!(
+        "apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: signals-cron, namespace: default}}\n\
+         spec:\n  schedule: \"{schedule}\"\n  jobTemplate:\n    spec:\n      backoffLimit: 0\n\
+         \x20     template:\n        spec:\n          nodeName: {node}\n\
+         \x20         hostNetwork: true\n          restartPolicy: Never\n\
+         \x20         terminationGracePeriodSeconds: 0\n\
+         \x20         containers:\n          - {{name: main, image: {image}, \
+         imagePullPolicy: IfNotPresent, command: [\"true\"]}}\n"
+    );
+    cluster.kubectl_apply(&cronjob);
+    println!("the CronJob runs at {at} UTC ({schedule})");
+    let pulling = release
+        .wait_for_log_line(
+            &["Pulling a warm image", "CronJob default/signals-cron"],
+            Duration::from_secs(60),
+        )
+        .await;
+    println!("{pulling}");
+    let pinned = support::wait_for(
+        &format!("{image} present and runtime-pinned before the run (crictl)"),
+        Duration::from_secs(60),
+        || async {
+            let pinned = runtime_image(&cluster, &image) == Some(true);
+            if !pinned {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            pinned.then_some(())
+        },
+    );
+    pinned.await;
+    let jobs = cluster.kubectl(&["-n", "default", "get", "jobs", "-o", "name"]);
+    assert!(
+        !jobs.contains("signals-cron-"),
+        "pulled ahead before the run: {jobs}"
+    );
+    let pulled = support::wait_for(
+        "the CronJob run's Pulled event (kubectl get events)",
+        Duration::from_secs(240),
+        || async {
+            let events = cluster.kubectl(&[
+                "-n",
+                "default",
+                "get",
+                "events",
+                "--field-selector",
+                "reason=Pulled",
+                "-o",
+                "jsonpath={range .items[*]}{.involvedObject.name} {.message}{\"\\n\"}{end}",
+            ]);
+            let found = events
+                .lines()
+                .find(|line| line.starts_with("signals-cron-") && line.contains(&image))
+                .map(str::to_owned);
+            if found.is_none() {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            found
+        },
+    )
+    .await;
+    println!("{pulled}");
+    assert!(
+        pulled.contains("already present on machine"),
+        "the run's pod found the image pulled ahead: {pulled}"
+    );
+    cluster.kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "cronjob",
+        "signals-cron",
+        "--wait=false",
+    ]);
+    drop(release);
+    let _ = cluster.crictl_output(&["rmi", &image]);
+}
