@@ -51,7 +51,7 @@ enum Command {
     /// Run one image GC now (through the agent when it runs).
     Gc(Box<gc::GcArgs>),
     /// Remove every unused image now, as DeleteUnusedImages (through the agent when it runs);
-    /// with --orphans --dry-run, print the plan of containerd's leftovers nothing uses.
+    /// with --orphans, containerd's leftovers nothing uses, each journaled (--dry-run: the plan).
     Prune(Box<prune_orphans::PruneArgs>),
     /// Run the real GC manager and a real store against a scripted runtime (a trace).
     Replay(replay::ReplayArgs),

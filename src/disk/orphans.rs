@@ -9,12 +9,12 @@
 //! planned only when every namespace listing it is named). Snapshots come children first
 //! (a longer parent chain first: containerd refuses to remove a snapshot that has a child).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{DiskReport, DiskRow, RowKind};
 
 /// One leftover the plan removes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OrphanRemoval {
     /// `orphanSnapshot` or `unreferencedBlob`.
@@ -24,7 +24,7 @@ pub struct OrphanRemoval {
     /// The snapshot's key or the blob's digest.
     pub name: String,
     /// A snapshot's snapshotter.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshotter: Option<String>,
     /// The bytes it frees.
     pub bytes: u64,
@@ -35,7 +35,7 @@ pub struct OrphanRemoval {
 }
 
 /// One leftover the plan keeps, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OrphanKept {
     /// Its kind.

@@ -11,7 +11,9 @@
 //! directory (the path containerd's own `ctr snapshots mounts` prints), the blob's with `du`
 //! of its file in the content store, the other namespace's image with the growth of `du` of
 //! containerd's root across its pull (its metadata's growth is the tolerance). containerd's
-//! listings of every namespace are the same before and after `inspect disk`.
+//! listings of every namespace are the same before and after `inspect disk`. Then `prune
+//! --orphans` through the agent removes the orphan and the blob (checked with `du` and `ctr`),
+//! keeps everything else, and journals both removals.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -570,6 +572,162 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
         listed_before,
         "the agent's accounting changed containerd"
     );
+
+    prune_orphans_through_the_agent(
+        &lab,
+        &root,
+        &agent_dir.path().join("admin.sock"),
+        &agent_dir.path().join("records.redb"),
+        Made {
+            orphan: &cleanup.orphan,
+            orphan_upper: &orphan_upper,
+            digest: &digest,
+            blob_path: &blob_path,
+            container: &container,
+            mount: &mount,
+        },
+    );
     drop(agent);
     drop(cleanup);
+}
+
+/// What the test made that `prune --orphans` must remove or keep.
+struct Made<'a> {
+    orphan: &'a str,
+    orphan_upper: &'a Path,
+    digest: &'a str,
+    blob_path: &'a Path,
+    container: &'a str,
+    mount: &'a str,
+}
+
+/// `prune --orphans --min-age 0s` through the running agent (it holds the database the
+/// removals are journaled in): the orphaned snapshot and the blob go, their bytes freed (`du`)
+/// and gone from containerd's own listing; the running container's snapshot, the lease's, every
+/// CRI image (the pinned sandbox image among them) and the other namespace's image stay; the
+/// journal lists both removals with their sizes.
+fn prune_orphans_through_the_agent(
+    lab: &Lab,
+    root: &Path,
+    admin: &Path,
+    db: &Path,
+    made: Made<'_>,
+) {
+    let k8s_images = run_ctr(lab, "k8s.io", &["images", "ls"]);
+    assert!(
+        k8s_images.contains("io.cri-containerd.pinned=pinned"),
+        "a pinned image in k8s.io: {k8s_images}"
+    );
+    let other_images = run_ctr(lab, OTHER_NS, &["images", "ls", "-q"]);
+    let before = du(root);
+    let orphan_bytes = du(made.orphan_upper);
+    let out = bin::run(&[
+        "prune",
+        "--orphans",
+        "--min-age",
+        "0s",
+        "--container-runtime-endpoint",
+        &lab.endpoint,
+        "--admin-socket",
+        &admin.display().to_string(),
+        "-o",
+        "json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("ran through the running agent"), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("prune --orphans -o json");
+    println!("prune --orphans: {report:#}");
+    assert_eq!(report["dryRun"], false);
+    assert_eq!(report["failed"], 0, "{report:#}");
+    let rows = report["removals"].as_array().expect("removals");
+    let removed = |kind: &str, name: &str| -> &Value {
+        rows.iter()
+            .find(|r| r["kind"] == kind && r["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in {report:#}"))
+    };
+    let orphan = removed("orphanSnapshot", made.orphan);
+    let blob = removed("unreferencedBlob", made.digest);
+    for row in [orphan, blob] {
+        assert_eq!(row["result"], "removed", "{row}");
+        assert_eq!(row["namespace"], "k8s.io", "{row}");
+    }
+    for held in [made.container, made.mount] {
+        assert!(rows.iter().all(|r| r["name"] != held), "{held}: {report:#}");
+    }
+
+    // Gone from containerd's own listing, and from the disk.
+    let snapshots = run_ctr(lab, "k8s.io", &["snapshots", "ls"]);
+    assert!(!snapshots.contains(made.orphan), "{snapshots}");
+    for held in [made.container, made.mount] {
+        assert!(snapshots.contains(held), "{held} kept: {snapshots}");
+    }
+    let content = run_ctr(lab, "k8s.io", &["content", "ls", "-q"]);
+    assert!(!content.contains(made.digest), "{content}");
+    assert!(
+        !made.orphan_upper.exists(),
+        "the orphan's directory is freed"
+    );
+    assert!(!made.blob_path.exists(), "the blob's file is freed");
+    let freed = before.saturating_sub(du(root));
+    println!(
+        "prune --orphans freed {freed} bytes of containerd's root (du); the orphan's upper \
+         directory was {orphan_bytes} bytes, the blob {} bytes",
+        2 * MIB
+    );
+    assert!(
+        freed + 64 * 1024 >= orphan_bytes + 2 * MIB,
+        "du of containerd's root fell by {freed} bytes only"
+    );
+
+    // What must stay, stayed.
+    let tasks = run_ctr(lab, "k8s.io", &["tasks", "ls"]);
+    assert!(
+        tasks
+            .lines()
+            .any(|l| l.contains(made.container) && l.contains("RUNNING")),
+        "the container runs: {tasks}"
+    );
+    assert_eq!(run_ctr(lab, "k8s.io", &["images", "ls"]), k8s_images);
+    assert_eq!(
+        run_ctr(lab, OTHER_NS, &["images", "ls", "-q"]),
+        other_images
+    );
+
+    // The journal lists both removals, reason orphan, by imagekeeper, with their sizes.
+    let out = bin::run(&[
+        "inspect",
+        "evictions",
+        "--db",
+        &db.display().to_string(),
+        "--reason",
+        "orphan",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let journal: Value = serde_json::from_slice(&out.stdout).expect("inspect evictions -o json");
+    let snapshotter = orphan["snapshotter"].as_str().expect("a snapshotter");
+    for (id, row) in [
+        (
+            format!("snapshot:k8s.io/{snapshotter}/{}", made.orphan),
+            orphan,
+        ),
+        (format!("blob:k8s.io/{}", made.digest), blob),
+    ] {
+        let entry = journal
+            .as_array()
+            .expect("entries")
+            .iter()
+            .find(|e| e["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("no journal entry {id}: {journal:#}"));
+        assert_eq!(entry["reason"], "orphan", "{entry}");
+        assert_eq!(entry["remover"], "imagekeeper", "{entry}");
+        assert_eq!(entry["size"], row["bytes"], "{entry}");
+    }
 }
