@@ -13,7 +13,8 @@
 //! containerd's root across its pull (its metadata's growth is the tolerance). containerd's
 //! listings of every namespace are the same before and after `inspect disk`. Then `prune
 //! --orphans` through the agent removes the orphan and the blob (checked with `du` and `ctr`),
-//! keeps everything else, and journals both removals.
+//! keeps everything else, and journals both removals; without the agent, the command removes a
+//! second orphan and journals it in the same database itself.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -113,6 +114,8 @@ struct Cleanup<'a> {
     lab: &'a Lab,
     mount: PathBuf,
     orphan: String,
+    /// The second orphan, which `prune --orphans` removes without an agent.
+    orphan2: String,
     blob: Option<String>,
     image: String,
 }
@@ -130,6 +133,7 @@ impl Drop for Cleanup<'_> {
         quiet("k8s.io", &["images", "unmount", "--rm", &mount]);
         quiet("k8s.io", &["leases", "rm", &mount]);
         quiet("k8s.io", &["snapshots", "rm", &self.orphan]);
+        quiet("k8s.io", &["snapshots", "rm", &self.orphan2]);
         quiet("k8s.io", &["leases", "rm", "imagekeeper-disk-lab-expired"]);
         if let Some(blob) = &self.blob {
             quiet("k8s.io", &["content", "rm", blob]);
@@ -201,6 +205,7 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
         lab: &lab,
         mount: lab.dir.join(format!("disk-lab-mount-{pid}")),
         orphan: format!("imagekeeper-disk-lab-orphan-{pid}"),
+        orphan2: format!("imagekeeper-disk-lab-orphan2-{pid}"),
         blob: None,
         image: data.clone(),
     };
@@ -588,6 +593,70 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
         },
     );
     drop(agent);
+
+    // Without an agent (it stopped: its socket answers no more), the command opens the
+    // database itself: a second orphan goes, journaled beside the agent's two entries.
+    run_ctr(
+        &lab,
+        "k8s.io",
+        &["snapshots", "prepare", &cleanup.orphan2, &parent],
+    );
+    let upper2 = upperdir(&lab, "k8s.io", &cleanup.orphan2);
+    write_random(&upper2.join("written"), MIB);
+    let db = agent_dir.path().join("records.redb").display().to_string();
+    let out = bin::run(&[
+        "prune",
+        "--orphans",
+        "--min-age",
+        "0s",
+        "--container-runtime-endpoint",
+        &lab.endpoint,
+        "--admin-socket",
+        &agent_dir.path().join("admin.sock").display().to_string(),
+        "--db",
+        &db,
+        "-o",
+        "json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("ran through containerd and the database directly"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("prune --orphans -o json");
+    assert!(
+        report["removals"]
+            .as_array()
+            .expect("removals")
+            .iter()
+            .any(|r| r["name"] == cleanup.orphan2.as_str() && r["result"] == "removed"),
+        "{report:#}"
+    );
+    assert!(!upper2.exists(), "the second orphan's directory is freed");
+    let out = bin::run(&[
+        "inspect",
+        "evictions",
+        "--db",
+        &db,
+        "--reason",
+        "orphan",
+        "-o",
+        "json",
+    ]);
+    let journal: Value = serde_json::from_slice(&out.stdout).expect("inspect evictions -o json");
+    let ids: Vec<&str> = journal
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["id"].as_str())
+        .collect();
+    assert!(
+        ids.iter()
+            .any(|id| id.ends_with(&format!("/{}", cleanup.orphan2))),
+        "{ids:?}"
+    );
+    assert!(ids.len() >= 3, "the agent's two entries stay: {ids:?}");
     drop(cleanup);
 }
 
