@@ -109,7 +109,8 @@ fn exit_codes_help() -> String {
         "Exit codes:\n  \
          0  success (also when stdout's reader goes away: `imagekeeper inspect list | head`)\n  \
          {EXIT_FAILURE}  failure: the runtime, the database or the agent failed; `inspect check` \
-         found a violation; `doctor` found a conflict\n  \
+         found a violation; `doctor` found a conflict; `prune --orphans` could not remove a \
+         leftover (its row says why)\n  \
          {EXIT_USAGE}  bad usage or bad input: a flag, a config file, a trace, a path that is \
          not a regular file, an invalid image name or pull secret"
     )
