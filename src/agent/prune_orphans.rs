@@ -10,6 +10,8 @@
 //! go children first (the plan's order). A removal containerd refuses is a failed row and the
 //! rest goes on. Each removal is journaled (one durable transaction each) right after
 //! containerd answered; a journal write that fails is that row's error. A dry run reads only.
+//! The accounting and planning run off the async workers. A fresh read per removal is the
+//! cost of the re-check: a whole read of containerd (without Usage calls) each time.
 
 use std::path::Path;
 use std::time::Duration;
@@ -35,22 +37,26 @@ pub struct PruneOrphans {
 }
 
 impl PruneOrphans {
-    /// The namespaces named: the CRI's, then the operator's.
-    fn named(&self) -> Vec<&str> {
-        let mut out = vec![CONTAINERD_CRI_NAMESPACE];
-        out.extend(self.namespaces.iter().map(String::as_str));
-        out
-    }
-
-    fn plan(
+    /// The plan over `state`: accounted and planned off the async workers (the work grows
+    /// with the snapshots and blobs, and a prune makes it once per removal).
+    async fn plan(
         &self,
-        state: &ContainerdState,
+        state: ContainerdState,
         image_fs: &Path,
         now: UnixNanos,
     ) -> Result<OrphanPlan, String> {
-        let fs = filesystem_usage(image_fs).map_err(|e| e.to_string())?;
-        let report = account(state, &fs, CONTAINERD_CRI_NAMESPACE, now);
-        Ok(orphan_plan(&report, self.min_age.as_secs(), &self.named()))
+        let image_fs = image_fs.to_path_buf();
+        let min_age = self.min_age.as_secs();
+        let mut named = vec![CONTAINERD_CRI_NAMESPACE.to_owned()];
+        named.extend(self.namespaces.iter().cloned());
+        tokio::task::spawn_blocking(move || {
+            let fs = filesystem_usage(&image_fs).map_err(|e| e.to_string())?;
+            let report = account(&state, &fs, CONTAINERD_CRI_NAMESPACE, now);
+            let named: Vec<&str> = named.iter().map(String::as_str).collect();
+            Ok(orphan_plan(&report, min_age, &named))
+        })
+        .await
+        .map_err(|e| format!("the plan's thread: {e}"))?
     }
 }
 
@@ -72,7 +78,7 @@ pub async fn prune_orphans(
         .await
         .map_err(|e| format!("containerd at {address}: {e}"))?;
     let warnings = state.warnings.clone();
-    let plan = request.plan(&state, image_fs, clock.now())?;
+    let plan = request.plan(state, image_fs, clock.now()).await?;
     if request.dry_run {
         return Ok((PruneReport::planned(plan), warnings));
     }
@@ -92,7 +98,7 @@ pub async fn prune_orphans(
     for removal in plan.removals {
         // A fresh read right before the removal: a container, image or lease may hold it now.
         let fresh = match refs.read().await {
-            Ok(fresh) => request.plan(&fresh, image_fs, clock.now()),
+            Ok(fresh) => request.plan(fresh, image_fs, clock.now()).await,
             Err(e) => Err(format!("containerd at {address}: {e}")),
         };
         let checked = match fresh {
