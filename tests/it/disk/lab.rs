@@ -688,6 +688,19 @@ fn prune_orphans_through_the_agent(
         "a pinned image in k8s.io: {k8s_images}"
     );
     let other_images = run_ctr(lab, OTHER_NS, &["images", "ls", "-q"]);
+    // The blob is collectable: the removal of the orphan before it makes containerd collect
+    // garbage, which may take the blob first (the prune then skips it: gone by its re-check).
+    // A gc.root label keeps it for the prune alone to remove.
+    run_ctr(
+        lab,
+        "k8s.io",
+        &[
+            "content",
+            "label",
+            made.digest,
+            "containerd.io/gc.root=imagekeeper-disk-lab",
+        ],
+    );
     let before = du(root);
     let orphan_bytes = du(made.orphan_upper);
     let out = bin::run(&[
