@@ -4,8 +4,9 @@
 //! `proto/imagekeeper/v1/admin.proto` (used by `src/admin/` only), and the client of
 //! containerd's own Images service from `proto/containerd/services/images/v1/images.proto`
 //! (used by `src/cri/` only: the runtime pins' labels), and of the containerd services `inspect
-//! disk` reads (namespaces, containers, tasks, snapshots, content, leases, introspection: the
-//! subsets under `proto/containerd/services/`, used by `src/cri/containerd_view.rs` only).
+//! disk` reads and `prune --orphans` calls (namespaces, containers, tasks, snapshots, content,
+//! leases, introspection: the subsets under `proto/containerd/services/`, used by
+//! `src/cri/containerd_view.rs` and `src/cri/containerd_prune.rs` only).
 //!
 //! `AuthConfig` and `EnsureImageRequest` get no derived `Debug`: they carry registry secrets,
 //! and `src/cri/convert.rs` and `src/admin/mod.rs` give them redacted ones.

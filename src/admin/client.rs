@@ -20,8 +20,8 @@ use tonic::transport::{Endpoint, Uri};
 use super::proto::admin_client::AdminClient as Generated;
 use super::proto::{
     ClusterSignalsRequest, DeleteUnusedRequest, EnsureImageRequest, GarbageCollectRequest,
-    GcResponse, ListPinsRequest, PinInfo, PinRequest, RestoreRequest, RuntimePinsRequest,
-    UnpinRequest,
+    GcResponse, ListPinsRequest, PinInfo, PinRequest, PruneOrphansRequest, RestoreRequest,
+    RuntimePinsRequest, UnpinRequest,
 };
 use super::{AdminError, AdminReason, EnsureRequest, GcOutcome, REASON_METADATA_KEY};
 use crate::gc::PinView;
@@ -316,6 +316,27 @@ impl AdminClient {
             },
             omitted,
         ))
+    }
+
+    /// `prune --orphans` in the agent: its report as JSON (`disk::PruneReport`) and the read's
+    /// warnings.
+    pub async fn prune_orphans(
+        &mut self,
+        min_age: std::time::Duration,
+        namespaces: &[String],
+        dry_run: bool,
+    ) -> Result<(String, Vec<String>), AdminError> {
+        let reply = self
+            .inner
+            .prune_orphans(PruneOrphansRequest {
+                min_age_seconds: min_age.as_secs(),
+                namespaces: namespaces.to_vec(),
+                dry_run,
+            })
+            .await
+            .map_err(self.call_err("PruneOrphans"))?;
+        let r = reply.into_inner();
+        Ok((r.report_json, r.warnings))
     }
 
     /// Removes every unused image in the agent (dry: what it would remove).

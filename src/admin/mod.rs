@@ -273,6 +273,17 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn runtime_pins(&self) -> impl Future<Output = Result<RuntimePinsReport, String>> + Send {
         std::future::ready(Err("this agent does not keep runtime pins".to_owned()))
     }
+    /// `prune --orphans` in the agent: the report as JSON (`disk::PruneReport`) and the read's
+    /// warnings. The default (a backend without containerd) refuses.
+    fn prune_orphans(
+        &self,
+        min_age: std::time::Duration,
+        namespaces: Vec<String>,
+        dry_run: bool,
+    ) -> impl Future<Output = Result<(String, Vec<String>), String>> + Send {
+        let _ = (min_age, namespaces, dry_run);
+        std::future::ready(Err("this agent does not serve prune --orphans".to_owned()))
+    }
     /// The cluster signals' watches now; `None` when none runs. The default (a backend with no
     /// cluster signals) has none.
     fn cluster_signals(&self) -> Option<crate::gc::BoundPodsSample> {

@@ -22,9 +22,9 @@ use super::proto::admin_server::{Admin, AdminServer};
 use super::proto::{
     ClusterSignalsRequest, ClusterSignalsResponse, ClusterWatch, DeleteUnusedRequest,
     EnsureImageRequest, EnsureImageResponse, GarbageCollectRequest, GcResponse, ListPinsRequest,
-    ListPinsResponse, PinInfo, PinRequest, Removal as ProtoRemoval,
-    RestoreItem as ProtoRestoreItem, RestoreRequest, RestoreResponse, RuntimeKeep,
-    RuntimePinsRequest, RuntimePinsResponse, UnpinRequest, UnpinResponse,
+    ListPinsResponse, PinInfo, PinRequest, PruneOrphansRequest, PruneOrphansResponse,
+    Removal as ProtoRemoval, RestoreItem as ProtoRestoreItem, RestoreRequest, RestoreResponse,
+    RuntimeKeep, RuntimePinsRequest, RuntimePinsResponse, UnpinRequest, UnpinResponse,
 };
 use super::{
     AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome, MAX_ANSWER_BYTES,
@@ -309,6 +309,26 @@ impl<B: AdminBackend> Admin for Service<B> {
         });
         set_count(&mut reply, super::OMITTED_METADATA_KEY, omitted);
         Ok(reply)
+    }
+
+    async fn prune_orphans(
+        &self,
+        request: Request<PruneOrphansRequest>,
+    ) -> Result<Response<PruneOrphansResponse>, Status> {
+        let r = request.into_inner();
+        let (report_json, warnings) = self
+            .backend
+            .prune_orphans(
+                Duration::from_secs(r.min_age_seconds),
+                r.namespaces,
+                r.dry_run,
+            )
+            .await
+            .map_err(Status::internal)?;
+        Ok(Response::new(PruneOrphansResponse {
+            report_json,
+            warnings,
+        }))
     }
 
     async fn cluster_signals(

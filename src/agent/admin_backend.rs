@@ -1,5 +1,5 @@
 //! The agent as the admin server's backend ([`AdminBackend`]): `ensure`, `gc`, `pin`,
-//! `restore` and the runtime pins report, each through the same GC manager, image manager and
+//! `restore`, the runtime pins report and `prune --orphans`, each through the same GC manager, image manager and
 //! store the loops use.
 //!
 //! Invariants: a pin request is checked here too (a caller in-process), so no name with
@@ -167,6 +167,44 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
             self.carry_keeps_now().await;
         }
         Ok(existed)
+    }
+
+    async fn prune_orphans(
+        &self,
+        min_age: std::time::Duration,
+        namespaces: Vec<String>,
+        dry_run: bool,
+    ) -> Result<(String, Vec<String>), String> {
+        let request = super::PruneOrphans {
+            min_age,
+            namespaces,
+            dry_run,
+        };
+        let image_fs = self
+            .gc
+            .runtime()
+            .image_fs_stats()
+            .await
+            .map_err(|e| format!("ImageFsInfo: {e}"))?;
+        let (report, warnings) = super::prune_orphans(
+            &self.config().containerd_address,
+            std::path::Path::new(&image_fs.mountpoint),
+            super::disk::CALL_TIMEOUT,
+            &*self.clock,
+            Some(self.gc.store().as_ref()),
+            &request,
+        )
+        .await?;
+        if !dry_run {
+            info!(
+                removed = report.removals.len(),
+                freed = report.freed_bytes,
+                failed = report.failed,
+                "prune --orphans through the admin socket"
+            );
+        }
+        let json = serde_json::to_string(&report).map_err(|e| e.to_string())?;
+        Ok((json, warnings))
     }
 
     fn cluster_signals(&self) -> Option<crate::gc::BoundPodsSample> {

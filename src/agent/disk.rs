@@ -23,7 +23,7 @@ use crate::telemetry::DiskSample;
 use super::{Agent, AgentRuntime};
 
 /// How long one containerd call of the accounting may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl<R: AgentRuntime> Agent<R> {
     /// The disk accounting loop: an accounting at start, then every `diskAccountingPeriod`,

@@ -11,7 +11,8 @@
 //! `events.rs` watches container events, `reload.rs` reloads on SIGHUP, `runtime_pins.rs`
 //! keeps containerd's pin labels, `notify.rs` talks to the service manager, `doctor_events.rs`
 //! turns the doctor's conflicts at start into Node Events, `memory.rs` gives the heap's free
-//! pages back after each cycle.
+//! pages back after each cycle, `prune_orphans.rs` runs `prune --orphans` (for the admin call
+//! and for the command without an agent).
 //!
 //! Invariants: a failed cycle is logged and the loop keeps its period, as the kubelet's
 //! wait.Until loops do; only a cycle that could not reach the runtime is retried sooner (1 s
@@ -34,6 +35,7 @@ mod events;
 mod loops;
 mod memory;
 mod notify;
+mod prune_orphans;
 mod reload;
 mod runtime_pins;
 mod serve;
@@ -62,6 +64,7 @@ use crate::telemetry::Health;
 use crate::telemetry::{AgentMetrics, HttpEndpoints, HttpLimits, NodeEvents, serve_http};
 pub use events::{EventsNote, watch_container_events};
 pub use notify::{NOTIFY_SOCKET, Notifier};
+pub use prune_orphans::{PruneOrphans, prune_orphans};
 pub use reload::{ConfigSource, ReloadReport};
 pub use runtime_pins::{
     INSTANCE_ID_META, LabelRecord, RecordFindings, RemovedPinLabel, RemovedPinLabels, instance_id,

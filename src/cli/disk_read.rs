@@ -1,4 +1,4 @@
-//! What `inspect disk` and `prune --orphans` read: containerd as it is (every namespace,
+//! What `inspect disk` reads: containerd as it is (every namespace,
 //! read-only, `cri::ContainerdView`) and what the image filesystem (the mountpoint CRI
 //! ImageFsInfo reports) has in use.
 

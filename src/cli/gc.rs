@@ -29,7 +29,7 @@ pub struct GcArgs {
     /// How long to wait for a running agent's answer; the agent goes on with the cycle after
     /// it (Go duration syntax).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = super::parse_timeout)]
-    timeout: std::time::Duration,
+    pub(super) timeout: std::time::Duration,
 }
 
 /// Which cycle to run.

@@ -51,7 +51,7 @@ enum Command {
     /// Run one image GC now (through the agent when it runs).
     Gc(Box<gc::GcArgs>),
     /// Remove every unused image now, as DeleteUnusedImages (through the agent when it runs);
-    /// with --orphans --dry-run, print the plan of containerd's leftovers nothing uses.
+    /// with --orphans, containerd's leftovers nothing uses, each journaled (--dry-run: the plan).
     Prune(Box<prune_orphans::PruneArgs>),
     /// Run the real GC manager and a real store against a scripted runtime (a trace).
     Replay(replay::ReplayArgs),
@@ -109,7 +109,8 @@ fn exit_codes_help() -> String {
         "Exit codes:\n  \
          0  success (also when stdout's reader goes away: `imagekeeper inspect list | head`)\n  \
          {EXIT_FAILURE}  failure: the runtime, the database or the agent failed; `inspect check` \
-         found a violation; `doctor` found a conflict\n  \
+         found a violation; `doctor` found a conflict; `prune --orphans` could not remove a \
+         leftover (its row says why)\n  \
          {EXIT_USAGE}  bad usage or bad input: a flag, a config file, a trace, a path that is \
          not a regular file, an invalid image name or pull secret"
     )

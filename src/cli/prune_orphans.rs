@@ -1,32 +1,38 @@
-//! `imagekeeper prune [--dry-run]` and `imagekeeper prune --orphans --dry-run [--min-age D]
-//! [--namespace NS]...`: the first is DeleteUnusedImages (`gc.rs`); the second prints the plan
-//! of what containerd keeps that nothing uses (orphaned snapshots and unreferenced blobs, from
-//! the same accounting as `inspect disk`, `imagekeeper::disk::orphan_plan`) and removes nothing:
-//! the removal itself is not built yet, so `--orphans` without `--dry-run` is refused.
+//! `imagekeeper prune [--dry-run]` and `imagekeeper prune --orphans [--dry-run] [--min-age D]
+//! [--namespace NS]...`: the first is DeleteUnusedImages (`gc.rs`); the second removes what
+//! containerd keeps that nothing uses (orphaned snapshots and unreferenced blobs, from the same
+//! accounting as `inspect disk`, `imagekeeper::disk::orphan_plan`), each re-checked right
+//! before its removal and journaled, or with --dry-run prints the same plan and removes
+//! nothing. Like `gc` and `prune`, it runs through the agent's admin socket when an agent
+//! answers (the agent holds the database the removals are journaled in), else here, with the
+//! database opened directly (`imagekeeper::agent::prune_orphans` in both cases). Exit 1 when
+//! any removal failed.
 
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::anyhow;
+use anyhow::{Context, anyhow};
 use clap::Args;
+use imagekeeper::admin::{AdminClient, AdminError};
+use imagekeeper::agent::{PruneOrphans, prune_orphans};
 use imagekeeper::clock::{Clock, SystemClock};
 use imagekeeper::config::FlagValues;
-use imagekeeper::cri::CONTAINERD_CRI_NAMESPACE;
-use imagekeeper::disk::{OrphanPlan, account, orphan_plan};
+use imagekeeper::cri::{CONTAINERD_CRI_NAMESPACE, CriClient, ImageRuntime};
+use imagekeeper::disk::{PruneReport, PruneResult};
 use imagekeeper::format::{format_size, go_duration};
 use serde_json::json;
 
-use super::Failure;
-use super::disk_read::read_runtime;
 use super::gc::{Cycle, GcArgs};
 use super::output::{Format, KubeList, is_list, table};
+use super::{Failure, db};
 
 #[derive(Args, Debug)]
 pub struct PruneArgs {
     #[command(flatten)]
     gc: GcArgs,
     /// Instead of unused images, containerd's leftovers nothing uses: orphaned snapshots and
-    /// unreferenced blobs (as `inspect disk` finds them). Only with --dry-run for now: prints
-    /// the plan, removes nothing.
+    /// unreferenced blobs (as `inspect disk` finds them), each re-checked right before its
+    /// removal and journaled (`inspect evictions`, reason orphan). With --dry-run: the plan.
     #[arg(long)]
     orphans: bool,
     /// With --orphans: only leftovers at least this old (Go duration).
@@ -46,71 +52,130 @@ pub fn run(args: PruneArgs) -> Result<(), Failure> {
     if !args.orphans {
         return super::gc::run(args.gc, Cycle::DeleteUnused);
     }
-    if !args.gc.dry_run {
-        return Err(Failure::usage(anyhow!(
-            "prune --orphans removes nothing yet: run it with --dry-run to print the plan"
-        )));
-    }
     let config = args.gc.flags.resolve(FlagValues::default())?;
+    let request = PruneOrphans {
+        min_age: args.min_age,
+        namespaces: args.namespaces.clone(),
+        dry_run: args.gc.dry_run,
+    };
     let timeout = config.cri.call_timeout;
-    let (state, fs) = read_runtime(
-        &config.cri.runtime_endpoint,
-        &config.containerd_address,
-        timeout,
-    )?;
-    let now = SystemClock.now();
-    let report = account(&state, &fs, CONTAINERD_CRI_NAMESPACE, now);
-    for warning in &report.warnings {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let (report, warnings, via) = rt.block_on(async {
+        match AdminClient::connect_with_timeout(&config.admin_socket, args.gc.timeout).await {
+            // An agent there that cannot take the call now: not a reason to go around it.
+            Err(e @ (AdminError::PermissionDenied { .. } | AdminError::Busy { .. })) => {
+                Err(Failure::from(e))
+            }
+            Ok(mut client) => {
+                let (json, warnings) = client
+                    .prune_orphans(request.min_age, &request.namespaces, request.dry_run)
+                    .await
+                    .context("calling the running agent")?;
+                let report: PruneReport =
+                    serde_json::from_str(&json).context("the agent's prune report")?;
+                Ok::<_, Failure>((report, warnings, "the running agent"))
+            }
+            Err(_) => {
+                let cri = CriClient::connect(config.cri.clone())
+                    .await
+                    .map_err(Failure::usage)?;
+                let image_fs = cri
+                    .image_fs_stats()
+                    .await
+                    .with_context(|| format!("ImageFsInfo of {}", config.cri.runtime_endpoint))?;
+                // A dry run reads containerd only; a removal journals, so opens the database
+                // (once the runtime answered: a runtime that is not there creates no file).
+                let store = if request.dry_run {
+                    None
+                } else {
+                    Some(db::open_waiting(&config.db, SystemClock.now()).await?)
+                };
+                let (report, warnings) = prune_orphans(
+                    &config.containerd_address,
+                    Path::new(&image_fs.mountpoint),
+                    timeout,
+                    &SystemClock,
+                    store.as_ref(),
+                    &request,
+                )
+                .await
+                .map_err(|e| Failure::from(anyhow!(e)))?;
+                Ok((
+                    report,
+                    warnings,
+                    "containerd and the database directly (no agent answered on the admin socket)",
+                ))
+            }
+        }
+    })?;
+    eprintln!("imagekeeper: ran through {via}");
+    for warning in warnings.iter().chain(&report.warnings) {
         eprintln!("imagekeeper: warning: {warning}");
     }
-    let mut namespaces: Vec<&str> = vec![CONTAINERD_CRI_NAMESPACE];
-    namespaces.extend(args.namespaces.iter().map(String::as_str));
-    let plan = orphan_plan(&report, args.min_age.as_secs(), &namespaces);
     let mut stdout = std::io::stdout().lock();
-    print(&mut stdout, &args, &plan)?;
+    print(&mut stdout, &args, &report)?;
+    if report.failed > 0 {
+        return Err(Failure::from(anyhow!(
+            "{} of {} removal(s) failed (see their rows)",
+            report.failed,
+            report.removals.len()
+        )));
+    }
     Ok(())
 }
 
-fn print(w: &mut dyn std::io::Write, args: &PruneArgs, plan: &OrphanPlan) -> std::io::Result<()> {
+fn print(
+    w: &mut dyn std::io::Write,
+    args: &PruneArgs,
+    report: &PruneReport,
+) -> std::io::Result<()> {
     let out = &args.gc.output;
     let format = out.format();
     if format == Format::Json {
-        let mut value = serde_json::to_value(plan).map_err(std::io::Error::other)?;
-        value["dryRun"] = json!(true);
-        let text = serde_json::to_string_pretty(&value).map_err(std::io::Error::other)?;
+        let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
         return writeln!(w, "{text}");
     }
     if is_list(format) {
         let mut list = KubeList::new("OrphanRemoval");
-        for r in &plan.removals {
+        for r in &report.removals {
             let mut fields = serde_json::to_value(r).map_err(std::io::Error::other)?;
-            fields["dryRun"] = json!(true);
+            fields["dryRun"] = json!(report.dry_run);
+            let removal = &r.removal;
             list.push(
-                format!("{}/{}/{}", r.kind.as_str(), r.namespace, r.name),
+                format!(
+                    "{}/{}/{}",
+                    removal.kind.as_str(),
+                    removal.namespace,
+                    removal.name
+                ),
                 fields,
             );
         }
         return list.write(w, format);
     }
     let age = |s: u64| go_duration(Duration::from_secs(s));
-    let mut rows: Vec<Vec<String>> = plan
+    let mut rows: Vec<Vec<String>> = report
         .removals
         .iter()
         .map(|r| {
+            let removal = &r.removal;
             vec![
-                "yes".into(),
-                r.kind.as_str().into(),
-                r.namespace.clone(),
-                r.name.clone(),
-                format_size(r.bytes),
-                age(r.age_seconds),
-                r.reason.clone(),
+                r.result.as_str().into(),
+                removal.kind.as_str().into(),
+                removal.namespace.clone(),
+                removal.name.clone(),
+                format_size(removal.bytes),
+                age(removal.age_seconds),
+                r.error.clone().unwrap_or_else(|| removal.reason.clone()),
             ]
         })
         .collect();
-    rows.extend(plan.kept.iter().map(|k| {
+    rows.extend(report.kept.iter().map(|k| {
         vec![
-            "no".into(),
+            "kept".into(),
             k.kind.as_str().into(),
             k.namespace.clone(),
             k.name.clone(),
@@ -119,20 +184,51 @@ fn print(w: &mut dyn std::io::Write, args: &PruneArgs, plan: &OrphanPlan) -> std
             k.reason.clone(),
         ]
     }));
-    let headers = ["REMOVE", "KIND", "NAMESPACE", "NAME", "SIZE", "AGE", "WHY"];
+    let headers = ["RESULT", "KIND", "NAMESPACE", "NAME", "SIZE", "AGE", "WHY"];
     table(w, &headers, &rows, out.no_headers)?;
-    if !out.no_headers {
+    if out.no_headers {
+        return Ok(());
+    }
+    let scope = format!(
+        "older than {}, in {}",
+        go_duration(args.min_age),
+        std::iter::once(CONTAINERD_CRI_NAMESPACE)
+            .chain(args.namespaces.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if report.dry_run {
+        return writeln!(
+            w,
+            "dry run: would remove {} leftover(s), {} ({} bytes); {scope}",
+            report.removals.len(),
+            format_size(report.bytes),
+            report.bytes,
+        );
+    }
+    let count = |result| {
+        report
+            .removals
+            .iter()
+            .filter(|r| r.result == result)
+            .count()
+    };
+    writeln!(
+        w,
+        "removed {} of {} leftover(s), {} ({} bytes); {} skipped, {} failed; {scope}",
+        count(PruneResult::Removed),
+        report.removals.len(),
+        format_size(report.freed_bytes),
+        report.freed_bytes,
+        count(PruneResult::Skipped),
+        report.failed,
+    )?;
+    if let (Some(before), Some(after)) = (report.used_bytes_before, report.used_bytes_after) {
         writeln!(
             w,
-            "dry run: would remove {} leftover(s), {} ({} bytes); older than {}, in {}",
-            plan.removals.len(),
-            format_size(plan.bytes),
-            plan.bytes,
-            go_duration(args.min_age),
-            std::iter::once(CONTAINERD_CRI_NAMESPACE)
-                .chain(args.namespaces.iter().map(String::as_str))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "image filesystem: {} used before, {} after containerd's garbage collection",
+            format_size(before),
+            format_size(after)
         )?;
     }
     Ok(())

@@ -1,8 +1,10 @@
-//! The code generated from the containerd API subsets `inspect disk` reads
+//! The code generated from the containerd API subsets `inspect disk` reads and `prune
+//! --orphans` calls
 //! (`proto/containerd/services/{namespaces,containers,tasks,snapshots,content,leases,introspection}`,
 //! `proto/containerd/types/task`, `proto/google/rpc`), nested as their packages so the
 //! generated code's relative paths (`super::...`) resolve. Only `containerd_view.rs` (the
-//! calls) and `containerd_convert.rs` (the conversions) use it.
+//! reads), `containerd_prune.rs` (the removals) and `containerd_convert.rs` (the conversions)
+//! use it.
 
 #![allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
 

@@ -53,10 +53,16 @@ pub struct ContainerdView {
     channel: Channel,
     address: String,
     call_timeout: Duration,
+    /// Whether each snapshot's Usage is read (off: the references alone, `prune --orphans`'s
+    /// re-check before each removal).
+    usage: bool,
 }
 
 /// A request with the namespace header set.
-fn namespaced<T>(mut request: tonic::Request<T>, ns: &MetadataValue<Ascii>) -> tonic::Request<T> {
+pub(super) fn namespaced<T>(
+    mut request: tonic::Request<T>,
+    ns: &MetadataValue<Ascii>,
+) -> tonic::Request<T> {
     request
         .metadata_mut()
         .insert("containerd-namespace", ns.clone());
@@ -76,7 +82,16 @@ impl ContainerdView {
             channel: lazy_unix_channel(path, connect_timeout),
             address: address.to_owned(),
             call_timeout,
+            usage: true,
         })
+    }
+
+    /// The same reader without Snapshots.Usage calls: every object and reference, no snapshot
+    /// sizes (a walk of each active snapshot's directory in containerd). `prune --orphans`
+    /// re-reads so before each removal.
+    pub fn without_usage(mut self) -> ContainerdView {
+        self.usage = false;
+        self
     }
 
     /// Everything: the stores, then each namespace.
@@ -424,6 +439,9 @@ impl ContainerdView {
                     .into_iter()
                     .map(|info| convert::snapshot(snapshotter, info)),
             );
+        }
+        if !self.usage {
+            return Ok(out);
         }
         // Usage calls, USAGE_IN_FLIGHT at a time (an active snapshot's usage is a walk of its
         // directory in containerd: many at once would only queue there).

@@ -7,7 +7,9 @@
 //! feature). Beside the CRI it talks containerd's own API on the same socket: its Images service
 //! for the runtime pins (`containerd_images`), and the read-only calls `inspect disk` makes of
 //! every namespace ([`ContainerdView`]: the calls in `containerd_view.rs`, the generated code in
-//! `containerd_proto.rs`, every conversion to the model in `containerd_convert.rs`).
+//! `containerd_proto.rs`, every conversion to the model in `containerd_convert.rs`), and the
+//! removals `prune --orphans` makes of containerd's leftovers ([`ContainerdPruner`]: snapshots,
+//! blobs, and a synchronous garbage collection).
 //!
 //! Invariants: this and `admin` are the only modules that import tonic, and this is the only one
 //! that imports prost or the runtime.v1 generated code; other layers see `crate::runtime`'s
@@ -22,6 +24,7 @@ mod container_status;
 mod containerd_convert;
 mod containerd_images;
 mod containerd_proto;
+mod containerd_prune;
 mod containerd_view;
 mod containers_decode;
 mod convert;
@@ -50,6 +53,7 @@ pub use client::{
     ContainerSecurity, ContainerSpec, ExecResult, MountSpec, PodSandboxSummary, SandboxSpec,
 };
 pub use containerd_images::{CONTAINERD_CRI_NAMESPACE, ContainerdImages};
+pub use containerd_prune::ContainerdPruner;
 pub use containerd_view::{ContainerdView, filesystem_usage};
 /// The in-process fake runtime (feature `testing`).
 #[cfg(any(test, feature = "testing"))]

@@ -27,19 +27,26 @@
 //! `accounted_bytes` is the sum of the rows' `bytes`; `unexplained_bytes = used_bytes −
 //! accounted_bytes` exactly (i128 then saturated to i64). Nothing here panics on any state:
 //! dangling references are dropped, parent loops end.
+//!
+//! `orphans.rs` plans `prune --orphans` from a report, `prune.rs` holds what it did and the
+//! re-check before each removal; the removals themselves are `cri::ContainerdPruner`'s.
 
 mod graph;
 mod orphans;
 mod owners;
+mod prune;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use orphans::{OrphanKept, OrphanPlan, OrphanRemoval, orphan_plan};
+pub use prune::{PruneReport, PruneResult, PruneRow, still_planned};
 
 use crate::model::{ContainerdState, FilesystemUsage, UnixNanos};
 
 /// What a row is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum RowKind {
     /// An image of the CRI's namespace (`k8s.io`): its names, its target digest.

@@ -7,14 +7,15 @@
 //! A leftover younger than the minimum age (or of unknown age) stays; so does one in a
 //! namespace the operator did not name (the CRI's `k8s.io` is named by default; a blob is
 //! planned only when every namespace listing it is named). Snapshots come children first
-//! (a longer parent chain first: containerd refuses to remove a snapshot that has a child).
+//! (a longer parent chain first: containerd refuses to remove a snapshot that has a child), and
+//! a snapshot an orphan that stays has as an ancestor stays too.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{DiskReport, DiskRow, RowKind};
 
 /// One leftover the plan removes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OrphanRemoval {
     /// `orphanSnapshot` or `unreferencedBlob`.
@@ -24,7 +25,7 @@ pub struct OrphanRemoval {
     /// The snapshot's key or the blob's digest.
     pub name: String,
     /// A snapshot's snapshotter.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshotter: Option<String>,
     /// The bytes it frees.
     pub bytes: u64,
@@ -35,7 +36,7 @@ pub struct OrphanRemoval {
 }
 
 /// One leftover the plan keeps, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OrphanKept {
     /// Its kind.
@@ -130,6 +131,50 @@ pub fn orphan_plan(report: &DiskReport, min_age_seconds: u64, namespaces: &[&str
             )),
         }
     }
+    // A snapshot whose child stays, stays: containerd refuses to remove a snapshot that has a
+    // child (each ancestor of a kept snapshot, in its namespace and snapshotter).
+    let mut held: std::collections::HashMap<(&str, Option<&str>, &str), &str> =
+        std::collections::HashMap::new();
+    for row in &report.rows {
+        let kept = plan
+            .kept
+            .iter()
+            .any(|k| k.kind == row.kind && k.namespace == row.namespace && k.name == row.name);
+        if row.kind != RowKind::OrphanSnapshot || !kept {
+            continue;
+        }
+        for ancestor in row.parent_chain.iter().flatten() {
+            held.insert(
+                (
+                    row.namespace.as_str(),
+                    row.snapshotter.as_deref(),
+                    ancestor.as_str(),
+                ),
+                row.name.as_str(),
+            );
+        }
+    }
+    planned.retain(|(_, r)| {
+        let key = (
+            r.namespace.as_str(),
+            r.snapshotter.as_deref(),
+            r.name.as_str(),
+        );
+        let Some(child) = held.get(&key).filter(|_| r.kind == RowKind::OrphanSnapshot) else {
+            return true;
+        };
+        plan.kept.push(OrphanKept {
+            kind: r.kind,
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            bytes: r.bytes,
+            reason: format!(
+                "its child {child} stays (containerd refuses to remove a snapshot that has a \
+                 child)"
+            ),
+        });
+        false
+    });
     // Snapshots first, the deepest first: a child before its parent.
     planned.sort_by(|(da, a), (db, b)| {
         (a.kind, std::cmp::Reverse(*da), &a.namespace, &a.name).cmp(&(

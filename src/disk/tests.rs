@@ -634,6 +634,9 @@ fn prune_orphans_plans_old_leftovers_of_named_namespaces_children_first_and_noth
     k8s.snapshots.push(old("leaf", "mid", 5));
     k8s.snapshots.push(old("mid", "top1", 5));
     k8s.snapshots.push(old("young", "top1", 0));
+    // An old orphan whose child is young: the child stays, so the parent does too.
+    k8s.snapshots.push(old("old-parent", "top1", 5));
+    k8s.snapshots.push(old("young-child", "old-parent", 0));
     k8s.content.push(blob("k8s-only", 100, &[]));
     k8s.content.push(blob("shared", 100, &[]));
     let mut other = ns("default");
@@ -670,6 +673,11 @@ fn prune_orphans_plans_old_leftovers_of_named_namespaces_children_first_and_noth
     assert!(
         kept.iter()
             .any(|(n, r)| *n == "shared" && r.contains("namespace default, which was not named")),
+        "{kept:?}"
+    );
+    assert!(
+        kept.iter()
+            .any(|(n, r)| *n == "old-parent" && r.starts_with("its child young-child stays")),
         "{kept:?}"
     );
     let both = orphan_plan(&report, 3600, &["k8s.io", "default"]);

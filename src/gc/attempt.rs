@@ -219,9 +219,11 @@ impl DeletionReason {
         match reason {
             RemovalReason::Age => DeletionReason::Age,
             RemovalReason::Unused => DeletionReason::AllUnused,
-            RemovalReason::Space | RemovalReason::Inodes | RemovalReason::Budget => {
-                DeletionReason::Space
-            }
+            // A GC cycle never removes a leftover (`prune --orphans` does, outside GC).
+            RemovalReason::Space
+            | RemovalReason::Inodes
+            | RemovalReason::Budget
+            | RemovalReason::Orphan => DeletionReason::Space,
         }
     }
 }

@@ -446,6 +446,11 @@ pub fn resolve_query(
     }
     let mut known: Vec<StoredRecord> = records.to_vec();
     for (k, e) in journal {
+        // A containerd leftover `prune --orphans` removed is no image: its key never resolves
+        // a query (`blob:` would share a hex prefix with image ids).
+        if e.reason == Some(crate::model::RemovalReason::Orphan) {
+            continue;
+        }
         if !known.iter().any(|r| r.key.image_id == k.key.image_id) {
             known.push(StoredRecord {
                 key: k.key.clone(),

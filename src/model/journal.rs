@@ -25,16 +25,20 @@ pub enum RemovalReason {
     Inodes,
     /// Freed for the byte budget: the images' total size was above the high budget.
     Budget,
+    /// `prune --orphans`: a containerd leftover nothing referenced (an orphaned snapshot or an
+    /// unreferenced blob, not an image: the entry's key is a [`leftover_key`]).
+    Orphan,
 }
 
 impl RemovalReason {
     /// Every reason, in declaration order.
-    pub const ALL: [RemovalReason; 5] = [
+    pub const ALL: [RemovalReason; 6] = [
         RemovalReason::Age,
         RemovalReason::Space,
         RemovalReason::Unused,
         RemovalReason::Inodes,
         RemovalReason::Budget,
+        RemovalReason::Orphan,
     ];
 
     /// The reason's name as text.
@@ -45,6 +49,7 @@ impl RemovalReason {
             RemovalReason::Unused => "unused",
             RemovalReason::Inodes => "inodes",
             RemovalReason::Budget => "budget",
+            RemovalReason::Orphan => "orphan",
         }
     }
 
@@ -61,8 +66,26 @@ impl RemovalReason {
             RemovalReason::Space | RemovalReason::Unused => "space",
             RemovalReason::Inodes => "inodes",
             RemovalReason::Budget => "budget",
+            RemovalReason::Orphan => "orphan",
         }
     }
+}
+
+/// The record key a leftover's journal entry is filed under ([`RemovalReason::Orphan`]): its
+/// "image id" says what it was, `snapshot:<namespace>/<snapshotter>/<key>` or
+/// `blob:<namespaces>/<digest>`, so it never equals an image's id (no re-pull marks it, no
+/// image record or names row shares it); the runtime handler is empty.
+pub fn leftover_key(
+    kind: &str,
+    namespace: &str,
+    snapshotter: Option<&str>,
+    name: &str,
+) -> RecordKey {
+    let id = match snapshotter {
+        Some(sn) => format!("{kind}:{namespace}/{sn}/{name}"),
+        None => format!("{kind}:{namespace}/{name}"),
+    };
+    RecordKey::new(id, "")
 }
 
 /// An image's names as the runtime last listed them (CRI `repo_tags`, `repo_digests`).

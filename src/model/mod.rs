@@ -30,7 +30,7 @@ pub use history::{PullEntry, PullKey, PullOrigin, UseInterval, UseKey};
 pub use image::{ImageId, ImageRecord, RecordKey, Sighting};
 pub use journal::{
     EvictionNote, FsUsage, ImageNames, JournalEntry, JournalRetention, RemovalReason, Remover,
-    Repull,
+    Repull, leftover_key,
 };
 pub use pin::{ImagePin, MAX_ACTIVE_PINS, MAX_PIN_REASON_BYTES, PinKey};
 pub use pull::{BackoffEntry, MAX_IMAGE_NAME_BYTES, MAX_POD_UID_BYTES, PullCredentials, PullSpec};

@@ -41,8 +41,8 @@ use super::{
 use crate::model::MAX_ACTIVE_PINS;
 use crate::model::{
     BackoffEntry, EvictionNote, ImageLike, ImageNames, ImagePin, ImageRecord, JournalEntry,
-    JournalRetention, PinKey, PullEntry, PullKey, PullOrigin, RecordKey, Remover, Repull,
-    RuntimeLabel, Sighting, UnixNanos, UseInterval, UseKey, WarmRow,
+    JournalRetention, PinKey, PullEntry, PullKey, PullOrigin, RecordKey, RemovalReason, Remover,
+    Repull, RuntimeLabel, Sighting, UnixNanos, UseInterval, UseKey, WarmRow,
 };
 
 impl Store {
@@ -245,6 +245,12 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
                 note,
             } => self.remove_unlisted(key, *seen_last_used, *journal_at, note.as_ref()),
             BatchOp::Evict { key, note } => self.evict(key, note),
+            BatchOp::JournalLeftover {
+                key,
+                removed_at,
+                size,
+                created,
+            } => self.journal_leftover(key, *removed_at, *size, *created),
             BatchOp::SetNames { key, names } => self.set_names(key, names),
             BatchOp::PutBackoff { key, entry } => self.put_backoff(key, entry),
             BatchOp::RemoveBackoff { key } => self.remove_backoff(key),
@@ -464,6 +470,33 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
             }
             None => Ok(false),
         }
+    }
+
+    /// [`BatchOp::JournalLeftover`]: a containerd leftover's removal, journaled (no record to
+    /// delete, no names to keep).
+    fn journal_leftover(
+        &mut self,
+        key: &RecordKey,
+        removed_at: UnixNanos,
+        size: u64,
+        created: UnixNanos,
+    ) -> Result<bool, TxnError> {
+        let jkey = JournalKey {
+            removed_at,
+            key: key.clone(),
+        };
+        let entry = JournalEntry {
+            size,
+            first_detected: created,
+            last_used: UnixNanos(0),
+            reason: Some(RemovalReason::Orphan),
+            rank: None,
+            fs: None,
+            remover: Remover::Imagekeeper,
+            repulled_at: None,
+        };
+        self.write_journal_entry(jkey, entry)?;
+        Ok(true)
     }
 
     /// A removal's journal entry, written and kept for the transaction's report and prune.

@@ -100,6 +100,20 @@ pub enum BatchOp {
         /// What the journal entry adds to the record's fields.
         note: EvictionNote,
     },
+    /// `prune --orphans` removed a containerd leftover (an orphaned snapshot or an unreferenced
+    /// blob: no image record): journal it at `removed_at` under its
+    /// [`crate::model::leftover_key`], reason `orphan`, by imagekeeper, with its bytes and its
+    /// creation time (as the entry's first_detected; last_used 0: nothing used it).
+    JournalLeftover {
+        /// The leftover's key ([`crate::model::leftover_key`]).
+        key: RecordKey,
+        /// When it was removed.
+        removed_at: UnixNanos,
+        /// The bytes its removal freed.
+        size: u64,
+        /// When containerd created it.
+        created: UnixNanos,
+    },
     /// Set the image's names (as the runtime lists them) if the record exists and they
     /// differ.
     SetNames {
@@ -375,6 +389,22 @@ impl Batch {
     /// Adds a [`BatchOp::Evict`].
     pub fn evict(&mut self, key: RecordKey, note: EvictionNote) {
         self.ops.push(BatchOp::Evict { key, note });
+    }
+
+    /// Adds a [`BatchOp::JournalLeftover`].
+    pub fn journal_leftover(
+        &mut self,
+        key: RecordKey,
+        removed_at: UnixNanos,
+        size: u64,
+        created: UnixNanos,
+    ) {
+        self.ops.push(BatchOp::JournalLeftover {
+            key,
+            removed_at,
+            size,
+            created,
+        });
     }
 
     /// Adds a [`BatchOp::SetNames`].

@@ -11,6 +11,8 @@
 //!   was ahead does not age out, or push out by count, every later one); the retention
 //!   in force is written to `meta` (`journal_max_age_secs`, `journal_max_entries`) in the same
 //!   transaction, so `Store::check` can verify it without a clock;
+//! - a containerd leftover `prune --orphans` removed (`BatchOp::JournalLeftover`) is journaled
+//!   with reason orphan under its `model::leftover_key`, which no record or names row shares;
 //! - a names row lives while the record of its key or a journal entry of its key does;
 //! - a record created by a pull's mark or a detect's sighting whose image id has a journal
 //!   entry within retention, not marked yet, marks the newest such entry re-pulled with its

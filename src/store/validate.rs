@@ -62,6 +62,7 @@ pub(super) fn validate_op(op: &BatchOp) -> Result<(), StoreError> {
         | BatchOp::Remove { key }
         | BatchOp::RemoveUnlisted { key, .. }
         | BatchOp::Evict { key, .. }
+        | BatchOp::JournalLeftover { key, .. }
         | BatchOp::SetNames { key, .. } => key,
         BatchOp::PutBackoff { key, .. } => return validate_backoff_key(key),
         BatchOp::PutPin { key, pin } => return validate_pin(key, pin),

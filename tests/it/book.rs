@@ -284,7 +284,12 @@ fn kep6053_section() -> String {
          **Deletions** count each RemoveImage call of GC under the reason of its removal:\n\n\
          | removal reason | `reason` |\n|---|---|\n",
     );
-    for r in RemovalReason::ALL {
+    // `orphan` is no GC removal: `prune --orphans` journals a containerd leftover under it,
+    // and makes no RemoveImage call.
+    for r in RemovalReason::ALL
+        .into_iter()
+        .filter(|r| *r != RemovalReason::Orphan)
+    {
         out.push_str(&format!(
             "| `{}` | `{}` |\n",
             r.as_str(),

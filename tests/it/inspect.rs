@@ -2281,3 +2281,33 @@ fn explain_keeps_an_image_a_pinned_pattern_of_the_config_file_names() {
         pinned
     );
 }
+
+/// Issue 57: a containerd leftover `prune --orphans` journaled is listed by `evictions` (and
+/// `--reason orphan`) with its key where an image's name would be, and never resolves a
+/// `show` query (`blob:` is not an image id, though `b` is a hex prefix).
+#[test]
+fn a_journaled_leftover_is_listed_by_evictions_and_is_no_image_to_show() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = example_db(dir.path());
+    let store = Store::open(&db, at(NOW)).expect("open");
+    let mut batch = Batch::new();
+    let blob = imagekeeper::model::leftover_key("blob", "k8s.io", None, "sha256:b1ab");
+    batch.journal_leftover(blob, at(NOW - HOUR), 4 << 20, at(NOW - 2 * HOUR));
+    store.apply(&batch).expect("apply");
+    drop(store);
+    let r = inspect(&db, &["evictions", "--reason", "orphan"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let rows: Vec<&str> = r.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "{}", r.stdout);
+    for cell in [
+        "blob:k8s.io/sha256:b1ab",
+        "4.0 MiB",
+        "imagekeeper",
+        "orphan",
+    ] {
+        assert!(rows[0].contains(cell), "{cell} in {}", rows[0]);
+    }
+    let r = inspect(&db, &["show", "bl"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stderr.contains("no image id starts with"), "{}", r.stderr);
+}

@@ -1827,3 +1827,88 @@ fn an_upgrade_with_every_backup_name_taken_is_refused_and_keeps_every_file() {
         assert_eq!(std::fs::read(name).expect("kept"), b"not the database");
     }
 }
+
+/// Issue 57: a containerd leftover's removal (`prune --orphans`) is journaled with reason
+/// orphan, by imagekeeper, under a key no image shares: no record, no names row, no re-pull
+/// mark when an image record of another id is written, and the store checks clean; the file
+/// reopens and reads it back.
+#[test]
+fn a_leftover_removal_is_journaled_as_orphan_without_a_record_and_the_file_checks_clean() {
+    use imagekeeper::model::{RemovalReason, Remover, leftover_key};
+    let (_dir, path) = temp_db();
+    let mut store = open(&path);
+    let snapshot = leftover_key(
+        "snapshot",
+        "k8s.io",
+        Some("overlayfs"),
+        "rootfs-left-behind",
+    );
+    let blob = leftover_key("blob", "k8s.io", None, "sha256:c33948620b09");
+    assert_eq!(
+        snapshot.image_id.as_str(),
+        "snapshot:k8s.io/overlayfs/rootfs-left-behind"
+    );
+    assert_eq!(blob.image_id.as_str(), "blob:k8s.io/sha256:c33948620b09");
+    let mut batch = Batch::new();
+    batch.journal_leftover(
+        snapshot.clone(),
+        UnixNanos::from_secs(2_000),
+        4_800_000,
+        UnixNanos::from_secs(1_500),
+    );
+    batch.journal_leftover(
+        blob.clone(),
+        UnixNanos::from_secs(2_001),
+        3_000_000,
+        UnixNanos::from_secs(1_600),
+    );
+    // An image record written in the same batch: the journal's entries are not its.
+    batch.upsert(key("c33948620b09"), record(1_000, 1_900, 10, false));
+    store.apply(&batch).expect("apply");
+    let check = |store: &mut Store| {
+        assert!(store.check().expect("check").is_empty());
+        let journal = store.journal().expect("journal");
+        let rows: Vec<_> = journal
+            .iter()
+            .map(|(k, e)| {
+                (
+                    k.key.clone(),
+                    k.removed_at,
+                    e.size,
+                    e.first_detected,
+                    e.reason,
+                    e.remover,
+                    e.repulled_at,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (
+                    snapshot.clone(),
+                    UnixNanos::from_secs(2_000),
+                    4_800_000,
+                    UnixNanos::from_secs(1_500),
+                    Some(RemovalReason::Orphan),
+                    Remover::Imagekeeper,
+                    None
+                ),
+                (
+                    blob.clone(),
+                    UnixNanos::from_secs(2_001),
+                    3_000_000,
+                    UnixNanos::from_secs(1_600),
+                    Some(RemovalReason::Orphan),
+                    Remover::Imagekeeper,
+                    None
+                ),
+            ]
+        );
+        assert!(store.all_names().expect("names").is_empty(), "no names row");
+    };
+    check(&mut store);
+    drop(store);
+    let mut reopened = open(&path);
+    check(&mut reopened);
+}

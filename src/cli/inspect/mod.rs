@@ -189,6 +189,9 @@ enum ReasonFilter {
     Age,
     Space,
     Unused,
+    // A containerd leftover `prune --orphans` removed (an orphaned snapshot, an unreferenced
+    // blob).
+    Orphan,
     External,
 }
 
@@ -200,6 +203,7 @@ impl ReasonFilter {
                 | (ReasonFilter::Age, Some(RemovalReason::Age))
                 | (ReasonFilter::Space, Some(RemovalReason::Space))
                 | (ReasonFilter::Unused, Some(RemovalReason::Unused))
+                | (ReasonFilter::Orphan, Some(RemovalReason::Orphan))
         )
     }
 }

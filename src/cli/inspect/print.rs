@@ -10,8 +10,8 @@ use std::io::{self, Write};
 use imagekeeper::format::{format_ago, format_rfc3339, format_size, go_duration};
 use imagekeeper::inspect::{CheckReport, NamesByKey, escape_control};
 use imagekeeper::model::{
-    BackoffEntry, ImageId, ImageNames, JournalEntry, PullEntry, PullKey, StoredWarmState,
-    UnixNanos, WarmRow,
+    BackoffEntry, ImageId, ImageNames, JournalEntry, PullEntry, PullKey, RemovalReason,
+    StoredWarmState, UnixNanos, WarmRow,
 };
 use imagekeeper::store::{JournalKey, StoredRecord};
 use serde_json::{Value, json};
@@ -386,9 +386,20 @@ fn eviction_table(
 ) -> io::Result<()> {
     let columns = [
         Column::new("REMOVED", move |(k, _): &Eviction| when(now, k.removed_at)),
-        Column::new("IMAGE", |(k, _): &Eviction| display_name(names.get(&k.key))),
-        Column::new("IMAGE ID", |(k, _): &Eviction| {
-            shown_id(&k.key.image_id, out)
+        // A containerd leftover `prune --orphans` removed has no image: its key names it.
+        Column::new("IMAGE", |(k, e): &Eviction| {
+            if e.reason == Some(RemovalReason::Orphan) {
+                k.key.image_id.to_string()
+            } else {
+                display_name(names.get(&k.key))
+            }
+        }),
+        Column::new("IMAGE ID", |(k, e): &Eviction| {
+            if e.reason == Some(RemovalReason::Orphan) {
+                "-".to_owned()
+            } else {
+                shown_id(&k.key.image_id, out)
+            }
         }),
         Column::new("SIZE", |(_, e): &Eviction| format_size(e.size)),
         Column::wide("BYTES", |(_, e): &Eviction| e.size.to_string()),

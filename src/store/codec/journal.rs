@@ -60,8 +60,9 @@ impl Codec for JournalKey {
 impl OrderedCodec for JournalKey {}
 
 // JournalEntry (64 bytes): [1][size u64][first_detected i64][last_used i64]
-// [reason u8: 0 none, 1 age, 2 space, 3 unused, 4 inodes, 5 budget (4 and 5 since issue 28;
-// an older reader refuses them as an invalid reason)][remover u8: 0 imagekeeper, 1 external]
+// [reason u8: 0 none, 1 age, 2 space, 3 unused, 4 inodes, 5 budget (4 and 5 since issue 28),
+// 6 orphan (since issue 57: a containerd leftover `prune --orphans` removed); an older reader
+// refuses a newer code as an invalid reason, a newer reader reads every older file][remover u8: 0 imagekeeper, 1 external]
 // [flags u8: bit 0 rank, bit 1 fs, bit 2 repulled][rank u32][capacity u64][used_before u64]
 // [target_used u64][repulled_at i64]; a field whose flag is clear is all zeros.
 const JOURNAL_WIDTH: usize = 1 + 8 + 8 + 8 + 1 + 1 + 1 + 4 + 8 + 8 + 8 + 8;
@@ -86,6 +87,7 @@ impl Codec for JournalEntry {
             Some(RemovalReason::Unused) => 3,
             Some(RemovalReason::Inodes) => 4,
             Some(RemovalReason::Budget) => 5,
+            Some(RemovalReason::Orphan) => 6,
         });
         out.push(match self.remover {
             Remover::Imagekeeper => 0,
@@ -137,6 +139,7 @@ impl Codec for JournalEntry {
             3 => Some(RemovalReason::Unused),
             4 => Some(RemovalReason::Inodes),
             5 => Some(RemovalReason::Budget),
+            6 => Some(RemovalReason::Orphan),
             _ => return Err(invalid("reason")),
         };
         let remover = match head[1] {

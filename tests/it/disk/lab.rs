@@ -11,7 +11,10 @@
 //! directory (the path containerd's own `ctr snapshots mounts` prints), the blob's with `du`
 //! of its file in the content store, the other namespace's image with the growth of `du` of
 //! containerd's root across its pull (its metadata's growth is the tolerance). containerd's
-//! listings of every namespace are the same before and after `inspect disk`.
+//! listings of every namespace are the same before and after `inspect disk`. Then `prune
+//! --orphans` through the agent removes the orphan and the blob (checked with `du` and `ctr`),
+//! keeps everything else, and journals both removals; without the agent, the command removes a
+//! second orphan and journals it in the same database itself.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -111,6 +114,8 @@ struct Cleanup<'a> {
     lab: &'a Lab,
     mount: PathBuf,
     orphan: String,
+    /// The second orphan, which `prune --orphans` removes without an agent.
+    orphan2: String,
     blob: Option<String>,
     image: String,
 }
@@ -128,6 +133,7 @@ impl Drop for Cleanup<'_> {
         quiet("k8s.io", &["images", "unmount", "--rm", &mount]);
         quiet("k8s.io", &["leases", "rm", &mount]);
         quiet("k8s.io", &["snapshots", "rm", &self.orphan]);
+        quiet("k8s.io", &["snapshots", "rm", &self.orphan2]);
         quiet("k8s.io", &["leases", "rm", "imagekeeper-disk-lab-expired"]);
         if let Some(blob) = &self.blob {
             quiet("k8s.io", &["content", "rm", blob]);
@@ -199,6 +205,7 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
         lab: &lab,
         mount: lab.dir.join(format!("disk-lab-mount-{pid}")),
         orphan: format!("imagekeeper-disk-lab-orphan-{pid}"),
+        orphan2: format!("imagekeeper-disk-lab-orphan2-{pid}"),
         blob: None,
         image: data.clone(),
     };
@@ -570,6 +577,239 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
         listed_before,
         "the agent's accounting changed containerd"
     );
+
+    prune_orphans_through_the_agent(
+        &lab,
+        &root,
+        &agent_dir.path().join("admin.sock"),
+        &agent_dir.path().join("records.redb"),
+        Made {
+            orphan: &cleanup.orphan,
+            orphan_upper: &orphan_upper,
+            digest: &digest,
+            blob_path: &blob_path,
+            container: &container,
+            mount: &mount,
+        },
+    );
     drop(agent);
+
+    // Without an agent (it stopped: its socket answers no more), the command opens the
+    // database itself: a second orphan goes, journaled beside the agent's two entries.
+    run_ctr(
+        &lab,
+        "k8s.io",
+        &["snapshots", "prepare", &cleanup.orphan2, &parent],
+    );
+    let upper2 = upperdir(&lab, "k8s.io", &cleanup.orphan2);
+    write_random(&upper2.join("written"), MIB);
+    let db = agent_dir.path().join("records.redb").display().to_string();
+    let out = bin::run(&[
+        "prune",
+        "--orphans",
+        "--min-age",
+        "0s",
+        "--container-runtime-endpoint",
+        &lab.endpoint,
+        "--admin-socket",
+        &agent_dir.path().join("admin.sock").display().to_string(),
+        "--db",
+        &db,
+        "-o",
+        "json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("ran through containerd and the database directly"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("prune --orphans -o json");
+    assert!(
+        report["removals"]
+            .as_array()
+            .expect("removals")
+            .iter()
+            .any(|r| r["name"] == cleanup.orphan2.as_str() && r["result"] == "removed"),
+        "{report:#}"
+    );
+    assert!(!upper2.exists(), "the second orphan's directory is freed");
+    let out = bin::run(&[
+        "inspect",
+        "evictions",
+        "--db",
+        &db,
+        "--reason",
+        "orphan",
+        "-o",
+        "json",
+    ]);
+    let journal: Value = serde_json::from_slice(&out.stdout).expect("inspect evictions -o json");
+    let ids: Vec<&str> = journal
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["id"].as_str())
+        .collect();
+    assert!(
+        ids.iter()
+            .any(|id| id.ends_with(&format!("/{}", cleanup.orphan2))),
+        "{ids:?}"
+    );
+    assert!(ids.len() >= 3, "the agent's two entries stay: {ids:?}");
     drop(cleanup);
+}
+
+/// What the test made that `prune --orphans` must remove or keep.
+struct Made<'a> {
+    orphan: &'a str,
+    orphan_upper: &'a Path,
+    digest: &'a str,
+    blob_path: &'a Path,
+    container: &'a str,
+    mount: &'a str,
+}
+
+/// `prune --orphans --min-age 0s` through the running agent (it holds the database the
+/// removals are journaled in): the orphaned snapshot and the blob go, their bytes freed (`du`)
+/// and gone from containerd's own listing; the running container's snapshot, the lease's, every
+/// CRI image (the pinned sandbox image among them) and the other namespace's image stay; the
+/// journal lists both removals with their sizes.
+fn prune_orphans_through_the_agent(
+    lab: &Lab,
+    root: &Path,
+    admin: &Path,
+    db: &Path,
+    made: Made<'_>,
+) {
+    let k8s_images = run_ctr(lab, "k8s.io", &["images", "ls"]);
+    assert!(
+        k8s_images.contains("io.cri-containerd.pinned=pinned"),
+        "a pinned image in k8s.io: {k8s_images}"
+    );
+    let other_images = run_ctr(lab, OTHER_NS, &["images", "ls", "-q"]);
+    // The blob is collectable: the removal of the orphan before it makes containerd collect
+    // garbage, which may take the blob first (the prune then skips it: gone by its re-check).
+    // A gc.root label keeps it for the prune alone to remove.
+    run_ctr(
+        lab,
+        "k8s.io",
+        &[
+            "content",
+            "label",
+            made.digest,
+            "containerd.io/gc.root=imagekeeper-disk-lab",
+        ],
+    );
+    let before = du(root);
+    let orphan_bytes = du(made.orphan_upper);
+    let out = bin::run(&[
+        "prune",
+        "--orphans",
+        "--min-age",
+        "0s",
+        "--container-runtime-endpoint",
+        &lab.endpoint,
+        "--admin-socket",
+        &admin.display().to_string(),
+        "-o",
+        "json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("ran through the running agent"), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("prune --orphans -o json");
+    println!("prune --orphans: {report:#}");
+    assert_eq!(report["dryRun"], false);
+    assert_eq!(report["failed"], 0, "{report:#}");
+    let rows = report["removals"].as_array().expect("removals");
+    let removed = |kind: &str, name: &str| -> &Value {
+        rows.iter()
+            .find(|r| r["kind"] == kind && r["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in {report:#}"))
+    };
+    let orphan = removed("orphanSnapshot", made.orphan);
+    let blob = removed("unreferencedBlob", made.digest);
+    for row in [orphan, blob] {
+        assert_eq!(row["result"], "removed", "{row}");
+        assert_eq!(row["namespace"], "k8s.io", "{row}");
+    }
+    for held in [made.container, made.mount] {
+        assert!(rows.iter().all(|r| r["name"] != held), "{held}: {report:#}");
+    }
+
+    // Gone from containerd's own listing, and from the disk.
+    let snapshots = run_ctr(lab, "k8s.io", &["snapshots", "ls"]);
+    assert!(!snapshots.contains(made.orphan), "{snapshots}");
+    for held in [made.container, made.mount] {
+        assert!(snapshots.contains(held), "{held} kept: {snapshots}");
+    }
+    let content = run_ctr(lab, "k8s.io", &["content", "ls", "-q"]);
+    assert!(!content.contains(made.digest), "{content}");
+    assert!(
+        !made.orphan_upper.exists(),
+        "the orphan's directory is freed"
+    );
+    assert!(!made.blob_path.exists(), "the blob's file is freed");
+    let freed = before.saturating_sub(du(root));
+    println!(
+        "prune --orphans freed {freed} bytes of containerd's root (du); the orphan's upper \
+         directory was {orphan_bytes} bytes, the blob {} bytes",
+        2 * MIB
+    );
+    assert!(
+        freed + 64 * 1024 >= orphan_bytes + 2 * MIB,
+        "du of containerd's root fell by {freed} bytes only"
+    );
+
+    // What must stay, stayed.
+    let tasks = run_ctr(lab, "k8s.io", &["tasks", "ls"]);
+    assert!(
+        tasks
+            .lines()
+            .any(|l| l.contains(made.container) && l.contains("RUNNING")),
+        "the container runs: {tasks}"
+    );
+    assert_eq!(run_ctr(lab, "k8s.io", &["images", "ls"]), k8s_images);
+    assert_eq!(
+        run_ctr(lab, OTHER_NS, &["images", "ls", "-q"]),
+        other_images
+    );
+
+    // The journal lists both removals, reason orphan, by imagekeeper, with their sizes.
+    let out = bin::run(&[
+        "inspect",
+        "evictions",
+        "--db",
+        &db.display().to_string(),
+        "--reason",
+        "orphan",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let journal: Value = serde_json::from_slice(&out.stdout).expect("inspect evictions -o json");
+    let snapshotter = orphan["snapshotter"].as_str().expect("a snapshotter");
+    for (id, row) in [
+        (
+            format!("snapshot:k8s.io/{snapshotter}/{}", made.orphan),
+            orphan,
+        ),
+        (format!("blob:k8s.io/{}", made.digest), blob),
+    ] {
+        let entry = journal
+            .as_array()
+            .expect("entries")
+            .iter()
+            .find(|e| e["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("no journal entry {id}: {journal:#}"));
+        assert_eq!(entry["reason"], "orphan", "{entry}");
+        assert_eq!(entry["remover"], "imagekeeper", "{entry}");
+        assert_eq!(entry["size"], row["bytes"], "{entry}");
+    }
 }

@@ -1,8 +1,10 @@
-//! `imagekeeper inspect disk`: its flags and failures without a runtime here; against the
-//! lab's real containerd in `lab` (an orphaned snapshot, another namespace's image, a blob
-//! with no image, leases, a running container, each named with its `du`-measured size).
+//! `imagekeeper inspect disk` and `prune --orphans`: their flags and failures without a runtime
+//! here, the prune's rules in `prune`; against the lab's real containerd in `lab` (an orphaned
+//! snapshot, another namespace's image, a blob with no image, leases, a running container, each
+//! named with its `du`-measured size; then `prune --orphans` reclaims the leftovers).
 
 mod lab;
+mod prune;
 
 use crate::support::bin;
 
@@ -45,13 +47,30 @@ fn inspect_disk_help_lists_every_json_field() {
 }
 
 #[test]
-fn prune_orphans_without_dry_run_is_refused_and_its_flags_need_orphans() {
-    let out = bin::run(&["prune", "--orphans"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("removes nothing yet: run it with --dry-run"),
-        "{out:?}"
-    );
+fn prune_orphans_fails_on_a_runtime_that_is_not_there_and_its_flags_need_orphans() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let socket = format!("unix://{}/none.sock", dir.path().display());
+    let admin = dir.path().join("admin.sock").display().to_string();
+    let db = dir.path().join("records.redb").display().to_string();
+    for dry in [true, false] {
+        let mut args = vec![
+            "prune",
+            "--orphans",
+            "--container-runtime-endpoint",
+            &socket,
+            "--admin-socket",
+            &admin,
+            "--db",
+            &db,
+        ];
+        if dry {
+            args.push("--dry-run");
+        }
+        let out = bin::run(&args);
+        assert_eq!(out.status.code(), Some(1), "dry run {dry}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("none.sock"), "names the socket: {stderr}");
+    }
     let out = bin::run(&["prune", "--min-age", "1h"]);
     assert_eq!(
         out.status.code(),
