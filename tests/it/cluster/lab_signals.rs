@@ -72,7 +72,7 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
         )
         .await;
     println!("{pulling}");
-    let pinned = support::wait_for(
+    support::wait_for(
         &format!("{image} present and runtime-pinned before the run (crictl)"),
         Duration::from_secs(60),
         || async {
@@ -82,8 +82,8 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
             }
             pinned.then_some(())
         },
-    );
-    pinned.await;
+    )
+    .await;
     let jobs = cluster.kubectl(&["-n", "default", "get", "jobs", "-o", "name"]);
     assert!(
         !jobs.contains("signals-cron-"),
