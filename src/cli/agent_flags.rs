@@ -491,6 +491,11 @@ mod tests {
             ),
             ("clusterSignals", s(&["clusterSignals = true"]), None),
             (
+                "clusterSignalsCronJobLead",
+                s(&["clusterSignalsCronJobLead = \"30m\""]),
+                None,
+            ),
+            (
                 "diskAccountingPeriod",
                 s(&["diskAccountingPeriod = \"1h\""]),
                 None,

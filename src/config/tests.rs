@@ -381,3 +381,26 @@ fn the_disk_accounting_period_defaults_to_ten_minutes_and_0s_turns_it_off() {
         );
     }
 }
+
+/// `clusterSignalsCronJobLead`: 10m by default, `0s` turns the CronJob keep and prefetch off,
+/// past 24h or not a duration is refused naming the field.
+#[test]
+fn the_cronjob_lead_defaults_to_ten_minutes_and_is_at_most_a_day() {
+    let with = |v: &str| FileConfig {
+        cluster_signals_cronjob_lead: Some(v.to_owned()),
+        ..FileConfig::default()
+    };
+    let flags = FlagValues::default();
+    let lead = |file: &FileConfig| resolve(file, &flags).map(|c| c.cluster_signals_cronjob_lead);
+    let secs = std::time::Duration::from_secs;
+    assert_eq!(lead(&FileConfig::default()).expect("default"), secs(600));
+    assert_eq!(lead(&with("0s")).expect("off"), secs(0));
+    assert_eq!(lead(&with("24h")).expect("a day"), secs(86_400));
+    for bad in ["25h", "soon"] {
+        let err = lead(&with(bad)).expect_err(bad).to_string();
+        assert!(
+            err.contains("clusterSignalsCronJobLead in /etc/ik.toml"),
+            "{bad}: {err}"
+        );
+    }
+}

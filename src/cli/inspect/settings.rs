@@ -262,6 +262,10 @@ mod tests {
             ("containerEvents", "containerEvents = \"off\"".into()),
             ("clusterSignals", "clusterSignals = true".into()),
             (
+                "clusterSignalsCronJobLead",
+                "clusterSignalsCronJobLead = \"30m\"".into(),
+            ),
+            (
                 "diskAccountingPeriod",
                 "diskAccountingPeriod = \"1h\"".into(),
             ),
