@@ -80,7 +80,7 @@ pub fn replicaset_revision(replicaset: &ReplicaSet) -> Option<ReplicaSetRevision
 /// current, the next the rollback set, the older ones' images in neither superseded (newest
 /// last, at most [`MAX_SUPERSEDED`]).
 pub fn revisions_of(mut sets: Vec<(u64, Vec<String>)>) -> Revisions {
-    sets.sort_by(|a, b| b.0.cmp(&a.0));
+    sets.sort_by_key(|s| std::cmp::Reverse(s.0));
     let mut sets = sets.into_iter().map(|(_, images)| images);
     let current = sets.next().unwrap_or_default();
     let previous = sets.next().unwrap_or_default();

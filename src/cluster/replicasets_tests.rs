@@ -76,7 +76,14 @@ fn a_replicaset_is_read_as_its_deployment_revision_and_images_or_not_at_all() {
 
 #[test]
 fn the_newest_revision_is_current_the_one_before_the_rollback_set_older_ones_superseded() {
-    let cases: [(Vec<(u64, &[&str])>, &[&str], &[&str], &[&str]); 4] = [
+    // (revisions' images, current, previous, superseded)
+    type Case = (
+        Vec<(u64, &'static [&'static str])>,
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static [&'static str],
+    );
+    let cases: [Case; 4] = [
         (vec![], &[], &[], &[]),
         (vec![(1, &["api:1"])], &["api:1"], &[], &[]),
         (

@@ -677,8 +677,8 @@ async fn a_cronjobs_image_is_pulled_ahead_from_the_lead_and_kept_until_its_run()
         ..FileConfig::default()
     };
     let config = AgentConfig::resolve(&file, None, &flags).expect("config");
-    // 2027-01-15T08:00:00Z; the CronJobs run at 09:00.
-    let eight = UnixNanos::from_secs(1_800_000_000 - 1_800_000_000 % 3600);
+    // 2027-01-15T08:00:00Z (a whole hour); the CronJobs run at 09:00.
+    let eight = UnixNanos::from_secs(1_800_000_000);
     let clock = Arc::new(ManualClock::new(eight));
     let agent =
         Arc::new(Agent::with_runtime(config, clock.clone(), runtime.clone()).expect("agent"));
