@@ -335,6 +335,9 @@ async fn the_agents_node_events_reach_the_api_server_with_the_documented_reason_
     // A warm set whose one entry cannot fit (its declared size is far above the lab's 512 MiB
     // image filesystem).
     let warm_image = cluster.lab_image("busybox:1.35");
+    // Absent, whatever an earlier test pulled: a present warm image is Present, never "does
+    // not fit".
+    let _ = cluster.crictl_output(&["rmi", &warm_image]);
     let warm = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: imagekeeper-warm-events, namespace: {NAMESPACE}}}\n\
          data:\n  big.yaml: |\n    warm:\n      - image: {warm_image}\n        size: 100Gi\n"

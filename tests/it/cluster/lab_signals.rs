@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{config, crictl_pull, runtime_image};
+use super::{config, runtime_image};
 use crate::cluster::cluster_lab;
 use crate::support;
 
@@ -32,7 +32,6 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
  {
     let cluster = cluster_lab("cluster::lab::signals::cronjob_prefetch").await;
     let image = cluster.lab_image("data:5mb");
-    crictl_pull(&cluster, &cluster.lab_image("busybox:1.35"));
     let _ = cluster.crictl_output(&["rmi", &image]);
     assert_eq!(
         runtime_image(&cluster, &image),
