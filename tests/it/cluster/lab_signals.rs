@@ -8,8 +8,10 @@ use crate::cluster::cluster_lab;
 use crate::support;
 
 /// The CronJob schedule of a run at the whole minute two (or three, late in a minute) minutes
-/// from now, in UTC (the lab's controller manager runs in UTC), and that minute's text.
-fn schedule_in_two_minutes() -> (String, String) {
+/// from now, in UTC (the lab's controller manager runs in UTC), that minute's text, and the
+/// name the CronJob controller gives that run's Job (`<cronjob>-<unix minutes>`, kubernetes
+/// pkg/controller/cronjob/utils.go `getJobName`).
+fn schedule_in_two_minutes(cronjob: &str) -> (String, String, String) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("after 1970")
@@ -17,7 +19,11 @@ fn schedule_in_two_minutes() -> (String, String) {
     let ahead = if now % 60 > 45 { 3 } else { 2 };
     let minute = now / 60 + ahead;
     let (m, h) = (minute % 60, minute / 60 % 24);
-    (format!("{m} {h} * * *"), format!("{h:02}:{m:02}"))
+    (
+        format!("{m} {h} * * *"),
+        format!("{h:02}:{m:02}"),
+        format!("{cronjob}-{minute}"),
+    )
 }
 
 /// Issue 55's CronJob case: a CronJob whose image is absent and whose job template names this
@@ -51,7 +57,7 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
     release
         .wait_for_log_line(&["Listed the CronJobs"], Duration::from_secs(60))
         .await;
-    let (schedule, at) = schedule_in_two_minutes();
+    let (schedule, at, job) = schedule_in_two_minutes("signals-cron");
     let node = cluster.node_name();
     let cronjob = format!(
         "apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: signals-cron, namespace: default}}\n\
@@ -63,7 +69,7 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
          imagePullPolicy: IfNotPresent, command: [\"true\"]}}\n"
     );
     cluster.kubectl_apply(&cronjob);
-    println!("the CronJob runs at {at} UTC ({schedule})");
+    println!("the CronJob runs at {at} UTC ({schedule}), its Job {job}");
     let pulling = release
         .wait_for_log_line(
             &["Pulling a warm image", "CronJob default/signals-cron"],
@@ -89,7 +95,7 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
         "pulled ahead before the run: {jobs}"
     );
     let pulled = support::wait_for(
-        "the CronJob run's Pulled event (kubectl get events)",
+        "the CronJob run's Pulled event, of a pod of this run's Job (kubectl get events)",
         Duration::from_secs(240),
         || async {
             let events = cluster.kubectl(&[
@@ -104,7 +110,7 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
             ]);
             let found = events
                 .lines()
-                .find(|line| line.starts_with("signals-cron-") && line.contains(&image))
+                .find(|line| line.starts_with(&format!("{job}-")) && line.contains(&image))
                 .map(str::to_owned);
             if found.is_none() {
                 tokio::time::sleep(Duration::from_secs(2)).await;
