@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use kube::api::ObjectMeta;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use tracing::info;
@@ -21,22 +22,35 @@ pub fn pod_images(pod: &Pod) -> Vec<String> {
     pod.spec.as_ref().map(spec_images).unwrap_or_default()
 }
 
-/// The pod's controller when it is a DaemonSet (`ownerReferences[]` with `controller: true`,
-/// kind `DaemonSet` of `apps/v1`), as `namespace/name` in the pod's namespace.
-pub fn controller_daemonset(pod: &Pod) -> Option<String> {
-    let owner = pod
-        .metadata
+/// The name of the object's controller (`ownerReferences[]` with `controller: true`) when it
+/// is of `kind` in `api_version`.
+pub(super) fn controller_named<'a>(
+    meta: &'a ObjectMeta,
+    api_version: &str,
+    kind: &str,
+) -> Option<&'a str> {
+    let owner = meta
         .owner_references
         .iter()
         .flatten()
         .find(|o| o.controller == Some(true))?;
-    (owner.kind == "DaemonSet" && owner.api_version == "apps/v1").then(|| {
+    (owner.kind == kind && owner.api_version == api_version).then_some(owner.name.as_str())
+}
+
+/// `namespace/<the pod's controller>` when that controller is of `kind` in `api_version`.
+fn pod_controller(pod: &Pod, api_version: &str, kind: &str) -> Option<String> {
+    controller_named(&pod.metadata, api_version, kind).map(|name| {
         format!(
-            "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            owner.name
+            "{}/{name}",
+            pod.metadata.namespace.as_deref().unwrap_or_default()
         )
     })
+}
+
+/// The pod's controller when it is a DaemonSet (`ownerReferences[]` with `controller: true`,
+/// kind `DaemonSet` of `apps/v1`), as `namespace/name` in the pod's namespace.
+pub fn controller_daemonset(pod: &Pod) -> Option<String> {
+    pod_controller(pod, "apps/v1", "DaemonSet")
 }
 
 /// The pod's controller when it is a Job (`batch/v1`), as `namespace/name`: a CronJob's Job
@@ -44,19 +58,7 @@ pub fn controller_daemonset(pod: &Pod) -> Option<String> {
 /// `getJobName`), so the pods bound here tell which CronJobs ran here
 /// ([`crate::gc::BoundPods::ran_cronjob`]).
 pub fn controller_job(pod: &Pod) -> Option<String> {
-    let owner = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))?;
-    (owner.kind == "Job" && owner.api_version == "batch/v1").then(|| {
-        format!(
-            "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            owner.name
-        )
-    })
+    pod_controller(pod, "batch/v1", "Job")
 }
 
 /// Every image a pod spec names (see [`pod_images`]), sorted, each once: a pod's, or a

@@ -42,15 +42,7 @@ pub struct ReplicaSetRevision {
 /// `replicaset`'s Deployment, revision and images; `None` for a ReplicaSet no Deployment
 /// controls, or without a readable revision.
 pub fn replicaset_revision(replicaset: &ReplicaSet) -> Option<ReplicaSetRevision> {
-    let owner = replicaset
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))?;
-    if owner.kind != "Deployment" || owner.api_version != "apps/v1" {
-        return None;
-    }
+    let deployment = super::pods::controller_named(&replicaset.metadata, "apps/v1", "Deployment")?;
     let revision = replicaset
         .metadata
         .annotations
@@ -69,7 +61,7 @@ pub fn replicaset_revision(replicaset: &ReplicaSet) -> Option<ReplicaSetRevision
         deployment: format!(
             "{}/{}",
             replicaset.metadata.namespace.as_deref().unwrap_or_default(),
-            owner.name
+            deployment
         ),
         revision,
         images,
