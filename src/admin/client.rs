@@ -20,8 +20,8 @@ use tonic::transport::{Endpoint, Uri};
 use super::proto::admin_client::AdminClient as Generated;
 use super::proto::{
     ClusterSignalsRequest, DeleteUnusedRequest, EnsureImageRequest, GarbageCollectRequest,
-    GcResponse, ListPinsRequest, PinInfo, PinRequest, PruneOrphansRequest, RestoreRequest,
-    RuntimePinsRequest, UnpinRequest,
+    GcResponse, InspectDiskRequest, ListPinsRequest, PinInfo, PinRequest, PruneOrphansRequest,
+    RestoreRequest, RuntimePinsRequest, UnpinRequest,
 };
 use super::{AdminError, AdminReason, EnsureRequest, GcOutcome, REASON_METADATA_KEY};
 use crate::gc::PinView;
@@ -337,6 +337,16 @@ impl AdminClient {
             .map_err(self.call_err("PruneOrphans"))?;
         let r = reply.into_inner();
         Ok((r.report_json, r.warnings))
+    }
+
+    /// `inspect disk` in the agent: an accounting now, as JSON (`disk::DiskReport`).
+    pub async fn inspect_disk(&mut self) -> Result<String, AdminError> {
+        let reply = self
+            .inner
+            .inspect_disk(InspectDiskRequest {})
+            .await
+            .map_err(self.call_err("InspectDisk"))?;
+        Ok(reply.into_inner().report_json)
     }
 
     /// Removes every unused image in the agent (dry: what it would remove).

@@ -284,6 +284,11 @@ pub trait AdminBackend: Send + Sync + 'static {
         let _ = (min_age, namespaces, dry_run);
         std::future::ready(Err("this agent does not serve prune --orphans".to_owned()))
     }
+    /// `inspect disk` in the agent: an accounting now, as JSON (`disk::DiskReport`). The
+    /// default (a backend without containerd) refuses.
+    fn inspect_disk(&self) -> impl Future<Output = Result<String, String>> + Send {
+        std::future::ready(Err("this agent does not serve inspect disk".to_owned()))
+    }
     /// The cluster signals' watches now; `None` when none runs. The default (a backend with no
     /// cluster signals) has none.
     fn cluster_signals(&self) -> Option<crate::gc::BoundPodsSample> {

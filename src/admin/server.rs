@@ -21,10 +21,11 @@ use tonic::{Request, Response, Status};
 use super::proto::admin_server::{Admin, AdminServer};
 use super::proto::{
     ClusterSignalsRequest, ClusterSignalsResponse, ClusterWatch, DeleteUnusedRequest,
-    EnsureImageRequest, EnsureImageResponse, GarbageCollectRequest, GcResponse, ListPinsRequest,
-    ListPinsResponse, PinInfo, PinRequest, PruneOrphansRequest, PruneOrphansResponse,
-    Removal as ProtoRemoval, RestoreItem as ProtoRestoreItem, RestoreRequest, RestoreResponse,
-    RuntimeKeep, RuntimePinsRequest, RuntimePinsResponse, UnpinRequest, UnpinResponse,
+    EnsureImageRequest, EnsureImageResponse, GarbageCollectRequest, GcResponse, InspectDiskRequest,
+    InspectDiskResponse, ListPinsRequest, ListPinsResponse, PinInfo, PinRequest,
+    PruneOrphansRequest, PruneOrphansResponse, Removal as ProtoRemoval,
+    RestoreItem as ProtoRestoreItem, RestoreRequest, RestoreResponse, RuntimeKeep,
+    RuntimePinsRequest, RuntimePinsResponse, UnpinRequest, UnpinResponse,
 };
 use super::{
     AdminBackend, AdminError, EnsureImageError, EnsureRequest, GcOutcome, MAX_ANSWER_BYTES,
@@ -329,6 +330,18 @@ impl<B: AdminBackend> Admin for Service<B> {
             report_json,
             warnings,
         }))
+    }
+
+    async fn inspect_disk(
+        &self,
+        _request: Request<InspectDiskRequest>,
+    ) -> Result<Response<InspectDiskResponse>, Status> {
+        let report_json = self
+            .backend
+            .inspect_disk()
+            .await
+            .map_err(Status::internal)?;
+        Ok(Response::new(InspectDiskResponse { report_json }))
     }
 
     async fn cluster_signals(

@@ -207,6 +207,11 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
         Ok((json, warnings))
     }
 
+    async fn inspect_disk(&self) -> Result<String, String> {
+        let report = self.account_disk().await?;
+        serde_json::to_string(&report).map_err(|e| e.to_string())
+    }
+
     fn cluster_signals(&self) -> Option<crate::gc::BoundPodsSample> {
         self.gc
             .cluster_signals()

@@ -2,10 +2,16 @@
 //! is (every namespace, read-only: `cri::ContainerdView`) and the image filesystem (statvfs of
 //! the mountpoint CRI ImageFsInfo names) are accounted by owner (`crate::disk::account`, the
 //! split `inspect disk` prints), and the totals are published as the `imagekeeper_disk_*`
-//! metrics.
+//! metrics. With `diskPruneOrphans` set, an accounting that finds the CRI namespace's orphaned
+//! snapshots or unreferenced blobs at least that old is followed by `prune --orphans` of that
+//! namespace (`agent::prune_orphans`: each removal re-checked against a fresh read, journaled),
+//! counted in `imagekeeper_disk_orphans_pruned_*`.
 //!
 //! Invariants: the loop runs on its own task, never holding up detect or GC; it only reads;
 //! the accounting (work that grows with the snapshots and blobs) runs off the async workers;
+//! the prune touches the CRI namespace (`k8s.io`) only, never another, and runs only when the
+//! accounting just planned something (no removal without a leftover seen twice: by the
+//! accounting, then by the prune's own re-check);
 //! a failure (a runtime that is not containerd, a socket that does not answer) keeps the last
 //! figures, is counted, and is logged once until an accounting succeeds again.
 
@@ -17,10 +23,10 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::cri::{CONTAINERD_CRI_NAMESPACE, ContainerdView, filesystem_usage};
-use crate::disk::{DiskReport, account};
+use crate::disk::{DiskReport, PruneResult, account, orphan_plan};
 use crate::telemetry::DiskSample;
 
-use super::{Agent, AgentRuntime};
+use super::{Agent, AgentRuntime, PruneOrphans, prune_orphans};
 
 /// How long one containerd call of the accounting may take.
 pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -44,6 +50,9 @@ impl<R: AgentRuntime> Agent<R> {
                         failing = false;
                     }
                     self.metrics.record_disk(Some(sample_of(&report)));
+                    if let Some(min_age) = self.config().disk_prune_orphans {
+                        self.prune_orphans_seen(&report, min_age).await;
+                    }
                 }
                 Err(e) => {
                     if !failing {
@@ -83,6 +92,74 @@ impl<R: AgentRuntime> Agent<R> {
         })
         .await
         .map_err(|e| format!("the accounting's thread: {e}"))?
+    }
+}
+
+impl<R: AgentRuntime> Agent<R> {
+    /// `diskPruneOrphans`: when `report` plans a removal in the CRI namespace at `min_age`,
+    /// `prune --orphans --min-age` of that namespace, logged and counted; a failure to run it
+    /// at all is logged and retried at the next accounting.
+    async fn prune_orphans_seen(&self, report: &DiskReport, min_age: Duration) {
+        let planned = orphan_plan(report, min_age.as_secs(), &[CONTAINERD_CRI_NAMESPACE]);
+        if planned.removals.is_empty() {
+            return;
+        }
+        let request = PruneOrphans {
+            min_age,
+            namespaces: Vec::new(),
+            dry_run: false,
+        };
+        let address = self.config().containerd_address;
+        let pruned = prune_orphans(
+            &address,
+            Path::new(&report.filesystem.path),
+            CALL_TIMEOUT,
+            &*self.clock,
+            Some(self.gc.store().as_ref()),
+            &request,
+        )
+        .await;
+        match pruned {
+            Ok((pruned, _)) => {
+                let count = |result: PruneResult| {
+                    pruned
+                        .removals
+                        .iter()
+                        .filter(|r| r.result == result)
+                        .count() as u64
+                };
+                let counts = [
+                    count(PruneResult::Removed),
+                    count(PruneResult::Failed),
+                    count(PruneResult::Skipped),
+                ];
+                self.metrics
+                    .record_orphans_pruned(counts, pruned.freed_bytes);
+                info!(
+                    removed = counts[0],
+                    failed = counts[1],
+                    skipped = counts[2],
+                    freed = pruned.freed_bytes,
+                    min_age = %crate::format::go_duration(min_age),
+                    "Pruned containerd's orphaned snapshots and unreferenced blobs (diskPruneOrphans)"
+                );
+                for row in pruned
+                    .removals
+                    .iter()
+                    .filter(|r| r.result == PruneResult::Failed)
+                {
+                    warn!(
+                        kind = row.removal.kind.as_str(),
+                        name = row.removal.name.as_str(),
+                        error = row.error.as_deref().unwrap_or_default(),
+                        "An orphan's removal failed; retried at the next accounting"
+                    );
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "diskPruneOrphans: the prune could not run; retried at the next accounting");
+            }
+        }
     }
 }
 

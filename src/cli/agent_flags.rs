@@ -500,6 +500,7 @@ mod tests {
                 s(&["diskAccountingPeriod = \"1h\""]),
                 None,
             ),
+            ("diskPruneOrphans", s(&["diskPruneOrphans = \"24h\""]), None),
             (
                 "runtimePins",
                 s(&["runtimePins = \"off\""]),

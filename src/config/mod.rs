@@ -141,6 +141,9 @@ pub struct AgentConfig {
     pub containerd_address: String,
     /// How often the disk accounting runs (`diskAccountingPeriod`); `None`: off.
     pub disk_accounting_period: Option<Duration>,
+    /// After each disk accounting, remove the CRI namespace's orphaned snapshots and
+    /// unreferenced blobs at least this old (`diskPruneOrphans`); `None`: off.
+    pub disk_prune_orphans: Option<Duration>,
     /// How long before a CronJob's next run its images are kept and pulled ahead
     /// (`clusterSignalsCronJobLead`); zero: not.
     pub cluster_signals_cronjob_lead: Duration,

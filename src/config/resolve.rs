@@ -16,7 +16,7 @@ use super::process::{period, resolve_metrics_address};
 use super::pull::{resolve_credential_providers, resolve_pull};
 use super::runtime::{
     resolve_container_events, resolve_cri, resolve_cronjob_lead, resolve_disk_accounting_period,
-    resolve_runtime_pins,
+    resolve_disk_prune_orphans, resolve_runtime_pins,
 };
 use super::validate::check_admin_socket;
 use super::warm::resolve_warm;
@@ -148,6 +148,7 @@ impl AgentConfig {
             cluster_signals: file.cluster_signals.unwrap_or(false),
             containerd_address,
             disk_accounting_period: resolve_disk_accounting_period(file, &o)?,
+            disk_prune_orphans: resolve_disk_prune_orphans(file, &o)?,
             cluster_signals_cronjob_lead: resolve_cronjob_lead(file, &o)?,
             warm,
         })

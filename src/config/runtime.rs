@@ -107,6 +107,32 @@ pub(super) fn resolve_disk_accounting_period(
     Ok(Some(period))
 }
 
+/// `diskPruneOrphans`: `off` (the default) or the minimum age, a Go duration, of the orphaned
+/// snapshots and unreferenced blobs the agent removes after each disk accounting; refused
+/// with the accounting off (nothing would run it).
+pub(super) fn resolve_disk_prune_orphans(
+    file: &FileConfig,
+    o: &Origin<'_>,
+) -> Result<Option<Duration>, ConfigError> {
+    let Some(value) = &file.disk_prune_orphans else {
+        return Ok(None);
+    };
+    let from = o.field("diskPruneOrphans");
+    if value == "off" {
+        return Ok(None);
+    }
+    let min_age = super::origin::duration(value, &from)?;
+    if resolve_disk_accounting_period(file, o)?.is_none() {
+        return Err(invalid(
+            from,
+            format!(
+                "{value:?} needs the disk accounting, which diskAccountingPeriod = \"0s\" turns off"
+            ),
+        ));
+    }
+    Ok(Some(min_age))
+}
+
 /// The CronJob lead when unset: a pull of a large image fits in it, and a keep that long
 /// before a run holds little disk for little time.
 pub(super) const DEFAULT_CRONJOB_LEAD: Duration = Duration::from_secs(600);

@@ -302,6 +302,18 @@ macro_rules! imagekeeper_settings {
                 help: "How often the agent accounts the image filesystem's bytes by owner through containerd's API (`inspect disk`'s split, as the `imagekeeper_disk_*` metrics); `0s` turns it off; at least 1m otherwise.",
             }
             {
+                key: "diskPruneOrphans",
+                field: disk_prune_orphans: String,
+                flag: [],
+                kubelet: [],
+                default: |c| match c.disk_prune_orphans {
+                    Some(min_age) => $crate::format::go_duration(min_age),
+                    None => "off".to_owned(),
+                },
+                reload: NeedsRestart,
+                help: "`off`, or a minimum age (Go duration, e.g. `24h`): after each disk accounting the agent removes the CRI namespace's (`k8s.io`) orphaned snapshots and unreferenced blobs at least that old, as `prune --orphans --min-age` does (each re-checked right before its removal and journaled, reason orphan); other namespaces are never touched. Needs diskAccountingPeriod on.",
+            }
+            {
                 key: "runtimePins",
                 field: runtime_pins: String,
                 flag: [runtime_pins: Option<String> = "runtime-pins", Deprecated, (value_name = "auto|off")],

@@ -382,6 +382,37 @@ fn the_disk_accounting_period_defaults_to_ten_minutes_and_0s_turns_it_off() {
     }
 }
 
+/// `diskPruneOrphans`: off by default and with `off`; a duration is the minimum age; a value
+/// that is neither, or one with the accounting off (nothing would run it), is refused naming
+/// the field.
+#[test]
+fn the_agents_orphan_prune_is_off_by_default_and_needs_the_disk_accounting() {
+    let with = |prune: &str, period: Option<&str>| FileConfig {
+        disk_prune_orphans: Some(prune.to_owned()),
+        disk_accounting_period: period.map(str::to_owned),
+        ..FileConfig::default()
+    };
+    let flags = FlagValues::default();
+    let prune = |file: &FileConfig| resolve(file, &flags).map(|c| c.disk_prune_orphans);
+    assert_eq!(prune(&FileConfig::default()).expect("default"), None);
+    assert_eq!(prune(&with("off", None)).expect("off"), None);
+    assert_eq!(
+        prune(&with("24h", None)).expect("a day"),
+        Some(std::time::Duration::from_secs(86_400))
+    );
+    assert_eq!(
+        prune(&with("0s", Some("1h"))).expect("any age"),
+        Some(std::time::Duration::ZERO)
+    );
+    for (bad, period) in [("soon", None), ("1h", Some("0s"))] {
+        let err = prune(&with(bad, period)).expect_err(bad).to_string();
+        assert!(
+            err.contains("diskPruneOrphans in /etc/ik.toml"),
+            "{bad}: {err}"
+        );
+    }
+}
+
 /// `clusterSignalsCronJobLead`: 10m by default, `0s` turns the CronJob keep and prefetch off,
 /// past 24h or not a duration is refused naming the field.
 #[test]

@@ -89,7 +89,7 @@ impl RowKind {
 }
 
 /// One owner's row.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiskRow {
     /// What it is.
@@ -100,7 +100,7 @@ pub struct DiskRow {
     /// an ingest's ref, a database's path.
     pub name: String,
     /// An image's names.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
     /// An image's target digest, an ingest's expected digest.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -158,7 +158,7 @@ pub struct DiskRow {
 }
 
 /// The rows of one kind, summed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KindTotal {
     /// The kind.
@@ -172,7 +172,7 @@ pub struct KindTotal {
 }
 
 /// The filesystem accounted.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FilesystemSummary {
     /// Where it was read (the image filesystem's mountpoint).
@@ -190,7 +190,7 @@ pub struct FilesystemSummary {
 }
 
 /// `inspect disk`'s answer (its `-o json` document).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiskReport {
     /// The filesystem.

@@ -84,6 +84,10 @@ pub struct AgentMetrics {
     disk: Mutex<Option<DiskSample>>,
     /// Disk accountings: [succeeded, failed].
     disk_accountings: [std::sync::atomic::AtomicU64; 2],
+    /// The agent's own orphan prunes (`diskPruneOrphans`): [removed, failed, skipped].
+    disk_orphans_pruned: [std::sync::atomic::AtomicU64; 3],
+    /// The bytes those removals freed.
+    disk_orphans_pruned_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// What the disk accounting's metrics show: the image filesystem's bytes and inodes by owner
@@ -134,6 +138,8 @@ impl Default for AgentMetrics {
             runtime_pins: Mutex::new(None),
             disk: Mutex::new(None),
             disk_accountings: Default::default(),
+            disk_orphans_pruned: Default::default(),
+            disk_orphans_pruned_bytes: Default::default(),
         }
     }
 }
@@ -194,6 +200,16 @@ impl AgentMetrics {
                 Err(p) => *p.into_inner() = Some(sample),
             }
         }
+    }
+
+    /// The agent's own orphan prune ended: how many were removed, failed and skipped, and the
+    /// removed ones' bytes.
+    pub(crate) fn record_orphans_pruned(&self, counts: [u64; 3], bytes: u64) {
+        for (counter, n) in self.disk_orphans_pruned.iter().zip(counts) {
+            counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.disk_orphans_pruned_bytes
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A warm (or restore) pull ended.
@@ -286,6 +302,8 @@ struct Snapshot {
     cluster_knowledge: Option<crate::gc::ClusterSignalsSample>,
     /// The last disk accounting, once one succeeded; the accountings [succeeded, failed].
     disk: (Option<DiskSample>, [u64; 2]),
+    /// The agent's own orphan prunes: [removed, failed, skipped], and the removed bytes.
+    disk_orphans_pruned: ([u64; 3], u64),
 }
 
 impl Snapshot {
@@ -366,6 +384,14 @@ impl Snapshot {
                 },
                 [0, 1]
                     .map(|i| agent.disk_accountings[i].load(std::sync::atomic::Ordering::Relaxed)),
+            ),
+            disk_orphans_pruned: (
+                [0, 1, 2].map(|i| {
+                    agent.disk_orphans_pruned[i].load(std::sync::atomic::Ordering::Relaxed)
+                }),
+                agent
+                    .disk_orphans_pruned_bytes
+                    .load(std::sync::atomic::Ordering::Relaxed),
             ),
             thresholds: {
                 let config = gc.config();

@@ -2,7 +2,9 @@
 //! is over its socket (`cri::ContainerdView`, read-only; the agent need not run and the
 //! database is not read), statvfs of the image filesystem (the mountpoint CRI ImageFsInfo
 //! reports), accounts it (`imagekeeper::disk::account`) and prints the rows and the
-//! unexplained rest.
+//! unexplained rest. With `--agent`, the running agent accounts (its admin call InspectDisk,
+//! the same `account` over its own containerd address) and this prints its answer: the same
+//! schema, for a shell that cannot reach containerd's socket but can the admin socket.
 
 use std::io::Write;
 use std::time::Duration;
@@ -37,9 +39,42 @@ pub(super) struct DiskArgs {
     /// its own API on the same socket).
     #[arg(long, value_name = "ENDPOINT", default_value = DEFAULT_RUNTIME_ENDPOINT)]
     container_runtime_endpoint: String,
-    /// How long each call to the runtime may take (Go duration syntax).
+    /// How long each call to the runtime may take (Go duration syntax); with --agent, the
+    /// whole call to the agent.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::super::parse_timeout)]
     runtime_timeout: Duration,
+    /// Ask the running agent on --admin-socket to account (it reads containerd at its own
+    /// containerdAddress) instead of reading containerd here; fails when no agent answers.
+    #[arg(long, conflicts_with = "containerd_address")]
+    agent: bool,
+    /// The agent's admin socket, with --agent.
+    #[arg(long, value_name = "PATH", default_value = imagekeeper::config::DEFAULT_ADMIN_SOCKET, requires = "agent")]
+    admin_socket: std::path::PathBuf,
+}
+
+/// The running agent's accounting, through its admin socket within `timeout`.
+fn from_agent(socket: &std::path::Path, timeout: Duration) -> Result<DiskReport, Failure> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::from(anyhow::anyhow!("starting the async runtime: {e}")))?;
+    let json = rt.block_on(async {
+        let mut client = imagekeeper::admin::AdminClient::connect_with_timeout(socket, timeout)
+            .await
+            .map_err(Failure::from)?;
+        tokio::time::timeout(timeout, client.inspect_disk())
+            .await
+            .map_err(|_| {
+                Failure::from(anyhow::anyhow!(
+                    "the agent on {} did not answer InspectDisk within {}",
+                    socket.display(),
+                    imagekeeper::format::go_duration(timeout)
+                ))
+            })?
+            .map_err(|e| Failure::from(anyhow::anyhow!("calling the running agent: {e}")))
+    })?;
+    serde_json::from_str(&json)
+        .map_err(|e| Failure::from(anyhow::anyhow!("the agent's disk report: {e}")))
 }
 
 /// Reads the runtime and the filesystem, accounts them as of `now`, prints.
@@ -49,16 +84,20 @@ pub(super) fn disk(
     args: &DiskArgs,
     now: UnixNanos,
 ) -> Result<(), Failure> {
-    let address = args
-        .containerd_address
-        .clone()
-        .unwrap_or_else(|| args.container_runtime_endpoint.clone());
-    let (state, fs) = read_runtime(
-        &args.container_runtime_endpoint,
-        &address,
-        args.runtime_timeout,
-    )?;
-    let report = account(&state, &fs, CONTAINERD_CRI_NAMESPACE, now);
+    let report = if args.agent {
+        from_agent(&args.admin_socket, args.runtime_timeout)?
+    } else {
+        let address = args
+            .containerd_address
+            .clone()
+            .unwrap_or_else(|| args.container_runtime_endpoint.clone());
+        let (state, fs) = read_runtime(
+            &args.container_runtime_endpoint,
+            &address,
+            args.runtime_timeout,
+        )?;
+        account(&state, &fs, CONTAINERD_CRI_NAMESPACE, now)
+    };
     for warning in &report.warnings {
         eprintln!("imagekeeper: warning: {warning}");
     }

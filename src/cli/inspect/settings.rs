@@ -269,6 +269,7 @@ mod tests {
                 "diskAccountingPeriod",
                 "diskAccountingPeriod = \"1h\"".into(),
             ),
+            ("diskPruneOrphans", "diskPruneOrphans = \"24h\"".into()),
             ("runtimePins", "runtimePins = \"off\"".into()),
             (
                 "containerdAddress",

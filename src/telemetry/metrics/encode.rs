@@ -250,6 +250,17 @@ impl Collector for Snapshot {
                 ([("result", "failure")], failed),
             ],
         )?;
+        let ([removed, failed, skipped], pruned_bytes) = self.disk_orphans_pruned;
+        counter_family(
+            &mut enc,
+            &DISK_ORPHANS_PRUNED,
+            &[
+                ([("result", "removed")], removed),
+                ([("result", "failed")], failed),
+                ([("result", "skipped")], skipped),
+            ],
+        )?;
+        counter(&mut enc, &DISK_ORPHANS_PRUNED_BYTES, pruned_bytes)?;
         let [succeeded, failed] = self.gc_cycles;
         counter_family(
             &mut enc,

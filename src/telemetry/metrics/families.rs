@@ -582,6 +582,21 @@ pub(super) const DISK_ACCOUNTINGS: MetricFamily = family(
     "Disk accountings run (diskAccountingPeriod): success, or failure (containerd's API or the filesystem unreadable; the last accounting's figures stay).",
 );
 
+pub(super) const DISK_ORPHANS_PRUNED: MetricFamily = family(
+    "disk_orphans_pruned",
+    C,
+    None,
+    &["result"],
+    "Orphaned snapshots and unreferenced blobs the agent's own prune (diskPruneOrphans, after a disk accounting) planned, by result: removed, failed (containerd refused; retried next accounting), skipped (its re-check found it held or gone). prune --orphans through the admin socket is not counted here.",
+);
+pub(super) const DISK_ORPHANS_PRUNED_BYTES: MetricFamily = family(
+    "disk_orphans_pruned_bytes",
+    C,
+    None,
+    &[],
+    "The bytes of what the agent's own prune (diskPruneOrphans) removed, as the disk accounting counted them.",
+);
+
 /// Every metric family the agent exports, in the order a scrape encodes them. To add a
 /// metric: add its entry here, encode it in `Snapshot::encode` with that entry, and run
 /// `scripts/docs` to regenerate the reference page.
@@ -631,6 +646,8 @@ pub const METRICS: &[MetricFamily] = &[
     DISK_BYTES,
     DISK_INODES,
     DISK_ACCOUNTINGS,
+    DISK_ORPHANS_PRUNED,
+    DISK_ORPHANS_PRUNED_BYTES,
     IMAGE_GC_CYCLES,
     IMAGE_GC_HIGH_THRESHOLD_PERCENT,
     IMAGE_GC_LOW_THRESHOLD_PERCENT,

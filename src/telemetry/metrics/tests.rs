@@ -106,11 +106,12 @@ fn full_snapshot() -> Snapshot {
             }),
             [4, 1],
         ),
+        disk_orphans_pruned: ([3, 1, 2], 5_242_880),
     }
 }
 
 /// The disk accounting's figures reach the scrape: bytes and inodes by owner, the unexplained
-/// bytes, and the accountings' count; before the first success only the count is written.
+/// bytes, the accountings' count and the agent's own orphan prunes; before the first success only the count is written.
 #[test]
 fn the_disk_accounting_is_scraped_by_owner_with_the_unexplained_bytes() {
     let text = scrape(full_snapshot());
@@ -121,6 +122,10 @@ fn the_disk_accounting_is_scraped_by_owner_with_the_unexplained_bytes() {
         "imagekeeper_disk_inodes{owner=\"orphanSnapshot\"} 3",
         "imagekeeper_disk_accountings_total{result=\"success\"} 4",
         "imagekeeper_disk_accountings_total{result=\"failure\"} 1",
+        "imagekeeper_disk_orphans_pruned_total{result=\"removed\"} 3",
+        "imagekeeper_disk_orphans_pruned_total{result=\"failed\"} 1",
+        "imagekeeper_disk_orphans_pruned_total{result=\"skipped\"} 2",
+        "imagekeeper_disk_orphans_pruned_bytes_total 5242880",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
     }

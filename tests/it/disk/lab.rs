@@ -25,6 +25,8 @@ use serde_json::Value;
 
 use crate::support::{self, Lab, bin};
 
+mod agent_prune;
+
 const OTHER_NS: &str = "imagekeeper-disk-lab";
 const MIB: u64 = 1024 * 1024;
 
@@ -576,6 +578,42 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
         listings(&lab),
         listed_before,
         "the agent's accounting changed containerd"
+    );
+
+    // `inspect disk --agent`: the agent's accounting through its admin socket, the same split.
+    let out = bin::run(&[
+        "inspect",
+        "disk",
+        "--agent",
+        "--admin-socket",
+        &agent_dir.path().join("admin.sock").display().to_string(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let through_agent: Value = serde_json::from_slice(&out.stdout).expect("inspect disk --agent");
+    for kind in ["orphanSnapshot", "unreferencedBlob", "image"] {
+        let agent_total = through_agent["totals"]
+            .as_array()
+            .expect("totals")
+            .iter()
+            .find(|t| t["kind"] == kind)
+            .and_then(|t| t["bytes"].as_u64())
+            .unwrap_or_else(|| panic!("no {kind} total in {through_agent:#}"));
+        assert_eq!(
+            agent_total,
+            total(kind),
+            "{kind}: inspect disk --agent and here"
+        );
+    }
+    assert_eq!(
+        row(&through_agent, "orphanSnapshot", "k8s.io", &cleanup.orphan)["bytes"],
+        row(&report, "orphanSnapshot", "k8s.io", &cleanup.orphan)["bytes"]
     );
 
     prune_orphans_through_the_agent(

@@ -78,3 +78,37 @@ fn prune_orphans_fails_on_a_runtime_that_is_not_there_and_its_flags_need_orphans
         "--min-age needs --orphans: {out:?}"
     );
 }
+
+/// `inspect disk --agent`: no agent on the socket is a failure naming it (exit 1), never a
+/// silent fallback to reading containerd here; `--agent` with `--containerd-address` (the
+/// agent reads its own) and `--admin-socket` without `--agent` are usage errors (exit 2).
+#[test]
+fn inspect_disk_through_the_agent_fails_naming_the_socket_when_none_answers() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let admin = dir.path().join("admin.sock").display().to_string();
+    let out = bin::run(&[
+        "inspect",
+        "disk",
+        "--agent",
+        "--admin-socket",
+        &admin,
+        "--runtime-timeout",
+        "2s",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("admin.sock"), "names the socket: {stderr}");
+    for usage in [
+        &[
+            "inspect",
+            "disk",
+            "--agent",
+            "--containerd-address",
+            "/run/x.sock",
+        ][..],
+        &["inspect", "disk", "--admin-socket", &admin],
+    ] {
+        let out = bin::run(usage);
+        assert_eq!(out.status.code(), Some(2), "{usage:?}: {out:?}");
+    }
+}
