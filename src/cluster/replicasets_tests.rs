@@ -194,3 +194,57 @@ fn the_watch_turns_a_rollout_and_its_undo_into_rollback_and_superseded_known_use
     let sample = signals.sample(UnixNanos(0));
     assert_eq!(sample, None, "no watch started: no sample");
 }
+
+/// At most MAX_REPLICASETS are held (here 4 revisions of each of MAX_WORKLOADS Deployments,
+/// the signals' own cap): one more is refused and counted, while a held one is still updated
+/// (its new revision replaces the old: not a new ReplicaSet), and a delete makes room again.
+#[test]
+fn replicasets_past_the_cap_are_refused_and_counted_and_a_held_one_still_updates() {
+    let signals = ClusterSignals::default();
+    let mut watch = ReplicaSetWatch::new(signals.clone());
+    let health = signals.replicasets_watch_health();
+    for i in 0..MAX_REPLICASETS {
+        watch.apply(Event::Apply(replicaset(
+            &format!("rs-{i}"),
+            Some(&format!("d-{}", i / 4)),
+            Some(&(1 + i % 4).to_string()),
+            &[&format!("img-{i}")],
+        )));
+    }
+    assert_eq!(health.refused(), 0);
+    let known = |image: &str| signals.known_uses(UnixNanos(0)).get(image);
+    watch.apply(Event::Apply(replicaset(
+        "one-too-many",
+        Some("extra"),
+        Some("1"),
+        &["extra:1"],
+    )));
+    assert_eq!(health.refused(), 1, "refused and counted");
+    assert_eq!(known("extra:1"), None);
+    // A held ReplicaSet's update (an undo's new revision) is held.
+    assert_eq!(known("img-0"), Some(KnownUse::Superseded));
+    watch.apply(Event::Apply(replicaset(
+        "rs-0",
+        Some("d-0"),
+        Some("5"),
+        &["img-0"],
+    )));
+    assert_eq!(health.refused(), 1);
+    assert_eq!(known("img-0"), Some(KnownUse::Current));
+    assert_eq!(known("img-3"), Some(KnownUse::Rollback));
+    watch.apply(Event::Delete(replicaset(
+        "rs-4",
+        Some("d-1"),
+        Some("1"),
+        &["img-4"],
+    )));
+    // A ReplicaSet of a Deployment already held (the signals' workload cap is full too).
+    watch.apply(Event::Apply(replicaset(
+        "rs-new",
+        Some("d-1"),
+        Some("5"),
+        &["new:5"],
+    )));
+    assert_eq!(health.refused(), 1, "room again after a delete");
+    assert_eq!(known("new:5"), Some(KnownUse::Current));
+}
