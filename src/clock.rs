@@ -1,7 +1,11 @@
 //! The injected clock. Every layer that needs "now" takes it as an argument or through a
 //! [`Clock`]; only [`SystemClock`] reads the wall clock. Tests use [`ManualClock`] and advance it
-//! instead of sleeping.
+//! instead of sleeping. A layer that must wait (GC waiting for the runtime to release what it
+//! removed) waits through an injected [`Pause`]; [`TokioPause`] is tokio's timer, which paused
+//! time in tests moves at once.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -68,6 +72,23 @@ impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
     }
 }
 
+/// A wait of a given length, injected into the layers that never sleep themselves.
+pub trait Pause: Send + Sync {
+    /// Resolves once `duration` has passed (as this pause counts time).
+    fn pause(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+/// Pauses on tokio's timer (`tokio::time::sleep`): needs a runtime with time enabled; under
+/// paused time (tests) it resolves as soon as the runtime is idle.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TokioPause;
+
+impl Pause for TokioPause {
+    fn pause(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +119,17 @@ mod tests {
         assert!(
             before <= now && now <= after,
             "{before} <= {now} <= {after}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokio_pause_waits_its_duration_on_tokio_time() {
+        let start = tokio::time::Instant::now();
+        TokioPause.pause(Duration::from_secs(3)).await;
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_secs(3) && waited < Duration::from_secs(4),
+            "{waited:?}"
         );
     }
 

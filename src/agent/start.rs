@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, TokioPause};
 use crate::cri::CriClient;
 use crate::gc::ImageGcManager;
 use crate::pull::{ImageManager, PullsInFlight};
@@ -50,7 +50,9 @@ impl<R: AgentRuntime> Agent<R> {
             // Both loops detect, and so write a heartbeat: in normal operation one comes at
             // the shorter period (a longer wait, a GC cycle holding the lock, only leaves a
             // stretch unwatched: images kept longer, never removed sooner).
-            .with_watch_period(config.detect_period.min(config.gc_period));
+            .with_watch_period(config.detect_period.min(config.gc_period))
+            // The wait for the runtime to release MaxAge's removals pauses on tokio's timer.
+            .with_release_pause(Arc::new(TokioPause));
         // With the cluster signals, a CronJob's images are kept from the lead before its run.
         if config.cluster_signals {
             gc.cluster_signals()

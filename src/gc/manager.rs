@@ -4,7 +4,8 @@
 //! cache) and what its cycles share; one `impl ImageGcManager` block per part beside it:
 //! `detect.rs` (detect and the container-created mark), `keeps.rs` (pulls in flight, warm set,
 //! what detect found kept), `collect.rs` (GarbageCollect, DeleteUnusedImages, MaxAge),
-//! `walk.rs` (the space walk), `measured.rs` (further image filesystems), `last_look.rs` (the
+//! `walk.rs` (the space walk), `measured.rs` (further image filesystems), `release.rs` (the
+//! wait for the runtime to release MaxAge's removals), `last_look.rs` (the
 //! last look and the removal), `dry_run.rs` (the plan); `config.rs` and `report.rs` hold the
 //! configuration and the reports, `image_cache.rs` the image cache's list.
 //!
@@ -43,6 +44,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::clock::{Pause, TokioPause};
 use crate::kubelet::PullRecordsReader;
 use crate::model::{EvictionNote, FsUsage, ImageFsStats, RecordKey, RuntimeImage, UnixNanos};
 use crate::pull::PullsInFlight;
@@ -65,12 +67,14 @@ mod image_cache;
 mod keeps;
 mod last_look;
 mod measured;
+mod release;
 mod walk;
 
 pub use super::report::{DetectReport, GcPlan, GcReport, Removal};
 pub use config::GcConfig;
 use config::Settings;
 use image_cache::ImageCache;
+pub use release::{RELEASE_POLL_INTERVAL, RELEASE_WAIT_BOUND};
 
 /// The runtime's images (sorted once by key), the keys in use (by a container, the sandbox
 /// image or a kubelet pull intent), the running containers' image volumes, and the kubelet's
@@ -158,6 +162,9 @@ pub struct ImageGcManager<R> {
     bound_pods: super::BoundPods,
     /// What the cluster declared of the images' next uses ([`ImageGcManager::cluster_signals`]).
     cluster_signals: super::ClusterSignals,
+    /// How the cycle waits between readings while the runtime has not released MaxAge's
+    /// removals ([`ImageGcManager::with_release_pause`]; `release.rs`).
+    pause: Arc<dyn Pause>,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -182,7 +189,17 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             pin_index: Mutex::new(Arc::default()),
             bound_pods: super::BoundPods::default(),
             cluster_signals: super::ClusterSignals::default(),
+            pause: Arc::new(TokioPause),
         })
+    }
+
+    /// Waits with `pause` between the readings of the image filesystem while the runtime has
+    /// not yet released what the MaxAge pass removed (`release.rs`, at most
+    /// [`RELEASE_WAIT_BOUND`] a cycle). The default is tokio's timer ([`TokioPause`]); the
+    /// manager never sleeps by itself.
+    pub fn with_release_pause(mut self, pause: Arc<dyn Pause>) -> Self {
+        self.pause = pause;
+        self
     }
 
     /// The longest time between two detects in normal operation (the agent's detect and GC

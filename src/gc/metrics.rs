@@ -2,6 +2,8 @@
 //! `gc_victims_rescued_total{why}` (victims the last look before removal kept), and the
 //! clock's: `gc_future_stamps_clamped_total` (records detect clamped because a stamp lay in
 //! the future) and `gc_clock_went_back_total` (detects that found `last_detect` ahead of them);
+//! `gc_release_wait_timeouts_total` (cycles whose wait for the runtime to release MaxAge's
+//! removals reached its bound, `manager/release.rs`);
 //! the regret counters detect and pulls share ([`RepullMetrics`]); and the image filesystem's
 //! capacity and available bytes and its inodes as the last GC read them; and KEP-6053's attempt
 //! series ([`AttemptMetrics`], `attempt_metrics.rs`). The agent's metrics module turns these
@@ -92,6 +94,7 @@ pub struct GcMetrics {
     rescued: [AtomicU64; RescueReason::ALL.len()],
     future_stamps_clamped: AtomicU64,
     clock_went_back: AtomicU64,
+    release_wait_timeouts: AtomicU64,
     /// The cycle in flight: whether one runs, and what it removed and freed so far.
     running: AtomicBool,
     progress_removed: AtomicU64,
@@ -259,5 +262,17 @@ impl GcMetrics {
     /// more than the tolerance).
     pub fn clock_went_back(&self) -> u64 {
         self.clock_went_back.load(Ordering::Relaxed)
+    }
+
+    /// Counts one cycle whose wait for the runtime's release reached its bound.
+    pub fn record_release_wait_timeout(&self) {
+        self.release_wait_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `gc_release_wait_timeouts_total`: cycles whose wait for the runtime to show MaxAge's
+    /// removals released reached its bound (the space pass then planned against the last
+    /// reading).
+    pub fn release_wait_timeouts(&self) -> u64 {
+        self.release_wait_timeouts.load(Ordering::Relaxed)
     }
 }

@@ -7,7 +7,8 @@
 //! budget rules' ([`InodeNeed`], [`BudgetNeed`]); `manager` runs detect, GarbageCollect and
 //! DeleteUnusedImages against an [`crate::runtime::ImageRuntime`] and the store; `attempt` and
 //! `attempt_metrics` name and count each cycle in KEP-6053's terms. Everything takes
-//! `now` as an argument; nothing here reads a clock or sleeps.
+//! `now` as an argument; nothing here reads a clock or sleeps (the one wait, for the runtime
+//! to release MaxAge's removals, goes through an injected [`crate::clock::Pause`]).
 
 // `detect` stays reachable (hidden) for the bench's baseline, `gc::detect::reference` (the
 // map-based planner) and `gc::detect::apply_to_copy`; everything else is reached through the
@@ -60,7 +61,7 @@ pub use explain::{
     note_prior_evictions,
 };
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
-pub use manager::{CycleTime, GcConfig, ImageGcManager};
+pub use manager::{CycleTime, GcConfig, ImageGcManager, RELEASE_POLL_INTERVAL, RELEASE_WAIT_BOUND};
 pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
 pub use pin_request::{PinRequestError, check_pin_request};
 pub use pins::PinPatterns;

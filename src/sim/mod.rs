@@ -385,7 +385,8 @@ fn start_agent(
     let in_flight = PullsInFlight::new();
     let gc = ImageGcManager::new(runtime.clone(), store.clone(), config.clone())
         .map_err(|e| SimError::Setup(e.to_string()))?
-        .with_pulls_in_flight(in_flight.clone());
+        .with_pulls_in_flight(in_flight.clone())
+        .with_release_pause(Arc::new(world::SimPause(runtime.clone())));
     let pull_config = PullConfig {
         serialize_image_pulls: false,
         max_parallel_image_pulls: None,

@@ -13,7 +13,9 @@
 //!    is not older than that acknowledgement, across power cuts too.
 //! 3. `Store::check_invariants` is clean after every step that committed (and the full
 //!    `Store::check` after every recovery, in the driver).
-//! 4. Liveness: a GarbageCollect that found usage at or above the high threshold either freed
+//! 4. Liveness: a GarbageCollect that found usage at or above the high threshold (in the
+//!    reading its space pass planned on: after the MaxAge pass and its wait for the runtime's
+//!    release, `world::CycleFs::planned`) either freed
 //!    by space removals at least what it had to free down to the low threshold, or says why
 //!    not with an error; an `InsufficientSpace` error states the bytes its removals freed; and
 //!    (judged by the driver, on a cycle during which nothing changed) a GC that gave up or a

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
 use crate::clock::Clock;
-use crate::gc::{GcError, GcReport};
+use crate::gc::{GcError, GcReport, RemovalReason};
 use crate::gc::{Verdict, space_verdict};
 use crate::model::{RecordKey, UnixNanos};
 use crate::store::Store;
@@ -154,7 +154,17 @@ impl Sim {
             }
             Done::Gc(report) => {
                 self.runtime.world().seen.remove(&id);
-                let fs = self.runtime.world().fs_answers.remove(&id);
+                let age_removals = report
+                    .removed
+                    .iter()
+                    .filter(|r| r.reason == RemovalReason::Age)
+                    .count();
+                let fs = self
+                    .runtime
+                    .world()
+                    .fs_answers
+                    .remove(&id)
+                    .and_then(|cycle| cycle.planned(age_removals));
                 self.runtime.world().last_inodes.remove(&id);
                 self.note(format!(
                     "actor {id}: {:?} removed {} ({} bytes){}",

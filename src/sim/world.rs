@@ -8,7 +8,9 @@
 //! not a bug of the caller); a RemoveImage is judged against the ground truth at the moment
 //! imagekeeper issues it (oracle invariant 1), before it parks; a pull through imagekeeper is
 //! in flight, in the ground truth, from its PullImage call until the simulator sees the
-//! manager's `ensure_image_exists` return. Nothing here awaits anything but its own gates.
+//! manager's `ensure_image_exists` return. Nothing here awaits anything but its own gates; the
+//! GC's pause while it waits for the runtime's release ([`SimPause`]) is one of them, so the
+//! seed decides what happens while it waits.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -16,6 +18,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::clock::Pause;
 
 use crate::model::{
     ContainerState, ContainerUsage, ImageFsStats, ImageId, PullCredentials, PullSpec,
@@ -94,6 +99,29 @@ pub struct RemoveIssued {
     pub inodes_seen: Option<(u64, u64)>,
 }
 
+/// The image filesystem answers one actor got in its cycle, each with the number of
+/// RemoveImage calls the actor had issued before it.
+#[derive(Clone, Debug, Default)]
+pub struct CycleFs {
+    pub removes: usize,
+    pub answers: Vec<(usize, FsAnswer)>,
+}
+
+impl CycleFs {
+    /// The answer the byte rule decided on, in a cycle whose MaxAge pass issued
+    /// `age_removals` RemoveImage calls (a failed one ends the cycle): the last answer taken
+    /// after them and before any other removal (after the MaxAge pass, and after the wait
+    /// for the runtime's release, `gc/manager/release.rs`; the inode walk reads the
+    /// filesystem again after each of its removals).
+    pub fn planned(&self, age_removals: usize) -> Option<FsAnswer> {
+        self.answers
+            .iter()
+            .rev()
+            .find(|(removes, _)| *removes == age_removals)
+            .map(|(_, answer)| *answer)
+    }
+}
+
 /// An image filesystem answer, for the liveness check of the cycle that asked.
 #[derive(Clone, Copy, Debug)]
 pub struct FsAnswer {
@@ -145,9 +173,9 @@ pub struct World {
     /// Invariant-1 violations found when a RemoveImage was issued.
     pub violations: Vec<String>,
     pub removes: Vec<RemoveIssued>,
-    /// The first image filesystem answer each actor got in its cycle (what the byte rule
-    /// decided on; the inode walk reads the filesystem again after each removal).
-    pub fs_answers: BTreeMap<ActorId, FsAnswer>,
+    /// The image filesystem answers each actor got in its cycle ([`CycleFs::planned`] is
+    /// the one the byte rule decided on).
+    pub fs_answers: BTreeMap<ActorId, CycleFs>,
     /// The last image filesystem answer each actor got: (inodes, free inodes).
     pub last_inodes: BTreeMap<ActorId, (u64, u64)>,
     /// The filesystem's inodes, and those used by other things than images.
@@ -492,6 +520,7 @@ impl ImageRuntime for SimRuntime {
             }
             let actor = current_actor();
             let inodes_seen = world.last_inodes.get(&actor).copied();
+            world.fs_answers.entry(actor).or_default().removes += 1;
             world.removes.push(RemoveIssued {
                 actor,
                 image_id: image.to_owned(),
@@ -510,12 +539,16 @@ impl ImageRuntime for SimRuntime {
         let mut world = self.world();
         let (capacity, available) = (world.capacity, world.available());
         let (inodes, inodes_free) = (world.inodes, world.inodes_free());
-        world.fs_answers.entry(current_actor()).or_insert(FsAnswer {
-            capacity,
-            available,
-            inodes,
-            inodes_free,
-        });
+        let cycle = world.fs_answers.entry(current_actor()).or_default();
+        cycle.answers.push((
+            cycle.removes,
+            FsAnswer {
+                capacity,
+                available,
+                inodes,
+                inodes_free,
+            },
+        ));
         world
             .last_inodes
             .insert(current_actor(), (inodes, inodes_free));
@@ -570,5 +603,19 @@ impl ImageRuntime for SimRuntime {
                 message: format!("container {container_id:?} not found"),
             }),
         }
+    }
+}
+
+/// The GC's pause while it waits for the runtime to release MaxAge's removals: a gate the
+/// scheduler releases like a CRI call (what it says of failure or lateness is ignored).
+pub(crate) struct SimPause(pub SimRuntime);
+
+impl Pause for SimPause {
+    fn pause(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            self.0
+                .gate(format!("Pause {}ms", duration.as_millis()))
+                .await;
+        })
     }
 }

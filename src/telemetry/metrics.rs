@@ -267,6 +267,8 @@ struct Snapshot {
     runtime_images: Option<(u64, u64)>,
     future_stamps_clamped: u64,
     clock_went_back: u64,
+    /// GC cycles whose wait for the runtime's release reached its bound.
+    release_wait_timeouts: u64,
     /// Kubelet pull intents older than the intent max age at the last read, when read.
     kubelet_stale_intents: Option<u64>,
     progress: GcProgress,
@@ -342,6 +344,7 @@ impl Snapshot {
                 .then(|| gc.image_list_totals()),
             future_stamps_clamped: g.future_stamps_clamped(),
             clock_went_back: g.clock_went_back(),
+            release_wait_timeouts: g.release_wait_timeouts(),
             kubelet_stale_intents: gc.kubelet_stale_intents(),
             progress: g.progress(),
             image_fs: g.image_fs(),

@@ -384,6 +384,10 @@ async fn agent_serves_admin_socket_0600_metrics_and_gc_through_it() {
         body.contains("\nimagekeeper_gc_clock_went_back_total 0\n"),
         "{body}"
     );
+    assert!(
+        body.contains("\nimagekeeper_gc_release_wait_timeouts_total 0\n"),
+        "{body}"
+    );
     // The kubelet's pull records are read (the default root dir): the stale intents' gauge.
     assert!(
         body.contains("\nimagekeeper_kubelet_stale_pull_intents "),

@@ -1,5 +1,6 @@
 //! kubelet's GarbageCollect and DeleteUnusedImages on the manager: the cycle's detect, the
-//! MaxAge pass (`free_old_images`), then the byte rules (the percentage rule, the byte budget)
+//! MaxAge pass (`free_old_images`), the wait for the runtime to release what it removed
+//! (`release.rs`), then the byte rules (the percentage rule, the byte budget)
 //! and the inode rule on the first image filesystem, each cycle freeing the most any byte rule
 //! needs, and the measured pass on every further image filesystem (`measured.rs`).
 //!
@@ -108,9 +109,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         if settings.config.policy.disabled() {
             return Ok(());
         }
-        self.free_old_images(settings, free_time, &mut view, report)
+        let before = self
+            .free_old_images(settings, free_time, &mut view, report)
             .await?;
-        let stats = self.observe_image_fs().await?;
+        let mut stats = self.observe_image_fs().await?;
+        if let Some(before) = &before {
+            // The runtime may not have released MaxAge's removals yet (`release.rs`).
+            stats = self.await_release(before, stats).await?;
+        }
         let needs = self.needs_after_age(settings, &stats, &view, report);
         let first = self
             .free_for_needs(settings, &needs, free_time, &mut view, report)
@@ -249,17 +255,19 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     /// Removes every image unused for longer than MaxAge, reading only the index range of
     /// last_used before `free_time - max_age`. Only watched time counts (`view.watch`): an
     /// image's watched unused time is never more than its time since last use, so the range
-    /// holds every image MaxAge removes.
+    /// holds every image MaxAge removes. Returns the image filesystem as read before the
+    /// first victim's last look, when the removals freed bytes (the basis of `release.rs`'s
+    /// wait).
     async fn free_old_images(
         &self,
         settings: &Settings,
         free_time: UnixNanos,
         view: &mut CycleView,
         report: &mut GcReport,
-    ) -> Result<(), GcError> {
+    ) -> Result<Option<ImageFsStats>, GcError> {
         let max_age = settings.config.policy.max_age;
         if max_age.is_zero() {
-            return Ok(());
+            return Ok(None);
         }
         let bound = free_time.saturating_sub(max_age);
         let mut victims: Vec<(usize, StoredRecord)> = Vec::new();
@@ -277,6 +285,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             }
         }
         let mut errors = Vec::new();
+        let freed_before = report.freed;
+        // The basis of the wait for the release (`release.rs`), read before the first last
+        // look: nothing may await between a last look and its RemoveImage.
+        let before = if victims.is_empty() {
+            None
+        } else {
+            self.reading_before_removals().await
+        };
         for (rank, victim) in victims {
             if self.rescue(settings, &victim, view, free_time).await? {
                 continue;
@@ -287,7 +303,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             }
         }
         if errors.is_empty() {
-            Ok(())
+            Ok(before.filter(|_| report.freed > freed_before))
         } else {
             Err(GcError::AgeDeletion { max_age, errors })
         }

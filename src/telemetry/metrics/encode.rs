@@ -60,6 +60,11 @@ impl Collector for Snapshot {
             self.future_stamps_clamped,
         )?;
         counter(&mut enc, &GC_CLOCK_WENT_BACK, self.clock_went_back)?;
+        counter(
+            &mut enc,
+            &GC_RELEASE_WAIT_TIMEOUTS,
+            self.release_wait_timeouts,
+        )?;
         if let Some(stale) = self.kubelet_stale_intents {
             gauge(&mut enc, &KUBELET_STALE_PULL_INTENTS, stale)?;
         }

@@ -208,6 +208,13 @@ pub(super) const GC_CLOCK_WENT_BACK: MetricFamily = family(
     &[],
     "Detects that found the stored last_detect later than their own time (beyond the tolerance): the clock went back.",
 );
+pub(super) const GC_RELEASE_WAIT_TIMEOUTS: MetricFamily = family(
+    "gc_release_wait_timeouts",
+    C,
+    None,
+    &[],
+    "GC cycles that waited the bound (15 s) for the runtime to show the MaxAge pass's removals released and then planned the space pass against the last reading.",
+);
 pub(super) const KUBELET_STALE_PULL_INTENTS: MetricFamily = absent_when(
     family(
         "kubelet_stale_pull_intents",
@@ -612,6 +619,7 @@ pub const METRICS: &[MetricFamily] = &[
     RUNTIME_IMAGES_SIZE,
     GC_FUTURE_STAMPS_CLAMPED,
     GC_CLOCK_WENT_BACK,
+    GC_RELEASE_WAIT_TIMEOUTS,
     KUBELET_STALE_PULL_INTENTS,
     IMAGE_FS_CAPACITY,
     IMAGE_FS_AVAILABLE,

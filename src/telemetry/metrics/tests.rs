@@ -16,6 +16,7 @@ fn full_snapshot() -> Snapshot {
         runtime_images: Some((3, 300)),
         future_stamps_clamped: 0,
         clock_went_back: 0,
+        release_wait_timeouts: 0,
         kubelet_stale_intents: Some(0),
         progress: GcProgress::default(),
         image_fs: Some((1000, 500)),

@@ -10,6 +10,7 @@ mod journal;
 mod kep6053;
 mod kubelet_records;
 mod lab;
+mod late_release;
 mod pins;
 mod races;
 mod volumes;
