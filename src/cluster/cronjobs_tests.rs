@@ -1,6 +1,8 @@
 use super::*;
 use k8s_openapi::api::batch::v1::{CronJobSpec, JobSpec, JobTemplateSpec};
-use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+
+use super::super::test_specs::pod_spec;
 use kube::api::ObjectMeta;
 
 use crate::model::UnixNanos;
@@ -21,16 +23,7 @@ fn cronjob(name: &str, schedule: &str, images: &[&str]) -> CronJob {
             job_template: JobTemplateSpec {
                 spec: Some(JobSpec {
                     template: PodTemplateSpec {
-                        spec: Some(PodSpec {
-                            containers: images
-                                .iter()
-                                .map(|i| Container {
-                                    image: Some((*i).to_owned()),
-                                    ..Container::default()
-                                })
-                                .collect(),
-                            ..PodSpec::default()
-                        }),
+                        spec: Some(pod_spec(images)),
                         ..PodTemplateSpec::default()
                     },
                     ..JobSpec::default()

@@ -95,24 +95,12 @@ pub async fn watch_daemonsets(client: Client, pods: BoundPods) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_specs::pod_spec;
     use super::*;
     use k8s_openapi::api::apps::v1::DaemonSetSpec;
-    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
+    use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use kube::api::ObjectMeta;
-
-    fn spec(images: &[&str]) -> PodSpec {
-        PodSpec {
-            containers: images
-                .iter()
-                .map(|i| Container {
-                    image: Some((*i).to_owned()),
-                    ..Container::default()
-                })
-                .collect(),
-            ..PodSpec::default()
-        }
-    }
 
     fn daemonset(name: &str, images: &[&str]) -> DaemonSet {
         DaemonSet {
@@ -123,7 +111,7 @@ mod tests {
             },
             spec: DaemonSetSpec {
                 template: PodTemplateSpec {
-                    spec: Some(spec(images)),
+                    spec: Some(pod_spec(images)),
                     ..PodTemplateSpec::default()
                 },
                 ..DaemonSetSpec::default()
@@ -148,7 +136,7 @@ mod tests {
                 }),
                 ..ObjectMeta::default()
             },
-            spec: Some(spec(images)),
+            spec: Some(pod_spec(images)),
             ..Pod::default()
         }
     }

@@ -18,6 +18,8 @@ mod daemonsets;
 mod drive;
 mod pods;
 mod replicasets;
+#[cfg(test)]
+mod test_specs;
 
 pub use client::{MAX_ANSWER_BYTES, capped_client};
 pub use cronjobs::{CronJobWatch, cronjob_signal, watch_cronjobs};

@@ -1,9 +1,10 @@
 use super::*;
 use k8s_openapi::api::apps::v1::ReplicaSetSpec;
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::ObjectMeta;
 
+use super::super::test_specs::pod_spec;
 use crate::gc::KnownUse;
 use crate::model::UnixNanos;
 
@@ -31,16 +32,7 @@ fn replicaset(
         },
         spec: ReplicaSetSpec {
             template: Some(PodTemplateSpec {
-                spec: Some(PodSpec {
-                    containers: images
-                        .iter()
-                        .map(|i| Container {
-                            image: Some((*i).to_owned()),
-                            ..Container::default()
-                        })
-                        .collect(),
-                    ..PodSpec::default()
-                }),
+                spec: Some(pod_spec(images)),
                 ..PodTemplateSpec::default()
             }),
             ..ReplicaSetSpec::default()
