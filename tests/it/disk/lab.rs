@@ -84,6 +84,92 @@ fn write_random(path: &Path, bytes: u64) {
     std::fs::write(path, data).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
 
+/// An agent on the lab's containerd with its database, admin socket and notify socket in
+/// `dir`, metrics on loopback, no probe listener (the DaemonSet's default port is the deploy
+/// lab pod's), runtime pins and the space pass off (high threshold 100), the disk accounting
+/// every minute, and `extra` settings (`KEY=VALUE`). The notify socket lives as long as the
+/// returned guard.
+fn spawn_disk_agent(
+    lab: &Lab,
+    dir: &Path,
+    extra: &[&str],
+) -> (
+    crate::support::agent::AgentChild,
+    std::os::unix::net::UnixDatagram,
+) {
+    let notify = dir.join("notify.sock");
+    let guard = std::os::unix::net::UnixDatagram::bind(&notify).expect("bind notify");
+    let mut args = vec![
+        "--metrics-address",
+        "127.0.0.1:0",
+        "--healthz-address=",
+        "--image-gc-high-threshold",
+        "100",
+        "--set",
+        "runtimePins=off",
+        "--set",
+        "diskAccountingPeriod=1m",
+    ];
+    for setting in extra {
+        args.extend(["--set", setting]);
+    }
+    let agent = crate::support::agent::AgentChild::spawn(
+        &lab.endpoint,
+        &dir.join("records.redb"),
+        &dir.join("admin.sock"),
+        notify.to_str().expect("utf8"),
+        &args,
+    );
+    (agent, guard)
+}
+
+/// The agent's metrics at `metrics`, scraped every 200 ms until `done` holds of the text
+/// (panics naming `what` after `deadline`).
+async fn scrape_until(
+    metrics: &str,
+    what: &str,
+    deadline: std::time::Duration,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let done = &done;
+    support::wait_for(what, deadline, || {
+        let metrics = metrics.to_owned();
+        async move {
+            let text = tokio::task::spawn_blocking(move || support::http_get(&metrics, "/metrics"))
+                .await
+                .expect("scrape");
+            if done(&text) {
+                return Some(text);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            None
+        }
+    })
+    .await
+}
+
+/// `inspect evictions --db DB --reason orphan -o json`, which must succeed: the journal's
+/// orphan entries.
+fn orphan_journal(db: &Path) -> Value {
+    let out = bin::run(&[
+        "inspect",
+        "evictions",
+        "--db",
+        &db.display().to_string(),
+        "--reason",
+        "orphan",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("inspect evictions -o json")
+}
+
 /// Every namespace's images, snapshots, content, leases and containers, as ctr lists them.
 fn listings(lab: &Lab) -> String {
     let mut out = String::new();
@@ -506,44 +592,13 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
     // The agent's disk accounting (diskAccountingPeriod): the same split as metrics. Runtime
     // pins off and the space pass off (high threshold 100): it changes nothing either.
     let agent_dir = tempfile::tempdir().expect("temp dir");
-    let notify = agent_dir.path().join("notify.sock");
-    let _notify = std::os::unix::net::UnixDatagram::bind(&notify).expect("bind notify");
-    let mut agent = crate::support::agent::AgentChild::spawn(
-        &lab.endpoint,
-        &agent_dir.path().join("records.redb"),
-        &agent_dir.path().join("admin.sock"),
-        notify.to_str().expect("utf8"),
-        &[
-            "--metrics-address",
-            "127.0.0.1:0",
-            // Not the DaemonSet's default probe port, which the deploy lab's pod binds.
-            "--healthz-address=",
-            "--image-gc-high-threshold",
-            "100",
-            "--set",
-            "runtimePins=off",
-            "--set",
-            "diskAccountingPeriod=1m",
-        ],
-    );
+    let (mut agent, _notify) = spawn_disk_agent(&lab, agent_dir.path(), &[]);
     let metrics = agent.metrics_address().await;
-    let scraped = support::wait_for(
+    let scraped = scrape_until(
+        &metrics,
         "the agent's first disk accounting (imagekeeper_disk_bytes)",
         std::time::Duration::from_secs(60),
-        || {
-            let metrics = metrics.clone();
-            async move {
-                let text =
-                    tokio::task::spawn_blocking(move || support::http_get(&metrics, "/metrics"))
-                        .await
-                        .expect("scrape");
-                if text.contains("imagekeeper_disk_bytes{") {
-                    return Some(text);
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                None
-            }
-        },
+        |text| text.contains("imagekeeper_disk_bytes{"),
     )
     .await;
     let gauge = |owner: &str| -> u64 {
@@ -672,17 +727,7 @@ async fn inspect_disk_names_what_the_cri_does_not_show_with_its_du_size_and_chan
         "{report:#}"
     );
     assert!(!upper2.exists(), "the second orphan's directory is freed");
-    let out = bin::run(&[
-        "inspect",
-        "evictions",
-        "--db",
-        &db,
-        "--reason",
-        "orphan",
-        "-o",
-        "json",
-    ]);
-    let journal: Value = serde_json::from_slice(&out.stdout).expect("inspect evictions -o json");
+    let journal = orphan_journal(&agent_dir.path().join("records.redb"));
     let ids: Vec<&str> = journal
         .as_array()
         .expect("entries")
@@ -815,23 +860,7 @@ fn prune_orphans_through_the_agent(
     );
 
     // The journal lists both removals, reason orphan, by imagekeeper, with their sizes.
-    let out = bin::run(&[
-        "inspect",
-        "evictions",
-        "--db",
-        &db.display().to_string(),
-        "--reason",
-        "orphan",
-        "-o",
-        "json",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let journal: Value = serde_json::from_slice(&out.stdout).expect("inspect evictions -o json");
+    let journal = orphan_journal(db);
     let snapshotter = orphan["snapshotter"].as_str().expect("a snapshotter");
     for (id, row) in [
         (

@@ -4,10 +4,11 @@
 //! `imagekeeper_disk_orphans_pruned_*`; the CRI images and a running container stay.
 
 use imagekeeper::cri::ImageRuntime;
-use serde_json::Value;
 
-use super::{MIB, ctr, run_ctr, upperdir, write_random};
-use crate::support::{self, bin};
+use super::{
+    MIB, ctr, orphan_journal, run_ctr, scrape_until, spawn_disk_agent, upperdir, write_random,
+};
+use crate::support;
 
 #[tokio::test]
 #[ignore = "needs the cri lab: scripts/cri-lab up, IMAGEKEEPER_LAB_ENV (scripts/test runs it)"]
@@ -51,51 +52,20 @@ async fn an_agent_with_disk_prune_orphans_removes_an_orphaned_snapshot_and_journ
     let images_before = run_ctr(&lab, "k8s.io", &["images", "ls", "-q"]);
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let notify = dir.path().join("notify.sock");
-    let _notify = std::os::unix::net::UnixDatagram::bind(&notify).expect("bind notify");
     let db = dir.path().join("records.redb");
-    let mut agent = crate::support::agent::AgentChild::spawn(
-        &lab.endpoint,
-        &db,
-        &dir.path().join("admin.sock"),
-        notify.to_str().expect("utf8"),
-        &[
-            "--metrics-address",
-            "127.0.0.1:0",
-            "--healthz-address=",
-            "--image-gc-high-threshold",
-            "100",
-            "--set",
-            "runtimePins=off",
-            "--set",
-            "diskAccountingPeriod=1m",
-            "--set",
-            "diskPruneOrphans=0s",
-        ],
-    );
+    let (mut agent, _notify) = spawn_disk_agent(&lab, dir.path(), &["diskPruneOrphans=0s"]);
     let metrics = agent.metrics_address().await;
     // The agent's first accounting runs at its start; its prune follows it.
-    let scraped = support::wait_for(
+    let scraped = scrape_until(
+        &metrics,
         "the agent's prune after its first disk accounting",
         std::time::Duration::from_secs(90),
-        || {
-            let metrics = metrics.clone();
-            async move {
-                let text =
-                    tokio::task::spawn_blocking(move || support::http_get(&metrics, "/metrics"))
-                        .await
-                        .expect("scrape");
-                let removed = text.lines().any(|l| {
-                    l.strip_prefix("imagekeeper_disk_orphans_pruned_total{result=\"removed\"} ")
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        .is_some_and(|n| n >= 1)
-                });
-                if removed {
-                    return Some(text);
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                None
-            }
+        |text| {
+            text.lines().any(|l| {
+                l.strip_prefix("imagekeeper_disk_orphans_pruned_total{result=\"removed\"} ")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .is_some_and(|n| n >= 1)
+            })
         },
     )
     .await;
@@ -125,23 +95,7 @@ async fn an_agent_with_disk_prune_orphans_removes_an_orphaned_snapshot_and_journ
         "the container runs: {tasks}"
     );
 
-    let out = bin::run(&[
-        "inspect",
-        "evictions",
-        "--db",
-        &db.display().to_string(),
-        "--reason",
-        "orphan",
-        "-o",
-        "json",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let journal: Value = serde_json::from_slice(&out.stdout).expect("inspect evictions -o json");
+    let journal = orphan_journal(&db);
     assert!(
         journal.as_array().expect("entries").iter().any(|e| e["id"]
             .as_str()
