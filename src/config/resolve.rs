@@ -113,6 +113,7 @@ impl AgentConfig {
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_ADMIN_SOCKET));
         check_admin_socket(&admin_socket, &db, &cri)?;
+        let disk_accounting_period = resolve_disk_accounting_period(file, &o)?;
 
         Ok(AgentConfig {
             db,
@@ -147,8 +148,8 @@ impl AgentConfig {
             runtime_pins,
             cluster_signals: file.cluster_signals.unwrap_or(false),
             containerd_address,
-            disk_accounting_period: resolve_disk_accounting_period(file, &o)?,
-            disk_prune_orphans: resolve_disk_prune_orphans(file, &o)?,
+            disk_accounting_period,
+            disk_prune_orphans: resolve_disk_prune_orphans(file, &o, disk_accounting_period)?,
             cluster_signals_cronjob_lead: resolve_cronjob_lead(file, &o)?,
             warm,
         })

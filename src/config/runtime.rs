@@ -109,10 +109,12 @@ pub(super) fn resolve_disk_accounting_period(
 
 /// `diskPruneOrphans`: `off` (the default) or the minimum age, a Go duration, of the orphaned
 /// snapshots and unreferenced blobs the agent removes after each disk accounting; refused
-/// with the accounting off (nothing would run it).
+/// with the accounting off (`accounting`, the resolved `diskAccountingPeriod`: nothing would
+/// run it).
 pub(super) fn resolve_disk_prune_orphans(
     file: &FileConfig,
     o: &Origin<'_>,
+    accounting: Option<Duration>,
 ) -> Result<Option<Duration>, ConfigError> {
     let Some(value) = &file.disk_prune_orphans else {
         return Ok(None);
@@ -122,7 +124,7 @@ pub(super) fn resolve_disk_prune_orphans(
         return Ok(None);
     }
     let min_age = super::origin::duration(value, &from)?;
-    if resolve_disk_accounting_period(file, o)?.is_none() {
+    if accounting.is_none() {
         return Err(invalid(
             from,
             format!(
