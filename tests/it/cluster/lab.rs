@@ -746,31 +746,14 @@ async fn with_cluster_signals_a_bound_pods_image_survives_gc_while_its_init_cont
         "{main}: present and pinned as the CRI lists it"
     );
     // The main container starts with no pull.
-    let started = support::wait_for(
-        "the pod's main container created (kubectl get events)",
-        Duration::from_secs(200),
-        || async {
-            let events = cluster.kubectl(&[
-                "-n",
-                "default",
-                "get",
-                "events",
-                "--field-selector",
-                "involvedObject.name=signals-init,reason=Pulled",
-                "-o",
-                "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
-            ]);
-            let found = events
-                .lines()
-                .find(|line| line.contains(&main))
-                .map(str::to_owned);
-            if found.is_none() {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-            found
-        },
-    )
-    .await;
+    let started = cluster
+        .wait_for_pulled(
+            "the pod's main container created (kubectl get events)",
+            "signals-init ",
+            &main,
+            Duration::from_secs(200),
+        )
+        .await;
     println!("{started}");
     assert!(started.contains("already present on machine"), "{started}");
     cluster.kubectl(&[
@@ -895,31 +878,14 @@ async fn with_cluster_signals_a_daemonsets_new_template_is_pulled_ahead_and_its_
         "OnDelete: the old pod still runs the old image while the new one is pulled"
     );
     cluster.kubectl(&["-n", "default", "delete", "pod", &old_pod, "--wait=false"]);
-    let pulled = support::wait_for(
-        "the replacement pod's Pulled event (kubectl get events)",
-        Duration::from_secs(120),
-        || async {
-            let events = cluster.kubectl(&[
-                "-n",
-                "default",
-                "get",
-                "events",
-                "--field-selector",
-                "reason=Pulled",
-                "-o",
-                "jsonpath={range .items[*]}{.involvedObject.name} {.message}{\"\\n\"}{end}",
-            ]);
-            let found = events
-                .lines()
-                .find(|line| line.starts_with("signals-ds-") && line.contains(&new))
-                .map(str::to_owned);
-            if found.is_none() {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-            found
-        },
-    )
-    .await;
+    let pulled = cluster
+        .wait_for_pulled(
+            "the replacement pod's Pulled event (kubectl get events)",
+            "signals-ds-",
+            &new,
+            Duration::from_secs(120),
+        )
+        .await;
     println!("{pulled}");
     assert!(
         pulled.contains("already present on machine"),

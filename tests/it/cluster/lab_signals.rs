@@ -94,31 +94,14 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
         !jobs.contains("signals-cron-"),
         "pulled ahead before the run: {jobs}"
     );
-    let pulled = support::wait_for(
-        "the CronJob run's Pulled event, of a pod of this run's Job (kubectl get events)",
-        Duration::from_secs(240),
-        || async {
-            let events = cluster.kubectl(&[
-                "-n",
-                "default",
-                "get",
-                "events",
-                "--field-selector",
-                "reason=Pulled",
-                "-o",
-                "jsonpath={range .items[*]}{.involvedObject.name} {.message}{\"\\n\"}{end}",
-            ]);
-            let found = events
-                .lines()
-                .find(|line| line.starts_with(&format!("{job}-")) && line.contains(&image))
-                .map(str::to_owned);
-            if found.is_none() {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-            found
-        },
-    )
-    .await;
+    let pulled = cluster
+        .wait_for_pulled(
+            "the CronJob run's Pulled event, of a pod of this run's Job (kubectl get events)",
+            &format!("{job}-"),
+            &image,
+            Duration::from_secs(240),
+        )
+        .await;
     println!("{pulled}");
     assert!(
         pulled.contains("already present on machine"),

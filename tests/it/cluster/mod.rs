@@ -155,6 +155,39 @@ impl ClusterLab {
         .await
     }
 
+    /// Waits for a kubelet `Pulled` Event in `default` of a pod whose name starts with
+    /// `pod_prefix` about `image`; returns its line, `<pod> <message>` (kubectl get events,
+    /// every 2 s until `deadline`).
+    pub async fn wait_for_pulled(
+        &self,
+        what: &str,
+        pod_prefix: &str,
+        image: &str,
+        deadline: Duration,
+    ) -> String {
+        support::wait_for(what, deadline, || async {
+            let events = self.kubectl(&[
+                "-n",
+                "default",
+                "get",
+                "events",
+                "--field-selector",
+                "reason=Pulled",
+                "-o",
+                "jsonpath={range .items[*]}{.involvedObject.name} {.message}{\"\\n\"}{end}",
+            ]);
+            let found = events
+                .lines()
+                .find(|line| line.starts_with(pod_prefix) && line.contains(image))
+                .map(str::to_owned);
+            if found.is_none() {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            found
+        })
+        .await
+    }
+
     /// `crictl ARGS` against the lab's containerd, run to its end.
     pub fn crictl_output(&self, args: &[&str]) -> Output {
         let endpoint = self.env("CLUSTER_LAB_CRI_ENDPOINT");
