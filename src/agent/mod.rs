@@ -32,6 +32,7 @@ mod admin_backend;
 mod disk;
 mod doctor_events;
 mod events;
+mod keep_sets;
 mod loops;
 mod memory;
 mod notify;

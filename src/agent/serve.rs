@@ -156,6 +156,12 @@ impl<R: AgentRuntime> Agent<R> {
             let stop = stop_rx.clone();
             tokio::spawn(async move { agent.disk_loop(stop).await })
         };
+        // The KeepSets' loop (idle until the cluster's watch lists the sets).
+        let keep_sets = {
+            let agent = self.clone();
+            let stop = stop_rx.clone();
+            tokio::spawn(async move { agent.keep_sets_loop(stop).await })
+        };
         let loops = {
             let agent = self.clone();
             tokio::spawn(async move { agent.run_loops(stop_rx).await })
@@ -176,6 +182,7 @@ impl<R: AgentRuntime> Agent<R> {
         // start's cycle sees what landed.
         warm.abort();
         disk.abort();
+        keep_sets.abort();
     }
 }
 

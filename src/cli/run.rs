@@ -103,6 +103,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let config = resolve_source(&source)?;
     let events_node = flag_node("--events", args.events)?;
     let signals_node = flag_node("clusterSignals", config.cluster_signals)?;
+    let keep_sets_node = flag_node("keepSets", config.keep_sets)?;
     // The config file and the warm set directory, watched alike.
     let watched: Vec<std::path::PathBuf> = source
         .file
@@ -224,6 +225,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             if watch_bound_pods(pods.clone(), signals, node).await {
                 wait_for_first_list(&pods).await;
             }
+        }
+        if let Some(node) = keep_sets_node {
+            watch_keep_sets(agent.gc_manager().node_keep_sets(), node).await;
         }
         // "agent started" and the service manager's messages come once the admin socket is
         // bound and the metrics endpoint set up (`Listeners::bound`); not at all if that fails.
@@ -379,6 +383,41 @@ async fn watch_bound_pods(
             "Cluster signals are off: built without the kube feature"
         );
         false
+    }
+}
+
+/// The watch of the KeepSets selecting `node` and of its labels (`keepSets`), writing them
+/// for the agent's keep-set loop, and the publisher of the node's KeepSetReport, in the
+/// background for the agent's life; without in-cluster credentials one warning, and the
+/// node's pins stay as they are.
+async fn watch_keep_sets(handle: imagekeeper::gc::NodeKeepSets, node: String) {
+    #[cfg(feature = "kube")]
+    {
+        let client = match kube::Config::infer().await {
+            Ok(config) => {
+                imagekeeper::cluster::capped_client(config, imagekeeper::cluster::MAX_ANSWER_BYTES)
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match client {
+            Ok(client) => {
+                info!(node, "Watching the KeepSets selecting this node");
+                tokio::spawn(imagekeeper::cluster::publish_keep_set_reports(
+                    client.clone(),
+                    node.clone(),
+                    handle.clone(),
+                ));
+                tokio::spawn(imagekeeper::cluster::watch_keep_sets(client, node, handle));
+            }
+            Err(e) => {
+                warn!(error = %e, node, "KeepSets are off: no API server credentials");
+            }
+        }
+    }
+    #[cfg(not(feature = "kube"))]
+    {
+        let _ = handle;
+        warn!(node, "KeepSets are off: built without the kube feature");
     }
 }
 

@@ -4,10 +4,12 @@
 //! (`daemonsets.rs`), which those pods run next (the GC keeps them, [`crate::gc::BoundPods`],
 //! and the warm loop pulls a template's images ahead); the CronJobs (`cronjobs.rs`: each
 //! image's next run) and the Deployments' revisions (`replicasets.rs`: current, rollback,
-//! superseded), which the predictive order reads ([`crate::gc::ClusterSignals`]). Every watch
-//! runs one loop (`drive.rs`).
+//! superseded), which the predictive order reads ([`crate::gc::ClusterSignals`]); the fleet's
+//! KeepSets selecting this node (`keepsets.rs`, `keepSets`), which the agent pins, and this
+//! node's report of them (`keepset_report.rs`, its one write: its own `KeepSetReport`). Every
+//! watch runs one loop (`drive.rs`).
 //!
-//! Invariants: only reads (list and watch), through kube-rs's watcher with a field selector
+//! Invariants: only reads (list and watch) but the node's own KeepSetReport, through kube-rs's watcher with a field selector
 //! on `spec.nodeName`, so the API server sends this node's pods only; each pod is held as its
 //! image names, never as the object; a relist replaces the set at once when it is complete,
 //! not before; with the API server away the last set holds.
@@ -16,6 +18,8 @@ mod client;
 mod cronjobs;
 mod daemonsets;
 mod drive;
+mod keepset_report;
+mod keepsets;
 mod pods;
 mod replicasets;
 #[cfg(test)]
@@ -24,6 +28,10 @@ mod test_specs;
 pub use client::{MAX_ANSWER_BYTES, capped_client};
 pub use cronjobs::{CronJobWatch, cronjob_signal, watch_cronjobs};
 pub use daemonsets::{DaemonSetWatch, daemonset_images, watch_daemonsets};
+pub use keepset_report::{publish_keep_set_reports, report_body};
+pub use keepsets::{
+    GROUP, KeepSetObject, KeepSetSpec, KeepSetWatch, VERSION, keep_set_of, selects, watch_keep_sets,
+};
 pub use pods::{
     PodWatch, controller_daemonset, controller_job, pod_images, spec_images, watch_bound_pods,
 };

@@ -137,6 +137,8 @@ pub struct AgentConfig {
     pub runtime_pins: RuntimePins,
     /// Whether the agent watches the pods bound to this node (`clusterSignals`).
     pub cluster_signals: bool,
+    /// Whether the agent watches the KeepSets selecting this node and pins them (`keepSets`).
+    pub keep_sets: bool,
     /// containerd's API socket for the runtime pins (default: the CRI runtime endpoint).
     pub containerd_address: String,
     /// How often the disk accounting runs (`diskAccountingPeriod`); `None`: off.

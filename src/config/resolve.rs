@@ -147,6 +147,7 @@ impl AgentConfig {
             container_events,
             runtime_pins,
             cluster_signals: file.cluster_signals.unwrap_or(false),
+            keep_sets: file.keep_sets.unwrap_or(false),
             containerd_address,
             disk_accounting_period,
             disk_prune_orphans: resolve_disk_prune_orphans(file, &o, disk_accounting_period)?,

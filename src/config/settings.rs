@@ -281,6 +281,15 @@ macro_rules! imagekeeper_settings {
                 help: "Watch the pods bound to this node through the API server (NODE_NAME, in-cluster credentials, a binary with the `kube` feature) and keep, runtime-pinned, every image they name, whether or not their containers exist yet; the DaemonSets owning them, whose templates' images are kept and pulled ahead (a rollout's next pod here); every CronJob (its next run: kept from clusterSignalsCronJobLead before it, and a known next use for the predictive order) and every ReplicaSet (a Deployment's previous revision: its rollback set, ranked by the predictive order).",
             }
             {
+                key: "keepSets",
+                field: keep_sets: bool,
+                flag: [],
+                kubelet: [],
+                default: |c| c.keep_sets.to_string(),
+                reload: NeedsRestart,
+                help: "Watch the KeepSets (the cluster-scoped custom resource imagekeeper.io/v1alpha1 KeepSet, the chart's CRD) whose nodeSelector matches this node's labels (NODE_NAME, in-cluster credentials, a binary with the `kube` feature): pull each set's images and pin them (a pin whose reason is `KeepSet/<name>`, runtime-pinned) until the set's lifetime ends or it is deleted, and publish this node's KeepSetReport object (per set: present, pinned, failed with the reason, bytes).",
+            }
+            {
                 key: "clusterSignalsCronJobLead",
                 field: cluster_signals_cronjob_lead: String,
                 flag: [],

@@ -162,6 +162,8 @@ pub struct ImageGcManager<R> {
     bound_pods: super::BoundPods,
     /// What the cluster declared of the images' next uses ([`ImageGcManager::cluster_signals`]).
     cluster_signals: super::ClusterSignals,
+    /// The KeepSets selecting this node ([`ImageGcManager::node_keep_sets`]).
+    node_keep_sets: super::NodeKeepSets,
     /// How the cycle waits between readings while the runtime has not released MaxAge's
     /// removals ([`ImageGcManager::with_release_pause`]; `release.rs`).
     pause: Arc<dyn Pause>,
@@ -189,6 +191,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             pin_index: Mutex::new(Arc::default()),
             bound_pods: super::BoundPods::default(),
             cluster_signals: super::ClusterSignals::default(),
+            node_keep_sets: super::NodeKeepSets::default(),
             pause: Arc::new(TokioPause),
         })
     }
@@ -226,6 +229,12 @@ impl<R: ImageRuntime> ImageGcManager<R> {
     pub fn with_bound_pods(mut self, pods: super::BoundPods) -> Self {
         self.bound_pods = pods;
         self
+    }
+
+    /// The KeepSets selecting this node: a handle the cluster's watch writes and the agent's
+    /// keep-set loop reads (empty, pinning nothing, with no watch).
+    pub fn node_keep_sets(&self) -> super::NodeKeepSets {
+        self.node_keep_sets.clone()
     }
 
     /// The cluster's declarations of the images' next uses (CronJobs, rollouts): a handle the

@@ -25,6 +25,7 @@ mod error;
 pub(crate) mod evict;
 pub(crate) mod explain;
 pub(crate) mod fault_hooks;
+mod keep_sets;
 pub(crate) mod kubelet;
 pub(crate) mod manager;
 pub(crate) mod metrics;
@@ -60,10 +61,14 @@ pub use explain::{
     RuntimePinStatus, SpacePass, explain_in, note_adaptive_ranks, note_predictive_ranks,
     note_prior_evictions,
 };
+pub use keep_sets::{
+    KEEPSET_REASON_PREFIX, KeepSet, KeepSetReport, MAX_KEEPSETS, MAX_REPORTED_FAILURES,
+    NodeKeepSets, PinChanges, keep_set_of_reason, keep_set_pin_changes, keep_set_reason,
+};
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
 pub use manager::{CycleTime, GcConfig, ImageGcManager, RELEASE_POLL_INTERVAL, RELEASE_WAIT_BOUND};
 pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
-pub use pin_request::{PinRequestError, check_pin_request};
+pub use pin_request::{PinRequestError, check_pin_image, check_pin_request};
 pub use pins::PinPatterns;
 pub use plan::plan_space_victims;
 pub use policy::{ByteBudget, GcPolicy, InodeThresholds, SignedAge, kubelet_validation_errors};

@@ -44,6 +44,9 @@ pub enum PinRequestError {
     /// The reason is too long or has control characters.
     #[error("--reason: at most {MAX_PIN_REASON_BYTES} bytes, without control characters")]
     BadReason,
+    /// The reason starts as the pins a KeepSet wrote do (`KeepSet/`), reserved to them.
+    #[error("--reason: a reason starting with \"KeepSet/\" is reserved to the pins of KeepSets")]
+    ReservedReason,
     #[error("--until: the time {shown} is not in the future")]
     /// The expiry is not in the future.
     NotInFuture {
@@ -78,6 +81,27 @@ pub fn check_pin_request(
     reason: &str,
     now: UnixNanos,
 ) -> Result<(), PinRequestError> {
+    check_pin_image(key)?;
+    if reason.len() > MAX_PIN_REASON_BYTES || reason.chars().any(char::is_control) {
+        return Err(PinRequestError::BadReason);
+    }
+    if reason.starts_with(crate::gc::KEEPSET_REASON_PREFIX) {
+        return Err(PinRequestError::ReservedReason);
+    }
+    if until != UnixNanos::NEVER && until <= now {
+        let shown = if until.0 < 0 {
+            format!("{} ns (negative)", until.0)
+        } else {
+            crate::format::format_rfc3339(until)
+        };
+        return Err(PinRequestError::NotInFuture { shown });
+    }
+    Ok(())
+}
+
+/// Checks a pin's image name and runtime handler (the part of [`check_pin_request`] a KeepSet's
+/// images go through too).
+pub fn check_pin_image(key: &PinKey) -> Result<(), PinRequestError> {
     let name = key.image.as_str();
     if name.is_empty() {
         return Err(PinRequestError::EmptyName);
@@ -97,17 +121,6 @@ pub fn check_pin_request(
         || handler.chars().any(|c| c.is_control() || c.is_whitespace())
     {
         return Err(PinRequestError::BadHandler);
-    }
-    if reason.len() > MAX_PIN_REASON_BYTES || reason.chars().any(char::is_control) {
-        return Err(PinRequestError::BadReason);
-    }
-    if until != UnixNanos::NEVER && until <= now {
-        let shown = if until.0 < 0 {
-            format!("{} ns (negative)", until.0)
-        } else {
-            crate::format::format_rfc3339(until)
-        };
-        return Err(PinRequestError::NotInFuture { shown });
     }
     Ok(())
 }
@@ -253,6 +266,13 @@ mod tests {
                 UnixNanos::NEVER,
                 "a\u{1b}[2J",
                 Err("--reason"),
+            ),
+            (
+                "a KeepSet's reason",
+                key("x:1", ""),
+                UnixNanos::NEVER,
+                "KeepSet/gpu-rollout",
+                Err("reserved to the pins of KeepSets"),
             ),
         ]);
     }

@@ -58,6 +58,7 @@ fn render(helm_path: &Path, set: &[&str]) -> Result<String, String> {
         CHART,
         "--namespace",
         "kube-system",
+        "--include-crds",
     ];
     for s in set {
         args.extend(["--set", s]);
@@ -280,10 +281,14 @@ fn every_runtime_preset_renders_objects_that_check_out() {
             [
                 "ClusterRole",
                 "ClusterRole",
+                "ClusterRole",
+                "ClusterRoleBinding",
                 "ClusterRoleBinding",
                 "ClusterRoleBinding",
                 "ConfigMap",
                 "ConfigMap",
+                "CustomResourceDefinition",
+                "CustomResourceDefinition",
                 "DaemonSet",
                 "PodMonitor",
                 "PrometheusRule",
@@ -432,11 +437,15 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
         let kind = str_at(&value, &["kind"])?;
         let api = str_at(&value, &["apiVersion"])?;
         let name = str_at(&value, &["metadata", "name"])?;
-        let cluster_scoped = matches!(kind, "ClusterRole" | "ClusterRoleBinding");
+        let cluster_scoped = matches!(
+            kind,
+            "ClusterRole" | "ClusterRoleBinding" | "CustomResourceDefinition"
+        );
         match (api, kind) {
             ("v1", "ConfigMap" | "Service" | "ServiceAccount")
             | ("apps/v1", "DaemonSet")
             | ("rbac.authorization.k8s.io/v1", "ClusterRole" | "ClusterRoleBinding")
+            | ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
             | ("monitoring.coreos.com/v1", "PodMonitor" | "ServiceMonitor" | "PrometheusRule") => {}
             _ => return Err(format!("unexpected kind {api} {kind} ({name})")),
         }
@@ -447,6 +456,8 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
         if namespace != (!cluster_scoped).then_some("kube-system") {
             return Err(format!("{kind} {name}: namespace {namespace:?}"));
         }
+        // The chart's crds/ are not templates (Helm installs them as they are): no labels.
+        let labelled = kind != "CustomResourceDefinition";
         for label in [
             "helm.sh/chart",
             "app.kubernetes.io/name",
@@ -454,7 +465,7 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
             "app.kubernetes.io/version",
             "app.kubernetes.io/managed-by",
         ] {
-            if value["metadata"]["labels"][label].as_str().is_none() {
+            if labelled && value["metadata"]["labels"][label].as_str().is_none() {
                 return Err(format!("{kind} {name} lacks the label {label}"));
             }
         }
@@ -463,7 +474,14 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
             "DaemonSet" => check_daemon_set(&value, preset, config.as_ref())?,
             "ClusterRole" => {
                 let rules = serde_yaml_ng::to_string(&value["rules"]).map_err(|e| e.to_string())?;
-                let (what, want) = if name.ends_with("-cluster-signals") {
+                let (what, want) = if name.ends_with("-keep-sets") {
+                    (
+                        "keep sets",
+                        "- apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsets\n  verbs:\n  - get\n  - list\n  - watch\n\
+                         - apiGroups:\n  - ''\n  resources:\n  - nodes\n  verbs:\n  - get\n  - list\n  - watch\n\
+                         - apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsetreports\n  verbs:\n  - get\n  - create\n  - patch\n",
+                    )
+                } else if name.ends_with("-cluster-signals") {
                     (
                         "cluster signals",
                         "- apiGroups:\n  - ''\n  resources:\n  - pods\n  verbs:\n  - list\n  - watch\n\
@@ -708,6 +726,7 @@ fn check_daemon_set(
 /// misplaced) is named by its path; a field of the wrong shape fails the decoding.
 fn check_schema(kind: &str, name: &str, value: &Value) -> Result<(), String> {
     use k8s_openapi::api::{apps::v1 as apps, core::v1 as core, rbac::v1 as rbac};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     fn round_trip<T>(json: &serde_json::Value) -> Result<serde_json::Value, String>
     where
         T: serde::de::DeserializeOwned + serde::Serialize,
@@ -723,6 +742,7 @@ fn check_schema(kind: &str, name: &str, value: &Value) -> Result<(), String> {
         "DaemonSet" => round_trip::<apps::DaemonSet>(&json),
         "ClusterRole" => round_trip::<rbac::ClusterRole>(&json),
         "ClusterRoleBinding" => round_trip::<rbac::ClusterRoleBinding>(&json),
+        "CustomResourceDefinition" => round_trip::<apiextensions::CustomResourceDefinition>(&json),
         // The Prometheus Operator's kinds: no types here.
         _ => return Ok(()),
     }

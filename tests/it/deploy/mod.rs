@@ -310,9 +310,14 @@ pub fn plan(text: &str, node: &NodePaths) -> Result<PodPlan, String> {
                     service_target_ports.push(endpoint["port"].clone());
                 }
             }
-            // The API server's objects (the service account and its roles): nothing the
-            // kubelet runs.
-            Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding") => {}
+            // The API server's objects (the service account, its roles, the KeepSet CRDs):
+            // nothing the kubelet runs.
+            Some(
+                "ServiceAccount"
+                | "ClusterRole"
+                | "ClusterRoleBinding"
+                | "CustomResourceDefinition",
+            ) => {}
             other => return Err(format!("unexpected document kind {other:?}")),
         }
     }

@@ -1,0 +1,313 @@
+//! The keep-set loop: the agent's side of the fleet's KeepSets (`keepSets`; the handle is
+//! `crate::gc::KeepSets`, which the cluster's watch fills). Once the watch has listed the sets,
+//! and at each change of them, at the end of a set's lifetime, and every
+//! [`RETRY_PERIOD`] while an image failed, a cycle: writes the pins the sets ask for
+//! ([`crate::gc::keep_set_pin_changes`], one store transaction) and carries them to the
+//! runtime at once; pulls each image of a set in force that the runtime does not list
+//! (IfNotPresent, the node's credentials, through the image manager's backoff and QPS, at most
+//! `warmParallelPulls` at once) and carries the keeps again; then writes this node's report of
+//! each set (present, runtime-pinned, failed with the pull's reason, bytes) for the cluster
+//! module to publish.
+//!
+//! Invariants: nothing is written before the watch's first list (a restart with the API server
+//! away keeps the pins already written, each until its set's lifetime); an image name a pin
+//! cannot hold (credentials, not a reference) is reported failed, never written or logged
+//! whole; a failure is logged once per set and image until it clears.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::gc::{
+    KeepSet, KeepSetReport, MAX_REPORTED_FAILURES, check_pin_image, keep_set_pin_changes,
+};
+use crate::model::{PinKey, PullOrigin, RuntimeImage, UnixNanos};
+use crate::pull::{MatchIndex, PodRef, PullAuth, PullPolicy, redact_image_name};
+use crate::store::Batch;
+
+use super::{Agent, AgentError, AgentRuntime};
+
+/// How often a cycle runs again while an image of a set failed (the pull's own backoff
+/// decides whether it is tried).
+pub const RETRY_PERIOD: Duration = Duration::from_secs(60);
+/// How often a cycle runs with nothing to wait for (the report follows the runtime's list).
+pub const REFRESH_PERIOD: Duration = Duration::from_secs(300);
+/// The pod name KeepSet pulls are logged under (they are for no pod).
+pub const KEEPSET_POD_NAME: &str = "imagekeeper-keepset";
+
+/// What the loop remembers between cycles: each failing (set, image) and why.
+#[derive(Debug, Default)]
+pub struct KeepSetLoopState {
+    failures: BTreeMap<(String, String), String>,
+}
+
+impl<R: AgentRuntime> Agent<R> {
+    /// The keep-set loop (see the module), until `stop`.
+    pub(super) async fn keep_sets_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let handle = self.gc.node_keep_sets();
+        tokio::select! {
+            () = handle.synced() => {}
+            _ = stop.changed() => return,
+        }
+        let mut state = KeepSetLoopState::default();
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let wait = match self.keep_sets_cycle(&mut state).await {
+                Ok(wait) => wait,
+                Err(e) => {
+                    warn!(error = %e, "KeepSet cycle failed; trying again");
+                    RETRY_PERIOD
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                () = handle.changed() => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    /// One keep-set cycle at the clock's now (see the module); returns how long until the
+    /// next one is due with no change of the sets.
+    pub async fn keep_sets_cycle(
+        self: &Arc<Self>,
+        state: &mut KeepSetLoopState,
+    ) -> Result<Duration, AgentError> {
+        let now = self.clock.now();
+        let sets = self.gc.node_keep_sets().sets();
+        // Names a pin cannot hold are failures, not pins.
+        let mut refused: BTreeMap<(String, String), String> = BTreeMap::new();
+        let usable: Vec<KeepSet> = sets
+            .iter()
+            .map(|set| {
+                let mut set = set.clone();
+                set.images.retain(
+                    |image| match check_pin_image(&PinKey::new(image.clone(), "")) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            refused.insert((set.name.clone(), image.clone()), e.to_string());
+                            false
+                        }
+                    },
+                );
+                set
+            })
+            .collect();
+        let store = self.store.clone();
+        let written = {
+            let usable = usable.clone();
+            tokio::task::spawn_blocking(move || -> Result<bool, AgentError> {
+                let changes = keep_set_pin_changes(&usable, &store.pins()?, now);
+                if changes.is_empty() {
+                    return Ok(false);
+                }
+                let mut batch = Batch::new();
+                for (key, pin) in changes.put {
+                    batch.put_pin(key, pin);
+                }
+                for key in changes.remove {
+                    batch.remove_pin(key);
+                }
+                store.apply(&batch)?;
+                Ok(true)
+            })
+            .await
+            .map_err(|e| AgentError::Serve {
+                step: "the KeepSet cycle's pins on the blocking pool",
+                source: Box::new(e),
+            })??
+        };
+        if written {
+            info!(sets = usable.len(), "Wrote the pins of the KeepSets");
+            self.carry_keeps_now().await;
+        }
+        // Pull what the runtime does not list.
+        let listed = self
+            .gc
+            .runtime()
+            .list_images()
+            .await
+            .map_err(AgentError::Runtime)?;
+        let absent = absent_images(&usable, &listed, now);
+        let mut pulled_any = false;
+        let mut pull_failures: BTreeMap<String, String> = BTreeMap::new();
+        let parallel = self.config().warm.parallel_pulls.max(1);
+        for chunk in absent.chunks(parallel) {
+            let mut pulls = tokio::task::JoinSet::new();
+            for image in chunk {
+                let agent = Arc::clone(self);
+                let image = image.clone();
+                pulls.spawn(async move {
+                    let result = agent.keep_set_pull(&image).await;
+                    (image, result)
+                });
+            }
+            while let Some(joined) = pulls.join_next().await {
+                let Ok((image, result)) = joined else {
+                    continue;
+                };
+                match result {
+                    Ok(image_ref) => {
+                        info!(
+                            image = image.as_str(),
+                            image_ref, "Pulled a KeepSet's image"
+                        );
+                        pulled_any = true;
+                    }
+                    Err(message) => {
+                        pull_failures.insert(image, message);
+                    }
+                }
+            }
+        }
+        if pulled_any {
+            self.carry_keeps_now().await;
+        }
+        let listed = if pulled_any || written {
+            self.gc
+                .runtime()
+                .list_images()
+                .await
+                .map_err(AgentError::Runtime)?
+        } else {
+            listed
+        };
+        // Failures: the refused names and the failed pulls, each set's own.
+        let mut failures = refused;
+        for set in usable.iter().filter(|s| s.active_at(now)) {
+            for image in &set.images {
+                if let Some(message) = pull_failures.get(image) {
+                    failures.insert((set.name.clone(), image.clone()), message.clone());
+                }
+            }
+        }
+        for ((set, image), message) in &failures {
+            if state.failures.get(&(set.clone(), image.clone())) != Some(message) {
+                warn!(
+                    keep_set = set.as_str(),
+                    image = redact_image_name(image).as_str(),
+                    error = message.as_str(),
+                    "A KeepSet's image is not held"
+                );
+            }
+        }
+        state.failures = failures;
+        let reports = reports(&sets, &listed, &state.failures, now);
+        self.gc.node_keep_sets().set_reports(reports);
+        Ok(next_wait(&sets, !state.failures.is_empty(), now))
+    }
+
+    /// One pull of a KeepSet's image through the image manager: IfNotPresent, for no pod, with
+    /// the node's credentials.
+    async fn keep_set_pull(&self, image: &str) -> Result<String, String> {
+        let pod = PodRef {
+            name: KEEPSET_POD_NAME.to_owned(),
+            origin: PullOrigin::Pull,
+            ..PodRef::default()
+        };
+        self.images
+            .ensure_image_exists_with(
+                &pod,
+                image,
+                PullPolicy::IfNotPresent,
+                PullAuth::Keyring(&[]),
+                "",
+            )
+            .await
+            .map_err(|e| format!("{}: {}", e.reason(), e.message()))
+    }
+}
+
+/// The images of the sets in force at `now` the runtime does not list (each once, in name
+/// order).
+fn absent_images(sets: &[KeepSet], listed: &[RuntimeImage], now: UnixNanos) -> Vec<String> {
+    let index = MatchIndex::of_images(listed);
+    let wanted: BTreeSet<&String> = sets
+        .iter()
+        .filter(|s| s.active_at(now))
+        .flat_map(|s| s.images.iter())
+        .collect();
+    wanted
+        .into_iter()
+        .filter(|image| index.named_by(image, "").is_empty())
+        .cloned()
+        .collect()
+}
+
+/// This node's report of each set: its images present, runtime-pinned and failed, by the
+/// runtime's `listed` images.
+fn reports(
+    sets: &[KeepSet],
+    listed: &[RuntimeImage],
+    failures: &BTreeMap<(String, String), String>,
+    now: UnixNanos,
+) -> BTreeMap<String, KeepSetReport> {
+    let index = MatchIndex::of_images(listed);
+    let mut out = BTreeMap::new();
+    for set in sets {
+        let mut report = KeepSetReport {
+            generation: set.generation,
+            images: set.images.len() as u64,
+            expired: !set.active_at(now),
+            ..KeepSetReport::default()
+        };
+        if !report.expired {
+            let mut counted: BTreeSet<usize> = BTreeSet::new();
+            for image in &set.images {
+                let named = index.named_by(image, "");
+                if named.is_empty() {
+                    continue;
+                }
+                report.present += 1;
+                if named.iter().any(|&at| listed[at].pinned) {
+                    report.pinned += 1;
+                }
+                for at in named {
+                    if counted.insert(at) {
+                        report.bytes += listed[at].size;
+                    }
+                }
+            }
+            for ((name, image), message) in failures.range((set.name.clone(), String::new())..) {
+                if *name != set.name {
+                    break;
+                }
+                report.failed += 1;
+                if report.failures.len() < MAX_REPORTED_FAILURES {
+                    report
+                        .failures
+                        .push((redact_image_name(image), message.clone()));
+                }
+            }
+        }
+        out.insert(set.name.clone(), report);
+    }
+    out
+}
+
+/// How long until the next cycle with no change: the next end of a set's lifetime, or
+/// [`RETRY_PERIOD`] while something failed, at most [`REFRESH_PERIOD`].
+fn next_wait(sets: &[KeepSet], failing: bool, now: UnixNanos) -> Duration {
+    let mut wait = if failing {
+        RETRY_PERIOD
+    } else {
+        REFRESH_PERIOD
+    };
+    for set in sets
+        .iter()
+        .filter(|s| s.active_at(now) && s.until != UnixNanos::NEVER)
+    {
+        // Just past the end: a set holds while `now < until`.
+        wait = wait.min(set.until.since(now) + Duration::from_millis(10));
+    }
+    wait
+}
+
+#[cfg(test)]
+#[path = "keep_sets_tests.rs"]
+mod tests;

@@ -1,0 +1,300 @@
+//! The fleet's keeps on this node: the NodeKeepSets (a cluster-scoped custom resource,
+//! `imagekeeper.io/v1alpha1`) whose node selector matches this node's labels, as the cluster's
+//! watch last saw them (`keepSets`: the `cluster` module, feature `kube`, writes them; the
+//! agent's keep-set loop reads them), and what this node reports of each
+//! ([`KeepSetReport`]: the loop writes it, the cluster module publishes it as this node's
+//! `KeepSetReport` object).
+//!
+//! A KeepSet in mode `pin` is carried into the node's database as ordinary pins, one per image
+//! (the GC, `pins`, `inspect explain` and the runtime's `pinned` label treat them as any pin),
+//! whose reason names the set: [`keep_set_reason`], `KeepSet/<name>` (then `: ` and the set's
+//! own reason). [`keep_set_pin_changes`] is the whole rule from the sets to the pins table.
+//!
+//! Invariants: a handle is shared (clones see one set); until the watch has listed the sets
+//! once ([`NodeKeepSets::synced`]) nothing is reconciled, so a restart with the API server away
+//! removes no pin a set wrote: the pins in the database (with the set's lifetime as their
+//! `until`) hold until that lifetime ends. An operator's pin of the same image (a reason not
+//! starting with `KeepSet/`) is never replaced or removed by a set, and the admin call refuses
+//! an operator's reason that starts with `KeepSet/` ([`super::check_pin_request`]). Memory is
+//! bounded: at most [`MAX_KEEPSETS`] sets are held, each name and image at most
+//! [`super::bound_pods::MAX_IMAGE_NAME_BYTES`]; the images of one set are not capped here (the
+//! pins table's own cap, `MAX_ACTIVE_PINS`, bounds what one node pins).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use crate::model::{ImagePin, MAX_PIN_REASON_BYTES, PinKey, UnixNanos};
+
+use super::watch_health::{WatchHealth, WatchSample};
+
+/// The prefix of the reason of every pin a KeepSet wrote.
+pub const KEEPSET_REASON_PREFIX: &str = "KeepSet/";
+
+/// The most NodeKeepSets held for this node.
+pub const MAX_KEEPSETS: usize = 1_024;
+
+/// The most failures a report names per set (the count holds them all).
+pub const MAX_REPORTED_FAILURES: usize = 10;
+
+/// One KeepSet selecting this node, as the agent holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeepSet {
+    /// The object's name.
+    pub name: String,
+    /// The object's `metadata.generation` (the report says which it applied).
+    pub generation: i64,
+    /// The image names, as given (tags, digest references).
+    pub images: Vec<String>,
+    /// The end of the set's lifetime (`spec.until`, or creation plus `spec.duration`);
+    /// `UnixNanos::NEVER`: none.
+    pub until: UnixNanos,
+    /// Between sets naming one image: the higher priority's lifetime and reason win.
+    pub priority: i32,
+    /// The set's own reason (`spec.reason`), may be empty.
+    pub reason: String,
+}
+
+impl KeepSet {
+    /// Whether the set holds at `now`.
+    pub fn active_at(&self, now: UnixNanos) -> bool {
+        self.until == UnixNanos::NEVER || now < self.until
+    }
+}
+
+/// What this node holds of one KeepSet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeepSetReport {
+    /// The set's generation this report is of.
+    pub generation: i64,
+    /// The set's images.
+    pub images: u64,
+    /// Its images the runtime lists.
+    pub present: u64,
+    /// Its images the runtime lists as pinned.
+    pub pinned: u64,
+    /// Its images that could not be pulled or pinned.
+    pub failed: u64,
+    /// The runtime's size of its images present.
+    pub bytes: u64,
+    /// The first [`MAX_REPORTED_FAILURES`] failures: image and why.
+    pub failures: Vec<(String, String)>,
+    /// The set's lifetime has ended: nothing of it is held.
+    pub expired: bool,
+}
+
+impl KeepSetReport {
+    /// Every image present and pinned, nothing failed, the set in force.
+    pub fn ready(&self) -> bool {
+        !self.expired && self.failed == 0 && self.pinned == self.images
+    }
+}
+
+/// The reason of the pins `set` writes: `KeepSet/<name>`, then `: ` and the set's reason when
+/// it has one, cut (at a character boundary) to the pins' reason bound.
+pub fn keep_set_reason(set: &KeepSet) -> String {
+    let mut reason = format!("{KEEPSET_REASON_PREFIX}{}", set.name);
+    let own: String = set.reason.chars().filter(|c| !c.is_control()).collect();
+    if !own.is_empty() {
+        reason.push_str(": ");
+        reason.push_str(&own);
+    }
+    if reason.len() > MAX_PIN_REASON_BYTES {
+        let mut end = MAX_PIN_REASON_BYTES;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+    }
+    reason
+}
+
+/// The set a pin's reason names, when a KeepSet wrote it.
+pub fn keep_set_of_reason(reason: &str) -> Option<&str> {
+    let rest = reason.strip_prefix(KEEPSET_REASON_PREFIX)?;
+    Some(rest.split_once(": ").map_or(rest, |(name, _)| name))
+}
+
+/// What the pins table needs so that it holds exactly the pins of `sets` in force at `now`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PinChanges {
+    /// Pins to write (new, or whose lifetime or reason changed).
+    pub put: Vec<(PinKey, ImagePin)>,
+    /// KeepSet pins no set in force names any more.
+    pub remove: Vec<PinKey>,
+}
+
+impl PinChanges {
+    /// Nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.put.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// The rule from the NodeKeepSets selecting this node to the pins table: each image of each set in
+/// force at `now` is pinned (default runtime handler) until the set's lifetime ends, with
+/// [`keep_set_reason`]; an image named by several sets takes the higher priority's set, then
+/// the longer lifetime (none is longest), then the first name. `existing` is the pins table;
+/// a pin of an operator (a reason without the KeepSet prefix) is left as it is, and a KeepSet
+/// pin no set in force names is removed. A pin that stays with its set keeps its creation time.
+pub fn keep_set_pin_changes(
+    sets: &[KeepSet],
+    existing: &[(PinKey, ImagePin)],
+    now: UnixNanos,
+) -> PinChanges {
+    let mut wanted: BTreeMap<PinKey, &KeepSet> = BTreeMap::new();
+    for set in sets.iter().filter(|s| s.active_at(now)) {
+        for image in &set.images {
+            let key = PinKey::new(image.clone(), "");
+            match wanted.get(&key) {
+                Some(held) if !wins(set, held) => {}
+                _ => {
+                    wanted.insert(key, set);
+                }
+            }
+        }
+    }
+    let existing: BTreeMap<&PinKey, &ImagePin> = existing.iter().map(|(k, p)| (k, p)).collect();
+    let mut changes = PinChanges::default();
+    for (key, set) in &wanted {
+        let reason = keep_set_reason(set);
+        match existing.get(key) {
+            Some(pin) if keep_set_of_reason(&pin.reason).is_none() => {}
+            Some(pin) if pin.until == set.until && pin.reason == reason => {}
+            Some(pin) if keep_set_of_reason(&pin.reason) == Some(set.name.as_str()) => {
+                changes.put.push((
+                    key.clone(),
+                    ImagePin {
+                        created_at: pin.created_at,
+                        until: set.until,
+                        reason,
+                    },
+                ));
+            }
+            _ => changes.put.push((
+                key.clone(),
+                ImagePin {
+                    created_at: now,
+                    until: set.until,
+                    reason,
+                },
+            )),
+        }
+    }
+    for (key, pin) in existing {
+        if keep_set_of_reason(&pin.reason).is_some() && !wanted.contains_key(key) {
+            changes.remove.push(key.clone());
+        }
+    }
+    changes
+}
+
+/// Whether `set` takes an image from `held`: higher priority, then longer lifetime, then
+/// the first name.
+fn wins(set: &KeepSet, held: &KeepSet) -> bool {
+    let lifetime = |s: &KeepSet| {
+        if s.until == UnixNanos::NEVER {
+            i64::MAX
+        } else {
+            s.until.0
+        }
+    };
+    (set.priority, lifetime(set), std::cmp::Reverse(&set.name))
+        > (held.priority, lifetime(held), std::cmp::Reverse(&held.name))
+}
+
+/// The NodeKeepSets selecting this node and this node's reports of them.
+#[derive(Clone, Debug, Default)]
+pub struct NodeKeepSets {
+    sets: Arc<RwLock<BTreeMap<String, KeepSet>>>,
+    /// Told when the sets change (the keep-set loop reconciles then).
+    changed: Arc<tokio::sync::Notify>,
+    /// Whether the watch has listed the sets (and read this node's labels) once.
+    synced: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The reports, by set name; the publisher waits on changes.
+    reports: Arc<tokio::sync::watch::Sender<BTreeMap<String, KeepSetReport>>>,
+    /// The watch's health (`refused`: sets not held because [`MAX_KEEPSETS`] were).
+    health: Arc<WatchHealth>,
+}
+
+impl NodeKeepSets {
+    /// Replaces every set at once (a complete list, or this node's labels changed).
+    pub fn replace(&self, sets: BTreeMap<String, KeepSet>) {
+        let mut sets = sets;
+        if sets.len() > MAX_KEEPSETS {
+            let refused = sets.len() - MAX_KEEPSETS;
+            while sets.len() > MAX_KEEPSETS {
+                sets.pop_last();
+            }
+            for _ in 0..refused {
+                self.health.refuse();
+            }
+        }
+        let changed = {
+            let mut held = self.sets.write().unwrap_or_else(|e| e.into_inner());
+            let changed = *held != sets;
+            *held = sets;
+            changed
+        };
+        let first = !*self.synced.borrow();
+        self.synced.send_replace(true);
+        if changed || first {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The sets held, in name order.
+    pub fn sets(&self) -> Vec<KeepSet> {
+        self.sets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether the watch has given the sets once.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Resolves once the watch has given the sets once.
+    pub async fn synced(&self) {
+        let mut synced = self.synced.subscribe();
+        let _ = synced.wait_for(|s| *s).await;
+    }
+
+    /// Resolves at the next change of the sets (one waiter: the keep-set loop).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// Writes this node's reports (by set name); told to the publisher when they differ.
+    pub fn set_reports(&self, reports: BTreeMap<String, KeepSetReport>) {
+        self.reports.send_if_modified(|held| {
+            if *held == reports {
+                return false;
+            }
+            *held = reports;
+            true
+        });
+    }
+
+    /// The reports, watched.
+    pub fn reports(&self) -> tokio::sync::watch::Receiver<BTreeMap<String, KeepSetReport>> {
+        self.reports.subscribe()
+    }
+
+    /// The watch's health, for its loop.
+    pub fn health(&self) -> Arc<WatchHealth> {
+        self.health.clone()
+    }
+
+    /// The watch's state, for the metrics; `None` until a watch started.
+    pub fn watch_sample(&self) -> Option<WatchSample> {
+        self.health.sample(self.is_synced())
+    }
+}
+
+#[cfg(test)]
+#[path = "keep_sets_tests.rs"]
+mod tests;
