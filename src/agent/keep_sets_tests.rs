@@ -74,3 +74,97 @@ fn the_next_cycle_comes_just_after_the_first_lifetime_ends_or_sooner_when_failin
     assert_eq!(next_wait(&sets[..1], false, now), REFRESH_PERIOD);
     assert_eq!(next_wait(&sets[..1], true, now), RETRY_PERIOD);
 }
+
+mod cycle {
+    //! The keep-set cycle on an agent over a scripted runtime with a registry (the warm
+    //! loop's, `warm::tests::Registry`), under tokio's paused time.
+
+    use super::*;
+    use crate::agent::warm::tests::{Registry, registry_image, unshared_agent_with_clock};
+    use crate::clock::ManualClock;
+    use crate::model::ImagePin;
+
+    /// An image of the node numbered `n` (any count: the id is 64 hex digits of `n`).
+    fn numbered(n: u32) -> RuntimeImage {
+        RuntimeImage {
+            id: ImageId(format!("sha256:{n:064x}")),
+            repo_tags: vec![format!("docker.io/library/img{n}:1")],
+            repo_digests: vec![format!("docker.io/library/img{n}@sha256:{n:064x}")],
+            size: 1_000,
+            ..RuntimeImage::default()
+        }
+    }
+
+    /// One set of 5,000 images (no cap on a set's images): 4,999 on the node and one the
+    /// registry serves. A cycle writes 5,000 pins named after the set, pulls the absent one,
+    /// and reports all 5,000 present; an operator's own pin of one of them stays theirs.
+    /// Then the set's lifetime ends: the next cycle removes its pins (the operator's stays)
+    /// and reports it expired.
+    #[tokio::test(start_paused = true)]
+    async fn a_set_of_5000_images_is_pinned_pulled_and_reported_then_unpinned_when_it_ends() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Registry {
+            registry: Arc::new(vec![registry_image(1, "pulled:1", 500)]),
+            ..Registry::default()
+        };
+        runtime.node.state().fs = Some((100_000_000, 90_000_000));
+        runtime.node.state().images = (2..5_001u32).map(numbered).collect::<Vec<_>>().into();
+        let now = UnixNanos::from_secs(1_800_000_000);
+        let clock = Arc::new(ManualClock::new(now));
+        let agent = Arc::new(unshared_agent_with_clock(
+            dir.path(),
+            runtime.clone(),
+            &[],
+            None,
+            clock.clone(),
+        ));
+        let operator = PinKey::new("img2:1", "");
+        let mut batch = Batch::new();
+        batch.put_pin(
+            operator.clone(),
+            ImagePin {
+                created_at: now,
+                until: UnixNanos::NEVER,
+                reason: "by hand".to_owned(),
+            },
+        );
+        agent.store.apply(&batch).expect("the operator's pin");
+        let mut images: Vec<String> = (2..5_001u32).map(|n| format!("img{n}:1")).collect();
+        images.push("pulled:1".to_owned());
+        let until = UnixNanos(now.0 + 3_600_000_000_000);
+        agent.gc.node_keep_sets().replace(BTreeMap::from([(
+            "big".to_owned(),
+            KeepSet {
+                name: "big".to_owned(),
+                generation: 1,
+                images,
+                until,
+                priority: 0,
+                reason: String::new(),
+            },
+        )]));
+        let mut state = KeepSetLoopState::default();
+        let wait = agent.keep_sets_cycle(&mut state).await.expect("a cycle");
+        assert_eq!(wait, Duration::from_secs(300), "refreshed, nothing failing");
+        assert_eq!(*runtime.pulls.lock().expect("pulls"), ["pulled:1"]);
+        let pins = agent.store.pins().expect("pins");
+        assert_eq!(pins.len(), 5_000);
+        let by_set = pins
+            .iter()
+            .filter(|(_, p)| p.reason == "KeepSet/big")
+            .count();
+        assert_eq!(by_set, 4_999, "every image but the operator's");
+        let reports = agent.gc.node_keep_sets().reports().borrow().clone();
+        let big = &reports["big"];
+        assert_eq!((big.images, big.present, big.failed), (5_000, 5_000, 0));
+        // The scripted runtime carries no runtime pin: not ready, and said so.
+        assert_eq!(big.pinned, 0);
+
+        clock.set(until);
+        agent.keep_sets_cycle(&mut state).await.expect("a cycle");
+        let pins = agent.store.pins().expect("pins");
+        assert_eq!(pins.len(), 1, "only the operator's pin stays");
+        assert_eq!(pins[0].0, operator);
+        assert!(agent.gc.node_keep_sets().reports().borrow()["big"].expired);
+    }
+}

@@ -549,4 +549,4 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -16,10 +16,10 @@ use std::time::Duration;
 /// A scripted runtime with a registry: a pull adds the registry's image to the list and
 /// takes its size from the available bytes; every pull and removal is counted.
 #[derive(Clone, Default)]
-struct Registry {
-    node: ScriptedRuntime,
-    registry: Arc<Vec<RuntimeImage>>,
-    pulls: Arc<Mutex<Vec<String>>>,
+pub(crate) struct Registry {
+    pub(crate) node: ScriptedRuntime,
+    pub(crate) registry: Arc<Vec<RuntimeImage>>,
+    pub(crate) pulls: Arc<Mutex<Vec<String>>>,
 }
 
 impl crate::runtime::ImageRuntime for Registry {
@@ -82,7 +82,7 @@ impl AgentRuntime for Registry {
 
 /// An image a registry serves: it has a repo digest, so `protectIrreplaceable` (on by
 /// default) does not keep it.
-fn registry_image(n: u8, name: &str, size: u64) -> RuntimeImage {
+pub(crate) fn registry_image(n: u8, name: &str, size: u64) -> RuntimeImage {
     let repo = name.split_once(':').map_or(name, |(repo, _)| repo);
     RuntimeImage {
         id: ImageId::new(format!("sha256:{n:064x}")),
@@ -156,11 +156,23 @@ fn agent_with_history(
     Arc::new(unshared_agent(dir, runtime, specs, from_history))
 }
 
-fn unshared_agent(
+pub(crate) fn unshared_agent(
     dir: &std::path::Path,
     runtime: Registry,
     specs: &[WarmEntrySpec],
     from_history: Option<FromHistory>,
+) -> Agent<Registry> {
+    let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(1_800_000_000)));
+    unshared_agent_with_clock(dir, runtime, specs, from_history, clock)
+}
+
+/// [`unshared_agent`] on `clock`.
+pub(crate) fn unshared_agent_with_clock(
+    dir: &std::path::Path,
+    runtime: Registry,
+    specs: &[WarmEntrySpec],
+    from_history: Option<FromHistory>,
+    clock: Arc<ManualClock>,
 ) -> Agent<Registry> {
     let flags = FlagValues {
         db: Some(dir.join("records.redb")),
@@ -174,7 +186,6 @@ fn unshared_agent(
     config.gc.warm = WarmSet::new(resolve_specs(specs, |i| format!("warm[{i}]")).expect("specs"))
         .with_from_history(from_history);
     config.warm.from_history = from_history;
-    let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(1_800_000_000)));
     Agent::with_runtime(config, clock, runtime).expect("agent")
 }
 

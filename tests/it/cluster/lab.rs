@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use super::{ClusterLab, NAMESPACE, cluster_lab};
 use crate::support;
 
+#[path = "lab_keep_sets.rs"]
+mod keep_sets;
 #[path = "lab_signals.rs"]
 mod signals;
 

@@ -1,0 +1,218 @@
+//! The fleet's KeepSets on the real cluster (`cluster::lab::keep_sets::...`): the chart's CRDs
+//! installed by `helm install`, a KeepSet applied with `kubectl`, and what crictl, the API
+//! server and the node's KeepSetReport show, never only imagekeeper.
+
+use std::time::Duration;
+
+use super::{config, runtime_image};
+use crate::cluster::{ClusterLab, NAMESPACE, cluster_lab};
+use crate::support;
+
+/// `kubectl get keepsetreport NODE -o json`'s status, or null while there is none.
+fn report(cluster: &ClusterLab) -> serde_json::Value {
+    let node = cluster.node_name();
+    let out = cluster.kubectl_output(&["get", "keepsetreport", &node, "-o", "json"]);
+    if !out.status.success() {
+        return serde_json::Value::Null;
+    }
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("kubectl JSON");
+    json["status"].clone()
+}
+
+/// The report's entry for the set `name`, or null.
+fn report_of(status: &serde_json::Value, name: &str) -> serde_json::Value {
+    status["keepSets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["name"] == name)
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Waits until the node's report satisfies `done`, polling every second.
+async fn wait_for_report(
+    cluster: &ClusterLab,
+    what: &str,
+    deadline: Duration,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    support::wait_for(what, deadline, || async {
+        let status = report(cluster);
+        if done(&status) {
+            return Some(status);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        None
+    })
+    .await
+}
+
+/// Issue 56's cluster-lab cases: a KeepSet selecting the lab node (by its hostname label) with
+/// an absent image and a lifetime of 75 s, and a second set naming an image the registry does
+/// not have. The API server refuses a set giving both `until` and `duration` (the CRD's CEL
+/// rule) before any node sees it. The first set's image is pulled and crictl lists it
+/// `pinned: true`, the node's KeepSetReport says it ready (1 of 1 image present and pinned);
+/// the second is reported failed with the registry's reason; when the first set's lifetime
+/// ends the runtime's pin goes (crictl `pinned: false`) and the report says it expired.
+#[tokio::test]
+#[ignore = "needs the cluster lab: scripts/cluster-lab up, IMAGEKEEPER_CLUSTER_LAB_ENV (scripts/test runs it)"]
+async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_its_lifetime_ends() {
+    let cluster = cluster_lab("cluster::lab::keep_sets::pin_until_lifetime").await;
+    let image = cluster.lab_image("data:5mb");
+    let missing = cluster.lab_image("data:no-such-tag");
+    let _ = cluster.crictl_output(&["rmi", &image]);
+    for set in ["lab-rollout", "lab-missing", "lab-both"] {
+        let _ = cluster.kubectl_output(&["delete", "keepset", set, "--ignore-not-found"]);
+    }
+    assert_eq!(
+        runtime_image(&cluster, &image),
+        None,
+        "{image} absent at the start"
+    );
+    let release = cluster.install(
+        "imagekeeper",
+        &config(85, 80, "warmPeriod = \"1h\"\n"),
+        &["keepSets.enabled=true".to_owned()],
+    );
+    release
+        .wait_for_log_line(&["Listed the KeepSets"], Duration::from_secs(60))
+        .await;
+    let node = cluster.node_name();
+
+    // Refused by the API server: the CRD's CEL rule.
+    let both = format!(
+        "apiVersion: imagekeeper.io/v1alpha1\nkind: KeepSet\nmetadata: {{name: lab-both}}\n\
+         spec:\n  images: [\"{image}\"]\n  nodeSelector: {{}}\n  duration: 1h\n\
+         \x20 until: \"2030-01-01T00:00:00Z\"\n"
+    );
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("both.yaml");
+    std::fs::write(&path, both).expect("write the manifest");
+    let out = cluster.kubectl_output(&["apply", "-f", path.to_str().expect("a UTF-8 path")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a set with until and duration is refused"
+    );
+    assert!(
+        stderr.contains("give until or duration, not both"),
+        "the API server names the rule: {stderr}"
+    );
+
+    let sets = format!(
+        "apiVersion: imagekeeper.io/v1alpha1\nkind: KeepSet\nmetadata: {{name: lab-rollout}}\n\
+         spec:\n  images: [\"{image}\"]\n\
+         \x20 nodeSelector: {{matchLabels: {{kubernetes.io/hostname: {node}}}}}\n\
+         \x20 duration: 75s\n  reason: cluster lab rollout\n\
+         ---\n\
+         apiVersion: imagekeeper.io/v1alpha1\nkind: KeepSet\nmetadata: {{name: lab-missing}}\n\
+         spec:\n  images: [\"{missing}\"]\n  nodeSelector: {{}}\n"
+    );
+    cluster.kubectl_apply(&sets);
+    support::wait_for(
+        &format!("{image} pulled and runtime-pinned by the KeepSet (crictl)"),
+        Duration::from_secs(60),
+        || async {
+            let pinned = runtime_image(&cluster, &image) == Some(true);
+            if !pinned {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            pinned.then_some(())
+        },
+    )
+    .await;
+    let status = wait_for_report(
+        &cluster,
+        "the node's KeepSetReport: lab-rollout ready, lab-missing failed",
+        Duration::from_secs(60),
+        |s| {
+            report_of(s, "lab-rollout")["ready"] == true
+                && report_of(s, "lab-missing")["failed"] == 1
+        },
+    )
+    .await;
+    println!("{status:#}");
+    let rollout = report_of(&status, "lab-rollout");
+    assert_eq!(
+        (&rollout["images"], &rollout["present"], &rollout["pinned"]),
+        (&1.into(), &1.into(), &1.into()),
+        "{rollout}"
+    );
+    assert!(
+        rollout["bytes"].as_u64().unwrap_or(0) > 5_000_000,
+        "{rollout}"
+    );
+    assert_eq!(status["node"], node.as_str());
+    assert_eq!(status["ready"], 1, "{status}");
+    assert_eq!(status["failing"], 1, "{status}");
+    let failure = &report_of(&status, "lab-missing")["failures"][0];
+    assert_eq!(failure["image"], missing.as_str(), "{failure}");
+    let message = failure["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("not found"),
+        "the registry's reason: {message}"
+    );
+    // `kubectl get` prints the report's columns.
+    let listed = cluster.kubectl(&["get", "keepsetreports", &node]);
+    println!("{listed}");
+    assert!(
+        listed.contains("READY") && listed.contains("FAILING"),
+        "{listed}"
+    );
+
+    // On the node, the set's pin is an ordinary pin whose reason names the set.
+    let ds = format!("ds/{}", release.fullname());
+    let pins = cluster.kubectl(&[
+        "-n",
+        NAMESPACE,
+        "exec",
+        ds.as_str(),
+        "--",
+        "imagekeeper",
+        "pins",
+        "--admin-socket",
+        "/run/imagekeeper/admin.sock",
+        "--db",
+        "/var/lib/imagekeeper/records.redb",
+    ]);
+    println!("{pins}");
+    assert!(
+        pins.contains("KeepSet/lab-rollout: cluster lab rollout"),
+        "imagekeeper pins names the set: {pins}"
+    );
+
+    // The lifetime ends: the runtime's pin goes.
+    support::wait_for(
+        &format!("{image}'s runtime pin gone when lab-rollout's lifetime ended (crictl)"),
+        Duration::from_secs(120),
+        || async {
+            let unpinned = runtime_image(&cluster, &image) == Some(false);
+            if !unpinned {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            unpinned.then_some(())
+        },
+    )
+    .await;
+    wait_for_report(
+        &cluster,
+        "the node's KeepSetReport: lab-rollout expired",
+        Duration::from_secs(30),
+        |s| report_of(s, "lab-rollout")["expired"] == true,
+    )
+    .await;
+
+    for set in ["lab-rollout", "lab-missing"] {
+        cluster.kubectl(&["delete", "keepset", set]);
+    }
+    wait_for_report(
+        &cluster,
+        "the node's KeepSetReport without the deleted sets",
+        Duration::from_secs(30),
+        |s| s["sets"] == 0,
+    )
+    .await;
+    drop(release);
+    let _ = cluster.crictl_output(&["rmi", &image]);
+}
