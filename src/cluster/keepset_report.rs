@@ -10,19 +10,27 @@
 //! writing one set: n² events of an object growing with n); a node's own object is watched by
 //! no agent, and its writes cost one request each, whatever the fleet's size.
 //!
+//! A failure new since the last report (a set's image not pulled, with the registry's reason)
+//! is also a Warning Event regarding the KeepSet (reason `KeepSetImageFailed`, the node and the
+//! image in its note), at most [`MAX_REPORTED_FAILURES`] a report; `kubectl describe keepset`
+//! shows them.
+//!
 //! Invariants: one apply per change of the reports, at most one a [`MIN_INTERVAL`] (changes
 //! between are one); a refused apply (RBAC, an API server away, the CRD missing) is logged once
 //! per kind of failure and tried again after [`RETRY_AFTER`], never touching the node's pins.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use crate::gc::{KeepSetReport, NodeKeepSets};
+use crate::gc::{KeepSetReport, MAX_REPORTED_FAILURES, NodeKeepSets};
 
 use super::keepsets::{GROUP, VERSION};
 
@@ -79,7 +87,15 @@ pub async fn publish_keep_set_reports(client: Client, node: String, handle: Node
         kind: "KeepSetReport".to_owned(),
         plural: "keepsetreports".to_owned(),
     };
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let recorder = Recorder::new(
+        client,
+        Reporter {
+            controller: "imagekeeper".into(),
+            instance: Some(node.chars().take(128).collect()),
+        },
+    );
+    let mut told: BTreeSet<(String, String, String)> = BTreeSet::new();
     let params = PatchParams::apply(&format!("imagekeeper/{node}")).force();
     let mut reports = handle.reports();
     let mut failing: Option<String> = None;
@@ -88,7 +104,9 @@ pub async fn publish_keep_set_reports(client: Client, node: String, handle: Node
         return;
     }
     loop {
-        let body = report_body(&node, &reports.borrow_and_update());
+        let current = reports.borrow_and_update().clone();
+        let body = report_body(&node, &current);
+        told = tell_new_failures(&recorder, &node, &current, told).await;
         match api.patch(&node, &params, &Patch::Apply(&body)).await {
             Ok(_) => {
                 if failing.take().is_some() {
@@ -110,6 +128,52 @@ pub async fn publish_keep_set_reports(client: Client, node: String, handle: Node
             return;
         }
     }
+}
+
+/// Publishes a Warning Event regarding each KeepSet for each of its failures in `reports` not
+/// in `told` (at most [`MAX_REPORTED_FAILURES`] at once); returns the failures now told (a
+/// failure that cleared and comes back is told again). A refused Event is logged, not retried.
+async fn tell_new_failures(
+    recorder: &Recorder,
+    node: &str,
+    reports: &BTreeMap<String, KeepSetReport>,
+    told: BTreeSet<(String, String, String)>,
+) -> BTreeSet<(String, String, String)> {
+    let now: BTreeSet<(String, String, String)> = reports
+        .iter()
+        .flat_map(|(set, r)| {
+            r.failures
+                .iter()
+                .map(move |(image, message)| (set.clone(), image.clone(), message.clone()))
+        })
+        .collect();
+    for (set, image, message) in now.difference(&told).take(MAX_REPORTED_FAILURES) {
+        let reference = ObjectReference {
+            api_version: Some(format!("{GROUP}/{VERSION}")),
+            kind: Some("KeepSet".into()),
+            name: Some(set.clone()),
+            ..ObjectReference::default()
+        };
+        let mut note = format!("node {node}: {image}: {message}");
+        if note.len() > 1024 {
+            let mut end = 1024;
+            while !note.is_char_boundary(end) {
+                end -= 1;
+            }
+            note.truncate(end);
+        }
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "KeepSetImageFailed".into(),
+            note: Some(note),
+            action: "Pull".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            warn!(keep_set = set.as_str(), error = %e, "Cannot publish a KeepSet's Event");
+        }
+    }
+    now
 }
 
 /// The kind of an apply's failure, for logging once per kind: the API server's status code and

@@ -53,7 +53,8 @@ async fn wait_for_report(
 /// not have. The API server refuses a set giving both `until` and `duration` (the CRD's CEL
 /// rule) before any node sees it. The first set's image is pulled and crictl lists it
 /// `pinned: true`, the node's KeepSetReport says it ready (1 of 1 image present and pinned);
-/// the second is reported failed with the registry's reason; when the first set's lifetime
+/// the second is reported failed with the registry's reason and a Warning Event regarding it;
+/// when the first set's lifetime
 /// ends the runtime's pin goes (crictl `pinned: false`) and the report says it expired.
 #[tokio::test]
 #[ignore = "needs the cluster lab: scripts/cluster-lab up, IMAGEKEEPER_CLUSTER_LAB_ENV (scripts/test runs it)"]
@@ -153,6 +154,36 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
         message.contains("not found"),
         "the registry's reason: {message}"
     );
+    // The failure is a Warning Event regarding the set.
+    let event = support::wait_for(
+        "a KeepSetImageFailed Event regarding lab-missing (kubectl get events)",
+        Duration::from_secs(30),
+        || async {
+            let events = cluster.kubectl_json(&[
+                "get",
+                "events.events.k8s.io",
+                "-A",
+                "--field-selector",
+                "regarding.kind=KeepSet,regarding.name=lab-missing,reason=KeepSetImageFailed",
+                "-o",
+                "json",
+            ]);
+            let found = events["items"]
+                .as_array()
+                .and_then(|items| items.first().cloned());
+            if found.is_none() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            found
+        },
+    )
+    .await;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(&node) && note.contains(&missing) && note.contains("not found"),
+        "the Event names the node, the image and the reason: {note}"
+    );
+    assert_eq!(event["type"], "Warning", "{event}");
     // `kubectl get` prints the report's columns.
     let listed = cluster.kubectl(&["get", "keepsetreports", &node]);
     println!("{listed}");

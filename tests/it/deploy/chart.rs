@@ -479,7 +479,8 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
                         "keep sets",
                         "- apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsets\n  verbs:\n  - get\n  - list\n  - watch\n\
                          - apiGroups:\n  - ''\n  resources:\n  - nodes\n  verbs:\n  - get\n  - list\n  - watch\n\
-                         - apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsetreports\n  verbs:\n  - get\n  - create\n  - patch\n",
+                         - apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsetreports\n  verbs:\n  - get\n  - create\n  - patch\n\
+                         - apiGroups:\n  - events.k8s.io\n  resources:\n  - events\n  verbs:\n  - create\n  - patch\n",
                     )
                 } else if name.ends_with("-cluster-signals") {
                     (
