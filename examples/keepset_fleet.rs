@@ -81,8 +81,7 @@ async fn agent(
     images: u64,
     listed: tokio::sync::mpsc::Sender<()>,
 ) -> Result<(), Error> {
-    let sets: Api<DynamicObject> =
-        Api::all_with(client.clone(), &resource("KeepSet", "keepsets"));
+    let sets: Api<DynamicObject> = Api::all_with(client.clone(), &resource("KeepSet", "keepsets"));
     let reports: Api<DynamicObject> =
         Api::all_with(client, &resource("KeepSetReport", "keepsetreports"));
     let mut events = std::pin::pin!(watcher::watcher(sets, watcher::Config::default()));
@@ -119,8 +118,7 @@ async fn main() -> Result<(), Error> {
     let nodes = arg("--nodes", 1_000)?;
     let images = arg("--images", 1_000)?;
     let client = Client::try_default().await?;
-    let sets: Api<DynamicObject> =
-        Api::all_with(client.clone(), &resource("KeepSet", "keepsets"));
+    let sets: Api<DynamicObject> = Api::all_with(client.clone(), &resource("KeepSet", "keepsets"));
     let _ = sets.delete(SET, &DeleteParams::default()).await;
     let (listed_tx, mut listed_rx) = tokio::sync::mpsc::channel(nodes.max(1));
     let mut agents = tokio::task::JoinSet::new();
@@ -134,7 +132,10 @@ async fn main() -> Result<(), Error> {
         ));
     }
     for _ in 0..nodes {
-        listed_rx.recv().await.ok_or("an agent ended before its first list")?;
+        listed_rx
+            .recv()
+            .await
+            .ok_or("an agent ended before its first list")?;
     }
     let watching = started.elapsed().as_secs_f64();
     let before = figures(&client).await?;
@@ -148,8 +149,12 @@ async fn main() -> Result<(), Error> {
         },
     });
     let t0 = Instant::now();
-    sets.patch(SET, &PatchParams::apply("keepset-fleet-bench"), &Patch::Apply(&set))
-        .await?;
+    sets.patch(
+        SET,
+        &PatchParams::apply("keepset-fleet-bench"),
+        &Patch::Apply(&set),
+    )
+    .await?;
     let mut failed = 0;
     while let Some(done) = agents.join_next().await {
         if !matches!(done, Ok(Ok(()))) {

@@ -25,7 +25,7 @@ use crate::gc::{
     KeepSet, KeepSetReport, MAX_REPORTED_FAILURES, check_pin_image, keep_set_pin_changes,
 };
 use crate::model::{PinKey, PullOrigin, RuntimeImage, UnixNanos};
-use crate::pull::{MatchIndex, PodRef, PullAuth, PullPolicy, redact_image_name};
+use crate::pull::{MatchIndex, redact_image_name};
 use crate::store::Batch;
 
 use super::{Agent, AgentError, AgentRuntime};
@@ -202,24 +202,10 @@ impl<R: AgentRuntime> Agent<R> {
         Ok(next_wait(&sets, !state.failures.is_empty(), now))
     }
 
-    /// One pull of a KeepSet's image through the image manager: IfNotPresent, for no pod, with
-    /// the node's credentials.
+    /// One pull of a KeepSet's image ([`Agent::pull_for_no_pod`], origin `pull`).
     async fn keep_set_pull(&self, image: &str) -> Result<String, String> {
-        let pod = PodRef {
-            name: KEEPSET_POD_NAME.to_owned(),
-            origin: PullOrigin::Pull,
-            ..PodRef::default()
-        };
-        self.images
-            .ensure_image_exists_with(
-                &pod,
-                image,
-                PullPolicy::IfNotPresent,
-                PullAuth::Keyring(&[]),
-                "",
-            )
+        self.pull_for_no_pod(KEEPSET_POD_NAME, PullOrigin::Pull, image, "")
             .await
-            .map_err(|e| format!("{}: {}", e.reason(), e.message()))
     }
 }
 

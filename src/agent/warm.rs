@@ -327,18 +327,36 @@ impl<R: AgentRuntime> Agent<R> {
     /// One warm pull through the image manager: IfNotPresent, for no pod, with the node's
     /// credentials.
     async fn warm_pull(&self, entry: &WarmEntry) -> Result<String, String> {
+        self.pull_for_no_pod(
+            WARM_POD_NAME,
+            PullOrigin::Warm,
+            &entry.image,
+            &entry.runtime_handler,
+        )
+        .await
+    }
+
+    /// One pull for no pod (logged under `pod_name`, recorded as `origin`) through the image
+    /// manager: IfNotPresent, with the node's credentials; the error as "reason: message".
+    pub(super) async fn pull_for_no_pod(
+        &self,
+        pod_name: &str,
+        origin: PullOrigin,
+        image: &str,
+        runtime_handler: &str,
+    ) -> Result<String, String> {
         let pod = PodRef {
-            name: WARM_POD_NAME.to_owned(),
-            origin: PullOrigin::Warm,
+            name: pod_name.to_owned(),
+            origin,
             ..PodRef::default()
         };
         self.images
             .ensure_image_exists_with(
                 &pod,
-                &entry.image,
+                image,
                 PullPolicy::IfNotPresent,
                 PullAuth::Keyring(&[]),
-                &entry.runtime_handler,
+                runtime_handler,
             )
             .await
             .map_err(|e| format!("{}: {}", e.reason(), e.message()))

@@ -341,13 +341,7 @@ async fn watch_bound_pods(
 ) -> bool {
     #[cfg(feature = "kube")]
     {
-        let client = match kube::Config::infer().await {
-            Ok(config) => {
-                imagekeeper::cluster::capped_client(config, imagekeeper::cluster::MAX_ANSWER_BYTES)
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        match client {
+        match in_cluster_client().await {
             Ok(client) => {
                 info!(
                     node,
@@ -386,6 +380,14 @@ async fn watch_bound_pods(
     }
 }
 
+/// The API server's client with the pod's credentials (or the kubeconfig), every answer under
+/// the cluster module's byte cap.
+#[cfg(feature = "kube")]
+async fn in_cluster_client() -> Result<kube::Client, String> {
+    let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+    imagekeeper::cluster::capped_client(config, imagekeeper::cluster::MAX_ANSWER_BYTES)
+}
+
 /// The watch of the KeepSets selecting `node` and of its labels (`keepSets`), writing them
 /// for the agent's keep-set loop, and the publisher of the node's KeepSetReport, in the
 /// background for the agent's life; without in-cluster credentials one warning, and the
@@ -393,13 +395,7 @@ async fn watch_bound_pods(
 async fn watch_keep_sets(handle: imagekeeper::gc::NodeKeepSets, node: String) {
     #[cfg(feature = "kube")]
     {
-        let client = match kube::Config::infer().await {
-            Ok(config) => {
-                imagekeeper::cluster::capped_client(config, imagekeeper::cluster::MAX_ANSWER_BYTES)
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        match client {
+        match in_cluster_client().await {
             Ok(client) => {
                 info!(node, "Watching the KeepSets selecting this node");
                 tokio::spawn(imagekeeper::cluster::publish_keep_set_reports(

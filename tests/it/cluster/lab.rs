@@ -675,6 +675,25 @@ async fn the_static_daemonset_yaml_applied_with_kubectl_runs_ready_the_same_way(
     );
 }
 
+/// Waits until crictl says `want` of `image` (`Some(pinned)`, or `None`: not listed), polling
+/// every second; `what` names the wait in its failure.
+async fn wait_for_runtime_image(
+    cluster: &ClusterLab,
+    image: &str,
+    want: Option<bool>,
+    what: &str,
+    deadline: Duration,
+) {
+    support::wait_for(what, deadline, || async {
+        let done = runtime_image(cluster, image) == want;
+        if !done {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        done.then_some(())
+    })
+    .await;
+}
+
 /// Whether the runtime lists `image` (crictl), and whether the CRI says it is pinned.
 fn runtime_image(cluster: &ClusterLab, image: &str) -> Option<bool> {
     let out = cluster.crictl_output(&["inspecti", "-o", "json", image]);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{config, runtime_image};
+use super::{config, runtime_image, wait_for_runtime_image};
 use crate::cluster::{ClusterLab, NAMESPACE, cluster_lab};
 use crate::support;
 
@@ -111,16 +111,12 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
          spec:\n  images: [\"{missing}\"]\n  nodeSelector: {{}}\n"
     );
     cluster.kubectl_apply(&sets);
-    support::wait_for(
+    wait_for_runtime_image(
+        &cluster,
+        &image,
+        Some(true),
         &format!("{image} pulled and runtime-pinned by the KeepSet (crictl)"),
         Duration::from_secs(60),
-        || async {
-            let pinned = runtime_image(&cluster, &image) == Some(true);
-            if !pinned {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            pinned.then_some(())
-        },
     )
     .await;
     let status = wait_for_report(
@@ -214,16 +210,12 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
     );
 
     // The lifetime ends: the runtime's pin goes.
-    support::wait_for(
+    wait_for_runtime_image(
+        &cluster,
+        &image,
+        Some(false),
         &format!("{image}'s runtime pin gone when lab-rollout's lifetime ended (crictl)"),
         Duration::from_secs(120),
-        || async {
-            let unpinned = runtime_image(&cluster, &image) == Some(false);
-            if !unpinned {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            unpinned.then_some(())
-        },
     )
     .await;
     wait_for_report(

@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use super::{config, runtime_image};
+use super::{config, runtime_image, wait_for_runtime_image};
 use crate::cluster::cluster_lab;
-use crate::support;
 
 /// The CronJob schedule of a run at the whole minute two (or three, late in a minute) minutes
 /// from now, in UTC (the lab's controller manager runs in UTC), that minute's text, and the
@@ -77,16 +76,12 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
         )
         .await;
     println!("{pulling}");
-    support::wait_for(
+    wait_for_runtime_image(
+        &cluster,
+        &image,
+        Some(true),
         &format!("{image} present and runtime-pinned before the run (crictl)"),
         Duration::from_secs(60),
-        || async {
-            let pinned = runtime_image(&cluster, &image) == Some(true);
-            if !pinned {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            pinned.then_some(())
-        },
     )
     .await;
     let jobs = cluster.kubectl(&["-n", "default", "get", "jobs", "-o", "name"]);
