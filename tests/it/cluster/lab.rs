@@ -101,6 +101,18 @@ async fn helm_install_runs_the_agent_ready_under_the_kubelets_probes_its_notes_c
         "an agent runs already: {:?}",
         agent_processes()
     );
+    // An earlier test's agent may have left its runtime labels (an uninstall keeps them, as
+    // on a node): this test starts from a node without any, as its own end leaves it.
+    let endpoint = cluster.env("CLUSTER_LAB_CRI_ENDPOINT");
+    let out = support::bin::run(&[
+        "remove-runtime-pins",
+        "--container-runtime-endpoint",
+        &endpoint,
+    ]);
+    assert!(
+        out.status.success(),
+        "remove-runtime-pins at the start: {out:?}"
+    );
     let labelled_before = images_with_imagekeeper_labels(&cluster);
 
     // With the kubelet's config mounted (events.kubeletConfig), the NOTES print the doctor's
@@ -314,6 +326,31 @@ async fn wait_for_event(cluster: &ClusterLab, reason: &str, note_part: &str) -> 
     .await
 }
 
+/// Removes every image of the node but the agent's and the sandbox's (crictl).
+fn only_the_agent_and_sandbox_images(cluster: &ClusterLab) {
+    let (repository, tag) = cluster.image();
+    let keep = [
+        format!("{repository}:{tag}"),
+        cluster.env("CLUSTER_LAB_SANDBOX_IMAGE"),
+    ];
+    let listed: serde_json::Value =
+        serde_json::from_str(&cluster.crictl(&["images", "-o", "json"])).expect("crictl JSON");
+    for image in listed["images"].as_array().into_iter().flatten() {
+        let tags: Vec<&str> = image["repoTags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str())
+            .collect();
+        if tags.iter().any(|t| keep.iter().any(|k| k == t)) {
+            continue;
+        }
+        let id = image["id"].as_str().expect("an image id");
+        println!("removing {tags:?} ({id}), left by an earlier test");
+        cluster.crictl(&["rmi", id]);
+    }
+}
+
 fn crictl_pull(cluster: &ClusterLab, image: &str) {
     cluster.crictl(&["pull", image]);
 }
@@ -376,6 +413,9 @@ async fn the_agents_node_events_reach_the_api_server_with_the_documented_reason_
     //    thresholds 1/0 (nothing can take the image filesystem to 0 %), a GC every 5 s. A new
     //    pod template (the extra arguments) makes the DaemonSet start the agent afresh.
     let unused = [cluster.lab_image("data:5mb"), cluster.lab_image("data:1mb")];
+    // Exactly these two unused: whatever an earlier test left on the node goes first (else
+    // the cycle removes it too, and its Event says so).
+    only_the_agent_and_sandbox_images(&cluster);
     for image in &unused {
         crictl_pull(&cluster, image);
     }
