@@ -490,6 +490,7 @@ mod tests {
                 Some(s(&["--container-events", "off"])),
             ),
             ("clusterSignals", s(&["clusterSignals = true"]), None),
+            ("keepSets", s(&["keepSets = true"]), None),
             (
                 "clusterSignalsCronJobLead",
                 s(&["clusterSignalsCronJobLead = \"30m\""]),

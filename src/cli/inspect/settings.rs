@@ -261,6 +261,7 @@ mod tests {
             ("kubeletIntentMaxAge", "kubeletIntentMaxAge = \"2h\"".into()),
             ("containerEvents", "containerEvents = \"off\"".into()),
             ("clusterSignals", "clusterSignals = true".into()),
+            ("keepSets", "keepSets = true".into()),
             (
                 "clusterSignalsCronJobLead",
                 "clusterSignalsCronJobLead = \"30m\"".into(),

@@ -102,14 +102,40 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
         pulled.contains("already present on machine"),
         "the run's pod found the image pulled ahead: {pulled}"
     );
+    // Gone before the next test: the run's pod names the image (a pod bound to the node keeps
+    // it, and its exited container uses it) until the Job and its pod are deleted.
     cluster.kubectl(&[
         "-n",
         "default",
         "delete",
         "cronjob",
         "signals-cron",
-        "--wait=false",
+        "--cascade=foreground",
     ]);
+    cluster.kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "job",
+        &job,
+        "--ignore-not-found",
+        "--cascade=foreground",
+    ]);
+    crate::support::wait_for(
+        "the run's pods gone (kubectl get pods)",
+        Duration::from_secs(120),
+        || async {
+            let selector = format!("job-name={job}");
+            let left = cluster.kubectl(&[
+                "-n", "default", "get", "pods", "-l", &selector, "-o", "name",
+            ]);
+            if !left.trim().is_empty() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            left.trim().is_empty().then_some(())
+        },
+    )
+    .await;
     drop(release);
     let _ = cluster.crictl_output(&["rmi", &image]);
 }
