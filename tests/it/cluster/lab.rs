@@ -208,16 +208,7 @@ async fn helm_install_runs_the_agent_ready_under_the_kubelets_probes_its_notes_c
     let (repository, tag) = cluster.image();
     let pinned = format!("{repository}:{tag}");
     let in_pod = |args: &[&str]| {
-        let ds = format!("ds/{}", release.fullname());
-        let mut all = vec!["-n", NAMESPACE, "exec", ds.as_str(), "--", "imagekeeper"];
-        all.extend_from_slice(args);
-        all.extend([
-            "--admin-socket",
-            "/run/imagekeeper/admin.sock",
-            "--db",
-            "/var/lib/imagekeeper/records.redb",
-        ]);
-        let out = cluster.kubectl_output(&all);
+        let out = release.imagekeeper(args);
         assert!(
             out.status.success(),
             "kubectl exec imagekeeper {args:?}: {}",
@@ -426,8 +417,33 @@ async fn the_agents_node_events_reach_the_api_server_with_the_documented_reason_
     sets.push("extraArgs={--gc-period=5s}".to_owned());
     release.upgrade(Some(&config(1, 0, "")), &sets);
     release.wait_ready(Duration::from_secs(120));
-    let (removed, count) =
-        wait_for_event(&cluster, "ImageGarbageCollected", "Removed 2 images").await;
+    let removed_both = support::try_wait_for(Duration::from_secs(90), || async {
+        let found = events_with_reason(&cluster, "ImageGarbageCollected")
+            .into_iter()
+            .find(|(_, note, _)| note.contains("Removed 2 images"));
+        if found.is_none() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        found
+    })
+    .await;
+    let Some((_, removed, count)) = removed_both else {
+        // What kept an image: the agent's own account of each, its log, the node's Events.
+        let explain = release.imagekeeper(&["inspect", "explain"]);
+        println!(
+            "inspect explain:\n{}{}",
+            String::from_utf8_lossy(&explain.stdout),
+            String::from_utf8_lossy(&explain.stderr)
+        );
+        let pins = release.imagekeeper(&["pins"]);
+        println!("pins:\n{}", String::from_utf8_lossy(&pins.stdout));
+        println!("crictl images:\n{}", cluster.crictl(&["images"]));
+        println!("agent log:\n{}", release.logs());
+        panic!(
+            "no ImageGarbageCollected Event removing both {unused:?}: {:#?}",
+            events_with_reason(&cluster, "ImageGarbageCollected")
+        );
+    };
     println!("ImageGarbageCollected: {removed} (count {count})");
     assert!(
         removed.starts_with(&format!("Removed 2 images, freed {sizes} bytes")),

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{config, runtime_image, wait_for_runtime_image};
-use crate::cluster::{ClusterLab, NAMESPACE, cluster_lab};
+use crate::cluster::{ClusterLab, cluster_lab};
 use crate::support;
 
 /// `kubectl get keepsetreport NODE -o json`'s status, or null while there is none.
@@ -189,20 +189,12 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
     );
 
     // On the node, the set's pin is an ordinary pin whose reason names the set.
-    let ds = format!("ds/{}", release.fullname());
-    let pins = cluster.kubectl(&[
-        "-n",
-        NAMESPACE,
-        "exec",
-        ds.as_str(),
-        "--",
-        "imagekeeper",
-        "pins",
-        "--admin-socket",
-        "/run/imagekeeper/admin.sock",
-        "--db",
-        "/var/lib/imagekeeper/records.redb",
-    ]);
+    let pins = release.imagekeeper(&["pins"]);
+    assert!(
+        pins.status.success(),
+        "kubectl exec imagekeeper pins: {pins:?}"
+    );
+    let pins = String::from_utf8_lossy(&pins.stdout);
     println!("{pins}");
     assert!(
         pins.contains("KeepSet/lab-rollout: cluster lab rollout"),

@@ -413,6 +413,21 @@ impl Release<'_> {
             .to_owned()
     }
 
+    /// `kubectl exec` of `imagekeeper ARGS` in the DaemonSet's pod, against the agent's admin
+    /// socket and database there.
+    pub fn imagekeeper(&self, args: &[&str]) -> Output {
+        let ds = format!("ds/{}", self.fullname());
+        let mut all = vec!["-n", NAMESPACE, "exec", ds.as_str(), "--", "imagekeeper"];
+        all.extend_from_slice(args);
+        all.extend([
+            "--admin-socket",
+            "/run/imagekeeper/admin.sock",
+            "--db",
+            "/var/lib/imagekeeper/records.redb",
+        ]);
+        self.cluster.kubectl_output(&all)
+    }
+
     /// `kubectl logs` of the pod's agent (JSON lines).
     pub fn logs(&self) -> String {
         self.cluster
