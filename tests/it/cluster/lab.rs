@@ -317,8 +317,10 @@ async fn wait_for_event(cluster: &ClusterLab, reason: &str, note_part: &str) -> 
     .await
 }
 
-/// Removes every image of the node but the agent's and the sandbox's (crictl).
+/// Removes every image of the node but the agent's and the sandbox's (crictl), and first the
+/// stopped pods' sandboxes, whose exited containers would keep an image in use.
 fn only_the_agent_and_sandbox_images(cluster: &ClusterLab) {
+    cluster.remove_stopped_pod_sandboxes();
     let (repository, tag) = cluster.image();
     let keep = [
         format!("{repository}:{tag}"),

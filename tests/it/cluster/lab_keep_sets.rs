@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{config, runtime_image, wait_for_runtime_image};
-use crate::cluster::{ClusterLab, cluster_lab};
+use crate::cluster::{ClusterLab, NAMESPACE, cluster_lab};
 use crate::support;
 
 /// `kubectl get keepsetreport NODE -o json`'s status, or null while there is none.
@@ -54,8 +54,11 @@ async fn wait_for_report(
 /// rule) before any node sees it. The first set's image is pulled and crictl lists it
 /// `pinned: true`, the node's KeepSetReport says it ready (1 of 1 image present and pinned);
 /// the second is reported failed with the registry's reason and a Warning Event regarding it;
-/// when the first set's lifetime
-/// ends the runtime's pin goes (crictl `pinned: false`) and the report says it expired.
+/// when the first set's lifetime ends the runtime's pin goes (crictl `pinned: false`) and the
+/// report says it expired. RBAC denied: a set without a lifetime pins the image, and the agent
+/// restarts with its role no longer granting the KeepSets; one log line says the watch is
+/// refused and the node is unharmed (the pin holds through a GC cycle, crictl still lists it
+/// pinned); with the rule back, deleting the set removes its pin.
 #[tokio::test]
 #[ignore = "needs the cluster lab: scripts/cluster-lab up, IMAGEKEEPER_CLUSTER_LAB_ENV (scripts/test runs it)"]
 async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_its_lifetime_ends() {
@@ -63,7 +66,7 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
     let image = cluster.lab_image("data:5mb");
     let missing = cluster.lab_image("data:no-such-tag");
     let _ = cluster.crictl_output(&["rmi", &image]);
-    for set in ["lab-rollout", "lab-missing", "lab-both"] {
+    for set in ["lab-rollout", "lab-missing", "lab-both", "lab-held"] {
         let _ = cluster.kubectl_output(&["delete", "keepset", set, "--ignore-not-found"]);
     }
     assert_eq!(
@@ -226,6 +229,96 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
         "the node's KeepSetReport without the deleted sets",
         Duration::from_secs(30),
         |s| s["sets"] == 0,
+    )
+    .await;
+
+    // RBAC denied. A set without a lifetime pins the image again; then the agent restarts with
+    // its role no longer granting the KeepSets. One clear log line says the watch is refused,
+    // and the node is unharmed: the set's pin, in the node's database, holds through a GC
+    // cycle and the runtime still lists the image pinned.
+    let held = format!(
+        "apiVersion: imagekeeper.io/v1alpha1\nkind: KeepSet\nmetadata: {{name: lab-held}}\n\
+         spec:\n  images: [\"{image}\"]\n  nodeSelector: {{}}\n  reason: held through RBAC\n"
+    );
+    cluster.kubectl_apply(&held);
+    wait_for_runtime_image(
+        &cluster,
+        &image,
+        Some(true),
+        &format!("{image} pulled and runtime-pinned by lab-held (crictl)"),
+        Duration::from_secs(60),
+    )
+    .await;
+    let role = format!("{}-keep-sets", release.fullname());
+    let keep_sets_rule = r#"{"apiGroups":["imagekeeper.io"],"resources":["keepsets"],"verbs":["get","list","watch"]}"#;
+    cluster.kubectl(&[
+        "patch",
+        "clusterrole",
+        &role,
+        "--type=json",
+        "-p",
+        &format!(
+            r#"[{{"op":"test","path":"/rules/0","value":{keep_sets_rule}}},{{"op":"remove","path":"/rules/0"}}]"#
+        ),
+    ]);
+    cluster.kubectl(&[
+        "-n",
+        NAMESPACE,
+        "rollout",
+        "restart",
+        &format!("ds/{}", release.fullname()),
+    ]);
+    release.wait_ready(Duration::from_secs(120));
+    let refused = release
+        .wait_for_log_line(
+            &["The watch of the KeepSets failed", "forbidden"],
+            Duration::from_secs(60),
+        )
+        .await;
+    println!("{refused}");
+    // A cycle through the agent returns after its label writes.
+    let cycle = release.imagekeeper(&["gc"]);
+    assert!(
+        cycle.status.success(),
+        "imagekeeper gc in the pod: {cycle:?}"
+    );
+    assert_eq!(
+        runtime_image(&cluster, &image),
+        Some(true),
+        "{image} still runtime-pinned with the KeepSets' watch refused"
+    );
+    let pins = release.imagekeeper(&["pins"]);
+    let pins = String::from_utf8_lossy(&pins.stdout);
+    assert!(
+        pins.contains("KeepSet/lab-held: held through RBAC"),
+        "the set's pin holds: {pins}"
+    );
+    let logs = release.logs();
+    let refusals = logs
+        .lines()
+        .filter(|l| l.contains("The watch of the KeepSets failed"))
+        .count();
+    assert_eq!(refusals, 1, "logged once while the watch retries: {logs}");
+
+    // The role back: the watch lists again, and deleting the set removes its pin.
+    cluster.kubectl(&[
+        "patch",
+        "clusterrole",
+        &role,
+        "--type=json",
+        "-p",
+        &format!(r#"[{{"op":"add","path":"/rules/0","value":{keep_sets_rule}}}]"#),
+    ]);
+    release
+        .wait_for_log_line(&["Watching the KeepSets again"], Duration::from_secs(90))
+        .await;
+    cluster.kubectl(&["delete", "keepset", "lab-held"]);
+    wait_for_runtime_image(
+        &cluster,
+        &image,
+        Some(false),
+        &format!("{image}'s runtime pin gone when lab-held was deleted (crictl)"),
+        Duration::from_secs(60),
     )
     .await;
     drop(release);

@@ -137,5 +137,8 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
     )
     .await;
     drop(release);
+    // The run's exited container, in the runtime until the kubelet's next container GC, would
+    // keep the image in use for the next test.
+    cluster.remove_stopped_pod_sandboxes();
     let _ = cluster.crictl_output(&["rmi", &image]);
 }

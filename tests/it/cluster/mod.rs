@@ -209,6 +209,28 @@ impl ClusterLab {
         checked("crictl", args, self.crictl_output(args))
     }
 
+    /// Removes the sandboxes the runtime still holds of pods that stopped (crictl rmp), and
+    /// with them their exited containers: the kubelet removes those of a deleted pod only at
+    /// its next container GC (once a minute), and until then an exited container keeps its
+    /// image in use (for imagekeeper's GC as for the kubelet's). A test that needs an image
+    /// unused calls this after the pods that ran it are gone from the API.
+    pub fn remove_stopped_pod_sandboxes(&self) {
+        let listed: serde_json::Value =
+            serde_json::from_str(&self.crictl(&["pods", "-o", "json"])).expect("crictl JSON");
+        for pod in listed["items"].as_array().into_iter().flatten() {
+            if pod["state"] != "SANDBOX_NOTREADY" {
+                continue;
+            }
+            let id = pod["id"].as_str().expect("a sandbox id");
+            println!(
+                "removing the stopped sandbox of {}/{} ({id}), left by an earlier test",
+                pod["metadata"]["namespace"].as_str().unwrap_or("?"),
+                pod["metadata"]["name"].as_str().unwrap_or("?")
+            );
+            self.crictl(&["rmp", id]);
+        }
+    }
+
     /// `curl` inside the namespace (the node address and its loopback are there).
     pub fn curl(&self, url: &str) -> String {
         checked(
