@@ -244,8 +244,14 @@ pub fn main() -> ExitCode {
 }
 
 fn init_tracing(format: LogFormat, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("IMAGEKEEPER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // kube-rs's watcher warns at every retry of a refused list; the cluster module's watch
+    // loop says it once, with the error, so only the watcher's errors pass by default.
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("IMAGEKEEPER_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!(
+                "{default_level},kube_runtime::watcher=error"
+            ))
+        });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
