@@ -19,7 +19,9 @@
 //!   most the retention's rows), the bound that also holds its memory (about 40 bytes a row);
 //! - only a handle that may write holds it (a read-only handle may see another process's
 //!   writes); a row the build cannot decode leaves it unbuilt, and the walk reads the tables
-//!   as before, with the same result or error.
+//!   as before, with the same result or error;
+//! - locks are taken in one order, the handle's, the journal's keys', the mirror's, by a write
+//!   transaction, a reopen and a walk alike.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,7 +31,7 @@ use redb::{ReadTransaction, ReadableTable};
 use super::codec::{Codec, JournalKey, LAYOUT_V1};
 use super::sorted_reads::KeyParts;
 use super::tables::{JOURNAL, PULLS, USES};
-use super::{HistoryRows, Store, StoreError};
+use super::{Handle, HistoryRows, Store, StoreError};
 use crate::model::{ImageId, JournalEntry, PullKey, UnixNanos, UseInterval, UseKey};
 
 /// One image's history rows.
@@ -239,7 +241,10 @@ impl Store {
     /// Runs `read` on the history mirror, built first when the store holds none; `None`
     /// when it cannot be held (a read-only handle, a row that does not decode).
     fn with_history_mirror<T>(&self, read: impl Fn(&HistoryMirror) -> T) -> Option<T> {
-        if self.is_read_only() || !self.is_healthy() {
+        // The handle first, then the mirror: the order of a write transaction and of a
+        // reopen (which drops the mirror under the handle's write lock).
+        let handle = self.read_handle();
+        if !matches!(*handle, Handle::Write(_)) || !self.is_healthy() {
             return None;
         }
         let mut held = self.lock_history_mirror();
@@ -248,7 +253,7 @@ impl Store {
             // the mirror unbuilt, and the caller's guarded read of the tables meets the
             // failure (or recovers from it) as before.
             let built = self
-                .begin_read()
+                .begin_read_on(&handle)
                 .and_then(|txn| HistoryMirror::build(self, &txn));
             *held = built.ok().flatten();
         }
