@@ -28,9 +28,9 @@
 //! records, MinAge, used since the GC started); MaxAge and DeleteUnusedImages read the index as
 //! before. The candidates are the images the cycle's detect listed (only listed images are
 //! ever removed), which detect already holds in memory and sorts once by key: ranking them
-//! costs one record lookup each, one read of the journal (bounded by its retention, 10,000
-//! entries by default) and one sort of the listed images, per space walk, not per record
-//! in the store.
+//! costs one record lookup each, the returns by id (kept in memory between walks by the store's
+//! history mirror: no read of the journal) and one sort of the listed images, per space walk,
+//! not per record in the store.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -28,9 +28,10 @@
 //! Invariants: a pure function of (records, histories, journal's returns, tags, `now`), in
 //! integer arithmetic: the same inputs give the same order, byte for byte. The order only
 //! changes which eligible image the space walk removes first; every rule that keeps an image is
-//! applied unchanged by the walk and the last look (as for `adaptive`). Cost per space walk:
-//! one read of the use and pull histories (bounded by the journal's retention), one record
-//! lookup per listed image, one sort of the listed images.
+//! applied unchanged by the walk and the last look (as for `adaptive`). Cost per space walk
+//! (`predictive_walk.rs`): the ranked images' use and pull rows copied from the store's
+//! history mirror (bounded by the journal's retention), one record lookup per listed image,
+//! one sort of the listed images.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

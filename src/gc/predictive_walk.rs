@@ -6,9 +6,11 @@
 //! (its memory's), each placed at its key's index: at 100k images a pass through the list in
 //! key order is a cache miss per image, and the walk used to make several. The returns are
 //! found among the keys by binary search per returning id. The records come from one range
-//! scan of the records table merged with those keys, the histories from one scan of each
-//! history table whose rows are looked up among the keys by binary search, the journal's
-//! re-pulled entries from one scan; a victim's `RecordKey` is built only when the walk reaches
+//! scan of the records table merged with those keys; the ranked images' history rows and the
+//! journal's re-pulled entries counted by id from the store's history mirror, kept in memory
+//! between walks and updated by every transaction (`store/history_mirror.rs`; issue 53: one
+//! scan of each history table and of the journal per walk made `predictive` cost 4x the
+//! kubelet's order in `simulate`); a victim's `RecordKey` is built only when the walk reaches
 //! it.
 //!
 //! Invariants: the order is exactly [`rank_listed`]'s (`gc::predictive`) for the listed images
@@ -16,14 +18,16 @@
 //! (`the_walks_order_is_rank_listed_over_the_stores_tables`); the walk's records are the ones
 //! read in the ranking's read transaction, as before.
 
-use super::adaptive::{self, ListedTags};
+use std::collections::BTreeMap;
+
+use super::adaptive::ListedTags;
 use super::detect::ListedImages;
 #[cfg(doc)]
 use super::predictive::rank_listed;
 use super::predictive::{Listing, histories_of_rows, rank_positions};
 use super::signals::{KnownIndex, KnownUse, KnownUses};
-use crate::model::{ImageLike, ImageRecord, JournalEntry, UnixNanos};
-use crate::store::{JournalKey, KeyParts, Store, StoreError, StoredRecord};
+use crate::model::{ImageId, ImageLike, ImageRecord, UnixNanos};
+use crate::store::{KeyParts, Store, StoreError, StoredRecord};
 
 /// The listed images with a record in the predictive order: each one's place in the detect's
 /// list (in key order) and its record.
@@ -66,7 +70,8 @@ impl PredictiveWalk {
 
 /// The space walk's predictive order at `now` of `listed` (the cycle's detect list): the
 /// listed images with a record, furthest estimated next use first. One read of the records
-/// table (a range scan), of each history table and of the journal.
+/// table (a range scan); the ranked images' histories and the returns from the store's
+/// history mirror (built by the first walk: one read of each history table and the journal).
 pub fn predictive_walk(
     store: &Store,
     listed: &ListedImages,
@@ -130,13 +135,13 @@ pub fn predictive_walk_with(
         }
     }
     let tags = ListedTags::from_ends(names, ends);
-    // Only what the ranking reads is decoded: the re-pulled journal entries (the returns) and
-    // the times of the ranked images' history rows.
-    let journal = store.journal_repulled()?;
-    let rows = store.histories_of_keys(&keys)?;
+    // Only what the ranking reads: the re-pulled journal entries' count by id (the returns)
+    // and the times of the ranked images' history rows, from the store's history mirror.
+    let by_id = store.repulled_counts()?;
+    let rows = store.histories_of_sorted_keys(&keys)?;
     let (history_of, histories) = histories_of_rows(keys.len(), &rows);
     drop(rows);
-    let returns = returns_by_position(&keys, &journal);
+    let returns = returns_by_position(&keys, &by_id);
     let known = known_by_position(listed, &positions, known);
     let listing = Listing {
         keys: &keys,
@@ -176,13 +181,14 @@ fn known_by_position(
         .collect()
 }
 
-/// How many times the journal saw each of `keys`' image ids come back, by position: each
-/// returning id found among the keys by binary search (they are in key order, so one id's keys
-/// are adjacent), not each key looked up among the returns.
-fn returns_by_position(keys: &[KeyParts<'_>], journal: &[(JournalKey, JournalEntry)]) -> Vec<u32> {
+/// How many times the journal saw each of `keys`' image ids come back (`by_id`), by position:
+/// each returning id found among the keys by binary search (they are in key order, so one id's
+/// keys are adjacent), not each key looked up among the returns.
+fn returns_by_position(keys: &[KeyParts<'_>], by_id: &BTreeMap<ImageId, u32>) -> Vec<u32> {
     debug_assert!(keys.windows(2).all(|w| w[0] < w[1]), "keys in key order");
     let mut out = vec![0; keys.len()];
-    for (id, returns) in adaptive::returns_by_id(journal) {
+    for (id, &returns) in by_id {
+        let id = id.as_str().as_bytes();
         let first = keys.partition_point(|(key_id, _)| *key_id < id);
         for (slot, _) in out[first..]
             .iter_mut()

@@ -27,6 +27,7 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
 use super::codec::{BackoffKey, Codec, IndexKey, JournalKey, MetaKey, MetaValue, WarmPosition};
 use super::eviction::row_records;
+use super::history_mirror::HistoryLog;
 use super::journal_keys::JournalKeys;
 use super::rows::{ImagesTable, get_record, put_meta};
 use super::tables::{
@@ -83,8 +84,17 @@ impl Store {
         let retention = self.journal_retention();
         // Held to the commit: the next transaction takes the keys this one leaves.
         let mut held_keys = self.lock_journal_keys();
-        let ((changed, repulls, journaled), keys) =
-            apply_ops(&txn, batch, retention, held_keys.take()).map_err(|e| self.wrap(e))?;
+        // Held to the commit too: a walk never builds the mirror between the commit and the
+        // playing of its log (`history_mirror.rs`). The log records only for a held mirror.
+        let mut held_mirror = self.lock_history_mirror();
+        let ((changed, repulls, journaled), keys) = apply_ops(
+            &txn,
+            batch,
+            retention,
+            held_keys.take(),
+            held_mirror.is_some(),
+        )
+        .map_err(|e| self.wrap(e))?;
         self.history_rows_read
             .fetch_add(keys.rows_read, Ordering::Relaxed);
         if !changed {
@@ -95,8 +105,14 @@ impl Store {
             return Ok(Applied::default());
         }
         let started = Instant::now();
+        // A failed commit drops the mirror: what it left is not known.
+        let mirror = held_mirror.take();
         txn.commit().map_err(|e| self.redb_err(e))?;
         *held_keys = keys.keys;
+        *held_mirror = mirror.map(|mut mirror| {
+            mirror.apply(&keys.history);
+            mirror
+        });
         let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.commit_nanos_total.fetch_add(took, Ordering::SeqCst);
         self.commits.fetch_add(1, Ordering::SeqCst);
@@ -121,6 +137,9 @@ struct KeysAfter {
     journal_written: bool,
     /// The journal entries the transaction read (`Store::history_rows_read`).
     rows_read: u64,
+    /// The rows it wrote and removed in the history tables and the journal, for the history
+    /// mirror (`history_mirror.rs`).
+    history: HistoryLog,
 }
 
 /// Applies every operation, in the batch's order, then what the transaction owes at its end
@@ -131,8 +150,10 @@ fn apply_ops(
     batch: &Batch,
     retention: JournalRetention,
     keys: Option<JournalKeys>,
+    log_history: bool,
 ) -> Result<(OpsOutcome, KeysAfter), TxnError> {
     let mut writer = BatchWriter::new(txn, batch, retention, keys);
+    writer.history = HistoryLog::new(log_history);
     let mut changed = false;
     for op in &batch.ops {
         changed |= writer.apply(op)?;
@@ -179,6 +200,8 @@ struct BatchWriter<'t, 'b> {
     /// The pins in force counted by this batch's first new pin, plus the new pins written
     /// since; `None` until a new pin is written, and again after a pin is removed or pruned.
     active_pins: Option<usize>,
+    /// The history tables' and the journal's rows written and removed.
+    history: HistoryLog,
 }
 
 impl<'t, 'b> BatchWriter<'t, 'b> {
@@ -221,6 +244,7 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
             journaled: Vec::new(),
             repull_times: Vec::new(),
             active_pins: None,
+            history: HistoryLog::default(),
         }
     }
 
@@ -371,14 +395,21 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
                 took: std::time::Duration::ZERO,
                 name: String::new(),
             };
-            changed |= history::record_pull(self.pulls.get()?, &pkey, &entry)?;
+            changed |= history::record_pull(self.pulls.get()?, &pkey, &entry, &mut self.history)?;
             self.pulls_now = self.pulls_now.max(Some(now));
         }
         if let Some((key, now)) = created
             && get_record(self.images.get()?, key)?.is_some()
             && let (table, keys, rows_read) = self.journal.open()?
-            && let Some(repull) =
-                journal::mark_repull(table, keys, key, now, self.retention.max_age, rows_read)?
+            && let Some(repull) = journal::mark_repull(
+                table,
+                keys,
+                key,
+                now,
+                self.retention.max_age,
+                rows_read,
+                &mut self.history,
+            )?
         {
             self.repulls.push(repull);
             self.repull_times.push(now);
@@ -506,7 +537,7 @@ impl<'t, 'b> BatchWriter<'t, 'b> {
         entry: JournalEntry,
     ) -> Result<(), TxnError> {
         let (table, keys, _) = self.journal.open()?;
-        if journal::put_entry(table, &jkey, &entry)? {
+        if journal::put_entry(table, &jkey, &entry, &mut self.history)? {
             keys.added(&jkey.key);
         }
         self.journaled.push((jkey, entry));
@@ -614,21 +645,22 @@ impl BatchWriter<'_, '_> {
     /// [`BatchOp::ObserveUses`].
     fn observe_uses(&mut self, now: UnixNanos, in_use: &[RecordKey]) -> Result<bool, TxnError> {
         self.uses_now = self.uses_now.max(Some(now));
-        self.uses_changed |= history::observe_uses(self.uses.get()?, now, in_use)?;
+        self.uses_changed |=
+            history::observe_uses(self.uses.get()?, now, in_use, &mut self.history)?;
         Ok(false)
     }
 
     /// [`BatchOp::OpenUse`].
     fn open_use(&mut self, key: &RecordKey, now: UnixNanos) -> Result<bool, TxnError> {
         self.uses_now = self.uses_now.max(Some(now));
-        self.uses_changed |= history::open_use(self.uses.get()?, key, now)?;
+        self.uses_changed |= history::open_use(self.uses.get()?, key, now, &mut self.history)?;
         Ok(false)
     }
 
     /// [`BatchOp::RecordPull`].
     fn record_pull(&mut self, key: &PullKey, entry: &PullEntry) -> Result<bool, TxnError> {
         self.pulls_now = self.pulls_now.max(Some(key.at));
-        history::record_pull(self.pulls.get()?, key, entry)
+        history::record_pull(self.pulls.get()?, key, entry, &mut self.history)
     }
 
     /// [`BatchOp::ReplaceWarm`].
@@ -648,10 +680,11 @@ impl BatchWriter<'_, '_> {
     ) -> Result<(OpsOutcome, KeysAfter), TxnError> {
         let retention = self.retention;
         if let Some(now) = self.uses_now {
-            self.uses_changed |= history::prune_uses(self.uses.get()?, retention, now)?;
+            self.uses_changed |=
+                history::prune_uses(self.uses.get()?, retention, now, &mut self.history)?;
         }
         if let Some(now) = self.pulls_now {
-            changed |= history::prune_pulls(self.pulls.get()?, retention, now)?;
+            changed |= history::prune_pulls(self.pulls.get()?, retention, now, &mut self.history)?;
         }
         if self.journal_written {
             // The transaction's `now`: the latest time it journaled or marked re-pulled (the
@@ -675,7 +708,7 @@ impl BatchWriter<'_, '_> {
                 .collect();
             journal::record_retention(self.meta.get()?, retention)?;
             let (table, keys, _) = self.journal.open()?;
-            journal::prune(
+            let pruned = journal::prune(
                 table,
                 self.names.get()?,
                 self.images.get()?,
@@ -684,10 +717,15 @@ impl BatchWriter<'_, '_> {
                 now,
                 &fresh,
             )?;
+            for key in &pruned {
+                self.history.journal_removed(key);
+            }
             // The histories follow the retention this transaction wrote to `meta`, so a
             // lowered retention never leaves them over it (`Store::check` holds them to it).
-            self.uses_changed |= history::prune_uses(self.uses.get()?, retention, now)?;
-            self.uses_changed |= history::prune_pulls(self.pulls.get()?, retention, now)?;
+            self.uses_changed |=
+                history::prune_uses(self.uses.get()?, retention, now, &mut self.history)?;
+            self.uses_changed |=
+                history::prune_pulls(self.pulls.get()?, retention, now, &mut self.history)?;
         }
         if changed {
             for (name, value) in &batch.stamps {
@@ -702,6 +740,7 @@ impl BatchWriter<'_, '_> {
             keys: self.journal.keys,
             journal_written: self.journal_written,
             rows_read: self.journal.rows_read,
+            history: self.history,
         };
         Ok((
             (

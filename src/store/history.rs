@@ -21,6 +21,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::TxnError;
 use super::codec::{Codec, WarmPosition, closed_uses_prefix};
+use super::history_mirror::HistoryLog;
 use super::journal::age_cutoff;
 use super::tables::{Encoded, Stored};
 use crate::model::{
@@ -44,16 +45,28 @@ fn open_uses(uses: &UsesTable<'_>) -> Result<Vec<(UseKey, UseInterval)>, TxnErro
     Ok(out)
 }
 
-fn put_use(uses: &mut UsesTable<'_>, key: &UseKey, value: UseInterval) -> Result<(), TxnError> {
+fn put_use(
+    uses: &mut UsesTable<'_>,
+    key: &UseKey,
+    value: UseInterval,
+    log: &mut HistoryLog,
+) -> Result<(), TxnError> {
     uses.insert(Encoded::new(&key.encode()), Encoded::new(&value.encode()))?;
+    log.use_put(key, value.last_seen);
     Ok(())
 }
 
 /// Closes the open interval `key`: the row moves to the closed range with its `last_seen`. A
 /// closed interval of the same start and image already there (the same use closed twice)
 /// keeps the later `last_seen`.
-fn close(uses: &mut UsesTable<'_>, key: &UseKey, value: UseInterval) -> Result<(), TxnError> {
+fn close(
+    uses: &mut UsesTable<'_>,
+    key: &UseKey,
+    value: UseInterval,
+    log: &mut HistoryLog,
+) -> Result<(), TxnError> {
     uses.remove(Encoded::new(&key.encode()))?;
+    log.use_removed(key);
     let closed = UseKey {
         closed: true,
         ..key.clone()
@@ -66,7 +79,7 @@ fn close(uses: &mut UsesTable<'_>, key: &UseKey, value: UseInterval) -> Result<(
         }
         None => value.last_seen,
     };
-    put_use(uses, &closed, UseInterval { last_seen })
+    put_use(uses, &closed, UseInterval { last_seen }, log)
 }
 
 /// [`super::BatchOp::ObserveUses`]. Returns whether anything changed.
@@ -74,6 +87,7 @@ pub(super) fn observe_uses(
     uses: &mut UsesTable<'_>,
     now: UnixNanos,
     in_use: &[RecordKey],
+    log: &mut HistoryLog,
 ) -> Result<bool, TxnError> {
     let wanted: BTreeSet<&RecordKey> = in_use.iter().collect();
     let mut open_keys: BTreeSet<RecordKey> = BTreeSet::new();
@@ -81,15 +95,15 @@ pub(super) fn observe_uses(
     for (key, value) in open_uses(uses)? {
         if wanted.contains(&key.key) {
             open_keys.insert(key.key.clone());
-            changed |= touch(uses, &key, value, now)?;
+            changed |= touch(uses, &key, value, now, log)?;
         } else {
-            close(uses, &key, value)?;
+            close(uses, &key, value, log)?;
             changed = true;
         }
     }
     for key in wanted {
         if !open_keys.contains(key) {
-            open(uses, key, now)?;
+            open(uses, key, now, log)?;
             changed = true;
         }
     }
@@ -102,21 +116,27 @@ fn touch(
     key: &UseKey,
     value: UseInterval,
     now: UnixNanos,
+    log: &mut HistoryLog,
 ) -> Result<bool, TxnError> {
     if now <= value.last_seen {
         return Ok(false);
     }
-    put_use(uses, key, UseInterval { last_seen: now })?;
+    put_use(uses, key, UseInterval { last_seen: now }, log)?;
     Ok(true)
 }
 
-fn open(uses: &mut UsesTable<'_>, key: &RecordKey, now: UnixNanos) -> Result<(), TxnError> {
+fn open(
+    uses: &mut UsesTable<'_>,
+    key: &RecordKey,
+    now: UnixNanos,
+    log: &mut HistoryLog,
+) -> Result<(), TxnError> {
     let k = UseKey {
         closed: false,
         started_at: now,
         key: key.clone(),
     };
-    put_use(uses, &k, UseInterval { last_seen: now })
+    put_use(uses, &k, UseInterval { last_seen: now }, log)
 }
 
 /// The open intervals of the image `key` only, in key order: the other open rows are not
@@ -146,16 +166,17 @@ pub(super) fn open_use(
     uses: &mut UsesTable<'_>,
     key: &RecordKey,
     now: UnixNanos,
+    log: &mut HistoryLog,
 ) -> Result<bool, TxnError> {
     let mut found = false;
     let mut changed = false;
     for (k, value) in open_uses_of(uses, key)? {
         debug_assert!(k.key == *key, "open_uses_of keeps the rows of its key only");
         found = true;
-        changed |= touch(uses, &k, value, now)?;
+        changed |= touch(uses, &k, value, now, log)?;
     }
     if !found {
-        open(uses, key, now)?;
+        open(uses, key, now, log)?;
         changed = true;
     }
     Ok(changed)
@@ -168,6 +189,7 @@ pub(super) fn prune_uses(
     uses: &mut UsesTable<'_>,
     retention: JournalRetention,
     now: UnixNanos,
+    log: &mut HistoryLog,
 ) -> Result<bool, TxnError> {
     let cutoff = age_cutoff(now, retention.max_age);
     // Counted, not decoded: only their number matters here.
@@ -180,7 +202,7 @@ pub(super) fn prune_uses(
     let closed = total.saturating_sub(open);
     let surplus = closed.saturating_sub(retention.max_entries as usize);
     let start = closed_uses_prefix();
-    let mut doomed: Vec<Vec<u8>> = Vec::new();
+    let mut doomed: Vec<(Vec<u8>, UseKey)> = Vec::new();
     let mut counted = 0usize;
     for row in uses.range::<Encoded<UseKey>>(Encoded::new(&start)..)? {
         let (k, v) = row?;
@@ -191,12 +213,13 @@ pub(super) fn prune_uses(
         }
         let value: UseInterval = v.value().decode().map_err(TxnError::Decode)?;
         if counted < surplus || value.last_seen < cutoff {
-            doomed.push(k.value().bytes().to_vec());
+            doomed.push((k.value().bytes().to_vec(), key));
             counted += 1;
         }
     }
-    for k in &doomed {
+    for (k, key) in &doomed {
         uses.remove(Encoded::new(k))?;
+        log.use_removed(key);
     }
     Ok(!doomed.is_empty())
 }
@@ -207,6 +230,7 @@ pub(super) fn record_pull(
     pulls: &mut PullsTable<'_>,
     key: &PullKey,
     entry: &PullEntry,
+    log: &mut HistoryLog,
 ) -> Result<bool, TxnError> {
     let k = key.encode();
     let v = entry.encode();
@@ -216,6 +240,7 @@ pub(super) fn record_pull(
     };
     if !same {
         pulls.insert(Encoded::new(&k), Encoded::new(&v))?;
+        log.pull_put(key);
     }
     Ok(!same)
 }
@@ -226,6 +251,7 @@ pub(super) fn prune_pulls(
     pulls: &mut PullsTable<'_>,
     retention: JournalRetention,
     now: UnixNanos,
+    log: &mut HistoryLog,
 ) -> Result<bool, TxnError> {
     let cutoff = age_cutoff(now, retention.max_age);
     let len = usize::try_from(pulls.len()?).unwrap_or(usize::MAX);
@@ -238,14 +264,15 @@ pub(super) fn prune_pulls(
         let doomed = match pulls.first()? {
             Some((k, _)) => {
                 let key: PullKey = k.value().decode().map_err(TxnError::Decode)?;
-                removed < surplus || key.at < cutoff
+                (removed < surplus || key.at < cutoff).then_some(key)
             }
-            None => false,
+            None => None,
         };
-        if !doomed {
+        let Some(key) = doomed else {
             break;
-        }
+        };
         pulls.pop_first()?;
+        log.pull_removed(key);
         removed += 1;
     }
     Ok(removed > 0)

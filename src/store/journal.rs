@@ -30,6 +30,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::TxnError;
 use super::codec::{Codec, JournalKey};
+use super::history_mirror::HistoryLog;
 use super::journal_keys::JournalKeys;
 use super::rows::{ImagesTable, MetaTable, get_record, put_meta};
 use super::tables::{Encoded, Stored};
@@ -72,8 +73,10 @@ pub(super) fn put_entry(
     journal: &mut JournalTable<'_>,
     key: &JournalKey,
     entry: &JournalEntry,
+    log: &mut HistoryLog,
 ) -> Result<bool, TxnError> {
     let old = journal.insert(Encoded::new(&key.encode()), Encoded::new(&entry.encode()))?;
+    log.journal_put(key, entry);
     Ok(old.is_none())
 }
 
@@ -133,8 +136,9 @@ pub(super) fn record_retention(
 }
 
 /// Prunes the journal to `retention` (see the module's invariants), `keys` with it; drops
-/// the names only pruned entries kept. Returns whether anything changed. (The retention is
-/// recorded in `meta` by [`record_retention`], in the same transaction.)
+/// the names only pruned entries kept. Returns the keys of the entries it removed (none:
+/// nothing changed). (The retention is recorded in `meta` by [`record_retention`], in the
+/// same transaction.)
 pub(super) fn prune(
     journal: &mut JournalTable<'_>,
     names: &mut NamesTable<'_>,
@@ -143,10 +147,10 @@ pub(super) fn prune(
     retention: JournalRetention,
     now: UnixNanos,
     fresh: &BTreeSet<JournalKey>,
-) -> Result<bool, TxnError> {
+) -> Result<Vec<JournalKey>, TxnError> {
     let newest = match journal.last()? {
         Some((k, _)) => k.value().decode().map_err(TxnError::Decode)?.removed_at,
-        None => return Ok(false),
+        None => return Ok(Vec::new()),
     };
     let cutoff = age_cutoff(prune_reference(newest, now), retention.max_age);
     let mut doomed: Vec<JournalKey> = Vec::new();
@@ -164,21 +168,20 @@ pub(super) fn prune(
             break;
         }
     }
-    if doomed.is_empty() {
-        return Ok(false);
-    }
-    for key in &doomed {
+    let mut removed = Vec::with_capacity(doomed.len());
+    for key in doomed {
         if journal.remove(Encoded::new(&key.encode()))?.is_some() {
             keys.removed(&key.key);
+            removed.push(key);
         }
     }
-    let pruned: BTreeSet<RecordKey> = doomed.into_iter().map(|k| k.key).collect();
-    for key in pruned.iter().filter(|k| !keys.holds(k)) {
+    let pruned: BTreeSet<&RecordKey> = removed.iter().map(|k| &k.key).collect();
+    for key in pruned.into_iter().filter(|k| !keys.holds(k)) {
         if get_record(images, key)?.is_none() {
             names.remove(Encoded::new(&key.encode()))?;
         }
     }
-    Ok(true)
+    Ok(removed)
 }
 
 /// The time the journal's age is measured from: the newest entry's, but no later than `now`
@@ -203,6 +206,7 @@ pub(super) fn mark_repull(
     now: UnixNanos,
     max_age: Duration,
     rows_read: &mut u64,
+    log: &mut HistoryLog,
 ) -> Result<Option<Repull>, TxnError> {
     if !keys.holds_image(&key.image_id) {
         // No entry of the image at all: nothing to read (a new image's record, the common
@@ -231,7 +235,7 @@ pub(super) fn mark_repull(
         return Ok(None);
     };
     entry.repulled_at = Some(now);
-    put_entry(journal, &jkey, &entry)?;
+    put_entry(journal, &jkey, &entry, log)?;
     Ok(Some(Repull {
         key: jkey.key,
         removed_at: jkey.removed_at,

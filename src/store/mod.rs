@@ -42,6 +42,7 @@ mod error;
 mod eviction;
 mod file;
 mod history;
+mod history_mirror;
 mod journal;
 mod journal_keys;
 mod names;
@@ -158,6 +159,9 @@ pub struct Store {
     /// The committed journal's keys (`journal_keys.rs`), once a write transaction built
     /// them; locked for a whole write transaction.
     journal_keys: std::sync::Mutex<Option<journal_keys::JournalKeys>>,
+    /// The history tables' rows the space walks read (`history_mirror.rs`), once a walk built
+    /// them; locked for a whole write transaction.
+    history_mirror: std::sync::Mutex<Option<history_mirror::HistoryMirror>>,
     /// The history rows the lookups whose cost once grew with the history have read: journal
     /// entries (regret lookups, building the journal's keys) and names rows the names walk
     /// stepped over ([`Store::history_rows_read`]).
@@ -239,6 +243,7 @@ impl Store {
             options: database::StoreOptions::default(),
             upgraded_from: None,
             journal_keys: std::sync::Mutex::new(None),
+            history_mirror: std::sync::Mutex::new(None),
             history_rows_read: AtomicU64::new(0),
         }
     }
@@ -261,6 +266,24 @@ impl Store {
     /// needs them reads them from the journal.
     fn forget_journal_keys(&self) {
         *self.lock_journal_keys() = None;
+    }
+
+    /// The history mirror, locked: held by a write transaction to its commit.
+    fn lock_history_mirror(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<history_mirror::HistoryMirror>> {
+        // A panic while holding the lock leaves a whole mirror or none (a log is played only
+        // after its commit).
+        self.history_mirror
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops the history mirror: called after their commit by every writer of the history
+    /// tables or the journal other than [`Store::apply`] (a migration, a reopen, raw test
+    /// writes); the next walk builds it from the tables.
+    fn forget_history_mirror(&self) {
+        *self.lock_history_mirror() = None;
     }
 
     /// The schema version the file had when this handle was opened, if the open upgraded it

@@ -62,6 +62,7 @@ impl Store {
             other => panic!("no raw writes to {other}"),
         }
         txn.commit().expect("commit");
+        self.forget_history_mirror();
     }
 
     /// Writes raw bytes into a table, bypassing every rule.

@@ -169,6 +169,7 @@ impl Store {
             });
         }
         self.forget_journal_keys();
+        self.forget_history_mirror();
         // Before the old handle goes: from here no scan on it reads again (see the module doc).
         *self
             .liveness

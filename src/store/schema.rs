@@ -258,6 +258,7 @@ impl Store {
                     .map_err(|e| self.wrap(e))?;
             }
             self.commit(txn)?;
+            self.forget_history_mirror();
             version += 1;
         }
         Ok(())

@@ -304,9 +304,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         &self,
         listed: &ListedImages,
     ) -> Result<Vec<(StoredRecord, AdaptiveRank)>, GcError> {
-        // The returns count only re-pulled entries: the others are not decoded (issue 41).
-        let journal = self.store.journal_repulled()?;
-        let returns = adaptive::returns(&journal);
+        // The returns count only re-pulled entries, kept by the store's history mirror
+        // (`store/history_mirror.rs`): no walk reads the journal (issue 53).
+        let returns = self.store.repulled_counts()?;
         let (records, tags) = self.listed_records(listed)?;
         Ok(adaptive::rank_listed(records, &returns, &tags))
     }
