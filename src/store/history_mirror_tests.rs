@@ -6,16 +6,9 @@ use crate::model::{
     EvictionNote, ImageId, JournalRetention, PullEntry, PullKey, PullOrigin, RecordKey,
     RemovalReason, UnixNanos,
 };
-use crate::store::{Batch, HistoryRows, KeyParts, Store};
+use crate::store::{Batch, HistoryRows, KeyParts, Store, temp_store};
 
 const DAY: i64 = 24 * 3600;
-
-fn store() -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store =
-        Store::open(&dir.path().join("records.redb"), UnixNanos::from_secs(1)).expect("open store");
-    (dir, store)
-}
 
 fn note(at: i64) -> EvictionNote {
     EvictionNote {
@@ -90,7 +83,7 @@ fn random_batch(rng: &mut fastrand::Rng, at: i64) -> Batch {
 fn the_history_mirror_is_the_committed_tables_after_every_transaction() {
     for seed_no in 0..20u64 {
         let mut rng = fastrand::Rng::with_seed(seed_no);
-        let (_dir, store) = store();
+        let (_dir, store) = temp_store();
         store.set_journal_retention(JournalRetention {
             max_age: Duration::from_secs(DAY as u64),
             max_entries: 6,
@@ -149,7 +142,7 @@ fn the_history_mirror_is_the_committed_tables_after_every_transaction() {
 /// (any writer but `apply`) drops the mirror, and the next walk reads the tables again.
 #[test]
 fn the_next_walk_sees_the_uses_pulls_and_repulls_written_since_the_last() {
-    let (_dir, store) = store();
+    let (_dir, store) = temp_store();
     let a = RecordKey::new("sha256:a", "");
     let parts: Vec<KeyParts<'_>> = vec![(a.image_id.as_str().as_bytes(), b"")];
     let mut first = Batch::new();

@@ -91,6 +91,20 @@ pub use scan::{InPlaceScan, RecordScan, ScannedRecord};
 pub use schema::{CURRENT_SCHEMA_VERSION, meta_keys};
 pub use sorted_reads::{HistoryRows, KeyParts};
 
+/// A store at `records.redb` in a fresh temporary directory (opened at 1 s past the epoch),
+/// kept while the returned directory lives: the journal's and the history mirror's tests'
+/// common start.
+#[cfg(test)]
+pub(crate) fn temp_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(
+        &dir.path().join("records.redb"),
+        crate::model::UnixNanos::from_secs(1),
+    )
+    .expect("open store");
+    (dir, store)
+}
+
 use reopen::{Liveness, ScanTie};
 
 #[cfg(not(any(test, feature = "fault-injection")))]

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::super::{Batch, Store, StoreError, Violation};
+use super::super::{Batch, Store, StoreError, Violation, temp_store};
 use super::retention_keys;
 use crate::model::{
     EvictionNote, FsUsage, ImageNames, ImageRecord, JournalRetention, RecordKey, RemovalReason,
@@ -8,13 +8,6 @@ use crate::model::{
 };
 
 const DAY: i64 = 24 * 3600;
-
-fn store() -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store =
-        Store::open(&dir.path().join("records.redb"), UnixNanos::from_secs(1)).expect("open store");
-    (dir, store)
-}
 
 fn key(id: &str) -> RecordKey {
     RecordKey::new(format!("sha256:{id}"), "")
@@ -74,7 +67,7 @@ fn check(store: &mut Store) -> Vec<Violation> {
 
 #[test]
 fn an_eviction_deletes_the_record_and_journals_it_in_one_commit_keeping_its_names() {
-    let (_dir, mut store) = store();
+    let (_dir, mut store) = temp_store();
     seed(&store, "a", "busybox:1.35");
     let commits = store.commits();
     let mut batch = Batch::new();
@@ -107,7 +100,7 @@ fn an_eviction_deletes_the_record_and_journals_it_in_one_commit_keeping_its_name
 
 #[test]
 fn an_unlisted_record_is_journaled_as_external_and_a_plain_removal_drops_its_names() {
-    let (_dir, mut store) = store();
+    let (_dir, mut store) = temp_store();
     seed(&store, "a", "a:1");
     seed(&store, "b", "b:1");
     let mut batch = Batch::new();
@@ -125,7 +118,7 @@ fn an_unlisted_record_is_journaled_as_external_and_a_plain_removal_drops_its_nam
 
 #[test]
 fn names_are_written_only_for_records_and_only_when_they_change() {
-    let (_dir, store) = store();
+    let (_dir, store) = temp_store();
     seed(&store, "a", "a:1");
     let mut same = Batch::new();
     same.set_names(key("a"), names("a:1"));
@@ -143,7 +136,7 @@ fn names_are_written_only_for_records_and_only_when_they_change() {
 /// transaction itself; a pruned entry's names go unless its record came back.
 #[test]
 fn the_journal_is_pruned_by_count_and_age_in_the_transaction_that_writes_it() {
-    let (_dir, mut store) = store();
+    let (_dir, mut store) = temp_store();
     store.set_journal_retention(JournalRetention {
         max_age: Duration::from_secs(10 * 86_400),
         max_entries: 3,
@@ -193,7 +186,7 @@ fn the_journal_is_pruned_by_count_and_age_in_the_transaction_that_writes_it() {
 /// with a journal entry within retention marks the newest entry re-pulled, once.
 #[test]
 fn a_record_created_for_an_evicted_id_within_retention_marks_the_entry_re_pulled_once() {
-    let (_dir, store) = store();
+    let (_dir, store) = temp_store();
     seed(&store, "a", "a:1");
     let mut evict = Batch::new();
     evict.evict(key("a"), note(1_000, RemovalReason::Space, 2));
@@ -222,7 +215,7 @@ fn a_record_created_for_an_evicted_id_within_retention_marks_the_entry_re_pulled
 
 #[test]
 fn a_re_pull_after_the_retention_age_is_no_regret() {
-    let (_dir, store) = store();
+    let (_dir, store) = temp_store();
     store.set_journal_retention(JournalRetention {
         max_age: Duration::from_secs(3_600),
         max_entries: 10,
@@ -259,14 +252,14 @@ fn kinds(violations: &[Violation]) -> Vec<&'static str> {
 
 #[test]
 fn check_reports_names_of_nothing() {
-    let (_dir, mut store) = store();
+    let (_dir, mut store) = temp_store();
     store.raw_insert_for_tests("names", &key("x"), &names("x:1"));
     assert_eq!(kinds(&check(&mut store)), ["orphan_names"]);
 }
 
 #[test]
 fn check_reports_a_journal_beyond_its_count() {
-    let (_dir, mut store) = store();
+    let (_dir, mut store) = temp_store();
     for id in ["a", "b"] {
         seed(&store, id, "t:1");
         let mut batch = Batch::new();
@@ -282,7 +275,7 @@ fn check_reports_a_journal_beyond_its_count() {
 
 #[test]
 fn check_reports_a_journal_entry_past_its_age() {
-    let (_dir, mut store) = store();
+    let (_dir, mut store) = temp_store();
     for (id, at) in [("a", 100), ("b", 100 + 2 * DAY)] {
         seed(&store, id, "t:1");
         let mut batch = Batch::new();
@@ -298,7 +291,7 @@ fn check_reports_a_journal_entry_past_its_age() {
 
 #[test]
 fn check_reports_undecodable_journal_and_names_entries() {
-    let (_dir, mut store) = store();
+    let (_dir, mut store) = temp_store();
     store.raw_bytes_for_tests("journal", b"\x01short", &[9; 64]);
     store.raw_bytes_for_tests("names", b"\x07", b"\x01");
     let mut found = kinds(&check(&mut store));
@@ -334,7 +327,7 @@ fn a_reopened_store_keeps_the_retention_the_file_records() {
 #[test]
 fn names_that_differ_takes_the_last_entry_of_a_key_and_only_differences() {
     use crate::model::{ImageId, RuntimeImage};
-    let (_dir, store) = store();
+    let (_dir, store) = temp_store();
     seed(&store, "a", "a:2");
     let listed = |id: &str, tag: Option<&str>| RuntimeImage {
         id: ImageId::new(format!("sha256:{id}")),
@@ -367,7 +360,7 @@ fn names_that_differ_in_key_order_is_names_that_differ_over_the_folded_list() {
     use crate::model::{ImageId, RuntimeImage};
     for seed_no in 0..30u64 {
         let mut rng = fastrand::Rng::with_seed(seed_no);
-        let (_dir, store) = store();
+        let (_dir, store) = temp_store();
         let handlers = ["", "kata", "runc"];
         let mut batch = Batch::new();
         for id in 0..12u8 {
@@ -431,7 +424,7 @@ fn a_journal_entry_from_a_clock_once_ahead_does_not_prune_later_entries() {
         (1, &["b"], &[]),
     ];
     for (max_entries, want, want_violations) in cases {
-        let (_dir, mut store) = store();
+        let (_dir, mut store) = temp_store();
         store.set_journal_retention(JournalRetention {
             max_age: Duration::from_secs(30 * 86_400),
             max_entries,
@@ -464,7 +457,7 @@ fn a_journal_entry_from_a_clock_once_ahead_does_not_prune_later_entries() {
 /// newer entry (here 5 minutes ahead, inside the future tolerance) puts it past the age.
 #[test]
 fn an_entry_marked_re_pulled_is_not_pruned_by_the_marking_transaction() {
-    let (_dir, store) = store();
+    let (_dir, store) = temp_store();
     store.set_journal_retention(JournalRetention {
         max_age: Duration::from_secs(DAY as u64),
         max_entries: 100,
@@ -499,7 +492,7 @@ fn the_journal_keys_held_in_memory_are_the_journals_after_every_transaction() {
     use super::super::journal_keys::JournalKeys;
     for seed_no in 0..20u64 {
         let mut rng = fastrand::Rng::with_seed(seed_no);
-        let (_dir, store) = store();
+        let (_dir, store) = temp_store();
         store.set_journal_retention(JournalRetention {
             max_age: Duration::from_secs(30 * DAY as u64),
             max_entries: 6,
@@ -542,7 +535,7 @@ fn the_journal_keys_held_in_memory_are_the_journals_after_every_transaction() {
 fn a_new_record_a_removal_and_the_names_walk_read_no_more_rows_when_the_journal_is_longer() {
     use crate::model::{ImageId, RuntimeImage};
     let rows_for = |journaled: u32| {
-        let (_dir, store) = store();
+        let (_dir, store) = temp_store();
         let mut batch = Batch::new();
         for i in 0..journaled {
             batch.upsert(key(&format!("j{i:05}")), record(10, 20, 7));
