@@ -569,13 +569,7 @@ fn the_walks_order_is_the_reference_ranking_over_the_stores_tables() {
             if rng.u8(0..8) == 0 {
                 continue; // a record the runtime no longer lists
             }
-            images.push(RuntimeImage {
-                id: r.key.image_id.clone(),
-                runtime_handler: r.key.runtime_handler.clone(),
-                repo_tags: node.tags.get(&r.key).cloned().unwrap_or_default(),
-                size: r.record.size,
-                ..RuntimeImage::default()
-            });
+            images.push(runtime_image_of(r, &node));
         }
         for i in 0..rng.usize(0..4) {
             images.push(RuntimeImage {
@@ -586,23 +580,7 @@ fn the_walks_order_is_the_reference_ranking_over_the_stores_tables() {
         rng.shuffle(&mut images);
         let listed = ListedImages::new(images);
         let walk = crate::gc::predictive_walk(&store, &listed, node.now).expect("the walk's reads");
-        let ranked: Vec<StoredRecord> = store
-            .records()
-            .expect("records")
-            .into_iter()
-            .filter(|r| listed.contains(&r.key))
-            .collect();
-        let expected: Vec<StoredRecord> = reference::rank(
-            ranked,
-            &store.journal().expect("journal"),
-            &node.tags,
-            &store.uses().expect("uses"),
-            &store.pulls().expect("pulls"),
-            node.now,
-        )
-        .into_iter()
-        .map(|(r, _)| r)
-        .collect();
+        let expected = reference_order(&store, &listed, &node);
         let got: Vec<StoredRecord> = walk.records_from(&listed, 0).collect();
         assert_eq!(got, expected, "seed {seed}");
         assert_eq!(walk.len(), expected.len(), "seed {seed}");
@@ -635,26 +613,32 @@ fn store_of(node: &reference::Node) -> crate::store::Store {
     store
 }
 
-/// The walk's order over `store` (every record of `node` listed) against the reference
-/// ranking of the records the store holds over its tables as they are now.
-fn assert_walk_is_reference(store: &crate::store::Store, node: &reference::Node, what: &str) {
-    use crate::gc::detect::ListedImages;
-    use crate::model::RuntimeImage;
-    let listed = ListedImages::new(
-        node.records
-            .iter()
-            .map(|r| RuntimeImage {
-                id: r.key.image_id.clone(),
-                runtime_handler: r.key.runtime_handler.clone(),
-                repo_tags: node.tags.get(&r.key).cloned().unwrap_or_default(),
-                size: r.record.size,
-                ..RuntimeImage::default()
-            })
-            .collect::<Vec<_>>(),
-    );
-    let walk = crate::gc::predictive_walk(store, &listed, node.now).expect("the walk's reads");
-    let expected: Vec<StoredRecord> = reference::rank(
-        store.records().expect("records"),
+/// The runtime's listing of `r` as the generated `node` has it (its tags, its size).
+fn runtime_image_of(r: &StoredRecord, node: &reference::Node) -> crate::model::RuntimeImage {
+    crate::model::RuntimeImage {
+        id: r.key.image_id.clone(),
+        runtime_handler: r.key.runtime_handler.clone(),
+        repo_tags: node.tags.get(&r.key).cloned().unwrap_or_default(),
+        size: r.record.size,
+        ..crate::model::RuntimeImage::default()
+    }
+}
+
+/// The reference ranking of the records `store` holds that `listed` names, over the store's
+/// tables as they are now.
+fn reference_order(
+    store: &crate::store::Store,
+    listed: &crate::gc::detect::ListedImages,
+    node: &reference::Node,
+) -> Vec<StoredRecord> {
+    let ranked: Vec<StoredRecord> = store
+        .records()
+        .expect("records")
+        .into_iter()
+        .filter(|r| listed.contains(&r.key))
+        .collect();
+    reference::rank(
+        ranked,
         &store.journal().expect("journal"),
         &node.tags,
         &store.uses().expect("uses"),
@@ -663,7 +647,21 @@ fn assert_walk_is_reference(store: &crate::store::Store, node: &reference::Node,
     )
     .into_iter()
     .map(|(r, _)| r)
-    .collect();
+    .collect()
+}
+
+/// The walk's order over `store` (every record of `node` listed) against the reference
+/// ranking of the records the store holds over its tables as they are now.
+fn assert_walk_is_reference(store: &crate::store::Store, node: &reference::Node, what: &str) {
+    use crate::gc::detect::ListedImages;
+    let listed = ListedImages::new(
+        node.records
+            .iter()
+            .map(|r| runtime_image_of(r, node))
+            .collect::<Vec<_>>(),
+    );
+    let walk = crate::gc::predictive_walk(store, &listed, node.now).expect("the walk's reads");
+    let expected = reference_order(store, &listed, node);
     let got: Vec<StoredRecord> = walk.records_from(&listed, 0).collect();
     assert_eq!(got, expected, "{what}");
 }
