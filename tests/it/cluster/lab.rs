@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{ClusterLab, NAMESPACE, cluster_lab};
+use super::{ClusterLab, NAMESPACE, Release, cluster_lab};
 use crate::support;
 
 #[path = "lab_keep_sets.rs"]
@@ -207,17 +207,9 @@ async fn helm_install_runs_the_agent_ready_under_the_kubelets_probes_its_notes_c
     // labels the uninstall notes are about exist before the uninstall.
     let (repository, tag) = cluster.image();
     let pinned = format!("{repository}:{tag}");
-    let in_pod = |args: &[&str]| {
-        let out = release.imagekeeper(args);
-        assert!(
-            out.status.success(),
-            "kubectl exec imagekeeper {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    in_pod(&["pin", &pinned, "--reason", "cluster lab"]);
+    release.imagekeeper_ok(&["pin", &pinned, "--reason", "cluster lab"]);
     // A cycle through the agent returns after its label writes.
-    in_pod(&["gc"]);
+    release.imagekeeper_ok(&["gc"]);
     let labelled_by_the_agent = images_with_imagekeeper_labels(&cluster);
     assert!(
         labelled_by_the_agent.len() > labelled_before.len()
@@ -288,33 +280,46 @@ fn events_with_reason(cluster: &ClusterLab, reason: &str) -> Vec<(String, String
         .collect()
 }
 
-async fn wait_for_event(cluster: &ClusterLab, reason: &str, note_part: &str) -> (String, u64) {
+/// Waits (at most 90 s) for an Event of imagekeeper's on the node with this reason whose note
+/// has `note_part`; its (note, series count), or `None` at the deadline.
+async fn try_wait_for_event(
+    cluster: &ClusterLab,
+    reason: &str,
+    note_part: &str,
+) -> Option<(String, u64)> {
     // Polled: the API server's Event list is the observable (once a second).
-    support::wait_for(
-        &format!("a {reason} Event whose note has {note_part:?} (kubectl get events)"),
-        Duration::from_secs(90),
-        || async {
-            let found = events_with_reason(cluster, reason)
-                .into_iter()
-                .find(|(_, note, _)| note.contains(note_part))
-                .map(|(type_, note, count)| {
-                    assert_eq!(
-                        type_,
-                        if reason == "ImageGarbageCollected" {
-                            "Normal"
-                        } else {
-                            "Warning"
-                        }
-                    );
-                    (note, count)
-                });
-            if found.is_none() {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            found
-        },
-    )
+    support::try_wait_for(Duration::from_secs(90), || async {
+        let found = events_with_reason(cluster, reason)
+            .into_iter()
+            .find(|(_, note, _)| note.contains(note_part))
+            .map(|(type_, note, count)| {
+                assert_eq!(
+                    type_,
+                    if reason == "ImageGarbageCollected" {
+                        "Normal"
+                    } else {
+                        "Warning"
+                    }
+                );
+                (note, count)
+            });
+        if found.is_none() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        found
+    })
     .await
+}
+
+async fn wait_for_event(cluster: &ClusterLab, reason: &str, note_part: &str) -> (String, u64) {
+    try_wait_for_event(cluster, reason, note_part)
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "timed out after 90s waiting for a {reason} Event whose note has {note_part:?} \
+                 (kubectl get events)"
+            )
+        })
 }
 
 /// Removes every image of the node but the agent's and the sandbox's (crictl), and first the
@@ -419,17 +424,9 @@ async fn the_agents_node_events_reach_the_api_server_with_the_documented_reason_
     sets.push("extraArgs={--gc-period=5s}".to_owned());
     release.upgrade(Some(&config(1, 0, "")), &sets);
     release.wait_ready(Duration::from_secs(120));
-    let removed_both = support::try_wait_for(Duration::from_secs(90), || async {
-        let found = events_with_reason(&cluster, "ImageGarbageCollected")
-            .into_iter()
-            .find(|(_, note, _)| note.contains("Removed 2 images"));
-        if found.is_none() {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        found
-    })
-    .await;
-    let Some((_, removed, count)) = removed_both else {
+    let removed_both =
+        try_wait_for_event(&cluster, "ImageGarbageCollected", "Removed 2 images").await;
+    let Some((removed, count)) = removed_both else {
         // What kept an image: the agent's own account of each, its log, the node's Events.
         let explain = release.imagekeeper(&["inspect", "explain"]);
         println!(
@@ -523,13 +520,11 @@ async fn the_agents_node_events_reach_the_api_server_with_the_documented_reason_
     assert!(refused.contains("forbidden"), "{refused}");
     tokio::time::sleep(Duration::from_secs(12)).await; // two more GC periods
     let logs = release.logs();
-    let refusals = logs
-        .lines()
-        .filter(|l| {
-            l.contains("Cannot publish a Node Event") && l.contains("ImageGarbageCollected")
-        })
-        .count();
-    assert_eq!(refusals, 1, "logged once: {logs}");
+    let refusals = Release::lines_with(
+        &logs,
+        &["Cannot publish a Node Event", "ImageGarbageCollected"],
+    );
+    assert_eq!(refusals.len(), 1, "logged once: {logs}");
     assert_eq!(
         events_with_reason(&cluster, "ImageGarbageCollected").len(),
         1,

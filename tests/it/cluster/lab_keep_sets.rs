@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{config, runtime_image, wait_for_runtime_image};
-use crate::cluster::{ClusterLab, NAMESPACE, cluster_lab};
+use crate::cluster::{ClusterLab, NAMESPACE, Release, cluster_lab};
 use crate::support;
 
 /// `kubectl get keepsetreport NODE -o json`'s status, or null while there is none.
@@ -192,12 +192,7 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
     );
 
     // On the node, the set's pin is an ordinary pin whose reason names the set.
-    let pins = release.imagekeeper(&["pins"]);
-    assert!(
-        pins.status.success(),
-        "kubectl exec imagekeeper pins: {pins:?}"
-    );
-    let pins = String::from_utf8_lossy(&pins.stdout);
+    let pins = release.imagekeeper_ok(&["pins"]);
     println!("{pins}");
     assert!(
         pins.contains("KeepSet/lab-rollout: cluster lab rollout"),
@@ -277,28 +272,24 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
         .await;
     println!("{refused}");
     // A cycle through the agent returns after its label writes.
-    let cycle = release.imagekeeper(&["gc"]);
-    assert!(
-        cycle.status.success(),
-        "imagekeeper gc in the pod: {cycle:?}"
-    );
+    release.imagekeeper_ok(&["gc"]);
     assert_eq!(
         runtime_image(&cluster, &image),
         Some(true),
         "{image} still runtime-pinned with the KeepSets' watch refused"
     );
-    let pins = release.imagekeeper(&["pins"]);
-    let pins = String::from_utf8_lossy(&pins.stdout);
+    let pins = release.imagekeeper_ok(&["pins"]);
     assert!(
         pins.contains("KeepSet/lab-held: held through RBAC"),
         "the set's pin holds: {pins}"
     );
     let logs = release.logs();
-    let refusals = logs
-        .lines()
-        .filter(|l| l.contains("The watch of the KeepSets failed"))
-        .count();
-    assert_eq!(refusals, 1, "logged once while the watch retries: {logs}");
+    let refusals = Release::lines_with(&logs, &["The watch of the KeepSets failed"]);
+    assert_eq!(
+        refusals.len(),
+        1,
+        "logged once while the watch retries: {logs}"
+    );
 
     // The role back: the watch lists again, and deleting the set removes its pin.
     cluster.kubectl(&[

@@ -450,10 +450,28 @@ impl Release<'_> {
         self.cluster.kubectl_output(&all)
     }
 
+    /// [`Self::imagekeeper`], which must succeed; its stdout.
+    pub fn imagekeeper_ok(&self, args: &[&str]) -> String {
+        let out = self.imagekeeper(args);
+        assert!(
+            out.status.success(),
+            "kubectl exec imagekeeper {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// `kubectl logs` of the pod's agent (JSON lines).
     pub fn logs(&self) -> String {
         self.cluster
             .kubectl(&["-n", NAMESPACE, "logs", &self.pod_name()])
+    }
+
+    /// The lines of `logs` containing every one of `parts`.
+    pub fn lines_with<'l>(logs: &'l str, parts: &[&str]) -> Vec<&'l str> {
+        logs.lines()
+            .filter(|line| parts.iter().all(|p| line.contains(p)))
+            .collect()
     }
 
     /// Waits for a log line of the agent containing every one of `parts`; returns it.
@@ -463,11 +481,10 @@ impl Release<'_> {
             &format!("an agent log line with {parts:?} (kubectl logs)"),
             deadline,
             || async {
-                let found = self
-                    .logs()
-                    .lines()
-                    .find(|line| parts.iter().all(|p| line.contains(p)))
-                    .map(str::to_owned);
+                let logs = self.logs();
+                let found = Self::lines_with(&logs, parts)
+                    .first()
+                    .map(|l| (*l).to_owned());
                 if found.is_none() {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
