@@ -389,7 +389,8 @@ async fn in_cluster_client() -> Result<kube::Client, String> {
 }
 
 /// The watch of the KeepSets selecting `node` and of its labels (`keepSets`), writing them
-/// for the agent's keep-set loop, and the publisher of the node's KeepSetReport, in the
+/// for the agent's keep-set loop, the publisher of the node's KeepSetReport, and the node's
+/// candidacy for writing the fleet's counts into the sets' status (the Lease), in the
 /// background for the agent's life; without in-cluster credentials one warning, and the
 /// node's pins stay as they are.
 async fn watch_keep_sets(handle: imagekeeper::gc::NodeKeepSets, node: String) {
@@ -402,6 +403,11 @@ async fn watch_keep_sets(handle: imagekeeper::gc::NodeKeepSets, node: String) {
                     client.clone(),
                     node.clone(),
                     handle.clone(),
+                ));
+                tokio::spawn(imagekeeper::cluster::publish_fleet_counts(
+                    client.clone(),
+                    node.clone(),
+                    Arc::new(SystemClock),
                 ));
                 tokio::spawn(imagekeeper::cluster::watch_keep_sets(client, node, handle));
             }

@@ -77,17 +77,21 @@ pub fn report_body(node: &str, reports: &BTreeMap<String, KeepSetReport>) -> Val
     })
 }
 
-/// Publishes `handle`'s reports as `node`'s KeepSetReport at each change, until the task is
-/// dropped.
-pub async fn publish_keep_set_reports(client: Client, node: String, handle: NodeKeepSets) {
-    let resource = ApiResource {
+/// The KeepSetReports' resource (the chart's CRD).
+pub(super) fn report_resource() -> ApiResource {
+    ApiResource {
         group: GROUP.to_owned(),
         version: VERSION.to_owned(),
         api_version: format!("{GROUP}/{VERSION}"),
         kind: "KeepSetReport".to_owned(),
         plural: "keepsetreports".to_owned(),
-    };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    }
+}
+
+/// Publishes `handle`'s reports as `node`'s KeepSetReport at each change, until the task is
+/// dropped.
+pub async fn publish_keep_set_reports(client: Client, node: String, handle: NodeKeepSets) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &report_resource());
     let recorder = Recorder::new(
         client,
         Reporter {

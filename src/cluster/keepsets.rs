@@ -41,6 +41,25 @@ pub struct KeepSetObject {
     /// What the set asks.
     #[serde(default)]
     pub spec: KeepSetSpec,
+    /// The fleet's count, as its elected writer last published it (`keepset_fleet.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<KeepSetStatus>,
+}
+
+/// A KeepSet's status: how many Nodes its selector matches and how many of those report it
+/// ready, and the two as `ready/matching` (the READY column of `kubectl get keepsets`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeepSetStatus {
+    /// The Nodes whose labels the set's selector matches.
+    #[serde(default)]
+    pub matching: u32,
+    /// Of those, the ones whose KeepSetReport says the set ready.
+    #[serde(default)]
+    pub ready: u32,
+    /// `ready/matching`.
+    #[serde(default)]
+    pub nodes: String,
 }
 
 /// A KeepSet's spec.

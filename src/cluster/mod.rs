@@ -6,20 +6,26 @@
 //! image's next run) and the Deployments' revisions (`replicasets.rs`: current, rollback,
 //! superseded), which the predictive order reads ([`crate::gc::ClusterSignals`]); the fleet's
 //! KeepSets selecting this node (`keepsets.rs`, `keepSets`), which the agent pins, and this
-//! node's report of them (`keepset_report.rs`, its one write: its own `KeepSetReport`). Every
-//! watch runs one loop (`drive.rs`).
+//! node's report of them (`keepset_report.rs`, its one write: its own `KeepSetReport`), and the
+//! fleet's count of each set from every node's report (`keepset_fleet.rs`), written into the
+//! sets' status by one agent at a time (`fleet_writer.rs`, elected by a Lease, `lease.rs`).
+//! Every watch runs one loop (`drive.rs`).
 //!
-//! Invariants: only reads (list and watch) but the node's own KeepSetReport, through kube-rs's watcher with a field selector
-//! on `spec.nodeName`, so the API server sends this node's pods only; each pod is held as its
-//! image names, never as the object; a relist replaces the set at once when it is complete,
-//! not before; with the API server away the last set holds.
+//! Invariants: only reads (list and watch) but the node's own KeepSetReport and, while it
+//! holds the Lease, that Lease and the KeepSets' status subresource; the pods' watch has a
+//! field selector on `spec.nodeName`, so the API server sends this node's pods only; each pod
+//! is held as its image names, never as the object; a relist replaces the set at once when it
+//! is complete, not before; with the API server away the last set holds.
 
 mod client;
 mod cronjobs;
 mod daemonsets;
 mod drive;
+mod fleet_writer;
+mod keepset_fleet;
 mod keepset_report;
 mod keepsets;
+mod lease;
 mod pods;
 mod replicasets;
 #[cfg(test)]
@@ -28,10 +34,18 @@ mod test_specs;
 pub use client::{MAX_ANSWER_BYTES, capped_client};
 pub use cronjobs::{CronJobWatch, cronjob_signal, watch_cronjobs};
 pub use daemonsets::{DaemonSetWatch, daemonset_images, watch_daemonsets};
+pub use fleet_writer::{
+    COUNT_INTERVAL, FIELD_MANAGER, LEASE_DURATION_SECONDS, LEASE_NAME, publish_fleet_counts,
+};
+pub use keepset_fleet::{
+    FleetCount, changed_statuses, fleet_counts, ready_sets_of_report, status_of,
+};
 pub use keepset_report::{publish_keep_set_reports, report_body};
 pub use keepsets::{
-    GROUP, KeepSetObject, KeepSetSpec, KeepSetWatch, VERSION, keep_set_of, selects, watch_keep_sets,
+    GROUP, KeepSetObject, KeepSetSpec, KeepSetStatus, KeepSetWatch, VERSION, keep_set_of, selects,
+    watch_keep_sets,
 };
+pub use lease::{LeaseStep, LeaseView, RENEW_AFTER_FRACTION, lease_step};
 pub use pods::{
     PodWatch, controller_daemonset, controller_job, pod_images, spec_images, watch_bound_pods,
 };

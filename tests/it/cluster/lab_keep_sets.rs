@@ -48,6 +48,25 @@ async fn wait_for_report(
     .await
 }
 
+/// Waits until `kubectl get keepset NAME` shows READY `want` (its status' `ready/matching`, the
+/// fleet's count the Lease's holder writes), polling every second.
+async fn wait_for_fleet_count(cluster: &ClusterLab, name: &str, want: &str, deadline: Duration) {
+    support::wait_for(
+        &format!("kubectl get keepset {name}: READY {want}"),
+        deadline,
+        || async {
+            let out =
+                cluster.kubectl_output(&["get", "keepset", name, "-o", "jsonpath={.status.nodes}"]);
+            if out.status.success() && out.stdout == want.as_bytes() {
+                return Some(());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            None
+        },
+    )
+    .await;
+}
+
 /// Issue 56's cluster-lab cases: a KeepSet selecting the lab node (by its hostname label) with
 /// an absent image and a lifetime of 75 s, and a second set naming an image the registry does
 /// not have. The API server refuses a set giving both `until` and `duration` (the CRD's CEL
@@ -190,6 +209,34 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
         listed.contains("READY") && listed.contains("FAILING"),
         "{listed}"
     );
+    // The fleet's count on the sets themselves: the agent holding the Lease (the only agent
+    // here) writes ready/matching into each set's status, READY in `kubectl get keepsets`.
+    wait_for_fleet_count(&cluster, "lab-rollout", "1/1", Duration::from_secs(60)).await;
+    wait_for_fleet_count(&cluster, "lab-missing", "0/1", Duration::from_secs(30)).await;
+    let listed = cluster.kubectl(&["get", "keepsets"]);
+    println!("{listed}");
+    let rollout_row = listed
+        .lines()
+        .find(|line| line.starts_with("lab-rollout "))
+        .unwrap_or_default();
+    assert!(
+        listed.starts_with("NAME") && listed.contains("READY") && rollout_row.contains(" 1/1 "),
+        "kubectl get keepsets shows the count: {listed}"
+    );
+    let holder = cluster.kubectl(&[
+        "-n",
+        NAMESPACE,
+        "get",
+        "lease",
+        "imagekeeper-keepset-counts",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert_eq!(
+        holder.trim(),
+        node,
+        "the Lease's holder is the lab node's agent"
+    );
 
     // On the node, the set's pin is an ordinary pin whose reason names the set.
     let pins = release.imagekeeper_ok(&["pins"]);
@@ -215,6 +262,7 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
         |s| report_of(s, "lab-rollout")["expired"] == true,
     )
     .await;
+    wait_for_fleet_count(&cluster, "lab-rollout", "0/1", Duration::from_secs(30)).await;
 
     for set in ["lab-rollout", "lab-missing"] {
         cluster.kubectl(&["delete", "keepset", set]);

@@ -292,6 +292,8 @@ fn every_runtime_preset_renders_objects_that_check_out() {
                 "DaemonSet",
                 "PodMonitor",
                 "PrometheusRule",
+                "Role",
+                "RoleBinding",
                 "Service",
                 "ServiceAccount",
                 "ServiceMonitor"
@@ -444,7 +446,10 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
         match (api, kind) {
             ("v1", "ConfigMap" | "Service" | "ServiceAccount")
             | ("apps/v1", "DaemonSet")
-            | ("rbac.authorization.k8s.io/v1", "ClusterRole" | "ClusterRoleBinding")
+            | (
+                "rbac.authorization.k8s.io/v1",
+                "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding",
+            )
             | ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
             | ("monitoring.coreos.com/v1", "PodMonitor" | "ServiceMonitor" | "PrometheusRule") => {}
             _ => return Err(format!("unexpected kind {api} {kind} ({name})")),
@@ -479,7 +484,8 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
                         "keep sets",
                         "- apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsets\n  verbs:\n  - get\n  - list\n  - watch\n\
                          - apiGroups:\n  - ''\n  resources:\n  - nodes\n  verbs:\n  - get\n  - list\n  - watch\n\
-                         - apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsetreports\n  verbs:\n  - get\n  - create\n  - patch\n\
+                         - apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsetreports\n  verbs:\n  - get\n  - list\n  - create\n  - patch\n\
+                         - apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsets/status\n  verbs:\n  - patch\n\
                          - apiGroups:\n  - events.k8s.io\n  resources:\n  - events\n  verbs:\n  - create\n  - patch\n",
                     )
                 } else if name.ends_with("-cluster-signals") {
@@ -501,7 +507,17 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
                     ));
                 }
             }
-            "ClusterRoleBinding"
+            "Role" => {
+                let rules = serde_yaml_ng::to_string(&value["rules"]).map_err(|e| e.to_string())?;
+                let want = "- apiGroups:\n  - coordination.k8s.io\n  resources:\n  - leases\n  verbs:\n  - create\n\
+                            - apiGroups:\n  - coordination.k8s.io\n  resources:\n  - leases\n  resourceNames:\n  - imagekeeper-keepset-counts\n  verbs:\n  - get\n  - update\n";
+                if rules != want {
+                    return Err(format!(
+                        "the KeepSet counts' Role grants more or less: {rules}"
+                    ));
+                }
+            }
+            "ClusterRoleBinding" | "RoleBinding"
                 if value["subjects"][0]["kind"].as_str() != Some("ServiceAccount")
                     || value["subjects"][0]["namespace"].as_str() != Some("kube-system") =>
             {
@@ -743,6 +759,8 @@ fn check_schema(kind: &str, name: &str, value: &Value) -> Result<(), String> {
         "DaemonSet" => round_trip::<apps::DaemonSet>(&json),
         "ClusterRole" => round_trip::<rbac::ClusterRole>(&json),
         "ClusterRoleBinding" => round_trip::<rbac::ClusterRoleBinding>(&json),
+        "Role" => round_trip::<rbac::Role>(&json),
+        "RoleBinding" => round_trip::<rbac::RoleBinding>(&json),
         "CustomResourceDefinition" => round_trip::<apiextensions::CustomResourceDefinition>(&json),
         // The Prometheus Operator's kinds: no types here.
         _ => return Ok(()),
