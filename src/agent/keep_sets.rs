@@ -3,11 +3,13 @@
 //! and at each change of them, at the end of a set's lifetime, and every
 //! [`RETRY_PERIOD`] while an image failed, a cycle: writes the pins the sets ask for
 //! ([`crate::gc::keep_set_pin_changes`], one store transaction) and carries them to the
-//! runtime at once; pulls each image of a set in force that the runtime does not list
+//! runtime at once; pulls each image of a set in mode pin in force that the runtime does not list
 //! (IfNotPresent, the node's credentials, through the image manager's backoff and QPS, at most
 //! `warmParallelPulls` at once) and carries the keeps again; then writes this node's report of
 //! each set (present, runtime-pinned, failed with the pull's reason, bytes) for the cluster
-//! module to publish.
+//! module to publish. A set in mode warm pins and pulls nothing here: the warm loop pulls its
+//! images within the disk budget (`warm.rs`), and its report's failures are the warm rows'
+//! (does not fit, pull failed).
 //!
 //! Invariants: nothing is written before the watch's first list (a restart with the API server
 //! away keeps the pins already written, each until its set's lifetime); an image name a pin
@@ -22,11 +24,13 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::gc::{
-    KeepSet, KeepSetReport, MAX_REPORTED_FAILURES, check_pin_image, keep_set_pin_changes,
+    KeepSet, KeepSetMode, KeepSetReport, MAX_REPORTED_FAILURES, check_pin_image,
+    keep_set_pin_changes,
 };
-use crate::model::{PinKey, PullOrigin, RuntimeImage, UnixNanos};
+use crate::model::{PinKey, PullOrigin, RuntimeImage, StoredWarmState, UnixNanos};
 use crate::pull::{MatchIndex, redact_image_name};
 use crate::store::Batch;
+use crate::warm::WarmSet;
 
 use super::{Agent, AgentError, AgentRuntime};
 
@@ -38,10 +42,12 @@ pub const REFRESH_PERIOD: Duration = Duration::from_secs(300);
 /// The pod name KeepSet pulls are logged under (they are for no pod).
 pub const KEEPSET_POD_NAME: &str = "imagekeeper-keepset";
 
-/// What the loop remembers between cycles: each failing (set, image) and why.
+/// What the loop remembers between cycles: each failing (set, image) and why, and the warm
+/// sets' entries last carried to the runtime.
 #[derive(Debug, Default)]
 pub struct KeepSetLoopState {
     failures: BTreeMap<(String, String), String>,
+    warm: Option<WarmSet>,
 }
 
 impl<R: AgentRuntime> Agent<R> {
@@ -122,8 +128,14 @@ impl<R: AgentRuntime> Agent<R> {
                 source: Box::new(e),
             })??
         };
+        // A warm set's keep (or its end) reaches the runtime's pins now, as a pin's does.
+        let warm = self.gc.node_keep_sets().warm_set();
+        let warm_changed = state.warm.as_ref() != Some(&warm);
+        state.warm = Some(warm);
         if written {
             info!(sets = usable.len(), "Wrote the pins of the KeepSets");
+        }
+        if written || warm_changed {
             self.carry_keeps_now().await;
         }
         // Pull what the runtime does not list.
@@ -177,11 +189,31 @@ impl<R: AgentRuntime> Agent<R> {
         } else {
             listed
         };
-        // Failures: the refused names and the failed pulls, each set's own.
+        // Failures: the refused names and the failed pulls, each set's own; a warm set's
+        // images are the warm loop's, which says in its rows what did not fit or failed.
+        let warm_failures = if usable.iter().any(|s| s.mode == KeepSetMode::Warm) {
+            let store = self.store.clone();
+            tokio::task::spawn_blocking(move || store.warm_rows())
+                .await
+                .map_err(|e| AgentError::Serve {
+                    step: "the KeepSet cycle's warm rows on the blocking pool",
+                    source: Box::new(e),
+                })??
+                .into_iter()
+                .filter(|row| row.runtime_handler.is_empty())
+                .filter_map(|row| warm_failure(row.state).map(|why| (row.image, why.to_owned())))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
         let mut failures = refused;
         for set in usable.iter().filter(|s| s.active_at(now)) {
+            let failed = match set.mode {
+                KeepSetMode::Pin => &pull_failures,
+                KeepSetMode::Warm => &warm_failures,
+            };
             for image in &set.images {
-                if let Some(message) = pull_failures.get(image) {
+                if let Some(message) = failed.get(image) {
                     failures.insert((set.name.clone(), image.clone()), message.clone());
                 }
             }
@@ -209,13 +241,28 @@ impl<R: AgentRuntime> Agent<R> {
     }
 }
 
-/// The images of the sets in force at `now` the runtime does not list (each once, in name
-/// order).
+/// Why a warm set's image is not held, by its warm row's state (`None`: present, pulling,
+/// queued or expired, no failure).
+fn warm_failure(state: StoredWarmState) -> Option<&'static str> {
+    match state {
+        StoredWarmState::DoesNotFit => {
+            Some("it does not fit the disk budget (warm: pulled only within it)")
+        }
+        StoredWarmState::Failed => Some("its last warm pull failed"),
+        StoredWarmState::Present
+        | StoredWarmState::Pulling
+        | StoredWarmState::Queued
+        | StoredWarmState::Expired => None,
+    }
+}
+
+/// The images of the sets in mode pin in force at `now` the runtime does not list (each once,
+/// in name order); a warm set's images are the warm loop's to pull, within the disk budget.
 fn absent_images(sets: &[KeepSet], listed: &[RuntimeImage], now: UnixNanos) -> Vec<String> {
     let index = MatchIndex::of_images(listed);
     let wanted: BTreeSet<&String> = sets
         .iter()
-        .filter(|s| s.active_at(now))
+        .filter(|s| s.mode == KeepSetMode::Pin && s.active_at(now))
         .flat_map(|s| s.images.iter())
         .collect();
     wanted
@@ -240,6 +287,7 @@ fn reports(
             generation: set.generation,
             images: set.images.len() as u64,
             expired: !set.active_at(now),
+            mode: set.mode,
             ..KeepSetReport::default()
         };
         if !report.expired {

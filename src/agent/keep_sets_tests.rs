@@ -1,4 +1,5 @@
 use super::*;
+use crate::gc::KeepSetMode;
 use crate::model::ImageId;
 
 fn image(id: &str, tag: &str, size: u64, pinned: bool) -> RuntimeImage {
@@ -20,6 +21,7 @@ fn set(name: &str, images: &[&str], until: i64) -> KeepSet {
         until: UnixNanos(until),
         priority: 0,
         reason: String::new(),
+        mode: KeepSetMode::Pin,
     }
 }
 
@@ -56,6 +58,7 @@ fn a_report_counts_present_pinned_failed_and_bytes_of_each_set() {
             bytes: 30,
             failures: vec![("bad:1".to_owned(), "ErrImagePull: not found".to_owned())],
             expired: false,
+            mode: KeepSetMode::Pin,
         }
     );
     assert!(!reports["a"].ready());
@@ -80,9 +83,11 @@ mod cycle {
     //! loop's, `warm::tests::Registry`), under tokio's paused time.
 
     use super::*;
+    use crate::agent::lock_ignoring_poison;
     use crate::agent::warm::tests::{Registry, registry_image, unshared_agent_with_clock};
     use crate::clock::ManualClock;
     use crate::model::ImagePin;
+    use crate::warm::WarmState;
 
     /// An image of the node numbered `n` (any count: the id is 64 hex digits of `n`).
     fn numbered(n: u32) -> RuntimeImage {
@@ -141,6 +146,7 @@ mod cycle {
                 until,
                 priority: 0,
                 reason: String::new(),
+                mode: KeepSetMode::Pin,
             },
         )]));
         let mut state = KeepSetLoopState::default();
@@ -166,5 +172,126 @@ mod cycle {
         assert_eq!(pins.len(), 1, "only the operator's pin stays");
         assert_eq!(pins[0].0, operator);
         assert!(agent.gc.node_keep_sets().reports().borrow()["big"].expired);
+    }
+
+    /// A KeepSet in mode warm (no size known, 10 % of the disk used): the keep-set cycle pins
+    /// and pulls nothing, and the warm loop is woken; the warm cycle pulls the image (origin
+    /// `KeepSet/<name>`) and the report then says the set ready (present, as a warm set asks).
+    /// At 95 % GC removes an ordinary image and keeps the set's; a second warm set's image
+    /// does not fit there, is never pulled, and its report says why. Past the lifetime, GC
+    /// removes the first set's image.
+    #[tokio::test(start_paused = true)]
+    async fn a_warm_keep_set_is_pulled_within_the_disk_budget_kept_by_gc_and_pins_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Registry {
+            registry: Arc::new(vec![
+                registry_image(1, "model:1", 500),
+                registry_image(2, "extra:1", 500),
+            ]),
+            ..Registry::default()
+        };
+        runtime.node.state().fs = Some((10_000, 9_000));
+        runtime.node.state().images = vec![registry_image(3, "old:1", 1_000)].into();
+        let now = UnixNanos::from_secs(1_800_000_000);
+        let clock = Arc::new(ManualClock::new(now));
+        let agent = Arc::new(unshared_agent_with_clock(
+            dir.path(),
+            runtime.clone(),
+            &[],
+            None,
+            clock.clone(),
+        ));
+        let until = UnixNanos(now.0 + 3_600_000_000_000);
+        let warm_set = |name: &str, image: &str| KeepSet {
+            name: name.to_owned(),
+            generation: 1,
+            images: vec![image.to_owned()],
+            until,
+            priority: 0,
+            reason: String::new(),
+            mode: KeepSetMode::Warm,
+        };
+        let handle = agent.gc.node_keep_sets();
+        handle.replace(BTreeMap::from([(
+            "models".to_owned(),
+            warm_set("models", "model:1"),
+        )]));
+        tokio::time::timeout(Duration::ZERO, handle.changed_for_warm())
+            .await
+            .expect("the warm loop is told of the warm set");
+        let mut state = KeepSetLoopState::default();
+        agent.keep_sets_cycle(&mut state).await.expect("a cycle");
+        assert!(
+            lock_ignoring_poison(&runtime.pulls).is_empty(),
+            "the keep-set cycle pulls no warm image"
+        );
+        assert!(
+            agent.store.pins().expect("pins").is_empty(),
+            "a warm set pins nothing"
+        );
+        let report = handle.reports().borrow()["models"].clone();
+        assert_eq!((report.present, report.failed), (0, 0));
+        assert!(!report.ready());
+
+        let plan = agent.warm_cycle().await;
+        assert_eq!(*lock_ignoring_poison(&runtime.pulls), ["model:1"]);
+        let origins: Vec<&str> = plan
+            .statuses
+            .iter()
+            .map(|s| s.entry.origin.as_str())
+            .collect();
+        assert_eq!(origins, ["KeepSet/models"]);
+        agent.keep_sets_cycle(&mut state).await.expect("a cycle");
+        let report = handle.reports().borrow()["models"].clone();
+        assert_eq!((report.images, report.present, report.failed), (1, 1, 0));
+        assert!(report.ready(), "{report:?}");
+
+        // 95 % used: GC removes the ordinary image, not the warm set's.
+        runtime.node.state().fs = Some((10_000, 500));
+        let now = UnixNanos(now.0 + 600_000_000_000);
+        clock.set(now);
+        let report = agent.gc_manager().garbage_collect(now).await;
+        let removed: Vec<&ImageId> = report.removed.iter().map(|r| &r.key.image_id).collect();
+        assert_eq!(
+            removed,
+            [&ImageId::new(format!("sha256:{:064x}", 3))],
+            "{report:?}"
+        );
+        let explained = agent.gc_manager().plan(now, false).await.expect("plan");
+        let model = explained
+            .explanation
+            .images
+            .iter()
+            .find(|i| i.key.image_id == ImageId::new(format!("sha256:{:064x}", 1)))
+            .map(|i| i.decision);
+        assert_eq!(
+            model,
+            Some(crate::gc::Decision::KeepWarm),
+            "explain says why"
+        );
+
+        // A second warm set while the disk is over its low line: never pulled, said so.
+        handle.replace(BTreeMap::from([
+            ("models".to_owned(), warm_set("models", "model:1")),
+            ("extra".to_owned(), warm_set("extra", "extra:1")),
+        ]));
+        runtime.node.state().fs = Some((10_000, 500));
+        let plan = agent.warm_cycle().await;
+        assert_eq!(plan.count(WarmState::DoesNotFit), 1, "{plan:?}");
+        agent.keep_sets_cycle(&mut state).await.expect("a cycle");
+        let extra = handle.reports().borrow()["extra"].clone();
+        assert_eq!(extra.failed, 1, "{extra:?}");
+        assert!(extra.failures[0].1.contains("does not fit"), "{extra:?}");
+        assert_eq!(*lock_ignoring_poison(&runtime.pulls), ["model:1"]);
+
+        // Past the lifetime the set keeps nothing: GC removes its image.
+        let later = UnixNanos(until.0 + 1);
+        clock.set(later);
+        let report = agent.gc_manager().garbage_collect(later).await;
+        let removed: Vec<&ImageId> = report.removed.iter().map(|r| &r.key.image_id).collect();
+        assert!(
+            removed.contains(&&ImageId::new(format!("sha256:{:064x}", 1))),
+            "{report:?}"
+        );
     }
 }

@@ -196,10 +196,12 @@ impl<R: AgentRuntime> Agent<R> {
     /// pod bound to this node names (`clusterSignals`), that pod's next run here (origin
     /// `DaemonSet namespace/name`), and each image of a CronJob run due within the lead whose
     /// runs are this node's (its template names the node, or a pod of one of its Jobs is bound
-    /// here; origin `CronJob namespace/name`), unless the configured set names it already. No
-    /// size hint, so an image of unknown size is pulled only below the low threshold, one a
-    /// cycle (the warm plan's rule). The GC keeps these images through the bound pods and the
-    /// CronJobs' lead, not the set.
+    /// here; origin `CronJob namespace/name`), and each image of a KeepSet in mode warm in
+    /// force (origin `KeepSet/name`, until the set's lifetime), unless the configured set (or,
+    /// for a KeepSet's, a pod's need) names it already. No size hint, so an image of unknown
+    /// size is pulled only below the low threshold, one a cycle (the warm plan's rule). The GC
+    /// keeps these images through the bound pods, the CronJobs' lead and the KeepSets' warm
+    /// set, not the configured set.
     fn cluster_warm_entries(&self, configured: &[WarmEntry], now: UnixNanos) -> Vec<WarmEntry> {
         let pods = self.gc.bound_pods();
         let mut wanted: BTreeMap<String, String> = pods
@@ -214,12 +216,13 @@ impl<R: AgentRuntime> Agent<R> {
                     .or_insert_with(|| format!("CronJob {}", run.cronjob));
             }
         }
-        if wanted.is_empty() {
+        let keep_sets = self.gc.node_keep_sets().warm_set();
+        if wanted.is_empty() && keep_sets.is_empty() {
             return Vec::new();
         }
         // One lookup per image, not a scan of the configured set (up to MAX_WARM_ENTRIES).
         let configured: BTreeSet<&str> = configured.iter().map(|e| e.image.as_str()).collect();
-        wanted
+        let mut entries: Vec<WarmEntry> = wanted
             .into_iter()
             .filter(|(image, _)| !configured.contains(image.as_str()))
             .map(|(image, origin)| WarmEntry {
@@ -230,7 +233,20 @@ impl<R: AgentRuntime> Agent<R> {
                 size_hint: None,
                 origin,
             })
-            .collect()
+            .collect();
+        let named: BTreeSet<String> = entries.iter().map(|e| e.image.clone()).collect();
+        entries.extend(
+            keep_sets
+                .entries()
+                .iter()
+                .filter(|e| {
+                    e.active(now)
+                        && !configured.contains(e.image.as_str())
+                        && !named.contains(&e.image)
+                })
+                .cloned(),
+        );
+        entries
     }
 
     /// Runs `work` on tokio's blocking pool, never on an async worker, and waits for it.
@@ -420,10 +436,11 @@ impl<R: AgentRuntime> Agent<R> {
 
     /// The warm loop: a cycle at start, then every `warmPeriod` (read again after each
     /// cycle, so a reload changes it) and at each change of the cluster's needs (a
-    /// DaemonSet's new template is pulled ahead at once), until `stop`.
+    /// DaemonSet's new template, a KeepSet in mode warm: pulled ahead at once), until `stop`.
     pub(super) async fn warm_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let pods = self.gc.bound_pods();
         let signals = self.gc.cluster_signals();
+        let keep_sets = self.gc.node_keep_sets();
         loop {
             if *stop.borrow() {
                 return;
@@ -439,6 +456,7 @@ impl<R: AgentRuntime> Agent<R> {
                 _ = tokio::time::sleep(wait) => {}
                 () = pods.changed_for_warm() => {}
                 () = signals.changed_for_warm() => {}
+                () = keep_sets.changed_for_warm() => {}
                 _ = stop.changed() => return,
             }
         }

@@ -1,7 +1,7 @@
 //! This node's report of the KeepSets selecting it, published as one cluster-scoped
 //! `KeepSetReport` object named after the node (`imagekeeper.io/v1alpha1`, the chart's CRD),
 //! written by server-side apply with this node's own field manager
-//! (`imagekeeper/<node>`): per set, its generation, images, present, runtime-pinned,
+//! (`imagekeeper/<node>`): per set, its mode, generation, images, present, runtime-pinned,
 //! failed (with the first reasons), bytes, ready; and the node's totals for `kubectl get
 //! keepsetreports`.
 //!
@@ -46,6 +46,7 @@ pub fn report_body(node: &str, reports: &BTreeMap<String, KeepSetReport>) -> Val
         .map(|(name, r)| {
             json!({
                 "name": name,
+                "mode": r.mode.as_str(),
                 "generation": r.generation,
                 "ready": r.ready(),
                 "expired": r.expired,

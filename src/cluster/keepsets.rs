@@ -6,7 +6,7 @@
 //!
 //! A set's lifetime is `spec.until` (RFC 3339), or its creation time plus `spec.duration` (a Go
 //! duration), or none. The API server refuses a set that gives both, or a mode other than
-//! `pin` (the CRD's schema and CEL rules); a set that still cannot be read here (a time that
+//! `pin` or `warm` (the CRD's schema and CEL rules); a set that still cannot be read here (a time that
 //! does not parse) is not held, logged once.
 //!
 //! Invariants: only reads (list and watch) of KeepSets and of this one Node (by the field
@@ -25,7 +25,7 @@ use kube::{Api, Client};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::gc::{KeepSet, NodeKeepSets};
+use crate::gc::{KeepSet, KeepSetMode, NodeKeepSets};
 use crate::model::UnixNanos;
 
 /// The API group of imagekeeper's custom resources.
@@ -72,7 +72,8 @@ pub struct KeepSetSpec {
     /// The nodes it selects (`{}`: every node).
     #[serde(default)]
     pub node_selector: Option<LabelSelector>,
-    /// `pin` (the only mode this version carries).
+    /// `pin` (pulled at once, runtime-pinned) or `warm` (pulled ahead within the disk budget,
+    /// kept while the set holds).
     #[serde(default)]
     pub mode: Option<String>,
     /// The end of its lifetime, RFC 3339.
@@ -139,12 +140,15 @@ pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> b
 /// What the agent holds of `object`, or why it cannot be read.
 pub fn keep_set_of(object: &KeepSetObject) -> Result<KeepSet, String> {
     let spec = &object.spec;
-    let mode = spec.mode.as_deref().unwrap_or("pin");
-    if mode != "pin" {
-        return Err(format!(
-            "mode {mode:?} is not carried by this agent (only pin is)"
-        ));
-    }
+    let mode = match spec.mode.as_deref().unwrap_or("pin") {
+        "pin" => KeepSetMode::Pin,
+        "warm" => KeepSetMode::Warm,
+        other => {
+            return Err(format!(
+                "mode {other:?} is not carried by this agent (pin and warm are)"
+            ));
+        }
+    };
     let until = match (&spec.until, &spec.duration) {
         (Some(_), Some(_)) => return Err("it gives both until and duration".to_owned()),
         (Some(until), None) => crate::format::parse_rfc3339_or_why(until)
@@ -172,6 +176,7 @@ pub fn keep_set_of(object: &KeepSetObject) -> Result<KeepSet, String> {
         until,
         priority: spec.priority,
         reason: spec.reason.clone(),
+        mode,
     })
 }
 

@@ -106,8 +106,17 @@ fn a_sets_lifetime_is_its_until_or_its_creation_plus_its_duration_or_none() {
             Err("spec.duration"),
         ),
         (serde_json::json!({"until": "tomorrow"}), Err("spec.until")),
-        (serde_json::json!({"mode": "warm"}), Err("only pin")),
+        (serde_json::json!({"mode": "cold"}), Err("pin and warm are")),
     ];
+    let modes = [
+        (serde_json::json!({}), KeepSetMode::Pin),
+        (serde_json::json!({"mode": "pin"}), KeepSetMode::Pin),
+        (serde_json::json!({"mode": "warm"}), KeepSetMode::Warm),
+    ];
+    for (spec, mode) in modes {
+        let set = keep_set_of(&object("s", spec.clone())).expect("a mode read");
+        assert_eq!(set.mode, mode, "{spec}");
+    }
     for (spec, want) in cases {
         let got = keep_set_of(&object("s", spec.clone()));
         match (want, got) {
@@ -135,7 +144,7 @@ fn sets_reach_the_handle_only_once_listed_and_the_nodes_labels_read_and_follow_t
     );
     let bad = object(
         "bad",
-        serde_json::json!({"images": ["x:1"], "nodeSelector": {}, "mode": "warm"}),
+        serde_json::json!({"images": ["x:1"], "nodeSelector": {}, "mode": "cold"}),
     );
     watch.apply_set(Event::Init);
     watch.apply_set(Event::InitApply(gpu.clone()));

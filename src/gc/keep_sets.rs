@@ -9,6 +9,10 @@
 //! (the GC, `pins`, `inspect explain` and the runtime's `pinned` label treat them as any pin),
 //! whose reason names the set: [`keep_set_reason`], `KeepSet/<name>` (then `: ` and the set's
 //! own reason). [`keep_set_pin_changes`] is the whole rule from the sets to the pins table.
+//! A KeepSet in mode `warm` pins nothing: its images are warm entries
+//! ([`NodeKeepSets::warm_set`], origin `KeepSet/<name>`, until the set's lifetime), which the
+//! warm loop pulls ahead within the disk budget (the warm plan's rule) and the GC keeps while
+//! the set holds, as any warm entry.
 //!
 //! Invariants: a handle is shared (clones see one set); until the watch has listed the sets
 //! once ([`NodeKeepSets::synced`]) nothing is reconciled, so a restart with the API server away
@@ -24,6 +28,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use crate::model::{ImagePin, MAX_PIN_REASON_BYTES, PinKey, UnixNanos};
+use crate::warm::{WarmEntry, WarmSet};
 
 use super::watch_health::{WatchHealth, WatchSample};
 
@@ -35,6 +40,26 @@ pub const MAX_KEEPSETS: usize = 1_024;
 
 /// The most failures a report names per set (the count holds them all).
 pub const MAX_REPORTED_FAILURES: usize = 10;
+
+/// What a KeepSet does with its images (`spec.mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeepSetMode {
+    /// Pulled at once and runtime-pinned, never removed while the set holds.
+    #[default]
+    Pin,
+    /// Pulled ahead within the disk budget and kept while the set holds (warm entries).
+    Warm,
+}
+
+impl KeepSetMode {
+    /// The mode as the CRD spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeepSetMode::Pin => "pin",
+            KeepSetMode::Warm => "warm",
+        }
+    }
+}
 
 /// One KeepSet selecting this node, as the agent holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +77,8 @@ pub struct KeepSet {
     pub priority: i32,
     /// The set's own reason (`spec.reason`), may be empty.
     pub reason: String,
+    /// Pin or warm.
+    pub mode: KeepSetMode,
 }
 
 impl KeepSet {
@@ -80,12 +107,19 @@ pub struct KeepSetReport {
     pub failures: Vec<(String, String)>,
     /// The set's lifetime has ended: nothing of it is held.
     pub expired: bool,
+    /// The set's mode (a warm set's images are not runtime-pinned by the set).
+    pub mode: KeepSetMode,
 }
 
 impl KeepSetReport {
-    /// Every image present and pinned, nothing failed, the set in force.
+    /// The set in force, nothing failed, and every image pinned (mode pin) or present (mode
+    /// warm).
     pub fn ready(&self) -> bool {
-        !self.expired && self.failed == 0 && self.pinned == self.images
+        let held = match self.mode {
+            KeepSetMode::Pin => self.pinned,
+            KeepSetMode::Warm => self.present,
+        };
+        !self.expired && self.failed == 0 && held == self.images
     }
 }
 
@@ -131,7 +165,7 @@ impl PinChanges {
 }
 
 /// The rule from the NodeKeepSets selecting this node to the pins table: each image of each set in
-/// force at `now` is pinned (default runtime handler) until the set's lifetime ends, with
+/// mode pin in force at `now` is pinned (default runtime handler) until the set's lifetime ends, with
 /// [`keep_set_reason`]; an image named by several sets takes the higher priority's set, then
 /// the longer lifetime (none is longest), then the first name. `existing` is the pins table;
 /// a pin of an operator (a reason without the KeepSet prefix) is left as it is, and a KeepSet
@@ -142,7 +176,10 @@ pub fn keep_set_pin_changes(
     now: UnixNanos,
 ) -> PinChanges {
     let mut wanted: BTreeMap<PinKey, &KeepSet> = BTreeMap::new();
-    for set in sets.iter().filter(|s| s.active_at(now)) {
+    for set in sets
+        .iter()
+        .filter(|s| s.mode == KeepSetMode::Pin && s.active_at(now))
+    {
         for image in &set.images {
             let key = PinKey::new(image.clone(), "");
             match wanted.get(&key) {
@@ -202,12 +239,45 @@ fn wins(set: &KeepSet, held: &KeepSet) -> bool {
         > (held.priority, lifetime(held), std::cmp::Reverse(&held.name))
 }
 
+/// The warm entries of the sets in mode warm: each image once, from the set that
+/// [`keep_set_pin_changes`]' order gives it to (priority, then lifetime, then name), until that
+/// set's lifetime, origin `KeepSet/<name>`; no size hint (the node's history knows the size, or
+/// the plan pulls it only below the low threshold).
+pub fn warm_entries(sets: &BTreeMap<String, KeepSet>) -> Vec<WarmEntry> {
+    let mut wanted: BTreeMap<&str, &KeepSet> = BTreeMap::new();
+    for set in sets.values().filter(|s| s.mode == KeepSetMode::Warm) {
+        for image in &set.images {
+            match wanted.get(image.as_str()) {
+                Some(held) if !wins(set, held) => {}
+                _ => {
+                    wanted.insert(image.as_str(), set);
+                }
+            }
+        }
+    }
+    wanted
+        .into_iter()
+        .map(|(image, set)| WarmEntry {
+            image: image.to_owned(),
+            runtime_handler: String::new(),
+            until: (set.until != UnixNanos::NEVER).then_some(set.until),
+            lifetime: None,
+            size_hint: None,
+            origin: format!("{KEEPSET_REASON_PREFIX}{}", set.name),
+        })
+        .collect()
+}
+
 /// The NodeKeepSets selecting this node and this node's reports of them.
 #[derive(Clone, Debug, Default)]
 pub struct NodeKeepSets {
     sets: Arc<RwLock<BTreeMap<String, KeepSet>>>,
+    /// The images of the sets in mode warm, as warm entries (rebuilt with the sets).
+    warm: Arc<RwLock<WarmSet>>,
     /// Told when the sets change (the keep-set loop reconciles then).
     changed: Arc<tokio::sync::Notify>,
+    /// Told when the warm sets' entries change (the warm loop plans then).
+    changed_for_warm: Arc<tokio::sync::Notify>,
     /// Whether the watch has listed the sets (and read this node's labels) once.
     synced: Arc<tokio::sync::watch::Sender<bool>>,
     /// The reports, by set name; the publisher waits on changes.
@@ -229,12 +299,22 @@ impl NodeKeepSets {
                 self.health.refuse();
             }
         }
+        let warm = WarmSet::new(warm_entries(&sets));
         let changed = {
             let mut held = self.sets.write().unwrap_or_else(|e| e.into_inner());
             let changed = *held != sets;
             *held = sets;
             changed
         };
+        let warm_changed = {
+            let mut held = self.warm.write().unwrap_or_else(|e| e.into_inner());
+            let changed = *held != warm;
+            *held = warm;
+            changed
+        };
+        if warm_changed {
+            self.changed_for_warm.notify_one();
+        }
         let first = !*self.synced.borrow();
         self.synced.send_replace(true);
         if changed || first {
@@ -250,6 +330,16 @@ impl NodeKeepSets {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// The images of the sets in mode warm as warm entries (shared: a clone is cheap).
+    pub fn warm_set(&self) -> WarmSet {
+        self.warm.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Resolves at the next change of the warm sets' entries (one waiter: the warm loop).
+    pub async fn changed_for_warm(&self) {
+        self.changed_for_warm.notified().await;
     }
 
     /// Whether the watch has given the sets once.

@@ -8,6 +8,7 @@ fn set(name: &str, images: &[&str], until: i64, priority: i32) -> KeepSet {
         until: UnixNanos(until),
         priority,
         reason: String::new(),
+        mode: KeepSetMode::Pin,
     }
 }
 
@@ -150,6 +151,80 @@ fn a_report_is_ready_when_every_image_is_pinned_and_none_failed() {
             ..ready
         }
         .ready()
+    );
+}
+
+#[test]
+fn a_warm_sets_report_is_ready_when_every_image_is_present_pinned_or_not() {
+    let warm = KeepSetReport {
+        images: 2,
+        present: 2,
+        pinned: 0,
+        mode: KeepSetMode::Warm,
+        ..KeepSetReport::default()
+    };
+    assert!(warm.ready());
+    assert!(
+        !KeepSetReport {
+            present: 1,
+            ..warm.clone()
+        }
+        .ready()
+    );
+    assert!(
+        !KeepSetReport {
+            mode: KeepSetMode::Pin,
+            ..warm
+        }
+        .ready(),
+        "the same counts in mode pin: not pinned, not ready"
+    );
+}
+
+/// A warm set writes no pin (a pin set naming the same image still does); its images are
+/// warm entries, each once, from the set the pins' order gives it to, until that set's
+/// lifetime (none: no end), origin `KeepSet/<name>`.
+#[test]
+fn a_warm_sets_images_are_warm_entries_not_pins() {
+    let warm = |name: &str, images: &[&str], until: i64, priority: i32| KeepSet {
+        mode: KeepSetMode::Warm,
+        ..set(name, images, until, priority)
+    };
+    let sets = [
+        warm("models", &["model:3", "shared:1"], 500, 0),
+        warm("urgent", &["shared:1"], 400, 5),
+        warm("forever", &["base:1"], 0, 0),
+        set("pinned", &["shared:1"], 900, 0),
+    ];
+    let changes = keep_set_pin_changes(&sets, &[], UnixNanos(100));
+    let pinned: Vec<&str> = changes.put.iter().map(|(k, _)| k.image.as_str()).collect();
+    assert_eq!(pinned, ["shared:1"], "only the pin set's image is pinned");
+    let by_name: BTreeMap<String, KeepSet> =
+        sets.iter().map(|s| (s.name.clone(), s.clone())).collect();
+    let entries = warm_entries(&by_name);
+    let got: Vec<(&str, Option<UnixNanos>, &str)> = entries
+        .iter()
+        .map(|e| (e.image.as_str(), e.until, e.origin.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("base:1", None, "KeepSet/forever"),
+            ("model:3", Some(UnixNanos(500)), "KeepSet/models"),
+            ("shared:1", Some(UnixNanos(400)), "KeepSet/urgent"),
+        ]
+    );
+    let handle = NodeKeepSets::default();
+    handle.replace(by_name);
+    assert_eq!(handle.warm_set().entries(), entries.as_slice());
+    let image = crate::model::RuntimeImage {
+        repo_tags: vec!["docker.io/library/model:3".to_owned()],
+        ..crate::model::RuntimeImage::default()
+    };
+    assert!(handle.warm_set().keeps(&image, UnixNanos(499)).is_some());
+    assert!(
+        handle.warm_set().keeps(&image, UnixNanos(500)).is_none(),
+        "ended"
     );
 }
 

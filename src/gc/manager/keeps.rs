@@ -1,6 +1,6 @@
 //! What a detect keeps besides the images in use: the listed images a pull in flight protects,
-//! the listed images a warm set entry in force keeps (with `[warmFromHistory]`, the journal's
-//! entries too), and the record of what the last detect found kept (pins, irreplaceable images,
+//! the listed images a warm set entry in force keeps (the KeepSets' in mode warm, and with
+//! `[warmFromHistory]` the journal's entries too), and the record of what the last detect found kept (pins, irreplaceable images,
 //! warm entries) for the runtime pins.
 //!
 //! Invariants: the warm lookups go through one index per cycle (no cost grows with entries
@@ -128,8 +128,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .clone()
     }
 
-    /// The listed images a warm set entry in force at `now` keeps: the set's entries and,
-    /// with `[warmFromHistory]`, the history's (read from the journal now).
+    /// The listed images a warm set entry in force at `now` keeps: the set's entries, the
+    /// KeepSets' in mode warm and, with `[warmFromHistory]`, the history's (read from the
+    /// journal now).
     pub(super) fn warm(
         &self,
         settings: &Settings,
@@ -151,7 +152,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             }
             None => Vec::new(),
         };
-        if warm.is_empty() && history.is_empty() {
+        let keep_sets = self.node_keep_sets.warm_set();
+        if warm.is_empty() && history.is_empty() && keep_sets.is_empty() {
             return Ok(BTreeSet::new());
         }
         // Lookups of each listed image's names in the set's index and in one of the
@@ -165,6 +167,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .iter()
             .filter(|image| {
                 warm.keeps(image, now).is_some()
+                    || keep_sets.keeps(image, now).is_some()
                     || history_index
                         .naming(image)
                         .into_iter()

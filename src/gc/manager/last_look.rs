@@ -141,7 +141,14 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let kubelet = settings.kubelet();
         Ok(if self.in_flight.protects(image) {
             Some(RescueReason::Pulling)
-        } else if settings.config.warm.keeps(image, free_time).is_some() && !faults.ignore_warm() {
+        } else if (settings.config.warm.keeps(image, free_time).is_some()
+            || self
+                .node_keep_sets
+                .warm_set()
+                .keeps(image, free_time)
+                .is_some())
+            && !faults.ignore_warm()
+        {
             Some(RescueReason::Warm)
         } else if kubelet.is_some_and(|r| intent_names(r, image, settings.intent_age(free_time))) {
             Some(RescueReason::KubeletPulling)

@@ -85,7 +85,13 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
     let image = cluster.lab_image("data:5mb");
     let missing = cluster.lab_image("data:no-such-tag");
     let _ = cluster.crictl_output(&["rmi", &image]);
-    for set in ["lab-rollout", "lab-missing", "lab-both", "lab-held"] {
+    for set in [
+        "lab-rollout",
+        "lab-missing",
+        "lab-both",
+        "lab-held",
+        "lab-warm",
+    ] {
         let _ = cluster.kubectl_output(&["delete", "keepset", set, "--ignore-not-found"]);
     }
     assert_eq!(
@@ -263,6 +269,48 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
     )
     .await;
     wait_for_fleet_count(&cluster, "lab-rollout", "0/1", Duration::from_secs(30)).await;
+
+    // Mode warm: the set's absent image is pulled ahead by the warm loop (woken by the set;
+    // the lab's warmPeriod is 1h), since the disk is below the low line, and kept: the
+    // runtime lists it pinned through the agent's keeps, the report says the set ready and
+    // READY reads 1/1. Deleting the set ends the keep: the runtime's pin goes.
+    let warm_image = cluster.lab_image("data:1mb");
+    let _ = cluster.crictl_output(&["rmi", &warm_image]);
+    cluster.kubectl_apply(&format!(
+        "apiVersion: imagekeeper.io/v1alpha1\nkind: KeepSet\nmetadata: {{name: lab-warm}}\n\
+         spec:\n  images: [\"{warm_image}\"]\n  nodeSelector: {{}}\n  mode: warm\n"
+    ));
+    wait_for_runtime_image(
+        &cluster,
+        &warm_image,
+        Some(true),
+        &format!("{warm_image} pulled ahead and kept by the warm KeepSet (crictl)"),
+        Duration::from_secs(60),
+    )
+    .await;
+    let status = wait_for_report(
+        &cluster,
+        "the node's KeepSetReport: lab-warm ready",
+        Duration::from_secs(60),
+        |s| report_of(s, "lab-warm")["ready"] == true,
+    )
+    .await;
+    assert_eq!(report_of(&status, "lab-warm")["mode"], "warm", "{status}");
+    wait_for_fleet_count(&cluster, "lab-warm", "1/1", Duration::from_secs(30)).await;
+    let pins = release.imagekeeper_ok(&["pins"]);
+    assert!(
+        !pins.contains("KeepSet/lab-warm"),
+        "a warm set writes no pin of its own: {pins}"
+    );
+    cluster.kubectl(&["delete", "keepset", "lab-warm"]);
+    wait_for_runtime_image(
+        &cluster,
+        &warm_image,
+        Some(false),
+        &format!("{warm_image}'s runtime pin gone with the warm KeepSet (crictl)"),
+        Duration::from_secs(60),
+    )
+    .await;
 
     for set in ["lab-rollout", "lab-missing"] {
         cluster.kubectl(&["delete", "keepset", set]);

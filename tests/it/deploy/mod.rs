@@ -310,12 +310,15 @@ pub fn plan(text: &str, node: &NodePaths) -> Result<PodPlan, String> {
                     service_target_ports.push(endpoint["port"].clone());
                 }
             }
-            // The API server's objects (the service account, its roles, the KeepSet CRDs):
+            // The API server's objects (the service account, its roles, the Lease's Role, the KeepSet
+            // CRDs):
             // nothing the kubelet runs.
             Some(
                 "ServiceAccount"
                 | "ClusterRole"
                 | "ClusterRoleBinding"
+                | "Role"
+                | "RoleBinding"
                 | "CustomResourceDefinition",
             ) => {}
             other => return Err(format!("unexpected document kind {other:?}")),
