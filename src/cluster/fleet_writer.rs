@@ -1,7 +1,9 @@
 //! The one writer of the fleet's KeepSet counts (`keepSets`): every agent is a candidate for
 //! the coordination.k8s.io `Lease` [`LEASE_NAME`] in its own namespace (the chart's), and the
 //! one holding it, every [`COUNT_INTERVAL`], lists the KeepSets, the Nodes' labels and the
-//! KeepSetReports, counts each set ([`super::fleet_counts`]) and writes the counts that changed
+//! KeepSetReports, counts each set ([`super::fleet_counts`]), reads the workloads each set
+//! names (`spec.workloads`: their pod templates' images, which every agent then reads from the
+//! set's status, so n agents need no read of their own) and writes the statuses that changed
 //! into the sets' `status` subresource by server-side apply under one field manager
 //! ([`FIELD_MANAGER`], so the next holder owns the same fields). The Lease's rule is
 //! [`super::lease_step`].
@@ -34,9 +36,9 @@ use crate::clock::Clock;
 use crate::model::UnixNanos;
 
 use super::keepset_report::report_resource;
-use super::keepsets::{GROUP, KeepSetObject, KeepSetStatus, VERSION};
+use super::keepsets::{GROUP, KeepSetObject, KeepSetStatus, VERSION, WorkloadRef};
 use super::lease::{LeaseStep, LeaseView, lease_step};
-use super::{changed_statuses, fleet_counts, ready_sets_of_report};
+use super::{changed_statuses, fleet_counts, ready_sets_of_report, status_of};
 
 /// The Lease the candidates share, in the agent's namespace.
 pub const LEASE_NAME: &str = "imagekeeper-keepset-counts";
@@ -48,6 +50,8 @@ pub const COUNT_INTERVAL: Duration = Duration::from_secs(10);
 pub const FIELD_MANAGER: &str = "imagekeeper/fleet-count";
 /// The most objects one list answer holds.
 pub const PAGE: u32 = 500;
+/// The most workloads one set names (the CRD's `maxItems`).
+pub const MAX_WORKLOADS: usize = 64;
 
 /// Runs `identity`'s candidacy, and the counting while it holds the Lease, until the task is
 /// dropped.
@@ -191,12 +195,14 @@ async fn count_round(client: &Client) -> Result<usize, kube::Error> {
     let sets = list_all(&sets_api).await?;
     let mut selectors: BTreeMap<String, (LabelSelector, i64)> = BTreeMap::new();
     let mut current: BTreeMap<String, Option<KeepSetStatus>> = BTreeMap::new();
+    let mut workloads: BTreeMap<String, Vec<WorkloadRef>> = BTreeMap::new();
     for set in sets {
         let (Some(name), Some(selector)) = (set.metadata.name, set.spec.node_selector) else {
             continue;
         };
         let generation = set.metadata.generation.unwrap_or_default();
         selectors.insert(name.clone(), (selector, generation));
+        workloads.insert(name.clone(), set.spec.workloads);
         current.insert(name, set.status);
     }
     if selectors.is_empty() {
@@ -227,8 +233,13 @@ async fn count_round(client: &Client) -> Result<usize, kube::Error> {
         })
         .collect();
     let counts = fleet_counts(&selectors, &nodes, &ready);
+    let mut desired = BTreeMap::new();
+    for (name, count) in counts {
+        let (images, unresolved) = resolve_workloads(client, &workloads[&name]).await;
+        desired.insert(name, status_of(count, images, unresolved));
+    }
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let changed = changed_statuses(&current, &counts);
+    let changed = changed_statuses(&current, desired);
     for (name, status) in &changed {
         let body = json!({
             "apiVersion": format!("{GROUP}/{VERSION}"),
@@ -241,6 +252,64 @@ async fn count_round(client: &Client) -> Result<usize, kube::Error> {
             .await?;
     }
     Ok(changed.len())
+}
+
+/// The images of `workloads`' pod templates (sorted, each once), and the workloads that
+/// could not be read with why (at most [`MAX_WORKLOADS`] are read; the CRD allows no more).
+async fn resolve_workloads(
+    client: &Client,
+    workloads: &[WorkloadRef],
+) -> (Vec<String>, Vec<String>) {
+    let mut images = std::collections::BTreeSet::new();
+    let mut unresolved = Vec::new();
+    for workload in workloads.iter().take(MAX_WORKLOADS) {
+        match workload_images(client, workload).await {
+            Ok(found) => images.extend(found),
+            Err(why) => unresolved.push(format!("{workload}: {why}")),
+        }
+    }
+    (images.into_iter().collect(), unresolved)
+}
+
+/// The images of one workload's pod template ([`super::spec_images`]).
+async fn workload_images(client: &Client, workload: &WorkloadRef) -> Result<Vec<String>, String> {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+    use k8s_openapi::api::batch::v1::{CronJob, Job};
+    use k8s_openapi::api::core::v1::PodTemplateSpec;
+
+    async fn get<K>(client: &Client, workload: &WorkloadRef) -> Result<K, String>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(client.clone(), &workload.namespace);
+        match api.get_opt(&workload.name).await {
+            Ok(Some(object)) => Ok(object),
+            Ok(None) => Err("not found".to_owned()),
+            Err(e) => Err(kind(&e)),
+        }
+    }
+    let template: Option<PodTemplateSpec> = match workload.kind.as_str() {
+        "Deployment" => Some(get::<Deployment>(client, workload).await?.spec.template),
+        "StatefulSet" => Some(get::<StatefulSet>(client, workload).await?.spec.template),
+        "DaemonSet" => Some(get::<DaemonSet>(client, workload).await?.spec.template),
+        "ReplicaSet" => get::<ReplicaSet>(client, workload).await?.spec.template,
+        "Job" => get::<Job>(client, workload).await?.spec.map(|s| s.template),
+        "CronJob" => get::<CronJob>(client, workload)
+            .await?
+            .spec
+            .job_template
+            .spec
+            .map(|s| s.template),
+        other => return Err(format!("kind {other:?} is not carried")),
+    };
+    Ok(template
+        .and_then(|t| t.spec)
+        .map(|spec| super::spec_images(&spec))
+        .unwrap_or_default())
 }
 
 /// Every object of `api`, a page at a time.
@@ -289,12 +358,16 @@ mod tests {
         ] {
             assert!(crd.contains(field), "the KeepSet CRD lacks {field:?}");
         }
-        let status = serde_json::to_value(super::super::status_of(super::super::FleetCount {
-            matching: 2,
-            ready: 1,
-        }))
+        let status = serde_json::to_value(status_of(
+            super::super::FleetCount {
+                matching: 2,
+                ready: 1,
+            },
+            vec!["a:1".to_owned()],
+            vec!["Job x/y: not found".to_owned()],
+        ))
         .expect("a status serializes");
-        for field in ["matching", "ready", "nodes"] {
+        for field in ["matching", "ready", "nodes", "workloadImages", "unresolved"] {
             assert!(
                 crd.contains(&format!("                {field}:\n")),
                 "the CRD's status lacks {field}"

@@ -75,29 +75,33 @@ pub fn ready_sets_of_report(status: &Value) -> BTreeMap<String, i64> {
         .collect()
 }
 
-/// A set's status for `count`.
-pub fn status_of(count: FleetCount) -> KeepSetStatus {
+/// A set's status for `count`, with its workloads' images and the workloads not read.
+pub fn status_of(
+    count: FleetCount,
+    workload_images: Vec<String>,
+    unresolved: Vec<String>,
+) -> KeepSetStatus {
     KeepSetStatus {
         matching: count.matching,
         ready: count.ready,
         nodes: format!("{}/{}", count.ready, count.matching),
+        workload_images,
+        unresolved,
     }
 }
 
-/// The statuses to write: each counted set whose `current` status (as last read) differs from
-/// its count's, by name.
+/// The statuses to write: each set whose `current` status (as last read) differs from the
+/// `desired` one, by name.
 pub fn changed_statuses(
     current: &BTreeMap<String, Option<KeepSetStatus>>,
-    counts: &BTreeMap<String, FleetCount>,
+    desired: BTreeMap<String, KeepSetStatus>,
 ) -> Vec<(String, KeepSetStatus)> {
-    counts
-        .iter()
-        .filter_map(|(name, count)| {
-            let status = status_of(*count);
-            let unchanged = current
+    desired
+        .into_iter()
+        .filter(|(name, status)| {
+            current
                 .get(name)
-                .is_some_and(|now| now.as_ref() == Some(&status));
-            (!unchanged).then(|| (name.clone(), status))
+                .is_none_or(|now| now.as_ref() != Some(status))
         })
         .collect()
 }
@@ -214,55 +218,49 @@ mod tests {
     }
 
     #[test]
-    fn only_a_set_whose_count_changed_is_written_and_its_nodes_column_reads_ready_over_matching() {
-        let counts: BTreeMap<String, FleetCount> = [
-            (
-                "same".to_owned(),
-                FleetCount {
-                    matching: 2,
-                    ready: 1,
-                },
-            ),
-            (
-                "grew".to_owned(),
-                FleetCount {
-                    matching: 3,
-                    ready: 3,
-                },
-            ),
-            (
-                "new".to_owned(),
-                FleetCount {
-                    matching: 1,
-                    ready: 0,
-                },
-            ),
-        ]
-        .into();
+    fn only_a_set_whose_status_changed_is_written_and_its_nodes_column_reads_ready_over_matching() {
+        let count = |matching, ready| FleetCount { matching, ready };
+        let images = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
         let current: BTreeMap<String, Option<KeepSetStatus>> = [
             (
                 "same".to_owned(),
-                Some(status_of(FleetCount {
-                    matching: 2,
-                    ready: 1,
-                })),
+                Some(status_of(count(2, 1), images(&["a:1"]), vec![])),
             ),
             (
                 "grew".to_owned(),
-                Some(status_of(FleetCount {
-                    matching: 3,
-                    ready: 2,
-                })),
+                Some(status_of(count(3, 2), vec![], vec![])),
+            ),
+            (
+                "moved".to_owned(),
+                Some(status_of(count(1, 1), images(&["a:1"]), vec![])),
             ),
             ("new".to_owned(), None),
         ]
         .into();
-        let written = changed_statuses(&current, &counts);
+        let desired: BTreeMap<String, KeepSetStatus> = [
+            (
+                "same".to_owned(),
+                status_of(count(2, 1), images(&["a:1"]), vec![]),
+            ),
+            ("grew".to_owned(), status_of(count(3, 3), vec![], vec![])),
+            // Its workload's template moved to a:2: the count alone is unchanged.
+            (
+                "moved".to_owned(),
+                status_of(count(1, 1), images(&["a:2"]), vec![]),
+            ),
+            (
+                "new".to_owned(),
+                status_of(count(1, 0), vec![], images(&["Deployment x/y: not found"])),
+            ),
+        ]
+        .into();
+        let written = changed_statuses(&current, desired);
         let names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["grew", "new"]);
+        assert_eq!(names, ["grew", "moved", "new"]);
         assert_eq!(written[0].1.nodes, "3/3");
-        assert_eq!(written[1].1.nodes, "0/1");
-        assert_eq!((written[1].1.ready, written[1].1.matching), (0, 1));
+        assert_eq!(written[1].1.workload_images, ["a:2"]);
+        assert_eq!(written[2].1.nodes, "0/1");
+        assert_eq!((written[2].1.ready, written[2].1.matching), (0, 1));
     }
 
     #[test]

@@ -60,6 +60,30 @@ pub struct KeepSetStatus {
     /// `ready/matching`.
     #[serde(default)]
     pub nodes: String,
+    /// The images of `spec.workloads`' pod templates, as last resolved (sorted, each once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_images: Vec<String>,
+    /// The workloads that could not be read, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unresolved: Vec<String>,
+}
+
+/// A workload a KeepSet names: its pod template's images (init, regular and ephemeral
+/// containers, image volumes) are kept as if listed in `spec.images`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+pub struct WorkloadRef {
+    /// Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob.
+    pub kind: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl std::fmt::Display for WorkloadRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
 }
 
 /// A KeepSet's spec.
@@ -69,6 +93,10 @@ pub struct KeepSetSpec {
     /// The image names (tags or digest references).
     #[serde(default)]
     pub images: Vec<String>,
+    /// Workloads whose pod template's images the set also keeps (resolved by the agent
+    /// holding the Lease into the set's `status.workloadImages`).
+    #[serde(default)]
+    pub workloads: Vec<WorkloadRef>,
     /// The nodes it selects (`{}`: every node).
     #[serde(default)]
     pub node_selector: Option<LabelSelector>,
@@ -169,10 +197,24 @@ pub fn keep_set_of(object: &KeepSetObject) -> Result<KeepSet, String> {
         }
         (None, None) => UnixNanos::NEVER,
     };
+    // The workloads' images as the Lease's holder last resolved them, after the set's own.
+    let mut images = spec.images.clone();
+    if !spec.workloads.is_empty()
+        && let Some(status) = &object.status
+    {
+        let own: std::collections::BTreeSet<&String> = spec.images.iter().collect();
+        images.extend(
+            status
+                .workload_images
+                .iter()
+                .filter(|image| !own.contains(image))
+                .cloned(),
+        );
+    }
     Ok(KeepSet {
         name: object.metadata.name.clone().unwrap_or_default(),
         generation: object.metadata.generation.unwrap_or_default(),
-        images: spec.images.clone(),
+        images,
         until,
         priority: spec.priority,
         reason: spec.reason.clone(),

@@ -130,6 +130,32 @@ fn a_sets_lifetime_is_its_until_or_its_creation_plus_its_duration_or_none() {
     }
 }
 
+/// A set naming workloads keeps its own images, then the workloads' images its status says
+/// (as the Lease's holder resolved them), each once; without a status, only its own.
+#[test]
+fn a_sets_images_are_its_own_then_its_workloads_as_its_status_gives_them() {
+    let spec = serde_json::json!({
+        "images": ["own:1", "shared:1"],
+        "workloads": [{"kind": "Deployment", "namespace": "web", "name": "front"}],
+    });
+    let mut set = object("s", spec);
+    assert_eq!(
+        keep_set_of(&set).expect("read").images,
+        ["own:1", "shared:1"]
+    );
+    set.status = serde_json::from_value(serde_json::json!({
+        "matching": 1, "ready": 0, "nodes": "0/1",
+        "workloadImages": ["front:2", "shared:1", "sidecar:7"],
+    }))
+    .expect("a status");
+    assert_eq!(
+        keep_set_of(&set).expect("read").images,
+        ["own:1", "shared:1", "front:2", "sidecar:7"]
+    );
+    let reference = &set.spec.workloads[0];
+    assert_eq!(reference.to_string(), "Deployment web/front");
+}
+
 #[test]
 fn sets_reach_the_handle_only_once_listed_and_the_nodes_labels_read_and_follow_the_labels() {
     let handle = NodeKeepSets::default();

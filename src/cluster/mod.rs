@@ -35,15 +35,16 @@ pub use client::{MAX_ANSWER_BYTES, capped_client};
 pub use cronjobs::{CronJobWatch, cronjob_signal, watch_cronjobs};
 pub use daemonsets::{DaemonSetWatch, daemonset_images, watch_daemonsets};
 pub use fleet_writer::{
-    COUNT_INTERVAL, FIELD_MANAGER, LEASE_DURATION_SECONDS, LEASE_NAME, publish_fleet_counts,
+    COUNT_INTERVAL, FIELD_MANAGER, LEASE_DURATION_SECONDS, LEASE_NAME, MAX_WORKLOADS,
+    publish_fleet_counts,
 };
 pub use keepset_fleet::{
     FleetCount, changed_statuses, fleet_counts, ready_sets_of_report, status_of,
 };
 pub use keepset_report::{publish_keep_set_reports, report_body};
 pub use keepsets::{
-    GROUP, KeepSetObject, KeepSetSpec, KeepSetStatus, KeepSetWatch, VERSION, keep_set_of, selects,
-    watch_keep_sets,
+    GROUP, KeepSetObject, KeepSetSpec, KeepSetStatus, KeepSetWatch, VERSION, WorkloadRef,
+    keep_set_of, selects, watch_keep_sets,
 };
 pub use lease::{LeaseStep, LeaseView, RENEW_AFTER_FRACTION, lease_step};
 pub use pods::{

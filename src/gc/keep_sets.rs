@@ -112,14 +112,15 @@ pub struct KeepSetReport {
 }
 
 impl KeepSetReport {
-    /// The set in force, nothing failed, and every image pinned (mode pin) or present (mode
+    /// The set in force with at least one image (a set naming only workloads has none until
+    /// they are read), nothing failed, and every image pinned (mode pin) or present (mode
     /// warm).
     pub fn ready(&self) -> bool {
         let held = match self.mode {
             KeepSetMode::Pin => self.pinned,
             KeepSetMode::Warm => self.present,
         };
-        !self.expired && self.failed == 0 && held == self.images
+        !self.expired && self.images > 0 && self.failed == 0 && held == self.images
     }
 }
 

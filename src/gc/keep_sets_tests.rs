@@ -148,9 +148,19 @@ fn a_report_is_ready_when_every_image_is_pinned_and_none_failed() {
     assert!(
         !KeepSetReport {
             expired: true,
-            ..ready
+            ..ready.clone()
         }
         .ready()
+    );
+    assert!(
+        !KeepSetReport {
+            images: 0,
+            present: 0,
+            pinned: 0,
+            ..ready
+        }
+        .ready(),
+        "a set whose workloads are not read yet holds nothing"
     );
 }
 

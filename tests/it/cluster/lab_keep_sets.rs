@@ -312,6 +312,72 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
     )
     .await;
 
+    // Images by a workload's reference: a Deployment scaled to 0 (no pod of it pulls), named
+    // by a set. The agent holding the Lease reads its template into the set's status, and the
+    // node pulls and pins the image; when the template moves to another image, the pin
+    // follows it.
+    let first = cluster.lab_image("data:20mb");
+    let _ = cluster.crictl_output(&["rmi", &first]);
+    let deployment = |image: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: lab-ref, namespace: default}}\n\
+             spec:\n  replicas: 0\n  selector: {{matchLabels: {{app: lab-ref}}}}\n\
+             \x20 template:\n    metadata: {{labels: {{app: lab-ref}}}}\n\
+             \x20   spec:\n      containers: [{{name: app, image: \"{image}\"}}]\n"
+        )
+    };
+    cluster.kubectl_apply(&deployment(&first));
+    cluster.kubectl_apply(
+        "apiVersion: imagekeeper.io/v1alpha1\nkind: KeepSet\nmetadata: {name: lab-ref}\n\
+         spec:\n  workloads: [{kind: Deployment, namespace: default, name: lab-ref}]\n\
+         \x20 nodeSelector: {}\n",
+    );
+    wait_for_runtime_image(
+        &cluster,
+        &first,
+        Some(true),
+        &format!("{first}, the Deployment's image, pulled and pinned by the KeepSet (crictl)"),
+        Duration::from_secs(90),
+    )
+    .await;
+    let resolved = cluster.kubectl(&[
+        "get",
+        "keepset",
+        "lab-ref",
+        "-o",
+        "jsonpath={.status.workloadImages}",
+    ]);
+    assert!(resolved.contains(&first), "the set's status: {resolved}");
+    let moved = cluster.lab_image("data:1mb");
+    cluster.kubectl_apply(&deployment(&moved));
+    wait_for_runtime_image(
+        &cluster,
+        &moved,
+        Some(true),
+        &format!("{moved}, the Deployment's new image, pinned by the KeepSet (crictl)"),
+        Duration::from_secs(90),
+    )
+    .await;
+    wait_for_runtime_image(
+        &cluster,
+        &first,
+        Some(false),
+        &format!("{first}'s pin gone once the template left it (crictl)"),
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_for_fleet_count(&cluster, "lab-ref", "1/1", Duration::from_secs(60)).await;
+    cluster.kubectl(&["delete", "keepset", "lab-ref"]);
+    cluster.kubectl(&["-n", "default", "delete", "deployment", "lab-ref"]);
+    wait_for_runtime_image(
+        &cluster,
+        &moved,
+        Some(false),
+        &format!("{moved}'s pin gone with the set (crictl)"),
+        Duration::from_secs(60),
+    )
+    .await;
+
     for set in ["lab-rollout", "lab-missing"] {
         cluster.kubectl(&["delete", "keepset", set]);
     }

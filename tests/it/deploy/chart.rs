@@ -486,6 +486,8 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
                          - apiGroups:\n  - ''\n  resources:\n  - nodes\n  verbs:\n  - get\n  - list\n  - watch\n\
                          - apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsetreports\n  verbs:\n  - get\n  - list\n  - create\n  - patch\n\
                          - apiGroups:\n  - imagekeeper.io\n  resources:\n  - keepsets/status\n  verbs:\n  - patch\n\
+                         - apiGroups:\n  - apps\n  resources:\n  - deployments\n  - statefulsets\n  - daemonsets\n  - replicasets\n  verbs:\n  - get\n\
+                         - apiGroups:\n  - batch\n  resources:\n  - jobs\n  - cronjobs\n  verbs:\n  - get\n\
                          - apiGroups:\n  - events.k8s.io\n  resources:\n  - events\n  verbs:\n  - create\n  - patch\n",
                     )
                 } else if name.ends_with("-cluster-signals") {
