@@ -856,3 +856,73 @@ fn the_uninstall_notes_and_the_systemd_page_name_remove_runtime_pins() {
         );
     }
 }
+
+/// The paths of `value`'s fields that `schema` (an OpenAPI v3 schema as a CRD writes it) does
+/// not declare: server-side apply refuses such a body whole ("field not declared in schema").
+fn undeclared(value: &serde_json::Value, schema: &Value, path: &str) -> Vec<String> {
+    match value {
+        serde_json::Value::Object(fields) => fields
+            .iter()
+            .flat_map(|(key, field)| {
+                let at = format!("{path}.{key}");
+                match schema["properties"].get(key.as_str()) {
+                    Some(declared) => undeclared(field, declared, &at),
+                    None => vec![at],
+                }
+            })
+            .collect(),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .flat_map(|item| undeclared(item, &schema["items"], &format!("{path}[]")))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The `status` schema of the CRD file `name` under the chart's `crds/`.
+fn crd_status_schema(name: &str) -> Value {
+    let text = std::fs::read_to_string(repo(&format!("{CHART}/crds/{name}"))).expect("the CRD");
+    let crd: Value = serde_yaml_ng::from_str(&text).expect("the CRD parses");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"].clone()
+}
+
+/// What the agents write by server-side apply, a node's KeepSetReport (every field of a set's
+/// entry, a failure included) and the count's writer's KeepSet status (workloads' images and
+/// unresolved ones included), declares only fields the chart's CRDs declare: the API server
+/// refuses an apply naming any other, and the node's report would never be written.
+#[test]
+fn every_status_field_the_agents_apply_is_declared_in_the_charts_crds() {
+    use imagekeeper::gc::{KeepSetMode, KeepSetReport};
+    let reports = BTreeMap::from([(
+        "gpu-rollout".to_owned(),
+        KeepSetReport {
+            generation: 2,
+            images: 2,
+            present: 1,
+            pinned: 1,
+            failed: 1,
+            bytes: 100,
+            failures: vec![("x:1".to_owned(), "not found".to_owned())],
+            expired: false,
+            mode: KeepSetMode::Warm,
+        },
+    )]);
+    let report = imagekeeper::cluster::report_body("node-1", &reports);
+    let missing = undeclared(
+        &report["status"],
+        &crd_status_schema("keepsetreports.yaml"),
+        "status",
+    );
+    assert!(missing.is_empty(), "KeepSetReport: {missing:?}");
+    let status = serde_json::to_value(imagekeeper::cluster::status_of(
+        imagekeeper::cluster::FleetCount {
+            matching: 2,
+            ready: 1,
+        },
+        vec!["a:1".to_owned()],
+        vec!["Deployment x/y: not found".to_owned()],
+    ))
+    .expect("a status serializes");
+    let missing = undeclared(&status, &crd_status_schema("keepsets.yaml"), "status");
+    assert!(missing.is_empty(), "KeepSet: {missing:?}");
+}
