@@ -28,7 +28,7 @@ use crate::gc::{
     keep_set_pin_changes,
 };
 use crate::model::{PinKey, PullOrigin, RuntimeImage, StoredWarmState, UnixNanos};
-use crate::pull::{MatchIndex, redact_image_name};
+use crate::pull::{DockerConfig, MatchIndex, parse_pull_secret, redact_image_name};
 use crate::store::Batch;
 use crate::warm::WarmSet;
 
@@ -48,6 +48,7 @@ pub const KEEPSET_POD_NAME: &str = "imagekeeper-keepset";
 pub struct KeepSetLoopState {
     failures: BTreeMap<(String, String), String>,
     warm: Option<WarmSet>,
+    secret_notes: BTreeSet<String>,
 }
 
 impl<R: AgentRuntime> Agent<R> {
@@ -146,6 +147,19 @@ impl<R: AgentRuntime> Agent<R> {
             .await
             .map_err(AgentError::Runtime)?;
         let absent = absent_images(&usable, &listed, now);
+        // Each image's pull Secrets: those of every set in mode pin in force naming it.
+        let mut secrets_of: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for set in usable.iter().filter(|s| {
+            s.mode == KeepSetMode::Pin && s.active_at(now) && !s.pull_secrets.is_empty()
+        }) {
+            for image in &set.images {
+                secrets_of
+                    .entry(image.clone())
+                    .or_default()
+                    .extend(set.pull_secrets.iter().cloned());
+            }
+        }
+        let mut secret_notes: BTreeSet<String> = BTreeSet::new();
         let mut pulled_any = false;
         let mut pull_failures: BTreeMap<String, String> = BTreeMap::new();
         let parallel = self.config().warm.parallel_pulls.max(1);
@@ -154,15 +168,17 @@ impl<R: AgentRuntime> Agent<R> {
             for image in chunk {
                 let agent = Arc::clone(self);
                 let image = image.clone();
+                let secrets = secrets_of.get(&image).cloned().unwrap_or_default();
                 pulls.spawn(async move {
-                    let result = agent.keep_set_pull(&image).await;
-                    (image, result)
+                    let (result, notes) = agent.keep_set_pull(&image, &secrets).await;
+                    (image, result, notes)
                 });
             }
             while let Some(joined) = pulls.join_next().await {
-                let Ok((image, result)) = joined else {
+                let Ok((image, result, notes)) = joined else {
                     continue;
                 };
+                secret_notes.extend(notes);
                 match result {
                     Ok(image_ref) => {
                         info!(
@@ -229,15 +245,73 @@ impl<R: AgentRuntime> Agent<R> {
             }
         }
         state.failures = failures;
+        for note in &secret_notes {
+            if !state.secret_notes.contains(note) {
+                warn!(
+                    note = note.as_str(),
+                    "A KeepSet's pull Secret is not used: the pull goes on without it"
+                );
+            }
+        }
+        state.secret_notes = secret_notes;
         let reports = reports(&sets, &listed, &state.failures, now);
         self.gc.node_keep_sets().set_reports(reports);
         Ok(next_wait(&sets, !state.failures.is_empty(), now))
     }
 
-    /// One pull of a KeepSet's image ([`Agent::pull_for_no_pod`], origin `pull`).
-    async fn keep_set_pull(&self, image: &str) -> Result<String, String> {
-        self.pull_for_no_pod(KEEPSET_POD_NAME, PullOrigin::Pull, image, "")
+    /// One pull of a KeepSet's image ([`Agent::pull_for_no_pod`], origin `pull`) with the
+    /// pull Secrets `secrets` of the sets naming it; the notes of the Secrets not read.
+    async fn keep_set_pull(
+        &self,
+        image: &str,
+        secrets: &BTreeSet<String>,
+    ) -> (Result<String, String>, Vec<String>) {
+        let (keyring, notes) = self.keep_set_keyring(secrets).await;
+        let pulled = self
+            .pull_for_no_pod(KEEPSET_POD_NAME, PullOrigin::Pull, image, "", &keyring)
             .await
+            .map_err(|e| with_notes(e, &notes));
+        (pulled, notes)
+    }
+
+    /// The keyring of a KeepSet's pull: the pull Secrets `names`, read now in the agent's own
+    /// namespace and parsed as the kubelet reads a pull Secret; one that cannot be read or
+    /// parsed is left out (the pull goes on, as the kubelet's does) and said in the notes,
+    /// which name the Secret and why, never its content.
+    pub(super) async fn keep_set_keyring(
+        &self,
+        names: &BTreeSet<String>,
+    ) -> (Vec<DockerConfig>, Vec<String>) {
+        if names.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let Some(source) = self.gc.node_keep_sets().secret_source() else {
+            return (
+                Vec::new(),
+                vec!["pull Secrets are read only with an API server (keepSets)".to_owned()],
+            );
+        };
+        let mut keyring = Vec::new();
+        let mut notes = Vec::new();
+        for name in names {
+            match source.read(name).await {
+                Ok(bytes) => match parse_pull_secret(&format!("pull Secret {name}"), &bytes) {
+                    Ok(config) => keyring.push(config),
+                    Err(e) => notes.push(e.to_string()),
+                },
+                Err(why) => notes.push(why),
+            }
+        }
+        (keyring, notes)
+    }
+}
+
+/// A failed pull's message with the notes of the pull Secrets not read.
+pub(super) fn with_notes(message: String, notes: &[String]) -> String {
+    if notes.is_empty() {
+        message
+    } else {
+        format!("{message} ({})", notes.join("; "))
     }
 }
 

@@ -22,6 +22,7 @@ fn set(name: &str, images: &[&str], until: i64) -> KeepSet {
         priority: 0,
         reason: String::new(),
         mode: KeepSetMode::Pin,
+        pull_secrets: Vec::new(),
     }
 }
 
@@ -147,6 +148,7 @@ mod cycle {
                 priority: 0,
                 reason: String::new(),
                 mode: KeepSetMode::Pin,
+                pull_secrets: Vec::new(),
             },
         )]));
         let mut state = KeepSetLoopState::default();
@@ -210,6 +212,7 @@ mod cycle {
             priority: 0,
             reason: String::new(),
             mode: KeepSetMode::Warm,
+            pull_secrets: Vec::new(),
         };
         let handle = agent.gc.node_keep_sets();
         handle.replace(BTreeMap::from([(
@@ -293,5 +296,120 @@ mod cycle {
             removed.contains(&&ImageId::new(format!("sha256:{:064x}", 1))),
             "{report:?}"
         );
+    }
+
+    /// The pull Secrets of the cluster lab's reader, in process: `lab-pull` is a
+    /// `kubernetes.io/dockerconfigjson` Secret for docker.io (user `keeper`), any other name is
+    /// not found.
+    #[derive(Debug)]
+    struct Secrets;
+
+    impl crate::gc::PullSecretSource for Secrets {
+        fn read(&self, name: &str) -> crate::gc::PullSecretRead {
+            let found = (name == "lab-pull").then(|| {
+                let config = serde_json::json!({"auths": {"https://index.docker.io/v1/": {
+                    "username": "keeper", "password": "s3cret-never-logged"}}});
+                let data = base64_of(config.to_string().as_bytes());
+                serde_json::to_vec(&serde_json::json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "lab-pull", "namespace": "kube-system"},
+                    "type": "kubernetes.io/dockerconfigjson",
+                    "data": {".dockerconfigjson": data},
+                }))
+                .expect("a manifest")
+            });
+            let name = name.to_owned();
+            Box::pin(async move { found.ok_or(format!("Secret kube-system/{name} not found")) })
+        }
+    }
+
+    /// Standard base64 with padding.
+    fn base64_of(bytes: &[u8]) -> String {
+        const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(char::from(ABC[((n >> (18 - 6 * i)) & 63) as usize]));
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    /// A set naming pull Secrets pulls its absent image with them (the runtime's pull gets the
+    /// Secret's credentials), a Secret that cannot be read is left out and the pull goes on
+    /// (as the kubelet's), and a set naming none pulls with the node's (none here). A failed
+    /// pull's reason names the unread Secret, never a Secret's content.
+    #[tokio::test(start_paused = true)]
+    async fn a_sets_pull_secrets_reach_the_runtimes_pull_and_an_unread_one_is_said() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = Registry {
+            registry: Arc::new(vec![
+                registry_image(1, "private:1", 100),
+                registry_image(2, "public:1", 100),
+            ]),
+            ..Registry::default()
+        };
+        runtime.node.state().fs = Some((10_000, 9_000));
+        let now = UnixNanos::from_secs(1_800_000_000);
+        let clock = Arc::new(ManualClock::new(now));
+        let agent = Arc::new(unshared_agent_with_clock(
+            dir.path(),
+            runtime.clone(),
+            &[],
+            None,
+            clock,
+        ));
+        let handle = agent.gc.node_keep_sets();
+        handle.set_secret_source(Arc::new(Secrets));
+        let with_secrets = |name: &str, images: &[&str], secrets: &[&str]| KeepSet {
+            pull_secrets: secrets.iter().map(|s| (*s).to_owned()).collect(),
+            ..set(name, images, 0)
+        };
+        handle.replace(BTreeMap::from([
+            (
+                "private".to_owned(),
+                with_secrets(
+                    "private",
+                    &["private:1", "missing:1"],
+                    &["lab-pull", "absent"],
+                ),
+            ),
+            (
+                "public".to_owned(),
+                with_secrets("public", &["public:1"], &[]),
+            ),
+        ]));
+        let mut state = KeepSetLoopState::default();
+        agent.keep_sets_cycle(&mut state).await.expect("a cycle");
+        let pulled_as = lock_ignoring_poison(&runtime.pulled_as).clone();
+        assert_eq!(
+            pulled_as,
+            [
+                ("missing:1".to_owned(), "keeper".to_owned()),
+                ("private:1".to_owned(), "keeper".to_owned()),
+                ("public:1".to_owned(), String::new()),
+            ]
+        );
+        let reports = handle.reports().borrow().clone();
+        let private = &reports["private"];
+        assert_eq!((private.present, private.failed), (1, 1), "{private:?}");
+        let (image, message) = &private.failures[0];
+        assert_eq!(image, "missing:1");
+        assert!(
+            message.contains("Secret kube-system/absent not found"),
+            "the reason names the unread Secret: {message}"
+        );
+        assert!(!message.contains("s3cret"), "{message}");
+        assert_eq!(state.secret_notes.len(), 1, "{:?}", state.secret_notes);
     }
 }

@@ -343,23 +343,42 @@ impl<R: AgentRuntime> Agent<R> {
     /// One warm pull through the image manager: IfNotPresent, for no pod, with the node's
     /// credentials.
     async fn warm_pull(&self, entry: &WarmEntry) -> Result<String, String> {
+        // A KeepSet's warm entry pulls with the set's pull Secrets.
+        let secrets: BTreeSet<String> = entry
+            .origin
+            .strip_prefix(crate::gc::KEEPSET_REASON_PREFIX)
+            .map(|name| {
+                self.gc
+                    .node_keep_sets()
+                    .sets()
+                    .into_iter()
+                    .filter(|set| set.name == name)
+                    .flat_map(|set| set.pull_secrets)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (keyring, notes) = self.keep_set_keyring(&secrets).await;
         self.pull_for_no_pod(
             WARM_POD_NAME,
             PullOrigin::Warm,
             &entry.image,
             &entry.runtime_handler,
+            &keyring,
         )
         .await
+        .map_err(|e| super::keep_sets::with_notes(e, &notes))
     }
 
     /// One pull for no pod (logged under `pod_name`, recorded as `origin`) through the image
-    /// manager: IfNotPresent, with the node's credentials; the error as "reason: message".
+    /// manager: IfNotPresent, with `keyring`'s pull Secrets then the node's credentials (the
+    /// kubelet's keyring); the error as "reason: message".
     pub(super) async fn pull_for_no_pod(
         &self,
         pod_name: &str,
         origin: PullOrigin,
         image: &str,
         runtime_handler: &str,
+        keyring: &[crate::pull::DockerConfig],
     ) -> Result<String, String> {
         let pod = PodRef {
             name: pod_name.to_owned(),
@@ -371,7 +390,7 @@ impl<R: AgentRuntime> Agent<R> {
                 &pod,
                 image,
                 PullPolicy::IfNotPresent,
-                PullAuth::Keyring(&[]),
+                PullAuth::Keyring(keyring),
                 runtime_handler,
             )
             .await

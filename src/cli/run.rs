@@ -399,6 +399,9 @@ async fn watch_keep_sets(handle: imagekeeper::gc::NodeKeepSets, node: String) {
         match in_cluster_client().await {
             Ok(client) => {
                 info!(node, "Watching the KeepSets selecting this node");
+                handle.set_secret_source(Arc::new(imagekeeper::cluster::PullSecretReader::new(
+                    client.clone(),
+                )));
                 tokio::spawn(imagekeeper::cluster::publish_keep_set_reports(
                     client.clone(),
                     node.clone(),

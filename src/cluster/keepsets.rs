@@ -116,6 +116,16 @@ pub struct KeepSetSpec {
     /// Why, shown in the pins' reason.
     #[serde(default)]
     pub reason: String,
+    /// The pull Secrets its pulls use, by name, in the agent's own namespace.
+    #[serde(default)]
+    pub pull_secrets: Vec<SecretName>,
+}
+
+/// A pull Secret a KeepSet names (`{name: ...}`, as a pod's `imagePullSecrets`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct SecretName {
+    /// The Secret's name.
+    pub name: String,
 }
 
 impl kube::Resource for KeepSetObject {
@@ -219,6 +229,7 @@ pub fn keep_set_of(object: &KeepSetObject) -> Result<KeepSet, String> {
         priority: spec.priority,
         reason: spec.reason.clone(),
         mode,
+        pull_secrets: spec.pull_secrets.iter().map(|s| s.name.clone()).collect(),
     })
 }
 

@@ -9,9 +9,10 @@
 //! node's report of them (`keepset_report.rs`, its one write: its own `KeepSetReport`), and the
 //! fleet's count of each set from every node's report (`keepset_fleet.rs`), written into the
 //! sets' status by one agent at a time (`fleet_writer.rs`, elected by a Lease, `lease.rs`).
-//! Every watch runs one loop (`drive.rs`).
+//! The sets' pull Secrets are read in the agent's own namespace (`pull_secrets.rs`). Every
+//! watch runs one loop (`drive.rs`).
 //!
-//! Invariants: only reads (list and watch) but the node's own KeepSetReport and, while it
+//! Invariants: only reads (list, watch, and get of a pull Secret in the agent's namespace) but the node's own KeepSetReport and, while it
 //! holds the Lease, that Lease and the KeepSets' status subresource; the pods' watch has a
 //! field selector on `spec.nodeName`, so the API server sends this node's pods only; each pod
 //! is held as its image names, never as the object; a relist replaces the set at once when it
@@ -27,6 +28,7 @@ mod keepset_report;
 mod keepsets;
 mod lease;
 mod pods;
+mod pull_secrets;
 mod replicasets;
 #[cfg(test)]
 mod test_specs;
@@ -50,6 +52,7 @@ pub use lease::{LeaseStep, LeaseView, RENEW_AFTER_FRACTION, lease_step};
 pub use pods::{
     PodWatch, controller_daemonset, controller_job, pod_images, spec_images, watch_bound_pods,
 };
+pub use pull_secrets::PullSecretReader;
 pub use replicasets::{
     MAX_REPLICASETS, REVISION_ANNOTATION, ReplicaSetRevision, ReplicaSetWatch, replicaset_revision,
     revisions_of, watch_replicasets,

@@ -79,6 +79,8 @@ pub struct KeepSet {
     pub reason: String,
     /// Pin or warm.
     pub mode: KeepSetMode,
+    /// The pull Secrets its pulls use (`spec.pullSecrets`), in the agent's own namespace.
+    pub pull_secrets: Vec<String>,
 }
 
 impl KeepSet {
@@ -240,6 +242,18 @@ fn wins(set: &KeepSet, held: &KeepSet) -> bool {
         > (held.priority, lifetime(held), std::cmp::Reverse(&held.name))
 }
 
+/// The future of one pull Secret's read.
+pub type PullSecretRead =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, String>> + Send + 'static>>;
+
+/// The reader of the pull Secrets KeepSets name (the cluster module's, feature `kube`, in the
+/// agent's own namespace): a Secret's manifest as JSON, parsed by the agent as any pull
+/// Secret, or why it cannot be read (never its content).
+pub trait PullSecretSource: Send + Sync + std::fmt::Debug {
+    /// Reads the Secret `name`.
+    fn read(&self, name: &str) -> PullSecretRead;
+}
+
 /// The warm entries of the sets in mode warm: each image once, from the set that
 /// [`keep_set_pin_changes`]' order gives it to (priority, then lifetime, then name), until that
 /// set's lifetime, origin `KeepSet/<name>`; no size hint (the node's history knows the size, or
@@ -285,6 +299,8 @@ pub struct NodeKeepSets {
     reports: Arc<tokio::sync::watch::Sender<BTreeMap<String, KeepSetReport>>>,
     /// The watch's health (`refused`: sets not held because [`MAX_KEEPSETS`] were).
     health: Arc<WatchHealth>,
+    /// The reader of the sets' pull Secrets, once the cluster module gave one.
+    secrets: Arc<RwLock<Option<Arc<dyn PullSecretSource>>>>,
 }
 
 impl NodeKeepSets {
@@ -373,6 +389,19 @@ impl NodeKeepSets {
     /// The reports, watched.
     pub fn reports(&self) -> tokio::sync::watch::Receiver<BTreeMap<String, KeepSetReport>> {
         self.reports.subscribe()
+    }
+
+    /// Gives the reader of the sets' pull Secrets.
+    pub fn set_secret_source(&self, source: Arc<dyn PullSecretSource>) {
+        *self.secrets.write().unwrap_or_else(|e| e.into_inner()) = Some(source);
+    }
+
+    /// The reader of the sets' pull Secrets, if any.
+    pub fn secret_source(&self) -> Option<Arc<dyn PullSecretSource>> {
+        self.secrets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The watch's health, for its loop.

@@ -9,6 +9,7 @@ fn set(name: &str, images: &[&str], until: i64, priority: i32) -> KeepSet {
         priority,
         reason: String::new(),
         mode: KeepSetMode::Pin,
+        pull_secrets: Vec::new(),
     }
 }
 

@@ -63,8 +63,9 @@ pub use explain::{
 };
 pub use keep_sets::{
     KEEPSET_REASON_PREFIX, KeepSet, KeepSetMode, KeepSetReport, MAX_KEEPSETS,
-    MAX_REPORTED_FAILURES, NodeKeepSets, PinChanges, keep_set_of_reason, keep_set_pin_changes,
-    keep_set_reason, warm_entries as keep_set_warm_entries,
+    MAX_REPORTED_FAILURES, NodeKeepSets, PinChanges, PullSecretRead, PullSecretSource,
+    keep_set_of_reason, keep_set_pin_changes, keep_set_reason,
+    warm_entries as keep_set_warm_entries,
 };
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
 pub use manager::{CycleTime, GcConfig, ImageGcManager, RELEASE_POLL_INTERVAL, RELEASE_WAIT_BOUND};

@@ -20,6 +20,8 @@ pub(crate) struct Registry {
     pub(crate) node: ScriptedRuntime,
     pub(crate) registry: Arc<Vec<RuntimeImage>>,
     pub(crate) pulls: Arc<Mutex<Vec<String>>>,
+    /// Each pull's image and the username of the credentials it was given (empty: none).
+    pub(crate) pulled_as: Arc<Mutex<Vec<(String, String)>>>,
 }
 
 impl crate::runtime::ImageRuntime for Registry {
@@ -43,9 +45,13 @@ impl crate::runtime::ImageRuntime for Registry {
         &self,
         image: &str,
         handler: &str,
-        _credentials: Option<&PullCredentials>,
+        credentials: Option<&PullCredentials>,
     ) -> Result<String, CriError> {
         lock_ignoring_poison(&self.pulls).push(image.to_owned());
+        lock_ignoring_poison(&self.pulled_as).push((
+            image.to_owned(),
+            credentials.map(|c| c.username.clone()).unwrap_or_default(),
+        ));
         let Some(found) = self.registry.iter().find(|i| image_matches(image, i)) else {
             return Err(CriError::Rpc {
                 method: "PullImage",

@@ -91,9 +91,19 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
         "lab-both",
         "lab-held",
         "lab-warm",
+        "lab-ref",
+        "lab-secret",
     ] {
         let _ = cluster.kubectl_output(&["delete", "keepset", set, "--ignore-not-found"]);
     }
+    let _ = cluster.kubectl_output(&[
+        "-n",
+        "default",
+        "delete",
+        "deployment",
+        "lab-ref",
+        "--ignore-not-found",
+    ]);
     assert_eq!(
         runtime_image(&cluster, &image),
         None,
@@ -102,7 +112,10 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
     let release = cluster.install(
         "imagekeeper",
         &config(85, 80, "warmPeriod = \"1h\"\n"),
-        &["keepSets.enabled=true".to_owned()],
+        &[
+            "keepSets.enabled=true".to_owned(),
+            "keepSets.pullSecrets=true".to_owned(),
+        ],
     );
     release
         .wait_for_log_line(&["Listed the KeepSets"], Duration::from_secs(60))
@@ -377,6 +390,72 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
         Duration::from_secs(60),
     )
     .await;
+
+    // Pull Secrets by reference, in the chart's namespace (the chart's keepSets.pullSecrets
+    // Role): a set names one Secret that exists (a dockerconfigjson for the lab registry,
+    // which asks for none, so the pull succeeds with it) and one that does not. The image is
+    // pulled and pinned; the missing Secret is one warning naming it, the present one is
+    // read (no warning names it), and no log line carries the Secret's password.
+    let private = cluster.lab_image("data:20mb");
+    let _ = cluster.crictl_output(&["rmi", &private]);
+    let registry = private.split('/').next().unwrap_or_default().to_owned();
+    let config = serde_json::json!({"auths": {registry: {
+        "username": "keeper", "password": "lab-s3cret-never-logged"}}});
+    let dir_secret = tempfile::tempdir().expect("a temp dir");
+    let config_path = dir_secret.path().join("config.json");
+    std::fs::write(&config_path, config.to_string()).expect("write the docker config");
+    let _ = cluster.kubectl_output(&[
+        "-n",
+        NAMESPACE,
+        "delete",
+        "secret",
+        "lab-pull",
+        "--ignore-not-found",
+    ]);
+    cluster.kubectl(&[
+        "-n",
+        NAMESPACE,
+        "create",
+        "secret",
+        "generic",
+        "lab-pull",
+        "--type=kubernetes.io/dockerconfigjson",
+        &format!(
+            "--from-file=.dockerconfigjson={}",
+            config_path.to_str().expect("a UTF-8 path")
+        ),
+    ]);
+    cluster.kubectl_apply(&format!(
+        "apiVersion: imagekeeper.io/v1alpha1\nkind: KeepSet\nmetadata: {{name: lab-secret}}\n\
+         spec:\n  images: [\"{private}\"]\n  nodeSelector: {{}}\n\
+         \x20 pullSecrets: [{{name: lab-pull}}, {{name: lab-absent}}]\n"
+    ));
+    wait_for_runtime_image(
+        &cluster,
+        &private,
+        Some(true),
+        &format!("{private} pulled with the set's pull Secrets and pinned (crictl)"),
+        Duration::from_secs(60),
+    )
+    .await;
+    let said = release
+        .wait_for_log_line(
+            &["pull Secret is not used", "lab-absent not found"],
+            Duration::from_secs(30),
+        )
+        .await;
+    println!("{said}");
+    let logs = release.logs();
+    assert!(
+        Release::lines_with(&logs, &["pull Secret is not used", "lab-pull"]).is_empty(),
+        "the present Secret was read and used"
+    );
+    assert!(
+        !logs.contains("lab-s3cret-never-logged"),
+        "no log line carries the Secret's password"
+    );
+    cluster.kubectl(&["delete", "keepset", "lab-secret"]);
+    cluster.kubectl(&["-n", NAMESPACE, "delete", "secret", "lab-pull"]);
 
     for set in ["lab-rollout", "lab-missing"] {
         cluster.kubectl(&["delete", "keepset", set]);

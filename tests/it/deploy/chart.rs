@@ -31,7 +31,8 @@ const PRESETS: [&str; 4] = ["containerd", "k3s", "rke2", "crio"];
 const ALL_OBJECTS: &str = "podMonitor.enabled=true,serviceMonitor.enabled=true,\
                            prometheusRule.enabled=true,grafanaDashboard.enabled=true,\
                            events.enabled=true,events.kubeletConfig=/var/lib/kubelet/config.yaml,\
-                           clusterSignals.enabled=true,warmSet.configMap=node-warm-set";
+                           clusterSignals.enabled=true,warmSet.configMap=node-warm-set,\
+                           keepSets.pullSecrets=true";
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -293,6 +294,8 @@ fn every_runtime_preset_renders_objects_that_check_out() {
                 "PodMonitor",
                 "PrometheusRule",
                 "Role",
+                "Role",
+                "RoleBinding",
                 "RoleBinding",
                 "Service",
                 "ServiceAccount",
@@ -506,6 +509,15 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
                 if rules != want {
                     return Err(format!(
                         "the {what} ClusterRole grants more or less: {rules}"
+                    ));
+                }
+            }
+            "Role" if name.ends_with("-keep-set-secrets") => {
+                let rules = serde_yaml_ng::to_string(&value["rules"]).map_err(|e| e.to_string())?;
+                let want = "- apiGroups:\n  - ''\n  resources:\n  - secrets\n  verbs:\n  - get\n";
+                if rules != want {
+                    return Err(format!(
+                        "the KeepSets' pull Secrets Role grants more or less: {rules}"
                     ));
                 }
             }
