@@ -47,7 +47,7 @@ pub const KEEPSET_POD_NAME: &str = "imagekeeper-keepset";
 #[derive(Debug, Default)]
 pub struct KeepSetLoopState {
     failures: BTreeMap<(String, String), String>,
-    warm: Option<WarmSet>,
+    warm: Option<Arc<WarmSet>>,
     secret_notes: BTreeSet<String>,
 }
 

@@ -90,6 +90,29 @@ mod cycle {
     use crate::model::ImagePin;
     use crate::warm::WarmState;
 
+    /// An agent over `runtime`, its database in a temp dir (kept by the caller), its clock a
+    /// manual one at 1,800,000,000 s, and that time.
+    fn agent_on(
+        runtime: &Registry,
+    ) -> (
+        tempfile::TempDir,
+        Arc<ManualClock>,
+        Arc<Agent<Registry>>,
+        UnixNanos,
+    ) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let now = UnixNanos::from_secs(1_800_000_000);
+        let clock = Arc::new(ManualClock::new(now));
+        let agent = Arc::new(unshared_agent_with_clock(
+            dir.path(),
+            runtime.clone(),
+            &[],
+            None,
+            clock.clone(),
+        ));
+        (dir, clock, agent, now)
+    }
+
     /// An image of the node numbered `n` (any count: the id is 64 hex digits of `n`).
     fn numbered(n: u32) -> RuntimeImage {
         RuntimeImage {
@@ -108,22 +131,13 @@ mod cycle {
     /// and reports it expired.
     #[tokio::test(start_paused = true)]
     async fn a_set_of_5000_images_is_pinned_pulled_and_reported_then_unpinned_when_it_ends() {
-        let dir = tempfile::tempdir().expect("temp dir");
         let runtime = Registry {
             registry: Arc::new(vec![registry_image(1, "pulled:1", 500)]),
             ..Registry::default()
         };
         runtime.node.state().fs = Some((100_000_000, 90_000_000));
         runtime.node.state().images = (2..5_001u32).map(numbered).collect::<Vec<_>>().into();
-        let now = UnixNanos::from_secs(1_800_000_000);
-        let clock = Arc::new(ManualClock::new(now));
-        let agent = Arc::new(unshared_agent_with_clock(
-            dir.path(),
-            runtime.clone(),
-            &[],
-            None,
-            clock.clone(),
-        ));
+        let (_dir, clock, agent, now) = agent_on(&runtime);
         let operator = PinKey::new("img2:1", "");
         let mut batch = Batch::new();
         batch.put_pin(
@@ -184,7 +198,6 @@ mod cycle {
     /// removes the first set's image.
     #[tokio::test(start_paused = true)]
     async fn a_warm_keep_set_is_pulled_within_the_disk_budget_kept_by_gc_and_pins_nothing() {
-        let dir = tempfile::tempdir().expect("temp dir");
         let runtime = Registry {
             registry: Arc::new(vec![
                 registry_image(1, "model:1", 500),
@@ -194,15 +207,7 @@ mod cycle {
         };
         runtime.node.state().fs = Some((10_000, 9_000));
         runtime.node.state().images = vec![registry_image(3, "old:1", 1_000)].into();
-        let now = UnixNanos::from_secs(1_800_000_000);
-        let clock = Arc::new(ManualClock::new(now));
-        let agent = Arc::new(unshared_agent_with_clock(
-            dir.path(),
-            runtime.clone(),
-            &[],
-            None,
-            clock.clone(),
-        ));
+        let (_dir, clock, agent, now) = agent_on(&runtime);
         let until = UnixNanos(now.0 + 3_600_000_000_000);
         let warm_set = |name: &str, image: &str| KeepSet {
             name: name.to_owned(),
@@ -351,7 +356,6 @@ mod cycle {
     /// pull's reason names the unread Secret, never a Secret's content.
     #[tokio::test(start_paused = true)]
     async fn a_sets_pull_secrets_reach_the_runtimes_pull_and_an_unread_one_is_said() {
-        let dir = tempfile::tempdir().expect("temp dir");
         let runtime = Registry {
             registry: Arc::new(vec![
                 registry_image(1, "private:1", 100),
@@ -360,15 +364,7 @@ mod cycle {
             ..Registry::default()
         };
         runtime.node.state().fs = Some((10_000, 9_000));
-        let now = UnixNanos::from_secs(1_800_000_000);
-        let clock = Arc::new(ManualClock::new(now));
-        let agent = Arc::new(unshared_agent_with_clock(
-            dir.path(),
-            runtime.clone(),
-            &[],
-            None,
-            clock,
-        ));
+        let (_dir, _clock, agent, _) = agent_on(&runtime);
         let handle = agent.gc.node_keep_sets();
         handle.set_secret_source(Arc::new(Secrets));
         let with_secrets = |name: &str, images: &[&str], secrets: &[&str]| KeepSet {

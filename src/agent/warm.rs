@@ -350,10 +350,8 @@ impl<R: AgentRuntime> Agent<R> {
             .map(|name| {
                 self.gc
                     .node_keep_sets()
-                    .sets()
+                    .pull_secrets_of(name)
                     .into_iter()
-                    .filter(|set| set.name == name)
-                    .flat_map(|set| set.pull_secrets)
                     .collect()
             })
             .unwrap_or_default();

@@ -25,3 +25,14 @@ pub fn capped_client(config: kube::Config, max_answer_bytes: usize) -> Result<Cl
         ))
         .build())
 }
+
+/// What an API call's failure was, for a log line or a status: the API server's code, reason
+/// and message, or that it could not be reached.
+pub(super) fn api_failure(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => {
+            format!("{} {}: {}", status.code, status.reason, status.message)
+        }
+        _ => "the API server is unreachable".to_owned(),
+    }
+}

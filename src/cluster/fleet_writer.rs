@@ -35,6 +35,7 @@ use tracing::{info, warn};
 use crate::clock::Clock;
 use crate::model::UnixNanos;
 
+use super::client::api_failure;
 use super::keepset_report::report_resource;
 use super::keepsets::{GROUP, KeepSetObject, KeepSetStatus, VERSION, WorkloadRef};
 use super::lease::{LeaseStep, LeaseView, lease_step};
@@ -68,7 +69,10 @@ pub async fn publish_fleet_counts(client: Client, identity: String, clock: Arc<d
                 renewed = held;
                 Ok(())
             }
-            Err(e) => Err(format!("the Lease {namespace}/{LEASE_NAME}: {}", kind(&e))),
+            Err(e) => Err(format!(
+                "the Lease {namespace}/{LEASE_NAME}: {}",
+                api_failure(&e)
+            )),
         };
         let lease_nanos = i64::from(LEASE_DURATION_SECONDS).saturating_mul(1_000_000_000);
         let writer = renewed.is_some_and(|at| now.0.saturating_sub(at.0) < lease_nanos);
@@ -90,7 +94,7 @@ pub async fn publish_fleet_counts(client: Client, identity: String, clock: Arc<d
             (Ok(()), true) => count_round(&client)
                 .await
                 .map(|_| ())
-                .map_err(|e| format!("the counts: {}", kind(&e))),
+                .map_err(|e| format!("the counts: {}", api_failure(&e))),
             (round, _) => round,
         };
         match round {
@@ -289,7 +293,7 @@ async fn workload_images(client: &Client, workload: &WorkloadRef) -> Result<Vec<
         match api.get_opt(&workload.name).await {
             Ok(Some(object)) => Ok(object),
             Ok(None) => Err("not found".to_owned()),
-            Err(e) => Err(kind(&e)),
+            Err(e) => Err(api_failure(&e)),
         }
     }
     let template: Option<PodTemplateSpec> = match workload.kind.as_str() {
@@ -326,17 +330,6 @@ where
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
             _ => return Ok(all),
         }
-    }
-}
-
-/// A failure's kind, for logging once per kind: the API server's code, reason and message,
-/// or the transport's.
-fn kind(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => {
-            format!("{} {}: {}", status.code, status.reason, status.message)
-        }
-        _ => "the API server is unreachable".to_owned(),
     }
 }
 

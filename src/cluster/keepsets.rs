@@ -6,8 +6,8 @@
 //!
 //! A set's lifetime is `spec.until` (RFC 3339), or its creation time plus `spec.duration` (a Go
 //! duration), or none. The API server refuses a set that gives both, or a mode other than
-//! `pin` or `warm` (the CRD's schema and CEL rules); a set that still cannot be read here (a time that
-//! does not parse) is not held, logged once.
+//! `pin` or `warm` (the CRD's schema and CEL rules); a set that still cannot be read here (a
+//! time that does not parse) is not held, logged once.
 //!
 //! Invariants: only reads (list and watch) of KeepSets and of this one Node (by the field
 //! selector `metadata.name`); nothing is written to [`NodeKeepSets`] before both the sets'

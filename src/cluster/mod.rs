@@ -12,11 +12,12 @@
 //! The sets' pull Secrets are read in the agent's own namespace (`pull_secrets.rs`). Every
 //! watch runs one loop (`drive.rs`).
 //!
-//! Invariants: only reads (list, watch, and get of a pull Secret in the agent's namespace) but the node's own KeepSetReport and, while it
-//! holds the Lease, that Lease and the KeepSets' status subresource; the pods' watch has a
-//! field selector on `spec.nodeName`, so the API server sends this node's pods only; each pod
-//! is held as its image names, never as the object; a relist replaces the set at once when it
-//! is complete, not before; with the API server away the last set holds.
+//! Invariants: only reads (list, watch, and get of a pull Secret in the agent's namespace) but
+//! the node's own KeepSetReport and, while it holds the Lease, that Lease and the KeepSets'
+//! status subresource; the pods' watch has a field selector on `spec.nodeName`, so the API
+//! server sends this node's pods only; each pod is held as its image names, never as the
+//! object; a relist replaces the set at once when it is complete, not before; with the API
+//! server away the last set holds.
 
 mod client;
 mod cronjobs;

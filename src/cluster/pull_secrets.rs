@@ -48,11 +48,7 @@ impl PullSecretSource for PullSecretReader {
                 Ok(Some(secret)) => serde_json::to_vec(&secret)
                     .map_err(|_| format!("{what}: cannot be written as JSON")),
                 Ok(None) => Err(format!("{what} not found")),
-                Err(kube::Error::Api(status)) => Err(format!(
-                    "{what}: {} {}: {}",
-                    status.code, status.reason, status.message
-                )),
-                Err(_) => Err(format!("{what}: the API server is unreachable")),
+                Err(e) => Err(format!("{what}: {}", super::client::api_failure(&e))),
             }
         })
     }

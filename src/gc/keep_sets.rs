@@ -167,9 +167,9 @@ impl PinChanges {
     }
 }
 
-/// The rule from the NodeKeepSets selecting this node to the pins table: each image of each set in
-/// mode pin in force at `now` is pinned (default runtime handler) until the set's lifetime ends, with
-/// [`keep_set_reason`]; an image named by several sets takes the higher priority's set, then
+/// The rule from the NodeKeepSets selecting this node to the pins table: each image of each
+/// set in mode pin in force at `now` is pinned (default runtime handler) until the set's
+/// lifetime ends, with [`keep_set_reason`]; an image named by several sets takes the higher priority's set, then
 /// the longer lifetime (none is longest), then the first name. `existing` is the pins table;
 /// a pin of an operator (a reason without the KeepSet prefix) is left as it is, and a KeepSet
 /// pin no set in force names is removed. A pin that stays with its set keeps its creation time.
@@ -178,21 +178,13 @@ pub fn keep_set_pin_changes(
     existing: &[(PinKey, ImagePin)],
     now: UnixNanos,
 ) -> PinChanges {
-    let mut wanted: BTreeMap<PinKey, &KeepSet> = BTreeMap::new();
-    for set in sets
-        .iter()
-        .filter(|s| s.mode == KeepSetMode::Pin && s.active_at(now))
-    {
-        for image in &set.images {
-            let key = PinKey::new(image.clone(), "");
-            match wanted.get(&key) {
-                Some(held) if !wins(set, held) => {}
-                _ => {
-                    wanted.insert(key, set);
-                }
-            }
-        }
-    }
+    let wanted: BTreeMap<PinKey, &KeepSet> = owners(
+        sets.iter()
+            .filter(|s| s.mode == KeepSetMode::Pin && s.active_at(now)),
+    )
+    .into_iter()
+    .map(|(image, set)| (PinKey::new(image, ""), set))
+    .collect();
     let existing: BTreeMap<&PinKey, &ImagePin> = existing.iter().map(|(k, p)| (k, p)).collect();
     let mut changes = PinChanges::default();
     for (key, set) in &wanted {
@@ -228,6 +220,22 @@ pub fn keep_set_pin_changes(
     changes
 }
 
+/// Each image `sets` name, with the set that holds it ([`wins`] between sets naming it).
+fn owners<'a>(sets: impl Iterator<Item = &'a KeepSet>) -> BTreeMap<&'a str, &'a KeepSet> {
+    let mut owners: BTreeMap<&str, &KeepSet> = BTreeMap::new();
+    for set in sets {
+        for image in &set.images {
+            match owners.get(image.as_str()) {
+                Some(held) if !wins(set, held) => {}
+                _ => {
+                    owners.insert(image.as_str(), set);
+                }
+            }
+        }
+    }
+    owners
+}
+
 /// Whether `set` takes an image from `held`: higher priority, then longer lifetime, then
 /// the first name.
 fn wins(set: &KeepSet, held: &KeepSet) -> bool {
@@ -259,18 +267,7 @@ pub trait PullSecretSource: Send + Sync + std::fmt::Debug {
 /// set's lifetime, origin `KeepSet/<name>`; no size hint (the node's history knows the size, or
 /// the plan pulls it only below the low threshold).
 pub fn warm_entries(sets: &BTreeMap<String, KeepSet>) -> Vec<WarmEntry> {
-    let mut wanted: BTreeMap<&str, &KeepSet> = BTreeMap::new();
-    for set in sets.values().filter(|s| s.mode == KeepSetMode::Warm) {
-        for image in &set.images {
-            match wanted.get(image.as_str()) {
-                Some(held) if !wins(set, held) => {}
-                _ => {
-                    wanted.insert(image.as_str(), set);
-                }
-            }
-        }
-    }
-    wanted
+    owners(sets.values().filter(|s| s.mode == KeepSetMode::Warm))
         .into_iter()
         .map(|(image, set)| WarmEntry {
             image: image.to_owned(),
@@ -287,8 +284,9 @@ pub fn warm_entries(sets: &BTreeMap<String, KeepSet>) -> Vec<WarmEntry> {
 #[derive(Clone, Debug, Default)]
 pub struct NodeKeepSets {
     sets: Arc<RwLock<BTreeMap<String, KeepSet>>>,
-    /// The images of the sets in mode warm, as warm entries (rebuilt with the sets).
-    warm: Arc<RwLock<WarmSet>>,
+    /// The images of the sets in mode warm, as warm entries (rebuilt with the sets; shared,
+    /// so a reader takes the Arc, not a copy of the entries).
+    warm: Arc<RwLock<Arc<WarmSet>>>,
     /// Told when the sets change (the keep-set loop reconciles then).
     changed: Arc<tokio::sync::Notify>,
     /// Told when the warm sets' entries change (the warm loop plans then).
@@ -325,8 +323,10 @@ impl NodeKeepSets {
         };
         let warm_changed = {
             let mut held = self.warm.write().unwrap_or_else(|e| e.into_inner());
-            let changed = *held != warm;
-            *held = warm;
+            let changed = **held != warm;
+            if changed {
+                *held = Arc::new(warm);
+            }
             changed
         };
         if warm_changed {
@@ -349,9 +349,20 @@ impl NodeKeepSets {
             .collect()
     }
 
-    /// The images of the sets in mode warm as warm entries (shared: a clone is cheap).
-    pub fn warm_set(&self) -> WarmSet {
-        self.warm.read().unwrap_or_else(|e| e.into_inner()).clone()
+    /// The images of the sets in mode warm as warm entries (the shared set: no copy of its
+    /// entries, so the GC's last look may ask it per victim).
+    pub fn warm_set(&self) -> Arc<WarmSet> {
+        Arc::clone(&self.warm.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The pull Secrets of the set `name`, if it is held (a lookup, not a copy of the sets).
+    pub fn pull_secrets_of(&self, name: &str) -> Vec<String> {
+        self.sets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .map(|set| set.pull_secrets.clone())
+            .unwrap_or_default()
     }
 
     /// Resolves at the next change of the warm sets' entries (one waiter: the warm loop).

@@ -1,7 +1,7 @@
 //! What a detect keeps besides the images in use: the listed images a pull in flight protects,
 //! the listed images a warm set entry in force keeps (the KeepSets' in mode warm, and with
-//! `[warmFromHistory]` the journal's entries too), and the record of what the last detect found kept (pins, irreplaceable images,
-//! warm entries) for the runtime pins.
+//! `[warmFromHistory]` the journal's entries too), and the record of what the last detect
+//! found kept (pins, irreplaceable images, warm entries) for the runtime pins.
 //!
 //! Invariants: the warm lookups go through one index per cycle (no cost grows with entries
 //! times images); `last_keeps` is `None` until the first detect and then replaced whole.
