@@ -8,8 +8,10 @@
 //! The schedule is read as the CronJob controller reads it (`crate::gc::CronSchedule`, robfig
 //! cron v3's standard parser); a CronJob without `spec.timeZone` runs on the controller
 //! manager's local time, taken to be UTC (the control plane's images run in UTC); one with a
-//! `timeZone` other than `UTC` or `Etc/UTC`, or a schedule the parser refuses, is not held:
-//! counted in the watch's refusals and logged once.
+//! `timeZone` is read in that zone as the controller reads it (`crate::gc::CronZone`: the IANA
+//! database, robfig's walk across the zone's transitions). One whose `timeZone` the database
+//! does not know, or whose schedule the parser refuses, is not held: counted in the watch's
+//! refusals and logged once.
 //!
 //! Invariants: only reads (list and watch); each CronJob is held as its schedule and image
 //! names, never as the object; a relist replaces the set once complete.
@@ -23,7 +25,7 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use super::pods::spec_images;
-use crate::gc::{ClusterSignals, CronJobSignal, CronSchedule, MAX_CRONJOBS};
+use crate::gc::{ClusterSignals, CronJobSignal, CronSchedule, CronZone, MAX_CRONJOBS};
 
 /// The node label naming a node (`kubernetes.io/hostname`).
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
@@ -50,11 +52,10 @@ fn names_node(spec: &PodSpec, node: &str) -> bool {
 /// What the signals read of `cronjob` on `node`, or why it cannot be read.
 pub fn cronjob_signal(cronjob: &CronJob, node: &str) -> Result<CronJobSignal, String> {
     let spec = &cronjob.spec;
-    if let Some(zone) = spec.time_zone.as_deref()
-        && !matches!(zone, "UTC" | "Etc/UTC")
-    {
-        return Err(format!("its timeZone {zone:?} is not read (only UTC is)"));
-    }
+    let zone = match spec.time_zone.as_deref() {
+        None => CronZone::utc(),
+        Some(name) => CronZone::named(name).map_err(|e| format!("its timeZone: {e}"))?,
+    };
     let schedule = CronSchedule::parse(&spec.schedule)
         .map_err(|e| format!("its schedule {:?}: {e}", spec.schedule))?;
     let template = spec
@@ -64,6 +65,7 @@ pub fn cronjob_signal(cronjob: &CronJob, node: &str) -> Result<CronJobSignal, St
         .and_then(|job| job.template.spec.as_ref());
     Ok(CronJobSignal {
         schedule,
+        zone,
         suspend: spec.suspend.unwrap_or(false),
         images: template.map(spec_images).unwrap_or_default(),
         here: template.is_some_and(|t| names_node(t, node)),

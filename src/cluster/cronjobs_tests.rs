@@ -90,13 +90,13 @@ fn a_cronjob_is_read_as_its_schedule_suspension_images_and_whether_it_names_this
 }
 
 #[test]
-fn a_cronjob_in_another_time_zone_or_with_a_bad_schedule_is_refused_with_the_reason() {
+fn a_cronjob_in_an_unknown_time_zone_or_with_a_bad_schedule_is_refused_with_the_reason() {
     let cases = [
         (
             with_spec(cronjob("a", "0 2 * * *", &["a:1"]), |s| {
-                s.time_zone = Some("Europe/Berlin".into())
+                s.time_zone = Some("Mars/Olympus".into())
             }),
-            "timeZone \"Europe/Berlin\" is not read",
+            "its timeZone: unknown time zone Mars/Olympus",
         ),
         (
             cronjob("b", "0 25 * * *", &["a:1"]),
@@ -126,15 +126,25 @@ fn the_watch_writes_next_runs_counts_a_refusal_once_and_relists_whole() {
         known.get("reg/etl:1"),
         Some(crate::gc::KnownUse::At(UnixNanos((JAN_1 + 7200) * S)))
     );
+    // 02:00 in Berlin is 01:00 UTC in January (CET, UTC+1).
     let berlin = with_spec(cronjob("etl", "0 2 * * *", &["reg/etl:1"]), |s| {
         s.time_zone = Some("Europe/Berlin".into())
     });
-    watch.apply(Event::Apply(berlin.clone()));
     watch.apply(Event::Apply(berlin));
+    assert_eq!(
+        signals.known_uses(UnixNanos(JAN_1 * S)).get("reg/etl:1"),
+        Some(crate::gc::KnownUse::At(UnixNanos((JAN_1 + 3600) * S))),
+        "read in its time zone"
+    );
+    let unknown = with_spec(cronjob("etl", "0 2 * * *", &["reg/etl:1"]), |s| {
+        s.time_zone = Some("Mars/Olympus".into())
+    });
+    watch.apply(Event::Apply(unknown.clone()));
+    watch.apply(Event::Apply(unknown));
     assert_eq!(signals.refused(), 1, "counted once");
     assert!(
         signals.known_uses(UnixNanos(JAN_1 * S)).is_empty(),
-        "a CronJob changed to an unread time zone holds nothing"
+        "a CronJob changed to an unknown time zone holds nothing"
     );
     watch.apply(Event::Apply(cronjob("etl", "0 2 * * *", &["reg/etl:1"])));
     watch.apply(Event::Init);

@@ -18,9 +18,11 @@
 //! end of the fifth year after it (robfig's horizon; none past it, as `Next` returns the zero
 //! time).
 //!
-//! Where this differs, on purpose (a trace is refused rather than read differently): only UTC
-//! (the CronJob's `timeZone` other than UTC is refused by the caller; a `TZ=`/`CRON_TZ=` prefix
-//! is refused here, as the API server's validation refuses it); `@every` is refused (the API
+//! The walk here is UTC's; a CronJob's `timeZone` other than UTC takes robfig's own walk in
+//! that zone (`cron_zone.rs`).
+//!
+//! Where this differs, on purpose (a trace is refused rather than read differently): a
+//! `TZ=`/`CRON_TZ=` prefix is refused here, as the API server's validation refuses it; `@every` is refused (the API
 //! accepts it, the simulator does not model it); an empty list item (`1,,2`) is refused where
 //! robfig skips it.
 //!
@@ -138,8 +140,23 @@ impl CronSchedule {
         })
     }
 
+    /// Whether the schedule runs in this month (1-12).
+    pub(super) fn has_month(&self, month: u32) -> bool {
+        month < 64 && self.months & (1 << month) != 0
+    }
+
+    /// Whether the schedule runs in this hour (0-23).
+    pub(super) fn has_hour(&self, hour: i64) -> bool {
+        (0..64).contains(&hour) && self.hours & (1 << hour) != 0
+    }
+
+    /// Whether the schedule runs at this minute of an hour (0-59).
+    pub(super) fn has_minute(&self, minute: i64) -> bool {
+        (0..64).contains(&minute) && self.minutes & (1 << minute) != 0
+    }
+
     /// Whether the schedule runs on this day (robfig's `dayMatches`).
-    fn day_matches(&self, day_of_month: u32, day_of_week: u32) -> bool {
+    pub(super) fn day_matches(&self, day_of_month: u32, day_of_week: u32) -> bool {
         let dom = self.days_of_month & (1 << day_of_month) != 0;
         let dow = self.days_of_week & (1 << day_of_week) != 0;
         if self.dom_star || self.dow_star {
@@ -343,6 +360,18 @@ pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let year = yoe + era * 400 + i64::from(month <= 2);
     (year, month, day)
+}
+
+/// The day counted from 1970-01-01 of a civil date (the inverse of [`civil_from_days`],
+/// Hinnant's `days_from_civil`).
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -3,14 +3,7 @@ use super::*;
 /// Unix seconds of a UTC civil time (the inverse of `civil_from_days`, Hinnant's
 /// `days_from_civil`).
 fn utc(year: i64, month: u32, day: u32, hour: i64, minute: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    days * 86_400 + hour * 3600 + minute * 60
+    days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60
 }
 
 fn next(spec: &str, after: i64) -> Option<i64> {

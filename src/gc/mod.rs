@@ -18,6 +18,7 @@ pub(crate) mod attempt;
 pub(crate) mod attempt_metrics;
 mod bound_pods;
 mod cron;
+mod cron_zone;
 pub(crate) mod cycle;
 #[doc(hidden)]
 pub mod detect;
@@ -53,6 +54,7 @@ pub use attempt::{
 pub use attempt_metrics::{AttemptCounts, AttemptMetrics};
 pub use bound_pods::{BoundPods, BoundPodsSample, DaemonSetsSample, MAX_DAEMONSETS};
 pub use cron::CronSchedule;
+pub use cron_zone::CronZone;
 pub use detect::{ListedImages, images_in_use};
 pub use error::GcError;
 pub use evict::{Verdict, space_verdict};

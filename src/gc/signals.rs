@@ -175,8 +175,10 @@ impl KnownIndex {
 /// A CronJob as the signals read it: its schedule, whether it is suspended, its images.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CronJobSignal {
-    /// The schedule (UTC).
+    /// The schedule.
     pub schedule: CronSchedule,
+    /// The zone the schedule is read in (`spec.timeZone`; UTC when none).
+    pub zone: super::CronZone,
     /// `spec.suspend`: no run is scheduled while it is set.
     pub suspend: bool,
     /// The images its job template names.
@@ -343,7 +345,9 @@ fn next_run(job: &CronJobSignal, offset_s: i64, now: UnixNanos) -> Option<UnixNa
         return None;
     }
     let calendar_now = now.0.div_euclid(SEC).saturating_add(offset_s);
-    let next = job.schedule.next_after(calendar_now.saturating_sub(1))?;
+    let next = job
+        .schedule
+        .next_after_in(calendar_now.saturating_sub(1), &job.zone)?;
     Some(UnixNanos(next.saturating_sub(offset_s).saturating_mul(SEC)))
 }
 

@@ -10,6 +10,7 @@ fn at(s: i64) -> UnixNanos {
 fn cron(spec: &str, suspend: bool, images: &[&str]) -> CronJobSignal {
     CronJobSignal {
         schedule: CronSchedule::parse(spec).expect("a schedule"),
+        zone: crate::gc::CronZone::utc(),
         suspend,
         images: images.iter().map(|i| (*i).to_owned()).collect(),
         here: false,

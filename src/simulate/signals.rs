@@ -63,6 +63,7 @@ impl SignalFeed {
             WorkloadOp::CronJob {
                 name,
                 cron,
+                zone,
                 suspend,
                 images,
                 ..
@@ -70,6 +71,7 @@ impl SignalFeed {
                 name.clone(),
                 CronJobSignal {
                     schedule: *cron,
+                    zone: zone.clone(),
                     suspend: *suspend,
                     images: images.clone(),
                     here: false,

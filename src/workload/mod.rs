@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::gc::{CronSchedule, GcPolicy};
+use crate::gc::{CronSchedule, CronZone, GcPolicy};
 
 mod signals;
 
@@ -64,16 +64,18 @@ pub(crate) enum WorkloadOp {
     },
     /// The agent (or the kubelet) restarts.
     Restart,
-    /// The cluster holds the CronJob `name` (set or replaced): it runs on `schedule` (UTC)
-    /// unless suspended, its job template naming `images`.
+    /// The cluster holds the CronJob `name` (set or replaced): it runs on `schedule` (in
+    /// `time_zone`, UTC when none) unless suspended, its job template naming `images`.
     CronJob {
         name: String,
         /// The schedule as written.
         schedule: String,
         /// The schedule as the CronJob controller reads it.
         cron: CronSchedule,
-        /// `spec.timeZone` as written (UTC only), or none.
+        /// `spec.timeZone` as written, or none.
         time_zone: Option<String>,
+        /// The zone the schedule is read in (UTC when `time_zone` is none).
+        zone: CronZone,
         suspend: bool,
         images: Vec<String>,
     },
@@ -688,7 +690,7 @@ mod tests {
                 "\"gc_period_s\": 300, \"start_unix_s\": 1704067200"
             ),
             r#"{"at": 1, "cronjob": {"name": "batch/nightly", "schedule": "0 2 * * *", "time_zone": "UTC", "suspend": false, "images": ["reg/etl:1", "reg/etl-init:1"]}}"#,
-            r#"{"at": 2, "cronjob": {"name": "batch/weekly", "schedule": "@weekly", "images": ["reg/report:3"]}}"#,
+            r#"{"at": 2, "cronjob": {"name": "batch/weekly", "schedule": "@weekly", "time_zone": "Europe/Paris", "images": ["reg/report:3"]}}"#,
             r#"{"at": 3, "bound": {"pod": "ci/build-7", "images": ["reg/init:1", "reg/build:4"]}}"#,
             r#"{"at": 4, "rollout": {"workload": "shop/web", "images": ["reg/web:2"], "previous": ["reg/web:1"]}}"#,
         );
@@ -711,12 +713,16 @@ mod tests {
             (*suspend, images.len(), time_zone.as_deref()),
             (false, 2, Some("UTC"))
         );
+        let WorkloadOp::CronJob { zone, .. } = &workload.ops[1].op else {
+            panic!("{:?}", workload.ops[1]);
+        };
+        assert_eq!(zone.name(), "Europe/Paris");
         assert!(workload.ops.iter().all(|l| l.op.is_signal()));
         let written = workload.to_string();
         assert_eq!(
             written.lines().nth(2),
             Some(
-                r#"{"at":2,"cronjob":{"name":"batch/weekly","schedule":"@weekly","suspend":false,"images":["reg/report:3"]}}"#
+                r#"{"at":2,"cronjob":{"name":"batch/weekly","schedule":"@weekly","time_zone":"Europe/Paris","suspend":false,"images":["reg/report:3"]}}"#
             )
         );
         let again = parse_workload(&written).expect("parses back");
@@ -769,9 +775,9 @@ mod tests {
             ),
             (
                 cron(
-                    r#"{"name": "a/b", "schedule": "@daily", "images": ["x"], "time_zone": "Europe/Paris"}"#,
+                    r#"{"name": "a/b", "schedule": "@daily", "images": ["x"], "time_zone": "Mars/Olympus"}"#,
                 ),
-                "line 2: \"cronjob.time_zone\" \"Europe/Paris\": only UTC is simulated (\"UTC\", \"Etc/UTC\" or none)",
+                "line 2: \"cronjob.time_zone\": unknown time zone Mars/Olympus",
             ),
             (
                 cron(r#"{"name": "a/b", "schedule": "@daily", "images": ["x"], "suspend": "yes"}"#),

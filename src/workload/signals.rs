@@ -5,16 +5,14 @@
 //!
 //! Invariants: a parsed signal line has non-empty names, at most [`MAX_SIGNAL_IMAGES`] images
 //! each a non-empty string, a schedule the CronJob controller reads (`gc::CronSchedule`), and
-//! a time zone that is UTC or none; anything else is refused with the field named.
+//! a time zone the IANA database knows (or none: UTC); anything else is refused with the field
+//! named.
 
 use serde_json::{Map, Value, json};
 
-use crate::gc::{CronSchedule, MAX_SIGNAL_IMAGES};
+use crate::gc::{CronSchedule, CronZone, MAX_SIGNAL_IMAGES};
 
 use super::{WorkloadOp, fields};
-
-/// The time zones the simulator reads a CronJob in: UTC only.
-const UTC_NAMES: [&str; 2] = ["UTC", "Etc/UTC"];
 
 /// A `cronjob` line's body.
 pub(super) fn parse_cronjob(value: Value) -> Result<WorkloadOp, String> {
@@ -32,13 +30,12 @@ pub(super) fn parse_cronjob(value: Value) -> Result<WorkloadOp, String> {
     let cron = CronSchedule::parse(&schedule).map_err(|e| format!("\"cronjob.schedule\": {e}"))?;
     let time_zone = match body.remove("time_zone") {
         None | Some(Value::Null) => None,
-        Some(Value::String(z)) if UTC_NAMES.contains(&z.as_str()) => Some(z),
-        Some(Value::String(z)) => {
-            return Err(format!(
-                "\"cronjob.time_zone\" {z:?}: only UTC is simulated (\"UTC\", \"Etc/UTC\" or none)"
-            ));
-        }
+        Some(Value::String(z)) => Some(z),
         Some(_) => return Err("\"cronjob.time_zone\" must be a string".to_owned()),
+    };
+    let zone = match &time_zone {
+        None => CronZone::utc(),
+        Some(z) => CronZone::named(z).map_err(|e| format!("\"cronjob.time_zone\": {e}"))?,
     };
     let suspend = match body.remove("suspend") {
         None => false,
@@ -51,6 +48,7 @@ pub(super) fn parse_cronjob(value: Value) -> Result<WorkloadOp, String> {
         schedule,
         cron,
         time_zone,
+        zone,
         suspend,
         images,
     })

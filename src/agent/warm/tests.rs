@@ -704,6 +704,7 @@ async fn a_cronjobs_image_is_pulled_ahead_from_the_lead_and_kept_until_its_run()
     let hour = (nine.0 / 1_000_000_000 / 3600 % 24).to_string();
     let job = |image: &str, here: bool| CronJobSignal {
         schedule: CronSchedule::parse(&format!("0 {hour} * * *")).expect("schedule"),
+        zone: crate::gc::CronZone::utc(),
         suspend: false,
         images: vec![image.into()],
         here,

@@ -292,6 +292,7 @@ mod tests {
             "batch/etl".into(),
             CronJobSignal {
                 schedule: CronSchedule::parse("0 6 * * *").expect("schedule"),
+                zone: crate::gc::CronZone::utc(),
                 suspend: false,
                 images: vec!["etl:1".into()],
                 here: false,

@@ -525,7 +525,7 @@ pub(super) const CLUSTER_SIGNAL_OBJECTS_REFUSED: MetricFamily = absent_when(
         C,
         None,
         &[],
-        "CronJobs and Deployments the cluster signals did not hold: a cap reached (4,096 each), or a CronJob whose schedule or timeZone they do not read (only UTC is; each CronJob counted once until it changes): their images get no known next use.",
+        "CronJobs and Deployments the cluster signals did not hold: a cap reached (4,096 each), or a CronJob whose schedule or timeZone they do not read (a zone the IANA database does not know; each CronJob counted once until it changes): their images get no known next use.",
     ),
     "until the watch of the CronJobs or the ReplicaSets started (clusterSignals on, with the API server's credentials)",
 );
