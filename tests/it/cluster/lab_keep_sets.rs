@@ -265,24 +265,6 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
         "imagekeeper pins names the set: {pins}"
     );
 
-    // The lifetime ends: the runtime's pin goes.
-    wait_for_runtime_image(
-        &cluster,
-        &image,
-        Some(false),
-        &format!("{image}'s runtime pin gone when lab-rollout's lifetime ended (crictl)"),
-        Duration::from_secs(120),
-    )
-    .await;
-    wait_for_report(
-        &cluster,
-        "the node's KeepSetReport: lab-rollout expired",
-        Duration::from_secs(30),
-        |s| report_of(s, "lab-rollout")["expired"] == true,
-    )
-    .await;
-    wait_for_fleet_count(&cluster, "lab-rollout", "0/1", Duration::from_secs(30)).await;
-
     // Mode warm: the set's absent image is pulled ahead by the warm loop (woken by the set;
     // the lab's warmPeriod is 1h), since the disk is below the low line, and kept: the
     // runtime lists it pinned through the agent's keeps, the report says the set ready and
@@ -456,6 +438,25 @@ async fn a_keep_set_selecting_the_node_pulls_and_runtime_pins_its_images_until_i
     );
     cluster.kubectl(&["delete", "keepset", "lab-secret"]);
     cluster.kubectl(&["-n", NAMESPACE, "delete", "secret", "lab-pull"]);
+
+    // lab-rollout's lifetime (75 s) ended while the steps above ran, as a node's KeepSet's
+    // lifetime ends while it works: the runtime's pin goes, the report says expired.
+    wait_for_runtime_image(
+        &cluster,
+        &image,
+        Some(false),
+        &format!("{image}'s runtime pin gone when lab-rollout's lifetime ended (crictl)"),
+        Duration::from_secs(120),
+    )
+    .await;
+    wait_for_report(
+        &cluster,
+        "the node's KeepSetReport: lab-rollout expired",
+        Duration::from_secs(30),
+        |s| report_of(s, "lab-rollout")["expired"] == true,
+    )
+    .await;
+    wait_for_fleet_count(&cluster, "lab-rollout", "0/1", Duration::from_secs(30)).await;
 
     for set in ["lab-rollout", "lab-missing"] {
         cluster.kubectl(&["delete", "keepset", set]);

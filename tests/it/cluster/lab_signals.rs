@@ -6,9 +6,15 @@ use std::time::Duration;
 use super::{config, runtime_image, wait_for_runtime_image};
 use crate::cluster::cluster_lab;
 
+/// The CronJob's time zone: Asia/Kathmandu is UTC+05:45 all year, so a schedule read in any
+/// other zone (UTC, or a whole-hour offset) names another minute.
+const TIME_ZONE: &str = "Asia/Kathmandu";
+/// Its offset from UTC, in minutes.
+const TIME_ZONE_OFFSET_MINUTES: u64 = 5 * 60 + 45;
+
 /// The CronJob schedule of a run at the whole minute two (or three, late in a minute) minutes
-/// from now, in UTC (the lab's controller manager runs in UTC), that minute's text, and the
-/// name the CronJob controller gives that run's Job (`<cronjob>-<unix minutes>`, kubernetes
+/// from now, written in [`TIME_ZONE`]'s local time, that minute's text (UTC), and the name the
+/// CronJob controller gives that run's Job (`<cronjob>-<unix minutes>`, kubernetes
 /// pkg/controller/cronjob/utils.go `getJobName`).
 fn schedule_in_two_minutes(cronjob: &str) -> (String, String, String) {
     let now = std::time::SystemTime::now()
@@ -17,17 +23,20 @@ fn schedule_in_two_minutes(cronjob: &str) -> (String, String, String) {
         .as_secs();
     let ahead = if now % 60 > 45 { 3 } else { 2 };
     let minute = now / 60 + ahead;
+    let local = minute + TIME_ZONE_OFFSET_MINUTES;
+    let (local_m, local_h) = (local % 60, local / 60 % 24);
     let (m, h) = (minute % 60, minute / 60 % 24);
     (
-        format!("{m} {h} * * *"),
+        format!("{local_m} {local_h} * * *"),
         format!("{h:02}:{m:02}"),
         format!("{cronjob}-{minute}"),
     )
 }
 
 /// Issue 55's CronJob case: a CronJob whose image is absent and whose job template names this
-/// node, its next run two minutes away. With `clusterSignalsCronJobLead = "5m"` the run is
-/// within the lead at once: the agent pulls the image ahead (a warm pull of origin `CronJob
+/// node, its next run two minutes away, its schedule written in `timeZone` Asia/Kathmandu
+/// (UTC+05:45: read in UTC it would be 5 h 45 min away, outside the lead, and nothing would
+/// be pulled ahead). With `clusterSignalsCronJobLead = "5m"` the run is within the lead at once: the agent pulls the image ahead (a warm pull of origin `CronJob
 /// default/signals-cron`), crictl lists it runtime-pinned before the run, and the run's pod,
 /// created by the CronJob controller at the scheduled minute, finds it "already present on
 /// machine" (the kubelet's Pulled event).
@@ -60,7 +69,7 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
     let node = cluster.node_name();
     let cronjob = format!(
         "apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: signals-cron, namespace: default}}\n\
-         spec:\n  schedule: \"{schedule}\"\n  jobTemplate:\n    spec:\n      backoffLimit: 0\n\
+         spec:\n  schedule: \"{schedule}\"\n  timeZone: {TIME_ZONE}\n  jobTemplate:\n    spec:\n      backoffLimit: 0\n\
          \x20     template:\n        spec:\n          nodeName: {node}\n\
          \x20         hostNetwork: true\n          restartPolicy: Never\n\
          \x20         terminationGracePeriodSeconds: 0\n\
@@ -68,7 +77,7 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
          imagePullPolicy: IfNotPresent, command: [\"true\"]}}\n"
     );
     cluster.kubectl_apply(&cronjob);
-    println!("the CronJob runs at {at} UTC ({schedule}), its Job {job}");
+    println!("the CronJob runs at {at} UTC ({schedule} in {TIME_ZONE}), its Job {job}");
     let pulling = release
         .wait_for_log_line(
             &["Pulling a warm image", "CronJob default/signals-cron"],
