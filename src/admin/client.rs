@@ -275,6 +275,11 @@ impl AdminClient {
             }),
             cronjobs: r.cronjobs.map(watch),
             replicasets: r.replicasets.map(watch),
+            over_share: (r.over_share_images > 0).then(|| crate::gc::OverShareSample {
+                share_percent: u8::try_from(r.keep_share_percent).unwrap_or(u8::MAX),
+                images: r.over_share_images,
+                bytes: r.over_share_bytes,
+            }),
         }))
     }
 

@@ -372,6 +372,9 @@ impl<B: AdminBackend> Admin for Service<B> {
             daemonsets_refused: sample.daemonsets.map_or(0, |d| d.refused),
             cronjobs: sample.cronjobs.map(watch),
             replicasets: sample.replicasets.map(watch),
+            keep_share_percent: sample.over_share.map_or(0, |o| u32::from(o.share_percent)),
+            over_share_images: sample.over_share.map_or(0, |o| o.images),
+            over_share_bytes: sample.over_share.map_or(0, |o| o.bytes),
         }))
     }
 }

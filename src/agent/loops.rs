@@ -132,6 +132,7 @@ impl<R: AgentRuntime> Agent<R> {
                     // The runtime pins' task reconciles; the cycle never waits on containerd's
                     // Images service (one that accepts and never answers stalled every cycle).
                     self.runtime_pins_wanted.notify_one();
+                    self.say_keeps_over_share();
                     CycleOutcome::Done
                 }
                 Err(e) => {
@@ -240,6 +241,13 @@ impl<R: AgentRuntime> Agent<R> {
         outcome
     }
 
+    /// A Warning Event when a detect turned the cluster signals' keeps over their share.
+    fn say_keeps_over_share(&self) {
+        if let Some(over) = self.gc.cluster_signals().take_over_share_news() {
+            self.node_events.keeps_over_share(&over);
+        }
+    }
+
     /// Whether the last GC failed because the runtime could not be reached (the outcome of
     /// `garbage_collect_cycle` carries the error as text only).
     fn gc_failure_unreachable(&self) -> bool {
@@ -275,6 +283,7 @@ impl<R: AgentRuntime> Agent<R> {
         }
         self.node_events.gc_cycle(&report);
         self.node_events.store_health(self.store.is_healthy());
+        self.say_keeps_over_share();
         let mut failed_before = lock_ignoring_poison(&self.gc_failed_before);
         match &report.error {
             Some(e) if *failed_before => {

@@ -57,6 +57,8 @@ impl<R: AgentRuntime> Agent<R> {
         if config.cluster_signals {
             gc.cluster_signals()
                 .set_lead(config.cluster_signals_cronjob_lead);
+            gc.cluster_signals()
+                .set_keep_share(config.cluster_signals_keep_share);
         }
         // The GC loop's deletion and skip series exist at 0 from the start (KEP-6053's, for
         // the dashboard's rates before the first removal).

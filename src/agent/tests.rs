@@ -262,6 +262,60 @@ async fn a_gc_cycle_publishes_node_events_for_its_removals_and_its_failure() {
     );
 }
 
+/// The images a pod bound here needs do not fit `clusterSignalsKeepShare` (a 700-byte image,
+/// half of a 1,000-byte disk): the agent's GC cycle says so with one Warning Event,
+/// `KeepsOverShare`, naming the share and the image left to the order, and not again at the
+/// next cycle while it stays over (the disk 10 % used: nothing is removed).
+#[tokio::test(start_paused = true)]
+async fn a_gc_cycle_over_the_keep_share_publishes_one_keeps_over_share_event() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = Recorder::new();
+    runtime.inner.state().images = vec![RuntimeImage {
+        repo_tags: vec!["registry.example/app:1".into()],
+        ..image("sha256:a", 700)
+    }]
+    .into();
+    runtime.inner.state().fs = Some((1000, 900));
+    let events = RecordedEvents::default();
+    let Ok(agent) = Arc::try_unwrap(agent_in(dir.path(), runtime.clone())) else {
+        panic!("agent_in returns the only reference");
+    };
+    let agent = agent.with_node_events(NodeEvents::new(Box::new(events.clone())));
+    agent.gc.cluster_signals().set_keep_share(50);
+    agent
+        .gc
+        .bound_pods()
+        .set_pod("ns/big".into(), vec!["registry.example/app:1".into()]);
+    let now = crate::model::UnixNanos::from_secs(1_800_000_100);
+    for _ in 0..2 {
+        agent
+            .garbage_collect_cycle(crate::gc::GcTrigger::Periodic, now)
+            .await;
+    }
+    let said = lock_ignoring_poison(&events.0).clone();
+    let over: Vec<_> = said
+        .iter()
+        .filter(|e| e.reason == "KeepsOverShare")
+        .collect();
+    assert_eq!(over.len(), 1, "{said:?}");
+    assert_eq!(over[0].type_, NodeEventType::Warning);
+    assert!(
+        over[0].note.starts_with(&format!(
+            "The images the cluster needs on this node do not fit clusterSignalsKeepShare (50% of the image filesystem, {}; {} kept): 1 image(s), {}, are left to the GC's order, the first sha256:a (needed by ns/big)",
+            crate::format::format_size(500),
+            crate::format::format_size(0),
+            crate::format::format_size(700),
+        )),
+        "{}",
+        over[0].note
+    );
+    assert!(runtime.inner.state().removed.is_empty(), "no pressure");
+    assert!(
+        agent.gc.cluster_signals().keeps_over_share().is_some(),
+        "still over"
+    );
+}
+
 /// A metrics endpoint that fails its setup after the admin socket is bound: `serve` names
 /// the step, as `imagekeeper run` always did, removes the socket it bound, and never
 /// reports itself bound. The

@@ -497,6 +497,11 @@ mod tests {
                 None,
             ),
             (
+                "clusterSignalsKeepShare",
+                s(&["clusterSignalsKeepShare = 70"]),
+                None,
+            ),
+            (
                 "diskAccountingPeriod",
                 s(&["diskAccountingPeriod = \"1h\""]),
                 None,

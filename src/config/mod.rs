@@ -149,6 +149,9 @@ pub struct AgentConfig {
     /// How long before a CronJob's next run its images are kept and pulled ahead
     /// (`clusterSignalsCronJobLead`); zero: not.
     pub cluster_signals_cronjob_lead: Duration,
+    /// The share of the image filesystem the cluster signals' keeps may hold, in percent
+    /// (`clusterSignalsKeepShare`, 1 to 100; 100: no limit).
+    pub cluster_signals_keep_share: u8,
     /// The warm loop's settings (the warm set itself is `gc.warm`).
     pub warm: WarmConfig,
 }

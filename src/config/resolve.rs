@@ -16,7 +16,7 @@ use super::process::{period, resolve_metrics_address};
 use super::pull::{resolve_credential_providers, resolve_pull};
 use super::runtime::{
     resolve_container_events, resolve_cri, resolve_cronjob_lead, resolve_disk_accounting_period,
-    resolve_disk_prune_orphans, resolve_runtime_pins,
+    resolve_disk_prune_orphans, resolve_keep_share, resolve_runtime_pins,
 };
 use super::validate::check_admin_socket;
 use super::warm::resolve_warm;
@@ -152,6 +152,7 @@ impl AgentConfig {
             disk_accounting_period,
             disk_prune_orphans: resolve_disk_prune_orphans(file, &o, disk_accounting_period)?,
             cluster_signals_cronjob_lead: resolve_cronjob_lead(file, &o)?,
+            cluster_signals_keep_share: resolve_keep_share(file, &o)?,
             warm,
         })
     }

@@ -139,6 +139,22 @@ pub(super) fn resolve_disk_prune_orphans(
 /// before a run holds little disk for little time.
 pub(super) const DEFAULT_CRONJOB_LEAD: Duration = Duration::from_secs(600);
 
+/// `clusterSignalsKeepShare`: a percentage from 1 to 100.
+pub(super) fn resolve_keep_share(file: &FileConfig, o: &Origin<'_>) -> Result<u8, ConfigError> {
+    let Some(value) = file.cluster_signals_keep_share else {
+        return Ok(crate::gc::DEFAULT_KEEP_SHARE_PERCENT);
+    };
+    u8::try_from(value)
+        .ok()
+        .filter(|p| (1..=100).contains(p))
+        .ok_or_else(|| {
+            invalid(
+                o.field("clusterSignalsKeepShare"),
+                format!("must be a percentage between 1 and 100 (got {value})"),
+            )
+        })
+}
+
 /// `clusterSignalsCronJobLead`: a Go duration, `0s` for off, at most 24h.
 pub(super) fn resolve_cronjob_lead(
     file: &FileConfig,

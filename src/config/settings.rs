@@ -299,6 +299,15 @@ macro_rules! imagekeeper_settings {
                 help: "With clusterSignals: how long before a CronJob's next run its images are kept and runtime-pinned, and pulled ahead when its runs are this node's (its template names the node, or a pod of one of its Jobs is bound here); `0s` turns both off; at most 24h.",
             }
             {
+                key: "clusterSignalsKeepShare",
+                field: cluster_signals_keep_share: i64,
+                flag: [],
+                kubelet: [],
+                default: |c| c.cluster_signals_keep_share.to_string(),
+                reload: NeedsRestart,
+                help: "With clusterSignals: the share of the image filesystem's capacity, in percent (1 to 100; 100: no limit), the images the signals keep (pods bound to this node, their DaemonSets' templates, CronJob runs within the lead) may hold. Those that do not fit (pods' and DaemonSets' first, then CronJobs', each in image order; an image in use is kept by its use) are left to the GC's order, said once in the log, a Warning Event KeepsOverShare on the Node, imagekeeper_cluster_signal_keeps_over_share and doctor.",
+            }
+            {
                 key: "diskAccountingPeriod",
                 field: disk_accounting_period: String,
                 flag: [],

@@ -435,3 +435,26 @@ fn the_cronjob_lead_defaults_to_ten_minutes_and_is_at_most_a_day() {
         );
     }
 }
+
+/// `clusterSignalsKeepShare`: 50 % by default, 1 to 100; anything else is refused naming the
+/// field and the range.
+#[test]
+fn the_keep_share_defaults_to_half_the_disk_and_is_a_percentage_from_1_to_100() {
+    let with = |v: i64| FileConfig {
+        cluster_signals_keep_share: Some(v),
+        ..FileConfig::default()
+    };
+    let flags = FlagValues::default();
+    let share = |file: &FileConfig| resolve(file, &flags).map(|c| c.cluster_signals_keep_share);
+    assert_eq!(share(&FileConfig::default()).expect("default"), 50);
+    assert_eq!(share(&with(1)).expect("1"), 1);
+    assert_eq!(share(&with(100)).expect("no limit"), 100);
+    for bad in [0, 101, -5, 1_000] {
+        let err = share(&with(bad)).expect_err("refused").to_string();
+        assert!(
+            err.contains("clusterSignalsKeepShare in /etc/ik.toml")
+                && err.contains(&format!("between 1 and 100 (got {bad})")),
+            "{bad}: {err}"
+        );
+    }
+}

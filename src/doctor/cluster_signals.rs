@@ -1,6 +1,8 @@
 //! The cluster signals' check (issue 55): whether a running agent's watches of the API server
 //! answer. With the API server away or the RBAC denying a watch, the agent runs on the last
-//! set it saw (nothing is released); `doctor` says so as a conflict with what to change.
+//! set it saw (nothing is released); `doctor` says so as a conflict with what to change. So
+//! it does when the images the cluster needs did not fit `clusterSignalsKeepShare` at the
+//! agent's last detect (those past it are left to the GC's order).
 //!
 //! Invariant: asked only of a running agent (its admin socket); with `clusterSignals` off the
 //! check says so and passes; with no agent answering it is not checked.
@@ -76,6 +78,20 @@ pub(super) fn check_cluster_signals(enabled: bool, seen: Option<&ClusterSignalsS
              (list and watch on pods, daemonsets, replicasets and cronjobs)",
         );
     }
+    if let Some(over) = sample.over_share {
+        return conflict(
+            format!(
+                "the images the cluster needs on this node do not fit clusterSignalsKeepShare \
+                 ({}%): {} image(s), {}, are left to the GC's order at each detect",
+                over.share_percent,
+                over.images,
+                crate::format::format_size(over.bytes)
+            ),
+            "raise clusterSignalsKeepShare, or give the image filesystem more room (the pods \
+             bound to this node, their DaemonSets and the CronJobs due within the lead need \
+             more than the share)",
+        );
+    }
     if !pods.synced {
         return not_checked(
             "the pods bound to this node are not listed yet: the agent does not know the \
@@ -148,13 +164,14 @@ mod tests {
                 errors: 3,
             }),
             replicasets: None,
+            over_share: None,
         }
     }
 
     #[test]
     fn the_check_says_how_the_watches_fare_and_a_failing_one_is_a_conflict() {
         let answered = |s| Some(ClusterSignalsSeen::Answered(s));
-        let cases: [(bool, Option<ClusterSignalsSeen>, Status, &str); 8] = [
+        let cases: [(bool, Option<ClusterSignalsSeen>, Status, &str); 9] = [
             (false, None, Status::Ok, "clusterSignals is off"),
             (true, None, Status::NotChecked, "not asked"),
             (
@@ -190,6 +207,19 @@ mod tests {
                 })),
                 Status::NotChecked,
                 "not listed yet",
+            ),
+            (
+                true,
+                answered(Some(BoundPodsSample {
+                    over_share: Some(crate::gc::OverShareSample {
+                        share_percent: 50,
+                        images: 2,
+                        bytes: 2 * 1024 * 1024 * 1024,
+                    }),
+                    ..sample(false, Some(false))
+                })),
+                Status::Conflict,
+                "do not fit clusterSignalsKeepShare (50%): 2 image(s), 2.0 GiB, are left to the GC's order",
             ),
         ];
         for (enabled, seen, status, part) in cases {

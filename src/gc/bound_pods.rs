@@ -80,6 +80,9 @@ pub struct BoundPodsSample {
     pub cronjobs: Option<WatchSample>,
     /// The ReplicaSets' watch; `None` until it started.
     pub replicasets: Option<WatchSample>,
+    /// What the keep share left out at the last detect (`clusterSignalsKeepShare`); `None`:
+    /// nothing.
+    pub over_share: Option<crate::gc::OverShareSample>,
 }
 
 /// The DaemonSets' watch at one moment, for the metrics.
@@ -368,6 +371,7 @@ impl BoundPods {
             daemonsets,
             cronjobs: None,
             replicasets: None,
+            over_share: None,
         })
     }
 
@@ -518,6 +522,7 @@ mod tests {
             daemonsets: None,
             cronjobs: None,
             replicasets: None,
+            over_share: None,
         };
         assert_eq!(pods.sample(), Some(sample(false, false, 0)));
         pods.mark_synced();

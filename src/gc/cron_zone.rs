@@ -139,114 +139,163 @@ impl CronSchedule {
     /// robfig's `Next` in `tz`, step for step (its `added` flag, its wraps, its midnight
     /// correction); the seconds field of a standard schedule is 0 alone.
     pub(super) fn next_after_in_zone(&self, after_s: i64, tz: &TimeZone) -> Option<i64> {
-        let mut t = after_s.checked_add(1)?;
-        let mut added = false;
-        let year_limit = local(tz, t)?.year + 5;
-        let mut steps = 0u32;
-        let mut step = || {
-            steps += 1;
-            (steps <= MAX_STEPS).then_some(())
+        let mut walk = Walk {
+            schedule: self,
+            tz,
+            t: after_s.checked_add(1)?,
+            added: false,
+            steps: 0,
         };
+        let year_limit = local(tz, walk.t)?.year + 5;
+        let fields: [FieldStep<'_>; 5] = [
+            Walk::month,
+            Walk::day,
+            Walk::hour,
+            Walk::minute,
+            Walk::second,
+        ];
         'wrap: loop {
-            step()?;
-            let mut l = local(tz, t)?;
+            walk.step()?;
+            let mut l = local(tz, walk.t)?;
             if l.year > year_limit {
                 return None;
             }
-            while !self.has_month(l.month) {
-                step()?;
-                if !added {
-                    added = true;
-                    t = go_date(tz, l.year, i64::from(l.month), 1, 0, 0, 0)?;
-                    l = local(tz, t)?;
-                }
-                t = go_date(
-                    tz,
-                    l.year,
-                    i64::from(l.month) + 1,
-                    i64::from(l.day),
-                    l.hour,
-                    l.minute,
-                    l.second,
-                )?;
-                l = local(tz, t)?;
-                if l.month == 1 {
-                    continue 'wrap;
+            for field in fields {
+                match field(&mut walk, l)? {
+                    Field::Matches(now) => l = now,
+                    Field::Wrapped => continue 'wrap,
                 }
             }
-            while !self.day_matches(l.day, l.weekday) {
-                step()?;
-                if !added {
-                    added = true;
-                    t = go_date(tz, l.year, i64::from(l.month), i64::from(l.day), 0, 0, 0)?;
-                    l = local(tz, t)?;
-                }
-                t = go_date(
-                    tz,
-                    l.year,
-                    i64::from(l.month),
-                    i64::from(l.day) + 1,
-                    l.hour,
-                    l.minute,
-                    l.second,
-                )?;
-                l = local(tz, t)?;
-                // robfig: a midnight the zone skips or repeats is moved back to midnight.
-                if l.hour != 0 {
-                    t = if l.hour > 12 {
-                        t.checked_add((24 - l.hour) * 3600)?
-                    } else {
-                        t.checked_sub(l.hour * 3600)?
-                    };
-                    l = local(tz, t)?;
-                }
-                if l.day == 1 {
-                    continue 'wrap;
-                }
-            }
-            while !self.has_hour(l.hour) {
-                step()?;
-                if !added {
-                    added = true;
-                    t = go_date(
-                        tz,
-                        l.year,
-                        i64::from(l.month),
-                        i64::from(l.day),
-                        l.hour,
-                        0,
-                        0,
-                    )?;
-                }
-                t = t.checked_add(3600)?;
-                l = local(tz, t)?;
-                if l.hour == 0 {
-                    continue 'wrap;
-                }
-            }
-            while !self.has_minute(l.minute) {
-                step()?;
-                if !added {
-                    added = true;
-                    t -= t.rem_euclid(60);
-                }
-                t = t.checked_add(60)?;
-                l = local(tz, t)?;
-                if l.minute == 0 {
-                    continue 'wrap;
-                }
-            }
-            while l.second != 0 {
-                step()?;
-                added = true;
-                t = t.checked_add(1)?;
-                l = local(tz, t)?;
-                if l.second == 0 {
-                    continue 'wrap;
-                }
-            }
-            return Some(t);
+            return Some(walk.t);
         }
+    }
+}
+
+/// How one field's loop ended: the time matches it (its local fields), or a carry wrapped
+/// into the field above (robfig's `goto WRAP`).
+enum Field {
+    Matches(Local),
+    Wrapped,
+}
+
+/// One field's loop.
+type FieldStep<'a> = fn(&mut Walk<'a>, Local) -> Option<Field>;
+
+/// robfig's walk in progress: the time `t` (unix seconds), whether a field was moved
+/// (`added`), and the steps taken.
+struct Walk<'a> {
+    schedule: &'a CronSchedule,
+    tz: &'a TimeZone,
+    t: i64,
+    added: bool,
+    steps: u32,
+}
+
+impl Walk<'_> {
+    /// Counts a step; `None` past [`MAX_STEPS`].
+    fn step(&mut self) -> Option<()> {
+        self.steps += 1;
+        (self.steps <= MAX_STEPS).then_some(())
+    }
+
+    /// Moves to `t` and reads its local fields.
+    fn to(&mut self, t: i64) -> Option<Local> {
+        self.t = t;
+        local(self.tz, t)
+    }
+
+    /// The month loop: a month that does not match starts the next at its first midnight.
+    fn month(&mut self, mut l: Local) -> Option<Field> {
+        while !self.schedule.has_month(l.month) {
+            self.step()?;
+            if !self.added {
+                self.added = true;
+                l = self.to(go_date(self.tz, l.year, i64::from(l.month), 1, 0, 0, 0)?)?;
+            }
+            let (day, month) = (i64::from(l.day), i64::from(l.month) + 1);
+            l = self.to(go_date(
+                self.tz, l.year, month, day, l.hour, l.minute, l.second,
+            )?)?;
+            if l.month == 1 {
+                return Some(Field::Wrapped);
+            }
+        }
+        Some(Field::Matches(l))
+    }
+
+    /// The day loop: a day that does not match moves to the next, and a midnight the zone
+    /// skips or repeats is moved back to midnight (robfig's correction).
+    fn day(&mut self, mut l: Local) -> Option<Field> {
+        while !self.schedule.day_matches(l.day, l.weekday) {
+            self.step()?;
+            let (month, day) = (i64::from(l.month), i64::from(l.day));
+            if !self.added {
+                self.added = true;
+                l = self.to(go_date(self.tz, l.year, month, day, 0, 0, 0)?)?;
+            }
+            let (month, day) = (i64::from(l.month), i64::from(l.day) + 1);
+            l = self.to(go_date(
+                self.tz, l.year, month, day, l.hour, l.minute, l.second,
+            )?)?;
+            if l.hour != 0 {
+                let t = if l.hour > 12 {
+                    self.t.checked_add((24 - l.hour) * 3600)?
+                } else {
+                    self.t.checked_sub(l.hour * 3600)?
+                };
+                l = self.to(t)?;
+            }
+            if l.day == 1 {
+                return Some(Field::Wrapped);
+            }
+        }
+        Some(Field::Matches(l))
+    }
+
+    /// The hour loop: whole hours in absolute time from the hour's start.
+    fn hour(&mut self, mut l: Local) -> Option<Field> {
+        while !self.schedule.has_hour(l.hour) {
+            self.step()?;
+            if !self.added {
+                self.added = true;
+                let (month, day) = (i64::from(l.month), i64::from(l.day));
+                self.t = go_date(self.tz, l.year, month, day, l.hour, 0, 0)?;
+            }
+            l = self.to(self.t.checked_add(3600)?)?;
+            if l.hour == 0 {
+                return Some(Field::Wrapped);
+            }
+        }
+        Some(Field::Matches(l))
+    }
+
+    /// The minute loop: whole minutes in absolute time from the minute's start.
+    fn minute(&mut self, mut l: Local) -> Option<Field> {
+        while !self.schedule.has_minute(l.minute) {
+            self.step()?;
+            if !self.added {
+                self.added = true;
+                self.t -= self.t.rem_euclid(60);
+            }
+            l = self.to(self.t.checked_add(60)?)?;
+            if l.minute == 0 {
+                return Some(Field::Wrapped);
+            }
+        }
+        Some(Field::Matches(l))
+    }
+
+    /// The second loop: a standard schedule runs at second 0 alone.
+    fn second(&mut self, mut l: Local) -> Option<Field> {
+        while l.second != 0 {
+            self.step()?;
+            self.added = true;
+            l = self.to(self.t.checked_add(1)?)?;
+            if l.second == 0 {
+                return Some(Field::Wrapped);
+            }
+        }
+        Some(Field::Matches(l))
     }
 }
 

@@ -39,7 +39,9 @@ pub use decision::{
     BudgetPass, Decision, Explanation, FsSpace, ImageExplanation, PriorEviction, RuntimePinStatus,
     SpacePass,
 };
-pub use notes::{note_adaptive_ranks, note_predictive_ranks, note_prior_evictions};
+pub use notes::{
+    note_adaptive_ranks, note_over_keep_share, note_predictive_ranks, note_prior_evictions,
+};
 use reason::reason;
 
 /// The records in use: those whose last_used is the last detect's time.
@@ -257,6 +259,7 @@ fn judge(
                 evicted_before: None,
                 protection: context.protections.get(&r.key).cloned(),
                 needed_by: context.sets.needed_by_pods.get(&r.key).cloned(),
+                past_keep_share: None,
                 adaptive: None,
                 predictive: None,
                 runtime_pin: None,

@@ -167,6 +167,9 @@ pub struct ImageGcManager<R> {
     /// How the cycle waits between readings while the runtime has not released MaxAge's
     /// removals ([`ImageGcManager::with_release_pause`]; `release.rs`).
     pause: Arc<dyn Pause>,
+    /// The image filesystem's capacity at its last reading (0: not read yet), for the
+    /// cluster signals' keep share (`keeps.rs`).
+    image_fs_capacity: std::sync::atomic::AtomicU64,
 }
 
 impl<R: ImageRuntime> ImageGcManager<R> {
@@ -193,6 +196,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             cluster_signals: super::ClusterSignals::default(),
             node_keep_sets: super::NodeKeepSets::default(),
             pause: Arc::new(TokioPause),
+            image_fs_capacity: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -354,6 +358,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             .map_err(runtime_error(STATS_OP))?;
         self.metrics
             .record_image_fs(stats.capacity, stats.available);
+        self.image_fs_capacity
+            .store(stats.capacity, std::sync::atomic::Ordering::Relaxed);
         self.metrics
             .record_image_fs_inodes(stats.inodes, stats.inodes_free, stats.inodes_used);
         Ok(stats)

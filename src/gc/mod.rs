@@ -27,6 +27,7 @@ pub(crate) mod evict;
 pub(crate) mod explain;
 pub(crate) mod fault_hooks;
 mod keep_sets;
+mod keep_share;
 pub(crate) mod kubelet;
 pub(crate) mod manager;
 pub(crate) mod metrics;
@@ -69,6 +70,7 @@ pub use keep_sets::{
     keep_set_of_reason, keep_set_pin_changes, keep_set_reason,
     warm_entries as keep_set_warm_entries,
 };
+pub use keep_share::{DEFAULT_KEEP_SHARE_PERCENT, KeepsOverShare, OverShareSample, within_share};
 pub use kubelet::{KubeletView, OfflineKubelet, fold_offline};
 pub use manager::{CycleTime, GcConfig, ImageGcManager, RELEASE_POLL_INTERVAL, RELEASE_WAIT_BOUND};
 pub use metrics::{GcMetrics, GcProgress, RemovalReason, RescueReason};
@@ -90,6 +92,7 @@ pub use runtime_pin_notes::{RuntimePinsSeen, note_runtime_pins};
 pub use signals::{
     ClusterSignals, ClusterSignalsSample, CronJobSignal, DueRun, KnownUse, KnownUses,
     MAX_CRONJOB_LEAD, MAX_CRONJOBS, MAX_SIGNAL_IMAGES, MAX_SUPERSEDED, MAX_WORKLOADS, Revisions,
+    ShareChange,
 };
 pub use space::{BudgetNeed, FsNeed, InodeNeed, SpaceNeed};
 pub use watch::{DEFAULT_WATCH_PERIOD, Unwatched, WatchHistory, unused_since};

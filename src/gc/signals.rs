@@ -210,6 +210,14 @@ struct SignalState {
     refused: u64,
     /// How long before a CronJob's next run its images are kept and pulled ahead (zero: not).
     lead: std::time::Duration,
+    /// The share of the image filesystem the signals' keeps may hold, in percent (`None`:
+    /// no limit, the library's default; the agent sets `clusterSignalsKeepShare`).
+    keep_share: Option<u8>,
+    /// What the share left out at the last detect, if anything.
+    over_share: Option<super::KeepsOverShare>,
+    /// The share turned from within to over at a detect and nobody has said so yet (the
+    /// agent's Event).
+    over_share_news: bool,
 }
 
 /// The cluster's declarations the known uses come from (CronJobs, rollouts), shared between
@@ -353,7 +361,10 @@ fn next_run(job: &CronJobSignal, offset_s: i64, now: UnixNanos) -> Option<UnixNa
 
 #[path = "signals_agent.rs"]
 mod agent;
+#[path = "signals_share.rs"]
+mod share;
 pub use agent::{ClusterSignalsSample, DueRun, MAX_CRONJOB_LEAD};
+pub use share::ShareChange;
 
 #[cfg(test)]
 #[path = "signals_tests.rs"]

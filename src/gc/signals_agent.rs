@@ -228,6 +228,7 @@ impl ClusterSignals {
             replicasets: self
                 .replicasets_health
                 .sample(self.replicasets_health.is_synced()),
+            over_share: self.keeps_over_share().map(|o| o.sample()),
             ..sample
         })
     }

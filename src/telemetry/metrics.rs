@@ -378,7 +378,7 @@ impl Snapshot {
                 Ok(w) => *w,
                 Err(p) => *p.into_inner(),
             },
-            cluster_signals: gc.bound_pods().sample(),
+            cluster_signals: gc.cluster_signals().with_watches(gc.bound_pods().sample()),
             cluster_knowledge: now.and_then(|now| gc.cluster_signals().sample(now)),
             disk: (
                 match agent.disk.lock() {

@@ -187,6 +187,32 @@ impl NodeEvents {
         });
     }
 
+    /// The images the cluster needs on this node turned over `clusterSignalsKeepShare` at a
+    /// detect: one Warning, `KeepsOverShare`, each time the share turns from within to over.
+    pub(crate) fn keeps_over_share(&self, over: &crate::gc::KeepsOverShare) {
+        let Some(sink) = &self.sink else { return };
+        let first = over
+            .left
+            .first()
+            .map(|(key, source, _)| format!(", the first {} (needed by {source})", key.image_id.0))
+            .unwrap_or_default();
+        sink.publish(NodeEvent {
+            type_: NodeEventType::Warning,
+            reason: "KeepsOverShare",
+            action: "KeepImages",
+            note: truncate(format!(
+                "The images the cluster needs on this node do not fit clusterSignalsKeepShare \
+                 ({}% of the image filesystem, {}; {} kept): {} image(s), {}, are left to the \
+                 GC's order{first}",
+                over.share_percent,
+                format_size(over.budget),
+                format_size(over.held),
+                over.left.len(),
+                format_size(over.left_bytes()),
+            )),
+        });
+    }
+
     /// The store's health as a cycle found it: a Warning when it turns unhealthy.
     pub(crate) fn store_health(&self, healthy: bool) {
         let Some(sink) = &self.sink else { return };

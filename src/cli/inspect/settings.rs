@@ -267,6 +267,10 @@ mod tests {
                 "clusterSignalsCronJobLead = \"30m\"".into(),
             ),
             (
+                "clusterSignalsKeepShare",
+                "clusterSignalsKeepShare = 70".into(),
+            ),
+            (
                 "diskAccountingPeriod",
                 "diskAccountingPeriod = \"1h\"".into(),
             ),

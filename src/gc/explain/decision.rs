@@ -171,6 +171,10 @@ pub struct ImageExplanation {
     /// (`DaemonSet namespace/name`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub needed_by: Option<String>,
+    /// Needed by the cluster (what needs it, as `needed_by` names it) but past
+    /// `clusterSignalsKeepShare`: the signals do not keep it, the order decides.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub past_keep_share: Option<String>,
     /// A kept image: whether the runtime carries the keep as pinned
     /// ([`crate::gc::note_runtime_pins`]).
     #[serde(skip_serializing_if = "Option::is_none")]

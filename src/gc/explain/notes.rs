@@ -1,7 +1,8 @@
 //! What explain adds to an explanation from other sources once it is worked out: a removal
-//! the journal shows was pulled back ([`PriorEviction`], `note_prior_evictions`), and each
+//! the journal shows was pulled back ([`PriorEviction`], `note_prior_evictions`), each
 //! image's place in the adaptive or predictive order (`note_adaptive_ranks`,
-//! `note_predictive_ranks`).
+//! `note_predictive_ranks`), and an image the cluster needs that the keep share left to the
+//! order (`note_over_keep_share`).
 //!
 //! Invariants: notes only add to an image's reason and fields, never change a decision; the
 //! explanation's images must already be in the order whose ranks are noted.
@@ -14,6 +15,23 @@ use crate::gc::adaptive::AdaptiveRank;
 use crate::gc::predictive::PredictiveRank;
 
 use super::{Explanation, PriorEviction};
+
+/// Notes on each image the keep share left to the order what needs it and why it is not kept
+/// (`clusterSignalsKeepShare`).
+pub fn note_over_keep_share(explanation: &mut Explanation, over: &crate::gc::KeepsOverShare) {
+    for image in &mut explanation.images {
+        let Some((_, source, _)) = over.left.iter().find(|(key, _, _)| *key == image.key) else {
+            continue;
+        };
+        image.reason.push_str(&format!(
+            "; needed by {source}, but past clusterSignalsKeepShare ({}% of the image \
+             filesystem, {} kept by the signals): left to the order",
+            over.share_percent,
+            crate::format::format_size(over.held)
+        ));
+        image.past_keep_share = Some(source.clone());
+    }
+}
 
 /// Notes on each explained image the newest journaled removal of its image id after which
 /// it was pulled back, and says so in its reason: a candidate that was evicted before and

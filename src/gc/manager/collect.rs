@@ -104,6 +104,16 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         free_time: UnixNanos,
         report: &mut GcReport,
     ) -> Result<(), GcError> {
+        // The keep share needs the image filesystem's capacity at the detect: read it first
+        // when no reading came before (the agent's first cycle).
+        if self.cluster_signals.keep_share() < 100
+            && self
+                .image_fs_capacity
+                .load(std::sync::atomic::Ordering::Relaxed)
+                == 0
+        {
+            self.observe_image_fs().await?;
+        }
         let (detected, mut view) = self.detect_locked(settings, free_time).await?;
         report.detect = Some(detected);
         if settings.config.policy.disabled() {

@@ -325,7 +325,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         (listed, in_use, volumes, kubelet, protections): Observed,
         watch: WatchHistory,
     ) -> Result<CycleView, GcError> {
-        let sets = self.keep_sets(settings, &listed, now)?;
+        let (sets, _) =
+            self.keep_sets(settings, &listed, &in_use, now, super::keeps::Share::Record)?;
         self.record_keeps(&listed, &protections, &sets);
         let protections = if fault_hooks().ignore_protections() {
             Protections::default()

@@ -18,7 +18,7 @@ use crate::gc::detect::apply_to_copy;
 use crate::gc::evict::Verdict;
 use crate::gc::explain::{
     Decision, ExplainContext, Explanation, FsSpace, explain_in, note_adaptive_ranks,
-    note_predictive_ranks, note_prior_evictions,
+    note_over_keep_share, note_predictive_ranks, note_prior_evictions,
 };
 use crate::gc::metrics::RemovalReason;
 use crate::gc::predictive::{self, PredictiveRank};
@@ -36,7 +36,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         // One configuration for the whole dry run, even if a reload swaps it meanwhile.
         let settings = self.settings();
         let mut records = BTreeMap::new();
-        let ((listed, _, _, mut kubelet, protections), detect) = self
+        let ((listed, in_use, _, mut kubelet, protections), detect) = self
             .observe_and_plan(&settings, now, Some(&mut records))
             .await?;
         // The kubelet's observed preloaded records are shown, never a use: read here for the
@@ -45,7 +45,8 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             kubelet.with_preloaded(listed.iter(), &reader.preloaded().found);
         }
         apply_to_copy(&mut records, &detect.batch);
-        let sets = self.keep_sets(&settings, &listed, now)?;
+        let (sets, over_share) =
+            self.keep_sets(&settings, &listed, &in_use, now, super::keeps::Share::Look)?;
         // A dry run only: the real cycle reads this order from the index (or, adaptive, ranks
         // the listed images).
         let ordered: Vec<StoredRecord> = records
@@ -85,6 +86,9 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         note_prior_evictions(&mut explanation, &journal);
         note_adaptive_ranks(&mut explanation, &ranked.adaptive);
         note_predictive_ranks(&mut explanation, &ranked.predictive);
+        if let Some(over) = &over_share {
+            note_over_keep_share(&mut explanation, over);
+        }
         let removals = planned_removals(&explanation, delete_unused);
         Ok(GcPlan {
             explanation,

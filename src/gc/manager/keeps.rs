@@ -19,20 +19,95 @@ use crate::gc::protect::Protections;
 
 use super::{ImageGcManager, Settings};
 
+/// Whether a keep computation records what the keep share left out (the cycle's detect) or
+/// only looks (a dry run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Share {
+    Record,
+    Look,
+}
+
 impl<R: ImageRuntime> ImageGcManager<R> {
     /// The keep sets of the agent's own sources at `now` ([`KeepSets`]), for the cycle's
-    /// detect and the dry run alike: one place reads each source.
+    /// detect and the dry run alike: one place reads each source. Only the cycle's
+    /// (`Share::Record`) records what the keep share left out; a dry run changes nothing.
     pub(super) fn keep_sets(
         &self,
         settings: &Settings,
         listed: &ListedImages,
+        in_use: &BTreeSet<RecordKey>,
         now: UnixNanos,
-    ) -> Result<KeepSets, GcError> {
-        Ok(KeepSets {
+        share: Share,
+    ) -> Result<(KeepSets, Option<crate::gc::KeepsOverShare>), GcError> {
+        let (needed_by_pods, over_share) = self.needed_within_share(listed, in_use, now, share);
+        let sets = KeepSets {
             pulling: self.pulling(listed),
             warm: self.warm(settings, listed, now)?,
-            needed_by_pods: self.needed_by_pods(listed, now),
-        })
+            needed_by_pods,
+        };
+        Ok((sets, over_share))
+    }
+
+    /// [`Self::needed_by_pods`] within the signals' keep share of the image filesystem's last
+    /// read capacity (`crate::gc::keep_share`); what the share leaves out is recorded in the
+    /// signals and said once each way in the log.
+    fn needed_within_share(
+        &self,
+        listed: &ListedImages,
+        in_use: &BTreeSet<RecordKey>,
+        now: UnixNanos,
+        record: Share,
+    ) -> (
+        BTreeMap<RecordKey, String>,
+        Option<crate::gc::KeepsOverShare>,
+    ) {
+        let needed = self.needed_by_pods(listed, now);
+        let share = self.cluster_signals.keep_share();
+        if needed.is_empty() && self.cluster_signals.keeps_over_share().is_none() {
+            return (needed, None);
+        }
+        let sized = listed
+            .iter()
+            .filter_map(|image| {
+                let key = image.record_key();
+                let source = needed.get(&key)?;
+                Some((key, (source.clone(), image.size())))
+            })
+            .collect();
+        let capacity = self
+            .image_fs_capacity
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let (kept, over) = crate::gc::within_share(sized, in_use, capacity, share);
+        if record == Share::Look {
+            return (kept, over);
+        }
+        let said = over.clone();
+        match self.cluster_signals.record_keep_share(over) {
+            crate::gc::ShareChange::NowOver => {
+                if let Some(over) = &said {
+                    tracing::warn!(
+                        share_percent = over.share_percent,
+                        budget = over.budget,
+                        held = over.held,
+                        left = over.left.len(),
+                        left_bytes = over.left_bytes(),
+                        first = over
+                            .left
+                            .first()
+                            .map(|(k, s, _)| format!("{} ({s})", k.image_id.0)),
+                        "The images the cluster needs on this node do not fit clusterSignalsKeepShare: those past it are left to the GC's order"
+                    );
+                }
+            }
+            crate::gc::ShareChange::NowWithin => {
+                tracing::info!(
+                    share_percent = share,
+                    "The images the cluster needs on this node fit clusterSignalsKeepShare again"
+                );
+            }
+            crate::gc::ShareChange::Same => {}
+        }
+        (kept, said)
     }
 
     /// The listed images a pod bound to this node names, or a CronJob run due within the
@@ -272,6 +347,92 @@ mod tests {
         let report = manager.garbage_collect(UnixNanos::from_secs(30_000)).await;
         let removed: Vec<_> = report.removed.iter().map(|r| r.key.clone()).collect();
         assert_eq!(removed, [main]);
+    }
+
+    /// Two images needed by a pod bound here on a full 1,000-byte disk, with a keep share of
+    /// 30 %: the one that fits (100 bytes) is kept, the one past the share (400) is left to the
+    /// order and GarbageCollect removes it; the signals record it, as news once. With no
+    /// share it is kept, and the share's state turns back to within.
+    #[tokio::test]
+    async fn the_images_past_the_keep_share_are_left_to_the_order_and_said_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let big = RuntimeImage {
+            size: 400,
+            ..image(2, "big:1")
+        };
+        let (_runtime, manager) = other_fs_fixture(dir.path(), 0, 0, |state| {
+            state.images = vec![image(1, "main:1"), big.clone(), image(3, "other:1")].into();
+            state.fs = Some((1_000, 0));
+        })
+        .await;
+        let signals = manager.cluster_signals();
+        signals.set_keep_share(30);
+        manager
+            .bound_pods()
+            .set_pod("ns/a".into(), vec!["main:1".into(), "big:1".into()]);
+        let report = manager.garbage_collect(UnixNanos::from_secs(20_000)).await;
+        let removed: Vec<_> = report.removed.iter().map(|r| r.key.clone()).collect();
+        let main = image(1, "main:1").record_key();
+        assert!(removed.contains(&big.record_key()), "{report:?}");
+        assert!(!removed.contains(&main), "{report:?}");
+        let over = signals.keeps_over_share().expect("over the share");
+        assert_eq!((over.share_percent, over.budget, over.held), (30, 300, 100));
+        assert_eq!(over.left, [(big.record_key(), "ns/a".to_owned(), 400)]);
+        assert_eq!(signals.take_over_share_news(), Some(over));
+        assert_eq!(signals.take_over_share_news(), None, "said once");
+        // The dry run explains it, and records nothing.
+        let dir_plan = tempfile::tempdir().expect("tempdir");
+        let (_runtime, planner) = other_fs_fixture(dir_plan.path(), 0, 0, |state| {
+            state.images = vec![image(1, "main:1"), big.clone()].into();
+            state.fs = Some((1_000, 0));
+        })
+        .await;
+        planner.cluster_signals().set_keep_share(30);
+        planner.observe_image_fs().await.expect("fs");
+        planner
+            .bound_pods()
+            .set_pod("ns/a".into(), vec!["main:1".into(), "big:1".into()]);
+        let plan = planner
+            .plan(UnixNanos::from_secs(20_000), false)
+            .await
+            .expect("plan");
+        let explained = plan
+            .explanation
+            .images
+            .iter()
+            .find(|i| i.key == big.record_key())
+            .expect("big:1 explained");
+        assert_eq!(explained.past_keep_share.as_deref(), Some("ns/a"));
+        assert!(
+            explained.reason.ends_with(
+                "; needed by ns/a, but past clusterSignalsKeepShare (30% of the image filesystem, 100 B kept by the signals): left to the order"
+            ),
+            "{}",
+            explained.reason
+        );
+        assert_eq!(planner.cluster_signals().keeps_over_share(), None);
+        // No share: both are kept; the state turns back to within.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_runtime, manager) = other_fs_fixture(dir.path(), 0, 0, |state| {
+            state.images = vec![image(1, "main:1"), big.clone(), image(3, "other:1")].into();
+            state.fs = Some((1_000, 0));
+        })
+        .await;
+        manager
+            .bound_pods()
+            .set_pod("ns/a".into(), vec!["main:1".into(), "big:1".into()]);
+        let report = manager.garbage_collect(UnixNanos::from_secs(20_000)).await;
+        let removed: Vec<_> = report.removed.iter().map(|r| r.key.clone()).collect();
+        assert_eq!(removed, [image(3, "other:1").record_key()], "{report:?}");
+        signals.set_keep_share(100);
+        manager
+            .detect(UnixNanos::from_secs(20_001))
+            .await
+            .expect("detect");
+        assert_eq!(
+            signals.record_keep_share(None),
+            crate::gc::ShareChange::NowWithin
+        );
     }
 
     /// A CronJob's images are kept from the signals' lead before its next run until the run:

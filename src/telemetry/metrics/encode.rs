@@ -227,6 +227,9 @@ impl Collector for Snapshot {
                 counter(&mut enc, &CLUSTER_SIGNAL_OBJECTS_REFUSED, known.refused)?;
             }
             gauge_family(&mut enc, &CLUSTER_SIGNAL_IMAGES, &images)?;
+            let over = signals.over_share.map_or((0, 0), |o| (o.images, o.bytes));
+            gauge(&mut enc, &CLUSTER_SIGNAL_KEEPS_OVER_SHARE, over.0)?;
+            gauge(&mut enc, &CLUSTER_SIGNAL_KEEPS_OVER_SHARE_BYTES, over.1)?;
             gauge_family(&mut enc, &CLUSTER_WATCH_SYNCED, &synced)?;
             gauge_family(&mut enc, &CLUSTER_WATCH_FAILING, &failing)?;
             counter_family(&mut enc, &CLUSTER_WATCH_ERRORS, &errors)?;

@@ -509,6 +509,26 @@ pub(super) const CLUSTER_SIGNAL_IMAGES: MetricFamily = absent_when(
     ),
     "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
 );
+pub(super) const CLUSTER_SIGNAL_KEEPS_OVER_SHARE: MetricFamily = absent_when(
+    family(
+        "cluster_signal_keeps_over_share",
+        G,
+        None,
+        &[],
+        "Images the cluster signals need kept (pods bound to this node, their DaemonSets' templates, CronJob runs within the lead) that did not fit clusterSignalsKeepShare at the last detect: left to the GC's order. 0: everything fit.",
+    ),
+    "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
+);
+pub(super) const CLUSTER_SIGNAL_KEEPS_OVER_SHARE_BYTES: MetricFamily = absent_when(
+    family(
+        "cluster_signal_keeps_over_share_bytes",
+        G,
+        None,
+        &[],
+        "The bytes of the images imagekeeper_cluster_signal_keeps_over_share counts.",
+    ),
+    "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
+);
 pub(super) const CLUSTER_SIGNAL_PODS_REFUSED: MetricFamily = absent_when(
     family(
         "cluster_signal_pods_refused",
@@ -648,6 +668,8 @@ pub const METRICS: &[MetricFamily] = &[
     CLUSTER_SIGNAL_PODS_REFUSED,
     CLUSTER_SIGNAL_OBJECTS_REFUSED,
     CLUSTER_SIGNAL_IMAGES,
+    CLUSTER_SIGNAL_KEEPS_OVER_SHARE,
+    CLUSTER_SIGNAL_KEEPS_OVER_SHARE_BYTES,
     CLUSTER_WATCH_SYNCED,
     CLUSTER_WATCH_FAILING,
     CLUSTER_WATCH_ERRORS,

@@ -81,6 +81,7 @@ fn full_snapshot() -> Snapshot {
             }),
             cronjobs: None,
             replicasets: None,
+            over_share: None,
         }),
         cluster_knowledge: Some(crate::gc::ClusterSignalsSample {
             cronjobs: 4,
