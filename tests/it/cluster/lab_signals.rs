@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use super::{config, runtime_image, wait_for_runtime_image};
-use crate::cluster::cluster_lab;
+use super::{config, crictl_pull, runtime_image, wait_for_runtime_image};
+use crate::cluster::{ClusterLab, cluster_lab};
+use crate::support;
 
 /// The CronJob's time zone: Asia/Kathmandu is UTC+05:45 all year, so a schedule read in any
 /// other zone (UTC, or a whole-hour offset) names another minute.
@@ -150,4 +151,203 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
     // keep the image in use for the next test.
     cluster.remove_stopped_pod_sandboxes();
     let _ = cluster.crictl_output(&["rmi", &image]);
+}
+
+/// The sum of the sizes of the images the lab's containerd lists (CRI ListImages, as the
+/// agent's byte budget counts them).
+fn listed_bytes(cluster: &ClusterLab) -> u64 {
+    let listed: serde_json::Value =
+        serde_json::from_str(&cluster.crictl(&["images", "-o", "json"])).expect("crictl JSON");
+    listed["images"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| {
+            i["size"]
+                .as_str()
+                .and_then(|s| s.parse::<u64>().ok())
+                .or_else(|| i["size"].as_u64())
+                .expect("a size")
+        })
+        .sum()
+}
+
+/// Deletes the Deployment `signals-web` (if any) and waits until its pods are gone.
+async fn remove_web(cluster: &ClusterLab) {
+    cluster.kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "deployment",
+        "signals-web",
+        "--ignore-not-found",
+        "--cascade=foreground",
+    ]);
+    support::wait_for(
+        "signals-web's pods gone (kubectl get pods)",
+        Duration::from_secs(120),
+        || async {
+            let left = cluster.kubectl(&[
+                "-n",
+                "default",
+                "get",
+                "pods",
+                "-l",
+                "app=signals-web",
+                "-o",
+                "name",
+            ]);
+            if !left.trim().is_empty() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            left.trim().is_empty().then_some(())
+        },
+    )
+    .await;
+}
+
+/// The running pods of the Deployment `signals-web` and their images, `name image` a line.
+fn web_pods(cluster: &ClusterLab) -> Vec<String> {
+    cluster
+        .kubectl(&[
+            "-n",
+            "default",
+            "get",
+            "pods",
+            "-l",
+            "app=signals-web",
+            "-o",
+            "jsonpath={range .items[?(@.status.phase==\"Running\")]}{.metadata.name} {.spec.containers[0].image}{\"\\n\"}{end}",
+        ])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 55's rollback case: a Deployment updated from `data:1mb` to `data:5mb` keeps its
+/// previous revision (its ReplicaSet at 0 replicas) as the rollback set. The agent, predictive,
+/// its byte budget's low line at what the node held (a node it has no history of), sees another
+/// image pulled and must free that much:
+/// its GC pass takes images with no known next use and keeps the rollback set's (ranked as a
+/// week away). `kubectl rollout undo` then starts the previous revision's pod with the
+/// kubelet's "already present on machine".
+#[tokio::test]
+#[ignore = "needs the cluster lab: scripts/cluster-lab up, IMAGEKEEPER_CLUSTER_LAB_ENV (scripts/test runs it)"]
+async fn with_cluster_signals_a_rollout_undo_after_a_gc_pass_finds_the_previous_image_present() {
+    let cluster = cluster_lab("cluster::lab::signals::rollout_undo").await;
+    let (v1, v2, filler) = (
+        cluster.lab_image("data:1mb"),
+        cluster.lab_image("data:5mb"),
+        cluster.lab_image("data:20mb"),
+    );
+    remove_web(&cluster).await;
+    // The filler's size, then the filler gone: it comes again once the agent runs.
+    crictl_pull(&cluster, &filler);
+    let filler_bytes = super::crictl_image_size(&cluster, &filler);
+    cluster.crictl(&["rmi", &filler]);
+    for image in [&v1, &v2] {
+        crictl_pull(&cluster, image);
+    }
+    // A node the agent has no history of: the earlier tests' uses, pulls and removals of the
+    // lab's few images would otherwise give them estimates of their own.
+    let _ = std::fs::remove_file("/var/lib/imagekeeper/records.redb");
+    let node = cluster.node_name();
+    let deployment = |image: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: signals-web, namespace: default}}\n\
+             spec:\n  replicas: 1\n  selector: {{matchLabels: {{app: signals-web}}}}\n\
+             \x20 template:\n    metadata: {{labels: {{app: signals-web}}}}\n    spec:\n\
+             \x20     nodeName: {node}\n      hostNetwork: true\n      terminationGracePeriodSeconds: 0\n\
+             \x20     containers:\n      - {{name: main, image: \"{image}\", imagePullPolicy: IfNotPresent, \
+             command: [sleep, \"3600\"]}}\n"
+        )
+    };
+    let rolled_out = |image: String| {
+        let cluster = &cluster;
+        async move {
+            support::wait_for(
+                &format!("signals-web's one running pod on {image} (kubectl get pods)"),
+                Duration::from_secs(120),
+                || async {
+                    let pods = web_pods(cluster);
+                    let done = pods.len() == 1 && pods[0].ends_with(&format!(" {image}"));
+                    if !done {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    done.then(|| pods[0].split(' ').next().unwrap_or_default().to_owned())
+                },
+            )
+            .await
+        }
+    };
+    cluster.kubectl_apply(&deployment(&v1));
+    let first = rolled_out(v1.clone()).await;
+    cluster.kubectl_apply(&deployment(&v2));
+    rolled_out(v2.clone()).await;
+    let budget = listed_bytes(&cluster);
+    let sets = [
+        "clusterSignals.enabled=true".to_owned(),
+        "extraArgs={--gc-period=5s}".to_owned(),
+    ];
+    let release = cluster.install(
+        "imagekeeper",
+        &config(
+            100,
+            99,
+            &format!(
+                "imageGCPolicy = \"predictive\"\nimageGCHighBytes = {}\nimageGCLowBytes = {budget}\n",
+                budget + filler_bytes / 2
+            ),
+        ),
+        &sets,
+    );
+    let listed = release
+        .wait_for_log_line(&["Listed the ReplicaSets"], Duration::from_secs(60))
+        .await;
+    println!("{listed}");
+    // Another image comes: the images now hold more than the budget's high line, and GC frees
+    // down to its low line, what the node held before (the filler's size).
+    crictl_pull(&cluster, &filler);
+    support::wait_for(
+        &format!("the agent's GC back within its byte budget of {budget} (crictl images)"),
+        Duration::from_secs(90),
+        || async {
+            let within = listed_bytes(&cluster) <= budget;
+            if !within {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            within.then_some(())
+        },
+    )
+    .await;
+    let logs = release.logs();
+    for line in logs
+        .lines()
+        .filter(|l| l.contains("emov") || l.contains("garbage"))
+    {
+        println!("{line}");
+    }
+    assert!(
+        runtime_image(&cluster, &v1).is_some(),
+        "{v1}, the rollback set's image, survived the GC pass"
+    );
+    cluster.kubectl(&["-n", "default", "rollout", "undo", "deployment/signals-web"]);
+    let undone = rolled_out(v1.clone()).await;
+    assert_ne!(undone, first, "a new pod of the previous revision");
+    let pulled = cluster
+        .wait_for_pulled(
+            "the undone revision's Pulled event (kubectl get events)",
+            &format!("{undone} "),
+            &v1,
+            Duration::from_secs(60),
+        )
+        .await;
+    println!("{pulled}");
+    assert!(
+        pulled.contains("already present on machine"),
+        "rollout undo found the previous image present: {pulled}"
+    );
+    remove_web(&cluster).await;
+    drop(release);
+    cluster.remove_stopped_pod_sandboxes();
 }
