@@ -13,16 +13,18 @@ const TIME_ZONE: &str = "Asia/Kathmandu";
 /// Its offset from UTC, in minutes.
 const TIME_ZONE_OFFSET_MINUTES: u64 = 5 * 60 + 45;
 
-/// The CronJob schedule of a run at the whole minute two (or three, late in a minute) minutes
-/// from now, written in [`TIME_ZONE`]'s local time, that minute's text (UTC), and the name the
-/// CronJob controller gives that run's Job (`<cronjob>-<unix minutes>`, kubernetes
+/// The CronJob schedule of a run at the next whole minute at least 35 s from now, written in
+/// [`TIME_ZONE`]'s local time, that minute's text (UTC), and the name the CronJob controller
+/// gives that run's Job (`<cronjob>-<unix minutes>`, kubernetes
 /// pkg/controller/cronjob/utils.go `getJobName`).
-fn schedule_in_two_minutes(cronjob: &str) -> (String, String, String) {
+fn schedule_at_the_next_minute(cronjob: &str) -> (String, String, String) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("after 1970")
         .as_secs();
-    let ahead = if now % 60 > 45 { 3 } else { 2 };
+    // At least 35 s ahead: the agent's watch, its pull of 5 MiB from the lab's registry and
+    // the runtime pin take a few seconds.
+    let ahead = if now % 60 < 25 { 1 } else { 2 };
     let minute = now / 60 + ahead;
     let local = minute + TIME_ZONE_OFFSET_MINUTES;
     let (local_m, local_h) = (local % 60, local / 60 % 24);
@@ -35,7 +37,7 @@ fn schedule_in_two_minutes(cronjob: &str) -> (String, String, String) {
 }
 
 /// Issue 55's CronJob case: a CronJob whose image is absent and whose job template names this
-/// node, its next run two minutes away, its schedule written in `timeZone` Asia/Kathmandu
+/// node, its next run under two minutes away, its schedule written in `timeZone` Asia/Kathmandu
 /// (UTC+05:45: read in UTC it would be 5 h 45 min away, outside the lead, and nothing would
 /// be pulled ahead). With `clusterSignalsCronJobLead = "5m"` the run is within the lead at once: the agent pulls the image ahead (a warm pull of origin `CronJob
 /// default/signals-cron`), crictl lists it runtime-pinned before the run, and the run's pod,
@@ -66,7 +68,7 @@ async fn with_cluster_signals_a_cronjobs_absent_image_is_pulled_ahead_and_pinned
     release
         .wait_for_log_line(&["Listed the CronJobs"], Duration::from_secs(60))
         .await;
-    let (schedule, at, job) = schedule_in_two_minutes("signals-cron");
+    let (schedule, at, job) = schedule_at_the_next_minute("signals-cron");
     let node = cluster.node_name();
     let cronjob = format!(
         "apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: signals-cron, namespace: default}}\n\
