@@ -260,6 +260,7 @@ fn judge(
                 protection: context.protections.get(&r.key).cloned(),
                 needed_by: context.sets.needed_by_pods.get(&r.key).cloned(),
                 past_keep_share: None,
+                warm_origin: context.sets.warm.get(&r.key).cloned(),
                 adaptive: None,
                 predictive: None,
                 runtime_pin: None,

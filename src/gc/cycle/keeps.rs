@@ -20,8 +20,9 @@ use crate::gc::protect::Protections;
 pub struct KeepSets {
     /// The listed images a pull through imagekeeper is fetching.
     pub pulling: BTreeSet<RecordKey>,
-    /// The listed images a warm set entry in force keeps.
-    pub warm: BTreeSet<RecordKey>,
+    /// The listed images a warm set entry in force keeps, each with the first such entry's
+    /// origin (`warm[1] in /etc/imagekeeper.toml`, `KeepSet/gpu`, `history`, ...).
+    pub warm: BTreeMap<RecordKey, String>,
     /// The listed images a pod bound to this node names (`BoundPods`), each with what needs
     /// it: the pod (`namespace/name`) or the DaemonSet whose template it is
     /// (`DaemonSet namespace/name`).
@@ -61,7 +62,7 @@ impl Keeps<'_> {
             Some(Verdict::KubeletJustPulled)
         } else if self.sets.pulling.contains(key) {
             Some(Verdict::PullInProgress)
-        } else if self.sets.warm.contains(key) {
+        } else if self.sets.warm.contains_key(key) {
             Some(Verdict::Warm)
         } else {
             None
@@ -88,7 +89,7 @@ impl Keeps<'_> {
             .chain(&self.sets.pulling)
             .chain(self.kubelet_pulling)
             .chain(self.kubelet_just_pulled)
-            .chain(&self.sets.warm)
+            .chain(self.sets.warm.keys())
             .chain(self.sets.needed_by_pods.keys())
             .chain(self.protections.keys())
             .cloned()
@@ -120,7 +121,10 @@ mod tests {
         let just_pulled = set(&[1, 2, 6]);
         let sets = KeepSets {
             pulling: set(&[1, 2, 7]),
-            warm: set(&[1, 2, 3]),
+            warm: set(&[1, 2, 3])
+                .into_iter()
+                .map(|k| (k, "warm[0]".to_owned()))
+                .collect(),
             needed_by_pods: set(&[1, 2, 8])
                 .into_iter()
                 .map(|k| (k, "ns/pod".to_owned()))

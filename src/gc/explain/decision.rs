@@ -175,6 +175,11 @@ pub struct ImageExplanation {
     /// `clusterSignalsKeepShare`: the signals do not keep it, the order decides.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub past_keep_share: Option<String>,
+    /// Kept by a warm set entry (`keep_warm`): where the entry was declared (`warm[1] in
+    /// /etc/imagekeeper.toml`, `/etc/warm/gpu.yaml: warm[0]`, `KeepSet/<name>`, `history`, a
+    /// DaemonSet or CronJob of the cluster signals).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm_origin: Option<String>,
     /// A kept image: whether the runtime carries the keep as pinned
     /// ([`crate::gc::note_runtime_pins`]).
     #[serde(skip_serializing_if = "Option::is_none")]

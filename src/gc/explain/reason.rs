@@ -153,7 +153,12 @@ fn keep_reason(
                 .to_owned(),
         },
         Decision::KeepPinned => "pinned".to_owned(),
-        Decision::KeepWarm => "in the warm set: kept present ahead of use".to_owned(),
+        Decision::KeepWarm => match image.warm_origin.as_deref() {
+            Some(origin) if !origin.is_empty() => {
+                format!("in the warm set ({origin}): kept present ahead of use")
+            }
+            _ => "in the warm set: kept present ahead of use".to_owned(),
+        },
         Decision::KeepPinnedByImagekeeper | Decision::KeepIrreplaceable => {
             image.protection.as_ref().map_or_else(
                 || "protected by imagekeeper".to_owned(),

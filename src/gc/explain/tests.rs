@@ -1,6 +1,7 @@
 //! Unit tests of explain: every decision and its sentence, the byte walk's stop, MaxAge over
 //! watched time, the budget and inode passes, pins and irreplaceable images first.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
@@ -46,8 +47,9 @@ fn a_warm_image_is_kept_for_space_and_age_and_says_so() {
         rec("warm", MIN, 2 * MIN, 100, false),
         rec("b", MIN, 3 * MIN, 100, false),
     ];
-    let warm: BTreeSet<RecordKey> = [records[0].key.clone()].into();
-    let run = |warm: &BTreeSet<RecordKey>| {
+    let warm: BTreeMap<RecordKey, String> =
+        [(records[0].key.clone(), "KeepSet/gpu-warm".to_owned())].into();
+    let run = |warm: &BTreeMap<RecordKey, String>| {
         explain_in(
             &records,
             None,
@@ -74,10 +76,14 @@ fn a_warm_image_is_kept_for_space_and_age_and_says_so() {
     assert_eq!(kept.images[0].decision, Decision::KeepWarm);
     assert_eq!(
         kept.images[0].reason,
-        "in the warm set: kept present ahead of use"
+        "in the warm set (KeepSet/gpu-warm): kept present ahead of use"
+    );
+    assert_eq!(
+        kept.images[0].warm_origin.as_deref(),
+        Some("KeepSet/gpu-warm")
     );
     assert_eq!(kept.images[1].decision, Decision::RemoveForAge);
-    let cold = run(&BTreeSet::new());
+    let cold = run(&BTreeMap::new());
     assert!(cold.images[0].decision.removes());
 }
 

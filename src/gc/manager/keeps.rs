@@ -170,7 +170,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
             let key = image.record_key();
             let why = match protections.get(&key) {
                 Some(p) => crate::gc::KeepReason::of(p),
-                None if warm.contains(&key) => crate::gc::KeepReason::Warm,
+                None if warm.contains_key(&key) => crate::gc::KeepReason::Warm,
                 None if needed.contains_key(&key) => crate::gc::KeepReason::NeededByPod,
                 None => continue,
             };
@@ -211,10 +211,10 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         settings: &Settings,
         listed: &ListedImages,
         now: UnixNanos,
-    ) -> Result<BTreeSet<RecordKey>, GcError> {
+    ) -> Result<BTreeMap<RecordKey, String>, GcError> {
         let warm = &settings.config.warm;
         if fault_hooks().ignore_warm() {
-            return Ok(BTreeSet::new());
+            return Ok(BTreeMap::new());
         }
         let history = match warm.from_history {
             Some(window) => {
@@ -229,7 +229,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         };
         let keep_sets = self.node_keep_sets.warm_set();
         if warm.is_empty() && history.is_empty() && keep_sets.is_empty() {
-            return Ok(BTreeSet::new());
+            return Ok(BTreeMap::new());
         }
         // Lookups of each listed image's names in the set's index and in one of the
         // history's entries: no cost grows with entries times images (issue 41).
@@ -240,16 +240,19 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         );
         Ok(listed
             .iter()
-            .filter(|image| {
-                warm.keeps(image, now).is_some()
-                    || keep_sets.keeps(image, now).is_some()
-                    || history_index
-                        .naming(image)
-                        .into_iter()
-                        .filter_map(|at| history.get(at))
-                        .any(|e| e.active(now))
+            .filter_map(|image| {
+                let entry = warm
+                    .keeps(&image, now)
+                    .or_else(|| keep_sets.keeps(&image, now))
+                    .or_else(|| {
+                        history_index
+                            .naming(&image)
+                            .into_iter()
+                            .filter_map(|at| history.get(at))
+                            .find(|e| e.active(now))
+                    })?;
+                Some((image.record_key(), entry.origin.clone()))
             })
-            .map(|image| image.record_key())
             .collect())
     }
 }
