@@ -132,7 +132,7 @@ impl Store {
     /// reads a non-durable commit as any other; it only skips writing redb's header and
     /// freeing the superseded pages at once, which a memory backend has no use for (its
     /// `sync` does nothing), and the periodic durable commit frees them.
-    fn commit_durability(&self) -> Durability {
+    pub(super) fn commit_durability(&self) -> Durability {
         match self.durable_every {
             0 => self.durability,
             every if (self.commits() + 1).is_multiple_of(every) => Durability::Immediate,
