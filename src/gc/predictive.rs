@@ -276,7 +276,8 @@ struct Scratch {
 fn sessions(
     last_used: UnixNanos,
     history: &ImageHistory,
-    (points, merged): (&mut Vec<(i64, i64)>, &mut Vec<(i64, i64)>),
+    points: &mut Vec<(i64, i64)>,
+    merged: &mut Vec<(i64, i64)>,
     out: &mut Vec<(i64, i64)>,
 ) {
     points.clear();
@@ -410,7 +411,8 @@ fn estimate_of(
     sessions(
         record.last_used,
         history,
-        (&mut scratch.points, &mut scratch.merged),
+        &mut scratch.points,
+        &mut scratch.merged,
         &mut scratch.sessions,
     );
     let sessions = &scratch.sessions;
