@@ -44,6 +44,7 @@ mod runtime_pin_notes;
 pub mod runtime_pin_record;
 pub mod runtime_pins;
 pub(crate) mod signals;
+mod sorted_runs;
 mod space;
 mod watch;
 mod watch_health;

@@ -41,6 +41,7 @@ use serde::Serialize;
 
 use super::adaptive::{self, AdaptiveRank, ListedTags};
 use super::signals::KnownUse;
+use super::sorted_runs::sort_runs;
 use crate::model::{
     ImageRecord, JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey,
 };
@@ -264,6 +265,8 @@ pub const MERGE_GAP: Duration = Duration::from_secs(60);
 #[derive(Debug, Default)]
 struct Scratch {
     points: Vec<(i64, i64)>,
+    /// `sorted_runs`' buffer for `points`.
+    merged: Vec<(i64, i64)>,
     sessions: Vec<(i64, i64)>,
     starts: Vec<i64>,
 }
@@ -274,6 +277,7 @@ fn sessions(
     last_used: UnixNanos,
     history: &ImageHistory,
     points: &mut Vec<(i64, i64)>,
+    merged: &mut Vec<(i64, i64)>,
     out: &mut Vec<(i64, i64)>,
 ) {
     points.clear();
@@ -282,7 +286,9 @@ fn sessions(
     if last_used != UnixNanos::NEVER {
         points.push((last_used.0, last_used.0));
     }
-    points.sort_unstable();
+    // A few runs already in order (the open uses, the closed ones, the pulls, each by
+    // start): merged (`sorted_runs.rs`), the same points as a sort from scratch.
+    sort_runs(points, merged);
     out.clear();
     for &(s, e) in points.iter() {
         match out.last_mut() {
@@ -406,6 +412,7 @@ fn estimate_of(
         record.last_used,
         history,
         &mut scratch.points,
+        &mut scratch.merged,
         &mut scratch.sessions,
     );
     let sessions = &scratch.sessions;
@@ -693,13 +700,25 @@ pub(crate) fn histories_of_rows(
     len: usize,
     rows: &HistoryRows,
 ) -> (Vec<Option<u32>>, Vec<ImageHistory>) {
+    // Each image's rows counted first, so that its history is allocated once.
+    let mut counts: Vec<(u32, u32)> = vec![(0, 0); len];
+    for &(at, _, _) in &rows.uses {
+        counts[at as usize].0 += 1;
+    }
+    for &(at, _) in &rows.pulls {
+        counts[at as usize].1 += 1;
+    }
     let mut of: Vec<Option<u32>> = vec![None; len];
     let mut histories: Vec<ImageHistory> = Vec::new();
     let mut slot = |at: u32, histories: &mut Vec<ImageHistory>| {
         let next = u32::try_from(histories.len()).expect("fewer than 4G history rows");
         let index = *of[at as usize].get_or_insert(next);
         if index == next {
-            histories.push(ImageHistory::default());
+            let (uses, pulls) = counts[at as usize];
+            histories.push(ImageHistory {
+                uses: Vec::with_capacity(uses as usize),
+                pulls: Vec::with_capacity(pulls as usize),
+            });
         }
         index as usize
     };

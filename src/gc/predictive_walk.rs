@@ -137,11 +137,10 @@ pub fn predictive_walk_with(
     let tags = ListedTags::from_ends(names, ends);
     // Only what the ranking reads: the re-pulled journal entries' count by id (the returns)
     // and the times of the ranked images' history rows, from the store's history mirror.
-    let by_id = store.repulled_counts()?;
+    let returns = store.with_repulled_counts(|by_id| returns_by_position(&keys, by_id))?;
     let rows = store.histories_of_sorted_keys(&keys)?;
     let (history_of, histories) = histories_of_rows(keys.len(), &rows);
     drop(rows);
-    let returns = returns_by_position(&keys, &by_id);
     let known = known_by_position(listed, &positions, known);
     let listing = Listing {
         keys: &keys,

@@ -3,7 +3,8 @@
 //! (`validate.rs`: a bad key is [`StoreError::InvalidKey`] and nothing is written); then the
 //! operations run in the batch's order in that one transaction, each table opened at its
 //! first use ([`LazyTable`]). It commits with the store's durability (`Durability::Immediate`,
-//! except on a store opened in `CommitMode::NonDurableForTests`) and only if something
+//! except on a store opened in `CommitMode::NonDurableForTests`, and on a store held in memory
+//! but for one commit in `MEMORY_DURABLE_EVERY`) and only if something
 //! changed: a batch that changes nothing is aborted and commits nothing ([`Store::commits`]
 //! counts real commits). The handle lock is held shared for the whole transaction, so a
 //! reopen never drops a handle mid-commit.
@@ -23,7 +24,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{Durability, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::codec::{BackoffKey, Codec, IndexKey, JournalKey, MetaKey, MetaValue, WarmPosition};
 use super::eviction::row_records;
@@ -78,7 +79,7 @@ impl Store {
             }
         };
         let mut txn = db.begin_write().map_err(|e| self.redb_err(e))?;
-        txn.set_durability(self.durability)
+        txn.set_durability(self.commit_durability())
             .map_err(|e| self.redb_err(e))?;
         txn.set_quick_repair(self.options.quick_repair);
         let retention = self.journal_retention();
@@ -121,6 +122,22 @@ impl Store {
             repulls,
             journaled,
         })
+    }
+}
+
+impl Store {
+    /// The durability of the next commit: the store's, except on a store held in memory
+    /// (`durable_every` > 0), where a commit is `Immediate` only once every `durable_every`
+    /// commits and `None` otherwise. What a transaction reads does not depend on it: redb
+    /// reads a non-durable commit as any other; it only skips writing redb's header and
+    /// freeing the superseded pages at once, which a memory backend has no use for (its
+    /// `sync` does nothing), and the periodic durable commit frees them.
+    pub(super) fn commit_durability(&self) -> Durability {
+        match self.durable_every {
+            0 => self.durability,
+            every if (self.commits() + 1).is_multiple_of(every) => Durability::Immediate,
+            _ => Durability::None,
+        }
     }
 }
 

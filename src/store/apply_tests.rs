@@ -328,3 +328,52 @@ fn a_record_update_that_keeps_its_times_keeps_its_index_row_unwritten() {
     );
     assert_eq!(store.check().expect("check"), []);
 }
+
+/// A store held in memory commits durably once in `MEMORY_DURABLE_EVERY` commits and with
+/// `Durability::None` otherwise: after every batch, before, at and after its durable commits,
+/// it reads the records and the journal a file store applying the same batches reads.
+#[test]
+fn a_store_held_in_memory_reads_what_a_file_store_reads_across_its_durable_commits() {
+    use super::open::MEMORY_DURABLE_EVERY;
+    use redb::Durability;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = Store::open(&dir.path().join("db.redb"), UnixNanos(1)).expect("open");
+    let memory =
+        Store::open_in_memory(std::path::Path::new("memory.redb"), UnixNanos(1)).expect("open");
+    let mut durable = 0;
+    for i in 0..(2 * MEMORY_DURABLE_EVERY + 10) {
+        let at = i64::try_from(i).expect("small") + 10;
+        let id = format!("{}", i % 40);
+        let mut batch = Batch::new();
+        if i % 7 == 3 {
+            batch.evict(
+                key(&id),
+                EvictionNote {
+                    removed_at: UnixNanos::from_secs(at),
+                    reason: RemovalReason::Unused,
+                    rank: 1,
+                    fs: None,
+                },
+            );
+        } else {
+            batch.upsert(key(&id), record(at, at + 1));
+        }
+        let immediate = matches!(memory.commit_durability(), Durability::Immediate);
+        let committed = memory.apply(&batch).expect("memory apply");
+        assert_eq!(committed, file.apply(&batch).expect("file apply"));
+        if committed && immediate {
+            durable += 1;
+            assert!(memory.commits().is_multiple_of(MEMORY_DURABLE_EVERY));
+        }
+        assert_eq!(
+            memory.records().expect("records"),
+            file.records().expect("records")
+        );
+        assert_eq!(
+            memory.journal().expect("journal"),
+            file.journal().expect("journal")
+        );
+    }
+    assert_eq!(durable, memory.commits() / MEMORY_DURABLE_EVERY);
+    assert!(durable >= 1);
+}

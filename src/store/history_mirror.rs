@@ -279,14 +279,24 @@ impl Store {
     /// returns count: [`Store::journal_repulled`] counted by id), from the history mirror, or
     /// from the journal when the store cannot hold one.
     pub fn repulled_counts(&self) -> Result<BTreeMap<ImageId, u32>, StoreError> {
-        match self.with_history_mirror(|mirror| mirror.returns.clone()) {
-            Some(returns) => Ok(returns),
+        self.with_repulled_counts(BTreeMap::clone)
+    }
+
+    /// `read` of [`Store::repulled_counts`]'s counts, read in place in the history mirror (no
+    /// copy of them: a walk reads a few ids of the map), or from the journal when the store
+    /// cannot hold one. The mirror stays locked while `read` runs: it must not use the store.
+    pub fn with_repulled_counts<T>(
+        &self,
+        read: impl Fn(&BTreeMap<ImageId, u32>) -> T,
+    ) -> Result<T, StoreError> {
+        match self.with_history_mirror(|mirror| read(&mirror.returns)) {
+            Some(answer) => Ok(answer),
             None => {
                 let mut out: BTreeMap<ImageId, u32> = BTreeMap::new();
                 for (key, _) in self.journal_repulled()? {
                     *out.entry(key.key.image_id).or_default() += 1;
                 }
-                Ok(out)
+                Ok(read(&out))
             }
         }
     }

@@ -153,6 +153,9 @@ pub struct Store {
     commit_nanos_total: AtomicU64,
     /// `Immediate` always, except on a store opened in [`CommitMode::NonDurableForTests`].
     durability: Durability,
+    /// 0, except on a store held in memory ([`Store::open_in_memory`]): then only every this
+    /// many commits is `Immediate`, the others `None` (`apply.rs`, `commit_durability`).
+    durable_every: u64,
     /// The health flag and handle generation, shared with the lazy scans
     /// ([`RecordScan`], [`EvictionIter`]) so they can tell a reopen happened under them.
     liveness: Arc<Liveness>,
@@ -245,6 +248,7 @@ impl Store {
             commits: AtomicU64::new(0),
             commit_nanos_total: AtomicU64::new(0),
             durability,
+            durable_every: 0,
             liveness: Arc::new(Liveness {
                 healthy: AtomicBool::new(true),
                 generation: RwLock::new(0),

@@ -30,6 +30,12 @@ use super::tables::META;
 use super::{Handle, Source, Store, StoreError};
 use crate::model::UnixNanos;
 
+/// On a store held in memory, one commit in this many is durable
+/// ([`Store::open_in_memory`]): enough to amortize a durable commit and its epilogue, while
+/// the bookkeeping redb keeps for the non-durable commits since the last durable one stays
+/// small.
+pub(super) const MEMORY_DURABLE_EVERY: u64 = 256;
+
 impl Store {
     /// A store over `handle` that never reopens itself (read-only opens, inspect's verified
     /// copies, a recovery check).
@@ -305,6 +311,9 @@ impl Store {
             quick_repair: false,
             ..StoreOptions::default()
         };
+        // Nothing to lose at a crash: most commits skip redb's durable commit and its
+        // epilogue (`apply.rs`, `commit_durability`).
+        store.durable_every = MEMORY_DURABLE_EVERY;
         store.initialize(now)?;
         store.read_table_definitions()?;
         Ok(store)
