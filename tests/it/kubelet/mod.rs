@@ -26,6 +26,13 @@ static KUBELET_LAB_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(
 /// scripts/kubelet-lab's default, the long-term release.
 pub const CONTAINERD_RELEASE: &str = "2.3";
 
+/// The node filesystem's hard eviction line a test's `evictionHard` drop-in repeats: the lab's
+/// base config has it at 1 % (scripts/kubelet-lab: the kubelet's root dir is on this machine's
+/// shared disk, whose free share builds move below the default 10 %), and a drop-in naming
+/// `evictionHard` keeps it whether the kubelet merges the map key by key or takes it whole
+/// with the defaults filled in.
+pub const NODEFS_LINE: &str = "nodefs.available: \"1%\"";
+
 /// The running kubelet lab, from kubelet.env and the cri-lab's lab.env beside it.
 pub struct KubeletLab {
     pub lab: Lab,

@@ -26,7 +26,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::super::{Agent, KubeletLab, kubelet_lab};
+use super::super::{Agent, KubeletLab, NODEFS_LINE, kubelet_lab};
 use super::{IMAGE_GC_PASS, image_id, imagefs, reference, remove_all_images_but_the_sandbox};
 use crate::support::{self, bin};
 
@@ -309,7 +309,7 @@ async fn the_real_kubelets_image_gc_and_delete_unused_images_spare_the_agents_pi
         "80-keeps",
         &format!(
             "imageMinimumGCAge: {}s\nimageGCHighThresholdPercent: {GC_HIGH}\n\
-             imageGCLowThresholdPercent: {GC_LOW}\nevictionHard:\n  imagefs.available: \"{EVICTION_AVAILABLE}%\"\n",
+             imageGCLowThresholdPercent: {GC_LOW}\nevictionHard:\n  imagefs.available: \"{EVICTION_AVAILABLE}%\"\n  {NODEFS_LINE}\n",
             MIN_AGE.as_secs()
         ),
     );
@@ -524,7 +524,9 @@ async fn a_pin_through_the_agent_at_its_default_periods_is_carried_when_pin_answ
     // manager's to remove at its next pass.
     kl.write_drop_in(
         "70-imagefs-pressure",
-        "imageMinimumGCAge: 1s\nevictionHard:\n  imagefs.available: \"99%\"\n",
+        &format!(
+            "imageMinimumGCAge: 1s\nevictionHard:\n  imagefs.available: \"99%\"\n  {NODEFS_LINE}\n"
+        ),
     );
     kl.restart();
     let (removal, _) = kl
