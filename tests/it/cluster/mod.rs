@@ -188,6 +188,43 @@ impl ClusterLab {
         .await
     }
 
+    /// [`Self::wait_for_pulled`], whose line must be the kubelet's "already present on
+    /// machine": the pod started with no pull. The line is printed.
+    pub async fn wait_for_no_pull(
+        &self,
+        what: &str,
+        pod_prefix: &str,
+        image: &str,
+        deadline: Duration,
+    ) {
+        let pulled = self
+            .wait_for_pulled(what, pod_prefix, image, deadline)
+            .await;
+        println!("{pulled}");
+        assert!(
+            pulled.contains("already present on machine"),
+            "{what}: the pod found {image} absent: {pulled}"
+        );
+    }
+
+    /// Waits until no pod in `default` matches the label selector `selector` (kubectl get
+    /// pods, every second until `deadline`).
+    pub async fn wait_for_no_pods(&self, selector: &str, deadline: Duration) {
+        support::wait_for(
+            &format!("the pods {selector} gone (kubectl get pods)"),
+            deadline,
+            || async {
+                let left =
+                    self.kubectl(&["-n", "default", "get", "pods", "-l", selector, "-o", "name"]);
+                if !left.trim().is_empty() {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                left.trim().is_empty().then_some(())
+            },
+        )
+        .await;
+    }
+
     /// `crictl ARGS` against the lab's containerd, run to its end.
     pub fn crictl_output(&self, args: &[&str]) -> Output {
         let endpoint = self.env("CLUSTER_LAB_CRI_ENDPOINT");
