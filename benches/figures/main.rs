@@ -103,8 +103,9 @@ fn main() {
             pins::figures(&work, timing.quick, &mut figures);
             pins_agent::figures(&work, timing.quick, &mut figures);
         }
-        // `scripts/bench --commit` / `--repair`: the store's figures only (`store_figures`).
-        Some("commit" | "repair") => {}
+        // `scripts/bench --commit` / `--repair` / `--churn`: the store's figures only
+        // (`store_figures`).
+        Some("commit" | "repair" | "churn") => {}
         _ => all_figures(&work, &timing, &mut figures),
     }
     figures.write(&out_dir);

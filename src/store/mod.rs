@@ -166,6 +166,10 @@ pub struct Store {
     /// never): with `last_compacted_bytes`, how much file redb needs per counted live byte
     /// (`compact.rs`).
     last_compacted_live_bytes: AtomicU64,
+    /// Whether this handle has seen its file hold fewer blocks than its length: the file
+    /// system keeps holes, and compaction keeps the blocks within their own bound
+    /// (`compact.rs`).
+    file_holes_seen: AtomicBool,
     /// The journal's retention, applied by every transaction that writes the journal.
     retention: RwLock<JournalRetention>,
     /// How the file was opened (kept for a reopen) and whether commits set quick repair.
@@ -257,6 +261,7 @@ impl Store {
             reopens: AtomicU64::new(0),
             last_compacted_bytes: AtomicU64::new(0),
             last_compacted_live_bytes: AtomicU64::new(0),
+            file_holes_seen: AtomicBool::new(false),
             retention: RwLock::new(JournalRetention::default()),
             options: database::StoreOptions::default(),
             upgraded_from: None,
