@@ -219,15 +219,16 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 .with_config_source(source)
                 .with_node_events(node_events),
         );
+        let mut probe = ApiProbe::default();
         if let Some(node) = signals_node {
             let pods = agent.gc_manager().bound_pods();
             let signals = agent.gc_manager().cluster_signals();
-            if watch_bound_pods(pods.clone(), signals, node).await {
+            if watch_bound_pods(pods.clone(), signals, node, &mut probe).await {
                 wait_for_first_list(&pods).await;
             }
         }
         if let Some(node) = keep_sets_node {
-            watch_keep_sets(agent.gc_manager().node_keep_sets(), node).await;
+            watch_keep_sets(agent.gc_manager().node_keep_sets(), node, &mut probe).await;
         }
         // "agent started" and the service manager's messages come once the admin socket is
         // bound and the metrics endpoint set up (`Listeners::bound`); not at all if that fails.
@@ -338,6 +339,7 @@ async fn watch_bound_pods(
     pods: imagekeeper::gc::BoundPods,
     signals: imagekeeper::gc::ClusterSignals,
     node: String,
+    probe: &mut ApiProbe,
 ) -> bool {
     #[cfg(feature = "kube")]
     {
@@ -347,20 +349,26 @@ async fn watch_bound_pods(
                     node,
                     "Watching the pods bound to this node: their images are kept"
                 );
+                let reach = probe.reach(&client);
                 tokio::spawn(imagekeeper::cluster::watch_daemonsets(
                     client.clone(),
                     pods.clone(),
+                    reach.clone(),
                 ));
                 tokio::spawn(imagekeeper::cluster::watch_cronjobs(
                     client.clone(),
                     node.clone(),
                     signals.clone(),
+                    reach.clone(),
                 ));
                 tokio::spawn(imagekeeper::cluster::watch_replicasets(
                     client.clone(),
                     signals,
+                    reach.clone(),
                 ));
-                tokio::spawn(imagekeeper::cluster::watch_bound_pods(client, node, pods));
+                tokio::spawn(imagekeeper::cluster::watch_bound_pods(
+                    client, node, pods, reach,
+                ));
                 true
             }
             Err(e) => {
@@ -371,12 +379,38 @@ async fn watch_bound_pods(
     }
     #[cfg(not(feature = "kube"))]
     {
-        let _ = (pods, signals);
+        let _ = (pods, signals, probe);
         warn!(
             node,
             "Cluster signals are off: built without the kube feature"
         );
         false
+    }
+}
+
+/// The API server's probe (`cluster::probe_api_server`), one for every watch: started with the
+/// first watch's client.
+#[derive(Default)]
+struct ApiProbe {
+    #[cfg(feature = "kube")]
+    reach: Option<imagekeeper::cluster::ApiReach>,
+}
+
+#[cfg(feature = "kube")]
+impl ApiProbe {
+    /// The watches' view of the probe, which this starts if none runs yet.
+    fn reach(&mut self, client: &kube::Client) -> imagekeeper::cluster::ApiReach {
+        self.reach
+            .get_or_insert_with(|| {
+                let (tx, reach) = imagekeeper::cluster::api_reach();
+                tokio::spawn(imagekeeper::cluster::probe_api_server(
+                    client.clone(),
+                    tx,
+                    imagekeeper::cluster::ProbeTiming::default(),
+                ));
+                reach
+            })
+            .clone()
     }
 }
 
@@ -393,7 +427,11 @@ async fn in_cluster_client() -> Result<kube::Client, String> {
 /// candidacy for writing the fleet's counts into the sets' status (the Lease), in the
 /// background for the agent's life; without in-cluster credentials one warning, and the
 /// node's pins stay as they are.
-async fn watch_keep_sets(handle: imagekeeper::gc::NodeKeepSets, node: String) {
+async fn watch_keep_sets(
+    handle: imagekeeper::gc::NodeKeepSets,
+    node: String,
+    probe: &mut ApiProbe,
+) {
     #[cfg(feature = "kube")]
     {
         match in_cluster_client().await {
@@ -412,7 +450,10 @@ async fn watch_keep_sets(handle: imagekeeper::gc::NodeKeepSets, node: String) {
                     node.clone(),
                     Arc::new(SystemClock),
                 ));
-                tokio::spawn(imagekeeper::cluster::watch_keep_sets(client, node, handle));
+                let reach = probe.reach(&client);
+                tokio::spawn(imagekeeper::cluster::watch_keep_sets(
+                    client, node, handle, reach,
+                ));
             }
             Err(e) => {
                 warn!(error = %e, node, "KeepSets are off: no API server credentials");
@@ -421,7 +462,7 @@ async fn watch_keep_sets(handle: imagekeeper::gc::NodeKeepSets, node: String) {
     }
     #[cfg(not(feature = "kube"))]
     {
-        let _ = handle;
+        let _ = (handle, probe);
         warn!(node, "KeepSets are off: built without the kube feature");
     }
 }

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::reach::ApiReach;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::PodSpec;
 use kube::runtime::watcher::{self, Event};
@@ -149,7 +150,12 @@ impl CronJobWatch {
 }
 
 /// Watches every namespace's CronJobs until the task is dropped, writing them to `signals`.
-pub async fn watch_cronjobs(client: Client, node: String, signals: ClusterSignals) {
+pub async fn watch_cronjobs(
+    client: Client,
+    node: String,
+    signals: ClusterSignals,
+    reach: ApiReach,
+) {
     let api: Api<CronJob> = Api::all(client);
     let mut watch = CronJobWatch::new(signals.clone(), node);
     super::drive::drive(
@@ -157,6 +163,7 @@ pub async fn watch_cronjobs(client: Client, node: String, signals: ClusterSignal
         watcher::Config::default(),
         "the CronJobs",
         signals.cronjobs_watch_health(),
+        reach,
         |event| watch.apply(event),
     )
     .await;

@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use super::reach::ApiReach;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
@@ -80,7 +81,7 @@ impl DaemonSetWatch {
 
 /// Watches every namespace's DaemonSets until the task is dropped, writing their templates'
 /// images to `pods`.
-pub async fn watch_daemonsets(client: Client, pods: BoundPods) {
+pub async fn watch_daemonsets(client: Client, pods: BoundPods, reach: ApiReach) {
     let api: Api<DaemonSet> = Api::all(client);
     let mut watch = DaemonSetWatch::new(pods.clone());
     super::drive::drive(
@@ -88,6 +89,7 @@ pub async fn watch_daemonsets(client: Client, pods: BoundPods) {
         watcher::Config::default(),
         "the DaemonSets",
         pods.daemonset_watch_health(),
+        reach,
         |event| watch.apply(event),
     )
     .await;

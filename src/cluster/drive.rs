@@ -1,6 +1,10 @@
 //! The one loop every cluster signals' watch runs: kube-rs's watcher with its default backoff,
 //! each event handed to the watch's own state, its health ([`WatchHealth`]) kept, and a failure
 //! logged once per change of state (a failing watch keeps the last set; the watcher retries).
+//! The API server's probe ([`ApiReach`], `reach.rs`) speaks for a watch whose connection has
+//! gone silent: when the probe finds the API server away the watch is marked failing, and when
+//! it is back the watch is started anew (a relist), not left on a connection that may wait
+//! minutes for its read timeout.
 //!
 //! Invariants: the loop only reads (list and watch); it ends only when the task is dropped.
 //! Only what the API server sent counts as an answer: the watcher's `Init`, which it yields
@@ -14,39 +18,62 @@ use kube::runtime::watcher::{self, Event};
 use std::sync::Arc;
 use tracing::{info, warn};
 
+use super::reach::ApiReach;
 use crate::gc::WatchHealth;
 
 /// Watches `api` with `config` until the task is dropped, handing each event to `apply`;
-/// `what` names the watched objects in the log ("the DaemonSets").
+/// `what` names the watched objects in the log ("the DaemonSets"); `reach` is the API
+/// server's probe.
 pub(super) async fn drive<K>(
     api: Api<K>,
     config: watcher::Config,
     what: &'static str,
     health: Arc<WatchHealth>,
+    mut reach: ApiReach,
     mut apply: impl FnMut(Event<K>),
 ) where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     health.started();
     let mut failing = false;
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => {
-                if is_answer(&event) {
-                    health.answered();
-                    if failing {
-                        info!("Watching {what} again");
-                        failing = false;
+    loop {
+        // A new watcher starts with a list: what changed while the API server was away.
+        let mut events =
+            std::pin::pin!(watcher::watcher(api.clone(), config.clone()).default_backoff());
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                now = reach.changed() => {
+                    if now.away {
+                        health.failed();
+                        if !failing {
+                            warn!("The API server does not answer: the watch of {what} keeps the last set");
+                            failing = true;
+                        }
+                        continue;
                     }
+                    info!("The API server answers again: listing {what} anew");
+                    break;
                 }
-                apply(event);
-            }
-            Err(e) => {
-                health.failed();
-                if !failing {
-                    warn!(error = %e, "The watch of {what} failed: the last set holds, retrying");
-                    failing = true;
+            };
+            let Some(event) = event else { return };
+            match event {
+                Ok(event) => {
+                    if is_answer(&event) {
+                        health.answered();
+                        if failing {
+                            info!("Watching {what} again");
+                            failing = false;
+                        }
+                    }
+                    apply(event);
+                }
+                Err(e) => {
+                    health.failed();
+                    if !failing {
+                        warn!(error = %e, "The watch of {what} failed: the last set holds, retrying");
+                        failing = true;
+                    }
                 }
             }
         }

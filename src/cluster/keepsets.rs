@@ -18,6 +18,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use super::reach::ApiReach;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::runtime::watcher::{self, Event};
@@ -365,7 +366,7 @@ impl KeepSetWatch {
 
 /// Watches the KeepSets and this node's labels until the task is dropped, writing the sets
 /// selecting `node` to `handle`.
-pub async fn watch_keep_sets(client: Client, node: String, handle: NodeKeepSets) {
+pub async fn watch_keep_sets(client: Client, node: String, handle: NodeKeepSets, reach: ApiReach) {
     let watch = Arc::new(Mutex::new(KeepSetWatch::new(handle.clone())));
     let sets = {
         let watch = watch.clone();
@@ -375,6 +376,7 @@ pub async fn watch_keep_sets(client: Client, node: String, handle: NodeKeepSets)
             watcher::Config::default(),
             "the KeepSets",
             health,
+            reach.clone(),
             move |event| {
                 watch
                     .lock()
@@ -388,6 +390,7 @@ pub async fn watch_keep_sets(client: Client, node: String, handle: NodeKeepSets)
         watcher::Config::default().fields(&format!("metadata.name={node}")),
         "this node's labels",
         Arc::new(crate::gc::WatchHealth::default()),
+        reach,
         move |event| {
             watch
                 .lock()

@@ -10,14 +10,15 @@
 //! fleet's count of each set from every node's report (`keepset_fleet.rs`), written into the
 //! sets' status by one agent at a time (`fleet_writer.rs`, elected by a Lease, `lease.rs`).
 //! The sets' pull Secrets are read in the agent's own namespace (`pull_secrets.rs`). Every
-//! watch runs one loop (`drive.rs`).
+//! watch runs one loop (`drive.rs`), told by the API server's probe (`reach.rs`) when it is
+//! away and when it is back.
 //!
 //! Invariants: only reads (list, watch, and get of a pull Secret in the agent's namespace) but
 //! the node's own KeepSetReport and, while it holds the Lease, that Lease and the KeepSets'
 //! status subresource; the pods' watch has a field selector on `spec.nodeName`, so the API
 //! server sends this node's pods only; each pod is held as its image names, never as the
 //! object; a relist replaces the set at once when it is complete, not before; with the API
-//! server away the last set holds.
+//! server away the last set holds, and when it is back every watch lists anew.
 
 mod client;
 mod cronjobs;
@@ -30,6 +31,7 @@ mod keepsets;
 mod lease;
 mod pods;
 mod pull_secrets;
+mod reach;
 mod replicasets;
 #[cfg(test)]
 mod test_specs;
@@ -54,6 +56,7 @@ pub use pods::{
     PodWatch, controller_daemonset, controller_job, pod_images, spec_images, watch_bound_pods,
 };
 pub use pull_secrets::PullSecretReader;
+pub use reach::{ApiReach, ProbeState, ProbeTiming, Reach, api_reach, probe_api_server};
 pub use replicasets::{
     MAX_REPLICASETS, REVISION_ANNOTATION, ReplicaSetRevision, ReplicaSetWatch, replicaset_revision,
     revisions_of, watch_replicasets,

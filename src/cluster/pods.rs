@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use super::reach::ApiReach;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::api::ObjectMeta;
 use kube::runtime::watcher::{self, Event};
@@ -156,7 +157,7 @@ impl PodWatch {
 }
 
 /// Watches the pods bound to `node` until the task is dropped, writing their images to `pods`.
-pub async fn watch_bound_pods(client: Client, node: String, pods: BoundPods) {
+pub async fn watch_bound_pods(client: Client, node: String, pods: BoundPods, reach: ApiReach) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let mut watch = PodWatch::new(pods.clone());
@@ -165,6 +166,7 @@ pub async fn watch_bound_pods(client: Client, node: String, pods: BoundPods) {
         config,
         "the pods bound to this node",
         pods.watch_health(),
+        reach,
         |event| watch.apply(event),
     )
     .await;

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::reach::ApiReach;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
@@ -210,7 +211,7 @@ impl ReplicaSetWatch {
 
 /// Watches every namespace's ReplicaSets until the task is dropped, writing the Deployments'
 /// revisions to `signals`.
-pub async fn watch_replicasets(client: Client, signals: ClusterSignals) {
+pub async fn watch_replicasets(client: Client, signals: ClusterSignals, reach: ApiReach) {
     let api: Api<ReplicaSet> = Api::all(client);
     let mut watch = ReplicaSetWatch::new(signals.clone());
     super::drive::drive(
@@ -218,6 +219,7 @@ pub async fn watch_replicasets(client: Client, signals: ClusterSignals) {
         watcher::Config::default(),
         "the ReplicaSets",
         signals.replicasets_watch_health(),
+        reach,
         |event| watch.apply(event),
     )
     .await;

@@ -566,7 +566,7 @@ pub(super) const CLUSTER_WATCH_FAILING: MetricFamily = absent_when(
         G,
         None,
         &["resource"],
-        "1 while the watch's last answer was an error (the API server away, RBAC denied, an expired list): it retries with backoff and the last set it saw holds; 0 once it answers again.",
+        "1 while the watch's last answer was an error (the API server away, RBAC denied, an expired list) or the API server has not answered the agent's probe (GET /livez every 10 s, two in a row): it retries with backoff and the last set it saw holds; 0 once it answers again.",
     ),
     "until the cluster signals' watch started (clusterSignals on, with the API server's credentials)",
 );

@@ -13,6 +13,7 @@
 //! uninstalled when its [`Release`] is dropped, and the images it pulled are removed.
 
 mod lab;
+mod reach;
 mod watch;
 
 use std::collections::HashMap;

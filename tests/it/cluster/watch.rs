@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use imagekeeper::cluster::{capped_client, watch_bound_pods};
+use imagekeeper::cluster::{ApiReach, capped_client, watch_bound_pods};
 use imagekeeper::gc::BoundPods;
 
 use crate::node_events::{FirstAnswer, misbehaving_api_server};
@@ -35,7 +35,12 @@ async fn an_api_server_that_answers_endlessly_slowly_or_with_garbage_costs_the_w
         let client = capped_client(config, CAP).expect("client");
         let pods = BoundPods::default();
         pods.set_pod("ns/running".into(), vec!["kept:1".into()]);
-        let watch = tokio::spawn(watch_bound_pods(client, "node-a".into(), pods.clone()));
+        let watch = tokio::spawn(watch_bound_pods(
+            client,
+            "node-a".into(),
+            pods.clone(),
+            ApiReach::unprobed(),
+        ));
         let (sent, closed) = tokio::time::timeout(Duration::from_secs(60), first)
             .await
             .unwrap_or_else(|_| panic!("{answer:?}: the first answer ends within 60 s"))
