@@ -216,6 +216,7 @@ impl<R: AgentRuntime> Agent<R> {
                     .or_insert_with(|| format!("CronJob {}", run.cronjob));
             }
         }
+        self.bound_pods_prefetch(&pods, now, &mut wanted);
         let keep_sets = self.gc.node_keep_sets().warm_set();
         if wanted.is_empty() && keep_sets.is_empty() {
             return Vec::new();
@@ -247,6 +248,35 @@ impl<R: AgentRuntime> Agent<R> {
                 .cloned(),
         );
         entries
+    }
+
+    /// Issue 55's prefetch: the images the pods bound here name (but those of a pod naming an
+    /// `imagePullSecret`: `BoundPods::prefetch_images`), pulled ahead as warm entries of
+    /// origin `Pod namespace/name` within the warm plan's disk rule, so an image the kubelet
+    /// will pull only when it starts its container (a main container after the init
+    /// containers) is present by then. The lowest priority: DaemonSets' and CronJobs' entries
+    /// name an image first, and while the kubelet is pulling (a fresh pull intent, KEP-2535)
+    /// no pod's image is added, so a prefetch never competes with the kubelet's own pull
+    /// (never two pulls of one image). The next warm cycle, or the next change of the bound
+    /// pods, tries again.
+    fn bound_pods_prefetch(
+        &self,
+        pods: &crate::gc::BoundPods,
+        now: UnixNanos,
+        wanted: &mut BTreeMap<String, String>,
+    ) {
+        let images = pods.prefetch_images();
+        if images.is_empty() {
+            return;
+        }
+        let pulling = self.gc.kubelet_pulling(now);
+        if !pulling.is_empty() {
+            self.metrics.record_prefetch_yielded();
+            return;
+        }
+        for (image, pod) in images {
+            wanted.entry(image).or_insert_with(|| format!("Pod {pod}"));
+        }
     }
 
     /// Runs `work` on tokio's blocking pool, never on an async worker, and waits for it.

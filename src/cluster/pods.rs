@@ -92,6 +92,15 @@ pub fn spec_images(spec: &PodSpec) -> Vec<String> {
 }
 
 /// `namespace/name` of a pod.
+/// Whether `pod` names an `imagePullSecret` (its images are then not pulled ahead with the
+/// node's credentials: `gc::BoundPods::prefetch_images`).
+fn names_pull_secrets(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| spec.image_pull_secrets.as_ref())
+        .is_some_and(|secrets| !secrets.is_empty())
+}
+
 fn pod_key(pod: &Pod) -> String {
     format!(
         "{}/{}",
@@ -113,6 +122,7 @@ struct Relist {
     images: BTreeMap<String, Vec<String>>,
     owners: BTreeMap<String, String>,
     jobs: BTreeMap<String, String>,
+    pull_secrets: std::collections::BTreeSet<String>,
 }
 
 impl PodWatch {
@@ -128,7 +138,9 @@ impl PodWatch {
                 let key = pod_key(&pod);
                 self.pods.set_pod_job(&key, controller_job(&pod));
                 self.pods
-                    .set_pod_owned(key, pod_images(&pod), controller_daemonset(&pod));
+                    .set_pod_owned(key.clone(), pod_images(&pod), controller_daemonset(&pod));
+                self.pods
+                    .set_pod_pull_secrets(&key, names_pull_secrets(&pod));
             }
             Event::Delete(pod) => self.pods.remove_pod(&pod_key(&pod)),
             Event::Init => self.relist = Some(Relist::default()),
@@ -141,6 +153,9 @@ impl PodWatch {
                     if let Some(job) = controller_job(&pod) {
                         relist.jobs.insert(key.clone(), job);
                     }
+                    if names_pull_secrets(&pod) {
+                        relist.pull_secrets.insert(key.clone());
+                    }
                     relist.images.insert(key, pod_images(&pod));
                 }
             }
@@ -148,6 +163,7 @@ impl PodWatch {
                 if let Some(relist) = self.relist.take() {
                     self.pods.replace_pod_jobs(relist.jobs);
                     self.pods.replace_all_owned(relist.images, relist.owners);
+                    self.pods.replace_pod_pull_secrets(relist.pull_secrets);
                     self.pods.mark_synced();
                     info!(pods = self.pods.len(), "Listed the pods bound to this node");
                 }
@@ -224,6 +240,37 @@ mod tests {
             ["debug:1", "init:1", "main:1", "model:7", "side:1"]
         );
         assert!(pod_images(&Pod::default()).is_empty());
+    }
+
+    #[test]
+    fn a_pod_naming_a_pull_secret_is_marked_by_the_watch_and_by_a_relist() {
+        let with_secret = |name: &str, image: &str| {
+            let mut p = pod(name, &[], &[image]);
+            p.spec.as_mut().expect("spec").image_pull_secrets =
+                Some(vec![k8s_openapi::api::core::v1::LocalObjectReference {
+                    name: "regcred".into(),
+                }]);
+            p
+        };
+        let pods = BoundPods::default();
+        let mut watch = PodWatch::new(pods.clone());
+        watch.apply(Event::Apply(with_secret("a", "private:1")));
+        watch.apply(Event::Apply(pod("b", &[], &["public:1"])));
+        assert_eq!(pods.pods_with_pull_secrets(), ["ns/a"]);
+        // An empty list names no Secret.
+        let mut empty = pod("c", &[], &["public:2"]);
+        empty.spec.as_mut().expect("spec").image_pull_secrets = Some(Vec::new());
+        watch.apply(Event::Apply(empty));
+        assert_eq!(pods.pods_with_pull_secrets(), ["ns/a"]);
+        watch.apply(Event::Init);
+        watch.apply(Event::InitApply(pod("a", &[], &["private:1"])));
+        watch.apply(Event::InitApply(with_secret("d", "private:2")));
+        watch.apply(Event::InitDone);
+        assert_eq!(pods.pods_with_pull_secrets(), ["ns/d"]);
+        assert_eq!(
+            pods.prefetch_images().into_keys().collect::<Vec<_>>(),
+            ["private:1"]
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! once (its images are then kept by nothing of this set).
 
 mod daemonsets;
+mod prefetch;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -56,6 +57,9 @@ pub struct BoundPods {
     /// Each held pod's controller, when it is a Job: `namespace/name` (which CronJobs ran
     /// here, [`BoundPods::ran_cronjob`]).
     jobs: Arc<RwLock<BTreeMap<String, String>>>,
+    /// The held pods that name an `imagePullSecret`: their images are not pulled ahead with
+    /// the node's credentials (`prefetch.rs`).
+    secret_pods: Arc<RwLock<std::collections::BTreeSet<String>>>,
 }
 
 /// The cluster signals' state at one moment, for the metrics.
@@ -203,6 +207,7 @@ impl BoundPods {
     pub fn remove_pod(&self, pod: &str) {
         self.owners_mut().remove(pod);
         self.set_pod_job(pod, None);
+        self.set_pod_pull_secrets(pod, false);
         let changed = self.write().remove(pod).is_some();
         if changed {
             self.health.full.store(false, Ordering::Relaxed);

@@ -321,6 +321,21 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         &self.metrics
     }
 
+    /// The images the kubelet is pulling at `now`: its pull intents (KEP-2535) not stale by
+    /// the intent max age; empty when its records are not read. Reads the `pulling/`
+    /// directory (a few files).
+    pub fn kubelet_pulling(&self, now: UnixNanos) -> Vec<String> {
+        let settings = self.settings();
+        settings.kubelet().map_or_else(Vec::new, |reader| {
+            reader
+                .intents(settings.intent_age(now))
+                .found
+                .into_iter()
+                .map(|intent| intent.image)
+                .collect()
+        })
+    }
+
     /// How many kubelet pull intents the last read found older than the intent max age
     /// (`None` when the kubelet's records are not read).
     pub fn kubelet_stale_intents(&self) -> Option<u64> {

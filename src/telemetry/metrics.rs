@@ -78,6 +78,8 @@ pub struct AgentMetrics {
     warm_images: Mutex<Option<[u64; WarmState::ALL.len()]>>,
     /// Warm pulls (and `restore`'s): [succeeded, failed].
     warm_pulls: [std::sync::atomic::AtomicU64; 2],
+    /// Warm cycles whose bound pods' prefetch yielded to the kubelet's pulls.
+    prefetch_yields: std::sync::atomic::AtomicU64,
     /// The runtime pins, once `auto` decided (or with `off`).
     runtime_pins: Mutex<Option<RuntimePinsSample>>,
     /// The last disk accounting (`diskAccountingPeriod`), once one succeeded.
@@ -135,6 +137,7 @@ impl Default for AgentMetrics {
             image_cache_filled: std::sync::atomic::AtomicBool::new(false),
             warm_images: Mutex::new(None),
             warm_pulls: Default::default(),
+            prefetch_yields: Default::default(),
             runtime_pins: Mutex::new(None),
             disk: Mutex::new(None),
             disk_accountings: Default::default(),
@@ -213,6 +216,12 @@ impl AgentMetrics {
     }
 
     /// A warm (or restore) pull ended.
+    /// A warm cycle added no bound pod's image: the kubelet was pulling.
+    pub(crate) fn record_prefetch_yielded(&self) {
+        self.prefetch_yields
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub(crate) fn record_warm_pull(&self, success: bool) {
         self.warm_pulls[usize::from(!success)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
@@ -297,6 +306,7 @@ struct Snapshot {
     repull_delays: Histogram,
     warm_images: Option<[u64; WarmState::ALL.len()]>,
     warm_pulls: [u64; 2],
+    prefetch_yields: u64,
     runtime_pins: Option<RuntimePinsSample>,
     /// The cluster signals, once their watch started.
     cluster_signals: Option<crate::gc::BoundPodsSample>,
@@ -374,6 +384,9 @@ impl Snapshot {
             },
             warm_pulls: [0, 1]
                 .map(|i| agent.warm_pulls[i].load(std::sync::atomic::Ordering::Relaxed)),
+            prefetch_yields: agent
+                .prefetch_yields
+                .load(std::sync::atomic::Ordering::Relaxed),
             runtime_pins: match agent.runtime_pins.lock() {
                 Ok(w) => *w,
                 Err(p) => *p.into_inner(),

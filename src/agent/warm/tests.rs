@@ -663,6 +663,84 @@ async fn a_daemonsets_new_template_image_is_pulled_ahead_and_kept_while_its_pod_
     assert_eq!(lock_ignoring_poison(&runtime.pulls).len(), 1);
 }
 
+/// Issue 55's prefetch: a pod bound to this node whose init container runs names a main image
+/// that is absent (the kubelet pulls it only when it starts that container). While the
+/// kubelet is pulling (a fresh pull intent under its root dir) the warm cycle adds no pod's
+/// image and counts the yield; once it is not, the cycle pulls the main image as an entry of
+/// origin `Pod namespace/name`. A pod naming an `imagePullSecret` gets nothing pulled ahead:
+/// its image may need the Secret, which the agent does not read.
+#[tokio::test(start_paused = true)]
+async fn a_bound_pods_absent_image_is_pulled_ahead_unless_it_needs_a_pull_secret_or_the_kubelet_is_pulling()
+ {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = Registry {
+        registry: Arc::new(vec![
+            registry_image(1, "init:1", 100),
+            registry_image(2, "main:1", 100),
+            registry_image(3, "private:1", 100),
+        ]),
+        ..Registry::default()
+    };
+    runtime.node.state().fs = Some((1000, 900));
+    runtime.node.state().images = vec![registry_image(1, "init:1", 100)].into();
+    let kubelet_root = dir.path().join("kubelet");
+    let pulling = kubelet_root.join("image_manager/pulling");
+    std::fs::create_dir_all(&pulling).expect("mkdir");
+    let now = UnixNanos::from_secs(1_800_000_000);
+    let flags = FlagValues {
+        db: Some(dir.path().join("records.redb")),
+        admin_socket: Some(dir.path().join("admin.sock")),
+        minimum_image_ttl_duration: Some("0s".into()),
+        image_gc_high_threshold: Some(90),
+        image_gc_low_threshold: Some(80),
+        kubelet_root_dir: Some(kubelet_root.display().to_string()),
+        ..FlagValues::default()
+    };
+    let config = AgentConfig::resolve(&FileConfig::default(), None, &flags).expect("config");
+    let agent = Arc::new(
+        Agent::with_runtime(config, Arc::new(ManualClock::new(now)), runtime.clone())
+            .expect("agent"),
+    );
+    let pods = agent.gc_manager().bound_pods();
+    pods.set_pod("ns/web".into(), vec!["init:1".into(), "main:1".into()]);
+    pods.set_pod("ns/private".into(), vec!["private:1".into()]);
+    pods.set_pod_pull_secrets("ns/private", true);
+    // The kubelet is pulling (the intent written at the clock's now, so not stale).
+    let intent = pulling.join(crate::kubelet::record_file_name("other:1"));
+    std::fs::write(
+        &intent,
+        r#"{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1beta1","image":"other:1"}"#,
+    )
+    .expect("write the intent");
+    std::fs::File::options()
+        .write(true)
+        .open(&intent)
+        .and_then(|f| f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000)))
+        .expect("set the intent's mtime");
+    let plan = agent.warm_cycle().await;
+    assert!(plan.statuses.is_empty(), "yielded to the kubelet: {plan:?}");
+    assert!(lock_ignoring_poison(&runtime.pulls).is_empty());
+    assert!(
+        agent
+            .render_metrics()
+            .contains("imagekeeper_warm_prefetch_yields_total 1"),
+        "the yield is counted"
+    );
+    // The kubelet's pull ended.
+    std::fs::remove_file(&intent).expect("remove the intent");
+    let plan = agent.warm_cycle().await;
+    assert_eq!(
+        states(&plan),
+        [
+            ("init:1".to_owned(), WarmState::Present),
+            ("main:1".to_owned(), WarmState::Pulling),
+        ],
+        "the pod with a pull Secret: nothing"
+    );
+    assert_eq!(plan.statuses[1].entry.origin, "Pod ns/web");
+    assert_eq!(lock_ignoring_poison(&runtime.pulls).as_slice(), ["main:1"]);
+}
+
 /// `clusterSignals` with a CronJob (its lead, 10 minutes by default): before the lead nothing
 /// is pulled; from the lead the warm cycle pulls the absent image of a CronJob whose runs are
 /// this node's (its template names the node), as an entry of origin `CronJob ns/name`, and GC

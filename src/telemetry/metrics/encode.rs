@@ -163,6 +163,7 @@ impl Collector for Snapshot {
                     ([("result", "failure")], failed),
                 ],
             )?;
+            counter(&mut enc, &WARM_PREFETCH_YIELDS, self.prefetch_yields)?;
         }
         if let Some(pins) = self.runtime_pins {
             gauge(&mut enc, &RUNTIME_PINS_ENABLED, u64::from(pins.enabled))?;

@@ -363,6 +363,16 @@ pub(super) const WARM_IMAGES: MetricFamily = absent_when(
     ),
     "until the first warm cycle has run",
 );
+pub(super) const WARM_PREFETCH_YIELDS: MetricFamily = absent_when(
+    family(
+        "warm_prefetch_yields",
+        C,
+        None,
+        &[],
+        "Warm cycles that pulled no image ahead for the pods bound to this node because the kubelet was pulling (a pull intent, KEP-2535, not stale): the prefetch yields to the kubelet's own pulls and tries again at the next cycle.",
+    ),
+    "until the first warm cycle has run",
+);
 pub(super) const RUNTIME_PINS_ENABLED: MetricFamily = absent_when(
     family(
         "runtime_pins_enabled",
@@ -657,6 +667,7 @@ pub const METRICS: &[MetricFamily] = &[
     CONFIG_RELOADS,
     WARM_IMAGES,
     WARM_PULLS,
+    WARM_PREFETCH_YIELDS,
     RUNTIME_PINS_ENABLED,
     RUNTIME_PINNED_IMAGES,
     RUNTIME_PIN_DISAGREEMENTS,

@@ -52,6 +52,7 @@ fn full_snapshot() -> Snapshot {
         repull_delays: h,
         warm_images: Some([1, 0, 0, 1, 0, 0]),
         warm_pulls: [1, 0],
+        prefetch_yields: 0,
         runtime_pins: Some(RuntimePinsSample {
             enabled: true,
             pinned_images: 2,
