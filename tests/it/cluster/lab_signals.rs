@@ -307,3 +307,269 @@ async fn with_cluster_signals_a_rollout_undo_after_a_gc_pass_finds_the_previous_
     drop(release);
     cluster.remove_stopped_pod_sandboxes();
 }
+
+/// The lab's kube-apiserver stopped (SIGSTOP: a hung API server, its connections open and
+/// silent) until dropped, then continued.
+struct StoppedApiServer {
+    pid: String,
+}
+
+impl StoppedApiServer {
+    fn stop(cluster: &ClusterLab) -> StoppedApiServer {
+        // `scripts/cluster-lab` records each process's pid beside its logs' directory.
+        let logs = std::path::PathBuf::from(cluster.env("CLUSTER_LAB_LOG_DIR"));
+        let pid_file = logs.parent().expect("the lab's dir").join("apiserver.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+            .trim()
+            .to_owned();
+        signal(&pid, "-STOP");
+        StoppedApiServer { pid }
+    }
+}
+
+impl Drop for StoppedApiServer {
+    fn drop(&mut self) {
+        signal(&self.pid, "-CONT");
+    }
+}
+
+fn signal(pid: &str, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, pid])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// The agent's `imagekeeper_cluster_watch_failing{resource="pods"}`, read from its metrics
+/// endpoint on the node's address (no API server in the way).
+fn pods_watch_failing(cluster: &ClusterLab) -> Option<String> {
+    let url = format!("http://{}:9899/metrics", cluster.env("CLUSTER_LAB_NODE_IP"));
+    let out = cluster.run_in_namespace("curl", &["-sS", "-m", "10", &url]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("imagekeeper_cluster_watch_failing{resource=\"pods\"}"))
+        .and_then(|l| l.split_whitespace().last().map(str::to_owned))
+}
+
+/// Waits until the metric reads `want`; how long it took.
+async fn wait_for_pods_watch_failing(
+    cluster: &ClusterLab,
+    want: &str,
+    deadline: Duration,
+) -> Duration {
+    let started = std::time::Instant::now();
+    support::wait_for(
+        &format!("imagekeeper_cluster_watch_failing{{resource=\"pods\"}} {want} (curl /metrics)"),
+        deadline,
+        || async {
+            let now = pods_watch_failing(cluster);
+            if now.as_deref() != Some(want) {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            (now.as_deref() == Some(want)).then_some(())
+        },
+    )
+    .await;
+    started.elapsed()
+}
+
+/// Issue 55's "API server down for minutes": a pod bound to the node whose init container
+/// runs, its main image present and in no container (kept and runtime-pinned by the signals
+/// alone). The API server is stopped (SIGSTOP: hung, its connections open and silent) for two
+/// minutes. Within a minute the agent says so (`imagekeeper_cluster_watch_failing` 1 on its
+/// metrics endpoint; before the API server's probe, only at the client's 295-s read timeout),
+/// its GC goes on with the node's own knowledge (an image crictl pulls meanwhile is removed
+/// at 1/0), and the last set holds (the pod's image stays pinned). When the API server
+/// continues, the metric goes back to 0, and the pod's deletion reaches the node: its image
+/// is no longer pinned. The agent's log has the probe's two lines.
+#[tokio::test]
+#[ignore = "needs the cluster lab: scripts/cluster-lab up, IMAGEKEEPER_CLUSTER_LAB_ENV (scripts/test runs it)"]
+async fn with_the_api_server_hung_for_minutes_the_agent_says_so_keeps_its_last_set_and_catches_up()
+{
+    let cluster = cluster_lab("cluster::lab::signals::api_server_hung").await;
+    let (kept, loose) = (cluster.lab_image("data:5mb"), cluster.lab_image("data:1mb"));
+    let init = cluster.lab_image("busybox:1.35");
+    for image in [&kept, &init] {
+        crictl_pull(&cluster, image);
+    }
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: signals-hung, namespace: default}}\n\
+         spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
+         \x20 initContainers:\n  - {{name: wait, image: {init}, imagePullPolicy: IfNotPresent, \
+         command: [sleep, \"900\"]}}\n\
+         \x20 containers:\n  - {{name: main, image: {kept}, imagePullPolicy: IfNotPresent, \
+         command: [\"true\"]}}\n"
+    );
+    cluster.kubectl_apply(&pod);
+    let sets = [
+        "clusterSignals.enabled=true".to_owned(),
+        "extraArgs={--gc-period=5s}".to_owned(),
+    ];
+    let release = cluster.install("imagekeeper", &config(1, 0, ""), &sets);
+    release
+        .wait_for_log_line(
+            &["Listed the pods bound to this node"],
+            Duration::from_secs(60),
+        )
+        .await;
+    wait_for_runtime_image(
+        &cluster,
+        &kept,
+        Some(true),
+        &format!("{kept} kept and runtime-pinned for the bound pod (crictl)"),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(pods_watch_failing(&cluster).as_deref(), Some("0"));
+
+    let stopped = StoppedApiServer::stop(&cluster);
+    let down = std::time::Instant::now();
+    let noticed = wait_for_pods_watch_failing(&cluster, "1", Duration::from_secs(60)).await;
+    println!("the agent said the API server is away after {noticed:?}");
+    // The node's own knowledge: the GC removes an image pulled meanwhile.
+    crictl_pull(&cluster, &loose);
+    wait_for_runtime_image(
+        &cluster,
+        &loose,
+        None,
+        &format!("{loose} removed by the agent's GC with the API server away (crictl)"),
+        Duration::from_secs(60),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(120).saturating_sub(down.elapsed())).await;
+    assert_eq!(
+        runtime_image(&cluster, &kept),
+        Some(true),
+        "{kept}: still kept and pinned after two minutes without the API server"
+    );
+    drop(stopped);
+
+    let back = wait_for_pods_watch_failing(&cluster, "0", Duration::from_secs(60)).await;
+    println!("the agent said the API server answers again after {back:?}");
+    cluster.kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        "signals-hung",
+        "--grace-period=0",
+        "--wait=false",
+    ]);
+    support::wait_for(
+        &format!("{kept} no longer pinned once its pod is deleted (crictl)"),
+        Duration::from_secs(60),
+        || async {
+            let pinned = runtime_image(&cluster, &kept) == Some(true);
+            if pinned {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            (!pinned).then_some(())
+        },
+    )
+    .await;
+    let logs = release.logs();
+    for line in [
+        "The API server does not answer",
+        "The API server answers again",
+    ] {
+        assert!(logs.contains(line), "the agent's log has \"{line}\"");
+    }
+    drop(release);
+    // The node is Ready again before the next test (its lease went stale while the API
+    // server was stopped).
+    cluster.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        &format!("node/{}", cluster.node_name()),
+        "--timeout=120s",
+    ]);
+    let _ = cluster.crictl_output(&["rmi", &kept]);
+}
+
+/// Issue 55's prefetch of a bound pod's images: a pod bound to the node whose init container
+/// runs for 20 s names a main image that is absent. The kubelet would pull it only when the
+/// init container ends; the agent pulls it ahead (a warm pull of origin `Pod
+/// default/signals-prefetch`), crictl lists it present while the pod is still initializing,
+/// and the main container starts with the kubelet's "already present on machine".
+#[tokio::test]
+#[ignore = "needs the cluster lab: scripts/cluster-lab up, IMAGEKEEPER_CLUSTER_LAB_ENV (scripts/test runs it)"]
+async fn with_cluster_signals_a_bound_pods_absent_main_image_is_pulled_ahead_while_its_init_container_runs()
+ {
+    let cluster = cluster_lab("cluster::lab::signals::bound_pod_prefetch").await;
+    let (main, init) = (
+        cluster.lab_image("data:5mb"),
+        cluster.lab_image("busybox:1.35"),
+    );
+    crictl_pull(&cluster, &init);
+    let _ = cluster.crictl_output(&["rmi", &main]);
+    assert_eq!(
+        runtime_image(&cluster, &main),
+        None,
+        "{main} absent at the start"
+    );
+    let release = cluster.install(
+        "imagekeeper",
+        &config(85, 80, "warmPeriod = \"1h\"\n"),
+        &["clusterSignals.enabled=true".to_owned()],
+    );
+    release
+        .wait_for_log_line(
+            &["Listed the pods bound to this node"],
+            Duration::from_secs(60),
+        )
+        .await;
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: signals-prefetch, namespace: default}}\n\
+         spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
+         \x20 initContainers:\n  - {{name: wait, image: {init}, imagePullPolicy: IfNotPresent, \
+         command: [sleep, \"20\"]}}\n\
+         \x20 containers:\n  - {{name: main, image: {main}, imagePullPolicy: IfNotPresent, \
+         command: [\"true\"]}}\n"
+    );
+    cluster.kubectl_apply(&pod);
+    let pulling = release
+        .wait_for_log_line(
+            &["Pulling a warm image", "Pod default/signals-prefetch"],
+            Duration::from_secs(30),
+        )
+        .await;
+    println!("{pulling}");
+    wait_for_runtime_image(
+        &cluster,
+        &main,
+        Some(true),
+        &format!("{main} present (and pinned for the pod) while the init container runs (crictl)"),
+        Duration::from_secs(30),
+    )
+    .await;
+    let phase = cluster.kubectl(&[
+        "-n",
+        "default",
+        "get",
+        "pod",
+        "signals-prefetch",
+        "-o",
+        "jsonpath={.status.phase}",
+    ]);
+    assert_eq!(phase.trim(), "Pending", "the init container still runs");
+    cluster
+        .wait_for_no_pull(
+            "the pod's main container created (kubectl get events)",
+            "signals-prefetch ",
+            &main,
+            Duration::from_secs(120),
+        )
+        .await;
+    cluster.kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        "signals-prefetch",
+        "--wait=false",
+    ]);
+    drop(release);
+    let _ = cluster.crictl_output(&["rmi", &main]);
+}
