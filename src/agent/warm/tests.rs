@@ -642,8 +642,16 @@ async fn a_daemonsets_new_template_image_is_pulled_ahead_and_kept_while_its_pod_
     // The rollout.
     pods.set_daemonset("kube-system/agent".into(), vec!["agent:2".into()]);
     let plan = agent.warm_cycle().await;
-    assert_eq!(states(&plan), [("agent:2".to_owned(), WarmState::Pulling)]);
-    assert_eq!(plan.statuses[0].entry.origin, "DaemonSet kube-system/agent");
+    // The running pod's own image is an entry too (the bound pods' prefetch), present.
+    assert_eq!(
+        states(&plan),
+        [
+            ("agent:1".to_owned(), WarmState::Present),
+            ("agent:2".to_owned(), WarmState::Pulling)
+        ]
+    );
+    assert_eq!(plan.statuses[0].entry.origin, "Pod kube-system/agent-x1");
+    assert_eq!(plan.statuses[1].entry.origin, "DaemonSet kube-system/agent");
     assert_eq!(
         lock_ignoring_poison(&runtime.pulls).as_slice(),
         ["agent:2"],
