@@ -441,7 +441,9 @@ const ENDLESS_GIVE_UP_BYTES: u64 = 256 << 20;
 pub(crate) type FirstOutcome = (u64, bool);
 
 /// Reads one request (head and Content-Length body) from `conn`; `None` at EOF.
-async fn read_request(conn: &mut BufReader<tokio::net::TcpStream>) -> Option<(String, Vec<u8>)> {
+pub(crate) async fn read_request(
+    conn: &mut BufReader<tokio::net::TcpStream>,
+) -> Option<(String, Vec<u8>)> {
     let mut request_line = String::new();
     if conn.read_line(&mut request_line).await.unwrap_or(0) == 0 {
         return None;

@@ -763,6 +763,36 @@ fn runtime_image(cluster: &ClusterLab, image: &str) -> Option<bool> {
     Some(json["status"]["pinned"].as_bool().unwrap_or(false))
 }
 
+/// A pod `name` in `default`, on the host network, whose init container (`init`) sleeps
+/// `seconds` before its main container (`main`) runs `true`: the main image is named by a
+/// pod bound to the node and used by no container while the init container runs.
+fn init_container_pod(name: &str, init: &str, seconds: u32, main: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
+         \x20 initContainers:\n  - {{name: wait, image: {init}, imagePullPolicy: IfNotPresent, \
+         command: [sleep, \"{seconds}\"]}}\n\
+         \x20 containers:\n  - {{name: main, image: {main}, imagePullPolicy: IfNotPresent, \
+         command: [\"true\"]}}\n"
+    )
+}
+
+/// The phase of pod `name` in `default` (kubectl).
+fn pod_phase(cluster: &ClusterLab, name: &str) -> String {
+    cluster
+        .kubectl(&[
+            "-n",
+            "default",
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.status.phase}",
+        ])
+        .trim()
+        .to_owned()
+}
+
 /// Issue 55: a pod bound to the node whose init container runs for a while, its main image
 /// present and in no container yet. With `clusterSignals.enabled` and GC at 1/0 every 5 s, the
 /// agent removes an unused image and keeps the pod's (runtime-pinned, as the CRI lists it),
@@ -776,15 +806,7 @@ async fn with_cluster_signals_a_bound_pods_image_survives_gc_while_its_init_cont
     for image in [&main, &unused, &init] {
         crictl_pull(&cluster, image);
     }
-    let pod = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: signals-init, namespace: default}}\n\
-         spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
-         \x20 initContainers:\n  - {{name: wait, image: {init}, imagePullPolicy: IfNotPresent, \
-         command: [sleep, \"100\"]}}\n\
-         \x20 containers:\n  - {{name: main, image: {main}, imagePullPolicy: IfNotPresent, \
-         command: [\"true\"]}}\n"
-    );
-    cluster.kubectl_apply(&pod);
+    cluster.kubectl_apply(&init_container_pod("signals-init", &init, 100, &main));
     let sets = [
         "clusterSignals.enabled=true".to_owned(),
         "extraArgs={--gc-period=5s}".to_owned(),
@@ -810,16 +832,11 @@ async fn with_cluster_signals_a_bound_pods_image_survives_gc_while_its_init_cont
         },
     )
     .await;
-    let phase = cluster.kubectl(&[
-        "-n",
-        "default",
-        "get",
-        "pod",
-        "signals-init",
-        "-o",
-        "jsonpath={.status.phase}",
-    ]);
-    assert_eq!(phase.trim(), "Pending", "the init container still runs");
+    assert_eq!(
+        pod_phase(&cluster, "signals-init"),
+        "Pending",
+        "the init container still runs"
+    );
     assert_eq!(
         runtime_image(&cluster, &main),
         Some(true),

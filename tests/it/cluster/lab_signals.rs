@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use super::{config, crictl_pull, runtime_image, wait_for_runtime_image};
+use super::{
+    config, crictl_pull, init_container_pod, pod_phase, runtime_image, wait_for_runtime_image,
+};
 use crate::cluster::{ClusterLab, cluster_lab};
 use crate::support;
 
@@ -394,15 +396,7 @@ async fn with_the_api_server_hung_for_minutes_the_agent_says_so_keeps_its_last_s
     for image in [&kept, &init] {
         crictl_pull(&cluster, image);
     }
-    let pod = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: signals-hung, namespace: default}}\n\
-         spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
-         \x20 initContainers:\n  - {{name: wait, image: {init}, imagePullPolicy: IfNotPresent, \
-         command: [sleep, \"900\"]}}\n\
-         \x20 containers:\n  - {{name: main, image: {kept}, imagePullPolicy: IfNotPresent, \
-         command: [\"true\"]}}\n"
-    );
-    cluster.kubectl_apply(&pod);
+    cluster.kubectl_apply(&init_container_pod("signals-hung", &init, 900, &kept));
     let sets = [
         "clusterSignals.enabled=true".to_owned(),
         "extraArgs={--gc-period=5s}".to_owned(),
@@ -520,15 +514,7 @@ async fn with_cluster_signals_a_bound_pods_absent_main_image_is_pulled_ahead_whi
             Duration::from_secs(60),
         )
         .await;
-    let pod = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: signals-prefetch, namespace: default}}\n\
-         spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
-         \x20 initContainers:\n  - {{name: wait, image: {init}, imagePullPolicy: IfNotPresent, \
-         command: [sleep, \"20\"]}}\n\
-         \x20 containers:\n  - {{name: main, image: {main}, imagePullPolicy: IfNotPresent, \
-         command: [\"true\"]}}\n"
-    );
-    cluster.kubectl_apply(&pod);
+    cluster.kubectl_apply(&init_container_pod("signals-prefetch", &init, 20, &main));
     let pulling = release
         .wait_for_log_line(
             &["Pulling a warm image", "Pod default/signals-prefetch"],
@@ -544,16 +530,11 @@ async fn with_cluster_signals_a_bound_pods_absent_main_image_is_pulled_ahead_whi
         Duration::from_secs(30),
     )
     .await;
-    let phase = cluster.kubectl(&[
-        "-n",
-        "default",
-        "get",
-        "pod",
-        "signals-prefetch",
-        "-o",
-        "jsonpath={.status.phase}",
-    ]);
-    assert_eq!(phase.trim(), "Pending", "the init container still runs");
+    assert_eq!(
+        pod_phase(&cluster, "signals-prefetch"),
+        "Pending",
+        "the init container still runs"
+    );
     cluster
         .wait_for_no_pull(
             "the pod's main container created (kubectl get events)",

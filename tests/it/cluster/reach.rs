@@ -14,7 +14,7 @@ use imagekeeper::cluster::{
     ProbeTiming, api_reach, capped_client, probe_api_server, watch_bound_pods,
 };
 use imagekeeper::gc::BoundPods;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::time::Instant;
 
 /// What the stub serves: whether it answers, and the image its one pod names.
@@ -76,28 +76,9 @@ impl Stub {
     }
 }
 
-/// Reads one request's head (and its body, if any) from `conn`: its path; `None` at EOF.
+/// Reads one request from `conn`: its path; `None` at EOF.
 async fn read_request_path(conn: &mut BufReader<tokio::net::TcpStream>) -> Option<String> {
-    let mut request_line = String::new();
-    if conn.read_line(&mut request_line).await.unwrap_or(0) == 0 {
-        return None;
-    }
-    let mut length = 0usize;
-    loop {
-        let mut line = String::new();
-        conn.read_line(&mut line).await.ok()?;
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().ok()?;
-        }
-    }
-    let mut body = vec![0u8; length];
-    conn.read_exact(&mut body).await.ok()?;
+    let (request_line, _) = crate::node_events::read_request(conn).await?;
     request_line.split_whitespace().nth(1).map(str::to_owned)
 }
 
