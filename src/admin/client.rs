@@ -468,6 +468,7 @@ fn count<T>(reply: &tonic::Response<T>, key: &str) -> u64 {
 pub(super) fn outcome(reply: tonic::Response<GcResponse>) -> GcOutcome {
     let removed_omitted = count(&reply, super::REMOVED_OMITTED_METADATA_KEY);
     let warm_does_not_fit_omitted = count(&reply, super::WARM_OMITTED_METADATA_KEY);
+    let not_pulled_ahead_omitted = count(&reply, super::PREFETCH_OMITTED_METADATA_KEY);
     let reply = reply.into_inner();
     GcOutcome {
         removed: reply
@@ -495,6 +496,16 @@ pub(super) fn outcome(reply: tonic::Response<GcResponse>) -> GcOutcome {
             .collect(),
         removed_omitted,
         warm_does_not_fit_omitted,
+        not_pulled_ahead: reply
+            .not_pulled_ahead
+            .into_iter()
+            .map(|n| crate::gc::NotPulledAhead {
+                image: n.image,
+                pod: n.pod,
+                reason: n.reason,
+            })
+            .collect(),
+        not_pulled_ahead_omitted,
     }
 }
 

@@ -125,6 +125,13 @@ pub struct GcOutcome {
     /// Entries left out at the end of `warm_does_not_fit`, likewise.
     #[serde(skip_serializing_if = "is_zero")]
     pub warm_does_not_fit_omitted: u64,
+    /// A dry run through the running agent: the absent images of the pods bound to this node
+    /// that its prefetch does not pull ahead, and why (`clusterSignals`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_pulled_ahead: Vec<crate::gc::NotPulledAhead>,
+    /// Entries left out at the end of `not_pulled_ahead`, likewise.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub not_pulled_ahead_omitted: u64,
 }
 
 /// The largest answer the agent sends on the admin socket (its lists are cut at the end, with
@@ -145,6 +152,8 @@ pub(crate) const OMITTED_METADATA_KEY: &str = "imagekeeper-omitted";
 pub(crate) const REMOVED_OMITTED_METADATA_KEY: &str = "imagekeeper-removed-omitted";
 /// A GC answer's warm entries that do not fit left out, likewise.
 pub(crate) const WARM_OMITTED_METADATA_KEY: &str = "imagekeeper-warm-omitted";
+/// A GC answer's images not pulled ahead left out, likewise.
+pub(crate) const PREFETCH_OMITTED_METADATA_KEY: &str = "imagekeeper-prefetch-omitted";
 
 /// A warm set entry the warm cycle does not pull: it does not fit under the GC's low lines.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -598,7 +607,8 @@ mod tests {
     use crate::gc::RemovalReason;
 
     /// A GC outcome crosses the admin socket whole: every removal reason (the inode and budget
-    /// reasons came back as `space` before) and a dry run's warm entries that do not fit.
+    /// reasons came back as `space` before), a dry run's warm entries that do not fit and the
+    /// bound pods' images not pulled ahead.
     #[test]
     fn a_gc_outcome_round_trips_through_the_wire_with_its_reasons_and_warm_misfits() {
         let removed: Vec<Removal> = [
@@ -630,6 +640,12 @@ mod tests {
             }],
             removed_omitted: 7,
             warm_does_not_fit_omitted: 9,
+            not_pulled_ahead: vec![crate::gc::NotPulledAhead {
+                image: "private:1".into(),
+                pod: "ns/p".into(),
+                reason: "not pulled ahead: why".into(),
+            }],
+            not_pulled_ahead_omitted: 3,
         };
         let received = client::outcome(server::gc_response(sent.clone()));
         assert_eq!(received, sent);

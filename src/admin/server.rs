@@ -65,17 +65,23 @@ fn answer_budget(fixed: usize) -> usize {
 /// The answer to a GC call: its lists cut to fit [`MAX_ANSWER_BYTES`], the counts cut in the
 /// metadata ([`super::REMOVED_OMITTED_METADATA_KEY`], [`super::WARM_OMITTED_METADATA_KEY`]).
 pub(super) fn gc_response(outcome: GcOutcome) -> Response<GcResponse> {
-    let (removed_before, warm_before) =
-        (outcome.removed_omitted, outcome.warm_does_not_fit_omitted);
+    let (removed_before, warm_before, prefetch_before) = (
+        outcome.removed_omitted,
+        outcome.warm_does_not_fit_omitted,
+        outcome.not_pulled_ahead_omitted,
+    );
     let mut response = gc_response_whole(outcome);
     let mut removed = std::mem::take(&mut response.removed);
     let mut warm = std::mem::take(&mut response.warm_does_not_fit);
+    let mut prefetch = std::mem::take(&mut response.not_pulled_ahead);
     // The fields other than the lists, and the metadata's counts, first.
-    let fixed = prost::Message::encoded_len(&response) + 128;
+    let fixed = prost::Message::encoded_len(&response) + 192;
     let (removed_cut, left) = cut_to(&mut removed, answer_budget(fixed));
-    let (warm_cut, _) = cut_to(&mut warm, left);
+    let (warm_cut, left) = cut_to(&mut warm, left);
+    let (prefetch_cut, _) = cut_to(&mut prefetch, left);
     response.removed = removed;
     response.warm_does_not_fit = warm;
+    response.not_pulled_ahead = prefetch;
     let mut response = Response::new(response);
     set_count(
         &mut response,
@@ -86,6 +92,11 @@ pub(super) fn gc_response(outcome: GcOutcome) -> Response<GcResponse> {
         &mut response,
         super::WARM_OMITTED_METADATA_KEY,
         warm_before + warm_cut,
+    );
+    set_count(
+        &mut response,
+        super::PREFETCH_OMITTED_METADATA_KEY,
+        prefetch_before + prefetch_cut,
     );
     response
 }
@@ -123,6 +134,15 @@ fn gc_response_whole(outcome: GcOutcome) -> GcResponse {
                 runtime_handler: w.runtime_handler,
                 size: w.size,
                 detail: w.detail,
+            })
+            .collect(),
+        not_pulled_ahead: outcome
+            .not_pulled_ahead
+            .into_iter()
+            .map(|n| super::proto::NotPulledAhead {
+                image: n.image,
+                pod: n.pod,
+                reason: n.reason,
             })
             .collect(),
     }

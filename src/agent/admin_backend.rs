@@ -64,9 +64,11 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
 
     async fn garbage_collect(&self, dry_run: bool) -> GcOutcome {
         if dry_run {
-            return self.with_warm_does_not_fit(GcOutcome::from_plan(
-                self.gc.plan(self.clock.now(), false).await,
-            ));
+            return self
+                .with_warm_does_not_fit(GcOutcome::from_plan(
+                    self.gc.plan(self.clock.now(), false).await,
+                ))
+                .await;
         }
         self.garbage_collect_cycle(GcTrigger::Unknown, &*self.clock)
             .await
@@ -74,9 +76,11 @@ impl<R: AgentRuntime> AdminBackend for Agent<R> {
 
     async fn delete_unused(&self, dry_run: bool) -> GcOutcome {
         if dry_run {
-            return self.with_warm_does_not_fit(GcOutcome::from_plan(
-                self.gc.plan(self.clock.now(), true).await,
-            ));
+            return self
+                .with_warm_does_not_fit(GcOutcome::from_plan(
+                    self.gc.plan(self.clock.now(), true).await,
+                ))
+                .await;
         }
         // An operator's prune, not an eviction manager's reclaim: trigger unknown (KEP-6053).
         let started = std::time::Instant::now();

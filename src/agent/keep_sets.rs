@@ -291,19 +291,50 @@ impl<R: AgentRuntime> Agent<R> {
                 vec!["pull Secrets are read only with an API server (keepSets)".to_owned()],
             );
         };
-        let mut keyring = Vec::new();
-        let mut notes = Vec::new();
-        for name in names {
-            match source.read(name).await {
-                Ok(bytes) => match parse_pull_secret(&format!("pull Secret {name}"), &bytes) {
-                    Ok(config) => keyring.push(config),
-                    Err(e) => notes.push(e.to_string()),
-                },
-                Err(why) => notes.push(why),
-            }
-        }
-        (keyring, notes)
+        keyring_of(names, |name| source.read(name)).await
     }
+
+    /// The keyring of the pull Secrets the bound pod `pod` (`namespace/name`) names, read in
+    /// its namespace when the operator opted in (`clusterSignalsPrefetchPullSecrets`), and
+    /// the notes of those not read. The prefetch offers such a pod's images only then.
+    pub(super) async fn pod_keyring(&self, pod: &str) -> (Vec<DockerConfig>, Vec<String>) {
+        let pods = self.gc.bound_pods();
+        let names: BTreeSet<String> = pods.pod_pull_secrets(pod).into_iter().collect();
+        if names.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let Some(source) = pods.pod_secret_source() else {
+            return (
+                Vec::new(),
+                vec![format!(
+                    "pods' pull Secrets are read only with {}",
+                    crate::gc::PREFETCH_PULL_SECRETS_SETTING
+                )],
+            );
+        };
+        let namespace = pod.split_once('/').map_or("", |(ns, _)| ns);
+        keyring_of(&names, |name| source.read_in(namespace, name)).await
+    }
+}
+
+/// The keyring of the pull Secrets `names`, each read through `read` and parsed as any pull
+/// Secret, and a note for each one that could not be read or parsed (never its content).
+async fn keyring_of(
+    names: &BTreeSet<String>,
+    read: impl Fn(&str) -> crate::gc::PullSecretRead,
+) -> (Vec<DockerConfig>, Vec<String>) {
+    let mut keyring = Vec::new();
+    let mut notes = Vec::new();
+    for name in names {
+        match read(name).await {
+            Ok(bytes) => match parse_pull_secret(&format!("pull Secret {name}"), &bytes) {
+                Ok(config) => keyring.push(config),
+                Err(e) => notes.push(e.to_string()),
+            },
+            Err(why) => notes.push(why),
+        }
+    }
+    (keyring, notes)
 }
 
 /// A failed pull's message with the notes of the pull Secrets not read.

@@ -151,6 +151,9 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     warm_last: Mutex<Option<crate::warm::WarmPlan>>,
     /// The warm entries whose "does not fit" was logged, until they fit again.
     warm_logged: Mutex<std::collections::BTreeSet<(String, String)>>,
+    /// The bound pods' images the prefetch leaves out, logged once each until they are no
+    /// longer left out (image, pod).
+    prefetch_logged: Mutex<std::collections::BTreeSet<(String, String)>>,
     /// Whether this process wrote the warm table empty and has written no row since: a warm
     /// cycle with no entry then has nothing to read or write (`warm.rs`). False at start, so
     /// the first cycle clears what an earlier configuration left.

@@ -108,6 +108,7 @@ impl<R: AgentRuntime> Agent<R> {
             gc_last_unreachable: Mutex::new(false),
             warm_last: Mutex::new(None),
             warm_logged: Mutex::new(Default::default()),
+            prefetch_logged: Mutex::new(Default::default()),
             warm_table_cleared: std::sync::atomic::AtomicBool::new(false),
             runtime_pins_turn: tokio::sync::Mutex::new(()),
             runtime_pins_wanted: tokio::sync::Notify::new(),

@@ -39,6 +39,9 @@ use super::{Agent, AgentError, AgentRuntime, lock_ignoring_poison};
 /// The pod name warm and restore pulls are logged under (they are for no pod).
 pub const WARM_POD_NAME: &str = "imagekeeper-warm";
 
+/// The origin of a bound pod's prefetch entry, before the pod's `namespace/name`.
+pub const POD_ORIGIN_PREFIX: &str = "Pod ";
+
 impl<R: AgentRuntime> Agent<R> {
     /// One warm cycle at the clock's now: plans (see `crate::warm`) and runs the pulls it
     /// plans, concurrently (the plan holds at most `warmParallelPulls`). Returns the plan,
@@ -192,93 +195,6 @@ impl<R: AgentRuntime> Agent<R> {
         Ok(planned)
     }
 
-    /// The cluster's prefetch as warm entries: each image the template of a DaemonSet owning a
-    /// pod bound to this node names (`clusterSignals`), that pod's next run here (origin
-    /// `DaemonSet namespace/name`), and each image of a CronJob run due within the lead whose
-    /// runs are this node's (its template names the node, or a pod of one of its Jobs is bound
-    /// here; origin `CronJob namespace/name`), and each image of a KeepSet in mode warm in
-    /// force (origin `KeepSet/name`, until the set's lifetime), unless the configured set (or,
-    /// for a KeepSet's, a pod's need) names it already. No size hint, so an image of unknown
-    /// size is pulled only below the low threshold, one a cycle (the warm plan's rule). The GC
-    /// keeps these images through the bound pods, the CronJobs' lead and the KeepSets' warm
-    /// set, not the configured set.
-    fn cluster_warm_entries(&self, configured: &[WarmEntry], now: UnixNanos) -> Vec<WarmEntry> {
-        let pods = self.gc.bound_pods();
-        let mut wanted: BTreeMap<String, String> = pods
-            .daemonset_images()
-            .into_iter()
-            .map(|(image, ds)| (image, format!("DaemonSet {ds}")))
-            .collect();
-        for (image, run) in self.gc.cluster_signals().due_within_lead(now) {
-            if run.here || pods.ran_cronjob(&run.cronjob) {
-                wanted
-                    .entry(image)
-                    .or_insert_with(|| format!("CronJob {}", run.cronjob));
-            }
-        }
-        self.bound_pods_prefetch(&pods, now, &mut wanted);
-        let keep_sets = self.gc.node_keep_sets().warm_set();
-        if wanted.is_empty() && keep_sets.is_empty() {
-            return Vec::new();
-        }
-        // One lookup per image, not a scan of the configured set (up to MAX_WARM_ENTRIES).
-        let configured: BTreeSet<&str> = configured.iter().map(|e| e.image.as_str()).collect();
-        let mut entries: Vec<WarmEntry> = wanted
-            .into_iter()
-            .filter(|(image, _)| !configured.contains(image.as_str()))
-            .map(|(image, origin)| WarmEntry {
-                image,
-                runtime_handler: String::new(),
-                until: None,
-                lifetime: None,
-                size_hint: None,
-                origin,
-            })
-            .collect();
-        let named: BTreeSet<String> = entries.iter().map(|e| e.image.clone()).collect();
-        entries.extend(
-            keep_sets
-                .entries()
-                .iter()
-                .filter(|e| {
-                    e.active(now)
-                        && !configured.contains(e.image.as_str())
-                        && !named.contains(&e.image)
-                })
-                .cloned(),
-        );
-        entries
-    }
-
-    /// Issue 55's prefetch: the images the pods bound here name (but those of a pod naming an
-    /// `imagePullSecret`: `BoundPods::prefetch_images`), pulled ahead as warm entries of
-    /// origin `Pod namespace/name` within the warm plan's disk rule, so an image the kubelet
-    /// will pull only when it starts its container (a main container after the init
-    /// containers) is present by then. The lowest priority: DaemonSets' and CronJobs' entries
-    /// name an image first, and while the kubelet is pulling (a fresh pull intent, KEP-2535)
-    /// no pod's image is added, so a prefetch never competes with the kubelet's own pull
-    /// (never two pulls of one image). The next warm cycle, or the next change of the bound
-    /// pods, tries again.
-    fn bound_pods_prefetch(
-        &self,
-        pods: &crate::gc::BoundPods,
-        now: UnixNanos,
-        wanted: &mut BTreeMap<String, String>,
-    ) {
-        let images = pods.prefetch_images();
-        if images.is_empty() {
-            return;
-        }
-        let pulling = self.gc.kubelet_pulling(now);
-        if !pulling.is_empty() {
-            self.metrics.record_prefetch_yielded();
-            return;
-        }
-        for (image, pod) in images {
-            wanted.entry(image).or_insert_with(|| format!("Pod {pod}"));
-        }
-    }
-
     /// Runs `work` on tokio's blocking pool, never on an async worker, and waits for it.
     async fn off_the_workers<T: Send + 'static>(
         self: &Arc<Self>,
@@ -373,19 +289,25 @@ impl<R: AgentRuntime> Agent<R> {
     /// One warm pull through the image manager: IfNotPresent, for no pod, with the node's
     /// credentials.
     async fn warm_pull(&self, entry: &WarmEntry) -> Result<String, String> {
-        // A KeepSet's warm entry pulls with the set's pull Secrets.
-        let secrets: BTreeSet<String> = entry
-            .origin
-            .strip_prefix(crate::gc::KEEPSET_REASON_PREFIX)
-            .map(|name| {
-                self.gc
-                    .node_keep_sets()
-                    .pull_secrets_of(name)
-                    .into_iter()
-                    .collect()
-            })
-            .unwrap_or_default();
-        let (keyring, notes) = self.keep_set_keyring(&secrets).await;
+        // A KeepSet's warm entry pulls with the set's pull Secrets, a bound pod's with the
+        // pod's (only offered with the opt-in: `BoundPods::prefetch_images`).
+        let (keyring, notes) = match entry.origin.strip_prefix(POD_ORIGIN_PREFIX) {
+            Some(pod) => self.pod_keyring(pod).await,
+            None => {
+                let secrets: BTreeSet<String> = entry
+                    .origin
+                    .strip_prefix(crate::gc::KEEPSET_REASON_PREFIX)
+                    .map(|name| {
+                        self.gc
+                            .node_keep_sets()
+                            .pull_secrets_of(name)
+                            .into_iter()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.keep_set_keyring(&secrets).await
+            }
+        };
         self.pull_for_no_pod(
             WARM_POD_NAME,
             PullOrigin::Warm,
@@ -460,19 +382,6 @@ impl<R: AgentRuntime> Agent<R> {
             }
         }
         *logged = now;
-    }
-
-    /// The last warm cycle's plan, if one ran.
-    /// A dry run's outcome with the warm entries that do not fit, as the last warm cycle
-    /// judged them (issue 25: "does not fit" is shown by `explain`).
-    pub(super) fn with_warm_does_not_fit(
-        &self,
-        mut outcome: crate::admin::GcOutcome,
-    ) -> crate::admin::GcOutcome {
-        if let Some(plan) = self.warm_status() {
-            outcome.warm_does_not_fit = crate::admin::WarmDoesNotFit::of_plan(&plan);
-        }
-        outcome
     }
 
     /// The last warm cycle's plan (what was pulled, what did not fit and why), or `None`
@@ -630,6 +539,8 @@ pub async fn restore_images<R: ImageRuntime, P: PullRuntime>(
         omitted: 0,
     })
 }
+
+mod cluster_entries;
 
 #[cfg(test)]
 pub(super) mod tests;

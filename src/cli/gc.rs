@@ -188,6 +188,16 @@ fn print(outcome: &GcOutcome, output: &OutputArgs) -> Result<(), Failure> {
                         outcome.warm_does_not_fit_omitted
                     )?;
                 }
+                for left_out in &outcome.not_pulled_ahead {
+                    writeln!(w, "prefetch: {}: {}", left_out.image, left_out.reason)?;
+                }
+                if outcome.not_pulled_ahead_omitted > 0 {
+                    writeln!(
+                        w,
+                        "prefetch: and {} more images not pulled ahead",
+                        outcome.not_pulled_ahead_omitted
+                    )?;
+                }
                 let total = u64::try_from(outcome.removed.len())
                     .unwrap_or(u64::MAX)
                     .saturating_add(outcome.removed_omitted);

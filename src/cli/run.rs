@@ -223,7 +223,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         if let Some(node) = signals_node {
             let pods = agent.gc_manager().bound_pods();
             let signals = agent.gc_manager().cluster_signals();
-            if watch_bound_pods(pods.clone(), signals, node, &mut probe).await {
+            let secrets = agent.config().cluster_signals_prefetch_pull_secrets;
+            if watch_bound_pods(pods.clone(), signals, node, secrets, &mut probe).await {
                 wait_for_first_list(&pods).await;
             }
         }
@@ -332,13 +333,16 @@ const FIRST_LIST: Duration = Duration::from_secs(30);
 /// The watch of the pods bound to `node` (`clusterSignals`), writing their images to `pods`
 /// for the GC, and the watches of the DaemonSets (the templates those pods run next), the
 /// CronJobs and the ReplicaSets (written to `signals`: next runs, rollback sets), in the
-/// background for the agent's life. Returns whether it started: without
+/// background for the agent's life; with `prefetch_pull_secrets`
+/// (`clusterSignalsPrefetchPullSecrets`), the reader of the pods' pull Secrets, so the
+/// prefetch pulls a pod's images with them. Returns whether it started: without
 /// in-cluster credentials one warning, and the agent runs on the node's own knowledge (its
 /// start does not wait for a list that cannot come).
 async fn watch_bound_pods(
     pods: imagekeeper::gc::BoundPods,
     signals: imagekeeper::gc::ClusterSignals,
     node: String,
+    prefetch_pull_secrets: bool,
     probe: &mut ApiProbe,
 ) -> bool {
     #[cfg(feature = "kube")]
@@ -349,6 +353,14 @@ async fn watch_bound_pods(
                     node,
                     "Watching the pods bound to this node: their images are kept"
                 );
+                if prefetch_pull_secrets {
+                    info!(
+                        "The bound pods' pull Secrets are read for the prefetch (clusterSignalsPrefetchPullSecrets)"
+                    );
+                    pods.set_pod_secret_source(Arc::new(
+                        imagekeeper::cluster::PodPullSecretReader::new(client.clone()),
+                    ));
+                }
                 let reach = probe.reach(&client);
                 tokio::spawn(imagekeeper::cluster::watch_daemonsets(
                     client.clone(),
@@ -379,7 +391,7 @@ async fn watch_bound_pods(
     }
     #[cfg(not(feature = "kube"))]
     {
-        let _ = (pods, signals, probe);
+        let _ = (pods, signals, prefetch_pull_secrets, probe);
         warn!(
             node,
             "Cluster signals are off: built without the kube feature"

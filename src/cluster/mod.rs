@@ -55,7 +55,7 @@ pub use lease::{LeaseStep, LeaseView, RENEW_AFTER_FRACTION, lease_step};
 pub use pods::{
     PodWatch, controller_daemonset, controller_job, pod_images, spec_images, watch_bound_pods,
 };
-pub use pull_secrets::PullSecretReader;
+pub use pull_secrets::{PodPullSecretReader, PullSecretReader};
 pub use reach::{ApiReach, ProbeState, ProbeTiming, Reach, api_reach, probe_api_server};
 pub use replicasets::{
     MAX_REPLICASETS, REVISION_ANNOTATION, ReplicaSetRevision, ReplicaSetWatch, replicaset_revision,

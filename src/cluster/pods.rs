@@ -91,15 +91,21 @@ pub fn spec_images(spec: &PodSpec) -> Vec<String> {
     images
 }
 
-/// `namespace/name` of a pod.
-/// Whether `pod` names an `imagePullSecret` (its images are then not pulled ahead with the
-/// node's credentials: `gc::BoundPods::prefetch_images`).
-fn names_pull_secrets(pod: &Pod) -> bool {
+/// The `imagePullSecrets` `pod` names, by name (its images are then pulled ahead only with
+/// them, when the operator opts in: `gc::BoundPods::prefetch_images`). A reference with no
+/// name is the API's default and names nothing.
+fn pull_secret_names(pod: &Pod) -> Vec<String> {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.image_pull_secrets.as_ref())
-        .is_some_and(|secrets| !secrets.is_empty())
+        .into_iter()
+        .flatten()
+        .filter(|r| !r.name.is_empty())
+        .map(|r| r.name.clone())
+        .collect()
 }
+
+/// `namespace/name` of a pod.
 
 fn pod_key(pod: &Pod) -> String {
     format!(
@@ -122,7 +128,7 @@ struct Relist {
     images: BTreeMap<String, Vec<String>>,
     owners: BTreeMap<String, String>,
     jobs: BTreeMap<String, String>,
-    pull_secrets: std::collections::BTreeSet<String>,
+    pull_secrets: BTreeMap<String, Vec<String>>,
 }
 
 impl PodWatch {
@@ -140,7 +146,7 @@ impl PodWatch {
                 self.pods
                     .set_pod_owned(key.clone(), pod_images(&pod), controller_daemonset(&pod));
                 self.pods
-                    .set_pod_pull_secrets(&key, names_pull_secrets(&pod));
+                    .set_pod_pull_secrets(&key, pull_secret_names(&pod));
             }
             Event::Delete(pod) => self.pods.remove_pod(&pod_key(&pod)),
             Event::Init => self.relist = Some(Relist::default()),
@@ -153,8 +159,9 @@ impl PodWatch {
                     if let Some(job) = controller_job(&pod) {
                         relist.jobs.insert(key.clone(), job);
                     }
-                    if names_pull_secrets(&pod) {
-                        relist.pull_secrets.insert(key.clone());
+                    let secrets = pull_secret_names(&pod);
+                    if !secrets.is_empty() {
+                        relist.pull_secrets.insert(key.clone(), secrets);
                     }
                     relist.images.insert(key, pod_images(&pod));
                 }
@@ -267,6 +274,7 @@ mod tests {
         watch.apply(Event::InitApply(with_secret("d", "private:2")));
         watch.apply(Event::InitDone);
         assert_eq!(pods.pods_with_pull_secrets(), ["ns/d"]);
+        assert_eq!(pods.pod_pull_secrets("ns/d"), ["regcred"]);
         assert_eq!(
             pods.prefetch_images().into_keys().collect::<Vec<_>>(),
             ["private:1"]

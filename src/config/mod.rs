@@ -152,6 +152,9 @@ pub struct AgentConfig {
     /// The share of the image filesystem the cluster signals' keeps may hold, in percent
     /// (`clusterSignalsKeepShare`, 1 to 100; 100: no limit).
     pub cluster_signals_keep_share: u8,
+    /// With `clusterSignals`: whether the prefetch reads the pull Secrets a bound pod names,
+    /// in its namespace, to pull its images ahead (`clusterSignalsPrefetchPullSecrets`).
+    pub cluster_signals_prefetch_pull_secrets: bool,
     /// The warm loop's settings (the warm set itself is `gc.warm`).
     pub warm: WarmConfig,
 }

@@ -153,6 +153,9 @@ impl AgentConfig {
             disk_prune_orphans: resolve_disk_prune_orphans(file, &o, disk_accounting_period)?,
             cluster_signals_cronjob_lead: resolve_cronjob_lead(file, &o)?,
             cluster_signals_keep_share: resolve_keep_share(file, &o)?,
+            cluster_signals_prefetch_pull_secrets: file
+                .cluster_signals_prefetch_pull_secrets
+                .unwrap_or(false),
             warm,
         })
     }

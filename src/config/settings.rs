@@ -308,6 +308,15 @@ macro_rules! imagekeeper_settings {
                 help: "With clusterSignals: the share of the image filesystem's capacity, in percent (1 to 100; 100: no limit), the images the signals keep (pods bound to this node, their DaemonSets' templates, CronJob runs within the lead) may hold. Those that do not fit (pods' and DaemonSets' first, then CronJobs', each in image order; an image in use is kept by its use) are left to the GC's order, said once in the log, a Warning Event KeepsOverShare on the Node, imagekeeper_cluster_signal_keeps_over_share and doctor.",
             }
             {
+                key: "clusterSignalsPrefetchPullSecrets",
+                field: cluster_signals_prefetch_pull_secrets: bool,
+                flag: [],
+                kubelet: [],
+                default: |c| c.cluster_signals_prefetch_pull_secrets.to_string(),
+                reload: NeedsRestart,
+                help: "With clusterSignals: pull ahead the images of a bound pod that names imagePullSecrets too, with those Secrets, read (a get) in the pod's namespace at the pull; the agent then needs get on Secrets in every namespace (the chart's clusterSignals.prefetchPullSecrets). Off: such a pod's images are left to the kubelet, said in the log and by gc --dry-run.",
+            }
+            {
                 key: "diskAccountingPeriod",
                 field: disk_accounting_period: String,
                 flag: [],

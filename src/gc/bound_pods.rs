@@ -28,6 +28,9 @@ use tracing::warn;
 use super::watch_health::{WatchHealth, WatchSample};
 use daemonsets::DaemonSetTemplates;
 pub use daemonsets::MAX_DAEMONSETS;
+pub use prefetch::{
+    MAX_PULL_SECRETS_PER_POD, NotPulledAhead, PREFETCH_PULL_SECRETS_SETTING, PodPullSecretSource,
+};
 
 /// The most pods a [`BoundPods`] holds.
 pub const MAX_BOUND_PODS: usize = 4_096;
@@ -57,9 +60,13 @@ pub struct BoundPods {
     /// Each held pod's controller, when it is a Job: `namespace/name` (which CronJobs ran
     /// here, [`BoundPods::ran_cronjob`]).
     jobs: Arc<RwLock<BTreeMap<String, String>>>,
-    /// The held pods that name an `imagePullSecret`: their images are not pulled ahead with
-    /// the node's credentials (`prefetch.rs`).
-    secret_pods: Arc<RwLock<std::collections::BTreeSet<String>>>,
+    /// The held pods that name an `imagePullSecret`, with the Secrets' names: their images
+    /// are pulled ahead only with those Secrets (`prefetch.rs`).
+    secret_pods: Arc<RwLock<BTreeMap<String, Vec<String>>>>,
+    /// The reader of the pods' pull Secrets, set only when the operator opts in
+    /// (`clusterSignalsPrefetchPullSecrets`); `None`: a pod naming one gets nothing pulled
+    /// ahead.
+    pod_secrets: Arc<RwLock<Option<Arc<dyn prefetch::PodPullSecretSource>>>>,
 }
 
 /// The cluster signals' state at one moment, for the metrics.
@@ -207,7 +214,7 @@ impl BoundPods {
     pub fn remove_pod(&self, pod: &str) {
         self.owners_mut().remove(pod);
         self.set_pod_job(pod, None);
-        self.set_pod_pull_secrets(pod, false);
+        self.set_pod_pull_secrets(pod, Vec::new());
         let changed = self.write().remove(pod).is_some();
         if changed {
             self.health.full.store(false, Ordering::Relaxed);

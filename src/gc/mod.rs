@@ -54,7 +54,10 @@ pub use attempt::{
     Attempt, AttemptReason, AttemptResult, DeletionReason, GcOperation, GcTrigger, SkipReason,
 };
 pub use attempt_metrics::{AttemptCounts, AttemptMetrics};
-pub use bound_pods::{BoundPods, BoundPodsSample, DaemonSetsSample, MAX_DAEMONSETS};
+pub use bound_pods::{
+    BoundPods, BoundPodsSample, DaemonSetsSample, MAX_DAEMONSETS, MAX_PULL_SECRETS_PER_POD,
+    NotPulledAhead, PREFETCH_PULL_SECRETS_SETTING, PodPullSecretSource,
+};
 pub use cron::CronSchedule;
 pub use cron_zone::CronZone;
 pub use detect::{ListedImages, images_in_use};

@@ -675,8 +675,9 @@ async fn a_daemonsets_new_template_image_is_pulled_ahead_and_kept_while_its_pod_
 /// that is absent (the kubelet pulls it only when it starts that container). While the
 /// kubelet is pulling (a fresh pull intent under its root dir) the warm cycle adds no pod's
 /// image and counts the yield; once it is not, the cycle pulls the main image as an entry of
-/// origin `Pod namespace/name`. A pod naming an `imagePullSecret` gets nothing pulled ahead:
-/// its image may need the Secret, which the agent does not read.
+/// origin `Pod namespace/name`. A pod naming an `imagePullSecret` gets nothing pulled ahead,
+/// and the dry run says why, until the operator opts in to the agent reading pods' pull
+/// Secrets: then its image is pulled ahead with its Secret.
 #[tokio::test(start_paused = true)]
 async fn a_bound_pods_absent_image_is_pulled_ahead_unless_it_needs_a_pull_secret_or_the_kubelet_is_pulling()
  {
@@ -712,7 +713,7 @@ async fn a_bound_pods_absent_image_is_pulled_ahead_unless_it_needs_a_pull_secret
     let pods = agent.gc_manager().bound_pods();
     pods.set_pod("ns/web".into(), vec!["init:1".into(), "main:1".into()]);
     pods.set_pod("ns/private".into(), vec!["private:1".into()]);
-    pods.set_pod_pull_secrets("ns/private", true);
+    pods.set_pod_pull_secrets("ns/private", vec!["regcred".into()]);
     // The kubelet is pulling (the intent written at the clock's now, so not stale).
     let intent = pulling.join(crate::kubelet::record_file_name("other:1"));
     std::fs::write(
@@ -747,6 +748,65 @@ async fn a_bound_pods_absent_image_is_pulled_ahead_unless_it_needs_a_pull_secret
     );
     assert_eq!(plan.statuses[1].entry.origin, "Pod ns/web");
     assert_eq!(lock_ignoring_poison(&runtime.pulls).as_slice(), ["main:1"]);
+    // Asked, the dry run says why the Secret pod's image is not pulled ahead.
+    let dry = crate::admin::AdminBackend::garbage_collect(&*agent, true).await;
+    assert_eq!(dry.not_pulled_ahead.len(), 1, "{dry:?}");
+    let left_out = &dry.not_pulled_ahead[0];
+    assert_eq!(
+        (left_out.image.as_str(), left_out.pod.as_str()),
+        ("private:1", "ns/private")
+    );
+    assert!(
+        left_out.reason.contains("regcred")
+            && left_out
+                .reason
+                .contains("clusterSignalsPrefetchPullSecrets"),
+        "{}",
+        left_out.reason
+    );
+    // With the opt-in, it is pulled ahead with the pod's Secret, read in the pod's namespace.
+    pods.set_pod_secret_source(Arc::new(PodSecrets));
+    let plan = agent.warm_cycle().await;
+    let private = plan
+        .statuses
+        .iter()
+        .find(|s| s.entry.image == "private:1")
+        .expect("the Secret pod's image is planned");
+    assert_eq!(
+        (private.state, private.entry.origin.as_str()),
+        (WarmState::Pulling, "Pod ns/private")
+    );
+    assert_eq!(
+        lock_ignoring_poison(&runtime.pulled_as).last(),
+        Some(&("private:1".to_owned(), "pod-keeper".to_owned())),
+        "pulled with the pod's Secret"
+    );
+    let dry = crate::admin::AdminBackend::garbage_collect(&*agent, true).await;
+    assert!(dry.not_pulled_ahead.is_empty(), "{dry:?}");
+}
+
+/// The pull Secrets of the bound pods, in process: `ns/regcred` is a
+/// `kubernetes.io/dockerconfigjson` Secret for docker.io (user `pod-keeper`); any other is not
+/// found.
+#[derive(Debug)]
+struct PodSecrets;
+
+impl crate::gc::PodPullSecretSource for PodSecrets {
+    fn read_in(&self, namespace: &str, name: &str) -> crate::gc::PullSecretRead {
+        // {"auths":{"https://index.docker.io/v1/":{"username":"pod-keeper","password":"s3cret-never-logged"}}}
+        const DATA: &str = "eyJhdXRocyI6eyJodHRwczovL2luZGV4LmRvY2tlci5pby92MS8iOnsidXNlcm5hbWUiOiJwb2Qta2VlcGVyIiwicGFzc3dvcmQiOiJzM2NyZXQtbmV2ZXItbG9nZ2VkIn19fQ==";
+        let found = (namespace == "ns" && name == "regcred").then(|| {
+            serde_json::to_vec(&serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "regcred", "namespace": "ns"},
+                "type": "kubernetes.io/dockerconfigjson",
+                "data": {".dockerconfigjson": DATA},
+            }))
+            .expect("a manifest")
+        });
+        let what = format!("Secret {namespace}/{name} not found");
+        Box::pin(async move { found.ok_or(what) })
+    }
 }
 
 /// `clusterSignals` with a CronJob (its lead, 10 minutes by default): before the lead nothing

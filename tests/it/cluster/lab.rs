@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use super::{ClusterLab, NAMESPACE, Release, cluster_lab};
 use crate::support;
 
+#[path = "lab_cronjob_pressure.rs"]
+mod cronjob_pressure;
 #[path = "lab_keep_sets.rs"]
 mod keep_sets;
 #[path = "lab_signals.rs"]
@@ -763,18 +765,49 @@ fn runtime_image(cluster: &ClusterLab, image: &str) -> Option<bool> {
     Some(json["status"]["pinned"].as_bool().unwrap_or(false))
 }
 
-/// A pod `name` in `default`, on the host network, whose init container (`init`) sleeps
-/// `seconds` before its main container (`main`) runs `true`: the main image is named by a
-/// pod bound to the node and used by no container while the init container runs.
-fn init_container_pod(name: &str, init: &str, seconds: u32, main: &str) -> String {
-    format!(
+/// The gate of an [`init_container_pod`]'s init container: a directory of the lab's, mounted
+/// into the container (hostPath); the init container runs until the test opens it.
+struct InitGate {
+    dir: std::path::PathBuf,
+}
+
+impl InitGate {
+    /// Lets the init container end (within its 1-s poll).
+    fn open(&self) {
+        std::fs::write(self.dir.join("open"), b"").expect("open the init container's gate");
+    }
+}
+
+/// A pod `name` in `default`, on the host network, whose init container (`init`) runs until
+/// the test opens its gate, before its main container (`main`) runs `true`: the main image is
+/// named by a pod bound to the node and used by no container while the init container runs,
+/// for as long as the test needs, not for a time that a loaded machine may outlast.
+fn init_container_pod(
+    cluster: &ClusterLab,
+    name: &str,
+    init: &str,
+    main: &str,
+) -> (String, InitGate) {
+    let lab_dir = std::path::PathBuf::from(cluster.env("CLUSTER_LAB_LOG_DIR"));
+    let dir = lab_dir
+        .parent()
+        .expect("the lab's log dir is in the lab's dir")
+        .join("gates")
+        .join(name);
+    std::fs::create_dir_all(&dir).expect("the gate's dir");
+    let _ = std::fs::remove_file(dir.join("open"));
+    let manifest = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
          spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
-         \x20 initContainers:\n  - {{name: wait, image: {init}, imagePullPolicy: IfNotPresent, \
-         command: [sleep, \"{seconds}\"]}}\n\
+         \x20 volumes:\n  - {{name: gate, hostPath: {{path: {gate}, type: Directory}}}}\n\
+         \x20 initContainers:\n  - name: wait\n    image: {init}\n    imagePullPolicy: IfNotPresent\n\
+         \x20   command: [sh, -c, \"until [ -e /gate/open ]; do sleep 1; done\"]\n\
+         \x20   volumeMounts: [{{name: gate, mountPath: /gate}}]\n\
          \x20 containers:\n  - {{name: main, image: {main}, imagePullPolicy: IfNotPresent, \
-         command: [\"true\"]}}\n"
-    )
+         command: [\"true\"]}}\n",
+        gate = dir.display()
+    );
+    (manifest, InitGate { dir })
 }
 
 /// The phase of pod `name` in `default` (kubectl).
@@ -793,7 +826,7 @@ fn pod_phase(cluster: &ClusterLab, name: &str) -> String {
         .to_owned()
 }
 
-/// Issue 55: a pod bound to the node whose init container runs for a while, its main image
+/// Issue 55: a pod bound to the node whose init container runs until the test lets it end, its main image
 /// present and in no container yet. With `clusterSignals.enabled` and GC at 1/0 every 5 s, the
 /// agent removes an unused image and keeps the pod's (runtime-pinned, as the CRI lists it),
 /// and the pod's main container then starts with the kubelet's "already present on machine".
@@ -806,7 +839,8 @@ async fn with_cluster_signals_a_bound_pods_image_survives_gc_while_its_init_cont
     for image in [&main, &unused, &init] {
         crictl_pull(&cluster, image);
     }
-    cluster.kubectl_apply(&init_container_pod("signals-init", &init, 100, &main));
+    let (pod, gate) = init_container_pod(&cluster, "signals-init", &init, &main);
+    cluster.kubectl_apply(&pod);
     let sets = [
         "clusterSignals.enabled=true".to_owned(),
         "extraArgs={--gc-period=5s}".to_owned(),
@@ -842,13 +876,14 @@ async fn with_cluster_signals_a_bound_pods_image_survives_gc_while_its_init_cont
         Some(true),
         "{main}: present and pinned as the CRI lists it"
     );
-    // The main container starts with no pull.
+    // The init container ends; the main container starts with no pull.
+    gate.open();
     cluster
         .wait_for_no_pull(
             "the pod's main container created (kubectl get events)",
             "signals-init ",
             &main,
-            Duration::from_secs(200),
+            Duration::from_secs(60),
         )
         .await;
     cluster.kubectl(&[

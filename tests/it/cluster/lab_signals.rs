@@ -396,7 +396,9 @@ async fn with_the_api_server_hung_for_minutes_the_agent_says_so_keeps_its_last_s
     for image in [&kept, &init] {
         crictl_pull(&cluster, image);
     }
-    cluster.kubectl_apply(&init_container_pod("signals-hung", &init, 900, &kept));
+    // The gate stays shut: the init container runs until the pod is deleted.
+    let (pod, _gate) = init_container_pod(&cluster, "signals-hung", &init, &kept);
+    cluster.kubectl_apply(&pod);
     let sets = [
         "clusterSignals.enabled=true".to_owned(),
         "extraArgs={--gc-period=5s}".to_owned(),
@@ -483,8 +485,8 @@ async fn with_the_api_server_hung_for_minutes_the_agent_says_so_keeps_its_last_s
 }
 
 /// Issue 55's prefetch of a bound pod's images: a pod bound to the node whose init container
-/// runs for 20 s names a main image that is absent. The kubelet would pull it only when the
-/// init container ends; the agent pulls it ahead (a warm pull of origin `Pod
+/// runs until the test lets it end names a main image that is absent. The kubelet would pull
+/// it only when the init container ends; the agent pulls it ahead (a warm pull of origin `Pod
 /// default/signals-prefetch`), crictl lists it present while the pod is still initializing,
 /// and the main container starts with the kubelet's "already present on machine".
 #[tokio::test]
@@ -514,7 +516,8 @@ async fn with_cluster_signals_a_bound_pods_absent_main_image_is_pulled_ahead_whi
             Duration::from_secs(60),
         )
         .await;
-    cluster.kubectl_apply(&init_container_pod("signals-prefetch", &init, 20, &main));
+    let (pod, gate) = init_container_pod(&cluster, "signals-prefetch", &init, &main);
+    cluster.kubectl_apply(&pod);
     let pulling = release
         .wait_for_log_line(
             &["Pulling a warm image", "Pod default/signals-prefetch"],
@@ -535,12 +538,13 @@ async fn with_cluster_signals_a_bound_pods_absent_main_image_is_pulled_ahead_whi
         "Pending",
         "the init container still runs"
     );
+    gate.open();
     cluster
         .wait_for_no_pull(
             "the pod's main container created (kubectl get events)",
             "signals-prefetch ",
             &main,
-            Duration::from_secs(120),
+            Duration::from_secs(60),
         )
         .await;
     cluster.kubectl(&[

@@ -31,8 +31,8 @@ const PRESETS: [&str; 4] = ["containerd", "k3s", "rke2", "crio"];
 const ALL_OBJECTS: &str = "podMonitor.enabled=true,serviceMonitor.enabled=true,\
                            prometheusRule.enabled=true,grafanaDashboard.enabled=true,\
                            events.enabled=true,events.kubeletConfig=/var/lib/kubelet/config.yaml,\
-                           clusterSignals.enabled=true,warmSet.configMap=node-warm-set,\
-                           keepSets.pullSecrets=true";
+                           clusterSignals.enabled=true,clusterSignals.prefetchPullSecrets=true,\
+                           warmSet.configMap=node-warm-set,keepSets.pullSecrets=true";
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -83,6 +83,12 @@ fn the_charts_default_render_is_deploy_daemonset_yaml() {
         "{MANIFEST} is not the chart's default render: run `scripts/chart render` (first \
          differing line: {:?})",
         rendered.lines().zip(manifest.lines()).find(|(a, b)| a != b)
+    );
+    // By default the agent reads no Secret: the pods' pull Secrets are an opt-in
+    // (clusterSignals.prefetchPullSecrets), the KeepSets' too (keepSets.pullSecrets).
+    assert!(
+        !rendered.contains("secrets") && !rendered.contains("PrefetchPullSecrets"),
+        "the default render grants or sets a Secret read"
     );
 }
 
@@ -283,6 +289,8 @@ fn every_runtime_preset_renders_objects_that_check_out() {
                 "ClusterRole",
                 "ClusterRole",
                 "ClusterRole",
+                "ClusterRole",
+                "ClusterRoleBinding",
                 "ClusterRoleBinding",
                 "ClusterRoleBinding",
                 "ClusterRoleBinding",
@@ -492,6 +500,11 @@ fn check_objects(text: &str, preset: &Preset) -> Result<Vec<String>, String> {
                          - apiGroups:\n  - apps\n  resources:\n  - deployments\n  - statefulsets\n  - daemonsets\n  - replicasets\n  verbs:\n  - get\n\
                          - apiGroups:\n  - batch\n  resources:\n  - jobs\n  - cronjobs\n  verbs:\n  - get\n\
                          - apiGroups:\n  - events.k8s.io\n  resources:\n  - events\n  verbs:\n  - create\n  - patch\n",
+                    )
+                } else if name.ends_with("-cluster-signals-secrets") {
+                    (
+                        "cluster signals' pull Secrets",
+                        "- apiGroups:\n  - ''\n  resources:\n  - secrets\n  verbs:\n  - get\n",
                     )
                 } else if name.ends_with("-cluster-signals") {
                     (
