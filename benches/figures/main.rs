@@ -26,9 +26,12 @@
 //! (`scripts/bench --node`; `IMAGEKEEPER_BENCH_NODE_SECS` sets its window, 300 s by
 //! default, 60 s with `--quick`), `IMAGEKEEPER_BENCH_ONLY=predictive` only the predictive
 //! order's ranking per space walk at 2k and 100k images (`scripts/bench --predictive`),
+//! `IMAGEKEEPER_BENCH_ONLY=signals` only what cluster signals cost a node of 2,000 images
+//! beside a stand-in API server (`scripts/bench --signals`; its window as the node figures'),
 //! `IMAGEKEEPER_BENCH_ONLY=ratios` only the timed ratios with a target (`scripts/bench
 //! --ratios`, with the commit's from `store_figures`).
 
+mod apiserver;
 mod bytes;
 mod detect;
 mod lab;
@@ -40,6 +43,7 @@ mod predictive;
 mod report;
 mod rss;
 mod runtime;
+mod signals;
 mod synth;
 
 use std::fs;
@@ -98,6 +102,7 @@ fn main() {
         Some("ratios") => ratios_only(&work, &timing, &mut figures),
         Some("rss") => rss_figures(&work, &synth_node(100_000, SEED), &mut figures),
         Some("node") => node_figures(&work, &timing, &mut figures),
+        Some("signals") => signals::figures(&work, timing.quick, &mut figures),
         Some("predictive") => predictive::figures(&work, &timing, &mut figures),
         Some("pins") => {
             pins::figures(&work, timing.quick, &mut figures);
@@ -188,6 +193,7 @@ fn all_figures(work: &Path, timing: &Timing, figures: &mut Figures) {
     rss_figures(work, &node100k, figures);
     drop(node100k);
     node_figures(work, timing, figures);
+    signals::figures(work, timing.quick, figures);
 
     match std::env::var_os("IMAGEKEEPER_LAB_ENV") {
         Some(env) if Path::new(&env).is_file() => lab::e2e_gc_lab(Path::new(&env), work, figures),

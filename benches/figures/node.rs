@@ -43,6 +43,18 @@ pub struct NodeAgent {
 impl NodeAgent {
     /// Starts the runtime and `imagekeeper run` with the default periods on it.
     pub fn start(name: &str, n: usize, work: &Path) -> NodeAgent {
+        NodeAgent::start_binary(&agent_binary().0, name, n, work, &[], &[])
+    }
+
+    /// [`NodeAgent::start`] of `binary`, with more arguments (`--set=...`) and environment.
+    pub fn start_binary(
+        binary: &Path,
+        name: &str,
+        n: usize,
+        work: &Path,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> NodeAgent {
         // An ordinary node is below the GC threshold: the image filesystem reported is a
         // tmpfs (/dev/shm, next to empty), not this disk, which may be past 85 %.
         let runtime = RuntimeProcess::start_on(n, Some(Path::new("/dev/shm")));
@@ -52,7 +64,7 @@ impl NodeAgent {
         let db = dir.join("records.redb");
         let admin = dir.join("admin.sock");
         let log = File::create(dir.join("agent.log")).expect("agent log");
-        let agent = Command::new(agent_binary().0)
+        let agent = Command::new(binary)
             .arg("run")
             .arg("--db")
             .arg(&db)
@@ -62,6 +74,8 @@ impl NodeAgent {
             .arg(runtime.endpoint())
             .arg("--kubelet-root-dir")
             .arg("")
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -71,7 +85,7 @@ impl NodeAgent {
         NodeAgent { runtime, agent, n }
     }
 
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.agent.id()
     }
 }

@@ -1,0 +1,129 @@
+//! What cluster signals cost an ordinary node (issue 55): two agents of the same binary on
+//! nodes of 2,000 images, side by side, one with `clusterSignals` on against the stand-in API
+//! server of [`crate::apiserver`] (5,000 pods, 110 bound to its node, 1,000 CronJobs, 2,000
+//! ReplicaSets, its churn and bookmarks) and one without. Measured over the same windows after
+//! both have listed: the medians over [`WINDOWS`] windows of the steady RSS and the CPU per
+//! hour, each window's difference on minus off.
+//!
+//! The binary needs the `kube` feature: `IMAGEKEEPER_BENCH_SIGNALS_AGENT` names it
+//! (`scripts/bench --signals` builds `cargo build --release --features kube`, the container
+//! image's features), else this bench's own build (which carries `kube`). The bench asserts
+//! (panics) that the agent with signals listed and watched every kind, so a figure never
+//! comes from an agent whose signals failed to start.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::apiserver::{self, StubApiServer};
+use crate::node::{self, NodeAgent, NodeCost};
+use crate::report::Figures;
+
+/// How many windows the medians are taken over.
+const WINDOWS: usize = 5;
+/// The images on each node.
+const IMAGES: usize = 2_000;
+
+/// The agent binary: `IMAGEKEEPER_BENCH_SIGNALS_AGENT`, else the bench's own build.
+fn signals_binary() -> PathBuf {
+    match std::env::var_os("IMAGEKEEPER_BENCH_SIGNALS_AGENT") {
+        Some(path) if !path.is_empty() => path.into(),
+        _ => env!("CARGO_BIN_EXE_imagekeeper").into(),
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+pub fn figures(work: &Path, quick: bool, figures: &mut Figures) {
+    let total = std::env::var("IMAGEKEEPER_BENCH_NODE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if quick { 60 } else { 300 });
+    let window = Duration::from_secs((total / WINDOWS as u64).max(5));
+    let server = StubApiServer::start();
+    let kubeconfig = work.join("signals-kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).expect("write the kubeconfig");
+    let binary = signals_binary();
+    let on_env = vec![
+        ("NODE_NAME".to_owned(), apiserver::NODE.to_owned()),
+        ("KUBECONFIG".to_owned(), kubeconfig.display().to_string()),
+    ];
+    let agents = [
+        NodeAgent::start_binary(&binary, "signals-off", IMAGES, work, &[], &[]),
+        NodeAgent::start_binary(
+            &binary,
+            "signals-on",
+            IMAGES,
+            work,
+            &["--set=clusterSignals=true".to_owned()],
+            &on_env,
+        ),
+    ];
+    let mut windows: Vec<Vec<NodeCost>> = Vec::with_capacity(WINDOWS);
+    // The first window after a 30 s start-up: both have detected, the one with signals has
+    // listed every kind.
+    windows.push(node::measure(&agents, Duration::from_secs(30), window));
+    for _ in 1..WINDOWS {
+        windows.push(node::measure(&agents, Duration::ZERO, window));
+    }
+    let requests = server.requests();
+    drop(agents);
+    let count = |name: &str| {
+        requests
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, c)| *c)
+    };
+    for kind in ["Pod", "DaemonSet", "CronJob", "ReplicaSet"] {
+        assert!(
+            count(&format!("list {kind}")) >= 1 && count(&format!("watch {kind}")) >= 1,
+            "the agent with signals did not list and watch the {kind}s: {requests:?} (its log: {})",
+            work.join("node-signals-on/agent.log").display()
+        );
+    }
+    let rss_delta = median(
+        windows
+            .iter()
+            .map(|w| w[1].rss_mib - w[0].rss_mib)
+            .collect(),
+    );
+    let cpu_delta = median(
+        windows
+            .iter()
+            .map(|w| w[1].cpu_seconds_per_hour - w[0].cpu_seconds_per_hour)
+            .collect(),
+    );
+    let last = windows.last().expect("WINDOWS > 0");
+    println!(
+        "signals: two `imagekeeper run` of {} ({:.1} MB) with the default periods against the fake runtime, {IMAGES} images each, side by side; one with clusterSignals on against a stand-in API server on loopback ({} pods, {} bound to its node, {} CronJobs, {} ReplicaSets, {} DaemonSets; a status change every 4 s, a bookmark a minute per watch); medians of {WINDOWS} windows of {:.0} s after a 30 s start-up; RSS on {:.1} MiB / off {:.1} MiB (peak {:.1} / {:.1}), CPU per hour on {:.2} s / off {:.2} s (last window); API requests {requests:?}",
+        binary.display(),
+        std::fs::metadata(&binary).map_or(f64::NAN, |m| m.len() as f64 / 1e6),
+        apiserver::PODS,
+        apiserver::BOUND_PODS,
+        apiserver::CRONJOBS,
+        apiserver::REPLICASETS,
+        apiserver::DAEMONSETS,
+        window.as_secs_f64(),
+        last[1].rss_mib,
+        last[0].rss_mib,
+        last[1].hwm_mib,
+        last[0].hwm_mib,
+        last[1].cpu_seconds_per_hour,
+        last[0].cpu_seconds_per_hour,
+    );
+    figures.target("agent_signals_rss_delta_mib", rss_delta, "MiB", "<=", 8.0);
+    figures.target(
+        "agent_signals_cpu_delta_s_per_hour",
+        cpu_delta,
+        "s",
+        "<=",
+        1.0,
+    );
+    figures.add(
+        "agent_signals_hwm_delta_mib",
+        last[1].hwm_mib - last[0].hwm_mib,
+        "MiB",
+    );
+}
