@@ -82,11 +82,14 @@ impl Kind {
     }
 }
 
+/// An open watch: its kind, its node filter and where its events go.
+type Watcher = (Kind, Option<String>, Sender<String>);
+
 /// The cluster's objects and the open watches.
 struct Cluster {
     objects: Mutex<HashMap<Kind, Vec<Value>>>,
     resource_version: AtomicU64,
-    watchers: Mutex<Vec<(Kind, Option<String>, Sender<String>)>>,
+    watchers: Mutex<Vec<Watcher>>,
     requests: Mutex<HashMap<String, u64>>,
 }
 
@@ -387,7 +390,7 @@ fn churn(cluster: &Cluster, stop: &AtomicBool) {
         tick += 1;
         let now = format!("2026-12-01T{:02}:{:02}:00Z", (tick / 60) % 24, tick % 60);
         modify(cluster, Kind::CronJob, tick * 7, &now);
-        if tick % 4 == 0 {
+        if tick.is_multiple_of(4) {
             modify(cluster, Kind::Pod, tick / 4, &now);
             modify(cluster, Kind::ReplicaSet, tick * 13, &now);
         }
