@@ -106,7 +106,6 @@ fn pull_secret_names(pod: &Pod) -> Vec<String> {
 }
 
 /// `namespace/name` of a pod.
-
 fn pod_key(pod: &Pod) -> String {
     format!(
         "{}/{}",
