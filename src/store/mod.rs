@@ -5,7 +5,7 @@
 //! prefix) → (); schema 3, see [`IndexKey`]; schemas 1 and 2 had `eviction` with the whole
 //! key), `backoff`, `meta`, from schema 2 `names` (RecordKey → repo tags and digests) and
 //! `journal` ((removed_at, RecordKey) → JournalEntry; see `journal.rs`), from schema 4 `pins`,
-//! from schema 5 `uses`, `pulls` and `warm` (see `history.rs`), and from schema 6
+//! from schema 5 `uses`, `pulls` and `warm` (see `history.rs`), from schema 6
 //! `runtime_labels` (the containerd names the agent labelled; see `runtime_labels.rs`), and
 //! from schema 7 `signals` (the changes the agent saw in the cluster's declarations; see
 //! `signals.rs`). Invariants:
