@@ -133,6 +133,7 @@ impl<R: AgentRuntime> Agent<R> {
                     // Images service (one that accepts and never answers stalled every cycle).
                     self.runtime_pins_wanted.notify_one();
                     self.say_keeps_over_share();
+                    self.record_signals().await;
                     CycleOutcome::Done
                 }
                 Err(e) => {

@@ -12,7 +12,8 @@
 //! keeps containerd's pin labels, `notify.rs` talks to the service manager, `doctor_events.rs`
 //! turns the doctor's conflicts at start into Node Events, `memory.rs` gives the heap's free
 //! pages back after each cycle, `prune_orphans.rs` runs `prune --orphans` (for the admin call
-//! and for the command without an agent).
+//! and for the command without an agent), `signal_record.rs` records the cluster signals'
+//! changes after each detect.
 //!
 //! Invariants: a failed cycle is logged and the loop keeps its period, as the kubelet's
 //! wait.Until loops do; only a cycle that could not reach the runtime is retried sooner (1 s
@@ -41,6 +42,7 @@ mod reload;
 mod runtime_pins;
 mod serve;
 mod service_manager;
+mod signal_record;
 mod start;
 mod warm;
 
@@ -147,6 +149,9 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     /// A detect cycle asks the runtime pins' own task for a reconcile (`loops.rs`): the cycle
     /// never waits on containerd's Images service.
     runtime_pins_wanted: tokio::sync::Notify,
+    /// The last line recorded of each cluster signal (`signal_record.rs`), read from the
+    /// store at the first detect that has any; `None` until then.
+    signal_record: tokio::sync::Mutex<Option<crate::gc::SignalRecord>>,
     /// The last warm cycle's plan (`warm.rs`).
     warm_last: Mutex<Option<crate::warm::WarmPlan>>,
     /// The warm entries whose "does not fit" was logged, until they fit again.

@@ -106,6 +106,7 @@ impl<R: AgentRuntime> Agent<R> {
             gc_failed_before: Mutex::new(false),
             node_events: NodeEvents::off(),
             gc_last_unreachable: Mutex::new(false),
+            signal_record: tokio::sync::Mutex::new(None),
             warm_last: Mutex::new(None),
             warm_logged: Mutex::new(Default::default()),
             prefetch_logged: Mutex::new(Default::default()),

@@ -418,6 +418,12 @@ impl BoundPods {
         images
     }
 
+    /// Each held pod with the images it names, by `namespace/name`; `None` until the watch
+    /// listed the pods once (until then the set is not the node's).
+    pub fn listed_pods(&self) -> Option<BTreeMap<String, Vec<String>>> {
+        self.is_synced().then(|| self.read().clone())
+    }
+
     /// How many pods are held.
     pub fn len(&self) -> usize {
         self.read().len()

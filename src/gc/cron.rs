@@ -140,6 +140,57 @@ impl CronSchedule {
         })
     }
 
+    /// A five-field schedule that parses back to this one (`parse(spec()) == self`): each
+    /// field `*` when it holds every value (and, for the day fields, was unrestricted), else
+    /// its values as ascending ranges (`0-5,30`). A descriptor or a step comes back in this
+    /// form (`@weekly` is `0 0 * * 0`, `*/15` is `0,15,30,45`): what the agent records of a
+    /// CronJob whose own text it does not keep.
+    pub fn spec(&self) -> String {
+        let field = |set: u64, b: &Bounds, star: bool| -> String {
+            if star || set == bits(b.min, b.max, 1) {
+                return "*".to_owned();
+            }
+            let mut parts = Vec::new();
+            let mut v = b.min;
+            while v <= b.max {
+                if set & (1 << v) == 0 {
+                    v += 1;
+                    continue;
+                }
+                let start = v;
+                while v < b.max && set & (1 << (v + 1)) != 0 {
+                    v += 1;
+                }
+                parts.push(if start == v {
+                    start.to_string()
+                } else {
+                    format!("{start}-{v}")
+                });
+                v += 1;
+            }
+            parts.join(",")
+        };
+        // A day field is written `*` only when it was unrestricted: `1-31` restricts the days
+        // (robfig's star bit) where `*` does not.
+        let day = |set: u64, b: &Bounds, star: bool| -> String {
+            if star {
+                "*".to_owned()
+            } else if set == bits(b.min, b.max, 1) {
+                format!("{}-{}", b.min, b.max)
+            } else {
+                field(set, b, false)
+            }
+        };
+        format!(
+            "{} {} {} {} {}",
+            field(self.minutes, &MINUTES, false),
+            field(self.hours, &HOURS, false),
+            day(self.days_of_month, &DAYS_OF_MONTH, self.dom_star),
+            field(self.months, &MONTHS, false),
+            day(self.days_of_week, &DAYS_OF_WEEK, self.dow_star),
+        )
+    }
+
     /// Whether the schedule runs in this month (1-12).
     pub(super) fn has_month(&self, month: u32) -> bool {
         month < 64 && self.months & (1 << month) != 0

@@ -327,3 +327,48 @@ fn matches_at(s: &CronSchedule, t: i64) -> bool {
         && s.hours & (1 << (minute_of_day / 60)) != 0
         && s.minutes & (1 << (minute_of_day % 60)) != 0
 }
+
+/// A schedule's [`CronSchedule::spec`] parses back to the same schedule, whatever form it
+/// was written in (descriptors, steps, names, ranges, a restricted full range of days).
+#[test]
+fn a_schedule_written_back_as_its_spec_parses_to_the_same_schedule() {
+    let cases = [
+        ("0 2 * * *", "0 2 * * *"),
+        ("*/15 * * * *", "0,15,30,45 * * * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@yearly", "0 0 1 1 *"),
+        ("@hourly", "0 * * * *"),
+        ("0 9-17 * * mon-fri", "0 9-17 * * 1-5"),
+        ("5 4 1-31 jan,mar *", "5 4 1-31 1,3 *"),
+        ("30 6 ? * 0-6", "30 6 * * 0-6"),
+        (
+            "0 0 */2 * *",
+            "0 0 1,3,5,7,9,11,13,15,17,19,21,23,25,27,29,31 * *",
+        ),
+    ];
+    for (spec, want) in cases {
+        let schedule = CronSchedule::parse(spec).expect(spec);
+        assert_eq!(schedule.spec(), want, "{spec}");
+        assert_eq!(
+            CronSchedule::parse(&schedule.spec()).ok(),
+            Some(schedule),
+            "{spec}"
+        );
+    }
+    let fields = ["*", "1", "1-3", "*/7", "2,5-6", "?"];
+    for m in fields {
+        for dom in fields {
+            for dow in fields {
+                let spec = format!("{m} {m} {dom} * {dow}");
+                let Ok(schedule) = CronSchedule::parse(&spec) else {
+                    continue;
+                };
+                assert_eq!(
+                    CronSchedule::parse(&schedule.spec()).ok(),
+                    Some(schedule),
+                    "{spec}"
+                );
+            }
+        }
+    }
+}

@@ -43,6 +43,7 @@ mod report;
 mod runtime_pin_notes;
 pub mod runtime_pin_record;
 pub mod runtime_pins;
+mod signal_record;
 pub(crate) mod signals;
 mod sorted_runs;
 mod space;
@@ -93,6 +94,7 @@ pub use protect::{
 };
 pub use report::{DetectReport, GcPlan, GcReport, Removal, classify};
 pub use runtime_pin_notes::{RuntimePinsSeen, note_runtime_pins};
+pub use signal_record::{SignalRecord, SignalsNow};
 pub use signals::{
     ClusterSignals, ClusterSignalsSample, CronJobSignal, DueRun, KnownUse, KnownUses,
     MAX_CRONJOB_LEAD, MAX_CRONJOBS, MAX_SIGNAL_IMAGES, MAX_SUPERSEDED, MAX_WORKLOADS, Revisions,

@@ -129,6 +129,22 @@ impl ClusterSignals {
         self.replicasets_health.mark_synced();
     }
 
+    /// The CronJobs held, by `namespace/name`; `None` until the CronJobs' watch listed them
+    /// once (until then the set is not the cluster's: what the agent records reads it).
+    pub fn listed_cronjobs(&self) -> Option<BTreeMap<String, CronJobSignal>> {
+        self.cronjobs_health
+            .is_synced()
+            .then(|| self.read().cronjobs.clone())
+    }
+
+    /// The workloads' revisions held, by `namespace/name`; `None` until the ReplicaSets'
+    /// watch listed them once.
+    pub fn listed_workloads(&self) -> Option<BTreeMap<String, Revisions>> {
+        self.replicasets_health
+            .is_synced()
+            .then(|| self.read().workloads.clone())
+    }
+
     /// Keeps a CronJob's images from `lead` before its next run (at most
     /// [`MAX_CRONJOB_LEAD`]; zero: not at all).
     pub fn set_lead(&self, lead: Duration) {

@@ -251,6 +251,11 @@ impl Snapshot {
         self.read(Store::pulls)
     }
 
+    /// The cluster signals' changes the agent recorded (schema 7), oldest first.
+    pub fn signals(&self) -> Result<Vec<crate::model::SignalEntry>, InspectError> {
+        self.read(Store::signals)
+    }
+
     /// The warm set's state at the agent's last warm cycle (schema 5), priority order.
     pub fn warm_rows(&self) -> Result<Vec<WarmRow>, InspectError> {
         self.read(Store::warm_rows)

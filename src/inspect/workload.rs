@@ -1,8 +1,10 @@
 //! `imagekeeper inspect workload`: the node's recorded history (schema 5's use intervals, the
 //! pull history, the journal and the unwatched stretches) written as a workload trace for
 //! `imagekeeper simulate` (issue 26): JSON lines sorted by `at`, seconds relative to the first
-//! event, a `node` line first, then `run` and `restart` lines. The output is a function of the
-//! file (and `--since`), never of the wall clock otherwise: the same file gives the same bytes.
+//! event, a `node` line first, then `run` and `restart` lines, and the signal lines the agent
+//! recorded (`cronjob`, `bound`, `rollout`: schema 7's `signals`, `workload_signals.rs`). The
+//! output is a function of the file (and `--since`), never of the wall clock otherwise: the
+//! same file gives the same bytes.
 //!
 //! The field names are the workload format's (docs/src/operators/inspect.md): `node`
 //! {`capacity`, `other_used`, `pull_bytes_per_s`}, `policy` {`high`, `low`, `min_age_s`,
@@ -14,9 +16,17 @@ use std::time::Duration;
 
 use crate::gc::WatchHistory;
 use crate::inspect::NamesByKey;
-use crate::model::{JournalEntry, PullEntry, PullKey, RecordKey, UnixNanos, UseInterval, UseKey};
+use crate::model::{
+    JournalEntry, PullEntry, PullKey, RecordKey, SignalEntry, UnixNanos, UseInterval, UseKey,
+};
 use crate::store::{JournalKey, StoredRecord};
 use serde::{Serialize, Serializer};
+
+#[path = "workload_signals.rs"]
+mod signals;
+
+/// The latest `start_unix_s` the trace's parser takes: 9999-12-31T23:59:59Z.
+const MAX_START_UNIX_S: i64 = 253_402_300_799;
 
 /// A pull rate when no pull imagekeeper made has a duration: 100 MB/s.
 pub const DEFAULT_PULL_BYTES_PER_S: u64 = 100_000_000;
@@ -57,6 +67,10 @@ struct NodeLine {
     node: Node,
     policy: Policy,
     gc_period_s: Secs,
+    /// The unix second of the trace's start, the calendar the `cronjob` lines' schedules are
+    /// read in: written only with signal lines, so a trace without them reads as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_unix_s: Option<i64>,
 }
 
 #[derive(Serialize)]
@@ -131,14 +145,21 @@ pub struct History<'a> {
     pub pulls: &'a [(PullKey, PullEntry)],
     /// The meta table's values (the heartbeat and the unwatched stretches).
     pub meta: &'a [(String, i64)],
+    /// The cluster signals' changes the agent recorded (schema 7), oldest first.
+    pub signals: &'a [SignalEntry],
 }
 
-/// One event of the trace, in its sort order: time, then restarts before runs, then the run's
-/// image, size and length.
+/// One event of the trace, in its sort order: time, then restarts, then signal lines (what
+/// the cluster declared, in the order recorded), then runs by image, size and length.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Restart {
         at: i64,
+    },
+    /// The `index`-th recorded signal line from the start on.
+    Signal {
+        at: i64,
+        index: usize,
     },
     Run {
         at: i64,
@@ -149,15 +170,16 @@ enum Event {
 }
 
 impl Event {
-    fn key(&self) -> (i64, u8, &str, u64, i64) {
+    fn key(&self) -> (i64, u8, usize, &str, u64, i64) {
         match self {
-            Event::Restart { at } => (*at, 0, "", 0, 0),
+            Event::Restart { at } => (*at, 0, 0, "", 0, 0),
+            Event::Signal { at, index } => (*at, 1, *index, "", 0, 0),
             Event::Run {
                 at,
                 image,
                 size,
                 for_nanos,
-            } => (*at, 1, image, *size, *for_nanos),
+            } => (*at, 2, 0, image, *size, *for_nanos),
         }
     }
 }
@@ -259,8 +281,23 @@ pub fn write(
             events.push(Event::Restart { at: gap.to.0 });
         }
     }
+    let signal_lines = signals::split(history.signals, from);
+    events.extend(
+        signal_lines
+            .timed
+            .iter()
+            .enumerate()
+            .map(|(index, (at, _))| Event::Signal { at: *at, index }),
+    );
     events.sort_by(|a, b| a.key().cmp(&b.key()));
-    let t0 = events.first().map_or(0, |e| e.key().0);
+    // The first event, else the start asked for (the lines of the state at the start alone).
+    let t0 = events
+        .first()
+        .map_or_else(|| since.map_or(0, |s| s.0), |e| e.key().0);
+    let has_signals = !signal_lines.at_start.is_empty() || !signal_lines.timed.is_empty();
+    let start_unix_s = has_signals
+        .then(|| t0.div_euclid(1_000_000_000))
+        .filter(|s| (0..=MAX_START_UNIX_S).contains(s));
     let images_total: u64 = keys.iter().map(|k| size_of(k)).sum();
     let node = NodeLine {
         at: Secs(0),
@@ -285,10 +322,19 @@ pub fn write(
             max_age_s: Secs::of_duration(overrides.max_age),
         },
         gc_period_s: Secs::of_duration(overrides.gc_period),
+        start_unix_s,
     };
     line(w, &node)?;
+    for signal in &signal_lines.at_start {
+        signals::write_signal(w, Secs(0), signal)?;
+    }
     for event in &events {
         match event {
+            Event::Signal { at, index } => {
+                if let Some((_, signal)) = signal_lines.timed.get(*index) {
+                    signals::write_signal(w, Secs::of_nanos(at.saturating_sub(t0)), signal)?;
+                }
+            }
             Event::Restart { at } => line(
                 w,
                 &RestartLine {

@@ -18,6 +18,7 @@ mod pin;
 mod pull;
 mod runtime;
 mod runtime_label;
+mod signal;
 mod time;
 mod warm;
 
@@ -39,6 +40,9 @@ pub use runtime::{
     PodSandboxConfig, RuntimeContainer, RuntimeImage,
 };
 pub use runtime_label::{MAX_RUNTIME_LABEL_VALUE_BYTES, RuntimeLabel};
+pub use signal::{
+    MAX_SIGNAL_ENTRIES, MAX_SIGNAL_ENTRY_IMAGES, RecordedSignal, SignalEntry, SignalKind,
+};
 pub use time::{FUTURE_STAMP_TOLERANCE, UnixNanos, duration_nanos, saturating_total};
 pub use warm::{StoredWarmState, WarmRow};
 

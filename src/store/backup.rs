@@ -20,7 +20,7 @@ use super::database::{builder, map_open_error, open_read_only_unchecked, refuse_
 use super::file::create_new_temporary;
 use super::tables::{
     BACKOFF, EVICTION, EVICTION_PREFIX, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, RUNTIME_LABELS,
-    USES, WARM,
+    SIGNALS, USES, WARM,
 };
 use super::{BackupConflict, Store, StoreError};
 
@@ -273,6 +273,7 @@ fn same_named_table(
         n if n == PULLS.name() => same_table(ours, theirs, PULLS),
         n if n == WARM.name() => same_table(ours, theirs, WARM),
         n if n == RUNTIME_LABELS.name() => same_table(ours, theirs, RUNTIME_LABELS),
+        n if n == SIGNALS.name() => same_table(ours, theirs, SIGNALS),
         _ => return None,
     })
 }

@@ -15,7 +15,8 @@
 //! one open use interval; no interval was last seen before it started; the closed intervals
 //! and the pulls are each no more than the retention's maximum count; the warm rows are at
 //! positions 0, 1, 2, ... with no gap. Schema 6's `runtime_labels`: every key (a non-empty
-//! name of at most 4096 bytes) and value decodes (`runtime_labels.rs`).
+//! name of at most 4096 bytes) and value decodes (`runtime_labels.rs`). Schema 7's `signals`:
+//! every key and value decodes and there are at most 20,000 rows (`signals.rs`).
 //!
 //! `Store::check_at(now)` adds the clock: a record's first_detected or last_used, a journal
 //! entry's removal time, or the
@@ -133,9 +134,9 @@ pub enum Violation {
         last_seen: i64,
     },
     /// Schema 5: the use history (`uses`, closed intervals) or the pull history (`pulls`)
-    /// holds more rows than the retention allows.
+    /// holds more rows than the retention allows; schema 7: `signals` more than its cap.
     HistoryOverCount {
-        /// `uses` or `pulls`.
+        /// `uses`, `pulls` or `signals`.
         table: &'static str,
         /// Rows held.
         entries: u64,
@@ -430,6 +431,7 @@ impl Store {
         violations.extend(self.check_pulls(txn, max_entries)?);
         violations.extend(self.check_warm(txn)?);
         violations.extend(self.check_runtime_labels(txn)?);
+        violations.extend(self.check_signals(txn)?);
         Ok(violations)
     }
 

@@ -9,7 +9,7 @@
 //! redb: `tables.rs` adapts it to redb's `Key`/`Value` traits. It holds the checked reader
 //! and schema 1's layouts (records, the eviction keys, backoff, meta); schema 2's journal and
 //! names are `codec/journal.rs`, schema 4's pins and schema 5's histories `codec/history.rs`, schema 6's runtime labels
-//! `codec/runtime_labels.rs`.
+//! `codec/runtime_labels.rs`, schema 7's signals `codec/signals.rs`.
 
 use std::time::Duration;
 
@@ -18,11 +18,13 @@ use crate::model::{BackoffEntry, ImageId, ImageRecord, RecordKey, UnixNanos};
 mod history;
 mod journal;
 mod runtime_labels;
+mod signals;
 
 pub use history::{WarmPosition, closed_uses_prefix, pull_key_at, use_key_start};
 pub use journal::JournalKey;
 pub(crate) use journal::names_equal_encoded;
 pub use runtime_labels::LabelledName;
+pub use signals::SignalKey;
 
 /// The version byte every layout of schema 1 starts with.
 pub const LAYOUT_V1: u8 = 1;

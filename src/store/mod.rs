@@ -1,12 +1,14 @@
 //! The record store: the only module that imports redb.
 //!
-//! It owns one redb file with the eleven tables of schema 6 (see `tables.rs`): `images`
+//! It owns one redb file with the twelve tables of schema 7 (see `tables.rs`): `images`
 //! (RecordKey → ImageRecord), `eviction_prefix` ((last_used, first_detected, 16-byte key
 //! prefix) → (); schema 3, see [`IndexKey`]; schemas 1 and 2 had `eviction` with the whole
 //! key), `backoff`, `meta`, from schema 2 `names` (RecordKey → repo tags and digests) and
 //! `journal` ((removed_at, RecordKey) → JournalEntry; see `journal.rs`), from schema 4 `pins`,
-//! from schema 5 `uses`, `pulls` and `warm` (see `history.rs`), and from schema 6
-//! `runtime_labels` (the containerd names the agent labelled; see `runtime_labels.rs`). Invariants:
+//! from schema 5 `uses`, `pulls` and `warm` (see `history.rs`), from schema 6
+//! `runtime_labels` (the containerd names the agent labelled; see `runtime_labels.rs`), and
+//! from schema 7 `signals` (the changes the agent saw in the cluster's declarations; see
+//! `signals.rs`). Invariants:
 //! - every record has exactly one eviction-index entry matching its current fields (records
 //!   with the same times and key prefix share it), and the index holds nothing else; every
 //!   mutation keeps this inside its own write transaction (`apply.rs`);
@@ -61,6 +63,7 @@ mod rows;
 mod runtime_labels;
 mod scan;
 mod schema;
+mod signals;
 mod sorted_reads;
 mod tables;
 #[cfg(test)]

@@ -6,8 +6,8 @@ use redb::{TableDefinition, WriteTransaction};
 
 use super::codec::Codec;
 use super::tables::{
-    BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, Stored, USES,
-    WARM,
+    BACKOFF, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS, SIGNALS, Stored,
+    USES, WARM,
 };
 use super::{Handle, Store, codec};
 use crate::model::{ImageNames, RecordKey};
@@ -48,6 +48,7 @@ impl Store {
             "uses" => put(&txn, USES, key, value),
             "pulls" => put(&txn, PULLS, key, value),
             "warm" => put(&txn, WARM, key, value),
+            "signals" => put(&txn, SIGNALS, key, value),
             "eviction_prefix" => {
                 let mut t = txn.open_table(EVICTION_PREFIX).expect("table");
                 match value {

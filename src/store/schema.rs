@@ -15,13 +15,13 @@ use super::codec::{Codec, IndexKey};
 use super::rows::put_meta;
 use super::tables::{
     BACKOFF, EVICTION, EVICTION_PREFIX, Encoded, IMAGES, JOURNAL, META, NAMES, PINS, PULLS,
-    RUNTIME_LABELS, USES, WARM,
+    RUNTIME_LABELS, SIGNALS, USES, WARM,
 };
 use super::{Handle, Store, StoreError, TxnError};
 use crate::model::UnixNanos;
 
 /// The schema version this build writes and reads.
-pub const CURRENT_SCHEMA_VERSION: i64 = 6;
+pub const CURRENT_SCHEMA_VERSION: i64 = 7;
 
 /// Names of the entries of the `meta` table.
 pub mod meta_keys {
@@ -84,6 +84,10 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         from: 5,
         apply: add_runtime_labels,
     },
+    Migration {
+        from: 6,
+        apply: add_signals,
+    },
 ];
 
 /// Schema 1 → 2 (`migrations/0002_names_and_journal.md`): the `names` and `journal` tables,
@@ -135,6 +139,13 @@ fn add_runtime_labels(txn: &WriteTransaction) -> Result<(), TxnError> {
     Ok(())
 }
 
+/// Schema 6 → 7 (`migrations/0007_signals.md`): the `signals` table, empty. Every other table
+/// keeps its bytes.
+fn add_signals(txn: &WriteTransaction) -> Result<(), TxnError> {
+    txn.open_table(SIGNALS)?;
+    Ok(())
+}
+
 impl Store {
     /// Opens every table once, so that redb decodes every table definition while the open is
     /// still guarded against its panics; later opens read the same bytes.
@@ -154,6 +165,7 @@ impl Store {
         txn.open_table(WARM).map_err(|e| self.redb_err(e))?;
         txn.open_table(RUNTIME_LABELS)
             .map_err(|e| self.redb_err(e))?;
+        txn.open_table(SIGNALS).map_err(|e| self.redb_err(e))?;
         Ok(())
     }
 
@@ -222,6 +234,7 @@ impl Store {
             txn.open_table(PULLS)?;
             txn.open_table(WARM)?;
             txn.open_table(RUNTIME_LABELS)?;
+            txn.open_table(SIGNALS)?;
             let mut meta = txn.open_table(META)?;
             put_meta(
                 &mut meta,

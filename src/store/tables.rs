@@ -10,11 +10,11 @@ use redb::{Key, TableDefinition, TypeName, Value};
 
 use super::codec::{
     BackoffKey, Codec, DecodeError, EvictionKey, IndexKey, JournalKey, LabelledName, MetaKey,
-    MetaValue, OrderedCodec, WarmPosition,
+    MetaValue, OrderedCodec, SignalKey, WarmPosition,
 };
 use crate::model::{
     BackoffEntry, ImageNames, ImagePin, ImageRecord, JournalEntry, PinKey, PullEntry, PullKey,
-    RecordKey, RuntimeLabel, UseInterval, UseKey, WarmRow,
+    RecordKey, RecordedSignal, RuntimeLabel, UseInterval, UseKey, WarmRow,
 };
 
 /// Image records: RecordKey → ImageRecord.
@@ -63,6 +63,11 @@ pub(super) const WARM: TableDefinition<Stored<WarmPosition>, Stored<WarmRow>> =
 /// (`migrations/0006_runtime_labels.md`).
 pub(super) const RUNTIME_LABELS: TableDefinition<Stored<LabelledName>, Stored<RuntimeLabel>> =
     TableDefinition::new("runtime_labels");
+
+/// Schema 7: the changes the agent saw in the cluster's declarations, (at, seq) →
+/// RecordedSignal (`migrations/0007_signals.md`).
+pub(super) const SIGNALS: TableDefinition<Stored<SignalKey>, Stored<RecordedSignal>> =
+    TableDefinition::new("signals");
 
 /// A redb column type whose bytes are the [`Codec`] layout of `T`.
 pub(super) struct Stored<T>(PhantomData<T>);

@@ -1,5 +1,5 @@
-//! The schema upgrades under power loss: the v1, v2, v3, v4 and v5 fixtures on a simulated disk
-//! are opened (which upgrades them one transaction per step, 1 → 2 → 3 → 4 → 5 → 6) with power cut at every
+//! The schema upgrades under power loss: the v1 to v6 fixtures on a simulated disk are opened
+//! (which upgrades them one transaction per step, 1 → 2 → 3 → 4 → 5 → 6 → 7) with power cut at every
 //! disk operation of the upgrade and a few crash images each; after recovery the disk holds
 //! the file of one schema version, whole, never a mix, and every record, backoff entry and
 //! meta value is intact (and the eviction order with it).
@@ -61,6 +61,21 @@ const V6_TABLES: [&str; 11] = [
     "warm",
 ];
 
+const V7_TABLES: [&str; 12] = [
+    "backoff",
+    "eviction_prefix",
+    "images",
+    "journal",
+    "meta",
+    "names",
+    "pins",
+    "pulls",
+    "runtime_labels",
+    "signals",
+    "uses",
+    "warm",
+];
+
 fn fixture(version: i64) -> Vec<u8> {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("migrations/fixtures/v{version}.redb"));
@@ -117,8 +132,14 @@ fn a_crash_during_the_upgrade_from_v5_leaves_one_whole_schema_never_a_mix() {
     crash_during_upgrade(5, 2);
 }
 
+#[test]
+fn a_crash_during_the_upgrade_from_v6_leaves_one_whole_schema_never_a_mix() {
+    crash_during_upgrade(6, 2);
+}
+
 /// The tables each upgrade adds are empty, and the fixture's own kept: pins from v4, the
-/// histories from v5; the adoption of the runtime labels is left to the agent.
+/// histories from v5, the runtime labels and their adoption from v6 (before it, the adoption
+/// is left to the agent); the signals table is empty.
 fn check_upgraded_tables(from: i64, want: &Model) {
     if from < 4 {
         assert!(want.pins.is_empty(), "the upgrade adds an empty pins table");
@@ -137,15 +158,32 @@ fn check_upgraded_tables(from: i64, want: &Model) {
             "the v5 fixture's histories are kept"
         );
     }
+    if from < 6 {
+        assert!(
+            want.runtime_labels.is_empty(),
+            "the upgrade to 6 adds an empty runtime_labels table"
+        );
+        assert!(
+            !want
+                .meta
+                .contains_key(super::meta_keys::RUNTIME_LABELS_ADOPTED),
+            "the upgrade leaves the adoption to the agent's first reconcile"
+        );
+    } else {
+        assert_eq!(
+            want.runtime_labels.len(),
+            1,
+            "the v6 fixture's label is kept"
+        );
+        assert!(
+            want.meta
+                .contains_key(super::meta_keys::RUNTIME_LABELS_ADOPTED),
+            "the v6 fixture's adoption is kept"
+        );
+    }
     assert!(
-        want.runtime_labels.is_empty(),
-        "the upgrade to 6 adds an empty runtime_labels table"
-    );
-    assert!(
-        !want
-            .meta
-            .contains_key(super::meta_keys::RUNTIME_LABELS_ADOPTED),
-        "the upgrade leaves the adoption to the agent's first reconcile"
+        want.signals.is_empty(),
+        "the upgrade to 7 adds an empty signals table"
     );
 }
 
@@ -188,6 +226,7 @@ fn crash_during_upgrade(from: i64, records: usize) {
                 Some(4) => assert_eq!(tables, V4_TABLES, "{case}"),
                 Some(5) => assert_eq!(tables, V5_TABLES, "{case}"),
                 Some(6) => assert_eq!(tables, V6_TABLES, "{case}"),
+                Some(7) => assert_eq!(tables, V7_TABLES, "{case}"),
                 _ => panic!("{case}"),
             }
             assert!(version >= Some(from), "{case}");

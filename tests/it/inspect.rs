@@ -316,7 +316,7 @@ fn stats_count_records_and_show_meta() {
         "records:          5",
         "never used:       3",
         "last detect:      2h ago (2026-01-02T06:00:00Z)",
-        "schema version:   6",
+        "schema version:   7",
     ] {
         assert!(t.stdout.contains(line), "{line} in {}", t.stdout);
     }
@@ -619,7 +619,7 @@ fn bad_files_are_clear_errors_naming_the_path_for_every_command() {
         (
             "newer schema",
             newer,
-            "schema version 7, newer than version 6",
+            "schema version 8, newer than version 7",
         ),
     ];
     let written: Vec<(&str, Vec<u8>, &str)> = vec![

@@ -500,8 +500,8 @@ fn newer_schema_is_refused_naming_both_versions() {
             matches!(
                 err,
                 StoreError::SchemaTooNew {
-                    found: 7,
-                    supported: 6,
+                    found: 8,
+                    supported: 7,
                     ..
                 }
             ),
@@ -509,7 +509,7 @@ fn newer_schema_is_refused_naming_both_versions() {
         );
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 7") && msg.contains("version 6"),
+            msg.contains("schema version 8") && msg.contains("version 7"),
             "{msg}"
         );
     }
@@ -1046,11 +1046,11 @@ fn v1_fixture_is_backed_up_and_upgraded_to_v3_reading_back_every_record() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 1 opens and upgrades");
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(6)
+        Some(7)
     );
     assert_eq!(
         store.commits(),
-        5,
+        6,
         "the upgrade is one transaction per step"
     );
     let backup = dir.path().join("v1.redb.bak-v1");
@@ -1168,12 +1168,12 @@ fn v2_fixture_is_backed_up_and_upgraded_to_v3_with_its_names_and_journal() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 2 opens and upgrades");
     assert_eq!(
         store.commits(),
-        4,
+        5,
         "the upgrade is one transaction per step"
     );
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(6)
+        Some(7)
     );
     let backup = dir.path().join("v2.redb.bak-v2");
     {
@@ -1269,7 +1269,7 @@ fn v3_fixture_is_backed_up_and_upgraded_to_v4_with_an_empty_pins_table() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 3 opens and upgrades");
     assert_eq!(
         store.commits(),
-        3,
+        4,
         "the upgrade is one transaction per step"
     );
     assert_eq!(
@@ -1283,8 +1283,8 @@ fn v3_fixture_is_backed_up_and_upgraded_to_v4_with_an_empty_pins_table() {
         let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
         assert_eq!(
             from_backup.commits(),
-            3,
-            "the backup was a v3 file, upgraded in one commit per step (3 -> 4 -> 5 -> 6)"
+            4,
+            "the backup was a v3 file, upgraded in one commit per step (3 -> 4 -> 5 -> 6 -> 7)"
         );
         assert!(
             from_backup.records().expect("records") == store.records().expect("records"),
@@ -1316,18 +1316,18 @@ fn v4_fixture_is_backed_up_and_upgraded_to_v5_with_empty_history_tables() {
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 4 opens and upgrades");
     assert_eq!(
         store.commits(),
-        2,
+        3,
         "the upgrade is one transaction per step"
     );
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(6)
+        Some(7)
     );
     {
         let again = dir.path().join("again.redb");
         std::fs::copy(dir.path().join("v4.redb.bak-v4"), &again).expect("copy backup");
         let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
-        assert_eq!(from_backup.commits(), 2, "the backup was a v4 file");
+        assert_eq!(from_backup.commits(), 3, "the backup was a v4 file");
         assert!(from_backup.pins().expect("pins") == store.pins().expect("pins"));
     }
     let pins: Vec<(String, String)> = store
@@ -1378,7 +1378,7 @@ fn v4_fixture_is_backed_up_and_upgraded_to_v5_with_empty_history_tables() {
 }
 
 /// The v5 fixture (`cargo run --example make_v5_fixture`, written by the schema-5 build) is
-/// backed up to `<db>.bak-v5` and upgraded to schema 6 in one commit
+/// backed up to `<db>.bak-v5` and upgraded to schema 6 in one commit, then to 7 in another
 /// (`migrations/0006_runtime_labels.md`): every table keeps its content, the agent's instance
 /// included, and an empty `runtime_labels` table is added, without `runtime_labels_adopted`
 /// (the agent's first reconcile adopts its labels once), which then takes writes.
@@ -1390,16 +1390,20 @@ fn v5_fixture_is_backed_up_and_upgraded_to_v6_with_an_empty_runtime_labels_table
     let copy = dir.path().join("v5.redb");
     std::fs::copy(&fixture, &copy).expect("copy fixture");
     let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 5 opens and upgrades");
-    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
+    assert_eq!(
+        store.commits(),
+        2,
+        "the upgrade is one transaction per step"
+    );
     assert_eq!(
         store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-        Some(6)
+        Some(7)
     );
     {
         let again = dir.path().join("again.redb");
         std::fs::copy(dir.path().join("v5.redb.bak-v5"), &again).expect("copy backup");
         let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
-        assert_eq!(from_backup.commits(), 1, "the backup was a v5 file");
+        assert_eq!(from_backup.commits(), 2, "the backup was a v5 file");
         assert!(from_backup.pulls().expect("pulls") == store.pulls().expect("pulls"));
     }
     assert_eq!(store.len().expect("len"), 2);
@@ -1440,6 +1444,63 @@ fn v5_fixture_is_backed_up_and_upgraded_to_v6_with_an_empty_runtime_labels_table
     batch.remove_runtime_label("registry.k8s.io/pause:3.10".to_owned());
     assert!(store.apply(&batch).expect("apply"));
     assert!(store.runtime_labels().expect("labels").is_empty());
+}
+
+/// The v6 fixture (`cargo run --example make_v6_fixture`, written by the schema-6 build) is
+/// backed up to `<db>.bak-v6` and upgraded to schema 7 in one commit
+/// (`migrations/0007_signals.md`): every table keeps its content, the runtime labels and their
+/// adoption included, and an empty `signals` table is added, which then takes appends.
+#[test]
+fn v6_fixture_is_backed_up_and_upgraded_to_v7_with_an_empty_signals_table() {
+    use imagekeeper::model::{RecordedSignal, SignalEntry};
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/fixtures/v6.redb");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("v6.redb");
+    std::fs::copy(&fixture, &copy).expect("copy fixture");
+    let mut store = Store::open(&copy, UnixNanos(1)).expect("schema 6 opens and upgrades");
+    assert_eq!(store.commits(), 1, "the upgrade is one transaction");
+    assert_eq!(
+        store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
+        Some(7)
+    );
+    {
+        let again = dir.path().join("again.redb");
+        std::fs::copy(dir.path().join("v6.redb.bak-v6"), &again).expect("copy backup");
+        let from_backup = Store::open(&again, UnixNanos(1)).expect("the backup upgrades");
+        assert_eq!(from_backup.commits(), 1, "the backup was a v6 file");
+        assert!(
+            from_backup.runtime_labels().expect("labels")
+                == store.runtime_labels().expect("labels")
+        );
+    }
+    assert_eq!(store.len().expect("len"), 2);
+    assert_eq!(store.journal().expect("journal").len(), 3);
+    assert_eq!(store.pins().expect("pins").len(), 2);
+    assert_eq!(store.uses().expect("uses").len(), 1);
+    assert_eq!(store.pulls().expect("pulls").len(), 1);
+    assert_eq!(store.runtime_labels().expect("labels").len(), 1);
+    assert!(
+        store
+            .meta(meta_keys::RUNTIME_LABELS_ADOPTED)
+            .expect("meta")
+            .is_some(),
+        "the adoption is kept"
+    );
+    assert!(store.signals().expect("signals").is_empty());
+    assert!(store.check().expect("check").is_empty());
+    // The new table takes appends.
+    let entry = SignalEntry {
+        at: UnixNanos::from_secs(1_700_005_000),
+        signal: RecordedSignal::Bound {
+            pod: "ci/build-7".to_owned(),
+            images: vec!["reg/build:4".to_owned()],
+        },
+    };
+    store
+        .append_signals(std::slice::from_ref(&entry))
+        .expect("append");
+    assert_eq!(store.signals().expect("signals"), [entry]);
+    assert!(store.check().expect("check").is_empty());
 }
 
 /// Pins (schema 4) are written, replaced and removed in durable batches, survive a reopen,
@@ -1732,7 +1793,7 @@ fn a_pre_existing_v1_backup_is_never_overwritten_and_only_a_copy_of_its_content_
         let store = opened.unwrap_or_else(|e| panic!("{case:?}: the upgrade was refused: {e}"));
         assert_eq!(
             store.meta(meta_keys::SCHEMA_VERSION).expect("meta"),
-            Some(6),
+            Some(7),
             "{case:?}"
         );
         drop(store);

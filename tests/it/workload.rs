@@ -443,3 +443,141 @@ fn inspect_pulls_lists_each_origin_in_every_format_and_list_marks_warm_images() 
         .unwrap_or_default();
     assert!(a_row.contains("present"), "{table}");
 }
+
+/// Issue 55 item 4: the signals an agent recorded (schema 7's `signals` table) come out of
+/// `inspect workload` as the trace's `cronjob`, `bound` and `rollout` lines, among the runs in
+/// time order, and `parse_workload` reads them back as those signals; with `--since`, the last
+/// line of each key before it is written at 0 (a pod already gone is not), and the node line
+/// carries the trace's start for the CronJobs' calendar.
+#[test]
+fn recorded_signals_are_written_as_signal_lines_the_parser_reads_back() {
+    use imagekeeper::model::{RecordedSignal, SignalEntry};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("signals.redb");
+    let t = 1_800_000_000;
+    let at = |s: i64| UnixNanos::from_secs(t + s);
+    {
+        let store = Store::open(&db, at(0)).expect("open");
+        let mut batch = Batch::new();
+        batch.upsert(
+            RecordKey::new("sha256:aa", ""),
+            ImageRecord {
+                first_detected: at(30),
+                last_used: at(30),
+                size: 1_000,
+                pinned: false,
+            },
+        );
+        batch.set_names(
+            RecordKey::new("sha256:aa", ""),
+            ImageNames {
+                repo_tags: vec!["reg/build:4".to_owned()],
+                repo_digests: vec![],
+            },
+        );
+        batch.observe_uses(at(30), vec![RecordKey::new("sha256:aa", "")]);
+        store.apply(&batch).expect("apply");
+        let images = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let nightly = |suspend| RecordedSignal::CronJob {
+            name: "batch/nightly".to_owned(),
+            schedule: "0 2 * * *".to_owned(),
+            time_zone: Some("Europe/Paris".to_owned()),
+            suspend,
+            images: images(&["reg/etl:1"]),
+        };
+        let entries = [
+            (0, nightly(false)),
+            (
+                0,
+                RecordedSignal::Bound {
+                    pod: "ci/build-7".to_owned(),
+                    images: images(&["reg/build:4", "reg/init:1"]),
+                },
+            ),
+            (
+                60,
+                RecordedSignal::Rollout {
+                    workload: "shop/web".to_owned(),
+                    images: images(&["reg/web:2"]),
+                    previous: images(&["reg/web:1"]),
+                },
+            ),
+            (
+                90,
+                RecordedSignal::Bound {
+                    pod: "ci/gone".to_owned(),
+                    images: images(&["reg/x:1"]),
+                },
+            ),
+            (
+                95,
+                RecordedSignal::Bound {
+                    pod: "ci/gone".to_owned(),
+                    images: vec![],
+                },
+            ),
+            (
+                120,
+                RecordedSignal::Bound {
+                    pod: "ci/build-7".to_owned(),
+                    images: vec![],
+                },
+            ),
+            (180, nightly(true)),
+        ]
+        .map(|(s, signal)| SignalEntry { at: at(s), signal });
+        store.append_signals(&entries).expect("append");
+    }
+    let node = |capacity: u64, start: i64| {
+        format!(
+            r#"{{"at":0,"node":{{"capacity":{capacity},"other_used":0,"pull_bytes_per_s":100000000}},"policy":{{"high":85,"low":80,"min_age_s":120,"max_age_s":0}},"gc_period_s":300,"start_unix_s":{start}}}"#
+        )
+    };
+    let cron = |at: i64, suspend: bool| {
+        format!(
+            r#"{{"at":{at},"cronjob":{{"name":"batch/nightly","schedule":"0 2 * * *","time_zone":"Europe/Paris","suspend":{suspend},"images":["reg/etl:1"]}}}}"#
+        )
+    };
+    let build = |at: i64, images: &str| {
+        format!(r#"{{"at":{at},"bound":{{"pod":"ci/build-7","images":[{images}]}}}}"#)
+    };
+    let rollout = |at: i64| {
+        format!(
+            r#"{{"at":{at},"rollout":{{"workload":"shop/web","images":["reg/web:2"],"previous":["reg/web:1"]}}}}"#
+        )
+    };
+    let all = workload(&db, &[]);
+    let want = [
+        // Every image of the trace fits under the low threshold: 1,000 bytes at 80 %.
+        node(1250, t),
+        cron(0, false),
+        build(0, r#""reg/build:4","reg/init:1""#),
+        r#"{"at":30,"run":{"image":"reg/build:4","size":1000,"for_s":0}}"#.to_owned(),
+        rollout(60),
+        r#"{"at":90,"bound":{"pod":"ci/gone","images":["reg/x:1"]}}"#.to_owned(),
+        r#"{"at":95,"bound":{"pod":"ci/gone","images":[]}}"#.to_owned(),
+        build(120, ""),
+        cron(180, true),
+    ];
+    assert_eq!(all.lines().collect::<Vec<_>>(), want);
+    // The parser reads back those signals: its own writing of them is the same lines.
+    let parsed = imagekeeper::workload::parse_workload(&all).expect("the parser reads it");
+    assert!(parsed.declares_signals());
+    assert_eq!(parsed.to_string(), all);
+
+    // From 100 s on: the last line of each key before it at 0, the pod gone left out.
+    let since = imagekeeper::format::format_rfc3339(at(100));
+    let from = workload(&db, &["--since", &since]);
+    let want = [
+        // No run from then on: the default size.
+        node(100_000_000_000, t + 120),
+        cron(0, false),
+        build(0, r#""reg/build:4","reg/init:1""#),
+        rollout(0),
+        build(0, ""),
+        cron(60, true),
+    ];
+    assert_eq!(from.lines().collect::<Vec<_>>(), want);
+    let parsed = imagekeeper::workload::parse_workload(&from).expect("the parser reads it");
+    assert_eq!(parsed.to_string(), from);
+}

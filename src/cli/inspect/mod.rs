@@ -105,8 +105,10 @@ enum InspectCommand {
         origin: Option<OriginFilter>,
     },
     /// The node's recorded history as a workload trace for `imagekeeper simulate` (JSON lines;
-    /// -o is ignored): a `node` line, then a `run` line per recorded use and a `restart` line
-    /// per stretch no detect watched.
+    /// -o is ignored): a `node` line, then a `run` line per recorded use, a `restart` line per
+    /// stretch no detect watched, and the `cronjob`, `bound` and `rollout` lines of what the
+    /// cluster declared as the agent recorded it with clusterSignals on (each change at the
+    /// detect that saw it; with --since, the last line of each before it at the trace's start).
     Workload(Box<WorkloadArgs>),
     /// Where the image filesystem's bytes are: containerd's images, containers, snapshots,
     /// blobs, ingests and leases of every namespace by owner, each byte once, orphaned
@@ -441,6 +443,7 @@ fn workload_command(
     let uses = snap.uses().map_err(inspect_failure)?;
     let pulls = snap.pulls().map_err(inspect_failure)?;
     let meta = snap.meta_entries().map_err(inspect_failure)?;
+    let signals = snap.signals().map_err(inspect_failure)?;
     let since = args.since.map(|s| match s {
         Since::Ago(d) => now.saturating_sub(d),
         Since::At(t) => t,
@@ -452,6 +455,7 @@ fn workload_command(
         uses: &uses,
         pulls: &pulls,
         meta: &meta,
+        signals: &signals,
     };
     let overrides = workload::Overrides {
         capacity: args.capacity,

@@ -33,6 +33,7 @@ pub struct Model {
     pub pulls: BTreeMap<PullKey, PullEntry>,
     pub warm: Vec<WarmRow>,
     pub runtime_labels: BTreeMap<String, crate::model::RuntimeLabel>,
+    pub signals: Vec<crate::model::SignalEntry>,
 }
 
 impl Model {
@@ -67,6 +68,7 @@ impl Model {
             pulls: store.pulls()?.into_iter().collect(),
             warm: store.warm_rows()?,
             runtime_labels: store.runtime_labels()?.into_iter().collect(),
+            signals: store.signals()?,
         })
     }
 }
