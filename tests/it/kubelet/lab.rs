@@ -14,6 +14,7 @@ use super::{Agent, CONTAINERD_RELEASE, KubeletLab, NODEFS_LINE, StaticPod, kubel
 use crate::support::{self, bin};
 
 mod daemonset;
+mod init_container;
 mod intents;
 mod keeps;
 

@@ -227,6 +227,21 @@ impl KubeletLab {
         path
     }
 
+    /// Removes a drop-in [`KubeletLab::write_drop_in`] wrote; the kubelet reads its config
+    /// without it at the next [`KubeletLab::restart`].
+    pub fn remove_drop_in(&mut self, path: &Path) {
+        std::fs::remove_file(path).expect("remove the drop-in");
+        self.drop_ins.retain(|p| p != path);
+    }
+
+    /// Writes a static pod manifest of the test's own (`<name>.yaml`, removed on drop).
+    pub fn add_static_pod_manifest(&mut self, name: &str, manifest: &str) {
+        let dir = PathBuf::from(self.env("KUBELET_LAB_STATIC_POD_DIR"));
+        let path = dir.join(format!("{name}.yaml"));
+        write_atomically(&path, manifest);
+        self.static_pods.push(path);
+    }
+
     /// The id of the running container of the static pod `name` (crictl), once there is one.
     pub async fn running_container(&self, name: &str, deadline: Duration) -> String {
         // Polled: the kubelet announces a started container in its log only at --v=4 wording
