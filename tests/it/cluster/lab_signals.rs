@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{
     config, crictl_pull, init_container_pod, pod_phase, runtime_image, wait_for_runtime_image,
 };
-use crate::cluster::{ClusterLab, cluster_lab};
+use crate::cluster::{ClusterLab, NAMESPACE, Release, cluster_lab};
 use crate::support;
 
 /// The CronJob's time zone: Asia/Kathmandu is UTC+05:45 all year, so a schedule read in any
@@ -555,6 +555,74 @@ async fn with_cluster_signals_a_bound_pods_absent_main_image_is_pulled_ahead_whi
         "signals-prefetch",
         "--wait=false",
     ]);
+    cronjobs_refused_in_one_log_line(&cluster, &release).await;
     drop(release);
     let _ = cluster.crictl_output(&["rmi", &main]);
+}
+
+/// Issue 55's "RBAC denied: one clear log line", for the cluster signals: the agent restarts
+/// with its role no longer granting the CronJobs. Its log says the CronJobs' watch is refused
+/// ("forbidden") once, however often the watcher retries, and the other watches run (the
+/// bound pods are listed).
+async fn cronjobs_refused_in_one_log_line(cluster: &ClusterLab, release: &Release<'_>) {
+    let role = format!("{}-cluster-signals", release.fullname());
+    let cronjobs_rule =
+        r#"{"apiGroups":["batch"],"resources":["cronjobs"],"verbs":["list","watch"]}"#;
+    cluster.kubectl(&[
+        "patch",
+        "clusterrole",
+        &role,
+        "--type=json",
+        "-p",
+        &format!(
+            r#"[{{"op":"test","path":"/rules/2","value":{cronjobs_rule}}},{{"op":"remove","path":"/rules/2"}}]"#
+        ),
+    ]);
+    cluster.kubectl(&[
+        "-n",
+        NAMESPACE,
+        "rollout",
+        "restart",
+        &format!("ds/{}", release.fullname()),
+    ]);
+    release.wait_ready(Duration::from_secs(120));
+    let refused = release
+        .wait_for_log_line(
+            &["The watch of the CronJobs failed", "forbidden"],
+            Duration::from_secs(60),
+        )
+        .await;
+    println!("{refused}");
+    release
+        .wait_for_log_line(
+            &["Listed the pods bound to this node"],
+            Duration::from_secs(60),
+        )
+        .await;
+    // The watcher retries with backoff (kube-rs's default: from 0.8 s); after three refusals
+    // (its errors counter, curl /metrics), the log line is still said once.
+    let url = format!("http://{}:9899/metrics", cluster.env("CLUSTER_LAB_NODE_IP"));
+    let errors = support::wait_for(
+        "imagekeeper_cluster_watch_errors_total{resource=\"cronjobs\"} >= 3 (curl /metrics)",
+        Duration::from_secs(60),
+        || async {
+            let out = cluster.run_in_namespace("curl", &["-sS", "-m", "10", &url]);
+            let errors = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find(|l| {
+                    l.starts_with("imagekeeper_cluster_watch_errors_total{resource=\"cronjobs\"}")
+                })
+                .and_then(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+                .filter(|n| *n >= 3.0);
+            if errors.is_none() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            errors
+        },
+    )
+    .await;
+    println!("cronjobs watch errors: {errors}");
+    let logs = release.logs();
+    let refusals = Release::lines_with(&logs, &["The watch of the CronJobs failed"]);
+    assert_eq!(refusals.len(), 1, "one clear line: {refusals:?}");
 }
