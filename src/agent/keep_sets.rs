@@ -1,7 +1,8 @@
 //! The keep-set loop: the agent's side of the fleet's KeepSets (`keepSets`; the handle is
 //! `crate::gc::KeepSets`, which the cluster's watch fills). Once the watch has listed the sets,
-//! and at each change of them, at the end of a set's lifetime, and every
-//! [`RETRY_PERIOD`] while an image failed, a cycle: writes the pins the sets ask for
+//! and at each change of them, at the end of a set's lifetime, when a warm cycle pulled a warm
+//! set's image (or found it failed or not fitting), and every [`RETRY_PERIOD`] while an image
+//! failed, a cycle: writes the pins the sets ask for
 //! ([`crate::gc::keep_set_pin_changes`], one store transaction) and carries them to the
 //! runtime at once; pulls each image of a set in mode pin in force that the runtime does not list
 //! (IfNotPresent, the node's credentials, through the image manager's backoff and QPS, at most
@@ -74,6 +75,7 @@ impl<R: AgentRuntime> Agent<R> {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 () = handle.changed() => {}
+                () = self.keep_sets_wanted.notified() => {}
                 _ = stop.changed() => return,
             }
         }

@@ -249,6 +249,9 @@ mod cycle {
             .map(|s| s.entry.origin.as_str())
             .collect();
         assert_eq!(origins, ["KeepSet/models"]);
+        tokio::time::timeout(Duration::ZERO, agent.keep_sets_wanted.notified())
+            .await
+            .expect("the warm pull of a set's image asks the keep-set loop for a cycle at once");
         agent.keep_sets_cycle(&mut state).await.expect("a cycle");
         let report = handle.reports().borrow()["models"].clone();
         assert_eq!((report.images, report.present, report.failed), (1, 1, 0));
@@ -286,6 +289,9 @@ mod cycle {
         runtime.node.state().fs = Some((10_000, 500));
         let plan = agent.warm_cycle().await;
         assert_eq!(plan.count(WarmState::DoesNotFit), 1, "{plan:?}");
+        tokio::time::timeout(Duration::ZERO, agent.keep_sets_wanted.notified())
+            .await
+            .expect("a set's image that does not fit asks the keep-set loop for a cycle too");
         agent.keep_sets_cycle(&mut state).await.expect("a cycle");
         let extra = handle.reports().borrow()["extra"].clone();
         assert_eq!(extra.failed, 1, "{extra:?}");

@@ -149,6 +149,10 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     /// A detect cycle asks the runtime pins' own task for a reconcile (`loops.rs`): the cycle
     /// never waits on containerd's Images service.
     runtime_pins_wanted: tokio::sync::Notify,
+    /// A warm cycle that pulled a KeepSet's image (or found it failed or not fitting) asks the
+    /// keep-set loop for a cycle (`warm.rs`), so the set's report says so then, not at the
+    /// loop's next period.
+    keep_sets_wanted: tokio::sync::Notify,
     /// The last line recorded of each cluster signal (`signal_record.rs`), read from the
     /// store at the first detect that has any; `None` until then.
     signal_record: tokio::sync::Mutex<Option<crate::gc::SignalRecord>>,

@@ -113,6 +113,7 @@ impl<R: AgentRuntime> Agent<R> {
             warm_table_cleared: std::sync::atomic::AtomicBool::new(false),
             runtime_pins_turn: tokio::sync::Mutex::new(()),
             runtime_pins_wanted: tokio::sync::Notify::new(),
+            keep_sets_wanted: tokio::sync::Notify::new(),
             #[cfg(test)]
             warm_judged_on: Mutex::new(Vec::new()),
         })

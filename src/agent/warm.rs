@@ -180,6 +180,12 @@ impl<R: AgentRuntime> Agent<R> {
         self.metrics.record_warm_plan(&planned);
         *lock_ignoring_poison(&self.warm_last) = Some(planned.clone());
         let any_pulled = !pulled.is_empty();
+        // A KeepSet's image pulled, failed or not fitting changes the set's report.
+        let keep_set_news = planned.statuses.iter().enumerate().any(|(i, s)| {
+            s.entry.origin.starts_with(crate::gc::KEEPSET_REASON_PREFIX)
+                && (pulled.contains_key(&i)
+                    || matches!(s.state, WarmState::Failed | WarmState::DoesNotFit))
+        });
         let agent = Arc::clone(self);
         let planned = self
             .off_the_workers(move || {
@@ -191,6 +197,9 @@ impl<R: AgentRuntime> Agent<R> {
         // detect (the kubelet's DeleteUnusedImages may run first, under pressure every 10 s).
         if any_pulled {
             self.carry_keeps_now().await;
+        }
+        if keep_set_news {
+            self.keep_sets_wanted.notify_one();
         }
         Ok(planned)
     }

@@ -502,6 +502,11 @@ mod tests {
                 None,
             ),
             (
+                "clusterSignalsPrefetchPullSecrets",
+                s(&["clusterSignalsPrefetchPullSecrets = true"]),
+                None,
+            ),
+            (
                 "diskAccountingPeriod",
                 s(&["diskAccountingPeriod = \"1h\""]),
                 None,

@@ -271,6 +271,10 @@ mod tests {
                 "clusterSignalsKeepShare = 70".into(),
             ),
             (
+                "clusterSignalsPrefetchPullSecrets",
+                "clusterSignalsPrefetchPullSecrets = true".into(),
+            ),
+            (
                 "diskAccountingPeriod",
                 "diskAccountingPeriod = \"1h\"".into(),
             ),
