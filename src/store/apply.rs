@@ -62,10 +62,15 @@ impl Store {
         self.guarded(|| self.apply_once(batch))
     }
 
-    fn apply_once(&self, batch: &Batch) -> Result<Applied, StoreError> {
-        // Held for the whole transaction: a reopen never drops a handle mid-commit.
-        let handle = self.read_handle();
-        let db = match &*handle {
+    /// A write transaction on `handle`'s database with the store's commit durability and
+    /// quick repair (every write but a schema upgrade's), or why there is none: a read-only
+    /// or closed store. The caller holds `handle` for the whole transaction, so a reopen
+    /// never drops it mid-commit.
+    pub(super) fn begin_store_write(
+        &self,
+        handle: &Handle,
+    ) -> Result<WriteTransaction, StoreError> {
+        let db = match handle {
             Handle::Write(db) => db,
             Handle::Read(_) => {
                 return Err(StoreError::ReadOnly {
@@ -82,6 +87,13 @@ impl Store {
         txn.set_durability(self.commit_durability())
             .map_err(|e| self.redb_err(e))?;
         txn.set_quick_repair(self.options.quick_repair);
+        Ok(txn)
+    }
+
+    fn apply_once(&self, batch: &Batch) -> Result<Applied, StoreError> {
+        // Held for the whole transaction: a reopen never drops a handle mid-commit.
+        let handle = self.read_handle();
+        let txn = self.begin_store_write(&handle)?;
         let retention = self.journal_retention();
         // Held to the commit: the next transaction takes the keys this one leaves.
         let mut held_keys = self.lock_journal_keys();

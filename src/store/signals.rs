@@ -14,7 +14,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{Codec, SignalKey};
 use super::tables::{Encoded, SIGNALS, Stored};
-use super::{Handle, Store, StoreError, TxnError, Violation};
+use super::{Store, StoreError, TxnError, Violation};
 use crate::model::{MAX_SIGNAL_ENTRIES, RecordedSignal, SignalEntry, UnixNanos};
 
 type SignalsTable<'t> = redb::Table<'t, Stored<SignalKey>, Stored<RecordedSignal>>;
@@ -76,23 +76,7 @@ impl Store {
     fn append_signals_once(&self, entries: &[SignalEntry]) -> Result<(), StoreError> {
         // Held for the whole transaction: a reopen never drops a handle mid-commit.
         let handle = self.read_handle();
-        let db = match &*handle {
-            Handle::Write(db) => db,
-            Handle::Read(_) => {
-                return Err(StoreError::ReadOnly {
-                    path: self.path.clone(),
-                });
-            }
-            Handle::Closed => {
-                return Err(StoreError::Closed {
-                    path: self.path.clone(),
-                });
-            }
-        };
-        let mut txn = db.begin_write().map_err(|e| self.redb_err(e))?;
-        txn.set_durability(self.commit_durability())
-            .map_err(|e| self.redb_err(e))?;
-        txn.set_quick_repair(self.options.quick_repair);
+        let txn = self.begin_store_write(&handle)?;
         {
             let mut table = txn.open_table(SIGNALS).map_err(|e| self.redb_err(e))?;
             append(&mut table, entries).map_err(|e| self.wrap(e))?;
