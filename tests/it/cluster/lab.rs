@@ -796,17 +796,7 @@ fn init_container_pod(
         .join(name);
     std::fs::create_dir_all(&dir).expect("the gate's dir");
     let _ = std::fs::remove_file(dir.join("open"));
-    let manifest = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
-         spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
-         \x20 volumes:\n  - {{name: gate, hostPath: {{path: {gate}, type: Directory}}}}\n\
-         \x20 initContainers:\n  - name: wait\n    image: {init}\n    imagePullPolicy: IfNotPresent\n\
-         \x20   command: [sh, -c, \"until [ -e /gate/open ]; do sleep 1; done\"]\n\
-         \x20   volumeMounts: [{{name: gate, mountPath: /gate}}]\n\
-         \x20 containers:\n  - {{name: main, image: {main}, imagePullPolicy: IfNotPresent, \
-         command: [\"true\"]}}\n",
-        gate = dir.display()
-    );
+    let manifest = crate::support::init_gated_pod_manifest(name, &dir, init, main);
     (manifest, InitGate { dir })
 }
 

@@ -723,3 +723,22 @@ impl CapturedLog {
             .collect()
     }
 }
+
+/// A pod manifest (namespace `default`, host network, never restarted) whose init container
+/// `wait` (image `init`) runs until the file `open` exists in `gate` (a hostPath directory),
+/// and whose main container (image `main`) then runs `true`: a main image in no container
+/// while the init container runs, as long as the test wants (issue 55's bound-pod cases in
+/// the cluster and kubelet labs).
+pub fn init_gated_pod_manifest(name: &str, gate: &Path, init: &str, main: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
+         \x20 volumes:\n  - {{name: gate, hostPath: {{path: {gate}, type: Directory}}}}\n\
+         \x20 initContainers:\n  - name: wait\n    image: {init}\n    imagePullPolicy: IfNotPresent\n\
+         \x20   command: [sh, -c, \"until [ -e /gate/open ]; do sleep 1; done\"]\n\
+         \x20   volumeMounts: [{{name: gate, mountPath: /gate}}]\n\
+         \x20 containers:\n  - {{name: main, image: {main}, imagePullPolicy: IfNotPresent, \
+         command: [\"true\"]}}\n",
+        gate = gate.display()
+    )
+}

@@ -49,17 +49,7 @@ async fn without_imagekeeper_the_real_kubelet_removes_a_pods_main_image_while_it
     let gate = kl.lab.dir.join("gates").join("init-gated");
     std::fs::create_dir_all(&gate).expect("the gate's dir");
     let _ = std::fs::remove_file(gate.join("open"));
-    let manifest = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: init-gated, namespace: default}}\n\
-         spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n\
-         \x20 volumes:\n  - {{name: gate, hostPath: {{path: {gate}, type: Directory}}}}\n\
-         \x20 initContainers:\n  - name: wait\n    image: {init}\n    imagePullPolicy: IfNotPresent\n\
-         \x20   command: [sh, -c, \"until [ -e /gate/open ]; do sleep 1; done\"]\n\
-         \x20   volumeMounts: [{{name: gate, mountPath: /gate}}]\n\
-         \x20 containers:\n  - {{name: main, image: {main}, imagePullPolicy: IfNotPresent, \
-         command: [\"true\"]}}\n",
-        gate = gate.display()
-    );
+    let manifest = support::init_gated_pod_manifest("init-gated", &gate, &init, &main);
     kl.add_static_pod_manifest("init-gated", &manifest);
     support::wait_for(
         "the pod's init container running (crictl ps)",
