@@ -10,7 +10,7 @@ use imagekeeper::kubelet::record_file_name;
 use imagekeeper::model::RemovalReason;
 use imagekeeper::store::Store;
 
-use super::{Agent, CONTAINERD_RELEASE, KubeletLab, NODEFS_LINE, StaticPod, kubelet_lab};
+use super::{Agent, CONTAINERD_RELEASE, KubeletLab, StaticPod, kubelet_lab};
 use crate::support::{self, bin};
 
 mod daemonset;
@@ -733,12 +733,7 @@ async fn an_image_labelled_pinned_survives_the_real_kubelets_delete_unused_image
     assert_eq!(pinned(&kept_id), Some(serde_json::Value::Bool(true)));
     assert_eq!(pinned(&other_id), Some(serde_json::Value::Bool(false)));
 
-    kl.write_drop_in(
-        "70-imagefs-pressure",
-        &format!(
-            "imageMinimumGCAge: 1s\nevictionHard:\n  imagefs.available: \"99%\"\n  {NODEFS_LINE}\n"
-        ),
-    );
+    kl.write_imagefs_pressure_drop_in();
     kl.restart();
     // The eviction manager's DeleteUnusedImages removes the unlabelled image...
     let (removal, _) = kl

@@ -227,6 +227,19 @@ impl KubeletLab {
         path
     }
 
+    /// The drop-in `70-imagefs-pressure`: the eviction manager evicts below 99 % free on the
+    /// image filesystem (so its DeleteUnusedImages runs every 10 s) and any image older than
+    /// 1 s may go; the node filesystem's line as the base config's. Takes effect at the next
+    /// [`KubeletLab::restart`].
+    pub fn write_imagefs_pressure_drop_in(&mut self) -> PathBuf {
+        self.write_drop_in(
+            "70-imagefs-pressure",
+            &format!(
+                "imageMinimumGCAge: 1s\nevictionHard:\n  imagefs.available: \"99%\"\n  {NODEFS_LINE}\n"
+            ),
+        )
+    }
+
     /// Removes a drop-in [`KubeletLab::write_drop_in`] wrote; the kubelet reads its config
     /// without it at the next [`KubeletLab::restart`].
     pub fn remove_drop_in(&mut self, path: &Path) {

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::super::{KubeletLab, NODEFS_LINE, kubelet_lab};
+use super::super::{KubeletLab, kubelet_lab};
 use super::{POD_START, image_id, reference, remove_all_images_but_the_sandbox};
 use crate::support;
 
@@ -68,12 +68,7 @@ async fn without_imagekeeper_the_real_kubelet_removes_a_pods_main_image_while_it
         "no main container before the init container ends"
     );
     // The pressure: the eviction manager (every 10 s) calls DeleteUnusedImages.
-    let drop_in = kl.write_drop_in(
-        "70-imagefs-pressure",
-        &format!(
-            "imageMinimumGCAge: 1s\nevictionHard:\n  imagefs.available: \"99%\"\n  {NODEFS_LINE}\n"
-        ),
-    );
+    let drop_in = kl.write_imagefs_pressure_drop_in();
     kl.restart();
     let (removal, _) = kl
         .wait_for_log_line(
