@@ -264,7 +264,8 @@ fn serve(stream: TcpStream, cluster: &Cluster) {
                 return;
             }
             (_, Some(kind)) => {
-                let body = list_body(cluster, kind, node.as_deref());
+                let page = Page::of(&request.query);
+                let body = list_body(cluster, kind, node.as_deref(), page);
                 respond(&mut write, 200, "application/json", &body)
             }
             _ => respond(
@@ -293,17 +294,50 @@ fn bound_to(object: &Value, node: Option<&str>) -> bool {
     node.is_none_or(|node| object["spec"]["nodeName"].as_str() == Some(node))
 }
 
-fn list_body(cluster: &Cluster, kind: Kind, node: Option<&str>) -> Vec<u8> {
+/// A list's page as the API server serves it: `limit` objects from the `continue` token's
+/// offset (kube-rs's watcher asks 500 at a time), with the token of the next page.
+#[derive(Clone, Copy)]
+struct Page {
+    offset: usize,
+    limit: Option<usize>,
+}
+
+impl Page {
+    fn of(query: &HashMap<String, String>) -> Page {
+        Page {
+            offset: query
+                .get("continue")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0),
+            limit: query
+                .get("limit")
+                .and_then(|l| l.parse().ok())
+                .filter(|l| *l > 0),
+        }
+    }
+}
+
+fn list_body(cluster: &Cluster, kind: Kind, node: Option<&str>, page: Page) -> Vec<u8> {
     let objects = cluster.objects.lock().expect("objects lock");
-    let items: Vec<&Value> = objects[&kind]
+    let matching: Vec<&Value> = objects[&kind]
         .iter()
         .filter(|o| bound_to(o, node))
         .collect();
+    let end = page
+        .limit
+        .map_or(matching.len(), |l| (page.offset + l).min(matching.len()));
+    let items = &matching[page.offset.min(end)..end];
+    let mut metadata = json!({
+        "resourceVersion": cluster.resource_version.load(Ordering::SeqCst).to_string(),
+    });
+    if end < matching.len() {
+        metadata["continue"] = json!(end.to_string());
+    }
     let (api_version, list_kind) = kind.list_kind();
     let list = json!({
         "apiVersion": api_version,
         "kind": list_kind,
-        "metadata": {"resourceVersion": cluster.resource_version.load(Ordering::SeqCst).to_string()},
+        "metadata": metadata,
         "items": items,
     });
     serde_json::to_vec(&list).expect("a list serializes")

@@ -113,7 +113,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 }
 
 /// A `key: value kB` (or count) line of a /proc status file.
-fn status_field(status: &str, key: &str) -> u64 {
+pub fn status_field(status: &str, key: &str) -> u64 {
     status
         .lines()
         .find_map(|l| l.strip_prefix(key))

@@ -58,7 +58,7 @@ impl<R: AgentRuntime> Agent<R> {
         // A change of the pods bound to this node (`clusterSignals`) detects at once,
         // so the runtime pins follow it (changes during a detect are one more detect); so
         // does a CronJob run entering (or leaving) the lead before it, when its images'
-        // keep starts (or ends).
+        // keep starts (or ends), for the CronJobs whose keep can change something here.
         let pods_task = {
             let agent = self.clone();
             let pods = self.gc.bound_pods();
@@ -67,7 +67,13 @@ impl<R: AgentRuntime> Agent<R> {
             tokio::spawn(async move {
                 loop {
                     let now = agent.clock.now();
-                    let lead_change = signals.next_lead_change(now).map(|at| at.since(now));
+                    // Only the CronJobs whose keep can change here: an image present, or
+                    // runs that are (or were) this node's, whose images the warm loop pulls.
+                    let lead_change = signals
+                        .next_lead_change(now, |name, job| {
+                            job.here || pods.ran_cronjob(name) || signals.cronjob_present(name)
+                        })
+                        .map(|at| at.since(now));
                     let lead_change = async move {
                         match lead_change {
                             Some(wait) => tokio::time::sleep(wait).await,
@@ -84,6 +90,9 @@ impl<R: AgentRuntime> Agent<R> {
                         () = lead_change => {
                             agent.run_cycle(Loop::Detect).await;
                         }
+                        // The detect found a CronJob's image (or lost the last): its timer
+                        // is read again.
+                        () = signals.present_changed() => {}
                         changed = stop.changed() => {
                             if changed.is_err() || *stop.borrow() {
                                 break;

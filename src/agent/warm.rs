@@ -414,7 +414,10 @@ impl<R: AgentRuntime> Agent<R> {
             let mut wait = self.config().warm.period;
             // A CronJob run entering the lead is pulled ahead then, not a period later.
             let now = self.clock.now();
-            if let Some(at) = signals.next_lead_change(now) {
+            // (Only the CronJobs whose runs are this node's: the others are not pulled ahead.)
+            if let Some(at) =
+                signals.next_lead_change(now, |name, job| job.here || pods.ran_cronjob(name))
+            {
                 wait = wait.min(at.since(now));
             }
             tokio::select! {

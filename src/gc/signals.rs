@@ -213,6 +213,8 @@ struct SignalState {
     /// The share of the image filesystem the signals' keeps may hold, in percent (`None`:
     /// no limit, the library's default; the agent sets `clusterSignalsKeepShare`).
     keep_share: Option<u8>,
+    /// The CronJobs (`namespace/name`) an image of which the last detect listed.
+    present_cronjobs: BTreeSet<String>,
     /// What the share left out at the last detect, if anything.
     over_share: Option<super::KeepsOverShare>,
     /// The share turned from within to over at a detect and nobody has said so yet (the
@@ -229,6 +231,8 @@ pub struct ClusterSignals {
     changed: Arc<tokio::sync::Notify>,
     /// Told with `changed`, for the warm loop (a second waiter: `Notify` wakes one).
     changed_for_warm: Arc<tokio::sync::Notify>,
+    /// Told when the CronJobs with a listed image changed (at a detect).
+    present_changed: Arc<tokio::sync::Notify>,
     /// The CronJobs' watch's health (`refused`: CronJobs not held at [`MAX_CRONJOBS`], or with
     /// a schedule or time zone the signals do not read).
     cronjobs_health: Arc<super::WatchHealth>,

@@ -8,7 +8,7 @@
 //! its figures are the order's alone); the lead is at most [`MAX_CRONJOB_LEAD`]; every set
 //! written here keeps the caps of `signals.rs` (refusals counted in the watch's health).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -190,18 +190,25 @@ impl ClusterSignals {
         due
     }
 
-    /// The first instant after `now` at which a CronJob run enters the lead (its next run
-    /// minus the lead), or a run due within it passes (its keep ends); `None` with no lead or
-    /// no CronJob run to come.
-    pub fn next_lead_change(&self, now: UnixNanos) -> Option<UnixNanos> {
+    /// The first instant after `now` at which the run of a CronJob `wanted` accepts enters
+    /// the lead (its next run minus the lead), or such a run due within it passes (its keep
+    /// ends); `None` with no lead or no such run to come. The agent's timers pass only the
+    /// CronJobs whose keep or pull ahead can change something on this node (a node beside
+    /// 1,000 CronJobs of other nodes would otherwise detect at each of their runs).
+    pub fn next_lead_change(
+        &self,
+        now: UnixNanos,
+        wanted: impl Fn(&str, &CronJobSignal) -> bool,
+    ) -> Option<UnixNanos> {
         let state = self.read();
         if state.lead.is_zero() {
             return None;
         }
         state
             .cronjobs
-            .values()
-            .filter_map(|job| next_run(job, state.calendar_offset_s, now))
+            .iter()
+            .filter(|(name, job)| wanted(name, job))
+            .filter_map(|(_, job)| next_run(job, state.calendar_offset_s, now))
             .map(|at| {
                 let enters = at.saturating_sub(state.lead);
                 // Within the lead already: the change to come is the run passing.
@@ -212,6 +219,56 @@ impl ClusterSignals {
                 }
             })
             .min()
+    }
+
+    /// Records the CronJobs (`namespace/name`) an image of which the last detect listed;
+    /// tells [`ClusterSignals::present_changed`] when the set changed.
+    pub fn set_present_cronjobs(&self, present: BTreeSet<String>) {
+        let changed = {
+            let mut state = self.write();
+            let changed = state.present_cronjobs != present;
+            state.present_cronjobs = present;
+            changed
+        };
+        if changed {
+            self.present_changed.notify_one();
+        }
+    }
+
+    /// Whether an image of CronJob `name` was listed by the last detect.
+    pub fn cronjob_present(&self, name: &str) -> bool {
+        self.read().present_cronjobs.contains(name)
+    }
+
+    /// Records which CronJobs name an image of `listed` (the detect's list): one index of
+    /// their images, one lookup per listed image. With no lead nothing is read.
+    pub(crate) fn note_listed(&self, listed: &crate::gc::detect::ListedImages) {
+        let present = {
+            let state = self.read();
+            if state.lead.is_zero() || state.cronjobs.is_empty() {
+                BTreeSet::new()
+            } else {
+                let named: Vec<(&str, &str)> = state
+                    .cronjobs
+                    .iter()
+                    .flat_map(|(name, job)| job.images.iter().map(|i| (name.as_str(), i.as_str())))
+                    .collect();
+                let index =
+                    crate::reference::MatchIndex::of_names(named.iter().map(|(_, i)| (*i, "")));
+                listed
+                    .iter()
+                    .flat_map(|image| index.naming(&image))
+                    .filter_map(|at| named.get(at).map(|(name, _)| (*name).to_owned()))
+                    .collect()
+            }
+        };
+        self.set_present_cronjobs(present);
+    }
+
+    /// Resolves when the set of CronJobs with a listed image changed since the last call
+    /// resolved (the detect's timer reads their runs again).
+    pub async fn present_changed(&self) {
+        self.present_changed.notified().await;
     }
 
     /// Resolves at the CronJobs' (or the lead's) next change (at once when they changed since

@@ -267,10 +267,13 @@ fn a_cronjobs_images_are_due_from_the_lead_before_its_run_until_the_run() {
         signals.due_within_lead(at(two - 60)).is_empty(),
         "no lead: nothing due"
     );
-    assert_eq!(signals.next_lead_change(at(two - 60)), None);
+    assert_eq!(signals.next_lead_change(at(two - 60), |_, _| true), None);
     signals.set_lead(std::time::Duration::from_secs(600));
     assert!(signals.due_within_lead(at(two - 601)).is_empty());
-    assert_eq!(signals.next_lead_change(at(two - 601)), Some(at(two - 600)));
+    assert_eq!(
+        signals.next_lead_change(at(two - 601), |_, _| true),
+        Some(at(two - 600))
+    );
     let due = signals.due_within_lead(at(two - 600));
     assert_eq!(due.keys().collect::<Vec<_>>(), ["base:1", "etl:1"]);
     assert_eq!(due["etl:1"].cronjob, "batch/nightly");
@@ -288,7 +291,7 @@ fn a_cronjobs_images_are_due_from_the_lead_before_its_run_until_the_run() {
     assert!(due["base:1"].here);
     // Within the lead, the next change is the run passing; at the run, still due.
     assert_eq!(
-        signals.next_lead_change(at(two - 300)),
+        signals.next_lead_change(at(two - 300), |_, _| true),
         Some(UnixNanos(at(two).0 + 1))
     );
     assert!(signals.due_within_lead(at(two)).contains_key("etl:1"));
@@ -303,4 +306,57 @@ fn a_cronjobs_images_are_due_from_the_lead_before_its_run_until_the_run() {
     );
     signals.set_lead(MAX_CRONJOB_LEAD * 2);
     assert_eq!(signals.lead(), MAX_CRONJOB_LEAD, "capped");
+}
+
+/// The agent's timers read only the CronJobs whose keep can change something on the node:
+/// the filter leaves the others out, and the detect records which CronJobs name a listed
+/// image (told once per change of that set).
+#[tokio::test(start_paused = true)]
+async fn the_lead_timer_reads_only_the_cronjobs_the_node_holds_an_image_of() {
+    use crate::gc::detect::ListedImages;
+    use crate::model::{ImageId, RuntimeImage};
+    let signals = ClusterSignals::default();
+    signals.set_lead(std::time::Duration::from_secs(600));
+    signals.set_cronjob("batch/early".into(), cron("0 1 * * *", false, &["early:1"]));
+    signals.set_cronjob("batch/late".into(), cron("0 2 * * *", false, &["late:1"]));
+    let now = at(JAN_1);
+    assert_eq!(
+        signals.next_lead_change(now, |_, _| true),
+        Some(at(JAN_1 + 3600 - 600))
+    );
+    assert_eq!(signals.next_lead_change(now, |_, _| false), None);
+    let listed = |tags: &[&str]| {
+        ListedImages::new(
+            tags.iter()
+                .enumerate()
+                .map(|(i, tag)| RuntimeImage {
+                    id: ImageId::new(&format!("sha256:{i}")),
+                    repo_tags: vec![format!("docker.io/library/{tag}")],
+                    size: 1,
+                    ..RuntimeImage::default()
+                })
+                .collect::<Vec<_>>(),
+        )
+    };
+    signals.note_listed(&listed(&["late:1", "other:1"]));
+    assert!(signals.cronjob_present("batch/late"));
+    assert!(!signals.cronjob_present("batch/early"));
+    tokio::time::timeout(std::time::Duration::from_secs(1), signals.present_changed())
+        .await
+        .expect("the set changed: told");
+    assert_eq!(
+        signals.next_lead_change(now, |name, _| signals.cronjob_present(name)),
+        Some(at(JAN_1 + 7200 - 600)),
+        "the early CronJob's image is not here: its run does not wake the detect"
+    );
+    signals.note_listed(&listed(&["late:1"]));
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_secs(1), signals.present_changed())
+            .await
+            .is_err(),
+        "the same set: not told"
+    );
+    signals.set_lead(std::time::Duration::ZERO);
+    signals.note_listed(&listed(&["late:1"]));
+    assert!(!signals.cronjob_present("batch/late"), "no lead: none read");
 }

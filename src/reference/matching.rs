@@ -251,9 +251,8 @@ impl MatchIndex {
 
     /// Of an index of names: the positions of the names that name `image`, in order.
     pub fn naming(&self, image: &impl crate::model::ImageLike) -> Vec<usize> {
-        // An empty index names nothing: asked without parsing the image's names, so a GC
-        // with no warm set never builds the reference parser (oci-spec's regex, about 16 MiB
-        // once compiled: `scripts/bench --rss`).
+        // An empty index names nothing: asked without parsing the image's names (a GC with
+        // no warm set parses no name).
         if self.by_key.is_empty() {
             return Vec::new();
         }

@@ -1,12 +1,13 @@
 //! Image references as the kubelet reads them: `ParseNormalizedNamed` of Go's
 //! `github.com/distribution/reference`, and kubelet's `applyDefaultImageTag`.
 //!
-//! The grammar of the path, tag and digest is checked by oci-spec's
-//! [`oci_spec::distribution::Reference`]; this module wraps it where it differs from
-//! distribution/reference: the Docker Hub domain split (`splitDockerDomain`, including "an
-//! uppercase first component is a registry"), bracketed IPv6 registries (`[fe80::1]:5000/foo`),
-//! the rejection of a bare 64-hex identifier, ASCII-only `\w` in tags, lowercase-hex digests,
-//! and Go's error texts.
+//! Written by hand from distribution/reference's grammar (`regexp.go`: `ReferenceRegexp`, its
+//! domain, path component, tag and digest classes; `normalize.go`: `splitDockerDomain`,
+//! including "an uppercase first component is a registry"; bracketed IPv6 registries such as
+//! `[fe80::1]:5000/foo`), with go-digest's checks of a digest's algorithm and length, the
+//! rejection of a bare 64-hex identifier, ASCII-only `\w` in tags, lowercase-hex digests, and
+//! Go's error texts. No regular expression: a compiled reference regex held about 8 MiB for
+//! the agent's life (it was oci-spec's, until `scripts/bench --signals` found it).
 //!
 //! Invariants: [`ImageReference::parse_normalized`] never panics, whatever the input; what it
 //! accepts re-serializes with `Display` (`domain/path[:tag][@digest]`, the normalized form) to a
@@ -19,7 +20,6 @@
 use std::fmt;
 
 use crate::format::go_quote;
-use oci_spec::distribution::{ParseError as OciParseError, Reference as OciReference};
 
 mod credentials;
 mod matching;
@@ -41,9 +41,6 @@ const LOCALHOST: &str = "localhost";
 pub const DEFAULT_TAG: &str = "latest";
 /// distribution/reference `RepositoryNameTotalLengthMax`.
 const NAME_TOTAL_LENGTH_MAX: usize = 255;
-/// A domain that oci-spec always takes as a registry and never rewrites; the real domain is
-/// checked here and the placeholder only lets oci-spec check the rest.
-const PLACEHOLDER_DOMAIN: &str = "placeholder.invalid";
 
 /// Why a string is not an image reference; `Display` is distribution/reference's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -78,22 +75,6 @@ pub enum ReferenceError {
     DigestUnsupported,
 }
 
-impl From<OciParseError> for ReferenceError {
-    fn from(e: OciParseError) -> ReferenceError {
-        match e {
-            OciParseError::DigestInvalidFormat => ReferenceError::DigestInvalidFormat,
-            OciParseError::DigestInvalidLength => ReferenceError::DigestInvalidLength,
-            OciParseError::DigestUnsupported => ReferenceError::DigestUnsupported,
-            OciParseError::NameContainsUppercase => ReferenceError::NameContainsUppercase,
-            OciParseError::NameEmpty => ReferenceError::NameEmpty,
-            OciParseError::NameTooLong => ReferenceError::NameTooLong,
-            OciParseError::ReferenceInvalidFormat | OciParseError::TagInvalidFormat => {
-                ReferenceError::InvalidFormat
-            }
-        }
-    }
-}
-
 /// A named reference in distribution/reference's normalized form.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ImageReference {
@@ -126,18 +107,13 @@ impl ImageReference {
             }
             return Err(ReferenceError::InvalidFormat);
         }
-        let oci = OciReference::try_from(format!("{PLACEHOLDER_DOMAIN}/{remainder}"))?;
-        if oci.registry() != PLACEHOLDER_DOMAIN {
-            // oci-spec keeps a domain with a '.'; anything else means it read the input
-            // differently from us, so refuse rather than guess.
-            return Err(ReferenceError::InvalidFormat);
-        }
-        let path = oci.repository().to_owned();
+        let (path, digest) = split_remainder(&remainder)?;
+        let path = path.to_owned();
         if !domain_is_domain && domain.len() + 1 + path.len() > NAME_TOTAL_LENGTH_MAX {
             // Go reads a domain that is only a path component as part of the path.
             return Err(ReferenceError::NameTooLong);
         }
-        let digest = oci.digest().map(str::to_owned);
+        let digest = digest.map(str::to_owned);
         if let Some(d) = &digest {
             let hex = d.split_once(':').map(|(_, h)| h).unwrap_or("");
             if hex.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -145,7 +121,7 @@ impl ImageReference {
                 return Err(ReferenceError::DigestInvalidFormat);
             }
         }
-        // oci-spec fills in "latest" when neither is given; only an explicit tag counts.
+        // Only an explicit tag counts ("latest" is the kubelet's default, not the name's).
         let explicit_tag = explicit_tag(&remainder);
         Ok(ImageReference {
             domain,
@@ -238,6 +214,71 @@ fn split_docker_domain(name: &str) -> (String, String) {
         remote = format!("{OFFICIAL_REPO_PREFIX}{remote}");
     }
     (domain, remote)
+}
+
+/// `ReferenceRegexp` after the domain, `path [':' tag] ['@' digest]`, then go-digest's
+/// check of the digest: the path and the digest as written. A path or digest that does not
+/// read is `InvalidFormat`; a path over 255 characters `NameTooLong`; a digest of an
+/// algorithm other than sha256, sha384 and sha512 `DigestUnsupported`, of the wrong length
+/// for its algorithm `DigestInvalidLength`.
+fn split_remainder(remainder: &str) -> Result<(&str, Option<&str>), ReferenceError> {
+    // No class of the path or tag holds '@', and none of the path holds ':'.
+    let (name, digest) = match remainder.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (remainder, None),
+    };
+    let (path, tag) = match name.split_once(':') {
+        Some((path, tag)) => (path, Some(tag)),
+        None => (name, None),
+    };
+    if !path.split('/').all(is_path_component)
+        || !tag.is_none_or(is_tag)
+        || !digest.is_none_or(is_digest)
+    {
+        return Err(ReferenceError::InvalidFormat);
+    }
+    if path.len() > NAME_TOTAL_LENGTH_MAX {
+        return Err(ReferenceError::NameTooLong);
+    }
+    if let Some(digest) = digest {
+        let (algorithm, hex) = digest
+            .split_once(':')
+            .ok_or(ReferenceError::DigestInvalidFormat)?;
+        let want = match algorithm {
+            "sha256" => 64,
+            "sha384" => 96,
+            "sha512" => 128,
+            _ => return Err(ReferenceError::DigestUnsupported),
+        };
+        if hex.len() != want {
+            return Err(ReferenceError::DigestInvalidLength);
+        }
+    }
+    Ok((path, digest))
+}
+
+/// `tag`: `[\w][\w.-]{0,127}` (ASCII `\w`).
+fn is_tag(tag: &str) -> bool {
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let b = tag.as_bytes();
+    b.first().is_some_and(|f| word(*f))
+        && b.len() <= 128
+        && b.iter().all(|x| word(*x) || *x == b'.' || *x == b'-')
+}
+
+/// `digest`: `algorithm ':' hex`, the algorithm
+/// `[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*`, the hex `[[:xdigit:]]{32,}`.
+fn is_digest(digest: &str) -> bool {
+    let Some((algorithm, hex)) = digest.split_once(':') else {
+        return false;
+    };
+    let component = |c: &str| {
+        let b = c.as_bytes();
+        b.first().is_some_and(u8::is_ascii_alphabetic) && b.iter().all(u8::is_ascii_alphanumeric)
+    };
+    algorithm.split(['-', '_', '+', '.']).all(component)
+        && hex.len() >= 32
+        && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The tag as written after the last path component, if any.

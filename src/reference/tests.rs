@@ -253,6 +253,30 @@ mod props {
     use super::super::*;
     use proptest::prelude::*;
 
+    /// How the parser read the part after the domain before it was written by hand: oci-spec's
+    /// `Reference` of `placeholder.invalid/<remainder>` (a domain it keeps as written), its
+    /// errors mapped as they were.
+    fn oci_spec_remainder(remainder: &str) -> Result<(String, Option<String>), ReferenceError> {
+        use oci_spec::distribution::{ParseError, Reference};
+        match Reference::try_from(format!("placeholder.invalid/{remainder}")) {
+            Ok(r) if r.registry() == "placeholder.invalid" => {
+                Ok((r.repository().to_owned(), r.digest().map(str::to_owned)))
+            }
+            Ok(_) => Err(ReferenceError::InvalidFormat),
+            Err(e) => Err(match e {
+                ParseError::DigestInvalidFormat => ReferenceError::DigestInvalidFormat,
+                ParseError::DigestInvalidLength => ReferenceError::DigestInvalidLength,
+                ParseError::DigestUnsupported => ReferenceError::DigestUnsupported,
+                ParseError::NameContainsUppercase => ReferenceError::NameContainsUppercase,
+                ParseError::NameEmpty => ReferenceError::NameEmpty,
+                ParseError::NameTooLong => ReferenceError::NameTooLong,
+                ParseError::ReferenceInvalidFormat | ParseError::TagInvalidFormat => {
+                    ReferenceError::InvalidFormat
+                }
+            }),
+        }
+    }
+
     fn reference_like() -> impl Strategy<Value = String> {
         let domain = prop_oneof![
             Just(String::new()),
@@ -285,6 +309,21 @@ mod props {
         fn parse_never_panics_on_any_string(s in "\\PC{0,80}") {
             let _ = ImageReference::parse_normalized(&s);
             let _ = apply_default_image_tag(&s);
+        }
+
+        #[test]
+        fn the_hand_grammar_reads_every_remainder_as_the_oci_spec_parse_it_replaced(
+            s in prop_oneof![
+                reference_like(),
+                "[a-zA-Z0-9:/@._+-]{0,60}",
+                "[a-z0-9]{1,3}(/[a-z0-9._-]{1,90}){1,4}(:[a-zA-Z0-9._-]{100,140})?(@[a-zA-Z0-9+._-]{1,8}:[0-9a-fA-F]{20,130})?",
+            ]
+        ) {
+            let (_, remainder) = split_docker_domain(&s);
+            prop_assert_eq!(
+                split_remainder(&remainder).map(|(p, d)| (p.to_owned(), d.map(str::to_owned))),
+                oci_spec_remainder(&remainder)
+            );
         }
 
         #[test]

@@ -860,7 +860,7 @@ async fn a_cronjobs_image_is_pulled_ahead_from_the_lead_and_kept_until_its_run()
     let plan = agent.warm_cycle().await;
     assert!(plan.statuses.is_empty(), "before the lead: {plan:?}");
     assert_eq!(
-        signals.next_lead_change(eight),
+        signals.next_lead_change(eight, |_, _| true),
         Some(nine.saturating_sub(Duration::from_secs(600)))
     );
     clock.set(nine.saturating_sub(Duration::from_secs(600)));

@@ -328,6 +328,7 @@ impl<R: ImageRuntime> ImageGcManager<R> {
         let (sets, _) =
             self.keep_sets(settings, &listed, &in_use, now, super::keeps::Share::Record)?;
         self.record_keeps(&listed, &protections, &sets);
+        self.cluster_signals.note_listed(&listed);
         let protections = if fault_hooks().ignore_protections() {
             Protections::default()
         } else {

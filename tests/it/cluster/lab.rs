@@ -19,6 +19,8 @@ use crate::support;
 mod cronjob_pressure;
 #[path = "lab_keep_sets.rs"]
 mod keep_sets;
+#[path = "lab_kubelet_pressure.rs"]
+mod kubelet_pressure;
 #[path = "lab_signals.rs"]
 mod signals;
 

@@ -75,6 +75,58 @@ impl ClusterLab {
         self.env("CLUSTER_LAB_NODE_NAME")
     }
 
+    /// `scripts/cluster-lab restart-kubelet`: the kubelet stopped and started again with the
+    /// drop-ins in `CLUSTER_LAB_KUBELET_CONFIG_DIR`, its pods left running; returns once the
+    /// node is Ready. Panics when the script fails.
+    pub fn restart_kubelet(&self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster-lab");
+        let cri_lab_env = PathBuf::from(self.env("CLUSTER_LAB_CRI_LAB_ENV"));
+        let lab_dir = cri_lab_env.parent().expect("lab.env is in the lab's dir");
+        let out = Command::new(&script)
+            .arg("restart-kubelet")
+            .env("CRI_LAB_DIR", lab_dir)
+            .env("CLUSTER_LAB_NETNS", self.env("CLUSTER_LAB_NETNS"))
+            .env("KUBELET_LAB_NODE_IP", self.env("CLUSTER_LAB_NODE_IP"))
+            .output()
+            .unwrap_or_else(|err| panic!("cannot run {}: {err}", script.display()));
+        assert!(
+            out.status.success(),
+            "scripts/cluster-lab restart-kubelet failed: {}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The first line of the kubelet's log past byte `from` that holds every one of `parts`,
+    /// once there is one (read every second until `deadline`).
+    pub async fn wait_for_kubelet_log_line(
+        &self,
+        parts: &[&str],
+        from: u64,
+        deadline: Duration,
+    ) -> String {
+        let log = PathBuf::from(self.env("CLUSTER_LAB_KUBELET_LOG"));
+        // Polled: the kubelet's log file is its observable.
+        support::wait_for(
+            &format!("a kubelet log line with {parts:?} ({})", log.display()),
+            deadline,
+            || async {
+                let text = std::fs::read(&log).unwrap_or_default();
+                let start = usize::try_from(from).unwrap_or(usize::MAX).min(text.len());
+                let found = String::from_utf8_lossy(&text[start..])
+                    .lines()
+                    .find(|line| parts.iter().all(|p| line.contains(p)))
+                    .map(str::to_owned);
+                if found.is_none() {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                found
+            },
+        )
+        .await
+    }
+
     /// PROGRAM ARGS inside the lab's network namespace, KUBECONFIG set; run to its end.
     pub fn run_in_namespace(&self, program: &str, args: &[&str]) -> Output {
         Command::new("nsenter")

@@ -234,9 +234,7 @@ impl KubeletLab {
     pub fn write_imagefs_pressure_drop_in(&mut self) -> PathBuf {
         self.write_drop_in(
             "70-imagefs-pressure",
-            &format!(
-                "imageMinimumGCAge: 1s\nevictionHard:\n  imagefs.available: \"99%\"\n  {NODEFS_LINE}\n"
-            ),
+            &crate::support::imagefs_pressure_fields(),
         )
     }
 

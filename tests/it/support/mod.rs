@@ -724,6 +724,17 @@ impl CapturedLog {
     }
 }
 
+/// A kubelet config drop-in's fields (after its apiVersion and kind) that put the kubelet under
+/// imagefs pressure: the eviction manager evicts below 99 % free on the image filesystem (so
+/// its DeleteUnusedImages runs every 10 s) and any image older than 1 s may go; the node
+/// filesystem's line as the labs' base configs have it (the kubelet and cluster labs).
+pub fn imagefs_pressure_fields() -> String {
+    format!(
+        "imageMinimumGCAge: 1s\nevictionHard:\n  imagefs.available: \"99%\"\n  {}\n",
+        crate::kubelet::NODEFS_LINE
+    )
+}
+
 /// A pod manifest (namespace `default`, host network, never restarted) whose init container
 /// `wait` (image `init`) runs until the file `open` exists in `gate` (a hostPath directory),
 /// and whose main container (image `main`) then runs `true`: a main image in no container

@@ -522,12 +522,7 @@ async fn a_pin_through_the_agent_at_its_default_periods_is_carried_when_pin_answ
     );
     // The pressure, right after: every image unused and past MinAge is the eviction
     // manager's to remove at its next pass.
-    kl.write_drop_in(
-        "70-imagefs-pressure",
-        &format!(
-            "imageMinimumGCAge: 1s\nevictionHard:\n  imagefs.available: \"99%\"\n  {NODEFS_LINE}\n"
-        ),
-    );
+    kl.write_imagefs_pressure_drop_in();
     kl.restart();
     let (removal, _) = kl
         .wait_for_log_line(
