@@ -67,12 +67,11 @@ impl<R: AgentRuntime> Agent<R> {
             tokio::spawn(async move {
                 loop {
                     let now = agent.clock.now();
-                    // Only the CronJobs whose keep can change here: an image present, or
-                    // runs that are (or were) this node's, whose images the warm loop pulls.
+                    // Only the CronJobs whose keep can change here: an image of theirs on the
+                    // node (one the warm loop pulls ahead is kept by the detect its pull
+                    // starts, which finds it present).
                     let lead_change = signals
-                        .next_lead_change(now, |name, job| {
-                            job.here || pods.ran_cronjob(name) || signals.cronjob_present(name)
-                        })
+                        .next_lead_change(now, |name, _| signals.cronjob_present(name))
                         .map(|at| at.since(now));
                     let lead_change = async move {
                         match lead_change {

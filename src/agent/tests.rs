@@ -158,6 +158,14 @@ fn image(id: &str, size: u64) -> RuntimeImage {
 /// An agent over `runtime` with detect every 300 s, the image cache every 30 s and GC
 /// every 600 s, its database and admin socket in `dir`.
 fn agent_in(dir: &Path, runtime: Recorder) -> Arc<Agent<Recorder>> {
+    agent_and_clock_in(dir, runtime).0
+}
+
+/// [`agent_in`], with its manual clock (at 2027-01-15T08:00:00Z).
+fn agent_and_clock_in(
+    dir: &Path,
+    runtime: Recorder,
+) -> (Arc<Agent<Recorder>>, Arc<crate::clock::ManualClock>) {
     let flags = FlagValues {
         db: Some(dir.join("records.redb")),
         admin_socket: Some(dir.join("admin.sock")),
@@ -171,7 +179,11 @@ fn agent_in(dir: &Path, runtime: Recorder) -> Arc<Agent<Recorder>> {
     let clock = Arc::new(crate::clock::ManualClock::new(
         crate::model::UnixNanos::from_secs(1_800_000_000),
     ));
-    Arc::new(Agent::with_runtime(config, clock, runtime).expect("agent"))
+    let agent = Arc::clone(&clock) as Arc<dyn crate::clock::Clock>;
+    (
+        Arc::new(Agent::with_runtime(config, agent, runtime).expect("agent")),
+        clock,
+    )
 }
 
 /// Node Events as published, in order.
@@ -560,4 +572,63 @@ fn loop_backoff_doubles_from_one_second_up_to_the_period_and_resets() {
     assert_eq!(delays, [1, 2, 4, 8, 10, 10]);
     assert_eq!(b.reset(), Duration::from_secs(10));
     assert_eq!(b.next_delay(), Duration::from_secs(1));
+}
+
+/// The CronJobs' lead wakes the detect only for a CronJob an image of which is on the node: a
+/// node beside a thousand CronJobs of other nodes does not detect at each of their runs. Under
+/// paused time, the clock stepped with it: the run of a CronJob whose image is listed enters
+/// the lead and starts a detect then; the run of one whose image is absent passes and starts
+/// none (the detects of their periods aside).
+#[tokio::test(start_paused = true)]
+async fn the_cronjob_lead_wakes_the_detect_only_for_a_cronjob_whose_image_is_on_the_node() {
+    use crate::gc::{CronJobSignal, CronSchedule, CronZone};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = Recorder::new();
+    let mut etl = image("sha256:e", 700);
+    etl.repo_tags = vec!["docker.io/library/etl:1".into()];
+    runtime.inner.state().images = vec![etl, image("sha256:b", 300)].into();
+    // (capacity, available): far below the GC's threshold, nothing is removed.
+    runtime.inner.state().fs = Some((1_000_000, 990_000));
+    let (agent, clock) = agent_and_clock_in(dir.path(), runtime.clone());
+    let start = clock.now();
+    let signals = agent.gc.cluster_signals();
+    signals.set_lead(Duration::from_secs(500));
+    let job = |schedule: &str, image: &str| CronJobSignal {
+        schedule: CronSchedule::parse(schedule).expect("a schedule"),
+        zone: CronZone::utc(),
+        suspend: false,
+        images: vec![image.into()],
+        here: false,
+    };
+    // 08:20, its image listed: enters the lead at +700 s. 08:05, its image absent: due from
+    // the start, its run passes at +300 s.
+    signals.set_cronjob("batch/etl".into(), job("20 8 * * *", "etl:1"));
+    signals.set_cronjob("batch/away".into(), job("5 8 * * *", "away:1"));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(agent.clone().serve(
+        Listeners::default(),
+        async move {
+            let _ = stop_rx.await;
+        },
+        Duration::from_secs(30),
+    ));
+    for second in 1..=900 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        clock.set(start.saturating_add(Duration::from_secs(second)));
+    }
+    // The detects' ListContainers: its periods' (0, 300, 600, and GC's at 0 and 600), the
+    // lead's of batch/etl at 700 s (or the second after: the clock steps once a second).
+    let detects = runtime.calls("ListContainers");
+    assert!(
+        detects.iter().any(|at| (700..=701).contains(at)),
+        "batch/etl's run entered the lead: {detects:?}"
+    );
+    assert!(
+        !detects.iter().any(|at| (301..=305).contains(at)),
+        "batch/away's run passed, its image not here: no detect {detects:?}"
+    );
+    assert!(signals.cronjob_present("batch/etl"));
+    assert!(!signals.cronjob_present("batch/away"));
+    stop_tx.send(()).expect("the agent waits for the stop");
+    serving.await.expect("join").expect("served");
 }
