@@ -330,7 +330,7 @@ async fn the_lead_timer_reads_only_the_cronjobs_the_node_holds_an_image_of() {
             tags.iter()
                 .enumerate()
                 .map(|(i, tag)| RuntimeImage {
-                    id: ImageId::new(&format!("sha256:{i}")),
+                    id: ImageId::new(format!("sha256:{i}")),
                     repo_tags: vec![format!("docker.io/library/{tag}")],
                     size: 1,
                     ..RuntimeImage::default()
