@@ -303,7 +303,8 @@ impl ClusterLab {
     /// with them their exited containers: the kubelet removes those of a deleted pod only at
     /// its next container GC (once a minute), and until then an exited container keeps its
     /// image in use (for imagekeeper's GC as for the kubelet's). A test that needs an image
-    /// unused calls this after the pods that ran it are gone from the API.
+    /// unused calls this after the pods that ran it are gone from the API. A sandbox the
+    /// kubelet removed meanwhile (crictl's NotFound) is gone as asked.
     pub fn remove_stopped_pod_sandboxes(&self) {
         let listed: serde_json::Value =
             serde_json::from_str(&self.crictl(&["pods", "-o", "json"])).expect("crictl JSON");
@@ -317,7 +318,15 @@ impl ClusterLab {
                 pod["metadata"]["namespace"].as_str().unwrap_or("?"),
                 pod["metadata"]["name"].as_str().unwrap_or("?")
             );
-            self.crictl(&["rmp", id]);
+            let out = self.crictl_output(&["rmp", id]);
+            // The kubelet's own container GC may remove it between the list and the rmp (a
+            // kubelet just restarted sweeps at once): gone either way.
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() || stderr.contains("NotFound"),
+                "crictl rmp {id} failed ({}): {stderr}",
+                out.status
+            );
         }
     }
 
