@@ -5,8 +5,8 @@
 //! server sends it (metadata with labels, annotations and owner references; a spec with its
 //! containers, resources and env; a status).
 //!
-//! It answers what the agent's watches ask: `GET /livez`; a list of each kind (the whole list
-//! in one answer, with no `continue`, which a server may do whatever the `limit`), the pods
+//! It answers what the agent's watches ask: `GET /livez`; a list of each kind (in pages of the
+//! request's `limit`, with a `continue` token, as the API server pages them), the pods
 //! filtered by `fieldSelector=spec.nodeName=<node>` as the API server filters them; and a
 //! watch of each (chunked, one JSON event per line) that sends the cluster's churn (below), a
 //! `BOOKMARK` every [`BOOKMARK_EVERY`] and ends at its `timeoutSeconds`, as the API server's do.
@@ -102,11 +102,15 @@ pub struct StubApiServer {
 }
 
 impl StubApiServer {
-    pub fn start() -> StubApiServer {
+    /// The stand-in for the node holding `node_images` (the fake runtime's first repo tags):
+    /// what the pods bound to [`NODE`] run, the DaemonSets' templates and the templates of
+    /// the CronJobs whose runs are this node's name images among them, as on a node where
+    /// those pods run and those jobs ran.
+    pub fn start(node_images: &[String]) -> StubApiServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the stub API server");
         let port = listener.local_addr().expect("its address").port();
         let cluster = Arc::new(Cluster {
-            objects: Mutex::new(synth_cluster()),
+            objects: Mutex::new(synth_cluster(node_images)),
             resource_version: AtomicU64::new(1_000),
             watchers: Mutex::new(Vec::new()),
             requests: Mutex::new(HashMap::new()),
@@ -431,8 +435,7 @@ fn churn(cluster: &Cluster, stop: &AtomicBool) {
     }
 }
 
-/// The fake runtime's image `i` (`synth::synth_lists`' names), so the bound pods name images
-/// the node holds.
+/// An image of another node (a name the fake runtime does not list).
 fn image(i: usize) -> String {
     format!(
         "registry.example.com/team-{}/app-{i:06}:v{}.{}.{}",
@@ -502,16 +505,24 @@ fn pod_spec(node: Option<&str>, containers: Vec<Value>) -> Value {
 }
 
 /// The synthetic cluster (deterministic): the pods (one in [`PODS`] / [`BOUND_PODS`] bound to
-/// [`NODE`], each of those naming one of the node's images), the DaemonSets (one pod on every
-/// node), the CronJobs (every tenth naming [`NODE`] in its template), the ReplicaSets (two
-/// per Deployment: the current one and a previous revision scaled to 0).
-fn synth_cluster() -> HashMap<Kind, Vec<Value>> {
+/// [`NODE`], each of those naming two of the node's images: its own main one and one of 20
+/// sidecars), the DaemonSets (one pod on every node; each template names one of the node's
+/// images), the CronJobs (every tenth naming [`NODE`] in its template, and one of the node's
+/// images: its runs were this node's), the ReplicaSets (two per Deployment: the current one
+/// and a previous revision scaled to 0).
+fn synth_cluster(node_images: &[String]) -> HashMap<Kind, Vec<Value>> {
+    assert!(
+        node_images.len() >= BOUND_PODS + 20 + DAEMONSETS + CRONJOBS / 10,
+        "the node holds too few images for the stand-in's names"
+    );
+    // Counted from the end of the node's list: the bound pods' main images are its first.
+    let from_end = |k: usize| node_images[node_images.len() - 1 - k].clone();
     let mut pods = Vec::with_capacity(PODS);
     let stride = PODS / BOUND_PODS;
     for i in 0..PODS {
         let namespace = format!("ns-{:02}", i % 50);
         let (node, img) = if i % stride == 0 && i / stride < BOUND_PODS {
-            (NODE.to_owned(), image(i / stride))
+            (NODE.to_owned(), node_images[i / stride].clone())
         } else {
             (format!("node-{:02}", i % OTHER_NODES), image(i))
         };
@@ -523,7 +534,7 @@ fn synth_cluster() -> HashMap<Kind, Vec<Value>> {
         pods.push(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": metadata(&format!("pod-{i:05}"), &namespace, Some(("apps/v1", owner_kind, &owner)), json!({})),
-            "spec": pod_spec(Some(&node), vec![container("main", &img), container("sidecar", &image(4_000 + i % 20))]),
+            "spec": pod_spec(Some(&node), vec![container("main", &img), container("sidecar", &from_end(i % 20))]),
             "status": {
                 "phase": "Running",
                 "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-01T00:00:00Z"}],
@@ -538,7 +549,7 @@ fn synth_cluster() -> HashMap<Kind, Vec<Value>> {
                 "metadata": metadata(&format!("ds-{i}"), "kube-system", None, json!({"deprecated.daemonset.template.generation": "1"})),
                 "spec": {
                     "selector": {"matchLabels": {"app": format!("ds-{i}")}},
-                    "template": {"metadata": {"labels": {"app": format!("ds-{i}")}}, "spec": pod_spec(None, vec![container("agent", &image(4_100 + i))])},
+                    "template": {"metadata": {"labels": {"app": format!("ds-{i}")}}, "spec": pod_spec(None, vec![container("agent", &from_end(20 + i))])},
                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
                 },
                 "status": {"currentNumberScheduled": 46, "desiredNumberScheduled": 46, "numberReady": 46, "observedGeneration": 1},
@@ -547,7 +558,12 @@ fn synth_cluster() -> HashMap<Kind, Vec<Value>> {
         .collect();
     let cronjobs = (0..CRONJOBS)
         .map(|i| {
-            let mut spec = pod_spec(None, vec![container("job", &image(6_000 + i))]);
+            let job_image = if i % 10 == 0 {
+                from_end(20 + DAEMONSETS + i / 10)
+            } else {
+                image(6_000 + i)
+            };
+            let mut spec = pod_spec(None, vec![container("job", &job_image)]);
             spec["restartPolicy"] = json!("OnFailure");
             if i % 10 == 0 {
                 spec["nodeSelector"] = json!({"kubernetes.io/hostname": NODE});

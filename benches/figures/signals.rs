@@ -43,7 +43,13 @@ pub fn figures(work: &Path, quick: bool, figures: &mut Figures) {
         .and_then(|s| s.parse().ok())
         .unwrap_or(if quick { 60 } else { 300 });
     let window = Duration::from_secs((total / WINDOWS as u64).max(5));
-    let server = StubApiServer::start();
+    // The names the fake runtime lists (`RuntimeProcess` serves `synth_lists(n, SEED)`).
+    let node_images: Vec<String> = crate::synth::synth_lists(IMAGES, crate::synth::SEED)
+        .0
+        .into_iter()
+        .filter_map(|image| image.repo_tags.into_iter().next())
+        .collect();
+    let server = StubApiServer::start(&node_images);
     let kubeconfig = work.join("signals-kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig()).expect("write the kubeconfig");
     let binary = signals_binary();

@@ -167,6 +167,10 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     /// cycle with no entry then has nothing to read or write (`warm.rs`). False at start, so
     /// the first cycle clears what an earlier configuration left.
     warm_table_cleared: std::sync::atomic::AtomicBool,
+    /// The last warm cycle that found every entry present, written whole (`warm.rs`): a
+    /// cycle with the same entries over the same listing plans and writes the same, so it
+    /// does neither.
+    warm_settled: Mutex<Option<warm::WarmSettled>>,
     /// The threads the warm cycle's judge ran on (a test checks it is never the async
     /// worker's).
     #[cfg(test)]

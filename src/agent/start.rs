@@ -111,6 +111,7 @@ impl<R: AgentRuntime> Agent<R> {
             warm_logged: Mutex::new(Default::default()),
             prefetch_logged: Mutex::new(Default::default()),
             warm_table_cleared: std::sync::atomic::AtomicBool::new(false),
+            warm_settled: Mutex::new(None),
             runtime_pins_turn: tokio::sync::Mutex::new(()),
             runtime_pins_wanted: tokio::sync::Notify::new(),
             keep_sets_wanted: tokio::sync::Notify::new(),

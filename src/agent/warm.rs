@@ -6,7 +6,11 @@
 //! journal says were removed externally, with the same disk rule. What the history holds
 //! (`warm::HistorySizes`, `warm::history_warm_entries`, `warm::restore_candidates_in`) and
 //! what restore does with each candidate (`warm::restore_step`) are `warm`'s; this file runs
-//! the pulls and records their outcome.
+//! the pulls and records their outcome. A cycle whose entries and listing are those of the
+//! last cycle that found every entry present (and wrote it) would plan and write the same: it
+//! does neither ([`WarmSettled`]; with cluster signals, the bound pods' images are warm entries,
+//! and a node holds them all nearly always). The history's sizes are read only for an entry
+//! the runtime does not list.
 //!
 //! Invariants: the loop runs on its own task, so a long pull never delays detect or GC; a
 //! "does not fit" is logged once per entry until it fits again; a warm pull is never made
@@ -99,6 +103,12 @@ impl<R: AgentRuntime> Agent<R> {
         }
         let runtime = self.gc.runtime();
         let images = runtime.list_images().await.map_err(AgentError::Runtime)?;
+        let listing = WarmSettled::fingerprint(&images);
+        if let Some(plan) = self.settled_plan(&entries, listing, now) {
+            self.metrics.record_warm_plan(&plan);
+            return Ok(plan);
+        }
+        let settled_entries = entries.clone();
         let stats = match runtime.image_fs_stats().await {
             Ok(stats) => Some(stats),
             Err(e) => {
@@ -114,7 +124,15 @@ impl<R: AgentRuntime> Agent<R> {
             self.off_the_workers(move || {
                 let fs = stats.as_ref().map(|s| (s.capacity, s.available));
                 let policy = &config.gc.policy;
-                let sizes = HistorySizes::read(&agent.store)?;
+                // Read once, and only for an entry the runtime does not list.
+                let sizes = std::cell::OnceCell::new();
+                let known_size = |e: &WarmEntry| {
+                    sizes
+                        .get_or_init(|| HistorySizes::read(&agent.store))
+                        .as_ref()
+                        .ok()
+                        .and_then(|s: &HistorySizes| s.size_of(e))
+                };
                 let planned = plan(&PlanInput {
                     entries: &entries,
                     now,
@@ -126,8 +144,11 @@ impl<R: AgentRuntime> Agent<R> {
                         .as_ref()
                         .is_some_and(|s| inodes_at_or_above_low(policy.inodes.map(|t| t.low), s)),
                     max_pulls: config.warm.parallel_pulls,
-                    known_size: &|e| sizes.size_of(e),
+                    known_size: &known_size,
                 });
+                if let Some(Err(e)) = sizes.into_inner() {
+                    return Err(e.into());
+                }
                 Ok((planned, images))
             })
             .await?
@@ -187,12 +208,20 @@ impl<R: AgentRuntime> Agent<R> {
                     || matches!(s.state, WarmState::Failed | WarmState::DoesNotFit))
         });
         let agent = Arc::clone(self);
-        let planned = self
+        let (planned, written) = self
             .off_the_workers(move || {
-                agent.persist_warm(&planned, &images, &pulled, now);
-                Ok(planned)
+                let written = agent.persist_warm(&planned, &images, &pulled, now);
+                Ok((planned, written))
             })
             .await?;
+        let all_present = planned
+            .statuses
+            .iter()
+            .all(|s| s.state == WarmState::Present);
+        *lock_ignoring_poison(&self.warm_settled) = (written && all_present).then(|| WarmSettled {
+            entries: settled_entries,
+            listing,
+        });
         // A warm image just pulled is kept: its runtime pin is written now, not at the next
         // detect (the kubelet's DeleteUnusedImages may run first, under pressure every 10 s).
         if any_pulled {
@@ -202,6 +231,25 @@ impl<R: AgentRuntime> Agent<R> {
             self.keep_sets_wanted.notify_one();
         }
         Ok(planned)
+    }
+
+    /// The last plan, when this cycle would plan and write just what it did: the same
+    /// entries, each still active, over the same listing as the last cycle that found every
+    /// entry present and wrote it.
+    fn settled_plan(
+        &self,
+        entries: &[WarmEntry],
+        listing: u64,
+        now: UnixNanos,
+    ) -> Option<WarmPlan> {
+        let settled = lock_ignoring_poison(&self.warm_settled);
+        let same = settled
+            .as_ref()
+            .is_some_and(|s| s.listing == listing && s.entries == entries);
+        if !same || !entries.iter().all(|e| e.active(now)) {
+            return None;
+        }
+        lock_ignoring_poison(&self.warm_last).clone()
     }
 
     /// Runs `work` on tokio's blocking pool, never on an async worker, and waits for it.
@@ -226,14 +274,15 @@ impl<R: AgentRuntime> Agent<R> {
     /// Writes the warm set's state for `inspect` (schema 5's `warm` table, replaced whole in
     /// one transaction): each entry's state, since when (kept from the stored row while the
     /// state stays), and the image the runtime listed for it, or the image a pull of this
-    /// cycle returned. A failed write is logged: the warm cycle itself does not depend on it.
+    /// cycle returned. A failed write is logged (and returns false): the warm cycle itself
+    /// does not depend on it.
     fn persist_warm(
         &self,
         plan: &WarmPlan,
         images: &[RuntimeImage],
         pulled: &BTreeMap<usize, String>,
         now: UnixNanos,
-    ) {
+    ) -> bool {
         let before = match self.store.warm_rows() {
             Ok(rows) => rows,
             Err(e) => {
@@ -293,6 +342,7 @@ impl<R: AgentRuntime> Agent<R> {
         };
         self.warm_table_cleared
             .store(empty && written, Ordering::Release);
+        written
     }
 
     /// One warm pull through the image manager: IfNotPresent, for no pod, with the node's
@@ -450,6 +500,26 @@ impl<R: AgentRuntime> Agent<R> {
             }
         }
         Ok(outcome)
+    }
+}
+
+/// The last warm cycle that found every entry present and wrote it: its entries and a
+/// fingerprint of the runtime's listing. The plan is a function of the entries, the listing
+/// and, for an entry not listed, the disk and the history: with every entry listed, the same
+/// entries (each still active) over the same listing plan the same, and the rows written are
+/// the same (their `since` kept, their image ids the listing's).
+pub(super) struct WarmSettled {
+    entries: Vec<WarmEntry>,
+    listing: u64,
+}
+
+impl WarmSettled {
+    /// A fingerprint of the listing: every field of every image, in the runtime's order.
+    fn fingerprint(images: &[RuntimeImage]) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        images.hash(&mut hasher);
+        hasher.finish()
     }
 }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{ImageId, RecordKey};
 
 /// One image as the runtime lists it.
-#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct RuntimeImage {
     /// The image id.
     pub id: ImageId,

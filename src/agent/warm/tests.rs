@@ -887,3 +887,67 @@ async fn a_cronjobs_image_is_pulled_ahead_from_the_lead_and_kept_until_its_run()
     let report = agent.gc_manager().garbage_collect(clock.now()).await;
     assert_eq!(report.removed.len(), 2, "{:?}", report.removed);
 }
+
+/// Every entry present: the next cycle over the same entries and the same listing plans
+/// and writes nothing (only the entries are read, off the worker) and answers the same plan.
+/// An image removed behind the agent's back changes the listing: that cycle plans again and
+/// pulls it back, as a cycle after a changed set of entries plans again.
+#[tokio::test(start_paused = true)]
+async fn a_settled_warm_set_is_planned_again_only_when_the_listing_or_the_entries_change() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = registry_of_a_and_b();
+    let agent = agent(
+        dir.path(),
+        runtime.clone(),
+        &[spec("a:1", None), spec("b:1", None)],
+    );
+    let judged = || lock_ignoring_poison(&agent.warm_judged_on).len();
+    let present = vec![
+        ("a:1".to_owned(), WarmState::Present),
+        ("b:1".to_owned(), WarmState::Present),
+    ];
+    let first = agent.warm_cycle().await;
+    assert_eq!(states(&first), present);
+    assert_eq!(judged(), 3, "the entries, the plan, the stored state");
+    let rows = agent.store.warm_rows().expect("rows");
+
+    let second = agent.warm_cycle().await;
+    assert_eq!(states(&second), present);
+    assert_eq!(judged(), 4, "only the entries: no plan, no write");
+    assert_eq!(agent.store.warm_rows().expect("rows"), rows);
+
+    runtime
+        .node
+        .state()
+        .images
+        .retain(|i| i.repo_tags[0].ends_with("b:1"));
+    let third = agent.warm_cycle().await;
+    assert_eq!(
+        states(&third),
+        vec![
+            ("a:1".to_owned(), WarmState::Pulling),
+            ("b:1".to_owned(), WarmState::Present),
+        ]
+    );
+    assert_eq!(judged(), 7);
+    assert_eq!(
+        lock_ignoring_poison(&runtime.pulls).len(),
+        1,
+        "a pulled back"
+    );
+
+    // After the pull the listing is new again: one cycle plans it, the next one does not.
+    assert_eq!(states(&agent.warm_cycle().await), present);
+    assert_eq!(judged(), 10);
+    assert_eq!(states(&agent.warm_cycle().await), present);
+    assert_eq!(judged(), 11);
+
+    // A changed set of entries plans again, even over the same listing.
+    lock_ignoring_poison(&agent.config).gc.warm =
+        WarmSet::new(resolve_specs(&[spec("b:1", None)], |i| format!("warm[{i}]")).expect("specs"));
+    assert_eq!(
+        states(&agent.warm_cycle().await),
+        vec![("b:1".to_owned(), WarmState::Present)]
+    );
+    assert_eq!(judged(), 14);
+}
