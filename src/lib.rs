@@ -130,6 +130,9 @@ mod size_limits;
 // Test only: every `use crate::` edge is one ARCHITECTURE.md's layer table allows.
 #[cfg(test)]
 mod layer_order;
+// Giving the allocator's free memory back to the system between cycles (`malloc_trim`).
+#[cfg(feature = "agent")]
+pub(crate) mod memory;
 // The values every layer shares (records, ids, runtime images, times).
 pub mod model;
 // The one reader of operator files (config, secrets, credentials, kubelet files): regular

@@ -105,7 +105,7 @@ impl<R: AgentRuntime> Agent<R> {
             let agent = self.clone();
             async move {
                 let outcome = agent.run_cycle(which).await;
-                memory::release_free_memory();
+                crate::memory::release_free_memory();
                 outcome
             }
         })
@@ -115,7 +115,7 @@ impl<R: AgentRuntime> Agent<R> {
     }
 
     /// Runs one cycle; returns how it ended.
-    async fn run_cycle(&self, which: Loop) -> CycleOutcome {
+    pub(super) async fn run_cycle(&self, which: Loop) -> CycleOutcome {
         // The cycles read the clock once they hold the cycle lock (`CycleTime`).
         let now = &*self.clock;
         // A detect or image-cache cycle waits on the runtime: readiness sees how long.
@@ -140,6 +140,11 @@ impl<R: AgentRuntime> Agent<R> {
                     // The runtime pins' task reconciles; the cycle never waits on containerd's
                     // Images service (one that accepts and never answers stalled every cycle).
                     self.runtime_pins_wanted.notify_one();
+                    // An image left the node: a warm set settled on the cluster's images
+                    // checks it has them all (`warm.rs`).
+                    if report.removed > 0 {
+                        self.warm_wanted.notify_one();
+                    }
                     self.say_keeps_over_share();
                     self.record_signals().await;
                     CycleOutcome::Done

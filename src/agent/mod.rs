@@ -35,7 +35,6 @@ mod doctor_events;
 mod events;
 mod keep_sets;
 mod loops;
-mod memory;
 mod notify;
 mod prune_orphans;
 mod reload;
@@ -171,6 +170,12 @@ pub struct Agent<R: AgentRuntime = CriClient> {
     /// cycle with the same entries over the same listing plans and writes the same, so it
     /// does neither.
     warm_settled: Mutex<Option<warm::WarmSettled>>,
+    /// Whether the last warm cycle found every entry present with every entry the cluster's
+    /// (no configured set, no history window): the loop then waits for a change, not the
+    /// period (`warm.rs`).
+    warm_waits_for_change: std::sync::atomic::AtomicBool,
+    /// A detect saw an image leave the node (`loops.rs`): the warm loop plans again.
+    warm_wanted: tokio::sync::Notify,
     /// The threads the warm cycle's judge ran on (a test checks it is never the async
     /// worker's).
     #[cfg(test)]

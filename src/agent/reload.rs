@@ -301,6 +301,8 @@ impl<R: AgentRuntime> Agent<R> {
                 running.gc = new.gc;
                 running.warm = new.warm;
             }
+            // A warm loop settled on the cluster's images waits for a change: this is one.
+            self.warm_wanted.notify_one();
             // A change of what is kept (the warm set, the sandbox image, the irreplaceable
             // rule) reaches the runtime's pins now, not at the next detect.
             if report.changed.iter().any(|c| KEEP_SETTINGS.contains(c)) {

@@ -112,6 +112,8 @@ impl<R: AgentRuntime> Agent<R> {
             prefetch_logged: Mutex::new(Default::default()),
             warm_table_cleared: std::sync::atomic::AtomicBool::new(false),
             warm_settled: Mutex::new(None),
+            warm_waits_for_change: std::sync::atomic::AtomicBool::new(false),
+            warm_wanted: tokio::sync::Notify::new(),
             runtime_pins_turn: tokio::sync::Mutex::new(()),
             runtime_pins_wanted: tokio::sync::Notify::new(),
             keep_sets_wanted: tokio::sync::Notify::new(),

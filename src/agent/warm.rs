@@ -9,8 +9,12 @@
 //! the pulls and records their outcome. A cycle whose entries and listing are those of the
 //! last cycle that found every entry present (and wrote it) would plan and write the same: it
 //! does neither ([`WarmSettled`]; with cluster signals, the bound pods' images are warm entries,
-//! and a node holds them all nearly always). The history's sizes are read only for an entry
-//! the runtime does not list.
+//! and a node holds them all nearly always). When every entry is the cluster's (no `[[warm]]`,
+//! no `[warmFromHistory]`) and present, the loop waits for a change, not the period: those
+//! images are kept and runtime-pinned, so only a hand on the runtime removes one, and the
+//! next detect that sees an image leave wakes the loop (as a reload, a change of the bound
+//! pods, the CronJobs, their lead or the KeepSets do). The history's sizes are read only for
+//! an entry the runtime does not list.
 //!
 //! Invariants: the loop runs on its own task, so a long pull never delays detect or GC; a
 //! "does not fit" is logged once per entry until it fits again; a warm pull is never made
@@ -52,6 +56,7 @@ impl<R: AgentRuntime> Agent<R> {
     /// with a failed pull's entry `Failed`. A runtime or store that cannot be read ends the
     /// cycle with nothing pulled (logged).
     pub async fn warm_cycle(self: &Arc<Self>) -> WarmPlan {
+        self.warm_waits_for_change.store(false, Ordering::Release);
         match self.warm_cycle_inner().await {
             Ok(plan) => plan,
             Err(e) => {
@@ -104,8 +109,14 @@ impl<R: AgentRuntime> Agent<R> {
         let runtime = self.gc.runtime();
         let images = runtime.list_images().await.map_err(AgentError::Runtime)?;
         let listing = WarmSettled::fingerprint(&images);
+        // Every entry the cluster's: those images are kept and runtime-pinned, so neither
+        // imagekeeper's GC nor the kubelet's removes one.
+        let cluster_only =
+            config.gc.warm.entries().is_empty() && config.warm.from_history.is_none();
         if let Some(plan) = self.settled_plan(&entries, listing, now) {
             self.metrics.record_warm_plan(&plan);
+            self.warm_waits_for_change
+                .store(cluster_only, Ordering::Release);
             return Ok(plan);
         }
         let settled_entries = entries.clone();
@@ -218,10 +229,13 @@ impl<R: AgentRuntime> Agent<R> {
             .statuses
             .iter()
             .all(|s| s.state == WarmState::Present);
-        *lock_ignoring_poison(&self.warm_settled) = (written && all_present).then(|| WarmSettled {
-            entries: settled_entries,
-            listing,
-        });
+        *lock_ignoring_poison(&self.warm_settled) =
+            (written && all_present).then_some(WarmSettled {
+                entries: settled_entries,
+                listing,
+            });
+        self.warm_waits_for_change
+            .store(written && all_present && cluster_only, Ordering::Release);
         // A warm image just pulled is kept: its runtime pin is written now, not at the next
         // detect (the kubelet's DeleteUnusedImages may run first, under pressure every 10 s).
         if any_pulled {
@@ -450,8 +464,10 @@ impl<R: AgentRuntime> Agent<R> {
     }
 
     /// The warm loop: a cycle at start, then every `warmPeriod` (read again after each
-    /// cycle, so a reload changes it) and at each change of the cluster's needs (a
-    /// DaemonSet's new template, a KeepSet in mode warm: pulled ahead at once), until `stop`.
+    /// cycle, so a reload changes it; none while the set is settled on the cluster's images
+    /// alone, see the module's doc) and at each change of the cluster's needs (a DaemonSet's
+    /// new template, a KeepSet in mode warm: pulled ahead at once), at a detect that saw an
+    /// image leave the node and at a reload, until `stop`.
     pub(super) async fn warm_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let pods = self.gc.bound_pods();
         let signals = self.gc.cluster_signals();
@@ -461,20 +477,34 @@ impl<R: AgentRuntime> Agent<R> {
                 return;
             }
             self.warm_cycle().await;
-            let mut wait = self.config().warm.period;
+            // Settled on the cluster's images alone: no period, only a change (of the bound
+            // pods, the CronJobs and their lead, the KeepSets) or a detect that saw an image
+            // leave the node (`warm_wanted`) plans again. Those images are runtime-pinned, so
+            // only a hand on the runtime removes one, and the detect sees it (every
+            // detectPeriod), not a listing of the node every warmPeriod.
+            let mut wait = (!self.warm_waits_for_change.load(Ordering::Acquire))
+                .then(|| self.config().warm.period);
             // A CronJob run entering the lead is pulled ahead then, not a period later.
             let now = self.clock.now();
             // (Only the CronJobs whose runs are this node's: the others are not pulled ahead.)
             if let Some(at) =
                 signals.next_lead_change(now, |name, job| job.here || pods.ran_cronjob(name))
             {
-                wait = wait.min(at.since(now));
+                let lead = at.since(now);
+                wait = Some(wait.map_or(lead, |w| w.min(lead)));
             }
+            let timer = async move {
+                match wait {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+                () = timer => {}
                 () = pods.changed_for_warm() => {}
                 () = signals.changed_for_warm() => {}
                 () = keep_sets.changed_for_warm() => {}
+                () = self.warm_wanted.notified() => {}
                 _ = stop.changed() => return,
             }
         }

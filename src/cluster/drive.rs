@@ -66,6 +66,7 @@ pub(super) async fn drive<K>(
             let Some(event) = event else { return };
             match event {
                 Ok(event) => {
+                    let listed = matches!(event, Event::InitDone);
                     if is_answer(&event) {
                         health.answered();
                         if failing {
@@ -74,6 +75,11 @@ pub(super) async fn drive<K>(
                         }
                     }
                     apply(event);
+                    // The list's pages and objects are freed: their pages go back now, not
+                    // at the next detect's end (minutes on).
+                    if listed {
+                        crate::memory::release_free_memory();
+                    }
                 }
                 Err(e) => {
                     health.failed();

@@ -161,13 +161,28 @@ impl ClusterSignals {
     /// `now`, no later than `now` plus the lead), with the earliest such run (the first
     /// CronJob by name among equals); a run that is this node's wins over one that is not.
     pub fn due_within_lead(&self, now: UnixNanos) -> BTreeMap<String, DueRun> {
+        self.due_within_lead_of(now, |_, _| true)
+    }
+
+    /// [`ClusterSignals::due_within_lead`] of the CronJobs `wanted` accepts only: the next
+    /// run of no other one is computed (the warm loop's minute cycle reads the few whose runs
+    /// are this node's, not a cluster's thousand).
+    pub fn due_within_lead_of(
+        &self,
+        now: UnixNanos,
+        wanted: impl Fn(&str, &CronJobSignal) -> bool,
+    ) -> BTreeMap<String, DueRun> {
         let state = self.read();
         let mut due: BTreeMap<String, DueRun> = BTreeMap::new();
         if state.lead.is_zero() {
             return due;
         }
         let horizon = now.saturating_add(state.lead);
-        for (name, job) in &state.cronjobs {
+        for (name, job) in state
+            .cronjobs
+            .iter()
+            .filter(|(name, job)| wanted(name, job))
+        {
             let Some(at) = next_run(job, state.calendar_offset_s, now).filter(|at| *at <= horizon)
             else {
                 continue;

@@ -40,12 +40,15 @@ impl<R: AgentRuntime> Agent<R> {
             .into_iter()
             .map(|(image, ds)| (image, format!("DaemonSet {ds}")))
             .collect();
-        for (image, run) in self.gc.cluster_signals().due_within_lead(now) {
-            if run.here || pods.ran_cronjob(&run.cronjob) {
-                wanted
-                    .entry(image)
-                    .or_insert_with(|| format!("CronJob {}", run.cronjob));
-            }
+        // Only the CronJobs whose runs are this node's: the others' next runs are not computed.
+        let due = self
+            .gc
+            .cluster_signals()
+            .due_within_lead_of(now, |name, job| job.here || pods.ran_cronjob(name));
+        for (image, run) in due {
+            wanted
+                .entry(image)
+                .or_insert_with(|| format!("CronJob {}", run.cronjob));
         }
         self.bound_pods_prefetch(&pods, now, &mut wanted);
         let keep_sets = self.gc.node_keep_sets().warm_set();

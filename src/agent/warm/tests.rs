@@ -22,10 +22,14 @@ pub(crate) struct Registry {
     pub(crate) pulls: Arc<Mutex<Vec<String>>>,
     /// Each pull's image and the username of the credentials it was given (empty: none).
     pub(crate) pulled_as: Arc<Mutex<Vec<(String, String)>>>,
+    /// How many times the images were listed.
+    pub(crate) lists: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl crate::runtime::ImageRuntime for Registry {
     async fn list_images(&self) -> Result<Vec<RuntimeImage>, CriError> {
+        self.lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.node.list_images().await
     }
     async fn image_status(
@@ -950,4 +954,70 @@ async fn a_settled_warm_set_is_planned_again_only_when_the_listing_or_the_entrie
         vec![("b:1".to_owned(), WarmState::Present)]
     );
     assert_eq!(judged(), 14);
+}
+
+/// A warm set of the cluster's images alone (a bound pod's), every one present: the loop
+/// waits for a change instead of listing the node every warmPeriod. A detect that sees the
+/// image leave the node wakes it, and it pulls the image back; with a configured entry
+/// beside it, the period holds again.
+#[tokio::test(start_paused = true)]
+async fn a_warm_set_settled_on_the_clusters_images_waits_for_a_change_not_the_period() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = registry_of_a_and_b();
+    let lists = || runtime.lists.load(std::sync::atomic::Ordering::Relaxed);
+    let agent = agent(dir.path(), runtime.clone(), &[]);
+    agent
+        .gc_manager()
+        .bound_pods()
+        .set_pod("ns/web".into(), vec!["a:1".into()]);
+    let (stop_tx, stop) = watch::channel(false);
+    let task = tokio::spawn(Arc::clone(&agent).warm_loop(stop));
+    let period = agent.config().warm.period;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The first cycle, and the one the pod's change (told before the loop ran) wakes.
+    assert_eq!(lists(), 2);
+    assert_eq!(
+        states(&agent.warm_status().expect("a plan")),
+        vec![("a:1".to_owned(), WarmState::Present)]
+    );
+    use super::super::loops::{CycleOutcome, Loop};
+    assert!(matches!(
+        agent.run_cycle(Loop::Detect).await,
+        CycleOutcome::Done
+    ));
+    let listed = lists();
+    tokio::time::sleep(period * 10).await;
+    assert_eq!(
+        lists(),
+        listed,
+        "ten warm periods and a detect with nothing gone, settled: no warm listing"
+    );
+
+    // The image goes behind the agent's back; the detect sees it leave and wakes the loop.
+    runtime
+        .node
+        .state()
+        .images
+        .retain(|i| i.repo_tags[0].ends_with("b:1"));
+    assert!(matches!(
+        agent.run_cycle(Loop::Detect).await,
+        CycleOutcome::Done
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        lock_ignoring_poison(&runtime.pulls).as_slice(),
+        ["a:1"],
+        "pulled back at the detect's news"
+    );
+
+    // A configured entry: the period holds again (after the reload's own cycle).
+    lock_ignoring_poison(&agent.config).gc.warm =
+        WarmSet::new(resolve_specs(&[spec("b:1", None)], |i| format!("warm[{i}]")).expect("specs"));
+    agent.warm_wanted.notify_one();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = lists();
+    tokio::time::sleep(period * 3).await;
+    assert_eq!(lists(), before + 3, "a cycle each period");
+    stop_tx.send(true).expect("stop");
+    task.await.expect("the loop ends");
 }

@@ -5,14 +5,16 @@
 //! 2 MB of free heap between cycles (`malloc_stats`: 4.7 MB of heap, 2.7 MB in use; one
 //! `malloc_trim(0)` took its resident set from 19.4 to 18.1 MiB). [`release_free_memory`] hands
 //! back every free page of the heap (`malloc_trim(0)`: `MADV_DONTNEED` of whole free pages, the
-//! top of the heap trimmed), once a cycle has ended.
+//! top of the heap trimmed), once a cycle has ended, and once a cluster signals' watch has
+//! read a whole (re)list (its pages, parsed objects and all, are freed by then).
 //!
 //! Invariants: it moves no live allocation and frees nothing in use (the allocator's own call,
-//! under its own locks); the loops call it between cycles, never within one; with an allocator
+//! under its own locks); the loops call it between cycles, never within one, the watches after
+//! a list, never per change; with an allocator
 //! other than glibc's it does nothing.
 
 /// Returns the heap's free pages to the system (glibc `malloc_trim(0)`); a no-op elsewhere.
-pub(super) fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes no pointer and only touches chunks the allocator holds free,
     // under its own arena locks; it is safe to call from any thread at any time.
