@@ -111,8 +111,12 @@ impl<R: AgentRuntime> Agent<R> {
         let listing = WarmSettled::fingerprint(&images);
         // Every entry the cluster's: those images are kept and runtime-pinned, so neither
         // imagekeeper's GC nor the kubelet's removes one.
-        let cluster_only =
-            config.gc.warm.entries().is_empty() && config.warm.from_history.is_none();
+        // (And none ends at a time: no change would tell the loop it ended.)
+        let cluster_only = config.gc.warm.entries().is_empty()
+            && config.warm.from_history.is_none()
+            && entries
+                .iter()
+                .all(|e| e.until.is_none() && e.lifetime.is_none());
         if let Some(plan) = self.settled_plan(&entries, listing, now) {
             self.metrics.record_warm_plan(&plan);
             self.warm_waits_for_change
