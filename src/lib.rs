@@ -131,7 +131,7 @@ mod size_limits;
 #[cfg(test)]
 mod layer_order;
 // Giving the allocator's free memory back to the system between cycles (`malloc_trim`).
-#[cfg(feature = "agent")]
+#[cfg(any(feature = "agent", feature = "kube"))]
 pub(crate) mod memory;
 // The values every layer shares (records, ids, runtime images, times).
 pub mod model;

@@ -123,7 +123,6 @@ impl<R: AgentRuntime> Agent<R> {
                 .store(cluster_only, Ordering::Release);
             return Ok(plan);
         }
-        let settled_entries = entries.clone();
         let stats = match runtime.image_fs_stats().await {
             Ok(stats) => Some(stats),
             Err(e) => {
@@ -134,7 +133,7 @@ impl<R: AgentRuntime> Agent<R> {
         // The judge (the history's sizes and the plan) reads the store and looks up every
         // entry's name: work that grows with the set, so it runs off the async workers, where
         // a set of MAX_WARM_ENTRIES cannot hold up the probes, detect or the shutdown.
-        let (mut planned, images) = {
+        let (mut planned, images, entries) = {
             let agent = Arc::clone(self);
             self.off_the_workers(move || {
                 let fs = stats.as_ref().map(|s| (s.capacity, s.available));
@@ -164,7 +163,7 @@ impl<R: AgentRuntime> Agent<R> {
                 if let Some(Err(e)) = sizes.into_inner() {
                     return Err(e.into());
                 }
-                Ok((planned, images))
+                Ok((planned, images, entries))
             })
             .await?
         };
@@ -234,10 +233,7 @@ impl<R: AgentRuntime> Agent<R> {
             .iter()
             .all(|s| s.state == WarmState::Present);
         *lock_ignoring_poison(&self.warm_settled) =
-            (written && all_present).then_some(WarmSettled {
-                entries: settled_entries,
-                listing,
-            });
+            (written && all_present).then_some(WarmSettled { entries, listing });
         self.warm_waits_for_change
             .store(written && all_present && cluster_only, Ordering::Release);
         // A warm image just pulled is kept: its runtime pin is written now, not at the next
