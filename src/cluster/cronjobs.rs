@@ -156,7 +156,7 @@ pub async fn watch_cronjobs(
     signals: ClusterSignals,
     reach: ApiReach,
 ) {
-    let api: Api<CronJob> = Api::all(client);
+    let api: Api<super::slim::Slim<CronJob>> = Api::all(client);
     let mut watch = CronJobWatch::new(signals.clone(), node);
     super::drive::drive(
         api,
@@ -164,7 +164,7 @@ pub async fn watch_cronjobs(
         "the CronJobs",
         signals.cronjobs_watch_health(),
         reach,
-        |event| watch.apply(event),
+        |event| watch.apply(super::slim::unslim(event)),
     )
     .await;
 }

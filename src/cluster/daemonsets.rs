@@ -82,7 +82,7 @@ impl DaemonSetWatch {
 /// Watches every namespace's DaemonSets until the task is dropped, writing their templates'
 /// images to `pods`.
 pub async fn watch_daemonsets(client: Client, pods: BoundPods, reach: ApiReach) {
-    let api: Api<DaemonSet> = Api::all(client);
+    let api: Api<super::slim::Slim<DaemonSet>> = Api::all(client);
     let mut watch = DaemonSetWatch::new(pods.clone());
     super::drive::drive(
         api,
@@ -90,7 +90,7 @@ pub async fn watch_daemonsets(client: Client, pods: BoundPods, reach: ApiReach) 
         "the DaemonSets",
         pods.daemonset_watch_health(),
         reach,
-        |event| watch.apply(event),
+        |event| watch.apply(super::slim::unslim(event)),
     )
     .await;
 }

@@ -11,7 +11,8 @@
 //! sets' status by one agent at a time (`fleet_writer.rs`, elected by a Lease, `lease.rs`).
 //! The sets' pull Secrets are read in the agent's own namespace (`pull_secrets.rs`). Every
 //! watch runs one loop (`drive.rs`), told by the API server's probe (`reach.rs`) when it is
-//! away and when it is back.
+//! away and when it is back; the pods', CronJobs', DaemonSets' and ReplicaSets' watches decode
+//! only the fields they read (`slim.rs`).
 //!
 //! Invariants: only reads (list, watch, and get of a pull Secret in the agent's namespace) but
 //! the node's own KeepSetReport and, while it holds the Lease, that Lease and the KeepSets'
@@ -33,6 +34,7 @@ mod pods;
 mod pull_secrets;
 mod reach;
 mod replicasets;
+mod slim;
 #[cfg(test)]
 mod test_specs;
 

@@ -180,7 +180,7 @@ impl PodWatch {
 
 /// Watches the pods bound to `node` until the task is dropped, writing their images to `pods`.
 pub async fn watch_bound_pods(client: Client, node: String, pods: BoundPods, reach: ApiReach) {
-    let api: Api<Pod> = Api::all(client);
+    let api: Api<super::slim::Slim<Pod>> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let mut watch = PodWatch::new(pods.clone());
     super::drive::drive(
@@ -189,7 +189,7 @@ pub async fn watch_bound_pods(client: Client, node: String, pods: BoundPods, rea
         "the pods bound to this node",
         pods.watch_health(),
         reach,
-        |event| watch.apply(event),
+        |event| watch.apply(super::slim::unslim(event)),
     )
     .await;
 }

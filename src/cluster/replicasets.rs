@@ -212,7 +212,7 @@ impl ReplicaSetWatch {
 /// Watches every namespace's ReplicaSets until the task is dropped, writing the Deployments'
 /// revisions to `signals`.
 pub async fn watch_replicasets(client: Client, signals: ClusterSignals, reach: ApiReach) {
-    let api: Api<ReplicaSet> = Api::all(client);
+    let api: Api<super::slim::Slim<ReplicaSet>> = Api::all(client);
     let mut watch = ReplicaSetWatch::new(signals.clone());
     super::drive::drive(
         api,
@@ -220,7 +220,7 @@ pub async fn watch_replicasets(client: Client, signals: ClusterSignals, reach: A
         "the ReplicaSets",
         signals.replicasets_watch_health(),
         reach,
-        |event| watch.apply(event),
+        |event| watch.apply(super::slim::unslim(event)),
     )
     .await;
 }
