@@ -24,8 +24,8 @@ use tracing::info;
 use super::pods::spec_images;
 use crate::gc::{ClusterSignals, MAX_SUPERSEDED, Revisions};
 
-/// The annotation holding a ReplicaSet's revision of its Deployment.
-pub const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
+pub use super::slim::REVISION_ANNOTATION;
+
 /// The most ReplicaSets held (a Deployment keeps `revisionHistoryLimit`, default 10, old ones).
 pub const MAX_REPLICASETS: usize = 16_384;
 

@@ -25,7 +25,9 @@ use kube::runtime::watcher::Event;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, de::DeserializeOwned};
 
-use super::replicasets::REVISION_ANNOTATION;
+/// The annotation holding a ReplicaSet's revision of its Deployment: the one annotation the
+/// watches read (here, below the watches that read it, so that this file imports none of them).
+pub const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
 
 /// A watched object of kind `K` holding only the fields the signals read (see the module).
 #[derive(Clone, Debug, Default)]
