@@ -74,6 +74,9 @@ impl NodeAgent {
             .arg(runtime.endpoint())
             .arg("--kubelet-root-dir")
             .arg("")
+            // No probes' listener: its default port is the DaemonSet's, which a lab's agent on
+            // this machine may need while the bench runs (it then fails to start).
+            .arg("--healthz-address=")
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "warn")
