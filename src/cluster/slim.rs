@@ -79,11 +79,6 @@ pub fn unslim<K>(event: Event<Slim<K>>) -> Event<K> {
     }
 }
 
-/// `Option<Vec<T>>` on the wire (absent or `null` is empty).
-fn list<T>(items: Option<Vec<T>>) -> Vec<T> {
-    items.unwrap_or_default()
-}
-
 /// An annotation's key: the one read, or another (compared where it lies, never copied).
 enum AnnotationKey {
     Revision,
@@ -214,7 +209,7 @@ struct NameWire {
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct PodSpecWire {
+pub struct PodSpecWire {
     init_containers: Option<Vec<ImageWire>>,
     containers: Option<Vec<ImageWire>>,
     ephemeral_containers: Option<Vec<ImageWire>>,
@@ -234,7 +229,12 @@ impl PodSpecWire {
             init_containers: self
                 .init_containers
                 .map(|cs| cs.into_iter().map(container).collect()),
-            containers: list(self.containers).into_iter().map(container).collect(),
+            containers: self
+                .containers
+                .unwrap_or_default()
+                .into_iter()
+                .map(container)
+                .collect(),
             ephemeral_containers: self.ephemeral_containers.map(|cs| {
                 cs.into_iter()
                     .map(|c| EphemeralContainer {
@@ -283,16 +283,18 @@ impl TemplateWire {
     }
 }
 
+/// An object on the wire: its metadata and its spec (`S`, absent or `null` at its default).
 #[derive(Deserialize)]
-pub struct PodWire {
+pub struct ObjectWire<S> {
     #[serde(default)]
     metadata: MetaWire,
-    spec: Option<PodSpecWire>,
+    #[serde(default)]
+    spec: S,
 }
 
 impl SlimKind for Pod {
-    type Wire = PodWire;
-    fn from_wire(wire: PodWire) -> Pod {
+    type Wire = ObjectWire<Option<PodSpecWire>>;
+    fn from_wire(wire: Self::Wire) -> Pod {
         Pod {
             metadata: wire.metadata.meta(),
             spec: wire.spec.map(PodSpecWire::spec),
@@ -301,38 +303,31 @@ impl SlimKind for Pod {
     }
 }
 
+/// A Job's or a DaemonSet's spec: its pod template.
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct JobSpecWire {
+pub struct TemplatedSpecWire {
     template: TemplateWire,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct JobTemplateWire {
-    spec: Option<JobSpecWire>,
+    spec: Option<TemplatedSpecWire>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct CronJobSpecWire {
+pub struct CronJobSpecWire {
     schedule: String,
     time_zone: Option<String>,
     suspend: Option<bool>,
     job_template: JobTemplateWire,
 }
 
-#[derive(Deserialize)]
-pub struct CronJobWire {
-    #[serde(default)]
-    metadata: MetaWire,
-    #[serde(default)]
-    spec: CronJobSpecWire,
-}
-
 impl SlimKind for CronJob {
-    type Wire = CronJobWire;
-    fn from_wire(wire: CronJobWire) -> CronJob {
+    type Wire = ObjectWire<CronJobSpecWire>;
+    fn from_wire(wire: Self::Wire) -> CronJob {
         let spec = wire.spec;
         CronJob {
             metadata: wire.metadata.meta(),
@@ -354,23 +349,9 @@ impl SlimKind for CronJob {
     }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct DaemonSetSpecWire {
-    template: TemplateWire,
-}
-
-#[derive(Deserialize)]
-pub struct DaemonSetWire {
-    #[serde(default)]
-    metadata: MetaWire,
-    #[serde(default)]
-    spec: DaemonSetSpecWire,
-}
-
 impl SlimKind for DaemonSet {
-    type Wire = DaemonSetWire;
-    fn from_wire(wire: DaemonSetWire) -> DaemonSet {
+    type Wire = ObjectWire<TemplatedSpecWire>;
+    fn from_wire(wire: Self::Wire) -> DaemonSet {
         DaemonSet {
             metadata: wire.metadata.meta(),
             spec: DaemonSetSpec {
@@ -384,21 +365,13 @@ impl SlimKind for DaemonSet {
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct ReplicaSetSpecWire {
+pub struct ReplicaSetSpecWire {
     template: Option<TemplateWire>,
 }
 
-#[derive(Deserialize)]
-pub struct ReplicaSetWire {
-    #[serde(default)]
-    metadata: MetaWire,
-    #[serde(default)]
-    spec: ReplicaSetSpecWire,
-}
-
 impl SlimKind for ReplicaSet {
-    type Wire = ReplicaSetWire;
-    fn from_wire(wire: ReplicaSetWire) -> ReplicaSet {
+    type Wire = ObjectWire<ReplicaSetSpecWire>;
+    fn from_wire(wire: Self::Wire) -> ReplicaSet {
         ReplicaSet {
             metadata: wire.metadata.meta(),
             spec: ReplicaSetSpec {
