@@ -1,7 +1,8 @@
 //! Whether the API server answers, asked on its own (`GET /livez` every [`ProbeTiming::period`]),
 //! so that the watches learn it was away without waiting for their connection's read timeout.
 //! A watch whose API server stops answering (hung, or a network that drops its packets rather
-//! than refusing them) sees nothing at all until kube-rs's read timeout, 295 s: its metric and
+//! than refusing them) sees nothing at all until its watch request's own end, 290 s on (the
+//! client has no read timeout unless the configuration sets one, `client.rs`): its metric and
 //! `doctor` said "watching" for five minutes, and its set stayed stale until it ended. With the
 //! probe, after [`ProbeTiming::failures_to_away`] unanswered probes every watch is marked
 //! failing (the last sets hold), and when the API server answers again every watch lists anew
