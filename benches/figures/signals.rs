@@ -26,14 +26,24 @@ const IMAGES: usize = 2_000;
 /// The longest the agent with signals may take to list every kind before the windows start.
 const LIST_WAIT: Duration = Duration::from_secs(300);
 
-/// Whether the stand-in has seen a watch of every kind (each after its list).
-fn watches_every_kind(requests: &[(String, u64)]) -> bool {
-    ["Pod", "DaemonSet", "CronJob", "ReplicaSet"]
+/// The kinds the agent with signals lists and watches.
+const KINDS: [&str; 4] = ["Pod", "DaemonSet", "CronJob", "ReplicaSet"];
+
+/// How many requests named `name` (`"list Pod"`, `"watch CronJob"`) the stand-in has seen.
+fn count(requests: &[(String, u64)], name: &str) -> u64 {
+    requests
         .iter()
-        .all(|kind| {
-            let watch = format!("watch {kind}");
-            requests.iter().any(|(name, n)| *name == watch && *n >= 1)
-        })
+        .find(|(n, _)| n == name)
+        .map_or(0, |(_, c)| *c)
+}
+
+/// The first kind the stand-in has not seen both listed and watched, if any (a watch starts
+/// from its list's resourceVersion, so a watch seen means the list ran before it).
+fn kind_not_watched(requests: &[(String, u64)]) -> Option<&'static str> {
+    KINDS.into_iter().find(|kind| {
+        count(requests, &format!("list {kind}")) == 0
+            || count(requests, &format!("watch {kind}")) == 0
+    })
 }
 
 /// The agent binary: `IMAGEKEEPER_BENCH_SIGNALS_AGENT`, else the bench's own build.
@@ -84,7 +94,7 @@ pub fn figures(work: &Path, quick: bool, figures: &mut Figures) {
     // from its list's resourceVersion); on a loaded machine that takes more than the start-up
     // below, and the lists' tail in the first window would count as the steady cost.
     let listed = Instant::now();
-    while !watches_every_kind(&server.requests()) && listed.elapsed() < LIST_WAIT {
+    while kind_not_watched(&server.requests()).is_some() && listed.elapsed() < LIST_WAIT {
         std::thread::sleep(Duration::from_millis(200));
     }
     let listed = listed.elapsed();
@@ -108,15 +118,8 @@ pub fn figures(work: &Path, quick: bool, figures: &mut Figures) {
         .collect();
     let requests = server.requests();
     drop(agents);
-    let count = |name: &str| {
-        requests
-            .iter()
-            .find(|(n, _)| n == name)
-            .map_or(0, |(_, c)| *c)
-    };
-    for kind in ["Pod", "DaemonSet", "CronJob", "ReplicaSet"] {
-        assert!(
-            count(&format!("list {kind}")) >= 1 && count(&format!("watch {kind}")) >= 1,
+    if let Some(kind) = kind_not_watched(&requests) {
+        panic!(
             "the agent with signals did not list and watch the {kind}s: {requests:?} (its log: {})",
             work.join("node-signals-on/agent.log").display()
         );
@@ -129,20 +132,12 @@ pub fn figures(work: &Path, quick: bool, figures: &mut Figures) {
     );
     // The CPU over the whole measured time (the windows are of one length: their mean), not
     // a median: a detect now and then is a burst a median of windows would step over.
-    let cpu_delta = windows
+    let cpu_per_window: Vec<f64> = windows
         .iter()
         .map(|w| w[1].cpu_seconds_per_hour - w[0].cpu_seconds_per_hour)
-        .sum::<f64>()
-        / windows.len() as f64;
-    let per_window: Vec<String> = windows
-        .iter()
-        .map(|w| {
-            format!(
-                "{:.2}",
-                w[1].cpu_seconds_per_hour - w[0].cpu_seconds_per_hour
-            )
-        })
         .collect();
+    let cpu_delta = cpu_per_window.iter().sum::<f64>() / cpu_per_window.len() as f64;
+    let per_window: Vec<String> = cpu_per_window.iter().map(|d| format!("{d:.2}")).collect();
     let last = windows.last().expect("WINDOWS > 0");
     println!(
         "signals: two `imagekeeper run` of {} ({:.1} MB) with the default periods against the fake runtime, {IMAGES} images each, side by side; one with clusterSignals on against a stand-in API server on loopback ({} pods, {} bound to its node, {} CronJobs, {} ReplicaSets, {} DaemonSets; a status change every 4 s, a bookmark a minute per watch); RSS median and CPU over all of {WINDOWS} windows of {:.0} s after a 30 s start-up; RSS on {:.1} MiB / off {:.1} MiB (peak {:.1} / {:.1}; anonymous {:.1} / {:.1}, file {:.1} / {:.1}), CPU per hour on {:.2} s / off {:.2} s (last window), on minus off per window [{}] s; the lists took {:.1} s; API requests {requests:?}",
