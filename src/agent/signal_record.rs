@@ -7,13 +7,15 @@
 //! `clusterSignals` off, never); the record is rebuilt from the table at its first use, so a
 //! restart writes nothing that did not change; a line's `at` is the clock's time just after
 //! the detect that saw it; a failed append is logged and its changes are found again at the
-//! next detect; the store is called off the async workers.
+//! next detect, as is one whose removed CronJobs' last lines cannot be read back; the store
+//! is called off the async workers.
 
 use std::sync::Arc;
 
 use tracing::warn;
 
 use crate::gc::{SignalRecord, SignalsNow};
+use crate::model::SignalKind;
 
 use super::{Agent, AgentRuntime};
 
@@ -44,7 +46,28 @@ impl<R: AgentRuntime> Agent<R> {
         let Some(record) = held.as_mut() else {
             return;
         };
-        let written = record.changes(&watches, at);
+        let gone = record.cronjobs_gone(&watches);
+        let gone_lines = if gone.is_empty() {
+            Vec::new()
+        } else {
+            let store = Arc::clone(&self.store);
+            match tokio::task::spawn_blocking(move || {
+                store.last_signals(SignalKind::CronJob, &gone)
+            })
+            .await
+            {
+                Ok(Ok(lines)) => lines,
+                Ok(Err(e)) => {
+                    warn!(error = %e, "Cannot read the removed CronJobs' recorded lines");
+                    return;
+                }
+                Err(e) => {
+                    warn!(error = %e, "The task reading the removed CronJobs' lines failed");
+                    return;
+                }
+            }
+        };
+        let written = record.changes(&watches, at, &gone_lines);
         if written.is_empty() {
             record.recorded(&watches, &[]);
             return;

@@ -1,8 +1,9 @@
 //! The agent records the cluster signals' changes at its detects, on a manual clock: nothing
 //! before a watch listed, each change once at the detect's time, nothing while nothing
-//! changes, a pod gone as `bound` with no images, and nothing again after a restart on the
-//! same database.
+//! changes, a pod gone as `bound` with no images, a CronJob gone as its stored line suspended,
+//! and nothing again after a restart on the same database.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use super::super::Agent;
 use crate::clock::{Clock, ManualClock};
 use crate::config::{AgentConfig, FileConfig, FlagValues};
+use crate::gc::{CronJobSignal, CronSchedule, CronZone};
 use crate::model::{RecordedSignal, SignalEntry, UnixNanos};
 use crate::runtime::ScriptedRuntime;
 
@@ -77,4 +79,57 @@ async fn each_change_is_recorded_once_at_its_detect_and_a_restart_records_nothin
     clock.advance(Duration::from_secs(60));
     agent.carry_keeps_now().await;
     assert_eq!(agent.store.signals().expect("signals"), want);
+}
+
+fn nightly(at: UnixNanos, suspend: bool) -> SignalEntry {
+    SignalEntry {
+        at,
+        signal: RecordedSignal::CronJob {
+            name: "batch/nightly".to_owned(),
+            schedule: "0 2 * * *".to_owned(),
+            time_zone: None,
+            suspend,
+            images: vec!["reg/etl:1".to_owned()],
+        },
+    }
+}
+
+/// The record keeps digests, not lines: a CronJob removed while the agent was down is written
+/// again suspended from the line the store's table holds.
+#[tokio::test(start_paused = true)]
+async fn a_cronjob_removed_across_a_restart_is_recorded_suspended_from_the_stored_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = Arc::new(ManualClock::new(UnixNanos::from_secs(1_800_000_000)));
+    let agent = agent_on(dir.path(), &clock);
+    let job = CronJobSignal {
+        schedule: CronSchedule::parse("0 2 * * *").expect("schedule"),
+        zone: CronZone::utc(),
+        suspend: false,
+        images: vec!["reg/etl:1".to_owned()],
+        here: false,
+    };
+    agent
+        .gc
+        .cluster_signals()
+        .replace_cronjobs(BTreeMap::from([("batch/nightly".to_owned(), job)]));
+    clock.advance(Duration::from_secs(60));
+    let first = clock.now();
+    agent.carry_keeps_now().await;
+    assert_eq!(
+        agent.store.signals().expect("signals"),
+        [nightly(first, false)]
+    );
+    drop(agent);
+
+    let agent = agent_on(dir.path(), &clock);
+    agent.gc.cluster_signals().replace_cronjobs(BTreeMap::new());
+    clock.advance(Duration::from_secs(60));
+    let second = clock.now();
+    agent.carry_keeps_now().await;
+    agent.carry_keeps_now().await;
+    assert_eq!(
+        agent.store.signals().expect("signals"),
+        [nightly(first, false), nightly(second, true)],
+        "written once, suspended"
+    );
 }

@@ -3,14 +3,15 @@
 //! [`super::BoundPods`]' pods), each as the workload trace's signal line that states it
 //! (`cronjob`, `bound`, `rollout`), for the store's `signals` table and `inspect workload`.
 //!
-//! [`SignalRecord`] holds the last line recorded of each key that stands (rebuilt from the
-//! table at start, so a restart records nothing that did not change); [`SignalRecord::changes`]
-//! compares what the watches hold at `now` with it. The rules, where a trace line cannot say
-//! everything:
+//! [`SignalRecord`] holds a digest of the last line recorded of each key that stands (rebuilt
+//! from the table at start, so a restart records nothing that did not change);
+//! [`SignalRecord::changes`] compares what the watches hold at `now` with it. The rules, where
+//! a trace line cannot say everything:
 //! - a pod no longer bound is `bound` with no images;
 //! - a CronJob removed, or whose job template names no image (a `cronjob` line must name one),
 //!   is its last line again with `suspend` set: the trace has no removal line, and a suspended
-//!   CronJob has no run to come;
+//!   CronJob has no run to come (the line is read back from the table, the record holding
+//!   none: [`SignalRecord::cronjobs_gone`]; one no longer in the table writes nothing);
 //! - a workload removed, or whose current revision names no image, writes nothing (a `rollout`
 //!   line cannot say it): the trace keeps its last revisions;
 //! - a kind whose watch has not listed its objects yet (or does not run: `clusterSignals` off)
@@ -19,10 +20,12 @@
 //! Invariants: every line produced passes the store's and the trace parser's bounds (images
 //! sorted, without repeats or empty names, at most [`MAX_SIGNAL_ENTRY_IMAGES`]; a line that
 //! cannot be stated is left out); nothing here reads a clock (`now` is an argument); memory is
-//! bounded by the keys that stand (a key that no longer does is forgotten once its last line is
-//! recorded).
+//! a key and a digest per key that stands (a key that no longer does is forgotten once its
+//! last line is recorded), and a comparison builds one line at a time.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
 
 use super::{BoundPods, ClusterSignals, CronJobSignal, Revisions};
 use crate::model::{MAX_SIGNAL_ENTRY_IMAGES, RecordedSignal, SignalEntry, SignalKind, UnixNanos};
@@ -51,35 +54,54 @@ impl SignalsNow {
         }
     }
 
-    /// The kinds known, and the line of each key that stands.
-    fn lines(&self) -> (BTreeSet<SignalKind>, BTreeMap<Key, RecordedSignal>) {
+    /// The kinds whose watch has listed.
+    fn kinds(&self) -> BTreeSet<SignalKind> {
         let mut kinds = BTreeSet::new();
-        let mut lines = Vec::new();
-        if let Some(pods) = &self.pods {
+        if self.pods.is_some() {
             kinds.insert(SignalKind::Bound);
-            lines.extend(pods.iter().map(|(pod, images)| RecordedSignal::Bound {
+        }
+        if self.cronjobs.is_some() {
+            kinds.insert(SignalKind::CronJob);
+        }
+        if self.workloads.is_some() {
+            kinds.insert(SignalKind::Rollout);
+        }
+        kinds
+    }
+
+    /// Calls `each` with the line of each key that stands, one at a time (the lines are built
+    /// as they are visited, never all held at once).
+    fn each_line(&self, mut each: impl FnMut(RecordedSignal)) {
+        let mut visit = |line: RecordedSignal| {
+            if stands(&line) && line.invalid().is_none() {
+                each(line);
+            }
+        };
+        for (pod, images) in self.pods.iter().flatten() {
+            visit(RecordedSignal::Bound {
                 pod: pod.clone(),
                 images: trace_images(images),
-            }));
+            });
         }
-        if let Some(cronjobs) = &self.cronjobs {
-            kinds.insert(SignalKind::CronJob);
-            lines.extend(cronjobs.iter().map(|(name, job)| cronjob_line(name, job)));
+        for (name, job) in self.cronjobs.iter().flatten() {
+            visit(cronjob_line(name, job));
         }
-        if let Some(workloads) = &self.workloads {
-            kinds.insert(SignalKind::Rollout);
-            lines.extend(workloads.iter().map(|(name, r)| RecordedSignal::Rollout {
+        for (name, r) in self.workloads.iter().flatten() {
+            visit(RecordedSignal::Rollout {
                 workload: name.clone(),
                 images: trace_images(&r.current),
                 previous: trace_images(&r.previous),
-            }));
+            });
         }
-        let lines = lines
-            .into_iter()
-            .filter(|line| stands(line) && line.invalid().is_none())
-            .map(|line| (key_of(&line), line))
-            .collect();
-        (kinds, lines)
+    }
+
+    /// The keys that stand.
+    fn standing(&self) -> BTreeSet<Key> {
+        let mut keys = BTreeSet::new();
+        self.each_line(|line| {
+            keys.insert(key_of(&line));
+        });
+        keys
     }
 }
 
@@ -117,10 +139,34 @@ fn key_of(line: &RecordedSignal) -> Key {
     (kind, name.to_owned())
 }
 
-/// The last line recorded of each key that stands.
+/// What the record keeps of a key's last line: a digest, not the line (at 1,000 CronJobs and
+/// 1,000 Deployments the lines themselves were most of a MiB).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Last {
+    /// The line's digest (std's `DefaultHasher`, SipHash with fixed keys: one line, one
+    /// digest, within a process; the record is rebuilt from the table at each start, so no
+    /// digest outlives its process). Two lines with one digest (a chance of 2^-64 per change)
+    /// would leave that change unwritten until the next.
+    digest: u64,
+    /// A CronJob's line not suspended: its removal writes it again, suspended.
+    cronjob_to_suspend: bool,
+}
+
+impl Last {
+    fn of(line: &RecordedSignal) -> Last {
+        let mut hasher = DefaultHasher::new();
+        line.hash(&mut hasher);
+        Last {
+            digest: hasher.finish(),
+            cronjob_to_suspend: matches!(line, RecordedSignal::CronJob { suspend: false, .. }),
+        }
+    }
+}
+
+/// What is recorded of the last line of each key that stands.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SignalRecord {
-    last: BTreeMap<Key, RecordedSignal>,
+    last: BTreeMap<Key, Last>,
 }
 
 impl SignalRecord {
@@ -136,46 +182,81 @@ impl SignalRecord {
         for entry in entries {
             let key = key_of(&entry.signal);
             if stands(&entry.signal) {
-                self.last.insert(key, entry.signal.clone());
+                self.last.insert(key, Last::of(&entry.signal));
             } else {
                 self.last.remove(&key);
             }
         }
     }
 
+    /// Whether `key` is recorded, of a kind `now` knows, and no longer stands there: its end
+    /// is to be written.
+    fn gone(key: &Key, kinds: &BTreeSet<SignalKind>, standing: &BTreeSet<Key>) -> bool {
+        kinds.contains(&key.0) && !standing.contains(key)
+    }
+
+    /// The CronJobs whose removal [`SignalRecord::changes`] writes for `now`: recorded not
+    /// suspended, no longer standing. The record holds no line, so their last lines come from
+    /// the table (`Store::last_signals`).
+    pub fn cronjobs_gone(&self, now: &SignalsNow) -> BTreeSet<String> {
+        let (kinds, standing) = (now.kinds(), now.standing());
+        self.last
+            .iter()
+            .filter(|(key, last)| last.cronjob_to_suspend && Self::gone(key, &kinds, &standing))
+            .map(|(key, _)| key.1.clone())
+            .collect()
+    }
+
     /// The lines to record at `at` for what `now` holds: each key whose line differs from
     /// the last recorded, and the end of each recorded key of a known kind that no longer
-    /// stands (see the module's rules). Nothing for a kind not known.
-    pub fn changes(&self, now: &SignalsNow, at: UnixNanos) -> Vec<SignalEntry> {
-        let (kinds, lines) = now.lines();
-        let mut out: Vec<RecordedSignal> = lines
-            .iter()
-            .filter(|(key, line)| self.last.get(*key) != Some(*line))
-            .map(|(_, line)| line.clone())
-            .collect();
+    /// stands (see the module's rules). Nothing for a kind not known. `gone_lines` are the
+    /// table's last lines of [`SignalRecord::cronjobs_gone`]; a removed CronJob whose last
+    /// line is not among them (dropped past the table's cap) writes nothing.
+    pub fn changes(
+        &self,
+        now: &SignalsNow,
+        at: UnixNanos,
+        gone_lines: &[RecordedSignal],
+    ) -> Vec<SignalEntry> {
+        let mut changed: BTreeMap<Key, RecordedSignal> = BTreeMap::new();
+        let mut standing = BTreeSet::new();
+        now.each_line(|line| {
+            let key = key_of(&line);
+            if self.last.get(&key).map(|l| l.digest) != Some(Last::of(&line).digest) {
+                changed.insert(key.clone(), line);
+            }
+            standing.insert(key);
+        });
+        let kinds = now.kinds();
+        let mut out: Vec<RecordedSignal> = changed.into_values().collect();
         for (key, last) in &self.last {
-            if !kinds.contains(&key.0) || lines.contains_key(key) {
+            if !Self::gone(key, &kinds, &standing) {
                 continue;
             }
-            match last {
-                RecordedSignal::Bound { pod, .. } => out.push(RecordedSignal::Bound {
-                    pod: pod.clone(),
+            match key.0 {
+                SignalKind::Bound => out.push(RecordedSignal::Bound {
+                    pod: key.1.clone(),
                     images: Vec::new(),
                 }),
-                RecordedSignal::CronJob {
-                    suspend: false,
-                    name,
-                    schedule,
-                    time_zone,
-                    images,
-                } => out.push(RecordedSignal::CronJob {
-                    name: name.clone(),
-                    schedule: schedule.clone(),
-                    time_zone: time_zone.clone(),
-                    suspend: true,
-                    images: images.clone(),
-                }),
-                RecordedSignal::CronJob { .. } | RecordedSignal::Rollout { .. } => {}
+                SignalKind::CronJob if last.cronjob_to_suspend => {
+                    if let Some(RecordedSignal::CronJob {
+                        name,
+                        schedule,
+                        time_zone,
+                        images,
+                        suspend: false,
+                    }) = gone_lines.iter().find(|line| key_of(line) == *key)
+                    {
+                        out.push(RecordedSignal::CronJob {
+                            name: name.clone(),
+                            schedule: schedule.clone(),
+                            time_zone: time_zone.clone(),
+                            suspend: true,
+                            images: images.clone(),
+                        });
+                    }
+                }
+                SignalKind::CronJob | SignalKind::Rollout => {}
             }
         }
         out.into_iter()
@@ -187,9 +268,9 @@ impl SignalRecord {
     /// forgets the keys of a known kind that no longer stand in `now`.
     pub fn recorded(&mut self, now: &SignalsNow, written: &[SignalEntry]) {
         self.apply(written);
-        let (kinds, lines) = now.lines();
+        let (kinds, standing) = (now.kinds(), now.standing());
         self.last
-            .retain(|key, _| !kinds.contains(&key.0) || lines.contains_key(key));
+            .retain(|key, _| !Self::gone(key, &kinds, &standing));
     }
 }
 

@@ -249,7 +249,8 @@ fn only_the_changes_are_recorded_and_a_restart_records_nothing_again() {
             record = SignalRecord::from_entries(&table);
         }
         let at = UnixNanos::from_secs(100 + i as i64);
-        let written = record.changes(&step.now, at);
+        let gone = gone_lines(&record, &step.now, &table);
+        let written = record.changes(&step.now, at, &gone);
         let got: Vec<RecordedSignal> = written.iter().map(|e| e.signal.clone()).collect();
         assert_eq!(got, step.want, "{}", step.case);
         assert!(written.iter().all(|e| e.at == at), "{}", step.case);
@@ -263,18 +264,67 @@ fn only_the_changes_are_recorded_and_a_restart_records_nothing_again() {
     }
 }
 
+/// The last line in `table` of each CronJob `record` says is gone, newest first, as
+/// `Store::last_signals` reads them from the store's table.
+fn gone_lines(
+    record: &SignalRecord,
+    now: &SignalsNow,
+    table: &[SignalEntry],
+) -> Vec<RecordedSignal> {
+    let mut gone = record.cronjobs_gone(now);
+    table
+        .iter()
+        .rev()
+        .filter(|e| e.signal.key().0 == SignalKind::CronJob && gone.remove(e.signal.key().1))
+        .map(|e| e.signal.clone())
+        .collect()
+}
+
 /// A change not stored (the append failed) is found again at the next detect.
 #[test]
 fn a_change_not_recorded_is_written_at_the_next_detect() {
     let record = SignalRecord::default();
     let watches = now(Some(&[("a/p", &["x:1"])]), None, None);
-    let first = record.changes(&watches, UnixNanos(1));
+    let first = record.changes(&watches, UnixNanos(1), &[]);
     assert_eq!(first.len(), 1);
-    let again = record.changes(&watches, UnixNanos(2));
+    let again = record.changes(&watches, UnixNanos(2), &[]);
     assert_eq!(again.len(), 1, "not taken in: still a change");
     let mut record = record;
     record.recorded(&watches, &again);
-    assert!(record.changes(&watches, UnixNanos(3)).is_empty());
+    assert!(record.changes(&watches, UnixNanos(3), &[]).is_empty());
+}
+
+/// A removed CronJob is named for a read of its last line, written again suspended from that
+/// line, and writes nothing when the table no longer holds one; a CronJob recorded suspended
+/// is not named.
+#[test]
+fn a_removed_cronjob_is_written_suspended_from_the_tables_last_line() {
+    let listed = now(
+        None,
+        Some(vec![
+            ("batch/nightly", nightly()),
+            ("batch/paused", cron("@daily", None, true, &["reg/p:1"])),
+        ]),
+        None,
+    );
+    let mut record = SignalRecord::default();
+    let written = record.changes(&listed, UnixNanos(1), &[]);
+    record.recorded(&listed, &written);
+    let removed = now(None, Some(vec![]), None);
+    let gone = record.cronjobs_gone(&removed);
+    assert_eq!(gone, BTreeSet::from(["batch/nightly".to_owned()]));
+    let last = cronjob("batch/nightly", "0 2 * * *", None, false, &["reg/etl:1"]);
+    let with_line = record.changes(&removed, UnixNanos(2), std::slice::from_ref(&last));
+    assert_eq!(
+        with_line.into_iter().map(|e| e.signal).collect::<Vec<_>>(),
+        vec![last.suspended()]
+    );
+    assert!(
+        record.changes(&removed, UnixNanos(2), &[]).is_empty(),
+        "no line in the table: nothing to state"
+    );
+    record.recorded(&removed, &[]);
+    assert!(record.cronjobs_gone(&removed).is_empty(), "forgotten");
 }
 
 impl RecordedSignal {

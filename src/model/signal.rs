@@ -18,7 +18,7 @@ pub const MAX_SIGNAL_ENTRIES: usize = 20_000;
 pub const MAX_SIGNAL_ENTRY_IMAGES: usize = 128;
 
 /// A signal as a workload trace's line states it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RecordedSignal {
     /// `cronjob`: a CronJob's schedule, zone, suspension and images (set or replaced).
     CronJob {

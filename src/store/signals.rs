@@ -8,6 +8,7 @@
 //! rows, the oldest dropped past it in the same transaction; `Store::check` verifies every row
 //! decodes and the cap holds.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
 use redb::{ReadableTable, ReadableTableMetadata};
@@ -15,7 +16,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use super::codec::{Codec, SignalKey};
 use super::tables::{Encoded, SIGNALS, Stored};
 use super::{Store, StoreError, TxnError, Violation};
-use crate::model::{MAX_SIGNAL_ENTRIES, RecordedSignal, SignalEntry, UnixNanos};
+use crate::model::{MAX_SIGNAL_ENTRIES, RecordedSignal, SignalEntry, SignalKind, UnixNanos};
 
 type SignalsTable<'t> = redb::Table<'t, Stored<SignalKey>, Stored<RecordedSignal>>;
 
@@ -94,6 +95,38 @@ impl Store {
             .into_iter()
             .map(|(key, signal)| SignalEntry { at: key.at, signal })
             .collect())
+    }
+
+    /// The last line of each signal of `kind` named in `names` that the table still holds
+    /// (the one [`Store::signals`] reads last of its key), in the table's order from the
+    /// newest: a scan from the newest row that stops once every name is found. A name whose
+    /// lines were all dropped past [`MAX_SIGNAL_ENTRIES`] is not in the answer.
+    pub fn last_signals(
+        &self,
+        kind: SignalKind,
+        names: &BTreeSet<String>,
+    ) -> Result<Vec<RecordedSignal>, StoreError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.guarded(|| {
+            let txn = self.begin_read()?;
+            let table = self.open_read_table(&txn, SIGNALS)?;
+            let mut found = Vec::new();
+            let mut left: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+            for entry in table.iter().map_err(|e| self.redb_err(e))?.rev() {
+                let (_, v) = entry.map_err(|e| self.redb_err(e))?;
+                let signal = v.value().decode().map_err(|e| self.decode_err(e))?;
+                let (signal_kind, name) = signal.key();
+                if signal_kind == kind && left.remove(name) {
+                    found.push(signal);
+                    if left.is_empty() {
+                        break;
+                    }
+                }
+            }
+            Ok(found)
+        })
     }
 
     /// Schema 7's signals: every key and value decodes, and there are no more than

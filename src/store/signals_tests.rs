@@ -4,7 +4,7 @@
 
 use super::super::temp_store;
 use super::*;
-use crate::model::{MAX_SIGNAL_ENTRIES, RecordedSignal, SignalEntry, UnixNanos};
+use crate::model::{MAX_SIGNAL_ENTRIES, RecordedSignal, SignalEntry, SignalKind, UnixNanos};
 
 fn bound(at: i64, pod: &str, images: &[&str]) -> SignalEntry {
     SignalEntry {
@@ -39,6 +39,46 @@ fn appended_signals_read_back_in_time_then_append_order_and_survive_a_reopen() {
         Store::open(&dir.path().join("records.redb"), UnixNanos::from_secs(1)).expect("reopen");
     assert_eq!(store.signals().expect("signals"), want);
     assert!(store.check().expect("check").is_empty());
+}
+
+#[test]
+fn last_signals_gives_each_names_last_line_of_the_kind_in_table_order() {
+    let (_dir, store) = temp_store();
+    let rollout = SignalEntry {
+        at: UnixNanos::from_secs(30),
+        signal: RecordedSignal::Rollout {
+            workload: "a/one".to_owned(),
+            images: vec!["r:1".to_owned()],
+            previous: Vec::new(),
+        },
+    };
+    let entries = [
+        bound(10, "a/one", &["x:1"]),
+        bound(20, "a/one", &["x:2"]),
+        bound(20, "a/two", &["y:1"]),
+        rollout,
+        // Appended last, but earlier in the table (the clock moved back): not the last line.
+        bound(15, "a/two", &["y:0"]),
+    ];
+    store.append_signals(&entries).expect("append");
+    let names = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect();
+    let got = store
+        .last_signals(SignalKind::Bound, &names(&["a/one", "a/two", "a/gone"]))
+        .expect("last signals");
+    assert_eq!(
+        got,
+        vec![entries[2].signal.clone(), entries[1].signal.clone()]
+    );
+    let got = store
+        .last_signals(SignalKind::Rollout, &names(&["a/one"]))
+        .expect("last signals");
+    assert_eq!(got, vec![entries[3].signal.clone()]);
+    assert!(
+        store
+            .last_signals(SignalKind::CronJob, &names(&[]))
+            .expect("no names")
+            .is_empty()
+    );
 }
 
 #[test]
