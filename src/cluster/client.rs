@@ -29,8 +29,10 @@ use tower::{BoxError, ServiceBuilder};
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// The most a connection's read buffer grows to: a read of a long answer takes it in pieces
-/// of this size (hyper's minimum is 8 KiB; its default about 400 KiB).
-pub const MAX_READ_BUFFER_BYTES: usize = 64 << 10;
+/// of this size, and an answer's head must fit in it (hyper's minimum is 8 KiB; its default
+/// about 400 KiB; an API server's head is well under 1 KiB). Each of the four watches holds
+/// one such buffer for its connection's life.
+pub const MAX_READ_BUFFER_BYTES: usize = 16 << 10;
 
 /// A client for `config` whose answers are cut at `max_answer_bytes`.
 pub fn capped_client(config: kube::Config, max_answer_bytes: usize) -> Result<Client, String> {
