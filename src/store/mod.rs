@@ -83,7 +83,7 @@ pub use batch::{Batch, BatchOp, ListedSightings, SightedNames};
 pub use check::Violation;
 /// The byte layouts the fuzz `decode` target (and the crate's own tests) round-trip.
 #[cfg(any(test, feature = "fault-injection"))]
-pub use codec::{BackoffKey, Codec, MetaKey, MetaValue};
+pub use codec::{BackoffKey, Codec, LabelledName, MetaKey, MetaValue, SignalKey, WarmPosition};
 pub use codec::{DecodeError, EvictionKey, IndexKey, JournalKey};
 pub use compact::CompactOutcome;
 pub use database::{DEFAULT_CACHE_BYTES, StoreOptions};
