@@ -16,8 +16,30 @@ use tracing::warn;
 
 use crate::gc::{SignalRecord, SignalsNow};
 use crate::model::SignalKind;
+use crate::store::{Store, StoreError};
 
 use super::{Agent, AgentRuntime};
+
+/// Runs `call` on `store` off the async workers; a failure is logged as `Cannot {what}` (or
+/// the blocking task's own failure) and is `None`.
+async fn off_the_workers<T: Send + 'static>(
+    store: &Arc<Store>,
+    what: &'static str,
+    call: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+) -> Option<T> {
+    let store = Arc::clone(store);
+    match tokio::task::spawn_blocking(move || call(&store)).await {
+        Ok(Ok(value)) => Some(value),
+        Ok(Err(e)) => {
+            warn!(error = %e, "Cannot {what}");
+            None
+        }
+        Err(e) => {
+            warn!(error = %e, "The task to {what} failed");
+            None
+        }
+    }
+}
 
 impl<R: AgentRuntime> Agent<R> {
     /// Records what changed in the signals the watches hold since the last recorded line of
@@ -30,18 +52,11 @@ impl<R: AgentRuntime> Agent<R> {
         let at = self.clock.now();
         let mut held = self.signal_record.lock().await;
         if held.is_none() {
-            let store = Arc::clone(&self.store);
-            match tokio::task::spawn_blocking(move || store.signals()).await {
-                Ok(Ok(entries)) => *held = Some(SignalRecord::from_entries(&entries)),
-                Ok(Err(e)) => {
-                    warn!(error = %e, "Cannot read the recorded cluster signals");
-                    return;
-                }
-                Err(e) => {
-                    warn!(error = %e, "The task reading the recorded cluster signals failed");
-                    return;
-                }
-            }
+            let read = "read the recorded cluster signals";
+            let Some(entries) = off_the_workers(&self.store, read, Store::signals).await else {
+                return;
+            };
+            *held = Some(SignalRecord::from_entries(&entries));
         }
         let Some(record) = held.as_mut() else {
             return;
@@ -50,34 +65,23 @@ impl<R: AgentRuntime> Agent<R> {
         let gone_lines = if gone.is_empty() {
             Vec::new()
         } else {
-            let store = Arc::clone(&self.store);
-            match tokio::task::spawn_blocking(move || {
-                store.last_signals(SignalKind::CronJob, &gone)
-            })
-            .await
-            {
-                Ok(Ok(lines)) => lines,
-                Ok(Err(e)) => {
-                    warn!(error = %e, "Cannot read the removed CronJobs' recorded lines");
-                    return;
-                }
-                Err(e) => {
-                    warn!(error = %e, "The task reading the removed CronJobs' lines failed");
-                    return;
-                }
-            }
+            let read = "read the removed CronJobs' recorded lines";
+            let last = move |store: &Store| store.last_signals(SignalKind::CronJob, &gone);
+            let Some(lines) = off_the_workers(&self.store, read, last).await else {
+                return;
+            };
+            lines
         };
         let written = record.changes(&watches, at, &gone_lines);
         if written.is_empty() {
             record.recorded(&watches, &[]);
             return;
         }
-        let store = Arc::clone(&self.store);
         let entries = written.clone();
-        match tokio::task::spawn_blocking(move || store.append_signals(&entries)).await {
-            Ok(Ok(())) => record.recorded(&watches, &written),
-            Ok(Err(e)) => warn!(error = %e, "Cannot record the cluster signals' changes"),
-            Err(e) => warn!(error = %e, "The task recording the cluster signals failed"),
+        let append = move |store: &Store| store.append_signals(&entries);
+        let write = "record the cluster signals' changes";
+        if off_the_workers(&self.store, write, append).await.is_some() {
+            record.recorded(&watches, &written);
         }
     }
 }

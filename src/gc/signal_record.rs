@@ -72,37 +72,54 @@ impl SignalsNow {
     /// Calls `each` with the line of each key that stands, one at a time (the lines are built
     /// as they are visited, never all held at once).
     fn each_line(&self, mut each: impl FnMut(RecordedSignal)) {
-        let mut visit = |line: RecordedSignal| {
-            if stands(&line) && line.invalid().is_none() {
-                each(line);
-            }
-        };
-        for (pod, images) in self.pods.iter().flatten() {
-            visit(RecordedSignal::Bound {
-                pod: pod.clone(),
-                images: trace_images(images),
-            });
-        }
-        for (name, job) in self.cronjobs.iter().flatten() {
-            visit(cronjob_line(name, job));
-        }
-        for (name, r) in self.workloads.iter().flatten() {
-            visit(RecordedSignal::Rollout {
-                workload: name.clone(),
-                images: trace_images(&r.current),
-                previous: trace_images(&r.previous),
-            });
-        }
+        let pods = self.pods.iter().flatten();
+        let cronjobs = self.cronjobs.iter().flatten();
+        let workloads = self.workloads.iter().flatten();
+        pods.map(|(pod, images)| bound_line(pod, images))
+            .chain(cronjobs.map(|(name, job)| cronjob_line(name, job)))
+            .chain(workloads.map(|(name, r)| rollout_line(name, r)))
+            .filter_map(stated)
+            .for_each(&mut each);
     }
 
-    /// The keys that stand.
-    fn standing(&self) -> BTreeSet<Key> {
-        let mut keys = BTreeSet::new();
-        self.each_line(|line| {
-            keys.insert(key_of(&line));
-        });
-        keys
+    /// The line of `key` if it stands now (only that line is built).
+    fn line_of(&self, key: &Key) -> Option<RecordedSignal> {
+        let name = key.1.as_str();
+        let line = match key.0 {
+            SignalKind::Bound => bound_line(name, self.pods.as_ref()?.get(name)?),
+            SignalKind::CronJob => cronjob_line(name, self.cronjobs.as_ref()?.get(name)?),
+            SignalKind::Rollout => rollout_line(name, self.workloads.as_ref()?.get(name)?),
+        };
+        stated(line)
     }
+
+    /// Whether `key`, recorded, is of a kind known now and no longer stands: its end is to
+    /// be written.
+    fn gone(&self, kinds: &BTreeSet<SignalKind>, key: &Key) -> bool {
+        kinds.contains(&key.0) && self.line_of(key).is_none()
+    }
+}
+
+/// A bound pod's line.
+fn bound_line(pod: &str, images: &[String]) -> RecordedSignal {
+    RecordedSignal::Bound {
+        pod: pod.to_owned(),
+        images: trace_images(images),
+    }
+}
+
+/// A workload's line: its current and previous revisions' images.
+fn rollout_line(name: &str, revisions: &Revisions) -> RecordedSignal {
+    RecordedSignal::Rollout {
+        workload: name.to_owned(),
+        images: trace_images(&revisions.current),
+        previous: trace_images(&revisions.previous),
+    }
+}
+
+/// `line` if it says its key stands and the store and the trace can state it.
+fn stated(line: RecordedSignal) -> Option<RecordedSignal> {
+    (stands(&line) && line.invalid().is_none()).then_some(line)
 }
 
 /// A CronJob's line: its schedule as five fields, its zone unless UTC.
@@ -189,20 +206,14 @@ impl SignalRecord {
         }
     }
 
-    /// Whether `key` is recorded, of a kind `now` knows, and no longer stands there: its end
-    /// is to be written.
-    fn gone(key: &Key, kinds: &BTreeSet<SignalKind>, standing: &BTreeSet<Key>) -> bool {
-        kinds.contains(&key.0) && !standing.contains(key)
-    }
-
     /// The CronJobs whose removal [`SignalRecord::changes`] writes for `now`: recorded not
     /// suspended, no longer standing. The record holds no line, so their last lines come from
     /// the table (`Store::last_signals`).
     pub fn cronjobs_gone(&self, now: &SignalsNow) -> BTreeSet<String> {
-        let (kinds, standing) = (now.kinds(), now.standing());
+        let kinds = now.kinds();
         self.last
             .iter()
-            .filter(|(key, last)| last.cronjob_to_suspend && Self::gone(key, &kinds, &standing))
+            .filter(|(key, last)| last.cronjob_to_suspend && now.gone(&kinds, key))
             .map(|(key, _)| key.1.clone())
             .collect()
     }
@@ -230,7 +241,8 @@ impl SignalRecord {
         let kinds = now.kinds();
         let mut out: Vec<RecordedSignal> = changed.into_values().collect();
         for (key, last) in &self.last {
-            if !Self::gone(key, &kinds, &standing) {
+            // Gone (`SignalsNow::gone`), from the keys just visited rather than a line anew.
+            if !kinds.contains(&key.0) || standing.contains(key) {
                 continue;
             }
             match key.0 {
@@ -268,9 +280,8 @@ impl SignalRecord {
     /// forgets the keys of a known kind that no longer stand in `now`.
     pub fn recorded(&mut self, now: &SignalsNow, written: &[SignalEntry]) {
         self.apply(written);
-        let (kinds, standing) = (now.kinds(), now.standing());
-        self.last
-            .retain(|key, _| !Self::gone(key, &kinds, &standing));
+        let kinds = now.kinds();
+        self.last.retain(|key, _| !now.gone(&kinds, key));
     }
 }
 
